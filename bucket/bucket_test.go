@@ -1,0 +1,303 @@
+package bucket
+
+import (
+	"errors"
+	"math/big"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// refBucket is the reference model: the token bucket of SRTM Appendix A in
+// exact rational arithmetic, written as plainly as possible.
+type refBucket struct {
+	rate  *big.Rat // tokens per nanosecond
+	burst *big.Rat
+	level *big.Rat
+	last  time.Duration
+}
+
+func newRef(r Rate, burst int64, now time.Duration) *refBucket {
+	rate := new(big.Rat)
+	if r.Tokens > 0 {
+		rate.SetFrac64(r.Tokens, int64(r.Per))
+	}
+	b := new(big.Rat).SetInt64(burst)
+	return &refBucket{rate: rate, burst: b, level: new(big.Rat).Set(b), last: now}
+}
+
+func (r *refBucket) advance(now time.Duration) {
+	if now <= r.last {
+		return
+	}
+	add := new(big.Rat).Mul(r.rate, new(big.Rat).SetInt64(int64(now-r.last)))
+	r.level.Add(r.level, add)
+	if r.level.Cmp(r.burst) > 0 {
+		r.level.Set(r.burst)
+	}
+	r.last = now
+}
+
+func (r *refBucket) allow(now time.Duration, n int64) bool {
+	r.advance(now)
+	need := new(big.Rat).SetInt64(n)
+	if need.Cmp(r.burst) > 0 || r.level.Cmp(need) < 0 {
+		return false
+	}
+	r.level.Sub(r.level, need)
+	return true
+}
+
+// reserve returns the exact (rational) delay in ns until n tokens are there.
+func (r *refBucket) reserve(now time.Duration, n int64) (*big.Rat, bool) {
+	r.advance(now)
+	need := new(big.Rat).SetInt64(n)
+	if need.Cmp(r.burst) > 0 {
+		return nil, false
+	}
+	deficit := new(big.Rat).Sub(need, r.level)
+	if deficit.Sign() <= 0 {
+		r.level.Sub(r.level, need)
+		return new(big.Rat), true
+	}
+	if r.rate.Sign() == 0 {
+		return nil, false
+	}
+	r.level.Sub(r.level, need)
+	return deficit.Quo(deficit, r.rate), true
+}
+
+func genRate(t *rapid.T) Rate {
+	return Rate{
+		Tokens: rapid.Int64Range(0, 1000).Draw(t, "tokens"),
+		Per:    time.Duration(rapid.Int64Range(1, 100_000).Draw(t, "per_ms")) * time.Millisecond,
+	}
+}
+
+// TestAllowMatchesReference: AllowN takes exactly the decisions of the exact
+// reference model, on random rates, bursts, request sizes and arrival times.
+func TestAllowMatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRate(t)
+		burst := rapid.Int64Range(0, 200).Draw(t, "burst")
+		b := MustNew(r, burst, 0)
+		ref := newRef(r, burst, 0)
+		now := time.Duration(0)
+		steps := rapid.IntRange(1, 300).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			now += time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(t, "dt"))
+			n := rapid.Int64Range(1, 12).Draw(t, "n")
+			got, want := b.AllowN(now, n), ref.allow(now, n)
+			if got != want {
+				t.Fatalf("step %d at %v, n=%d: AllowN=%v, reference=%v (rate %v burst %d)", i, now, n, got, want, r, burst)
+			}
+		}
+	})
+}
+
+// TestEnvelope: over every interval [t, t+T] the admitted tokens stay within
+// b + r*T (SRTM §1.1), whatever the arrival pattern, including calls whose
+// time goes backwards.
+func TestEnvelope(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRate(t)
+		burst := rapid.Int64Range(1, 50).Draw(t, "burst")
+		b := MustNew(r, burst, 0)
+		type adm struct {
+			at time.Duration
+			n  int64
+		}
+		var admitted []adm
+		now, latest := time.Duration(0), time.Duration(0)
+		for i := 0; i < 400; i++ {
+			now += time.Duration(rapid.Int64Range(-int64(time.Second), int64(2*time.Second)).Draw(t, "dt"))
+			if now < 0 {
+				now = 0
+			}
+			latest = max(latest, now) // the bucket treats a backwards call as at its latest time
+			n := rapid.Int64Range(1, 5).Draw(t, "n")
+			if b.AllowN(now, n) {
+				admitted = append(admitted, adm{latest, n})
+			}
+		}
+		// In ticks of 1/Per token: sum*Per <= burst*Per + Tokens*T.
+		per := int64(r.Per)
+		for i := range admitted {
+			sum := int64(0)
+			for j := i; j < len(admitted); j++ {
+				sum += admitted[j].n
+				T := int64(admitted[j].at - admitted[i].at)
+				if sum*per > burst*per+r.Tokens*T {
+					t.Fatalf("admitted %d tokens in [%v, %v], above b + r*T = %d + %v*%v", sum, admitted[i].at, admitted[j].at, burst, r, time.Duration(T))
+				}
+			}
+		}
+	})
+}
+
+// TestReserveDelayExact: ReserveN's delay is the reference's exact delay
+// rounded up to the nanosecond, and queued reservations stack FCFS.
+func TestReserveDelayExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRate(t)
+		burst := rapid.Int64Range(0, 30).Draw(t, "burst")
+		b := MustNew(r, burst, 0)
+		ref := newRef(r, burst, 0)
+		now := time.Duration(0)
+		for i := 0; i < 200; i++ {
+			now += time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "dt"))
+			n := rapid.Int64Range(1, 6).Draw(t, "n")
+			delay, ok := b.ReserveN(now, n)
+			want, wantOK := ref.reserve(now, n)
+			if ok != wantOK {
+				t.Fatalf("step %d: ok=%v, reference %v", i, ok, wantOK)
+			}
+			if !ok {
+				continue
+			}
+			ceil := new(big.Int).Quo(new(big.Int).Add(want.Num(), new(big.Int).Sub(want.Denom(), big.NewInt(1))), want.Denom())
+			if ceil.Int64() != int64(delay) {
+				t.Fatalf("step %d: delay %d ns, reference %s ns (exact %s)", i, delay, ceil, want.FloatString(3))
+			}
+		}
+	})
+}
+
+func TestNoDriftOverLongRun(t *testing.T) {
+	// 1 token per 3 s for ten years of one-request-per-3s traffic: every
+	// request conforms, with no drift from a rounded emission interval.
+	b := MustNew(Rate{Tokens: 1, Per: 3 * time.Second}, 1, 0)
+	now := time.Duration(0)
+	for i := 0; i < 10*365*24*1200; i++ {
+		if !b.Allow(now) {
+			t.Fatalf("request %d at %v refused", i, now)
+		}
+		now += 3 * time.Second
+	}
+	if b.Allow(now - time.Nanosecond) {
+		t.Fatal("a request one nanosecond early conformed")
+	}
+}
+
+func TestPerSecond(t *testing.T) {
+	cases := []struct {
+		in   float64
+		want Rate
+	}{
+		{1, Rate{1, time.Second}},
+		{100, Rate{100, time.Second}},
+		{0.001, Rate{1, 1000 * time.Second}},
+		{2.5, Rate{5, 2 * time.Second}},
+		{0.1, Rate{1, 10 * time.Second}},
+		{0, Rate{}},
+	}
+	for _, c := range cases {
+		got, err := PerSecond(c.in)
+		same := got.Tokens*int64(c.want.Per) == c.want.Tokens*int64(got.Per)
+		if err != nil || !same || got.Validate() != nil {
+			t.Errorf("PerSecond(%v) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []float64{-1, 1e13, 1e-9} {
+		if _, err := PerSecond(bad); err == nil {
+			t.Errorf("PerSecond(%v) gave no error", bad)
+		}
+	}
+}
+
+func TestDivAndSplitBurstSum(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := Rate{Tokens: rapid.Int64Range(1, 1000).Draw(t, "tok"), Per: time.Duration(rapid.Int64Range(1, 1000).Draw(t, "per")) * time.Millisecond}
+		n := rapid.Int64Range(1, 64).Draw(t, "n")
+		d, err := r.Div(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// n * d == r exactly: Tokens_d * n / Per_d == Tokens_r / Per_r.
+		lhs := new(big.Rat).SetFrac64(d.Tokens*n, int64(d.Per))
+		rhs := new(big.Rat).SetFrac64(r.Tokens, int64(r.Per))
+		if lhs.Cmp(rhs) != 0 {
+			t.Fatalf("%v split %d ways is %v: sum %s != %s", r, n, d, lhs, rhs)
+		}
+		b := rapid.Int64Range(0, 1000).Draw(t, "b")
+		sum := int64(0)
+		for i := 0; i < int(n); i++ {
+			s, err := SplitBurst(b, int(n), i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += s
+		}
+		if sum != b {
+			t.Fatalf("burst %d split %d ways sums to %d", b, n, sum)
+		}
+	})
+}
+
+func TestSetRateKeepsTokensAndNeverCreates(t *testing.T) {
+	b := MustNew(Rate{10, time.Second}, 10, 0)
+	for i := 0; i < 7; i++ {
+		b.Allow(0)
+	}
+	if err := b.SetRate(0, Rate{1, 3 * time.Second}, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Tokens(0); got != 3 {
+		t.Fatalf("after SetRate the bucket holds %v tokens, want 3", got)
+	}
+	if err := b.SetRate(0, Rate{1, time.Second}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Tokens(0); got != 2 {
+		t.Fatalf("SetRate to burst 2 left %v tokens, want 2 (capped)", got)
+	}
+	if err := b.SetRate(0, Rate{-1, time.Second}, 2); err == nil {
+		t.Fatal("negative rate accepted")
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := New(Rate{1, time.Second}, -1, 0); err == nil {
+		t.Error("negative burst accepted")
+	}
+	if _, err := New(Rate{1, 0}, 1, 0); err == nil {
+		t.Error("zero period accepted")
+	}
+	if _, err := New(Rate{1, time.Second}, 1<<40, 0); !errors.Is(err, ErrBurstTooLarge) {
+		t.Errorf("huge burst: %v, want ErrBurstTooLarge", err)
+	}
+}
+
+func TestRequestAboveBurstNeverConforms(t *testing.T) {
+	b := MustNew(Rate{1000, time.Second}, 5, 0)
+	if b.AllowN(time.Hour, 6) {
+		t.Fatal("6 tokens from a burst of 5")
+	}
+	if _, ok := b.ReserveN(time.Hour, 6); ok {
+		t.Fatal("reserved 6 tokens from a burst of 5")
+	}
+	if !b.AllowN(time.Hour, 5) {
+		t.Fatal("5 tokens from a full burst of 5 refused")
+	}
+}
+
+func BenchmarkAllow(b *testing.B) {
+	bk := MustNew(Rate{Tokens: 1000, Per: time.Second}, 100, 0)
+	now := time.Duration(0)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		now += 700 * time.Microsecond
+		bk.Allow(now)
+	}
+}
+
+func BenchmarkReserve(b *testing.B) {
+	bk := MustNew(Rate{Tokens: 1000, Per: time.Second}, 100, 0)
+	now := time.Duration(0)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		now += time.Millisecond
+		bk.ReserveN(now, 1)
+	}
+}
