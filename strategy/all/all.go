@@ -1,0 +1,87 @@
+// Package all is the registry of coordination strategies: the names the CLI,
+// the simulator and the server accept, what each one is, and how to build it.
+package all
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/local"
+	"github.com/tokenmesh/tokenmesh/strategy/owner"
+	"github.com/tokenmesh/tokenmesh/strategy/static"
+)
+
+// Info describes a strategy.
+type Info struct {
+	Name    string
+	Summary string // one line, for --help
+	Source  string // the seed section it implements
+	// Centralized strategies are the ground truth: the simulator runs them
+	// as one node that receives every request.
+	Centralized bool
+	New         func(cfg strategy.Config) (strategy.Strategy, error)
+}
+
+var registry = []Info{
+	{Name: "central", Summary: "one bucket per key for the whole cluster; the ground truth", Source: "002 §4.3.1", Centralized: true,
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return local.New("central", cfg) }},
+	{Name: "local", Summary: "every node enforces the full (r, b) alone; no coordination (admits up to N times the limit)", Source: "003",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return local.New("local", cfg) }},
+	{Name: "static", Summary: "every node enforces (r/N, b/N); N from membership", Source: "000 §1.2, 004 §1.2, 003",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return static.New(cfg) }},
+	{Name: "owner", Summary: "rendezvous hashing picks the key's owner; other nodes forward and wait for its verdict", Source: "003",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return owner.New(cfg) }},
+}
+
+// List returns every strategy, in the order reports show them.
+func List() []Info { return registry }
+
+// Names returns the strategy names in report order.
+func Names() []string {
+	out := make([]string, len(registry))
+	for i, s := range registry {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Lookup returns the strategy called name. The error lists the known names.
+func Lookup(name string) (Info, error) {
+	for _, s := range registry {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Info{}, fmt.Errorf("unknown strategy %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+// ParseList parses a comma-separated list of strategy names, or "all".
+// central is always included (first), since every metric is relative to it.
+// Errors: an unknown or repeated name, or an empty list.
+func ParseList(list string) ([]Info, error) {
+	if strings.TrimSpace(list) == "all" {
+		return registry, nil
+	}
+	out := []Info{registry[0]}
+	seen := map[string]bool{"central": true}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		s, err := Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			if name == "central" {
+				continue
+			}
+			return nil, fmt.Errorf("strategy %q is listed twice", name)
+		}
+		seen[name] = true
+		out = append(out, s)
+	}
+	return out, nil
+}

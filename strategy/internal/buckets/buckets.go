@@ -1,0 +1,89 @@
+// Package buckets keeps one token bucket per key with the same (r, b), for
+// the strategies that enforce a bucket locally (central, local, static,
+// owner). Idle keys cost nothing: a bucket that has refilled to its burst is
+// indistinguishable from a new one, so Sweep drops it; memory is bounded by
+// the keys active within one burst-refill time.
+package buckets
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+// bucketStateBytes is the encoded size of one bucket's state besides its
+// key: level and last-update time as two varints of up to 9 bytes each, plus
+// their field tags and the key's length prefix (the layout a full-state sync
+// would use).
+const bucketStateBytes = 2*(1+9) + 2
+
+// Table maps keys to buckets of one rate and burst. Not safe for concurrent use.
+type Table struct {
+	rate     bucket.Rate
+	burst    int64
+	m        map[string]*bucket.Bucket
+	keyBytes int
+}
+
+// New returns an empty table. Errors as bucket.New.
+func New(rate bucket.Rate, burst int64) (*Table, error) {
+	if _, err := bucket.New(rate, burst, 0); err != nil {
+		return nil, err
+	}
+	return &Table{rate: rate, burst: burst, m: map[string]*bucket.Bucket{}}, nil
+}
+
+// Get returns key's bucket, creating a full one at now if there is none.
+func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
+	if b, ok := t.m[key]; ok {
+		return b
+	}
+	b := bucket.MustNew(t.rate, t.burst, now) // parameters validated in New
+	t.m[key] = &b
+	t.keyBytes += len(key)
+	return &b
+}
+
+// SetRate changes every bucket's rate and burst at now (a new membership
+// split); each keeps its tokens up to the new burst. Errors as bucket.New;
+// on error the table is unchanged.
+func (t *Table) SetRate(now time.Duration, rate bucket.Rate, burst int64) error {
+	if _, err := bucket.New(rate, burst, now); err != nil {
+		return err
+	}
+	t.rate, t.burst = rate, burst
+	for _, b := range t.m {
+		_ = b.SetRate(now, rate, burst) // cannot fail: validated above
+	}
+	return nil
+}
+
+// Sweep drops the buckets that are full at now and returns how many it dropped.
+func (t *Table) Sweep(now time.Duration) int {
+	n := 0
+	for k, b := range t.m {
+		if b.Full(now) {
+			delete(t.m, k)
+			t.keyBytes -= len(k)
+			n++
+		}
+	}
+	return n
+}
+
+// Len is the number of keys held.
+func (t *Table) Len() int { return len(t.m) }
+
+// StateBytes is the encoded size of the table's state in bytes.
+func (t *Table) StateBytes() int { return t.keyBytes + len(t.m)*bucketStateBytes }
+
+// SweepInterval is how often a strategy should Sweep: the time a bucket
+// takes to refill from empty, clamped to [1 s, 1 min], so a key idle for one
+// interval is dropped at the next.
+func SweepInterval(rate bucket.Rate, burst int64) time.Duration {
+	if rate.Tokens == 0 {
+		return time.Minute
+	}
+	d := time.Duration(float64(burst) / rate.PerSec() * float64(time.Second))
+	return min(max(d, time.Second), time.Minute)
+}

@@ -1,0 +1,65 @@
+// Package local implements the `local` strategy (every node enforces the
+// full (r, b) alone, with no coordination: the "no DRL" baseline of seed 003,
+// which admits up to N times the limit) and, on a single node, `central`: one
+// bucket per key for the whole cluster, the ground truth every other strategy
+// is measured against (seed 002 §4.3.1: "a centralized system ... will take
+// the correct decision").
+package local
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+)
+
+// Local is one node enforcing the whole (r, b) per key from its own memory.
+type Local struct {
+	name       string
+	table      *buckets.Table
+	sweepEvery time.Duration
+	nextSweep  time.Duration
+}
+
+// New builds a node. name is "local" or "central" (for error messages).
+// Errors: an invalid Config, or any parameter (it takes none).
+func New(name string, cfg strategy.Config) (*Local, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Params.Check(name); err != nil {
+		return nil, err
+	}
+	t, err := buckets.New(cfg.Rate, cfg.Burst)
+	if err != nil {
+		return nil, err
+	}
+	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, nil
+}
+
+func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
+	l.nextSweep = now + l.sweepEvery
+	fx.WakeAt(l.nextSweep)
+}
+
+func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	ok := l.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	return strategy.ErrUnexpectedMessage(l.name, from)
+}
+
+func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
+	if now < l.nextSweep {
+		return
+	}
+	l.table.Sweep(now)
+	l.nextSweep = now + l.sweepEvery
+	fx.WakeAt(l.nextSweep)
+}
+
+func (l *Local) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {}
+
+func (l *Local) StateBytes() int { return l.table.StateBytes() }

@@ -1,0 +1,107 @@
+// Package static implements the `static` strategy: every node enforces a
+// fixed sub-token bucket (r/N, b/N) per key, with N the number of live
+// members, and no messages at all.
+//
+// Sources: SRTM (seed 000) §1.2, the static split into sub-token buckets
+// with sum r_l = r and sum b_l = b; seed 004 §1.2 and seed 003, the per-server
+// share R/N, whose flaw both name: unless the load balancer spreads each
+// key's requests evenly, a node runs out while others sit on unused share.
+//
+// Ours: the rate split r/N is exact (bucket.Rate.Div), and the burst is split
+// in whole tokens that sum to b exactly (bucket.SplitBurst; the first b mod N
+// members in NodeID order get one more), so the cluster's envelope is exactly
+// (r, b). When b < N some nodes get a burst of 0 and refuse everything: that
+// is the cost of static splitting for small bursts, and the report shows it.
+// N follows membership: when a node fails, the others re-split and take its
+// share.
+package static
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+)
+
+// Static is one node holding sub-token buckets (r/N, b_i) per key.
+type Static struct {
+	self       strategy.NodeID
+	rate       bucket.Rate
+	burst      int64
+	table      *buckets.Table
+	sweepEvery time.Duration
+	nextSweep  time.Duration
+}
+
+// New builds a node. Errors: an invalid Config, Self not among Members, or
+// any parameter (it takes none).
+func New(cfg strategy.Config) (*Static, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Params.Check("static"); err != nil {
+		return nil, err
+	}
+	s := &Static{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst}
+	r, b, err := s.share(cfg.Members)
+	if err != nil {
+		return nil, err
+	}
+	if s.table, err = buckets.New(r, b); err != nil {
+		return nil, err
+	}
+	s.sweepEvery = buckets.SweepInterval(r, b)
+	return s, nil
+}
+
+// share is this node's (r_l, b_l) among members.
+func (s *Static) share(members []strategy.NodeID) (bucket.Rate, int64, error) {
+	i := slices.Index(members, s.self)
+	if i < 0 {
+		return bucket.Rate{}, 0, fmt.Errorf("static: %s is not among the members %v", s.self, members)
+	}
+	r, err := s.rate.Div(int64(len(members)))
+	if err != nil {
+		return bucket.Rate{}, 0, err
+	}
+	b, err := bucket.SplitBurst(s.burst, len(members), i)
+	return r, b, err
+}
+
+func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
+	s.nextSweep = now + s.sweepEvery
+	fx.WakeAt(s.nextSweep)
+}
+
+func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	ok := s.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+func (s *Static) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	return strategy.ErrUnexpectedMessage("static", from)
+}
+
+func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
+	if now < s.nextSweep {
+		return
+	}
+	s.table.Sweep(now)
+	s.nextSweep = now + s.sweepEvery
+	fx.WakeAt(s.nextSweep)
+}
+
+// SetMembers re-splits (r, b) over the new member count. A view that does
+// not include this node (it is being removed) keeps the old split.
+func (s *Static) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	r, b, err := s.share(members)
+	if err != nil {
+		return
+	}
+	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+}
+
+func (s *Static) StateBytes() int { return s.table.StateBytes() }

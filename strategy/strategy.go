@@ -1,0 +1,151 @@
+// Package strategy defines the interface every coordination strategy
+// implements: a deterministic state machine that one node of a cluster runs
+// for one rule (one (r, b) token bucket per key).
+//
+// A strategy never reads the clock, sleeps, starts goroutines or touches the
+// network. Its driver (the simulator in package sim, or the live cluster
+// runtime) hands it the current time and the events (a request, a peer's
+// message, a wake-up, a membership change) and carries out what it asks for
+// in an Effects value: messages to send, decisions completed asynchronously,
+// and times at which to be woken. This is the shape of etcd's raft package
+// (DESIGN.md, "The shape of the code"), and it is what makes the simulator
+// and the server run the same code and the simulator reproducible.
+//
+// Time is a time.Duration since an epoch the driver chooses (virtual time in
+// the simulator); it never decreases between calls on one instance.
+package strategy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+// NodeID names a node of the cluster (a memberlist node name in the live
+// runtime; "n0", "n1", ... in the simulator).
+type NodeID string
+
+// Request is a request for Tokens tokens of Key that reached the cluster at
+// Arrival. ID is unique among the requests a driver issues; in the simulator
+// it is the request's index in the trace, so ordering by (Arrival, ID)
+// reproduces the trace's order.
+type Request struct {
+	ID      uint64
+	Key     string
+	Tokens  int64
+	Arrival time.Duration
+}
+
+// Decision is the answer to one request.
+type Decision struct {
+	RequestID uint64
+	Allowed   bool
+}
+
+// Message is a peer message a strategy asks its driver to send. Payload is
+// the strategy's own protobuf encoding (package api/peer/v1); the driver
+// counts its length as the bandwidth the strategy uses and delivers it
+// unchanged (or loses, duplicates or delays it).
+type Message struct {
+	To      NodeID
+	Payload []byte
+}
+
+// Effects collects what a strategy asks of its driver during one call. The
+// driver passes a reset Effects to every call and acts on it afterwards.
+type Effects struct {
+	Messages  []Message       // messages to send, in order
+	Decisions []Decision      // decisions on earlier pending requests, now complete
+	Wakeups   []time.Duration // times at which to call Tick (absolute; duplicates allowed)
+}
+
+// Send queues a message to a peer.
+func (fx *Effects) Send(to NodeID, payload []byte) {
+	fx.Messages = append(fx.Messages, Message{To: to, Payload: payload})
+}
+
+// Decide completes an earlier pending request.
+func (fx *Effects) Decide(id uint64, allowed bool) {
+	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed})
+}
+
+// WakeAt asks to be ticked at time at (or as soon after as the driver can).
+func (fx *Effects) WakeAt(at time.Duration) { fx.Wakeups = append(fx.Wakeups, at) }
+
+// Reset empties fx, keeping its buffers.
+func (fx *Effects) Reset() {
+	fx.Messages = fx.Messages[:0]
+	fx.Decisions = fx.Decisions[:0]
+	fx.Wakeups = fx.Wakeups[:0]
+}
+
+// Strategy is one node's state machine for one rule. Calls on an instance
+// are never concurrent; fx is valid only during the call.
+type Strategy interface {
+	// Start is called once, before any other call, at time now.
+	Start(now time.Duration, fx *Effects)
+
+	// Request decides req at time now (now >= req.Arrival). decided is false
+	// when the decision needs the network; it then arrives later in
+	// fx.Decisions of some call on this same instance.
+	Request(now time.Duration, req Request, fx *Effects) (d Decision, decided bool)
+
+	// Receive handles a peer's message. A payload that does not decode is
+	// returned as an error and changes no state.
+	Receive(now time.Duration, from NodeID, payload []byte, fx *Effects) error
+
+	// Tick is called at (or after) a time asked for with WakeAt. It may be
+	// called at other times too and must then do only what is due.
+	Tick(now time.Duration, fx *Effects)
+
+	// SetMembers tells the node the current live members (itself included),
+	// as its failure detector sees them, sorted by NodeID.
+	SetMembers(now time.Duration, members []NodeID, fx *Effects)
+
+	// StateBytes is the size of the node's state for this rule, in bytes of
+	// its wire encoding (the evaluator's memory metric).
+	StateBytes() int
+}
+
+// Config is what a node's strategy instance is built from.
+type Config struct {
+	Self    NodeID
+	Members []NodeID // initial live members, sorted, Self included
+	Rate    bucket.Rate
+	Burst   int64 // tokens
+	// Rand is the only source of randomness a strategy may use; the driver
+	// seeds it, so runs are reproducible.
+	Rand *rand.Rand
+	// Params are strategy-specific settings ("hold=5ms"); a strategy rejects
+	// names it does not know (see Params.Check).
+	Params Params
+	// LatencyHint is the driver's estimate of the one-way peer latency (the
+	// simulator's configured latency; measured in the live runtime). 0 if
+	// unknown.
+	LatencyHint time.Duration
+}
+
+// Validate checks the parts of Config every strategy relies on.
+func (c *Config) Validate() error {
+	if c.Self == "" {
+		return fmt.Errorf("config: Self is empty")
+	}
+	if err := c.Rate.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if c.Burst < 0 {
+		return fmt.Errorf("config: burst %d is negative", c.Burst)
+	}
+	if c.Rand == nil {
+		return fmt.Errorf("config: Rand is nil")
+	}
+	return nil
+}
+
+// ErrUnexpectedMessage is the error of a strategy that sends no messages and
+// received one.
+func ErrUnexpectedMessage(strategyName string, from NodeID) error {
+	return fmt.Errorf("%s: unexpected peer message from %s (this strategy sends none)", strategyName, from)
+}
