@@ -30,8 +30,9 @@ func Policies() []string {
 //     a hash of the request's key and its arrival time in whole milliseconds, so all
 //     requests of one key in the same ms go to the same node and a key's requests are
 //     otherwise spread over all nodes. The hash is 64-bit FNV-1a over the key bytes
-//     followed by the 8 little-endian bytes of the arrival in ms, reduced to [0, n) by
-//     multiply-shift (the high 64 bits of hash*n).
+//     followed by the 8 little-endian bytes of the arrival in ms, finalized with
+//     MurmurHash3's fmix64 and reduced to [0, n) by multiply-shift (the high 64 bits
+//     of hash*n).
 //   - "roundrobin": the k-th call (from 0) returns k mod n, whatever the request.
 //   - "random": uniform in [0, n) from a PCG generator seeded with seed.
 //   - "key": sticky: FNV-1a of the key bytes only, reduced like "hash", so a key always
@@ -67,8 +68,16 @@ func fnvKey(h uint64, key string) uint64 {
 	return h
 }
 
-// reduce maps a 64-bit hash to [0, n) by multiply-shift.
+// reduce maps a 64-bit hash to [0, n): it first mixes all bits of h into the high ones
+// (the MurmurHash3 fmix64 finalizer; FNV-1a alone leaves the high bits of short,
+// similar keys such as "u00001", "u00002" visibly uneven), then takes the high 64 bits
+// of h*n (multiply-shift range reduction).
 func reduce(h uint64, n int) int {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
 	hi, _ := bits.Mul64(h, uint64(n))
 	return int(hi)
 }

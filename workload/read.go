@@ -196,6 +196,7 @@ func read(r io.Reader, file, name string, opt ReadOptions) (*Trace, error) {
 	}
 
 	t := p.trace
+	t.Requests = p.requests()
 	if len(t.Requests) == 0 {
 		return nil, errNoRequests(file, t.Skipped)
 	}
@@ -209,15 +210,11 @@ func read(r io.Reader, file, name string, opt ReadOptions) (*Trace, error) {
 
 // sniff returns the format of a non-empty first line, or "" if it is not recognised.
 func sniff(line []byte) string {
-	first := line
 	if i := bytes.IndexByte(line, ','); i >= 0 {
-		first = line[:i]
-		if f := trimSpace(first); len(f) > 0 && allDigits(f) {
+		first := trimSpace(bytes.Trim(trimSpace(line[:i]), `"`))
+		if len(first) > 0 && allDigits(first) || string(first) == "ts_ms" {
 			return formatCSV
 		}
-	}
-	if string(trimSpace(bytes.Trim(trimSpace(first), `"`))) == "ts_ms" {
-		return formatCSV
 	}
 	if bytes.Contains(line, []byte(" [")) && bytes.Contains(line, []byte(`] "`)) {
 		return formatCLF
@@ -269,10 +266,13 @@ type parser struct {
 	intern  interner
 	minMs   int64
 	trace   *Trace
-	nonHdr  bool     // a non-empty line has been seen (so no header may follow)
-	fields  [][]byte // scratch for csvLine
-	lastTS  []byte   // CLF timestamp cache: text of the last parsed timestamp
-	lastMs  int64    // and its Unix milliseconds
+	chunks  [][]Request // full chunks of requests, in file order
+	chunk   []Request   // the chunk being filled
+	n       int         // requests in chunks and chunk
+	nonHdr  bool        // a non-empty line has been seen (so no header may follow)
+	fields  [][]byte    // scratch for csvLine
+	lastTS  []byte      // CLF timestamp cache: text of the last parsed timestamp
+	lastMs  int64       // and its Unix milliseconds
 	hasLast bool
 }
 
@@ -280,11 +280,32 @@ func (p *parser) add(ms int64, key []byte, tokens int64) {
 	if ms < p.minMs {
 		p.minMs = ms
 	}
-	p.trace.Requests = append(p.trace.Requests, Request{
+	if len(p.chunk) == cap(p.chunk) {
+		if p.chunk != nil {
+			p.chunks = append(p.chunks, p.chunk)
+		}
+		p.chunk = make([]Request, 0, chunkSize)
+	}
+	p.chunk = append(p.chunk, Request{
 		Arrival: time.Duration(ms),
 		Key:     p.intern.bytes(key),
 		Tokens:  tokens,
 	})
+	p.n++
+}
+
+// chunkSize is the number of requests per chunk while reading. Collecting chunks and
+// copying them once into an exactly sized slice costs about half the memory of growing
+// one slice by append, and leaves no spare capacity in Trace.Requests.
+const chunkSize = 8192
+
+// requests returns all requests read, in file order, in one exactly sized slice.
+func (p *parser) requests() []Request {
+	out := make([]Request, 0, p.n)
+	for _, c := range p.chunks {
+		out = append(out, c...)
+	}
+	return append(out, p.chunk...)
 }
 
 // csvLine parses one non-empty CSV line, returning "" or the reason it is bad.

@@ -20,9 +20,10 @@ type Request struct {
 // Trace is an in-memory workload, sorted by Arrival; requests with equal Arrival keep
 // file (or generation) order.
 //
-// Traces made by this package start at Arrival 0, hold at least one request, and share
-// one string per distinct key (keys are interned), so a trace of N requests costs about
-// 32*N bytes plus the distinct key strings.
+// Traces read by [ReadFile] and [Read] start at Arrival 0 and hold at least one request;
+// generated traces hold the requests in [0, duration) of their generator, which may be
+// none. In both, equal keys share one string (keys are interned), so a trace of N
+// requests costs about 32*N bytes plus the distinct key strings.
 type Trace struct {
 	// Name is the file base name (for [ReadFile]), the name given to [Read], or the
 	// canonical generator spec (Generator.String) for generated traces.

@@ -1,0 +1,25 @@
+# The test command CI runs (.ci/run calls `make test`, nothing else).
+.PHONY: test bench build fuzz
+
+GO ?= go
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+build:
+	$(GO) build -o bin/tokenmesh ./cmd/tokenmesh
+
+# Speed and memory targets: see docs/PERFORMANCE.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./bucket ./rendezvous ./sim ./workload
+
+# A short coverage-guided run of every fuzz target (not part of `make test`,
+# whose run replays the seed corpora only).
+FUZZTIME ?= 20s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done

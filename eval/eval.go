@@ -1,0 +1,217 @@
+// Package eval runs coordination strategies over the same input in the
+// simulator and measures how far each one's decisions drift from a
+// centralized token bucket, and at what cost in messages, bytes, memory and
+// decision latency.
+//
+// The method is the thesis' (seed 002 §4.3.1): replay recorded requests
+// through the cluster, record every decision, and compare with a centralized
+// run that "will take the correct decision". Precision is the thesis'
+// metric (§5.1.1); excess admitted, false rejections and the envelope
+// violation are ours (DESIGN.md, "Metrics"), because precision alone hides
+// errors that cancel out.
+package eval
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// Options is one evaluation: one input, one cluster setup, several strategies.
+type Options struct {
+	Trace        *workload.Trace
+	Strategies   []all.Info // central first (all.ParseList puts it there)
+	Nodes        int
+	Rate         bucket.Rate
+	Burst        int64
+	Params       strategy.Params // "strategy.name=value" pairs
+	Network      sim.Network
+	Scenario     *sim.Scenario
+	ScenarioName string
+	AssignPolicy string
+	Seed         uint64
+	// Progress, if set, is told how far each strategy's run is.
+	Progress func(strategy string, done, total int)
+}
+
+// Result is one strategy's row of the report. JSON names are the ones the
+// `--json` output promises.
+type Result struct {
+	Strategy                string   `json:"strategy"`
+	Requests                int      `json:"requests"`
+	Admitted                int      `json:"admitted"`
+	Rejected                int      `json:"rejected"`
+	Precision               *float64 `json:"precision"` // null when central rejects nothing and the strategy does
+	ExcessAdmittedPct       float64  `json:"excess_admitted_pct"`
+	ExcessAdmitted          int      `json:"excess_admitted_tokens"`
+	FalseRejections         int      `json:"false_rejections"`
+	EnvelopeViolationTokens float64  `json:"envelope_violation_tokens"`
+	Messages                int64    `json:"messages"`
+	Bytes                   int64    `json:"bytes"`
+	MessagesLost            int64    `json:"messages_lost"`
+	StateBytesPeak          int      `json:"state_bytes_peak"`
+	StateBytesMean          float64  `json:"state_bytes_mean"`
+	DecisionLatencyP50Ms    float64  `json:"decision_latency_p50_ms"`
+	DecisionLatencyP99Ms    float64  `json:"decision_latency_p99_ms"`
+	Undecided               int      `json:"undecided"`
+	ReceiveErrors           int64    `json:"receive_errors"`
+	CrashedNodes            []string `json:"crashed_nodes,omitempty"`
+}
+
+// Input describes what was replayed.
+type Input struct {
+	Name     string  `json:"name"`
+	Requests int     `json:"requests"`
+	Keys     int     `json:"keys"`
+	SpanSec  float64 `json:"span_s"`
+	Skipped  int     `json:"skipped_lines,omitempty"`
+}
+
+// Setup describes the simulated cluster.
+type Setup struct {
+	Nodes      int     `json:"nodes"`
+	RatePerSec float64 `json:"rate_per_s"`
+	Burst      int64   `json:"burst"`
+	Assign     string  `json:"assign"`
+	Latency    string  `json:"latency"`
+	Loss       float64 `json:"loss"`
+	Duplicate  float64 `json:"duplicate"`
+	Reorder    float64 `json:"reorder"`
+	Scenario   string  `json:"scenario,omitempty"`
+	Seed       uint64  `json:"seed"`
+}
+
+// Series is the decisions over time for plots (not part of the JSON): bin i
+// covers [i*Bin, (i+1)*Bin) of arrival time.
+type Series struct {
+	Origin   time.Duration // arrival of the first request
+	Bin      time.Duration
+	Requests []int            // requests per bin
+	Admitted map[string][]int // by strategy
+	Rejected map[string][]int
+}
+
+// Report is an evaluation's outcome.
+type Report struct {
+	Input   Input    `json:"input"`
+	Setup   Setup    `json:"setup"`
+	Results []Result `json:"results"`
+	Series  *Series  `json:"-"`
+}
+
+// Run simulates every strategy of opts over the trace and compares each
+// with central. Errors: no strategies, central missing, a bad assignment
+// policy, or any error of sim.Run.
+func Run(opts Options) (*Report, error) {
+	if len(opts.Strategies) == 0 || opts.Strategies[0].Name != "central" {
+		return nil, fmt.Errorf("eval: the first strategy must be central, the reference")
+	}
+	reqs := opts.Trace.Requests
+	rep := &Report{
+		Input: Input{Name: opts.Trace.Name, Requests: len(reqs), Keys: opts.Trace.Keys(), SpanSec: opts.Trace.Span().Seconds(), Skipped: opts.Trace.Skipped},
+		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
+			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
+			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed},
+		Series: newSeries(opts.Trace),
+	}
+	var central []bool
+	for _, s := range opts.Strategies {
+		assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
+		if err != nil {
+			return nil, err
+		}
+		cfg := sim.Config{
+			Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
+			Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
+			Assign: assign, Seed: opts.Seed,
+		}
+		if s.Centralized {
+			cfg.Nodes, cfg.Scenario = 1, nil
+		}
+		if opts.Progress != nil {
+			name := s.Name
+			cfg.Progress = func(done, total int) { opts.Progress(name, done, total) }
+		}
+		res, err := sim.Run(opts.Trace, cfg)
+		if err != nil {
+			return nil, err
+		}
+		allowed := make([]bool, len(reqs))
+		lat := make([]time.Duration, 0, len(reqs))
+		for i, o := range res.Outcomes {
+			allowed[i] = o.Decided && o.Allowed
+			if o.Decided {
+				lat = append(lat, o.Latency)
+			}
+		}
+		if central == nil {
+			central = allowed
+		}
+		c := Compare(reqs, allowed, central)
+		rep.Results = append(rep.Results, Result{
+			Strategy: s.Name, Requests: c.Requests, Admitted: c.Admitted, Rejected: c.Rejected,
+			Precision: c.Precision, ExcessAdmittedPct: round(c.ExcessPct, 4), ExcessAdmitted: c.ExcessAdmitted,
+			FalseRejections:         c.FalseRejections,
+			EnvelopeViolationTokens: round(EnvelopeViolation(reqs, allowed, opts.Rate.PerSec(), opts.Burst), 4),
+			Messages:                res.Messages, Bytes: res.Bytes, MessagesLost: res.MessagesLost,
+			StateBytesPeak: res.StateBytesPeak, StateBytesMean: round(res.StateBytesMean, 1),
+			DecisionLatencyP50Ms: ms(Percentile(lat, 50)), DecisionLatencyP99Ms: ms(Percentile(lat, 99)),
+			Undecided: res.Undecided, ReceiveErrors: res.ReceiveErrors, CrashedNodes: res.Crashed,
+		})
+		rep.Series.add(s.Name, reqs, allowed)
+	}
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+// round keeps JSON output short and stable.
+func round(v float64, places int) float64 {
+	p := 1.0
+	for i := 0; i < places; i++ {
+		p *= 10
+	}
+	if v < 0 {
+		return -float64(int64(-v*p+0.5)) / p
+	}
+	return float64(int64(v*p+0.5)) / p
+}
+
+// newSeries picks a bin width giving about 200 bins, rounded up to a whole
+// number of seconds (the traces' coarsest resolution).
+func newSeries(t *workload.Trace) *Series {
+	span := t.Span()
+	bin := span / 200
+	bin = (bin + time.Second - 1) / time.Second * time.Second
+	if bin <= 0 {
+		bin = time.Second
+	}
+	n := int(span/bin) + 1
+	s := &Series{Bin: bin, Requests: make([]int, n), Admitted: map[string][]int{}, Rejected: map[string][]int{}}
+	if len(t.Requests) > 0 {
+		s.Origin = t.Requests[0].Arrival
+	}
+	for _, r := range t.Requests {
+		s.Requests[s.index(r.Arrival)]++
+	}
+	return s
+}
+
+func (s *Series) index(arrival time.Duration) int { return int((arrival - s.Origin) / s.Bin) }
+
+func (s *Series) add(name string, reqs []workload.Request, allowed []bool) {
+	adm, rej := make([]int, len(s.Requests)), make([]int, len(s.Requests))
+	for i, r := range reqs {
+		if allowed[i] {
+			adm[s.index(r.Arrival)]++
+		} else {
+			rej[s.index(r.Arrival)]++
+		}
+	}
+	s.Admitted[name], s.Rejected[name] = adm, rej
+}

@@ -1,0 +1,120 @@
+package eval
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// Counts compares one strategy's decisions with central's on the same
+// requests (DESIGN.md, "Metrics").
+type Counts struct {
+	Requests        int
+	Admitted        int // requests admitted
+	Rejected        int // requests rejected (undecided ones included)
+	Precision       *float64
+	ExcessAdmitted  int // sum over keys of max(0, admitted - central's admitted), in tokens
+	ExcessPct       float64
+	FalseRejections int // requests rejected that central admitted
+}
+
+// Compare computes the decision metrics of allowed against central's
+// decisions on the same requests (both indexed like reqs).
+//
+// precision is rejections by the strategy / rejections by central (thesis
+// 002 §5.1.1): 1 when neither rejects anything, nil (undefined) when central
+// rejects nothing and the strategy rejects something. Above 1 means the
+// strategy rejected more than central.
+func Compare(reqs []workload.Request, allowed, central []bool) Counts {
+	c := Counts{Requests: len(reqs)}
+	centralRejected, centralAdmittedTokens := 0, int64(0)
+	diff := map[string]int64{} // admitted tokens: strategy - central, per key
+	for i := range reqs {
+		if allowed[i] {
+			c.Admitted++
+			diff[reqs[i].Key] += reqs[i].Tokens
+		} else {
+			c.Rejected++
+		}
+		if central[i] {
+			centralAdmittedTokens += reqs[i].Tokens
+			diff[reqs[i].Key] -= reqs[i].Tokens
+			if !allowed[i] {
+				c.FalseRejections++
+			}
+		} else {
+			centralRejected++
+		}
+	}
+	for _, d := range diff {
+		if d > 0 {
+			c.ExcessAdmitted += int(d)
+		}
+	}
+	if centralAdmittedTokens > 0 {
+		c.ExcessPct = 100 * float64(c.ExcessAdmitted) / float64(centralAdmittedTokens)
+	}
+	switch {
+	case centralRejected > 0:
+		p := float64(c.Rejected) / float64(centralRejected)
+		c.Precision = &p
+	case c.Rejected == 0:
+		p := 1.0
+		c.Precision = &p
+	}
+	return c
+}
+
+// EnvelopeViolation returns the largest amount, in tokens, by which the
+// tokens admitted for one key in any interval [t, t+T] exceed b + r*T (SRTM
+// §1.1: the aggregate must conform to the (r, b) envelope), over all keys; 0
+// when every key conforms. An admitted request counts at its arrival time,
+// the time the limiter's decision refers to. reqs must be sorted by arrival.
+//
+// For one key with admissions at t_1 <= ... <= t_n of n_k tokens and
+// prefix sums S_k, the excess over [t_i, t_j] is S_j - S_{i-1} - b - r(t_j - t_i);
+// the maximum over i <= j is found in one pass by keeping the minimum of
+// S_{i-1} - r*t_i seen so far.
+func EnvelopeViolation(reqs []workload.Request, allowed []bool, ratePerSec float64, burst int64) float64 {
+	type state struct {
+		sum    int64   // S_j
+		minPre float64 // min over i of S_{i-1} - r t_i
+	}
+	keys := map[string]*state{}
+	worst := 0.0
+	for i := range reqs {
+		if !allowed[i] {
+			continue
+		}
+		k := reqs[i].Key
+		t := reqs[i].Arrival.Seconds()
+		st, ok := keys[k]
+		if !ok {
+			st = &state{minPre: math.Inf(1)}
+			keys[k] = st
+		}
+		st.minPre = math.Min(st.minPre, float64(st.sum)-ratePerSec*t)
+		st.sum += reqs[i].Tokens
+		if v := float64(st.sum) - ratePerSec*t - st.minPre - float64(burst); v > worst {
+			worst = v
+		}
+	}
+	// Float rounding of r*t can leave a few ulps where the exact value is 0.
+	if worst < 1e-6 {
+		return 0
+	}
+	return worst
+}
+
+// Percentile returns the p-th percentile (0..100, nearest rank) of ds, or 0
+// for none. It sorts ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	rank := int(math.Ceil(p / 100 * float64(len(ds))))
+	return ds[min(max(rank, 1), len(ds))-1]
+}

@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scenario is what happens to the cluster during a run, read from YAML:
+//
+//	detection: 1s            # how long failure detectors take to see a change
+//	network:                 # optional: overrides --latency/--loss/...
+//	  latency: uniform:1ms-5ms
+//	  loss: 0.05
+//	  duplicate: 0.01
+//	  reorder: 0.01
+//	events:                  # times since the start of the trace
+//	  - at: 60s
+//	    crash: [n3]
+//	  - at: 60s
+//	    crash_owner_of_hottest: 2    # crash the owners of the 2 most requested keys
+//	  - at: 120s
+//	    restart: [n3]
+//	  - at: 200s
+//	    partition: [[n0, n1], [n2, n3, n4]]
+//	  - at: 260s
+//	    heal: true
+type Scenario struct {
+	Detection time.Duration   `yaml:"detection"`
+	Network   *ScenarioNet    `yaml:"network"`
+	Events    []ScenarioEvent `yaml:"events"`
+}
+
+// ScenarioNet overrides the network model.
+type ScenarioNet struct {
+	Latency   string   `yaml:"latency"`
+	Loss      *float64 `yaml:"loss"`
+	Duplicate *float64 `yaml:"duplicate"`
+	Reorder   *float64 `yaml:"reorder"`
+}
+
+// ScenarioEvent is one thing that happens at At. Exactly one action is set.
+type ScenarioEvent struct {
+	At                  time.Duration `yaml:"at"`
+	Crash               []string      `yaml:"crash"`
+	CrashOwnerOfHottest int           `yaml:"crash_owner_of_hottest"`
+	Restart             []string      `yaml:"restart"`
+	Partition           [][]string    `yaml:"partition"`
+	Heal                bool          `yaml:"heal"`
+}
+
+// DefaultDetection is the failure-detection delay when a scenario sets none
+// (memberlist's default probe interval is 1 s).
+const DefaultDetection = time.Second
+
+// LoadScenario reads and checks a scenario file. Errors name the file and,
+// where yaml.v3 knows it, the line; unknown fields are errors.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	s, err := ParseScenario(data)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseScenario parses scenario YAML (see Scenario). Node names are checked
+// against the cluster when the run starts (Scenario.check).
+func ParseScenario(data []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if s.Detection < 0 {
+		return nil, fmt.Errorf("detection %v is negative", s.Detection)
+	}
+	if s.Detection == 0 {
+		s.Detection = DefaultDetection
+	}
+	for i, e := range s.Events {
+		actions := 0
+		for _, set := range []bool{len(e.Crash) > 0, e.CrashOwnerOfHottest > 0, len(e.Restart) > 0, len(e.Partition) > 0, e.Heal} {
+			if set {
+				actions++
+			}
+		}
+		if actions != 1 {
+			return nil, fmt.Errorf("event %d (at %v): want exactly one of crash, crash_owner_of_hottest, restart, partition, heal; got %d", i+1, e.At, actions)
+		}
+		if e.At < 0 {
+			return nil, fmt.Errorf("event %d: at %v is negative", i+1, e.At)
+		}
+		if e.CrashOwnerOfHottest < 0 {
+			return nil, fmt.Errorf("event %d: crash_owner_of_hottest %d is negative", i+1, e.CrashOwnerOfHottest)
+		}
+	}
+	sort.SliceStable(s.Events, func(i, j int) bool { return s.Events[i].At < s.Events[j].At })
+	return &s, nil
+}
+
+// apply overrides net with the scenario's network settings.
+func (s *Scenario) apply(net *Network) error {
+	if s == nil || s.Network == nil {
+		return nil
+	}
+	if s.Network.Latency != "" {
+		l, err := ParseLatency(s.Network.Latency)
+		if err != nil {
+			return fmt.Errorf("scenario network: %w", err)
+		}
+		net.Latency = l
+	}
+	for _, o := range []struct {
+		src *float64
+		dst *float64
+	}{{s.Network.Loss, &net.Loss}, {s.Network.Duplicate, &net.Duplicate}, {s.Network.Reorder, &net.Reorder}} {
+		if o.src != nil {
+			*o.dst = *o.src
+		}
+	}
+	return net.Validate()
+}
+
+// check verifies that every node named exists among nodes.
+func (s *Scenario) check(nodes map[string]int) error {
+	if s == nil {
+		return nil
+	}
+	for i, e := range s.Events {
+		names := append(append([]string{}, e.Crash...), e.Restart...)
+		seen := map[string]bool{}
+		for _, g := range e.Partition {
+			for _, n := range g {
+				if seen[n] {
+					return fmt.Errorf("scenario event %d: node %s is in two partition groups", i+1, n)
+				}
+				seen[n] = true
+			}
+			names = append(names, g...)
+		}
+		for _, n := range names {
+			if _, ok := nodes[n]; !ok {
+				return fmt.Errorf("scenario event %d (at %v): unknown node %q (the cluster has n0..n%d)", i+1, e.At, n, len(nodes)-1)
+			}
+		}
+	}
+	return nil
+}

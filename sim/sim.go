@@ -1,0 +1,500 @@
+// Package sim is the deterministic discrete-event simulator that drives
+// strategy state machines through a request trace over a simulated network:
+// virtual time, one event queue, seeded random sources, a network model with
+// latency, loss, duplication and reordering (Network), and partitions and
+// node crashes and restarts at given times (Scenario). The same trace,
+// configuration and seed give the same Result, bit for bit.
+//
+// It plays the role of the thesis' test framework (seed 002 §4.3.1): an
+// injector assigns each recorded request to a node and records the node's
+// decision; unlike the thesis' injector, which sleeps in real time and
+// corrects for oversleeping, virtual time makes every run exact and fast.
+//
+// Events at the same instant run in this order: message deliveries, then
+// membership changes and scenario events, then requests (in trace order),
+// then wake-ups. Strategies rely on deliveries coming before wake-ups (see
+// strategy/owner).
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// Factory builds one node's strategy instance.
+type Factory func(cfg strategy.Config) (strategy.Strategy, error)
+
+// Config is one simulation run.
+type Config struct {
+	Name     string  // the strategy's name, for errors
+	New      Factory // builds each node's strategy
+	Nodes    int     // cluster size, >= 1
+	Rate     bucket.Rate
+	Burst    int64
+	Params   strategy.Params // the strategy's own parameters (unprefixed)
+	Network  Network
+	Scenario *Scenario         // nil: nothing happens
+	Assign   workload.Assigner // which node receives each request
+	Seed     uint64
+	// SampleEvery is the virtual-time interval at which node state sizes
+	// are sampled (default 1 s).
+	SampleEvery time.Duration
+	// Drain bounds how long after the last request the run goes on to
+	// collect pending decisions (default 60 s).
+	Drain time.Duration
+	// Progress, if set, is called now and then with requests injected so
+	// far and the total.
+	Progress func(done, total int)
+}
+
+// Outcome is what happened to one request.
+type Outcome struct {
+	Allowed bool
+	Decided bool          // false: the node holding it crashed, or no node was up
+	Latency time.Duration // decision time minus arrival
+}
+
+// Result is everything a run measured.
+type Result struct {
+	Outcomes []Outcome // by request index in the trace
+
+	Messages       int64 // peer messages sent (including those the network lost)
+	Bytes          int64 // their payload bytes (protobuf encoding, without transport framing)
+	MessagesLost   int64 // lost by the network model, cut by a partition, or sent to a dead node
+	ReceiveErrors  int64 // payloads a strategy refused; 0 unless something is wrong
+	StateBytesPeak int   // the largest node state seen in any sample
+	StateBytesMean float64
+	Undecided      int
+	Crashed        []string // nodes crashed by the scenario, in order
+	End            time.Duration
+	Events         int64 // events processed
+}
+
+const (
+	prioDeliver = iota
+	prioMembership
+	prioScenario
+	prioRequest // requests are injected from the trace, not queued; this is their place
+	prioWake
+	prioSample
+)
+
+type event struct {
+	at      time.Duration
+	prio    int8
+	seq     uint64
+	node    int32
+	from    int32
+	epoch   uint32
+	scen    int32 // scenario event index
+	payload []byte
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	a, b := &q[i], &q[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.prio != b.prio {
+		return a.prio < b.prio
+	}
+	return a.seq < b.seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*q = old[:len(old)-1]
+	return x
+}
+
+type node struct {
+	id      strategy.NodeID
+	s       strategy.Strategy
+	alive   bool
+	epoch   uint32
+	group   int // partition group
+	view    []strategy.NodeID
+	wakes   map[time.Duration]bool
+	started bool
+}
+
+type runner struct {
+	cfg              Config
+	trace            *workload.Trace
+	nodes            []*node
+	byName           map[string]int
+	alive            []int // indices of live nodes, ascending
+	q                eventQueue
+	seq              uint64
+	now              time.Duration
+	netRnd           *rand.Rand
+	fx               strategy.Effects
+	res              *Result
+	delays           []time.Duration
+	pendingDecisions int
+	statSamples      int
+	stateSum         float64
+}
+
+// Run simulates cfg over trace. Errors: an invalid configuration or
+// scenario, or a strategy that cannot be built.
+func Run(trace *workload.Trace, cfg Config) (*Result, error) {
+	if cfg.Nodes < 1 {
+		return nil, fmt.Errorf("sim: %d nodes; need at least 1", cfg.Nodes)
+	}
+	if cfg.New == nil || cfg.Assign == nil {
+		return nil, fmt.Errorf("sim: config needs a strategy factory and an assigner")
+	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = time.Second
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = time.Minute
+	}
+	if err := cfg.Scenario.apply(&cfg.Network); err != nil {
+		return nil, err
+	}
+	if err := cfg.Network.Validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{
+		cfg: cfg, trace: trace, byName: map[string]int{},
+		netRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
+		res:    &Result{Outcomes: make([]Outcome, len(trace.Requests))},
+	}
+	members := make([]strategy.NodeID, cfg.Nodes)
+	for i := range members {
+		members[i] = strategy.NodeID(fmt.Sprintf("n%d", i))
+		r.byName[string(members[i])] = i
+	}
+	if err := cfg.Scenario.check(r.byName); err != nil {
+		return nil, err
+	}
+	sorted := slices.Clone(members)
+	slices.Sort(sorted)
+	for i := range members {
+		n := &node{id: members[i], alive: true, view: slices.Clone(sorted), wakes: map[time.Duration]bool{}}
+		r.nodes = append(r.nodes, n)
+		r.alive = append(r.alive, i)
+	}
+	for i := range r.nodes {
+		if err := r.start(i, 0); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Scenario != nil {
+		for i, e := range cfg.Scenario.Events {
+			r.push(event{at: e.At, prio: prioScenario, scen: int32(i)})
+		}
+	}
+	r.push(event{at: 0, prio: prioSample})
+	r.run()
+	return r.res, nil
+}
+
+func (r *runner) push(e event) {
+	r.seq++
+	e.seq = r.seq
+	heap.Push(&r.q, e)
+}
+
+// start builds node i's strategy (at startup, or on restart) and starts it.
+func (r *runner) start(i int, now time.Duration) error {
+	n := r.nodes[i]
+	s, err := r.cfg.New(strategy.Config{
+		Self:        n.id,
+		Members:     slices.Clone(n.view),
+		Rate:        r.cfg.Rate,
+		Burst:       r.cfg.Burst,
+		Rand:        rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)<<32|uint64(n.epoch))),
+		Params:      r.cfg.Params,
+		LatencyHint: r.cfg.Network.Latency.Hint(),
+	})
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w", r.cfg.Name, n.id, err)
+	}
+	n.s, n.started = s, true
+	r.fx.Reset()
+	s.Start(now, &r.fx)
+	r.apply(i)
+	return nil
+}
+
+func (r *runner) run() {
+	reqs := r.trace.Requests
+	total := len(reqs)
+	var last time.Duration
+	if total > 0 {
+		last = reqs[total-1].Arrival
+	}
+	for i := 0; i < total; i++ {
+		req := &reqs[i]
+		for len(r.q) > 0 && (r.q[0].at < req.Arrival || (r.q[0].at == req.Arrival && r.q[0].prio < prioRequest)) {
+			r.step(heap.Pop(&r.q).(event))
+		}
+		r.now = req.Arrival
+		r.inject(i, req)
+		if r.cfg.Progress != nil && i&0x3fff == 0 {
+			r.cfg.Progress(i, total)
+		}
+	}
+	// Collect what is still pending, up to the drain limit.
+	for len(r.q) > 0 && r.pendingDecisions > 0 && r.q[0].at <= last+r.cfg.Drain {
+		r.step(heap.Pop(&r.q).(event))
+	}
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(total, total)
+	}
+	for i := range r.res.Outcomes {
+		if !r.res.Outcomes[i].Decided {
+			r.res.Undecided++
+		}
+	}
+	if r.statSamples > 0 {
+		r.res.StateBytesMean = r.stateSum / float64(r.statSamples)
+	}
+	r.res.End = r.now
+}
+
+// inject hands request i to the node the assigner picks among the live ones.
+func (r *runner) inject(i int, req *workload.Request) {
+	r.res.Events++
+	if len(r.alive) == 0 {
+		return // no node is up: the request fails (undecided)
+	}
+	ni := r.alive[r.cfg.Assign.Assign(req, i, len(r.alive))]
+	n := r.nodes[ni]
+	r.fx.Reset()
+	d, ok := n.s.Request(r.now, strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}, &r.fx)
+	if ok {
+		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true}
+	} else {
+		r.pendingDecisions++
+	}
+	r.apply(ni)
+}
+
+// apply carries out the effects node i asked for in its last call.
+func (r *runner) apply(i int) {
+	n := r.nodes[i]
+	for _, d := range r.fx.Decisions {
+		if d.RequestID >= uint64(len(r.res.Outcomes)) {
+			continue
+		}
+		o := &r.res.Outcomes[d.RequestID]
+		if o.Decided {
+			continue
+		}
+		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival}
+		r.pendingDecisions--
+	}
+	for _, m := range r.fx.Messages {
+		r.send(i, m)
+	}
+	for _, at := range r.fx.Wakeups {
+		if at < r.now {
+			at = r.now
+		}
+		if !n.wakes[at] {
+			n.wakes[at] = true
+			r.push(event{at: at, prio: prioWake, node: int32(i), epoch: n.epoch})
+		}
+	}
+}
+
+func (r *runner) send(from int, m strategy.Message) {
+	r.res.Messages++
+	r.res.Bytes += int64(len(m.Payload))
+	to, ok := r.byName[string(m.To)]
+	if !ok || r.nodes[from].group != r.nodes[to].group {
+		r.res.MessagesLost++
+		return
+	}
+	r.delays = r.cfg.Network.deliveries(r.netRnd, r.delays)
+	if len(r.delays) == 0 {
+		r.res.MessagesLost++
+	}
+	for _, d := range r.delays {
+		r.push(event{at: r.now + d, prio: prioDeliver, node: int32(to), from: int32(from), payload: m.Payload})
+	}
+}
+
+func (r *runner) step(e event) {
+	r.now = e.at
+	r.res.Events++
+	switch e.prio {
+	case prioDeliver:
+		n := r.nodes[e.node]
+		// A message crossing a partition cut after it was sent is lost too.
+		if !n.alive || n.group != r.nodes[e.from].group {
+			r.res.MessagesLost++
+			return
+		}
+		r.fx.Reset()
+		if err := n.s.Receive(r.now, r.nodes[e.from].id, e.payload, &r.fx); err != nil {
+			r.res.ReceiveErrors++
+		}
+		r.apply(int(e.node))
+	case prioWake:
+		n := r.nodes[e.node]
+		if n.epoch != e.epoch || !n.alive {
+			return
+		}
+		delete(n.wakes, e.at)
+		r.fx.Reset()
+		n.s.Tick(r.now, &r.fx)
+		r.apply(int(e.node))
+	case prioMembership:
+		r.updateViews()
+	case prioScenario:
+		r.scenario(r.cfg.Scenario.Events[e.scen])
+	case prioSample:
+		r.sample()
+		if r.now < r.lastArrival() || r.pendingDecisions > 0 {
+			r.push(event{at: r.now + r.cfg.SampleEvery, prio: prioSample})
+		}
+	}
+}
+
+func (r *runner) lastArrival() time.Duration {
+	if len(r.trace.Requests) == 0 {
+		return 0
+	}
+	return r.trace.Requests[len(r.trace.Requests)-1].Arrival
+}
+
+func (r *runner) sample() {
+	if len(r.alive) == 0 {
+		return
+	}
+	sum := 0
+	for _, i := range r.alive {
+		b := r.nodes[i].s.StateBytes()
+		sum += b
+		r.res.StateBytesPeak = max(r.res.StateBytesPeak, b)
+	}
+	r.stateSum += float64(sum) / float64(len(r.alive))
+	r.statSamples++
+}
+
+func (r *runner) scenario(e ScenarioEvent) {
+	switch {
+	case len(e.Crash) > 0:
+		for _, name := range e.Crash {
+			r.crash(r.byName[name])
+		}
+	case e.CrashOwnerOfHottest > 0:
+		for _, name := range r.ownersOfHottest(e.CrashOwnerOfHottest) {
+			r.crash(r.byName[string(name)])
+		}
+	case len(e.Restart) > 0:
+		for _, name := range e.Restart {
+			i := r.byName[name]
+			n := r.nodes[i]
+			if n.alive {
+				continue
+			}
+			n.alive, n.epoch = true, n.epoch+1
+			n.wakes = map[time.Duration]bool{}
+			r.alive = append(r.alive, i)
+			slices.Sort(r.alive)
+			n.view = r.reachable(i)
+			_ = r.start(i, r.now) // the factory accepted this configuration at time 0
+		}
+	case len(e.Partition) > 0:
+		for _, n := range r.nodes {
+			n.group = len(e.Partition) // nodes not listed form a group of their own
+		}
+		for g, names := range e.Partition {
+			for _, name := range names {
+				r.nodes[r.byName[name]].group = g
+			}
+		}
+	case e.Heal:
+		for _, n := range r.nodes {
+			n.group = 0
+		}
+	}
+	r.push(event{at: r.now + r.cfg.Scenario.Detection, prio: prioMembership})
+}
+
+func (r *runner) crash(i int) {
+	n := r.nodes[i]
+	if !n.alive {
+		return
+	}
+	n.alive = false
+	n.epoch++
+	r.alive = slices.DeleteFunc(r.alive, func(x int) bool { return x == i })
+	r.res.Crashed = append(r.res.Crashed, string(n.id))
+}
+
+// ownersOfHottest returns the distinct rendezvous owners, among all nodes,
+// of the k most requested keys (ties by key).
+func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
+	counts := r.trace.KeyCounts()
+	keys := make([]string, 0, len(counts))
+	for key := range counts {
+		keys = append(keys, key)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if counts[keys[a]] != counts[keys[b]] {
+			return counts[keys[a]] > counts[keys[b]]
+		}
+		return keys[a] < keys[b]
+	})
+	all := make([]strategy.NodeID, len(r.nodes))
+	for i, n := range r.nodes {
+		all[i] = n.id
+	}
+	var out []strategy.NodeID
+	for _, key := range keys[:min(k, len(keys))] {
+		if o := rendezvous.Owner(key, all); !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// reachable is the sorted list of live nodes in node i's partition group.
+func (r *runner) reachable(i int) []strategy.NodeID {
+	var out []strategy.NodeID
+	for _, j := range r.alive {
+		if r.nodes[j].group == r.nodes[i].group {
+			out = append(out, r.nodes[j].id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// updateViews runs when failure detectors have caught up: every live node
+// whose view differs from the live nodes it can reach is told.
+func (r *runner) updateViews() {
+	for _, i := range slices.Clone(r.alive) {
+		n := r.nodes[i]
+		v := r.reachable(i)
+		if slices.Equal(v, n.view) {
+			continue
+		}
+		n.view = v
+		r.fx.Reset()
+		n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
+		r.apply(i)
+	}
+}

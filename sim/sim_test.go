@@ -1,0 +1,215 @@
+package sim_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+func mustGen(t testing.TB, spec string, seed uint64) *workload.Trace {
+	t.Helper()
+	g, err := workload.ParseGenerator(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Generate(seed)
+}
+
+func run(t testing.TB, tr *workload.Trace, name string, nodes int, net sim.Network, sc *sim.Scenario, params ...string) *sim.Result {
+	t.Helper()
+	info, err := all.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strategy.ParseParams(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assign, err := workload.NewAssigner("hash", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Centralized {
+		nodes = 1
+	}
+	res, err := sim.Run(tr, sim.Config{Name: name, New: info.New, Nodes: nodes, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+		Burst: 5, Params: p, Network: net, Scenario: sc, Assign: assign, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func allowed(r *sim.Result) []bool {
+	out := make([]bool, len(r.Outcomes))
+	for i, o := range r.Outcomes {
+		out[i] = o.Decided && o.Allowed
+	}
+	return out
+}
+
+func fixed(d time.Duration) sim.Network {
+	return sim.Network{Latency: sim.Latency{Kind: "fixed", Min: d, Max: d, Mean: d}}
+}
+
+// With a fixed latency and no loss, owner decides every request exactly as
+// central does (the ordering buffer of strategy/owner), including requests
+// of one key at the same millisecond on different nodes.
+func TestOwnerMatchesCentralExactly(t *testing.T) {
+	tr := mustGen(t, "mix:duration=30s", 3)
+	central := allowed(run(t, tr, "central", 1, fixed(time.Millisecond), nil))
+	for _, lat := range []time.Duration{0, time.Millisecond, 20 * time.Millisecond} {
+		res := run(t, tr, "owner", 7, fixed(lat), nil)
+		got := allowed(res)
+		for i := range got {
+			if got[i] != central[i] {
+				t.Fatalf("latency %v: request %d (%s at %v): owner %v, central %v", lat, i, tr.Requests[i].Key, tr.Requests[i].Arrival, got[i], central[i])
+			}
+		}
+		if res.Messages == 0 && lat > 0 {
+			t.Fatalf("latency %v: owner sent no messages over 7 nodes", lat)
+		}
+		if res.Undecided != 0 {
+			t.Fatalf("latency %v: %d undecided", lat, res.Undecided)
+		}
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	tr := mustGen(t, "mix:duration=20s", 1)
+	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: 0, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}
+	a := run(t, tr, "owner", 5, net, nil)
+	b := run(t, tr, "owner", 5, net, nil)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs with the same seed differ")
+	}
+	if a.MessagesLost == 0 {
+		t.Fatal("10% loss lost no message")
+	}
+}
+
+// static splits (r, b) exactly, so the cluster never admits beyond the
+// envelope; local admits beyond it.
+func TestStaticConformsLocalExceeds(t *testing.T) {
+	tr := mustGen(t, "heavy:users=20,rate=200,duration=20s", 5)
+	rate := bucket.Rate{Tokens: 1, Per: time.Second}
+	static := run(t, tr, "static", 4, fixed(time.Millisecond), nil)
+	if v := eval.EnvelopeViolation(tr.Requests, allowed(static), rate.PerSec(), 5); v != 0 {
+		t.Fatalf("static violated the envelope by %v tokens", v)
+	}
+	local := run(t, tr, "local", 4, fixed(time.Millisecond), nil)
+	if v := eval.EnvelopeViolation(tr.Requests, allowed(local), rate.PerSec(), 5); v <= 0 {
+		t.Fatal("local over 4 nodes did not exceed the envelope on heavy hitters")
+	}
+}
+
+// Crashing a hot key's owner: with fail_open, the requests forwarded to it
+// are answered by timeout; the next owner then takes over.
+func TestOwnerCrashFailover(t *testing.T) {
+	tr := mustGen(t, "heavy:users=10,rate=100,duration=30s", 2)
+	sc, err := sim.ParseScenario([]byte("detection: 2s\nevents:\n  - at: 10s\n    crash_owner_of_hottest: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := run(t, tr, "owner", 5, fixed(time.Millisecond), sc)
+	closed := run(t, tr, "owner", 5, fixed(time.Millisecond), sc, "fail_open=false")
+	if len(open.Crashed) != 1 {
+		t.Fatalf("crashed %v, want one node", open.Crashed)
+	}
+	na, nc := 0, 0
+	for i := range open.Outcomes {
+		if open.Outcomes[i].Allowed {
+			na++
+		}
+		if closed.Outcomes[i].Allowed {
+			nc++
+		}
+	}
+	if na <= nc {
+		t.Fatalf("fail-open admitted %d, fail-closed %d: timeouts should admit more when open", na, nc)
+	}
+}
+
+func TestScenarioErrors(t *testing.T) {
+	for _, bad := range []string{
+		"events:\n  - at: 1s\n    crash: [n1]\n    heal: true\n",
+		"events:\n  - at: 1s\n    explode: [n1]\n",
+		"detection: -1s\n",
+		"events:\n  - at: -1s\n    heal: true\n",
+	} {
+		if _, err := sim.ParseScenario([]byte(bad)); err == nil {
+			t.Errorf("scenario accepted:\n%s", bad)
+		}
+	}
+	sc, err := sim.ParseScenario([]byte("events:\n  - at: 1s\n    crash: [n9]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := all.Lookup("static")
+	assign, _ := workload.NewAssigner("hash", 1)
+	_, err = sim.Run(mustGen(t, "poisson:users=2,duration=2s", 1), sim.Config{Name: "static", New: info.New, Nodes: 3,
+		Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Network: fixed(0), Scenario: sc, Assign: assign})
+	if err == nil {
+		t.Fatal("a scenario naming n9 in a 3-node cluster ran")
+	}
+}
+
+func FuzzParseLatency(f *testing.F) {
+	for _, s := range []string{"1ms", "uniform:1ms-5ms", "exp:2ms", "exp:1ms+2ms", "uniform:5ms-1ms", "bogus:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := sim.ParseLatency(s)
+		if err != nil {
+			return
+		}
+		if l.Min < 0 || l.Mean < l.Min || l.Hint() < 0 {
+			t.Fatalf("%q parsed to %+v", s, l)
+		}
+		if _, err := sim.ParseLatency(l.String()); err != nil {
+			t.Fatalf("%q parsed, but its String %q does not: %v", s, l.String(), err)
+		}
+	})
+}
+
+func FuzzParseScenario(f *testing.F) {
+	f.Add([]byte("detection: 1s\nevents:\n  - at: 2s\n    crash: [n1]\n  - at: 3s\n    heal: true\n"))
+	f.Add([]byte("network:\n  latency: exp:2ms\n  loss: 0.5\n"))
+	f.Add([]byte("events:\n  - at: 1s\n    partition: [[n0], [n1, n2]]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := sim.ParseScenario(data)
+		if err != nil {
+			return
+		}
+		if s.Detection <= 0 {
+			t.Fatalf("detection %v", s.Detection)
+		}
+		for i := 1; i < len(s.Events); i++ {
+			if s.Events[i].At < s.Events[i-1].At {
+				t.Fatal("events not sorted")
+			}
+		}
+	})
+}
+
+func BenchmarkStatic(b *testing.B) {
+	tr := mustGen(b, "heavy:users=5000,rate=20000,duration=60s", 1)
+	info, _ := all.Lookup("static")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		assign, _ := workload.NewAssigner("hash", 1)
+		if _, err := sim.Run(tr, sim.Config{Name: "static", New: info.New, Nodes: 10, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+			Burst: 10, Network: fixed(time.Millisecond), Assign: assign}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+}
