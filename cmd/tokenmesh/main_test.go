@@ -1,0 +1,203 @@
+package main
+
+// End-to-end tests: they build the real binary and run it as a user would.
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tokenmesh-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "tokenmesh")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic("go build: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// tokenmesh runs the binary and returns stdout, stderr and the exit code.
+func tokenmesh(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// sharedTrace returns the path of a trace in ../shared/data/traces, the
+// project's real test data (never copied into the repo).
+func sharedTrace(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", "data", "traces", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("real trace not available (%v); CI has ../shared beside the repo", err)
+	}
+	return p
+}
+
+type jsonReport struct {
+	Results []struct {
+		Strategy          string   `json:"strategy"`
+		Requests          int      `json:"requests"`
+		Admitted          int      `json:"admitted"`
+		Rejected          int      `json:"rejected"`
+		Precision         *float64 `json:"precision"`
+		ExcessAdmittedPct *float64 `json:"excess_admitted_pct"`
+		FalseRejections   *int     `json:"false_rejections"`
+		Envelope          *float64 `json:"envelope_violation_tokens"`
+		Messages          *int64   `json:"messages"`
+		Bytes             *int64   `json:"bytes"`
+		StateBytesPeak    *int     `json:"state_bytes_peak"`
+		P50               *float64 `json:"decision_latency_p50_ms"`
+		P99               *float64 `json:"decision_latency_p99_ms"`
+	} `json:"results"`
+}
+
+// The acceptance run of the foundation issue, on the real HTTP trace.
+func TestSimOnRealTrace(t *testing.T) {
+	trace := sharedTrace(t, "zanbil-2019-http.csv.gz")
+	args := []string{"sim", "--trace", trace, "--nodes", "10", "--rate", "1", "--burst", "10",
+		"--strategies", "central,local,static,owner", "--json"}
+	out1, errOut, code := tokenmesh(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	out2, _, _ := tokenmesh(t, args...)
+	if out1 != out2 {
+		t.Fatal("the same command twice gave different JSON")
+	}
+	var rep jsonReport
+	if err := json.Unmarshal([]byte(out1), &rep); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out1)
+	}
+	byName := map[string]int{}
+	for i, r := range rep.Results {
+		byName[r.Strategy] = i
+		if r.Requests != 100000 || r.Admitted+r.Rejected != r.Requests {
+			t.Errorf("%s: requests %d admitted %d rejected %d", r.Strategy, r.Requests, r.Admitted, r.Rejected)
+		}
+		if r.ExcessAdmittedPct == nil || r.FalseRejections == nil || r.Envelope == nil || r.Messages == nil ||
+			r.Bytes == nil || r.StateBytesPeak == nil || r.P50 == nil || r.P99 == nil {
+			t.Errorf("%s: a metric is missing from the JSON", r.Strategy)
+		}
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("got %d results, want 4", len(rep.Results))
+	}
+	c := rep.Results[byName["central"]]
+	if c.Precision == nil || *c.Precision != 1 || *c.ExcessAdmittedPct != 0 || *c.Envelope != 0 {
+		t.Errorf("central: precision %v excess %v envelope %v", c.Precision, *c.ExcessAdmittedPct, *c.Envelope)
+	}
+	if c.Rejected == 0 {
+		t.Error("central rejected nothing at 1/s burst 10: the comparison says nothing")
+	}
+	o := rep.Results[byName["owner"]]
+	if *o.ExcessAdmittedPct != 0 || *o.FalseRejections != 0 || o.Rejected != c.Rejected || *o.Messages == 0 {
+		t.Errorf("owner: excess %v%%, false rejections %d, rejected %d (central %d), messages %d: want an exact match",
+			*o.ExcessAdmittedPct, *o.FalseRejections, o.Rejected, c.Rejected, *o.Messages)
+	}
+	if l := rep.Results[byName["local"]]; *l.ExcessAdmittedPct <= 0 || *l.Envelope <= 0 {
+		t.Errorf("local: excess %v%% envelope %v: want both > 0", *l.ExcessAdmittedPct, *l.Envelope)
+	}
+	if s := rep.Results[byName["static"]]; *s.Envelope != 0 {
+		t.Errorf("static violated the envelope by %v tokens", *s.Envelope)
+	}
+}
+
+func TestSimDefaultWorkloadAndOut(t *testing.T) {
+	dir := t.TempDir()
+	out, errOut, code := tokenmesh(t, "sim", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, s := range []string{"central", "local", "static", "owner", "precision"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+	for _, f := range []string{"report.json", "report.md", "decisions.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("--out did not write %s: %v", f, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(corrupt, []byte("ts_ms,key\n0,a\n10,b\nxyz,c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badScenario := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(badScenario, []byte("events:\n  - at: 1s\n    crash: [n42]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--strategies", "central,bogus"}, `unknown strategy "bogus"`},
+		{[]string{"sim", "--trace", filepath.Join(dir, "missing.csv")}, "missing.csv"},
+		{[]string{"sim", "--trace", corrupt}, "bad.csv:4"},
+		{[]string{"sim", "--rate", "-1"}, "--rate -1"},
+		{[]string{"sim", "--burst", "0"}, "--burst 0"},
+		{[]string{"sim", "--nodes", "0"}, "--nodes 0"},
+		{[]string{"sim", "--loss", "1.5"}, "loss"},
+		{[]string{"sim", "--latency", "fast"}, "latency"},
+		{[]string{"sim", "--assign", "magic"}, "magic"},
+		{[]string{"sim", "--param", "owner.nonsense=1", "--strategies", "owner"}, "nonsense"},
+		{[]string{"sim", "--param", "hold=1ms"}, "name the strategy"},
+		{[]string{"sim", "--scenario", badScenario}, "n42"},
+		{[]string{"sim", "--workload", "poisson:users=-3"}, "users"},
+	}
+	for _, c := range cases {
+		_, errOut, code := tokenmesh(t, c.args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0", c.args)
+			continue
+		}
+		if !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: stderr %q does not name %q", c.args, errOut, c.want)
+		}
+	}
+	// --skip-bad counts the corrupt line and goes on.
+	_, errOut, code := tokenmesh(t, "sim", "--trace", corrupt, "--skip-bad", "--nodes", "2")
+	if code != 0 || !strings.Contains(errOut, "skipped 1") {
+		t.Errorf("--skip-bad: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestHelpExplains(t *testing.T) {
+	out, _, code := tokenmesh(t, "sim", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, s := range []string{"--trace", "--strategies", "owner", "precision", "Examples"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("sim --help lacks %q", s)
+		}
+	}
+}

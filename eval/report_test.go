@@ -1,0 +1,311 @@
+package eval
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ptr(v float64) *float64 { return &v }
+
+// testReport is a small hand-made report: central, local (over-admits) and
+// static (over-rejects, precision undefined).
+func testReport() *Report {
+	return &Report{
+		Input: Input{Name: "sample.csv", Requests: 100, Keys: 3, SpanSec: 4.5},
+		Setup: Setup{Nodes: 3, RatePerSec: 10, Burst: 20, Assign: "round-robin", Latency: "2ms",
+			Loss: 0.01, Scenario: "partition", Seed: 7},
+		Results: []Result{
+			{Strategy: "central", Requests: 100, Admitted: 80, Rejected: 20, Precision: ptr(1),
+				Messages: 0, Bytes: 0, StateBytesPeak: 512, DecisionLatencyP50Ms: 0, DecisionLatencyP99Ms: 0},
+			{Strategy: "local", Requests: 100, Admitted: 95, Rejected: 5, Precision: ptr(0.25),
+				ExcessAdmittedPct: 18.75, ExcessAdmitted: 15, FalseRejections: 0, EnvelopeViolationTokens: 12.5,
+				Messages: 0, Bytes: 0, StateBytesPeak: 1536, DecisionLatencyP50Ms: 0.1, DecisionLatencyP99Ms: 0.2},
+			{Strategy: "static", Requests: 100, Admitted: 70, Rejected: 30, Precision: nil,
+				FalseRejections: 10, Messages: 12345, Bytes: 4_500_000, MessagesLost: 3, StateBytesPeak: 12_300,
+				DecisionLatencyP50Ms: 2.5, DecisionLatencyP99Ms: 9.875, CrashedNodes: []string{"n2"}},
+		},
+		Series: &Series{
+			Bin:      time.Second,
+			Requests: []int{30, 20, 25, 15, 10},
+			Admitted: map[string][]int{
+				"central": {20, 15, 20, 15, 10}, "local": {28, 19, 23, 15, 10}, "static": {18, 12, 17, 13, 10},
+			},
+			Rejected: map[string][]int{
+				"central": {10, 5, 5, 0, 0}, "local": {2, 1, 2, 0, 0}, "static": {12, 8, 8, 2, 0},
+			},
+		},
+	}
+}
+
+func table(t *testing.T, rep *Report) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestWriteTable(t *testing.T) {
+	rep := testReport()
+	out := table(t, rep)
+	t.Log("\n" + out)
+	lines := strings.Split(out, "\n")
+	for _, want := range []string{"sample.csv", "requests 100", "keys 3", "span 4.5 s",
+		"nodes 3", "rate 10 r/s", "burst 20", "assign round-robin", "latency 2ms", "loss 1%",
+		"scenario partition", "seed 7"} {
+		if !strings.Contains(lines[0]+lines[1], want) {
+			t.Errorf("header lacks %q:\n%s\n%s", want, lines[0], lines[1])
+		}
+	}
+	row := func(name string) string {
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+				return l
+			}
+		}
+		t.Fatalf("no row for %s in\n%s", name, out)
+		return ""
+	}
+	for _, c := range []struct {
+		name string
+		want []string
+	}{
+		{"central", []string{"80", "20", "1.000", "0.00", "0 B", "512 B"}},
+		{"local", []string{"95", "0.250", "18.75", "12.50", "1.5 kB", "0.100", "0.200"}},
+		{"static", []string{"n/a", "10", "12345", "4.5 MB", "12.3 kB", "2.500", "9.875"}},
+	} {
+		cells := " " + row(c.name) + " " // cells are separated by spaces; "0 B" is one
+		for _, w := range c.want {
+			if !strings.Contains(cells, " "+w+" ") {
+				t.Errorf("row %s lacks cell %q: %s", c.name, w, row(c.name))
+			}
+		}
+	}
+	if strings.Count(out, "n/a") < 2 { // the cell and the legend
+		t.Errorf("no n/a for nil precision")
+	}
+	if strings.Contains(out, "undecided") {
+		t.Errorf("undecided column shown though every result decided everything")
+	}
+	for _, w := range []string{"§5.1.1", "b + r*T", "% of central's admitted"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("legend lacks %q", w)
+		}
+	}
+	// Right-aligned columns: the header and every row end at the same column.
+	hdr := row("strategy")
+	for _, name := range []string{"central", "local", "static"} {
+		if r := row(name); len(r) != len(hdr) {
+			t.Errorf("row %q has width %d, header %d:\n%s\n%s", name, len(r), len(hdr), hdr, r)
+		}
+	}
+	if !strings.HasSuffix(hdr, "p99 ms") || !strings.HasSuffix(row("static"), "9.875") {
+		t.Errorf("last column not right-aligned:\n%s\n%s", hdr, row("static"))
+	}
+	if again := table(t, testReport()); again != out {
+		t.Errorf("output not deterministic")
+	}
+}
+
+func TestWriteTableUndecided(t *testing.T) {
+	rep := testReport()
+	rep.Results[2].Undecided = 4
+	out := table(t, rep)
+	var hdr, static string
+	for _, l := range strings.Split(out, "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "strategy":
+			hdr = l
+		case len(f) > 0 && f[0] == "static":
+			static = l
+		}
+	}
+	if !strings.HasSuffix(hdr, "undecided") || !strings.HasSuffix(static, " 4") {
+		t.Errorf("no undecided column:\n%s", out)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 999: "999 B", 1000: "1.0 kB", 12_345: "12.3 kB", 999_949: "999.9 kB",
+		999_950: "1.0 MB", 4_500_000: "4.5 MB", 2_000_000_000: "2.0 GB", -1500: "-1.5 kB",
+	} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	rep := testReport()
+	var b bytes.Buffer
+	if err := WriteJSON(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.HasSuffix(out, "}\n") || !strings.Contains(out, "\n  \"input\": {") {
+		t.Errorf("not indented by two spaces with a trailing newline:\n%s", out)
+	}
+	var raw struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw.Results) != 3 {
+		t.Fatalf("%d results, want 3", len(raw.Results))
+	}
+	for _, r := range raw.Results {
+		for _, k := range []string{"strategy", "requests", "admitted", "rejected", "precision",
+			"excess_admitted_pct", "false_rejections", "envelope_violation_tokens", "messages", "bytes",
+			"state_bytes_peak", "decision_latency_p50_ms", "decision_latency_p99_ms"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result %v lacks %q", r["strategy"], k)
+			}
+		}
+	}
+	if p, ok := raw.Results[2]["precision"]; !ok || p != nil {
+		t.Errorf("nil precision encoded as %v, want null", p)
+	}
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	want := *rep
+	want.Series = nil
+	if !reflect.DeepEqual(back, want) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", back, want)
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	var b bytes.Buffer
+	plots := []string{"decisions.png", "admitted.png", "summary.png", "extra plot.png"}
+	if err := WriteMarkdown(&b, testReport(), plots); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, w := range []string{"# tokenmesh evaluation: sample.csv", "| nodes | 3 |", "| scenario | partition |",
+		"| strategy | admitted | rejected | precision |", "|:--|--:|",
+		"| static | 70 | 30 | n/a | 0.00 | 10 |", "§5.1.1",
+		"](decisions.png)", "](admitted.png)", "](summary.png)", "](<extra plot.png>)"} {
+		if !strings.Contains(md, w) {
+			t.Errorf("markdown lacks %q:\n%s", w, md)
+		}
+	}
+}
+
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+func TestWriteAll(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out", "run1") // WriteAll creates it
+	if err := WriteAll(dir, testReport()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			t.Errorf("%s is empty", name)
+		}
+		if !strings.HasSuffix(name, ".png") {
+			continue
+		}
+		if !bytes.HasPrefix(b, pngMagic) {
+			t.Errorf("%s does not start with the PNG signature", name)
+			continue
+		}
+		cfg, err := png.DecodeConfig(bytes.NewReader(b))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if cfg.Width != 960 || cfg.Height != 480 { // 10x5 in at 96 dpi
+			t.Errorf("%s is %dx%d, want 960x480", name, cfg.Width, cfg.Height)
+		}
+	}
+	// Equal reports give equal files, PNGs included.
+	again := t.TempDir()
+	if err := WriteAll(again, testReport()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png"} {
+		a, _ := os.ReadFile(filepath.Join(dir, name))
+		b, _ := os.ReadFile(filepath.Join(again, name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between two runs", name)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"decisions.png", "admitted.png", "summary.png"} {
+		if !bytes.Contains(md, []byte("]("+name+")")) {
+			t.Errorf("report.md does not link %s", name)
+		}
+	}
+	if os.Getenv("TOKENMESH_KEEP_PLOTS") != "" { // to look at them
+		if err := WriteAll(os.Getenv("TOKENMESH_KEEP_PLOTS"), testReport()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestWriteAllErrorNamesFile(t *testing.T) {
+	dir := t.TempDir()
+	// A directory where report.json should go makes writing it fail.
+	if err := os.Mkdir(filepath.Join(dir, "report.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteAll(dir, testReport())
+	if err == nil || !strings.Contains(err.Error(), "report.json") {
+		t.Errorf("err = %v, want one naming report.json", err)
+	}
+}
+
+// Degenerate reports must still render: nothing run, one strategy, an
+// empty or one-bin series, a series missing a strategy.
+func TestDegenerateReports(t *testing.T) {
+	one := testReport()
+	one.Results = one.Results[:1]
+	oneBin := testReport()
+	oneBin.Series = &Series{Bin: time.Second, Requests: []int{5},
+		Admitted: map[string][]int{"central": {5}}, Rejected: map[string][]int{"central": {0}}}
+	zero := &Report{Input: Input{}, Results: []Result{{Strategy: "central", Precision: ptr(1)}},
+		Series: &Series{Bin: time.Second, Requests: []int{0}, Admitted: map[string][]int{}, Rejected: map[string][]int{}}}
+	for name, rep := range map[string]*Report{
+		"empty":     {},
+		"one":       one,
+		"one-bin":   oneBin,
+		"zero":      zero,
+		"no-series": {Results: testReport().Results},
+		"no-bins":   {Results: testReport().Results, Series: &Series{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := WriteAll(dir, rep); err != nil {
+				t.Fatal(err)
+			}
+			names, err := WritePlots(dir, rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"decisions.png", "admitted.png", "summary.png"}; !reflect.DeepEqual(names, want) {
+				t.Errorf("WritePlots = %v, want %v", names, want)
+			}
+			table(t, rep)
+		})
+	}
+	if err := WriteTable(&bytes.Buffer{}, nil); err == nil {
+		t.Errorf("WriteTable(nil) did not fail")
+	}
+}
