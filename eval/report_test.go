@@ -59,7 +59,7 @@ func TestWriteTable(t *testing.T) {
 	t.Log("\n" + out)
 	lines := strings.Split(out, "\n")
 	for _, want := range []string{"sample.csv", "requests 100", "keys 3", "span 4.5 s",
-		"nodes 3", "rate 10 r/s", "burst 20", "assign round-robin", "latency 2ms", "loss 1%",
+		"nodes 3", "rate 10 tokens/s", "burst 20", "assign round-robin", "latency 2ms", "loss 1%",
 		"scenario partition", "seed 7"} {
 		if !strings.Contains(lines[0]+lines[1], want) {
 			t.Errorf("header lacks %q:\n%s\n%s", want, lines[0], lines[1])
