@@ -213,3 +213,34 @@ func BenchmarkStatic(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 }
+
+// Duplicated messages must not be decided twice: owner still matches central.
+func TestOwnerExactUnderDuplication(t *testing.T) {
+	tr := mustGen(t, "mix:duration=30s", 4)
+	central := allowed(run(t, tr, "central", 1, fixed(time.Millisecond), nil))
+	net := fixed(time.Millisecond)
+	net.Duplicate = 0.3
+	got := allowed(run(t, tr, "owner", 5, net, nil))
+	for i := range got {
+		if got[i] != central[i] {
+			t.Fatalf("request %d: owner %v, central %v under 30%% duplication", i, got[i], central[i])
+		}
+	}
+}
+
+// Retransmissions recover lost forwards and verdicts: with 10% loss, owner
+// with retries admits far fewer requests beyond central than without.
+func TestOwnerRetriesUnderLoss(t *testing.T) {
+	tr := mustGen(t, "heavy:users=20,rate=100,duration=30s", 4)
+	central := allowed(run(t, tr, "central", 1, fixed(time.Millisecond), nil))
+	net := fixed(time.Millisecond)
+	net.Loss = 0.1
+	excess := func(params ...string) int {
+		got := allowed(run(t, tr, "owner", 5, net, nil, params...))
+		return eval.Compare(tr.Requests, got, central).ExcessAdmitted
+	}
+	none, some := excess("retries=0"), excess()
+	if none == 0 || some*5 > none {
+		t.Fatalf("excess tokens with no retries %d, with 2 retries %d: want retries to cut it at least 5x", none, some)
+	}
+}

@@ -20,7 +20,11 @@
 //     `central`. The price is latency: hold for the owner's own requests, a
 //     round trip plus hold for forwarded ones. A request that reaches the
 //     owner after its turn (latency above hold) is decided at once.
-//   - Failover: the forwarding node times out after `timeout` and answers by
+//   - Lost messages: the forwarding node sends the request again every
+//     timeout/(retries+1) until a verdict comes, and the owner remembers
+//     (origin, request ID) for a while, so a retransmitted or duplicated
+//     forward is decided once and its verdict sent again.
+//   - Failover: the forwarding node gives up after `timeout` and answers by
 //     `fail_open` (allow, by default: a limiter that cannot reach its owner
 //     should not take the service down). When membership drops the owner,
 //     pending requests are forwarded again to the key's next node in
@@ -51,9 +55,19 @@ type Owner struct {
 	timeout  time.Duration
 	failOpen bool
 
+	retries    int
+	retryEvery time.Duration
+
 	queue    holdQueue              // requests waiting for their turn at this node as owner
 	pending  map[uint64]*pendingReq // requests this node forwarded, by ID
-	timeouts deadlineQueue          // pending IDs by deadline (stale entries skipped)
+	timeouts deadlineQueue          // pending IDs by next retry or deadline (stale entries skipped)
+
+	// seen remembers the forwards this node received as owner, so that a
+	// retransmission or a duplicate is decided once; expiry lists them in
+	// the order they expire (a constant TTL after receipt).
+	seen    map[forwardID]*verdict
+	expiry  []expiring
+	seenTTL time.Duration
 
 	sweepEvery time.Duration
 	nextSweep  time.Duration
@@ -71,14 +85,31 @@ type queued struct {
 
 type pendingReq struct {
 	req      strategy.Request
-	owner    strategy.NodeID
+	owner    strategy.NodeID   // where the last attempt went
+	sentTo   []strategy.NodeID // every node it was forwarded to: each may answer
+	next     time.Duration     // next retransmission, or the deadline
 	deadline time.Duration
+}
+
+type forwardID struct {
+	origin strategy.NodeID
+	id     uint64
+}
+
+type verdict struct {
+	decided, allowed bool
+}
+
+type expiring struct {
+	at time.Duration
+	id forwardID
 }
 
 // New builds a node. Parameters:
 //   - hold (duration, default Config.LatencyHint): the ordering buffer.
 //   - timeout (duration, default 3*LatencyHint + 100ms): how long a
 //     forwarding node waits for the verdict.
+//   - retries (int, default 2): retransmissions within timeout.
 //   - fail_open (bool, default true): the answer when the verdict does not come.
 //
 // Errors: an invalid Config or parameter.
@@ -100,6 +131,15 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.failOpen, err = cfg.Params.Bool("fail_open", true); err != nil {
 		return nil, err
 	}
+	if o.retries, err = cfg.Params.Int("retries", 2); err != nil {
+		return nil, err
+	}
+	if o.retries < 0 {
+		return nil, fmt.Errorf("owner: parameter retries=%d is negative", o.retries)
+	}
+	o.retryEvery = o.timeout / time.Duration(o.retries+1)
+	o.seen = map[forwardID]*verdict{}
+	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
 	if err := cfg.Params.Check("owner"); err != nil {
 		return nil, err
 	}
@@ -138,14 +178,25 @@ func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effe
 		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens}, fx)
 		return true
 	}
-	p := &pendingReq{req: req, owner: owner, deadline: now + o.timeout}
+	p := &pendingReq{req: req, deadline: now + o.timeout}
 	o.pending[req.ID] = p
-	heap.Push(&o.timeouts, deadline{at: p.deadline, id: req.ID})
-	fx.WakeAt(p.deadline)
-	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: req.ID, Key: req.Key, Tokens: req.Tokens, ArrivalNs: int64(req.Arrival),
-	}}}))
+	o.forward(now, p, owner, fx)
 	return false
+}
+
+// forward sends p to owner and schedules its next retransmission (or its
+// deadline).
+func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
+	p.owner = owner
+	if !slices.Contains(p.sentTo, owner) {
+		p.sentTo = append(p.sentTo, owner)
+	}
+	p.next = min(now+o.retryEvery, p.deadline)
+	heap.Push(&o.timeouts, deadline{at: p.next, id: p.req.ID})
+	fx.WakeAt(p.next)
+	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival),
+	}}}))
 }
 
 // enqueue puts q in the ordering buffer and asks to be woken at its turn.
@@ -167,10 +218,17 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			fx.Decide(q.id, allowed)
 			continue
 		}
-		fx.Send(q.origin, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
-			RequestId: q.id, Allowed: allowed,
-		}}}))
+		if v := o.seen[forwardID{q.origin, q.id}]; v != nil {
+			v.decided, v.allowed = true, allowed
+		}
+		sendVerdict(q.origin, q.id, allowed, fx)
 	}
+}
+
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, fx *strategy.Effects) {
+	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
+		RequestId: id, Allowed: allowed,
+	}}}))
 }
 
 // Receive handles a forwarded request (this node as owner) or a verdict
@@ -193,6 +251,18 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		case f.ArrivalNs < 0:
 			return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
 		}
+		fid := forwardID{from, f.RequestId}
+		if v, dup := o.seen[fid]; dup {
+			if v.decided { // the verdict was lost: send it again
+				sendVerdict(from, f.RequestId, v.allowed, fx)
+			}
+			return nil
+		}
+		o.seen[fid] = &verdict{}
+		o.expiry = append(o.expiry, expiring{at: now + o.seenTTL, id: fid})
+		if len(o.expiry) == 1 {
+			fx.WakeAt(now + o.seenTTL)
+		}
 		o.enqueue(now, queued{arrival: time.Duration(f.ArrivalNs), id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from}, fx)
 	case *peerv1.OwnerMessage_Verdict:
 		v := b.Verdict
@@ -200,8 +270,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
 		}
-		if p.owner != from {
-			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %s", v.RequestId, from, p.owner)
+		if !slices.Contains(p.sentTo, from) {
+			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
 		delete(o.pending, v.RequestId)
 		fx.Decide(v.RequestId, v.Allowed)
@@ -216,11 +286,24 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	for len(o.timeouts) > 0 && o.timeouts[0].at <= now {
 		d := heap.Pop(&o.timeouts).(deadline)
 		p, ok := o.pending[d.id]
-		if !ok || p.deadline != d.at {
-			continue // answered, or re-forwarded with a later deadline
+		if !ok || p.next != d.at {
+			continue // answered, or rescheduled
+		}
+		if now < p.deadline {
+			o.forward(now, p, p.owner, fx) // no verdict yet: send again
+			continue
 		}
 		delete(o.pending, d.id)
 		fx.Decide(d.id, o.failOpen)
+	}
+	n := 0
+	for n < len(o.expiry) && o.expiry[n].at <= now {
+		delete(o.seen, o.expiry[n].id)
+		n++
+	}
+	o.expiry = o.expiry[n:]
+	if n > 0 && len(o.expiry) > 0 {
+		fx.WakeAt(o.expiry[0].at)
 	}
 	if now >= o.nextSweep {
 		o.table.Sweep(now - o.hold)
@@ -241,9 +324,13 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	}
 	slices.Sort(moved)
 	for _, id := range moved {
-		req := o.pending[id].req
-		delete(o.pending, id)
-		o.route(now, req, fx)
+		p := o.pending[id]
+		if owner := rendezvous.Owner(p.req.Key, o.members); owner != o.self && owner != "" {
+			o.forward(now, p, owner, fx)
+			continue
+		}
+		delete(o.pending, id) // this node owns the key now
+		o.route(now, p.req, fx)
 	}
 }
 
@@ -257,7 +344,8 @@ func (o *Owner) StateBytes() int {
 	for _, p := range o.pending {
 		n += perRequest + len(p.req.Key)
 	}
-	return n
+	const perSeen = 16 // request ID and verdict, with the origin's index
+	return n + len(o.seen)*perSeen
 }
 
 func mustMarshal(m proto.Message) []byte {
