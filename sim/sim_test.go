@@ -244,3 +244,18 @@ func TestOwnerRetriesUnderLoss(t *testing.T) {
 		t.Fatalf("excess tokens with no retries %d, with 2 retries %d: want retries to cut it at least 5x", none, some)
 	}
 }
+
+func BenchmarkOwner(b *testing.B) {
+	tr := mustGen(b, "heavy:users=5000,rate=20000,duration=10s", 1)
+	info, _ := all.Lookup("owner")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		assign, _ := workload.NewAssigner("hash", 1)
+		if _, err := sim.Run(tr, sim.Config{Name: "owner", New: info.New, Nodes: 10, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+			Burst: 10, Network: fixed(time.Millisecond), Assign: assign}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+}
