@@ -1,0 +1,159 @@
+package owner
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+var members = []strategy.NodeID{"n0", "n1", "n2"}
+
+func newNode(t testing.TB, self strategy.NodeID, params ...string) *Owner {
+	t.Helper()
+	p, err := strategy.ParseParams(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Start(0, &strategy.Effects{})
+	return o
+}
+
+// keyOwnedBy finds a key whose rendezvous owner is node.
+func keyOwnedBy(node strategy.NodeID) string {
+	for i := 0; ; i++ {
+		k := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if rendezvous.Owner(k, members) == node {
+			return k
+		}
+	}
+}
+
+func forward(id uint64, key string, tokens, arrival int64) []byte {
+	b, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+		RequestId: id, Key: key, Tokens: tokens, ArrivalNs: arrival}}})
+	return b
+}
+
+func TestReceiveRejectsBadMessages(t *testing.T) {
+	o := newNode(t, "n0")
+	before := o.StateBytes()
+	for name, payload := range map[string][]byte{
+		"garbage":         {0xff, 0xff, 0xff},
+		"no body":         {},
+		"empty key":       forward(1, "", 1, 0),
+		"zero tokens":     forward(1, "k", 0, 0),
+		"negative arrive": forward(1, "k", 1, -5),
+	} {
+		fx := &strategy.Effects{}
+		if err := o.Receive(time.Second, "n1", payload, fx); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if len(fx.Messages)+len(fx.Decisions)+len(fx.Wakeups) != 0 || o.StateBytes() != before {
+			t.Errorf("%s: a refused message changed state or produced effects", name)
+		}
+	}
+}
+
+// A forward retransmitted after its verdict was lost is decided once: the
+// owner sends the same verdict again and takes no second token.
+func TestDuplicateForwardDecidedOnce(t *testing.T) {
+	o := newNode(t, "n0")
+	key := keyOwnedBy("n0")
+	fx := &strategy.Effects{}
+	for i := 0; i < 3; i++ {
+		if err := o.Receive(10*time.Millisecond, "n1", forward(7, key, 2, int64(9*time.Millisecond)), fx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.Reset()
+	o.Tick(10*time.Millisecond, fx)
+	if len(fx.Messages) != 1 {
+		t.Fatalf("%d verdicts for one request, want 1", len(fx.Messages))
+	}
+	fx.Reset()
+	if err := o.Receive(20*time.Millisecond, "n1", forward(7, key, 2, int64(9*time.Millisecond)), fx); err != nil {
+		t.Fatal(err)
+	}
+	var m peerv1.OwnerMessage
+	if len(fx.Messages) != 1 || proto.Unmarshal(fx.Messages[0].Payload, &m) != nil || !m.GetVerdict().GetAllowed() {
+		t.Fatalf("retransmission after the verdict: got %d messages, want the same verdict (allowed) again", len(fx.Messages))
+	}
+	// The 2-token burst was taken once: a new 1-token request at the same time is refused.
+	fx.Reset()
+	if err := o.Receive(20*time.Millisecond, "n2", forward(8, key, 1, int64(9*time.Millisecond)), fx); err != nil {
+		t.Fatal(err)
+	}
+	o.Tick(20*time.Millisecond, fx)
+	if err := proto.Unmarshal(fx.Messages[len(fx.Messages)-1].Payload, &m); err != nil || m.GetVerdict().GetAllowed() {
+		t.Fatal("a second request was admitted: the duplicate took no token, or took two")
+	}
+}
+
+// Without a verdict the forwarder retransmits, then answers by fail_open.
+func TestRetransmitThenTimeout(t *testing.T) {
+	for _, open := range []bool{true, false} {
+		p := "fail_open=false"
+		if open {
+			p = "fail_open=true"
+		}
+		o := newNode(t, "n1", p, "timeout=90ms", "retries=2")
+		key := keyOwnedBy("n0")
+		fx := &strategy.Effects{}
+		if _, decided := o.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1}, fx); decided {
+			t.Fatal("a request for another node's key was decided locally")
+		}
+		sends := len(fx.Messages)
+		for now := time.Duration(0); now <= 100*time.Millisecond; now += time.Millisecond {
+			fx.Reset()
+			o.Tick(now, fx)
+			sends += len(fx.Messages)
+			if len(fx.Decisions) > 0 {
+				if now != 90*time.Millisecond || fx.Decisions[0].Allowed != open {
+					t.Fatalf("fail_open=%v: decided %v at %v, want %v at 90ms", open, fx.Decisions[0].Allowed, now, open)
+				}
+			}
+		}
+		if sends != 3 {
+			t.Fatalf("sent %d forwards, want 1 + 2 retries", sends)
+		}
+	}
+}
+
+func TestParamErrors(t *testing.T) {
+	for _, bad := range [][]string{{"hold=-1ms"}, {"timeout=0s"}, {"retries=-1"}, {"fail_open=maybe"}, {"color=red"}} {
+		p, _ := strategy.ParseParams(bad)
+		_, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
+			Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
+		if err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// FuzzReceive: no payload panics the owner, and a refused one changes nothing.
+func FuzzReceive(f *testing.F) {
+	f.Add(forward(1, "k", 1, 5))
+	f.Add([]byte{0x12, 0x04, 0x08, 0x01, 0x10, 0x01})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		o := newNode(t, "n0")
+		before := o.StateBytes()
+		fx := &strategy.Effects{}
+		if err := o.Receive(time.Second, "n1", payload, fx); err != nil && (o.StateBytes() != before || len(fx.Messages) > 0) {
+			t.Fatal("a refused payload changed state")
+		}
+		o.Tick(2*time.Second, fx)
+	})
+}
