@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/strategy/owner"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
+	"github.com/tokenmesh/tokenmesh/strategy/tbqueue"
 )
 
 // Info describes a strategy.
@@ -32,6 +34,10 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return static.New(cfg) }},
 	{Name: "owner", Summary: "rendezvous hashing picks the key's owner; other nodes forward and wait for its verdict", Source: "003",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return owner.New(cfg) }},
+	{Name: "gcounter", Summary: "replicated token bucket on a G-Counter of consumed tokens; delta states per neighbour sent by flat gossip", Source: "002 ch. 3",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }},
+	{Name: "tbqueue", Summary: "token-bucket queue of (time-of-birth, time-of-death) elements merged like merge sort; frequency analysis and LINF as options", Source: "002 ch. 4",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }},
 }
 
 // List returns every strategy, in the order reports show them.

@@ -1,0 +1,218 @@
+package gcounter_test
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
+	"github.com/tokenmesh/tokenmesh/strategy/local"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+var (
+	rate  = bucket.Rate{Tokens: 1, Per: time.Second}
+	burst = int64(5)
+)
+
+func gen(t testing.TB, spec string, seed uint64) *workload.Trace {
+	t.Helper()
+	g, err := workload.ParseGenerator(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Generate(seed)
+}
+
+func fixed(d time.Duration) sim.Network {
+	return sim.Network{Latency: sim.Latency{Kind: "fixed", Min: d, Max: d, Mean: d}}
+}
+
+type runOpts struct {
+	nodes    int
+	assigner workload.Assigner // overrides assign
+	net      sim.Network
+	scenario *sim.Scenario
+	assign   string
+	params   []string
+}
+
+func run(t testing.TB, tr *workload.Trace, name string, o runOpts) *sim.Result {
+	t.Helper()
+	var f sim.Factory
+	switch name {
+	case "central", "local":
+		f = func(cfg strategy.Config) (strategy.Strategy, error) { return local.New(name, cfg) }
+	case "gcounter":
+		f = func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }
+	}
+	if name == "central" {
+		o.nodes = 1
+	}
+	p, err := strategy.ParseParams(o.params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.assign == "" {
+		o.assign = "hash"
+	}
+	assign, err := workload.NewAssigner(o.assign, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.assigner != nil {
+		assign = o.assigner
+	}
+	res, err := sim.Run(tr, sim.Config{Name: name, New: f, Nodes: o.nodes, Rate: rate, Burst: burst, Params: p,
+		Network: o.net, Scenario: o.scenario, Assign: assign, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ReceiveErrors != 0 {
+		t.Fatalf("%s: %d receive errors", name, res.ReceiveErrors)
+	}
+	return res
+}
+
+func allowed(r *sim.Result) []bool {
+	out := make([]bool, len(r.Outcomes))
+	for i, o := range r.Outcomes {
+		out[i] = o.Decided && o.Allowed
+	}
+	return out
+}
+
+// One node is a token bucket: gcounter decides exactly as central.
+func TestOneNodeMatchesCentral(t *testing.T) {
+	tr := gen(t, "mix:duration=30s", 3)
+	want := allowed(run(t, tr, "central", runOpts{net: fixed(time.Millisecond)}))
+	got := allowed(run(t, tr, "gcounter", runOpts{nodes: 1, net: fixed(time.Millisecond)}))
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("one-node gcounter differs from central")
+	}
+}
+
+// With gossip and no loss, gcounter admits strictly less beyond central
+// than local does, on heavy hitters spread over 4 nodes, and sends messages.
+func TestGossipBeatsLocal(t *testing.T) {
+	tr := gen(t, "heavy:users=20,rate=200,duration=20s", 5)
+	net := fixed(time.Millisecond)
+	central := allowed(run(t, tr, "central", runOpts{net: net}))
+	loc := eval.Compare(tr.Requests, allowed(run(t, tr, "local", runOpts{nodes: 4, net: net})), central)
+	res := run(t, tr, "gcounter", runOpts{nodes: 4, net: net})
+	gc := eval.Compare(tr.Requests, allowed(res), central)
+	t.Logf("excess over central: local %d (%.1f%%), gcounter %d (%.1f%%); gcounter false rejections %d, %d messages, %d bytes",
+		loc.ExcessAdmitted, loc.ExcessPct, gc.ExcessAdmitted, gc.ExcessPct, gc.FalseRejections, res.Messages, res.Bytes)
+	cen := eval.Compare(tr.Requests, central, central)
+	t.Logf("admitted: central %d, local %d, gcounter %d", cen.Admitted, loc.Admitted, gc.Admitted)
+	if gc.Admitted > loc.Admitted || gc.Admitted*100 < cen.Admitted*95 {
+		t.Fatalf("gcounter admitted %d: not between 95%% of central's %d and local's %d", gc.Admitted, cen.Admitted, loc.Admitted)
+	}
+	if gc.ExcessAdmitted >= loc.ExcessAdmitted {
+		t.Fatalf("gcounter excess %d is not below local's %d", gc.ExcessAdmitted, loc.ExcessAdmitted)
+	}
+	if gc.ExcessAdmitted*2 >= loc.ExcessAdmitted {
+		t.Fatalf("gcounter excess %d is not below half of local's %d", gc.ExcessAdmitted, loc.ExcessAdmitted)
+	}
+	if res.Messages == 0 {
+		t.Fatal("no gossip")
+	}
+	// A shorter gossip interval converges faster: less excess.
+	fast := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{nodes: 4, net: net, params: []string{"gossip=50ms"}})), central)
+	t.Logf("gossip=50ms: excess %d", fast.ExcessAdmitted)
+	if fast.ExcessAdmitted >= gc.ExcessAdmitted {
+		t.Fatalf("gossip 50ms excess %d not below 300ms's %d", fast.ExcessAdmitted, gc.ExcessAdmitted)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	tr := gen(t, "mix:duration=20s", 1)
+	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: 0, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}
+	a := run(t, tr, "gcounter", runOpts{nodes: 5, net: net, params: []string{"catch_up=true"}})
+	b := run(t, tr, "gcounter", runOpts{nodes: 5, net: net, params: []string{"catch_up=true"}})
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs with the same seed differ")
+	}
+	if a.MessagesLost == 0 {
+		t.Fatal("10% loss lost no message")
+	}
+}
+
+// A node that crashes and restarts comes back with an empty state. Without
+// catch_up it counts again from 0 in its old G-Counter slot, and max()
+// swallows its new admissions until they pass its old count; with catch_up
+// its new instance has a slot of its own and is sent the full state.
+func TestCatchUpAfterRestart(t *testing.T) {
+	tr := gen(t, "heavy:users=5,rate=50,duration=40s", 2)
+	sc, err := sim.ParseScenario([]byte("detection: 1s\nevents:\n  - at: 10s\n    crash: [n1]\n  - at: 14s\n    restart: [n1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := fixed(time.Millisecond)
+	central := allowed(run(t, tr, "central", runOpts{net: net}))
+	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{nodes: 4, net: net, scenario: sc})), central)
+	res := run(t, tr, "gcounter", runOpts{nodes: 4, net: net, scenario: sc, params: []string{"catch_up=true"}})
+	caught := eval.Compare(tr.Requests, allowed(res), central)
+	t.Logf("excess with restart: plain %d (%.1f%%), catch_up %d (%.1f%%)", plain.ExcessAdmitted, plain.ExcessPct, caught.ExcessAdmitted, caught.ExcessPct)
+	if caught.ExcessAdmitted >= plain.ExcessAdmitted {
+		t.Fatalf("catch_up excess %d not below plain %d", caught.ExcessAdmitted, plain.ExcessAdmitted)
+	}
+	if len(res.Crashed) != 1 {
+		t.Fatalf("crashed %v", res.Crashed)
+	}
+}
+
+func TestParams(t *testing.T) {
+	for _, bad := range [][]string{{"gossip=0s"}, {"gossip=-1s"}, {"gossip=x"}, {"catch_up=maybe"}, {"linf=true"}} {
+		p, _ := strategy.ParseParams(bad)
+		_, err := gcounter.New(strategy.Config{Self: "a", Members: []strategy.NodeID{"a"}, Rate: rate, Burst: burst, Rand: rand.New(rand.NewPCG(1, 1)), Params: p})
+		if err == nil {
+			t.Errorf("%v accepted", bad)
+		} else {
+			t.Log(err)
+		}
+	}
+}
+
+// byIndex sends requests before index split to node 0 and the rest to node 1.
+type byIndex struct{ split int }
+
+func (a byIndex) Assign(_ *workload.Request, i, n int) int {
+	if i < a.split {
+		return 0
+	}
+	return 1
+}
+
+// §5.5: n0 admits a burst of 5 that empties the bucket at 0 s; n1 crashes
+// before it hears of it and restarts at 1 s, then gets 5 requests at 1.5 s,
+// when central has refilled 1 token. Without catch_up it starts from a new
+// full bucket and admits all 5; with catch_up its buddy (n2) sends it the
+// full state when membership shows it again, and it admits 1.
+func TestCatchUpCrafted(t *testing.T) {
+	tr := &workload.Trace{Name: "restart"}
+	for i := 0; i < 5; i++ {
+		tr.Requests = append(tr.Requests, workload.Request{Arrival: time.Duration(i) * time.Millisecond, Key: "k", Tokens: 1})
+	}
+	for i := 0; i < 5; i++ {
+		tr.Requests = append(tr.Requests, workload.Request{Arrival: 1500*time.Millisecond + time.Duration(i)*time.Millisecond, Key: "k", Tokens: 1})
+	}
+	sc, err := sim.ParseScenario([]byte("detection: 100ms\nevents:\n  - at: 100ms\n    crash: [n1]\n  - at: 1s\n    restart: [n1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := fixed(time.Millisecond)
+	central := allowed(run(t, tr, "central", runOpts{net: net}))
+	o := runOpts{nodes: 4, net: net, scenario: sc, assigner: byIndex{split: 5}, params: []string{"gossip=50ms"}}
+	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
+	o.params = append(o.params, "catch_up=true")
+	caught := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
+	if plain.ExcessAdmitted != 4 || caught.ExcessAdmitted != 0 {
+		t.Fatalf("excess: plain %d (want 4), catch_up %d (want 0)", plain.ExcessAdmitted, caught.ExcessAdmitted)
+	}
+}

@@ -1,0 +1,533 @@
+// Package tbqueue implements the `tbqueue` strategy: per key, a replicated
+// token-bucket queue of (time-of-birth, time-of-death) elements, one per
+// admitted request, kept consistent by delta states sent by gossip.
+//
+// Source: Henriksson & Bennhage (seed 002), ch. 4. From the thesis:
+//   - §4.1.2, §4.2.1, eq. (4.2): a request is admitted when the key's queue
+//     holds fewer than capacity (= Config.Burst) live elements; the new
+//     element is born now and dies 1/rate after the queue's last element
+//     (or 1/rate from now if the queue is empty). Refill (listing 4.1)
+//     removes the elements at the head whose time-of-death has passed;
+//     listing 4.1 prints the comparison inverted, the text is followed.
+//   - Merge (listing 4.2) is merge sort by time-of-birth; into the local
+//     state, two elements of equal identity become one with the larger
+//     time-of-death; every merged element's time-of-death becomes
+//     max(its own, the previous element's + 1/rate) (listing 4.3). The new
+//     and updated elements are merged into every neighbour's delta state,
+//     and from the sender's the elements it sent are then removed (listing
+//     4.7); removed elements received again are re-added. After a merge,
+//     the local state and every delta state are refilled for the keys
+//     received (listing 4.4); an empty queue drops its key.
+//   - Flat gossip: every gossip interval (default 300 ms, Table 4.1) the
+//     delta state of one neighbour chosen uniformly at random is sent and
+//     cleared. Delta states are not refilled before sending: elements past
+//     their time-of-death are still propagated (§5.4).
+//   - frequency_analysis (§4.2.3, listing 4.5): after admitting a request,
+//     for each neighbour whose delta state holds at least window elements
+//     of the key (window = capacity / number of nodes, Table 4.2), if the
+//     mean interval of the last window (newest time-of-birth minus the
+//     window-th newest, over window) is below frequency_threshold (2400 ms,
+//     Table 4.2), that key's delta is sent to the neighbour at once. Listing
+//     4.5 prints ">"; the text ("average frequency higher than the
+//     threshold") is followed.
+//   - linf (§4.2.4-4.2.5, Least Informed Neighbour First): gossip goes to
+//     the neighbour with the most elements queued in its delta state, ties
+//     broken uniformly at random. The thesis keeps a priority map updated
+//     by listings 4.6-4.8 that approximates this count (it is not lowered
+//     when a refill drops elements); here the count is exact.
+//
+// Ours, not the thesis':
+//   - Equal elements collapse in delta states too. Listing 4.2 merges the
+//     updates into delta states without collapsing elements of equal
+//     time-of-birth (into_local_state false), assuming they are distinct
+//     requests; but an update is often a new time-of-death of an element
+//     the delta state already holds, which is then queued twice, and the
+//     receiver (which pairs equal elements one to one) counts it twice.
+//     The copies multiply with every round: 31 requests over 10 s on 4
+//     nodes reach a 444 KB state (TestDeltaDuplicatesGrow), where the
+//     collapsing merge peaks at 201 B. By default equal elements are paired
+//     one to one in delta states as in the local state; delta_duplicates
+//     (bool, default false) restores the listing for measurement.
+//   - Exact times: time-of-death is kept to a fraction of a nanosecond (1/3 s
+//     is not a whole number of ns), so queues never drift from a token
+//     bucket, and an element dies at its time-of-death (a token refilled at t
+//     is there at t): one node alone decides exactly as `central`.
+//   - A request for n tokens is one element of n tokens that lives n/rate
+//     longer; its tokens count until they come back one by one.
+//   - unique_ids (bool, default false): element identity is (time-of-birth,
+//     the admitting node, its sequence number), so two requests admitted at
+//     the same instant by two nodes are no longer counted as one (§4.2.2,
+//     scenario 2, which the thesis leaves open as unlikely; with ms
+//     timestamps it is not: TestUniqueIDsSameMillisecond).
+//   - Merge laws. With unique_ids, merging delta states is idempotent
+//     (delivering one again changes nothing) and insensitive to delivery
+//     order: the result is the union of the elements, each with its largest
+//     time-of-death, chained by listing 4.3 (property test
+//     TestMergeOrderInsensitiveAndIdempotent). This holds for merges with no
+//     refill in between: an element refilled away before an earlier one
+//     arrives can no longer be pushed back (what safe_margin addresses).
+//     The thesis' merge does not satisfy these laws: it is not injective,
+//     two requests born at the same instant on two nodes become one element
+//     (TestScenario2SameBirth), and its merge into delta states is not
+//     idempotent, merge(d, d) holds every element twice
+//     (TestThesisDeltaMergeNotIdempotent, with delta_duplicates).
+//   - safe_margin (duration, default 0): the fix for the data set D failure
+//     (§5.4), the "safe margin" the thesis suggests as time rather than a
+//     count: an element is removed only safe_margin after its
+//     time-of-death. It no longer counts against the limit once dead, but
+//     it keeps spreading and merging, so a request admitted before it died
+//     on a node that did not know it still has its time-of-death pushed back
+//     when they meet (listing 4.3), instead of starting the queue afresh.
+//     Pushing back is never wrong: an element only raises the
+//     time-of-death of elements born before it died. A margin of a few
+//     gossip rounds lets an element reach most nodes; the cost is memory.
+//     On data set D (30 nodes, gossip 900 ms, 300 s) the thesis' queue
+//     admits 30 tokens beyond central, as many as local; with
+//     safe_margin=2s, 2, for a mean state of 2.2 KB instead of 0.2 KB
+//     (TestSafeMarginDataSetD).
+//   - catch_up (bool, default false; §5.5, which the thesis leaves open):
+//     when SetMembers shows a new member, the first established member
+//     after it (sorted, wrapping) sends it the full local state. The
+//     newcomer merges it but passes on only what changed in elements it
+//     already had.
+//   - Idle keys are swept: a key whose elements have all been gone (past
+//     time-of-death plus safe_margin) for a whole sweep interval
+//     (burst/rate, clamped to [1 s, 1 min]) is dropped from the local and
+//     delta states. The thesis only refills a key on a request or a merge
+//     for it, so an idle key keeps its last elements.
+//   - An empty delta state sends nothing; with LINF, nothing is sent while
+//     every neighbour's count is 0.
+//   - The wire encoding (api/peer/v1/tbqueue.proto) sends each
+//     time-of-birth as the difference from the previous element's and each
+//     time-of-death as the difference from its time-of-birth.
+package tbqueue
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+)
+
+// Name is the strategy's name in the registry and in errors.
+const Name = "tbqueue"
+
+// Defaults from the thesis' Tables 4.1 and 4.2.
+const (
+	DefaultGossip             = 300 * time.Millisecond
+	DefaultFrequencyThreshold = 2400 * time.Millisecond
+)
+
+// TBQueue is one node of the tbqueue strategy. Not safe for concurrent use.
+type TBQueue struct {
+	self     strategy.NodeID
+	clock    clock
+	capacity int64 // tokens (Config.Burst)
+
+	gossip     time.Duration
+	freq       bool
+	threshold  time.Duration
+	window     int // 0: capacity / number of nodes
+	linf       bool
+	unique     bool
+	margin     time.Duration
+	catchUp    bool
+	dupDeltas  bool // delta_duplicates: listing 4.2's into_local_state=false
+	sweepEvery time.Duration
+	rnd        *rand.Rand
+
+	members    []strategy.NodeID // sorted, self included
+	neighbours []strategy.NodeID // members other than self, sorted
+	local      map[string][]elem
+	delta      map[strategy.NodeID]map[string][]elem
+	queued     map[strategy.NodeID]int // elements in each delta state (LINF)
+	seq        uint64                  // unique_ids: last sequence number used
+
+	nextGossip time.Duration
+	nextSweep  time.Duration
+}
+
+// New builds a node. Parameters (defaults are the thesis' behaviour):
+//   - gossip (duration, default 300ms): the gossip interval; positive.
+//   - frequency_analysis (bool, default false), frequency_threshold
+//     (duration, default 2400ms) and window (whole number, default 0 =
+//     capacity / number of nodes, at least 1): §4.2.3.
+//   - linf (bool, default false): §4.2.4.
+//   - unique_ids (bool, default false), safe_margin (duration, default 0),
+//     catch_up (bool, default false), delta_duplicates (bool, default
+//     false; not with unique_ids): ours, see the package comment.
+//
+// Errors: an invalid Config, an unknown or invalid parameter, or a burst too
+// large for the rate's tick arithmetic (as bucket.New).
+func New(cfg strategy.Config) (*TBQueue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	q := &TBQueue{self: cfg.Self, clock: newClock(cfg.Rate), capacity: cfg.Burst, rnd: cfg.Rand,
+		local: map[string][]elem{}, delta: map[strategy.NodeID]map[string][]elem{}, queued: map[strategy.NodeID]int{}}
+	p := &cfg.Params
+	var err error
+	if q.gossip, err = p.Duration("gossip", DefaultGossip); err != nil {
+		return nil, err
+	}
+	if q.gossip <= 0 {
+		return nil, fmt.Errorf("%s: parameter gossip must be positive", Name)
+	}
+	if q.freq, err = p.Bool("frequency_analysis", false); err != nil {
+		return nil, err
+	}
+	if q.threshold, err = p.Duration("frequency_threshold", DefaultFrequencyThreshold); err != nil {
+		return nil, err
+	}
+	if q.window, err = p.Int("window", 0); err != nil {
+		return nil, err
+	}
+	if q.window < 0 {
+		return nil, fmt.Errorf("%s: parameter window=%d is negative", Name, q.window)
+	}
+	if q.linf, err = p.Bool("linf", false); err != nil {
+		return nil, err
+	}
+	if q.unique, err = p.Bool("unique_ids", false); err != nil {
+		return nil, err
+	}
+	if q.margin, err = p.Duration("safe_margin", 0); err != nil {
+		return nil, err
+	}
+	if q.catchUp, err = p.Bool("catch_up", false); err != nil {
+		return nil, err
+	}
+	if q.dupDeltas, err = p.Bool("delta_duplicates", false); err != nil {
+		return nil, err
+	}
+	if q.dupDeltas && q.unique {
+		return nil, fmt.Errorf("%s: delta_duplicates needs unique_ids=false (unique identities always collapse)", Name)
+	}
+	if err := p.Check(Name); err != nil {
+		return nil, err
+	}
+	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	q.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	q.setMembers(cfg.Members)
+	return q, nil
+}
+
+// Start arms the gossip and sweep timers.
+func (q *TBQueue) Start(now time.Duration, fx *strategy.Effects) {
+	q.nextGossip = now + q.gossip
+	q.nextSweep = now + q.sweepEvery
+	fx.WakeAt(q.nextGossip)
+	fx.WakeAt(q.nextSweep)
+}
+
+// Request decides at once from the local queue: refill it to req.Arrival,
+// admit when its live tokens plus req.Tokens are at most the capacity, and
+// add the element to the local state and every delta state (§4.2.1).
+// Tokens <= 0 is admitted and takes nothing; more than the burst is
+// rejected.
+func (q *TBQueue) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	d := strategy.Decision{RequestID: req.ID}
+	n := req.Tokens
+	if n <= 0 {
+		d.Allowed = true
+		return d, true
+	}
+	if n > q.capacity {
+		return d, true
+	}
+	at := req.Arrival
+	lq := refill(q.local[req.Key], at, q.margin)
+	if q.clock.tokensIn(lq, at)+n > q.capacity {
+		q.setLocal(req.Key, lq)
+		return d, true
+	}
+	d.Allowed = true
+	// Eq. (4.2): die 1/rate (here n/rate) after the last element, or after now.
+	base := stamp{ns: int64(at)}
+	if k := len(lq); k > 0 && cmpStamp(lq[k-1].death, base) > 0 {
+		base = lq[k-1].death
+	}
+	e := elem{birth: at, death: q.clock.after(base, n), tokens: n}
+	if q.unique {
+		q.seq++
+		e.origin, e.seq = q.self, q.seq
+	}
+	// The new element goes after every element not greater than it: the
+	// tail, unless a peer's clock ran ahead. Elements after it have their
+	// time-of-death pushed back (listing 4.3).
+	i, _ := slices.BinarySearchFunc(lq, e, func(a, b elem) int {
+		if cmpID(&a, &b) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	lq = slices.Insert(lq, i, e)
+	changed := []elem{e}
+	for j := i + 1; j < len(lq); j++ {
+		if dd := q.clock.after(lq[j-1].death, lq[j].tokens); cmpStamp(dd, lq[j].death) > 0 {
+			lq[j].death = dd
+			changed = append(changed, lq[j])
+		}
+	}
+	q.setLocal(req.Key, lq)
+	for _, nb := range q.neighbours {
+		dq := q.delta[nb][req.Key]
+		if len(changed) == 1 && i == len(lq)-1 && (len(dq) == 0 || cmpID(&dq[len(dq)-1], &e) <= 0) {
+			dq = append(dq, e) // §4.2.1: put on the tail of each delta state
+		} else {
+			dq = q.clock.merge(dq, changed, !q.dupDeltas, false).queue
+		}
+		q.setDelta(nb, req.Key, dq)
+		if q.freq {
+			q.analyse(nb, req.Key, at, fx)
+		}
+	}
+	return d, true
+}
+
+// analyse is the frequency analysis of listing 4.5 for one neighbour's
+// delta state of key, just after an element born at latest was added.
+func (q *TBQueue) analyse(nb strategy.NodeID, key string, latest time.Duration, fx *strategy.Effects) {
+	w := q.window
+	if w == 0 {
+		w = max(1, int(q.capacity)/len(q.members))
+	}
+	dq := q.delta[nb][key]
+	if len(dq) < w {
+		return
+	}
+	earliest := dq[len(dq)-w].birth
+	// mean interval (latest - earliest) / w below the threshold
+	if latest-earliest >= q.threshold*time.Duration(w) {
+		return
+	}
+	fx.Send(nb, q.encode([]string{key}, q.delta[nb], false))
+	q.setDelta(nb, key, nil)
+}
+
+// Receive merges a delta state into the local state and the delta states
+// (listings 3.3, 4.2-4.4, 4.7). A full state (catch-up) is merged the same
+// way, but only updates to elements this node already held are passed on.
+// Errors: an undecodable payload, or a key that is empty or repeated, or
+// an element with a negative time, a time-of-death before its
+// time-of-birth, a fraction out of range, tokens above the burst, or (with
+// unique_ids) elements out of identity order. Errors change no state.
+func (q *TBQueue) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	keys, queues, full, err := q.decode(payload)
+	if err != nil {
+		return fmt.Errorf("%s: message from %s: %w", Name, from, err)
+	}
+	for k, key := range keys {
+		in := queues[k]
+		res := q.clock.merge(q.local[key], in, true, true)
+		q.setLocal(key, refill(res.queue, now, q.margin))
+		updates := res.updates
+		if full {
+			updates = updates[:0:0]
+			for u, e := range res.updates {
+				if res.old[u] {
+					updates = append(updates, e)
+				}
+			}
+		}
+		for _, nb := range q.neighbours {
+			dq := q.delta[nb][key]
+			if len(updates) > 0 {
+				dq = q.clock.merge(dq, updates, !q.dupDeltas, false).queue
+			}
+			if nb == from {
+				dq = removeDuplicates(dq, in)
+			}
+			q.setDelta(nb, key, refill(dq, now, q.margin)) // listing 4.4
+		}
+	}
+	return nil
+}
+
+// Tick gossips when the gossip interval has come and sweeps idle keys when
+// the sweep interval has.
+func (q *TBQueue) Tick(now time.Duration, fx *strategy.Effects) {
+	if now >= q.nextGossip {
+		q.gossipOnce(fx)
+		for q.nextGossip <= now {
+			q.nextGossip += q.gossip
+		}
+		fx.WakeAt(q.nextGossip)
+	}
+	if now >= q.nextSweep {
+		q.sweep(now)
+		q.nextSweep = now + q.sweepEvery
+		fx.WakeAt(q.nextSweep)
+	}
+}
+
+// gossipOnce sends one neighbour its delta state: chosen uniformly at
+// random (flat gossip), or with linf the one with the most queued elements.
+func (q *TBQueue) gossipOnce(fx *strategy.Effects) {
+	total := 0
+	for _, nb := range q.neighbours {
+		total += q.queued[nb]
+	}
+	if total == 0 {
+		return
+	}
+	var nb strategy.NodeID
+	if q.linf {
+		best, ties := -1, []strategy.NodeID(nil)
+		for _, m := range q.neighbours {
+			switch c := q.queued[m]; {
+			case c > best:
+				best, ties = c, append(ties[:0], m)
+			case c == best:
+				ties = append(ties, m)
+			}
+		}
+		nb = ties[0]
+		if len(ties) > 1 {
+			nb = ties[q.rnd.IntN(len(ties))]
+		}
+	} else {
+		nb = q.neighbours[q.rnd.IntN(len(q.neighbours))]
+	}
+	dm := q.delta[nb]
+	if len(dm) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(dm))
+	for k := range dm {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	fx.Send(nb, q.encode(keys, dm, false))
+	clear(dm)
+	q.queued[nb] = 0
+}
+
+// sweep drops keys whose elements have all been gone for a sweep interval.
+func (q *TBQueue) sweep(now time.Duration) {
+	idle := func(qu []elem) bool {
+		for i := range qu {
+			if !gone(&qu[i], now-q.sweepEvery, q.margin) {
+				return false
+			}
+		}
+		return true
+	}
+	for k, qu := range q.local {
+		if idle(qu) {
+			delete(q.local, k)
+		}
+	}
+	for _, nb := range q.neighbours {
+		for k, qu := range q.delta[nb] {
+			if idle(qu) {
+				q.setDelta(nb, k, nil)
+			}
+		}
+	}
+}
+
+// SetMembers updates the neighbours: a member that left loses its delta
+// state, a new one starts with an empty one. With catch_up, the first
+// established member after each new member (sorted, wrapping) sends it the
+// full local state.
+func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	old := q.members
+	q.setMembers(members)
+	if !q.catchUp || len(q.local) == 0 {
+		return
+	}
+	for _, nb := range q.neighbours {
+		if !slices.Contains(old, nb) && buddy(nb, q.members, old) == q.self {
+			keys := make([]string, 0, len(q.local))
+			for k := range q.local {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			fx.Send(nb, q.encode(keys, q.local, true))
+		}
+	}
+}
+
+// buddy returns the member that catches newcomer up: the first member after
+// it, in sorted order and wrapping, that was a member before ("" if none).
+func buddy(newcomer strategy.NodeID, members, old []strategy.NodeID) strategy.NodeID {
+	i, _ := slices.BinarySearch(members, newcomer)
+	for k := 1; k < len(members); k++ {
+		m := members[(i+k)%len(members)]
+		if m != newcomer && slices.Contains(old, m) {
+			return m
+		}
+	}
+	return ""
+}
+
+func (q *TBQueue) setMembers(members []strategy.NodeID) {
+	q.members = slices.Clone(members)
+	slices.Sort(q.members)
+	q.members = slices.Compact(q.members)
+	if !slices.Contains(q.members, q.self) {
+		q.members = append(q.members, q.self) // for window = capacity / number of nodes
+		slices.Sort(q.members)
+	}
+	q.neighbours = q.neighbours[:0]
+	for _, m := range q.members {
+		if m != q.self {
+			q.neighbours = append(q.neighbours, m)
+		}
+	}
+	for nb := range q.delta {
+		if !slices.Contains(q.neighbours, nb) {
+			delete(q.delta, nb)
+			delete(q.queued, nb)
+		}
+	}
+	for _, nb := range q.neighbours {
+		if q.delta[nb] == nil {
+			q.delta[nb] = map[string][]elem{}
+		}
+	}
+}
+
+func (q *TBQueue) setLocal(key string, qu []elem) {
+	if len(qu) == 0 {
+		delete(q.local, key)
+		return
+	}
+	q.local[key] = qu
+}
+
+// setDelta replaces nb's delta state of key, keeping the LINF count exact.
+func (q *TBQueue) setDelta(nb strategy.NodeID, key string, qu []elem) {
+	dm := q.delta[nb]
+	q.queued[nb] += len(qu) - len(dm[key])
+	if len(qu) == 0 {
+		delete(dm, key)
+		return
+	}
+	dm[key] = qu
+}
+
+// StateBytes is the exact size, in bytes of the wire encoding, of the
+// node's local state as one TBQueueMessage plus the delta message it would
+// send each neighbour now (computed field by field, equal to proto.Size of
+// those messages; see TestStateBytesExact). The LINF counts are not
+// counted.
+func (q *TBQueue) StateBytes() int {
+	n := 0
+	for k, qu := range q.local {
+		n += keySize(k, qu)
+	}
+	for _, nb := range q.neighbours {
+		for k, qu := range q.delta[nb] {
+			n += keySize(k, qu)
+		}
+	}
+	return n
+}
