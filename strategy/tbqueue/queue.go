@@ -147,14 +147,14 @@ type mergeResult struct {
 // With track, updates lists what changed relative to q.
 func (c clock) merge(q, other []elem, collapse, track bool) mergeResult {
 	res := mergeResult{queue: make([]elem, 0, len(q)+len(other))}
-	put := func(e elem, fromLocal bool, was stamp) {
+	put := func(e elem, fromLocal bool, was *elem) {
 		if n := len(res.queue); n > 0 {
 			if d := c.after(res.queue[n-1].death, e.tokens); cmpStamp(d, e.death) > 0 {
 				e.death = d
 			}
 		}
 		res.queue = append(res.queue, e)
-		if track && (!fromLocal || e.death != was) {
+		if track && (!fromLocal || e.death != was.death || e.tokens != was.tokens) {
 			res.updates = append(res.updates, e)
 			res.old = append(res.old, fromLocal)
 		}
@@ -164,28 +164,40 @@ func (c clock) merge(q, other []elem, collapse, track bool) mergeResult {
 		a, b := &q[i], &other[j]
 		switch o := cmpID(a, b); {
 		case collapse && o == 0:
-			e := *a
-			if cmpStamp(b.death, a.death) > 0 {
-				e = *b
-			}
-			put(e, true, a.death)
+			put(c.join(*a, *b), true, a)
 			i++
 			j++
 		case o < 0:
-			put(*a, true, a.death)
+			put(*a, true, a)
 			i++
 		default:
-			put(*b, false, stamp{})
+			put(*b, false, nil)
 			j++
 		}
 	}
 	for ; i < len(q); i++ {
-		put(q[i], true, q[i].death)
+		put(q[i], true, &q[i])
 	}
 	for ; j < len(other); j++ {
-		put(other[j], false, stamp{})
+		put(other[j], false, nil)
 	}
 	return res
+}
+
+// join is the one element two copies of one identity become (listing 4.2
+// lines 7-14: the larger time-of-death). Copies differ in tokens only when
+// coalesce grew the element after one copy left (more tokens is newer);
+// an element of n tokens whose consumption starts at s dies at s + n/rate,
+// so the result has the larger tokens and the later start: each copy's
+// time-of-death moved by the tokens it lacks, the larger kept.
+func (c clock) join(a, b elem) elem {
+	if a.tokens < b.tokens {
+		a, b = b, a
+	}
+	if d := c.after(b.death, a.tokens-b.tokens); cmpStamp(d, a.death) > 0 {
+		a.death = d
+	}
+	return a
 }
 
 // removeDuplicates removes from q the elements equal (identity and

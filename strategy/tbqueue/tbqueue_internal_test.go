@@ -41,8 +41,9 @@ func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // genDeltas draws k delta states over one universe of elements with unique
 // identities: each delta is a sorted subset, and each copy of an element
-// carries a time-of-death of its own (a version), at least its
-// time-of-birth plus tokens/rate.
+// carries a time-of-death of its own and its tokens (a version: coalesce
+// grows an element, so a copy may hold fewer tokens than another), the
+// time-of-death at least its time-of-birth plus tokens/rate.
 func genDeltas(t *rapid.T, c clock) [][]elem {
 	var universe []elem
 	n := rapid.IntRange(1, 12).Draw(t, "elements")
@@ -51,7 +52,7 @@ func genDeltas(t *rapid.T, c clock) [][]elem {
 			birth:  ms(rapid.IntRange(0, 8).Draw(t, "birth")),
 			origin: strategy.NodeID(rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "origin")),
 			seq:    uint64(i + 1),
-			tokens: int64(rapid.IntRange(1, 2).Draw(t, "tokens")),
+			tokens: int64(rapid.IntRange(1, 3).Draw(t, "tokens")),
 		}
 		universe = append(universe, e)
 	}
@@ -63,6 +64,7 @@ func genDeltas(t *rapid.T, c clock) [][]elem {
 			if !rapid.Bool().Draw(t, "in") {
 				continue
 			}
+			e.tokens = int64(rapid.IntRange(1, int(e.tokens)).Draw(t, "version"))
 			e.death = c.after(stamp{ns: int64(e.birth)}, e.tokens)
 			e.death.ns += int64(ms(rapid.IntRange(0, 3000).Draw(t, "extra")))
 			out[d] = append(out[d], e)
@@ -180,6 +182,82 @@ func TestScenario2SameBirth(t *testing.T) {
 		got := b.clock.tokensIn(b.local["k"], ms(8))
 		if want := map[bool]int64{false: 1, true: 2}[unique]; got != want {
 			t.Fatalf("unique_ids=%v: %d tokens for 2 requests, want %d", unique, got, want)
+		}
+	}
+}
+
+// Requests a node admits for one key at one instant (timestamps of 1 s, or
+// batches) have one time-of-birth. In the thesis' identity each is its own
+// element and a merge pairs equal births one to one in order (listing 4.2
+// lines 7-14); once a node has refilled the first of them, a copy that
+// still holds it pairs off by one: the copy's first pairs with the
+// node's second, and its last has no partner, is added again and chained
+// 1/rate after the tail (listing 4.3). Every round of gossip that brings
+// back an older copy keeps the group alive and pushes it back again. Here
+// 3 requests at 0 s (gone from a central bucket at 3 s) still hold 3
+// tokens at 4.6 s with coalesce=false; with coalesce they are one element
+// of 3 tokens and every node counts at most what central does.
+func TestSameInstantDiesOnTime(t *testing.T) {
+	for _, c := range []struct {
+		params   []string
+		inflated bool
+	}{{nil, false}, {[]string{"unique_ids=true"}, false}, {[]string{"unique_ids=true", "coalesce=false"}, false}, {[]string{"coalesce=false"}, true}} {
+		members := []string{"a", "b", "c"}
+		a, b, cc := newNode(t, "a", members, c.params...), newNode(t, "b", members, c.params...), newNode(t, "c", members, c.params...)
+		var fx strategy.Effects
+		for i := 0; i < 3; i++ {
+			if d, _ := a.Request(0, strategy.Request{ID: uint64(i), Key: "k", Tokens: 1}, &fx); !d.Allowed {
+				t.Fatalf("%v: request %d rejected", c.params, i)
+			}
+		}
+		worst := int64(0) // most tokens a node counts beyond central
+		send := func(now int, from, to *TBQueue) {
+			t.Helper()
+			if err := to.Receive(ms(now), from.self, from.encode([]string{"k"}, from.delta[to.self], false), &fx); err != nil {
+				t.Fatal(err)
+			}
+			from.setDelta(to.self, "k", nil)
+			central := max(0, 3-int64(now/1000)) // consumed and not yet refilled
+			if got := to.clock.tokensIn(to.local["k"], ms(now)); got-central > worst {
+				worst = got - central
+			}
+		}
+		send(300, a, b)
+		send(1500, b, cc) // b's copy, sent after its first element died
+		send(1800, cc, a)
+		for r := 0; r < 3; r++ {
+			now := 2000 + 1000*r
+			send(now, a, b)
+			send(now+300, b, cc)
+			send(now+600, cc, a)
+		}
+		t.Logf("%v: at most %d tokens beyond central", c.params, worst)
+		if (worst > 0) != c.inflated {
+			t.Fatalf("%v: a node counts up to %d tokens beyond central", c.params, worst)
+		}
+	}
+}
+
+// A node's requests at one instant grow one element: its tokens and its
+// time-of-death; the neighbours' delta states hold the grown version once.
+func TestCoalesceSameInstant(t *testing.T) {
+	a := newNode(t, "a", []string{"a", "b"})
+	var fx strategy.Effects
+	for i := 0; i < 3; i++ {
+		a.Request(ms(7), strategy.Request{ID: uint64(i), Key: "k", Tokens: 1, Arrival: ms(7)}, &fx)
+	}
+	a.Request(ms(8), strategy.Request{ID: 3, Key: "k", Tokens: 2, Arrival: ms(8)}, &fx)
+	want := []elem{{birth: ms(7), death: stamp{ns: int64(ms(3007))}, tokens: 3}, {birth: ms(8), death: stamp{ns: int64(ms(5007))}, tokens: 2}}
+	if !slices.Equal(a.local["k"], want) || !slices.Equal(a.delta["b"]["k"], want) {
+		t.Fatalf("local %v, delta %v, want %v", a.local["k"], a.delta["b"]["k"], want)
+	}
+	// The version of one token sent before the element grew merges into
+	// the grown one, whichever comes first.
+	c := newClock(testRate)
+	old := elem{birth: ms(7), death: stamp{ns: int64(ms(2500))}, tokens: 1} // pushed back elsewhere
+	for _, got := range []elem{c.join(old, want[0]), c.join(want[0], old)} {
+		if got.tokens != 3 || got.death != (stamp{ns: int64(ms(4500))}) {
+			t.Fatalf("join: %v, want 3 tokens dying at 4.5 s", got)
 		}
 	}
 }
