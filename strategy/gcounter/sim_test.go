@@ -9,9 +9,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
-	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -20,78 +20,25 @@ var (
 	burst = int64(5)
 )
 
-func gen(t testing.TB, spec string, seed uint64) *workload.Trace {
-	t.Helper()
-	g, err := workload.ParseGenerator(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g.Generate(seed)
-}
+var (
+	gen     = simtest.Gen
+	fixed   = simtest.Fixed
+	allowed = simtest.Allowed
+)
 
-func fixed(d time.Duration) sim.Network {
-	return sim.Network{Latency: sim.Latency{Kind: "fixed", Min: d, Max: d, Mean: d}}
-}
-
-type runOpts struct {
-	nodes    int
-	assigner workload.Assigner // overrides assign
-	net      sim.Network
-	scenario *sim.Scenario
-	assign   string
-	params   []string
-}
+type runOpts = simtest.Options
 
 func run(t testing.TB, tr *workload.Trace, name string, o runOpts) *sim.Result {
 	t.Helper()
-	var f sim.Factory
-	switch name {
-	case "central", "local":
-		f = func(cfg strategy.Config) (strategy.Strategy, error) { return local.New(name, cfg) }
-	case "gcounter":
-		f = func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }
-	}
-	if name == "central" {
-		o.nodes = 1
-	}
-	p, err := strategy.ParseParams(o.params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.assign == "" {
-		o.assign = "hash"
-	}
-	assign, err := workload.NewAssigner(o.assign, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.assigner != nil {
-		assign = o.assigner
-	}
-	res, err := sim.Run(tr, sim.Config{Name: name, New: f, Nodes: o.nodes, Rate: rate, Burst: burst, Params: p,
-		Network: o.net, Scenario: o.scenario, Assign: assign, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ReceiveErrors != 0 {
-		t.Fatalf("%s: %d receive errors", name, res.ReceiveErrors)
-	}
-	return res
-}
-
-func allowed(r *sim.Result) []bool {
-	out := make([]bool, len(r.Outcomes))
-	for i, o := range r.Outcomes {
-		out[i] = o.Decided && o.Allowed
-	}
-	return out
+	o.Rate, o.Burst = rate, burst
+	return simtest.Run(t, tr, name, func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }, o)
 }
 
 // One node is a token bucket: gcounter decides exactly as central.
 func TestOneNodeMatchesCentral(t *testing.T) {
 	tr := gen(t, "mix:duration=30s", 3)
-	want := allowed(run(t, tr, "central", runOpts{net: fixed(time.Millisecond)}))
-	got := allowed(run(t, tr, "gcounter", runOpts{nodes: 1, net: fixed(time.Millisecond)}))
+	want := allowed(run(t, tr, "central", runOpts{Net: fixed(time.Millisecond)}))
+	got := allowed(run(t, tr, "gcounter", runOpts{Nodes: 1, Net: fixed(time.Millisecond)}))
 	if !reflect.DeepEqual(got, want) {
 		t.Fatal("one-node gcounter differs from central")
 	}
@@ -102,9 +49,9 @@ func TestOneNodeMatchesCentral(t *testing.T) {
 func TestGossipBeatsLocal(t *testing.T) {
 	tr := gen(t, "heavy:users=20,rate=200,duration=20s", 5)
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	loc := eval.Compare(tr.Requests, allowed(run(t, tr, "local", runOpts{nodes: 4, net: net})), central)
-	res := run(t, tr, "gcounter", runOpts{nodes: 4, net: net})
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	loc := eval.Compare(tr.Requests, allowed(run(t, tr, "local", runOpts{Nodes: 4, Net: net})), central)
+	res := run(t, tr, "gcounter", runOpts{Nodes: 4, Net: net})
 	gc := eval.Compare(tr.Requests, allowed(res), central)
 	t.Logf("excess over central: local %d (%.1f%%), gcounter %d (%.1f%%); gcounter false rejections %d, %d messages, %d bytes",
 		loc.ExcessAdmitted, loc.ExcessPct, gc.ExcessAdmitted, gc.ExcessPct, gc.FalseRejections, res.Messages, res.Bytes)
@@ -123,7 +70,7 @@ func TestGossipBeatsLocal(t *testing.T) {
 		t.Fatal("no gossip")
 	}
 	// A shorter gossip interval converges faster: less excess.
-	fast := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{nodes: 4, net: net, params: []string{"gossip=50ms"}})), central)
+	fast := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{Nodes: 4, Net: net, Params: []string{"gossip=50ms"}})), central)
 	t.Logf("gossip=50ms: excess %d", fast.ExcessAdmitted)
 	if fast.ExcessAdmitted >= gc.ExcessAdmitted {
 		t.Fatalf("gossip 50ms excess %d not below 300ms's %d", fast.ExcessAdmitted, gc.ExcessAdmitted)
@@ -133,8 +80,8 @@ func TestGossipBeatsLocal(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	tr := gen(t, "mix:duration=20s", 1)
 	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: 0, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}
-	a := run(t, tr, "gcounter", runOpts{nodes: 5, net: net, params: []string{"catch_up=true"}})
-	b := run(t, tr, "gcounter", runOpts{nodes: 5, net: net, params: []string{"catch_up=true"}})
+	a := run(t, tr, "gcounter", runOpts{Nodes: 5, Net: net, Params: []string{"catch_up=true"}})
+	b := run(t, tr, "gcounter", runOpts{Nodes: 5, Net: net, Params: []string{"catch_up=true"}})
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs with the same seed differ")
 	}
@@ -154,9 +101,9 @@ func TestCatchUpAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{nodes: 4, net: net, scenario: sc})), central)
-	res := run(t, tr, "gcounter", runOpts{nodes: 4, net: net, scenario: sc, params: []string{"catch_up=true"}})
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", runOpts{Nodes: 4, Net: net, Scenario: sc})), central)
+	res := run(t, tr, "gcounter", runOpts{Nodes: 4, Net: net, Scenario: sc, Params: []string{"catch_up=true"}})
 	caught := eval.Compare(tr.Requests, allowed(res), central)
 	t.Logf("excess with restart: plain %d (%.1f%%), catch_up %d (%.1f%%)", plain.ExcessAdmitted, plain.ExcessPct, caught.ExcessAdmitted, caught.ExcessPct)
 	if caught.ExcessAdmitted >= plain.ExcessAdmitted {
@@ -207,10 +154,10 @@ func TestCatchUpCrafted(t *testing.T) {
 		t.Fatal(err)
 	}
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	o := runOpts{nodes: 4, net: net, scenario: sc, assigner: byIndex{split: 5}, params: []string{"gossip=50ms"}}
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	o := runOpts{Nodes: 4, Net: net, Scenario: sc, Assigner: byIndex{split: 5}, Params: []string{"gossip=50ms"}}
 	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
-	o.params = append(o.params, "catch_up=true")
+	o.Params = append(o.Params, "catch_up=true")
 	caught := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
 	if plain.ExcessAdmitted != 4 || caught.ExcessAdmitted != 0 {
 		t.Fatalf("excess: plain %d (want 4), catch_up %d (want 0)", plain.ExcessAdmitted, caught.ExcessAdmitted)

@@ -9,8 +9,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/strategy/tbqueue"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -20,71 +20,18 @@ var (
 	burst = int64(5)
 )
 
-func gen(t testing.TB, spec string, seed uint64) *workload.Trace {
-	t.Helper()
-	g, err := workload.ParseGenerator(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g.Generate(seed)
-}
+var (
+	gen     = simtest.Gen
+	fixed   = simtest.Fixed
+	allowed = simtest.Allowed
+)
 
-func fixed(d time.Duration) sim.Network {
-	return sim.Network{Latency: sim.Latency{Kind: "fixed", Min: d, Max: d, Mean: d}}
-}
-
-type runOpts struct {
-	nodes    int
-	assigner workload.Assigner // overrides assign
-	net      sim.Network
-	scenario *sim.Scenario
-	assign   string
-	params   []string
-}
+type runOpts = simtest.Options
 
 func run(t testing.TB, tr *workload.Trace, name string, o runOpts) *sim.Result {
 	t.Helper()
-	var f sim.Factory
-	switch name {
-	case "central", "local":
-		f = func(cfg strategy.Config) (strategy.Strategy, error) { return local.New(name, cfg) }
-	case "tbqueue":
-		f = func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }
-	}
-	if name == "central" {
-		o.nodes = 1
-	}
-	p, err := strategy.ParseParams(o.params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.assign == "" {
-		o.assign = "hash"
-	}
-	assign, err := workload.NewAssigner(o.assign, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.assigner != nil {
-		assign = o.assigner
-	}
-	res, err := sim.Run(tr, sim.Config{Name: name, New: f, Nodes: o.nodes, Rate: rate, Burst: burst, Params: p,
-		Network: o.net, Scenario: o.scenario, Assign: assign, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ReceiveErrors != 0 {
-		t.Fatalf("%s: %d receive errors", name, res.ReceiveErrors)
-	}
-	return res
-}
-
-func allowed(r *sim.Result) []bool {
-	out := make([]bool, len(r.Outcomes))
-	for i, o := range r.Outcomes {
-		out[i] = o.Decided && o.Allowed
-	}
-	return out
+	o.Rate, o.Burst = rate, burst
+	return simtest.Run(t, tr, name, func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }, o)
 }
 
 func excess(t testing.TB, tr *workload.Trace, central []bool, name string, o runOpts) (eval.Counts, *sim.Result) {
@@ -105,9 +52,9 @@ func mustScenario(t testing.TB) *sim.Scenario {
 // without our options.
 func TestOneNodeMatchesCentral(t *testing.T) {
 	tr := gen(t, "mix:duration=30s", 3)
-	want := allowed(run(t, tr, "central", runOpts{net: fixed(time.Millisecond)}))
+	want := allowed(run(t, tr, "central", runOpts{Net: fixed(time.Millisecond)}))
 	for _, p := range [][]string{nil, {"unique_ids=true", "safe_margin=2s", "frequency_analysis=true", "linf=true"}} {
-		got := allowed(run(t, tr, "tbqueue", runOpts{nodes: 1, net: fixed(time.Millisecond), params: p}))
+		got := allowed(run(t, tr, "tbqueue", runOpts{Nodes: 1, Net: fixed(time.Millisecond), Params: p}))
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%v: one-node tbqueue differs from central", p)
 		}
@@ -121,10 +68,10 @@ func TestOneNodeMatchesCentral(t *testing.T) {
 func TestGossipAndFrequencyAnalysis(t *testing.T) {
 	tr := gen(t, "heavy:users=20,rate=200,duration=20s", 5)
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	loc, _ := excess(t, tr, central, "local", runOpts{nodes: 4, net: net})
-	plain, pres := excess(t, tr, central, "tbqueue", runOpts{nodes: 4, net: net})
-	freq, fres := excess(t, tr, central, "tbqueue", runOpts{nodes: 4, net: net, params: []string{"frequency_analysis=true"}})
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	loc, _ := excess(t, tr, central, "local", runOpts{Nodes: 4, Net: net})
+	plain, pres := excess(t, tr, central, "tbqueue", runOpts{Nodes: 4, Net: net})
+	freq, fres := excess(t, tr, central, "tbqueue", runOpts{Nodes: 4, Net: net, Params: []string{"frequency_analysis=true"}})
 	t.Logf("excess over central: local %d, tbqueue %d (%d msgs, %d bytes), with frequency analysis %d (%d msgs, %d bytes)",
 		loc.ExcessAdmitted, plain.ExcessAdmitted, pres.Messages, pres.Bytes, freq.ExcessAdmitted, fres.Messages, fres.Bytes)
 	cen := eval.Compare(tr.Requests, central, central)
@@ -155,10 +102,10 @@ func TestGossipAndFrequencyAnalysis(t *testing.T) {
 func TestTenNodesSameInstantNotOverRejecting(t *testing.T) {
 	tr := gen(t, "batch:users=10,rate=0.3,size=4,duration=60s", 3)
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
 	cen := eval.Compare(tr.Requests, central, central)
-	def, dres := excess(t, tr, central, "tbqueue", runOpts{nodes: 10, net: net})
-	thesis, tres := excess(t, tr, central, "tbqueue", runOpts{nodes: 10, net: net, params: []string{"coalesce=false"}})
+	def, dres := excess(t, tr, central, "tbqueue", runOpts{Nodes: 10, Net: net})
+	thesis, tres := excess(t, tr, central, "tbqueue", runOpts{Nodes: 10, Net: net, Params: []string{"coalesce=false"}})
 	t.Logf("rejected: central %d, tbqueue %d (false %d, %d B sent), coalesce=false %d (false %d, %d B sent)",
 		cen.Rejected, def.Rejected, def.FalseRejections, dres.Bytes, thesis.Rejected, thesis.FalseRejections, tres.Bytes)
 	if def.Rejected*10 > cen.Rejected*11 || def.Rejected*100 < cen.Rejected*85 {
@@ -181,11 +128,11 @@ func TestTenNodesSameInstantNotOverRejecting(t *testing.T) {
 func TestUniqueIDsSameMillisecond(t *testing.T) {
 	tr := gen(t, "batch:users=5,rate=0.5,size=20,duration=30s", 5)
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	o := runOpts{nodes: 4, net: net, assign: "roundrobin"}
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	o := runOpts{Nodes: 4, Net: net, Assign: "roundrobin"}
 	loc, _ := excess(t, tr, central, "local", o)
 	plain, _ := excess(t, tr, central, "tbqueue", o)
-	o.params = []string{"unique_ids=true"}
+	o.Params = []string{"unique_ids=true"}
 	uniq, _ := excess(t, tr, central, "tbqueue", o)
 	t.Logf("excess over central: local %d, thesis %d, unique_ids %d", loc.ExcessAdmitted, plain.ExcessAdmitted, uniq.ExcessAdmitted)
 	if plain.ExcessAdmitted*2 < loc.ExcessAdmitted {
@@ -203,11 +150,11 @@ func TestUniqueIDsSameMillisecond(t *testing.T) {
 func TestSafeMarginDataSetD(t *testing.T) {
 	tr := gen(t, "periodic:users=1,period=900ms,duration=300s", 5)
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	loc, _ := excess(t, tr, central, "local", runOpts{nodes: 30, net: net})
-	o := runOpts{nodes: 30, net: net, params: []string{"gossip=900ms"}}
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	loc, _ := excess(t, tr, central, "local", runOpts{Nodes: 30, Net: net})
+	o := runOpts{Nodes: 30, Net: net, Params: []string{"gossip=900ms"}}
 	plain, pres := excess(t, tr, central, "tbqueue", o)
-	o.params = append(o.params, "safe_margin=2s")
+	o.Params = append(o.Params, "safe_margin=2s")
 	safe, sres := excess(t, tr, central, "tbqueue", o)
 	t.Logf("excess over central: local %d, thesis %d (state mean %.0f B), safe_margin=2s %d (state mean %.0f B)",
 		loc.ExcessAdmitted, plain.ExcessAdmitted, pres.StateBytesMean, safe.ExcessAdmitted, sres.StateBytesMean)
@@ -248,10 +195,10 @@ func TestCatchUpAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	net := fixed(time.Millisecond)
-	central := allowed(run(t, tr, "central", runOpts{net: net}))
-	o := runOpts{nodes: 4, net: net, scenario: sc, assigner: byIndex{split: 5}, params: []string{"gossip=50ms"}}
+	central := allowed(run(t, tr, "central", runOpts{Net: net}))
+	o := runOpts{Nodes: 4, Net: net, Scenario: sc, Assigner: byIndex{split: 5}, Params: []string{"gossip=50ms"}}
 	plain, _ := excess(t, tr, central, "tbqueue", o)
-	o.params = append(o.params, "catch_up=true")
+	o.Params = append(o.Params, "catch_up=true")
 	caught, res := excess(t, tr, central, "tbqueue", o)
 	t.Logf("excess: plain %d, catch_up %d", plain.ExcessAdmitted, caught.ExcessAdmitted)
 	if plain.ExcessAdmitted != 4 || caught.ExcessAdmitted != 0 {
@@ -268,8 +215,8 @@ func TestCatchUpAfterRestart(t *testing.T) {
 func TestDeltaDuplicatesGrow(t *testing.T) {
 	tr := gen(t, "poisson:users=1,rate=3,duration=10s", 5)
 	net := fixed(time.Millisecond)
-	def := run(t, tr, "tbqueue", runOpts{nodes: 4, net: net})
-	dup := run(t, tr, "tbqueue", runOpts{nodes: 4, net: net, params: []string{"delta_duplicates=true"}})
+	def := run(t, tr, "tbqueue", runOpts{Nodes: 4, Net: net})
+	dup := run(t, tr, "tbqueue", runOpts{Nodes: 4, Net: net, Params: []string{"delta_duplicates=true"}})
 	t.Logf("peak state: %d B, with delta_duplicates %d B; bytes sent %d vs %d", def.StateBytesPeak, dup.StateBytesPeak, def.Bytes, dup.Bytes)
 	if dup.StateBytesPeak < 10*def.StateBytesPeak {
 		t.Fatalf("delta_duplicates peak state %d B, not 10 times the default's %d B", dup.StateBytesPeak, def.StateBytesPeak)
@@ -280,8 +227,8 @@ func TestDeterministic(t *testing.T) {
 	tr := gen(t, "mix:duration=20s", 1)
 	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: 0, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}
 	for _, p := range [][]string{nil, {"frequency_analysis=true", "linf=true", "unique_ids=true", "safe_margin=1s", "catch_up=true"}} {
-		a := run(t, tr, "tbqueue", runOpts{nodes: 5, net: net, params: p, scenario: mustScenario(t)})
-		b := run(t, tr, "tbqueue", runOpts{nodes: 5, net: net, params: p, scenario: mustScenario(t)})
+		a := run(t, tr, "tbqueue", runOpts{Nodes: 5, Net: net, Params: p, Scenario: mustScenario(t)})
+		b := run(t, tr, "tbqueue", runOpts{Nodes: 5, Net: net, Params: p, Scenario: mustScenario(t)})
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("%v: two runs with the same seed differ", p)
 		}
