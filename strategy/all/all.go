@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
+	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/strategy/owner"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
@@ -38,6 +39,8 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }},
 	{Name: "tbqueue", Summary: "token-bucket queue of (time-of-birth, time-of-death) elements merged like merge sort; frequency analysis and LINF as options", Source: "002 ch. 4",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }},
+	{Name: "gdrl", Summary: "each node holds a share of the rate and burst per key; neighbours move capacity towards equal performance indicators in exactly conserved transfers; a best buddy inherits a failed node's share", Source: "001, 004",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gdrl.New(cfg) }},
 }
 
 // List returns every strategy, in the order reports show them.

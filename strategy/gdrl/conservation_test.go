@@ -1,0 +1,191 @@
+package gdrl_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+var testKeys = []string{"a", "b", "c"}
+
+// conservationRun drives n nodes with skewed demand for 8 s over a faulty
+// network, with crashes of single nodes (at least 3 s apart, so that a
+// node's buddy is never down with it) and restarts; then 30 s without
+// faults or requests (the network still loses, duplicates and reorders).
+// At every event, per key, sum C_i + in flight <= C and the same for burst;
+// once no transfer is pending after that, sum C_i == C and sum B_i == B.
+type conservationRun struct {
+	n                  int
+	seed               uint64
+	net                hnet
+	crashes            []crashPlan
+	graph              string
+	indicator          string
+	maxKeys            int
+	rate               bucket.Rate
+	burst              int64
+	demand             [][]float64 // [node][key] requests per second
+	maxCreated         int64       // the largest sum C_i + in flight - C seen (must stay <= 0)
+	finalErr           [2]int64    // sum C_i - C, sum B_i - B, worst over keys, after quiescence
+	recoveryIntervals  []int       // per crash: intervals until sum C_i + in flight == C again
+	quietAt            time.Duration
+	messages, bytesOut int64
+}
+
+type crashPlan struct {
+	at      time.Duration
+	node    int
+	restart time.Duration // 0: stays down
+}
+
+func (r *conservationRun) run(fail func(string, ...any)) {
+	params := []string{"graph=" + r.graph, "indicator=" + r.indicator, "idle=1s", fmt.Sprintf("max_keys=%d", r.maxKeys)}
+	h := newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+	C, _ := rateUnits(r.rate)
+	B := r.burst * 1_000_000
+	const active = 8 * time.Second
+	for i := range r.n {
+		for k, key := range testKeys {
+			if r.demand[i][k] > 0 {
+				h.poisson(i, key, r.demand[i][k], 1, active)
+			}
+		}
+	}
+	crashedAt := time.Duration(-1)
+	recovered := true
+	for _, c := range r.crashes {
+		c := c
+		h.at(c.at, func() {
+			alive := 0
+			for _, n := range h.nodes {
+				if n.alive {
+					alive++
+				}
+			}
+			if alive <= 2 || !h.nodes[c.node].alive {
+				return
+			}
+			h.crash(c.node)
+			crashedAt, recovered = h.now, false
+			if c.restart > 0 {
+				h.at(h.now+c.restart, func() { h.restart(c.node) })
+			}
+		})
+	}
+	failed := false
+	h.afterEvent = func() {
+		if failed {
+			return
+		}
+		allBack := true
+		for _, key := range testKeys {
+			held, heldB, inflight, inflightB, _ := h.audit(key)
+			if over := held + inflight - C; over > r.maxCreated {
+				r.maxCreated = over
+			}
+			if held+inflight > C || heldB+inflightB > B {
+				failed = true
+				fail("t=%v key %s: created capacity: sum C_i %d + in flight %d > C %d, sum B_i %d + in flight %d > B %d\n%s",
+					h.now, key, held, inflight, C, heldB, inflightB, B, h.describe(key))
+				return
+			}
+			if held+inflight != C {
+				allBack = false
+			}
+		}
+		if !recovered && allBack {
+			recovered = true
+			r.recoveryIntervals = append(r.recoveryIntervals, int((h.now-crashedAt+99*time.Millisecond)/(100*time.Millisecond)))
+		}
+	}
+	last := active
+	for _, c := range r.crashes {
+		last = max(last, c.at+c.restart)
+	}
+	h.runUntil(last + 30*time.Second)
+	// Quiescence: the first moment no transfer is pending anywhere.
+	deadline := h.now + 60*time.Second
+	for h.anyPending(testKeys) && h.now < deadline && h.step() {
+	}
+	r.quietAt = h.now
+	if h.anyPending(testKeys) {
+		fail("still transfers pending at %v:\n%s\n%s\n%s", h.now, h.describe("a"), h.describe("b"), h.describe("c"))
+		return
+	}
+	for _, key := range testKeys {
+		held, heldB, _, _, _ := h.audit(key)
+		if d := held - C; abs(d) > abs(r.finalErr[0]) {
+			r.finalErr[0] = d
+		}
+		if d := heldB - B; abs(d) > abs(r.finalErr[1]) {
+			r.finalErr[1] = d
+		}
+	}
+	if r.finalErr != [2]int64{} {
+		fail("after quiescence at %v: sum C_i - C = %d (C = %d), sum B_i - B = %d (B = %d)\n%s",
+			h.now, r.finalErr[0], C, r.finalErr[1], B, h.describe("a"))
+	}
+	r.messages, r.bytesOut = h.messages, h.bytes
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func rateUnits(r bucket.Rate) (int64, error) {
+	return int64(r.PerSec()*1e6 + 0.5), nil
+}
+
+func drawRun(t *rapid.T) *conservationRun {
+	n := rapid.IntRange(2, 6).Draw(t, "nodes")
+	r := &conservationRun{
+		n:    n,
+		seed: rapid.Uint64().Draw(t, "seed"),
+		net: hnet{
+			loss:     rapid.Float64Range(0, 0.2).Draw(t, "loss"),
+			dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
+			reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
+			minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
+		},
+		graph:     rapid.SampledFrom([]string{"ring", "full", "regular"}).Draw(t, "graph"),
+		indicator: rapid.SampledFrom([]string{"spare", "fill"}).Draw(t, "indicator"),
+		maxKeys:   rapid.SampledFrom([]int{1, 2, 1024}).Draw(t, "maxKeys"),
+		rate:      bucket.Rate{Tokens: int64(rapid.IntRange(1, 1000).Draw(t, "rate")), Per: time.Second},
+		burst:     int64(rapid.IntRange(1, 50).Draw(t, "burst")),
+	}
+	r.net.maxDelay = r.net.minDelay + time.Duration(rapid.IntRange(0, 30).Draw(t, "jitterMs"))*time.Millisecond
+	for i := 0; i < n; i++ {
+		row := make([]float64, len(testKeys))
+		for k := range row {
+			row[k] = float64(rapid.IntRange(0, 30).Draw(t, fmt.Sprintf("demand%d%d", i, k)))
+		}
+		r.demand = append(r.demand, row)
+	}
+	at := time.Second
+	for c := rapid.IntRange(0, 3).Draw(t, "crashes"); c > 0; c-- {
+		at += time.Duration(rapid.IntRange(3000, 5000).Draw(t, "gapMs")) * time.Millisecond
+		plan := crashPlan{at: at, node: rapid.IntRange(0, n-1).Draw(t, "victim")}
+		if rapid.Bool().Draw(t, "restart") {
+			plan.restart = time.Duration(rapid.IntRange(50, 2500).Draw(t, "downMs")) * time.Millisecond
+		}
+		r.crashes = append(r.crashes, plan)
+	}
+	return r
+}
+
+// TestConservationProperty is the heart of gdrl: capacity is never created,
+// and after quiescence it is all there, exactly, under loss, duplication,
+// reordering, delays, single crashes and restarts.
+func TestConservationProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := drawRun(t)
+		r.run(t.Fatalf)
+	})
+}

@@ -1,0 +1,161 @@
+// Package gdrl implements the `gdrl` strategy: Generalized Distributed Rate
+// Limiting. Every node holds, per key, a capacity share C_i (a rate) and a
+// burst share B_i, and enforces its local token bucket (C_i, B_i); the
+// shares of a key sum to the rule's (r, b) over the cluster. Neighbours on a
+// communication graph compare their performance indicators and move
+// capacity towards equal indicators, so a node that sees more demand gets
+// more of the rate, and capacity moves only in transfers that are never
+// lost or counted twice, also when messages are lost, duplicated or
+// reordered and when nodes crash.
+//
+// # What is the papers'
+//
+//   - The update C_i <- C_i + eta * (q_i - q_j) between neighbours i and j,
+//     in the asynchronous pairwise form of seed 001, Appendix, Theorem 2 (one
+//     edge at a time), which keeps sum C_i = C (Lemma 1, eq. (8)): whatever
+//     one node gains its neighbour loses.
+//   - The 1/N rule for the initial shares (001 Fig. 1, eq. (6); 004 §2.2).
+//   - Two performance indicators: spare bandwidth q_i = lambda_i - C_i with a
+//     low-pass demand estimate lambda_i (001 eq. (14) and the filter with
+//     parameter alpha, §III-A), and the fill ratio S_i/D_i (004 §2.2, eq. (1)).
+//   - The default gain eta = 1/(2d) (001 eq. (15)).
+//   - Jain's fairness index of the indicators (001 eq. (16)), see JFI.
+//   - Communication graphs: the ring (d = 2, 001 Fig. 2, 004 §2.3's choice),
+//     random d-regular graphs (001 §III-C) and the full graph.
+//   - Capacity moved by messages such that a lost message makes no node gain
+//     or lose capacity (001 §IV "Message passing"; 004 §2.3: supply passed
+//     pairwise, so that sum S_i = R always holds).
+//   - The best buddy that inherits a failed node's share (001 §IV "Node
+//     failures", 004 §3.2); joining with zero supply (004 §3.3); a netsplit
+//     leaves each side with the shares it holds (004 §3.1).
+//
+// # What is ours
+//
+// Units. Capacity is counted in micro-tokens per second and burst in
+// micro-tokens (UnitsPerToken), as int64, so every sum is exact. The rule's
+// rate converts to units rounding down (never above r); burst shares are
+// whole tokens. A node's bucket enforces its share rounded down to the
+// bucket's resolution (a micro-token for bursts up to 4,611 tokens, coarser
+// by powers of ten above), so the cluster never enforces more than (r, b).
+//
+// Keys and the 1/N rule. A key's shares exist implicitly everywhere: a node
+// holds a default share (dc, db) that applies to every key it holds no
+// explicit share of. The founding members, the nodes started at time 0,
+// split C and B by the 1/N rule (in whole units and whole tokens, the first
+// ones in NodeID order getting the remainder), so every key's shares sum to
+// (C, B) exactly before the key is first seen. A node started at any other
+// time is a joiner with a zero default share (004 §3.3): the driver must
+// start a cluster's founding members at time 0 and nothing else. A key
+// becomes explicit at a node when it is requested there or its share
+// changes; it goes back to implicit once it has been idle (not requested
+// for `idle`) and its share equals the default share again. Default shares
+// change only by inheritance.
+//
+// Exchanges. Every `interval` a node probes one neighbour (round robin) with
+// the inputs of its indicators for its explicit keys (at most `max_keys`,
+// rotating): shares, demand estimate and its standard error, and whether the
+// key is active (requested within `idle`); idle keys it holds nothing of are
+// sent as bare names. The responder computes, per key, the pair's update,
+// pays what it owes in one transfer and sends its own inputs back for the
+// keys where the prober owes (an ask), so that the prober recomputes the
+// flow with its current shares and pays. Only explicit keys travel, so
+// messages are bounded by the keys active within `idle` and those still
+// settling.
+//
+// Flow per key, from j to i (negative: from i to j):
+//   - fill (the default): eta * min(D_i, D_j) * (S_j/D_j - S_i/D_i), with
+//     D = max(lambda, D_min) and D_min = C/(1000 N). 004 eq. (2) as printed
+//     moves supply towards the higher fill ratio, which diverges: GDRL needs
+//     an indicator that decreases with the share (001 Assumption 1), so we
+//     use q = -S/D. Then g_i(q) = -q D_i, -g_i' = D_i, and Theorem 2's bound
+//     becomes eta_ij < min(D_i, D_j)/2; we scale the dimensionless eta by the
+//     pair's smaller demand, with the same default 1/(2d). At eta = 1/2 a
+//     step at most equalises the pair's fill ratios, so it never overshoots.
+//     Fill is the default because it gives the rate where the demand is:
+//     spare bandwidth's equilibrium gives every node the same headroom
+//     lambda_i - C_i, so a key below its rate keeps (C - lambda)(N-1)/N on
+//     nodes that never see it, where a token bucket cannot use it.
+//   - spare: eta * (q_i - q_j), q = lambda - C (001 eq. (14), Theorem 2).
+//   - Nothing flows into a node where the key is idle but by relaxation:
+//     a key idle at both ends relaxes towards the default shares instead,
+//     halving the difference of the deviations C - dc (rounding away from
+//     zero; a single unit moves only from a node to its ring successor, so
+//     surpluses travel one way and deficits the other until they cancel).
+//     The deviations sum to zero, so an idle key settles at its default
+//     shares everywhere, goes back to implicit and costs nothing.
+//   - A flow smaller than `noise_band` standard errors of its own noise
+//     (from the demand estimates' standard errors) is not made: pairs do not
+//     chase the noise of sparse demand.
+//
+// Demand estimate (001 §III-A): per key and interval, lambda <- (1-alpha)
+// lambda + alpha * (tokens requested / interval), started at the first
+// interval with requests; the same filter over squared samples gives the
+// variance, and the standard error is sqrt(alpha/(2-alpha) * variance).
+// The paper's alpha = 1e-3 is per time slot; per 100 ms interval we default
+// to 0.02 (a 5 s time constant).
+//
+// Burst follows capacity: after a capacity flow the pair re-splits its
+// combined burst in proportion to its capacity shares, in whole tokens (so
+// that a bucket never holds a burst a hair below the one token a request
+// needs), and only when the split is off by 3/4 of a token or more (a dead
+// band against noise); an active node keeps one whole token if the pair has
+// two. When a node gives burst, the tokens its bucket holds above its
+// reduced burst travel with it and are credited (up to the receiver's
+// burst) with the transfer. Nothing creates tokens: a bucket keeps its level
+// when its burst grows and is capped when it shrinks, so the tokens in all
+// buckets and in flight never exceed b and the cluster conforms to the
+// (r, b) envelope whatever the exchanges do.
+//
+// Transfers (exact conservation, 001 §IV, 004 §2.3). The payer debits its
+// shares and keeps the transfer in its outbox until it is acknowledged,
+// retransmitting it every `retransmit`. A transfer is named by the paying
+// incarnation, the destination incarnation and a sequence number on that
+// link (1, 2, ...), and a payer has at most one transfer in flight per
+// destination (stop and wait). So the receiver's duplicate filter is one
+// number per paying incarnation plus a few holes (numbers its heir settled
+// while it was taken for dead). The receiver credits a transfer once and
+// acknowledges every copy. Capacity in flight is the capacity in
+// unacknowledged transfers that no node has credited (Pending, Applied):
+// sum C_i + in flight = C at every event, and sum C_i = C once the network
+// is quiet.
+//
+// Best buddy (001 §IV, 004 §3.2). Each node replicates its share record
+// (default shares, explicit shares, outbox, duplicate filter, tombstones of
+// incarnations it inherited) to its buddy: its ring successor when it chose
+// it, kept until the buddy leaves its view. Replication is write-ahead: a
+// transfer is sent, and a received transfer acknowledged, only once the
+// buddy has acknowledged a record that contains it, so the buddy's record
+// is never behind what the rest of the cluster has seen. Records travel as
+// deltas from the version the buddy acknowledged (the keys changed since,
+// and whichever other parts changed), one in flight at a time. When the
+// buddy's view loses the node, or it hears from a newer incarnation of it,
+// it inherits the record: it adds the shares to its own, adopts the outbox
+// (retransmitting those transfers under their original names) and keeps a
+// tombstone with the duplicate filter. A payer whose destination is gone
+// sends the transfer to the heir (the buddy that incarnation last
+// announced), which credits it unless the tombstone shows the destination
+// did. So a crash of one node (not its buddy at the same time) loses
+// nothing, and no crash creates capacity.
+//
+// Incarnations. A node that starts draws a new incarnation number (start
+// time in ms, then random bits), ordered after its earlier incarnations; a
+// restarted node joins with zero share and its old incarnation's share is
+// its heir's. A node that was only partitioned and declared dead keeps its
+// incarnation; when its heir sees it again it sends a fence with the
+// inherited amounts and the transfers it credited on the node's behalf, and
+// the node subtracts them (the inherited amounts, and those transfers if it
+// credited them too), so nothing is counted twice once the partition heals;
+// its shares may go negative, a debt that GDRL pays back since its
+// indicator is then high, and its bucket enforces zero meanwhile. During a
+// netsplit each side works with the shares it holds, and a node whose buddy
+// is across the cut is counted on both sides until the heal: the failure
+// detector cannot tell a netsplit from a crash.
+//
+// Limits. Two nodes that fail together (a node and its buddy, or a node
+// whose new buddy has not yet acknowledged its record) lose their shares,
+// never more. A node that crashes during a netsplit on the side away from
+// its old heir is inherited on both sides. Transfers to a destination whose
+// heir cannot be found stay in flight (counted, never credited). The
+// duplicate filters, tombstones and per-incarnation buddy memory grow by
+// one entry per peer incarnation.
+package gdrl

@@ -1,0 +1,582 @@
+package gdrl
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// UnitsPerToken is the resolution of capacity and burst shares: a capacity
+// share of UnitsPerToken is one token per second, a burst share of
+// UnitsPerToken is one token (ours: micro-tokens, so that shares are exact
+// int64 sums).
+const UnitsPerToken = 1_000_000
+
+// maxTotalUnits bounds a rule's capacity and burst in units (about 7.2e10
+// tokens/s and tokens), so that sums of shares, however inherited, stay far
+// from int64 overflow.
+const maxTotalUnits = 1 << 56
+
+// maxWireUnits bounds any amount a peer message may carry.
+const maxWireUnits = 1 << 58
+
+// Indicator names.
+const (
+	IndicatorSpare = "spare" // spare bandwidth q = lambda - C (001 eq. (14))
+	IndicatorFill  = "fill"  // fill ratio S/D (004 eq. (1)), used as q = -S/D
+)
+
+// Graph names.
+const (
+	GraphRing    = "ring"
+	GraphRegular = "regular"
+	GraphFull    = "full"
+)
+
+// GDRL is one node of the gdrl strategy for one rule. See the package
+// documentation. Not safe for concurrent use (no strategy is).
+type GDRL struct {
+	self strategy.NodeID
+	rnd  *rand.Rand
+	cfg  strategy.Config
+
+	// Parameters.
+	interval   time.Duration
+	indicator  string
+	eta        float64 // 0: the default for the graph's degree
+	alpha      float64
+	graph      string
+	degree     int
+	idle       time.Duration
+	retransmit time.Duration
+	maxKeys    int
+	noiseBand  float64
+
+	// The rule in units, and the bucket resolution.
+	totalC, totalB int64
+	unit           int64 // micro-tokens per bucket token
+	perToken       int64 // bucket tokens per request token
+	demandFloor    float64
+
+	inc        uint64 // this incarnation
+	members    []strategy.NodeID
+	neighbours []strategy.NodeID
+	nextNb     int
+	cursor     string // probe rotation when keys exceed max_keys
+	peers      map[strategy.NodeID]*peerInfo
+
+	dc, db int64 // default shares (keys without an explicit share)
+	shares map[string]*share
+
+	// Replication to the buddy (write-ahead).
+	buddy      strategy.NodeID
+	buddyInc   uint64
+	epoch      uint64
+	version    uint64
+	acked      uint64
+	dirty      bool
+	changed    map[string]uint64 // key -> version that changed it, not yet acknowledged
+	partAt     [numParts]uint64  // version that last changed each other part of the record
+	lazy       bool              // a change that may wait for the next interval to be replicated
+	recordSent time.Duration
+	sentVer    uint64 // the version of the last record sent
+	gated      []gatedMsg
+
+	// Transfers.
+	seqTo   map[srcKey]uint64 // per destination incarnation: the last sequence number used
+	outbox  []*transfer
+	applied filters // duplicate filter, per paying incarnation
+
+	// Inheritance.
+	tombs         []*tombstone
+	held          map[strategy.NodeID]*heldRecord
+	fencesApplied map[fenceKey]bool
+
+	nextTick time.Duration
+	tickReq  time.Duration // the interval tick last asked for with WakeAt
+	wakeReq  time.Duration // the earlier wake-up last asked for (retransmissions)
+	started  bool
+}
+
+// share is one key's explicit share at this node.
+type share struct {
+	c, b       int64
+	bkt        bucket.Bucket
+	demand     float64 // lambda estimate, units per second
+	demandSq   float64 // the same filter over squared samples
+	hasDemand  bool
+	reqTokens  int64 // tokens requested in the current interval
+	lastActive time.Duration
+	everActive bool
+}
+
+type peerInfo struct {
+	inc   uint64
+	buddy strategy.NodeID
+	// past maps the node's earlier incarnations to the buddy each last
+	// announced: the holder of a dead incarnation's record.
+	past map[uint64]strategy.NodeID
+}
+
+// TransferID names a capacity transfer: the paying incarnation, the
+// destination incarnation, and the transfer's sequence number on that link
+// (1, 2, ...).
+type TransferID struct {
+	Src    strategy.NodeID
+	SrcInc uint64
+	Dst    strategy.NodeID
+	DstInc uint64
+	Seq    uint64
+}
+
+type srcKey struct {
+	src strategy.NodeID
+	inc uint64
+}
+
+type item struct {
+	key  string
+	c, b int64
+	t    int64 // tokens travelling with the burst (transfers only), units
+}
+
+type transfer struct {
+	id       TransferID
+	items    []item // sorted by key
+	gate     uint64 // record version the buddy must hold before the first send
+	released bool
+	lastSent time.Duration
+	newInc   uint64 // a newer incarnation of dst seen: resolve through the heir
+}
+
+type gatedMsg struct {
+	gate    uint64
+	to      strategy.NodeID
+	payload []byte
+}
+
+// tombstone is what an heir keeps of an incarnation it inherited.
+type tombstone struct {
+	node      strategy.NodeID
+	inc       uint64
+	version   uint64
+	dc, db    int64
+	items     []item // inherited explicit shares
+	applied   filters
+	onBehalf  []*transfer
+	fenceDone bool
+	fencing   bool
+	fenceSent time.Duration
+}
+
+// heldRecord is a ward's replicated share record.
+type heldRecord struct {
+	inc, epoch, version uint64
+	dc, db              int64
+	shares              map[string][2]int64
+	outbox              []*transfer
+	applied             filters
+	tombs               []*tombstone
+	inView              bool
+}
+
+type fenceKey struct {
+	holder  strategy.NodeID
+	inc     uint64
+	version uint64
+}
+
+// The parts of a record besides the explicit shares (GdrlRecord.parts).
+const (
+	partDefaults = iota
+	partOutbox
+	partApplied
+	partTombs
+	numParts
+)
+
+// New builds a node (see the package documentation; the node must then be
+// started, at time 0 if it is a founding member). Parameters (cfg.Params,
+// unprefixed):
+//   - interval (duration > 0, default 100ms): the update interval Δ between
+//     a node's exchanges (001 §IV).
+//   - indicator (fill | spare, default fill): the performance indicator,
+//     fill ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq.
+//     (14)).
+//   - eta (number in (0, 1], default 1/(2d) for the graph's degree d, 001
+//     eq. (15); for fill, scaled by the pair's smaller demand): the gain.
+//   - alpha (number in (0, 1], default 0.02): the demand filter per interval
+//     (001 §III-A uses 1e-3 per time slot).
+//   - graph (ring | regular | full, default ring) and degree (even, >= 2,
+//     default 4, for regular): the communication graph (see Neighbours).
+//   - idle (duration, default 30s): a key not requested at a node for this
+//     long is idle there: it receives capacity only by relaxation, and its
+//     explicit share is dropped once back at the default share.
+//   - noise_band (number of standard errors in [0, 100], default 2): flows
+//     smaller than this many standard errors of their noise are not made.
+//   - retransmit (duration > 0, default max(interval, 4*LatencyHint)): the
+//     timeout after which unacknowledged transfers, records and fences are
+//     sent again.
+//   - max_keys (>= 1, default 1024): the most keys one probe carries.
+//
+// Errors: an invalid Config, Self not among Members, a bad or unknown
+// parameter (the error names it), or a rate or burst above about 7.2e10
+// tokens(/s).
+func New(cfg strategy.Config) (*GDRL, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(cfg.Members, cfg.Self) {
+		return nil, fmt.Errorf("gdrl: %s is not among the members %v", cfg.Self, cfg.Members)
+	}
+	g := &GDRL{self: cfg.Self, rnd: cfg.Rand, cfg: cfg}
+	var err error
+	p := &cfg.Params
+	if g.interval, err = p.Duration("interval", 100*time.Millisecond); err != nil {
+		return nil, err
+	}
+	if g.interval <= 0 {
+		return nil, fmt.Errorf("gdrl: parameter interval must be positive")
+	}
+	g.indicator = p.String("indicator", IndicatorFill)
+	if g.indicator != IndicatorSpare && g.indicator != IndicatorFill {
+		return nil, fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
+	}
+	if g.eta, err = p.Float("eta", -1); err != nil {
+		return nil, err
+	}
+	if g.eta == -1 {
+		g.eta = 0 // the default for the degree, once the graph is known
+	} else if !(g.eta > 0 && g.eta <= 1) {
+		return nil, fmt.Errorf("gdrl: parameter eta=%v: want a gain in (0, 1]", g.eta)
+	}
+	if g.alpha, err = p.Float("alpha", 0.02); err != nil {
+		return nil, err
+	}
+	if math.IsNaN(g.alpha) || g.alpha <= 0 || g.alpha > 1 {
+		return nil, fmt.Errorf("gdrl: parameter alpha=%v: want a filter gain in (0, 1]", g.alpha)
+	}
+	g.graph = p.String("graph", GraphRing)
+	if g.degree, err = p.Int("degree", 4); err != nil {
+		return nil, err
+	}
+	if _, err := Neighbours(g.graph, g.degree, cfg.Members, cfg.Self); err != nil {
+		return nil, err
+	}
+	if g.idle, err = p.Duration("idle", 30*time.Second); err != nil {
+		return nil, err
+	}
+	if g.retransmit, err = p.Duration("retransmit", max(g.interval, 4*cfg.LatencyHint)); err != nil {
+		return nil, err
+	}
+	if g.retransmit <= 0 {
+		return nil, fmt.Errorf("gdrl: parameter retransmit must be positive")
+	}
+	if g.maxKeys, err = p.Int("max_keys", 1024); err != nil {
+		return nil, err
+	}
+	if g.maxKeys < 1 {
+		return nil, fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)
+	}
+	if g.noiseBand, err = p.Float("noise_band", 2); err != nil {
+		return nil, err
+	}
+	if !(g.noiseBand >= 0 && g.noiseBand <= 100) {
+		return nil, fmt.Errorf("gdrl: parameter noise_band=%v: want a number of standard errors in [0, 100]", g.noiseBand)
+	}
+	if err := p.Check("gdrl"); err != nil {
+		return nil, err
+	}
+	if g.totalC, err = RateUnits(cfg.Rate); err != nil {
+		return nil, err
+	}
+	if cfg.Burst > maxTotalUnits/UnitsPerToken {
+		return nil, fmt.Errorf("gdrl: burst %d tokens is above the supported %d", cfg.Burst, int64(maxTotalUnits/UnitsPerToken))
+	}
+	g.totalB = cfg.Burst * UnitsPerToken
+	// The bucket counts in units of g.unit micro-tokens, the finest power of
+	// ten at which the whole burst fits the bucket's tick arithmetic.
+	g.unit = 1
+	for g.totalB/g.unit > (math.MaxInt64/2)/int64(time.Second) {
+		g.unit *= 10
+	}
+	g.perToken = UnitsPerToken / g.unit
+	g.demandFloor = math.Max(1, float64(g.totalC)/(1000*float64(len(cfg.Members))))
+	g.members = slices.Clone(cfg.Members)
+	slices.Sort(g.members)
+	g.peers = map[strategy.NodeID]*peerInfo{}
+	g.shares = map[string]*share{}
+	g.changed = map[string]uint64{}
+	g.applied = filters{}
+	g.seqTo = map[srcKey]uint64{}
+	g.held = map[strategy.NodeID]*heldRecord{}
+	g.fencesApplied = map[fenceKey]bool{}
+	return g, nil
+}
+
+var _ strategy.Strategy = (*GDRL)(nil)
+
+// RateUnits converts a rate into capacity units (micro-tokens per second),
+// rounding down. Errors above about 7.2e10 tokens/s.
+func RateUnits(r bucket.Rate) (int64, error) {
+	if r.Tokens <= 0 || r.Per <= 0 {
+		return 0, nil
+	}
+	hi, lo := bits.Mul64(uint64(r.Tokens), uint64(UnitsPerToken)*uint64(time.Second))
+	if hi >= uint64(r.Per) {
+		return 0, fmt.Errorf("gdrl: rate %v is above the supported %d tokens/s", r, int64(maxTotalUnits/UnitsPerToken))
+	}
+	q, _ := bits.Div64(hi, lo, uint64(r.Per))
+	if q > maxTotalUnits {
+		return 0, fmt.Errorf("gdrl: rate %v is above the supported %d tokens/s", r, int64(maxTotalUnits/UnitsPerToken))
+	}
+	return int64(q), nil
+}
+
+// ---- Public read-outs (for tests and the evaluator) ----
+
+// TotalCapacity is the rule's rate C in units (micro-tokens per second).
+func (g *GDRL) TotalCapacity() int64 { return g.totalC }
+
+// TotalBurst is the rule's burst B in units (micro-tokens).
+func (g *GDRL) TotalBurst() int64 { return g.totalB }
+
+// CapacityShare returns this node's capacity share C_i of key, in units
+// (micro-tokens per second). It may be negative after a partition heals (a
+// debt, see the package documentation); the bucket then enforces zero.
+func (g *GDRL) CapacityShare(key string) int64 {
+	if sh := g.shares[key]; sh != nil {
+		return sh.c
+	}
+	return g.dc
+}
+
+// BurstShare returns this node's burst share B_i of key, in units
+// (micro-tokens).
+func (g *GDRL) BurstShare(key string) int64 {
+	if sh := g.shares[key]; sh != nil {
+		return sh.b
+	}
+	return g.db
+}
+
+// DefaultShare returns the capacity and burst share this node holds of
+// every key it holds no explicit share of, in units.
+func (g *GDRL) DefaultShare() (capacity, burst int64) { return g.dc, g.db }
+
+// InFlight returns the capacity and burst of key in this node's
+// unacknowledged transfers, in units. Part of it may already be credited at
+// the destination (its acknowledgement not yet back); Pending and Applied
+// tell exactly.
+func (g *GDRL) InFlight(key string) (capacity, burst int64) {
+	for _, t := range g.outbox {
+		for _, it := range t.items {
+			if it.key == key {
+				capacity += it.c
+				burst += it.b
+			}
+		}
+	}
+	return capacity, burst
+}
+
+// Pending is one unacknowledged transfer of one key in a node's outbox.
+type Pending struct {
+	ID       TransferID
+	Capacity int64
+	Burst    int64
+}
+
+// Pending lists this node's unacknowledged transfers of key (its own and
+// those it adopted from incarnations it inherited).
+func (g *GDRL) Pending(key string) []Pending {
+	var out []Pending
+	for _, t := range g.outbox {
+		for _, it := range t.items {
+			if it.key == key {
+				out = append(out, Pending{ID: t.id, Capacity: it.c, Burst: it.b})
+			}
+		}
+	}
+	return out
+}
+
+// Applied reports whether transfer id has been credited as far as this
+// node knows: by this node as its destination or as the destination's heir,
+// or by the destination according to the record of it this node holds as
+// its buddy (a dead node's credit is in its record before anyone hears of
+// it: replication is write-ahead).
+func (g *GDRL) Applied(id TransferID) bool {
+	dst, dstInc := id.Dst, id.DstInc
+	if dst == g.self && dstInc == g.inc {
+		return g.applied.credited(id)
+	}
+	if rec := g.held[dst]; rec != nil && rec.inc == dstInc && rec.applied.credited(id) {
+		return true
+	}
+	for _, t := range g.tombs {
+		if t.node == dst && t.inc == dstInc {
+			return t.applied.credited(id)
+		}
+	}
+	return false
+}
+
+// Incarnation returns this node's incarnation number (0 before Start).
+func (g *GDRL) Incarnation() uint64 { return g.inc }
+
+// Buddy returns the node this node replicates its share record to ("" when
+// it is alone).
+func (g *GDRL) Buddy() strategy.NodeID { return g.buddy }
+
+// Neighbours returns this node's current neighbours in the communication
+// graph.
+func (g *GDRL) Neighbours() []strategy.NodeID { return slices.Clone(g.neighbours) }
+
+// Keys returns the keys this node holds an explicit share of, sorted.
+func (g *GDRL) Keys() []string { return g.sortedKeys() }
+
+// Demand returns this node's demand estimate lambda_i for key, in units
+// (micro-tokens per second); 0 for a key it holds no explicit share of.
+func (g *GDRL) Demand(key string) float64 {
+	if sh := g.shares[key]; sh != nil {
+		return sh.demand
+	}
+	return 0
+}
+
+// Indicator returns this node's performance indicator q_i for key: spare
+// bandwidth lambda_i - C_i in units per second, or the fill ratio as
+// -S_i/D_i (see the package documentation).
+func (g *GDRL) Indicator(key string) float64 {
+	return g.indicatorOf(g.CapacityShare(key), g.Demand(key))
+}
+
+// Gain returns the gain eta in use.
+func (g *GDRL) Gain() float64 {
+	if g.eta > 0 {
+		return g.eta
+	}
+	return DefaultGain(len(g.neighbours))
+}
+
+// DefaultGain is the stability bound 1/(2d) for degree d (001 eq. (15)); 1/2
+// for d < 1.
+func DefaultGain(d int) float64 {
+	if d < 1 {
+		return 0.5
+	}
+	return 1 / (2 * float64(d))
+}
+
+// JFI returns Jain's fairness index (sum q)^2 / (N sum q^2) of the
+// performance indicators q (001 eq. (16)): 1 when all are equal, down to 1/N.
+// 1 for an empty or all-zero vector.
+func JFI(q []float64) float64 {
+	var s, s2 float64
+	for _, x := range q {
+		s += x
+		s2 += x * x
+	}
+	if len(q) == 0 || s2 == 0 {
+		return 1
+	}
+	return s * s / (float64(len(q)) * s2)
+}
+
+func (g *GDRL) sortedKeys() []string {
+	keys := make([]string, 0, len(g.shares))
+	for k := range g.shares {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (g *GDRL) inView(n strategy.NodeID) bool {
+	_, ok := slices.BinarySearch(g.members, n)
+	return ok
+}
+
+// maxHoles bounds the holes a duplicate filter keeps per paying incarnation
+// (the oldest go first; holes come from transfers settled by an heir while
+// their destination was alive but taken for dead, a rare event).
+const maxHoles = 64
+
+// filter is a receiver's duplicate filter for one paying incarnation. A
+// payer numbers its transfers to one destination incarnation 1, 2, ... and
+// has at most one in flight, so every transfer up to seq is settled, and a
+// number the receiver never saw (a hole) was settled by its heir.
+type filter struct {
+	seq   uint64
+	holes []uint64 // sorted
+}
+
+type filters map[srcKey]*filter
+
+// settled reports whether id is settled (here or elsewhere).
+func (f filters) settled(id TransferID) bool {
+	e := f[srcKey{id.Src, id.SrcInc}]
+	return e != nil && id.Seq <= e.seq
+}
+
+// credited reports whether id was credited here.
+func (f filters) credited(id TransferID) bool {
+	e := f[srcKey{id.Src, id.SrcInc}]
+	return e != nil && id.Seq <= e.seq && !slices.Contains(e.holes, id.Seq)
+}
+
+// accept records id as credited here, unless it is settled already.
+func (f filters) accept(id TransferID) bool {
+	if f.settled(id) {
+		return false
+	}
+	e := f.entry(id)
+	e.skip(id.Seq)
+	e.seq = id.Seq
+	return true
+}
+
+// settleElsewhere records id as settled but not credited here.
+func (f filters) settleElsewhere(id TransferID) {
+	e := f.entry(id)
+	if id.Seq <= e.seq {
+		return
+	}
+	e.skip(id.Seq)
+	e.seq = id.Seq
+	e.addHole(id.Seq)
+}
+
+func (f filters) entry(id TransferID) *filter {
+	k := srcKey{id.Src, id.SrcInc}
+	e := f[k]
+	if e == nil {
+		e = &filter{}
+		f[k] = e
+	}
+	return e
+}
+
+// skip records the numbers between the last settled one and seq as holes.
+func (e *filter) skip(seq uint64) {
+	for s := max(e.seq+1, seq-min(seq, maxHoles)); s < seq; s++ {
+		e.addHole(s)
+	}
+}
+
+func (e *filter) addHole(s uint64) {
+	if i, found := slices.BinarySearch(e.holes, s); !found {
+		e.holes = slices.Insert(e.holes, i, s)
+	}
+	if len(e.holes) > maxHoles {
+		e.holes = slices.Delete(e.holes, 0, len(e.holes)-maxHoles)
+	}
+}

@@ -1,0 +1,416 @@
+package gdrl_test
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
+)
+
+// harness drives N gdrl nodes directly over a simulated network with
+// latency, loss, duplication and reordering, and crashes, restarts and
+// membership updates after a detection delay. It is deterministic for a
+// seed.
+type harness struct {
+	fail      func(format string, args ...any)
+	nodes     []*hnode
+	q         hqueue
+	seq       uint64
+	now       time.Duration
+	rnd       *rand.Rand
+	seed      uint64
+	net       hnet
+	params    []string
+	rate      bucket.Rate
+	burst     int64
+	detection time.Duration
+	fx        strategy.Effects
+	messages  int64
+	bytes     int64
+	// afterEvent, if set, runs after every event.
+	afterEvent func()
+}
+
+type hnet struct {
+	loss, dup, reorder float64
+	minDelay, maxDelay time.Duration
+}
+
+type hnode struct {
+	id    strategy.NodeID
+	g     *gdrl.GDRL
+	alive bool
+	epoch uint64
+	view  []strategy.NodeID
+	group int // partition group: messages cross no group boundary
+	wakes map[time.Duration]bool
+}
+
+const (
+	evDeliver = iota
+	evView
+	evRequest
+	evWake
+)
+
+type hevent struct {
+	at      time.Duration
+	kind    int
+	seq     uint64
+	to      int
+	from    int
+	epoch   uint64
+	payload []byte
+	key     string
+	tokens  int64
+	fn      func()
+}
+
+type hqueue []hevent
+
+func (q hqueue) Len() int { return len(q) }
+func (q hqueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	if q[i].kind != q[j].kind {
+		return q[i].kind < q[j].kind
+	}
+	return q[i].seq < q[j].seq
+}
+func (q hqueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *hqueue) Push(x any)   { *q = append(*q, x.(hevent)) }
+func (q *hqueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+func newHarness(n int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any)) *harness {
+	h := &harness{fail: fail, rnd: rand.New(rand.NewPCG(seed, 0x68617273)), seed: seed, net: net, params: params,
+		rate: rate, burst: burst, detection: 300 * time.Millisecond}
+	for i := 0; i < n; i++ {
+		h.nodes = append(h.nodes, &hnode{id: strategy.NodeID(fmt.Sprintf("n%d", i)), alive: true})
+	}
+	all := h.aliveSet()
+	for i := range h.nodes {
+		h.nodes[i].view = slices.Clone(all)
+		h.start(i)
+	}
+	return h
+}
+
+func (h *harness) push(e hevent) {
+	h.seq++
+	e.seq = h.seq
+	heap.Push(&h.q, e)
+}
+
+func (h *harness) aliveSet() []strategy.NodeID { return h.reachable(0) }
+
+// reachable is the sorted live nodes of partition group grp.
+func (h *harness) reachable(grp int) []strategy.NodeID {
+	var out []strategy.NodeID
+	for _, n := range h.nodes {
+		if n.alive && n.group == grp {
+			out = append(out, n.id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// partition puts the listed nodes in group 1 (the others stay in 0); heal
+// puts everyone back in 0. Views follow after the detection delay.
+func (h *harness) partition(nodes ...int) {
+	for _, i := range nodes {
+		h.nodes[i].group = 1
+	}
+	h.push(hevent{at: h.now + h.detection, kind: evView})
+}
+
+func (h *harness) heal() {
+	for _, n := range h.nodes {
+		n.group = 0
+	}
+	h.push(hevent{at: h.now + h.detection, kind: evView})
+}
+
+func (h *harness) index(id strategy.NodeID) int {
+	return slices.IndexFunc(h.nodes, func(n *hnode) bool { return n.id == id })
+}
+
+func (h *harness) start(i int) {
+	n := h.nodes[i]
+	p, err := strategy.ParseParams(h.params)
+	if err != nil {
+		h.fail("params: %v", err)
+		return
+	}
+	g, err := gdrl.New(strategy.Config{Self: n.id, Members: slices.Clone(n.view), Rate: h.rate, Burst: h.burst,
+		Rand: rand.New(rand.NewPCG(h.seed, uint64(i)<<32|n.epoch)), Params: p, LatencyHint: h.net.maxDelay})
+	if err != nil {
+		h.fail("New: %v", err)
+		return
+	}
+	n.g = g
+	h.fx.Reset()
+	g.Start(h.now, &h.fx)
+	h.apply(i)
+}
+
+func (h *harness) apply(i int) {
+	n := h.nodes[i]
+	msgs := slices.Clone(h.fx.Messages)
+	wakes := slices.Clone(h.fx.Wakeups)
+	for _, m := range msgs {
+		h.send(i, m)
+	}
+	if n.wakes == nil {
+		n.wakes = map[time.Duration]bool{}
+	}
+	for _, at := range wakes {
+		at = max(at, h.now)
+		if !n.wakes[at] { // like sim: one wake-up per instant
+			n.wakes[at] = true
+			h.push(hevent{at: at, kind: evWake, to: i, epoch: n.epoch})
+		}
+	}
+}
+
+func (h *harness) send(from int, m strategy.Message) {
+	h.messages++
+	h.bytes += int64(len(m.Payload))
+	to := h.index(m.To)
+	if to < 0 {
+		h.fail("message to unknown node %q", m.To)
+		return
+	}
+	if h.nodes[to].group != h.nodes[from].group || h.rnd.Float64() < h.net.loss {
+		return
+	}
+	copies := 1
+	if h.rnd.Float64() < h.net.dup {
+		copies = 2
+	}
+	for range copies {
+		d := h.net.minDelay
+		if span := h.net.maxDelay - h.net.minDelay; span > 0 {
+			d += time.Duration(h.rnd.Int64N(int64(span) + 1))
+		}
+		if h.rnd.Float64() < h.net.reorder {
+			d += time.Duration(h.rnd.Int64N(5*int64(h.net.maxDelay) + 1))
+		}
+		h.push(hevent{at: h.now + d, kind: evDeliver, to: to, from: from, payload: m.Payload})
+	}
+}
+
+// step runs the next event; false when there is none.
+func (h *harness) step() bool {
+	if len(h.q) == 0 {
+		return false
+	}
+	e := heap.Pop(&h.q).(hevent)
+	h.now = e.at
+	switch e.kind {
+	case evDeliver:
+		n := h.nodes[e.to]
+		if !n.alive || n.group != h.nodes[e.from].group {
+			break
+		}
+		h.fx.Reset()
+		if err := n.g.Receive(h.now, h.nodes[e.from].id, e.payload, &h.fx); err != nil {
+			h.fail("%s refused a peer message: %v", n.id, err)
+		}
+		h.apply(e.to)
+	case evWake:
+		n := h.nodes[e.to]
+		if !n.alive || n.epoch != e.epoch {
+			break
+		}
+		delete(n.wakes, e.at)
+		h.fx.Reset()
+		n.g.Tick(h.now, &h.fx)
+		h.apply(e.to)
+	case evRequest:
+		if e.fn != nil {
+			e.fn()
+			break
+		}
+		n := h.nodes[e.to]
+		if !n.alive {
+			break
+		}
+		h.fx.Reset()
+		n.g.Request(h.now, strategy.Request{ID: e.seq, Key: e.key, Tokens: e.tokens, Arrival: h.now}, &h.fx)
+		h.apply(e.to)
+	case evView:
+		h.updateViews()
+	}
+	if h.afterEvent != nil {
+		h.afterEvent()
+	}
+	return true
+}
+
+// runUntil runs every event up to time t.
+func (h *harness) runUntil(t time.Duration) {
+	for len(h.q) > 0 && h.q[0].at <= t {
+		h.step()
+	}
+	h.now = max(h.now, t)
+}
+
+// at schedules fn at time t (among the requests of that instant).
+func (h *harness) at(t time.Duration, fn func()) {
+	h.push(hevent{at: t, kind: evRequest, fn: fn})
+}
+
+func (h *harness) crash(i int) {
+	n := h.nodes[i]
+	if !n.alive {
+		return
+	}
+	n.alive = false
+	n.epoch++
+	h.push(hevent{at: h.now + h.detection, kind: evView})
+}
+
+func (h *harness) restart(i int) {
+	n := h.nodes[i]
+	if n.alive {
+		return
+	}
+	n.alive = true
+	n.epoch++
+	n.wakes = nil
+	n.view = h.reachable(n.group)
+	h.start(i)
+	h.push(hevent{at: h.now + h.detection, kind: evView})
+}
+
+func (h *harness) updateViews() {
+	for i, n := range h.nodes {
+		v := h.reachable(n.group)
+		if !n.alive || slices.Equal(n.view, v) {
+			continue
+		}
+		n.view = slices.Clone(v)
+		h.fx.Reset()
+		n.g.SetMembers(h.now, slices.Clone(v), &h.fx)
+		h.apply(i)
+	}
+}
+
+// poisson schedules requests of key at node i at rate per second with the
+// given tokens each, from now until end.
+func (h *harness) poisson(i int, key string, perSec float64, tokens int64, end time.Duration) {
+	var next func(t time.Duration)
+	next = func(t time.Duration) {
+		t += time.Duration(h.rnd.ExpFloat64() / perSec * float64(time.Second))
+		if t >= end {
+			return
+		}
+		h.at(t, func() {
+			h.push(hevent{at: t, kind: evRequest, to: i, key: key, tokens: tokens})
+			next(t)
+		})
+	}
+	next(h.now)
+}
+
+// audit sums key's shares over the live nodes, and the capacity in
+// transfers that no live node has credited (each transfer once, however
+// many outboxes hold it).
+func (h *harness) audit(key string) (held, heldB, inflight, inflightB int64, pending int) {
+	seen := map[gdrl.TransferID]bool{}
+	for _, n := range h.nodes {
+		if !n.alive {
+			continue
+		}
+		held += n.g.CapacityShare(key)
+		heldB += n.g.BurstShare(key)
+	}
+	for _, n := range h.nodes {
+		if !n.alive {
+			continue
+		}
+		for _, p := range n.g.Pending(key) {
+			pending++
+			if seen[p.ID] {
+				continue
+			}
+			seen[p.ID] = true
+			applied := false
+			for _, m := range h.nodes {
+				if m.alive && m.g.Applied(p.ID) {
+					applied = true
+					break
+				}
+			}
+			if !applied {
+				inflight += p.Capacity
+				inflightB += p.Burst
+			}
+		}
+	}
+	return
+}
+
+func (h *harness) anyPending(keys []string) bool {
+	for _, n := range h.nodes {
+		if !n.alive {
+			continue
+		}
+		for _, k := range keys {
+			if len(n.g.Pending(k)) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (h *harness) describe(key string) string {
+	var b strings.Builder
+	for _, n := range h.nodes {
+		if !n.alive {
+			fmt.Fprintf(&b, "%s dead; ", n.id)
+			continue
+		}
+		fmt.Fprintf(&b, "%s inc=%d C=%d B=%d buddy=%s pending=%v; ", n.id, n.g.Incarnation(), n.g.CapacityShare(key), n.g.BurstShare(key), n.g.Buddy(), n.g.Pending(key))
+	}
+	return b.String()
+}
+
+// request schedules one request of key for tokens at node i at time t.
+func (h *harness) request(i int, key string, tokens int64, t time.Duration) {
+	h.push(hevent{at: t, kind: evRequest, to: i, key: key, tokens: tokens})
+}
+
+// poissonCount draws a Poisson variate with the given mean (Knuth's method
+// in chunks of 30, so that large means do not underflow).
+func poissonCount(r *rand.Rand, mean float64) int64 {
+	var n int64
+	for mean > 0 {
+		m := min(mean, 30)
+		mean -= m
+		l, p := math.Exp(-m), 1.0
+		for {
+			p *= r.Float64()
+			if p <= l {
+				break
+			}
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,1019 @@
+package gdrl
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// newInc draws an incarnation number: the start time in whole milliseconds
+// in the high bits, so that a node's later incarnations are larger, and 20
+// random bits (never all zero) below.
+func newInc(now time.Duration, rnd *rand.Rand) uint64 {
+	ms := uint64(max(now, 0) / time.Millisecond)
+	return ms<<20 | (rnd.Uint64N(1<<20-1) + 1)
+}
+
+// splitUnits is member i's share of total under the 1/N rule in whole
+// units: total/n, plus one for the first total mod n members.
+func splitUnits(total int64, n, i int) int64 {
+	s := total / int64(n)
+	if int64(i) < total%int64(n) {
+		s++
+	}
+	return s
+}
+
+// Start starts the node. A node started at time 0 is a founding member and
+// takes its 1/N share of every key; a node started later joins with none
+// (004 §3.3). It announces its incarnation to every member and sends its
+// first record to its buddy.
+func (g *GDRL) Start(now time.Duration, fx *strategy.Effects) {
+	if g.started {
+		return
+	}
+	g.started = true
+	g.inc = newInc(now, g.rnd)
+	if now == 0 {
+		i, _ := slices.BinarySearch(g.members, g.self)
+		g.dc = splitUnits(g.totalC, len(g.members), i)
+		g.db = splitUnits(g.cfg.Burst, len(g.members), i) * UnitsPerToken
+	}
+	g.neighbours, _ = Neighbours(g.graph, g.degree, g.members, g.self) // checked in New
+	if len(g.neighbours) > 0 {
+		g.nextNb = g.rnd.IntN(len(g.neighbours))
+	}
+	g.setBuddy(successor(g.members, g.self))
+	for _, m := range g.members {
+		if m != g.self {
+			fx.Send(m, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}}))
+		}
+	}
+	g.nextTick = now + 1 + time.Duration(g.rnd.Int64N(int64(g.interval)))
+	g.mark(partDefaults)
+	g.flush(now, fx)
+}
+
+// Request decides req with the key's local token bucket (C_i, B_i) and
+// counts its tokens as demand.
+func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	d := strategy.Decision{RequestID: req.ID, Allowed: true}
+	if req.Tokens <= 0 {
+		return d, true
+	}
+	sh := g.materialize(req.Key, now)
+	if sh.reqTokens < 1<<62-req.Tokens {
+		sh.reqTokens += req.Tokens
+	}
+	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
+	d.Allowed = req.Tokens <= g.cfg.Burst && sh.bkt.AllowN(req.Arrival, req.Tokens*g.perToken)
+	g.flush(now, fx)
+	return d, true
+}
+
+// Tick closes an update interval when one is due (demand estimates, idle
+// keys, one probe) and retransmits what has waited for `retransmit`.
+func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
+	if !g.started {
+		return
+	}
+	if now >= g.nextTick {
+		g.closeInterval(now)
+		g.probe(now, fx)
+		for g.nextTick <= now {
+			g.nextTick += g.interval
+		}
+	}
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && now-t.lastSent >= g.retransmit {
+			g.sendTransfer(now, t, fx)
+		}
+	}
+	if g.lazy {
+		g.lazy, g.dirty = false, true
+	}
+	if !g.dirty && g.buddy != "" && g.acked < g.version && now-g.recordSent >= g.retransmit {
+		g.sendRecord(now, fx)
+	}
+	for _, tb := range g.tombs {
+		if !tb.fenceDone && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
+			g.sendFenced(now, tb, fx)
+		}
+	}
+	g.flush(now, fx)
+}
+
+// SetMembers applies a new view: records of wards that left are inherited
+// (best buddy, 001 §IV, 004 §3.2), the graph and, if it left, the buddy are
+// chosen again, transfers to nodes that left go to their heirs, and
+// tombstoned nodes that are back are fenced.
+func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	view := slices.Clone(members)
+	slices.Sort(view)
+	view = slices.Compact(view)
+	if i, ok := slices.BinarySearch(view, g.self); !ok {
+		view = slices.Insert(view, i, g.self)
+	}
+	old := g.members
+	g.members = view
+	for _, n := range old {
+		if rec := g.held[n]; rec != nil && rec.inView && !g.inView(n) {
+			g.inherit(now, n, rec, fx)
+		}
+	}
+	for _, n := range g.heldNodes() {
+		if g.inView(n) {
+			g.held[n].inView = true
+		}
+	}
+	g.neighbours, _ = Neighbours(g.graph, g.degree, g.members, g.self)
+	if g.buddy == "" || !g.inView(g.buddy) {
+		g.setBuddy(successor(g.members, g.self))
+	}
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && !g.inView(t.id.Dst) {
+			g.sendTransfer(now, t, fx)
+		}
+	}
+	for _, tb := range g.tombs {
+		if !tb.fenceDone && !tb.fencing && g.inView(tb.node) {
+			g.sendFenced(now, tb, fx)
+		}
+	}
+	g.flush(now, fx)
+}
+
+// StateBytes is the size of this node's full share record in its wire
+// encoding, plus the records it holds for its wards, plus per explicit key
+// the bucket and demand estimate (30 bytes).
+func (g *GDRL) StateBytes() int {
+	n := proto.Size(g.recordMsg(0))
+	for _, w := range g.heldNodes() {
+		n += proto.Size(g.held[w].msg())
+	}
+	for _, m := range g.gated {
+		n += len(m.payload)
+	}
+	return n + 30*len(g.shares)
+}
+
+// Receive handles a peer message. Errors: a payload that does not decode or
+// fails validation (see validate); errors change no state.
+func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	var m peerv1.GdrlMessage
+	if err := proto.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("gdrl: message from %s does not decode: %w", from, err)
+	}
+	if err := g.validate(from, &m); err != nil {
+		return err
+	}
+	if !g.started {
+		return nil
+	}
+	dead := g.observe(now, from, m.Inc, strategy.NodeID(m.Buddy), fx)
+	switch b := m.Body.(type) {
+	case *peerv1.GdrlMessage_Probe:
+		if !dead {
+			g.onProbe(now, from, m.Inc, b.Probe, fx)
+		}
+	case *peerv1.GdrlMessage_Ask:
+		if !dead {
+			g.onAsk(now, from, m.Inc, b.Ask)
+		}
+	case *peerv1.GdrlMessage_Transfer:
+		g.onTransfer(now, from, transferFrom(b.Transfer), b.Transfer.Resolve, b.Transfer.DstNewInc, fx)
+	case *peerv1.GdrlMessage_TransferAck:
+		g.onTransferAck(now, from, m.Inc, b.TransferAck, fx)
+	case *peerv1.GdrlMessage_Record:
+		if !dead {
+			g.onRecord(now, from, m.Inc, b.Record, fx)
+		}
+	case *peerv1.GdrlMessage_RecordAck:
+		if !dead {
+			g.onRecordAck(now, from, m.Inc, b.RecordAck, fx)
+		}
+	case *peerv1.GdrlMessage_Fenced:
+		g.onFenced(now, from, b.Fenced)
+	case *peerv1.GdrlMessage_FenceAck:
+		g.onFenceAck(now, from, b.FenceAck, fx)
+	case *peerv1.GdrlMessage_Hello:
+	}
+	g.flush(now, fx)
+	return nil
+}
+
+// ---- Incarnations ----
+
+// observe records what a message says about its sender. It reports whether
+// the message comes from an incarnation older than one already seen (a
+// dead one: only its transfers and acknowledgements still count).
+func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, buddy strategy.NodeID, fx *strategy.Effects) bool {
+	if from == g.self {
+		return inc != g.inc
+	}
+	p := g.peers[from]
+	switch {
+	case p == nil:
+		p = &peerInfo{inc: inc}
+		g.peers[from] = p
+		if rec := g.held[from]; rec != nil && rec.inc < inc {
+			g.inherit(now, from, rec, fx)
+		}
+	case inc < p.inc:
+		return true
+	case inc > p.inc:
+		g.noteNewInc(now, from, inc, fx)
+	}
+	if buddy != "" {
+		p.buddy = buddy
+	}
+	for _, tb := range g.tombs {
+		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing {
+			g.sendFenced(now, tb, fx)
+		}
+	}
+	return false
+}
+
+// noteNewInc handles evidence that node runs incarnation inc, newer than
+// any seen: its older incarnations are dead.
+func (g *GDRL) noteNewInc(now time.Duration, node strategy.NodeID, inc uint64, fx *strategy.Effects) {
+	p := g.peers[node]
+	if p == nil {
+		p = &peerInfo{}
+		g.peers[node] = p
+	}
+	if inc <= p.inc {
+		return
+	}
+	if p.inc != 0 && p.buddy != "" {
+		if p.past == nil {
+			p.past = map[uint64]strategy.NodeID{}
+		}
+		p.past[p.inc] = p.buddy
+	}
+	p.inc, p.buddy = inc, ""
+	for k := range g.seqTo {
+		if k.src == node && k.inc < inc {
+			delete(g.seqTo, k) // no new transfer goes to a dead incarnation
+		}
+	}
+	if rec := g.held[node]; rec != nil && rec.inc < inc {
+		g.inherit(now, node, rec, fx)
+	}
+	if node == g.buddy && g.buddyInc != inc {
+		// The buddy restarted and lost our record: replicate afresh.
+		g.buddyInc = inc
+		g.epoch++
+		g.acked, g.sentVer = 0, 0
+		g.dirty = true
+	}
+	for _, t := range slices.Clone(g.outbox) {
+		if t.id.Dst == node && t.id.DstInc < inc {
+			t.newInc = max(t.newInc, inc)
+			if t.released {
+				g.sendTransfer(now, t, fx)
+			}
+		}
+	}
+}
+
+// ---- Exchanges ----
+
+// probe sends this node's indicator inputs to the next neighbour.
+func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
+	if len(g.neighbours) == 0 || len(g.shares) == 0 {
+		return
+	}
+	nb := g.neighbours[g.nextNb%len(g.neighbours)]
+	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
+	keys := g.sortedKeys()
+	complete := len(keys) <= g.maxKeys
+	if !complete {
+		start := sort.SearchStrings(keys, g.cursor)
+		keys = append(keys[start:], keys[:start]...)[:g.maxKeys]
+		g.cursor = keys[len(keys)-1] + "\x00"
+		sort.Strings(keys)
+	}
+	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db, Complete: complete}
+	for _, k := range keys {
+		if s := g.shareMsg(k, now); s.Capacity == 0 && s.Burst == 0 && !s.Active {
+			p.Empty = append(p.Empty, k)
+		} else {
+			p.Shares = append(p.Shares, s)
+		}
+	}
+	fx.Send(nb, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Probe{Probe: p}}))
+}
+
+// onProbe answers a neighbour's probe: per key, the pairwise update (001
+// Appendix, Theorem 2) gives the flow; this node pays what it owes and, for
+// the keys where the prober owes, sends back its own indicator inputs (an
+// ask) so that the prober recomputes the flow with its current shares and
+// pays.
+func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, p *peerv1.GdrlProbe, fx *strategy.Effects) {
+	if !g.inView(from) || from == g.self {
+		return
+	}
+	theirs := map[string]*peerv1.GdrlShare{}
+	var keys []string
+	for _, s := range p.Shares {
+		theirs[s.Key] = s
+		keys = append(keys, s.Key)
+	}
+	for _, k := range p.Empty {
+		theirs[k] = &peerv1.GdrlShare{Key: k}
+		keys = append(keys, k)
+	}
+	if p.Complete {
+		for k := range g.shares {
+			if theirs[k] == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	var pay []item
+	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
+	for _, k := range keys {
+		c, b := g.flow(theirSide(from, p.DefaultCapacity, p.DefaultBurst, theirs[k]), g.mySide(k, now))
+		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
+			pay = append(pay, item{key: k, c: pc, b: pb})
+		}
+		if c < 0 || b < 0 {
+			ask.Shares = append(ask.Shares, g.shareMsg(k, now))
+		}
+	}
+	if len(pay) > 0 {
+		g.pay(now, from, fromInc, pay)
+	}
+	if len(ask.Shares) > 0 {
+		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
+	}
+}
+
+// onAsk pays what the update owes the asker, recomputed with this node's
+// current shares (so that concurrent exchanges do not overshoot).
+func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlAsk) {
+	if a.ToInc != g.inc || !g.inView(from) || from == g.self {
+		return
+	}
+	var pay []item
+	for _, s := range a.Shares {
+		c, b := g.flow(theirSide(from, a.DefaultCapacity, a.DefaultBurst, s), g.mySide(s.Key, now))
+		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
+			pay = append(pay, item{key: s.Key, c: pc, b: pb})
+		}
+	}
+	g.pay(now, from, fromInc, pay)
+}
+
+// mySide is this node's end of an exchange for key. An idle key's demand
+// counts as none (the flow rules never use it).
+func (g *GDRL) mySide(key string, now time.Duration) side {
+	me := side{id: g.self, c: g.dc, b: g.db, dc: g.dc, db: g.db}
+	if sh := g.shares[key]; sh != nil {
+		me.c, me.b, me.active = sh.c, sh.b, g.active(sh, now)
+		if me.active {
+			me.demand = float64(float32(sh.demand)) // as the peer sees it
+			me.noise = float64(float32(g.noise(sh)))
+		}
+	}
+	return me
+}
+
+// theirSide is a peer's end of an exchange for one key, from its message.
+func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
+	them := side{id: id, c: dc, b: db, dc: dc, db: db}
+	if s != nil {
+		them.c, them.b, them.active = s.Capacity, s.Burst, s.Active
+		if s.Active {
+			them.demand, them.noise = float64(s.Demand), float64(s.Noise)
+		}
+	}
+	return them
+}
+
+// shareMsg is key's indicator inputs at this node.
+func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
+	me := g.mySide(key, now)
+	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Active: me.active}
+}
+
+// ---- Transfers ----
+
+// pay debits up to the given amounts (capped at what this node holds) and
+// queues one transfer to (to, toInc), sent once the buddy holds a record
+// with it. Nothing is paid while an earlier transfer to the same node is
+// unacknowledged (stop and wait).
+func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []item) {
+	if to == g.self || g.outstandingTo(to) {
+		return
+	}
+	var out []item
+	for _, it := range items {
+		c := min(it.c, max(g.CapacityShare(it.key), 0))
+		b := min(it.b, max(g.BurstShare(it.key), 0))
+		if c <= 0 && b <= 0 {
+			continue
+		}
+		out = append(out, item{key: it.key, c: c, b: b, t: g.shrink(it.key, c, b, now)})
+	}
+	if len(out) == 0 {
+		return
+	}
+	link := srcKey{to, toInc}
+	g.seqTo[link]++
+	g.outbox = append(g.outbox, &transfer{
+		id:    TransferID{Src: g.self, SrcInc: g.inc, Dst: to, DstInc: toInc, Seq: g.seqTo[link]},
+		items: out,
+		gate:  g.version + 1,
+	})
+	g.mark(partOutbox)
+}
+
+func (g *GDRL) outstandingTo(dst strategy.NodeID) bool {
+	for _, t := range g.outbox {
+		if t.id.Dst == dst && t.id.Src == g.self && t.id.SrcInc == g.inc {
+			return true
+		}
+	}
+	return false
+}
+
+// sendTransfer sends (or re-sends) t: to its destination while that is in
+// view with the incarnation t was meant for, otherwise to the
+// destination's heir. A transfer this node can settle itself (to itself,
+// or to an incarnation it inherited) is settled at once.
+func (g *GDRL) sendTransfer(now time.Duration, t *transfer, fx *strategy.Effects) {
+	t.lastSent = now
+	newInc := t.newInc
+	if p := g.peers[t.id.Dst]; p != nil && p.inc > t.id.DstInc {
+		newInc = max(newInc, p.inc)
+	}
+	gone := newInc != 0 || !g.inView(t.id.Dst)
+	if t.id.Dst == g.self {
+		if t.id.DstInc == g.inc {
+			g.credit(now, g.applied, partApplied, t.id, t.items)
+			g.removeTransfer(t)
+			return
+		}
+		gone = true
+	}
+	msg := &peerv1.GdrlTransfer{Id: idMsg(t.id), Items: itemsMsg(t.items)}
+	if !gone {
+		fx.Send(t.id.Dst, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Transfer{Transfer: msg}}))
+		return
+	}
+	switch heir := g.heirOf(t.id.Dst, t.id.DstInc); heir {
+	case "":
+	case g.self:
+		g.settleAsHeir(now, t)
+	default:
+		msg.Resolve, msg.DstNewInc = true, newInc
+		fx.Send(heir, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Transfer{Transfer: msg}}))
+	}
+}
+
+// settleAsHeir credits t, meant for an incarnation this node inherited,
+// unless that incarnation had credited it, and drops it from the outbox.
+func (g *GDRL) settleAsHeir(now time.Duration, t *transfer) {
+	tb := g.tombFor(t.id.Dst, t.id.DstInc)
+	if tb == nil || (tb.fencing && !tb.fenceDone) {
+		return
+	}
+	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
+		tb.onBehalf = append(tb.onBehalf, t.clone())
+	}
+	g.removeTransfer(t)
+}
+
+// heirOf is the live node that holds, or will inherit, the record of
+// node's incarnation inc: the buddy that incarnation last announced (the
+// node's ring successor if unknown), followed through heirs that are gone
+// themselves. "" if none is known.
+func (g *GDRL) heirOf(node strategy.NodeID, inc uint64) strategy.NodeID {
+	seen := map[strategy.NodeID]bool{}
+	for cur := node; !seen[cur]; inc = 0 {
+		seen[cur] = true
+		var b strategy.NodeID
+		p := g.peers[cur]
+		switch {
+		case p != nil && inc != 0 && inc != p.inc && p.past[inc] != "":
+			b = p.past[inc]
+		case p != nil && (inc == 0 || inc == p.inc) && p.buddy != "":
+			b = p.buddy
+		default:
+			b = successor(g.members, cur)
+		}
+		if b == g.self || (b != "" && g.inView(b)) {
+			return b
+		}
+		if b == "" {
+			return ""
+		}
+		cur = b
+	}
+	return ""
+}
+
+// onTransfer credits a transfer meant for this incarnation once and
+// acknowledges every copy (after the buddy holds the credit). A transfer for
+// an earlier incarnation is answered stale; one sent to this node as heir
+// (resolve) is settled against the tombstone.
+func (g *GDRL) onTransfer(now time.Duration, from strategy.NodeID, t *transfer, resolve bool, dstNewInc uint64, fx *strategy.Effects) {
+	ack := &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_TransferAck{TransferAck: &peerv1.GdrlTransferAck{Id: idMsg(t.id)}}}
+	if t.id.Dst == g.self && t.id.DstInc == g.inc {
+		g.credit(now, g.applied, partApplied, t.id, t.items)
+		g.sendGated(from, g.encode(ack))
+		return
+	}
+	if !resolve {
+		ack.GetTransferAck().Stale = true
+		g.sendNow(from, g.encode(ack))
+		return
+	}
+	tb := g.tombFor(t.id.Dst, t.id.DstInc)
+	if tb == nil && dstNewInc > t.id.DstInc {
+		if rec := g.held[t.id.Dst]; rec != nil && rec.inc == t.id.DstInc {
+			g.noteNewInc(now, t.id.Dst, dstNewInc, fx)
+			tb = g.tombFor(t.id.Dst, t.id.DstInc)
+		}
+	}
+	if tb == nil || (tb.fencing && !tb.fenceDone) {
+		return // not (yet) this node's to settle; the payer retries
+	}
+	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
+		tb.onBehalf = append(tb.onBehalf, t.clone())
+	}
+	g.sendGated(from, g.encode(ack))
+}
+
+// credit adds t's items once per transfer id, using the duplicate filter
+// table (which is part of the record), and reports whether it did.
+func (g *GDRL) credit(now time.Duration, table filters, part int, id TransferID, items []item) bool {
+	if !table.accept(id) {
+		return false
+	}
+	for _, it := range items {
+		g.adjust(it.key, it.c, it.b, now)
+		g.addTokens(it.key, it.t, now)
+	}
+	g.mark(part)
+	return true
+}
+
+func (g *GDRL) onTransferAck(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlTransferAck, fx *strategy.Effects) {
+	id := idFrom(a.Id)
+	i := slices.IndexFunc(g.outbox, func(t *transfer) bool { return t.id == id })
+	if i < 0 {
+		return
+	}
+	t := g.outbox[i]
+	if a.Stale {
+		if from == t.id.Dst && fromInc > t.id.DstInc {
+			t.newInc = max(t.newInc, fromInc)
+			if t.released {
+				g.sendTransfer(now, t, fx)
+			}
+		}
+		return
+	}
+	g.removeTransfer(t)
+}
+
+// removeTransfer drops a settled transfer. Replicating that may wait: an
+// heir that adopts a settled transfer only retransmits it, and the
+// destination (or its heir) acknowledges it as a duplicate.
+func (g *GDRL) removeTransfer(t *transfer) {
+	g.outbox = slices.DeleteFunc(g.outbox, func(x *transfer) bool { return x == t })
+	g.partAt[partOutbox] = g.version + 1
+	g.lazy = true
+}
+
+func (g *GDRL) hasTransfer(id TransferID) bool {
+	return slices.ContainsFunc(g.outbox, func(t *transfer) bool { return t.id == id })
+}
+
+func (t *transfer) clone() *transfer {
+	c := *t
+	c.items = slices.Clone(t.items)
+	return &c
+}
+
+// ---- Replication (write-ahead, to the buddy) ----
+
+// setBuddy makes b the buddy; a new buddy gets the full record (a new
+// epoch, so that acknowledgements meant for an earlier choice are not taken
+// for this one).
+func (g *GDRL) setBuddy(b strategy.NodeID) {
+	if b == g.buddy {
+		return
+	}
+	g.buddy, g.buddyInc = b, 0
+	if p := g.peers[b]; p != nil {
+		g.buddyInc = p.inc
+	}
+	g.epoch++
+	g.acked, g.sentVer = 0, 0
+	g.dirty = true
+}
+
+// sendGated queues a message that may go out only once the buddy holds the
+// state as of now.
+func (g *GDRL) sendGated(to strategy.NodeID, payload []byte) {
+	gate := g.version
+	if g.dirty {
+		gate++
+	}
+	g.gated = append(g.gated, gatedMsg{gate: gate, to: to, payload: payload})
+}
+
+// sendNow queues a message that depends on no state.
+func (g *GDRL) sendNow(to strategy.NodeID, payload []byte) {
+	g.gated = append(g.gated, gatedMsg{gate: 0, to: to, payload: payload})
+}
+
+// flush ends an event: a changed state becomes a new record version, sent
+// to the buddy, and whatever the buddy already holds is released.
+func (g *GDRL) flush(now time.Duration, fx *strategy.Effects) {
+	for range 4 {
+		if g.dirty {
+			g.version++
+			g.dirty = false
+			if g.buddy != "" && g.sentVer <= g.acked {
+				g.sendRecord(now, fx) // else when the record in flight is acknowledged
+			}
+		}
+		if g.buddy == "" {
+			g.acked = g.version
+			clear(g.changed)
+		}
+		for _, t := range slices.Clone(g.outbox) {
+			if !t.released && t.gate <= g.acked {
+				t.released = true
+				g.sendTransfer(now, t, fx)
+			}
+		}
+		n := 0
+		for _, m := range g.gated {
+			if m.gate <= g.acked {
+				fx.Send(m.to, m.payload)
+			} else {
+				g.gated[n] = m
+				n++
+			}
+		}
+		clear(g.gated[n:])
+		g.gated = g.gated[:n]
+		if !g.dirty {
+			break
+		}
+	}
+	g.wake(now, fx)
+}
+
+// wake asks to be ticked at the next interval tick, and earlier if a
+// retransmission is due before it, each time once only.
+func (g *GDRL) wake(now time.Duration, fx *strategy.Effects) {
+	if g.tickReq != g.nextTick {
+		g.tickReq = g.nextTick
+		fx.WakeAt(g.nextTick)
+	}
+	if at := g.nextRetransmit(now); at < g.nextTick && (g.wakeReq <= now || at < g.wakeReq) {
+		g.wakeReq = at
+		fx.WakeAt(at)
+	}
+}
+
+// nextRetransmit is the earliest retransmission Tick will make after now
+// (g.nextTick if none comes before it).
+func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
+	at := g.nextTick
+	due := func(d time.Duration) {
+		if d > now {
+			at = min(at, d)
+		}
+	}
+	for _, t := range g.outbox {
+		if t.released {
+			due(t.lastSent + g.retransmit)
+		}
+	}
+	if g.buddy != "" && g.acked < g.version {
+		due(g.recordSent + g.retransmit)
+	}
+	for _, tb := range g.tombs {
+		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
+			due(tb.fenceSent + g.retransmit)
+		}
+	}
+	return at
+}
+
+func (g *GDRL) sendRecord(now time.Duration, fx *strategy.Effects) {
+	g.recordSent, g.sentVer = now, g.version
+	fx.Send(g.buddy, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Record{Record: g.recordMsg(g.acked)}}))
+}
+
+// recordMsg is this node's record as a delta from version base (0: full).
+func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
+	r := &peerv1.GdrlRecord{Epoch: g.epoch, Base: base, Version: g.version, DefaultCapacity: g.dc, DefaultBurst: g.db}
+	if base == 0 {
+		for _, k := range g.sortedKeys() {
+			sh := g.shares[k]
+			r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+		}
+	} else {
+		keys := make([]string, 0, len(g.changed))
+		for k, v := range g.changed {
+			if v > base {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if sh := g.shares[k]; sh != nil {
+				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+			} else {
+				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Removed: true})
+			}
+		}
+	}
+	for p := range numParts {
+		if base == 0 || g.partAt[p] > base {
+			r.Parts |= 1 << p
+		}
+	}
+	if r.Parts&(1<<partOutbox) != 0 {
+		r.Outbox = transfersMsg(g.outbox)
+	}
+	if r.Parts&(1<<partApplied) != 0 {
+		r.Applied = appliedMsg(g.applied)
+	}
+	if r.Parts&(1<<partTombs) != 0 {
+		for _, tb := range g.tombs {
+			r.Tombstones = append(r.Tombstones, tb.msg())
+		}
+	}
+	return r
+}
+
+func (g *GDRL) onRecordAck(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlRecordAck, fx *strategy.Effects) {
+	if from != g.buddy || a.WardInc != g.inc || a.Epoch != g.epoch {
+		return
+	}
+	if g.buddyInc == 0 {
+		g.buddyInc = fromInc
+	} else if fromInc != g.buddyInc {
+		return
+	}
+	if a.NeedFull {
+		g.acked = 0
+		g.sendRecord(now, fx)
+		return
+	}
+	if a.Version > g.acked && a.Version <= g.version {
+		g.acked = a.Version
+		for k, v := range g.changed {
+			if v <= g.acked {
+				delete(g.changed, k)
+			}
+		}
+		if g.acked < g.version && g.acked >= g.sentVer {
+			g.sendRecord(now, fx) // what accumulated while the last one was in flight
+		}
+	}
+}
+
+// onRecord stores a ward's record (this node is its buddy) and acknowledges
+// the version it holds.
+func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64, r *peerv1.GdrlRecord, fx *strategy.Effects) {
+	reply := func(version uint64, full bool) {
+		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_RecordAck{RecordAck: &peerv1.GdrlRecordAck{
+			WardInc: fromInc, Epoch: r.Epoch, Version: version, NeedFull: full}}}))
+	}
+	if from == g.self {
+		return
+	}
+	if tb := g.tombFor(from, fromInc); tb != nil && r.Version <= tb.version {
+		return // a record this node already inherited, delayed
+	}
+	rec := g.held[from]
+	if rec != nil && rec.inc != fromInc {
+		if rec.inc > fromInc {
+			return
+		}
+		g.inherit(now, from, rec, fx) // (observe has done it already)
+		rec = nil
+	}
+	if rec == nil || rec.epoch != r.Epoch {
+		if r.Base != 0 {
+			reply(0, true)
+			return
+		}
+		rec = &heldRecord{inc: fromInc, epoch: r.Epoch, shares: map[string][2]int64{}, applied: filters{}}
+		g.held[from] = rec
+	}
+	rec.inView = rec.inView || g.inView(from)
+	if r.Version <= rec.version {
+		reply(rec.version, false)
+		return
+	}
+	if r.Base > rec.version {
+		reply(rec.version, true)
+		return
+	}
+	if r.Base == 0 {
+		clear(rec.shares)
+	}
+	for _, s := range r.Shares {
+		if s.Removed {
+			delete(rec.shares, s.Key)
+		} else {
+			rec.shares[s.Key] = [2]int64{s.Capacity, s.Burst}
+		}
+	}
+	rec.version = r.Version
+	if r.Parts&(1<<partDefaults) != 0 {
+		rec.dc, rec.db = r.DefaultCapacity, r.DefaultBurst
+	}
+	if r.Parts&(1<<partOutbox) != 0 {
+		rec.outbox = transfersFrom(r.Outbox)
+	}
+	if r.Parts&(1<<partApplied) != 0 {
+		rec.applied = appliedFrom(r.Applied)
+	}
+	if r.Parts&(1<<partTombs) != 0 {
+		rec.tombs = rec.tombs[:0]
+		for _, t := range r.Tombstones {
+			rec.tombs = append(rec.tombs, tombFrom(t))
+		}
+	}
+	reply(rec.version, false)
+}
+
+func (g *GDRL) heldNodes() []strategy.NodeID {
+	out := make([]strategy.NodeID, 0, len(g.held))
+	for n := range g.held {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ---- Inheritance and fences ----
+
+// inherit takes over a ward's record: its shares are added to this node's
+// (key by key, its default share to every other key), its outbox is
+// adopted, and a tombstone keeps its duplicate filter and what was
+// inherited.
+func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord, fx *strategy.Effects) {
+	delete(g.held, node)
+	for _, k := range g.sortedKeys() {
+		if _, ok := rec.shares[k]; !ok {
+			g.adjust(k, rec.dc, rec.db, now)
+		}
+	}
+	recKeys := make([]string, 0, len(rec.shares))
+	for k := range rec.shares {
+		recKeys = append(recKeys, k)
+	}
+	sort.Strings(recKeys)
+	items := make([]item, 0, len(recKeys))
+	for _, k := range recKeys {
+		v := rec.shares[k]
+		g.materialize(k, now)
+		g.adjust(k, v[0], v[1], now)
+		items = append(items, item{key: k, c: v[0], b: v[1]})
+	}
+	g.dc += rec.dc
+	g.db += rec.db
+	g.mark(partDefaults)
+	g.mark(partOutbox)
+	g.mark(partTombs)
+	for _, t := range rec.outbox {
+		if !g.hasTransfer(t.id) {
+			c := t.clone()
+			c.released, c.lastSent = true, now-g.retransmit
+			g.outbox = append(g.outbox, c)
+		}
+	}
+	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied}
+	if tb.applied == nil {
+		tb.applied = filters{}
+	}
+	g.tombs = append(g.tombs, tb)
+	for _, t := range rec.tombs {
+		if g.tombFor(t.node, t.inc) == nil {
+			g.tombs = append(g.tombs, t)
+		}
+	}
+	if fx == nil {
+		return
+	}
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && now-t.lastSent >= g.retransmit {
+			g.sendTransfer(now, t, fx)
+		}
+	}
+}
+
+func (g *GDRL) tombFor(node strategy.NodeID, inc uint64) *tombstone {
+	for _, t := range g.tombs {
+		if t.node == node && t.inc == inc {
+			return t
+		}
+	}
+	return nil
+}
+
+// sendFenced tells a tombstoned node that is heard of again what was
+// inherited from it.
+func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects) {
+	tb.fencing, tb.fenceSent = true, now
+	f := &peerv1.GdrlFenced{Inc: tb.inc, Version: tb.version, DefaultCapacity: tb.dc, DefaultBurst: tb.db,
+		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(tb.onBehalf)}
+	fx.Send(tb.node, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}))
+}
+
+// onFenced: this incarnation was declared dead and inherited by from, but
+// is alive. It gives up what was inherited, and the transfers the heir
+// credited on its behalf that it credited too, once per fence.
+func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
+	ack := &peerv1.GdrlFenceAck{Inc: f.Inc, Version: f.Version}
+	if f.Inc != g.inc {
+		g.sendNow(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
+		return
+	}
+	ack.Alive = true
+	k := fenceKey{holder: from, inc: f.Inc, version: f.Version}
+	if !g.fencesApplied[k] {
+		g.fencesApplied[k] = true
+		items := itemsFrom(f.Items)
+		inItems := map[string]bool{}
+		for _, it := range items {
+			inItems[it.key] = true
+		}
+		for _, key := range g.sortedKeys() {
+			if !inItems[key] {
+				g.adjust(key, -f.DefaultCapacity, -f.DefaultBurst, now)
+			}
+		}
+		for _, it := range items {
+			g.materialize(it.key, now)
+			g.adjust(it.key, -it.c, -it.b, now)
+		}
+		g.dc -= f.DefaultCapacity
+		g.db -= f.DefaultBurst
+		onBehalf := transfersFrom(f.OnBehalf)
+		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
+		for _, t := range onBehalf {
+			if g.applied.credited(t.id) {
+				for _, it := range t.items {
+					g.adjust(it.key, -it.c, -it.b, now) // credited here too
+				}
+			} else {
+				g.applied.settleElsewhere(t.id) // never credit it here
+			}
+		}
+		g.mark(partDefaults)
+		g.mark(partApplied)
+	}
+	g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
+}
+
+func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
+	tb := g.tombFor(from, a.Inc)
+	if tb == nil || tb.version != a.Version || tb.fenceDone {
+		return
+	}
+	if a.Alive {
+		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
+	} else {
+		tb.fenceDone, tb.fencing = true, false
+		tb.items, tb.onBehalf = nil, nil
+	}
+	g.mark(partTombs)
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && t.id.Dst == from {
+			g.sendTransfer(now, t, fx)
+		}
+	}
+}
+
+func (g *GDRL) encode(m *peerv1.GdrlMessage) []byte {
+	m.Inc, m.Buddy = g.inc, string(g.buddy)
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("gdrl: marshal: %v", err)) // cannot fail for these message types
+	}
+	return b
+}

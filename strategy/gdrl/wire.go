@@ -1,0 +1,334 @@
+package gdrl
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+func itemsMsg(items []item) []*peerv1.GdrlItem {
+	out := make([]*peerv1.GdrlItem, len(items))
+	for i, it := range items {
+		out[i] = &peerv1.GdrlItem{Key: it.key, Capacity: it.c, Burst: it.b, Tokens: it.t}
+	}
+	return out
+}
+
+func itemsFrom(items []*peerv1.GdrlItem) []item {
+	out := make([]item, len(items))
+	for i, it := range items {
+		out[i] = item{key: it.Key, c: it.Capacity, b: it.Burst, t: it.Tokens}
+	}
+	return out
+}
+
+func idMsg(id TransferID) *peerv1.GdrlTransferId {
+	return &peerv1.GdrlTransferId{Src: string(id.Src), SrcInc: id.SrcInc, Dst: string(id.Dst), DstInc: id.DstInc, Seq: id.Seq}
+}
+
+func idFrom(m *peerv1.GdrlTransferId) TransferID {
+	return TransferID{Src: strategy.NodeID(m.Src), SrcInc: m.SrcInc, Dst: strategy.NodeID(m.Dst), DstInc: m.DstInc, Seq: m.Seq}
+}
+
+func transferFrom(m *peerv1.GdrlTransfer) *transfer {
+	return &transfer{id: idFrom(m.Id), items: itemsFrom(m.Items)}
+}
+
+func transfersMsg(ts []*transfer) []*peerv1.GdrlTransfer {
+	out := make([]*peerv1.GdrlTransfer, len(ts))
+	for i, t := range ts {
+		out[i] = &peerv1.GdrlTransfer{Id: idMsg(t.id), Items: itemsMsg(t.items)}
+	}
+	return out
+}
+
+func transfersFrom(ms []*peerv1.GdrlTransfer) []*transfer {
+	out := make([]*transfer, len(ms))
+	for i, m := range ms {
+		out[i] = transferFrom(m)
+	}
+	return out
+}
+
+// appliedMsg encodes duplicate filters, sorted by paying incarnation.
+func appliedMsg(table filters) []*peerv1.GdrlApplied {
+	keys := make([]srcKey, 0, len(table))
+	for k := range table {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b srcKey) int {
+		return cmpID(TransferID{Src: a.src, SrcInc: a.inc}, TransferID{Src: b.src, SrcInc: b.inc})
+	})
+	out := make([]*peerv1.GdrlApplied, len(keys))
+	for i, k := range keys {
+		e := table[k]
+		out[i] = &peerv1.GdrlApplied{Src: string(k.src), SrcInc: k.inc, Seq: e.seq, Holes: slices.Clone(e.holes)}
+	}
+	return out
+}
+
+func appliedFrom(ms []*peerv1.GdrlApplied) filters {
+	out := make(filters, len(ms))
+	for _, m := range ms {
+		k := srcKey{strategy.NodeID(m.Src), m.SrcInc}
+		e := out[k]
+		if e == nil {
+			e = &filter{}
+			out[k] = e
+		}
+		e.seq = max(e.seq, m.Seq)
+		for _, h := range m.Holes {
+			if h <= e.seq {
+				e.addHole(h)
+			}
+		}
+	}
+	return out
+}
+
+// cmpID orders transfer ids by payer, destination and number.
+func cmpID(a, b TransferID) int {
+	if c := strings.Compare(string(a.Src), string(b.Src)); c != 0 {
+		return c
+	}
+	if a.SrcInc != b.SrcInc {
+		return cmpU(a.SrcInc, b.SrcInc)
+	}
+	if c := strings.Compare(string(a.Dst), string(b.Dst)); c != 0 {
+		return c
+	}
+	if a.DstInc != b.DstInc {
+		return cmpU(a.DstInc, b.DstInc)
+	}
+	return cmpU(a.Seq, b.Seq)
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (t *tombstone) msg() *peerv1.GdrlTombstone {
+	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
+		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone}
+}
+
+func tombFrom(m *peerv1.GdrlTombstone) *tombstone {
+	return &tombstone{node: strategy.NodeID(m.Node), inc: m.Inc, version: m.Version, dc: m.DefaultCapacity, db: m.DefaultBurst,
+		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone}
+}
+
+// msg encodes a held record (for StateBytes).
+func (r *heldRecord) msg() *peerv1.GdrlRecord {
+	m := &peerv1.GdrlRecord{Epoch: r.epoch, Version: r.version, DefaultCapacity: r.dc, DefaultBurst: r.db,
+		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied)}
+	keys := make([]string, 0, len(r.shares))
+	for k := range r.shares {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := r.shares[k]
+		m.Shares = append(m.Shares, &peerv1.GdrlShare{Key: k, Capacity: v[0], Burst: v[1]})
+	}
+	for _, t := range r.tombs {
+		m.Tombstones = append(m.Tombstones, t.msg())
+	}
+	return m
+}
+
+// validate checks a decoded message before it may change any state. Errors
+// name the sender and what is wrong: a zero incarnation, no body, a
+// repeated key, an amount out of range (transfers and asks carry amounts in
+// [0, C] and [0, B]; records, probes and fences any amount within ±2^58
+// units), a non-finite or negative demand, a transfer without a proper id
+// or a plain transfer meant for another node, a record whose base is not
+// below its version.
+func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("gdrl: message from %s: %s", from, fmt.Sprintf(format, args...))
+	}
+	if m.Inc == 0 {
+		return bad("incarnation 0")
+	}
+	wide := func(what string, c, b int64) error {
+		if c < -maxWireUnits || c > maxWireUnits || b < -maxWireUnits || b > maxWireUnits {
+			return bad("%s amount (%d, %d) out of range", what, c, b)
+		}
+		return nil
+	}
+	items := func(what string, its []*peerv1.GdrlItem, exact bool) error {
+		seen := make(map[string]bool, len(its))
+		for _, it := range its {
+			if seen[it.Key] {
+				return bad("%s: key %q twice", what, it.Key)
+			}
+			seen[it.Key] = true
+			if exact {
+				if it.Capacity < 0 || it.Capacity > g.totalC || it.Burst < 0 || it.Burst > g.totalB {
+					return bad("%s: key %q amount (%d, %d) outside [0, %d] x [0, %d]", what, it.Key, it.Capacity, it.Burst, g.totalC, g.totalB)
+				}
+				if it.Tokens < 0 || it.Tokens > it.Burst {
+					return bad("%s: key %q carries %d tokens with a burst of %d", what, it.Key, it.Tokens, it.Burst)
+				}
+			} else if err := wide(what, it.Capacity, it.Burst); err != nil {
+				return err
+			} else if it.Tokens != 0 {
+				return bad("%s: key %q carries tokens", what, it.Key)
+			}
+		}
+		return nil
+	}
+	transfer := func(what string, t *peerv1.GdrlTransfer) error {
+		if t == nil || !validID(t.Id) {
+			return bad("%s without a proper id (payer, destination, number)", what)
+		}
+		return items(what, t.Items, true)
+	}
+	applied := func(what string, as []*peerv1.GdrlApplied) error {
+		for _, a := range as {
+			if a.Src == "" || a.SrcInc == 0 {
+				return bad("%s: duplicate filter entry without a payer", what)
+			}
+		}
+		return nil
+	}
+	shares := func(what string, ss []*peerv1.GdrlShare) error {
+		seen := make(map[string]bool, len(ss))
+		for _, s := range ss {
+			if seen[s.Key] {
+				return bad("%s: key %q twice", what, s.Key)
+			}
+			seen[s.Key] = true
+			if err := wide(what, s.Capacity, s.Burst); err != nil {
+				return err
+			}
+			for _, d := range []float32{s.Demand, s.Noise} {
+				if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
+					return bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
+				}
+			}
+		}
+		return nil
+	}
+	switch b := m.Body.(type) {
+	case *peerv1.GdrlMessage_Probe:
+		if err := wide("probe default", b.Probe.DefaultCapacity, b.Probe.DefaultBurst); err != nil {
+			return err
+		}
+		if err := shares("probe", b.Probe.Shares); err != nil {
+			return err
+		}
+		seen := make(map[string]bool, len(b.Probe.Shares)+len(b.Probe.Empty))
+		for _, s := range b.Probe.Shares {
+			seen[s.Key] = true
+		}
+		for _, k := range b.Probe.Empty {
+			if seen[k] {
+				return bad("probe: key %q twice", k)
+			}
+			seen[k] = true
+		}
+	case *peerv1.GdrlMessage_Ask:
+		if err := wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
+			return err
+		}
+		return shares("ask", b.Ask.Shares)
+	case *peerv1.GdrlMessage_Transfer:
+		if err := transfer("transfer", b.Transfer); err != nil {
+			return err
+		}
+		if !b.Transfer.Resolve && strategy.NodeID(b.Transfer.Id.Dst) != g.self {
+			return bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
+		}
+	case *peerv1.GdrlMessage_TransferAck:
+		if !validID(b.TransferAck.Id) {
+			return bad("transfer ack without a proper id")
+		}
+	case *peerv1.GdrlMessage_Record:
+		r := b.Record
+		if r.Version == 0 || r.Base >= r.Version {
+			return bad("record base %d, version %d", r.Base, r.Version)
+		}
+		if err := wide("record default", r.DefaultCapacity, r.DefaultBurst); err != nil {
+			return err
+		}
+		if err := shares("record", r.Shares); err != nil {
+			return err
+		}
+		for _, t := range r.Outbox {
+			if err := transfer("record outbox", t); err != nil {
+				return err
+			}
+		}
+		if err := applied("record", r.Applied); err != nil {
+			return err
+		}
+		for _, tb := range r.Tombstones {
+			if err := g.validTomb(tb, bad, wide, items, applied, transfer); err != nil {
+				return err
+			}
+		}
+	case *peerv1.GdrlMessage_RecordAck:
+	case *peerv1.GdrlMessage_Fenced:
+		f := b.Fenced
+		if f.Inc == 0 {
+			return bad("fence for incarnation 0")
+		}
+		if err := wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
+			return err
+		}
+		if err := items("fence", f.Items, false); err != nil {
+			return err
+		}
+		for _, t := range f.OnBehalf {
+			if err := transfer("fence", t); err != nil {
+				return err
+			}
+		}
+	case *peerv1.GdrlMessage_FenceAck:
+		if b.FenceAck.Inc == 0 {
+			return bad("fence ack for incarnation 0")
+		}
+	case *peerv1.GdrlMessage_Hello:
+	default:
+		return bad("no body")
+	}
+	return nil
+}
+
+func validID(id *peerv1.GdrlTransferId) bool {
+	return id != nil && id.Src != "" && id.SrcInc != 0 && id.Dst != "" && id.DstInc != 0 && id.Seq != 0
+}
+
+func (g *GDRL) validTomb(tb *peerv1.GdrlTombstone, bad func(string, ...any) error, wide func(string, int64, int64) error,
+	items func(string, []*peerv1.GdrlItem, bool) error, applied func(string, []*peerv1.GdrlApplied) error,
+	transfer func(string, *peerv1.GdrlTransfer) error) error {
+	if tb.Node == "" || tb.Inc == 0 {
+		return bad("tombstone without a node")
+	}
+	if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
+		return err
+	}
+	if err := items("tombstone", tb.Items, false); err != nil {
+		return err
+	}
+	if err := applied("tombstone", tb.Applied); err != nil {
+		return err
+	}
+	for _, t := range tb.OnBehalf {
+		if err := transfer("tombstone", t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
