@@ -26,7 +26,7 @@ limiter and what it costs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSimCmd(), newExperimentCmd())
+	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenmesh:", err)
 		if errors.Is(err, errUsage) {

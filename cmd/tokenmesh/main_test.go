@@ -201,3 +201,21 @@ func TestHelpExplains(t *testing.T) {
 		}
 	}
 }
+
+func TestPlan(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml")
+	if code != 0 || !strings.Contains(out, "broker-4") || !strings.Contains(out, "policy concentration") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(small, []byte("brokers:\n  - name: a\n    mcap: 100\n"), 0o644)
+	os.WriteFile(bad, []byte("brokers:\n  - name: a\n    mcap: 100\n    lod: 3\n"), 0o644)
+	for _, c := range []struct{ brokers, want string }{{small, "exceeds the total residual capacity"}, {bad, "lod"}} {
+		_, errOut, code := tokenmesh(t, "plan", "--brokers", c.brokers, "--topic", "../../examples/srtm/topic.yaml")
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("plan --brokers %s: exit %d, stderr %q, want it to name %q", c.brokers, code, errOut, c.want)
+		}
+	}
+}
