@@ -9,12 +9,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tokenmesh/tokenmesh/experiment"
+	"github.com/tokenmesh/tokenmesh/experiment/gdrlexp"
 )
 
 // experiments lists the reproductions `tokenmesh experiment` knows, in the
 // order --help shows them.
 func experiments() []experiment.Experiment {
-	return []experiment.Experiment{}
+	return []experiment.Experiment{gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale()}
 }
 
 func newExperimentCmd() *cobra.Command {

@@ -1,0 +1,209 @@
+// Package gdrlexp reproduces the evaluation of seed 001 (GDRL, §III of the
+// paper, Figs. 3-7) with the gdrl strategy: the ring of 10 nodes with
+// Poisson demand (gdrl-ring), demands that change abruptly and linearly
+// (gdrl-dynamic) and random d-regular graphs of 10 to 1000 nodes
+// (gdrl-scale).
+//
+// The experiments drive the gdrl nodes directly, like the strategy's own
+// convergence test, instead of through sim.Run: the paper's setup is one
+// demand sample per node and update interval (its time slot), and what it
+// plots is every node's indicator q_i(t) after every interval, which needs
+// the node objects between intervals. sim.Run replays a request trace and
+// returns only decisions and message counts. The driver here is a small
+// deterministic discrete-event loop: fixed 1 ms one-way latency, no loss,
+// no crashes, static membership, and one request per node per interval (at
+// the middle of the interval) for that interval's demand in tokens.
+package gdrlexp
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
+)
+
+// dt is the update interval (gdrl's default), one time slot of the paper.
+const dt = 100 * time.Millisecond
+
+// latency is the one-way peer latency of the driver's network.
+const latency = time.Millisecond
+
+// key is the one rule key all demand is for.
+const key = "k"
+
+type event struct {
+	at      time.Duration
+	seq     uint64
+	wake    bool
+	to      int
+	from    int
+	payload []byte
+}
+
+type queue []event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *queue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// cluster is N gdrl nodes on a lossless network with fixed latency.
+type cluster struct {
+	nodes    []*gdrl.GDRL
+	ids      []strategy.NodeID
+	index    map[strategy.NodeID]int
+	wakes    []map[time.Duration]bool
+	q        queue
+	seq      uint64
+	now      time.Duration
+	fx       strategy.Effects
+	reqID    uint64
+	messages int64
+	bytes    int64
+}
+
+// newCluster starts n founding members at time 0 with the rule (rate
+// tokens/s, burst) and the gdrl parameters params ("name=value").
+func newCluster(n int, seed uint64, rate float64, burst int64, params []string) (*cluster, error) {
+	r, err := bucket.PerSecond(rate)
+	if err != nil {
+		return nil, err
+	}
+	p, err := strategy.ParseParams(params)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{index: map[strategy.NodeID]int{}}
+	width := len(fmt.Sprint(n - 1))
+	for i := range n {
+		id := strategy.NodeID(fmt.Sprintf("n%0*d", width, i)) // NodeID order = index order
+		c.ids = append(c.ids, id)
+		c.index[id] = i
+	}
+	for i := range n {
+		g, err := gdrl.New(strategy.Config{Self: c.ids[i], Members: append([]strategy.NodeID(nil), c.ids...), Rate: r, Burst: burst,
+			Rand: rand.New(rand.NewPCG(seed, uint64(i))), Params: p, LatencyHint: latency})
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, g)
+		c.wakes = append(c.wakes, map[time.Duration]bool{})
+	}
+	for i, g := range c.nodes {
+		c.fx.Reset()
+		g.Start(0, &c.fx)
+		c.apply(i)
+	}
+	return c, nil
+}
+
+func (c *cluster) push(e event) {
+	c.seq++
+	e.seq = c.seq
+	heap.Push(&c.q, e)
+}
+
+func (c *cluster) apply(i int) {
+	for _, m := range c.fx.Messages {
+		c.messages++
+		c.bytes += int64(len(m.Payload))
+		to, ok := c.index[m.To]
+		if !ok {
+			continue
+		}
+		c.push(event{at: c.now + latency, to: to, from: i, payload: m.Payload})
+	}
+	for _, at := range c.fx.Wakeups {
+		at = max(at, c.now)
+		if !c.wakes[i][at] {
+			c.wakes[i][at] = true
+			c.push(event{at: at, wake: true, to: i})
+		}
+	}
+}
+
+// runUntil handles every event up to time t.
+func (c *cluster) runUntil(t time.Duration) error {
+	for len(c.q) > 0 && c.q[0].at <= t {
+		e := heap.Pop(&c.q).(event)
+		c.now = e.at
+		c.fx.Reset()
+		if e.wake {
+			delete(c.wakes[e.to], e.at)
+			c.nodes[e.to].Tick(c.now, &c.fx)
+		} else if err := c.nodes[e.to].Receive(c.now, c.ids[e.from], e.payload, &c.fx); err != nil {
+			return fmt.Errorf("%s refused a message from %s: %w", c.ids[e.to], c.ids[e.from], err)
+		}
+		c.apply(e.to)
+	}
+	c.now = max(c.now, t)
+	return nil
+}
+
+// request asks node i for tokens of the key now.
+func (c *cluster) request(i int, tokens int64) {
+	c.reqID++
+	c.fx.Reset()
+	c.nodes[i].Request(c.now, strategy.Request{ID: c.reqID, Key: key, Tokens: tokens, Arrival: c.now}, &c.fx)
+	c.apply(i)
+}
+
+// interval runs update interval k (1-based): the events of its first half,
+// one request per node for demand[i] tokens (none for 0), the second half.
+func (c *cluster) interval(k int, demand []int64) error {
+	start := time.Duration(k-1) * dt
+	if err := c.runUntil(start + dt/2); err != nil {
+		return err
+	}
+	for i, d := range demand {
+		if d > 0 {
+			c.request(i, d)
+		}
+	}
+	return c.runUntil(start + dt)
+}
+
+// spare returns the indicators the nodes equalise (q-hat_i = lambda-hat_i -
+// C_i, from the nodes' estimates) and the true spare bandwidth lambda_i - C_i
+// for the true rates lambda (tokens/s), both in tokens/s.
+func (c *cluster) spare(lambda []float64, est, truth []float64) {
+	for i, g := range c.nodes {
+		est[i] = g.Indicator(key) / gdrl.UnitsPerToken
+		truth[i] = lambda[i] - float64(g.CapacityShare(key))/gdrl.UnitsPerToken
+	}
+}
+
+// poisson draws a Poisson variate with the given mean (Knuth's method in
+// chunks of 30, so that large means do not underflow).
+func poisson(r *rand.Rand, mean float64) int64 {
+	var n int64
+	for mean > 0 {
+		m := min(mean, 30)
+		mean -= m
+		l, p := math.Exp(-m), 1.0
+		for {
+			p *= r.Float64()
+			if p <= l {
+				break
+			}
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,166 @@
+package gdrlexp
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/tokenmesh/tokenmesh/experiment"
+)
+
+// palette is Okabe & Ito's colour-blind safe set (as eval's plots); past its
+// end colours repeat with dashes.
+var palette = []color.Color{
+	color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255},
+	color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255},
+	color.RGBA{R: 0x00, G: 0x9E, B: 0x73, A: 255},
+	color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255},
+	color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255},
+	color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255},
+	color.Black,
+}
+
+var dashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.Points(2)}}
+
+// series is one line of a plot; style picks colour and dashes (style i:
+// colour i mod 7, dashes i / 7 unless dash >= 0 overrides).
+type series struct {
+	name   string
+	xs, ys []float64
+	style  int
+	dash   int // -1: from style
+	points bool
+}
+
+type axes struct {
+	title, x, y  string
+	logX, logY   bool
+	yMin, yMax   float64 // used when yMin < yMax
+	legendBottom bool
+	legendLeft   bool
+}
+
+// linePlot writes a PNG line plot to path.
+func linePlot(path string, ax axes, lines []series) error {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = ax.title, ax.x, ax.y
+	p.Add(plotter.NewGrid())
+	if ax.logX {
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	}
+	if ax.logY {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	}
+	for _, s := range lines {
+		xy := make(plotter.XYs, 0, len(s.xs))
+		for i := range s.xs {
+			x, y := s.xs[i], s.ys[i]
+			if math.IsNaN(y) || math.IsInf(y, 0) || (ax.logX && x <= 0) || (ax.logY && y <= 0) {
+				continue
+			}
+			xy = append(xy, plotter.XY{X: x, Y: y})
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xy)
+		if err != nil {
+			return err
+		}
+		l.Color = palette[s.style%len(palette)]
+		d := s.dash
+		if d < 0 {
+			d = s.style / len(palette)
+		}
+		l.Dashes = dashes[d%len(dashes)]
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		if s.points {
+			sc, err := plotter.NewScatter(xy)
+			if err != nil {
+				return err
+			}
+			sc.Color = l.Color
+			sc.Shape = draw.CircleGlyph{}
+			p.Add(sc)
+			p.Legend.Add(s.name, l, sc)
+		} else if s.name != "" {
+			p.Legend.Add(s.name, l)
+		}
+	}
+	if ax.yMin < ax.yMax {
+		p.Y.Min, p.Y.Max = ax.yMin, ax.yMax
+	}
+	p.Legend.Top = !ax.legendBottom
+	p.Legend.Left = ax.legendLeft
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
+}
+
+// sample returns the indices 0, step, 2 step, ... and the last of a series
+// of length n, at most about limit of them.
+func sample(n, limit int) []int {
+	step := max(1, n/limit)
+	var out []int
+	for i := 0; i < n; i += step {
+		out = append(out, i)
+	}
+	if n > 0 && out[len(out)-1] != n-1 {
+		out = append(out, n-1)
+	}
+	return out
+}
+
+func writeJSON(dir string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644)
+}
+
+func writeMD(dir, text string) error {
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(text), 0o644)
+}
+
+func progress(ctx experiment.Context, step string, done, total int) {
+	if ctx.Progress != nil {
+		ctx.Progress(step, done, total)
+	}
+}
+
+// intervals formats a number of intervals, "not within N" when negative.
+func intervals(k, limit int) string {
+	if k < 0 {
+		return fmt.Sprintf("> %d (not reached)", limit)
+	}
+	return fmt.Sprint(k)
+}
+
+// mean of xs[from:].
+func tailMean(xs []float64, from int) float64 {
+	from = max(0, min(from, len(xs)))
+	if from == len(xs) {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs[from:] {
+		s += x
+	}
+	return s / float64(len(xs)-from)
+}
+
+// r4 rounds for JSON (NaN and infinities become -1: JSON has no NaN).
+func r4(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return -1
+	}
+	return math.Round(x*1e4) / 1e4
+}
