@@ -52,15 +52,23 @@
 // change only by inheritance.
 //
 // Exchanges. Every `interval` a node probes one neighbour (round robin) with
-// the inputs of its indicators for its explicit keys (at most `max_keys`,
-// rotating): shares, demand estimate and its standard error, and whether the
-// key is active (requested within `idle`); idle keys it holds nothing of are
-// sent as bare names. The responder computes, per key, the pair's update,
-// pays what it owes in one transfer and sends its own inputs back for the
-// keys where the prober owes (an ask), so that the prober recomputes the
-// flow with its current shares and pays. Only explicit keys travel, so
-// messages are bounded by the keys active within `idle` and those still
-// settling.
+// the inputs of its indicators, all keys in one message (at most
+// `max_keys`, rotating): shares, demand estimate and its standard error,
+// whether the key is active (requested within `idle`) or seen (requested
+// within 10 idle windows), and the intervals with requests within the idle
+// window; idle keys it holds nothing of are sent as bare names. A probe is
+// a delta per neighbour: it lists only the keys whose inputs changed
+// materially since they were last sent to that neighbour (other shares or
+// activity, a demand estimate up by a fifth or down by half, ...) or were
+// last sent `refresh` ago (lost probes), and never a key idle at the
+// default share; a node with nothing to list sends nothing, so an idle
+// cluster is silent. The responder computes, per listed key, the pair's
+// update, pays what it owes in one transfer and sends its own inputs back
+// for the keys where the prober owes (an ask), so that the prober
+// recomputes the flow with its current shares and pays. A key whose inputs
+// changed at neither end has nothing new to move; a change at the
+// responder's end travels in its own probes; a payment held back by stop
+// and wait marks the keys to be probed again.
 //
 // Flow per key, from j to i (negative: from i to j):
 //   - fill (the default): eta * min(D_i, D_j) * (S_j/D_j - S_i/D_i), with
@@ -76,20 +84,38 @@
 //     lambda_i - C_i, so a key below its rate keeps (C - lambda)(N-1)/N on
 //     nodes that never see it, where a token bucket cannot use it.
 //   - spare: eta * (q_i - q_j), q = lambda - C (001 eq. (14), Theorem 2).
+//   - Evidence (ours, fill only). Requests spread over the nodes by hash of
+//     key and time give every node the same demand in expectation, and then
+//     the 1/N split is the right one: a flow towards the node that happened
+//     to see a sparse key moves burst and rate away from the nodes where
+//     its next requests land (gdrl then admitted less than static). So
+//     shares move away from the default split only on evidence that a
+//     key's demand is skewed: one end has seen it requested in n intervals
+//     within the idle window while the other has not seen it for 10 idle
+//     windows, and p^n, the chance of that if the requests were spread in
+//     the proportion p of the default shares, is below the one-sided tail
+//     of `evidence` standard errors (default 2: n >= 6). Intervals are
+//     counted, not tokens, so that a burst in one instant is one piece of
+//     evidence. Without that evidence, a pair where both ends have seen the
+//     key relaxes towards the default shares (the demand reaches both), and
+//     any other pair moves nothing.
 //   - Nothing flows into a node where the key is idle but by relaxation:
-//     a key idle at both ends relaxes towards the default shares instead,
-//     halving the difference of the deviations C - dc (rounding away from
-//     zero; a single unit moves only from a node to its ring successor, so
-//     surpluses travel one way and deficits the other until they cancel).
-//     The deviations sum to zero, so an idle key settles at its default
-//     shares everywhere, goes back to implicit and costs nothing.
+//     a key idle at both ends relaxes towards the default shares instead.
+//     Relaxation halves the difference of the pair's deviations C - dc (in
+//     whole grains: 1% of the 1/N capacity share, whole burst tokens);
+//     below two grains, deviations of opposite signs cancel (the smaller
+//     entirely) and along the member ring a surplus moves forward whole and
+//     a deficit backward whole until they meet. The deviations sum to zero,
+//     so an idle key settles at its default shares everywhere in a few
+//     transfers per node, goes back to implicit and costs nothing.
 //   - A flow smaller than `noise_band` standard errors of its own noise
 //     (from the demand estimates' standard errors) is not made: pairs do not
 //     chase the noise of sparse demand.
 //
 // Demand estimate (001 §III-A): per key and interval, lambda <- (1-alpha)
-// lambda + alpha * (tokens requested / interval), started at the first
-// interval with requests; the same filter over squared samples gives the
+// lambda + alpha * (tokens requested / interval), from zero at the first
+// interval with requests (starting at the first sample made one request a
+// rate of a token per interval); the same filter over squared samples gives the
 // variance, and the standard error is sqrt(alpha/(2-alpha) * variance).
 // The paper's alpha = 1e-3 is per time slot; per 100 ms interval we default
 // to 0.02 (a 5 s time constant).
@@ -98,8 +124,12 @@
 // combined burst in proportion to its capacity shares, in whole tokens (so
 // that a bucket never holds a burst a hair below the one token a request
 // needs), and only when the split is off by 3/4 of a token or more (a dead
-// band against noise); an active node keeps one whole token if the pair has
-// two. When a node gives burst, the tokens its bucket holds above its
+// band against noise). A node never gives away burst below what its own
+// recent demand needs (if it is active, or has seen the key within 10 idle
+// windows): the tokens its demand estimate plus noise asks for over the
+// rule's refill time B/C, at least one whole token (without one its bucket
+// refuses every request, whatever its rate) and at most its 1/N default
+// burst. When a node gives burst, the tokens its bucket holds above its
 // reduced burst travel with it and are credited (up to the receiver's
 // burst) with the transfer. Nothing creates tokens: a bucket keeps its level
 // when its burst grows and is capped when it shrinks, so the tokens in all

@@ -58,6 +58,7 @@ type GDRL struct {
 	retransmit time.Duration
 	maxKeys    int
 	noiseBand  float64
+	evidence   float64
 
 	// The rule in units, and the bucket resolution.
 	totalC, totalB int64
@@ -69,10 +70,13 @@ type GDRL struct {
 	members    []strategy.NodeID
 	neighbours []strategy.NodeID
 	nextNb     int
+	sent       map[strategy.NodeID]map[string]sentKey // per neighbour: inputs last probed
+	refresh    time.Duration
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
 
-	dc, db int64 // default shares (keys without an explicit share)
+	dc, db int64                    // default shares (keys without an explicit share)
+	seen   map[string]time.Duration // keys requested within seenFactor idle windows: the last request
 	shares map[string]*share
 
 	// Replication to the buddy (write-ahead).
@@ -111,6 +115,8 @@ type share struct {
 	bkt        bucket.Bucket
 	demand     float64 // lambda estimate, units per second
 	demandSq   float64 // the same filter over squared samples
+	intervals  int64   // intervals closed since the first request
+	events     float64 // a filter over 1 per interval with requests, 0 without (see recent)
 	hasDemand  bool
 	reqTokens  int64 // tokens requested in the current interval
 	lastActive time.Duration
@@ -221,10 +227,18 @@ const (
 //     explicit share is dropped once back at the default share.
 //   - noise_band (number of standard errors in [0, 100], default 2): flows
 //     smaller than this many standard errors of their noise are not made.
+//   - evidence (number of standard errors in [0, 100], default 2): how
+//     significant the evidence that a key's demand is skewed towards one
+//     node of a pair must be before the fill indicator moves shares away
+//     from the 1/N split (see skewed; 2 is 6 intervals with requests at one
+//     node that the other has not seen for 10 idle windows, 0.8 is 3).
 //   - retransmit (duration > 0, default max(interval, 4*LatencyHint)): the
 //     timeout after which unacknowledged transfers, records and fences are
 //     sent again.
 //   - max_keys (>= 1, default 1024): the most keys one probe carries.
+//   - refresh (duration > 0, default 50 intervals): a key whose inputs did
+//     not change is probed to a neighbour again after this long (lost
+//     probes, see probe).
 //
 // Errors: an invalid Config, Self not among Members, a bad or unknown
 // parameter (the error names it), or a rate or burst above about 7.2e10
@@ -279,6 +293,12 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	if g.retransmit <= 0 {
 		return nil, fmt.Errorf("gdrl: parameter retransmit must be positive")
 	}
+	if g.refresh, err = p.Duration("refresh", 50*g.interval); err != nil {
+		return nil, err
+	}
+	if g.refresh <= 0 {
+		return nil, fmt.Errorf("gdrl: parameter refresh must be positive")
+	}
 	if g.maxKeys, err = p.Int("max_keys", 1024); err != nil {
 		return nil, err
 	}
@@ -290,6 +310,12 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	}
 	if !(g.noiseBand >= 0 && g.noiseBand <= 100) {
 		return nil, fmt.Errorf("gdrl: parameter noise_band=%v: want a number of standard errors in [0, 100]", g.noiseBand)
+	}
+	if g.evidence, err = p.Float("evidence", 2); err != nil {
+		return nil, err
+	}
+	if !(g.evidence >= 0 && g.evidence <= 100) {
+		return nil, fmt.Errorf("gdrl: parameter evidence=%v: want a number of standard errors in [0, 100]", g.evidence)
 	}
 	if err := p.Check("gdrl"); err != nil {
 		return nil, err
@@ -313,6 +339,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	slices.Sort(g.members)
 	g.peers = map[strategy.NodeID]*peerInfo{}
 	g.shares = map[string]*share{}
+	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}
 	g.applied = filters{}
 	g.seqTo = map[srcKey]uint64{}

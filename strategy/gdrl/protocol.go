@@ -73,6 +73,7 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 		sh.reqTokens += req.Tokens
 	}
 	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
+	g.seen[req.Key] = sh.lastActive
 	d.Allowed = req.Tokens <= g.cfg.Burst && sh.bkt.AllowN(req.Arrival, req.Tokens*g.perToken)
 	g.flush(now, fx)
 	return d, true
@@ -152,7 +153,8 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 
 // StateBytes is the size of this node's full share record in its wire
 // encoding, plus the records it holds for its wards, plus per explicit key
-// the bucket and demand estimate (30 bytes).
+// the bucket and demand estimate (30 bytes), plus per key seen within 10
+// idle windows its name and time.
 func (g *GDRL) StateBytes() int {
 	n := proto.Size(g.recordMsg(0))
 	for _, w := range g.heldNodes() {
@@ -160,6 +162,9 @@ func (g *GDRL) StateBytes() int {
 	}
 	for _, m := range g.gated {
 		n += len(m.payload)
+	}
+	for k := range g.seen {
+		n += len(k) + 8
 	}
 	return n + 30*len(g.shares)
 }
@@ -287,30 +292,94 @@ func (g *GDRL) noteNewInc(now time.Duration, node strategy.NodeID, inc uint64, f
 
 // ---- Exchanges ----
 
-// probe sends this node's indicator inputs to the next neighbour.
+// probe sends this node's indicator inputs to the next neighbour: one
+// message per interval, batching the keys whose inputs changed materially
+// since they were last sent to that neighbour (shares, activity, a demand
+// estimate or its noise off by a fifth), or were last sent `refresh` ago
+// (lost probes). The probe is not complete, so the neighbour exchanges only
+// the listed keys: a key whose inputs did not change at either end since
+// the pair last evaluated it has nothing new to move, and a change at the
+// other end travels in that node's own probe. Keys idle at the default
+// share are never sent, so an idle cluster is silent.
 func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
-	if len(g.neighbours) == 0 || len(g.shares) == 0 {
+	if len(g.neighbours) == 0 {
 		return
 	}
 	nb := g.neighbours[g.nextNb%len(g.neighbours)]
 	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
-	keys := g.sortedKeys()
-	complete := len(keys) <= g.maxKeys
-	if !complete {
+	if g.sent == nil {
+		g.sent = map[strategy.NodeID]map[string]sentKey{}
+	}
+	for n := range g.sent {
+		if !slices.Contains(g.neighbours, n) {
+			delete(g.sent, n)
+		}
+	}
+	sent := g.sent[nb]
+	if sent == nil {
+		sent = map[string]sentKey{}
+		g.sent[nb] = sent
+	}
+	for k := range sent {
+		if g.shares[k] == nil {
+			delete(sent, k)
+		}
+	}
+	if len(g.shares) == 0 {
+		return
+	}
+	var keys []string
+	for _, k := range g.sortedKeys() {
+		s := g.shareMsg(k, now)
+		if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
+			delete(sent, k)
+			continue
+		}
+		if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return // nothing new to exchange
+	}
+	if len(keys) > g.maxKeys {
 		start := sort.SearchStrings(keys, g.cursor)
 		keys = append(keys[start:], keys[:start]...)[:g.maxKeys]
 		g.cursor = keys[len(keys)-1] + "\x00"
 		sort.Strings(keys)
 	}
-	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db, Complete: complete}
+	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
-		if s := g.shareMsg(k, now); s.Capacity == 0 && s.Burst == 0 && !s.Active {
+		s := g.shareMsg(k, now)
+		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
+		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
 			p.Empty = append(p.Empty, k)
 		} else {
 			p.Shares = append(p.Shares, s)
 		}
 	}
 	fx.Send(nb, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Probe{Probe: p}}))
+}
+
+// sentKey is a key's indicator inputs as last sent to a neighbour.
+type sentKey struct {
+	c, b          int64
+	demand, noise float32
+	recent        float32
+	active, seen  bool
+	at            time.Duration
+}
+
+// differs reports whether s is materially different from what was sent:
+// other shares or activity, a demand estimate up by a fifth or down by
+// half, a noise estimate doubled or halved. (A falling demand only makes
+// the node give capacity away, which may wait.)
+func (o sentKey) differs(s *peerv1.GdrlShare) bool {
+	return o.c != s.Capacity || o.b != s.Burst || o.active != s.Active || o.seen != s.Seen ||
+		s.Demand > 1.2*o.demand || s.Demand < 0.5*o.demand ||
+		s.Noise > 2*o.noise || s.Noise < 0.5*o.noise ||
+		s.Recent > 1.2*o.recent || s.Recent < 0.5*o.recent
 }
 
 // onProbe answers a neighbour's probe: per key, the pairwise update (001
@@ -379,11 +448,15 @@ func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a 
 // counts as none (the flow rules never use it).
 func (g *GDRL) mySide(key string, now time.Duration) side {
 	me := side{id: g.self, c: g.dc, b: g.db, dc: g.dc, db: g.db}
+	if at, ok := g.seen[key]; ok && now-at < seenFactor*g.idle {
+		me.seen = true
+	}
 	if sh := g.shares[key]; sh != nil {
 		me.c, me.b, me.active = sh.c, sh.b, g.active(sh, now)
 		if me.active {
 			me.demand = float64(float32(sh.demand)) // as the peer sees it
 			me.noise = float64(float32(g.noise(sh)))
+			me.recent = float64(float32(g.recent(sh)))
 		}
 	}
 	return me
@@ -393,9 +466,10 @@ func (g *GDRL) mySide(key string, now time.Duration) side {
 func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 	them := side{id: id, c: dc, b: db, dc: dc, db: db}
 	if s != nil {
+		them.seen = s.Seen || s.Active
 		them.c, them.b, them.active = s.Capacity, s.Burst, s.Active
 		if s.Active {
-			them.demand, them.noise = float64(s.Demand), float64(s.Noise)
+			them.demand, them.noise, them.recent = float64(s.Demand), float64(s.Noise), float64(s.Recent)
 		}
 	}
 	return them
@@ -404,7 +478,7 @@ func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 // shareMsg is key's indicator inputs at this node.
 func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 	me := g.mySide(key, now)
-	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Active: me.active}
+	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Recent: float32(me.recent), Active: me.active, Seen: me.seen}
 }
 
 // ---- Transfers ----
@@ -414,7 +488,15 @@ func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 // with it. Nothing is paid while an earlier transfer to the same node is
 // unacknowledged (stop and wait).
 func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []item) {
-	if to == g.self || g.outstandingTo(to) {
+	if to == g.self {
+		return
+	}
+	if g.outstandingTo(to) {
+		// Stop and wait: send these keys again in the next probe to the
+		// payee, so that the pair evaluates them again.
+		for _, it := range items {
+			delete(g.sent[to], it.key)
+		}
 		return
 	}
 	var out []item

@@ -127,17 +127,28 @@ func (g *GDRL) touch(key string) {
 // filter: lambda <- (1-alpha) lambda + alpha * sample, started at the first
 // interval with requests), and drops the shares that are idle and back at the default.
 func (g *GDRL) closeInterval(now time.Duration) {
+	for k, at := range g.seen {
+		if now-at >= seenFactor*g.idle {
+			delete(g.seen, k)
+		}
+	}
 	secs := g.interval.Seconds()
 	for _, k := range g.sortedKeys() {
 		sh := g.shares[k]
 		sample := float64(sh.reqTokens) * UnitsPerToken / secs
 		sh.reqTokens = 0
-		switch {
-		case sh.hasDemand:
+		if sh.hasDemand || sample > 0 {
+			// Started from zero, not from the first sample: a sparse key's
+			// first request is not a rate of one token per interval.
 			sh.demand = (1-g.alpha)*sh.demand + g.alpha*sample
 			sh.demandSq = (1-g.alpha)*sh.demandSq + g.alpha*sample*sample
-		case sample > 0:
-			sh.demand, sh.demandSq, sh.hasDemand = sample, sample*sample, true
+			sh.hasDemand = true
+			sh.intervals++
+			ev := 0.0
+			if sample > 0 {
+				ev = 1
+			}
+			sh.events = (1-g.eventAlpha())*sh.events + g.eventAlpha()*ev
 		}
 		if !g.active(sh, now) && sh.c == g.dc && sh.b == g.db && sh.bkt.Full(now) {
 			delete(g.shares, k)
@@ -158,7 +169,9 @@ type side struct {
 	dc, db int64   // the node's default shares
 	demand float64 // units per second
 	noise  float64 // standard error of demand
+	recent float64 // intervals with requests within the idle window
 	active bool
+	seen   bool // requested within seenFactor idle windows
 }
 
 // noise is the standard error of sh's demand estimate: the filter's
@@ -179,17 +192,27 @@ func (g *GDRL) indicatorOf(c int64, demand float64) float64 {
 	return demand - float64(c)
 }
 
+// seenFactor is how many idle windows a node remembers that it has seen a
+// key (side.seen).
+const seenFactor = 10
+
 // flow returns the capacity and burst the pair's update moves from j to i
 // for one key (negative: from i to j). See the package documentation.
 func (g *GDRL) flow(i, j side) (c, b int64) {
 	if !i.active && !j.active {
-		c = g.forwardOnly(halfAway((j.c-j.dc)-(i.c-i.dc)), i.id, j.id)
-		b = g.forwardOnly(halfAway(((j.b-j.db)-(i.b-i.db))/UnitsPerToken), i.id, j.id)
-		return c, b * UnitsPerToken
+		return g.relax(i, j)
 	}
 	var f, sigma float64
 	eta := g.Gain()
 	if g.indicator == IndicatorFill {
+		if !g.skewed(i, j, g.evidence) {
+			if (i.seen || i.active) && (j.seen || j.active) {
+				// The key's demand reaches both ends: the 1/N split
+				// is the right one.
+				return g.relax(i, j)
+			}
+			return 0, 0 // too little evidence either way
+		}
 		di, dj := math.Max(i.demand, g.demandFloor), math.Max(j.demand, g.demandFloor)
 		f = eta * math.Min(di, dj) * (float64(j.c)/dj - float64(i.c)/di)
 		sigma = eta * math.Min(di, dj) * math.Hypot(float64(i.c)*i.noise/(di*di), float64(j.c)*j.noise/(dj*dj))
@@ -216,6 +239,95 @@ func (g *GDRL) flow(i, j side) (c, b int64) {
 	return c, b
 }
 
+// skewed reports whether one end of the pair has seen the key requested in
+// so many intervals that the other end's silence is significant at z
+// standard errors (one-sided): the other end has not seen the key for
+// seenFactor idle windows, and if the requests were spread evenly over the
+// nodes (as by hash), all n of them would have missed it with probability
+// 2^-n. Intervals are counted, not tokens, so that a burst of requests in
+// one instant is one piece of evidence. A node that joined or restarted
+// holds no default share, so any demand it sees is skewed towards it.
+func (g *GDRL) skewed(i, j side, z float64) bool {
+	tail := math.Log(0.5 * math.Erfc(z/math.Sqrt2))
+	one := func(a, b side) bool {
+		if a.active && a.dc <= 0 && b.dc > 0 {
+			return true // a joined with no share: its demand is news
+		}
+		return a.active && !b.seen && a.recent*math.Ln2 > -tail
+	}
+	return one(i, j) || one(j, i)
+}
+
+// capGrain is the grain of relaxation for capacity: 1% of the 1/N share.
+func (g *GDRL) capGrain() int64 {
+	return max(1, g.totalC/int64(100*max(len(g.members), 1)))
+}
+
+// recent is the number of intervals in which sh's key was requested at
+// this node within the last idle window (at most): the slow filter over
+// 1 per interval with requests, corrected for its start from zero (over t
+// intervals it has summed only 1-(1-a)^t of its weight), times the window
+// in intervals.
+func (g *GDRL) recent(sh *share) float64 {
+	if sh.intervals == 0 {
+		return 0
+	}
+	a := g.eventAlpha()
+	w := 1 - math.Pow(1-a, float64(sh.intervals))
+	return sh.events / w * min(1/a, float64(sh.intervals))
+}
+
+// eventAlpha is the gain of the filter behind recent: a window of `idle`.
+func (g *GDRL) eventAlpha() float64 {
+	return min(1, max(g.interval.Seconds()/g.idle.Seconds(), 1e-6))
+}
+
+// relax moves the pair's shares towards the default shares: the pair
+// halves the difference of its deviations (in whole grains: 1% of the 1/N
+// capacity share, whole tokens of burst), and below two grains deviations
+// of opposite signs cancel (the smaller one entirely) while along the
+// member ring a surplus moves forward whole, from a node to its successor,
+// and a deficit backward, so that they meet and cancel. The deviations of a
+// key sum to zero, so an idle key settles at its default shares everywhere
+// in a few exchanges per node, each moving a whole remainder, not a unit at
+// a time.
+func (g *GDRL) relax(i, j side) (c, b int64) {
+	return g.relaxOne(i.id, j.id, i.c-i.dc, j.c-j.dc, g.capGrain()), g.relaxOne(i.id, j.id, i.b-i.db, j.b-j.db, UnitsPerToken)
+}
+
+// relaxOne is relax for one amount with deviations di at i and dj at j:
+// what moves from j to i.
+func (g *GDRL) relaxOne(i, j strategy.NodeID, di, dj, grain int64) int64 {
+	if d := dj - di; d >= 2*grain || d <= -2*grain {
+		return d / 2 / grain * grain // diffusion: half the difference, in whole grains
+	}
+	switch {
+	case di < 0 && dj > 0:
+		return min(dj, -di)
+	case di > 0 && dj < 0:
+		return -min(di, -dj)
+	case di == 0 && dj == 0:
+		return 0
+	}
+	if successor(g.members, j) == i { // j -> i is forward
+		if dj > 0 {
+			return dj // (di >= 0) the surplus moves on
+		}
+		if di < 0 {
+			return -di // (dj <= 0) the deficit moves back
+		}
+	}
+	if successor(g.members, i) == j { // i -> j is forward
+		if di > 0 {
+			return -di
+		}
+		if dj < 0 {
+			return dj
+		}
+	}
+	return 0
+}
+
 // burstFlow is the burst that moves from j to i with a capacity flow c: the
 // pair re-splits its combined burst in proportion to its capacity shares
 // after the flow, in whole tokens (so that a node's bucket never holds a
@@ -230,15 +342,14 @@ func (g *GDRL) burstFlow(i, j side, c int64) int64 {
 		return 0
 	}
 	target := float64(bp) * float64(ci) / float64(ci+cj)
-	if bp >= 2*UnitsPerToken {
-		// An active node keeps a whole token: without one its bucket
-		// refuses every request, whatever its rate.
-		if i.active {
-			target = math.Max(target, UnitsPerToken)
-		}
-		if j.active {
-			target = math.Min(target, float64(bp-UnitsPerToken))
-		}
+	// A node that is active or has seen the key never gives away burst
+	// below what its own recent demand needs (at least a whole token:
+	// without one its bucket refuses every request, whatever its rate).
+	if i.active || i.seen {
+		target = math.Max(target, float64(min(max(i.b, 0), g.burstNeed(i))))
+	}
+	if j.active || j.seen {
+		target = math.Min(target, float64(bp-min(max(j.b, 0), g.burstNeed(j))))
 	}
 	d := (target - float64(i.b)) / UnitsPerToken
 	if math.Abs(d) < 0.75 || math.IsNaN(d) {
@@ -247,26 +358,16 @@ func (g *GDRL) burstFlow(i, j side, c int64) int64 {
 	return int64(math.Round(d)) * UnitsPerToken
 }
 
-// forwardOnly lets a relaxation move of a single unit (a capacity unit or a
-// burst token) from j to i (x > 0) or from i to j (x < 0) only along the
-// member ring, from a node to its successor: surplus units then travel
-// forward and deficits backward until they meet and cancel, so an idle key
-// settles at its default shares instead of passing units around for ever.
-func (g *GDRL) forwardOnly(x int64, i, j strategy.NodeID) int64 {
-	switch {
-	case x == 1 && successor(g.members, j) != i:
-		return 0
-	case x == -1 && successor(g.members, i) != j:
-		return 0
+// burstNeed is the burst a node keeps for its own demand: the
+// tokens its demand estimate (plus its noise) asks for over the time the
+// rule takes to refill its burst, B/C, at least a whole token and at most
+// the node's 1/N default burst (the static split, which a node whose
+// demand is spread like everyone else's should not fall below).
+func (g *GDRL) burstNeed(s side) int64 {
+	need := float64(UnitsPerToken)
+	if g.totalC > 0 {
+		need = math.Max(need, (s.demand+s.noise)*float64(g.totalB)/float64(g.totalC))
 	}
-	return x
-}
-
-// halfAway is d/2 rounded away from zero, so that a difference of one unit
-// still moves (the unit then wanders until it meets its opposite).
-func halfAway(d int64) int64 {
-	if d >= 0 {
-		return d/2 + d%2
-	}
-	return -((-d)/2 + (-d)%2)
+	need = math.Ceil(need/UnitsPerToken) * UnitsPerToken
+	return max(UnitsPerToken, min(int64(math.Min(need, float64(g.totalB))), s.db))
 }

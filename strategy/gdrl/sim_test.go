@@ -25,8 +25,11 @@ func compare(t *testing.T, spec string, o simtest.Options) (st, gd eval.Counts) 
 	tr := simtest.Gen(t, spec, 3)
 	co := o
 	co.Scenario = nil // central runs on one node that nothing happens to
+	co.Params = nil   // gdrl's parameters are for gdrl only
 	central := simtest.Allowed(simtest.Run(t, tr, "central", nil, co))
-	stAllowed := simtest.Allowed(simtest.Run(t, tr, "static", newStatic, o))
+	so := o
+	so.Params = nil
+	stAllowed := simtest.Allowed(simtest.Run(t, tr, "static", newStatic, so))
 	res := simtest.Run(t, tr, "gdrl", newGDRL, o)
 	gdAllowed := simtest.Allowed(res)
 	if v := eval.EnvelopeViolation(tr.Requests, gdAllowed, o.Rate.PerSec(), o.Burst); v != 0 {
@@ -43,13 +46,28 @@ func compare(t *testing.T, spec string, o simtest.Options) (st, gd eval.Counts) 
 var unit = bucket.Rate{Tokens: 1, Per: time.Second}
 
 // With every key sticky to one node (workload.NewAssigner("key")), static
-// wastes the other nodes' shares; gdrl moves them to where the demand is.
-// It never exceeds the envelope.
+// wastes the other nodes' shares; gdrl moves them to where the demand is,
+// once the evidence says so (parameter evidence: by default a key
+// requested in 6 intervals at a node that its neighbour has not seen; a
+// node cannot tell sticky from hash-spread demand earlier, and moving on
+// less costs hash-spread traffic more than static, see
+// TestSimHashAtLeastStatic). The mix's 100 sparse Poisson keys rarely
+// reach that in 30 s, hence the looser bound for it; with evidence=0.8
+// gdrl falsely rejects about a quarter of static's there. It never exceeds
+// the envelope.
 func TestSimSkewedBeatsStatic(t *testing.T) {
-	for _, spec := range []string{"poisson:users=20,rate=0.8,duration=30s", "mix:duration=30s"} {
-		st, gd := compare(t, spec, simtest.Options{Nodes: 5, Assign: "key", Rate: unit, Burst: 5})
-		if gd.FalseRejections*4 > st.FalseRejections {
-			t.Errorf("%s: gdrl falsely rejected %d requests, static %d: want well below (< 1/4)", spec, gd.FalseRejections, st.FalseRejections)
+	for _, c := range []struct {
+		spec     string
+		num, den int // bound: gdrl < num/den of static's false rejections
+		params   []string
+	}{
+		{"poisson:users=20,rate=0.8,duration=30s", 1, 3, nil},
+		{"mix:duration=30s", 3, 5, nil},
+		{"mix:duration=30s", 3, 10, []string{"evidence=0.8"}},
+	} {
+		st, gd := compare(t, c.spec, simtest.Options{Nodes: 5, Assign: "key", Rate: unit, Burst: 5, Params: c.params})
+		if gd.FalseRejections*c.den >= st.FalseRejections*c.num {
+			t.Errorf("%s %v: gdrl falsely rejected %d requests, static %d: want below %d/%d", c.spec, c.params, gd.FalseRejections, st.FalseRejections, c.num, c.den)
 		}
 	}
 }
@@ -57,8 +75,8 @@ func TestSimSkewedBeatsStatic(t *testing.T) {
 func TestSimSkewedLossyNetwork(t *testing.T) {
 	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: time.Millisecond, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}
 	st, gd := compare(t, "mix:duration=30s", simtest.Options{Nodes: 5, Assign: "key", Rate: bucket.Rate{Tokens: 2, Per: time.Second}, Burst: 5, Net: net})
-	if gd.FalseRejections*4 > st.FalseRejections {
-		t.Fatalf("gdrl falsely rejected %d requests, static %d", gd.FalseRejections, st.FalseRejections)
+	if gd.FalseRejections*5 >= st.FalseRejections*3 {
+		t.Fatalf("gdrl falsely rejected %d requests, static %d: want below 3/5", gd.FalseRejections, st.FalseRejections)
 	}
 }
 

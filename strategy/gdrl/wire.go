@@ -212,7 +212,7 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 			if err := wide(what, s.Capacity, s.Burst); err != nil {
 				return err
 			}
-			for _, d := range []float32{s.Demand, s.Noise} {
+			for _, d := range []float32{s.Demand, s.Noise, s.Recent} {
 				if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
 					return bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
 				}
