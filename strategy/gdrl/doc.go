@@ -170,7 +170,11 @@
 // Incarnations. A node that starts draws a new incarnation number (start
 // time in ms, then random bits), ordered after its earlier incarnations; a
 // restarted node joins with zero share and its old incarnation's share is
-// its heir's. A node that was only partitioned and declared dead keeps its
+// its heir's. It announces itself with a hello to every member, repeated
+// every `retransmit` until the member acknowledges it: after a restart
+// faster than the failure detector, the hello may be all the old heir hears
+// of the new incarnation (which need not be its buddy, nor probe it), and
+// without it the old share would have no heir. A node that was only partitioned and declared dead keeps its
 // incarnation; when its heir sees it again it sends a fence with the
 // inherited amounts and the transfers it credited on the node's behalf, and
 // the node subtracts them (the inherited amounts, and those transfers if it

@@ -74,6 +74,8 @@ type GDRL struct {
 	refresh    time.Duration
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
+	helloTo    map[strategy.NodeID]bool // members that have not acknowledged this incarnation's hello
+	helloSent  time.Duration
 
 	dc, db int64                    // default shares (keys without an explicit share)
 	seen   map[string]time.Duration // keys requested within seenFactor idle windows: the last request
@@ -338,6 +340,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.members = slices.Clone(cfg.Members)
 	slices.Sort(g.members)
 	g.peers = map[strategy.NodeID]*peerInfo{}
+	g.helloTo = map[strategy.NodeID]bool{}
 	g.shares = map[string]*share{}
 	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}

@@ -36,6 +36,9 @@ type harness struct {
 	bytes     int64
 	// afterEvent, if set, runs after every event.
 	afterEvent func()
+	// drop, if set, loses the messages from node index from to node index
+	// to for which it returns true (a targeted loss, for fixed scenarios).
+	drop func(from, to int) bool
 }
 
 type hnet struct {
@@ -195,6 +198,9 @@ func (h *harness) send(from int, m strategy.Message) {
 		return
 	}
 	if h.nodes[to].group != h.nodes[from].group || h.rnd.Float64() < h.net.loss {
+		return
+	}
+	if h.drop != nil && h.drop(from, to) {
 		return
 	}
 	copies := 1

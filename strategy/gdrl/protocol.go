@@ -53,9 +53,10 @@ func (g *GDRL) Start(now time.Duration, fx *strategy.Effects) {
 	g.setBuddy(successor(g.members, g.self))
 	for _, m := range g.members {
 		if m != g.self {
-			fx.Send(m, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}}))
+			g.helloTo[m] = true
 		}
 	}
+	g.sendHellos(now, fx)
 	g.nextTick = now + 1 + time.Duration(g.rnd.Int64N(int64(g.interval)))
 	g.mark(partDefaults)
 	g.flush(now, fx)
@@ -107,6 +108,9 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		if !tb.fenceDone && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
 			g.sendFenced(now, tb, fx)
 		}
+	}
+	if g.helloDue() && now-g.helloSent >= g.retransmit {
+		g.sendHellos(now, fx)
 	}
 	g.flush(now, fx)
 }
@@ -209,6 +213,9 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 	case *peerv1.GdrlMessage_FenceAck:
 		g.onFenceAck(now, from, b.FenceAck, fx)
 	case *peerv1.GdrlMessage_Hello:
+		if !dead {
+			g.onHello(from, m.Inc, b.Hello)
+		}
 	}
 	g.flush(now, fx)
 	return nil
@@ -245,6 +252,52 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 		}
 	}
 	return false
+}
+
+// sendHellos announces this incarnation to the members in view that have
+// not acknowledged it. The hello is how a member learns of a restart that
+// was faster than its failure detector: if the member holds the old
+// incarnation's record (it was its buddy), it inherits it then, and if it
+// had the node for its buddy, it replicates its own record afresh. The new
+// incarnation need not otherwise ever talk to it (its old buddy is not
+// necessarily its new one, and an idle node probes nobody), so a lost hello
+// would leave the old incarnation's share without an heir: it is repeated
+// every `retransmit` until acknowledged.
+func (g *GDRL) sendHellos(now time.Duration, fx *strategy.Effects) {
+	g.helloSent = now
+	for _, m := range g.members {
+		if g.helloTo[m] {
+			fx.Send(m, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}}))
+		}
+	}
+}
+
+// helloDue reports whether a member in view has not acknowledged this
+// incarnation's hello.
+func (g *GDRL) helloDue() bool {
+	for m := range g.helloTo {
+		if g.inView(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// onHello answers a hello with an acknowledgement naming the incarnation
+// heard of, once this node's buddy holds what the hello changed here (an
+// inherited record), and takes an acknowledgement of this incarnation's
+// hello.
+func (g *GDRL) onHello(from strategy.NodeID, fromInc uint64, h *peerv1.GdrlHello) {
+	if from == g.self {
+		return
+	}
+	if h.Ack == 0 {
+		g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{Ack: fromInc}}}))
+		return
+	}
+	if h.Ack == g.inc {
+		delete(g.helloTo, from)
+	}
 }
 
 // noteNewInc handles evidence that node runs incarnation inc, newer than
@@ -796,6 +849,9 @@ func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
 		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
 			due(tb.fenceSent + g.retransmit)
 		}
+	}
+	if g.helloDue() {
+		due(g.helloSent + g.retransmit)
 	}
 	return at
 }
