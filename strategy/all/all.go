@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/adaptive"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
@@ -41,6 +42,8 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }},
 	{Name: "gdrl", Summary: "each node holds a share of the rate and burst per key; neighbours move capacity towards equal performance indicators in exactly conserved transfers; a best buddy inherits a failed node's share", Source: "001, 004",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gdrl.New(cfg) }},
+	{Name: "adaptive", Summary: "static sub-buckets re-split every step by a TB Adaptor (the smallest live node) in proportion to each node's offered rate and peak backlog over a sliding window", Source: "000 §5.4",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return adaptive.New(cfg) }},
 }
 
 // List returns every strategy, in the order reports show them.

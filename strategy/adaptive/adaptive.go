@@ -1,0 +1,588 @@
+// Package adaptive implements the `adaptive` strategy: per-node sub-token
+// buckets per key, as `static`, re-split periodically by a TB Adaptor in
+// proportion to where each key's traffic is.
+//
+// Source: SRTM (seed 000) §5.4, the TB Adaptor: "every broker periodically
+// reports to the TB Adaptor the rate and burst statistics of its topics ...
+// a per-topic 10s history window that tracks the average message rate and
+// maximum backlog over that window in 1s increments. The TB Adaptor adjusts
+// token rates in proportion to average message rates, and token bucket
+// sizes in proportion to maximum backlogs."
+//
+// How it works here:
+//   - A node starts as static: (r/N, b_i) per key, exactly (bucket.Rate.Div,
+//     bucket.SplitBurst).
+//   - Every node keeps, per active key, a ring of window/step slots with the
+//     tokens offered (admitted + rejected) in each step and the peak backlog
+//     in each step.
+//   - Backlog (ours: SRTM's brokers queue messages, ours drop them): the
+//     virtual queue a shaping (waiting-mode) sub-bucket with this node's
+//     rate r_l would hold: every request adds its tokens, the queue drains
+//     at r_l, and it is capped at the global burst b (a backlog beyond b
+//     can never be served by a burst anyway). A node whose traffic stays
+//     below its rate shows a backlog of about one request's tokens; a node
+//     that is over its rate reaches the cap. Unlike "tokens refused in a
+//     step" it is non-zero for every active node and measures how much
+//     burst the node's traffic would use.
+//   - Every step each node sends the adaptor (the live member with the
+//     smallest NodeID) one report: for every key active in its window, the
+//     tokens offered in the window (proportional to the average rate) and
+//     the largest per-step peak backlog, rounded up to whole tokens.
+//   - The adaptor, once it holds a report from every live member, re-splits
+//     a reported key only when its offered tokens are unevenly spread over
+//     the nodes beyond chance: Pearson's chi-squared statistic against an
+//     even spread exceeds its mean N-1 by `significance` standard deviations
+//     (sqrt(2(N-1))), and the key offered at least `min_mean` tokens per
+//     node in the window (the test is not to be trusted on a handful of
+//     requests: the textbook rule of thumb wants 5). Other keys keep the
+//     static split. This gate is ours: with hash assignment a key's
+//     requests are spread evenly in expectation, and splitting in
+//     proportion to sampling noise puts the key's share (and its small
+//     burst) where its last requests happened to land, so the next ones
+//     find a sub-bucket with no tokens; the gate keeps such keys static.
+//     A key sticky to one node passes it once it has offered N*min_mean
+//     tokens in the window.
+//   - A re-split key's rate is split in `units` units of r/units and its
+//     burst in whole tokens, so that sum r_l = r and sum b_l = b exactly: a
+//     floor is split evenly, and the rest in proportion to offered tokens
+//     (rate) and peak backlog (burst), both by the largest remainder
+//     method (apportion). The floor is `floor` (default 0.1) of the rate
+//     and of the burst, plus, when the burst left allows, one token of
+//     burst for every node that saw the key in the window. It is our
+//     choice: a node with a sub-bucket of burst 0 refuses everything, and
+//     one with rate ~0 refills nothing, so traffic that moves to a node
+//     that saw none of the key in the window would be refused outright
+//     until the next epochs; the floor costs the hot node about
+//     floor*(N-1)/N of its share.
+//   - The adaptor sends every node its shares (keys not listed take the
+//     static split), numbered with an epoch above every epoch it has seen,
+//     and a hash of the membership they are for. A node applies only an
+//     epoch newer than its own, from the adaptor of its own view, for its
+//     own membership.
+//
+// Transient over-commit: nodes receive an epoch at different times. A node
+// applies the decreases of a new epoch at once (per key and component:
+// min(current, new)) and the increases only `raise_after` later (default
+// max(4*LatencyHint, 10ms)). As long as the spread of one-way latencies
+// from the adaptor is below raise_after, every node has lowered its shares
+// before any node raises, so sum r_l <= r and sum b_l <= b at every
+// instant; beyond that the over-commit lasts at most the excess latency.
+// A lost epoch message is not retransmitted: the node keeps its older
+// shares, which may over-commit against the others' new ones, until a
+// later epoch reaches it (the next step's, unless that is lost too).
+// A bucket that is raised keeps its tokens (bucket.Bucket.SetRate), so a
+// re-split never creates tokens. The sim tests measure the envelope
+// violation (eval.EnvelopeViolation).
+//
+// Membership: when the adaptor leaves, the next smallest NodeID takes over
+// and numbers its epochs above every epoch reported to it. When members
+// only leave, nodes keep their current shares (their sum is at most r and
+// b) until the new adaptor's first epoch; keys without a share re-split
+// statically over the survivors. When a member joins, every node falls back
+// to the static split over the new membership until the next epoch (old
+// shares plus a newcomer's static share could exceed (r, b)).
+package adaptive
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/bits"
+	"slices"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Adaptive is one node of the adaptive strategy.
+type Adaptive struct {
+	self    strategy.NodeID
+	members []strategy.NodeID
+	memHash uint64
+	rate    bucket.Rate
+	burst   int64
+
+	step         time.Duration
+	slots        int // window / step
+	floor        float64
+	significance float64
+	minMean      float64
+	raiseAfter   time.Duration
+	units        int64       // the rate is split in units of unitRate; 0: no adaptation possible
+	unitRate     bucket.Rate // rate / units
+
+	defRate  bucket.Rate // the static split
+	defBurst int64
+
+	keys    map[string]*keyState
+	shares  map[string]share // applied shares (keys without one take the static split)
+	pending map[string]share // the newest epoch's targets, applied at pendingAt
+	hasPend bool
+	pendAt  time.Duration
+	epoch   uint64 // newest epoch applied (or pending)
+
+	nextStep time.Duration
+
+	// adaptor state
+	reports  map[strategy.NodeID]*peerv1.AdaptiveReport
+	lastSent uint64
+}
+
+type share struct {
+	rate  bucket.Rate
+	burst int64
+}
+
+type slot struct {
+	idx     int64 // step index the slot holds; -1 when empty
+	offered int64
+	peak    float64
+}
+
+type keyState struct {
+	b     bucket.Bucket
+	ring  []slot
+	q     float64 // virtual backlog, tokens
+	qAt   time.Duration
+	rPerS float64 // the bucket's rate, tokens/s (drains q)
+}
+
+// Per-key state size besides the key: the bucket's level and time (two
+// varints of up to 9 bytes plus tags), the backlog (fixed64 plus tag), and
+// per slot two varints (offered, peak) of up to 5 bytes plus tags.
+func (a *Adaptive) keyStateBytes() int { return 2*(1+9) + 9 + 2 + a.slots*2*(1+5) }
+
+// New builds a node. Parameters:
+//   - window (duration, default 10s): the history window (SRTM §5.4).
+//   - step (duration, default 1s): the increment of the window and the
+//     period of reports and re-splits; window must be a positive multiple.
+//   - floor (number in [0, 1], default 0.1): the fraction of a re-split
+//     key's rate and burst split evenly (see the package documentation).
+//   - significance (number >= 0, default 3): how many standard deviations
+//     above its mean the chi-squared statistic of a key's spread must be
+//     for the key to be re-split.
+//   - min_mean (number >= 0, default 1): the least mean offered tokens per
+//     node in the window for a key to be re-split.
+//   - raise_after (duration, default max(4*LatencyHint, 10ms)): how long
+//     after an epoch's decreases its increases are applied.
+//   - units (int, default 1000): the rate's resolution; reduced (down to N)
+//     when r/units is below the bucket package's resolution.
+//
+// Errors: an invalid Config, Self not among Members, a bad or unknown
+// parameter.
+func New(cfg strategy.Config) (*Adaptive, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Adaptive{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst,
+		keys: map[string]*keyState{}, shares: map[string]share{}, reports: map[strategy.NodeID]*peerv1.AdaptiveReport{}}
+	window, err := cfg.Params.Duration("window", 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if a.step, err = cfg.Params.Duration("step", time.Second); err != nil {
+		return nil, err
+	}
+	if a.step <= 0 || window < a.step || window%a.step != 0 || window/a.step > 1000 {
+		return nil, fmt.Errorf("adaptive: window=%v must be a multiple (1 to 1000 times) of step=%v > 0", window, a.step)
+	}
+	a.slots = int(window / a.step)
+	if a.floor, err = cfg.Params.Float("floor", 0.1); err != nil {
+		return nil, err
+	}
+	if !(a.floor >= 0 && a.floor <= 1) {
+		return nil, fmt.Errorf("adaptive: parameter floor=%v must be in [0, 1]", a.floor)
+	}
+	if a.significance, err = cfg.Params.Float("significance", 3); err != nil {
+		return nil, err
+	}
+	if !(a.significance >= 0) || math.IsInf(a.significance, 0) {
+		return nil, fmt.Errorf("adaptive: parameter significance=%v must be a finite number >= 0", a.significance)
+	}
+	if a.minMean, err = cfg.Params.Float("min_mean", 1); err != nil {
+		return nil, err
+	}
+	if !(a.minMean >= 0) || math.IsInf(a.minMean, 0) {
+		return nil, fmt.Errorf("adaptive: parameter min_mean=%v must be a finite number >= 0", a.minMean)
+	}
+	if a.raiseAfter, err = cfg.Params.Duration("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond)); err != nil {
+		return nil, err
+	}
+	units, err := cfg.Params.Int("units", 1000)
+	if err != nil {
+		return nil, err
+	}
+	if units < 1 || units > 1_000_000 {
+		return nil, fmt.Errorf("adaptive: parameter units=%d must be in [1, 1000000]", units)
+	}
+	if err := cfg.Params.Check("adaptive"); err != nil {
+		return nil, err
+	}
+	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
+		return nil, fmt.Errorf("adaptive: %w", err)
+	}
+	if !slices.Contains(cfg.Members, cfg.Self) {
+		return nil, fmt.Errorf("adaptive: %s is not among the members %v", cfg.Self, cfg.Members)
+	}
+	// The finest unit count, at most units, whose unit rate a bucket of
+	// burst b supports.
+	for u := int64(units); u >= 1; u /= 2 {
+		ur, err := cfg.Rate.Div(u)
+		if err != nil {
+			continue
+		}
+		if _, err := bucket.New(ur, cfg.Burst, 0); err != nil {
+			continue
+		}
+		a.units, a.unitRate = u, ur
+		break
+	}
+	if err := a.setMembers(cfg.Members); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// setMembers recomputes the static split and the membership hash.
+func (a *Adaptive) setMembers(members []strategy.NodeID) error {
+	i := slices.Index(members, a.self)
+	if i < 0 {
+		return fmt.Errorf("adaptive: %s is not among the members %v", a.self, members)
+	}
+	r, err := a.rate.Div(int64(len(members)))
+	if err != nil {
+		return fmt.Errorf("adaptive: %w", err)
+	}
+	b, err := bucket.SplitBurst(a.burst, len(members), i)
+	if err != nil {
+		return fmt.Errorf("adaptive: %w", err)
+	}
+	if _, err := bucket.New(r, b, 0); err != nil {
+		return fmt.Errorf("adaptive: %w", err)
+	}
+	a.members = slices.Clone(members)
+	a.defRate, a.defBurst = r, b
+	h := fnv.New64a()
+	for _, m := range members {
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+	}
+	a.memHash = h.Sum64()
+	return nil
+}
+
+func (a *Adaptive) adaptor() strategy.NodeID { return a.members[0] }
+
+// shareOf is key's applied (rate, burst).
+func (a *Adaptive) shareOf(key string) (bucket.Rate, int64) {
+	if s, ok := a.shares[key]; ok {
+		return s.rate, s.burst
+	}
+	return a.defRate, a.defBurst
+}
+
+func (a *Adaptive) unitsRate(u int64) bucket.Rate {
+	if u == 0 || a.unitRate.Tokens == 0 {
+		return bucket.Rate{}
+	}
+	return bucket.Rate{Tokens: a.unitRate.Tokens * u, Per: a.unitRate.Per}
+}
+
+func (a *Adaptive) Start(now time.Duration, fx *strategy.Effects) {
+	a.nextStep = now + a.step
+	fx.WakeAt(a.nextStep)
+}
+
+func (a *Adaptive) get(key string, now time.Duration) *keyState {
+	if ks, ok := a.keys[key]; ok {
+		return ks
+	}
+	r, b := a.shareOf(key)
+	ks := &keyState{b: bucket.MustNew(r, b, now), ring: make([]slot, a.slots), qAt: now, rPerS: r.PerSec()}
+	for i := range ks.ring {
+		ks.ring[i].idx = -1
+	}
+	a.keys[key] = ks
+	return ks
+}
+
+func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	ks := a.get(req.Key, req.Arrival)
+	if req.Tokens > 0 {
+		t := max(req.Arrival, ks.qAt)
+		ks.q = max(0, ks.q-ks.rPerS*(t-ks.qAt).Seconds())
+		ks.q = min(ks.q+float64(req.Tokens), float64(a.burst))
+		ks.qAt = t
+		idx := int64(t / a.step)
+		s := &ks.ring[idx%int64(a.slots)]
+		if s.idx != idx {
+			*s = slot{idx: idx}
+		}
+		s.offered += req.Tokens
+		s.peak = max(s.peak, ks.q)
+	}
+	ok := ks.b.AllowN(req.Arrival, req.Tokens)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+// stat is key's window statistics at now; ok is false when it saw no traffic.
+func (a *Adaptive) stat(ks *keyState, now time.Duration) (offered, peak int64, ok bool) {
+	cur := int64(now / a.step)
+	var p float64
+	for _, s := range ks.ring {
+		if s.idx >= 0 && s.idx > cur-int64(a.slots) && s.idx <= cur {
+			offered += s.offered
+			p = max(p, s.peak)
+		}
+	}
+	return offered, int64(math.Ceil(p)), offered > 0
+}
+
+func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
+	if a.hasPend && now >= a.pendAt {
+		a.applyPending(now)
+	}
+	if now < a.nextStep {
+		return
+	}
+	for a.nextStep <= now {
+		a.nextStep += a.step
+	}
+	fx.WakeAt(a.nextStep)
+
+	rep := &peerv1.AdaptiveReport{Epoch: a.epoch}
+	keys := make([]string, 0, len(a.keys))
+	for k := range a.keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ks := a.keys[k]
+		off, peak, ok := a.stat(ks, now)
+		if ok {
+			rep.Stats = append(rep.Stats, &peerv1.AdaptiveStat{Key: k, Offered: off, PeakBacklog: peak})
+			continue
+		}
+		// Idle for a whole window: drop the key once its bucket is full
+		// (a new full bucket is the same) and its backlog has drained.
+		if ks.b.Full(now) {
+			delete(a.keys, k)
+		}
+	}
+	if a.units == 0 {
+		return // the rate cannot be split finer than static: no adaptation
+	}
+	if a.adaptor() == a.self {
+		a.reports[a.self] = rep
+		a.resplit(now, fx)
+		return
+	}
+	fx.Send(a.adaptor(), mustMarshal(&peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Report{Report: rep}}))
+}
+
+// resplit is the TB Adaptor: with a report from every member, it splits
+// every reported key and sends each member its shares.
+func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
+	n := len(a.members)
+	epoch := max(a.lastSent, a.epoch)
+	for _, m := range a.members {
+		r, ok := a.reports[m]
+		if !ok {
+			return
+		}
+		epoch = max(epoch, r.Epoch)
+	}
+	epoch++
+	a.lastSent = epoch
+	// Key -> per-member stats.
+	type row struct{ offered, peak []int64 }
+	rows := map[string]*row{}
+	for i, m := range a.members {
+		for _, s := range a.reports[m].Stats {
+			r := rows[s.Key]
+			if r == nil {
+				r = &row{offered: make([]int64, n), peak: make([]int64, n)}
+				rows[s.Key] = r
+			}
+			r.offered[i], r.peak[i] = s.Offered, s.PeakBacklog
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	// Weights in milli-tokens.
+	floorU := int64(a.floor * float64(a.units))
+	floorB := int64(a.floor * float64(a.burst))
+	zero := make([]uint64, n)
+	evenU, evenB := apportion(floorU, zero), apportion(floorB, zero)
+	out := make([]*peerv1.AdaptiveShares, n)
+	for i := range out {
+		out[i] = &peerv1.AdaptiveShares{Epoch: epoch, Members: a.memHash, Units: a.units}
+	}
+	wr, wb := make([]uint64, n), make([]uint64, n)
+	for _, k := range keys {
+		r := rows[k]
+		if !a.skewed(r.offered) {
+			continue // the static split it is
+		}
+		for i := range n {
+			wr[i] = uint64(max(r.offered[i], 0))
+			wb[i] = uint64(max(r.peak[i], 0))
+		}
+		// One token of burst for every node that saw the key, when the
+		// burst left after the floor allows.
+		active := make([]int64, n)
+		nActive := int64(0)
+		for i := range n {
+			if r.offered[i] > 0 {
+				nActive++
+			}
+		}
+		restB := a.burst - floorB
+		if nActive <= restB {
+			for i := range n {
+				if r.offered[i] > 0 {
+					active[i] = 1
+				}
+			}
+			restB -= nActive
+		}
+		ru, bu := apportion(a.units-floorU, wr), apportion(restB, wb)
+		for i := range n {
+			out[i].Shares = append(out[i].Shares, &peerv1.AdaptiveShare{Key: k, RateUnits: evenU[i] + ru[i], Burst: evenB[i] + active[i] + bu[i]})
+		}
+	}
+	for i, m := range a.members {
+		if m == a.self {
+			a.apply(now, out[i], fx)
+			continue
+		}
+		fx.Send(m, mustMarshal(&peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: out[i]}}))
+	}
+}
+
+// skewed reports whether offered tokens per node are too uneven to come
+// from an even spread: their mean is at least min_mean, and Pearson's
+// chi-squared statistic against the even split exceeds its mean (N-1) by
+// more than significance standard deviations (sqrt(2(N-1))).
+func (a *Adaptive) skewed(offered []int64) bool {
+	n := len(offered)
+	if n < 2 {
+		return false
+	}
+	var total float64
+	for _, o := range offered {
+		total += float64(o)
+	}
+	if total <= 0 {
+		return false
+	}
+	e := total / float64(n)
+	if e < a.minMean {
+		return false
+	}
+	var chi2 float64
+	for _, o := range offered {
+		d := float64(o) - e
+		chi2 += d * d / e
+	}
+	return chi2 > float64(n-1)+a.significance*math.Sqrt(2*float64(n-1))
+}
+
+// apply takes an epoch for this node: decreases now, increases raise_after
+// later. An epoch not newer than the applied one, or for another
+// membership, is ignored.
+func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strategy.Effects) {
+	if m.Epoch <= a.epoch || m.Members != a.memHash {
+		return
+	}
+	a.epoch = m.Epoch
+	target := make(map[string]share, len(m.Shares))
+	for _, s := range m.Shares {
+		target[s.Key] = share{rate: a.unitsRate(s.RateUnits), burst: s.Burst}
+	}
+	immediate := make(map[string]share, len(target))
+	for _, src := range []map[string]share{a.shares, target} {
+		for k := range src {
+			if _, done := immediate[k]; done {
+				continue
+			}
+			curR, curB := a.shareOf(k)
+			tgt, ok := target[k]
+			if !ok {
+				tgt = share{rate: a.defRate, burst: a.defBurst}
+			}
+			r := curR
+			if rateLess(tgt.rate, curR) {
+				r = tgt.rate
+			}
+			immediate[k] = share{rate: r, burst: min(curB, tgt.burst)}
+		}
+	}
+	a.shares = immediate
+	for k := range immediate {
+		a.refresh(now, k)
+	}
+	a.pending, a.hasPend, a.pendAt = target, true, now+a.raiseAfter
+	fx.WakeAt(a.pendAt)
+}
+
+// applyPending applies the newest epoch's targets.
+func (a *Adaptive) applyPending(now time.Duration) {
+	old := a.shares
+	a.shares, a.pending, a.hasPend = a.pending, nil, false
+	for k := range old {
+		a.refresh(now, k)
+	}
+	for k := range a.shares {
+		a.refresh(now, k)
+	}
+}
+
+// refresh sets key's bucket (if any) to its applied share.
+func (a *Adaptive) refresh(now time.Duration, k string) {
+	r, b := a.shareOf(k)
+	a.setBucket(now, k, r, b)
+}
+
+func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64) {
+	ks, ok := a.keys[k]
+	if !ok {
+		return
+	}
+	if ks.b.Rate() == r && ks.b.Burst() == b {
+		return
+	}
+	if ks.b.SetRate(now, r, b) == nil {
+		// Drain the virtual backlog at the old rate up to now first.
+		t := max(now, ks.qAt)
+		ks.q = max(0, ks.q-ks.rPerS*(t-ks.qAt).Seconds())
+		ks.qAt = t
+		ks.rPerS = r.PerSec()
+	}
+}
+
+// rateLess reports x < y for non-negative rates.
+func rateLess(x, y bucket.Rate) bool {
+	if x.Tokens == 0 || y.Tokens == 0 {
+		return x.Tokens == 0 && y.Tokens != 0
+	}
+	h1, l1 := bits.Mul64(uint64(x.Tokens), uint64(y.Per))
+	h2, l2 := bits.Mul64(uint64(y.Tokens), uint64(x.Per))
+	return h1 < h2 || (h1 == h2 && l1 < l2)
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // our messages always marshal
+	}
+	return b
+}

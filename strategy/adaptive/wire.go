@@ -1,0 +1,138 @@
+package adaptive
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Receive handles a report (this node as adaptor) or an epoch's shares.
+// Errors: an undecodable payload, an empty body, a stat or share with an
+// empty key, keys not sorted or repeated, negative statistics, a share
+// whose units differ from this node's, or rate units or burst outside
+// [0, units] and [0, b]. Errors change no state. A valid message that is
+// out of date (a report while this node is not the adaptor or from a
+// non-member, shares from a node that is not this node's adaptor, an old
+// epoch, another membership) is ignored.
+func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	var m peerv1.AdaptiveMessage
+	if err := proto.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("adaptive: message from %s does not decode: %w", from, err)
+	}
+	switch b := m.Body.(type) {
+	case *peerv1.AdaptiveMessage_Report:
+		if b.Report == nil {
+			return fmt.Errorf("adaptive: empty report from %s", from)
+		}
+		if err := validReport(b.Report); err != nil {
+			return fmt.Errorf("adaptive: report from %s: %w", from, err)
+		}
+		if a.adaptor() != a.self || !slices.Contains(a.members, from) || from == a.self {
+			return nil
+		}
+		a.reports[from] = b.Report
+		return nil
+	case *peerv1.AdaptiveMessage_Shares:
+		if b.Shares == nil {
+			return fmt.Errorf("adaptive: empty shares from %s", from)
+		}
+		if err := a.validShares(b.Shares); err != nil {
+			return fmt.Errorf("adaptive: shares from %s: %w", from, err)
+		}
+		if from != a.adaptor() {
+			return nil
+		}
+		a.apply(now, b.Shares, fx)
+		return nil
+	default:
+		return fmt.Errorf("adaptive: message from %s has no body", from)
+	}
+}
+
+func validReport(r *peerv1.AdaptiveReport) error {
+	for i, s := range r.Stats {
+		switch {
+		case s.Key == "":
+			return fmt.Errorf("stat %d: empty key", i)
+		case i > 0 && r.Stats[i-1].Key >= s.Key:
+			return fmt.Errorf("stat %d: key %q not after %q", i, s.Key, r.Stats[i-1].Key)
+		case s.Offered < 0 || s.PeakBacklog < 0:
+			return fmt.Errorf("stat %q: negative offered %d or peak backlog %d", s.Key, s.Offered, s.PeakBacklog)
+		}
+	}
+	return nil
+}
+
+func (a *Adaptive) validShares(m *peerv1.AdaptiveShares) error {
+	if m.Units != a.units {
+		return fmt.Errorf("split in %d units, this node uses %d (different rate configuration?)", m.Units, a.units)
+	}
+	for i, s := range m.Shares {
+		switch {
+		case s.Key == "":
+			return fmt.Errorf("share %d: empty key", i)
+		case i > 0 && m.Shares[i-1].Key >= s.Key:
+			return fmt.Errorf("share %d: key %q not after %q", i, s.Key, m.Shares[i-1].Key)
+		case s.RateUnits < 0 || s.RateUnits > a.units:
+			return fmt.Errorf("share %q: rate units %d outside [0, %d]", s.Key, s.RateUnits, a.units)
+		case s.Burst < 0 || s.Burst > a.burst:
+			return fmt.Errorf("share %q: burst %d outside [0, %d]", s.Key, s.Burst, a.burst)
+		}
+	}
+	return nil
+}
+
+// SetMembers follows membership (see the package documentation). A view
+// without this node is ignored.
+func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	joined := false
+	for _, m := range members {
+		if !slices.Contains(a.members, m) {
+			joined = true
+		}
+	}
+	if slices.Equal(members, a.members) {
+		return
+	}
+	if err := a.setMembers(members); err != nil {
+		return
+	}
+	for n := range a.reports {
+		if !slices.Contains(members, n) {
+			delete(a.reports, n)
+		}
+	}
+	if a.adaptor() != a.self {
+		clear(a.reports)
+	}
+	if joined {
+		a.shares, a.pending, a.hasPend = map[string]share{}, nil, false
+	}
+	for k := range a.keys {
+		a.refresh(now, k)
+	}
+}
+
+// StateBytes is the encoded size of the node's state: per key its bucket,
+// backlog and history ring (see keyStateBytes) and its key, per share its
+// key, rate and burst, and at the adaptor the reports it holds.
+func (a *Adaptive) StateBytes() int {
+	n := 0
+	for k := range a.keys {
+		n += len(k) + a.keyStateBytes()
+	}
+	for _, sm := range []map[string]share{a.shares, a.pending} {
+		for k := range sm {
+			n += len(k) + 2 + 3*(1+9)
+		}
+	}
+	for _, r := range a.reports {
+		n += proto.Size(r)
+	}
+	return n
+}
