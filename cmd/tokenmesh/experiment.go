@@ -10,12 +10,13 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/experiment"
 	"github.com/tokenmesh/tokenmesh/experiment/gdrlexp"
+	"github.com/tokenmesh/tokenmesh/experiment/thesis"
 )
 
 // experiments lists the reproductions `tokenmesh experiment` knows, in the
 // order --help shows them.
 func experiments() []experiment.Experiment {
-	return []experiment.Experiment{gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale()}
+	return []experiment.Experiment{thesis.Experiment(), gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale()}
 }
 
 func newExperimentCmd() *cobra.Command {
