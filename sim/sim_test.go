@@ -8,55 +8,25 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-func mustGen(t testing.TB, spec string, seed uint64) *workload.Trace {
-	t.Helper()
-	g, err := workload.ParseGenerator(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g.Generate(seed)
-}
+var (
+	mustGen = simtest.Gen
+	allowed = simtest.Allowed
+	fixed   = simtest.Fixed
+)
 
+// run simulates the registered strategy name at 1 token/s, burst 5.
 func run(t testing.TB, tr *workload.Trace, name string, nodes int, net sim.Network, sc *sim.Scenario, params ...string) *sim.Result {
 	t.Helper()
 	info, err := all.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := strategy.ParseParams(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assign, err := workload.NewAssigner("hash", 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Centralized {
-		nodes = 1
-	}
-	res, err := sim.Run(tr, sim.Config{Name: name, New: info.New, Nodes: nodes, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
-		Burst: 5, Params: p, Network: net, Scenario: sc, Assign: assign, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func allowed(r *sim.Result) []bool {
-	out := make([]bool, len(r.Outcomes))
-	for i, o := range r.Outcomes {
-		out[i] = o.Decided && o.Allowed
-	}
-	return out
-}
-
-func fixed(d time.Duration) sim.Network {
-	return sim.Network{Latency: sim.Latency{Kind: "fixed", Min: d, Max: d, Mean: d}}
+	return simtest.Run(t, tr, name, info.New, simtest.Options{Nodes: nodes, Net: net, Scenario: sc, Params: params})
 }
 
 // With a fixed latency and no loss, owner decides every request exactly as
