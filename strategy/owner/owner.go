@@ -33,7 +33,6 @@
 package owner
 
 import (
-	"container/heap"
 	"fmt"
 	"slices"
 	"time"
@@ -44,6 +43,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/minheap"
 )
 
 // Owner is one node of the owner strategy.
@@ -58,9 +58,9 @@ type Owner struct {
 	retries    int
 	retryEvery time.Duration
 
-	queue    holdQueue              // requests waiting for their turn at this node as owner
-	pending  map[uint64]*pendingReq // requests this node forwarded, by ID
-	timeouts deadlineQueue          // pending IDs by next retry or deadline (stale entries skipped)
+	queue    *minheap.Heap[queued]   // requests waiting for their turn at this node as owner, by (arrival, ID)
+	pending  map[uint64]*pendingReq  // requests this node forwarded, by ID
+	timeouts *minheap.Heap[deadline] // pending IDs by next retry or deadline (stale entries skipped)
 
 	// seen remembers the forwards this node received as owner, so that a
 	// retransmission or a duplicate is decided once; expiry lists them in
@@ -117,7 +117,8 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), pending: map[uint64]*pendingReq{}}
+	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), pending: map[uint64]*pendingReq{},
+		queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess)}
 	var err error
 	if o.hold, err = cfg.Params.Duration("hold", cfg.LatencyHint); err != nil {
 		return nil, err
@@ -192,7 +193,7 @@ func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 		p.sentTo = append(p.sentTo, owner)
 	}
 	p.next = min(now+o.retryEvery, p.deadline)
-	heap.Push(&o.timeouts, deadline{at: p.next, id: p.req.ID})
+	o.timeouts.Push(deadline{at: p.next, id: p.req.ID})
 	fx.WakeAt(p.next)
 	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival),
@@ -204,15 +205,15 @@ func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 // wake-ups after the messages delivered at the same instant, so requests
 // that arrive together are decided together, in (arrival, ID) order.
 func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
-	heap.Push(&o.queue, q)
+	o.queue.Push(q)
 	fx.WakeAt(max(q.arrival+o.hold, now))
 }
 
 // decideDue decides, in (arrival, ID) order, every queued request whose
 // hold has passed.
 func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
-	for len(o.queue) > 0 && o.queue[0].arrival+o.hold <= now {
-		q := heap.Pop(&o.queue).(queued)
+	for o.queue.Len() > 0 && o.queue.Peek().arrival+o.hold <= now {
+		q := o.queue.Pop()
 		allowed := o.table.Get(q.key, q.arrival).AllowN(q.arrival, q.tokens)
 		if q.origin == "" {
 			fx.Decide(q.id, allowed)
@@ -283,8 +284,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
-	for len(o.timeouts) > 0 && o.timeouts[0].at <= now {
-		d := heap.Pop(&o.timeouts).(deadline)
+	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
+		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
 		if !ok || p.next != d.at {
 			continue // answered, or rescheduled
@@ -338,7 +339,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 func (o *Owner) StateBytes() int {
 	const perRequest = 40 // id, arrival, tokens, deadline as varints, plus the key
 	n := o.table.StateBytes()
-	for _, q := range o.queue {
+	for _, q := range o.queue.Items() {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range o.pending {
@@ -356,23 +357,11 @@ func mustMarshal(m proto.Message) []byte {
 	return b
 }
 
-// holdQueue is a min-heap of queued requests by (arrival, id).
-type holdQueue []queued
-
-func (h holdQueue) Len() int { return len(h) }
-func (h holdQueue) Less(i, j int) bool {
-	if h[i].arrival != h[j].arrival {
-		return h[i].arrival < h[j].arrival
+func queuedLess(a, b queued) bool {
+	if a.arrival != b.arrival {
+		return a.arrival < b.arrival
 	}
-	return h[i].id < h[j].id
-}
-func (h holdQueue) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *holdQueue) Push(x any)   { *h = append(*h, x.(queued)) }
-func (h *holdQueue) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return a.id < b.id
 }
 
 type deadline struct {
@@ -380,21 +369,9 @@ type deadline struct {
 	id uint64
 }
 
-// deadlineQueue is a min-heap of deadlines by (at, id).
-type deadlineQueue []deadline
-
-func (h deadlineQueue) Len() int { return len(h) }
-func (h deadlineQueue) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func deadlineLess(a, b deadline) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].id < h[j].id
-}
-func (h deadlineQueue) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *deadlineQueue) Push(x any)   { *h = append(*h, x.(deadline)) }
-func (h *deadlineQueue) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return a.id < b.id
 }
