@@ -1,0 +1,587 @@
+// Package cluster is the live runtime: it drives the same strategy state
+// machines as the simulator (package sim), with the wall clock and a real
+// peer transport (DESIGN.md, "The shape of the code").
+//
+// A Node runs one strategy instance per rule. One goroutine per node owns
+// every strategy call (strategies are not thread-safe); it is fed by one
+// channel of events: requests from Check, frames from peers, membership
+// changes, and a single timer set to the earliest wake-up any rule asked
+// for. Peers are reached through a Transport (MemNetwork in process; gRPC
+// streams next), and membership comes from whoever calls SetMembers (a test;
+// memberlist's event delegate next).
+package cluster
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+)
+
+// Limits on a Check's input.
+const (
+	// DefaultMaxTokens bounds the tokens of one Check unless Config.MaxTokens says otherwise.
+	DefaultMaxTokens = int64(1) << 40
+	// MaxKeyBytes bounds the length of a key.
+	MaxKeyBytes = 4096
+	// DefaultInbox is the default capacity of a node's event channel.
+	DefaultInbox = 4096
+)
+
+// ErrClosed is the error of a Check or SetMembers on a closed node, and of
+// the checks still pending when it was closed.
+var ErrClosed = errors.New("cluster: node is closed")
+
+// Rule is one limit the cluster enforces per key: a token bucket (Rate,
+// Burst) coordinated by the named strategy.
+type Rule struct {
+	Name     string
+	Rate     bucket.Rate
+	Burst    int64    // tokens
+	Strategy string   // a name from strategy/all
+	Params   []string // the strategy's parameters, "name=value" (unprefixed: "gossip=20ms")
+}
+
+// Config is one node.
+type Config struct {
+	Self    strategy.NodeID
+	Members []strategy.NodeID // initial live members; Self is added if missing
+	Rules   []Rule
+	// Transport reaches the peers. The node takes it over: it registers its
+	// receive callback and closes it in Close.
+	Transport Transport
+	// Seed seeds each rule's strategy randomness (mixed with Self and the
+	// rule name, so nodes sharing a seed still differ).
+	Seed uint64
+	// Epoch is the cluster's time base: strategies see time as the
+	// duration since Epoch. Strategies that carry times between nodes
+	// (owner forwards a request's arrival) need every node on the same
+	// base: in one process share one time.Time; across processes use a
+	// fixed wall-clock instant (then the nodes' clock skew adds to their
+	// error). The node reads Epoch once at start and runs on the monotonic
+	// clock from then on. Zero: the node's own start.
+	Epoch time.Time
+	// Join is false for the founding members of a cluster: their strategies
+	// are started at time 0, which strategies read as "the cluster begins"
+	// (gdrl gives founding members their 1/N share and joiners none). A node
+	// that joins a running cluster, or restarts, sets Join: its strategies
+	// start at the current time.
+	Join bool
+	// LatencyHint is the expected one-way peer latency, passed to
+	// strategies (owner's default hold and timeout).
+	LatencyHint time.Duration
+	// MaxTokens bounds the tokens of one Check (default DefaultMaxTokens).
+	MaxTokens int64
+	// Inbox is the capacity of the event channel (default DefaultInbox).
+	// Peer frames that find it full are dropped and counted.
+	Inbox int
+}
+
+// Decision is the answer to one Check.
+type Decision struct {
+	Allowed bool
+	// Async is true when the strategy needed the network to decide (owner
+	// forwarding to the key's owner).
+	Async bool
+	// Wait is the time from the node taking the request to its decision.
+	Wait time.Duration
+}
+
+// RuleStats counts one rule's peer traffic at one node. Bytes are payload
+// bytes (the strategy's protobuf encoding, as the simulator counts them).
+type RuleStats struct {
+	MessagesSent     int64
+	BytesSent        int64
+	MessagesReceived int64
+	BytesReceived    int64
+	SendErrors       int64 // frames the transport refused (unknown or closed peer)
+	ReceiveErrors    int64 // payloads the strategy refused
+	Requests         int64 // checks handed to the strategy
+	Pending          int64 // checks waiting for an async decision now
+}
+
+// Stats is a snapshot of a node's counters.
+type Stats struct {
+	Rules             map[string]RuleStats
+	UnknownRuleFrames int64 // frames for a rule this node does not have (dropped)
+	InboxDropped      int64 // frames dropped because the event channel was full
+}
+
+type ruleCounters struct {
+	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
+	sendErrs, recvErrs, requests, pending    atomic.Int64
+}
+
+type result struct {
+	d   Decision
+	err error
+}
+
+type pendingCheck struct {
+	reply   chan result
+	arrival time.Duration
+}
+
+type ruleState struct {
+	idx     int
+	rule    Rule
+	s       strategy.Strategy
+	pending map[uint64]pendingCheck
+	c       ruleCounters
+}
+
+type eventKind uint8
+
+const (
+	evRequest eventKind = iota
+	evFrame
+	evMembers
+)
+
+type event struct {
+	kind    eventKind
+	rule    *ruleState
+	key     string
+	tokens  int64
+	reply   chan result
+	frame   Frame
+	members []strategy.NodeID
+	done    chan struct{}
+}
+
+// Node is one member of a cluster. Its methods are safe for concurrent use.
+type Node struct {
+	self      strategy.NodeID
+	rules     map[string]*ruleState // fixed after New; read from any goroutine
+	order     []*ruleState
+	transport Transport
+	maxTokens int64
+
+	start  time.Time
+	offset time.Duration
+	last   time.Duration // loop goroutine only: the last time handed to strategies
+
+	events  chan event
+	wake    chan struct{}
+	timer   *time.Timer
+	wakes   wakeHeap
+	wakeSet map[wakeEntry]bool
+	armed   time.Duration // the wake-up the timer is set for; -1: none
+	fx      strategy.Effects
+	nextID  uint64
+	members []strategy.NodeID
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close
+	stopped   chan struct{} // closed when the loop has exited and failed pending checks
+
+	unknownRule  atomic.Int64
+	inboxDropped atomic.Int64
+}
+
+// New builds a node and starts its goroutine. Errors: an empty Self, no
+// Transport, no rules, a rule with an empty or repeated name, an unknown
+// strategy, a strategy that refuses the rule (bad rate, burst or params),
+// or an Epoch after now.
+func New(cfg Config) (*Node, error) {
+	if cfg.Self == "" {
+		return nil, fmt.Errorf("cluster: config: Self is empty")
+	}
+	if cfg.Transport == nil {
+		return nil, fmt.Errorf("cluster: config: Transport is nil")
+	}
+	if len(cfg.Rules) == 0 {
+		return nil, fmt.Errorf("cluster: config: no rules")
+	}
+	if cfg.MaxTokens < 0 {
+		return nil, fmt.Errorf("cluster: config: MaxTokens %d is negative", cfg.MaxTokens)
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	if cfg.Inbox <= 0 {
+		cfg.Inbox = DefaultInbox
+	}
+	members, err := normMembers(cfg.Self, cfg.Members)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: config: %w", err)
+	}
+	n := &Node{
+		self: cfg.Self, rules: map[string]*ruleState{}, transport: cfg.Transport, maxTokens: cfg.MaxTokens,
+		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{},
+		members: members, done: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	n.start = time.Now()
+	if !cfg.Epoch.IsZero() {
+		n.offset = n.start.Sub(cfg.Epoch)
+		if n.offset < 0 {
+			return nil, fmt.Errorf("cluster: config: Epoch %v is after now", cfg.Epoch)
+		}
+	}
+	now := n.now()
+	startAt := time.Duration(0)
+	if cfg.Join {
+		startAt = now
+	}
+	for i, r := range cfg.Rules {
+		if r.Name == "" {
+			return nil, fmt.Errorf("cluster: rule %d: name is empty", i)
+		}
+		if _, dup := n.rules[r.Name]; dup {
+			return nil, fmt.Errorf("cluster: rule %q is defined twice", r.Name)
+		}
+		info, err := all.Lookup(r.Strategy)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		}
+		params, err := strategy.ParseParams(r.Params)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		}
+		s, err := info.New(strategy.Config{
+			Self: cfg.Self, Members: slices.Clone(members), Rate: r.Rate, Burst: r.Burst,
+			Rand:   rand.New(rand.NewPCG(cfg.Seed, rendezvous.HashString(string(cfg.Self)+"\x00"+r.Name))),
+			Params: params, LatencyHint: cfg.LatencyHint,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
+		}
+		r.Params = slices.Clone(r.Params)
+		rs := &ruleState{idx: i, rule: r, s: s, pending: map[uint64]pendingCheck{}}
+		n.rules[r.Name] = rs
+		n.order = append(n.order, rs)
+	}
+	n.timer = time.AfterFunc(time.Hour, n.signalWake)
+	n.timer.Stop()
+	n.armed = -1
+	// Start every strategy before the first event can reach it.
+	for _, rs := range n.order {
+		n.fx.Reset()
+		rs.s.Start(startAt, &n.fx)
+		n.apply(startAt, rs)
+	}
+	n.last = now
+	n.transport.Listen(n.deliver)
+	go n.loop()
+	return n, nil
+}
+
+// Self is the node's id.
+func (n *Node) Self() strategy.NodeID { return n.self }
+
+// Rules returns the names of the node's rules, in configuration order.
+func (n *Node) Rules() []string {
+	out := make([]string, len(n.order))
+	for i, rs := range n.order {
+		out[i] = rs.rule.Name
+	}
+	return out
+}
+
+// Check asks for tokens of key under rule and blocks until the rule's
+// strategy decides or ctx ends. Errors: an unknown rule, an empty or
+// over-long key, tokens <= 0 or above the node's MaxTokens (no state
+// changes); ctx.Err() when ctx ends first (the strategy may still decide
+// the request later: for owner, the owner's bucket has then been charged);
+// ErrClosed when the node is or gets closed.
+func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
+	rs, ok := n.rules[rule]
+	switch {
+	case !ok:
+		return Decision{}, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
+	case key == "":
+		return Decision{}, fmt.Errorf("cluster: rule %q: key is empty", rule)
+	case len(key) > MaxKeyBytes:
+		return Decision{}, fmt.Errorf("cluster: rule %q: key is %d bytes, above the limit of %d", rule, len(key), MaxKeyBytes)
+	case tokens <= 0:
+		return Decision{}, fmt.Errorf("cluster: rule %q: tokens %d must be positive", rule, tokens)
+	case tokens > n.maxTokens:
+		return Decision{}, fmt.Errorf("cluster: rule %q: tokens %d is above the limit of %d per request", rule, tokens, n.maxTokens)
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	reply := make(chan result, 1) // buffered: the loop never blocks on an abandoned check
+	select {
+	case n.events <- event{kind: evRequest, rule: rs, key: key, tokens: tokens, reply: reply}:
+	case <-n.done:
+		return Decision{}, ErrClosed
+	case <-ctx.Done():
+		return Decision{}, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.d, r.err
+	case <-ctx.Done():
+		return Decision{}, ctx.Err()
+	case <-n.stopped:
+		select {
+		case r := <-reply:
+			return r.d, r.err
+		default:
+			return Decision{}, ErrClosed
+		}
+	}
+}
+
+// SetMembers tells every rule's strategy the current live members (as the
+// failure detector sees them; Self is added if missing, duplicates are
+// removed, the order does not matter). It returns once the strategies
+// have been told. Errors: an empty member name, ErrClosed.
+func (n *Node) SetMembers(members []strategy.NodeID) error {
+	m, err := normMembers(n.self, members)
+	if err != nil {
+		return fmt.Errorf("cluster: SetMembers: %w", err)
+	}
+	done := make(chan struct{})
+	select {
+	case n.events <- event{kind: evMembers, members: m, done: done}:
+	case <-n.done:
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.stopped:
+		return ErrClosed
+	}
+}
+
+// Close stops the node's goroutine, fails its pending checks with
+// ErrClosed and closes its transport. It is idempotent and returns once the
+// goroutine has stopped.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.done)
+		<-n.stopped
+		err = n.transport.Close()
+	})
+	<-n.stopped
+	return err
+}
+
+// Stats returns a snapshot of the node's counters.
+func (n *Node) Stats() Stats {
+	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load()}
+	for _, rs := range n.order {
+		c := &rs.c
+		st.Rules[rs.rule.Name] = RuleStats{
+			MessagesSent: c.msgsSent.Load(), BytesSent: c.bytesSent.Load(),
+			MessagesReceived: c.msgsRecv.Load(), BytesReceived: c.bytesRecv.Load(),
+			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
+			Requests: c.requests.Load(), Pending: c.pending.Load(),
+		}
+	}
+	return st
+}
+
+// deliver is the transport's receive callback: it queues the frame for the
+// loop, or drops it (counted) when the node is closed or its inbox is full.
+func (n *Node) deliver(f Frame) {
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	select {
+	case n.events <- event{kind: evFrame, frame: f}:
+	default:
+		n.inboxDropped.Add(1)
+	}
+}
+
+func (n *Node) signalWake() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// now is the time handed to strategies: monotonic, never decreasing.
+func (n *Node) now() time.Duration {
+	t := n.offset + time.Since(n.start)
+	if t < n.last {
+		t = n.last
+	}
+	n.last = t
+	return t
+}
+
+func (n *Node) loop() {
+	defer n.shutdown()
+	for {
+		select {
+		case <-n.done:
+			return
+		case ev := <-n.events:
+			n.handle(ev)
+		case <-n.wake:
+			n.armed = -1
+		}
+		n.runDue()
+	}
+}
+
+func (n *Node) handle(ev event) {
+	now := n.now()
+	switch ev.kind {
+	case evRequest:
+		rs := ev.rule
+		n.nextID++
+		id := n.nextID
+		rs.c.requests.Add(1)
+		n.fx.Reset()
+		d, ok := rs.s.Request(now, strategy.Request{ID: id, Key: ev.key, Tokens: ev.tokens, Arrival: now}, &n.fx)
+		if ok {
+			ev.reply <- result{d: Decision{Allowed: d.Allowed, Wait: n.now() - now}}
+		} else {
+			rs.pending[id] = pendingCheck{reply: ev.reply, arrival: now}
+			rs.c.pending.Add(1)
+		}
+		n.apply(now, rs)
+	case evFrame:
+		rs, ok := n.rules[ev.frame.Rule]
+		if !ok {
+			n.unknownRule.Add(1)
+			return
+		}
+		rs.c.msgsRecv.Add(1)
+		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
+		n.fx.Reset()
+		if err := rs.s.Receive(now, ev.frame.From, ev.frame.Payload, &n.fx); err != nil {
+			rs.c.recvErrs.Add(1)
+		}
+		n.apply(now, rs)
+	case evMembers:
+		if !slices.Equal(ev.members, n.members) {
+			n.members = ev.members
+			for _, rs := range n.order {
+				n.fx.Reset()
+				rs.s.SetMembers(now, slices.Clone(ev.members), &n.fx)
+				n.apply(now, rs)
+			}
+		}
+		close(ev.done)
+	}
+}
+
+// apply carries out what rs's strategy asked for in its last call.
+func (n *Node) apply(now time.Duration, rs *ruleState) {
+	for _, d := range n.fx.Decisions {
+		p, ok := rs.pending[d.RequestID]
+		if !ok {
+			continue // decided already, or not ours
+		}
+		delete(rs.pending, d.RequestID)
+		rs.c.pending.Add(-1)
+		p.reply <- result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival}}
+	}
+	for _, m := range n.fx.Messages {
+		rs.c.msgsSent.Add(1)
+		rs.c.bytesSent.Add(int64(len(m.Payload)))
+		if err := n.transport.Send(m.To, Frame{Rule: rs.rule.Name, From: n.self, Payload: m.Payload}); err != nil {
+			rs.c.sendErrs.Add(1)
+		}
+	}
+	for _, at := range n.fx.Wakeups {
+		at = max(at, now)
+		w := wakeEntry{at: at, rule: rs.idx}
+		if !n.wakeSet[w] {
+			n.wakeSet[w] = true
+			heap.Push(&n.wakes, w)
+		}
+	}
+}
+
+// runDue ticks every rule with a wake-up due (once per rule), then sets
+// the timer for the earliest one left.
+func (n *Node) runDue() {
+	for len(n.wakes) > 0 {
+		now := n.now()
+		if next := n.wakes[0].at; next > now {
+			if next != n.armed {
+				n.armed = next
+				n.timer.Reset(next - now)
+			}
+			return
+		}
+		var due []int
+		for len(n.wakes) > 0 && n.wakes[0].at <= now {
+			w := heap.Pop(&n.wakes).(wakeEntry)
+			delete(n.wakeSet, w)
+			if !slices.Contains(due, w.rule) {
+				due = append(due, w.rule)
+			}
+		}
+		slices.Sort(due)
+		for _, i := range due {
+			rs := n.order[i]
+			n.fx.Reset()
+			rs.s.Tick(now, &n.fx)
+			n.apply(now, rs)
+		}
+	}
+}
+
+// shutdown runs when the loop exits: it fails every pending check.
+func (n *Node) shutdown() {
+	n.timer.Stop()
+	for _, rs := range n.order {
+		for id, p := range rs.pending {
+			p.reply <- result{err: ErrClosed}
+			delete(rs.pending, id)
+			rs.c.pending.Add(-1)
+		}
+	}
+	close(n.stopped)
+	// Checks queued but never taken: their callers see n.stopped.
+}
+
+func normMembers(self strategy.NodeID, members []strategy.NodeID) ([]strategy.NodeID, error) {
+	out := make([]strategy.NodeID, 0, len(members)+1)
+	for _, m := range members {
+		if m == "" {
+			return nil, fmt.Errorf("member list has an empty node name")
+		}
+		out = append(out, m)
+	}
+	if !slices.Contains(out, self) {
+		out = append(out, self)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+type wakeEntry struct {
+	at   time.Duration
+	rule int
+}
+
+type wakeHeap []wakeEntry
+
+func (h wakeHeap) Len() int { return len(h) }
+func (h wakeHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].rule < h[j].rule
+}
+func (h wakeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)   { *h = append(*h, x.(wakeEntry)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
