@@ -60,6 +60,11 @@ const (
 	// LoadBalance is the paper's LB baseline (§6): the topic is spread over
 	// every broker with residual capacity, max-min fairly.
 	LoadBalance Policy = "lb"
+	// ConcentrationEqual is the paper's Conc baseline as §6.3 describes it:
+	// the same fewest brokers as Concentration, with quotas that equalise
+	// the brokers' total load (allocated + topic), water-filled under their
+	// rcaps. On idle brokers it splits the topic evenly over k brokers.
+	ConcentrationEqual Policy = "conc-equal"
 )
 
 // Share is one broker's part of a plan: its sub-token bucket (Rate, Burst)
@@ -260,6 +265,8 @@ func quotas(brokers []Broker, topic Topic, policy Policy, r bucket.Rate, units i
 		}
 	case MaxMin:
 		waterFill(q, caps, order[:k], units)
+	case ConcentrationEqual:
+		levelFill(q, caps, brokers, order[:k], units, unitVal)
 	case LoadBalance:
 		n := 0
 		for n < len(order) && caps[order[n]] > 0 {
@@ -439,9 +446,9 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 func validate(brokers []Broker, topic Topic, policy Policy) error {
 	switch policy {
-	case Concentration, MaxMin, LoadBalance:
+	case Concentration, MaxMin, LoadBalance, ConcentrationEqual:
 	default:
-		return fmt.Errorf("policy %q is not one of concentration, maxmin, lb", policy)
+		return fmt.Errorf("policy %q is not one of concentration, maxmin, lb, conc-equal", policy)
 	}
 	if len(brokers) == 0 {
 		return fmt.Errorf("brokers: none given")
