@@ -10,13 +10,15 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/experiment"
 	"github.com/tokenmesh/tokenmesh/experiment/gdrlexp"
+	"github.com/tokenmesh/tokenmesh/experiment/srtmexp"
 	"github.com/tokenmesh/tokenmesh/experiment/thesis"
 )
 
 // experiments lists the reproductions `tokenmesh experiment` knows, in the
 // order --help shows them.
 func experiments() []experiment.Experiment {
-	return []experiment.Experiment{thesis.Experiment(), gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale()}
+	return []experiment.Experiment{thesis.Experiment(), gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale(),
+		srtmexp.Penalty(), srtmexp.Concentration(), srtmexp.Correlation()}
 }
 
 func newExperimentCmd() *cobra.Command {

@@ -219,3 +219,10 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanSimulate(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml", "--simulate")
+	if code != 0 || !strings.Contains(out, "online fitting") || !strings.Contains(out, "p99") || !strings.Contains(out, "all") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,9 @@ import (
 
 func newPlanCmd() *cobra.Command {
 	var brokersPath, topicPath, policy string
+	var simulate bool
+	var duration time.Duration
+	var seed uint64
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Assign a topic's publishers to brokers and split its token bucket among them (SRTM)",
@@ -27,7 +31,15 @@ Policies:
                  residual capacity covers the topic's rate (the default: every
                  extra sub-bucket adds DRL penalty, Proposition 1)
   maxmin         the same brokers, maximising the smallest share
+  conc-equal     concentration, loading the chosen brokers to equal total load (§6.3)
   lb             spread over every broker with spare capacity (the baseline)
+
+--simulate runs SRTM's online fitting (§4.2 step 3) in the broker model
+(a single-server FIFO queue per broker with service time 1/mcap, background
+load at each broker's current load, Poisson publishers; latency = the exact
+token wait at the broker's sub-bucket + queueing + processing): a broker whose
+p99 misses the topic's SLO sheds publishers (binary search) and is marked full.
+It prints the fitted plan and p50/p95/p99 per broker.
 
 Publishers of each correlation group are spread over the chosen brokers in
 proportion to their share, so no broker takes a whole synchronised burst.`,
@@ -47,21 +59,52 @@ proportion to their share, so no broker takes a whole synchronised burst.`,
 				return err
 			}
 			switch srtm.Policy(policy) {
-			case srtm.Concentration, srtm.MaxMin, srtm.LoadBalance:
+			case srtm.Concentration, srtm.ConcentrationEqual, srtm.MaxMin, srtm.LoadBalance:
 			default:
-				return usageErr("--policy %q: want concentration, maxmin or lb", policy)
+				return usageErr("--policy %q: want concentration, conc-equal, maxmin or lb", policy)
 			}
-			res, err := srtm.Plan(brokers, topic, srtm.Policy(policy))
+			if !simulate {
+				res, err := srtm.Plan(brokers, topic, srtm.Policy(policy))
+				if err != nil {
+					return err
+				}
+				return writePlan(cmd.OutOrStdout(), res)
+			}
+			if duration <= 0 {
+				return usageErr("--duration %v: must be positive", duration)
+			}
+			opts := srtm.SimOptions{Duration: duration, Seed: seed}
+			fit, err := srtm.Fit(brokers, topic, srtm.Policy(policy), srtm.ModelP99(topic, opts))
 			if err != nil {
 				return err
 			}
-			return writePlan(cmd.OutOrStdout(), res)
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "online fitting: %d iterations, brokers marked full: %v\n", fit.Iterations, fit.Full)
+			if err := writePlan(out, fit.Plan); err != nil {
+				return err
+			}
+			sim, err := srtm.Simulate(fit.Plan, brokers, topic, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nbroker model, %v simulated, seed %d (SLO p99 %v):\n", duration, seed, topic.SLO)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "broker\tmessages\tutil\tp50\tp95\tp99\ttoken p99\t")
+			for _, l := range sim.PerBroker {
+				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%v\t%v\t%v\t%v\t\n", l.Broker, l.Messages, l.Util, l.P50, l.P95, l.P99, l.TokenP99)
+			}
+			o := sim.Overall
+			fmt.Fprintf(tw, "all\t%d\t\t%v\t%v\t%v\t%v\t\n", o.Messages, o.P50, o.P95, o.P99, o.TokenP99)
+			return tw.Flush()
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&brokersPath, "brokers", "", "YAML file of brokers (name, mcap, load in messages/s)")
 	fl.StringVar(&topicPath, "topic", "", "YAML file of the topic (name, rate, burst, slo, publishers)")
-	fl.StringVar(&policy, "policy", string(srtm.Concentration), "concentration, maxmin or lb")
+	fl.StringVar(&policy, "policy", string(srtm.Concentration), "concentration, conc-equal, maxmin or lb")
+	fl.BoolVar(&simulate, "simulate", false, "run online fitting in the broker model and report p50/p95/p99 per broker")
+	fl.DurationVar(&duration, "duration", 10*time.Second, "simulated time for --simulate")
+	fl.Uint64Var(&seed, "seed", 1, "random seed for --simulate")
 	return cmd
 }
 
