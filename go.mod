@@ -7,6 +7,7 @@ require (
 	github.com/spf13/cobra v1.8.1
 	golang.org/x/term v0.27.0
 	gonum.org/v1/plot v0.14.0
+	google.golang.org/grpc v1.68.1
 	google.golang.org/protobuf v1.36.5
 	gopkg.in/yaml.v3 v3.0.1
 	pgregory.net/rapid v1.1.0
@@ -26,6 +27,8 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/spf13/pflag v1.0.5 // indirect
 	golang.org/x/image v0.11.0 // indirect
+	golang.org/x/net v0.29.0 // indirect
 	golang.org/x/sys v0.28.0 // indirect
-	golang.org/x/text v0.12.0 // indirect
+	golang.org/x/text v0.18.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240903143218-8af14fe29dc1 // indirect
 )

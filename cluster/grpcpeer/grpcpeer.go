@@ -1,0 +1,482 @@
+// Package grpcpeer is a cluster.Transport over gRPC streams: every node
+// serves the PeerTransport service (api/peer/v1/transport.proto), and sends
+// to each peer over one long-lived client stream, dialled lazily by a
+// per-peer sender goroutine and redialled with backoff when it fails.
+//
+// The sender names itself in the stream's metadata; the receiver delivers
+// frames only from senders in its peer book (Config.Peers, SetPeers), and,
+// with TLS, only when the client certificate names the sender (its DNS SAN
+// or common name equals the node id). A refused stream ends with
+// PERMISSION_DENIED before any of its frames reaches the node.
+package grpcpeer
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tokenmesh/tokenmesh/api/peer/v1/transportpb"
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// FromKey is the stream metadata key naming the sending node.
+const FromKey = "tokenmesh-from"
+
+// Defaults of Config's zero fields.
+const (
+	DefaultQueue      = 1024
+	DefaultMinBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff = 2 * time.Second
+)
+
+// Keepalive of the peer connections.
+const (
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 5 * time.Second
+)
+
+// Config is one node's transport.
+type Config struct {
+	Self       strategy.NodeID
+	ListenAddr string // e.g. "127.0.0.1:0"; Addr reports the bound address
+	// Peers is the address book: every other member's node id and its
+	// ListenAddr. Frames are sent only to, and accepted only from, these
+	// (an entry for Self is ignored).
+	Peers map[strategy.NodeID]string
+	// TLS, when set, is used for both the server and the clients (mTLS:
+	// give it Certificates, RootCAs, ClientCAs and ClientAuth:
+	// tls.RequireAndVerifyClientCert). A client verifies the server's
+	// certificate against the peer's node id unless ServerName is set; the
+	// server requires the client certificate to name the sender. Nil:
+	// plaintext, and the sender's id is taken on its word.
+	TLS *tls.Config
+	// Queue is the per-peer send queue length (default DefaultQueue); a
+	// frame that finds it full is dropped and counted.
+	Queue int
+	// MinBackoff and MaxBackoff bound the wait before redialling a peer
+	// whose stream failed (defaults DefaultMinBackoff, DefaultMaxBackoff).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Stats counts the transport's frames.
+type Stats struct {
+	Sent     int64 // frames written to a peer stream
+	Dropped  int64 // frames dropped because the peer's queue was full
+	Lost     int64 // frames whose stream write failed
+	Received int64 // frames handed to the Listen callback
+	Refused  int64 // streams refused (unknown sender, bad certificate)
+	Dials    int64 // streams opened
+}
+
+// Transport is a cluster.Transport over gRPC. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	cfg   Config
+	lis   net.Listener
+	srv   *grpc.Server
+	creds credentials.TransportCredentials // client side
+
+	recv atomic.Pointer[func(cluster.Frame)]
+	book atomic.Pointer[map[strategy.NodeID]string]
+
+	mu     sync.Mutex
+	peers  map[strategy.NodeID]*sender
+	closed bool
+	wg     sync.WaitGroup
+
+	sent, dropped, lost, received, refused, dials atomic.Int64
+}
+
+var _ cluster.Transport = (*Transport)(nil)
+
+// New listens on cfg.ListenAddr and starts serving. Errors: an empty Self,
+// a listen failure.
+func New(cfg Config) (*Transport, error) {
+	if cfg.Self == "" {
+		return nil, errors.New("grpcpeer: Self is empty")
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
+	}
+	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("grpcpeer: %w", err)
+	}
+	t := &Transport{cfg: cfg, lis: lis, peers: map[strategy.NodeID]*sender{}}
+	opts := []grpc.ServerOption{
+		// Clients ping idle streams (see dial); allow it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	t.srv = grpc.NewServer(opts...)
+	transportpb.RegisterPeerTransportServer(t.srv, &server{t: t})
+	t.SetPeers(cfg.Peers)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		_ = t.srv.Serve(lis)
+	}()
+	return t, nil
+}
+
+// Addr is the bound listen address.
+func (t *Transport) Addr() string { return t.lis.Addr().String() }
+
+// Stats returns the counts so far.
+func (t *Transport) Stats() Stats {
+	return Stats{Sent: t.sent.Load(), Dropped: t.dropped.Load(), Lost: t.lost.Load(),
+		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load()}
+}
+
+// SetPeers replaces the address book. Senders to removed peers stop (their
+// queued frames are lost), peers whose address changed are redialled, and
+// frames from removed peers are refused from now on.
+func (t *Transport) SetPeers(peers map[strategy.NodeID]string) {
+	book := make(map[strategy.NodeID]string, len(peers))
+	for id, addr := range peers {
+		if id != t.cfg.Self && id != "" {
+			book[id] = addr
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.book.Store(&book)
+	for id, s := range t.peers {
+		addr, ok := book[id]
+		if !ok {
+			s.stop()
+			delete(t.peers, id)
+		} else if addr != s.getAddr() {
+			s.setAddr(addr)
+		}
+	}
+}
+
+// Send queues f for peer to and returns at once. Errors: to is not in the
+// peer book, the transport is closed. A frame that finds the peer's queue
+// full is dropped (counted, nil error).
+func (t *Transport) Send(to strategy.NodeID, f cluster.Frame) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return cluster.ErrTransportClosed
+	}
+	s := t.peers[to]
+	if s == nil {
+		addr, ok := (*t.book.Load())[to]
+		if !ok {
+			t.mu.Unlock()
+			return fmt.Errorf("grpcpeer: peer %q is not in the peer book", to)
+		}
+		s = t.newSender(to, addr)
+		t.peers[to] = s
+	}
+	t.mu.Unlock()
+	fr := &transportpb.PeerFrame{Rule: f.Rule, Payload: append([]byte(nil), f.Payload...)}
+	select {
+	case s.q <- fr:
+	default:
+		t.dropped.Add(1)
+	}
+	return nil
+}
+
+// Listen registers the receive callback; frames received before are dropped.
+func (t *Transport) Listen(recv func(cluster.Frame)) { t.recv.Store(&recv) }
+
+// Close stops the server and every sender; queued frames are lost. It is
+// idempotent.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	for id, s := range t.peers {
+		s.stop()
+		delete(t.peers, id)
+	}
+	t.mu.Unlock()
+	t.srv.Stop() // closes the listener and every inbound stream
+	t.wg.Wait()
+	return nil
+}
+
+// known reports whether id is in the peer book.
+func (t *Transport) known(id strategy.NodeID) bool {
+	_, ok := (*t.book.Load())[id]
+	return ok
+}
+
+// server receives the inbound streams.
+type server struct {
+	transportpb.UnimplementedPeerTransportServer
+	t *Transport
+}
+
+func (s *server) Stream(stream grpc.BidiStreamingServer[transportpb.PeerFrame, transportpb.PeerAck]) error {
+	t := s.t
+	ctx := stream.Context()
+	from, err := t.authenticate(ctx)
+	if err != nil {
+		t.refused.Add(1)
+		return err
+	}
+	for {
+		fr, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if !t.known(from) { // removed from the book while streaming
+			t.refused.Add(1)
+			return status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
+		}
+		if recv := t.recv.Load(); recv != nil {
+			t.received.Add(1)
+			(*recv)(cluster.Frame{Rule: fr.GetRule(), From: from, Payload: fr.GetPayload()})
+		}
+	}
+}
+
+// authenticate returns the stream's sender: named in the metadata, in the
+// peer book, and, with TLS, named by the client certificate.
+func (t *Transport) authenticate(ctx context.Context) (strategy.NodeID, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(FromKey)
+	if len(vals) != 1 || vals[0] == "" {
+		return "", status.Error(codes.Unauthenticated, "grpcpeer: the stream does not name its sender")
+	}
+	from := strategy.NodeID(vals[0])
+	if !t.known(from) {
+		return "", status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
+	}
+	if t.cfg.TLS != nil {
+		p, ok := peer.FromContext(ctx)
+		if !ok {
+			return "", status.Error(codes.Unauthenticated, "grpcpeer: no peer info")
+		}
+		info, ok := p.AuthInfo.(credentials.TLSInfo)
+		// VerifiedChains, not PeerCertificates: a certificate the TLS
+		// config asked for but did not verify names nobody.
+		if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+			return "", status.Errorf(codes.Unauthenticated, "grpcpeer: %q sent no verified client certificate", from)
+		}
+		cert := info.State.VerifiedChains[0][0]
+		if cert.VerifyHostname(string(from)) != nil && cert.Subject.CommonName != string(from) {
+			return "", status.Errorf(codes.PermissionDenied, "grpcpeer: the client certificate does not name %q", from)
+		}
+	}
+	return from, nil
+}
+
+// sender owns the stream to one peer.
+type sender struct {
+	t    *Transport
+	id   strategy.NodeID
+	q    chan *transportpb.PeerFrame
+	quit chan struct{}
+	// redial is signalled when the address changes.
+	redial chan struct{}
+
+	ctx    context.Context // cancelled by stop
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	addr string
+}
+
+func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
+	s := &sender{t: t, id: id, addr: addr, q: make(chan *transportpb.PeerFrame, t.cfg.Queue),
+		quit: make(chan struct{}), redial: make(chan struct{}, 1)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		s.run()
+	}()
+	return s
+}
+
+// stop is called once, under t.mu, when the sender leaves t.peers.
+func (s *sender) stop() {
+	s.cancel()
+	close(s.quit)
+}
+
+func (s *sender) getAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+func (s *sender) setAddr(addr string) {
+	s.mu.Lock()
+	s.addr = addr
+	s.mu.Unlock()
+	select {
+	case s.redial <- struct{}{}:
+	default:
+	}
+}
+
+// conn is one dialled stream.
+type conn struct {
+	cc     *grpc.ClientConn
+	stream grpc.BidiStreamingClient[transportpb.PeerFrame, transportpb.PeerAck]
+	cancel context.CancelFunc
+	broken chan struct{} // closed when the response stream ends
+}
+
+func (c *conn) close() {
+	c.cancel()
+	_ = c.cc.Close()
+}
+
+func (c *conn) isBroken() bool {
+	select {
+	case <-c.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *sender) dial() (*conn, error) {
+	t := s.t
+	creds := insecure.NewCredentials()
+	if t.cfg.TLS != nil {
+		tc := t.cfg.TLS.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName = string(s.id)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	cc, err := grpc.NewClient("passthrough:///"+s.getAddr(), grpc.WithTransportCredentials(creds),
+		// A peer that vanishes without closing the connection (host down,
+		// partition) is noticed within keepaliveTime+keepaliveTimeout.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	ctx = metadata.AppendToOutgoingContext(ctx, FromKey, string(t.cfg.Self))
+	stream, err := transportpb.NewPeerTransportClient(cc).Stream(ctx)
+	if err != nil {
+		cancel()
+		_ = cc.Close()
+		return nil, err
+	}
+	c := &conn{cc: cc, stream: stream, cancel: cancel, broken: make(chan struct{})}
+	go func() { // the callee sends nothing: Recv returns when the stream ends
+		defer close(c.broken)
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	t.dials.Add(1)
+	return c, nil
+}
+
+// run sends the queued frames, dialling when needed and backing off after
+// a failure.
+func (s *sender) run() {
+	t := s.t
+	var c *conn
+	defer func() {
+		if c != nil {
+			c.close()
+		}
+	}()
+	backoff := time.Duration(0)
+	for {
+		var fr *transportpb.PeerFrame
+		select {
+		case <-s.quit:
+			return
+		case <-s.redial:
+			if c != nil {
+				c.close()
+				c = nil
+			}
+			backoff = 0
+			continue
+		case fr = <-s.q:
+		}
+		if c != nil && c.isBroken() {
+			c.close()
+			c = nil
+		}
+		if c == nil {
+			if backoff > 0 && !s.sleep(backoff) {
+				return
+			}
+			var err error
+			if c, err = s.dial(); err != nil {
+				t.lost.Add(1)
+				backoff = s.next(backoff)
+				continue
+			}
+		}
+		if err := c.stream.Send(fr); err != nil {
+			t.lost.Add(1)
+			c.close()
+			c = nil
+			backoff = s.next(backoff)
+			continue
+		}
+		t.sent.Add(1)
+		backoff = 0
+	}
+}
+
+func (s *sender) next(b time.Duration) time.Duration {
+	if b == 0 {
+		return s.t.cfg.MinBackoff
+	}
+	return min(2*b, s.t.cfg.MaxBackoff)
+}
+
+// sleep waits d; false when the sender stops first.
+func (s *sender) sleep(d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-s.quit:
+		return false
+	case <-tm.C:
+		return true
+	}
+}
