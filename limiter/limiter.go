@@ -1,0 +1,489 @@
+// Package limiter is tokenmesh as an embeddable library: start a node
+// in-process from a Config, get a Limiter for one of its rules, and call
+// Allow, AllowN, Reserve or Wait in the shape Go users know from
+// golang.org/x/time/rate. Every decision is the cluster's: the rule's
+// strategy (owner, gdrl, ...) coordinates the node with its peers, so
+// limiters on different nodes share one limit per key.
+//
+// # Differences from golang.org/x/time/rate
+//
+//   - One Limiter serves many keys: every call names the key it limits
+//     (rate.Limiter is one bucket). Rate and burst are the rule's, fixed at
+//     Start; there is no SetLimit or SetBurst.
+//   - Decisions are made by the cluster and may need the network (owner
+//     forwards to the key's owner), so AllowN, Reserve and Wait take a
+//     context and can fail (closed node, bad key, ctx ended). Allow reports
+//     an error as a refusal.
+//   - Strategies decide in drop mode: a request is admitted now or refused.
+//     Nothing can hold tokens ahead of time across the cluster, so a
+//     Reservation is not a claim on future tokens: a refused Reservation
+//     only says how long to wait before asking again (an estimate, see
+//     Reservation.Delay), and the next attempt may be refused again when
+//     other callers took the tokens first. Cancel returns nothing: admitted
+//     tokens are spent.
+//   - Wait(ctx, key, n) is rate.Limiter.WaitN (there is no separate
+//     WaitN); it retries AllowN after each estimated delay until it is
+//     admitted or ctx ends, and returns ctx.Err() then (rate.Limiter.WaitN
+//     fails early when the wait would pass ctx's deadline; the delay here
+//     is only an estimate, so Wait keeps trying until the deadline
+//     instead). Like rate.Limiter, it fails at once when n exceeds the
+//     burst. Waiters are not queued: under contention they compete on
+//     each retry, with no FIFO order.
+//   - A call whose ctx ends while the cluster decides (owner forwarding
+//     to the key's owner) returns ctx.Err(), but the owner may still have
+//     charged the tokens.
+//   - No time arguments: decisions use the node's clock (AllowN(t, n) with
+//     an arbitrary t has no cluster meaning).
+package limiter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
+	"github.com/tokenmesh/tokenmesh/cluster/membership"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// DefaultName is the node id used when Config.Name is empty.
+const DefaultName = "node"
+
+// ErrUnknownRule is wrapped by Node.Limiter for a rule the node lacks.
+var ErrUnknownRule = errors.New("limiter: unknown rule")
+
+// ErrExceedsBurst is returned (wrapped) by Wait for n above the burst.
+var ErrExceedsBurst = errors.New("limiter: tokens exceed the burst")
+
+// RuleConfig is one limit in the units users write: RatePerSec tokens per
+// second refill a bucket of Burst tokens per key, coordinated by Strategy
+// (a name from strategy/all: owner, gdrl, static, local, ...; empty: "owner").
+type RuleConfig struct {
+	Name       string
+	RatePerSec float64
+	Burst      int64
+	Strategy   string
+	Params     []string // "name=value", the strategy's parameters
+}
+
+func (r RuleConfig) rule() (cluster.Rule, error) {
+	rate, err := bucket.PerSecond(r.RatePerSec)
+	if err != nil {
+		return cluster.Rule{}, fmt.Errorf("limiter: rule %q: %w", r.Name, err)
+	}
+	s := r.Strategy
+	if s == "" {
+		s = "owner"
+	}
+	return cluster.Rule{Name: r.Name, Rate: rate, Burst: r.Burst, Strategy: s, Params: slices.Clone(r.Params)}, nil
+}
+
+// PeerConfig makes the node a member of a networked cluster: peer frames
+// over gRPC (grpcpeer) at ListenAddr, membership by gossip (memberlist) at
+// GossipAddr.
+type PeerConfig struct {
+	// ListenAddr is the gRPC peer address ("127.0.0.1:0" picks a port;
+	// Node.PeerAddr reports it). It is published to the other members.
+	ListenAddr string
+	// GossipAddr is the memberlist bind address "host:port" (port 0 picks
+	// one; Node.GossipAddr reports it). Empty: "0.0.0.0:7946".
+	GossipAddr string
+	// Join is the gossip addresses of existing members. Empty: this node
+	// founds the cluster.
+	Join []string
+	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
+	SecretKey []byte
+	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
+	TLS *tls.Config
+	// ProbeInterval, when set, shortens the failure detector (tests).
+	ProbeInterval time.Duration
+}
+
+// InProcess makes the node a member of a cluster inside this process:
+// frames travel over Network, and the members are fixed (every node of the
+// cluster lists the same Members). For tests and simulations.
+type InProcess struct {
+	Network *cluster.MemNetwork
+	Members []string
+}
+
+// Config is one node.
+type Config struct {
+	// Name is the node's id in the cluster; unique. Empty: DefaultName.
+	Name string
+	// Rules are the limits, as RuleConfig. ClusterRules adds rules already
+	// in the cluster's exact form.
+	Rules        []RuleConfig
+	ClusterRules []cluster.Rule
+	// Peer, when set, joins a networked cluster; InProcess, when set, an
+	// in-process one. Neither: a single node on its own (one in-process
+	// network endpoint, no peers). Setting both is an error.
+	Peer      *PeerConfig
+	InProcess *InProcess
+	// Epoch is the cluster's time base (see cluster.Config.Epoch): nodes in
+	// one process share one time.Time; across processes use a fixed
+	// wall-clock instant. Zero: the node's start.
+	Epoch time.Time
+	// Join marks a node joining a running cluster or restarting (see
+	// cluster.Config.Join); founding members leave it false.
+	Join bool
+	// LatencyHint is the expected one-way peer latency (strategy defaults).
+	LatencyHint time.Duration
+	// Seed seeds the strategies' randomness.
+	Seed uint64
+}
+
+// Node is a running tokenmesh node. Its methods are safe for concurrent use.
+type Node struct {
+	node  *cluster.Node
+	rules map[string]cluster.Rule
+	tr    *grpcpeer.Transport
+	ms    *membership.Membership
+	once  sync.Once
+	err   error
+
+	mu      sync.Mutex
+	members []string // as last handed to node by gossip
+}
+
+// Start starts a node. ctx bounds the start only (joining the gossip
+// cluster); the node runs until Close.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cfg.Peer != nil && cfg.InProcess != nil {
+		return nil, errors.New("limiter: both Peer and InProcess are set")
+	}
+	name := cfg.Name
+	if name == "" {
+		name = DefaultName
+	}
+	self := strategy.NodeID(name)
+	rules := slices.Clone(cfg.ClusterRules)
+	for _, rc := range cfg.Rules {
+		r, err := rc.rule()
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
+	n := &Node{rules: map[string]cluster.Rule{}}
+	for _, r := range rules {
+		n.rules[r.Name] = r
+	}
+	switch {
+	case cfg.InProcess != nil:
+		if cfg.InProcess.Network == nil {
+			return nil, errors.New("limiter: InProcess.Network is nil")
+		}
+		ep, err := cfg.InProcess.Network.Endpoint(self)
+		if err != nil {
+			return nil, fmt.Errorf("limiter: %w", err)
+		}
+		ccfg.Transport = ep
+		for _, m := range cfg.InProcess.Members {
+			ccfg.Members = append(ccfg.Members, strategy.NodeID(m))
+		}
+	case cfg.Peer != nil:
+		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS})
+		if err != nil {
+			return nil, fmt.Errorf("limiter: %w", err)
+		}
+		n.tr = tr
+		ccfg.Transport = tr
+	default:
+		ep, err := cluster.NewMemNetwork().Endpoint(self)
+		if err != nil {
+			return nil, fmt.Errorf("limiter: %w", err)
+		}
+		ccfg.Transport = ep
+	}
+	node, err := cluster.New(ccfg)
+	if err != nil {
+		if n.tr != nil {
+			_ = n.tr.Close()
+		}
+		return nil, fmt.Errorf("limiter: %w", err)
+	}
+	n.node = node
+	if p := cfg.Peer; p != nil {
+		mc := membership.Config{NodeName: name, Join: p.Join, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(),
+			ProbeInterval: p.ProbeInterval}
+		wire := membership.Wire(node, n.tr)
+		mc.OnChange = func(members map[strategy.NodeID]string) {
+			ids := make([]string, 0, len(members))
+			for id := range members {
+				ids = append(ids, string(id))
+			}
+			slices.Sort(ids)
+			wire(members)
+			n.mu.Lock()
+			n.members = ids
+			n.mu.Unlock()
+		}
+		if p.GossipAddr != "" {
+			host, port, err := net.SplitHostPort(p.GossipAddr)
+			if err != nil {
+				_ = node.Close()
+				return nil, fmt.Errorf("limiter: GossipAddr: %w", err)
+			}
+			if mc.BindPort, err = strconv.Atoi(port); err != nil {
+				_ = node.Close()
+				return nil, fmt.Errorf("limiter: GossipAddr port: %w", err)
+			}
+			mc.BindAddr = host
+		}
+		type res struct {
+			ms  *membership.Membership
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() { ms, err := membership.New(mc); ch <- res{ms, err} }()
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				_ = node.Close()
+				return nil, fmt.Errorf("limiter: %w", r.err)
+			}
+			n.ms = r.ms
+		case <-ctx.Done():
+			go func() {
+				if r := <-ch; r.ms != nil {
+					_ = r.ms.Shutdown()
+				}
+			}()
+			_ = node.Close()
+			return nil, ctx.Err()
+		}
+	}
+	return n, nil
+}
+
+// Close leaves the gossip cluster (if any) and stops the node; pending
+// decisions fail with cluster.ErrClosed. It is idempotent.
+func (n *Node) Close() error {
+	n.once.Do(func() {
+		if n.ms != nil {
+			_ = n.ms.Leave(time.Second)
+			n.err = n.ms.Shutdown()
+		}
+		if err := n.node.Close(); n.err == nil {
+			n.err = err
+		}
+	})
+	return n.err
+}
+
+// Cluster returns the underlying cluster node (Stats, Rules, SetMembers).
+func (n *Node) Cluster() *cluster.Node { return n.node }
+
+// PeerAddr is the bound gRPC peer address ("" without Config.Peer).
+func (n *Node) PeerAddr() string {
+	if n.tr == nil {
+		return ""
+	}
+	return n.tr.Addr()
+}
+
+// GossipAddr is the bound gossip address ("" without Config.Peer).
+func (n *Node) GossipAddr() string {
+	if n.ms == nil {
+		return ""
+	}
+	return n.ms.LocalAddr()
+}
+
+// Members is the live members (sorted, Self included) that gossip last
+// handed to the node's strategies; nil without Config.Peer or before the
+// first membership change.
+func (n *Node) Members() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.members)
+}
+
+// Limiter returns the limiter of one of the node's rules; the error wraps
+// ErrUnknownRule for a rule the node lacks.
+func (n *Node) Limiter(rule string) (*Limiter, error) {
+	r, ok := n.rules[rule]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	return &Limiter{node: n.node, rule: r.Name, rate: r.Rate.PerSec(), burst: r.Burst}, nil
+}
+
+// Limiter limits the keys of one rule, on behalf of the whole cluster. It
+// is safe for concurrent use.
+type Limiter struct {
+	node  *cluster.Node
+	rule  string
+	rate  float64 // tokens per second
+	burst int64
+}
+
+// Rule is the rule's name.
+func (l *Limiter) Rule() string { return l.rule }
+
+// Limit is the rule's rate in tokens per second, the whole cluster's.
+func (l *Limiter) Limit() float64 { return l.rate }
+
+// Burst is the rule's burst, the whole cluster's.
+func (l *Limiter) Burst() int64 { return l.burst }
+
+// Allow is AllowN(context.Background(), key, 1), with an error reported as
+// a refusal.
+func (l *Limiter) Allow(key string) bool {
+	ok, err := l.AllowN(context.Background(), key, 1)
+	return ok && err == nil
+}
+
+// AllowN asks the cluster for n tokens of key now: true if admitted (the
+// tokens are spent), false if refused. It blocks until the rule's strategy
+// decides (a network round trip for owner at a non-owner node) or ctx
+// ends. Errors are cluster.Node.Check's: a bad key or n, ctx.Err(),
+// cluster.ErrClosed.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error) {
+	d, err := l.node.Check(ctx, l.rule, key, n)
+	if err != nil {
+		return false, err
+	}
+	return d.Allowed, nil
+}
+
+// Reservation is the outcome of Reserve: admitted now, or a delay after
+// which to ask again. Unlike rate.Reservation it holds no tokens ahead.
+type Reservation struct {
+	ok      bool
+	allowed bool
+	tokens  int64
+	at      time.Time // when to act
+}
+
+// OK reports whether the request can ever be admitted: n <= burst and a
+// positive rate (or an admission now). When false, Delay is InfDuration.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Allowed reports whether the tokens were admitted (and spent) at Reserve.
+func (r *Reservation) Allowed() bool { return r.allowed }
+
+// Tokens is the n the reservation was made for.
+func (r *Reservation) Tokens() int64 { return r.tokens }
+
+// InfDuration is the Delay of a reservation that is not OK (as in x/time/rate).
+const InfDuration = time.Duration(math.MaxInt64)
+
+// Delay is DelayFrom(time.Now()).
+func (r *Reservation) Delay() time.Duration { return r.DelayFrom(time.Now()) }
+
+// DelayFrom is how long after t to wait before asking again: 0 when the
+// tokens were admitted, InfDuration when not OK. For a refusal it is the
+// time the rule's rate takes to refill n tokens, n/r: an upper bound on
+// when a single bucket holding fewer than n tokens (but not in debt) has n
+// again, assuming no one else takes them. The cluster's buckets may refill
+// sooner (a request of someone else's that raced ours), or the tokens may
+// go to other callers first; the estimate does not reserve them. Under
+// strategies that split the limit between nodes (static, gdrl, adaptive)
+// a node's share refills more slowly than r, so the first retry may be
+// refused again; Wait simply retries.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	if !r.ok {
+		return InfDuration
+	}
+	if r.allowed {
+		return 0
+	}
+	return max(r.at.Sub(t), 0)
+}
+
+// Cancel does nothing: an admitted request's tokens are spent at the
+// cluster and cannot be handed back, and a refused one holds none. (In
+// x/time/rate, Cancel restores the reserved tokens.)
+func (r *Reservation) Cancel() {}
+
+// Reserve asks for n tokens of key now, like AllowN, and reports the
+// outcome as a Reservation: Allowed when admitted; otherwise OK with a
+// Delay after which to try again (see DelayFrom); not OK when n exceeds
+// the burst (then the cluster is not asked) or when refused under a rate
+// of 0. Errors are AllowN's.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+	now := time.Now()
+	if n > l.burst {
+		return &Reservation{tokens: n}, nil
+	}
+	ok, err := l.AllowN(ctx, key, n)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reservation{ok: true, allowed: ok, tokens: n, at: now}
+	if !ok {
+		if l.rate <= 0 {
+			r.ok = false
+			return r, nil
+		}
+		r.at = time.Now().Add(l.retryAfter(n))
+	}
+	return r, nil
+}
+
+// retryAfter is n/r, at least a millisecond.
+func (l *Limiter) retryAfter(n int64) time.Duration {
+	d := float64(n) / l.rate * float64(time.Second)
+	if d >= float64(InfDuration) {
+		return InfDuration
+	}
+	return max(time.Duration(d), time.Millisecond)
+}
+
+// Wait blocks until n tokens of key are admitted (and spent), asking
+// again after each refusal's estimated delay (Reservation.DelayFrom). It
+// returns ctx.Err() when ctx ends first, and fails at once, without
+// asking, when n exceeds the burst (wrapping ErrExceedsBurst) or the rate
+// is 0 and the first attempt is refused. Other errors are AllowN's.
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	if n > l.burst {
+		return fmt.Errorf("%w: Wait(n=%d) on rule %q with burst %d", ErrExceedsBurst, n, l.rule, l.burst)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		r, err := l.Reserve(ctx, key, n)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			return err
+		}
+		if r.Allowed() {
+			return nil
+		}
+		if !r.OK() {
+			return fmt.Errorf("limiter: rule %q has rate 0: %d tokens cannot be admitted", l.rule, n)
+		}
+		d := r.Delay()
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
