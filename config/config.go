@@ -1,0 +1,865 @@
+// Package config loads and validates a tokenmesh node's YAML configuration:
+// the node's own settings (name, listen addresses, peers to join, gossip key,
+// TLS, idle-key eviction) and its rules (one (rate, burst) token bucket per
+// key, enforced by one coordination strategy).
+//
+// A file looks like this (examples/config/tokenmesh.yaml is a commented
+// one):
+//
+//	node:
+//	  name: n1
+//	  api_addr: 127.0.0.1:8080
+//	  peer_addr: 10.0.0.1:7947
+//	  gossip_addr: 10.0.0.1:7946
+//	  join: [10.0.0.2:7946]
+//	  secret_key_file: /etc/tokenmesh/gossip.key
+//	rules:
+//	  - name: api
+//	    key: "{header:x-api-key}"
+//	    rate: 6000/min
+//	    burst: 200
+//	    strategy: owner
+//	    params: {hold: 2ms}
+//
+// Unknown fields are errors (a misspelt "brust" is not silently ignored).
+// Every validation error names the file, the line where it is known, and the
+// field path, for example
+//
+//	tokenmesh.yaml:9: rules[2].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
+//
+// With no file, a node runs Default(): one node on loopback with the
+// documented default rule.
+package config
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+)
+
+// Defaults for fields a file leaves out.
+const (
+	// DefaultAPIAddr is the client API's listen address (the HTTP/JSON API;
+	// loopback, so a node started without a config is not exposed).
+	DefaultAPIAddr = "127.0.0.1:8080"
+	// DefaultPeerAddr is the grpcpeer listen address (node-to-node frames).
+	DefaultPeerAddr = "127.0.0.1:7947"
+	// DefaultGossipAddr is the memberlist (UDP and TCP) listen address;
+	// 7946 is memberlist's customary port.
+	DefaultGossipAddr = "127.0.0.1:7946"
+	// DefaultIdleKeyTTL is how long a key may go unused before its state is
+	// dropped.
+	DefaultIdleKeyTTL = 10 * time.Minute
+	// DefaultStrategy is the strategy of a rule that names none: owner is
+	// exact (every key has one bucket, at its rendezvous owner, so the
+	// cluster admits what one central bucket would), at the cost of one
+	// forward hop for requests that reach a non-owner.
+	DefaultStrategy = "owner"
+	// DefaultKey is the key template of a rule that gives none: the key the
+	// client passes with the rule name in its request.
+	DefaultKey = "{key}"
+)
+
+// File is a whole configuration: this node and its rules.
+type File struct {
+	Node  Node
+	Rules []Rule
+}
+
+// Node is this node's settings. Addresses are "host:port".
+type Node struct {
+	// Name is the node's id in the cluster (memberlist node name,
+	// strategy.NodeID); unique per cluster. Default: the host name.
+	Name string
+	// APIAddr is where clients reach the API (default DefaultAPIAddr).
+	APIAddr string
+	// PeerAddr is the grpcpeer listen address, published to the other
+	// members through gossip, so it must be reachable by them (default
+	// DefaultPeerAddr).
+	PeerAddr string
+	// GossipAddr is the membership (memberlist) bind address (default
+	// DefaultGossipAddr).
+	GossipAddr string
+	// Join is the gossip addresses of existing members; empty founds a
+	// cluster.
+	Join []string
+	// SecretKey is the gossip encryption key, base64 in the file and
+	// decoded here (16, 24 or 32 bytes: AES-128/192/256). Nil: gossip in
+	// the clear. Set from secret_key or, by Load, from the file named by
+	// secret_key_file (whose content is the base64 text).
+	SecretKey []byte
+	// SecretKeyFile is the file the key was read from ("" if none); a
+	// relative path in the YAML is resolved against the config file's
+	// directory by Load.
+	SecretKeyFile string
+	// TLS, when set, turns on mTLS between peers.
+	TLS *TLS
+	// IdleKeyTTL is how long a key's state is kept after its last request
+	// (default DefaultIdleKeyTTL; 0 keeps keys forever).
+	IdleKeyTTL time.Duration
+}
+
+// TLS names the PEM files for mutual TLS between peers: this node's
+// certificate (whose name is the node's Name) and key, and the CA that
+// signed every member's certificate. All three are required.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// Rule is one rate limit: every key (as the client passes it for this rule)
+// gets a token bucket of Rate and Burst, coordinated across the cluster by
+// Strategy.
+type Rule struct {
+	// Name identifies the rule in requests, metrics and peer frames:
+	// letters, digits, '_', '-', '.', at most 128 bytes.
+	Name string
+	// Key documents how a request maps to a key: a template of literal text
+	// and placeholders, "{key}" (the key the client passes; the default),
+	// "{tenant}", "{header:x-api-key}"... The API carries (rule, key), so
+	// the client forms the key; Key says how, and must be well formed
+	// (balanced braces, non-empty placeholders).
+	Key string
+	// Rate is the refill rate, exact (see ParseRate).
+	Rate bucket.Rate
+	// Burst is the bucket's capacity in tokens, >= 1. Default: one second's
+	// worth of tokens, rounded up.
+	Burst int64
+	// Strategy is a name from strategy/all (default DefaultStrategy).
+	Strategy string
+	// Params are the strategy's parameters ("hold" -> "2ms"), unprefixed;
+	// the strategy rejects names it does not know.
+	Params map[string]string
+}
+
+// raw mirrors the YAML; scalars are strings so that this package, not the
+// YAML library, decides what a rate or a duration is.
+type rawFile struct {
+	Node  rawNode   `yaml:"node"`
+	Rules []rawRule `yaml:"rules"`
+}
+
+type rawNode struct {
+	Name          string   `yaml:"name"`
+	APIAddr       string   `yaml:"api_addr"`
+	PeerAddr      string   `yaml:"peer_addr"`
+	GossipAddr    string   `yaml:"gossip_addr"`
+	Join          []string `yaml:"join"`
+	SecretKey     string   `yaml:"secret_key"`
+	SecretKeyFile string   `yaml:"secret_key_file"`
+	TLS           *rawTLS  `yaml:"tls"`
+	IdleKeyTTL    *string  `yaml:"idle_key_ttl"`
+}
+
+type rawTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+}
+
+type rawRule struct {
+	Name     string            `yaml:"name"`
+	Key      string            `yaml:"key"`
+	Rate     string            `yaml:"rate"`
+	Burst    *string           `yaml:"burst"`
+	Strategy string            `yaml:"strategy"`
+	Params   map[string]string `yaml:"params"`
+}
+
+// Error is a configuration error: where (file, line if known, field path)
+// and what.
+type Error struct {
+	File  string // the file name given to Parse or Load
+	Line  int    // 1-based; 0 when unknown
+	Field string // "rules[2].rate"; "" for the whole file
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads, parses and validates the file at path, then reads
+// secret_key_file (relative to the file's directory) and checks that the
+// TLS files exist. Errors are *Error.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	f, err := Parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	resolve := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	root := parseNode(data)
+	if f.Node.SecretKeyFile != "" {
+		f.Node.SecretKeyFile = resolve(f.Node.SecretKeyFile)
+		field := "node.secret_key_file"
+		text, err := os.ReadFile(f.Node.SecretKeyFile)
+		if err != nil {
+			return nil, &Error{File: path, Line: lineOf(root, "node", "secret_key_file"), Field: field, Msg: err.Error()}
+		}
+		key, err := decodeKey(strings.TrimSpace(string(text)))
+		if err != nil {
+			return nil, &Error{File: path, Line: lineOf(root, "node", "secret_key_file"), Field: field, Msg: fmt.Sprintf("%s: %v", f.Node.SecretKeyFile, err)}
+		}
+		f.Node.SecretKey = key
+	}
+	if t := f.Node.TLS; t != nil {
+		for _, x := range []struct {
+			name string
+			p    *string
+		}{{"cert_file", &t.CertFile}, {"key_file", &t.KeyFile}, {"ca_file", &t.CAFile}} {
+			*x.p = resolve(*x.p)
+			if _, err := os.Stat(*x.p); err != nil {
+				return nil, &Error{File: path, Line: lineOf(root, "node", "tls", x.name), Field: "node.tls." + x.name, Msg: err.Error()}
+			}
+		}
+	}
+	return f, nil
+}
+
+// Parse parses and validates a configuration. name is the file name used in
+// errors. It reads no files: secret_key_file and the TLS files are only
+// recorded (Load reads them). Errors are *Error.
+func Parse(data []byte, name string) (*File, error) {
+	var raw rawFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: name, Msg: "the file is empty (want node: and rules:)"}
+		}
+		return nil, yamlError(name, data, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, &Error{File: name, Msg: "more than one YAML document (want one)"}
+	}
+	root := parseNode(data)
+	p := parser{file: name, root: root}
+	f := p.build(raw)
+	if p.err != nil {
+		return nil, p.err
+	}
+	return f, nil
+}
+
+// yamlError turns a yaml.v3 error ("yaml: line 3: ...", or a TypeError with
+// "line 3: field brust not found in type config.rawRule") into an *Error.
+func yamlError(file string, data []byte, err error) error {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	m := strings.TrimPrefix(msgs[0], "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(m, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, m = l, strings.TrimSpace(after)
+			}
+		}
+	}
+	// Go type names mean nothing to a user.
+	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule"} {
+		m = strings.ReplaceAll(m, " in type "+t, "")
+	}
+	m = strings.NewReplacer(
+		"[]config.rawRule", "a list of rules",
+		"config.rawFile", "a mapping with node: and rules:",
+		"config.rawNode", "a mapping of node settings",
+		"config.rawTLS", "a mapping with cert_file, key_file, ca_file",
+		"config.rawRule", "a rule (a mapping)",
+		"map[string]string", "a mapping of name: value",
+		"[]string", "a list of strings",
+		"*string", "a string",
+	).Replace(m)
+	if len(msgs) > 1 {
+		m += fmt.Sprintf(" (and %d more)", len(msgs)-1)
+	}
+	e := &Error{File: file, Line: line, Msg: m}
+	if line > 0 {
+		root := parseNode(data)
+		if name, ok := strings.CutPrefix(m, "field "); ok {
+			name, _, _ = strings.Cut(name, " not found")
+			if path, parent := pathAt(root, "", line, name, true); path != "" {
+				e.Field, e.Msg = path, "unknown field"+knownFields(parent)
+			}
+		} else if path, _ := pathAt(root, "", line, "", false); path != "" && !strings.HasPrefix(path, "[") {
+			e.Field = path
+		}
+	}
+	return e
+}
+
+// knownFields lists the fields of the struct a mapping decodes into, told
+// apart by the parent path.
+func knownFields(parent string) string {
+	switch {
+	case parent == "":
+		return " (known: node, rules)"
+	case parent == "node":
+		return " (known: name, api_addr, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, idle_key_ttl)"
+	case parent == "node.tls":
+		return " (known: cert_file, key_file, ca_file)"
+	case strings.HasPrefix(parent, "rules["):
+		return " (known: name, key, rate, burst, strategy, params)"
+	}
+	return ""
+}
+
+// pathAt finds, under n (whose path is at), the first node on line: a
+// mapping key equal to key when isKey, else any value node. It returns the
+// node's field path and its parent's path ("" if not found).
+func pathAt(n *yaml.Node, at string, line int, key string, isKey bool) (path, parent string) {
+	if n == nil {
+		return "", ""
+	}
+	join := func(a, b string) string {
+		if a == "" {
+			return b
+		}
+		return a + "." + b
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := join(at, k.Value)
+			if isKey && k.Line == line && k.Value == key {
+				return p, at
+			}
+			if !isKey && v.Line == line && v.Kind != yaml.MappingNode && v.Kind != yaml.SequenceNode {
+				return p, at
+			}
+			if !isKey && v.Line == line && k.Line == line {
+				return p, at
+			}
+			if path, parent := pathAt(v, p, line, key, isKey); path != "" {
+				return path, parent
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", at, i)
+			if !isKey && c.Line == line && c.Kind == yaml.ScalarNode {
+				return p, at
+			}
+			if path, parent := pathAt(c, p, line, key, isKey); path != "" {
+				return path, parent
+			}
+		}
+	}
+	return "", ""
+}
+
+func parseNode(data []byte) *yaml.Node {
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
+		return nil
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		return n.Content[0]
+	}
+	return nil
+}
+
+// lineOf finds the line of the value at path (map keys as strings, sequence
+// indexes as ints) in root; 0 when not found. For a map key whose value is
+// missing, the line of the nearest ancestor found is returned.
+func lineOf(root *yaml.Node, path ...any) int {
+	n, line := root, 0
+	if n != nil {
+		line = n.Line
+	}
+	for _, step := range path {
+		if n == nil {
+			return line
+		}
+		var next *yaml.Node
+		switch s := step.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == s {
+						next = n.Content[i+1]
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && s >= 0 && s < len(n.Content) {
+				next = n.Content[s]
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n, line = next, next.Line
+	}
+	return line
+}
+
+type parser struct {
+	file string
+	root *yaml.Node
+	err  *Error
+}
+
+// fail records the first error.
+func (p *parser) fail(field string, path []any, format string, args ...any) {
+	if p.err == nil {
+		p.err = &Error{File: p.file, Line: lineOf(p.root, path...), Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+}
+
+func (p *parser) build(raw rawFile) *File {
+	f := &File{}
+	p.node(raw.Node, &f.Node)
+	if len(raw.Rules) == 0 {
+		p.fail("rules", []any{"rules"}, "at least one rule is required")
+	}
+	seen := map[string]int{}
+	for i, rr := range raw.Rules {
+		r := p.rule(i, rr)
+		if prev, dup := seen[r.Name]; dup && r.Name != "" {
+			p.fail(fmt.Sprintf("rules[%d].name", i), []any{"rules", i, "name"}, "%q is already the name of rules[%d]", r.Name, prev)
+		}
+		seen[r.Name] = i
+		f.Rules = append(f.Rules, r)
+	}
+	return f
+}
+
+func (p *parser) node(raw rawNode, n *Node) {
+	path := func(k ...any) []any { return append([]any{"node"}, k...) }
+	n.Name = raw.Name
+	if n.Name == "" {
+		n.Name = defaultNodeName()
+	}
+	if err := checkName(n.Name); err != nil {
+		p.fail("node.name", path("name"), "%v", err)
+	}
+	addr := func(field, v, def string) string {
+		if v == "" {
+			return def
+		}
+		if err := checkAddr(v); err != nil {
+			p.fail("node."+field, path(field), "%v", err)
+		}
+		return v
+	}
+	n.APIAddr = addr("api_addr", raw.APIAddr, DefaultAPIAddr)
+	n.PeerAddr = addr("peer_addr", raw.PeerAddr, DefaultPeerAddr)
+	n.GossipAddr = addr("gossip_addr", raw.GossipAddr, DefaultGossipAddr)
+	for i, j := range raw.Join {
+		if err := checkAddr(j); err != nil {
+			p.fail(fmt.Sprintf("node.join[%d]", i), path("join", i), "%v", err)
+		}
+	}
+	if len(raw.Join) > 0 {
+		n.Join = append([]string(nil), raw.Join...)
+	}
+	switch {
+	case raw.SecretKey != "" && raw.SecretKeyFile != "":
+		p.fail("node.secret_key", path("secret_key"), "set secret_key or secret_key_file, not both")
+	case raw.SecretKey != "":
+		key, err := decodeKey(raw.SecretKey)
+		if err != nil {
+			p.fail("node.secret_key", path("secret_key"), "%v", err)
+		}
+		n.SecretKey = key
+	case raw.SecretKeyFile != "":
+		n.SecretKeyFile = raw.SecretKeyFile
+	}
+	if raw.TLS != nil {
+		t := &TLS{CertFile: raw.TLS.CertFile, KeyFile: raw.TLS.KeyFile, CAFile: raw.TLS.CAFile}
+		for _, x := range []struct{ name, v string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+			if x.v == "" {
+				p.fail("node.tls."+x.name, path("tls"), "is required when tls is set (mutual TLS needs cert_file, key_file and ca_file)")
+			}
+		}
+		n.TLS = t
+	}
+	n.IdleKeyTTL = DefaultIdleKeyTTL
+	if raw.IdleKeyTTL != nil {
+		d, err := time.ParseDuration(strings.TrimSpace(*raw.IdleKeyTTL))
+		switch {
+		case err != nil:
+			p.fail("node.idle_key_ttl", path("idle_key_ttl"), "%q is not a duration (like 10m or 1h30m)", *raw.IdleKeyTTL)
+		case d < 0:
+			p.fail("node.idle_key_ttl", path("idle_key_ttl"), "%q is negative", *raw.IdleKeyTTL)
+		}
+		n.IdleKeyTTL = d
+	}
+}
+
+func (p *parser) rule(i int, raw rawRule) Rule {
+	field := func(k string) string { return fmt.Sprintf("rules[%d].%s", i, k) }
+	path := func(k ...any) []any { return append([]any{"rules", i}, k...) }
+	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
+	if r.Name == "" {
+		p.fail(field("name"), path("name"), "is required")
+	} else if err := checkName(r.Name); err != nil {
+		p.fail(field("name"), path("name"), "%v", err)
+	}
+	if r.Key == "" {
+		r.Key = DefaultKey
+	}
+	if err := checkKey(r.Key); err != nil {
+		p.fail(field("key"), path("key"), "%v", err)
+	}
+	if raw.Rate == "" {
+		p.fail(field("rate"), path("rate"), "is required (forms: 100/s, 6000/min, 1/3s, 2.5)")
+	} else {
+		rate, err := ParseRate(raw.Rate)
+		if err != nil {
+			p.fail(field("rate"), path("rate"), "%v", err)
+		}
+		r.Rate = rate
+	}
+	if raw.Burst == nil {
+		if r.Rate.Tokens > 0 {
+			r.Burst = defaultBurst(r.Rate)
+		}
+	} else {
+		b, err := strconv.ParseInt(strings.TrimSpace(*raw.Burst), 10, 64)
+		switch {
+		case err != nil:
+			p.fail(field("burst"), path("burst"), "%q is not a whole number of tokens", *raw.Burst)
+		case b < 1:
+			p.fail(field("burst"), path("burst"), "%d is below 1 (a bucket must hold at least one token)", b)
+		}
+		r.Burst = b
+	}
+	if r.Strategy == "" {
+		r.Strategy = DefaultStrategy
+	}
+	if len(raw.Params) > 0 {
+		r.Params = make(map[string]string, len(raw.Params))
+		for k, v := range raw.Params {
+			r.Params[k] = v
+		}
+	}
+	if p.err != nil {
+		return r
+	}
+	if err := r.check(); err != nil {
+		var ce *checkError
+		if errors.As(err, &ce) {
+			pp := path(ce.field)
+			if ce.param != "" {
+				pp = path("params", ce.param)
+			}
+			p.fail(field(ce.field), pp, "%s", ce.msg)
+		} else {
+			p.fail(fmt.Sprintf("rules[%d]", i), path(), "%v", err)
+		}
+	}
+	return r
+}
+
+func defaultBurst(r bucket.Rate) int64 {
+	b := math.Ceil(r.PerSec())
+	if b < 1 || math.IsNaN(b) {
+		return 1
+	}
+	if b > 1e15 {
+		return 1e15
+	}
+	return int64(b)
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || checkName(h) != nil {
+		return "tokenmesh"
+	}
+	return h
+}
+
+// checkName accepts names of rules and nodes: 1..128 bytes of letters,
+// digits, '_', '-', '.'.
+func checkName(s string) error {
+	if s == "" {
+		return fmt.Errorf("is empty")
+	}
+	if len(s) > 128 {
+		return fmt.Errorf("%q is longer than 128 bytes", s)
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%q has %q (use letters, digits, '_', '-', '.')", s, c)
+		}
+	}
+	return nil
+}
+
+// checkKey checks a key template: literal text and {placeholder}s with
+// non-empty names and no nesting.
+func checkKey(s string) error {
+	open := -1
+	for i, c := range s {
+		switch c {
+		case '{':
+			if open >= 0 {
+				return fmt.Errorf("%q: '{' inside a placeholder", s)
+			}
+			open = i
+		case '}':
+			if open < 0 {
+				return fmt.Errorf("%q: '}' without '{'", s)
+			}
+			if strings.TrimSpace(s[open+1:i]) == "" {
+				return fmt.Errorf("%q: empty placeholder {}", s)
+			}
+			open = -1
+		}
+	}
+	if open >= 0 {
+		return fmt.Errorf("%q: unclosed '{'", s)
+	}
+	return nil
+}
+
+func checkAddr(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	return nil
+}
+
+func decodeKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("not base64 (make one with: head -c 32 /dev/urandom | base64)")
+	}
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	}
+	return nil, fmt.Errorf("decodes to %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
+}
+
+// checkError is a rule error attributed to one field.
+type checkError struct {
+	field, param, msg string
+}
+
+func (e *checkError) Error() string { return e.field + ": " + e.msg }
+
+// Validate checks f as Parse does; Default() and files built in code can be
+// checked with it. It reads no files.
+func (f *File) Validate() error {
+	n := f.Node
+	if err := checkName(n.Name); err != nil {
+		return fmt.Errorf("node.name: %w", err)
+	}
+	for _, a := range []struct{ field, v string }{{"api_addr", n.APIAddr}, {"peer_addr", n.PeerAddr}, {"gossip_addr", n.GossipAddr}} {
+		if err := checkAddr(a.v); err != nil {
+			return fmt.Errorf("node.%s: %w", a.field, err)
+		}
+	}
+	for i, j := range n.Join {
+		if err := checkAddr(j); err != nil {
+			return fmt.Errorf("node.join[%d]: %w", i, err)
+		}
+	}
+	if n.SecretKey != nil {
+		switch len(n.SecretKey) {
+		case 16, 24, 32:
+		default:
+			return fmt.Errorf("node.secret_key: %d bytes; want 16, 24 or 32", len(n.SecretKey))
+		}
+	}
+	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
+		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
+	}
+	if n.IdleKeyTTL < 0 {
+		return fmt.Errorf("node.idle_key_ttl: %v is negative", n.IdleKeyTTL)
+	}
+	if len(f.Rules) == 0 {
+		return fmt.Errorf("rules: at least one rule is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range f.Rules {
+		if err := checkName(r.Name); err != nil {
+			return fmt.Errorf("rules[%d].name: %w", i, err)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("rules[%d].name: %q is defined twice", i, r.Name)
+		}
+		seen[r.Name] = true
+		if err := checkKey(r.Key); err != nil {
+			return fmt.Errorf("rules[%d].key: %w", i, err)
+		}
+		if err := r.check(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
+		}
+	}
+	return nil
+}
+
+// check validates the rule's bucket and strategy: rate > 0, burst >= 1 and
+// representable at the rate, a known strategy that accepts the parameters.
+func (r Rule) check() error {
+	if r.Rate.Tokens <= 0 {
+		return &checkError{field: "rate", msg: "must be above 0"}
+	}
+	if err := r.Rate.Validate(); err != nil {
+		return &checkError{field: "rate", msg: err.Error()}
+	}
+	if r.Burst < 1 {
+		return &checkError{field: "burst", msg: fmt.Sprintf("%d is below 1 (a bucket must hold at least one token)", r.Burst)}
+	}
+	if _, err := bucket.New(r.Rate, r.Burst, 0); err != nil {
+		return &checkError{field: "burst", msg: err.Error()}
+	}
+	info, err := all.Lookup(r.Strategy)
+	if err != nil {
+		return &checkError{field: "strategy", msg: err.Error()}
+	}
+	for _, k := range sortedKeys(r.Params) {
+		v := r.Params[k]
+		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
+			return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
+		}
+		if strings.Contains(v, ",") || strings.TrimSpace(v) != v {
+			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no ',' and no leading or trailing spaces", v)}
+		}
+	}
+	cr := r.clusterRule()
+	params, err := strategy.ParseParams(cr.Params)
+	if err != nil {
+		return &checkError{field: "params", msg: err.Error()}
+	}
+	// A throwaway instance lets the strategy itself reject unknown or bad
+	// parameters (and any rate/burst it cannot split).
+	self := strategy.NodeID("config-check")
+	_, err = info.New(strategy.Config{
+		Self: self, Members: []strategy.NodeID{self}, Rate: r.Rate, Burst: r.Burst,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: params,
+	})
+	if err != nil {
+		f := "strategy"
+		if len(r.Params) > 0 {
+			f = "params"
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, r.Strategy) {
+			msg = "strategy " + r.Strategy + ": " + msg
+		}
+		return &checkError{field: f, msg: msg}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r Rule) clusterRule() cluster.Rule {
+	cr := cluster.Rule{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy}
+	for _, k := range sortedKeys(r.Params) {
+		cr.Params = append(cr.Params, k+"="+r.Params[k])
+	}
+	return cr
+}
+
+// ClusterRule converts r for cluster.Config.Rules, after checking it as
+// Validate does. Params become sorted "name=value" strings.
+func (r Rule) ClusterRule() (cluster.Rule, error) {
+	if err := checkName(r.Name); err != nil {
+		return cluster.Rule{}, fmt.Errorf("rule name: %w", err)
+	}
+	if err := r.check(); err != nil {
+		return cluster.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	return r.clusterRule(), nil
+}
+
+// ClusterRules converts every rule of f (see Rule.ClusterRule).
+func (f *File) ClusterRules() ([]cluster.Rule, error) {
+	out := make([]cluster.Rule, 0, len(f.Rules))
+	for _, r := range f.Rules {
+		cr, err := r.ClusterRule()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+// Default returns the embedded default configuration, what `tokenmesh
+// serve` runs with no --config: one node named "tokenmesh" on loopback
+// (API 127.0.0.1:8080, peers 127.0.0.1:7947, gossip 127.0.0.1:7946),
+// founding its own cluster, with one rule:
+//
+//	name: default, key: "{key}", rate: 10/s, burst: 20, strategy: owner
+//
+// (on a single node owner decides locally, exactly like one central bucket).
+func Default() *File {
+	return &File{
+		Node: Node{
+			Name:       "tokenmesh",
+			APIAddr:    DefaultAPIAddr,
+			PeerAddr:   DefaultPeerAddr,
+			GossipAddr: DefaultGossipAddr,
+			IdleKeyTTL: DefaultIdleKeyTTL,
+		},
+		Rules: []Rule{{
+			Name:     "default",
+			Key:      DefaultKey,
+			Rate:     bucket.Rate{Tokens: 10, Per: time.Second},
+			Burst:    20,
+			Strategy: DefaultStrategy,
+		}},
+	}
+}

@@ -1,0 +1,329 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+const key32 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
+
+// norm reduces r to lowest terms (Tokens over Per in nanoseconds), the form
+// bucket and ParseRate return.
+func norm(r bucket.Rate) bucket.Rate {
+	a, b := r.Tokens, int64(r.Per)
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return bucket.Rate{Tokens: r.Tokens / a, Per: r.Per / time.Duration(a)}
+}
+
+func TestParseRate(t *testing.T) {
+	good := []struct {
+		in   string
+		want bucket.Rate
+	}{
+		{"100/s", bucket.Rate{Tokens: 100, Per: time.Second}},
+		{"6000/min", bucket.Rate{Tokens: 100, Per: time.Second}},
+		{"1/3s", bucket.Rate{Tokens: 1, Per: 3 * time.Second}},
+		{"2.5", bucket.Rate{Tokens: 5, Per: 2 * time.Second}},
+		{"100", bucket.Rate{Tokens: 100, Per: time.Second}},
+		{"0.001", bucket.Rate{Tokens: 1, Per: 1000 * time.Second}},
+		{"10/d", bucket.Rate{Tokens: 1, Per: 8640 * time.Second}},
+		{"5/1m30s", bucket.Rate{Tokens: 1, Per: 18 * time.Second}},
+		{"1/250ms", bucket.Rate{Tokens: 1, Per: 250 * time.Millisecond}},
+		{" 7 / h ", bucket.Rate{Tokens: 7, Per: time.Hour}},
+		{"3/ms", bucket.Rate{Tokens: 3, Per: time.Millisecond}},
+	}
+	for _, c := range good {
+		got, err := ParseRate(c.in)
+		if err != nil || got != norm(c.want) {
+			t.Errorf("ParseRate(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []string{"", "10/fortnight", "0", "-1", "0/s", "-3/s", "1.5/s", "/s", "1/", "1/0s", "1/-3s",
+		"NaN", "Inf", "0x10", "1/3", "abc", "1/1000000001s", "1e13", "+5/s"}
+	for _, in := range bad {
+		if r, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) = %+v, want an error", in, r)
+		} else if !strings.Contains(err.Error(), "is not a rate") {
+			t.Errorf("ParseRate(%q): error %q does not say it is not a rate", in, err)
+		}
+	}
+}
+
+func TestParseGood(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		check      func(t *testing.T, f *File)
+	}{
+		{"minimal", "rules:\n  - name: a\n    rate: 100/s\n", func(t *testing.T, f *File) {
+			r := f.Rules[0]
+			if r.Strategy != DefaultStrategy || r.Key != DefaultKey || r.Burst != 100 || r.Rate != norm(bucket.Rate{Tokens: 100, Per: time.Second}) {
+				t.Errorf("rule defaults: %+v", r)
+			}
+			n := f.Node
+			if n.APIAddr != DefaultAPIAddr || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.IdleKeyTTL != DefaultIdleKeyTTL || n.Name == "" {
+				t.Errorf("node defaults: %+v", n)
+			}
+		}},
+		{"slow rate default burst is 1", "rules: [{name: a, rate: 1/3s}]", func(t *testing.T, f *File) {
+			if f.Rules[0].Burst != 1 {
+				t.Errorf("burst %d, want 1", f.Rules[0].Burst)
+			}
+		}},
+		{"fractional default burst rounds up", "rules: [{name: a, rate: 2.5}]", func(t *testing.T, f *File) {
+			if f.Rules[0].Burst != 3 {
+				t.Errorf("burst %d, want 3", f.Rules[0].Burst)
+			}
+		}},
+		{"numeric rate", "rules: [{name: a, rate: 50, burst: 7}]", func(t *testing.T, f *File) {
+			if r := f.Rules[0]; r.Rate != norm(bucket.Rate{Tokens: 50, Per: time.Second}) || r.Burst != 7 {
+				t.Errorf("%+v", r)
+			}
+		}},
+		{"full node", `
+node:
+  name: n-1
+  api_addr: "[::1]:8080"
+  peer_addr: 10.0.0.1:7947
+  gossip_addr: 0.0.0.0:7946
+  join: [10.0.0.2:7946, "host.example:7946"]
+  secret_key: ` + key32 + `
+  tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}
+  idle_key_ttl: 0s
+rules:
+  - {name: a, rate: 6000/min, burst: 10, strategy: gdrl}
+  - {name: b, rate: 1/s, strategy: owner, params: {hold: 1ms, retries: 3, fail_open: false}}
+  - {name: c, rate: 1/s, strategy: local, key: "{tenant}/{header:x-api-key}"}
+`, func(t *testing.T, f *File) {
+			n := f.Node
+			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" || n.IdleKeyTTL != 0 {
+				t.Errorf("node: %+v", n)
+			}
+			cr, err := f.Rules[1].ClusterRule()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(cr.Params, " ") != "fail_open=false hold=1ms retries=3" || cr.Strategy != "owner" || cr.Burst != 1 {
+				t.Errorf("cluster rule %+v", cr)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := Parse([]byte(c.yaml), "t.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			c.check(t, f)
+		})
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string // substrings of the error
+		line       int      // 0: not checked
+	}{
+		{"empty", "", []string{"empty"}, 0},
+		{"no rules", "node: {name: a}\n", []string{"rules: at least one rule"}, 0},
+		{"syntax", "rules: [\n", []string{"t.yaml"}, 0},
+		{"unknown field", "rules:\n  - name: a\n    rate: 1/s\n    brust: 3\n", []string{"t.yaml:4:", "brust"}, 4},
+		{"unknown node field", "node:\n  nmae: x\nrules: [{name: a, rate: 1/s}]\n", []string{"nmae"}, 2},
+		{"two documents", "rules: [{name: a, rate: 1/s}]\n---\nrules: []\n", []string{"more than one"}, 0},
+		{"bad rate", "rules:\n  - {name: a, rate: 1/s}\n  - {name: b, rate: 1/s}\n  - name: c\n    rate: 10/fortnight\n",
+			[]string{`t.yaml:5: rules[2].rate: "10/fortnight" is not a rate`, "forms: 100/s, 6000/min, 1/3s, 2.5"}, 5},
+		{"missing rate", "rules:\n  - name: a\n", []string{"rules[0].rate: is required"}, 2},
+		{"zero rate", "rules: [{name: a, rate: 0}]", []string{"rules[0].rate"}, 1},
+		{"missing name", "rules:\n  - rate: 1/s\n", []string{"rules[0].name: is required"}, 0},
+		{"bad name", "rules: [{name: 'a b', rate: 1/s}]", []string{"rules[0].name"}, 0},
+		{"duplicate name", "rules:\n  - {name: a, rate: 1/s}\n  - {name: a, rate: 2/s}\n", []string{"t.yaml:3: rules[1].name", "rules[0]"}, 3},
+		{"burst zero", "rules: [{name: a, rate: 1/s, burst: 0}]", []string{"rules[0].burst", "below 1"}, 0},
+		{"burst negative", "rules: [{name: a, rate: 1/s, burst: -4}]", []string{"rules[0].burst"}, 0},
+		{"burst not a number", "rules: [{name: a, rate: 1/s, burst: lots}]", []string{"rules[0].burst", "lots"}, 0},
+		{"burst too large", "rules: [{name: a, rate: 1/1000s, burst: 9000000000000000}]", []string{"rules[0].burst", "too large"}, 0},
+		{"unknown strategy", "rules: [{name: a, rate: 1/s, strategy: magic}]", []string{"rules[0].strategy", "unknown strategy", "owner"}, 0},
+		{"unknown param", "rules:\n  - name: a\n    rate: 1/s\n    strategy: owner\n    params:\n      hodl: 2ms\n", []string{"t.yaml:6: rules[0].params", "hodl"}, 6},
+		{"bad param value", "rules:\n  - name: a\n    rate: 1/s\n    params: {hold: soon}\n", []string{"rules[0].params", "hold"}, 0},
+		{"param for a strategy without params", "rules: [{name: a, rate: 1/s, strategy: local, params: {x: 1}}]", []string{"rules[0].params", "takes no parameters"}, 0},
+		{"param name with dot", "rules: [{name: a, rate: 1/s, params: {owner.hold: 1ms}}]", []string{"rules[0].params"}, 0},
+		{"param value with comma", "rules: [{name: a, rate: 1/s, params: {hold: '1ms,timeout=2s'}}]", []string{"rules[0].params.hold"}, 0},
+		{"bad key template", "rules: [{name: a, rate: 1/s, key: '{tenant'}]", []string{"rules[0].key", "unclosed"}, 0},
+		{"empty placeholder", "rules: [{name: a, rate: 1/s, key: 'x{}'}]", []string{"rules[0].key"}, 0},
+		{"bad api addr", "node:\n  api_addr: localhost\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.api_addr", "host:port"}, 2},
+		{"bad peer port", "node: {peer_addr: 'h:99999'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.peer_addr", "port"}, 0},
+		{"bad gossip addr", "node: {gossip_addr: ':x'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.gossip_addr"}, 0},
+		{"bad join", "node:\n  join:\n    - 10.0.0.1:7946\n    - nope\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:4: node.join[1]"}, 4},
+		{"bad node name", "node: {name: 'a/b'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.name"}, 0},
+		{"key not base64", "node: {secret_key: '!!!'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "base64"}, 0},
+		{"key wrong length", "node: {secret_key: 'YWJj'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "3 bytes"}, 0},
+		{"key and key file", "node: {secret_key: '" + key32 + "', secret_key_file: k}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "not both"}, 0},
+		{"tls incomplete", "node: {tls: {cert_file: c.pem}}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.tls.key_file", "required"}, 0},
+		{"bad ttl", "node: {idle_key_ttl: forever}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.idle_key_ttl", "forever"}, 0},
+		{"negative ttl", "node: {idle_key_ttl: -1s}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.idle_key_ttl", "negative"}, 0},
+		{"rules not a list", "rules: {name: a}\n", []string{"t.yaml:1"}, 1},
+		{"wrong type", "node: {join: 3}\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:1"}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := Parse([]byte(c.yaml), "t.yaml")
+			if err == nil {
+				t.Fatalf("no error; got %+v", f)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T %v is not *Error", err, err)
+			}
+			if !strings.HasPrefix(err.Error(), "t.yaml") {
+				t.Errorf("error %q does not start with the file name", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if c.line != 0 && ce.Line != c.line {
+				t.Errorf("error %q: line %d, want %d", err, ce.Line, c.line)
+			}
+		})
+	}
+}
+
+func TestExampleLoads(t *testing.T) {
+	f, err := Load(filepath.Join("..", "examples", "config", "tokenmesh.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Rules) != 3 || f.Node.Name != "n1" || len(f.Node.SecretKey) != 32 {
+		t.Errorf("unexpected example: %+v", f)
+	}
+	crs, err := f.ClusterRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if crs[0].Rate != norm(bucket.Rate{Tokens: 100, Per: time.Second}) || crs[2].Strategy != "owner" || crs[2].Burst != 1 {
+		t.Errorf("cluster rules %+v", crs)
+	}
+}
+
+func TestDefaultValidates(t *testing.T) {
+	f := Default()
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Rules) != 1 || f.Rules[0].Name != "default" || f.Rules[0].Burst != 20 {
+		t.Errorf("%+v", f.Rules)
+	}
+	if _, err := f.ClusterRules(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("gossip.key", key32+"\n")
+	write("short.key", "YWJj\n")
+	for _, n := range []string{"c.pem", "k.pem", "ca.pem"} {
+		write(n, "x")
+	}
+	p := write("ok.yaml", "node:\n  secret_key_file: gossip.key\n  tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}\nrules: [{name: a, rate: 1/s}]\n")
+	f, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Node.SecretKey) != 32 || f.Node.TLS.CAFile != filepath.Join(dir, "ca.pem") {
+		t.Errorf("%+v", f.Node)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"node:\n  secret_key_file: missing.key\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:2: node.secret_key_file"},
+		{"node:\n  secret_key_file: short.key\nrules: [{name: a, rate: 1/s}]\n", "node.secret_key_file"},
+		{"node:\n  tls:\n    cert_file: c.pem\n    key_file: k.pem\n    ca_file: nope.pem\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:5: node.tls.ca_file"},
+	} {
+		_, err := Load(write("bad.yaml", c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load: error %v, want it to contain %q", err, c.want)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "absent.yaml")); err == nil || !strings.Contains(err.Error(), "absent.yaml") {
+		t.Errorf("Load of a missing file: %v", err)
+	}
+}
+
+func TestClusterRuleRejectsInvalid(t *testing.T) {
+	r := Default().Rules[0]
+	r.Burst = 0
+	if _, err := r.ClusterRule(); err == nil || !strings.Contains(err.Error(), "burst") {
+		t.Errorf("burst 0: %v", err)
+	}
+	r = Default().Rules[0]
+	r.Strategy = "nope"
+	if _, err := r.ClusterRule(); err == nil || !strings.Contains(err.Error(), "strategy") {
+		t.Errorf("strategy nope: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	seeds := []string{
+		"rules: [{name: a, rate: 1/s}]",
+		"rules:\n  - name: a\n    rate: 6000/min\n    burst: 20\n    strategy: gcounter\n    params: {gossip: 20ms}\n",
+		"node: {name: n, join: ['h:1'], idle_key_ttl: 1m, secret_key: " + key32 + "}\nrules: [{name: a, rate: '2.5'}]",
+		"rules: [{name: a, rate: 10/fortnight}]",
+		"node: {tls: {cert_file: a, key_file: b, ca_file: c}}\nrules: [{name: x, rate: 1/3s, key: '{tenant}'}]",
+		"",
+		"rules: [",
+	}
+	if data, err := os.ReadFile(filepath.Join("..", "examples", "config", "tokenmesh.yaml")); err == nil {
+		seeds = append(seeds, string(data))
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not *Error: %v", err, err)
+			}
+			return
+		}
+		if err := file.Validate(); err != nil {
+			t.Fatalf("parsed but does not validate: %v\n%s", err, data)
+		}
+		if _, err := file.ClusterRules(); err != nil {
+			t.Fatalf("parsed but does not convert: %v\n%s", err, data)
+		}
+	})
+}
+
+func ExampleParse() {
+	_, err := Parse([]byte("rules:\n  - name: api\n    rate: 10/fortnight\n"), "tokenmesh.yaml")
+	fmt.Println(err)
+	f, _ := Parse([]byte("rules:\n  - name: api\n    rate: 6000/min\n    burst: 200\n"), "tokenmesh.yaml")
+	r, _ := f.Rules[0].ClusterRule()
+	fmt.Println(r.Name, r.Rate, r.Burst, r.Strategy)
+	// Output:
+	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
+	// api 100/s 200 owner
+}
