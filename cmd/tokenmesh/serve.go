@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/server"
+)
+
+// clusterEpoch is the time base of every networked node (limiter.Config.Epoch):
+// nodes in different processes must share one fixed wall-clock instant.
+var clusterEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// shutdownTimeout bounds the wait for in-flight API requests at shutdown.
+const shutdownTimeout = 5 * time.Second
+
+func newServeCmd() *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a tokenmesh node and serve the HTTP/JSON API",
+		Long: `serve starts a tokenmesh node and serves its client API over HTTP/JSON:
+
+  POST /v1/check  {"checks":[{"rule":"api","key":"tenant-1","hits":1}]}
+  GET  /v1/rules  the node's rules
+  GET  /healthz   200 while the process serves
+  GET  /readyz    200 while the node is started
+
+With --config FILE, the node joins (or founds) a cluster: peers over gRPC at
+node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
+Without it, a single node runs the built-in default configuration (API on
+` + config.DefaultAPIAddr + `, rule "default": 10/s, burst 20).
+
+SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
+finishes the ones in flight, then the node leaves the gossip cluster.`,
+		Example: `  tokenmesh serve
+  tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, cmd, configPath)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "node configuration (YAML); without it, a single node with the built-in defaults")
+	return cmd
+}
+
+func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error {
+	out := cmd.OutOrStdout()
+	var f *config.File
+	if configPath == "" {
+		f = config.Default()
+		if err := f.Validate(); err != nil {
+			return fmt.Errorf("default config: %w", err)
+		}
+	} else {
+		var err error
+		if f, err = config.Load(configPath); err != nil {
+			return err
+		}
+	}
+	rules, err := f.ClusterRules()
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules}
+	if configPath != "" {
+		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
+			Join: f.Node.Join, SecretKey: f.Node.SecretKey}
+		if f.Node.TLS != nil {
+			if pc.TLS, err = peerTLS(f.Node.TLS); err != nil {
+				return err
+			}
+		}
+		lc.Peer, lc.Epoch, lc.Join = pc, clusterEpoch, len(f.Node.Join) > 0
+	}
+
+	ln, err := net.Listen("tcp", f.Node.APIAddr)
+	if err != nil {
+		return fmt.Errorf("node.api_addr: %w", err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	node, err := limiter.Start(startCtx, lc)
+	cancel()
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
+	}
+	api := server.New(node, rules)
+	hs := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	if configPath == "" {
+		fmt.Fprintln(out, "tokenmesh serve: no --config; running the built-in default configuration (single node, no peers)")
+	} else {
+		fmt.Fprintf(out, "tokenmesh serve: config %s\n", configPath)
+	}
+	fmt.Fprintf(out, "node %s: API http://%s\n", f.Node.Name, ln.Addr())
+	if lc.Peer != nil {
+		join := "founding a cluster"
+		if len(f.Node.Join) > 0 {
+			join = "joining " + strings.Join(f.Node.Join, ", ")
+		}
+		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
+	}
+	for _, r := range rules {
+		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "shutting down")
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("serving the API on %s: %w", ln.Addr(), serveErr)
+	}
+	api.SetReady(false)
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
+	if err := hs.Shutdown(sctx); err != nil && serveErr == nil {
+		serveErr = fmt.Errorf("API shutdown: %w", err)
+	}
+	if err := node.Close(); err != nil && serveErr == nil {
+		serveErr = fmt.Errorf("closing node: %w", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// peerTLS builds the mutual-TLS config of the peer streams from node.tls.
+func peerTLS(t *config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("node.tls.cert_file/key_file: %w", err)
+	}
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("node.tls.ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("node.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestServe runs `tokenmesh serve --config` as a real process: it becomes
+// ready, decides checks over HTTP, and exits 0 on SIGTERM.
+func TestServe(t *testing.T) {
+	api := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := filepath.Join(t.TempDir(), "tokenmesh.yaml")
+	yaml := `node:
+  name: e2e
+  api_addr: ` + api + `
+  peer_addr: 127.0.0.1:0
+  gossip_addr: 127.0.0.1:0
+rules:
+  - name: api
+    rate: 1/s
+    burst: 2
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "serve", "--config", cfg)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
+	}
+
+	base := "http://" + api
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			fail("serve exited before it was ready: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			fail("not ready after 10s (last: %v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	body := `{"checks":[{"rule":"api","key":"k","hits":1},{"rule":"api","key":"k","hits":1},{"rule":"api","key":"k","hits":1},{"rule":"api","key":"k","hits":0}]}`
+	resp, err := client.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		fail("POST /v1/check: %v", err)
+	}
+	var got struct {
+		Results []struct {
+			Allowed      bool    `json:"allowed"`
+			LimitPerS    float64 `json:"limit_per_s"`
+			Burst        int64   `json:"burst"`
+			RetryAfterMS int64   `json:"retry_after_ms"`
+			Error        string  `json:"error"`
+		} `json:"results"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(got.Results) != 4 {
+		fail("POST /v1/check: %d %+v %v", resp.StatusCode, got, err)
+	}
+	r := got.Results
+	if !r[0].Allowed || !r[1].Allowed || r[2].Allowed || r[2].RetryAfterMS <= 0 || r[0].LimitPerS != 1 || r[0].Burst != 2 {
+		fail("decisions %+v: want allow, allow, refuse with retry_after_ms > 0", r)
+	}
+	if r[3].Allowed || !strings.Contains(r[3].Error, "checks[3].hits: 0 must be between 1 and 1000000000") {
+		fail("checks[3]: %+v", r[3])
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			fail("exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(5 * time.Second):
+		fail("still running 5s after SIGTERM")
+	}
+	if !strings.Contains(stdout.String(), "node e2e: API http://"+api) {
+		fail("stdout does not say what it serves")
+	}
+}
+
+// TestServeBadConfig: a config error names the file and field and exits 1.
+func TestServeBadConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(cfg, []byte("node:\n  api_addr: nope\nrules:\n  - name: api\n    rate: 1/s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := tokenmesh(t, "serve", "--config", cfg)
+	if code != 1 || !strings.Contains(stderr, "node.api_addr") {
+		t.Errorf("exit %d, stderr %q; want 1 naming node.api_addr", code, stderr)
+	}
+	if _, stderr, code := tokenmesh(t, "serve", "extra"); code == 0 {
+		t.Errorf("serve extra: exit 0, stderr %q", stderr)
+	}
+}
