@@ -13,6 +13,7 @@ package eval
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -170,16 +171,11 @@ func Run(opts Options) (*Report, error) {
 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
 
-// round keeps JSON output short and stable.
+// round keeps JSON output short and stable: v to places decimals, halves
+// away from zero.
 func round(v float64, places int) float64 {
-	p := 1.0
-	for i := 0; i < places; i++ {
-		p *= 10
-	}
-	if v < 0 {
-		return -float64(int64(-v*p+0.5)) / p
-	}
-	return float64(int64(v*p+0.5)) / p
+	p := math.Pow(10, float64(places))
+	return math.Round(v*p) / p
 }
 
 // newSeries picks a bin width giving about 200 bins, rounded up to a whole

@@ -89,6 +89,7 @@ func (l Latency) Hint() time.Duration {
 	return l.Mean
 }
 
+// String prints l in the form ParseLatency reads.
 func (l Latency) String() string {
 	switch l.Kind {
 	case "uniform":

@@ -17,7 +17,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/workload"
@@ -99,11 +99,8 @@ type event struct {
 	payload []byte
 }
 
-type eventQueue []event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	a, b := &q[i], &q[j]
+// eventBefore orders the event queue by (time, priority, sequence).
+func eventBefore(a, b event) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
@@ -111,15 +108,6 @@ func (q eventQueue) Less(i, j int) bool {
 		return a.prio < b.prio
 	}
 	return a.seq < b.seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*q = old[:len(old)-1]
-	return x
 }
 
 type node struct {
@@ -139,7 +127,7 @@ type runner struct {
 	nodes            []*node
 	byName           map[string]int
 	alive            []int // indices of live nodes, ascending
-	q                eventQueue
+	q                *minheap.Heap[event]
 	seq              uint64
 	now              time.Duration
 	netRnd           *rand.Rand
@@ -173,7 +161,7 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	r := &runner{
-		cfg: cfg, trace: trace, byName: map[string]int{},
+		cfg: cfg, trace: trace, byName: map[string]int{}, q: minheap.New(eventBefore),
 		netRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
 		res:    &Result{Outcomes: make([]Outcome, len(trace.Requests))},
 	}
@@ -210,7 +198,7 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 func (r *runner) push(e event) {
 	r.seq++
 	e.seq = r.seq
-	heap.Push(&r.q, e)
+	r.q.Push(e)
 }
 
 // start builds node i's strategy (at startup, or on restart) and starts it.
@@ -244,8 +232,8 @@ func (r *runner) run() {
 	}
 	for i := 0; i < total; i++ {
 		req := &reqs[i]
-		for len(r.q) > 0 && (r.q[0].at < req.Arrival || (r.q[0].at == req.Arrival && r.q[0].prio < prioRequest)) {
-			r.step(heap.Pop(&r.q).(event))
+		for r.q.Len() > 0 && eventBefore(r.q.Peek(), event{at: req.Arrival, prio: prioRequest}) {
+			r.step(r.q.Pop())
 		}
 		r.now = req.Arrival
 		r.inject(i, req)
@@ -254,8 +242,8 @@ func (r *runner) run() {
 		}
 	}
 	// Collect what is still pending, up to the drain limit.
-	for len(r.q) > 0 && r.pendingDecisions > 0 && r.q[0].at <= last+r.cfg.Drain {
-		r.step(heap.Pop(&r.q).(event))
+	for r.q.Len() > 0 && r.pendingDecisions > 0 && r.q.Peek().at <= last+r.cfg.Drain {
+		r.step(r.q.Pop())
 	}
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(total, total)

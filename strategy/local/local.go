@@ -37,20 +37,26 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, nil
 }
 
+// Start schedules the first sweep of idle (full) buckets.
 func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
 }
 
+// Request decides at once from this node's bucket for req.Key, at req.Arrival:
+// allowed when req.Tokens tokens are there (a request above the burst never is).
 func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	ok := l.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
 
+// Receive always fails: local sends no peer messages.
 func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	return strategy.ErrUnexpectedMessage(l.name, from)
 }
 
+// Tick drops the buckets that have refilled to their burst (they equal new
+// ones) when a sweep is due, and schedules the next.
 func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < l.nextSweep {
 		return
@@ -60,6 +66,8 @@ func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(l.nextSweep)
 }
 
+// SetMembers does nothing: each node enforces the whole (r, b) whatever the membership.
 func (l *Local) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {}
 
+// StateBytes is the encoded size of the buckets held, in bytes.
 func (l *Local) StateBytes() int { return l.table.StateBytes() }

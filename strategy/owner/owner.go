@@ -40,10 +40,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/minheap"
 )
 
 // Owner is one node of the owner strategy.
@@ -55,8 +55,7 @@ type Owner struct {
 	timeout  time.Duration
 	failOpen bool
 
-	retries    int
-	retryEvery time.Duration
+	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
 	queue    *minheap.Heap[queued]   // requests waiting for their turn at this node as owner, by (arrival, ID)
 	pending  map[uint64]*pendingReq  // requests this node forwarded, by ID
@@ -132,13 +131,14 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.failOpen, err = cfg.Params.Bool("fail_open", true); err != nil {
 		return nil, err
 	}
-	if o.retries, err = cfg.Params.Int("retries", 2); err != nil {
+	retries, err := cfg.Params.Int("retries", 2)
+	if err != nil {
 		return nil, err
 	}
-	if o.retries < 0 {
-		return nil, fmt.Errorf("owner: parameter retries=%d is negative", o.retries)
+	if retries < 0 {
+		return nil, fmt.Errorf("owner: parameter retries=%d is negative", retries)
 	}
-	o.retryEvery = o.timeout / time.Duration(o.retries+1)
+	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.seen = map[forwardID]*verdict{}
 	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
 	if err := cfg.Params.Check("owner"); err != nil {
@@ -151,11 +151,15 @@ func New(cfg strategy.Config) (*Owner, error) {
 	return o, nil
 }
 
+// Start schedules the first sweep of idle (full) buckets.
 func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
 }
 
+// Request queues req at this node when it owns req.Key, or forwards it to the
+// owner; the decision arrives later in fx.Decisions (at once only when hold
+// is 0 and this node is the owner).
 func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	if !o.route(now, req, fx) || o.hold > 0 {
 		return strategy.Decision{}, false
@@ -282,6 +286,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	return nil
 }
 
+// Tick decides the queued requests whose hold has passed, retransmits or
+// times out forwarded ones, forgets old forward IDs, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {

@@ -71,20 +71,26 @@ func (s *Static) share(members []strategy.NodeID) (bucket.Rate, int64, error) {
 	return r, b, err
 }
 
+// Start schedules the first sweep of idle (full) buckets.
 func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
 	s.nextSweep = now + s.sweepEvery
 	fx.WakeAt(s.nextSweep)
 }
 
+// Request decides at once from this node's sub-token bucket (r/N, b_i) for
+// req.Key, at req.Arrival.
 func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	ok := s.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
 
+// Receive always fails: static sends no peer messages.
 func (s *Static) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	return strategy.ErrUnexpectedMessage("static", from)
 }
 
+// Tick drops the sub-token buckets that have refilled to their burst when a
+// sweep is due, and schedules the next.
 func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < s.nextSweep {
 		return
@@ -104,4 +110,5 @@ func (s *Static) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
 }
 
+// StateBytes is the encoded size of the sub-token buckets held, in bytes.
 func (s *Static) StateBytes() int { return s.table.StateBytes() }
