@@ -10,7 +10,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 )
 
-// Arrival is a publisher's message generation process in the broker model.
+// Arrival is a publisher's message generation process in the broker model
+// (ours; the paper's event- and time-triggered traffic, SRTM 000 §6).
 type Arrival string
 
 const (
@@ -23,7 +24,9 @@ const (
 	Periodic Arrival = "periodic"
 )
 
-// SimOptions configures Simulate.
+// SimOptions configures Simulate (ours, the broker model standing in for
+// the paper's NSQ brokers of SRTM 000 §6). Durations are simulated time;
+// every field but Duration may be left zero (see each field).
 type SimOptions struct {
 	Duration time.Duration // simulated time after the warm-up; > 0
 	Warmup   time.Duration // discarded first part; 0 means Duration/10
@@ -44,20 +47,25 @@ type SimOptions struct {
 }
 
 // LatencyStats summarises the topic messages' end-to-end latencies (token
-// wait + broker queueing + processing) at one broker or overall.
+// wait + broker queueing + processing, the paper's metric of SRTM 000 §6)
+// at one broker or overall. Percentiles are nearest-rank over the messages
+// generated after the warm-up; all are zero when Messages is 0.
 type LatencyStats struct {
-	Broker   string
-	Messages int
-	P50      time.Duration
-	P95      time.Duration
-	P99      time.Duration
-	Mean     time.Duration
+	Broker   string        // the broker's name, or "overall"
+	Messages int           // topic messages counted (after the warm-up)
+	P50      time.Duration // median end-to-end latency
+	P95      time.Duration // 95th percentile end-to-end latency
+	P99      time.Duration // 99th percentile end-to-end latency (the SLO's metric)
+	Mean     time.Duration // mean end-to-end latency
 	TokenP99 time.Duration // p99 of the token-bucket wait alone (the DRL penalty)
-	Util     float64       // offered utilisation (topic + background) / mcap
+	// Util is the offered utilisation (share's publisher rate + background
+	// load, msg/s) / (MCap * SimOptions.ServiceScale); 0 for "overall".
+	Util float64
 }
 
-// SimResult is the outcome of Simulate: one entry per share of the plan (in
-// plan order) and the statistics over all the topic's messages.
+// SimResult is the outcome of Simulate: PerBroker has one entry per share
+// of the plan (len(plan.Shares), in plan order) and Overall the statistics
+// over all the topic's messages.
 type SimResult struct {
 	PerBroker []LatencyStats
 	Overall   LatencyStats
@@ -235,7 +243,9 @@ func stats(name string, lat, tok []time.Duration) LatencyStats {
 	return st
 }
 
-// Quantile returns the nearest-rank q-quantile of sorted (0 if empty).
+// Quantile returns the nearest-rank q-quantile (q in [0, 1]; values outside
+// clamp to the ends) of sorted, which must be in increasing order; 0 if
+// sorted is empty. Ours, the percentile definition of Simulate.
 func Quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -248,6 +258,9 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 // the token-bucket delays of arrivals at rate r is zero (the paper's
 // profiling of §6: r is 10% above the message rate and b the smallest size
 // with a zero p99 access delay), found by binary search on Delays.
+// arrivals are as for Delays; q is in [0, 1]; b is in tokens, in
+// [1, max(1, len(arrivals))]. The error reports an r that cannot drive a
+// bucket (see Delays).
 func SizeBurst(arrivals []time.Duration, r bucket.Rate, q float64) (int64, error) {
 	ok := func(b int64) (bool, error) {
 		d := Delays(arrivals, r, b)
@@ -284,6 +297,9 @@ func SizeBurst(arrivals []time.Duration, r bucket.Rate, q float64) (int64, error
 // publisher's and group's times depend only on the seed and its name), so
 // SizeBurst can profile exactly the trace a simulation will see; pass
 // end = Warmup + Duration. A different seed gives an independent trace.
+// The result is sorted, in simulated time since 0 (batch copies included);
+// publishers with a non-positive or non-finite Rate are skipped. Ours
+// (SRTM 000 §6 profiles b on measured traces).
 func TopicArrivals(topic Topic, a Arrival, noise, end time.Duration, seed uint64) []time.Duration {
 	if a == "" {
 		a = Poisson
@@ -358,7 +374,9 @@ func hash(s string) uint64 {
 // sub-token bucket of the topic proportional to the publishers' share of
 // the topic's publisher rate (rate topic.Rate*share, burst
 // max(1, round(topic.Burst*share))), and the overall p99 of a single-broker
-// simulation with opts is returned.
+// simulation with opts is returned. Ours: the profiling phase of SRTM 000
+// §4.2 Step (3) on the broker model. Simulate's errors are returned as
+// they are; a nil or empty pubs measures 0.
 func ModelP99(topic Topic, opts SimOptions) P99Func {
 	var lam float64
 	for _, p := range topic.Publishers {
@@ -384,51 +402,5 @@ func ModelP99(topic Topic, opts SimOptions) P99Func {
 			return 0, err
 		}
 		return res.Overall.P99, nil
-	}
-}
-
-// levelFill sets q[i] for i in set so that the brokers' total loads
-// (Load + q[i] units) are as equal as the caps allow, sum q = total (when
-// sum caps >= total): a water level L is found by bisection, each broker
-// gets min(cap, max(0, L - load)) rounded down, and the units left over go
-// one at a time to the brokers with the lowest total load that have room.
-func levelFill(q, caps []int64, brokers []Broker, set []int, total int64, unitVal float64) {
-	load := func(i int) float64 { return brokers[i].Load / unitVal }
-	fill := func(L float64) int64 {
-		var s int64
-		for _, i := range set {
-			s += min(caps[i], int64(max(0, math.Floor(L-load(i)))))
-		}
-		return s
-	}
-	lo, hi := 0.0, 0.0
-	for _, i := range set {
-		hi = max(hi, load(i)+float64(caps[i])+1)
-	}
-	for range 200 {
-		mid := (lo + hi) / 2
-		if fill(mid) >= total {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	var s int64
-	for _, i := range set {
-		q[i] = min(caps[i], int64(max(0, math.Floor(lo-load(i)))))
-		s += q[i]
-	}
-	for s < total {
-		best := -1
-		for _, i := range set {
-			if q[i] < caps[i] && (best < 0 || load(i)+float64(q[i]) < load(best)+float64(q[best])) {
-				best = i
-			}
-		}
-		if best < 0 {
-			return
-		}
-		q[best]++
-		s++
 	}
 }

@@ -51,7 +51,8 @@ type publisherYAML struct {
 	Group string  `yaml:"group"`
 }
 
-// LoadBrokers reads a brokers file (see ParseBrokers).
+// LoadBrokers reads a brokers file (see ParseBrokers; ours, the paper has
+// no file format). Errors: os.ReadFile's (naming path) or ParseBrokers'.
 func LoadBrokers(path string) ([]Broker, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -60,7 +61,8 @@ func LoadBrokers(path string) ([]Broker, error) {
 	return ParseBrokers(data, path)
 }
 
-// LoadTopic reads a topic file (see ParseTopic).
+// LoadTopic reads a topic file (see ParseTopic; ours, the paper has no file
+// format). Errors: os.ReadFile's (naming path) or ParseTopic's.
 func LoadTopic(path string) (Topic, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

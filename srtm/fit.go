@@ -14,7 +14,9 @@ import (
 // §4.2 Step (3); a broker model or a live broker supplies it.
 type P99Func func(broker Broker, pubs []Publisher) (time.Duration, error)
 
-// FitStep records one measurement decision of online fitting.
+// FitStep records one measurement decision of online fitting (SRTM 000
+// §4.2 Step (3)): counts are publishers, P99 is simulated or measured
+// end-to-end latency.
 type FitStep struct {
 	Iteration int
 	Broker    string
@@ -24,9 +26,11 @@ type FitStep struct {
 	Full      bool          // the broker violated the SLO and was marked full
 }
 
-// FitResult is the outcome of Fit: the final plan (sub-token buckets over
-// the brokers that kept publishers), the measurement trail and the
-// brokers marked full.
+// FitResult is the outcome of Fit (SRTM 000 §4.2): the final plan
+// (sub-token buckets over the brokers that kept publishers), the
+// measurement trail in measurement order, the number of iterations
+// (<= len(brokers)) and the names of the brokers marked full, in the order
+// they were marked.
 type FitResult struct {
 	Plan       PlanResult
 	Steps      []FitStep
@@ -124,8 +128,7 @@ func Fit(brokers []Broker, topic Topic, policy Policy, measure P99Func) (FitResu
 			b := brokers[byName[sh.Broker]] // as given: Load is other topics' load
 			have := placed[sh.Broker]
 			with := func(m int) []Publisher {
-				out := append(append([]Publisher(nil), have...), sh.Publishers[:m]...)
-				return out
+				return append(append([]Publisher(nil), have...), sh.Publishers[:m]...)
 			}
 			p99, err := measure(b, with(len(sh.Publishers)))
 			if err != nil {

@@ -46,7 +46,8 @@ type Topic struct {
 	Publishers []Publisher
 }
 
-// Policy selects how Plan chooses brokers and quotas.
+// Policy selects how Plan and Fit choose brokers and quotas (SRTM 000
+// §4.2 Steps (1)-(2) and the baselines of §6); "" means Concentration.
 type Policy string
 
 const (
@@ -78,9 +79,10 @@ type Share struct {
 	PublisherRate float64     // sum of the assigned publishers' rates, msg/s
 }
 
-// PlanResult is a topic's assignment: the exact token bucket (Rate, Burst)
-// and one Share per broker used; the shares' rates sum to Rate and their
-// bursts to Burst exactly.
+// PlanResult is a topic's assignment (SRTM 000 §4.2-4.3): the exact token
+// bucket (Rate r in tokens per Per, Burst b in tokens) and one Share per
+// broker used, in decreasing rcap order, ties by name (Fit: in the order
+// of the brokers given); the shares' rates sum to Rate and their bursts to Burst exactly.
 type PlanResult struct {
 	Topic  string
 	Policy Policy
@@ -301,6 +303,52 @@ func waterFill(q, caps []int64, set []int, total int64) {
 			q[rest[len(rest)-1-int(e)]]++
 		}
 		return
+	}
+}
+
+// levelFill sets q[i] for i in set so that the brokers' total loads
+// (Load + q[i] units) are as equal as the caps allow, sum q = total (when
+// sum caps >= total): a water level L is found by bisection, each broker
+// gets min(cap, max(0, L - load)) rounded down, and the units left over go
+// one at a time to the brokers with the lowest total load that have room.
+func levelFill(q, caps []int64, brokers []Broker, set []int, total int64, unitVal float64) {
+	load := func(i int) float64 { return brokers[i].Load / unitVal }
+	fill := func(L float64) int64 {
+		var s int64
+		for _, i := range set {
+			s += min(caps[i], int64(max(0, math.Floor(L-load(i)))))
+		}
+		return s
+	}
+	lo, hi := 0.0, 0.0
+	for _, i := range set {
+		hi = max(hi, load(i)+float64(caps[i])+1)
+	}
+	for range 200 {
+		mid := (lo + hi) / 2
+		if fill(mid) >= total {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	var s int64
+	for _, i := range set {
+		q[i] = min(caps[i], int64(max(0, math.Floor(lo-load(i)))))
+		s += q[i]
+	}
+	for s < total {
+		best := -1
+		for _, i := range set {
+			if q[i] < caps[i] && (best < 0 || load(i)+float64(q[i]) < load(best)+float64(q[best])) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		q[best]++
+		s++
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -116,6 +117,49 @@ func progress(ctx experiment.Context, step string, done, total int) {
 	}
 }
 
+// first returns the first row matching ok, and whether there is one.
+func first[T any](rows []T, ok func(T) bool) (T, bool) {
+	for _, r := range rows {
+		if ok(r) {
+			return r, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// claim is one of the paper's claims (SRTM 000 §6) checked against our
+// rows: Held reports whether it held, Reason gives the numbers.
+type claim struct {
+	Claim  string `json:"claim"`
+	Held   bool   `json:"held"`
+	Reason string `json:"reason"`
+}
+
+// writeClaims writes claims to md as a markdown list.
+func writeClaims(md io.Writer, claims []claim) {
+	for _, c := range claims {
+		fmt.Fprintf(md, "- **%s**: %s (%s)\n", held(c.Held), c.Claim, c.Reason)
+	}
+}
+
+// printClaims writes the console summary's tail: one line per claim, then
+// the report's path under dir and the wall time.
+func printClaims(w io.Writer, claims []claim, dir string, wall time.Duration) {
+	for _, c := range claims {
+		fmt.Fprintf(w, "  [%s] %s (%s)\n", held(c.Held), c.Claim, c.Reason)
+	}
+	fmt.Fprintf(w, "  report: %s (wall %v)\n", filepath.Join(dir, "report.md"), wall.Round(time.Millisecond))
+}
+
+// quickNote is the reports' suffix marking a quick run.
+func quickNote(ctx experiment.Context) string {
+	if ctx.Quick {
+		return ", QUICK"
+	}
+	return ""
+}
+
 func held(ok bool) string {
 	if ok {
 		return "held"
@@ -137,6 +181,17 @@ var palette = []color.Color{
 type series struct {
 	name   string
 	xs, ys []float64
+}
+
+// seriesIndex returns ls and the index of its series named name, appending
+// an empty one if there is none.
+func seriesIndex(ls []series, name string) ([]series, int) {
+	for i := range ls {
+		if ls[i].name == name {
+			return ls, i
+		}
+	}
+	return append(ls, series{name: name}), len(ls)
 }
 
 // linePlot writes a PNG line plot with points; logY drops non-positive ys.

@@ -24,8 +24,14 @@ const serviceScale = 1.25
 // initialLoads are Fig. 8's pre-existing Poisson loads on brokers 1-6.
 var initialLoads = []float64{10000, 40000, 50000, 60000, 70000, 80000}
 
-// Concentration reproduces Figs. 7-8: LB vs Conc on idle brokers, and Conc
-// vs Max-Min on brokers with initial loads 10, 40, ..., 80 kmsg/s.
+// Concentration reproduces the concentration and max-min principles of
+// SRTM 000 §6.2-6.3, Figs. 7-8: the p99 end-to-end latency of LB vs Conc on
+// 6 idle brokers (mcap 68,000 msg/s), and of Conc vs Max-Min on brokers
+// with initial loads 10, 40, ..., 80 kmsg/s, by number of publishers
+// (10 msg/s each). Its Run writes report.md, report.json and one
+// fig{7,8}_<arrival>_b<batch>.png per figure and panel to ctx.Out; errors
+// are srtm's (Plan naming the figure, policy and n; Simulate) and the
+// files'.
 func Concentration() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "srtm-concentration",
@@ -129,20 +135,12 @@ func runConcentration(ctx experiment.Context) error {
 		}
 	}
 	find := func(fig string, a srtm.Arrival, batch int, pol srtm.Policy, n int) (concRow, bool) {
-		for _, r := range rows {
-			if r.Figure == fig && r.Arrival == string(a) && r.Batch == batch && r.Policy == string(pol) && r.Publishers == n {
-				return r, true
-			}
-		}
-		return concRow{}, false
+		return first(rows, func(r concRow) bool {
+			return r.Figure == fig && r.Arrival == string(a) && r.Batch == batch && r.Policy == string(pol) && r.Publishers == n
+		})
 	}
 
 	// Claims.
-	type claim struct {
-		Claim  string `json:"claim"`
-		Held   bool   `json:"held"`
-		Reason string `json:"reason"`
-	}
 	var claims []claim
 	concOK, lbFail, lbN, concN := 0, 0, 0, 0
 	amp, ampN := 0, 0
@@ -228,17 +226,8 @@ func runConcentration(ctx experiment.Context) error {
 				if r.Figure != fig || r.Arrival != string(pn.a) || r.Batch != pn.batch {
 					continue
 				}
-				name := r.Policy
-				j := -1
-				for i := range ls {
-					if ls[i].name == name {
-						j = i
-					}
-				}
-				if j < 0 {
-					ls = append(ls, series{name: name})
-					j = len(ls) - 1
-				}
+				var j int
+				ls, j = seriesIndex(ls, r.Policy)
 				ls[j].xs = append(ls[j].xs, float64(r.Publishers))
 				ls[j].ys = append(ls[j].ys, r.P99ms)
 			}
@@ -257,21 +246,17 @@ func runConcentration(ctx experiment.Context) error {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# srtm-concentration: concentration and max-min (SRTM §6.2-6.3, Figs. 7-8)\n\n")
-	fmt.Fprintf(&md, "Model, not NSQ: 6 brokers, FIFO single server with deterministic service 1/(1.25 mcap) (mcap is the planner's benchmarked capacity, the broker saturates 25%% above it), mcap = %d msg/s (chosen so that with Fig. 8's initial loads 8,000 publishers need brokers 1-3, as in the paper); background load is Poisson in batches of 10 (Fig. 8's caption). Publishers 10 msg/s; r = 1.1 x message rate; b = smallest with zero p99 access delay on the run's own trace (§6; the unsplit bucket delays at most 1%% of messages by construction). Policies are srtm.Plan's: lb (the paper's LB: water-fill over all brokers), conc-equal (the paper's Conc: fewest brokers, equal total load), maxmin (the paper's Max-Min: fewest brokers, quotas min(rcap, rate/k) water-filled); Fig. 8 also shows concentration (fewest brokers filled greedily in decreasing rcap order, the last taking the remainder) as an extra line. %d seed(s), %v simulated per run%s.\n\n", concMCap, S, dur, map[bool]string{true: ", QUICK", false: ""}[ctx.Quick])
+	fmt.Fprintf(&md, "Model, not NSQ: 6 brokers, FIFO single server with deterministic service 1/(1.25 mcap) (mcap is the planner's benchmarked capacity, the broker saturates 25%% above it), mcap = %d msg/s (chosen so that with Fig. 8's initial loads 8,000 publishers need brokers 1-3, as in the paper); background load is Poisson in batches of 10 (Fig. 8's caption). Publishers 10 msg/s; r = 1.1 x message rate; b = smallest with zero p99 access delay on the run's own trace (§6; the unsplit bucket delays at most 1%% of messages by construction). Policies are srtm.Plan's: lb (the paper's LB: water-fill over all brokers), conc-equal (the paper's Conc: fewest brokers, equal total load), maxmin (the paper's Max-Min: fewest brokers, quotas min(rcap, rate/k) water-filled); Fig. 8 also shows concentration (fewest brokers filled greedily in decreasing rcap order, the last taking the remainder) as an extra line. %d seed(s), %v simulated per run%s.\n\n", concMCap, S, dur, quickNote(ctx))
 	fmt.Fprintf(&md, "| fig | arrival | batch | policy | publishers | brokers | p99 ms (sd) | token-wait p99 ms | broker3 p99 ms | broker3 token p99 ms | broker3 topic msg/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		b3 := "-"
+		b3 := "- | - | -"
 		if r.Figure == "8" {
 			b3 = fmt.Sprintf("%.3f | %.3f | %.0f", r.Broker3ms, r.Broker3Tok, r.Broker3Msg)
-		} else {
-			b3 = "- | - | -"
 		}
 		fmt.Fprintf(&md, "| %s | %s | %d | %s | %d | %d | %.3f (%.3f) | %.3f | %s |\n", r.Figure, r.Arrival, r.Batch, r.Policy, r.Publishers, r.Brokers, r.P99ms, r.P99sd, r.TokenP99ms, b3)
 	}
 	fmt.Fprintf(&md, "\n(broker3 p99 = -1: broker 3 holds none of the topic.)\n\nPaper (Fig. 8, 8k publishers): broker 3's p99 is 1.50 ms under Conc vs 0.87 ms under Max-Min. Ours: %s.\n\n## Claims\n\n", strings.Join(ours3, "; "))
-	for _, c := range claims {
-		fmt.Fprintf(&md, "- **%s**: %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-	}
+	writeClaims(&md, claims)
 	fmt.Fprintf(&md, "\nNot reproduced: the paper's Fig. 8c-d observation that batches help through fewer active NSQ IOLoop goroutines (our broker has no per-connection cost).\n\nPlots: %s. Wall time %v.\n", strings.Join(plots, ", "), wall.Round(time.Millisecond))
 	if err := writeReport(ctx.Out, md.String(), map[string]any{
 		"experiment": "srtm-concentration", "quick": ctx.Quick, "seeds": S, "duration_s": dur.Seconds(), "mcap": concMCap, "initial_loads": initialLoads,
@@ -282,10 +267,7 @@ func runConcentration(ctx experiment.Context) error {
 	}
 	if ctx.Stdout != nil {
 		fmt.Fprintf(ctx.Stdout, "srtm-concentration: broker 3 p99 at 8k publishers, Conc vs Max-Min: paper 1.50 vs 0.87 ms; ours %s\n", strings.Join(ours3, "; "))
-		for _, c := range claims {
-			fmt.Fprintf(ctx.Stdout, "  [%s] %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-		}
-		fmt.Fprintf(ctx.Stdout, "  report: %s (wall %v)\n", filepath.Join(ctx.Out, "report.md"), wall.Round(time.Millisecond))
+		printClaims(ctx.Stdout, claims, ctx.Out, wall)
 	}
 	return nil
 }

@@ -13,12 +13,16 @@ import (
 // corrMCap is the model broker's capacity in Figs. 9-11 (as in Figs. 7-8).
 const corrMCap = concMCap
 
-// Correlation reproduces Figs. 9-11: 1,000 publishers (batch 10, 10 msg/s)
+// Correlation reproduces correlation-aware assignment, SRTM 000 §6.4,
+// Figs. 9-11: 1,000 publishers (batch 10, 10 msg/s)
 // in perfectly synchronised correlation groups of growing size, placed by
 // online fitting (srtm.Fit against the broker model, SLO 1 ms) with SRTM's
 // correlation-aware assignment or with a correlation-oblivious Max-Min;
 // Max-Min forced onto SRTM's number of brokers (Fig. 10); and groups of 25
-// whose messages are spread over 0-16 ms of noise (Fig. 11).
+// whose messages are spread over 0-16 ms of noise (Fig. 11). Its Run
+// writes report.md, report.json and fig{9,11}_<arrival>_{p99,brokers}.png
+// to ctx.Out; errors are srtm's (naming the figure, policy, group size and
+// noise) and the files'.
 func Correlation() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "srtm-correlation",
@@ -200,17 +204,9 @@ func runCorrelation(ctx experiment.Context) error {
 		}
 	}
 	find := func(fig string, a srtm.Arrival, g int, z float64, pol string) (corrRow, bool) {
-		for _, r := range rows {
-			if r.Figure == fig && r.Arrival == string(a) && r.Group == g && r.NoiseMs == z && r.Policy == pol {
-				return r, true
-			}
-		}
-		return corrRow{}, false
-	}
-	type claim struct {
-		Claim  string `json:"claim"`
-		Held   bool   `json:"held"`
-		Reason string `json:"reason"`
+		return first(rows, func(r corrRow) bool {
+			return r.Figure == fig && r.Arrival == string(a) && r.Group == g && r.NoiseMs == z && r.Policy == pol
+		})
 	}
 	var claims []claim
 	// Fig. 9: SRTM meets the SLO for groups up to 30; Max-Min does not for large groups, and uses fewer brokers.
@@ -291,16 +287,10 @@ func runCorrelation(ctx experiment.Context) error {
 				if fig == "11" {
 					x = r.NoiseMs
 				}
-				j := -1
-				for i := range lat {
-					if lat[i].name == r.Policy {
-						j = i
-					}
-				}
-				if j < 0 {
-					lat, brk = append(lat, series{name: r.Policy}), append(brk, series{name: r.Policy})
-					j = len(lat) - 1
-				}
+				// lat and brk hold the same policies in the same order.
+				var j int
+				lat, j = seriesIndex(lat, r.Policy)
+				brk, _ = seriesIndex(brk, r.Policy)
 				lat[j].xs, lat[j].ys = append(lat[j].xs, x), append(lat[j].ys, r.P99ms)
 				brk[j].xs, brk[j].ys = append(brk[j].xs, x), append(brk[j].ys, r.Brokers)
 			}
@@ -322,15 +312,13 @@ func runCorrelation(ctx experiment.Context) error {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# srtm-correlation: correlation-aware assignment (SRTM §6.4, Figs. 9-11)\n\n")
-	fmt.Fprintf(&md, "Model, not NSQ: 6 idle brokers, FIFO single server with deterministic service 1/(1.25 mcap) (as in srtm-concentration), mcap = %d msg/s. 1,000 publishers, 10 msg/s, batch 10; a correlation group's members emit their batches at the same group events (plus uniform noise in Fig. 11). r = 1.1 x message rate, b = smallest with zero p99 access delay on the run's own trace (§6). Placement: srtm.Fit (max-min quotas, online fitting against srtm.ModelP99, SLO 1 ms); srtm = correlation-aware assignment; maxmin = the same with groups hidden from the planner (publishers in group order, so groups stay together); maxmin-same-k = an even split over SRTM's number of brokers (Fig. 10). When fitting ends above the SLO (or fails), the best even split over 1..6 brokers is reported (the paper's 'best configuration'). %d seed(s), %v simulated per run%s.\n\n", corrMCap, S, dur, map[bool]string{true: ", QUICK", false: ""}[ctx.Quick])
+	fmt.Fprintf(&md, "Model, not NSQ: 6 idle brokers, FIFO single server with deterministic service 1/(1.25 mcap) (as in srtm-concentration), mcap = %d msg/s. 1,000 publishers, 10 msg/s, batch 10; a correlation group's members emit their batches at the same group events (plus uniform noise in Fig. 11). r = 1.1 x message rate, b = smallest with zero p99 access delay on the run's own trace (§6). Placement: srtm.Fit (max-min quotas, online fitting against srtm.ModelP99, SLO 1 ms); srtm = correlation-aware assignment; maxmin = the same with groups hidden from the planner (publishers in group order, so groups stay together); maxmin-same-k = an even split over SRTM's number of brokers (Fig. 10). When fitting ends above the SLO (or fails), the best even split over 1..6 brokers is reported (the paper's 'best configuration'). %d seed(s), %v simulated per run%s.\n\n", corrMCap, S, dur, quickNote(ctx))
 	fmt.Fprintf(&md, "| fig | arrival | group | noise ms | policy | brokers | p99 ms (sd) | fitted within SLO |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&md, "| %s | %s | %d | %g | %s | %.2f | %.3f (%.3f) | %d/%d |\n", r.Figure, r.Arrival, r.Group, r.NoiseMs, r.Policy, r.Brokers, r.P99ms, r.P99sd, r.Fitted, r.Runs)
 	}
 	fmt.Fprintf(&md, "\n## Claims\n\n")
-	for _, c := range claims {
-		fmt.Fprintf(&md, "- **%s**: %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-	}
+	writeClaims(&md, claims)
 	fmt.Fprintf(&md, "\nThe paper gives no single headline number for Figs. 9-11; absolute latencies differ (model broker).\n\nPlots: %s. Wall time %v.\n", strings.Join(plots, ", "), wall.Round(time.Millisecond))
 	if err := writeReport(ctx.Out, md.String(), map[string]any{
 		"experiment": "srtm-correlation", "quick": ctx.Quick, "seeds": S, "duration_s": dur.Seconds(), "mcap": corrMCap,
@@ -340,10 +328,7 @@ func runCorrelation(ctx experiment.Context) error {
 	}
 	if ctx.Stdout != nil {
 		fmt.Fprintf(ctx.Stdout, "srtm-correlation: (the paper gives no headline number for Figs. 9-11)\n")
-		for _, c := range claims {
-			fmt.Fprintf(ctx.Stdout, "  [%s] %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-		}
-		fmt.Fprintf(ctx.Stdout, "  report: %s (wall %v)\n", filepath.Join(ctx.Out, "report.md"), wall.Round(time.Millisecond))
+		printClaims(ctx.Stdout, claims, ctx.Out, wall)
 	}
 	return nil
 }

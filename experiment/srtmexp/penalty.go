@@ -15,9 +15,12 @@ import (
 // Fig. 6b.
 const penaltyMCap = 55000
 
-// Penalty reproduces Fig. 6: 1,000 and 6,000 Poisson publishers (10 msg/s,
-// batch 1) split evenly over k = 1..6 idle brokers with the topic's bucket
-// split accordingly.
+// Penalty reproduces the DRL penalty of SRTM 000 §6.1, Fig. 6: 1,000 and
+// 6,000 Poisson publishers (10 msg/s, batch 1) split evenly over k = 1..6
+// idle brokers (mcap 55,000 msg/s) with the topic's token bucket (r, b)
+// split into k sub-token buckets. Its Run writes report.md, report.json and
+// fig6_1000.png, fig6_6000.png to ctx.Out; errors are srtm's (Plan,
+// Simulate, SizeBurst) and the files'.
 func Penalty() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "srtm-penalty",
@@ -37,12 +40,6 @@ type penaltyRow struct {
 	TokenP99ms float64 `json:"token_p99_ms"`
 	Util       float64 `json:"utilisation"`
 	Burst      int64   `json:"burst_mean"`
-}
-
-type penaltyClaim struct {
-	Claim  string `json:"claim"`
-	Held   bool   `json:"held"`
-	Reason string `json:"reason"`
 }
 
 func runPenalty(ctx experiment.Context) error {
@@ -121,7 +118,7 @@ func runPenalty(ctx experiment.Context) error {
 			best = i
 		}
 	}
-	claims := []penaltyClaim{
+	claims := []claim{
 		{Claim: "Fig. 6a: with 1,000 publishers the p99 latency increases with the number of brokers k (DRL penalty not offset by more capacity)",
 			Held:   low[5].P99ms > low[0].P99ms && incr >= 4,
 			Reason: fmt.Sprintf("p99 from %.3f ms (k=1) to %.3f ms (k=6); %d of 5 steps non-decreasing", low[0].P99ms, low[5].P99ms, incr)},
@@ -151,15 +148,13 @@ func runPenalty(ctx experiment.Context) error {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# srtm-penalty: the DRL penalty (SRTM §6.1, Fig. 6)\n\n")
-	fmt.Fprintf(&md, "Model, not NSQ: each broker is a FIFO single server with deterministic service 1/mcap, mcap = %d msg/s (chosen so that 6,000 publishers overload one broker as in Fig. 6b); messages first wait at the broker's sub-token bucket (exact, waiting mode). Topic: r = 1.1 x message rate, b = smallest bucket with zero p99 access delay on the run's own trace (§6; so the unsplit bucket delays at most 1%% of messages by construction). Publishers and bucket are split evenly over k idle brokers. %d seed(s), %v simulated per run (plus 10%% warm-up)%s.\n\n", penaltyMCap, S, dur, map[bool]string{true: ", QUICK", false: ""}[ctx.Quick])
+	fmt.Fprintf(&md, "Model, not NSQ: each broker is a FIFO single server with deterministic service 1/mcap, mcap = %d msg/s (chosen so that 6,000 publishers overload one broker as in Fig. 6b); messages first wait at the broker's sub-token bucket (exact, waiting mode). Topic: r = 1.1 x message rate, b = smallest bucket with zero p99 access delay on the run's own trace (§6; so the unsplit bucket delays at most 1%% of messages by construction). Publishers and bucket are split evenly over k idle brokers. %d seed(s), %v simulated per run (plus 10%% warm-up)%s.\n\n", penaltyMCap, S, dur, quickNote(ctx))
 	fmt.Fprintf(&md, "| publishers | k | p50 ms | p95 ms | p99 ms (sd) | token-wait p99 ms | broker util | b |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&md, "| %d | %d | %.3f | %.3f | %.3f (%.3f) | %.3f | %.2f | %d |\n", r.Publishers, r.K, r.P50ms, r.P95ms, r.P99ms, r.P99sd, r.TokenP99ms, r.Util, r.Burst)
 	}
 	fmt.Fprintf(&md, "\nPaper: p99 reaches 14.7 ms at k = 6 with 1,000 publishers. Ours: %.3f ms.\n\n## Claims\n\n", low[5].P99ms)
-	for _, c := range claims {
-		fmt.Fprintf(&md, "- **%s**: %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-	}
+	writeClaims(&md, claims)
 	fmt.Fprintf(&md, "\nAbsolute numbers differ from the paper's: our broker is a model whose processing time is microseconds, not an NSQ broker with its network stack and Go scheduler.\n\nPlots: fig6_1000.png, fig6_6000.png. Wall time %v.\n", wall.Round(time.Millisecond))
 	if err := writeReport(ctx.Out, md.String(), map[string]any{
 		"experiment": "srtm-penalty", "quick": ctx.Quick, "seeds": S, "duration_s": dur.Seconds(), "mcap": penaltyMCap,
@@ -174,10 +169,7 @@ func runPenalty(ctx experiment.Context) error {
 			fmt.Fprintf(ctx.Stdout, " %.3f", r.P99ms)
 		}
 		fmt.Fprintln(ctx.Stdout, " ms")
-		for _, c := range claims {
-			fmt.Fprintf(ctx.Stdout, "  [%s] %s (%s)\n", held(c.Held), c.Claim, c.Reason)
-		}
-		fmt.Fprintf(ctx.Stdout, "  report: %s (wall %v)\n", filepath.Join(ctx.Out, "report.md"), wall.Round(time.Millisecond))
+		printClaims(ctx.Stdout, claims, ctx.Out, wall)
 	}
 	return nil
 }
