@@ -6,9 +6,9 @@
 // every strategy call (strategies are not thread-safe); it is fed by one
 // channel of events: requests from Check, frames from peers, membership
 // changes, and a single timer set to the earliest wake-up any rule asked
-// for. Peers are reached through a Transport (MemNetwork in process; gRPC
-// streams next), and membership comes from whoever calls SetMembers (a test;
-// memberlist's event delegate next).
+// for. Peers are reached through a Transport (MemNetwork in process;
+// cluster/grpcpeer over the network), and membership comes from whoever
+// calls SetMembers (a test; cluster/membership's gossip via membership.Wire).
 package cluster
 
 import (
@@ -30,11 +30,13 @@ import (
 
 // Limits on a Check's input.
 const (
-	// DefaultMaxTokens bounds the tokens of one Check unless Config.MaxTokens says otherwise.
+	// DefaultMaxTokens bounds the tokens of one Check (2^40 tokens) unless
+	// Config.MaxTokens says otherwise.
 	DefaultMaxTokens = int64(1) << 40
-	// MaxKeyBytes bounds the length of a key.
+	// MaxKeyBytes bounds the length of a key, in bytes.
 	MaxKeyBytes = 4096
-	// DefaultInbox is the default capacity of a node's event channel.
+	// DefaultInbox is the default capacity of a node's event channel, in
+	// events (requests, peer frames, membership changes).
 	DefaultInbox = 4096
 )
 
@@ -45,16 +47,16 @@ var ErrClosed = errors.New("cluster: node is closed")
 // Rule is one limit the cluster enforces per key: a token bucket (Rate,
 // Burst) coordinated by the named strategy.
 type Rule struct {
-	Name     string
-	Rate     bucket.Rate
-	Burst    int64    // tokens
-	Strategy string   // a name from strategy/all
-	Params   []string // the strategy's parameters, "name=value" (unprefixed: "gossip=20ms")
+	Name     string      // unique per node; names the rule in peer frames
+	Rate     bucket.Rate // refill: Rate.Tokens tokens per Rate.Per, exact
+	Burst    int64       // tokens
+	Strategy string      // a name from strategy/all
+	Params   []string    // the strategy's parameters, "name=value" (unprefixed: "gossip=20ms")
 }
 
 // Config is one node.
 type Config struct {
-	Self    strategy.NodeID
+	Self    strategy.NodeID   // this node's id; required
 	Members []strategy.NodeID // initial live members; Self is added if missing
 	Rules   []Rule
 	// Transport reaches the peers. The node takes it over: it registers its

@@ -20,11 +20,11 @@ type Frame struct {
 }
 
 // Transport carries frames between the nodes of a cluster. It is the seam
-// for the gRPC peer transport: an implementation owns its connections, and
+// for the gRPC peer transport (cluster/grpcpeer): an implementation owns its connections, and
 // the node only sends frames and receives them through the callback it
 // registered with Listen.
 //
-// Contract (MemNetwork and the future gRPC streams both keep it):
+// Contract (MemNetwork, Faulty and grpcpeer.Transport all keep it):
 //   - Send must not block for long: the node's event loop calls it. A
 //     network implementation queues the frame for a per-peer sender
 //     goroutine (or drops it when that queue is full) and returns.

@@ -37,12 +37,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -573,10 +574,7 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 		r.Strategy = DefaultStrategy
 	}
 	if len(raw.Params) > 0 {
-		r.Params = make(map[string]string, len(raw.Params))
-		for k, v := range raw.Params {
-			r.Params[k] = v
-		}
+		r.Params = maps.Clone(raw.Params)
 	}
 	if p.err != nil {
 		return r
@@ -675,12 +673,15 @@ func decodeKey(s string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not base64 (make one with: head -c 32 /dev/urandom | base64)")
 	}
-	switch len(key) {
-	case 16, 24, 32:
-		return key, nil
+	if !keyLenOK(len(key)) {
+		return nil, fmt.Errorf("decodes to %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
 	}
-	return nil, fmt.Errorf("decodes to %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
+	return key, nil
 }
+
+// keyLenOK reports whether n bytes is a gossip key length: 16, 24 or 32
+// (AES-128/192/256).
+func keyLenOK(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // checkError is a rule error attributed to one field.
 type checkError struct {
@@ -706,12 +707,8 @@ func (f *File) Validate() error {
 			return fmt.Errorf("node.join[%d]: %w", i, err)
 		}
 	}
-	if n.SecretKey != nil {
-		switch len(n.SecretKey) {
-		case 16, 24, 32:
-		default:
-			return fmt.Errorf("node.secret_key: %d bytes; want 16, 24 or 32", len(n.SecretKey))
-		}
+	if n.SecretKey != nil && !keyLenOK(len(n.SecretKey)) {
+		return fmt.Errorf("node.secret_key: %d bytes; want 16, 24 or 32", len(n.SecretKey))
 	}
 	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
 		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
@@ -760,7 +757,7 @@ func (r Rule) check() error {
 	if err != nil {
 		return &checkError{field: "strategy", msg: err.Error()}
 	}
-	for _, k := range sortedKeys(r.Params) {
+	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		v := r.Params[k]
 		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
 			return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
@@ -795,18 +792,9 @@ func (r Rule) check() error {
 	return nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (r Rule) clusterRule() cluster.Rule {
 	cr := cluster.Rule{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy}
-	for _, k := range sortedKeys(r.Params) {
+	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		cr.Params = append(cr.Params, k+"="+r.Params[k])
 	}
 	return cr

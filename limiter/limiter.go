@@ -67,14 +67,22 @@ var ErrExceedsBurst = errors.New("limiter: tokens exceed the burst")
 // RuleConfig is one limit in the units users write: RatePerSec tokens per
 // second refill a bucket of Burst tokens per key, coordinated by Strategy
 // (a name from strategy/all: owner, gdrl, static, local, ...; empty: "owner").
+//
+// Start converts it with bucket.PerSecond and fails (wrapping the rule's
+// name) for a rate that conversion rejects; cluster.New then rejects an
+// empty or repeated Name, an unknown Strategy and bad Params.
 type RuleConfig struct {
-	Name       string
-	RatePerSec float64
-	Burst      int64
-	Strategy   string
+	Name       string   // unique among the node's rules
+	RatePerSec float64  // tokens per second
+	Burst      int64    // bucket capacity, tokens
+	Strategy   string   // empty: "owner"
 	Params     []string // "name=value", the strategy's parameters
 }
 
+// rule converts r to the cluster's exact form (defaulting the strategy).
+// config.Rule.ClusterRule is the YAML path's counterpart; the two take
+// different inputs (float tokens/s and a param list here, an exact
+// bucket.Rate and a param map there), so they are not shared.
 func (r RuleConfig) rule() (cluster.Rule, error) {
 	rate, err := bucket.PerSecond(r.RatePerSec)
 	if err != nil {
@@ -136,7 +144,8 @@ type Config struct {
 	// Join marks a node joining a running cluster or restarting (see
 	// cluster.Config.Join); founding members leave it false.
 	Join bool
-	// LatencyHint is the expected one-way peer latency (strategy defaults).
+	// LatencyHint is the expected one-way peer latency, used for strategy
+	// defaults (owner's hold and timeout); zero: the strategies' own.
 	LatencyHint time.Duration
 	// Seed seeds the strategies' randomness.
 	Seed uint64
@@ -156,7 +165,12 @@ type Node struct {
 }
 
 // Start starts a node. ctx bounds the start only (joining the gossip
-// cluster); the node runs until Close.
+// cluster); the node runs until Close. Errors: both Peer and InProcess
+// set, a bad rule (see RuleConfig), InProcess with a nil Network or a name
+// already attached to it, a listen failure of Peer.ListenAddr, a
+// Peer.GossipAddr that is not "host:port", a failed gossip start or join,
+// and ctx.Err() when ctx ends first. On error the node is closed (a
+// gossip start still under way when ctx ended is shut down when it ends).
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -332,13 +346,13 @@ type Limiter struct {
 	burst int64
 }
 
-// Rule is the rule's name.
+// Rule is the name of the rule this limiter enforces.
 func (l *Limiter) Rule() string { return l.rule }
 
 // Limit is the rule's rate in tokens per second, the whole cluster's.
 func (l *Limiter) Limit() float64 { return l.rate }
 
-// Burst is the rule's burst, the whole cluster's.
+// Burst is the rule's burst in tokens, the whole cluster's.
 func (l *Limiter) Burst() int64 { return l.burst }
 
 // Allow is AllowN(context.Background(), key, 1), with an error reported as
@@ -377,7 +391,7 @@ func (r *Reservation) OK() bool { return r.ok }
 // Allowed reports whether the tokens were admitted (and spent) at Reserve.
 func (r *Reservation) Allowed() bool { return r.allowed }
 
-// Tokens is the n the reservation was made for.
+// Tokens is the n (tokens) the reservation was made for.
 func (r *Reservation) Tokens() int64 { return r.tokens }
 
 // InfDuration is the Delay of a reservation that is not OK (as in x/time/rate).

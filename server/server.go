@@ -34,9 +34,13 @@ import (
 
 // Limits of one request.
 const (
-	MaxBodyBytes = 1 << 20 // 1 MiB
-	MaxChecks    = 1000
-	MaxHits      = 1_000_000_000
+	// MaxBodyBytes bounds a POST /v1/check body, in bytes (1 MiB); a larger
+	// body is refused with 413.
+	MaxBodyBytes = 1 << 20
+	// MaxChecks bounds the items of one check batch; more is a 400.
+	MaxChecks = 1000
+	// MaxHits bounds one item's hits, in tokens; more is a per-item error.
+	MaxHits = 1_000_000_000
 )
 
 // Server serves the API of one node. Its methods are safe for concurrent use.
@@ -49,23 +53,24 @@ type Server struct {
 }
 
 // New returns the API of node, which must be started, for rules (the
-// node's rules, as given to limiter.Start; a rule the node lacks is left
-// out). The server reports ready until SetReady(false).
+// node's rules, as given to limiter.Start; a rule the node lacks, or a
+// repeated name, is left out). The server reports ready until
+// SetReady(false); with a nil node it serves no rules and is never ready
+// (check answers 503).
 func New(node *limiter.Node, rules []cluster.Rule) *Server {
 	s := &Server{node: node, limiters: map[string]*limiter.Limiter{}}
-	for _, r := range rules {
-		if node == nil {
-			break
+	if node != nil {
+		for _, r := range rules {
+			if _, dup := s.limiters[r.Name]; dup {
+				continue
+			}
+			l, err := node.Limiter(r.Name)
+			if err != nil {
+				continue
+			}
+			s.limiters[r.Name] = l
+			s.rules = append(s.rules, r)
 		}
-		if _, dup := s.limiters[r.Name]; dup {
-			continue
-		}
-		l, err := node.Limiter(r.Name)
-		if err != nil {
-			continue
-		}
-		s.limiters[r.Name] = l
-		s.rules = append(s.rules, r)
 	}
 	s.ready.Store(node != nil)
 	mux := http.NewServeMux()
@@ -91,7 +96,8 @@ type CheckRequest struct {
 	Checks []Check `json:"checks"`
 }
 
-// Check asks for Hits tokens of Key under Rule.
+// Check asks for Hits tokens (1..MaxHits) of Key (1..cluster.MaxKeyBytes
+// bytes) under the rule named Rule.
 type Check struct {
 	Rule string `json:"rule"`
 	Key  string `json:"key"`
@@ -103,8 +109,8 @@ type CheckResponse struct {
 	Results []Result `json:"results"`
 }
 
-// Result is one check's decision. LimitPerS and Burst are the rule's (0
-// for an unknown rule). RetryAfterMS, for a refusal, estimates when to ask
+// Result is one check's decision. LimitPerS (tokens/s) and Burst (tokens)
+// are the rule's (0 for an unknown rule). RetryAfterMS, for a refusal, estimates when to ask
 // again (see limiter.Reservation.Delay); -1 when the hits can never be
 // admitted (above the burst, or a rate of 0). Error is "" unless the check
 // was invalid or could not be decided; then Allowed is false.
@@ -121,7 +127,9 @@ type RulesResponse struct {
 	Rules []RuleInfo `json:"rules"`
 }
 
-// RuleInfo describes one rule.
+// RuleInfo describes one rule: its rate in tokens/s, its burst in
+// tokens, its strategy and the strategy's "name=value" parameters ([] when
+// none, never null).
 type RuleInfo struct {
 	Name      string   `json:"name"`
 	LimitPerS float64  `json:"limit_per_s"`

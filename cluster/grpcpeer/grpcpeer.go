@@ -40,8 +40,11 @@ const FromKey = "tokenmesh-from"
 
 // Defaults of Config's zero fields.
 const (
-	DefaultQueue      = 1024
+	// DefaultQueue is the per-peer send queue length, in frames.
+	DefaultQueue = 1024
+	// DefaultMinBackoff is the first wait before redialling a failed peer.
 	DefaultMinBackoff = 50 * time.Millisecond
+	// DefaultMaxBackoff caps the redial wait (it doubles per failure).
 	DefaultMaxBackoff = 2 * time.Second
 )
 
@@ -53,8 +56,12 @@ const (
 
 // Config is one node's transport.
 type Config struct {
-	Self       strategy.NodeID
-	ListenAddr string // e.g. "127.0.0.1:0"; Addr reports the bound address
+	// Self is this node's id, sent in every outbound stream's metadata
+	// (FromKey); required.
+	Self strategy.NodeID
+	// ListenAddr is the TCP "host:port" to serve on, e.g. "127.0.0.1:0"
+	// (port 0 picks one; Addr reports the bound address).
+	ListenAddr string
 	// Peers is the address book: every other member's node id and its
 	// ListenAddr. Frames are sent only to, and accepted only from, these
 	// (an entry for Self is ignored).
@@ -66,11 +73,14 @@ type Config struct {
 	// server requires the client certificate to name the sender. Nil:
 	// plaintext, and the sender's id is taken on its word.
 	TLS *tls.Config
-	// Queue is the per-peer send queue length (default DefaultQueue); a
-	// frame that finds it full is dropped and counted.
+	// Queue is the per-peer send queue length in frames (default
+	// DefaultQueue); a frame that finds it full is dropped and counted.
 	Queue int
 	// MinBackoff and MaxBackoff bound the wait before redialling a peer
-	// whose stream failed (defaults DefaultMinBackoff, DefaultMaxBackoff).
+	// whose stream failed: it starts at MinBackoff and doubles per failure
+	// up to MaxBackoff (defaults DefaultMinBackoff, DefaultMaxBackoff; a
+	// MaxBackoff below MinBackoff is replaced by the larger of
+	// DefaultMaxBackoff and MinBackoff).
 	MinBackoff, MaxBackoff time.Duration
 }
 
@@ -105,8 +115,9 @@ type Transport struct {
 
 var _ cluster.Transport = (*Transport)(nil)
 
-// New listens on cfg.ListenAddr and starts serving. Errors: an empty Self,
-// a listen failure.
+// New listens on cfg.ListenAddr and starts serving; senders to peers are
+// started lazily by Send. Close releases the listener and every goroutine.
+// Errors: an empty Self, a listen failure (wrapped).
 func New(cfg Config) (*Transport, error) {
 	if cfg.Self == "" {
 		return nil, errors.New("grpcpeer: Self is empty")
@@ -143,7 +154,7 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// Addr is the bound listen address.
+// Addr is the bound listen address, "host:port".
 func (t *Transport) Addr() string { return t.lis.Addr().String() }
 
 // Stats returns the counts so far.
@@ -302,14 +313,13 @@ func (t *Transport) authenticate(ctx context.Context) (strategy.NodeID, error) {
 
 // sender owns the stream to one peer.
 type sender struct {
-	t    *Transport
-	id   strategy.NodeID
-	q    chan *transportpb.PeerFrame
-	quit chan struct{}
+	t  *Transport
+	id strategy.NodeID
+	q  chan *transportpb.PeerFrame
 	// redial is signalled when the address changes.
 	redial chan struct{}
 
-	ctx    context.Context // cancelled by stop
+	ctx    context.Context // cancelled by stop; parent of every dialled stream
 	cancel context.CancelFunc
 
 	mu   sync.Mutex
@@ -318,7 +328,7 @@ type sender struct {
 
 func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
 	s := &sender{t: t, id: id, addr: addr, q: make(chan *transportpb.PeerFrame, t.cfg.Queue),
-		quit: make(chan struct{}), redial: make(chan struct{}, 1)}
+		redial: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	t.wg.Add(1)
 	go func() {
@@ -328,11 +338,9 @@ func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
 	return s
 }
 
-// stop is called once, under t.mu, when the sender leaves t.peers.
-func (s *sender) stop() {
-	s.cancel()
-	close(s.quit)
-}
+// stop is called once, under t.mu, when the sender leaves t.peers: it
+// ends run (and with it the stream, whose context is s.ctx's child).
+func (s *sender) stop() { s.cancel() }
 
 func (s *sender) getAddr() string {
 	s.mu.Lock()
@@ -424,7 +432,7 @@ func (s *sender) run() {
 	for {
 		var fr *transportpb.PeerFrame
 		select {
-		case <-s.quit:
+		case <-s.ctx.Done():
 			return
 		case <-s.redial:
 			if c != nil {
@@ -474,7 +482,7 @@ func (s *sender) sleep(d time.Duration) bool {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
-	case <-s.quit:
+	case <-s.ctx.Done():
 		return false
 	case <-tm.C:
 		return true
