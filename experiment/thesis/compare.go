@@ -2,7 +2,8 @@ package thesis
 
 import "fmt"
 
-// CmpRow is one number the thesis gives, beside ours.
+// CmpRow is one number seed 002 ch. 5 gives (a precision or a ratio of
+// them), beside ours for the same data set and variants.
 type CmpRow struct {
 	DataSet    string             `json:"data_set"`
 	Metric     string             `json:"metric"`

@@ -22,10 +22,12 @@ import (
 //   - Timestamps have 1 ms resolution, as the thesis' UNIX-ms timestamps.
 //   - Every request asks for 1 token.
 
-// DefaultCapacity is our value of the thesis' confidential capacity c.
+// DefaultCapacity is our value of the thesis' confidential capacity c, in
+// tokens (seed 002 Table 4.1).
 const DefaultCapacity = 100
 
-// RefillFraction is the refill rate as a fraction of c per second (Table 4.1).
+// RefillFraction is the refill rate as a fraction of c per second (seed 002
+// Table 4.1): the refill rate is RefillFraction*c tokens/s.
 const RefillFraction = 0.001
 
 // A data set A: 10 users, 5 minutes, 68.3c requests in total, every user
@@ -111,7 +113,8 @@ const (
 // BSubsets is the order the thesis presents them in (§5.2.1-5.2.4).
 var BSubsets = []BSubset{Extreme, Substantial, Barely, NotLimited}
 
-// BRequestsC is each rate-limited subset's request count in units of c.
+// BRequestsC is each rate-limited subset's request count in units of c
+// (seed 002 §5.2.1-5.2.3); NotLimited has none (see GenerateB).
 var BRequestsC = map[BSubset]float64{Extreme: 21.5, Substantial: 3.2, Barely: 1.1}
 
 // BDuration is the span of each subset: one minute, two for not rate-limited.

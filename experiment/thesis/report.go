@@ -15,20 +15,20 @@ import (
 // with excess admitted <= 1% on data set A and on both real traces, at no
 // more bandwidth than the thesis' counter on the same input.
 type Aim struct {
-	Variant string     `json:"variant"`
-	Checks  []AimCheck `json:"checks"`
-	Met     bool       `json:"met"`
+	Variant string     `json:"variant"` // Variant.ID: best_queue or best_counter
+	Checks  []AimCheck `json:"checks"`  // one per input the variant ran on
+	Met     bool       `json:"met"`     // every check met, and both real traces were run
 }
 
-// AimCheck is the aim on one input.
+// AimCheck is the aim on one input; the numbers are Row's.
 type AimCheck struct {
-	Input        string   `json:"input"`
-	Precision    *float64 `json:"precision"`
-	ExcessPct    float64  `json:"excess_admitted_pct"`
-	FalseRej     float64  `json:"false_rejections"`
-	Bytes        float64  `json:"bytes"`
-	CounterBytes float64  `json:"counter_bytes"`
-	Met          bool     `json:"met"`
+	Input        string   `json:"input"`               // DataSet.Name
+	Precision    *float64 `json:"precision"`           // Row.Precision
+	ExcessPct    float64  `json:"excess_admitted_pct"` // Row.ExcessAdmittedPct, %
+	FalseRej     float64  `json:"false_rejections"`    // Row.FalseRejections, requests
+	Bytes        float64  `json:"bytes"`               // the variant's peer bytes
+	CounterBytes float64  `json:"counter_bytes"`       // the thesis' counter's peer bytes on the same input
+	Met          bool     `json:"met"`                 // precision >= 0.99, excess <= 1%, Bytes <= CounterBytes
 }
 
 func aims(res *Results) []Aim {

@@ -13,12 +13,14 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// Variant is one strategy with its parameters (unprefixed name=value).
+// Variant is one strategy with its parameters, as compared in seed 002
+// §4.3 and ch. 5 (the thesis' token-bucket counter and token-bucket queue
+// with frequency analysis and LINF) or as ours.
 type Variant struct {
-	ID       string   `json:"id"`
-	Label    string   `json:"label"`
-	Strategy string   `json:"strategy"`
-	Params   []string `json:"params,omitempty"`
+	ID       string   `json:"id"`               // short name in tables and plots ("queue_freq_linf")
+	Label    string   `json:"label"`            // one-line description for the report
+	Strategy string   `json:"strategy"`         // registry name (strategy/all): central, gcounter or tbqueue
+	Params   []string `json:"params,omitempty"` // the strategy's own parameters, unprefixed name=value
 }
 
 // The variants compared. The thesis' queue is tbqueue with coalesce=false
@@ -58,12 +60,12 @@ var cVariants = []Variant{VCentral, VCounter, VQueueFreqLinf, VBestQueue, VBestC
 // dVariants are run on data set D for every gossip interval.
 var dVariants = []Variant{VCentral, VCounter, VQueue, VQueueFreqLinf, VBestQueue}
 
-// Cluster is the simulated setup of a run.
+// Cluster is the simulated setup of a run (seed 002 §4.3, Tables 4.1-4.3).
 type Cluster struct {
-	Nodes  int
-	Rate   bucket.Rate
-	Burst  int64
-	Gossip time.Duration // 0: each variant's own (300 ms unless it sets one)
+	Nodes  int           // cluster size, nodes
+	Rate   bucket.Rate   // refill rate of every key's bucket, tokens per Rate.Per
+	Burst  int64         // bucket capacity c, tokens
+	Gossip time.Duration // gossip interval; 0: each variant's own (300 ms unless it sets one)
 	// SampleEvery is how often node state sizes are sampled (0: 1 s).
 	SampleEvery time.Duration
 }
@@ -116,41 +118,44 @@ func runOne(tr *workload.Trace, v Variant, cl Cluster, seed uint64) (*runOut, er
 	return out, nil
 }
 
-// Row is one variant's numbers on one data set, averaged over seeds.
+// Row is one variant's numbers on one data set, each averaged over seeds
+// (precision as seed 002 §4.3.3 defines it: rejections relative to a central
+// bucket's).
 type Row struct {
-	Variant           string   `json:"variant"`
-	Label             string   `json:"label"`
-	Requests          float64  `json:"requests"`
-	Rejected          float64  `json:"rejected"`
-	CentralRejected   float64  `json:"central_rejected"`
-	Precision         *float64 `json:"precision"` // sum of rejections / sum of central's, over seeds
-	ExcessAdmittedPct float64  `json:"excess_admitted_pct"`
-	FalseRejections   float64  `json:"false_rejections"`
-	EnvelopeViolation float64  `json:"envelope_violation_tokens"`
-	Messages          float64  `json:"messages"`
-	Bytes             float64  `json:"bytes"`
-	StateBytesMean    float64  `json:"state_bytes_mean"`
-	StateBytesPeak    float64  `json:"state_bytes_peak"`
+	Variant           string   `json:"variant"`                   // Variant.ID
+	Label             string   `json:"label"`                     // Variant.Label
+	Requests          float64  `json:"requests"`                  // requests in the trace
+	Rejected          float64  `json:"rejected"`                  // requests this variant rejected
+	CentralRejected   float64  `json:"central_rejected"`          // requests central rejected on the same trace
+	Precision         *float64 `json:"precision"`                 // sum of rejections / sum of central's, over seeds; 1 when neither rejected, nil when only central rejected none
+	ExcessAdmittedPct float64  `json:"excess_admitted_pct"`       // tokens admitted beyond central's, per key, % of central's admitted tokens (eval.Comparison.ExcessPct)
+	FalseRejections   float64  `json:"false_rejections"`          // requests rejected that central admitted
+	EnvelopeViolation float64  `json:"envelope_violation_tokens"` // tokens, largest excess over the token-bucket envelope (eval.EnvelopeViolation)
+	Messages          float64  `json:"messages"`                  // peer messages sent
+	Bytes             float64  `json:"bytes"`                     // peer message payload, bytes (protobuf, no transport framing)
+	StateBytesMean    float64  `json:"state_bytes_mean"`          // per-node state size, bytes, mean over samples
+	StateBytesPeak    float64  `json:"state_bytes_peak"`          // per-node state size, bytes, peak
 }
 
-// DataSet is the outcome of one data set (or trace, or D gossip interval).
+// DataSet is the outcome of one data set of seed 002 §4.3.4 (or real trace,
+// or data set D at one gossip interval).
 type DataSet struct {
-	ID         string  `json:"id"`
-	Name       string  `json:"name"`
-	Requests   float64 `json:"requests"` // mean over seeds
-	Keys       int     `json:"keys"`
-	SpanSec    float64 `json:"span_s"`
-	Seeds      int     `json:"seeds"`
-	Nodes      int     `json:"nodes"`
-	Burst      int64   `json:"capacity"`
-	RatePerSec float64 `json:"refill_per_s"`
-	Gossip     string  `json:"gossip"`
-	Rows       []Row   `json:"rows"`
+	ID         string  `json:"id"`           // "A", "B/<subset>", "C", "D/<gossip>", "select" or "trace/<file>"
+	Name       string  `json:"name"`         // human-readable name
+	Requests   float64 `json:"requests"`     // requests, mean over seeds
+	Keys       int     `json:"keys"`         // distinct keys
+	SpanSec    float64 `json:"span_s"`       // trace span, seconds
+	Seeds      int     `json:"seeds"`        // seeds run
+	Nodes      int     `json:"nodes"`        // cluster size
+	Burst      int64   `json:"capacity"`     // bucket capacity c, tokens
+	RatePerSec float64 `json:"refill_per_s"` // refill rate, tokens per second
+	Gossip     string  `json:"gossip"`       // gossip interval forced on every variant, or its default
+	Rows       []Row   `json:"rows"`         // one per variant, in the order run
 
 	series *series
 }
 
-// Row returns the row of variant id, or nil.
+// Row returns the row of the variant whose ID is id, or nil if none.
 func (d *DataSet) Row(id string) *Row {
 	for i := range d.Rows {
 		if d.Rows[i].Variant == id {

@@ -19,7 +19,10 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// Experiment returns the thesis reproduction.
+// Experiment returns the reproduction of seed 002 §4.3 and ch. 5: the
+// token-bucket counter (G-Counter) against the token-bucket queue with
+// frequency analysis and LINF, on data sets A-D and the real traces. Its
+// Run writes report.md, the plots and report.json to Context.Out.
 func Experiment() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "thesis",
@@ -69,7 +72,8 @@ func seedList(n int) []uint64 {
 	return out
 }
 
-// Results is everything the experiment measured.
+// Results is everything the experiment measured (written as JSON).
+// Capacity is c in tokens; WallSec is the run's wall-clock time in seconds.
 type Results struct {
 	Quick     bool       `json:"quick"`
 	Capacity  int        `json:"c"`

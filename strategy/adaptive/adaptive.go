@@ -86,10 +86,10 @@ package adaptive
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
-	"sort"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -99,10 +99,12 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// Adaptive is one node of the adaptive strategy.
+// Adaptive is one node of the adaptive strategy (SRTM 000 §5.4): a sub-token
+// bucket per key and, on the live member with the smallest NodeID, the TB
+// Adaptor. Not safe for concurrent use.
 type Adaptive struct {
 	self    strategy.NodeID
-	members []strategy.NodeID
+	members []strategy.NodeID // sorted by NodeID (strategy.Config, SetMembers), self included
 	memHash uint64
 	rate    bucket.Rate
 	burst   int64
@@ -121,8 +123,7 @@ type Adaptive struct {
 
 	keys    map[string]*keyState
 	shares  map[string]share // applied shares (keys without one take the static split)
-	pending map[string]share // the newest epoch's targets, applied at pendingAt
-	hasPend bool
+	pending map[string]share // the newest epoch's targets, applied at pendAt; nil: none pending
 	pendAt  time.Duration
 	epoch   uint64 // newest epoch applied (or pending)
 
@@ -293,6 +294,7 @@ func (a *Adaptive) unitsRate(u int64) bucket.Rate {
 	return bucket.Rate{Tokens: a.unitRate.Tokens * u, Per: a.unitRate.Per}
 }
 
+// Start arms the step timer (reports and re-splits every step).
 func (a *Adaptive) Start(now time.Duration, fx *strategy.Effects) {
 	a.nextStep = now + a.step
 	fx.WakeAt(a.nextStep)
@@ -311,6 +313,11 @@ func (a *Adaptive) get(key string, now time.Duration) *keyState {
 	return ks
 }
 
+// Request decides at once from key's sub-token bucket (the applied share,
+// or the static split (r/N, b_i)) at req.Arrival, and counts req.Tokens
+// (when positive) in the key's history window: tokens offered in the
+// current step and the virtual backlog's peak (see the package
+// documentation).
 func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	ks := a.get(req.Key, req.Arrival)
 	if req.Tokens > 0 {
@@ -343,8 +350,12 @@ func (a *Adaptive) stat(ks *keyState, now time.Duration) (offered, peak int64, o
 	return offered, int64(math.Ceil(p)), offered > 0
 }
 
+// Tick applies a pending epoch's increases once raise_after has passed and,
+// every step, drops keys idle for a whole window whose bucket is full and
+// reports the window statistics of the active keys to the TB Adaptor (or,
+// on the adaptor, re-splits).
 func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
-	if a.hasPend && now >= a.pendAt {
+	if a.pending != nil && now >= a.pendAt {
 		a.applyPending(now)
 	}
 	if now < a.nextStep {
@@ -356,12 +367,7 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(a.nextStep)
 
 	rep := &peerv1.AdaptiveReport{Epoch: a.epoch}
-	keys := make([]string, 0, len(a.keys))
-	for k := range a.keys {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(a.keys)) {
 		ks := a.keys[k]
 		off, peak, ok := a.stat(ks, now)
 		if ok {
@@ -369,7 +375,8 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		// Idle for a whole window: drop the key once its bucket is full
-		// (a new full bucket is the same) and its backlog has drained.
+		// (a new full bucket is the same). Its virtual backlog is not
+		// checked: a new key starts with none.
 		if ks.b.Full(now) {
 			delete(a.keys, k)
 		}
@@ -412,11 +419,7 @@ func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
 			r.offered[i], r.peak[i] = s.Offered, s.PeakBacklog
 		}
 	}
-	keys := make([]string, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(rows))
 	// Weights in milli-tokens.
 	floorU := int64(a.floor * float64(a.units))
 	floorB := int64(a.floor * float64(a.burst))
@@ -530,14 +533,14 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 	for k := range immediate {
 		a.refresh(now, k)
 	}
-	a.pending, a.hasPend, a.pendAt = target, true, now+a.raiseAfter
+	a.pending, a.pendAt = target, now+a.raiseAfter
 	fx.WakeAt(a.pendAt)
 }
 
 // applyPending applies the newest epoch's targets.
 func (a *Adaptive) applyPending(now time.Duration) {
 	old := a.shares
-	a.shares, a.pending, a.hasPend = a.pending, nil, false
+	a.shares, a.pending = a.pending, nil
 	for k := range old {
 		a.refresh(now, k)
 	}

@@ -50,7 +50,7 @@ func nodeNames(n int) []string {
 
 // dump is the node's whole state, for "errors change no state".
 func dump(a *Adaptive) string {
-	s := fmt.Sprintf("members=%v epoch=%d pend=%v@%v lastSent=%d next=%v\n", a.members, a.epoch, a.hasPend, a.pendAt, a.lastSent, a.nextStep)
+	s := fmt.Sprintf("members=%v epoch=%d pend=%v@%v lastSent=%d next=%v\n", a.members, a.epoch, a.pending != nil, a.pendAt, a.lastSent, a.nextStep)
 	for _, m := range []map[string]share{a.shares, a.pending} {
 		keys := make([]string, 0, len(m))
 		for k := range m {

@@ -55,15 +55,29 @@ func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []by
 }
 
 func validReport(r *peerv1.AdaptiveReport) error {
+	prev := ""
 	for i, s := range r.Stats {
+		if err := keyAfter("stat", i, s.Key, prev); err != nil {
+			return err
+		}
+		prev = s.Key
 		switch {
-		case s.Key == "":
-			return fmt.Errorf("stat %d: empty key", i)
-		case i > 0 && r.Stats[i-1].Key >= s.Key:
-			return fmt.Errorf("stat %d: key %q not after %q", i, s.Key, r.Stats[i-1].Key)
 		case s.Offered < 0 || s.PeakBacklog < 0:
 			return fmt.Errorf("stat %q: negative offered %d or peak backlog %d", s.Key, s.Offered, s.PeakBacklog)
 		}
+	}
+	return nil
+}
+
+// keyAfter checks the i-th key of a list whose keys must be non-empty and
+// strictly ascending; prev is the key before it ("" for the first). what
+// names the list's elements in the error.
+func keyAfter(what string, i int, key, prev string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%s %d: empty key", what, i)
+	case key <= prev:
+		return fmt.Errorf("%s %d: key %q not after %q", what, i, key, prev)
 	}
 	return nil
 }
@@ -72,12 +86,13 @@ func (a *Adaptive) validShares(m *peerv1.AdaptiveShares) error {
 	if m.Units != a.units {
 		return fmt.Errorf("split in %d units, this node uses %d (different rate configuration?)", m.Units, a.units)
 	}
+	prev := ""
 	for i, s := range m.Shares {
+		if err := keyAfter("share", i, s.Key, prev); err != nil {
+			return err
+		}
+		prev = s.Key
 		switch {
-		case s.Key == "":
-			return fmt.Errorf("share %d: empty key", i)
-		case i > 0 && m.Shares[i-1].Key >= s.Key:
-			return fmt.Errorf("share %d: key %q not after %q", i, s.Key, m.Shares[i-1].Key)
 		case s.RateUnits < 0 || s.RateUnits > a.units:
 			return fmt.Errorf("share %q: rate units %d outside [0, %d]", s.Key, s.RateUnits, a.units)
 		case s.Burst < 0 || s.Burst > a.burst:
@@ -111,7 +126,7 @@ func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 		clear(a.reports)
 	}
 	if joined {
-		a.shares, a.pending, a.hasPend = map[string]share{}, nil, false
+		a.shares, a.pending = map[string]share{}, nil
 	}
 	for k := range a.keys {
 		a.refresh(now, k)

@@ -59,6 +59,7 @@ package gcounter
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -76,7 +77,7 @@ import (
 // Name is the strategy's name in the registry and in errors.
 const Name = "gcounter"
 
-// DefaultGossip is the gossip interval of the thesis' Table 4.1.
+// DefaultGossip is the gossip interval of the thesis' Table 4.1 (seed 002).
 const DefaultGossip = 300 * time.Millisecond
 
 // maxConsumed bounds a key's consumed tokens (and any slot of its
@@ -84,7 +85,9 @@ const DefaultGossip = 300 * time.Millisecond
 // overflows.
 const maxConsumed = math.MaxInt64 / 4
 
-// GCounter is one node of the gcounter strategy. Not safe for concurrent use.
+// GCounter is one node of the gcounter strategy: per key a token bucket on a
+// G-Counter of consumed tokens, and one delta state (changed keys) per
+// neighbour (seed 002 §3.1). Not safe for concurrent use.
 type GCounter struct {
 	self        strategy.NodeID
 	incarnation uint32
@@ -110,11 +113,9 @@ type entry struct {
 	consumed    int64
 }
 
+// cmpSlot orders G-Counter slots by (node, incarnation).
 func cmpSlot(a, b entry) int {
-	if c := cmp.Compare(a.node, b.node); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.incarnation, b.incarnation)
+	return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
 }
 
 // bucketState is one key's replicated token bucket. Invariant:
@@ -320,13 +321,7 @@ func slotsCover(have, sub []entry) bool {
 
 // cmpLimit orders buckets by (limit, fraction, refill timestamp).
 func cmpLimit(a, b *bucketState) int {
-	if c := cmp.Compare(a.limit, b.limit); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.frac, b.frac); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.refill, b.refill)
+	return cmp.Or(cmp.Compare(a.limit, b.limit), cmp.Compare(a.frac, b.frac), cmp.Compare(a.refill, b.refill))
 }
 
 func (b *bucketState) clone() *bucketState {
@@ -447,23 +442,12 @@ func (g *GCounter) gossipOnce(fx *strategy.Effects) {
 	clear(keys)
 }
 
-func sortedKeys(m map[string]struct{}) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+// sortedKeys returns the keys of m in ascending order, so that nothing sent
+// depends on map iteration order.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
-func (g *GCounter) allKeys() []string {
-	keys := make([]string, 0, len(g.state))
-	for k := range g.state {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+// allKeys returns every key of the local state, sorted.
+func (g *GCounter) allKeys() []string { return sortedKeys(g.state) }
 
 // encode builds the message carrying the current buckets of keys (sorted).
 func (g *GCounter) encode(keys []string, full bool) []byte {
@@ -523,7 +507,7 @@ func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 		return
 	}
 	for _, nb := range g.neighbours {
-		if !slices.Contains(old, nb) && buddy(nb, members, old) == g.self {
+		if !slices.Contains(old, nb) && buddy(nb, g.members, old) == g.self {
 			fx.Send(nb, g.encode(g.allKeys(), true))
 		}
 	}

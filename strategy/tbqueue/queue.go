@@ -22,11 +22,9 @@ type stamp struct {
 // forever is the time-of-death of elements at a zero rate (never refilled).
 var forever = stamp{ns: math.MaxInt64}
 
+// cmpStamp orders stamps in time.
 func cmpStamp(a, b stamp) int {
-	if c := cmp.Compare(a.ns, b.ns); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.rem, b.rem)
+	return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.rem, b.rem))
 }
 
 // elem is one queue element: an admitted request of tokens tokens.
@@ -43,13 +41,7 @@ type elem struct {
 
 // cmpID orders elements by identity: time-of-birth, then origin and seq.
 func cmpID(a, b *elem) int {
-	if c := cmp.Compare(a.birth, b.birth); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.origin, b.origin); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.seq, b.seq)
+	return cmp.Or(cmp.Compare(a.birth, b.birth), cmp.Compare(a.origin, b.origin), cmp.Compare(a.seq, b.seq))
 }
 
 // clock is the refill arithmetic of one rate: how long n tokens take.

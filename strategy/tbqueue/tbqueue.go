@@ -142,6 +142,7 @@ package tbqueue
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -156,11 +157,17 @@ const Name = "tbqueue"
 
 // Defaults from the thesis' Tables 4.1 and 4.2.
 const (
-	DefaultGossip             = 300 * time.Millisecond
+	// DefaultGossip is the gossip interval (seed 002 Table 4.1).
+	DefaultGossip = 300 * time.Millisecond
+	// DefaultFrequencyThreshold is the frequency analysis threshold on the
+	// mean interval between a window's times-of-birth (seed 002 §4.2.3,
+	// Table 4.2).
 	DefaultFrequencyThreshold = 2400 * time.Millisecond
 )
 
-// TBQueue is one node of the tbqueue strategy. Not safe for concurrent use.
+// TBQueue is one node of the tbqueue strategy: per key a token-bucket queue
+// of (time-of-birth, time-of-death) elements and one delta state per
+// neighbour (seed 002 ch. 4). Not safe for concurrent use.
 type TBQueue struct {
 	self     strategy.NodeID
 	clock    clock
@@ -484,12 +491,7 @@ func (q *TBQueue) gossipOnce(fx *strategy.Effects) {
 	if len(dm) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(dm))
-	for k := range dm {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	fx.Send(nb, q.encode(keys, dm, false))
+	fx.Send(nb, q.encode(slices.Sorted(maps.Keys(dm)), dm, false))
 	clear(dm)
 	q.queued[nb] = 0
 }
@@ -530,12 +532,7 @@ func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *s
 	}
 	for _, nb := range q.neighbours {
 		if !slices.Contains(old, nb) && buddy(nb, q.members, old) == q.self {
-			keys := make([]string, 0, len(q.local))
-			for k := range q.local {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			fx.Send(nb, q.encode(keys, q.local, true))
+			fx.Send(nb, q.encode(slices.Sorted(maps.Keys(q.local)), q.local, true))
 		}
 	}
 }
