@@ -89,11 +89,8 @@ func newCluster(n int, seed uint64, rate float64, burst int64, params []string) 
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{index: map[strategy.NodeID]int{}}
-	width := len(fmt.Sprint(n - 1))
-	for i := range n {
-		id := strategy.NodeID(fmt.Sprintf("n%0*d", width, i)) // NodeID order = index order
-		c.ids = append(c.ids, id)
+	c := &cluster{ids: nodeIDs(n), index: map[strategy.NodeID]int{}}
+	for i, id := range c.ids {
 		c.index[id] = i
 	}
 	for i := range n {
@@ -187,6 +184,26 @@ func (c *cluster) spare(lambda []float64, est, truth []float64) {
 		est[i] = g.Indicator(key) / gdrl.UnitsPerToken
 		truth[i] = lambda[i] - float64(g.CapacityShare(key))/gdrl.UnitsPerToken
 	}
+}
+
+// nodeIDs names n nodes n0, n1, ... zero-padded to a common width, so that
+// NodeID order is index order.
+func nodeIDs(n int) []strategy.NodeID {
+	ids := make([]strategy.NodeID, n)
+	width := len(fmt.Sprint(n - 1))
+	for i := range ids {
+		ids[i] = strategy.NodeID(fmt.Sprintf("n%0*d", width, i))
+	}
+	return ids
+}
+
+// sum is the sum of xs.
+func sum(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // poisson draws a Poisson variate with the given mean (Knuth's method in

@@ -144,22 +144,15 @@ func runDynamic(ctx experiment.Context) error {
 	for j, t := range idx {
 		jx[j], je[j], jt[j] = float64(t+1), estJ[t], trueJ[t]
 	}
-	plots := []struct {
-		name  string
-		ax    axes
-		lines []series
-	}{
+	plots := []plotSpec{
 		{"lambda.png", axes{title: fmt.Sprintf("Fig. 5: lambda_i(t) (solid) and estimates lambda-hat_i(t) (dashed), tau0 = %d", tau0), x: "update interval", y: "tokens/s"}, lamLines},
 		{"q.png", axes{title: "Fig. 6 (top): indicators q_i(t) = lambda-hat_i - C_i", x: "update interval", y: "tokens/s"}, qLines},
 		{"jfi.png", axes{title: "Fig. 6 (bottom): JFI(q(t))", x: "update interval", y: "JFI", yMin: 0, yMax: 1.02, legendBottom: true},
 			[]series{{name: "JFI of the indicators (lambda-hat - C)", xs: jx, ys: je, style: 1, dash: 0},
 				{name: "JFI of the true spare bandwidth (lambda - C)", xs: jx, ys: jt, style: 3, dash: 1}}},
 	}
-	for _, p := range plots {
-		if err := linePlot(filepath.Join(ctx.Out, p.name), p.ax, p.lines); err != nil {
-			return fmt.Errorf("gdrl-dynamic: plotting %s: %w", p.name, err)
-		}
-		rep.Plots = append(rep.Plots, p.name)
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-dynamic", plots); err != nil {
+		return err
 	}
 	stable := true
 	for p, ph := range rep.Phases {

@@ -164,3 +164,24 @@ func r4(x float64) float64 {
 	}
 	return math.Round(x*1e4) / 1e4
 }
+
+// plotSpec is one line plot of an experiment: its file name in the output
+// directory, its axes and its lines.
+type plotSpec struct {
+	name  string
+	ax    axes
+	lines []series
+}
+
+// writePlots draws plots into dir and returns their file names, in order.
+// Errors name the experiment and the plot.
+func writePlots(dir, exp string, plots []plotSpec) ([]string, error) {
+	var names []string
+	for _, p := range plots {
+		if err := linePlot(filepath.Join(dir, p.name), p.ax, p.lines); err != nil {
+			return nil, fmt.Errorf("%s: plotting %s: %w", exp, p.name, err)
+		}
+		names = append(names, p.name)
+	}
+	return names, nil
+}

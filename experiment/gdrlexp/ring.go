@@ -53,11 +53,7 @@ func ringLambda(n int, scale float64) []float64 {
 func runRing(seed uint64, k int, noiseBand float64) (*ringRun, error) {
 	const n = 10
 	lambda := ringLambda(n, ringScale)
-	sum := 0.0
-	for _, l := range lambda {
-		sum += l
-	}
-	c, err := newCluster(n, seed, 1.1*sum, 1000, []string{"graph=ring", "indicator=spare", "alpha=0.001", "eta=0.25", "idle=10s",
+	c, err := newCluster(n, seed, 1.1*sum(lambda), 1000, []string{"graph=ring", "indicator=spare", "alpha=0.001", "eta=0.25", "idle=10s",
 		fmt.Sprintf("noise_band=%g", noiseBand)})
 	if err != nil {
 		return nil, err
@@ -205,20 +201,14 @@ func runRingExperiment(ctx experiment.Context) error {
 			series{name: fmt.Sprintf("true spare bandwidth (lambda - C), noise_band %g", sm.NoiseBand), xs: xs, ys: pick(r.trueJ), style: 1 + 2*b, dash: 1})
 	}
 	jfiLines = append(jfiLines, series{name: "0.99", xs: []float64{1, float64(k)}, ys: []float64{0.99, 0.99}, style: 6, dash: 2})
-	plots := []struct {
-		name  string
-		ax    axes
-		lines []series
-	}{
+	plots := []plotSpec{
 		{"q.png", axes{title: "Fig. 3: indicators q_i(t) = lambda-hat_i - C_i the nodes equalise (seed 1, noise_band 0)", x: "update interval", y: "tokens/s", logX: true}, estLines},
 		{"q_true.png", axes{title: "true spare bandwidth lambda_i - C_i(t) (seed 1, noise_band 0)", x: "update interval", y: "tokens/s", logX: true}, trueLines},
 		{"jfi.png", axes{title: "Fig. 4: Jain's fairness index JFI(q(t)) (seed 1)", x: "update interval", y: "JFI", logX: true, yMin: 0, yMax: 1.02, legendBottom: true}, jfiLines},
 	}
-	for _, p := range plots {
-		if err := linePlot(filepath.Join(ctx.Out, p.name), p.ax, p.lines); err != nil {
-			return fmt.Errorf("gdrl-ring: plotting %s: %w", p.name, err)
-		}
-		rep.Plots = append(rep.Plots, p.name)
+	var err error
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-ring", plots); err != nil {
+		return err
 	}
 	if ctx.Traces != "" {
 		tr, err := runTraces(ctx)

@@ -25,12 +25,10 @@ type modelRun struct {
 // C_i(0) = C/N, on the graph gdrl.Neighbours("regular", d) builds, and
 // counts the steps until JFI(q) >= 0.99.
 func runModel(n, d, maxSteps int) (*modelRun, error) {
-	ids := make([]strategy.NodeID, n)
-	width := len(fmt.Sprint(n - 1))
+	ids := nodeIDs(n)
 	index := map[strategy.NodeID]int{}
-	for i := range ids {
-		ids[i] = strategy.NodeID(fmt.Sprintf("n%0*d", width, i))
-		index[ids[i]] = i
+	for i, id := range ids {
+		index[id] = i
 	}
 	adj := make([][]int, n)
 	r := &modelRun{N: n, D: d, Steps: -1, MaxSteps: maxSteps}
@@ -46,13 +44,10 @@ func runModel(n, d, maxSteps int) (*modelRun, error) {
 	}
 	eta := gdrl.DefaultGain(d)
 	lambda := ringLambda(n, 1)
-	sum := 0.0
-	for _, l := range lambda {
-		sum += l
-	}
+	total := sum(lambda)
 	q, next := make([]float64, n), make([]float64, n)
 	for i := range q {
-		q[i] = lambda[i] - sum/0.9/float64(n)
+		q[i] = lambda[i] - total/0.9/float64(n)
 	}
 	// In terms of q (lambda fixed): q_i <- q_i - eta sum_j (q_i - q_j).
 	for s := 1; s <= maxSteps; s++ {
@@ -190,20 +185,14 @@ func runScale(ctx experiment.Context) error {
 		il = append(il, series{name: fmt.Sprintf("gdrl, d=%d", d), xs: gx, ys: gy, style: k, dash: 0, points: true},
 			series{name: fmt.Sprintf("eq. (7) model, d=%d (steps)", d), xs: mx, ys: my, style: k, dash: 1, points: true})
 	}
-	plots := []struct {
-		name  string
-		ax    axes
-		lines []series
-	}{
+	plots := []plotSpec{
 		{"jfi.png", axes{title: "Fig. 7: JFI(q(t)) on random d-regular graphs (gdrl; colour N: orange 10, blue 100, red 1000; dash d: solid 2, dashed 4, dotted 8)",
 			x: "update interval", y: "JFI", logX: true, yMin: 0, yMax: 1.02, legendBottom: true}, jl},
 		{"intervals.png", axes{title: "update intervals (gdrl) and steps (eq. (7)) to JFI >= 0.99; runs that did not get there are left out", x: "N", y: "intervals", logX: true, logY: true, legendLeft: true}, il},
 	}
-	for _, p := range plots {
-		if err := linePlot(filepath.Join(ctx.Out, p.name), p.ax, p.lines); err != nil {
-			return fmt.Errorf("gdrl-scale: plotting %s: %w", p.name, err)
-		}
-		rep.Plots = append(rep.Plots, p.name)
+	var err error
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-scale", plots); err != nil {
+		return err
 	}
 
 	var md strings.Builder

@@ -40,12 +40,8 @@ type gdrlRun struct {
 // that what is measured is GDRL's own pace, not the demand filter's.
 func runScaleGDRL(n, d, maxIntervals int, seed uint64) (*gdrlRun, error) {
 	tok, lambda := scaleDemand(n)
-	sum := 0.0
-	for _, l := range lambda {
-		sum += l
-	}
 	params := []string{"graph=regular", fmt.Sprintf("degree=%d", d), "indicator=spare", "alpha=1", "noise_band=0", "idle=10s"}
-	c, err := newCluster(n, seed, sum/0.9, 1000, params)
+	c, err := newCluster(n, seed, sum(lambda)/0.9, 1000, params)
 	if err != nil {
 		return nil, err
 	}

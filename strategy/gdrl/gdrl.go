@@ -27,17 +27,19 @@ const maxTotalUnits = 1 << 56
 // maxWireUnits bounds any amount a peer message may carry.
 const maxWireUnits = 1 << 58
 
-// Indicator names.
+// Performance indicator names: the values of the indicator parameter (see
+// New), the quantity q_i the pairwise updates equalise.
 const (
-	IndicatorSpare = "spare" // spare bandwidth q = lambda - C (001 eq. (14))
-	IndicatorFill  = "fill"  // fill ratio S/D (004 eq. (1)), used as q = -S/D
+	IndicatorSpare = "spare" // spare bandwidth q = lambda - C, micro-tokens/s (001 eq. (14))
+	IndicatorFill  = "fill"  // fill ratio S/D (004 eq. (1)), used as q = -S/D, dimensionless
 )
 
-// Graph names.
+// Communication graph names: the values of the graph parameter (see New
+// and Neighbours).
 const (
-	GraphRing    = "ring"
-	GraphRegular = "regular"
-	GraphFull    = "full"
+	GraphRing    = "ring"    // predecessor and successor in NodeID order (001 Fig. 2, 004 §2.3)
+	GraphRegular = "regular" // degree/2 Hamiltonian cycles (001 §III-C)
+	GraphFull    = "full"    // every other member
 )
 
 // GDRL is one node of the gdrl strategy for one rule. See the package
@@ -133,9 +135,10 @@ type peerInfo struct {
 	past map[uint64]strategy.NodeID
 }
 
-// TransferID names a capacity transfer: the paying incarnation, the
-// destination incarnation, and the transfer's sequence number on that link
-// (1, 2, ...).
+// TransferID names a capacity transfer (a move of capacity and burst share
+// from one node to another, 004 §3.1): the paying incarnation (Src,
+// SrcInc), the destination incarnation (Dst, DstInc), and the transfer's
+// sequence number on that link (Seq: 1, 2, ...).
 type TransferID struct {
 	Src    strategy.NodeID
 	SrcInc uint64
@@ -210,9 +213,9 @@ const (
 	numParts
 )
 
-// New builds a node (see the package documentation; the node must then be
-// started, at time 0 if it is a founding member). Parameters (cfg.Params,
-// unprefixed):
+// New builds one gdrl node for cfg's rule (see the package documentation;
+// the node must then be started, at time 0 if it is a founding member).
+// Parameters (cfg.Params, unprefixed):
 //   - interval (duration > 0, default 100ms): the update interval Δ between
 //     a node's exchanges (001 §IV).
 //   - indicator (fill | spare, default fill): the performance indicator,
@@ -354,7 +357,8 @@ func New(cfg strategy.Config) (*GDRL, error) {
 var _ strategy.Strategy = (*GDRL)(nil)
 
 // RateUnits converts a rate into capacity units (micro-tokens per second),
-// rounding down. Errors above about 7.2e10 tokens/s.
+// rounding down; 0 for a non-positive rate. Errors above about 7.2e10
+// tokens/s (the bound that keeps sums of shares far from int64 overflow).
 func RateUnits(r bucket.Rate) (int64, error) {
 	if r.Tokens <= 0 || r.Per <= 0 {
 		return 0, nil
@@ -406,13 +410,9 @@ func (g *GDRL) DefaultShare() (capacity, burst int64) { return g.dc, g.db }
 // the destination (its acknowledgement not yet back); Pending and Applied
 // tell exactly.
 func (g *GDRL) InFlight(key string) (capacity, burst int64) {
-	for _, t := range g.outbox {
-		for _, it := range t.items {
-			if it.key == key {
-				capacity += it.c
-				burst += it.b
-			}
-		}
+	for _, p := range g.Pending(key) {
+		capacity += p.Capacity
+		burst += p.Burst
 	}
 	return capacity, burst
 }
@@ -420,12 +420,13 @@ func (g *GDRL) InFlight(key string) (capacity, burst int64) {
 // Pending is one unacknowledged transfer of one key in a node's outbox.
 type Pending struct {
 	ID       TransferID
-	Capacity int64
-	Burst    int64
+	Capacity int64 // capacity share moved, micro-tokens per second
+	Burst    int64 // burst share moved, micro-tokens
 }
 
 // Pending lists this node's unacknowledged transfers of key (its own and
-// those it adopted from incarnations it inherited).
+// those it adopted from incarnations it inherited), in outbox order; nil
+// when there are none.
 func (g *GDRL) Pending(key string) []Pending {
 	var out []Pending
 	for _, t := range g.outbox {
@@ -459,15 +460,18 @@ func (g *GDRL) Applied(id TransferID) bool {
 	return false
 }
 
-// Incarnation returns this node's incarnation number (0 before Start).
+// Incarnation returns this node's incarnation number (0 before Start): the
+// start time in whole milliseconds in the high bits, 20 random bits below,
+// so that a node's later incarnations are larger.
 func (g *GDRL) Incarnation() uint64 { return g.inc }
 
-// Buddy returns the node this node replicates its share record to ("" when
-// it is alone).
+// Buddy returns this node's best buddy, the node it replicates its share
+// record to and that inherits its shares if it fails (001 §IV, 004 §3.2):
+// its successor in NodeID order ("" when it is alone).
 func (g *GDRL) Buddy() strategy.NodeID { return g.buddy }
 
 // Neighbours returns this node's current neighbours in the communication
-// graph.
+// graph, sorted (see the package-level Neighbours; nil before Start).
 func (g *GDRL) Neighbours() []strategy.NodeID { return slices.Clone(g.neighbours) }
 
 // Keys returns the keys this node holds an explicit share of, sorted.
@@ -483,13 +487,15 @@ func (g *GDRL) Demand(key string) float64 {
 }
 
 // Indicator returns this node's performance indicator q_i for key: spare
-// bandwidth lambda_i - C_i in units per second, or the fill ratio as
-// -S_i/D_i (see the package documentation).
+// bandwidth lambda_i - C_i in units (micro-tokens per second, 001 eq.
+// (14)), or the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
+// demand floored, see the package documentation).
 func (g *GDRL) Indicator(key string) float64 {
 	return g.indicatorOf(g.CapacityShare(key), g.Demand(key))
 }
 
-// Gain returns the gain eta in use.
+// Gain returns the gain eta in use (dimensionless): the eta parameter, or
+// DefaultGain of this node's number of neighbours (001 eq. (15)).
 func (g *GDRL) Gain() float64 {
 	if g.eta > 0 {
 		return g.eta
@@ -497,8 +503,8 @@ func (g *GDRL) Gain() float64 {
 	return DefaultGain(len(g.neighbours))
 }
 
-// DefaultGain is the stability bound 1/(2d) for degree d (001 eq. (15)); 1/2
-// for d < 1.
+// DefaultGain returns the default gain eta, the stability bound 1/(2d) for
+// a graph of degree d (001 eq. (15)); 1/2 for d < 1.
 func DefaultGain(d int) float64 {
 	if d < 1 {
 		return 0.5

@@ -155,10 +155,11 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	g.flush(now, fx)
 }
 
-// StateBytes is the size of this node's full share record in its wire
-// encoding, plus the records it holds for its wards, plus per explicit key
-// the bucket and demand estimate (30 bytes), plus per key seen within 10
-// idle windows its name and time.
+// StateBytes is the size of this node's state in bytes: its full share
+// record in its wire encoding, plus the records it holds for its wards,
+// plus the messages held back until its buddy holds a record version, plus
+// per explicit key the bucket and demand estimate (30 bytes), plus per key
+// seen within seenFactor (10) idle windows its name and time (8 bytes).
 func (g *GDRL) StateBytes() int {
 	n := proto.Size(g.recordMsg(0))
 	for _, w := range g.heldNodes() {
@@ -382,6 +383,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	var keys []string
+	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
 	for _, k := range g.sortedKeys() {
 		s := g.shareMsg(k, now)
 		if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
@@ -392,6 +394,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		keys = append(keys, k)
+		msgs[k] = s
 	}
 	if len(keys) == 0 {
 		return // nothing new to exchange
@@ -404,7 +407,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	}
 	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
-		s := g.shareMsg(k, now)
+		s := msgs[k]
 		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
 		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
 			p.Empty = append(p.Empty, k)
@@ -620,14 +623,24 @@ func (g *GDRL) sendTransfer(now time.Duration, t *transfer, fx *strategy.Effects
 // settleAsHeir credits t, meant for an incarnation this node inherited,
 // unless that incarnation had credited it, and drops it from the outbox.
 func (g *GDRL) settleAsHeir(now time.Duration, t *transfer) {
-	tb := g.tombFor(t.id.Dst, t.id.DstInc)
+	if g.creditAsHeir(now, g.tombFor(t.id.Dst, t.id.DstInc), t) {
+		g.removeTransfer(t)
+	}
+}
+
+// creditAsHeir credits t against tb, the tombstone of the incarnation t
+// was meant for, unless that incarnation had credited it (then t is kept
+// among the transfers settled on its behalf). It reports false, crediting
+// nothing, when t is not (yet) this node's to settle: no tombstone, or one
+// whose fence is in progress.
+func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool {
 	if tb == nil || (tb.fencing && !tb.fenceDone) {
-		return
+		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
 		tb.onBehalf = append(tb.onBehalf, t.clone())
 	}
-	g.removeTransfer(t)
+	return true
 }
 
 // heirOf is the live node that holds, or will inherit, the record of
@@ -682,11 +695,8 @@ func (g *GDRL) onTransfer(now time.Duration, from strategy.NodeID, t *transfer, 
 			tb = g.tombFor(t.id.Dst, t.id.DstInc)
 		}
 	}
-	if tb == nil || (tb.fencing && !tb.fenceDone) {
+	if !g.creditAsHeir(now, tb, t) {
 		return // not (yet) this node's to settle; the payer retries
-	}
-	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
-		tb.onBehalf = append(tb.onBehalf, t.clone())
 	}
 	g.sendGated(from, g.encode(ack))
 }

@@ -1,10 +1,10 @@
 package gdrl
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -92,29 +92,10 @@ func appliedFrom(ms []*peerv1.GdrlApplied) filters {
 
 // cmpID orders transfer ids by payer, destination and number.
 func cmpID(a, b TransferID) int {
-	if c := strings.Compare(string(a.Src), string(b.Src)); c != 0 {
-		return c
-	}
-	if a.SrcInc != b.SrcInc {
-		return cmpU(a.SrcInc, b.SrcInc)
-	}
-	if c := strings.Compare(string(a.Dst), string(b.Dst)); c != 0 {
-		return c
-	}
-	if a.DstInc != b.DstInc {
-		return cmpU(a.DstInc, b.DstInc)
-	}
-	return cmpU(a.Seq, b.Seq)
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Or(
+		cmp.Compare(a.Src, b.Src), cmp.Compare(a.SrcInc, b.SrcInc),
+		cmp.Compare(a.Dst, b.Dst), cmp.Compare(a.DstInc, b.DstInc),
+		cmp.Compare(a.Seq, b.Seq))
 }
 
 func (t *tombstone) msg() *peerv1.GdrlTombstone {
@@ -148,11 +129,14 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 
 // validate checks a decoded message before it may change any state. Errors
 // name the sender and what is wrong: a zero incarnation, no body, a
-// repeated key, an amount out of range (transfers and asks carry amounts in
-// [0, C] and [0, B]; records, probes and fences any amount within ±2^58
-// units), a non-finite or negative demand, a transfer without a proper id
-// or a plain transfer meant for another node, a record whose base is not
-// below its version.
+// repeated key, an amount out of range (transfers, also inside records and
+// fences, carry amounts in [0, C] and [0, B] units and at most their burst
+// in tokens; probes, asks, records and fences any other amount within
+// ±2^58 units, and no tokens), a demand, noise or recent count that is
+// negative, non-finite or above 1e30, a transfer without a proper id or a
+// plain transfer meant for another node, a record whose base is not below
+// its version, a tombstone, fence or duplicate filter entry without an
+// incarnation.
 func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("gdrl: message from %s: %s", from, fmt.Sprintf(format, args...))
@@ -274,8 +258,22 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 			return err
 		}
 		for _, tb := range r.Tombstones {
-			if err := g.validTomb(tb, bad, wide, items, applied, transfer); err != nil {
+			if tb.Node == "" || tb.Inc == 0 {
+				return bad("tombstone without a node")
+			}
+			if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
 				return err
+			}
+			if err := items("tombstone", tb.Items, false); err != nil {
+				return err
+			}
+			if err := applied("tombstone", tb.Applied); err != nil {
+				return err
+			}
+			for _, t := range tb.OnBehalf {
+				if err := transfer("tombstone", t); err != nil {
+					return err
+				}
 			}
 		}
 	case *peerv1.GdrlMessage_RecordAck:
@@ -308,27 +306,4 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 
 func validID(id *peerv1.GdrlTransferId) bool {
 	return id != nil && id.Src != "" && id.SrcInc != 0 && id.Dst != "" && id.DstInc != 0 && id.Seq != 0
-}
-
-func (g *GDRL) validTomb(tb *peerv1.GdrlTombstone, bad func(string, ...any) error, wide func(string, int64, int64) error,
-	items func(string, []*peerv1.GdrlItem, bool) error, applied func(string, []*peerv1.GdrlApplied) error,
-	transfer func(string, *peerv1.GdrlTransfer) error) error {
-	if tb.Node == "" || tb.Inc == 0 {
-		return bad("tombstone without a node")
-	}
-	if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
-		return err
-	}
-	if err := items("tombstone", tb.Items, false); err != nil {
-		return err
-	}
-	if err := applied("tombstone", tb.Applied); err != nil {
-		return err
-	}
-	for _, t := range tb.OnBehalf {
-		if err := transfer("tombstone", t); err != nil {
-			return err
-		}
-	}
-	return nil
 }
