@@ -152,10 +152,15 @@ func runScale(ctx experiment.Context) error {
 	var jl []series
 	for k, c := range rep.Cases {
 		xs := make([]float64, len(c.jfi))
+		// runScaleGDRL samples interval 1 and then every Every-th interval;
+		// with Every = 1 that is intervals 1, 2, 3, ...
 		for j := range xs {
-			if j == 0 {
+			switch {
+			case c.every == 1:
+				xs[j] = float64(j + 1)
+			case j == 0:
 				xs[j] = 1
-			} else {
+			default:
 				xs[j] = float64(j * c.every)
 			}
 		}
