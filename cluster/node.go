@@ -97,6 +97,26 @@ type Decision struct {
 	Async bool
 	// Wait is the time from the node taking the request to its decision.
 	Wait time.Duration
+	// Remaining is the whole tokens the deciding node's view of the key
+	// held just after a synchronous decision (strategy.Remainer); -1 when
+	// unknown: an asynchronous decision, or a strategy without a local
+	// bucket.
+	Remaining int64
+}
+
+// BatchItem is one check of a CheckBatch: Tokens tokens of Key under the
+// rule named Rule.
+type BatchItem struct {
+	Rule   string
+	Key    string
+	Tokens int64
+}
+
+// BatchResult is the outcome of one BatchItem: its Decision, or Err when
+// it could not be decided (ErrClosed; the batch's ctx ended first).
+type BatchResult struct {
+	Decision
+	Err error
 }
 
 // RuleStats counts one rule's peer traffic at one node. Bytes are payload
@@ -129,9 +149,66 @@ type result struct {
 	err error
 }
 
+// pendingCheck is a request waiting for an asynchronous decision: a
+// Check's (reply) or an item of a batch (batch, idx).
 type pendingCheck struct {
 	reply   chan result
+	batch   *batch
+	idx     int
 	arrival time.Duration
+}
+
+// batch is a CheckBatch in the loop. The loop records results; the caller
+// reads them after done is closed, or abandons the batch (ctx ended) and
+// takes a copy under mu.
+type batch struct {
+	items []BatchItem
+	rules []*ruleState
+	done  chan struct{} // closed when every item is decided
+
+	mu        sync.Mutex
+	results   []BatchResult
+	decided   []bool
+	left      int
+	abandoned bool
+}
+
+// finish records item i's result (loop goroutine).
+func (b *batch) finish(i int, r BatchResult) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.abandoned || b.decided[i] {
+		return
+	}
+	b.results[i], b.decided[i] = r, true
+	b.left--
+	if b.left == 0 {
+		close(b.done)
+	}
+}
+
+// abandon stops recording and returns the results, with err for every
+// item not decided yet.
+func (b *batch) abandon(err error) []BatchResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.abandoned = true
+	out := slices.Clone(b.results)
+	for i, ok := range b.decided {
+		if !ok {
+			out[i] = BatchResult{Decision: Decision{Remaining: -1}, Err: err}
+		}
+	}
+	return out
+}
+
+// answer completes p with r.
+func (p pendingCheck) answer(r result) {
+	if p.batch != nil {
+		p.batch.finish(p.idx, BatchResult{Decision: r.d, Err: r.err})
+		return
+	}
+	p.reply <- r
 }
 
 type ruleState struct {
@@ -146,8 +223,11 @@ type eventKind uint8
 
 const (
 	evRequest eventKind = iota
+	evBatch
 	evFrame
 	evMembers
+	evInspect
+	evLeave
 )
 
 type event struct {
@@ -156,8 +236,11 @@ type event struct {
 	key     string
 	tokens  int64
 	reply   chan result
+	batch   *batch
 	frame   Frame
 	members []strategy.NodeID
+	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
+	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
 }
 
@@ -297,18 +380,9 @@ func (n *Node) Rules() []string {
 // the request later: for owner, the owner's bucket has then been charged);
 // ErrClosed when the node is or gets closed.
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
-	rs, ok := n.rules[rule]
-	switch {
-	case !ok:
-		return Decision{}, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
-	case key == "":
-		return Decision{}, fmt.Errorf("cluster: rule %q: key is empty", rule)
-	case len(key) > MaxKeyBytes:
-		return Decision{}, fmt.Errorf("cluster: rule %q: key is %d bytes, above the limit of %d", rule, len(key), MaxKeyBytes)
-	case tokens <= 0:
-		return Decision{}, fmt.Errorf("cluster: rule %q: tokens %d must be positive", rule, tokens)
-	case tokens > n.maxTokens:
-		return Decision{}, fmt.Errorf("cluster: rule %q: tokens %d is above the limit of %d per request", rule, tokens, n.maxTokens)
+	rs, err := n.validate(rule, key, tokens)
+	if err != nil {
+		return Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
@@ -336,6 +410,72 @@ func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decis
 	}
 }
 
+// validate checks one request's input and returns its rule.
+func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
+	rs, ok := n.rules[rule]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
+	case key == "":
+		return nil, fmt.Errorf("cluster: rule %q: key is empty", rule)
+	case len(key) > MaxKeyBytes:
+		return nil, fmt.Errorf("cluster: rule %q: key is %d bytes, above the limit of %d", rule, len(key), MaxKeyBytes)
+	case tokens <= 0:
+		return nil, fmt.Errorf("cluster: rule %q: tokens %d must be positive", rule, tokens)
+	case tokens > n.maxTokens:
+		return nil, fmt.Errorf("cluster: rule %q: tokens %d is above the limit of %d per request", rule, tokens, n.maxTokens)
+	}
+	return rs, nil
+}
+
+// CheckBatch decides items in order, as one event of the node's loop (so
+// a batch costs one hand-over instead of one per item, and two items of
+// one key see each other), and blocks until every item is decided or ctx
+// ends. The input is validated as a whole first: an invalid item (see
+// Check) fails the call with an error naming its index ("item 3: ...")
+// and nothing is decided. Once the batch is handed over, each item gets
+// its own result: a Decision, or Err = ctx.Err() for items still
+// undecided when ctx ended (they may still be decided later), or
+// ErrClosed. A call error is returned only for invalid input, an empty
+// batch, or ctx or the node ending before the hand-over.
+func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
+	if len(items) == 0 {
+		return nil, errors.New("cluster: CheckBatch: no items")
+	}
+	b := &batch{items: items, rules: make([]*ruleState, len(items)), results: make([]BatchResult, len(items)),
+		decided: make([]bool, len(items)), left: len(items), done: make(chan struct{})}
+	for i, it := range items {
+		rs, err := n.validate(it.Rule, it.Key, it.Tokens)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		b.rules[i] = rs
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case n.events <- event{kind: evBatch, batch: b}:
+	case <-n.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-b.done:
+		return b.results, nil
+	case <-ctx.Done():
+		return b.abandon(ctx.Err()), nil
+	case <-n.stopped:
+		select {
+		case <-b.done:
+			return b.results, nil
+		default:
+			return b.abandon(ErrClosed), nil
+		}
+	}
+}
+
 // SetMembers tells every rule's strategy the current live members (as the
 // failure detector sees them; Self is added if missing, duplicates are
 // removed, the order does not matter). It returns once the strategies
@@ -356,6 +496,78 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 		return nil
 	case <-n.stopped:
 		return ErrClosed
+	}
+}
+
+// Inspect calls f in the node's goroutine once per rule, in configuration
+// order, with the rule and its strategy, and returns when done. f may read
+// the strategy (StateBytes, a strategy.ShareReporter...) but must not
+// change it or keep it. Errors: ctx.Err(), ErrClosed.
+func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
+	done := make(chan struct{})
+	select {
+	case n.events <- event{kind: evInspect, inspect: f, done: done}:
+	case <-n.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.stopped:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// LeavePoll is how often Leave asks the strategies whether their
+// hand-over is complete.
+const LeavePoll = 10 * time.Millisecond
+
+// Leave hands this node's state to its peers before it leaves the
+// cluster on purpose: it calls Leave on every rule's strategy that is a
+// strategy.Leaver (gdrl passes its capacity shares to its buddy), then
+// keeps the node running until every one reports Left or ctx ends. The
+// node keeps answering checks meanwhile. Call it before Close (limiter's
+// Close does). Errors: ctx.Err() when the hand-over did not complete in
+// time, ErrClosed.
+func (n *Node) Leave(ctx context.Context) error {
+	for first := true; ; first = false {
+		var left bool
+		done := make(chan struct{})
+		ev := event{kind: evInspect, left: &left, done: done}
+		if first {
+			ev.kind = evLeave
+		}
+		select {
+		case n.events <- ev:
+		case <-n.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-done:
+		case <-n.stopped:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if left {
+			return nil
+		}
+		t := time.NewTimer(LeavePoll)
+		select {
+		case <-t.C:
+		case <-n.done:
+			t.Stop()
+			return ErrClosed
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
 }
 
@@ -439,19 +651,14 @@ func (n *Node) handle(ev event) {
 	now := n.now()
 	switch ev.kind {
 	case evRequest:
-		rs := ev.rule
-		n.nextID++
-		id := n.nextID
-		rs.c.requests.Add(1)
-		n.fx.Reset()
-		d, ok := rs.s.Request(now, strategy.Request{ID: id, Key: ev.key, Tokens: ev.tokens, Arrival: now}, &n.fx)
-		if ok {
-			ev.reply <- result{d: Decision{Allowed: d.Allowed, Wait: n.now() - now}}
-		} else {
-			rs.pending[id] = pendingCheck{reply: ev.reply, arrival: now}
-			rs.c.pending.Add(1)
+		n.request(now, ev.rule, ev.key, ev.tokens, pendingCheck{reply: ev.reply})
+	case evBatch:
+		for i, it := range ev.batch.items {
+			if i > 0 {
+				now = n.now()
+			}
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, pendingCheck{batch: ev.batch, idx: i})
 		}
-		n.apply(now, rs)
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
 		if !ok {
@@ -475,7 +682,52 @@ func (n *Node) handle(ev event) {
 			}
 		}
 		close(ev.done)
+	case evLeave, evInspect:
+		left := true
+		for _, rs := range n.order {
+			if ev.inspect != nil {
+				ev.inspect(now, rs.rule, rs.s)
+			}
+			l, ok := rs.s.(strategy.Leaver)
+			if !ok {
+				continue
+			}
+			if ev.kind == evLeave {
+				n.fx.Reset()
+				l.Leave(now, &n.fx)
+				n.apply(now, rs)
+			}
+			left = left && l.Left()
+		}
+		if ev.left != nil {
+			*ev.left = left
+		}
+		close(ev.done)
 	}
+}
+
+// request hands one request to rs's strategy: a synchronous decision
+// answers p at once, otherwise p waits in rs.pending.
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, p pendingCheck) {
+	n.nextID++
+	id := n.nextID
+	rs.c.requests.Add(1)
+	n.fx.Reset()
+	d, ok := rs.s.Request(now, strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}, &n.fx)
+	if ok {
+		rem := int64(-1)
+		if r, isR := rs.s.(strategy.Remainer); isR {
+			if v, known := r.Remaining(now, key); known {
+				rem = v
+			}
+		}
+		p.answer(result{d: Decision{Allowed: d.Allowed, Wait: n.now() - now, Remaining: rem}})
+	} else {
+		p.arrival = now
+		rs.pending[id] = p
+		rs.c.pending.Add(1)
+	}
+	n.apply(now, rs)
 }
 
 // apply carries out what rs's strategy asked for in its last call.
@@ -487,7 +739,7 @@ func (n *Node) apply(now time.Duration, rs *ruleState) {
 		}
 		delete(rs.pending, d.RequestID)
 		rs.c.pending.Add(-1)
-		p.reply <- result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival}}
+		p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1}})
 	}
 	for _, m := range n.fx.Messages {
 		rs.c.msgsSent.Add(1)
@@ -541,7 +793,7 @@ func (n *Node) shutdown() {
 	n.timer.Stop()
 	for _, rs := range n.order {
 		for id, p := range rs.pending {
-			p.reply <- result{err: ErrClosed}
+			p.answer(result{d: Decision{Remaining: -1}, err: ErrClosed})
 			delete(rs.pending, id)
 			rs.c.pending.Add(-1)
 		}

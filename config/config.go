@@ -9,6 +9,7 @@
 //	node:
 //	  name: n1
 //	  api_addr: 127.0.0.1:8080
+//	  grpc_addr: 127.0.0.1:8081
 //	  peer_addr: 10.0.0.1:7947
 //	  gossip_addr: 10.0.0.1:7946
 //	  join: [10.0.0.2:7946]
@@ -61,6 +62,9 @@ const (
 	// DefaultAPIAddr is the client API's listen address (the HTTP/JSON API;
 	// loopback, so a node started without a config is not exposed).
 	DefaultAPIAddr = "127.0.0.1:8080"
+	// DefaultGRPCAddr is the client API's gRPC listen address
+	// (tokenmesh.v1.RateLimitService; loopback, like DefaultAPIAddr).
+	DefaultGRPCAddr = "127.0.0.1:8081"
 	// DefaultPeerAddr is the grpcpeer listen address (node-to-node frames).
 	DefaultPeerAddr = "127.0.0.1:7947"
 	// DefaultGossipAddr is the memberlist (UDP and TCP) listen address;
@@ -90,8 +94,14 @@ type Node struct {
 	// Name is the node's id in the cluster (memberlist node name,
 	// strategy.NodeID); unique per cluster. Default: the host name.
 	Name string
-	// APIAddr is where clients reach the API (default DefaultAPIAddr).
+	// APIAddr is where clients reach the HTTP/JSON API (default
+	// DefaultAPIAddr).
 	APIAddr string
+	// GRPCAddr is where clients reach the gRPC API (default
+	// DefaultGRPCAddr).
+	GRPCAddr string
+	// APITLS, when set, serves both client APIs over TLS.
+	APITLS *APITLS
 	// PeerAddr is the grpcpeer listen address, published to the other
 	// members through gossip, so it must be reachable by them (default
 	// DefaultPeerAddr).
@@ -123,6 +133,13 @@ type Node struct {
 // signed every member's certificate. All three are required.
 type TLS struct {
 	CertFile, KeyFile, CAFile string
+}
+
+// APITLS names the PEM files of the client APIs' TLS: the server
+// certificate and key (both required) and, optionally, a CA whose
+// certificates clients must then present (mutual TLS).
+type APITLS struct {
+	CertFile, KeyFile, ClientCAFile string
 }
 
 // Rule is one rate limit: every key (as the client passes it for this rule)
@@ -158,15 +175,23 @@ type rawFile struct {
 }
 
 type rawNode struct {
-	Name          string   `yaml:"name"`
-	APIAddr       string   `yaml:"api_addr"`
-	PeerAddr      string   `yaml:"peer_addr"`
-	GossipAddr    string   `yaml:"gossip_addr"`
-	Join          []string `yaml:"join"`
-	SecretKey     string   `yaml:"secret_key"`
-	SecretKeyFile string   `yaml:"secret_key_file"`
-	TLS           *rawTLS  `yaml:"tls"`
-	IdleKeyTTL    *string  `yaml:"idle_key_ttl"`
+	Name          string     `yaml:"name"`
+	APIAddr       string     `yaml:"api_addr"`
+	GRPCAddr      string     `yaml:"grpc_addr"`
+	APITLS        *rawAPITLS `yaml:"api_tls"`
+	PeerAddr      string     `yaml:"peer_addr"`
+	GossipAddr    string     `yaml:"gossip_addr"`
+	Join          []string   `yaml:"join"`
+	SecretKey     string     `yaml:"secret_key"`
+	SecretKeyFile string     `yaml:"secret_key_file"`
+	TLS           *rawTLS    `yaml:"tls"`
+	IdleKeyTTL    *string    `yaml:"idle_key_ttl"`
+}
+
+type rawAPITLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 type rawTLS struct {
@@ -210,7 +235,7 @@ func (e *Error) Error() string {
 
 // Load reads, parses and validates the file at path, then reads
 // secret_key_file (relative to the file's directory) and checks that the
-// TLS files exist. Errors are *Error.
+// TLS files (tls, api_tls) exist. Errors are *Error.
 func Load(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -249,6 +274,20 @@ func Load(path string) (*File, error) {
 			*x.p = resolve(*x.p)
 			if _, err := os.Stat(*x.p); err != nil {
 				return nil, &Error{File: path, Line: lineOf(root, "node", "tls", x.name), Field: "node.tls." + x.name, Msg: err.Error()}
+			}
+		}
+	}
+	if t := f.Node.APITLS; t != nil {
+		for _, x := range []struct {
+			name string
+			p    *string
+		}{{"cert_file", &t.CertFile}, {"key_file", &t.KeyFile}, {"client_ca_file", &t.ClientCAFile}} {
+			if *x.p == "" {
+				continue
+			}
+			*x.p = resolve(*x.p)
+			if _, err := os.Stat(*x.p); err != nil {
+				return nil, &Error{File: path, Line: lineOf(root, "node", "api_tls", x.name), Field: "node.api_tls." + x.name, Msg: err.Error()}
 			}
 		}
 	}
@@ -488,6 +527,16 @@ func (p *parser) node(raw rawNode, n *Node) {
 		return v
 	}
 	n.APIAddr = addr("api_addr", raw.APIAddr, DefaultAPIAddr)
+	n.GRPCAddr = addr("grpc_addr", raw.GRPCAddr, DefaultGRPCAddr)
+	if raw.APITLS != nil {
+		t := &APITLS{CertFile: raw.APITLS.CertFile, KeyFile: raw.APITLS.KeyFile, ClientCAFile: raw.APITLS.ClientCAFile}
+		for _, x := range []struct{ name, v string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}} {
+			if x.v == "" {
+				p.fail("node.api_tls."+x.name, path("api_tls"), "is required when api_tls is set")
+			}
+		}
+		n.APITLS = t
+	}
 	n.PeerAddr = addr("peer_addr", raw.PeerAddr, DefaultPeerAddr)
 	n.GossipAddr = addr("gossip_addr", raw.GossipAddr, DefaultGossipAddr)
 	for i, j := range raw.Join {
@@ -697,7 +746,7 @@ func (f *File) Validate() error {
 	if err := checkName(n.Name); err != nil {
 		return fmt.Errorf("node.name: %w", err)
 	}
-	for _, a := range []struct{ field, v string }{{"api_addr", n.APIAddr}, {"peer_addr", n.PeerAddr}, {"gossip_addr", n.GossipAddr}} {
+	for _, a := range []struct{ field, v string }{{"api_addr", n.APIAddr}, {"grpc_addr", n.GRPCAddr}, {"peer_addr", n.PeerAddr}, {"gossip_addr", n.GossipAddr}} {
 		if err := checkAddr(a.v); err != nil {
 			return fmt.Errorf("node.%s: %w", a.field, err)
 		}
@@ -712,6 +761,9 @@ func (f *File) Validate() error {
 	}
 	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
 		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
+	}
+	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
+		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")
 	}
 	if n.IdleKeyTTL < 0 {
 		return fmt.Errorf("node.idle_key_ttl: %v is negative", n.IdleKeyTTL)
@@ -838,6 +890,7 @@ func Default() *File {
 		Node: Node{
 			Name:       "tokenmesh",
 			APIAddr:    DefaultAPIAddr,
+			GRPCAddr:   DefaultGRPCAddr,
 			PeerAddr:   DefaultPeerAddr,
 			GossipAddr: DefaultGossipAddr,
 			IdleKeyTTL: DefaultIdleKeyTTL,

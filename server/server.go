@@ -1,242 +1,270 @@
-// Package server is tokenmesh's client API: HTTP/JSON over a running
-// limiter.Node.
+// Package server is tokenmesh's public client API over a running
+// limiter.Node: the gRPC service tokenmesh.v1.RateLimitService
+// (api/tokenmesh/v1/ratelimit.proto) and, through grpc-gateway, the same
+// calls over HTTP/JSON, plus health and readiness.
 //
+//	gRPC  tokenmesh.v1.RateLimitService/Check      CheckRequest -> CheckResponse
+//	gRPC  tokenmesh.v1.RateLimitService/ListRules  -> ListRulesResponse
+//	gRPC  grpc.health.v1.Health (serving while ready)
 //	POST /v1/check  {"checks":[{"rule":"api","key":"tenant-1","hits":1}, ...]}
-//	             -> {"results":[{"allowed":true,"limit_per_s":10,"burst":20,"retry_after_ms":0,"error":""}, ...]}
-//	GET  /v1/rules  -> {"rules":[{"name":"api","limit_per_s":10,"burst":20,"strategy":"owner","params":[]}]}
+//	             -> {"results":[{"allowed":true,"limit_per_s":10,"burst":"20","remaining":"19",
+//	                             "reset_after_ms":"100","retry_after_ms":"0","error":""}, ...]}
+//	GET  /v1/rules  -> {"rules":[{"name":"api","limit_per_s":10,"burst":"20","strategy":"owner","params":[]}]}
 //	GET  /healthz   -> 200 "ok" while the process serves
 //	GET  /readyz    -> 200 "ready" while the node is started, 503 otherwise
 //
-// A check batch holds 1 to MaxChecks items, decided in order (so two items
-// of one key see each other). An item that is invalid (unknown rule, empty
-// or oversized key, hits outside 1..MaxHits) or that the cluster could not
-// decide gets allowed=false and an error naming the field, e.g.
-// "checks[3].hits: -1 must be between 1 and 1000000000"; the other items
-// are still decided. A body that is not a valid request is refused as a
-// whole: 400 (413 above MaxBodyBytes) with {"error": "..."}.
+// JSON follows the proto3 JSON mapping with the .proto field names: 64-bit
+// integers are strings in answers (numbers are accepted in requests).
+//
+// A check batch holds 1 to MaxChecks items and is validated as a whole
+// before any is decided: an unknown rule, an empty or oversized key, or
+// hits outside 1..MaxHits fails the call with INVALID_ARGUMENT (HTTP 400)
+// whose message names the field, e.g. "checks[3].hits: -1 must be between
+// 1 and 1000000000", and no bucket changes. Valid items are decided in
+// order (two items of one key see each other) in one hand-over to the
+// node (cluster.Node.CheckBatch). An item the cluster could not decide
+// gets allowed=false and its error set; the others are still decided. A
+// body that is not a CheckRequest is refused with 400 naming what is
+// wrong, a body above MaxBodyBytes with 400 as well.
 package server
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 )
 
 // Limits of one request.
 const (
-	// MaxBodyBytes bounds a POST /v1/check body, in bytes (1 MiB); a larger
-	// body is refused with 413.
+	// MaxBodyBytes bounds an HTTP request body, in bytes (1 MiB).
 	MaxBodyBytes = 1 << 20
-	// MaxChecks bounds the items of one check batch; more is a 400.
+	// MaxChecks bounds the items of one check batch.
 	MaxChecks = 1000
-	// MaxHits bounds one item's hits, in tokens; more is a per-item error.
+	// MaxHits bounds one item's hits, in tokens.
 	MaxHits = 1_000_000_000
 )
 
+// ruleInfo is what the API reports of a rule.
+type ruleInfo struct {
+	rule     cluster.Rule
+	perSec   float64 // tokens/s
+	rateZero bool
+}
+
 // Server serves the API of one node. Its methods are safe for concurrent use.
 type Server struct {
-	node     *limiter.Node
-	rules    []cluster.Rule
-	limiters map[string]*limiter.Limiter
-	ready    atomic.Bool
-	handler  http.Handler
+	tokenmeshv1.UnimplementedRateLimitServiceServer
+
+	node    *limiter.Node
+	rules   []cluster.Rule
+	byName  map[string]ruleInfo
+	ready   atomic.Bool
+	health  *health.Server
+	handler http.Handler
 }
 
 // New returns the API of node, which must be started, for rules (the
 // node's rules, as given to limiter.Start; a rule the node lacks, or a
 // repeated name, is left out). The server reports ready until
 // SetReady(false); with a nil node it serves no rules and is never ready
-// (check answers 503).
+// (Check answers UNAVAILABLE, HTTP 503).
 func New(node *limiter.Node, rules []cluster.Rule) *Server {
-	s := &Server{node: node, limiters: map[string]*limiter.Limiter{}}
+	s := &Server{node: node, byName: map[string]ruleInfo{}, health: health.NewServer()}
 	if node != nil {
 		for _, r := range rules {
-			if _, dup := s.limiters[r.Name]; dup {
+			if _, dup := s.byName[r.Name]; dup {
 				continue
 			}
-			l, err := node.Limiter(r.Name)
-			if err != nil {
+			if _, err := node.Limiter(r.Name); err != nil {
 				continue
 			}
-			s.limiters[r.Name] = l
+			s.byName[r.Name] = ruleInfo{rule: r, perSec: r.Rate.PerSec(), rateZero: r.Rate.Tokens == 0}
 			s.rules = append(s.rules, r)
 		}
 	}
-	s.ready.Store(node != nil)
+	s.SetReady(true)
+
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{},
+		}),
+		runtime.WithErrorHandler(writeStatus),
+	)
+	// Registering the generated handlers on a fresh mux cannot fail.
+	_ = tokenmeshv1.RegisterRateLimitServiceHandlerServer(context.Background(), gw, s)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/check", s.check)
-	mux.HandleFunc("/v1/rules", s.listRules)
-	mux.HandleFunc("/healthz", s.healthz)
-	mux.HandleFunc("/readyz", s.readyz)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s (endpoints: POST /v1/check, GET /v1/rules, GET /healthz, GET /readyz)", r.Method, r.URL.Path))
-	})
-	s.handler = recoverer(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("/", http.MaxBytesHandler(gw, MaxBodyBytes))
+	s.handler = mux
 	return s
 }
 
-// Handler is the API's http.Handler.
+// Handler is the HTTP/JSON API's http.Handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// SetReady sets what /readyz reports (false while shutting down).
-func (s *Server) SetReady(ready bool) { s.ready.Store(ready && s.node != nil) }
-
-// CheckRequest is the body of POST /v1/check.
-type CheckRequest struct {
-	Checks []Check `json:"checks"`
+// RegisterGRPC registers the API (tokenmesh.v1.RateLimitService) and the
+// standard health service (grpc.health.v1.Health, SERVING while ready) on g.
+func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
+	tokenmeshv1.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
 }
 
-// Check asks for Hits tokens (1..MaxHits) of Key (1..cluster.MaxKeyBytes
-// bytes) under the rule named Rule.
-type Check struct {
-	Rule string `json:"rule"`
-	Key  string `json:"key"`
-	Hits int64  `json:"hits"`
-}
-
-// CheckResponse is the answer to POST /v1/check: one result per check, in order.
-type CheckResponse struct {
-	Results []Result `json:"results"`
-}
-
-// Result is one check's decision. LimitPerS (tokens/s) and Burst (tokens)
-// are the rule's (0 for an unknown rule). RetryAfterMS, for a refusal, estimates when to ask
-// again (see limiter.Reservation.Delay); -1 when the hits can never be
-// admitted (above the burst, or a rate of 0). Error is "" unless the check
-// was invalid or could not be decided; then Allowed is false.
-type Result struct {
-	Allowed      bool    `json:"allowed"`
-	LimitPerS    float64 `json:"limit_per_s"`
-	Burst        int64   `json:"burst"`
-	RetryAfterMS int64   `json:"retry_after_ms"`
-	Error        string  `json:"error"`
-}
-
-// RulesResponse is the answer to GET /v1/rules.
-type RulesResponse struct {
-	Rules []RuleInfo `json:"rules"`
-}
-
-// RuleInfo describes one rule: its rate in tokens/s, its burst in
-// tokens, its strategy and the strategy's "name=value" parameters ([] when
-// none, never null).
-type RuleInfo struct {
-	Name      string   `json:"name"`
-	LimitPerS float64  `json:"limit_per_s"`
-	Burst     int64    `json:"burst"`
-	Strategy  string   `json:"strategy"`
-	Params    []string `json:"params"`
-}
-
-// ErrorResponse is the body of every non-2xx answer.
-type ErrorResponse struct {
-	Error string `json:"error"`
-}
-
-func (s *Server) check(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s /v1/check: use POST", r.Method))
-		return
+// SetReady sets what /readyz and the gRPC health service report (false
+// while shutting down); a server without a node is never ready.
+func (s *Server) SetReady(ready bool) {
+	ready = ready && s.node != nil
+	s.ready.Store(ready)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
 	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(tokenmeshv1.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// Check implements tokenmesh.v1.RateLimitService/Check (see the package
+// documentation and ratelimit.proto).
+func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tokenmeshv1.CheckResponse, error) {
 	if !s.ready.Load() {
-		writeError(w, http.StatusServiceUnavailable, "node is not ready")
-		return
+		return nil, status.Error(codes.Unavailable, "node is not ready")
 	}
-	var req CheckRequest
-	if status, err := decode(w, r, &req); err != nil {
-		writeError(w, status, err.Error())
-		return
-	}
-	switch {
-	case req.Checks == nil:
-		writeError(w, http.StatusBadRequest, `checks: is required (body: {"checks":[{"rule":"...","key":"...","hits":1}]})`)
-		return
-	case len(req.Checks) > MaxChecks:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("checks: %d items; at most %d per request", len(req.Checks), MaxChecks))
-		return
-	}
-	resp := CheckResponse{Results: make([]Result, len(req.Checks))}
-	for i, c := range req.Checks {
-		resp.Results[i] = s.decide(r, i, c)
-	}
-	writeJSON(w, http.StatusOK, resp)
-}
-
-func (s *Server) decide(r *http.Request, i int, c Check) Result {
-	var res Result
-	l, ok := s.limiters[c.Rule]
-	if ok {
-		res.LimitPerS, res.Burst = l.Limit(), l.Burst()
-	}
-	field := func(name string) string { return fmt.Sprintf("checks[%d].%s", i, name) }
-	switch {
-	case c.Rule == "":
-		res.Error = field("rule") + ": is required"
-	case !ok:
-		res.Error = fmt.Sprintf("%s: %q is not a rule of this node (GET /v1/rules lists them)", field("rule"), c.Rule)
-	case c.Key == "":
-		res.Error = field("key") + ": is required"
-	case len(c.Key) > cluster.MaxKeyBytes:
-		res.Error = fmt.Sprintf("%s: %d bytes; at most %d", field("key"), len(c.Key), cluster.MaxKeyBytes)
-	case c.Hits < 1 || c.Hits > MaxHits:
-		res.Error = fmt.Sprintf("%s: %d must be between 1 and %d", field("hits"), c.Hits, MaxHits)
-	}
-	if res.Error != "" {
-		return res
-	}
-	rv, err := l.Reserve(r.Context(), c.Key, c.Hits)
+	items, err := s.validate(req.GetChecks())
 	if err != nil {
-		res.Error = fmt.Sprintf("checks[%d]: not decided: %v", i, err)
-		return res
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	res.Allowed = rv.Allowed()
+	results, err := s.node.Cluster().CheckBatch(ctx, items)
+	if err != nil {
+		// Input was validated above: what is left is the node or ctx ending.
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Unavailable, "node: %v", err)
+	}
+	resp := &tokenmeshv1.CheckResponse{Results: make([]*tokenmeshv1.CheckResult, len(results))}
+	for i, r := range results {
+		resp.Results[i] = s.result(i, items[i], r)
+	}
+	return resp, nil
+}
+
+// validate checks a batch and converts it to the cluster's items; the
+// error names the first bad field.
+func (s *Server) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem, error) {
 	switch {
-	case res.Allowed:
-	case !rv.OK():
-		res.RetryAfterMS = -1
-		if c.Hits > l.Burst() {
-			res.Error = fmt.Sprintf("%s: %d exceeds the burst %d of rule %q; it can never be allowed", field("hits"), c.Hits, l.Burst(), c.Rule)
+	case len(checks) == 0:
+		return nil, fmt.Errorf(`checks: is empty; want 1 to %d checks ({"checks":[{"rule":"...","key":"...","hits":1}]})`, MaxChecks)
+	case len(checks) > MaxChecks:
+		return nil, fmt.Errorf("checks: %d items; at most %d per request", len(checks), MaxChecks)
+	}
+	items := make([]cluster.BatchItem, len(checks))
+	for i, c := range checks {
+		rule, key, hits := c.GetRule(), c.GetKey(), c.GetHits()
+		_, known := s.byName[rule]
+		switch {
+		case rule == "":
+			return nil, fmt.Errorf("checks[%d].rule: is required", i)
+		case !known:
+			return nil, fmt.Errorf("checks[%d].rule: %q is not a rule of this node (ListRules, GET /v1/rules lists them)", i, rule)
+		case key == "":
+			return nil, fmt.Errorf("checks[%d].key: is required", i)
+		case len(key) > cluster.MaxKeyBytes:
+			return nil, fmt.Errorf("checks[%d].key: %d bytes; at most %d", i, len(key), cluster.MaxKeyBytes)
+		case hits < 1 || hits > MaxHits:
+			return nil, fmt.Errorf("checks[%d].hits: %d must be between 1 and %d", i, hits, MaxHits)
 		}
+		items[i] = cluster.BatchItem{Rule: rule, Key: key, Tokens: hits}
+	}
+	return items, nil
+}
+
+// result turns item i's cluster result into the API's.
+func (s *Server) result(i int, it cluster.BatchItem, r cluster.BatchResult) *tokenmeshv1.CheckResult {
+	ri := s.byName[it.Rule]
+	burst := ri.rule.Burst
+	out := &tokenmeshv1.CheckResult{LimitPerS: ri.perSec, Burst: burst, Remaining: -1, ResetAfterMs: -1}
+	if r.Err != nil {
+		out.RetryAfterMs = -1
+		out.Error = fmt.Sprintf("checks[%d]: not decided: %v", i, r.Err)
+		return out
+	}
+	out.Allowed = r.Allowed
+	if r.Remaining >= 0 {
+		out.Remaining = min(r.Remaining, burst)
+		if !ri.rateZero {
+			out.ResetAfterMs = ceilMS(float64(burst-out.Remaining) / ri.perSec)
+		}
+	}
+	switch {
+	case out.Allowed:
+	case it.Tokens > burst:
+		out.RetryAfterMs = -1
+		out.Error = fmt.Sprintf("checks[%d].hits: %d exceeds the burst %d of rule %q; it can never be allowed", i, it.Tokens, burst, it.Rule)
+	case ri.rateZero:
+		out.RetryAfterMs = -1
 	default:
-		res.RetryAfterMS = max(int64(math.Ceil(float64(rv.Delay())/float64(time.Millisecond))), 1)
-	}
-	return res
-}
-
-func (s *Server) listRules(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s /v1/rules: use GET", r.Method))
-		return
-	}
-	resp := RulesResponse{Rules: make([]RuleInfo, 0, len(s.rules))}
-	for _, rule := range s.rules {
-		params := slices.Clone(rule.Params)
-		if params == nil {
-			params = []string{}
+		// Time for the missing tokens to refill at the rule's rate (all of
+		// hits when the node cannot tell what is left).
+		need := it.Tokens
+		if out.Remaining >= 0 {
+			need = max(it.Tokens-out.Remaining, 1)
 		}
-		resp.Rules = append(resp.Rules, RuleInfo{Name: rule.Name, LimitPerS: s.limiters[rule.Name].Limit(),
-			Burst: rule.Burst, Strategy: rule.Strategy, Params: params})
+		out.RetryAfterMs = max(ceilMS(float64(need)/ri.perSec), 1)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	return out
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeText(w, http.StatusOK, "ok")
+// ceilMS is sec seconds in whole milliseconds, rounded up (saturating).
+func ceilMS(sec float64) int64 {
+	ms := math.Ceil(sec * 1000)
+	if ms >= math.MaxInt64 || math.IsNaN(ms) {
+		return math.MaxInt64
+	}
+	return int64(ms)
 }
 
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+// ListRules implements tokenmesh.v1.RateLimitService/ListRules.
+func (s *Server) ListRules(context.Context, *tokenmeshv1.ListRulesRequest) (*tokenmeshv1.ListRulesResponse, error) {
+	resp := &tokenmeshv1.ListRulesResponse{Rules: make([]*tokenmeshv1.RuleInfo, 0, len(s.rules))}
+	for _, r := range s.rules {
+		resp.Rules = append(resp.Rules, &tokenmeshv1.RuleInfo{Name: r.Name, LimitPerS: s.byName[r.Name].perSec,
+			Burst: r.Burst, Strategy: r.Strategy, Params: slices.Clone(r.Params)})
+	}
+	return resp, nil
+}
+
+// writeStatus answers an HTTP request whose call failed: the gRPC status
+// as JSON ({"code": 3, "message": "...", "details": []}) with its HTTP
+// status code (runtime.HTTPStatusFromCode: INVALID_ARGUMENT is 400).
+func writeStatus(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	st := status.Convert(err)
+	b, merr := m.Marshal(st.Proto())
+	if merr != nil {
+		b = []byte(`{"code": 13, "message": "encoding the error failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
 		writeText(w, http.StatusServiceUnavailable, "not ready")
 		return
@@ -244,93 +272,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeText(w, http.StatusOK, "ready")
 }
 
-// decode reads one JSON value of the body into v (at most MaxBodyBytes,
-// no unknown fields, nothing after it); on failure it returns the status
-// and an error that says what is wrong.
-func decode(w http.ResponseWriter, r *http.Request, v any) (int, error) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, extra := dec.Token(); !errors.Is(extra, io.EOF) {
-			err = errors.New("data after the JSON object")
-		}
-	}
-	if err == nil {
-		return 0, nil
-	}
-	var (
-		tooBig *http.MaxBytesError
-		syntax *json.SyntaxError
-		typ    *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &tooBig):
-		return http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes", MaxBodyBytes)
-	case errors.Is(err, io.EOF):
-		return http.StatusBadRequest, errors.New(`body: empty; want {"checks":[...]}`)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return http.StatusBadRequest, errors.New("body: malformed JSON: unexpected end")
-	case errors.As(err, &syntax):
-		return http.StatusBadRequest, fmt.Errorf("body: malformed JSON at byte %d: %v", syntax.Offset, err)
-	case errors.As(err, &typ):
-		f := typ.Field
-		if f == "" {
-			f = "body"
-		}
-		return http.StatusBadRequest, fmt.Errorf("%s: JSON %s where %s is expected", f, typ.Value, jsonType(typ.Type.Kind().String()))
-	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	return http.StatusBadRequest, fmt.Errorf("body: %s", msg)
-}
-
-func jsonType(kind string) string {
-	switch {
-	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"):
-		return "an integer"
-	case kind == "string":
-		return "a string"
-	case kind == "slice":
-		return "an array"
-	case kind == "struct":
-		return "an object"
-	}
-	return kind
-}
-
-// recoverer turns a panic in h into a 500 (after which the connection is
-// dropped if the response had started). http.ErrAbortHandler is passed on.
-func recoverer(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
-					panic(v)
-				}
-				writeError(w, http.StatusInternalServerError, "internal error")
-			}
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, ErrorResponse{Error: msg})
-}
-
-func writeText(w http.ResponseWriter, status int, s string) {
+func writeText(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = io.WriteString(w, s+"\n")
+	_, _ = fmt.Fprintln(w, msg)
 }

@@ -149,3 +149,35 @@ func (c *Config) Validate() error {
 func ErrUnexpectedMessage(strategyName string, from NodeID) error {
 	return fmt.Errorf("%s: unexpected peer message from %s (this strategy sends none)", strategyName, from)
 }
+
+// Remainer is implemented by strategies that hold a local view of a key's
+// bucket. The driver may call Remaining right after a synchronous decision
+// (at the same now) to tell the client how many tokens are left; it must
+// not change the strategy's state.
+type Remainer interface {
+	// Remaining is the whole tokens this node's view of key holds at now
+	// (for strategies that split the limit, the node's own share), and
+	// false when the node has no view of key (it is decided elsewhere).
+	Remaining(now time.Duration, key string) (tokens int64, ok bool)
+}
+
+// Leaver is implemented by strategies that hold state other nodes need
+// when this node leaves the cluster on purpose (gdrl: its capacity
+// shares). The driver calls Leave once, when the node is told to leave
+// (SIGTERM), and then keeps driving the strategy (messages, ticks) until
+// Left reports true or its patience ends; then it stops the node.
+type Leaver interface {
+	// Leave starts the hand-over of this node's state to its peers.
+	Leave(now time.Duration, fx *Effects)
+	// Left reports whether the hand-over is complete (acknowledged).
+	Left() bool
+}
+
+// ShareReporter is implemented by strategies that split each key's rate
+// into per-node capacity shares (gdrl, static, adaptive), for metrics.
+type ShareReporter interface {
+	// CapacityShares is the sum over the keys this node holds of its
+	// capacity share as a fraction of the rule's rate (0..1 each), and the
+	// number of those keys. The mean share is sum/keys.
+	CapacityShares() (sum float64, keys int)
+}

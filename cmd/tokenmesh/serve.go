@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/limiter"
@@ -32,9 +34,12 @@ func newServeCmd() *cobra.Command {
 	var configPath string
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run a tokenmesh node and serve the HTTP/JSON API",
-		Long: `serve starts a tokenmesh node and serves its client API over HTTP/JSON:
+		Short: "Run a tokenmesh node and serve its gRPC and HTTP/JSON API",
+		Long: `serve starts a tokenmesh node and serves its client API (tokenmesh.v1,
+api/tokenmesh/v1/ratelimit.proto) over gRPC at node.grpc_addr and over
+HTTP/JSON at node.api_addr:
 
+  gRPC tokenmesh.v1.RateLimitService/Check, /ListRules; grpc.health.v1.Health
   POST /v1/check  {"checks":[{"rule":"api","key":"tenant-1","hits":1}]}
   GET  /v1/rules  the node's rules
   GET  /healthz   200 while the process serves
@@ -43,7 +48,8 @@ func newServeCmd() *cobra.Command {
 With --config FILE, the node joins (or founds) a cluster: peers over gRPC at
 node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
 Without it, a single node runs the built-in default configuration (API on
-` + config.DefaultAPIAddr + `, rule "default": 10/s, burst 20).
+` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default": 10/s,
+burst 20, strategy owner). With node.api_tls, both APIs use TLS.
 
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes the ones in flight, then the node leaves the gossip cluster.`,
@@ -90,26 +96,48 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 		lc.Peer, lc.Epoch, lc.Join = pc, clusterEpoch, len(f.Node.Join) > 0
 	}
 
+	var apiTLS *tls.Config
+	if f.Node.APITLS != nil {
+		if apiTLS, err = serverTLS(f.Node.APITLS); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", f.Node.APIAddr)
 	if err != nil {
 		return fmt.Errorf("node.api_addr: %w", err)
+	}
+	gln, err := net.Listen("tcp", f.Node.GRPCAddr)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("node.grpc_addr: %w", err)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	node, err := limiter.Start(startCtx, lc)
 	cancel()
 	if err != nil {
 		_ = ln.Close()
+		_ = gln.Close()
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
 	hs := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	var gopts []grpc.ServerOption
+	scheme := "http"
+	if apiTLS != nil {
+		hs.TLSConfig = apiTLS
+		ln = tls.NewListener(ln, apiTLS)
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(apiTLS)))
+		scheme = "https"
+	}
+	gs := grpc.NewServer(gopts...)
+	api.RegisterGRPC(gs)
 
 	if configPath == "" {
 		fmt.Fprintln(out, "tokenmesh serve: no --config; running the built-in default configuration (single node, no peers)")
 	} else {
 		fmt.Fprintf(out, "tokenmesh serve: config %s\n", configPath)
 	}
-	fmt.Fprintf(out, "node %s: API http://%s\n", f.Node.Name, ln.Addr())
+	fmt.Fprintf(out, "node %s: API %s://%s grpc %s\n", f.Node.Name, scheme, ln.Addr(), gln.Addr())
 	if lc.Peer != nil {
 		join := "founding a cluster"
 		if len(f.Node.Join) > 0 {
@@ -121,14 +149,22 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
 	}
 
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	errc := make(chan error, 2)
+	go func() {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serving the HTTP API on %s: %w", ln.Addr(), err)
+		}
+	}()
+	go func() {
+		if err := gs.Serve(gln); err != nil {
+			errc <- fmt.Errorf("serving the gRPC API on %s: %w", gln.Addr(), err)
+		}
+	}()
 	var serveErr error
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(out, "shutting down")
 	case serveErr = <-errc:
-		serveErr = fmt.Errorf("serving the API on %s: %w", ln.Addr(), serveErr)
 	}
 	api.SetReady(false)
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -136,13 +172,38 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 	if err := hs.Shutdown(sctx); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("API shutdown: %w", err)
 	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+	}
 	if err := node.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("closing node: %w", err)
 	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
+	return serveErr
+}
+
+// serverTLS builds the client APIs' TLS config from node.api_tls.
+func serverTLS(t *config.APITLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("node.api_tls.cert_file/key_file: %w", err)
 	}
-	return nil
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("node.api_tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("node.api_tls.client_ca_file: %s holds no PEM certificate", t.ClientCAFile)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
 }
 
 // peerTLS builds the mutual-TLS config of the peer streams from node.tls.
