@@ -69,7 +69,7 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("rule defaults: %+v", r)
 			}
 			n := f.Node
-			if n.APIAddr != DefaultAPIAddr || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.IdleKeyTTL != DefaultIdleKeyTTL || n.Name == "" {
+			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.IdleKeyTTL != DefaultIdleKeyTTL || n.Name == "" {
 				t.Errorf("node defaults: %+v", n)
 			}
 		}},
@@ -92,6 +92,8 @@ func TestParseGood(t *testing.T) {
 node:
   name: n-1
   api_addr: "[::1]:8080"
+  grpc_addr: 0.0.0.0:9090
+  api_tls: {cert_file: s.pem, key_file: s-key.pem}
   peer_addr: 10.0.0.1:7947
   gossip_addr: 0.0.0.0:7946
   join: [10.0.0.2:7946, "host.example:7946"]
@@ -104,6 +106,9 @@ rules:
   - {name: c, rate: 1/s, strategy: local, key: "{tenant}/{header:x-api-key}"}
 `, func(t *testing.T, f *File) {
 			n := f.Node
+			if n.GRPCAddr != "0.0.0.0:9090" || n.APITLS == nil || n.APITLS.KeyFile != "s-key.pem" || n.APITLS.ClientCAFile != "" {
+				t.Errorf("api: %+v %+v", n, n.APITLS)
+			}
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" || n.IdleKeyTTL != 0 {
 				t.Errorf("node: %+v", n)
 			}
@@ -162,6 +167,8 @@ func TestParseBad(t *testing.T) {
 		{"bad key template", "rules: [{name: a, rate: 1/s, key: '{tenant'}]", []string{"rules[0].key", "unclosed"}, 0},
 		{"empty placeholder", "rules: [{name: a, rate: 1/s, key: 'x{}'}]", []string{"rules[0].key"}, 0},
 		{"bad api addr", "node:\n  api_addr: localhost\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.api_addr", "host:port"}, 2},
+		{"bad grpc addr", "node:\n  grpc_addr: 9090\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.grpc_addr", "host:port"}, 2},
+		{"api tls without key", "node:\n  api_tls: {cert_file: c.pem}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.api_tls.key_file", "required"}, 0},
 		{"bad peer port", "node: {peer_addr: 'h:99999'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.peer_addr", "port"}, 0},
 		{"bad gossip addr", "node: {gossip_addr: ':x'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.gossip_addr"}, 0},
 		{"bad join", "node:\n  join:\n    - 10.0.0.1:7946\n    - nope\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:4: node.join[1]"}, 4},
@@ -259,6 +266,7 @@ func TestLoadFiles(t *testing.T) {
 		{"node:\n  secret_key_file: missing.key\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:2: node.secret_key_file"},
 		{"node:\n  secret_key_file: short.key\nrules: [{name: a, rate: 1/s}]\n", "node.secret_key_file"},
 		{"node:\n  tls:\n    cert_file: c.pem\n    key_file: k.pem\n    ca_file: nope.pem\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:5: node.tls.ca_file"},
+		{"node:\n  api_tls:\n    cert_file: c.pem\n    key_file: k.pem\n    client_ca_file: nope.pem\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:5: node.api_tls.client_ca_file"},
 	} {
 		_, err := Load(write("bad.yaml", c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

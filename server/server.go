@@ -12,6 +12,7 @@
 //	GET  /v1/rules  -> {"rules":[{"name":"api","limit_per_s":10,"burst":"20","strategy":"owner","params":[]}]}
 //	GET  /healthz   -> 200 "ok" while the process serves
 //	GET  /readyz    -> 200 "ready" while the node is started, 503 otherwise
+//	GET  /metrics   -> Prometheus metrics (text exposition), on the server's own registry
 //
 // JSON follows the proto3 JSON mapping with the .proto field names: 64-bit
 // integers are strings in answers (numbers are accepted in requests).
@@ -26,6 +27,25 @@
 // gets allowed=false and its error set; the others are still decided. A
 // body that is not a CheckRequest is refused with 400 naming what is
 // wrong, a body above MaxBodyBytes with 400 as well.
+//
+// # Metrics
+//
+// GET /metrics serves these (metrics.go has the details; the names are
+// fixed), besides the go_* and process_* collectors:
+//
+//	tokenmesh_decisions_total{rule,strategy,result}   checks decided; result allowed|refused|error
+//	tokenmesh_decision_seconds{rule}                  histogram of the node's decision time
+//	tokenmesh_invalid_requests_total                  calls refused as INVALID_ARGUMENT
+//	tokenmesh_peer_messages_total{rule,direction}     peer messages; direction sent|received
+//	tokenmesh_peer_bytes_total{rule,direction}        peer payload bytes
+//	tokenmesh_peer_send_errors_total{rule}            frames the transport refused
+//	tokenmesh_peer_receive_errors_total{rule}         payloads the strategy refused
+//	tokenmesh_pending_checks{rule}                    checks waiting for the network
+//	tokenmesh_inbox_dropped_total                     peer frames dropped, inbox full
+//	tokenmesh_members                                 live members, this node included
+//	tokenmesh_state_bytes{rule}                       strategy state size, bytes
+//	tokenmesh_keys{rule}                              keys holding a capacity share (gdrl...)
+//	tokenmesh_capacity_share_ratio{rule}              this node's mean share of a key's rate
 package server
 
 import (
@@ -37,6 +57,8 @@ import (
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -64,6 +86,7 @@ type ruleInfo struct {
 	rule     cluster.Rule
 	perSec   float64 // tokens/s
 	rateZero bool
+	m        *ruleMetrics
 }
 
 // Server serves the API of one node. Its methods are safe for concurrent use.
@@ -76,6 +99,7 @@ type Server struct {
 	ready   atomic.Bool
 	health  *health.Server
 	handler http.Handler
+	metrics *metrics
 }
 
 // New returns the API of node, which must be started, for rules (the
@@ -97,6 +121,16 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 			s.rules = append(s.rules, r)
 		}
 	}
+	var view nodeView // nil without a node
+	if node != nil {
+		view = limiterView{node}
+	}
+	m, byRule := newMetrics(view, s.rules)
+	s.metrics = m
+	for name, ri := range s.byName {
+		ri.m = byRule[name]
+		s.byName[name] = ri
+	}
 	s.SetReady(true)
 
 	gw := runtime.NewServeMux(
@@ -105,12 +139,14 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 			UnmarshalOptions: protojson.UnmarshalOptions{},
 		}),
 		runtime.WithErrorHandler(writeStatus),
+		runtime.WithRoutingErrorHandler(routingError),
 	)
 	// Registering the generated handlers on a fresh mux cannot fail.
 	_ = tokenmeshv1.RegisterRateLimitServiceHandlerServer(context.Background(), gw, s)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.Handle("/", http.MaxBytesHandler(gw, MaxBodyBytes))
 	s.handler = mux
 	return s
@@ -118,6 +154,10 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 
 // Handler is the HTTP/JSON API's http.Handler.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry is the server's Prometheus registry (served at GET /metrics);
+// callers may register more collectors on it.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
 // RegisterGRPC registers the API (tokenmesh.v1.RateLimitService) and the
 // standard health service (grpc.health.v1.Health, SERVING while ready) on g.
@@ -147,6 +187,7 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	items, err := s.validate(req.GetChecks())
 	if err != nil {
+		s.metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	results, err := s.node.Cluster().CheckBatch(ctx, items)
@@ -159,7 +200,9 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	resp := &tokenmeshv1.CheckResponse{Results: make([]*tokenmeshv1.CheckResult, len(results))}
 	for i, r := range results {
-		resp.Results[i] = s.result(i, items[i], r)
+		out := s.result(i, items[i], r)
+		resp.Results[i] = out
+		s.byName[items[i].Rule].m.count(r, out.Allowed)
 	}
 	return resp, nil
 }
@@ -261,6 +304,31 @@ func writeStatus(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// endpoints lists the HTTP API for routing errors.
+const endpoints = "POST /v1/check, GET /v1/rules, GET /healthz, GET /readyz, GET /metrics"
+
+// routingError answers a request no route matches: 404 for an unknown
+// path, 405 for a known path with the wrong method, each naming the
+// endpoints (grpc-gateway's default would answer 501 to a wrong method).
+func routingError(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	code, msg := codes.NotFound, fmt.Sprintf("no such endpoint: %s %s (endpoints: %s)", r.Method, r.URL.Path, endpoints)
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		code, msg = codes.Unimplemented, fmt.Sprintf("%s %s: wrong method (endpoints: %s)", r.Method, r.URL.Path, endpoints)
+	case http.StatusNotFound:
+	default:
+		code, msg = codes.InvalidArgument, http.StatusText(httpStatus)
+	}
+	b, err := m.Marshal(status.New(code, msg).Proto())
+	if err != nil {
+		b = []byte(`{"code": 13, "message": "encoding the error failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(httpStatus)
 	_, _ = w.Write(append(b, '\n'))
 }
 

@@ -1,0 +1,251 @@
+package server
+
+// Prometheus metrics of a Server, on its own registry (Server.Registry),
+// served at GET /metrics. The names are fixed: dashboards and tools parse
+// them.
+//
+// Counted by Check, per item of a valid batch:
+//
+//	tokenmesh_decisions_total{rule,strategy,result}  counter; result is allowed, refused
+//	                                                 (hits above the burst included) or
+//	                                                 error (the item was not decided)
+//	tokenmesh_decision_seconds{rule}                 histogram of the node's time to decide
+//	                                                 (cluster Decision.Wait), 50us to 1s
+//	tokenmesh_invalid_requests_total                 counter of calls refused as invalid
+//	                                                 (INVALID_ARGUMENT; nothing per item)
+//
+// Read from the node at scrape time (cluster.Node.Stats):
+//
+//	tokenmesh_peer_messages_total{rule,direction}    counter; direction sent or received
+//	tokenmesh_peer_bytes_total{rule,direction}       counter of peer payload bytes
+//	tokenmesh_peer_send_errors_total{rule}           counter of frames the transport refused
+//	tokenmesh_peer_receive_errors_total{rule}        counter of payloads the strategy refused
+//	tokenmesh_pending_checks{rule}                   gauge of checks waiting for the network
+//	tokenmesh_inbox_dropped_total                    counter of peer frames dropped (inbox full)
+//	tokenmesh_members                                gauge of live members (1 without gossip)
+//
+// Read in the node's loop at scrape time (cluster.Node.Inspect, 200ms at
+// most; left out of a scrape when the node does not answer in time):
+//
+//	tokenmesh_state_bytes{rule}                      gauge of the strategy's state size, bytes
+//	tokenmesh_keys{rule}                             gauge of keys holding a capacity share
+//	tokenmesh_capacity_share_ratio{rule}             gauge of this node's mean share of a key's
+//	                                                 rate (0..1); only for strategies that split
+//	                                                 the rate (strategy.ShareReporter), and not
+//	                                                 while keys is 0
+//
+// Plus the standard go_* and process_* collectors.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// InspectTimeout bounds how long a scrape waits for the node's loop to
+// report its strategies' state.
+const InspectTimeout = 200 * time.Millisecond
+
+// decisionBuckets are tokenmesh_decision_seconds's upper bounds, in
+// seconds: 16 round values from 50us to 1s.
+var decisionBuckets = []float64{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 3e-3, 5e-3, 10e-3,
+	20e-3, 50e-3, 100e-3, 200e-3, 500e-3, 1}
+
+// metrics is a Server's instrumentation.
+type metrics struct {
+	reg     *prometheus.Registry
+	invalid prometheus.Counter
+}
+
+// ruleMetrics are one rule's pre-resolved series, so counting a decision
+// builds no labels.
+type ruleMetrics struct {
+	allowed, refused, errored prometheus.Counter
+	wait                      prometheus.Observer
+}
+
+// newMetrics registers the metrics of a server serving rules of node
+// (nil: none) and returns each rule's series by name.
+func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*ruleMetrics) {
+	reg := prometheus.NewRegistry()
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokenmesh_decisions_total",
+		Help: "Checks decided by this node's API, by rule, strategy and result (allowed, refused, error: not decided).",
+	}, []string{"rule", "strategy", "result"})
+	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tokenmesh_decision_seconds",
+		Help:    "Time from the node taking a check to its decision (cluster Decision.Wait), seconds.",
+		Buckets: decisionBuckets,
+	}, []string{"rule"})
+	m := &metrics{reg: reg, invalid: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tokenmesh_invalid_requests_total",
+		Help: "Check calls refused as invalid (INVALID_ARGUMENT); their items are not counted.",
+	})}
+	reg.MustRegister(decisions, wait, m.invalid,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if node != nil {
+		reg.MustRegister(&nodeCollector{node: node})
+	}
+	byRule := make(map[string]*ruleMetrics, len(rules))
+	for _, r := range rules {
+		byRule[r.Name] = &ruleMetrics{
+			allowed: decisions.WithLabelValues(r.Name, r.Strategy, "allowed"),
+			refused: decisions.WithLabelValues(r.Name, r.Strategy, "refused"),
+			errored: decisions.WithLabelValues(r.Name, r.Strategy, "error"),
+			wait:    wait.WithLabelValues(r.Name),
+		}
+	}
+	return m, byRule
+}
+
+// count records one item's outcome: its cluster result r, answered as
+// allowed or not (nil rm: not counted).
+func (rm *ruleMetrics) count(r cluster.BatchResult, allowed bool) {
+	if rm == nil {
+		return
+	}
+	switch {
+	case r.Err != nil:
+		rm.errored.Inc()
+		return
+	case allowed:
+		rm.allowed.Inc()
+	default:
+		rm.refused.Inc()
+	}
+	rm.wait.Observe(r.Wait.Seconds())
+}
+
+// nodeView is what the scrape-time collector reads of a node
+// (*cluster.Node plus the member count; a fake in tests).
+type nodeView interface {
+	Stats() cluster.Stats
+	Inspect(ctx context.Context, f func(now time.Duration, rule cluster.Rule, s strategy.Strategy)) error
+	Members() int
+}
+
+// limiterView is what the metrics read of a limiter.Node.
+type limiterView struct{ n *limiter.Node }
+
+func (v limiterView) Stats() cluster.Stats { return v.n.Cluster().Stats() }
+
+func (v limiterView) Inspect(ctx context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+	return v.n.Cluster().Inspect(ctx, f)
+}
+
+// Members is the live members gossip reported; 1 (this node) without gossip.
+func (v limiterView) Members() int { return max(len(v.n.Members()), 1) }
+
+var (
+	descPeerMessages = prometheus.NewDesc("tokenmesh_peer_messages_total",
+		"Peer messages of a rule's strategy, by direction (sent, received).", []string{"rule", "direction"}, nil)
+	descPeerBytes = prometheus.NewDesc("tokenmesh_peer_bytes_total",
+		"Peer payload bytes of a rule's strategy, by direction (sent, received).", []string{"rule", "direction"}, nil)
+	descSendErrors = prometheus.NewDesc("tokenmesh_peer_send_errors_total",
+		"Peer frames of a rule the transport refused (unknown or closed peer).", []string{"rule"}, nil)
+	descReceiveErrors = prometheus.NewDesc("tokenmesh_peer_receive_errors_total",
+		"Peer payloads of a rule its strategy refused.", []string{"rule"}, nil)
+	descPending = prometheus.NewDesc("tokenmesh_pending_checks",
+		"Checks of a rule waiting for an asynchronous (network) decision.", []string{"rule"}, nil)
+	descInboxDropped = prometheus.NewDesc("tokenmesh_inbox_dropped_total",
+		"Peer frames dropped because the node's event inbox was full.", nil, nil)
+	descMembers = prometheus.NewDesc("tokenmesh_members",
+		"Live members of the cluster as this node sees them, itself included.", nil, nil)
+	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
+		"Size of a rule's strategy state at this node, bytes of its wire encoding.", []string{"rule"}, nil)
+	descShare = prometheus.NewDesc("tokenmesh_capacity_share_ratio",
+		"This node's mean capacity share of a key's rate (0..1), over the keys it holds (strategies that split the rate).", []string{"rule"}, nil)
+	descKeys = prometheus.NewDesc("tokenmesh_keys",
+		"Keys of a rule holding a capacity share at this node (strategies that split the rate).", []string{"rule"}, nil)
+)
+
+// nodeCollector exports a node's counters and state, read at scrape time.
+type nodeCollector struct {
+	node nodeView
+}
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
+		descPending, descInboxDropped, descMembers, descStateBytes, descShare, descKeys} {
+		ch <- d
+	}
+}
+
+// ruleState is what one Inspect call reports of a rule.
+type ruleState struct {
+	rule       string
+	stateBytes int
+	shares     bool // the strategy is a strategy.ShareReporter
+	shareSum   float64
+	keys       int
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st := c.node.Stats()
+	for rule, rs := range st.Rules {
+		counter(descPeerMessages, rs.MessagesSent, rule, "sent")
+		counter(descPeerMessages, rs.MessagesReceived, rule, "received")
+		counter(descPeerBytes, rs.BytesSent, rule, "sent")
+		counter(descPeerBytes, rs.BytesReceived, rule, "received")
+		counter(descSendErrors, rs.SendErrors, rule)
+		counter(descReceiveErrors, rs.ReceiveErrors, rule)
+		gauge(descPending, float64(rs.Pending), rule)
+	}
+	counter(descInboxDropped, st.InboxDropped)
+	gauge(descMembers, float64(c.node.Members()))
+
+	for _, r := range c.inspect() {
+		gauge(descStateBytes, float64(r.stateBytes), r.rule)
+		if !r.shares {
+			continue
+		}
+		gauge(descKeys, float64(r.keys), r.rule)
+		if r.keys > 0 {
+			gauge(descShare, r.shareSum/float64(r.keys), r.rule)
+		}
+	}
+}
+
+// inspect reads every rule's strategy state in the node's loop; nil when
+// the node does not answer within InspectTimeout.
+func (c *nodeCollector) inspect() []ruleState {
+	ctx, cancel := context.WithTimeout(context.Background(), InspectTimeout)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		rows      []ruleState
+		abandoned bool // the scrape stopped waiting: a late call must not write rows
+	)
+	err := c.node.Inspect(ctx, func(_ time.Duration, rule cluster.Rule, s strategy.Strategy) {
+		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
+		if sr, ok := s.(strategy.ShareReporter); ok {
+			row.shares = true
+			row.shareSum, row.keys = sr.CapacityShares()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !abandoned {
+			rows = append(rows, row)
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	abandoned = true
+	if err != nil {
+		return nil
+	}
+	return rows
+}
