@@ -114,6 +114,12 @@ type PeerConfig struct {
 	TLS *tls.Config
 	// ProbeInterval, when set, shortens the failure detector (tests).
 	ProbeInterval time.Duration
+	// WrapTransport, when set, wraps the gRPC peer transport before the
+	// node uses it (fault injection in tests: cluster.NewFaulty). It
+	// wraps the data plane only: gossip membership and the transport's
+	// peer address book still see the unwrapped transport. Nil (or a nil
+	// result): none. The node closes the wrapper, which must close tr.
+	WrapTransport func(cluster.Transport) cluster.Transport
 }
 
 // InProcess makes the node a member of a cluster inside this process:
@@ -216,6 +222,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.tr = tr
 		ccfg.Transport = tr
+		if cfg.Peer.WrapTransport != nil {
+			if w := cfg.Peer.WrapTransport(tr); w != nil {
+				ccfg.Transport = w
+			}
+		}
 	default:
 		ep, err := cluster.NewMemNetwork().Endpoint(self)
 		if err != nil {
@@ -284,11 +295,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Close leaves the gossip cluster (if any) and stops the node; pending
-// decisions fail with cluster.ErrClosed. It is idempotent.
+// Close leaves the cluster and stops the node; pending decisions fail
+// with cluster.ErrClosed. It is idempotent.
+//
+// With peers (Config.Peer), Close first hands the node's state over
+// (cluster.Node.Leave: gdrl transfers its capacity shares to its buddy),
+// waiting at most 2 s for the peers to acknowledge it; a hand-over that
+// does not complete in time is not an error (what was not handed over is
+// inherited by the buddy once gossip reports the node gone). Then it
+// leaves gossip (announcing the departure for up to 1 s) and stops.
 func (n *Node) Close() error {
 	n.once.Do(func() {
 		if n.ms != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = n.node.Leave(ctx) // a timeout only means the buddy inherits the rest
+			cancel()
 			_ = n.ms.Leave(time.Second)
 			n.err = n.ms.Shutdown()
 		}

@@ -97,6 +97,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
 // Adaptive is one node of the adaptive strategy (SRTM 000 §5.4): a sub-token
@@ -571,6 +572,42 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 		ks.rPerS = r.PerSec()
 	}
 }
+
+// Remaining is the whole tokens key's sub-token bucket holds at now (the
+// burst of its applied share, or of the static split, for a key this node
+// holds no bucket of: a new one is full). Always known. It changes no
+// state (strategy.Remainer).
+func (a *Adaptive) Remaining(now time.Duration, key string) (int64, bool) {
+	if ks, ok := a.keys[key]; ok {
+		return buckets.Whole(ks.b, now), true
+	}
+	_, b := a.shareOf(key)
+	return b, true
+}
+
+// CapacityShares is the sum, over the keys this node holds a sub-token
+// bucket of, of its applied rate share as a fraction of the rule's rate
+// (r/N for keys on the static split), and the number of those keys
+// (strategy.ShareReporter). A pending epoch's increases count once
+// applied. With a zero rate the burst share is reported instead.
+func (a *Adaptive) CapacityShares() (sum float64, keys int) {
+	total := a.rate.PerSec()
+	for k := range a.keys {
+		r, b := a.shareOf(k)
+		switch {
+		case total > 0:
+			sum += r.PerSec() / total
+		case a.burst > 0:
+			sum += float64(b) / float64(a.burst)
+		}
+	}
+	return sum, len(a.keys)
+}
+
+var (
+	_ strategy.Remainer      = (*Adaptive)(nil)
+	_ strategy.ShareReporter = (*Adaptive)(nil)
+)
 
 // rateLess reports x < y for non-negative rates.
 func rateLess(x, y bucket.Rate) bool {

@@ -548,6 +548,23 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 	}
 }
 
+// Remaining is the whole tokens key's replicated bucket holds at now as
+// this node sees it: the limit refilled to now minus the consumed tokens
+// it knows of, rounded down and clamped to [0, Burst] (the capacity for a
+// key it has not seen: a new key starts full). Always known. It changes no
+// state (strategy.Remainer): the refill is computed on a copy.
+func (g *GCounter) Remaining(now time.Duration, key string) (int64, bool) {
+	b, ok := g.state[key]
+	if !ok {
+		return g.capacity, true
+	}
+	c := *b // refill touches limit, frac and refill only, never the counter
+	g.refill(&c, now)
+	return min(max(c.limit-c.consumed, 0), g.capacity), true
+}
+
+var _ strategy.Remainer = (*GCounter)(nil)
+
 // StateBytes is the exact size, in bytes of the wire encoding, of the
 // node's local state as a full-state GCounterMessage plus the delta
 // message it would send to each neighbour now (computed field by field,

@@ -185,6 +185,26 @@
 // is across the cut is counted on both sides until the heal: the failure
 // detector cannot tell a netsplit from a crash.
 //
+// Graceful leave (strategy.Leaver; see Leave). A node told to leave (the
+// runtime's Leave, on SIGTERM) stops exchanging and hands everything it
+// holds to its buddy in one acknowledged transfer: every explicit share,
+// and its default share as an item with the empty key that applies to
+// every key the transfer does not list. It is debited first, so the
+// buddy's replicated record shows the shares gone and the transfer sent;
+// when the buddy inherits that record later it adds nothing and finds the
+// transfer credited. Whatever still reaches the leaver is credited and
+// handed over again. Left reports true once the leaver holds no positive
+// share and no unacknowledged transfer, and its buddy acknowledged its
+// final record. The leaver's record (no shares then, but its duplicate
+// filter) still matters until the buddy has inherited it and replicated
+// that to its own buddy: a buddy that crashes within that window fails
+// together with the leaver, and a transfer paid to the leaver whose
+// acknowledgement was lost then stays in flight (no share is lost: the
+// leaver had handed it over). A node that leaves also drops the records
+// it held as a buddy; its wards replicate to their new buddy once their
+// view drops it (the window of "a node whose new buddy has not yet
+// acknowledged its record" below).
+//
 // Limits. Two nodes that fail together (a node and its buddy, or a node
 // whose new buddy has not yet acknowledged its record) lose their shares,
 // never more. A node that crashes during a netsplit on the side away from

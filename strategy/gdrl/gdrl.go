@@ -111,6 +111,7 @@ type GDRL struct {
 	tickReq  time.Duration // the interval tick last asked for with WakeAt
 	wakeReq  time.Duration // the earlier wake-up last asked for (retransmissions)
 	started  bool
+	leaving  bool // Leave was called: hand everything to the buddy (see leave.go)
 }
 
 // share is one key's explicit share at this node.
@@ -426,14 +427,13 @@ type Pending struct {
 
 // Pending lists this node's unacknowledged transfers of key (its own and
 // those it adopted from incarnations it inherited), in outbox order; nil
-// when there are none.
+// when there are none. A leaver's hand-over moves its default share for
+// every key it does not list: it counts for those keys too.
 func (g *GDRL) Pending(key string) []Pending {
 	var out []Pending
 	for _, t := range g.outbox {
-		for _, it := range t.items {
-			if it.key == key {
-				out = append(out, Pending{ID: t.id, Capacity: it.c, Burst: it.b})
-			}
+		if it, ok := t.itemFor(key); ok {
+			out = append(out, Pending{ID: t.id, Capacity: it.c, Burst: it.b})
 		}
 	}
 	return out

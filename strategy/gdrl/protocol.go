@@ -88,7 +88,9 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	if now >= g.nextTick {
 		g.closeInterval(now)
-		g.probe(now, fx)
+		if !g.leaving {
+			g.probe(now, fx)
+		}
 		for g.nextTick <= now {
 			g.nextTick += g.interval
 		}
@@ -442,9 +444,9 @@ func (o sentKey) differs(s *peerv1.GdrlShare) bool {
 // Appendix, Theorem 2) gives the flow; this node pays what it owes and, for
 // the keys where the prober owes, sends back its own indicator inputs (an
 // ask) so that the prober recomputes the flow with its current shares and
-// pays.
+// pays. A leaving node answers no probe (it takes part in no exchange).
 func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, p *peerv1.GdrlProbe, fx *strategy.Effects) {
-	if !g.inView(from) || from == g.self {
+	if !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
 	theirs := map[string]*peerv1.GdrlShare{}
@@ -485,9 +487,10 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 }
 
 // onAsk pays what the update owes the asker, recomputed with this node's
-// current shares (so that concurrent exchanges do not overshoot).
+// current shares (so that concurrent exchanges do not overshoot). A
+// leaving node pays nothing: everything it holds goes to its buddy.
 func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlAsk) {
-	if a.ToInc != g.inc || !g.inView(from) || from == g.self {
+	if a.ToInc != g.inc || !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
 	var pay []item
@@ -707,10 +710,7 @@ func (g *GDRL) credit(now time.Duration, table filters, part int, id TransferID,
 	if !table.accept(id) {
 		return false
 	}
-	for _, it := range items {
-		g.adjust(it.key, it.c, it.b, now)
-		g.addTokens(it.key, it.t, now)
-	}
+	g.addItems(items, 1, now)
 	g.mark(part)
 	return true
 }
@@ -736,11 +736,17 @@ func (g *GDRL) onTransferAck(now time.Duration, from strategy.NodeID, fromInc ui
 
 // removeTransfer drops a settled transfer. Replicating that may wait: an
 // heir that adopts a settled transfer only retransmits it, and the
-// destination (or its heir) acknowledges it as a duplicate.
+// destination (or its heir) acknowledges it as a duplicate. A leaving
+// node replicates it at once: it waits for its buddy to hold its final
+// record before it reports Left.
 func (g *GDRL) removeTransfer(t *transfer) {
 	g.outbox = slices.DeleteFunc(g.outbox, func(x *transfer) bool { return x == t })
 	g.partAt[partOutbox] = g.version + 1
-	g.lazy = true
+	if g.leaving {
+		g.dirty = true
+	} else {
+		g.lazy = true
+	}
 }
 
 func (g *GDRL) hasTransfer(id TransferID) bool {
@@ -789,6 +795,9 @@ func (g *GDRL) sendNow(to strategy.NodeID, payload []byte) {
 // flush ends an event: a changed state becomes a new record version, sent
 // to the buddy, and whatever the buddy already holds is released.
 func (g *GDRL) flush(now time.Duration, fx *strategy.Effects) {
+	if g.leaving {
+		g.handOver(now)
+	}
 	for range 4 {
 		if g.dirty {
 			g.version++
@@ -1125,9 +1134,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
 			if g.applied.credited(t.id) {
-				for _, it := range t.items {
-					g.adjust(it.key, -it.c, -it.b, now) // credited here too
-				}
+				g.addItems(t.items, -1, now) // credited here too
 			} else {
 				g.applied.settleElsewhere(t.id) // never credit it here
 			}

@@ -71,3 +71,13 @@ func (l *Local) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 
 // StateBytes is the encoded size of the buckets held, in bytes.
 func (l *Local) StateBytes() int { return l.table.StateBytes() }
+
+// Remaining is the whole tokens this node's bucket for key holds at now
+// (the burst for a key it holds no bucket of: a new one is full). Always
+// known: for `local` it is this node's own (r, b) bucket, for `central`
+// the cluster's only one. It changes no state (strategy.Remainer).
+func (l *Local) Remaining(now time.Duration, key string) (int64, bool) {
+	return l.table.Remaining(key, now), true
+}
+
+var _ strategy.Remainer = (*Local)(nil)

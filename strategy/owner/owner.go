@@ -355,6 +355,24 @@ func (o *Owner) StateBytes() int {
 	return n + len(o.seen)*perSeen
 }
 
+// Remaining is the whole tokens of key's bucket at now, known only where
+// the key is decided locally and at once: this node owns key (in its
+// current view) and hold is 0 (with an ordering buffer no decision is
+// synchronous, and the bucket does not yet count the requests waiting in
+// it). Elsewhere it is (0, false): the key's bucket is at its owner. It
+// changes no state (strategy.Remainer).
+func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
+	if o.hold > 0 {
+		return 0, false
+	}
+	if owner := rendezvous.Owner(key, o.members); owner != o.self && owner != "" {
+		return 0, false
+	}
+	return o.table.Remaining(key, now), true
+}
+
+var _ strategy.Remainer = (*Owner)(nil)
+
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {

@@ -32,6 +32,7 @@ type Static struct {
 	rate       bucket.Rate
 	burst      int64
 	table      *buckets.Table
+	members    int // N of the current split
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 }
@@ -53,6 +54,7 @@ func New(cfg strategy.Config) (*Static, error) {
 	if s.table, err = buckets.New(r, b); err != nil {
 		return nil, err
 	}
+	s.members = len(cfg.Members)
 	s.sweepEvery = buckets.SweepInterval(r, b)
 	return s, nil
 }
@@ -108,7 +110,32 @@ func (s *Static) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 		return
 	}
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+	s.members = len(members)
 }
 
 // StateBytes is the encoded size of the sub-token buckets held, in bytes.
 func (s *Static) StateBytes() int { return s.table.StateBytes() }
+
+// Remaining is the whole tokens this node's sub-token bucket (r/N, b_i) for
+// key holds at now (b_i for a key it holds no bucket of). Always known. It
+// changes no state (strategy.Remainer).
+func (s *Static) Remaining(now time.Duration, key string) (int64, bool) {
+	return s.table.Remaining(key, now), true
+}
+
+// CapacityShares is 1/N for every key this node holds a sub-token bucket
+// of (N the members of its current split), and the number of those keys
+// (strategy.ShareReporter). Keys swept back to full hold the same 1/N
+// but are not counted.
+func (s *Static) CapacityShares() (sum float64, keys int) {
+	n := s.table.Len()
+	if n == 0 || s.members == 0 {
+		return 0, n
+	}
+	return float64(n) / float64(s.members), n
+}
+
+var (
+	_ strategy.Remainer      = (*Static)(nil)
+	_ strategy.ShareReporter = (*Static)(nil)
+)

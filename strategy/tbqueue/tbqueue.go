@@ -596,6 +596,17 @@ func (q *TBQueue) setDelta(nb strategy.NodeID, key string, qu []elem) {
 	dm[key] = qu
 }
 
+// Remaining is the tokens key's local queue leaves free at now, as the
+// admission rule computes them: capacity minus the live tokens of the
+// elements in this node's queue (the capacity for a key it holds no
+// queue of), clamped to [0, capacity]. Always known. It changes no state
+// (strategy.Remainer): dead elements are skipped, not removed.
+func (q *TBQueue) Remaining(now time.Duration, key string) (int64, bool) {
+	return min(max(q.capacity-q.clock.tokensIn(q.local[key], now), 0), q.capacity), true
+}
+
+var _ strategy.Remainer = (*TBQueue)(nil)
+
 // StateBytes is the exact size, in bytes of the wire encoding, of the
 // node's local state as one TBQueueMessage plus the delta message it would
 // send each neighbour now (computed field by field, equal to proto.Size of

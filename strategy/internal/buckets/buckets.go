@@ -6,6 +6,7 @@
 package buckets
 
 import (
+	"math"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -86,4 +87,38 @@ func SweepInterval(rate bucket.Rate, burst int64) time.Duration {
 	}
 	d := time.Duration(float64(burst) / rate.PerSec() * float64(time.Second))
 	return min(max(d, time.Second), time.Minute)
+}
+
+// Whole is the whole tokens b holds at now (rounded down, clamped to
+// [0, burst]), without changing b: it works on a copy, so a driver may
+// call it (strategy.Remainer) between decisions and they stay the same.
+// Exact: the float estimate of Bucket.Tokens is corrected with DelayN,
+// which compares in ticks.
+func Whole(b bucket.Bucket, now time.Duration) int64 {
+	// b is the caller's bucket copied: advancing it here changes nothing
+	// there.
+	burst := b.Burst()
+	k := int64(math.Floor(b.Tokens(now)))
+	k = min(max(k, 0), burst)
+	has := func(n int64) bool {
+		d, ok := b.DelayN(now, n)
+		return ok && d == 0
+	}
+	for k > 0 && !has(k) {
+		k--
+	}
+	for k < burst && has(k+1) {
+		k++
+	}
+	return k
+}
+
+// Remaining is the whole tokens key's bucket holds at now (Whole), or the
+// burst when the table holds no bucket for key (a new one is full). It
+// changes nothing: no bucket is created.
+func (t *Table) Remaining(key string, now time.Duration) int64 {
+	if b, ok := t.m[key]; ok {
+		return Whole(*b, now)
+	}
+	return t.burst
 }

@@ -1,0 +1,450 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// marginTrace is keys requests for span of trace time whose decisions
+// under (1/s, burst 2) do not depend on timing jitter below 250 ms of trace
+// time: each key's first request arrives at t0 (its bucket full), the
+// others at t0 + 250ms + k*500ms, so its bucket holds a whole number of
+// tokens plus 0.25 or 0.75 at every request (two requests per second
+// against a refill of one: the bucket never fills again). About half are
+// rejected.
+func marginTrace(keys int, span time.Duration) *workload.Trace {
+	var reqs []workload.Request
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		t0 := time.Duration(k) * 37 * time.Millisecond
+		reqs = append(reqs, workload.Request{Arrival: t0, Key: key, Tokens: 1})
+		for t := t0 + 250*time.Millisecond; t < span; t += 500 * time.Millisecond {
+			reqs = append(reqs, workload.Request{Arrival: t, Key: key, Tokens: 1})
+		}
+	}
+	slices.SortStableFunc(reqs, func(a, b workload.Request) int { return int(a.Arrival - b.Arrival) })
+	return &workload.Trace{Name: "margin", Requests: reqs}
+}
+
+var (
+	onePerSec = bucket.Rate{Tokens: 1, Per: time.Second}
+	testBurst = int64(2)
+)
+
+func runInProcess(t *testing.T, strat string, nodes int, speed float64, tr *workload.Trace) *Result {
+	t.Helper()
+	ctx := context.Background()
+	target, err := StartInProcess(ctx, nodes, "replay", ScaledRate(onePerSec, speed), testBurst, strat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	res, err := Run(ctx, Options{Trace: tr, Strategy: strat, Rate: onePerSec, Burst: testBurst, Speed: speed,
+		AssignPolicy: "hash", Seed: 1}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// runPunctual is runInProcess on a fresh cluster until every request was
+// sent less than 150 ms of trace time after its due time (150ms/speed of
+// wall time): marginTrace's decisions do not depend on timing errors below
+// 250 ms of trace time, but a loaded machine (other builds and tests on two
+// cores) can stall the scheduler for hundreds of ms. After 5 tries it skips
+// the test.
+func runPunctual(t *testing.T, strat string, nodes int, speed float64, tr *workload.Trace) *Result {
+	t.Helper()
+	limit := time.Duration(float64(150*time.Millisecond) / speed)
+	var res *Result
+	for try := 0; try < 5; try++ {
+		if res = runInProcess(t, strat, nodes, speed, tr); res.MaxLateness < limit {
+			return res
+		}
+		t.Logf("%s at speed %g: %d late sends, max lateness %v > %v: machine loaded, trying again", strat, speed, res.Late, res.MaxLateness, limit)
+	}
+	t.Skipf("%s at speed %g: max lateness %v > %v in 5 tries: machine too loaded for an exact comparison", strat, speed, res.MaxLateness, limit)
+	return nil
+}
+
+func TestOwnerMatchesCentralInProcess(t *testing.T) {
+	tr := marginTrace(6, 3*time.Second)
+	res := runPunctual(t, "owner", 3, 1, tr)
+	r := res.Row
+	if r.ExcessAdmitted != 0 || r.FalseRejections != 0 || r.Undecided != 0 {
+		t.Fatalf("owner on 3 nodes: excess %d tokens, %d false rejections, %d undecided; want 0 (late sends %d, max lateness %v)",
+			r.ExcessAdmitted, r.FalseRejections, r.Undecided, res.Late, res.MaxLateness)
+	}
+	if r.Rejected == 0 || r.Admitted == 0 {
+		t.Fatalf("trace should admit and reject: %+v", r)
+	}
+	if r.Messages == 0 || r.Bytes == 0 {
+		t.Fatalf("owner on 3 nodes forwards, but messages %d bytes %d", r.Messages, r.Bytes)
+	}
+	if r.DecisionLatencyP99Ms <= 0 {
+		t.Fatalf("latency p99 %v", r.DecisionLatencyP99Ms)
+	}
+}
+
+func TestLocalOverAdmitsInProcess(t *testing.T) {
+	tr := marginTrace(6, 3*time.Second)
+	res := runInProcess(t, "local", 3, 1, tr)
+	if res.Row.ExcessAdmitted == 0 || res.Row.ExcessAdmittedPct <= 0 {
+		t.Fatalf("local on 3 nodes: excess %d tokens (%v%%); want > 0", res.Row.ExcessAdmitted, res.Row.ExcessAdmittedPct)
+	}
+}
+
+// At speed 3 the rule serves 3 tokens per wall second: the decisions must
+// still be central's on the trace timeline (1 token per trace second), and
+// the replay must take span/3 of wall time.
+func TestSpeedScaling(t *testing.T) {
+	tr := marginTrace(4, 6*time.Second)
+	for _, tc := range []struct {
+		strat string
+		nodes int
+	}{{"local", 1}, {"owner", 3}} {
+		res := runPunctual(t, tc.strat, tc.nodes, 3, tr)
+		r := res.Row
+		if r.ExcessAdmitted != 0 || r.FalseRejections != 0 || r.Undecided != 0 {
+			t.Errorf("%s on %d nodes at speed 3: excess %d, false rejections %d, undecided %d; want 0",
+				tc.strat, tc.nodes, r.ExcessAdmitted, r.FalseRejections, r.Undecided)
+		}
+		want := tr.Span() / 3
+		if res.Wall < want || res.Wall > want+time.Second {
+			t.Errorf("%s at speed 3: wall %v, want about %v", tc.strat, res.Wall, want)
+		}
+	}
+	// The same trace at speed 1 with the rule not scaled up (4/s served
+	// while replaying in trace time) is a different limit: it must differ.
+	ctx := context.Background()
+	target, err := StartInProcess(ctx, 1, "replay", 4, testBurst, "local", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	short := marginTrace(4, 2*time.Second)
+	res, err := Run(ctx, Options{Trace: short, Strategy: "local", Rate: onePerSec, Burst: testBurst, Speed: 1, AssignPolicy: "hash"}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Row.ExcessAdmitted == 0 {
+		t.Errorf("an unscaled 4/s rule replayed at speed 1 should over-admit against 1/s")
+	}
+}
+
+// fakeTarget records what Run asks of it; every check is admitted.
+type fakeTarget struct {
+	n     int
+	start time.Time
+
+	mu     sync.Mutex
+	checks []fakeCheck
+	kills  []fakeKill
+	bytes  int
+}
+
+type fakeCheck struct {
+	node int
+	key  string
+	at   time.Duration // since start
+}
+
+type fakeKill struct {
+	node   int
+	before int // checks received before the kill
+}
+
+func (f *fakeTarget) Nodes() int { return f.n }
+
+func (f *fakeTarget) Check(_ context.Context, node int, key string, _ int64) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range f.kills {
+		if k.node == node {
+			return false, errors.New("connection refused")
+		}
+	}
+	f.checks = append(f.checks, fakeCheck{node, key, time.Since(f.start)})
+	return true, nil
+}
+
+func (f *fakeTarget) Bytes(context.Context) (int64, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bytes++
+	return 7, 700, nil
+}
+
+func (f *fakeTarget) Kill(node int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kills = append(f.kills, fakeKill{node, len(f.checks)})
+	return nil
+}
+
+func (f *fakeTarget) Partition(...[]int) error { return nil }
+func (f *fakeTarget) Heal() error              { return nil }
+
+func TestKillStopsSendingToNode(t *testing.T) {
+	// 20 requests in [0, 0.95 s], 20 in [1.5 s, 2.45 s]; node 1 killed at
+	// 1.2 s. At speed 4 the kill is 62 ms of wall time away from requests.
+	var reqs []workload.Request
+	for i := range 40 {
+		at := time.Duration(i) * 50 * time.Millisecond
+		if i >= 20 {
+			at += 500 * time.Millisecond
+		}
+		reqs = append(reqs, workload.Request{Arrival: at, Key: fmt.Sprintf("k%d", i%7), Tokens: 1})
+	}
+	tr := &workload.Trace{Name: "kill", Requests: reqs}
+	f := &fakeTarget{n: 3, start: time.Now()}
+	kill, err := ParseKill("1@1.2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const speed = 4
+	res, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: speed,
+		AssignPolicy: "roundrobin", Events: []Event{kill}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.kills) != 1 || f.kills[0].node != 1 {
+		t.Fatalf("kills %+v, want node 1 once", f.kills)
+	}
+	// The assigner's sequence: round robin over 3 nodes, then over the live 0 and 2.
+	for i, o := range res.Outcomes {
+		want := i % 3
+		if i >= 20 {
+			want = []int{0, 2}[i%2]
+		}
+		if o.Node != want {
+			t.Fatalf("request %d went to node %d, want %d", i, o.Node, want)
+		}
+		if !o.Sent {
+			t.Fatalf("request %d not sent", i)
+		}
+	}
+	if res.MaxLateness < 50*time.Millisecond {
+		// Punctual: the kill fell between the two halves.
+		if f.kills[0].before != 20 || res.Errors != 0 {
+			t.Errorf("kill after %d checks with %d errors, want 20 and 0", f.kills[0].before, res.Errors)
+		}
+	} else {
+		t.Logf("machine loaded (max lateness %v): not checking when the kill fell", res.MaxLateness)
+	}
+	if !slices.Equal(res.Row.CrashedNodes, []string{"1"}) || !slices.Equal(res.Events, []string{"kill 1@1.2s"}) {
+		t.Errorf("crashed %v events %v", res.Row.CrashedNodes, res.Events)
+	}
+	if res.Row.Messages != 7 || res.Row.Bytes != 700 {
+		t.Errorf("messages %d bytes %d, want the target's 7 and 700", res.Row.Messages, res.Row.Bytes)
+	}
+	// Requests are never sent before arrival/speed (after the lead).
+	for i, o := range res.Outcomes {
+		if o.Lateness < 0 {
+			t.Errorf("request %d sent %v early", i, -o.Lateness)
+		}
+	}
+	wall := DefaultLead + tr.Span()/speed
+	if first, last := f.checks[0].at, f.checks[len(f.checks)-1].at; first < DefaultLead || last < wall {
+		t.Errorf("first send at %v (want >= %v), last at %v (want >= %v)", first, DefaultLead, last, wall)
+	}
+}
+
+func TestKillEveryNodeLeavesRequestsUndecided(t *testing.T) {
+	reqs := []workload.Request{{Arrival: 0, Key: "a", Tokens: 1}, {Arrival: 400 * time.Millisecond, Key: "a", Tokens: 1},
+		{Arrival: 500 * time.Millisecond, Key: "a", Tokens: 1}}
+	tr := &workload.Trace{Name: "x", Requests: reqs}
+	f := &fakeTarget{n: 1, start: time.Now()}
+	res, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: 1,
+		AssignPolicy: "hash", Events: []Event{{At: 400 * time.Millisecond, Kind: Kill, Node: 0}}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Row.Undecided != 2 || res.Outcomes[1].Err != ErrNoLiveNode || res.Outcomes[2].Err != ErrNoLiveNode {
+		t.Fatalf("undecided %d outcomes %+v", res.Row.Undecided, res.Outcomes)
+	}
+	if res.Row.FalseRejections < 2 {
+		t.Fatalf("false rejections %d, want at least 2", res.Row.FalseRejections)
+	}
+}
+
+// noFaults is a Target without Faults.
+type noFaults struct{ f *fakeTarget }
+
+func (n noFaults) Nodes() int { return n.f.Nodes() }
+func (n noFaults) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
+	return n.f.Check(ctx, node, key, hits)
+}
+func (n noFaults) Bytes(ctx context.Context) (int64, int64, error) { return n.f.Bytes(ctx) }
+
+func TestRunErrors(t *testing.T) {
+	tr := marginTrace(1, time.Second)
+	ok := Options{Trace: tr, Rate: onePerSec, Burst: 2, Speed: 1, AssignPolicy: "hash"}
+	for name, tc := range map[string]struct {
+		mod    func(*Options)
+		target Target
+		want   string
+	}{
+		"speed":     {func(o *Options) { o.Speed = 0 }, &fakeTarget{n: 1}, "speed"},
+		"assign":    {func(o *Options) { o.AssignPolicy = "nope" }, &fakeTarget{n: 1}, "assignment policy"},
+		"kill node": {func(o *Options) { o.Events = []Event{{Kind: Kill, Node: 3}} }, &fakeTarget{n: 3}, "no node 3"},
+		"twice":     {func(o *Options) { o.Events = []Event{{Kind: Kill, Node: 0}, {Kind: Kill, Node: 0}} }, &fakeTarget{n: 3}, "twice"},
+		"no faults": {func(o *Options) { o.Events = []Event{{Kind: Heal}} }, noFaults{&fakeTarget{n: 1}}, "cannot inject"},
+		"empty":     {func(o *Options) { o.Trace = &workload.Trace{} }, &fakeTarget{n: 1}, "no requests"},
+	} {
+		o := ok
+		tc.mod(&o)
+		_, err := Run(context.Background(), o, tc.target)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestParseEvents(t *testing.T) {
+	e, err := ParseKill("2@1m30s")
+	if err != nil || e.Kind != Kill || e.Node != 2 || e.At != 90*time.Second {
+		t.Errorf("ParseKill: %+v %v", e, err)
+	}
+	e, err = ParsePartition("0,1|2@30s")
+	if err != nil || e.Kind != Partition || e.At != 30*time.Second || fmt.Sprint(e.Groups) != "[[0 1] [2]]" || e.String() != "partition 0,1|2@30s" {
+		t.Errorf("ParsePartition: %+v %v", e, err)
+	}
+	e, err = ParseHeal("45s")
+	if err != nil || e.Kind != Heal || e.At != 45*time.Second {
+		t.Errorf("ParseHeal: %+v %v", e, err)
+	}
+	for _, bad := range []string{"1", "x@1s", "1@soon", "-1@1s", "1@-1s"} {
+		if _, err := ParseKill(bad); err == nil {
+			t.Errorf("ParseKill(%q) succeeded", bad)
+		}
+	}
+	for _, bad := range []string{"0,1@1s", "0|0@1s", "0|a@1s", "0|1"} {
+		if _, err := ParsePartition(bad); err == nil {
+			t.Errorf("ParsePartition(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestSumCounter(t *testing.T) {
+	text := `# HELP tokenmesh_peer_bytes_total Peer payload bytes.
+# TYPE tokenmesh_peer_bytes_total counter
+tokenmesh_peer_bytes_total{direction="received",rule="replay"} 100
+tokenmesh_peer_bytes_total{direction="sent",rule="replay"} 1234
+tokenmesh_peer_bytes_total{direction="sent",rule="other"} 5
+tokenmesh_peer_bytes_total_extra{direction="sent",rule="replay"} 9
+tokenmesh_peer_bytes_total{rule="re\"play",direction="sent"} 2e3
+tokenmesh_peer_messages_total 3
+`
+	got, ok := SumCounter(text, "tokenmesh_peer_bytes_total", map[string]string{"rule": "replay", "direction": "sent"})
+	if !ok || got != 1234 {
+		t.Errorf("got %v %v, want 1234", got, ok)
+	}
+	got, _ = SumCounter(text, "tokenmesh_peer_bytes_total", map[string]string{"rule": `re"play`})
+	if got != 2000 {
+		t.Errorf("escaped label: got %v", got)
+	}
+	got, _ = SumCounter(text, "tokenmesh_peer_bytes_total", map[string]string{"direction": "sent"})
+	if got != 1234+5+2000 {
+		t.Errorf("sum over rules: got %v", got)
+	}
+	if got, ok := SumCounter(text, "tokenmesh_peer_messages_total", nil); !ok || got != 3 {
+		t.Errorf("unlabelled: got %v %v", got, ok)
+	}
+	if _, ok := SumCounter(text, "tokenmesh_decisions_total", nil); ok {
+		t.Error("found a missing metric")
+	}
+}
+
+func TestNewReport(t *testing.T) {
+	tr := marginTrace(2, 2*time.Second)
+	central, err := eval.Central(tr, onePerSec, testBurst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runInProcess(t, "owner", 2, 4, tr)
+	rep := NewReport(tr, eval.Setup{Nodes: 2, RatePerSec: 1, Burst: testBurst, Assign: "hash", Seed: 1},
+		Live{Cluster: "in-process", Nodes: 2, Speed: 4}, central, []*Result{res})
+	if len(rep.Results) != 2 || rep.Results[0].Strategy != "central" || rep.Results[1].Strategy != "owner" {
+		t.Fatalf("results %+v", rep.Results)
+	}
+	if c := rep.Results[0]; c.ExcessAdmitted != 0 || c.FalseRejections != 0 || c.Rejected == 0 {
+		t.Errorf("central row %+v", c)
+	}
+	if !strings.Contains(rep.Setup.Scenario, "speed 4x") || len(rep.Live.Runs) != 1 {
+		t.Errorf("setup %+v live %+v", rep.Setup, rep.Live)
+	}
+	var b strings.Builder
+	if err := eval.WriteTable(&b, &rep.Report); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "owner") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+func TestCanonicalize(t *testing.T) {
+	ms := time.Millisecond
+	reqs := []workload.Request{
+		{Arrival: 0, Key: "a", Tokens: 1}, {Arrival: 0, Key: "b", Tokens: 1}, {Arrival: 0, Key: "a", Tokens: 1},
+		{Arrival: 0, Key: "a", Tokens: 2}, {Arrival: 0, Key: "a", Tokens: 1},
+		{Arrival: ms, Key: "a", Tokens: 1}, {Arrival: 2 * ms, Key: "a", Tokens: 1},
+	}
+	allowed := []bool{false, true, true, false, true, false, true}
+	// a/1 at 0: requests 0, 2, 4 with 2 admitted -> 0 and 2; the others
+	// differ in key, tokens or arrival and keep their decisions.
+	want := []bool{true, true, true, false, false, false, true}
+	if moved := canonicalize(reqs, allowed); moved != 2 || !slices.Equal(allowed, want) {
+		t.Errorf("moved %d, decisions %v; want 2, %v", moved, allowed, want)
+	}
+}
+
+// fakeCluster serves canned /metrics texts; killed nodes answer none.
+type fakeCluster struct {
+	sent   []int64 // bytes sent per node
+	killed []bool
+}
+
+func (c *fakeCluster) Kill(i int) error         { c.killed[i] = true; return nil }
+func (c *fakeCluster) Partition(...[]int) error { return nil }
+func (c *fakeCluster) Heal() error              { return nil }
+func (c *fakeCluster) Metrics(_ context.Context, i int) (string, error) {
+	if c.killed[i] {
+		return "", errors.New("connection refused")
+	}
+	return fmt.Sprintf("tokenmesh_peer_bytes_total{rule=\"replay\",direction=\"sent\"} %d\n"+
+		"tokenmesh_peer_bytes_total{rule=\"replay\",direction=\"received\"} 999\n"+
+		"tokenmesh_peer_messages_total{rule=\"replay\",direction=\"sent\"} %d\n", c.sent[i], c.sent[i]/10), nil
+}
+
+func TestLiveTargetBytesKeepsKilledNodes(t *testing.T) {
+	c := &fakeCluster{sent: []int64{100, 200, 300}, killed: make([]bool, 3)}
+	// gRPC clients connect lazily: nothing listens at these addresses.
+	l, err := NewLiveTarget(c, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, "replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if msgs, bytes, err := l.Bytes(ctx); err != nil || msgs != 60 || bytes != 600 {
+		t.Fatalf("Bytes: %d %d %v; want 60 600", msgs, bytes, err)
+	}
+	c.sent[1] = 250
+	if err := l.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	c.sent[0], c.sent[2] = 110, 310
+	if msgs, bytes, err := l.Bytes(ctx); err != nil || bytes != 110+250+310 || msgs != 11+25+31 {
+		t.Fatalf("after kill: %d %d %v; want 67 670 (node 1 as read at its kill)", msgs, bytes, err)
+	}
+}
