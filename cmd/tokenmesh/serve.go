@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,9 +22,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/server"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // clusterEpoch is the time base of every networked node (limiter.Config.Epoch):
@@ -30,8 +36,15 @@ var clusterEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // shutdownTimeout bounds the wait for in-flight API requests at shutdown.
 const shutdownTimeout = 5 * time.Second
 
+// serveOptions are serve's flags.
+type serveOptions struct {
+	configPath     string
+	addrFile       string // --addr-file: the bound addresses as JSON, written once serving
+	faultInjection bool   // --fault-injection (hidden): Faulty peer transport + /debug/faults
+}
+
 func newServeCmd() *cobra.Command {
-	var configPath string
+	var opts serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a tokenmesh node and serve its gRPC and HTTP/JSON API",
@@ -44,6 +57,15 @@ HTTP/JSON at node.api_addr:
   GET  /v1/rules  the node's rules
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the node is started
+
+With --addr-file FILE, once every listener is bound and the node started,
+serve writes the bound addresses to FILE (atomically: a temporary file
+renamed) as JSON, for scripts and tests that use port 0:
+
+  {"name":"n1","api":"127.0.0.1:8080","grpc":"127.0.0.1:8081",
+   "peer":"127.0.0.1:7947","gossip":"127.0.0.1:7946"}
+
+("peer" and "gossip" are empty without --config.)
 
 With --config FILE, the node joins (or founds) a cluster: peers over gRPC at
 node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
@@ -59,15 +81,25 @@ finishes the ones in flight, then the node leaves the gossip cluster.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runServe(ctx, cmd, configPath)
+			return runServe(ctx, cmd, opts)
 		},
 	}
-	cmd.Flags().StringVar(&configPath, "config", "", "node configuration (YAML); without it, a single node with the built-in defaults")
+	cmd.Flags().StringVar(&opts.configPath, "config", "", "node configuration (YAML); without it, a single node with the built-in defaults")
+	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
+	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
+		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
+	// Hidden: a test hook that lets anyone who reaches the API cut this
+	// node's data plane; MarkHidden fails only for an unknown flag.
+	_ = cmd.Flags().MarkHidden("fault-injection")
 	return cmd
 }
 
-func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error {
+func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error {
 	out := cmd.OutOrStdout()
+	configPath := opts.configPath
+	if opts.faultInjection && configPath == "" {
+		return errors.New("--fault-injection needs --config (a node with peers)")
+	}
 	var f *config.File
 	if configPath == "" {
 		f = config.Default()
@@ -95,6 +127,13 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 		}
 		lc.Peer, lc.Epoch, lc.Join = pc, clusterEpoch, len(f.Node.Join) > 0
 	}
+	var faulty *cluster.Faulty
+	if opts.faultInjection {
+		lc.Peer.WrapTransport = func(t cluster.Transport) cluster.Transport {
+			faulty = cluster.NewFaulty(t, faultSeed(f.Node.Name))
+			return faulty
+		}
+	}
 
 	var apiTLS *tls.Config
 	if f.Node.APITLS != nil {
@@ -120,7 +159,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
-	hs := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	handler := api.Handler()
+	if faulty != nil {
+		handler = withFaults(handler, faulty)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	var gopts []grpc.ServerOption
 	scheme := "http"
 	if apiTLS != nil {
@@ -149,7 +192,20 @@ func runServe(ctx context.Context, cmd *cobra.Command, configPath string) error 
 		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if faulty != nil {
+		fmt.Fprintln(out, "fault injection: on (POST /debug/faults); testing only")
+	}
+	// The addresses are written before the servers start: the listeners
+	// are bound (connections wait in the backlog), and whoever reads the
+	// file can rely on no request having been answered before it existed.
+	if opts.addrFile != "" {
+		a := boundAddrs{Name: f.Node.Name, API: ln.Addr().String(), GRPC: gln.Addr().String(),
+			Peer: node.PeerAddr(), Gossip: node.GossipAddr()}
+		if err := writeAddrFile(opts.addrFile, a); err != nil {
+			errc <- fmt.Errorf("--addr-file: %w", err) // shuts down at once
+		}
+	}
 	go func() {
 		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serving the HTTP API on %s: %w", ln.Addr(), err)
@@ -222,4 +278,141 @@ func peerTLS(t *config.TLS) (*tls.Config, error) {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// boundAddrs is the JSON that --addr-file writes.
+type boundAddrs struct {
+	Name   string `json:"name"`
+	API    string `json:"api"`
+	GRPC   string `json:"grpc"`
+	Peer   string `json:"peer"`
+	Gossip string `json:"gossip"`
+}
+
+// writeAddrFile writes a to path atomically: a temporary file in the same
+// directory, renamed over path, so a reader never sees a partial file.
+func writeAddrFile(path string, a boundAddrs) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// faultSeed derives the Faulty transport's seed from the node's name, so
+// each node draws its own (reproducible) losses.
+func faultSeed(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// faultsRequest is the body of POST /debug/faults. Every field replaces
+// the current value; an absent field is its zero value (no fault).
+type faultsRequest struct {
+	Blocked []string `json:"blocked"`  // node names whose frames this node drops
+	Drop    float64  `json:"drop"`     // probability in [0, 1] that a frame is lost
+	DelayMS int64    `json:"delay_ms"` // extra delay of every frame, ms, >= 0
+}
+
+// faultsResponse answers /debug/faults: the faults now in force and the
+// counts of the Faulty transport.
+type faultsResponse struct {
+	Blocked []string           `json:"blocked"`
+	Drop    float64            `json:"drop"`
+	DelayMS int64              `json:"delay_ms"`
+	Stats   cluster.FaultStats `json:"stats"`
+}
+
+// withFaults routes /debug/faults to the fault controls of f and every
+// other request to next:
+//
+//	POST /debug/faults {"blocked":["n2"],"drop":0.1,"delay_ms":5}
+//	     -> 200 and the faults in force (faultsResponse), or 400 naming the bad field
+//	GET  /debug/faults -> 200 and the faults in force
+//
+// It cuts the data plane only (the peer frames of the rules' strategies):
+// gossip still flows, so memberlist still sees a blocked peer alive and
+// the strategies keep it as a member (a partition, not a crash).
+func withFaults(next http.Handler, f *cluster.Faulty) http.Handler {
+	var mu sync.Mutex
+	cur := faultsRequest{Blocked: []string{}}
+	answer := func(w http.ResponseWriter, status int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	bad := func(w http.ResponseWriter, msg string) {
+		answer(w, http.StatusBadRequest, map[string]string{"error": msg})
+	}
+	state := func() faultsResponse {
+		return faultsResponse{Blocked: cur.Blocked, Drop: cur.Drop, DelayMS: cur.DelayMS, Stats: f.Stats()}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/faults", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		answer(w, http.StatusOK, state())
+	})
+	mux.HandleFunc("POST /debug/faults", func(w http.ResponseWriter, r *http.Request) {
+		var req faultsRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) && te.Field != "" {
+				bad(w, fmt.Sprintf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value))
+				return
+			}
+			bad(w, fmt.Sprintf("body: %v (want {\"blocked\":[\"n2\"],\"drop\":0.0,\"delay_ms\":0})", err))
+			return
+		}
+		if dec.More() {
+			bad(w, "body: more than one JSON value")
+			return
+		}
+		fl := cluster.Faults{Drop: req.Drop, Delay: time.Duration(req.DelayMS) * time.Millisecond}
+		for i, b := range req.Blocked {
+			if b == "" {
+				bad(w, fmt.Sprintf("blocked[%d]: is empty; want a node name", i))
+				return
+			}
+			fl.Blocked = append(fl.Blocked, strategy.NodeID(b))
+		}
+		switch {
+		case !(req.Drop >= 0 && req.Drop <= 1):
+			bad(w, fmt.Sprintf("drop: %v is not a probability in [0, 1]", req.Drop))
+			return
+		case req.DelayMS < 0 || req.DelayMS > int64(time.Hour/time.Millisecond):
+			bad(w, fmt.Sprintf("delay_ms: %d is not between 0 and 3600000", req.DelayMS))
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err := f.SetFaults(fl); err != nil {
+			bad(w, err.Error())
+			return
+		}
+		if req.Blocked == nil {
+			req.Blocked = []string{}
+		}
+		cur = req
+		answer(w, http.StatusOK, state())
+	})
+	mux.Handle("/", next)
+	return mux
 }

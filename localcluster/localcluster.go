@@ -1,0 +1,793 @@
+// Package localcluster runs a tokenmesh cluster of real processes on one
+// machine: N `tokenmesh serve` processes on 127.0.0.1, every listener on
+// an ephemeral port, for `tokenmesh replay`, `tokenmesh bench --spawn` and
+// end-to-end tests.
+//
+// Start writes one YAML config per node (n0, n1, ...) into Config.Dir,
+// starts n0 (which founds the cluster), reads the addresses it bound
+// (serve --addr-file), then starts the others, which join n0's gossip
+// address. It returns once every node's gRPC health service answers
+// SERVING and a settle period for gossip to converge has passed.
+//
+// Each process runs in its own process group (so a Ctrl-C at the terminal
+// reaches the parent only, which then stops the cluster in order) and, on
+// Linux, is killed by the kernel if the parent dies first. Stop ends every
+// node; nothing is registered globally.
+//
+// Faults: with Config.FaultInjection the nodes run with the hidden serve
+// flag --fault-injection, and Partition/Heal cut and restore the links
+// between nodes through each node's POST /debug/faults. That cuts the
+// data plane only (the strategies' peer frames): gossip still flows, so
+// every node still sees the blocked ones as live members.
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"gopkg.in/yaml.v3"
+
+	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultStartTimeout = 30 * time.Second
+	DefaultSettle       = 1500 * time.Millisecond
+	// stopGrace is how long Stop waits after SIGTERM before SIGKILL.
+	stopGrace = 10 * time.Second
+	// tailBytes is how much of each node's output is kept for errors.
+	tailBytes = 8 << 10
+)
+
+// Rule is one rule of every node, as in the YAML config.
+type Rule struct {
+	Name     string
+	Rate     string // as in config: "10/s", "6000/min", "2.5"
+	Burst    int64  // 0: config's default (the rate per second, rounded up)
+	Strategy string // "": config's default (owner)
+	Params   map[string]string
+}
+
+// Config is a cluster to start.
+type Config struct {
+	Binary         string // path of the tokenmesh binary
+	Nodes          int    // >= 1
+	Rules          []Rule
+	Dir            string // configs, addr files and logs go here; "" = a new temp dir removed by Stop
+	FaultInjection bool   // pass --fault-injection (enables Partition/Heal)
+	SecretKey      []byte // optional gossip key (16/24/32 bytes)
+	// Log, when set, receives every node's stdout and stderr, line by
+	// line, each line prefixed "[n0] ". Writes to it are serialized.
+	// (Each node's output also goes to Dir/n<i>.log.)
+	Log          io.Writer
+	StartTimeout time.Duration // bounds Start; default DefaultStartTimeout
+	// Settle is the wait after every node is ready, for gossip to
+	// converge (every node seeing all members); default DefaultSettle,
+	// negative: none.
+	Settle time.Duration
+}
+
+// Node is the bound addresses of one node, "host:port".
+type Node struct {
+	Name   string
+	API    string // HTTP/JSON API
+	GRPC   string // gRPC API (tokenmesh.v1, grpc.health.v1)
+	Peer   string // grpcpeer frames
+	Gossip string // memberlist
+}
+
+// Cluster is a running local cluster. Its methods are safe for concurrent
+// use.
+type Cluster struct {
+	// Nodes are the nodes, Nodes[i] named "n<i>"; a killed node keeps its
+	// entry.
+	Nodes []Node
+
+	cfg    Config
+	dir    string
+	ownDir bool
+	logMu  *sync.Mutex // serializes writes to cfg.Log
+	http   *http.Client
+
+	mu      sync.Mutex
+	procs   []*proc
+	conns   map[int]*grpc.ClientConn
+	stopped bool
+}
+
+// proc is one serve process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	tail *tail
+	out  io.Closer     // the log file
+	pw   *prefixer     // nil without Config.Log
+	done chan struct{} // closed when the process has exited and been reaped
+	err  error         // Wait's result, set before done closes
+}
+
+// Start starts the cluster (see the package documentation). On any
+// failure it kills what it started, removes the directory it made, and
+// returns an error with the failing node's log tail. ctx bounds the start
+// only; the nodes run until Stop (or Kill/Terminate).
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Binary == "" {
+		return nil, errors.New("localcluster: Config.Binary is empty")
+	}
+	if cfg.Nodes < 1 {
+		return nil, fmt.Errorf("localcluster: Config.Nodes %d: want at least 1", cfg.Nodes)
+	}
+	if len(cfg.Rules) == 0 {
+		return nil, errors.New("localcluster: Config.Rules is empty")
+	}
+	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
+		return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", k)
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
+	bin, err := filepath.Abs(cfg.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: Binary: %w", err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("localcluster: Binary: %w", err)
+	}
+	cfg.Binary = bin
+	c := &Cluster{cfg: cfg, logMu: &sync.Mutex{}, http: &http.Client{Timeout: 5 * time.Second},
+		Nodes: make([]Node, cfg.Nodes), procs: make([]*proc, cfg.Nodes), conns: map[int]*grpc.ClientConn{}}
+	if cfg.Dir == "" {
+		if c.dir, err = os.MkdirTemp("", "tokenmesh-localcluster-"); err != nil {
+			return nil, fmt.Errorf("localcluster: %w", err)
+		}
+		c.ownDir = true
+	} else {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("localcluster: Dir: %w", err)
+		}
+		c.dir = cfg.Dir
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	if err := c.start(ctx); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	if err := c.spawn(0, nil); err != nil {
+		return err
+	}
+	if err := c.waitAddrs(ctx, 0); err != nil {
+		return err
+	}
+	join := []string{c.Nodes[0].Gossip}
+	for i := 1; i < c.cfg.Nodes; i++ {
+		if err := c.spawn(i, join); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, c.cfg.Nodes)
+	var wg sync.WaitGroup
+	for i := range c.cfg.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i > 0 {
+				if errs[i] = c.waitAddrs(ctx, i); errs[i] != nil {
+					return
+				}
+			}
+			errs[i] = c.waitServing(ctx, i)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if c.cfg.Settle > 0 {
+		t := time.NewTimer(c.cfg.Settle)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("localcluster: settling: %w", ctx.Err())
+		}
+	}
+	for i := range c.cfg.Nodes {
+		if !c.Alive(i) {
+			return c.nodeErr(i, "exited while the cluster settled")
+		}
+	}
+	return nil
+}
+
+// nodeConfig is the YAML of one node (see package config).
+type nodeConfig struct {
+	Node  nodeYAML   `yaml:"node"`
+	Rules []ruleYAML `yaml:"rules"`
+}
+
+type nodeYAML struct {
+	Name       string   `yaml:"name"`
+	APIAddr    string   `yaml:"api_addr"`
+	GRPCAddr   string   `yaml:"grpc_addr"`
+	PeerAddr   string   `yaml:"peer_addr"`
+	GossipAddr string   `yaml:"gossip_addr"`
+	Join       []string `yaml:"join,omitempty"`
+	SecretKey  string   `yaml:"secret_key,omitempty"`
+}
+
+type ruleYAML struct {
+	Name     string            `yaml:"name"`
+	Rate     string            `yaml:"rate"`
+	Burst    int64             `yaml:"burst,omitempty"`
+	Strategy string            `yaml:"strategy,omitempty"`
+	Params   map[string]string `yaml:"params,omitempty"`
+}
+
+// NodeConfigYAML returns the YAML config of a node named name on
+// 127.0.0.1 with ephemeral ports, joining join (empty: founding), with
+// rules and the gossip key secretKey (nil: none): what Start writes for
+// each node. Tests use it to start extra processes by hand.
+func NodeConfigYAML(name string, join []string, rules []Rule, secretKey []byte) ([]byte, error) {
+	nc := nodeConfig{Node: nodeYAML{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join}}
+	if len(secretKey) > 0 {
+		nc.Node.SecretKey = base64.StdEncoding.EncodeToString(secretKey)
+	}
+	for _, r := range rules {
+		nc.Rules = append(nc.Rules, ruleYAML{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy, Params: r.Params})
+	}
+	return yaml.Marshal(nc)
+}
+
+// spawn writes node i's config and starts its process.
+func (c *Cluster) spawn(i int, join []string) error {
+	name := fmt.Sprintf("n%d", i)
+	c.Nodes[i].Name = name
+	b, err := NodeConfigYAML(name, join, c.cfg.Rules, c.cfg.SecretKey)
+	if err != nil {
+		return fmt.Errorf("localcluster: %s config: %w", name, err)
+	}
+	cfgPath := filepath.Join(c.dir, name+".yaml")
+	addrPath := c.addrPath(i)
+	_ = os.Remove(addrPath) // a stale file from an earlier run in the same Dir
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return fmt.Errorf("localcluster: %s config: %w", name, err)
+	}
+	logf, err := os.Create(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		return fmt.Errorf("localcluster: %s log: %w", name, err)
+	}
+	args := []string{"serve", "--config", cfgPath, "--addr-file", addrPath}
+	if c.cfg.FaultInjection {
+		args = append(args, "--fault-injection")
+	}
+	cmd := exec.Command(c.cfg.Binary, args...)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = sysProcAttr()
+	p := &proc{name: name, cmd: cmd, tail: &tail{}, out: logf, done: make(chan struct{})}
+	ws := []io.Writer{logf, p.tail}
+	if c.cfg.Log != nil {
+		p.pw = &prefixer{mu: c.logMu, w: c.cfg.Log, prefix: "[" + name + "] "}
+		ws = append(ws, p.pw)
+	}
+	w := io.MultiWriter(ws...)
+	cmd.Stdout, cmd.Stderr = w, w // one writer: one pipe, lines stay whole
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("localcluster: starting %s: %w", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		if p.pw != nil {
+			p.pw.flush()
+		}
+		_ = logf.Close()
+		close(p.done)
+	}()
+	c.mu.Lock()
+	c.procs[i] = p
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Cluster) addrPath(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("n%d.addr.json", i))
+}
+
+// waitAddrs waits for node i's addr file and fills c.Nodes[i].
+func (c *Cluster) waitAddrs(ctx context.Context, i int) error {
+	p := c.proc(i)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(c.addrPath(i)); err == nil {
+			var a struct{ Name, API, GRPC, Peer, Gossip string }
+			if err := json.Unmarshal(b, &a); err != nil {
+				return c.nodeErr(i, fmt.Sprintf("bad --addr-file %s: %v", c.addrPath(i), err))
+			}
+			c.mu.Lock()
+			c.Nodes[i] = Node{Name: c.Nodes[i].Name, API: a.API, GRPC: a.GRPC, Peer: a.Peer, Gossip: a.Gossip}
+			c.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-p.done:
+			return c.nodeErr(i, fmt.Sprintf("exited before it was serving (%v)", p.err))
+		case <-ctx.Done():
+			return c.nodeErr(i, fmt.Sprintf("did not write its addresses: %v", ctx.Err()))
+		case <-tick.C:
+		}
+	}
+}
+
+// waitServing polls node i's gRPC health service until it says SERVING.
+func (c *Cluster) waitServing(ctx context.Context, i int) error {
+	p := c.proc(i)
+	cc, err := c.conn(i)
+	if err != nil {
+		return c.nodeErr(i, err.Error())
+	}
+	hc := healthpb.NewHealthClient(cc)
+	var last error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("health %v", resp.GetStatus())
+		}
+		last = err
+		select {
+		case <-p.done:
+			return c.nodeErr(i, fmt.Sprintf("exited before it was serving (%v)", p.err))
+		case <-ctx.Done():
+			return c.nodeErr(i, fmt.Sprintf("gRPC health not SERVING: %v (last: %v)", ctx.Err(), last))
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// nodeErr is an error about node i with its log tail.
+func (c *Cluster) nodeErr(i int, msg string) error {
+	name, t := fmt.Sprintf("n%d", i), ""
+	if p := c.proc(i); p != nil {
+		t = p.tail.String()
+	}
+	return fmt.Errorf("localcluster: node %s %s\n--- %s log tail ---\n%s", name, msg, name, t)
+}
+
+func (c *Cluster) proc(i int) *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.procs) {
+		return nil
+	}
+	return c.procs[i]
+}
+
+func (c *Cluster) index(i int) (*proc, error) {
+	p := c.proc(i)
+	if p == nil {
+		return nil, fmt.Errorf("localcluster: no node %d (the cluster has %d)", i, len(c.Nodes))
+	}
+	return p, nil
+}
+
+// Dir is the directory of the configs, addr files and logs (n<i>.log).
+func (c *Cluster) Dir() string { return c.dir }
+
+// LogTail is the last few KiB of node i's output.
+func (c *Cluster) LogTail(i int) string {
+	if p := c.proc(i); p != nil {
+		return p.tail.String()
+	}
+	return ""
+}
+
+// Alive reports whether node i's process is running.
+func (c *Cluster) Alive(i int) bool {
+	p := c.proc(i)
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL to node i (a crash: no graceful leave) and reaps it.
+// Killing a node that already exited is not an error.
+func (c *Cluster) Kill(i int) error {
+	p, err := c.index(i)
+	if err != nil {
+		return err
+	}
+	p.kill()
+	<-p.done
+	c.dropConn(i)
+	return nil
+}
+
+// Terminate sends SIGTERM to node i and waits for it to exit (it leaves
+// the gossip cluster gracefully); after 10 s it is killed and Terminate
+// fails. A non-zero exit status is an error; a node that already exited is
+// not.
+func (c *Cluster) Terminate(i int) error {
+	p, err := c.index(i)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	defer c.dropConn(i)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("localcluster: node %s after SIGTERM: %v\n--- log tail ---\n%s", p.name, p.err, p.tail.String())
+		}
+		return nil
+	case <-time.After(stopGrace):
+		p.kill()
+		<-p.done
+		return fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", p.name, stopGrace)
+	}
+}
+
+// kill SIGKILLs the process and its group.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if pid := p.cmd.Process.Pid; pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // the group (Setpgid: pgid == pid)
+	}
+	_ = p.cmd.Process.Kill()
+}
+
+// Stop sends SIGTERM to every live node, waits for them (SIGKILL after
+// 10 s), closes the gRPC connections of Client, and removes Dir if Start
+// made it. It is idempotent. Errors: a node that exited with a non-zero
+// status or had to be killed, a failure to remove the directory.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	procs := append([]*proc(nil), c.procs...)
+	conns := c.conns
+	c.conns = map[int]*grpc.ClientConn{}
+	c.mu.Unlock()
+	for _, cc := range conns {
+		_ = cc.Close()
+	}
+	var live []*proc
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			live = append(live, p)
+		}
+	}
+	var errs []error
+	deadline := time.NewTimer(stopGrace)
+	defer deadline.Stop()
+	for _, p := range live {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				errs = append(errs, fmt.Errorf("localcluster: node %s exited after SIGTERM: %v\n--- log tail ---\n%s", p.name, p.err, p.tail.String()))
+			}
+		case <-deadline.C:
+			// Kill every one still running; later iterations find them done.
+			for _, q := range live {
+				q.kill()
+			}
+			<-p.done
+			errs = append(errs, fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", p.name, stopGrace))
+		}
+	}
+	for _, p := range live {
+		<-p.done
+	}
+	if c.ownDir {
+		if err := os.RemoveAll(c.dir); err != nil {
+			errs = append(errs, fmt.Errorf("localcluster: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// conn returns a (cached) gRPC client connection to node i's gRPC API.
+func (c *Cluster) conn(i int) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.Nodes) || c.Nodes[i].GRPC == "" {
+		return nil, fmt.Errorf("localcluster: no node %d with a gRPC address", i)
+	}
+	if c.stopped {
+		return nil, errors.New("localcluster: the cluster is stopped")
+	}
+	if cc := c.conns[i]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: dialling n%d: %w", i, err)
+	}
+	c.conns[i] = cc
+	return cc, nil
+}
+
+func (c *Cluster) dropConn(i int) {
+	c.mu.Lock()
+	cc := c.conns[i]
+	delete(c.conns, i)
+	c.mu.Unlock()
+	if cc != nil {
+		_ = cc.Close()
+	}
+}
+
+// Client is a tokenmesh.v1 client of node i's gRPC API, over one
+// connection per node that Stop (or Kill/Terminate of the node) closes.
+func (c *Cluster) Client(i int) (tokenmeshv1.RateLimitServiceClient, error) {
+	cc, err := c.conn(i)
+	if err != nil {
+		return nil, err
+	}
+	return tokenmeshv1.NewRateLimitServiceClient(cc), nil
+}
+
+// Faults are what SetFaults injects into one node's outgoing peer frames
+// (the JSON of POST /debug/faults).
+type Faults struct {
+	Blocked []string `json:"blocked"`  // node names whose frames are lost
+	Drop    float64  `json:"drop"`     // loss probability, [0, 1]
+	DelayMS int64    `json:"delay_ms"` // extra delay of every frame, ms
+}
+
+// SetFaults replaces node i's faults (POST /debug/faults). Errors:
+// Config.FaultInjection off, node i not running, a non-200 answer.
+func (c *Cluster) SetFaults(ctx context.Context, i int, f Faults) error {
+	if !c.cfg.FaultInjection {
+		return errors.New("localcluster: fault injection is off (Config.FaultInjection)")
+	}
+	if _, err := c.index(i); err != nil {
+		return err
+	}
+	if !c.Alive(i) {
+		return fmt.Errorf("localcluster: node n%d is not running", i)
+	}
+	if f.Blocked == nil {
+		f.Blocked = []string{}
+	}
+	body, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.node(i).API+"/debug/faults", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("localcluster: n%d: POST /debug/faults: %w", i, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("localcluster: n%d: POST /debug/faults: %s: %s", i, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+func (c *Cluster) node(i int) Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Nodes[i]
+}
+
+// Partition cuts the data plane between groups of node indices: every
+// live node blocks the nodes outside its own group (a node in no group is
+// cut off from all), with no other fault. Gossip still flows, so every
+// node still counts the others as live members. Partition() with no
+// groups heals. Errors: Config.FaultInjection off, an index out of range,
+// a node that refused the faults (the others keep theirs).
+func (c *Cluster) Partition(groups ...[]int) error {
+	if !c.cfg.FaultInjection {
+		return errors.New("localcluster: Partition needs Config.FaultInjection")
+	}
+	group := map[int]int{}
+	for g, ids := range groups {
+		for _, i := range ids {
+			if i < 0 || i >= len(c.Nodes) {
+				return fmt.Errorf("localcluster: Partition: no node %d (the cluster has %d)", i, len(c.Nodes))
+			}
+			group[i] = g + 1
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for i := range c.Nodes {
+		if !c.Alive(i) {
+			continue
+		}
+		f := Faults{Blocked: []string{}}
+		if len(groups) > 0 {
+			for j := range c.Nodes {
+				if j != i && (group[i] == 0 || group[j] != group[i]) {
+					f.Blocked = append(f.Blocked, c.node(j).Name)
+				}
+			}
+		}
+		if err := c.SetFaults(ctx, i, f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Heal removes every fault of every live node (Partition()).
+func (c *Cluster) Heal() error { return c.Partition() }
+
+// Metrics returns node i's GET /metrics text. Errors: node i not
+// running, no answer, a non-200 answer (as when the node serves no
+// /metrics).
+func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
+	if _, err := c.index(i); err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.node(i).API+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %w", i, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %w", i, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %s", i, resp.Status)
+	}
+	return string(b), nil
+}
+
+// sysProcAttr puts the child in its own process group and, where the
+// platform has it (Linux's Pdeathsig, set by reflection so the package
+// builds everywhere), asks the kernel to SIGKILL it when the parent dies:
+// a crashed or timed-out test leaves no node running. (Linux sends it when
+// the forking OS thread exits; the Go runtime ends threads only when a
+// goroutine exits while locked to one with runtime.LockOSThread, so do not
+// call Start from such a goroutine.)
+func sysProcAttr() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true}
+	if f := reflect.ValueOf(a).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() && f.Kind() == reflect.Int {
+		f.SetInt(int64(syscall.SIGKILL))
+	}
+	return a
+}
+
+// tail keeps the last tailBytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > tailBytes {
+		t.buf = append(t.buf[:0:0], t.buf[len(t.buf)-tailBytes:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// prefixer writes whole lines to w, each prefixed, under mu (shared by
+// every node's prefixer). A write error of w is ignored: the node's
+// output must not stall on it.
+type prefixer struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix string
+
+	pmu     sync.Mutex
+	partial []byte
+}
+
+func (p *prefixer) Write(b []byte) (int, error) {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	p.partial = append(p.partial, b...)
+	var out []byte
+	for {
+		i := bytes.IndexByte(p.partial, '\n')
+		if i < 0 {
+			break
+		}
+		out = append(out, p.prefix...)
+		out = append(out, p.partial[:i+1]...)
+		p.partial = p.partial[i+1:]
+	}
+	if len(p.partial) > 64<<10 { // a runaway line: write what there is
+		out = append(append(append(out, p.prefix...), p.partial...), '\n')
+		p.partial = nil
+	}
+	p.partial = append([]byte(nil), p.partial...)
+	if len(out) > 0 {
+		p.mu.Lock()
+		_, _ = p.w.Write(out)
+		p.mu.Unlock()
+	}
+	return len(b), nil
+}
+
+// flush writes an unterminated last line.
+func (p *prefixer) flush() {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	if len(p.partial) == 0 {
+		return
+	}
+	out := append(append([]byte(p.prefix), p.partial...), '\n')
+	p.partial = nil
+	p.mu.Lock()
+	_, _ = p.w.Write(out)
+	p.mu.Unlock()
+}
