@@ -53,6 +53,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // DefaultName is the node id used when Config.Name is empty.
@@ -171,8 +172,9 @@ type Node struct {
 }
 
 // Start starts a node. ctx bounds the start only (joining the gossip
-// cluster); the node runs until Close. Errors: both Peer and InProcess
-// set, a bad rule (see RuleConfig), InProcess with a nil Network or a name
+// cluster); the node runs until Close. Errors: a rule with strategy
+// central in a cluster (Peer, or InProcess with more than one member; use
+// owner), both Peer and InProcess set, a bad rule (see RuleConfig), InProcess with a nil Network or a name
 // already attached to it, a listen failure of Peer.ListenAddr, a
 // Peer.GossipAddr that is not "host:port", a failed gossip start or join,
 // and ctx.Err() when ctx ends first. On error the node is closed (a
@@ -196,6 +198,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		rules = append(rules, r)
+	}
+	if cfg.Peer != nil || (cfg.InProcess != nil && len(cfg.InProcess.Members) > 1) {
+		for _, r := range rules {
+			if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
+				return nil, fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's reference (one bucket for the whole cluster, run by the simulator as a single node); in a cluster every node would keep its own bucket and admit up to N times the limit: use owner for an exact limit", r.Name, r.Strategy)
+			}
+		}
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
 	n := &Node{rules: map[string]cluster.Rule{}}

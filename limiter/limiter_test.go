@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -296,4 +297,20 @@ func TestGRPCClusterSharesOneLimit(t *testing.T) {
 			t.Fatalf("key %s: %d admitted across 2 gRPC nodes, want the global burst 6", key, got)
 		}
 	}
+}
+
+// TestCentralRefusedInCluster: "central" is one bucket per node when live,
+// so a cluster refuses it instead of admitting N times the limit.
+func TestCentralRefusedInCluster(t *testing.T) {
+	net := cluster.NewMemNetwork()
+	_, err := Start(context.Background(), Config{Name: "a", Rules: []RuleConfig{{Name: "r", RatePerSec: 1, Burst: 1, Strategy: "central"}},
+		InProcess: &InProcess{Network: net, Members: []string{"a", "b"}}})
+	if err == nil || !strings.Contains(err.Error(), `strategy "central"`) || !strings.Contains(err.Error(), "owner") {
+		t.Fatalf("central in a 2-node cluster: %v, want an error naming the strategy and owner", err)
+	}
+	n, err := Start(context.Background(), Config{Name: "solo", Rules: []RuleConfig{{Name: "r", RatePerSec: 1, Burst: 1, Strategy: "central"}}})
+	if err != nil {
+		t.Fatalf("central on a single node: %v", err)
+	}
+	_ = n.Close()
 }
