@@ -95,7 +95,8 @@ type Decision struct {
 	// Async is true when the strategy needed the network to decide (owner
 	// forwarding to the key's owner).
 	Async bool
-	// Wait is the time from the node taking the request to its decision.
+	// Wait is the time from the node's loop taking the request to an
+	// asynchronous decision; 0 for a synchronous one (decided at once).
 	Wait time.Duration
 	// Remaining is the whole tokens the deciding node's view of the key
 	// held just after a synchronous decision (strategy.Remainer); -1 when
@@ -653,10 +654,8 @@ func (n *Node) handle(ev event) {
 	case evRequest:
 		n.request(now, ev.rule, ev.key, ev.tokens, pendingCheck{reply: ev.reply})
 	case evBatch:
+		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
-			if i > 0 {
-				now = n.now()
-			}
 			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
@@ -721,7 +720,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 				rem = v
 			}
 		}
-		p.answer(result{d: Decision{Allowed: d.Allowed, Wait: n.now() - now, Remaining: rem}})
+		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem}})
 	} else {
 		p.arrival = now
 		rs.pending[id] = p

@@ -9,8 +9,11 @@ package server
 //	tokenmesh_decisions_total{rule,strategy,result}  counter; result is allowed, refused
 //	                                                 (hits above the burst included) or
 //	                                                 error (the item was not decided)
-//	tokenmesh_decision_seconds{rule}                 histogram of the node's time to decide
-//	                                                 (cluster Decision.Wait), 50us to 1s
+//	tokenmesh_decision_seconds{rule}                 histogram of the time a check waited for
+//	                                                 its decision at this node: from the call
+//	                                                 to its batch's answer (queueing in the
+//	                                                 node's loop and owner's forward included),
+//	                                                 50us to 1s
 //	tokenmesh_invalid_requests_total                 counter of calls refused as invalid
 //	                                                 (INVALID_ARGUMENT; nothing per item)
 //
@@ -81,7 +84,7 @@ func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*rule
 	}, []string{"rule", "strategy", "result"})
 	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tokenmesh_decision_seconds",
-		Help:    "Time from the node taking a check to its decision (cluster Decision.Wait), seconds.",
+		Help:    "Time a check waited for its decision at this node, from the API call to its batch's answer (queueing and owner forwards included), seconds.",
 		Buckets: decisionBuckets,
 	}, []string{"rule"})
 	m := &metrics{reg: reg, invalid: prometheus.NewCounter(prometheus.CounterOpts{
@@ -107,7 +110,7 @@ func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*rule
 
 // count records one item's outcome: its cluster result r, answered as
 // allowed or not (nil rm: not counted).
-func (rm *ruleMetrics) count(r cluster.BatchResult, allowed bool) {
+func (rm *ruleMetrics) count(r cluster.BatchResult, allowed bool, waited time.Duration) {
 	if rm == nil {
 		return
 	}
@@ -120,7 +123,7 @@ func (rm *ruleMetrics) count(r cluster.BatchResult, allowed bool) {
 	default:
 		rm.refused.Inc()
 	}
-	rm.wait.Observe(r.Wait.Seconds())
+	rm.wait.Observe(waited.Seconds())
 }
 
 // nodeView is what the scrape-time collector reads of a node

@@ -55,6 +55,7 @@ import (
 	"net/http"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
@@ -190,7 +191,9 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		s.metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	start := time.Now()
 	results, err := s.node.Cluster().CheckBatch(ctx, items)
+	waited := time.Since(start)
 	if err != nil {
 		// Input was validated above: what is left is the node or ctx ending.
 		if ctx.Err() != nil {
@@ -202,7 +205,7 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	for i, r := range results {
 		out := s.result(i, items[i], r)
 		resp.Results[i] = out
-		s.byName[items[i].Rule].m.count(r, out.Allowed)
+		s.byName[items[i].Rule].m.count(r, out.Allowed, waited)
 	}
 	return resp, nil
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -172,6 +173,10 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(apiTLS)))
 		scheme = "https"
 	}
+	// A fixed pool of stream workers instead of a new goroutine (and a
+	// new, growing stack) per call: about a fifth of the server's CPU per
+	// unbatched check went to stack growth without it.
+	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
 	gs := grpc.NewServer(gopts...)
 	api.RegisterGRPC(gs)
 

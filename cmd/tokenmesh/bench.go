@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/loadgen"
+	"github.com/tokenmesh/tokenmesh/localcluster"
+)
+
+type benchFlags struct {
+	target      string
+	rule        string
+	concurrency int
+	conns       int
+	batch       int
+	keys        int
+	hotKey      bool
+	hits        int64
+	duration    time.Duration
+	warmup      time.Duration
+	rate        float64
+	seed        uint64
+	json        bool
+	progress    string
+	spawn       int
+	limitRate   string
+	limitBurst  int64
+	strategy    string
+	burstTest   bool
+	burstWindow time.Duration
+	tls         bool
+	tlsCA       string
+	tlsCert     string
+	tlsKey      string
+	tlsName     string
+	tlsInsecure bool
+}
+
+func newBenchCmd() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load a running node or cluster with Check calls and measure throughput and latency",
+		Long: `bench sends rate limit checks to tokenmesh nodes over gRPC
+(tokenmesh.v1.RateLimitService/Check) and reports checks/s, calls/s, the
+share of checks allowed, and call latency (p50/p90/p99/p99.9/max, from an
+HDR histogram), measured over --duration after an unrecorded --warmup.
+
+--concurrency workers each keep one call of --batch checks in flight,
+spread round-robin over the --target nodes. Keys are drawn uniformly from
+--keys distinct keys (k0, k1, ...), or every check uses one key with
+--hot-key. With --rate, calls are sent open loop at that many calls/s in
+all, and latency counts from each call's scheduled time; without it the
+workers go as fast as the nodes answer (closed loop).
+
+The targets must be running ` + "`tokenmesh serve`" + ` (the default, ` + config.DefaultGRPCAddr + `, is
+where a node without --config serves gRPC) and have the --rule. With
+--spawn N, bench instead starts N local ` + "`tokenmesh serve`" + ` processes as one
+cluster with one rule (--rule, --limit-rate, --limit-burst, --strategy),
+runs against all of them and stops them.
+
+--burst-test checks the envelope instead: it sends burst x nodes checks of
+one fresh key, spread over the nodes and over --burst-window, and compares
+the admitted checks with what one token bucket allows in that time
+(burst + rate x elapsed): OK, or EXCEEDS when the cluster admitted more
+(as strategies do whose nodes each keep their own full bucket).
+
+The client shares the machine with local servers: the report includes the
+CPU the bench process used (client_cpu_cores).`,
+		Example: `  tokenmesh serve &   # then:
+  tokenmesh bench --duration 5s
+  tokenmesh bench --target 10.0.0.1:8081,10.0.0.2:8081 --rule api --batch 100 --json
+  tokenmesh bench --spawn 3 --limit-rate 1000000000/s --limit-burst 1000000000 --hot-key
+  tokenmesh bench --spawn 3 --burst-test --limit-rate 100/s --limit-burst 100 --strategy local`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.target, "target", config.DefaultGRPCAddr, "gRPC API addresses (host:port) of the nodes, comma-separated")
+	fl.StringVar(&f.rule, "rule", "default", "the rule every check names (a node without --config has one rule, default)")
+	fl.IntVar(&f.concurrency, "concurrency", 32, "workers, each with one call in flight")
+	fl.IntVar(&f.conns, "conns", 1, "gRPC connections per target, shared by the workers")
+	fl.IntVar(&f.batch, "batch", 1, fmt.Sprintf("checks per call, 1 to %d", loadgen.MaxBatch))
+	fl.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly")
+	fl.BoolVar(&f.hotKey, "hot-key", false, "every check uses one key (ignores --keys)")
+	fl.Int64Var(&f.hits, "hits", 1, "tokens each check asks for")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time")
+	fl.DurationVar(&f.warmup, "warmup", time.Second, "unrecorded time before the measurement")
+	fl.Float64Var(&f.rate, "rate", 0, "open loop: calls per second in all; 0: closed loop, as fast as the nodes answer")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the key choice")
+	fl.BoolVar(&f.json, "json", false, "print the result as JSON instead of a table")
+	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	fl.IntVar(&f.spawn, "spawn", 0, "start this many local \"tokenmesh serve\" processes as one cluster, bench them, and stop them (instead of --target)")
+	fl.StringVar(&f.limitRate, "limit-rate", "1000/s", "with --spawn: the rule's rate, as in the config (1000/s, 6000/min)")
+	fl.Int64Var(&f.limitBurst, "limit-burst", 1000, "with --spawn: the rule's burst, tokens")
+	fl.StringVar(&f.strategy, "strategy", "owner", "with --spawn: the rule's coordination strategy")
+	fl.BoolVar(&f.burstTest, "burst-test", false, "check the envelope: burst x nodes checks of one key over --burst-window, admitted vs burst + rate x elapsed")
+	fl.DurationVar(&f.burstWindow, "burst-window", time.Second, "with --burst-test: the time the checks are spread over")
+	fl.BoolVar(&f.tls, "tls", false, "connect with TLS (node.api_tls), verifying the nodes with the system's roots unless --tls-ca")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "PEM file of the CA certificate(s) that signed the nodes' certificates (implies --tls)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate, for nodes with node.api_tls.client_ca_file (with --tls-key; implies --tls)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	fl.StringVar(&f.tlsName, "tls-server-name", "", "name the nodes' certificates must hold (default: the target's host)")
+	fl.BoolVar(&f.tlsInsecure, "tls-insecure", false, "do not verify the nodes' certificates (implies --tls; benchmarks only)")
+	return cmd
+}
+
+// tlsConfig builds the client TLS config from the --tls flags; nil for plaintext.
+func (f *benchFlags) tlsConfig() (*tls.Config, error) {
+	if !f.tls && f.tlsCA == "" && f.tlsCert == "" && f.tlsKey == "" && !f.tlsInsecure && f.tlsName == "" {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsName, InsecureSkipVerify: f.tlsInsecure}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, usageErr("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageErr("--tls-ca %s: holds no PEM certificate", f.tlsCA)
+		}
+		c.RootCAs = pool
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, usageErr("--tls-cert and --tls-key: give both or neither")
+	}
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, usageErr("--tls-cert/--tls-key: %v", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// options checks the flags; every error names the flag.
+func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
+	var o loadgen.Options
+	var targets []string
+	for _, t := range strings.Split(f.target, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			targets = append(targets, t)
+		}
+	}
+	switch {
+	case f.spawn < 0:
+		return o, usageErr("--spawn %d: want a number of nodes >= 1 (or 0: use --target)", f.spawn)
+	case f.spawn > 0 && cmd.Flags().Changed("target"):
+		return o, usageErr("--spawn and --target: give one, not both")
+	case f.spawn == 0 && len(targets) == 0:
+		return o, usageErr("--target %q: give at least one host:port", f.target)
+	case f.rule == "":
+		return o, usageErr("--rule: is required")
+	case f.concurrency < 1:
+		return o, usageErr("--concurrency %d: need at least 1 worker", f.concurrency)
+	case f.conns < 1:
+		return o, usageErr("--conns %d: need at least 1 connection per target", f.conns)
+	case f.batch < 1 || f.batch > loadgen.MaxBatch:
+		return o, usageErr("--batch %d: must be between 1 and %d checks per call", f.batch, loadgen.MaxBatch)
+	case !f.hotKey && f.keys < 1:
+		return o, usageErr("--keys %d: need at least 1 key (or --hot-key)", f.keys)
+	case f.hits < 1 || f.hits > loadgen.MaxHits:
+		return o, usageErr("--hits %d: must be between 1 and %d", f.hits, loadgen.MaxHits)
+	case f.duration <= 0:
+		return o, usageErr("--duration %v: must be positive", f.duration)
+	case f.warmup < 0:
+		return o, usageErr("--warmup %v: must not be negative", f.warmup)
+	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
+		return o, usageErr("--rate %v: want calls per second >= 0 (0: closed loop)", f.rate)
+	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
+		return o, usageErr("--progress %q: want auto, always or never", f.progress)
+	case f.burstWindow <= 0:
+		return o, usageErr("--burst-window %v: must be positive", f.burstWindow)
+	}
+	tlsConf, err := f.tlsConfig()
+	if err != nil {
+		return o, err
+	}
+	if f.spawn > 0 {
+		if tlsConf != nil {
+			return o, usageErr("--spawn and --tls: the spawned nodes serve plaintext")
+		}
+		if _, err := config.ParseRate(f.limitRate); err != nil {
+			return o, usageErr("--limit-rate %q: %v", f.limitRate, err)
+		}
+		if f.limitBurst < 1 {
+			return o, usageErr("--limit-burst %d: the burst must be at least 1 token", f.limitBurst)
+		}
+		if f.strategy == "" {
+			return o, usageErr("--strategy: is required")
+		}
+	}
+	o = loadgen.Options{Targets: targets, Rule: f.rule, Concurrency: f.concurrency, ConnsPerTarget: f.conns,
+		Batch: f.batch, Keys: f.keys, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
+		Rate: f.rate, Seed: f.seed, TLS: tlsConf}
+	for _, t := range targets {
+		sub := o
+		sub.Targets = []string{t}
+		if err := sub.Validate(); err != nil && f.spawn == 0 {
+			return o, usageErr("--target %q: want host:port", t)
+		}
+	}
+	return o, nil
+}
+
+func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
+	o, err := f.options(cmd)
+	if err != nil {
+		return err
+	}
+	stderr, out := cmd.ErrOrStderr(), cmd.OutOrStdout()
+	if f.spawn > 0 {
+		bin, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--spawn: finding the tokenmesh binary: %w", err)
+		}
+		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
+			f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
+		c, err := localcluster.Start(ctx, localcluster.Config{Binary: bin, Nodes: f.spawn,
+			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}})
+		if err != nil {
+			return fmt.Errorf("--spawn %d: %w", f.spawn, err)
+		}
+		defer func() {
+			if err := c.Stop(); err != nil {
+				fmt.Fprintf(stderr, "stopping the spawned nodes: %v\n", err)
+			}
+		}()
+		o.Targets = nil
+		for _, n := range c.Nodes {
+			o.Targets = append(o.Targets, n.GRPC)
+		}
+	}
+	if f.burstTest {
+		br, err := loadgen.Burst(ctx, loadgen.BurstOptions{Targets: o.Targets, Rule: o.Rule, Window: f.burstWindow, TLS: o.TLS})
+		if err != nil {
+			return targetErr(err)
+		}
+		if f.json {
+			return writeJSON(out, br)
+		}
+		writeBurst(out, br)
+		return nil
+	}
+	if bar := newProgress(f.progress, stderr, int((o.Warmup + o.Duration).Milliseconds())); bar != nil {
+		o.Progress = func(done time.Duration) { _ = bar.Set(int(done.Milliseconds())) }
+		defer bar.Finish()
+	}
+	res, err := loadgen.Run(ctx, o)
+	if res == nil {
+		return targetErr(err)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "interrupted (%v): results so far\n", err)
+	}
+	if f.json {
+		return writeJSON(out, res)
+	}
+	writeBenchTable(out, res)
+	return nil
+}
+
+// targetErr names the --target flag in an error about a target.
+func targetErr(err error) error {
+	var te *loadgen.TargetError
+	if errors.As(err, &te) {
+		return fmt.Errorf("--target %s: %w", te.Target, te.Err)
+	}
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeBenchTable(w io.Writer, r *loadgen.Result) {
+	keys := fmt.Sprint(r.Keys)
+	if r.HotKey {
+		keys = "1 (hot)"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "targets\tconcurrency\tbatch\tkeys\tchecks/s\tRPC/s\tallowed %\tp50 ms\tp99 ms\tp999 ms\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.0f\t%.0f\t%.1f\t%.3f\t%.3f\t%.3f\t\n", len(r.Targets), r.Concurrency, r.Batch, keys,
+		r.ChecksPerS, r.RPCsPerS, r.AllowedPct, r.LatencyMS.P50, r.LatencyMS.P99, r.LatencyMS.P999)
+	_ = tw.Flush()
+	mode := "closed loop"
+	if r.Rate > 0 {
+		mode = fmt.Sprintf("open loop at %g calls/s", r.Rate)
+	}
+	fmt.Fprintf(w, "\ntargets %s, rule %s (%.6g/s, burst %d), %s, %.1fs measured\n",
+		strings.Join(r.Targets, ","), r.Rule, r.RuleRate, r.RuleBurst, mode, r.ElapsedSec)
+	fmt.Fprintf(w, "checks %d: allowed %d, refused %d, errors %d; calls %d, failed %d; p90 %.3f ms, max %.3f ms\n",
+		r.Checks, r.Allowed, r.Refused, r.Errors, r.RPCs, r.FailedRPCs, r.LatencyMS.P90, r.LatencyMS.Max)
+	fmt.Fprintf(w, "client CPU: %.2f cores\n", r.CPUCores)
+	if r.Rate > 0 && r.RPCsPerS < 0.95*r.Rate {
+		fmt.Fprintf(w, "note: %.0f calls/s is below --rate %g: the workers could not keep up; raise --concurrency\n", r.RPCsPerS, r.Rate)
+	}
+	for _, e := range r.ErrorSample {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+}
+
+func writeBurst(w io.Writer, r *loadgen.BurstResult) {
+	verdict := "OK"
+	if !r.OK {
+		verdict = "EXCEEDS"
+	}
+	fmt.Fprintf(w, "burst test: %d checks of key %q (rule %s: %.6g/s, burst %d) over %d nodes in %.3fs\n",
+		r.Sent, r.Key, r.Rule, r.RuleRate, r.RuleBurst, len(r.Targets), r.ElapsedSec)
+	fmt.Fprintf(w, "envelope (burst + rate x elapsed): %.1f\n", r.Envelope)
+	fmt.Fprintf(w, "admitted: %d (refused %d, errors %d, failed calls %d)\n", r.Admitted, r.Refused, r.Errors, r.FailedRPCs)
+	for _, e := range r.ErrorSample {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	fmt.Fprintln(w, verdict)
+}

@@ -1,0 +1,377 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/replay"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// replayRule is the name of the one rule the replay cluster serves.
+const replayRule = "replay"
+
+type replayFlags struct {
+	trace, format, key string
+	skipBad            bool
+	nodes              int
+	strategies         string
+	rate               float64
+	burst              int64
+	assign             string
+	seed               uint64
+	params             []string
+	json               bool
+	out                string
+	progress           string
+	speed              float64
+	duration           time.Duration
+	kills, partitions  []string
+	heals              []string
+	binary             string
+	keepLogs           string
+}
+
+func newReplayCmd() *cobra.Command {
+	f := &replayFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Replay a trace against a live local cluster of real processes and compare with a central limiter",
+		Long: `replay starts a cluster of --nodes real ` + "`tokenmesh serve`" + ` processes on this machine
+(loopback ports), sends every request of the trace to one of them over the gRPC
+API at its time, and reports, like ` + "`tokenmesh sim`" + `, how the decisions differ from
+one central token bucket on the same requests (computed from the trace) and what
+they cost (peer messages and bytes, from the nodes' /metrics).
+
+One strategy per run; with a comma list (--strategy owner,gdrl) each runs in
+turn on a fresh cluster. Request i is sent at start + ts_i/--speed; the served
+rule has rate --rate * --speed tokens per wall second and burst --burst, so the
+decisions compare with central on the trace timeline at (--rate, --burst).
+Requests go to the node --assign picks among the live nodes, as in sim.
+Strategy timers and --param durations are wall time, not scaled by --speed.
+
+Decision latency is the client-measured gRPC Check time (wall). A request sent
+more than 50 ms after its due time is a late send: counted in the report (live
+section of --json, and the setup line). Many late sends mean the machine could
+not keep up: lower --speed.
+
+Faults at trace times: --kill NODE@TIME (SIGKILL node NODE, 0-based),
+--partition "0,1|2@TIME" (cut the peer data plane between groups; gossip still
+flows) and --heal TIME. Partitions start the nodes with fault injection.`,
+		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
+  tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
+  tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runReplay(ctx, cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "trace file (required): ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
+	fl.StringVar(&f.format, "format", "auto", "trace format: auto, csv or clf")
+	fl.StringVar(&f.key, "key", "", "for access logs, what identifies a client: host (the default), user or path")
+	fl.BoolVar(&f.skipBad, "skip-bad", false, "skip and count malformed trace lines instead of failing")
+	fl.IntVar(&f.nodes, "nodes", 3, "number of node processes")
+	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(all.Names()[1:], ", ")+")")
+	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second of trace time, per key")
+	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
+	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
+	fl.Uint64Var(&f.seed, "seed", 1, "random seed (random assignment)")
+	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms); durations are wall time")
+	fl.BoolVar(&f.json, "json", false, "print the report as JSON instead of a table")
+	fl.StringVar(&f.out, "out", "", "also write report.json, report.md and plots into this directory")
+	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
+	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
+	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
+	fl.StringArrayVar(&f.partitions, "partition", nil, `GROUPS@TIME: from trace time TIME, cut the peer data plane between groups, e.g. "0,1|2@30s"; repeatable`)
+	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
+	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
+	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
+	return cmd
+}
+
+// replayPlan is the checked command line.
+type replayPlan struct {
+	trace      *workload.Trace
+	strategies []string
+	params     map[string]map[string]string // strategy -> name -> value
+	rate       bucket.Rate
+	events     []replay.Event
+	faults     bool // partitions: start with fault injection
+	binary     string
+}
+
+// plan checks the flags (every error names its flag) and reads the trace.
+func (f *replayFlags) plan() (*replayPlan, error) {
+	p := &replayPlan{params: map[string]map[string]string{}}
+	switch {
+	case f.trace == "":
+		return nil, usageErr("--trace: a trace file is required")
+	case f.nodes < 1:
+		return nil, usageErr("--nodes %d: need at least 1 node", f.nodes)
+	case math.IsNaN(f.rate) || f.rate <= 0:
+		return nil, usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
+	case f.burst < 1:
+		return nil, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
+	case math.IsNaN(f.speed) || math.IsInf(f.speed, 0) || f.speed <= 0:
+		return nil, usageErr("--speed %v: want a positive number (1 = real time)", f.speed)
+	case f.duration < 0:
+		return nil, usageErr("--duration %v: want a positive duration, or 0 for the whole trace", f.duration)
+	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
+		return nil, usageErr("--progress %q: want auto, always or never", f.progress)
+	}
+	var err error
+	if p.rate, err = bucket.PerSecond(f.rate); err != nil {
+		return nil, usageErr("--rate: %v", err)
+	}
+	if _, err := bucket.New(p.rate, f.burst, 0); err != nil {
+		return nil, usageErr("--burst: %v", err)
+	}
+	if _, err := bucket.PerSecond(replay.ScaledRate(p.rate, f.speed)); err != nil {
+		return nil, usageErr("--speed %v: the served rate --rate * --speed: %v", f.speed, err)
+	}
+	seen := map[string]bool{}
+	for _, name := range strings.Split(f.strategies, ",") {
+		name = strings.TrimSpace(name)
+		if name == "central" {
+			return nil, usageErr("--strategy central: central is the reference, computed from the trace; name a coordination strategy (%s)", strings.Join(all.Names()[1:], ", "))
+		}
+		if _, err := all.Lookup(name); err != nil {
+			return nil, usageErr("--strategy: %v", err)
+		}
+		if seen[name] {
+			return nil, usageErr("--strategy: %q is listed twice", name)
+		}
+		seen[name] = true
+		p.strategies = append(p.strategies, name)
+	}
+	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
+		return nil, usageErr("--assign: %v", err)
+	}
+	params, err := strategy.ParseParams(f.params)
+	if err != nil {
+		return nil, usageErr("--param: %v", err)
+	}
+	if un := params.Unprefixed(); len(un) > 0 {
+		return nil, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
+	}
+	for _, name := range params.Names() {
+		s, _, _ := strings.Cut(name, ".")
+		if _, err := all.Lookup(s); err != nil {
+			return nil, usageErr("--param %s: %v", name, err)
+		}
+	}
+	// The values, as ParseParams reads them (it keeps them private).
+	for _, item := range f.params {
+		for _, kv := range strings.Split(item, ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			name, value, _ := strings.Cut(kv, "=")
+			s, pname, _ := strings.Cut(strings.TrimSpace(name), ".")
+			if p.params[s] == nil {
+				p.params[s] = map[string]string{}
+			}
+			p.params[s][pname] = strings.TrimSpace(value)
+		}
+	}
+	for _, spec := range f.kills {
+		e, err := replay.ParseKill(spec)
+		if err != nil {
+			return nil, usageErr("--kill %v", err)
+		}
+		if e.Node >= f.nodes {
+			return nil, usageErr("--kill %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
+		}
+		for _, o := range p.events {
+			if o.Node == e.Node {
+				return nil, usageErr("--kill %q: node %d is killed twice", spec, e.Node)
+			}
+		}
+		p.events = append(p.events, e)
+	}
+	for _, spec := range f.partitions {
+		e, err := replay.ParsePartition(spec)
+		if err != nil {
+			return nil, usageErr("--partition %v", err)
+		}
+		for _, g := range e.Groups {
+			for _, n := range g {
+				if n >= f.nodes {
+					return nil, usageErr("--partition %q: no node %d (--nodes %d: 0..%d)", spec, n, f.nodes, f.nodes-1)
+				}
+			}
+		}
+		p.events = append(p.events, e)
+		p.faults = true
+	}
+	for _, spec := range f.heals {
+		e, err := replay.ParseHeal(spec)
+		if err != nil {
+			return nil, usageErr("--heal %v", err)
+		}
+		p.events = append(p.events, e)
+		p.faults = true
+	}
+	if p.binary = f.binary; p.binary == "" {
+		if p.binary, err = os.Executable(); err != nil {
+			return nil, usageErr("--binary: cannot find this executable (%v); give the tokenmesh binary", err)
+		}
+	}
+	if st, err := os.Stat(p.binary); err != nil || st.IsDir() {
+		return nil, usageErr("--binary %s: not an executable file", p.binary)
+	}
+	tr, err := workload.ReadFile(f.trace, workload.ReadOptions{Format: f.format, SkipBad: f.skipBad, Key: f.key})
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if f.duration > 0 {
+		n := 0
+		for n < len(tr.Requests) && tr.Requests[n].Arrival < f.duration {
+			n++
+		}
+		if n == 0 {
+			return nil, usageErr("--duration %v: no request of %s arrives that early", f.duration, tr.Name)
+		}
+		tr.Requests = tr.Requests[:n:n]
+	}
+	p.trace = tr
+	return p, nil
+}
+
+func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
+	p, err := f.plan()
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	if p.trace.Skipped > 0 {
+		fmt.Fprintf(stderr, "skipped %d malformed lines, e.g. %s\n", p.trace.Skipped, strings.Join(p.trace.SkippedExamples, "; "))
+	}
+	central, err := eval.Central(p.trace, p.rate, f.burst)
+	if err != nil {
+		return err
+	}
+	reqs := len(p.trace.Requests)
+	var progress func(run int) func(done, total int)
+	if bar := newProgress(f.progress, stderr, len(p.strategies)*reqs); bar != nil {
+		progress = func(run int) func(done, total int) {
+			bar.Describe(p.strategies[run])
+			return func(done, total int) { _ = bar.Set(run*total + done) }
+		}
+		defer bar.Finish()
+	}
+	var runs []*replay.Result
+	for i, s := range p.strategies {
+		opts := replay.Options{Trace: p.trace, Strategy: s, Rate: p.rate, Burst: f.burst, Speed: f.speed,
+			AssignPolicy: f.assign, Seed: f.seed, Events: p.events, Central: central}
+		if progress != nil {
+			opts.Progress = progress(i)
+		}
+		res, err := replayOne(ctx, f, p, s, opts, stderr)
+		if err != nil {
+			return fmt.Errorf("replay of %s: %w", s, err)
+		}
+		if res.BytesError != "" {
+			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic unknown (reported as 0): %s\n", s, res.BytesError)
+		}
+		runs = append(runs, res)
+	}
+	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
+		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond)}
+	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
+	rep := replay.NewReport(p.trace, setup, live, central, runs)
+
+	out := cmd.OutOrStdout()
+	if f.json {
+		err = writeReplayJSON(out, rep)
+	} else {
+		err = eval.WriteTable(out, &rep.Report)
+	}
+	if err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := eval.WriteAll(f.out, &rep.Report); err != nil {
+			return err
+		}
+		// report.json with the live section too.
+		jf, err := os.Create(filepath.Join(f.out, "report.json"))
+		if err != nil {
+			return err
+		}
+		if err := writeReplayJSON(jf, rep); err != nil {
+			jf.Close()
+			return err
+		}
+		if err := jf.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(f.out, "report.md"))
+	}
+	return nil
+}
+
+func writeReplayJSON(w io.Writer, rep *replay.Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// replayOne runs one strategy on a fresh cluster.
+func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opts replay.Options, stderr io.Writer) (*replay.Result, error) {
+	dir := ""
+	if f.keepLogs != "" {
+		dir = filepath.Join(f.keepLogs, s)
+	}
+	cl, err := localcluster.Start(ctx, localcluster.Config{
+		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults,
+		Rules: []localcluster.Rule{{Name: replayRule, Rate: replay.RuleRate(p.rate, f.speed), Burst: f.burst, Strategy: s, Params: p.params[s]}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := cl.Stop(); err != nil {
+			fmt.Fprintf(stderr, "tokenmesh: stopping the %s cluster: %v\n", s, err)
+		}
+	}()
+	addrs := make([]string, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		addrs[i] = n.GRPC
+	}
+	target, err := replay.NewLiveTarget(cl, addrs, replayRule)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = target.Warm(wctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	return replay.Run(ctx, opts, target)
+}

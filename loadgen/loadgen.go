@@ -1,0 +1,626 @@
+// Package loadgen drives tokenmesh nodes' gRPC API
+// (tokenmesh.v1.RateLimitService/Check) with synthetic load and measures
+// throughput, decisions and latency: the engine of `tokenmesh bench`.
+//
+// Each of Options.Concurrency workers sends unary Check calls, one at a
+// time, spread round-robin over Options.Targets. A call carries
+// Options.Batch checks of one rule; keys ("k0".."k{n-1}") are drawn
+// uniformly by a per-worker seeded PRNG, or all checks use one key
+// (Options.HotKey). Closed loop (Rate 0) each worker sends its next call as
+// soon as the previous answered; open loop (Rate > 0) calls are scheduled
+// at fixed intervals and latency is measured from the scheduled time, so a
+// slow server is not hidden by a slow client (no coordinated omission).
+//
+// The client is built to cost little CPU, since it usually shares the
+// machine with the server under test: each worker builds its request
+// message once and only rewrites the keys per call, and reuses one
+// response message. Latency goes into one HDR histogram per worker (1 us
+// to 60 s, 3 significant digits), merged at the end: no lock on the hot
+// path.
+package loadgen
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+)
+
+// Limits of the options (the server's: server.MaxChecks, server.MaxHits).
+const (
+	MaxBatch = 1000
+	MaxHits  = 1_000_000_000
+	// maxErrorSamples bounds Result.ErrorSamples.
+	maxErrorSamples = 5
+	// histogram range, microseconds.
+	histMin, histMax, histDigits = 1, 60_000_000, 3
+)
+
+// Options is one run.
+type Options struct {
+	// Targets are the nodes' gRPC API addresses, host:port; at least one.
+	Targets []string
+	// Rule is the rule every check names; it must exist on every target.
+	Rule string
+	// Concurrency is the number of workers, each with one call in flight.
+	Concurrency int
+	// ConnsPerTarget is the number of gRPC connections to each target,
+	// shared by the workers (worker w uses connection w mod n); 0: 1.
+	ConnsPerTarget int
+	// Batch is the checks per call, 1..MaxBatch.
+	Batch int
+	// Keys is the number of distinct keys, >= 1 (ignored with HotKey).
+	Keys int
+	// HotKey makes every check use one key (KeyPrefix + "0").
+	HotKey bool
+	// KeyPrefix starts every key name; "": "k".
+	KeyPrefix string
+	// Hits is the tokens each check asks for, 1..MaxHits; 0: 1.
+	Hits int64
+	// Duration is the measured time, > 0; Warmup runs before it, unrecorded.
+	Duration, Warmup time.Duration
+	// Rate, when > 0, is the open-loop target in calls per second over all
+	// workers; 0: closed loop, as fast as the workers go.
+	Rate float64
+	// MaxRPCs, when > 0, ends the run after this many calls in all (split
+	// over the workers; warmup calls count), or at Duration, whichever
+	// comes first.
+	MaxRPCs int64
+	// TLS, when set, connects with TLS; nil: plaintext.
+	TLS *tls.Config
+	// Seed seeds the workers' key choice (worker w uses Seed and w).
+	Seed uint64
+	// DialTimeout bounds the initial check of each target; 0: 5s.
+	DialTimeout time.Duration
+	// Progress, when set, is called about every 100 ms with the time since
+	// the start (warmup included; the run lasts Warmup + Duration).
+	Progress func(done time.Duration)
+}
+
+// Result is what a run measured, over the Duration after the Warmup.
+type Result struct {
+	Targets     []string `json:"targets"`
+	Rule        string   `json:"rule"`
+	Concurrency int      `json:"concurrency"`
+	Batch       int      `json:"batch"`
+	Keys        int      `json:"keys"` // 1 with HotKey
+	HotKey      bool     `json:"hot_key"`
+	Hits        int64    `json:"hits"`
+	Rate        float64  `json:"target_rate_rpc_per_s"` // 0: closed loop
+	// RuleRate and RuleBurst are the rule's limit as the first target
+	// reported it (ListRules): tokens/s and tokens.
+	RuleRate  float64 `json:"rule_limit_per_s"`
+	RuleBurst int64   `json:"rule_burst"`
+
+	Elapsed     time.Duration `json:"-"`
+	ElapsedSec  float64       `json:"elapsed_s"`
+	RPCs        int64         `json:"rpcs"`        // calls answered OK
+	FailedRPCs  int64         `json:"failed_rpcs"` // calls that failed (their checks are not counted below)
+	Checks      int64         `json:"checks"`      // = Allowed + Refused + Errors
+	Allowed     int64         `json:"allowed"`
+	Refused     int64         `json:"refused"`      // not allowed, no error
+	Errors      int64         `json:"check_errors"` // not allowed, error set (undecided, hits above burst)
+	ChecksPerS  float64       `json:"checks_per_s"`
+	RPCsPerS    float64       `json:"rpcs_per_s"`
+	AllowedPct  float64       `json:"allowed_pct"` // of Checks
+	ErrorSample []string      `json:"error_samples,omitempty"`
+
+	// Latency of answered calls, send (the scheduled send, open loop) to answer.
+	P50, P90, P99, P999, Max time.Duration `json:"-"`
+	LatencyMS                LatencyMS     `json:"latency_ms"`
+
+	// ProcessCPU is this process's CPU time (user+system) during the
+	// measured Duration, and CPUCores that over the elapsed time: the
+	// client's cost when the server runs in another process.
+	ProcessCPU time.Duration `json:"-"`
+	CPUCores   float64       `json:"client_cpu_cores"`
+}
+
+// LatencyMS is the latency percentiles in milliseconds.
+type LatencyMS struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// Validate checks o; the error names the field.
+func (o *Options) Validate() error {
+	switch {
+	case len(o.Targets) == 0:
+		return errors.New("Targets: need at least one host:port")
+	case o.Rule == "":
+		return errors.New("Rule: is required")
+	case o.Concurrency < 1:
+		return fmt.Errorf("Concurrency %d: need at least 1 worker", o.Concurrency)
+	case o.ConnsPerTarget < 0:
+		return fmt.Errorf("ConnsPerTarget %d: must be >= 0", o.ConnsPerTarget)
+	case o.Batch < 1 || o.Batch > MaxBatch:
+		return fmt.Errorf("Batch %d: must be between 1 and %d checks per call", o.Batch, MaxBatch)
+	case !o.HotKey && o.Keys < 1:
+		return fmt.Errorf("Keys %d: need at least 1 key", o.Keys)
+	case o.Hits < 0 || o.Hits > MaxHits:
+		return fmt.Errorf("Hits %d: must be between 1 and %d", o.Hits, MaxHits)
+	case o.Duration <= 0:
+		return fmt.Errorf("Duration %v: must be positive", o.Duration)
+	case o.Warmup < 0:
+		return fmt.Errorf("Warmup %v: must not be negative", o.Warmup)
+	case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0:
+		return fmt.Errorf("Rate %v: must be a finite number of calls per second >= 0", o.Rate)
+	case o.MaxRPCs < 0:
+		return fmt.Errorf("MaxRPCs %d: must be >= 0", o.MaxRPCs)
+	}
+	for _, t := range o.Targets {
+		if _, _, err := splitHostPort(t); err != nil {
+			return fmt.Errorf("Targets: %q: %v", t, err)
+		}
+	}
+	if len(o.Rule) > 4096 {
+		return errors.New("Rule: too long")
+	}
+	return nil
+}
+
+func splitHostPort(t string) (string, string, error) {
+	i := strings.LastIndexByte(t, ':')
+	if i < 0 || i == len(t)-1 {
+		return "", "", errors.New("want host:port")
+	}
+	if _, err := strconv.ParseUint(t[i+1:], 10, 16); err != nil {
+		return "", "", errors.New("want host:port with a numeric port")
+	}
+	return t[:i], t[i+1:], nil
+}
+
+// TargetError is a target that could not be used (unreachable, or lacking
+// the rule).
+type TargetError struct {
+	Target string
+	Err    error
+}
+
+func (e *TargetError) Error() string { return "target " + e.Target + ": " + e.Err.Error() }
+func (e *TargetError) Unwrap() error { return e.Err }
+
+// Dial connects to every target (ConnsPerTarget connections each) and
+// checks, with ListRules, that each answers and has rule; it returns the
+// connections, indexed [target][conn], and the rule's limit as the first
+// target reports it. Close the connections when done.
+func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate float64, burst int64, err error) {
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	n := max(o.ConnsPerTarget, 1)
+	timeout := o.DialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	closeAll := func() {
+		for _, cs := range conns {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		}
+	}
+	for ti, t := range o.Targets {
+		cs := make([]*grpc.ClientConn, 0, n)
+		for range n {
+			c, err := grpc.NewClient(t, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				closeAll()
+				return nil, 0, 0, &TargetError{t, err}
+			}
+			cs = append(cs, c)
+		}
+		conns = append(conns, cs)
+		for _, c := range cs {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			resp, err := tokenmeshv1.NewRateLimitServiceClient(c).ListRules(cctx, &tokenmeshv1.ListRulesRequest{})
+			cancel()
+			if err != nil {
+				closeAll()
+				if ctx.Err() != nil {
+					return nil, 0, 0, ctx.Err()
+				}
+				return nil, 0, 0, &TargetError{t, fmt.Errorf("no tokenmesh gRPC API answers there (is `tokenmesh serve` running with node.grpc_addr %s?): %v", t, err)}
+			}
+			var names []string
+			found := false
+			for _, r := range resp.GetRules() {
+				names = append(names, r.GetName())
+				if r.GetName() == o.Rule {
+					found = true
+					if ti == 0 {
+						rate, burst = r.GetLimitPerS(), r.GetBurst()
+					}
+				}
+			}
+			if !found {
+				closeAll()
+				return nil, 0, 0, &TargetError{t, fmt.Errorf("rule %q is not a rule of this node (it has: %s)", o.Rule, strings.Join(names, ", "))}
+			}
+		}
+	}
+	return conns, rate, burst, nil
+}
+
+// workerStats is one worker's tally; merged at the end.
+type workerStats struct {
+	rpcs, failed, allowed, refused, errs int64
+	hist                                 *hdrhistogram.Histogram
+	samples                              []string
+}
+
+func (s *workerStats) sample(msg string) {
+	if len(s.samples) >= maxErrorSamples || slices.Contains(s.samples, msg) {
+		return
+	}
+	s.samples = append(s.samples, msg)
+}
+
+// Run runs o against the targets. When ctx ends early it returns what was
+// measured so far with ctx's error.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Hits == 0 {
+		o.Hits = 1
+	}
+	keys := o.Keys
+	if o.HotKey {
+		keys = 1
+	}
+	conns, ruleRate, ruleBurst, err := dial(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, cs := range conns {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		}
+	}()
+
+	prefix := o.KeyPrefix
+	if prefix == "" {
+		prefix = "k"
+	}
+	keyNames := make([]string, keys)
+	for i := range keyNames {
+		keyNames[i] = prefix + strconv.Itoa(i)
+	}
+	start := time.Now()
+	measureStart := start.Add(o.Warmup)
+	end := measureStart.Add(o.Duration)
+	stats := make([]workerStats, o.Concurrency)
+	if o.MaxRPCs > 0 && o.MaxRPCs < int64(o.Concurrency) {
+		o.Concurrency = int(o.MaxRPCs)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range o.Concurrency {
+		wg.Add(1)
+		var quota int64 // 0: no limit
+		if o.MaxRPCs > 0 {
+			quota = o.MaxRPCs / int64(o.Concurrency)
+			if int64(w) < o.MaxRPCs%int64(o.Concurrency) {
+				quota++
+			}
+		}
+		go func() {
+			defer wg.Done()
+			stats[w] = runWorker(runCtx, &o, w, conns, keyNames, start, measureStart, end, quota)
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+
+	// Coordinator: CPU at the start and end of the measured window, progress.
+	var cpu0, cpu1 time.Duration
+	var cpuT0 time.Time
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	startTimer := time.NewTimer(time.Until(measureStart))
+	defer startTimer.Stop()
+	stopped := time.Time{}
+loop:
+	for {
+		select {
+		case <-startTimer.C:
+			cpu0, cpuT0 = processCPU(), time.Now()
+		case <-tick.C:
+			if o.Progress != nil {
+				o.Progress(min(time.Since(start), o.Warmup+o.Duration))
+			}
+		case <-workersDone:
+			stopped = time.Now()
+			break loop
+		}
+	}
+	cpu1 = processCPU()
+	if o.Progress != nil {
+		o.Progress(min(time.Since(start), o.Warmup+o.Duration))
+	}
+
+	r := &Result{Targets: slices.Clone(o.Targets), Rule: o.Rule, Concurrency: o.Concurrency, Batch: o.Batch,
+		Keys: keys, HotKey: o.HotKey, Hits: o.Hits, Rate: o.Rate, RuleRate: ruleRate, RuleBurst: ruleBurst}
+	r.Elapsed = min(stopped.Sub(measureStart), o.Duration)
+	if r.Elapsed < 0 {
+		r.Elapsed = 0
+	}
+	hist := hdrhistogram.New(histMin, histMax, histDigits)
+	for i := range stats {
+		s := &stats[i]
+		r.RPCs += s.rpcs
+		r.FailedRPCs += s.failed
+		r.Allowed += s.allowed
+		r.Refused += s.refused
+		r.Errors += s.errs
+		if s.hist != nil {
+			hist.Merge(s.hist)
+		}
+		for _, m := range s.samples {
+			if len(r.ErrorSample) < maxErrorSamples && !slices.Contains(r.ErrorSample, m) {
+				r.ErrorSample = append(r.ErrorSample, m)
+			}
+		}
+	}
+	r.Checks = r.Allowed + r.Refused + r.Errors
+	if sec := r.Elapsed.Seconds(); sec > 0 {
+		r.ElapsedSec = sec
+		r.ChecksPerS = float64(r.Checks) / sec
+		r.RPCsPerS = float64(r.RPCs) / sec
+	}
+	if !cpuT0.IsZero() && stopped.After(cpuT0) {
+		// CPU from the measurement's start to the last worker's end (which
+		// may be a little after Duration, for calls in flight).
+		r.ProcessCPU = cpu1 - cpu0
+		r.CPUCores = r.ProcessCPU.Seconds() / stopped.Sub(cpuT0).Seconds()
+	}
+	if r.Checks > 0 {
+		r.AllowedPct = 100 * float64(r.Allowed) / float64(r.Checks)
+	}
+	us := func(q float64) time.Duration { return time.Duration(hist.ValueAtQuantile(q)) * time.Microsecond }
+	if hist.TotalCount() > 0 {
+		r.P50, r.P90, r.P99, r.P999 = us(50), us(90), us(99), us(99.9)
+		r.Max = time.Duration(hist.Max()) * time.Microsecond
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	r.LatencyMS = LatencyMS{P50: ms(r.P50), P90: ms(r.P90), P99: ms(r.P99), P999: ms(r.P999), Max: ms(r.Max)}
+	return r, ctx.Err()
+}
+
+// runWorker is one worker's loop.
+func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientConn, keys []string,
+	start, measureStart, end time.Time, quota int64) workerStats {
+	st := workerStats{hist: hdrhistogram.New(histMin, histMax, histDigits)}
+	rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
+	req := newRequest(o.Rule, o.Batch, o.Hits)
+	resp := &tokenmeshv1.CheckResponse{}
+	ti := w % len(conns)
+	ci := w % len(conns[0])
+	// Open loop: call j of all is due at start + j/Rate; worker w sends
+	// calls w, w+Concurrency, w+2*Concurrency, ...
+	var interval time.Duration
+	first := start
+	if o.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(o.Concurrency) / o.Rate)
+		first = start.Add(time.Duration(float64(time.Second) * float64(w) / o.Rate))
+	}
+	for i := int64(0); quota == 0 || i < quota; i++ {
+		if ctx.Err() != nil {
+			break
+		}
+		var sent time.Time
+		if interval > 0 {
+			sent = first.Add(time.Duration(i) * interval)
+			if sent.After(end) {
+				break
+			}
+			if d := time.Until(sent); d > 0 {
+				time.Sleep(d)
+			}
+		} else {
+			sent = time.Now()
+			if sent.After(end) {
+				break
+			}
+		}
+		req.draw(keys, rng)
+		resp.Reset()
+		err := conns[ti][ci].Invoke(ctx, tokenmeshv1.RateLimitService_Check_FullMethodName, req.msg, resp)
+		done := time.Now()
+		if ti++; ti == len(conns) {
+			ti = 0
+		}
+		if done.Before(measureStart) {
+			continue
+		}
+		if done.After(end) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			st.failed++
+			st.sample(err.Error())
+			continue
+		}
+		allowed, refused, errs, bad := tally(resp, o.Batch, &st)
+		if bad != "" {
+			st.failed++
+			st.sample(bad)
+			continue
+		}
+		st.rpcs++
+		st.allowed += allowed
+		st.refused += refused
+		st.errs += errs
+		us := done.Sub(sent).Microseconds()
+		_ = st.hist.RecordValue(min(max(us, histMin), histMax))
+	}
+	return st
+}
+
+// request is one worker's CheckRequest, built once and reused: each call
+// only rewrites the items' keys (the generated message; no allocation per
+// call beyond what grpc-go's codec does).
+type request struct {
+	msg   *tokenmeshv1.CheckRequest
+	items []tokenmeshv1.CheckItem
+}
+
+func newRequest(rule string, batch int, hits int64) *request {
+	r := &request{msg: &tokenmeshv1.CheckRequest{Checks: make([]*tokenmeshv1.CheckItem, batch)},
+		items: make([]tokenmeshv1.CheckItem, batch)}
+	for i := range r.items {
+		r.items[i].Rule, r.items[i].Hits = rule, hits
+		r.msg.Checks[i] = &r.items[i]
+	}
+	return r
+}
+
+// draw picks the keys of the next call.
+func (r *request) draw(keys []string, rng *rand.Rand) {
+	for i := range r.items {
+		k := keys[0]
+		if len(keys) > 1 {
+			k = keys[rng.IntN(len(keys))]
+		}
+		r.items[i].Key = k
+	}
+}
+
+// tally counts a CheckResponse's results into st; a response with other
+// than want results is a failed call (its message returned).
+func tally(resp *tokenmeshv1.CheckResponse, want int, st *workerStats) (allowed, refused, errs int64, bad string) {
+	if n := len(resp.GetResults()); n != want {
+		return 0, 0, 0, fmt.Sprintf("response holds %d results for %d checks", n, want)
+	}
+	for _, res := range resp.GetResults() {
+		switch {
+		case res.GetAllowed():
+			allowed++
+		case res.GetError() != "":
+			errs++
+			st.sample(res.GetError())
+		default:
+			refused++
+		}
+	}
+	return allowed, refused, errs, ""
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BurstOptions is an envelope check: Checks single-check calls of one
+// fresh key, spread round-robin over Targets and paced evenly over Window.
+type BurstOptions struct {
+	Targets []string
+	Rule    string
+	// Checks is the number of checks; 0: the rule's burst times the
+	// number of targets (what per-node buckets that do not coordinate
+	// would admit at once).
+	Checks int
+	// Window is the time the checks are spread over; 0: 1s.
+	Window time.Duration
+	TLS    *tls.Config
+}
+
+// BurstResult is what an envelope check found. The token bucket (rate r,
+// burst b) of one key admits at most b + r*T tokens in any T; Admitted
+// above Envelope = b + r*Elapsed means the cluster let the key exceed its
+// limit.
+type BurstResult struct {
+	Targets     []string `json:"targets"`
+	Rule        string   `json:"rule"`
+	Key         string   `json:"key"`
+	RuleRate    float64  `json:"rule_limit_per_s"`
+	RuleBurst   int64    `json:"rule_burst"`
+	Sent        int      `json:"sent"`
+	Checks      int64    `json:"checks"` // answered
+	Admitted    int64    `json:"admitted"`
+	Refused     int64    `json:"refused"`
+	Errors      int64    `json:"check_errors"`
+	FailedRPCs  int64    `json:"failed_rpcs"`
+	ElapsedSec  float64  `json:"elapsed_s"` // first send to last answer
+	Envelope    float64  `json:"envelope"`  // RuleBurst + RuleRate*ElapsedSec
+	OK          bool     `json:"ok"`        // Admitted <= Envelope
+	ErrorSample []string `json:"error_samples,omitempty"`
+}
+
+// Burst runs an envelope check.
+func Burst(ctx context.Context, bo BurstOptions) (*BurstResult, error) {
+	if bo.Checks < 0 {
+		return nil, fmt.Errorf("Checks %d: must be >= 0", bo.Checks)
+	}
+	if bo.Window < 0 {
+		return nil, fmt.Errorf("Window %v: must not be negative", bo.Window)
+	}
+	window := bo.Window
+	if window == 0 {
+		window = time.Second
+	}
+	checks := bo.Checks
+	if checks == 0 {
+		o := Options{Targets: bo.Targets, Rule: bo.Rule, Concurrency: 1, Batch: 1, Keys: 1, Duration: 1, TLS: bo.TLS}
+		if err := o.Validate(); err != nil {
+			return nil, err
+		}
+		conns, _, burst, err := dial(ctx, &o)
+		if err != nil {
+			return nil, err
+		}
+		for _, cs := range conns {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		}
+		if burst > 1_000_000 {
+			return nil, fmt.Errorf("rule %q: burst %d is too large for a burst test (at most 1000000 checks)", bo.Rule, burst)
+		}
+		checks = int(max(burst, 1)) * len(bo.Targets)
+	}
+	prefix := fmt.Sprintf("burst-%d-", time.Now().UnixNano())
+	o := Options{Targets: bo.Targets, Rule: bo.Rule, Concurrency: min(checks, 64), Batch: 1, HotKey: true,
+		KeyPrefix: prefix, Duration: window + 10*time.Second, Rate: float64(checks) / window.Seconds(),
+		MaxRPCs: int64(checks), TLS: bo.TLS}
+	res, err := Run(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	br := &BurstResult{Targets: res.Targets, Rule: res.Rule, Key: prefix + "0", RuleRate: res.RuleRate,
+		RuleBurst: res.RuleBurst, Sent: checks, Checks: res.Checks, Admitted: res.Allowed, Refused: res.Refused,
+		Errors: res.Errors, FailedRPCs: res.FailedRPCs, ElapsedSec: res.ElapsedSec, ErrorSample: res.ErrorSample}
+	br.Envelope = float64(br.RuleBurst) + br.RuleRate*br.ElapsedSec
+	br.OK = float64(br.Admitted) <= br.Envelope+1e-9
+	return br, nil
+}
