@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(opts, grpc.NumStreamWorkers(uint32(runtime.NumCPU())))...) // as serve does
 	server.New(node, rules).RegisterGRPC(gs)
 	go func() { _ = gs.Serve(ln) }()
 	tb.Cleanup(func() {
