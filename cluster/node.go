@@ -21,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
@@ -138,6 +139,7 @@ type Stats struct {
 	Rules             map[string]RuleStats
 	UnknownRuleFrames int64 // frames for a rule this node does not have (dropped)
 	InboxDropped      int64 // frames dropped because the event channel was full
+	BadSender         int64 // frames dropped because From is empty or not UTF-8
 }
 
 type ruleCounters struct {
@@ -273,6 +275,7 @@ type Node struct {
 
 	unknownRule  atomic.Int64
 	inboxDropped atomic.Int64
+	badSender    atomic.Int64
 }
 
 // New builds a node and starts its goroutine. Errors: an empty Self, no
@@ -375,8 +378,8 @@ func (n *Node) Rules() []string {
 }
 
 // Check asks for tokens of key under rule and blocks until the rule's
-// strategy decides or ctx ends. Errors: an unknown rule, an empty or
-// over-long key, tokens <= 0 or above the node's MaxTokens (no state
+// strategy decides or ctx ends. Errors: an unknown rule, an empty,
+// over-long or non-UTF-8 key, tokens <= 0 or above the node's MaxTokens (no state
 // changes); ctx.Err() when ctx ends first (the strategy may still decide
 // the request later: for owner, the owner's bucket has then been charged);
 // ErrClosed when the node is or gets closed.
@@ -421,6 +424,8 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 		return nil, fmt.Errorf("cluster: rule %q: key is empty", rule)
 	case len(key) > MaxKeyBytes:
 		return nil, fmt.Errorf("cluster: rule %q: key is %d bytes, above the limit of %d", rule, len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return nil, fmt.Errorf("cluster: rule %q: key is not valid UTF-8 (peer messages carry keys as protobuf strings)", rule)
 	case tokens <= 0:
 		return nil, fmt.Errorf("cluster: rule %q: tokens %d must be positive", rule, tokens)
 	case tokens > n.maxTokens:
@@ -588,7 +593,7 @@ func (n *Node) Close() error {
 
 // Stats returns a snapshot of the node's counters.
 func (n *Node) Stats() Stats {
-	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load()}
+	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load(), BadSender: n.badSender.Load()}
 	for _, rs := range n.order {
 		c := &rs.c
 		st.Rules[rs.rule.Name] = RuleStats{
@@ -608,6 +613,12 @@ func (n *Node) deliver(f Frame) {
 	case <-n.done:
 		return
 	default:
+	}
+	if f.From == "" || !utf8.ValidString(string(f.From)) {
+		// Not a node name (names are UTF-8: they travel in protobuf
+		// strings); a strategy could not even encode a reply to it.
+		n.badSender.Add(1)
+		return
 	}
 	select {
 	case n.events <- event{kind: evFrame, frame: f}:

@@ -83,7 +83,9 @@ type CheckItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// rule is the name of one of the node's rules (ListRules).
 	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
-	// key is the bucket's key under that rule: 1 to 4,096 bytes, any bytes.
+	// key is the bucket's key under that rule: 1 to 4,096 bytes of UTF-8
+	// (a proto3 string: gRPC refuses a request whose key is not UTF-8 while
+	// decoding it, with INTERNAL, before the service sees it).
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// hits is the number of tokens asked for, 1 to 1,000,000,000.
 	Hits          int64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
