@@ -1,6 +1,6 @@
 // Package config loads and validates a tokenmesh node's YAML configuration:
 // the node's own settings (name, listen addresses, peers to join, gossip key,
-// TLS, idle-key eviction) and its rules (one (rate, burst) token bucket per
+// TLS for peers and for the API) and its rules (one (rate, burst) token bucket per
 // key, enforced by one coordination strategy).
 //
 // A file looks like this (examples/config/tokenmesh.yaml is a commented
@@ -70,9 +70,6 @@ const (
 	// DefaultGossipAddr is the memberlist (UDP and TCP) listen address;
 	// 7946 is memberlist's customary port.
 	DefaultGossipAddr = "127.0.0.1:7946"
-	// DefaultIdleKeyTTL is how long a key may go unused before its state is
-	// dropped.
-	DefaultIdleKeyTTL = 10 * time.Minute
 	// DefaultStrategy is the strategy of a rule that names none: owner is
 	// exact (every key has one bucket, at its rendezvous owner, so the
 	// cluster admits what one central bucket would), at the cost of one
@@ -123,9 +120,6 @@ type Node struct {
 	SecretKeyFile string
 	// TLS, when set, turns on mTLS between peers.
 	TLS *TLS
-	// IdleKeyTTL is how long a key's state is kept after its last request
-	// (default DefaultIdleKeyTTL; 0 keeps keys forever).
-	IdleKeyTTL time.Duration
 }
 
 // TLS names the PEM files for mutual TLS between peers: this node's
@@ -185,7 +179,6 @@ type rawNode struct {
 	SecretKey     string     `yaml:"secret_key"`
 	SecretKeyFile string     `yaml:"secret_key_file"`
 	TLS           *rawTLS    `yaml:"tls"`
-	IdleKeyTTL    *string    `yaml:"idle_key_ttl"`
 }
 
 type rawAPITLS struct {
@@ -376,9 +369,11 @@ func knownFields(parent string) string {
 	case parent == "":
 		return " (known: node, rules)"
 	case parent == "node":
-		return " (known: name, api_addr, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, idle_key_ttl)"
+		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls)"
 	case parent == "node.tls":
 		return " (known: cert_file, key_file, ca_file)"
+	case parent == "node.api_tls":
+		return " (known: cert_file, key_file, client_ca_file)"
 	case strings.HasPrefix(parent, "rules["):
 		return " (known: name, key, rate, burst, strategy, params)"
 	}
@@ -568,17 +563,6 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.TLS = t
 	}
-	n.IdleKeyTTL = DefaultIdleKeyTTL
-	if raw.IdleKeyTTL != nil {
-		d, err := time.ParseDuration(strings.TrimSpace(*raw.IdleKeyTTL))
-		switch {
-		case err != nil:
-			p.fail("node.idle_key_ttl", path("idle_key_ttl"), "%q is not a duration (like 10m or 1h30m)", *raw.IdleKeyTTL)
-		case d < 0:
-			p.fail("node.idle_key_ttl", path("idle_key_ttl"), "%q is negative", *raw.IdleKeyTTL)
-		}
-		n.IdleKeyTTL = d
-	}
 }
 
 func (p *parser) rule(i int, raw rawRule) Rule {
@@ -765,9 +749,6 @@ func (f *File) Validate() error {
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")
 	}
-	if n.IdleKeyTTL < 0 {
-		return fmt.Errorf("node.idle_key_ttl: %v is negative", n.IdleKeyTTL)
-	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
 	}
@@ -893,7 +874,6 @@ func Default() *File {
 			GRPCAddr:   DefaultGRPCAddr,
 			PeerAddr:   DefaultPeerAddr,
 			GossipAddr: DefaultGossipAddr,
-			IdleKeyTTL: DefaultIdleKeyTTL,
 		},
 		Rules: []Rule{{
 			Name:     "default",

@@ -69,7 +69,7 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("rule defaults: %+v", r)
 			}
 			n := f.Node
-			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.IdleKeyTTL != DefaultIdleKeyTTL || n.Name == "" {
+			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.Name == "" {
 				t.Errorf("node defaults: %+v", n)
 			}
 		}},
@@ -99,7 +99,6 @@ node:
   join: [10.0.0.2:7946, "host.example:7946"]
   secret_key: ` + key32 + `
   tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}
-  idle_key_ttl: 0s
 rules:
   - {name: a, rate: 6000/min, burst: 10, strategy: gdrl}
   - {name: b, rate: 1/s, strategy: owner, params: {hold: 1ms, retries: 3, fail_open: false}}
@@ -109,7 +108,7 @@ rules:
 			if n.GRPCAddr != "0.0.0.0:9090" || n.APITLS == nil || n.APITLS.KeyFile != "s-key.pem" || n.APITLS.ClientCAFile != "" {
 				t.Errorf("api: %+v %+v", n, n.APITLS)
 			}
-			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" || n.IdleKeyTTL != 0 {
+			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
 			}
 			cr, err := f.Rules[1].ClusterRule()
@@ -177,8 +176,7 @@ func TestParseBad(t *testing.T) {
 		{"key wrong length", "node: {secret_key: 'YWJj'}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "3 bytes"}, 0},
 		{"key and key file", "node: {secret_key: '" + key32 + "', secret_key_file: k}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "not both"}, 0},
 		{"tls incomplete", "node: {tls: {cert_file: c.pem}}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.tls.key_file", "required"}, 0},
-		{"bad ttl", "node: {idle_key_ttl: forever}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.idle_key_ttl", "forever"}, 0},
-		{"negative ttl", "node: {idle_key_ttl: -1s}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.idle_key_ttl", "negative"}, 0},
+		{"idle_key_ttl is gone", "node: {idle_key_ttl: 10m}\nrules: [{name: a, rate: 1/s}]\n", []string{"idle_key_ttl", "known:"}, 0},
 		{"rules not a list", "rules: {name: a}\n", []string{"t.yaml:1"}, 1},
 		{"wrong type", "node: {join: 3}\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:1"}, 1},
 	}
@@ -295,7 +293,7 @@ func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"rules: [{name: a, rate: 1/s}]",
 		"rules:\n  - name: a\n    rate: 6000/min\n    burst: 20\n    strategy: gcounter\n    params: {gossip: 20ms}\n",
-		"node: {name: n, join: ['h:1'], idle_key_ttl: 1m, secret_key: " + key32 + "}\nrules: [{name: a, rate: '2.5'}]",
+		"node: {name: n, join: ['h:1'], secret_key: " + key32 + "}\nrules: [{name: a, rate: '2.5'}]",
 		"rules: [{name: a, rate: 10/fortnight}]",
 		"node: {tls: {cert_file: a, key_file: b, ca_file: c}}\nrules: [{name: x, rate: 1/3s, key: '{tenant}'}]",
 		"",
