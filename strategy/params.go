@@ -73,6 +73,15 @@ func (p Params) Names() []string {
 	return out
 }
 
+// Values returns a copy of the name=value pairs (names as given).
+func (p Params) Values() map[string]string {
+	out := make(map[string]string, len(p.values))
+	for k, v := range p.values {
+		out[k] = v
+	}
+	return out
+}
+
 func (p *Params) lookup(name string) (string, bool) {
 	if p.read == nil {
 		p.read = map[string]bool{}

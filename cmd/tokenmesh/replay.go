@@ -19,7 +19,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/replay"
-	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -167,32 +166,16 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
 		return nil, usageErr("--assign: %v", err)
 	}
-	params, err := strategy.ParseParams(f.params)
+	params, err := parseParamFlags(f.params)
 	if err != nil {
-		return nil, usageErr("--param: %v", err)
+		return nil, err
 	}
-	if un := params.Unprefixed(); len(un) > 0 {
-		return nil, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
-	}
-	for _, name := range params.Names() {
-		s, _, _ := strings.Cut(name, ".")
-		if _, err := all.Lookup(s); err != nil {
-			return nil, usageErr("--param %s: %v", name, err)
+	for name, value := range params.Values() {
+		s, pname, _ := strings.Cut(name, ".")
+		if p.params[s] == nil {
+			p.params[s] = map[string]string{}
 		}
-	}
-	// The values, as ParseParams reads them (it keeps them private).
-	for _, item := range f.params {
-		for _, kv := range strings.Split(item, ",") {
-			if kv = strings.TrimSpace(kv); kv == "" {
-				continue
-			}
-			name, value, _ := strings.Cut(kv, "=")
-			s, pname, _ := strings.Cut(strings.TrimSpace(name), ".")
-			if p.params[s] == nil {
-				p.params[s] = map[string]string{}
-			}
-			p.params[s][pname] = strings.TrimSpace(value)
-		}
+		p.params[s][pname] = value
 	}
 	for _, spec := range f.kills {
 		e, err := replay.ParseKill(spec)

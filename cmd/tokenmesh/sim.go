@@ -101,6 +101,25 @@ func strategyHelp() string {
 	return b.String()
 }
 
+// parseParamFlags parses --param values (strategy.name=value), each
+// addressed to a known strategy; errors name the flag.
+func parseParamFlags(flags []string) (strategy.Params, error) {
+	params, err := strategy.ParseParams(flags)
+	if err != nil {
+		return params, usageErr("--param: %v", err)
+	}
+	if un := params.Unprefixed(); len(un) > 0 {
+		return params, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
+	}
+	for _, name := range params.Names() {
+		s, _, _ := strings.Cut(name, ".")
+		if _, err := all.Lookup(s); err != nil {
+			return params, usageErr("--param %s: %v", name, err)
+		}
+	}
+	return params, nil
+}
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -142,18 +161,9 @@ func (f *simFlags) options() (eval.Options, error) {
 	if err := net.Validate(); err != nil {
 		return o, usageErr("%v", err)
 	}
-	params, err := strategy.ParseParams(f.params)
+	params, err := parseParamFlags(f.params)
 	if err != nil {
-		return o, usageErr("--param: %v", err)
-	}
-	if un := params.Unprefixed(); len(un) > 0 {
-		return o, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
-	}
-	for _, name := range params.Names() {
-		s, _, _ := strings.Cut(name, ".")
-		if _, err := all.Lookup(s); err != nil {
-			return o, usageErr("--param %s: %v", name, err)
-		}
+		return o, err
 	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
 		Network: net, AssignPolicy: f.assign, Seed: f.seed}
