@@ -33,7 +33,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -700,21 +699,6 @@ func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
 		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %s", i, resp.Status)
 	}
 	return string(b), nil
-}
-
-// sysProcAttr puts the child in its own process group and, where the
-// platform has it (Linux's Pdeathsig, set by reflection so the package
-// builds everywhere), asks the kernel to SIGKILL it when the parent dies:
-// a crashed or timed-out test leaves no node running. (Linux sends it when
-// the forking OS thread exits; the Go runtime ends threads only when a
-// goroutine exits while locked to one with runtime.LockOSThread, so do not
-// call Start from such a goroutine.)
-func sysProcAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true}
-	if f := reflect.ValueOf(a).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() && f.Kind() == reflect.Int {
-		f.SetInt(int64(syscall.SIGKILL))
-	}
-	return a
 }
 
 // tail keeps the last tailBytes written to it.
