@@ -115,7 +115,10 @@ func (r Rate) PerSec() float64 {
 	if r.Tokens == 0 {
 		return 0
 	}
-	return float64(r.Tokens) / r.Per.Seconds()
+	// One division of two exact values (for Tokens below 2^53/1e9 and Per
+	// below 2^53 ns), so 1 token per 1ns is 1e9, not 999999999.9999999
+	// as with Per.Seconds().
+	return float64(r.Tokens) * float64(time.Second) / float64(r.Per)
 }
 
 // String prints the rate as tokens/s.
