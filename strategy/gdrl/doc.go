@@ -96,9 +96,12 @@
 //     the proportion p of the default shares, is below the one-sided tail
 //     of `evidence` standard errors (default 2: n >= 6). Intervals are
 //     counted, not tokens, so that a burst in one instant is one piece of
-//     evidence. Without that evidence, a pair where both ends have seen the
-//     key relaxes towards the default shares (the demand reaches both), and
-//     any other pair moves nothing.
+//     evidence. A node without a default share (a joiner, a restarted
+//     node) that sees the key requested is evidence by itself, whatever the
+//     other end holds: the default split gives it nothing. Without that
+//     evidence, a pair where both ends have seen the key relaxes towards
+//     the default shares (the demand reaches both), and any other pair
+//     moves nothing.
 //   - Nothing flows into a node where the key is idle but by relaxation:
 //     a key idle at both ends relaxes towards the default shares instead.
 //     Relaxation halves the difference of the pair's deviations C - dc (in
@@ -128,8 +131,10 @@
 // recent demand needs (if it is active, or has seen the key within 10 idle
 // windows): the tokens its demand estimate plus noise asks for over the
 // rule's refill time B/C, at least one whole token (without one its bucket
-// refuses every request, whatever its rate) and at most its 1/N default
-// burst. When a node gives burst, the tokens its bucket holds above its
+// refuses every request, whatever its rate) and at most its 1/N split of
+// the burst over its current view (not its default burst share, which is
+// the whole burst at a founder that started alone). When a node gives
+// burst, the tokens its bucket holds above its
 // reduced burst travel with it and are credited (up to the receiver's
 // burst) with the transfer. Nothing creates tokens: a bucket keeps its level
 // when its burst grows and is capped when it shrinks, so the tokens in all

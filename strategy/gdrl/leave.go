@@ -55,6 +55,11 @@ func (g *GDRL) addItems(items []item, sign int64, now time.Duration) {
 	if def == nil || (def.c == 0 && def.b == 0) {
 		return
 	}
+	for i := range items {
+		if items[i].key != defaultKey {
+			g.pin(items[i].key, now) // keeps its amount, not the new default
+		}
+	}
 	for _, k := range g.sortedKeys() {
 		if !listed[k] {
 			g.adjust(k, sign*def.c, sign*def.b, now)

@@ -1047,7 +1047,7 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 	items := make([]item, 0, len(recKeys))
 	for _, k := range recKeys {
 		v := rec.shares[k]
-		g.materialize(k, now)
+		g.pin(k, now)
 		g.adjust(k, v[0], v[1], now)
 		items = append(items, item{key: k, c: v[0], b: v[1]})
 	}
@@ -1125,7 +1125,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 			}
 		}
 		for _, it := range items {
-			g.materialize(it.key, now)
+			g.pin(it.key, now)
 			g.adjust(it.key, -it.c, -it.b, now)
 		}
 		g.dc -= f.DefaultCapacity

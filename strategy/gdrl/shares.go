@@ -2,6 +2,7 @@ package gdrl
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -42,6 +43,18 @@ func (g *GDRL) materialize(key string, now time.Duration) *share {
 	sh := &share{c: g.dc, b: g.db, bkt: g.newBucket(g.dc, g.db, now)}
 	g.shares[key] = sh
 	return sh
+}
+
+// pin makes key explicit (from the default share as it is) and marks it
+// for replication. Whoever changes the default share while a key keeps its
+// own amount (an inherited record's keys, a transfer's listed keys, a
+// fence's items, even when that amount is zero) must pin the key first:
+// the buddy's record holds a key it was never sent at the default share,
+// so it would take the key for the new default, and an heir inheriting
+// that record would add the wrong amount.
+func (g *GDRL) pin(key string, now time.Duration) {
+	g.materialize(key, now)
+	g.touch(key)
 }
 
 // adjust adds (dc, db) to key's share, re-rates its bucket (keeping its
@@ -246,11 +259,15 @@ func (g *GDRL) flow(i, j side) (c, b int64) {
 // nodes (as by hash), all n of them would have missed it with probability
 // 2^-n. Intervals are counted, not tokens, so that a burst of requests in
 // one instant is one piece of evidence. A node that joined or restarted
-// holds no default share, so any demand it sees is skewed towards it.
+// holds no default share, so any demand it sees is skewed towards it,
+// whatever the other end's default share: two joiners must not relax
+// towards their zero default shares, where relax's ring rule takes the
+// predecessor's whole share (all of it is "surplus") every time their
+// shares come within two grains.
 func (g *GDRL) skewed(i, j side, z float64) bool {
 	tail := math.Log(0.5 * math.Erfc(z/math.Sqrt2))
 	one := func(a, b side) bool {
-		if a.active && a.dc <= 0 && b.dc > 0 {
+		if a.active && a.dc <= 0 {
 			return true // a joined with no share: its demand is news
 		}
 		return a.active && !b.seen && a.recent*math.Ln2 > -tail
@@ -361,13 +378,20 @@ func (g *GDRL) burstFlow(i, j side, c int64) int64 {
 // burstNeed is the burst a node keeps for its own demand: the
 // tokens its demand estimate (plus its noise) asks for over the time the
 // rule takes to refill its burst, B/C, at least a whole token and at most
-// the node's 1/N default burst (the static split, which a node whose
-// demand is spread like everyone else's should not fall below).
+// the node's 1/N split of the burst over the current view (the static
+// split, which a node whose demand is spread like everyone else's should
+// not fall below). Not the node's default burst share: that is the 1/N
+// split only among founding members that all started together; a founder
+// that started alone holds the whole burst as its default (and an heir
+// adds its ward's), and capped there it kept every token it held from
+// the joiners, whose buckets then refused everything whatever their rate.
 func (g *GDRL) burstNeed(s side) int64 {
 	need := float64(UnitsPerToken)
 	if g.totalC > 0 {
 		need = math.Max(need, (s.demand+s.noise)*float64(g.totalB)/float64(g.totalC))
 	}
 	need = math.Ceil(need/UnitsPerToken) * UnitsPerToken
-	return max(UnitsPerToken, min(int64(math.Min(need, float64(g.totalB))), s.db))
+	i, _ := slices.BinarySearch(g.members, s.id)
+	split := splitUnits(g.cfg.Burst, len(g.members), i) * UnitsPerToken
+	return max(UnitsPerToken, min(int64(math.Min(need, float64(g.totalB))), split))
 }
