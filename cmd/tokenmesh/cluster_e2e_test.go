@@ -448,3 +448,56 @@ func TestServeFlagsHelp(t *testing.T) {
 		t.Errorf("serve --fault-injection without --config: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// gdrl, graceful: a node stopped with SIGTERM hands its capacity shares to
+// its buddy before it leaves, so the survivors hold the whole rate again
+// at once, without waiting for failure detection (5-8 s here, see
+// TestClusterE2ENodeCrash).
+func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
+	const rule, key = "g", "hot"
+	c := startCluster(t, localcluster.Config{Nodes: 3,
+		Rules: []localcluster.Rule{{Name: rule, Rate: "10/s", Burst: 10, Strategy: "gdrl"}}})
+	// Demand everywhere for 3 s, so that every node holds a share of key.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for i := range 3 {
+			if _, err := checkAt(c, i, 2*time.Second, rule, key, 1); err != nil {
+				t.Fatalf("check at n%d: %v", i, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx := context.Background()
+	shares := func() (sum float64, each []float64) {
+		for _, i := range []int{0, 1} {
+			m, err := c.Metrics(ctx, i)
+			if err != nil {
+				t.Fatalf("n%d /metrics: %v", i, err)
+			}
+			v, ok := metricShare(m, rule)
+			if !ok {
+				t.Fatalf("n%d serves no tokenmesh_capacity_share_ratio{rule=%q}", i, rule)
+			}
+			sum += v
+			each = append(each, v)
+		}
+		return sum, each
+	}
+	if sum, each := shares(); sum > 0.9 {
+		t.Fatalf("before the leave n0 and n1 already hold %v (sum %.3f) of the share: n2 holds nothing to hand over", each, sum)
+	}
+	start := time.Now()
+	if err := c.Terminate(2); err != nil {
+		t.Fatalf("SIGTERM n2: %v", err)
+	}
+	exited := time.Since(start)
+	sum, each := shares()
+	// Read one after the other, a transfer in flight between n0 and n1 can
+	// count twice: only the lower bound is checked.
+	if sum < 0.95 {
+		t.Errorf("right after n2 exited (SIGTERM took %v) the survivors hold %v of the share (sum %.3f), want about 1",
+			exited.Round(time.Millisecond), each, sum)
+	} else {
+		t.Logf("n2 left in %v; the survivors hold %v of the share (sum %.3f) at once", exited.Round(time.Millisecond), each, sum)
+	}
+}
