@@ -106,8 +106,9 @@ type Node struct {
 	// GossipAddr is the membership (memberlist) bind address (default
 	// DefaultGossipAddr).
 	GossipAddr string
-	// Join is the gossip addresses of existing members; empty founds a
-	// cluster.
+	// Join is the gossip addresses of the other members. serve joins the
+	// first that answers; when none does it founds the cluster and keeps
+	// retrying (limiter.PeerConfig.FoundIfAlone). Empty: always found.
 	Join []string
 	// SecretKey is the gossip encryption key, base64 in the file and
 	// decoded here (16, 24 or 32 bytes: AES-128/192/256). Nil: gossip in

@@ -41,6 +41,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -106,9 +107,19 @@ type PeerConfig struct {
 	// GossipAddr is the memberlist bind address "host:port" (port 0 picks
 	// one; Node.GossipAddr reports it). Empty: "0.0.0.0:7946".
 	GossipAddr string
-	// Join is the gossip addresses of existing members. Empty: this node
-	// founds the cluster.
+	// Join is the gossip addresses of other members. Empty: this node
+	// founds the cluster. When none of them answers at start, Start fails,
+	// unless FoundIfAlone is set.
 	Join []string
+	// FoundIfAlone: when no address in Join answers at start, the node
+	// founds the cluster alone (its strategies start as founders, see
+	// Config.Join) and keeps trying to join the addresses every
+	// RetryJoinInterval until one answers. A node that did reach a member
+	// starts as a joiner. This lets every node of a cluster list all the
+	// others (the first one up founds it; a restarted node rejoins) instead
+	// of the first node listing none and founding a second cluster alone
+	// when it restarts.
+	FoundIfAlone bool
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
 	SecretKey []byte
 	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
@@ -158,6 +169,10 @@ type Config struct {
 	Seed uint64
 }
 
+// RetryJoinInterval is how often a node that founded its cluster alone
+// (PeerConfig.FoundIfAlone) tries its Join addresses again.
+const RetryJoinInterval = 2 * time.Second
+
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
 	node  *cluster.Node
@@ -167,8 +182,11 @@ type Node struct {
 	once  sync.Once
 	err   error
 
+	stop chan struct{} // closed by Close
+
 	mu      sync.Mutex
-	members []string // as last handed to node by gossip
+	members []string          // as last handed to node by gossip
+	latest  []strategy.NodeID // the same, for attach
 }
 
 // Start starts a node. ctx bounds the start only (joining the gossip
@@ -207,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
-	n := &Node{rules: map[string]cluster.Rule{}}
+	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{})}
 	for _, r := range rules {
 		n.rules[r.Name] = r
 	}
@@ -243,65 +261,143 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		ccfg.Transport = ep
 	}
+	var foundedAlone bool
+	if p := cfg.Peer; p != nil {
+		ms, joined, err := n.startMembership(ctx, name, p)
+		if err != nil {
+			_ = ccfg.Transport.Close()
+			return nil, err
+		}
+		n.ms = ms
+		if len(p.Join) > 0 {
+			// Reached a running cluster: a joiner; nobody answered: the
+			// founder of a new one.
+			ccfg.Join, foundedAlone = joined, !joined
+		}
+		for id := range ms.Members() {
+			ccfg.Members = append(ccfg.Members, id)
+		}
+	}
 	node, err := cluster.New(ccfg)
 	if err != nil {
+		if n.ms != nil {
+			_ = n.ms.Shutdown()
+		}
 		if n.tr != nil {
-			_ = n.tr.Close()
+			_ = ccfg.Transport.Close()
 		}
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	n.node = node
-	if p := cfg.Peer; p != nil {
-		mc := membership.Config{NodeName: name, Join: p.Join, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(),
-			ProbeInterval: p.ProbeInterval}
-		wire := membership.Wire(node, n.tr)
-		mc.OnChange = func(members map[strategy.NodeID]string) {
-			ids := make([]string, 0, len(members))
-			for id := range members {
-				ids = append(ids, string(id))
-			}
-			slices.Sort(ids)
-			wire(members)
-			n.mu.Lock()
-			n.members = ids
-			n.mu.Unlock()
-		}
-		if p.GossipAddr != "" {
-			host, port, err := net.SplitHostPort(p.GossipAddr)
-			if err != nil {
-				_ = node.Close()
-				return nil, fmt.Errorf("limiter: GossipAddr: %w", err)
-			}
-			if mc.BindPort, err = strconv.Atoi(port); err != nil {
-				_ = node.Close()
-				return nil, fmt.Errorf("limiter: GossipAddr port: %w", err)
-			}
-			mc.BindAddr = host
-		}
-		type res struct {
-			ms  *membership.Membership
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() { ms, err := membership.New(mc); ch <- res{ms, err} }()
-		select {
-		case r := <-ch:
-			if r.err != nil {
-				_ = node.Close()
-				return nil, fmt.Errorf("limiter: %w", r.err)
-			}
-			n.ms = r.ms
-		case <-ctx.Done():
-			go func() {
-				if r := <-ch; r.ms != nil {
-					_ = r.ms.Shutdown()
-				}
-			}()
-			_ = node.Close()
-			return nil, ctx.Err()
-		}
+	n.attach(node)
+	if foundedAlone {
+		go n.retryJoin(cfg.Peer.Join)
 	}
 	return n, nil
+}
+
+// startMembership starts gossip for p and, with p.Join, joins the members
+// there. joined reports whether one answered; when none did, the error is
+// returned unless p.FoundIfAlone. ctx bounds the start.
+func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
+	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
+		OnChange: n.membersChanged}
+	if p.GossipAddr != "" {
+		host, port, err := net.SplitHostPort(p.GossipAddr)
+		if err != nil {
+			return nil, false, fmt.Errorf("limiter: GossipAddr: %w", err)
+		}
+		if mc.BindPort, err = strconv.Atoi(port); err != nil {
+			return nil, false, fmt.Errorf("limiter: GossipAddr port: %w", err)
+		}
+		mc.BindAddr = host
+	}
+	type res struct {
+		ms     *membership.Membership
+		joined bool
+		err    error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		ms, err := membership.New(mc)
+		if err != nil || len(p.Join) == 0 {
+			ch <- res{ms, false, err}
+			return
+		}
+		_, jerr := ms.Join(p.Join)
+		// Joining one's own address "succeeds": count only other members.
+		joined := jerr == nil && len(ms.Members()) > 1
+		if !joined && !p.FoundIfAlone {
+			_ = ms.Shutdown()
+			if jerr == nil {
+				jerr = fmt.Errorf("membership: join %v: no other member answered", p.Join)
+			}
+			ch <- res{nil, false, jerr}
+			return
+		}
+		ch <- res{ms, joined, nil}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, false, fmt.Errorf("limiter: %w", r.err)
+		}
+		return r.ms, r.joined, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.ms != nil {
+				_ = r.ms.Shutdown()
+			}
+		}()
+		return nil, false, ctx.Err()
+	}
+}
+
+// membersChanged is gossip's OnChange: it hands the members to the peer
+// transport as its address book and, once the node exists, to the node.
+// Calls are serialized by membership; n.mu orders them with attach.
+func (n *Node) membersChanged(members map[strategy.NodeID]string) {
+	n.tr.SetPeers(members)
+	ids := slices.Sorted(maps.Keys(members))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.latest = ids
+	n.members = make([]string, len(ids))
+	for i, id := range ids {
+		n.members[i] = string(id)
+	}
+	if n.node != nil {
+		_ = n.node.SetMembers(ids) // a closed node's error is ignored
+	}
+}
+
+// attach makes node the target of membership changes, handing it the
+// members gossip reported before it existed.
+func (n *Node) attach(node *cluster.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.node = node
+	if n.latest != nil {
+		_ = node.SetMembers(n.latest)
+	}
+}
+
+// retryJoin tries to join addrs every RetryJoinInterval until another
+// member is seen or the node closes (a node that founded its cluster
+// alone because none answered at start).
+func (n *Node) retryJoin(addrs []string) {
+	t := time.NewTicker(RetryJoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if len(n.ms.Members()) > 1 {
+			return
+		}
+		_, _ = n.ms.Join(addrs)
+	}
 }
 
 // Close leaves the cluster and stops the node; pending decisions fail
@@ -315,6 +411,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // leaves gossip (announcing the departure for up to 1 s) and stops.
 func (n *Node) Close() error {
 	n.once.Do(func() {
+		close(n.stop)
 		if n.ms != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = n.node.Leave(ctx) // a timeout only means the buddy inherits the rest

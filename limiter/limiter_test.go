@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,4 +314,69 @@ func TestCentralRefusedInCluster(t *testing.T) {
 		t.Fatalf("central on a single node: %v", err)
 	}
 	_ = n.Close()
+}
+
+// freeAddr returns a loopback "host:port" that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestFoundIfAlone: a node whose Join addresses do not answer fails to
+// start, unless FoundIfAlone: then it founds the cluster (its gdrl
+// strategy starts with the founder's share, so it admits a fresh key's
+// whole burst at once) and keeps trying to join, so that it merges with
+// the node that later starts at that address.
+func TestFoundIfAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	epoch := time.Now()
+	rules := []RuleConfig{{Name: "g", RatePerSec: 1, Burst: 4, Strategy: "gdrl"}}
+	bAddr := freeAddr(t)
+	peer := func(join []string, alone bool) *PeerConfig {
+		return &PeerConfig{ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join, FoundIfAlone: alone,
+			ProbeInterval: 100 * time.Millisecond}
+	}
+	if n, err := Start(ctx, Config{Name: "a", Rules: rules, Epoch: epoch, Peer: peer([]string{bAddr}, false)}); err == nil {
+		n.Close()
+		t.Fatal("Join to an address nobody answers, without FoundIfAlone: started")
+	} else if !strings.Contains(err.Error(), "join") {
+		t.Errorf("error %v does not say the join failed", err)
+	}
+
+	a, err := Start(ctx, Config{Name: "a", Rules: rules, Epoch: epoch, Peer: peer([]string{bAddr}, true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if m := a.Members(); len(m) != 1 || m[0] != "a" {
+		t.Fatalf("a founded alone: members %v, want [a]", m)
+	}
+	ok, err := limiterFor(t, a, "g").AllowN(ctx, "fresh", 4)
+	if err != nil || !ok {
+		t.Fatalf("a founder alone holds the whole burst: AllowN(4) = %v, %v", ok, err)
+	}
+
+	// b founds its own cluster at the address a keeps trying.
+	pb := peer(nil, false)
+	pb.GossipAddr = bAddr
+	b, err := Start(ctx, Config{Name: "b", Rules: rules, Epoch: epoch, Peer: pb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for len(a.Members()) != 2 || len(b.Members()) != 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("a never merged with b (retrying every %v): members a %v, b %v", RetryJoinInterval, a.Members(), b.Members())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

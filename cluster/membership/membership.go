@@ -163,6 +163,18 @@ func setDur(dst *time.Duration, v time.Duration) {
 	}
 }
 
+// Join contacts the members at addrs (gossip "host:port") and merges
+// their state into this member's; it returns how many answered, and an
+// error when none did. A member that founded a cluster alone uses it to
+// merge with one it could not reach at start.
+func (m *Membership) Join(addrs []string) (int, error) {
+	n, err := m.ml.Join(addrs)
+	if err != nil {
+		return n, fmt.Errorf("membership: join: %w", err)
+	}
+	return n, nil
+}
+
 // Members returns the live members as this member sees them (name -> peer
 // address, Self included).
 func (m *Membership) Members() map[strategy.NodeID]string {

@@ -70,6 +70,9 @@ renamed) as JSON, for scripts and tests that use port 0:
 
 With --config FILE, the node joins (or founds) a cluster: peers over gRPC at
 node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
+List the other nodes in node.join on every node: the first one up finds
+nobody and founds the cluster (then keeps trying the join, so two nodes that
+started apart merge), the others and any restarted node join it.
 Without it, a single node runs the built-in default configuration (API on
 ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default": 10/s,
 burst 20, strategy owner). With node.api_tls, both APIs use TLS.
@@ -120,13 +123,13 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules}
 	if configPath != "" {
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
-			Join: f.Node.Join, SecretKey: f.Node.SecretKey}
+			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
 		if f.Node.TLS != nil {
 			if pc.TLS, err = peerTLS(f.Node.TLS); err != nil {
 				return err
 			}
 		}
-		lc.Peer, lc.Epoch, lc.Join = pc, clusterEpoch, len(f.Node.Join) > 0
+		lc.Peer, lc.Epoch = pc, clusterEpoch
 	}
 	var faulty *cluster.Faulty
 	if opts.faultInjection {
@@ -188,8 +191,12 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	fmt.Fprintf(out, "node %s: API %s://%s grpc %s\n", f.Node.Name, scheme, ln.Addr(), gln.Addr())
 	if lc.Peer != nil {
 		join := "founding a cluster"
-		if len(f.Node.Join) > 0 {
-			join = "joining " + strings.Join(f.Node.Join, ", ")
+		switch members := node.Members(); {
+		case len(members) > 1:
+			join = fmt.Sprintf("joined %s (members: %s)", strings.Join(f.Node.Join, ", "), strings.Join(members, ", "))
+		case len(f.Node.Join) > 0:
+			join = fmt.Sprintf("no member at %s answered: founding a cluster, retrying the join every %v",
+				strings.Join(f.Node.Join, ", "), limiter.RetryJoinInterval)
 		}
 		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
