@@ -8,7 +8,7 @@
 // changes, and a single timer set to the earliest wake-up any rule asked
 // for. Peers are reached through a Transport (MemNetwork in process;
 // cluster/grpcpeer over the network), and membership comes from whoever
-// calls SetMembers (a test; cluster/membership's gossip via membership.Wire).
+// calls SetMembers (a test; limiter, from cluster/membership's gossip).
 package cluster
 
 import (
