@@ -6,7 +6,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +27,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
+	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -375,18 +378,50 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	if err := os.WriteFile(cfg, yml, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// It cannot join: no member answers it (gossip it cannot decrypt), so
+	// it founds a cluster of its own and keeps retrying the join, never
+	// becoming a member of the real one.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, binary, "serve", "--config", cfg, "--addr-file", filepath.Join(dir, "addr.json"))
+	var out syncBuffer
+	addrFile := filepath.Join(dir, "addr.json")
+	cmd := exec.CommandContext(ctx, binary, "serve", "--config", cfg, "--addr-file", addrFile)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Errorf("a node without the gossip key was still running after 20 s:\n%s", out.String())
-	} else if err == nil || !strings.Contains(out.String(), "starting node") {
-		t.Errorf("a node without the gossip key: %v, want a failed start:\n%s", err, out.String())
-	} else {
-		t.Logf("a node without the gossip key: %v: %s", err, strings.TrimSpace(out.String()))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var intruder struct{ API string }
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &intruder) == nil && intruder.API != "" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the intruder never started:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2*limiter.RetryJoinInterval + time.Second) // two join retries
+	if !strings.Contains(out.String(), "answered: founding a cluster") {
+		t.Errorf("the intruder did not report that nobody answered its join:\n%s", out.String())
+	}
+	for i := range 3 {
+		m, err := c.Metrics(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := metricValue(m, "tokenmesh_members"); !ok || v != 3 {
+			t.Errorf("n%d: tokenmesh_members %v (found %v) after the intruder tried to join, want 3", i, v, ok)
+		}
+	}
+	resp, err := http.Get("http://" + intruder.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if v, ok := metricValue(string(body), "tokenmesh_members"); !ok || v != 1 {
+		t.Errorf("the intruder sees %v members (found %v), want only itself", v, ok)
 	}
 
 	// A raw peer named "intruder" that forwards real owner requests for a
@@ -500,4 +535,33 @@ func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
 	} else {
 		t.Logf("n2 left in %v; the survivors hold %v of the share (sum %.3f) at once", exited.Round(time.Millisecond), each, sum)
 	}
+}
+
+// metricValue is the value of an unlabelled metric in Prometheus text.
+func metricValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
