@@ -51,9 +51,75 @@
 //     in its old slot, and max() would swallow its new admissions until it
 //     passed its old count.
 //
-// Keys are never forgotten: a G-Counter slot cannot be dropped without
-// risking a lower count later, so an idle key costs its encoded bucket (see
-// BenchmarkIdleKeyBytes), like the thesis' counter whose memory only grows.
+// Idle keys expire (our design, not the thesis'). The thesis' counter never
+// forgets a key: its local state "will increase in size or remain the same,
+// depending on if new users send requests" (§5.2.5), and it grows with
+// every user in data set C, where the queue, which forgets, used 86% less
+// memory (§5.3, Figure 5.13; seed 002). A G-Counter slot cannot simply be
+// dropped: a node that forgot a key would count its own slot again from 0,
+// and the merge (max per slot) would hide its new admissions behind its old
+// count. So
+// each key's state carries a GENERATION, and a new life of a key never
+// merges into an old one:
+//   - Expiry. A key whose state has not changed for the parameter idle
+//     (default 10 minutes; 0 turns expiry off) -- no local request for it
+//     and no received bucket that changed it -- and whose bucket is full
+//     again at now (its limit has refilled to consumed + capacity by its own
+//     arithmetic, so it is indistinguishable from a new bucket), and that is
+//     in no pending delta state, is dropped by a sweep run from the gossip
+//     timer at most every idle/10.
+//   - Generation. A node that gets a request for a key it does not hold
+//     creates it with generation = now rounded down to a multiple of idle
+//     (now: ns since the cluster's epoch, as the node sees it; 0 with
+//     expiry off, and 0 for keys first seen within the first idle, so the
+//     first life of a key is generation 0, which is also what encodings from
+//     before the field decode to). Deltas carry it (GCounterBucket.generation).
+//   - Merge. The higher generation wins the whole key state: a bucket of a
+//     lower generation than the local one is ignored, one of a higher
+//     generation replaces the local state. Equal generations merge as above.
+//     This is a lexicographic join on (generation, bucket), so the merge
+//     stays commutative, associative and idempotent (the property tests draw
+//     random generations), and limit <= consumed + capacity still holds.
+//   - Monotone. A key's state is dropped no earlier than idle after its
+//     last change, hence idle after its creation at time t0 >= its
+//     generation g0; re-created at t > t0 + idle, its new generation
+//     floor(t/idle)*idle > t - idle > t0 >= g0. So a key's new life always
+//     beats its old one, wherever the old one is still held. Rounding (not
+//     the raw time) makes two nodes that create the same key within one
+//     idle period agree on the generation and merge exactly as the thesis'
+//     counter does, instead of one discarding the other's admissions.
+//   - Why an active key is not discarded. "Idle" counts merged changes too:
+//     a node that holds a key another node is still using receives that
+//     node's admissions (a delta state reaches a given neighbour within a few
+//     gossip intervals: expected N-1 of them with flat gossip) and each one
+//     restarts its idle clock. So a node only drops a key when nobody has
+//     admitted a request for it for about idle minus the time a delta takes
+//     to arrive, and every node's copy is then full: the new generation
+//     replaces only full (equivalent to new) buckets, losing nothing. The
+//     exception needs an admission elsewhere within the last delta delay
+//     before the expiry (seconds out of idle = 10 minutes), or one whose
+//     delta was lost (a lost delta is repaired only by the key's next
+//     change, as without expiry): that node's recent consumption is then
+//     replaced by the new generation. See
+//     TestActiveElsewhereNotExpired and TestExpiryRace. Generations compare
+//     times of different nodes, like refill timestamps already do: the
+//     nodes need a common epoch (cluster.Config.Epoch), and a clock skew
+//     above idle would break the monotone argument.
+//   - Cost, the consequence to know: when a key has expired at some node
+//     and two nodes admit requests for it within one delta delay of each
+//     other (before either hears of the other) with different generations
+//     -- both re-create it after it expired everywhere, on both sides of a
+//     multiple of idle, or one re-creates it while the other still holds
+//     its old (full) copy -- the lower side's admissions in that window
+//     are discarded: an over-admission of at most what it admitted there
+//     (at most the burst, plus the refill in the window). Until some node
+//     drops the key nothing changes (every copy keeps its generation), and
+//     with idle=0 nothing changes at all (every generation is 0, and the
+//     wire encoding is the same as before).
+//
+// Memory: a key costs its encoded bucket (see BenchmarkIdleKeyBytes) plus
+// its idle clock while it is in use, and nothing once it has been idle and
+// full for idle (plus up to idle/10 until the next sweep).
 package gcounter
 
 import (
@@ -80,6 +146,10 @@ const Name = "gcounter"
 // DefaultGossip is the gossip interval of the thesis' Table 4.1 (seed 002).
 const DefaultGossip = 300 * time.Millisecond
 
+// DefaultIdle is how long a key stays unchanged (and full) before it
+// expires (ours; see the package comment).
+const DefaultIdle = 10 * time.Minute
+
 // maxConsumed bounds a key's consumed tokens (and any slot of its
 // G-Counter) accepted from a peer, so that consumed + capacity never
 // overflows.
@@ -95,6 +165,7 @@ type GCounter struct {
 	per         int64 // ticks per token (Rate.Per in ns)
 	capacity    int64 // tokens (Config.Burst)
 	gossip      time.Duration
+	idle        time.Duration // 0: keys never expire
 	catchUp     bool
 	rnd         *rand.Rand
 
@@ -104,6 +175,7 @@ type GCounter struct {
 	delta      map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
 
 	nextGossip time.Duration
+	nextSweep  time.Duration
 }
 
 // entry is one slot of a G-Counter.
@@ -121,11 +193,13 @@ func cmpSlot(a, b entry) int {
 // bucketState is one key's replicated token bucket. Invariant:
 // limit + frac/per <= consumed + capacity (frac is 0 when limit reaches it).
 type bucketState struct {
+	gen      int64   // generation (see the package comment); replicated
 	counter  []entry // sorted by (node, incarnation), no repeats
 	consumed int64   // sum of counter
 	limit    int64   // whole tokens
 	frac     int64   // ticks beyond limit, in [0, per)
 	refill   time.Duration
+	touched  time.Duration // local only: the last request or merged change
 }
 
 // New builds a node. Parameters:
@@ -134,6 +208,11 @@ type bucketState struct {
 //   - catch_up (bool, default false; ours): full-state catch-up for members
 //     that join or rejoin, and per-instance G-Counter slots (see the package
 //     comment).
+//   - idle (duration, default 10m; ours): a key unchanged for idle and full
+//     is dropped, and re-created with a new generation (see the package
+//     comment); 0 keeps every key forever, as the thesis does. Otherwise it
+//     must be at least 10 gossip intervals, so that a change reaches the
+//     other nodes well within it.
 //
 // Errors: an invalid Config, an unknown or invalid parameter, or a burst too
 // large for the rate's tick arithmetic (as bucket.New).
@@ -152,6 +231,12 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	}
 	if g.catchUp, err = cfg.Params.Bool("catch_up", false); err != nil {
 		return nil, err
+	}
+	if g.idle, err = cfg.Params.Duration("idle", DefaultIdle); err != nil {
+		return nil, err
+	}
+	if g.idle < 0 || (g.idle > 0 && g.idle < 10*g.gossip) {
+		return nil, fmt.Errorf("%s: parameter idle %v must be 0 (no expiry) or at least 10 gossip intervals (%v)", Name, g.idle, 10*g.gossip)
 	}
 	if err := cfg.Params.Check(Name); err != nil {
 		return nil, err
@@ -172,9 +257,10 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	return g, nil
 }
 
-// Start arms the gossip timer.
+// Start arms the gossip timer, which also runs the expiry sweep.
 func (g *GCounter) Start(now time.Duration, fx *strategy.Effects) {
 	g.nextGossip = now + g.gossip
+	g.nextSweep = now + g.idle/10
 	fx.WakeAt(g.nextGossip)
 }
 
@@ -194,9 +280,10 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b, ok := g.state[req.Key]
 	if !ok {
-		b = &bucketState{limit: g.capacity, refill: req.Arrival}
+		b = &bucketState{gen: g.generation(now), limit: g.capacity, refill: req.Arrival}
 		g.state[req.Key] = b
 	}
+	b.touched = now
 	g.refill(b, req.Arrival)
 	if b.consumed+n > b.limit {
 		return d, true
@@ -207,6 +294,15 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	d.Allowed = true
 	return d, true
+}
+
+// generation is the generation of a key created at now: now rounded down to
+// a multiple of idle (0 with expiry off; see the package comment).
+func (g *GCounter) generation(now time.Duration) int64 {
+	if g.idle <= 0 || now <= 0 {
+		return 0
+	}
+	return int64(now - now%g.idle)
 }
 
 // refill raises b's limit to now at the refill rate, never above
@@ -253,8 +349,19 @@ func (b *bucketState) add(e entry) {
 }
 
 // merge joins src into b (listing 3.4, with the tie rule of the package
-// comment) and reports whether b changed.
+// comment) and reports whether b changed. A higher generation replaces the
+// whole state and a lower one is ignored; equal generations merge.
+// b.touched is left to the caller.
 func (b *bucketState) merge(src *bucketState) bool {
+	switch {
+	case src.gen < b.gen:
+		return false
+	case src.gen > b.gen:
+		touched := b.touched
+		*b = *src.clone()
+		b.touched = touched
+		return true
+	}
 	changed := false
 	out := b.counter
 	if !slotsCover(b.counter, src.counter) {
@@ -330,8 +437,9 @@ func (b *bucketState) clone() *bucketState {
 	return &c
 }
 
+// equal compares the replicated state (not touched).
 func (b *bucketState) equal(o *bucketState) bool {
-	return b.consumed == o.consumed && cmpLimit(b, o) == 0 && slices.Equal(b.counter, o.counter)
+	return b.gen == o.gen && b.consumed == o.consumed && cmpLimit(b, o) == 0 && slices.Equal(b.counter, o.counter)
 }
 
 // Receive merges a delta state (listing 3.3) and adds the keys it changed to
@@ -362,6 +470,10 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 			changed = local.merge(b)
 		} else {
 			g.state[key] = b
+			local = b
+		}
+		if changed {
+			local.touched = now
 		}
 		if !changed || m.Full {
 			continue
@@ -379,7 +491,7 @@ func (g *GCounter) decodeBucket(pb *peerv1.GCounterBucket) (*bucketState, error)
 	if pb.Key == "" {
 		return nil, fmt.Errorf("bucket with an empty key")
 	}
-	b := &bucketState{counter: make([]entry, len(pb.Counter)), limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
+	b := &bucketState{gen: pb.Generation, counter: make([]entry, len(pb.Counter)), limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
 	for i, pe := range pb.Counter {
 		e := entry{node: strategy.NodeID(pe.Node), incarnation: pe.Incarnation, consumed: pe.Consumed}
 		switch {
@@ -403,6 +515,8 @@ func (g *GCounter) decodeBucket(pb *peerv1.GCounterBucket) (*bucketState, error)
 		return nil, fmt.Errorf("key %q: limit fraction %d ticks out of [0, %d)", pb.Key, b.frac, g.per)
 	case b.refill < 0:
 		return nil, fmt.Errorf("key %q: negative refill timestamp %d", pb.Key, pb.RefillNs)
+	case b.gen < 0:
+		return nil, fmt.Errorf("key %q: negative generation %d", pb.Key, b.gen)
 	case b.limit > b.consumed+g.capacity || (b.limit == b.consumed+g.capacity && b.frac > 0):
 		return nil, fmt.Errorf("key %q: limit %d above consumed %d + capacity %d", pb.Key, b.limit, b.consumed, g.capacity)
 	}
@@ -410,16 +524,54 @@ func (g *GCounter) decodeBucket(pb *peerv1.GCounterBucket) (*bucketState, error)
 }
 
 // Tick gossips when the gossip interval has come: flat gossip picks one
-// neighbour uniformly at random and sends it its delta state, if any.
+// neighbour uniformly at random and sends it its delta state, if any. After
+// gossiping it sweeps the idle keys when idle/10 has passed since the last
+// sweep.
 func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < g.nextGossip {
 		return
 	}
 	g.gossipOnce(fx)
+	if g.idle > 0 && now >= g.nextSweep {
+		g.sweep(now)
+		g.nextSweep = now + g.idle/10
+	}
 	for g.nextGossip <= now {
 		g.nextGossip += g.gossip
 	}
 	fx.WakeAt(g.nextGossip)
+}
+
+// sweep drops the keys unchanged for idle, full at now and in no pending
+// delta state, and returns how many it dropped.
+func (g *GCounter) sweep(now time.Duration) int {
+	dropped := 0
+	for k, b := range g.state {
+		if now-b.touched < g.idle || !g.full(b, now) || g.pending(k) {
+			continue
+		}
+		delete(g.state, k)
+		dropped++
+	}
+	return dropped
+}
+
+// full reports whether b has refilled to consumed + capacity at now (on a
+// copy: b is not changed).
+func (g *GCounter) full(b *bucketState, now time.Duration) bool {
+	c := *b
+	g.refill(&c, now)
+	return c.limit == c.consumed+g.capacity && c.frac == 0
+}
+
+// pending reports whether key is in some neighbour's delta state.
+func (g *GCounter) pending(key string) bool {
+	for _, keys := range g.delta {
+		if _, ok := keys[key]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *GCounter) gossipOnce(fx *strategy.Effects) {
@@ -464,7 +616,7 @@ func (g *GCounter) encode(keys []string, full bool) []byte {
 
 func encodeBucket(key string, b *bucketState) *peerv1.GCounterBucket {
 	pb := &peerv1.GCounterBucket{Key: key, Counter: make([]*peerv1.GCounterEntry, len(b.counter)),
-		Limit: b.limit, LimitTicks: b.frac, RefillNs: int64(b.refill)}
+		Limit: b.limit, LimitTicks: b.frac, RefillNs: int64(b.refill), Generation: b.gen}
 	for i, e := range b.counter {
 		pb.Counter[i] = &peerv1.GCounterEntry{Node: string(e.node), Incarnation: e.incarnation, Consumed: e.consumed}
 	}
@@ -488,7 +640,7 @@ func bucketSize(key string, b *bucketState) int {
 		}
 		n += protowire.SizeTag(2) + protowire.SizeBytes(es)
 	}
-	for f, v := range [...]int64{3: b.limit, 4: b.frac, 5: int64(b.refill)} {
+	for f, v := range [...]int64{3: b.limit, 4: b.frac, 5: int64(b.refill), 6: b.gen} {
 		if v != 0 {
 			n += protowire.SizeTag(protowire.Number(f)) + protowire.SizeVarint(uint64(v))
 		}

@@ -115,13 +115,19 @@ func TestCatchUpAfterRestart(t *testing.T) {
 }
 
 func TestParams(t *testing.T) {
-	for _, bad := range [][]string{{"gossip=0s"}, {"gossip=-1s"}, {"gossip=x"}, {"catch_up=maybe"}, {"linf=true"}} {
+	for _, bad := range [][]string{{"gossip=0s"}, {"gossip=-1s"}, {"gossip=x"}, {"catch_up=maybe"}, {"linf=true"}, {"idle=-1s"}, {"idle=x"}, {"idle=2s"}, {"gossip=2m"}} {
 		p, _ := strategy.ParseParams(bad)
 		_, err := gcounter.New(strategy.Config{Self: "a", Members: []strategy.NodeID{"a"}, Rate: rate, Burst: burst, Rand: rand.New(rand.NewPCG(1, 1)), Params: p})
 		if err == nil {
 			t.Errorf("%v accepted", bad)
 		} else {
 			t.Log(err)
+		}
+	}
+	for _, ok := range [][]string{{"idle=0"}, {"idle=3s"}, {"gossip=2m", "idle=0"}, {"gossip=1m", "idle=1h"}} {
+		p, _ := strategy.ParseParams(ok)
+		if _, err := gcounter.New(strategy.Config{Self: "a", Members: []strategy.NodeID{"a"}, Rate: rate, Burst: burst, Rand: rand.New(rand.NewPCG(1, 1)), Params: p}); err != nil {
+			t.Errorf("%v: %v", ok, err)
 		}
 	}
 }
