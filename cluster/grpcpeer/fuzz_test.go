@@ -79,14 +79,18 @@ func (r *recorder) take() []cluster.Frame {
 //     two names;
 //   - the frame is PeerFrame{rule, payload} through the generated client,
 //     or, with raw set, the bytes raw where an encoded PeerFrame belongs
-//     (unknown fields, bad wire types, invalid UTF-8 in rule...).
+//     (unknown fields, bad wire types, invalid UTF-8 in rule...);
+//   - with bit 2 of fromSel set, the message goes on a Batch stream
+//     instead: a PeerBatch of 1 to 4 copies of the frame (bits 3-4), or,
+//     with raw set, the bytes raw where an encoded PeerBatch belongs.
 //
 // The stream is then half-closed and drained: once the server has ended it,
 // its handler has returned, so every frame it delivered is in the
 // recorder. A frame from a sender the server does not authenticate never
 // reaches the callback (and the refusal is counted); a member's frame that
-// decodes reaches it exactly once, unchanged, with From the member; one
-// that does not decode ends the stream with an error and delivers nothing.
+// decodes reaches it exactly once, unchanged, with From the member (a
+// batch's frames each once, in order); a message that does not decode ends
+// the stream with an error and delivers nothing.
 // Nothing may panic; the transport must still deliver an ordinary frame
 // afterwards (the next input's).
 func FuzzFrame(f *testing.F) {
@@ -109,6 +113,21 @@ func FuzzFrame(f *testing.F) {
 	f.Add(uint8(0), "b", "", []byte(nil), true, []byte{0x0a, 0x7f, 0x61})       // truncated
 	f.Add(uint8(0), "b", "", []byte(nil), true, []byte{0x0b})                   // group start
 	f.Add(uint8(1), "x", "", []byte(nil), true, valid)
+	validBatch, err := proto.Marshal(&transportpb.PeerBatch{Frames: []*transportpb.PeerFrame{
+		{Rule: "api", Payload: []byte("one")}, {}, {Rule: "owner", Payload: []byte("three")}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(4), "b", "api", []byte("batched"), false, []byte(nil))
+	f.Add(uint8(4|3<<3), "b", "api", []byte("four copies"), false, []byte(nil))
+	f.Add(uint8(4|1), "x", "api", []byte("intruder batch"), false, []byte(nil))
+	f.Add(uint8(4|2), "", "api", []byte("nameless batch"), false, []byte(nil))
+	f.Add(uint8(4|1<<3), "b", "\xff", []byte("bad utf-8 in a batch"), false, []byte(nil))
+	f.Add(uint8(4), "b", "", []byte(nil), true, validBatch)
+	f.Add(uint8(4), "b", "", []byte(nil), true, []byte{})                                   // empty batch
+	f.Add(uint8(4), "b", "", []byte(nil), true, append(validBatch, 0x0a, 0x02, 0x0a, 0x7f)) // truncated frame
+	f.Add(uint8(4), "b", "", []byte(nil), true, append([]byte{0x0a, byte(len(valid))}, valid...))
+	f.Add(uint8(4|1), "x", "", []byte(nil), true, validBatch)
 
 	rec := &recorder{}
 	tr, err := New(Config{Self: "a", ListenAddr: "127.0.0.1:0",
@@ -144,24 +163,50 @@ func FuzzFrame(f *testing.F) {
 			ctx = metadata.AppendToOutgoingContext(ctx, FromKey, c)
 		}
 		member := len(claimed) == 1 && (claimed[0] == "b" || claimed[0] == "c")
+		batched := fromSel&4 != 0
+		copies := 1 + int(fromSel>>3)%4
 
 		refusedBefore := tr.Stats().Refused
 		rec.take()
-		want := &transportpb.PeerFrame{Rule: rule, Payload: payload}
+		// want is the frames the server must deliver, nil when it cannot
+		// decode the message.
+		want := []*transportpb.PeerFrame{{Rule: rule, Payload: payload}}
+		var msg any = want[0]
+		if batched {
+			b := &transportpb.PeerBatch{}
+			for range copies {
+				b.Frames = append(b.Frames, want[0])
+			}
+			want, msg = b.Frames, b
+		}
 		var stream grpc.ClientStream
 		var err error
-		if raw {
-			want = &transportpb.PeerFrame{}
-			if proto.Unmarshal(rawBytes, want) != nil {
-				want = nil // the server cannot decode it either
+		switch {
+		case raw:
+			msg = &rawFrame{rawBytes}
+			desc, method := streamDesc("Stream"), transportpb.PeerTransport_Stream_FullMethodName
+			if batched {
+				desc, method = streamDesc("Batch"), transportpb.PeerTransport_Batch_FullMethodName
+				b := &transportpb.PeerBatch{}
+				want = nil
+				if proto.Unmarshal(rawBytes, b) == nil {
+					want = b.GetFrames()
+				}
+			} else {
+				fr := &transportpb.PeerFrame{}
+				want = nil
+				if proto.Unmarshal(rawBytes, fr) == nil {
+					want = []*transportpb.PeerFrame{fr}
+				}
 			}
-			stream, err = cc.NewStream(ctx, &transportpb.PeerTransport_ServiceDesc.Streams[0],
-				transportpb.PeerTransport_Stream_FullMethodName, grpc.ForceCodec(rawCodec{}))
-		} else {
-			if !utf8.ValidString(rule) {
-				want = nil // the client refuses to encode it
-			}
+			stream, err = cc.NewStream(ctx, desc, method, grpc.ForceCodec(rawCodec{}))
+		case batched:
+			stream, err = client.Batch(ctx)
+		default:
 			stream, err = client.Stream(ctx)
+		}
+		if !raw && !utf8.ValidString(rule) {
+			want = nil // the client refuses to encode it
 		}
 		var code codes.Code
 		if err != nil {
@@ -170,12 +215,6 @@ func FuzzFrame(f *testing.F) {
 			code = status.Code(err)
 			want = nil
 		} else {
-			var msg any = want
-			if raw {
-				msg = &rawFrame{rawBytes}
-			} else if want == nil {
-				msg = &transportpb.PeerFrame{Rule: rule, Payload: payload}
-			}
 			if err := stream.SendMsg(msg); err != nil && want != nil && !errors.Is(err, io.EOF) {
 				t.Fatalf("send: %v", err)
 			}
@@ -215,13 +254,25 @@ func FuzzFrame(f *testing.F) {
 			if code != codes.OK {
 				t.Fatalf("the member %q's stream ended with %v", claimed[0], err)
 			}
-			if len(got) != 1 {
-				t.Fatalf("the member %q's frame was delivered %d times", claimed[0], len(got))
+			if len(got) != len(want) {
+				t.Fatalf("the member %q's stream delivered %d frames, want %d", claimed[0], len(got), len(want))
 			}
-			g := got[0]
-			if g.From != strategy.NodeID(claimed[0]) || g.Rule != want.GetRule() || !bytes.Equal(g.Payload, want.GetPayload()) {
-				t.Fatalf("delivered %+v, want rule %q payload %x from %s", g, want.GetRule(), want.GetPayload(), claimed[0])
+			for i, g := range got {
+				w := want[i]
+				if g.From != strategy.NodeID(claimed[0]) || g.Rule != w.GetRule() || !bytes.Equal(g.Payload, w.GetPayload()) {
+					t.Fatalf("delivered %+v as frame %d, want rule %q payload %x from %s", g, i, w.GetRule(), w.GetPayload(), claimed[0])
+				}
 			}
 		}
 	})
+}
+
+// streamDesc is the PeerTransport stream named name.
+func streamDesc(name string) *grpc.StreamDesc {
+	for i, sd := range transportpb.PeerTransport_ServiceDesc.Streams {
+		if sd.StreamName == name {
+			return &transportpb.PeerTransport_ServiceDesc.Streams[i]
+		}
+	}
+	panic("no stream " + name)
 }

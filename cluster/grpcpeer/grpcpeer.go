@@ -8,6 +8,14 @@
 // with TLS, only when the client certificate names the sender (its DNS SAN
 // or common name equals the node id). A refused stream ends with
 // PERMISSION_DENIED before any of its frames reaches the node.
+//
+// The sender coalesces: when several frames are queued for a peer, it sends
+// those already queued (up to MaxBatchFrames frames and about
+// MaxBatchBytes) as one PeerBatch message on the Batch stream; it never
+// waits to fill a batch. The receiver delivers a batch's frames in order,
+// checking each as a frame of its own. A peer that does not serve Batch
+// (UNIMPLEMENTED, a node from before it) is sent one frame per message on
+// the Stream stream instead.
 package grpcpeer
 
 import (
@@ -46,6 +54,16 @@ const (
 	DefaultMinBackoff = 50 * time.Millisecond
 	// DefaultMaxBackoff caps the redial wait (it doubles per failure).
 	DefaultMaxBackoff = 2 * time.Second
+)
+
+// Limits of one PeerBatch, well below gRPC's default 4 MiB receive limit.
+const (
+	// MaxBatchFrames caps the frames of one batch.
+	MaxBatchFrames = 256
+	// MaxBatchBytes caps a batch's encoded size, estimated from above: a
+	// queued frame that would take the batch past it waits for the next
+	// one, and a frame larger than it travels alone.
+	MaxBatchBytes = 1 << 20
 )
 
 // Keepalive of the peer connections.
@@ -87,6 +105,7 @@ type Config struct {
 // Stats counts the transport's frames.
 type Stats struct {
 	Sent     int64 // frames written to a peer stream
+	Batches  int64 // stream messages carrying them (Sent/Batches frames per message)
 	Dropped  int64 // frames dropped because the peer's queue was full
 	Lost     int64 // frames whose stream write failed
 	Received int64 // frames handed to the Listen callback
@@ -110,7 +129,7 @@ type Transport struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	sent, dropped, lost, received, refused, dials atomic.Int64
+	sent, batches, dropped, lost, received, refused, dials atomic.Int64
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -159,7 +178,7 @@ func (t *Transport) Addr() string { return t.lis.Addr().String() }
 
 // Stats returns the counts so far.
 func (t *Transport) Stats() Stats {
-	return Stats{Sent: t.sent.Load(), Dropped: t.dropped.Load(), Lost: t.lost.Load(),
+	return Stats{Sent: t.sent.Load(), Batches: t.batches.Load(), Dropped: t.dropped.Load(), Lost: t.lost.Load(),
 		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load()}
 }
 
@@ -253,10 +272,10 @@ type server struct {
 	t *Transport
 }
 
+// Stream receives one frame per message (senders from before Batch).
 func (s *server) Stream(stream grpc.BidiStreamingServer[transportpb.PeerFrame, transportpb.PeerAck]) error {
 	t := s.t
-	ctx := stream.Context()
-	from, err := t.authenticate(ctx)
+	from, err := t.authenticate(stream.Context())
 	if err != nil {
 		t.refused.Add(1)
 		return err
@@ -269,15 +288,50 @@ func (s *server) Stream(stream grpc.BidiStreamingServer[transportpb.PeerFrame, t
 			}
 			return err
 		}
-		if !t.known(from) { // removed from the book while streaming
-			t.refused.Add(1)
-			return status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
-		}
-		if recv := t.recv.Load(); recv != nil {
-			t.received.Add(1)
-			(*recv)(cluster.Frame{Rule: fr.GetRule(), From: from, Payload: fr.GetPayload()})
+		if err := t.deliver(from, fr); err != nil {
+			return err
 		}
 	}
+}
+
+// Batch receives batches of frames, delivered in order, each checked as a
+// frame of Stream is.
+func (s *server) Batch(stream grpc.BidiStreamingServer[transportpb.PeerBatch, transportpb.PeerAck]) error {
+	t := s.t
+	from, err := t.authenticate(stream.Context())
+	if err != nil {
+		t.refused.Add(1)
+		return err
+	}
+	for {
+		b, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		for _, fr := range b.GetFrames() {
+			if err := t.deliver(from, fr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// deliver hands a frame from the authenticated sender from to the Listen
+// callback, unless from has left the peer book meanwhile: then the stream
+// is refused (the error ends it) and nothing more of it is delivered.
+func (t *Transport) deliver(from strategy.NodeID, fr *transportpb.PeerFrame) error {
+	if !t.known(from) { // removed from the book while streaming
+		t.refused.Add(1)
+		return status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
+	}
+	if recv := t.recv.Load(); recv != nil {
+		t.received.Add(1)
+		(*recv)(cluster.Frame{Rule: fr.GetRule(), From: from, Payload: fr.GetPayload()})
+	}
+	return nil
 }
 
 // authenticate returns the stream's sender: named in the metadata, in the
@@ -324,6 +378,10 @@ type sender struct {
 
 	mu   sync.Mutex
 	addr string
+
+	// legacy (run's own) makes the next dial use Stream: the last Batch
+	// stream was refused as UNIMPLEMENTED.
+	legacy bool
 }
 
 func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
@@ -358,12 +416,15 @@ func (s *sender) setAddr(addr string) {
 	}
 }
 
-// conn is one dialled stream.
+// conn is one dialled stream: a Batch stream, or with legacy a Stream one.
 type conn struct {
-	cc     *grpc.ClientConn
-	stream grpc.BidiStreamingClient[transportpb.PeerFrame, transportpb.PeerAck]
-	cancel context.CancelFunc
-	broken chan struct{} // closed when the response stream ends
+	cc      *grpc.ClientConn
+	batches grpc.BidiStreamingClient[transportpb.PeerBatch, transportpb.PeerAck] // nil with legacy
+	frames  grpc.BidiStreamingClient[transportpb.PeerFrame, transportpb.PeerAck] // legacy only
+	legacy  bool
+	cancel  context.CancelFunc
+	broken  chan struct{} // closed when the response stream ends
+	err     error         // why it ended; set before broken is closed
 }
 
 func (c *conn) close() {
@@ -399,17 +460,26 @@ func (s *sender) dial() (*conn, error) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	ctx = metadata.AppendToOutgoingContext(ctx, FromKey, string(t.cfg.Self))
-	stream, err := transportpb.NewPeerTransportClient(cc).Stream(ctx)
+	c := &conn{cc: cc, legacy: s.legacy, cancel: cancel, broken: make(chan struct{})}
+	client := transportpb.NewPeerTransportClient(cc)
+	var stream grpc.ClientStream
+	if c.legacy {
+		c.frames, err = client.Stream(ctx)
+		stream = c.frames
+	} else {
+		c.batches, err = client.Batch(ctx)
+		stream = c.batches
+	}
 	if err != nil {
 		cancel()
 		_ = cc.Close()
 		return nil, err
 	}
-	c := &conn{cc: cc, stream: stream, cancel: cancel, broken: make(chan struct{})}
 	go func() { // the callee sends nothing: Recv returns when the stream ends
 		defer close(c.broken)
 		for {
-			if _, err := stream.Recv(); err != nil {
+			if err := stream.RecvMsg(&transportpb.PeerAck{}); err != nil {
+				c.err = err
 				return
 			}
 		}
@@ -418,8 +488,17 @@ func (s *sender) dial() (*conn, error) {
 	return c, nil
 }
 
+// discard closes a failed stream; a Batch stream the callee does not
+// serve makes the next dial use Stream, and a failed Stream stream lets the
+// next dial try Batch again (the callee may have been upgraded).
+func (s *sender) discard(c *conn) {
+	s.legacy = !c.legacy && c.isBroken() && status.Code(c.err) == codes.Unimplemented
+	c.close()
+}
+
 // run sends the queued frames, dialling when needed and backing off after
-// a failure.
+// a failure. Each message carries the first frame taken from the queue and
+// whatever else is queued by the time the stream is ready (fill).
 func (s *sender) run() {
 	t := s.t
 	var c *conn
@@ -429,22 +508,30 @@ func (s *sender) run() {
 		}
 	}()
 	backoff := time.Duration(0)
+	batch := make([]*transportpb.PeerFrame, 0, MaxBatchFrames)
+	msg := &transportpb.PeerBatch{}
+	var carry *transportpb.PeerFrame // taken from the queue, did not fit the last batch
 	for {
 		var fr *transportpb.PeerFrame
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-s.redial:
-			if c != nil {
-				c.close()
-				c = nil
+		if carry != nil {
+			fr, carry = carry, nil
+		} else {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-s.redial:
+				if c != nil {
+					c.close()
+					c = nil
+				}
+				backoff = 0
+				s.legacy = false // a new address: try Batch there
+				continue
+			case fr = <-s.q:
 			}
-			backoff = 0
-			continue
-		case fr = <-s.q:
 		}
 		if c != nil && c.isBroken() {
-			c.close()
+			s.discard(c)
 			c = nil
 		}
 		if c == nil {
@@ -458,15 +545,92 @@ func (s *sender) run() {
 				continue
 			}
 		}
-		if err := c.stream.Send(fr); err != nil {
-			t.lost.Add(1)
-			c.close()
+		batch, carry = fill(s.q, append(batch[:0], fr))
+		sent, err := s.send(c, msg, batch)
+		clear(batch) // let the sent frames go
+		t.sent.Add(int64(sent))
+		if err != nil {
+			t.lost.Add(int64(len(batch) - sent))
+			if errors.Is(err, io.EOF) {
+				// The callee ended the stream: its status (the reason
+				// discard needs) comes with the response stream's end.
+				s.waitBroken(c)
+			}
+			s.discard(c)
 			c = nil
-			backoff = s.next(backoff)
+			if s.legacy {
+				backoff = 0 // not a failure of the peer: redial at once
+			} else {
+				backoff = s.next(backoff)
+			}
 			continue
 		}
-		t.sent.Add(1)
 		backoff = 0
+	}
+}
+
+// fill appends to batch (holding the first frame) the frames already in q,
+// without waiting, up to MaxBatchFrames frames and MaxBatchBytes. A frame
+// taken that would take the batch past MaxBatchBytes is returned as carry,
+// to start the next batch.
+func fill(q <-chan *transportpb.PeerFrame, batch []*transportpb.PeerFrame) (_ []*transportpb.PeerFrame, carry *transportpb.PeerFrame) {
+	size := 0
+	for _, fr := range batch {
+		size += frameSize(fr)
+	}
+	for len(batch) < MaxBatchFrames {
+		select {
+		case fr := <-q:
+			n := frameSize(fr)
+			if size+n > MaxBatchBytes {
+				return batch, fr
+			}
+			batch = append(batch, fr)
+			size += n
+		default:
+			return batch, nil
+		}
+	}
+	return batch, nil
+}
+
+// frameSize bounds fr's encoded size inside a PeerBatch from above: the
+// rule and payload, their tags and lengths, and the frame's own tag and
+// length (each length at most 5 bytes).
+func frameSize(fr *transportpb.PeerFrame) int {
+	return len(fr.Rule) + len(fr.Payload) + 3*(1+5)
+}
+
+// send writes batch to c's stream: as one message (msg, reused), or with
+// legacy one message per frame. It returns how many frames were written.
+func (s *sender) send(c *conn, msg *transportpb.PeerBatch, batch []*transportpb.PeerFrame) (int, error) {
+	if c.legacy {
+		for i, fr := range batch {
+			if err := c.frames.Send(fr); err != nil {
+				return i, err
+			}
+			s.t.batches.Add(1)
+		}
+		return len(batch), nil
+	}
+	msg.Frames = batch
+	err := c.batches.Send(msg) // encodes msg before it returns
+	msg.Frames = nil
+	if err != nil {
+		return 0, err
+	}
+	s.t.batches.Add(1)
+	return len(batch), nil
+}
+
+// waitBroken waits a little for the response stream of c to end.
+func (s *sender) waitBroken(c *conn) {
+	tm := time.NewTimer(time.Second)
+	defer tm.Stop()
+	select {
+	case <-c.broken:
+	case <-tm.C:
+	case <-s.ctx.Done():
 	}
 }
 

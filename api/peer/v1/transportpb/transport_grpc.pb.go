@@ -31,6 +31,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	PeerTransport_Stream_FullMethodName = "/tokenmesh.peer.v1.PeerTransport/Stream"
+	PeerTransport_Batch_FullMethodName  = "/tokenmesh.peer.v1.PeerTransport/Batch"
 )
 
 // PeerTransportClient is the client API for PeerTransport service.
@@ -43,6 +44,14 @@ type PeerTransportClient interface {
 	// callee sends no PeerAck today: the response stream only tells the
 	// caller when the callee ends the stream (refusal, shutdown).
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeerFrame, PeerAck], error)
+	// Batch is Stream with several frames per message: the caller packs the
+	// frames already queued for the callee into one PeerBatch (never waiting
+	// for more), and the callee delivers them in order, as if each had come
+	// in a message of its own. Authentication and refusal are Stream's; the
+	// callee checks every frame of a batch as it checks a frame of Stream.
+	// Callers use Batch, and fall back to Stream for a callee that answers
+	// UNIMPLEMENTED (a node from before Batch).
+	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeerBatch, PeerAck], error)
 }
 
 type peerTransportClient struct {
@@ -66,6 +75,19 @@ func (c *peerTransportClient) Stream(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerTransport_StreamClient = grpc.BidiStreamingClient[PeerFrame, PeerAck]
 
+func (c *peerTransportClient) Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeerBatch, PeerAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerTransport_ServiceDesc.Streams[1], PeerTransport_Batch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeerBatch, PeerAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerTransport_BatchClient = grpc.BidiStreamingClient[PeerBatch, PeerAck]
+
 // PeerTransportServer is the server API for PeerTransport service.
 // All implementations must embed UnimplementedPeerTransportServer
 // for forward compatibility.
@@ -76,6 +98,14 @@ type PeerTransportServer interface {
 	// callee sends no PeerAck today: the response stream only tells the
 	// caller when the callee ends the stream (refusal, shutdown).
 	Stream(grpc.BidiStreamingServer[PeerFrame, PeerAck]) error
+	// Batch is Stream with several frames per message: the caller packs the
+	// frames already queued for the callee into one PeerBatch (never waiting
+	// for more), and the callee delivers them in order, as if each had come
+	// in a message of its own. Authentication and refusal are Stream's; the
+	// callee checks every frame of a batch as it checks a frame of Stream.
+	// Callers use Batch, and fall back to Stream for a callee that answers
+	// UNIMPLEMENTED (a node from before Batch).
+	Batch(grpc.BidiStreamingServer[PeerBatch, PeerAck]) error
 	mustEmbedUnimplementedPeerTransportServer()
 }
 
@@ -88,6 +118,9 @@ type UnimplementedPeerTransportServer struct{}
 
 func (UnimplementedPeerTransportServer) Stream(grpc.BidiStreamingServer[PeerFrame, PeerAck]) error {
 	return status.Errorf(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedPeerTransportServer) Batch(grpc.BidiStreamingServer[PeerBatch, PeerAck]) error {
+	return status.Errorf(codes.Unimplemented, "method Batch not implemented")
 }
 func (UnimplementedPeerTransportServer) mustEmbedUnimplementedPeerTransportServer() {}
 func (UnimplementedPeerTransportServer) testEmbeddedByValue()                       {}
@@ -117,6 +150,13 @@ func _PeerTransport_Stream_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerTransport_StreamServer = grpc.BidiStreamingServer[PeerFrame, PeerAck]
 
+func _PeerTransport_Batch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerTransportServer).Batch(&grpc.GenericServerStream[PeerBatch, PeerAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerTransport_BatchServer = grpc.BidiStreamingServer[PeerBatch, PeerAck]
+
 // PeerTransport_ServiceDesc is the grpc.ServiceDesc for PeerTransport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -128,6 +168,12 @@ var PeerTransport_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _PeerTransport_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Batch",
+			Handler:       _PeerTransport_Batch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
