@@ -2,6 +2,7 @@ package gdrl_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,15 +15,20 @@ var testKeys = []string{"a", "b", "c"}
 
 // conservationRun drives n nodes with skewed demand for 8 s over a faulty
 // network, with crashes of single nodes (at least 3 s apart, so that a
-// node's buddy is never down with it) and restarts; then 30 s without
+// node's buddy is never down with it), restarts and joins of nodes with
+// zero default shares (founders < n); then 30 s without
 // faults or requests (the network still loses, duplicates and reorders).
 // At every event, per key, sum C_i + in flight <= C and the same for burst;
-// once no transfer is pending after that, sum C_i == C and sum B_i == B.
+// once no transfer is pending after that, sum C_i == C and sum B_i == B
+// (also for a key never requested: the default shares), and every live
+// node's default share is its 1/N split of the live nodes within a grain.
 type conservationRun struct {
 	n                  int
 	seed               uint64
 	net                hnet
 	crashes            []crashPlan
+	founders           int             // nodes started at time 0 (0: all); the others join later
+	joins              []time.Duration // per node after the founders: when it joins (zero default share)
 	graph              string
 	indicator          string
 	maxKeys            int
@@ -44,9 +50,20 @@ type crashPlan struct {
 
 func (r *conservationRun) run(fail func(string, ...any)) {
 	params := []string{"graph=" + r.graph, "indicator=" + r.indicator, "idle=1s", fmt.Sprintf("max_keys=%d", r.maxKeys)}
-	h := newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+	var h *harness
+	if r.founders > 0 && r.founders < r.n {
+		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail)
+		for k, at := range r.joins {
+			i := r.founders + k
+			h.at(at, func() { h.join(i) })
+		}
+	} else {
+		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+	}
 	C, _ := rateUnits(r.rate)
 	B := r.burst * 1_000_000
+	// "never" is never requested: its shares are the default shares.
+	keys := append(slices.Clone(testKeys), "never")
 	const active = 8 * time.Second
 	for i := range r.n {
 		for k, key := range testKeys {
@@ -82,7 +99,7 @@ func (r *conservationRun) run(fail func(string, ...any)) {
 			return
 		}
 		allBack := true
-		for _, key := range testKeys {
+		for _, key := range keys {
 			held, heldB, inflight, inflightB, _ := h.audit(key)
 			if over := held + inflight - C; over > r.maxCreated {
 				r.maxCreated = over
@@ -106,17 +123,20 @@ func (r *conservationRun) run(fail func(string, ...any)) {
 	for _, c := range r.crashes {
 		last = max(last, c.at+c.restart)
 	}
+	for _, at := range r.joins {
+		last = max(last, at)
+	}
 	h.runUntil(last + 30*time.Second)
 	// Quiescence: the first moment no transfer is pending anywhere.
 	deadline := h.now + 60*time.Second
-	for h.anyPending(testKeys) && h.now < deadline && h.step() {
+	for h.anyPending(keys) && h.now < deadline && h.step() {
 	}
 	r.quietAt = h.now
-	if h.anyPending(testKeys) {
+	if h.anyPending(keys) {
 		fail("still transfers pending at %v:\n%s\n%s\n%s", h.now, h.describe("a"), h.describe("b"), h.describe("c"))
 		return
 	}
-	for _, key := range testKeys {
+	for _, key := range keys {
 		held, heldB, _, _, _ := h.audit(key)
 		if d := held - C; abs(d) > abs(r.finalErr[0]) {
 			r.finalErr[0] = d
@@ -128,6 +148,21 @@ func (r *conservationRun) run(fail func(string, ...any)) {
 	if r.finalErr != [2]int64{} {
 		fail("after quiescence at %v: sum C_i - C = %d (C = %d), sum B_i - B = %d (B = %d)\n%s",
 			h.now, r.finalErr[0], C, r.finalErr[1], B, h.describe("a"))
+	}
+	// The default shares followed the membership: every live node holds
+	// its 1/N split of the live nodes (within a grain), whoever founded.
+	live := h.aliveSet()
+	for _, n := range h.nodes {
+		if !n.alive {
+			continue
+		}
+		i, _ := slices.BinarySearch(live, n.id)
+		fc, fb := fair(C, B, len(live), i)
+		dc, db := n.g.DefaultShare()
+		if abs(dc-fc) > max(1, C/int64(100*len(live))) || abs(db-fb) > 1_000_000 {
+			fail("after quiescence at %v: %s's default share is (%d, %d), want its split (%d, %d) of %d live nodes within a grain",
+				h.now, n.id, dc, db, fc, fb, len(live))
+		}
 	}
 	r.messages, r.bytesOut = h.messages, h.bytes
 }
@@ -167,6 +202,13 @@ func drawRun(t *rapid.T) *conservationRun {
 			row[k] = float64(rapid.IntRange(0, 30).Draw(t, fmt.Sprintf("demand%d%d", i, k)))
 		}
 		r.demand = append(r.demand, row)
+	}
+	// Some nodes may join later, with zero default shares (a cluster
+	// founded by fewer nodes, or scaled out), at any time, also while
+	// others crash and restart.
+	r.founders = rapid.IntRange(1, n).Draw(t, "founders")
+	for i := r.founders; i < n; i++ {
+		r.joins = append(r.joins, time.Duration(rapid.IntRange(50, 9000).Draw(t, fmt.Sprintf("joinMs%d", i)))*time.Millisecond)
 	}
 	at := time.Second
 	for c := rapid.IntRange(0, 3).Draw(t, "crashes"); c > 0; c-- {

@@ -26,8 +26,10 @@
 //     or lose capacity (001 §IV "Message passing"; 004 §2.3: supply passed
 //     pairwise, so that sum S_i = R always holds).
 //   - The best buddy that inherits a failed node's share (001 §IV "Node
-//     failures", 004 §3.2); joining with zero supply (004 §3.3); a netsplit
-//     leaves each side with the shares it holds (004 §3.1).
+//     failures", 004 §3.2); joining with zero supply (004 §3.3; ours: the
+//     default-share balancing that then gives a joiner its 1/N split, see
+//     below); a netsplit leaves each side with the shares it holds (004
+//     §3.1).
 //
 // # What is ours
 //
@@ -44,12 +46,54 @@
 // split C and B by the 1/N rule (in whole units and whole tokens, the first
 // ones in NodeID order getting the remainder), so every key's shares sum to
 // (C, B) exactly before the key is first seen. A node started at any other
-// time is a joiner with a zero default share (004 §3.3): the driver must
-// start a cluster's founding members at time 0 and nothing else. A key
+// time is a joiner with a zero default share (004 §3.3) until balancing
+// (below) gives it its split: the driver must start a cluster's founding
+// members at time 0 and nothing else. A key
 // becomes explicit at a node when it is requested there or its share
 // changes; it goes back to implicit once it has been idle (not requested
 // for `idle`) and its share equals the default share again. Default shares
-// change only by inheritance.
+// change by inheritance, fences, a graceful leave and default-share
+// balancing (below).
+//
+// Default shares follow the membership (ours). 004 §3.3 has a joiner start
+// with zero supply, and the papers move shares only key by key, on demand;
+// with the default share that means a cluster founded by one node alone
+// (its view is itself, so its default share is the whole rule) and joined
+// by the others never spreads: every key's shares relax back towards the
+// founder, and a joiner gets a key's share only once evidence of demand
+// moves it (replayed against three live processes, gdrl admitted 10,347
+// requests of a trace where the simulator, with three founders, admitted
+// 12,981). So a node whose default share is below its fair split, the 1/N
+// split of (C, B) over its current view as founders get it (splitUnits at
+// its index in NodeID order), asks one other member per interval (round
+// robin) with an ask that lists no key and carries its default share; a
+// member above its own fair split pays it the smaller of its excess and
+// the asker's deficit, in one acknowledged transfer whose default item
+// (the empty key, as in a leave's hand-over) applies to every key the
+// transfer does not list, and which lists every key the payer holds an
+// explicit share of at zero. Per key that is exact: the payer's debit of
+// its default share takes x from exactly the keys it holds implicitly,
+// which are exactly the keys the transfer does not list, so the key's
+// shares plus its in-flight items are unchanged when it pays; and the
+// receiver adds x to exactly the keys it does not list (its default share
+// and every explicit share it holds of an unlisted key; the listed keys
+// are pinned at their amount first), so a credit moves x per unlisted key
+// from in flight to a share. Whatever either end materializes or drops
+// meanwhile holds the default share of that moment, which changes
+// nothing. The payer pins every explicit key it lists, so that its
+// buddy's record holds them at their amounts and an heir adds the right
+// ones. Otherwise it is a transfer like any other: debited first,
+// released once the buddy holds a record with it, credited once per id,
+// adopted by the payer's heir, settled by the destination's heir. Only
+// nodes below their split ask and only nodes above it pay, so founding
+// members that started together (all at their split) never send one and
+// the simulator's decisions do not change; a leaving or dead node asks
+// for nothing (a payment for an ask it sent before is credited and handed
+// over like any transfer) and a leaving node pays nothing; a node that inherited a dead member's
+// default share pays it out to the survivors, and one that restarted gets
+// its split back. A node below its split keeps asking once per interval
+// while no member has an excess (shares lost with two nodes that failed
+// together, a debt after a fence).
 //
 // Exchanges. Every `interval` a node probes one neighbour (round robin) with
 // the inputs of its indicators, all keys in one message (at most
@@ -168,9 +212,19 @@
 // (retransmitting those transfers under their original names) and keeps a
 // tombstone with the duplicate filter. A payer whose destination is gone
 // sends the transfer to the heir (the buddy that incarnation last
-// announced), which credits it unless the tombstone shows the destination
-// did. So a crash of one node (not its buddy at the same time) loses
-// nothing, and no crash creates capacity.
+// announced, followed through heirs that are gone themselves), which
+// credits it unless the tombstone shows the destination did. What the
+// payer last heard of the destination's buddy may be out of date: if that
+// buddy left the destination's view first, the destination chose its ring
+// successor (which then inherited it, not the old buddy's heir), and if
+// the buddy restarted faster than the failure detector, the destination
+// replicated afresh to its new incarnation. So the payer sends the
+// transfer to each likely holder of the tombstone (the announced chain,
+// the heir of a restarted buddy's old incarnation, the destination's ring
+// successor, and the ring successor where the chain cycles through gone
+// nodes); only a holder of the tombstone settles it. So a crash of one
+// node (not its buddy at the same time) loses nothing, and no crash
+// creates capacity.
 //
 // Incarnations. A node that starts draws a new incarnation number (start
 // time in ms, then random bits), ordered after its earlier incarnations; a

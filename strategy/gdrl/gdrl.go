@@ -112,6 +112,8 @@ type GDRL struct {
 	wakeReq  time.Duration // the earlier wake-up last asked for (retransmissions)
 	started  bool
 	leaving  bool // Leave was called: hand everything to the buddy (see leave.go)
+
+	askNext int // the next member to ask for default share, round robin (see balance.go)
 }
 
 // share is one key's explicit share at this node.
@@ -129,8 +131,9 @@ type share struct {
 }
 
 type peerInfo struct {
-	inc   uint64
-	buddy strategy.NodeID
+	inc      uint64
+	buddy    strategy.NodeID
+	buddyInc uint64 // the buddy's incarnation as known when it was last announced (0: unknown)
 	// past maps the node's earlier incarnations to the buddy each last
 	// announced: the holder of a dead incarnation's record.
 	past map[uint64]strategy.NodeID
@@ -441,9 +444,9 @@ func (g *GDRL) Pending(key string) []Pending {
 
 // Applied reports whether transfer id has been credited as far as this
 // node knows: by this node as its destination or as the destination's heir,
-// or by the destination according to the record of it this node holds as
-// its buddy (a dead node's credit is in its record before anyone hears of
-// it: replication is write-ahead).
+// or by the destination (or by an heir of the destination) according to
+// the record of it this node holds as its buddy (a dead node's credit is
+// in its record before anyone hears of it: replication is write-ahead).
 func (g *GDRL) Applied(id TransferID) bool {
 	dst, dstInc := id.Dst, id.DstInc
 	if dst == g.self && dstInc == g.inc {
@@ -455,6 +458,15 @@ func (g *GDRL) Applied(id TransferID) bool {
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
 			return t.applied.credited(id)
+		}
+	}
+	// A ward that inherited the destination (and may have gone since,
+	// its record not yet inherited here): its tombstone is in its record.
+	for _, w := range g.heldNodes() {
+		for _, t := range g.held[w].tombs {
+			if t.node == dst && t.inc == dstInc && t.applied.credited(id) {
+				return true
+			}
 		}
 	}
 	return false

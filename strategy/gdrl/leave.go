@@ -8,9 +8,11 @@ import (
 )
 
 // defaultKey is the key of the item of a transfer that moves the payer's
-// default share: it applies to every key the transfer does not list. Only
-// a leaver's hand-over has one. No real key is empty (the runtime and the
-// trace reader refuse empty keys), so it cannot be confused with one.
+// default share: it applies to every key the transfer does not list. A
+// leaver's hand-over and a default-share payment (payDefault) have one,
+// and list every key the payer holds an explicit share of. No real key is
+// empty (the runtime and the trace reader refuse empty keys), so it cannot
+// be confused with one.
 const defaultKey = ""
 
 // itemFor is what t moves for key: its item for key, or its default item

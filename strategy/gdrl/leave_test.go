@@ -2,6 +2,7 @@ package gdrl_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +69,24 @@ type leaveRun struct {
 	// lost then stays in flight for ever).
 	crashBuddy, restart time.Duration
 	before              bool
+	// founders: the nodes started at time 0 (0: all); node founders+k
+	// joins at joins[k] with a zero default share.
+	founders int
+	joins    []time.Duration
 }
 
 func (r *leaveRun) run(fail func(string, ...any)) {
-	h := newHarness(r.n, r.seed, r.net, r.rate, r.burst, []string{"graph=" + r.graph, "idle=1s"}, fail)
+	params := []string{"graph=" + r.graph, "idle=1s"}
+	var h *harness
+	if r.founders > 0 && r.founders < r.n {
+		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail)
+		for k, at := range r.joins {
+			i := r.founders + k
+			h.at(at, func() { h.join(i) })
+		}
+	} else {
+		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+	}
 	C, _ := rateUnits(r.rate)
 	B := r.burst * gdrl.UnitsPerToken
 	keys := append([]string{"never"}, testKeys...)
@@ -155,6 +170,22 @@ func (r *leaveRun) run(fail func(string, ...any)) {
 	if dc != C || db != B {
 		fail("survivors' default shares sum to (%d, %d), want (%d, %d)", dc, db, C, B)
 	}
+	// The default shares followed the membership (the leaver's went to
+	// its buddy, joiners started at zero): every survivor holds its 1/N
+	// split within a grain.
+	live := h.aliveSet()
+	for _, n := range h.nodes {
+		if !n.alive {
+			continue
+		}
+		i, _ := slices.BinarySearch(live, n.id)
+		fc, fb := fair(C, B, len(live), i)
+		c, b := n.g.DefaultShare()
+		if abs(c-fc) > max(1, C/int64(100*len(live))) || abs(b-fb) > gdrl.UnitsPerToken {
+			fail("after the leave and quiescence: %s's default share is (%d, %d), want its split (%d, %d) of %d live nodes within a grain",
+				n.id, c, b, fc, fb, len(live))
+		}
+	}
 	for _, key := range keys {
 		held, heldB, _, _, _ := h.audit(key)
 		if held != C || heldB != B {
@@ -191,6 +222,35 @@ func TestLeaveConservesProperty(t *testing.T) {
 			if rapid.Bool().Draw(t, "restartBuddy") {
 				r.restart = time.Duration(rapid.IntRange(50, 2000).Draw(t, "downMs")) * time.Millisecond
 			}
+		}
+		// Some nodes may join later, with zero default shares, before,
+		// during or after the leave. The leaver, if it is a joiner,
+		// joins before it leaves, and a founder that started alone
+		// leaves once its view holds a joiner (alone, it has no one to
+		// hand over to). With a crash of the leaver's buddy, every join
+		// is over a second before the crash: a node that crashes before
+		// the buddy it chose at a view change (a joiner at its start, a
+		// founder that started alone when the first joiner arrives)
+		// holds its record fails together with it (see the package
+		// documentation).
+		r.founders = rapid.IntRange(1, n).Draw(t, "founders")
+		if r.crashBuddy > 0 && r.founders < n {
+			r.leaveAt = max(r.leaveAt, 1600*time.Millisecond)
+		}
+		for i := r.founders; i < n; i++ {
+			hi := 6000 * time.Millisecond
+			if i == r.leaver {
+				hi = r.leaveAt - 50*time.Millisecond
+			}
+			if r.founders == 1 && r.leaver == 0 && i == 1 {
+				// A founder alone in its view that leaves has no one
+				// to hand over to: one joiner is in its view first.
+				hi = r.leaveAt - 400*time.Millisecond
+			}
+			if r.crashBuddy > 0 {
+				hi = min(hi, r.leaveAt-r.crashBuddy-time.Second)
+			}
+			r.joins = append(r.joins, time.Duration(rapid.IntRange(50, int(hi/time.Millisecond)).Draw(t, fmt.Sprintf("joinMs%d", i)))*time.Millisecond)
 		}
 		for i := range n {
 			row := make([]float64, len(testKeys))

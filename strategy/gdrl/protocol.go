@@ -90,6 +90,7 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		g.closeInterval(now)
 		if !g.leaving {
 			g.probe(now, fx)
+			g.askDefault(fx)
 		}
 		for g.nextTick <= now {
 			g.nextTick += g.interval
@@ -247,7 +248,7 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 		g.noteNewInc(now, from, inc, fx)
 	}
 	if buddy != "" {
-		p.buddy = buddy
+		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
 	}
 	for _, tb := range g.tombs {
 		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing {
@@ -320,7 +321,7 @@ func (g *GDRL) noteNewInc(now time.Duration, node strategy.NodeID, inc uint64, f
 		}
 		p.past[p.inc] = p.buddy
 	}
-	p.inc, p.buddy = inc, ""
+	p.inc, p.buddy, p.buddyInc = inc, "", 0
 	for k := range g.seqTo {
 		if k.src == node && k.inc < inc {
 			delete(g.seqTo, k) // no new transfer goes to a dead incarnation
@@ -501,6 +502,7 @@ func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a 
 		}
 	}
 	g.pay(now, from, fromInc, pay)
+	g.payDefault(now, from, fromInc, a.DefaultCapacity, a.DefaultBurst)
 }
 
 // mySide is this node's end of an exchange for key. An idle key's demand
@@ -613,14 +615,44 @@ func (g *GDRL) sendTransfer(now time.Duration, t *transfer, fx *strategy.Effects
 		fx.Send(t.id.Dst, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Transfer{Transfer: msg}}))
 		return
 	}
-	switch heir := g.heirOf(t.id.Dst, t.id.DstInc); heir {
-	case "":
-	case g.self:
-		g.settleAsHeir(now, t)
-	default:
-		msg.Resolve, msg.DstNewInc = true, newInc
-		fx.Send(heir, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Transfer{Transfer: msg}}))
+	// What this node knows of the destination's buddy may be out of date
+	// (see heirOf), so it tries every likely holder of the destination's
+	// tombstone; only that one settles the transfer, the others ignore it.
+	heirs := []strategy.NodeID{g.heirOf(t.id.Dst, t.id.DstInc, false), g.heirOf(t.id.Dst, t.id.DstInc, true)}
+	if !g.inView(t.id.Dst) {
+		// Its buddy left its view before it left: it chose its ring
+		// successor, which inherited it.
+		heirs = append(heirs, successor(g.members, t.id.Dst))
 	}
+	slices.Sort(heirs)
+	heirs = slices.Compact(heirs)
+	slices.SortStableFunc(heirs, func(a, b strategy.NodeID) int { // this node first
+		return cmpBool(b == g.self, a == g.self)
+	})
+	msg.Resolve, msg.DstNewInc = true, newInc
+	for _, heir := range heirs {
+		switch heir {
+		case "":
+		case g.self:
+			g.settleAsHeir(now, t)
+			if !g.hasTransfer(t.id) {
+				return // settled here
+			}
+		default:
+			fx.Send(heir, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Transfer{Transfer: msg}}))
+		}
+	}
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // settleAsHeir credits t, meant for an incarnation this node inherited,
@@ -649,19 +681,43 @@ func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool 
 // heirOf is the live node that holds, or will inherit, the record of
 // node's incarnation inc: the buddy that incarnation last announced (the
 // node's ring successor if unknown), followed through heirs that are gone
-// themselves. "" if none is known.
-func (g *GDRL) heirOf(node strategy.NodeID, inc uint64) strategy.NodeID {
+// themselves, or the ring successor of the last one if they lead back to
+// one already followed. "" if none is known.
+//
+// A buddy that has restarted since the announcement (a newer incarnation
+// of it is known) may not hold the record: if the node saw it leave its
+// view before it came back, the node chose a new buddy, most likely the
+// old incarnation's heir (both are the ring successor once the old
+// incarnation left the node's view); if the restart was faster than the
+// failure detector, the node replicated afresh to the new incarnation.
+// Which one, a payer whose last news of the node predates the restart
+// cannot tell: with restarted, the old incarnation's heir is followed
+// (the first case), otherwise the new incarnation is taken (the second),
+// and sendTransfer tries both (and the ring successor).
+func (g *GDRL) heirOf(node strategy.NodeID, inc uint64, restarted bool) strategy.NodeID {
 	seen := map[strategy.NodeID]bool{}
-	for cur := node; !seen[cur]; inc = 0 {
+	for cur := node; !seen[cur]; {
 		seen[cur] = true
 		var b strategy.NodeID
+		var bInc uint64 // b's incarnation when announced, if known
 		p := g.peers[cur]
 		switch {
 		case p != nil && inc != 0 && inc != p.inc && p.past[inc] != "":
 			b = p.past[inc]
 		case p != nil && (inc == 0 || inc == p.inc) && p.buddy != "":
-			b = p.buddy
+			b, bInc = p.buddy, p.buddyInc
 		default:
+			b = successor(g.members, cur)
+		}
+		if restarted && bInc != 0 && g.incOf(b) > bInc && !seen[b] {
+			cur, inc = b, bInc // restarted since: its old incarnation's heir
+			continue
+		}
+		if b != "" && b != g.self && seen[b] && !g.inView(b) {
+			// A cycle of gone buddies (two nodes that chose each other,
+			// as a founder that started alone and its first joiner do,
+			// of which this node has not heard the last choice): the
+			// one gone last chose its ring successor.
 			b = successor(g.members, cur)
 		}
 		if b == g.self || (b != "" && g.inView(b)) {
@@ -670,9 +726,20 @@ func (g *GDRL) heirOf(node strategy.NodeID, inc uint64) strategy.NodeID {
 		if b == "" {
 			return ""
 		}
-		cur = b
+		cur, inc = b, 0
 	}
 	return ""
+}
+
+// incOf is node's incarnation as far as this node knows (0 if unknown).
+func (g *GDRL) incOf(node strategy.NodeID) uint64 {
+	if node == g.self {
+		return g.inc
+	}
+	if p := g.peers[node]; p != nil {
+		return p.inc
+	}
+	return 0
 }
 
 // onTransfer credits a transfer meant for this incarnation once and
