@@ -491,17 +491,27 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 	if err != nil {
 		return fmt.Errorf("cluster: SetMembers: %w", err)
 	}
-	done := make(chan struct{})
+	return n.call(context.Background(), event{kind: evMembers, members: m})
+}
+
+// call hands ev to the loop and waits until the loop has handled it (it
+// sets ev.done). Errors: ErrClosed, ctx.Err().
+func (n *Node) call(ctx context.Context, ev event) error {
+	ev.done = make(chan struct{})
 	select {
-	case n.events <- event{kind: evMembers, members: m, done: done}:
+	case n.events <- ev:
 	case <-n.done:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	select {
-	case <-done:
+	case <-ev.done:
 		return nil
 	case <-n.stopped:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -510,22 +520,7 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 // the strategy (StateBytes, a strategy.ShareReporter...) but must not
 // change it or keep it. Errors: ctx.Err(), ErrClosed.
 func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
-	done := make(chan struct{})
-	select {
-	case n.events <- event{kind: evInspect, inspect: f, done: done}:
-	case <-n.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-n.stopped:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return n.call(ctx, event{kind: evInspect, inspect: f})
 }
 
 // LeavePoll is how often Leave asks the strategies whether their
@@ -542,24 +537,12 @@ const LeavePoll = 10 * time.Millisecond
 func (n *Node) Leave(ctx context.Context) error {
 	for first := true; ; first = false {
 		var left bool
-		done := make(chan struct{})
-		ev := event{kind: evInspect, left: &left, done: done}
+		ev := event{kind: evInspect, left: &left}
 		if first {
 			ev.kind = evLeave
 		}
-		select {
-		case n.events <- ev:
-		case <-n.done:
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		select {
-		case <-done:
-		case <-n.stopped:
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := n.call(ctx, ev); err != nil {
+			return err
 		}
 		if left {
 			return nil

@@ -274,44 +274,35 @@ type server struct {
 
 // Stream receives one frame per message (senders from before Batch).
 func (s *server) Stream(stream grpc.BidiStreamingServer[transportpb.PeerFrame, transportpb.PeerAck]) error {
-	t := s.t
-	from, err := t.authenticate(stream.Context())
-	if err != nil {
-		t.refused.Add(1)
-		return err
-	}
-	for {
-		fr, err := stream.Recv()
-		if err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		if err := t.deliver(from, fr); err != nil {
-			return err
-		}
-	}
+	return receive(s.t, stream, func(fr *transportpb.PeerFrame) []*transportpb.PeerFrame {
+		return []*transportpb.PeerFrame{fr}
+	})
 }
 
 // Batch receives batches of frames, delivered in order, each checked as a
 // frame of Stream is.
 func (s *server) Batch(stream grpc.BidiStreamingServer[transportpb.PeerBatch, transportpb.PeerAck]) error {
-	t := s.t
+	return receive(s.t, stream, (*transportpb.PeerBatch).GetFrames)
+}
+
+// receive authenticates a peer stream's sender and delivers the frames of
+// every message it sends (frames says which), until it ends or a frame is
+// refused.
+func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb.PeerAck], frames func(*M) []*transportpb.PeerFrame) error {
 	from, err := t.authenticate(stream.Context())
 	if err != nil {
 		t.refused.Add(1)
 		return err
 	}
 	for {
-		b, err := stream.Recv()
+		m, err := stream.Recv()
 		if err != nil {
 			if err == io.EOF {
 				return nil
 			}
 			return err
 		}
-		for _, fr := range b.GetFrames() {
+		for _, fr := range frames(m) {
 			if err := t.deliver(from, fr); err != nil {
 				return err
 			}
