@@ -27,24 +27,21 @@ import (
 const replayRule = "replay"
 
 type replayFlags struct {
-	trace, format, key string
-	skipBad            bool
-	nodes              int
-	strategies         string
-	rate               float64
-	burst              int64
-	assign             string
-	seed               uint64
-	params             []string
-	json               bool
-	out                string
-	progress           string
-	speed              float64
-	duration           time.Duration
-	kills, partitions  []string
-	heals              []string
-	binary             string
-	keepLogs           string
+	traceFlags
+	reportFlags
+	nodes             int
+	strategies        string
+	rate              float64
+	burst             int64
+	assign            string
+	seed              uint64
+	params            []string
+	speed             float64
+	duration          time.Duration
+	kills, partitions []string
+	heals             []string
+	binary            string
+	keepLogs          string
 }
 
 func newReplayCmd() *cobra.Command {
@@ -84,10 +81,7 @@ flows) and --heal TIME. Partitions start the nodes with fault injection.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.trace, "trace", "", "trace file (required): ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
-	fl.StringVar(&f.format, "format", "auto", "trace format: auto, csv or clf")
-	fl.StringVar(&f.key, "key", "", "for access logs, what identifies a client: host (the default), user or path")
-	fl.BoolVar(&f.skipBad, "skip-bad", false, "skip and count malformed trace lines instead of failing")
+	f.traceFlags.add(fl, "trace file (required): ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
 	fl.IntVar(&f.nodes, "nodes", 3, "number of node processes")
 	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(all.Names()[1:], ", ")+")")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second of trace time, per key")
@@ -95,9 +89,7 @@ flows) and --heal TIME. Partitions start the nodes with fault injection.`,
 	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (random assignment)")
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms); durations are wall time")
-	fl.BoolVar(&f.json, "json", false, "print the report as JSON instead of a table")
-	fl.StringVar(&f.out, "out", "", "also write report.json, report.md and plots into this directory")
-	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	f.reportFlags.add(fl)
 	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
 	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
@@ -122,6 +114,9 @@ type replayPlan struct {
 // plan checks the flags (every error names its flag) and reads the trace.
 func (f *replayFlags) plan() (*replayPlan, error) {
 	p := &replayPlan{params: map[string]map[string]string{}}
+	if err := f.reportFlags.check(); err != nil {
+		return nil, err
+	}
 	switch {
 	case f.trace == "":
 		return nil, usageErr("--trace: a trace file is required")
@@ -135,8 +130,6 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 		return nil, usageErr("--speed %v: want a positive number (1 = real time)", f.speed)
 	case f.duration < 0:
 		return nil, usageErr("--duration %v: want a positive duration, or 0 for the whole trace", f.duration)
-	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
-		return nil, usageErr("--progress %q: want auto, always or never", f.progress)
 	}
 	var err error
 	if p.rate, err = bucket.PerSecond(f.rate); err != nil {
@@ -223,7 +216,7 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if st, err := os.Stat(p.binary); err != nil || st.IsDir() {
 		return nil, usageErr("--binary %s: not an executable file", p.binary)
 	}
-	tr, err := workload.ReadFile(f.trace, workload.ReadOptions{Format: f.format, SkipBad: f.skipBad, Key: f.key})
+	tr, err := f.traceFlags.read()
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
 	}

@@ -21,21 +21,19 @@ import (
 )
 
 type simFlags struct {
-	trace, workload, format, key string
-	skipBad                      bool
-	nodes                        int
-	strategies                   string
-	rate                         float64
-	burst                        int64
-	assign                       string
-	latency                      string
-	loss, duplicate, reorder     float64
-	scenario                     string
-	seed                         uint64
-	params                       []string
-	json                         bool
-	out                          string
-	progress                     string
+	traceFlags
+	reportFlags
+	workload                 string
+	nodes                    int
+	strategies               string
+	rate                     float64
+	burst                    int64
+	assign                   string
+	latency                  string
+	loss, duplicate, reorder float64
+	scenario                 string
+	seed                     uint64
+	params                   []string
 }
 
 func newSimCmd() *cobra.Command {
@@ -70,11 +68,8 @@ The same flags and seed give byte-identical --json output.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.trace, "trace", "", "trace file: ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
+	f.traceFlags.add(fl, "trace file: ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
 	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix)")
-	fl.StringVar(&f.format, "format", "auto", "trace format: auto, csv or clf")
-	fl.StringVar(&f.key, "key", "", "for access logs, what identifies a client: host (the default), user or path")
-	fl.BoolVar(&f.skipBad, "skip-bad", false, "skip and count malformed trace lines instead of failing")
 	fl.IntVar(&f.nodes, "nodes", 10, "number of nodes in the simulated cluster")
 	fl.StringVar(&f.strategies, "strategies", "all", "comma-separated strategies to compare, or all (central is always run: it is the reference)")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")
@@ -87,9 +82,7 @@ The same flags and seed give byte-identical --json output.`,
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of crashes, restarts and partitions at given times (see examples/scenarios)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (network, random assignment, strategies)")
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
-	fl.BoolVar(&f.json, "json", false, "print the report as JSON instead of a table")
-	fl.StringVar(&f.out, "out", "", "also write report.json, report.md and plots into this directory")
-	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	f.reportFlags.add(fl)
 	return cmd
 }
 
@@ -127,6 +120,9 @@ func usageErr(format string, a ...any) error {
 // options checks the flags and builds the evaluation; every error names the flag.
 func (f *simFlags) options() (eval.Options, error) {
 	var o eval.Options
+	if err := f.reportFlags.check(); err != nil {
+		return o, err
+	}
 	switch {
 	case f.nodes < 1:
 		return o, usageErr("--nodes %d: need at least 1 node", f.nodes)
@@ -136,8 +132,6 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
 	case f.trace != "" && f.workload != "":
 		return o, usageErr("--trace and --workload: give one input, not both")
-	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
-		return o, usageErr("--progress %q: want auto, always or never", f.progress)
 	}
 	rate, err := bucket.PerSecond(f.rate)
 	if err != nil {
@@ -175,7 +169,7 @@ func (f *simFlags) options() (eval.Options, error) {
 	}
 	switch {
 	case f.trace != "":
-		o.Trace, err = workload.ReadFile(f.trace, workload.ReadOptions{Format: f.format, SkipBad: f.skipBad, Key: f.key})
+		o.Trace, err = f.traceFlags.read()
 	case f.workload != "":
 		var g workload.Generator
 		if g, err = workload.ParseGenerator(f.workload); err != nil {
