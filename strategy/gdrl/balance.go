@@ -87,12 +87,5 @@ func (g *GDRL) payDefault(now time.Duration, to strategy.NodeID, toInc uint64, d
 	g.dc -= xc
 	g.db -= xb
 	g.mark(partDefaults)
-	link := srcKey{to, toInc}
-	g.seqTo[link]++
-	g.outbox = append(g.outbox, &transfer{
-		id:    TransferID{Src: g.self, SrcInc: g.inc, Dst: to, DstInc: toInc, Seq: g.seqTo[link]},
-		items: out,
-		gate:  g.version + 1,
-	})
-	g.mark(partOutbox)
+	g.queueTransfer(to, toInc, out)
 }

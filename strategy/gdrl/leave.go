@@ -176,14 +176,7 @@ func (g *GDRL) handOver(now time.Duration) {
 		g.db -= def.b
 		g.mark(partDefaults)
 	}
-	link := srcKey{g.buddy, toInc}
-	g.seqTo[link]++
-	g.outbox = append(g.outbox, &transfer{
-		id:    TransferID{Src: g.self, SrcInc: g.inc, Dst: g.buddy, DstInc: toInc, Seq: g.seqTo[link]},
-		items: out,
-		gate:  g.version + 1,
-	})
-	g.mark(partOutbox)
+	g.queueTransfer(g.buddy, toInc, out)
 }
 
 // Remaining is the whole tokens of this node's bucket (C_i, B_i) for key

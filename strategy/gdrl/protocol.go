@@ -572,11 +572,18 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 	if len(out) == 0 {
 		return
 	}
+	g.queueTransfer(to, toInc, out)
+}
+
+// queueTransfer puts a transfer of items to (to, toInc) in the outbox,
+// numbered next on that link; it is released once the buddy holds a
+// record that includes it (gate).
+func (g *GDRL) queueTransfer(to strategy.NodeID, toInc uint64, items []item) {
 	link := srcKey{to, toInc}
 	g.seqTo[link]++
 	g.outbox = append(g.outbox, &transfer{
 		id:    TransferID{Src: g.self, SrcInc: g.inc, Dst: to, DstInc: toInc, Seq: g.seqTo[link]},
-		items: out,
+		items: items,
 		gate:  g.version + 1,
 	})
 	g.mark(partOutbox)
