@@ -25,6 +25,8 @@ package server
 //	tokenmesh_peer_receive_errors_total{rule}        counter of payloads the strategy refused
 //	tokenmesh_pending_checks{rule}                   gauge of checks waiting for the network
 //	tokenmesh_inbox_dropped_total                    counter of peer frames dropped (inbox full)
+//	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
+//	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
 //	tokenmesh_members                                gauge of live members (1 without gossip)
 //
 // Read in the node's loop at scrape time (cluster.Node.Inspect, 200ms at
@@ -159,6 +161,10 @@ var (
 		"Checks of a rule waiting for an asynchronous (network) decision.", []string{"rule"}, nil)
 	descInboxDropped = prometheus.NewDesc("tokenmesh_inbox_dropped_total",
 		"Peer frames dropped because the node's event inbox was full.", nil, nil)
+	descUnknownRule = prometheus.NewDesc("tokenmesh_peer_unknown_rule_frames_total",
+		"Peer frames for a rule this node does not have (dropped).", nil, nil)
+	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
+		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
@@ -176,7 +182,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descInboxDropped, descUnknownRule, descBadSender, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -208,6 +214,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descPending, float64(rs.Pending), rule)
 	}
 	counter(descInboxDropped, st.InboxDropped)
+	counter(descUnknownRule, st.UnknownRuleFrames)
+	counter(descBadSender, st.BadSender)
 	gauge(descMembers, float64(c.node.Members()))
 
 	for _, r := range c.inspect() {

@@ -292,7 +292,7 @@ func TestMetricsCapacityShares(t *testing.T) {
 	view := fakeView{
 		stats: cluster.Stats{Rules: map[string]cluster.RuleStats{
 			"g": {MessagesSent: 7, BytesSent: 700, MessagesReceived: 5, BytesReceived: 500, SendErrors: 1, ReceiveErrors: 2, Pending: 3},
-		}, InboxDropped: 9},
+		}, InboxDropped: 9, UnknownRuleFrames: 11, BadSender: 13},
 		members: 4,
 		inspect: func(_ context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
 			f(0, cluster.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
@@ -314,6 +314,8 @@ func TestMetricsCapacityShares(t *testing.T) {
 		{"tokenmesh_peer_receive_errors_total", []string{"rule=g"}, 2},
 		{"tokenmesh_pending_checks", []string{"rule=g"}, 3},
 		{"tokenmesh_inbox_dropped_total", nil, 9},
+		{"tokenmesh_peer_unknown_rule_frames_total", nil, 11},
+		{"tokenmesh_peer_bad_sender_frames_total", nil, 13},
 		{"tokenmesh_members", nil, 4},
 		{"tokenmesh_state_bytes", []string{"rule=g"}, 42},
 		{"tokenmesh_keys", []string{"rule=g"}, 6},

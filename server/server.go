@@ -42,6 +42,8 @@
 //	tokenmesh_peer_receive_errors_total{rule}         payloads the strategy refused
 //	tokenmesh_pending_checks{rule}                    checks waiting for the network
 //	tokenmesh_inbox_dropped_total                     peer frames dropped, inbox full
+//	tokenmesh_peer_unknown_rule_frames_total          peer frames for a rule this node lacks
+//	tokenmesh_peer_bad_sender_frames_total            peer frames from an empty or non-UTF-8 sender
 //	tokenmesh_members                                 live members, this node included
 //	tokenmesh_state_bytes{rule}                       strategy state size, bytes
 //	tokenmesh_keys{rule}                              keys holding a capacity share (gdrl...)
