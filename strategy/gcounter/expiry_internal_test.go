@@ -252,7 +252,7 @@ func TestGenerationMerge(t *testing.T) {
 		t.Fatal("not swept")
 	}
 	d, _ := g.Request(3*time.Minute, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: 3 * time.Minute}, &fx)
-	if !d.Allowed || g.state["k"].gen != int64(3*time.Minute) {
+	if !d.Allowed || g.state["k"].gen != 3 { // 3 whole idle periods of 1m
 		t.Fatalf("re-created %+v", g.state["k"])
 	}
 	for _, nb := range g.neighbours {
@@ -265,7 +265,7 @@ func TestGenerationMerge(t *testing.T) {
 		t.Fatalf("a late delta of the old generation changed %+v (pending %v)", s, g.pending("k"))
 	}
 	newer := proto.Clone(old).(*peerv1.GCounterBucket)
-	newer.Generation = int64(4 * time.Minute)
+	newer.Generation = 4 // idle periods
 	msg, _ := proto.Marshal(&peerv1.GCounterMessage{Buckets: []*peerv1.GCounterBucket{newer}})
 	if err := g.Receive(4*time.Minute, "b", msg, &fx); err != nil {
 		t.Fatal(err)
@@ -300,12 +300,12 @@ func TestExpiryRaceOldCopy(t *testing.T) {
 			}
 		}
 	}
-	if a.state["k"].gen != int64(2*idle) || b.state["k"].gen != 0 || admitted != 2*testCapacity {
+	if a.state["k"].gen != 2 || b.state["k"].gen != 0 || admitted != 2*testCapacity {
 		t.Fatalf("a %+v, b %+v, admitted %d", a.state["k"], b.state["k"], admitted)
 	}
 	c.run(at, at+20*DefaultGossip)
 	for _, n := range c.names {
-		if s := c.nodes[n].state["k"]; s == nil || s.gen != int64(2*idle) || s.consumed != testCapacity {
+		if s := c.nodes[n].state["k"]; s == nil || s.gen != 2 || s.consumed != testCapacity {
 			t.Fatalf("%s: %+v", n, s)
 		}
 	}

@@ -69,11 +69,13 @@
 //     in no pending delta state, is dropped by a sweep run from the gossip
 //     timer at most every idle/10.
 //   - Generation. A node that gets a request for a key it does not hold
-//     creates it with generation = now rounded down to a multiple of idle
-//     (now: ns since the cluster's epoch, as the node sees it; 0 with
-//     expiry off, and 0 for keys first seen within the first idle, so the
-//     first life of a key is generation 0, which is also what encodings from
-//     before the field decode to). Deltas carry it (GCounterBucket.generation).
+//     creates it with generation = the number of whole idle periods in now
+//     (now: ns since the cluster's epoch, as the node sees it), that is now
+//     rounded down to a multiple of idle, counted in idle periods so that it
+//     encodes in a few bytes (0 with expiry off, and 0 for keys first seen
+//     within the first idle, so the first life of a key is generation 0,
+//     which is also what encodings from before the field decode to). Deltas
+//     carry it (GCounterBucket.generation); nodes of a rule share its idle.
 //   - Merge. The higher generation wins the whole key state: a bucket of a
 //     lower generation than the local one is ignored, one of a higher
 //     generation replaces the local state. Equal generations merge as above.
@@ -82,8 +84,9 @@
 //     random generations), and limit <= consumed + capacity still holds.
 //   - Monotone. A key's state is dropped no earlier than idle after its
 //     last change, hence idle after its creation at time t0 >= its
-//     generation g0; re-created at t > t0 + idle, its new generation
-//     floor(t/idle)*idle > t - idle > t0 >= g0. So a key's new life always
+//     generation (in time, g0*idle); re-created at t > t0 + idle, its new
+//     generation floor(t/idle) periods starts at floor(t/idle)*idle >
+//     t - idle > t0 >= g0*idle, so it is above g0. So a key's new life always
 //     beats its old one, wherever the old one is still held. Rounding (not
 //     the raw time) makes two nodes that create the same key within one
 //     idle period agree on the generation and merge exactly as the thesis'
@@ -296,13 +299,13 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	return d, true
 }
 
-// generation is the generation of a key created at now: now rounded down to
-// a multiple of idle (0 with expiry off; see the package comment).
+// generation is the generation of a key created at now: the whole idle
+// periods in now (0 with expiry off; see the package comment).
 func (g *GCounter) generation(now time.Duration) int64 {
 	if g.idle <= 0 || now <= 0 {
 		return 0
 	}
-	return int64(now - now%g.idle)
+	return int64(now / g.idle)
 }
 
 // refill raises b's limit to now at the refill rate, never above

@@ -95,8 +95,8 @@ type GCounterBucket struct {
 	RefillNs   int64 `protobuf:"varint,5,opt,name=refill_ns,json=refillNs,proto3" json:"refill_ns,omitempty"` // the refill timestamp
 	// generation tells a key's lives apart (ours, not the thesis'): a node
 	// drops a key that has been idle and full for the `idle` parameter, and
-	// re-creates it with a new generation, the time of re-creation (ns since
-	// the cluster's epoch) rounded down to a multiple of `idle`. A bucket of
+	// re-creates it with a new generation, the number of whole `idle` periods
+	// from the cluster's epoch to the re-creation. A bucket of
 	// a higher generation replaces the whole state of a lower one; equal
 	// generations merge as above. 0 is the first generation (a key created
 	// within the first `idle`, or expiry off) and what encodings from before
