@@ -161,10 +161,13 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 // owner; the decision arrives later in fx.Decisions (at once only when hold
 // is 0 and this node is the owner).
 func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	if !o.route(now, req, fx) || o.hold > 0 {
+	if o.hold > 0 || !o.owns(req.Key) {
+		o.route(now, req, fx)
 		return strategy.Decision{}, false
 	}
-	// With no ordering buffer the owner decides its own requests at once.
+	// With no ordering buffer the owner decides its own requests at once
+	// (so, unlike enqueue, it asks for no wake-up).
+	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens})
 	o.decideDue(now, fx)
 	for i, d := range fx.Decisions {
 		if d.RequestID == req.ID {
@@ -175,18 +178,22 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return strategy.Decision{}, false
 }
 
-// route queues req here if this node owns its key (and reports true), or
-// forwards it.
-func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effects) (local bool) {
+// route queues req here if this node owns its key, or forwards it.
+func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effects) {
 	owner := rendezvous.Owner(req.Key, o.members)
 	if owner == o.self || owner == "" {
 		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens}, fx)
-		return true
+		return
 	}
 	p := &pendingReq{req: req, deadline: now + o.timeout}
 	o.pending[req.ID] = p
 	o.forward(now, p, owner, fx)
-	return false
+}
+
+// owns reports whether this node owns key in its current view.
+func (o *Owner) owns(key string) bool {
+	owner := rendezvous.Owner(key, o.members)
+	return owner == o.self || owner == ""
 }
 
 // forward sends p to owner and schedules its next retransmission (or its
@@ -365,7 +372,7 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 	if o.hold > 0 {
 		return 0, false
 	}
-	if owner := rendezvous.Owner(key, o.members); owner != o.self && owner != "" {
+	if !o.owns(key) {
 		return 0, false
 	}
 	return o.table.Remaining(key, now), true
