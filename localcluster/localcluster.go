@@ -7,7 +7,8 @@
 // starts n0 (which founds the cluster), reads the addresses it bound
 // (serve --addr-file), then starts the others, which join n0's gossip
 // address. It returns once every node's gRPC health service answers
-// SERVING and a settle period for gossip to converge has passed.
+// SERVING, every node's /metrics reports all N nodes as members
+// (tokenmesh_members), and a settle period has passed.
 //
 // Each process runs in its own process group (so a Ctrl-C at the terminal
 // reaches the parent only, which then stops the cluster in order) and, on
@@ -49,7 +50,7 @@ import (
 // Defaults of Config's zero fields.
 const (
 	DefaultStartTimeout = 30 * time.Second
-	DefaultSettle       = 1500 * time.Millisecond
+	DefaultSettle       = 500 * time.Millisecond
 	// stopGrace is how long Stop waits after SIGTERM before SIGKILL.
 	stopGrace = 10 * time.Second
 	// tailBytes is how much of each node's output is kept for errors.
@@ -78,8 +79,8 @@ type Config struct {
 	// (Each node's output also goes to Dir/n<i>.log.)
 	Log          io.Writer
 	StartTimeout time.Duration // bounds Start; default DefaultStartTimeout
-	// Settle is the wait after every node is ready, for gossip to
-	// converge (every node seeing all members); default DefaultSettle,
+	// Settle is the wait after every node sees every member, for the
+	// strategies' first exchanges (gdrl's hellos); default DefaultSettle,
 	// negative: none.
 	Settle time.Duration
 }
@@ -207,6 +208,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if err := c.waitMembers(ctx); err != nil {
+		return err
+	}
 	if c.cfg.Settle > 0 {
 		t := time.NewTimer(c.cfg.Settle)
 		defer t.Stop()
@@ -222,6 +226,30 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// waitMembers polls every node's /metrics until each reports all the
+// cluster's nodes as members (tokenmesh_members): gossip has converged.
+func (c *Cluster) waitMembers(ctx context.Context) error {
+	want := fmt.Sprintf("tokenmesh_members %d\n", c.cfg.Nodes)
+	for {
+		done := true
+		for i := range c.cfg.Nodes {
+			m, err := c.Metrics(ctx, i)
+			if err != nil || !strings.Contains(m, want) {
+				done = false
+				break
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("localcluster: waiting for every node to see %d members: %w", c.cfg.Nodes, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // nodeConfig is the YAML of one node (see package config).
