@@ -58,6 +58,7 @@ HTTP/JSON at node.api_addr:
   GET  /v1/rules  the node's rules
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the node is started
+  GET  /metrics   Prometheus metrics (docs/API.md lists them)
 
 With --addr-file FILE, once every listener is bound and the node started,
 serve writes the bound addresses to FILE (atomically: a temporary file
@@ -72,13 +73,17 @@ With --config FILE, the node joins (or founds) a cluster: peers over gRPC at
 node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
 List the other nodes in node.join on every node: the first one up finds
 nobody and founds the cluster (then keeps trying the join, so two nodes that
-started apart merge), the others and any restarted node join it.
-Without it, a single node runs the built-in default configuration (API on
-` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default": 10/s,
-burst 20, strategy owner). With node.api_tls, both APIs use TLS.
+started apart merge), the others and any restarted node join it
+(docs/OPERATIONS.md).
+
+Without --config, a single node runs the built-in default configuration
+(API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default":
+10/s, burst 20, strategy owner). With node.api_tls, both APIs use TLS.
 
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
-finishes the ones in flight, then the node leaves the gossip cluster.`,
+finishes the ones in flight (5 s at most), the node hands its state to its
+peers (gdrl: its capacity shares to its buddy; 2 s at most), then leaves the
+gossip cluster.`,
 		Example: `  tokenmesh serve
   tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml`,
 		Args: cobra.NoArgs,
