@@ -94,8 +94,7 @@ type SimResult struct {
 //
 // brokers supplies MCap and Load for every broker named in the plan (MCap
 // must be positive). The run is deterministic for a given seed.
-func Simulate(plan PlanResult, brokers []Broker, topic Topic, opts SimOptions) (SimResult, error) {
-	_ = topic // the plan carries the publishers; topic is kept for symmetry with Plan and Fit
+func Simulate(plan PlanResult, brokers []Broker, opts SimOptions) (SimResult, error) {
 	if opts.Duration <= 0 {
 		return SimResult{}, fmt.Errorf("sim: duration %v must be positive", opts.Duration)
 	}
@@ -397,7 +396,7 @@ func ModelP99(topic Topic, opts SimOptions) P99Func {
 		}
 		burst := max(1, int64(math.Round(float64(topic.Burst)*share)))
 		p := PlanResult{Topic: topic.Name, Rate: r, Burst: burst, Shares: []Share{{Broker: b.Name, RCap: b.RCap(), Rate: r, Burst: burst, Publishers: pubs, PublisherRate: s}}}
-		res, err := Simulate(p, []Broker{b}, topic, opts)
+		res, err := Simulate(p, []Broker{b}, opts)
 		if err != nil {
 			return 0, err
 		}

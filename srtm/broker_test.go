@@ -25,7 +25,7 @@ func TestSimulateP99GrowsWithLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Simulate(p, b, top, SimOptions{Duration: 500 * time.Millisecond, Seed: 1})
+		res, err := Simulate(p, b, SimOptions{Duration: 500 * time.Millisecond, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestTopicArrivalsMatchSimulate(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := SimOptions{Duration: 200 * time.Millisecond, Seed: 5, Noise: time.Millisecond}
-	res, err := Simulate(p, []Broker{{Name: "a", MCap: 2e6}, {Name: "b", MCap: 2e6}}, top, o)
+	res, err := Simulate(p, []Broker{{Name: "a", MCap: 2e6}, {Name: "b", MCap: 2e6}}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func TestSimulateDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := SimOptions{Duration: 300 * time.Millisecond, Seed: 7, Arrival: Periodic}
-	a, err := Simulate(p, brokers, top, o)
+	a, err := Simulate(p, brokers, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Simulate(p, brokers, top, o)
+	b, _ := Simulate(p, brokers, o)
 	if fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Errorf("same seed, different results:\n%v\n%v", a, b)
 	}
@@ -113,7 +113,7 @@ func TestSplitTokenDelayNotBelowOneBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Simulate(p, brokers, tk, SimOptions{Duration: time.Second, Seed: 3})
+		res, err := Simulate(p, brokers, SimOptions{Duration: time.Second, Seed: 3})
 		if err != nil {
 			t.Fatal(err)
 		}

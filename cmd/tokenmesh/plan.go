@@ -83,7 +83,7 @@ proportion to their share, so no broker takes a whole synchronised burst.`,
 			if err := writePlan(out, fit.Plan); err != nil {
 				return err
 			}
-			sim, err := srtm.Simulate(fit.Plan, brokers, topic, opts)
+			sim, err := srtm.Simulate(fit.Plan, brokers, opts)
 			if err != nil {
 				return err
 			}

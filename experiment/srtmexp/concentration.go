@@ -99,7 +99,7 @@ func runConcentration(ctx experiment.Context) error {
 						if err != nil {
 							return fmt.Errorf("fig %s %s n=%d: %w", fig, pol, n, err)
 						}
-						res, err := srtm.Simulate(pl, brokers, t, srtm.SimOptions{Duration: dur, Seed: seed, Arrival: pn.a, LoadBatch: loadBatch, ServiceScale: serviceScale})
+						res, err := srtm.Simulate(pl, brokers, srtm.SimOptions{Duration: dur, Seed: seed, Arrival: pn.a, LoadBatch: loadBatch, ServiceScale: serviceScale})
 						if err != nil {
 							return err
 						}

@@ -73,7 +73,7 @@ func corrRun(t srtm.Topic, oblivious bool, forceK int, opts srtm.SimOptions) (k 
 		for i := range pl.Shares {
 			pl.Shares[i].Publishers = restore(pl.Shares[i].Publishers)
 		}
-		res, err := srtm.Simulate(pl, brokers, t, opts)
+		res, err := srtm.Simulate(pl, brokers, opts)
 		return res.Overall.P99, err
 	}
 	evenK := func(k int) (time.Duration, error) {

@@ -68,7 +68,7 @@ func runPenalty(ctx experiment.Context) error {
 				if err != nil {
 					return err
 				}
-				res, err := srtm.Simulate(pl, idle(k, penaltyMCap), t, srtm.SimOptions{Duration: dur, Seed: seed})
+				res, err := srtm.Simulate(pl, idle(k, penaltyMCap), srtm.SimOptions{Duration: dur, Seed: seed})
 				if err != nil {
 					return err
 				}
