@@ -72,7 +72,8 @@ func runConcentration(ctx experiment.Context) error {
 	}
 	S := seeds(ctx)
 	var rows []concRow
-	total, done := 2*len(panels)*len(ns)*S*2, 0
+	// Fig. 7 runs 2 policies, Fig. 8 runs 3, each on every panel, n and seed.
+	total, done := (2+3)*len(panels)*len(ns)*S, 0
 	for _, fig := range []string{"7", "8"} {
 		brokers := idle(6, concMCap)
 		loadBatch := 0
