@@ -357,8 +357,12 @@ func TestFoundIfAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if m := a.Members(); len(m) != 1 || m[0] != "a" {
-		t.Fatalf("a founded alone: members %v, want [a]", m)
+	// Gossip reports the members to the node asynchronously.
+	for m := a.Members(); len(m) != 1 || m[0] != "a"; m = a.Members() {
+		if ctx.Err() != nil {
+			t.Fatalf("a founded alone: members %v, want [a]", m)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	ok, err := limiterFor(t, a, "g").AllowN(ctx, "fresh", 4)
 	if err != nil || !ok {
