@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -117,7 +116,7 @@ rules:
 `))
 	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out bytes.Buffer
+	var out syncBuffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
