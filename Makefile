@@ -1,5 +1,5 @@
 # The test command CI runs (.ci/run calls `make test`, nothing else).
-.PHONY: test bench build fuzz
+.PHONY: test race bench build fuzz
 
 GO ?= go
 
@@ -7,12 +7,18 @@ test:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
+# The tests under the race detector (about 3 minutes; not part of CI's
+# `make test`).
+race:
+	$(GO) test -race -count=1 ./...
+
 build:
 	$(GO) build -o bin/tokenmesh ./cmd/tokenmesh
 
 # Speed and memory targets: see docs/PERFORMANCE.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./bucket ./rendezvous ./sim ./workload
+	$(GO) test -run '^$$' -bench . -benchmem ./bucket ./rendezvous ./sim ./workload ./cluster/grpcpeer
+	$(GO) test -run '^$$' -bench 'Server' -benchtime 100000x ./loadgen
 
 # A short coverage-guided run of every fuzz target (not part of `make test`,
 # whose run replays the seed corpora only).
@@ -20,6 +26,6 @@ FUZZTIME ?= 20s
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
 	  done; \
 	done
