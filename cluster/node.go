@@ -12,7 +12,6 @@
 package cluster
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
@@ -262,7 +262,7 @@ type Node struct {
 	events  chan event
 	wake    chan struct{}
 	timer   *time.Timer
-	wakes   wakeHeap
+	wakes   *minheap.Heap[wakeEntry] // by (at, rule)
 	wakeSet map[wakeEntry]bool
 	armed   time.Duration // the wake-up the timer is set for; -1: none
 	fx      strategy.Effects
@@ -307,7 +307,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		self: cfg.Self, rules: map[string]*ruleState{}, transport: cfg.Transport, maxTokens: cfg.MaxTokens,
-		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{},
+		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{}, wakes: minheap.New(wakeBefore),
 		members: members, done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	n.start = time.Now()
@@ -746,7 +746,7 @@ func (n *Node) apply(now time.Duration, rs *ruleState) {
 		w := wakeEntry{at: at, rule: rs.idx}
 		if !n.wakeSet[w] {
 			n.wakeSet[w] = true
-			heap.Push(&n.wakes, w)
+			n.wakes.Push(w)
 		}
 	}
 }
@@ -754,9 +754,9 @@ func (n *Node) apply(now time.Duration, rs *ruleState) {
 // runDue ticks every rule with a wake-up due (once per rule), then sets
 // the timer for the earliest one left.
 func (n *Node) runDue() {
-	for len(n.wakes) > 0 {
+	for n.wakes.Len() > 0 {
 		now := n.now()
-		if next := n.wakes[0].at; next > now {
+		if next := n.wakes.Peek().at; next > now {
 			if next != n.armed {
 				n.armed = next
 				n.timer.Reset(next - now)
@@ -764,8 +764,8 @@ func (n *Node) runDue() {
 			return
 		}
 		var due []int
-		for len(n.wakes) > 0 && n.wakes[0].at <= now {
-			w := heap.Pop(&n.wakes).(wakeEntry)
+		for n.wakes.Len() > 0 && n.wakes.Peek().at <= now {
+			w := n.wakes.Pop()
 			delete(n.wakeSet, w)
 			if !slices.Contains(due, w.rule) {
 				due = append(due, w.rule)
@@ -815,20 +815,11 @@ type wakeEntry struct {
 	rule int
 }
 
-type wakeHeap []wakeEntry
-
-func (h wakeHeap) Len() int { return len(h) }
-func (h wakeHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// wakeBefore orders wake-ups by time, then rule (so rules due together
+// are ticked in configuration order).
+func wakeBefore(a, b wakeEntry) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].rule < h[j].rule
-}
-func (h wakeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *wakeHeap) Push(x any)   { *h = append(*h, x.(wakeEntry)) }
-func (h *wakeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return a.rule < b.rule
 }

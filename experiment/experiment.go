@@ -7,10 +7,24 @@ package experiment
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"sort"
 	"strings"
 )
+
+// Palette is Okabe & Ito's colour-blind safe set (eval's plots use it
+// too), for the experiments' line plots; past its end, plots repeat it
+// with dashes.
+var Palette = []color.Color{
+	color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255},
+	color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255},
+	color.RGBA{R: 0x00, G: 0x9E, B: 0x73, A: 255},
+	color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255},
+	color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255},
+	color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255},
+	color.Black,
+}
 
 // Context is what an experiment runs with.
 type Context struct {

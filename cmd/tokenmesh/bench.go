@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,13 +131,9 @@ func (f *benchFlags) tlsConfig() (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsName, InsecureSkipVerify: f.tlsInsecure}
 	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
+		pool, err := certPool("--tls-ca", f.tlsCA)
 		if err != nil {
-			return nil, usageErr("--tls-ca: %v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageErr("--tls-ca %s: holds no PEM certificate", f.tlsCA)
+			return nil, usageErr("%v", err)
 		}
 		c.RootCAs = pool
 	}

@@ -266,17 +266,27 @@ func serverTLS(t *config.APITLS) (*tls.Config, error) {
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	if t.ClientCAFile != "" {
-		pem, err := os.ReadFile(t.ClientCAFile)
+		pool, err := certPool("node.api_tls.client_ca_file", t.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("node.api_tls.client_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("node.api_tls.client_ca_file: %s holds no PEM certificate", t.ClientCAFile)
+			return nil, err
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return c, nil
+}
+
+// certPool reads the PEM CA certificates at path; errors name the config
+// field that gave the path.
+func certPool(field, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: %s holds no PEM certificate", field, path)
+	}
+	return pool, nil
 }
 
 // peerTLS builds the mutual-TLS config of the peer streams from node.tls.
@@ -285,13 +295,9 @@ func peerTLS(t *config.TLS) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node.tls.cert_file/key_file: %w", err)
 	}
-	pem, err := os.ReadFile(t.CAFile)
+	pool, err := certPool("node.tls.ca_file", t.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("node.tls.ca_file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("node.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil

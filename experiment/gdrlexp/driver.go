@@ -16,13 +16,13 @@
 package gdrlexp
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
@@ -45,22 +45,12 @@ type event struct {
 	payload []byte
 }
 
-type queue []event
-
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
+// eventBefore orders events by time, then by the order they were queued.
+func eventBefore(a, b event) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return q[i].seq < q[j].seq
-}
-func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *queue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+	return a.seq < b.seq
 }
 
 // cluster is N gdrl nodes on a lossless network with fixed latency.
@@ -69,7 +59,7 @@ type cluster struct {
 	ids      []strategy.NodeID
 	index    map[strategy.NodeID]int
 	wakes    []map[time.Duration]bool
-	q        queue
+	q        *minheap.Heap[event]
 	seq      uint64
 	now      time.Duration
 	fx       strategy.Effects
@@ -89,7 +79,7 @@ func newCluster(n int, seed uint64, rate float64, burst int64, params []string) 
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{ids: nodeIDs(n), index: map[strategy.NodeID]int{}}
+	c := &cluster{ids: nodeIDs(n), index: map[strategy.NodeID]int{}, q: minheap.New(eventBefore)}
 	for i, id := range c.ids {
 		c.index[id] = i
 	}
@@ -113,7 +103,7 @@ func newCluster(n int, seed uint64, rate float64, burst int64, params []string) 
 func (c *cluster) push(e event) {
 	c.seq++
 	e.seq = c.seq
-	heap.Push(&c.q, e)
+	c.q.Push(e)
 }
 
 func (c *cluster) apply(i int) {
@@ -137,8 +127,8 @@ func (c *cluster) apply(i int) {
 
 // runUntil handles every event up to time t.
 func (c *cluster) runUntil(t time.Duration) error {
-	for len(c.q) > 0 && c.q[0].at <= t {
-		e := heap.Pop(&c.q).(event)
+	for c.q.Len() > 0 && c.q.Peek().at <= t {
+		e := c.q.Pop()
 		c.now = e.at
 		c.fx.Reset()
 		if e.wake {

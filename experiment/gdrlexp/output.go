@@ -3,7 +3,6 @@ package gdrlexp
 import (
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,18 +14,6 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/experiment"
 )
-
-// palette is Okabe & Ito's colour-blind safe set (as eval's plots); past its
-// end colours repeat with dashes.
-var palette = []color.Color{
-	color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255},
-	color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255},
-	color.RGBA{R: 0x00, G: 0x9E, B: 0x73, A: 255},
-	color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255},
-	color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255},
-	color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255},
-	color.Black,
-}
 
 var dashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.Points(2)}}
 
@@ -75,10 +62,10 @@ func linePlot(path string, ax axes, lines []series) error {
 		if err != nil {
 			return err
 		}
-		l.Color = palette[s.style%len(palette)]
+		l.Color = experiment.Palette[s.style%len(experiment.Palette)]
 		d := s.dash
 		if d < 0 {
-			d = s.style / len(palette)
+			d = s.style / len(experiment.Palette)
 		}
 		l.Dashes = dashes[d%len(dashes)]
 		l.Width = vg.Points(1.2)

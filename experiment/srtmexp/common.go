@@ -9,7 +9,6 @@ package srtmexp
 import (
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 	"os"
@@ -167,17 +166,6 @@ func held(ok bool) string {
 	return "not held"
 }
 
-// palette is Okabe & Ito's colour-blind safe set.
-var palette = []color.Color{
-	color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255},
-	color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255},
-	color.RGBA{R: 0x00, G: 0x9E, B: 0x73, A: 255},
-	color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255},
-	color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255},
-	color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255},
-	color.Black,
-}
-
 type series struct {
 	name   string
 	xs, ys []float64
@@ -220,7 +208,7 @@ func linePlot(path, title, x, y string, logY bool, lines []series) error {
 		if err != nil {
 			return err
 		}
-		l.Color, sc.Color = palette[i%len(palette)], palette[i%len(palette)]
+		l.Color, sc.Color = experiment.Palette[i%len(experiment.Palette)], experiment.Palette[i%len(experiment.Palette)]
 		l.Width = vg.Points(1.2)
 		sc.Shape = draw.CircleGlyph{}
 		p.Add(l, sc)
