@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +115,56 @@ func TestCheckRange(t *testing.T) {
 	}
 	if _, err := h.Check(Envelope{RatePerSec: math.NaN()}, 0, 1, 0); err == nil {
 		t.Fatal("NaN rate accepted")
+	}
+}
+
+// fakeChecker admits from one shared exact token bucket of rate 1/s burst
+// 2, so Drive's history must check clean, and records the keys it saw.
+type fakeChecker struct {
+	mu   sync.Mutex
+	seen map[string]int
+	fail bool
+}
+
+func (f *fakeChecker) Check(ctx context.Context, key string, tokens int64) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return false, errors.New("down")
+	}
+	f.seen[key]++
+	return f.seen[key] <= 2, nil
+}
+
+func TestDriveBounded(t *testing.T) {
+	a, b := &fakeChecker{seen: map[string]int{}}, &fakeChecker{seen: map[string]int{}, fail: true}
+	var h History
+	l := Load{Keys: 4, PerKeyPerSec: 50, Duration: 2 * time.Second, MaxChecks: 40}
+	start := time.Now()
+	if err := Drive(context.Background(), l, start, func() ([]int, []Checker) { return []int{0, 1}, []Checker{a, b} }, &h); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("MaxChecks=40 at 200/s took %v", el)
+	}
+	ds := h.Decisions()
+	if len(ds) != 40 {
+		t.Fatalf("%d decisions, want 40 (MaxChecks)", len(ds))
+	}
+	nodes := map[int]int{}
+	for _, d := range ds {
+		nodes[d.Node]++
+		if (d.Node == 1) != (d.Err != nil) {
+			t.Fatalf("decision %+v: errors must come from node 1 only", d)
+		}
+	}
+	if nodes[0] != 20 || nodes[1] != 20 {
+		t.Fatalf("round robin: %v", nodes)
+	}
+	if len(a.seen) != 4 {
+		t.Fatalf("node 0 saw keys %v, want all 4", a.seen)
+	}
+	if err := Drive(context.Background(), Load{Keys: 1, PerKeyPerSec: 1, Duration: time.Second}, start, nil, &h); err == nil {
+		t.Fatal("a load without MaxChecks was accepted")
 	}
 }
