@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -370,5 +371,23 @@ events:
 	}
 	if times[0] == times[1] {
 		t.Fatal("seeds 1 and 2 gave the same detection times")
+	}
+}
+
+// Every example scenario parses; the ones with the per-node model set it.
+func TestExampleScenarios(t *testing.T) {
+	paths, err := filepath.Glob("../examples/scenarios/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no example scenarios found (%v)", err)
+	}
+	for _, p := range paths {
+		sc, err := sim.LoadScenario(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		if len(sc.Events) > 0 && (sc.DetectionJitter == 0 || sc.ReconnectInterval == 0) {
+			t.Errorf("%s: has events but not the per-node detection model (detection_jitter, reconnect_interval)", p)
+		}
 	}
 }
