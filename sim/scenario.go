@@ -153,9 +153,13 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	return &s, nil
 }
 
-// String describes e in a few words, e.g. "partition n0,n1|n2@5m0s" (the
-// report's list of fault times).
-func (e ScenarioEvent) String() string {
+// String describes e in a few words with its time, e.g.
+// "partition n0,n1|n2@5m0s".
+func (e ScenarioEvent) String() string { return e.Action() + "@" + e.At.String() }
+
+// Action describes what e does, without its time, e.g. "partition
+// n0,n1|n2", "crash n3", "heal" (the report's list of faults).
+func (e ScenarioEvent) Action() string {
 	var what string
 	switch {
 	case len(e.Crash) > 0:
@@ -173,7 +177,23 @@ func (e ScenarioEvent) String() string {
 	case e.Heal:
 		what = "heal"
 	}
-	return what + "@" + e.At.String()
+	return what
+}
+
+// DetectionModel describes the membership model of s in one line, e.g.
+// "each node after 5s + U[0, 1s]; heal after the first reconnect (every 5s)".
+func (s *Scenario) DetectionModel() string {
+	if s == nil {
+		return ""
+	}
+	out := "each node after " + s.Detection.String()
+	if s.DetectionJitter > 0 {
+		out += " + U[0, " + s.DetectionJitter.String() + "]"
+	}
+	if s.ReconnectInterval > 0 {
+		out += "; heal after the first reconnect (every " + s.ReconnectInterval.String() + ")"
+	}
+	return out
 }
 
 // apply overrides net with the scenario's network settings.
