@@ -543,10 +543,11 @@ func (r *runner) crash(i int) {
 	r.res.Crashed = append(r.res.Crashed, string(n.id))
 }
 
-// ownersOfHottest returns the distinct rendezvous owners, among all nodes,
-// of the k most requested keys (ties by key).
-func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
-	counts := r.trace.KeyCounts()
+// OwnersOfHottest returns the distinct rendezvous owners (rendezvous.Owner)
+// among members of the k most requested keys of trace (ties by key), in the
+// order of the keys: the nodes a crash_owner_of_hottest: k event crashes.
+func OwnersOfHottest(trace *workload.Trace, members []strategy.NodeID, k int) []strategy.NodeID {
+	counts := trace.KeyCounts()
 	keys := make([]string, 0, len(counts))
 	for key := range counts {
 		keys = append(keys, key)
@@ -557,17 +558,22 @@ func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
 		}
 		return keys[a] < keys[b]
 	})
-	all := make([]strategy.NodeID, len(r.nodes))
-	for i, n := range r.nodes {
-		all[i] = n.id
-	}
 	var out []strategy.NodeID
-	for _, key := range keys[:min(k, len(keys))] {
-		if o := rendezvous.Owner(key, all); !slices.Contains(out, o) {
+	for _, key := range keys[:max(0, min(k, len(keys)))] {
+		if o := rendezvous.Owner(key, members); !slices.Contains(out, o) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// ownersOfHottest is OwnersOfHottest over all nodes, live or not.
+func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
+	all := make([]strategy.NodeID, len(r.nodes))
+	for i, n := range r.nodes {
+		all[i] = n.id
+	}
+	return OwnersOfHottest(r.trace, all, k)
 }
 
 // reachable is the sorted list of live nodes in node i's membership group:
