@@ -29,7 +29,7 @@ func TestReportListsFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{Trace: g.Generate(1), Strategies: strats, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
-		Network: sim.Network{Latency: sim.Latency{Kind: "fixed", Mean: time.Millisecond, Min: time.Millisecond, Max: time.Millisecond}},
+		Network:      sim.Network{Latency: sim.Latency{Kind: "fixed", Mean: time.Millisecond, Min: time.Millisecond, Max: time.Millisecond}},
 		AssignPolicy: "hash", Seed: 1}
 	plain, err := Run(opts)
 	if err != nil {
