@@ -18,6 +18,7 @@ import (
 //	detection: 1s            # how long failure detectors take to see a change
 //	detection_jitter: 500ms  # optional: each node sees it after its own extra [0, jitter]
 //	reconnect_interval: 5s   # optional: a heal is seen once a reconnect attempt succeeds
+//	join_delay: 1s           # optional: a join (restart, merge) reaches each node within U[0, join_delay]
 //	network:                 # optional: overrides --latency/--loss/...
 //	  latency: uniform:1ms-5ms
 //	  loss: 0.05
@@ -38,13 +39,14 @@ import (
 // Membership is modelled per node (see the package documentation, "Faults
 // and membership views"): every node has its own member list, and a change
 // (crash, restart, partition, heal) reaches node i's strategy, as
-// SetMembers with node i's view, after node i's own delay
-// Detection + U[0, DetectionJitter], drawn from the run's seed. A heal first
-// waits for the first reconnect attempt of any live node (each node tries
-// every ReconnectInterval from its own seeded phase, as serf's reconnector
-// does); only then does that delay start. With only `detection: D` (jitter
-// and reconnect interval 0) every node sees every change exactly D later,
-// which is what the simulator always did.
+// SetMembers with node i's view, after node i's own delay, drawn from the
+// run's seed: Detection + U[0, DetectionJitter] for a failure (crash,
+// partition), U[0, JoinDelay] for a join (restart, heal) when JoinDelay is
+// set. A heal first waits for the first reconnect attempt of any live node
+// (each node tries every ReconnectInterval from its own seeded phase, as
+// serf's reconnector does); only then does that delay start. With only
+// `detection: D` (the other three 0) every node sees every change exactly D
+// later, which is what the simulator always did.
 type Scenario struct {
 	// Detection is the failure detector's delay (memberlist: a probe
 	// interval plus the suspicion timeout); default DefaultDetection.
@@ -57,9 +59,15 @@ type Scenario struct {
 	// failed (serf's ReconnectInterval, 30 s in serf, 5 s in tokenmesh's
 	// membership); a heal is visible from the first attempt after it. 0:
 	// a heal is visible at once (after the detection delay), as before.
-	ReconnectInterval time.Duration   `yaml:"reconnect_interval"`
-	Network           *ScenarioNet    `yaml:"network"`
-	Events            []ScenarioEvent `yaml:"events"`
+	ReconnectInterval time.Duration `yaml:"reconnect_interval"`
+	// JoinDelay bounds how long gossip takes to bring a join to a node: a
+	// restarted node, or the other side after a heal's reconnect (memberlist
+	// gossips every 200 ms to 3 nodes: well under a second for tens of
+	// nodes). Node i hears of it after U[0, JoinDelay]. 0: joins take the
+	// failure detector's delay, as before.
+	JoinDelay time.Duration   `yaml:"join_delay"`
+	Network   *ScenarioNet    `yaml:"network"`
+	Events    []ScenarioEvent `yaml:"events"`
 }
 
 // ScenarioNet overrides the network model.
@@ -84,7 +92,8 @@ type ScenarioEvent struct {
 // (memberlist's default probe interval is 1 s).
 const DefaultDetection = time.Second
 
-// MaxScenarioDelay bounds detection, detection_jitter and reconnect_interval;
+// MaxScenarioDelay bounds detection, detection_jitter, reconnect_interval and
+// join_delay;
 // MaxScenarioTime bounds an event's time (both keep virtual time far from
 // overflowing).
 const (
@@ -118,7 +127,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}} {
+	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("%s %v is negative", d.name, d.v)
 		}
@@ -189,6 +198,9 @@ func (s *Scenario) DetectionModel() string {
 	out := "each node after " + s.Detection.String()
 	if s.DetectionJitter > 0 {
 		out += " + U[0, " + s.DetectionJitter.String() + "]"
+	}
+	if s.JoinDelay > 0 {
+		out += "; joins after U[0, " + s.JoinDelay.String() + "]"
 	}
 	if s.ReconnectInterval > 0 {
 		out += "; heal after the first reconnect (every " + s.ReconnectInterval.String() + ")"

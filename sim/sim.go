@@ -26,18 +26,20 @@
 // every member suspects, declares dead and hears of joins on its own
 // schedule:
 //
-//   - crash, partition, restart: node i's view becomes the live nodes of its
+//   - crash, partition: node i's view becomes the live nodes of its
 //     membership group after node i's own delay Detection + U[0,
-//     DetectionJitter]; the two sides of a partition each see only their
-//     side. A restarted node knows the members of its group at once (it
-//     joins through a push-pull) and is seen by the others after their delay.
+//     DetectionJitter] (suspicion, then the failure declared); the two sides
+//     of a partition each see only their side.
+//   - restart: the restarted node knows the members of its group at once (it
+//     joins through a push-pull); node i sees it after U[0, JoinDelay]
+//     (gossip), or after the failure delay above when JoinDelay is 0.
 //   - heal: the membership groups stay split until a reconnect attempt
 //     succeeds. Every node tries one every ReconnectInterval from a phase
 //     drawn per node from the seed (serf's reconnector, rebuilt in
 //     cluster/membership); at the first attempt of any live node after the
-//     heal the groups merge, and node i sees the merged view its own delay
-//     later. A heal is thus seen within ReconnectInterval + Detection +
-//     DetectionJitter.
+//     heal the groups merge, and node i sees the merged view after its join
+//     delay. A heal is thus seen within ReconnectInterval + JoinDelay (or +
+//     Detection + DetectionJitter when JoinDelay is 0).
 //
 // When node i's delay expires its view becomes the whole truth at that
 // time (the live nodes of its membership group), not only the one change
@@ -430,7 +432,11 @@ func (r *runner) sample() {
 	r.statSamples++
 }
 
+// scenario carries out e on the network at once and schedules the nodes'
+// view updates (detect): a restart or a heal is a join, the others are
+// failures.
 func (r *runner) scenario(e ScenarioEvent) {
+	join := false
 	switch {
 	case len(e.Crash) > 0:
 		for _, name := range e.Crash {
@@ -441,6 +447,7 @@ func (r *runner) scenario(e ScenarioEvent) {
 			r.crash(r.byName[string(name)])
 		}
 	case len(e.Restart) > 0:
+		join = true
 		for _, name := range e.Restart {
 			i := r.byName[name]
 			n := r.nodes[i]
@@ -481,8 +488,9 @@ func (r *runner) scenario(e ScenarioEvent) {
 		for _, n := range r.nodes {
 			n.mgroup = 0
 		}
+		join = true
 	}
-	r.detect()
+	r.detect(join)
 }
 
 // firstReconnect is the time of the first reconnect attempt of any live
@@ -514,19 +522,26 @@ func (r *runner) merge() {
 	for _, n := range r.nodes {
 		n.mgroup = n.group
 	}
-	r.detect()
+	r.detect(true)
 }
 
-// detect schedules every node's view update after its own detection delay
-// (Scenario.Detection plus a uniform draw in [0, DetectionJitter]). The
-// draws are made for every node, live or not, in node order, so that they
-// depend only on the seed and the scenario.
-func (r *runner) detect() {
+// detect schedules every node's view update after its own delay: for a
+// join (a restart, or the merge after a heal) with Scenario.JoinDelay set,
+// a uniform draw in [0, JoinDelay] (gossip spreading the join); otherwise
+// Scenario.Detection plus a uniform draw in [0, DetectionJitter]. The draws
+// are made for every node, live or not, in node order, so that they depend
+// only on the seed and the scenario.
+func (r *runner) detect(join bool) {
 	sc := r.cfg.Scenario
 	for i := range r.nodes {
-		d := sc.Detection
-		if sc.DetectionJitter > 0 {
-			d += time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter) + 1))
+		var d time.Duration
+		switch {
+		case join && sc.JoinDelay > 0:
+			d = time.Duration(r.memRnd.Int64N(int64(sc.JoinDelay) + 1))
+		case sc.DetectionJitter > 0:
+			d = sc.Detection + time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter)+1))
+		default:
+			d = sc.Detection
 		}
 		r.push(event{at: r.now + d, prio: prioMembership, node: int32(i)})
 	}

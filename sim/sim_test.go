@@ -117,6 +117,7 @@ func TestScenarioErrors(t *testing.T) {
 		"detection_jitter: -1ms\n",
 		"reconnect_interval: -5s\n",
 		"reconnect_interval: 2h\n",
+		"join_delay: -1s\n",
 		"detection: 1000h\n",
 		"detection_jitter: soon\n",
 		"events:\n  - at: 2000000h\n    heal: true\n",
@@ -170,6 +171,7 @@ func FuzzParseScenario(f *testing.F) {
 	f.Add([]byte("detection: 1s\ndetection_jitter: 500ms\nreconnect_interval: 5s\nevents:\n  - at: 1s\n    partition: [[n0], [n1]]\n  - at: 9s\n    heal: true\n"))
 	f.Add([]byte("detection_jitter: 1h\nreconnect_interval: 0s\nevents:\n  - at: 3s\n    restart: [n2]\n"))
 	f.Add([]byte("reconnect_interval: 61m\n"))
+	f.Add([]byte("join_delay: 800ms\nreconnect_interval: 2s\nevents:\n  - at: 1s\n    crash: [n0]\n  - at: 2s\n    restart: [n0]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := sim.ParseScenario(data)
 		if err != nil {
@@ -178,7 +180,7 @@ func FuzzParseScenario(f *testing.F) {
 		if s.Detection <= 0 || s.Detection > sim.MaxScenarioDelay {
 			t.Fatalf("detection %v", s.Detection)
 		}
-		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay {
+		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay || s.JoinDelay < 0 || s.JoinDelay > sim.MaxScenarioDelay {
 			t.Fatalf("detection_jitter %v, reconnect_interval %v", s.DetectionJitter, s.ReconnectInterval)
 		}
 		for i, e := range s.Events {

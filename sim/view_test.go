@@ -391,3 +391,43 @@ func TestExampleScenarios(t *testing.T) {
 		}
 	}
 }
+
+// With join_delay, a restart and the merge after a heal reach each node by
+// gossip within [0, join_delay] (after the reconnect for a heal), while
+// failures keep the detector's delay.
+func TestJoinDelay(t *testing.T) {
+	const scenario = `
+detection: 4s
+detection_jitter: 1s
+join_delay: 600ms
+reconnect_interval: 3s
+events:
+  - at: 10s
+    crash: [n1]
+  - at: 20s
+    restart: [n1]
+  - at: 30s
+    partition: [[n0, n1], [n2, n3]]
+  - at: 40s
+    heal: true
+`
+	log, _ := runViews(t, 4, scenario, 9, 0)
+	ms := time.Millisecond
+	bounds := map[int][2]time.Duration{ // by the index of the view change
+		0: {14 * time.Second, 15 * time.Second},        // crash of n1: failure
+		1: {20 * time.Second, 20*time.Second + 600*ms}, // restart: join
+		2: {34 * time.Second, 35 * time.Second},        // partition: failure
+		3: {40 * time.Second, 43*time.Second + 600*ms}, // heal: reconnect + join
+	}
+	for _, self := range ids("n0", "n2", "n3") {
+		calls := log.views[self]
+		if len(calls) != 4 {
+			t.Fatalf("%s told %v, want 4 changes", self, calls)
+		}
+		for k, c := range calls {
+			if !within(c.at, bounds[k][0], bounds[k][1]) {
+				t.Errorf("%s: change %d (%v) at %v, want within %v", self, k, c.members, c.at, bounds[k])
+			}
+		}
+	}
+}
