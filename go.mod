@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/common v0.55.0
 	github.com/schollz/progressbar/v3 v3.17.1
 	github.com/spf13/cobra v1.8.1
+	go.etcd.io/bbolt v1.3.11
 	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.14.0
 	google.golang.org/grpc v1.85.0
@@ -47,7 +48,6 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/spf13/pflag v1.0.5 // indirect
-	go.etcd.io/bbolt v1.3.11 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/image v0.11.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
