@@ -44,11 +44,11 @@ const FileName = "tokenmesh-state.db"
 const Version = 1
 
 var (
-	bucketMeta  = []byte("meta")
-	bucketRules = []byte("rules")
-	keyVersion  = []byte("version")
-	keyNode     = []byte("node")
-	keyTaken    = []byte("taken_unix_ns")
+	bucketMeta       = []byte("meta")
+	bucketRules      = []byte("rules")
+	keyVersion       = []byte("version")
+	keyNode          = []byte("node")
+	keyTaken         = []byte("taken_unix_ns")
 	bucketStrategies = []byte("strategies")
 )
 
