@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// TestSnapshotRestoreAcrossEpochs: a key drained on one node is still
+// drained on a new node restored from its snapshot, although the new
+// node's epoch (its own start, 50 ms later) differs; a gdrl rule (not a
+// Snapshotter) is not persisted.
+func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
+	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
+	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"},
+		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
+		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
+	start := func(restore map[string][]strategy.KeyState) *Node {
+		ep, err := NewMemNetwork().Endpoint("n0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := New(Config{Self: "n0", Rules: rules, Transport: ep, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	ctx := context.Background()
+	a := start(nil)
+	for _, r := range []string{"local", "owner"} {
+		for i := range 5 {
+			if d, err := a.Check(ctx, r, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: check %d: %+v %v", r, i, d, err)
+			}
+		}
+	}
+	snap, err := a.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, ok := snap["gdrl"]; ok || len(snap["local"]) != 1 || len(snap["owner"]) != 1 {
+		t.Fatalf("snapshot = %+v, want one state for local and owner, none for gdrl", snap)
+	}
+	if at := time.Unix(0, int64(snap["local"][0].At)); time.Since(at) < 0 || time.Since(at) > time.Minute {
+		t.Fatalf("snapshot At %v is not wall-clock time just before now", at)
+	}
+	time.Sleep(50 * time.Millisecond)
+	b := start(snap)
+	if got := b.Restored(); got["local"] != 1 || got["owner"] != 1 {
+		t.Fatalf("Restored = %v", got)
+	}
+	for _, r := range []string{"local", "owner"} {
+		if d, err := b.Check(ctx, r, "k", 1); err != nil || d.Allowed {
+			t.Fatalf("%s after restore: %+v %v, want refused (drained, no fresh burst)", r, d, err)
+		}
+	}
+	if d, _ := b.Check(ctx, "gdrl", "k", 1); !d.Allowed {
+		t.Fatal("gdrl after restart: refused, but it is not persisted")
+	}
+}
+
+// TestRestoreRefusesInvalid: a state above its capacity fails New with an
+// error naming the rule and the key.
+func TestRestoreRefusesInvalid(t *testing.T) {
+	ep, err := NewMemNetwork().Endpoint("n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string][]strategy.KeyState{"r": {{Key: "k", Level: 7, Capacity: 5, TicksPerToken: 1, At: time.Duration(time.Now().UnixNano())}}}
+	n, err := New(Config{Self: "n0", Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Transport: ep, Restore: bad})
+	if err == nil {
+		n.Close()
+		t.Fatal("New accepted a level above capacity")
+	}
+	if !strings.Contains(err.Error(), `rule "r"`) || !strings.Contains(err.Error(), `"k"`) {
+		t.Fatalf("error %q does not name the rule and key", err)
+	}
+}
