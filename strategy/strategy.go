@@ -253,3 +253,13 @@ type Snapshotter interface {
 	// error nothing is restored and the error names what was wrong.
 	Restore(now time.Duration, states []KeyState) error
 }
+
+// MemoryReporter is implemented by strategies that can estimate the Go
+// heap their state takes at this node (the buckets of local, static and
+// owner, with Go's map, string and allocation overheads). The live
+// runtime exports it as tokenmesh_state_bytes; StateBytes stays the wire
+// size, the evaluator's metric comparable across strategies.
+type MemoryReporter interface {
+	// MemoryBytes is the estimated heap taken by this rule's state, bytes.
+	MemoryBytes() int
+}

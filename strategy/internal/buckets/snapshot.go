@@ -56,7 +56,7 @@ func (t *Table) Import(now time.Duration, states []strategy.KeyState) error {
 			continue
 		}
 		t.m[s.Key] = &b
-		t.keyBytes += len(s.Key)
+		t.added(s.Key)
 	}
 	return nil
 }
