@@ -46,7 +46,7 @@ func (t *Table) Import(now time.Duration, states []strategy.KeyState) error {
 		if now-at < 0 { // now - At overflows: a state older than the bucket's arithmetic: long refilled
 			continue
 		}
-		b := bucket.MustNew(t.rate, t.burst, at) // parameters validated in New
+		b := bucket.MustNew(t.rate, t.burst, at)     // parameters validated in New
 		_ = b.SetLevel(at, s.Level, s.TicksPerToken) // validated above
 		if old, ok := t.m[s.Key]; ok {
 			*old = b
