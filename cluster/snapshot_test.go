@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,37 @@ func TestRestoreRefusesInvalid(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `rule "r"`) || !strings.Contains(err.Error(), `"k"`) {
 		t.Fatalf("error %q does not name the rule and key", err)
+	}
+}
+
+// BenchmarkSnapshot measures how long a snapshot keeps the node's loop
+// busy (copying the states of a local rule holding keys drained buckets).
+func BenchmarkSnapshot(b *testing.B) {
+	for _, keys := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprint(keys), func(b *testing.B) {
+			states := make([]strategy.KeyState, keys)
+			at := time.Duration(time.Now().UnixNano())
+			for i := range states {
+				states[i] = strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Capacity: 5 * int64(time.Minute), TicksPerToken: int64(time.Minute), At: at}
+			}
+			ep, err := NewMemNetwork().Endpoint("n0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := New(Config{Self: "n0", Transport: ep, Restore: map[string][]strategy.KeyState{"r": states},
+				Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Close()
+			b.ResetTimer()
+			for range b.N {
+				snap, err := n.Snapshot(context.Background())
+				if err != nil || len(snap["r"]) != keys {
+					b.Fatalf("snapshot of %d keys: %d, %v", keys, len(snap["r"]), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+		})
 	}
 }

@@ -131,7 +131,9 @@ type Node struct {
 	// file's directory by Load. Empty: nothing is kept.
 	StateDir string
 	// SnapshotInterval is the time between snapshots into StateDir
-	// (default DefaultSnapshotInterval; at least MinSnapshotInterval).
+	// (default DefaultSnapshotInterval; at least MinSnapshotInterval),
+	// stretched when snapshots are slow so that they take at most a fifth
+	// of the time (limiter.Config.SnapshotInterval).
 	// A crash (no graceful shutdown) loses what was admitted since the
 	// last one.
 	SnapshotInterval time.Duration

@@ -177,7 +177,9 @@ type Config struct {
 	// node: a second node on the same directory fails Start.
 	StateDir string
 	// SnapshotInterval is the time between snapshots (default
-	// DefaultSnapshotInterval).
+	// DefaultSnapshotInterval), stretched when snapshots are slow so that
+	// they take at most a fifth of the time (about 7 s between them at 1M
+	// keys).
 	SnapshotInterval time.Duration
 	// DiscardBadState: a state file that does not load (corrupt) is moved
 	// aside and the node starts with no saved state, instead of Start

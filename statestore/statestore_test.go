@@ -187,7 +187,7 @@ func fmtVarints(level, capacity, per uint64, at int64) []byte {
 // BenchmarkSave measures one Save (the whole snapshot rewritten, fsynced)
 // at 10k and 100k keys.
 func BenchmarkSave(b *testing.B) {
-	for _, keys := range []int{10_000, 100_000} {
+	for _, keys := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprint(keys), func(b *testing.B) {
 			s, err := Open(b.TempDir())
 			if err != nil {
@@ -202,6 +202,9 @@ func BenchmarkSave(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+			if fi, err := os.Stat(s.Path()); err == nil {
+				b.ReportMetric(float64(fi.Size())/float64(keys), "file-B/key")
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,69 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 			debug.FreeOSMemory()
 		})
 	}
+}
+
+// rssBytes is the process's resident set (Linux /proc/self/status
+// VmRSS); 0 elsewhere.
+func rssBytes() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// TestRSSAfterExpiry measures what happens to the process's RSS when a
+// million keys expire (TOKENMESH_MEMKEYS=1000000; skipped without it: it
+// waits for Go's background scavenger): the table's map shrinks (the heap
+// falls back), the runtime's background scavenger returns some of the
+// freed pages to the OS within seconds, and debug.FreeOSMemory returns the
+// rest at once. The numbers are in docs/PERFORMANCE.md.
+func TestRSSAfterExpiry(t *testing.T) {
+	s := os.Getenv("TOKENMESH_MEMKEYS")
+	if s == "" || rssBytes() == 0 {
+		t.Skip("a measurement: set TOKENMESH_MEMKEYS (Linux)")
+	}
+	keys, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug.FreeOSMemory()
+	r0 := rssBytes()
+	tb, _ := New(bucket.Rate{Tokens: 1, Per: time.Minute}, 5)
+	for i := range keys {
+		tb.Get("tenant-"+strconv.Itoa(i), 0).AllowN(0, 1)
+	}
+	runtime.GC()
+	r1 := rssBytes()
+	t.Logf("%d keys: RSS %+.1f MB (%.0f B/key), MemoryBytes %.1f MB", keys, (r1-r0)/1e6, (r1-r0)/float64(keys), float64(tb.MemoryBytes())/1e6)
+	tb.Sweep(time.Hour)
+	runtime.GC()
+	r2 := rssBytes()
+	wait := 5 * time.Second
+	if w, err := time.ParseDuration(os.Getenv("TOKENMESH_RSSWAIT")); err == nil {
+		wait = w
+	}
+	for step := time.Duration(0); step < wait; step += 5 * time.Second {
+		time.Sleep(min(5*time.Second, wait-step))
+		if os.Getenv("TOKENMESH_RSSGC") != "" {
+			runtime.GC() // what allocation would trigger on a busy node
+		}
+		t.Logf("  %v after expiry: RSS %+.1f MB", step+min(5*time.Second, wait-step), (rssBytes()-r0)/1e6)
+	}
+	r3 := rssBytes()
+	debug.FreeOSMemory()
+	r4 := rssBytes()
+	t.Logf("after expiry: RSS %+.1f MB at once, %+.1f MB %v later (background scavenger; TOKENMESH_RSSWAIT), %+.1f MB after debug.FreeOSMemory",
+		(r2-r0)/1e6, (r3-r0)/1e6, wait, (r4-r0)/1e6)
+	if r4-r0 > 0.25*(r1-r0) {
+		t.Errorf("after expiry and FreeOSMemory RSS is still %.1f MB above the start (peak %.1f MB): the table keeps memory", (r4-r0)/1e6, (r1-r0)/1e6)
+	}
+	runtime.KeepAlive(tb)
 }
