@@ -16,15 +16,17 @@ import (
 // epoch, so the snapshot stays valid across restarts whose Epoch differs
 // (Config.Restore). The loop is busy for the time it takes to copy the
 // states (docs/PERFORMANCE.md); writing them out is the caller's, outside
-// the loop. Errors: ctx.Err(), ErrClosed.
-func (n *Node) Snapshot(ctx context.Context) (map[string][]strategy.KeyState, error) {
+// the loop. reuse, when not nil, is an earlier result whose slices are
+// reused (overwritten: the caller must be done with them), which spares
+// the loop the allocations. Errors: ctx.Err(), ErrClosed.
+func (n *Node) Snapshot(ctx context.Context, reuse map[string][]strategy.KeyState) (map[string][]strategy.KeyState, error) {
 	out := map[string][]strategy.KeyState{}
 	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
 		sn, ok := s.(strategy.Snapshotter)
 		if !ok {
 			return
 		}
-		states := []strategy.KeyState{}
+		states := reuse[rule.Name][:0]
 		sn.Snapshot(now, func(st strategy.KeyState) {
 			st.At = n.wallNanos(st.At)
 			states = append(states, st)

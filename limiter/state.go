@@ -49,6 +49,7 @@ type persister struct {
 
 	mu        sync.Mutex // one snapshot at a time (the ticker's and Close's)
 	lastEmpty bool
+	buf       map[string][]strategy.KeyState // the last snapshot's slices, reused
 	stats     struct {
 		saved, errors, keys, loopNs, writeNs atomic.Int64
 	}
@@ -144,13 +145,14 @@ func (p *persister) save(node *cluster.Node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	states, err := node.Snapshot(ctx)
+	states, err := node.Snapshot(ctx, p.buf)
 	t1 := time.Now()
 	if err != nil {
 		p.stats.errors.Add(1)
 		p.log.Error("snapshot failed", "error", err.Error())
 		return err
 	}
+	p.buf = states // Save is done with them before the next snapshot
 	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.Rule{}}
 	for rule, st := range states {
 		snap.Rules[rule] = statestore.Rule{Strategy: p.rules[rule], States: st}
