@@ -178,7 +178,7 @@ type Config struct {
 	StateDir string
 	// SnapshotInterval is the time between snapshots (default
 	// DefaultSnapshotInterval), stretched when snapshots are slow so that
-	// they take at most a fifth of the time (about 7 s between them at 1M
+	// they take at most a fifth of the time (7-20 s between them at 1M
 	// keys).
 	SnapshotInterval time.Duration
 	// DiscardBadState: a state file that does not load (corrupt) is moved

@@ -115,7 +115,7 @@ func restoreStates(snap statestore.Snapshot, name string, rules []cluster.Rule, 
 // snapshotDuty bounds the share of time spent on snapshots: the next one
 // starts no sooner than snapshotDuty times the last one's duration (loop
 // copy plus write) after it, whatever the interval. At 1M keys a snapshot
-// takes 1.3-2.3 s (docs/PERFORMANCE.md), so it runs every ~7-12 s, not
+// takes 1.3-4 s (docs/PERFORMANCE.md), so it runs every ~7-20 s, not
 // every second.
 const snapshotDuty = 5
 

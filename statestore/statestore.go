@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -96,7 +97,9 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("statestore: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	prev := debug.SetPanicOnFault(true)
 	db, err := openBolt(path)
+	debug.SetPanicOnFault(prev)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("statestore: %s is locked by another process (does another node use this state_dir?)", path)
@@ -107,14 +110,23 @@ func Open(dir string) (*Store, error) {
 }
 
 // openBolt opens path, turning a panic of bbolt on a damaged file into an
-// error.
+// error. The freelist is kept in the file (bbolt's default): with
+// NoFreelistSync, Open would rebuild it by walking every page in a
+// goroutine of its own, where a damaged page panics beyond recovery
+// (found by TestDamagedPages).
 func openBolt(path string) (db *bolt.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("%v", r)
-		}
-	}()
-	return bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true})
+	defer recoverDamage(&err)
+	return bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+}
+
+// recoverDamage turns a panic of bbolt reading a damaged file (a bad
+// page: an index out of range, or, with SetPanicOnFault, a fault on the
+// memory-mapped file) into *err. Deferred by the readers, which set
+// debug.SetPanicOnFault for their goroutine.
+func recoverDamage(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("damaged file: %v", r)
+	}
 }
 
 // Path is the store's file.
@@ -127,7 +139,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // to disk when it returns). Errors: a rule with an empty name, a state
 // that fails validation, a key twice in a rule, a write error; the
 // previous snapshot is then kept.
-func (s *Store) Save(snap Snapshot) error {
+func (s *Store) Save(snap Snapshot) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverDamage(&err) // bbolt rolls the transaction back
 	return s.db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -201,12 +215,23 @@ func (s *Store) Save(snap Snapshot) error {
 // field, rule and key): a wrong version, a value that does not decode or
 // has bytes left over, a state that fails strategy.KeyState.Validate.
 func (s *Store) Load() (snap Snapshot, found bool, err error) {
-	defer func() {
-		if r := recover(); r != nil { // bbolt panics on some damaged pages
-			snap, found, err = Snapshot{}, false, fmt.Errorf("%w %s: %v", ErrCorrupt, s.path, r)
-		}
-	}()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	// bbolt reads the file through mmap and trusts its page structure: a
+	// damaged page can send it out of the mapping. Fault as a panic, not
+	// a crash, and recover it as an error.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	err = s.load(&snap, &found)
+	if err != nil {
+		return Snapshot{}, false, fmt.Errorf("%w %s: %v", ErrCorrupt, s.path, err)
+	}
+	return snap, found, nil
+}
+
+func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
+	defer recoverDamage(&err)
+	var snap Snapshot
+	var found bool
+	defer func() { *snapp, *foundp = snap, found }()
+	return s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {
 			return nil
@@ -246,10 +271,6 @@ func (s *Store) Load() (snap Snapshot, found bool, err error) {
 			return err
 		})
 	})
-	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("%w %s: %v", ErrCorrupt, s.path, err)
-	}
-	return snap, found, nil
 }
 
 func decodeState(k, v []byte) (strategy.KeyState, error) {

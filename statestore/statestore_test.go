@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -225,6 +226,61 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		if verr := st.Validate(); verr != nil {
 			t.Fatalf("decodeState accepted an invalid state %+v: %v", st, verr)
+		}
+	})
+}
+
+// TestDamagedPages: bytes flipped anywhere in a saved file never crash
+// Open or Load and never yield an invalid state: the file is refused
+// with ErrCorrupt, or what loads passes validation.
+func TestDamagedPages(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		dir, err := os.MkdirTemp("", "statestore-damage-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Save(sample(rapid.IntRange(1, 300).Draw(t, "keys"))); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		path := filepath.Join(dir, FileName)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := 0, rapid.IntRange(1, 8).Draw(t, "flips"); i < n; i++ {
+			off := rapid.IntRange(0, len(b)-1).Draw(t, "offset")
+			b[off] ^= byte(rapid.IntRange(1, 255).Draw(t, "xor"))
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err = Open(dir)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		defer s.Close()
+		snap, _, err := s.Load()
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("load: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		for _, r := range snap.Rules {
+			for _, st := range r.States {
+				if err := st.Validate(); err != nil {
+					t.Fatalf("loaded an invalid state: %v", err)
+				}
+			}
 		}
 	})
 }
