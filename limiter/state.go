@@ -73,7 +73,10 @@ func openState(cfg Config, name string, log *slog.Logger) (*statestore.Store, st
 	if err == nil {
 		return store, snap, info, nil
 	}
-	if !errors.Is(err, statestore.ErrCorrupt) || !cfg.DiscardBadState {
+	if !errors.Is(err, statestore.ErrCorrupt) {
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w", err)
+	}
+	if !cfg.DiscardBadState {
 		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w (start with --discard-bad-state to move it aside and start empty)", err)
 	}
 	file := cfg.StateDir + string(os.PathSeparator) + statestore.FileName
