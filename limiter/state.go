@@ -77,7 +77,7 @@ func openState(cfg Config, name string, log *slog.Logger) (*statestore.Store, st
 		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w", err)
 	}
 	if !cfg.DiscardBadState {
-		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w (start with --discard-bad-state to move it aside and start empty)", err)
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w (Config.DiscardBadState, serve --discard-bad-state, moves it aside and starts empty)", err)
 	}
 	file := cfg.StateDir + string(os.PathSeparator) + statestore.FileName
 	info.Discarded = fmt.Sprintf("%s.bad-%d", file, time.Now().Unix())
