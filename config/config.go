@@ -16,6 +16,7 @@
 //	  secret_key_file: /etc/tokenmesh/gossip.key
 //	  state_dir: /var/lib/tokenmesh
 //	  snapshot_interval: 1s
+//	  envoy_config: /etc/tokenmesh/envoy   # envoyproxy/ratelimit YAML files (optional)
 //	rules:
 //	  - name: api
 //	    key: "{header:x-api-key}"
@@ -137,6 +138,12 @@ type Node struct {
 	// A crash (no graceful shutdown) loses what was admitted since the
 	// last one.
 	SnapshotInterval time.Duration
+	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
+	// files (package envoyrls): serve loads them, adds one rule per
+	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr. A
+	// relative path in the YAML is resolved against the config file's
+	// directory by Load. Every node of a cluster must load the same files.
+	EnvoyConfig string
 }
 
 // DefaultSnapshotInterval is node.snapshot_interval when the file gives
@@ -207,6 +214,7 @@ type rawNode struct {
 	StateDir      string     `yaml:"state_dir"`
 	// SnapshotInterval is a Go duration ("1s", "500ms").
 	SnapshotInterval string `yaml:"snapshot_interval"`
+	EnvoyConfig      string `yaml:"envoy_config"`
 }
 
 type rawAPITLS struct {
@@ -275,6 +283,7 @@ func Load(path string) (*File, error) {
 	}
 	root := parseNode(data)
 	f.Node.StateDir = resolve(f.Node.StateDir)
+	f.Node.EnvoyConfig = resolve(f.Node.EnvoyConfig)
 	if f.Node.SecretKeyFile != "" {
 		f.Node.SecretKeyFile = resolve(f.Node.SecretKeyFile)
 		field := "node.secret_key_file"
@@ -398,7 +407,7 @@ func knownFields(parent string) string {
 	case parent == "":
 		return " (known: node, rules)"
 	case parent == "node":
-		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls)"
+		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, state_dir, snapshot_interval, envoy_config)"
 	case parent == "node.tls":
 		return " (known: cert_file, key_file, ca_file)"
 	case parent == "node.api_tls":
@@ -584,6 +593,7 @@ func (p *parser) node(raw rawNode, n *Node) {
 		n.SecretKeyFile = raw.SecretKeyFile
 	}
 	n.StateDir = raw.StateDir
+	n.EnvoyConfig = raw.EnvoyConfig
 	n.SnapshotInterval = DefaultSnapshotInterval
 	if raw.SnapshotInterval != "" {
 		d, err := time.ParseDuration(raw.SnapshotInterval)

@@ -103,6 +103,9 @@ type Server struct {
 	health  *health.Server
 	handler http.Handler
 	metrics *metrics
+	// healthNames are further gRPC services reported in the health
+	// service (RegisterRLS).
+	healthNames []string
 }
 
 // New returns the API of node, which must be started, for rules (the
@@ -180,6 +183,9 @@ func (s *Server) SetReady(ready bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(tokenmeshv1.RateLimitService_ServiceDesc.ServiceName, st)
+	for _, n := range s.healthNames {
+		s.health.SetServingStatus(n, st)
+	}
 }
 
 // Check implements tokenmesh.v1.RateLimitService/Check (see the package

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/envoyrls"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/server"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -44,6 +45,7 @@ type serveOptions struct {
 	addrFile       string // --addr-file: the bound addresses as JSON, written once serving
 	faultInjection bool   // --fault-injection (hidden): Faulty peer transport + /debug/faults
 	discardBad     bool   // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
+	envoyConfig    string // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
 }
 
 func newServeCmd() *cobra.Command {
@@ -61,6 +63,12 @@ HTTP/JSON at node.api_addr:
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the node is started
   GET  /metrics   Prometheus metrics (docs/API.md lists them)
+
+With --envoy-config DIR (or node.envoy_config), serve reads envoyproxy/
+ratelimit's YAML descriptor files in DIR (one domain per file), adds one
+rule per descriptor limit (named rls.<domain>.<descriptor path>) and answers
+Envoy's gRPC envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on
+the gRPC address (docs/ENVOY.md).
 
 With --addr-file FILE, once every listener is bound and the node started,
 serve writes the bound addresses to FILE (atomically: a temporary file
@@ -95,7 +103,8 @@ finishes the ones in flight (5 s at most), the node hands its state to its
 peers (gdrl: its capacity shares to its buddy; 2 s at most), then leaves the
 gossip cluster, and writes its last snapshot to node.state_dir.`,
 		Example: `  tokenmesh serve
-  tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml`,
+  tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml
+  tokenmesh serve --envoy-config /etc/ratelimit/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -107,6 +116,8 @@ gossip cluster, and writes its last snapshot to node.state_dir.`,
 	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
+	cmd.Flags().StringVar(&opts.envoyConfig, "envoy-config", "",
+		"directory of envoyproxy/ratelimit YAML files: serve Envoy's RLS v3 ShouldRateLimit on the gRPC address (over node.envoy_config)")
 	cmd.Flags().BoolVar(&opts.discardBad, "discard-bad-state", false,
 		"when the state file in node.state_dir does not load (corrupt), move it aside and start with full buckets instead of failing")
 	// Hidden: a test hook that lets anyone who reaches the API cut this
@@ -136,6 +147,26 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	rules, err := f.ClusterRules()
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
+	}
+	envoyDir := f.Node.EnvoyConfig
+	if opts.envoyConfig != "" {
+		envoyDir = opts.envoyConfig
+	}
+	var envoyCfg *envoyrls.Config
+	if envoyDir != "" {
+		if envoyCfg, err = envoyrls.LoadDir(envoyDir); err != nil {
+			return fmt.Errorf("envoy config: %w", err)
+		}
+		have := map[string]bool{}
+		for _, r := range rules {
+			have[r.Name] = true
+		}
+		for _, r := range envoyCfg.Rules() {
+			if have[r.Name] {
+				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
+			}
+			rules = append(rules, r)
+		}
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
 		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
@@ -201,6 +232,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
 	gs := grpc.NewServer(gopts...)
 	api.RegisterGRPC(gs)
+	if envoyCfg != nil {
+		api.RegisterRLS(gs, envoyCfg)
+	}
 
 	if configPath == "" {
 		fmt.Fprintln(out, "tokenmesh serve: no --config; running the built-in default configuration (single node, no peers)")
@@ -221,6 +255,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	for _, r := range rules {
 		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
+	}
+	if envoyCfg != nil {
+		fmt.Fprintf(out, "envoy RLS: %d domains, %d limits from %s, on grpc %s\n", len(envoyCfg.Domains), len(envoyCfg.Limits), envoyDir, gln.Addr())
 	}
 	if ri := node.RestoreInfo(); ri.File != "" {
 		fmt.Fprintf(out, "state: %s, a snapshot every %v", ri.File, f.Node.SnapshotInterval)

@@ -1,0 +1,687 @@
+// Package envoyrls is tokenmesh's drop-in for Envoy's global rate limit
+// service: it reads envoyproxy/ratelimit's YAML descriptor configuration
+// (a directory of files, each one domain), matches request descriptors
+// against it with envoyproxy/ratelimit's semantics, and serves
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit with the
+// decisions of a tokenmesh cluster (cluster.Node.CheckBatch).
+//
+// # What is theirs, what is ours
+//
+// Theirs (envoyproxy/ratelimit, README "Configuration" and
+// src/config/config_impl.go, src/service/ratelimit.go; read, not copied):
+// the file format (domain, descriptors with key, value, rate_limit
+// {requests_per_unit, unit, unlimited, name, replaces}, shadow_mode,
+// quota_mode, detailed_metric, value_to_metric, share_threshold, nested
+// descriptors), the lookup (key_value first, then a wildcard value
+// "files/*" by prefix, then the bare key as a default; a limit applies only
+// when the request's last entry lands on a descriptor with a rate_limit),
+// unknown domains and unmatched descriptors answered OK without a limit,
+// unlimited, shadow_mode (decided and counted, never refused), replaces
+// (a matched limit that names another limit's name drops it from the
+// request), hits_addend 0 counted as 1, and the x-ratelimit-* headers of
+// the descriptor closest to its limit.
+//
+// Ours: every descriptor with a rate_limit becomes one tokenmesh rule
+// (RuleName: a stable name from the domain and the descriptor path) whose
+// token bucket has rate requests_per_unit per unit and burst
+// requests_per_unit, enforced by a coordination strategy (default owner);
+// the key of a request within that rule is built from its descriptor
+// entries' values (Match). A small extension key, tokenmesh, sets the
+// strategy and its parameters per file (domain) or per descriptor
+// (inherited by nested descriptors):
+//
+//	domain: rl
+//	tokenmesh: {strategy: owner}
+//	descriptors:
+//	  - key: remote_address
+//	    rate_limit: {unit: second, requests_per_unit: 10}
+//	    tokenmesh: {strategy: gdrl, params: {gossip: 20ms}}
+//
+// envoyproxy/ratelimit refuses unknown keys, so a file using tokenmesh: is
+// for tokenmesh only; without it, files are read as they are.
+//
+// Difference from envoyproxy/ratelimit's counting: it counts hits in
+// clock-aligned fixed windows (a Redis INCRBY per window; refused hits are
+// counted too), tokenmesh refills a token bucket continuously and a
+// refused check takes no token. A client at the limit gets requests_per_unit
+// per unit from both, but the bucket never admits 2x the limit across a
+// window boundary, and limit_remaining/duration_until_reset are the
+// bucket's (tokens left; time until the bucket is full again).
+package envoyrls
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/config"
+)
+
+// Limits on what a configuration may hold (a file is read whole).
+const (
+	// MaxFileBytes bounds one YAML file, in bytes (4 MiB).
+	MaxFileBytes = 4 << 20
+	// MaxDepth bounds the nesting of descriptors.
+	MaxDepth = 16
+	// MaxRuleNameBytes is the longest tokenmesh rule name (config's limit).
+	MaxRuleNameBytes = 128
+)
+
+// RulePrefix starts the name of every rule derived from an envoy config.
+const RulePrefix = "rls."
+
+// Error is a configuration error: the file, the line where known, the
+// field path inside the file ("descriptors[0].rate_limit.unit") and what
+// is wrong.
+type Error struct {
+	File  string
+	Line  int // 1-based; 0 when unknown
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Limit is one descriptor's rate_limit, as loaded.
+type Limit struct {
+	// Domain is the file's domain.
+	Domain string
+	// Path is envoyproxy/ratelimit's full key of the descriptor:
+	// "domain.key_value.key2" (a descriptor without a value contributes its
+	// key only).
+	Path string
+	// Rule is the tokenmesh rule that enforces the limit (RuleName); "" for
+	// an unlimited limit or requests_per_unit 0 (always over the limit),
+	// which need no rule.
+	Rule string
+	// RequestsPerUnit and Unit are the limit as written.
+	RequestsPerUnit uint32
+	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	// Name is rate_limit.name (optional); Replaces the names this limit
+	// replaces when it matches.
+	Name     string
+	Replaces []string
+	// Unlimited: matched descriptors are never limited and not counted.
+	Unlimited bool
+	// ShadowMode (and QuotaMode, treated alike for the verdict): decided
+	// and counted, answered OK even when over the limit.
+	ShadowMode bool
+	QuotaMode  bool
+	// Strategy and Params are the tokenmesh extension's (default owner, none).
+	Strategy string
+	Params   map[string]string
+}
+
+// UnitDuration is the length of unit u (envoyproxy/ratelimit's divider:
+// a month is 30 days, a year 365); 0 for UNKNOWN.
+func UnitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	day := 24 * time.Hour
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case rlsv3.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case rlsv3.RateLimitResponse_RateLimit_DAY:
+		return day
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		return 7 * day
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		return 30 * day
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return 365 * day
+	}
+	return 0
+}
+
+// node is one level of a domain's descriptor tree (envoyproxy/ratelimit's
+// rateLimitDescriptor).
+type node struct {
+	children map[string]*node // by "key_value", or "key" for a descriptor without value
+	wildcard []string         // children keys ending in '*', in file order
+	limit    *Limit
+	// pattern is the wildcard value ("files/*") when share_threshold is
+	// set: every value matching it shares one bucket.
+	pattern string
+}
+
+// Domain is one file's domain.
+type Domain struct {
+	Name string
+	File string
+	root node
+}
+
+// Config is a loaded directory: domains by name and every limit.
+type Config struct {
+	Domains map[string]*Domain
+	// Limits lists every descriptor limit, in file order (files sorted by
+	// name).
+	Limits []*Limit
+}
+
+// LoadDir reads every *.yaml and *.yml file directly in dir (sorted by
+// name; hidden files and subdirectories are skipped), one domain each, as
+// envoyproxy/ratelimit does with its runtime config directory. A domain
+// in two files is refused (envoyproxy/ratelimit's default,
+// MERGE_DOMAIN_CONFIG off). An empty directory is an error. Errors are
+// *Error, naming the file and the field.
+func LoadDir(dir string) (*Config, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, &Error{File: dir, Msg: err.Error()}
+	}
+	var files []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		files = append(files, filepath.Join(dir, n))
+	}
+	if len(files) == 0 {
+		return nil, &Error{File: dir, Msg: "holds no *.yaml or *.yml file (want envoy ratelimit config files: domain: and descriptors:)"}
+	}
+	sort.Strings(files)
+	c := &Config{Domains: map[string]*Domain{}}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return nil, &Error{File: f, Msg: err.Error()}
+		}
+		if fi.Size() > MaxFileBytes {
+			return nil, &Error{File: f, Msg: fmt.Sprintf("%d bytes; at most %d", fi.Size(), MaxFileBytes)}
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, &Error{File: f, Msg: err.Error()}
+		}
+		if err := c.Add(f, data); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Parse reads one file's content (named name in errors) into a new Config.
+func Parse(name string, data []byte) (*Config, error) {
+	c := &Config{Domains: map[string]*Domain{}}
+	if err := c.Add(name, data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Add parses one file and adds its domain to c. On error c is unchanged.
+func (c *Config) Add(name string, data []byte) error {
+	if len(data) > MaxFileBytes {
+		return &Error{File: name, Msg: fmt.Sprintf("%d bytes; at most %d", len(data), MaxFileBytes)}
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &Error{File: name, Msg: "the file is empty (want domain: and descriptors:)"}
+		}
+		return yamlErr(name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return &Error{File: name, Msg: "more than one YAML document (want one)"}
+	}
+	p := &parser{file: name, names: map[string]string{}}
+	for _, l := range c.Limits {
+		if l.Rule != "" {
+			p.names[l.Rule] = l.Path
+		}
+	}
+	d := p.parseFile(&doc)
+	if p.err != nil {
+		return p.err
+	}
+	if prev, dup := c.Domains[d.Name]; dup {
+		return &Error{File: name, Line: p.domainLine, Field: "domain",
+			Msg: fmt.Sprintf("duplicate domain %q: already in %s (one file per domain)", d.Name, prev.File)}
+	}
+	c.Domains[d.Name] = d
+	c.Limits = append(c.Limits, p.limits...)
+	return nil
+}
+
+// Rules returns the tokenmesh rules of c's limits, in c.Limits order.
+// Every node of a cluster must load the same files: peers name rules in
+// their frames.
+func (c *Config) Rules() []cluster.Rule {
+	var out []cluster.Rule
+	for _, l := range c.Limits {
+		if l.Rule == "" {
+			continue
+		}
+		r, _ := l.configRule().ClusterRule() // validated when loaded
+		out = append(out, r)
+	}
+	return out
+}
+
+// configRule is the limit's rule in config's terms.
+func (l *Limit) configRule() config.Rule {
+	per := UnitDuration(l.Unit)
+	n := int64(l.RequestsPerUnit)
+	g := gcd(n, int64(per))
+	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n / g, Per: per / time.Duration(g)},
+		Burst: n, Strategy: l.Strategy, Params: l.Params}
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	if a == 0 {
+		return 1
+	}
+	return a
+}
+
+// RuleName is the tokenmesh rule name of the limit at path (envoy's full
+// key, "domain.key_value.key2"): RulePrefix and the path with every byte
+// outside [A-Za-z0-9_.-] replaced by '_'; when that changed anything or
+// the name would exceed MaxRuleNameBytes, it is cut and "-" and 8 hex
+// digits of a hash (FNV-1a 32) of path are appended, so the name is stable
+// across restarts and nodes and distinct paths get distinct names.
+func RuleName(path string) string {
+	var b strings.Builder
+	b.WriteString(RulePrefix)
+	changed := false
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('_')
+			changed = true
+		}
+	}
+	name := b.String()
+	if !changed && len(name) <= MaxRuleNameBytes {
+		return name
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(path))
+	suffix := fmt.Sprintf("-%08x", h.Sum32())
+	if len(name) > MaxRuleNameBytes-len(suffix) {
+		name = name[:MaxRuleNameBytes-len(suffix)]
+	}
+	return name + suffix
+}
+
+// ext is the tokenmesh extension in force at one level.
+type ext struct {
+	strategy string
+	params   map[string]string
+}
+
+type parser struct {
+	file       string
+	err        *Error
+	domain     string
+	domainLine int
+	limits     []*Limit
+	names      map[string]string // rule name -> path, to refuse collisions
+}
+
+func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
+	if p.err != nil {
+		return
+	}
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.err = &Error{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// fields checks that n is a mapping of known keys with scalar-string keys
+// and returns key -> (key node, value node).
+func (p *parser) fields(n *yaml.Node, field string, known ...string) map[string][2]*yaml.Node {
+	if n.Kind == yaml.AliasNode {
+		p.fail(n, field, "YAML aliases are not supported here")
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, field, "want a mapping (known keys: %s), got %s", strings.Join(known, ", "), kind(n))
+		return nil
+	}
+	out := map[string][2]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			p.fail(k, field, "a key is not a string")
+			return nil
+		}
+		sub := join(field, k.Value)
+		if !slices.Contains(known, k.Value) {
+			p.fail(k, sub, "unknown key (known: %s)", strings.Join(known, ", "))
+			return nil
+		}
+		if _, dup := out[k.Value]; dup {
+			p.fail(k, sub, "repeated key")
+			return nil
+		}
+		out[k.Value] = [2]*yaml.Node{k, v}
+	}
+	return out
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "." + b
+}
+
+func kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "something else"
+}
+
+// str reads a string scalar (numbers and booleans are taken as written,
+// as envoyproxy/ratelimit's YAML decoding into strings does).
+func (p *parser) str(n *yaml.Node, field string) string {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.fail(n, field, "want a string, got %s", kind(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.fail(n, field, "want true or false, got %s", kind(n))
+	}
+	return b
+}
+
+func (p *parser) list(n *yaml.Node, field string) []*yaml.Node {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, field, "want a list, got %s", kind(n))
+		return nil
+	}
+	return n.Content
+}
+
+func (p *parser) parseFile(doc *yaml.Node) *Domain {
+	root := doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	fs := p.fields(root, "", "domain", "descriptors", "tokenmesh")
+	if p.err != nil {
+		return nil
+	}
+	kv, ok := fs["domain"]
+	if !ok {
+		p.fail(root, "domain", "is required")
+		return nil
+	}
+	d := &Domain{File: p.file, root: node{children: map[string]*node{}}}
+	d.Name = p.str(kv[1], "domain")
+	p.domainLine = kv[1].Line
+	if p.err == nil && d.Name == "" {
+		p.fail(kv[1], "domain", "is empty")
+	}
+	p.domain = d.Name
+	x := ext{strategy: config.DefaultStrategy}
+	if t, ok := fs["tokenmesh"]; ok {
+		x = p.ext(t[1], "tokenmesh", x)
+	}
+	if ds, ok := fs["descriptors"]; ok {
+		p.descriptors(&d.root, p.list(ds[1], "descriptors"), "descriptors", d.Name+".", x, 1)
+	}
+	if p.err != nil {
+		return nil
+	}
+	return d
+}
+
+// ext reads a tokenmesh extension mapping over the inherited one.
+func (p *parser) ext(n *yaml.Node, field string, in ext) ext {
+	fs := p.fields(n, field, "strategy", "params")
+	if p.err != nil {
+		return in
+	}
+	out := ext{strategy: in.strategy, params: in.params}
+	if s, ok := fs["strategy"]; ok {
+		out.strategy = p.str(s[1], field+".strategy")
+		out.params = nil // parameters belong to the strategy they were set for
+	}
+	if pm, ok := fs["params"]; ok {
+		m := map[string]string{}
+		pfs := pm[1]
+		if pfs.Kind != yaml.MappingNode {
+			p.fail(pfs, field+".params", "want a mapping of name: value, got %s", kind(pfs))
+			return in
+		}
+		for i := 0; i+1 < len(pfs.Content); i += 2 {
+			k := pfs.Content[i]
+			m[k.Value] = p.str(pfs.Content[i+1], field+".params."+k.Value)
+		}
+		out.params = m
+	}
+	return out
+}
+
+func (p *parser) descriptors(parent *node, list []*yaml.Node, field, parentPath string, x ext, depth int) {
+	if depth > MaxDepth {
+		if len(list) > 0 {
+			p.fail(list[0], field, "descriptors nested deeper than %d levels", MaxDepth)
+		}
+		return
+	}
+	for i, dn := range list {
+		if p.err != nil {
+			return
+		}
+		f := fmt.Sprintf("%s[%d]", field, i)
+		fs := p.fields(dn, f, "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+			"detailed_metric", "value_to_metric", "share_threshold", "tokenmesh")
+		if p.err != nil {
+			return
+		}
+		var key, value string
+		if k, ok := fs["key"]; ok {
+			key = p.str(k[1], f+".key")
+		}
+		if key == "" {
+			p.fail(dn, f+".key", "is required (descriptor has empty key)")
+			return
+		}
+		if v, ok := fs["value"]; ok {
+			value = p.str(v[1], f+".value")
+		}
+		flag := func(name string) bool {
+			if v, ok := fs[name]; ok {
+				return p.boolean(v[1], f+"."+name)
+			}
+			return false
+		}
+		shadow, quota, share := flag("shadow_mode"), flag("quota_mode"), flag("share_threshold")
+		flag("detailed_metric") // metrics naming only: accepted, no effect on decisions
+		flag("value_to_metric")
+		final := key
+		if value != "" {
+			final += "_" + value
+		}
+		path := parentPath + final
+		if _, dup := parent.children[final]; dup {
+			p.fail(dn, f, "duplicate descriptor composite key %q", path)
+			return
+		}
+		if share && !strings.HasSuffix(final, "*") {
+			p.fail(fs["share_threshold"][0], f+".share_threshold", "can only be used with a wildcard value (ending with '*'), but the descriptor is %q", final)
+			return
+		}
+		lx := x
+		if t, ok := fs["tokenmesh"]; ok {
+			lx = p.ext(t[1], f+".tokenmesh", x)
+		}
+		child := &node{children: map[string]*node{}}
+		if share {
+			child.pattern = strings.TrimPrefix(final, key+"_")
+		}
+		if rl, ok := fs["rate_limit"]; ok {
+			child.limit = p.rateLimit(rl[1], f+".rate_limit", path, lx)
+			if child.limit != nil {
+				child.limit.ShadowMode, child.limit.QuotaMode = shadow, quota
+			}
+		}
+		if p.err != nil {
+			return
+		}
+		if strings.HasSuffix(final, "*") {
+			parent.wildcard = append(parent.wildcard, final)
+		}
+		parent.children[final] = child
+		if sub, ok := fs["descriptors"]; ok {
+			p.descriptors(child, p.list(sub[1], f+".descriptors"), f+".descriptors", path+".", lx, depth+1)
+		}
+	}
+}
+
+func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
+	fs := p.fields(n, field, "requests_per_unit", "unit", "unlimited", "name", "replaces")
+	if p.err != nil {
+		return nil
+	}
+	l := &Limit{Domain: p.domain, Path: path, Strategy: x.strategy, Params: maps.Clone(x.params)}
+	if v, ok := fs["unlimited"]; ok {
+		l.Unlimited = p.boolean(v[1], field+".unlimited")
+	}
+	unitText := ""
+	if v, ok := fs["unit"]; ok {
+		unitText = p.str(v[1], field+".unit")
+	}
+	uv, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(unitText)]
+	valid := known && uv != int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN)
+	switch {
+	case l.Unlimited && valid:
+		p.fail(fs["unit"][1], field+".unit", "should not be set when unlimited is true")
+	case !l.Unlimited && !valid:
+		at := n
+		if v, ok := fs["unit"]; ok {
+			at = v[1]
+		}
+		p.fail(at, field+".unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", unitText)
+	}
+	if valid {
+		l.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(uv)
+	}
+	if v, ok := fs["requests_per_unit"]; ok {
+		s := p.str(v[1], field+".requests_per_unit")
+		u, err := strconv.ParseUint(s, 10, 32)
+		if p.err == nil && err != nil {
+			p.fail(v[1], field+".requests_per_unit", "%q is not a whole number from 0 to %d", s, uint32(1<<32-1))
+		}
+		l.RequestsPerUnit = uint32(u)
+	} else if !l.Unlimited {
+		p.fail(n, field+".requests_per_unit", "is required")
+	}
+	if v, ok := fs["name"]; ok {
+		l.Name = p.str(v[1], field+".name")
+	}
+	if v, ok := fs["replaces"]; ok {
+		for i, r := range p.list(v[1], field+".replaces") {
+			rf := fmt.Sprintf("%s.replaces[%d]", field, i)
+			rfs := p.fields(r, rf, "name")
+			if p.err != nil {
+				return nil
+			}
+			name := ""
+			if nv, ok := rfs["name"]; ok {
+				name = p.str(nv[1], rf+".name")
+			}
+			switch {
+			case name == "":
+				p.fail(r, rf+".name", "should not be empty")
+			case name == l.Name:
+				p.fail(r, rf+".name", "%q is this limit's own name", name)
+			}
+			l.Replaces = append(l.Replaces, name)
+		}
+	}
+	if p.err != nil {
+		return nil
+	}
+	if !l.Unlimited && l.RequestsPerUnit > 0 {
+		l.Rule = RuleName(path)
+		if other, dup := p.names[l.Rule]; dup {
+			p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
+			return nil
+		}
+		if _, err := l.configRule().ClusterRule(); err != nil {
+			p.fail(n, field, "as a tokenmesh rule: %v", err)
+			return nil
+		}
+		p.names[l.Rule] = path
+	}
+	p.limits = append(p.limits, l)
+	return l
+}
+
+// yamlErr turns a yaml.v3 syntax error into an *Error with its line.
+func yamlErr(file string, err error) error {
+	m := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(m, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, m = l, strings.TrimSpace(after)
+			}
+		}
+	}
+	return &Error{File: file, Line: line, Msg: m}
+}

@@ -1,0 +1,244 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+)
+
+// Limits of one ShouldRateLimit request.
+const (
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors = 1000
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries = 64
+	// MaxHits bounds the hits one descriptor counts (as the tokenmesh.v1 API).
+	MaxHits = 1_000_000_000
+)
+
+// Response header names, as envoyproxy/ratelimit's with
+// LIMIT_RESPONSE_HEADERS_ENABLED and Envoy's x-ratelimit-* headers: Envoy's
+// ratelimit filter adds response_headers_to_add to the client's response.
+const (
+	HeaderLimit     = "x-ratelimit-limit"     // requests_per_unit of the descriptor closest to its limit
+	HeaderRemaining = "x-ratelimit-remaining" // its limit_remaining
+	HeaderReset     = "x-ratelimit-reset"     // its duration_until_reset, whole seconds rounded up
+)
+
+// Checker decides batches of checks: *cluster.Node (the node's cluster, so
+// decisions are the cluster's).
+type Checker interface {
+	CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error)
+}
+
+// Observer, when set, is told of every decided check: the rule, the
+// cluster's result, whether the check was answered OK and the time the
+// batch took. The server uses it for its metrics.
+type Observer func(rule string, r cluster.BatchResult, ok bool, waited time.Duration)
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService over a
+// Config and a Checker. Safe for concurrent use; the Config must not
+// change after New.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cfg     *Config
+	checker Checker
+	observe Observer
+}
+
+// New returns the service for cfg's limits, decided by c (which must hold
+// cfg.Rules()). observe may be nil.
+func New(cfg *Config, c Checker, observe Observer) *Service {
+	return &Service{cfg: cfg, checker: c, observe: observe}
+}
+
+// Register registers the service on g.
+func (s *Service) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// ServiceName is the gRPC service's full name.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// ShouldRateLimit answers one request (rls.proto):
+//
+//   - domain empty or no descriptors: INVALID_ARGUMENT (envoyproxy/ratelimit
+//     answers an error too); more than MaxDescriptors descriptors, more than
+//     MaxEntries entries, a key or value that is not UTF-8, a bucket key above
+//     cluster.MaxKeyBytes: INVALID_ARGUMENT naming the descriptor;
+//   - per descriptor: the limit Match finds; none (unknown domain, no match),
+//     or a limit replaced by another matched limit's replaces: OK without
+//     current_limit; unlimited: OK with limit_remaining 2^32-1; otherwise the
+//     rule's verdict for the descriptor's hits (descriptor hits_addend if set,
+//     else the request's; 0 counts as 1), OVER_LIMIT when refused unless
+//     shadow_mode or quota_mode (then OK), with current_limit,
+//     limit_remaining (the bucket's whole tokens left; 0 when over the limit
+//     and when the deciding node is another one, whose count is not sent
+//     back) and duration_until_reset (time until the bucket is full again;
+//     one unit when the count is unknown);
+//   - requests_per_unit 0: always OVER_LIMIT (no rule);
+//   - overall_code OVER_LIMIT if any descriptor is;
+//   - response_headers_to_add: x-ratelimit-limit, -remaining, -reset of the
+//     descriptor with the least remaining (an over-limit one first), when any
+//     descriptor had a limit.
+//
+// Items are decided in one batch in descriptor order (two descriptors of one
+// bucket see each other). When the cluster cannot decide a check (node
+// closing, ctx ended), the call fails with UNAVAILABLE (Envoy then applies
+// its failure_mode_deny setting). A descriptor's limit override (the
+// request's own RateLimitOverride) is ignored: the configured limit applies.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	ds := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "domain: rate limit domain must not be empty")
+	case len(ds) == 0:
+		return nil, status.Error(codes.InvalidArgument, "descriptors: rate limit descriptor list must not be empty")
+	case len(ds) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
+	}
+	limits := make([]*Limit, len(ds))
+	keys := make([]string, len(ds))
+	hits := make([]int64, len(ds))
+	replaced := map[string]bool{}
+	for i, d := range ds {
+		es := d.GetEntries()
+		if len(es) > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d entries; at most %d", i, len(es), MaxEntries)
+		}
+		entries := make([]Entry, len(es))
+		for j, e := range es {
+			if !utf8.ValidString(e.GetKey()) || !utf8.ValidString(e.GetValue()) {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value must be UTF-8", i, j)
+			}
+			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		h := int64(max(1, req.GetHitsAddend()))
+		if d.GetHitsAddend() != nil {
+			h = int64(min(max(1, d.GetHitsAddend().GetValue()), MaxHits+1))
+		}
+		if h > MaxHits {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
+		}
+		hits[i] = h
+		l, key := s.cfg.Match(req.GetDomain(), entries)
+		if l == nil {
+			continue
+		}
+		if len(key) > cluster.MaxKeyBytes {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: its values make a %d-byte key; at most %d", i, len(key), cluster.MaxKeyBytes)
+		}
+		limits[i], keys[i] = l, key
+		for _, r := range l.Replaces {
+			replaced[r] = true
+		}
+	}
+	// replaces, as envoyproxy/ratelimit: a named limit some matched limit
+	// replaces is not checked (an unlimited one stays unlimited).
+	for i, l := range limits {
+		if l != nil && !l.Unlimited && l.Name != "" && replaced[l.Name] {
+			limits[i] = nil
+		}
+	}
+	var items []cluster.BatchItem
+	idx := make([]int, len(ds)) // descriptor -> item, -1 for none
+	for i, l := range limits {
+		idx[i] = -1
+		if l != nil && l.Rule != "" {
+			idx[i] = len(items)
+			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: hits[i]})
+		}
+	}
+	var results []cluster.BatchResult
+	if len(items) > 0 {
+		start := time.Now()
+		var err error
+		results, err = s.checker.CheckBatch(ctx, items)
+		waited := time.Since(start)
+		if err == nil {
+			for _, r := range results {
+				if r.Err != nil {
+					err = r.Err
+					break
+				}
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, status.Errorf(codes.Unavailable, "deciding: %v", err)
+		}
+		if s.observe != nil {
+			for i, l := range limits {
+				if idx[i] >= 0 {
+					r := results[idx[i]]
+					s.observe(l.Rule, r, r.Allowed || l.ShadowMode || l.QuotaMode, waited)
+				}
+			}
+		}
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	for i, l := range limits {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case l == nil:
+			continue
+		case l.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		unit := UnitDuration(l.Unit)
+		over := true
+		reset := unit
+		if idx[i] >= 0 {
+			r := results[idx[i]]
+			over = !r.Allowed
+			if r.Remaining >= 0 && !over {
+				rem := min(r.Remaining, int64(l.RequestsPerUnit))
+				st.LimitRemaining = uint32(rem)
+				// Time for the bucket to refill to requests_per_unit at
+				// requests_per_unit per unit.
+				missing := int64(l.RequestsPerUnit) - rem
+				reset = time.Duration(math.Ceil(float64(unit) * float64(missing) / float64(l.RequestsPerUnit)))
+			}
+		}
+		st.DurationUntilReset = durationpb.New(reset)
+		if over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			if l.ShadowMode || l.QuotaMode {
+				st.Code = rlsv3.RateLimitResponse_OK
+			}
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if closest == nil || closest.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				closest = st
+			}
+		} else if closest == nil || closest.Code != rlsv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < closest.LimitRemaining {
+			closest = st
+		}
+	}
+	if closest != nil {
+		resetS := (closest.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: HeaderReset, Value: fmt.Sprint(int64(resetS))},
+		}
+	}
+	return resp, nil
+}
