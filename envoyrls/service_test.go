@@ -1,0 +1,247 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+)
+
+// fakeChecker is a bucket per (rule, key) that never refills: it starts at
+// the rule's burst, an allowed check takes its tokens, a refused one none.
+type fakeChecker struct {
+	burst  map[string]int64
+	left   map[string]int64
+	calls  [][]cluster.BatchItem
+	remote bool // answer Remaining -1, as a forwarded decision
+	err    error
+}
+
+func newFake(c *Config) *fakeChecker {
+	f := &fakeChecker{burst: map[string]int64{}, left: map[string]int64{}}
+	for _, r := range c.Rules() {
+		f.burst[r.Name] = r.Burst
+	}
+	return f
+}
+
+func (f *fakeChecker) CheckBatch(_ context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error) {
+	f.calls = append(f.calls, items)
+	out := make([]cluster.BatchResult, len(items))
+	for i, it := range items {
+		if f.err != nil {
+			out[i].Err = f.err
+			continue
+		}
+		b, ok := f.burst[it.Rule]
+		if !ok {
+			out[i].Err = errors.New("unknown rule " + it.Rule)
+			continue
+		}
+		k := it.Rule + "\x00" + it.Key
+		if _, seen := f.left[k]; !seen {
+			f.left[k] = b
+		}
+		if it.Tokens <= f.left[k] {
+			f.left[k] -= it.Tokens
+			out[i].Allowed = true
+		}
+		out[i].Remaining = f.left[k]
+		if f.remote {
+			out[i].Remaining = -1
+		}
+	}
+	return out, nil
+}
+
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+type want struct {
+	code      rlsv3.RateLimitResponse_Code
+	limit     uint32 // requests_per_unit; 0: no current_limit
+	remaining uint32
+}
+
+func check(t *testing.T, s *Service, req *rlsv3.RateLimitRequest, overall rlsv3.RateLimitResponse_Code, ws ...want) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := s.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if resp.OverallCode != overall {
+		t.Errorf("overall_code %v, want %v", resp.OverallCode, overall)
+	}
+	if len(resp.Statuses) != len(ws) {
+		t.Fatalf("%d statuses, want %d", len(resp.Statuses), len(ws))
+	}
+	for i, w := range ws {
+		st := resp.Statuses[i]
+		var lim uint32
+		if st.CurrentLimit != nil {
+			lim = st.CurrentLimit.RequestsPerUnit
+		}
+		if st.Code != w.code || lim != w.limit || st.LimitRemaining != w.remaining {
+			t.Errorf("statuses[%d] = %v limit %d remaining %d; want %v limit %d remaining %d", i, st.Code, lim, st.LimitRemaining, w.code, w.limit, w.remaining)
+		}
+	}
+	return resp
+}
+
+const (
+	OK   = rlsv3.RateLimitResponse_OK
+	OVER = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+func TestShouldRateLimitSemantics(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	f := newFake(c)
+	s := New(c, f, nil)
+	req := func(hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds, HitsAddend: hits}
+	}
+	// remote_address: 10 per second; hits_addend 0 counts as 1
+	for i := range 10 {
+		check(t, s, req(0, desc("remote_address", "a")), OK, want{OK, 10, uint32(9 - i)})
+	}
+	resp := check(t, s, req(0, desc("remote_address", "a")), OVER, want{OVER, 10, 0})
+	if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[0].Key != HeaderLimit || h[0].Value != "10" || h[1].Value != "0" || h[2].Value != "1" {
+		t.Errorf("headers %v", h)
+	}
+	// another address has its own bucket; hits_addend > 1
+	check(t, s, req(4, desc("remote_address", "b")), OK, want{OK, 10, 6})
+	check(t, s, req(7, desc("remote_address", "b")), OVER, want{OVER, 10, 0})
+	check(t, s, req(6, desc("remote_address", "b")), OK, want{OK, 10, 0})
+	// unknown domain, unmatched descriptor: OK, no limit, no headers
+	resp = check(t, s, &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "a")}}, OK, want{OK, 0, 0})
+	if len(resp.ResponseHeadersToAdd) != 0 {
+		t.Errorf("headers without a limit: %v", resp.ResponseHeadersToAdd)
+	}
+	check(t, s, req(1, desc("nothing", "x")), OK, want{OK, 0, 0})
+	// unlimited
+	for range 3 {
+		check(t, s, req(1000, desc("remote_address_vip", "10.0.0.1")), OK, want{OK, 0, math.MaxUint32})
+	}
+	// shadow_mode: decided and counted, never refused
+	check(t, s, req(1, desc("api", "x")), OK, want{OK, 2, 1})
+	check(t, s, req(1, desc("api", "x")), OK, want{OK, 2, 0})
+	check(t, s, req(1, desc("api", "x")), OK, want{OK, 2, 0})
+	// nested
+	for i := range 4 {
+		check(t, s, req(1, desc("message_type", "marketing", "to_number", "1")), OK, want{OK, 4, uint32(3 - i)})
+	}
+	check(t, s, req(1, desc("message_type", "marketing", "to_number", "1")), OVER, want{OVER, 4, 0})
+	check(t, s, req(1, desc("to_number", "1")), OK, want{OK, 100, 99})
+	// several descriptors: one over makes the overall over
+	check(t, s, req(1, desc("to_number", "1"), desc("message_type", "marketing", "to_number", "1"), desc("nothing", "y")),
+		OVER, want{OK, 100, 98}, want{OVER, 4, 0}, want{OK, 0, 0})
+	// requests_per_unit 0: always over
+	check(t, s, req(1, desc("closed", "x")), OVER, want{OVER, 0, 0}) // current_limit says requests_per_unit 0
+}
+
+func TestReplaces(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	f := newFake(c)
+	s := New(c, f, nil)
+	r := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant", "gold"), desc("user", "u1")}}
+	// gold replaces per_user: only the gold limit is checked, 50 times.
+	for i := range 50 {
+		check(t, s, r, OK, want{OK, 50, uint32(49 - i)}, want{OK, 0, 0})
+	}
+	// without the gold descriptor, per_user applies (3 per minute).
+	alone := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u1")}}
+	for i := range 3 {
+		check(t, s, alone, OK, want{OK, 3, uint32(2 - i)})
+	}
+	check(t, s, alone, OVER, want{OVER, 3, 0})
+}
+
+func TestWildcardShare(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	s := New(c, newFake(c), nil)
+	req := func(path string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("path", path)}}
+	}
+	// without share_threshold every value has 5
+	for _, p := range []string{"/files/a", "/files/b"} {
+		for i := range 5 {
+			check(t, s, req(p), OK, want{OK, 5, uint32(4 - i)})
+		}
+		check(t, s, req(p), OVER, want{OVER, 5, 0})
+	}
+	// with share_threshold the values share 7
+	for i := range 7 {
+		check(t, s, req([]string{"/shared/a", "/shared/b"}[i%2]), OK, want{OK, 7, uint32(6 - i)})
+	}
+	check(t, s, req("/shared/zzz"), OVER, want{OVER, 7, 0})
+}
+
+func TestPerDescriptorHitsAddend(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	s := New(c, newFake(c), nil)
+	d := desc("remote_address", "c")
+	d.HitsAddend = wrapperspb.UInt64(3)
+	check(t, s, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 5, Descriptors: []*ratelimitv3.RateLimitDescriptor{d, desc("remote_address", "c")}},
+		OK, want{OK, 10, 7}, want{OK, 10, 2})
+}
+
+func TestRemoteDecisionRemainingUnknown(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	f := newFake(c)
+	f.remote = true
+	s := New(c, f, nil)
+	resp := check(t, s, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "z")}}, OK, want{OK, 10, 0})
+	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d.Seconds() != 1 {
+		t.Errorf("reset %v, want one unit (1s) when the count is unknown", d)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	f := newFake(c)
+	s := New(c, f, nil)
+	long := make([]byte, 5000)
+	for i := range long {
+		long[i] = 'x'
+	}
+	many := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for range MaxDescriptors + 1 {
+		many.Descriptors = append(many.Descriptors, desc("a", "b"))
+	}
+	for _, x := range []struct {
+		req  *rlsv3.RateLimitRequest
+		want codes.Code
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, codes.InvalidArgument},
+		{&rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
+		{many, codes.InvalidArgument},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", string(long))}}, codes.InvalidArgument},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "\xff")}}, codes.InvalidArgument},
+	} {
+		_, err := s.ShouldRateLimit(context.Background(), x.req)
+		if status.Code(err) != x.want {
+			t.Errorf("%v: want %v", err, x.want)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("invalid requests reached the cluster: %v", f.calls)
+	}
+	f.err = errors.New("node closed")
+	_, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "a")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("undecided: %v, want UNAVAILABLE", err)
+	}
+}
