@@ -74,6 +74,9 @@ type Config struct {
 	Dir            string // configs, addr files and logs go here; "" = a new temp dir removed by Stop
 	FaultInjection bool   // pass --fault-injection (enables Partition/Heal)
 	SecretKey      []byte // optional gossip key (16/24/32 bytes)
+	// ServeArgs are further flags for every node's serve command
+	// (e.g. --envoy-config DIR).
+	ServeArgs []string
 	// Log, when set, receives every node's stdout and stderr, line by
 	// line, each line prefixed "[n0] ". Writes to it are serialized.
 	// (Each node's output also goes to Dir/n<i>.log.)
@@ -314,6 +317,7 @@ func (c *Cluster) spawn(i int, join []string) error {
 	if c.cfg.FaultInjection {
 		args = append(args, "--fault-injection")
 	}
+	args = append(args, c.cfg.ServeArgs...)
 	cmd := exec.Command(c.cfg.Binary, args...)
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = sysProcAttr()
