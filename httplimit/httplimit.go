@@ -1,0 +1,441 @@
+// Package httplimit is a net/http middleware that rate limits requests
+// with a tokenmesh rule: it takes each request's key from the request (a
+// header, the client address, a path segment or a JWT claim, by a key
+// template like the config's "{header:x-api-key}"), asks a Checker (a
+// tokenmesh cluster over gRPC, or an in-process cluster.Node) for one
+// token, and answers a refusal itself with 429 Too Many Requests,
+// Retry-After, and the RateLimit and RateLimit-Policy headers of the IETF
+// draft "RateLimit header fields for HTTP"
+// (draft-ietf-httpapi-ratelimit-headers-09, sections 3 and 4); allowed
+// requests get the same two headers and go to the next handler.
+//
+//	mw, err := httplimit.New(httplimit.Options{Rule: "api", Key: "{header:x-api-key}",
+//	        Checker: httplimit.GRPC(tokenmeshv1.NewRateLimitServiceClient(conn))})
+//	http.ListenAndServe(":8080", mw.Wrap(appHandler))
+//
+// Headers (theirs: the draft's structured fields; ours: how a token
+// bucket fills them):
+//
+//	RateLimit-Policy: "api";q=20;w=2    quota q = the rule's burst, window w =
+//	                                    seconds the rate takes to refill it (rounded up)
+//	RateLimit: "api";r=19;t=1           r = tokens left (0 when unknown),
+//	                                    t = seconds until the bucket is full (rounded up)
+//	Retry-After: 1                      (429 only) seconds until the hits could be
+//	                                    admitted, rounded up, at least 1
+//
+// JWT claims are read WITHOUT verifying the token's signature: the
+// middleware only needs a stable key, and a forged claim only moves the
+// forger into another bucket. Put it behind whatever verifies the token
+// (an API gateway, or your own handler's verification) when the claim must
+// be trusted; this package does no JWT verification of its own.
+package httplimit
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+	"github.com/tokenmesh/tokenmesh/cluster"
+)
+
+// Result is a Checker's verdict on one request.
+type Result struct {
+	Allowed bool
+	// Limit is the quota: the rule's burst, tokens.
+	Limit int64
+	// Window is the time the rule's rate takes to refill Limit tokens.
+	Window time.Duration
+	// Remaining is the tokens left after the decision; -1 when unknown.
+	Remaining int64
+	// Reset is the time until the bucket is full again; -1 when unknown.
+	Reset time.Duration
+	// RetryAfter, for a refusal, is when to ask again; -1 for never (hits
+	// above the burst, rate 0).
+	RetryAfter time.Duration
+}
+
+// Checker decides hits of key under one rule.
+type Checker interface {
+	Check(ctx context.Context, rule, key string, hits int64) (Result, error)
+}
+
+// CheckerFunc adapts a function to Checker.
+type CheckerFunc func(ctx context.Context, rule, key string, hits int64) (Result, error)
+
+// Check calls f.
+func (f CheckerFunc) Check(ctx context.Context, rule, key string, hits int64) (Result, error) {
+	return f(ctx, rule, key, hits)
+}
+
+// checkClient is the part of tokenmeshv1.RateLimitServiceClient GRPC uses.
+type checkClient interface {
+	Check(ctx context.Context, in *tokenmeshv1.CheckRequest, opts ...grpc.CallOption) (*tokenmeshv1.CheckResponse, error)
+}
+
+// GRPC is a Checker over a tokenmesh cluster's gRPC API
+// (tokenmesh.v1.RateLimitService/Check).
+func GRPC(client tokenmeshv1.RateLimitServiceClient) Checker { return grpcChecker{client} }
+
+type grpcChecker struct{ c checkClient }
+
+func (g grpcChecker) Check(ctx context.Context, rule, key string, hits int64) (Result, error) {
+	resp, err := g.c.Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: rule, Key: key, Hits: hits}}})
+	if err != nil {
+		return Result{}, err
+	}
+	if len(resp.GetResults()) != 1 {
+		return Result{}, fmt.Errorf("tokenmesh answered %d results for 1 check", len(resp.GetResults()))
+	}
+	r := resp.GetResults()[0]
+	if strings.Contains(r.GetError(), "not decided") {
+		return Result{}, errors.New(r.GetError()) // not decided
+	}
+	ms := func(v int64) time.Duration {
+		if v < 0 {
+			return -1
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	out := Result{Allowed: r.GetAllowed(), Limit: r.GetBurst(), Remaining: r.GetRemaining(),
+		Reset: ms(r.GetResetAfterMs()), RetryAfter: ms(r.GetRetryAfterMs())}
+	out.Window = window(r.GetBurst(), r.GetLimitPerS())
+	return out, nil
+}
+
+// window is the time rate (tokens/s) takes to refill burst tokens.
+func window(burst int64, perSec float64) time.Duration {
+	if perSec <= 0 {
+		return -1
+	}
+	s := float64(burst) / perSec
+	if s*1e9 >= math.MaxInt64 {
+		return -1
+	}
+	return time.Duration(math.Ceil(s * 1e9))
+}
+
+// batchChecker is *cluster.Node's CheckBatch.
+type batchChecker interface {
+	CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error)
+}
+
+// Local is a Checker over an in-process node (limiter.Node.Cluster())
+// for rules, the node's rules.
+func Local(node batchChecker, rules []cluster.Rule) Checker {
+	byName := map[string]cluster.Rule{}
+	for _, r := range rules {
+		byName[r.Name] = r
+	}
+	return CheckerFunc(func(ctx context.Context, rule, key string, hits int64) (Result, error) {
+		r, ok := byName[rule]
+		if !ok {
+			return Result{}, fmt.Errorf("rule %q is not a rule of this node", rule)
+		}
+		res, err := node.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: hits}})
+		if err == nil && res[0].Err != nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		d := res[0].Decision
+		perSec := r.Rate.PerSec()
+		out := Result{Allowed: d.Allowed, Limit: r.Burst, Window: window(r.Burst, perSec), Remaining: -1, Reset: -1}
+		if d.Remaining >= 0 {
+			out.Remaining = min(d.Remaining, r.Burst)
+			out.Reset = window(r.Burst-out.Remaining, perSec)
+		}
+		switch {
+		case d.Allowed:
+		case hits > r.Burst || perSec <= 0:
+			out.RetryAfter = -1
+		default:
+			need := hits
+			if out.Remaining >= 0 {
+				need = max(hits-out.Remaining, 1)
+			}
+			out.RetryAfter = window(need, perSec)
+		}
+		return out, nil
+	})
+}
+
+// Options configure a Middleware.
+type Options struct {
+	// Rule is the tokenmesh rule (required).
+	Rule string
+	// Key is the key template (default "{client_addr}"): literal text and
+	// placeholders
+	//
+	//	{header:NAME}  the request header NAME (first value)
+	//	{client_addr}  the client's IP address (from RemoteAddr; put a proxy's
+	//	               X-Forwarded-For in a header placeholder if you trust it)
+	//	{path:N}       the N-th segment of the URL path, 1-based ("/v1/users/7": {path:3} is "7")
+	//	{jwt:CLAIM}    a claim of the bearer JWT in Authorization, NOT verified (see the package doc)
+	//	{method}       the request method
+	Key string
+	// Checker decides (required).
+	Checker Checker
+	// Hits is the tokens one request takes (default 1).
+	Hits int64
+	// FailClosed answers 503 when the Checker fails (default: the request
+	// goes through, fail open).
+	FailClosed bool
+	// OnMissingKey, when true, lets a request whose key cannot be formed
+	// (a missing header or claim) through unlimited; by default it is
+	// answered 400 naming what is missing.
+	OnMissingKey bool
+	// Timeout bounds one check (default 1s).
+	Timeout time.Duration
+}
+
+// Middleware rate limits requests (see the package documentation).
+type Middleware struct {
+	opts   Options
+	key    keyFunc
+	policy string // the quoted policy name
+}
+
+// New checks opts and parses the key template. Errors name the option.
+func New(opts Options) (*Middleware, error) {
+	if opts.Rule == "" {
+		return nil, errors.New("httplimit: Options.Rule is required")
+	}
+	if opts.Checker == nil {
+		return nil, errors.New("httplimit: Options.Checker is required")
+	}
+	if opts.Key == "" {
+		opts.Key = "{client_addr}"
+	}
+	if opts.Hits == 0 {
+		opts.Hits = 1
+	}
+	if opts.Hits < 0 {
+		return nil, fmt.Errorf("httplimit: Options.Hits: %d is negative", opts.Hits)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	kf, err := ParseKey(opts.Key)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: Options.Key: %w", err)
+	}
+	return &Middleware{opts: opts, key: kf, policy: strconv.Quote(opts.Rule)}, nil
+}
+
+// Wrap returns next behind the limit.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := m.key(r)
+		if err != nil {
+			if m.opts.OnMissingKey {
+				next.ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "rate limit key: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), m.opts.Timeout)
+		res, err := m.opts.Checker.Check(ctx, m.opts.Rule, key, m.opts.Hits)
+		cancel()
+		if err != nil {
+			if m.opts.FailClosed {
+				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.setHeaders(w.Header(), res)
+		if !res.Allowed {
+			if res.RetryAfter >= 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(ceilSec(res.RetryAfter, 1), 10))
+			}
+			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// setHeaders sets RateLimit-Policy and RateLimit.
+func (m *Middleware) setHeaders(h http.Header, res Result) {
+	pol := m.policy + ";q=" + strconv.FormatInt(res.Limit, 10)
+	if res.Window > 0 {
+		pol += ";w=" + strconv.FormatInt(ceilSec(res.Window, 1), 10)
+	}
+	h.Set("RateLimit-Policy", pol)
+	rem := max(res.Remaining, 0)
+	if !res.Allowed {
+		rem = 0
+	}
+	rl := m.policy + ";r=" + strconv.FormatInt(rem, 10)
+	if res.Reset >= 0 {
+		rl += ";t=" + strconv.FormatInt(ceilSec(res.Reset, 0), 10)
+	}
+	h.Set("RateLimit", rl)
+}
+
+// ceilSec is d in whole seconds rounded up, at least least.
+func ceilSec(d time.Duration, least int64) int64 {
+	return max(int64((d+time.Second-1)/time.Second), least)
+}
+
+type keyFunc func(r *http.Request) (string, error)
+
+// ParseKey parses a key template (Options.Key); the error names the bad
+// placeholder.
+func ParseKey(tmpl string) (func(r *http.Request) (string, error), error) {
+	var parts []keyFunc
+	rest := tmpl
+	for rest != "" {
+		i := strings.IndexAny(rest, "{}")
+		if i < 0 {
+			lit := rest
+			parts = append(parts, func(*http.Request) (string, error) { return lit, nil })
+			break
+		}
+		if rest[i] == '}' {
+			return nil, fmt.Errorf("%q: '}' without '{'", tmpl)
+		}
+		if i > 0 {
+			lit := rest[:i]
+			parts = append(parts, func(*http.Request) (string, error) { return lit, nil })
+		}
+		end := strings.IndexByte(rest[i:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("%q: '{' without '}'", tmpl)
+		}
+		ph := rest[i+1 : i+end]
+		rest = rest[i+end+1:]
+		f, err := placeholder(ph)
+		if err != nil {
+			return nil, fmt.Errorf("%q: {%s}: %w", tmpl, ph, err)
+		}
+		parts = append(parts, f)
+	}
+	if len(parts) == 0 {
+		return nil, errors.New("is empty")
+	}
+	return func(r *http.Request) (string, error) {
+		var b strings.Builder
+		for _, p := range parts {
+			s, err := p(r)
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(s)
+		}
+		if b.Len() == 0 {
+			return "", errors.New("the key is empty")
+		}
+		if b.Len() > cluster.MaxKeyBytes {
+			return "", fmt.Errorf("the key is %d bytes; at most %d", b.Len(), cluster.MaxKeyBytes)
+		}
+		return b.String(), nil
+	}, nil
+}
+
+func placeholder(ph string) (keyFunc, error) {
+	kind, arg, hasArg := strings.Cut(ph, ":")
+	switch {
+	case kind == "client_addr" && !hasArg:
+		return clientAddr, nil
+	case kind == "method" && !hasArg:
+		return func(r *http.Request) (string, error) { return r.Method, nil }, nil
+	case kind == "header" && arg != "":
+		name := http.CanonicalHeaderKey(arg)
+		return func(r *http.Request) (string, error) {
+			v := r.Header.Get(name)
+			if v == "" {
+				return "", fmt.Errorf("header %s is missing", name)
+			}
+			return v, nil
+		}, nil
+	case kind == "path" && arg != "":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a segment number (1, 2, ...)", arg)
+		}
+		return func(r *http.Request) (string, error) {
+			segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+			if n > len(segs) || segs[n-1] == "" {
+				return "", fmt.Errorf("path %q has no segment %d", r.URL.Path, n)
+			}
+			return segs[n-1], nil
+		}, nil
+	case kind == "jwt" && arg != "":
+		return func(r *http.Request) (string, error) { return jwtClaim(r, arg) }, nil
+	}
+	return nil, errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method})")
+}
+
+func clientAddr(r *http.Request) (string, error) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if host == "" {
+		return "", errors.New("the client address is unknown")
+	}
+	return host, nil
+}
+
+// MaxJWTBytes bounds the Authorization header a claim is read from.
+const MaxJWTBytes = 8 << 10
+
+// jwtClaim reads claim from the bearer token's payload, unverified. A
+// string claim is used as is, a number or boolean as its JSON text.
+func jwtClaim(r *http.Request, claim string) (string, error) {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("no bearer token in Authorization")
+	}
+	if len(tok) > MaxJWTBytes {
+		return "", fmt.Errorf("bearer token of %d bytes; at most %d", len(tok), MaxJWTBytes)
+	}
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return "", errors.New("bearer token is not a JWT (header.payload.signature)")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return "", fmt.Errorf("JWT payload: %v", err)
+	}
+	var claims map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "", fmt.Errorf("JWT payload is not a JSON object: %v", err)
+	}
+	raw, ok := claims[claim]
+	if !ok {
+		return "", fmt.Errorf("JWT has no claim %q", claim)
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return "", fmt.Errorf("JWT claim %q is empty", claim)
+		}
+		return s, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", err
+	}
+	switch v.(type) {
+	case float64, bool:
+		return string(raw), nil
+	}
+	return "", fmt.Errorf("JWT claim %q is not a string, number or boolean", claim)
+}

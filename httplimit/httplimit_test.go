@@ -1,0 +1,220 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/server"
+)
+
+// startNode starts an in-process single node with rule "api": burst 3,
+// one token a minute (no refill while the test runs).
+func startNode(t *testing.T) (*limiter.Node, []cluster.Rule) {
+	t.Helper()
+	rules := []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 3, Strategy: "owner"}}
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "t", ClusterRules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close() })
+	return node, rules
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) })
+
+func get(t *testing.T, h http.Handler, path string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestMiddleware429(t *testing.T) {
+	node, rules := startNode(t)
+	mw, err := New(Options{Rule: "api", Key: "{header:x-api-key}", Checker: Local(node.Cluster(), rules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(ok)
+	key := map[string]string{"X-Api-Key": "k1"}
+	for i := range 3 {
+		w := get(t, h, "/", key)
+		if w.Code != 200 || w.Body.String() != "hello" {
+			t.Fatalf("request %d: %d %q", i, w.Code, w.Body)
+		}
+		if got, want := w.Header().Get("RateLimit"), `"api";r=`+strconv.Itoa(2-i)+`;t=`+strconv.Itoa(60*(i+1)); got != want {
+			t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
+		}
+		if got := w.Header().Get("RateLimit-Policy"); got != `"api";q=3;w=180` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+		if w.Header().Get("Retry-After") != "" {
+			t.Errorf("Retry-After on an allowed request")
+		}
+	}
+	w := get(t, h, "/", key)
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("4th request: %d, want 429", w.Code)
+	}
+	if got := w.Header().Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After %q, want 60 (one token at 1/min)", got)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"api";r=0;t=180` {
+		t.Errorf("RateLimit %q", got)
+	}
+	// another key has its own bucket
+	if w := get(t, h, "/", map[string]string{"X-Api-Key": "k2"}); w.Code != 200 {
+		t.Errorf("other key: %d", w.Code)
+	}
+	// missing header: 400 naming it
+	if w := get(t, h, "/", nil); w.Code != 400 || !strings.Contains(w.Body.String(), "header X-Api-Key is missing") {
+		t.Errorf("no key: %d %q", w.Code, w.Body)
+	}
+}
+
+func TestMiddlewareOverGRPC(t *testing.T) {
+	node, rules := startNode(t)
+	api := server.New(node, rules)
+	gs := grpc.NewServer()
+	api.RegisterGRPC(gs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	mw, err := New(Options{Rule: "api", Key: "{path:2}", Checker: GRPC(tokenmeshv1.NewRateLimitServiceClient(conn))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Wrap(ok))
+	t.Cleanup(srv.Close)
+	codes := []int{}
+	var last *http.Response
+	for range 4 {
+		resp, err := http.Get(srv.URL + "/users/alice/profile")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		last = resp
+	}
+	if codes[0] != 200 || codes[2] != 200 || codes[3] != 429 {
+		t.Errorf("codes %v, want 200 200 200 429", codes)
+	}
+	if last.Header.Get("Retry-After") != "60" || last.Header.Get("RateLimit") != `"api";r=0;t=180` {
+		t.Errorf("429 headers %v", last.Header)
+	}
+	resp, err := http.Get(srv.URL + "/users/bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("bob: %d", resp.StatusCode)
+	}
+}
+
+func jwt(payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return "Bearer " + enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(payload)) + ".sig"
+}
+
+func TestKeyTemplates(t *testing.T) {
+	for _, x := range []struct {
+		tmpl, path string
+		hdr        map[string]string
+		want, err  string
+	}{
+		{"{client_addr}", "/", nil, "192.0.2.1", ""},
+		{"ip:{client_addr}", "/", nil, "ip:192.0.2.1", ""},
+		{"{header:x-tenant}/{method}", "/", map[string]string{"X-Tenant": "acme"}, "acme/GET", ""},
+		{"{path:1}", "/v1/x", nil, "v1", ""},
+		{"{path:3}", "/v1/x", nil, "", "has no segment 3"},
+		{"{jwt:sub}", "/", map[string]string{"Authorization": jwt(`{"sub":"user-7"}`)}, "user-7", ""},
+		{"{jwt:org}", "/", map[string]string{"Authorization": jwt(`{"org":42}`)}, "42", ""},
+		{"{jwt:org}", "/", map[string]string{"Authorization": jwt(`{"sub":"x"}`)}, "", `no claim "org"`},
+		{"{jwt:sub}", "/", map[string]string{"Authorization": "Bearer abc"}, "", "not a JWT"},
+		{"{jwt:sub}", "/", map[string]string{"Authorization": "Bearer a.!!!.c"}, "", "JWT payload"},
+		{"{jwt:sub}", "/", nil, "", "no bearer token"},
+	} {
+		f, err := ParseKey(x.tmpl)
+		if err != nil {
+			t.Fatalf("ParseKey(%q): %v", x.tmpl, err)
+		}
+		r := httptest.NewRequest(http.MethodGet, x.path, nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		for k, v := range x.hdr {
+			r.Header.Set(k, v)
+		}
+		got, err := f(r)
+		if got != x.want || (x.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), x.err) {
+			t.Errorf("%s on %s %v: %q, %v; want %q, %q", x.tmpl, x.path, x.hdr, got, err, x.want, x.err)
+		}
+	}
+	for _, bad := range []string{"{nope}", "{header:}", "{path:0}", "{path:x}", "{client_addr", "a}", ""} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFailOpenClosed(t *testing.T) {
+	failing := CheckerFunc(func(context.Context, string, string, int64) (Result, error) { return Result{}, errors.New("down") })
+	open, _ := New(Options{Rule: "api", Checker: failing})
+	if w := get(t, open.Wrap(ok), "/", nil); w.Code != 200 {
+		t.Errorf("fail open: %d", w.Code)
+	}
+	closed, _ := New(Options{Rule: "api", Checker: failing, FailClosed: true})
+	if w := get(t, closed.Wrap(ok), "/", nil); w.Code != 503 {
+		t.Errorf("fail closed: %d", w.Code)
+	}
+	skip, _ := New(Options{Rule: "api", Key: "{header:x-k}", Checker: failing, OnMissingKey: true, FailClosed: true})
+	if w := get(t, skip.Wrap(ok), "/", nil); w.Code != 200 {
+		t.Errorf("OnMissingKey: %d", w.Code)
+	}
+	if _, err := New(Options{Checker: failing}); err == nil {
+		t.Error("no rule accepted")
+	}
+}
+
+// FuzzJWTClaim: any Authorization header gives a claim or an error, never
+// a panic.
+func FuzzJWTClaim(f *testing.F) {
+	f.Add(jwt(`{"sub":"x"}`), "sub")
+	f.Add("Bearer a.b.c", "sub")
+	f.Fuzz(func(t *testing.T, auth, claim string) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", auth)
+		v, err := jwtClaim(r, claim)
+		if err == nil && v == "" {
+			t.Fatal("empty claim without error")
+		}
+	})
+}
