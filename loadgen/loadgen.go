@@ -1,6 +1,12 @@
 // Package loadgen drives tokenmesh nodes' gRPC API
 // (tokenmesh.v1.RateLimitService/Check) with synthetic load and measures
 // throughput, decisions and latency: the engine of `tokenmesh bench`.
+// With Options.API "rls" it drives Envoy's rate limit service instead
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), as
+// tokenmesh serves it with --envoy-config and envoyproxy/ratelimit does:
+// a call is one request of Options.Domain with Batch descriptors, each one
+// entry (Options.DescriptorKey, key); a descriptor answered OK counts as
+// allowed, OVER_LIMIT as refused.
 //
 // Each of Options.Concurrency workers sends unary Check calls, one at a
 // time, spread round-robin over Options.Targets. A call carries
@@ -38,7 +44,16 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+)
+
+// APIs Options.API names.
+const (
+	APITokenmesh = "tokenmesh" // tokenmesh.v1.RateLimitService/Check (the default)
+	APIRLS       = "rls"       // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 )
 
 // Limits of the options (the server's: server.MaxChecks, server.MaxHits).
@@ -56,7 +71,15 @@ type Options struct {
 	// Targets are the nodes' gRPC API addresses, host:port; at least one.
 	Targets []string
 	// Rule is the rule every check names; it must exist on every target.
+	// Unused with API "rls".
 	Rule string
+	// API is APITokenmesh ("" too) or APIRLS.
+	API string
+	// Domain is the RLS domain of every request (API "rls" only; required).
+	Domain string
+	// DescriptorKey is the entry key of every RLS descriptor (API "rls";
+	// "": "key"); the entry's value is the drawn key.
+	DescriptorKey string
 	// Concurrency is the number of workers, each with one call in flight.
 	Concurrency int
 	// ConnsPerTarget is the number of gRPC connections to each target,
@@ -142,10 +165,15 @@ type LatencyMS struct {
 
 // Validate checks o; the error names the field.
 func (o *Options) Validate() error {
+	rls := o.API == APIRLS
 	switch {
+	case o.API != "" && o.API != APITokenmesh && !rls:
+		return fmt.Errorf("API %q: want %s or %s", o.API, APITokenmesh, APIRLS)
 	case len(o.Targets) == 0:
 		return errors.New("Targets: need at least one host:port")
-	case o.Rule == "":
+	case rls && o.Domain == "":
+		return errors.New("Domain: is required with API rls")
+	case !rls && o.Rule == "":
 		return errors.New("Rule: is required")
 	case o.Concurrency < 1:
 		return fmt.Errorf("Concurrency %d: need at least 1 worker", o.Concurrency)
@@ -230,6 +258,24 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 			cs = append(cs, c)
 		}
 		conns = append(conns, cs)
+		if o.API == APIRLS {
+			// Envoy's RLS has no rule listing: one request of the domain
+			// (a key of its own) shows the target answers.
+			for _, c := range cs {
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				_, err := rlsv3.NewRateLimitServiceClient(c).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: o.Domain,
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.descriptorKey(), Value: "loadgen-probe"}}}}})
+				cancel()
+				if err != nil {
+					closeAll()
+					if ctx.Err() != nil {
+						return nil, 0, 0, ctx.Err()
+					}
+					return nil, 0, 0, &TargetError{t, fmt.Errorf("no Envoy rate limit service answers there: %v", err)}
+				}
+			}
+			continue
+		}
 		for _, c := range cs {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			resp, err := tokenmeshv1.NewRateLimitServiceClient(c).ListRules(cctx, &tokenmeshv1.ListRulesRequest{})
@@ -362,7 +408,11 @@ loop:
 		o.Progress(min(time.Since(start), o.Warmup+o.Duration))
 	}
 
-	r := &Result{Targets: slices.Clone(o.Targets), Rule: o.Rule, Concurrency: o.Concurrency, Batch: o.Batch,
+	rule := o.Rule
+	if o.API == APIRLS {
+		rule = "rls:" + o.Domain
+	}
+	r := &Result{Targets: slices.Clone(o.Targets), Rule: rule, Concurrency: o.Concurrency, Batch: o.Batch,
 		Keys: keys, HotKey: o.HotKey, Hits: o.Hits, Rate: o.Rate, RuleRate: ruleRate, RuleBurst: ruleBurst}
 	r.Elapsed = min(stopped.Sub(measureStart), o.Duration)
 	if r.Elapsed < 0 {
@@ -417,6 +467,11 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
 	req := newRequest(o.Rule, o.Batch, o.Hits)
 	resp := &tokenmeshv1.CheckResponse{}
+	var rreq *rlsRequest
+	var rresp *rlsv3.RateLimitResponse
+	if o.API == APIRLS {
+		rreq, rresp = newRLSRequest(o.Domain, o.descriptorKey(), o.Batch, o.Hits), &rlsv3.RateLimitResponse{}
+	}
 	ti := w % len(conns)
 	ci := w % len(conns[0])
 	// Open loop: call j of all is due at start + j/Rate; worker w sends
@@ -446,9 +501,16 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 				break
 			}
 		}
-		req.draw(keys, rng)
-		resp.Reset()
-		err := conns[ti][ci].Invoke(ctx, tokenmeshv1.RateLimitService_Check_FullMethodName, req.msg, resp)
+		var err error
+		if rreq != nil {
+			rreq.draw(keys, rng)
+			rresp.Reset()
+			err = conns[ti][ci].Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rreq.msg, rresp)
+		} else {
+			req.draw(keys, rng)
+			resp.Reset()
+			err = conns[ti][ci].Invoke(ctx, tokenmeshv1.RateLimitService_Check_FullMethodName, req.msg, resp)
+		}
 		done := time.Now()
 		if ti++; ti == len(conns) {
 			ti = 0
@@ -467,7 +529,13 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 			st.sample(err.Error())
 			continue
 		}
-		allowed, refused, errs, bad := tally(resp, o.Batch, &st)
+		var allowed, refused, errs int64
+		var bad string
+		if rreq != nil {
+			allowed, refused, bad = tallyRLS(rresp, o.Batch)
+		} else {
+			allowed, refused, errs, bad = tally(resp, o.Batch, &st)
+		}
 		if bad != "" {
 			st.failed++
 			st.sample(bad)
@@ -510,6 +578,55 @@ func (r *request) draw(keys []string, rng *rand.Rand) {
 		}
 		r.items[i].Key = k
 	}
+}
+
+func (o *Options) descriptorKey() string {
+	if o.DescriptorKey == "" {
+		return "key"
+	}
+	return o.DescriptorKey
+}
+
+// rlsRequest is one worker's RateLimitRequest, built once and reused.
+type rlsRequest struct {
+	msg     *rlsv3.RateLimitRequest
+	entries []ratelimitv3.RateLimitDescriptor_Entry
+}
+
+func newRLSRequest(domain, entryKey string, batch int, hits int64) *rlsRequest {
+	r := &rlsRequest{msg: &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: uint32(hits),
+		Descriptors: make([]*ratelimitv3.RateLimitDescriptor, batch)}, entries: make([]ratelimitv3.RateLimitDescriptor_Entry, batch)}
+	for i := range r.entries {
+		r.entries[i].Key = entryKey
+		r.msg.Descriptors[i] = &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{&r.entries[i]}}
+	}
+	return r
+}
+
+func (r *rlsRequest) draw(keys []string, rng *rand.Rand) {
+	for i := range r.entries {
+		k := keys[0]
+		if len(keys) > 1 {
+			k = keys[rng.IntN(len(keys))]
+		}
+		r.entries[i].Value = k
+	}
+}
+
+// tallyRLS counts a RateLimitResponse's statuses: OK allowed, OVER_LIMIT
+// refused.
+func tallyRLS(resp *rlsv3.RateLimitResponse, want int) (allowed, refused int64, bad string) {
+	if n := len(resp.GetStatuses()); n != want {
+		return 0, 0, fmt.Sprintf("response holds %d statuses for %d descriptors", n, want)
+	}
+	for _, st := range resp.GetStatuses() {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			refused++
+		} else {
+			allowed++
+		}
+	}
+	return allowed, refused, ""
 }
 
 // tally counts a CheckResponse's results into st; a response with other

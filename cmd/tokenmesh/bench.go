@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -49,6 +50,10 @@ type benchFlags struct {
 	tlsKey      string
 	tlsName     string
 	tlsInsecure bool
+	api         string
+	domain      string
+	descKey     string
+	envoyConfig string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -80,13 +85,24 @@ the admitted checks with what one token bucket allows in that time
 (burst + rate x elapsed): OK, or EXCEEDS when the cluster admitted more
 (as strategies do whose nodes each keep their own full bucket).
 
+--api rls drives Envoy's rate limit service instead
+(envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), as tokenmesh
+serves it with --envoy-config and envoyproxy/ratelimit does: each call is
+one request of --domain with --batch descriptors, each a single entry
+(--descriptor-key, key); OK counts as allowed, OVER_LIMIT as refused. With
+--spawn, the nodes get --envoy-config DIR, or without it a generated file:
+domain --domain, descriptor --descriptor-key, --limit-burst requests per
+second.
+
 The client shares the machine with local servers: the report includes the
 CPU the bench process used (client_cpu_cores).`,
 		Example: `  tokenmesh serve &   # then:
   tokenmesh bench --duration 5s
   tokenmesh bench --target 10.0.0.1:8081,10.0.0.2:8081 --rule api --batch 100 --json
   tokenmesh bench --spawn 3 --limit-rate 1000000000/s --limit-burst 1000000000 --hot-key
-  tokenmesh bench --spawn 3 --burst-test --limit-rate 100/s --limit-burst 100 --strategy local`,
+  tokenmesh bench --spawn 3 --burst-test --limit-rate 100/s --limit-burst 100 --strategy local
+  tokenmesh bench --api rls --target 127.0.0.1:8081 --domain edge --descriptor-key remote_address
+  tokenmesh bench --api rls --spawn 3 --limit-burst 1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -120,6 +136,10 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate, for nodes with node.api_tls.client_ca_file (with --tls-key; implies --tls)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fl.StringVar(&f.tlsName, "tls-server-name", "", "name the nodes' certificates must hold (default: the target's host)")
+	fl.StringVar(&f.api, "api", loadgen.APITokenmesh, "the API to drive: tokenmesh (tokenmesh.v1 Check) or rls (Envoy's ShouldRateLimit)")
+	fl.StringVar(&f.domain, "domain", "bench", "with --api rls: the domain of every request")
+	fl.StringVar(&f.descKey, "descriptor-key", "key", "with --api rls: the entry key of every descriptor (its value is the drawn key)")
+	fl.StringVar(&f.envoyConfig, "envoy-config", "", "with --api rls --spawn: the nodes' envoy ratelimit config directory (default: a generated one)")
 	fl.BoolVar(&f.tlsInsecure, "tls-insecure", false, "do not verify the nodes' certificates (implies --tls; benchmarks only)")
 	return cmd
 }
@@ -188,6 +208,16 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 		return o, usageErr("--progress %q: want auto, always or never", f.progress)
 	case f.burstWindow <= 0:
 		return o, usageErr("--burst-window %v: must be positive", f.burstWindow)
+	case f.api != loadgen.APITokenmesh && f.api != loadgen.APIRLS:
+		return o, usageErr("--api %q: want tokenmesh or rls", f.api)
+	case f.api == loadgen.APIRLS && f.domain == "":
+		return o, usageErr("--domain: is required with --api rls")
+	case f.api == loadgen.APIRLS && f.burstTest:
+		return o, usageErr("--burst-test and --api rls: the burst test drives the tokenmesh API only")
+	case f.envoyConfig != "" && (f.api != loadgen.APIRLS || f.spawn == 0):
+		return o, usageErr("--envoy-config: only with --api rls --spawn N")
+	case f.hits > math.MaxUint32 && f.api == loadgen.APIRLS:
+		return o, usageErr("--hits %d: RLS hits_addend is at most %d", f.hits, uint32(math.MaxUint32))
 	}
 	tlsConf, err := f.tlsConfig()
 	if err != nil {
@@ -209,7 +239,7 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 	}
 	o = loadgen.Options{Targets: targets, Rule: f.rule, Concurrency: f.concurrency, ConnsPerTarget: f.conns,
 		Batch: f.batch, Keys: f.keys, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
-		Rate: f.rate, Seed: f.seed, TLS: tlsConf}
+		Rate: f.rate, Seed: f.seed, TLS: tlsConf, API: f.api, Domain: f.domain, DescriptorKey: f.descKey}
 	for _, t := range targets {
 		sub := o
 		sub.Targets = []string{t}
@@ -233,8 +263,24 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		}
 		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
 			f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
-		c, err := localcluster.Start(ctx, localcluster.Config{Binary: bin, Nodes: f.spawn,
-			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}})
+		lc := localcluster.Config{Binary: bin, Nodes: f.spawn,
+			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}}
+		if f.api == loadgen.APIRLS {
+			dir := f.envoyConfig
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "tokenmesh-bench-rls"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				text := fmt.Sprintf("domain: %q\ntokenmesh: {strategy: %q}\ndescriptors:\n  - key: %q\n    rate_limit: {unit: second, requests_per_unit: %d}\n",
+					f.domain, f.strategy, f.descKey, f.limitBurst)
+				if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(text), 0o644); err != nil {
+					return err
+				}
+			}
+			lc.ServeArgs = []string{"--envoy-config", dir}
+		}
+		c, err := localcluster.Start(ctx, lc)
 		if err != nil {
 			return fmt.Errorf("--spawn %d: %w", f.spawn, err)
 		}

@@ -176,3 +176,33 @@ func TestBenchSpawnBurstTest(t *testing.T) {
 		t.Errorf("local over 2 nodes: %+v, want more admitted than the envelope", br)
 	}
 }
+
+// --api rls drives Envoy's ShouldRateLimit on spawned nodes (a generated
+// envoy config): one hot key of 20 per second admits the burst and about
+// 20/s after it, and refuses the rest.
+func TestBenchRLSSpawn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real process")
+	}
+	out, errOut, code := tokenmesh(t, "bench", "--api", "rls", "--spawn", "1", "--limit-burst", "20", "--hot-key",
+		"--concurrency", "4", "--duration", "500ms", "--warmup", "0s", "--json", "--progress", "never")
+	var r struct {
+		Rule    string `json:"rule"`
+		Checks  int64  `json:"checks"`
+		Allowed int64  `json:"allowed"`
+		Refused int64  `json:"refused"`
+		Failed  int64  `json:"failed_rpcs"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s %s", code, err, out, errOut)
+	}
+	// burst 20 + 20/s over at most ~1.5 s of calls (measurement and the
+	// calls in flight around it).
+	if r.Rule != "rls:bench" || r.Failed != 0 || r.Allowed < 1 || r.Allowed > 20+30 || r.Refused < 1 {
+		t.Errorf("%+v: want some allowed (at most 50), some refused, none failed", r)
+	}
+	_, errOut, code = tokenmesh(t, "bench", "--api", "rls", "--burst-test")
+	if code != 2 || !strings.Contains(errOut, "--burst-test and --api rls") {
+		t.Errorf("--burst-test with rls: exit %d, %q", code, errOut)
+	}
+}
