@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/adaptive"
+	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
@@ -24,7 +25,11 @@ type Info struct {
 	// Centralized strategies are the ground truth: the simulator runs them
 	// as one node that receives every request.
 	Centralized bool
-	New         func(cfg strategy.Config) (strategy.Strategy, error)
+	// NotInAll keeps the strategy out of ParseList("all") (the simulator's
+	// default comparison): fixedwindow counts windows, not a token bucket,
+	// so comparing it with central's bucket measures nothing.
+	NotInAll bool
+	New      func(cfg strategy.Config) (strategy.Strategy, error)
 }
 
 var registry = []Info{
@@ -44,6 +49,8 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gdrl.New(cfg) }},
 	{Name: "adaptive", Summary: "static sub-buckets re-split every step by a TB Adaptor (the smallest live node) in proportion to each node's offered rate and peak backlog over a sliding window", Source: "000 §5.4",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return adaptive.New(cfg) }},
+	{Name: fixedwindow.Name, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",
+		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return fixedwindow.New(cfg) }},
 }
 
 // List returns every strategy, in the order reports show them.
@@ -73,7 +80,13 @@ func Lookup(name string) (Info, error) {
 // Errors: an unknown or repeated name, or an empty list.
 func ParseList(list string) ([]Info, error) {
 	if strings.TrimSpace(list) == "all" {
-		return registry, nil
+		var out []Info
+		for _, s := range registry {
+			if !s.NotInAll {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	out := []Info{registry[0]}
 	seen := map[string]bool{"central": true}
