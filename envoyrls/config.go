@@ -40,6 +40,14 @@
 // envoyproxy/ratelimit refuses unknown keys, so a file using tokenmesh: is
 // for tokenmesh only; without it, files are read as they are.
 //
+// The extension's algorithm is token_bucket (the default) or fixed_window:
+// envoyproxy/ratelimit's own counting (clock-aligned windows of the unit,
+// every hit counted, refused ones too), for users who need the numbers they
+// see today; it is decided at the key's rendezvous owner (strategy
+// fixedwindow), so it goes with strategy owner (the default) only:
+//
+//	tokenmesh: {algorithm: fixed_window}
+//
 // Difference from envoyproxy/ratelimit's counting: it counts hits in
 // clock-aligned fixed windows (a Redis INCRBY per window; refused hits are
 // counted too), tokenmesh refills a token bucket continuously and a
@@ -70,6 +78,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 )
 
 // Limits on what a configuration may hold (a file is read whole).
@@ -135,9 +144,12 @@ type Limit struct {
 	// and counted, answered OK even when over the limit.
 	ShadowMode bool
 	QuotaMode  bool
-	// Strategy and Params are the tokenmesh extension's (default owner, none).
+	// Strategy and Params are the tokenmesh extension's (default owner,
+	// none); fixedwindow for Algorithm fixed_window.
 	Strategy string
 	Params   map[string]string
+	// Algorithm is AlgorithmTokenBucket or AlgorithmFixedWindow.
+	Algorithm string
 }
 
 // UnitDuration is the length of unit u (envoyproxy/ratelimit's divider:
@@ -277,19 +289,42 @@ func (c *Config) Add(name string, data []byte) error {
 	return nil
 }
 
-// Rules returns the tokenmesh rules of c's limits, in c.Limits order.
-// Every node of a cluster must load the same files: peers name rules in
-// their frames.
-func (c *Config) Rules() []cluster.Rule {
+// Rules returns the tokenmesh rules of c's limits, in c.Limits order, for
+// a node whose time base (limiter.Config.Epoch) is epoch: fixed_window
+// rules get the strategy parameter align (epoch's Unix time modulo the
+// unit) so that their windows are Unix-aligned like envoyproxy/ratelimit's.
+// Every node of a cluster must load the same files with the same epoch:
+// peers name rules in their frames.
+func (c *Config) Rules(epoch time.Time) []cluster.Rule {
 	var out []cluster.Rule
 	for _, l := range c.Limits {
 		if l.Rule == "" {
 			continue
 		}
-		r, _ := l.configRule().ClusterRule() // validated when loaded
+		cr := l.configRule()
+		if l.Algorithm == AlgorithmFixedWindow {
+			cr.Params = maps.Clone(cr.Params)
+			if cr.Params == nil {
+				cr.Params = map[string]string{}
+			}
+			unit := UnitDuration(l.Unit)
+			cr.Params["align"] = (time.Duration(epoch.UnixNano()%int64(unit)+int64(unit)) % unit).String()
+		}
+		r, _ := cr.ClusterRule() // validated when loaded
 		out = append(out, r)
 	}
 	return out
+}
+
+// HasFixedWindow reports whether any limit uses algorithm fixed_window
+// (its node then needs a wall-clock epoch: Rules).
+func (c *Config) HasFixedWindow() bool {
+	for _, l := range c.Limits {
+		if l.Algorithm == AlgorithmFixedWindow && l.Rule != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // configRule is the limit's rule in config's terms.
@@ -343,10 +378,17 @@ func RuleName(path string) string {
 	return name + suffix
 }
 
+// Algorithms of the tokenmesh extension.
+const (
+	AlgorithmTokenBucket = "token_bucket"
+	AlgorithmFixedWindow = "fixed_window"
+)
+
 // ext is the tokenmesh extension in force at one level.
 type ext struct {
-	strategy string
-	params   map[string]string
+	strategy  string
+	params    map[string]string
+	algorithm string
 }
 
 type parser struct {
@@ -475,7 +517,7 @@ func (p *parser) parseFile(doc *yaml.Node) *Domain {
 		p.fail(kv[1], "domain", "is empty")
 	}
 	p.domain = d.Name
-	x := ext{strategy: config.DefaultStrategy}
+	x := ext{strategy: config.DefaultStrategy, algorithm: AlgorithmTokenBucket}
 	if t, ok := fs["tokenmesh"]; ok {
 		x = p.ext(t[1], "tokenmesh", x)
 	}
@@ -490,11 +532,17 @@ func (p *parser) parseFile(doc *yaml.Node) *Domain {
 
 // ext reads a tokenmesh extension mapping over the inherited one.
 func (p *parser) ext(n *yaml.Node, field string, in ext) ext {
-	fs := p.fields(n, field, "strategy", "params")
+	fs := p.fields(n, field, "strategy", "params", "algorithm")
 	if p.err != nil {
 		return in
 	}
-	out := ext{strategy: in.strategy, params: in.params}
+	out := ext{strategy: in.strategy, params: in.params, algorithm: in.algorithm}
+	if a, ok := fs["algorithm"]; ok {
+		out.algorithm = p.str(a[1], field+".algorithm")
+		if p.err == nil && out.algorithm != AlgorithmTokenBucket && out.algorithm != AlgorithmFixedWindow {
+			p.fail(a[1], field+".algorithm", "%q: want %s or %s", out.algorithm, AlgorithmTokenBucket, AlgorithmFixedWindow)
+		}
+	}
 	if s, ok := fs["strategy"]; ok {
 		out.strategy = p.str(s[1], field+".strategy")
 		out.params = nil // parameters belong to the strategy they were set for
@@ -597,7 +645,14 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	if p.err != nil {
 		return nil
 	}
-	l := &Limit{Domain: p.domain, Path: path, Strategy: x.strategy, Params: maps.Clone(x.params)}
+	l := &Limit{Domain: p.domain, Path: path, Strategy: x.strategy, Params: maps.Clone(x.params), Algorithm: x.algorithm}
+	if l.Algorithm == AlgorithmFixedWindow {
+		if l.Strategy != config.DefaultStrategy {
+			p.fail(n, field, "algorithm fixed_window is decided at the key's owner: it goes with strategy owner, not %q", l.Strategy)
+			return nil
+		}
+		l.Strategy = fixedwindow.Name
+	}
 	if v, ok := fs["unlimited"]; ok {
 		l.Unlimited = p.boolean(v[1], field+".unlimited")
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"pgregory.net/rapid"
@@ -68,7 +69,7 @@ func mustParse(t *testing.T, yamlText string) *Config {
 
 func TestParseExample(t *testing.T) {
 	c := mustParse(t, exampleYAML)
-	rules := c.Rules()
+	rules := c.Rules(time.Time{})
 	byName := map[string]bool{}
 	for _, r := range rules {
 		byName[r.Name] = true
@@ -191,8 +192,8 @@ func TestLoadDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Domains) != 2 || len(c.Rules()) != 2 {
-		t.Fatalf("domains %v, rules %v", c.Domains, c.Rules())
+	if len(c.Domains) != 2 || len(c.Rules(time.Time{})) != 2 {
+		t.Fatalf("domains %v, rules %v", c.Domains, c.Rules(time.Time{}))
 	}
 	write("c.yaml", "domain: one\n")
 	_, err = LoadDir(dir)
@@ -245,7 +246,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		for _, r := range c.Rules() {
+		for _, r := range c.Rules(time.Time{}) {
 			if r.Burst < 1 || r.Name == "" {
 				t.Fatalf("bad rule %+v", r)
 			}
@@ -258,4 +259,38 @@ func FuzzParse(f *testing.F) {
 			c.Match(d, []Entry{{key, value}, {key, value}})
 		}
 	})
+}
+
+func TestFixedWindowExtension(t *testing.T) {
+	c := mustParse(t, `domain: fw
+tokenmesh: {algorithm: fixed_window}
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    tokenmesh: {algorithm: token_bucket}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	if !c.HasFixedWindow() {
+		t.Fatal("HasFixedWindow false")
+	}
+	// An epoch 90 s past a minute boundary: windows start 30 s later in
+	// the node's time (align 30s).
+	epoch := time.Unix(1_700_000_040+90, 0) // 1_700_000_040 is a whole minute
+	rules := c.Rules(epoch)
+	if len(rules) != 2 || rules[0].Strategy != "fixedwindow" || len(rules[0].Params) != 1 || rules[0].Params[0] != "align=30s" {
+		t.Fatalf("fixed_window rule: %+v", rules[0])
+	}
+	if rules[1].Strategy != "owner" || len(rules[1].Params) != 0 {
+		t.Fatalf("token_bucket rule: %+v", rules[1])
+	}
+	for _, x := range []struct{ yaml, want string }{
+		{"domain: a\ntokenmesh: {algorithm: sliding}\n", `tokenmesh.algorithm: "sliding": want token_bucket or fixed_window`},
+		{"domain: a\ntokenmesh: {algorithm: fixed_window, strategy: gdrl}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}",
+			`descriptors[0].rate_limit: algorithm fixed_window is decided at the key's owner: it goes with strategy owner, not "gdrl"`},
+	} {
+		if _, err := Parse("fw.yaml", []byte(x.yaml)); err == nil || !strings.Contains(err.Error(), x.want) {
+			t.Errorf("%q: %v, want %q", x.yaml, err, x.want)
+		}
+	}
 }

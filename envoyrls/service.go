@@ -56,12 +56,13 @@ type Service struct {
 	cfg     *Config
 	checker Checker
 	observe Observer
+	clock   func() time.Time // fixed_window's duration_until_reset
 }
 
 // New returns the service for cfg's limits, decided by c (which must hold
-// cfg.Rules()). observe may be nil.
+// cfg.Rules(epoch)). observe may be nil.
 func New(cfg *Config, c Checker, observe Observer) *Service {
-	return &Service{cfg: cfg, checker: c, observe: observe}
+	return &Service{cfg: cfg, checker: c, observe: observe, clock: time.Now}
 }
 
 // Register registers the service on g.
@@ -85,7 +86,10 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     limit_remaining (the bucket's whole tokens left; 0 when over the limit
 //     and when the deciding node is another one, whose count is not sent
 //     back) and duration_until_reset (time until the bucket is full again;
-//     one unit when the count is unknown);
+//     one unit when the count is unknown); with algorithm fixed_window,
+//     limit_remaining is requests_per_unit minus the window's count and
+//     duration_until_reset the whole seconds to the window's end, as
+//     envoyproxy/ratelimit computes them;
 //   - requests_per_unit 0: always OVER_LIMIT (no rule);
 //   - overall_code OVER_LIMIT if any descriptor is;
 //   - response_headers_to_add: x-ratelimit-limit, -remaining, -reset of the
@@ -215,6 +219,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				missing := int64(l.RequestsPerUnit) - rem
 				reset = time.Duration(math.Ceil(float64(unit) * float64(missing) / float64(l.RequestsPerUnit)))
 			}
+		}
+		if l.Algorithm == AlgorithmFixedWindow {
+			// envoyproxy/ratelimit's CalculateReset: unit - now % unit, in
+			// whole seconds of Unix time.
+			sec := int64(unit / time.Second)
+			reset = time.Duration(sec-s.clock().Unix()%sec) * time.Second
 		}
 		st.DurationUntilReset = durationpb.New(reset)
 		if over {

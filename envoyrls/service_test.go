@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -27,7 +28,7 @@ type fakeChecker struct {
 
 func newFake(c *Config) *fakeChecker {
 	f := &fakeChecker{burst: map[string]int64{}, left: map[string]int64{}}
-	for _, r := range c.Rules() {
+	for _, r := range c.Rules(time.Time{}) {
 		f.burst[r.Name] = r.Burst
 	}
 	return f
@@ -243,5 +244,17 @@ func TestInvalidRequests(t *testing.T) {
 	_, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "a")}})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("undecided: %v, want UNAVAILABLE", err)
+	}
+}
+
+// fixed_window: duration_until_reset is envoyproxy/ratelimit's whole
+// seconds to the end of the clock-aligned window.
+func TestFixedWindowReset(t *testing.T) {
+	c := mustParse(t, "domain: fw\ntokenmesh: {algorithm: fixed_window}\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	s := New(c, newFake(c), nil)
+	s.clock = func() time.Time { return time.Unix(1_700_000_040+42, 500) } // 42.0000005 s into a minute
+	resp := check(t, s, &rlsv3.RateLimitRequest{Domain: "fw", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "x")}}, OK, want{OK, 5, 4})
+	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 18*time.Second {
+		t.Errorf("reset %v, want 18s", d)
 	}
 }

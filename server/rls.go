@@ -36,7 +36,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, package
 // envoyrls) on g, deciding cfg's limits through the node's cluster
 // (cluster.Node.CheckBatch, as Check does), and reports it in the gRPC
-// health service. cfg.Rules() must be among the rules given to New (the
+// health service. cfg.Rules(epoch) must be among the rules given to New (the
 // node's rules); their decisions count in tokenmesh_decisions_total and
 // tokenmesh_decision_seconds under the derived rule names (rls.*), a
 // shadow_mode check over its limit as allowed. Without a node it does

@@ -66,6 +66,13 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: day, requests_per_unit: 2}
 `,
+	// algorithm fixed_window: envoyproxy/ratelimit's own counting.
+	"fixed.yaml": `domain: fixed
+tokenmesh: {algorithm: fixed_window}
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: day, requests_per_unit: 5}
+`,
 	// replaces: a gold tenant's limit replaces the per-user one.
 	"replaces.yaml": `domain: replaces
 descriptors:
@@ -269,6 +276,31 @@ rules:
 	rlsCheck(t, cl, "replaces", 1, rlsOver, gold, rlsWant{rlsOver, 6, 0}, rlsWant{rlsOK, 0, 0})
 	rlsCheck(t, cl, "replaces", 1, rlsOK, d("user", "u1"), rlsWant{rlsOK, 2, 1})
 
+	// fixed_window: the remaining counts of envoyproxy/ratelimit's fixed
+	// window for the same hits (its INCRBY counts refused hits too, so the
+	// third call is over where a token bucket would still admit 1), and its
+	// duration_until_reset (whole seconds to the end of the UTC day).
+	for i, x := range []struct {
+		hits      uint32
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}{{3, rlsOK, 2}, {3, rlsOver, 0}, {1, rlsOver, 0}} {
+		before := time.Now().Unix()
+		resp := rlsCheck(t, cl, "fixed", x.hits, x.code, d("remote_address", "198.51.100.1"), rlsWant{x.code, 5, x.remaining})
+		after := time.Now().Unix()
+		reset := resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+		if hi, lo := 86400-before%86400, 86400-after%86400; reset < time.Duration(min(lo, hi))*time.Second || reset > time.Duration(max(lo, hi))*time.Second {
+			t.Errorf("fixed_window hit %d: duration_until_reset %v, want the seconds to the end of the UTC day (%d..%d)", i, reset, lo, hi)
+		}
+	}
+	for _, x := range []struct {
+		hits      uint32
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}{{0, rlsOK, 4}, {4, rlsOK, 0}, {1, rlsOver, 0}} {
+		rlsCheck(t, cl, "fixed", x.hits, x.code, d("remote_address", "198.51.100.2"), rlsWant{x.code, 5, x.remaining})
+	}
+
 	// The derived rules are the node's: tokenmesh.v1 ListRules shows them.
 	if !strings.Contains(out.String(), "rule rls.messaging.message_type_marketing.to_number: rate ") {
 		t.Errorf("serve does not list the derived rules")
@@ -301,23 +333,26 @@ func TestRLSClusterE2E(t *testing.T) {
 		cl, _ := dialRLS(t, n.GRPC)
 		cls = append(cls, cl)
 	}
-	ok := 0
-	for i := range 15 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := cls[i%3].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge_proxy_per_ip",
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc("remote_address", "192.0.2.7")}})
-		cancel()
-		if err != nil {
-			t.Fatalf("check %d at n%d: %v", i, i%3, err)
+	// token bucket (owner) and fixed_window (fixedwindow, at the owner too)
+	for _, domain := range []string{"edge_proxy_per_ip", "fixed"} {
+		ok := 0
+		for i := range 15 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cls[i%3].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc("remote_address", "192.0.2.7")}})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: check %d at n%d: %v", domain, i, i%3, err)
+			}
+			if resp.GetOverallCode() == rlsOK {
+				ok++
+			}
+			if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 5 {
+				t.Errorf("%s: check %d at n%d: current_limit %v", domain, i, i%3, st.GetCurrentLimit())
+			}
 		}
-		if resp.GetOverallCode() == rlsOK {
-			ok++
+		if ok != 5 {
+			t.Errorf("%s: 15 checks of one address over 3 nodes: %d OK, want exactly 5 (5 per day, at the key's owner)", domain, ok)
 		}
-		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 5 {
-			t.Errorf("check %d at n%d: current_limit %v", i, i%3, st.GetCurrentLimit())
-		}
-	}
-	if ok != 5 {
-		t.Errorf("15 checks of one address over 3 nodes: %d OK, want exactly 5 (5 per day, owner)", ok)
 	}
 }

@@ -153,6 +153,10 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		envoyDir = opts.envoyConfig
 	}
 	var envoyCfg *envoyrls.Config
+	var lcEpoch time.Time // the node's time base: clusterEpoch with peers or fixed_window rules
+	if configPath != "" {
+		lcEpoch = clusterEpoch
+	}
 	if envoyDir != "" {
 		if envoyCfg, err = envoyrls.LoadDir(envoyDir); err != nil {
 			return fmt.Errorf("envoy config: %w", err)
@@ -161,7 +165,12 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		for _, r := range rules {
 			have[r.Name] = true
 		}
-		for _, r := range envoyCfg.Rules() {
+		if envoyCfg.HasFixedWindow() {
+			// fixed_window windows are Unix-aligned: the node needs a
+			// wall-clock time base (a networked node has one already).
+			lcEpoch = clusterEpoch
+		}
+		for _, r := range envoyCfg.Rules(lcEpoch) {
 			if have[r.Name] {
 				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
 			}
@@ -179,8 +188,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 				return err
 			}
 		}
-		lc.Peer, lc.Epoch = pc, clusterEpoch
+		lc.Peer = pc
 	}
+	lc.Epoch = lcEpoch
 	var faulty *cluster.Faulty
 	if opts.faultInjection {
 		lc.Peer.WrapTransport = func(t cluster.Transport) cluster.Transport {
