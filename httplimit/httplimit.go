@@ -184,6 +184,8 @@ type Options struct {
 	//	{path:N}       the N-th segment of the URL path, 1-based ("/v1/users/7": {path:3} is "7")
 	//	{jwt:CLAIM}    a claim of the bearer JWT in Authorization, NOT verified (see the package doc)
 	//	{method}       the request method
+	//	{query:NAME}   the URL query parameter NAME; a bare {NAME} (as the config's
+	//	               {key}, {tenant}) is the same
 	Key string
 	// Checker decides (required).
 	Checker Checker
@@ -377,8 +379,20 @@ func placeholder(ph string) (keyFunc, error) {
 		}, nil
 	case kind == "jwt" && arg != "":
 		return func(r *http.Request) (string, error) { return jwtClaim(r, arg) }, nil
+	case kind == "query" && arg != "" || !hasArg && kind != "":
+		name := arg
+		if !hasArg {
+			name = kind
+		}
+		return func(r *http.Request) (string, error) {
+			v := r.URL.Query().Get(name)
+			if v == "" {
+				return "", fmt.Errorf("query parameter %s is missing", name)
+			}
+			return v, nil
+		}, nil
 	}
-	return nil, errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method})")
+	return nil, errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method}, {query:NAME} or {NAME})")
 }
 
 func clientAddr(r *http.Request) (string, error) {

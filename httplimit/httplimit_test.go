@@ -163,6 +163,9 @@ func TestKeyTemplates(t *testing.T) {
 		{"{jwt:sub}", "/", map[string]string{"Authorization": "Bearer abc"}, "", "not a JWT"},
 		{"{jwt:sub}", "/", map[string]string{"Authorization": "Bearer a.!!!.c"}, "", "JWT payload"},
 		{"{jwt:sub}", "/", nil, "", "no bearer token"},
+		{"{tenant}", "/?tenant=acme", nil, "acme", ""},
+		{"{query:key}", "/?key=k1", nil, "k1", ""},
+		{"{key}", "/", nil, "", "query parameter key is missing"},
 	} {
 		f, err := ParseKey(x.tmpl)
 		if err != nil {
@@ -178,7 +181,7 @@ func TestKeyTemplates(t *testing.T) {
 			t.Errorf("%s on %s %v: %q, %v; want %q, %q", x.tmpl, x.path, x.hdr, got, err, x.want, x.err)
 		}
 	}
-	for _, bad := range []string{"{nope}", "{header:}", "{path:0}", "{path:x}", "{client_addr", "a}", ""} {
+	for _, bad := range []string{"{nope:x}", "{}", "{header:}", "{path:0}", "{path:x}", "{client_addr", "a}", ""} {
 		if _, err := ParseKey(bad); err == nil {
 			t.Errorf("ParseKey(%q) accepted", bad)
 		}

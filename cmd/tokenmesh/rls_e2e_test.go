@@ -6,9 +6,9 @@ package main
 // "Configuration" and its examples; rewritten, not copied).
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,6 +159,52 @@ func dialRLS(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.Cli
 	return rlsv3.NewRateLimitServiceClient(conn), conn
 }
 
+// serveAddrs is what serve --addr-file writes.
+type serveAddrs struct{ API, GRPC string }
+
+// startServeProc runs serve --config cfg in dir until the test ends and
+// returns its bound addresses once written, and its output.
+func startServeProc(t *testing.T, dir, cfg string) (serveAddrs, *lockedBuf) {
+	t.Helper()
+	addrFile := filepath.Join(dir, "addrs.json")
+	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
+	out := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+		}
+		<-done
+		if t.Failed() {
+			t.Logf("serve output:\n%s", out.String())
+		}
+	})
+	var addrs serveAddrs
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no --addr-file after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addrs, out
+}
+
 // TestRLSServeE2E: one serve process with node.envoy_config.
 func TestRLSServeE2E(t *testing.T) {
 	if testing.Short() {
@@ -181,42 +227,7 @@ rules:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addrFile := filepath.Join(dir, "addrs.json")
-	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if p, err := os.FindProcess(pid); err == nil {
-			_ = p.Kill()
-		}
-		<-done
-		if t.Failed() {
-			t.Logf("serve output:\n%s", out.String())
-		}
-	})
-	var addrs struct{ GRPC string }
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
-			break
-		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("serve exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no --addr-file after 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	addrs, out := startServeProc(t, dir, cfg)
 	cl, conn := dialRLS(t, addrs.GRPC)
 	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer hcancel()
@@ -225,7 +236,9 @@ rules:
 		t.Fatalf("health of the RLS service: %v %v", hr, err)
 	}
 
-	d := func(kv ...string) []*ratelimitv3.RateLimitDescriptor { return []*ratelimitv3.RateLimitDescriptor{rlsDesc(kv...)} }
+	d := func(kv ...string) []*ratelimitv3.RateLimitDescriptor {
+		return []*ratelimitv3.RateLimitDescriptor{rlsDesc(kv...)}
+	}
 	// A default key: 5 a day per address; hits_addend 0 counts as 1.
 	for i := range 5 {
 		rlsCheck(t, cl, "edge_proxy_per_ip", 0, rlsOK, d("remote_address", "10.1.1.1"), rlsWant{rlsOK, 5, uint32(4 - i)})
@@ -354,5 +367,75 @@ func TestRLSClusterE2E(t *testing.T) {
 		if ok != 5 {
 			t.Errorf("%s: 15 checks of one address over 3 nodes: %d OK, want exactly 5 (5 per day, at the key's owner)", domain, ok)
 		}
+	}
+}
+
+// TestServeHTTPMode: serve's HTTP mode answers curl-like requests with 429,
+// Retry-After and the RateLimit headers, the key taken by the rule's key
+// template (here a header).
+func TestServeHTTPMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real process")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tokenmesh.yaml")
+	if err := os.WriteFile(cfg, []byte(`node:
+  name: edge
+  api_addr: 127.0.0.1:0
+  grpc_addr: 127.0.0.1:0
+  peer_addr: 127.0.0.1:0
+  gossip_addr: 127.0.0.1:0
+rules:
+  - name: api
+    key: "{header:x-api-key}"
+    rate: 1/m
+    burst: 2
+  - name: tenants
+    key: "{tenant}"
+    rate: 1/m
+    burst: 1
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := startServeProc(t, dir, cfg)
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(path, apiKey string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addrs.API+path, nil)
+		if apiKey != "" {
+			req.Header.Set("X-Api-Key", apiKey)
+		}
+		// the API may still be starting right after the address file
+		for range 50 {
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				return resp
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("GET %s: no answer", path)
+		return nil
+	}
+	for i, want := range []int{200, 200, 429} {
+		resp := get("/v1/limit/api", "k1")
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+		if resp.Header.Get("RateLimit-Policy") != `"api";q=2;w=120` || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"api";r=`) {
+			t.Errorf("request %d: headers %v", i, resp.Header)
+		}
+		if want == 429 && resp.Header.Get("Retry-After") != "60" {
+			t.Errorf("429 without Retry-After 60: %v", resp.Header)
+		}
+	}
+	if resp := get("/v1/limit/api", ""); resp.StatusCode != 400 {
+		t.Errorf("no key: %d, want 400", resp.StatusCode)
+	}
+	if resp := get("/v1/limit/nosuch", "k1"); resp.StatusCode != 404 {
+		t.Errorf("unknown rule: %d, want 404", resp.StatusCode)
+	}
+	if a, b := get("/v1/limit/tenants?tenant=acme", "").StatusCode, get("/v1/limit/tenants?tenant=acme", "").StatusCode; a != 200 || b != 429 {
+		t.Errorf("{tenant} from the query: %d %d, want 200 429", a, b)
 	}
 }

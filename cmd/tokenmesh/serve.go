@@ -63,6 +63,10 @@ HTTP/JSON at node.api_addr:
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the node is started
   GET  /metrics   Prometheus metrics (docs/API.md lists them)
+  ANY  /v1/limit/{rule}  HTTP mode: one token of the rule for the key its key
+                  template takes from the request (rules[].key, default {key}:
+                  ?key=); 200 "allowed" or 429 with Retry-After, and the
+                  RateLimit / RateLimit-Policy headers (docs/API.md)
 
 With --envoy-config DIR (or node.envoy_config), serve reads envoyproxy/
 ratelimit's YAML descriptor files in DIR (one domain per file), adds one
@@ -223,7 +227,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
-	handler := api.Handler()
+	handler := withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
