@@ -58,7 +58,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 0}
 `
 
-func mustParse(t *testing.T, yamlText string) *Config {
+func mustParse(t testing.TB, yamlText string) *Config {
 	t.Helper()
 	c, err := Parse("edge.yaml", []byte(yamlText))
 	if err != nil {

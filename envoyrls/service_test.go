@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
@@ -257,4 +258,39 @@ func TestFixedWindowReset(t *testing.T) {
 	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 18*time.Second {
 		t.Errorf("reset %v, want 18s", d)
 	}
+}
+
+// FuzzShouldRateLimit: any request a peer (Envoy) can send, as wire bytes,
+// is answered or refused with a status, never a panic; an answer has one
+// status per descriptor and never counts an unbounded number of hits.
+func FuzzShouldRateLimit(f *testing.F) {
+	c := mustParse(f, exampleYAML)
+	seed := &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("message_type", "marketing", "to_number", "1"), desc("path", "/shared/x"), desc("tenant", "gold"), desc("user", "u")}}
+	b, _ := proto.Marshal(seed)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req rlsv3.RateLimitRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		fk := newFake(c)
+		resp, err := New(c, fk, nil).ShouldRateLimit(context.Background(), &req)
+		if err != nil {
+			if _, ok := status.FromError(err); !ok {
+				t.Fatalf("error without a status: %v", err)
+			}
+			return
+		}
+		if len(resp.Statuses) != len(req.Descriptors) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
+		}
+		for _, call := range fk.calls {
+			for _, it := range call {
+				if it.Tokens < 1 || it.Tokens > MaxHits {
+					t.Fatalf("item %+v", it)
+				}
+			}
+		}
+	})
 }

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/limiter"
+)
+
+// RegisterRLS serves Envoy's ShouldRateLimit over the node, reports it in
+// the health service, counts its decisions in the metrics under the
+// derived rule names, and refuses calls while not ready.
+func TestRegisterRLS(t *testing.T) {
+	cfg, err := envoyrls.Parse("edge.yaml", []byte("domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := append(testRules(), cfg.Rules(time.Time{})...)
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Close() })
+	s := New(node, rules)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.RegisterGRPC(g)
+	s.RegisterRLS(g, cfg)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	cl := rlsv3.NewRateLimitServiceClient(cc)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "1.2.3.4"}}}}}
+	var got []rlsv3.RateLimitResponse_Code
+	for range 3 {
+		resp, err := cl.ShouldRateLimit(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.GetOverallCode())
+	}
+	if got[0] != rlsv3.RateLimitResponse_OK || got[1] != rlsv3.RateLimitResponse_OK || got[2] != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("codes %v, want OK OK OVER_LIMIT", got)
+	}
+	hr, err := healthpb.NewHealthClient(cc).Check(ctxT(t), &healthpb.HealthCheckRequest{Service: envoyrls.ServiceName})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health: %v %v", hr, err)
+	}
+	if _, err := cl.ShouldRateLimit(ctxT(t), &rlsv3.RateLimitRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("empty request: %v", err)
+	}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(w.Body)
+	for _, want := range []string{
+		`tokenmesh_decisions_total{result="allowed",rule="rls.edge.ip",strategy="owner"} 2`,
+		`tokenmesh_decisions_total{result="refused",rule="rls.edge.ip",strategy="owner"} 1`,
+		`tokenmesh_invalid_requests_total 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	s.SetReady(false)
+	if _, err := cl.ShouldRateLimit(ctxT(t), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("not ready: %v, want UNAVAILABLE", err)
+	}
+	hr, err = healthpb.NewHealthClient(cc).Check(ctxT(t), &healthpb.HealthCheckRequest{Service: envoyrls.ServiceName})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health after SetReady(false): %v %v", hr, err)
+	}
+}
