@@ -349,3 +349,23 @@ func ExampleParse() {
 	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
 	// api 100/s 200 owner
 }
+
+// node.envoy_config is read and, by Load, resolved against the file's
+// directory.
+func TestEnvoyConfigField(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "n.yaml")
+	if err := os.WriteFile(p, []byte("node:\n  envoy_config: ratelimit\nrules: [{name: a, rate: 1/s}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "ratelimit"); f.Node.EnvoyConfig != want {
+		t.Errorf("EnvoyConfig %q, want %q", f.Node.EnvoyConfig, want)
+	}
+	if f, err := Parse([]byte("node:\n  envoy_config: /etc/rl\nrules: [{name: a, rate: 1/s}]\n"), "n.yaml"); err != nil || f.Node.EnvoyConfig != "/etc/rl" {
+		t.Errorf("Parse: %v %v", f, err)
+	}
+}
