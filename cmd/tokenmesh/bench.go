@@ -261,8 +261,12 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		if err != nil {
 			return fmt.Errorf("--spawn: finding the tokenmesh binary: %w", err)
 		}
-		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
-			f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
+		if f.api == loadgen.APIRLS {
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLS, domain %s)...\n", f.spawn, f.domain)
+		} else {
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
+				f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
+		}
 		lc := localcluster.Config{Binary: bin, Nodes: f.spawn,
 			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}}
 		if f.api == loadgen.APIRLS {
@@ -352,8 +356,11 @@ func writeBenchTable(w io.Writer, r *loadgen.Result) {
 	if r.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %g calls/s", r.Rate)
 	}
-	fmt.Fprintf(w, "\ntargets %s, rule %s (%.6g/s, burst %d), %s, %.1fs measured\n",
-		strings.Join(r.Targets, ","), r.Rule, r.RuleRate, r.RuleBurst, mode, r.ElapsedSec)
+	what := fmt.Sprintf("rule %s (%.6g/s, burst %d)", r.Rule, r.RuleRate, r.RuleBurst)
+	if domain, ok := strings.CutPrefix(r.Rule, "rls:"); ok {
+		what = "Envoy RLS, domain " + domain
+	}
+	fmt.Fprintf(w, "\ntargets %s, %s, %s, %.1fs measured\n", strings.Join(r.Targets, ","), what, mode, r.ElapsedSec)
 	fmt.Fprintf(w, "checks %d: allowed %d, refused %d, errors %d; calls %d, failed %d; p90 %.3f ms, max %.3f ms\n",
 		r.Checks, r.Allowed, r.Refused, r.Errors, r.RPCs, r.FailedRPCs, r.LatencyMS.P90, r.LatencyMS.Max)
 	fmt.Fprintf(w, "client CPU: %.2f cores\n", r.CPUCores)
