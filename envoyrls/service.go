@@ -82,7 +82,8 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     current_limit; unlimited: OK with limit_remaining 2^32-1; otherwise the
 //     rule's verdict for the descriptor's hits (descriptor hits_addend if set,
 //     else the request's; 0 counts as 1), OVER_LIMIT when refused unless
-//     shadow_mode or quota_mode (then OK), with current_limit,
+//     shadow_mode or quota_mode (then OK; quota_mode without
+//     duration_until_reset, as envoyproxy/ratelimit), with current_limit,
 //     limit_remaining (the bucket's whole tokens left; 0 when over the limit
 //     and when the deciding node is another one, whose count is not sent
 //     back) and duration_until_reset (time until the bucket is full again;
@@ -92,9 +93,10 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     envoyproxy/ratelimit computes them;
 //   - requests_per_unit 0: always OVER_LIMIT (no rule);
 //   - overall_code OVER_LIMIT if any descriptor is;
-//   - response_headers_to_add: x-ratelimit-limit, -remaining, -reset of the
-//     descriptor with the least remaining (an over-limit one first), when any
-//     descriptor had a limit.
+//   - response_headers_to_add: x-ratelimit-limit, -remaining, -reset (whole
+//     seconds) of the descriptor closest to its limit, picked as
+//     envoyproxy/ratelimit does (the last one over its limit, else the first
+//     with the least limit_remaining), when any descriptor had a limit.
 //
 // Items are decided in one batch in descriptor order (two descriptors of one
 // bucket see each other). When the cluster cannot decide a check (node
@@ -193,7 +195,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	// The descriptor closest to its limit, as envoyproxy/ratelimit picks it
+	// for its headers: the first with the least limit_remaining, or the last
+	// over its limit (not in quota_mode).
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	var closestReset time.Duration
+	minRemaining := uint32(math.MaxUint32)
 	for i, l := range limits {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
@@ -229,21 +236,25 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		st.DurationUntilReset = durationpb.New(reset)
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			if l.ShadowMode || l.QuotaMode {
+			switch {
+			case l.QuotaMode:
+				// envoyproxy/ratelimit answers a quota_mode violation OK,
+				// without duration_until_reset.
+				st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
+			case l.ShadowMode:
 				st.Code = rlsv3.RateLimitResponse_OK
 			}
 		}
+		if st.LimitRemaining < minRemaining {
+			closest, closestReset, minRemaining = st, reset, st.LimitRemaining
+		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if closest == nil || closest.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
-				closest = st
-			}
-		} else if closest == nil || closest.Code != rlsv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < closest.LimitRemaining {
-			closest = st
+			closest, closestReset, minRemaining = st, reset, 0
 		}
 	}
 	if closest != nil {
-		resetS := (closest.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second
+		resetS := (closestReset + time.Second - 1) / time.Second
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},

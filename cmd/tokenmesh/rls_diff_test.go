@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 )
 
 // diffConfig exercises every semantic at once: a default key, explicit
-// values, unlimited, nested descriptors, shadow_mode, replaces, wildcards
+// values, unlimited, nested descriptors, shadow_mode, quota_mode, replaces, wildcards
 // with and without share_threshold. Per-day limits: no window ends during
 // the test (unless it runs across midnight UTC: then it is retried).
 const diffConfig = `domain: diff
@@ -41,6 +42,9 @@ descriptors:
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: day, requests_per_unit: 3}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 2}
   - key: tenant
     value: gold
     rate_limit: {unit: day, requests_per_unit: 8, name: gold, replaces: [{name: per_user}]}
@@ -111,7 +115,9 @@ func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 	rl.Env = append(os.Environ(), "USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
 		"RUNTIME_ROOT="+filepath.Join(dir, "rt"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(rlGRPCPort),
-		"PORT="+strconv.Itoa(rlHTTPPort), "DEBUG_PORT="+strconv.Itoa(rlDebugPort))
+		"PORT="+strconv.Itoa(rlHTTPPort), "DEBUG_PORT="+strconv.Itoa(rlDebugPort),
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=x-ratelimit-limit",
+		"LIMIT_REMAINING_HEADER=x-ratelimit-remaining", "LIMIT_RESET_HEADER=x-ratelimit-reset")
 	startProc(t, rl, "envoyproxy/ratelimit")
 
 	cfg := filepath.Join(dir, "tokenmesh.yaml")
@@ -141,7 +147,9 @@ func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 2026))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	descriptor := func() *ratelimitv3.RateLimitDescriptor {
-		switch rng.IntN(7) {
+		switch rng.IntN(8) {
+		case 7:
+			return rlsDesc("quota", pick("a", "b"))
 		case 0:
 			return rlsDesc("ip", pick("10.0.0.1", "10.0.0.2", "10.0.0.3"))
 		case 1:
@@ -158,7 +166,7 @@ func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 			return rlsDesc("path", pick("/a/1", "/a/2", "/s/1", "/s/2", "/z"))
 		}
 	}
-	compared := 0
+	compared, headers := 0, 0
 	for i := range 300 {
 		req := &rlsv3.RateLimitRequest{Domain: "diff", HitsAddend: uint32(rng.IntN(4))}
 		if rng.IntN(10) == 0 {
@@ -193,6 +201,28 @@ func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 			}
 			compared++
 		}
+		// the headers Envoy forwards: same names, limit and remaining; reset
+		// within a second
+		hdr := func(r *rlsv3.RateLimitResponse) []string {
+			var out []string
+			for _, h := range r.GetResponseHeadersToAdd() {
+				out = append(out, h.GetKey()+"="+h.GetValue())
+			}
+			return out
+		}
+		gh, wh := hdr(got), hdr(want)
+		same := len(gh) == len(wh)
+		for k := 0; same && k < len(gh); k++ {
+			if gh[k] != wh[k] {
+				g, _ := strconv.Atoi(strings.TrimPrefix(gh[k], "x-ratelimit-reset="))
+				w, _ := strconv.Atoi(strings.TrimPrefix(wh[k], "x-ratelimit-reset="))
+				same = strings.HasPrefix(gh[k], "x-ratelimit-reset=") && strings.HasPrefix(wh[k], "x-ratelimit-reset=") && g-w <= 1 && w-g <= 1
+			}
+		}
+		if !same {
+			t.Fatalf("request %d %v: headers\n tokenmesh %v\n envoy     %v", i, req, gh, wh)
+		}
+		headers += len(gh)
 	}
-	t.Logf("%d descriptor statuses identical", compared)
+	t.Logf("%d descriptor statuses and %d response headers identical", compared, headers)
 }
