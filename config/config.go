@@ -14,6 +14,7 @@
 //	  gossip_addr: 10.0.0.1:7946
 //	  join: [10.0.0.2:7946]
 //	  secret_key_file: /etc/tokenmesh/gossip.key
+//	  memory_limit: 512MiB
 //	rules:
 //	  - name: api
 //	    key: "{header:x-api-key}"
@@ -121,6 +122,44 @@ type Node struct {
 	SecretKeyFile string
 	// TLS, when set, turns on mTLS between peers.
 	TLS *TLS
+	// Insecure (insecure: true) lets serve run a multi-node cluster
+	// (MultiNode) with neither SecretKey nor TLS: any process that reaches
+	// the peer port can then speak for any member. serve logs a warning at
+	// every start. Default false: such a node refuses to start.
+	Insecure bool
+	// MemoryLimit is the Go runtime's soft memory limit in bytes
+	// (runtime/debug.SetMemoryLimit; the GOMEMLIMIT environment variable
+	// does the same), from "512MiB", "2GiB", "300MB" or a plain byte
+	// count. 0: not set here (GOMEMLIMIT, if set, applies).
+	MemoryLimit int64
+}
+
+// MultiNode reports whether the node is meant to have peers on a network:
+// it joins others (Join), or its gossip address is not a loopback one (so
+// others may join it).
+func (n Node) MultiNode() bool {
+	if len(n.Join) > 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(n.GossipAddr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// CheckPeerSecurity is serve's start-up rule: a multi-node node
+// (MultiNode) needs a SecretKey (every peer frame carries an HMAC) or TLS
+// (peer mTLS), unless Insecure says otherwise. Errors name the fields.
+func (n Node) CheckPeerSecurity() error {
+	if !n.MultiNode() || len(n.SecretKey) > 0 || n.TLS != nil || n.Insecure {
+		return nil
+	}
+	return errors.New("node: a multi-node cluster (node.join set, or a non-loopback node.gossip_addr) needs node.secret_key (or secret_key_file) to authenticate peer frames, or node.tls for peer mTLS; without either any process that reaches the peer port can speak for a member. Set node.insecure: true to run without (not recommended)")
 }
 
 // TLS names the PEM files for mutual TLS between peers: this node's
@@ -180,6 +219,8 @@ type rawNode struct {
 	SecretKey     string     `yaml:"secret_key"`
 	SecretKeyFile string     `yaml:"secret_key_file"`
 	TLS           *rawTLS    `yaml:"tls"`
+	Insecure      *bool      `yaml:"insecure"`
+	MemoryLimit   string     `yaml:"memory_limit"`
 }
 
 type rawAPITLS struct {
@@ -370,7 +411,7 @@ func knownFields(parent string) string {
 	case parent == "":
 		return " (known: node, rules)"
 	case parent == "node":
-		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls)"
+		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, insecure, memory_limit)"
 	case parent == "node.tls":
 		return " (known: cert_file, key_file, ca_file)"
 	case parent == "node.api_tls":
@@ -564,6 +605,44 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.TLS = t
 	}
+	if raw.Insecure != nil {
+		n.Insecure = *raw.Insecure
+	}
+	if raw.MemoryLimit != "" {
+		v, err := ParseBytes(raw.MemoryLimit)
+		if err != nil {
+			p.fail("node.memory_limit", path("memory_limit"), "%v", err)
+		}
+		n.MemoryLimit = v
+	}
+}
+
+// ParseBytes parses a size in bytes: a non-negative integer with an
+// optional unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
+// (powers of 1024), e.g. "512MiB". Errors: anything else, or a size above
+// 2^62 bytes.
+func ParseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size in bytes (forms: 536870912, 512MiB, 2GiB, 300MB)", s)
+	}
+	if v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is above 2^62 bytes", s)
+	}
+	return v * mult, nil
 }
 
 func (p *parser) rule(i int, raw rawRule) Rule {
@@ -746,6 +825,9 @@ func (f *File) Validate() error {
 	}
 	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
 		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
+	}
+	if n.MemoryLimit < 0 {
+		return fmt.Errorf("node.memory_limit: %d bytes is negative", n.MemoryLimit)
 	}
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")

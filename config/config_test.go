@@ -333,3 +333,58 @@ func ExampleParse() {
 	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
 	// api 100/s 200 owner
 }
+
+func TestParseBytes(t *testing.T) {
+	good := map[string]int64{"0": 0, "512MiB": 512 << 20, "2GiB": 2 << 30, "300MB": 300e6, "1 KiB": 1024, "17B": 17, "536870912": 536870912}
+	for in, want := range good {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5GiB", "12XB", "MiB", "9999999999TiB", "0x10"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestPeerSecurity(t *testing.T) {
+	cases := []struct {
+		yaml    string
+		multi   bool
+		refused bool
+	}{
+		{"node: {name: a}", false, false},
+		{"node: {name: a, gossip_addr: 127.0.0.1:0}", false, false},
+		{"node: {name: a, gossip_addr: 10.0.0.1:7946}", true, true},
+		{"node: {name: a, gossip_addr: 0.0.0.0:7946}", true, true},
+		{"node: {name: a, gossip_addr: 127.0.0.1:0, join: [127.0.0.1:7000]}", true, true},
+		{"node: {name: a, join: [127.0.0.1:7000], secret_key: " + key32 + "}", true, false},
+		{"node: {name: a, join: [127.0.0.1:7000], insecure: true}", true, false},
+		{"node: {name: a, gossip_addr: 10.0.0.1:7946, insecure: false}", true, true},
+	}
+	for _, c := range cases {
+		f, err := Parse([]byte(c.yaml+"\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if got := f.Node.MultiNode(); got != c.multi {
+			t.Errorf("%s: MultiNode %v, want %v", c.yaml, got, c.multi)
+		}
+		err = f.Node.CheckPeerSecurity()
+		if (err != nil) != c.refused {
+			t.Errorf("%s: CheckPeerSecurity = %v, want refused %v", c.yaml, err, c.refused)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "node.secret_key") || !strings.Contains(err.Error(), "node.insecure")) {
+			t.Errorf("%s: the error %q does not name the fields to set", c.yaml, err)
+		}
+	}
+	f, err := Parse([]byte("node: {name: a, memory_limit: 512MiB}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err != nil || f.Node.MemoryLimit != 512<<20 {
+		t.Fatalf("memory_limit: %v, %v", f, err)
+	}
+	_, err = Parse([]byte("node: {name: a, memory_limit: lots}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "node.memory_limit") {
+		t.Fatalf("a bad memory_limit: %v", err)
+	}
+}

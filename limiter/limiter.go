@@ -120,7 +120,9 @@ type PeerConfig struct {
 	// of the first node listing none and founding a second cluster alone
 	// when it restarts.
 	FoundIfAlone bool
-	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
+	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip,
+	// and (through a key derived from it, grpcpeer.DeriveFrameKey)
+	// authenticates every peer frame (grpcpeer.Config.SecretKey).
 	SecretKey []byte
 	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
 	TLS *tls.Config
@@ -243,7 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			ccfg.Members = append(ccfg.Members, strategy.NodeID(m))
 		}
 	case cfg.Peer != nil:
-		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS})
+		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS, SecretKey: cfg.Peer.SecretKey})
 		if err != nil {
 			return nil, fmt.Errorf("limiter: %w", err)
 		}
@@ -428,6 +430,15 @@ func (n *Node) Close() error {
 
 // Cluster returns the underlying cluster node (Stats, Rules, SetMembers).
 func (n *Node) Cluster() *cluster.Node { return n.node }
+
+// PeerStats returns the gRPC peer transport's counters (refused frames by
+// reason included); false without a networked peer transport.
+func (n *Node) PeerStats() (grpcpeer.Stats, bool) {
+	if n.tr == nil {
+		return grpcpeer.Stats{}, false
+	}
+	return n.tr.Stats(), true
+}
 
 // PeerAddr is the bound gRPC peer address ("" without Config.Peer).
 func (n *Node) PeerAddr() string {

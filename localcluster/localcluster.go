@@ -25,6 +25,7 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -73,7 +74,10 @@ type Config struct {
 	Rules          []Rule
 	Dir            string // configs, addr files and logs go here; "" = a new temp dir removed by Stop
 	FaultInjection bool   // pass --fault-injection (enables Partition/Heal)
-	SecretKey      []byte // optional gossip key (16/24/32 bytes)
+	// SecretKey is the cluster's secret (16/24/32 bytes): it encrypts
+	// gossip and authenticates peer frames. Empty: Start draws a random
+	// 32-byte key (a multi-node serve refuses to start without one).
+	SecretKey []byte
 	// Log, when set, receives every node's stdout and stderr, line by
 	// line, each line prefixed "[n0] ". Writes to it are serialized.
 	// (Each node's output also goes to Dir/n<i>.log.)
@@ -140,6 +144,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
 		return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", k)
+	}
+	if len(cfg.SecretKey) == 0 {
+		cfg.SecretKey = make([]byte, 32)
+		if _, err := cryptorand.Read(cfg.SecretKey); err != nil {
+			return nil, fmt.Errorf("localcluster: drawing a secret key: %w", err)
+		}
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
@@ -266,6 +276,7 @@ type nodeYAML struct {
 	GossipAddr string   `yaml:"gossip_addr"`
 	Join       []string `yaml:"join,omitempty"`
 	SecretKey  string   `yaml:"secret_key,omitempty"`
+	Insecure   bool     `yaml:"insecure,omitempty"`
 }
 
 type ruleYAML struct {
@@ -278,13 +289,17 @@ type ruleYAML struct {
 
 // NodeConfigYAML returns the YAML config of a node named name on
 // 127.0.0.1 with ephemeral ports, joining join (empty: founding), with
-// rules and the gossip key secretKey (nil: none): what Start writes for
-// each node. Tests use it to start extra processes by hand.
+// rules and the cluster secret secretKey: what Start writes for each node.
+// Tests use it to start extra processes by hand. With a nil secretKey the
+// node runs without one and says so (node.insecure: true), as an intruder
+// or a test about something else would.
 func NodeConfigYAML(name string, join []string, rules []Rule, secretKey []byte) ([]byte, error) {
 	nc := nodeConfig{Node: nodeYAML{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join}}
 	if len(secretKey) > 0 {
 		nc.Node.SecretKey = base64.StdEncoding.EncodeToString(secretKey)
+	} else {
+		nc.Node.Insecure = true
 	}
 	for _, r := range rules {
 		nc.Rules = append(nc.Rules, ruleYAML{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy, Params: r.Params})

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,6 +78,25 @@ nobody and founds the cluster (then keeps trying the join, so two nodes that
 started apart merge), the others and any restarted node join it
 (docs/OPERATIONS.md).
 
+Peer security: a node in a multi-node cluster (node.join set, or a
+non-loopback node.gossip_addr) must authenticate its peers, with
+node.secret_key (or secret_key_file; 16, 24 or 32 bytes, base64): gossip is
+encrypted with it and every peer frame carries an HMAC-SHA256 under a key
+derived from it, with replay protection; and/or with node.tls (peer mutual
+TLS, the certificate naming the node; "tokenmesh certs" makes a CA and
+node certificates). Without either, serve refuses to start unless
+node.insecure: true, and then warns at every start: any process that
+reaches the peer port could speak for any member. Refused peer frames are
+counted in tokenmesh_peer_refused_frames_total{reason} (bad_mac, replay,
+unknown_sender, bad_certificate, out_of_bounds) and logged at most once per
+reason per 10 s (docs/OPERATIONS.md, "Peer security").
+
+Resources: the HTTP API closes connections whose request headers take more
+than 10 s, whose request takes more than 30 s, or whose answer takes more
+than 30 s to write, and idle keep-alive connections after 2 min.
+node.memory_limit (e.g. 512MiB) sets the Go runtime's soft memory limit, as
+GOMEMLIMIT does.
+
 Without --config, a single node runs the built-in default configuration
 (API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default":
 10/s, burst 20, strategy owner). With node.api_tls, both APIs use TLS.
@@ -120,6 +141,21 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		if f, err = config.Load(configPath); err != nil {
 			return err
 		}
+	}
+	if configPath != "" {
+		if err := f.Node.CheckPeerSecurity(); err != nil {
+			return fmt.Errorf("%s: %w", configPath, err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	slog.SetDefault(logger) // the peer transport logs refused frames here
+	if configPath != "" && f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
+		logger.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
+			"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
+	}
+	if f.Node.MemoryLimit > 0 {
+		debug.SetMemoryLimit(f.Node.MemoryLimit)
+		fmt.Fprintf(out, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
 	}
 	rules, err := f.ClusterRules()
 	if err != nil {
@@ -172,7 +208,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := server.NewHTTPServer(handler, server.Timeouts{})
 	var gopts []grpc.ServerOption
 	scheme := "http"
 	if apiTLS != nil {
