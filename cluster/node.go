@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -276,6 +277,31 @@ type Node struct {
 	unknownRule  atomic.Int64
 	inboxDropped atomic.Int64
 	badSender    atomic.Int64
+
+	// loop goroutine only: the last refusal log line and the refusals
+	// not logged since (logRefused)
+	refusedLogAt     time.Time
+	refusedSuppressed int64
+}
+
+// RefusedLogEvery is the least time between two log lines about peer
+// payloads a strategy refused (each is counted in
+// RuleStats.ReceiveErrors; the lines in between are summed up in the next
+// one).
+const RefusedLogEvery = 10 * time.Second
+
+// logRefused logs a payload a strategy refused (a value out of bounds, or
+// one that does not decode) at WARN on slog.Default, at most once per
+// RefusedLogEvery (loop goroutine).
+func (n *Node) logRefused(f Frame, err error) {
+	now := time.Now()
+	if !n.refusedLogAt.IsZero() && now.Sub(n.refusedLogAt) < RefusedLogEvery {
+		n.refusedSuppressed++
+		return
+	}
+	slog.Warn("cluster: refused a peer payload", "reason", "out_of_bounds", "node", string(n.self), "from", string(f.From),
+		"rule", f.Rule, "error", err.Error(), "suppressed_since_last_line", n.refusedSuppressed)
+	n.refusedLogAt, n.refusedSuppressed = now, 0
 }
 
 // New builds a node and starts its goroutine. Errors: an empty Self, no
@@ -663,6 +689,7 @@ func (n *Node) handle(ev event) {
 		n.fx.Reset()
 		if err := rs.s.Receive(now, ev.frame.From, ev.frame.Payload, &n.fx); err != nil {
 			rs.c.recvErrs.Add(1)
+			n.logRefused(ev.frame, err)
 		}
 		n.apply(now, rs)
 	case evMembers:
