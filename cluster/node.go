@@ -280,7 +280,7 @@ type Node struct {
 
 	// loop goroutine only: the last refusal log line and the refusals
 	// not logged since (logRefused)
-	refusedLogAt     time.Time
+	refusedLogAt      time.Time
 	refusedSuppressed int64
 }
 

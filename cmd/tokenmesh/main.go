@@ -26,7 +26,7 @@ limiter and what it costs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd())
+	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd(), newCertsCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenmesh:", err)
 		if errors.Is(err, errUsage) {
