@@ -77,23 +77,34 @@ const macDomain = "tokenmesh-frame-v1\x00"
 // incarnation and seq (8 bytes big-endian each) and the payload. The
 // receiver id makes a frame recorded on one link worthless on another.
 func FrameMAC(dst []byte, h hash.Hash, from, to strategy.NodeID, rule string, incarnation, seq uint64, payload []byte) []byte {
-	h.Reset()
-	var buf [8]byte
-	str := func(s string) {
-		binary.BigEndian.PutUint32(buf[:4], uint32(len(s)))
-		h.Write(buf[:4])
-		h.Write([]byte(s))
+	m := framer{h: h}
+	return m.sum(dst, from, to, rule, incarnation, seq, payload)
+}
+
+// framer computes FrameMACs with one keyed hash, reusing its header
+// buffer (FrameMAC would allocate one per frame). Not safe for concurrent
+// use: each sender and each inbound stream has its own.
+type framer struct {
+	h   hash.Hash
+	hdr []byte
+}
+
+func newFramer(key []byte) *framer { return &framer{h: newMAC(key)} }
+
+// sum appends the MAC of one frame to dst (see FrameMAC).
+func (m *framer) sum(dst []byte, from, to strategy.NodeID, rule string, incarnation, seq uint64, payload []byte) []byte {
+	m.h.Reset()
+	hdr := append(m.hdr[:0], macDomain...)
+	for _, s := range [...]string{string(from), string(to), rule} {
+		hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(s)))
+		hdr = append(hdr, s...)
 	}
-	h.Write([]byte(macDomain))
-	str(string(from))
-	str(string(to))
-	str(rule)
-	binary.BigEndian.PutUint64(buf[:], incarnation)
-	h.Write(buf[:])
-	binary.BigEndian.PutUint64(buf[:], seq)
-	h.Write(buf[:])
-	h.Write(payload)
-	return h.Sum(dst)
+	hdr = binary.BigEndian.AppendUint64(hdr, incarnation)
+	hdr = binary.BigEndian.AppendUint64(hdr, seq)
+	m.hdr = hdr
+	m.h.Write(hdr)
+	m.h.Write(payload)
+	return m.h.Sum(dst)
 }
 
 // newMAC returns a keyed HMAC-SHA256.

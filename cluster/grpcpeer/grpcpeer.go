@@ -28,7 +28,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"net"
@@ -343,10 +342,10 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 		t.refuse(reason, from, err.Error())
 		return err
 	}
-	var mac hash.Hash
+	var mac *framer
 	var sum []byte
 	if t.frameKey != nil {
-		mac, sum = newMAC(t.frameKey), make([]byte, 0, MACSize)
+		mac, sum = newFramer(t.frameKey), make([]byte, 0, MACSize)
 	}
 	for {
 		m, err := stream.Recv()
@@ -378,8 +377,8 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 // is refused (false; counted and logged) and the stream goes on; a frame
 // whose MAC does not verify ends the stream with PERMISSION_DENIED (the
 // error): its sender does not hold the key, or the stream was altered.
-func (t *Transport) verify(mac hash.Hash, sum []byte, from strategy.NodeID, fr *transportpb.PeerFrame) (bool, error) {
-	want := FrameMAC(sum[:0], mac, from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetPayload())
+func (t *Transport) verify(mac *framer, sum []byte, from strategy.NodeID, fr *transportpb.PeerFrame) (bool, error) {
+	want := mac.sum(sum[:0], from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetPayload())
 	if len(fr.GetMac()) != MACSize || !hmac.Equal(want, fr.GetMac()) {
 		t.badMAC.Add(1)
 		detail := fmt.Sprintf("rule %q: the frame's MAC does not verify (missing, forged, or another secret key)", fr.GetRule())
@@ -471,7 +470,7 @@ type sender struct {
 	// seq (run's own) is the sequence number of the last frame signed for
 	// this peer; mac is the keyed HMAC (nil without a secret key).
 	seq uint64
-	mac hash.Hash
+	mac *framer
 }
 
 func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
@@ -479,7 +478,7 @@ func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
 		redial: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if t.frameKey != nil {
-		s.mac = newMAC(t.frameKey)
+		s.mac = newFramer(t.frameKey)
 	}
 	t.wg.Add(1)
 	go func() {
@@ -675,7 +674,7 @@ func (s *sender) sign(batch []*transportpb.PeerFrame) {
 		}
 		s.seq++
 		fr.Incarnation, fr.Seq = s.t.incarnation, s.seq
-		fr.Mac = FrameMAC(make([]byte, 0, MACSize), s.mac, s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
+		fr.Mac = s.mac.sum(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
 	}
 }
 
