@@ -179,17 +179,6 @@ func (g *replayGuard) admit(from strategy.NodeID, inc, seq uint64) bool {
 	return w.admit(seq)
 }
 
-// forget drops the windows of senders no longer in book.
-func (g *replayGuard) forget(book map[strategy.NodeID]string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for id := range g.by {
-		if _, ok := book[id]; !ok {
-			delete(g.by, id)
-		}
-	}
-}
-
 // LogEvery is the least time between two log lines about refused frames of
 // one reason; the refusals in between are counted (Stats) and summed up in
 // the next line.

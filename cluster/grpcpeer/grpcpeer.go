@@ -244,7 +244,9 @@ func (t *Transport) SetPeers(peers map[strategy.NodeID]string) {
 		return
 	}
 	t.book.Store(&book)
-	t.replay.forget(book)
+	// Replay windows are kept for removed peers too: forgetting one would
+	// let its recorded frames be replayed once it is a member again. One
+	// window per sender name ever seen is small.
 	for id, s := range t.peers {
 		addr, ok := book[id]
 		if !ok {
