@@ -465,3 +465,75 @@ func TestReceiveRefusesOutOfBounds(t *testing.T) {
 		}
 	}
 }
+
+// The bounds never refuse a real member: in random runs of three nodes
+// (random requests and ticks, messages delivered after random delays up
+// to 2 s, expiry on or off, times up to 10 minutes so that keys expire
+// and come back in new generations), every message is accepted. And the
+// same message with one slot's count raised above the bound is refused
+// without a change.
+func TestBoundsNeverRefuseRealMembers(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		members := []string{"a", "b", "c"}
+		idle := rapid.SampledFrom([]string{"idle=0", "idle=1m"}).Draw(rt, "idle")
+		nodes := map[strategy.NodeID]*GCounter{}
+		for _, m := range members {
+			nodes[strategy.NodeID(m)] = newNode(t, m, members, idle)
+			nodes[strategy.NodeID(m)].Start(0, &strategy.Effects{})
+		}
+		type msg struct {
+			at       time.Duration
+			from, to strategy.NodeID
+			payload  []byte
+		}
+		var inflight []msg
+		now := time.Duration(0)
+		var fx strategy.Effects
+		send := func(from strategy.NodeID) {
+			for _, m := range fx.Messages {
+				delay := time.Duration(rapid.Int64Range(0, int64(2*time.Second)).Draw(rt, "delay"))
+				inflight = append(inflight, msg{now + delay, from, m.To, m.Payload})
+			}
+			fx.Reset()
+		}
+		for i := range rapid.IntRange(1, 300).Draw(rt, "steps") {
+			now += time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(rt, "dt"))
+			n := strategy.NodeID(rapid.SampledFrom(members).Draw(rt, "node"))
+			if rapid.Bool().Draw(rt, "request") {
+				key := rapid.SampledFrom([]string{"k1", "k2", "k3"}).Draw(rt, "key")
+				nodes[n].Request(now, strategy.Request{ID: uint64(i), Key: key, Tokens: rapid.Int64Range(1, testCapacity).Draw(rt, "tokens"), Arrival: now}, &fx)
+			} else {
+				nodes[n].Tick(now, &fx)
+			}
+			send(n)
+			var keep []msg
+			for _, m := range inflight {
+				if m.at > now {
+					keep = append(keep, m)
+					continue
+				}
+				to := nodes[m.to]
+				if err := to.Receive(now, m.from, m.payload, &fx); err != nil {
+					rt.Fatalf("%s refused a real message from %s at %v: %v", m.to, m.from, now, err)
+				}
+				send(m.to)
+				// The same message with a slot above the bound.
+				var pm peerv1.GCounterMessage
+				if proto.Unmarshal(m.payload, &pm) != nil || len(pm.Buckets) == 0 || len(pm.Buckets[0].Counter) == 0 {
+					continue
+				}
+				b := pm.Buckets[0]
+				b.Counter[0].Consumed = peerbound.Tokens(testRate, testCapacity, time.Duration(b.Generation)*to.idle, now) + 1
+				bad, _ := proto.Marshal(&pm)
+				before := fullState(to)
+				if err := to.Receive(now, m.from, bad, &fx); err == nil {
+					rt.Fatalf("a slot above the bound was accepted")
+				}
+				if !slices.Equal(before, fullState(to)) || len(fx.Messages) != 0 {
+					rt.Fatalf("a refused message changed the state")
+				}
+			}
+			inflight = keep
+		}
+	})
+}
