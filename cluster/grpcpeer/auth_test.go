@@ -3,6 +3,8 @@ package grpcpeer
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -293,5 +295,27 @@ func BenchmarkFrameMAC(b *testing.B) {
 	b.ReportAllocs()
 	for i := uint64(0); b.Loop(); i++ {
 		sum = m.sum(sum[:0], "n1", "n2", "api", 1, i, payload)
+	}
+}
+
+// Refusals are logged at most once per reason per LogEvery; the next line
+// says how many were left out.
+func TestRefusalLogRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	l := refusalLog{log: slog.New(slog.NewTextHandler(&buf, nil)), by: map[string]*refusalEntry{}}
+	for range 100 {
+		l.refused(ReasonBadMAC, "n1", "forged")
+		l.refused(ReasonReplay, "n1", "again")
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 2 {
+		t.Fatalf("%d lines for 200 refusals of 2 reasons, want 2:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "reason=bad_mac") || !strings.Contains(buf.String(), "reason=replay") {
+		t.Fatalf("log:\n%s", buf.String())
+	}
+	l.by[ReasonBadMAC].last = time.Now().Add(-LogEvery) // as if LogEvery had passed
+	l.refused(ReasonBadMAC, "n1", "forged")
+	if !strings.Contains(buf.String(), "suppressed_since_last_line=99") {
+		t.Fatalf("the next line does not count the 99 left out:\n%s", buf.String())
 	}
 }
