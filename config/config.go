@@ -127,11 +127,21 @@ type Node struct {
 	// the peer port can then speak for any member. serve logs a warning at
 	// every start. Default false: such a node refuses to start.
 	Insecure bool
+	// APITimeouts bound how long an HTTP/JSON API client may take (see
+	// server.Timeouts); a zero field takes server's default.
+	APITimeouts APITimeouts
 	// MemoryLimit is the Go runtime's soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit; the GOMEMLIMIT environment variable
 	// does the same), from "512MiB", "2GiB", "300MB" or a plain byte
 	// count. 0: not set here (GOMEMLIMIT, if set, applies).
 	MemoryLimit int64
+}
+
+// APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
+// read_header, read, write, idle; durations such as "10s"). Zero: the
+// default (server.DefaultReadHeaderTimeout and so on).
+type APITimeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
 }
 
 // MultiNode reports whether the node is meant to have peers on a network:
@@ -209,18 +219,26 @@ type rawFile struct {
 }
 
 type rawNode struct {
-	Name          string     `yaml:"name"`
-	APIAddr       string     `yaml:"api_addr"`
-	GRPCAddr      string     `yaml:"grpc_addr"`
-	APITLS        *rawAPITLS `yaml:"api_tls"`
-	PeerAddr      string     `yaml:"peer_addr"`
-	GossipAddr    string     `yaml:"gossip_addr"`
-	Join          []string   `yaml:"join"`
-	SecretKey     string     `yaml:"secret_key"`
-	SecretKeyFile string     `yaml:"secret_key_file"`
-	TLS           *rawTLS    `yaml:"tls"`
-	Insecure      *bool      `yaml:"insecure"`
-	MemoryLimit   string     `yaml:"memory_limit"`
+	Name          string      `yaml:"name"`
+	APIAddr       string      `yaml:"api_addr"`
+	GRPCAddr      string      `yaml:"grpc_addr"`
+	APITLS        *rawAPITLS  `yaml:"api_tls"`
+	PeerAddr      string      `yaml:"peer_addr"`
+	GossipAddr    string      `yaml:"gossip_addr"`
+	Join          []string    `yaml:"join"`
+	SecretKey     string      `yaml:"secret_key"`
+	SecretKeyFile string      `yaml:"secret_key_file"`
+	TLS           *rawTLS     `yaml:"tls"`
+	Insecure      *bool       `yaml:"insecure"`
+	MemoryLimit   string      `yaml:"memory_limit"`
+	APITimeouts   *rawTimeout `yaml:"api_timeouts"`
+}
+
+type rawTimeout struct {
+	ReadHeader string `yaml:"read_header"`
+	Read       string `yaml:"read"`
+	Write      string `yaml:"write"`
+	Idle       string `yaml:"idle"`
 }
 
 type rawAPITLS struct {
@@ -373,7 +391,7 @@ func yamlError(file string, data []byte, err error) error {
 		}
 	}
 	// Go type names mean nothing to a user.
-	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule"} {
+	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule", "config.rawTimeout"} {
 		m = strings.ReplaceAll(m, " in type "+t, "")
 	}
 	m = strings.NewReplacer(
@@ -382,6 +400,7 @@ func yamlError(file string, data []byte, err error) error {
 		"config.rawNode", "a mapping of node settings",
 		"config.rawTLS", "a mapping with cert_file, key_file, ca_file",
 		"config.rawRule", "a rule (a mapping)",
+		"config.rawTimeout", "a mapping with read_header, read, write, idle",
 		"map[string]string", "a mapping of name: value",
 		"[]string", "a list of strings",
 		"*string", "a string",
@@ -411,7 +430,9 @@ func knownFields(parent string) string {
 	case parent == "":
 		return " (known: node, rules)"
 	case parent == "node":
-		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, insecure, memory_limit)"
+		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, insecure, memory_limit, api_timeouts)"
+	case parent == "node.api_timeouts":
+		return " (known: read_header, read, write, idle)"
 	case parent == "node.tls":
 		return " (known: cert_file, key_file, ca_file)"
 	case parent == "node.api_tls":
@@ -607,6 +628,24 @@ func (p *parser) node(raw rawNode, n *Node) {
 	}
 	if raw.Insecure != nil {
 		n.Insecure = *raw.Insecure
+	}
+	if t := raw.APITimeouts; t != nil {
+		for _, x := range []struct {
+			name string
+			v    string
+			dst  *time.Duration
+		}{{"read_header", t.ReadHeader, &n.APITimeouts.ReadHeader}, {"read", t.Read, &n.APITimeouts.Read},
+			{"write", t.Write, &n.APITimeouts.Write}, {"idle", t.Idle, &n.APITimeouts.Idle}} {
+			if x.v == "" {
+				continue
+			}
+			d, err := time.ParseDuration(x.v)
+			if err != nil || d <= 0 {
+				p.fail("node.api_timeouts."+x.name, path("api_timeouts", x.name), "%q is not a positive duration (e.g. 10s, 2m)", x.v)
+				continue
+			}
+			*x.dst = d
+		}
 	}
 	if raw.MemoryLimit != "" {
 		v, err := ParseBytes(raw.MemoryLimit)
@@ -825,6 +864,14 @@ func (f *File) Validate() error {
 	}
 	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
 		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
+	}
+	for _, x := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", n.APITimeouts.ReadHeader}, {"read", n.APITimeouts.Read}, {"write", n.APITimeouts.Write}, {"idle", n.APITimeouts.Idle}} {
+		if x.d < 0 {
+			return fmt.Errorf("node.api_timeouts.%s: %v is negative", x.name, x.d)
+		}
 	}
 	if n.MemoryLimit < 0 {
 		return fmt.Errorf("node.memory_limit: %d bytes is negative", n.MemoryLimit)

@@ -388,3 +388,19 @@ func TestPeerSecurity(t *testing.T) {
 		t.Fatalf("a bad memory_limit: %v", err)
 	}
 }
+
+func TestAPITimeouts(t *testing.T) {
+	f, err := Parse([]byte("node: {name: a, api_timeouts: {read_header: 2s, read: 15s, idle: 1m}}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Node.APITimeouts, (APITimeouts{ReadHeader: 2 * time.Second, Read: 15 * time.Second, Idle: time.Minute}); got != want {
+		t.Fatalf("api_timeouts %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"{read: -1s}", "{write: soon}", "{read: 0s}", "{reed: 1s}"} {
+		_, err := Parse([]byte("node: {name: a, api_timeouts: "+bad+"}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), "api_timeouts") && !strings.Contains(err.Error(), "reed") {
+			t.Errorf("api_timeouts %s: %v", bad, err)
+		}
+	}
+}

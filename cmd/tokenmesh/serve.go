@@ -93,7 +93,8 @@ reason per 10 s (docs/OPERATIONS.md, "Peer security").
 
 Resources: the HTTP API closes connections whose request headers take more
 than 10 s, whose request takes more than 30 s, or whose answer takes more
-than 30 s to write, and idle keep-alive connections after 2 min.
+than 30 s to write, and idle keep-alive connections after 2 min
+(node.api_timeouts: read_header, read, write, idle).
 node.memory_limit (e.g. 512MiB) sets the Go runtime's soft memory limit, as
 GOMEMLIMIT does.
 
@@ -208,7 +209,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
-	hs := server.NewHTTPServer(handler, server.Timeouts{})
+	at := f.Node.APITimeouts
+	hs := server.NewHTTPServer(handler, server.Timeouts{ReadHeader: at.ReadHeader, Read: at.Read, Write: at.Write, Idle: at.Idle})
 	var gopts []grpc.ServerOption
 	scheme := "http"
 	if apiTLS != nil {
