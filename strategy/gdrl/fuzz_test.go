@@ -145,6 +145,8 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2*totalB + 1}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 1 << 57}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2*totalC + 1}}}}},
+		// An incarnation that starts after now + 10 s (received at 0).
+		{Inc: uint64(10001) << 20, Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}},
 	}
 	for i, m := range bad {
 		b, _ := proto.Marshal(m)

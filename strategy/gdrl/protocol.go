@@ -11,6 +11,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // newInc draws an incarnation number: the start time in whole milliseconds
@@ -186,6 +187,13 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 	}
 	if err := g.validate(from, &m); err != nil {
 		return err
+	}
+	// An incarnation is its start time in ms above 20 random bits: one
+	// from after now (plus the clock skew allowed) is not a real start, and
+	// would make the sender's real later incarnations look dead (ours:
+	// peer values are bounded).
+	if limit := (uint64(max(now+peerbound.ClockSkew, 0)/time.Millisecond) + 1) << 20; m.Inc >= limit {
+		return fmt.Errorf("gdrl: message from %s: incarnation %d starts after now %v", from, m.Inc, now)
 	}
 	if !g.started {
 		return nil
