@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/common v0.55.0
 	github.com/schollz/progressbar/v3 v3.17.1
 	github.com/spf13/cobra v1.8.1
+	go.etcd.io/bbolt v1.3.11
 	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.14.0
 	google.golang.org/grpc v1.85.0

@@ -89,6 +89,14 @@ type Config struct {
 	// Inbox is the capacity of the event channel (default DefaultInbox).
 	// Peer frames that find it full are dropped and counted.
 	Inbox int
+	// Restore holds saved bucket states by rule name, with At in
+	// wall-clock nanoseconds since the Unix epoch (as Node.Snapshot
+	// returns them; package statestore keeps them). New hands each rule's
+	// states to its strategy, when it is a strategy.Snapshotter, right
+	// after Start and before any event, refilled for the wall time since
+	// they were taken; other rules' states are ignored (Node.Restored).
+	// A state the strategy refuses fails New.
+	Restore map[string][]strategy.KeyState
 }
 
 // Decision is the answer to one Check.
@@ -274,6 +282,8 @@ type Node struct {
 	done      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the loop has exited and failed pending checks
 
+	restored map[string]int // Config.Restore's states per rule; fixed after New
+
 	unknownRule  atomic.Int64
 	inboxDropped atomic.Int64
 	badSender    atomic.Int64
@@ -384,6 +394,9 @@ func New(cfg Config) (*Node, error) {
 		n.fx.Reset()
 		rs.s.Start(startAt, &n.fx)
 		n.apply(startAt, rs)
+	}
+	if err := n.restore(now, cfg.Restore); err != nil {
+		return nil, err
 	}
 	n.last = now
 	n.transport.Listen(n.deliver)

@@ -141,6 +141,12 @@ func TestParseBad(t *testing.T) {
 		line       int      // 0: not checked
 	}{
 		{"empty", "", []string{"empty"}, 0},
+		{"snapshot interval not a duration", "node:\n  state_dir: s\n  snapshot_interval: often\nrules: [{name: a, rate: 1/s}]\n",
+			[]string{`t.yaml:3: node.snapshot_interval: "often" is not a duration`}, 3},
+		{"snapshot interval too short", "node:\n  state_dir: s\n  snapshot_interval: 1ms\nrules: [{name: a, rate: 1/s}]\n",
+			[]string{"node.snapshot_interval: 1ms is below the minimum of 10ms"}, 3},
+		{"snapshot interval without state_dir", "node:\n  snapshot_interval: 2s\nrules: [{name: a, rate: 1/s}]\n",
+			[]string{"node.snapshot_interval: is set but node.state_dir is not"}, 2},
 		{"no rules", "node: {name: a}\n", []string{"rules: at least one rule"}, 0},
 		{"syntax", "rules: [\n", []string{"t.yaml"}, 0},
 		{"unknown field", "rules:\n  - name: a\n    rate: 1/s\n    brust: 3\n", []string{"t.yaml:4:", "brust"}, 4},
@@ -259,6 +265,16 @@ func TestLoadFiles(t *testing.T) {
 	}
 	if len(f.Node.SecretKey) != 32 || f.Node.TLS.CAFile != filepath.Join(dir, "ca.pem") {
 		t.Errorf("%+v", f.Node)
+	}
+	if f.Node.StateDir != "" || f.Node.SnapshotInterval != DefaultSnapshotInterval {
+		t.Errorf("no state_dir: StateDir %q, SnapshotInterval %v", f.Node.StateDir, f.Node.SnapshotInterval)
+	}
+	f, err = Load(write("state.yaml", "node:\n  state_dir: state/n1\n  snapshot_interval: 250ms\nrules: [{name: a, rate: 1/s}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Node.StateDir != filepath.Join(dir, "state/n1") || f.Node.SnapshotInterval != 250*time.Millisecond {
+		t.Errorf("state_dir: StateDir %q (want it resolved against the file's directory), SnapshotInterval %v", f.Node.StateDir, f.Node.SnapshotInterval)
 	}
 	for _, c := range []struct{ yaml, want string }{
 		{"node:\n  secret_key_file: missing.key\nrules: [{name: a, rate: 1/s}]\n", "bad.yaml:2: node.secret_key_file"},

@@ -84,7 +84,32 @@ type Setup struct {
 	Duplicate  float64 `json:"duplicate"`
 	Reorder    float64 `json:"reorder"`
 	Scenario   string  `json:"scenario,omitempty"`
-	Seed       uint64  `json:"seed"`
+	// Detection is the scenario's membership model
+	// (sim.Scenario.DetectionModel); Faults its events in time order, so
+	// that a reader can mark the fault windows. Both empty without a
+	// scenario, or with one that has no events.
+	Detection string  `json:"detection,omitempty"`
+	Faults    []Fault `json:"faults,omitempty"`
+	Seed      uint64  `json:"seed"`
+}
+
+// Fault is one scenario event of the report: at AtSec seconds of trace time,
+// Event (sim.ScenarioEvent.Action, e.g. "partition n0,n1|n2", "heal").
+type Fault struct {
+	AtSec float64 `json:"at_s"`
+	Event string  `json:"event"`
+}
+
+// Faults lists the events of sc for Setup.Faults (nil for none).
+func Faults(sc *sim.Scenario) []Fault {
+	if sc == nil {
+		return nil
+	}
+	var out []Fault
+	for _, e := range sc.Events {
+		out = append(out, Fault{AtSec: e.At.Seconds(), Event: e.Action()})
+	}
+	return out
 }
 
 // Series is the decisions over time for plots (not part of the JSON): bin i
@@ -119,6 +144,9 @@ func Run(opts Options) (*Report, error) {
 			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
 			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed},
 		Series: newSeries(opts.Trace),
+	}
+	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
+		rep.Setup.Detection = opts.Scenario.DetectionModel()
 	}
 	var central []bool
 	for _, s := range opts.Strategies {

@@ -147,6 +147,13 @@ func setupFacts(s Setup) [][2]string {
 	if s.Scenario != "" {
 		f = append(f, [2]string{"scenario", s.Scenario})
 	}
+	if len(s.Faults) > 0 {
+		ev := make([]string, len(s.Faults))
+		for i, x := range s.Faults {
+			ev[i] = x.Event + " at " + num(x.AtSec) + " s"
+		}
+		f = append(f, [2]string{"faults", strings.Join(ev, "; ")}, [2]string{"membership", s.Detection})
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
 }
 

@@ -40,7 +40,9 @@ package server
 // Read in the node's loop at scrape time (cluster.Node.Inspect, 200ms at
 // most; left out of a scrape when the node does not answer in time):
 //
-//	tokenmesh_state_bytes{rule}                      gauge of the strategy's state size, bytes
+//	tokenmesh_state_bytes{rule}                      gauge of the heap the strategy's state takes, bytes
+//	                                                 (strategy.MemoryReporter: local, static, owner);
+//	                                                 other strategies: the size of its wire encoding
 //	tokenmesh_keys{rule}                             gauge of keys holding a capacity share
 //	tokenmesh_capacity_share_ratio{rule}             gauge of this node's mean share of a key's
 //	                                                 rate (0..1); only for strategies that split
@@ -198,7 +200,7 @@ var (
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
-		"Size of a rule's strategy state at this node, bytes of its wire encoding.", []string{"rule"}, nil)
+		"Heap a rule's strategy state takes at this node, bytes (estimated with Go's map and allocation overheads; strategies without an estimate report their wire encoding's size).", []string{"rule"}, nil)
 	descShare = prometheus.NewDesc("tokenmesh_capacity_share_ratio",
 		"This node's mean capacity share of a key's rate (0..1), over the keys it holds (strategies that split the rate).", []string{"rule"}, nil)
 	descKeys = prometheus.NewDesc("tokenmesh_keys",
@@ -284,6 +286,9 @@ func (c *nodeCollector) inspect() []ruleState {
 	)
 	err := c.node.Inspect(ctx, func(_ time.Duration, rule cluster.Rule, s strategy.Strategy) {
 		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
+		if mr, ok := s.(strategy.MemoryReporter); ok {
+			row.stateBytes = mr.MemoryBytes()
+		}
 		if sr, ok := s.(strategy.ShareReporter); ok {
 			row.shares = true
 			row.shareSum, row.keys = sr.CapacityShares()

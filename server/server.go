@@ -45,7 +45,7 @@
 //	tokenmesh_peer_unknown_rule_frames_total          peer frames for a rule this node lacks
 //	tokenmesh_peer_bad_sender_frames_total            peer frames from an empty or non-UTF-8 sender
 //	tokenmesh_members                                 live members, this node included
-//	tokenmesh_state_bytes{rule}                       strategy state size, bytes
+//	tokenmesh_state_bytes{rule}                       heap the strategy state takes, bytes (estimate)
 //	tokenmesh_keys{rule}                              keys holding a capacity share (gdrl...)
 //	tokenmesh_capacity_share_ratio{rule}              this node's mean share of a key's rate
 package server

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -15,6 +16,9 @@ import (
 // Scenario is what happens to the cluster during a run, read from YAML:
 //
 //	detection: 1s            # how long failure detectors take to see a change
+//	detection_jitter: 500ms  # optional: each node sees it after its own extra [0, jitter]
+//	reconnect_interval: 5s   # optional: a heal is seen once a reconnect attempt succeeds
+//	join_delay: 1s           # optional: a join (restart, merge) reaches each node within U[0, join_delay]
 //	network:                 # optional: overrides --latency/--loss/...
 //	  latency: uniform:1ms-5ms
 //	  loss: 0.05
@@ -31,8 +35,37 @@ import (
 //	    partition: [[n0, n1], [n2, n3, n4]]
 //	  - at: 260s
 //	    heal: true
+//
+// Membership is modelled per node (see the package documentation, "Faults
+// and membership views"): every node has its own member list, and a change
+// (crash, restart, partition, heal) reaches node i's strategy, as
+// SetMembers with node i's view, after node i's own delay, drawn from the
+// run's seed: Detection + U[0, DetectionJitter] for a failure (crash,
+// partition), U[0, JoinDelay] for a join (restart, heal) when JoinDelay is
+// set. A heal first waits for the first reconnect attempt of any live node
+// (each node tries every ReconnectInterval from its own seeded phase, as
+// serf's reconnector does); only then does that delay start. With only
+// `detection: D` (the other three 0) every node sees every change exactly D
+// later, which is what the simulator always did.
 type Scenario struct {
-	Detection time.Duration   `yaml:"detection"`
+	// Detection is the failure detector's delay (memberlist: a probe
+	// interval plus the suspicion timeout); default DefaultDetection.
+	Detection time.Duration `yaml:"detection"`
+	// DetectionJitter is the spread of the per-node delay: node i learns of
+	// a change after Detection + U[0, DetectionJitter] (gossip reaching the
+	// nodes one after another). 0: every node after exactly Detection.
+	DetectionJitter time.Duration `yaml:"detection_jitter"`
+	// ReconnectInterval is how often each node retries members it holds as
+	// failed (serf's ReconnectInterval, 30 s in serf, 5 s in tokenmesh's
+	// membership); a heal is visible from the first attempt after it. 0:
+	// a heal is visible at once (after the detection delay), as before.
+	ReconnectInterval time.Duration `yaml:"reconnect_interval"`
+	// JoinDelay bounds how long gossip takes to bring a join to a node: a
+	// restarted node, or the other side after a heal's reconnect (memberlist
+	// gossips every 200 ms to 3 nodes: well under a second for tens of
+	// nodes). Node i hears of it after U[0, JoinDelay]. 0: joins take the
+	// failure detector's delay, as before.
+	JoinDelay time.Duration   `yaml:"join_delay"`
 	Network   *ScenarioNet    `yaml:"network"`
 	Events    []ScenarioEvent `yaml:"events"`
 }
@@ -59,6 +92,15 @@ type ScenarioEvent struct {
 // (memberlist's default probe interval is 1 s).
 const DefaultDetection = time.Second
 
+// MaxScenarioDelay bounds detection, detection_jitter, reconnect_interval and
+// join_delay;
+// MaxScenarioTime bounds an event's time (both keep virtual time far from
+// overflowing).
+const (
+	MaxScenarioDelay = time.Hour
+	MaxScenarioTime  = 10000 * time.Hour
+)
+
 // LoadScenario reads and checks a scenario file. Errors name the file and,
 // where yaml.v3 knows it, the line; unknown fields are errors.
 func LoadScenario(path string) (*Scenario, error) {
@@ -82,8 +124,16 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	if s.Detection < 0 {
-		return nil, fmt.Errorf("detection %v is negative", s.Detection)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%s %v is negative", d.name, d.v)
+		}
+		if d.v > MaxScenarioDelay {
+			return nil, fmt.Errorf("%s %v is longer than %v", d.name, d.v, MaxScenarioDelay)
+		}
 	}
 	if s.Detection == 0 {
 		s.Detection = DefaultDetection
@@ -101,12 +151,61 @@ func ParseScenario(data []byte) (*Scenario, error) {
 		if e.At < 0 {
 			return nil, fmt.Errorf("event %d: at %v is negative", i+1, e.At)
 		}
+		if e.At > MaxScenarioTime {
+			return nil, fmt.Errorf("event %d: at %v is later than %v", i+1, e.At, MaxScenarioTime)
+		}
 		if e.CrashOwnerOfHottest < 0 {
 			return nil, fmt.Errorf("event %d: crash_owner_of_hottest %d is negative", i+1, e.CrashOwnerOfHottest)
 		}
 	}
 	sort.SliceStable(s.Events, func(i, j int) bool { return s.Events[i].At < s.Events[j].At })
 	return &s, nil
+}
+
+// String describes e in a few words with its time, e.g.
+// "partition n0,n1|n2@5m0s".
+func (e ScenarioEvent) String() string { return e.Action() + "@" + e.At.String() }
+
+// Action describes what e does, without its time, e.g. "partition
+// n0,n1|n2", "crash n3", "heal" (the report's list of faults).
+func (e ScenarioEvent) Action() string {
+	var what string
+	switch {
+	case len(e.Crash) > 0:
+		what = "crash " + strings.Join(e.Crash, ",")
+	case e.CrashOwnerOfHottest > 0:
+		what = fmt.Sprintf("crash_owner_of_hottest %d", e.CrashOwnerOfHottest)
+	case len(e.Restart) > 0:
+		what = "restart " + strings.Join(e.Restart, ",")
+	case len(e.Partition) > 0:
+		gs := make([]string, len(e.Partition))
+		for i, g := range e.Partition {
+			gs[i] = strings.Join(g, ",")
+		}
+		what = "partition " + strings.Join(gs, "|")
+	case e.Heal:
+		what = "heal"
+	}
+	return what
+}
+
+// DetectionModel describes the membership model of s in one line, e.g.
+// "each node after 5s + U[0, 1s]; heal after the first reconnect (every 5s)".
+func (s *Scenario) DetectionModel() string {
+	if s == nil {
+		return ""
+	}
+	out := "each node after " + s.Detection.String()
+	if s.DetectionJitter > 0 {
+		out += " + U[0, " + s.DetectionJitter.String() + "]"
+	}
+	if s.JoinDelay > 0 {
+		out += "; joins after U[0, " + s.JoinDelay.String() + "]"
+	}
+	if s.ReconnectInterval > 0 {
+		out += "; heal after the first reconnect (every " + s.ReconnectInterval.String() + ")"
+	}
+	return out
 }
 
 // apply overrides net with the scenario's network settings.

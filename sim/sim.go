@@ -14,6 +14,43 @@
 // membership changes and scenario events, then requests (in trace order),
 // then wake-ups. Strategies rely on deliveries coming before wake-ups (see
 // strategy/owner).
+//
+// # Faults and membership views
+//
+// The network and the failure detectors are modelled apart. A scenario
+// event changes the network at once: a crashed node receives nothing, a
+// message between two partition groups is dropped (also one already in
+// flight when the cut comes), and a heal lets messages through again. Each
+// node's member list, what its strategy is told with SetMembers, follows
+// later and per node, as with memberlist's SWIM failure detector, where
+// every member suspects, declares dead and hears of joins on its own
+// schedule:
+//
+//   - crash, partition: node i's view becomes the live nodes of its
+//     membership group after node i's own delay Detection + U[0,
+//     DetectionJitter] (suspicion, then the failure declared); the two sides
+//     of a partition each see only their side.
+//   - restart: the restarted node knows the members of its group at once (it
+//     joins through a push-pull); node i sees it after U[0, JoinDelay]
+//     (gossip), or after the failure delay above when JoinDelay is 0.
+//   - heal: the membership groups stay split until a reconnect attempt
+//     succeeds. Every node tries one every ReconnectInterval from a phase
+//     drawn per node from the seed (serf's reconnector, rebuilt in
+//     cluster/membership); at the first attempt of any live node after the
+//     heal the groups merge, and node i sees the merged view after its join
+//     delay. A heal is thus seen within ReconnectInterval + JoinDelay (or +
+//     Detection + DetectionJitter when JoinDelay is 0).
+//
+// When node i's delay expires its view becomes the whole truth at that
+// time (the live nodes of its membership group), not only the one change
+// that scheduled it: a detector that has caught up knows everything that
+// happened before. Ours is this model; the mechanisms are memberlist's
+// (SWIM: probe, suspicion, dissemination) and serf's (reconnect), each
+// reduced to a delay. What it leaves out: the per-pair structure of
+// detection (node i sees all changes of one event together), suspicion
+// refutation, false positives under loss (the detectors do not see the
+// message loss of Network), and a reconnect that picks a crashed member
+// and fails.
 package sim
 
 import (
@@ -83,7 +120,8 @@ const (
 	prioDeliver = iota
 	prioMembership
 	prioScenario
-	prioRequest // requests are injected from the trace, not queued; this is their place
+	prioReconnect // the first reconnect attempt after a heal (Scenario.ReconnectInterval)
+	prioRequest   // requests are injected from the trace, not queued; this is their place
 	prioWake
 	prioSample
 )
@@ -94,8 +132,8 @@ type event struct {
 	seq     uint64
 	node    int32
 	from    int32
-	epoch   uint32
-	scen    int32 // scenario event index
+	epoch   uint32 // node's incarnation (prioWake); the heal's generation (prioReconnect)
+	scen    int32  // scenario event index
 	payload []byte
 }
 
@@ -115,8 +153,10 @@ type node struct {
 	s       strategy.Strategy
 	alive   bool
 	epoch   uint32
-	group   int // partition group
+	group   int // network partition group: messages flow within a group
+	mgroup  int // membership group: what its failure detector can see as live
 	view    []strategy.NodeID
+	phase   time.Duration // reconnect attempts at phase + k*ReconnectInterval
 	wakes   map[time.Duration]bool
 	started bool
 }
@@ -131,6 +171,8 @@ type runner struct {
 	seq              uint64
 	now              time.Duration
 	netRnd           *rand.Rand
+	memRnd           *rand.Rand // detection delays and reconnect phases
+	healGen          uint32     // bumped by every partition and heal; voids a stale reconnect
 	fx               strategy.Effects
 	res              *Result
 	delays           []time.Duration
@@ -163,6 +205,7 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 	r := &runner{
 		cfg: cfg, trace: trace, byName: map[string]int{}, q: minheap.New(eventBefore),
 		netRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
+		memRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6d656d)),
 		res:    &Result{Outcomes: make([]Outcome, len(trace.Requests))},
 	}
 	members := make([]strategy.NodeID, cfg.Nodes)
@@ -183,6 +226,11 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 	for i := range r.nodes {
 		if err := r.start(i, 0); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.Scenario != nil && cfg.Scenario.ReconnectInterval > 0 {
+		for _, n := range r.nodes {
+			n.phase = time.Duration(r.memRnd.Int64N(int64(cfg.Scenario.ReconnectInterval)))
 		}
 	}
 	if cfg.Scenario != nil {
@@ -348,9 +396,13 @@ func (r *runner) step(e event) {
 		n.s.Tick(r.now, &r.fx)
 		r.apply(int(e.node))
 	case prioMembership:
-		r.updateViews()
+		r.updateView(int(e.node))
 	case prioScenario:
 		r.scenario(r.cfg.Scenario.Events[e.scen])
+	case prioReconnect:
+		if e.epoch == r.healGen {
+			r.merge()
+		}
 	case prioSample:
 		r.sample()
 		if r.now < r.lastArrival() || r.pendingDecisions > 0 {
@@ -380,7 +432,11 @@ func (r *runner) sample() {
 	r.statSamples++
 }
 
+// scenario carries out e on the network at once and schedules the nodes'
+// view updates (detect): a restart or a heal is a join, the others are
+// failures.
 func (r *runner) scenario(e ScenarioEvent) {
+	join := false
 	switch {
 	case len(e.Crash) > 0:
 		for _, name := range e.Crash {
@@ -391,6 +447,7 @@ func (r *runner) scenario(e ScenarioEvent) {
 			r.crash(r.byName[string(name)])
 		}
 	case len(e.Restart) > 0:
+		join = true
 		for _, name := range e.Restart {
 			i := r.byName[name]
 			n := r.nodes[i]
@@ -405,6 +462,7 @@ func (r *runner) scenario(e ScenarioEvent) {
 			_ = r.start(i, r.now) // the factory accepted this configuration at time 0
 		}
 	case len(e.Partition) > 0:
+		r.healGen++
 		for _, n := range r.nodes {
 			n.group = len(e.Partition) // nodes not listed form a group of their own
 		}
@@ -413,12 +471,80 @@ func (r *runner) scenario(e ScenarioEvent) {
 				r.nodes[r.byName[name]].group = g
 			}
 		}
+		for _, n := range r.nodes {
+			n.mgroup = n.group // each side's detectors lose the other side
+		}
 	case e.Heal:
+		r.healGen++
 		for _, n := range r.nodes {
 			n.group = 0
 		}
+		if at, ok := r.firstReconnect(); ok {
+			// Messages flow again, but the views stay split until the
+			// first reconnect attempt merges the membership groups.
+			r.push(event{at: at, prio: prioReconnect, epoch: r.healGen})
+			return
+		}
+		for _, n := range r.nodes {
+			n.mgroup = 0
+		}
+		join = true
 	}
-	r.push(event{at: r.now + r.cfg.Scenario.Detection, prio: prioMembership})
+	r.detect(join)
+}
+
+// firstReconnect is the time of the first reconnect attempt of any live
+// node at or after now; false when reconnects are not modelled
+// (ReconnectInterval 0) or no node is up.
+func (r *runner) firstReconnect() (time.Duration, bool) {
+	iv := r.cfg.Scenario.ReconnectInterval
+	if iv <= 0 || len(r.alive) == 0 {
+		return 0, false
+	}
+	first := time.Duration(-1)
+	for _, i := range r.alive {
+		ph := r.nodes[i].phase
+		at := ph
+		if r.now > ph {
+			at = ph + (r.now-ph+iv-1)/iv*iv
+		}
+		if first < 0 || at < first {
+			first = at
+		}
+	}
+	return first, true
+}
+
+// merge runs at the reconnect attempt that ends a partition: the
+// membership groups become the network's again, and every node learns of
+// it after its own detection delay.
+func (r *runner) merge() {
+	for _, n := range r.nodes {
+		n.mgroup = n.group
+	}
+	r.detect(true)
+}
+
+// detect schedules every node's view update after its own delay: for a
+// join (a restart, or the merge after a heal) with Scenario.JoinDelay set,
+// a uniform draw in [0, JoinDelay] (gossip spreading the join); otherwise
+// Scenario.Detection plus a uniform draw in [0, DetectionJitter]. The draws
+// are made for every node, live or not, in node order, so that they depend
+// only on the seed and the scenario.
+func (r *runner) detect(join bool) {
+	sc := r.cfg.Scenario
+	for i := range r.nodes {
+		var d time.Duration
+		switch {
+		case join && sc.JoinDelay > 0:
+			d = time.Duration(r.memRnd.Int64N(int64(sc.JoinDelay) + 1))
+		case sc.DetectionJitter > 0:
+			d = sc.Detection + time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter)+1))
+		default:
+			d = sc.Detection
+		}
+		r.push(event{at: r.now + d, prio: prioMembership, node: int32(i)})
+	}
 }
 
 func (r *runner) crash(i int) {
@@ -432,10 +558,11 @@ func (r *runner) crash(i int) {
 	r.res.Crashed = append(r.res.Crashed, string(n.id))
 }
 
-// ownersOfHottest returns the distinct rendezvous owners, among all nodes,
-// of the k most requested keys (ties by key).
-func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
-	counts := r.trace.KeyCounts()
+// OwnersOfHottest returns the distinct rendezvous owners (rendezvous.Owner)
+// among members of the k most requested keys of trace (ties by key), in the
+// order of the keys: the nodes a crash_owner_of_hottest: k event crashes.
+func OwnersOfHottest(trace *workload.Trace, members []strategy.NodeID, k int) []strategy.NodeID {
+	counts := trace.KeyCounts()
 	keys := make([]string, 0, len(counts))
 	for key := range counts {
 		keys = append(keys, key)
@@ -446,24 +573,30 @@ func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
 		}
 		return keys[a] < keys[b]
 	})
-	all := make([]strategy.NodeID, len(r.nodes))
-	for i, n := range r.nodes {
-		all[i] = n.id
-	}
 	var out []strategy.NodeID
-	for _, key := range keys[:min(k, len(keys))] {
-		if o := rendezvous.Owner(key, all); !slices.Contains(out, o) {
+	for _, key := range keys[:max(0, min(k, len(keys)))] {
+		if o := rendezvous.Owner(key, members); !slices.Contains(out, o) {
 			out = append(out, o)
 		}
 	}
 	return out
 }
 
-// reachable is the sorted list of live nodes in node i's partition group.
+// ownersOfHottest is OwnersOfHottest over all nodes, live or not.
+func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
+	all := make([]strategy.NodeID, len(r.nodes))
+	for i, n := range r.nodes {
+		all[i] = n.id
+	}
+	return OwnersOfHottest(r.trace, all, k)
+}
+
+// reachable is the sorted list of live nodes in node i's membership group:
+// what its failure detector converges to.
 func (r *runner) reachable(i int) []strategy.NodeID {
 	var out []strategy.NodeID
 	for _, j := range r.alive {
-		if r.nodes[j].group == r.nodes[i].group {
+		if r.nodes[j].mgroup == r.nodes[i].mgroup {
 			out = append(out, r.nodes[j].id)
 		}
 	}
@@ -471,18 +604,20 @@ func (r *runner) reachable(i int) []strategy.NodeID {
 	return out
 }
 
-// updateViews runs when failure detectors have caught up: every live node
-// whose view differs from the live nodes it can reach is told.
-func (r *runner) updateViews() {
-	for _, i := range slices.Clone(r.alive) {
-		n := r.nodes[i]
-		v := r.reachable(i)
-		if slices.Equal(v, n.view) {
-			continue
-		}
-		n.view = v
-		r.fx.Reset()
-		n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
-		r.apply(i)
+// updateView runs when node i's failure detector has caught up: if node i
+// is live and its view differs from the live nodes of its membership group,
+// its strategy is told.
+func (r *runner) updateView(i int) {
+	n := r.nodes[i]
+	if !n.alive {
+		return
 	}
+	v := r.reachable(i)
+	if slices.Equal(v, n.view) {
+		return
+	}
+	n.view = v
+	r.fx.Reset()
+	n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
+	r.apply(i)
 }

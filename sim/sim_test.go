@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,13 @@ func TestScenarioErrors(t *testing.T) {
 		"events:\n  - at: 1s\n    explode: [n1]\n",
 		"detection: -1s\n",
 		"events:\n  - at: -1s\n    heal: true\n",
+		"detection_jitter: -1ms\n",
+		"reconnect_interval: -5s\n",
+		"reconnect_interval: 2h\n",
+		"join_delay: -1s\n",
+		"detection: 1000h\n",
+		"detection_jitter: soon\n",
+		"events:\n  - at: 2000000h\n    heal: true\n",
 	} {
 		if _, err := sim.ParseScenario([]byte(bad)); err == nil {
 			t.Errorf("scenario accepted:\n%s", bad)
@@ -149,23 +157,48 @@ func FuzzParseLatency(f *testing.F) {
 	})
 }
 
+var (
+	fuzzTrace *workload.Trace
+	fuzzOwner all.Info
+)
+
 func FuzzParseScenario(f *testing.F) {
+	fuzzTrace = mustGen(f, "poisson:users=3,rate=5,duration=3s", 1)
+	fuzzOwner, _ = all.Lookup("owner")
 	f.Add([]byte("detection: 1s\nevents:\n  - at: 2s\n    crash: [n1]\n  - at: 3s\n    heal: true\n"))
 	f.Add([]byte("network:\n  latency: exp:2ms\n  loss: 0.5\n"))
 	f.Add([]byte("events:\n  - at: 1s\n    partition: [[n0], [n1, n2]]\n"))
+	f.Add([]byte("detection: 1s\ndetection_jitter: 500ms\nreconnect_interval: 5s\nevents:\n  - at: 1s\n    partition: [[n0], [n1]]\n  - at: 9s\n    heal: true\n"))
+	f.Add([]byte("detection_jitter: 1h\nreconnect_interval: 0s\nevents:\n  - at: 3s\n    restart: [n2]\n"))
+	f.Add([]byte("reconnect_interval: 61m\n"))
+	f.Add([]byte("join_delay: 800ms\nreconnect_interval: 2s\nevents:\n  - at: 1s\n    crash: [n0]\n  - at: 2s\n    restart: [n0]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := sim.ParseScenario(data)
 		if err != nil {
 			return
 		}
-		if s.Detection <= 0 {
+		if s.Detection <= 0 || s.Detection > sim.MaxScenarioDelay {
 			t.Fatalf("detection %v", s.Detection)
 		}
-		for i := 1; i < len(s.Events); i++ {
-			if s.Events[i].At < s.Events[i-1].At {
+		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay || s.JoinDelay < 0 || s.JoinDelay > sim.MaxScenarioDelay {
+			t.Fatalf("detection_jitter %v, reconnect_interval %v", s.DetectionJitter, s.ReconnectInterval)
+		}
+		for i, e := range s.Events {
+			if e.At < 0 || e.At > sim.MaxScenarioTime {
+				t.Fatalf("event at %v", e.At)
+			}
+			if i > 0 && e.At < s.Events[i-1].At {
 				t.Fatal("events not sorted")
 			}
+			if !strings.HasSuffix(e.String(), "@"+e.At.String()) {
+				t.Fatalf("event %+v prints as %q", e, e.String())
+			}
 		}
+		// Any scenario that parses runs (or is refused with an error, e.g.
+		// for a node the cluster lacks) without a panic.
+		assign, _ := workload.NewAssigner("hash", 1)
+		_, _ = sim.Run(fuzzTrace, sim.Config{Name: "owner", New: fuzzOwner.New, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+			Burst: 2, Network: fixed(time.Millisecond), Scenario: s, Assign: assign})
 	})
 }
 

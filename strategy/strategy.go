@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 )
@@ -180,4 +181,85 @@ type ShareReporter interface {
 	// capacity share as a fraction of the rule's rate (0..1 each), and the
 	// number of those keys. The mean share is sum/keys.
 	CapacityShares() (sum float64, keys int)
+}
+
+// KeyState is one key's token bucket as a snapshot keeps it across a
+// restart (Snapshotter). The level is exact, in the units of package
+// bucket: Level ticks, of which TicksPerToken make one token (the rule's
+// Rate.Per in nanoseconds at the time), so a level of 2.5 tokens at a
+// rate of 1/min is Level 150e9, TicksPerToken 60e9. Capacity is the
+// bucket's burst in the same ticks when the state was taken; for static
+// it is the node's share b_i.
+//
+// At is the time at which Level was valid, in the time base of whoever
+// holds the KeyState: the strategy's (a duration since its driver's epoch)
+// when Snapshot emits it and Restore takes it. The driver converts it to
+// and from the wall clock (cluster: nanoseconds since the Unix epoch), so
+// a snapshot survives a restart whose epoch differs.
+type KeyState struct {
+	Key           string
+	Level         int64 // ticks, 0 <= Level <= Capacity
+	Capacity      int64 // ticks; > 0
+	TicksPerToken int64 // ticks per token (> 0)
+	At            time.Duration
+}
+
+// MaxKeyStateBytes bounds the length of a KeyState's key (the cluster's
+// own limit on request keys).
+const MaxKeyStateBytes = 4096
+
+// Validate reports what is wrong with s, naming the key: an empty,
+// over-long or non-UTF-8 key, a non-positive TicksPerToken or Capacity, a
+// negative Level or one above Capacity. A state that passes never yields
+// a level above the burst or below 0.
+func (s KeyState) Validate() error {
+	switch {
+	case s.Key == "":
+		return fmt.Errorf("key state: empty key")
+	case len(s.Key) > MaxKeyStateBytes:
+		return fmt.Errorf("key state: key of %d bytes is above the limit of %d", len(s.Key), MaxKeyStateBytes)
+	case !utf8.ValidString(s.Key):
+		return fmt.Errorf("key state: key %q is not valid UTF-8", s.Key)
+	case s.TicksPerToken <= 0:
+		return fmt.Errorf("key state %q: ticks per token %d is not positive", s.Key, s.TicksPerToken)
+	case s.Capacity <= 0:
+		return fmt.Errorf("key state %q: capacity %d ticks is not positive", s.Key, s.Capacity)
+	case s.Level < 0:
+		return fmt.Errorf("key state %q: level %d ticks is negative", s.Key, s.Level)
+	case s.Level > s.Capacity:
+		return fmt.Errorf("key state %q: level %d ticks is above its capacity %d", s.Key, s.Level, s.Capacity)
+	}
+	return nil
+}
+
+// Snapshotter is implemented by strategies whose state is one token
+// bucket per key held at this node (local, central, static, owner), so
+// that a node's limits survive a restart of the whole cluster (the
+// node's state_dir). Strategies that do not implement it (gdrl, gcounter,
+// tbqueue, adaptive: their state is shares, counters or a queue shared
+// with peers) are not persisted and start fresh after a restart.
+// Deterministic: neither method reads a clock.
+type Snapshotter interface {
+	// Snapshot calls emit once per key whose bucket is not full at now
+	// (a full bucket equals an absent one), with At = now. It changes no
+	// state.
+	Snapshot(now time.Duration, emit func(KeyState))
+
+	// Restore sets the buckets of states at now: each level is refilled
+	// at the rule's current rate for the time from its At to now (none if
+	// At is after now), rescaled to the current tick size and capped at the
+	// current burst, so it never exceeds it. Every state is validated
+	// first (KeyState.Validate; a key given twice is refused too): on
+	// error nothing is restored and the error names what was wrong.
+	Restore(now time.Duration, states []KeyState) error
+}
+
+// MemoryReporter is implemented by strategies that can estimate the Go
+// heap their state takes at this node (the buckets of local, static and
+// owner, with Go's map, string and allocation overheads). The live
+// runtime exports it as tokenmesh_state_bytes; StateBytes stays the wire
+// size, the evaluator's metric comparable across strategies.
+type MemoryReporter interface {
+	// MemoryBytes is the estimated heap taken by this rule's state, bytes.
+	MemoryBytes() int
 }

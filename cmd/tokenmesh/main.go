@@ -25,8 +25,11 @@ you, on your own traffic, how far each strategy drifts from a single exact
 limiter and what it costs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       readBuildInfo().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd(), newCertsCmd())
+	root.AddCommand(newVersionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenmesh:", err)
 		if errors.Is(err, errUsage) {

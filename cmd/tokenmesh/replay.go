@@ -19,6 +19,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/replay"
+	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -40,6 +41,7 @@ type replayFlags struct {
 	duration          time.Duration
 	kills, partitions []string
 	heals             []string
+	scenario          string
 	binary            string
 	keepLogs          string
 }
@@ -69,7 +71,10 @@ not keep up: lower --speed.
 
 Faults at trace times: --kill NODE@TIME (SIGKILL node NODE, 0-based),
 --partition "0,1|2@TIME" (cut the peer data plane between groups; gossip still
-flows) and --heal TIME. Partitions start the nodes with fault injection.`,
+flows) and --heal TIME. Partitions start the nodes with fault injection.
+--scenario FILE reads them from the YAML of ` + "`tokenmesh sim --scenario`" + ` (crash,
+crash_owner_of_hottest, partition, heal; not restart, not network; the
+detection settings are the simulator's model of what the live nodes do).`,
 		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
   tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
   tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/`,
@@ -95,6 +100,7 @@ flows) and --heal TIME. Partitions start the nodes with fault injection.`,
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
 	fl.StringArrayVar(&f.partitions, "partition", nil, `GROUPS@TIME: from trace time TIME, cut the peer data plane between groups, e.g. "0,1|2@30s"; repeatable`)
 	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
+	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
 	return cmd
@@ -219,6 +225,29 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	tr, err := f.traceFlags.read()
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if f.scenario != "" {
+		sc, err := sim.LoadScenario(f.scenario)
+		if err != nil {
+			return nil, usageErr("--scenario: %v", err)
+		}
+		evs, err := replay.FromScenario(sc, tr, f.nodes)
+		if err != nil {
+			return nil, usageErr("--scenario %s: %v", f.scenario, err)
+		}
+		for _, e := range evs {
+			switch e.Kind {
+			case replay.Kill:
+				for _, o := range p.events {
+					if o.Kind == replay.Kill && o.Node == e.Node {
+						return nil, usageErr("--scenario %s: node %d is killed by --kill too", f.scenario, e.Node)
+					}
+				}
+			case replay.Partition, replay.Heal:
+				p.faults = true
+			}
+			p.events = append(p.events, e)
+		}
 	}
 	if f.duration > 0 {
 		n := 0

@@ -20,6 +20,18 @@ func tinyTrace(t *testing.T) string {
 
 func TestReplayBadFlags(t *testing.T) {
 	tr := tinyTrace(t)
+	dir := t.TempDir()
+	yamlFile := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	restart := yamlFile("restart.yaml", "events:\n  - at: 1s\n    crash: [n1]\n  - at: 2s\n    restart: [n1]\n")
+	unknown := yamlFile("unknown.yaml", "events:\n  - at: 1s\n    partition: [[n0], [n7]]\n")
+	killOne := yamlFile("kill1.yaml", "events:\n  - at: 1s\n    crash: [n1]\n")
+	bad := yamlFile("bad.yaml", "events:\n  - at: 1s\n    explode: [n1]\n")
 	for _, tc := range []struct {
 		args []string
 		flag string // the error must name it
@@ -44,6 +56,11 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"--trace", tr, "--partition", "0|9@1s"}, "--partition"},
 		{[]string{"--trace", tr, "--partition", "0,1@1s"}, "--partition"},
 		{[]string{"--trace", tr, "--heal", "soon"}, "--heal"},
+		{[]string{"--trace", tr, "--scenario", filepath.Join(dir, "missing.yaml")}, "--scenario"},
+		{[]string{"--trace", tr, "--scenario", bad}, "--scenario"},
+		{[]string{"--trace", tr, "--scenario", restart}, "cannot restart"},
+		{[]string{"--trace", tr, "--scenario", unknown}, `unknown node "n7"`},
+		{[]string{"--trace", tr, "--scenario", killOne, "--kill", "1@5s"}, "--scenario"},
 		{[]string{"--trace", tr, "--progress", "sometimes"}, "--progress"},
 		{[]string{"--trace", tr, "--binary", filepath.Join(t.TempDir(), "nope")}, "--binary"},
 	} {

@@ -44,6 +44,7 @@ type serveOptions struct {
 	configPath     string
 	addrFile       string // --addr-file: the bound addresses as JSON, written once serving
 	faultInjection bool   // --fault-injection (hidden): Faulty peer transport + /debug/faults
+	discardBad     bool   // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
 }
 
 func newServeCmd() *cobra.Command {
@@ -102,10 +103,18 @@ Without --config, a single node runs the built-in default configuration
 (API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default":
 10/s, burst 20, strategy owner). With node.api_tls, both APIs use TLS.
 
+With node.state_dir, the node keeps its token buckets (rules with strategy
+owner, static, local or central) in a bbolt file there: a snapshot every
+node.snapshot_interval (default 1s) and at shutdown, restored at start,
+refilled for the time the node was down, so a restart does not grant every
+key a fresh burst. A state file that does not load stops the start (it would
+silently re-grant every limit); --discard-bad-state moves it aside and starts
+with full buckets instead.
+
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes the ones in flight (5 s at most), the node hands its state to its
 peers (gdrl: its capacity shares to its buddy; 2 s at most), then leaves the
-gossip cluster.`,
+gossip cluster, and writes its last snapshot to node.state_dir.`,
 		Example: `  tokenmesh serve
   tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml`,
 		Args: cobra.NoArgs,
@@ -119,6 +128,8 @@ gossip cluster.`,
 	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
+	cmd.Flags().BoolVar(&opts.discardBad, "discard-bad-state", false,
+		"when the state file in node.state_dir does not load (corrupt), move it aside and start with full buckets instead of failing")
 	// Hidden: a test hook that lets anyone who reaches the API cut this
 	// node's data plane; MarkHidden fails only for an unknown flag.
 	_ = cmd.Flags().MarkHidden("fault-injection")
@@ -162,7 +173,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
 	}
-	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules}
+	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
+		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
+		Logger: slog.New(slog.NewTextHandler(out, nil))}
 	if configPath != "" {
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
 			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
@@ -245,6 +258,15 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	for _, r := range rules {
 		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
+	}
+	if ri := node.RestoreInfo(); ri.File != "" {
+		fmt.Fprintf(out, "state: %s, a snapshot every %v", ri.File, f.Node.SnapshotInterval)
+		if ri.Found {
+			fmt.Fprintf(out, "; restored %v keys per rule, taken %v ago", ri.Keys, ri.Age.Round(time.Millisecond))
+		} else {
+			fmt.Fprint(out, "; no snapshot there: full buckets")
+		}
+		fmt.Fprintln(out)
 	}
 
 	errc := make(chan error, 3)

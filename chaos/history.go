@@ -1,0 +1,206 @@
+// Package chaos runs Jepsen-style fault experiments on real tokenmesh
+// processes and checks what they admitted: a History records every
+// decision a client saw, with the time it was sent, and Check measures, per
+// key, how far the admitted tokens in any window of length T exceed the
+// token bucket's envelope b + r*T (SRTM, seed 000, §1.1: "the number of
+// messages that can leave the token bucket in any time interval of
+// duration Δt is upper-bounded by b + r·Δt").
+//
+// The checker is ours. It is the live counterpart of the evaluator's
+// envelope violation (eval.EnvelopeViolation), per key and restricted to a
+// time range, so a run can ask "from 10 s after the heal on, did any key
+// leave its envelope?" A decision counts at the time the client sent the
+// request: the cluster decides a little later, so a run admits up to
+// r × (largest decision latency) more than the envelope by that clock;
+// Check's callers add that slack explicitly.
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Decision is one check as a client saw it: Tokens tokens of Key, sent
+// At (since the run's start), and the answer. Err is set when the check
+// failed (no answer: an unreachable node, a timeout); such checks admit
+// nothing.
+type Decision struct {
+	At      time.Duration
+	Key     string
+	Tokens  int64
+	Allowed bool
+	Latency time.Duration // from send to answer
+	Node    int           // index of the node the check was sent to
+	Err     error
+}
+
+// History is a concurrency-safe log of decisions. The zero value is ready.
+type History struct {
+	mu  sync.Mutex
+	log []Decision
+}
+
+// Add records d. Safe for concurrent use.
+func (h *History) Add(d Decision) {
+	h.mu.Lock()
+	h.log = append(h.log, d)
+	h.mu.Unlock()
+}
+
+// Decisions returns a copy of the log sorted by At (stable).
+func (h *History) Decisions() []Decision {
+	h.mu.Lock()
+	out := slices.Clone(h.log)
+	h.mu.Unlock()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
+
+// Envelope is a token bucket's (r, b): RatePerSec tokens per second, Burst
+// tokens.
+type Envelope struct {
+	RatePerSec float64
+	Burst      int64
+}
+
+// Validate reports a negative or non-finite rate or a negative burst.
+func (e Envelope) Validate() error {
+	if math.IsNaN(e.RatePerSec) || math.IsInf(e.RatePerSec, 0) || e.RatePerSec < 0 {
+		return fmt.Errorf("chaos: envelope rate %v tokens/s is not a finite non-negative number", e.RatePerSec)
+	}
+	if e.Burst < 0 {
+		return fmt.Errorf("chaos: envelope burst %d is negative", e.Burst)
+	}
+	return nil
+}
+
+// KeyReport is one key's outcome over a range of a run.
+type KeyReport struct {
+	Key      string
+	Checks   int   // decisions in range
+	Admitted int64 // tokens admitted in range
+	Errors   int   // checks that got no answer
+	// Violation is the largest excess, in tokens, of the tokens admitted in
+	// any window [t1, t2] inside the range over b + r*(t2 - t1); 0 when the
+	// key stayed within its envelope.
+	Violation float64
+	// WorstFrom and WorstTo delimit the window of the largest excess (zero
+	// when Violation is 0).
+	WorstFrom, WorstTo time.Duration
+}
+
+// Report is a range of a run, checked.
+type Report struct {
+	From, To time.Duration
+	Keys     []KeyReport // sorted by Violation, largest first, then Key
+	Checks   int
+	Admitted int64
+	Errors   int
+	// MaxViolation is the largest KeyReport.Violation; Over counts the keys
+	// whose Violation is above the slack Check was given.
+	MaxViolation float64
+	Over         int
+	// P50 and P99 are the decision latencies of the answered checks in range.
+	P50, P99 time.Duration
+}
+
+// ErrEmptyRange is returned by Check when to < from.
+var ErrEmptyRange = errors.New("chaos: range ends before it starts")
+
+// Check measures the decisions sent in [from, to] against env, per key:
+// only windows inside the range count, so the admissions before from do
+// not weigh on the windows after it. slack (tokens) is what the caller
+// allows beyond the envelope (the strategy's documented bound for the
+// fault, plus the clock slack described in the package doc); keys above it
+// are counted in Report.Over. Errors: a bad envelope, ErrEmptyRange.
+//
+// For one key with admissions at t_1 <= ... <= t_n of n_k tokens and
+// prefix sums S_k, the excess over [t_i, t_j] is S_j - S_{i-1} - b -
+// r(t_j - t_i); the maximum over i <= j is found in one pass by keeping the
+// minimum of S_{i-1} - r*t_i seen so far (as eval.EnvelopeViolation does
+// for the simulator).
+func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Report, error) {
+	if err := env.Validate(); err != nil {
+		return Report{}, err
+	}
+	if to < from {
+		return Report{}, fmt.Errorf("%w: [%v, %v]", ErrEmptyRange, from, to)
+	}
+	type state struct {
+		rep     KeyReport
+		sum     int64
+		minPre  float64
+		minAt   time.Duration
+		started bool
+	}
+	keys := map[string]*state{}
+	rep := Report{From: from, To: to}
+	var lat []time.Duration
+	for _, d := range h.Decisions() {
+		if d.At < from || d.At > to {
+			continue
+		}
+		st := keys[d.Key]
+		if st == nil {
+			st = &state{rep: KeyReport{Key: d.Key}, minPre: math.Inf(1)}
+			keys[d.Key] = st
+		}
+		st.rep.Checks++
+		rep.Checks++
+		if d.Err != nil {
+			st.rep.Errors++
+			rep.Errors++
+			continue
+		}
+		lat = append(lat, d.Latency)
+		if !d.Allowed || d.Tokens <= 0 {
+			continue
+		}
+		t := d.At.Seconds()
+		if pre := float64(st.sum) - env.RatePerSec*t; pre < st.minPre {
+			st.minPre, st.minAt = pre, d.At
+		}
+		st.sum += d.Tokens
+		st.rep.Admitted += d.Tokens
+		rep.Admitted += d.Tokens
+		v := float64(st.sum) - env.RatePerSec*t - st.minPre - float64(env.Burst)
+		if v > st.rep.Violation+1e-9 {
+			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo = v, st.minAt, d.At
+		}
+	}
+	for _, st := range keys {
+		if st.rep.Violation < 1e-6 { // float rounding of r*t
+			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo = 0, 0, 0
+		}
+		rep.Keys = append(rep.Keys, st.rep)
+		rep.MaxViolation = math.Max(rep.MaxViolation, st.rep.Violation)
+		if st.rep.Violation > slack {
+			rep.Over++
+		}
+	}
+	sort.Slice(rep.Keys, func(i, j int) bool {
+		a, b := rep.Keys[i], rep.Keys[j]
+		if a.Violation != b.Violation {
+			return a.Violation > b.Violation
+		}
+		return a.Key < b.Key
+	})
+	rep.P50, rep.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	return rep, nil
+}
+
+// quantile is the nearest-rank q-quantile of ds (0 for none); ds is sorted
+// in place.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}

@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Snapshot takes, in the node's goroutine (the strategies stay
+// single-threaded), the bucket states of every rule whose strategy is a
+// strategy.Snapshotter, by rule name. Each state's At is converted from
+// the strategies' time to wall-clock time, nanoseconds since the Unix
+// epoch, so the snapshot stays valid across restarts whose Epoch differs
+// (Config.Restore). The loop is busy for the time it takes to copy the
+// states (docs/PERFORMANCE.md); writing them out is the caller's, outside
+// the loop. reuse, when not nil, is an earlier result whose slices are
+// reused (overwritten: the caller must be done with them), which spares
+// the loop the allocations. Errors: ctx.Err(), ErrClosed.
+func (n *Node) Snapshot(ctx context.Context, reuse map[string][]strategy.KeyState) (map[string][]strategy.KeyState, error) {
+	out := map[string][]strategy.KeyState{}
+	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
+		sn, ok := s.(strategy.Snapshotter)
+		if !ok {
+			return
+		}
+		states := reuse[rule.Name][:0]
+		sn.Snapshot(now, func(st strategy.KeyState) {
+			st.At = n.wallNanos(st.At)
+			states = append(states, st)
+		})
+		out[rule.Name] = states
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Restored is, per rule, the number of key states Config.Restore handed
+// to its strategy at start (rules whose strategy is not a
+// strategy.Snapshotter are absent).
+func (n *Node) Restored() map[string]int { return n.restored }
+
+// wallBase is the wall-clock time of strategy time 0, ns since 1970.
+func (n *Node) wallBase() int64 { return n.start.UnixNano() - int64(n.offset) }
+
+// wallNanos converts a strategy time to wall-clock ns since 1970.
+func (n *Node) wallNanos(t time.Duration) time.Duration {
+	return time.Duration(n.wallBase()) + t
+}
+
+// strategyTime converts wall-clock ns since 1970 to strategy time; a
+// time too old for the arithmetic becomes a time long enough ago that
+// every bucket has refilled.
+func (n *Node) strategyTime(wall time.Duration) time.Duration {
+	base := n.wallBase()
+	if int64(wall) < math.MinInt64/2+base {
+		return math.MinInt64 / 2
+	}
+	return wall - time.Duration(base)
+}
+
+// restore hands cfg.Restore's states to the rules' strategies at now
+// (New, before any event). Errors name the rule; a strategy refuses the
+// whole rule's states when one is invalid (strategy.Snapshotter).
+func (n *Node) restore(now time.Duration, saved map[string][]strategy.KeyState) error {
+	n.restored = map[string]int{}
+	for _, rs := range n.order {
+		sn, ok := rs.s.(strategy.Snapshotter)
+		if !ok {
+			continue
+		}
+		states := saved[rs.rule.Name]
+		conv := make([]strategy.KeyState, len(states))
+		for i, st := range states {
+			st.At = n.strategyTime(st.At)
+			conv[i] = st
+		}
+		if err := sn.Restore(now, conv); err != nil {
+			return fmt.Errorf("cluster: restoring rule %q: %w", rs.rule.Name, err)
+		}
+		n.restored[rs.rule.Name] = len(states)
+	}
+	return nil
+}

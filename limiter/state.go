@@ -1,0 +1,193 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/statestore"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// DefaultSnapshotInterval is Config.SnapshotInterval when zero.
+const DefaultSnapshotInterval = time.Second
+
+// RestoreInfo says what Start restored from Config.StateDir.
+type RestoreInfo struct {
+	File  string         // the state file; "" without StateDir
+	Found bool           // a snapshot was there
+	Taken time.Time      // when it was taken (wall clock)
+	Age   time.Duration  // how long before Start it was taken
+	Keys  map[string]int // key states handed to each rule whose strategy keeps them
+	// Discarded is the path a corrupt file was moved to
+	// (Config.DiscardBadState); "" if none.
+	Discarded string
+}
+
+// SnapshotStats counts the snapshots written to Config.StateDir.
+type SnapshotStats struct {
+	Saved     int64         // snapshots written
+	Errors    int64         // snapshots that failed (logged)
+	Keys      int64         // key states in the last one written
+	LoopTime  time.Duration // the node's loop busy copying the last one
+	WriteTime time.Duration // writing (and fsyncing) the last one
+}
+
+// persister runs a node's snapshots into its statestore.
+type persister struct {
+	store    *statestore.Store
+	name     string
+	rules    map[string]string // rule -> strategy
+	interval time.Duration
+	log      *slog.Logger
+
+	mu        sync.Mutex // one snapshot at a time (the ticker's and Close's)
+	lastEmpty bool
+	buf       map[string][]strategy.KeyState // the last snapshot's slices, reused
+	stats     struct {
+		saved, errors, keys, loopNs, writeNs atomic.Int64
+	}
+	done chan struct{} // closed when run returns
+}
+
+// openState opens cfg.StateDir's store and loads its snapshot. A corrupt
+// file fails, unless cfg.DiscardBadState: then it is renamed aside and
+// the node starts empty. The caller closes the store.
+func openState(cfg Config, name string, log *slog.Logger) (*statestore.Store, statestore.Snapshot, RestoreInfo, error) {
+	info := RestoreInfo{}
+	store, err := statestore.Open(cfg.StateDir)
+	var snap statestore.Snapshot
+	if err == nil {
+		info.File = store.Path()
+		snap, info.Found, err = store.Load()
+		if err != nil {
+			_ = store.Close()
+		}
+	}
+	if err == nil {
+		return store, snap, info, nil
+	}
+	if !errors.Is(err, statestore.ErrCorrupt) {
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w", err)
+	}
+	if !cfg.DiscardBadState {
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w (Config.DiscardBadState, serve --discard-bad-state, moves it aside and starts empty)", err)
+	}
+	file := cfg.StateDir + string(os.PathSeparator) + statestore.FileName
+	info.Discarded = fmt.Sprintf("%s.bad-%d", file, time.Now().Unix())
+	if rerr := os.Rename(file, info.Discarded); rerr != nil {
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %v; moving it aside: %w", err, rerr)
+	}
+	log.Warn("state file is corrupt: moved aside, starting with no saved state (every key gets a fresh burst)",
+		"file", file, "moved_to", info.Discarded, "error", err.Error())
+	store, err = statestore.Open(cfg.StateDir)
+	if err != nil {
+		return nil, snap, info, fmt.Errorf("limiter: state_dir: %w", err)
+	}
+	info.File = store.Path()
+	return store, statestore.Snapshot{}, info, nil
+}
+
+// restoreStates is the snapshot's states by rule, for cluster.Config.Restore,
+// with a warning for every rule whose strategy or node changed.
+func restoreStates(snap statestore.Snapshot, name string, rules []cluster.Rule, log *slog.Logger) map[string][]strategy.KeyState {
+	if snap.Node != "" && snap.Node != name {
+		log.Warn("state file was written by another node name; restoring it anyway", "file_node", snap.Node, "node", name)
+	}
+	out := map[string][]strategy.KeyState{}
+	for _, r := range rules {
+		saved, ok := snap.Rules[r.Name]
+		if !ok {
+			continue
+		}
+		if saved.Strategy != r.Strategy {
+			log.Warn("rule's strategy changed since the snapshot; restoring its bucket levels capped at the new buckets",
+				"rule", r.Name, "was", saved.Strategy, "now", r.Strategy)
+		}
+		out[r.Name] = saved.States
+	}
+	return out
+}
+
+// snapshotDuty bounds the share of time spent on snapshots: the next one
+// starts no sooner than snapshotDuty times the last one's duration (loop
+// copy plus write) after it, whatever the interval. At 1M keys a snapshot
+// takes 1.3-4 s (docs/PERFORMANCE.md), so it runs every ~7-20 s, not
+// every second.
+const snapshotDuty = 5
+
+// run snapshots every interval (stretched by snapshotDuty) until stop is
+// closed.
+func (p *persister) run(node *cluster.Node, stop <-chan struct{}) {
+	defer close(p.done)
+	t := time.NewTimer(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		_ = p.save(node)
+		t.Reset(max(p.interval, snapshotDuty*time.Since(start)) - time.Since(start))
+	}
+}
+
+// save takes one snapshot in the node's loop and writes it outside. An
+// empty snapshot after an empty one is not written again.
+func (p *persister) save(node *cluster.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	states, err := node.Snapshot(ctx, p.buf)
+	t1 := time.Now()
+	if err != nil {
+		p.stats.errors.Add(1)
+		p.log.Error("snapshot failed", "error", err.Error())
+		return err
+	}
+	p.buf = states // Save is done with them before the next snapshot
+	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.Rule{}}
+	for rule, st := range states {
+		snap.Rules[rule] = statestore.Rule{Strategy: p.rules[rule], States: st}
+	}
+	keys := snap.Keys()
+	if keys == 0 && p.lastEmpty {
+		return nil
+	}
+	if err := p.store.Save(snap); err != nil {
+		p.stats.errors.Add(1)
+		p.log.Error("writing the snapshot failed", "file", p.store.Path(), "error", err.Error())
+		return err
+	}
+	p.lastEmpty = keys == 0
+	p.stats.saved.Add(1)
+	p.stats.keys.Store(int64(keys))
+	p.stats.loopNs.Store(int64(t1.Sub(t0)))
+	p.stats.writeNs.Store(int64(time.Since(t1)))
+	return nil
+}
+
+// RestoreInfo is what Start restored from Config.StateDir (zero without
+// it).
+func (n *Node) RestoreInfo() RestoreInfo { return n.restore }
+
+// SnapshotStats counts the snapshots written to Config.StateDir (zero
+// without it).
+func (n *Node) SnapshotStats() SnapshotStats {
+	p := n.persist
+	if p == nil {
+		return SnapshotStats{}
+	}
+	return SnapshotStats{Saved: p.stats.saved.Load(), Errors: p.stats.errors.Load(), Keys: p.stats.keys.Load(),
+		LoopTime: time.Duration(p.stats.loopNs.Load()), WriteTime: time.Duration(p.stats.writeNs.Load())}
+}

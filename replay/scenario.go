@@ -1,0 +1,112 @@
+package replay
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// FromScenario maps the events of a simulator scenario (sim.Scenario, the
+// YAML of `tokenmesh sim --scenario`) onto replay events for a live cluster
+// of nodes named n0..n<nodes-1> (localcluster's names) replaying trace, so
+// that one file drives both:
+//
+//   - crash: [nK, ...]: Kill of node K (a node already killed is skipped, as
+//     the simulator ignores crashing a dead node);
+//   - crash_owner_of_hottest: k: Kill of the nodes sim.OwnersOfHottest picks
+//     on trace over all nodes, the simulator's choice;
+//   - partition: Partition with the same groups, the nodes no group lists
+//     forming one more group together (the simulator's rule; a node in no
+//     group of localcluster's Partition would be cut off alone); a partition
+//     that leaves every node in one group heals, as in the simulator;
+//   - heal: Heal.
+//
+// The scenario's membership model (detection, detection_jitter,
+// reconnect_interval) is not used: in a live cluster the nodes' own failure
+// detectors and reconnects do what it models. Errors: a restart event (a
+// live replay can kill a node but not bring it back: localcluster has no
+// restart), a network section (the live network is loopback; its latency and
+// loss are not simulated), a node name that is not n0..n<nodes-1>.
+func FromScenario(sc *sim.Scenario, trace *workload.Trace, nodes int) ([]Event, error) {
+	if sc == nil {
+		return nil, nil
+	}
+	if sc.Network != nil {
+		return nil, fmt.Errorf("scenario: network: the live replay runs on loopback and cannot apply a network model (drop the network section)")
+	}
+	index := func(i int, e sim.ScenarioEvent, name string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
+		if !strings.HasPrefix(name, "n") || err != nil || n < 0 || n >= nodes || name != "n"+strconv.Itoa(n) {
+			return 0, fmt.Errorf("scenario event %d (%s): unknown node %q (the cluster has n0..n%d)", i+1, e, name, nodes-1)
+		}
+		return n, nil
+	}
+	all := make([]strategy.NodeID, nodes)
+	for i := range all {
+		all[i] = strategy.NodeID("n" + strconv.Itoa(i))
+	}
+	killed := map[int]bool{}
+	var out []Event
+	for i, e := range sc.Events {
+		switch {
+		case len(e.Crash) > 0 || e.CrashOwnerOfHottest > 0:
+			names := e.Crash
+			for _, o := range sim.OwnersOfHottest(trace, all, e.CrashOwnerOfHottest) {
+				names = append(names, string(o))
+			}
+			for _, name := range names {
+				n, err := index(i, e, name)
+				if err != nil {
+					return nil, err
+				}
+				if !killed[n] {
+					killed[n] = true
+					out = append(out, Event{At: e.At, Kind: Kill, Node: n})
+				}
+			}
+		case len(e.Restart) > 0:
+			return nil, fmt.Errorf("scenario event %d (%s): the live replay cannot restart a node (localcluster kills but does not restart); run restarts in the simulator", i+1, e)
+		case len(e.Partition) > 0:
+			listed := map[int]bool{}
+			var groups [][]int
+			for _, g := range e.Partition {
+				var group []int
+				for _, name := range g {
+					n, err := index(i, e, name)
+					if err != nil {
+						return nil, err
+					}
+					if listed[n] {
+						return nil, fmt.Errorf("scenario event %d (%s): node %s is in two partition groups", i+1, e, name)
+					}
+					listed[n] = true
+					group = append(group, n)
+				}
+				groups = append(groups, group)
+			}
+			var rest []int
+			for n := 0; n < nodes; n++ {
+				if !listed[n] {
+					rest = append(rest, n)
+				}
+			}
+			if len(rest) > 0 {
+				groups = append(groups, rest)
+			}
+			groups = slices.DeleteFunc(groups, func(g []int) bool { return len(g) == 0 })
+			if len(groups) < 2 {
+				out = append(out, Event{At: e.At, Kind: Heal})
+				continue
+			}
+			out = append(out, Event{At: e.At, Kind: Partition, Groups: groups})
+		case e.Heal:
+			out = append(out, Event{At: e.At, Kind: Heal})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+func scenario(t *testing.T, text string) *sim.Scenario {
+	t.Helper()
+	sc, err := sim.ParseScenario([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// The same YAML the simulator reads maps onto kills, partitions and heals.
+func TestFromScenario(t *testing.T) {
+	g, err := workload.ParseGenerator("heavy:users=20,rate=50,duration=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := g.Generate(3)
+	owners := sim.OwnersOfHottest(tr, []strategy.NodeID{"n0", "n1", "n2", "n3"}, 1)
+	if len(owners) != 1 {
+		t.Fatalf("owners of the hottest key: %v", owners)
+	}
+	hot := int(owners[0][1] - '0')
+	got, err := FromScenario(scenario(t, `
+detection: 2s
+detection_jitter: 1s
+reconnect_interval: 5s
+events:
+  - at: 40s
+    heal: true
+  - at: 10s
+    partition: [[n0], [n2]]
+  - at: 50s
+    crash_owner_of_hottest: 1
+  - at: 30s
+    partition: [[n0, n1, n2, n3]]
+  - at: 60s
+    crash: [n1, n2]
+`), tr, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{At: 10 * time.Second, Kind: Partition, Groups: [][]int{{0}, {2}, {1, 3}}},
+		{At: 30 * time.Second, Kind: Heal},
+		{At: 40 * time.Second, Kind: Heal},
+		{At: 50 * time.Second, Kind: Kill, Node: hot},
+	}
+	for _, n := range []int{1, 2} {
+		if n != hot {
+			want = append(want, Event{At: time.Minute, Kind: Kill, Node: n})
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestFromScenarioErrors(t *testing.T) {
+	tr := &workload.Trace{}
+	for _, c := range []struct{ yaml, want string }{
+		{"events:\n  - at: 1s\n    restart: [n1]\n", "cannot restart"},
+		{"network:\n  loss: 0.1\n", "network"},
+		{"events:\n  - at: 1s\n    crash: [n3]\n", `unknown node "n3"`},
+		{"events:\n  - at: 1s\n    crash: [n01]\n", `unknown node "n01"`},
+		{"events:\n  - at: 1s\n    partition: [[x], [n1]]\n", `unknown node "x"`},
+		{"events:\n  - at: 1s\n    partition: [[n1], [n1]]\n", "two partition groups"},
+	} {
+		_, err := FromScenario(scenario(t, c.yaml), tr, 3)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
+		}
+	}
+	if ev, err := FromScenario(nil, tr, 3); ev != nil || err != nil {
+		t.Errorf("nil scenario: %v, %v", ev, err)
+	}
+}
+
+// Every example scenario for 3 nodes without a restart maps.
+func TestFromExampleScenarios(t *testing.T) {
+	sc, err := sim.LoadScenario("../examples/scenarios/partition-3nodes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := FromScenario(sc, &workload.Trace{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev) != 2 || ev[0].Kind != Partition || ev[1].Kind != Heal {
+		t.Fatalf("partition-3nodes.yaml maps to %v", ev)
+	}
+}

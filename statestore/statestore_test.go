@@ -1,0 +1,286 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"pgregory.net/rapid"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+func sample(keys int) Snapshot {
+	taken := time.Date(2026, 11, 24, 23, 0, 0, 123, time.UTC)
+	var states []strategy.KeyState
+	for i := range keys {
+		states = append(states, strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Level: int64(i) % 300e9,
+			Capacity: 300e9, TicksPerToken: 60e9, At: time.Duration(taken.UnixNano()) - time.Duration(i)})
+	}
+	return Snapshot{Node: "n1", Taken: taken, Rules: map[string]Rule{
+		"api":   {Strategy: "owner", States: states},
+		"empty": {Strategy: "static"},
+	}}
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := s.Load(); err != nil || found {
+		t.Fatalf("new store: found=%v err=%v, want nothing", found, err)
+	}
+	want := sample(1000)
+	if err := s.Save(sample(5)); err != nil { // replaced by the next Save
+		t.Fatal(err)
+	}
+	if err := s.Save(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, found, err := s.Load()
+	if err != nil || !found {
+		t.Fatalf("load: found=%v err=%v", found, err)
+	}
+	if !got.Taken.Equal(want.Taken) || got.Node != want.Node || got.Keys() != 1000 {
+		t.Fatalf("loaded node %q taken %v keys %d, want %q %v 1000", got.Node, got.Taken, got.Keys(), want.Node, want.Taken)
+	}
+	got.Taken = want.Taken
+	if !reflect.DeepEqual(got, want) { // states were saved in key order, which sample uses
+		t.Fatalf("round trip differs:\n got %+v\nwant %+v", got.Rules["api"].States[:2], want.Rules["api"].States[:2])
+	}
+}
+
+// TestSaveRefusesInvalid: a state that would restore above its burst is
+// not written, and the previous snapshot stays.
+func TestSaveRefusesInvalid(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Save(sample(3)); err != nil {
+		t.Fatal(err)
+	}
+	bad := sample(3)
+	bad.Rules["api"].States[1].Level = bad.Rules["api"].States[1].Capacity + 1
+	if err := s.Save(bad); err == nil || !strings.Contains(err.Error(), "above its capacity") {
+		t.Fatalf("save of a level above capacity: %v", err)
+	}
+	if got, _, err := s.Load(); err != nil || got.Keys() != 3 || got.Rules["api"].States[1].Level != 1 {
+		t.Fatalf("previous snapshot not kept: %+v, %v", got, err)
+	}
+}
+
+// TestCorruptRefused: each kind of damage is refused by Open or Load
+// with ErrCorrupt and an error naming what was wrong.
+func TestCorruptRefused(t *testing.T) {
+	put := func(t *testing.T, dir string, bucketPath []string, key string, val []byte) {
+		db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte(bucketPath[0]))
+			for _, p := range bucketPath[1:] {
+				b = b.Bucket([]byte(p))
+			}
+			return b.Put([]byte(key), val)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc := func(level, capacity, per uint64, at int64) []byte {
+		return fmtVarints(level, capacity, per, at)
+	}
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		want   string
+	}{
+		{"not bbolt", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, FileName), []byte(strings.Repeat("garbage!", 1024)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupt"},
+		{"version", func(t *testing.T, dir string) { put(t, dir, []string{"meta"}, "version", []byte{9}) }, "meta/version: 9"},
+		{"level above capacity", func(t *testing.T, dir string) {
+			put(t, dir, []string{"rules", "api"}, "tenant-0000001", enc(301e9, 300e9, 60e9, 0))
+		}, `"tenant-0000001": level 301000000000 ticks is above its capacity`},
+		{"truncated value", func(t *testing.T, dir string) {
+			put(t, dir, []string{"rules", "api"}, "tenant-0000001", []byte{0x80})
+		}, "level does not decode"},
+		{"trailing bytes", func(t *testing.T, dir string) {
+			put(t, dir, []string{"rules", "api"}, "tenant-0000001", append(enc(1, 2, 3, 4), 7))
+		}, "1 bytes left over"},
+		{"zero ticks per token", func(t *testing.T, dir string) {
+			put(t, dir, []string{"rules", "api"}, "tenant-0000001", enc(0, 5, 0, 4))
+		}, "ticks per token 0"},
+		{"bad key", func(t *testing.T, dir string) { put(t, dir, []string{"rules", "api"}, "\xff", enc(0, 5, 1, 4)) }, "UTF-8"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Save(sample(3)); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			c.damage(t, dir)
+			s, err = Open(dir)
+			if err == nil {
+				defer s.Close()
+				_, _, err = s.Load()
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want ErrCorrupt containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestLockedByAnotherNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for bbolt's 1 s lock timeout")
+	}
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// flock is per open file description: a second Open in this process
+	// contends like another process would.
+	if s2, err := Open(dir); err == nil || !strings.Contains(err.Error(), "locked") {
+		if s2 != nil {
+			s2.Close()
+		}
+		t.Fatalf("second open: %v, want a lock error", err)
+	}
+}
+
+func fmtVarints(level, capacity, per uint64, at int64) []byte {
+	b := binary.AppendUvarint(nil, level)
+	b = binary.AppendUvarint(b, capacity)
+	b = binary.AppendUvarint(b, per)
+	return binary.AppendVarint(b, at)
+}
+
+// BenchmarkSave measures one Save (the whole snapshot rewritten, fsynced)
+// at 10k and 100k keys.
+func BenchmarkSave(b *testing.B) {
+	for _, keys := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprint(keys), func(b *testing.B) {
+			s, err := Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			snap := sample(keys)
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Save(snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+			if fi, err := os.Stat(s.Path()); err == nil {
+				b.ReportMetric(float64(fi.Size())/float64(keys), "file-B/key")
+			}
+		})
+	}
+}
+
+// FuzzDecodeState: whatever a stored key and value hold, the decoder
+// either refuses them or returns a state that passes validation (so never
+// a level above the burst or below 0).
+func FuzzDecodeState(f *testing.F) {
+	f.Add([]byte("tenant"), fmtVarints(1, 2, 3, 4))
+	f.Add([]byte("x"), []byte{0x80, 0x80})
+	f.Fuzz(func(t *testing.T, key, val []byte) {
+		if len(key) == 0 || len(key) > bolt.MaxKeySize {
+			return
+		}
+		st, err := decodeState(key, val)
+		if err != nil {
+			return
+		}
+		if verr := st.Validate(); verr != nil {
+			t.Fatalf("decodeState accepted an invalid state %+v: %v", st, verr)
+		}
+	})
+}
+
+// TestDamagedPages: bytes flipped anywhere in a saved file never crash
+// Open or Load and never yield an invalid state: the file is refused
+// with ErrCorrupt, or what loads passes validation.
+func TestDamagedPages(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		dir, err := os.MkdirTemp("", "statestore-damage-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Save(sample(rapid.IntRange(1, 300).Draw(t, "keys"))); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		path := filepath.Join(dir, FileName)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := 0, rapid.IntRange(1, 8).Draw(t, "flips"); i < n; i++ {
+			off := rapid.IntRange(0, len(b)-1).Draw(t, "offset")
+			b[off] ^= byte(rapid.IntRange(1, 255).Draw(t, "xor"))
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err = Open(dir)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		defer s.Close()
+		snap, _, err := s.Load()
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("load: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		for _, r := range snap.Rules {
+			for _, st := range r.States {
+				if err := st.Validate(); err != nil {
+					t.Fatalf("loaded an invalid state: %v", err)
+				}
+			}
+		}
+	})
+}

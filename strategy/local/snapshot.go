@@ -1,0 +1,24 @@
+package local
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Snapshot emits this node's (r, b) bucket of every key that is not full
+// at now (strategy.Snapshotter). Ours: seed 002 and 003 keep no state
+// across restarts; envoy ratelimit keeps its counters in Redis.
+func (l *Local) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	l.table.Export(now, nil, emit)
+}
+
+// Restore sets the buckets of states at now, refilled at (r, b) for the
+// time since each was taken and capped at b (strategy.Snapshotter).
+// Errors: a state that fails strategy.KeyState.Validate, or a key given
+// twice; nothing is restored then.
+func (l *Local) Restore(now time.Duration, states []strategy.KeyState) error {
+	return l.table.Import(now, states)
+}
+
+var _ strategy.Snapshotter = (*Local)(nil)

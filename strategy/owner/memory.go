@@ -1,0 +1,27 @@
+package owner
+
+import "github.com/tokenmesh/tokenmesh/strategy"
+
+// Heap estimates of owner's per-request state besides its buckets
+// (64-bit Go; map entries with their share of empty slots).
+const (
+	queuedMemBytes  = 64  // a queued request in the ordering buffer's slice (56 B) and its heap index
+	pendingMemBytes = 200 // a forwarded request: map slot, *pendingReq (~112 B), sentTo, timeout entry
+	seenMemBytes    = 100 // a remembered forward: map slot (~40 B), *verdict (8 B), expiry entry (40 B)
+)
+
+// MemoryBytes estimates the heap this node's owner state takes, in bytes
+// (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes) and
+// the requests it holds, with their keys.
+func (o *Owner) MemoryBytes() int {
+	n := o.table.MemoryBytes()
+	for _, q := range o.queue.Items() {
+		n += queuedMemBytes + len(q.key)
+	}
+	for _, p := range o.pending {
+		n += pendingMemBytes + len(p.req.Key)
+	}
+	return n + len(o.seen)*seenMemBytes
+}
+
+var _ strategy.MemoryReporter = (*Owner)(nil)

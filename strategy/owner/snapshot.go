@@ -1,0 +1,29 @@
+package owner
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Snapshot emits the bucket of every key this node owns in its current
+// view whose bucket is not full at now (strategy.Snapshotter). Buckets of
+// keys it no longer owns (left from before a membership change) are
+// their new owner's to keep. Requests still in the ordering buffer are not
+// part of the snapshot: a restart loses them.
+func (o *Owner) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	o.table.Export(now, o.owns, emit)
+}
+
+// Restore sets the buckets of states at now, refilled at (r, b) for the
+// time since each was taken and capped at b (strategy.Snapshotter). It
+// restores every state given, owned in the current view or not: right
+// after a whole-cluster restart a node may see only itself, and keys it
+// does not own once the others are back are swept as they go idle.
+// Errors: a state that fails strategy.KeyState.Validate, or a key given
+// twice; nothing is restored then.
+func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
+	return o.table.Import(now, states)
+}
+
+var _ strategy.Snapshotter = (*Owner)(nil)

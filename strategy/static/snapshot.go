@@ -1,0 +1,25 @@
+package static
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Snapshot emits this node's sub-token bucket (r/N, b_i) of every key
+// that is not full at now (strategy.Snapshotter); Capacity is the share
+// b_i of the split at the time.
+func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	s.table.Export(now, nil, emit)
+}
+
+// Restore sets the sub-token buckets of states at now, refilled at the
+// current share r/N for the time since each was taken and capped at the
+// current share b_i (a restart into a different membership keeps at most
+// the new share). Errors: a state that fails strategy.KeyState.Validate,
+// or a key given twice; nothing is restored then.
+func (s *Static) Restore(now time.Duration, states []strategy.KeyState) error {
+	return s.table.Import(now, states)
+}
+
+var _ strategy.Snapshotter = (*Static)(nil)
