@@ -187,7 +187,9 @@ type Config struct {
 	// aside and the node starts with no saved state, instead of Start
 	// failing.
 	DiscardBadState bool
-	// Logger receives what was restored and snapshot failures; nil: none.
+	// Logger receives what was restored and snapshot failures, and the
+	// peer transport's refused frames; nil: none (refused frames go to
+	// slog.Default).
 	Logger *slog.Logger
 }
 
@@ -296,7 +298,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			ccfg.Members = append(ccfg.Members, strategy.NodeID(m))
 		}
 	case cfg.Peer != nil:
-		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS, SecretKey: cfg.Peer.SecretKey})
+		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS, SecretKey: cfg.Peer.SecretKey,
+			Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("limiter: %w", err)
 		}

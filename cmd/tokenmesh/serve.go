@@ -159,8 +159,10 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			return fmt.Errorf("%s: %w", configPath, err)
 		}
 	}
-	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	slog.SetDefault(logger) // the peer transport logs refused frames here
+	// One log for the node: state restores, refused peer frames (the
+	// transport and the cluster log them), the warning below.
+	logger := slog.New(slog.NewTextHandler(out, nil))
+	slog.SetDefault(logger)
 	if configPath != "" && f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
 		logger.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
 			"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
@@ -175,7 +177,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
 		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
-		Logger: slog.New(slog.NewTextHandler(out, nil))}
+		Logger: logger}
 	if configPath != "" {
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
 			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
