@@ -47,8 +47,15 @@ func TestClusterE2EForgedFramesRefused(t *testing.T) {
 		before[i] = metric(i, stateBytes)
 	}
 
+	// The attack measured on the nodes before frame authentication: 2^50
+	// tokens consumed, a limit of 0 refilled just now, in the current
+	// generation (gcounter's default idle, 10m): at 1/s the limit would
+	// take 2^50 s (35 million years) to pass the count. (With this binary
+	// before the fix, every node then refused the key.)
+	now := time.Since(clusterEpoch)
 	forged, err := proto.Marshal(&peerv1.GCounterMessage{Buckets: []*peerv1.GCounterBucket{{Key: "victim",
-		Counter: []*peerv1.GCounterEntry{{Node: "n1", Consumed: 1 << 50}}, Limit: 1 << 50}}})
+		Counter: []*peerv1.GCounterEntry{{Node: "n1", Consumed: 1 << 50}}, Limit: 0, RefillNs: int64(now),
+		Generation: int64(now / (10 * time.Minute))}}})
 	if err != nil {
 		t.Fatal(err)
 	}
