@@ -78,6 +78,22 @@ const (
 	// DefaultKey is the key template of a rule that gives none: the key the
 	// client passes with the rule name in its request.
 	DefaultKey = "{key}"
+	// DefaultReconnectInterval is how often a node tries to rejoin failed
+	// members and the node.join addresses that are not members
+	// (membership.DefaultReconnectInterval): a healed partition is whole
+	// again within about this plus a join round trip.
+	DefaultReconnectInterval = 5 * time.Second
+	// DefaultReconnectTimeout is how long a failed member is retried
+	// before it is forgotten (membership.DefaultReconnectTimeout, serf's
+	// default).
+	DefaultReconnectTimeout = 24 * time.Hour
+)
+
+// Bounds of node.reconnect_interval and node.reconnect_timeout.
+const (
+	MinReconnectInterval = 100 * time.Millisecond
+	MaxReconnectInterval = 10 * time.Minute
+	MaxReconnectTimeout  = 30 * 24 * time.Hour
 )
 
 // File is a whole configuration: this node and its rules.
@@ -121,6 +137,19 @@ type Node struct {
 	SecretKeyFile string
 	// TLS, when set, turns on mTLS between peers.
 	TLS *TLS
+	// ReconnectInterval (node.reconnect_interval, a Go duration such as
+	// "5s") is how often the node tries to join one failed member and
+	// every node.join address that is no member, so that the sides of a
+	// healed partition, and nodes that started apart, merge. Between
+	// MinReconnectInterval and MaxReconnectInterval; default
+	// DefaultReconnectInterval (also what zero means to Validate and
+	// limiter.PeerConfig).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout (node.reconnect_timeout, e.g. "24h") is how long a
+	// failed member is retried before it is forgotten (node.join addresses
+	// are retried for ever). At least ReconnectInterval, at most
+	// MaxReconnectTimeout; default DefaultReconnectTimeout.
+	ReconnectTimeout time.Duration
 }
 
 // TLS names the PEM files for mutual TLS between peers: this node's
@@ -180,6 +209,9 @@ type rawNode struct {
 	SecretKey     string     `yaml:"secret_key"`
 	SecretKeyFile string     `yaml:"secret_key_file"`
 	TLS           *rawTLS    `yaml:"tls"`
+
+	ReconnectInterval string `yaml:"reconnect_interval"`
+	ReconnectTimeout  string `yaml:"reconnect_timeout"`
 }
 
 type rawAPITLS struct {
@@ -564,6 +596,33 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.TLS = t
 	}
+	dur := func(field, v string, def time.Duration) time.Duration {
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			p.fail("node."+field, path(field), "%q is not a duration (forms: 500ms, 5s, 24h)", v)
+			return def
+		}
+		return d
+	}
+	n.ReconnectInterval = dur("reconnect_interval", raw.ReconnectInterval, DefaultReconnectInterval)
+	n.ReconnectTimeout = dur("reconnect_timeout", raw.ReconnectTimeout, DefaultReconnectTimeout)
+	if err := checkReconnect(n.ReconnectInterval, n.ReconnectTimeout); err != nil {
+		p.fail("node."+err.field, path(err.field), "%s", err.msg)
+	}
+}
+
+// checkReconnect checks node.reconnect_interval and reconnect_timeout.
+func checkReconnect(interval, timeout time.Duration) *checkError {
+	switch {
+	case interval < MinReconnectInterval || interval > MaxReconnectInterval:
+		return &checkError{field: "reconnect_interval", msg: fmt.Sprintf("%v is outside [%v, %v]", interval, MinReconnectInterval, MaxReconnectInterval)}
+	case timeout < interval || timeout > MaxReconnectTimeout:
+		return &checkError{field: "reconnect_timeout", msg: fmt.Sprintf("%v is outside [reconnect_interval %v, %v]", timeout, interval, MaxReconnectTimeout)}
+	}
+	return nil
 }
 
 func (p *parser) rule(i int, raw rawRule) Rule {
@@ -750,6 +809,16 @@ func (f *File) Validate() error {
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")
 	}
+	ri, rt := n.ReconnectInterval, n.ReconnectTimeout // zero: the default
+	if ri == 0 {
+		ri = DefaultReconnectInterval
+	}
+	if rt == 0 {
+		rt = DefaultReconnectTimeout
+	}
+	if err := checkReconnect(ri, rt); err != nil {
+		return fmt.Errorf("node.%s: %s", err.field, err.msg)
+	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
 	}
@@ -875,6 +944,9 @@ func Default() *File {
 			GRPCAddr:   DefaultGRPCAddr,
 			PeerAddr:   DefaultPeerAddr,
 			GossipAddr: DefaultGossipAddr,
+
+			ReconnectInterval: DefaultReconnectInterval,
+			ReconnectTimeout:  DefaultReconnectTimeout,
 		},
 		Rules: []Rule{{
 			Name:     "default",

@@ -41,6 +41,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net"
@@ -109,17 +110,32 @@ type PeerConfig struct {
 	GossipAddr string
 	// Join is the gossip addresses of other members. Empty: this node
 	// founds the cluster. When none of them answers at start, Start fails,
-	// unless FoundIfAlone is set.
+	// unless FoundIfAlone is set. While running, every Join address that
+	// is no live member's is tried again every ReconnectInterval
+	// (membership.Config.Seeds), so a node that founded alone merges with
+	// the others once they can be reached.
 	Join []string
 	// FoundIfAlone: when no address in Join answers at start, the node
 	// founds the cluster alone (its strategies start as founders, see
-	// Config.Join) and keeps trying to join the addresses every
-	// RetryJoinInterval until one answers. A node that did reach a member
+	// Config.Join) and merges with the others once one of the Join
+	// addresses answers (see Join). A node that did reach a member
 	// starts as a joiner. This lets every node of a cluster list all the
 	// others (the first one up founds it; a restarted node rejoins) instead
 	// of the first node listing none and founding a second cluster alone
 	// when it restarts.
 	FoundIfAlone bool
+	// ReconnectInterval is how often gossip tries to rejoin one failed
+	// member and the Join addresses that are no members, so that the
+	// sides of a healed partition merge (membership.Config). Zero:
+	// membership.DefaultReconnectInterval (5 s); negative: never.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is retried. Zero:
+	// membership.DefaultReconnectTimeout (24 h).
+	ReconnectTimeout time.Duration
+	// MembershipLog, when set, receives the membership changes (member
+	// joined, failed, left; reconnects that merged members) at Info and
+	// failed reconnect attempts at Debug. Nil: none.
+	MembershipLog *slog.Logger
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
 	SecretKey []byte
 	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
@@ -169,10 +185,6 @@ type Config struct {
 	Seed uint64
 }
 
-// RetryJoinInterval is how often a node that founded its cluster alone
-// (PeerConfig.FoundIfAlone) tries its Join addresses again.
-const RetryJoinInterval = 2 * time.Second
-
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
 	node  *cluster.Node
@@ -181,8 +193,6 @@ type Node struct {
 	ms    *membership.Membership
 	once  sync.Once
 	err   error
-
-	stop chan struct{} // closed by Close
 
 	mu      sync.Mutex
 	members []string          // as last handed to node by gossip
@@ -225,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
-	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{})}
+	n := &Node{rules: map[string]cluster.Rule{}}
 	for _, r := range rules {
 		n.rules[r.Name] = r
 	}
@@ -261,7 +271,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		ccfg.Transport = ep
 	}
-	var foundedAlone bool
 	if p := cfg.Peer; p != nil {
 		ms, joined, err := n.startMembership(ctx, name, p)
 		if err != nil {
@@ -272,7 +281,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if len(p.Join) > 0 {
 			// Reached a running cluster: a joiner; nobody answered: the
 			// founder of a new one.
-			ccfg.Join, foundedAlone = joined, !joined
+			ccfg.Join = joined
 		}
 		for id := range ms.Members() {
 			ccfg.Members = append(ccfg.Members, id)
@@ -289,9 +298,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
 	n.attach(node)
-	if foundedAlone {
-		go n.retryJoin(cfg.Peer.Join)
-	}
 	return n, nil
 }
 
@@ -300,7 +306,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // returned unless p.FoundIfAlone. ctx bounds the start.
 func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
-		OnChange: n.membersChanged}
+		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
+		Log: p.MembershipLog, OnChange: n.membersChanged}
 	if p.GossipAddr != "" {
 		host, port, err := net.SplitHostPort(p.GossipAddr)
 		if err != nil {
@@ -381,25 +388,6 @@ func (n *Node) attach(node *cluster.Node) {
 	}
 }
 
-// retryJoin tries to join addrs every RetryJoinInterval until another
-// member is seen or the node closes (a node that founded its cluster
-// alone because none answered at start).
-func (n *Node) retryJoin(addrs []string) {
-	t := time.NewTicker(RetryJoinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		if len(n.ms.Members()) > 1 {
-			return
-		}
-		_, _ = n.ms.Join(addrs)
-	}
-}
-
 // Close leaves the cluster and stops the node; pending decisions fail
 // with cluster.ErrClosed. It is idempotent.
 //
@@ -411,7 +399,6 @@ func (n *Node) retryJoin(addrs []string) {
 // leaves gossip (announcing the departure for up to 1 s) and stops.
 func (n *Node) Close() error {
 	n.once.Do(func() {
-		close(n.stop)
 		if n.ms != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = n.node.Leave(ctx) // a timeout only means the buddy inherits the rest

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -127,8 +128,12 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules}
 	if configPath != "" {
+		// Membership changes (joined, failed, left, reconnected) go to
+		// stderr as slog text lines, for the operator.
+		mlog := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
-			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
+			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey,
+			ReconnectInterval: f.Node.ReconnectInterval, ReconnectTimeout: f.Node.ReconnectTimeout, MembershipLog: mlog}
 		if f.Node.TLS != nil {
 			if pc.TLS, err = peerTLS(f.Node.TLS); err != nil {
 				return err
@@ -201,7 +206,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			join = fmt.Sprintf("joined %s (members: %s)", strings.Join(f.Node.Join, ", "), strings.Join(members, ", "))
 		case len(f.Node.Join) > 0:
 			join = fmt.Sprintf("no member at %s answered: founding a cluster, retrying the join every %v",
-				strings.Join(f.Node.Join, ", "), limiter.RetryJoinInterval)
+				strings.Join(f.Node.Join, ", "), reconnectEvery(f.Node.ReconnectInterval))
 		}
 		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
@@ -438,4 +443,13 @@ func withFaults(next http.Handler, f *cluster.Faulty) http.Handler {
 	})
 	mux.Handle("/", next)
 	return mux
+}
+
+// reconnectEvery is node.reconnect_interval as the node uses it (zero in a
+// config built in code: the default).
+func reconnectEvery(d time.Duration) time.Duration {
+	if d == 0 {
+		return config.DefaultReconnectInterval
+	}
+	return d
 }
