@@ -265,6 +265,23 @@ func (l *Lab) Dial(ctx context.Context, i int, network, address string) (net.Con
 	return c, err
 }
 
+// DialContext connects to address ("ip:port", the IP one of the lab's
+// hosts) from inside that host's namespace, so it reaches the host's
+// listeners whatever is cut: the http.Transport.DialContext and
+// grpc.WithContextDialer of a test client in the caller's namespace.
+func (l *Lab) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("netns: dial %q: want a lab host's ip:port: %w", address, err)
+	}
+	for i, h := range l.Hosts {
+		if h.Addr == ap.Addr().Unmap() {
+			return l.Dial(ctx, i, network, address)
+		}
+	}
+	return nil, fmt.Errorf("netns: dial %s: no host of the lab has that address", address)
+}
+
 // Listen listens inside host i's namespace (network "tcp").
 func (l *Lab) Listen(i int, network, address string) (net.Listener, error) {
 	var ln net.Listener

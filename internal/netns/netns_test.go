@@ -90,6 +90,21 @@ func TestCutAndHeal(t *testing.T) {
 	if !reach(l, 0, a1) || !reach(l, 1, a0) {
 		t.Error("0 and 1 cannot reach each other after the heal")
 	}
+	// DialContext reaches a host from its own namespace, across cuts.
+	if err := l.Cut(ctx, []int{0}, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.DialContext(ctx, "tcp", a1)
+	if err != nil {
+		t.Fatalf("DialContext %s across a cut: %v", a1, err)
+	}
+	c.Close()
+	if _, err := l.DialContext(ctx, "tcp", "192.0.2.1:80"); err == nil {
+		t.Error("DialContext to an address outside the lab succeeded")
+	}
+	if err := l.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if len(l.Cuts()) != 0 {
 		t.Errorf("Cuts %v after the heal", l.Cuts())
 	}
