@@ -212,3 +212,29 @@ func TestHealE2EFoundedApart(t *testing.T) {
 	}
 	t.Logf("MEASURE nodes=2 founded apart: merged %v after the heal", d.Round(100*time.Millisecond))
 }
+
+// The control, run with TOKENMESH_HEAL_CONTROL=1 (about 40 s): with the
+// reconnects practically off (node.reconnect_interval 10m) the sides of a
+// healed partition stay apart, as in issue 11, so the tests above measure
+// the reconnects and not memberlist.
+func TestHealE2EControlNoReconnect(t *testing.T) {
+	requireNetns(t)
+	if os.Getenv("TOKENMESH_HEAL_CONTROL") == "" {
+		t.Skip("set TOKENMESH_HEAL_CONTROL=1 to run the control")
+	}
+	c := startCluster(t, localcluster.Config{Nodes: 3, Namespaces: true, Settle: -1, ReconnectInterval: 10 * time.Minute,
+		Rules: []localcluster.Rule{{Name: "api", Rate: "1/s", Burst: 5, Strategy: "owner"}}})
+	groups := [][]int{{0}, {1, 2}}
+	if err := c.Partition(groups...); err != nil {
+		t.Fatal(err)
+	}
+	if d, got, ok := waitCounts(c, splitCounts(3, groups), 45*time.Second); !ok {
+		t.Fatalf("%v after the partition: members %v", d, got)
+	}
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if d, got, ok := waitCounts(c, fill(3, 3), 2*healDeadline); ok {
+		t.Fatalf("merged %v after the heal without reconnects (%v): the scenario does not exercise them", d, got)
+	}
+}
