@@ -729,13 +729,7 @@ func (c *Cluster) conn(i int) (*grpc.ClientConn, error) {
 	if cc := c.conns[i]; cc != nil {
 		return cc, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if c.lab != nil {
-		lab := c.lab
-		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return lab.DialContext(ctx, "tcp", addr)
-		}))
-	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.dialOptionsLocked()...)
 	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: dialling n%d: %w", i, err)
@@ -752,6 +746,23 @@ func (c *Cluster) dropConn(i int) {
 	if cc != nil {
 		_ = cc.Close()
 	}
+}
+
+// DialOptions are the gRPC dial options a client of the nodes' gRPC API
+// needs besides credentials: in namespace mode a dialer that connects to
+// each node from inside its namespace; otherwise none.
+func (c *Cluster) DialOptions() []grpc.DialOption { return c.dialOptionsLocked() }
+
+// dialOptionsLocked is DialOptions; it reads only c.lab, set before
+// Start returns, so it needs no lock.
+func (c *Cluster) dialOptionsLocked() []grpc.DialOption {
+	if c.lab == nil {
+		return nil
+	}
+	lab := c.lab
+	return []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return lab.DialContext(ctx, "tcp", addr)
+	})}
 }
 
 // Client is a tokenmesh.v1 client of node i's gRPC API, over one

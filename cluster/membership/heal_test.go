@@ -2,6 +2,7 @@ package membership
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -251,3 +252,50 @@ func TestReconnectTargets(t *testing.T) {
 }
 
 func testLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestLeaveIsNotFailure: a member that leaves is not retried; one that
+// crashes is.
+func TestLeaveIsNotFailure(t *testing.T) {
+	h := &healNet{}
+	a := h.start(t, "a", nil, nil, time.Hour)
+	b := h.start(t, "b", []string{a.LocalAddr()}, nil, time.Hour)
+	c := h.start(t, "c", []string{a.LocalAddr()}, nil, time.Hour)
+	waitFor(t, 5*time.Second, "three members", func() bool { return h.all(3) })
+	if err := b.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "b gone at a", func() bool { return a.NumMembers() == 2 })
+	c.Shutdown()
+	waitFor(t, 10*time.Second, "c gone at a", func() bool { return a.NumMembers() == 1 })
+	a.mu.Lock()
+	_, bFailed := a.failed["b"]
+	_, cFailed := a.failed["c"]
+	_, selfFailed := a.failed["a"]
+	a.mu.Unlock()
+	if bFailed || !cFailed || selfFailed {
+		t.Errorf("failed members at a: b (left) %v, c (crashed) %v, a (self) %v; want false, true, false", bFailed, cFailed, selfFailed)
+	}
+}
+
+// A leave intent for a name that is too long, or this member's own, is
+// ignored; intents are bounded.
+func TestLeaveIntentBounds(t *testing.T) {
+	m := &Membership{self: "me", left: map[strategy.NodeID]time.Time{}, failed: map[strategy.NodeID]failedMember{
+		"x": {addr: "10.0.0.1:1"}}}
+	m.leaveIntent("me")
+	m.leaveIntent(string(make([]byte, maxNameBytes+1)))
+	m.leaveIntent("")
+	if len(m.left) != 0 {
+		t.Errorf("left %v after bad intents", m.left)
+	}
+	m.leaveIntent("x")
+	if _, ok := m.failed["x"]; ok || m.left["x"].IsZero() {
+		t.Error("an intent after the failure did not turn it into a leave")
+	}
+	for i := range 2 * maxLeftIntents {
+		m.leaveIntent(fmt.Sprint("n", i))
+	}
+	if len(m.left) > maxLeftIntents {
+		t.Errorf("%d intents remembered, bound %d", len(m.left), maxLeftIntents)
+	}
+}

@@ -13,7 +13,10 @@
 // ReconnectInterval until ReconnectTimeout, joins one of them at random,
 // and also every Seeds address that is no live member's: the sides of a
 // healed partition merge, and so do two clusters founded apart (a
-// partition at first boot). This is the reconnect behaviour of
+// partition at first boot). To tell a member that left from one that
+// failed (memberlist reports both as a leave, and its Node.State is not
+// filled in), Leave first sends every member a leave intent (a memberlist
+// user message, encrypted like the rest of gossip), as serf does. This is the reconnect behaviour of
 // hashicorp/serf (serf.Config.ReconnectInterval / ReconnectTimeout,
 // serf.go handleReconnect: "attempt to join a random failed member")
 // rebuilt on memberlist: theirs is the idea and the two settings; ours is
@@ -36,6 +39,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,6 +130,7 @@ type Membership struct {
 	ml       *memberlist.Memberlist
 	onChange func(map[strategy.NodeID]string)
 	log      *slog.Logger // never nil
+	self     strategy.NodeID
 
 	reconnectInterval time.Duration
 	reconnectTimeout  time.Duration
@@ -135,6 +140,7 @@ type Membership struct {
 	members map[strategy.NodeID]string
 	addrs   map[strategy.NodeID]string // live members' gossip addresses
 	failed  map[strategy.NodeID]failedMember
+	left    map[strategy.NodeID]time.Time // leave intents received, for leftMemory
 	leaving bool
 
 	wake     chan struct{} // cap 1: a change is waiting for delivery
@@ -154,6 +160,14 @@ const DefaultReconnectInterval = 5 * time.Second
 // (24 h): a partition of up to a day heals by itself; a member gone for
 // good costs one failed join per interval until then.
 const DefaultReconnectTimeout = 24 * time.Hour
+
+// leftMemory is how long a leave intent is remembered: a member reported
+// gone within that time after its intent arrived left, not failed.
+const leftMemory = 2 * time.Minute
+
+// leaveIntentPrefix starts a leave intent user message; the leaving
+// member's name follows.
+const leaveIntentPrefix = "tokenmesh-leave\x00"
 
 // failedMember is a member that failed (was declared dead, not left).
 type failedMember struct {
@@ -187,12 +201,14 @@ func New(cfg Config) (*Membership, error) {
 	m := &Membership{
 		onChange:          cfg.OnChange,
 		log:               cfg.Log,
+		self:              strategy.NodeID(cfg.NodeName),
 		reconnectInterval: cfg.ReconnectInterval,
 		reconnectTimeout:  cfg.ReconnectTimeout,
 		seeds:             slices.Clone(cfg.Seeds),
 		members:           map[strategy.NodeID]string{},
 		addrs:             map[strategy.NodeID]string{},
 		failed:            map[strategy.NodeID]failedMember{},
+		left:              map[strategy.NodeID]time.Time{},
 		wake:              make(chan struct{}, 1),
 		done:              make(chan struct{}),
 		stopped:           make(chan struct{}),
@@ -238,7 +254,7 @@ func New(cfg Config) (*Membership, error) {
 			mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
 		}
 	}
-	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr)}
+	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
 	mc.Events = &events{m: m}
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger
@@ -300,10 +316,15 @@ func (m *Membership) LocalAddr() string { return m.ml.LocalNode().Address() }
 // the message to spread, then shuts the member down. The others drop it
 // at once instead of after failure detection. The last OnChange before
 // the shutdown may list the others without Self.
+//
+// Before that it sends every live member a leave intent (over TCP, in
+// parallel, for at most half of timeout), so that they remember it as
+// left and do not try to reconnect to it.
 func (m *Membership) Leave(timeout time.Duration) error {
 	m.mu.Lock()
 	m.leaving = true // no more reconnects
 	m.mu.Unlock()
+	m.sendLeaveIntent(timeout / 2)
 	err := m.ml.Leave(timeout)
 	if serr := m.Shutdown(); err == nil {
 		err = serr
@@ -326,6 +347,59 @@ func (m *Membership) Shutdown() error {
 	return m.shutErr
 }
 
+// sendLeaveIntent sends the leave intent to every other live member and
+// waits for the sends, at most wait.
+func (m *Membership) sendLeaveIntent(wait time.Duration) {
+	msg := []byte(leaveIntentPrefix + string(m.self))
+	var wg sync.WaitGroup
+	for _, n := range m.ml.Members() {
+		if n.Name == string(m.self) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.ml.SendReliable(n, msg) // a lost intent: the member is retried as failed
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+}
+
+// leaveIntent records that name announced it is leaving. A member already
+// recorded as failed (the intent arrived after the departure) is
+// forgotten.
+func (m *Membership) leaveIntent(name string) {
+	id := strategy.NodeID(name)
+	if id == m.self || len(name) == 0 || len(name) > maxNameBytes {
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for n, at := range m.left { // bounded: entries expire
+		if now.Sub(at) > leftMemory {
+			delete(m.left, n)
+		}
+	}
+	if len(m.left) >= maxLeftIntents {
+		return
+	}
+	m.left[id] = now
+	delete(m.failed, id)
+}
+
+// Bounds on leave intents from peers: a name's length, and how many are
+// remembered at once.
+const (
+	maxNameBytes   = 512
+	maxLeftIntents = 4096
+)
+
 // deliver runs OnChange, one call at a time, with the newest member list.
 func (m *Membership) deliver() {
 	defer close(m.stopped)
@@ -346,20 +420,25 @@ func (m *Membership) deliver() {
 	}
 }
 
-func (m *Membership) set(n *memberlist.Node, alive bool) {
+// set records a member's join (alive) or departure. A departure is a
+// failure unless it is this member's or a leave intent from it arrived
+// within leftMemory; set reports which.
+func (m *Membership) set(n *memberlist.Node, alive bool) (failed bool) {
 	m.mu.Lock()
 	id := strategy.NodeID(n.Name)
 	if alive {
 		m.members[id] = string(n.Meta)
 		m.addrs[id] = n.Address()
 		delete(m.failed, id)
+		delete(m.left, id)
 	} else {
 		delete(m.members, id)
 		delete(m.addrs, id)
-		if n.State == memberlist.StateLeft {
-			delete(m.failed, id)
-		} else {
+		at, left := m.left[id]
+		if failed = id != m.self && !(left && time.Since(at) <= leftMemory); failed {
 			m.failed[id] = failedMember{addr: n.Address(), since: time.Now()}
+		} else {
+			delete(m.failed, id)
 		}
 	}
 	m.mu.Unlock()
@@ -367,6 +446,7 @@ func (m *Membership) set(n *memberlist.Node, alive bool) {
 	case m.wake <- struct{}{}:
 	default:
 	}
+	return failed
 }
 
 // events is memberlist's EventDelegate. memberlist calls it with its node
@@ -379,8 +459,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
-	e.m.set(n, false)
-	if n.State == memberlist.StateLeft {
+	if !e.m.set(n, false) {
 		e.m.log.Info("membership: member left", "node", n.Name, "gossip", n.Address())
 	} else {
 		e.m.log.Info("membership: member failed", "node", n.Name, "gossip", n.Address(),
@@ -490,8 +569,9 @@ func seedIsLive(seed string, live map[string]bool) bool {
 	return false
 }
 
-// tryJoin joins the member at tg and logs the outcome: Info when the
-// join merged members in, Debug otherwise.
+// tryJoin joins the member at tg and logs the outcome: Info when a failed
+// member answered (the merge itself follows as "member joined" lines, as
+// gossip spreads) or a seed's join brought members in, Debug otherwise.
 func (m *Membership) tryJoin(tg target) {
 	before := m.NumMembers()
 	_, err := m.ml.Join([]string{tg.addr})
@@ -503,12 +583,11 @@ func (m *Membership) tryJoin(tg target) {
 	switch {
 	case err != nil:
 		m.log.Debug("membership: reconnect failed", "target", kind, "node", string(tg.node), "gossip", tg.addr, "err", err)
-	case after > before:
-		m.log.Info("membership: reconnected, clusters merged", "target", kind, "node", string(tg.node), "gossip", tg.addr,
-			"members_before", before, "members_after", after)
+	case tg.node != "" || after > before:
+		m.log.Info("membership: reconnected", "target", kind, "node", string(tg.node), "gossip", tg.addr,
+			"members_before", before, "members_now", after)
 	default:
-		m.log.Debug("membership: reconnect answered, nothing new", "target", kind, "node", string(tg.node), "gossip", tg.addr,
-			"members", after)
+		m.log.Debug("membership: reconnect answered, nothing new", "target", kind, "gossip", tg.addr, "members", after)
 	}
 }
 
@@ -519,9 +598,13 @@ func (m *Membership) NumMembers() int {
 	return len(m.members)
 }
 
-// delegate publishes the peer address as node metadata; the rest of
-// memberlist's Delegate (user messages, state exchange) is unused.
-type delegate struct{ meta []byte }
+// delegate publishes the peer address as node metadata and receives
+// leave intents (user messages); the rest of memberlist's Delegate
+// (broadcasts, state exchange) is unused.
+type delegate struct {
+	meta []byte
+	m    *Membership
+}
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	if len(d.meta) > limit {
@@ -529,7 +612,14 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return d.meta
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+
+// NotifyMsg takes a leave intent; anything else is ignored.
+func (d *delegate) NotifyMsg(b []byte) {
+	if name, ok := strings.CutPrefix(string(b), leaveIntentPrefix); ok {
+		d.m.leaveIntent(name)
+	}
+}
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

