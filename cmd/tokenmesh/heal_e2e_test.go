@@ -149,8 +149,10 @@ func partitionHeal(t *testing.T, c *localcluster.Cluster, groups [][]int) time.D
 	t.Logf("partition %v seen by every node %v after the cut", groups, time.Since(cut).Round(100*time.Millisecond))
 	// TOKENMESH_HEAL_HOLD=30s holds the partition that long (from the
 	// cut), as in issue 11's report; default: heal once it is seen.
+	var hold time.Duration
 	if v := os.Getenv("TOKENMESH_HEAL_HOLD"); v != "" {
-		hold, err := time.ParseDuration(v)
+		var err error
+		hold, err = time.ParseDuration(v)
 		if err != nil || hold < 0 || hold > 5*time.Minute {
 			t.Fatalf("TOKENMESH_HEAL_HOLD=%q: want a duration up to 5m", v)
 		}
@@ -174,9 +176,16 @@ func partitionHeal(t *testing.T, c *localcluster.Cluster, groups [][]int) time.D
 		failed = failed || strings.Contains(tail, "membership: member failed")
 		reconnected = reconnected || strings.Contains(tail, "membership: reconnected")
 	}
-	if !failed || !reconnected {
-		t.Errorf("the nodes' logs do not show the failure (%v) and the merge (%v) for the operator", failed, reconnected)
+	if !failed {
+		t.Error("no node logged the failure of the other side (membership: member failed)")
 	}
+	// Right after failure detection memberlist may still merge some
+	// members by itself (it gossips to the dead for 30 s while its
+	// broadcasts last); held past that, only the reconnects can.
+	if hold >= 35*time.Second && !reconnected {
+		t.Error("no node logged a reconnect (membership: reconnected) though the partition outlived memberlist's gossip to the dead")
+	}
+	t.Logf("logs: member failed %v, reconnected %v", failed, reconnected)
 	return merged
 }
 
