@@ -75,7 +75,10 @@ node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
 List the other nodes in node.join on every node: the first one up finds
 nobody and founds the cluster (then keeps trying the join, so two nodes that
 started apart merge), the others and any restarted node join it
-(docs/OPERATIONS.md).
+(docs/OPERATIONS.md). Every node.reconnect_interval (5s) a node also retries
+one member that failed, so the sides of a healed network partition merge.
+Membership changes (member joined, failed, left; reconnected) are logged to
+stderr.
 
 Without --config, a single node runs the built-in default configuration
 (API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default":
