@@ -318,14 +318,16 @@ func (m *Membership) LocalAddr() string { return m.ml.LocalNode().Address() }
 // the shutdown may list the others without Self.
 //
 // Before that it sends every live member a leave intent (over TCP, in
-// parallel, for at most half of timeout), so that they remember it as
-// left and do not try to reconnect to it.
+// parallel, for at most half of timeout, which the announcement's wait
+// then uses less of), so that they remember it as left and do not try
+// to reconnect to it.
 func (m *Membership) Leave(timeout time.Duration) error {
 	m.mu.Lock()
 	m.leaving = true // no more reconnects
 	m.mu.Unlock()
+	begin := time.Now()
 	m.sendLeaveIntent(timeout / 2)
-	err := m.ml.Leave(timeout)
+	err := m.ml.Leave(max(timeout-time.Since(begin), timeout/2))
 	if serr := m.Shutdown(); err == nil {
 		err = serr
 	}
