@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -298,4 +300,92 @@ func TestLeaveIntentBounds(t *testing.T) {
 	if len(m.left) > maxLeftIntents {
 		t.Errorf("%d intents remembered, bound %d", len(m.left), maxLeftIntents)
 	}
+}
+
+// FuzzNotifyMsg: any user message from a peer is a leave intent or
+// ignored; nothing panics, and the remembered intents stay bounded and
+// never name this member.
+func FuzzNotifyMsg(f *testing.F) {
+	f.Add([]byte(leaveIntentPrefix + "n1"))
+	f.Add([]byte(leaveIntentPrefix))
+	f.Add([]byte("tokenmesh-leave"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := &Membership{self: "me", left: map[strategy.NodeID]time.Time{}, failed: map[strategy.NodeID]failedMember{}}
+		d := &delegate{m: m}
+		d.NotifyMsg(b)
+		d.NotifyMsg(append([]byte(leaveIntentPrefix), b...))
+		if len(m.left) > 2 {
+			t.Fatalf("%d intents from two messages", len(m.left))
+		}
+		for id := range m.left {
+			if id == "me" || len(id) == 0 || len(id) > maxNameBytes {
+				t.Fatalf("intent for %q remembered", id)
+			}
+		}
+	})
+}
+
+// TestReconnectTargetsProperties: whatever the failed members, live
+// members and seeds, a round targets at most one failed member, never
+// one failed longer than ReconnectTimeout (those are forgotten), and
+// every seed that is no live member's address, and no other seed.
+func TestReconnectTargetsProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		now := time.Unix(10000, 0)
+		timeout := time.Duration(rapid.IntRange(1, 100).Draw(t, "timeout_s")) * time.Second
+		addr := func(i int) string { return fmt.Sprintf("10.0.0.%d:7946", i) }
+		m := &Membership{reconnectTimeout: timeout, log: testLog(),
+			failed: map[strategy.NodeID]failedMember{}, addrs: map[strategy.NodeID]string{}}
+		nFailed := rapid.IntRange(0, 6).Draw(t, "failed")
+		for i := range nFailed {
+			age := time.Duration(rapid.IntRange(0, 200).Draw(t, "age_s")) * time.Second
+			m.failed[strategy.NodeID(fmt.Sprint("f", i))] = failedMember{addr: addr(i), since: now.Add(-age)}
+		}
+		live := map[string]bool{}
+		for i := range rapid.IntRange(0, 6).Draw(t, "live") {
+			a := addr(10 + rapid.IntRange(0, 8).Draw(t, "live_addr"))
+			m.addrs[strategy.NodeID(fmt.Sprint("l", i))] = a
+			live[a] = true
+		}
+		for range rapid.IntRange(0, 6).Draw(t, "seeds") {
+			m.seeds = append(m.seeds, addr(10+rapid.IntRange(0, 8).Draw(t, "seed_addr")))
+		}
+		before := maps.Clone(m.failed)
+		got := m.reconnectTargets(now)
+		var failedTargets, seedTargets int
+		for _, tg := range got {
+			if tg.node != "" {
+				failedTargets++
+				f, ok := before[tg.node]
+				if !ok || now.Sub(f.since) > timeout || f.addr != tg.addr {
+					t.Fatalf("target %v: not a remembered, unexpired failed member", tg)
+				}
+			} else {
+				seedTargets++
+				if live[tg.addr] {
+					t.Fatalf("seed %s targeted though a live member has it", tg.addr)
+				}
+			}
+		}
+		wantSeeds := 0
+		for _, s := range m.seeds {
+			if !live[s] {
+				wantSeeds++
+			}
+		}
+		unexpired := 0
+		for id, f := range before {
+			_, kept := m.failed[id]
+			if expired := now.Sub(f.since) > timeout; expired == kept {
+				t.Fatalf("failed member %s (age %v, timeout %v): kept %v", id, now.Sub(f.since), timeout, kept)
+			}
+			if now.Sub(f.since) <= timeout {
+				unexpired++
+			}
+		}
+		if failedTargets != min(1, unexpired) || seedTargets != wantSeeds {
+			t.Fatalf("targets %v: %d failed (want %d), %d seeds (want %d)", got, failedTargets, min(1, unexpired), seedTargets, wantSeeds)
+		}
+	})
 }
