@@ -89,8 +89,9 @@ func (c *cutTransport) DialAddressTimeout(a memberlist.Address, d time.Duration)
 
 // healNet is members on cut transports.
 type healNet struct {
-	ms []*Membership
-	ts []*cutTransport
+	key []byte // every member's SecretKey
+	ms  []*Membership
+	ts  []*cutTransport
 }
 
 // start starts a member on a cut transport with reconnect interval ri
@@ -98,7 +99,7 @@ type healNet struct {
 func (h *healNet) start(t *testing.T, name string, join, seeds []string, ri time.Duration) *Membership {
 	t.Helper()
 	tr := newCutTransport(t)
-	cfg := testConfig(name, nil, join, nil)
+	cfg := testConfig(name, h.key, join, nil)
 	cfg.ReconnectInterval = ri
 	cfg.Seeds = seeds
 	cfg.transport = tr
@@ -145,7 +146,9 @@ func (h *healNet) all(n int) bool {
 // gossip to the dead (3 s at these timers), then a heal. It returns
 // whether every member saw all three within within of the heal.
 func splitHeal(t *testing.T, ri, within time.Duration) (bool, time.Duration) {
-	h := &healNet{}
+	// Encrypted gossip, as in production: the reconnect's join uses the
+	// keyring too.
+	h := &healNet{key: []byte("0123456789abcdef")}
 	a := h.start(t, "a", nil, nil, ri)
 	h.start(t, "b", []string{a.LocalAddr()}, nil, ri)
 	h.start(t, "c", []string{a.LocalAddr()}, nil, ri)
