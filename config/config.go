@@ -81,6 +81,22 @@ const (
 	// DefaultKey is the key template of a rule that gives none: the key the
 	// client passes with the rule name in its request.
 	DefaultKey = "{key}"
+	// DefaultReconnectInterval is how often a node tries to rejoin failed
+	// members and the node.join addresses that are not members
+	// (membership.DefaultReconnectInterval): a healed partition is whole
+	// again within about this plus a join round trip.
+	DefaultReconnectInterval = 5 * time.Second
+	// DefaultReconnectTimeout is how long a failed member is retried
+	// before it is forgotten (membership.DefaultReconnectTimeout, serf's
+	// default).
+	DefaultReconnectTimeout = 24 * time.Hour
+)
+
+// Bounds of node.reconnect_interval and node.reconnect_timeout.
+const (
+	MinReconnectInterval = 100 * time.Millisecond
+	MaxReconnectInterval = 10 * time.Minute
+	MaxReconnectTimeout  = 30 * 24 * time.Hour
 )
 
 // File is a whole configuration: this node and its rules.
@@ -151,6 +167,19 @@ type Node struct {
 	// does the same), from "512MiB", "2GiB", "300MB" or a plain byte
 	// count. 0: not set here (GOMEMLIMIT, if set, applies).
 	MemoryLimit int64
+	// ReconnectInterval (node.reconnect_interval, a Go duration such as
+	// "5s") is how often the node tries to join one failed member and
+	// every node.join address that is no member, so that the sides of a
+	// healed partition, and nodes that started apart, merge. Between
+	// MinReconnectInterval and MaxReconnectInterval; default
+	// DefaultReconnectInterval (also what zero means to Validate and
+	// limiter.PeerConfig).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout (node.reconnect_timeout, e.g. "24h") is how long a
+	// failed member is retried before it is forgotten (node.join addresses
+	// are retried for ever). At least ReconnectInterval, at most
+	// MaxReconnectTimeout; default DefaultReconnectTimeout.
+	ReconnectTimeout time.Duration
 }
 
 // APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
@@ -259,6 +288,9 @@ type rawNode struct {
 	StateDir      string      `yaml:"state_dir"`
 	// SnapshotInterval is a Go duration ("1s", "500ms").
 	SnapshotInterval string `yaml:"snapshot_interval"`
+
+	ReconnectInterval string `yaml:"reconnect_interval"`
+	ReconnectTimeout  string `yaml:"reconnect_timeout"`
 }
 
 type rawTimeout struct {
@@ -697,6 +729,33 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.MemoryLimit = v
 	}
+	dur := func(field, v string, def time.Duration) time.Duration {
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			p.fail("node."+field, path(field), "%q is not a duration (forms: 500ms, 5s, 24h)", v)
+			return def
+		}
+		return d
+	}
+	n.ReconnectInterval = dur("reconnect_interval", raw.ReconnectInterval, DefaultReconnectInterval)
+	n.ReconnectTimeout = dur("reconnect_timeout", raw.ReconnectTimeout, DefaultReconnectTimeout)
+	if err := checkReconnect(n.ReconnectInterval, n.ReconnectTimeout); err != nil {
+		p.fail("node."+err.field, path(err.field), "%s", err.msg)
+	}
+}
+
+// checkReconnect checks node.reconnect_interval and reconnect_timeout.
+func checkReconnect(interval, timeout time.Duration) *checkError {
+	switch {
+	case interval < MinReconnectInterval || interval > MaxReconnectInterval:
+		return &checkError{field: "reconnect_interval", msg: fmt.Sprintf("%v is outside [%v, %v]", interval, MinReconnectInterval, MaxReconnectInterval)}
+	case timeout < interval || timeout > MaxReconnectTimeout:
+		return &checkError{field: "reconnect_timeout", msg: fmt.Sprintf("%v is outside [reconnect_interval %v, %v]", timeout, interval, MaxReconnectTimeout)}
+	}
+	return nil
 }
 
 // ParseBytes parses a size in bytes: a non-negative integer with an
@@ -925,6 +984,16 @@ func (f *File) Validate() error {
 	if n.StateDir != "" && n.SnapshotInterval < MinSnapshotInterval {
 		return fmt.Errorf("node.snapshot_interval: %v is below the minimum of %v", n.SnapshotInterval, MinSnapshotInterval)
 	}
+	ri, rt := n.ReconnectInterval, n.ReconnectTimeout // zero: the default
+	if ri == 0 {
+		ri = DefaultReconnectInterval
+	}
+	if rt == 0 {
+		rt = DefaultReconnectTimeout
+	}
+	if err := checkReconnect(ri, rt); err != nil {
+		return fmt.Errorf("node.%s: %s", err.field, err.msg)
+	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
 	}
@@ -1051,6 +1120,9 @@ func Default() *File {
 			PeerAddr:         DefaultPeerAddr,
 			GossipAddr:       DefaultGossipAddr,
 			SnapshotInterval: DefaultSnapshotInterval,
+
+			ReconnectInterval: DefaultReconnectInterval,
+			ReconnectTimeout:  DefaultReconnectTimeout,
 		},
 		Rules: []Rule{{
 			Name:     "default",

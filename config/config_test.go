@@ -69,7 +69,8 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("rule defaults: %+v", r)
 			}
 			n := f.Node
-			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.Name == "" {
+			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.Name == "" ||
+				n.ReconnectInterval != DefaultReconnectInterval || n.ReconnectTimeout != DefaultReconnectTimeout {
 				t.Errorf("node defaults: %+v", n)
 			}
 		}},
@@ -99,6 +100,8 @@ node:
   join: [10.0.0.2:7946, "host.example:7946"]
   secret_key: ` + key32 + `
   tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}
+  reconnect_interval: 2s
+  reconnect_timeout: 1h
 rules:
   - {name: a, rate: 6000/min, burst: 10, strategy: gdrl}
   - {name: b, rate: 1/s, strategy: owner, params: {hold: 1ms, retries: 3, fail_open: false}}
@@ -107,6 +110,9 @@ rules:
 			n := f.Node
 			if n.GRPCAddr != "0.0.0.0:9090" || n.APITLS == nil || n.APITLS.KeyFile != "s-key.pem" || n.APITLS.ClientCAFile != "" {
 				t.Errorf("api: %+v %+v", n, n.APITLS)
+			}
+			if n.ReconnectInterval != 2*time.Second || n.ReconnectTimeout != time.Hour {
+				t.Errorf("reconnect: %v %v", n.ReconnectInterval, n.ReconnectTimeout)
 			}
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
@@ -183,6 +189,10 @@ func TestParseBad(t *testing.T) {
 		{"key and key file", "node: {secret_key: '" + key32 + "', secret_key_file: k}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "not both"}, 0},
 		{"tls incomplete", "node: {tls: {cert_file: c.pem}}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.tls.key_file", "required"}, 0},
 		{"idle_key_ttl is gone", "node: {idle_key_ttl: 10m}\nrules: [{name: a, rate: 1/s}]\n", []string{"idle_key_ttl", "known:"}, 0},
+		{"reconnect interval not a duration", "node:\n  reconnect_interval: 5\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.reconnect_interval", "not a duration"}, 2},
+		{"reconnect interval too short", "node: {reconnect_interval: 1ms}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_interval", "outside"}, 0},
+		{"reconnect timeout below interval", "node: {reconnect_interval: 10s, reconnect_timeout: 5s}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout", "outside"}, 0},
+		{"reconnect timeout too long", "node: {reconnect_timeout: 10000h}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout"}, 0},
 		{"rules not a list", "rules: {name: a}\n", []string{"t.yaml:1"}, 1},
 		{"wrong type", "node: {join: 3}\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:1"}, 1},
 	}
@@ -241,6 +251,14 @@ func TestDefaultValidates(t *testing.T) {
 	}
 	if _, err := f.ClusterRules(); err != nil {
 		t.Fatal(err)
+	}
+	f.Node.ReconnectInterval, f.Node.ReconnectTimeout = 0, 0 // zero: the defaults
+	if err := f.Validate(); err != nil {
+		t.Errorf("zero reconnect settings: %v", err)
+	}
+	f.Node.ReconnectInterval = time.Hour
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.reconnect_interval") {
+		t.Errorf("reconnect_interval 1h: error %v", err)
 	}
 }
 

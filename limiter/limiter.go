@@ -110,17 +110,33 @@ type PeerConfig struct {
 	GossipAddr string
 	// Join is the gossip addresses of other members. Empty: this node
 	// founds the cluster. When none of them answers at start, Start fails,
-	// unless FoundIfAlone is set.
+	// unless FoundIfAlone is set. While running, every Join address that
+	// is no live member's is tried again every ReconnectInterval
+	// (membership.Config.Seeds), so a node that founded alone merges with
+	// the others once they can be reached.
 	Join []string
 	// FoundIfAlone: when no address in Join answers at start, the node
 	// founds the cluster alone (its strategies start as founders, see
-	// Config.Join) and keeps trying to join the addresses every
-	// RetryJoinInterval until one answers. A node that did reach a member
+	// Config.Join) and merges with the others once one of the Join
+	// addresses answers (see Join). A node that did reach a member
 	// starts as a joiner. This lets every node of a cluster list all the
 	// others (the first one up founds it; a restarted node rejoins) instead
 	// of the first node listing none and founding a second cluster alone
 	// when it restarts.
 	FoundIfAlone bool
+	// ReconnectInterval is how often gossip tries to rejoin one failed
+	// member and the Join addresses that are no members, so that the
+	// sides of a healed partition merge (membership.Config). Zero:
+	// membership.DefaultReconnectInterval (5 s); negative: never.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is retried. Zero:
+	// membership.DefaultReconnectTimeout (24 h).
+	ReconnectTimeout time.Duration
+	// MembershipLog, when set, receives the membership changes (member
+	// joined, failed, left; reconnects that merged members) at Info and
+	// failed reconnect attempts at Debug. Nil: none.
+	MembershipLog *slog.Logger
+	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip,
 	// and (through a key derived from it, grpcpeer.DeriveFrameKey)
 	// authenticates every peer frame (grpcpeer.Config.SecretKey).
@@ -192,10 +208,6 @@ type Config struct {
 	// slog.Default).
 	Logger *slog.Logger
 }
-
-// RetryJoinInterval is how often a node that founded its cluster alone
-// (PeerConfig.FoundIfAlone) tries its Join addresses again.
-const RetryJoinInterval = 2 * time.Second
 
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
@@ -317,7 +329,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		ccfg.Transport = ep
 	}
-	var foundedAlone bool
 	if p := cfg.Peer; p != nil {
 		ms, joined, err := n.startMembership(ctx, name, p)
 		if err != nil {
@@ -328,7 +339,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if len(p.Join) > 0 {
 			// Reached a running cluster: a joiner; nobody answered: the
 			// founder of a new one.
-			ccfg.Join, foundedAlone = joined, !joined
+			ccfg.Join = joined
 		}
 		for id := range ms.Members() {
 			ccfg.Members = append(ccfg.Members, id)
@@ -355,9 +366,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		go p.run(node, n.stop)
 	}
-	if foundedAlone {
-		go n.retryJoin(cfg.Peer.Join)
-	}
 	return n, nil
 }
 
@@ -366,7 +374,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // returned unless p.FoundIfAlone. ctx bounds the start.
 func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
-		OnChange: n.membersChanged}
+		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
+		Log: p.MembershipLog, OnChange: n.membersChanged}
 	if p.GossipAddr != "" {
 		host, port, err := net.SplitHostPort(p.GossipAddr)
 		if err != nil {
@@ -444,25 +453,6 @@ func (n *Node) attach(node *cluster.Node) {
 	n.node = node
 	if n.latest != nil {
 		_ = node.SetMembers(n.latest)
-	}
-}
-
-// retryJoin tries to join addrs every RetryJoinInterval until another
-// member is seen or the node closes (a node that founded its cluster
-// alone because none answered at start).
-func (n *Node) retryJoin(addrs []string) {
-	t := time.NewTicker(RetryJoinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		if len(n.ms.Members()) > 1 {
-			return
-		}
-		_, _ = n.ms.Join(addrs)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
-	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -402,7 +402,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2*limiter.RetryJoinInterval + time.Second) // two join retries
+	time.Sleep(config.DefaultReconnectInterval + 2*time.Second) // a join retry
 	if !strings.Contains(out.String(), "answered: founding a cluster") {
 		t.Errorf("the intruder did not report that nobody answered its join:\n%s", out.String())
 	}

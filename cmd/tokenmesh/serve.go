@@ -77,7 +77,10 @@ node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
 List the other nodes in node.join on every node: the first one up finds
 nobody and founds the cluster (then keeps trying the join, so two nodes that
 started apart merge), the others and any restarted node join it
-(docs/OPERATIONS.md).
+(docs/OPERATIONS.md). Every node.reconnect_interval (5s) a node also retries
+one member that failed, so the sides of a healed network partition merge.
+Membership changes (member joined, failed, left; reconnected) are logged to
+stderr.
 
 Peer security: a node in a multi-node cluster (node.join set, or a
 non-loopback node.gossip_addr) must authenticate its peers, with
@@ -179,8 +182,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
 		Logger: logger}
 	if configPath != "" {
+		// Membership changes (joined, failed, left, reconnected) go to the
+		// node's one log, for the operator.
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
-			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
+			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey,
+			ReconnectInterval: f.Node.ReconnectInterval, ReconnectTimeout: f.Node.ReconnectTimeout, MembershipLog: logger}
 		if f.Node.TLS != nil {
 			if pc.TLS, err = peerTLS(f.Node.TLS); err != nil {
 				return err
@@ -254,7 +260,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			join = fmt.Sprintf("joined %s (members: %s)", strings.Join(f.Node.Join, ", "), strings.Join(members, ", "))
 		case len(f.Node.Join) > 0:
 			join = fmt.Sprintf("no member at %s answered: founding a cluster, retrying the join every %v",
-				strings.Join(f.Node.Join, ", "), limiter.RetryJoinInterval)
+				strings.Join(f.Node.Join, ", "), reconnectEvery(f.Node.ReconnectInterval))
 		}
 		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
@@ -500,4 +506,13 @@ func withFaults(next http.Handler, f *cluster.Faulty) http.Handler {
 	})
 	mux.Handle("/", next)
 	return mux
+}
+
+// reconnectEvery is node.reconnect_interval as the node uses it (zero in a
+// config built in code: the default).
+func reconnectEvery(d time.Duration) time.Duration {
+	if d == 0 {
+		return config.DefaultReconnectInterval
+	}
+	return d
 }
