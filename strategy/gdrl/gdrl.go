@@ -189,6 +189,13 @@ type tombstone struct {
 	fenceDone bool
 	fencing   bool
 	fenceSent time.Duration
+	// Split brain (see heir.go): the members that answered they hold no
+	// later tombstone of the same incarnation, when they were last asked,
+	// and the member this tombstone's fence is in flight to.
+	heirAsked   map[strategy.NodeID]bool
+	heirQueried time.Duration
+	heirTarget  strategy.NodeID
+	heirSent    time.Duration
 }
 
 // heldRecord is a ward's replicated share record.

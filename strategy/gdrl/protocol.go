@@ -108,10 +108,11 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		g.sendRecord(now, fx)
 	}
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
+		if !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
 			g.sendFenced(now, tb, fx)
 		}
 	}
+	g.heirFences(now, fx)
 	if g.helloDue() && now-g.helloSent >= g.retransmit {
 		g.sendHellos(now, fx)
 	}
@@ -151,10 +152,16 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		}
 	}
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && !tb.fencing && g.inView(tb.node) {
+		if !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
 			g.sendFenced(now, tb, fx)
 		}
+		for n := range tb.heirAsked {
+			if !g.inView(n) {
+				delete(tb.heirAsked, n) // ask it again when it is back: it may have inherited meanwhile
+			}
+		}
 	}
+	g.heirFences(now, fx)
 	g.flush(now, fx)
 }
 
@@ -251,7 +258,7 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
 	}
 	for _, tb := range g.tombs {
-		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing {
+		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
 			g.sendFenced(now, tb, fx)
 		}
 	}
@@ -676,7 +683,7 @@ func (g *GDRL) settleAsHeir(now time.Duration, t *transfer) {
 // nothing, when t is not (yet) this node's to settle: no tombstone, or one
 // whose fence is in progress.
 func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool {
-	if tb == nil || (tb.fencing && !tb.fenceDone) {
+	if tb == nil || (tb.fencing && !tb.fenceDone) || tb.heirTarget != "" {
 		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
@@ -942,6 +949,9 @@ func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
 		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
 			due(tb.fenceSent + g.retransmit)
 		}
+		if at := g.heirDue(tb); at != 0 {
+			due(at)
+		}
 	}
 	if g.helloDue() {
 		due(g.helloSent + g.retransmit)
@@ -1179,6 +1189,10 @@ func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects
 // is alive. It gives up what was inherited, and the transfers the heir
 // credited on its behalf that it credited too, once per fence.
 func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
+	if f.Node != "" && strategy.NodeID(f.Node) != g.self {
+		g.onHeirFence(now, from, f)
+		return
+	}
 	ack := &peerv1.GdrlFenceAck{Inc: f.Inc, Version: f.Version}
 	if f.Inc != g.inc {
 		g.sendNow(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
@@ -1188,22 +1202,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 	k := fenceKey{holder: from, inc: f.Inc, version: f.Version}
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
-		items := itemsFrom(f.Items)
-		inItems := map[string]bool{}
-		for _, it := range items {
-			inItems[it.key] = true
-		}
-		for _, key := range g.sortedKeys() {
-			if !inItems[key] {
-				g.adjust(key, -f.DefaultCapacity, -f.DefaultBurst, now)
-			}
-		}
-		for _, it := range items {
-			g.pin(it.key, now)
-			g.adjust(it.key, -it.c, -it.b, now)
-		}
-		g.dc -= f.DefaultCapacity
-		g.db -= f.DefaultBurst
+		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
 		onBehalf := transfersFrom(f.OnBehalf)
 		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
@@ -1220,6 +1219,10 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 }
 
 func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
+	if a.Node != "" && strategy.NodeID(a.Node) != from {
+		g.onHeirFenceAck(now, from, a, fx)
+		return
+	}
 	tb := g.tombFor(from, a.Inc)
 	if tb == nil || tb.version != a.Version || tb.fenceDone {
 		return
