@@ -192,6 +192,9 @@ type tombstone struct {
 	// Split brain (see heir.go): the members that answered they hold no
 	// later tombstone of the same incarnation, when they were last asked,
 	// and the member this tombstone's fence is in flight to.
+	// at is the first version of this node's record that holds this
+	// tombstone (0: it came with a record received whole).
+	at          uint64
 	heirAsked   map[strategy.NodeID]bool
 	heirQueried time.Duration
 	heirTarget  strategy.NodeID
@@ -209,8 +212,12 @@ type heldRecord struct {
 	inView              bool
 }
 
+// fenceKey names one inheritance: the incarnation inherited and the
+// version of its record. Not the heir: a tombstone travels in its heir's
+// record, so the heir's heir may hold a copy of it and fence with it too,
+// and one inheritance must be given up once (no two buddies hold the same
+// version of a record, see heirRanks).
 type fenceKey struct {
-	holder  strategy.NodeID
 	inc     uint64
 	version uint64
 }

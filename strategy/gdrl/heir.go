@@ -18,7 +18,7 @@ import (
 // be fenced. The later record is X's continuation (it contains everything X
 // did after v1), so the earlier tombstone is the duplicate: its holder sends
 // its fence to the other heirs, and the one whose tombstone ranks higher
-// (later version; ties: the larger NodeID) absorbs it as X would have: it
+// (a later record version) absorbs it as X would have: it
 // gives up the inherited amounts, and the transfers credited on X's behalf
 // that X's later record shows credited too. The lower heir then drops its
 // tombstone. A fence is in flight to one heir at a time and sent again to
@@ -27,27 +27,24 @@ import (
 // the transfers it did not undo) the same way, so a chain of three heirs
 // nets out to the highest one's record.
 
-// heirRanks reports whether a tombstone taken at record version va by
-// holder a ranks below one taken at vb by b.
-func heirRanks(va uint64, a strategy.NodeID, vb uint64, b strategy.NodeID) bool {
-	if va != vb {
-		return va < vb
-	}
-	return a < b
-}
+// heirRanks reports whether a tombstone taken at record version va ranks
+// below one taken at vb. Two tombstones of one incarnation at the same
+// version are copies of one inheritance, not two: a tombstone travels in
+// its heir's record (and is inherited with it), and a node that chooses a
+// new buddy always sends it a new version (setBuddy marks the record
+// dirty), so two buddies never inherit the same version.
+func heirRanks(va, vb uint64) bool { return va < vb }
 
-// heirFences looks, for every tombstone whose incarnation is not in view
-// (or is known dead), for a later tombstone of it: it asks the members in
+// heirFences looks, for every tombstone whose incarnation is known dead (a
+// newer incarnation of the node answered its fence), for a later tombstone
+// of it: it asks the members in
 // view that have not answered (a query, which absorbs nothing), and sends
 // its fence to one that holds a later one, retransmitting either until
 // answered.
 func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
 	for _, tb := range g.tombs {
-		if tb.fencing && !tb.fenceDone {
-			continue // fencing the incarnation itself
-		}
-		if !tb.fenceDone && g.inView(tb.node) {
-			continue // the incarnation is in view: it is fenced itself
+		if !tb.fenceDone {
+			continue // the incarnation may be alive: it is fenced itself
 		}
 		if tb.heirTarget != "" {
 			if now-tb.heirSent >= g.retransmit {
@@ -78,7 +75,7 @@ func (g *GDRL) heirDue(tb *tombstone) time.Duration {
 	switch {
 	case tb.heirTarget != "":
 		return tb.heirSent + g.retransmit
-	case (tb.fencing && !tb.fenceDone) || (!tb.fenceDone && g.inView(tb.node)):
+	case !tb.fenceDone:
 		return 0
 	}
 	for _, m := range g.members {
@@ -106,7 +103,7 @@ func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.Gd
 	reply := func() {
 		g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
 	}
-	k := fenceKey{holder: from, inc: f.Inc, version: f.Version}
+	k := fenceKey{inc: f.Inc, version: f.Version}
 	if g.fencesApplied[k] {
 		ack.Absorbed = true
 		reply()
@@ -115,7 +112,9 @@ func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.Gd
 	tb := g.tombFor(strategy.NodeID(f.Node), f.Inc)
 	switch {
 	case tb == nil || from == g.self:
-	case heirRanks(tb.version, g.self, f.Version, from):
+	case tb.version == f.Version:
+		// The same inheritance (a copy of the tombstone): nothing to absorb.
+	case heirRanks(tb.version, f.Version):
 		delete(tb.heirAsked, from) // from ranks higher: fence into it
 	case f.Query:
 		ack.Later = true

@@ -1147,13 +1147,15 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 			g.outbox = append(g.outbox, c)
 		}
 	}
-	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied}
+	at := g.version + 1 // the first version of this node's record that holds the tombstones
+	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied, at: at}
 	if tb.applied == nil {
 		tb.applied = filters{}
 	}
 	g.tombs = append(g.tombs, tb)
 	for _, t := range rec.tombs {
 		if g.tombFor(t.node, t.inc) == nil {
+			t.at = at
 			g.tombs = append(g.tombs, t)
 		}
 	}
@@ -1199,10 +1201,15 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 		return
 	}
 	ack.Alive = true
-	k := fenceKey{holder: from, inc: f.Inc, version: f.Version}
+	k := fenceKey{inc: f.Inc, version: f.Version}
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
 		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
+		// The tombstones in the record the heir inherited went with it:
+		// the heir's copies fence (or settle) them from now on, and what
+		// they hold was in the amounts just given up.
+		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
+		g.mark(partTombs)
 		onBehalf := transfersFrom(f.OnBehalf)
 		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
@@ -1230,8 +1237,10 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 	if a.Alive {
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
 	} else {
+		// The incarnation is dead: this tombstone settles its transfers
+		// from now on, and keeps what it inherited for a fence into a
+		// later heir of the same incarnation (see heir.go).
 		tb.fenceDone, tb.fencing = true, false
-		tb.items, tb.onBehalf = nil, nil
 	}
 	g.mark(partTombs)
 	for _, t := range slices.Clone(g.outbox) {

@@ -1173,7 +1173,7 @@ func (x *GdrlRecordAck) GetNeedFull() bool {
 // With node set (not the receiver), the fence goes from one heir of node's
 // incarnation inc to another (a split brain: both sides inherited it): the
 // receiver, if its tombstone of that incarnation was taken at a later
-// record version (ties: the larger holder NodeID), absorbs the fence as the
+// record version, absorbs the fence as the
 // incarnation would (it gives up the sender's inherited amounts), so that
 // exactly one heir keeps the incarnation's share. With query set as well,
 // nothing is absorbed: the receiver only answers whether it holds such a
