@@ -168,8 +168,8 @@ func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
 		g.mark(partTombs)
 		return
-	case a.Busy:
-		return // sent again after retransmit
+	case a.Busy || a.Later:
+		return // sent again after retransmit; or a late answer to a query
 	}
 	tb.heirTarget = ""
 	if tb.heirAsked == nil {
