@@ -551,7 +551,8 @@ func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 
 // ---- Transfers ----
 
-// pay debits up to the given amounts (capped at what this node holds) and
+// pay debits up to the given amounts (capped at what this node holds, and
+// at the rule's (C, B) per key) and
 // queues one transfer to (to, toInc), sent once the buddy holds a record
 // with it. Nothing is paid while an earlier transfer to the same node is
 // unacknowledged (stop and wait).
@@ -569,8 +570,11 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 	}
 	var out []item
 	for _, it := range items {
-		c := min(it.c, max(g.CapacityShare(it.key), 0))
-		b := min(it.b, max(g.BurstShare(it.key), 0))
+		// At most (C, B) per key: what a peer accepts in a transfer. A
+		// node may hold more than C during a split brain (see "Split
+		// brain" in the package documentation); the rest moves later.
+		c := min(it.c, max(g.CapacityShare(it.key), 0), g.totalC)
+		b := min(it.b, max(g.BurstShare(it.key), 0), g.totalB)
 		if c <= 0 && b <= 0 {
 			continue
 		}

@@ -50,7 +50,7 @@ type episode struct {
 
 const (
 	// maxRepeatedSplitFailures bounds TestRepeatedSplits' failing runs.
-	maxRepeatedSplitFailures = 100
+	maxRepeatedSplitFailures = 5
 	settleAfter              = 3 * time.Second
 	crashGap                 = 5 * time.Second
 )
