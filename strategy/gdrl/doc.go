@@ -256,9 +256,8 @@
 // the cut whose buddy is on its side. So each side holds up to C, and the
 // cluster up to C per side (more only when a node is inherited twice, by
 // copies of one inheritance, below): a side that lost its buddy's node
-// admits as if that node's share were its own. With balancing, the side's
-// default shares then follow its view (a node alone takes the whole rule
-// once it inherited everything it could). Measured in the simulator, 3
+// admits as if that node's share were its own, and default-share
+// balancing spreads what the side holds over the side's view. Measured in the simulator, 3
 // nodes, wrccdc, partition n0 | n1,n2 for 120 s: gdrl admitted 0.26% more
 // tokens than one central bucket over the whole trace.
 //
