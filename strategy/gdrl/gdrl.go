@@ -469,10 +469,17 @@ func (g *GDRL) Applied(id TransferID) bool {
 	if rec := g.held[dst]; rec != nil && rec.inc == dstInc && rec.applied.credited(id) {
 		return true
 	}
+	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			return t.applied.credited(id)
+			if t.applied.credited(id) {
+				return true
+			}
+			tombed = true
 		}
+	}
+	if tombed {
+		return false
 	}
 	// A ward that inherited the destination (and may have gone since,
 	// its record not yet inherited here): its tombstone is in its record.

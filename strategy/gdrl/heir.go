@@ -42,6 +42,7 @@ func heirRanks(va, vb uint64) bool { return va < vb }
 // its fence to one that holds a later one, retransmitting either until
 // answered.
 func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
+	g.absorbLocal(now)
 	for _, tb := range g.tombs {
 		if !tb.fenceDone {
 			continue // the incarnation may be alive: it is fenced itself
@@ -122,29 +123,65 @@ func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.Gd
 		ack.Busy = true // this tombstone's own fence is in flight
 	default:
 		g.fencesApplied[k] = true
-		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
-		onBehalf := transfersFrom(f.OnBehalf)
-		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
-		for _, t := range onBehalf {
-			if tb.applied.credited(t.id) {
-				g.addItems(t.items, -1, now) // the incarnation credited it too
-			} else if !tb.applied.settled(t.id) {
-				// Settled by the other heir: never credit it here, and
-				// pass it on with this tombstone's own fence.
-				tb.applied.settleElsewhere(t.id)
-				tb.onBehalf = append(tb.onBehalf, t)
-			}
-		}
-		g.mark(partDefaults)
-		g.mark(partTombs)
+		g.absorb(now, tb, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items), transfersFrom(f.OnBehalf))
 		ack.Absorbed = true
 	}
 	reply()
 }
 
+// absorb gives up what another heir inherited of tb's incarnation at an
+// earlier version (dc, db, items), as the incarnation would: and the
+// transfers that heir credited on its behalf (onBehalf) that tb's record
+// shows credited too; the others are never credited here, and pass on
+// with tb's own fence.
+func (g *GDRL) absorb(now time.Duration, tb *tombstone, dc, db int64, items []item, onBehalf []*transfer) {
+	g.giveUp(now, dc, db, items)
+	slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
+	for _, t := range onBehalf {
+		if tb.applied.credited(t.id) {
+			g.addItems(t.items, -1, now) // the incarnation credited it too
+		} else if !tb.applied.settled(t.id) {
+			tb.applied.settleElsewhere(t.id)
+			tb.onBehalf = append(tb.onBehalf, t)
+		}
+	}
+	g.mark(partDefaults)
+	g.mark(partTombs)
+}
+
+// absorbLocal: this node may hold two tombstones of one dead incarnation
+// at different versions (its own inheritance, and a copy that came with a
+// ward's record, or the other way round); the later one absorbs the
+// earlier one here, as another heir would.
+func (g *GDRL) absorbLocal(now time.Duration) {
+	for {
+		var lo, hi *tombstone
+		for _, a := range g.tombs {
+			if !a.fenceDone || a.heirTarget != "" {
+				continue
+			}
+			for _, b := range g.tombs {
+				if b != a && b.node == a.node && b.inc == a.inc && b.version > a.version && b.fenceDone && b.heirTarget == "" {
+					lo, hi = a, b
+				}
+			}
+		}
+		if lo == nil {
+			return
+		}
+		k := fenceKey{inc: lo.inc, version: lo.version}
+		if !g.fencesApplied[k] {
+			g.fencesApplied[k] = true
+			g.absorb(now, hi, lo.dc, lo.db, lo.items, slices.Clone(lo.onBehalf))
+		}
+		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == lo })
+		g.mark(partTombs)
+	}
+}
+
 func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
-	tb := g.tombFor(strategy.NodeID(a.Node), a.Inc)
-	if tb == nil || tb.version != a.Version {
+	tb := g.tombForV(strategy.NodeID(a.Node), a.Inc, a.Version)
+	if tb == nil {
 		return
 	}
 	if tb.heirTarget != from {

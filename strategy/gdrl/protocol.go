@@ -1158,7 +1158,7 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 	}
 	g.tombs = append(g.tombs, tb)
 	for _, t := range rec.tombs {
-		if g.tombFor(t.node, t.inc) == nil {
+		if g.tombForV(t.node, t.inc, t.version) == nil {
 			t.at = at
 			g.tombs = append(g.tombs, t)
 		}
@@ -1173,9 +1173,24 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 	}
 }
 
+// tombFor is this node's tombstone of node's incarnation inc taken at the
+// latest record version (a node may hold two of one incarnation: its own
+// inheritance and a copy that came with a ward's record; see heir.go).
 func (g *GDRL) tombFor(node strategy.NodeID, inc uint64) *tombstone {
+	var out *tombstone
 	for _, t := range g.tombs {
-		if t.node == node && t.inc == inc {
+		if t.node == node && t.inc == inc && (out == nil || t.version > out.version) {
+			out = t
+		}
+	}
+	return out
+}
+
+// tombForV is this node's tombstone of node's incarnation inc taken at
+// record version version.
+func (g *GDRL) tombForV(node strategy.NodeID, inc, version uint64) *tombstone {
+	for _, t := range g.tombs {
+		if t.node == node && t.inc == inc && t.version == version {
 			return t
 		}
 	}
@@ -1234,8 +1249,8 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 		g.onHeirFenceAck(now, from, a, fx)
 		return
 	}
-	tb := g.tombFor(from, a.Inc)
-	if tb == nil || tb.version != a.Version || tb.fenceDone {
+	tb := g.tombForV(from, a.Inc, a.Version)
+	if tb == nil || tb.fenceDone {
 		return
 	}
 	if a.Alive {

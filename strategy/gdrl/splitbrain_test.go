@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -49,10 +48,8 @@ type episode struct {
 }
 
 const (
-	// maxRepeatedSplitFailures bounds TestRepeatedSplits' failing runs.
-	maxRepeatedSplitFailures = 5
-	settleAfter              = 3 * time.Second
-	crashGap                 = 5 * time.Second
+	settleAfter = 3 * time.Second
+	crashGap    = 5 * time.Second
 )
 
 func (r *splitRun) run(fail func(string, ...any)) {
@@ -151,7 +148,10 @@ func (r *splitRun) run(fail func(string, ...any)) {
 	if failed {
 		return
 	}
-	if h.anyPending(keys) {
+	if h.anyPending(keys) && !r.crashed {
+		// (With a crash during the split, a transfer to an incarnation
+		// whose record nobody holds, its buddy having crashed on the
+		// other side of the cut, stays in flight: a loss, see run's end.)
 		fail("seed %d: still transfers pending at %v:\n%s", r.seed, h.now, h.describe("a"))
 		return
 	}
@@ -240,10 +240,12 @@ func drawSplitRun(d drawer, seed uint64, maxEpisodes int) *splitRun {
 // TestSplitBrainProperty: whatever the netsplit (two or three sides),
 // crashes and restarts during it, and however asymmetric the failure
 // detection, once the heal has settled the cluster never holds more than
-// C + 1 unit, and once the network is quiet it holds C within one unit
-// (or less, when a crash during the split lost shares: see run). Before the split-brain rule (heirs fencing into each other, fences named
-// by the inheritance, a fenced node dropping the tombstones its heir took
-// over) about one run in six of this property failed.
+// C + 1 unit, and once the network is quiet it holds C within one unit (or
+// less, when a crash during the split lost shares: see run). Before the
+// split-brain rule (fences named by the inheritance, a fenced node dropping
+// the tombstones its heir took over, heirs of a dead incarnation fencing
+// into the latest one) 48 of 300 such runs (a fixed sample) held more than
+// C + 1 after the heal settled.
 func TestSplitBrainProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		drawSplitRun(rapidDrawer{t}, rapid.Uint64().Draw(t, "seed"), 1).run(t.Fatalf)
@@ -252,39 +254,15 @@ func TestSplitBrainProperty(t *testing.T) {
 
 // TestRepeatedSplits runs a fixed sample of 100 runs of up to three
 // netsplits one after the other, the next often starting before the
-// previous heal has settled, and counts the runs that break the property
-// of TestSplitBrainProperty. The split-brain rule is exact for one split
-// at a time; with splits overlapping their heals some transfers in flight
-// across a cut are still counted twice or lost, a residue this test bounds
-// (and logs) rather than one it proves away.
+// previous heal has settled, against the property of
+// TestSplitBrainProperty. Before the split-brain rule, 24 of these 100 runs
+// broke it (23 held more than C + 1 after the last heal settled); and 48
+// of 300 runs of one split each.
 func TestRepeatedSplits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 runs of repeated netsplits")
 	}
-	over, lost, stuck := 0, 0, 0
 	for seed := uint64(1); seed <= 100; seed++ {
-		r := drawSplitRun(randDrawer{rand.New(rand.NewPCG(seed, 0x73706c6974))}, seed, 3)
-		var bad string
-		r.run(func(format string, args ...any) {
-			if bad == "" {
-				bad = fmt.Sprintf(format, args...)
-			}
-		})
-		switch {
-		case bad == "":
-		case strings.Contains(bad, "> C"):
-			over++
-			t.Logf("created: %.200s", bad)
-		case strings.Contains(bad, "pending"):
-			stuck++
-			t.Logf("stuck: %.200s", bad)
-		default:
-			lost++
-			t.Logf("not C: %.200s", bad)
-		}
-	}
-	t.Logf("100 runs of up to 3 netsplits: %d held more than C + 1 after the heal settled, %d ended away from C, %d with transfers stuck", over, lost, stuck)
-	if over+lost+stuck > maxRepeatedSplitFailures {
-		t.Errorf("%d of 100 runs broke the property, want at most %d", over+lost+stuck, maxRepeatedSplitFailures)
+		drawSplitRun(randDrawer{rand.New(rand.NewPCG(seed, 0x73706c6974))}, seed, 3).run(t.Errorf)
 	}
 }
