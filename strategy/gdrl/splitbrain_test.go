@@ -266,3 +266,44 @@ func TestRepeatedSplits(t *testing.T) {
 		drawSplitRun(randDrawer{rand.New(rand.NewPCG(seed, 0x73706c6974))}, seed, 3).run(t.Errorf)
 	}
 }
+
+// The measured bug, in its simplest form: three nodes, n0 | n1,n2. n0 (n2's
+// buddy) inherits n2's share at the split; n2 chooses n1 as its new buddy,
+// crashes and restarts, so n1 inherits n2's later record as well. At the
+// heal n2's old incarnation is dead (its new incarnation answers n0's
+// fence), and before the split-brain rule n2's share stayed counted by both
+// heirs: sum C_i = 4/3 C for good. Now n0, whose record of n2 is the
+// earlier one, fences into n1, and the cluster holds C again.
+func TestSplitBrainCrashInheritedTwice(t *testing.T) {
+	rate := bucket.Rate{Tokens: 9, Per: time.Second}
+	h := newHarness(3, 1, hnet{minDelay: time.Millisecond, maxDelay: 3 * time.Millisecond}, rate, 9, []string{"idle=2s"}, t.Fatalf)
+	C, _ := rateUnits(rate)
+	for i := range 3 {
+		h.poisson(i, "a", 5, 1, 30*time.Second)
+	}
+	h.at(time.Second, func() { h.partition(0) })
+	h.at(3*time.Second, func() {
+		if b := h.nodes[2].g.Buddy(); b != "n1" {
+			t.Fatalf("n2's buddy during the split is %s, want n1 (the scenario needs it)", b)
+		}
+		h.crash(2)
+	})
+	h.at(5*time.Second, func() { h.restart(2) })
+	h.at(10*time.Second, func() { h.heal() })
+	h.runUntil(10*time.Second + h.detection + settleAfter)
+	h.afterEvent = func() {
+		for _, key := range []string{"a", "never"} {
+			if held, _, inflight, _, _ := h.audit(key); held+inflight > C+1 {
+				t.Fatalf("at %v, after the heal settled: key %s: sum C_i %d + in flight %d > C %d + 1\n%s", h.now, key, held, inflight, C, h.describe(key))
+			}
+		}
+	}
+	h.runUntil(40 * time.Second)
+	for deadline := h.now + 30*time.Second; h.anyPending([]string{"a"}) && h.now < deadline && h.step(); {
+	}
+	for _, key := range []string{"a", "never"} {
+		if held, _, _, _, _ := h.audit(key); abs(held-C) > 1 {
+			t.Errorf("key %s at %v: sum C_i = %d, want C = %d\n%s", key, h.now, held, C, h.describe(key))
+		}
+	}
+}
