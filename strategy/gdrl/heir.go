@@ -59,7 +59,7 @@ func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
 		}
 		var q []byte
 		for _, m := range g.members {
-			if m == g.self || m == tb.node || tb.heirAsked[m] {
+			if m == g.self || tb.heirAsked[m] {
 				continue
 			}
 			if q == nil {
@@ -80,7 +80,7 @@ func (g *GDRL) heirDue(tb *tombstone) time.Duration {
 		return 0
 	}
 	for _, m := range g.members {
-		if m != g.self && m != tb.node && !tb.heirAsked[m] {
+		if m != g.self && !tb.heirAsked[m] {
 			return tb.heirQueried + g.retransmit
 		}
 	}

@@ -1210,7 +1210,9 @@ func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects
 // is alive. It gives up what was inherited, and the transfers the heir
 // credited on its behalf that it credited too, once per fence.
 func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
-	if f.Node != "" && strategy.NodeID(f.Node) != g.self {
+	if f.Node != "" && (strategy.NodeID(f.Node) != g.self || f.Inc != g.inc) {
+		// Between heirs (this node may hold a tombstone of its own
+		// earlier incarnation, inherited with a ward's record).
 		g.onHeirFence(now, from, f)
 		return
 	}
@@ -1245,7 +1247,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 }
 
 func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
-	if a.Node != "" && strategy.NodeID(a.Node) != from {
+	if a.Node != "" {
 		g.onHeirFenceAck(now, from, a, fx)
 		return
 	}
