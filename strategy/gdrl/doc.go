@@ -253,13 +253,17 @@
 //
 // During the split (availability first, 004's behaviour): each side admits
 // with the shares it holds plus what it inherited from the nodes across
-// the cut whose buddy is on its side. So each side holds up to C, and the
-// cluster up to C per side (more only when a node is inherited twice, by
-// copies of one inheritance, below): a side that lost its buddy's node
-// admits as if that node's share were its own, and default-share
-// balancing spreads what the side holds over the side's view. Measured in the simulator, 3
-// nodes, wrccdc, partition n0 | n1,n2 for 120 s: gdrl admitted 0.26% more
-// tokens than one central bucket over the whole trace.
+// the cut whose buddy is on its side. So each side can hold up to C, and
+// the cluster C per side (while failure detectors disagree, a side may
+// briefly hold more): a side that lost its buddy's node admits as if that
+// node's share were its own, and default-share
+// balancing spreads what the side holds over the side's view. Measured in
+// the simulator, 3 nodes, wrccdc, partition n0 | n1,n2 for 120 s: gdrl
+// admitted 0.26% more tokens than one central bucket over the whole trace
+// (the same before and after this rule: the simulator's partition crashes
+// nobody); with n2 crashing 30 s into the split and restarting 30 s later,
+// 6.73% more before this rule (n2's share counted twice from the heal on)
+// and 0.29% after.
 //
 // At the heal: every inheritance is named by the incarnation inherited and
 // the version of its record (an heir's record carries its tombstones, so an
@@ -278,9 +282,11 @@
 // record is its continuation (it holds everything the incarnation did
 // after the earlier one), so the heir of the earlier version asks the
 // members whether one holds a later tombstone of it (a query, which moves
-// nothing) and fences into that one, which gives up the earlier heir's
-// amounts and the transfers credited on the incarnation's behalf that its
-// own record shows credited too, as the incarnation itself would have.
+// nothing; the node's own new incarnation is asked too, as it may hold one
+// that came with a ward's record) and fences into that one, which gives up
+// the earlier heir's amounts and the transfers credited on the
+// incarnation's behalf that its own record shows credited too, as the
+// incarnation itself would have.
 // One fence is in flight to one heir at a time, so it is absorbed once; an
 // heir that absorbed and is outranked in turn passes its own fence on, so a
 // chain nets out to the latest record. Shares may go negative meanwhile (a
