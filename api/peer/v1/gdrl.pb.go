@@ -1170,14 +1170,15 @@ func (x *GdrlRecordAck) GetNeedFull() bool {
 // the inherited amounts (and the transfers the heir credited on its behalf
 // and it credited too) so that nothing is counted twice.
 //
-// With node set (not the receiver), the fence goes from one heir of node's
-// incarnation inc to another (a split brain: both sides inherited it): the
-// receiver, if its tombstone of that incarnation was taken at a later
-// record version, absorbs the fence as the
-// incarnation would (it gives up the sender's inherited amounts), so that
-// exactly one heir keeps the incarnation's share. With query set as well,
-// nothing is absorbed: the receiver only answers whether it holds such a
-// later tombstone (the sender then fences into it).
+// With node set (and inc not the receiver's current incarnation), the
+// fence goes from one heir of node's dead incarnation inc to another (a
+// split brain: both sides inherited it): the receiver, if its tombstone of
+// that incarnation was taken at a later record version, absorbs the fence
+// as the incarnation would (it gives up the sender's inherited amounts),
+// so that exactly one heir keeps the incarnation's share. With query set as
+// well, nothing is absorbed: the receiver only answers whether it holds
+// such a later tombstone (the sender then fences into it). See
+// strategy/gdrl/doc.go, "Split brain".
 type GdrlFenced struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Inc             uint64                 `protobuf:"varint,1,opt,name=inc,proto3" json:"inc,omitempty"`
