@@ -65,6 +65,13 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: inc, Version: 3, DefaultCapacity: 1,
 			Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2}}, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}}},
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Alive: true}}},
+		// Between heirs of n3's incarnation 5 (split brain): a query, a
+		// fence, and the answers.
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", Query: true}}},
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", DefaultCapacity: 1,
+			Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2}}, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}}},
+		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Later: true}}},
+		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Absorbed: true}}},
 	}
 	var out [][]byte
 	for _, m := range bodies {
