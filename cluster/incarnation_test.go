@@ -13,7 +13,7 @@ import (
 // node's first request got the verdict of its previous life's request 1
 // without taking a token: 6 admissions from a burst of 5.
 func TestRestartedForwarderIsCharged(t *testing.T) {
-	c := newCluster(t, 2, false, ownerRule("timeout=2s"))
+	c := newCluster(t, 2, false, ownerRule("timeout=2s", "replicas=1"))
 	key := keyOwnedBy(t, "n1", c.ids)
 	n0 := c.nodes["n0"]
 	admitted := 0
