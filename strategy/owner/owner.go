@@ -238,6 +238,7 @@ type forwardID struct {
 
 type verdict struct {
 	decided, allowed bool
+	charged          bool // a charge for this request was taken
 }
 
 type expiring struct {
@@ -542,6 +543,12 @@ func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
 func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 	for o.queue.Len() > 0 && o.queue.Peek().arrival+o.hold <= now {
 		q := o.queue.Pop()
+		v := o.seen[forwardID{q.origin, q.id, q.key}]
+		if v != nil && v.charged { // answered and charged already: acknowledge
+			v.decided, v.allowed = true, true
+			sendVerdict(q.origin, q.id, true, fx)
+			continue
+		}
 		allowed := o.bucketFor(q.key, q.arrival).AllowN(q.arrival, q.tokens)
 		if allowed {
 			o.markDirty(now, q.key, fx)
@@ -550,7 +557,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			fx.Decide(q.id, allowed)
 			continue
 		}
-		if v := o.seen[forwardID{q.origin, q.id, q.key}]; v != nil {
+		if v != nil {
 			v.decided, v.allowed = true, allowed
 		}
 		sendVerdict(q.origin, q.id, allowed, fx)
@@ -638,6 +645,21 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	}
 	fid := forwardID{from, f.RequestId, f.Key}
 	if v, dup := o.seen[fid]; dup {
+		if f.Charge && !v.charged && !(v.decided && v.allowed) {
+			// The forwarder answered this request itself after a
+			// timeout and admitted it, while this node refused it (or
+			// has not decided it yet): take its tokens now, once, and
+			// let a pending decision only acknowledge.
+			arrival := time.Duration(f.ArrivalNs)
+			o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
+			v.charged = true
+			if o.owns(f.Key) {
+				o.markDirty(now, f.Key, fx)
+			}
+			if v.decided {
+				v.allowed = true
+			}
+		}
 		if v.decided { // the verdict was lost: send it again
 			sendVerdict(from, f.RequestId, v.allowed, fx)
 		}
@@ -646,7 +668,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	arrival := time.Duration(f.ArrivalNs)
 	if f.Charge {
 		o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
-		o.remember(now, fid, &verdict{decided: true, allowed: true}, fx)
+		o.remember(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
 		if o.owns(f.Key) {
 			o.markDirty(now, f.Key, fx)
 		}

@@ -162,6 +162,10 @@ func FuzzReceive(f *testing.F) {
 	f.Add(forward(1, "k", 1, 5))
 	f.Add([]byte{0x12, 0x04, 0x08, 0x01, 0x10, 0x01})
 	f.Add([]byte{})
+	f.Add(levels(3, &peerv1.OwnerLevel{Key: "k", LevelTicks: 5, AtNs: 7}))
+	f.Add(chargeMsg(2, "k", 1, 5))
+	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: 1}}})
+	f.Add(ack)
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		o := newNode(t, "n0")
 		before := o.StateBytes()
