@@ -41,9 +41,11 @@
 //   - Timeouts (on_timeout): a forwarder that gets no verdict within
 //     `timeout` answers by itself. `local` (the default) decides with a
 //     local bucket of (r/N, b/N) per key (N the live members in its view;
-//     the burst split exactly, bucket.SplitBurst), so the N-1 forwarders of
-//     a dead owner's keys admit together at most (N-1)/N of the rule until
-//     the owner answers or is replaced; `admit` admits (fail open, the old
+//     the burst split exactly, bucket.SplitBurst), empty when first used
+//     (the owner may have drained the key just before it stopped
+//     answering), so the N-1 forwarders of a dead owner's keys admit
+//     together at most (N-1)/N of the rate until the owner answers or is
+//     replaced; `admit` admits (fail open, the old
 //     default: a whole node's keys go unlimited for the detection window),
 //     `reject` refuses (fail closed). Every request a forwarder admits by
 //     itself is charged to the key's owner afterwards: it is sent as a
@@ -475,7 +477,15 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 	case TimeoutReject:
 		return false
 	default:
-		allowed = o.local.Get(req.Key, now).AllowN(now, req.Tokens)
+		b, ok := o.local.Lookup(req.Key)
+		if !ok {
+			// Empty at the first fallback: the owner may have drained the
+			// key just before it stopped answering; a full local bucket
+			// would add (N-1)/N of a burst at once.
+			b = o.local.Get(req.Key, now)
+			_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
+		}
+		allowed = b.AllowN(now, req.Tokens)
 	}
 	if allowed {
 		o.addCharge(now, req, owner, fx)

@@ -200,21 +200,22 @@ func TestDedupChecksKey(t *testing.T) {
 	}
 }
 
-// After a timeout the owner is suspected: the next request for its keys is
-// decided at once by the local bucket (r/3, and this node's share of the
-// burst of 2), and every local admission is sent to the owner as a charge;
-// the owner takes the tokens and acknowledges, which ends the suspicion.
+// After a timeout the owner is suspected: requests for its keys are
+// decided at once by the local bucket (r/3, this node's share of the burst
+// of 2, empty when first used), and every local admission is sent to the
+// owner as a charge; the owner takes the tokens and acknowledges, which
+// ends the suspicion.
 func TestSuspectLocalAndCharge(t *testing.T) {
 	key := keyOwnedBy("n0")
-	f := newNode(t, "n1", "timeout=90ms", "retries=0")
+	f := newNode(t, "n1", "timeout=90ms", "retries=0", "suspect=10s")
 	fx := &strategy.Effects{}
 	if _, ok := f.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1}, fx); ok {
 		t.Fatal("decided before the timeout")
 	}
 	fx.Reset()
 	f.Tick(90*time.Millisecond, fx)
-	if len(fx.Decisions) != 1 || !fx.Decisions[0].Allowed {
-		t.Fatalf("timeout decisions %v, want the local bucket's admission", fx.Decisions)
+	if len(fx.Decisions) != 1 || fx.Decisions[0].Allowed {
+		t.Fatalf("timeout decisions %v, want the empty local bucket's refusal", fx.Decisions)
 	}
 	var charges [][]byte
 	collect := func() {
@@ -228,11 +229,17 @@ func TestSuspectLocalAndCharge(t *testing.T) {
 		}
 	}
 	collect()
-	// Suspected: decided at once. n1's share of the burst of 2 over 3 nodes is 1: refused.
-	fx.Reset()
-	d, ok := f.Request(100*time.Millisecond, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: 100 * time.Millisecond}, fx)
-	if !ok || d.Allowed || len(fx.Messages) != 0 {
-		t.Fatalf("suspected owner: %v decided=%v with %d messages, want an immediate local refusal", d, ok, len(fx.Messages))
+	// Suspected: decided at once; one token refills in 3 s at r/3.
+	for i, c := range []struct {
+		at   time.Duration
+		want bool
+	}{{3090 * time.Millisecond, true}, {3100 * time.Millisecond, false}} {
+		fx.Reset()
+		d, ok := f.Request(c.at, strategy.Request{ID: uint64(2 + i), Key: key, Tokens: 1, Arrival: c.at}, fx)
+		if !ok || d.Allowed != c.want {
+			t.Fatalf("suspected owner at %v: %v decided=%v, want allowed=%v at once", c.at, d, ok, c.want)
+		}
+		collect()
 	}
 	if len(charges) != 1 {
 		t.Fatalf("%d charges, want 1", len(charges))
@@ -240,10 +247,10 @@ func TestSuspectLocalAndCharge(t *testing.T) {
 	// The owner takes the charged token and acknowledges.
 	o := newNode(t, "n0", "hold=0s")
 	fx.Reset()
-	if err := o.Receive(200*time.Millisecond, "n1", charges[0], fx); err != nil {
+	if err := o.Receive(3200*time.Millisecond, "n1", charges[0], fx); err != nil {
 		t.Fatal(err)
 	}
-	if got := o.table.Remaining(key, 0); got != 1 {
+	if got := o.table.Remaining(key, 3200*time.Millisecond); got != 1 {
 		t.Fatalf("owner holds %d tokens after the charge, want 1", got)
 	}
 	if len(fx.Messages) != 1 || decode(t, fx.Messages[0]).GetVerdict() == nil {
@@ -251,14 +258,14 @@ func TestSuspectLocalAndCharge(t *testing.T) {
 	}
 	ack := fx.Messages[0].Payload
 	fx.Reset()
-	if err := f.Receive(210*time.Millisecond, "n0", ack, fx); err != nil {
+	if err := f.Receive(3210*time.Millisecond, "n0", ack, fx); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.charges) != 0 || len(f.suspect) != 0 {
 		t.Fatalf("after the acknowledgement: %d charges, suspicion %v", len(f.charges), f.suspect)
 	}
 	// Not suspected any more: the next request is forwarded.
-	if _, ok := f.Request(300*time.Millisecond, strategy.Request{ID: 3, Key: key, Tokens: 1, Arrival: 300 * time.Millisecond}, fx); ok {
+	if _, ok := f.Request(3300*time.Millisecond, strategy.Request{ID: 9, Key: key, Tokens: 1, Arrival: 3300 * time.Millisecond}, fx); ok {
 		t.Fatal("decided locally after the owner answered")
 	}
 }
