@@ -297,6 +297,9 @@ func (c *Cluster) spawn(i int, join []string) error {
 	name := fmt.Sprintf("n%d", i)
 	c.Nodes[i].Name = name
 	b, err := NodeConfigYAML(name, join, c.cfg.Rules, c.cfg.SecretKey)
+	if err == nil && c.Nodes[i].Gossip != "" {
+		b, err = sameAddrs(b, c.Nodes[i]) // a restart (restart.go)
+	}
 	if err != nil {
 		return fmt.Errorf("localcluster: %s config: %w", name, err)
 	}

@@ -3,10 +3,13 @@ package localcluster
 import (
 	"context"
 	"fmt"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Restart starts node i again after Kill or Terminate (a new process with
-// the same name, on new ephemeral ports), joining the gossip address of
+// the same name and config, on the addresses it had: memberlist refuses a
+// dead member's name from a new address for a while), joining the gossip address of
 // the first other live node, and returns once it serves and every node
 // reports all the cluster's nodes as members. Errors: node i is still
 // running, no other node is live to join, or the restarted node fails to
@@ -50,4 +53,15 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 		return fail(err)
 	}
 	return nil
+}
+
+// sameAddrs rewrites a node config (NodeConfigYAML) to bind the addresses
+// of n instead of ephemeral ports.
+func sameAddrs(b []byte, n Node) ([]byte, error) {
+	var nc nodeConfig
+	if err := yaml.Unmarshal(b, &nc); err != nil {
+		return nil, err
+	}
+	nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
+	return yaml.Marshal(nc)
 }
