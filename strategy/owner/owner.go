@@ -222,9 +222,10 @@ type pendingReq struct {
 }
 
 type charge struct {
-	req   strategy.Request
-	owner strategy.NodeID // where the charge was last sent
-	until time.Duration
+	req    strategy.Request
+	owner  strategy.NodeID   // where the charge was last sent
+	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
+	until  time.Duration
 }
 
 type chargeAt struct {
@@ -521,6 +522,9 @@ func (o *Owner) dropOldestCharge() {
 
 func (o *Owner) sendCharge(c *charge, owner strategy.NodeID, fx *strategy.Effects) {
 	c.owner = owner
+	if !slices.Contains(c.sentTo, owner) {
+		c.sentTo = append(c.sentTo, owner)
+	}
 	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
 	}}}))
@@ -612,8 +616,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	case *peerv1.OwnerMessage_Verdict:
 		v := b.Verdict
 		if c, ok := o.charges[v.RequestId]; ok {
-			if c.owner != from {
-				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %s", v.RequestId, from, c.owner)
+			if !slices.Contains(c.sentTo, from) {
+				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
 			}
 			delete(o.charges, v.RequestId)
 			delete(o.suspect, from)
@@ -955,8 +959,11 @@ func (o *Owner) StateBytes() int {
 	for _, c := range o.charges {
 		n += perRequest + len(c.req.Key)
 	}
-	const perSeen = 16 // request ID and verdict, with the origin's index
-	return n + len(o.seen)*perSeen
+	const perSeen = 16 // request ID and verdict, with the origin's index, plus the key
+	for id := range o.seen {
+		n += perSeen + len(id.key)
+	}
+	return n + len(o.dirty)*8
 }
 
 // Remaining is the whole tokens of key's bucket at now, known only where
