@@ -98,6 +98,8 @@ package owner
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -152,6 +154,12 @@ type Owner struct {
 	// table holds the bucket of every key this node decides as primary or
 	// holds as a replica (levels in exact ticks, package bucket).
 	table *buckets.Table
+	// split is K of owner.split: each key's (r, b) is split over K
+	// sub-buckets (sub-keys, see subKey), tables[i] holding sub-bucket i's
+	// (r/K, b_i); tables[0] is table. With split 1, tables is {table}.
+	split  int
+	tables []*buckets.Table
+	caps   []int64 // tables[i]'s burst in ticks: the bound of a peer's level
 	// local holds the on_timeout=local fallback buckets, (r/N, b/N) each.
 	local *buckets.Table
 
@@ -163,7 +171,6 @@ type Owner struct {
 	suspectFor time.Duration
 	warmup     time.Duration
 	slack      time.Duration
-	capTicks   int64 // the burst in ticks: the bound of a peer's level
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
@@ -190,7 +197,11 @@ type Owner struct {
 	chargeTTL     time.Duration
 	chargeDropped int64
 
-	changedAt time.Duration // the last membership change (or a joiner's start); -1: none
+	changedAt   time.Duration // the last membership change (or a joiner's start); -1: none
+	prevMembers []strategy.NodeID
+	// fetching holds, per key, the requests waiting for the levels asked
+	// of the key's possible holders (warm-up, see fetchFor).
+	fetching map[string]*fetch
 
 	leaving bool
 	nextSeq uint64
@@ -226,6 +237,12 @@ type charge struct {
 	owner  strategy.NodeID   // where the charge was last sent
 	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
 	until  time.Duration
+}
+
+type fetch struct {
+	waiting  []queued
+	await    []strategy.NodeID // holders that have not answered yet
+	deadline time.Duration
 }
 
 type chargeAt struct {
@@ -282,7 +299,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
 		pending: map[uint64]*pendingReq{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
 		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
-		charges: map[uint64]*charge{}, changedAt: -1, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
+		charges: map[uint64]*charge{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
 	if len(o.members) == 0 {
 		o.members = []strategy.NodeID{cfg.Self}
 	}
@@ -347,6 +364,12 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.slack, err = cfg.Params.Duration("slack", time.Second); err != nil {
 		return nil, err
 	}
+	if o.split, err = cfg.Params.Int("split", 1); err != nil {
+		return nil, err
+	}
+	if o.split < 1 || o.split > maxSplit {
+		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
+	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.seen = map[forwardID]*verdict{}
 	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
@@ -355,11 +378,26 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if err := cfg.Params.Check("owner"); err != nil {
 		return nil, err
 	}
-	if o.table, err = buckets.New(cfg.Rate, cfg.Burst); err != nil {
-		return nil, err
+	subRate := cfg.Rate
+	if o.split > 1 {
+		if subRate, err = cfg.Rate.Div(int64(o.split)); err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
 	}
-	b := bucket.MustNew(cfg.Rate, cfg.Burst, 0)
-	o.capTicks = b.CapacityTicks()
+	for i := range o.split {
+		burst, err := bucket.SplitBurst(cfg.Burst, o.split, i)
+		if err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
+		t, err := buckets.New(subRate, burst)
+		if err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
+		b := bucket.MustNew(subRate, burst, 0)
+		o.tables = append(o.tables, t)
+		o.caps = append(o.caps, b.CapacityTicks())
+	}
+	o.table = o.tables[0]
 	if o.local, err = o.localTable(); err != nil {
 		return nil, err
 	}
@@ -379,12 +417,16 @@ func (o *Owner) localTable() (*buckets.Table, error) {
 
 func (o *Owner) localShare() (bucket.Rate, int64, error) {
 	n := max(len(o.members), 1)
-	r, err := o.rate.Div(int64(n))
+	r, err := o.rate.Div(int64(n * o.split))
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
 	i := max(slices.Index(o.members, o.self), 0)
-	b, err := bucket.SplitBurst(o.burst, n, i)
+	sub, err := bucket.SplitBurst(o.burst, o.split, 0) // the largest sub-burst
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
+	}
+	b, err := bucket.SplitBurst(sub, n, i)
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
@@ -396,6 +438,7 @@ func (o *Owner) localShare() (bucket.Rate, int64, error) {
 func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
+		o.prevMembers = slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
 	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
@@ -405,6 +448,9 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 // owner; the decision arrives later in fx.Decisions (at once only when hold
 // is 0 and this node is the owner, or when the owner is suspected).
 func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	if o.split > 1 {
+		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
+	}
 	if o.hold > 0 || !o.owns(req.Key) {
 		if allowed, decided := o.route(now, req, fx); decided {
 			return strategy.Decision{RequestID: req.ID, Allowed: allowed}, true
@@ -539,17 +585,69 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 	fx.WakeAt(max(q.arrival+o.hold, now))
 }
 
-// bucketFor returns key's bucket for a decision at time at, creating it
-// full, or, during a warm-up, empty as of the membership change.
+// bucketFor returns key's bucket for a decision at time at, creating a
+// full one if there is none.
 func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
-	if b, ok := o.table.Lookup(key); ok {
-		return b
+	return o.tab(key).Get(key, at)
+}
+
+// fetchFor reports whether q must wait for its key's level: during a
+// warm-up (within warmup of a membership change or of a late start) this
+// node holds no level for the key, so the level may be on its way from, or
+// only at, the key's replicas in the previous or the current view. Then it
+// asks them (OwnerLevelQuery) and holds q until all answered (OwnerLevels;
+// a holder without a level answers full) or timeout passed (then the key
+// starts empty as of the change: the holders may have been drained and be
+// unreachable). Requests of a key already being fetched wait too.
+func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool {
+	if f := o.fetching[q.key]; f != nil {
+		f.waiting = append(f.waiting, q)
+		return true
 	}
-	b := o.table.Get(key, at)
-	if o.changedAt >= 0 && at < o.changedAt+o.warmup {
+	if o.changedAt < 0 || now >= o.changedAt+o.warmup {
+		return false
+	}
+	if _, ok := o.tab(q.key).Lookup(q.key); ok {
+		return false
+	}
+	var await []strategy.NodeID
+	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
+		for _, m := range o.replicasOf(q.key, view) {
+			if m != o.self && !slices.Contains(await, m) {
+				await = append(await, m)
+			}
+		}
+	}
+	if len(await) == 0 {
+		return false
+	}
+	slices.Sort(await)
+	f := &fetch{waiting: []queued{q}, await: await, deadline: now + o.timeout}
+	o.fetching[q.key] = f
+	msg := mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
+	for _, m := range await {
+		fx.Send(m, msg)
+	}
+	fx.WakeAt(f.deadline)
+	return true
+}
+
+// fetched ends key's fetch: with timedOut, a key still without a level
+// starts empty as of the membership change; the waiting requests are
+// queued again (their turn has come) and decided.
+func (o *Owner) fetched(now time.Duration, key string, timedOut bool, fx *strategy.Effects) {
+	f := o.fetching[key]
+	delete(o.fetching, key)
+	t := o.tab(key)
+	if _, ok := t.Lookup(key); !ok && timedOut {
+		b := t.Get(key, o.changedAt)
 		_ = b.MergeLevel(0, o.changedAt) // 0 is within bounds, changedAt >= 0
 	}
-	return b
+	for _, q := range f.waiting {
+		o.queue.Push(q)
+	}
+	o.decideDue(now, fx)
 }
 
 // decideDue decides, in (arrival, ID) order, every queued request whose
@@ -557,6 +655,9 @@ func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
 func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 	for o.queue.Len() > 0 && o.queue.Peek().arrival+o.hold <= now {
 		q := o.queue.Pop()
+		if o.fetchFor(now, q, fx) {
+			continue
+		}
 		v := o.seen[forwardID{q.origin, q.id, q.key}]
 		if v != nil && v.charged { // answered and charged already: acknowledge
 			v.decided, v.allowed = true, true
@@ -635,6 +736,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		fx.Decide(v.RequestId, v.Allowed)
 	case *peerv1.OwnerMessage_Levels:
 		return o.receiveLevels(now, from, b.Levels, fx)
+	case *peerv1.OwnerMessage_LevelQuery:
+		return o.receiveQuery(now, from, b.LevelQuery, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
 		if o.ackTo[b.LevelsAck.Seq] == from {
 			delete(o.unacked, b.LevelsAck.Seq)
@@ -656,6 +759,9 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
 	case f.Charge && time.Duration(f.ArrivalNs) > now+o.slack:
 		return fmt.Errorf("owner: charge from %s: arrival_ns %d is more than %v after now (%d)", from, f.ArrivalNs, o.slack, now)
+	}
+	if _, err := o.subIndex(f.Key); err != nil {
+		return fmt.Errorf("owner: forward from %s: %w", from, err)
 	}
 	fid := forwardID{from, f.RequestId, f.Key}
 	if v, dup := o.seen[fid]; dup {
@@ -702,16 +808,50 @@ func (o *Owner) remember(now time.Duration, fid forwardID, v *verdict, fx *strat
 	}
 }
 
+func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
+	if len(q.Keys) > maxLevelsAccepted {
+		return fmt.Errorf("owner: level query from %s: %d keys, more than the %d accepted in one message", from, len(q.Keys), maxLevelsAccepted)
+	}
+	ls := make([]*peerv1.OwnerLevel, 0, len(q.Keys))
+	for i, k := range q.Keys {
+		if k == "" {
+			return fmt.Errorf("owner: level query from %s: key %d is empty", from, i)
+		}
+		sub, err := o.subIndex(k)
+		if err != nil {
+			return fmt.Errorf("owner: level query from %s: %w", from, err)
+		}
+		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
+		if b, ok := o.tables[sub].Lookup(k); ok {
+			ticks, at := b.Level()
+			l.LevelTicks, l.AtNs = ticks, int64(at)
+		}
+		ls = append(ls, l)
+	}
+	for len(ls) > 0 {
+		n := min(len(ls), maxLevelsPerMessage)
+		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}))
+		ls = ls[n:]
+	}
+	return nil
+}
+
 func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) error {
 	if len(ls.Levels) > maxLevelsAccepted {
 		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
 	}
 	for i, l := range ls.Levels {
-		switch {
-		case l.Key == "":
+		if l.Key == "" {
 			return fmt.Errorf("owner: levels from %s: level %d has an empty key", from, i)
-		case l.LevelTicks < -o.capTicks || l.LevelTicks > o.capTicks:
-			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [-%d, %d] (the burst in ticks)", from, l.Key, l.LevelTicks, o.capTicks, o.capTicks)
+		}
+		sub, err := o.subIndex(l.Key)
+		if err != nil {
+			return fmt.Errorf("owner: levels from %s: %w", from, err)
+		}
+		capTicks := o.caps[sub]
+		switch {
+		case l.LevelTicks < -capTicks || l.LevelTicks > capTicks:
+			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [-%d, %d] (the burst in ticks)", from, l.Key, l.LevelTicks, capTicks, capTicks)
 		case l.AtNs < 0:
 			return fmt.Errorf("owner: levels from %s: key %q: negative at_ns %d", from, l.Key, l.AtNs)
 		case time.Duration(l.AtNs) > now+o.slack:
@@ -720,13 +860,22 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 	}
 	for _, l := range ls.Levels {
 		at := time.Duration(l.AtNs)
-		b, ok := o.table.Lookup(l.Key)
+		t := o.tab(l.Key)
+		b, ok := t.Lookup(l.Key)
 		if !ok {
-			b = o.table.Get(l.Key, at)
+			b = t.Get(l.Key, at)
 		}
 		_ = b.MergeLevel(l.LevelTicks, at) // validated above
 		if o.owns(l.Key) {
 			o.markDirty(now, l.Key, fx)
+		}
+	}
+	for _, l := range ls.Levels {
+		if f := o.fetching[l.Key]; f != nil {
+			f.await = slices.DeleteFunc(f.await, func(m strategy.NodeID) bool { return m == from })
+			if len(f.await) == 0 {
+				o.fetched(now, l.Key, false, fx)
+			}
 		}
 	}
 	if ls.Seq != 0 {
@@ -742,7 +891,7 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 	per := map[strategy.NodeID][]*peerv1.OwnerLevel{}
 	var peers []strategy.NodeID
 	for _, k := range keys {
-		b, ok := o.table.Lookup(k)
+		b, ok := o.tab(k).Lookup(k)
 		if !ok {
 			continue
 		}
@@ -786,6 +935,18 @@ func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.Nod
 // forward IDs and charges, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
+	if len(o.fetching) > 0 {
+		var late []string
+		for k, f := range o.fetching {
+			if now >= f.deadline {
+				late = append(late, k)
+			}
+		}
+		slices.Sort(late)
+		for _, k := range late {
+			o.fetched(now, k, true, fx)
+		}
+	}
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
 		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
@@ -837,7 +998,9 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 		o.resendUnacked(now, fx)
 	}
 	if now >= o.nextSweep {
-		o.table.Sweep(now - o.hold)
+		for _, t := range o.tables {
+			t.Sweep(now - o.hold)
+		}
 		o.local.Sweep(now)
 		o.nextSweep = now + o.sweepEvery
 		fx.WakeAt(o.nextSweep)
@@ -866,6 +1029,9 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		members = []strategy.NodeID{o.self}
 	}
 	changed := !slices.Equal(o.members, members)
+	if changed {
+		o.prevMembers = slices.Clone(o.members)
+	}
 	o.members = append(o.members[:0], members...)
 	if !changed {
 		return
@@ -875,11 +1041,11 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	if r, b, err := o.localShare(); err == nil {
 		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
 	}
-	keys := o.table.SortedKeys()
+	keys := o.sortedKeys()
 	o.shipLevels(keys, func(k string) []strategy.NodeID { return o.replicasOf(k, o.members) }, false, fx)
 	for _, k := range keys {
 		if !slices.Contains(o.replicasOf(k, o.members), o.self) {
-			o.table.Delete(k)
+			o.tab(k).Delete(k)
 			delete(o.dirty, k)
 		}
 	}
@@ -913,7 +1079,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			continue
 		}
 		if owner == o.self || owner == "" {
-			o.table.Get(c.req.Key, c.req.Arrival).Debit(c.req.Arrival, c.req.Tokens)
+			o.bucketFor(c.req.Key, c.req.Arrival).Debit(c.req.Arrival, c.req.Tokens)
 			o.markDirty(now, c.req.Key, fx)
 			delete(o.charges, id)
 			continue
@@ -933,7 +1099,7 @@ func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
 	if len(others) == 0 {
 		return
 	}
-	o.shipLevels(o.table.SortedKeys(), func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, true, fx)
+	o.shipLevels(o.sortedKeys(), func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, true, fx)
 	if len(o.unacked) > 0 {
 		o.resend = now + o.retryEvery
 		fx.WakeAt(o.resend)
@@ -949,7 +1115,10 @@ var _ strategy.Leaver = (*Owner)(nil)
 // fallback) and the requests and charges it holds.
 func (o *Owner) StateBytes() int {
 	const perRequest = 40 // id, arrival, tokens, deadline as varints, plus the key
-	n := o.table.StateBytes() + o.local.StateBytes()
+	n := o.local.StateBytes()
+	for _, t := range o.tables {
+		n += t.StateBytes()
+	}
 	for _, q := range o.queue.Items() {
 		n += perRequest + len(q.key)
 	}
@@ -973,7 +1142,7 @@ func (o *Owner) StateBytes() int {
 // it). Elsewhere it is (0, false): the key's bucket is at its owner. It
 // changes no state (strategy.Remainer).
 func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
-	if o.hold > 0 {
+	if o.hold > 0 || o.split > 1 {
 		return 0, false
 	}
 	if !o.owns(key) {
@@ -983,6 +1152,52 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 }
 
 var _ strategy.Remainer = (*Owner)(nil)
+
+// maxSplit bounds the split parameter.
+const maxSplit = 64
+
+// subKey names sub-bucket i of key (split > 1): the key, a NUL byte and i
+// in decimal. subIndex parses it back from the last NUL, so any key
+// (even one holding NUL bytes) maps to distinct sub-keys.
+func subKey(key string, i int) string { return key + "\x00" + strconv.Itoa(i) }
+
+// subIndex is the sub-bucket index of a key this node decides or holds:
+// 0 without split; with split, the index after the key's last NUL byte.
+// Errors: with split, a key without a valid index (a peer with another
+// split setting, or a corrupt frame).
+func (o *Owner) subIndex(key string) (int, error) {
+	if o.split == 1 {
+		return 0, nil
+	}
+	j := strings.LastIndexByte(key, 0)
+	if j < 0 {
+		return 0, fmt.Errorf("key %q has no sub-bucket index (split=%d)", key, o.split)
+	}
+	i, err := strconv.Atoi(key[j+1:])
+	if err != nil || i < 0 || i >= o.split || key[j+1:] != strconv.Itoa(i) {
+		return 0, fmt.Errorf("key %q: sub-bucket index %q is not in [0, %d)", key, key[j+1:], o.split)
+	}
+	return i, nil
+}
+
+// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
+func (o *Owner) tab(key string) *buckets.Table {
+	i, _ := o.subIndex(key)
+	return o.tables[i]
+}
+
+// sortedKeys is every key of every table, sorted.
+func (o *Owner) sortedKeys() []string {
+	if len(o.tables) == 1 {
+		return o.table.SortedKeys()
+	}
+	var out []string
+	for _, t := range o.tables {
+		out = append(out, t.SortedKeys()...)
+	}
+	slices.Sort(out)
+	return out
+}
 
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)

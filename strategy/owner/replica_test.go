@@ -270,29 +270,81 @@ func TestSuspectLocalAndCharge(t *testing.T) {
 	}
 }
 
-// A node that joins (starts after 0) decides the keys it has no level for
-// from an empty bucket at its start until warmup has passed: a restarted
-// owner gives no fresh burst while the others ship it the levels.
-func TestWarmupNoFreshBurst(t *testing.T) {
+// A node that joins (starts after 0) and must decide a key it holds no
+// level for asks the key's possible holders first (warm-up): the request
+// waits for their answers, and the key continues from the most consumed
+// level they hold, not from a fresh burst. Without answers by the timeout
+// the key starts empty as of the start. After the warm-up a new key
+// starts full.
+func TestWarmupFetchesLevels(t *testing.T) {
 	key := keyOwnedBy("n0")
-	ps, err := strategy.ParseParams([]string{"hold=0s", "warmup=1s"})
-	if err != nil {
-		t.Fatal(err)
+	start := 10 * time.Second
+	joiner := func() *Owner {
+		ps, err := strategy.ParseParams([]string{"hold=0s", "warmup=1s", "timeout=100ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+			Rand: rand.New(rand.NewPCG(1, 2)), Params: ps, LatencyHint: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Start(start, &strategy.Effects{})
+		return o
 	}
-	o2, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: ps, LatencyHint: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := start + 500*time.Millisecond
+	req := strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: at}
+
+	// The holders answer: n1 holds the key drained at 10.4s, n2 holds none (full).
+	o := joiner()
 	fx := &strategy.Effects{}
-	o2.Start(10*time.Second, fx)
-	if d, ok := o2.Request(10500*time.Millisecond, strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: 10500 * time.Millisecond}, fx); !ok || d.Allowed {
-		t.Fatalf("500ms after a restart: %v %v, want a refusal (half a token since the start)", d, ok)
+	if _, ok := o.Request(at, req, fx); ok {
+		t.Fatal("decided before the holders answered")
 	}
-	if d, ok := o2.Request(11*time.Second, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: 11 * time.Second}, fx); !ok || !d.Allowed {
-		t.Fatalf("1s after a restart: %v %v, want the token refilled since the start", d, ok)
+	var asked []strategy.NodeID
+	for _, m := range fx.Messages {
+		if q := decode(t, m).GetLevelQuery(); q != nil && len(q.Keys) == 1 && q.Keys[0] == key {
+			asked = append(asked, m.To)
+		}
 	}
-	// A key first seen after the warm-up starts full.
+	if len(asked) != 2 {
+		t.Fatalf("asked %v for the level, want n1 and n2", asked)
+	}
+	// n2's answer: it holds nothing (a peer answers an unknown key as full).
+	peer := newNode(t, "n2")
+	qfx := &strategy.Effects{}
+	if err := peer.Receive(at, "n0", fx.Messages[0].Payload, qfx); err != nil || len(qfx.Messages) != 1 {
+		t.Fatalf("query answered with %d messages, %v", len(qfx.Messages), err)
+	}
+	full := qfx.Messages[0].Payload
+	fx.Reset()
+	if err := o.Receive(at, "n2", full, fx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.Decisions) != 0 {
+		t.Fatal("decided before every holder answered")
+	}
+	if err := o.Receive(at, "n1", levels(0, &peerv1.OwnerLevel{Key: key, LevelTicks: 0, AtNs: int64(start + 400*time.Millisecond)}), fx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.Decisions) != 1 || fx.Decisions[0].Allowed {
+		t.Fatalf("decisions %v, want a refusal from n1's drained level (0.1 token)", fx.Decisions)
+	}
+
+	// Nobody answers: at the timeout the key starts empty as of the start.
+	o = joiner()
+	fx.Reset()
+	o.Request(at, req, fx)
+	fx.Reset()
+	o.Tick(at+100*time.Millisecond, fx)
+	if len(fx.Decisions) != 1 || fx.Decisions[0].Allowed {
+		t.Fatalf("decisions at the timeout %v, want a refusal (0.6 token since the start)", fx.Decisions)
+	}
+	fx.Reset()
+	if d, ok := o.Request(start+time.Second, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: start + time.Second}, fx); !ok || !d.Allowed {
+		t.Fatalf("1s after the start: %v %v, want the token refilled since the start", d, ok)
+	}
+	// A key first seen after the warm-up starts full, without asking.
 	other := ""
 	for i := 0; ; i++ {
 		k := "w" + string(rune('a'+i%26)) + string(rune('a'+i/26))
@@ -301,8 +353,9 @@ func TestWarmupNoFreshBurst(t *testing.T) {
 			break
 		}
 	}
-	if d, ok := o2.Request(12*time.Second, strategy.Request{ID: 3, Key: other, Tokens: 2, Arrival: 12 * time.Second}, fx); !ok || !d.Allowed {
-		t.Fatalf("after the warm-up: %v %v, want a full bucket", d, ok)
+	fx.Reset()
+	if d, ok := o.Request(start+2*time.Second, strategy.Request{ID: 3, Key: other, Tokens: 2, Arrival: start + 2*time.Second}, fx); !ok || !d.Allowed || len(fx.Messages) != 0 {
+		t.Fatalf("after the warm-up: %v %v with %d messages, want a full bucket at once", d, ok, len(fx.Messages))
 	}
 }
 
