@@ -9,11 +9,12 @@
 // Source: "Throttling in Distributed Systems" (seed 003): direct all of a
 // tenant's traffic to one designated server, found by consistent (here
 // rendezvous) hashing, so that its local view is the global view; rendezvous
-// hashing selects K servers per tenant. Theirs: the designated server and
-// the K servers from rendezvous order. The article's K servers each enforce
-// a per-server quota (r/K); here the K servers hold copies of one bucket and
-// only the first decides (the article's per-server-quota form, `split`, is
-// not built). The fallback to a local threshold when the owner cannot be
+// hashing selects K servers per tenant, each with a per-server quota, and
+// the selector round-robins over them. Theirs: the designated server, the
+// K servers from rendezvous order, and that per-server-quota form
+// (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
+// owner, chosen by request ID). Ours: `replicas=K`, where the first K
+// servers hold copies of one bucket and only the first decides. The fallback to a local threshold when the owner cannot be
 // reached is Alibaba Sentinel's cluster mode (a token server with local
 // fallback).
 //
@@ -71,10 +72,15 @@
 //     `slack` after the receiver's now, are refused with an error and
 //     change no state.
 //   - Warm-up: a node that joined (started after time 0) or saw membership
-//     change at time c does not yet hold the levels the previous holders
-//     are shipping to it. Until c + `warmup`, a key it must decide with no
-//     level starts empty at c (level r*(now-c)), not full: a restarted or
-//     new owner gives no fresh burst while the hand-over is on its way.
+//     change at time c may not yet hold the levels the previous holders
+//     are shipping to it. Until c + `warmup`, before deciding a key it
+//     holds no level for, it asks the key's first K nodes of the previous
+//     and of the current view (OwnerLevelQuery; a node without a level
+//     answers full) and holds the key's requests until all answered, then
+//     continues from the most consumed level; if some do not answer within
+//     `timeout`, the key starts empty at c (level r*(now-c)). A restarted or
+//     new owner gives no fresh burst, at the price of one round trip for
+//     the first request of each such key.
 //   - Leave (strategy.Leaver): on Leave the node ships every level it holds
 //     to the key's first K nodes among the others and is Left when every
 //     shipment is acknowledged.
@@ -287,9 +293,16 @@ type expiring struct {
 //   - sync (duration, default max(hold, 10ms)): how often the primary ships
 //     changed levels to the replicas.
 //   - warmup (duration, default 1s): after joining or a membership change,
-//     how long keys without a level start empty instead of full.
+//     how long a key without a level is first asked of its possible
+//     holders (see the package doc) instead of starting full.
 //   - slack (duration, default 1s): how far in the future a peer's level
 //     may be valid (clock skew) before it is refused.
+//   - split (int K in [1, 64], default 1): each key's (r, b) is split over K
+//     sub-buckets (r/K, b_i), each owned (and replicated) on its own, for
+//     keys one node cannot serve alone; request ID mod K picks the
+//     sub-bucket. Every node of a rule must use the same split. With
+//     split > 1 Remaining is unknown (the next request may take another
+//     sub-bucket) and the local fallback is (r/(K*N), b_0/N).
 //
 // Errors: an invalid Config or parameter.
 func New(cfg strategy.Config) (*Owner, error) {
@@ -1127,6 +1140,9 @@ func (o *Owner) StateBytes() int {
 	}
 	for _, c := range o.charges {
 		n += perRequest + len(c.req.Key)
+	}
+	for k, f := range o.fetching {
+		n += len(k) + len(f.waiting)*perRequest
 	}
 	const perSeen = 16 // request ID and verdict, with the origin's index, plus the key
 	for id := range o.seen {

@@ -165,3 +165,21 @@ func TestOwnerCrashOldVersusNew(t *testing.T) {
 		t.Fatalf("old %.3f, defaults %.3f: want the old above the bound %.0f and the defaults within it", old, now, c.bound(burst))
 	}
 }
+
+// TestSplitWithinEnvelope (owner.split, seed 003's K servers with
+// per-server quotas): each key's (r, b) is split over K sub-buckets of
+// (r/K, b_i) with sum b_i = b, each on its own owner; requests go to the
+// sub-buckets by request id. The sum of the sub-buckets never admits more
+// than the key's envelope, with or without crashes, and no peer message is
+// refused.
+func TestSplitWithinEnvelope(t *testing.T) {
+	rate, burst := bucket.Rate{Tokens: 2, Per: time.Second}, int64(5)
+	rapid.Check(t, func(t *rapid.T) {
+		k := rapid.IntRange(2, 4).Draw(t, "split")
+		c := drawCase(t, false)
+		v := runCase(t, c, rate, burst, rapid.Uint64().Draw(t, "seed"), fmt.Sprintf("split=%d", k))
+		if bound := c.bound(burst); v > bound {
+			t.Fatalf("split=%d: envelope violated by %.3f tokens with %d crashes (bound %v)", k, v, c.crashes, bound)
+		}
+	})
+}

@@ -436,3 +436,46 @@ func TestChargeAfterRefusal(t *testing.T) {
 		t.Fatalf("%d tokens at 2s, want 1 (the charge taken once, not twice)", got)
 	}
 }
+
+// split=2 on one node: a key's burst of 3 is split 2 + 1 over two
+// sub-buckets refilling at r/2 each, and requests alternate between them
+// by request id; sub-bucket keys from peers must carry a valid index.
+func TestSplitSubBuckets(t *testing.T) {
+	ps, err := strategy.ParseParams([]string{"hold=0s", "split=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 3,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &strategy.Effects{}
+	o.Start(0, fx)
+	admitted := map[uint64]bool{}
+	for id := uint64(0); id < 8; id++ {
+		d, ok := o.Request(0, strategy.Request{ID: id, Key: "k", Tokens: 1}, fx)
+		if !ok {
+			t.Fatalf("request %d not decided at once", id)
+		}
+		admitted[id] = d.Allowed
+	}
+	// Even ids take sub-bucket 0 (burst 2), odd ids sub-bucket 1 (burst 1).
+	if !admitted[0] || !admitted[2] || admitted[4] || !admitted[1] || admitted[3] {
+		t.Fatalf("admitted %v, want ids 0, 2 (sub 0) and 1 (sub 1)", admitted)
+	}
+	// Each sub-bucket refills at 1/2 per s: one token each after 2 s.
+	for _, c := range []struct {
+		id   uint64
+		want bool
+	}{{10, true}, {12, false}, {11, true}, {13, false}} {
+		if d, _ := o.Request(2*time.Second, strategy.Request{ID: c.id, Key: "k", Tokens: 1, Arrival: 2 * time.Second}, fx); d.Allowed != c.want {
+			t.Fatalf("request %d at 2s: allowed=%v, want %v", c.id, d.Allowed, c.want)
+		}
+	}
+	for _, bad := range []string{"k", "k\x002", "k\x00-1", "k\x0001", "k\x00x"} {
+		if err := o.Receive(time.Second, "n1", forward(1, bad, 1, 0), fx); err == nil {
+			t.Errorf("forward for %q accepted with split=2", bad)
+		}
+	}
+}
