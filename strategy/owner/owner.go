@@ -83,7 +83,10 @@
 //     the first request of each such key.
 //   - Leave (strategy.Leaver): on Leave the node ships every level it holds
 //     to the key's first K nodes among the others and is Left when every
-//     shipment is acknowledged.
+//     shipment is acknowledged. Until it stops it still decides the
+//     requests that reach it, and ships each change to those nodes at once
+//     (not at the next sync): they take over as soon as gossip reports the
+//     leave, and a decision not shipped would be counted twice.
 //
 // Split brain: during a partition each side routes a key to the primary of
 // its own view and each admits up to the key's envelope b + r*T (the
@@ -695,6 +698,14 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 // markDirty notes that key's level changed here, to be shipped to its
 // replicas at the next sync.
 func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
+	if o.leaving {
+		// Leave shipped this key's level already, and the next owners
+		// take over as soon as they learn of the leave: ship every later
+		// change at once, not at the next sync.
+		others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		o.shipLevels([]string{key}, func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, false, fx)
+		return
+	}
 	if o.replicas < 2 || len(o.members) < 2 {
 		return
 	}

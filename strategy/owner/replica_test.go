@@ -405,6 +405,21 @@ func TestLeaveHandsOver(t *testing.T) {
 	if !o.Left() {
 		t.Fatal("not left after every acknowledgement")
 	}
+	// Until it stops, a leaving node still decides, and ships each change
+	// to the next nodes at once.
+	fx.Reset()
+	if d, ok := o.Request(2*time.Second, strategy.Request{ID: 2, Key: key, Tokens: 2, Arrival: 2 * time.Second}, fx); !ok || !d.Allowed {
+		t.Fatalf("leaving node's decision: %v %v", d, ok)
+	}
+	shipped := 0
+	for _, m := range fx.Messages {
+		if ls := decode(t, m).GetLevels(); ls != nil && len(ls.Levels) == 1 && ls.Levels[0].LevelTicks == 0 && ls.Levels[0].AtNs == int64(2*time.Second) {
+			shipped++
+		}
+	}
+	if shipped != 2 {
+		t.Fatalf("a leaving node's decision shipped to %d nodes at once, want 2", shipped)
+	}
 }
 
 // A charge for a request this node refused (the forwarder timed out and
