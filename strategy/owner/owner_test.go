@@ -166,6 +166,8 @@ func FuzzReceive(f *testing.F) {
 	f.Add(chargeMsg(2, "k", 1, 5))
 	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: 1}}})
 	f.Add(ack)
+	query, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{"k", "j"}}}})
+	f.Add(query)
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		o := newNode(t, "n0")
 		before := o.StateBytes()
