@@ -75,8 +75,8 @@
 //     change at time c may not yet hold the levels the previous holders
 //     are shipping to it. Until c + `warmup`, before deciding a key it
 //     holds no level for, it asks the key's first K nodes of the previous
-//     and of the current view (OwnerLevelQuery; a node without a level
-//     answers full) and holds the key's requests until all answered, then
+//     and of the current view that are live members (OwnerLevelQuery; a
+//     node without a level answers full) and holds the key's requests until all answered, then
 //     continues from the most consumed level; if some do not answer within
 //     `timeout`, the key starts empty at c (level r*(now-c)). A restarted or
 //     new owner gives no fresh burst, at the price of one round trip for
@@ -630,7 +630,9 @@ func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool
 	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
 	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
 		for _, m := range o.replicasOf(q.key, view) {
-			if m != o.self && !slices.Contains(await, m) {
+			// Only live members can answer; a previous holder that is
+			// gone left its level on its replicas, asked as well.
+			if m != o.self && slices.Contains(o.members, m) && !slices.Contains(await, m) {
 				await = append(await, m)
 			}
 		}
