@@ -14,9 +14,9 @@
 // K servers from rendezvous order, and that per-server-quota form
 // (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
 // owner, chosen by request ID). Ours: `replicas=K`, where the first K
-// servers hold copies of one bucket and only the first decides. The fallback to a local threshold when the owner cannot be
-// reached is Alibaba Sentinel's cluster mode (a token server with local
-// fallback).
+// servers hold copies of one bucket and only the first decides. The
+// fallback to a local threshold when the owner cannot be reached is Alibaba
+// Sentinel's cluster mode (a token server with local fallback).
 //
 // Ours:
 //   - A forwarded request carries the time it reached the cluster, and the
@@ -46,9 +46,9 @@
 //     (the owner may have drained the key just before it stopped
 //     answering), so the N-1 forwarders of a dead owner's keys admit
 //     together at most (N-1)/N of the rate until the owner answers or is
-//     replaced; `admit` admits (fail open, the old
-//     default: a whole node's keys go unlimited for the detection window),
-//     `reject` refuses (fail closed). Every request a forwarder admits by
+//     replaced; `admit` admits (fail open, the old default: a whole node's
+//     keys go unlimited for the detection window), `reject` refuses (fail
+//     closed). Every request a forwarder admits by
 //     itself is charged to the key's owner afterwards: it is sent as a
 //     charge (OwnerForward.charge) to the owner it was meant for and, when
 //     membership replaces that owner, to the new one, which takes the
@@ -76,8 +76,8 @@
 //     are shipping to it. Until c + `warmup`, before deciding a key it
 //     holds no level for, it asks the key's first K nodes of the previous
 //     and of the current view that are live members (OwnerLevelQuery; a
-//     node without a level answers full) and holds the key's requests until all answered, then
-//     continues from the most consumed level; if some do not answer within
+//     node without a level answers full) and holds the key's requests until
+//     all answered, then continues from the most consumed level; if some do not answer within
 //     `timeout`, the key starts empty at c (level r*(now-c)). A restarted or
 //     new owner gives no fresh burst, at the price of one round trip for
 //     the first request of each such key.
@@ -96,12 +96,23 @@
 // its level to the key's replica set, which keeps the more consumed level:
 // over a window spanning the partition a key admits at most b + r*T per
 // side, and after the heal the cluster continues from the lower level, never
-// from a fresh bucket.
+// from a fresh bucket. The sides keep their views until the failure
+// detector reports the heal, so a partition of P costs at most one more
+// envelope b + r*(P + detection).
 //
-// Bound (what a crash costs): a primary that crashes loses the tokens it
-// admitted in its last `sync` interval before the crash (not yet on a
-// replica) plus what was in flight; the forwarders' fallback decisions
-// during the detection window are charged to the next owner.
+// Bounds (checked by the rapid properties in property_test.go, over random
+// crashes, restarts, partitions and up to 5% loss): per key, admitted
+// tokens in any window T stay within b + r*T plus one burst per primary
+// crash (the tokens it admitted in its last `sync` interval, not yet on a
+// replica, and in flight), plus one burst when messages are lost (a charge
+// taken after the owner decided later requests, or lost), plus
+// b + r*(P + detection) per partition. The forwarders' fallback decisions
+// during a detection window are charged to the next owner.
+//
+// Parameters (owner.NAME in the config; see New for defaults): hold,
+// timeout, retries (durations, int), on_timeout (admit | reject | local),
+// fail_open (deprecated bool alias), suspect, sync, warmup, slack
+// (durations), replicas, split (ints). Wire: api/peer/v1/owner.proto.
 package owner
 
 import (
