@@ -51,8 +51,10 @@
 //     closed). Every request a forwarder admits by
 //     itself is charged to the key's owner afterwards: it is sent as a
 //     charge (OwnerForward.charge) to the owner it was meant for and, when
-//     membership replaces that owner, to the new one, which takes the
-//     tokens from its bucket (down to a debt of one burst). After a
+//     membership replaces that owner, to the new one, and again when the
+//     owner answers anything after a loss (at most once per timeout); the
+//     owner takes the tokens from its bucket (down to a debt of one
+//     burst). After a
 //     timeout the forwarder suspects that owner for `suspect`: requests for
 //     its keys are answered by on_timeout at once (and sent as charges),
 //     so the detection window does not add `timeout` to every check; any
@@ -214,6 +216,8 @@ type Owner struct {
 	// by request ID; chargeOrder lists them oldest first (stale skipped).
 	charges       map[uint64]*charge
 	chargeOrder   []chargeAt
+	chargesTo     map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
+	flushedAt     map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
 	chargeTTL     time.Duration
 	chargeDropped int64
 
@@ -256,6 +260,7 @@ type charge struct {
 	req    strategy.Request
 	owner  strategy.NodeID   // where the charge was last sent
 	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
+	sentAt time.Duration     // the last send
 	until  time.Duration
 }
 
@@ -326,7 +331,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
 		pending: map[uint64]*pendingReq{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
 		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
-		charges: map[uint64]*charge{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
+		charges: map[uint64]*charge{}, chargesTo: map[strategy.NodeID]map[uint64]bool{}, flushedAt: map[strategy.NodeID]time.Duration{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
 	if len(o.members) == 0 {
 		o.members = []strategy.NodeID{cfg.Self}
 	}
@@ -578,7 +583,7 @@ func (o *Owner) addCharge(now time.Duration, req strategy.Request, owner strateg
 		fx.WakeAt(c.until)
 	}
 	o.chargeOrder = append(o.chargeOrder, chargeAt{until: c.until, id: req.ID})
-	o.sendCharge(c, owner, fx)
+	o.sendCharge(now, c, owner, fx)
 }
 
 func (o *Owner) dropOldestCharge() {
@@ -586,14 +591,60 @@ func (o *Owner) dropOldestCharge() {
 		c := o.chargeOrder[0]
 		o.chargeOrder = o.chargeOrder[1:]
 		if _, ok := o.charges[c.id]; ok {
-			delete(o.charges, c.id)
+			o.dropCharge(c.id)
 			o.chargeDropped++
 			return
 		}
 	}
 }
 
-func (o *Owner) sendCharge(c *charge, owner strategy.NodeID, fx *strategy.Effects) {
+// dropCharge forgets charge id (acknowledged, expired or dropped).
+func (o *Owner) dropCharge(id uint64) {
+	if c, ok := o.charges[id]; ok {
+		delete(o.chargesTo[c.owner], id)
+		if len(o.chargesTo[c.owner]) == 0 {
+			delete(o.chargesTo, c.owner)
+		}
+		delete(o.charges, id)
+	}
+}
+
+// flushCharges sends again the charges last sent to from, which just
+// answered (a charge sent while it was unreachable was lost), at most once
+// per timeout.
+func (o *Owner) flushCharges(now time.Duration, from strategy.NodeID, fx *strategy.Effects) {
+	ids := o.chargesTo[from]
+	if len(ids) == 0 {
+		return
+	}
+	if at, ok := o.flushedAt[from]; ok && now < at+o.timeout {
+		return
+	}
+	o.flushedAt[from] = now
+	sorted := make([]uint64, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	slices.Sort(sorted)
+	for _, id := range sorted {
+		if c := o.charges[id]; now >= c.sentAt+o.timeout { // not one still in flight
+			o.sendCharge(now, c, from, fx)
+		}
+	}
+}
+
+func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, fx *strategy.Effects) {
+	c.sentAt = now
+	if c.owner != "" {
+		delete(o.chargesTo[c.owner], c.req.ID)
+		if len(o.chargesTo[c.owner]) == 0 {
+			delete(o.chargesTo, c.owner)
+		}
+	}
+	if o.chargesTo[owner] == nil {
+		o.chargesTo[owner] = map[uint64]bool{}
+	}
+	o.chargesTo[owner][c.req.ID] = true
 	c.owner = owner
 	if !slices.Contains(c.sentTo, owner) {
 		c.sentTo = append(c.sentTo, owner)
@@ -757,8 +808,9 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			if !slices.Contains(c.sentTo, from) {
 				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
 			}
-			delete(o.charges, v.RequestId)
+			o.dropCharge(v.RequestId)
 			delete(o.suspect, from)
+			o.flushCharges(now, from, fx)
 			return nil
 		}
 		p, ok := o.pending[v.RequestId]
@@ -771,6 +823,7 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		delete(o.pending, v.RequestId)
 		delete(o.suspect, from)
 		fx.Decide(v.RequestId, v.Allowed)
+		o.flushCharges(now, from, fx)
 	case *peerv1.OwnerMessage_Levels:
 		return o.receiveLevels(now, from, b.Levels, fx)
 	case *peerv1.OwnerMessage_LevelQuery:
@@ -1009,7 +1062,7 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	n = 0
 	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
-		delete(o.charges, o.chargeOrder[n].id)
+		o.dropCharge(o.chargeOrder[n].id)
 		n++
 	}
 	o.chargeOrder = o.chargeOrder[n:]
@@ -1118,10 +1171,10 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		if owner == o.self || owner == "" {
 			o.bucketFor(c.req.Key, c.req.Arrival).Debit(c.req.Arrival, c.req.Tokens)
 			o.markDirty(now, c.req.Key, fx)
-			delete(o.charges, id)
+			o.dropCharge(id)
 			continue
 		}
-		o.sendCharge(c, owner, fx)
+		o.sendCharge(now, c, owner, fx)
 	}
 }
 

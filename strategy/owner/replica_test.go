@@ -494,3 +494,46 @@ func TestSplitSubBuckets(t *testing.T) {
 		}
 	}
 }
+
+// A charge lost while the owner was unreachable is sent again when the
+// owner answers anything later (at most once per timeout), until it is
+// acknowledged.
+func TestChargeResentWhenOwnerAnswers(t *testing.T) {
+	key := keyOwnedBy("n0")
+	f := newNode(t, "n1", "timeout=90ms", "retries=0", "on_timeout=admit", "suspect=100ms")
+	fx := &strategy.Effects{}
+	f.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1}, fx)
+	fx.Reset()
+	f.Tick(90*time.Millisecond, fx) // admitted by timeout; its charge is lost
+	if len(fx.Decisions) != 1 || !fx.Decisions[0].Allowed || len(f.charges) != 1 {
+		t.Fatalf("timeout: %v with %d charges", fx.Decisions, len(f.charges))
+	}
+	// Later, past the suspicion, a request is forwarded and answered.
+	fx.Reset()
+	if _, ok := f.Request(time.Second, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: time.Second}, fx); ok {
+		t.Fatal("decided locally after the suspicion ended")
+	}
+	verdict, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 2, Allowed: true}}})
+	fx.Reset()
+	if err := f.Receive(time.Second+time.Millisecond, "n0", verdict, fx); err != nil {
+		t.Fatal(err)
+	}
+	resent := 0
+	for _, m := range fx.Messages {
+		if fw := decode(t, m).GetForward(); fw.GetCharge() && fw.RequestId == 1 && m.To == "n0" {
+			resent++
+		}
+	}
+	if resent != 1 {
+		t.Fatalf("charge resent %d times when the owner answered, want once", resent)
+	}
+	// A second answer within the timeout sends nothing again.
+	fx.Reset()
+	if err := f.Receive(time.Second+2*time.Millisecond, "n0", verdict, fx); err != nil || len(fx.Messages) != 0 {
+		t.Fatalf("a second answer: %d messages, %v", len(fx.Messages), err)
+	}
+	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 1, Allowed: true}}})
+	if err := f.Receive(time.Second+3*time.Millisecond, "n0", ack, fx); err != nil || len(f.charges) != 0 || len(f.chargesTo) != 0 {
+		t.Fatalf("after the acknowledgement: %d charges (%v), %v", len(f.charges), f.chargesTo, err)
+	}
+}
