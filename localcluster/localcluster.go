@@ -441,11 +441,16 @@ func (c *Cluster) spawn(i int, join []string) error {
 	name := fmt.Sprintf("n%d", i)
 	c.Nodes[i].Name = name
 	nc := nodeConfigOf(name, join, c.cfg.Rules, c.cfg.SecretKey)
-	if c.lab != nil {
+	switch {
+	case c.lab != nil:
 		nc.Node.APIAddr = c.nsAddr(i, NamespacePorts.API)
 		nc.Node.GRPCAddr = c.nsAddr(i, NamespacePorts.GRPC)
 		nc.Node.PeerAddr = c.nsAddr(i, NamespacePorts.Peer)
 		nc.Node.GossipAddr = c.nsAddr(i, NamespacePorts.Gossip)
+	case c.Nodes[i].Gossip != "":
+		// A restart (restart.go): bind the addresses the node had.
+		n := c.Nodes[i]
+		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
 	}
 	if d := c.cfg.ReconnectInterval; d > 0 {
 		nc.Node.ReconnectInterval = d.String()
