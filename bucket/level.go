@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Level is the bucket's exact state at now, for a snapshot that must
+// LevelAt is the bucket's exact state at now, for a snapshot that must
 // survive a restart: the tokens it holds in ticks, its capacity (burst) in
 // ticks, and the ticks that make one token (Rate.Per in nanoseconds, or
 // 1e9 for a zero rate). Tokens = level/ticksPerToken. It works on a copy
@@ -13,7 +13,7 @@ import (
 // between decisions at earlier times (owner's ordering buffer) without
 // changing them. A time before the bucket's last update reads the level
 // at that update.
-func (b Bucket) Level(now time.Duration) (level, capacity, ticksPerToken int64) {
+func (b Bucket) LevelAt(now time.Duration) (level, capacity, ticksPerToken int64) {
 	b.advance(now)
 	return b.level, b.capacity, b.per
 }
@@ -34,4 +34,63 @@ func (b *Bucket) SetLevel(now time.Duration, level, ticksPerToken int64) error {
 	b.advance(now)
 	b.level = min(rescale(level, ticksPerToken, b.per), b.capacity)
 	return nil
+}
+
+// Level is the bucket's exact level in ticks (TicksPerToken ticks are one
+// token; negative while a debt or reservations wait) and the time it is
+// valid at (the last update). Together they are the whole state a peer
+// needs to continue the bucket (owner's replicas and hand-over): a bucket
+// with the same rate and burst, given this level with MergeLevel, refills
+// from it exactly.
+func (b *Bucket) Level() (ticks int64, at time.Duration) { return b.level, b.last }
+
+// TicksPerToken is the number of ticks one token costs (the rate's Per in
+// nanoseconds).
+func (b *Bucket) TicksPerToken() int64 { return b.per }
+
+// CapacityTicks is the burst in ticks, the highest level.
+func (b *Bucket) CapacityTicks() int64 { return b.capacity }
+
+// MergeLevel merges another copy of this bucket, whose level was ticks at
+// time at, into b, keeping the more consumed of the two: both are refilled
+// to the later of at and b's last update, and b takes the lower level. It
+// never raises b's level, so merging any number of copies in any order
+// never admits more than the most consumed copy would (issue 11's rule).
+//
+// Errors: ticks outside [-capacity, capacity] (a copy of a bucket with
+// this rate and burst never holds that), or a negative at; b is then
+// unchanged.
+func (b *Bucket) MergeLevel(ticks int64, at time.Duration) error {
+	if ticks < -b.capacity || ticks > b.capacity {
+		return fmt.Errorf("level %d ticks is outside [-%d, %d] (the burst in ticks)", ticks, b.capacity, b.capacity)
+	}
+	if at < 0 {
+		return fmt.Errorf("level time %v is negative", at)
+	}
+	t := max(b.last, at)
+	other := *b
+	other.level, other.last = ticks, at
+	other.advance(t)
+	b.advance(t)
+	b.level = min(b.level, other.level)
+	return nil
+}
+
+// Debit takes n tokens at now whatever the level, down to a debt of one
+// burst (level -capacity): tokens a peer already admitted on this bucket's
+// behalf (owner's fallback decisions, charged to the owner later). n <= 0
+// takes nothing. It reports the tokens actually taken (less than n when
+// the debt bound was reached).
+func (b *Bucket) Debit(now time.Duration, n int64) int64 {
+	b.advance(now)
+	if n <= 0 {
+		return 0
+	}
+	room := (b.level + b.capacity) / b.per // whole tokens above -capacity
+	n = min(n, room)
+	if n <= 0 {
+		return 0
+	}
+	b.level -= n * b.per
+	return n
 }

@@ -344,15 +344,23 @@ func ParseMetrics(text string) (members int, share float64, err error) {
 	return members, share, nil
 }
 
-// Table formats results as a Markdown table: per scenario, admitted
-// tokens, the largest excess over b + r*T in the whole run and after the
-// settle, keys over the slack, errors, latency, time to re-merge and the
-// largest share sum after the settle.
-func Table(strategy string, rs []Result) string {
+// Row is one line of Table: a strategy's result in one scenario.
+type Row struct {
+	Strategy string
+	Result   Result
+}
+
+// Table formats rows as one Markdown table: per strategy and scenario,
+// checks, admitted tokens, the largest excess over b + r*T in the whole
+// run and after the settle with the keys over the slack, errors, decision
+// latency, the time to re-merge after the last repair and the largest
+// capacity share sum after the settle.
+func Table(rows []Row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| strategy | scenario | checks | admitted | max excess (run) | keys over | max excess (after settle) | keys over | errors | p50 | p99 | merged after | share sum after |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rs {
+	for _, row := range rows {
+		r := row.Result
 		merged := "never"
 		if r.MergedAfter >= 0 {
 			merged = r.MergedAfter.Round(100 * time.Millisecond).String()
@@ -361,7 +369,7 @@ func Table(strategy string, rs []Result) string {
 		if !math.IsNaN(r.MaxShareSumAfter) {
 			share = fmt.Sprintf("%.3f", r.MaxShareSumAfter)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.2f | %d | %.2f | %d | %d | %v | %v | %s | %s |\n", strategy, r.Scenario,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.2f | %d | %.2f | %d | %d | %v | %v | %s | %s |\n", row.Strategy, r.Scenario,
 			r.Whole.Checks, r.Whole.Admitted, r.Whole.MaxViolation, r.Whole.Over, r.After.MaxViolation, r.After.Over,
 			r.Whole.Errors, r.Whole.P50.Round(100*time.Microsecond), r.Whole.P99.Round(100*time.Microsecond), merged, share)
 	}

@@ -152,7 +152,7 @@ func TestRunPartitionHeal(t *testing.T) {
 	if math.Abs(res.MaxShareSumAfter-1) > 1e-9 {
 		t.Fatalf("share sum after %v, want 1", res.MaxShareSumAfter)
 	}
-	if tab := Table("fake", []Result{res}); !strings.Contains(tab, "| fake | 1|2 |") {
+	if tab := Table([]Row{{"fake", res}}); !strings.Contains(tab, "| fake | 1|2 |") {
 		t.Fatalf("table:\n%s", tab)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -274,8 +275,12 @@ type Node struct {
 	wakeSet map[wakeEntry]bool
 	armed   time.Duration // the wake-up the timer is set for; -1: none
 	fx      strategy.Effects
-	nextID  uint64
-	members []strategy.NodeID
+	// nextID is the last request id handed to a strategy. It starts at the
+	// node's incarnation (see Incarnation), so ids are unique across the
+	// node's restarts as well as within one run.
+	nextID      uint64
+	incarnation uint64
+	members     []strategy.NodeID
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -286,6 +291,31 @@ type Node struct {
 	unknownRule  atomic.Int64
 	inboxDropped atomic.Int64
 	badSender    atomic.Int64
+
+	// loop goroutine only: the last refusal log line and the refusals
+	// not logged since (logRefused)
+	refusedLogAt      time.Time
+	refusedSuppressed int64
+}
+
+// RefusedLogEvery is the least time between two log lines about peer
+// payloads a strategy refused (each is counted in
+// RuleStats.ReceiveErrors; the lines in between are summed up in the next
+// one).
+const RefusedLogEvery = 10 * time.Second
+
+// logRefused logs a payload a strategy refused (a value out of bounds, or
+// one that does not decode) at WARN on slog.Default, at most once per
+// RefusedLogEvery (loop goroutine).
+func (n *Node) logRefused(f Frame, err error) {
+	now := time.Now()
+	if !n.refusedLogAt.IsZero() && now.Sub(n.refusedLogAt) < RefusedLogEvery {
+		n.refusedSuppressed++
+		return
+	}
+	slog.Warn("cluster: refused a peer payload", "reason", "out_of_bounds", "node", string(n.self), "from", string(f.From),
+		"rule", f.Rule, "error", err.Error(), "suppressed_since_last_line", n.refusedSuppressed)
+	n.refusedLogAt, n.refusedSuppressed = now, 0
 }
 
 // New builds a node and starts its goroutine. Errors: an empty Self, no
@@ -321,6 +351,8 @@ func New(cfg Config) (*Node, error) {
 		members: members, done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	n.start = time.Now()
+	n.incarnation = incarnationAt(n.start)
+	n.nextID = n.incarnation
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -376,6 +408,22 @@ func New(cfg Config) (*Node, error) {
 	n.transport.Listen(n.deliver)
 	go n.loop()
 	return n, nil
+}
+
+// Incarnation identifies this run of the node: the wall-clock start time
+// in nanoseconds since the Unix epoch (at least 1). Request ids handed to
+// strategies are Incarnation+1, Incarnation+2, ...: a node that restarts
+// starts its ids above every id of its previous life as long as that life
+// issued fewer than one request per nanosecond of the time between the two
+// starts (a node does not take 1e9 checks/s) and the wall clock did not
+// step back across the restart. A peer that remembers (origin, id) from
+// the previous life (owner's de-duplication of forwards, issue 12) thus
+// never mistakes a new request for an old one.
+func (n *Node) Incarnation() uint64 { return n.incarnation }
+
+// incarnationAt is the incarnation of a node started at t.
+func incarnationAt(t time.Time) uint64 {
+	return max(uint64(t.UnixNano()), 1)
 }
 
 // Self is the node's id.
@@ -676,6 +724,7 @@ func (n *Node) handle(ev event) {
 		n.fx.Reset()
 		if err := rs.s.Receive(now, ev.frame.From, ev.frame.Payload, &n.fx); err != nil {
 			rs.c.recvErrs.Add(1)
+			n.logRefused(ev.frame, err)
 		}
 		n.apply(now, rs)
 	case evMembers:

@@ -16,6 +16,7 @@
 //	  secret_key_file: /etc/tokenmesh/gossip.key
 //	  state_dir: /var/lib/tokenmesh
 //	  snapshot_interval: 1s
+//	  memory_limit: 512MiB
 //	  envoy_config: /etc/tokenmesh/envoy   # envoyproxy/ratelimit YAML files (optional)
 //	rules:
 //	  - name: api
@@ -81,6 +82,22 @@ const (
 	// DefaultKey is the key template of a rule that gives none: the key the
 	// client passes with the rule name in its request.
 	DefaultKey = "{key}"
+	// DefaultReconnectInterval is how often a node tries to rejoin failed
+	// members and the node.join addresses that are not members
+	// (membership.DefaultReconnectInterval): a healed partition is whole
+	// again within about this plus a join round trip.
+	DefaultReconnectInterval = 5 * time.Second
+	// DefaultReconnectTimeout is how long a failed member is retried
+	// before it is forgotten (membership.DefaultReconnectTimeout, serf's
+	// default).
+	DefaultReconnectTimeout = 24 * time.Hour
+)
+
+// Bounds of node.reconnect_interval and node.reconnect_timeout.
+const (
+	MinReconnectInterval = 100 * time.Millisecond
+	MaxReconnectInterval = 10 * time.Minute
+	MaxReconnectTimeout  = 30 * 24 * time.Hour
 )
 
 // File is a whole configuration: this node and its rules.
@@ -138,12 +155,73 @@ type Node struct {
 	// A crash (no graceful shutdown) loses what was admitted since the
 	// last one.
 	SnapshotInterval time.Duration
+	// Insecure (insecure: true) lets serve run a multi-node cluster
+	// (MultiNode) with neither SecretKey nor TLS: any process that reaches
+	// the peer port can then speak for any member. serve logs a warning at
+	// every start. Default false: such a node refuses to start.
+	Insecure bool
+	// APITimeouts bound how long an HTTP/JSON API client may take (see
+	// server.Timeouts); a zero field takes server's default.
+	APITimeouts APITimeouts
+	// MemoryLimit is the Go runtime's soft memory limit in bytes
+	// (runtime/debug.SetMemoryLimit; the GOMEMLIMIT environment variable
+	// does the same), from "512MiB", "2GiB", "300MB" or a plain byte
+	// count. 0: not set here (GOMEMLIMIT, if set, applies).
+	MemoryLimit int64
+	// ReconnectInterval (node.reconnect_interval, a Go duration such as
+	// "5s") is how often the node tries to join one failed member and
+	// every node.join address that is no member, so that the sides of a
+	// healed partition, and nodes that started apart, merge. Between
+	// MinReconnectInterval and MaxReconnectInterval; default
+	// DefaultReconnectInterval (also what zero means to Validate and
+	// limiter.PeerConfig).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout (node.reconnect_timeout, e.g. "24h") is how long a
+	// failed member is retried before it is forgotten (node.join addresses
+	// are retried for ever). At least ReconnectInterval, at most
+	// MaxReconnectTimeout; default DefaultReconnectTimeout.
+	ReconnectTimeout time.Duration
 	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
 	// files (package envoyrls): serve loads them, adds one rule per
 	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr. A
 	// relative path in the YAML is resolved against the config file's
 	// directory by Load. Every node of a cluster must load the same files.
 	EnvoyConfig string
+}
+
+// APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
+// read_header, read, write, idle; durations such as "10s"). Zero: the
+// default (server.DefaultReadHeaderTimeout and so on).
+type APITimeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// MultiNode reports whether the node is meant to have peers on a network:
+// it joins others (Join), or its gossip address is not a loopback one (so
+// others may join it).
+func (n Node) MultiNode() bool {
+	if len(n.Join) > 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(n.GossipAddr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// CheckPeerSecurity is serve's start-up rule: a multi-node node
+// (MultiNode) needs a SecretKey (every peer frame carries an HMAC) or TLS
+// (peer mTLS), unless Insecure says otherwise. Errors name the fields.
+func (n Node) CheckPeerSecurity() error {
+	if !n.MultiNode() || len(n.SecretKey) > 0 || n.TLS != nil || n.Insecure {
+		return nil
+	}
+	return errors.New("node: a multi-node cluster (node.join set, or a non-loopback node.gossip_addr) needs node.secret_key (or secret_key_file) to authenticate peer frames, or node.tls for peer mTLS; without either any process that reaches the peer port can speak for a member. Set node.insecure: true to run without (not recommended)")
 }
 
 // DefaultSnapshotInterval is node.snapshot_interval when the file gives
@@ -201,20 +279,33 @@ type rawFile struct {
 }
 
 type rawNode struct {
-	Name          string     `yaml:"name"`
-	APIAddr       string     `yaml:"api_addr"`
-	GRPCAddr      string     `yaml:"grpc_addr"`
-	APITLS        *rawAPITLS `yaml:"api_tls"`
-	PeerAddr      string     `yaml:"peer_addr"`
-	GossipAddr    string     `yaml:"gossip_addr"`
-	Join          []string   `yaml:"join"`
-	SecretKey     string     `yaml:"secret_key"`
-	SecretKeyFile string     `yaml:"secret_key_file"`
-	TLS           *rawTLS    `yaml:"tls"`
-	StateDir      string     `yaml:"state_dir"`
+	Name          string      `yaml:"name"`
+	APIAddr       string      `yaml:"api_addr"`
+	GRPCAddr      string      `yaml:"grpc_addr"`
+	APITLS        *rawAPITLS  `yaml:"api_tls"`
+	PeerAddr      string      `yaml:"peer_addr"`
+	GossipAddr    string      `yaml:"gossip_addr"`
+	Join          []string    `yaml:"join"`
+	SecretKey     string      `yaml:"secret_key"`
+	SecretKeyFile string      `yaml:"secret_key_file"`
+	TLS           *rawTLS     `yaml:"tls"`
+	Insecure      *bool       `yaml:"insecure"`
+	MemoryLimit   string      `yaml:"memory_limit"`
+	APITimeouts   *rawTimeout `yaml:"api_timeouts"`
+	StateDir      string      `yaml:"state_dir"`
 	// SnapshotInterval is a Go duration ("1s", "500ms").
 	SnapshotInterval string `yaml:"snapshot_interval"`
-	EnvoyConfig      string `yaml:"envoy_config"`
+
+	ReconnectInterval string `yaml:"reconnect_interval"`
+	ReconnectTimeout  string `yaml:"reconnect_timeout"`
+	EnvoyConfig       string `yaml:"envoy_config"`
+}
+
+type rawTimeout struct {
+	ReadHeader string `yaml:"read_header"`
+	Read       string `yaml:"read"`
+	Write      string `yaml:"write"`
+	Idle       string `yaml:"idle"`
 }
 
 type rawAPITLS struct {
@@ -369,7 +460,7 @@ func yamlError(file string, data []byte, err error) error {
 		}
 	}
 	// Go type names mean nothing to a user.
-	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule"} {
+	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule", "config.rawTimeout"} {
 		m = strings.ReplaceAll(m, " in type "+t, "")
 	}
 	m = strings.NewReplacer(
@@ -378,6 +469,7 @@ func yamlError(file string, data []byte, err error) error {
 		"config.rawNode", "a mapping of node settings",
 		"config.rawTLS", "a mapping with cert_file, key_file, ca_file",
 		"config.rawRule", "a rule (a mapping)",
+		"config.rawTimeout", "a mapping with read_header, read, write, idle",
 		"map[string]string", "a mapping of name: value",
 		"[]string", "a list of strings",
 		"*string", "a string",
@@ -407,7 +499,9 @@ func knownFields(parent string) string {
 	case parent == "":
 		return " (known: node, rules)"
 	case parent == "node":
-		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, state_dir, snapshot_interval, envoy_config)"
+		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, state_dir, snapshot_interval, insecure, memory_limit, api_timeouts, reconnect_interval, reconnect_timeout, envoy_config)"
+	case parent == "node.api_timeouts":
+		return " (known: read_header, read, write, idle)"
 	case parent == "node.tls":
 		return " (known: cert_file, key_file, ca_file)"
 	case parent == "node.api_tls":
@@ -617,6 +711,89 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.TLS = t
 	}
+	if raw.Insecure != nil {
+		n.Insecure = *raw.Insecure
+	}
+	if t := raw.APITimeouts; t != nil {
+		for _, x := range []struct {
+			name string
+			v    string
+			dst  *time.Duration
+		}{{"read_header", t.ReadHeader, &n.APITimeouts.ReadHeader}, {"read", t.Read, &n.APITimeouts.Read},
+			{"write", t.Write, &n.APITimeouts.Write}, {"idle", t.Idle, &n.APITimeouts.Idle}} {
+			if x.v == "" {
+				continue
+			}
+			d, err := time.ParseDuration(x.v)
+			if err != nil || d <= 0 {
+				p.fail("node.api_timeouts."+x.name, path("api_timeouts", x.name), "%q is not a positive duration (e.g. 10s, 2m)", x.v)
+				continue
+			}
+			*x.dst = d
+		}
+	}
+	if raw.MemoryLimit != "" {
+		v, err := ParseBytes(raw.MemoryLimit)
+		if err != nil {
+			p.fail("node.memory_limit", path("memory_limit"), "%v", err)
+		}
+		n.MemoryLimit = v
+	}
+	dur := func(field, v string, def time.Duration) time.Duration {
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			p.fail("node."+field, path(field), "%q is not a duration (forms: 500ms, 5s, 24h)", v)
+			return def
+		}
+		return d
+	}
+	n.ReconnectInterval = dur("reconnect_interval", raw.ReconnectInterval, DefaultReconnectInterval)
+	n.ReconnectTimeout = dur("reconnect_timeout", raw.ReconnectTimeout, DefaultReconnectTimeout)
+	if err := checkReconnect(n.ReconnectInterval, n.ReconnectTimeout); err != nil {
+		p.fail("node."+err.field, path(err.field), "%s", err.msg)
+	}
+}
+
+// checkReconnect checks node.reconnect_interval and reconnect_timeout.
+func checkReconnect(interval, timeout time.Duration) *checkError {
+	switch {
+	case interval < MinReconnectInterval || interval > MaxReconnectInterval:
+		return &checkError{field: "reconnect_interval", msg: fmt.Sprintf("%v is outside [%v, %v]", interval, MinReconnectInterval, MaxReconnectInterval)}
+	case timeout < interval || timeout > MaxReconnectTimeout:
+		return &checkError{field: "reconnect_timeout", msg: fmt.Sprintf("%v is outside [reconnect_interval %v, %v]", timeout, interval, MaxReconnectTimeout)}
+	}
+	return nil
+}
+
+// ParseBytes parses a size in bytes: a non-negative integer with an
+// optional unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
+// (powers of 1024), e.g. "512MiB". Errors: anything else, or a size above
+// 2^62 bytes.
+func ParseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size in bytes (forms: 536870912, 512MiB, 2GiB, 300MB)", s)
+	}
+	if v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is above 2^62 bytes", s)
+	}
+	return v * mult, nil
 }
 
 func (p *parser) rule(i int, raw rawRule) Rule {
@@ -800,11 +977,32 @@ func (f *File) Validate() error {
 	if n.TLS != nil && (n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.CAFile == "") {
 		return fmt.Errorf("node.tls: cert_file, key_file and ca_file are all required")
 	}
+	for _, x := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", n.APITimeouts.ReadHeader}, {"read", n.APITimeouts.Read}, {"write", n.APITimeouts.Write}, {"idle", n.APITimeouts.Idle}} {
+		if x.d < 0 {
+			return fmt.Errorf("node.api_timeouts.%s: %v is negative", x.name, x.d)
+		}
+	}
+	if n.MemoryLimit < 0 {
+		return fmt.Errorf("node.memory_limit: %d bytes is negative", n.MemoryLimit)
+	}
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")
 	}
 	if n.StateDir != "" && n.SnapshotInterval < MinSnapshotInterval {
 		return fmt.Errorf("node.snapshot_interval: %v is below the minimum of %v", n.SnapshotInterval, MinSnapshotInterval)
+	}
+	ri, rt := n.ReconnectInterval, n.ReconnectTimeout // zero: the default
+	if ri == 0 {
+		ri = DefaultReconnectInterval
+	}
+	if rt == 0 {
+		rt = DefaultReconnectTimeout
+	}
+	if err := checkReconnect(ri, rt); err != nil {
+		return fmt.Errorf("node.%s: %s", err.field, err.msg)
 	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
@@ -932,6 +1130,9 @@ func Default() *File {
 			PeerAddr:         DefaultPeerAddr,
 			GossipAddr:       DefaultGossipAddr,
 			SnapshotInterval: DefaultSnapshotInterval,
+
+			ReconnectInterval: DefaultReconnectInterval,
+			ReconnectTimeout:  DefaultReconnectTimeout,
 		},
 		Rules: []Rule{{
 			Name:     "default",

@@ -69,7 +69,8 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("rule defaults: %+v", r)
 			}
 			n := f.Node
-			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.Name == "" {
+			if n.APIAddr != DefaultAPIAddr || n.GRPCAddr != DefaultGRPCAddr || n.APITLS != nil || n.PeerAddr != DefaultPeerAddr || n.GossipAddr != DefaultGossipAddr || n.Name == "" ||
+				n.ReconnectInterval != DefaultReconnectInterval || n.ReconnectTimeout != DefaultReconnectTimeout {
 				t.Errorf("node defaults: %+v", n)
 			}
 		}},
@@ -99,6 +100,8 @@ node:
   join: [10.0.0.2:7946, "host.example:7946"]
   secret_key: ` + key32 + `
   tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}
+  reconnect_interval: 2s
+  reconnect_timeout: 1h
 rules:
   - {name: a, rate: 6000/min, burst: 10, strategy: gdrl}
   - {name: b, rate: 1/s, strategy: owner, params: {hold: 1ms, retries: 3, fail_open: false}}
@@ -107,6 +110,9 @@ rules:
 			n := f.Node
 			if n.GRPCAddr != "0.0.0.0:9090" || n.APITLS == nil || n.APITLS.KeyFile != "s-key.pem" || n.APITLS.ClientCAFile != "" {
 				t.Errorf("api: %+v %+v", n, n.APITLS)
+			}
+			if n.ReconnectInterval != 2*time.Second || n.ReconnectTimeout != time.Hour {
+				t.Errorf("reconnect: %v %v", n.ReconnectInterval, n.ReconnectTimeout)
 			}
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
@@ -183,6 +189,10 @@ func TestParseBad(t *testing.T) {
 		{"key and key file", "node: {secret_key: '" + key32 + "', secret_key_file: k}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.secret_key", "not both"}, 0},
 		{"tls incomplete", "node: {tls: {cert_file: c.pem}}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.tls.key_file", "required"}, 0},
 		{"idle_key_ttl is gone", "node: {idle_key_ttl: 10m}\nrules: [{name: a, rate: 1/s}]\n", []string{"idle_key_ttl", "known:"}, 0},
+		{"reconnect interval not a duration", "node:\n  reconnect_interval: 5\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.reconnect_interval", "not a duration"}, 2},
+		{"reconnect interval too short", "node: {reconnect_interval: 1ms}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_interval", "outside"}, 0},
+		{"reconnect timeout below interval", "node: {reconnect_interval: 10s, reconnect_timeout: 5s}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout", "outside"}, 0},
+		{"reconnect timeout too long", "node: {reconnect_timeout: 10000h}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout"}, 0},
 		{"rules not a list", "rules: {name: a}\n", []string{"t.yaml:1"}, 1},
 		{"wrong type", "node: {join: 3}\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:1"}, 1},
 	}
@@ -241,6 +251,14 @@ func TestDefaultValidates(t *testing.T) {
 	}
 	if _, err := f.ClusterRules(); err != nil {
 		t.Fatal(err)
+	}
+	f.Node.ReconnectInterval, f.Node.ReconnectTimeout = 0, 0 // zero: the defaults
+	if err := f.Validate(); err != nil {
+		t.Errorf("zero reconnect settings: %v", err)
+	}
+	f.Node.ReconnectInterval = time.Hour
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.reconnect_interval") {
+		t.Errorf("reconnect_interval 1h: error %v", err)
 	}
 }
 
@@ -367,5 +385,76 @@ func TestEnvoyConfigField(t *testing.T) {
 	}
 	if f, err := Parse([]byte("node:\n  envoy_config: /etc/rl\nrules: [{name: a, rate: 1/s}]\n"), "n.yaml"); err != nil || f.Node.EnvoyConfig != "/etc/rl" {
 		t.Errorf("Parse: %v %v", f, err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	good := map[string]int64{"0": 0, "512MiB": 512 << 20, "2GiB": 2 << 30, "300MB": 300e6, "1 KiB": 1024, "17B": 17, "536870912": 536870912}
+	for in, want := range good {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5GiB", "12XB", "MiB", "9999999999TiB", "0x10"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestPeerSecurity(t *testing.T) {
+	cases := []struct {
+		yaml    string
+		multi   bool
+		refused bool
+	}{
+		{"node: {name: a}", false, false},
+		{"node: {name: a, gossip_addr: 127.0.0.1:0}", false, false},
+		{"node: {name: a, gossip_addr: 10.0.0.1:7946}", true, true},
+		{"node: {name: a, gossip_addr: 0.0.0.0:7946}", true, true},
+		{"node: {name: a, gossip_addr: 127.0.0.1:0, join: [127.0.0.1:7000]}", true, true},
+		{"node: {name: a, join: [127.0.0.1:7000], secret_key: " + key32 + "}", true, false},
+		{"node: {name: a, join: [127.0.0.1:7000], insecure: true}", true, false},
+		{"node: {name: a, gossip_addr: 10.0.0.1:7946, insecure: false}", true, true},
+	}
+	for _, c := range cases {
+		f, err := Parse([]byte(c.yaml+"\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if got := f.Node.MultiNode(); got != c.multi {
+			t.Errorf("%s: MultiNode %v, want %v", c.yaml, got, c.multi)
+		}
+		err = f.Node.CheckPeerSecurity()
+		if (err != nil) != c.refused {
+			t.Errorf("%s: CheckPeerSecurity = %v, want refused %v", c.yaml, err, c.refused)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "node.secret_key") || !strings.Contains(err.Error(), "node.insecure")) {
+			t.Errorf("%s: the error %q does not name the fields to set", c.yaml, err)
+		}
+	}
+	f, err := Parse([]byte("node: {name: a, memory_limit: 512MiB}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err != nil || f.Node.MemoryLimit != 512<<20 {
+		t.Fatalf("memory_limit: %v, %v", f, err)
+	}
+	_, err = Parse([]byte("node: {name: a, memory_limit: lots}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "node.memory_limit") {
+		t.Fatalf("a bad memory_limit: %v", err)
+	}
+}
+
+func TestAPITimeouts(t *testing.T) {
+	f, err := Parse([]byte("node: {name: a, api_timeouts: {read_header: 2s, read: 15s, idle: 1m}}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Node.APITimeouts, (APITimeouts{ReadHeader: 2 * time.Second, Read: 15 * time.Second, Idle: time.Minute}); got != want {
+		t.Fatalf("api_timeouts %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"{read: -1s}", "{write: soon}", "{read: 0s}", "{reed: 1s}"} {
+		_, err := Parse([]byte("node: {name: a, api_timeouts: "+bad+"}\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), "api_timeouts") && !strings.Contains(err.Error(), "reed") {
+			t.Errorf("api_timeouts %s: %v", bad, err)
+		}
 	}
 }

@@ -110,18 +110,36 @@ type PeerConfig struct {
 	GossipAddr string
 	// Join is the gossip addresses of other members. Empty: this node
 	// founds the cluster. When none of them answers at start, Start fails,
-	// unless FoundIfAlone is set.
+	// unless FoundIfAlone is set. While running, every Join address that
+	// is no live member's is tried again every ReconnectInterval
+	// (membership.Config.Seeds), so a node that founded alone merges with
+	// the others once they can be reached.
 	Join []string
 	// FoundIfAlone: when no address in Join answers at start, the node
 	// founds the cluster alone (its strategies start as founders, see
-	// Config.Join) and keeps trying to join the addresses every
-	// RetryJoinInterval until one answers. A node that did reach a member
+	// Config.Join) and merges with the others once one of the Join
+	// addresses answers (see Join). A node that did reach a member
 	// starts as a joiner. This lets every node of a cluster list all the
 	// others (the first one up founds it; a restarted node rejoins) instead
 	// of the first node listing none and founding a second cluster alone
 	// when it restarts.
 	FoundIfAlone bool
+	// ReconnectInterval is how often gossip tries to rejoin one failed
+	// member and the Join addresses that are no members, so that the
+	// sides of a healed partition merge (membership.Config). Zero:
+	// membership.DefaultReconnectInterval (5 s); negative: never.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is retried. Zero:
+	// membership.DefaultReconnectTimeout (24 h).
+	ReconnectTimeout time.Duration
+	// MembershipLog, when set, receives the membership changes (member
+	// joined, failed, left; reconnects that merged members) at Info and
+	// failed reconnect attempts at Debug. Nil: none.
+	MembershipLog *slog.Logger
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
+	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip,
+	// and (through a key derived from it, grpcpeer.DeriveFrameKey)
+	// authenticates every peer frame (grpcpeer.Config.SecretKey).
 	SecretKey []byte
 	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
 	TLS *tls.Config
@@ -185,13 +203,11 @@ type Config struct {
 	// aside and the node starts with no saved state, instead of Start
 	// failing.
 	DiscardBadState bool
-	// Logger receives what was restored and snapshot failures; nil: none.
+	// Logger receives what was restored and snapshot failures, and the
+	// peer transport's refused frames; nil: none (refused frames go to
+	// slog.Default).
 	Logger *slog.Logger
 }
-
-// RetryJoinInterval is how often a node that founded its cluster alone
-// (PeerConfig.FoundIfAlone) tries its Join addresses again.
-const RetryJoinInterval = 2 * time.Second
 
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
@@ -294,7 +310,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			ccfg.Members = append(ccfg.Members, strategy.NodeID(m))
 		}
 	case cfg.Peer != nil:
-		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS})
+		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS, SecretKey: cfg.Peer.SecretKey,
+			Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("limiter: %w", err)
 		}
@@ -312,7 +329,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		ccfg.Transport = ep
 	}
-	var foundedAlone bool
 	if p := cfg.Peer; p != nil {
 		ms, joined, err := n.startMembership(ctx, name, p)
 		if err != nil {
@@ -323,7 +339,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if len(p.Join) > 0 {
 			// Reached a running cluster: a joiner; nobody answered: the
 			// founder of a new one.
-			ccfg.Join, foundedAlone = joined, !joined
+			ccfg.Join = joined
 		}
 		for id := range ms.Members() {
 			ccfg.Members = append(ccfg.Members, id)
@@ -350,9 +366,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		go p.run(node, n.stop)
 	}
-	if foundedAlone {
-		go n.retryJoin(cfg.Peer.Join)
-	}
 	return n, nil
 }
 
@@ -361,7 +374,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // returned unless p.FoundIfAlone. ctx bounds the start.
 func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
-		OnChange: n.membersChanged}
+		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
+		Log: p.MembershipLog, OnChange: n.membersChanged}
 	if p.GossipAddr != "" {
 		host, port, err := net.SplitHostPort(p.GossipAddr)
 		if err != nil {
@@ -442,25 +456,6 @@ func (n *Node) attach(node *cluster.Node) {
 	}
 }
 
-// retryJoin tries to join addrs every RetryJoinInterval until another
-// member is seen or the node closes (a node that founded its cluster
-// alone because none answered at start).
-func (n *Node) retryJoin(addrs []string) {
-	t := time.NewTicker(RetryJoinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		if len(n.ms.Members()) > 1 {
-			return
-		}
-		_, _ = n.ms.Join(addrs)
-	}
-}
-
 // Close leaves the cluster and stops the node; pending decisions fail
 // with cluster.ErrClosed. It is idempotent. With Config.StateDir it saves
 // a last snapshot once the node has left gossip (no peer forwards to it
@@ -502,6 +497,15 @@ func (n *Node) Close() error {
 
 // Cluster returns the underlying cluster node (Stats, Rules, SetMembers).
 func (n *Node) Cluster() *cluster.Node { return n.node }
+
+// PeerStats returns the gRPC peer transport's counters (refused frames by
+// reason included); false without a networked peer transport.
+func (n *Node) PeerStats() (grpcpeer.Stats, bool) {
+	if n.tr == nil {
+		return grpcpeer.Stats{}, false
+	}
+	return n.tr.Stats(), true
+}
 
 // PeerAddr is the bound gRPC peer address ("" without Config.Peer).
 func (n *Node) PeerAddr() string {

@@ -343,7 +343,7 @@ func TestFoundIfAlone(t *testing.T) {
 	bAddr := freeAddr(t)
 	peer := func(join []string, alone bool) *PeerConfig {
 		return &PeerConfig{ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join, FoundIfAlone: alone,
-			ProbeInterval: 100 * time.Millisecond}
+			ProbeInterval: 100 * time.Millisecond, ReconnectInterval: time.Second}
 	}
 	if n, err := Start(ctx, Config{Name: "a", Rules: rules, Epoch: epoch, Peer: peer([]string{bAddr}, false)}); err == nil {
 		n.Close()
@@ -379,7 +379,7 @@ func TestFoundIfAlone(t *testing.T) {
 	defer b.Close()
 	for len(a.Members()) != 2 || len(b.Members()) != 2 {
 		if ctx.Err() != nil {
-			t.Fatalf("a never merged with b (retrying every %v): members a %v, b %v", RetryJoinInterval, a.Members(), b.Members())
+			t.Fatalf("a never merged with b (retrying every 1s): members a %v, b %v", a.Members(), b.Members())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

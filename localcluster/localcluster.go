@@ -20,20 +20,36 @@
 // between nodes through each node's POST /debug/faults. That cuts the
 // data plane only (the strategies' peer frames): gossip still flows, so
 // every node still sees the blocked ones as live members.
+//
+// Namespaces: with Config.Namespaces (root and iproute2 needed, see
+// internal/netns), every node runs in its own network namespace (host
+// n<i> at 10.251.0.<i+1>, all on one bridge inside the lab's namespaces;
+// nothing is added to the caller's namespace), its listeners on fixed
+// ports of that address (NamespacePorts), and every node lists every
+// other one in node.join, as an operator would. Partition and Heal then
+// cut gossip and peer traffic together with blackhole routes, as a real
+// network partition does, and need no FaultInjection. The cluster's own
+// clients (Client, Metrics, SetFaults) dial each node from inside its
+// namespace, so they reach it whatever is cut. Without root or ip, Start
+// falls back to 127.0.0.1 with a warning (to Config.Log, or stderr) and
+// turns FaultInjection on, so that Partition still cuts the data plane.
 package localcluster
 
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +61,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+	"github.com/tokenmesh/tokenmesh/internal/netns"
 )
 
 // Defaults of Config's zero fields.
@@ -56,6 +73,10 @@ const (
 	// tailBytes is how much of each node's output is kept for errors.
 	tailBytes = 8 << 10
 )
+
+// NamespacePorts are the ports of a node in namespace mode (each node has
+// its own address, so all use the same ones).
+var NamespacePorts = struct{ API, GRPC, Peer, Gossip int }{8080, 8081, 7947, 7946}
 
 // Rule is one rule of every node, as in the YAML config.
 type Rule struct {
@@ -73,7 +94,10 @@ type Config struct {
 	Rules          []Rule
 	Dir            string // configs, addr files and logs go here; "" = a new temp dir removed by Stop
 	FaultInjection bool   // pass --fault-injection (enables Partition/Heal)
-	SecretKey      []byte // optional gossip key (16/24/32 bytes)
+	// SecretKey is the cluster's secret (16/24/32 bytes): it encrypts
+	// gossip and authenticates peer frames. Empty: Start draws a random
+	// 32-byte key (a multi-node serve refuses to start without one).
+	SecretKey []byte
 	// ServeArgs are further flags for every node's serve command
 	// (e.g. --envoy-config DIR).
 	ServeArgs []string
@@ -86,6 +110,20 @@ type Config struct {
 	// strategies' first exchanges (gdrl's hellos); default DefaultSettle,
 	// negative: none.
 	Settle time.Duration
+	// Namespaces runs every node in its own network namespace, so that
+	// Partition cuts gossip and peer traffic (see the package
+	// documentation). Without root or ip: a warning and the 127.0.0.1
+	// mode (Cluster.Namespaced reports which).
+	Namespaces bool
+	// StartPartitioned (namespace mode only) cuts the nodes into these
+	// groups before any starts, as Partition would: each group founds a
+	// cluster of its own (a partition at first boot), and Start waits
+	// until every node sees the members of its group only. Heal then
+	// lets them merge.
+	StartPartitioned [][]int
+	// ReconnectInterval, when set, is every node's
+	// node.reconnect_interval; zero: the config default.
+	ReconnectInterval time.Duration
 }
 
 // Node is the bound addresses of one node, "host:port".
@@ -110,10 +148,13 @@ type Cluster struct {
 	logMu  *sync.Mutex // serializes writes to cfg.Log
 	http   *http.Client
 
+	lab *netns.Lab // namespace mode; nil otherwise
+
 	mu      sync.Mutex
 	procs   []*proc
 	conns   map[int]*grpc.ClientConn
 	stopped bool
+	groups  [][]int // the partition in place (namespace mode), nil: none
 }
 
 // proc is one serve process.
@@ -144,6 +185,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
 		return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", k)
 	}
+	if len(cfg.SecretKey) == 0 {
+		cfg.SecretKey = make([]byte, 32)
+		if _, err := cryptorand.Read(cfg.SecretKey); err != nil {
+			return nil, fmt.Errorf("localcluster: drawing a secret key: %w", err)
+		}
+	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
@@ -160,6 +207,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg.Binary = bin
 	c := &Cluster{cfg: cfg, logMu: &sync.Mutex{}, http: &http.Client{Timeout: 5 * time.Second},
 		Nodes: make([]Node, cfg.Nodes), procs: make([]*proc, cfg.Nodes), conns: map[int]*grpc.ClientConn{}}
+	if len(cfg.StartPartitioned) > 0 && !cfg.Namespaces {
+		return nil, errors.New("localcluster: StartPartitioned needs Config.Namespaces")
+	}
+	if err := checkGroups(cfg.StartPartitioned, cfg.Nodes); err != nil {
+		return nil, err
+	}
 	if cfg.Dir == "" {
 		if c.dir, err = os.MkdirTemp("", "tokenmesh-localcluster-"); err != nil {
 			return nil, fmt.Errorf("localcluster: %w", err)
@@ -171,8 +224,34 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		c.dir = cfg.Dir
 	}
+	if cfg.Namespaces {
+		if err := netns.Available(); err != nil {
+			if len(cfg.StartPartitioned) > 0 {
+				_ = c.Stop()
+				return nil, fmt.Errorf("localcluster: StartPartitioned: %w", err)
+			}
+			c.warn(fmt.Sprintf("localcluster: WARNING: no network namespaces (%v): nodes on 127.0.0.1, Partition cuts the data plane only (gossip keeps flowing)", err))
+			c.cfg.FaultInjection = true
+		} else {
+			lctx, lcancel := context.WithTimeout(ctx, cfg.StartTimeout)
+			c.lab, err = netns.New(lctx, cfg.Nodes)
+			lcancel()
+			if err != nil {
+				_ = c.Stop()
+				return nil, fmt.Errorf("localcluster: %w", err)
+			}
+			dial := c.lab.DialContext
+			c.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial}}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
+	if c.lab != nil && len(cfg.StartPartitioned) > 0 {
+		if err := c.Partition(cfg.StartPartitioned...); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+	}
 	if err := c.start(ctx); err != nil {
 		_ = c.Stop()
 		return nil, err
@@ -180,16 +259,35 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// warn writes msg to Config.Log, or to stderr.
+func (c *Cluster) warn(msg string) {
+	if c.cfg.Log != nil {
+		c.logMu.Lock()
+		defer c.logMu.Unlock()
+		fmt.Fprintln(c.cfg.Log, msg)
+		return
+	}
+	fmt.Fprintln(os.Stderr, msg)
+}
+
+// Namespaced reports whether the nodes run in network namespaces
+// (Config.Namespaces and the machine allowed it).
+func (c *Cluster) Namespaced() bool { return c.lab != nil }
+
+// hostAddr is node i's gossip address in namespace mode.
+func (c *Cluster) nsAddr(i, port int) string {
+	return net.JoinHostPort(c.lab.Hosts[i].Addr.String(), fmt.Sprint(port))
+}
+
 func (c *Cluster) start(ctx context.Context) error {
-	if err := c.spawn(0, nil); err != nil {
+	if err := c.spawn(0, c.joinOf(0)); err != nil {
 		return err
 	}
 	if err := c.waitAddrs(ctx, 0); err != nil {
 		return err
 	}
-	join := []string{c.Nodes[0].Gossip}
 	for i := 1; i < c.cfg.Nodes; i++ {
-		if err := c.spawn(i, join); err != nil {
+		if err := c.spawn(i, c.joinOf(i)); err != nil {
 			return err
 		}
 	}
@@ -231,13 +329,49 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
+// joinOf is node i's node.join: n0's gossip address (none for n0), or in
+// namespace mode every other node's.
+func (c *Cluster) joinOf(i int) []string {
+	if c.lab == nil {
+		if i == 0 {
+			return nil
+		}
+		return []string{c.Nodes[0].Gossip}
+	}
+	var join []string
+	for j := range c.cfg.Nodes {
+		if j != i {
+			join = append(join, c.nsAddr(j, NamespacePorts.Gossip))
+		}
+	}
+	return join
+}
+
+// groupSize is how many members node i sees once gossip has converged
+// under the partition in place: its group's size (1 if in none), or
+// every node's without a partition.
+func (c *Cluster) groupSize(i int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.groups) == 0 {
+		return c.cfg.Nodes
+	}
+	for _, g := range c.groups {
+		if slices.Contains(g, i) {
+			return len(g)
+		}
+	}
+	return 1
+}
+
 // waitMembers polls every node's /metrics until each reports all the
 // cluster's nodes as members (tokenmesh_members): gossip has converged.
+// (Under StartPartitioned: the members of its group.)
 func (c *Cluster) waitMembers(ctx context.Context) error {
-	want := fmt.Sprintf("tokenmesh_members %d\n", c.cfg.Nodes)
 	for {
 		done := true
 		for i := range c.cfg.Nodes {
+			want := fmt.Sprintf("tokenmesh_members %d\n", c.groupSize(i))
 			m, err := c.Metrics(ctx, i)
 			if err != nil || !strings.Contains(m, want) {
 				done = false
@@ -262,13 +396,15 @@ type nodeConfig struct {
 }
 
 type nodeYAML struct {
-	Name       string   `yaml:"name"`
-	APIAddr    string   `yaml:"api_addr"`
-	GRPCAddr   string   `yaml:"grpc_addr"`
-	PeerAddr   string   `yaml:"peer_addr"`
-	GossipAddr string   `yaml:"gossip_addr"`
-	Join       []string `yaml:"join,omitempty"`
-	SecretKey  string   `yaml:"secret_key,omitempty"`
+	Name              string   `yaml:"name"`
+	APIAddr           string   `yaml:"api_addr"`
+	GRPCAddr          string   `yaml:"grpc_addr"`
+	PeerAddr          string   `yaml:"peer_addr"`
+	GossipAddr        string   `yaml:"gossip_addr"`
+	Join              []string `yaml:"join,omitempty"`
+	SecretKey         string   `yaml:"secret_key,omitempty"`
+	Insecure          bool     `yaml:"insecure,omitempty"`
+	ReconnectInterval string   `yaml:"reconnect_interval,omitempty"`
 }
 
 type ruleYAML struct {
@@ -281,25 +417,48 @@ type ruleYAML struct {
 
 // NodeConfigYAML returns the YAML config of a node named name on
 // 127.0.0.1 with ephemeral ports, joining join (empty: founding), with
-// rules and the gossip key secretKey (nil: none): what Start writes for
-// each node. Tests use it to start extra processes by hand.
+// rules and the cluster secret secretKey: what Start writes for each node.
+// Tests use it to start extra processes by hand. With a nil secretKey the
+// node runs without one and says so (node.insecure: true), as an intruder
+// or a test about something else would.
 func NodeConfigYAML(name string, join []string, rules []Rule, secretKey []byte) ([]byte, error) {
+	return yaml.Marshal(nodeConfigOf(name, join, rules, secretKey))
+}
+
+func nodeConfigOf(name string, join []string, rules []Rule, secretKey []byte) nodeConfig {
 	nc := nodeConfig{Node: nodeYAML{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join}}
 	if len(secretKey) > 0 {
 		nc.Node.SecretKey = base64.StdEncoding.EncodeToString(secretKey)
+	} else {
+		nc.Node.Insecure = true
 	}
 	for _, r := range rules {
 		nc.Rules = append(nc.Rules, ruleYAML{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy, Params: r.Params})
 	}
-	return yaml.Marshal(nc)
+	return nc
 }
 
 // spawn writes node i's config and starts its process.
 func (c *Cluster) spawn(i int, join []string) error {
 	name := fmt.Sprintf("n%d", i)
 	c.Nodes[i].Name = name
-	b, err := NodeConfigYAML(name, join, c.cfg.Rules, c.cfg.SecretKey)
+	nc := nodeConfigOf(name, join, c.cfg.Rules, c.cfg.SecretKey)
+	switch {
+	case c.lab != nil:
+		nc.Node.APIAddr = c.nsAddr(i, NamespacePorts.API)
+		nc.Node.GRPCAddr = c.nsAddr(i, NamespacePorts.GRPC)
+		nc.Node.PeerAddr = c.nsAddr(i, NamespacePorts.Peer)
+		nc.Node.GossipAddr = c.nsAddr(i, NamespacePorts.Gossip)
+	case c.Nodes[i].Gossip != "":
+		// A restart (restart.go): bind the addresses the node had.
+		n := c.Nodes[i]
+		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
+	}
+	if d := c.cfg.ReconnectInterval; d > 0 {
+		nc.Node.ReconnectInterval = d.String()
+	}
+	b, err := yaml.Marshal(nc)
 	if err != nil {
 		return fmt.Errorf("localcluster: %s config: %w", name, err)
 	}
@@ -319,6 +478,10 @@ func (c *Cluster) spawn(i int, join []string) error {
 	}
 	args = append(args, c.cfg.ServeArgs...)
 	cmd := exec.Command(c.cfg.Binary, args...)
+	if c.lab != nil {
+		// ip netns exec execs the binary: the PID is the node's.
+		cmd = c.lab.Command(context.Background(), i, c.cfg.Binary, args...)
+	}
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = sysProcAttr()
 	p := &proc{name: name, cmd: cmd, tail: &tail{}, out: logf, done: make(chan struct{})}
@@ -564,6 +727,11 @@ func (c *Cluster) Stop() error {
 	for _, p := range live {
 		<-p.done
 	}
+	if c.lab != nil {
+		if err := c.lab.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("localcluster: %w", err))
+		}
+	}
 	if c.ownDir {
 		if err := os.RemoveAll(c.dir); err != nil {
 			errs = append(errs, fmt.Errorf("localcluster: %w", err))
@@ -585,7 +753,8 @@ func (c *Cluster) conn(i int) (*grpc.ClientConn, error) {
 	if cc := c.conns[i]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.dialOptionsLocked()...)
+	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: dialling n%d: %w", i, err)
 	}
@@ -601,6 +770,23 @@ func (c *Cluster) dropConn(i int) {
 	if cc != nil {
 		_ = cc.Close()
 	}
+}
+
+// DialOptions are the gRPC dial options a client of the nodes' gRPC API
+// needs besides credentials: in namespace mode a dialer that connects to
+// each node from inside its namespace; otherwise none.
+func (c *Cluster) DialOptions() []grpc.DialOption { return c.dialOptionsLocked() }
+
+// dialOptionsLocked is DialOptions; it reads only c.lab, set before
+// Start returns, so it needs no lock.
+func (c *Cluster) dialOptionsLocked() []grpc.DialOption {
+	if c.lab == nil {
+		return nil
+	}
+	lab := c.lab
+	return []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return lab.DialContext(ctx, "tcp", addr)
+	})}
 }
 
 // Client is a tokenmesh.v1 client of node i's gRPC API, over one
@@ -663,22 +849,34 @@ func (c *Cluster) node(i int) Node {
 	return c.Nodes[i]
 }
 
-// Partition cuts the data plane between groups of node indices: every
-// live node blocks the nodes outside its own group (a node in no group is
-// cut off from all), with no other fault. Gossip still flows, so every
-// node still counts the others as live members. Partition() with no
-// groups heals. Errors: Config.FaultInjection off, an index out of range,
-// a node that refused the faults (the others keep theirs).
+// Partition cuts the links between groups of node indices: a node in no
+// group is cut off from all. Partition() with no groups heals.
+//
+// In namespace mode (Namespaced) it cuts the network, gossip and peer
+// traffic together, both ways, replacing any earlier partition: each
+// side's gossip then declares the other side failed, and after a heal
+// the membership's reconnects merge the sides again.
+//
+// Otherwise it cuts the data plane only: every live node blocks the nodes
+// outside its own group, with no other fault. Gossip still flows, so
+// every node still counts the others as live members.
+//
+// Errors: neither mode available (Config.FaultInjection off without
+// namespaces), an index out of range or in two groups, a failed route
+// change or a node that refused the faults (the others keep theirs).
 func (c *Cluster) Partition(groups ...[]int) error {
+	if err := checkGroups(groups, len(c.Nodes)); err != nil {
+		return err
+	}
+	if c.lab != nil {
+		return c.partitionNet(groups)
+	}
 	if !c.cfg.FaultInjection {
-		return errors.New("localcluster: Partition needs Config.FaultInjection")
+		return errors.New("localcluster: Partition needs Config.FaultInjection (or Config.Namespaces)")
 	}
 	group := map[int]int{}
 	for g, ids := range groups {
 		for _, i := range ids {
-			if i < 0 || i >= len(c.Nodes) {
-				return fmt.Errorf("localcluster: Partition: no node %d (the cluster has %d)", i, len(c.Nodes))
-			}
 			group[i] = g + 1
 		}
 	}
@@ -704,8 +902,66 @@ func (c *Cluster) Partition(groups ...[]int) error {
 	return errors.Join(errs...)
 }
 
-// Heal removes every fault of every live node (Partition()).
+// Heal removes every cut (Partition()): in namespace mode the routes, else
+// every fault of every live node.
 func (c *Cluster) Heal() error { return c.Partition() }
+
+// checkGroups checks Partition's groups over n nodes.
+func checkGroups(groups [][]int, n int) error {
+	seen := map[int]bool{}
+	for _, g := range groups {
+		for _, i := range g {
+			if i < 0 || i >= n {
+				return fmt.Errorf("localcluster: Partition: no node %d (the cluster has %d)", i, n)
+			}
+			if seen[i] {
+				return fmt.Errorf("localcluster: Partition: node %d is in two groups", i)
+			}
+			seen[i] = true
+		}
+	}
+	return nil
+}
+
+// partitionNet replaces the network cuts with groups'.
+func (c *Cluster) partitionNet(groups [][]int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.lab.Heal(ctx); err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	c.mu.Lock()
+	c.groups = nil
+	c.mu.Unlock()
+	if len(groups) == 0 {
+		return nil
+	}
+	group := map[int]int{}
+	for g, ids := range groups {
+		for _, i := range ids {
+			group[i] = g + 1
+		}
+	}
+	for i := range c.Nodes {
+		var others []int
+		for j := range c.Nodes {
+			if j != i && (group[i] == 0 || group[j] != group[i]) {
+				others = append(others, j)
+			}
+		}
+		if err := c.lab.CutOneWay(ctx, []int{i}, others); err != nil {
+			return fmt.Errorf("localcluster: %w", err)
+		}
+	}
+	gs := make([][]int, len(groups))
+	for k, g := range groups {
+		gs[k] = slices.Clone(g)
+	}
+	c.mu.Lock()
+	c.groups = gs
+	c.mu.Unlock()
+	return nil
+}
 
 // Metrics returns node i's GET /metrics text. Errors: node i not
 // running, no answer, a non-200 answer (as when the node serves no

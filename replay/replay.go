@@ -806,12 +806,13 @@ type LiveTarget struct {
 }
 
 // NewLiveTarget connects to the nodes' gRPC API addresses (grpcAddrs[i] is
-// node i of c) for rule.
-func NewLiveTarget(c Cluster, grpcAddrs []string, rule string) (*LiveTarget, error) {
+// node i of c) for rule; opts are added to the dial options (e.g.
+// localcluster.Cluster.DialOptions for nodes in network namespaces).
+func NewLiveTarget(c Cluster, grpcAddrs []string, rule string, opts ...grpc.DialOption) (*LiveTarget, error) {
 	n := len(grpcAddrs)
 	l := &LiveTarget{c: c, rule: rule, killed: make([]bool, n), msgs: make([]int64, n), bytes: make([]int64, n)}
 	for _, addr := range grpcAddrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 		if err != nil {
 			_ = l.Close()
 			return nil, fmt.Errorf("replay: connecting to %s: %w", addr, err)

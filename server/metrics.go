@@ -28,6 +28,14 @@ package server
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
 //	tokenmesh_members                                gauge of live members (1 without gossip)
+//	tokenmesh_peer_refused_frames_total{reason}      counter of peer frames (and streams) refused:
+//	                                                 bad_mac (no or a wrong MAC: a sender without
+//	                                                 the secret key), replay (a frame seen before, or
+//	                                                 an old incarnation's), unknown_sender (not a
+//	                                                 member), bad_certificate (mTLS), out_of_bounds
+//	                                                 (a payload its strategy refused: a value out of
+//	                                                 bounds, or one that does not decode; the sum of
+//	                                                 tokenmesh_peer_receive_errors_total)
 //
 // Read in the node's loop at scrape time (cluster.Node.Inspect, 200ms at
 // most; left out of a scrape when the node does not answer in time):
@@ -52,6 +60,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -147,6 +156,25 @@ func (v limiterView) Inspect(ctx context.Context, f func(time.Duration, cluster.
 	return v.n.Cluster().Inspect(ctx, f)
 }
 
+// PeerRefusals is the peer transport's refusals by reason (nil without one).
+func (v limiterView) PeerRefusals() map[string]int64 {
+	st, ok := v.n.PeerStats()
+	if !ok {
+		return nil
+	}
+	return st.Refusals
+}
+
+// peerRefusals is a nodeView that also reports its peer transport's
+// refused frames by reason (grpcpeer.Stats.Refusals).
+type peerRefusals interface {
+	PeerRefusals() map[string]int64
+}
+
+// RefusedOutOfBounds is the reason label of peer payloads a strategy
+// refused (tokenmesh_peer_refused_frames_total).
+const RefusedOutOfBounds = "out_of_bounds"
+
 // Members is the live members gossip reported; 1 (this node) without gossip.
 func (v limiterView) Members() int { return max(len(v.n.Members()), 1) }
 
@@ -167,6 +195,8 @@ var (
 		"Peer frames for a rule this node does not have (dropped).", nil, nil)
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
+	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
+		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
@@ -184,7 +214,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descUnknownRule, descBadSender, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -218,6 +248,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descInboxDropped, st.InboxDropped)
 	counter(descUnknownRule, st.UnknownRuleFrames)
 	counter(descBadSender, st.BadSender)
+	var outOfBounds int64
+	for _, rs := range st.Rules {
+		outOfBounds += rs.ReceiveErrors
+	}
+	counter(descRefused, outOfBounds, RefusedOutOfBounds)
+	var byReason map[string]int64
+	if pr, ok := c.node.(peerRefusals); ok {
+		byReason = pr.PeerRefusals()
+	}
+	for _, reason := range []string{grpcpeer.ReasonBadMAC, grpcpeer.ReasonReplay, grpcpeer.ReasonUnknownSender, grpcpeer.ReasonBadCertificate} {
+		counter(descRefused, byReason[reason], reason)
+	}
 	gauge(descMembers, float64(c.node.Members()))
 
 	for _, r := range c.inspect() {

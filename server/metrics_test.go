@@ -352,6 +352,32 @@ func TestMetricsCapacityShares(t *testing.T) {
 	}
 }
 
+// refusingView is a fakeView whose peer transport reports refusals.
+type refusingView struct {
+	fakeView
+	refusals map[string]int64
+}
+
+func (v refusingView) PeerRefusals() map[string]int64 { return v.refusals }
+
+func TestMetricsRefusedFrames(t *testing.T) {
+	noop := func(context.Context, func(time.Duration, cluster.Rule, strategy.Strategy)) error { return nil }
+	base := fakeView{stats: cluster.Stats{Rules: map[string]cluster.RuleStats{"a": {ReceiveErrors: 2}, "b": {ReceiveErrors: 3}}},
+		members: 3, inspect: noop}
+	view := refusingView{fakeView: base, refusals: map[string]int64{"bad_mac": 7, "replay": 4, "unknown_sender": 1}}
+	fams := gatherFake(t, view)
+	for reason, want := range map[string]float64{"bad_mac": 7, "replay": 4, "unknown_sender": 1, "bad_certificate": 0, "out_of_bounds": 5} {
+		if got := value(t, fams, "tokenmesh_peer_refused_frames_total", "reason="+reason); got != want {
+			t.Errorf("tokenmesh_peer_refused_frames_total{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	// Without a peer transport, the transport's reasons are 0.
+	fams = gatherFake(t, base)
+	if got := value(t, fams, "tokenmesh_peer_refused_frames_total", "reason=bad_mac"); got != 0 {
+		t.Errorf("bad_mac = %v without a transport", got)
+	}
+}
+
 // BenchmarkCheckMetrics measures a one-item Check, counting included.
 func BenchmarkCheckMetrics(b *testing.B) {
 	s := newTestServer(b)

@@ -81,16 +81,17 @@ func TestStaticConformsLocalExceeds(t *testing.T) {
 	}
 }
 
-// Crashing a hot key's owner: with fail_open, the requests forwarded to it
-// are answered by timeout; the next owner then takes over.
+// Crashing a hot key's owner: the requests forwarded to it are answered by
+// on_timeout (admit: more admissions than reject); the next owner then
+// takes over.
 func TestOwnerCrashFailover(t *testing.T) {
 	tr := mustGen(t, "heavy:users=10,rate=100,duration=30s", 2)
 	sc, err := sim.ParseScenario([]byte("detection: 2s\nevents:\n  - at: 10s\n    crash_owner_of_hottest: 1\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := run(t, tr, "owner", 5, fixed(time.Millisecond), sc)
-	closed := run(t, tr, "owner", 5, fixed(time.Millisecond), sc, "fail_open=false")
+	open := run(t, tr, "owner", 5, fixed(time.Millisecond), sc, "on_timeout=admit")
+	closed := run(t, tr, "owner", 5, fixed(time.Millisecond), sc, "on_timeout=reject")
 	if len(open.Crashed) != 1 {
 		t.Fatalf("crashed %v, want one node", open.Crashed)
 	}
@@ -242,7 +243,9 @@ func TestOwnerRetriesUnderLoss(t *testing.T) {
 		got := allowed(run(t, tr, "owner", 5, net, nil, params...))
 		return eval.Compare(tr.Requests, got, central).ExcessAdmitted
 	}
-	none, some := excess("retries=0"), excess()
+	// on_timeout=admit: every lost attempt becomes an uncharged admission,
+	// so the excess counts what retries did not recover.
+	none, some := excess("retries=0", "on_timeout=admit"), excess("on_timeout=admit")
 	if none == 0 || some*5 > none {
 		t.Fatalf("excess tokens with no retries %d, with 2 retries %d: want retries to cut it at least 5x", none, some)
 	}

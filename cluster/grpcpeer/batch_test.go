@@ -386,19 +386,32 @@ func TestBatchUnknownToPeer(t *testing.T) {
 
 // BenchmarkSend sends frames from one transport to another on loopback
 // with at most window frames in flight (sent, not yet delivered), and
-// reports frames/s and frames per stream message.
+// reports frames/s and frames per stream message; with mac, every frame is
+// authenticated (Config.SecretKey).
 func BenchmarkSend(b *testing.B) {
-	for _, window := range []int{1, 64, 1024} {
-		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
+	for _, mac := range []bool{false, true} {
+		for _, window := range []int{1, 64, 1024} {
+			benchSend(b, mac, window)
+		}
+	}
+}
+
+func benchSend(b *testing.B, mac bool, window int) {
+	var secret []byte
+	if mac {
+		secret = testSecret
+	}
+	{
+		b.Run(fmt.Sprintf("mac=%v/window=%d", mac, window), func(b *testing.B) {
 			sem := make(chan struct{}, window)
 			recv := func(cluster.Frame) { <-sem }
-			rx, err := New(Config{Self: "rx", ListenAddr: "127.0.0.1:0", Peers: map[strategy.NodeID]string{"tx": "127.0.0.1:1"}})
+			rx, err := New(Config{Self: "rx", ListenAddr: "127.0.0.1:0", SecretKey: secret, Peers: map[strategy.NodeID]string{"tx": "127.0.0.1:1"}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer rx.Close()
 			rx.Listen(recv)
-			tx, err := New(Config{Self: "tx", ListenAddr: "127.0.0.1:0", Queue: 2 * window, Peers: map[strategy.NodeID]string{"rx": rx.Addr()}})
+			tx, err := New(Config{Self: "tx", ListenAddr: "127.0.0.1:0", SecretKey: secret, Queue: 2 * window, Peers: map[strategy.NodeID]string{"rx": rx.Addr()}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,7 +7,11 @@
 // frames only from senders in its peer book (Config.Peers, SetPeers), and,
 // with TLS, only when the client certificate names the sender (its DNS SAN
 // or common name equals the node id). A refused stream ends with
-// PERMISSION_DENIED before any of its frames reaches the node.
+// PERMISSION_DENIED before any of its frames reaches the node. With
+// Config.SecretKey, every frame also carries an HMAC and a sequence number
+// (auth.go): a frame whose MAC does not verify, or a replayed one, is
+// refused and counted, so a process that reaches the port without the key
+// cannot speak for a member even without TLS.
 //
 // The sender coalesces: when several frames are queued for a peer, it sends
 // those already queued (up to MaxBatchFrames frames and about
@@ -20,10 +24,12 @@ package grpcpeer
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -89,8 +95,22 @@ type Config struct {
 	// tls.RequireAndVerifyClientCert). A client verifies the server's
 	// certificate against the peer's node id unless ServerName is set; the
 	// server requires the client certificate to name the sender. Nil:
-	// plaintext, and the sender's id is taken on its word.
+	// plaintext, and the sender's id is taken on its word (unless
+	// SecretKey is set).
 	TLS *tls.Config
+	// SecretKey, when set, authenticates every frame: the sender MACs it
+	// with a key derived from SecretKey (DeriveFrameKey), and the receiver
+	// refuses frames whose MAC does not verify or that replay an earlier
+	// frame (see auth.go). Every node of a cluster needs the same key. Nil:
+	// frames carry no MAC and none is checked.
+	SecretKey []byte
+	// Incarnation names this process in its frames' MACs (replay
+	// protection); it must grow across restarts of a node. Zero: the
+	// current time in Unix nanoseconds.
+	Incarnation uint64
+	// Logger receives the refusal log lines (at most one per reason per
+	// LogEvery). Nil: slog.Default().
+	Logger *slog.Logger
 	// Queue is the per-peer send queue length in frames (default
 	// DefaultQueue); a frame that finds it full is dropped and counted.
 	Queue int
@@ -109,8 +129,12 @@ type Stats struct {
 	Dropped  int64 // frames dropped because the peer's queue was full
 	Lost     int64 // frames whose stream write failed
 	Received int64 // frames handed to the Listen callback
-	Refused  int64 // streams refused (unknown sender, bad certificate)
+	Refused  int64 // streams refused (unknown sender, bad certificate, bad MAC)
 	Dials    int64 // streams opened
+	// Refusals counts refused streams and frames by reason (ReasonBadMAC,
+	// ReasonReplay, ReasonUnknownSender, ReasonBadCertificate); every
+	// reason is present, zero included.
+	Refusals map[string]int64
 }
 
 // Transport is a cluster.Transport over gRPC. Its methods are safe for
@@ -130,6 +154,12 @@ type Transport struct {
 	wg     sync.WaitGroup
 
 	sent, batches, dropped, lost, received, refused, dials atomic.Int64
+
+	frameKey                                 []byte // nil: frames are not authenticated
+	incarnation                              uint64
+	replay                                   replayGuard
+	rlog                                     refusalLog
+	badMAC, replayed, unknownSender, badCert atomic.Int64
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -150,11 +180,25 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
+	var frameKey []byte
+	if len(cfg.SecretKey) > 0 {
+		var err error
+		if frameKey, err = DeriveFrameKey(cfg.SecretKey); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Incarnation == 0 {
+		cfg.Incarnation = uint64(time.Now().UnixNano())
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	lis, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("grpcpeer: %w", err)
 	}
-	t := &Transport{cfg: cfg, lis: lis, peers: map[strategy.NodeID]*sender{}}
+	t := &Transport{cfg: cfg, lis: lis, peers: map[strategy.NodeID]*sender{}, frameKey: frameKey,
+		incarnation: cfg.Incarnation, rlog: refusalLog{log: cfg.Logger, by: map[string]*refusalEntry{}}}
 	opts := []grpc.ServerOption{
 		// Clients ping idle streams (see dial); allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
@@ -179,7 +223,9 @@ func (t *Transport) Addr() string { return t.lis.Addr().String() }
 // Stats returns the counts so far.
 func (t *Transport) Stats() Stats {
 	return Stats{Sent: t.sent.Load(), Batches: t.batches.Load(), Dropped: t.dropped.Load(), Lost: t.lost.Load(),
-		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load()}
+		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load(),
+		Refusals: map[string]int64{ReasonBadMAC: t.badMAC.Load(), ReasonReplay: t.replayed.Load(),
+			ReasonUnknownSender: t.unknownSender.Load(), ReasonBadCertificate: t.badCert.Load()}}
 }
 
 // SetPeers replaces the address book. Senders to removed peers stop (their
@@ -198,6 +244,9 @@ func (t *Transport) SetPeers(peers map[strategy.NodeID]string) {
 		return
 	}
 	t.book.Store(&book)
+	// Replay windows are kept for removed peers too: forgetting one would
+	// let its recorded frames be replayed once it is a member again. One
+	// window per sender name ever seen is small.
 	for id, s := range t.peers {
 		addr, ok := book[id]
 		if !ok {
@@ -289,10 +338,16 @@ func (s *server) Batch(stream grpc.BidiStreamingServer[transportpb.PeerBatch, tr
 // every message it sends (frames says which), until it ends or a frame is
 // refused.
 func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb.PeerAck], frames func(*M) []*transportpb.PeerFrame) error {
-	from, err := t.authenticate(stream.Context())
+	from, reason, err := t.authenticate(stream.Context())
 	if err != nil {
 		t.refused.Add(1)
+		t.refuse(reason, from, err.Error())
 		return err
+	}
+	var mac *framer
+	var sum []byte
+	if t.frameKey != nil {
+		mac, sum = newFramer(t.frameKey), make([]byte, 0, MACSize)
 	}
 	for {
 		m, err := stream.Recv()
@@ -303,11 +358,46 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 			return err
 		}
 		for _, fr := range frames(m) {
+			if mac != nil {
+				ok, err := t.verify(mac, sum, from, fr)
+				if err != nil {
+					t.refused.Add(1)
+					return err
+				}
+				if !ok {
+					continue
+				}
+			}
 			if err := t.deliver(from, fr); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// verify checks fr's MAC and sequence number (auth.go). A replayed frame
+// is refused (false; counted and logged) and the stream goes on; a frame
+// whose MAC does not verify ends the stream with PERMISSION_DENIED (the
+// error): its sender does not hold the key, or the stream was altered.
+func (t *Transport) verify(mac *framer, sum []byte, from strategy.NodeID, fr *transportpb.PeerFrame) (bool, error) {
+	want := mac.sum(sum[:0], from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetPayload())
+	if len(fr.GetMac()) != MACSize || !hmac.Equal(want, fr.GetMac()) {
+		t.badMAC.Add(1)
+		detail := fmt.Sprintf("rule %q: the frame's MAC does not verify (missing, forged, or another secret key)", fr.GetRule())
+		t.refuse(ReasonBadMAC, from, detail)
+		return false, status.Errorf(codes.PermissionDenied, "grpcpeer: frame from %q refused: %s", from, detail)
+	}
+	if !t.replay.admit(from, fr.GetIncarnation(), fr.GetSeq()) {
+		t.replayed.Add(1)
+		t.refuse(ReasonReplay, from, fmt.Sprintf("rule %q: incarnation %d seq %d was seen or is older than the window", fr.GetRule(), fr.GetIncarnation(), fr.GetSeq()))
+		return false, nil
+	}
+	return true, nil
+}
+
+// refuse logs a refusal (rate-limited per reason).
+func (t *Transport) refuse(reason string, from strategy.NodeID, detail string) {
+	t.rlog.refused(reason, from, detail)
 }
 
 // deliver hands a frame from the authenticated sender from to the Listen
@@ -316,6 +406,7 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 func (t *Transport) deliver(from strategy.NodeID, fr *transportpb.PeerFrame) error {
 	if !t.known(from) { // removed from the book while streaming
 		t.refused.Add(1)
+		t.unknownSender.Add(1)
 		return status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
 	}
 	if recv := t.recv.Load(); recv != nil {
@@ -327,33 +418,38 @@ func (t *Transport) deliver(from strategy.NodeID, fr *transportpb.PeerFrame) err
 
 // authenticate returns the stream's sender: named in the metadata, in the
 // peer book, and, with TLS, named by the client certificate.
-func (t *Transport) authenticate(ctx context.Context) (strategy.NodeID, error) {
+func (t *Transport) authenticate(ctx context.Context) (_ strategy.NodeID, reason string, _ error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(FromKey)
 	if len(vals) != 1 || vals[0] == "" {
-		return "", status.Error(codes.Unauthenticated, "grpcpeer: the stream does not name its sender")
+		t.unknownSender.Add(1)
+		return "", ReasonUnknownSender, status.Error(codes.Unauthenticated, "grpcpeer: the stream does not name its sender")
 	}
 	from := strategy.NodeID(vals[0])
 	if !t.known(from) {
-		return "", status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
+		t.unknownSender.Add(1)
+		return from, ReasonUnknownSender, status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
 	}
 	if t.cfg.TLS != nil {
 		p, ok := peer.FromContext(ctx)
 		if !ok {
-			return "", status.Error(codes.Unauthenticated, "grpcpeer: no peer info")
+			t.badCert.Add(1)
+			return from, ReasonBadCertificate, status.Error(codes.Unauthenticated, "grpcpeer: no peer info")
 		}
 		info, ok := p.AuthInfo.(credentials.TLSInfo)
 		// VerifiedChains, not PeerCertificates: a certificate the TLS
 		// config asked for but did not verify names nobody.
 		if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-			return "", status.Errorf(codes.Unauthenticated, "grpcpeer: %q sent no verified client certificate", from)
+			t.badCert.Add(1)
+			return from, ReasonBadCertificate, status.Errorf(codes.Unauthenticated, "grpcpeer: %q sent no verified client certificate", from)
 		}
 		cert := info.State.VerifiedChains[0][0]
 		if cert.VerifyHostname(string(from)) != nil && cert.Subject.CommonName != string(from) {
-			return "", status.Errorf(codes.PermissionDenied, "grpcpeer: the client certificate does not name %q", from)
+			t.badCert.Add(1)
+			return from, ReasonBadCertificate, status.Errorf(codes.PermissionDenied, "grpcpeer: the client certificate does not name %q", from)
 		}
 	}
-	return from, nil
+	return from, "", nil
 }
 
 // sender owns the stream to one peer.
@@ -373,12 +469,19 @@ type sender struct {
 	// legacy (run's own) makes the next dial use Stream: the last Batch
 	// stream was refused as UNIMPLEMENTED.
 	legacy bool
+	// seq (run's own) is the sequence number of the last frame signed for
+	// this peer; mac is the keyed HMAC (nil without a secret key).
+	seq uint64
+	mac *framer
 }
 
 func (t *Transport) newSender(id strategy.NodeID, addr string) *sender {
 	s := &sender{t: t, id: id, addr: addr, q: make(chan *transportpb.PeerFrame, t.cfg.Queue),
 		redial: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if t.frameKey != nil {
+		s.mac = newFramer(t.frameKey)
+	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -537,6 +640,7 @@ func (s *sender) run() {
 			}
 		}
 		batch, carry = fill(s.q, append(batch[:0], fr))
+		s.sign(batch)
 		sent, err := s.send(c, msg, batch)
 		clear(batch) // let the sent frames go
 		t.sent.Add(int64(sent))
@@ -557,6 +661,22 @@ func (s *sender) run() {
 			continue
 		}
 		backoff = 0
+	}
+}
+
+// sign gives every frame of batch not signed yet its incarnation, next
+// sequence number and MAC (no-op without a secret key).
+func (s *sender) sign(batch []*transportpb.PeerFrame) {
+	if s.mac == nil {
+		return
+	}
+	for _, fr := range batch {
+		if fr.Mac != nil {
+			continue
+		}
+		s.seq++
+		fr.Incarnation, fr.Seq = s.t.incarnation, s.seq
+		fr.Mac = s.mac.sum(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
 	}
 }
 
@@ -586,11 +706,15 @@ func fill(q <-chan *transportpb.PeerFrame, batch []*transportpb.PeerFrame) (_ []
 }
 
 // frameSize bounds fr's encoded size inside a PeerBatch from above: the
-// rule and payload, their tags and lengths, and the frame's own tag and
-// length (each length at most 5 bytes).
+// rule and payload, their tags and lengths, the frame's own tag and length
+// (each length at most 5 bytes), and the authentication fields (tags,
+// two varints of at most 10 bytes, the MAC and its length).
 func frameSize(fr *transportpb.PeerFrame) int {
-	return len(fr.Rule) + len(fr.Payload) + 3*(1+5)
+	return len(fr.Rule) + len(fr.Payload) + 3*(1+5) + authSize
 }
+
+// authSize bounds the encoded incarnation, seq and MAC of a frame.
+const authSize = 3 + 10 + 10 + 1 + MACSize
 
 // send writes batch to c's stream: as one message (msg, reused), or with
 // legacy one message per frame. It returns how many frames were written.

@@ -2,20 +2,16 @@ package grpcpeer
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/internal/pki"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -329,55 +325,33 @@ func TestOwnerClusterOverGRPC(t *testing.T) {
 	}
 }
 
-// testCA issues certificates for node ids.
+// testCA issues certificates for node ids (internal/pki).
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*pki.CA
 	pool *x509.CertPool
 }
 
 func newCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("tokenmesh test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tokenmesh test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
+	return &testCA{CA: ca, pool: ca.Pool()}
 }
 
 // config is an mTLS config for node id with a certificate naming it,
 // trusting ca's certificates (trust, when not nil, instead).
 func (ca *testCA) config(t *testing.T, id strategy.NodeID, trust *x509.CertPool) *tls.Config {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: string(id)},
-		DNSNames: []string{string(id)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	iss, err := ca.Issue(string(id), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if trust == nil {
 		trust = ca.pool
 	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+	return &tls.Config{Certificates: []tls.Certificate{iss.TLS},
 		RootCAs: trust, ClientCAs: trust, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}
 }
 

@@ -4,15 +4,42 @@
 // memberlist's join, leave and update events into one ordered stream of
 // member lists (node name -> peer address) for cluster.Node and the
 // grpcpeer address book (see Wire).
+//
+// Healing. memberlist stops contacting a member it declared dead (it
+// gossips to it for GossipToTheDeadTime, 30 s at LAN timers, then forgets
+// it), so the two sides of a partition that outlived failure detection
+// would never merge again. Membership therefore remembers the gossip
+// address of every member that failed (not one that left) and, every
+// ReconnectInterval until ReconnectTimeout, joins one of them at random,
+// and also every Seeds address that is no live member's: the sides of a
+// healed partition merge, and so do two clusters founded apart (a
+// partition at first boot). To tell a member that left from one that
+// failed (memberlist reports both as a leave, and its Node.State is not
+// filled in), Leave first sends every member a leave intent (a memberlist
+// user message, encrypted like the rest of gossip), as serf does. This is the reconnect behaviour of
+// hashicorp/serf (serf.Config.ReconnectInterval / ReconnectTimeout,
+// serf.go handleReconnect: "attempt to join a random failed member")
+// rebuilt on memberlist: theirs is the idea and the two settings; ours is
+// the seeds retry (serf's agent does that separately, retry_join) and the
+// code. We did not take serf itself: it brings its own event, query and
+// Lamport-clock layer and replaces memberlist node metadata with encoded
+// tags, for one behaviour that is about a hundred lines here.
 package membership
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"maps"
+	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +90,31 @@ type Config struct {
 	// has been forgotten (about 30s at LAN timers).
 	DeadNodeReclaimTime time.Duration
 
+	// ReconnectInterval is how often the member tries to rejoin failed
+	// members and the Seeds that are not live members. Zero:
+	// DefaultReconnectInterval; negative: never (a partition then splits
+	// the cluster for good once failure detection has run).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is retried before it
+	// is forgotten. Zero: DefaultReconnectTimeout. Seeds are never
+	// forgotten.
+	ReconnectTimeout time.Duration
+	// Seeds are gossip addresses ("host:port") tried every
+	// ReconnectInterval while no live member (Self included) has that
+	// address: typically the configured join addresses, so a member that
+	// founded a cluster alone (nobody answered at start) merges with the
+	// others once they can be reached. Unlike Join, New does not contact
+	// them and does not fail when they are down.
+	Seeds []string
+	// Log, when set, receives the membership changes at Info (member
+	// joined, failed, left; a reconnect that merged members) and failed
+	// reconnect attempts at Debug. Nil: none.
+	Log *slog.Logger
+
+	// transport, when set (tests), is memberlist's transport instead of
+	// a NetTransport bound to BindAddr:BindPort.
+	transport memberlist.Transport
+
 	// OnChange is called with the live members (Self included) after every
 	// membership change, from one goroutine, in order; changes that
 	// arrive while it runs are coalesced into the next call. The map is
@@ -77,9 +129,19 @@ type Config struct {
 type Membership struct {
 	ml       *memberlist.Memberlist
 	onChange func(map[strategy.NodeID]string)
+	log      *slog.Logger // never nil
+	self     strategy.NodeID
+
+	reconnectInterval time.Duration
+	reconnectTimeout  time.Duration
+	seeds             []string
 
 	mu      sync.Mutex
 	members map[strategy.NodeID]string
+	addrs   map[strategy.NodeID]string // live members' gossip addresses
+	failed  map[strategy.NodeID]failedMember
+	left    map[strategy.NodeID]time.Time // leave intents received, for leftMemory
+	leaving bool
 
 	wake     chan struct{} // cap 1: a change is waiting for delivery
 	done     chan struct{} // closed by Shutdown
@@ -88,10 +150,36 @@ type Membership struct {
 	shutErr  error
 }
 
+// DefaultReconnectInterval is Config.ReconnectInterval's default: with
+// the LAN failure detector (probe 1 s, suspicion about 4-6 s) a healed
+// partition is whole again within about 5 s + one join round trip, well
+// inside 15 s.
+const DefaultReconnectInterval = 5 * time.Second
+
+// DefaultReconnectTimeout is Config.ReconnectTimeout's default, serf's
+// (24 h): a partition of up to a day heals by itself; a member gone for
+// good costs one failed join per interval until then.
+const DefaultReconnectTimeout = 24 * time.Hour
+
+// leftMemory is how long a leave intent is remembered: a member reported
+// gone within that time after its intent arrived left, not failed.
+const leftMemory = 2 * time.Minute
+
+// leaveIntentPrefix starts a leave intent user message; the leaving
+// member's name follows.
+const leaveIntentPrefix = "tokenmesh-leave\x00"
+
+// failedMember is a member that failed (was declared dead, not left).
+type failedMember struct {
+	addr  string // gossip host:port
+	since time.Time
+}
+
 // New starts the member and, if cfg.Join is set, joins the cluster. The
 // first OnChange (with at least Self) is delivered soon after New returns.
-// Errors: an empty NodeName, a bad SecretKey, a bind failure, a join
-// that reached none of cfg.Join.
+// Errors: an empty NodeName, a bad SecretKey, a negative
+// ReconnectTimeout, a Seeds entry that is not "host:port", a bind
+// failure, a join that reached none of cfg.Join.
 func New(cfg Config) (*Membership, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("membership: NodeName is empty")
@@ -102,12 +190,28 @@ func New(cfg Config) (*Membership, error) {
 	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
 		return nil, fmt.Errorf("membership: SecretKey is %d bytes, want 16, 24 or 32", k)
 	}
+	if cfg.ReconnectTimeout < 0 {
+		return nil, fmt.Errorf("membership: ReconnectTimeout %v is negative", cfg.ReconnectTimeout)
+	}
+	for _, s := range cfg.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("membership: seed %q: %w", s, err)
+		}
+	}
 	m := &Membership{
-		onChange: cfg.OnChange,
-		members:  map[strategy.NodeID]string{},
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		onChange:          cfg.OnChange,
+		log:               cfg.Log,
+		self:              strategy.NodeID(cfg.NodeName),
+		reconnectInterval: cfg.ReconnectInterval,
+		reconnectTimeout:  cfg.ReconnectTimeout,
+		seeds:             slices.Clone(cfg.Seeds),
+		members:           map[strategy.NodeID]string{},
+		addrs:             map[strategy.NodeID]string{},
+		failed:            map[strategy.NodeID]failedMember{},
+		left:              map[strategy.NodeID]time.Time{},
+		wake:              make(chan struct{}, 1),
+		done:              make(chan struct{}),
+		stopped:           make(chan struct{}),
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.NodeName
@@ -131,8 +235,26 @@ func New(cfg Config) (*Membership, error) {
 	if cfg.ProbeInterval > 0 {
 		// Keep the periodic full-state sync in proportion (LAN: 30s).
 		mc.PushPullInterval = 30 * cfg.ProbeInterval
+		// And how long the dead are still gossiped to (LAN: 30s).
+		mc.GossipToTheDeadTime = 30 * cfg.ProbeInterval
 	}
-	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr)}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	m.log = m.log.With("member", cfg.NodeName)
+	if m.reconnectInterval == 0 {
+		m.reconnectInterval = DefaultReconnectInterval
+	}
+	if m.reconnectTimeout == 0 {
+		m.reconnectTimeout = DefaultReconnectTimeout
+	}
+	if cfg.transport != nil {
+		mc.Transport = cfg.transport
+		if nt, ok := cfg.transport.(interface{ GetAutoBindPort() int }); ok && cfg.BindPort == 0 {
+			mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
+		}
+	}
+	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
 	mc.Events = &events{m: m}
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger
@@ -153,6 +275,9 @@ func New(cfg Config) (*Membership, error) {
 			_ = m.Shutdown()
 			return nil, fmt.Errorf("membership: join: %w", err)
 		}
+	}
+	if m.reconnectInterval > 0 {
+		go m.reconnect()
 	}
 	return m, nil
 }
@@ -191,8 +316,18 @@ func (m *Membership) LocalAddr() string { return m.ml.LocalNode().Address() }
 // the message to spread, then shuts the member down. The others drop it
 // at once instead of after failure detection. The last OnChange before
 // the shutdown may list the others without Self.
+//
+// Before that it sends every live member a leave intent (over TCP, in
+// parallel, for at most half of timeout, which the announcement's wait
+// then uses less of), so that they remember it as left and do not try
+// to reconnect to it.
 func (m *Membership) Leave(timeout time.Duration) error {
-	err := m.ml.Leave(timeout)
+	m.mu.Lock()
+	m.leaving = true // no more reconnects
+	m.mu.Unlock()
+	begin := time.Now()
+	m.sendLeaveIntent(timeout / 2)
+	err := m.ml.Leave(max(timeout-time.Since(begin), timeout/2))
 	if serr := m.Shutdown(); err == nil {
 		err = serr
 	}
@@ -214,6 +349,59 @@ func (m *Membership) Shutdown() error {
 	return m.shutErr
 }
 
+// sendLeaveIntent sends the leave intent to every other live member and
+// waits for the sends, at most wait.
+func (m *Membership) sendLeaveIntent(wait time.Duration) {
+	msg := []byte(leaveIntentPrefix + string(m.self))
+	var wg sync.WaitGroup
+	for _, n := range m.ml.Members() {
+		if n.Name == string(m.self) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.ml.SendReliable(n, msg) // a lost intent: the member is retried as failed
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+}
+
+// leaveIntent records that name announced it is leaving. A member already
+// recorded as failed (the intent arrived after the departure) is
+// forgotten.
+func (m *Membership) leaveIntent(name string) {
+	id := strategy.NodeID(name)
+	if id == m.self || len(name) == 0 || len(name) > maxNameBytes {
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for n, at := range m.left { // bounded: entries expire
+		if now.Sub(at) > leftMemory {
+			delete(m.left, n)
+		}
+	}
+	if len(m.left) >= maxLeftIntents {
+		return
+	}
+	m.left[id] = now
+	delete(m.failed, id)
+}
+
+// Bounds on leave intents from peers: a name's length, and how many are
+// remembered at once.
+const (
+	maxNameBytes   = 512
+	maxLeftIntents = 4096
+)
+
 // deliver runs OnChange, one call at a time, with the newest member list.
 func (m *Membership) deliver() {
 	defer close(m.stopped)
@@ -234,32 +422,191 @@ func (m *Membership) deliver() {
 	}
 }
 
-func (m *Membership) set(n *memberlist.Node, alive bool) {
+// set records a member's join (alive) or departure. A departure is a
+// failure unless it is this member's or a leave intent from it arrived
+// within leftMemory; set reports which.
+func (m *Membership) set(n *memberlist.Node, alive bool) (failed bool) {
 	m.mu.Lock()
 	id := strategy.NodeID(n.Name)
 	if alive {
 		m.members[id] = string(n.Meta)
+		m.addrs[id] = n.Address()
+		delete(m.failed, id)
+		delete(m.left, id)
 	} else {
 		delete(m.members, id)
+		delete(m.addrs, id)
+		at, left := m.left[id]
+		if failed = id != m.self && !(left && time.Since(at) <= leftMemory); failed {
+			m.failed[id] = failedMember{addr: n.Address(), since: time.Now()}
+		} else {
+			delete(m.failed, id)
+		}
 	}
 	m.mu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
 	default:
 	}
+	return failed
 }
 
 // events is memberlist's EventDelegate. memberlist calls it with its node
 // lock held: it must not block or call back into the memberlist.
 type events struct{ m *Membership }
 
-func (e *events) NotifyJoin(n *memberlist.Node)   { e.m.set(n, true) }
-func (e *events) NotifyLeave(n *memberlist.Node)  { e.m.set(n, false) }
-func (e *events) NotifyUpdate(n *memberlist.Node) { e.m.set(n, true) }
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.m.set(n, true)
+	e.m.log.Info("membership: member joined", "node", n.Name, "gossip", n.Address(), "peer", string(n.Meta))
+}
 
-// delegate publishes the peer address as node metadata; the rest of
-// memberlist's Delegate (user messages, state exchange) is unused.
-type delegate struct{ meta []byte }
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	if !e.m.set(n, false) {
+		e.m.log.Info("membership: member left", "node", n.Name, "gossip", n.Address())
+	} else {
+		e.m.log.Info("membership: member failed", "node", n.Name, "gossip", n.Address(),
+			"reconnect_every", e.m.reconnectInterval.String())
+	}
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.m.set(n, true)
+	e.m.log.Info("membership: member updated", "node", n.Name, "gossip", n.Address(), "peer", string(n.Meta))
+}
+
+// reconnect runs until Shutdown: every reconnectInterval it forgets the
+// failed members older than reconnectTimeout and joins one of the others
+// at random and every seed that is no live member's address, each in its
+// own goroutine (a join towards a partitioned address may block for
+// TCPTimeout); a round starts only when the previous one has ended.
+func (m *Membership) reconnect() {
+	t := time.NewTicker(m.reconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-t.C:
+		}
+		targets := m.reconnectTargets(time.Now())
+		var wg sync.WaitGroup
+		for _, tg := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.tryJoin(tg)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// target is one reconnect attempt: a failed member's address or a seed.
+type target struct {
+	addr string
+	node strategy.NodeID // "" for a seed
+}
+
+// reconnectTargets expires old failed members and picks this round's
+// targets.
+func (m *Membership) reconnectTargets(now time.Time) []target {
+	m.mu.Lock()
+	if m.leaving {
+		m.mu.Unlock()
+		return nil
+	}
+	var failed []target
+	for id, f := range m.failed {
+		if now.Sub(f.since) > m.reconnectTimeout {
+			delete(m.failed, id)
+			m.log.Info("membership: giving up on failed member", "node", string(id), "gossip", f.addr,
+				"failed_for", now.Sub(f.since).Round(time.Second).String())
+			continue
+		}
+		failed = append(failed, target{addr: f.addr, node: id})
+	}
+	live := map[string]bool{}
+	for _, a := range m.addrs {
+		live[a] = true
+	}
+	m.mu.Unlock()
+	var out []target
+	if len(failed) > 0 {
+		slices.SortFunc(failed, func(a, b target) int { return cmp.Compare(a.node, b.node) })
+		out = append(out, failed[rand.IntN(len(failed))])
+	}
+	for _, s := range m.seeds {
+		if !seedIsLive(s, live) {
+			out = append(out, target{addr: s})
+		}
+	}
+	return out
+}
+
+// seedIsLive reports whether seed ("host:port") is the gossip address of
+// a live member. A host name is resolved (at most 2 s); an unresolvable
+// one counts as not live (the join then reports the error).
+func seedIsLive(seed string, live map[string]bool) bool {
+	if live[seed] {
+		return true
+	}
+	host, port, err := net.SplitHostPort(seed)
+	if err != nil {
+		return false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return live[net.JoinHostPort(ip.Unmap().String(), port)]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupHost(ctx, host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if live[net.JoinHostPort(ip, port)] {
+			return true
+		}
+	}
+	return false
+}
+
+// tryJoin joins the member at tg and logs the outcome: Info when a failed
+// member answered (the merge itself follows as "member joined" lines, as
+// gossip spreads) or a seed's join brought members in, Debug otherwise.
+func (m *Membership) tryJoin(tg target) {
+	before := m.NumMembers()
+	_, err := m.ml.Join([]string{tg.addr})
+	after := m.NumMembers()
+	kind := "failed member"
+	if tg.node == "" {
+		kind = "seed"
+	}
+	switch {
+	case err != nil:
+		m.log.Debug("membership: reconnect failed", "target", kind, "node", string(tg.node), "gossip", tg.addr, "err", err)
+	case tg.node != "" || after > before:
+		m.log.Info("membership: reconnected", "target", kind, "node", string(tg.node), "gossip", tg.addr,
+			"members_before", before, "members_now", after)
+	default:
+		m.log.Debug("membership: reconnect answered, nothing new", "target", kind, "gossip", tg.addr, "members", after)
+	}
+}
+
+// NumMembers is the number of live members (Self included).
+func (m *Membership) NumMembers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.members)
+}
+
+// delegate publishes the peer address as node metadata and receives
+// leave intents (user messages); the rest of memberlist's Delegate
+// (broadcasts, state exchange) is unused.
+type delegate struct {
+	meta []byte
+	m    *Membership
+}
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	if len(d.meta) > limit {
@@ -267,7 +614,14 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return d.meta
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+
+// NotifyMsg takes a leave intent; anything else is ignored.
+func (d *delegate) NotifyMsg(b []byte) {
+	if name, ok := strings.CutPrefix(string(b), leaveIntentPrefix); ok {
+		d.m.leaveIntent(name)
+	}
+}
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

@@ -27,7 +27,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
-	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -402,7 +402,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2*limiter.RetryJoinInterval + time.Second) // two join retries
+	time.Sleep(config.DefaultReconnectInterval + 2*time.Second) // a join retry
 	if !strings.Contains(out.String(), "answered: founding a cluster") {
 		t.Errorf("the intruder did not report that nobody answered its join:\n%s", out.String())
 	}
@@ -436,7 +436,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := cluster.New(cluster.Config{Self: "intruder", Members: []strategy.NodeID{"intruder", "n0", "n1", "n2"},
-		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms"}}},
+		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
 		Transport: tr, Epoch: clusterEpoch})
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ limiter and what it costs.`,
 		Version:       readBuildInfo().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd())
+	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd(), newCertsCmd())
 	root.AddCommand(newVersionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenmesh:", err)

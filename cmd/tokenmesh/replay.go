@@ -44,6 +44,7 @@ type replayFlags struct {
 	scenario          string
 	binary            string
 	keepLogs          string
+	netns             bool
 }
 
 func newReplayCmd() *cobra.Command {
@@ -74,7 +75,12 @@ Faults at trace times: --kill NODE@TIME (SIGKILL node NODE, 0-based),
 flows) and --heal TIME. Partitions start the nodes with fault injection.
 --scenario FILE reads them from the YAML of ` + "`tokenmesh sim --scenario`" + ` (crash,
 crash_owner_of_hottest, partition, heal; not restart, not network; the
-detection settings are the simulator's model of what the live nodes do).`,
+detection settings are the simulator's model of what the live nodes do).
+With --netns (root and iproute2), every node runs in its own network namespace
+and a partition cuts gossip and peer traffic together, as a real network
+partition does: each side then declares the other failed, and after --heal the
+membership's reconnects merge them (docs/OPERATIONS.md). Without root it falls
+back to the data-plane cut with a warning.`,
 		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
   tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
   tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/`,
@@ -102,6 +108,7 @@ detection settings are the simulator's model of what the live nodes do).`,
 	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
+	fl.BoolVar(&f.netns, "netns", false, "run each node in its own network namespace (root): --partition then cuts gossip too")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
 	return cmd
 }
@@ -352,7 +359,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 		dir = filepath.Join(f.keepLogs, s)
 	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
-		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults,
+		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns,
 		Rules: []localcluster.Rule{{Name: replayRule, Rate: replay.RuleRate(p.rate, f.speed), Burst: f.burst, Strategy: s, Params: p.params[s]}},
 	})
 	if err != nil {
@@ -367,7 +374,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	for i, n := range cl.Nodes {
 		addrs[i] = n.GRPC
 	}
-	target, err := replay.NewLiveTarget(cl, addrs, replayRule)
+	target, err := replay.NewLiveTarget(cl, addrs, replayRule, cl.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,7 +89,30 @@ node.peer_addr, membership by gossip at node.gossip_addr, joining node.join.
 List the other nodes in node.join on every node: the first one up finds
 nobody and founds the cluster (then keeps trying the join, so two nodes that
 started apart merge), the others and any restarted node join it
-(docs/OPERATIONS.md).
+(docs/OPERATIONS.md). Every node.reconnect_interval (5s) a node also retries
+one member that failed, so the sides of a healed network partition merge.
+Membership changes (member joined, failed, left; reconnected) are logged to
+stderr.
+
+Peer security: a node in a multi-node cluster (node.join set, or a
+non-loopback node.gossip_addr) must authenticate its peers, with
+node.secret_key (or secret_key_file; 16, 24 or 32 bytes, base64): gossip is
+encrypted with it and every peer frame carries an HMAC-SHA256 under a key
+derived from it, with replay protection; and/or with node.tls (peer mutual
+TLS, the certificate naming the node; "tokenmesh certs" makes a CA and
+node certificates). Without either, serve refuses to start unless
+node.insecure: true, and then warns at every start: any process that
+reaches the peer port could speak for any member. Refused peer frames are
+counted in tokenmesh_peer_refused_frames_total{reason} (bad_mac, replay,
+unknown_sender, bad_certificate, out_of_bounds) and logged at most once per
+reason per 10 s (docs/OPERATIONS.md, "Peer security").
+
+Resources: the HTTP API closes connections whose request headers take more
+than 10 s, whose request takes more than 30 s, or whose answer takes more
+than 30 s to write, and idle keep-alive connections after 2 min
+(node.api_timeouts: read_header, read, write, idle).
+node.memory_limit (e.g. 512MiB) sets the Go runtime's soft memory limit, as
+GOMEMLIMIT does.
 
 Without --config, a single node runs the built-in default configuration
 (API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default":
@@ -148,6 +172,23 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			return err
 		}
 	}
+	if configPath != "" {
+		if err := f.Node.CheckPeerSecurity(); err != nil {
+			return fmt.Errorf("%s: %w", configPath, err)
+		}
+	}
+	// One log for the node: state restores, refused peer frames (the
+	// transport and the cluster log them), the warning below.
+	logger := slog.New(slog.NewTextHandler(out, nil))
+	slog.SetDefault(logger)
+	if configPath != "" && f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
+		logger.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
+			"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
+	}
+	if f.Node.MemoryLimit > 0 {
+		debug.SetMemoryLimit(f.Node.MemoryLimit)
+		fmt.Fprintf(out, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
+	}
 	rules, err := f.ClusterRules()
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
@@ -183,10 +224,13 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
 		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
-		Logger: slog.New(slog.NewTextHandler(out, nil))}
+		Logger: logger}
 	if configPath != "" {
+		// Membership changes (joined, failed, left, reconnected) go to the
+		// node's one log, for the operator.
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
-			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey}
+			Join: f.Node.Join, FoundIfAlone: true, SecretKey: f.Node.SecretKey,
+			ReconnectInterval: f.Node.ReconnectInterval, ReconnectTimeout: f.Node.ReconnectTimeout, MembershipLog: logger}
 		if f.Node.TLS != nil {
 			if pc.TLS, err = peerTLS(f.Node.TLS); err != nil {
 				return err
@@ -231,7 +275,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	at := f.Node.APITimeouts
+	hs := server.NewHTTPServer(handler, server.Timeouts{ReadHeader: at.ReadHeader, Read: at.Read, Write: at.Write, Idle: at.Idle})
 	var gopts []grpc.ServerOption
 	scheme := "http"
 	if apiTLS != nil {
@@ -263,7 +308,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			join = fmt.Sprintf("joined %s (members: %s)", strings.Join(f.Node.Join, ", "), strings.Join(members, ", "))
 		case len(f.Node.Join) > 0:
 			join = fmt.Sprintf("no member at %s answered: founding a cluster, retrying the join every %v",
-				strings.Join(f.Node.Join, ", "), limiter.RetryJoinInterval)
+				strings.Join(f.Node.Join, ", "), reconnectEvery(f.Node.ReconnectInterval))
 		}
 		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
@@ -512,4 +557,13 @@ func withFaults(next http.Handler, f *cluster.Faulty) http.Handler {
 	})
 	mux.Handle("/", next)
 	return mux
+}
+
+// reconnectEvery is node.reconnect_interval as the node uses it (zero in a
+// config built in code: the default).
+func reconnectEvery(d time.Duration) time.Duration {
+	if d == 0 {
+		return config.DefaultReconnectInterval
+	}
+	return d
 }

@@ -163,3 +163,58 @@ func TestServeBadConfig(t *testing.T) {
 		t.Errorf("serve extra: exit 0, stderr %q", stderr)
 	}
 }
+
+// serve refuses to start a node that joins others with neither a secret
+// key nor peer TLS, naming the fields to set; with node.insecure it starts
+// and warns. node.memory_limit is applied and reported.
+func TestServePeerSecurityRequired(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, extra string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		yaml := `node:
+  name: lonely
+  api_addr: 127.0.0.1:0
+  grpc_addr: 127.0.0.1:0
+  peer_addr: 127.0.0.1:0
+  gossip_addr: 127.0.0.1:0
+  join: [127.0.0.1:1]
+` + extra + `rules:
+  - name: api
+    rate: 1/s
+`
+		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	_, stderr, code := tokenmesh(t, "serve", "--config", write("open.yaml", ""))
+	if code == 0 || !strings.Contains(stderr, "node.secret_key") || !strings.Contains(stderr, "node.tls") || !strings.Contains(stderr, "node.insecure") {
+		t.Fatalf("serve without peer security: exit %d, stderr %q; want a refusal naming node.secret_key, node.tls and node.insecure", code, stderr)
+	}
+
+	cfg := write("insecure.yaml", "  insecure: true\n  memory_limit: 256MiB\n")
+	addrFile := filepath.Join(dir, "addrs.json")
+	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve with insecure: true never started:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, want := range []string{"level=WARN", "peer security is OFF", "memory limit: 268435456 bytes"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve with insecure: true and memory_limit did not print %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -63,7 +63,7 @@ The same flags and seed give byte-identical --json output.`,
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
   tokenmesh sim --workload poisson:users=100,rate=2,duration=60s --loss 0.05 --out report/
-  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.fail_open=false`,
+  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}

@@ -43,6 +43,7 @@ func startStateNode(t *testing.T, dir, name, join string) *stateNode {
   grpc_addr: 127.0.0.1:0
   peer_addr: 127.0.0.1:0
   gossip_addr: 127.0.0.1:0
+  secret_key: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=
 %s  state_dir: %s-state
   snapshot_interval: 200ms
 rules:

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"slices"
@@ -202,6 +203,11 @@ func TestReceiveErrors(t *testing.T) {
 		"rate units":     &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: &peerv1.AdaptiveShares{Epoch: 9, Units: 1000, Shares: []*peerv1.AdaptiveShare{{Key: "a", RateUnits: 1001}}}}},
 		"burst":          &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: &peerv1.AdaptiveShares{Epoch: 9, Units: 1000, Shares: []*peerv1.AdaptiveShare{{Key: "a", Burst: 6}}}}},
 		"dup share":      &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: &peerv1.AdaptiveShares{Epoch: 9, Units: 1000, Shares: []*peerv1.AdaptiveShare{{Key: "a"}, {Key: "a"}}}}},
+		// Out of bounds (received at 1 s; burst 5): a backlog above the
+		// burst, epochs no adaptor can have numbered by now.
+		"backlog > burst": &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Report{Report: &peerv1.AdaptiveReport{Stats: []*peerv1.AdaptiveStat{{Key: "a", Offered: 1, PeakBacklog: 6}}}}},
+		"report epoch":    &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Report{Report: &peerv1.AdaptiveReport{Epoch: math.MaxUint64}}},
+		"shares epoch":    &peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: &peerv1.AdaptiveShares{Epoch: 1 << 40, Units: 1000}}},
 	}
 	for name, m := range bad {
 		for _, self := range []string{"n0", "n1"} {

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -9,13 +10,18 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // Receive handles a report (this node as adaptor) or an epoch's shares.
 // Errors: an undecodable payload, an empty body, a stat or share with an
 // empty key, keys not sorted or repeated, negative statistics, a share
 // whose units differ from this node's, or rate units or burst outside
-// [0, units] and [0, b]. Errors change no state. A valid message that is
+// [0, units] and [0, b]; and (ours, peerbound) a peak backlog above the
+// burst b (the virtual backlog is capped at b), or an epoch above
+// maxEpoch(now): no adaptor can have numbered so many epochs by now (a
+// huge epoch would make the next one wrap to 0 and every node ignore the
+// adaptor from then on). Errors change no state. A valid message that is
 // out of date (a report while this node is not the adaptor or from a
 // non-member, shares from a node that is not this node's adaptor, an old
 // epoch, another membership) is ignored.
@@ -29,7 +35,7 @@ func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []by
 		if b.Report == nil {
 			return fmt.Errorf("adaptive: empty report from %s", from)
 		}
-		if err := validReport(b.Report); err != nil {
+		if err := a.validReport(now, b.Report); err != nil {
 			return fmt.Errorf("adaptive: report from %s: %w", from, err)
 		}
 		if a.adaptor() != a.self || !slices.Contains(a.members, from) || from == a.self {
@@ -41,7 +47,7 @@ func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []by
 		if b.Shares == nil {
 			return fmt.Errorf("adaptive: empty shares from %s", from)
 		}
-		if err := a.validShares(b.Shares); err != nil {
+		if err := a.validShares(now, b.Shares); err != nil {
 			return fmt.Errorf("adaptive: shares from %s: %w", from, err)
 		}
 		if from != a.adaptor() {
@@ -54,7 +60,25 @@ func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []by
 	}
 }
 
-func validReport(r *peerv1.AdaptiveReport) error {
+// maxEpoch bounds the epochs a peer may report by now: an adaptor numbers
+// at most one new epoch per step (its Tick), one above every epoch it has
+// seen, so with at most k nodes acting as adaptor at once (views differ
+// while membership changes) the newest epoch is at most
+// k * (ticks by now + 1). k is taken as max(members, 16), and now gets
+// peerbound.ClockSkew of slack.
+func (a *Adaptive) maxEpoch(now time.Duration) uint64 {
+	ticks := uint64(max(now+peerbound.ClockSkew, 0)/a.step) + 2
+	k := uint64(max(len(a.members), 16))
+	if ticks > math.MaxUint64/(2*k) {
+		return math.MaxUint64 / 2
+	}
+	return ticks * k
+}
+
+func (a *Adaptive) validReport(now time.Duration, r *peerv1.AdaptiveReport) error {
+	if r.Epoch > a.maxEpoch(now) {
+		return fmt.Errorf("epoch %d above the %d epochs possible by now %v", r.Epoch, a.maxEpoch(now), now)
+	}
 	prev := ""
 	for i, s := range r.Stats {
 		if err := keyAfter("stat", i, s.Key, prev); err != nil {
@@ -64,6 +88,8 @@ func validReport(r *peerv1.AdaptiveReport) error {
 		switch {
 		case s.Offered < 0 || s.PeakBacklog < 0:
 			return fmt.Errorf("stat %q: negative offered %d or peak backlog %d", s.Key, s.Offered, s.PeakBacklog)
+		case s.PeakBacklog > a.burst:
+			return fmt.Errorf("stat %q: peak backlog %d above the burst %d (the backlog is capped at it)", s.Key, s.PeakBacklog, a.burst)
 		}
 	}
 	return nil
@@ -82,7 +108,10 @@ func keyAfter(what string, i int, key, prev string) error {
 	return nil
 }
 
-func (a *Adaptive) validShares(m *peerv1.AdaptiveShares) error {
+func (a *Adaptive) validShares(now time.Duration, m *peerv1.AdaptiveShares) error {
+	if m.Epoch > a.maxEpoch(now) {
+		return fmt.Errorf("epoch %d above the %d epochs possible by now %v", m.Epoch, a.maxEpoch(now), now)
+	}
 	if m.Units != a.units {
 		return fmt.Errorf("split in %d units, this node uses %d (different rate configuration?)", m.Units, a.units)
 	}

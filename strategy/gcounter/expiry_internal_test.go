@@ -70,10 +70,18 @@ func TestIdleKeysExpire(t *testing.T) {
 		t.Fatalf("before idle: a holds %d keys (%d bytes), b %d", len(a.state), a.StateBytes(), len(c.nodes["b"].state))
 	}
 	before := a.StateBytes()
+	// Requests for "busy" every 10 s, interleaved with the gossip (a
+	// request's time is never after the time its delta is received: a
+	// receiver refuses a refill timestamp from its future).
+	prev := 30 * time.Second
 	for at := 10 * time.Second; at <= 2*time.Minute; at += 10 * time.Second {
+		if at > prev {
+			c.run(prev, at-time.Millisecond)
+			prev = at - time.Millisecond
+		}
 		c.request(at, "b", "busy")
 	}
-	c.run(30*time.Second, 2*time.Minute)
+	c.run(prev, 2*time.Minute)
 	for _, n := range c.names {
 		g := c.nodes[n]
 		if len(g.state) != 1 || g.state["busy"] == nil {

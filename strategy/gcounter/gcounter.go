@@ -141,6 +141,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // Name is the strategy's name in the registry and in errors.
@@ -451,7 +452,11 @@ func (b *bucketState) equal(o *bucketState) bool {
 // payload, or a bucket with an empty key, unsorted or repeated G-Counter
 // slots, an empty node name, a negative or oversized count, a negative
 // limit, refill timestamp or fraction, a fraction of a token of 1 or more,
-// or a limit above consumed + capacity. Errors change no state.
+// or a limit above consumed + capacity; and values the rule cannot have
+// produced by now (ours, peerbound): a generation after now (or any but 0
+// with expiry off), a refill timestamp after now, or a slot's consumed
+// tokens or the limit above burst + rate * (now - the generation's start),
+// each with peerbound.ClockSkew of slack. Errors change no state.
 func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	var m peerv1.GCounterMessage
 	if err := proto.Unmarshal(payload, &m); err != nil {
@@ -459,7 +464,7 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 	}
 	in := make([]*bucketState, len(m.Buckets))
 	for i, pb := range m.Buckets {
-		b, err := g.decodeBucket(pb)
+		b, err := g.decodeBucket(now, pb)
 		if err != nil {
 			return fmt.Errorf("%s: message from %s: %w", Name, from, err)
 		}
@@ -490,7 +495,7 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 	return nil
 }
 
-func (g *GCounter) decodeBucket(pb *peerv1.GCounterBucket) (*bucketState, error) {
+func (g *GCounter) decodeBucket(now time.Duration, pb *peerv1.GCounterBucket) (*bucketState, error) {
 	if pb.Key == "" {
 		return nil, fmt.Errorf("bucket with an empty key")
 	}
@@ -522,6 +527,29 @@ func (g *GCounter) decodeBucket(pb *peerv1.GCounterBucket) (*bucketState, error)
 		return nil, fmt.Errorf("key %q: negative generation %d", pb.Key, b.gen)
 	case b.limit > b.consumed+g.capacity || (b.limit == b.consumed+g.capacity && b.frac > 0):
 		return nil, fmt.Errorf("key %q: limit %d above consumed %d + capacity %d", pb.Key, b.limit, b.consumed, g.capacity)
+	case b.refill > now+peerbound.ClockSkew:
+		return nil, fmt.Errorf("key %q: refill timestamp %v is after now %v", pb.Key, b.refill, now)
+	}
+	// The key's life began at its generation's start: nobody can have
+	// consumed (or been allowed) more than its burst plus its refill since.
+	genStart := time.Duration(0)
+	switch {
+	case g.idle <= 0 && b.gen != 0:
+		return nil, fmt.Errorf("key %q: generation %d with expiry off (every generation is 0)", pb.Key, b.gen)
+	case g.idle > 0:
+		if b.gen > int64((now+peerbound.ClockSkew)/g.idle) {
+			return nil, fmt.Errorf("key %q: generation %d begins after now %v (idle %v)", pb.Key, b.gen, now, g.idle)
+		}
+		genStart = time.Duration(b.gen) * g.idle
+	}
+	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
+	if b.limit > bound {
+		return nil, fmt.Errorf("key %q: limit %d above the %d tokens the rule allows since generation %d", pb.Key, b.limit, bound, b.gen)
+	}
+	for _, e := range b.counter {
+		if e.consumed > bound {
+			return nil, fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", pb.Key, e.node, e.consumed, bound, b.gen)
+		}
 	}
 	return b, nil
 }

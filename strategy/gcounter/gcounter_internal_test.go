@@ -13,6 +13,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 const testCapacity = 5
@@ -414,4 +415,125 @@ func BenchmarkIdleKeyBytes(b *testing.B) {
 	b.ReportMetric(perKeyOne, "bytes/idle-key(1-slot)")
 	b.ReportMetric(perKey, "bytes/idle-key(30-slots)")
 	b.ReportMetric(perKeyExpired, "bytes/idle-key(after-idle)")
+}
+
+// A member's bucket claiming more than the rule allows since the key's
+// generation began (the forged "2^50 tokens consumed" frame that locked a
+// key for ages), or times from the future, is refused and changes nothing:
+// the next request is decided as before.
+func TestReceiveRefusesOutOfBounds(t *testing.T) {
+	for _, params := range [][]string{{"idle=0"}, {"idle=1m"}} {
+		g := newNode(t, "a", []string{"a", "b", "c"}, params...)
+		var fx strategy.Effects
+		now := 5 * time.Minute
+		g.Request(now, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: now}, &fx)
+		gen := g.state["k"].gen
+		bound := peerbound.Tokens(testRate, testCapacity, time.Duration(gen)*g.idle, now)
+		one := func(b *peerv1.GCounterBucket) []byte {
+			out, _ := proto.Marshal(&peerv1.GCounterMessage{Buckets: []*peerv1.GCounterBucket{b}})
+			return out
+		}
+		slot := func(c int64) []*peerv1.GCounterEntry { return []*peerv1.GCounterEntry{{Node: "b", Consumed: c}} }
+		bad := map[string][]byte{
+			"2^50 consumed":   one(&peerv1.GCounterBucket{Key: "k", Generation: gen, Counter: slot(1 << 50), Limit: 1 << 50}),
+			"consumed > rule": one(&peerv1.GCounterBucket{Key: "k", Generation: gen, Counter: slot(bound + 1), RefillNs: int64(now)}),
+			"limit > rule":    one(&peerv1.GCounterBucket{Key: "k", Generation: gen, Counter: slot(bound), Limit: bound + 1}),
+			"future refill":   one(&peerv1.GCounterBucket{Key: "k", Generation: gen, RefillNs: int64(now + peerbound.ClockSkew + time.Second)}),
+			"future gen":      one(&peerv1.GCounterBucket{Key: "k", Generation: gen + 1000}),
+		}
+		before, sb := fullState(g), g.StateBytes()
+		rem, _ := g.Remaining(now, "k")
+		for name, payload := range bad {
+			fx.Reset()
+			if err := g.Receive(now, "b", payload, &fx); err == nil {
+				t.Errorf("%v %s: accepted", params, name)
+			}
+			if after := fullState(g); !slices.Equal(before, after) || g.StateBytes() != sb || len(fx.Messages) != 0 {
+				t.Fatalf("%v %s: state changed", params, name)
+			}
+			if r, _ := g.Remaining(now, "k"); r != rem {
+				t.Fatalf("%v %s: remaining %d, was %d", params, name, r, rem)
+			}
+		}
+		// At the bound itself, a member's count is accepted (a real
+		// bucket can get there).
+		if err := g.Receive(now, "b", one(&peerv1.GCounterBucket{Key: "k", Generation: gen, Counter: slot(bound - testCapacity), Limit: bound - testCapacity, RefillNs: int64(now)}), &fx); err != nil {
+			t.Errorf("%v: a bucket within the bound was refused: %v", params, err)
+		}
+		if d, _ := g.Request(now, strategy.Request{ID: 2, Key: "k", Tokens: 1, Arrival: now}, &fx); d.Allowed {
+			t.Errorf("%v: allowed after a member reported the limit used up", params)
+		}
+	}
+}
+
+// The bounds never refuse a real member: in random runs of three nodes
+// (random requests and ticks, messages delivered after random delays up
+// to 2 s, expiry on or off, times up to 10 minutes so that keys expire
+// and come back in new generations), every message is accepted. And the
+// same message with one slot's count raised above the bound is refused
+// without a change.
+func TestBoundsNeverRefuseRealMembers(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		members := []string{"a", "b", "c"}
+		idle := rapid.SampledFrom([]string{"idle=0", "idle=1m"}).Draw(rt, "idle")
+		nodes := map[strategy.NodeID]*GCounter{}
+		for _, m := range members {
+			nodes[strategy.NodeID(m)] = newNode(t, m, members, idle)
+			nodes[strategy.NodeID(m)].Start(0, &strategy.Effects{})
+		}
+		type msg struct {
+			at       time.Duration
+			from, to strategy.NodeID
+			payload  []byte
+		}
+		var inflight []msg
+		now := time.Duration(0)
+		var fx strategy.Effects
+		send := func(from strategy.NodeID) {
+			for _, m := range fx.Messages {
+				delay := time.Duration(rapid.Int64Range(0, int64(2*time.Second)).Draw(rt, "delay"))
+				inflight = append(inflight, msg{now + delay, from, m.To, m.Payload})
+			}
+			fx.Reset()
+		}
+		for i := range rapid.IntRange(1, 300).Draw(rt, "steps") {
+			now += time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(rt, "dt"))
+			n := strategy.NodeID(rapid.SampledFrom(members).Draw(rt, "node"))
+			if rapid.Bool().Draw(rt, "request") {
+				key := rapid.SampledFrom([]string{"k1", "k2", "k3"}).Draw(rt, "key")
+				nodes[n].Request(now, strategy.Request{ID: uint64(i), Key: key, Tokens: rapid.Int64Range(1, testCapacity).Draw(rt, "tokens"), Arrival: now}, &fx)
+			} else {
+				nodes[n].Tick(now, &fx)
+			}
+			send(n)
+			var keep []msg
+			for _, m := range inflight {
+				if m.at > now {
+					keep = append(keep, m)
+					continue
+				}
+				to := nodes[m.to]
+				if err := to.Receive(now, m.from, m.payload, &fx); err != nil {
+					rt.Fatalf("%s refused a real message from %s at %v: %v", m.to, m.from, now, err)
+				}
+				send(m.to)
+				// The same message with a slot above the bound.
+				var pm peerv1.GCounterMessage
+				if proto.Unmarshal(m.payload, &pm) != nil || len(pm.Buckets) == 0 || len(pm.Buckets[0].Counter) == 0 {
+					continue
+				}
+				b := pm.Buckets[0]
+				b.Counter[0].Consumed = peerbound.Tokens(testRate, testCapacity, time.Duration(b.Generation)*to.idle, now) + 1
+				bad, _ := proto.Marshal(&pm)
+				before := fullState(to)
+				if err := to.Receive(now, m.from, bad, &fx); err == nil {
+					rt.Fatalf("a slot above the bound was accepted")
+				}
+				if !slices.Equal(before, fullState(to)) || len(fx.Messages) != 0 {
+					rt.Fatalf("a refused message changed the state")
+				}
+			}
+			inflight = keep
+		}
+	})
 }

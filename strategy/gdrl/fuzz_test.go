@@ -65,6 +65,13 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: inc, Version: 3, DefaultCapacity: 1,
 			Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2}}, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}}},
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Alive: true}}},
+		// Between heirs of n3's incarnation 5 (split brain): a query, a
+		// fence, and the answers.
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", Query: true}}},
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", DefaultCapacity: 1,
+			Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2}}, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}}},
+		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Later: true}}},
+		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Absorbed: true}}},
 	}
 	var out [][]byte
 	for _, m := range bodies {
@@ -110,6 +117,11 @@ func FuzzReceive(f *testing.F) {
 // garbage, and the ones meant to be refused are.
 func TestReceiveErrors(t *testing.T) {
 	g := fuzzNode(t)
+	totalC, err := gdrl.RateUnits(bucket.Rate{Tokens: 10, Per: time.Second}) // fuzzNode's rule
+	if err != nil {
+		t.Fatal(err)
+	}
+	totalB := int64(6) * gdrl.UnitsPerToken
 	seeds := fuzzSeeds(g)
 	var fx strategy.Effects
 	for i, s := range seeds[:len(seeds)-3] {
@@ -133,6 +145,15 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{Shares: []*peerv1.GdrlShare{{Key: "a", Demand: -1}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Base: 3, Version: 3}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 0}}},
+		// Out of bounds: shares, defaults and inherited amounts beyond
+		// twice the rule's capacity C or burst B.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 2*totalC + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{DefaultCapacity: -2*totalC - 1}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2*totalB + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 1 << 57}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2*totalC + 1}}}}},
+		// An incarnation that starts after now + 10 s (received at 0).
+		{Inc: uint64(10001) << 20, Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}},
 	}
 	for i, m := range bad {
 		b, _ := proto.Marshal(m)

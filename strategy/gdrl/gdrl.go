@@ -189,6 +189,16 @@ type tombstone struct {
 	fenceDone bool
 	fencing   bool
 	fenceSent time.Duration
+	// Split brain (see heir.go): the members that answered they hold no
+	// later tombstone of the same incarnation, when they were last asked,
+	// and the member this tombstone's fence is in flight to.
+	// at is the first version of this node's record that holds this
+	// tombstone (0: it came with a record received whole).
+	at          uint64
+	heirAsked   map[strategy.NodeID]bool
+	heirQueried time.Duration
+	heirTarget  strategy.NodeID
+	heirSent    time.Duration
 }
 
 // heldRecord is a ward's replicated share record.
@@ -202,8 +212,12 @@ type heldRecord struct {
 	inView              bool
 }
 
+// fenceKey names one inheritance: the incarnation inherited and the
+// version of its record. Not the heir: a tombstone travels in its heir's
+// record, so the heir's heir may hold a copy of it and fence with it too,
+// and one inheritance must be given up once (no two buddies hold the same
+// version of a record, see heirRanks).
 type fenceKey struct {
-	holder  strategy.NodeID
 	inc     uint64
 	version uint64
 }
@@ -455,10 +469,17 @@ func (g *GDRL) Applied(id TransferID) bool {
 	if rec := g.held[dst]; rec != nil && rec.inc == dstInc && rec.applied.credited(id) {
 		return true
 	}
+	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			return t.applied.credited(id)
+			if t.applied.credited(id) {
+				return true
+			}
+			tombed = true
 		}
+	}
+	if tombed {
+		return false
 	}
 	// A ward that inherited the destination (and may have gone since,
 	// its record not yet inherited here): its tombstone is in its record.

@@ -39,6 +39,11 @@ type harness struct {
 	// drop, if set, loses the messages from node index from to node index
 	// to for which it returns true (a targeted loss, for fixed scenarios).
 	drop func(from, to int) bool
+	// pairDetect, if set, makes failure detection asymmetric: after a
+	// crash, restart, partition or heal, node i re-evaluates whether node j
+	// is reachable after pairDetect(i, j) (each ordered pair on its own),
+	// instead of every view following at once after detection.
+	pairDetect func(i, j int) time.Duration
 }
 
 type hnet struct {
@@ -61,6 +66,7 @@ const (
 	evView
 	evRequest
 	evWake
+	evPeer // node to re-evaluates whether node from is reachable
 )
 
 type hevent struct {
@@ -137,14 +143,50 @@ func (h *harness) partition(nodes ...int) {
 	for _, i := range nodes {
 		h.nodes[i].group = 1
 	}
-	h.push(hevent{at: h.now + h.detection, kind: evView})
+	h.detect()
 }
 
 func (h *harness) heal() {
 	for _, n := range h.nodes {
 		n.group = 0
 	}
-	h.push(hevent{at: h.now + h.detection, kind: evView})
+	h.detect()
+}
+
+// split puts node i in partition group groups[i] (messages cross no group
+// boundary); views follow as after partition.
+func (h *harness) split(groups []int) {
+	for i, g := range groups {
+		h.nodes[i].group = g
+	}
+	h.detect()
+}
+
+// detect schedules the views' update after a change of who can reach
+// whom: at once after the detection delay, or pair by pair (pairDetect).
+func (h *harness) detect() {
+	if h.pairDetect == nil {
+		h.push(hevent{at: h.now + h.detection, kind: evView})
+		return
+	}
+	for i := range h.nodes {
+		for j := range h.nodes {
+			if i != j {
+				h.push(hevent{at: h.now + h.pairDetect(i, j), kind: evPeer, to: i, from: j})
+			}
+		}
+	}
+}
+
+// viewsSettled reports whether every live node's view is the live nodes of
+// its partition group.
+func (h *harness) viewsSettled() bool {
+	for _, n := range h.nodes {
+		if n.alive && !slices.Equal(n.view, h.reachable(n.group)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *harness) index(id strategy.NodeID) int {
@@ -260,6 +302,8 @@ func (h *harness) step() bool {
 		h.apply(e.to)
 	case evView:
 		h.updateViews()
+	case evPeer:
+		h.updatePeer(e.to, e.from)
 	}
 	if h.afterEvent != nil {
 		h.afterEvent()
@@ -287,7 +331,7 @@ func (h *harness) crash(i int) {
 	}
 	n.alive = false
 	n.epoch++
-	h.push(hevent{at: h.now + h.detection, kind: evView})
+	h.detect()
 }
 
 func (h *harness) restart(i int) {
@@ -300,7 +344,29 @@ func (h *harness) restart(i int) {
 	n.wakes = nil
 	n.view = h.reachable(n.group)
 	h.start(i)
-	h.push(hevent{at: h.now + h.detection, kind: evView})
+	h.detect()
+}
+
+// updatePeer is node i's failure detector about node j: j enters or
+// leaves i's view if it became reachable or unreachable.
+func (h *harness) updatePeer(i, j int) {
+	n, m := h.nodes[i], h.nodes[j]
+	if !n.alive {
+		return
+	}
+	reach := m.alive && m.group == n.group
+	k, in := slices.BinarySearch(n.view, m.id)
+	switch {
+	case reach && !in:
+		n.view = slices.Insert(slices.Clone(n.view), k, m.id)
+	case !reach && in:
+		n.view = slices.Delete(slices.Clone(n.view), k, k+1)
+	default:
+		return
+	}
+	h.fx.Reset()
+	n.g.SetMembers(h.now, slices.Clone(n.view), &h.fx)
+	h.apply(i)
 }
 
 func (h *harness) updateViews() {

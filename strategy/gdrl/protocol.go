@@ -11,6 +11,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // newInc draws an incarnation number: the start time in whole milliseconds
@@ -108,10 +109,11 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		g.sendRecord(now, fx)
 	}
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
+		if !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
 			g.sendFenced(now, tb, fx)
 		}
 	}
+	g.heirFences(now, fx)
 	if g.helloDue() && now-g.helloSent >= g.retransmit {
 		g.sendHellos(now, fx)
 	}
@@ -151,10 +153,16 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		}
 	}
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && !tb.fencing && g.inView(tb.node) {
+		if !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
 			g.sendFenced(now, tb, fx)
 		}
+		for n := range tb.heirAsked {
+			if !g.inView(n) {
+				delete(tb.heirAsked, n) // ask it again when it is back: it may have inherited meanwhile
+			}
+		}
 	}
+	g.heirFences(now, fx)
 	g.flush(now, fx)
 }
 
@@ -186,6 +194,13 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 	}
 	if err := g.validate(from, &m); err != nil {
 		return err
+	}
+	// An incarnation is its start time in ms above 20 random bits: one
+	// from after now (plus the clock skew allowed) is not a real start, and
+	// would make the sender's real later incarnations look dead (ours:
+	// peer values are bounded).
+	if limit := (uint64(max(now+peerbound.ClockSkew, 0)/time.Millisecond) + 1) << 20; m.Inc >= limit {
+		return fmt.Errorf("gdrl: message from %s: incarnation %d starts after now %v", from, m.Inc, now)
 	}
 	if !g.started {
 		return nil
@@ -251,7 +266,7 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
 	}
 	for _, tb := range g.tombs {
-		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing {
+		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
 			g.sendFenced(now, tb, fx)
 		}
 	}
@@ -544,7 +559,8 @@ func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 
 // ---- Transfers ----
 
-// pay debits up to the given amounts (capped at what this node holds) and
+// pay debits up to the given amounts (capped at what this node holds, and
+// at the rule's (C, B) per key) and
 // queues one transfer to (to, toInc), sent once the buddy holds a record
 // with it. Nothing is paid while an earlier transfer to the same node is
 // unacknowledged (stop and wait).
@@ -562,8 +578,11 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 	}
 	var out []item
 	for _, it := range items {
-		c := min(it.c, max(g.CapacityShare(it.key), 0))
-		b := min(it.b, max(g.BurstShare(it.key), 0))
+		// At most (C, B) per key: what a peer accepts in a transfer. A
+		// node may hold more than C during a split brain (see "Split
+		// brain" in the package documentation); the rest moves later.
+		c := min(it.c, max(g.CapacityShare(it.key), 0), g.totalC)
+		b := min(it.b, max(g.BurstShare(it.key), 0), g.totalB)
 		if c <= 0 && b <= 0 {
 			continue
 		}
@@ -676,7 +695,7 @@ func (g *GDRL) settleAsHeir(now time.Duration, t *transfer) {
 // nothing, when t is not (yet) this node's to settle: no tombstone, or one
 // whose fence is in progress.
 func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool {
-	if tb == nil || (tb.fencing && !tb.fenceDone) {
+	if tb == nil || (tb.fencing && !tb.fenceDone) || tb.heirTarget != "" {
 		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
@@ -942,6 +961,9 @@ func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
 		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
 			due(tb.fenceSent + g.retransmit)
 		}
+		if at := g.heirDue(tb); at != 0 {
+			due(at)
+		}
 	}
 	if g.helloDue() {
 		due(g.helloSent + g.retransmit)
@@ -1137,13 +1159,15 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 			g.outbox = append(g.outbox, c)
 		}
 	}
-	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied}
+	at := g.version + 1 // the first version of this node's record that holds the tombstones
+	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied, at: at}
 	if tb.applied == nil {
 		tb.applied = filters{}
 	}
 	g.tombs = append(g.tombs, tb)
 	for _, t := range rec.tombs {
-		if g.tombFor(t.node, t.inc) == nil {
+		if g.tombForV(t.node, t.inc, t.version) == nil {
+			t.at = at
 			g.tombs = append(g.tombs, t)
 		}
 	}
@@ -1157,9 +1181,24 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 	}
 }
 
+// tombFor is this node's tombstone of node's incarnation inc taken at the
+// latest record version (a node may hold two of one incarnation: its own
+// inheritance and a copy that came with a ward's record; see heir.go).
 func (g *GDRL) tombFor(node strategy.NodeID, inc uint64) *tombstone {
+	var out *tombstone
 	for _, t := range g.tombs {
-		if t.node == node && t.inc == inc {
+		if t.node == node && t.inc == inc && (out == nil || t.version > out.version) {
+			out = t
+		}
+	}
+	return out
+}
+
+// tombForV is this node's tombstone of node's incarnation inc taken at
+// record version version.
+func (g *GDRL) tombForV(node strategy.NodeID, inc, version uint64) *tombstone {
+	for _, t := range g.tombs {
+		if t.node == node && t.inc == inc && t.version == version {
 			return t
 		}
 	}
@@ -1179,31 +1218,27 @@ func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects
 // is alive. It gives up what was inherited, and the transfers the heir
 // credited on its behalf that it credited too, once per fence.
 func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
+	if f.Node != "" && (strategy.NodeID(f.Node) != g.self || f.Inc != g.inc) {
+		// Between heirs (this node may hold a tombstone of its own
+		// earlier incarnation, inherited with a ward's record).
+		g.onHeirFence(now, from, f)
+		return
+	}
 	ack := &peerv1.GdrlFenceAck{Inc: f.Inc, Version: f.Version}
 	if f.Inc != g.inc {
 		g.sendNow(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
 		return
 	}
 	ack.Alive = true
-	k := fenceKey{holder: from, inc: f.Inc, version: f.Version}
+	k := fenceKey{inc: f.Inc, version: f.Version}
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
-		items := itemsFrom(f.Items)
-		inItems := map[string]bool{}
-		for _, it := range items {
-			inItems[it.key] = true
-		}
-		for _, key := range g.sortedKeys() {
-			if !inItems[key] {
-				g.adjust(key, -f.DefaultCapacity, -f.DefaultBurst, now)
-			}
-		}
-		for _, it := range items {
-			g.pin(it.key, now)
-			g.adjust(it.key, -it.c, -it.b, now)
-		}
-		g.dc -= f.DefaultCapacity
-		g.db -= f.DefaultBurst
+		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
+		// The tombstones in the record the heir inherited went with it:
+		// the heir's copies fence (or settle) them from now on, and what
+		// they hold was in the amounts just given up.
+		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
+		g.mark(partTombs)
 		onBehalf := transfersFrom(f.OnBehalf)
 		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
@@ -1220,15 +1255,21 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 }
 
 func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
-	tb := g.tombFor(from, a.Inc)
-	if tb == nil || tb.version != a.Version || tb.fenceDone {
+	if a.Node != "" {
+		g.onHeirFenceAck(now, from, a, fx)
+		return
+	}
+	tb := g.tombForV(from, a.Inc, a.Version)
+	if tb == nil || tb.fenceDone {
 		return
 	}
 	if a.Alive {
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
 	} else {
+		// The incarnation is dead: this tombstone settles its transfers
+		// from now on, and keeps what it inherited for a fence into a
+		// later heir of the same incarnation (see heir.go).
 		tb.fenceDone, tb.fencing = true, false
-		tb.items, tb.onBehalf = nil, nil
 	}
 	g.mark(partTombs)
 	for _, t := range slices.Clone(g.outbox) {

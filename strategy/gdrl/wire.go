@@ -132,7 +132,8 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 // repeated key, an amount out of range (transfers, also inside records and
 // fences, carry amounts in [0, C] and [0, B] units and at most their burst
 // in tokens; probes, asks, records and fences any other amount within
-// ±2^58 units, and no tokens), a demand, noise or recent count that is
+// ±2C and ±2B units (twice the rule's whole capacity and burst), and no
+// tokens), a demand, noise or recent count that is
 // negative, non-finite or above 1e30, a transfer without a proper id or a
 // plain transfer meant for another node, a record whose base is not below
 // its version, a tombstone, fence or duplicate filter entry without an
@@ -144,9 +145,16 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 	if m.Inc == 0 {
 		return bad("incarnation 0")
 	}
+	// A share (or an inherited amount, a default share) is at most twice
+	// the rule's whole capacity C and burst B in size (ours: peer values
+	// are bounded). The shares of a key sum to (C, B); a share goes
+	// negative only by a debt after a fence (at most what the node had
+	// and was paid before it was declared dead, each at most C), and a
+	// share above C only opposite such a debt.
+	lo, hiC, hiB := -2*g.totalC, 2*g.totalC, 2*g.totalB
 	wide := func(what string, c, b int64) error {
-		if c < -maxWireUnits || c > maxWireUnits || b < -maxWireUnits || b > maxWireUnits {
-			return bad("%s amount (%d, %d) out of range", what, c, b)
+		if c < lo || c > hiC || b < -hiB || b > hiB {
+			return bad("%s amount (%d, %d) outside ±(%d, %d) (twice the rule's capacity and burst)", what, c, b, hiC, hiB)
 		}
 		return nil
 	}

@@ -1,12 +1,22 @@
 // Package owner implements the `owner` strategy: every key has one
-// designated node, chosen by rendezvous hashing over the live members, that
-// holds the key's only token bucket; the other nodes forward requests to it
-// and wait for its verdict.
+// designated node (its primary), chosen by rendezvous hashing over the live
+// members, that decides the key's requests with its token bucket; the other
+// nodes forward requests to it and wait for its verdict. The bucket's level
+// is kept on the key's first K nodes in rendezvous order (its replicas), so
+// that it survives the primary's crash, and it moves with ownership when
+// membership changes.
 //
 // Source: "Throttling in Distributed Systems" (seed 003): direct all of a
 // tenant's traffic to one designated server, found by consistent (here
-// rendezvous) hashing, so that its local view is the global view. The
-// article's K servers per tenant (with r/K each) are not built yet; K = 1.
+// rendezvous) hashing, so that its local view is the global view; rendezvous
+// hashing selects K servers per tenant, each with a per-server quota, and
+// the selector round-robins over them. Theirs: the designated server, the
+// K servers from rendezvous order, and that per-server-quota form
+// (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
+// owner, chosen by request ID). Ours: `replicas=K`, where the first K
+// servers hold copies of one bucket and only the first decides. The
+// fallback to a local threshold when the owner cannot be reached is Alibaba
+// Sentinel's cluster mode (a token server with local fallback).
 //
 // Ours:
 //   - A forwarded request carries the time it reached the cluster, and the
@@ -22,38 +32,167 @@
 //     owner after its turn (latency above hold) is decided at once.
 //   - Lost messages: the forwarding node sends the request again every
 //     timeout/(retries+1) until a verdict comes, and the owner remembers
-//     (origin, request ID) for a while, so a retransmitted or duplicated
-//     forward is decided once and its verdict sent again.
-//   - Failover: the forwarding node gives up after `timeout` and answers by
-//     `fail_open` (allow, by default: a limiter that cannot reach its owner
-//     should not take the service down). When membership drops the owner,
-//     pending requests are forwarded again to the key's next node in
-//     rendezvous order, which starts with a full bucket: that burst, and the
-//     requests answered by timeout, are what an owner crash costs.
+//     (origin, request ID, key) for a while, so a retransmitted or
+//     duplicated forward is decided once and its verdict sent again. Request
+//     IDs are unique across a node's restarts (the live runtime starts them
+//     at the node's incarnation, cluster.Node.Incarnation); a forward whose
+//     (origin, ID) is remembered with another key is a new request, decided
+//     and charged: refusing it as an error would leave it to the forwarder's
+//     timeout, which admits it uncharged.
+//   - Timeouts (on_timeout): a forwarder that gets no verdict within
+//     `timeout` answers by itself. `local` (the default) decides with a
+//     local bucket of (r/N, b/N) per key (N the live members in its view;
+//     the burst split exactly, bucket.SplitBurst), empty when first used
+//     (the owner may have drained the key just before it stopped
+//     answering), so the N-1 forwarders of a dead owner's keys admit
+//     together at most (N-1)/N of the rate until the owner answers or is
+//     replaced; `admit` admits (fail open, the old default: a whole node's
+//     keys go unlimited for the detection window), `reject` refuses (fail
+//     closed). Every request a forwarder admits by
+//     itself is charged to the key's owner afterwards: it is sent as a
+//     charge (OwnerForward.charge) to the owner it was meant for and, when
+//     membership replaces that owner, to the new one, and again when the
+//     owner answers anything after a loss (at most once per timeout); the
+//     owner takes the tokens from its bucket (down to a debt of one
+//     burst). After a
+//     timeout the forwarder suspects that owner for `suspect`: requests for
+//     its keys are answered by on_timeout at once (and sent as charges),
+//     so the detection window does not add `timeout` to every check; any
+//     answer from the owner ends the suspicion.
+//   - Replicas (replicas = K): the primary ships the levels of the keys it
+//     decided to the key's other K-1 nodes every `sync`, batched per peer
+//     (at most maxLevelsPerMessage levels a message), in exact ticks with
+//     the time they are valid at. When membership changes, every node ships
+//     each level it holds to the key's new first K nodes and drops the keys
+//     it no longer replicates; so when the primary leaves, the next node
+//     continues from the replicated level, and a node that joins or returns
+//     gets the levels of the keys it now owns. Merge rule, wherever two
+//     levels of a key meet (replica update, hand-over, the two sides of a
+//     healed partition): keep the more consumed one (the lower level once
+//     both are refilled to the same time, bucket.MergeLevel). Levels from
+//     peers outside [-burst, burst] in ticks, or valid at a time more than
+//     `slack` after the receiver's now, are refused with an error and
+//     change no state.
+//   - Warm-up: a node that joined (started after time 0) or saw membership
+//     change at time c may not yet hold the levels the previous holders
+//     are shipping to it. Until c + `warmup`, before deciding a key it
+//     holds no level for, it asks the key's first K nodes of the previous
+//     and of the current view that are live members (OwnerLevelQuery; a
+//     node without a level answers full) and holds the key's requests until
+//     all answered, then continues from the most consumed level; if some do not answer within
+//     `timeout`, the key starts empty at c (level r*(now-c)). A restarted or
+//     new owner gives no fresh burst, at the price of one round trip for
+//     the first request of each such key.
+//   - Leave (strategy.Leaver): on Leave the node ships every level it holds
+//     to the key's first K nodes among the others and is Left when every
+//     shipment is acknowledged. Until it stops it still decides the
+//     requests that reach it, and ships each change to those nodes at once
+//     (not at the next sync): they take over as soon as gossip reports the
+//     leave, and a decision not shipped would be counted twice.
+//
+// Split brain: during a partition each side routes a key to the primary of
+// its own view and each admits up to the key's envelope b + r*T (the
+// forwarders of a side without the key's primary admit by on_timeout until
+// membership drops it, then the side's next node continues from its
+// replicated level). At heal, the membership change makes every holder ship
+// its level to the key's replica set, which keeps the more consumed level:
+// over a window spanning the partition a key admits at most b + r*T per
+// side, and after the heal the cluster continues from the lower level, never
+// from a fresh bucket. The sides keep their views until the failure
+// detector reports the heal, so a partition of P costs at most one more
+// envelope b + r*(P + detection).
+//
+// Bounds (checked by the rapid properties in property_test.go, over random
+// crashes, restarts, partitions and up to 5% loss): per key, admitted
+// tokens in any window T stay within b + r*T plus one burst per primary
+// crash (the tokens it admitted in its last `sync` interval, not yet on a
+// replica, and in flight), plus one burst when messages are lost (a charge
+// taken after the owner decided later requests, or lost), plus
+// b + r*(P + detection) per partition. The forwarders' fallback decisions
+// during a detection window are charged to the next owner.
+//
+// Parameters (owner.NAME in the config; see New for defaults): hold,
+// timeout, retries (durations, int), on_timeout (admit | reject | local),
+// fail_open (deprecated bool alias), suspect, sync, warmup, slack
+// (durations), replicas, split (ints). Wire: api/peer/v1/owner.proto.
 package owner
 
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
+// OnTimeout is what a forwarder answers when the owner's verdict does not
+// come in time (parameter on_timeout).
+type OnTimeout int
+
+const (
+	// TimeoutLocal decides with a local bucket of (r/N, b/N) per key.
+	TimeoutLocal OnTimeout = iota
+	// TimeoutAdmit admits (fail open).
+	TimeoutAdmit
+	// TimeoutReject refuses (fail closed).
+	TimeoutReject
+)
+
+func (m OnTimeout) String() string {
+	switch m {
+	case TimeoutAdmit:
+		return "admit"
+	case TimeoutReject:
+		return "reject"
+	}
+	return "local"
+}
+
+// maxLevelsPerMessage bounds the levels of one OwnerLevels message this
+// node sends; maxLevelsAccepted bounds those it accepts.
+const (
+	maxLevelsPerMessage = 256
+	maxLevelsAccepted   = 4096
+	// maxCharges bounds the fallback admissions waiting to be charged to
+	// their owners; beyond it the oldest are dropped (and counted).
+	maxCharges = 1 << 16
+)
+
 // Owner is one node of the owner strategy.
 type Owner struct {
-	self     strategy.NodeID
-	members  []strategy.NodeID
-	table    *buckets.Table
-	hold     time.Duration
-	timeout  time.Duration
-	failOpen bool
+	self    strategy.NodeID
+	members []strategy.NodeID
+	rate    bucket.Rate
+	burst   int64
+	// table holds the bucket of every key this node decides as primary or
+	// holds as a replica (levels in exact ticks, package bucket).
+	table *buckets.Table
+	// split is K of owner.split: each key's (r, b) is split over K
+	// sub-buckets (sub-keys, see subKey), tables[i] holding sub-bucket i's
+	// (r/K, b_i); tables[0] is table. With split 1, tables is {table}.
+	split  int
+	tables []*buckets.Table
+	caps   []int64 // tables[i]'s burst in ticks: the bound of a peer's level
+	// local holds the on_timeout=local fallback buckets, (r/N, b/N) each.
+	local *buckets.Table
+
+	hold       time.Duration
+	timeout    time.Duration
+	onTimeout  OnTimeout
+	replicas   int
+	syncEvery  time.Duration
+	suspectFor time.Duration
+	warmup     time.Duration
+	slack      time.Duration
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
@@ -68,8 +207,35 @@ type Owner struct {
 	expiry  []expiring
 	seenTTL time.Duration
 
+	dirty  map[string]bool // keys decided as primary since the last sync
+	syncAt time.Duration   // the sync wake-up asked for; -1: none
+
+	suspect map[strategy.NodeID]time.Duration // owner -> end of its suspicion
+
+	// charges are fallback admissions not yet acknowledged by an owner,
+	// by request ID; chargeOrder lists them oldest first (stale skipped).
+	charges       map[uint64]*charge
+	chargeOrder   []chargeAt
+	chargesTo     map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
+	flushedAt     map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
+	chargeTTL     time.Duration
+	chargeDropped int64
+
+	changedAt   time.Duration // the last membership change (or a joiner's start); -1: none
+	prevMembers []strategy.NodeID
+	// fetching holds, per key, the requests waiting for the levels asked
+	// of the key's possible holders (warm-up, see fetchFor).
+	fetching map[string]*fetch
+
+	leaving bool
+	nextSeq uint64
+	unacked map[uint64]*peerv1.OwnerMessage // leave shipments by seq
+	ackTo   map[uint64]strategy.NodeID
+	resend  time.Duration
+
 	sweepEvery time.Duration
 	nextSweep  time.Duration
+	rank       []strategy.NodeID // scratch for rendezvous.Rank
 }
 
 // queued is a request waiting at its owner. origin is "" for a request that
@@ -90,13 +256,34 @@ type pendingReq struct {
 	deadline time.Duration
 }
 
+type charge struct {
+	req    strategy.Request
+	owner  strategy.NodeID   // where the charge was last sent
+	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
+	sentAt time.Duration     // the last send
+	until  time.Duration
+}
+
+type fetch struct {
+	waiting  []queued
+	await    []strategy.NodeID // holders that have not answered yet
+	deadline time.Duration
+}
+
+type chargeAt struct {
+	until time.Duration
+	id    uint64
+}
+
 type forwardID struct {
 	origin strategy.NodeID
 	id     uint64
+	key    string
 }
 
 type verdict struct {
 	decided, allowed bool
+	charged          bool // a charge for this request was taken
 }
 
 type expiring struct {
@@ -104,20 +291,50 @@ type expiring struct {
 	id forwardID
 }
 
-// New builds a node. Parameters:
+// New builds a node. Parameters (durations as "100ms"):
 //   - hold (duration, default Config.LatencyHint): the ordering buffer.
 //   - timeout (duration, default 3*LatencyHint + 100ms): how long a
 //     forwarding node waits for the verdict.
 //   - retries (int, default 2): retransmissions within timeout.
-//   - fail_open (bool, default true): the answer when the verdict does not come.
+//   - on_timeout (admit | reject | local, default local): the answer when
+//     the verdict does not come. local keeps the cluster within its
+//     envelope during an owner's detection window (the N-1 forwarders admit
+//     at most (N-1)/N of the rule, and their admissions are charged to the
+//     next owner); admit lets a dead owner's keys go unlimited for the
+//     whole window (issue 12: +14.7 tokens per key over 6 s); reject takes
+//     them down.
+//   - fail_open (bool): deprecated alias, true = on_timeout=admit, false =
+//     reject; an error together with on_timeout.
+//   - suspect (duration, default 1s): after a timeout, how long requests
+//     for that owner's keys are answered by on_timeout at once.
+//   - replicas (int K >= 1, default 2): the nodes holding each key's level;
+//     1 keeps it on the primary only (the old behaviour).
+//   - sync (duration, default max(hold, 10ms)): how often the primary ships
+//     changed levels to the replicas.
+//   - warmup (duration, default 1s): after joining or a membership change,
+//     how long a key without a level is first asked of its possible
+//     holders (see the package doc) instead of starting full.
+//   - slack (duration, default 1s): how far in the future a peer's level
+//     may be valid (clock skew) before it is refused.
+//   - split (int K in [1, 64], default 1): each key's (r, b) is split over K
+//     sub-buckets (r/K, b_i), each owned (and replicated) on its own, for
+//     keys one node cannot serve alone; request ID mod K picks the
+//     sub-bucket. Every node of a rule must use the same split. With
+//     split > 1 Remaining is unknown (the next request may take another
+//     sub-bucket) and the local fallback is (r/(K*N), b_0/N).
 //
 // Errors: an invalid Config or parameter.
 func New(cfg strategy.Config) (*Owner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), pending: map[uint64]*pendingReq{},
-		queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess)}
+	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
+		pending: map[uint64]*pendingReq{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
+		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
+		charges: map[uint64]*charge{}, chargesTo: map[strategy.NodeID]map[uint64]bool{}, flushedAt: map[strategy.NodeID]time.Duration{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
+	if len(o.members) == 0 {
+		o.members = []strategy.NodeID{cfg.Self}
+	}
 	var err error
 	if o.hold, err = cfg.Params.Duration("hold", cfg.LatencyHint); err != nil {
 		return nil, err
@@ -128,8 +345,28 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.timeout == 0 {
 		return nil, fmt.Errorf("owner: parameter timeout must be positive")
 	}
-	if o.failOpen, err = cfg.Params.Bool("fail_open", true); err != nil {
+	names := cfg.Params.Names()
+	mode := cfg.Params.String("on_timeout", "")
+	failOpen, err := cfg.Params.Bool("fail_open", true)
+	if err != nil {
 		return nil, err
+	}
+	switch {
+	case mode != "" && slices.Contains(names, "fail_open"):
+		return nil, fmt.Errorf("owner: parameters on_timeout and fail_open (its deprecated alias) are both set")
+	case mode == "" && slices.Contains(names, "fail_open"):
+		o.onTimeout = TimeoutReject
+		if failOpen {
+			o.onTimeout = TimeoutAdmit
+		}
+	case mode == "" || mode == "local":
+		o.onTimeout = TimeoutLocal
+	case mode == "admit":
+		o.onTimeout = TimeoutAdmit
+	case mode == "reject":
+		o.onTimeout = TimeoutReject
+	default:
+		return nil, fmt.Errorf("owner: parameter on_timeout=%q: want admit, reject or local", mode)
 	}
 	retries, err := cfg.Params.Int("retries", 2)
 	if err != nil {
@@ -138,31 +375,118 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if retries < 0 {
 		return nil, fmt.Errorf("owner: parameter retries=%d is negative", retries)
 	}
+	if o.replicas, err = cfg.Params.Int("replicas", 2); err != nil {
+		return nil, err
+	}
+	if o.replicas < 1 {
+		return nil, fmt.Errorf("owner: parameter replicas=%d must be at least 1", o.replicas)
+	}
+	if o.syncEvery, err = cfg.Params.Duration("sync", max(o.hold, 10*time.Millisecond)); err != nil {
+		return nil, err
+	}
+	if o.syncEvery == 0 {
+		return nil, fmt.Errorf("owner: parameter sync must be positive")
+	}
+	if o.suspectFor, err = cfg.Params.Duration("suspect", time.Second); err != nil {
+		return nil, err
+	}
+	if o.warmup, err = cfg.Params.Duration("warmup", time.Second); err != nil {
+		return nil, err
+	}
+	if o.slack, err = cfg.Params.Duration("slack", time.Second); err != nil {
+		return nil, err
+	}
+	if o.split, err = cfg.Params.Int("split", 1); err != nil {
+		return nil, err
+	}
+	if o.split < 1 || o.split > maxSplit {
+		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
+	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.seen = map[forwardID]*verdict{}
 	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
+	o.chargeTTL = max(30*time.Second, 10*o.timeout)
+	o.resend = o.timeout
 	if err := cfg.Params.Check("owner"); err != nil {
 		return nil, err
 	}
-	if o.table, err = buckets.New(cfg.Rate, cfg.Burst); err != nil {
+	subRate := cfg.Rate
+	if o.split > 1 {
+		if subRate, err = cfg.Rate.Div(int64(o.split)); err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
+	}
+	for i := range o.split {
+		burst, err := bucket.SplitBurst(cfg.Burst, o.split, i)
+		if err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
+		t, err := buckets.New(subRate, burst)
+		if err != nil {
+			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+		}
+		b := bucket.MustNew(subRate, burst, 0)
+		o.tables = append(o.tables, t)
+		o.caps = append(o.caps, b.CapacityTicks())
+	}
+	o.table = o.tables[0]
+	if o.local, err = o.localTable(); err != nil {
 		return nil, err
 	}
 	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	return o, nil
 }
 
-// Start schedules the first sweep of idle (full) buckets.
+// localTable builds the fallback table for the current membership: rate
+// r/N and this node's exact share of the burst.
+func (o *Owner) localTable() (*buckets.Table, error) {
+	r, b, err := o.localShare()
+	if err != nil {
+		return nil, err
+	}
+	return buckets.New(r, b)
+}
+
+func (o *Owner) localShare() (bucket.Rate, int64, error) {
+	n := max(len(o.members), 1)
+	r, err := o.rate.Div(int64(n * o.split))
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
+	}
+	i := max(slices.Index(o.members, o.self), 0)
+	sub, err := bucket.SplitBurst(o.burst, o.split, 0) // the largest sub-burst
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
+	}
+	b, err := bucket.SplitBurst(sub, n, i)
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
+	}
+	return r, b, nil
+}
+
+// Start schedules the first sweep of idle (full) buckets. A node started
+// after time 0 (a joiner, or a restart) warms up (see warmup).
 func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
+	if now > 0 {
+		o.changedAt = now
+		o.prevMembers = slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
 }
 
 // Request queues req at this node when it owns req.Key, or forwards it to the
 // owner; the decision arrives later in fx.Decisions (at once only when hold
-// is 0 and this node is the owner).
+// is 0 and this node is the owner, or when the owner is suspected).
 func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	if o.split > 1 {
+		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
+	}
 	if o.hold > 0 || !o.owns(req.Key) {
-		o.route(now, req, fx)
+		if allowed, decided := o.route(now, req, fx); decided {
+			return strategy.Decision{RequestID: req.ID, Allowed: allowed}, true
+		}
 		return strategy.Decision{}, false
 	}
 	// With no ordering buffer the owner decides its own requests at once
@@ -178,21 +502,32 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return strategy.Decision{}, false
 }
 
-// route queues req here if this node owns its key, or forwards it.
-func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effects) {
-	owner := rendezvous.Owner(req.Key, o.members)
+// primary is key's deciding node in this node's view.
+func (o *Owner) primary(key string) strategy.NodeID {
+	return rendezvous.Owner(key, o.members)
+}
+
+// route queues req here if this node owns its key, answers it by
+// on_timeout at once when its owner is suspected (decided is true), or
+// forwards it.
+func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effects) (allowed, decided bool) {
+	owner := o.primary(req.Key)
 	if owner == o.self || owner == "" {
 		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens}, fx)
-		return
+		return false, false
+	}
+	if until, ok := o.suspect[owner]; ok && now < until {
+		return o.fallback(now, req, owner, fx), true
 	}
 	p := &pendingReq{req: req, deadline: now + o.timeout}
 	o.pending[req.ID] = p
 	o.forward(now, p, owner, fx)
+	return false, false
 }
 
 // owns reports whether this node owns key in its current view.
 func (o *Owner) owns(key string) bool {
-	owner := rendezvous.Owner(key, o.members)
+	owner := o.primary(key)
 	return owner == o.self || owner == ""
 }
 
@@ -211,6 +546,114 @@ func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 	}}}))
 }
 
+// fallback answers req by on_timeout, on behalf of owner; an admission is
+// charged to the owner (and, if membership replaces it, to the next one).
+func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy.NodeID, fx *strategy.Effects) bool {
+	var allowed bool
+	switch o.onTimeout {
+	case TimeoutAdmit:
+		allowed = true
+	case TimeoutReject:
+		return false
+	default:
+		b, ok := o.local.Lookup(req.Key)
+		if !ok {
+			// Empty at the first fallback: the owner may have drained the
+			// key just before it stopped answering; a full local bucket
+			// would add (N-1)/N of a burst at once.
+			b = o.local.Get(req.Key, now)
+			_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
+		}
+		allowed = b.AllowN(now, req.Tokens)
+	}
+	if allowed {
+		o.addCharge(now, req, owner, fx)
+	}
+	return allowed
+}
+
+// addCharge remembers an admission decided here for owner and sends it.
+func (o *Owner) addCharge(now time.Duration, req strategy.Request, owner strategy.NodeID, fx *strategy.Effects) {
+	if len(o.charges) >= maxCharges {
+		o.dropOldestCharge()
+	}
+	c := &charge{req: req, until: now + o.chargeTTL}
+	o.charges[req.ID] = c
+	if len(o.chargeOrder) == 0 {
+		fx.WakeAt(c.until)
+	}
+	o.chargeOrder = append(o.chargeOrder, chargeAt{until: c.until, id: req.ID})
+	o.sendCharge(now, c, owner, fx)
+}
+
+func (o *Owner) dropOldestCharge() {
+	for len(o.chargeOrder) > 0 {
+		c := o.chargeOrder[0]
+		o.chargeOrder = o.chargeOrder[1:]
+		if _, ok := o.charges[c.id]; ok {
+			o.dropCharge(c.id)
+			o.chargeDropped++
+			return
+		}
+	}
+}
+
+// dropCharge forgets charge id (acknowledged, expired or dropped).
+func (o *Owner) dropCharge(id uint64) {
+	if c, ok := o.charges[id]; ok {
+		delete(o.chargesTo[c.owner], id)
+		if len(o.chargesTo[c.owner]) == 0 {
+			delete(o.chargesTo, c.owner)
+		}
+		delete(o.charges, id)
+	}
+}
+
+// flushCharges sends again the charges last sent to from, which just
+// answered (a charge sent while it was unreachable was lost), at most once
+// per timeout.
+func (o *Owner) flushCharges(now time.Duration, from strategy.NodeID, fx *strategy.Effects) {
+	ids := o.chargesTo[from]
+	if len(ids) == 0 {
+		return
+	}
+	if at, ok := o.flushedAt[from]; ok && now < at+o.timeout {
+		return
+	}
+	o.flushedAt[from] = now
+	sorted := make([]uint64, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	slices.Sort(sorted)
+	for _, id := range sorted {
+		if c := o.charges[id]; now >= c.sentAt+o.timeout { // not one still in flight
+			o.sendCharge(now, c, from, fx)
+		}
+	}
+}
+
+func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, fx *strategy.Effects) {
+	c.sentAt = now
+	if c.owner != "" {
+		delete(o.chargesTo[c.owner], c.req.ID)
+		if len(o.chargesTo[c.owner]) == 0 {
+			delete(o.chargesTo, c.owner)
+		}
+	}
+	if o.chargesTo[owner] == nil {
+		o.chargesTo[owner] = map[uint64]bool{}
+	}
+	o.chargesTo[owner][c.req.ID] = true
+	c.owner = owner
+	if !slices.Contains(c.sentTo, owner) {
+		c.sentTo = append(c.sentTo, owner)
+	}
+	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
+	}}}))
+}
+
 // enqueue puts q in the ordering buffer and asks to be woken at its turn.
 // Even a request whose turn has come waits for that wake-up: drivers run
 // wake-ups after the messages delivered at the same instant, so requests
@@ -220,20 +663,120 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 	fx.WakeAt(max(q.arrival+o.hold, now))
 }
 
+// bucketFor returns key's bucket for a decision at time at, creating a
+// full one if there is none.
+func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
+	return o.tab(key).Get(key, at)
+}
+
+// fetchFor reports whether q must wait for its key's level: during a
+// warm-up (within warmup of a membership change or of a late start) this
+// node holds no level for the key, so the level may be on its way from, or
+// only at, the key's replicas in the previous or the current view. Then it
+// asks them (OwnerLevelQuery) and holds q until all answered (OwnerLevels;
+// a holder without a level answers full) or timeout passed (then the key
+// starts empty as of the change: the holders may have been drained and be
+// unreachable). Requests of a key already being fetched wait too.
+func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool {
+	if f := o.fetching[q.key]; f != nil {
+		f.waiting = append(f.waiting, q)
+		return true
+	}
+	if o.changedAt < 0 || now >= o.changedAt+o.warmup {
+		return false
+	}
+	if _, ok := o.tab(q.key).Lookup(q.key); ok {
+		return false
+	}
+	var await []strategy.NodeID
+	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
+		for _, m := range o.replicasOf(q.key, view) {
+			// Only live members can answer; a previous holder that is
+			// gone left its level on its replicas, asked as well.
+			if m != o.self && slices.Contains(o.members, m) && !slices.Contains(await, m) {
+				await = append(await, m)
+			}
+		}
+	}
+	if len(await) == 0 {
+		return false
+	}
+	slices.Sort(await)
+	f := &fetch{waiting: []queued{q}, await: await, deadline: now + o.timeout}
+	o.fetching[q.key] = f
+	msg := mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
+	for _, m := range await {
+		fx.Send(m, msg)
+	}
+	fx.WakeAt(f.deadline)
+	return true
+}
+
+// fetched ends key's fetch: with timedOut, a key still without a level
+// starts empty as of the membership change; the waiting requests are
+// queued again (their turn has come) and decided.
+func (o *Owner) fetched(now time.Duration, key string, timedOut bool, fx *strategy.Effects) {
+	f := o.fetching[key]
+	delete(o.fetching, key)
+	t := o.tab(key)
+	if _, ok := t.Lookup(key); !ok && timedOut {
+		b := t.Get(key, o.changedAt)
+		_ = b.MergeLevel(0, o.changedAt) // 0 is within bounds, changedAt >= 0
+	}
+	for _, q := range f.waiting {
+		o.queue.Push(q)
+	}
+	o.decideDue(now, fx)
+}
+
 // decideDue decides, in (arrival, ID) order, every queued request whose
 // hold has passed.
 func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 	for o.queue.Len() > 0 && o.queue.Peek().arrival+o.hold <= now {
 		q := o.queue.Pop()
-		allowed := o.table.Get(q.key, q.arrival).AllowN(q.arrival, q.tokens)
+		if o.fetchFor(now, q, fx) {
+			continue
+		}
+		v := o.seen[forwardID{q.origin, q.id, q.key}]
+		if v != nil && v.charged { // answered and charged already: acknowledge
+			v.decided, v.allowed = true, true
+			sendVerdict(q.origin, q.id, true, fx)
+			continue
+		}
+		allowed := o.bucketFor(q.key, q.arrival).AllowN(q.arrival, q.tokens)
+		if allowed {
+			o.markDirty(now, q.key, fx)
+		}
 		if q.origin == "" {
 			fx.Decide(q.id, allowed)
 			continue
 		}
-		if v := o.seen[forwardID{q.origin, q.id}]; v != nil {
+		if v != nil {
 			v.decided, v.allowed = true, allowed
 		}
 		sendVerdict(q.origin, q.id, allowed, fx)
+	}
+}
+
+// markDirty notes that key's level changed here, to be shipped to its
+// replicas at the next sync.
+func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
+	if o.leaving {
+		// Leave shipped this key's level already, and the next owners
+		// take over as soon as they learn of the leave: ship every later
+		// change at once, not at the next sync.
+		others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		o.shipLevels([]string{key}, func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, false, fx)
+		return
+	}
+	if o.replicas < 2 || len(o.members) < 2 {
+		return
+	}
+	o.dirty[key] = true
+	if o.syncAt < 0 {
+		o.syncAt = now + o.syncEvery
+		fx.WakeAt(o.syncAt)
 	}
 }
 
@@ -243,10 +786,14 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, fx *strategy.Effec
 	}}}))
 }
 
-// Receive handles a forwarded request (this node as owner) or a verdict
-// (this node as forwarder). Errors: an undecodable payload, a forward with
-// an empty key or non-positive tokens, a verdict from a node the request was
-// not forwarded to. Errors change no state.
+// Receive handles a forwarded request or charge (this node as owner), a
+// verdict (this node as forwarder), levels (this node as replica or new
+// holder) or a levels acknowledgement (this node leaving). Errors: an
+// undecodable payload, a forward with an empty key or non-positive tokens
+// or negative arrival, a verdict from a node the request was not forwarded
+// to, levels with an empty key, a level outside [-burst, burst] in ticks,
+// a negative time or one more than slack after now, or more than
+// maxLevelsAccepted levels. Errors change no state.
 func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	var m peerv1.OwnerMessage
 	if err := proto.Unmarshal(payload, &m); err != nil {
@@ -254,30 +801,18 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.OwnerMessage_Forward:
-		f := b.Forward
-		switch {
-		case f.Key == "":
-			return fmt.Errorf("owner: forward from %s: empty key", from)
-		case f.Tokens <= 0:
-			return fmt.Errorf("owner: forward from %s: tokens %d must be positive", from, f.Tokens)
-		case f.ArrivalNs < 0:
-			return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
-		}
-		fid := forwardID{from, f.RequestId}
-		if v, dup := o.seen[fid]; dup {
-			if v.decided { // the verdict was lost: send it again
-				sendVerdict(from, f.RequestId, v.allowed, fx)
-			}
-			return nil
-		}
-		o.seen[fid] = &verdict{}
-		o.expiry = append(o.expiry, expiring{at: now + o.seenTTL, id: fid})
-		if len(o.expiry) == 1 {
-			fx.WakeAt(now + o.seenTTL)
-		}
-		o.enqueue(now, queued{arrival: time.Duration(f.ArrivalNs), id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from}, fx)
+		return o.receiveForward(now, from, b.Forward, fx)
 	case *peerv1.OwnerMessage_Verdict:
 		v := b.Verdict
+		if c, ok := o.charges[v.RequestId]; ok {
+			if !slices.Contains(c.sentTo, from) {
+				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
+			}
+			o.dropCharge(v.RequestId)
+			delete(o.suspect, from)
+			o.flushCharges(now, from, fx)
+			return nil
+		}
 		p, ok := o.pending[v.RequestId]
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
@@ -286,17 +821,222 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
 		delete(o.pending, v.RequestId)
+		delete(o.suspect, from)
 		fx.Decide(v.RequestId, v.Allowed)
+		o.flushCharges(now, from, fx)
+	case *peerv1.OwnerMessage_Levels:
+		return o.receiveLevels(now, from, b.Levels, fx)
+	case *peerv1.OwnerMessage_LevelQuery:
+		return o.receiveQuery(now, from, b.LevelQuery, fx)
+	case *peerv1.OwnerMessage_LevelsAck:
+		if o.ackTo[b.LevelsAck.Seq] == from {
+			delete(o.unacked, b.LevelsAck.Seq)
+			delete(o.ackTo, b.LevelsAck.Seq)
+		}
 	default:
 		return fmt.Errorf("owner: message from %s has no body", from)
 	}
 	return nil
 }
 
+func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv1.OwnerForward, fx *strategy.Effects) error {
+	switch {
+	case f.Key == "":
+		return fmt.Errorf("owner: forward from %s: empty key", from)
+	case f.Tokens <= 0:
+		return fmt.Errorf("owner: forward from %s: tokens %d must be positive", from, f.Tokens)
+	case f.ArrivalNs < 0:
+		return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
+	case f.Charge && time.Duration(f.ArrivalNs) > now+o.slack:
+		return fmt.Errorf("owner: charge from %s: arrival_ns %d is more than %v after now (%d)", from, f.ArrivalNs, o.slack, now)
+	}
+	if _, err := o.subIndex(f.Key); err != nil {
+		return fmt.Errorf("owner: forward from %s: %w", from, err)
+	}
+	fid := forwardID{from, f.RequestId, f.Key}
+	if v, dup := o.seen[fid]; dup {
+		if f.Charge && !v.charged && !(v.decided && v.allowed) {
+			// The forwarder answered this request itself after a
+			// timeout and admitted it, while this node refused it (or
+			// has not decided it yet): take its tokens now, once, and
+			// let a pending decision only acknowledge.
+			arrival := time.Duration(f.ArrivalNs)
+			o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
+			v.charged = true
+			if o.owns(f.Key) {
+				o.markDirty(now, f.Key, fx)
+			}
+			if v.decided {
+				v.allowed = true
+			}
+		}
+		if v.decided { // the verdict was lost: send it again
+			sendVerdict(from, f.RequestId, v.allowed, fx)
+		}
+		return nil
+	}
+	arrival := time.Duration(f.ArrivalNs)
+	if f.Charge {
+		o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
+		o.remember(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
+		if o.owns(f.Key) {
+			o.markDirty(now, f.Key, fx)
+		}
+		sendVerdict(from, f.RequestId, true, fx)
+		return nil
+	}
+	o.remember(now, fid, &verdict{}, fx)
+	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from}, fx)
+	return nil
+}
+
+func (o *Owner) remember(now time.Duration, fid forwardID, v *verdict, fx *strategy.Effects) {
+	o.seen[fid] = v
+	o.expiry = append(o.expiry, expiring{at: now + o.seenTTL, id: fid})
+	if len(o.expiry) == 1 {
+		fx.WakeAt(now + o.seenTTL)
+	}
+}
+
+func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
+	if len(q.Keys) > maxLevelsAccepted {
+		return fmt.Errorf("owner: level query from %s: %d keys, more than the %d accepted in one message", from, len(q.Keys), maxLevelsAccepted)
+	}
+	ls := make([]*peerv1.OwnerLevel, 0, len(q.Keys))
+	for i, k := range q.Keys {
+		if k == "" {
+			return fmt.Errorf("owner: level query from %s: key %d is empty", from, i)
+		}
+		sub, err := o.subIndex(k)
+		if err != nil {
+			return fmt.Errorf("owner: level query from %s: %w", from, err)
+		}
+		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
+		if b, ok := o.tables[sub].Lookup(k); ok {
+			ticks, at := b.Level()
+			l.LevelTicks, l.AtNs = ticks, int64(at)
+		}
+		ls = append(ls, l)
+	}
+	for len(ls) > 0 {
+		n := min(len(ls), maxLevelsPerMessage)
+		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}))
+		ls = ls[n:]
+	}
+	return nil
+}
+
+func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) error {
+	if len(ls.Levels) > maxLevelsAccepted {
+		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
+	}
+	for i, l := range ls.Levels {
+		if l.Key == "" {
+			return fmt.Errorf("owner: levels from %s: level %d has an empty key", from, i)
+		}
+		sub, err := o.subIndex(l.Key)
+		if err != nil {
+			return fmt.Errorf("owner: levels from %s: %w", from, err)
+		}
+		capTicks := o.caps[sub]
+		switch {
+		case l.LevelTicks < -capTicks || l.LevelTicks > capTicks:
+			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [-%d, %d] (the burst in ticks)", from, l.Key, l.LevelTicks, capTicks, capTicks)
+		case l.AtNs < 0:
+			return fmt.Errorf("owner: levels from %s: key %q: negative at_ns %d", from, l.Key, l.AtNs)
+		case time.Duration(l.AtNs) > now+o.slack:
+			return fmt.Errorf("owner: levels from %s: key %q: at_ns %d is more than %v after now (%d)", from, l.Key, l.AtNs, o.slack, now)
+		}
+	}
+	for _, l := range ls.Levels {
+		at := time.Duration(l.AtNs)
+		t := o.tab(l.Key)
+		b, ok := t.Lookup(l.Key)
+		if !ok {
+			b = t.Get(l.Key, at)
+		}
+		_ = b.MergeLevel(l.LevelTicks, at) // validated above
+		if o.owns(l.Key) {
+			o.markDirty(now, l.Key, fx)
+		}
+	}
+	for _, l := range ls.Levels {
+		if f := o.fetching[l.Key]; f != nil {
+			f.await = slices.DeleteFunc(f.await, func(m strategy.NodeID) bool { return m == from })
+			if len(f.await) == 0 {
+				o.fetched(now, l.Key, false, fx)
+			}
+		}
+	}
+	if ls.Seq != 0 {
+		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
+	}
+	return nil
+}
+
+// shipLevels sends the levels of keys (sorted) to the nodes chosen by to,
+// batched per peer, maxLevelsPerMessage a message; with ack, every message
+// gets a seq and is kept until acknowledged.
+func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID, ack bool, fx *strategy.Effects) {
+	per := map[strategy.NodeID][]*peerv1.OwnerLevel{}
+	var peers []strategy.NodeID
+	for _, k := range keys {
+		b, ok := o.tab(k).Lookup(k)
+		if !ok {
+			continue
+		}
+		ticks, at := b.Level()
+		for _, p := range to(k) {
+			if p == o.self {
+				continue
+			}
+			if _, seen := per[p]; !seen {
+				peers = append(peers, p)
+			}
+			per[p] = append(per[p], &peerv1.OwnerLevel{Key: k, LevelTicks: ticks, AtNs: int64(at)})
+		}
+	}
+	slices.Sort(peers)
+	for _, p := range peers {
+		ls := per[p]
+		for len(ls) > 0 {
+			n := min(len(ls), maxLevelsPerMessage)
+			msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
+			if ack {
+				o.nextSeq++
+				msg.GetLevels().Seq = o.nextSeq
+				o.unacked[o.nextSeq] = msg
+				o.ackTo[o.nextSeq] = p
+			}
+			fx.Send(p, mustMarshal(msg))
+			ls = ls[n:]
+		}
+	}
+}
+
+// replicasOf returns key's first K nodes in rendezvous order among members.
+func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.NodeID {
+	o.rank = rendezvous.Rank(o.rank[:0], key, members, o.replicas)
+	return o.rank
+}
+
 // Tick decides the queued requests whose hold has passed, retransmits or
-// times out forwarded ones, forgets old forward IDs, and sweeps idle buckets.
+// times out forwarded ones, ships changed levels to replicas, forgets old
+// forward IDs and charges, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
+	if len(o.fetching) > 0 {
+		var late []string
+		for k, f := range o.fetching {
+			if now >= f.deadline {
+				late = append(late, k)
+			}
+		}
+		slices.Sort(late)
+		for _, k := range late {
+			o.fetched(now, k, true, fx)
+		}
+	}
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
 		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
@@ -308,7 +1048,8 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		delete(o.pending, d.id)
-		fx.Decide(d.id, o.failOpen)
+		o.suspect[p.owner] = now + o.suspectFor
+		fx.Decide(d.id, o.fallback(now, p.req, p.owner, fx))
 	}
 	n := 0
 	for n < len(o.expiry) && o.expiry[n].at <= now {
@@ -319,17 +1060,85 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	if n > 0 && len(o.expiry) > 0 {
 		fx.WakeAt(o.expiry[0].at)
 	}
+	n = 0
+	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
+		o.dropCharge(o.chargeOrder[n].id)
+		n++
+	}
+	o.chargeOrder = o.chargeOrder[n:]
+	if n > 0 && len(o.chargeOrder) > 0 {
+		fx.WakeAt(o.chargeOrder[0].until)
+	}
+	if o.syncAt >= 0 && now >= o.syncAt {
+		o.syncAt = -1
+		keys := make([]string, 0, len(o.dirty))
+		for k := range o.dirty {
+			keys = append(keys, k)
+		}
+		clear(o.dirty)
+		slices.Sort(keys)
+		o.shipLevels(keys, func(k string) []strategy.NodeID {
+			if r := o.replicasOf(k, o.members); len(r) > 0 && r[0] == o.self {
+				return r[1:]
+			}
+			return nil // no longer primary: membership shipped it
+		}, false, fx)
+	}
+	if o.leaving && len(o.unacked) > 0 && now >= o.resend {
+		o.resendUnacked(now, fx)
+	}
 	if now >= o.nextSweep {
-		o.table.Sweep(now - o.hold)
+		for _, t := range o.tables {
+			t.Sweep(now - o.hold)
+		}
+		o.local.Sweep(now)
 		o.nextSweep = now + o.sweepEvery
 		fx.WakeAt(o.nextSweep)
 	}
 }
 
-// SetMembers re-routes the pending requests whose owner left, in request ID
-// order, to their keys' new owners.
+func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
+	seqs := make([]uint64, 0, len(o.unacked))
+	for s := range o.unacked {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	for _, s := range seqs {
+		fx.Send(o.ackTo[s], mustMarshal(o.unacked[s]))
+	}
+	o.resend = now + o.retryEvery
+	fx.WakeAt(o.resend)
+}
+
+// SetMembers ships every level this node holds to the key's new first K
+// nodes (and drops the keys it no longer replicates), re-routes the
+// pending requests whose owner left, in request ID order, to their keys'
+// new owners, and sends the charges to their keys' new owners.
 func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	if len(members) == 0 {
+		members = []strategy.NodeID{o.self}
+	}
+	changed := !slices.Equal(o.members, members)
+	if changed {
+		o.prevMembers = slices.Clone(o.members)
+	}
 	o.members = append(o.members[:0], members...)
+	if !changed {
+		return
+	}
+	o.changedAt = now
+	clear(o.suspect)
+	if r, b, err := o.localShare(); err == nil {
+		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
+	}
+	keys := o.sortedKeys()
+	o.shipLevels(keys, func(k string) []strategy.NodeID { return o.replicasOf(k, o.members) }, false, fx)
+	for _, k := range keys {
+		if !slices.Contains(o.replicasOf(k, o.members), o.self) {
+			o.tab(k).Delete(k)
+			delete(o.dirty, k)
+		}
+	}
 	var moved []uint64
 	for id, p := range o.pending {
 		if !slices.Contains(members, p.owner) {
@@ -339,27 +1148,84 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	slices.Sort(moved)
 	for _, id := range moved {
 		p := o.pending[id]
-		if owner := rendezvous.Owner(p.req.Key, o.members); owner != o.self && owner != "" {
+		if owner := o.primary(p.req.Key); owner != o.self && owner != "" {
 			o.forward(now, p, owner, fx)
 			continue
 		}
 		delete(o.pending, id) // this node owns the key now
-		o.route(now, p.req, fx)
+		if allowed, decided := o.route(now, p.req, fx); decided {
+			fx.Decide(id, allowed)
+		}
+	}
+	ids := make([]uint64, 0, len(o.charges))
+	for id := range o.charges {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c := o.charges[id]
+		owner := o.primary(c.req.Key)
+		if owner == c.owner {
+			continue
+		}
+		if owner == o.self || owner == "" {
+			o.bucketFor(c.req.Key, c.req.Arrival).Debit(c.req.Arrival, c.req.Tokens)
+			o.markDirty(now, c.req.Key, fx)
+			o.dropCharge(id)
+			continue
+		}
+		o.sendCharge(now, c, owner, fx)
 	}
 }
 
-// StateBytes counts the buckets this node owns and the requests it holds.
+// Leave ships every level this node holds to the key's first K nodes among
+// the other members, each shipment to be acknowledged (strategy.Leaver).
+func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
+	if o.leaving {
+		return
+	}
+	o.leaving = true
+	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	if len(others) == 0 {
+		return
+	}
+	o.shipLevels(o.sortedKeys(), func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, true, fx)
+	if len(o.unacked) > 0 {
+		o.resend = now + o.retryEvery
+		fx.WakeAt(o.resend)
+	}
+}
+
+// Left reports whether every level shipped by Leave was acknowledged.
+func (o *Owner) Left() bool { return o.leaving && len(o.unacked) == 0 }
+
+var _ strategy.Leaver = (*Owner)(nil)
+
+// StateBytes counts the buckets this node holds (as primary, replica or
+// fallback) and the requests and charges it holds.
 func (o *Owner) StateBytes() int {
 	const perRequest = 40 // id, arrival, tokens, deadline as varints, plus the key
-	n := o.table.StateBytes()
+	n := o.local.StateBytes()
+	for _, t := range o.tables {
+		n += t.StateBytes()
+	}
 	for _, q := range o.queue.Items() {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range o.pending {
 		n += perRequest + len(p.req.Key)
 	}
-	const perSeen = 16 // request ID and verdict, with the origin's index
-	return n + len(o.seen)*perSeen
+	for _, c := range o.charges {
+		n += perRequest + len(c.req.Key)
+	}
+	for k, f := range o.fetching {
+		n += len(k) + len(f.waiting)*perRequest
+	}
+	const perSeen = 16 // request ID and verdict, with the origin's index, plus the key
+	for id := range o.seen {
+		n += perSeen + len(id.key)
+	}
+	return n + len(o.dirty)*8
 }
 
 // Remaining is the whole tokens of key's bucket at now, known only where
@@ -369,7 +1235,7 @@ func (o *Owner) StateBytes() int {
 // it). Elsewhere it is (0, false): the key's bucket is at its owner. It
 // changes no state (strategy.Remainer).
 func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
-	if o.hold > 0 {
+	if o.hold > 0 || o.split > 1 {
 		return 0, false
 	}
 	if !o.owns(key) {
@@ -379,6 +1245,52 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 }
 
 var _ strategy.Remainer = (*Owner)(nil)
+
+// maxSplit bounds the split parameter.
+const maxSplit = 64
+
+// subKey names sub-bucket i of key (split > 1): the key, a NUL byte and i
+// in decimal. subIndex parses it back from the last NUL, so any key
+// (even one holding NUL bytes) maps to distinct sub-keys.
+func subKey(key string, i int) string { return key + "\x00" + strconv.Itoa(i) }
+
+// subIndex is the sub-bucket index of a key this node decides or holds:
+// 0 without split; with split, the index after the key's last NUL byte.
+// Errors: with split, a key without a valid index (a peer with another
+// split setting, or a corrupt frame).
+func (o *Owner) subIndex(key string) (int, error) {
+	if o.split == 1 {
+		return 0, nil
+	}
+	j := strings.LastIndexByte(key, 0)
+	if j < 0 {
+		return 0, fmt.Errorf("key %q has no sub-bucket index (split=%d)", key, o.split)
+	}
+	i, err := strconv.Atoi(key[j+1:])
+	if err != nil || i < 0 || i >= o.split || key[j+1:] != strconv.Itoa(i) {
+		return 0, fmt.Errorf("key %q: sub-bucket index %q is not in [0, %d)", key, key[j+1:], o.split)
+	}
+	return i, nil
+}
+
+// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
+func (o *Owner) tab(key string) *buckets.Table {
+	i, _ := o.subIndex(key)
+	return o.tables[i]
+}
+
+// sortedKeys is every key of every table, sorted.
+func (o *Owner) sortedKeys() []string {
+	if len(o.tables) == 1 {
+		return o.table.SortedKeys()
+	}
+	var out []string
+	for _, t := range o.tables {
+		out = append(out, t.SortedKeys()...)
+	}
+	slices.Sort(out)
+	return out
+}
 
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)

@@ -114,11 +114,21 @@ func TestRetransmitThenTimeout(t *testing.T) {
 		if _, decided := o.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1}, fx); decided {
 			t.Fatal("a request for another node's key was decided locally")
 		}
-		sends := len(fx.Messages)
+		sends, charges := len(fx.Messages), 0
 		for now := time.Duration(0); now <= 100*time.Millisecond; now += time.Millisecond {
 			fx.Reset()
 			o.Tick(now, fx)
-			sends += len(fx.Messages)
+			for _, m := range fx.Messages {
+				var om peerv1.OwnerMessage
+				if err := proto.Unmarshal(m.Payload, &om); err != nil {
+					t.Fatal(err)
+				}
+				if om.GetForward().GetCharge() {
+					charges++
+				} else {
+					sends++
+				}
+			}
 			if len(fx.Decisions) > 0 {
 				if now != 90*time.Millisecond || fx.Decisions[0].Allowed != open {
 					t.Fatalf("fail_open=%v: decided %v at %v, want %v at 90ms", open, fx.Decisions[0].Allowed, now, open)
@@ -128,11 +138,16 @@ func TestRetransmitThenTimeout(t *testing.T) {
 		if sends != 3 {
 			t.Fatalf("sent %d forwards, want 1 + 2 retries", sends)
 		}
+		// An admission by timeout is charged to the owner afterwards.
+		if want := map[bool]int{true: 1, false: 0}[open]; charges != want {
+			t.Fatalf("fail_open=%v: sent %d charges, want %d", open, charges, want)
+		}
 	}
 }
 
 func TestParamErrors(t *testing.T) {
-	for _, bad := range [][]string{{"hold=-1ms"}, {"timeout=0s"}, {"retries=-1"}, {"fail_open=maybe"}, {"color=red"}} {
+	for _, bad := range [][]string{{"hold=-1ms"}, {"timeout=0s"}, {"retries=-1"}, {"fail_open=maybe"}, {"color=red"},
+		{"on_timeout=maybe"}, {"on_timeout=local", "fail_open=true"}, {"replicas=0"}, {"sync=0s"}} {
 		p, _ := strategy.ParseParams(bad)
 		_, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
 			Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
@@ -147,6 +162,12 @@ func FuzzReceive(f *testing.F) {
 	f.Add(forward(1, "k", 1, 5))
 	f.Add([]byte{0x12, 0x04, 0x08, 0x01, 0x10, 0x01})
 	f.Add([]byte{})
+	f.Add(levels(3, &peerv1.OwnerLevel{Key: "k", LevelTicks: 5, AtNs: 7}))
+	f.Add(chargeMsg(2, "k", 1, 5))
+	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: 1}}})
+	f.Add(ack)
+	query, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{"k", "j"}}}})
+	f.Add(query)
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		o := newNode(t, "n0")
 		before := o.StateBytes()

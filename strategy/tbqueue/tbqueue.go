@@ -150,6 +150,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // Name is the strategy's name in the registry and in errors.
@@ -408,12 +409,26 @@ func (q *TBQueue) analyse(nb strategy.NodeID, key string, latest time.Duration, 
 // way, but only updates to elements this node already held are passed on.
 // Errors: an undecodable payload, or a key that is empty or repeated, or
 // an element with a negative time, a time-of-death before its
-// time-of-birth, a fraction out of range, tokens above the burst, or (with
-// unique_ids) elements out of identity order. Errors change no state.
+// time-of-birth, a fraction out of range, tokens above the burst, (with
+// unique_ids) elements out of identity order, or (ours, peerbound) a
+// time-of-birth after now + peerbound.ClockSkew: no node can have admitted
+// a request in the future. Errors change no state.
+//
+// A time-of-death has no bound of this kind: merges push deaths back by
+// design (listing 4.3), and after a partition of length T the merged queue
+// legitimately holds deaths about (N-1)T ahead, so any cap would refuse
+// real states; peer authentication (grpcpeer) is what keeps a forged
+// queue out.
 func (q *TBQueue) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	keys, queues, full, err := q.decode(payload)
 	if err != nil {
 		return fmt.Errorf("%s: message from %s: %w", Name, from, err)
+	}
+	for k, qu := range queues {
+		// Births are sorted: the last is the latest.
+		if n := len(qu); n > 0 && qu[n-1].birth > now+peerbound.ClockSkew {
+			return fmt.Errorf("%s: message from %s: key %q: time-of-birth %v is after now %v", Name, from, keys[k], qu[n-1].birth, now)
+		}
 	}
 	for k, key := range keys {
 		in := queues[k]

@@ -13,6 +13,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 const testCapacity = 5
@@ -389,6 +390,10 @@ func TestReceiveRejectsInvalid(t *testing.T) {
 			"neg tokens":    mk(el(&peerv1.TBQueueElement{BirthDeltaNs: 1, LifeNs: 5, Tokens: -1})),
 			"birth overflow": mk(el(&peerv1.TBQueueElement{BirthDeltaNs: 1 << 62, LifeNs: 5},
 				&peerv1.TBQueueElement{BirthDeltaNs: 1 << 62, LifeNs: 5})),
+			// Received at 1 s: a request admitted 11 s later, beyond the
+			// clock skew allowed, or ages later.
+			"future birth": mk(el(&peerv1.TBQueueElement{BirthDeltaNs: int64(time.Second + peerbound.ClockSkew + time.Millisecond), LifeNs: 5})),
+			"far future":   mk(el(&peerv1.TBQueueElement{BirthDeltaNs: 1 << 60, LifeNs: int64(time.Hour)})),
 		}
 		if unique {
 			bad["id order"] = mk(el(&peerv1.TBQueueElement{BirthDeltaNs: 1, LifeNs: 5, Origin: "b", Seq: 2},
@@ -403,6 +408,10 @@ func TestReceiveRejectsInvalid(t *testing.T) {
 			if !slices.Equal(before, fullState(q)) || !slices.Equal(deltas, deltaBytes(q)) || q.StateBytes() != sb || len(fx.Messages) != 0 {
 				t.Fatalf("unique_ids=%v: %s: state changed", unique, name)
 			}
+		}
+		// Within the skew, a birth ahead of this node's clock is accepted.
+		if err := q.Receive(time.Second, "b", mk(el(&peerv1.TBQueueElement{BirthDeltaNs: int64(time.Second + peerbound.ClockSkew), LifeNs: 5})), &fx); err != nil {
+			t.Errorf("unique_ids=%v: a birth within the clock skew was refused: %v", unique, err)
 		}
 	}
 }

@@ -11,12 +11,16 @@ import (
 // Export calls emit, in no particular order, with the state at now of
 // every bucket that is not full (a full bucket equals an absent one) and
 // for which keep (when not nil) returns true. It changes nothing: levels
-// are read from copies (bucket.Bucket.Level), so buckets last updated
+// are read from copies (bucket.Bucket.LevelAt), so buckets last updated
 // after now (owner decides at arrival times) are reported at their last
-// update and left as they are.
+// update and left as they are. A level below 0 (a debt: owner's charges
+// for decisions its peers took while it was unreachable) is exported as
+// 0: a snapshot holds no debt, so a restart forgives at most one burst of
+// it.
 func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(strategy.KeyState)) {
 	for k, b := range t.m {
-		level, capacity, per := b.Level(now)
+		level, capacity, per := b.LevelAt(now)
+		level = max(level, 0)
 		if level >= capacity || (keep != nil && !keep(k)) {
 			continue
 		}

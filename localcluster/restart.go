@@ -1,0 +1,54 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+)
+
+// Restart starts node i again after Kill or Terminate (a new process with
+// the same name and config, on the addresses it had: memberlist refuses a
+// dead member's name from a new address for a while), joining the gossip address of
+// the first other live node, and returns once it serves and every node
+// reports all the cluster's nodes as members. Errors: node i is still
+// running, no other node is live to join, or the restarted node fails to
+// come up within ctx (its log tail is in the error; it is killed).
+func (c *Cluster) Restart(ctx context.Context, i int) error {
+	if _, err := c.index(i); err != nil {
+		return err
+	}
+	if c.Alive(i) {
+		return fmt.Errorf("localcluster: Restart(%d): node n%d is still running", i, i)
+	}
+	var join []string
+	for j := range c.Nodes {
+		if j != i && c.Alive(j) {
+			c.mu.Lock()
+			join = append(join, c.Nodes[j].Gossip)
+			c.mu.Unlock()
+			break
+		}
+	}
+	if len(join) == 0 {
+		return fmt.Errorf("localcluster: Restart(%d): no live node to join", i)
+	}
+	c.dropConn(i)
+	if err := c.spawn(i, join); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		c.proc(i).kill()
+		<-c.proc(i).done
+		c.dropConn(i)
+		return err
+	}
+	if err := c.waitAddrs(ctx, i); err != nil {
+		return fail(err)
+	}
+	if err := c.waitServing(ctx, i); err != nil {
+		return fail(err)
+	}
+	if err := c.waitMembers(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}

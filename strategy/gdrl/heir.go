@@ -1,0 +1,238 @@
+package gdrl
+
+import (
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// ---- Split brain: one heir per incarnation (ours; see the package
+// documentation, "Split brain") ----
+//
+// A netsplit can give one incarnation two heirs: node X's buddy across the
+// cut inherits X's record as it was at the split (version v1), while X goes
+// on on its side, replicates to a new buddy there, and crashes; that buddy
+// inherits X's later record (v2). Both hold X's share, and X is not alive to
+// be fenced. The later record is X's continuation (it contains everything X
+// did after v1), so the earlier tombstone is the duplicate: its holder sends
+// its fence to the other heirs, and the one whose tombstone ranks higher
+// (a later record version) absorbs it as X would have: it
+// gives up the inherited amounts, and the transfers credited on X's behalf
+// that X's later record shows credited too. The lower heir then drops its
+// tombstone. A fence is in flight to one heir at a time and sent again to
+// the same heir until answered, so it is absorbed at most once; an heir
+// that absorbed a fence and is itself outranked forwards its own fence (and
+// the transfers it did not undo) the same way, so a chain of three heirs
+// nets out to the highest one's record.
+
+// heirRanks reports whether a tombstone taken at record version va ranks
+// below one taken at vb. Two tombstones of one incarnation at the same
+// version are copies of one inheritance, not two: a tombstone travels in
+// its heir's record (and is inherited with it), and a node that chooses a
+// new buddy always sends it a new version (setBuddy marks the record
+// dirty), so two buddies never inherit the same version.
+func heirRanks(va, vb uint64) bool { return va < vb }
+
+// heirFences looks, for every tombstone whose incarnation is known dead (a
+// newer incarnation of the node answered its fence), for a later tombstone
+// of it: it asks the members in
+// view that have not answered (a query, which absorbs nothing), and sends
+// its fence to one that holds a later one, retransmitting either until
+// answered.
+func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
+	g.absorbLocal(now)
+	for _, tb := range g.tombs {
+		if !tb.fenceDone {
+			continue // the incarnation may be alive: it is fenced itself
+		}
+		if tb.heirTarget != "" {
+			if now-tb.heirSent >= g.retransmit {
+				tb.heirSent = now
+				fx.Send(tb.heirTarget, g.encode(g.heirFence(tb, false)))
+			}
+			continue
+		}
+		if tb.heirQueried != 0 && now-tb.heirQueried < g.retransmit {
+			continue
+		}
+		var q []byte
+		for _, m := range g.members {
+			if m == g.self || tb.heirAsked[m] {
+				continue
+			}
+			if q == nil {
+				q = g.encode(g.heirFence(tb, true))
+				tb.heirQueried = max(now, 1)
+			}
+			fx.Send(m, q)
+		}
+	}
+}
+
+// heirDue reports when heirFences next has something to send (0: nothing).
+func (g *GDRL) heirDue(tb *tombstone) time.Duration {
+	switch {
+	case tb.heirTarget != "":
+		return tb.heirSent + g.retransmit
+	case !tb.fenceDone:
+		return 0
+	}
+	for _, m := range g.members {
+		if m != g.self && !tb.heirAsked[m] {
+			return tb.heirQueried + g.retransmit
+		}
+	}
+	return 0
+}
+
+func (g *GDRL) heirFence(tb *tombstone, query bool) *peerv1.GdrlMessage {
+	f := &peerv1.GdrlFenced{Inc: tb.inc, Version: tb.version, Node: string(tb.node), Query: query}
+	if !query {
+		f.DefaultCapacity, f.DefaultBurst = tb.dc, tb.db
+		f.Items, f.OnBehalf = itemsMsg(tb.items), transfersMsg(tb.onBehalf)
+	}
+	return &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}
+}
+
+// onHeirFence: from holds a tombstone of f.Node's incarnation f.Inc taken
+// at f.Version. If this node holds one that ranks higher, it absorbs the
+// fence (once); if its own ranks lower, it refuses and fences into from.
+func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
+	ack := &peerv1.GdrlFenceAck{Inc: f.Inc, Version: f.Version, Node: f.Node}
+	reply := func() {
+		g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
+	}
+	k := fenceKey{inc: f.Inc, version: f.Version}
+	if g.fencesApplied[k] {
+		ack.Absorbed = true
+		reply()
+		return
+	}
+	tb := g.tombFor(strategy.NodeID(f.Node), f.Inc)
+	switch {
+	case tb == nil || from == g.self:
+	case tb.version == f.Version:
+		// The same inheritance (a copy of the tombstone): nothing to absorb.
+	case heirRanks(tb.version, f.Version):
+		delete(tb.heirAsked, from) // from ranks higher: fence into it
+	case f.Query:
+		ack.Later = true
+	case (tb.fencing && !tb.fenceDone) || tb.heirTarget != "":
+		ack.Busy = true // this tombstone's own fence is in flight
+	default:
+		g.fencesApplied[k] = true
+		g.absorb(now, tb, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items), transfersFrom(f.OnBehalf))
+		ack.Absorbed = true
+	}
+	reply()
+}
+
+// absorb gives up what another heir inherited of tb's incarnation at an
+// earlier version (dc, db, items), as the incarnation would: and the
+// transfers that heir credited on its behalf (onBehalf) that tb's record
+// shows credited too; the others are never credited here, and pass on
+// with tb's own fence.
+func (g *GDRL) absorb(now time.Duration, tb *tombstone, dc, db int64, items []item, onBehalf []*transfer) {
+	g.giveUp(now, dc, db, items)
+	slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
+	for _, t := range onBehalf {
+		if tb.applied.credited(t.id) {
+			g.addItems(t.items, -1, now) // the incarnation credited it too
+		} else if !tb.applied.settled(t.id) {
+			tb.applied.settleElsewhere(t.id)
+			tb.onBehalf = append(tb.onBehalf, t)
+		}
+	}
+	g.mark(partDefaults)
+	g.mark(partTombs)
+}
+
+// absorbLocal: this node may hold two tombstones of one dead incarnation
+// at different versions (its own inheritance, and a copy that came with a
+// ward's record, or the other way round); the later one absorbs the
+// earlier one here, as another heir would.
+func (g *GDRL) absorbLocal(now time.Duration) {
+	for {
+		var lo, hi *tombstone
+		for _, a := range g.tombs {
+			if !a.fenceDone || a.heirTarget != "" {
+				continue
+			}
+			for _, b := range g.tombs {
+				if b != a && b.node == a.node && b.inc == a.inc && b.version > a.version && b.fenceDone && b.heirTarget == "" {
+					lo, hi = a, b
+				}
+			}
+		}
+		if lo == nil {
+			return
+		}
+		k := fenceKey{inc: lo.inc, version: lo.version}
+		if !g.fencesApplied[k] {
+			g.fencesApplied[k] = true
+			g.absorb(now, hi, lo.dc, lo.db, lo.items, slices.Clone(lo.onBehalf))
+		}
+		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == lo })
+		g.mark(partTombs)
+	}
+}
+
+func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck, fx *strategy.Effects) {
+	tb := g.tombForV(strategy.NodeID(a.Node), a.Inc, a.Version)
+	if tb == nil {
+		return
+	}
+	if tb.heirTarget != from {
+		// The answer to a query (or a stale one to a fence).
+		if tb.heirTarget != "" || (tb.fencing && !tb.fenceDone) || a.Absorbed || a.Busy {
+			return
+		}
+		if a.Later {
+			tb.heirTarget, tb.heirSent = from, now
+			fx.Send(from, g.encode(g.heirFence(tb, false)))
+			return
+		}
+		if tb.heirAsked == nil {
+			tb.heirAsked = map[strategy.NodeID]bool{}
+		}
+		tb.heirAsked[from] = true
+		return
+	}
+	switch {
+	case a.Absorbed:
+		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
+		g.mark(partTombs)
+		return
+	case a.Busy || a.Later:
+		return // sent again after retransmit; or a late answer to a query
+	}
+	tb.heirTarget = ""
+	if tb.heirAsked == nil {
+		tb.heirAsked = map[strategy.NodeID]bool{}
+	}
+	tb.heirAsked[from] = true
+	g.heirFences(now, fx)
+}
+
+// giveUp subtracts amounts inherited elsewhere from this node's shares: dc,
+// db from every key items does not list (and the default share), each
+// item's amount from its key.
+func (g *GDRL) giveUp(now time.Duration, dc, db int64, items []item) {
+	inItems := map[string]bool{}
+	for _, it := range items {
+		inItems[it.key] = true
+	}
+	for _, key := range g.sortedKeys() {
+		if !inItems[key] {
+			g.adjust(key, -dc, -db, now)
+		}
+	}
+	for _, it := range items {
+		g.pin(it.key, now)
+		g.adjust(it.key, -it.c, -it.b, now)
+	}
+	g.dc -= dc
+	g.db -= db
+}

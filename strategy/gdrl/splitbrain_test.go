@@ -1,0 +1,309 @@
+package gdrl_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+// splitRun is a randomized netsplit run: n nodes with demand on random
+// keys, over a lossy network, with failure detection that is asymmetric
+// (every ordered pair of nodes notices a change after its own delay, so
+// the sides' views disagree and change one node at a time), netsplits into
+// two or three sides, heals, crashes and restarts (also during a split),
+// then a final heal. During a split each side may hold up to C (see the
+// package documentation, "Split brain"); once the heal has settled (every
+// view is whole again and settleAfter has passed) the shares plus the
+// capacity in flight never exceed C + 1 unit at any event, and once no
+// transfer is pending they sum to C within one unit.
+type splitRun struct {
+	n        int
+	seed     uint64
+	net      hnet
+	detectLo time.Duration // pairwise detection delays are drawn in [detectLo, detectHi]
+	detectHi time.Duration
+	demand   [][]float64 // [node][key] requests per second
+	episodes []episode
+	params   []string
+
+	worstDuring  float64 // the largest (sum C_i + in flight) / C seen during a split
+	worstSettled int64   // the largest sum C_i + in flight - C after the heal settled
+	settledAfter time.Duration
+	crashed      bool  // a node crashed during a split
+	lost         int64 // C - sum C_i at the end, when a crash lost shares
+	debug        func(h *harness)
+	trace        func(h *harness)
+}
+
+type episode struct {
+	at, length time.Duration
+	groups     []int       // per node: its side
+	crashes    []crashPlan // during the split (at: offset from its start)
+}
+
+const (
+	settleAfter = 3 * time.Second
+	crashGap    = 5 * time.Second
+)
+
+func (r *splitRun) run(fail func(string, ...any)) {
+	rate := bucket.Rate{Tokens: 10, Per: time.Second}
+	const burst = 20
+	h := newHarness(r.n, r.seed, r.net, rate, burst, r.params, fail)
+	dr := rand.New(rand.NewPCG(r.seed, 0x646574))
+	h.pairDetect = func(i, j int) time.Duration {
+		return r.detectLo + time.Duration(dr.Int64N(int64(r.detectHi-r.detectLo)+1))
+	}
+	C, _ := rateUnits(rate)
+	keys := append(slices.Clone(testKeys), "never")
+	end := time.Duration(0)
+	for _, e := range r.episodes {
+		end = max(end, e.at+e.length)
+		for _, c := range e.crashes {
+			end = max(end, e.at+c.at+c.restart)
+		}
+	}
+	for i := range r.n {
+		for k, key := range testKeys {
+			if r.demand[i][k] > 0 {
+				h.poisson(i, key, r.demand[i][k], 1, end+5*time.Second)
+			}
+		}
+	}
+	lastCrash := time.Duration(-1)
+	for _, e := range r.episodes {
+		h.at(e.at, func() { h.split(e.groups) })
+		for _, c := range e.crashes {
+			h.at(e.at+c.at, func() {
+				alive := 0
+				for _, n := range h.nodes {
+					if n.alive {
+						alive++
+					}
+				}
+				// Crashes at least crashGap apart: two nodes that fail
+				// together (a node and its buddy) lose their shares.
+				if alive <= 2 || !h.nodes[c.node].alive || (lastCrash >= 0 && h.now-lastCrash < crashGap) {
+					return
+				}
+				lastCrash = h.now
+				r.crashed = true
+				h.crash(c.node)
+				if c.restart > 0 {
+					h.at(h.now+c.restart, func() { h.restart(c.node) })
+				}
+			})
+		}
+		h.at(e.at+e.length, func() { h.heal() })
+	}
+	settled := time.Duration(-1) // when the last heal settled
+	failed := false
+	h.afterEvent = func() {
+		if r.trace != nil {
+			r.trace(h)
+		}
+		if failed {
+			return
+		}
+		split := false
+		for _, n := range h.nodes {
+			split = split || n.group != 0
+		}
+		for _, key := range keys {
+			held, _, inflight, _, _ := h.audit(key)
+			if split || settled < 0 || h.now < settled {
+				r.worstDuring = max(r.worstDuring, float64(held+inflight)/float64(C))
+				continue
+			}
+			if over := held + inflight - C; over > r.worstSettled {
+				r.worstSettled = over
+			}
+			if held+inflight > C+1 {
+				failed = true
+				fail("seed %d: t=%v (heal settled at %v) key %s: sum C_i %d + in flight %d > C %d + 1\n%s",
+					r.seed, h.now, settled, key, held, inflight, C, h.describe(key))
+				return
+			}
+		}
+	}
+	// The heal has settled once every view is whole and settleAfter passed.
+	h.runUntil(end)
+	for !h.viewsSettled() && h.step() {
+	}
+	settled = h.now + settleAfter
+	r.settledAfter = settled - end
+	h.runUntil(end + 20*time.Second)
+	deadline := h.now + 60*time.Second
+	for h.anyPending(keys) && h.now < deadline && h.step() {
+	}
+	if r.debug != nil {
+		r.debug(h)
+	}
+	if failed {
+		return
+	}
+	if h.anyPending(keys) && !r.crashed {
+		// (With a crash during the split, a transfer to an incarnation
+		// whose record nobody holds, its buddy having crashed on the
+		// other side of the cut, stays in flight: a loss, see run's end.)
+		fail("seed %d: still transfers pending at %v:\n%s", r.seed, h.now, h.describe("a"))
+		return
+	}
+	for _, key := range keys {
+		held, _, _, _, _ := h.audit(key)
+		if r.crashed && held < C {
+			// A node that crashes during a split loses what it changed
+			// since the split if no buddy on its side holds its record
+			// (alone on its side, or its new buddy had not acknowledged):
+			// two failures at once (the cut and the crash), a loss, never
+			// a creation (see the package documentation, "Limits").
+			r.lost = max(r.lost, C-held)
+			continue
+		}
+		if abs(held-C) > 1 {
+			fail("seed %d: after the heal and quiescence at %v: key %s: sum C_i - C = %d (C = %d)\n%s",
+				r.seed, h.now, key, held-C, C, h.describe(key))
+			return
+		}
+	}
+}
+
+// drawer draws a run's parameters: from rapid (shrinkable) or from a
+// seeded generator (a fixed sample).
+type drawer interface {
+	intRange(lo, hi int, label string) int
+}
+
+type rapidDrawer struct{ t *rapid.T }
+
+func (d rapidDrawer) intRange(lo, hi int, label string) int {
+	return rapid.IntRange(lo, hi).Draw(d.t, label)
+}
+
+type randDrawer struct{ r *rand.Rand }
+
+func (d randDrawer) intRange(lo, hi int, _ string) int { return lo + d.r.IntN(hi-lo+1) }
+
+// drawSplitRun draws a run of 1 to maxEpisodes netsplits (2 or 3 sides,
+// each with up to two crashes, every crashed node restarting), the next
+// one starting up to 8 s after the previous heal (possibly before it has
+// settled).
+func drawSplitRun(d drawer, seed uint64, maxEpisodes int) *splitRun {
+	pick := func(xs []float64, label string) float64 { return xs[d.intRange(0, len(xs)-1, label)] }
+	n := d.intRange(2, 6, "nodes")
+	r := &splitRun{n: n, seed: seed, params: []string{"idle=2s"}}
+	r.net = hnet{
+		loss:     pick([]float64{0, 0.05, 0.2}, "loss"),
+		dup:      pick([]float64{0, 0.1}, "dup"),
+		reorder:  pick([]float64{0, 0.1}, "reorder"),
+		minDelay: time.Millisecond,
+	}
+	r.net.maxDelay = r.net.minDelay + time.Duration(d.intRange(0, 20, "jitterMs"))*time.Millisecond
+	r.detectLo = time.Duration(d.intRange(50, 1000, "detectLoMs")) * time.Millisecond
+	r.detectHi = r.detectLo + time.Duration(d.intRange(0, 3000, "detectSpreadMs"))*time.Millisecond
+	for i := range n {
+		row := make([]float64, len(testKeys))
+		for k := range row {
+			row[k] = pick([]float64{0, 0, 2, 10, 30}, fmt.Sprintf("demand%d%d", i, k))
+		}
+		r.demand = append(r.demand, row)
+	}
+	at := time.Duration(d.intRange(500, 4000, "firstMs")) * time.Millisecond
+	for e := d.intRange(1, maxEpisodes, "episodes"); e > 0; e-- {
+		ep := episode{at: at, length: time.Duration(d.intRange(200, 12000, "lengthMs")) * time.Millisecond}
+		sides := d.intRange(2, 3, "sides")
+		for i := range n {
+			ep.groups = append(ep.groups, d.intRange(0, sides-1, fmt.Sprintf("side%d", i)))
+		}
+		for c := d.intRange(0, 2, "crashes"); c > 0; c-- {
+			plan := crashPlan{at: time.Duration(d.intRange(0, int(ep.length/time.Millisecond), "crashMs")) * time.Millisecond,
+				node: d.intRange(0, n-1, "victim")}
+			// Crashed nodes come back (a new incarnation), after the
+			// failure detector noticed: an incarnation inherited on two
+			// sides of a split is reconciled once it is known dead (see
+			// the package documentation, "Split brain").
+			plan.restart = r.detectHi + 100*time.Millisecond + time.Duration(d.intRange(0, 3000, "downMs"))*time.Millisecond
+			ep.crashes = append(ep.crashes, plan)
+		}
+		r.episodes = append(r.episodes, ep)
+		at += ep.length + time.Duration(d.intRange(0, 8000, "gapMs"))*time.Millisecond
+	}
+	return r
+}
+
+// TestSplitBrainProperty: whatever the netsplit (two or three sides),
+// crashes and restarts during it, and however asymmetric the failure
+// detection, once the heal has settled the cluster never holds more than
+// C + 1 unit, and once the network is quiet it holds C within one unit (or
+// less, when a crash during the split lost shares: see run). Before the
+// split-brain rule (fences named by the inheritance, a fenced node dropping
+// the tombstones its heir took over, heirs of a dead incarnation fencing
+// into the latest one) 48 of 300 such runs (a fixed sample) held more than
+// C + 1 after the heal settled.
+func TestSplitBrainProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		drawSplitRun(rapidDrawer{t}, rapid.Uint64().Draw(t, "seed"), 1).run(t.Fatalf)
+	})
+}
+
+// TestRepeatedSplits runs a fixed sample of 100 runs of up to three
+// netsplits one after the other, the next often starting before the
+// previous heal has settled, against the property of
+// TestSplitBrainProperty. Before the split-brain rule, 24 of these 100 runs
+// broke it (23 held more than C + 1 after the last heal settled); and 48
+// of 300 runs of one split each.
+func TestRepeatedSplits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100 runs of repeated netsplits")
+	}
+	for seed := uint64(1); seed <= 100; seed++ {
+		drawSplitRun(randDrawer{rand.New(rand.NewPCG(seed, 0x73706c6974))}, seed, 3).run(t.Errorf)
+	}
+}
+
+// The measured bug, in its simplest form: three nodes, n0 | n1,n2. n0 (n2's
+// buddy) inherits n2's share at the split; n2 chooses n1 as its new buddy,
+// crashes and restarts, so n1 inherits n2's later record as well. At the
+// heal n2's old incarnation is dead (its new incarnation answers n0's
+// fence), and before the split-brain rule n2's share stayed counted by both
+// heirs: sum C_i = 4/3 C for good. Now n0, whose record of n2 is the
+// earlier one, fences into n1, and the cluster holds C again.
+func TestSplitBrainCrashInheritedTwice(t *testing.T) {
+	rate := bucket.Rate{Tokens: 9, Per: time.Second}
+	h := newHarness(3, 1, hnet{minDelay: time.Millisecond, maxDelay: 3 * time.Millisecond}, rate, 9, []string{"idle=2s"}, t.Fatalf)
+	C, _ := rateUnits(rate)
+	for i := range 3 {
+		h.poisson(i, "a", 5, 1, 30*time.Second)
+	}
+	h.at(time.Second, func() { h.partition(0) })
+	h.at(3*time.Second, func() {
+		if b := h.nodes[2].g.Buddy(); b != "n1" {
+			t.Fatalf("n2's buddy during the split is %s, want n1 (the scenario needs it)", b)
+		}
+		h.crash(2)
+	})
+	h.at(5*time.Second, func() { h.restart(2) })
+	h.at(10*time.Second, func() { h.heal() })
+	h.runUntil(10*time.Second + h.detection + settleAfter)
+	h.afterEvent = func() {
+		for _, key := range []string{"a", "never"} {
+			if held, _, inflight, _, _ := h.audit(key); held+inflight > C+1 {
+				t.Fatalf("at %v, after the heal settled: key %s: sum C_i %d + in flight %d > C %d + 1\n%s", h.now, key, held, inflight, C, h.describe(key))
+			}
+		}
+	}
+	h.runUntil(40 * time.Second)
+	for deadline := h.now + 30*time.Second; h.anyPending([]string{"a"}) && h.now < deadline && h.step(); {
+	}
+	for _, key := range []string{"a", "never"} {
+		if held, _, _, _, _ := h.audit(key); abs(held-C) > 1 {
+			t.Errorf("key %s at %v: sum C_i = %d, want C = %d\n%s", key, h.now, held, C, h.describe(key))
+		}
+	}
+}
