@@ -207,7 +207,7 @@ type forwardID struct {
 
 type verdict struct {
 	decided, allowed bool
-	emptyUntil       time.Duration
+	emptyFor         uint64 // µs
 }
 
 type expiring struct {
@@ -489,7 +489,7 @@ func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 	l.timers.Push(timer{at: p.next, kind: timerForward, id: p.req.ID})
 	fx.WakeAt(p.next)
 	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival)}}}))
+		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival)}}}))
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
@@ -533,14 +533,16 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			fx.Decide(q.id, allowed)
 			continue
 		}
-		var until time.Duration
+		var emptyFor uint64 // µs after arrival
 		if !allowed {
-			until = l.sh.untilOne(p, q.arrival)
+			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
+				emptyFor = uint64((until - q.arrival) / time.Microsecond)
+			}
 		}
 		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
-			v.decided, v.allowed, v.emptyUntil = true, allowed, until
+			v.decided, v.allowed, v.emptyFor = true, allowed, emptyFor
 		}
-		sendVerdict(q.origin, q.id, allowed, until, fx)
+		sendVerdict(q.origin, q.id, allowed, emptyFor, fx)
 	}
 }
 
@@ -570,9 +572,9 @@ func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
 		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
 }
 
-func sendVerdict(to strategy.NodeID, id uint64, allowed bool, until time.Duration, fx *strategy.Effects) {
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, fx *strategy.Effects) {
 	fx.Send(to, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
-		RequestId: id, Allowed: allowed, EmptyUntilNs: int64(until)}}}))
+		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs}}}))
 }
 
 // Receive handles a peer's message. Errors (no state change): a payload
@@ -600,15 +602,15 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return err
 		}
 		switch {
-		case f.Tokens <= 0:
-			return fmt.Errorf("lease: forward from %s: tokens %d must be positive", from, f.Tokens)
+		case f.ExtraTokens < 0 || f.ExtraTokens >= math.MaxInt64:
+			return fmt.Errorf("lease: forward from %s: extra_tokens %d outside [0, 2^63-2]", from, f.ExtraTokens)
 		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
 			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
 		}
 		fid := forwardID{from, f.RequestId}
 		if v, dup := l.seen[fid]; dup {
 			if v.decided {
-				sendVerdict(from, f.RequestId, v.allowed, v.emptyUntil, fx)
+				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, fx)
 			}
 			return nil
 		}
@@ -618,7 +620,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			fx.WakeAt(now + l.seenTTL)
 		}
 		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from})
+		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from})
 		fx.WakeAt(max(arr+l.hold, now))
 	case *peerv1.LeaseMessage_Ask:
 		a := b.Ask
@@ -684,13 +686,14 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !slices.Contains(p.sentTo, from) {
 			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
-		until := time.Duration(v.EmptyUntilNs)
-		if v.EmptyUntilNs < 0 || until > now+l.ttl+l.maxSkew+l.oneToken() {
-			return fmt.Errorf("lease: verdict from %s: empty_until_ns %d outside [0, now+ttl+max_skew+1/rate]", from, v.EmptyUntilNs)
+		maxFor := l.ttl + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
+		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
+			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (ttl + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
+		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
 		delete(l.pending, v.RequestId)
 		fx.Decide(v.RequestId, v.Allowed)
-		if !v.Allowed && until > 0 {
+		if !v.Allowed && v.EmptyForUs > 0 {
 			h := l.holding(p.req.Key)
 			h.emptyUntil = max(h.emptyUntil, until)
 		}
