@@ -528,7 +528,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			l.grant(now, p, q, fx)
 			continue
 		}
-		allowed := l.sh.take(p, q.tokens)
+		allowed := l.sh.take(p, q.arrival, q.tokens)
 		if q.origin == "" {
 			fx.Decide(q.id, allowed)
 			continue
@@ -553,7 +553,7 @@ func (l *Lease) grant(now time.Duration, p *pool, q queued, fx *strategy.Effects
 		l.sendGrant(id, g, fx)
 		return
 	}
-	n := min(q.tokens, l.sh.whole(p), l.sh.burst)
+	n := min(q.tokens, l.sh.whole(p, q.arrival), l.sh.burst)
 	g := &grantRec{tokens: n, expires: q.arrival + l.ttl}
 	if n < q.tokens {
 		g.emptyUntil = q.arrival + l.period

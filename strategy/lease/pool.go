@@ -46,12 +46,34 @@ func (s shape) advance(p *pool, now time.Duration) {
 	p.level = min(p.level+dt*s.tokensPerNs, c)
 }
 
-// whole is the whole tokens p holds (after advance).
-func (s shape) whole(p *pool) int64 { return p.level / s.per }
+// whole is the whole tokens p is sure to have held since at (after
+// advance to at; see spare).
+func (s shape) whole(p *pool, at time.Duration) int64 { return s.spare(p, at) / s.per }
 
-// take takes n tokens if p holds them.
-func (s shape) take(p *pool, n int64) bool {
-	if n <= 0 || n > s.burst || p.level < n*s.per {
+// spare is the ticks p is sure to have held throughout [at, p.last]: the
+// level less what refilled since at (level(t) >= level(last) -
+// refill(t, last) for every t in between). A request decided late (after
+// the pool was advanced past its arrival) takes only from this, so that it
+// could have taken its tokens at its arrival, the time the envelope counts
+// it at, and a late decision never uses tokens refilled after it.
+func (s shape) spare(p *pool, at time.Duration) int64 {
+	late := int64(p.last - at)
+	if late <= 0 {
+		return p.level
+	}
+	if s.tokensPerNs == 0 {
+		return p.level
+	}
+	if late >= p.level/s.tokensPerNs+1 { // compare first: late*tokensPerNs may overflow
+		return 0
+	}
+	return max(p.level-late*s.tokensPerNs, 0)
+}
+
+// take takes n tokens at time at (advanced to at before; see spare) if p
+// holds them.
+func (s shape) take(p *pool, at time.Duration, n int64) bool {
+	if n <= 0 || n > s.burst || s.spare(p, at) < n*s.per {
 		return false
 	}
 	p.level -= n * s.per
