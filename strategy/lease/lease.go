@@ -70,11 +70,14 @@
 //     most its leases, never more than it was granted).
 //   - Owner: a node that takes over a key (the key's rendezvous owner moved
 //     to it with a membership change, or it restarted) starts that key's
-//     bucket empty and refilling only from the change + ttl, when every
-//     lease the old owner granted has expired: no fresh burst (unlike owner,
-//     which starts full). The price is false rejections for b/r + ttl after
-//     an owner crash. While views disagree (detection delay, partitions),
-//     two nodes may both act as owner, as in `owner`.
+//     bucket empty and refilling only from the change + takeover (default
+//     ttl + 1s): by then every lease the old owner granted has expired, and
+//     every node's view has caught up with the change if failure detection
+//     and gossip take under a second (memberlist on a LAN). No fresh burst,
+//     unlike owner, which starts full; the price is false rejections for
+//     takeover + b/r after an owner crash. While views disagree for longer
+//     than takeover - ttl (slow detection, partitions), two nodes may both
+//     act as owner and the envelope can be exceeded, as in `owner`.
 //
 // # Parameters
 //
@@ -91,6 +94,8 @@
 //     expects to use at least this many tokens per period; below it the key
 //     is decided at the owner, exactly like `owner`.
 //   - window (duration, default 1s): the demand measurement window.
+//   - takeover (duration, default ttl + 1s, at least ttl): how long a node
+//     that takes over a key keeps its bucket empty (see Crashes).
 //   - max_skew (duration, default 100ms): how far in the future a peer's
 //     time (arrival, ask) may lie; beyond it the message is refused.
 package lease
@@ -122,6 +127,7 @@ type Lease struct {
 
 	hold, timeout, retryEvery time.Duration
 	period, ttl, window       time.Duration
+	takeover                  time.Duration
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
 	failOpen                  bool
@@ -295,6 +301,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.period = dur("period", 250*time.Millisecond)
 	l.ttl = dur("ttl", 2*l.period)
 	l.window = dur("window", time.Second)
+	l.takeover = dur("takeover", l.ttl+time.Second)
 	l.maxSkew = dur("max_skew", 100*time.Millisecond)
 	if err != nil {
 		return nil, err
@@ -317,6 +324,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, fmt.Errorf("lease: parameter period must be positive")
 	case l.ttl < l.period:
 		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+	case l.takeover < l.ttl:
+		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl=%s (the old owner's leases must have expired)", l.takeover, l.ttl)
 	case l.window == 0:
 		return nil, fmt.Errorf("lease: parameter window must be positive")
 	case retries < 0:
@@ -493,9 +502,10 @@ func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
-// when the key moved to this node (restart, membership change), empty and
-// refilling from the move + ttl.
-func (l *Lease) pool(key string) *pool {
+// when the key moved to this node (restart, membership change, or a peer
+// that sends it a key it does not own in its own view: the move is under
+// way), empty and refilling from the move + takeover.
+func (l *Lease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
@@ -510,8 +520,13 @@ func (l *Lease) pool(key string) *pool {
 			moved, movedAt = true, max(movedAt, c.at)
 		}
 	}
+	if l.owner(key) != l.self {
+		// A peer sends this node a key it does not own in its own view: the
+		// views disagree, a change is under way.
+		moved, movedAt = true, max(movedAt, now)
+	}
 	if moved {
-		p.level, p.last = 0, movedAt+l.ttl
+		p.level, p.last = 0, movedAt+l.takeover
 	}
 	l.pools[key] = p
 	return p
@@ -522,7 +537,7 @@ func (l *Lease) pool(key string) *pool {
 func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
 		q := l.queue.Pop()
-		p := l.pool(q.key)
+		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
 		if q.ask {
 			l.grant(now, p, q, fx)
@@ -686,9 +701,9 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !slices.Contains(p.sentTo, from) {
 			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
-		maxFor := l.ttl + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
 		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
-			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (ttl + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
+			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
 		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
 		delete(l.pending, v.RequestId)
@@ -885,9 +900,16 @@ func (l *Lease) sweep(now time.Duration) {
 // SetMembers re-routes pending forwards and asks whose owner left, and
 // remembers the change for the conservative takeover of moved keys.
 func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
-	l.changes = slices.DeleteFunc(l.changes, func(c change) bool { return c.at+l.ttl+l.fillTime < now })
+	l.changes = slices.DeleteFunc(l.changes, func(c change) bool { return c.at+l.takeover+l.fillTime < now })
 	l.changes = append(l.changes, change{at: now, prev: slices.Clone(l.members)})
 	l.members = append(l.members[:0], members...)
+	// A key that moved away loses its bucket here: if it comes back, it
+	// starts again empty (the other owner may have spent it meanwhile).
+	for key := range l.pools {
+		if l.owner(key) != l.self {
+			delete(l.pools, key)
+		}
+	}
 	var moved []uint64
 	for id, p := range l.pending {
 		if !slices.Contains(members, p.owner) {

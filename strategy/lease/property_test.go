@@ -11,8 +11,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/lease"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/lease"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
