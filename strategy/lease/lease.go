@@ -50,13 +50,14 @@
 //     timeout and fail_open); a refused forward comes back with the time at
 //     which the owner's bucket holds a token again, and the holder refuses
 //     locally until then (exact as long as no lease is returned meanwhile).
-//   - A lease's unused tokens go back (LeaseReturn) when it expires; the
-//     owner credits them once per (holder, key, seq), also when the return
-//     comes after the owner has already released the lease by expiry (the
-//     credit is capped so that it never exceeds the capacity), and
-//     acknowledges; the holder resends the return until acknowledged or
-//     timeout passes. Without any return the owner releases the lease at
-//     asked_at + ttl and the unused tokens are lost (refilled at rate r).
+//   - A holder stops using a lease min(2*LatencyHint, ttl/4) before
+//     asked_at + ttl and returns its unused tokens (LeaseReturn); the owner
+//     credits them once per (holder, key, seq) if the return comes before it
+//     releases the lease at asked_at + ttl, and acknowledges in any case;
+//     the holder resends the return until acknowledged or timeout passes. A
+//     return that comes after the release is not credited (the bucket may
+//     have refilled the lease's room meanwhile: a credit would make tokens),
+//     and without a return the unused tokens are lost (refilled at rate r).
 //
 // Lost, duplicated and reordered messages cannot break the envelope: a
 // grant is taken once per (holder, key, seq) and accepted once, a return is
@@ -130,6 +131,7 @@ type Lease struct {
 	takeover                  time.Duration
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
+	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
 	failOpen                  bool
 	minLease                  int64
 
@@ -340,6 +342,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.retryEvery = l.timeout / time.Duration(retries+1)
 	l.seenTTL = 2*l.timeout + l.hold + 4*cfg.LatencyHint
 	l.lead = 2*cfg.LatencyHint + l.hold
+	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
 	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	if cfg.Rate.Tokens > 0 {
 		l.fillTime = time.Duration(float64(cfg.Burst) / cfg.Rate.PerSec() * float64(time.Second))
@@ -679,14 +682,12 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if g != nil && r.Unused > g.tokens {
 			return fmt.Errorf("lease: return from %s: unused %d above the %d tokens granted for seq %d", from, r.Unused, g.tokens, r.Seq)
 		}
-		if p := l.pools[r.Key]; g != nil && !g.returned && p != nil {
-			g.returned = true
-			if g.released {
-				l.sh.credit(p, r.Unused)
-			} else {
-				g.released = true
-				l.sh.release(p, g.tokens, r.Unused)
-			}
+		// Credited only while the lease is still counted: once released by
+		// expiry, the bucket may have refilled the lease's room, and a
+		// credit would make tokens.
+		if p := l.pools[r.Key]; g != nil && !g.returned && !g.released && p != nil {
+			g.returned, g.released = true, true
+			l.sh.release(p, g.tokens, r.Unused)
 		}
 		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 	case *peerv1.LeaseMessage_ReturnAck:
@@ -737,10 +738,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return nil
 		}
 		// Never use a lease past the owner's release: asked_at + ttl by
-		// this node's own record when it is the current ask.
+		// this node's own record when it is the current ask. Stop using it
+		// (and return what is left) returnLead earlier, so that the return
+		// reaches the owner before the release.
 		if g.Seq == h.seq && h.askAt+l.ttl < expires {
 			expires = h.askAt + l.ttl
 		}
+		expires -= l.returnLead
 		h.accepted[g.Seq] = expires
 		if g.Seq == h.seq {
 			h.asking = false

@@ -94,12 +94,6 @@ func (s shape) release(p *pool, n, unused int64) {
 	p.level = min(p.level+unused*s.per, s.capacity(p))
 }
 
-// credit adds unused tokens of a lease already released by expiry (a late
-// return), capped at the capacity.
-func (s shape) credit(p *pool, unused int64) {
-	p.level = min(p.level+unused*s.per, s.capacity(p))
-}
-
 // untilOne is the earliest time at or after max(now, p.last) at which p
 // holds one whole token, assuming no credit; 0 when it never will (zero
 // rate).
