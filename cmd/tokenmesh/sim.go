@@ -69,7 +69,7 @@ The same flags and seed give byte-identical --json output.`,
 	}
 	fl := cmd.Flags()
 	f.traceFlags.add(fl, "trace file: ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
-	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix)")
+	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix, tenants)")
 	fl.IntVar(&f.nodes, "nodes", 10, "number of nodes in the simulated cluster")
 	fl.StringVar(&f.strategies, "strategies", "all", "comma-separated strategies to compare, or all (central is always run: it is the reference)")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")

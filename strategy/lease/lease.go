@@ -176,6 +176,7 @@ type change struct {
 }
 
 type grantRec struct {
+	pool       *pool // the bucket it was lent from (a bucket dropped and created again is another one)
 	tokens     int64
 	expires    time.Duration
 	emptyUntil time.Duration
@@ -572,7 +573,7 @@ func (l *Lease) grant(now time.Duration, p *pool, q queued, fx *strategy.Effects
 		return
 	}
 	n := min(q.tokens, l.sh.whole(p, q.arrival), l.sh.burst)
-	g := &grantRec{tokens: n, expires: q.arrival + l.ttl}
+	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
 	if n < q.tokens {
 		g.emptyUntil = q.arrival + l.period
 	}
@@ -685,9 +686,9 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		// Credited only while the lease is still counted: once released by
 		// expiry, the bucket may have refilled the lease's room, and a
 		// credit would make tokens.
-		if p := l.pools[r.Key]; g != nil && !g.returned && !g.released && p != nil {
+		if g != nil && !g.returned && !g.released {
 			g.returned, g.released = true, true
-			l.sh.release(p, g.tokens, r.Unused)
+			l.sh.release(g.pool, g.tokens, r.Unused)
 		}
 		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 	case *peerv1.LeaseMessage_ReturnAck:
@@ -842,10 +843,8 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		}
 		if !g.released {
 			g.released = true
-			if p := l.pools[e.id.key]; p != nil {
-				l.sh.advance(p, e.at)
-				l.sh.release(p, g.tokens, 0)
-			}
+			l.sh.advance(g.pool, e.at)
+			l.sh.release(g.pool, g.tokens, 0)
 		}
 	}
 	if l.gexpiry.Len() > 0 {
