@@ -31,7 +31,9 @@
 //     requests/s over a sliding `window`). When d*period >= min_lease and its
 //     leases hold less than half of d*period tokens, it sends LeaseAsk for
 //     ceil(d*period) tokens (at most the burst), numbered by seq per
-//     (holder, key); it resends the same seq every timeout/(retries+1) until
+//     (holder, key), counting from the holder's start time in nanoseconds
+//     (a restarted holder never reuses a seq the owner has answered); it
+//     resends the same seq every timeout/(retries+1) until
 //     the grant comes or timeout passes.
 //   - Owner: an ask waits in the ordering buffer like a request and is
 //     answered, at its sending time, with LeaseGrant of min(asked, whole
@@ -141,6 +143,7 @@ type Lease struct {
 	fillTime  time.Duration
 	restartAt time.Duration
 	restarted bool
+	seqBase   uint64 // first ask seq of every key: the start time in ns, so a restarted holder never reuses a seq
 
 	// owner side
 	pools   map[string]*pool
@@ -357,6 +360,7 @@ func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		l.restarted, l.restartAt = true, now
 	}
+	l.seqBase = uint64(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
 }
@@ -410,7 +414,7 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 func (l *Lease) holding(key string) *holding {
 	h := l.keys[key]
 	if h == nil {
-		h = &holding{sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}}
+		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}}
 		l.keys[key] = h
 	}
 	return h

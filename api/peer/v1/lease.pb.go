@@ -313,7 +313,9 @@ func (x *LeaseVerdict) GetEmptyForUs() uint64 {
 }
 
 // LeaseAsk asks the owner for a lease of `tokens` whole tokens of `key`.
-// seq numbers the asks of one (holder, key), from 1; a retransmission
+// seq numbers the asks of one (holder, key), from the holder's start time
+// in nanoseconds + 1 (so that a restarted holder never reuses one); a
+// retransmission
 // carries the same seq and gets the same grant. asked_at_ns is when the
 // holder sent the first copy (the lease's validity counts from it).
 type LeaseAsk struct {
