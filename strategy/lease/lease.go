@@ -163,6 +163,7 @@ type Lease struct {
 
 	sweepEvery time.Duration
 	nextSweep  time.Duration
+	sweepLag   time.Duration // how late a forward or an ask may come: timeout + 3*LatencyHint + hold + max_skew
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -244,6 +245,7 @@ type holding struct {
 	emptyUntil    time.Duration              // the owner's last dry hint
 	nextAskAt     time.Duration
 	lastRequestAt time.Duration
+	lastArrival   time.Duration // of the last request counted in the demand
 }
 
 type held struct {
@@ -265,6 +267,7 @@ const (
 	timerAsk
 	timerLease
 	timerReturn
+	timerRenew
 )
 
 type timer struct {
@@ -348,6 +351,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
 	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	l.sweepLag = l.timeout + 3*cfg.LatencyHint + l.hold + l.maxSkew
 	if cfg.Rate.Tokens > 0 {
 		l.fillTime = time.Duration(float64(cfg.Burst) / cfg.Rate.PerSec() * float64(time.Second))
 	}
@@ -392,7 +396,10 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 		return strategy.Decision{}, false
 	}
 	h := l.holding(req.Key)
-	h.count(req.Arrival, l.window)
+	if h.cur+h.prev == 0 || req.Arrival != h.lastArrival {
+		h.count(req.Arrival, l.window)
+		h.lastArrival = req.Arrival
+	}
 	h.lastRequestAt = now
 	defer l.maybeAsk(now, req.Key, h, fx)
 	for i := range h.leases {
@@ -420,7 +427,9 @@ func (l *Lease) holding(key string) *holding {
 	return h
 }
 
-// count adds one request at t to the demand windows.
+// count adds one request instant at t to the demand windows. Requests that
+// arrive together (a burst at one instant, as in traces of 1 s resolution)
+// count once: a lease asked for during a burst comes back after it.
 func (h *holding) count(t, window time.Duration) {
 	if t >= h.winStart+window {
 		if t >= h.winStart+2*window {
@@ -437,11 +446,20 @@ func (h *holding) count(t, window time.Duration) {
 	h.cur++
 }
 
-// demand is the requests per second over the last window at now (the
-// previous window weighted by its part still inside the sliding window).
-func (h *holding) demand(now, window time.Duration) float64 {
+// demand is the request instants per second over the last window at now
+// (the previous window weighted by its part still inside the sliding
+// window). In a key's first window it is the instants seen over the time
+// since the first one, at least window/16, once there are minLease of
+// them: a busy key asks for a lease within its first few requests.
+func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
 	if now >= h.winStart+2*window {
 		return 0
+	}
+	if h.prev == 0 && now < h.winStart+window {
+		if h.cur < minLease {
+			return 0
+		}
+		return float64(h.cur) / max(now-h.winStart, window/16).Seconds()
 	}
 	prev, cur := float64(h.prev), float64(h.cur)
 	if now >= h.winStart+window {
@@ -469,7 +487,7 @@ func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy
 	if h.asking || now < h.nextAskAt {
 		return
 	}
-	want := math.Ceil(h.demand(now, l.window) * l.period.Seconds())
+	want := math.Ceil(h.demand(now, l.window, l.minLease) * l.period.Seconds())
 	if want < float64(l.minLease) {
 		return
 	}
@@ -630,6 +648,9 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
 			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
 		}
+		if time.Duration(f.ArrivalNs) < now-l.sweepLag {
+			return nil // the forwarder has given up on it; its key's bucket may be gone
+		}
 		fid := forwardID{from, f.RequestId}
 		if v, dup := l.seen[fid]; dup {
 			if v.decided {
@@ -664,7 +685,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return nil
 		}
 		at := min(time.Duration(a.AskedAtNs), now)
-		if at+l.ttl <= now {
+		if at+l.ttl <= now || at < now-l.sweepLag {
 			return nil // too old to be of use: the holder has given up
 		}
 		for _, q := range l.queue.Items() {
@@ -757,6 +778,10 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if until > now {
 			h.emptyUntil = max(h.emptyUntil, until)
 			h.nextAskAt = until - l.lead
+			// Ask again then, before the hint ends, without waiting for a
+			// request to come after it.
+			l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
+			fx.WakeAt(max(h.nextAskAt, now))
 		}
 		if g.Tokens > 0 && expires > now {
 			h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
@@ -822,6 +847,10 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 				}
 				return true
 			})
+		case timerRenew:
+			if h := l.keys[t.key]; h != nil {
+				l.maybeAsk(now, t.key, h, fx)
+			}
 		case timerReturn:
 			id := grantID{t.node, t.key, t.seq}
 			r := l.returns[id]
@@ -886,8 +915,16 @@ func (l *Lease) sweep(now time.Duration) {
 	for _, q := range l.queue.Items() {
 		queuedKeys[q.key] = true
 	}
+	// A pool is dropped only if it was full at now - sweepLag and nothing
+	// was decided after: a forward or ask still to come has an arrival after
+	// that (forwarders give up after timeout), and a new full pool decides
+	// it as this one would have.
+	at := now - l.sweepLag
 	for k, p := range l.pools {
-		if !queuedKeys[k] && p.last <= now && l.sh.full(p, now-l.hold) {
+		if queuedKeys[k] || p.last > at {
+			continue
+		}
+		if cp := *p; l.sh.full(&cp, at) {
 			delete(l.pools, k)
 		}
 	}
