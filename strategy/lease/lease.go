@@ -27,8 +27,9 @@
 //
 // # Protocol (api/peer/v1/lease.proto)
 //
-//   - Holder: counts the requests of each key it receives (demand d, in
-//     requests/s over a sliding `window`). When d*period >= min_lease and its
+//   - Holder: counts the tokens requested for each key it receives (demand
+//     d, in tokens/s over a sliding `window`; 0 until min_lease distinct
+//     arrival instants were seen, see holding.demand). When d*period >= min_lease and its
 //     leases hold less than half of d*period tokens, it sends LeaseAsk for
 //     ceil(d*period) tokens (at most the burst), numbered by seq per
 //     (holder, key), counting from the holder's start time in nanoseconds
@@ -231,7 +232,9 @@ type expiring struct {
 // holding is what a holder knows of one key.
 type holding struct {
 	winStart      time.Duration
-	cur, prev     int64 // requests in the current and the previous window
+	cur, prev     int64 // tokens requested in the current and the previous window
+	curInst       int64 // distinct arrival instants in the current window
+	prevInst      int64 // and in the previous one
 	leases        []held
 	seq           uint64 // last ask's seq
 	asking        bool
@@ -396,10 +399,8 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 		return strategy.Decision{}, false
 	}
 	h := l.holding(req.Key)
-	if h.cur+h.prev == 0 || req.Arrival != h.lastArrival {
-		h.count(req.Arrival, l.window)
-		h.lastArrival = req.Arrival
-	}
+	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
+	h.lastArrival = req.Arrival
 	h.lastRequestAt = now
 	defer l.maybeAsk(now, req.Key, h, fx)
 	for i := range h.leases {
@@ -427,38 +428,37 @@ func (l *Lease) holding(key string) *holding {
 	return h
 }
 
-// count adds one request instant at t to the demand windows. Requests that
-// arrive together (a burst at one instant, as in traces of 1 s resolution)
-// count once: a lease asked for during a burst comes back after it.
-func (h *holding) count(t, window time.Duration) {
+// count adds a request of tokens at t to the demand windows; newInstant
+// is false when it arrived at the same instant as the previous one.
+func (h *holding) count(t time.Duration, tokens int64, newInstant bool, window time.Duration) {
 	if t >= h.winStart+window {
 		if t >= h.winStart+2*window {
-			h.prev = 0
+			h.prev, h.prevInst = 0, 0
 		} else {
-			h.prev = h.cur
+			h.prev, h.prevInst = h.cur, h.curInst
 		}
-		h.cur = 0
+		h.cur, h.curInst = 0, 0
 		h.winStart = t - (t-h.winStart)%window
-		if h.winStart > t { // first call
-			h.winStart = t
-		}
 	}
-	h.cur++
+	h.cur += tokens
+	if newInstant {
+		h.curInst++
+	}
 }
 
-// demand is the request instants per second over the last window at now
+// demand is the tokens per second requested over the last window at now
 // (the previous window weighted by its part still inside the sliding
-// window). In a key's first window it is the instants seen over the time
-// since the first one, at least window/16, once there are minLease of
-// them: a busy key asks for a lease within its first few requests.
+// window), or 0 while fewer than minLease distinct arrival instants were
+// seen in the two windows: requests that arrive together (a burst at one
+// instant, as in traces of 1 s resolution) are one, because a lease asked
+// for during a burst comes back after it. In a key's first window it is
+// the tokens seen over the time since the window began, at least
+// window/16: a busy key asks for a lease within its first few requests.
 func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
-	if now >= h.winStart+2*window {
+	if now >= h.winStart+2*window || h.curInst+h.prevInst < minLease {
 		return 0
 	}
 	if h.prev == 0 && now < h.winStart+window {
-		if h.cur < minLease {
-			return 0
-		}
 		return float64(h.cur) / max(now-h.winStart, window/16).Seconds()
 	}
 	prev, cur := float64(h.prev), float64(h.cur)
