@@ -53,6 +53,10 @@
 //     timeout and fail_open); a refused forward comes back with the time at
 //     which the owner's bucket holds a token again, and the holder refuses
 //     locally until then (exact as long as no lease is returned meanwhile).
+//   - A holder reports the leases it has used up with its next ask
+//     (LeaseAsk.spent); the owner releases them at once, so that their
+//     room in the bucket comes back before they expire (else a busy key's
+//     bucket would stay short of the tokens used in the last ttl).
 //   - A holder stops using a lease min(2*LatencyHint, ttl/4) before
 //     asked_at + ttl and returns its unused tokens (LeaseReturn); the owner
 //     credits them once per (holder, key, seq) if the return comes before it
@@ -120,8 +124,12 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
-// maxKeyBytes bounds keys from peers.
-const maxKeyBytes = 4096
+// maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
+// reports.
+const (
+	maxKeyBytes = 4096
+	maxSpent    = 16
+)
 
 // Lease is one node of the lease strategy.
 type Lease struct {
@@ -201,6 +209,7 @@ type queued struct {
 	arrival time.Duration
 	id      uint64 // request ID, or ask seq
 	ask     bool
+	spent   bool // a spent lease (id = its seq) to release
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
@@ -241,6 +250,7 @@ type holding struct {
 	askTo         strategy.NodeID
 	askAt         time.Duration // when the current ask was first sent
 	askTokens     int64
+	askSpent      []uint64 // spent leases reported with the current ask
 	askNext       time.Duration // next resend
 	askDeadline   time.Duration
 	sentTo        map[uint64]strategy.NodeID // recent asks: who may answer
@@ -501,6 +511,16 @@ func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy
 	}
 	h.seq++
 	h.asking, h.askTo, h.askAt, h.askTokens = true, owner, now, n
+	// Report the leases from this owner whose tokens are all used (and
+	// forget them: nothing is left to return).
+	h.askSpent = h.askSpent[:0]
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.tokens == 0 && ls.from == owner && len(h.askSpent) < maxSpent {
+			h.askSpent = append(h.askSpent, ls.seq)
+			return true
+		}
+		return false
+	})
 	h.askDeadline = now + l.timeout
 	h.sentTo[h.seq] = owner
 	delete(h.sentTo, h.seq-8)
@@ -512,7 +532,7 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
-		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt)}}}))
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
 }
 
 func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
@@ -563,6 +583,14 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
 		q := l.queue.Pop()
+		if q.spent {
+			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
+				g.released, g.returned = true, true
+				l.sh.advance(g.pool, q.arrival)
+				l.sh.release(g.pool, g.tokens, 0)
+			}
+			continue
+		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
 		if q.ask {
@@ -678,6 +706,18 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return fmt.Errorf("lease: ask from %s: tokens %d outside [1, burst=%d]", from, a.Tokens, l.sh.burst)
 		case a.AskedAtNs < 0 || time.Duration(a.AskedAtNs) > future:
 			return fmt.Errorf("lease: ask from %s: asked_at_ns %d outside [0, now+max_skew=%d]", from, a.AskedAtNs, future)
+		case len(a.Spent) > maxSpent:
+			return fmt.Errorf("lease: ask from %s: %d spent leases reported, at most %d", from, len(a.Spent), maxSpent)
+		}
+		// Spent leases are released in arrival order at now: a request
+		// decided later with an earlier arrival must not see their room
+		// (the holder may still have held tokens then). Idempotent: a lease
+		// is released once.
+		for _, seq := range a.Spent {
+			if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
+				l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
+				fx.WakeAt(now + l.hold)
+			}
 		}
 		id := grantID{from, a.Key, a.Seq}
 		if g := l.grants[id]; g != nil {
@@ -1022,6 +1062,9 @@ func mustMarshal(m proto.Message) []byte {
 func queuedLess(a, b queued) bool {
 	if a.arrival != b.arrival {
 		return a.arrival < b.arrival
+	}
+	if a.spent != b.spent {
+		return !a.spent // releases last at their instant
 	}
 	if a.ask != b.ask {
 		return !a.ask // requests before asks at the same instant
