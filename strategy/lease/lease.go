@@ -29,13 +29,13 @@
 //
 //   - Holder: counts the tokens requested for each key it receives (demand
 //     d, in tokens/s over a sliding `window`; 0 until min_lease distinct
-//     arrival instants were seen, see holding.demand). When d*period >= min_lease and its
-//     leases hold less than half of d*period tokens, it sends LeaseAsk for
-//     ceil(d*period) tokens (at most the burst), numbered by seq per
-//     (holder, key), counting from the holder's start time in nanoseconds
-//     (a restarted holder never reuses a seq the owner has answered); it
-//     resends the same seq every timeout/(retries+1) until
-//     the grant comes or timeout passes.
+//     arrival instants were seen, see holding.demand). When d*period >=
+//     min_lease and its leases hold less than half of d*period tokens, it
+//     sends LeaseAsk for ceil(d*period) tokens (at most the burst),
+//     numbered by seq per (holder, key), counting from the holder's start
+//     time in nanoseconds (a restarted holder never reuses a seq the owner
+//     has answered); it resends the same seq every timeout/(retries+1)
+//     until the grant comes or timeout passes.
 //   - Owner: an ask waits in the ordering buffer like a request and is
 //     answered, at its sending time, with LeaseGrant of min(asked, whole
 //     tokens in the bucket) tokens, valid until asked_at + ttl. A duplicate
@@ -54,9 +54,11 @@
 //     which the owner's bucket holds a token again, and the holder refuses
 //     locally until then (exact as long as no lease is returned meanwhile).
 //   - A holder reports the leases it has used up with its next ask
-//     (LeaseAsk.spent); the owner releases them at once, so that their
-//     room in the bucket comes back before they expire (else a busy key's
-//     bucket would stay short of the tokens used in the last ttl).
+//     (LeaseAsk.spent); the owner releases them in arrival order at the
+//     ask's receipt (not earlier: the holder may have held their tokens
+//     until then), so that their room in the bucket comes back before they
+//     expire (else a busy key's bucket would stay short of the tokens used
+//     in the last ttl).
 //   - A holder stops using a lease min(2*LatencyHint, ttl/4) before
 //     asked_at + ttl and returns its unused tokens (LeaseReturn); the owner
 //     credits them once per (holder, key, seq) if the return comes before it
@@ -69,7 +71,13 @@
 // Lost, duplicated and reordered messages cannot break the envelope: a
 // grant is taken once per (holder, key, seq) and accepted once, a return is
 // credited once, and a holder never uses a lease after asked_at + ttl, the
-// time at which the owner releases it.
+// time at which the owner releases it. A request or ask that reaches the
+// owner after its turn (latency above hold) takes only tokens the bucket is
+// sure to have held since its arrival (shape.spare), so a late decision
+// never uses refill that came after the time it is counted at; a bucket is
+// forgotten only once no late message can still need it (sweepLag). The
+// rapid test TestEnvelopeUnderFaults checks both the conservation and the
+// envelope under loss, duplication, reordering, crashes and restarts.
 //
 // # Crashes
 //
