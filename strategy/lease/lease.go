@@ -258,7 +258,7 @@ type holding struct {
 	askTo         strategy.NodeID
 	askAt         time.Duration // when the current ask was first sent
 	askTokens     int64
-	askSpent      []uint64 // spent leases reported with the current ask
+	askSpent      []uint64      // spent leases reported with the current ask
 	askNext       time.Duration // next resend
 	askDeadline   time.Duration
 	sentTo        map[uint64]strategy.NodeID // recent asks: who may answer
