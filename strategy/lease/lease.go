@@ -996,9 +996,12 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	l.changes = append(l.changes, change{at: now, prev: slices.Clone(l.members)})
 	l.members = append(l.members[:0], members...)
 	// A key that moved away loses its bucket here: if it comes back, it
-	// starts again empty (the other owner may have spent it meanwhile).
+	// starts again empty (the other owner may have spent it meanwhile). So
+	// does a key that moves here while this node holds a bucket for it
+	// (made for a peer whose view lagged): it starts again as moved.
+	prev := l.changes[len(l.changes)-1].prev
 	for key := range l.pools {
-		if l.owner(key) != l.self {
+		if l.owner(key) != l.self || rendezvous.Owner(key, prev) != l.self {
 			delete(l.pools, key)
 		}
 	}
