@@ -217,7 +217,7 @@ type queued struct {
 	arrival time.Duration
 	id      uint64 // request ID, or ask seq
 	ask     bool
-	spent   bool // a spent lease (id = its seq) to release
+	spent   bool // a lease (id = its seq) to release, crediting tokens unused ones (a spent lease or a return)
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
@@ -595,7 +595,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
 				g.released, g.returned = true, true
 				l.sh.advance(g.pool, q.arrival)
-				l.sh.release(g.pool, g.tokens, 0)
+				l.sh.release(g.pool, g.tokens, q.tokens)
 			}
 			continue
 		}
@@ -760,8 +760,11 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		// expiry, the bucket may have refilled the lease's room, and a
 		// credit would make tokens.
 		if g != nil && !g.returned && !g.released {
-			g.returned, g.released = true, true
-			l.sh.release(g.pool, g.tokens, r.Unused)
+			// Credited in arrival order at now, after the bucket has
+			// refilled up to now with the lease still counted: its room
+			// must not refill backwards.
+			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
+			fx.WakeAt(now + l.hold)
 		}
 		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 	case *peerv1.LeaseMessage_ReturnAck:
