@@ -602,7 +602,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
 		if q.ask {
-			l.grant(now, p, q, fx)
+			l.grant(p, q, fx)
 			continue
 		}
 		allowed := l.sh.take(p, q.arrival, q.tokens)
@@ -624,7 +624,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 }
 
 // grant answers an ask out of p (advanced to the ask's time).
-func (l *Lease) grant(now time.Duration, p *pool, q queued, fx *strategy.Effects) {
+func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 	id := grantID{q.origin, q.key, q.id}
 	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
 		l.sendGrant(id, g, fx)
@@ -641,7 +641,6 @@ func (l *Lease) grant(now time.Duration, p *pool, q queued, fx *strategy.Effects
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
 	l.sendGrant(id, g, fx)
-	_ = now
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
