@@ -56,7 +56,9 @@ excess % = tokens admitted beyond central, per key, as % of central's admitted;
 false rej. = requests rejected that central admitted; envelope = the largest
 excess of one key's admitted tokens over b + r*T in any interval; msgs/bytes =
 peer messages and their protobuf payload bytes; state = peak bytes of a node's
-state; p50/p99 = decision latency.
+state; p50/p99 = decision latency; local % = requests decided without
+waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
+request (JSON bytes_per_request).
 
 The same flags and seed give byte-identical --json output.`,
 		Example: `  tokenmesh sim
