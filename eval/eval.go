@@ -62,6 +62,12 @@ type Result struct {
 	Undecided               int      `json:"undecided"`
 	ReceiveErrors           int64    `json:"receive_errors"`
 	CrashedNodes            []string `json:"crashed_nodes,omitempty"`
+	// LocalDecisionPct is the share of requests, in % of all, decided
+	// without waiting for a peer (sim.Outcome.Local); BytesPerRequest is
+	// Bytes / Requests. Both come after the older fields, so that those
+	// keep their bytes in the JSON output.
+	LocalDecisionPct float64 `json:"local_decision_pct"`
+	BytesPerRequest  float64 `json:"bytes_per_request"`
 }
 
 // Input describes what was replayed.
@@ -172,11 +178,20 @@ func Run(opts Options) (*Report, error) {
 		}
 		allowed := make([]bool, len(reqs))
 		lat := make([]time.Duration, 0, len(reqs))
+		local := 0
 		for i, o := range res.Outcomes {
 			allowed[i] = o.Decided && o.Allowed
 			if o.Decided {
 				lat = append(lat, o.Latency)
 			}
+			if o.Decided && o.Local {
+				local++
+			}
+		}
+		var localPct, bytesPer float64
+		if len(reqs) > 0 {
+			localPct = round(100*float64(local)/float64(len(reqs)), 2)
+			bytesPer = round(float64(res.Bytes)/float64(len(reqs)), 1)
 		}
 		if central == nil {
 			central = allowed
@@ -191,6 +206,7 @@ func Run(opts Options) (*Report, error) {
 			StateBytesPeak: res.StateBytesPeak, StateBytesMean: round(res.StateBytesMean, 1),
 			DecisionLatencyP50Ms: ms(Percentile(lat, 50)), DecisionLatencyP99Ms: ms(Percentile(lat, 99)),
 			Undecided: res.Undecided, ReceiveErrors: res.ReceiveErrors, CrashedNodes: res.Crashed,
+			LocalDecisionPct: localPct, BytesPerRequest: bytesPer,
 		})
 		rep.Series.add(s.Name, reqs, allowed)
 	}

@@ -35,6 +35,8 @@ func metricDefs(undecided bool) []metricDef {
 		{"msgs, bytes", "peer messages sent (lost ones included) and their payload bytes; bytes in SI units (1 kB = 1000 B)"},
 		{"state peak", "largest limiter state of any node, in bytes"},
 		{"p50/p99 ms", "decision latency percentiles: decision time minus arrival, in simulated milliseconds"},
+		{"local %", "requests decided without waiting for a peer (by the receiving node, at once or at its own wake-up), as % of all"},
+		{"B/req", "peer payload bytes per request"},
 	}
 	if undecided {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
@@ -52,7 +54,7 @@ func resultTable(rep *Report) (header []string, rows [][]string, undecided bool)
 		}
 	}
 	header = []string{"strategy", "admitted", "rejected", "precision", "excess %", "false rej.",
-		"envelope viol.", "msgs", "bytes", "state peak", "p50 ms", "p99 ms"}
+		"envelope viol.", "msgs", "bytes", "state peak", "p50 ms", "p99 ms", "local %", "B/req"}
 	if undecided {
 		header = append(header, "undecided")
 	}
@@ -74,6 +76,8 @@ func resultTable(rep *Report) (header []string, rows [][]string, undecided bool)
 			humanBytes(int64(r.StateBytesPeak)),
 			strconv.FormatFloat(r.DecisionLatencyP50Ms, 'f', 3, 64),
 			strconv.FormatFloat(r.DecisionLatencyP99Ms, 'f', 3, 64),
+			strconv.FormatFloat(r.LocalDecisionPct, 'f', 2, 64),
+			strconv.FormatFloat(r.BytesPerRequest, 'f', 1, 64),
 		}
 		if undecided {
 			row = append(row, strconv.Itoa(r.Undecided))

@@ -107,7 +107,7 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("row %q has width %d, header %d:\n%s\n%s", name, len(r), len(hdr), hdr, r)
 		}
 	}
-	if !strings.HasSuffix(hdr, "p99 ms") || !strings.HasSuffix(row("static"), "9.875") {
+	if !strings.HasSuffix(hdr, "B/req") || !strings.HasSuffix(row("static"), "9.875     0.00    0.0") {
 		t.Errorf("last column not right-aligned:\n%s\n%s", hdr, row("static"))
 	}
 	if again := table(t, testReport()); again != out {

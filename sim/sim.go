@@ -98,6 +98,13 @@ type Outcome struct {
 	Allowed bool
 	Decided bool          // false: the node holding it crashed, or no node was up
 	Latency time.Duration // decision time minus arrival
+	// Local: decided without waiting for a peer, by the node that received
+	// the request, at once (in Strategy.Request) or at one of its own
+	// wake-ups (Tick: an ordering buffer, a timeout), not on a peer's
+	// message (Receive) nor on a membership change. A forward answered by
+	// its timeout (fail_open) counts as local: it waited for a peer but
+	// the decision is the node's own.
+	Local bool
 }
 
 // Result is everything a run measured.
@@ -177,6 +184,8 @@ type runner struct {
 	res              *Result
 	delays           []time.Duration
 	pendingDecisions int
+	receivedBy       []int32 // the node each request was injected into
+	inCall           int8    // what the node is doing in the call whose effects apply carries out (prio*)
 	statSamples      int
 	stateSum         float64
 }
@@ -204,9 +213,10 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 	}
 	r := &runner{
 		cfg: cfg, trace: trace, byName: map[string]int{}, q: minheap.New(eventBefore),
-		netRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
-		memRnd: rand.New(rand.NewPCG(cfg.Seed, 0x6d656d)),
-		res:    &Result{Outcomes: make([]Outcome, len(trace.Requests))},
+		netRnd:     rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
+		memRnd:     rand.New(rand.NewPCG(cfg.Seed, 0x6d656d)),
+		res:        &Result{Outcomes: make([]Outcome, len(trace.Requests))},
+		receivedBy: make([]int32, len(trace.Requests)),
 	}
 	members := make([]strategy.NodeID, cfg.Nodes)
 	for i := range members {
@@ -265,6 +275,7 @@ func (r *runner) start(i int, now time.Duration) error {
 		return fmt.Errorf("%s on %s: %w", r.cfg.Name, n.id, err)
 	}
 	n.s, n.started = s, true
+	r.inCall = prioScenario
 	r.fx.Reset()
 	s.Start(now, &r.fx)
 	r.apply(i)
@@ -315,10 +326,12 @@ func (r *runner) inject(i int, req *workload.Request) {
 	}
 	ni := r.alive[r.cfg.Assign.Assign(req, i, len(r.alive))]
 	n := r.nodes[ni]
+	r.receivedBy[i] = int32(ni)
+	r.inCall = prioRequest
 	r.fx.Reset()
 	d, ok := n.s.Request(r.now, strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}, &r.fx)
 	if ok {
-		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true}
+		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true}
 	} else {
 		r.pendingDecisions++
 	}
@@ -336,7 +349,8 @@ func (r *runner) apply(i int) {
 		if o.Decided {
 			continue
 		}
-		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival}
+		local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(i)
+		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local}
 		r.pendingDecisions--
 	}
 	for _, m := range r.fx.Messages {
@@ -381,6 +395,7 @@ func (r *runner) step(e event) {
 			r.res.MessagesLost++
 			return
 		}
+		r.inCall = prioDeliver
 		r.fx.Reset()
 		if err := n.s.Receive(r.now, r.nodes[e.from].id, e.payload, &r.fx); err != nil {
 			r.res.ReceiveErrors++
@@ -392,6 +407,7 @@ func (r *runner) step(e event) {
 			return
 		}
 		delete(n.wakes, e.at)
+		r.inCall = prioWake
 		r.fx.Reset()
 		n.s.Tick(r.now, &r.fx)
 		r.apply(int(e.node))
@@ -617,6 +633,7 @@ func (r *runner) updateView(i int) {
 		return
 	}
 	n.view = v
+	r.inCall = prioMembership
 	r.fx.Reset()
 	n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
 	r.apply(i)

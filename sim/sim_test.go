@@ -265,3 +265,34 @@ func BenchmarkOwner(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 }
+
+// localShare is the fraction of res's requests decided locally.
+func localShare(res *sim.Result) float64 {
+	n := 0
+	for _, o := range res.Outcomes {
+		if o.Decided && o.Local {
+			n++
+		}
+	}
+	return float64(n) / float64(len(res.Outcomes))
+}
+
+// Outcome.Local: static decides everything at once; owner decides locally
+// only what reaches the key's owner (about 1/N of the requests, through its
+// ordering buffer, at a wake-up), and the rest on the owner's verdict.
+func TestLocalDecisions(t *testing.T) {
+	tr := mustGen(t, "poisson:users=200,rate=1,duration=20s", 2)
+	if got := localShare(run(t, tr, "static", 4, fixed(time.Millisecond), nil)); got != 1 {
+		t.Fatalf("static: local share %v, want 1", got)
+	}
+	info, _ := all.Lookup("owner")
+	res := simtest.Run(t, tr, "owner", info.New, simtest.Options{Nodes: 4, Net: fixed(time.Millisecond), Assign: "roundrobin"})
+	if got := localShare(res); got < 0.2 || got > 0.3 {
+		t.Fatalf("owner over 4 nodes, round-robin: local share %v, want about 1/4", got)
+	}
+	for i, o := range res.Outcomes {
+		if o.Local && o.Latency > time.Millisecond { // hold = the 1ms latency
+			t.Fatalf("request %d decided locally after %v", i, o.Latency)
+		}
+	}
+}

@@ -32,6 +32,7 @@ const (
 	kindBatch    = "batch"
 	kindHeavy    = "heavy"
 	kindMix      = "mix"
+	kindTenants  = "tenants"
 )
 
 // Limits on generator parameters, so that a typo cannot exhaust memory.
@@ -58,9 +59,10 @@ var kindParams = map[string][]string{
 	kindBatch:    {"users", "rate", "size", "duration", "seed"},
 	kindHeavy:    {"users", "rate", "s", "duration", "seed"},
 	kindMix:      {"duration", "seed"},
+	kindTenants:  {"users", "rate", "duration", "seed"},
 }
 
-var kindNames = []string{kindPoisson, kindPeriodic, kindBatch, kindHeavy, kindMix}
+var kindNames = []string{kindPoisson, kindPeriodic, kindBatch, kindHeavy, kindMix, kindTenants}
 
 // genSpec is a parsed generator spec. Fields not used by the kind stay zero.
 type genSpec struct {
@@ -90,6 +92,8 @@ func defaultSpec(kind string) genSpec {
 		g.users, g.rate, g.s = 200, 200, 1.2
 	case kindMix:
 		g.users = 0
+	case kindTenants:
+		g.users, g.rate, g.prefix = 20, 2000, "tenant"
 	}
 	return g
 }
@@ -132,6 +136,12 @@ func mixComponents(d time.Duration) []genSpec {
 //	          Poisson arrivals at rate req/s in total; user k (1-based) is chosen with
 //	          probability proportional to k^-s (Zipf; s >= 0, 0 is uniform)
 //	mix:      duration=60s                          the [Default] mix
+//	tenants:  users=20 rate=2000 duration=60s
+//	          a few tenants (keys tenant0001..) at high Poisson rates, rate in
+//	          req/s per tenant: a per-tenant API limit behind a gateway fleet
+//	          (run it with e.g. --rate 1000 --burst 1000 --nodes 30 --assign
+//	          roundrobin: each tenant offered twice its limit, spread over
+//	          every node)
 //
 // Every kind also takes seed=N (an unsigned 64-bit integer), which overrides the seed
 // passed to Generate. users is 1..1000000, size is 1..1000000, rate is positive and
@@ -254,7 +264,7 @@ func (g *genSpec) set(name, value string) error {
 func (g *genSpec) expected() float64 {
 	sec := g.duration.Seconds()
 	switch g.kind {
-	case kindPoisson:
+	case kindPoisson, kindTenants:
 		return float64(g.users) * g.rate * sec
 	case kindPeriodic:
 		return float64(g.users) * (float64(g.duration)/float64(g.period) + 1)
@@ -340,12 +350,12 @@ func (g *genSpec) generate(seed uint64) []Request {
 	at := func(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 	switch g.kind {
-	case kindPoisson, kindBatch, kindHeavy:
+	case kindPoisson, kindBatch, kindHeavy, kindTenants:
 		var stream uint64
 		var total float64 // events (requests or batches) per second, all users together
 		per := 1          // requests per event
 		switch g.kind {
-		case kindPoisson:
+		case kindPoisson, kindTenants:
 			stream, total = streamPoisson, float64(g.users)*g.rate
 		case kindBatch:
 			stream, total, per = streamBatch, float64(g.users)*g.rate, g.size

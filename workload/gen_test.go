@@ -3,6 +3,7 @@ package workload
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,8 +46,8 @@ func TestParseGeneratorCanonical(t *testing.T) {
 
 func TestParseGeneratorErrors(t *testing.T) {
 	tests := []struct{ spec, want string }{
-		{"", `workload: unknown generator kind "" in "" (want poisson, periodic, batch, heavy, mix)`},
-		{"zipf:users=3", `workload: unknown generator kind "zipf" in "zipf:users=3" (want poisson, periodic, batch, heavy, mix)`},
+		{"", `workload: unknown generator kind "" in "" (want poisson, periodic, batch, heavy, mix, tenants)`},
+		{"zipf:users=3", `workload: unknown generator kind "zipf" in "zipf:users=3" (want poisson, periodic, batch, heavy, mix, tenants)`},
 		{"poisson:user=3", `workload: generator poisson: unknown parameter "user" (allowed: users, rate, duration, seed)`},
 		{"mix:users=3", `workload: generator mix: unknown parameter "users" (allowed: duration, seed)`},
 		{"poisson:users=0", `workload: generator poisson: users "0" must be a whole number from 1 to 1000000`},
@@ -219,5 +220,30 @@ func TestDefaultMix(t *testing.T) {
 		if a.Arrival == b.Arrival && order[a.Key[0]] > order[b.Key[0]] {
 			t.Fatalf("tie at %v: %s before %s", a.Arrival, a.Key, b.Key)
 		}
+	}
+}
+
+// TestTenants: the tenant workload is a few keys at high Poisson rates, with
+// its defaults spelled out in its canonical spec.
+func TestTenants(t *testing.T) {
+	g, err := ParseGenerator("tenants:duration=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.String(), "tenants:users=20,rate=2000,duration=2s"; got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+	tr := g.Generate(1)
+	counts := tr.KeyCounts()
+	if len(counts) != 20 {
+		t.Fatalf("%d keys, want 20", len(counts))
+	}
+	for k, n := range counts {
+		if !strings.HasPrefix(k, "tenant") || n < 3600 || n > 4400 { // 4000 expected, sd ~63
+			t.Errorf("key %s: %d requests, want about 4000", k, n)
+		}
+	}
+	if _, err := ParseGenerator("tenants:users=20,rate=2000,duration=600s"); err == nil {
+		t.Fatal("24,000,000 expected requests accepted")
 	}
 }

@@ -56,7 +56,9 @@ excess % = tokens admitted beyond central, per key, as % of central's admitted;
 false rej. = requests rejected that central admitted; envelope = the largest
 excess of one key's admitted tokens over b + r*T in any interval; msgs/bytes =
 peer messages and their protobuf payload bytes; state = peak bytes of a node's
-state; p50/p99 = decision latency.
+state; p50/p99 = decision latency; local % = requests decided without
+waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
+request (JSON bytes_per_request).
 
 The same flags and seed give byte-identical --json output.`,
 		Example: `  tokenmesh sim
@@ -69,7 +71,7 @@ The same flags and seed give byte-identical --json output.`,
 	}
 	fl := cmd.Flags()
 	f.traceFlags.add(fl, "trace file: ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
-	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix)")
+	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix, tenants)")
 	fl.IntVar(&f.nodes, "nodes", 10, "number of nodes in the simulated cluster")
 	fl.StringVar(&f.strategies, "strategies", "all", "comma-separated strategies to compare, or all (central is always run: it is the reference)")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")

@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
+	"github.com/tokenmesh/tokenmesh/strategy/lease"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/strategy/owner"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
@@ -49,6 +50,8 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gdrl.New(cfg) }},
 	{Name: "adaptive", Summary: "static sub-buckets re-split every step by a TB Adaptor (the smallest live node) in proportion to each node's offered rate and peak backlog over a sliding window", Source: "000 §5.4",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return adaptive.New(cfg) }},
+	{Name: "lease", Summary: "the key's owner (rendezvous) holds its bucket and leases whole tokens out of it to nodes with demand, which decide locally; requests without a leased token are forwarded as in owner", Source: "003, 001/004 (ours)",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return lease.New(cfg) }},
 	{Name: fixedwindow.Name, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return fixedwindow.New(cfg) }},
 }

@@ -1,0 +1,48 @@
+package lease
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Conserved checks, for tests, the invariant the envelope rests on: for
+// every owner O (every node with a pool for a key), O's level plus the
+// unused tokens that any node holds in unexpired leases granted by O for
+// that key never exceed the burst, and O's level is never negative. nodes
+// is the current incarnation of every node; leases held by crashed nodes
+// are counted too (they are lost, which only makes the check stricter).
+func Conserved(nodes map[strategy.NodeID]*Lease, burst int64, now time.Duration) error {
+	ids := make([]strategy.NodeID, 0, len(nodes))
+	for id := range nodes {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, oid := range ids {
+		o := nodes[oid]
+		for key, p := range o.pools {
+			cp := *p
+			o.sh.advance(&cp, now)
+			if cp.level < 0 || cp.leased < 0 {
+				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
+			}
+			var held int64
+			for _, h := range nodes {
+				if hk := h.keys[key]; hk != nil {
+					for _, ls := range hk.leases {
+						if ls.from == oid && ls.expires > now {
+							held += ls.tokens
+						}
+					}
+				}
+			}
+			if cp.level+held*o.sh.per > burst*o.sh.per {
+				return fmt.Errorf("at %v: %s's level (%d ticks, %d per token) of %q plus %d tokens held in its leases exceed the burst %d",
+					now, oid, cp.level, o.sh.per, key, held, burst)
+			}
+		}
+	}
+	return nil
+}

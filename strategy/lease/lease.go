@@ -1,0 +1,1127 @@
+// Package lease implements the `lease` strategy: the key's owner, chosen by
+// rendezvous hashing over the live members, holds the key's only token
+// bucket; nodes with demand for the key hold leases of whole tokens taken
+// out of that bucket and decide locally while a lease has tokens; a request
+// that finds no leased token is forwarded to the owner and decided there, as
+// in `owner`.
+//
+// Sources, and what is ours:
+//   - The owner is seed 003's designated server ("Throttling in Distributed
+//     Systems": direct a tenant's traffic to one server found by consistent
+//     hashing, so its local view is the global view), found as in
+//     strategy/owner (rendezvous.Owner). Forwarded requests carry their
+//     arrival time and the owner decides them in (arrival, ID) order after an
+//     ordering buffer `hold`, as in strategy/owner (not imported: the code
+//     is repeated here).
+//   - Leases are the exactly conserved capacity transfers of seeds 001/004
+//     (GDRL: a share moves from one node to another with nothing created or
+//     lost on the way), applied to tokens instead of rates: a grant moves
+//     whole tokens from the owner's bucket to a holder, and the owner's
+//     bucket capacity shrinks by the tokens in leases (pool), so the owner's
+//     level plus the tokens in leases never exceed the burst b. New tokens
+//     appear only by the owner's refill at rate r; hence the tokens admitted
+//     for a key in any window of length T are at most b + r*T (SRTM §1.1's
+//     envelope) by construction, whatever the network does. Sizing leases
+//     from measured demand, the dry hint and the conservative takeover are
+//     ours.
+//
+// # Protocol (api/peer/v1/lease.proto)
+//
+//   - Holder: counts the tokens requested for each key it receives (demand
+//     d, in tokens/s over a sliding `window`; 0 until min_lease distinct
+//     arrival instants were seen, see holding.demand). When d*period >=
+//     min_lease and its leases hold less than half of d*period tokens, it
+//     sends LeaseAsk for ceil(d*period) tokens (at most the burst),
+//     numbered by seq per (holder, key), counting from the holder's start
+//     time in nanoseconds (a restarted holder never reuses a seq the owner
+//     has answered); it resends the same seq every timeout/(retries+1)
+//     until the grant comes or timeout passes.
+//   - Owner: an ask waits in the ordering buffer like a request and is
+//     answered, at its sending time, with LeaseGrant of min(asked, whole
+//     tokens in the bucket) tokens, valid until asked_at + ttl. A duplicate
+//     ask (same seq) gets the same grant again; nothing is taken twice.
+//     When it grants less than asked, the grant says the bucket is empty
+//     until asked_at + period (the bucket's refill until then is spoken for
+//     by the other holders' next asks; ours, an approximation of central's
+//     empty bucket).
+//   - Holder: a request takes a token of a lease if one has it (a local
+//     decision, allowed). Otherwise, while the owner's last word is that
+//     the bucket is empty until T and the request arrived before T, it is
+//     refused locally (as central would, approximately: a key offered
+//     twice its limit does not send half its requests over the network).
+//     Otherwise it is forwarded to the owner (as owner, with retries,
+//     timeout and fail_open); a refused forward comes back with the time at
+//     which the owner's bucket holds a token again, and the holder refuses
+//     locally until then (exact as long as no lease is returned meanwhile).
+//   - A holder reports the leases it has used up with its next ask
+//     (LeaseAsk.spent); the owner releases them in arrival order at the
+//     ask's receipt (not earlier: the holder may have held their tokens
+//     until then), so that their room in the bucket comes back before they
+//     expire (else a busy key's bucket would stay short of the tokens used
+//     in the last ttl).
+//   - A holder stops using a lease min(2*LatencyHint, ttl/4) before
+//     asked_at + ttl and returns its unused tokens (LeaseReturn); the owner
+//     credits them once per (holder, key, seq) if the return comes before it
+//     releases the lease at asked_at + ttl, and acknowledges in any case;
+//     the holder resends the return until acknowledged or timeout passes. A
+//     return that comes after the release is not credited (the bucket may
+//     have refilled the lease's room meanwhile: a credit would make tokens),
+//     and without a return the unused tokens are lost (refilled at rate r).
+//
+// Lost, duplicated and reordered messages cannot break the envelope: a
+// grant is taken once per (holder, key, seq) and accepted once, a return is
+// credited once, and a holder never uses a lease after asked_at + ttl, the
+// time at which the owner releases it. A request or ask that reaches the
+// owner after its turn (latency above hold) takes only tokens the bucket is
+// sure to have held since its arrival (shape.spare), so a late decision
+// never uses refill that came after the time it is counted at; a bucket is
+// forgotten only once no late message can still need it (sweepLag). The
+// rapid test TestEnvelopeUnderFaults checks both the conservation and the
+// envelope under loss, duplication, reordering, crashes and restarts.
+//
+// # Crashes
+//
+//   - Holder: its leases' unused tokens are lost until the owner releases
+//     them at expiry (at most one lease per ask in flight: a holder loses at
+//     most its leases, never more than it was granted).
+//   - Owner: a node that takes over a key (the key's rendezvous owner moved
+//     to it with a membership change, or it restarted) starts that key's
+//     bucket empty and refilling only from the change + takeover (default
+//     ttl + 1s): by then every lease the old owner granted has expired, and
+//     every node's view has caught up with the change if failure detection
+//     and gossip take under a second (memberlist on a LAN). No fresh burst,
+//     unlike owner, which starts full; the price is false rejections for
+//     takeover + b/r after an owner crash. While views disagree for longer
+//     than takeover - ttl (slow detection, partitions), two nodes may both
+//     act as owner and the envelope can be exceeded, as in `owner`.
+//
+// # Parameters
+//
+//   - hold (duration, default Config.LatencyHint): the owner's ordering buffer.
+//   - timeout (duration, default 3*LatencyHint + 100ms): how long a holder
+//     waits for a verdict, grant or return acknowledgement.
+//   - retries (int, default 2): retransmissions within timeout.
+//   - fail_open (bool, default true): the answer to a forwarded request when
+//     no verdict comes within timeout.
+//   - period (duration, default 250ms): the time a lease is sized for (ask
+//     ceil(d*period) tokens).
+//   - ttl (duration, default 2*period): a lease's validity from its ask.
+//   - min_lease (int tokens, default 4): a node asks for leases only when it
+//     expects to use at least this many tokens per period; below it the key
+//     is decided at the owner, exactly like `owner`.
+//   - window (duration, default 1s): the demand measurement window.
+//   - takeover (duration, default ttl + 1s, at least ttl): how long a node
+//     that takes over a key keeps its bucket empty (see Crashes).
+//   - max_skew (duration, default 100ms): how far in the future a peer's
+//     time (arrival, ask) may lie; beyond it the message is refused.
+package lease
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+)
+
+// maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
+// reports.
+const (
+	maxKeyBytes = 4096
+	maxSpent    = 16
+)
+
+// Lease is one node of the lease strategy.
+type Lease struct {
+	self    strategy.NodeID
+	members []strategy.NodeID
+	sh      shape
+
+	hold, timeout, retryEvery time.Duration
+	period, ttl, window       time.Duration
+	takeover                  time.Duration
+	maxSkew                   time.Duration
+	lead                      time.Duration // how long before a dry hint ends a holder asks again
+	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
+	failOpen                  bool
+	minLease                  int64
+
+	// membership history for the conservative takeover: the views before
+	// the recent changes (kept for ttl + the time to fill the bucket)
+	changes   []change
+	fillTime  time.Duration
+	restartAt time.Duration
+	restarted bool
+	seqBase   uint64 // first ask seq of every key: the start time in ns, so a restarted holder never reuses a seq
+
+	// owner side
+	pools   map[string]*pool
+	grants  map[grantID]*grantRec
+	gexpiry *minheap.Heap[grantExp]
+	queue   *minheap.Heap[queued]
+	seen    map[forwardID]*verdict
+	expiry  []expiring
+	seenTTL time.Duration
+
+	// holder side
+	keys     map[string]*holding
+	pending  map[uint64]*pendingReq
+	timers   *minheap.Heap[timer]
+	returns  map[grantID]*returning // keyed by (owner, key, seq)
+	retSweep time.Duration
+
+	sweepEvery time.Duration
+	nextSweep  time.Duration
+	sweepLag   time.Duration // how late a forward or an ask may come: timeout + 3*LatencyHint + hold + max_skew
+}
+
+// grantID names one lease: holder (at the owner) or owner (at the holder),
+// key, seq.
+type grantID struct {
+	node strategy.NodeID
+	key  string
+	seq  uint64
+}
+
+type change struct {
+	at   time.Duration
+	prev []strategy.NodeID
+}
+
+type grantRec struct {
+	pool       *pool // the bucket it was lent from (a bucket dropped and created again is another one)
+	tokens     int64
+	expires    time.Duration
+	emptyUntil time.Duration
+	released   bool // expired or returned: no longer counted in the pool's leases
+	returned   bool // a return was credited
+}
+
+type grantExp struct {
+	at  time.Duration
+	id  grantID
+	end bool // false: release the lease; true: forget the record
+}
+
+// queued is a request (or an ask) waiting at its owner. origin is "" for a
+// request that reached the owner itself.
+type queued struct {
+	arrival time.Duration
+	id      uint64 // request ID, or ask seq
+	ask     bool
+	spent   bool // a lease (id = its seq) to release, crediting tokens unused ones (a spent lease or a return)
+	key     string
+	tokens  int64
+	origin  strategy.NodeID
+}
+
+type pendingReq struct {
+	req      strategy.Request
+	owner    strategy.NodeID
+	sentTo   []strategy.NodeID
+	next     time.Duration
+	deadline time.Duration
+}
+
+type forwardID struct {
+	origin strategy.NodeID
+	id     uint64
+}
+
+type verdict struct {
+	decided, allowed bool
+	emptyFor         uint64 // µs
+}
+
+type expiring struct {
+	at time.Duration
+	id forwardID
+}
+
+// holding is what a holder knows of one key.
+type holding struct {
+	winStart      time.Duration
+	cur, prev     int64 // tokens requested in the current and the previous window
+	curInst       int64 // distinct arrival instants in the current window
+	prevInst      int64 // and in the previous one
+	leases        []held
+	seq           uint64 // last ask's seq
+	asking        bool
+	askTo         strategy.NodeID
+	askAt         time.Duration // when the current ask was first sent
+	askTokens     int64
+	askSpent      []uint64      // spent leases reported with the current ask
+	askNext       time.Duration // next resend
+	askDeadline   time.Duration
+	sentTo        map[uint64]strategy.NodeID // recent asks: who may answer
+	accepted      map[uint64]time.Duration   // seqs whose grant was taken, until their expiry
+	emptyUntil    time.Duration              // the owner's last dry hint
+	nextAskAt     time.Duration
+	lastRequestAt time.Duration
+	lastArrival   time.Duration // of the last request counted in the demand
+}
+
+type held struct {
+	seq     uint64
+	from    strategy.NodeID
+	tokens  int64
+	expires time.Duration
+}
+
+type returning struct {
+	unused   int64
+	next     time.Duration
+	deadline time.Duration
+}
+
+// timer kinds at a holder
+const (
+	timerForward = iota
+	timerAsk
+	timerLease
+	timerReturn
+	timerRenew
+)
+
+type timer struct {
+	at   time.Duration
+	kind int8
+	id   uint64 // request ID (forward)
+	key  string
+	seq  uint64
+	node strategy.NodeID
+}
+
+// New builds a node. Parameters are listed in the package doc. Errors: an
+// invalid Config or parameter (named).
+func New(cfg strategy.Config) (*Lease, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	l := &Lease{self: cfg.Self, members: slices.Clone(cfg.Members),
+		sh:    shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
+		pools: map[string]*pool{}, grants: map[grantID]*grantRec{}, gexpiry: minheap.New(grantExpLess),
+		queue: minheap.New(queuedLess), seen: map[forwardID]*verdict{},
+		keys: map[string]*holding{}, pending: map[uint64]*pendingReq{}, timers: minheap.New(timerLess),
+		returns: map[grantID]*returning{},
+	}
+	p := cfg.Params
+	var err error
+	dur := func(name string, def time.Duration) time.Duration {
+		if err != nil {
+			return 0
+		}
+		var d time.Duration
+		d, err = p.Duration(name, def)
+		return d
+	}
+	l.hold = dur("hold", cfg.LatencyHint)
+	l.timeout = dur("timeout", 3*cfg.LatencyHint+100*time.Millisecond)
+	l.period = dur("period", 250*time.Millisecond)
+	l.ttl = dur("ttl", 2*l.period)
+	l.window = dur("window", time.Second)
+	l.takeover = dur("takeover", l.ttl+time.Second)
+	l.maxSkew = dur("max_skew", 100*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	if l.failOpen, err = p.Bool("fail_open", true); err != nil {
+		return nil, err
+	}
+	retries, err := p.Int("retries", 2)
+	if err != nil {
+		return nil, err
+	}
+	minLease, err := p.Int("min_lease", 4)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case l.timeout == 0:
+		return nil, fmt.Errorf("lease: parameter timeout must be positive")
+	case l.period == 0:
+		return nil, fmt.Errorf("lease: parameter period must be positive")
+	case l.ttl < l.period:
+		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+	case l.takeover < l.ttl:
+		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl=%s (the old owner's leases must have expired)", l.takeover, l.ttl)
+	case l.window == 0:
+		return nil, fmt.Errorf("lease: parameter window must be positive")
+	case retries < 0:
+		return nil, fmt.Errorf("lease: parameter retries=%d is negative", retries)
+	case minLease < 1:
+		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
+	}
+	if err := p.Check("lease"); err != nil {
+		return nil, err
+	}
+	l.minLease = int64(minLease)
+	l.retryEvery = l.timeout / time.Duration(retries+1)
+	l.seenTTL = 2*l.timeout + l.hold + 4*cfg.LatencyHint
+	l.lead = 2*cfg.LatencyHint + l.hold
+	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
+	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	l.sweepLag = l.timeout + 3*cfg.LatencyHint + l.hold + l.maxSkew
+	if cfg.Rate.Tokens > 0 {
+		l.fillTime = time.Duration(float64(cfg.Burst) / cfg.Rate.PerSec() * float64(time.Second))
+	}
+	return l, nil
+}
+
+// Start schedules the first sweep. A start after time 0 is a restart: every
+// key this node owns starts with an empty bucket (see Crashes).
+func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
+	if now > 0 {
+		l.restarted, l.restartAt = true, now
+	}
+	l.seqBase = uint64(now)
+	l.nextSweep = now + l.sweepEvery
+	fx.WakeAt(l.nextSweep)
+}
+
+func (l *Lease) owner(key string) strategy.NodeID {
+	o := rendezvous.Owner(key, l.members)
+	if o == "" {
+		return l.self
+	}
+	return o
+}
+
+// Request decides req locally (a leased token, or the owner's dry hint),
+// or queues it here as the key's owner, or forwards it to the owner.
+func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	if l.owner(req.Key) == l.self {
+		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens})
+		if l.hold > 0 {
+			fx.WakeAt(max(req.Arrival+l.hold, now))
+			return strategy.Decision{}, false
+		}
+		l.decideDue(now, fx)
+		for i, d := range fx.Decisions {
+			if d.RequestID == req.ID {
+				fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
+				return d, true
+			}
+		}
+		return strategy.Decision{}, false
+	}
+	h := l.holding(req.Key)
+	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
+	h.lastArrival = req.Arrival
+	h.lastRequestAt = now
+	defer l.maybeAsk(now, req.Key, h, fx)
+	for i := range h.leases {
+		ls := &h.leases[i]
+		if ls.expires > now && ls.tokens >= req.Tokens {
+			ls.tokens -= req.Tokens
+			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
+		}
+	}
+	if req.Arrival < h.emptyUntil {
+		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
+	}
+	p := &pendingReq{req: req, deadline: now + l.timeout}
+	l.pending[req.ID] = p
+	l.forward(now, p, l.owner(req.Key), fx)
+	return strategy.Decision{}, false
+}
+
+func (l *Lease) holding(key string) *holding {
+	h := l.keys[key]
+	if h == nil {
+		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}}
+		l.keys[key] = h
+	}
+	return h
+}
+
+// count adds a request of tokens at t to the demand windows; newInstant
+// is false when it arrived at the same instant as the previous one.
+func (h *holding) count(t time.Duration, tokens int64, newInstant bool, window time.Duration) {
+	if t >= h.winStart+window {
+		if t >= h.winStart+2*window {
+			h.prev, h.prevInst = 0, 0
+		} else {
+			h.prev, h.prevInst = h.cur, h.curInst
+		}
+		h.cur, h.curInst = 0, 0
+		h.winStart = t - (t-h.winStart)%window
+	}
+	h.cur += tokens
+	if newInstant {
+		h.curInst++
+	}
+}
+
+// demand is the tokens per second requested over the last window at now
+// (the previous window weighted by its part still inside the sliding
+// window), or 0 while fewer than minLease distinct arrival instants were
+// seen in the two windows: requests that arrive together (a burst at one
+// instant, as in traces of 1 s resolution) are one, because a lease asked
+// for during a burst comes back after it. In a key's first window it is
+// the tokens seen over the time since the window began, at least
+// window/16: a busy key asks for a lease within its first few requests.
+func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
+	if now >= h.winStart+2*window || h.curInst+h.prevInst < minLease {
+		return 0
+	}
+	if h.prev == 0 && now < h.winStart+window {
+		return float64(h.cur) / max(now-h.winStart, window/16).Seconds()
+	}
+	prev, cur := float64(h.prev), float64(h.cur)
+	if now >= h.winStart+window {
+		prev, cur = cur, 0
+		now -= window
+	}
+	frac := 1 - float64(now-h.winStart)/float64(window)
+	return (prev*frac + cur) / window.Seconds()
+}
+
+// leased is the tokens h's unexpired leases hold at now.
+func (h *holding) leased(now time.Duration) int64 {
+	var n int64
+	for _, ls := range h.leases {
+		if ls.expires > now {
+			n += ls.tokens
+		}
+	}
+	return n
+}
+
+// maybeAsk sends a lease ask for key when the demand warrants one and the
+// leases run low.
+func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	if h.asking || now < h.nextAskAt {
+		return
+	}
+	want := math.Ceil(h.demand(now, l.window, l.minLease) * l.period.Seconds())
+	if want < float64(l.minLease) {
+		return
+	}
+	n := min(int64(want), l.sh.burst)
+	if 2*h.leased(now) >= n {
+		return
+	}
+	owner := l.owner(key)
+	if owner == l.self {
+		return
+	}
+	h.seq++
+	h.asking, h.askTo, h.askAt, h.askTokens = true, owner, now, n
+	// Report the leases from this owner whose tokens are all used (and
+	// forget them: nothing is left to return).
+	h.askSpent = h.askSpent[:0]
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.tokens == 0 && ls.from == owner && len(h.askSpent) < maxSpent {
+			h.askSpent = append(h.askSpent, ls.seq)
+			return true
+		}
+		return false
+	})
+	h.askDeadline = now + l.timeout
+	h.sentTo[h.seq] = owner
+	delete(h.sentTo, h.seq-8)
+	l.sendAsk(now, key, h, fx)
+}
+
+func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	h.askNext = min(now+l.retryEvery, h.askDeadline)
+	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
+	fx.WakeAt(h.askNext)
+	fx.Send(h.askTo, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
+}
+
+func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
+	p.owner = owner
+	if !slices.Contains(p.sentTo, owner) {
+		p.sentTo = append(p.sentTo, owner)
+	}
+	p.next = min(now+l.retryEvery, p.deadline)
+	l.timers.Push(timer{at: p.next, kind: timerForward, id: p.req.ID})
+	fx.WakeAt(p.next)
+	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
+		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival)}}}))
+}
+
+// pool returns key's pool at this node as owner, creating it: full, or,
+// when the key moved to this node (restart, membership change, or a peer
+// that sends it a key it does not own in its own view: the move is under
+// way), empty and refilling from the move + takeover.
+func (l *Lease) pool(key string, now time.Duration) *pool {
+	if p := l.pools[key]; p != nil {
+		return p
+	}
+	p := &pool{level: l.sh.burst * l.sh.per}
+	var movedAt time.Duration
+	moved := false
+	if l.restarted {
+		moved, movedAt = true, l.restartAt
+	}
+	for _, c := range l.changes {
+		if rendezvous.Owner(key, c.prev) != l.self {
+			moved, movedAt = true, max(movedAt, c.at)
+		}
+	}
+	if l.owner(key) != l.self {
+		// A peer sends this node a key it does not own in its own view: the
+		// views disagree, a change is under way.
+		moved, movedAt = true, max(movedAt, now)
+	}
+	if moved {
+		p.level, p.last = 0, movedAt+l.takeover
+	}
+	l.pools[key] = p
+	return p
+}
+
+// decideDue decides, in (arrival, ID) order, every queued request and ask
+// whose hold has passed.
+func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
+	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
+		q := l.queue.Pop()
+		if q.spent {
+			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
+				g.released, g.returned = true, true
+				l.sh.advance(g.pool, q.arrival)
+				l.sh.release(g.pool, g.tokens, q.tokens)
+			}
+			continue
+		}
+		p := l.pool(q.key, now)
+		l.sh.advance(p, q.arrival)
+		if q.ask {
+			l.grant(p, q, fx)
+			continue
+		}
+		allowed := l.sh.take(p, q.arrival, q.tokens)
+		if q.origin == "" {
+			fx.Decide(q.id, allowed)
+			continue
+		}
+		var emptyFor uint64 // µs after arrival
+		if !allowed {
+			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
+				emptyFor = uint64((until - q.arrival) / time.Microsecond)
+			}
+		}
+		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
+			v.decided, v.allowed, v.emptyFor = true, allowed, emptyFor
+		}
+		sendVerdict(q.origin, q.id, allowed, emptyFor, fx)
+	}
+}
+
+// grant answers an ask out of p (advanced to the ask's time).
+func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
+	id := grantID{q.origin, q.key, q.id}
+	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
+		l.sendGrant(id, g, fx)
+		return
+	}
+	n := min(q.tokens, l.sh.whole(p, q.arrival), l.sh.burst)
+	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
+	if n < q.tokens {
+		g.emptyUntil = q.arrival + l.period
+	}
+	l.sh.lend(p, n)
+	l.grants[id] = g
+	l.gexpiry.Push(grantExp{at: g.expires, id: id})
+	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
+	fx.WakeAt(g.expires)
+	l.sendGrant(id, g, fx)
+}
+
+func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
+	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
+		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
+}
+
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, fx *strategy.Effects) {
+	fx.Send(to, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
+		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs}}}))
+}
+
+// Receive handles a peer's message. Errors (no state change): a payload
+// that does not decode or has no body; an empty or oversized key;
+// non-positive tokens; a time before 0 or more than max_skew after now; a
+// grant above the burst or expiring beyond now + ttl + max_skew; a return of
+// more tokens than were granted; a verdict or grant from a node that was not
+// asked.
+func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	var m peerv1.LeaseMessage
+	if err := proto.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("lease: message from %s does not decode: %w", from, err)
+	}
+	checkKey := func(what, key string) error {
+		if key == "" || len(key) > maxKeyBytes {
+			return fmt.Errorf("lease: %s from %s: key of %d bytes (want 1..%d)", what, from, len(key), maxKeyBytes)
+		}
+		return nil
+	}
+	future := now + l.maxSkew
+	switch b := m.Body.(type) {
+	case *peerv1.LeaseMessage_Forward:
+		f := b.Forward
+		if err := checkKey("forward", f.Key); err != nil {
+			return err
+		}
+		switch {
+		case f.ExtraTokens < 0 || f.ExtraTokens >= math.MaxInt64:
+			return fmt.Errorf("lease: forward from %s: extra_tokens %d outside [0, 2^63-2]", from, f.ExtraTokens)
+		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
+			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
+		}
+		if time.Duration(f.ArrivalNs) < now-l.sweepLag {
+			return nil // the forwarder has given up on it; its key's bucket may be gone
+		}
+		fid := forwardID{from, f.RequestId}
+		if v, dup := l.seen[fid]; dup {
+			if v.decided {
+				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, fx)
+			}
+			return nil
+		}
+		l.seen[fid] = &verdict{}
+		l.expiry = append(l.expiry, expiring{at: now + l.seenTTL, id: fid})
+		if len(l.expiry) == 1 {
+			fx.WakeAt(now + l.seenTTL)
+		}
+		arr := min(time.Duration(f.ArrivalNs), now)
+		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from})
+		fx.WakeAt(max(arr+l.hold, now))
+	case *peerv1.LeaseMessage_Ask:
+		a := b.Ask
+		if err := checkKey("ask", a.Key); err != nil {
+			return err
+		}
+		switch {
+		case a.Seq == 0:
+			return fmt.Errorf("lease: ask from %s: seq 0 (seqs start at 1)", from)
+		case a.Tokens <= 0 || a.Tokens > l.sh.burst:
+			return fmt.Errorf("lease: ask from %s: tokens %d outside [1, burst=%d]", from, a.Tokens, l.sh.burst)
+		case a.AskedAtNs < 0 || time.Duration(a.AskedAtNs) > future:
+			return fmt.Errorf("lease: ask from %s: asked_at_ns %d outside [0, now+max_skew=%d]", from, a.AskedAtNs, future)
+		case len(a.Spent) > maxSpent:
+			return fmt.Errorf("lease: ask from %s: %d spent leases reported, at most %d", from, len(a.Spent), maxSpent)
+		}
+		// Spent leases are released in arrival order at now: a request
+		// decided later with an earlier arrival must not see their room
+		// (the holder may still have held tokens then). Idempotent: a lease
+		// is released once.
+		for _, seq := range a.Spent {
+			if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
+				l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
+				fx.WakeAt(now + l.hold)
+			}
+		}
+		id := grantID{from, a.Key, a.Seq}
+		if g := l.grants[id]; g != nil {
+			l.sendGrant(id, g, fx) // the grant was lost: the same again
+			return nil
+		}
+		at := min(time.Duration(a.AskedAtNs), now)
+		if at+l.ttl <= now || at < now-l.sweepLag {
+			return nil // too old to be of use: the holder has given up
+		}
+		for _, q := range l.queue.Items() {
+			if q.ask && q.origin == from && q.id == a.Seq && q.key == a.Key {
+				return nil // queued already
+			}
+		}
+		l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
+		fx.WakeAt(max(at+l.hold, now))
+	case *peerv1.LeaseMessage_Return:
+		r := b.Return
+		if err := checkKey("return", r.Key); err != nil {
+			return err
+		}
+		if r.Unused < 0 {
+			return fmt.Errorf("lease: return from %s: unused %d is negative", from, r.Unused)
+		}
+		id := grantID{from, r.Key, r.Seq}
+		g := l.grants[id]
+		if g != nil && r.Unused > g.tokens {
+			return fmt.Errorf("lease: return from %s: unused %d above the %d tokens granted for seq %d", from, r.Unused, g.tokens, r.Seq)
+		}
+		// Credited only while the lease is still counted: once released by
+		// expiry, the bucket may have refilled the lease's room, and a
+		// credit would make tokens.
+		if g != nil && !g.returned && !g.released {
+			// Credited in arrival order at now, after the bucket has
+			// refilled up to now with the lease still counted: its room
+			// must not refill backwards.
+			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
+			fx.WakeAt(now + l.hold)
+		}
+		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+	case *peerv1.LeaseMessage_ReturnAck:
+		a := b.ReturnAck
+		delete(l.returns, grantID{from, a.Key, a.Seq})
+	case *peerv1.LeaseMessage_Verdict:
+		v := b.Verdict
+		p, ok := l.pending[v.RequestId]
+		if !ok {
+			return nil // a duplicate, or the answer after a timeout
+		}
+		if !slices.Contains(p.sentTo, from) {
+			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
+		}
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
+		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
+			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
+		}
+		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
+		delete(l.pending, v.RequestId)
+		fx.Decide(v.RequestId, v.Allowed)
+		if !v.Allowed && v.EmptyForUs > 0 {
+			h := l.holding(p.req.Key)
+			h.emptyUntil = max(h.emptyUntil, until)
+		}
+	case *peerv1.LeaseMessage_Grant:
+		g := b.Grant
+		if err := checkKey("grant", g.Key); err != nil {
+			return err
+		}
+		expires, until := time.Duration(g.ExpiresNs), time.Duration(g.EmptyUntilNs)
+		switch {
+		case g.Tokens < 0 || g.Tokens > l.sh.burst:
+			return fmt.Errorf("lease: grant from %s: tokens %d outside [0, burst=%d]", from, g.Tokens, l.sh.burst)
+		case g.ExpiresNs < 0 || expires > now+l.ttl+l.maxSkew:
+			return fmt.Errorf("lease: grant from %s: expires_ns %d outside [0, now+ttl+max_skew=%d]", from, g.ExpiresNs, now+l.ttl+l.maxSkew)
+		case g.EmptyUntilNs < 0 || until > now+l.ttl+l.maxSkew:
+			return fmt.Errorf("lease: grant from %s: empty_until_ns %d outside [0, now+ttl+max_skew]", from, g.EmptyUntilNs)
+		}
+		h := l.keys[g.Key]
+		if h == nil || h.sentTo[g.Seq] == "" {
+			return nil // not asked (any more): a stale or duplicated grant
+		}
+		if h.sentTo[g.Seq] != from {
+			return fmt.Errorf("lease: grant for %q seq %d from %s, but the ask went to %s", g.Key, g.Seq, from, h.sentTo[g.Seq])
+		}
+		if _, dup := h.accepted[g.Seq]; dup {
+			return nil
+		}
+		// Never use a lease past the owner's release: asked_at + ttl by
+		// this node's own record when it is the current ask. Stop using it
+		// (and return what is left) returnLead earlier, so that the return
+		// reaches the owner before the release.
+		if g.Seq == h.seq && h.askAt+l.ttl < expires {
+			expires = h.askAt + l.ttl
+		}
+		expires -= l.returnLead
+		h.accepted[g.Seq] = expires
+		if g.Seq == h.seq {
+			h.asking = false
+		}
+		if until > now {
+			h.emptyUntil = max(h.emptyUntil, until)
+			h.nextAskAt = until - l.lead
+			// Ask again then, before the hint ends, without waiting for a
+			// request to come after it.
+			l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
+			fx.WakeAt(max(h.nextAskAt, now))
+		}
+		if g.Tokens > 0 && expires > now {
+			h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
+			l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
+			fx.WakeAt(expires)
+		}
+	default:
+		return fmt.Errorf("lease: message from %s has no body", from)
+	}
+	return nil
+}
+
+// oneToken is the time the rate takes to refill one token.
+func (l *Lease) oneToken() time.Duration {
+	if l.sh.tokensPerNs == 0 {
+		return 0
+	}
+	return time.Duration((l.sh.per + l.sh.tokensPerNs - 1) / l.sh.tokensPerNs)
+}
+
+// Tick decides due requests and asks, resends or times out forwards, asks
+// and returns, ends expired leases (holder: return the unused tokens;
+// owner: release them), and sweeps idle state.
+func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
+	l.decideDue(now, fx)
+	for l.timers.Len() > 0 && l.timers.Peek().at <= now {
+		t := l.timers.Pop()
+		switch t.kind {
+		case timerForward:
+			p, ok := l.pending[t.id]
+			if !ok || p.next != t.at {
+				continue
+			}
+			if now < p.deadline {
+				l.forward(now, p, p.owner, fx)
+				continue
+			}
+			delete(l.pending, t.id)
+			fx.Decide(t.id, l.failOpen)
+		case timerAsk:
+			h := l.keys[t.key]
+			if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
+				continue
+			}
+			if now < h.askDeadline {
+				l.sendAsk(now, t.key, h, fx)
+				continue
+			}
+			h.asking = false // give up; a later request asks again
+		case timerLease:
+			h := l.keys[t.key]
+			if h == nil {
+				continue
+			}
+			h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+				if ls.seq != t.seq || ls.expires > now {
+					return false
+				}
+				if ls.tokens > 0 && ls.from != l.self {
+					id := grantID{ls.from, t.key, ls.seq}
+					l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
+					l.sendReturn(now, id, fx)
+				}
+				return true
+			})
+		case timerRenew:
+			if h := l.keys[t.key]; h != nil {
+				l.maybeAsk(now, t.key, h, fx)
+			}
+		case timerReturn:
+			id := grantID{t.node, t.key, t.seq}
+			r := l.returns[id]
+			if r == nil || r.next != t.at {
+				continue
+			}
+			if now >= r.deadline || !slices.Contains(l.members, t.node) {
+				delete(l.returns, id)
+				continue
+			}
+			l.sendReturn(now, id, fx)
+		}
+	}
+	for l.gexpiry.Len() > 0 && l.gexpiry.Peek().at <= now {
+		e := l.gexpiry.Pop()
+		g := l.grants[e.id]
+		if g == nil {
+			continue
+		}
+		if e.end {
+			delete(l.grants, e.id)
+			continue
+		}
+		if !g.released {
+			g.released = true
+			l.sh.advance(g.pool, e.at)
+			l.sh.release(g.pool, g.tokens, 0)
+		}
+	}
+	if l.gexpiry.Len() > 0 {
+		fx.WakeAt(l.gexpiry.Peek().at)
+	}
+	n := 0
+	for n < len(l.expiry) && l.expiry[n].at <= now {
+		delete(l.seen, l.expiry[n].id)
+		n++
+	}
+	l.expiry = l.expiry[n:]
+	if n > 0 && len(l.expiry) > 0 {
+		fx.WakeAt(l.expiry[0].at)
+	}
+	if now >= l.nextSweep {
+		l.sweep(now)
+		l.nextSweep = now + l.sweepEvery
+		fx.WakeAt(l.nextSweep)
+	}
+}
+
+func (l *Lease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
+	r := l.returns[id]
+	r.next = min(now+l.retryEvery, r.deadline)
+	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
+	fx.WakeAt(r.next)
+	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
+		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
+}
+
+// sweep forgets full pools without leases and holdings with nothing left
+// to remember.
+func (l *Lease) sweep(now time.Duration) {
+	queuedKeys := map[string]bool{}
+	for _, q := range l.queue.Items() {
+		queuedKeys[q.key] = true
+	}
+	// A pool is dropped only if it was full at now - sweepLag and nothing
+	// was decided after: a forward or ask still to come has an arrival after
+	// that (forwarders give up after timeout), and a new full pool decides
+	// it as this one would have.
+	at := now - l.sweepLag
+	for k, p := range l.pools {
+		if queuedKeys[k] || p.last > at {
+			continue
+		}
+		if cp := *p; l.sh.full(&cp, at) {
+			delete(l.pools, k)
+		}
+	}
+	for k, h := range l.keys {
+		for seq, exp := range h.accepted {
+			if exp <= now {
+				delete(h.accepted, seq)
+			}
+		}
+		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.ttl {
+			continue
+		}
+		delete(l.keys, k)
+	}
+}
+
+// SetMembers re-routes pending forwards and asks whose owner left, and
+// remembers the change for the conservative takeover of moved keys.
+func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	l.changes = slices.DeleteFunc(l.changes, func(c change) bool { return c.at+l.takeover+l.fillTime < now })
+	l.changes = append(l.changes, change{at: now, prev: slices.Clone(l.members)})
+	l.members = append(l.members[:0], members...)
+	// A key that moved away loses its bucket here: if it comes back, it
+	// starts again empty (the other owner may have spent it meanwhile). So
+	// does a key that moves here while this node holds a bucket for it
+	// (made for a peer whose view lagged): it starts again as moved.
+	prev := l.changes[len(l.changes)-1].prev
+	for key := range l.pools {
+		if l.owner(key) != l.self || rendezvous.Owner(key, prev) != l.self {
+			delete(l.pools, key)
+		}
+	}
+	var moved []uint64
+	for id, p := range l.pending {
+		if !slices.Contains(members, p.owner) {
+			moved = append(moved, id)
+		}
+	}
+	slices.Sort(moved)
+	for _, id := range moved {
+		p := l.pending[id]
+		if o := l.owner(p.req.Key); o != l.self {
+			l.forward(now, p, o, fx)
+			continue
+		}
+		delete(l.pending, id) // this node owns the key now
+		l.queue.Push(queued{arrival: p.req.Arrival, id: p.req.ID, key: p.req.Key, tokens: p.req.Tokens})
+		fx.WakeAt(max(p.req.Arrival+l.hold, now))
+	}
+	for _, h := range l.keys {
+		if h.asking && !slices.Contains(members, h.askTo) {
+			h.asking = false
+		}
+	}
+}
+
+// StateBytes counts pools, lease records, holdings and queued requests.
+func (l *Lease) StateBytes() int {
+	const perPool, perGrant, perHolding, perLease, perRequest, perSeen = 24, 32, 64, 24, 40, 16
+	n := 0
+	for k := range l.pools {
+		n += perPool + len(k)
+	}
+	for id := range l.grants {
+		n += perGrant + len(id.key)
+	}
+	for k, h := range l.keys {
+		n += perHolding + len(k) + len(h.leases)*perLease
+	}
+	for _, q := range l.queue.Items() {
+		n += perRequest + len(q.key)
+	}
+	for _, p := range l.pending {
+		n += perRequest + len(p.req.Key)
+	}
+	return n + len(l.seen)*perSeen
+}
+
+// Audit is, for tests: the whole tokens (level, leased) of key's pool at
+// now as this node's owner view has it, and whether it has one.
+func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, ok bool) {
+	p := l.pools[key]
+	if p == nil {
+		return 0, 0, false
+	}
+	l.sh.advance(p, now)
+	return p.level, p.leased, true
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("lease: marshal %T: %v", m, err))
+	}
+	return b
+}
+
+func queuedLess(a, b queued) bool {
+	if a.arrival != b.arrival {
+		return a.arrival < b.arrival
+	}
+	if a.spent != b.spent {
+		return !a.spent // releases last at their instant
+	}
+	if a.ask != b.ask {
+		return !a.ask // requests before asks at the same instant
+	}
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	if a.origin != b.origin {
+		return a.origin < b.origin
+	}
+	return a.key < b.key
+}
+
+func timerLess(a, b timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.node < b.node
+}
+
+func grantExpLess(a, b grantExp) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.end != b.end {
+		return !a.end
+	}
+	if a.id.key != b.id.key {
+		return a.id.key < b.id.key
+	}
+	if a.id.node != b.id.node {
+		return a.id.node < b.id.node
+	}
+	return a.id.seq < b.id.seq
+}

@@ -1,0 +1,287 @@
+package lease
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+var members = []strategy.NodeID{"n0", "n1", "n2"}
+
+// newNode builds a node with rate 10/s, burst 20, latency hint 1ms, hold 0.
+func newNode(t testing.TB, self strategy.NodeID, params ...string) *Lease {
+	t.Helper()
+	p, err := strategy.ParseParams(append([]string{"hold=0s"}, params...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 20,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Start(0, &strategy.Effects{})
+	return l
+}
+
+func keyOwnedBy(node strategy.NodeID) string {
+	for i := 0; ; i++ {
+		k := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if rendezvous.Owner(k, members) == node {
+			return k
+		}
+	}
+}
+
+func msg(m *peerv1.LeaseMessage) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func ask(key string, seq uint64, tokens, at int64) []byte {
+	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: tokens, AskedAtNs: at}}})
+}
+
+func decode(t *testing.T, b []byte) *peerv1.LeaseMessage {
+	t.Helper()
+	var m peerv1.LeaseMessage
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+func TestNewRejectsBadParams(t *testing.T) {
+	for _, p := range []string{"period=0s", "ttl=1ms", "min_lease=0", "retries=-1", "timeout=0s", "nonsense=1", "window=x"} {
+		ps, _ := strategy.ParseParams([]string{p})
+		_, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+			Rand: rand.New(rand.NewPCG(1, 2)), Params: ps})
+		if err == nil {
+			t.Errorf("%s: no error", p)
+		}
+	}
+}
+
+// TestReceiveRejectsBadMessages: every malformed or out-of-bounds message is
+// an error and changes no state.
+func TestReceiveRejectsBadMessages(t *testing.T) {
+	key := keyOwnedBy("n0")
+	now := 10 * time.Second
+	for name, payload := range map[string][]byte{
+		"garbage":           {0xff, 0xff, 0xff},
+		"no body":           {},
+		"empty key":         ask("", 1, 1, 0),
+		"ask above burst":   ask(key, 1, 21, int64(now)),
+		"ask zero tokens":   ask(key, 1, 0, int64(now)),
+		"ask seq 0":         ask(key, 0, 1, int64(now)),
+		"ask in future":     ask(key, 1, 1, int64(now+time.Second)),
+		"ask negative":      ask(key, 1, 1, -1),
+		"negative tokens":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ExtraTokens: -1}}}),
+		"forward future":    msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now + time.Hour)}}}),
+		"return negative":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: -1}}}),
+		"grant above burst": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 21}}}),
+		"grant negative":    msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: -1}}}),
+		"grant far expiry":  msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 1, ExpiresNs: int64(now + time.Hour)}}}),
+	} {
+		l := newNode(t, "n0")
+		before := l.StateBytes()
+		fx := &strategy.Effects{}
+		if err := l.Receive(now, "n1", payload, fx); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if l.StateBytes() != before || len(fx.Messages)+len(fx.Decisions)+len(fx.Wakeups) != 0 {
+			t.Errorf("%s: state or effects changed", name)
+		}
+	}
+}
+
+// TestGrantOnceAndLocalDecisions: a holder with demand asks, the owner
+// grants out of its bucket once (a duplicate ask gets the same grant and
+// takes nothing more), the holder decides locally with the lease, and the
+// unused tokens come back once at expiry.
+func TestGrantOnceAndLocalDecisions(t *testing.T) {
+	key := keyOwnedBy("n0")
+	owner, holder := newNode(t, "n0", "period=1s"), newNode(t, "n1", "period=1s")
+	// deliver runs the messages of fx between the two nodes at now, and
+	// their answers, until none is left; dup delivers each message twice.
+	var deliver func(now time.Duration, from *Lease, fx *strategy.Effects, dup bool)
+	deliver = func(now time.Duration, from *Lease, fx *strategy.Effects, dup bool) {
+		for _, m := range fx.Messages {
+			to := owner
+			if m.To == "n1" {
+				to = holder
+			}
+			copies := 1
+			if dup {
+				copies = 2
+			}
+			for range copies {
+				out := &strategy.Effects{}
+				if err := to.Receive(now, from.self, m.Payload, out); err != nil {
+					t.Fatal(err)
+				}
+				for _, at := range out.Wakeups {
+					if at <= now {
+						to.Tick(now, out) // the driver's wake-up, at once
+						break
+					}
+				}
+				deliver(now, to, out, false)
+			}
+		}
+	}
+	var local, allowed int
+	now := time.Duration(0)
+	for i := range 40 { // 40 requests in 400 ms: demand 100/s, asks ceil(100*1) capped at burst 20
+		now = time.Duration(i) * 10 * time.Millisecond
+		fx := &strategy.Effects{}
+		d, ok := holder.Request(now, strategy.Request{ID: uint64(i), Key: key, Tokens: 1, Arrival: now}, fx)
+		if ok {
+			local++
+			if d.Allowed {
+				allowed++
+			}
+		}
+		for _, d := range fx.Decisions {
+			if d.Allowed {
+				allowed++
+			}
+		}
+		deliver(now, holder, fx, true) // every message duplicated
+	}
+	if local == 0 {
+		t.Fatalf("no request was decided locally")
+	}
+	if allowed > 20+4 { // burst + 10/s over 0.39 s, rounded up
+		t.Fatalf("allowed %d requests, more than burst + r*T", allowed)
+	}
+	level, leased, ok := owner.Audit(now, key)
+	if !ok || leased == 0 {
+		t.Fatalf("owner has no lease out: ok %v leased %d", ok, leased)
+	}
+	if level/owner.sh.per+leased > 20 {
+		t.Fatalf("level %d + leased %d exceed the burst", level/owner.sh.per, leased)
+	}
+	// After the leases expire (ttl 2s) and the holder returns the unused
+	// tokens, the owner's bucket is back to full.
+	for now < 4*time.Second {
+		now += 100 * time.Millisecond
+		fx := &strategy.Effects{}
+		holder.Tick(now, fx)
+		deliver(now, holder, fx, true)
+		fx = &strategy.Effects{}
+		owner.Tick(now, fx)
+		deliver(now, owner, fx, false)
+	}
+	if _, leased, ok := owner.Audit(now, key); ok && leased != 0 {
+		t.Fatalf("leases outstanding after expiry: %d", leased)
+	}
+	if len(holder.returns) != 0 {
+		t.Fatalf("returns not acknowledged: %d", len(holder.returns))
+	}
+}
+
+// TestDryHintRefusesLocally: a refused forward's hint makes the holder
+// refuse the next requests locally until the owner's bucket has a token.
+func TestDryHintRefusesLocally(t *testing.T) {
+	key := keyOwnedBy("n0")
+	holder := newNode(t, "n1")
+	fx := &strategy.Effects{}
+	if _, ok := holder.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: 0}, fx); ok {
+		t.Fatal("decided without a lease")
+	}
+	v := msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{RequestId: 1, Allowed: false, EmptyForUs: 50_000}}})
+	fx = &strategy.Effects{}
+	if err := holder.Receive(2*time.Millisecond, "n0", v, fx); err != nil {
+		t.Fatal(err)
+	}
+	fx = &strategy.Effects{}
+	d, ok := holder.Request(10*time.Millisecond, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: 10 * time.Millisecond}, fx)
+	if !ok || d.Allowed || len(fx.Messages) != 0 {
+		t.Fatalf("want a local refusal before the hint ends, got decided=%v allowed=%v messages=%d", ok, d.Allowed, len(fx.Messages))
+	}
+	fx = &strategy.Effects{}
+	if _, ok := holder.Request(60*time.Millisecond, strategy.Request{ID: 3, Key: key, Tokens: 1, Arrival: 60 * time.Millisecond}, fx); ok {
+		t.Fatal("decided locally after the hint ended")
+	}
+}
+
+// TestTakeoverStartsEmpty: a restarted owner starts its buckets empty and
+// refilling only after ttl (no fresh burst).
+func TestTakeoverStartsEmpty(t *testing.T) {
+	key := keyOwnedBy("n0")
+	p, _ := strategy.ParseParams([]string{"hold=0s", "period=100ms", "takeover=200ms"}) // ttl 200ms
+	l, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 20,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Start(5*time.Second, &strategy.Effects{})
+	fx := &strategy.Effects{}
+	at := 5*time.Second + 150*time.Millisecond
+	if d, ok := l.Request(at, strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: at}, fx); !ok || d.Allowed {
+		t.Fatalf("restarted owner admitted within ttl: decided %v allowed %v", ok, d.Allowed)
+	}
+	at = 5*time.Second + 400*time.Millisecond // 200ms of refill at 10/s: 2 tokens
+	var n int
+	for i := range 5 {
+		if d, ok := l.Request(at, strategy.Request{ID: uint64(2 + i), Key: key, Tokens: 1, Arrival: at}, fx); ok && d.Allowed {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("admitted %d after 200ms of refill from empty, want 2", n)
+	}
+}
+
+// FuzzReceive: any payload from any peer, at any time, never panics, and a
+// refused one changes no state.
+func FuzzReceive(f *testing.F) {
+	key := keyOwnedBy("n0")
+	f.Add(ask(key, 1, 3, 0), int64(0))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 3, ExpiresNs: 1e9}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: 2}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{RequestId: 1, EmptyForUs: 5}}}), int64(1e6))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 7, Key: key, ArrivalNs: 5}}}), int64(1e6))
+	f.Add([]byte{0x0a, 0x00}, int64(0))
+	f.Fuzz(func(t *testing.T, payload []byte, nowNs int64) {
+		if nowNs < 0 {
+			nowNs = -nowNs
+		}
+		now := time.Duration(nowNs % int64(1000*time.Hour))
+		l := newNode(t, "n0")
+		// some state first: a forward pending at n0 for a key n1 owns, and
+		// a lease of n0's own key granted to n1
+		fx := &strategy.Effects{}
+		other := keyOwnedBy("n1")
+		l.Request(0, strategy.Request{ID: 1, Key: other, Tokens: 1, Arrival: 0}, fx)
+		if err := l.Receive(0, "n1", ask(key, 1, 3, 0), fx); err != nil {
+			t.Fatal(err)
+		}
+		l.Tick(0, fx)
+		before := l.StateBytes()
+		lvl, leased, _ := l.Audit(0, key)
+		fx = &strategy.Effects{}
+		err := l.Receive(now, "n1", payload, fx)
+		if err != nil {
+			lvl2, leased2, _ := l.Audit(0, key)
+			if l.StateBytes() != before || lvl2 != lvl || leased2 != leased || len(fx.Messages)+len(fx.Decisions) != 0 {
+				t.Fatalf("refused payload changed state: %v", err)
+			}
+		}
+		if err := Conserved(map[strategy.NodeID]*Lease{"n0": l}, 20, now); err != nil {
+			t.Fatal(err)
+		}
+		l.Tick(now+time.Hour, &strategy.Effects{})
+	})
+}

@@ -1,0 +1,150 @@
+package lease_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/lease"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// registry holds the current incarnation of every node of one run, so that
+// a check after any call can look at all of them.
+type registry struct {
+	nodes map[strategy.NodeID]*lease.Lease
+	burst int64
+	fail  func(format string, args ...any)
+}
+
+func (r *registry) check(now time.Duration) {
+	if err := lease.Conserved(r.nodes, r.burst, now); err != nil {
+		r.fail("%v", err)
+	}
+}
+
+// checked is a Lease that, after every call, checks the conservation
+// invariant of every owner in the cluster (lease.Conserved).
+type checked struct {
+	*lease.Lease
+	self strategy.NodeID
+	reg  *registry
+}
+
+func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	d, ok := c.Lease.Request(now, req, fx)
+	c.reg.check(now)
+	return d, ok
+}
+
+func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	err := c.Lease.Receive(now, from, payload, fx)
+	if err != nil {
+		c.reg.fail("Receive on %s from %s: %v", c.self, from, err) // peers here are honest
+	}
+	c.reg.check(now)
+	return err
+}
+
+func (c checked) Tick(now time.Duration, fx *strategy.Effects) {
+	c.Lease.Tick(now, fx)
+	c.reg.check(now)
+}
+
+func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	c.Lease.SetMembers(now, members, fx)
+	c.reg.check(now)
+}
+
+// TestEnvelopeUnderFaults runs random clusters through the simulator with
+// loss, duplication, reordering, crashes and restarts, and checks the
+// conservation invariant after every call and the (r, b) envelope of every
+// key's admitted tokens at the end.
+func TestEnvelopeUnderFaults(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes := rapid.IntRange(2, 6).Draw(t, "nodes")
+		keys := rapid.IntRange(1, 3).Draw(t, "keys")
+		ratePerSec := rapid.IntRange(1, 200).Draw(t, "rate")
+		burst := int64(rapid.IntRange(1, 50).Draw(t, "burst"))
+		n := rapid.IntRange(1, 1500).Draw(t, "requests")
+		spanMs := rapid.IntRange(100, 8000).Draw(t, "span_ms")
+		var reqs []workload.Request
+		for i := 0; i < n; i++ {
+			reqs = append(reqs, workload.Request{
+				Arrival: time.Duration(rapid.IntRange(0, spanMs).Draw(t, "at")) * time.Millisecond,
+				Key:     fmt.Sprintf("k%d", rapid.IntRange(0, keys-1).Draw(t, "key")),
+				Tokens:  int64(rapid.IntRange(1, 2).Draw(t, "tokens")),
+			})
+		}
+		slices.SortStableFunc(reqs, func(a, b workload.Request) int { return int(a.Arrival - b.Arrival) })
+		trace := &workload.Trace{Name: "rapid", Requests: reqs}
+
+		lat, err := sim.ParseLatency(fmt.Sprintf("uniform:0ms-%dms", rapid.IntRange(1, 10).Draw(t, "latency_ms")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		net := sim.Network{Latency: lat,
+			Loss:      rapid.Float64Range(0, 0.3).Draw(t, "loss"),
+			Duplicate: rapid.Float64Range(0, 0.3).Draw(t, "dup"),
+			Reorder:   rapid.Float64Range(0, 0.3).Draw(t, "reorder"),
+		}
+		sc := &sim.Scenario{
+			Detection: time.Duration(rapid.IntRange(1, 100).Draw(t, "detection_ms")) * time.Millisecond,
+			JoinDelay: time.Duration(rapid.IntRange(0, 100).Draw(t, "join_ms")) * time.Millisecond,
+		}
+		for e := rapid.IntRange(0, 3).Draw(t, "crashes"); e > 0; e-- {
+			victim := fmt.Sprintf("n%d", rapid.IntRange(0, nodes-1).Draw(t, "victim"))
+			at := time.Duration(rapid.IntRange(0, spanMs).Draw(t, "crash_at")) * time.Millisecond
+			back := at + time.Duration(rapid.IntRange(1, 3000).Draw(t, "down_ms"))*time.Millisecond
+			sc.Events = append(sc.Events, sim.ScenarioEvent{At: at, Crash: []string{victim}}, sim.ScenarioEvent{At: back, Restart: []string{victim}})
+		}
+		slices.SortStableFunc(sc.Events, func(a, b sim.ScenarioEvent) int { return int(a.At - b.At) })
+
+		rate, err := bucket.PerSecond(float64(ratePerSec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, err := strategy.ParseParams([]string{
+			"fail_open=false", // a timed-out forward refused: the envelope is the point here
+			"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
+			"period=" + fmt.Sprint(rapid.IntRange(20, 400).Draw(t, "period_ms")) + "ms",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := &registry{nodes: map[strategy.NodeID]*lease.Lease{}, burst: burst, fail: t.Fatalf}
+		assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := sim.Run(trace, sim.Config{
+			Name: "lease", Nodes: nodes, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
+			Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"),
+			New: func(cfg strategy.Config) (strategy.Strategy, error) {
+				l, err := lease.New(cfg)
+				if err != nil {
+					return nil, err
+				}
+				reg.nodes[cfg.Self] = l
+				return checked{l, cfg.Self, reg}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed := make([]bool, len(reqs))
+		for i, o := range res.Outcomes {
+			allowed[i] = o.Decided && o.Allowed
+		}
+		if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 0 {
+			t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens", v)
+		}
+	})
+}
