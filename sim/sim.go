@@ -81,20 +81,20 @@ type Factory func(cfg strategy.Config) (strategy.Strategy, error)
 
 // Config is one simulation run.
 type Config struct {
-	Name     string  // the strategy's name, for errors
-	New      Factory // builds each node's strategy
-	Nodes    int     // cluster size, >= 1
-	Rate     bucket.Rate
-	Burst    int64
-	Params   strategy.Params // the strategy's own parameters (unprefixed)
+	Name   string  // the strategy's name, for errors
+	New    Factory // builds each node's strategy
+	Nodes  int     // cluster size, >= 1
+	Rate   bucket.Rate
+	Burst  int64
+	Params strategy.Params // the strategy's own parameters (unprefixed)
 	// Partition is the rule's split-brain rule. A "partition" entry in
 	// Params (strategy.PartitionParam, e.g. from --param gdrl.partition=
 	// conserve) sets it and is removed before the strategy sees Params.
 	Partition strategy.PartitionMode
-	Network  Network
-	Scenario *Scenario         // nil: nothing happens
-	Assign   workload.Assigner // which node receives each request
-	Seed     uint64
+	Network   Network
+	Scenario  *Scenario         // nil: nothing happens
+	Assign    workload.Assigner // which node receives each request
+	Seed      uint64
 	// SampleEvery is the virtual-time interval at which node state sizes
 	// are sampled (default 1 s).
 	SampleEvery time.Duration

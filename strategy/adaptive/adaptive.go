@@ -130,7 +130,7 @@ type Adaptive struct {
 	expected []strategy.NodeID
 	split    []strategy.NodeID
 	rate     bucket.Rate
-	burst   int64
+	burst    int64
 
 	step         time.Duration
 	slots        int // window / step

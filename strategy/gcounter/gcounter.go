@@ -201,7 +201,7 @@ type GCounter struct {
 	conserve       bool
 	expected       []strategy.NodeID
 	scaleK, scaleN int64
-	delta      map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
+	delta          map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
 
 	nextGossip time.Duration
 	nextSweep  time.Duration

@@ -68,7 +68,7 @@ type GDRL struct {
 	perToken       int64 // bucket tokens per request token
 	demandFloor    float64
 
-	inc        uint64 // this incarnation
+	inc        uint64            // this incarnation
 	conserve   bool              // partition: conserve (see doc.go, "Split brain")
 	expected   []strategy.NodeID // the last agreed members (strategy.Conserver), sorted
 	members    []strategy.NodeID
