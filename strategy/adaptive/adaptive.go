@@ -90,11 +90,14 @@
 // NodeID) re-splits the whole (r, b) over the side: each side may admit up
 // to the envelope. Under `partition: conserve` (strategy.Conserver) the
 // static split is over the last agreed members N (live, or failed and not
-// yet past reconnect_timeout), so a node that loses members keeps its
-// split and its shares, and an adaptor that does not see all N members
-// sends no epoch: during the split every node keeps the shares it held
-// (they sum to at most (r, b) over all nodes) or (r/N, b_i), and the sides
-// together admit at most the envelope. At the heal (a join, in both modes)
+// yet past reconnect_timeout), an adaptor that does not see all N members
+// sends no epoch, and a node that sees fewer than N lowers every share it
+// holds to at most the static split (r/N, b_i) and drops a pending epoch:
+// whatever epoch each node holds (one sent just before the cut may have
+// reached only some), the shares sum to at most (r, b) over all N nodes,
+// so the sides together admit at most the envelope once each node has
+// seen the split (the cost: a key re-split towards a node loses its extra
+// share for the split). At the heal (a join, in both modes)
 // every node falls back to the static split over the merged membership
 // until the adaptor's next epoch.
 package adaptive
@@ -655,6 +658,7 @@ func (a *Adaptive) SetExpected(now time.Duration, expected []strategy.NodeID, fx
 	if err := a.setMembers(a.members); err != nil {
 		return
 	}
+	a.conserveCap()
 	for k := range a.keys {
 		a.refresh(now, k)
 	}
