@@ -276,13 +276,13 @@ type Node struct {
 	offset time.Duration
 	last   time.Duration // loop goroutine only: the last time handed to strategies
 
-	events  chan event
-	wake    chan struct{}
-	timer   *time.Timer
-	wakes   *minheap.Heap[wakeEntry] // by (at, rule)
-	wakeSet map[wakeEntry]bool
-	armed   time.Duration // the wake-up the timer is set for; -1: none
-	fx      strategy.Effects
+	events   chan event
+	wake     chan struct{}
+	timer    *time.Timer
+	wakes    *minheap.Heap[wakeEntry] // by (at, rule)
+	wakeSet  map[wakeEntry]bool
+	armed    time.Duration // the wake-up the timer is set for; -1: none
+	fx       strategy.Effects
 	nextID   uint64
 	members  []strategy.NodeID
 	expected []strategy.NodeID // the last agreed members (SetExpected)

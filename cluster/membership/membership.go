@@ -137,8 +137,8 @@ type Membership struct {
 	ml         *memberlist.Memberlist
 	onChange   func(map[strategy.NodeID]string)
 	onExpected func([]strategy.NodeID)
-	log      *slog.Logger // never nil
-	self     strategy.NodeID
+	log        *slog.Logger // never nil
+	self       strategy.NodeID
 
 	reconnectInterval time.Duration
 	reconnectTimeout  time.Duration
