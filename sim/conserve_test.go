@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,55 @@ func TestPartitionParam(t *testing.T) {
 		if err := runWith(name, "partition=available"); err != nil {
 			t.Errorf("%s with partition=available: %v", name, err)
 		}
+	}
+}
+
+// expectRecorder is recorder that also records SetExpected.
+type expectRecorder struct {
+	recorder
+	expected map[strategy.NodeID][]viewCall
+}
+
+func (s *expectRecorder) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	s.expected[s.self] = append(s.expected[s.self], viewCall{now, expected})
+}
+
+// A crashed node stays expected by the survivors until reconnect_timeout
+// after each lost it, then is dropped; its restart makes it expected again
+// (it is in the view); the restarted node starts with its view.
+func TestExpectedMembersInSim(t *testing.T) {
+	sc, err := sim.ParseScenario([]byte("detection: 1s\nreconnect_timeout: 5s\nevents:\n  - at: 10s\n    crash: [n2]\n  - at: 30s\n    restart: [n2]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &viewLog{views: map[strategy.NodeID][]viewCall{}, received: map[strategy.NodeID][]receipt{}, starts: map[strategy.NodeID][]viewCall{}}
+	expected := map[strategy.NodeID][]viewCall{}
+	factory := func(cfg strategy.Config) (strategy.Strategy, error) {
+		return &expectRecorder{recorder: recorder{self: cfg.Self, log: log}, expected: expected}, nil
+	}
+	assign, err := workload.NewAssigner("hash", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Run(mustGen(t, "poisson:users=5,rate=1,duration=60s", 1), sim.Config{
+		Name: "recorder", New: factory, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
+		Network: fixed(time.Millisecond), Scenario: sc, Assign: assign, Seed: 1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []viewCall{{16 * time.Second, ids("n0", "n1")}, {31 * time.Second, ids("n0", "n1", "n2")}}
+	for _, n := range ids("n0", "n1") {
+		got := expected[n]
+		if len(got) != len(want) {
+			t.Fatalf("%s: SetExpected calls %v, want %v", n, got, want)
+		}
+		for i := range want {
+			if got[i].at != want[i].at || !slices.Equal(got[i].members, want[i].members) {
+				t.Errorf("%s: SetExpected call %d = %v, want %v", n, i, got[i], want[i])
+			}
+		}
+	}
+	if got := expected["n2"]; len(got) != 0 {
+		t.Errorf("n2 (restarted with its view) was told %v", got)
 	}
 }
