@@ -841,14 +841,26 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
+	if len(raw.Params) > 0 {
+		r.Params = maps.Clone(raw.Params)
+	}
+	// The generic strategy parameter partition (what `tokenmesh replay
+	// --param partition=...` writes) is the rule option too.
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		if r.Partition != "" && r.Partition != v {
+			p.fail(field("partition"), path("partition"), "%q and params.partition %q disagree", r.Partition, v)
+		}
+		r.Partition = v
+		delete(r.Params, strategy.PartitionParam)
+		if len(r.Params) == 0 {
+			r.Params = nil
+		}
+	}
 	if r.Partition == "" {
 		r.Partition = DefaultPartition
 	}
 	if _, err := strategy.ParsePartitionMode(r.Partition); err != nil {
 		p.fail(field("partition"), path("partition"), "%q: want available or conserve", r.Partition)
-	}
-	if len(raw.Params) > 0 {
-		r.Params = maps.Clone(raw.Params)
 	}
 	if p.err != nil {
 		return r
@@ -1059,8 +1071,15 @@ func (r Rule) check() error {
 	if err != nil {
 		return &checkError{field: "partition", msg: fmt.Sprintf("%q: want available or conserve", r.Partition)}
 	}
-	if _, ok := r.Params[strategy.PartitionParam]; ok {
-		return &checkError{field: "params", param: strategy.PartitionParam, msg: "partition is a rule option (rules[].partition), not a strategy parameter"}
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		pmode, err := strategy.ParsePartitionMode(v)
+		if err != nil {
+			return &checkError{field: "params.partition", param: strategy.PartitionParam, msg: fmt.Sprintf("%q: want available or conserve", v)}
+		}
+		if r.Partition != "" && r.Partition != DefaultPartition && pmode != mode {
+			return &checkError{field: "partition", msg: fmt.Sprintf("%q and params.partition %q disagree", r.Partition, v)}
+		}
+		mode = pmode
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		v := r.Params[k]
@@ -1076,6 +1095,7 @@ func (r Rule) check() error {
 	if err != nil {
 		return &checkError{field: "params", msg: err.Error()}
 	}
+	params, _, _ = strategy.TakePartition(params) // checked above: mode
 	// A throwaway instance lets the strategy itself reject unknown or bad
 	// parameters (and any rate/burst it cannot split).
 	self := strategy.NodeID("config-check")
@@ -1105,6 +1125,9 @@ func (r Rule) check() error {
 func (r Rule) clusterRule() cluster.Rule {
 	cr := cluster.Rule{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy}
 	cr.Partition, _ = strategy.ParsePartitionMode(r.Partition) // checked by check
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		cr.Partition, _ = strategy.ParsePartitionMode(v) // it wins over the default (check)
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		cr.Params = append(cr.Params, k+"="+r.Params[k])
 	}
