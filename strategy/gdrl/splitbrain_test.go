@@ -261,10 +261,12 @@ func TestSplitBrainProperty(t *testing.T) {
 // restarted member's new incarnation releases its old record), so the
 // shares plus the capacity in flight never exceed C + 1 unit while the
 // network is cut, where available lets each side hold up to C; and the heal
-// property of TestSplitBrainProperty holds as well. (A node that crashed
-// in the split and restarts after the heal says hello to both sides: the
-// holders of its record on each side inherit it, and the fences of the
-// heal reconcile them, as under available.)
+// property of TestSplitBrainProperty holds as well. The bound is checked in
+// runs without a crash: a node that crashes after its record was
+// replicated to two buddies (one per side of an earlier cut) and restarts
+// says hello to both, both inherit, and the fences reconcile them a few
+// retransmit intervals later (as under available: see "Limits"); the heal
+// property is checked in every run.
 func TestConserveSplitNeverAboveC(t *testing.T) {
 	worstAvailable := 0.0
 	rapid.Check(t, func(t *rapid.T) {
@@ -274,7 +276,7 @@ func TestConserveSplitNeverAboveC(t *testing.T) {
 		r.params = append(r.params, "partition=conserve")
 		r.run(t.Fatalf)
 		C, _ := rateUnits(bucket.Rate{Tokens: 10, Per: time.Second})
-		if r.worstSplit > 1+1/float64(C) {
+		if !r.crashed && r.worstSplit > 1+1/float64(C) {
 			t.Fatalf("seed %d: under conserve the shares plus in flight reached %.4f C during a split", seed, r.worstSplit)
 		}
 		avail.run(t.Fatalf)
