@@ -172,7 +172,12 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
 		return nil, usageErr("--assign: %v", err)
 	}
-	params, err := parseParamFlags(f.params)
+	infos := make([]all.Info, 0, len(p.strategies))
+	for _, name := range p.strategies {
+		info, _ := all.Lookup(name) // checked above
+		infos = append(infos, info)
+	}
+	params, err := parseParamFlags(f.params, infos)
 	if err != nil {
 		return nil, err
 	}
