@@ -175,7 +175,6 @@ func TestParseBad(t *testing.T) {
 		{"bad param value", "rules:\n  - name: a\n    rate: 1/s\n    params: {hold: soon}\n", []string{"rules[0].params", "hold"}, 0},
 		{"param for a strategy without params", "rules: [{name: a, rate: 1/s, strategy: local, params: {x: 1}}]", []string{"rules[0].params", "takes no parameters"}, 0},
 		{"bad partition", "rules:\n  - name: a\n    rate: 1/s\n    partition: maybe\n", []string{"t.yaml:4: rules[0].partition", `"maybe": want available or conserve`}, 4},
-		{"conserve for owner", "rules:\n  - name: a\n    rate: 1/s\n    strategy: owner\n    partition: conserve\n", []string{"rules[0].partition", "owner does not implement partition: conserve"}, 0},
 		{"conserve for local", "rules: [{name: a, rate: 1/s, strategy: local, partition: conserve}]", []string{"rules[0].partition", "local does not implement"}, 0},
 		{"partition and the param disagree", "rules: [{name: a, rate: 1/s, strategy: gdrl, partition: available, params: {partition: conserve}}]", []string{"rules[0].partition", "disagree"}, 0},
 		{"partition param bad", "rules: [{name: a, rate: 1/s, strategy: gdrl, params: {partition: never}}]", []string{"rules[0].partition", `"never": want available or conserve`}, 0},

@@ -339,7 +339,7 @@ func TakePartition(p Params) (Params, PartitionMode, error) {
 }
 
 // Conserver is implemented by strategies that can enforce
-// PartitionConserve (static, adaptive, gdrl, gcounter, tbqueue). The
+// PartitionConserve (static, adaptive, gdrl, gcounter, tbqueue, owner). The
 // driver tells them, besides the live members (SetMembers), the last
 // agreed members: the live ones plus those that failed (were declared
 // dead, did not leave with a leave intent) less than reconnect_timeout
@@ -381,7 +381,7 @@ func ConserveScale(self NodeID, live, expected []NodeID) (k, n int, union []Node
 }
 
 // CheckPartition refuses PartitionConserve for a strategy that does not
-// implement Conserver, naming it (owner for now; local and central, to
+// implement Conserver, naming it (local and central, to
 // which it does not apply: see docs/OPERATIONS.md).
 func CheckPartition(name string, s Strategy, mode PartitionMode) error {
 	if mode != PartitionConserve {
