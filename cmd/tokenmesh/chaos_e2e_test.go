@@ -169,6 +169,9 @@ func checkChaos(t *testing.T, sc chaos.Scenario, strategy string, res chaos.Resu
 	t.Helper()
 	t.Logf("whole run: %d checks, %d admitted, max excess %.2f tokens (%d keys over +1), errors %d, p50 %v p99 %v",
 		res.Whole.Checks, res.Whole.Admitted, res.Whole.MaxViolation, res.Whole.Over, res.Whole.Errors, res.Whole.P50, res.Whole.P99)
+	if len(res.Whole.ErrorKinds) > 0 {
+		t.Logf("failed checks by error: %v", res.Whole.ErrorKinds)
+	}
 	if res.After.Over > 0 {
 		k := res.After.Keys[0]
 		t.Errorf("from %v on (%v after the last repair), %d keys exceeded b + r*T + 1; worst %s by %.2f tokens in [%v, %v]",
