@@ -40,15 +40,17 @@ type replayFlags struct {
 	speed             float64
 	duration          time.Duration
 	kills, partitions []string
-	heals             []string
+	heals, restarts   []string
 	scenario          string
 	binary            string
 	keepLogs          string
 	netns             bool
 }
 
-func newReplayCmd() *cobra.Command {
-	f := &replayFlags{}
+func newReplayCmd() *cobra.Command { return newReplayCmdWith(&replayFlags{}) }
+
+// newReplayCmdWith is newReplayCmd parsing into f (tests read the plan).
+func newReplayCmdWith(f *replayFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Replay a trace against a live local cluster of real processes and compare with a central limiter",
@@ -104,6 +106,7 @@ back to the data-plane cut with a warning.`,
 	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
 	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
+	fl.StringArrayVar(&f.restarts, "restart", nil, "NODE@TIME: start node NODE, killed before, again at trace time TIME, e.g. 1@2m; repeatable")
 	fl.StringArrayVar(&f.partitions, "partition", nil, `GROUPS@TIME: from trace time TIME, cut the peer data plane between groups, e.g. "0,1|2@30s"; repeatable`)
 	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
@@ -198,6 +201,23 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 		}
 		p.events = append(p.events, e)
 	}
+	for _, spec := range f.restarts {
+		e, err := replay.ParseRestart(spec)
+		if err != nil {
+			return nil, usageErr("--restart %v", err)
+		}
+		if e.Node >= f.nodes {
+			return nil, usageErr("--restart %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
+		}
+		killedBefore := false
+		for _, o := range p.events {
+			killedBefore = killedBefore || (o.Kind == replay.Kill && o.Node == e.Node && o.At < e.At)
+		}
+		if !killedBefore {
+			return nil, usageErr("--restart %q: node %d is not killed (--kill) before %v", spec, e.Node, e.At)
+		}
+		p.events = append(p.events, e)
+	}
 	for _, spec := range f.partitions {
 		e, err := replay.ParsePartition(spec)
 		if err != nil {
@@ -242,12 +262,13 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 		if err != nil {
 			return nil, usageErr("--scenario %s: %v", f.scenario, err)
 		}
+		flagEvents := p.events
 		for _, e := range evs {
 			switch e.Kind {
-			case replay.Kill:
-				for _, o := range p.events {
-					if o.Kind == replay.Kill && o.Node == e.Node {
-						return nil, usageErr("--scenario %s: node %d is killed by --kill too", f.scenario, e.Node)
+			case replay.Kill, replay.Restart:
+				for _, o := range flagEvents {
+					if (o.Kind == replay.Kill || o.Kind == replay.Restart) && o.Node == e.Node {
+						return nil, usageErr("--scenario %s: node %d is killed or restarted by --kill or --restart too", f.scenario, e.Node)
 					}
 				}
 			case replay.Partition, replay.Heal:
@@ -385,5 +406,41 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	if err != nil {
 		return nil, err
 	}
-	return replay.Run(ctx, opts, target)
+	res, err := replay.Run(ctx, opts, target)
+	if err != nil {
+		return nil, err
+	}
+	reportDetection(stderr, s, f.speed, cl.Dir(), f.nodes, res)
+	return res, nil
+}
+
+// reportDetection prints, on stderr, the wall time each fault was applied
+// and how long each live node took to log the membership changes it calls
+// for (replay.MeasureDetection on the nodes' logs in dir), in wall seconds
+// and in trace seconds (times speed): what the simulator's scenario model
+// (detection, detection_jitter, reconnect_interval, join_delay) must say
+// to describe this replay.
+func reportDetection(w io.Writer, strategy string, speed float64, dir string, nodes int, res *replay.Result) {
+	if len(res.Applied) == 0 {
+		return
+	}
+	for i, e := range res.Events {
+		fmt.Fprintf(w, "tokenmesh: %s: %s applied at %s\n", strategy, e, res.EventTimes[i].UTC().Format("15:04:05.000"))
+	}
+	logs := make([]string, nodes)
+	for i := range logs {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("n%d.log", i)))
+		if err == nil {
+			logs[i] = string(b)
+		}
+	}
+	ds, err := replay.MeasureDetection(nodes, res.Applied, res.EventTimes, logs)
+	if err != nil {
+		fmt.Fprintf(w, "tokenmesh: %s: detection not measured: %v\n", strategy, err)
+		return
+	}
+	for _, d := range ds {
+		fmt.Fprintf(w, "tokenmesh: %s: detection: n%d saw %d of %d membership changes of %s, first after %.2fs, last after %.2fs wall (%.1fs, %.1fs of trace at speed %g)\n",
+			strategy, d.Observer, d.Seen, d.Expected, d.Event, d.First.Seconds(), d.Last.Seconds(), d.First.Seconds()*speed, d.Last.Seconds()*speed, speed)
+	}
 }

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/replay"
 )
 
 // tinyTrace writes a small synthetic ts_ms,key CSV and returns its path.
@@ -29,6 +33,7 @@ func TestReplayBadFlags(t *testing.T) {
 		return p
 	}
 	restart := yamlFile("restart.yaml", "events:\n  - at: 1s\n    crash: [n1]\n  - at: 2s\n    restart: [n1]\n")
+	restartLive := yamlFile("restart-live.yaml", "events:\n  - at: 2s\n    restart: [n4]\n")
 	unknown := yamlFile("unknown.yaml", "events:\n  - at: 1s\n    partition: [[n0], [n7]]\n")
 	killOne := yamlFile("kill1.yaml", "events:\n  - at: 1s\n    crash: [n1]\n")
 	bad := yamlFile("bad.yaml", "events:\n  - at: 1s\n    explode: [n1]\n")
@@ -58,7 +63,12 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"--trace", tr, "--heal", "soon"}, "--heal"},
 		{[]string{"--trace", tr, "--scenario", filepath.Join(dir, "missing.yaml")}, "--scenario"},
 		{[]string{"--trace", tr, "--scenario", bad}, "--scenario"},
-		{[]string{"--trace", tr, "--scenario", restart}, "cannot restart"},
+		{[]string{"--trace", tr, "--scenario", restartLive}, `unknown node "n4"`},
+		{[]string{"--trace", tr, "--scenario", restart, "--kill", "1@5s"}, "--scenario"},
+		{[]string{"--trace", tr, "--restart", "1@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@3s", "--restart", "1@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@1s", "--restart", "5@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@1s", "--restart", "1"}, "--restart"},
 		{[]string{"--trace", tr, "--scenario", unknown}, `unknown node "n7"`},
 		{[]string{"--trace", tr, "--scenario", killOne, "--kill", "1@5s"}, "--scenario"},
 		{[]string{"--trace", tr, "--progress", "sometimes"}, "--progress"},
@@ -143,5 +153,29 @@ func TestReplayLiveOwner(t *testing.T) {
 	}
 	if owner.Bytes <= 0 || owner.Messages <= 0 {
 		t.Errorf("owner on 3 nodes forwards, but bytes %d, messages %d (bytes error: %q)", owner.Bytes, owner.Messages, run.BytesError)
+	}
+}
+
+// A scenario with a crash and a restart plans a Kill and a Restart; so do
+// --kill and --restart.
+func TestReplayPlanRestart(t *testing.T) {
+	tr := tinyTrace(t)
+	for _, args := range [][]string{
+		{"--trace", tr, "--scenario", "../../examples/scenarios/crash-restart-3nodes.yaml"},
+		{"--trace", tr, "--kill", "1@5m", "--restart", "1@7m"},
+	} {
+		f := &replayFlags{}
+		cmd := newReplayCmdWith(f)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		p, err := f.plan()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		want := []replay.Event{{At: 5 * time.Minute, Kind: replay.Kill, Node: 1}, {At: 7 * time.Minute, Kind: replay.Restart, Node: 1}}
+		if !reflect.DeepEqual(p.events, want) {
+			t.Errorf("%v: events %v, want %v", args, p.events, want)
+		}
 	}
 }
