@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -382,6 +383,9 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		out[i].Node = -1
 	}
 	jobs := make(chan job, 4*senders)
+	// inflight[node] counts the requests handed to the senders for node and
+	// not answered yet: a kill waits for them (see apply).
+	inflight := make([]atomic.Int64, n)
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Add(1)
@@ -395,6 +399,7 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 				o.Allowed, o.Err = t.Check(cctx, o.Node, reqs[j.i].Key, reqs[j.i].Tokens)
 				cancel()
 				o.Latency = time.Since(start)
+				inflight[o.Node].Add(-1)
 				if o.Err != nil {
 					o.Allowed = false
 				}
@@ -508,6 +513,13 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 					return err
 				}
 			}
+			// The requests due before the kill and sent to this node are
+			// answered before it (at most timeout): on a loaded machine the
+			// senders lag, and a request still queued would otherwise meet a
+			// dead node it reached, on the trace's timeline, while it lived.
+			for wait := time.Now().Add(timeout); inflight[e.Node].Load() > 0 && time.Now().Before(wait); {
+				time.Sleep(time.Millisecond)
+			}
 			alive = slices.DeleteFunc(alive, func(x int) bool { return x == e.Node })
 			crashed = append(crashed, strconv.Itoa(e.Node))
 			err = faults.Kill(e.Node)
@@ -553,12 +565,14 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 			out[i].Err = ErrNoLiveNode
 		} else {
 			out[i].Node = alive[assign.Assign(&reqs[i], i, len(alive))]
+			inflight[out[i].Node].Add(1)
 			select {
 			case jobs <- job{i, due}:
 			case <-ctx.Done():
 				runErr = ctx.Err()
 			}
 			if runErr != nil {
+				inflight[out[i].Node].Add(-1)
 				out[i].Node = -1
 				break
 			}

@@ -624,3 +624,36 @@ func TestMeasureDetection(t *testing.T) {
 		t.Error("MeasureDetection with fewer times than events succeeded")
 	}
 }
+
+// slowTarget answers every check after delay.
+type slowTarget struct {
+	*fakeTarget
+	delay time.Duration
+}
+
+func (s *slowTarget) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
+	time.Sleep(s.delay)
+	return s.fakeTarget.Check(ctx, node, key, hits)
+}
+
+// A kill waits for the answers of the requests already sent to the node:
+// they were due while it lived.
+func TestKillWaitsForInflightRequests(t *testing.T) {
+	var reqs []workload.Request
+	for i := range 30 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Millisecond, Key: fmt.Sprintf("k%d", i), Tokens: 1})
+	}
+	tr := &workload.Trace{Name: "slow", Requests: reqs}
+	f := &slowTarget{fakeTarget: &fakeTarget{n: 2, start: time.Now()}, delay: 100 * time.Millisecond}
+	res, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: 1,
+		AssignPolicy: "roundrobin", Events: []Event{{At: 195 * time.Millisecond, Kind: Kill, Node: 1}}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 {
+		t.Fatalf("%d requests failed (first: %s): the kill did not wait for the node's answers", res.Errors, res.FirstError)
+	}
+	if len(f.kills) != 1 || f.kills[0].node != 1 {
+		t.Errorf("kills %+v, want node 1 once", f.kills)
+	}
+}
