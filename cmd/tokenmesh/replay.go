@@ -73,11 +73,17 @@ section of --json, and the setup line). Many late sends mean the machine could
 not keep up: lower --speed.
 
 Faults at trace times: --kill NODE@TIME (SIGKILL node NODE, 0-based),
---partition "0,1|2@TIME" (cut the peer data plane between groups; gossip still
-flows) and --heal TIME. Partitions start the nodes with fault injection.
---scenario FILE reads them from the YAML of ` + "`tokenmesh sim --scenario`" + ` (crash,
-crash_owner_of_hottest, partition, heal; not restart, not network; the
-detection settings are the simulator's model of what the live nodes do).
+--restart NODE@TIME (start a killed node again; it gets requests once it
+serves and every node lists it), --partition "0,1|2@TIME" (cut the peer data
+plane between groups; gossip still flows) and --heal TIME. Partitions start
+the nodes with fault injection. --scenario FILE reads them from the YAML of
+` + "`tokenmesh sim --scenario`" + ` (crash, crash_owner_of_hottest, restart, partition,
+heal; not network; the detection settings are the simulator's model of what
+the live nodes do, in trace time). After a run with faults, stderr says when
+each fault was applied and how long each node took to log the membership
+changes it calls for (wall seconds, and trace seconds at --speed): the
+simulator describes a replay at speed S with those delays, and the strategy
+timers, multiplied by S (docs/REPLAY.md).
 With --netns (root and iproute2), every node runs in its own network namespace
 and a partition cuts gossip and peer traffic together, as a real network
 partition does: each side then declares the other failed, and after --heal the
@@ -85,7 +91,8 @@ membership's reconnects merge them (docs/OPERATIONS.md). Without root it falls
 back to the data-plane cut with a warning.`,
 		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
   tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
-  tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/`,
+  tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/
+  tokenmesh replay --trace t.csv --strategy owner --netns --scenario examples/scenarios/crash-restart-3nodes.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
