@@ -635,6 +635,10 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	return res, nil
 }
 
+// Allowed is request i's decision as scored: after canonicalize, false
+// for an undecided request.
+func (r *Result) Allowed(i int) bool { return r.allowed[i] }
+
 // canonicalize reorders the decisions among identical requests (same key,
 // arrival and tokens: the trace cannot tell them apart) so that the
 // admitted ones come first in trace order, as central, which decides in

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +46,7 @@ type replayFlags struct {
 	scenario          string
 	binary            string
 	keepLogs          string
+	decisions         string
 	netns             bool
 }
 
@@ -119,6 +122,7 @@ back to the data-plane cut with a warning.`,
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
 	fl.BoolVar(&f.netns, "netns", false, "run each node in its own network namespace (root): --partition then cuts gossip too")
+	fl.StringVar(&f.decisions, "decisions", "", "also write every request's live decision to DIR/<strategy>.csv (index, arrival_ms, key, node, allowed, central, lateness_ms, error), e.g. to compare with the simulator's over time")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
 	return cmd
 }
@@ -334,6 +338,11 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		if res.BytesError != "" {
 			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic unknown (reported as 0): %s\n", s, res.BytesError)
 		}
+		if f.decisions != "" {
+			if err := writeDecisions(filepath.Join(f.decisions, s+".csv"), p.trace, central, res); err != nil {
+				return fmt.Errorf("--decisions: %w", err)
+			}
+		}
 		runs = append(runs, res)
 	}
 	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
@@ -450,4 +459,40 @@ func reportDetection(w io.Writer, strategy string, speed float64, dir string, no
 		fmt.Fprintf(w, "tokenmesh: %s: detection: n%d saw %d of %d membership changes of %s, first after %.2fs, last after %.2fs wall (%.1fs, %.1fs of trace at speed %g)\n",
 			strategy, d.Observer, d.Seen, d.Expected, d.Event, d.First.Seconds(), d.Last.Seconds(), d.First.Seconds()*speed, d.Last.Seconds()*speed, speed)
 	}
+}
+
+// writeDecisions writes one CSV line per request of trace: its index,
+// arrival (trace ms), key, the node it was sent to (-1: none), the live
+// decision (1 admitted, 0 rejected or undecided), central's, the send's
+// lateness (wall ms) and its error, if any.
+func writeDecisions(path string, trace *workload.Trace, central []bool, res *replay.Result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "index,arrival_ms,key,node,allowed,central,lateness_ms,error")
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for i, r := range trace.Requests {
+		o := res.Outcomes[i]
+		errText := ""
+		if o.Err != nil {
+			errText = strconv.Quote(o.Err.Error())
+		}
+		fmt.Fprintf(w, "%d,%d,%s,%d,%d,%d,%.3f,%s\n", i, r.Arrival.Milliseconds(), strconv.Quote(r.Key), o.Node,
+			b(res.Allowed(i)), b(central[i]), float64(o.Lateness)/float64(time.Millisecond), errText)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

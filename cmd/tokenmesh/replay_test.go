@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/replay"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // tinyTrace writes a small synthetic ts_ms,key CSV and returns its path.
@@ -179,3 +182,32 @@ func TestReplayPlanRestart(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteDecisions(t *testing.T) {
+	tr := &workload.Trace{Requests: []workload.Request{{Arrival: 1500 * time.Millisecond, Key: "a,b", Tokens: 1}, {Arrival: 2 * time.Second, Key: "c", Tokens: 1}}}
+	res, err := replay.Run(context.Background(), replay.Options{Trace: tr, Strategy: "x", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Speed: 100, AssignPolicy: "hash"}, everyOther{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "d", "x.csv")
+	if err := writeDecisions(path, tr, []bool{true, true}, res); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], `0,1500,"a,b",0,1,1,`) || !strings.HasPrefix(lines[2], `1,2000,"c",0,0,1,`) {
+		t.Fatalf("decisions:\n%s", b)
+	}
+}
+
+// everyOther is a one-node target admitting keys "a,b" and nothing else.
+type everyOther struct{}
+
+func (everyOther) Nodes() int { return 1 }
+func (everyOther) Check(_ context.Context, _ int, key string, _ int64) (bool, error) {
+	return key == "a,b", nil
+}
+func (everyOther) Bytes(context.Context) (int64, int64, error) { return 0, 0, nil }
