@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -211,3 +212,67 @@ func (everyOther) Check(_ context.Context, _ int, key string, _ int64) (bool, er
 	return key == "a,b", nil
 }
 func (everyOther) Bytes(context.Context) (int64, int64, error) { return 0, 0, nil }
+
+// TestReplayLiveKillRestart replays 40 s of a real trace at 2x against 3
+// real node processes with owner, kills node 1 at 4 s and restarts it at
+// 10 s of trace: no request is left undecided (the kill waits for the
+// node's answers; no request goes to it while it is down), and once the
+// restarted process serves it gets requests again.
+func TestReplayLiveKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 node processes")
+	}
+	trace := sharedTrace(t, "wrccdc-2018-dns.csv.gz")
+	dec := t.TempDir()
+	stdout, stderr, code := tokenmesh(t, "replay", "--trace", trace, "--nodes", "3", "--strategy", "owner",
+		"--speed", "2", "--duration", "40s", "--kill", "1@4s", "--restart", "1@10s", "--decisions", dec,
+		"--json", "--progress", "never", "--binary", binary)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
+	}
+	var rep struct {
+		Results []struct {
+			Strategy  string `json:"strategy"`
+			Undecided int    `json:"undecided"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 2 {
+		t.Fatalf("bad JSON (%v):\n%s", err, stdout)
+	}
+	if rep.Results[1].Undecided != 0 {
+		t.Errorf("%d undecided requests\nstderr:\n%s", rep.Results[1].Undecided, stderr)
+	}
+	for _, want := range []string{"kill 1@4s applied at", "restart 1@10s applied at", "detection: n0 saw"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dec, "owner.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down, after int
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		f := strings.Split(line, ",")
+		var at, node int
+		if _, err := fmt.Sscan(f[1], &at); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if _, err := fmt.Sscan(f[len(f)-5], &node); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		switch {
+		case node == 1 && at >= 4000 && at < 10000:
+			down++
+		case node == 1 && at >= 10000:
+			after++
+		}
+	}
+	if down != 0 {
+		t.Errorf("%d requests went to node 1 while it was down", down)
+	}
+	if after == 0 {
+		t.Errorf("no request went to node 1 after its restart\nstderr:\n%s", stderr)
+	}
+	t.Logf("node 1 got %d requests after its restart", after)
+}
