@@ -31,7 +31,7 @@ func TestPartitionOptionAndExpected(t *testing.T) {
 		rule Rule
 		want string
 	}{
-		{Rule{Name: "o", Rate: perSec, Burst: 9, Strategy: "owner", Partition: strategy.PartitionConserve}, "owner does not implement partition: conserve"},
+		{Rule{Name: "c", Rate: perSec, Burst: 9, Strategy: "local", Partition: strategy.PartitionConserve}, "local does not implement partition: conserve"},
 		{Rule{Name: "l", Rate: perSec, Burst: 9, Strategy: "local", Params: []string{"partition=conserve"}}, "local does not implement partition: conserve"},
 		{Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=sometimes"}}, `partition="sometimes": want available or conserve`},
 		{Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=available"}, Partition: strategy.PartitionConserve}, "disagree"},

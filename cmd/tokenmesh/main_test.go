@@ -172,7 +172,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--param", "hold=1ms"}, "name the strategy"},
 		{[]string{"sim", "--param", "partition=maybe", "--strategies", "static"}, `partition=maybe: partition "maybe": want available or conserve`},
 		{[]string{"sim", "--param", "static.partition=maybe", "--strategies", "static"}, `partition="maybe": want available or conserve`},
-		{[]string{"sim", "--param", "partition=conserve", "--strategies", "static,owner"}, "owner does not implement partition: conserve"},
+		{[]string{"sim", "--param", "partition=conserve", "--strategies", "static,local"}, "local does not implement partition: conserve"},
 		{[]string{"sim", "--scenario", badScenario}, "n42"},
 		{[]string{"sim", "--workload", "poisson:users=-3"}, "users"},
 	}
