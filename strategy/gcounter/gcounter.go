@@ -204,6 +204,9 @@ type bucketState struct {
 	frac     int64   // ticks beyond limit, in [0, per)
 	refill   time.Duration
 	touched  time.Duration // local only: the last request or merged change
+	// size caches bucketSize for StateBytes (0: not known); every change
+	// of the replicated fields above clears it (refill, add, merge).
+	size int
 }
 
 // New builds a node. Parameters:
@@ -317,6 +320,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	}
 	dt := uint64(now - b.refill)
 	b.refill = now
+	b.size = 0
 	if g.rate.Tokens == 0 {
 		return
 	}
@@ -343,6 +347,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 
 // add raises slot e.node/e.incarnation by e.consumed.
 func (b *bucketState) add(e entry) {
+	b.size = 0
 	i, found := slices.BinarySearchFunc(b.counter, e, cmpSlot)
 	if found {
 		b.counter[i].consumed += e.consumed
@@ -363,7 +368,7 @@ func (b *bucketState) merge(src *bucketState) bool {
 	case src.gen > b.gen:
 		touched := b.touched
 		*b = *src.clone()
-		b.touched = touched
+		b.touched, b.size = touched, 0
 		return true
 	}
 	changed := false
@@ -411,6 +416,9 @@ func (b *bucketState) merge(src *bucketState) bool {
 	if cmpLimit(src, b) > 0 {
 		b.limit, b.frac, b.refill = src.limit, src.frac, src.refill
 		changed = true
+	}
+	if changed {
+		b.size = 0
 	}
 	return changed
 }
@@ -657,6 +665,14 @@ func encodeBucket(key string, b *bucketState) *peerv1.GCounterBucket {
 // bucketSize is the exact size of encodeBucket(key, b) as one element of
 // GCounterMessage.buckets: tag, length prefix and body.
 func bucketSize(key string, b *bucketState) int {
+	if b.size == 0 {
+		b.size = computeBucketSize(key, b)
+	}
+	return b.size
+}
+
+// computeBucketSize is bucketSize without the cache.
+func computeBucketSize(key string, b *bucketState) int {
 	n := protowire.SizeTag(1) + protowire.SizeBytes(len(key))
 	for _, e := range b.counter {
 		es := 0
@@ -752,17 +768,19 @@ var _ strategy.Remainer = (*GCounter)(nil)
 // node's local state as a full-state GCounterMessage plus the delta
 // message it would send to each neighbour now (computed field by field,
 // equal to proto.Size of those messages; see TestStateBytesExact).
+//
+// The simulator samples it every second of trace time on every node, so a
+// bucket's size is cached until it changes (bucketState.size).
 func (g *GCounter) StateBytes() int {
-	sizes := make(map[string]int, len(g.state))
 	n := 0
 	for k, b := range g.state {
-		s := bucketSize(k, b)
-		sizes[k] = s
-		n += s
+		n += bucketSize(k, b)
 	}
 	for _, keys := range g.delta {
 		for k := range keys {
-			n += sizes[k]
+			if b, ok := g.state[k]; ok {
+				n += bucketSize(k, b)
+			}
 		}
 	}
 	return n
