@@ -1,7 +1,9 @@
 package gcounter
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,4 +77,71 @@ func TestStateBytesCacheExact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// encode writes the bytes proto.Marshal writes (encodeProto), for random
+// buckets: slots with and without incarnations, zero and large values,
+// generations, full and delta messages.
+func TestEncodeMatchesProto(t *testing.T) {
+	tt := t
+	rapid.Check(t, func(t *rapid.T) {
+		g := newNode(tt, "a", []string{"a", "b"})
+		nkeys := rapid.IntRange(0, 6).Draw(t, "keys")
+		var keys []string
+		for i := 0; i < nkeys; i++ {
+			k := rapid.StringMatching(`[a-zé/]{1,20}`).Draw(t, "key")
+			if _, dup := g.state[k]; dup {
+				continue
+			}
+			b := &bucketState{}
+			nodes := rapid.SliceOfNDistinct(rapid.StringMatching(`n[0-9]{0,3}`), 0, 5, func(s string) string { return s }).Draw(t, "nodes")
+			slices.Sort(nodes)
+			for _, n := range nodes {
+				e := entry{node: strategy.NodeID(n), consumed: rapid.Int64Range(0, 1<<40).Draw(t, "consumed")}
+				if rapid.Bool().Draw(t, "inc") {
+					e.incarnation = rapid.Uint32().Draw(t, "incarnation")
+				}
+				b.counter = append(b.counter, e)
+				b.consumed += e.consumed
+			}
+			b.limit = rapid.Int64Range(0, 1<<50).Draw(t, "limit")
+			b.frac = rapid.Int64Range(0, 1<<30).Draw(t, "frac")
+			b.refill = time.Duration(rapid.Int64Range(0, 1<<62).Draw(t, "refill"))
+			b.gen = rapid.Int64Range(0, 1000).Draw(t, "gen")
+			g.state[k] = b
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		full := rapid.Bool().Draw(t, "full")
+		if got, want := g.encode(keys, full), g.encodeProto(keys, full); !bytes.Equal(got, want) {
+			t.Fatalf("encode %x\nproto  %x", got, want)
+		}
+		n := 0
+		for _, k := range keys {
+			n += bucketSize(k, g.state[k])
+		}
+		if got := len(g.encodeProto(keys, false)); got != n {
+			t.Fatalf("bucket sizes sum to %d, message is %d bytes", n, got)
+		}
+	})
+}
+
+// A key that is not valid UTF-8 takes the generated marshaller's path, as
+// before: encode and encodeProto agree on it too (both panic).
+func TestEncodeInvalidUTF8(t *testing.T) {
+	g := newNode(t, "a", []string{"a", "b"})
+	g.state["\xff"] = &bucketState{limit: 1}
+	for _, f := range []func(){
+		func() { g.encode([]string{"\xff"}, false) },
+		func() { g.encodeProto([]string{"\xff"}, false) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic on an invalid UTF-8 key")
+				}
+			}()
+			f()
+		}()
+	}
 }
