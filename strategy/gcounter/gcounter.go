@@ -133,6 +133,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -165,6 +166,7 @@ const maxConsumed = math.MaxInt64 / 4
 // neighbour (seed 002 §3.1). Not safe for concurrent use.
 type GCounter struct {
 	self        strategy.NodeID
+	selfUTF8    bool // self is valid UTF-8 (see encode)
 	incarnation uint32
 	rate        bucket.Rate
 	per         int64 // ticks per token (Rate.Per in ns)
@@ -190,9 +192,14 @@ type entry struct {
 	consumed    int64
 }
 
-// cmpSlot orders G-Counter slots by (node, incarnation).
+// cmpSlot orders G-Counter slots by (node, incarnation). strings.Compare
+// is one comparison where cmp.Compare on strings makes up to three (its
+// NaN checks included); merges call this for every slot of every bucket.
 func cmpSlot(a, b entry) int {
-	return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
+	if c := strings.Compare(string(a.node), string(b.node)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.incarnation, b.incarnation)
 }
 
 // bucketState is one key's replicated token bucket. Invariant:
@@ -228,7 +235,7 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &GCounter{self: cfg.Self, rate: cfg.Rate, capacity: cfg.Burst, rnd: cfg.Rand,
+	g := &GCounter{self: cfg.Self, selfUTF8: utf8.ValidString(string(cfg.Self)), rate: cfg.Rate, capacity: cfg.Burst, rnd: cfg.Rand,
 		state: map[string]*bucketState{}, delta: map[strategy.NodeID]map[string]struct{}{}}
 	var err error
 	if g.gossip, err = cfg.Params.Duration("gossip", DefaultGossip); err != nil {
@@ -652,7 +659,7 @@ func (g *GCounter) encode(keys []string, full bool) []byte {
 	size := 0
 	for _, k := range keys {
 		b := g.state[k]
-		if k == "" || !utf8.ValidString(k) || !validNodes(b) {
+		if k == "" || !utf8.ValidString(k) || (!g.selfUTF8 && !validNodes(b)) {
 			return g.encodeProto(keys, full)
 		}
 		size += bucketSize(k, b)
@@ -671,7 +678,9 @@ func (g *GCounter) encode(keys []string, full bool) []byte {
 	return buf
 }
 
-// validNodes reports whether every slot's node name is valid UTF-8.
+// validNodes reports whether every slot's node name is valid UTF-8. A slot
+// is this node's own or came from a peer through proto.Unmarshal, which
+// refuses invalid UTF-8, so encode only asks when self is not valid.
 func validNodes(b *bucketState) bool {
 	for _, e := range b.counter {
 		if !utf8.ValidString(string(e.node)) {
