@@ -212,9 +212,13 @@ type bucketState struct {
 	frac     int64   // ticks beyond limit, in [0, per)
 	refill   time.Duration
 	touched  time.Duration // local only: the last request or merged change
-	// size caches bucketSize for StateBytes (0: not known); every change
-	// of the replicated fields above clears it (refill, add, merge).
+	// size caches the size of the bucket's encoding for StateBytes and
+	// encode (bucketBodySize; 0: not known); every change of the
+	// replicated fields above clears it (refill, add, merge).
 	size int
+	// pending counts the neighbours' delta states that hold this key
+	// (local only), so that StateBytes need not look every delta key up.
+	pending int
 }
 
 // New builds a node. Parameters:
@@ -305,7 +309,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b.add(entry{node: g.self, incarnation: g.incarnation, consumed: n})
 	for _, nb := range g.neighbours {
-		g.delta[nb][req.Key] = struct{}{}
+		addPending(g.delta[nb], req.Key, b)
 	}
 	d.Allowed = true
 	return d, true
@@ -374,9 +378,9 @@ func (b *bucketState) merge(src *bucketState) bool {
 	case src.gen < b.gen:
 		return false
 	case src.gen > b.gen:
-		touched := b.touched
+		touched, pending := b.touched, b.pending
 		*b = *src.clone()
-		b.touched, b.size = touched, 0
+		b.touched, b.pending, b.size = touched, pending, 0
 		return true
 	}
 	changed := false
@@ -504,7 +508,7 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 		}
 		for _, nb := range g.neighbours {
 			if nb != from {
-				g.delta[nb][key] = struct{}{}
+				addPending(g.delta[nb], key, local)
 			}
 		}
 	}
@@ -638,7 +642,28 @@ func (g *GCounter) gossipOnce(fx *strategy.Effects) {
 		return
 	}
 	fx.Send(nb, g.encode(sortedKeys(keys), false))
+	g.dropPending(keys)
 	clear(keys)
+}
+
+// addPending adds key, whose bucket is b, to the delta state keys.
+func addPending(keys map[string]struct{}, key string, b *bucketState) {
+	n := len(keys)
+	keys[key] = struct{}{}
+	if len(keys) > n {
+		b.pending++
+	}
+}
+
+// dropPending counts the keys of a delta state that is about to be
+// cleared or dropped out of their buckets' pending counts. Every key of a
+// delta state has a bucket (sweep keeps pending keys).
+func (g *GCounter) dropPending(keys map[string]struct{}) {
+	for k := range keys {
+		if b := g.state[k]; b != nil {
+			b.pending--
+		}
+	}
 }
 
 // sortedKeys returns the keys of m in ascending order, so that nothing sent
@@ -694,7 +719,7 @@ func validNodes(b *bucketState) bool {
 // GCounterMessage.buckets (field 1), in proto.Marshal's field order.
 func appendBucket(buf []byte, key string, b *bucketState) []byte {
 	buf = protowire.AppendTag(buf, 1, protowire.BytesType)
-	buf = protowire.AppendVarint(buf, uint64(bucketBodySize(key, b)))
+	buf = protowire.AppendVarint(buf, uint64(bodySize(key, b)))
 	buf = protowire.AppendTag(buf, 1, protowire.BytesType)
 	buf = protowire.AppendString(buf, key)
 	for _, e := range b.counter {
@@ -747,8 +772,14 @@ func encodeBucket(key string, b *bucketState) *peerv1.GCounterBucket {
 // bucketSize is the exact size of encodeBucket(key, b) as one element of
 // GCounterMessage.buckets: tag, length prefix and body.
 func bucketSize(key string, b *bucketState) int {
+	body := bodySize(key, b)
+	return protowire.SizeTag(1) + protowire.SizeBytes(body)
+}
+
+// bodySize is bucketBodySize, cached in b.size until b changes.
+func bodySize(key string, b *bucketState) int {
 	if b.size == 0 {
-		b.size = computeBucketSize(key, b)
+		b.size = bucketBodySize(key, b)
 	}
 	return b.size
 }
@@ -829,6 +860,7 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 	}
 	for nb := range g.delta {
 		if !slices.Contains(g.neighbours, nb) {
+			g.dropPending(g.delta[nb])
 			delete(g.delta, nb)
 		}
 	}
@@ -862,18 +894,13 @@ var _ strategy.Remainer = (*GCounter)(nil)
 // equal to proto.Size of those messages; see TestStateBytesExact).
 //
 // The simulator samples it every second of trace time on every node, so a
-// bucket's size is cached until it changes (bucketState.size).
+// bucket's size is cached until it changes (bucketState.size), and the
+// delta states holding a key are counted as they change
+// (bucketState.pending).
 func (g *GCounter) StateBytes() int {
 	n := 0
 	for k, b := range g.state {
-		n += bucketSize(k, b)
-	}
-	for _, keys := range g.delta {
-		for k := range keys {
-			if b, ok := g.state[k]; ok {
-				n += bucketSize(k, b)
-			}
-		}
+		n += bucketSize(k, b) * (1 + b.pending) // once in the state, once per delta state holding it
 	}
 	return n
 }
