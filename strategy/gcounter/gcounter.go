@@ -183,6 +183,8 @@ type GCounter struct {
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
+
+	names map[string]strategy.NodeID // node names of decoded slots, shared (decodeMessage)
 }
 
 // entry is one slot of a G-Counter.
@@ -478,13 +480,13 @@ func (b *bucketState) equal(o *bucketState) bool {
 // tokens or the limit above burst + rate * (now - the generation's start),
 // each with peerbound.ClockSkew of slack. Errors change no state.
 func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.GCounterMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
+	m, err := g.decodeMessage(payload)
+	if err != nil {
 		return fmt.Errorf("%s: message from %s does not decode: %w", Name, from, err)
 	}
 	in := make([]*bucketState, len(m.Buckets))
-	for i, pb := range m.Buckets {
-		b, err := g.decodeBucket(now, pb)
+	for i := range m.Buckets {
+		b, err := g.decodeBucket(now, &m.Buckets[i])
 		if err != nil {
 			return fmt.Errorf("%s: message from %s: %w", Name, from, err)
 		}
@@ -515,13 +517,14 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 	return nil
 }
 
-func (g *GCounter) decodeBucket(now time.Duration, pb *peerv1.GCounterBucket) (*bucketState, error) {
+// decodeBucket validates a decoded bucket and returns its state, which
+// takes pb.Counter over.
+func (g *GCounter) decodeBucket(now time.Duration, pb *wireBucket) (*bucketState, error) {
 	if pb.Key == "" {
 		return nil, fmt.Errorf("bucket with an empty key")
 	}
-	b := &bucketState{gen: pb.Generation, counter: make([]entry, len(pb.Counter)), limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
-	for i, pe := range pb.Counter {
-		e := entry{node: strategy.NodeID(pe.Node), incarnation: pe.Incarnation, consumed: pe.Consumed}
+	b := &bucketState{gen: pb.Generation, counter: pb.Counter, limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
+	for i, e := range pb.Counter {
 		switch {
 		case e.node == "":
 			return nil, fmt.Errorf("key %q: G-Counter slot with an empty node", pb.Key)
@@ -530,7 +533,6 @@ func (g *GCounter) decodeBucket(now time.Duration, pb *peerv1.GCounterBucket) (*
 		case i > 0 && cmpSlot(b.counter[i-1], e) >= 0:
 			return nil, fmt.Errorf("key %q: G-Counter slots not sorted or repeated at %s", pb.Key, e.node)
 		}
-		b.counter[i] = e
 		b.consumed += e.consumed
 		if b.consumed > maxConsumed {
 			return nil, fmt.Errorf("key %q: consumed tokens above %d", pb.Key, int64(maxConsumed))

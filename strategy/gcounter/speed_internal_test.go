@@ -156,3 +156,51 @@ func TestEncodeInvalidUTF8(t *testing.T) {
 		}()
 	}
 }
+
+// sameWire reports whether two decoded messages are equal field by field
+// (nil and empty slices alike).
+func sameWire(a, b wireMessage) bool {
+	if a.Full != b.Full || len(a.Buckets) != len(b.Buckets) {
+		return false
+	}
+	for i := range a.Buckets {
+		x, y := a.Buckets[i], b.Buckets[i]
+		if x.Key != y.Key || x.Limit != y.Limit || x.LimitTicks != y.LimitTicks || x.RefillNs != y.RefillNs ||
+			x.Generation != y.Generation || !slices.Equal(x.Counter, y.Counter) {
+			return false
+		}
+	}
+	return true
+}
+
+// The protowire path of decodeMessage decodes what proto.Unmarshal
+// decodes, for any input it accepts; on any other input decodeMessage
+// answers as proto.Unmarshal does.
+func FuzzDecodeMessage(f *testing.F) {
+	g := newNode(f, "a", []string{"a", "b", "c"}, "catch_up=true")
+	var fx strategy.Effects
+	for i := 0; i < 12; i++ {
+		at := time.Duration(i) * 50 * time.Millisecond
+		g.Request(at, strategy.Request{ID: uint64(i), Key: fmt.Sprintf("k%d", i%4), Tokens: 1, Arrival: at}, &fx)
+	}
+	f.Add(g.encode(sortedKeys(g.state), false))
+	f.Add(g.encode(sortedKeys(g.state), true))
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 'k', 0x58, 0x01})        // a bucket, then an unknown field 11
+	f.Add([]byte{0x0a, 0x05, 0x12, 0x03, 0x0a, 0x01, 0xff})        // a slot whose node is not UTF-8
+	f.Add([]byte{0x0a, 0x04, 0x18, 0x01, 0x18, 0x02, 0x10, 0x01}) // limit twice (the last wins), full
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		d := newNode(t, "b", []string{"a", "b", "c"})
+		want, werr := decodeProto(payload)
+		got, err := d.decodeMessage(payload)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("decodeMessage error %v, proto.Unmarshal error %v", err, werr)
+		}
+		if err == nil && !sameWire(got, want) {
+			t.Fatalf("decodeMessage %+v\nproto.Unmarshal %+v", got, want)
+		}
+		if fast, ok := d.decodeFast(payload); ok && (werr != nil || !sameWire(fast, want)) {
+			t.Fatalf("the protowire path accepted what proto.Unmarshal decodes otherwise (%v): %+v\n%+v", werr, fast, want)
+		}
+	})
+}
