@@ -64,7 +64,9 @@ excess of one key's admitted tokens over b + r*T in any interval; msgs/bytes =
 peer messages and their protobuf payload bytes; state = peak bytes of a node's
 state; p50/p99 = decision latency.
 
-The same flags and seed give byte-identical --json output.`,
+The same flags and seed give byte-identical --json output. Strategies are
+simulated in parallel, up to --parallel at once; the output does not depend
+on it.`,
 		Example: `  tokenmesh sim
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
