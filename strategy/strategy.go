@@ -168,6 +168,17 @@ type Remainer interface {
 	Remaining(now time.Duration, key string) (tokens int64, ok bool)
 }
 
+// Readier is implemented by strategies whose node, once started, may need
+// a moment before it decides as the cluster would (gdrl: a node that
+// joins holds no share of the rule until a member pays it its default
+// share). The live runtime reports the node ready (health, /readyz) only
+// once every rule's strategy is Ready; the simulator does not ask. Ready
+// must not change the strategy; once it has reported true the driver need
+// not ask again.
+type Readier interface {
+	Ready(now time.Duration) bool
+}
+
 // Leaver is implemented by strategies that hold state other nodes need
 // when this node leaves the cluster on purpose (gdrl: its capacity
 // shares). The driver calls Leave once, when the node is told to leave

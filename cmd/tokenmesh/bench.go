@@ -42,6 +42,7 @@ type benchFlags struct {
 	limitRate   string
 	limitBurst  int64
 	strategy    string
+	settle      time.Duration
 	burstTest   bool
 	burstWindow time.Duration
 	tls         bool
@@ -129,6 +130,7 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.StringVar(&f.limitRate, "limit-rate", "1000/s", "with --spawn: the rule's rate, as in the config (1000/s, 6000/min)")
 	fl.Int64Var(&f.limitBurst, "limit-burst", 1000, "with --spawn: the rule's burst, tokens")
 	fl.StringVar(&f.strategy, "strategy", "owner", "with --spawn: the rule's coordination strategy")
+	fl.DurationVar(&f.settle, "settle", localcluster.DefaultSettle, "with --spawn: wait this long after every node sees every member and reports ready, before the load; 0: none")
 	fl.BoolVar(&f.burstTest, "burst-test", false, "check the envelope: burst x nodes checks of one key over --burst-window, admitted vs burst + rate x elapsed")
 	fl.DurationVar(&f.burstWindow, "burst-window", time.Second, "with --burst-test: the time the checks are spread over")
 	fl.BoolVar(&f.tls, "tls", false, "connect with TLS (node.api_tls), verifying the nodes with the system's roots unless --tls-ca")
@@ -180,6 +182,8 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 		}
 	}
 	switch {
+	case f.settle < 0:
+		return o, usageErr("--settle %v: want a duration >= 0 (0: none)", f.settle)
 	case f.spawn < 0:
 		return o, usageErr("--spawn %d: want a number of nodes >= 1 (or 0: use --target)", f.spawn)
 	case f.spawn > 0 && cmd.Flags().Changed("target"):
@@ -267,7 +271,11 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
 				f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
 		}
-		lc := localcluster.Config{Binary: bin, Nodes: f.spawn,
+		settle := f.settle
+		if settle <= 0 {
+			settle = -1 // localcluster: none
+		}
+		lc := localcluster.Config{Binary: bin, Nodes: f.spawn, Settle: settle,
 			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}}
 		if f.api == loadgen.APIRLS {
 			dir := f.envoyConfig

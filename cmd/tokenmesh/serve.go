@@ -271,6 +271,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
+	// Not ready until every strategy is (a gdrl joiner holds its default
+	// share): a check decided before would be refused for lack of a share.
+	ready := waitReady(ctx, node.Cluster(), api.SetReady)
 	handler := withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
@@ -358,6 +361,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		fmt.Fprintln(out, "shutting down")
 	case serveErr = <-errc:
 	}
+	ready.stop()
 	api.SetReady(false)
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer scancel()

@@ -152,7 +152,9 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -183,6 +185,7 @@ const maxConsumed = math.MaxInt64 / 4
 // neighbour (seed 002 §3.1). Not safe for concurrent use.
 type GCounter struct {
 	self        strategy.NodeID
+	selfUTF8    bool // self is valid UTF-8 (see encode)
 	incarnation uint32
 	rate        bucket.Rate
 	per         int64 // ticks per token (Rate.Per in ns)
@@ -205,6 +208,8 @@ type GCounter struct {
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
+
+	names map[string]strategy.NodeID // node names of decoded slots, shared (decodeMessage)
 }
 
 // entry is one slot of a G-Counter.
@@ -214,9 +219,14 @@ type entry struct {
 	consumed    int64
 }
 
-// cmpSlot orders G-Counter slots by (node, incarnation).
+// cmpSlot orders G-Counter slots by (node, incarnation). strings.Compare
+// is one comparison where cmp.Compare on strings makes up to three (its
+// NaN checks included); merges call this for every slot of every bucket.
 func cmpSlot(a, b entry) int {
-	return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
+	if c := strings.Compare(string(a.node), string(b.node)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.incarnation, b.incarnation)
 }
 
 // bucketState is one key's replicated token bucket. Invariant:
@@ -229,6 +239,13 @@ type bucketState struct {
 	frac     int64   // ticks beyond limit, in [0, per)
 	refill   time.Duration
 	touched  time.Duration // local only: the last request or merged change
+	// size caches the size of the bucket's encoding for StateBytes and
+	// encode (bucketBodySize; 0: not known); every change of the
+	// replicated fields above clears it (refill, add, merge).
+	size int
+	// pending counts the neighbours' delta states that hold this key
+	// (local only), so that StateBytes need not look every delta key up.
+	pending int
 }
 
 // New builds a node. Parameters:
@@ -249,7 +266,7 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &GCounter{self: cfg.Self, rate: cfg.Rate, capacity: cfg.Burst, rnd: cfg.Rand,
+	g := &GCounter{self: cfg.Self, selfUTF8: utf8.ValidString(string(cfg.Self)), rate: cfg.Rate, capacity: cfg.Burst, rnd: cfg.Rand,
 		state: map[string]*bucketState{}, delta: map[strategy.NodeID]map[string]struct{}{}}
 	var err error
 	if g.gossip, err = cfg.Params.Duration("gossip", DefaultGossip); err != nil {
@@ -377,7 +394,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b.add(entry{node: g.self, incarnation: g.incarnation, consumed: n})
 	for _, nb := range g.neighbours {
-		g.delta[nb][req.Key] = struct{}{}
+		addPending(g.delta[nb], req.Key, b)
 	}
 	d.Allowed = true
 	return d, true
@@ -400,6 +417,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	}
 	dt := uint64(now - b.refill)
 	b.refill = now
+	b.size = 0
 	if g.rate.Tokens == 0 {
 		return
 	}
@@ -431,6 +449,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 
 // add raises slot e.node/e.incarnation by e.consumed.
 func (b *bucketState) add(e entry) {
+	b.size = 0
 	i, found := slices.BinarySearchFunc(b.counter, e, cmpSlot)
 	if found {
 		b.counter[i].consumed += e.consumed
@@ -449,9 +468,9 @@ func (b *bucketState) merge(src *bucketState) bool {
 	case src.gen < b.gen:
 		return false
 	case src.gen > b.gen:
-		touched := b.touched
+		touched, pending := b.touched, b.pending
 		*b = *src.clone()
-		b.touched = touched
+		b.touched, b.pending, b.size = touched, pending, 0
 		return true
 	}
 	changed := false
@@ -500,6 +519,9 @@ func (b *bucketState) merge(src *bucketState) bool {
 		b.limit, b.frac, b.refill = src.limit, src.frac, src.refill
 		changed = true
 	}
+	if changed {
+		b.size = 0
+	}
 	return changed
 }
 
@@ -546,13 +568,13 @@ func (b *bucketState) equal(o *bucketState) bool {
 // tokens or the limit above burst + rate * (now - the generation's start),
 // each with peerbound.ClockSkew of slack. Errors change no state.
 func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.GCounterMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
+	m, err := g.decodeMessage(payload)
+	if err != nil {
 		return fmt.Errorf("%s: message from %s does not decode: %w", Name, from, err)
 	}
 	in := make([]*bucketState, len(m.Buckets))
-	for i, pb := range m.Buckets {
-		b, err := g.decodeBucket(now, pb)
+	for i := range m.Buckets {
+		b, err := g.decodeBucket(now, &m.Buckets[i])
 		if err != nil {
 			return fmt.Errorf("%s: message from %s: %w", Name, from, err)
 		}
@@ -577,20 +599,21 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 		}
 		for _, nb := range g.neighbours {
 			if nb != from {
-				g.delta[nb][key] = struct{}{}
+				addPending(g.delta[nb], key, local)
 			}
 		}
 	}
 	return nil
 }
 
-func (g *GCounter) decodeBucket(now time.Duration, pb *peerv1.GCounterBucket) (*bucketState, error) {
+// decodeBucket validates a decoded bucket and returns its state, which
+// takes pb.Counter over.
+func (g *GCounter) decodeBucket(now time.Duration, pb *wireBucket) (*bucketState, error) {
 	if pb.Key == "" {
 		return nil, fmt.Errorf("bucket with an empty key")
 	}
-	b := &bucketState{gen: pb.Generation, counter: make([]entry, len(pb.Counter)), limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
-	for i, pe := range pb.Counter {
-		e := entry{node: strategy.NodeID(pe.Node), incarnation: pe.Incarnation, consumed: pe.Consumed}
+	b := &bucketState{gen: pb.Generation, counter: pb.Counter, limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
+	for i, e := range pb.Counter {
 		switch {
 		case e.node == "":
 			return nil, fmt.Errorf("key %q: G-Counter slot with an empty node", pb.Key)
@@ -599,7 +622,6 @@ func (g *GCounter) decodeBucket(now time.Duration, pb *peerv1.GCounterBucket) (*
 		case i > 0 && cmpSlot(b.counter[i-1], e) >= 0:
 			return nil, fmt.Errorf("key %q: G-Counter slots not sorted or repeated at %s", pb.Key, e.node)
 		}
-		b.counter[i] = e
 		b.consumed += e.consumed
 		if b.consumed > maxConsumed {
 			return nil, fmt.Errorf("key %q: consumed tokens above %d", pb.Key, int64(maxConsumed))
@@ -711,7 +733,28 @@ func (g *GCounter) gossipOnce(fx *strategy.Effects) {
 		return
 	}
 	fx.Send(nb, g.encode(sortedKeys(keys), false))
+	g.dropPending(keys)
 	clear(keys)
+}
+
+// addPending adds key, whose bucket is b, to the delta state keys.
+func addPending(keys map[string]struct{}, key string, b *bucketState) {
+	n := len(keys)
+	keys[key] = struct{}{}
+	if len(keys) > n {
+		b.pending++
+	}
+}
+
+// dropPending counts the keys of a delta state that is about to be
+// cleared or dropped out of their buckets' pending counts. Every key of a
+// delta state has a bucket (sweep keeps pending keys).
+func (g *GCounter) dropPending(keys map[string]struct{}) {
+	for k := range keys {
+		if b := g.state[k]; b != nil {
+			b.pending--
+		}
+	}
 }
 
 // sortedKeys returns the keys of m in ascending order, so that nothing sent
@@ -722,7 +765,81 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 func (g *GCounter) allKeys() []string { return sortedKeys(g.state) }
 
 // encode builds the message carrying the current buckets of keys (sorted).
+// The bytes are those of proto.Marshal of the GCounterMessage
+// (encodeProto), written field by field with protowire into one buffer of
+// the exact size: the simulator encodes gigabytes of them at 30 nodes, and
+// the generated marshaller allocates a message per bucket and per slot.
+// Strings that are not valid UTF-8 (which proto.Marshal refuses) take
+// encodeProto's path. TestEncodeMatchesProto checks the equality.
 func (g *GCounter) encode(keys []string, full bool) []byte {
+	size := 0
+	for _, k := range keys {
+		b := g.state[k]
+		if k == "" || !utf8.ValidString(k) || (!g.selfUTF8 && !validNodes(b)) {
+			return g.encodeProto(keys, full)
+		}
+		size += bucketSize(k, b)
+	}
+	if full {
+		size += protowire.SizeTag(2) + protowire.SizeVarint(1)
+	}
+	buf := make([]byte, 0, size)
+	for _, k := range keys {
+		buf = appendBucket(buf, k, g.state[k])
+	}
+	if full {
+		buf = protowire.AppendTag(buf, 2, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
+	}
+	return buf
+}
+
+// validNodes reports whether every slot's node name is valid UTF-8. A slot
+// is this node's own or came from a peer through proto.Unmarshal, which
+// refuses invalid UTF-8, so encode only asks when self is not valid.
+func validNodes(b *bucketState) bool {
+	for _, e := range b.counter {
+		if !utf8.ValidString(string(e.node)) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendBucket appends encodeBucket(key, b) as one element of
+// GCounterMessage.buckets (field 1), in proto.Marshal's field order.
+func appendBucket(buf []byte, key string, b *bucketState) []byte {
+	buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(bodySize(key, b)))
+	buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+	buf = protowire.AppendString(buf, key)
+	for _, e := range b.counter {
+		buf = protowire.AppendTag(buf, 2, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(entrySize(e)))
+		if e.node != "" {
+			buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+			buf = protowire.AppendString(buf, string(e.node))
+		}
+		if e.incarnation != 0 {
+			buf = protowire.AppendTag(buf, 2, protowire.Fixed32Type)
+			buf = protowire.AppendFixed32(buf, e.incarnation)
+		}
+		if e.consumed != 0 {
+			buf = protowire.AppendTag(buf, 3, protowire.VarintType)
+			buf = protowire.AppendVarint(buf, uint64(e.consumed))
+		}
+	}
+	for f, v := range [...]int64{3: b.limit, 4: b.frac, 5: int64(b.refill), 6: b.gen} {
+		if v != 0 {
+			buf = protowire.AppendTag(buf, protowire.Number(f), protowire.VarintType)
+			buf = protowire.AppendVarint(buf, uint64(v))
+		}
+	}
+	return buf
+}
+
+// encodeProto is encode through the generated marshaller.
+func (g *GCounter) encodeProto(keys []string, full bool) []byte {
 	m := &peerv1.GCounterMessage{Buckets: make([]*peerv1.GCounterBucket, len(keys)), Full: full}
 	for i, k := range keys {
 		m.Buckets[i] = encodeBucket(k, g.state[k])
@@ -746,26 +863,50 @@ func encodeBucket(key string, b *bucketState) *peerv1.GCounterBucket {
 // bucketSize is the exact size of encodeBucket(key, b) as one element of
 // GCounterMessage.buckets: tag, length prefix and body.
 func bucketSize(key string, b *bucketState) int {
+	body := bodySize(key, b)
+	return protowire.SizeTag(1) + protowire.SizeBytes(body)
+}
+
+// bodySize is bucketBodySize, cached in b.size until b changes.
+func bodySize(key string, b *bucketState) int {
+	if b.size == 0 {
+		b.size = bucketBodySize(key, b)
+	}
+	return b.size
+}
+
+// computeBucketSize is bucketSize without the cache.
+func computeBucketSize(key string, b *bucketState) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(bucketBodySize(key, b))
+}
+
+// entrySize is the size of a GCounterEntry's body.
+func entrySize(e entry) int {
+	es := 0
+	if e.node != "" {
+		es += protowire.SizeTag(1) + protowire.SizeBytes(len(e.node))
+	}
+	if e.incarnation != 0 {
+		es += protowire.SizeTag(2) + protowire.SizeFixed32()
+	}
+	if e.consumed != 0 {
+		es += protowire.SizeTag(3) + protowire.SizeVarint(uint64(e.consumed))
+	}
+	return es
+}
+
+// bucketBodySize is the size of encodeBucket(key, b)'s body (key not empty).
+func bucketBodySize(key string, b *bucketState) int {
 	n := protowire.SizeTag(1) + protowire.SizeBytes(len(key))
 	for _, e := range b.counter {
-		es := 0
-		if e.node != "" {
-			es += protowire.SizeTag(1) + protowire.SizeBytes(len(e.node))
-		}
-		if e.incarnation != 0 {
-			es += protowire.SizeTag(2) + protowire.SizeFixed32()
-		}
-		if e.consumed != 0 {
-			es += protowire.SizeTag(3) + protowire.SizeVarint(uint64(e.consumed))
-		}
-		n += protowire.SizeTag(2) + protowire.SizeBytes(es)
+		n += protowire.SizeTag(2) + protowire.SizeBytes(entrySize(e))
 	}
 	for f, v := range [...]int64{3: b.limit, 4: b.frac, 5: int64(b.refill), 6: b.gen} {
 		if v != 0 {
 			n += protowire.SizeTag(protowire.Number(f)) + protowire.SizeVarint(uint64(v))
 		}
 	}
-	return protowire.SizeTag(1) + protowire.SizeBytes(n)
+	return n
 }
 
 // SetMembers updates the neighbours: a member that left loses its delta
@@ -811,6 +952,7 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 	}
 	for nb := range g.delta {
 		if !slices.Contains(g.neighbours, nb) {
+			g.dropPending(g.delta[nb])
 			delete(g.delta, nb)
 		}
 	}
@@ -842,18 +984,15 @@ var _ strategy.Remainer = (*GCounter)(nil)
 // node's local state as a full-state GCounterMessage plus the delta
 // message it would send to each neighbour now (computed field by field,
 // equal to proto.Size of those messages; see TestStateBytesExact).
+//
+// The simulator samples it every second of trace time on every node, so a
+// bucket's size is cached until it changes (bucketState.size), and the
+// delta states holding a key are counted as they change
+// (bucketState.pending).
 func (g *GCounter) StateBytes() int {
-	sizes := make(map[string]int, len(g.state))
 	n := 0
 	for k, b := range g.state {
-		s := bucketSize(k, b)
-		sizes[k] = s
-		n += s
-	}
-	for _, keys := range g.delta {
-		for k := range keys {
-			n += sizes[k]
-		}
+		n += bucketSize(k, b) * (1 + b.pending) // once in the state, once per delta state holding it
 	}
 	return n
 }

@@ -113,7 +113,8 @@ type GDRL struct {
 	tickReq  time.Duration // the interval tick last asked for with WakeAt
 	wakeReq  time.Duration // the earlier wake-up last asked for (retransmissions)
 	started  bool
-	leaving  bool // Leave was called: hand everything to the buddy (see leave.go)
+	startAt  time.Duration // when Start ran: 0 for a founding member (see Ready)
+	leaving  bool          // Leave was called: hand everything to the buddy (see leave.go)
 
 	askNext int // the next member to ask for default share, round robin (see balance.go)
 }

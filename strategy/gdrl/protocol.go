@@ -40,7 +40,7 @@ func (g *GDRL) Start(now time.Duration, fx *strategy.Effects) {
 	if g.started {
 		return
 	}
-	g.started = true
+	g.started, g.startAt = true, now
 	g.inc = newInc(now, g.rnd)
 	if now == 0 {
 		i, _ := slices.BinarySearch(g.members, g.self)

@@ -504,14 +504,20 @@ func (q *TBQueue) Receive(now time.Duration, from strategy.NodeID, payload []byt
 			}
 		}
 		for _, nb := range q.neighbours {
-			dq := q.delta[nb][key]
+			dm := q.delta[nb]
+			was := dm[key]
+			dq := was
 			if len(updates) > 0 {
 				dq = q.clock.merge(dq, updates, !q.dupDeltas, false).queue
 			}
 			if nb == from {
 				dq = removeDuplicates(dq, in)
 			}
-			q.setDelta(nb, key, refill(dq, now, q.margin)) // listing 4.4
+			dq = refill(dq, now, q.margin) // listing 4.4
+			if sameQueue(dq, was) {
+				continue // setDelta would change nothing (the hot path of 29 neighbours at 30 nodes)
+			}
+			q.setDelta(nb, key, dq)
 		}
 	}
 	return nil
@@ -659,6 +665,12 @@ func (q *TBQueue) setLocal(key string, qu []elem) {
 		return
 	}
 	q.local[key] = qu
+}
+
+// sameQueue reports whether a and b are the same slice (same elements in
+// the same memory, or both empty): replacing one by the other is a no-op.
+func sameQueue(a, b []elem) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // setDelta replaces nb's delta state of key, keeping the LINF count exact.
