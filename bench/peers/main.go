@@ -327,16 +327,33 @@ func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*s
 }
 
 func (h *harness) gubernator(ctx context.Context, nodes int) (*system, error) {
+	if nodes > 1 && os.Geteuid() != 0 {
+		return nil, errors.New("gubernator with more than 1 node needs root (a UTS namespace per node: memberlist names nodes by host name)")
+	}
 	ps, err := freePorts(3 * nodes)
 	if err != nil {
 		return nil, err
 	}
 	s := &system{name: "gubernator", nodes: nodes}
-	known := addr(ps[2])
+	// Gubernator's member-list pool keys its peers by IP address
+	// (memberlist.go, memberListEventHandler.peers), so nodes on one
+	// address collapse into one peer: node i listens on 127.0.0.<i+1>,
+	// all loopback.
+	at := func(i, p int) string { return fmt.Sprintf("127.0.0.%d:%d", i+1, p) }
+	known := at(0, ps[2])
 	var https []string
 	for i := range nodes {
-		g, ht, ml := addr(ps[3*i]), addr(ps[3*i+1]), addr(ps[3*i+2])
-		c, err := h.start(fmt.Sprintf("gubernator-%d-%d", nodes, i), h.f.gubernatorBin, nil, []string{
+		g, ht, ml := at(i, ps[3*i]), at(i, ps[3*i+1]), at(i, ps[3*i+2])
+		// memberlist names a node by its host name (Gubernator sets no
+		// other), so with nodes > 1 each runs in a UTS namespace of its
+		// own with host name gubernator-<i> (root and unshare(1) needed;
+		// the network is the host's loopback all the same).
+		bin, args := h.f.gubernatorBin, []string(nil)
+		if nodes > 1 {
+			bin, args = "unshare", []string{"--uts", "--", "sh", "-c", `hostname "$1" && exec "$2"`, "sh",
+				fmt.Sprintf("gubernator-%d", i), h.f.gubernatorBin}
+		}
+		c, err := h.start(fmt.Sprintf("gubernator-%d-%d", nodes, i), bin, args, []string{
 			"GUBER_GRPC_ADDRESS=" + g, "GUBER_HTTP_ADDRESS=" + ht, "GUBER_ADVERTISE_ADDRESS=" + g,
 			"GUBER_PEER_DISCOVERY_TYPE=member-list", "GUBER_MEMBERLIST_ADDRESS=" + ml,
 			"GUBER_MEMBERLIST_BIND_ADDRESS=" + ml, "GUBER_MEMBERLIST_KNOWN_NODES=" + known,
