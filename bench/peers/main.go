@@ -564,8 +564,9 @@ func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, err
 		allowedPct: res.AllowedPct, failed: res.FailedRPCs,
 		serverCPUus: (t1 - t0) / h.f.clkTck * 1e6 / float64(res.Checks),
 		clientCPUus: res.ProcessCPU.Seconds() * 1e6 / float64(res.Checks)}
-	if res.FailedRPCs > 0 || res.Errors > 0 {
-		fmt.Fprintf(os.Stderr, "(%d failed calls, %d check errors: %v) ", res.FailedRPCs, res.Errors, res.ErrorSample)
+	if res.FailedRPCs > 0 || res.Errors > 0 || res.Refused > 0 {
+		fmt.Fprintf(os.Stderr, "(%d failed calls, %d of %d checks refused, %d check errors: %v) ", res.FailedRPCs,
+			res.Refused, res.Checks, res.Errors, res.ErrorSample)
 	}
 	return out, nil
 }
