@@ -1,5 +1,5 @@
 # The test command CI runs (.ci/run calls `make test`, nothing else).
-.PHONY: test race bench build fuzz image-binary
+.PHONY: test race bench bench-peers build fuzz image-binary
 
 GO ?= go
 
@@ -19,6 +19,23 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./bucket ./rendezvous ./sim ./workload ./cluster/grpcpeer
 	$(GO) test -run '^$$' -bench 'Server' -benchtime 100000x ./loadgen
+
+# tokenmesh and its peers on one harness (issue 14; not part of `make test`,
+# about 5 minutes): installs Gubernator and envoyproxy/ratelimit at pinned
+# versions into bench/peers/bin, redis-server from the OS packages when
+# missing, builds the redis_rate server of bench/peers, then runs them all
+# on loopback (1 and 3 nodes), A-B-A-B, and prints one table. Arguments of
+# the harness: PEERS_ARGS (e.g. PEERS_ARGS="--nodes 1 --duration 4s").
+GUBERNATOR_VERSION ?= v2.13.0
+RATELIMIT_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
+PEERS_BIN := $(CURDIR)/bench/peers/bin
+PEERS_ARGS ?=
+bench-peers: build
+	@test -x $(PEERS_BIN)/gubernator || GOBIN=$(PEERS_BIN) $(GO) install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
+	@test -x $(PEERS_BIN)/service_cmd || GOBIN=$(PEERS_BIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(RATELIMIT_VERSION)
+	@command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server)
+	cd bench/peers && $(GO) build -o bin/redisrate ./redisrate && $(GO) build -o bin/peers .
+	$(PEERS_BIN)/peers --tokenmesh bin/tokenmesh --bin $(PEERS_BIN) $(PEERS_ARGS)
 
 # A short coverage-guided run of every fuzz target (not part of `make test`,
 # whose run replays the seed corpora only).

@@ -6,7 +6,11 @@
 // tokenmesh serves it with --envoy-config and envoyproxy/ratelimit does:
 // a call is one request of Options.Domain with Batch descriptors, each one
 // entry (Options.DescriptorKey, key); a descriptor answered OK counts as
-// allowed, OVER_LIMIT as refused.
+// allowed, OVER_LIMIT as refused. With Options.API "gubernator" it drives
+// Gubernator v2 (pb.gubernator.V1/GetRateLimits): a call carries Batch
+// rate limits of name Options.Rule, each with the limit of
+// Options.Gubernator and a drawn unique_key; UNDER_LIMIT counts as
+// allowed, OVER_LIMIT as refused, an item with an error as a check error.
 //
 // Each of Options.Concurrency workers sends unary Check calls, one at a
 // time, spread round-robin over Options.Targets. A call carries
@@ -52,8 +56,9 @@ import (
 
 // APIs Options.API names.
 const (
-	APITokenmesh = "tokenmesh" // tokenmesh.v1.RateLimitService/Check (the default)
-	APIRLS       = "rls"       // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+	APITokenmesh  = "tokenmesh"  // tokenmesh.v1.RateLimitService/Check (the default)
+	APIRLS        = "rls"        // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+	APIGubernator = "gubernator" // pb.gubernator.V1/GetRateLimits (Gubernator v2)
 )
 
 // Limits of the options (the server's: server.MaxChecks, server.MaxHits).
@@ -71,10 +76,14 @@ type Options struct {
 	// Targets are the nodes' gRPC API addresses, host:port; at least one.
 	Targets []string
 	// Rule is the rule every check names; it must exist on every target.
-	// Unused with API "rls".
+	// Unused with API "rls"; with API "gubernator" it is the rate limits'
+	// name.
 	Rule string
-	// API is APITokenmesh ("" too) or APIRLS.
+	// API is APITokenmesh ("" too), APIRLS or APIGubernator.
 	API string
+	// Gubernator is the limit sent with every rate limit (API
+	// "gubernator" only; required there).
+	Gubernator *GubernatorRule
 	// Domain is the RLS domain of every request (API "rls" only; required).
 	Domain string
 	// DescriptorKey is the entry key of every RLS descriptor (API "rls";
@@ -167,8 +176,8 @@ type LatencyMS struct {
 func (o *Options) Validate() error {
 	rls := o.API == APIRLS
 	switch {
-	case o.API != "" && o.API != APITokenmesh && !rls:
-		return fmt.Errorf("API %q: want %s or %s", o.API, APITokenmesh, APIRLS)
+	case o.API != "" && o.API != APITokenmesh && !rls && o.API != APIGubernator:
+		return fmt.Errorf("API %q: want %s, %s or %s", o.API, APITokenmesh, APIRLS, APIGubernator)
 	case len(o.Targets) == 0:
 		return errors.New("Targets: need at least one host:port")
 	case rls && o.Domain == "":
@@ -193,6 +202,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("Rate %v: must be a finite number of calls per second >= 0", o.Rate)
 	case o.MaxRPCs < 0:
 		return fmt.Errorf("MaxRPCs %d: must be >= 0", o.MaxRPCs)
+	}
+	if o.API == APIGubernator {
+		if err := o.Gubernator.validate(); err != nil {
+			return err
+		}
 	}
 	for _, t := range o.Targets {
 		if _, _, err := splitHostPort(t); err != nil {
@@ -272,6 +286,35 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 						return nil, 0, 0, ctx.Err()
 					}
 					return nil, 0, 0, &TargetError{t, fmt.Errorf("no Envoy rate limit service answers there: %v", err)}
+				}
+			}
+			continue
+		}
+		if o.API == APIGubernator {
+			// One rate limit of a key of its own shows the target answers.
+			probe := newGubRequest(o.Rule, *o.Gubernator, 1, 1)
+			probe.keys[0] = "loadgen-probe"
+			probe.encode()
+			for _, c := range cs {
+				var presp gubResponse
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				err := c.Invoke(cctx, gubernatorGetRateLimits, probe, &presp, grpc.ForceCodec(gubCodec{}))
+				cancel()
+				if err == nil && presp.items != 1 {
+					err = fmt.Errorf("%d rate limits in the answer to 1", presp.items)
+				}
+				if err != nil {
+					closeAll()
+					if ctx.Err() != nil {
+						return nil, 0, 0, ctx.Err()
+					}
+					return nil, 0, 0, &TargetError{t, fmt.Errorf("no Gubernator V1 service answers there: %v", err)}
+				}
+			}
+			if ti == 0 {
+				rate, burst = float64(o.Gubernator.Limit)/o.Gubernator.Duration.Seconds(), o.Gubernator.Limit
+				if o.Gubernator.Burst > 0 {
+					burst = o.Gubernator.Burst
 				}
 			}
 			continue
@@ -409,6 +452,9 @@ loop:
 	}
 
 	rule := o.Rule
+	if o.API == APIGubernator {
+		rule = "gubernator:" + o.Rule
+	}
 	if o.API == APIRLS {
 		rule = "rls:" + o.Domain
 	}
@@ -472,6 +518,13 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 	if o.API == APIRLS {
 		rreq, rresp = newRLSRequest(o.Domain, o.descriptorKey(), o.Batch, o.Hits), &rlsv3.RateLimitResponse{}
 	}
+	var greq *gubRequest
+	var gresp *gubResponse
+	var gcodec []grpc.CallOption
+	if o.API == APIGubernator {
+		greq, gresp = newGubRequest(o.Rule, *o.Gubernator, o.Batch, o.Hits), &gubResponse{}
+		gcodec = []grpc.CallOption{grpc.ForceCodec(gubCodec{})}
+	}
 	ti := w % len(conns)
 	ci := w % len(conns[0])
 	// Open loop: call j of all is due at start + j/Rate; worker w sends
@@ -502,7 +555,10 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 			}
 		}
 		var err error
-		if rreq != nil {
+		if greq != nil {
+			greq.draw(keys, rng)
+			err = conns[ti][ci].Invoke(ctx, gubernatorGetRateLimits, greq, gresp, gcodec...)
+		} else if rreq != nil {
 			rreq.draw(keys, rng)
 			rresp.Reset()
 			err = conns[ti][ci].Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rreq.msg, rresp)
@@ -531,7 +587,9 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 		}
 		var allowed, refused, errs int64
 		var bad string
-		if rreq != nil {
+		if greq != nil {
+			allowed, refused, errs, bad = tallyGub(gresp, o.Batch, &st)
+		} else if rreq != nil {
 			allowed, refused, bad = tallyRLS(rresp, o.Batch)
 		} else {
 			allowed, refused, errs, bad = tally(resp, o.Batch, &st)

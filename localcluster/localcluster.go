@@ -607,6 +607,16 @@ func (c *Cluster) LogTail(i int) string {
 	return ""
 }
 
+// PID is the process id of node i's current process (0 if there is no
+// node i or it has not started): for measuring its CPU time
+// (bench/peers reads /proc/<pid>/stat).
+func (c *Cluster) PID(i int) int {
+	if p := c.proc(i); p != nil && p.cmd != nil && p.cmd.Process != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Alive reports whether node i's process is running.
 func (c *Cluster) Alive(i int) bool {
 	p := c.proc(i)

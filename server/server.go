@@ -209,13 +209,40 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		}
 		return nil, status.Errorf(codes.Unavailable, "node: %v", err)
 	}
-	resp := &tokenmeshv1.CheckResponse{Results: make([]*tokenmeshv1.CheckResult, len(results))}
+	resp, outs := newCheckResponse(len(results))
 	for i, r := range results {
-		out := s.result(i, items[i], r)
-		resp.Results[i] = out
+		out := &outs[i]
+		s.result(out, i, items[i], r)
 		s.byName[items[i].Rule].m.count(r, out.Allowed, waited)
 	}
 	return resp, nil
+}
+
+// checkResponse1 is the response to one check in one allocation (the
+// unbatched call, the common one): the message, its one-element Results
+// and the result itself.
+type checkResponse1 struct {
+	resp tokenmeshv1.CheckResponse
+	ptrs [1]*tokenmeshv1.CheckResult
+	res  [1]tokenmeshv1.CheckResult
+}
+
+// newCheckResponse returns a CheckResponse whose Results point at the n
+// zero results of outs: one allocation for n == 1, three for any n
+// (instead of n + 2, one per result).
+func newCheckResponse(n int) (*tokenmeshv1.CheckResponse, []tokenmeshv1.CheckResult) {
+	if n == 1 {
+		b := &checkResponse1{}
+		b.ptrs[0] = &b.res[0]
+		b.resp.Results = b.ptrs[:]
+		return &b.resp, b.res[:]
+	}
+	outs := make([]tokenmeshv1.CheckResult, n)
+	resp := &tokenmeshv1.CheckResponse{Results: make([]*tokenmeshv1.CheckResult, n)}
+	for i := range outs {
+		resp.Results[i] = &outs[i]
+	}
+	return resp, outs
 }
 
 // validate checks a batch and converts it to the cluster's items; the
@@ -248,15 +275,16 @@ func (s *Server) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem,
 	return items, nil
 }
 
-// result turns item i's cluster result into the API's.
-func (s *Server) result(i int, it cluster.BatchItem, r cluster.BatchResult) *tokenmeshv1.CheckResult {
+// result turns item i's cluster result into the API's, written into out
+// (a zero CheckResult).
+func (s *Server) result(out *tokenmeshv1.CheckResult, i int, it cluster.BatchItem, r cluster.BatchResult) {
 	ri := s.byName[it.Rule]
 	burst := ri.rule.Burst
-	out := &tokenmeshv1.CheckResult{LimitPerS: ri.perSec, Burst: burst, Remaining: -1, ResetAfterMs: -1}
+	out.LimitPerS, out.Burst, out.Remaining, out.ResetAfterMs = ri.perSec, burst, -1, -1
 	if r.Err != nil {
 		out.RetryAfterMs = -1
 		out.Error = fmt.Sprintf("checks[%d]: not decided: %v", i, r.Err)
-		return out
+		return
 	}
 	out.Allowed = r.Allowed
 	if r.Remaining >= 0 {
@@ -281,7 +309,6 @@ func (s *Server) result(i int, it cluster.BatchItem, r cluster.BatchResult) *tok
 		}
 		out.RetryAfterMs = max(ceilMS(float64(need)/ri.perSec), 1)
 	}
-	return out
 }
 
 // ceilMS is sec seconds in whole milliseconds, rounded up (saturating).

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -290,8 +289,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	// A fixed pool of stream workers instead of a new goroutine (and a
 	// new, growing stack) per call: about a fifth of the server's CPU per
-	// unbatched check went to stack growth without it.
-	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
+	// unbatched check went to stack growth without it (server.StreamWorkers).
+	gopts = append(gopts, server.GRPCServerOptions()...)
 	gs := grpc.NewServer(gopts...)
 	api.RegisterGRPC(gs)
 	if envoyCfg != nil {

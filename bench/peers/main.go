@@ -1,0 +1,621 @@
+// Command peers is `make bench-peers` (issue 14, part 3): tokenmesh and the
+// rate limiters a user would pick instead, on one harness. Every server
+// runs on 127.0.0.1 as a process of its own, started here and stopped here
+// by PID (SIGTERM, then SIGKILL after 5 s; on Linux the kernel kills them
+// if this process dies first); every load run is bounded in time.
+//
+// Systems, each with a rule of 10^9 tokens/s and a burst of 10^9 (every
+// check is admitted):
+//
+//	1 node:  tokenmesh (owner); Gubernator v2 (1 node); envoyproxy/ratelimit
+//	         on redis-server; redisrate (go-redis/redis_rate, GCRA) on
+//	         redis-server.
+//	3 nodes: tokenmesh owner; tokenmesh gdrl; Gubernator v2 (3 nodes,
+//	         member-list, BATCHING: the exact mode, the owner decides);
+//	         three redisrate front-ends on one redis-server; three
+//	         envoyproxy/ratelimit front-ends on one redis-server.
+//
+// All are driven by tokenmesh's loadgen (one driver per API: tokenmesh.v1
+// Check, Gubernator GetRateLimits, Envoy RLS ShouldRateLimit) with the
+// same options (--workers closed-loop workers, --batch checks per call,
+// --keys uniform keys, workers spread round-robin over the nodes), in
+// A-B-A-B order: --rounds rounds, each running every system of a group
+// once, after a --warmup run of its own. It prints one markdown table with
+// the median over rounds of checks/s, p50, p99 and CPU per check (the
+// servers' processes, redis-server included, from /proc/<pid>/stat, over
+// the measured run; and the load generator's own), with tokenmesh's
+// checks/s over each system's.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/loadgen"
+	"github.com/tokenmesh/tokenmesh/localcluster"
+)
+
+const (
+	ruleName  = "bench"
+	limitPerS = 1_000_000_000
+	domain    = "bench"
+	descKey   = "key"
+)
+
+type flags struct {
+	tokenmesh, binDir           string
+	duration, warmup            time.Duration
+	rounds, workers, keys       int
+	batch                       int
+	groups                      string
+	only                        string
+	versionsOut                 string
+	clkTck                      float64
+	gubernatorBin, ratelimitBin string
+	redisBin, redisrateBin      string
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.tokenmesh, "tokenmesh", "bin/tokenmesh", "the tokenmesh binary")
+	flag.StringVar(&f.binDir, "bin", "bench/peers/bin", "directory of gubernator, service_cmd (envoyproxy/ratelimit) and redisrate")
+	flag.StringVar(&f.redisBin, "redis-server", "redis-server", "the redis-server binary")
+	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time of one run")
+	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured run before each measured one")
+	flag.IntVar(&f.rounds, "rounds", 2, "rounds (A-B-A-B: each round runs every system once)")
+	flag.IntVar(&f.workers, "workers", 32, "closed-loop workers, one call in flight each")
+	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly")
+	flag.IntVar(&f.batch, "batch", 1, "checks per call")
+	flag.StringVar(&f.groups, "nodes", "1,3", "node counts to run (1, 3 or both)")
+	flag.StringVar(&f.only, "only", "", "comma-separated system names to run (default all), e.g. tokenmesh,gubernator")
+	flag.Parse()
+	f.clkTck = 100 // USER_HZ on Linux
+	f.gubernatorBin = filepath.Join(f.binDir, "gubernator")
+	f.ratelimitBin = filepath.Join(f.binDir, "service_cmd")
+	f.redisrateBin = filepath.Join(f.binDir, "redisrate")
+	if f.rounds < 1 || f.workers < 1 || f.keys < 1 || f.batch < 1 || f.duration <= 0 || f.warmup < 0 {
+		fatalf("--rounds, --workers, --keys and --batch must be >= 1, --duration > 0, --warmup >= 0")
+	}
+	if f.duration > 2*time.Minute || f.rounds > 10 {
+		fatalf("--duration at most 2m and --rounds at most 10: this harness is bounded")
+	}
+	for _, b := range []string{f.tokenmesh, f.gubernatorBin, f.ratelimitBin, f.redisrateBin} {
+		if _, err := os.Stat(b); err != nil {
+			fatalf("%v (run `make bench-peers`, which installs and builds them)", err)
+		}
+	}
+	if _, err := exec.LookPath(f.redisBin); err != nil {
+		fatalf("--redis-server: %v (apt-get install -y redis-server)", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "bench-peers")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	h := &harness{f: f, dir: dir}
+	defer h.stopAll()
+	var rows []row
+	for _, g := range strings.Split(f.groups, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(g))
+		if err != nil || (n != 1 && n != 3) {
+			fatalf("--nodes %q: want 1, 3 or 1,3", f.groups)
+		}
+		r, err := h.group(ctx, n)
+		rows = append(rows, r...)
+		if err != nil {
+			h.stopAll()
+			printTable(os.Stdout, &f, rows)
+			fatalf("%d node(s): %v", n, err)
+		}
+	}
+	printTable(os.Stdout, &f, rows)
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench-peers: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+// system is one limiter under test.
+type system struct {
+	name    string
+	nodes   int
+	targets []string
+	pids    []int // the server processes (redis-server included)
+	opts    func(o *loadgen.Options)
+}
+
+// run is one measured run of a system.
+type run struct {
+	checksPerS, p50ms, p99ms float64
+	serverCPUus, clientCPUus float64 // per check
+	allowedPct               float64
+	failed                   int64
+}
+
+type row struct {
+	sys  string
+	ref  bool // the group's reference (tokenmesh)
+	n    int
+	runs []run
+}
+
+type harness struct {
+	f        flags
+	dir      string
+	procs    []*exec.Cmd
+	clusters []*localcluster.Cluster // tokenmesh's, stopped by localcluster (by PID)
+	seq      int
+}
+
+func (h *harness) stopClusters() {
+	for _, c := range h.clusters {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping tokenmesh: %v\n", err)
+		}
+	}
+	h.clusters = nil
+}
+
+// start starts a server process with its output to a log file.
+func (h *harness) start(name, bin string, args, env []string) (*exec.Cmd, error) {
+	h.seq++
+	logf, err := os.Create(filepath.Join(h.dir, fmt.Sprintf("%02d-%s.log", h.seq, name)))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait(); logf.Close() }()
+	h.procs = append(h.procs, cmd)
+	return cmd, nil
+}
+
+// stopAll stops every process started, by PID: SIGTERM, SIGKILL after 5 s.
+func (h *harness) stopAll() {
+	for _, c := range h.procs {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, c := range h.procs {
+		for alive(c.Process.Pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if alive(c.Process.Pid) {
+			_ = c.Process.Kill()
+		}
+	}
+	h.procs = nil
+}
+
+// alive: the process exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	// hold all listeners open until all are drawn, so they differ
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var ps []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ps = append(ps, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ps, nil
+}
+
+func addr(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+
+// waitTCP waits until addr accepts connections.
+func waitTCP(ctx context.Context, a string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not accept connections within %v: %v", a, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cpuTicks is the user+system CPU of pids so far, in clock ticks.
+func cpuTicks(pids []int) (float64, error) {
+	var sum float64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
+		}
+		i := bytes.LastIndexByte(b, ')')
+		fs := strings.Fields(string(b[i+1:]))
+		// fields after the command: state(3) ... utime(14) stime(15)
+		if len(fs) < 13 {
+			return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		}
+		u, err1 := strconv.ParseFloat(fs[11], 64)
+		s, err2 := strconv.ParseFloat(fs[12], 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		sum += u + s
+	}
+	return sum, nil
+}
+
+// redis starts a redis-server on loopback (no persistence).
+func (h *harness) redis(ctx context.Context) (string, int, error) {
+	p, err := freePort()
+	if err != nil {
+		return "", 0, err
+	}
+	c, err := h.start("redis", h.f.redisBin, []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(p),
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--daemonize", "no"}, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	a := addr(p)
+	return a, c.Process.Pid, waitTCP(ctx, a, 10*time.Second)
+}
+
+func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*system, error) {
+	lc, err := localcluster.Start(ctx, localcluster.Config{Binary: h.f.tokenmesh, Nodes: nodes,
+		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d", strategy, nodes)),
+		Rules: []localcluster.Rule{{Name: ruleName, Rate: strconv.Itoa(limitPerS) + "/s", Burst: limitPerS, Strategy: strategy}}})
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: "tokenmesh " + strategy, nodes: nodes}
+	for i, n := range lc.Nodes {
+		s.targets = append(s.targets, n.GRPC)
+		s.pids = append(s.pids, lc.PID(i))
+	}
+	h.clusters = append(h.clusters, lc)
+	s.opts = func(o *loadgen.Options) { o.Rule = ruleName }
+	return s, nil
+}
+
+func (h *harness) gubernator(ctx context.Context, nodes int) (*system, error) {
+	if nodes > 1 && os.Geteuid() != 0 {
+		return nil, errors.New("gubernator with more than 1 node needs root (a UTS namespace per node: memberlist names nodes by host name)")
+	}
+	ps, err := freePorts(3 * nodes)
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: "gubernator", nodes: nodes}
+	// Gubernator's member-list pool keys its peers by IP address
+	// (memberlist.go, memberListEventHandler.peers), so nodes on one
+	// address collapse into one peer: node i listens on 127.0.0.<i+1>,
+	// all loopback.
+	at := func(i, p int) string { return fmt.Sprintf("127.0.0.%d:%d", i+1, p) }
+	known := at(0, ps[2])
+	var https []string
+	for i := range nodes {
+		g, ht, ml := at(i, ps[3*i]), at(i, ps[3*i+1]), at(i, ps[3*i+2])
+		// memberlist names a node by its host name (Gubernator sets no
+		// other), so with nodes > 1 each runs in a UTS namespace of its
+		// own with host name gubernator-<i> (root and unshare(1) needed;
+		// the network is the host's loopback all the same).
+		bin, args := h.f.gubernatorBin, []string(nil)
+		if nodes > 1 {
+			bin, args = "unshare", []string{"--uts", "--", "sh", "-c", `hostname "$1" && exec "$2"`, "sh",
+				fmt.Sprintf("gubernator-%d", i), h.f.gubernatorBin}
+		}
+		c, err := h.start(fmt.Sprintf("gubernator-%d-%d", nodes, i), bin, args, []string{
+			"GUBER_GRPC_ADDRESS=" + g, "GUBER_HTTP_ADDRESS=" + ht, "GUBER_ADVERTISE_ADDRESS=" + g,
+			"GUBER_PEER_DISCOVERY_TYPE=member-list", "GUBER_MEMBERLIST_ADDRESS=" + ml,
+			"GUBER_MEMBERLIST_BIND_ADDRESS=" + ml, "GUBER_MEMBERLIST_KNOWN_NODES=" + known,
+			"GUBER_INSTANCE_ID=bench-" + strconv.Itoa(i), "GUBER_LOG_LEVEL=warn", "OTEL_TRACES_EXPORTER=none",
+			"OTEL_SDK_DISABLED=true"})
+		if err != nil {
+			return nil, err
+		}
+		s.targets = append(s.targets, g)
+		s.pids = append(s.pids, c.Process.Pid)
+		https = append(https, ht)
+	}
+	// ready: every node's health check reports all the peers
+	deadline := time.Now().Add(30 * time.Second)
+	for _, ht := range https {
+		for {
+			n, err := gubernatorPeers(ht)
+			if err == nil && n == nodes {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return nil, fmt.Errorf("gubernator at %s: not %d peers within 30s (peers %d, %v); logs in %s", ht, nodes, n, err, h.dir)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	s.opts = func(o *loadgen.Options) {
+		o.API, o.Rule = loadgen.APIGubernator, ruleName
+		o.Gubernator = &loadgen.GubernatorRule{Limit: limitPerS, Duration: time.Second, Behavior: loadgen.GubernatorBatching}
+	}
+	return s, nil
+}
+
+func gubernatorPeers(httpAddr string) (int, error) {
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + httpAddr + "/v1/HealthCheck")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var hc struct {
+		Status    string `json:"status"`
+		PeerCount int    `json:"peer_count"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&hc); err != nil {
+		return 0, err
+	}
+	return hc.PeerCount, nil
+}
+
+func (h *harness) envoyRatelimit(ctx context.Context, nodes int, redisAddr string, redisPID int) (*system, error) {
+	root := filepath.Join(h.dir, fmt.Sprintf("ratelimit-%d", nodes))
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: %s\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", domain, descKey, limitPerS)
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	s := &system{name: "envoy ratelimit + redis", nodes: nodes, pids: []int{redisPID}}
+	ps, err := freePorts(3 * nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		c, err := h.start(fmt.Sprintf("ratelimit-%d-%d", nodes, i), h.f.ratelimitBin, nil, []string{
+			"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ps[3*i]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ps[3*i+1]),
+			"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ps[3*i+2]), "USE_STATSD=false", "LOG_LEVEL=warn",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
+			"RUNTIME_WATCH_ROOT=false"})
+		if err != nil {
+			return nil, err
+		}
+		s.targets = append(s.targets, addr(ps[3*i+1]))
+		s.pids = append(s.pids, c.Process.Pid)
+	}
+	for _, t := range s.targets {
+		if err := waitTCP(ctx, t, 20*time.Second); err != nil {
+			return nil, fmt.Errorf("envoy ratelimit: %v; logs in %s", err, h.dir)
+		}
+	}
+	s.opts = func(o *loadgen.Options) { o.API, o.Domain, o.DescriptorKey = loadgen.APIRLS, domain, descKey }
+	return s, nil
+}
+
+func (h *harness) redisrate(ctx context.Context, nodes int, redisAddr string, redisPID int) (*system, error) {
+	s := &system{name: "redis_rate + redis", nodes: nodes, pids: []int{redisPID}}
+	ps, err := freePorts(nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		c, err := h.start(fmt.Sprintf("redisrate-%d-%d", nodes, i), h.f.redisrateBin, []string{
+			"--grpc-addr", addr(ps[i]), "--redis", redisAddr, "--rule", ruleName,
+			"--rate", strconv.Itoa(limitPerS), "--burst", strconv.Itoa(limitPerS)}, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.targets = append(s.targets, addr(ps[i]))
+		s.pids = append(s.pids, c.Process.Pid)
+	}
+	for _, t := range s.targets {
+		if err := waitTCP(ctx, t, 20*time.Second); err != nil {
+			return nil, fmt.Errorf("redisrate: %v; logs in %s", err, h.dir)
+		}
+	}
+	s.opts = func(o *loadgen.Options) { o.Rule = ruleName }
+	return s, nil
+}
+
+func (h *harness) want(name string) bool {
+	if h.f.only == "" {
+		return true
+	}
+	for _, w := range strings.Split(h.f.only, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.HasPrefix(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// group starts every system of a node count, runs the rounds, stops them.
+func (h *harness) group(ctx context.Context, n int) ([]row, error) {
+	defer h.stopClusters()
+	defer h.stopAll()
+	fmt.Fprintf(os.Stderr, "== %d node(s): starting the systems\n", n)
+	var systems []*system
+	add := func(s *system, err error) error {
+		if err != nil {
+			return err
+		}
+		systems = append(systems, s)
+		return nil
+	}
+	var errs []error
+	if h.want("tokenmesh") {
+		errs = append(errs, add(h.tokenmesh(ctx, n, "owner")))
+		if n > 1 {
+			errs = append(errs, add(h.tokenmesh(ctx, n, "gdrl")))
+		}
+	}
+	if h.want("gubernator") {
+		errs = append(errs, add(h.gubernator(ctx, n)))
+	}
+	if h.want("envoy") || h.want("redis") {
+		ra, rpid, err := h.redis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if h.want("envoy") {
+			errs = append(errs, add(h.envoyRatelimit(ctx, n, ra, rpid)))
+		}
+		if h.want("redis") {
+			errs = append(errs, add(h.redisrate(ctx, n, ra, rpid)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	rows := make([]row, len(systems))
+	for i, s := range systems {
+		rows[i] = row{sys: s.name, n: n, ref: i == 0 && strings.HasPrefix(s.name, "tokenmesh")}
+	}
+	for r := range h.f.rounds {
+		for i, s := range systems {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s, %d node(s)... ", r+1, h.f.rounds, s.name, n)
+			res, err := h.measure(ctx, s, uint64(r*100+i))
+			if err != nil {
+				fmt.Fprintln(os.Stderr)
+				return rows, fmt.Errorf("%s: %w", s.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check\n", res.checksPerS, res.p99ms, res.serverCPUus)
+			rows[i].runs = append(rows[i].runs, res)
+		}
+	}
+	return rows, nil
+}
+
+func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, error) {
+	o := loadgen.Options{Targets: s.targets, Concurrency: h.f.workers, Batch: h.f.batch, Keys: h.f.keys,
+		Seed: seed, DialTimeout: 5 * time.Second}
+	s.opts(&o)
+	if h.f.warmup > 0 {
+		w := o
+		w.Duration = h.f.warmup
+		if _, err := loadgen.Run(ctx, w); err != nil {
+			return run{}, fmt.Errorf("warmup: %w", err)
+		}
+	}
+	o.Duration = h.f.duration
+	t0, err := cpuTicks(s.pids)
+	if err != nil {
+		return run{}, err
+	}
+	res, err := loadgen.Run(ctx, o)
+	if err != nil {
+		return run{}, err
+	}
+	t1, err := cpuTicks(s.pids)
+	if err != nil {
+		return run{}, err
+	}
+	if res.Checks == 0 {
+		return run{}, fmt.Errorf("no check answered (%d failed calls: %v)", res.FailedRPCs, res.ErrorSample)
+	}
+	out := run{checksPerS: res.ChecksPerS, p50ms: res.LatencyMS.P50, p99ms: res.LatencyMS.P99,
+		allowedPct: res.AllowedPct, failed: res.FailedRPCs,
+		serverCPUus: (t1 - t0) / h.f.clkTck * 1e6 / float64(res.Checks),
+		clientCPUus: res.ProcessCPU.Seconds() * 1e6 / float64(res.Checks)}
+	if res.FailedRPCs > 0 || res.Errors > 0 || res.Refused > 0 {
+		fmt.Fprintf(os.Stderr, "(%d failed calls, %d of %d checks refused, %d check errors: %v) ", res.FailedRPCs,
+			res.Refused, res.Checks, res.Errors, res.ErrorSample)
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func med(runs []run, f func(run) float64) float64 {
+	xs := make([]float64, len(runs))
+	for i, r := range runs {
+		xs[i] = f(r)
+	}
+	return median(xs)
+}
+
+func printTable(w io.Writer, f *flags, rows []row) {
+	fmt.Fprintf(w, "\n%d workers, %d check(s) per call, %d uniform keys, limit 10^9/s; %d round(s) A-B-A-B of %v (+%v warmup); GOMAXPROCS %d; medians\n\n",
+		f.workers, f.batch, f.keys, f.rounds, f.duration, f.warmup, runtime.GOMAXPROCS(0))
+	fmt.Fprintln(w, "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	var ref float64
+	group := 0
+	for _, r := range rows {
+		if r.n != group {
+			group, ref = r.n, 0
+		}
+		if len(r.runs) == 0 {
+			continue
+		}
+		cps := med(r.runs, func(x run) float64 { return x.checksPerS })
+		if r.ref {
+			ref = cps
+		}
+		ratio := "-"
+		if !strings.HasPrefix(r.sys, "tokenmesh") && ref > 0 && cps > 0 {
+			ratio = fmt.Sprintf("%.2fx", ref/cps)
+		}
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s |\n", r.n, r.sys, cps,
+			med(r.runs, func(x run) float64 { return x.p50ms }), med(r.runs, func(x run) float64 { return x.p99ms }),
+			med(r.runs, func(x run) float64 { return x.serverCPUus }), med(r.runs, func(x run) float64 { return x.clientCPUus }),
+			med(r.runs, func(x run) float64 { return x.allowedPct }), ratio)
+	}
+}
