@@ -17,6 +17,7 @@ import (
 //
 //	detection: 1s            # how long failure detectors take to see a change
 //	detection_jitter: 500ms  # optional: each node sees it after its own extra [0, jitter]
+//	detection_spacing: 35s   # optional: a node losing several peers declares them failed one by one
 //	reconnect_interval: 5s   # optional: a heal is seen once a reconnect attempt succeeds
 //	join_delay: 1s           # optional: a join (restart, merge) reaches each node within U[0, join_delay]
 //	reconnect_timeout: 10m   # optional: a failed node stops being expected this long after a node lost it
@@ -56,6 +57,20 @@ type Scenario struct {
 	// a change after Detection + U[0, DetectionJitter] (gossip reaching the
 	// nodes one after another). 0: every node after exactly Detection.
 	DetectionJitter time.Duration `yaml:"detection_jitter"`
+	// DetectionSpacing turns on per-peer detection of failures: after a
+	// crash or a partition, node i declares the peers it lost failed one
+	// at a time, in an order drawn from the seed (memberlist's probe list
+	// is shuffled and probed round-robin, one target per probe interval),
+	// the k-th (k = 1, 2, ...) after Detection + (k-1) x DetectionSpacing
+	// + U[0, DetectionJitter] (a draw per peer). The spacing is one probe
+	// interval as the declaring node runs it: memberlist's Lifeguard
+	// awareness (state.go, probeNode: each failed probe raises the node's
+	// health score, and the probe interval is scaled by score+1) lengthens
+	// it on a node whose probes all fail, which is why an isolated node
+	// declares its peers seconds apart, not one probe interval apart. 0:
+	// node i sees all peers of one event fail together, after Detection +
+	// U[0, DetectionJitter] (the model before, byte-identical).
+	DetectionSpacing time.Duration `yaml:"detection_spacing"`
 	// ReconnectInterval is how often each node retries members it holds as
 	// failed (serf's ReconnectInterval, 30 s in serf, 5 s in tokenmesh's
 	// membership); a heal is visible from the first attempt after it. 0:
@@ -100,7 +115,8 @@ type ScenarioEvent struct {
 // (memberlist's default probe interval is 1 s).
 const DefaultDetection = time.Second
 
-// MaxScenarioDelay bounds detection, detection_jitter, reconnect_interval,
+// MaxScenarioDelay bounds detection, detection_jitter, detection_spacing,
+// reconnect_interval,
 // join_delay and reconnect_timeout;
 // MaxScenarioTime bounds an event's time (both keep virtual time far from
 // overflowing).
@@ -135,7 +151,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}, {"reconnect_timeout", s.ReconnectTimeout}} {
+	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"detection_spacing", s.DetectionSpacing}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}, {"reconnect_timeout", s.ReconnectTimeout}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("%s %v is negative", d.name, d.v)
 		}
@@ -206,6 +222,9 @@ func (s *Scenario) DetectionModel() string {
 	out := "each node after " + s.Detection.String()
 	if s.DetectionJitter > 0 {
 		out += " + U[0, " + s.DetectionJitter.String() + "]"
+	}
+	if s.DetectionSpacing > 0 {
+		out += ", lost peers one by one " + s.DetectionSpacing.String() + " apart"
 	}
 	if s.JoinDelay > 0 {
 		out += "; joins after U[0, " + s.JoinDelay.String() + "]"

@@ -29,7 +29,14 @@
 //   - crash, partition: node i's view becomes the live nodes of its
 //     membership group after node i's own delay Detection + U[0,
 //     DetectionJitter] (suspicion, then the failure declared); the two sides
-//     of a partition each see only their side.
+//     of a partition each see only their side. With DetectionSpacing set
+//     (per-peer detection), node i instead declares the peers it lost one
+//     at a time, in an order drawn from the seed, the k-th (k = 1, 2, ...)
+//     after Detection + (k-1) x DetectionSpacing + U[0, DetectionJitter]:
+//     memberlist probes one member per probe interval, round-robin over a
+//     shuffled list, and declares each failed a suspicion timeout after
+//     its failed probe (see Scenario.DetectionSpacing). Until then node i
+//     keeps the peers it has not yet declared in its view.
 //   - restart: the restarted node knows the members of its group at once (it
 //     joins through a push-pull); node i sees it after U[0, JoinDelay]
 //     (gossip), or after the failure delay above when JoinDelay is 0.
@@ -55,8 +62,12 @@
 // that scheduled it: a detector that has caught up knows everything that
 // happened before. Ours is this model; the mechanisms are memberlist's
 // (SWIM: probe, suspicion, dissemination) and serf's (reconnect), each
-// reduced to a delay. What it leaves out: the per-pair structure of
-// detection (node i sees all changes of one event together), suspicion
+// reduced to a delay (per peer with DetectionSpacing). What it leaves
+// out: per-pair detection without DetectionSpacing (node i sees all
+// changes of one event together), the gossip of a dead declaration from
+// node to node (each node declares its peers on its own schedule, which at
+// a partition is what happens: the far side's declarations cannot reach
+// it, and on one side they arrive within the jitter), suspicion
 // refutation, false positives under loss (the detectors do not see the
 // message loss of Network), and a reconnect that picks a crashed member
 // and fails.
@@ -446,6 +457,10 @@ func (r *runner) step(e event) {
 			r.updateExpected(int(e.node))
 			return
 		}
+		if e.from == dropPeer {
+			r.dropPeer(int(e.node), int(e.scen))
+			return
+		}
 		r.updateView(int(e.node))
 	case prioScenario:
 		r.scenario(r.cfg.Scenario.Events[e.scen])
@@ -584,6 +599,10 @@ func (r *runner) merge() {
 // only on the seed and the scenario.
 func (r *runner) detect(join bool) {
 	sc := r.cfg.Scenario
+	if !join && sc.DetectionSpacing > 0 {
+		r.detectPerPeer()
+		return
+	}
 	for i := range r.nodes {
 		var d time.Duration
 		switch {
@@ -595,6 +614,53 @@ func (r *runner) detect(join bool) {
 			d = sc.Detection
 		}
 		r.push(event{at: r.now + d, prio: prioMembership, node: int32(i)})
+	}
+}
+
+// detectPerPeer schedules, for a failure (crash, partition) with
+// Scenario.DetectionSpacing set, every node's declarations one peer at a
+// time: the peers node i must declare failed (in its view, not among the
+// live nodes of its membership group) in an order drawn from the seed
+// (memberlist probes a shuffled member list round-robin), the k-th
+// (k = 0, 1, ...) after Detection + k x DetectionSpacing + U[0,
+// DetectionJitter]. Every declaration but the last drops one peer
+// (dropPeer); the last brings node i's view to the whole truth
+// (updateView), as a single update does without spacing. A node with no
+// peer to declare (dead, or its view already right) gets one full update
+// after Detection + U[0, DetectionJitter]. The draws are made for every
+// node in node order, so that they depend only on the seed and the
+// scenario.
+func (r *runner) detectPerPeer() {
+	sc := r.cfg.Scenario
+	jitter := func() time.Duration {
+		if sc.DetectionJitter <= 0 {
+			return 0
+		}
+		return time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter) + 1))
+	}
+	for i, n := range r.nodes {
+		var lost []int32
+		if n.alive {
+			live := r.reachable(i)
+			for _, id := range n.view {
+				if !slices.Contains(live, id) {
+					lost = append(lost, int32(r.byName[string(id)]))
+				}
+			}
+		}
+		r.memRnd.Shuffle(len(lost), func(a, b int) { lost[a], lost[b] = lost[b], lost[a] })
+		if len(lost) == 0 {
+			r.push(event{at: r.now + sc.Detection + jitter(), prio: prioMembership, node: int32(i)})
+			continue
+		}
+		for k, p := range lost {
+			d := sc.Detection + time.Duration(k)*sc.DetectionSpacing + jitter()
+			e := event{at: r.now + d, prio: prioMembership, node: int32(i), from: dropPeer, scen: p}
+			if k == len(lost)-1 {
+				e.from, e.scen = 0, 0 // the last: the whole truth
+			}
+			r.push(e)
+		}
 	}
 }
 
@@ -663,7 +729,30 @@ func (r *runner) updateView(i int) {
 	if !n.alive {
 		return
 	}
-	v := r.reachable(i)
+	r.setView(i, r.reachable(i))
+}
+
+// dropPeer runs when node i declares peer p failed (per-peer detection,
+// detectPerPeer): if node i is live, p is in its view and p is not among
+// the live nodes of node i's membership group now (a heal or restart since
+// may have brought it back), p leaves node i's view.
+func (r *runner) dropPeer(i, p int) {
+	n := r.nodes[i]
+	if !n.alive {
+		return
+	}
+	id := r.nodes[p].id
+	if !slices.Contains(n.view, id) || slices.Contains(r.reachable(i), id) {
+		return
+	}
+	r.setView(i, slices.DeleteFunc(slices.Clone(n.view), func(x strategy.NodeID) bool { return x == id }))
+}
+
+// setView makes v (sorted) node i's view: the nodes that left it are
+// recorded as lost, and the strategy is told (SetMembers, then
+// SetExpected). Nothing happens if v is node i's view already.
+func (r *runner) setView(i int, v []strategy.NodeID) {
+	n := r.nodes[i]
 	if slices.Equal(v, n.view) {
 		return
 	}
@@ -689,6 +778,10 @@ func (r *runner) updateView(i int) {
 // expireLost marks a prioMembership event that ends ReconnectTimeout for
 // nodes node i lost (in event.from).
 const expireLost = -1
+
+// dropPeer marks a prioMembership event in which node i declares one peer
+// (the node index in event.scen) failed (per-peer detection).
+const dropPeer = -2
 
 func (r *runner) reconnectTimeout() time.Duration {
 	if r.cfg.Scenario == nil {

@@ -173,6 +173,10 @@ func FuzzParseScenario(f *testing.F) {
 	f.Add([]byte("detection_jitter: 1h\nreconnect_interval: 0s\nevents:\n  - at: 3s\n    restart: [n2]\n"))
 	f.Add([]byte("reconnect_interval: 61m\n"))
 	f.Add([]byte("join_delay: 800ms\nreconnect_interval: 2s\nevents:\n  - at: 1s\n    crash: [n0]\n  - at: 2s\n    restart: [n0]\n"))
+	f.Add([]byte("detection: 5s\ndetection_spacing: 3s\nevents:\n  - at: 1s\n    partition: [[n0], [n1, n2]]\n  - at: 2s\n    heal: true\n"))
+	f.Add([]byte("detection_jitter: 2s\ndetection_spacing: 1s\nevents:\n  - at: 1s\n    crash: [n1, n2]\n  - at: 1500ms\n    restart: [n1]\n"))
+	f.Add([]byte("detection_spacing: -1s\n"))
+	f.Add([]byte("detection_spacing: 1h1s\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := sim.ParseScenario(data)
 		if err != nil {
@@ -181,7 +185,7 @@ func FuzzParseScenario(f *testing.F) {
 		if s.Detection <= 0 || s.Detection > sim.MaxScenarioDelay {
 			t.Fatalf("detection %v", s.Detection)
 		}
-		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay || s.JoinDelay < 0 || s.JoinDelay > sim.MaxScenarioDelay {
+		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay || s.JoinDelay < 0 || s.JoinDelay > sim.MaxScenarioDelay || s.DetectionSpacing < 0 || s.DetectionSpacing > sim.MaxScenarioDelay {
 			t.Fatalf("detection_jitter %v, reconnect_interval %v", s.DetectionJitter, s.ReconnectInterval)
 		}
 		for i, e := range s.Events {
