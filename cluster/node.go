@@ -260,7 +260,7 @@ type event struct {
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
-	self      strategy.NodeID
+	self strategy.NodeID
 	// rules and order are replaced by the loop only (SetRules, reload.go),
 	// under rulesMu; other goroutines read them under rulesMu.RLock.
 	rules     map[string]*ruleState
