@@ -260,12 +260,10 @@ type event struct {
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
-	self strategy.NodeID
-	// rules and order are replaced by the loop only (SetRules, reload.go),
-	// under rulesMu; other goroutines read them under rulesMu.RLock.
+	self      strategy.NodeID
 	rules     map[string]*ruleState
 	order     []*ruleState
-	rulesMu   sync.RWMutex
+	rulesMu   sync.RWMutex  // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
 	seed      uint64        // Config.Seed, for rules added by SetRules
 	hint      time.Duration // Config.LatencyHint, likewise
 	transport Transport
