@@ -276,7 +276,7 @@ func (v fakeView) Members() int { return v.members }
 // gatherFake collects view's metrics as /metrics would.
 func gatherFake(t *testing.T, view nodeView) map[string]*dto.MetricFamily {
 	t.Helper()
-	m, _ := newMetrics(view, nil)
+	m := newMetrics(view)
 	mfs, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
