@@ -48,6 +48,7 @@ type serveOptions struct {
 	faultInjection bool      // --fault-injection (hidden): Faulty peer transport + /debug/faults
 	discardBad     bool      // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
 	envoyConfig    string    // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
+	watchConfig    bool      // --watch-config: reload the rules when the config file changes
 	node           nodeFlags // --name, --api-addr, ..., --log-format, --log-level (serveopts.go)
 }
 
@@ -151,6 +152,7 @@ mode serve also prints a short human summary (addresses, rules) at start.
 	}
 	cmd.Flags().StringVar(&opts.configPath, "config", "", "node configuration (YAML; env "+envConfig+"); without it, a single node with the built-in defaults")
 	opts.node.add(cmd)
+	cmd.Flags().BoolVar(&opts.watchConfig, "watch-config", true, "reload the rules when the --config file changes (they are also reloaded on SIGHUP)")
 	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
@@ -166,6 +168,10 @@ mode serve also prints a short human summary (addresses, rules) at start.
 
 func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error {
 	out := cmd.OutOrStdout()
+	// SIGHUP reloads the rules (its default action would end the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	// One log for the node: start and stop, config, state restores,
 	// membership changes, refused peer frames (the transport and the
 	// cluster log them), reloads, the warning below.
@@ -234,6 +240,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		envoyDir = opts.envoyConfig
 	}
 	var envoyCfg *envoyrls.Config
+	var envoyRules []cluster.Rule // the rules derived from envoyCfg (kept as they are by a reload)
 	var lcEpoch time.Time // the node's time base: clusterEpoch with peers or fixed_window rules
 	if networked {
 		lcEpoch = clusterEpoch
@@ -251,7 +258,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			// wall-clock time base (a networked node has one already).
 			lcEpoch = clusterEpoch
 		}
-		for _, r := range envoyCfg.Rules(lcEpoch) {
+		envoyRules = envoyCfg.Rules(lcEpoch)
+		for _, r := range envoyRules {
 			if have[r.Name] {
 				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
 			}
@@ -307,7 +315,21 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
-	handler := withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
+	buildAPI := func(f *config.File, rules []cluster.Rule) http.Handler {
+		return withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
+	}
+	edge := &swapHandler{}
+	edge.set(buildAPI(f, rules))
+	var handler http.Handler = edge
+	var rl *reloader
+	if configPath != "" {
+		rl = newReloader(configPath, f, envoyRules, node, api, edge, buildAPI, logger)
+		if opts.watchConfig {
+			if err := rl.watch(ctx); err != nil {
+				logger.Warn("not watching the config file; SIGHUP still reloads it", "config", configPath, "error", err.Error())
+			}
+		}
+	}
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
@@ -402,11 +424,22 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	logger.Info("serving", "node", f.Node.Name, "api", scheme+"://"+ln.Addr().String(), "grpc", gln.Addr().String(),
 		"peer", node.PeerAddr(), "gossip", node.GossipAddr(), "members", len(node.Members()), "rules", len(rules))
 	var serveErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "reason", "signal")
-	case serveErr = <-errc:
-		logger.Error("shutting down", "reason", serveErr.Error())
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down", "reason", "signal")
+			break wait
+		case serveErr = <-errc:
+			logger.Error("shutting down", "reason", serveErr.Error())
+			break wait
+		case <-hup:
+			if rl == nil {
+				logger.Warn("SIGHUP: no config file (--config) to reload; nothing changed")
+				continue
+			}
+			_ = rl.reload(ctx, "SIGHUP", false)
+		}
 	}
 	api.SetReady(false)
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
