@@ -134,6 +134,17 @@ finishes the ones in flight (5 s at most), the node hands its state to its
 peers (gdrl: its capacity shares to its buddy; 2 s at most), then leaves the
 gossip cluster, and writes its last snapshot to node.state_dir.
 
+Reload: on SIGHUP, and when the --config file changes (--watch-config,
+on by default: the file's directory is watched, so editors that rename a
+new file over it and Kubernetes ConfigMap volumes work), serve reads the
+file again and applies its rules without a restart: new rules start with
+full buckets, removed rules are dropped, a rule whose rate, burst, strategy
+or params changed starts afresh, and every unchanged rule keeps its state.
+A file that does not load is refused as a whole: the error is logged and
+the old rules keep answering. Node settings (addresses, name, join, keys,
+TLS) and --envoy-config files are read at start only. Every node of a
+cluster should get the same rules.
+
 Logs: one log/slog logger on stdout, text (key=value) or JSON
 (--log-format), from --log-level up: start, config loaded, members joining,
 failing and leaving, refused peer frames, rule reloads, shutdown. In text
