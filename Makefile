@@ -40,11 +40,12 @@ image-binary:
 # library, pinned in deploy/charttest/go.mod (its own module: the main
 # module does not depend on helm), validates every object strictly against
 # the k8s.io/api types and the chart's invariants, and checks that
-# deploy/manifests/ is the chart's current render. The first run downloads
+# deploy/manifests/ is the chart's current render, and that every metric
+# the Grafana dashboard (deploy/grafana/tokenmesh.json) queries exists. The first run downloads
 # helm's and Kubernetes' modules through the Go proxy and builds them (about
 # 2 minutes here); not part of `make test`.
 chart-test:
-	cd deploy/charttest && $(GO) vet . && $(GO) run . -chart ../helm/tokenmesh -check ../manifests/tokenmesh.yaml
+	cd deploy/charttest && $(GO) vet . && $(GO) run . -chart ../helm/tokenmesh -check ../manifests/tokenmesh.yaml -dashboard ../grafana/tokenmesh.json
 
 # Renders deploy/manifests/tokenmesh.yaml from the chart again.
 manifests:

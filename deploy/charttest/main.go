@@ -19,6 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -48,7 +50,7 @@ var scenarios = []struct {
 		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prom"}},
 		"secretKey":      map[string]any{"value": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="},
 		"node":           map[string]any{"reconnect_interval": "10s", "memory_limit": "256MiB"},
-		"envoyConfig": map[string]any{"rls.yaml": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"},
+		"envoyConfig":    map[string]any{"rls.yaml": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"},
 		"rules": []any{
 			map[string]any{"name": "api", "rate": "10/s", "burst": 20, "strategy": "owner"},
 			map[string]any{"name": "tenant", "rate": "1000/min", "strategy": "gdrl", "key": "{header:x-tenant}"},
@@ -61,7 +63,14 @@ func main() {
 	chartDir := flag.String("chart", "../helm/tokenmesh", "the chart directory")
 	write := flag.String("write", "", "write the \"manifests\" scenario's render to this file")
 	check := flag.String("check", "", "fail when this file differs from the \"manifests\" scenario's render")
+	dashboard := flag.String("dashboard", "", "also check this Grafana dashboard: every tokenmesh_* metric it queries is one server/ exports")
 	flag.Parse()
+	if *dashboard != "" {
+		if err := checkDashboard(*dashboard, "../../server"); err != nil {
+			fmt.Fprintln(os.Stderr, "charttest:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(*chartDir, *write, *check); err != nil {
 		fmt.Fprintln(os.Stderr, "charttest:", err)
 		os.Exit(1)
@@ -316,5 +325,64 @@ func checkStatefulSet(sts *appsv1.StatefulSet, services map[string]corev1.Servic
 			return fmt.Errorf("the Secret's key is not a tokenmesh secret key: %w", err)
 		}
 	}
+	return nil
+}
+
+// checkDashboard decodes the dashboard and checks that every panel has
+// queries and every tokenmesh_* metric they name (a histogram's _bucket
+// series by its name) is registered in the Go files of serverDir.
+func checkDashboard(path, serverDir string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var d struct {
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	srcs, err := filepath.Glob(filepath.Join(serverDir, "*.go"))
+	if err != nil {
+		return err
+	}
+	var code strings.Builder
+	for _, f := range srcs {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		code.Write(b)
+	}
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(tokenmesh_[a-z_]+)"`).FindAllStringSubmatch(code.String(), -1) {
+		exported[m[1]] = true
+	}
+	if len(d.Panels) == 0 || len(exported) == 0 {
+		return fmt.Errorf("%s: %d panels, %d metrics found in %s", path, len(d.Panels), len(exported), serverDir)
+	}
+	metric := regexp.MustCompile(`tokenmesh_[a-z_]+`)
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			return fmt.Errorf("%s: panel %q has no query", path, p.Title)
+		}
+		for _, t := range p.Targets {
+			for _, name := range metric.FindAllString(t.Expr, -1) {
+				if !exported[name] && !exported[strings.TrimSuffix(name, "_bucket")] {
+					return fmt.Errorf("%s: panel %q queries %s, which server/ does not export", path, p.Title, name)
+				}
+			}
+		}
+	}
+	fmt.Printf("ok  dashboard  %d panels\n", len(d.Panels))
 	return nil
 }
