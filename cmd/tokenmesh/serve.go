@@ -241,6 +241,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if f.Node.MemoryLimit > 0 {
 		debug.SetMemoryLimit(f.Node.MemoryLimit)
 		logger.Info("memory limit set (node.memory_limit)", "bytes", f.Node.MemoryLimit)
+		fmt.Fprintf(banner, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
 	}
 	rules, err := f.ClusterRules()
 	if err != nil {
@@ -252,7 +253,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	var envoyCfg *envoyrls.Config
 	var envoyRules []cluster.Rule // the rules derived from envoyCfg (kept as they are by a reload)
-	var lcEpoch time.Time // the node's time base: clusterEpoch with peers or fixed_window rules
+	var lcEpoch time.Time         // the node's time base: clusterEpoch with peers or fixed_window rules
 	if networked {
 		lcEpoch = clusterEpoch
 	}
@@ -389,7 +390,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		fmt.Fprintf(banner, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
 	for _, r := range rules {
-		fmt.Fprintf(banner, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
+		fmt.Fprintf(banner, "rule %s: rate %s/s, burst %d, strategy %s\n", r.Name, plainNumber(r.Rate.PerSec()), r.Burst, r.Strategy)
 		if logFormat == "json" {
 			logger.Info("rule", "rule", r.Name, "rate_per_s", r.Rate.PerSec(), "burst", r.Burst, "strategy", r.Strategy)
 		}

@@ -225,3 +225,15 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainNumber: rates print without exponents (issue 15, part 5).
+func TestPlainNumber(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{1e9, "1000000000"}, {0.5, "0.5"}, {100.0 / 6, "16.666667"}, {10, "10"}, {1.0 / 3600, "0.000278"}} {
+		if got := plainNumber(c.v); got != c.want {
+			t.Errorf("plainNumber(%v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
