@@ -237,3 +237,12 @@ func TestPlainNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestExperimentListsWithoutName: `tokenmesh experiment` with no name
+// lists the experiments and exits 0 (issue 15, part 5).
+func TestExperimentListsWithoutName(t *testing.T) {
+	stdout, stderr, code := tokenmesh(t, "experiment")
+	if code != 0 || !strings.Contains(stdout, "Experiments") || !strings.Contains(stdout, "gdrl-ring") {
+		t.Errorf("experiment with no name: exit %d, stdout %q, stderr %q; want the list", code, stdout, stderr)
+	}
+}
