@@ -49,6 +49,10 @@ package server
 //	                                                 the rate (strategy.ShareReporter), and not
 //	                                                 while keys is 0
 //
+// Set once by serve (Server.SetBuildInfo):
+//
+//	tokenmesh_build_info{version,revision,goversion} gauge, always 1: the binary's build
+//
 // Plus the standard go_* and process_* collectors.
 
 import (
