@@ -107,7 +107,13 @@ type Report struct {
 	Over         int
 	// P50 and P99 are the decision latencies of the answered checks in range.
 	P50, P99 time.Duration
+	// ErrorKinds counts the failed checks by error text, for at most
+	// maxErrorKinds distinct texts (the rest count under "other").
+	ErrorKinds map[string]int
 }
+
+// maxErrorKinds bounds Report.ErrorKinds.
+const maxErrorKinds = 8
 
 // ErrEmptyRange is returned by Check when to < from.
 var ErrEmptyRange = errors.New("chaos: range ends before it starts")
@@ -155,6 +161,14 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		if d.Err != nil {
 			st.rep.Errors++
 			rep.Errors++
+			if rep.ErrorKinds == nil {
+				rep.ErrorKinds = map[string]int{}
+			}
+			msg := d.Err.Error()
+			if _, ok := rep.ErrorKinds[msg]; !ok && len(rep.ErrorKinds) >= maxErrorKinds {
+				msg = "other"
+			}
+			rep.ErrorKinds[msg]++
 			continue
 		}
 		lat = append(lat, d.Latency)

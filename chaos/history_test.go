@@ -97,7 +97,7 @@ func TestCheckRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.MaxViolation != 2 || rep.Over != 1 || rep.Admitted != 17 || rep.Errors != 1 || rep.Checks != 18 {
+	if rep.MaxViolation != 2 || rep.Over != 1 || rep.Admitted != 17 || rep.Errors != 1 || rep.Checks != 18 || rep.ErrorKinds["unreachable"] != 1 {
 		t.Fatalf("whole run: %+v", rep)
 	}
 	if k := rep.Keys[0]; k.WorstFrom != time.Second || k.WorstTo != time.Second {

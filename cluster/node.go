@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,12 @@ type Rule struct {
 	Burst    int64       // tokens
 	Strategy string      // a name from strategy/all
 	Params   []string    // the strategy's parameters, "name=value" (unprefixed: "gossip=20ms")
+	// Partition is the rule's split-brain rule (strategy.Config.Partition).
+	// A "partition=available|conserve" entry in Params (the generic
+	// strategy.PartitionParam) sets it too; the two must agree.
+	// PartitionConserve needs a strategy that implements
+	// strategy.Conserver: New refuses it otherwise.
+	Partition strategy.PartitionMode
 }
 
 // Config is one node.
@@ -238,6 +245,7 @@ const (
 	evBatch
 	evFrame
 	evMembers
+	evExpected
 	evInspect
 	evLeave
 	evRules // SetRules (reload.go)
@@ -286,6 +294,7 @@ type Node struct {
 	nextID      uint64
 	incarnation uint64
 	members     []strategy.NodeID
+	expected    []strategy.NodeID // the last agreed members (SetExpected)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -353,7 +362,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		self: cfg.Self, rules: map[string]*ruleState{}, transport: cfg.Transport, maxTokens: cfg.MaxTokens,
 		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{}, wakes: minheap.New(wakeBefore),
-		members: members, done: make(chan struct{}), stopped: make(chan struct{}),
+		members: members, expected: slices.Clone(members), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.start = time.Now()
@@ -385,14 +394,28 @@ func New(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 		}
+		params, mode, err := strategy.TakePartition(params)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		}
+		if slices.ContainsFunc(r.Params, isPartitionParam) && r.Partition != strategy.PartitionAvailable && mode != r.Partition {
+			return nil, fmt.Errorf("cluster: rule %q: partition %s and parameter partition=%s disagree", r.Name, r.Partition, mode)
+		}
+		if mode == strategy.PartitionAvailable {
+			mode = r.Partition
+		}
 		s, err := info.New(strategy.Config{
 			Self: cfg.Self, Members: slices.Clone(members), Rate: r.Rate, Burst: r.Burst,
 			Rand:   rand.New(rand.NewPCG(cfg.Seed, rendezvous.HashString(string(cfg.Self)+"\x00"+r.Name))),
-			Params: params, LatencyHint: cfg.LatencyHint,
+			Params: params, LatencyHint: cfg.LatencyHint, Partition: mode,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
 		}
+		if err := strategy.CheckPartition(r.Strategy, s, mode); err != nil {
+			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		}
+		r.Partition = mode
 		r.Params = slices.Clone(r.Params)
 		rs := &ruleState{idx: i, rule: r, s: s, pending: map[uint64]pendingCheck{}}
 		n.rules[r.Name] = rs
@@ -563,6 +586,27 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 		return fmt.Errorf("cluster: SetMembers: %w", err)
 	}
 	return n.call(context.Background(), event{kind: evMembers, members: m})
+}
+
+// SetExpected tells every rule's strategy that implements
+// strategy.Conserver the last agreed members: the live ones plus those
+// that failed (not left) less than reconnect_timeout ago
+// (membership.Membership.Expected). Self is added if missing, duplicates
+// are removed, the order does not matter. It returns once the strategies
+// have been told. Errors: an empty member name, ErrClosed.
+func (n *Node) SetExpected(expected []strategy.NodeID) error {
+	m, err := normMembers(n.self, expected)
+	if err != nil {
+		return fmt.Errorf("cluster: SetExpected: %w", err)
+	}
+	return n.call(context.Background(), event{kind: evExpected, members: m})
+}
+
+// isPartitionParam reports whether a "name=value" parameter is the generic
+// partition parameter.
+func isPartitionParam(p string) bool {
+	name, _, _ := strings.Cut(p, "=")
+	return strings.TrimSpace(name) == strategy.PartitionParam
 }
 
 // call hands ev to the loop and waits until the loop has handled it (it
@@ -751,6 +795,20 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evRules:
 		n.setRules(now, ev.rules)
+		close(ev.done)
+	case evExpected:
+		if !slices.Equal(ev.members, n.expected) {
+			n.expected = ev.members
+			for _, rs := range n.order {
+				c, ok := rs.s.(strategy.Conserver)
+				if !ok {
+					continue
+				}
+				n.fx.Reset()
+				c.SetExpected(now, slices.Clone(ev.members), &n.fx)
+				n.apply(now, rs)
+			}
+		}
 		close(ev.done)
 	case evLeave, evInspect:
 		left := true

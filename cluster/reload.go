@@ -49,11 +49,12 @@ type rulesUpdate struct {
 }
 
 // SameRule reports whether a and b are the same limit: same name, rate,
-// burst, strategy and parameters (in order). SetRules keeps the state of
-// such a rule.
+// burst, strategy, partition mode and parameters (in order). SetRules
+// keeps the state of such a rule (comparing the new rule as New keeps
+// it: a partition= parameter counted as Partition).
 func SameRule(a, b Rule) bool {
 	return a.Name == b.Name && a.Rate == b.Rate && a.Burst == b.Burst && a.Strategy == b.Strategy &&
-		slices.Equal(a.Params, b.Params)
+		a.Partition == b.Partition && slices.Equal(a.Params, b.Params)
 }
 
 // SetRules replaces the node's rules with rules, in the node's loop (one
@@ -63,7 +64,7 @@ func SameRule(a, b Rule) bool {
 //     so its token buckets, leases, shares and pending checks, unchanged;
 //   - a new name starts a fresh strategy at the current time (full
 //     buckets), with the current members;
-//   - a rule whose rate, burst, strategy or params changed gets a fresh
+//   - a rule whose rate, burst, strategy, partition or params changed gets a fresh
 //     strategy (state of the old one dropped; checks it was still waiting
 //     on fail with ErrRuleChanged, and its peer counters start again at 0);
 //   - a removed rule is dropped (its waiting checks fail with
@@ -98,26 +99,47 @@ func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) 
 	return u.change, u.err
 }
 
-// newRule builds a rule's state for SetRules (loop goroutine): its
-// strategy made as New makes it, with the current members.
-func (n *Node) newRule(r Rule) (*ruleState, error) {
+// normalize checks r as New does and returns it as New keeps it (the
+// partition mode taken from Params into Partition), with what its
+// strategy is built from (loop goroutine or any: it reads no node state).
+func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 	info, err := all.Lookup(r.Strategy)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		return r, info, strategy.Params{}, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
 	params, err := strategy.ParseParams(r.Params)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+		return r, info, params, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
+	params, mode, err := strategy.TakePartition(params)
+	if err != nil {
+		return r, info, params, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
+	if slices.ContainsFunc(r.Params, isPartitionParam) && r.Partition != strategy.PartitionAvailable && mode != r.Partition {
+		return r, info, params, fmt.Errorf("cluster: rule %q: partition %s and parameter partition=%s disagree", r.Name, r.Partition, mode)
+	}
+	if mode == strategy.PartitionAvailable {
+		mode = r.Partition
+	}
+	r.Partition = mode
+	r.Params = slices.Clone(r.Params)
+	return r, info, params, nil
+}
+
+// newRule builds the state of r (normalized) for SetRules (loop
+// goroutine): its strategy made as New makes it, with the current members.
+func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
 	s, err := info.New(strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
-		Params: params, LatencyHint: n.hint,
+		Params: params, LatencyHint: n.hint, Partition: r.Partition,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
 	}
-	r.Params = slices.Clone(r.Params)
+	if err := strategy.CheckPartition(r.Strategy, s, r.Partition); err != nil {
+		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
 	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}}, nil
 }
 
@@ -127,13 +149,18 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 	order := make([]*ruleState, 0, len(u.rules))
 	var fresh []*ruleState
 	for _, r := range u.rules {
+		r, info, params, err := normalize(r)
+		if err != nil {
+			u.err = err
+			return // nothing changed yet
+		}
 		old, ok := n.rules[r.Name]
 		if ok && SameRule(old.rule, r) {
 			order = append(order, old)
 			ch.Kept = append(ch.Kept, r.Name)
 			continue
 		}
-		rs, err := n.newRule(r)
+		rs, err := n.newRule(r, info, params)
 		if err != nil {
 			u.err = err
 			return // nothing changed yet
@@ -192,6 +219,13 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 		n.fx.Reset()
 		rs.s.Start(now, &n.fx)
 		n.apply(now, rs)
+		if c, ok := rs.s.(strategy.Conserver); ok {
+			// The last agreed members, as the other rules were told
+			// (SetExpected).
+			n.fx.Reset()
+			c.SetExpected(now, slices.Clone(n.expected), &n.fx)
+			n.apply(now, rs)
+		}
 	}
 	u.change = ch
 }

@@ -163,3 +163,29 @@ func TestSetRulesUnderLoad(t *testing.T) {
 		t.Error("gdrl rule refused a fresh key after the reloads")
 	}
 }
+
+// TestSetRulesPartition: a rule given with partition=conserve in its
+// params is kept by an identical reload (compared as New keeps it) and
+// changed when its partition mode changes.
+func TestSetRulesPartition(t *testing.T) {
+	a := Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"partition=conserve"}}
+	cl := newCluster(t, 1, false, a)
+	n0 := cl.nodes["n0"]
+	if !check(t, n0, "a", "k", 2).Allowed {
+		t.Fatal("a: refused within the burst")
+	}
+	if ch := setRulesAll(t, cl, a); len(ch.Kept) != 1 || !ch.Empty() {
+		t.Fatalf("identical rule with partition=conserve: %+v, want kept", ch)
+	}
+	if check(t, n0, "a", "k", 1).Allowed {
+		t.Error("a: allowed after an identical reload; its bucket was reset")
+	}
+	b := a
+	b.Params = nil
+	if ch := setRulesAll(t, cl, b); len(ch.Changed) != 1 {
+		t.Fatalf("partition conserve -> available: %+v, want changed", ch)
+	}
+	if !check(t, n0, "a", "k", 1).Allowed {
+		t.Error("a: refused after its partition mode changed; want a fresh bucket")
+	}
+}

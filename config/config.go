@@ -269,7 +269,20 @@ type Rule struct {
 	// Params are the strategy's parameters ("hold" -> "2ms"), unprefixed;
 	// the strategy rejects names it does not know.
 	Params map[string]string
+	// Partition is the rule's split-brain rule: "available" (the default,
+	// DefaultPartition) or "conserve" (a side that sees k of the last
+	// agreed N members enforces k/N of the rate and burst; only for the
+	// strategies that implement strategy.Conserver). See
+	// docs/OPERATIONS.md, "Partitions".
+	Partition string
 }
+
+// DefaultPartition is a rule's partition option when it sets none:
+// available. A crash looks like a partition to the survivors, and under
+// conserve they enforce (N-1)/N of the limit until the crashed member
+// returns or reconnect_timeout (24 h by default) passes; docs/EVALUATION.md
+// has the measurement behind the choice.
+const DefaultPartition = "available"
 
 // raw mirrors the YAML; scalars are strings so that this package, not the
 // YAML library, decides what a rate or a duration is.
@@ -321,12 +334,13 @@ type rawTLS struct {
 }
 
 type rawRule struct {
-	Name     string            `yaml:"name"`
-	Key      string            `yaml:"key"`
-	Rate     string            `yaml:"rate"`
-	Burst    *string           `yaml:"burst"`
-	Strategy string            `yaml:"strategy"`
-	Params   map[string]string `yaml:"params"`
+	Name      string            `yaml:"name"`
+	Key       string            `yaml:"key"`
+	Rate      string            `yaml:"rate"`
+	Burst     *string           `yaml:"burst"`
+	Strategy  string            `yaml:"strategy"`
+	Params    map[string]string `yaml:"params"`
+	Partition string            `yaml:"partition"`
 }
 
 // Error is a configuration error: where (file, line if known, field path)
@@ -799,7 +813,7 @@ func ParseBytes(s string) (int64, error) {
 func (p *parser) rule(i int, raw rawRule) Rule {
 	field := func(k string) string { return fmt.Sprintf("rules[%d].%s", i, k) }
 	path := func(k ...any) []any { return append([]any{"rules", i}, k...) }
-	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
+	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy, Partition: raw.Partition}
 	if r.Name == "" {
 		p.fail(field("name"), path("name"), "is required")
 	} else if err := checkName(r.Name); err != nil {
@@ -839,6 +853,24 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	}
 	if len(raw.Params) > 0 {
 		r.Params = maps.Clone(raw.Params)
+	}
+	// The generic strategy parameter partition (what `tokenmesh replay
+	// --param partition=...` writes) is the rule option too.
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		if r.Partition != "" && r.Partition != v {
+			p.fail(field("partition"), path("partition"), "%q and params.partition %q disagree", r.Partition, v)
+		}
+		r.Partition = v
+		delete(r.Params, strategy.PartitionParam)
+		if len(r.Params) == 0 {
+			r.Params = nil
+		}
+	}
+	if r.Partition == "" {
+		r.Partition = DefaultPartition
+	}
+	if _, err := strategy.ParsePartitionMode(r.Partition); err != nil {
+		p.fail(field("partition"), path("partition"), "%q: want available or conserve", r.Partition)
 	}
 	if p.err != nil {
 		return r
@@ -1045,6 +1077,20 @@ func (r Rule) check() error {
 	if err != nil {
 		return &checkError{field: "strategy", msg: err.Error()}
 	}
+	mode, err := strategy.ParsePartitionMode(r.Partition)
+	if err != nil {
+		return &checkError{field: "partition", msg: fmt.Sprintf("%q: want available or conserve", r.Partition)}
+	}
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		pmode, err := strategy.ParsePartitionMode(v)
+		if err != nil {
+			return &checkError{field: "params.partition", param: strategy.PartitionParam, msg: fmt.Sprintf("%q: want available or conserve", v)}
+		}
+		if r.Partition != "" && r.Partition != DefaultPartition && pmode != mode {
+			return &checkError{field: "partition", msg: fmt.Sprintf("%q and params.partition %q disagree", r.Partition, v)}
+		}
+		mode = pmode
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		v := r.Params[k]
 		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
@@ -1059,13 +1105,19 @@ func (r Rule) check() error {
 	if err != nil {
 		return &checkError{field: "params", msg: err.Error()}
 	}
+	params, _, _ = strategy.TakePartition(params) // checked above: mode
 	// A throwaway instance lets the strategy itself reject unknown or bad
 	// parameters (and any rate/burst it cannot split).
 	self := strategy.NodeID("config-check")
-	_, err = info.New(strategy.Config{
+	inst, err := info.New(strategy.Config{
 		Self: self, Members: []strategy.NodeID{self}, Rate: r.Rate, Burst: r.Burst,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: params,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: params, Partition: mode,
 	})
+	if err == nil {
+		if err := strategy.CheckPartition(r.Strategy, inst, mode); err != nil {
+			return &checkError{field: "partition", msg: err.Error()}
+		}
+	}
 	if err != nil {
 		f := "strategy"
 		if len(r.Params) > 0 {
@@ -1082,6 +1134,10 @@ func (r Rule) check() error {
 
 func (r Rule) clusterRule() cluster.Rule {
 	cr := cluster.Rule{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy}
+	cr.Partition, _ = strategy.ParsePartitionMode(r.Partition) // checked by check
+	if v, ok := r.Params[strategy.PartitionParam]; ok {
+		cr.Partition, _ = strategy.ParsePartitionMode(v) // it wins over the default (check)
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
 		cr.Params = append(cr.Params, k+"="+r.Params[k])
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/strategy"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,6 +174,10 @@ func TestParseBad(t *testing.T) {
 		{"unknown param", "rules:\n  - name: a\n    rate: 1/s\n    strategy: owner\n    params:\n      hodl: 2ms\n", []string{"t.yaml:6: rules[0].params", "hodl"}, 6},
 		{"bad param value", "rules:\n  - name: a\n    rate: 1/s\n    params: {hold: soon}\n", []string{"rules[0].params", "hold"}, 0},
 		{"param for a strategy without params", "rules: [{name: a, rate: 1/s, strategy: local, params: {x: 1}}]", []string{"rules[0].params", "takes no parameters"}, 0},
+		{"bad partition", "rules:\n  - name: a\n    rate: 1/s\n    partition: maybe\n", []string{"t.yaml:4: rules[0].partition", `"maybe": want available or conserve`}, 4},
+		{"conserve for local", "rules: [{name: a, rate: 1/s, strategy: local, partition: conserve}]", []string{"rules[0].partition", "local does not implement"}, 0},
+		{"partition and the param disagree", "rules: [{name: a, rate: 1/s, strategy: gdrl, partition: available, params: {partition: conserve}}]", []string{"rules[0].partition", "disagree"}, 0},
+		{"partition param bad", "rules: [{name: a, rate: 1/s, strategy: gdrl, params: {partition: never}}]", []string{"rules[0].partition", `"never": want available or conserve`}, 0},
 		{"param name with dot", "rules: [{name: a, rate: 1/s, params: {owner.hold: 1ms}}]", []string{"rules[0].params"}, 0},
 		{"param value with comma", "rules: [{name: a, rate: 1/s, params: {hold: '1ms,timeout=2s'}}]", []string{"rules[0].params.hold"}, 0},
 		{"bad key template", "rules: [{name: a, rate: 1/s, key: '{tenant'}]", []string{"rules[0].key", "unclosed"}, 0},
@@ -456,5 +461,31 @@ func TestAPITimeouts(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "api_timeouts") && !strings.Contains(err.Error(), "reed") {
 			t.Errorf("api_timeouts %s: %v", bad, err)
 		}
+	}
+}
+
+// The partition option: available by default, conserve for the strategies
+// that implement it, carried to cluster.Rule.
+func TestPartitionOption(t *testing.T) {
+	f, err := Parse([]byte("rules:\n  - {name: a, rate: 1/s, strategy: gdrl, partition: conserve}\n  - {name: b, rate: 1/s, strategy: static}\n  - {name: c, rate: 1/s, strategy: owner, partition: available}\n  - {name: d, rate: 1/s, strategy: tbqueue, params: {partition: conserve, gossip: 100ms}}\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := f.ClusterRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// d: the generic parameter (what replay writes) is the rule option.
+	want := []strategy.PartitionMode{strategy.PartitionConserve, strategy.PartitionAvailable, strategy.PartitionAvailable, strategy.PartitionConserve}
+	for i, r := range rules {
+		if r.Partition != want[i] {
+			t.Errorf("rule %s: partition %v, want %v", r.Name, r.Partition, want[i])
+		}
+	}
+	if f.Rules[1].Partition != "available" {
+		t.Errorf("rule b: partition %q, want the default available", f.Rules[1].Partition)
+	}
+	if _, ok := f.Rules[3].Params["partition"]; ok || f.Rules[3].Params["gossip"] != "100ms" {
+		t.Errorf("rule d: params %v, want gossip only (partition moved to the option)", f.Rules[3].Params)
 	}
 }

@@ -80,6 +80,9 @@ type RuleConfig struct {
 	Burst      int64    // bucket capacity, tokens
 	Strategy   string   // empty: "owner"
 	Params     []string // "name=value", the strategy's parameters
+	// Partition is the split-brain rule: "" or "available" (the default),
+	// or "conserve" (cluster.Rule.Partition; see docs/OPERATIONS.md).
+	Partition string
 }
 
 // rule converts r to the cluster's exact form (defaulting the strategy).
@@ -95,7 +98,11 @@ func (r RuleConfig) rule() (cluster.Rule, error) {
 	if s == "" {
 		s = "owner"
 	}
-	return cluster.Rule{Name: r.Name, Rate: rate, Burst: r.Burst, Strategy: s, Params: slices.Clone(r.Params)}, nil
+	mode, err := strategy.ParsePartitionMode(r.Partition)
+	if err != nil {
+		return cluster.Rule{}, fmt.Errorf("limiter: rule %q: %w", r.Name, err)
+	}
+	return cluster.Rule{Name: r.Name, Rate: rate, Burst: r.Burst, Strategy: s, Params: slices.Clone(r.Params), Partition: mode}, nil
 }
 
 // PeerConfig makes the node a member of a networked cluster: peer frames
@@ -227,6 +234,7 @@ type Node struct {
 	mu      sync.Mutex
 	members []string          // as last handed to node by gossip
 	latest  []strategy.NodeID // the same, for attach
+	expect  []strategy.NodeID // the last agreed members from gossip, for attach (partition: conserve)
 }
 
 // Start starts a node. ctx bounds the start only (joining the gossip
@@ -376,7 +384,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
 		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
-		Log: p.MembershipLog, OnChange: n.membersChanged}
+		Log: p.MembershipLog, OnChange: n.membersChanged, OnExpected: n.expectedChanged}
 	if p.GossipAddr != "" {
 		host, port, err := net.SplitHostPort(p.GossipAddr)
 		if err != nil {
@@ -446,14 +454,29 @@ func (n *Node) membersChanged(members map[strategy.NodeID]string) {
 	}
 }
 
+// expectedChanged is gossip's OnExpected: the last agreed members (live,
+// and failed within reconnect_timeout) go to the node's strategies
+// (cluster.Node.SetExpected; they matter under partition: conserve).
+func (n *Node) expectedChanged(expected []strategy.NodeID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.expect = expected
+	if n.node != nil {
+		_ = n.node.SetExpected(expected) // a closed node's error is ignored
+	}
+}
+
 // attach makes node the target of membership changes, handing it the
-// members gossip reported before it existed.
+// members (and the expected members) gossip reported before it existed.
 func (n *Node) attach(node *cluster.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.node = node
 	if n.latest != nil {
 		_ = node.SetMembers(n.latest)
+	}
+	if n.expect != nil {
+		_ = node.SetExpected(n.expect)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -63,6 +64,15 @@ type Faults interface {
 	Heal() error                     // undo Partition
 }
 
+// Restarter is implemented by targets that can bring a killed node back; a
+// replay with Restart events needs it. Restart starts node again and
+// returns once it serves checks (or with the reason it cannot); Run calls it
+// from its own goroutine, so requests keep going out on time meanwhile, and
+// sends the node requests again only once it has returned.
+type Restarter interface {
+	Restart(node int) error
+}
+
 // StateSampler is implemented by targets that can report the size of the
 // replayed rule's strategy state at each live node; Run samples it now and
 // then for the report's state columns (0 without it).
@@ -78,6 +88,7 @@ const (
 	Kill EventKind = iota
 	Partition
 	Heal
+	Restart // a killed node starts again (Restarter)
 )
 
 // Event is a fault injected at trace time At (compared with requests'
@@ -85,7 +96,7 @@ const (
 type Event struct {
 	At     time.Duration
 	Kind   EventKind
-	Node   int     // Kill
+	Node   int     // Kill, Restart
 	Groups [][]int // Partition
 }
 
@@ -105,6 +116,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("partition %s@%v", strings.Join(gs, "|"), e.At)
 	case Heal:
 		return fmt.Sprintf("heal@%v", e.At)
+	case Restart:
+		return fmt.Sprintf("restart %d@%v", e.Node, e.At)
 	}
 	return fmt.Sprintf("event(%d)@%v", int(e.Kind), e.At)
 }
@@ -160,6 +173,14 @@ func ParsePartition(s string) (Event, error) {
 		return Event{}, fmt.Errorf("%q: a partition needs at least two groups separated by |", s)
 	}
 	return Event{At: t, Kind: Partition, Groups: groups}, nil
+}
+
+// ParseRestart parses "NODE@TIME" (e.g. "1@2m"): start node index NODE,
+// killed before, again at trace time TIME.
+func ParseRestart(s string) (Event, error) {
+	e, err := ParseKill(s)
+	e.Kind = Restart
+	return e, err
 }
 
 // ParseHeal parses "TIME": heal the partition at trace time TIME.
@@ -272,6 +293,11 @@ type Result struct {
 	// are 0 then); "" when they were.
 	BytesError string
 	Events     []string
+	// EventTimes[i] is the wall time Events[i] was applied (for a restart,
+	// when the new process was started: it serves a few seconds later).
+	EventTimes []time.Time
+	// Applied are the events applied, in order (Events are their names).
+	Applied []Event
 
 	allowed []bool // decisions as scored (false for undecided)
 }
@@ -301,19 +327,29 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	events := slices.Clone(opts.Events)
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	faults, _ := t.(Faults)
+	restarter, _ := t.(Restarter)
 	killed := map[int]bool{}
 	for _, e := range events {
 		if faults == nil {
 			return nil, fmt.Errorf("replay: %v: the target cannot inject faults", e)
 		}
-		if e.Kind == Kill {
+		switch e.Kind {
+		case Kill, Restart:
 			if e.Node < 0 || e.Node >= n {
 				return nil, fmt.Errorf("replay: %v: no node %d (nodes 0..%d)", e, e.Node, n-1)
 			}
-			if killed[e.Node] {
-				return nil, fmt.Errorf("replay: %v: node %d is killed twice", e, e.Node)
-			}
+		}
+		switch {
+		case e.Kind == Kill && killed[e.Node]:
+			return nil, fmt.Errorf("replay: %v: node %d is killed twice (without a restart between)", e, e.Node)
+		case e.Kind == Kill:
 			killed[e.Node] = true
+		case e.Kind == Restart && restarter == nil:
+			return nil, fmt.Errorf("replay: %v: the target cannot restart a node", e)
+		case e.Kind == Restart && !killed[e.Node]:
+			return nil, fmt.Errorf("replay: %v: node %d is not down at that time (restart only a killed node)", e, e.Node)
+		case e.Kind == Restart:
+			killed[e.Node] = false
 		}
 		for _, g := range e.Groups {
 			for _, x := range g {
@@ -347,6 +383,9 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		out[i].Node = -1
 	}
 	jobs := make(chan job, 4*senders)
+	// inflight[node] counts the requests handed to the senders for node and
+	// not answered yet: a kill waits for them (see apply).
+	inflight := make([]atomic.Int64, n)
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Add(1)
@@ -360,6 +399,7 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 				o.Allowed, o.Err = t.Check(cctx, o.Node, reqs[j.i].Key, reqs[j.i].Tokens)
 				cancel()
 				o.Latency = time.Since(start)
+				inflight[o.Node].Add(-1)
 				if o.Err != nil {
 					o.Allowed = false
 				}
@@ -427,7 +467,39 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	}
 	var runErr error
 	var applied []string
+	var appliedAt []time.Time
+	var appliedEvents []Event
 	var crashed []string
+	// Restarts run in their own goroutines (a process takes wall seconds to
+	// come up and join); a node is sent requests again once its Restart
+	// returned. pending[node] is closed when it has.
+	type restarted struct {
+		node int
+		err  error
+	}
+	restartDone := make(chan restarted, len(events))
+	pending := map[int]chan struct{}{}
+	var restarts sync.WaitGroup
+	collect := func(r restarted) error {
+		if r.err != nil {
+			return fmt.Errorf("replay: restart %d: %w", r.node, r.err)
+		}
+		alive = append(alive, r.node)
+		slices.Sort(alive)
+		return nil
+	}
+	drain := func() error { // the restarts that have returned
+		for {
+			select {
+			case r := <-restartDone:
+				if err := collect(r); err != nil {
+					return err
+				}
+			default:
+				return nil
+			}
+		}
+	}
 	apply := func(e Event) error {
 		if err := sleepUntil(ctx, dueAt(e.At)); err != nil {
 			return err
@@ -435,9 +507,32 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		var err error
 		switch e.Kind {
 		case Kill:
+			if ch, ok := pending[e.Node]; ok {
+				<-ch // its restart is still under way: let it finish first
+				if err := drain(); err != nil {
+					return err
+				}
+			}
+			// The requests due before the kill and sent to this node are
+			// answered before it (at most timeout): on a loaded machine the
+			// senders lag, and a request still queued would otherwise meet a
+			// dead node it reached, on the trace's timeline, while it lived.
+			for wait := time.Now().Add(timeout); inflight[e.Node].Load() > 0 && time.Now().Before(wait); {
+				time.Sleep(time.Millisecond)
+			}
 			alive = slices.DeleteFunc(alive, func(x int) bool { return x == e.Node })
 			crashed = append(crashed, strconv.Itoa(e.Node))
 			err = faults.Kill(e.Node)
+		case Restart:
+			ch := make(chan struct{})
+			pending[e.Node] = ch
+			restarts.Add(1)
+			go func(node int) {
+				defer restarts.Done()
+				err := restarter.Restart(node)
+				restartDone <- restarted{node, err}
+				close(ch)
+			}(e.Node)
 		case Partition:
 			err = faults.Partition(e.Groups...)
 		case Heal:
@@ -447,6 +542,8 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 			return fmt.Errorf("replay: %v: %w", e, err)
 		}
 		applied = append(applied, e.String())
+		appliedAt = append(appliedAt, time.Now())
+		appliedEvents = append(appliedEvents, e)
 		return nil
 	}
 	ei := 0
@@ -461,16 +558,21 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		if runErr = sleepUntil(ctx, due); runErr != nil {
 			break
 		}
+		if runErr = drain(); runErr != nil {
+			break
+		}
 		if len(alive) == 0 {
 			out[i].Err = ErrNoLiveNode
 		} else {
 			out[i].Node = alive[assign.Assign(&reqs[i], i, len(alive))]
+			inflight[out[i].Node].Add(1)
 			select {
 			case jobs <- job{i, due}:
 			case <-ctx.Done():
 				runErr = ctx.Err()
 			}
 			if runErr != nil {
+				inflight[out[i].Node].Add(-1)
 				out[i].Node = -1
 				break
 			}
@@ -482,13 +584,20 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	close(jobs)
 	wg.Wait()
 	wall := time.Since(origin)
+	restarts.Wait()
+	close(restartDone)
+	for r := range restartDone {
+		if r.err != nil && runErr == nil {
+			runErr = fmt.Errorf("replay: restart %d: %w", r.node, r.err)
+		}
+	}
 	close(stopSampling)
 	<-sampled
 	if runErr != nil {
 		return nil, runErr
 	}
 
-	res := &Result{Outcomes: out, Wall: wall, Events: applied}
+	res := &Result{Outcomes: out, Wall: wall, Events: applied, EventTimes: appliedAt, Applied: appliedEvents}
 	allowed := make([]bool, len(reqs))
 	lat := make([]time.Duration, 0, len(reqs))
 	for i := range out {
@@ -525,6 +634,10 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	res.allowed = allowed
 	return res, nil
 }
+
+// Allowed is request i's decision as scored: after canonicalize, false
+// for an undecided request.
+func (r *Result) Allowed(i int) bool { return r.allowed[i] }
 
 // canonicalize reorders the decisions among identical requests (same key,
 // arrival and tokens: the trace cannot tell them apart) so that the
@@ -783,6 +896,7 @@ func (p *InProcess) Close() error {
 // (localcluster.Cluster has these methods).
 type Cluster interface {
 	Kill(i int) error
+	Restart(ctx context.Context, i int) error // start a killed node again; returns once it serves
 	Partition(groups ...[]int) error
 	Heal() error
 	Metrics(ctx context.Context, i int) (string, error) // Prometheus text of node i's GET /metrics
@@ -801,16 +915,25 @@ type LiveTarget struct {
 
 	mu     sync.Mutex
 	killed []bool
-	msgs   []int64 // last read, per node
+	msgs   []int64 // last read, per node (this life of the process)
 	bytes  []int64
+	// msgsBefore and bytesBefore are the counts of the node's earlier
+	// lives (read just before each kill): a restarted process counts from 0.
+	msgsBefore  []int64
+	bytesBefore []int64
 }
+
+// RestartTimeout bounds LiveTarget.Restart: starting a process, joining
+// the cluster and waiting until every node sees every member.
+const RestartTimeout = time.Minute
 
 // NewLiveTarget connects to the nodes' gRPC API addresses (grpcAddrs[i] is
 // node i of c) for rule; opts are added to the dial options (e.g.
 // localcluster.Cluster.DialOptions for nodes in network namespaces).
 func NewLiveTarget(c Cluster, grpcAddrs []string, rule string, opts ...grpc.DialOption) (*LiveTarget, error) {
 	n := len(grpcAddrs)
-	l := &LiveTarget{c: c, rule: rule, killed: make([]bool, n), msgs: make([]int64, n), bytes: make([]int64, n)}
+	l := &LiveTarget{c: c, rule: rule, killed: make([]bool, n), msgs: make([]int64, n), bytes: make([]int64, n),
+		msgsBefore: make([]int64, n), bytesBefore: make([]int64, n)}
 	for _, addr := range grpcAddrs {
 		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 		if err != nil {
@@ -892,8 +1015,8 @@ func (l *LiveTarget) Bytes(ctx context.Context) (msgs, bytes int64, err error) {
 		if !l.killed[i] {
 			errs = append(errs, l.scrape(ctx, i))
 		}
-		msgs += l.msgs[i]
-		bytes += l.bytes[i]
+		msgs += l.msgsBefore[i] + l.msgs[i]
+		bytes += l.bytesBefore[i] + l.bytes[i]
 	}
 	return msgs, bytes, errors.Join(errs...)
 }
@@ -933,7 +1056,37 @@ func (l *LiveTarget) Kill(i int) error {
 	_ = l.scrape(ctx, i) // best effort: the counters so far
 	cancel()
 	l.killed[i] = true
+	l.msgsBefore[i] += l.msgs[i]
+	l.bytesBefore[i] += l.bytes[i]
+	l.msgs[i], l.bytes[i] = 0, 0
 	return l.c.Kill(i)
+}
+
+// Restart implements Restarter: it starts killed node i again
+// (Cluster.Restart, within RestartTimeout) and counts its traffic from
+// then on, on top of what it sent before its kill. The gRPC connection to
+// the node reconnects by itself (same address).
+func (l *LiveTarget) Restart(i int) error {
+	l.mu.Lock()
+	if i < 0 || i >= len(l.killed) {
+		l.mu.Unlock()
+		return fmt.Errorf("replay: restart: no node %d", i)
+	}
+	if !l.killed[i] {
+		l.mu.Unlock()
+		return fmt.Errorf("replay: restart: node %d was not killed", i)
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), RestartTimeout)
+	defer cancel()
+	if err := l.c.Restart(ctx, i); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.killed[i] = false
+	l.msgs[i], l.bytes[i] = 0, 0
+	l.mu.Unlock()
+	return nil
 }
 
 // Partition implements Faults.

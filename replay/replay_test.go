@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -446,5 +447,213 @@ func TestLiveTargetBytesKeepsKilledNodes(t *testing.T) {
 	c.sent[0], c.sent[2] = 110, 310
 	if msgs, bytes, err := l.Bytes(ctx); err != nil || bytes != 110+250+310 || msgs != 11+25+31 {
 		t.Fatalf("after kill: %d %d %v; want 67 670 (node 1 as read at its kill)", msgs, bytes, err)
+	}
+}
+
+// restartTarget is a fakeTarget that can restart a node: a killed node
+// refuses checks until its Restart, which takes restartTakes of wall time.
+type restartTarget struct {
+	*fakeTarget
+	restartTakes time.Duration
+	restarts     []int
+	fail         error
+}
+
+func (r *restartTarget) Restart(node int) error {
+	time.Sleep(r.restartTakes)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	r.restarts = append(r.restarts, node)
+	r.kills = slices.DeleteFunc(r.kills, func(k fakeKill) bool { return k.node == node })
+	return nil
+}
+
+func TestRestartSendsToNodeAgainOnceItServes(t *testing.T) {
+	// Requests every 50 ms of trace time over 3 s, at speed 2; node 1 is
+	// killed at 0.5 s and restarted at 1 s; its restart takes 300 ms of
+	// wall time (0.6 s of trace time), during which node 1 gets nothing.
+	var reqs []workload.Request
+	for i := range 60 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 50 * time.Millisecond, Key: fmt.Sprintf("k%d", i%5), Tokens: 1})
+	}
+	tr := &workload.Trace{Name: "restart", Requests: reqs}
+	f := &restartTarget{fakeTarget: &fakeTarget{n: 3, start: time.Now()}, restartTakes: 300 * time.Millisecond}
+	kill, _ := ParseKill("1@500ms")
+	restart, err := ParseRestart("1@1s")
+	if err != nil || restart.Kind != Restart || restart.Node != 1 || restart.At != time.Second {
+		t.Fatalf("ParseRestart: %+v %v", restart, err)
+	}
+	res, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: 2,
+		AssignPolicy: "roundrobin", Events: []Event{restart, kill}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.restarts, []int{1}) || !slices.Equal(res.Events, []string{"kill 1@500ms", "restart 1@1s"}) || len(res.EventTimes) != 2 {
+		t.Fatalf("restarts %v, events %v at %v", f.restarts, res.Events, res.EventTimes)
+	}
+	if res.Errors != 0 {
+		t.Errorf("%d errors (first %s): no request should reach node 1 while it is down", res.Errors, res.FirstError)
+	}
+	var during, after int
+	for i, o := range res.Outcomes {
+		at := reqs[i].Arrival
+		switch {
+		case at >= 500*time.Millisecond && at < time.Second+400*time.Millisecond && o.Node == 1:
+			during++ // down, or restarting (300 ms wall = 600 ms trace)
+		case at >= 2*time.Second && o.Node == 1:
+			after++
+		}
+	}
+	if during != 0 {
+		t.Errorf("%d requests went to node 1 while it was down or restarting", during)
+	}
+	if res.MaxLateness < 50*time.Millisecond && after == 0 {
+		t.Errorf("no request went to node 1 after its restart")
+	}
+}
+
+func TestRestartErrors(t *testing.T) {
+	tr := &workload.Trace{Name: "t", Requests: []workload.Request{{Arrival: 0, Key: "k", Tokens: 1}, {Arrival: 100 * time.Millisecond, Key: "k", Tokens: 1}}}
+	opts := func(evs ...Event) Options {
+		return Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 10, Speed: 10, AssignPolicy: "hash", Events: evs}
+	}
+	kill := Event{At: 0, Kind: Kill, Node: 1}
+	restart := Event{At: 50 * time.Millisecond, Kind: Restart, Node: 1}
+	for name, c := range map[string]struct {
+		o    Options
+		t    Target
+		want string
+	}{
+		"not killed":     {opts(restart), &restartTarget{fakeTarget: &fakeTarget{n: 3}}, "not down"},
+		"restart first":  {opts(Event{At: 0, Kind: Restart, Node: 1}, Event{At: 50 * time.Millisecond, Kind: Kill, Node: 1}), &restartTarget{fakeTarget: &fakeTarget{n: 3}}, "not down"},
+		"no node":        {opts(kill, Event{At: 50 * time.Millisecond, Kind: Restart, Node: 4}), &restartTarget{fakeTarget: &fakeTarget{n: 3}}, "no node 4"},
+		"cannot restart": {opts(kill, restart), &fakeTarget{n: 3}, "cannot restart"},
+		"restart failed": {opts(kill, restart), &restartTarget{fakeTarget: &fakeTarget{n: 3}, fail: errors.New("port in use")}, "port in use"},
+		"kill twice":     {opts(kill, Event{At: 50 * time.Millisecond, Kind: Kill, Node: 1}), &restartTarget{fakeTarget: &fakeTarget{n: 3}}, "killed twice"},
+	} {
+		if ft, ok := c.t.(*restartTarget); ok {
+			ft.start = time.Now()
+		}
+		_, err := Run(context.Background(), c.o, c.t)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, c.want)
+		}
+	}
+	// Kill, restart, kill again is fine.
+	f := &restartTarget{fakeTarget: &fakeTarget{n: 3, start: time.Now()}}
+	if _, err := Run(context.Background(), opts(kill, restart, Event{At: 100 * time.Millisecond, Kind: Kill, Node: 1}), f); err != nil {
+		t.Errorf("kill, restart, kill: %v", err)
+	}
+}
+
+func (c *fakeCluster) Restart(_ context.Context, i int) error {
+	if !c.killed[i] {
+		return errors.New("still running")
+	}
+	c.killed[i] = false
+	return nil
+}
+
+func TestLiveTargetRestartKeepsEarlierCounts(t *testing.T) {
+	c := &fakeCluster{sent: []int64{100, 200, 300}, killed: make([]bool, 3)}
+	l, err := NewLiveTarget(c, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, "replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Restart(1); err == nil || !strings.Contains(err.Error(), "not killed") {
+		t.Errorf("restart of a live node: %v", err)
+	}
+	if err := l.Restart(7); err == nil || !strings.Contains(err.Error(), "no node 7") {
+		t.Errorf("restart of node 7: %v", err)
+	}
+	c.sent[1] = 250
+	if err := l.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	c.sent[1] = 40 // the new process counts from 0
+	if msgs, bytes, err := l.Bytes(context.Background()); err != nil || bytes != 100+250+40+300 || msgs != 10+25+4+30 {
+		t.Fatalf("after restart: %d %d %v; want 69 690 (node 1's two lives)", msgs, bytes, err)
+	}
+}
+
+func TestMeasureDetection(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 23, 0, 0, 0, time.UTC)
+	line := func(d time.Duration, msg, node string) string {
+		return fmt.Sprintf("time=%s level=INFO msg=\"membership: %s\" member=x node=%s gossip=10.0.0.1:7946\n", t0.Add(d).Format(time.RFC3339Nano), msg, node)
+	}
+	logs := []string{
+		line(-time.Second, "member joined", "n1") + line(5*time.Second, "member failed", "n1") + "garbage line\n" +
+			line(7*time.Second, "member failed", "n2") + line(22*time.Second, "member joined", "n2") + line(23*time.Second, "member joined", "n1"),
+		line(6*time.Second, "member failed", "n0") + line(21*time.Second, "member joined", "n0"),
+		line(5500*time.Millisecond, "member failed", "n0"), // n2 never logs the heal
+	}
+	events := []Event{{Kind: Partition, Groups: [][]int{{0}, {1, 2}}}, {Kind: Heal}}
+	ds, err := MeasureDetection(3, events, []time.Time{t0, t0.Add(20 * time.Second)}, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Detection{
+		{Event: "partition 0|1,2@0s", Kind: Partition, Observer: 0, Expected: 2, Seen: 2, First: 5 * time.Second, Last: 7 * time.Second},
+		{Event: "partition 0|1,2@0s", Kind: Partition, Observer: 1, Expected: 1, Seen: 1, First: 6 * time.Second, Last: 6 * time.Second},
+		{Event: "partition 0|1,2@0s", Kind: Partition, Observer: 2, Expected: 1, Seen: 1, First: 5500 * time.Millisecond, Last: 5500 * time.Millisecond},
+		{Event: "heal@0s", Kind: Heal, Observer: 0, Expected: 2, Seen: 2, First: 2 * time.Second, Last: 3 * time.Second},
+		{Event: "heal@0s", Kind: Heal, Observer: 1, Expected: 1, Seen: 1, First: time.Second, Last: time.Second},
+		{Event: "heal@0s", Kind: Heal, Observer: 2, Expected: 1},
+	}
+	if !reflect.DeepEqual(ds, want) {
+		t.Fatalf("detections\n%+v\nwant\n%+v", ds, want)
+	}
+	// A kill and a restart: the survivors lose and regain the node; the
+	// restarted node itself is not measured.
+	logs = []string{line(4*time.Second, "member failed", "n1") + line(12*time.Second, "member joined", "n1"), "", ""}
+	ds, err = MeasureDetection(3, []Event{{Kind: Kill, Node: 1}, {Kind: Restart, Node: 1}}, []time.Time{t0, t0.Add(10 * time.Second)}, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 4 || ds[0].Observer != 0 || ds[0].First != 4*time.Second || ds[2].Observer != 0 || ds[2].First != 2*time.Second || ds[3].Observer != 2 || ds[3].Seen != 0 {
+		t.Fatalf("kill/restart detections %+v", ds)
+	}
+	if _, err := MeasureDetection(3, events, []time.Time{t0}, logs); err == nil {
+		t.Error("MeasureDetection with fewer times than events succeeded")
+	}
+}
+
+// slowTarget answers every check after delay.
+type slowTarget struct {
+	*fakeTarget
+	delay time.Duration
+}
+
+func (s *slowTarget) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
+	time.Sleep(s.delay)
+	return s.fakeTarget.Check(ctx, node, key, hits)
+}
+
+// A kill waits for the answers of the requests already sent to the node:
+// they were due while it lived.
+func TestKillWaitsForInflightRequests(t *testing.T) {
+	var reqs []workload.Request
+	for i := range 30 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Millisecond, Key: fmt.Sprintf("k%d", i), Tokens: 1})
+	}
+	tr := &workload.Trace{Name: "slow", Requests: reqs}
+	f := &slowTarget{fakeTarget: &fakeTarget{n: 2, start: time.Now()}, delay: 100 * time.Millisecond}
+	res, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: 1,
+		AssignPolicy: "roundrobin", Events: []Event{{At: 195 * time.Millisecond, Kind: Kill, Node: 1}}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 {
+		t.Fatalf("%d requests failed (first: %s): the kill did not wait for the node's answers", res.Errors, res.FirstError)
+	}
+	if len(f.kills) != 1 || f.kills[0].node != 1 {
+		t.Errorf("kills %+v, want node 1 once", f.kills)
 	}
 }

@@ -20,6 +20,12 @@ import (
 //     the simulator ignores crashing a dead node);
 //   - crash_owner_of_hottest: k: Kill of the nodes sim.OwnersOfHottest picks
 //     on trace over all nodes, the simulator's choice;
+//   - restart: [nK, ...]: Restart of node K (localcluster.Restart: a new
+//     process with the same name and addresses joins the cluster); a node
+//     that is not down is skipped, as the simulator ignores restarting a
+//     live node. The replay sends the node requests again once it serves
+//     and every node sees it, a few wall seconds later (the simulator sends
+//     them at once);
 //   - partition: Partition with the same groups, the nodes no group lists
 //     forming one more group together (the simulator's rule; a node in no
 //     group of localcluster's Partition would be cut off alone); a partition
@@ -27,11 +33,12 @@ import (
 //   - heal: Heal.
 //
 // The scenario's membership model (detection, detection_jitter,
-// reconnect_interval) is not used: in a live cluster the nodes' own failure
-// detectors and reconnects do what it models. Errors: a restart event (a
-// live replay can kill a node but not bring it back: localcluster has no
-// restart), a network section (the live network is loopback; its latency and
-// loss are not simulated), a node name that is not n0..n<nodes-1>.
+// join_delay, reconnect_interval) is not used: in a live cluster the nodes'
+// own failure detectors and reconnects do what it models (in wall time; at
+// --speed S the simulator needs it multiplied by S to describe the replay,
+// see docs/REPLAY.md). Errors: a network section (the live network is
+// loopback or veth pairs; its latency and loss are not simulated), a node
+// name that is not n0..n<nodes-1>.
 func FromScenario(sc *sim.Scenario, trace *workload.Trace, nodes int) ([]Event, error) {
 	if sc == nil {
 		return nil, nil
@@ -70,7 +77,16 @@ func FromScenario(sc *sim.Scenario, trace *workload.Trace, nodes int) ([]Event, 
 				}
 			}
 		case len(e.Restart) > 0:
-			return nil, fmt.Errorf("scenario event %d (%s): the live replay cannot restart a node (localcluster kills but does not restart); run restarts in the simulator", i+1, e)
+			for _, name := range e.Restart {
+				n, err := index(i, e, name)
+				if err != nil {
+					return nil, err
+				}
+				if killed[n] {
+					killed[n] = false
+					out = append(out, Event{At: e.At, Kind: Restart, Node: n})
+				}
+			}
 		case len(e.Partition) > 0:
 			listed := map[int]bool{}
 			var groups [][]int

@@ -70,7 +70,7 @@ events:
 func TestFromScenarioErrors(t *testing.T) {
 	tr := &workload.Trace{}
 	for _, c := range []struct{ yaml, want string }{
-		{"events:\n  - at: 1s\n    restart: [n1]\n", "cannot restart"},
+		{"events:\n  - at: 1s\n    restart: [n5]\n", `unknown node "n5"`},
 		{"network:\n  loss: 0.1\n", "network"},
 		{"events:\n  - at: 1s\n    crash: [n3]\n", `unknown node "n3"`},
 		{"events:\n  - at: 1s\n    crash: [n01]\n", `unknown node "n01"`},
@@ -99,5 +99,47 @@ func TestFromExampleScenarios(t *testing.T) {
 	}
 	if len(ev) != 2 || ev[0].Kind != Partition || ev[1].Kind != Heal {
 		t.Fatalf("partition-3nodes.yaml maps to %v", ev)
+	}
+}
+
+// A restart maps to Restart of a killed node; restarting a live node is
+// skipped, as the simulator skips it, and a node can be killed again after
+// its restart.
+func TestFromScenarioRestart(t *testing.T) {
+	got, err := FromScenario(scenario(t, `
+events:
+  - at: 5s
+    restart: [n2]
+  - at: 10s
+    crash: [n1]
+  - at: 20s
+    restart: [n1, n0]
+  - at: 30s
+    crash: [n1]
+  - at: 40s
+    restart: [n1]
+`), &workload.Trace{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{At: 10 * time.Second, Kind: Kill, Node: 1},
+		{At: 20 * time.Second, Kind: Restart, Node: 1},
+		{At: 30 * time.Second, Kind: Kill, Node: 1},
+		{At: 40 * time.Second, Kind: Restart, Node: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events\n%v\nwant\n%v", got, want)
+	}
+	sc, err := sim.LoadScenario("../examples/scenarios/crash-restart-3nodes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := FromScenario(sc, &workload.Trace{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ev, []Event{{At: 300 * time.Second, Kind: Kill, Node: 1}, {At: 420 * time.Second, Kind: Restart, Node: 1}}) {
+		t.Fatalf("crash-restart-3nodes.yaml maps to %v", ev)
 	}
 }

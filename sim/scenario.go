@@ -19,6 +19,7 @@ import (
 //	detection_jitter: 500ms  # optional: each node sees it after its own extra [0, jitter]
 //	reconnect_interval: 5s   # optional: a heal is seen once a reconnect attempt succeeds
 //	join_delay: 1s           # optional: a join (restart, merge) reaches each node within U[0, join_delay]
+//	reconnect_timeout: 10m   # optional: a failed node stops being expected this long after a node lost it
 //	network:                 # optional: overrides --latency/--loss/...
 //	  latency: uniform:1ms-5ms
 //	  loss: 0.05
@@ -65,9 +66,16 @@ type Scenario struct {
 	// gossips every 200 ms to 3 nodes: well under a second for tens of
 	// nodes). Node i hears of it after U[0, JoinDelay]. 0: joins take the
 	// failure detector's delay, as before.
-	JoinDelay time.Duration   `yaml:"join_delay"`
-	Network   *ScenarioNet    `yaml:"network"`
-	Events    []ScenarioEvent `yaml:"events"`
+	JoinDelay time.Duration `yaml:"join_delay"`
+	// ReconnectTimeout is how long a node that left node i's view (a
+	// crash, or the far side of a partition: the simulator has no leave)
+	// stays among node i's expected members, the last agreed N that
+	// `partition: conserve` scales by (cluster/membership's
+	// reconnect_timeout, after which the failed member is forgotten). 0:
+	// for the whole run (the live default is 24 h).
+	ReconnectTimeout time.Duration   `yaml:"reconnect_timeout"`
+	Network          *ScenarioNet    `yaml:"network"`
+	Events           []ScenarioEvent `yaml:"events"`
 }
 
 // ScenarioNet overrides the network model.
@@ -92,8 +100,8 @@ type ScenarioEvent struct {
 // (memberlist's default probe interval is 1 s).
 const DefaultDetection = time.Second
 
-// MaxScenarioDelay bounds detection, detection_jitter, reconnect_interval and
-// join_delay;
+// MaxScenarioDelay bounds detection, detection_jitter, reconnect_interval,
+// join_delay and reconnect_timeout;
 // MaxScenarioTime bounds an event's time (both keep virtual time far from
 // overflowing).
 const (
@@ -127,7 +135,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}} {
+	}{{"detection", s.Detection}, {"detection_jitter", s.DetectionJitter}, {"reconnect_interval", s.ReconnectInterval}, {"join_delay", s.JoinDelay}, {"reconnect_timeout", s.ReconnectTimeout}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("%s %v is negative", d.name, d.v)
 		}
@@ -204,6 +212,9 @@ func (s *Scenario) DetectionModel() string {
 	}
 	if s.ReconnectInterval > 0 {
 		out += "; heal after the first reconnect (every " + s.ReconnectInterval.String() + ")"
+	}
+	if s.ReconnectTimeout > 0 {
+		out += "; failed nodes expected for " + s.ReconnectTimeout.String()
 	}
 	return out
 }

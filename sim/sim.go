@@ -41,6 +41,15 @@
 //     delay. A heal is thus seen within ReconnectInterval + JoinDelay (or +
 //     Detection + DetectionJitter when JoinDelay is 0).
 //
+// Expected members (partition: conserve). Besides its view, every node has
+// its expected members, the last agreed N that strategy.Conserver scales
+// by: its view plus every node that left its view (a crash, or the far
+// side of a partition: both are failures; the simulator has no leave)
+// less than Scenario.ReconnectTimeout ago (0: for the whole run). A node
+// that restarts starts with its view as its expected members. A strategy
+// that implements strategy.Conserver is told with SetExpected right after
+// SetMembers, whatever the rule's partition mode.
+//
 // When node i's delay expires its view becomes the whole truth at that
 // time (the live nodes of its membership group), not only the one change
 // that scheduled it: a detector that has caught up knows everything that
@@ -72,16 +81,20 @@ type Factory func(cfg strategy.Config) (strategy.Strategy, error)
 
 // Config is one simulation run.
 type Config struct {
-	Name     string  // the strategy's name, for errors
-	New      Factory // builds each node's strategy
-	Nodes    int     // cluster size, >= 1
-	Rate     bucket.Rate
-	Burst    int64
-	Params   strategy.Params // the strategy's own parameters (unprefixed)
-	Network  Network
-	Scenario *Scenario         // nil: nothing happens
-	Assign   workload.Assigner // which node receives each request
-	Seed     uint64
+	Name   string  // the strategy's name, for errors
+	New    Factory // builds each node's strategy
+	Nodes  int     // cluster size, >= 1
+	Rate   bucket.Rate
+	Burst  int64
+	Params strategy.Params // the strategy's own parameters (unprefixed)
+	// Partition is the rule's split-brain rule. A "partition" entry in
+	// Params (strategy.PartitionParam, e.g. from --param gdrl.partition=
+	// conserve) sets it and is removed before the strategy sees Params.
+	Partition strategy.PartitionMode
+	Network   Network
+	Scenario  *Scenario         // nil: nothing happens
+	Assign    workload.Assigner // which node receives each request
+	Seed      uint64
 	// SampleEvery is the virtual-time interval at which node state sizes
 	// are sampled (default 1 s).
 	SampleEvery time.Duration
@@ -163,7 +176,9 @@ type node struct {
 	group   int // network partition group: messages flow within a group
 	mgroup  int // membership group: what its failure detector can see as live
 	view    []strategy.NodeID
-	phase   time.Duration // reconnect attempts at phase + k*ReconnectInterval
+	lost    map[strategy.NodeID]time.Duration // nodes that left view, and when: still expected until ReconnectTimeout
+	expect  []strategy.NodeID                 // view plus lost: what SetExpected was last told
+	phase   time.Duration                     // reconnect attempts at phase + k*ReconnectInterval
 	wakes   map[time.Duration]bool
 	started bool
 }
@@ -205,6 +220,14 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 	if cfg.Drain <= 0 {
 		cfg.Drain = time.Minute
 	}
+	params, mode, err := strategy.TakePartition(cfg.Params)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %s: %w", cfg.Name, err)
+	}
+	if mode != strategy.PartitionAvailable {
+		cfg.Partition = mode
+	}
+	cfg.Params = params
 	if err := cfg.Scenario.apply(&cfg.Network); err != nil {
 		return nil, err
 	}
@@ -229,13 +252,19 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 	sorted := slices.Clone(members)
 	slices.Sort(sorted)
 	for i := range members {
-		n := &node{id: members[i], alive: true, view: slices.Clone(sorted), wakes: map[time.Duration]bool{}}
+		n := &node{id: members[i], alive: true, view: slices.Clone(sorted), expect: slices.Clone(sorted),
+			lost: map[strategy.NodeID]time.Duration{}, wakes: map[time.Duration]bool{}}
 		r.nodes = append(r.nodes, n)
 		r.alive = append(r.alive, i)
 	}
 	for i := range r.nodes {
 		if err := r.start(i, 0); err != nil {
 			return nil, err
+		}
+		if i == 0 {
+			if err := strategy.CheckPartition(cfg.Name, r.nodes[0].s, cfg.Partition); err != nil {
+				return nil, fmt.Errorf("sim: %w", err)
+			}
 		}
 	}
 	if cfg.Scenario != nil && cfg.Scenario.ReconnectInterval > 0 {
@@ -270,6 +299,7 @@ func (r *runner) start(i int, now time.Duration) error {
 		Rand:        rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)<<32|uint64(n.epoch))),
 		Params:      r.cfg.Params,
 		LatencyHint: r.cfg.Network.Latency.Hint(),
+		Partition:   r.cfg.Partition,
 	})
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", r.cfg.Name, n.id, err)
@@ -412,6 +442,10 @@ func (r *runner) step(e event) {
 		n.s.Tick(r.now, &r.fx)
 		r.apply(int(e.node))
 	case prioMembership:
+		if e.from == expireLost {
+			r.updateExpected(int(e.node))
+			return
+		}
 		r.updateView(int(e.node))
 	case prioScenario:
 		r.scenario(r.cfg.Scenario.Events[e.scen])
@@ -475,6 +509,7 @@ func (r *runner) scenario(e ScenarioEvent) {
 			r.alive = append(r.alive, i)
 			slices.Sort(r.alive)
 			n.view = r.reachable(i)
+			n.expect, n.lost = slices.Clone(n.view), map[strategy.NodeID]time.Duration{}
 			_ = r.start(i, r.now) // the factory accepted this configuration at time 0
 		}
 	case len(e.Partition) > 0:
@@ -632,9 +667,66 @@ func (r *runner) updateView(i int) {
 	if slices.Equal(v, n.view) {
 		return
 	}
+	for _, id := range n.view {
+		if !slices.Contains(v, id) {
+			n.lost[id] = r.now
+			if to := r.reconnectTimeout(); to > 0 {
+				r.push(event{at: r.now + to, prio: prioMembership, node: int32(i), from: expireLost})
+			}
+		}
+	}
+	for _, id := range v {
+		delete(n.lost, id)
+	}
 	n.view = v
 	r.inCall = prioMembership
 	r.fx.Reset()
 	n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
+	r.apply(i)
+	r.updateExpected(i)
+}
+
+// expireLost marks a prioMembership event that ends ReconnectTimeout for
+// nodes node i lost (in event.from).
+const expireLost = -1
+
+func (r *runner) reconnectTimeout() time.Duration {
+	if r.cfg.Scenario == nil {
+		return 0
+	}
+	return r.cfg.Scenario.ReconnectTimeout
+}
+
+// updateExpected drops from node i's lost nodes those lost at least
+// ReconnectTimeout ago and, if its expected members (view plus lost)
+// changed, tells its strategy (strategy.Conserver).
+func (r *runner) updateExpected(i int) {
+	n := r.nodes[i]
+	if !n.alive {
+		return
+	}
+	if to := r.reconnectTimeout(); to > 0 {
+		for id, at := range n.lost {
+			if r.now-at >= to {
+				delete(n.lost, id)
+			}
+		}
+	}
+	exp := slices.Clone(n.view)
+	for id := range n.lost {
+		exp = append(exp, id)
+	}
+	slices.Sort(exp)
+	exp = slices.Compact(exp)
+	if slices.Equal(exp, n.expect) {
+		return
+	}
+	n.expect = exp
+	c, ok := n.s.(strategy.Conserver)
+	if !ok {
+		return
+	}
+	r.fx.Reset()
+	c.SetExpected(r.now, slices.Clone(exp), &r.fx)
 	r.apply(i)
 }

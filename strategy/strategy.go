@@ -18,6 +18,7 @@ package strategy
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -126,6 +127,11 @@ type Config struct {
 	// simulator's configured latency; measured in the live runtime). 0 if
 	// unknown.
 	LatencyHint time.Duration
+	// Partition is the rule's split-brain rule (PartitionAvailable, the
+	// zero value, or PartitionConserve). A strategy that takes
+	// PartitionConserve implements Conserver; the driver refuses conserve
+	// for one that does not (CheckPartition).
+	Partition PartitionMode
 }
 
 // Validate checks the parts of Config every strategy relies on.
@@ -262,4 +268,127 @@ type Snapshotter interface {
 type MemoryReporter interface {
 	// MemoryBytes is the estimated heap taken by this rule's state, bytes.
 	MemoryBytes() int
+}
+
+// PartitionMode is a rule's split-brain rule: what a side of a partition
+// (or the survivors of a crash, which look the same to them) may admit for
+// the keys it cannot coordinate with the members it lost.
+type PartitionMode uint8
+
+const (
+	// PartitionAvailable: every side enforces what it would with its live
+	// members alone (each side may admit up to the whole (r, b) per key:
+	// the sides together up to k times the envelope for k sides). The
+	// zero value, and what every strategy did before the option existed.
+	PartitionAvailable PartitionMode = iota
+	// PartitionConserve: a side that sees k of the last agreed N members
+	// (Conserver) enforces only k/N of (r, b) for the keys it cannot
+	// coordinate, so the sides together stay inside one envelope, at the
+	// price of refusing more while k < N.
+	PartitionConserve
+)
+
+// PartitionParam is the generic parameter that sets Config.Partition where
+// a driver takes strategy parameters as name=value pairs (the simulator's
+// --param gdrl.partition=conserve): the driver removes it (TakePartition)
+// before the strategy checks its own parameters.
+const PartitionParam = "partition"
+
+// String is the mode's name in configuration: "available" or "conserve".
+func (m PartitionMode) String() string {
+	switch m {
+	case PartitionAvailable:
+		return "available"
+	case PartitionConserve:
+		return "conserve"
+	}
+	return fmt.Sprintf("PartitionMode(%d)", uint8(m))
+}
+
+// ParsePartitionMode parses "available" or "conserve"; "" is available.
+// Anything else is an error naming the value and the two choices.
+func ParsePartitionMode(s string) (PartitionMode, error) {
+	switch s {
+	case "", "available":
+		return PartitionAvailable, nil
+	case "conserve":
+		return PartitionConserve, nil
+	}
+	return 0, fmt.Errorf("partition %q: want available or conserve", s)
+}
+
+// TakePartition removes the generic parameter PartitionParam from p and
+// returns the rest and the mode it names (PartitionAvailable when p has
+// none). A bad value is an error naming it.
+func TakePartition(p Params) (Params, PartitionMode, error) {
+	v, ok := p.values[PartitionParam]
+	if !ok {
+		return p, PartitionAvailable, nil
+	}
+	mode, err := ParsePartitionMode(v)
+	if err != nil {
+		return p, 0, fmt.Errorf("parameter %s=%q: want available or conserve", PartitionParam, v)
+	}
+	rest := Params{values: make(map[string]string, len(p.values))}
+	for k, val := range p.values {
+		if k != PartitionParam {
+			rest.values[k] = val
+		}
+	}
+	return rest, mode, nil
+}
+
+// Conserver is implemented by strategies that can enforce
+// PartitionConserve (static, adaptive, gdrl, gcounter, tbqueue, owner). The
+// driver tells them, besides the live members (SetMembers), the last
+// agreed members: the live ones plus those that failed (were declared
+// dead, did not leave with a leave intent) less than reconnect_timeout
+// ago; a member that leaves stops counting at once, a join adds. The
+// driver calls SetExpected whenever that set changes, for every mode (a
+// strategy in PartitionAvailable ignores it); until the first call a
+// strategy takes Config.Members as the expected set.
+//
+// The two lists arrive in separate calls and in either order, so a
+// strategy counts N over their union (ConserveScale): a member in the
+// live view is always expected.
+//
+// For a strategy whose keys have an owner (rendezvous), implementing it
+// takes a few lines: in conserve, a key whose owner is expected but not
+// live is decided from a local bucket of (k/N)(r, b), and a key whose
+// owner is live is forwarded as usual.
+type Conserver interface {
+	// SetExpected sets the last agreed members (sorted, Self included) at
+	// now.
+	SetExpected(now time.Duration, expected []NodeID, fx *Effects)
+}
+
+// ConserveScale returns k, the live members, and N, the members of the
+// union of live and expected, and that union sorted: a side that sees k of
+// N enforces k/N of (r, b) under PartitionConserve. Both inputs may be
+// unsorted; self is counted in both.
+func ConserveScale(self NodeID, live, expected []NodeID) (k, n int, union []NodeID) {
+	l := make([]NodeID, 0, len(live)+1)
+	l = append(l, live...)
+	l = append(l, self)
+	slices.Sort(l)
+	l = slices.Compact(l)
+	u := make([]NodeID, 0, len(l)+len(expected))
+	u = append(u, l...)
+	u = append(u, expected...)
+	slices.Sort(u)
+	u = slices.Compact(u)
+	return len(l), len(u), u
+}
+
+// CheckPartition refuses PartitionConserve for a strategy that does not
+// implement Conserver, naming it (local and central, to
+// which it does not apply: see docs/OPERATIONS.md).
+func CheckPartition(name string, s Strategy, mode PartitionMode) error {
+	if mode != PartitionConserve {
+		return nil
+	}
+	if _, ok := s.(Conserver); !ok {
+		return fmt.Errorf("strategy %s does not implement partition: conserve (it takes available only; see docs/OPERATIONS.md, \"Partitions\")", name)
+	}
+	return nil
 }

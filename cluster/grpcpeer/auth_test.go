@@ -319,3 +319,25 @@ func TestRefusalLogRateLimited(t *testing.T) {
 		t.Fatalf("the next line does not count the 99 left out:\n%s", buf.String())
 	}
 }
+
+// TestFramesFlowAfterMembershipFlap: a peer removed from the book and
+// added again (a partition that heals, without a restart) gets a new
+// sender; its frames must not be refused as replays of the old sender's
+// sequence numbers, which the receiver's window still holds.
+func TestFramesFlowAfterMembershipFlap(t *testing.T) {
+	_, trs, boxes := keyedMesh(t, 2, testSecret)
+	n0, n1 := trs["n0"], trs["n1"]
+	for i := range 100 {
+		_ = n0.Send("n1", cluster.Frame{Rule: "r", Payload: fmt.Appendf(nil, "before%d", i)})
+	}
+	eventually(t, "n0->n1 before", func() bool { return boxes["n1"].has("n0", "r", "before99") })
+	n0.SetPeers(map[strategy.NodeID]string{"n0": n0.Addr()})
+	n0.SetPeers(map[strategy.NodeID]string{"n0": n0.Addr(), "n1": n1.Addr()})
+	for i := range 10 {
+		_ = n0.Send("n1", cluster.Frame{Rule: "r", Payload: fmt.Appendf(nil, "after%d", i)})
+	}
+	eventually(t, "n0->n1 after the flap", func() bool { return boxes["n1"].has("n0", "r", "after9") })
+	if got := n1.Stats().Refusals[ReasonReplay]; got != 0 {
+		t.Fatalf("%d frames refused as replays after the flap, want 0", got)
+	}
+}

@@ -157,6 +157,12 @@ type Transport struct {
 
 	frameKey                                 []byte // nil: frames are not authenticated
 	incarnation                              uint64
+	// seq is the sequence number of the last frame signed, over every
+	// peer: a sender made again for a peer (it left the membership and came
+	// back, as after a partition heals) goes on above the numbers that
+	// peer's replay window has seen; a per-sender count restarting at 1
+	// would have every frame refused as a replay until it caught up.
+	seq atomic.Uint64
 	replay                                   replayGuard
 	rlog                                     refusalLog
 	badMAC, replayed, unknownSender, badCert atomic.Int64
@@ -469,9 +475,7 @@ type sender struct {
 	// legacy (run's own) makes the next dial use Stream: the last Batch
 	// stream was refused as UNIMPLEMENTED.
 	legacy bool
-	// seq (run's own) is the sequence number of the last frame signed for
-	// this peer; mac is the keyed HMAC (nil without a secret key).
-	seq uint64
+	// mac is the keyed HMAC (nil without a secret key).
 	mac *framer
 }
 
@@ -674,8 +678,7 @@ func (s *sender) sign(batch []*transportpb.PeerFrame) {
 		if fr.Mac != nil {
 			continue
 		}
-		s.seq++
-		fr.Incarnation, fr.Seq = s.t.incarnation, s.seq
+		fr.Incarnation, fr.Seq = s.t.incarnation, s.t.seq.Add(1)
 		fr.Mac = s.mac.sum(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
 	}
 }

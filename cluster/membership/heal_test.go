@@ -280,6 +280,42 @@ func TestLeaveIsNotFailure(t *testing.T) {
 	if bFailed || !cFailed || selfFailed {
 		t.Errorf("failed members at a: b (left) %v, c (crashed) %v, a (self) %v; want false, true, false", bFailed, cFailed, selfFailed)
 	}
+	// The last agreed members (partition: conserve): the crashed c still
+	// counts, the departed b does not.
+	if got, want := a.Expected(), []strategy.NodeID{"a", "c"}; !slices.Equal(got, want) {
+		t.Errorf("expected members at a %v, want %v", got, want)
+	}
+}
+
+// Expected is the live members and the failed ones; a late leave intent
+// and a give-up (reconnect_timeout) take a member out, and wake the
+// delivery of OnExpected.
+func TestExpectedMembers(t *testing.T) {
+	now := time.Now()
+	m := &Membership{self: "me", log: testLog(), reconnectTimeout: time.Minute, wake: make(chan struct{}, 1),
+		members: map[strategy.NodeID]string{"me": "p0", "y": "p1"},
+		left:    map[strategy.NodeID]time.Time{},
+		failed: map[strategy.NodeID]failedMember{
+			"x":   {addr: "10.0.0.1:1", since: now},
+			"old": {addr: "10.0.0.2:1", since: now.Add(-2 * time.Minute)}}}
+	if got, want := m.Expected(), []strategy.NodeID{"me", "old", "x", "y"}; !slices.Equal(got, want) {
+		t.Fatalf("expected %v, want %v", got, want)
+	}
+	m.reconnectTargets(now)
+	select {
+	case <-m.wake:
+	default:
+		t.Error("giving up on a failed member did not signal")
+	}
+	m.leaveIntent("x")
+	select {
+	case <-m.wake:
+	default:
+		t.Error("a late leave intent did not signal")
+	}
+	if got, want := m.Expected(), []strategy.NodeID{"me", "y"}; !slices.Equal(got, want) {
+		t.Errorf("after the give-up and the leave: expected %v, want %v", got, want)
+	}
 }
 
 // A leave intent for a name that is too long, or this member's own, is

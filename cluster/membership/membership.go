@@ -120,6 +120,13 @@ type Config struct {
 	// arrive while it runs are coalesced into the next call. The map is
 	// the callee's. OnChange must not call Shutdown or Leave. Nil: no calls.
 	OnChange func(members map[strategy.NodeID]string)
+	// OnExpected, when set, is called after OnChange (same goroutine,
+	// same coalescing) with the last agreed members (Expected): the live
+	// ones plus those that failed less than ReconnectTimeout ago, for
+	// cluster.Node.SetExpected (partition: conserve). It is also called
+	// when a failed member is given up on or its leave intent arrives
+	// late. The slice is the callee's.
+	OnExpected func(expected []strategy.NodeID)
 	// Logger receives memberlist's log; nil discards it.
 	Logger *log.Logger
 }
@@ -127,10 +134,11 @@ type Config struct {
 // Membership is one running member. Its methods are safe for concurrent
 // use.
 type Membership struct {
-	ml       *memberlist.Memberlist
-	onChange func(map[strategy.NodeID]string)
-	log      *slog.Logger // never nil
-	self     strategy.NodeID
+	ml         *memberlist.Memberlist
+	onChange   func(map[strategy.NodeID]string)
+	onExpected func([]strategy.NodeID)
+	log        *slog.Logger // never nil
+	self       strategy.NodeID
 
 	reconnectInterval time.Duration
 	reconnectTimeout  time.Duration
@@ -200,6 +208,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	m := &Membership{
 		onChange:          cfg.OnChange,
+		onExpected:        cfg.OnExpected,
 		log:               cfg.Log,
 		self:              strategy.NodeID(cfg.NodeName),
 		reconnectInterval: cfg.ReconnectInterval,
@@ -392,7 +401,39 @@ func (m *Membership) leaveIntent(name string) {
 		return
 	}
 	m.left[id] = now
-	delete(m.failed, id)
+	if _, ok := m.failed[id]; ok {
+		delete(m.failed, id)
+		m.signal() // it stops being expected
+	}
+}
+
+// signal wakes the delivery goroutine (OnChange, OnExpected).
+func (m *Membership) signal() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Expected returns the last agreed members, sorted: the live members
+// (Self included) and the members that failed (were declared dead without
+// a leave intent) less than ReconnectTimeout ago, which reconnect still
+// tries. A member that left with a leave intent is not among them; one
+// that failed stops being expected once it is given up on. Under
+// `partition: conserve` a side that sees k live of these N enforces k/N
+// of each rule's limit (strategy.Conserver).
+func (m *Membership) Expected() []strategy.NodeID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]strategy.NodeID, 0, len(m.members)+len(m.failed))
+	for id := range m.members {
+		out = append(out, id)
+	}
+	for id := range m.failed {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Bounds on leave intents from peers: a name's length, and how many are
@@ -418,6 +459,9 @@ func (m *Membership) deliver() {
 		}
 		if m.onChange != nil {
 			m.onChange(m.Members())
+		}
+		if m.onExpected != nil {
+			m.onExpected(m.Expected())
 		}
 	}
 }
@@ -519,6 +563,7 @@ func (m *Membership) reconnectTargets(now time.Time) []target {
 	for id, f := range m.failed {
 		if now.Sub(f.since) > m.reconnectTimeout {
 			delete(m.failed, id)
+			m.signal() // it stops being expected
 			m.log.Info("membership: giving up on failed member", "node", string(id), "gossip", f.addr,
 				"failed_for", now.Sub(f.since).Round(time.Second).String())
 			continue

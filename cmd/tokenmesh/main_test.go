@@ -170,6 +170,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--assign", "magic"}, "magic"},
 		{[]string{"sim", "--param", "owner.nonsense=1", "--strategies", "owner"}, "nonsense"},
 		{[]string{"sim", "--param", "hold=1ms"}, "name the strategy"},
+		{[]string{"sim", "--param", "partition=maybe", "--strategies", "static"}, `partition=maybe: partition "maybe": want available or conserve`},
+		{[]string{"sim", "--param", "static.partition=maybe", "--strategies", "static"}, `partition="maybe": want available or conserve`},
+		{[]string{"sim", "--param", "partition=conserve", "--strategies", "static,owner"}, "owner does not implement partition: conserve"},
 		{[]string{"sim", "--scenario", badScenario}, "n42"},
 		{[]string{"sim", "--workload", "poisson:users=-3"}, "users"},
 	}
@@ -224,5 +227,25 @@ func TestPlanSimulate(t *testing.T) {
 	out, errOut, code := tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml", "--simulate")
 	if code != 0 || !strings.Contains(out, "online fitting") || !strings.Contains(out, "p99") || !strings.Contains(out, "all") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// --param partition=conserve without a strategy applies to every listed
+// strategy; a prefixed one to that strategy only. Without faults N = k and
+// conserve decides as available.
+func TestSimPartitionParam(t *testing.T) {
+	base := []string{"sim", "--workload", "poisson:users=20,rate=2,duration=20s", "--nodes", "3", "--json", "--strategies", "static,gdrl"}
+	plain, errOut, code := tokenmesh(t, base...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, p := range []string{"partition=conserve", "gdrl.partition=conserve", "partition=available"} {
+		out, errOut, code := tokenmesh(t, append(base, "--param", p)...)
+		if code != 0 {
+			t.Fatalf("--param %s: exit %d: %s", p, code, errOut)
+		}
+		if out != plain {
+			t.Errorf("--param %s: no-fault output differs from the run without it", p)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,15 +42,18 @@ type replayFlags struct {
 	speed             float64
 	duration          time.Duration
 	kills, partitions []string
-	heals             []string
+	heals, restarts   []string
 	scenario          string
 	binary            string
 	keepLogs          string
+	decisions         string
 	netns             bool
 }
 
-func newReplayCmd() *cobra.Command {
-	f := &replayFlags{}
+func newReplayCmd() *cobra.Command { return newReplayCmdWith(&replayFlags{}) }
+
+// newReplayCmdWith is newReplayCmd parsing into f (tests read the plan).
+func newReplayCmdWith(f *replayFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Replay a trace against a live local cluster of real processes and compare with a central limiter",
@@ -71,11 +76,17 @@ section of --json, and the setup line). Many late sends mean the machine could
 not keep up: lower --speed.
 
 Faults at trace times: --kill NODE@TIME (SIGKILL node NODE, 0-based),
---partition "0,1|2@TIME" (cut the peer data plane between groups; gossip still
-flows) and --heal TIME. Partitions start the nodes with fault injection.
---scenario FILE reads them from the YAML of ` + "`tokenmesh sim --scenario`" + ` (crash,
-crash_owner_of_hottest, partition, heal; not restart, not network; the
-detection settings are the simulator's model of what the live nodes do).
+--restart NODE@TIME (start a killed node again; it gets requests once it
+serves and every node lists it), --partition "0,1|2@TIME" (cut the peer data
+plane between groups; gossip still flows) and --heal TIME. Partitions start
+the nodes with fault injection. --scenario FILE reads them from the YAML of
+` + "`tokenmesh sim --scenario`" + ` (crash, crash_owner_of_hottest, restart, partition,
+heal; not network; the detection settings are the simulator's model of what
+the live nodes do, in trace time). After a run with faults, stderr says when
+each fault was applied and how long each node took to log the membership
+changes it calls for (wall seconds, and trace seconds at --speed): the
+simulator describes a replay at speed S with those delays, and the strategy
+timers, multiplied by S (docs/REPLAY.md).
 With --netns (root and iproute2), every node runs in its own network namespace
 and a partition cuts gossip and peer traffic together, as a real network
 partition does: each side then declares the other failed, and after --heal the
@@ -83,7 +94,8 @@ membership's reconnects merge them (docs/OPERATIONS.md). Without root it falls
 back to the data-plane cut with a warning.`,
 		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
   tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
-  tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/`,
+  tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/
+  tokenmesh replay --trace t.csv --strategy owner --netns --scenario examples/scenarios/crash-restart-3nodes.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -104,11 +116,13 @@ back to the data-plane cut with a warning.`,
 	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
 	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
+	fl.StringArrayVar(&f.restarts, "restart", nil, "NODE@TIME: start node NODE, killed before, again at trace time TIME, e.g. 1@2m; repeatable")
 	fl.StringArrayVar(&f.partitions, "partition", nil, `GROUPS@TIME: from trace time TIME, cut the peer data plane between groups, e.g. "0,1|2@30s"; repeatable`)
 	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
 	fl.BoolVar(&f.netns, "netns", false, "run each node in its own network namespace (root): --partition then cuts gossip too")
+	fl.StringVar(&f.decisions, "decisions", "", "also write every request's live decision to DIR/<strategy>.csv (index, arrival_ms, key, node, allowed, central, lateness_ms, error), e.g. to compare with the simulator's over time")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
 	return cmd
 }
@@ -172,7 +186,12 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
 		return nil, usageErr("--assign: %v", err)
 	}
-	params, err := parseParamFlags(f.params)
+	infos := make([]all.Info, 0, len(p.strategies))
+	for _, name := range p.strategies {
+		info, _ := all.Lookup(name) // checked above
+		infos = append(infos, info)
+	}
+	params, err := parseParamFlags(f.params, infos)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +214,23 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 			if o.Node == e.Node {
 				return nil, usageErr("--kill %q: node %d is killed twice", spec, e.Node)
 			}
+		}
+		p.events = append(p.events, e)
+	}
+	for _, spec := range f.restarts {
+		e, err := replay.ParseRestart(spec)
+		if err != nil {
+			return nil, usageErr("--restart %v", err)
+		}
+		if e.Node >= f.nodes {
+			return nil, usageErr("--restart %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
+		}
+		killedBefore := false
+		for _, o := range p.events {
+			killedBefore = killedBefore || (o.Kind == replay.Kill && o.Node == e.Node && o.At < e.At)
+		}
+		if !killedBefore {
+			return nil, usageErr("--restart %q: node %d is not killed (--kill) before %v", spec, e.Node, e.At)
 		}
 		p.events = append(p.events, e)
 	}
@@ -242,12 +278,13 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 		if err != nil {
 			return nil, usageErr("--scenario %s: %v", f.scenario, err)
 		}
+		flagEvents := p.events
 		for _, e := range evs {
 			switch e.Kind {
-			case replay.Kill:
-				for _, o := range p.events {
-					if o.Kind == replay.Kill && o.Node == e.Node {
-						return nil, usageErr("--scenario %s: node %d is killed by --kill too", f.scenario, e.Node)
+			case replay.Kill, replay.Restart:
+				for _, o := range flagEvents {
+					if (o.Kind == replay.Kill || o.Kind == replay.Restart) && o.Node == e.Node {
+						return nil, usageErr("--scenario %s: node %d is killed or restarted by --kill or --restart too", f.scenario, e.Node)
 					}
 				}
 			case replay.Partition, replay.Heal:
@@ -305,6 +342,11 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		}
 		if res.BytesError != "" {
 			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic unknown (reported as 0): %s\n", s, res.BytesError)
+		}
+		if f.decisions != "" {
+			if err := writeDecisions(filepath.Join(f.decisions, s+".csv"), p.trace, central, res); err != nil {
+				return fmt.Errorf("--decisions: %w", err)
+			}
 		}
 		runs = append(runs, res)
 	}
@@ -385,5 +427,77 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	if err != nil {
 		return nil, err
 	}
-	return replay.Run(ctx, opts, target)
+	res, err := replay.Run(ctx, opts, target)
+	if err != nil {
+		return nil, err
+	}
+	reportDetection(stderr, s, f.speed, cl.Dir(), f.nodes, res)
+	return res, nil
+}
+
+// reportDetection prints, on stderr, the wall time each fault was applied
+// and how long each live node took to log the membership changes it calls
+// for (replay.MeasureDetection on the nodes' logs in dir), in wall seconds
+// and in trace seconds (times speed): what the simulator's scenario model
+// (detection, detection_jitter, reconnect_interval, join_delay) must say
+// to describe this replay.
+func reportDetection(w io.Writer, strategy string, speed float64, dir string, nodes int, res *replay.Result) {
+	if len(res.Applied) == 0 {
+		return
+	}
+	for i, e := range res.Events {
+		fmt.Fprintf(w, "tokenmesh: %s: %s applied at %s\n", strategy, e, res.EventTimes[i].UTC().Format("15:04:05.000"))
+	}
+	logs := make([]string, nodes)
+	for i := range logs {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("n%d.log", i)))
+		if err == nil {
+			logs[i] = string(b)
+		}
+	}
+	ds, err := replay.MeasureDetection(nodes, res.Applied, res.EventTimes, logs)
+	if err != nil {
+		fmt.Fprintf(w, "tokenmesh: %s: detection not measured: %v\n", strategy, err)
+		return
+	}
+	for _, d := range ds {
+		fmt.Fprintf(w, "tokenmesh: %s: detection: n%d saw %d of %d membership changes of %s, first after %.2fs, last after %.2fs wall (%.1fs, %.1fs of trace at speed %g)\n",
+			strategy, d.Observer, d.Seen, d.Expected, d.Event, d.First.Seconds(), d.Last.Seconds(), d.First.Seconds()*speed, d.Last.Seconds()*speed, speed)
+	}
+}
+
+// writeDecisions writes one CSV line per request of trace: its index,
+// arrival (trace ms), key, the node it was sent to (-1: none), the live
+// decision (1 admitted, 0 rejected or undecided), central's, the send's
+// lateness (wall ms) and its error, if any.
+func writeDecisions(path string, trace *workload.Trace, central []bool, res *replay.Result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "index,arrival_ms,key,node,allowed,central,lateness_ms,error")
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for i, r := range trace.Requests {
+		o := res.Outcomes[i]
+		errText := ""
+		if o.Err != nil {
+			errText = strconv.Quote(o.Err.Error())
+		}
+		fmt.Fprintf(w, "%d,%d,%s,%d,%d,%d,%.3f,%s\n", i, r.Arrival.Milliseconds(), strconv.Quote(r.Key), o.Node,
+			b(res.Allowed(i)), b(central[i]), float64(o.Lateness)/float64(time.Millisecond), errText)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/replay"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // tinyTrace writes a small synthetic ts_ms,key CSV and returns its path.
@@ -29,6 +37,7 @@ func TestReplayBadFlags(t *testing.T) {
 		return p
 	}
 	restart := yamlFile("restart.yaml", "events:\n  - at: 1s\n    crash: [n1]\n  - at: 2s\n    restart: [n1]\n")
+	restartLive := yamlFile("restart-live.yaml", "events:\n  - at: 2s\n    restart: [n4]\n")
 	unknown := yamlFile("unknown.yaml", "events:\n  - at: 1s\n    partition: [[n0], [n7]]\n")
 	killOne := yamlFile("kill1.yaml", "events:\n  - at: 1s\n    crash: [n1]\n")
 	bad := yamlFile("bad.yaml", "events:\n  - at: 1s\n    explode: [n1]\n")
@@ -58,7 +67,12 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"--trace", tr, "--heal", "soon"}, "--heal"},
 		{[]string{"--trace", tr, "--scenario", filepath.Join(dir, "missing.yaml")}, "--scenario"},
 		{[]string{"--trace", tr, "--scenario", bad}, "--scenario"},
-		{[]string{"--trace", tr, "--scenario", restart}, "cannot restart"},
+		{[]string{"--trace", tr, "--scenario", restartLive}, `unknown node "n4"`},
+		{[]string{"--trace", tr, "--scenario", restart, "--kill", "1@5s"}, "--scenario"},
+		{[]string{"--trace", tr, "--restart", "1@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@3s", "--restart", "1@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@1s", "--restart", "5@2s"}, "--restart"},
+		{[]string{"--trace", tr, "--kill", "1@1s", "--restart", "1"}, "--restart"},
 		{[]string{"--trace", tr, "--scenario", unknown}, `unknown node "n7"`},
 		{[]string{"--trace", tr, "--scenario", killOne, "--kill", "1@5s"}, "--scenario"},
 		{[]string{"--trace", tr, "--progress", "sometimes"}, "--progress"},
@@ -144,4 +158,121 @@ func TestReplayLiveOwner(t *testing.T) {
 	if owner.Bytes <= 0 || owner.Messages <= 0 {
 		t.Errorf("owner on 3 nodes forwards, but bytes %d, messages %d (bytes error: %q)", owner.Bytes, owner.Messages, run.BytesError)
 	}
+}
+
+// A scenario with a crash and a restart plans a Kill and a Restart; so do
+// --kill and --restart.
+func TestReplayPlanRestart(t *testing.T) {
+	tr := tinyTrace(t)
+	for _, args := range [][]string{
+		{"--trace", tr, "--scenario", "../../examples/scenarios/crash-restart-3nodes.yaml"},
+		{"--trace", tr, "--kill", "1@5m", "--restart", "1@7m"},
+	} {
+		f := &replayFlags{}
+		cmd := newReplayCmdWith(f)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		p, err := f.plan()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		want := []replay.Event{{At: 5 * time.Minute, Kind: replay.Kill, Node: 1}, {At: 7 * time.Minute, Kind: replay.Restart, Node: 1}}
+		if !reflect.DeepEqual(p.events, want) {
+			t.Errorf("%v: events %v, want %v", args, p.events, want)
+		}
+	}
+}
+
+func TestWriteDecisions(t *testing.T) {
+	tr := &workload.Trace{Requests: []workload.Request{{Arrival: 1500 * time.Millisecond, Key: "a,b", Tokens: 1}, {Arrival: 2 * time.Second, Key: "c", Tokens: 1}}}
+	res, err := replay.Run(context.Background(), replay.Options{Trace: tr, Strategy: "x", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Speed: 100, AssignPolicy: "hash"}, everyOther{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "d", "x.csv")
+	if err := writeDecisions(path, tr, []bool{true, true}, res); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], `0,1500,"a,b",0,1,1,`) || !strings.HasPrefix(lines[2], `1,2000,"c",0,0,1,`) {
+		t.Fatalf("decisions:\n%s", b)
+	}
+}
+
+// everyOther is a one-node target admitting keys "a,b" and nothing else.
+type everyOther struct{}
+
+func (everyOther) Nodes() int { return 1 }
+func (everyOther) Check(_ context.Context, _ int, key string, _ int64) (bool, error) {
+	return key == "a,b", nil
+}
+func (everyOther) Bytes(context.Context) (int64, int64, error) { return 0, 0, nil }
+
+// TestReplayLiveKillRestart replays 40 s of a real trace at 2x against 3
+// real node processes with owner, kills node 1 at 4 s and restarts it at
+// 10 s of trace: no request is left undecided (the kill waits for the
+// node's answers; no request goes to it while it is down), and once the
+// restarted process serves it gets requests again.
+func TestReplayLiveKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 node processes")
+	}
+	trace := sharedTrace(t, "wrccdc-2018-dns.csv.gz")
+	dec := t.TempDir()
+	stdout, stderr, code := tokenmesh(t, "replay", "--trace", trace, "--nodes", "3", "--strategy", "owner",
+		"--speed", "2", "--duration", "40s", "--kill", "1@4s", "--restart", "1@10s", "--decisions", dec,
+		"--json", "--progress", "never", "--binary", binary)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
+	}
+	var rep struct {
+		Results []struct {
+			Strategy  string `json:"strategy"`
+			Undecided int    `json:"undecided"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 2 {
+		t.Fatalf("bad JSON (%v):\n%s", err, stdout)
+	}
+	if rep.Results[1].Undecided != 0 {
+		t.Errorf("%d undecided requests\nstderr:\n%s", rep.Results[1].Undecided, stderr)
+	}
+	for _, want := range []string{"kill 1@4s applied at", "restart 1@10s applied at", "detection: n0 saw"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dec, "owner.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down, after int
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		f := strings.Split(line, ",")
+		var at, node int
+		if _, err := fmt.Sscan(f[1], &at); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if _, err := fmt.Sscan(f[len(f)-5], &node); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		switch {
+		case node == 1 && at >= 4000 && at < 10000:
+			down++
+		case node == 1 && at >= 10000:
+			after++
+		}
+	}
+	if down != 0 {
+		t.Errorf("%d requests went to node 1 while it was down", down)
+	}
+	if after == 0 {
+		t.Errorf("no request went to node 1 after its restart\nstderr:\n%s", stderr)
+	}
+	t.Logf("node 1 got %d requests after its restart", after)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -97,11 +98,29 @@ func strategyHelp() string {
 }
 
 // parseParamFlags parses --param values (strategy.name=value), each
-// addressed to a known strategy; errors name the flag.
-func parseParamFlags(flags []string) (strategy.Params, error) {
+// addressed to a known strategy; errors name the flag. The generic
+// partition=available|conserve (strategy.PartitionParam) may be given
+// without a strategy: it then applies to every strategy of strategies.
+func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, error) {
 	params, err := strategy.ParseParams(flags)
 	if err != nil {
 		return params, usageErr("--param: %v", err)
+	}
+	if v, ok := params.Values()[strategy.PartitionParam]; ok {
+		if _, err := strategy.ParsePartitionMode(v); err != nil {
+			return params, usageErr("--param %s=%s: %v", strategy.PartitionParam, v, err)
+		}
+		expanded := slices.Clone(flags)
+		for _, s := range strategies {
+			if _, set := params.Values()[s.Name+"."+strategy.PartitionParam]; !set && !s.Centralized {
+				expanded = append(expanded, s.Name+"."+strategy.PartitionParam+"="+v)
+			}
+		}
+		withAll, err := strategy.ParseParams(expanded)
+		if err != nil {
+			return params, usageErr("--param: %v", err)
+		}
+		params, _, _ = strategy.TakePartition(withAll)
 	}
 	if un := params.Unprefixed(); len(un) > 0 {
 		return params, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
@@ -157,7 +176,7 @@ func (f *simFlags) options() (eval.Options, error) {
 	if err := net.Validate(); err != nil {
 		return o, usageErr("%v", err)
 	}
-	params, err := parseParamFlags(f.params)
+	params, err := parseParamFlags(f.params, strategies)
 	if err != nil {
 		return o, err
 	}

@@ -81,6 +81,25 @@
 // statically over the survivors. When a member joins, every node falls back
 // to the static split over the new membership until the next epoch (old
 // shares plus a newcomer's static share could exceed (r, b)).
+//
+// # Partitions (ours)
+//
+// Under `partition: available` a side of a split behaves as the membership
+// rules above say: its nodes keep their shares, keys without one re-split
+// statically over the side's k nodes, and the side's adaptor (its smallest
+// NodeID) re-splits the whole (r, b) over the side: each side may admit up
+// to the envelope. Under `partition: conserve` (strategy.Conserver) the
+// static split is over the last agreed members N (live, or failed and not
+// yet past reconnect_timeout), an adaptor that does not see all N members
+// sends no epoch, and a node that sees fewer than N lowers every share it
+// holds to at most the static split (r/N, b_i) and drops a pending epoch:
+// whatever epoch each node holds (one sent just before the cut may have
+// reached only some), the shares sum to at most (r, b) over all N nodes,
+// so the sides together admit at most the envelope once each node has
+// seen the split (the cost: a key re-split towards a node loses its extra
+// share for the split). At the heal (a join, in both modes)
+// every node falls back to the static split over the merged membership
+// until the adaptor's next epoch.
 package adaptive
 
 import (
@@ -107,8 +126,14 @@ type Adaptive struct {
 	self    strategy.NodeID
 	members []strategy.NodeID // sorted by NodeID (strategy.Config, SetMembers), self included
 	memHash uint64
-	rate    bucket.Rate
-	burst   int64
+	// conserve: the static split is over split (live members and the
+	// last agreed ones), and the adaptor re-splits only while it sees all
+	// of them. Otherwise split is members.
+	conserve bool
+	expected []strategy.NodeID
+	split    []strategy.NodeID
+	rate     bucket.Rate
+	burst    int64
 
 	step         time.Duration
 	slots        int // window / step
@@ -182,6 +207,7 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 		return nil, err
 	}
 	a := &Adaptive{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst,
+		conserve: cfg.Partition == strategy.PartitionConserve, expected: slices.Clone(cfg.Members),
 		keys: map[string]*keyState{}, shares: map[string]share{}, reports: map[strategy.NodeID]*peerv1.AdaptiveReport{}}
 	window, err := cfg.Params.Duration("window", 10*time.Second)
 	if err != nil {
@@ -250,17 +276,22 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 	return a, nil
 }
 
-// setMembers recomputes the static split and the membership hash.
+// setMembers recomputes the static split (over the live members, or under
+// conserve over them and the expected ones) and the membership hash.
 func (a *Adaptive) setMembers(members []strategy.NodeID) error {
-	i := slices.Index(members, a.self)
-	if i < 0 {
+	if !slices.Contains(members, a.self) {
 		return fmt.Errorf("adaptive: %s is not among the members %v", a.self, members)
 	}
-	r, err := a.rate.Div(int64(len(members)))
+	split := members
+	if a.conserve {
+		_, _, split = strategy.ConserveScale(a.self, members, a.expected)
+	}
+	i := slices.Index(split, a.self)
+	r, err := a.rate.Div(int64(len(split)))
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)
 	}
-	b, err := bucket.SplitBurst(a.burst, len(members), i)
+	b, err := bucket.SplitBurst(a.burst, len(split), i)
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)
 	}
@@ -268,6 +299,7 @@ func (a *Adaptive) setMembers(members []strategy.NodeID) error {
 		return fmt.Errorf("adaptive: %w", err)
 	}
 	a.members = slices.Clone(members)
+	a.split = slices.Clone(split)
 	a.defRate, a.defBurst = r, b
 	h := fnv.New64a()
 	for _, m := range members {
@@ -396,6 +428,9 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 // resplit is the TB Adaptor: with a report from every member, it splits
 // every reported key and sends each member its shares.
 func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
+	if len(a.split) != len(a.members) {
+		return // conserve, and members are missing: no epoch until they are back
+	}
 	n := len(a.members)
 	epoch := max(a.lastSent, a.epoch)
 	for _, m := range a.members {
@@ -607,7 +642,27 @@ func (a *Adaptive) CapacityShares() (sum float64, keys int) {
 var (
 	_ strategy.Remainer      = (*Adaptive)(nil)
 	_ strategy.ShareReporter = (*Adaptive)(nil)
+	_ strategy.Conserver     = (*Adaptive)(nil)
 )
+
+// SetExpected records the last agreed members (strategy.Conserver). Under
+// conserve, when they change the static split is recomputed over them and
+// the live members; applied shares are kept (a member that stopped being
+// expected frees its share only at the next epoch, as a leave does), and
+// the keys on the static split take the new one.
+func (a *Adaptive) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	a.expected = slices.Clone(expected)
+	if !a.conserve {
+		return
+	}
+	if err := a.setMembers(a.members); err != nil {
+		return
+	}
+	a.conserveCap()
+	for k := range a.keys {
+		a.refresh(now, k)
+	}
+}
 
 // rateLess reports x < y for non-negative rates.
 func rateLess(x, y bucket.Rate) bool {

@@ -157,8 +157,30 @@ func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 	if joined {
 		a.shares, a.pending = map[string]share{}, nil
 	}
+	a.conserveCap()
 	for k := range a.keys {
 		a.refresh(now, k)
+	}
+}
+
+// conserveCap, under conserve while members are missing (k < N), lowers
+// every applied share to at most the static split over N and drops a
+// pending epoch: an epoch message lost at the cut would otherwise leave a
+// node on its older shares while the adaptor raised to the newer ones (an
+// over-commit no later epoch repairs during the split, since none is
+// sent). The shares then sum to at most (r, b) over all N nodes whatever
+// epoch each holds.
+func (a *Adaptive) conserveCap() {
+	if !a.conserve || len(a.split) == len(a.members) {
+		return
+	}
+	a.pending = nil
+	for k, sh := range a.shares {
+		if rateLess(a.defRate, sh.rate) {
+			sh.rate = a.defRate
+		}
+		sh.burst = min(sh.burst, a.defBurst)
+		a.shares[k] = sh
 	}
 }
 

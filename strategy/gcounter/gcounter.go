@@ -120,6 +120,25 @@
 //     with idle=0 nothing changes at all (every generation is 0, and the
 //     wire encoding is the same as before).
 //
+// # Partitions (ours)
+//
+// Under `partition: available` (the thesis' behaviour) every side of a
+// split keeps admitting from its replicated buckets: each side may admit
+// the whole (r, b) per key, and at the heal the merge (max per slot, larger
+// limit) leaves the cluster in debt by what the sides admitted beyond one
+// bucket (false rejections until the limit has refilled past it).
+// Under `partition: conserve` (strategy.Conserver) a node that sees k of
+// the last agreed N members refills each key's limit at k/N of the rate
+// and caps it at consumed + floor(k/N * burst), applied at the view change
+// (the limit is clamped at once), to new keys and to every merged bucket
+// while k < N. Once every node of both sides has seen the split, each side
+// holds at most k_i/N of the burst above the consumption it knows and
+// refills at k_i/N of the rate, so the sides together admit at most
+// b + r*T over a split of T (plus what a side admitted before its nodes
+// detected the split: the failure detector's delay at full rate). At the
+// heal k = N again: full rate and capacity; the merge's debt is at most the
+// smaller side's admissions during the split.
+//
 // Memory: a key costs its encoded bucket (see BenchmarkIdleKeyBytes) plus
 // its idle clock while it is in use, and nothing once it has been idle and
 // full for idle (plus up to idle/10 until the next sweep).
@@ -176,7 +195,13 @@ type GCounter struct {
 	members    []strategy.NodeID // sorted, self included
 	neighbours []strategy.NodeID // members other than self, sorted
 	state      map[string]*bucketState
-	delta      map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
+
+	// partition: conserve: the node sees scaleK of the scaleN last agreed
+	// members (scaleK == scaleN: full rate and capacity).
+	conserve       bool
+	expected       []strategy.NodeID
+	scaleK, scaleN int64
+	delta          map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
@@ -257,9 +282,67 @@ func New(cfg strategy.Config) (*GCounter, error) {
 			g.incarnation = g.rnd.Uint32()
 		}
 	}
+	g.conserve = cfg.Partition == strategy.PartitionConserve
+	g.expected = slices.Clone(cfg.Members)
 	g.setMembers(cfg.Members)
+	g.scaleK, g.scaleN = 1, 1
 	return g, nil
 }
+
+// scaled reports whether the limit is scaled by k/N (conserve, k < N).
+func (g *GCounter) scaled() bool { return g.scaleK < g.scaleN }
+
+// cap is the capacity this node enforces: the burst, or floor(k/N * burst)
+// while scaled.
+func (g *GCounter) cap() int64 {
+	if !g.scaled() {
+		return g.capacity
+	}
+	hi, lo := bits.Mul64(uint64(g.capacity), uint64(g.scaleK))
+	q, _ := bits.Div64(hi, lo, uint64(g.scaleN)) // hi < scaleN: capacity < 2^62, scaleK <= scaleN
+	return int64(q)
+}
+
+// clamp lowers b's limit to consumed + cap while scaled.
+func (g *GCounter) clamp(b *bucketState) {
+	if !g.scaled() {
+		return
+	}
+	if c := b.consumed + g.cap(); b.limit >= c {
+		b.limit, b.frac = c, 0
+	}
+}
+
+// SetExpected records the last agreed members (strategy.Conserver) and,
+// under conserve, rescales.
+func (g *GCounter) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	g.expected = slices.Clone(expected)
+	g.rescale(now)
+}
+
+// rescale sets k/N from the live and expected members: every key is
+// refilled to now at the old scale first, and clamped to the new one.
+func (g *GCounter) rescale(now time.Duration) {
+	if !g.conserve {
+		return
+	}
+	k, n, _ := strategy.ConserveScale(g.self, g.members, g.expected)
+	if int64(k) == g.scaleK && int64(n) == g.scaleN || (k == n && !g.scaled()) {
+		return
+	}
+	for _, b := range g.state {
+		g.refill(b, now)
+	}
+	g.scaleK, g.scaleN = int64(k), int64(n)
+	if k == n {
+		g.scaleK, g.scaleN = 1, 1
+	}
+	for _, b := range g.state {
+		g.clamp(b)
+	}
+}
+
+var _ strategy.Conserver = (*GCounter)(nil)
 
 // Start arms the gossip timer, which also runs the expiry sweep.
 func (g *GCounter) Start(now time.Duration, fx *strategy.Effects) {
@@ -284,7 +367,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b, ok := g.state[req.Key]
 	if !ok {
-		b = &bucketState{gen: g.generation(now), limit: g.capacity, refill: req.Arrival}
+		b = &bucketState{gen: g.generation(now), limit: g.cap(), refill: req.Arrival}
 		g.state[req.Key] = b
 	}
 	b.touched = now
@@ -320,21 +403,26 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	if g.rate.Tokens == 0 {
 		return
 	}
-	room := b.consumed + g.capacity - b.limit // >= 0 by the invariant
+	capacity := g.cap()
+	room := b.consumed + capacity - b.limit // >= 0 by the invariant (and clamp)
 	if room <= 0 {
 		return
+	}
+	if g.scaled() { // conserve: refill at k/N of the rate (rounded down)
+		h, l := bits.Mul64(dt, uint64(g.scaleK))
+		dt, _ = bits.Div64(h, l, uint64(g.scaleN))
 	}
 	hi, lo := bits.Mul64(dt, uint64(g.rate.Tokens))
 	var carry uint64
 	lo, carry = bits.Add64(lo, uint64(b.frac), 0)
 	hi += carry
 	if hi >= uint64(g.per) { // more than 2^64 tokens: full
-		b.limit, b.frac = b.consumed+g.capacity, 0
+		b.limit, b.frac = b.consumed+capacity, 0
 		return
 	}
 	q, r := bits.Div64(hi, lo, uint64(g.per))
 	if q >= uint64(room) {
-		b.limit, b.frac = b.consumed+g.capacity, 0
+		b.limit, b.frac = b.consumed+capacity, 0
 		return
 	}
 	b.limit += int64(q)
@@ -480,6 +568,7 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 			g.state[key] = b
 			local = b
 		}
+		g.clamp(local) // conserve: a merged limit is held to this side's capacity
 		if changed {
 			local.touched = now
 		}
@@ -592,7 +681,7 @@ func (g *GCounter) sweep(now time.Duration) int {
 func (g *GCounter) full(b *bucketState, now time.Duration) bool {
 	c := *b
 	g.refill(&c, now)
-	return c.limit == c.consumed+g.capacity && c.frac == 0
+	return c.limit == c.consumed+g.cap() && c.frac == 0
 }
 
 // pending reports whether key is in some neighbour's delta state.
@@ -686,6 +775,7 @@ func bucketSize(key string, b *bucketState) int {
 func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	old := g.members
 	g.setMembers(members)
+	g.rescale(now)
 	if !g.catchUp || len(g.state) == 0 {
 		return
 	}
@@ -739,11 +829,11 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 func (g *GCounter) Remaining(now time.Duration, key string) (int64, bool) {
 	b, ok := g.state[key]
 	if !ok {
-		return g.capacity, true
+		return g.cap(), true
 	}
 	c := *b // refill touches limit, frac and refill only, never the counter
 	g.refill(&c, now)
-	return min(max(c.limit-c.consumed, 0), g.capacity), true
+	return min(max(c.limit-c.consumed, 0), g.cap()), true
 }
 
 var _ strategy.Remainer = (*GCounter)(nil)

@@ -308,6 +308,32 @@
 // view, or any frame from it. A membership that never merges the sides
 // again keeps each side at up to C until it does.
 //
+// The rule above is `partition: available` (the default). Under
+// `partition: conserve` (strategy.Conserver; ours) a node does not
+// inherit a ward that left its view while the ward is still expected
+// (it failed, without a leave intent, less than reconnect_timeout ago:
+// membership.Membership.Expected; in the simulator, every node that left
+// the view, for Scenario.ReconnectTimeout), and its transfers to such a
+// member are not settled with an heir but kept and retransmitted until
+// the member is back. The ward's capacity is frozen: each side holds only
+// the shares of its own members, so the sides together hold at most C
+// during the split and there is nothing to fence at the heal. A ward
+// inherits as under available once it stops being expected (a leave, or
+// reconnect_timeout passed) or once a new incarnation of it says hello (a
+// restart). The cost is the crash's: the survivors run without the
+// crashed node's share until it returns or reconnect_timeout passes. One
+// transient remains, as under available: a node whose record went to two
+// buddies (one per side of an earlier cut) that crashes and restarts is
+// inherited by both at its hello until the fences reconcile them (a few
+// retransmit intervals). TestConserveSplitNeverAboveC checks C + 1 unit
+// while cut over random splits without crashes, and the heal property
+// with them.
+// Measured in the simulator (wrccdc, 3 nodes, partition n0 | n1,n2 for
+// 120 s): 12,981 tokens admitted, no excess and no envelope violation,
+// exactly the no-fault run, against 13,431 admitted and 49 tokens beyond
+// b + r*T in the worst window under available (docs/EVALUATION.md,
+// "Partition rule").
+//
 // Graceful leave (strategy.Leaver; see Leave). A node told to leave (the
 // runtime's Leave, on SIGTERM) stops exchanging and hands everything it
 // holds to its buddy in one acknowledged transfer: every explicit share,

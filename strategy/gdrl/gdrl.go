@@ -68,7 +68,9 @@ type GDRL struct {
 	perToken       int64 // bucket tokens per request token
 	demandFloor    float64
 
-	inc        uint64 // this incarnation
+	inc        uint64            // this incarnation
+	conserve   bool              // partition: conserve (see doc.go, "Split brain")
+	expected   []strategy.NodeID // the last agreed members (strategy.Conserver), sorted
 	members    []strategy.NodeID
 	neighbours []strategy.NodeID
 	nextNb     int
@@ -359,6 +361,8 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.perToken = UnitsPerToken / g.unit
 	g.demandFloor = math.Max(1, float64(g.totalC)/(1000*float64(len(cfg.Members))))
 	g.members = slices.Clone(cfg.Members)
+	g.conserve = cfg.Partition == strategy.PartitionConserve
+	g.expected = slices.Sorted(slices.Values(cfg.Members))
 	slices.Sort(g.members)
 	g.peers = map[strategy.NodeID]*peerInfo{}
 	g.helloTo = map[strategy.NodeID]bool{}
@@ -572,6 +576,21 @@ func (g *GDRL) sortedKeys() []string {
 func (g *GDRL) inView(n strategy.NodeID) bool {
 	_, ok := slices.BinarySearch(g.members, n)
 	return ok
+}
+
+// gone reports whether n is to be treated as departed: out of the view
+// and, under conserve, not expected either (a failed member within
+// reconnect_timeout keeps its share and its transfers wait for it).
+func (g *GDRL) gone(n strategy.NodeID) bool {
+	if g.inView(n) {
+		return false
+	}
+	if g.conserve {
+		if _, ok := slices.BinarySearch(g.expected, n); ok {
+			return false
+		}
+	}
+	return true
 }
 
 // maxHoles bounds the holes a duplicate filter keeps per paying incarnation

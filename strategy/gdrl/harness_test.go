@@ -200,8 +200,13 @@ func (h *harness) start(i int) {
 		h.fail("params: %v", err)
 		return
 	}
+	p, mode, err := strategy.TakePartition(p) // as the drivers do
+	if err != nil {
+		h.fail("params: %v", err)
+		return
+	}
 	g, err := gdrl.New(strategy.Config{Self: n.id, Members: slices.Clone(n.view), Rate: h.rate, Burst: h.burst,
-		Rand: rand.New(rand.NewPCG(h.seed, uint64(i)<<32|n.epoch)), Params: p, LatencyHint: h.net.maxDelay})
+		Rand: rand.New(rand.NewPCG(h.seed, uint64(i)<<32|n.epoch)), Params: p, LatencyHint: h.net.maxDelay, Partition: mode})
 	if err != nil {
 		h.fail("New: %v", err)
 		return

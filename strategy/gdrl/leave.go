@@ -208,4 +208,5 @@ var (
 	_ strategy.Leaver        = (*GDRL)(nil)
 	_ strategy.Remainer      = (*GDRL)(nil)
 	_ strategy.ShareReporter = (*GDRL)(nil)
+	_ strategy.Conserver     = (*GDRL)(nil)
 )

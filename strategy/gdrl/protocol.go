@@ -134,7 +134,7 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	old := g.members
 	g.members = view
 	for _, n := range old {
-		if rec := g.held[n]; rec != nil && rec.inView && !g.inView(n) {
+		if rec := g.held[n]; rec != nil && rec.inView && g.gone(n) {
 			g.inherit(now, n, rec, fx)
 		}
 	}
@@ -148,7 +148,7 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		g.setBuddy(successor(g.members, g.self))
 	}
 	for _, t := range slices.Clone(g.outbox) {
-		if t.released && !g.inView(t.id.Dst) {
+		if t.released && g.gone(t.id.Dst) {
 			g.sendTransfer(now, t, fx)
 		}
 	}
@@ -163,6 +163,29 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		}
 	}
 	g.heirFences(now, fx)
+	g.flush(now, fx)
+}
+
+// SetExpected records the last agreed members (strategy.Conserver). Under
+// conserve, a ward that is out of the view and no longer expected (it
+// left, or reconnect_timeout passed) is inherited now, and transfers to
+// such a member go to its heirs; under available it changes nothing.
+func (g *GDRL) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	g.expected = slices.Sorted(slices.Values(expected))
+	g.expected = slices.Compact(g.expected)
+	if !g.conserve {
+		return
+	}
+	for _, n := range g.heldNodes() {
+		if rec := g.held[n]; rec != nil && rec.inView && g.gone(n) {
+			g.inherit(now, n, rec, fx)
+		}
+	}
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && g.gone(t.id.Dst) {
+			g.sendTransfer(now, t, fx)
+		}
+	}
 	g.flush(now, fx)
 }
 
@@ -627,7 +650,7 @@ func (g *GDRL) sendTransfer(now time.Duration, t *transfer, fx *strategy.Effects
 	if p := g.peers[t.id.Dst]; p != nil && p.inc > t.id.DstInc {
 		newInc = max(newInc, p.inc)
 	}
-	gone := newInc != 0 || !g.inView(t.id.Dst)
+	gone := newInc != 0 || g.gone(t.id.Dst)
 	if t.id.Dst == g.self {
 		if t.id.DstInc == g.inc {
 			g.credit(now, g.applied, partApplied, t.id, t.items)

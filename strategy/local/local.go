@@ -4,6 +4,13 @@
 // bucket per key for the whole cluster, the ground truth every other strategy
 // is measured against (seed 002 §4.3.1: "a centralized system ... will take
 // the correct decision").
+//
+// Partitions: local has no coordination to lose, so a partition changes
+// nothing (each node enforces (r, b) before, during and after it; the
+// cluster admits up to N x (r, b) always), and the rule option
+// `partition: conserve` does not apply: it is refused for local and
+// central (strategy.CheckPartition: they do not implement
+// strategy.Conserver). central runs on one node.
 package local
 
 import (

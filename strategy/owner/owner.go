@@ -185,6 +185,14 @@ type Owner struct {
 	// local holds the on_timeout=local fallback buckets, (r/N, b/N) each.
 	local *buckets.Table
 
+	// Under partition: conserve (conserve.go): the last agreed members,
+	// the k of N the conserve buckets were made for, and those buckets
+	// (nil while this node sees every expected member).
+	conserve       bool
+	expected       []strategy.NodeID
+	scaleK, scaleN int
+	scaled         []*buckets.Table
+
 	hold       time.Duration
 	timeout    time.Duration
 	onTimeout  OnTimeout
@@ -430,6 +438,8 @@ func New(cfg strategy.Config) (*Owner, error) {
 		o.caps = append(o.caps, b.CapacityTicks())
 	}
 	o.table = o.tables[0]
+	o.conserve = cfg.Partition == strategy.PartitionConserve
+	o.expected = slices.Clone(o.members)
 	if o.local, err = o.localTable(); err != nil {
 		return nil, err
 	}
@@ -449,11 +459,15 @@ func (o *Owner) localTable() (*buckets.Table, error) {
 
 func (o *Owner) localShare() (bucket.Rate, int64, error) {
 	n := max(len(o.members), 1)
+	split := o.members
+	if o.conserve { // over the last agreed members, not the live ones
+		_, n, split = strategy.ConserveScale(o.self, o.members, o.expected)
+	}
 	r, err := o.rate.Div(int64(n * o.split))
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
-	i := max(slices.Index(o.members, o.self), 0)
+	i := max(slices.Index(split, o.self), 0)
 	sub, err := bucket.SplitBurst(o.burst, o.split, 0) // the largest sub-burst
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
@@ -744,7 +758,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			sendVerdict(q.origin, q.id, true, fx)
 			continue
 		}
-		allowed := o.bucketFor(q.key, q.arrival).AllowN(q.arrival, q.tokens)
+		allowed := o.allow(q.key, q.arrival, q.tokens)
 		if allowed {
 			o.markDirty(now, q.key, fx)
 		}
@@ -861,7 +875,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 			// has not decided it yet): take its tokens now, once, and
 			// let a pending decision only acknowledge.
 			arrival := time.Duration(f.ArrivalNs)
-			o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
+			o.debit(f.Key, arrival, f.Tokens)
 			v.charged = true
 			if o.owns(f.Key) {
 				o.markDirty(now, f.Key, fx)
@@ -877,7 +891,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	}
 	arrival := time.Duration(f.ArrivalNs)
 	if f.Charge {
-		o.bucketFor(f.Key, arrival).Debit(arrival, f.Tokens)
+		o.debit(f.Key, arrival, f.Tokens)
 		o.remember(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
 		if o.owns(f.Key) {
 			o.markDirty(now, f.Key, fx)
@@ -1131,6 +1145,9 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	if r, b, err := o.localShare(); err == nil {
 		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
 	}
+	if o.conserve {
+		o.rescale(now)
+	}
 	keys := o.sortedKeys()
 	o.shipLevels(keys, func(k string) []strategy.NodeID { return o.replicasOf(k, o.members) }, false, fx)
 	for _, k := range keys {
@@ -1169,7 +1186,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			continue
 		}
 		if owner == o.self || owner == "" {
-			o.bucketFor(c.req.Key, c.req.Arrival).Debit(c.req.Arrival, c.req.Tokens)
+			o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
 			o.markDirty(now, c.req.Key, fx)
 			o.dropCharge(id)
 			continue
@@ -1241,7 +1258,7 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 	if !o.owns(key) {
 		return 0, false
 	}
-	return o.table.Remaining(key, now), true
+	return o.conserveRemaining(now, key, o.table.Remaining(key, now)), true
 }
 
 var _ strategy.Remainer = (*Owner)(nil)

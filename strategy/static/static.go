@@ -14,6 +14,22 @@
 // is the cost of static splitting for small bursts, and the report shows it.
 // N follows membership: when a node fails, the others re-split and take its
 // share.
+//
+// # Partitions (ours)
+//
+// Under `partition: available` (the strategy's behaviour before the option)
+// N is the live members a node sees: during a split each side of k nodes
+// re-splits (r, b) over its k and admits the whole envelope, so the sides
+// together admit up to (number of sides) x (r, b); the survivors of a crash
+// take the crashed node's share. Under `partition: conserve`
+// (strategy.Conserver) N is the last agreed members, live or failed and
+// not yet past reconnect_timeout (a member that left with a leave intent
+// stops counting at once): a side of k keeps (r/N, b_i) per node, k/N of
+// the envelope, and the sides together admit at most (r, b); a crashed
+// node's share is unused until it returns or reconnect_timeout passes. At
+// the heal both modes re-split over the merged membership (SetMembers with
+// the whole view: N is the same in both modes again), keeping each
+// bucket's tokens (a re-split never creates tokens).
 package static
 
 import (
@@ -33,6 +49,9 @@ type Static struct {
 	burst      int64
 	table      *buckets.Table
 	members    int // N of the current split
+	conserve   bool
+	live       []strategy.NodeID // SetMembers' view, sorted
+	expected   []strategy.NodeID // SetExpected's last agreed members
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 }
@@ -46,7 +65,8 @@ func New(cfg strategy.Config) (*Static, error) {
 	if err := cfg.Params.Check("static"); err != nil {
 		return nil, err
 	}
-	s := &Static{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst}
+	s := &Static{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst, conserve: cfg.Partition == strategy.PartitionConserve,
+		live: slices.Sorted(slices.Values(cfg.Members)), expected: slices.Clone(cfg.Members)}
 	r, b, err := s.share(cfg.Members)
 	if err != nil {
 		return nil, err
@@ -102,15 +122,39 @@ func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(s.nextSweep)
 }
 
-// SetMembers re-splits (r, b) over the new member count. A view that does
-// not include this node (it is being removed) keeps the old split.
+// SetMembers re-splits (r, b) over the new member count: the live members
+// (available), or the live and expected members (conserve). A view that
+// does not include this node (it is being removed) keeps the old split.
 func (s *Static) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
-	r, b, err := s.share(members)
+	if !slices.Contains(members, s.self) {
+		return
+	}
+	s.live = slices.Sorted(slices.Values(members))
+	s.resplit(now)
+}
+
+// SetExpected records the last agreed members (strategy.Conserver); under
+// conserve it re-splits over them and the live ones.
+func (s *Static) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	s.expected = slices.Clone(expected)
+	if s.conserve {
+		s.resplit(now)
+	}
+}
+
+// resplit sets every sub-token bucket to this node's share of the split
+// set: the live members, or under conserve their union with the expected.
+func (s *Static) resplit(now time.Duration) {
+	split := s.live
+	if s.conserve {
+		_, _, split = strategy.ConserveScale(s.self, s.live, s.expected)
+	}
+	r, b, err := s.share(split)
 	if err != nil {
 		return
 	}
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
-	s.members = len(members)
+	s.members = len(split)
 }
 
 // StateBytes is the encoded size of the sub-token buckets held, in bytes.
@@ -138,4 +182,5 @@ func (s *Static) CapacityShares() (sum float64, keys int) {
 var (
 	_ strategy.Remainer      = (*Static)(nil)
 	_ strategy.ShareReporter = (*Static)(nil)
+	_ strategy.Conserver     = (*Static)(nil)
 )

@@ -138,6 +138,26 @@
 //   - The wire encoding (api/peer/v1/tbqueue.proto) sends each
 //     time-of-birth as the difference from the previous element's and each
 //     time-of-death as the difference from its time-of-birth.
+//
+// # Partitions (ours)
+//
+// Under `partition: available` (the thesis' behaviour) each side of a
+// split admits from its own copy of every queue: up to the whole (r, b)
+// per key per side. At the heal the queues merge (union, chained by
+// listing 4.3): the merged queue holds both sides' live elements, at most
+// the burst from each, so the debt (false rejections after the heal) is at
+// most b per side, not the split's whole excess. Under `partition:
+// conserve` (strategy.Conserver) a node that sees k of the last agreed N
+// members weighs every token it admits as ceil(N/k) tokens (an element of
+// n tokens is queued as ceil(n*N/k) tokens, so it also dies N/k times
+// later): a side admits at most about k/N of the burst beyond the live
+// tokens of the queue it shares with the other side at the split, and
+// k/N of the rate afterwards; the sides together admit at most b + r*T
+// over a split of T once every node has seen it (before that, a node
+// admits at full weight for the failure detector's delay). The weighting
+// rounds up, so a side may get less than k/N. At the heal k = N: weight
+// 1; the weighted elements merge like others (their extra weight is at
+// most the burst per side, as in available).
 package tbqueue
 
 import (
@@ -193,6 +213,11 @@ type TBQueue struct {
 	delta      map[strategy.NodeID]map[string][]elem
 	queued     map[strategy.NodeID]int // elements in each delta state (LINF)
 	seq        uint64                  // unique_ids: last sequence number used
+
+	conserve bool              // partition: conserve
+	expected []strategy.NodeID // the last agreed members (strategy.Conserver)
+	scaleK   int64             // live members, under conserve
+	scaleN   int64             // live and expected members (== scaleK: weight 1)
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
@@ -265,9 +290,41 @@ func New(cfg strategy.Config) (*TBQueue, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	q.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	q.conserve = cfg.Partition == strategy.PartitionConserve
+	q.expected = slices.Clone(cfg.Members)
 	q.setMembers(cfg.Members)
 	return q, nil
 }
+
+// SetExpected records the last agreed members (strategy.Conserver): under
+// conserve, tokens admitted while this node sees k < N of them weigh N/k.
+func (q *TBQueue) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	q.expected = slices.Clone(expected)
+	q.rescale()
+}
+
+func (q *TBQueue) rescale() {
+	q.scaleK, q.scaleN = 1, 1
+	if q.conserve {
+		k, n, _ := strategy.ConserveScale(q.self, q.members, q.expected)
+		q.scaleK, q.scaleN = int64(k), int64(n)
+	}
+}
+
+// weight is the tokens an admission of n tokens queues: n, or under
+// conserve with k of N members seen, ceil(n*N/k) (more than the burst when
+// it cannot fit: the request is then refused).
+func (q *TBQueue) weight(n int64) int64 {
+	if q.scaleK >= q.scaleN || q.scaleK <= 0 {
+		return n
+	}
+	if n > (q.capacity+1)*q.scaleK/q.scaleN+1 { // cannot fit; also keeps n*N from overflowing
+		return q.capacity + 1
+	}
+	return (n*q.scaleN + q.scaleK - 1) / q.scaleK
+}
+
+var _ strategy.Conserver = (*TBQueue)(nil)
 
 // Start arms the gossip and sweep timers.
 func (q *TBQueue) Start(now time.Duration, fx *strategy.Effects) {
@@ -291,6 +348,9 @@ func (q *TBQueue) Request(now time.Duration, req strategy.Request, fx *strategy.
 		return d, true
 	}
 	if n > q.capacity {
+		return d, true
+	}
+	if n = q.weight(n); n > q.capacity { // conserve: k/N of the burst
 		return d, true
 	}
 	at := req.Arrival
@@ -590,6 +650,7 @@ func (q *TBQueue) setMembers(members []strategy.NodeID) {
 			q.delta[nb] = map[string][]elem{}
 		}
 	}
+	q.rescale()
 }
 
 func (q *TBQueue) setLocal(key string, qu []elem) {

@@ -1,0 +1,189 @@
+package replay
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Detection is how long one live node took to see one fault event in its
+// membership: the wall time from the event's application (Result.EventTimes)
+// to the first and to the last of the membership changes the event calls
+// for in that node's log ("membership: member failed" or "member left" for
+// each node it can no longer reach, "membership: member joined" for each it
+// reaches again). It is the live counterpart of the simulator's per-node
+// view delay (sim.Scenario's detection + U[0, detection_jitter] for a
+// failure, the reconnect and join_delay for a heal or restart), in wall
+// time: at --speed S it is S times longer in trace time.
+type Detection struct {
+	Event    string        // Event.String() of the fault
+	Kind     EventKind     // its kind
+	Observer int           // the node whose log this is
+	Expected int           // membership changes the event calls for at Observer
+	Seen     int           // how many of them its log shows before the next event
+	First    time.Duration // wall time to the first of them (0 if none seen)
+	Last     time.Duration // wall time to the last of them (0 if none seen)
+}
+
+// MembershipChange is one line of a node's log about its membership.
+type MembershipChange struct {
+	At     time.Time
+	Joined bool // member joined; false: member failed or left
+	Node   int  // the member it is about (n<Node>)
+}
+
+// ParseMembershipLog reads the membership changes of a node's log
+// (log/slog text lines: time=RFC3339 ... msg="membership: member joined"
+// ... node=nK ...). Lines it does not recognise are skipped.
+func ParseMembershipLog(log string) []MembershipChange {
+	var out []MembershipChange
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		var joined bool
+		switch {
+		case strings.Contains(line, `msg="membership: member joined"`):
+			joined = true
+		case strings.Contains(line, `msg="membership: member failed"`), strings.Contains(line, `msg="membership: member left"`):
+		default:
+			continue
+		}
+		at, ok := field(line, "time")
+		if !ok {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			continue
+		}
+		name, ok := field(line, "node")
+		if !ok || !strings.HasPrefix(name, "n") {
+			continue
+		}
+		n, err := strconv.Atoi(name[1:])
+		if err != nil || n < 0 {
+			continue
+		}
+		out = append(out, MembershipChange{At: t, Joined: joined, Node: n})
+	}
+	return out
+}
+
+// field returns the value of key=value (unquoted) in a slog text line.
+func field(line, key string) (string, bool) {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// MeasureDetection pairs the applied events of a replay (events[i] applied
+// at wall time at[i]) with the membership changes in the logs of the nodes
+// (logs[i] is node i's log, "" if unknown) and returns, for every event that
+// changes what a live node can reach (kill, partition, heal, restart) and
+// every node alive after it other than a restarted one, how long that node
+// took to see it. A change counts for an event when it is logged at or
+// after the event and before the next one. Nodes left out of every group of
+// a partition are cut off alone (localcluster's rule).
+func MeasureDetection(nodes int, events []Event, at []time.Time, logs []string) ([]Detection, error) {
+	if len(events) != len(at) {
+		return nil, fmt.Errorf("replay: %d events and %d times", len(events), len(at))
+	}
+	changes := make([][]MembershipChange, nodes)
+	for i := range nodes {
+		if i < len(logs) {
+			changes[i] = ParseMembershipLog(logs[i])
+		}
+	}
+	alive := make([]bool, nodes)
+	group := make([]int, nodes) // all in group 0: no partition
+	for i := range alive {
+		alive[i] = true
+	}
+	reach := func(alive []bool, group []int, o int) []bool {
+		r := make([]bool, nodes)
+		for x := range nodes {
+			r[x] = x != o && alive[x] && group[x] == group[o]
+		}
+		return r
+	}
+	var out []Detection
+	for k, e := range events {
+		prevAlive, prevGroup := slices.Clone(alive), slices.Clone(group)
+		restarted := -1
+		switch e.Kind {
+		case Kill:
+			if e.Node < 0 || e.Node >= nodes {
+				return nil, fmt.Errorf("replay: %v: no node %d", e, e.Node)
+			}
+			alive[e.Node] = false
+		case Restart:
+			if e.Node < 0 || e.Node >= nodes {
+				return nil, fmt.Errorf("replay: %v: no node %d", e, e.Node)
+			}
+			alive[e.Node], restarted = true, e.Node
+		case Partition:
+			for x := range group {
+				group[x] = len(e.Groups) + x // alone unless listed
+			}
+			for g, members := range e.Groups {
+				for _, x := range members {
+					if x < 0 || x >= nodes {
+						return nil, fmt.Errorf("replay: %v: no node %d", e, x)
+					}
+					group[x] = g
+				}
+			}
+		case Heal:
+			clear(group)
+		}
+		end := time.Time{}
+		if k+1 < len(at) {
+			end = at[k+1]
+		}
+		for o := range nodes {
+			if !alive[o] || o == restarted {
+				continue
+			}
+			before, after := reach(prevAlive, prevGroup, o), reach(alive, group, o)
+			if !prevAlive[o] {
+				continue // o itself came back (restarted earlier): not a view change of o
+			}
+			d := Detection{Event: e.String(), Kind: e.Kind, Observer: o}
+			want := map[int]bool{} // node -> joined
+			for x := range nodes {
+				if before[x] != after[x] {
+					want[x] = after[x]
+				}
+			}
+			d.Expected = len(want)
+			if d.Expected == 0 {
+				continue
+			}
+			for _, c := range changes[o] {
+				if c.At.Before(at[k]) || (!end.IsZero() && !c.At.Before(end)) {
+					continue
+				}
+				joined, ok := want[c.Node]
+				if !ok || joined != c.Joined {
+					continue
+				}
+				delete(want, c.Node)
+				dt := c.At.Sub(at[k])
+				if d.Seen == 0 {
+					d.First = dt
+				}
+				d.Seen++
+				d.Last = dt
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}

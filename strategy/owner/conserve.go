@@ -1,0 +1,132 @@
+package owner
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+)
+
+// Split brain under `partition: conserve` (issue 11; ours).
+//
+// A node that sees k of the last agreed N members (strategy.Conserver:
+// the live ones plus those that failed less than reconnect_timeout ago)
+// decides every key it owns against two buckets: the key's bucket (r, b),
+// which stays the one replicated, handed over and merged at the heal, and
+// a conserve bucket of (k/N)(r, b) that starts, the first time the key is
+// decided in this view, at k/N of the tokens the key's bucket holds then.
+// A request is admitted only when both hold its tokens, and both are
+// charged. The sides of a partition therefore admit together at most what
+// one bucket holds at the cut plus r*T over the split (their k/N add up to
+// one), where under `available` each side admits up to a whole b + r*T.
+// The on_timeout=local fallback splits over N instead of k too. At the
+// heal (k = N) the conserve buckets are dropped; the keys' buckets, which
+// saw every admission of their side, merge by the more consumed level as
+// under available. Ours too is the price: while a crashed member is
+// expected, the survivors enforce (N-1)/N of the limit (docs/OPERATIONS.md).
+//
+// A scaled (r, b) whose rate cannot be represented exactly
+// (bucket.Rate.Validate) refuses every request of the view: conservative.
+
+// SetExpected records the last agreed members (strategy.Conserver) and,
+// under conserve, rescales.
+func (o *Owner) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	o.expected = slices.Clone(expected)
+	if o.conserve {
+		o.rescale(now)
+	}
+}
+
+// rescale sets the conserve buckets for the current k of N: none when
+// this node sees every expected member, fresh (empty tables, filled
+// lazily by conserveAllow) when k/N changed.
+func (o *Owner) rescale(now time.Duration) {
+	k, n, _ := strategy.ConserveScale(o.self, o.members, o.expected)
+	if k == o.scaleK && n == o.scaleN {
+		return
+	}
+	o.scaleK, o.scaleN = k, n
+	if r, b, err := o.localShare(); err == nil {
+		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
+	}
+	if k >= n {
+		o.scaled = nil
+		return
+	}
+	o.scaled = make([]*buckets.Table, len(o.tables))
+	for i := range o.tables {
+		burst, _ := bucket.SplitBurst(o.burst, o.split, i) // validated in New
+		rate := o.rate
+		if o.split > 1 {
+			rate, _ = o.rate.Div(int64(o.split)) // validated in New
+		}
+		t, err := buckets.New(bucket.Rate{Tokens: rate.Tokens * int64(k), Per: rate.Per * time.Duration(n)}, burst*int64(k)/int64(n))
+		if err != nil {
+			t, _ = buckets.New(bucket.Rate{}, 0) // refuses everything
+		}
+		o.scaled[i] = t
+	}
+}
+
+// allow decides tokens of key at time at on the key's bucket and, under
+// conserve while members are missing, on its conserve bucket too: both
+// must hold the tokens, and both are charged.
+func (o *Owner) allow(key string, at time.Duration, tokens int64) bool {
+	b := o.bucketFor(key, at)
+	if o.scaled == nil {
+		return b.AllowN(at, tokens)
+	}
+	probe := *b
+	if !probe.AllowN(at, tokens) {
+		return false
+	}
+	t := o.scaled[o.subOf(key)]
+	sb, ok := t.Lookup(key)
+	if !ok {
+		sb = t.Get(key, at)
+		// Start at k/N of what the key's bucket holds now.
+		main := buckets.Whole(*b, at)
+		target := max(main, 0) * int64(o.scaleK) / int64(o.scaleN)
+		if have := buckets.Whole(*sb, at); have > target {
+			sb.Debit(at, have-target)
+		}
+	}
+	if !sb.AllowN(at, tokens) {
+		return false
+	}
+	return b.AllowN(at, tokens)
+}
+
+// debit charges tokens of key that a peer admitted on this node's behalf
+// (on_timeout fallback charges) to the key's bucket and, while there is
+// one, to its conserve bucket.
+func (o *Owner) debit(key string, at time.Duration, tokens int64) {
+	o.bucketFor(key, at).Debit(at, tokens)
+	if o.scaled != nil {
+		if sb, ok := o.scaled[o.subOf(key)].Lookup(key); ok {
+			sb.Debit(at, tokens)
+		}
+	}
+}
+
+// conserveRemaining caps rem at the conserve bucket's whole tokens.
+func (o *Owner) conserveRemaining(now time.Duration, key string, rem int64) int64 {
+	if o.scaled == nil {
+		return rem
+	}
+	if sb, ok := o.scaled[o.subOf(key)].Lookup(key); ok {
+		return min(rem, buckets.Whole(*sb, now))
+	}
+	return rem
+}
+
+// subOf is the index of key's (sub-)bucket table.
+func (o *Owner) subOf(key string) int {
+	i, err := o.subIndex(key)
+	if err != nil {
+		return 0
+	}
+	return i
+}
