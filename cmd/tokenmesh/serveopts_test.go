@@ -246,3 +246,20 @@ func TestExperimentListsWithoutName(t *testing.T) {
 		t.Errorf("experiment with no name: exit %d, stdout %q, stderr %q; want the list", code, stdout, stderr)
 	}
 }
+
+// TestLineProgress: without a terminal, replay's progress is a line at
+// most every interval of wall time, plus one when all requests are sent.
+func TestLineProgress(t *testing.T) {
+	var out bytes.Buffer
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := lineProgress(&out, "owner", 5*time.Second, func() time.Time { return clock })
+	for i := 1; i <= 100; i++ {
+		clock = clock.Add(200 * time.Millisecond) // 20 s in all
+		p(i, 100)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || lines[0] != "replay owner: 25/100 requests sent (25%), 5s wall time" ||
+		lines[3] != "replay owner: 100/100 requests sent (100%), 20s wall time" {
+		t.Errorf("progress lines:\n%s\nwant one every 5 s, the last at 100%%", out.String())
+	}
+}
