@@ -248,6 +248,7 @@ const (
 	evExpected
 	evInspect
 	evLeave
+	evRules // SetRules (reload.go)
 )
 
 type event struct {
@@ -262,13 +263,17 @@ type event struct {
 	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
+	rules   *rulesUpdate // evRules (reload.go)
 }
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
 	self      strategy.NodeID
-	rules     map[string]*ruleState // fixed after New; read from any goroutine
+	rules     map[string]*ruleState
 	order     []*ruleState
+	rulesMu   sync.RWMutex  // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
+	seed      uint64        // Config.Seed, for rules added by SetRules
+	hint      time.Duration // Config.LatencyHint, likewise
 	transport Transport
 	maxTokens int64
 
@@ -359,6 +364,7 @@ func New(cfg Config) (*Node, error) {
 		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{}, wakes: minheap.New(wakeBefore),
 		members: members, expected: slices.Clone(members), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.start = time.Now()
 	n.incarnation = incarnationAt(n.start)
 	n.nextID = n.incarnation
@@ -454,6 +460,8 @@ func (n *Node) Self() strategy.NodeID { return n.self }
 
 // Rules returns the names of the node's rules, in configuration order.
 func (n *Node) Rules() []string {
+	n.rulesMu.RLock()
+	defer n.rulesMu.RUnlock()
 	out := make([]string, len(n.order))
 	for i, rs := range n.order {
 		out[i] = rs.rule.Name
@@ -500,7 +508,9 @@ func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decis
 
 // validate checks one request's input and returns its rule.
 func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
+	n.rulesMu.RLock()
 	rs, ok := n.rules[rule]
+	n.rulesMu.RUnlock()
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
@@ -682,6 +692,8 @@ func (n *Node) Close() error {
 // Stats returns a snapshot of the node's counters.
 func (n *Node) Stats() Stats {
 	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load(), BadSender: n.badSender.Load()}
+	n.rulesMu.RLock()
+	defer n.rulesMu.RUnlock()
 	for _, rs := range n.order {
 		c := &rs.c
 		st.Rules[rs.rule.Name] = RuleStats{
@@ -781,6 +793,9 @@ func (n *Node) handle(ev event) {
 			}
 		}
 		close(ev.done)
+	case evRules:
+		n.setRules(now, ev.rules)
+		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
 			n.expected = ev.members
@@ -822,6 +837,10 @@ func (n *Node) handle(ev event) {
 // request hands one request to rs's strategy: a synchronous decision
 // answers p at once, otherwise p waits in rs.pending.
 func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, p pendingCheck) {
+	if rs = n.current(rs); rs == nil { // the rule was removed since validate
+		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
+		return
+	}
 	n.nextID++
 	id := n.nextID
 	rs.c.requests.Add(1)

@@ -218,12 +218,13 @@ type Config struct {
 
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
-	node  *cluster.Node
-	rules map[string]cluster.Rule
-	tr    *grpcpeer.Transport
-	ms    *membership.Membership
-	once  sync.Once
-	err   error
+	node    *cluster.Node
+	rules   map[string]cluster.Rule // replaced by SetRules, under rulesMu
+	rulesMu sync.RWMutex
+	tr      *grpcpeer.Transport
+	ms      *membership.Membership
+	once    sync.Once
+	err     error
 
 	stop chan struct{} // closed by Close
 
@@ -558,7 +559,9 @@ func (n *Node) Members() []string {
 // Limiter returns the limiter of one of the node's rules; the error wraps
 // ErrUnknownRule for a rule the node lacks.
 func (n *Node) Limiter(rule string) (*Limiter, error) {
+	n.rulesMu.RLock()
 	r, ok := n.rules[rule]
+	n.rulesMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}

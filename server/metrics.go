@@ -49,6 +49,10 @@ package server
 //	                                                 the rate (strategy.ShareReporter), and not
 //	                                                 while keys is 0
 //
+// Set once by serve (Server.SetBuildInfo):
+//
+//	tokenmesh_build_info{version,revision,goversion} gauge, always 1: the binary's build
+//
 // Plus the standard go_* and process_* collectors.
 
 import (
@@ -76,8 +80,10 @@ var decisionBuckets = []float64{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-
 
 // metrics is a Server's instrumentation.
 type metrics struct {
-	reg     *prometheus.Registry
-	invalid prometheus.Counter
+	reg       *prometheus.Registry
+	invalid   prometheus.Counter
+	decisions *prometheus.CounterVec
+	wait      *prometheus.HistogramVec
 }
 
 // ruleMetrics are one rule's pre-resolved series, so counting a decision
@@ -87,9 +93,9 @@ type ruleMetrics struct {
 	wait                      prometheus.Observer
 }
 
-// newMetrics registers the metrics of a server serving rules of node
-// (nil: none) and returns each rule's series by name.
-func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*ruleMetrics) {
+// newMetrics registers the metrics of a server of node (nil: none);
+// forRule resolves a rule's series.
+func newMetrics(node nodeView) *metrics {
 	reg := prometheus.NewRegistry()
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tokenmesh_decisions_total",
@@ -100,7 +106,7 @@ func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*rule
 		Help:    "Time a check waited for its decision at this node, from the API call to its batch's answer (queueing and owner forwards included), seconds.",
 		Buckets: decisionBuckets,
 	}, []string{"rule"})
-	m := &metrics{reg: reg, invalid: prometheus.NewCounter(prometheus.CounterOpts{
+	m := &metrics{reg: reg, decisions: decisions, wait: wait, invalid: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tokenmesh_invalid_requests_total",
 		Help: "Check calls refused as invalid (INVALID_ARGUMENT); their items are not counted.",
 	})}
@@ -109,16 +115,26 @@ func newMetrics(node nodeView, rules []cluster.Rule) (*metrics, map[string]*rule
 	if node != nil {
 		reg.MustRegister(&nodeCollector{node: node})
 	}
-	byRule := make(map[string]*ruleMetrics, len(rules))
-	for _, r := range rules {
-		byRule[r.Name] = &ruleMetrics{
-			allowed: decisions.WithLabelValues(r.Name, r.Strategy, "allowed"),
-			refused: decisions.WithLabelValues(r.Name, r.Strategy, "refused"),
-			errored: decisions.WithLabelValues(r.Name, r.Strategy, "error"),
-			wait:    wait.WithLabelValues(r.Name),
-		}
+	return m
+}
+
+// forRule returns r's series (created at zero on first use).
+func (m *metrics) forRule(r cluster.Rule) *ruleMetrics {
+	return &ruleMetrics{
+		allowed: m.decisions.WithLabelValues(r.Name, r.Strategy, "allowed"),
+		refused: m.decisions.WithLabelValues(r.Name, r.Strategy, "refused"),
+		errored: m.decisions.WithLabelValues(r.Name, r.Strategy, "error"),
+		wait:    m.wait.WithLabelValues(r.Name),
 	}
-	return m, byRule
+}
+
+// dropRule deletes the series of a rule the server no longer serves
+// (SetRules), so a removed rule leaves /metrics.
+func (m *metrics) dropRule(r cluster.Rule) {
+	for _, res := range []string{"allowed", "refused", "error"} {
+		m.decisions.DeleteLabelValues(r.Name, r.Strategy, res)
+	}
+	m.wait.DeleteLabelValues(r.Name)
 }
 
 // count records one item's outcome: its cluster result r, answered as

@@ -276,7 +276,7 @@ func (v fakeView) Members() int { return v.members }
 // gatherFake collects view's metrics as /metrics would.
 func gatherFake(t *testing.T, view nodeView) map[string]*dto.MetricFamily {
 	t.Helper()
-	m, _ := newMetrics(view, nil)
+	m := newMetrics(view)
 	mfs, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -388,5 +388,48 @@ func BenchmarkCheckMetrics(b *testing.B) {
 		if _, err := s.Check(ctx, r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestBuildInfo: the build_info gauge is exported with its three labels
+// (an empty revision as "unknown"), and registering it twice fails.
+func TestBuildInfo(t *testing.T) {
+	s := New(nil, nil)
+	if err := s.SetBuildInfo(BuildInfo{Version: "v1.2.3", GoVersion: "go1.99"}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() != "tokenmesh_build_info" {
+			continue
+		}
+		found = true
+		m := mf.GetMetric()
+		if len(m) != 1 || m[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("build_info: %v, want one series of value 1", m)
+		}
+		got := map[string]string{}
+		for _, l := range m[0].GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		want := map[string]string{"version": "v1.2.3", "revision": "unknown", "goversion": "go1.99"}
+		if len(got) != len(want) {
+			t.Errorf("labels %v, want %v", got, want)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("label %s = %q, want %q", k, got[k], v)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no tokenmesh_build_info in the registry")
+	}
+	if err := s.SetBuildInfo(BuildInfo{Version: "v1.2.3", GoVersion: "go1.99"}); err == nil {
+		t.Error("a second identical SetBuildInfo succeeded")
 	}
 }

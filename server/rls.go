@@ -46,7 +46,7 @@ func (s *Server) RegisterRLS(g grpc.ServiceRegistrar, cfg *envoyrls.Config) {
 		return
 	}
 	observe := func(rule string, r cluster.BatchResult, ok bool, waited time.Duration) {
-		s.byName[rule].m.count(r, ok, waited)
+		s.tbl.Load().byName[rule].m.count(r, ok, waited)
 	}
 	svc := envoyrls.New(cfg, s.node.Cluster(), observe)
 	rlsv3.RegisterRateLimitServiceServer(g, &rls{s: s, svc: svc})

@@ -56,6 +56,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,8 +98,8 @@ type Server struct {
 	tokenmeshv1.UnimplementedRateLimitServiceServer
 
 	node    *limiter.Node
-	rules   []cluster.Rule
-	byName  map[string]ruleInfo
+	tbl     atomic.Pointer[ruleTable] // replaced by SetRules
+	rulesMu sync.Mutex                // serializes SetRules (the metric series it creates and deletes)
 	ready   atomic.Bool
 	health  *health.Server
 	handler http.Handler
@@ -114,29 +115,13 @@ type Server struct {
 // SetReady(false); with a nil node it serves no rules and is never ready
 // (Check answers UNAVAILABLE, HTTP 503).
 func New(node *limiter.Node, rules []cluster.Rule) *Server {
-	s := &Server{node: node, byName: map[string]ruleInfo{}, health: health.NewServer()}
-	if node != nil {
-		for _, r := range rules {
-			if _, dup := s.byName[r.Name]; dup {
-				continue
-			}
-			if _, err := node.Limiter(r.Name); err != nil {
-				continue
-			}
-			s.byName[r.Name] = ruleInfo{rule: r, perSec: r.Rate.PerSec(), rateZero: r.Rate.Tokens == 0}
-			s.rules = append(s.rules, r)
-		}
-	}
+	s := &Server{node: node, health: health.NewServer()}
 	var view nodeView // nil without a node
 	if node != nil {
 		view = limiterView{node}
 	}
-	m, byRule := newMetrics(view, s.rules)
-	s.metrics = m
-	for name, ri := range s.byName {
-		ri.m = byRule[name]
-		s.byName[name] = ri
-	}
+	s.metrics = newMetrics(view)
+	s.SetRules(rules)
 	s.SetReady(true)
 
 	gw := runtime.NewServeMux(
@@ -152,7 +137,7 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.Handle("/", http.MaxBytesHandler(gw, MaxBodyBytes))
 	s.handler = mux
 	return s
@@ -194,7 +179,8 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	if !s.ready.Load() {
 		return nil, status.Error(codes.Unavailable, "node is not ready")
 	}
-	items, err := s.validate(req.GetChecks())
+	t := s.tbl.Load() // one rule table for the whole call
+	items, err := t.validate(req.GetChecks())
 	if err != nil {
 		s.metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -211,9 +197,10 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	resp, outs := newCheckResponse(len(results))
 	for i, r := range results {
+		ri := t.byName[items[i].Rule]
 		out := &outs[i]
-		s.result(out, i, items[i], r)
-		s.byName[items[i].Rule].m.count(r, out.Allowed, waited)
+		result(out, i, ri, items[i], r)
+		ri.m.count(r, out.Allowed, waited)
 	}
 	return resp, nil
 }
@@ -247,7 +234,7 @@ func newCheckResponse(n int) (*tokenmeshv1.CheckResponse, []tokenmeshv1.CheckRes
 
 // validate checks a batch and converts it to the cluster's items; the
 // error names the first bad field.
-func (s *Server) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem, error) {
+func (t *ruleTable) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem, error) {
 	switch {
 	case len(checks) == 0:
 		return nil, fmt.Errorf(`checks: is empty; want 1 to %d checks ({"checks":[{"rule":"...","key":"...","hits":1}]})`, MaxChecks)
@@ -257,7 +244,7 @@ func (s *Server) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem,
 	items := make([]cluster.BatchItem, len(checks))
 	for i, c := range checks {
 		rule, key, hits := c.GetRule(), c.GetKey(), c.GetHits()
-		_, known := s.byName[rule]
+		_, known := t.byName[rule]
 		switch {
 		case rule == "":
 			return nil, fmt.Errorf("checks[%d].rule: is required", i)
@@ -276,9 +263,8 @@ func (s *Server) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchItem,
 }
 
 // result turns item i's cluster result into the API's, written into out
-// (a zero CheckResult).
-func (s *Server) result(out *tokenmeshv1.CheckResult, i int, it cluster.BatchItem, r cluster.BatchResult) {
-	ri := s.byName[it.Rule]
+// (a zero CheckResult; ri: its rule).
+func result(out *tokenmeshv1.CheckResult, i int, ri ruleInfo, it cluster.BatchItem, r cluster.BatchResult) {
 	burst := ri.rule.Burst
 	out.LimitPerS, out.Burst, out.Remaining, out.ResetAfterMs = ri.perSec, burst, -1, -1
 	if r.Err != nil {
@@ -322,9 +308,10 @@ func ceilMS(sec float64) int64 {
 
 // ListRules implements tokenmesh.v1.RateLimitService/ListRules.
 func (s *Server) ListRules(context.Context, *tokenmeshv1.ListRulesRequest) (*tokenmeshv1.ListRulesResponse, error) {
-	resp := &tokenmeshv1.ListRulesResponse{Rules: make([]*tokenmeshv1.RuleInfo, 0, len(s.rules))}
-	for _, r := range s.rules {
-		resp.Rules = append(resp.Rules, &tokenmeshv1.RuleInfo{Name: r.Name, LimitPerS: s.byName[r.Name].perSec,
+	t := s.tbl.Load()
+	resp := &tokenmeshv1.ListRulesResponse{Rules: make([]*tokenmeshv1.RuleInfo, 0, len(t.rules))}
+	for _, r := range t.rules {
+		resp.Rules = append(resp.Rules, &tokenmeshv1.RuleInfo{Name: r.Name, LimitPerS: t.byName[r.Name].perSec,
 			Burst: r.Burst, Strategy: r.Strategy, Params: slices.Clone(r.Params)})
 	}
 	return resp, nil

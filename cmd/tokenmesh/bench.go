@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -362,9 +363,9 @@ func writeBenchTable(w io.Writer, r *loadgen.Result) {
 	_ = tw.Flush()
 	mode := "closed loop"
 	if r.Rate > 0 {
-		mode = fmt.Sprintf("open loop at %g calls/s", r.Rate)
+		mode = fmt.Sprintf("open loop at %s calls/s", plainNumber(r.Rate))
 	}
-	what := fmt.Sprintf("rule %s (%.6g/s, burst %d)", r.Rule, r.RuleRate, r.RuleBurst)
+	what := fmt.Sprintf("rule %s (%s/s, burst %d)", r.Rule, plainNumber(r.RuleRate), r.RuleBurst)
 	if domain, ok := strings.CutPrefix(r.Rule, "rls:"); ok {
 		what = "Envoy RLS, domain " + domain
 	}
@@ -373,7 +374,7 @@ func writeBenchTable(w io.Writer, r *loadgen.Result) {
 		r.Checks, r.Allowed, r.Refused, r.Errors, r.RPCs, r.FailedRPCs, r.LatencyMS.P90, r.LatencyMS.Max)
 	fmt.Fprintf(w, "client CPU: %.2f cores\n", r.CPUCores)
 	if r.Rate > 0 && r.RPCsPerS < 0.95*r.Rate {
-		fmt.Fprintf(w, "note: %.0f calls/s is below --rate %g: the workers could not keep up; raise --concurrency\n", r.RPCsPerS, r.Rate)
+		fmt.Fprintf(w, "note: %.0f calls/s is below --rate %s: the workers could not keep up; raise --concurrency\n", r.RPCsPerS, plainNumber(r.Rate))
 	}
 	for _, e := range r.ErrorSample {
 		fmt.Fprintf(w, "error: %s\n", e)
@@ -385,12 +386,19 @@ func writeBurst(w io.Writer, r *loadgen.BurstResult) {
 	if !r.OK {
 		verdict = "EXCEEDS"
 	}
-	fmt.Fprintf(w, "burst test: %d checks of key %q (rule %s: %.6g/s, burst %d) over %d nodes in %.3fs\n",
-		r.Sent, r.Key, r.Rule, r.RuleRate, r.RuleBurst, len(r.Targets), r.ElapsedSec)
+	fmt.Fprintf(w, "burst test: %d checks of key %q (rule %s: %s/s, burst %d) over %d nodes in %.3fs\n",
+		r.Sent, r.Key, r.Rule, plainNumber(r.RuleRate), r.RuleBurst, len(r.Targets), r.ElapsedSec)
 	fmt.Fprintf(w, "envelope (burst + rate x elapsed): %.1f\n", r.Envelope)
 	fmt.Fprintf(w, "admitted: %d (refused %d, errors %d, failed calls %d)\n", r.Admitted, r.Refused, r.Errors, r.FailedRPCs)
 	for _, e := range r.ErrorSample {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
 	fmt.Fprintln(w, verdict)
+}
+
+// plainNumber formats v without an exponent and with no more digits than
+// it needs: 1000000000, 0.5, 16.666667 (at most 6 decimals), as rates are
+// written in configs ("1000000000/s", not "1e+09/s").
+func plainNumber(v float64) string {
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
 }

@@ -31,7 +31,7 @@ func newExperimentCmd() *cobra.Command {
 		fmt.Fprintf(&help, "  %-20s %s (%s)\n", e.Name, e.Summary, e.Source)
 	}
 	cmd := &cobra.Command{
-		Use:   "experiment NAME",
+		Use:   "experiment [NAME]",
 		Short: "Reproduce a source document's evaluation in the simulator and write a report with plots",
 		Long: `experiment runs the evaluation of one of the source documents in the
 simulator, with the paper's setup, and writes report.md, report.json and plots
@@ -39,8 +39,13 @@ into --out, putting our numbers beside the paper's.
 
 Experiments:
 ` + help.String(),
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				// No name: list what can be run.
+				fmt.Fprint(cmd.OutOrStdout(), "Experiments (tokenmesh experiment NAME runs one):\n"+help.String())
+				return nil
+			}
 			e, err := experiment.Find(list, args[0])
 			if err != nil {
 				return usageErr("%v", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,10 +43,12 @@ const shutdownTimeout = 5 * time.Second
 // serveOptions are serve's flags.
 type serveOptions struct {
 	configPath     string
-	addrFile       string // --addr-file: the bound addresses as JSON, written once serving
-	faultInjection bool   // --fault-injection (hidden): Faulty peer transport + /debug/faults
-	discardBad     bool   // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
-	envoyConfig    string // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
+	addrFile       string    // --addr-file: the bound addresses as JSON, written once serving
+	faultInjection bool      // --fault-injection (hidden): Faulty peer transport + /debug/faults
+	discardBad     bool      // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
+	envoyConfig    string    // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
+	watchConfig    bool      // --watch-config: reload the rules when the config file changes
+	node           nodeFlags // --name, --api-addr, ..., --log-format, --log-level (serveopts.go)
 }
 
 func newServeCmd() *cobra.Command {
@@ -128,7 +131,25 @@ with full buckets instead.
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes the ones in flight (5 s at most), the node hands its state to its
 peers (gdrl: its capacity shares to its buddy; 2 s at most), then leaves the
-gossip cluster, and writes its last snapshot to node.state_dir.`,
+gossip cluster, and writes its last snapshot to node.state_dir.
+
+Reload: on SIGHUP, and when the --config file changes (--watch-config,
+on by default: the file's directory is watched, so editors that rename a
+new file over it and Kubernetes ConfigMap volumes work), serve reads the
+file again and applies its rules without a restart: new rules start with
+full buckets, removed rules are dropped, a rule whose rate, burst, strategy
+or params changed starts afresh, and every unchanged rule keeps its state.
+A file that does not load is refused as a whole: the error is logged and
+the old rules keep answering. Node settings (addresses, name, join, keys,
+TLS) and --envoy-config files are read at start only. Every node of a
+cluster should get the same rules.
+
+Logs: one log/slog logger on stdout, text (key=value) or JSON
+(--log-format), from --log-level up: start, config loaded, members joining,
+failing and leaving, refused peer frames, rule reloads, shutdown. In text
+mode serve also prints a short human summary (addresses, rules) at start.
+
+` + serveEnvHelp,
 		Example: `  tokenmesh serve
   tokenmesh serve --config /etc/tokenmesh/tokenmesh.yaml
   tokenmesh serve --envoy-config /etc/ratelimit/config`,
@@ -139,7 +160,9 @@ gossip cluster, and writes its last snapshot to node.state_dir.`,
 			return runServe(ctx, cmd, opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.configPath, "config", "", "node configuration (YAML); without it, a single node with the built-in defaults")
+	cmd.Flags().StringVar(&opts.configPath, "config", "", "node configuration (YAML; env "+envConfig+"); without it, a single node with the built-in defaults")
+	opts.node.add(cmd)
+	cmd.Flags().BoolVar(&opts.watchConfig, "watch-config", true, "reload the rules when the --config file changes (they are also reloaded on SIGHUP)")
 	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
@@ -155,7 +178,27 @@ gossip cluster, and writes its last snapshot to node.state_dir.`,
 
 func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error {
 	out := cmd.OutOrStdout()
-	configPath := opts.configPath
+	// SIGHUP reloads the rules (its default action would end the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// One log for the node: start and stop, config, state restores,
+	// membership changes, refused peer frames (the transport and the
+	// cluster log them), reloads, the warning below.
+	logger, logFormat, err := opts.node.newLogger(cmd, out)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(logger)
+	// banner is the human summary: text logs only (JSON logs stay one
+	// object a line).
+	banner := out
+	if logFormat == "json" {
+		banner = io.Discard
+	}
+	bi := readBuildInfo()
+	logger.Info("starting tokenmesh", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion, "pid", os.Getpid())
+	configPath := opts.resolvedConfigPath(cmd)
 	if opts.faultInjection && configPath == "" {
 		return errors.New("--fault-injection needs --config (a node with peers)")
 	}
@@ -166,27 +209,38 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			return fmt.Errorf("default config: %w", err)
 		}
 	} else {
-		var err error
 		if f, err = config.Load(configPath); err != nil {
 			return err
 		}
 	}
-	if configPath != "" {
+	overrides, peerSet, err := opts.node.apply(cmd, f)
+	if err != nil {
+		return err
+	}
+	// networked: peers over gRPC and gossip membership (a config file, or
+	// a peer setting given by flag or environment).
+	networked := configPath != "" || peerSet
+	if networked {
 		if err := f.Node.CheckPeerSecurity(); err != nil {
-			return fmt.Errorf("%s: %w", configPath, err)
+			if configPath != "" {
+				return fmt.Errorf("%s: %w", configPath, err)
+			}
+			return err
 		}
 	}
-	// One log for the node: state restores, refused peer frames (the
-	// transport and the cluster log them), the warning below.
-	logger := slog.New(slog.NewTextHandler(out, nil))
-	slog.SetDefault(logger)
-	if configPath != "" && f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
+	source := configPath
+	if source == "" {
+		source = "built-in default"
+	}
+	logger.Info("config loaded", "config", source, "node", f.Node.Name, "rules", len(f.Rules), "overrides", overrides)
+	if networked && f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
 		logger.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
 			"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
 	}
 	if f.Node.MemoryLimit > 0 {
 		debug.SetMemoryLimit(f.Node.MemoryLimit)
-		fmt.Fprintf(out, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
+		logger.Info("memory limit set (node.memory_limit)", "bytes", f.Node.MemoryLimit)
+		fmt.Fprintf(banner, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
 	}
 	rules, err := f.ClusterRules()
 	if err != nil {
@@ -197,8 +251,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		envoyDir = opts.envoyConfig
 	}
 	var envoyCfg *envoyrls.Config
-	var lcEpoch time.Time // the node's time base: clusterEpoch with peers or fixed_window rules
-	if configPath != "" {
+	var envoyRules []cluster.Rule // the rules derived from envoyCfg (kept as they are by a reload)
+	var lcEpoch time.Time         // the node's time base: clusterEpoch with peers or fixed_window rules
+	if networked {
 		lcEpoch = clusterEpoch
 	}
 	if envoyDir != "" {
@@ -214,7 +269,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			// wall-clock time base (a networked node has one already).
 			lcEpoch = clusterEpoch
 		}
-		for _, r := range envoyCfg.Rules(lcEpoch) {
+		envoyRules = envoyCfg.Rules(lcEpoch)
+		for _, r := range envoyRules {
 			if have[r.Name] {
 				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
 			}
@@ -224,7 +280,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
 		SnapshotInterval: f.Node.SnapshotInterval, DiscardBadState: opts.discardBad,
 		Logger: logger}
-	if configPath != "" {
+	if networked {
 		// Membership changes (joined, failed, left, reconnected) go to the
 		// node's one log, for the operator.
 		pc := &limiter.PeerConfig{ListenAddr: f.Node.PeerAddr, GossipAddr: f.Node.GossipAddr,
@@ -273,7 +329,21 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	// Not ready until every strategy is (a gdrl joiner holds its default
 	// share): a check decided before would be refused for lack of a share.
 	ready := waitReady(ctx, node.Cluster(), api.SetReady)
-	handler := withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
+	buildAPI := func(f *config.File, rules []cluster.Rule) http.Handler {
+		return withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
+	}
+	edge := &swapHandler{}
+	edge.set(buildAPI(f, rules))
+	var handler http.Handler = edge
+	var rl *reloader
+	if configPath != "" {
+		rl = newReloader(configPath, f, envoyRules, node, api, edge, buildAPI, logger)
+		if opts.watchConfig {
+			if err := rl.watch(ctx); err != nil {
+				logger.Warn("not watching the config file; SIGHUP still reloads it", "config", configPath, "error", err.Error())
+			}
+		}
+	}
 	if faulty != nil {
 		handler = withFaults(handler, faulty)
 	}
@@ -296,13 +366,20 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if envoyCfg != nil {
 		api.RegisterRLS(gs, envoyCfg)
 	}
-
-	if configPath == "" {
-		fmt.Fprintln(out, "tokenmesh serve: no --config; running the built-in default configuration (single node, no peers)")
-	} else {
-		fmt.Fprintf(out, "tokenmesh serve: config %s\n", configPath)
+	server.RegisterReflection(gs)
+	if err := api.SetBuildInfo(server.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion}); err != nil {
+		logger.Warn("build_info metric not registered", "error", err)
 	}
-	fmt.Fprintf(out, "node %s: API %s://%s grpc %s\n", f.Node.Name, scheme, ln.Addr(), gln.Addr())
+
+	switch {
+	case configPath == "" && !networked:
+		fmt.Fprintln(banner, "tokenmesh serve: no --config; running the built-in default configuration (single node, no peers)")
+	case configPath == "":
+		fmt.Fprintln(banner, "tokenmesh serve: no --config; the built-in default configuration with the peer settings given")
+	default:
+		fmt.Fprintf(banner, "tokenmesh serve: config %s\n", configPath)
+	}
+	fmt.Fprintf(banner, "node %s: API %s://%s grpc %s\n", f.Node.Name, scheme, ln.Addr(), gln.Addr())
 	if lc.Peer != nil {
 		join := "founding a cluster"
 		switch members := node.Members(); {
@@ -312,27 +389,31 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			join = fmt.Sprintf("no member at %s answered: founding a cluster, retrying the join every %v",
 				strings.Join(f.Node.Join, ", "), reconnectEvery(f.Node.ReconnectInterval))
 		}
-		fmt.Fprintf(out, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
+		fmt.Fprintf(banner, "peers: grpc %s, gossip %s, %s\n", node.PeerAddr(), node.GossipAddr(), join)
 	}
 	for _, r := range rules {
-		fmt.Fprintf(out, "rule %s: rate %g/s, burst %d, strategy %s\n", r.Name, r.Rate.PerSec(), r.Burst, r.Strategy)
+		fmt.Fprintf(banner, "rule %s: rate %s/s, burst %d, strategy %s\n", r.Name, plainNumber(r.Rate.PerSec()), r.Burst, r.Strategy)
+		if logFormat == "json" {
+			logger.Info("rule", "rule", r.Name, "rate_per_s", r.Rate.PerSec(), "burst", r.Burst, "strategy", r.Strategy)
+		}
 	}
 	if envoyCfg != nil {
-		fmt.Fprintf(out, "envoy RLS: %d domains, %d limits from %s, on grpc %s\n", len(envoyCfg.Domains), len(envoyCfg.Limits), envoyDir, gln.Addr())
+		logger.Info("envoy RLS loaded", "domains", len(envoyCfg.Domains), "limits", len(envoyCfg.Limits), "dir", envoyDir)
+		fmt.Fprintf(banner, "envoy RLS: %d domains, %d limits from %s, on grpc %s\n", len(envoyCfg.Domains), len(envoyCfg.Limits), envoyDir, gln.Addr())
 	}
 	if ri := node.RestoreInfo(); ri.File != "" {
-		fmt.Fprintf(out, "state: %s, a snapshot every %v", ri.File, f.Node.SnapshotInterval)
+		fmt.Fprintf(banner, "state: %s, a snapshot every %v", ri.File, f.Node.SnapshotInterval)
 		if ri.Found {
-			fmt.Fprintf(out, "; restored %v keys per rule, taken %v ago", ri.Keys, ri.Age.Round(time.Millisecond))
+			fmt.Fprintf(banner, "; restored %v keys per rule, taken %v ago", ri.Keys, ri.Age.Round(time.Millisecond))
 		} else {
-			fmt.Fprint(out, "; no snapshot there: full buckets")
+			fmt.Fprint(banner, "; no snapshot there: full buckets")
 		}
-		fmt.Fprintln(out)
+		fmt.Fprintln(banner)
 	}
 
 	errc := make(chan error, 3)
 	if faulty != nil {
-		fmt.Fprintln(out, "fault injection: on (POST /debug/faults); testing only")
+		logger.Warn("fault injection: on (POST /debug/faults); testing only")
 	}
 	// The addresses are written before the servers start: the listeners
 	// are bound (connections wait in the backlog), and whoever reads the
@@ -354,11 +435,25 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 			errc <- fmt.Errorf("serving the gRPC API on %s: %w", gln.Addr(), err)
 		}
 	}()
+	logger.Info("serving", "node", f.Node.Name, "api", scheme+"://"+ln.Addr().String(), "grpc", gln.Addr().String(),
+		"peer", node.PeerAddr(), "gossip", node.GossipAddr(), "members", len(node.Members()), "rules", len(rules))
 	var serveErr error
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(out, "shutting down")
-	case serveErr = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down", "reason", "signal")
+			break wait
+		case serveErr = <-errc:
+			logger.Error("shutting down", "reason", serveErr.Error())
+			break wait
+		case <-hup:
+			if rl == nil {
+				logger.Warn("SIGHUP: no config file (--config) to reload; nothing changed")
+				continue
+			}
+			_ = rl.reload(ctx, "SIGHUP", false)
+		}
 	}
 	ready.stop()
 	api.SetReady(false)
@@ -376,6 +471,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	if err := node.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("closing node: %w", err)
+	}
+	if serveErr != nil {
+		logger.Error("stopped", "error", serveErr.Error())
+	} else {
+		logger.Info("stopped")
 	}
 	return serveErr
 }

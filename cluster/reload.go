@@ -1,0 +1,239 @@
+package cluster
+
+// Changing a running node's rules (issue 15, part 3: rules reloaded on
+// SIGHUP or on a change of the config file). Ours: tokenmesh's own
+// operations feature, not from a source document.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+)
+
+// ErrRuleRemoved is the error of a check of a rule that SetRules removed
+// while the check waited (or between its validation and its decision).
+var ErrRuleRemoved = errors.New("cluster: the rule was removed by a reload")
+
+// ErrRuleChanged is the error of a check that was waiting for the network
+// (owner forwarding to the key's owner, ...) when SetRules replaced its
+// rule: its old strategy is gone; the caller may ask again.
+var ErrRuleChanged = errors.New("cluster: the rule was changed by a reload while the check waited")
+
+// RulesChange says what SetRules did, by rule name, each list in the
+// order of the new rules (Removed: of the old ones).
+type RulesChange struct {
+	Added   []string // new names: a fresh strategy, full buckets
+	Changed []string // same name, another rate, burst, strategy or params: a fresh strategy
+	Removed []string // names no longer there: their state is dropped
+	Kept    []string // identical rules: their strategy and state are kept as they are
+}
+
+// Empty reports whether the change did nothing (every rule kept).
+func (c RulesChange) Empty() bool {
+	return len(c.Added) == 0 && len(c.Changed) == 0 && len(c.Removed) == 0
+}
+
+// rulesUpdate is an evRules event's request and answer.
+type rulesUpdate struct {
+	rules  []Rule
+	change RulesChange
+	err    error
+}
+
+// SameRule reports whether a and b are the same limit: same name, rate,
+// burst, strategy, partition mode and parameters (in order). SetRules
+// keeps the state of such a rule (comparing the new rule as New keeps
+// it: a partition= parameter counted as Partition).
+func SameRule(a, b Rule) bool {
+	return a.Name == b.Name && a.Rate == b.Rate && a.Burst == b.Burst && a.Strategy == b.Strategy &&
+		a.Partition == b.Partition && slices.Equal(a.Params, b.Params)
+}
+
+// SetRules replaces the node's rules with rules, in the node's loop (one
+// event, between two decisions):
+//
+//   - a rule identical to one the node has (SameRule) keeps its strategy,
+//     so its token buckets, leases, shares and pending checks, unchanged;
+//   - a new name starts a fresh strategy at the current time (full
+//     buckets), with the current members;
+//   - a rule whose rate, burst, strategy, partition or params changed gets a fresh
+//     strategy (state of the old one dropped; checks it was still waiting
+//     on fail with ErrRuleChanged, and its peer counters start again at 0);
+//   - a removed rule is dropped (its waiting checks fail with
+//     ErrRuleRemoved; peer frames for it are then counted as unknown-rule
+//     frames, as from a node that does not have it yet).
+//
+// Every node of a cluster must get the same rules (each reloads its own
+// file); until all have, peers may drop each other's frames for a rule
+// only one side has, as during a rolling restart.
+//
+// Errors, with nothing changed: no rules, an empty or repeated name, an
+// unknown strategy, bad params or a rule the strategy refuses (naming the
+// rule), ctx.Err(), ErrClosed.
+func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) {
+	if len(rules) == 0 {
+		return RulesChange{}, errors.New("cluster: SetRules: no rules")
+	}
+	seen := map[string]bool{}
+	for i, r := range rules {
+		if r.Name == "" {
+			return RulesChange{}, fmt.Errorf("cluster: rule %d: name is empty", i)
+		}
+		if seen[r.Name] {
+			return RulesChange{}, fmt.Errorf("cluster: rule %q is defined twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	u := &rulesUpdate{rules: slices.Clone(rules)}
+	if err := n.call(ctx, event{kind: evRules, rules: u}); err != nil {
+		return RulesChange{}, err
+	}
+	return u.change, u.err
+}
+
+// normalize checks r as New does and returns it as New keeps it (the
+// partition mode taken from Params into Partition), with what its
+// strategy is built from (loop goroutine or any: it reads no node state).
+func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
+	info, err := all.Lookup(r.Strategy)
+	if err != nil {
+		return r, info, strategy.Params{}, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
+	params, err := strategy.ParseParams(r.Params)
+	if err != nil {
+		return r, info, params, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
+	params, mode, err := strategy.TakePartition(params)
+	if err != nil {
+		return r, info, params, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
+	if slices.ContainsFunc(r.Params, isPartitionParam) && r.Partition != strategy.PartitionAvailable && mode != r.Partition {
+		return r, info, params, fmt.Errorf("cluster: rule %q: partition %s and parameter partition=%s disagree", r.Name, r.Partition, mode)
+	}
+	if mode == strategy.PartitionAvailable {
+		mode = r.Partition
+	}
+	r.Partition = mode
+	r.Params = slices.Clone(r.Params)
+	return r, info, params, nil
+}
+
+// newRule builds the state of r (normalized) for SetRules (loop
+// goroutine): its strategy made as New makes it, with the current members.
+func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
+	s, err := info.New(strategy.Config{
+		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
+		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
+		Params: params, LatencyHint: n.hint, Partition: r.Partition,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
+	}
+	if err := strategy.CheckPartition(r.Strategy, s, r.Partition); err != nil {
+		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+	}
+	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}}, nil
+}
+
+// setRules carries out u in the loop goroutine (see SetRules).
+func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
+	var ch RulesChange
+	order := make([]*ruleState, 0, len(u.rules))
+	var fresh []*ruleState
+	for _, r := range u.rules {
+		r, info, params, err := normalize(r)
+		if err != nil {
+			u.err = err
+			return // nothing changed yet
+		}
+		old, ok := n.rules[r.Name]
+		if ok && SameRule(old.rule, r) {
+			order = append(order, old)
+			ch.Kept = append(ch.Kept, r.Name)
+			continue
+		}
+		rs, err := n.newRule(r, info, params)
+		if err != nil {
+			u.err = err
+			return // nothing changed yet
+		}
+		order = append(order, rs)
+		fresh = append(fresh, rs)
+		if ok {
+			ch.Changed = append(ch.Changed, r.Name)
+		} else {
+			ch.Added = append(ch.Added, r.Name)
+		}
+	}
+	byName := make(map[string]*ruleState, len(order))
+	for _, rs := range order {
+		byName[rs.rule.Name] = rs
+	}
+	// The old rules that go: fail what they still wait for.
+	for _, rs := range n.order {
+		if byName[rs.rule.Name] == rs {
+			continue
+		}
+		err := ErrRuleChanged
+		if byName[rs.rule.Name] == nil {
+			err = ErrRuleRemoved
+			ch.Removed = append(ch.Removed, rs.rule.Name)
+		}
+		for id, p := range rs.pending {
+			p.answer(result{d: Decision{Remaining: -1}, err: err})
+			delete(rs.pending, id)
+			rs.c.pending.Add(-1)
+		}
+	}
+	// Wake-ups name rules by index: carry the kept rules' over to their
+	// new index, drop the others'.
+	oldOrder := n.order
+	wakes := n.wakes.Items()
+	n.rulesMu.Lock()
+	for i, rs := range order {
+		rs.idx = i
+	}
+	n.rules, n.order = byName, order
+	n.rulesMu.Unlock()
+	n.wakes, n.wakeSet = minheap.New(wakeBefore), map[wakeEntry]bool{}
+	for _, w := range wakes {
+		rs := oldOrder[w.rule]
+		if byName[rs.rule.Name] != rs {
+			continue
+		}
+		w.rule = rs.idx
+		if !n.wakeSet[w] {
+			n.wakeSet[w] = true
+			n.wakes.Push(w)
+		}
+	}
+	for _, rs := range fresh {
+		n.fx.Reset()
+		rs.s.Start(now, &n.fx)
+		n.apply(now, rs)
+		if c, ok := rs.s.(strategy.Conserver); ok {
+			// The last agreed members, as the other rules were told
+			// (SetExpected).
+			n.fx.Reset()
+			c.SetExpected(now, slices.Clone(n.expected), &n.fx)
+			n.apply(now, rs)
+		}
+	}
+	u.change = ch
+}
+
+// current returns the rule state that now serves rs's rule (loop
+// goroutine): rs itself, the state of its replacement when SetRules
+// changed the rule since a check was validated against rs, or nil when the
+// rule was removed.
+func (n *Node) current(rs *ruleState) *ruleState {
+	return n.rules[rs.rule.Name]
+}

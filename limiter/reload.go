@@ -1,0 +1,77 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+)
+
+// SetRules replaces the running node's rules with rules (a reload: serve
+// calls it on SIGHUP and when its config file changes). Rules identical to
+// the node's (cluster.SameRule) keep their state: token buckets, leases,
+// shares. New rules start with full buckets; a rule whose rate, burst,
+// strategy or params changed starts afresh; removed rules are dropped
+// (cluster.Node.SetRules has the details). With Config.StateDir, the
+// following snapshots hold the new rules.
+//
+// A Limiter taken before the reload keeps the rate and burst it reported
+// (Limit, Burst); its checks go to the rule's current strategy, and fail
+// (wrapping cluster.ErrRuleRemoved) once the rule is removed.
+//
+// Errors, with nothing changed: those of cluster.Node.SetRules (no rules,
+// an empty or repeated name, an unknown strategy, bad params or a rule the
+// strategy refuses), a strategy that needs a single node (central) on a
+// networked node, ctx.Err(), a closed node.
+func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.RulesChange, error) {
+	if n.ms != nil {
+		for _, r := range rules {
+			if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
+				return cluster.RulesChange{}, fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's single-node reference; in a cluster use owner for an exact limit", r.Name, r.Strategy)
+			}
+		}
+	}
+	// The persister first: a snapshot taken while the node switches may
+	// name a strategy for a rule one snapshot early, never a rule without
+	// its strategy.
+	var saved map[string]string
+	if p := n.persist; p != nil {
+		p.mu.Lock()
+		saved = maps.Clone(p.rules)
+		for _, r := range rules {
+			p.rules[r.Name] = r.Strategy
+		}
+		p.mu.Unlock()
+	}
+	ch, err := n.node.SetRules(ctx, rules)
+	if err != nil {
+		if p := n.persist; p != nil {
+			p.mu.Lock()
+			p.rules = saved
+			p.mu.Unlock()
+		}
+		return ch, fmt.Errorf("limiter: %w", err)
+	}
+	byName := make(map[string]cluster.Rule, len(rules))
+	for _, r := range rules {
+		byName[r.Name] = r
+	}
+	n.rulesMu.Lock()
+	n.rules = byName
+	n.rulesMu.Unlock()
+	if p := n.persist; p != nil {
+		p.mu.Lock()
+		for name := range p.rules {
+			if _, ok := byName[name]; !ok {
+				delete(p.rules, name)
+			}
+		}
+		for _, r := range rules {
+			p.rules[r.Name] = r.Strategy
+		}
+		p.mu.Unlock()
+	}
+	return ch, nil
+}
