@@ -158,7 +158,51 @@ func setupFacts(s Setup) [][2]string {
 		}
 		f = append(f, [2]string{"faults", strings.Join(ev, "; ")}, [2]string{"membership", s.Detection})
 	}
+	if s.MaxWaitMs > 0 {
+		f = append(f, [2]string{"max wait", num(s.MaxWaitMs) + " ms (waiting mode, 000 §5.2)"})
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
+}
+
+// waitTable returns the waiting time table (waiting mode only): one row
+// per result that has a Wait.
+func waitTable(rep *Report) (header []string, rows [][]string) {
+	header = []string{"strategy", "waiting mode", "waited", "waited %", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms"}
+	for _, r := range rep.Results {
+		if r.Wait == nil {
+			continue
+		}
+		w := r.Wait
+		mode := "yes"
+		if !w.WaitingMode {
+			mode = "no (refuses)"
+		}
+		rows = append(rows, []string{r.Strategy, mode, strconv.Itoa(w.Waited), strconv.FormatFloat(w.WaitedPct, 'f', 2, 64),
+			strconv.FormatFloat(w.MeanMs, 'f', 3, 64), strconv.FormatFloat(w.P50Ms, 'f', 3, 64),
+			strconv.FormatFloat(w.P90Ms, 'f', 3, 64), strconv.FormatFloat(w.P99Ms, 'f', 3, 64), strconv.FormatFloat(w.MaxMs, 'f', 3, 64)})
+	}
+	return header, rows
+}
+
+// waitLegend explains the waiting time table.
+const waitLegend = "waiting time (the DRL penalty of 000 §2.1): the delay after arrival before an admitted request may proceed, its tokens reserved in arrival order; percentiles over all admitted requests (0 for those admitted at once); strategies without waiting mode refuse instead"
+
+// writeAligned writes rows under header as a right-aligned text table, the
+// first column left-aligned.
+func writeAligned(w io.Writer, header []string, rows [][]string) error {
+	width := len(header[0])
+	for _, row := range rows {
+		width = max(width, len(row[0]))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, row := range append([][]string{header}, rows...) {
+		fmt.Fprintf(tw, "%-*s\t", width, row[0])
+		for _, cell := range row[1:] {
+			fmt.Fprint(tw, cell, "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
 }
 
 func joinFacts(f [][2]string) string {
@@ -203,6 +247,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintln(bw)
 	for _, d := range metricDefs(undecided) {
 		fmt.Fprintf(bw, "  %-15s %s\n", d.term, d.text)
+	}
+	if wh, wr := waitTable(rep); len(wr) > 0 {
+		fmt.Fprintln(bw)
+		if err := writeAligned(bw, wh, wr); err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, "\n  %s\n", waitLegend)
 	}
 	return bw.Flush()
 }
@@ -258,6 +309,19 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	fmt.Fprintln(bw)
 	for _, d := range metricDefs(undecided) {
 		fmt.Fprintf(bw, "- **%s**: %s\n", d.term, d.text)
+	}
+
+	if wh, wr := waitTable(rep); len(wr) > 0 {
+		fmt.Fprint(bw, "\n## Waiting time\n\n")
+		fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(wh, " | "))
+		for range wh[1:] {
+			fmt.Fprint(bw, "|--:")
+		}
+		fmt.Fprintln(bw, "|")
+		for _, row := range wr {
+			fmt.Fprintf(bw, "| %s |\n", strings.Join(row, " | "))
+		}
+		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
 	}
 
 	if len(plots) > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -34,6 +35,7 @@ type simFlags struct {
 	scenario                 string
 	seed                     uint64
 	params                   []string
+	maxWait                  time.Duration
 }
 
 func newSimCmd() *cobra.Command {
@@ -84,6 +86,7 @@ The same flags and seed give byte-identical --json output.`,
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of crashes, restarts and partitions at given times (see examples/scenarios)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (network, random assignment, strategies)")
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
+	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -132,6 +135,10 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
 	case f.burst < 1:
 		return o, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
+	case f.maxWait < 0:
+		return o, usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
+	case f.maxWait > time.Hour:
+		return o, usageErr("--max-wait %v: at most 1h", f.maxWait)
 	case f.trace != "" && f.workload != "":
 		return o, usageErr("--trace and --workload: give one input, not both")
 	}
@@ -162,7 +169,7 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, err
 	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
-		Network: net, AssignPolicy: f.assign, Seed: f.seed}
+		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait}
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err
