@@ -291,7 +291,7 @@ type forwardID struct {
 type verdict struct {
 	decided, allowed bool
 	delay            time.Duration // waiting mode: the wait after arrival
-	charged          bool // a charge for this request was taken
+	charged          bool          // a charge for this request was taken
 }
 
 type expiring struct {
