@@ -110,10 +110,17 @@
 //     expects to use at least this many tokens per period; below it the key
 //     is decided at the owner, exactly like `owner`.
 //   - window (duration, default 1s): the demand measurement window.
-//   - takeover (duration, default ttl + 1s, at least ttl): how long a node
+//   - takeover (duration, default ttl + 1s + max_wait, at least ttl +
+//     max_wait): how long a node
 //     that takes over a key keeps its bucket empty (see Crashes).
 //   - max_skew (duration, default 100ms): how far in the future a peer's
 //     time (arrival, ask) may lie; beyond it the message is refused.
+//   - max_wait (duration, default 0, at most 1h): the longest wait waiting
+//     mode (RequestWait, seed 000 §5.2) grants; 0 turns waiting mode off
+//     (checks with a max wait are decided as plain requests). It adds to
+//     takeover's default (ttl + 1s + max_wait): reservations, like leases,
+//     die with a crashed owner and must have passed before a new owner's
+//     bucket refills.
 package lease
 
 import (
@@ -148,6 +155,7 @@ type Lease struct {
 	hold, timeout, retryEvery time.Duration
 	period, ttl, window       time.Duration
 	takeover                  time.Duration
+	maxWait                   time.Duration // parameter max_wait: the longest wait waiting mode grants
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
 	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
@@ -339,7 +347,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.period = dur("period", 250*time.Millisecond)
 	l.ttl = dur("ttl", 2*l.period)
 	l.window = dur("window", time.Second)
-	l.takeover = dur("takeover", l.ttl+time.Second)
+	l.maxWait = dur("max_wait", 0)
+	l.takeover = dur("takeover", l.ttl+time.Second+l.maxWait)
 	l.maxSkew = dur("max_skew", 100*time.Millisecond)
 	if err != nil {
 		return nil, err
@@ -362,8 +371,10 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, fmt.Errorf("lease: parameter period must be positive")
 	case l.ttl < l.period:
 		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
-	case l.takeover < l.ttl:
-		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl=%s (the old owner's leases must have expired)", l.takeover, l.ttl)
+	case l.maxWait > MaxWait:
+		return nil, fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
+	case l.takeover < l.ttl+l.maxWait:
+		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
 	case l.window == 0:
 		return nil, fmt.Errorf("lease: parameter window must be positive")
 	case retries < 0:
@@ -421,9 +432,12 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // while reservations wait (shape.reserve), and answers with the wait
 // (LeaseVerdict.delay_ns). While the level is negative the owner grants no
 // lease, so tokens in leases plus the level still never exceed the burst.
-// maxWait 0 is Request.
+// maxWait 0 is Request. maxWait is capped at the parameter max_wait
+// (default 0: no waiting mode), which also lengthens takeover: a node that
+// takes a key over keeps its bucket empty until the old owner's
+// reservations have passed too.
 func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	maxWait = max(maxWait, 0)
+	maxWait = min(max(maxWait, 0), l.maxWait)
 	if l.owner(req.Key) == l.self {
 		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
 		if l.hold > 0 {
@@ -642,7 +656,11 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		var emptyFor uint64 // µs after arrival
 		if !allowed {
 			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
-				emptyFor = uint64((until - q.arrival) / time.Microsecond)
+				// Waiting-mode reservations can hold the level below 0 for
+				// long: the hint is capped at what a holder accepts (a
+				// shorter hint only forwards more).
+				wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
+				emptyFor = uint64(wait / time.Microsecond)
 			}
 		}
 		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
@@ -730,7 +748,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			fx.WakeAt(now + l.seenTTL)
 		}
 		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: time.Duration(f.MaxWaitNs)})
+		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait)})
 		fx.WakeAt(max(arr+l.hold, now))
 	case *peerv1.LeaseMessage_Ask:
 		a := b.Ask
@@ -809,7 +827,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !slices.Contains(p.sentTo, from) {
 			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival) + p.maxWait
 		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
 			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
