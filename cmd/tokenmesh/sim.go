@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,6 +119,21 @@ func parseParamFlags(flags []string) (strategy.Params, error) {
 	return params, nil
 }
 
+// withLeaseMaxWait adds lease.max_wait=maxWait to params when waiting mode
+// is on and the parameter is not given: lease grants waits only up to its
+// max_wait (default 0, off).
+func withLeaseMaxWait(params []string, maxWait time.Duration) []string {
+	if maxWait <= 0 {
+		return params
+	}
+	for _, p := range params {
+		if strings.HasPrefix(p, "lease.max_wait=") {
+			return params
+		}
+	}
+	return append(slices.Clone(params), "lease.max_wait="+maxWait.String())
+}
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -164,7 +180,7 @@ func (f *simFlags) options() (eval.Options, error) {
 	if err := net.Validate(); err != nil {
 		return o, usageErr("%v", err)
 	}
-	params, err := parseParamFlags(f.params)
+	params, err := parseParamFlags(withLeaseMaxWait(f.params, f.maxWait))
 	if err != nil {
 		return o, err
 	}

@@ -498,9 +498,10 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // (forwarded as OwnerForward.max_wait_ns, answered in
 // OwnerVerdict.delay_ns). A request answered by on_timeout (the owner
 // unreachable or suspected) is decided without waiting. maxWait 0 is
-// Request.
+// Request; maxWait is capped at b/r, the time the rate refills one burst
+// (so a level replicated to the key's other nodes stays within [-b, b]).
 func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	maxWait = max(maxWait, 0)
+	maxWait = o.capWait(maxWait)
 	if o.split > 1 {
 		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
 	}
@@ -521,6 +522,18 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 		}
 	}
 	return strategy.Decision{}, false
+}
+
+// capWait bounds a max wait to [0, the time the rule's rate takes to
+// refill one burst]: a reservation then leaves the level at or above
+// -burst, the bound within which replicas accept a peer's level.
+func (o *Owner) capWait(maxWait time.Duration) time.Duration {
+	maxWait = max(maxWait, 0)
+	if maxWait == 0 || o.rate.Tokens == 0 {
+		return 0
+	}
+	fill := time.Duration(float64(o.burst) / o.rate.PerSec() * float64(time.Second))
+	return min(maxWait, fill, MaxWait)
 }
 
 // primary is key's deciding node in this node's view.
@@ -912,7 +925,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return nil
 	}
 	o.remember(now, fid, &verdict{}, fx)
-	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: time.Duration(f.MaxWaitNs)}, fx)
+	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
 	return nil
 }
 
