@@ -164,6 +164,12 @@ type Report struct {
 	Setup   Setup    `json:"setup"`
 	Results []Result `json:"results"`
 	Series  *Series  `json:"-"`
+	// Recommendation is set by the caller (Recommend) when asked for
+	// (tokenmesh sim --recommend); absent otherwise.
+	Recommendation *Recommendation `json:"recommendation,omitempty"`
+	// ColocatedPct is ColocatedPct of the input, for AssignNote (not in
+	// the JSON, whose bytes stay those of earlier versions).
+	ColocatedPct float64 `json:"-"`
 }
 
 // Run simulates every strategy of opts over the trace and compares each
@@ -179,7 +185,7 @@ func Run(opts Options) (*Report, error) {
 		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
 			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
 			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed, MaxWaitMs: ms(opts.MaxWait)},
-		Series: newSeries(opts.Trace),
+		Series: newSeries(opts.Trace), ColocatedPct: ColocatedPct(opts.Trace),
 	}
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()

@@ -164,6 +164,12 @@ func setupFacts(s Setup) [][2]string {
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
 }
 
+// reportNotes are the notes every report carries: the assignment policy
+// and whom it flatters, then what each precision other than 1 means.
+func reportNotes(rep *Report) []string {
+	return append([]string{AssignNote(rep.Setup.Assign, rep.ColocatedPct)}, PrecisionNotes(rep)...)
+}
+
 // waitTable returns the waiting time table (waiting mode only): one row
 // per result that has a Wait.
 func waitTable(rep *Report) (header []string, rows [][]string) {
@@ -255,6 +261,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintf(bw, "\n  %s\n", waitLegend)
 	}
+	fmt.Fprintln(bw)
+	for _, n := range reportNotes(rep) {
+		fmt.Fprintf(bw, "note: %s\n", n)
+	}
+	if rep.Recommendation != nil {
+		fmt.Fprintln(bw, rep.Recommendation.Line)
+	}
 	return bw.Flush()
 }
 
@@ -322,6 +335,14 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 			fmt.Fprintf(bw, "| %s |\n", strings.Join(row, " | "))
 		}
 		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
+	}
+
+	fmt.Fprint(bw, "\n## Notes\n\n")
+	for _, n := range reportNotes(rep) {
+		fmt.Fprintf(bw, "- %s\n", n)
+	}
+	if rep.Recommendation != nil {
+		fmt.Fprintf(bw, "\n## Recommendation\n\n%s\n", rep.Recommendation.Line)
 	}
 
 	if len(plots) > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ type simFlags struct {
 	seed                     uint64
 	params                   []string
 	maxWait                  time.Duration
+	recommend                bool
+	maxExcess, maxFalseRej   string
+	maxEnvelope              float64
 }
 
 func newSimCmd() *cobra.Command {
@@ -88,6 +92,10 @@ The same flags and seed give byte-identical --json output.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (network, random assignment, strategies)")
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
+	fl.BoolVar(&f.recommend, "recommend", false, "end the report with one line naming the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does")
+	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "--recommend: the largest excess admitted, in % of central's admitted tokens")
+	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "--recommend: the most false rejections, in % of the requests central admitted")
+	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "--recommend: the largest envelope violation, in tokens")
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -227,9 +235,16 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		}
 		defer bar.Finish()
 	}
+	bounds, err := f.bounds()
+	if err != nil {
+		return err
+	}
 	rep, err := eval.Run(opts)
 	if err != nil {
 		return err
+	}
+	if f.recommend {
+		rep.Recommendation = eval.Recommend(rep, bounds, opts.Params)
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
@@ -247,6 +262,32 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(f.out, "report.md"))
 	}
 	return nil
+}
+
+// bounds parses the --recommend bounds; errors name the flag.
+func (f *simFlags) bounds() (eval.Bounds, error) {
+	var b eval.Bounds
+	var err error
+	if b.MaxExcessPct, err = parsePercent(f.maxExcess); err != nil {
+		return b, usageErr("--max-excess %q: %v", f.maxExcess, err)
+	}
+	if b.MaxFalseRejectionsPct, err = parsePercent(f.maxFalseRej); err != nil {
+		return b, usageErr("--max-false-rejections %q: %v", f.maxFalseRej, err)
+	}
+	if math.IsNaN(f.maxEnvelope) || f.maxEnvelope < 0 {
+		return b, usageErr("--max-envelope %v: want a number of tokens >= 0", f.maxEnvelope)
+	}
+	b.MaxEnvelopeTokens = f.maxEnvelope
+	return b, nil
+}
+
+// parsePercent reads "0.5%" or "0.5" as 0.5 (percent), in [0, 100].
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
+		return 0, fmt.Errorf("want a percentage in [0, 100], e.g. 0.5%%")
+	}
+	return v, nil
 }
 
 // newProgress returns a bar over total steps, or nil when none is wanted.
