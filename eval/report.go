@@ -278,8 +278,8 @@ func mdEscape(s string) string {
 
 // plotCaptions describes the plots WritePlots makes.
 var plotCaptions = map[string]string{
-	"decisions.png": "Rejected requests per time bin, by strategy, against all requests (central is the exact reference)",
-	"admitted.png":  "Admitted requests per time bin, by strategy, against all requests",
+	"decisions.png": "Rejected requests per time bin: one panel per strategy (colour) against central, the exact reference (black), and all requests (grey); fault windows shaded",
+	"admitted.png":  "Admitted requests per time bin: one panel per strategy (colour) against central (black) and all requests (grey); fault windows shaded",
 	"summary.png":   "Excess admitted (% of central's admitted tokens) and false rejections (% of requests), by strategy",
 }
 
