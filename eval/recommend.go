@@ -193,17 +193,18 @@ func AssignNote(policy string, colocatedPct float64) string {
 }
 
 // PrecisionNotes explains, for every strategy whose precision is not 1,
-// what it means in words ("static rejects 2.70x what central rejects").
+// what it means in words ("static rejects 2.7x what central rejects");
+// precisions that round to 1.000 get none.
 func PrecisionNotes(rep *Report) []string {
 	var out []string
 	for _, r := range rep.Results {
 		switch {
 		case r.Precision == nil:
 			out = append(out, r.Strategy+" rejects "+strconv.Itoa(r.Rejected)+" requests where central rejects none (precision undefined)")
-		case *r.Precision > 1:
-			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision %s > 1: over-rejection)", r.Strategy, strconv.FormatFloat(*r.Precision, 'f', 2, 64), strconv.FormatFloat(*r.Precision, 'f', 3, 64)))
-		case *r.Precision < 1:
-			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision %s < 1: it admits what central refuses)", r.Strategy, strconv.FormatFloat(*r.Precision, 'f', 2, 64), strconv.FormatFloat(*r.Precision, 'f', 3, 64)))
+		case round(*r.Precision, 3) > 1:
+			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision > 1: it refuses more than central)", r.Strategy, num(round(*r.Precision, 3))))
+		case round(*r.Precision, 3) < 1:
+			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision < 1: it admits some of what central refuses)", r.Strategy, num(round(*r.Precision, 3))))
 		}
 	}
 	return out
