@@ -125,6 +125,8 @@ type BatchItem struct {
 	Rule   string
 	Key    string
 	Tokens int64
+	// MaxWait > 0 asks for waiting mode, as CheckWait (0 to MaxWait).
+	MaxWait time.Duration
 }
 
 // BatchResult is the outcome of one BatchItem: its Decision, or Err when
@@ -528,6 +530,9 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
+		if it.MaxWait < 0 || it.MaxWait > MaxWait {
+			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
+		}
 		b.rules[i] = rs
 	}
 	if err := ctx.Err(); err != nil {
@@ -723,7 +728,7 @@ func (n *Node) handle(ev event) {
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, 0, pendingCheck{batch: ev.batch, idx: i})
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
