@@ -201,6 +201,8 @@ func PrecisionNotes(rep *Report) []string {
 		switch {
 		case r.Precision == nil:
 			out = append(out, r.Strategy+" rejects "+strconv.Itoa(r.Rejected)+" requests where central rejects none (precision undefined)")
+		case *r.Precision == 0:
+			out = append(out, r.Strategy+" rejects nothing where central rejects some (precision 0: it admits everything)")
 		case round(*r.Precision, 3) > 1:
 			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision > 1: it refuses more than central)", r.Strategy, num(round(*r.Precision, 3))))
 		case round(*r.Precision, 3) < 1:
