@@ -177,13 +177,17 @@ func ColocatedPct(t *workload.Trace) float64 {
 }
 
 // AssignNote states the report's assignment policy and whom it flatters.
-// colocatedPct is ColocatedPct of the input (used for hash).
+// colocatedPct is ColocatedPct of the input (used for hash; 0 when
+// unknown, e.g. a report built by tokenmesh replay, leaves it unsaid).
 func AssignNote(policy string, colocatedPct float64) string {
 	switch policy {
 	case "hash":
-		return fmt.Sprintf("assign hash (key and arrival ms, the thesis' injector): %s%% of the requests share their (key, ms) with another and reach one node together; "+
-			"this FLATTERS the strategies that decide from a node's own view (gcounter, tbqueue, static, gdrl, adaptive, local): an L7 balancer spreads them; rerun with --assign roundrobin",
-			num(colocatedPct))
+		share := "the requests of one key in the same ms reach one node together"
+		if colocatedPct > 0 {
+			share = num(colocatedPct) + "% of the requests share their (key, ms) with another and reach one node together"
+		}
+		return "assign hash (key and arrival ms, the thesis' injector): " + share + "; " +
+			"this FLATTERS the strategies that decide from a node's own view (gcounter, tbqueue, static, gdrl, adaptive, local): an L7 balancer spreads them; rerun with --assign roundrobin"
 	case "key":
 		return "assign key (sticky): every key's requests reach one node; this FLATTERS every strategy (each key is decided by one node, as by central); rerun with --assign roundrobin"
 	case "roundrobin", "random":
