@@ -67,12 +67,21 @@ state; p50/p99 = decision latency; local % = requests decided without
 waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
 request (JSON bytes_per_request).
 
+--max-wait D runs every request in waiting mode (000 §5.2): central, owner
+and lease reserve tokens in arrival order and admit with a delay up to D;
+the report adds each strategy's waiting time distribution. --recommend ends
+the report with one line naming the cheapest strategy within --max-excess,
+--max-false-rejections and --max-envelope, or the closest. Every report
+notes what its --assign policy flatters and what precision != 1 means.
+
 The same flags and seed give byte-identical --json output.`,
 		Example: `  tokenmesh sim
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
   tokenmesh sim --workload poisson:users=100,rate=2,duration=60s --loss 0.05 --out report/
-  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject`,
+  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --strategies central,owner,lease --max-wait 1s
+  tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --assign roundrobin --recommend --max-excess 0.5% --max-false-rejections 0.5%`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
