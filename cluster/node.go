@@ -120,6 +120,10 @@ type Decision struct {
 	// unknown: an asynchronous decision, or a strategy without a local
 	// bucket.
 	Remaining int64
+	// Delay is, for a check in waiting mode (CheckWait) admitted with a
+	// reservation, how long after the check reached the node the caller
+	// may proceed; 0 otherwise.
+	Delay time.Duration
 }
 
 // BatchItem is one check of a CheckBatch: Tokens tokens of Key under the
@@ -128,6 +132,8 @@ type BatchItem struct {
 	Rule   string
 	Key    string
 	Tokens int64
+	// MaxWait > 0 asks for waiting mode, as CheckWait (0 to MaxWait).
+	MaxWait time.Duration
 }
 
 // BatchResult is the outcome of one BatchItem: its Decision, or Err when
@@ -256,6 +262,7 @@ type event struct {
 	rule    *ruleState
 	key     string
 	tokens  int64
+	maxWait time.Duration // CheckWait: waiting mode's max wait; 0 for Check
 	reply   chan result
 	batch   *batch
 	frame   Frame
@@ -480,12 +487,19 @@ func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decis
 	if err != nil {
 		return Decision{}, err
 	}
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens})
+}
+
+// check hands the validated request ev to the loop and waits for its
+// decision (Check, CheckWait).
+func (n *Node) check(ctx context.Context, ev event) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
 	reply := make(chan result, 1) // buffered: the loop never blocks on an abandoned check
+	ev.reply = reply
 	select {
-	case n.events <- event{kind: evRequest, rule: rs, key: key, tokens: tokens, reply: reply}:
+	case n.events <- ev:
 	case <-n.done:
 		return Decision{}, ErrClosed
 	case <-ctx.Done():
@@ -548,6 +562,9 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		rs, err := n.validate(it.Rule, it.Key, it.Tokens)
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if it.MaxWait < 0 || it.MaxWait > MaxWait {
+			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
 		}
 		b.rules[i] = rs
 	}
@@ -763,11 +780,11 @@ func (n *Node) handle(ev event) {
 	now := n.now()
 	switch ev.kind {
 	case evRequest:
-		n.request(now, ev.rule, ev.key, ev.tokens, pendingCheck{reply: ev.reply})
+		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, pendingCheck{reply: ev.reply})
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, pendingCheck{batch: ev.batch, idx: i})
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -835,8 +852,9 @@ func (n *Node) handle(ev event) {
 }
 
 // request hands one request to rs's strategy: a synchronous decision
-// answers p at once, otherwise p waits in rs.pending.
-func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, p pendingCheck) {
+// answers p at once, otherwise p waits in rs.pending. maxWait > 0 asks a
+// strategy.Waiter for waiting mode (others decide a plain request).
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, p pendingCheck) {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
 		return
@@ -845,7 +863,14 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 	id := n.nextID
 	rs.c.requests.Add(1)
 	n.fx.Reset()
-	d, ok := rs.s.Request(now, strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}, &n.fx)
+	req := strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}
+	var d strategy.Decision
+	var ok bool
+	if w, isW := rs.s.(strategy.Waiter); isW && maxWait > 0 {
+		d, ok = w.RequestWait(now, req, maxWait, &n.fx)
+	} else {
+		d, ok = rs.s.Request(now, req, &n.fx)
+	}
 	if ok {
 		rem := int64(-1)
 		if r, isR := rs.s.(strategy.Remainer); isR {
@@ -853,7 +878,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 				rem = v
 			}
 		}
-		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem}})
+		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
 	} else {
 		p.arrival = now
 		rs.pending[id] = p
@@ -871,7 +896,7 @@ func (n *Node) apply(now time.Duration, rs *ruleState) {
 		}
 		delete(rs.pending, d.RequestID)
 		rs.c.pending.Add(-1)
-		p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1}})
+		p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
 	}
 	for _, m := range n.fx.Messages {
 		rs.c.msgsSent.Add(1)

@@ -14,6 +14,7 @@ package eval
 import (
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -38,6 +39,10 @@ type Options struct {
 	Seed         uint64
 	// Progress, if set, is told how far each strategy's run is.
 	Progress func(strategy string, done, total int)
+	// MaxWait > 0 runs every strategy, central included, in waiting mode
+	// (seed 000 §5.2; sim.Config.MaxWait) and adds each one's waiting
+	// time distribution (Result.Wait).
+	MaxWait time.Duration
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -68,6 +73,28 @@ type Result struct {
 	// keep their bytes in the JSON output.
 	LocalDecisionPct float64 `json:"local_decision_pct"`
 	BytesPerRequest  float64 `json:"bytes_per_request"`
+	// Wait is the waiting time distribution in waiting mode
+	// (Options.MaxWait > 0); absent otherwise, so that runs without it
+	// keep their JSON bytes.
+	Wait *WaitStats `json:"wait,omitempty"`
+}
+
+// WaitStats is one strategy's waiting time distribution in waiting mode
+// (seed 000 §5.2): the delay each admitted request was given before it may
+// proceed, the DRL penalty of seed 000 §2.1 (a request that waits is
+// served late rather than refused). Percentiles are over all admitted
+// requests, those admitted at once counting 0; milliseconds.
+type WaitStats struct {
+	// WaitingMode is false for a strategy that has no waiting mode
+	// (strategy.Waiter): it was run with plain requests and never delays.
+	WaitingMode bool    `json:"waiting_mode"`
+	Waited      int     `json:"waited"`     // admitted requests given a delay > 0
+	WaitedPct   float64 `json:"waited_pct"` // of admitted requests
+	MeanMs      float64 `json:"mean_ms"`
+	P50Ms       float64 `json:"p50_ms"`
+	P90Ms       float64 `json:"p90_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	MaxMs       float64 `json:"max_ms"`
 }
 
 // Input describes what was replayed.
@@ -97,6 +124,9 @@ type Setup struct {
 	Detection string  `json:"detection,omitempty"`
 	Faults    []Fault `json:"faults,omitempty"`
 	Seed      uint64  `json:"seed"`
+	// MaxWaitMs is the waiting mode's max_wait (Options.MaxWait), absent
+	// without waiting mode.
+	MaxWaitMs float64 `json:"max_wait_ms,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -134,6 +164,12 @@ type Report struct {
 	Setup   Setup    `json:"setup"`
 	Results []Result `json:"results"`
 	Series  *Series  `json:"-"`
+	// Recommendation is set by the caller (Recommend) when asked for
+	// (tokenmesh sim --recommend); absent otherwise.
+	Recommendation *Recommendation `json:"recommendation,omitempty"`
+	// ColocatedPct is ColocatedPct of the input, for AssignNote (not in
+	// the JSON, whose bytes stay those of earlier versions).
+	ColocatedPct float64 `json:"-"`
 }
 
 // Run simulates every strategy of opts over the trace and compares each
@@ -148,8 +184,8 @@ func Run(opts Options) (*Report, error) {
 		Input: Input{Name: opts.Trace.Name, Requests: len(reqs), Keys: opts.Trace.Keys(), SpanSec: opts.Trace.Span().Seconds(), Skipped: opts.Trace.Skipped},
 		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
 			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
-			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed},
-		Series: newSeries(opts.Trace),
+			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed, MaxWaitMs: ms(opts.MaxWait)},
+		Series: newSeries(opts.Trace), ColocatedPct: ColocatedPct(opts.Trace),
 	}
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()
@@ -163,7 +199,7 @@ func Run(opts Options) (*Report, error) {
 		cfg := sim.Config{
 			Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
 			Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
-			Assign: assign, Seed: opts.Seed,
+			Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait,
 		}
 		if s.Centralized {
 			cfg.Nodes, cfg.Scenario = 1, nil
@@ -197,20 +233,74 @@ func Run(opts Options) (*Report, error) {
 			central = allowed
 		}
 		c := Compare(reqs, allowed, central)
+		envelope := EnvelopeViolation(reqs, allowed, opts.Rate.PerSec(), opts.Burst)
+		var wait *WaitStats
+		if opts.MaxWait > 0 {
+			wait = waitStats(res.Outcomes, res.WaitingMode)
+			// A request admitted with a delay takes its tokens when it
+			// proceeds: the envelope counts it then.
+			served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)
+			envelope = EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst)
+		}
 		rep.Results = append(rep.Results, Result{
 			Strategy: s.Name, Requests: c.Requests, Admitted: c.Admitted, Rejected: c.Rejected,
 			Precision: c.Precision, ExcessAdmittedPct: round(c.ExcessPct, 4), ExcessAdmitted: c.ExcessAdmitted,
 			FalseRejections:         c.FalseRejections,
-			EnvelopeViolationTokens: round(EnvelopeViolation(reqs, allowed, opts.Rate.PerSec(), opts.Burst), 4),
+			EnvelopeViolationTokens: round(envelope, 4),
 			Messages:                res.Messages, Bytes: res.Bytes, MessagesLost: res.MessagesLost,
 			StateBytesPeak: res.StateBytesPeak, StateBytesMean: round(res.StateBytesMean, 1),
 			DecisionLatencyP50Ms: ms(Percentile(lat, 50)), DecisionLatencyP99Ms: ms(Percentile(lat, 99)),
 			Undecided: res.Undecided, ReceiveErrors: res.ReceiveErrors, CrashedNodes: res.Crashed,
-			LocalDecisionPct: localPct, BytesPerRequest: bytesPer,
+			LocalDecisionPct: localPct, BytesPerRequest: bytesPer, Wait: wait,
 		})
 		rep.Series.add(s.Name, reqs, allowed)
 	}
 	return rep, nil
+}
+
+// waitStats is the waiting time distribution of the admitted outcomes.
+func waitStats(outs []sim.Outcome, waitingMode bool) *WaitStats {
+	w := &WaitStats{WaitingMode: waitingMode}
+	var delays []time.Duration
+	var sum time.Duration
+	for _, o := range outs {
+		if !o.Decided || !o.Allowed {
+			continue
+		}
+		delays = append(delays, o.Delay)
+		sum += o.Delay
+		if o.Delay > 0 {
+			w.Waited++
+		}
+	}
+	if len(delays) == 0 {
+		return w
+	}
+	w.WaitedPct = round(100*float64(w.Waited)/float64(len(delays)), 2)
+	w.MeanMs = ms(sum / time.Duration(len(delays)))
+	w.P50Ms, w.P90Ms = ms(Percentile(delays, 50)), ms(Percentile(delays, 90))
+	w.P99Ms, w.MaxMs = ms(Percentile(delays, 99)), ms(Percentile(delays, 100))
+	return w
+}
+
+// servedOrder returns the admitted requests at the time they proceed
+// (arrival + the waiting-mode delay), sorted by that time, with an
+// all-true allowed slice: the input EnvelopeViolation needs in waiting
+// mode.
+func servedOrder(reqs []workload.Request, allowed []bool, outs []sim.Outcome) ([]workload.Request, []bool) {
+	var served []workload.Request
+	for i, r := range reqs {
+		if allowed[i] {
+			r.Arrival += outs[i].Delay
+			served = append(served, r)
+		}
+	}
+	sort.SliceStable(served, func(a, b int) bool { return served[a].Arrival < served[b].Arrival })
+	all := make([]bool, len(served))
+	for i := range all {
+		all[i] = true
+	}
+	return served, all
 }
 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -50,9 +52,13 @@ type figure struct {
 // WritePlots writes PNG plots of rep into dir, which must exist, and returns
 // their base names:
 //
-//   - decisions.png: requests per time bin (grey) and, for each strategy,
-//     its rejected requests per bin (central thick black), after Fig. 5.1 of
-//     the thesis (Henriksson & Bennhage 2021);
+//   - decisions.png: one panel per strategy other than central, each with
+//     all requests per time bin (grey), central's rejected requests per bin
+//     (black) and the strategy's (its own colour), after Fig. 5.1 of the
+//     thesis (Henriksson & Bennhage 2021); time ticks in minutes and
+//     seconds since the trace's start; a scenario's fault windows
+//     (Setup.Faults: from a crash or partition to the next restart or
+//     heal, or the end) shaded;
 //   - admitted.png: the same with admitted requests per bin;
 //   - summary.png: per strategy, excess admitted (% of central's admitted
 //     tokens) and false rejections (% of requests) as grouped bars.
@@ -65,11 +71,11 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 	}
 	figs := []struct {
 		name string
-		fig  func() (*figure, error)
+		fig  func() (renderer, error)
 	}{
-		{"decisions.png", func() (*figure, error) { return timePlot(rep, false) }},
-		{"admitted.png", func() (*figure, error) { return timePlot(rep, true) }},
-		{"summary.png", func() (*figure, error) { return summaryPlot(rep) }},
+		{"decisions.png", func() (renderer, error) { return panelPlot(rep, false) }},
+		{"admitted.png", func() (renderer, error) { return panelPlot(rep, true) }},
+		{"summary.png", func() (renderer, error) { return summaryPlot(rep) }},
 	}
 	var names []string
 	for _, f := range figs {
@@ -78,7 +84,8 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 		if err != nil {
 			return names, fmt.Errorf("eval: plotting %s: %w", path, err)
 		}
-		c := fig.render(plotWidth, plotHeight)
+		w, h := fig.size()
+		c := fig.render(w, h)
 		if err := writeFile(path, func(w io.Writer) error {
 			_, err := vgimg.PngCanvas{Canvas: c}.WriteTo(w)
 			return err
@@ -89,6 +96,14 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 	}
 	return names, nil
 }
+
+// renderer is a plot file's content: its size and how to draw it.
+type renderer interface {
+	size() (w, h vg.Length)
+	render(w, h vg.Length) *vgimg.Canvas
+}
+
+func (f *figure) size() (vg.Length, vg.Length) { return plotWidth, plotHeight }
 
 // render draws f on a new white w x h canvas.
 func (f *figure) render(w, h vg.Length) *vgimg.Canvas {
@@ -138,127 +153,6 @@ func newLegend() plot.Legend {
 }
 
 func seconds(v float64) string { return num(round(v, 3)) + " s" }
-
-// timePlot is decisions.png (rejected per bin) or, if admitted,
-// admitted.png.
-func timePlot(rep *Report, admitted bool) (*figure, error) {
-	what, series := "Rejected", map[string][]int(nil)
-	s := rep.Series
-	bin := 0.0
-	if s != nil {
-		series, bin = s.Rejected, s.Bin.Seconds()
-		if admitted {
-			series = s.Admitted
-		}
-	}
-	if admitted {
-		what = "Admitted"
-	}
-	binText := "per bin"
-	if bin > 0 {
-		binText = "per " + seconds(bin) + " bin"
-	} else {
-		bin = 1 // a hand-made series without a width: bins one second apart
-	}
-	title := fmt.Sprintf("%s requests over time, by strategy: %s", what, inputName(rep.Input))
-	p := newPlot(title, "time since trace start (s)", "requests "+binText)
-	p.Y.Min = 0
-	f := &figure{p: p, legend: newLegend()}
-
-	origin := 0.0
-	if s != nil {
-		origin = s.Origin.Seconds()
-	}
-	xy := func(counts []int) plotter.XYs {
-		pts := make(plotter.XYs, len(counts))
-		for i, n := range counts {
-			pts[i].X, pts[i].Y = origin+float64(i)*bin, float64(n)
-		}
-		return pts
-	}
-	// add draws counts and returns its legend thumbnail; a single bin gets
-	// a dot, as a line needs two points.
-	add := func(counts []int, style draw.LineStyle) (plot.Thumbnailer, error) {
-		l, err := plotter.NewLine(xy(counts))
-		if err != nil {
-			return nil, err
-		}
-		l.LineStyle = style
-		p.Add(l)
-		if len(counts) == 1 {
-			sc, err := plotter.NewScatter(xy(counts))
-			if err != nil {
-				return nil, err
-			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: style.Color, Radius: style.Width + vg.Points(1.5), Shape: draw.CircleGlyph{}}
-			p.Add(sc)
-		}
-		return l, nil
-	}
-
-	if s == nil || len(s.Requests) == 0 {
-		p.Title.Text += " (no data)"
-	} else {
-		th, err := add(s.Requests, draw.LineStyle{Color: colorTotal, Width: vg.Points(1.5)})
-		if err != nil {
-			return nil, err
-		}
-		f.legend.Add("all requests", th)
-	}
-	// Central, the reference, is drawn first and thick so that the others,
-	// drawn over it, show where they agree with it; the legend keeps
-	// rep.Results order.
-	thumbs := make([]plot.Thumbnailer, len(rep.Results))
-	order := make([]int, 0, len(rep.Results))
-	for i, r := range rep.Results {
-		if r.Strategy == "central" {
-			order = append([]int{i}, order...)
-		} else {
-			order = append(order, i)
-		}
-	}
-	other := 0
-	styles := make([]draw.LineStyle, len(rep.Results))
-	for i, r := range rep.Results {
-		if r.Strategy == "central" {
-			styles[i] = draw.LineStyle{Color: colorCentral, Width: vg.Points(3.5)}
-			continue
-		}
-		styles[i] = draw.LineStyle{
-			Color:  palette[other%len(palette)],
-			Width:  vg.Points(1.5),
-			Dashes: dashes[(other/len(palette))%len(dashes)],
-		}
-		other++
-	}
-	for _, i := range order {
-		counts, ok := series[rep.Results[i].Strategy]
-		if !ok || len(counts) == 0 {
-			continue
-		}
-		th, err := add(counts, styles[i])
-		if err != nil {
-			return nil, err
-		}
-		thumbs[i] = th
-	}
-	for i, r := range rep.Results {
-		if thumbs[i] != nil {
-			label := r.Strategy
-			if label == "central" {
-				label = "central (exact)"
-			}
-			f.legend.Add(label, thumbs[i])
-		}
-	}
-	if p.Y.Max < 1 {
-		p.Y.Max = 1 // no data or all zero: keep the axis at 0..1, not -1..1
-	}
-	if !(p.X.Max > p.X.Min) {
-		p.X.Min, p.X.Max = origin, origin+bin // no data or one bin: show that bin
-	}
-	return f, nil
-}
 
 // summaryPlot is summary.png: who over-admits and who over-rejects.
 func summaryPlot(rep *Report) (*figure, error) {
@@ -325,4 +219,221 @@ func summaryPlot(rep *Report) (*figure, error) {
 	}
 	p.Y.Max *= 1.08 // room for the value labels
 	return f, nil
+}
+
+// Panel layout of decisions.png and admitted.png.
+const (
+	panelCols   = 2
+	panelHeight = 2.2 * vg.Inch
+)
+
+var colorFault = color.NRGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 50} // translucent vermillion
+
+// grid is a figure of panels sharing one scale, laid out panelCols wide.
+type grid struct {
+	title  string
+	panels []*plot.Plot
+}
+
+func (g *grid) rows() int { return max(1, (len(g.panels)+panelCols-1)/panelCols) }
+
+func (g *grid) size() (vg.Length, vg.Length) {
+	return plotWidth, vg.Length(g.rows())*panelHeight + 0.5*vg.Inch
+}
+
+func (g *grid) render(w, h vg.Length) *vgimg.Canvas {
+	c := vgimg.New(w, h)
+	dc := draw.New(c)
+	titleStyle := plot.New().Title.TextStyle
+	titleStyle.Font.Size = vg.Points(12)
+	titleStyle.XAlign = draw.XCenter
+	dc.FillText(titleStyle, vg.Point{X: w / 2, Y: h - 0.3*vg.Inch}, g.title)
+	body := draw.Crop(dc, 0, 0, 0, -0.5*vg.Inch)
+	rows := g.rows()
+	cells := make([][]*plot.Plot, rows)
+	for r := range cells {
+		cells[r] = make([]*plot.Plot, panelCols)
+		for col := range panelCols {
+			if i := r*panelCols + col; i < len(g.panels) {
+				cells[r][col] = g.panels[i]
+			}
+		}
+	}
+	tiles := draw.Tiles{Rows: rows, Cols: panelCols, PadX: vg.Points(12), PadY: vg.Points(12),
+		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(cells, tiles, body)
+	for r := range cells {
+		for col, p := range cells[r] {
+			if p != nil {
+				p.Draw(canvases[r][col])
+			}
+		}
+	}
+	return c
+}
+
+// clockTicks marks time since the trace's start at round steps (1 s ... 1
+// day), labelled as clock durations ("1:30", "1:02:00").
+type clockTicks struct{}
+
+func (clockTicks) Ticks(lo, hi float64) []plot.Tick {
+	span := hi - lo
+	steps := []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400}
+	step := steps[len(steps)-1]
+	for _, s := range steps {
+		if span/s <= 8 {
+			step = s
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: clock(v)})
+	}
+	return ticks
+}
+
+// clock formats seconds as m:ss or h:mm:ss.
+func clock(sec float64) string {
+	neg := ""
+	if sec < 0 {
+		neg, sec = "-", -sec
+	}
+	t := int64(math.Round(sec))
+	h, m, s := t/3600, t/60%60, t%60
+	if h > 0 {
+		return fmt.Sprintf("%s%d:%02d:%02d", neg, h, m, s)
+	}
+	return fmt.Sprintf("%s%d:%02d", neg, m, s)
+}
+
+// faultWindows are the scenario's fault windows in seconds since the
+// trace's start: from each crash or partition to the next restart or heal
+// (or to end).
+func faultWindows(faults []Fault, origin, end float64) [][2]float64 {
+	var out [][2]float64
+	open := -1.0
+	for _, f := range faults {
+		at := f.AtSec - origin
+		healing := f.Event == "heal" || strings.HasPrefix(f.Event, "restart")
+		switch {
+		case healing && open >= 0:
+			out = append(out, [2]float64{open, at})
+			open = -1
+		case !healing && open < 0:
+			open = at
+		}
+	}
+	if open >= 0 {
+		out = append(out, [2]float64{open, max(end, open)})
+	}
+	// Only what lies within the plotted span [0, end].
+	clipped := out[:0]
+	for _, w := range out {
+		if w[0] < end && w[1] > 0 {
+			clipped = append(clipped, [2]float64{max(w[0], 0), min(w[1], end)})
+		}
+	}
+	return clipped
+}
+
+// panelPlot is decisions.png (rejected per bin) or, if admitted,
+// admitted.png: one panel per strategy against central and all requests.
+func panelPlot(rep *Report, admitted bool) (*grid, error) {
+	what := "Rejected"
+	if admitted {
+		what = "Admitted"
+	}
+	s := rep.Series
+	g := &grid{}
+	bin, origin := 1.0, 0.0
+	var series map[string][]int
+	if s != nil {
+		series = s.Rejected
+		if admitted {
+			series = s.Admitted
+		}
+		if s.Bin > 0 {
+			bin = s.Bin.Seconds()
+		}
+		origin = s.Origin.Seconds()
+	}
+	g.title = fmt.Sprintf("%s requests per %s bin, %s: strategy (colour), central (black), all requests (grey), faults (shaded)",
+		what, seconds(bin), inputName(rep.Input))
+	xy := func(counts []int) plotter.XYs {
+		pts := make(plotter.XYs, len(counts))
+		for i, n := range counts {
+			pts[i].X, pts[i].Y = float64(i)*bin, float64(n)
+		}
+		return pts
+	}
+	ymax, end := 1.0, bin
+	if s != nil {
+		for _, n := range s.Requests {
+			ymax = max(ymax, float64(n))
+		}
+		end = float64(max(len(s.Requests), 1)) * bin
+	}
+	windows := faultWindows(rep.Setup.Faults, origin, end)
+	var central []int
+	if series != nil {
+		central = series["central"]
+	}
+	other := 0
+	for _, r := range rep.Results {
+		if r.Strategy == "central" {
+			continue
+		}
+		col := palette[other%len(palette)]
+		other++
+		p := newPlot("", "time since trace start (m:ss)", "requests")
+		p.Title.Text = r.Strategy
+		p.Title.TextStyle.Font.Size = vg.Points(11)
+		p.Title.TextStyle.Color = col
+		p.X.Tick.Marker = clockTicks{}
+		p.Y.Min, p.Y.Max = 0, ymax*1.05
+		p.X.Min, p.X.Max = 0, end
+		for _, w := range windows {
+			poly, err := plotter.NewPolygon(plotter.XYs{{X: w[0], Y: 0}, {X: w[1], Y: 0}, {X: w[1], Y: ymax * 1.05}, {X: w[0], Y: ymax * 1.05}})
+			if err != nil {
+				return nil, err
+			}
+			poly.Color, poly.LineStyle.Width = colorFault, 0
+			p.Add(poly)
+		}
+		for _, l := range []struct {
+			counts []int
+			style  draw.LineStyle
+		}{
+			{s.requestsOrNil(), draw.LineStyle{Color: colorTotal, Width: vg.Points(1)}},
+			{central, draw.LineStyle{Color: colorCentral, Width: vg.Points(2.5)}},
+			{series[r.Strategy], draw.LineStyle{Color: col, Width: vg.Points(1.2)}},
+		} {
+			if len(l.counts) == 0 {
+				continue
+			}
+			line, err := plotter.NewLine(xy(l.counts))
+			if err != nil {
+				return nil, err
+			}
+			line.LineStyle = l.style
+			p.Add(line)
+		}
+		g.panels = append(g.panels, p)
+	}
+	if len(g.panels) == 0 {
+		p := newPlot("(no strategy besides central)", "time since trace start (m:ss)", "requests")
+		p.X.Tick.Marker = clockTicks{}
+		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax
+		g.panels = append(g.panels, p)
+	}
+	return g, nil
+}
+
+// requestsOrNil is the series' requests per bin, nil for a nil series.
+func (s *Series) requestsOrNil() []int {
+	if s == nil {
+		return nil
+	}
+	return s.Requests
 }

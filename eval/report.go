@@ -158,7 +158,57 @@ func setupFacts(s Setup) [][2]string {
 		}
 		f = append(f, [2]string{"faults", strings.Join(ev, "; ")}, [2]string{"membership", s.Detection})
 	}
+	if s.MaxWaitMs > 0 {
+		f = append(f, [2]string{"max wait", num(s.MaxWaitMs) + " ms (waiting mode, 000 §5.2)"})
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
+}
+
+// reportNotes are the notes every report carries: the assignment policy
+// and whom it flatters, then what each precision other than 1 means.
+func reportNotes(rep *Report) []string {
+	return append([]string{AssignNote(rep.Setup.Assign, rep.ColocatedPct)}, PrecisionNotes(rep)...)
+}
+
+// waitTable returns the waiting time table (waiting mode only): one row
+// per result that has a Wait.
+func waitTable(rep *Report) (header []string, rows [][]string) {
+	header = []string{"strategy", "waiting mode", "waited", "waited %", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms"}
+	for _, r := range rep.Results {
+		if r.Wait == nil {
+			continue
+		}
+		w := r.Wait
+		mode := "yes"
+		if !w.WaitingMode {
+			mode = "no (refuses)"
+		}
+		rows = append(rows, []string{r.Strategy, mode, strconv.Itoa(w.Waited), strconv.FormatFloat(w.WaitedPct, 'f', 2, 64),
+			strconv.FormatFloat(w.MeanMs, 'f', 3, 64), strconv.FormatFloat(w.P50Ms, 'f', 3, 64),
+			strconv.FormatFloat(w.P90Ms, 'f', 3, 64), strconv.FormatFloat(w.P99Ms, 'f', 3, 64), strconv.FormatFloat(w.MaxMs, 'f', 3, 64)})
+	}
+	return header, rows
+}
+
+// waitLegend explains the waiting time table.
+const waitLegend = "waiting time (the DRL penalty of 000 §2.1): the delay after arrival before an admitted request may proceed, its tokens reserved in arrival order; percentiles over all admitted requests (0 for those admitted at once); strategies without waiting mode refuse instead"
+
+// writeAligned writes rows under header as a right-aligned text table, the
+// first column left-aligned.
+func writeAligned(w io.Writer, header []string, rows [][]string) error {
+	width := len(header[0])
+	for _, row := range rows {
+		width = max(width, len(row[0]))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, row := range append([][]string{header}, rows...) {
+		fmt.Fprintf(tw, "%-*s\t", width, row[0])
+		for _, cell := range row[1:] {
+			fmt.Fprint(tw, cell, "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
 }
 
 func joinFacts(f [][2]string) string {
@@ -204,6 +254,20 @@ func WriteTable(w io.Writer, rep *Report) error {
 	for _, d := range metricDefs(undecided) {
 		fmt.Fprintf(bw, "  %-15s %s\n", d.term, d.text)
 	}
+	if wh, wr := waitTable(rep); len(wr) > 0 {
+		fmt.Fprintln(bw)
+		if err := writeAligned(bw, wh, wr); err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, "\n  %s\n", waitLegend)
+	}
+	fmt.Fprintln(bw)
+	for _, n := range reportNotes(rep) {
+		fmt.Fprintf(bw, "note: %s\n", n)
+	}
+	if rep.Recommendation != nil {
+		fmt.Fprintln(bw, rep.Recommendation.Line)
+	}
 	return bw.Flush()
 }
 
@@ -214,8 +278,8 @@ func mdEscape(s string) string {
 
 // plotCaptions describes the plots WritePlots makes.
 var plotCaptions = map[string]string{
-	"decisions.png": "Rejected requests per time bin, by strategy, against all requests (central is the exact reference)",
-	"admitted.png":  "Admitted requests per time bin, by strategy, against all requests",
+	"decisions.png": "Rejected requests per time bin: one panel per strategy (colour) against central, the exact reference (black), and all requests (grey); fault windows shaded",
+	"admitted.png":  "Admitted requests per time bin: one panel per strategy (colour) against central (black) and all requests (grey); fault windows shaded",
 	"summary.png":   "Excess admitted (% of central's admitted tokens) and false rejections (% of requests), by strategy",
 }
 
@@ -258,6 +322,27 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	fmt.Fprintln(bw)
 	for _, d := range metricDefs(undecided) {
 		fmt.Fprintf(bw, "- **%s**: %s\n", d.term, d.text)
+	}
+
+	if wh, wr := waitTable(rep); len(wr) > 0 {
+		fmt.Fprint(bw, "\n## Waiting time\n\n")
+		fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(wh, " | "))
+		for range wh[1:] {
+			fmt.Fprint(bw, "|--:")
+		}
+		fmt.Fprintln(bw, "|")
+		for _, row := range wr {
+			fmt.Fprintf(bw, "| %s |\n", strings.Join(row, " | "))
+		}
+		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
+	}
+
+	fmt.Fprint(bw, "\n## Notes\n\n")
+	for _, n := range reportNotes(rep) {
+		fmt.Fprintf(bw, "- %s\n", n)
+	}
+	if rep.Recommendation != nil {
+		fmt.Fprintf(bw, "\n## Recommendation\n\n%s\n", rep.Recommendation.Line)
 	}
 
 	if len(plots) > 0 {

@@ -228,8 +228,11 @@ func TestWriteAll(t *testing.T) {
 		cfg, err := png.DecodeConfig(bytes.NewReader(b))
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
-		} else if cfg.Width != 960 || cfg.Height != 480 { // 10x5 in at 96 dpi
-			t.Errorf("%s is %dx%d, want 960x480", name, cfg.Width, cfg.Height)
+		} else if want := 480; name == "summary.png" && (cfg.Width != 960 || cfg.Height != want) { // 10x5 in at 96 dpi
+			t.Errorf("%s is %dx%d, want 960x%d", name, cfg.Width, cfg.Height, want)
+		} else if want := 259; name != "summary.png" && (cfg.Width != 960 || cfg.Height != want) {
+			// one row of two panels (local, static): 2.2 in + 0.5 in of title at 96 dpi
+			t.Errorf("%s is %dx%d, want 960x%d", name, cfg.Width, cfg.Height, want)
 		}
 	}
 	// Equal reports give equal files, PNGs included.

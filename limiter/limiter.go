@@ -14,21 +14,23 @@
 //     forwards to the key's owner), so AllowN, Reserve and Wait take a
 //     context and can fail (closed node, bad key, ctx ended). Allow reports
 //     an error as a refusal.
-//   - Strategies decide in drop mode: a request is admitted now or refused.
-//     Nothing can hold tokens ahead of time across the cluster, so a
-//     Reservation is not a claim on future tokens: a refused Reservation
-//     only says how long to wait before asking again (an estimate, see
+//   - Reserve and Wait are real reservations under owner and lease
+//     (waiting mode, seed 000 §5.2): the key's owner reserves the tokens
+//     in arrival order and answers with the delay until they may be used
+//     (at most b/r for Reserve; for Wait, at most the time left until
+//     ctx's deadline; lease: at most its max_wait parameter, default 0,
+//     which turns waiting mode off). Waiters are then served FIFO.
+//   - Under the other strategies (static, gdrl, adaptive, gcounter,
+//     tbqueue, local) decisions are in drop mode: nothing can hold tokens
+//     ahead across the cluster, so a refused Reservation only says how
+//     long to wait before asking again (an estimate, see
 //     Reservation.Delay), and the next attempt may be refused again when
-//     other callers took the tokens first. Cancel returns nothing: admitted
-//     tokens are spent.
-//   - Wait(ctx, key, n) is rate.Limiter.WaitN (there is no separate
-//     WaitN); it retries AllowN after each estimated delay until it is
-//     admitted or ctx ends, and returns ctx.Err() then (rate.Limiter.WaitN
-//     fails early when the wait would pass ctx's deadline; the delay here
-//     is only an estimate, so Wait keeps trying until the deadline
-//     instead). Like rate.Limiter, it fails at once when n exceeds the
-//     burst. Waiters are not queued: under contention they compete on
-//     each retry, with no FIFO order.
+//     other callers took the tokens first; Wait retries after each
+//     estimated delay until admitted or ctx ends, and returns ctx.Err()
+//     then; waiters compete on each retry, with no FIFO order. Like
+//     rate.Limiter, Wait fails at once when n exceeds the burst. Cancel
+//     returns nothing under any strategy: admitted or reserved tokens are
+//     spent.
 //   - A call whose ctx ends while the cluster decides (owner forwarding
 //     to the key's owner) returns ctx.Err(), but the owner may still have
 //     charged the tokens.
@@ -606,20 +608,22 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error)
 	return d.Allowed, nil
 }
 
-// Reservation is the outcome of Reserve: admitted now, or a delay after
-// which to ask again. Unlike rate.Reservation it holds no tokens ahead.
+// Reservation is the outcome of Reserve: admitted now, admitted with a
+// delay (tokens reserved ahead, under owner and lease: waiting mode), or
+// refused with a delay after which to ask again.
 type Reservation struct {
 	ok      bool
 	allowed bool
 	tokens  int64
-	at      time.Time // when to act
+	at      time.Time // when to act: proceed (allowed) or ask again
 }
 
 // OK reports whether the request can ever be admitted: n <= burst and a
 // positive rate (or an admission now). When false, Delay is InfDuration.
 func (r *Reservation) OK() bool { return r.ok }
 
-// Allowed reports whether the tokens were admitted (and spent) at Reserve.
+// Allowed reports whether the tokens were admitted (and spent) at Reserve;
+// the caller may act after Delay (0 unless they were reserved ahead).
 func (r *Reservation) Allowed() bool { return r.allowed }
 
 // Tokens is the n (tokens) the reservation was made for.
@@ -631,8 +635,9 @@ const InfDuration = time.Duration(math.MaxInt64)
 // Delay is DelayFrom(time.Now()).
 func (r *Reservation) Delay() time.Duration { return r.DelayFrom(time.Now()) }
 
-// DelayFrom is how long after t to wait before asking again: 0 when the
-// tokens were admitted, InfDuration when not OK. For a refusal it is the
+// DelayFrom is how long after t to wait: for admitted tokens, until they
+// may be used (0 unless reserved ahead in waiting mode); InfDuration when
+// not OK. For a refusal it is how long to wait before asking again: the
 // time the rule's rate takes to refill n tokens, n/r: an upper bound on
 // when a single bucket holding fewer than n tokens (but not in debt) has n
 // again, assuming no one else takes them. The cluster's buckets may refill
@@ -645,32 +650,54 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
 		return InfDuration
 	}
-	if r.allowed {
-		return 0
-	}
 	return max(r.at.Sub(t), 0)
 }
 
-// Cancel does nothing: an admitted request's tokens are spent at the
-// cluster and cannot be handed back, and a refused one holds none. (In
-// x/time/rate, Cancel restores the reserved tokens.)
+// Cancel does nothing: an admitted request's tokens, reserved ahead or
+// not, are spent at the cluster and cannot be handed back, and a refused
+// one holds none. (In x/time/rate, Cancel restores the reserved tokens.)
 func (r *Reservation) Cancel() {}
 
-// Reserve asks for n tokens of key now, like AllowN, and reports the
-// outcome as a Reservation: Allowed when admitted; otherwise OK with a
-// Delay after which to try again (see DelayFrom); not OK when n exceeds
-// the burst (then the cluster is not asked) or when refused under a rate
-// of 0. Errors are AllowN's.
+// Reserve asks for n tokens of key now and reports the outcome as a
+// Reservation. Under owner and lease it is a real reservation (waiting
+// mode, seed 000 §5.2; cluster.Node.CheckWait): the key's owner reserves
+// the tokens in arrival order when its bucket holds them within b/r (the
+// time the rate refills one burst; lease: within its max_wait parameter),
+// and the Reservation is Allowed with the Delay until they may be used.
+// Under the other strategies, and beyond that wait, it is AllowN: Allowed
+// (Delay 0) when admitted now; otherwise OK with a Delay after which to
+// try again (see DelayFrom). Not OK when n exceeds the burst (then the
+// cluster is not asked) or when refused under a rate of 0. Errors are
+// AllowN's.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+	return l.reserve(ctx, key, n, l.fillTime())
+}
+
+// fillTime is b/r, the time the rule's rate takes to refill one burst,
+// capped at cluster.MaxWait: the longest wait Reserve accepts.
+func (l *Limiter) fillTime() time.Duration {
+	if l.rate <= 0 {
+		return 0
+	}
+	d := float64(l.burst) / l.rate * float64(time.Second)
+	if d >= float64(cluster.MaxWait) {
+		return cluster.MaxWait
+	}
+	return time.Duration(d)
+}
+
+// reserve is Reserve accepting a wait of at most maxWait.
+func (l *Limiter) reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
 	now := time.Now()
 	if n > l.burst {
 		return &Reservation{tokens: n}, nil
 	}
-	ok, err := l.AllowN(ctx, key, n)
+	d, err := l.node.CheckWait(ctx, l.rule, key, n, min(max(maxWait, 0), cluster.MaxWait))
 	if err != nil {
 		return nil, err
 	}
-	r := &Reservation{ok: true, allowed: ok, tokens: n, at: now}
+	ok := d.Allowed
+	r := &Reservation{ok: true, allowed: ok, tokens: n, at: now.Add(d.Delay)}
 	if !ok {
 		if l.rate <= 0 {
 			r.ok = false
@@ -690,11 +717,16 @@ func (l *Limiter) retryAfter(n int64) time.Duration {
 	return max(time.Duration(d), time.Millisecond)
 }
 
-// Wait blocks until n tokens of key are admitted (and spent), asking
-// again after each refusal's estimated delay (Reservation.DelayFrom). It
-// returns ctx.Err() when ctx ends first, and fails at once, without
-// asking, when n exceeds the burst (wrapping ErrExceedsBurst) or the rate
-// is 0 and the first attempt is refused. Other errors are AllowN's.
+// Wait blocks until n tokens of key are admitted (and spent). Under owner
+// and lease it reserves them (Reserve, waiting mode) with a wait of at
+// most the time left until ctx's deadline (b/r without one) and sleeps
+// until they may be used: one check, FCFS with every other waiter of the
+// key. Otherwise, or when the bucket is booked beyond that, it asks again
+// after each refusal's estimated delay (Reservation.DelayFrom). It
+// returns ctx.Err() when ctx ends first (tokens reserved and not yet
+// reached stay spent), and fails at once, without asking, when n exceeds
+// the burst (wrapping ErrExceedsBurst) or the rate is 0 and the first
+// attempt is refused. Other errors are AllowN's.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	if n > l.burst {
 		return fmt.Errorf("%w: Wait(n=%d) on rule %q with burst %d", ErrExceedsBurst, n, l.rule, l.burst)
@@ -706,20 +738,24 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 		}
 	}()
 	for {
-		r, err := l.Reserve(ctx, key, n)
+		maxWait := l.fillTime()
+		if dl, ok := ctx.Deadline(); ok {
+			maxWait = min(maxWait, time.Until(dl))
+		}
+		r, err := l.reserve(ctx, key, n, maxWait)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return ctxErr
 			}
 			return err
 		}
-		if r.Allowed() {
-			return nil
-		}
 		if !r.OK() {
 			return fmt.Errorf("limiter: rule %q has rate 0: %d tokens cannot be admitted", l.rule, n)
 		}
 		d := r.Delay()
+		if r.Allowed() && d == 0 {
+			return nil
+		}
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
@@ -727,6 +763,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 		}
 		select {
 		case <-timer.C:
+			if r.Allowed() { // reserved: its time has come
+				return nil
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}

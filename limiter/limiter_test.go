@@ -56,8 +56,10 @@ func TestAllowExhaustsBurst(t *testing.T) {
 	}
 }
 
+// Reserve under a strategy without waiting mode (gdrl): a refusal with a
+// retry estimate.
 func TestAllowNAndReserve(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 10, Burst: 4})
+	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 10, Burst: 4, Strategy: "gdrl"})
 	l := limiterFor(t, n, "api")
 	ctx := context.Background()
 	if ok, err := l.AllowN(ctx, "k", 3); !ok || err != nil {
@@ -93,6 +95,48 @@ func TestAllowNAndReserve(t *testing.T) {
 	r, err = l.Reserve(ctx, "fresh", 1)
 	if err != nil || !r.OK() || !r.Allowed() || r.Delay() != 0 {
 		t.Fatalf("Reserve on a fresh key: %+v, %v; want admitted with no delay", r, err)
+	}
+}
+
+// Reserve under owner (waiting mode, 000 §5.2): tokens the bucket will
+// hold within b/r are reserved, FIFO, and admitted with the delay until
+// then; beyond b/r it is a refusal with a retry estimate.
+func TestReserveWaitingMode(t *testing.T) {
+	for _, strat := range []string{"", "owner", "lease"} {
+		t.Run("strategy="+strat, func(t *testing.T) {
+			var params []string
+			if strat == "lease" {
+				params = []string{"max_wait=1s"} // lease grants no wait by default
+			}
+			n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 10, Burst: 4, Strategy: strat, Params: params})
+			l := limiterFor(t, n, "api")
+			ctx := context.Background()
+			if ok, err := l.AllowN(ctx, "k", 4); !ok || err != nil {
+				t.Fatalf("AllowN(4) = %v, %v; want admitted", ok, err)
+			}
+			r1, err := l.Reserve(ctx, "k", 2) // 2 tokens at 10/s: about 200ms
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r1.OK() || !r1.Allowed() {
+				t.Fatalf("Reserve(2) on an empty bucket: ok %v allowed %v, want reserved", r1.OK(), r1.Allowed())
+			}
+			d1 := r1.Delay()
+			if d1 <= 100*time.Millisecond || d1 > 200*time.Millisecond {
+				t.Fatalf("Reserve(2) delay %v, want in (100ms, 200ms]", d1)
+			}
+			r2, err := l.Reserve(ctx, "k", 1) // behind r1: about 300ms
+			if err != nil || !r2.Allowed() {
+				t.Fatalf("second Reserve(1): %+v, %v; want reserved behind the first", r2, err)
+			}
+			if d2 := r2.Delay(); d2 <= d1 || d2 > 300*time.Millisecond {
+				t.Fatalf("second Reserve delay %v, want in (%v, 300ms] (FIFO behind the first)", d2, d1)
+			}
+			r3, err := l.Reserve(ctx, "k", 3) // about 600ms > b/r = 400ms: refused
+			if err != nil || !r3.OK() || r3.Allowed() {
+				t.Fatalf("Reserve(3) beyond b/r: %+v, %v; want refused", r3, err)
+			}
+		})
 	}
 }
 

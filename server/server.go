@@ -256,8 +256,10 @@ func (t *ruleTable) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchIt
 			return nil, fmt.Errorf("checks[%d].key: %d bytes; at most %d", i, len(key), cluster.MaxKeyBytes)
 		case hits < 1 || hits > MaxHits:
 			return nil, fmt.Errorf("checks[%d].hits: %d must be between 1 and %d", i, hits, MaxHits)
+		case c.GetMaxWaitMs() < 0 || c.GetMaxWaitMs() > cluster.MaxWait.Milliseconds():
+			return nil, fmt.Errorf("checks[%d].max_wait_ms: %d must be between 0 and %d", i, c.GetMaxWaitMs(), cluster.MaxWait.Milliseconds())
 		}
-		items[i] = cluster.BatchItem{Rule: rule, Key: key, Tokens: hits}
+		items[i] = cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond}
 	}
 	return items, nil
 }
@@ -273,6 +275,9 @@ func result(out *tokenmeshv1.CheckResult, i int, ri ruleInfo, it cluster.BatchIt
 		return
 	}
 	out.Allowed = r.Allowed
+	if r.Allowed && r.Delay > 0 {
+		out.WaitMs = ceilMS(r.Delay.Seconds()) // waiting mode: proceed after this
+	}
 	if r.Remaining >= 0 {
 		out.Remaining = min(r.Remaining, burst)
 		if !ri.rateZero {

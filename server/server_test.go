@@ -312,6 +312,7 @@ func invalidCases(key string) []struct {
 		{"hits 0", req(valid, item("api", key, 0)), "checks[1].hits: 0 must be between 1 and 1000000000"},
 		{"hits -1", req(valid, valid, item("api", key, -1)), "checks[2].hits: -1 must be between 1 and 1000000000"},
 		{"hits 1e9+1", req(valid, item("api", key, MaxHits+1)), "checks[1].hits: 1000000001 must be between 1 and 1000000000"},
+		{"max_wait_ms -1", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: -1}), "checks[1].max_wait_ms: -1 must be between 0 and 3600000"},
 	}
 }
 
@@ -557,5 +558,27 @@ func TestUndecidedItem(t *testing.T) {
 		}
 	case st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "closed"):
 		t.Errorf("Check on a closed node: %v, want Unavailable naming the closed node", err)
+	}
+}
+
+// A check with max_wait_ms (waiting mode, 000 §5.2) on an owner rule is
+// allowed with wait_ms when the owner's bucket holds the tokens within
+// max_wait_ms, reserved in order; otherwise refused.
+func TestCheckMaxWait(t *testing.T) {
+	s := newTestServer(t)
+	res := httpCheck(t, s, `{"checks":[{"rule":"api","key":"w","hits":3}]}`)
+	if !res[0].GetAllowed() || res[0].GetWaitMs() != 0 {
+		t.Fatalf("the burst: %v, want allowed at once", res[0])
+	}
+	// One token per 100 s: the next token is there in about 100 s.
+	res = httpCheck(t, s, `{"checks":[{"rule":"api","key":"w","hits":1,"max_wait_ms":200000},{"rule":"api","key":"w","hits":1,"max_wait_ms":150000},{"rule":"api","key":"w","hits":1}]}`)
+	if w := res[0].GetWaitMs(); !res[0].GetAllowed() || w < 99000 || w > 100000 {
+		t.Fatalf("check with max_wait_ms 200000: %v, want allowed with wait_ms about 100000", res[0])
+	}
+	if res[1].GetAllowed() || res[1].GetWaitMs() != 0 {
+		t.Fatalf("second check (needs about 200 s, accepts 150 s): %v, want refused", res[1])
+	}
+	if res[2].GetAllowed() {
+		t.Fatalf("check without max_wait_ms on an empty bucket: %v, want refused", res[2])
 	}
 }

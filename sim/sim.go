@@ -115,6 +115,10 @@ type Config struct {
 	// Progress, if set, is called now and then with requests injected so
 	// far and the total.
 	Progress func(done, total int)
+	// MaxWait > 0 runs every request in waiting mode (seed 000 §5.2) with
+	// this max_wait, on strategies that implement strategy.Waiter; others
+	// get plain requests. Outcome.Delay holds each admitted request's wait.
+	MaxWait time.Duration
 }
 
 // Outcome is what happened to one request.
@@ -122,6 +126,9 @@ type Outcome struct {
 	Allowed bool
 	Decided bool          // false: the node holding it crashed, or no node was up
 	Latency time.Duration // decision time minus arrival
+	// Delay is, in waiting mode (Config.MaxWait), the wait after arrival
+	// the strategy gave an admitted request (strategy.Decision.Delay).
+	Delay time.Duration
 	// Local: decided without waiting for a peer, by the node that received
 	// the request, at once (in Strategy.Request) or at one of its own
 	// wake-ups (Tick: an ordering buffer, a timeout), not on a peer's
@@ -145,6 +152,9 @@ type Result struct {
 	Crashed        []string // nodes crashed by the scenario, in order
 	End            time.Duration
 	Events         int64 // events processed
+	// WaitingMode: Config.MaxWait > 0 and the strategy implements
+	// strategy.Waiter, so requests ran in waiting mode.
+	WaitingMode bool
 }
 
 const (
@@ -288,6 +298,9 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 			r.push(event{at: e.At, prio: prioScenario, scen: int32(i)})
 		}
 	}
+	if _, ok := r.nodes[0].s.(strategy.Waiter); ok && cfg.MaxWait > 0 {
+		r.res.WaitingMode = true
+	}
 	r.push(event{at: 0, prio: prioSample})
 	r.run()
 	return r.res, nil
@@ -370,9 +383,16 @@ func (r *runner) inject(i int, req *workload.Request) {
 	r.receivedBy[i] = int32(ni)
 	r.inCall = prioRequest
 	r.fx.Reset()
-	d, ok := n.s.Request(r.now, strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}, &r.fx)
+	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}
+	var d strategy.Decision
+	var ok bool
+	if w, isWaiter := n.s.(strategy.Waiter); isWaiter && r.cfg.MaxWait > 0 {
+		d, ok = w.RequestWait(r.now, sreq, r.cfg.MaxWait, &r.fx)
+	} else {
+		d, ok = n.s.Request(r.now, sreq, &r.fx)
+	}
 	if ok {
-		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true}
+		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true, Delay: d.Delay}
 	} else {
 		r.pendingDecisions++
 	}
@@ -391,7 +411,7 @@ func (r *runner) apply(i int) {
 			continue
 		}
 		local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(i)
-		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local}
+		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local, Delay: d.Delay}
 		r.pendingDecisions--
 	}
 	for _, m := range r.fx.Messages {

@@ -44,6 +44,10 @@ type Request struct {
 type Decision struct {
 	RequestID uint64
 	Allowed   bool
+	// Delay is, in waiting mode (Waiter), how long after the request's
+	// arrival an admitted request may proceed: its tokens are reserved
+	// for then. 0 outside waiting mode and for refusals.
+	Delay time.Duration
 }
 
 // Message is a peer message a strategy asks its driver to send. Payload is
@@ -71,6 +75,12 @@ func (fx *Effects) Send(to NodeID, payload []byte) {
 // Decide completes an earlier pending request.
 func (fx *Effects) Decide(id uint64, allowed bool) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed})
+}
+
+// DecideAfter completes an earlier pending request in waiting mode: allowed
+// after delay (counted from the request's arrival).
+func (fx *Effects) DecideAfter(id uint64, allowed bool, delay time.Duration) {
+	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed, Delay: delay})
 }
 
 // WakeAt asks to be ticked at time at (or as soon after as the driver can).
@@ -402,4 +412,49 @@ func CheckPartition(name string, s Strategy, mode PartitionMode) error {
 		return fmt.Errorf("strategy %s does not implement partition: conserve (it takes available only; see docs/OPERATIONS.md, \"Partitions\")", name)
 	}
 	return nil
+}
+
+// Waiter is implemented by strategies that answer in waiting mode (seed 000
+// §5.2, SRTM's shaping mode; Appendix A eq. (2)): instead of refusing a
+// request the bucket cannot serve now, the node holding the key's bucket
+// reserves its tokens in arrival order (bucket.ReserveN, FCFS) and admits
+// it with a delay when that delay is at most maxWait; the client waits
+// Decision.Delay after the arrival before proceeding. The waiting time is
+// the DRL penalty of 000 §2.1. Implemented by local and central (one
+// bucket), owner and lease (the key's owner reserves); strategies that
+// split the limit (static, gdrl, adaptive) or replicate counters
+// (gcounter, tbqueue) have no single bucket to reserve in and do not
+// implement it: their drivers decide a check with max_wait as a plain
+// Request (no wait, refusals as usual).
+type Waiter interface {
+	// RequestWait is Request in waiting mode. maxWait > 0 is the longest
+	// wait the client accepts (duration); 0 makes it exactly Request.
+	// A decision with Allowed true carries the wait in Delay
+	// (0 <= Delay <= maxWait); a refusal means the wait would exceed
+	// maxWait (or no wait is enough: tokens above the burst), and
+	// nothing was reserved.
+	RequestWait(now time.Duration, req Request, maxWait time.Duration, fx *Effects) (d Decision, decided bool)
+}
+
+// ReserveWithin is the waiting-mode decision on one bucket (seed 000 §5.2):
+// it reserves n tokens at time at (bucket.ReserveN, FCFS) when the wait
+// until the bucket holds them is at most maxWait, and reports that wait;
+// otherwise it takes nothing and reports false. maxWait 0 is AllowN.
+func ReserveWithin(b *bucket.Bucket, at time.Duration, n int64, maxWait time.Duration) (delay time.Duration, ok bool) {
+	if maxWait <= 0 {
+		return 0, b.AllowN(at, n)
+	}
+	d, ok := b.DelayN(at, n)
+	if _, last := b.Level(); d > 0 && last > at {
+		// The bucket was advanced past at already (a late decision): its
+		// deficit refills from last, so the wait counted from at is longer.
+		d += last - at
+	}
+	if !ok || d > maxWait {
+		return 0, false
+	}
+	if _, ok := b.ReserveN(at, n); !ok {
+		return 0, false
+	}
+	return d, true
 }

@@ -155,14 +155,14 @@ type Transport struct {
 
 	sent, batches, dropped, lost, received, refused, dials atomic.Int64
 
-	frameKey                                 []byte // nil: frames are not authenticated
-	incarnation                              uint64
+	frameKey    []byte // nil: frames are not authenticated
+	incarnation uint64
 	// seq is the sequence number of the last frame signed, over every
 	// peer: a sender made again for a peer (it left the membership and came
 	// back, as after a partition heals) goes on above the numbers that
 	// peer's replay window has seen; a per-sender count restarting at 1
 	// would have every frame refused as a replay until it caught up.
-	seq atomic.Uint64
+	seq                                      atomic.Uint64
 	replay                                   replayGuard
 	rlog                                     refusalLog
 	badMAC, replayed, unknownSender, badCert atomic.Int64

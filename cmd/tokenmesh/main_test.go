@@ -175,6 +175,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--param", "partition=conserve", "--strategies", "static,local"}, "local does not implement partition: conserve"},
 		{[]string{"sim", "--scenario", badScenario}, "n42"},
 		{[]string{"sim", "--workload", "poisson:users=-3"}, "users"},
+		{[]string{"sim", "--max-wait", "-1s"}, "--max-wait -1s"},
+		{[]string{"sim", "--max-wait", "2h"}, "--max-wait 2h0m0s"},
+		{[]string{"sim", "--recommend", "--max-excess", "lots"}, "--max-excess"},
+		{[]string{"sim", "--recommend", "--max-false-rejections", "150%"}, "--max-false-rejections"},
 	}
 	for _, c := range cases {
 		_, errOut, code := tokenmesh(t, c.args...)
@@ -246,6 +250,25 @@ func TestSimPartitionParam(t *testing.T) {
 		}
 		if out != plain {
 			t.Errorf("--param %s: no-fault output differs from the run without it", p)
+		}
+	}
+}
+
+// --recommend ends the report with its line; --max-wait adds the waiting
+// time table.
+func TestSimRecommendAndMaxWait(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "sim", "--workload", "poisson:users=5,rate=3,duration=10s", "--nodes", "3",
+		"--strategies", "owner,static", "--recommend", "--max-wait", "500ms", "--progress", "never")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "recommendation: ") {
+		t.Errorf("last line %q, want the recommendation", last)
+	}
+	for _, want := range []string{"max wait 500 ms", "waiting mode", "note: assign hash"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -41,6 +43,10 @@ type simFlags struct {
 	params                   []string
 	parallel                 int
 	cpuprofile               string
+	maxWait                  time.Duration
+	recommend                bool
+	maxExcess, maxFalseRej   string
+	maxEnvelope              float64
 }
 
 func newSimCmd() *cobra.Command {
@@ -67,6 +73,13 @@ state; p50/p99 = decision latency; local % = requests decided without
 waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
 request (JSON bytes_per_request).
 
+--max-wait D runs every request in waiting mode (000 §5.2): central, owner
+and lease reserve tokens in arrival order and admit with a delay up to D;
+the report adds each strategy's waiting time distribution. --recommend ends
+the report with one line naming the cheapest strategy within --max-excess,
+--max-false-rejections and --max-envelope, or the closest. Every report
+notes what its --assign policy flatters and what precision != 1 means.
+
 The same flags and seed give byte-identical --json output. Strategies are
 simulated in parallel, up to --parallel at once; the output does not depend
 on it.`,
@@ -74,7 +87,9 @@ on it.`,
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
   tokenmesh sim --workload poisson:users=100,rate=2,duration=60s --loss 0.05 --out report/
-  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject`,
+  tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --strategies central,owner,lease --max-wait 1s
+  tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --assign roundrobin --recommend --max-excess 0.5% --max-false-rejections 0.5%`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
@@ -95,6 +110,11 @@ on it.`,
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
+	fl.BoolVar(&f.recommend, "recommend", false, "end the report with one line naming the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does")
+	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "--recommend: the largest excess admitted, in % of central's admitted tokens")
+	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "--recommend: the most false rejections, in % of the requests central admitted")
+	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "--recommend: the largest envelope violation, in tokens")
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -144,6 +164,21 @@ func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, er
 	return params, nil
 }
 
+// withLeaseMaxWait adds lease.max_wait=maxWait to params when waiting mode
+// is on and the parameter is not given: lease grants waits only up to its
+// max_wait (default 0, off).
+func withLeaseMaxWait(params []string, maxWait time.Duration) []string {
+	if maxWait <= 0 {
+		return params
+	}
+	for _, p := range params {
+		if strings.HasPrefix(p, "lease.max_wait=") {
+			return params
+		}
+	}
+	return append(slices.Clone(params), "lease.max_wait="+maxWait.String())
+}
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -161,6 +196,10 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
 	case f.burst < 1:
 		return o, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
+	case f.maxWait < 0:
+		return o, usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
+	case f.maxWait > time.Hour:
+		return o, usageErr("--max-wait %v: at most 1h", f.maxWait)
 	case f.trace != "" && f.workload != "":
 		return o, usageErr("--trace and --workload: give one input, not both")
 	case f.parallel < 0:
@@ -188,12 +227,12 @@ func (f *simFlags) options() (eval.Options, error) {
 	if err := net.Validate(); err != nil {
 		return o, usageErr("%v", err)
 	}
-	params, err := parseParamFlags(f.params, strategies)
+	params, err := parseParamFlags(withLeaseMaxWait(f.params, f.maxWait), strategies)
 	if err != nil {
 		return o, err
 	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
-		Network: net, AssignPolicy: f.assign, Seed: f.seed}
+		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait}
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err
@@ -251,9 +290,16 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		opts.Progress = progressOf(bar, opts.Strategies)
 		defer bar.Finish()
 	}
+	bounds, err := f.bounds()
+	if err != nil {
+		return err
+	}
 	rep, err := runParallel(opts, workers)
 	if err != nil {
 		return err
+	}
+	if f.recommend {
+		rep.Recommendation = eval.Recommend(rep, bounds, opts.Params)
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
@@ -271,6 +317,32 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(f.out, "report.md"))
 	}
 	return nil
+}
+
+// bounds parses the --recommend bounds; errors name the flag.
+func (f *simFlags) bounds() (eval.Bounds, error) {
+	var b eval.Bounds
+	var err error
+	if b.MaxExcessPct, err = parsePercent(f.maxExcess); err != nil {
+		return b, usageErr("--max-excess %q: %v", f.maxExcess, err)
+	}
+	if b.MaxFalseRejectionsPct, err = parsePercent(f.maxFalseRej); err != nil {
+		return b, usageErr("--max-false-rejections %q: %v", f.maxFalseRej, err)
+	}
+	if math.IsNaN(f.maxEnvelope) || f.maxEnvelope < 0 {
+		return b, usageErr("--max-envelope %v: want a number of tokens >= 0", f.maxEnvelope)
+	}
+	b.MaxEnvelopeTokens = f.maxEnvelope
+	return b, nil
+}
+
+// parsePercent reads "0.5%" or "0.5" as 0.5 (percent), in [0, 100].
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
+		return 0, fmt.Errorf("want a percentage in [0, 100], e.g. 0.5%%")
+	}
+	return v, nil
 }
 
 // newProgress returns a bar over total steps, or nil when none is wanted.

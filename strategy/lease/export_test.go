@@ -15,6 +15,14 @@ import (
 // is the current incarnation of every node; leases held by crashed nodes
 // are counted too (they are lost, which only makes the check stricter).
 func Conserved(nodes map[strategy.NodeID]*Lease, burst int64, now time.Duration) error {
+	return ConservedWaiting(nodes, burst, 0, now)
+}
+
+// ConservedWaiting is Conserved for waiting mode with at most maxWait:
+// an owner's level may go below 0 while reservations wait, but never below
+// what its rate refills in maxWait (a reservation is taken only when the
+// deficit refills within maxWait).
+func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, now time.Duration) error {
 	ids := make([]strategy.NodeID, 0, len(nodes))
 	for id := range nodes {
 		ids = append(ids, id)
@@ -25,7 +33,7 @@ func Conserved(nodes map[strategy.NodeID]*Lease, burst int64, now time.Duration)
 		for key, p := range o.pools {
 			cp := *p
 			o.sh.advance(&cp, now)
-			if cp.level < 0 || cp.leased < 0 {
+			if floor := -o.sh.tokensPerNs * int64(maxWait); cp.level < floor || cp.leased < 0 {
 				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
 			}
 			var held int64

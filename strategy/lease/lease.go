@@ -110,10 +110,17 @@
 //     expects to use at least this many tokens per period; below it the key
 //     is decided at the owner, exactly like `owner`.
 //   - window (duration, default 1s): the demand measurement window.
-//   - takeover (duration, default ttl + 1s, at least ttl): how long a node
+//   - takeover (duration, default ttl + 1s + max_wait, at least ttl +
+//     max_wait): how long a node
 //     that takes over a key keeps its bucket empty (see Crashes).
 //   - max_skew (duration, default 100ms): how far in the future a peer's
 //     time (arrival, ask) may lie; beyond it the message is refused.
+//   - max_wait (duration, default 0, at most 1h): the longest wait waiting
+//     mode (RequestWait, seed 000 §5.2) grants; 0 turns waiting mode off
+//     (checks with a max wait are decided as plain requests). It adds to
+//     takeover's default (ttl + 1s + max_wait): reservations, like leases,
+//     die with a crashed owner and must have passed before a new owner's
+//     bucket refills.
 package lease
 
 import (
@@ -148,6 +155,7 @@ type Lease struct {
 	hold, timeout, retryEvery time.Duration
 	period, ttl, window       time.Duration
 	takeover                  time.Duration
+	maxWait                   time.Duration // parameter max_wait: the longest wait waiting mode grants
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
 	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
@@ -221,6 +229,7 @@ type queued struct {
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
+	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type pendingReq struct {
@@ -229,6 +238,7 @@ type pendingReq struct {
 	sentTo   []strategy.NodeID
 	next     time.Duration
 	deadline time.Duration
+	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type forwardID struct {
@@ -238,7 +248,8 @@ type forwardID struct {
 
 type verdict struct {
 	decided, allowed bool
-	emptyFor         uint64 // µs
+	emptyFor         uint64        // µs
+	delay            time.Duration // waiting mode: the wait after arrival
 }
 
 type expiring struct {
@@ -300,6 +311,11 @@ type timer struct {
 	node strategy.NodeID
 }
 
+// MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
+// a longer one is refused as an error, so a peer cannot reserve a key's
+// bucket arbitrarily far ahead.
+const MaxWait = time.Hour
+
 // New builds a node. Parameters are listed in the package doc. Errors: an
 // invalid Config or parameter (named).
 func New(cfg strategy.Config) (*Lease, error) {
@@ -331,7 +347,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.period = dur("period", 250*time.Millisecond)
 	l.ttl = dur("ttl", 2*l.period)
 	l.window = dur("window", time.Second)
-	l.takeover = dur("takeover", l.ttl+time.Second)
+	l.maxWait = dur("max_wait", 0)
+	l.takeover = dur("takeover", l.ttl+time.Second+l.maxWait)
 	l.maxSkew = dur("max_skew", 100*time.Millisecond)
 	if err != nil {
 		return nil, err
@@ -354,8 +371,10 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, fmt.Errorf("lease: parameter period must be positive")
 	case l.ttl < l.period:
 		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
-	case l.takeover < l.ttl:
-		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl=%s (the old owner's leases must have expired)", l.takeover, l.ttl)
+	case l.maxWait > MaxWait:
+		return nil, fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
+	case l.takeover < l.ttl+l.maxWait:
+		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
 	case l.window == 0:
 		return nil, fmt.Errorf("lease: parameter window must be positive")
 	case retries < 0:
@@ -401,8 +420,26 @@ func (l *Lease) owner(key string) strategy.NodeID {
 // Request decides req locally (a leased token, or the owner's dry hint),
 // or queues it here as the key's owner, or forwards it to the owner.
 func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	return l.RequestWait(now, req, 0, fx)
+}
+
+// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2;
+// ours for leases): a leased token admits at once (delay 0); the owner's
+// dry hint refuses locally only when it lasts beyond arrival + maxWait (no
+// wait within maxWait could be enough without a return); any other request
+// goes to the owner (LeaseForward.max_wait_ns), which reserves its tokens
+// in its pool in (arrival, ID) order, the pool's level going negative
+// while reservations wait (shape.reserve), and answers with the wait
+// (LeaseVerdict.delay_ns). While the level is negative the owner grants no
+// lease, so tokens in leases plus the level still never exceed the burst.
+// maxWait 0 is Request. maxWait is capped at the parameter max_wait
+// (default 0: no waiting mode), which also lengthens takeover: a node that
+// takes a key over keeps its bucket empty until the old owner's
+// reservations have passed too.
+func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	maxWait = min(max(maxWait, 0), l.maxWait)
 	if l.owner(req.Key) == l.self {
-		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens})
+		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
 		if l.hold > 0 {
 			fx.WakeAt(max(req.Arrival+l.hold, now))
 			return strategy.Decision{}, false
@@ -428,10 +465,10 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 		}
 	}
-	if req.Arrival < h.emptyUntil {
+	if req.Arrival+maxWait < h.emptyUntil {
 		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
 	}
-	p := &pendingReq{req: req, deadline: now + l.timeout}
+	p := &pendingReq{req: req, deadline: now + l.timeout, maxWait: maxWait}
 	l.pending[req.ID] = p
 	l.forward(now, p, l.owner(req.Key), fx)
 	return strategy.Decision{}, false
@@ -552,7 +589,7 @@ func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 	l.timers.Push(timer{at: p.next, kind: timerForward, id: p.req.ID})
 	fx.WakeAt(p.next)
 	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival)}}}))
+		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait)}}}))
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
@@ -605,21 +642,31 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			l.grant(p, q, fx)
 			continue
 		}
-		allowed := l.sh.take(p, q.arrival, q.tokens)
+		var allowed bool
+		var delay time.Duration
+		if q.maxWait > 0 {
+			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
+		} else {
+			allowed = l.sh.take(p, q.arrival, q.tokens)
+		}
 		if q.origin == "" {
-			fx.Decide(q.id, allowed)
+			fx.DecideAfter(q.id, allowed, delay)
 			continue
 		}
 		var emptyFor uint64 // µs after arrival
 		if !allowed {
 			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
-				emptyFor = uint64((until - q.arrival) / time.Microsecond)
+				// Waiting-mode reservations can hold the level below 0 for
+				// long: the hint is capped at what a holder accepts (a
+				// shorter hint only forwards more).
+				wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
+				emptyFor = uint64(wait / time.Microsecond)
 			}
 		}
 		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
-			v.decided, v.allowed, v.emptyFor = true, allowed, emptyFor
+			v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
 		}
-		sendVerdict(q.origin, q.id, allowed, emptyFor, fx)
+		sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
 	}
 }
 
@@ -648,9 +695,9 @@ func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
 		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
 }
 
-func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, fx *strategy.Effects) {
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, delay time.Duration, fx *strategy.Effects) {
 	fx.Send(to, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
-		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs}}}))
+		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs, DelayNs: int64(delay)}}}))
 }
 
 // Receive handles a peer's message. Errors (no state change): a payload
@@ -682,6 +729,8 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return fmt.Errorf("lease: forward from %s: extra_tokens %d outside [0, 2^63-2]", from, f.ExtraTokens)
 		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
 			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
+		case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
+			return fmt.Errorf("lease: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
 		}
 		if time.Duration(f.ArrivalNs) < now-l.sweepLag {
 			return nil // the forwarder has given up on it; its key's bucket may be gone
@@ -689,7 +738,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		fid := forwardID{from, f.RequestId}
 		if v, dup := l.seen[fid]; dup {
 			if v.decided {
-				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, fx)
+				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
 			}
 			return nil
 		}
@@ -699,7 +748,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			fx.WakeAt(now + l.seenTTL)
 		}
 		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from})
+		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait)})
 		fx.WakeAt(max(arr+l.hold, now))
 	case *peerv1.LeaseMessage_Ask:
 		a := b.Ask
@@ -778,13 +827,16 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !slices.Contains(p.sentTo, from) {
 			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival)
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival) + p.maxWait
 		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
 			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
+		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
+			return fmt.Errorf("lease: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		}
 		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
 		delete(l.pending, v.RequestId)
-		fx.Decide(v.RequestId, v.Allowed)
+		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
 		if !v.Allowed && v.EmptyForUs > 0 {
 			h := l.holding(p.req.Key)
 			h.emptyUntil = max(h.emptyUntil, until)
@@ -1021,7 +1073,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			continue
 		}
 		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.req.Arrival, id: p.req.ID, key: p.req.Key, tokens: p.req.Tokens})
+		l.queue.Push(queued{arrival: p.req.Arrival, id: p.req.ID, key: p.req.Key, tokens: p.req.Tokens, maxWait: p.maxWait})
 		fx.WakeAt(max(p.req.Arrival+l.hold, now))
 	}
 	for _, h := range l.keys {

@@ -92,6 +92,8 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"grant above burst": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 21}}}),
 		"grant negative":    msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: -1}}}),
 		"grant far expiry":  msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 1, ExpiresNs: int64(now + time.Hour)}}}),
+		"max wait negative": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: -1}}}),
+		"max wait too long": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: int64(2 * time.Hour)}}}),
 	} {
 		l := newNode(t, "n0")
 		before := l.StateBytes()
@@ -284,4 +286,28 @@ func FuzzReceive(f *testing.F) {
 		}
 		l.Tick(now+time.Hour, &strategy.Effects{})
 	})
+}
+
+// A verdict whose delay exceeds the request's max wait (or comes with a
+// refusal) is refused as an error and decides nothing.
+func TestVerdictDelayBounded(t *testing.T) {
+	key := keyOwnedBy("n1")
+	for name, v := range map[string]*peerv1.LeaseVerdict{
+		"delay above max wait": {RequestId: 7, Allowed: true, DelayNs: int64(2 * time.Second)},
+		"negative delay":       {RequestId: 7, Allowed: true, DelayNs: -1},
+		"delay on a refusal":   {RequestId: 7, Allowed: false, DelayNs: 1},
+	} {
+		l := newNode(t, "n0", "max_wait=1s")
+		fx := &strategy.Effects{}
+		if _, ok := l.RequestWait(0, strategy.Request{ID: 7, Key: key, Tokens: 1}, time.Second, fx); ok {
+			t.Fatalf("%s: decided at once, want forwarded to n1", name)
+		}
+		fx.Reset()
+		if err := l.Receive(time.Millisecond, "n1", msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: v}}), fx); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if len(fx.Decisions) != 0 {
+			t.Errorf("%s: decided %v", name, fx.Decisions)
+		}
+	}
 }

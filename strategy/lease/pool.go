@@ -12,7 +12,7 @@ import (
 // nanosecond refills tokensPerNs ticks) with a moving capacity and a
 // credit, which bucket.Bucket does not offer.
 type pool struct {
-	level  int64         // ticks available; 0 <= level <= (burst-leased)*per
+	level  int64         // ticks available; <= (burst-leased)*per; below 0 only while waiting-mode reservations wait (reserve)
 	last   time.Duration // refilled up to here; may lie ahead of now (a conservative start)
 	leased int64         // whole tokens in unexpired, unreturned leases
 }
@@ -58,11 +58,8 @@ func (s shape) whole(p *pool, at time.Duration) int64 { return s.spare(p, at) / 
 // it at, and a late decision never uses tokens refilled after it.
 func (s shape) spare(p *pool, at time.Duration) int64 {
 	late := int64(p.last - at)
-	if late <= 0 {
-		return p.level
-	}
-	if s.tokensPerNs == 0 {
-		return p.level
+	if late <= 0 || s.tokensPerNs == 0 {
+		return max(p.level, 0) // a negative level (reservations) spares nothing
 	}
 	if late >= p.level/s.tokensPerNs+1 { // compare first: late*tokensPerNs may overflow
 		return 0
@@ -113,4 +110,34 @@ func (s shape) untilOne(p *pool, now time.Duration) time.Duration {
 func (s shape) full(p *pool, now time.Duration) bool {
 	s.advance(p, now)
 	return p.leased == 0 && p.level == s.burst*s.per
+}
+
+// reserve takes n tokens at time at (advanced to at before) in waiting mode
+// (seed 000 §5.2, bucket.Bucket.ReserveN's FCFS reservation): when the wait
+// until p holds them is at most maxWait, the level goes down by n tokens,
+// possibly below 0, and the wait counted from at is returned; otherwise
+// nothing is taken. A decision made late (p.last after at) counts the wait
+// from p.last, where the level is known, plus the lateness.
+func (s shape) reserve(p *pool, at time.Duration, n int64, maxWait time.Duration) (time.Duration, bool) {
+	if n <= 0 || n > s.burst {
+		return 0, false
+	}
+	cost := n * s.per
+	if s.spare(p, at) >= cost {
+		p.level -= cost
+		return 0, true
+	}
+	if s.tokensPerNs == 0 || cost > s.capacity(p) {
+		return 0, false
+	}
+	deficit := cost - p.level
+	wait := time.Duration((deficit + s.tokensPerNs - 1) / s.tokensPerNs)
+	if late := p.last - at; late > 0 {
+		wait += late
+	}
+	if wait > maxWait {
+		return 0, false
+	}
+	p.level -= cost
+	return wait, true
 }

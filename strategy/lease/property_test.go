@@ -19,13 +19,14 @@ import (
 // registry holds the current incarnation of every node of one run, so that
 // a check after any call can look at all of them.
 type registry struct {
-	nodes map[strategy.NodeID]*lease.Lease
-	burst int64
-	fail  func(format string, args ...any)
+	nodes   map[strategy.NodeID]*lease.Lease
+	burst   int64
+	maxWait time.Duration // waiting mode: how far below 0 a level may go
+	fail    func(format string, args ...any)
 }
 
 func (r *registry) check(now time.Duration) {
-	if err := lease.Conserved(r.nodes, r.burst, now); err != nil {
+	if err := lease.ConservedWaiting(r.nodes, r.burst, r.maxWait, now); err != nil {
 		r.fail("%v", err)
 	}
 }
@@ -40,6 +41,12 @@ type checked struct {
 
 func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	d, ok := c.Lease.Request(now, req, fx)
+	c.reg.check(now)
+	return d, ok
+}
+
+func (c checked) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	d, ok := c.Lease.RequestWait(now, req, maxWait, fx)
 	c.reg.check(now)
 	return d, ok
 }
@@ -68,7 +75,20 @@ func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 // conservation invariant after every call and the (r, b) envelope of every
 // key's admitted tokens at the end.
 func TestEnvelopeUnderFaults(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, false) })
+}
+
+// TestEnvelopeWaitingUnderFaults is TestEnvelopeUnderFaults in waiting
+// mode (RequestWait, seed 000 §5.2) with a random max wait: the owners'
+// levels stay above -r*maxWait and, with the leases, within the burst after
+// every call; every admitted request waits at most maxWait; and the tokens
+// counted when they proceed (arrival + delay) stay within b + r*T.
+func TestEnvelopeWaitingUnderFaults(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, true) })
+}
+
+func envelopeRun(t *rapid.T, waiting bool) {
+	{
 		nodes := rapid.IntRange(2, 6).Draw(t, "nodes")
 		keys := rapid.IntRange(1, 3).Draw(t, "keys")
 		ratePerSec := rapid.IntRange(1, 200).Draw(t, "rate")
@@ -111,22 +131,28 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		params, err := strategy.ParseParams([]string{
+		settings := []string{
 			"fail_open=false", // a timed-out forward refused: the envelope is the point here
 			"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
 			"period=" + fmt.Sprint(rapid.IntRange(20, 400).Draw(t, "period_ms")) + "ms",
-		})
+		}
+		var maxWait time.Duration
+		if waiting {
+			maxWait = time.Duration(rapid.IntRange(1, 2000).Draw(t, "max_wait_ms")) * time.Millisecond
+			settings = append(settings, "max_wait="+maxWait.String())
+		}
+		params, err := strategy.ParseParams(settings)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg := &registry{nodes: map[strategy.NodeID]*lease.Lease{}, burst: burst, fail: t.Fatalf}
+		reg := &registry{nodes: map[strategy.NodeID]*lease.Lease{}, burst: burst, maxWait: maxWait, fail: t.Fatalf}
 		assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res, err := sim.Run(trace, sim.Config{
 			Name: "lease", Nodes: nodes, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
-			Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"),
+			Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), MaxWait: maxWait,
 			New: func(cfg strategy.Config) (strategy.Strategy, error) {
 				l, err := lease.New(cfg)
 				if err != nil {
@@ -140,11 +166,25 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		allowed := make([]bool, len(reqs))
+		var served []workload.Request // admitted requests when they proceed
 		for i, o := range res.Outcomes {
 			allowed[i] = o.Decided && o.Allowed
+			if o.Delay < 0 || o.Delay > maxWait || (o.Delay > 0 && !allowed[i]) {
+				t.Fatalf("request %d: delay %v outside [0, %v] (allowed %v)", i, o.Delay, maxWait, allowed[i])
+			}
+			if allowed[i] {
+				r := reqs[i]
+				r.Arrival += o.Delay
+				served = append(served, r)
+			}
 		}
-		if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 0 {
-			t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens", v)
+		slices.SortStableFunc(served, func(a, b workload.Request) int { return int(a.Arrival - b.Arrival) })
+		all := make([]bool, len(served))
+		for i := range all {
+			all[i] = true
 		}
-	})
+		if v := eval.EnvelopeViolation(served, all, rate.PerSec(), burst); v > 0 {
+			t.Fatalf("admitted tokens (counted when they proceed) exceed b + r*T by %.4f tokens", v)
+		}
+	}
 }

@@ -57,6 +57,14 @@ func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
 
+// RequestWait decides req in waiting mode (strategy.Waiter, seed 000
+// §5.2): the tokens are reserved in this node's bucket for req.Key when the
+// wait is at most maxWait, and the decision carries that wait.
+func (l *Local) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	delay, ok := strategy.ReserveWithin(l.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
+}
+
 // Receive always fails: local sends no peer messages.
 func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	return strategy.ErrUnexpectedMessage(l.name, from)

@@ -70,17 +70,20 @@ func (o *Owner) rescale(now time.Duration) {
 	}
 }
 
-// allow decides tokens of key at time at on the key's bucket and, under
-// conserve while members are missing, on its conserve bucket too: both
-// must hold the tokens, and both are charged.
-func (o *Owner) allow(key string, at time.Duration, tokens int64) bool {
+// allow decides tokens of key at time at on the key's bucket, in waiting
+// mode when maxWait > 0 (strategy.ReserveWithin: the delay to wait), and,
+// under conserve while members are missing, on its conserve bucket too:
+// both must hold the tokens, and both are charged. While there are
+// conserve buckets a request is decided without waiting (delay 0): a
+// reservation would have to hold in both buckets at once.
+func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.Duration) (time.Duration, bool) {
 	b := o.bucketFor(key, at)
 	if o.scaled == nil {
-		return b.AllowN(at, tokens)
+		return strategy.ReserveWithin(b, at, tokens, maxWait)
 	}
 	probe := *b
 	if !probe.AllowN(at, tokens) {
-		return false
+		return 0, false
 	}
 	t := o.scaled[o.subOf(key)]
 	sb, ok := t.Lookup(key)
@@ -94,9 +97,9 @@ func (o *Owner) allow(key string, at time.Duration, tokens int64) bool {
 		}
 	}
 	if !sb.AllowN(at, tokens) {
-		return false
+		return 0, false
 	}
-	return b.AllowN(at, tokens)
+	return 0, b.AllowN(at, tokens)
 }
 
 // debit charges tokens of key that a peer admitted on this node's behalf

@@ -134,6 +134,11 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
+// MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
+// a longer one is refused as an error, so a peer cannot reserve a key's
+// bucket arbitrarily far ahead.
+const MaxWait = time.Hour
+
 // OnTimeout is what a forwarder answers when the owner's verdict does not
 // come in time (parameter on_timeout).
 type OnTimeout int
@@ -254,6 +259,7 @@ type queued struct {
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
+	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type pendingReq struct {
@@ -262,6 +268,7 @@ type pendingReq struct {
 	sentTo   []strategy.NodeID // every node it was forwarded to: each may answer
 	next     time.Duration     // next retransmission, or the deadline
 	deadline time.Duration
+	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type charge struct {
@@ -291,7 +298,8 @@ type forwardID struct {
 
 type verdict struct {
 	decided, allowed bool
-	charged          bool // a charge for this request was taken
+	delay            time.Duration // waiting mode: the wait after arrival
+	charged          bool          // a charge for this request was taken
 }
 
 type expiring struct {
@@ -494,18 +502,32 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 // owner; the decision arrives later in fx.Decisions (at once only when hold
 // is 0 and this node is the owner, or when the owner is suspected).
 func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	return o.RequestWait(now, req, 0, fx)
+}
+
+// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2):
+// the key's owner reserves req's tokens in (arrival, ID) order, after its
+// ordering buffer, with strategy.ReserveWithin, and admits req with the
+// wait until its tokens are there when that wait is at most maxWait
+// (forwarded as OwnerForward.max_wait_ns, answered in
+// OwnerVerdict.delay_ns). A request answered by on_timeout (the owner
+// unreachable or suspected) is decided without waiting. maxWait 0 is
+// Request; maxWait is capped at b/r, the time the rate refills one burst
+// (so a level replicated to the key's other nodes stays within [-b, b]).
+func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	maxWait = o.capWait(maxWait)
 	if o.split > 1 {
 		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
 	}
 	if o.hold > 0 || !o.owns(req.Key) {
-		if allowed, decided := o.route(now, req, fx); decided {
+		if allowed, decided := o.route(now, req, maxWait, fx); decided {
 			return strategy.Decision{RequestID: req.ID, Allowed: allowed}, true
 		}
 		return strategy.Decision{}, false
 	}
 	// With no ordering buffer the owner decides its own requests at once
 	// (so, unlike enqueue, it asks for no wake-up).
-	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens})
+	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
 	o.decideDue(now, fx)
 	for i, d := range fx.Decisions {
 		if d.RequestID == req.ID {
@@ -516,6 +538,18 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return strategy.Decision{}, false
 }
 
+// capWait bounds a max wait to [0, the time the rule's rate takes to
+// refill one burst]: a reservation then leaves the level at or above
+// -burst, the bound within which replicas accept a peer's level.
+func (o *Owner) capWait(maxWait time.Duration) time.Duration {
+	maxWait = max(maxWait, 0)
+	if maxWait == 0 || o.rate.Tokens == 0 {
+		return 0
+	}
+	fill := time.Duration(float64(o.burst) / o.rate.PerSec() * float64(time.Second))
+	return min(maxWait, fill, MaxWait)
+}
+
 // primary is key's deciding node in this node's view.
 func (o *Owner) primary(key string) strategy.NodeID {
 	return rendezvous.Owner(key, o.members)
@@ -524,16 +558,16 @@ func (o *Owner) primary(key string) strategy.NodeID {
 // route queues req here if this node owns its key, answers it by
 // on_timeout at once when its owner is suspected (decided is true), or
 // forwards it.
-func (o *Owner) route(now time.Duration, req strategy.Request, fx *strategy.Effects) (allowed, decided bool) {
+func (o *Owner) route(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (allowed, decided bool) {
 	owner := o.primary(req.Key)
 	if owner == o.self || owner == "" {
-		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens}, fx)
+		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait}, fx)
 		return false, false
 	}
 	if until, ok := o.suspect[owner]; ok && now < until {
 		return o.fallback(now, req, owner, fx), true
 	}
-	p := &pendingReq{req: req, deadline: now + o.timeout}
+	p := &pendingReq{req: req, deadline: now + o.timeout, maxWait: maxWait}
 	o.pending[req.ID] = p
 	o.forward(now, p, owner, fx)
 	return false, false
@@ -556,7 +590,7 @@ func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID,
 	o.timeouts.Push(deadline{at: p.next, id: p.req.ID})
 	fx.WakeAt(p.next)
 	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival),
+		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait),
 	}}}))
 }
 
@@ -755,21 +789,21 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		v := o.seen[forwardID{q.origin, q.id, q.key}]
 		if v != nil && v.charged { // answered and charged already: acknowledge
 			v.decided, v.allowed = true, true
-			sendVerdict(q.origin, q.id, true, fx)
+			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
-		allowed := o.allow(q.key, q.arrival, q.tokens)
+		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait)
 		if allowed {
 			o.markDirty(now, q.key, fx)
 		}
 		if q.origin == "" {
-			fx.Decide(q.id, allowed)
+			fx.DecideAfter(q.id, allowed, delay)
 			continue
 		}
 		if v != nil {
-			v.decided, v.allowed = true, allowed
+			v.decided, v.allowed, v.delay = true, allowed, delay
 		}
-		sendVerdict(q.origin, q.id, allowed, fx)
+		sendVerdict(q.origin, q.id, allowed, delay, fx)
 	}
 }
 
@@ -794,9 +828,9 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 	}
 }
 
-func sendVerdict(to strategy.NodeID, id uint64, allowed bool, fx *strategy.Effects) {
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duration, fx *strategy.Effects) {
 	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
-		RequestId: id, Allowed: allowed,
+		RequestId: id, Allowed: allowed, DelayNs: int64(delay),
 	}}}))
 }
 
@@ -834,9 +868,12 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !slices.Contains(p.sentTo, from) {
 			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
 		}
+		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
+			return fmt.Errorf("owner: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		}
 		delete(o.pending, v.RequestId)
 		delete(o.suspect, from)
-		fx.Decide(v.RequestId, v.Allowed)
+		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
 		o.flushCharges(now, from, fx)
 	case *peerv1.OwnerMessage_Levels:
 		return o.receiveLevels(now, from, b.Levels, fx)
@@ -861,6 +898,8 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return fmt.Errorf("owner: forward from %s: tokens %d must be positive", from, f.Tokens)
 	case f.ArrivalNs < 0:
 		return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
+	case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
+		return fmt.Errorf("owner: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
 	case f.Charge && time.Duration(f.ArrivalNs) > now+o.slack:
 		return fmt.Errorf("owner: charge from %s: arrival_ns %d is more than %v after now (%d)", from, f.ArrivalNs, o.slack, now)
 	}
@@ -885,7 +924,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 			}
 		}
 		if v.decided { // the verdict was lost: send it again
-			sendVerdict(from, f.RequestId, v.allowed, fx)
+			sendVerdict(from, f.RequestId, v.allowed, v.delay, fx)
 		}
 		return nil
 	}
@@ -896,11 +935,11 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		if o.owns(f.Key) {
 			o.markDirty(now, f.Key, fx)
 		}
-		sendVerdict(from, f.RequestId, true, fx)
+		sendVerdict(from, f.RequestId, true, 0, fx)
 		return nil
 	}
 	o.remember(now, fid, &verdict{}, fx)
-	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from}, fx)
+	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
 	return nil
 }
 
@@ -1170,7 +1209,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			continue
 		}
 		delete(o.pending, id) // this node owns the key now
-		if allowed, decided := o.route(now, p.req, fx); decided {
+		if allowed, decided := o.route(now, p.req, p.maxWait, fx); decided {
 			fx.Decide(id, allowed)
 		}
 	}

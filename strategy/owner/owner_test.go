@@ -178,3 +178,48 @@ func FuzzReceive(f *testing.F) {
 		o.Tick(2*time.Second, fx)
 	})
 }
+
+// Waiting mode's peer fields are bounded: a forward's max_wait_ns outside
+// [0, MaxWait] and a verdict's delay_ns outside [0, the request's max wait]
+// (or on a refusal) are refused as errors and change nothing.
+func TestWaitFieldsBounded(t *testing.T) {
+	key := keyOwnedBy("n0")
+	for name, mw := range map[string]int64{"negative": -1, "above an hour": int64(2 * time.Hour)} {
+		o := newNode(t, "n0")
+		fx := &strategy.Effects{}
+		payload, err := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+			RequestId: 1, Key: key, Tokens: 1, ArrivalNs: 0, MaxWaitNs: mw}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Receive(0, "n1", payload, fx); err == nil {
+			t.Errorf("max_wait_ns %s: no error", name)
+		}
+		if len(fx.Messages)+len(fx.Decisions)+len(fx.Wakeups) != 0 {
+			t.Errorf("max_wait_ns %s: effects %+v", name, fx)
+		}
+	}
+	remote := keyOwnedBy("n1")
+	for name, v := range map[string]*peerv1.OwnerVerdict{
+		"delay above max wait": {RequestId: 7, Allowed: true, DelayNs: int64(2 * time.Second)},
+		"negative delay":       {RequestId: 7, Allowed: true, DelayNs: -1},
+		"delay on a refusal":   {RequestId: 7, Allowed: false, DelayNs: 1},
+	} {
+		o := newNode(t, "n0")
+		fx := &strategy.Effects{}
+		if _, ok := o.RequestWait(0, strategy.Request{ID: 7, Key: remote, Tokens: 1}, time.Second, fx); ok {
+			t.Fatalf("%s: decided at once, want forwarded to n1", name)
+		}
+		fx.Reset()
+		payload, err := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: v}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Receive(time.Millisecond, "n1", payload, fx); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if len(fx.Decisions) != 0 {
+			t.Errorf("%s: decided %v", name, fx.Decisions)
+		}
+	}
+}

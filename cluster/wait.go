@@ -1,0 +1,32 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MaxWait bounds CheckWait's maxWait (an hour), as the strategies bound the
+// max_wait of a peer's forward.
+const MaxWait = time.Hour
+
+// CheckWait is Check in waiting mode (seed 000 §5.2; strategy.Waiter): the
+// rule's strategy may admit the request with a delay of at most maxWait
+// instead of refusing it, its tokens reserved in arrival order at the
+// key's bucket. Decision.Delay is then how long after the check reached
+// this node the caller may proceed (the time the decision took to come
+// back already subtracted: 0 when it has passed). Strategies without
+// waiting mode (static, gdrl, adaptive, gcounter, tbqueue) decide a plain
+// check; lease grants waits only up to its parameter max_wait. maxWait 0
+// is Check. Errors: Check's, and a maxWait outside [0, MaxWait] (no state
+// changes).
+func (n *Node) CheckWait(ctx context.Context, rule, key string, tokens int64, maxWait time.Duration) (Decision, error) {
+	if maxWait < 0 || maxWait > MaxWait {
+		return Decision{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", rule, maxWait, MaxWait)
+	}
+	rs, err := n.validate(rule, key, tokens)
+	if err != nil {
+		return Decision{}, err
+	}
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens, maxWait: maxWait})
+}

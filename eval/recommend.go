@@ -1,0 +1,217 @@
+package eval
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// This file is the evaluator's answer (issue 16): which strategy, with
+// which parameters, meets given accuracy bounds at the lowest cost
+// (Recommend), and the notes every report carries so that a reader does
+// not over-read it: what the assignment policy flatters (AssignNote) and
+// what a precision other than 1 means in words (PrecisionNotes). Ours.
+
+// Bounds are the accuracy a recommendation must meet, against central.
+type Bounds struct {
+	// MaxExcessPct bounds Result.ExcessAdmittedPct (% of central's
+	// admitted tokens).
+	MaxExcessPct float64 `json:"max_excess_pct"`
+	// MaxFalseRejectionsPct bounds false rejections as % of the requests
+	// central admitted.
+	MaxFalseRejectionsPct float64 `json:"max_false_rejections_pct"`
+	// MaxEnvelopeTokens bounds Result.EnvelopeViolationTokens.
+	MaxEnvelopeTokens float64 `json:"max_envelope_tokens"`
+}
+
+// Recommendation is Recommend's answer; Line is the one line the report
+// ends with.
+type Recommendation struct {
+	Bounds   Bounds `json:"bounds"`
+	Strategy string `json:"strategy,omitempty"` // "" when none meets the bounds
+	Params   string `json:"params,omitempty"`   // "name=value,..." of Strategy; "" for defaults
+	Closest  string `json:"closest,omitempty"`  // when none meets: the one nearest the bounds
+	Line     string `json:"line"`
+}
+
+// falseRejectionsPct is r's false rejections as % of the requests central
+// admitted (0 when central admitted none).
+func falseRejectionsPct(r Result, centralAdmitted int) float64 {
+	if centralAdmitted == 0 {
+		return 0
+	}
+	return 100 * float64(r.FalseRejections) / float64(centralAdmitted)
+}
+
+// Recommend picks, among rep's strategies other than central (the
+// reference, one bucket for the whole cluster), those within b, and of
+// them the cheapest: fewest peer bytes per request, then the lowest p99
+// and p50 decision latency, then name. When none is within b it names the
+// closest: the one whose worst ratio of metric to bound is smallest (a
+// bound of 0 counts any excess over it as infinitely far). params are the
+// run's parameters ("strategy.name=value"), reported for the pick.
+func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
+	rec := &Recommendation{Bounds: b}
+	if len(rep.Results) < 2 {
+		rec.Line = "recommendation: no strategy besides central was run"
+		return rec
+	}
+	centralAdmitted := rep.Results[0].Admitted
+	bounds := fmt.Sprintf("excess <= %s%%, false rejections <= %s%% of central's admitted, envelope violation <= %s tokens",
+		num(b.MaxExcessPct), num(b.MaxFalseRejectionsPct), num(b.MaxEnvelopeTokens))
+	var ok []Result
+	var names []string
+	for _, r := range rep.Results[1:] {
+		names = append(names, r.Strategy)
+		if r.ExcessAdmittedPct <= b.MaxExcessPct && falseRejectionsPct(r, centralAdmitted) <= b.MaxFalseRejectionsPct &&
+			r.EnvelopeViolationTokens <= b.MaxEnvelopeTokens {
+			ok = append(ok, r)
+		}
+	}
+	describe := func(r Result) string {
+		return fmt.Sprintf("excess %s%%, false rej. %s%%, envelope %s tokens, %s B/req, p99 %s ms, local %s%%",
+			num(round(r.ExcessAdmittedPct, 3)), num(round(falseRejectionsPct(r, centralAdmitted), 3)), num(r.EnvelopeViolationTokens),
+			num(r.BytesPerRequest), num(r.DecisionLatencyP99Ms), num(r.LocalDecisionPct))
+	}
+	if len(ok) > 0 {
+		slices.SortStableFunc(ok, func(x, y Result) int {
+			switch {
+			case x.BytesPerRequest != y.BytesPerRequest:
+				return cmpFloat(x.BytesPerRequest, y.BytesPerRequest)
+			case x.DecisionLatencyP99Ms != y.DecisionLatencyP99Ms:
+				return cmpFloat(x.DecisionLatencyP99Ms, y.DecisionLatencyP99Ms)
+			case x.DecisionLatencyP50Ms != y.DecisionLatencyP50Ms:
+				return cmpFloat(x.DecisionLatencyP50Ms, y.DecisionLatencyP50Ms)
+			}
+			return strings.Compare(x.Strategy, y.Strategy)
+		})
+		best := ok[0]
+		rec.Strategy, rec.Params = best.Strategy, paramList(params.For(best.Strategy))
+		shown := rec.Params
+		if shown == "" {
+			shown = "default parameters"
+		}
+		rec.Line = fmt.Sprintf("recommendation: %s (%s) meets %s at the lowest cost of the %d that do (%s)",
+			best.Strategy, shown, bounds, len(ok), describe(best))
+		return rec
+	}
+	closest, dist := rep.Results[1], -1.0
+	for _, r := range rep.Results[1:] {
+		d := max(ratio(r.ExcessAdmittedPct, b.MaxExcessPct), ratio(falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct),
+			ratio(r.EnvelopeViolationTokens, b.MaxEnvelopeTokens))
+		if dist < 0 || d < dist {
+			closest, dist = r, d
+		}
+	}
+	rec.Closest = closest.Strategy
+	rec.Line = fmt.Sprintf("recommendation: none of %s meets %s; closest: %s (%s)",
+		strings.Join(names, ", "), bounds, closest.Strategy, describe(closest))
+	return rec
+}
+
+// ratio is how many times bound v is (1 = at the bound); a bound of 0
+// makes any v > 0 far (1e12).
+func ratio(v, bound float64) float64 {
+	if v <= bound {
+		if bound == 0 {
+			return 0
+		}
+		return v / bound
+	}
+	if bound == 0 {
+		return 1e12
+	}
+	return v / bound
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// paramList renders p as sorted "name=value" pairs joined by commas.
+func paramList(p strategy.Params) string {
+	vals := p.Values()
+	names := make([]string, 0, len(vals))
+	for n := range vals {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for i, n := range names {
+		names[i] = n + "=" + vals[n]
+	}
+	return strings.Join(names, ",")
+}
+
+// ColocatedPct is the share, in % of all requests, of those that share
+// their (key, arrival in whole ms) with another request: under the hash
+// assignment (workload.NewAssigner) all of them reach one node together.
+func ColocatedPct(t *workload.Trace) float64 {
+	type slot struct {
+		key string
+		ms  int64
+	}
+	counts := map[slot]int{}
+	for _, r := range t.Requests {
+		counts[slot{r.Key, r.Arrival.Milliseconds()}]++
+	}
+	n := 0
+	for _, c := range counts {
+		if c > 1 {
+			n += c
+		}
+	}
+	if len(t.Requests) == 0 {
+		return 0
+	}
+	return round(100*float64(n)/float64(len(t.Requests)), 1)
+}
+
+// AssignNote states the report's assignment policy and whom it flatters.
+// colocatedPct is ColocatedPct of the input (used for hash; 0 when
+// unknown, e.g. a report built by tokenmesh replay, leaves it unsaid).
+func AssignNote(policy string, colocatedPct float64) string {
+	switch policy {
+	case "hash":
+		share := "the requests of one key in the same ms reach one node together"
+		if colocatedPct > 0 {
+			share = num(colocatedPct) + "% of the requests share their (key, ms) with another and reach one node together"
+		}
+		return "assign hash (key and arrival ms, the thesis' injector): " + share + "; " +
+			"this FLATTERS the strategies that decide from a node's own view (gcounter, tbqueue, static, gdrl, adaptive, local): an L7 balancer spreads them; rerun with --assign roundrobin"
+	case "key":
+		return "assign key (sticky): every key's requests reach one node; this FLATTERS every strategy (each key is decided by one node, as by central); rerun with --assign roundrobin"
+	case "roundrobin", "random":
+		return "assign " + policy + ": requests are spread over the nodes whatever their key, as an L7 balancer does (the hard case; no strategy is flattered)"
+	}
+	return "assign " + policy
+}
+
+// PrecisionNotes explains, for every strategy whose precision is not 1,
+// what it means in words ("static rejects 2.7x what central rejects");
+// precisions that round to 1.000 get none.
+func PrecisionNotes(rep *Report) []string {
+	var out []string
+	for _, r := range rep.Results {
+		switch {
+		case r.Precision == nil:
+			out = append(out, r.Strategy+" rejects "+strconv.Itoa(r.Rejected)+" requests where central rejects none (precision undefined)")
+		case *r.Precision == 0:
+			out = append(out, r.Strategy+" rejects nothing where central rejects some (precision 0: it admits everything)")
+		case round(*r.Precision, 3) > 1:
+			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision > 1: it refuses more than central)", r.Strategy, num(round(*r.Precision, 3))))
+		case round(*r.Precision, 3) < 1:
+			out = append(out, fmt.Sprintf("%s rejects %sx what central rejects (precision < 1: it admits some of what central refuses)", r.Strategy, num(round(*r.Precision, 3))))
+		}
+	}
+	return out
+}

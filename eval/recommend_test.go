@@ -1,0 +1,57 @@
+package eval
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+func TestRecommend(t *testing.T) {
+	rep := &Report{Results: []Result{
+		{Strategy: "central", Admitted: 1000, Precision: ptr(1)},
+		{Strategy: "owner", Admitted: 1000, Precision: ptr(1), FalseRejections: 2, BytesPerRequest: 40, DecisionLatencyP99Ms: 60},
+		{Strategy: "lease", Admitted: 1000, Precision: ptr(1), FalseRejections: 4, BytesPerRequest: 30, DecisionLatencyP99Ms: 61},
+		{Strategy: "static", Admitted: 400, Precision: ptr(3), FalseRejections: 600, BytesPerRequest: 0},
+		{Strategy: "gcounter", Admitted: 1050, Precision: ptr(0.9), ExcessAdmittedPct: 5, EnvelopeViolationTokens: 9, BytesPerRequest: 100},
+	}}
+	params, err := strategy.ParseParams([]string{"lease.min_lease=2", "owner.hold=1ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Bounds{MaxExcessPct: 0.5, MaxFalseRejectionsPct: 0.5, MaxEnvelopeTokens: 1}
+	rec := Recommend(rep, b, params)
+	if rec.Strategy != "lease" || rec.Params != "min_lease=2" || !strings.Contains(rec.Line, "lease (min_lease=2) meets") {
+		t.Fatalf("got %+v, want lease (cheapest within bounds)", rec)
+	}
+	// A tighter false-rejection bound leaves owner (0.2%) only.
+	b.MaxFalseRejectionsPct = 0.3
+	if rec := Recommend(rep, b, params); rec.Strategy != "owner" || rec.Params != "hold=1ms" {
+		t.Fatalf("got %+v, want owner", rec)
+	}
+	// Nothing meets a bound of 0.1%: owner (0.2%, twice the bound) is closest.
+	b.MaxFalseRejectionsPct = 0.1
+	rec = Recommend(rep, b, params)
+	if rec.Strategy != "" || rec.Closest != "owner" || !strings.HasPrefix(rec.Line, "recommendation: none of owner, lease, static, gcounter meets") {
+		t.Fatalf("got %+v, want none, closest owner", rec)
+	}
+}
+
+func TestNotes(t *testing.T) {
+	if n := AssignNote("hash", 81.2); !strings.Contains(n, "81.2% of the requests") || !strings.Contains(n, "FLATTERS") {
+		t.Errorf("hash note %q", n)
+	}
+	if n := AssignNote("roundrobin", 81.2); strings.Contains(n, "FLATTERS") {
+		t.Errorf("roundrobin note %q", n)
+	}
+	notes := PrecisionNotes(testReport())
+	want := []string{"local rejects 0.25x what central rejects", "static rejects 30 requests where central rejects none"}
+	if len(notes) != len(want) {
+		t.Fatalf("notes %q", notes)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(notes[i], w) {
+			t.Errorf("note %q, want prefix %q", notes[i], w)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package eval
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// Waiting mode (000 §5.2): on a fixed-latency network without loss, owner
+// and lease reserve in arrival order exactly as central does, so they
+// admit what central in waiting mode admits, with the same waits; a
+// strategy without waiting mode reports so and never delays; a run
+// without MaxWait has no waiting fields in its JSON.
+func TestWaitingModeMatchesCentral(t *testing.T) {
+	g, err := workload.ParseGenerator("poisson:users=3,rate=5,duration=20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	strats, err := all.ParseList("owner,lease,static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := strategy.ParseParams([]string{"lease.max_wait=500ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Trace: g.Generate(1), Strategies: strats, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+		Params:       params,
+		Network:      sim.Network{Latency: sim.Latency{Kind: "fixed", Mean: time.Millisecond, Min: time.Millisecond, Max: time.Millisecond}},
+		AssignPolicy: "roundrobin", Seed: 1}
+	plain, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxWait = 500 * time.Millisecond
+	waiting, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	central := waiting.Results[0]
+	if central.Wait == nil || !central.Wait.WaitingMode || central.Wait.Waited == 0 {
+		t.Fatalf("central in waiting mode: wait %+v, want some requests delayed", central.Wait)
+	}
+	if central.Admitted <= plain.Results[0].Admitted {
+		t.Fatalf("central admits %d in waiting mode, %d without: waiting should admit more", central.Admitted, plain.Results[0].Admitted)
+	}
+	if central.Wait.MaxMs > 500 || central.EnvelopeViolationTokens != 0 {
+		t.Fatalf("central: max wait %v ms (limit 500), envelope %v", central.Wait.MaxMs, central.EnvelopeViolationTokens)
+	}
+	for _, r := range waiting.Results[1:] {
+		switch r.Strategy {
+		case "owner", "lease":
+			if r.Admitted != central.Admitted || r.ExcessAdmitted != 0 || r.EnvelopeViolationTokens != 0 {
+				t.Errorf("%s: admitted %d (central %d), excess %d, envelope %v", r.Strategy, r.Admitted, central.Admitted, r.ExcessAdmitted, r.EnvelopeViolationTokens)
+			}
+			if r.Wait == nil || !r.Wait.WaitingMode || r.Wait.Waited != central.Wait.Waited || r.Wait.MaxMs > 500 {
+				t.Errorf("%s: wait %+v, central's %+v", r.Strategy, r.Wait, central.Wait)
+			}
+		case "static":
+			if r.Wait == nil || r.Wait.WaitingMode || r.Wait.Waited != 0 {
+				t.Errorf("static has no waiting mode: wait %+v", r.Wait)
+			}
+		}
+	}
+	if waiting.Setup.MaxWaitMs != 500 {
+		t.Errorf("setup max wait %v ms, want 500", waiting.Setup.MaxWaitMs)
+	}
+	var a, b bytes.Buffer
+	if err := WriteJSON(&a, plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(&b, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.String(); strings.Contains(s, `"wait"`) || strings.Contains(s, "max_wait_ms") {
+		t.Errorf("JSON without waiting mode has waiting fields:\n%s", s)
+	}
+	if s := b.String(); !strings.Contains(s, `"waiting_mode": true`) || !strings.Contains(s, `"max_wait_ms": 500`) {
+		t.Errorf("JSON in waiting mode lacks its fields:\n%s", s)
+	}
+	if out := table(t, waiting); !strings.Contains(out, "waiting time") {
+		t.Errorf("table in waiting mode has no waiting time section:\n%s", out)
+	}
+}
