@@ -105,7 +105,12 @@ type GDRL struct {
 	applied filters // duplicate filter, per paying incarnation
 
 	// Inheritance.
-	tombs         []*tombstone
+	tombs []*tombstone
+	// retired: tombstones whose incarnation answered a fence alive, kept
+	// for what they credited on its behalf until this node is fenced by
+	// an heir of a record that held them (see onFenced); local, not
+	// replicated.
+	retired       []*tombstone
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
 
@@ -171,6 +176,10 @@ type transfer struct {
 	released bool
 	lastSent time.Duration
 	newInc   uint64 // a newer incarnation of dst seen: resolve through the heir
+	// creditedAt, in a tombstone's onBehalf, is the first version of this
+	// node's record that holds the credit (0: it came with a record); not
+	// on the wire (see onFenced).
+	creditedAt uint64
 }
 
 type gatedMsg struct {

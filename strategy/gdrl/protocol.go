@@ -722,7 +722,9 @@ func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool 
 		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
-		tb.onBehalf = append(tb.onBehalf, t.clone())
+		c := t.clone()
+		c.creditedAt = g.version + 1
+		tb.onBehalf = append(tb.onBehalf, c)
 	}
 	return true
 }
@@ -1233,8 +1235,48 @@ func (g *GDRL) tombForV(node strategy.NodeID, inc, version uint64) *tombstone {
 func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects) {
 	tb.fencing, tb.fenceSent = true, now
 	f := &peerv1.GdrlFenced{Inc: tb.inc, Version: tb.version, DefaultCapacity: tb.dc, DefaultBurst: tb.db,
-		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(tb.onBehalf)}
+		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(g.fenceOnBehalf(tb))}
 	fx.Send(tb.node, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}))
+}
+
+// fenceOnBehalf is what a fence of tb names as credited on the fenced
+// incarnation's behalf: the transfers to it that tb credited, and those
+// that the copies of tombstones that came with tb's record (tombstones the
+// fenced node held, at the same at) credited to other incarnations. The
+// fenced node held those tombstones too and may have credited the same
+// transfers after the version inherited (one it paid, still in the outbox
+// the heir adopted, settled by both); it subtracts what it credited twice.
+func (g *GDRL) fenceOnBehalf(tb *tombstone) []*transfer {
+	out := slices.Clone(tb.onBehalf)
+	if tb.at == 0 {
+		return out
+	}
+	for _, x := range g.tombs {
+		if x != tb && x.at == tb.at && x.node != tb.node {
+			out = append(out, x.onBehalf...)
+		}
+	}
+	return out
+}
+
+// creditedAfter reports whether one of this node's tombstones that its
+// record held at version (live, or retired when its incarnation answered
+// alive) credited transfer id on that incarnation's behalf after that
+// version.
+func (g *GDRL) creditedAfter(id TransferID, version uint64) bool {
+	for _, tbs := range [][]*tombstone{g.tombs, g.retired} {
+		for _, tb := range tbs {
+			if tb.node != id.Dst || tb.inc != id.DstInc || tb.at == 0 || tb.at > version {
+				continue
+			}
+			for _, t := range tb.onBehalf {
+				if t.id == id && t.creditedAt > version {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // onFenced: this incarnation was declared dead and inherited by from, but
@@ -1257,13 +1299,28 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
 		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
+		onBehalf := transfersFrom(f.OnBehalf)
+		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
+		onBehalf = slices.CompactFunc(onBehalf, func(a, b *transfer) bool { return a.id == b.id })
+		// Transfers to other incarnations that the heir's copies of this
+		// node's tombstones credited: if this node's own tombstone (one
+		// the heir copied, about to be dropped) credited one too, after
+		// the version inherited, it was counted twice: give it up here.
+		for _, t := range onBehalf {
+			if t.id.Dst == g.self && t.id.DstInc == g.inc {
+				continue
+			}
+			if g.creditedAfter(t.id, f.Version) {
+				g.addItems(t.items, -1, now)
+			}
+		}
+		g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
+		onBehalf = slices.DeleteFunc(onBehalf, func(t *transfer) bool { return t.id.Dst != g.self || t.id.DstInc != g.inc })
 		// The tombstones in the record the heir inherited went with it:
 		// the heir's copies fence (or settle) them from now on, and what
 		// they hold was in the amounts just given up.
 		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
 		g.mark(partTombs)
-		onBehalf := transfersFrom(f.OnBehalf)
-		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
 			if g.applied.credited(t.id) {
 				g.addItems(t.items, -1, now) // credited here too
@@ -1288,6 +1345,9 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 	}
 	if a.Alive {
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
+		if tb.at != 0 && slices.ContainsFunc(tb.onBehalf, func(t *transfer) bool { return t.creditedAt > 0 }) {
+			g.retired = append(g.retired, tb) // see onFenced
+		}
 	} else {
 		// The incarnation is dead: this tombstone settles its transfers
 		// from now on, and keeps what it inherited for a fence into a
