@@ -79,6 +79,7 @@ type GDRL struct {
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
 	helloTo    map[strategy.NodeID]bool // members that have not acknowledged this incarnation's hello
+	exBuddies  map[strategy.NodeID]bool // buddies that left the view, which may still hold a record of this incarnation
 	helloSent  time.Duration
 
 	dc, db int64                    // default shares (keys without an explicit share)
@@ -375,6 +376,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	slices.Sort(g.members)
 	g.peers = map[strategy.NodeID]*peerInfo{}
 	g.helloTo = map[strategy.NodeID]bool{}
+	g.exBuddies = map[strategy.NodeID]bool{}
 	g.shares = map[string]*share{}
 	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}

@@ -145,7 +145,23 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	}
 	g.neighbours, _ = Neighbours(g.graph, g.degree, g.members, g.self)
 	if g.buddy == "" || !g.inView(g.buddy) {
+		if g.conserve && g.buddy != "" && g.buddy != g.self {
+			g.exBuddies[g.buddy] = true
+		}
 		g.setBuddy(successor(g.members, g.self))
+	}
+	for n := range g.exBuddies {
+		// A former buddy back in view still holds this incarnation's
+		// record as it was when it left (under conserve it did not
+		// inherit it): a hello, which names the new buddy, makes it drop
+		// that stale copy (see observe), which it would otherwise inherit
+		// at this incarnation's next restart, beside the new buddy.
+		if g.inView(n) {
+			if n != g.buddy {
+				g.helloTo[n] = true
+			}
+			delete(g.exBuddies, n)
+		}
 	}
 	for _, t := range slices.Clone(g.outbox) {
 		if t.released && g.gone(t.id.Dst) {
@@ -287,6 +303,13 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 	}
 	if buddy != "" {
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
+		if rec := g.held[from]; g.conserve && rec != nil && rec.inc == inc && buddy != g.self {
+			// This incarnation replicates to another buddy now: the record
+			// held here is stale (it chose a new buddy while this node
+			// was out of its view), and inheriting it later would count
+			// what it held then beside what its new buddy inherits.
+			delete(g.held, from)
+		}
 	}
 	for _, tb := range g.tombs {
 		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {

@@ -384,3 +384,26 @@ func TestSplitBrainTransferSettledByTombstoneCopy(t *testing.T) {
 		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
 	}
 }
+
+// A second run rapid found (TestConserveSplitNeverAboveC), under
+// `partition: conserve`: 6 nodes, n5's buddy n0 is across a first split,
+// so n5 replicates to n2 from then on, while n0 (which does not inherit an
+// expected ward) kept n5's record as it was then. After the heal, n5 gave
+// its share of key c away; a second split, n5 crashes and restarts on n0's
+// side, and n0 inherited its stale record at the hello: one default share
+// (C/6) created for good, n2 holding n5's real record without inheriting
+// it. Now a node says hello to a former buddy back in its view, and a node
+// drops the record it holds of a ward that names another buddy.
+func TestConserveStaleRecordOfFormerBuddy(t *testing.T) {
+	draws := []int{6, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 500, 2, 200, 2, 0, 0, 1, 0, 0, 1, 2, 0, 3, 0, 0, 0, 0, 6162, 348, 2, 1, 0, 0, 0, 1, 1, 1, 8, 5, 0, 1}
+	for _, mode := range []string{"available", "conserve"} {
+		next := 0
+		r := drawSplitRun(listDrawer{draws, &next}, 0, 2)
+		if next != len(draws) {
+			t.Fatalf("the run drew %d of the %d recorded values", next, len(draws))
+		}
+		r.params = append(r.params, "partition="+mode)
+		r.run(t.Fatalf)
+		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
+	}
+}
