@@ -328,7 +328,7 @@
 // reconnect_timeout passed) or once a new incarnation of it says hello (a
 // restart). A ward that chose a new buddy while its old one was cut off
 // says hello to the old one when it is back in view, and a node drops
-// the record it holds of a ward whose frames name another buddy: kept,
+// the record it holds of a ward whose hello names another buddy: kept,
 // that stale record would be inherited at the ward's next restart beside
 // the new buddy's (C/N created, found by TestConserveSplitNeverAboveC).
 // The cost is the crash's: the survivors run without the

@@ -272,6 +272,7 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 		g.onFenceAck(now, from, b.FenceAck, fx)
 	case *peerv1.GdrlMessage_Hello:
 		if !dead {
+			g.dropStale(from, m.Inc, strategy.NodeID(m.Buddy), b.Hello)
 			g.onHello(from, m.Inc, b.Hello)
 		}
 	}
@@ -303,13 +304,6 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 	}
 	if buddy != "" {
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
-		if rec := g.held[from]; g.conserve && rec != nil && rec.inc == inc && buddy != g.self {
-			// This incarnation replicates to another buddy now: the record
-			// held here is stale (it chose a new buddy while this node
-			// was out of its view), and inheriting it later would count
-			// what it held then beside what its new buddy inherits.
-			delete(g.held, from)
-		}
 	}
 	for _, tb := range g.tombs {
 		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
@@ -346,6 +340,22 @@ func (g *GDRL) helloDue() bool {
 		}
 	}
 	return false
+}
+
+// dropStale drops the record this node holds of incarnation inc of from
+// when from's hello names another buddy (under conserve: from chose that
+// buddy while this node was out of its view, and says hello when it is
+// back, see SetMembers). That record is stale, and inheriting it at from's
+// next restart would count what it held then beside what its new buddy
+// inherits. Only a hello does this: other frames from before from chose
+// its new buddy may arrive late and name this node's predecessor.
+func (g *GDRL) dropStale(from strategy.NodeID, inc uint64, buddy strategy.NodeID, h *peerv1.GdrlHello) {
+	if !g.conserve || h.Ack != 0 || buddy == "" || buddy == g.self {
+		return
+	}
+	if rec := g.held[from]; rec != nil && rec.inc == inc {
+		delete(g.held, from)
+	}
 }
 
 // onHello answers a hello with an acknowledgement naming the incarnation

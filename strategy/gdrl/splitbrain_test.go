@@ -393,7 +393,7 @@ func TestSplitBrainTransferSettledByTombstoneCopy(t *testing.T) {
 // side, and n0 inherited its stale record at the hello: one default share
 // (C/6) created for good, n2 holding n5's real record without inheriting
 // it. Now a node says hello to a former buddy back in its view, and a node
-// drops the record it holds of a ward that names another buddy.
+// drops the record it holds of a ward whose hello names another buddy.
 func TestConserveStaleRecordOfFormerBuddy(t *testing.T) {
 	draws := []int{6, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 500, 2, 200, 2, 0, 0, 1, 0, 0, 1, 2, 0, 3, 0, 0, 0, 0, 6162, 348, 2, 1, 0, 0, 0, 1, 1, 1, 8, 5, 0, 1}
 	for _, mode := range []string{"available", "conserve"} {
