@@ -80,6 +80,7 @@ type GDRL struct {
 	peers      map[strategy.NodeID]*peerInfo
 	helloTo    map[strategy.NodeID]bool // members that have not acknowledged this incarnation's hello
 	exBuddies  map[strategy.NodeID]bool // buddies that left the view, which may still hold a record of this incarnation
+	helloAcked map[strategy.NodeID]bool // members that acknowledged this incarnation's hello
 	helloSent  time.Duration
 
 	dc, db int64                    // default shares (keys without an explicit share)
@@ -377,6 +378,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.peers = map[strategy.NodeID]*peerInfo{}
 	g.helloTo = map[strategy.NodeID]bool{}
 	g.exBuddies = map[strategy.NodeID]bool{}
+	g.helloAcked = map[strategy.NodeID]bool{}
 	g.shares = map[string]*share{}
 	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}

@@ -150,6 +150,16 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		}
 		g.setBuddy(successor(g.members, g.self))
 	}
+	for _, m := range g.members {
+		// A member that was not in the view when this incarnation
+		// started (across a netsplit, say) gets its hello when it comes
+		// into view: it may hold the record of this node's previous
+		// incarnation (under conserve it did not inherit it when that
+		// incarnation failed), and nothing else may tell it of the restart.
+		if g.conserve && m != g.self && !g.helloAcked[m] {
+			g.helloTo[m] = true
+		}
+	}
 	for n := range g.exBuddies {
 		// A former buddy back in view still holds this incarnation's
 		// record as it was when it left (under conserve it did not
@@ -372,6 +382,7 @@ func (g *GDRL) onHello(from strategy.NodeID, fromInc uint64, h *peerv1.GdrlHello
 	}
 	if h.Ack == g.inc {
 		delete(g.helloTo, from)
+		g.helloAcked[from] = true
 	}
 }
 
