@@ -275,7 +275,13 @@
 // each heir inherited from it, and with a fence from an heir that
 // inherited its record it also drops the tombstones that were in that
 // record: the heir's copies fence them from then on, and what they hold
-// was in the amounts given up. An incarnation that is dead (a newer
+// was in the amounts given up. What its own tombstones credited on an
+// incarnation's behalf after the version the heir took (a transfer it had
+// paid, still in the outbox the heir adopted, settled by both) the heir's
+// copies may credit again: the fence names what the copies credited, and
+// the fenced node gives up what its own tombstones credited of that after
+// the version (it keeps a tombstone whose incarnation answered alive,
+// locally, for this). An incarnation that is dead (a newer
 // incarnation of the node answered the fence) may have two heirs, one per
 // side: the buddy across the cut took its record at the split, and a new
 // buddy on its own side took a later version when it crashed. The later
@@ -320,7 +326,12 @@
 // during the split and there is nothing to fence at the heal. A ward
 // inherits as under available once it stops being expected (a leave, or
 // reconnect_timeout passed) or once a new incarnation of it says hello (a
-// restart). The cost is the crash's: the survivors run without the
+// restart). A ward that chose a new buddy while its old one was cut off
+// says hello to the old one when it is back in view, and a node drops
+// the record it holds of a ward whose hello names another buddy: kept,
+// that stale record would be inherited at the ward's next restart beside
+// the new buddy's (C/N created, found by TestConserveSplitNeverAboveC).
+// The cost is the crash's: the survivors run without the
 // crashed node's share until it returns or reconnect_timeout passes. One
 // transient remains, as under available: a node whose record went to two
 // buddies (one per side of an earlier cut) that crashes and restarts is
@@ -368,5 +379,9 @@
 // absorbs the earlier. A transfer moves at most (C, B) per key. Transfers to a destination whose
 // heir cannot be found stay in flight (counted, never credited). The
 // duplicate filters, tombstones and per-incarnation buddy memory grow by
-// one entry per peer incarnation.
+// one entry per peer incarnation (so do the retired tombstones, kept until
+// an heir's fence drops them). A transfer that an heir's copy of a
+// tombstone credits after its fence was applied, or whose credit by the
+// fenced node's own tombstone was lost in a crash (retired tombstones are
+// not replicated), may stay counted twice.
 package gdrl

@@ -79,6 +79,8 @@ type GDRL struct {
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
 	helloTo    map[strategy.NodeID]bool // members that have not acknowledged this incarnation's hello
+	exBuddies  map[strategy.NodeID]bool // buddies that left the view, which may still hold a record of this incarnation
+	helloAcked map[strategy.NodeID]bool // members that acknowledged this incarnation's hello
 	helloSent  time.Duration
 
 	dc, db int64                    // default shares (keys without an explicit share)
@@ -105,7 +107,12 @@ type GDRL struct {
 	applied filters // duplicate filter, per paying incarnation
 
 	// Inheritance.
-	tombs         []*tombstone
+	tombs []*tombstone
+	// retired: tombstones whose incarnation answered a fence alive, kept
+	// for what they credited on its behalf until this node is fenced by
+	// an heir of a record that held them (see onFenced); local, not
+	// replicated.
+	retired       []*tombstone
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
 
@@ -172,6 +179,10 @@ type transfer struct {
 	released bool
 	lastSent time.Duration
 	newInc   uint64 // a newer incarnation of dst seen: resolve through the heir
+	// creditedAt, in a tombstone's onBehalf, is the first version of this
+	// node's record that holds the credit (0: it came with a record); not
+	// on the wire (see onFenced).
+	creditedAt uint64
 }
 
 type gatedMsg struct {
@@ -367,6 +378,8 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	slices.Sort(g.members)
 	g.peers = map[strategy.NodeID]*peerInfo{}
 	g.helloTo = map[strategy.NodeID]bool{}
+	g.exBuddies = map[strategy.NodeID]bool{}
+	g.helloAcked = map[strategy.NodeID]bool{}
 	g.shares = map[string]*share{}
 	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}

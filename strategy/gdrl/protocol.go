@@ -145,7 +145,33 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	}
 	g.neighbours, _ = Neighbours(g.graph, g.degree, g.members, g.self)
 	if g.buddy == "" || !g.inView(g.buddy) {
+		if g.conserve && g.buddy != "" && g.buddy != g.self {
+			g.exBuddies[g.buddy] = true
+		}
 		g.setBuddy(successor(g.members, g.self))
+	}
+	for _, m := range g.members {
+		// A member that was not in the view when this incarnation
+		// started (across a netsplit, say) gets its hello when it comes
+		// into view: it may hold the record of this node's previous
+		// incarnation (under conserve it did not inherit it when that
+		// incarnation failed), and nothing else may tell it of the restart.
+		if g.conserve && m != g.self && !g.helloAcked[m] {
+			g.helloTo[m] = true
+		}
+	}
+	for n := range g.exBuddies {
+		// A former buddy back in view still holds this incarnation's
+		// record as it was when it left (under conserve it did not
+		// inherit it): a hello, which names the new buddy, makes it drop
+		// that stale copy (see observe), which it would otherwise inherit
+		// at this incarnation's next restart, beside the new buddy.
+		if g.inView(n) {
+			if n != g.buddy {
+				g.helloTo[n] = true
+			}
+			delete(g.exBuddies, n)
+		}
 	}
 	for _, t := range slices.Clone(g.outbox) {
 		if t.released && g.gone(t.id.Dst) {
@@ -256,6 +282,7 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 		g.onFenceAck(now, from, b.FenceAck, fx)
 	case *peerv1.GdrlMessage_Hello:
 		if !dead {
+			g.dropStale(from, m.Inc, strategy.NodeID(m.Buddy), b.Hello)
 			g.onHello(from, m.Inc, b.Hello)
 		}
 	}
@@ -325,6 +352,22 @@ func (g *GDRL) helloDue() bool {
 	return false
 }
 
+// dropStale drops the record this node holds of incarnation inc of from
+// when from's hello names another buddy (under conserve: from chose that
+// buddy while this node was out of its view, and says hello when it is
+// back, see SetMembers). That record is stale, and inheriting it at from's
+// next restart would count what it held then beside what its new buddy
+// inherits. Only a hello does this: other frames from before from chose
+// its new buddy may arrive late and name this node's predecessor.
+func (g *GDRL) dropStale(from strategy.NodeID, inc uint64, buddy strategy.NodeID, h *peerv1.GdrlHello) {
+	if !g.conserve || h.Ack != 0 || buddy == "" || buddy == g.self {
+		return
+	}
+	if rec := g.held[from]; rec != nil && rec.inc == inc {
+		delete(g.held, from)
+	}
+}
+
 // onHello answers a hello with an acknowledgement naming the incarnation
 // heard of, once this node's buddy holds what the hello changed here (an
 // inherited record), and takes an acknowledgement of this incarnation's
@@ -339,6 +382,7 @@ func (g *GDRL) onHello(from strategy.NodeID, fromInc uint64, h *peerv1.GdrlHello
 	}
 	if h.Ack == g.inc {
 		delete(g.helloTo, from)
+		g.helloAcked[from] = true
 	}
 }
 
@@ -722,7 +766,9 @@ func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool 
 		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {
-		tb.onBehalf = append(tb.onBehalf, t.clone())
+		c := t.clone()
+		c.creditedAt = g.version + 1
+		tb.onBehalf = append(tb.onBehalf, c)
 	}
 	return true
 }
@@ -1233,8 +1279,48 @@ func (g *GDRL) tombForV(node strategy.NodeID, inc, version uint64) *tombstone {
 func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects) {
 	tb.fencing, tb.fenceSent = true, now
 	f := &peerv1.GdrlFenced{Inc: tb.inc, Version: tb.version, DefaultCapacity: tb.dc, DefaultBurst: tb.db,
-		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(tb.onBehalf)}
+		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(g.fenceOnBehalf(tb))}
 	fx.Send(tb.node, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}))
+}
+
+// fenceOnBehalf is what a fence of tb names as credited on the fenced
+// incarnation's behalf: the transfers to it that tb credited, and those
+// that the copies of tombstones that came with tb's record (tombstones the
+// fenced node held, at the same at) credited to other incarnations. The
+// fenced node held those tombstones too and may have credited the same
+// transfers after the version inherited (one it paid, still in the outbox
+// the heir adopted, settled by both); it subtracts what it credited twice.
+func (g *GDRL) fenceOnBehalf(tb *tombstone) []*transfer {
+	out := slices.Clone(tb.onBehalf)
+	if tb.at == 0 {
+		return out
+	}
+	for _, x := range g.tombs {
+		if x != tb && x.at == tb.at && x.node != tb.node {
+			out = append(out, x.onBehalf...)
+		}
+	}
+	return out
+}
+
+// creditedAfter reports whether one of this node's tombstones that its
+// record held at version (live, or retired when its incarnation answered
+// alive) credited transfer id on that incarnation's behalf after that
+// version.
+func (g *GDRL) creditedAfter(id TransferID, version uint64) bool {
+	for _, tbs := range [][]*tombstone{g.tombs, g.retired} {
+		for _, tb := range tbs {
+			if tb.node != id.Dst || tb.inc != id.DstInc || tb.at == 0 || tb.at > version {
+				continue
+			}
+			for _, t := range tb.onBehalf {
+				if t.id == id && t.creditedAt > version {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // onFenced: this incarnation was declared dead and inherited by from, but
@@ -1257,13 +1343,28 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
 		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
+		onBehalf := transfersFrom(f.OnBehalf)
+		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
+		onBehalf = slices.CompactFunc(onBehalf, func(a, b *transfer) bool { return a.id == b.id })
+		// Transfers to other incarnations that the heir's copies of this
+		// node's tombstones credited: if this node's own tombstone (one
+		// the heir copied, about to be dropped) credited one too, after
+		// the version inherited, it was counted twice: give it up here.
+		for _, t := range onBehalf {
+			if t.id.Dst == g.self && t.id.DstInc == g.inc {
+				continue
+			}
+			if g.creditedAfter(t.id, f.Version) {
+				g.addItems(t.items, -1, now)
+			}
+		}
+		g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
+		onBehalf = slices.DeleteFunc(onBehalf, func(t *transfer) bool { return t.id.Dst != g.self || t.id.DstInc != g.inc })
 		// The tombstones in the record the heir inherited went with it:
 		// the heir's copies fence (or settle) them from now on, and what
 		// they hold was in the amounts just given up.
 		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
 		g.mark(partTombs)
-		onBehalf := transfersFrom(f.OnBehalf)
-		slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
 		for _, t := range onBehalf {
 			if g.applied.credited(t.id) {
 				g.addItems(t.items, -1, now) // credited here too
@@ -1288,6 +1389,9 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 	}
 	if a.Alive {
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
+		if tb.at != 0 && slices.ContainsFunc(tb.onBehalf, func(t *transfer) bool { return t.creditedAt > 0 }) {
+			g.retired = append(g.retired, tb) // see onFenced
+		}
 	} else {
 		// The incarnation is dead: this tombstone settles its transfers
 		// from now on, and keeps what it inherited for a fence into a
