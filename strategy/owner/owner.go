@@ -100,7 +100,10 @@
 // side, and after the heal the cluster continues from the lower level, never
 // from a fresh bucket. The sides keep their views until the failure
 // detector reports the heal, so a partition of P costs at most one more
-// envelope b + r*(P + detection).
+// envelope b + r*(P + detection). That is `partition: available`, the
+// default; under `partition: conserve` (conserve.go) a side that sees k of
+// the N last agreed members decides on (k/N)(r, b) as well, so the sides
+// together stay within one envelope once each has seen the split.
 //
 // Bounds (checked by the rapid properties in property_test.go, over random
 // crashes, restarts, partitions and up to 5% loss): per key, admitted
@@ -114,7 +117,8 @@
 // Parameters (owner.NAME in the config; see New for defaults): hold,
 // timeout, retries (durations, int), on_timeout (admit | reject | local),
 // fail_open (deprecated bool alias), suspect, sync, warmup, slack
-// (durations), replicas, split (ints). Wire: api/peer/v1/owner.proto.
+// (durations), replicas, split (ints), and the generic partition
+// (available | conserve). Wire: api/peer/v1/owner.proto.
 package owner
 
 import (
