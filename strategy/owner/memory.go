@@ -11,10 +11,14 @@ const (
 )
 
 // MemoryBytes estimates the heap this node's owner state takes, in bytes
-// (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes) and
-// the requests it holds, with their keys.
+// (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes of
+// every split sub-bucket table and of the on_timeout=local fallback table,
+// as StateBytes counts them) and the requests it holds, with their keys.
 func (o *Owner) MemoryBytes() int {
-	n := o.table.MemoryBytes()
+	n := o.local.MemoryBytes()
+	for _, t := range o.tables {
+		n += t.MemoryBytes()
+	}
 	for _, q := range o.queue.Items() {
 		n += queuedMemBytes + len(q.key)
 	}
