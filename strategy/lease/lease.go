@@ -137,6 +137,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 )
 
 // maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
@@ -175,9 +176,7 @@ type Lease struct {
 	grants  map[grantID]*grantRec
 	gexpiry *minheap.Heap[grantExp]
 	queue   *minheap.Heap[queued]
-	seen    map[forwardID]*verdict
-	expiry  []expiring
-	seenTTL time.Duration
+	seen    *dedupe.Table[forwardID, *verdict] // forwards received, so that a duplicate is decided once
 
 	// holder side
 	keys     map[string]*holding
@@ -252,11 +251,6 @@ type verdict struct {
 	delay            time.Duration // waiting mode: the wait after arrival
 }
 
-type expiring struct {
-	at time.Duration
-	id forwardID
-}
-
 // holding is what a holder knows of one key.
 type holding struct {
 	winStart      time.Duration
@@ -328,8 +322,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l := &Lease{self: cfg.Self, members: slices.Clone(cfg.Members),
 		sh:    shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
 		pools: map[string]*pool{}, grants: map[grantID]*grantRec{}, gexpiry: minheap.New(grantExpLess),
-		queue: minheap.New(queuedLess), seen: map[forwardID]*verdict{},
-		keys: map[string]*holding{}, pending: map[uint64]*pendingReq{}, timers: minheap.New(timerLess),
+		queue: minheap.New(queuedLess),
+		keys:  map[string]*holding{}, pending: map[uint64]*pendingReq{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 	}
 	p := cfg.Params
@@ -387,7 +381,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
-	l.seenTTL = 2*l.timeout + l.hold + 4*cfg.LatencyHint
+	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
 	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
@@ -663,7 +657,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				emptyFor = uint64(wait / time.Microsecond)
 			}
 		}
-		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
+		if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
 			v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
 		}
 		sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
@@ -736,17 +730,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return nil // the forwarder has given up on it; its key's bucket may be gone
 		}
 		fid := forwardID{from, f.RequestId}
-		if v, dup := l.seen[fid]; dup {
+		if v, dup := l.seen.Get(fid); dup {
 			if v.decided {
 				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
 			}
 			return nil
 		}
-		l.seen[fid] = &verdict{}
-		l.expiry = append(l.expiry, expiring{at: now + l.seenTTL, id: fid})
-		if len(l.expiry) == 1 {
-			fx.WakeAt(now + l.seenTTL)
-		}
+		l.seen.Add(now, fid, &verdict{}, fx)
 		arr := min(time.Duration(f.ArrivalNs), now)
 		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait)})
 		fx.WakeAt(max(arr+l.hold, now))
@@ -985,15 +975,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	if l.gexpiry.Len() > 0 {
 		fx.WakeAt(l.gexpiry.Peek().at)
 	}
-	n := 0
-	for n < len(l.expiry) && l.expiry[n].at <= now {
-		delete(l.seen, l.expiry[n].id)
-		n++
-	}
-	l.expiry = l.expiry[n:]
-	if n > 0 && len(l.expiry) > 0 {
-		fx.WakeAt(l.expiry[0].at)
-	}
+	l.seen.Expire(now, fx)
 	if now >= l.nextSweep {
 		l.sweep(now)
 		l.nextSweep = now + l.sweepEvery
@@ -1102,7 +1084,7 @@ func (l *Lease) StateBytes() int {
 	for _, p := range l.pending {
 		n += perRequest + len(p.req.Key)
 	}
-	return n + len(l.seen)*perSeen
+	return n + l.seen.Len()*perSeen
 }
 
 // Audit is, for tests: the whole tokens (level, leased) of key's pool at

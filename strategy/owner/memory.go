@@ -25,7 +25,7 @@ func (o *Owner) MemoryBytes() int {
 	for _, p := range o.pending {
 		n += pendingMemBytes + len(p.req.Key)
 	}
-	return n + len(o.seen)*seenMemBytes
+	return n + o.seen.Len()*seenMemBytes
 }
 
 var _ strategy.MemoryReporter = (*Owner)(nil)

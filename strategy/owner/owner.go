@@ -136,6 +136,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -218,11 +219,8 @@ type Owner struct {
 	timeouts *minheap.Heap[deadline] // pending IDs by next retry or deadline (stale entries skipped)
 
 	// seen remembers the forwards this node received as owner, so that a
-	// retransmission or a duplicate is decided once; expiry lists them in
-	// the order they expire (a constant TTL after receipt).
-	seen    map[forwardID]*verdict
-	expiry  []expiring
-	seenTTL time.Duration
+	// retransmission or a duplicate is decided once.
+	seen *dedupe.Table[forwardID, *verdict]
 
 	dirty  map[string]bool // keys decided as primary since the last sync
 	syncAt time.Duration   // the sync wake-up asked for; -1: none
@@ -304,11 +302,6 @@ type verdict struct {
 	decided, allowed bool
 	delay            time.Duration // waiting mode: the wait after arrival
 	charged          bool          // a charge for this request was taken
-}
-
-type expiring struct {
-	at time.Duration
-	id forwardID
 }
 
 // New builds a node. Parameters (durations as "100ms"):
@@ -423,8 +416,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
-	o.seen = map[forwardID]*verdict{}
-	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
+	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = max(30*time.Second, 10*o.timeout)
 	o.resend = o.timeout
 	if err := cfg.Params.Check("owner"); err != nil {
@@ -790,7 +782,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		if o.fetchFor(now, q, fx) {
 			continue
 		}
-		v := o.seen[forwardID{q.origin, q.id, q.key}]
+		v, _ := o.seen.Get(forwardID{q.origin, q.id, q.key})
 		if v != nil && v.charged { // answered and charged already: acknowledge
 			v.decided, v.allowed = true, true
 			sendVerdict(q.origin, q.id, true, 0, fx)
@@ -911,7 +903,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return fmt.Errorf("owner: forward from %s: %w", from, err)
 	}
 	fid := forwardID{from, f.RequestId, f.Key}
-	if v, dup := o.seen[fid]; dup {
+	if v, dup := o.seen.Get(fid); dup {
 		if f.Charge && !v.charged && !(v.decided && v.allowed) {
 			// The forwarder answered this request itself after a
 			// timeout and admitted it, while this node refused it (or
@@ -935,24 +927,16 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	arrival := time.Duration(f.ArrivalNs)
 	if f.Charge {
 		o.debit(f.Key, arrival, f.Tokens)
-		o.remember(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
+		o.seen.Add(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
 		if o.owns(f.Key) {
 			o.markDirty(now, f.Key, fx)
 		}
 		sendVerdict(from, f.RequestId, true, 0, fx)
 		return nil
 	}
-	o.remember(now, fid, &verdict{}, fx)
+	o.seen.Add(now, fid, &verdict{}, fx)
 	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
 	return nil
-}
-
-func (o *Owner) remember(now time.Duration, fid forwardID, v *verdict, fx *strategy.Effects) {
-	o.seen[fid] = v
-	o.expiry = append(o.expiry, expiring{at: now + o.seenTTL, id: fid})
-	if len(o.expiry) == 1 {
-		fx.WakeAt(now + o.seenTTL)
-	}
 }
 
 func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
@@ -1108,16 +1092,8 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 		o.suspect[p.owner] = now + o.suspectFor
 		fx.Decide(d.id, o.fallback(now, p.req, p.owner, fx))
 	}
+	o.seen.Expire(now, fx)
 	n := 0
-	for n < len(o.expiry) && o.expiry[n].at <= now {
-		delete(o.seen, o.expiry[n].id)
-		n++
-	}
-	o.expiry = o.expiry[n:]
-	if n > 0 && len(o.expiry) > 0 {
-		fx.WakeAt(o.expiry[0].at)
-	}
-	n = 0
 	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
 		o.dropCharge(o.chargeOrder[n].id)
 		n++
@@ -1282,7 +1258,7 @@ func (o *Owner) StateBytes() int {
 		n += len(k) + len(f.waiting)*perRequest
 	}
 	const perSeen = 16 // request ID and verdict, with the origin's index, plus the key
-	for id := range o.seen {
+	for id := range o.seen.IDs() {
 		n += perSeen + len(id.key)
 	}
 	return n + len(o.dirty)*8
