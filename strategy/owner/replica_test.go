@@ -72,6 +72,9 @@ func TestLevelsRefused(t *testing.T) {
 		&peerv1.OwnerLevel{Key: "b", LevelTicks: -2 * tick1, AtNs: 0}), fx); err != nil {
 		t.Fatal(err)
 	}
+	if o.table.Len() != 2 {
+		t.Fatalf("levels at the bounds: %d keys held, want both merged", o.table.Len())
+	}
 }
 
 // Merge rule: a level meets the node's own; the more consumed wins,
