@@ -1309,11 +1309,15 @@ func (o *Owner) subIndex(key string) (int, error) {
 	return i, nil
 }
 
-// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
-func (o *Owner) tab(key string) *buckets.Table {
+// subOf is the index of key's (sub-)bucket table; key is one subIndex
+// accepts (0 otherwise).
+func (o *Owner) subOf(key string) int {
 	i, _ := o.subIndex(key)
-	return o.tables[i]
+	return i
 }
+
+// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
+func (o *Owner) tab(key string) *buckets.Table { return o.tables[o.subOf(key)] }
 
 // sortedKeys is every key of every table, sorted.
 func (o *Owner) sortedKeys() []string {
