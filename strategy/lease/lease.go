@@ -1087,17 +1087,6 @@ func (l *Lease) StateBytes() int {
 	return n + l.seen.Len()*perSeen
 }
 
-// Audit is, for tests: the whole tokens (level, leased) of key's pool at
-// now as this node's owner view has it, and whether it has one.
-func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, ok bool) {
-	p := l.pools[key]
-	if p == nil {
-		return 0, 0, false
-	}
-	l.sh.advance(p, now)
-	return p.level, p.leased, true
-}
-
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
