@@ -138,6 +138,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
 )
 
 // maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
@@ -180,7 +181,7 @@ type Lease struct {
 
 	// holder side
 	keys     map[string]*holding
-	pending  map[uint64]*pendingReq
+	pending  map[uint64]*forwarding.Pending
 	timers   *minheap.Heap[timer]
 	returns  map[grantID]*returning // keyed by (owner, key, seq)
 	retSweep time.Duration
@@ -229,15 +230,6 @@ type queued struct {
 	tokens  int64
 	origin  strategy.NodeID
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
-}
-
-type pendingReq struct {
-	req      strategy.Request
-	owner    strategy.NodeID
-	sentTo   []strategy.NodeID
-	next     time.Duration
-	deadline time.Duration
-	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type forwardID struct {
@@ -323,7 +315,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		sh:    shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
 		pools: map[string]*pool{}, grants: map[grantID]*grantRec{}, gexpiry: minheap.New(grantExpLess),
 		queue: minheap.New(queuedLess),
-		keys:  map[string]*holding{}, pending: map[uint64]*pendingReq{}, timers: minheap.New(timerLess),
+		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 	}
 	p := cfg.Params
@@ -462,7 +454,7 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	if req.Arrival+maxWait < h.emptyUntil {
 		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
 	}
-	p := &pendingReq{req: req, deadline: now + l.timeout, maxWait: maxWait}
+	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout, MaxWait: maxWait}
 	l.pending[req.ID] = p
 	l.forward(now, p, l.owner(req.Key), fx)
 	return strategy.Decision{}, false
@@ -574,16 +566,12 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
 }
 
-func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
-	p.owner = owner
-	if !slices.Contains(p.sentTo, owner) {
-		p.sentTo = append(p.sentTo, owner)
-	}
-	p.next = min(now+l.retryEvery, p.deadline)
-	l.timers.Push(timer{at: p.next, kind: timerForward, id: p.req.ID})
-	fx.WakeAt(p.next)
+func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
+	next := p.SendTo(now, owner, l.retryEvery)
+	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
+	fx.WakeAt(next)
 	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait)}}}))
+		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait)}}}))
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
@@ -814,21 +802,21 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
 		}
-		if !slices.Contains(p.sentTo, from) {
-			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
+		if err := p.CheckFrom(from); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival) + p.maxWait
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.Req.Arrival) + p.MaxWait
 		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
 			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
-		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
-			return fmt.Errorf("lease: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
-		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
+		until := p.Req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
 		delete(l.pending, v.RequestId)
 		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
 		if !v.Allowed && v.EmptyForUs > 0 {
-			h := l.holding(p.req.Key)
+			h := l.holding(p.Req.Key)
 			h.emptyUntil = max(h.emptyUntil, until)
 		}
 	case *peerv1.LeaseMessage_Grant:
@@ -904,11 +892,11 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		switch t.kind {
 		case timerForward:
 			p, ok := l.pending[t.id]
-			if !ok || p.next != t.at {
+			if !ok || p.Next != t.at {
 				continue
 			}
-			if now < p.deadline {
-				l.forward(now, p, p.owner, fx)
+			if now < p.Deadline {
+				l.forward(now, p, p.Owner, fx)
 				continue
 			}
 			delete(l.pending, t.id)
@@ -1041,22 +1029,15 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			delete(l.pools, key)
 		}
 	}
-	var moved []uint64
-	for id, p := range l.pending {
-		if !slices.Contains(members, p.owner) {
-			moved = append(moved, id)
-		}
-	}
-	slices.Sort(moved)
-	for _, id := range moved {
+	for _, id := range forwarding.Orphaned(l.pending, members) {
 		p := l.pending[id]
-		if o := l.owner(p.req.Key); o != l.self {
+		if o := l.owner(p.Req.Key); o != l.self {
 			l.forward(now, p, o, fx)
 			continue
 		}
 		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.req.Arrival, id: p.req.ID, key: p.req.Key, tokens: p.req.Tokens, maxWait: p.maxWait})
-		fx.WakeAt(max(p.req.Arrival+l.hold, now))
+		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait})
+		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
 	}
 	for _, h := range l.keys {
 		if h.asking && !slices.Contains(members, h.askTo) {
@@ -1082,7 +1063,7 @@ func (l *Lease) StateBytes() int {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range l.pending {
-		n += perRequest + len(p.req.Key)
+		n += perRequest + len(p.Req.Key)
 	}
 	return n + l.seen.Len()*perSeen
 }

@@ -23,7 +23,7 @@ func (o *Owner) MemoryBytes() int {
 		n += queuedMemBytes + len(q.key)
 	}
 	for _, p := range o.pending {
-		n += pendingMemBytes + len(p.req.Key)
+		n += pendingMemBytes + len(p.Req.Key)
 	}
 	return n + o.seen.Len()*seenMemBytes
 }

@@ -137,6 +137,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -214,9 +215,9 @@ type Owner struct {
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
-	queue    *minheap.Heap[queued]   // requests waiting for their turn at this node as owner, by (arrival, ID)
-	pending  map[uint64]*pendingReq  // requests this node forwarded, by ID
-	timeouts *minheap.Heap[deadline] // pending IDs by next retry or deadline (stale entries skipped)
+	queue    *minheap.Heap[queued]          // requests waiting for their turn at this node as owner, by (arrival, ID)
+	pending  map[uint64]*forwarding.Pending // requests this node forwarded, by ID
+	timeouts *minheap.Heap[deadline]        // pending IDs by next retry or deadline (stale entries skipped)
 
 	// seen remembers the forwards this node received as owner, so that a
 	// retransmission or a duplicate is decided once.
@@ -262,15 +263,6 @@ type queued struct {
 	tokens  int64
 	origin  strategy.NodeID
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
-}
-
-type pendingReq struct {
-	req      strategy.Request
-	owner    strategy.NodeID   // where the last attempt went
-	sentTo   []strategy.NodeID // every node it was forwarded to: each may answer
-	next     time.Duration     // next retransmission, or the deadline
-	deadline time.Duration
-	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type charge struct {
@@ -342,7 +334,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, err
 	}
 	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
-		pending: map[uint64]*pendingReq{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
+		pending: map[uint64]*forwarding.Pending{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
 		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
 		charges: map[uint64]*charge{}, chargesTo: map[strategy.NodeID]map[uint64]bool{}, flushedAt: map[strategy.NodeID]time.Duration{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
 	if len(o.members) == 0 {
@@ -563,7 +555,7 @@ func (o *Owner) route(now time.Duration, req strategy.Request, maxWait time.Dura
 	if until, ok := o.suspect[owner]; ok && now < until {
 		return o.fallback(now, req, owner, fx), true
 	}
-	p := &pendingReq{req: req, deadline: now + o.timeout, maxWait: maxWait}
+	p := &forwarding.Pending{Req: req, Deadline: now + o.timeout, MaxWait: maxWait}
 	o.pending[req.ID] = p
 	o.forward(now, p, owner, fx)
 	return false, false
@@ -577,16 +569,12 @@ func (o *Owner) owns(key string) bool {
 
 // forward sends p to owner and schedules its next retransmission (or its
 // deadline).
-func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
-	p.owner = owner
-	if !slices.Contains(p.sentTo, owner) {
-		p.sentTo = append(p.sentTo, owner)
-	}
-	p.next = min(now+o.retryEvery, p.deadline)
-	o.timeouts.Push(deadline{at: p.next, id: p.req.ID})
-	fx.WakeAt(p.next)
+func (o *Owner) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
+	next := p.SendTo(now, owner, o.retryEvery)
+	o.timeouts.Push(deadline{at: next, id: p.Req.ID})
+	fx.WakeAt(next)
 	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait),
+		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait),
 	}}}))
 }
 
@@ -861,11 +849,11 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
 		}
-		if !slices.Contains(p.sentTo, from) {
-			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
+		if err := p.CheckFrom(from); err != nil {
+			return fmt.Errorf("owner: %w", err)
 		}
-		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
-			return fmt.Errorf("owner: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
+			return fmt.Errorf("owner: %w", err)
 		}
 		delete(o.pending, v.RequestId)
 		delete(o.suspect, from)
@@ -1081,16 +1069,16 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
 		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
-		if !ok || p.next != d.at {
+		if !ok || p.Next != d.at {
 			continue // answered, or rescheduled
 		}
-		if now < p.deadline {
-			o.forward(now, p, p.owner, fx) // no verdict yet: send again
+		if now < p.Deadline {
+			o.forward(now, p, p.Owner, fx) // no verdict yet: send again
 			continue
 		}
 		delete(o.pending, d.id)
-		o.suspect[p.owner] = now + o.suspectFor
-		fx.Decide(d.id, o.fallback(now, p.req, p.owner, fx))
+		o.suspect[p.Owner] = now + o.suspectFor
+		fx.Decide(d.id, o.fallback(now, p.Req, p.Owner, fx))
 	}
 	o.seen.Expire(now, fx)
 	n := 0
@@ -1175,21 +1163,14 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			delete(o.dirty, k)
 		}
 	}
-	var moved []uint64
-	for id, p := range o.pending {
-		if !slices.Contains(members, p.owner) {
-			moved = append(moved, id)
-		}
-	}
-	slices.Sort(moved)
-	for _, id := range moved {
+	for _, id := range forwarding.Orphaned(o.pending, members) {
 		p := o.pending[id]
-		if owner := o.primary(p.req.Key); owner != o.self && owner != "" {
+		if owner := o.primary(p.Req.Key); owner != o.self && owner != "" {
 			o.forward(now, p, owner, fx)
 			continue
 		}
 		delete(o.pending, id) // this node owns the key now
-		if allowed, decided := o.route(now, p.req, p.maxWait, fx); decided {
+		if allowed, decided := o.route(now, p.Req, p.MaxWait, fx); decided {
 			fx.Decide(id, allowed)
 		}
 	}
@@ -1249,7 +1230,7 @@ func (o *Owner) StateBytes() int {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range o.pending {
-		n += perRequest + len(p.req.Key)
+		n += perRequest + len(p.Req.Key)
 	}
 	for _, c := range o.charges {
 		n += perRequest + len(c.req.Key)
