@@ -11,8 +11,10 @@
 //     hashing, so its local view is the global view), found as in
 //     strategy/owner (rendezvous.Owner). Forwarded requests carry their
 //     arrival time and the owner decides them in (arrival, ID) order after an
-//     ordering buffer `hold`, as in strategy/owner (not imported: the code
-//     is repeated here).
+//     ordering buffer `hold`, as in strategy/owner (the forwarding record
+//     and the table of remembered forwards are shared with it,
+//     strategy/internal/forwarding and dedupe; the ordering buffer is
+//     lease's own, as it also orders asks and lease releases).
 //   - Leases are the exactly conserved capacity transfers of seeds 001/004
 //     (GDRL: a share moves from one node to another with nothing created or
 //     lost on the way), applied to tokens instead of rates: a grant moves
