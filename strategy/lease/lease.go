@@ -182,11 +182,10 @@ type Lease struct {
 	seen    *dedupe.Table[forwardID, *verdict] // forwards received, so that a duplicate is decided once
 
 	// holder side
-	keys     map[string]*holding
-	pending  map[uint64]*forwarding.Pending
-	timers   *minheap.Heap[timer]
-	returns  map[grantID]*returning // keyed by (owner, key, seq)
-	retSweep time.Duration
+	keys    map[string]*holding
+	pending map[uint64]*forwarding.Pending
+	timers  *minheap.Heap[timer]
+	returns map[grantID]*returning // keyed by (owner, key, seq)
 
 	sweepEvery time.Duration
 	nextSweep  time.Duration

@@ -174,7 +174,7 @@ const (
 	maxLevelsPerMessage = 256
 	maxLevelsAccepted   = 4096
 	// maxCharges bounds the fallback admissions waiting to be charged to
-	// their owners; beyond it the oldest are dropped (and counted).
+	// their owners; beyond it the oldest are dropped (never charged).
 	maxCharges = 1 << 16
 )
 
@@ -230,12 +230,11 @@ type Owner struct {
 
 	// charges are fallback admissions not yet acknowledged by an owner,
 	// by request ID; chargeOrder lists them oldest first (stale skipped).
-	charges       map[uint64]*charge
-	chargeOrder   []chargeAt
-	chargesTo     map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
-	flushedAt     map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
-	chargeTTL     time.Duration
-	chargeDropped int64
+	charges     map[uint64]*charge
+	chargeOrder []chargeAt
+	chargesTo   map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
+	flushedAt   map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
+	chargeTTL   time.Duration
 
 	changedAt   time.Duration // the last membership change (or a joiner's start); -1: none
 	prevMembers []strategy.NodeID
@@ -624,7 +623,6 @@ func (o *Owner) dropOldestCharge() {
 		o.chargeOrder = o.chargeOrder[1:]
 		if _, ok := o.charges[c.id]; ok {
 			o.dropCharge(c.id)
-			o.chargeDropped++
 			return
 		}
 	}
