@@ -380,7 +380,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	l.sweepLag = l.timeout + 3*cfg.LatencyHint + l.hold + l.maxSkew
 	if cfg.Rate.Tokens > 0 {
-		l.fillTime = time.Duration(float64(cfg.Burst) / cfg.Rate.PerSec() * float64(time.Second))
+		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
 	return l, nil
 }

@@ -533,8 +533,7 @@ func (o *Owner) capWait(maxWait time.Duration) time.Duration {
 	if maxWait == 0 || o.rate.Tokens == 0 {
 		return 0
 	}
-	fill := time.Duration(float64(o.burst) / o.rate.PerSec() * float64(time.Second))
-	return min(maxWait, fill, MaxWait)
+	return min(maxWait, buckets.FillTime(o.rate, o.burst), MaxWait)
 }
 
 // primary is key's deciding node in this node's view.
