@@ -479,7 +479,7 @@ func (o *Owner) localShare() (bucket.Rate, int64, error) {
 func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
-		o.prevMembers = slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		o.prevMembers = o.others()
 	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
@@ -718,7 +718,7 @@ func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool
 		return false
 	}
 	var await []strategy.NodeID
-	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	others := o.others()
 	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
 		for _, m := range o.replicasOf(q.key, view) {
 			// Only live members can answer; a previous holder that is
@@ -795,7 +795,7 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 		// Leave shipped this key's level already, and the next owners
 		// take over as soon as they learn of the leave: ship every later
 		// change at once, not at the next sync.
-		others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		others := o.others()
 		o.shipLevels([]string{key}, func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, false, fx)
 		return
 	}
@@ -1040,6 +1040,11 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 	}
 }
 
+// others is a fresh copy of the current members less this node.
+func (o *Owner) others() []strategy.NodeID {
+	return slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+}
+
 // replicasOf returns key's first K nodes in rendezvous order among members.
 func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.NodeID {
 	o.rank = rendezvous.Rank(o.rank[:0], key, members, o.replicas)
@@ -1199,7 +1204,7 @@ func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	o.leaving = true
-	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	others := o.others()
 	if len(others) == 0 {
 		return
 	}
