@@ -944,11 +944,7 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 		}
 		ls = append(ls, l)
 	}
-	for len(ls) > 0 {
-		n := min(len(ls), maxLevelsPerMessage)
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}))
-		ls = ls[n:]
-	}
+	o.sendLevels(from, ls, false, fx)
 	return nil
 }
 
@@ -1024,19 +1020,25 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 	}
 	slices.Sort(peers)
 	for _, p := range peers {
-		ls := per[p]
-		for len(ls) > 0 {
-			n := min(len(ls), maxLevelsPerMessage)
-			msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
-			if ack {
-				o.nextSeq++
-				msg.GetLevels().Seq = o.nextSeq
-				o.unacked[o.nextSeq] = msg
-				o.ackTo[o.nextSeq] = p
-			}
-			fx.Send(p, mustMarshal(msg))
-			ls = ls[n:]
+		o.sendLevels(p, per[p], ack, fx)
+	}
+}
+
+// sendLevels sends ls to p in messages of at most maxLevelsPerMessage
+// levels; with ack, each message gets a seq and is kept until p
+// acknowledges it (Leave).
+func (o *Owner) sendLevels(p strategy.NodeID, ls []*peerv1.OwnerLevel, ack bool, fx *strategy.Effects) {
+	for len(ls) > 0 {
+		n := min(len(ls), maxLevelsPerMessage)
+		msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
+		if ack {
+			o.nextSeq++
+			msg.GetLevels().Seq = o.nextSeq
+			o.unacked[o.nextSeq] = msg
+			o.ackTo[o.nextSeq] = p
 		}
+		fx.Send(p, mustMarshal(msg))
+		ls = ls[n:]
 	}
 }
 
