@@ -630,11 +630,16 @@ func (o *Owner) dropOldestCharge() {
 // dropCharge forgets charge id (acknowledged, expired or dropped).
 func (o *Owner) dropCharge(id uint64) {
 	if c, ok := o.charges[id]; ok {
-		delete(o.chargesTo[c.owner], id)
-		if len(o.chargesTo[c.owner]) == 0 {
-			delete(o.chargesTo, c.owner)
-		}
+		o.unlistCharge(c)
 		delete(o.charges, id)
+	}
+}
+
+// unlistCharge takes c out of chargesTo for the node it was last sent to.
+func (o *Owner) unlistCharge(c *charge) {
+	delete(o.chargesTo[c.owner], c.req.ID)
+	if len(o.chargesTo[c.owner]) == 0 {
+		delete(o.chargesTo, c.owner)
 	}
 }
 
@@ -665,10 +670,7 @@ func (o *Owner) flushCharges(now time.Duration, from strategy.NodeID, fx *strate
 func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, fx *strategy.Effects) {
 	c.sentAt = now
 	if c.owner != "" {
-		delete(o.chargesTo[c.owner], c.req.ID)
-		if len(o.chargesTo[c.owner]) == 0 {
-			delete(o.chargesTo, c.owner)
-		}
+		o.unlistCharge(c)
 	}
 	if o.chargesTo[owner] == nil {
 		o.chargesTo[owner] = map[uint64]bool{}
