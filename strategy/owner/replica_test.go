@@ -535,6 +535,17 @@ func TestChargeResentWhenOwnerAnswers(t *testing.T) {
 	if err := f.Receive(time.Second+2*time.Millisecond, "n0", verdict, fx); err != nil || len(fx.Messages) != 0 {
 		t.Fatalf("a second answer: %d messages, %v", len(fx.Messages), err)
 	}
+	// That one was a duplicate, dropped before the charges are looked at;
+	// a verdict for another pending request reaches them, and within the
+	// timeout sends nothing again either.
+	if _, ok := f.Request(time.Second+2*time.Millisecond, strategy.Request{ID: 3, Key: key, Tokens: 1, Arrival: time.Second + 2*time.Millisecond}, fx); ok {
+		t.Fatal("request 3 decided locally, want forwarded")
+	}
+	verdict3, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 3, Allowed: true}}})
+	fx.Reset()
+	if err := f.Receive(time.Second+2*time.Millisecond, "n0", verdict3, fx); err != nil || len(fx.Messages) != 0 || len(fx.Decisions) != 1 {
+		t.Fatalf("an answer to another request within the timeout: %d messages, %d decisions, %v; want no charge resent, request 3 decided", len(fx.Messages), len(fx.Decisions), err)
+	}
 	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 1, Allowed: true}}})
 	if err := f.Receive(time.Second+3*time.Millisecond, "n0", ack, fx); err != nil || len(f.charges) != 0 || len(f.chargesTo) != 0 {
 		t.Fatalf("after the acknowledgement: %d charges (%v), %v", len(f.charges), f.chargesTo, err)
