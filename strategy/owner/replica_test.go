@@ -2,6 +2,7 @@ package owner
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ func TestReplicaContinuesAfterPrimaryLeaves(t *testing.T) {
 			t.Fatalf("request %d: %v %v", i, d, ok)
 		}
 	}
-	if len(fx.Messages) != 0 || !containsTime(fx.Wakeups, 10*time.Millisecond) {
+	if len(fx.Messages) != 0 || !slices.Contains(fx.Wakeups, 10*time.Millisecond) {
 		t.Fatalf("decisions sent %d messages at once and asked for wake-ups %v, want the sync at 10ms", len(fx.Messages), fx.Wakeups)
 	}
 	fx.Reset()
@@ -159,15 +160,6 @@ func TestReplicaContinuesAfterPrimaryLeaves(t *testing.T) {
 	if d, ok := r.Request(time.Second, strategy.Request{ID: 10, Key: key, Tokens: 1, Arrival: time.Second}, fx); !ok || !d.Allowed {
 		t.Fatalf("new primary at 1s: %v %v, want one token refilled", d, ok)
 	}
-}
-
-func containsTime(ts []time.Duration, at time.Duration) bool {
-	for _, t := range ts {
-		if t == at {
-			return true
-		}
-	}
-	return false
 }
 
 // A forward whose (origin, ID) is remembered with another key is a new
