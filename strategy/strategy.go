@@ -84,6 +84,20 @@ func (fx *Effects) DecideAfter(id uint64, allowed bool, delay time.Duration) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed, Delay: delay})
 }
 
+// TakeDecision removes the decision on request id from fx.Decisions and
+// returns it (false when fx holds none): for a strategy that decides a
+// request through its asynchronous path (an ordering buffer with no
+// hold) and answers it synchronously from Request. Ours.
+func (fx *Effects) TakeDecision(id uint64) (Decision, bool) {
+	for i, d := range fx.Decisions {
+		if d.RequestID == id {
+			fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
+			return d, true
+		}
+	}
+	return Decision{}, false
+}
+
 // WakeAt asks to be ticked at time at (or as soon after as the driver can).
 func (fx *Effects) WakeAt(at time.Duration) { fx.Wakeups = append(fx.Wakeups, at) }
 

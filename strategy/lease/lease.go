@@ -432,13 +432,7 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 			return strategy.Decision{}, false
 		}
 		l.decideDue(now, fx)
-		for i, d := range fx.Decisions {
-			if d.RequestID == req.ID {
-				fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
-				return d, true
-			}
-		}
-		return strategy.Decision{}, false
+		return fx.TakeDecision(req.ID)
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)

@@ -516,13 +516,7 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	// (so, unlike enqueue, it asks for no wake-up).
 	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
 	o.decideDue(now, fx)
-	for i, d := range fx.Decisions {
-		if d.RequestID == req.ID {
-			fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
-			return d, true
-		}
-	}
-	return strategy.Decision{}, false
+	return fx.TakeDecision(req.ID)
 }
 
 // capWait bounds a max wait to [0, the time the rule's rate takes to
