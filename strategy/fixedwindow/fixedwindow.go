@@ -47,6 +47,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // Name is the strategy's registry name.
@@ -178,7 +179,7 @@ func (f *FixedWindow) Request(now time.Duration, req strategy.Request, fx *strat
 func (f *FixedWindow) forward(p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
 	p.Owner = to
 	fx.WakeAt(p.Deadline)
-	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+	fx.Send(to, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival)}}}))
 }
 
@@ -203,7 +204,7 @@ func (f *FixedWindow) Receive(now time.Duration, from strategy.NodeID, payload [
 			return fmt.Errorf("fixedwindow: forward from %s: tokens %d must be positive", from, fw.Tokens)
 		}
 		allowed := f.count(now, fw.Key, fw.Tokens)
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
+		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
 			RequestId: fw.RequestId, Allowed: allowed}}}))
 	case *peerv1.OwnerMessage_Verdict:
 		v := b.Verdict
@@ -291,11 +292,3 @@ func (f *FixedWindow) Remaining(now time.Duration, key string) (int64, bool) {
 }
 
 var _ strategy.Remainer = (*FixedWindow)(nil)
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("fixedwindow: marshal %T: %v", m, err)) // cannot fail for these message types
-	}
-	return b
-}

@@ -141,6 +141,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
@@ -557,7 +558,7 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 	h.askNext = min(now+l.retryEvery, h.askDeadline)
 	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
-	fx.Send(h.askTo, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
+	fx.Send(h.askTo, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
 }
 
@@ -565,7 +566,7 @@ func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy
 	next := p.SendTo(now, owner, l.retryEvery)
 	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
-	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
+	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
 		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait)}}}))
 }
 
@@ -668,12 +669,12 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
-	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
+	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
 		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
 }
 
 func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
+	fx.Send(to, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
 		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs, DelayNs: int64(delay)}}}))
 }
 
@@ -787,7 +788,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
 			fx.WakeAt(now + l.hold)
 		}
-		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+		fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -971,7 +972,7 @@ func (l *Lease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) 
 	r.next = min(now+l.retryEvery, r.deadline)
 	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
 	fx.WakeAt(r.next)
-	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
+	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
 		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
 }
 
@@ -1061,14 +1062,6 @@ func (l *Lease) StateBytes() int {
 		n += perRequest + len(p.Req.Key)
 	}
 	return n + l.seen.Len()*perSeen
-}
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("lease: marshal %T: %v", m, err))
-	}
-	return b
 }
 
 func queuedLess(a, b queued) bool {

@@ -138,6 +138,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -565,7 +566,7 @@ func (o *Owner) forward(now time.Duration, p *forwarding.Pending, owner strategy
 	next := p.SendTo(now, owner, o.retryEvery)
 	o.timeouts.Push(deadline{at: next, id: p.Req.ID})
 	fx.WakeAt(next)
-	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait),
 	}}}))
 }
@@ -674,7 +675,7 @@ func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, 
 	if !slices.Contains(c.sentTo, owner) {
 		c.sentTo = append(c.sentTo, owner)
 	}
-	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
 	}}}))
 }
@@ -730,7 +731,7 @@ func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool
 	slices.Sort(await)
 	f := &fetch{waiting: []queued{q}, await: await, deadline: now + o.timeout}
 	o.fetching[q.key] = f
-	msg := mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
+	msg := wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
 	for _, m := range await {
 		fx.Send(m, msg)
 	}
@@ -806,7 +807,7 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 }
 
 func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
+	fx.Send(to, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
 		RequestId: id, Allowed: allowed, DelayNs: int64(delay),
 	}}}))
 }
@@ -987,7 +988,7 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		}
 	}
 	if ls.Seq != 0 {
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
+		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
 	}
 	return nil
 }
@@ -1033,7 +1034,7 @@ func (o *Owner) sendLevels(p strategy.NodeID, ls []*peerv1.OwnerLevel, ack bool,
 			o.unacked[o.nextSeq] = msg
 			o.ackTo[o.nextSeq] = p
 		}
-		fx.Send(p, mustMarshal(msg))
+		fx.Send(p, wire.MustMarshal(msg))
 		ls = ls[n:]
 	}
 }
@@ -1125,7 +1126,7 @@ func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
 	}
 	slices.Sort(seqs)
 	for _, s := range seqs {
-		fx.Send(o.ackTo[s], mustMarshal(o.unacked[s]))
+		fx.Send(o.ackTo[s], wire.MustMarshal(o.unacked[s]))
 	}
 	o.resend = now + o.retryEvery
 	fx.WakeAt(o.resend)
@@ -1311,14 +1312,6 @@ func (o *Owner) sortedKeys() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("owner: marshal %T: %v", m, err)) // cannot fail for these message types
-	}
-	return b
 }
 
 func queuedLess(a, b queued) bool {
