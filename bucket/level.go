@@ -1,5 +1,16 @@
 package bucket
 
+// The exact level of a bucket, in ticks (Rate.Per in nanoseconds make one
+// token), for two uses (ours; SRTM §1.1's bucket state, exported):
+//   - snapshots across a restart: LevelAt reads the level at a time from
+//     a copy (the bucket is not advanced) and SetLevel writes a level
+//     back, rescaled to another rate's ticks (strategy.KeyState);
+//   - copies of one bucket on several nodes (owner's replicas and
+//     hand-over): Level reads the raw level and the time it is valid at
+//     (negative while a debt or reservations wait), MergeLevel merges a
+//     peer's copy keeping the more consumed one, and Debit charges tokens
+//     a peer already admitted.
+
 import (
 	"fmt"
 	"time"
@@ -43,10 +54,6 @@ func (b *Bucket) SetLevel(now time.Duration, level, ticksPerToken int64) error {
 // with the same rate and burst, given this level with MergeLevel, refills
 // from it exactly.
 func (b *Bucket) Level() (ticks int64, at time.Duration) { return b.level, b.last }
-
-// TicksPerToken is the number of ticks one token costs (the rate's Per in
-// nanoseconds).
-func (b *Bucket) TicksPerToken() int64 { return b.per }
 
 // CapacityTicks is the burst in ticks, the highest level.
 func (b *Bucket) CapacityTicks() int64 { return b.capacity }

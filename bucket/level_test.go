@@ -9,7 +9,8 @@ import (
 
 // MergeLevel keeps the more consumed copy: it never raises the level, the
 // result is the lower of the two refilled to the same time, and merging two
-// copies into a third in either order gives the same bucket.
+// copies into a third in either order gives the same bucket, and merging a
+// copy again changes nothing (idempotent: a replayed update is harmless).
 func TestMergeLevelProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := Rate{Tokens: rapid.Int64Range(1, 5).Draw(t, "tokens"), Per: time.Duration(rapid.Int64Range(1, 3).Draw(t, "per_s")) * time.Second}
@@ -49,10 +50,18 @@ func TestMergeLevelProperty(t *testing.T) {
 		}
 		bl, ba := base.Level()
 		want := min(refill(bl, ba), refill(l1, a1), refill(l2, a2))
+		z := x
+		if err := z.MergeLevel(l1, a1); err != nil {
+			t.Fatal(err)
+		}
 		x.advance(end)
 		y.advance(end)
+		z.advance(end)
 		if x.level != want || y.level != want {
 			t.Fatalf("merged levels %d and %d at %v, want the lowest refilled copy %d", x.level, y.level, end, want)
+		}
+		if z.level != want {
+			t.Fatalf("merging copy a again gave %d at %v, want %d unchanged", z.level, end, want)
 		}
 	})
 }
@@ -90,7 +99,7 @@ func TestDebitBoundedDebt(t *testing.T) {
 	}
 }
 
-// TestLevelRoundTrip: Level reads the exact level without changing the
+// TestLevelRoundTrip: LevelAt reads the exact level without changing the
 // bucket; SetLevel writes it back across tick sizes (rounding down),
 // capped at the burst, and refuses bad input unchanged.
 func TestLevelRoundTrip(t *testing.T) {
@@ -99,10 +108,10 @@ func TestLevelRoundTrip(t *testing.T) {
 	before := b
 	level, capacity, per := b.LevelAt(30 * time.Second)
 	if level != int64(30*time.Second) || capacity != 5*int64(time.Minute) || per != int64(time.Minute) {
-		t.Fatalf("Level = %d, %d, %d; want half a token of 5 at 60e9 ticks per token", level, capacity, per)
+		t.Fatalf("LevelAt = %d, %d, %d; want half a token of 5 at 60e9 ticks per token", level, capacity, per)
 	}
 	if b != before {
-		t.Fatal("Level changed the bucket")
+		t.Fatal("LevelAt changed the bucket")
 	}
 	// Into 1 token per 3 s (3e9 ticks per token): half a token is 1.5e9 ticks.
 	c := MustNew(Rate{Tokens: 1, Per: 3 * time.Second}, 2, 0)

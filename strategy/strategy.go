@@ -77,10 +77,25 @@ func (fx *Effects) Decide(id uint64, allowed bool) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed})
 }
 
-// DecideAfter completes an earlier pending request in waiting mode: allowed
-// after delay (counted from the request's arrival).
+// DecideAfter completes an earlier pending request in waiting mode (Waiter,
+// seed 000 §5.2): allowed after delay (a duration counted from the
+// request's arrival; 0 for a refusal).
 func (fx *Effects) DecideAfter(id uint64, allowed bool, delay time.Duration) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed, Delay: delay})
+}
+
+// TakeDecision removes the decision on request id from fx.Decisions and
+// returns it (false when fx holds none): for a strategy that decides a
+// request through its asynchronous path (an ordering buffer with no
+// hold) and answers it synchronously from Request. Ours.
+func (fx *Effects) TakeDecision(id uint64) (Decision, bool) {
+	for i, d := range fx.Decisions {
+		if d.RequestID == id {
+			fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
+			return d, true
+		}
+	}
+	return Decision{}, false
 }
 
 // WakeAt asks to be ticked at time at (or as soon after as the driver can).
@@ -184,7 +199,7 @@ type Remainer interface {
 // share). The live runtime reports the node ready (health, /readyz) only
 // once every rule's strategy is Ready; the simulator does not ask. Ready
 // must not change the strategy; once it has reported true the driver need
-// not ask again.
+// not ask again. Ours (the runtime's readiness, not a seed's).
 type Readier interface {
 	Ready(now time.Duration) bool
 }
@@ -222,7 +237,8 @@ type ShareReporter interface {
 // holds the KeyState: the strategy's (a duration since its driver's epoch)
 // when Snapshot emits it and Restore takes it. The driver converts it to
 // and from the wall clock (cluster: nanoseconds since the Unix epoch), so
-// a snapshot survives a restart whose epoch differs.
+// a snapshot survives a restart whose epoch differs. Ours: the bucket's
+// state of seed 000 §1.1 (level and last update), exported.
 type KeyState struct {
 	Key           string
 	Level         int64 // ticks, 0 <= Level <= Capacity
@@ -265,7 +281,7 @@ func (s KeyState) Validate() error {
 // node's state_dir). Strategies that do not implement it (gdrl, gcounter,
 // tbqueue, adaptive: their state is shares, counters or a queue shared
 // with peers) are not persisted and start fresh after a restart.
-// Deterministic: neither method reads a clock.
+// Deterministic: neither method reads a clock. Ours.
 type Snapshotter interface {
 	// Snapshot calls emit once per key whose bucket is not full at now
 	// (a full bucket equals an absent one), with At = now. It changes no
@@ -285,7 +301,7 @@ type Snapshotter interface {
 // heap their state takes at this node (the buckets of local, static and
 // owner, with Go's map, string and allocation overheads). The live
 // runtime exports it as tokenmesh_state_bytes; StateBytes stays the wire
-// size, the evaluator's metric comparable across strategies.
+// size, the evaluator's metric comparable across strategies. Ours.
 type MemoryReporter interface {
 	// MemoryBytes is the estimated heap taken by this rule's state, bytes.
 	MemoryBytes() int
@@ -293,7 +309,9 @@ type MemoryReporter interface {
 
 // PartitionMode is a rule's split-brain rule: what a side of a partition
 // (or the survivors of a crash, which look the same to them) may admit for
-// the keys it cannot coordinate with the members it lost.
+// the keys it cannot coordinate with the members it lost. Ours (issue 11);
+// conserve applies the static split of seed 000 §1.2 (sum r_l = r,
+// sum b_l = b) to the sides of a partition.
 type PartitionMode uint8
 
 const (
@@ -376,7 +394,7 @@ func TakePartition(p Params) (Params, PartitionMode, error) {
 // For a strategy whose keys have an owner (rendezvous), implementing it
 // takes a few lines: in conserve, a key whose owner is expected but not
 // live is decided from a local bucket of (k/N)(r, b), and a key whose
-// owner is live is forwarded as usual.
+// owner is live is forwarded as usual. Ours (see PartitionMode).
 type Conserver interface {
 	// SetExpected sets the last agreed members (sorted, Self included) at
 	// now.

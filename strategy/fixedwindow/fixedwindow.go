@@ -46,6 +46,8 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // Name is the strategy's registry name.
@@ -55,12 +57,6 @@ const Name = "fixedwindow"
 type counter struct {
 	win   int64
 	count int64
-}
-
-type pending struct {
-	req      strategy.Request
-	owner    strategy.NodeID
-	deadline time.Duration
 }
 
 // FixedWindow is one node of the fixedwindow strategy.
@@ -75,7 +71,7 @@ type FixedWindow struct {
 
 	counts   map[string]*counter
 	keyBytes int
-	pending  map[uint64]*pending
+	pending  map[uint64]*forwarding.Pending // no retransmission: Owner and Deadline only
 	// deadlines holds forwarded request IDs in deadline order (now never
 	// decreases and timeout is fixed, so appending keeps it sorted).
 	deadlines []uint64
@@ -99,7 +95,7 @@ func New(cfg strategy.Config) (*FixedWindow, error) {
 		return nil, fmt.Errorf("fixedwindow: burst %d at rate %d per %v is not a whole window of nanoseconds", cfg.Burst, cfg.Rate.Tokens, cfg.Rate.Per)
 	}
 	f := &FixedWindow{self: cfg.Self, members: slices.Clone(cfg.Members), limit: cfg.Burst, window: time.Duration(w.Int64()),
-		counts: map[string]*counter{}, pending: map[uint64]*pending{}}
+		counts: map[string]*counter{}, pending: map[uint64]*forwarding.Pending{}}
 	var err error
 	if f.align, err = cfg.Params.Duration("align", 0); err != nil {
 		return nil, err
@@ -173,18 +169,18 @@ func (f *FixedWindow) Request(now time.Duration, req strategy.Request, fx *strat
 	if o == f.self {
 		return strategy.Decision{RequestID: req.ID, Allowed: f.count(now, req.Key, req.Tokens)}, true
 	}
-	p := &pending{req: req, deadline: now + f.timeout}
+	p := &forwarding.Pending{Req: req, Deadline: now + f.timeout}
 	f.pending[req.ID] = p
 	f.deadlines = append(f.deadlines, req.ID)
 	f.forward(p, o, fx)
 	return strategy.Decision{}, false
 }
 
-func (f *FixedWindow) forward(p *pending, to strategy.NodeID, fx *strategy.Effects) {
-	p.owner = to
-	fx.WakeAt(p.deadline)
-	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival)}}}))
+func (f *FixedWindow) forward(p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
+	p.Owner = to
+	fx.WakeAt(p.Deadline)
+	fx.Send(to, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival)}}}))
 }
 
 // Receive counts a forwarded request (this node as owner) and answers it,
@@ -208,7 +204,7 @@ func (f *FixedWindow) Receive(now time.Duration, from strategy.NodeID, payload [
 			return fmt.Errorf("fixedwindow: forward from %s: tokens %d must be positive", from, fw.Tokens)
 		}
 		allowed := f.count(now, fw.Key, fw.Tokens)
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
+		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
 			RequestId: fw.RequestId, Allowed: allowed}}}))
 	case *peerv1.OwnerMessage_Verdict:
 		v := b.Verdict
@@ -216,8 +212,8 @@ func (f *FixedWindow) Receive(now time.Duration, from strategy.NodeID, payload [
 		if !ok {
 			return nil // after its timeout
 		}
-		if p.owner != from {
-			return fmt.Errorf("fixedwindow: verdict for request %d from %s, but it was forwarded to %s", v.RequestId, from, p.owner)
+		if p.Owner != from {
+			return fmt.Errorf("fixedwindow: verdict for request %d from %s, but it was forwarded to %s", v.RequestId, from, p.Owner)
 		}
 		delete(f.pending, v.RequestId)
 		fx.Decide(v.RequestId, v.Allowed)
@@ -237,7 +233,7 @@ func (f *FixedWindow) Tick(now time.Duration, fx *strategy.Effects) {
 		if !ok {
 			continue
 		}
-		if p.deadline > now {
+		if p.Deadline > now {
 			break
 		}
 		delete(f.pending, id)
@@ -260,21 +256,14 @@ func (f *FixedWindow) Tick(now time.Duration, fx *strategy.Effects) {
 // SetMembers re-routes, in request ID order, the forwards whose owner left.
 func (f *FixedWindow) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	f.members = append(f.members[:0], members...)
-	var moved []uint64
-	for id, p := range f.pending {
-		if !slices.Contains(members, p.owner) {
-			moved = append(moved, id)
-		}
-	}
-	slices.Sort(moved)
-	for _, id := range moved {
+	for _, id := range forwarding.Orphaned(f.pending, members) {
 		p := f.pending[id]
-		if o := f.owner(p.req.Key); o != f.self {
+		if o := f.owner(p.Req.Key); o != f.self {
 			f.forward(p, o, fx)
 			continue
 		}
 		delete(f.pending, id)
-		fx.Decide(id, f.count(now, p.req.Key, p.req.Tokens))
+		fx.Decide(id, f.count(now, p.Req.Key, p.Req.Tokens))
 	}
 }
 
@@ -283,7 +272,7 @@ func (f *FixedWindow) StateBytes() int {
 	const perCounter, perPending = 16, 40
 	n := f.keyBytes + len(f.counts)*perCounter
 	for _, p := range f.pending {
-		n += perPending + len(p.req.Key)
+		n += perPending + len(p.Req.Key)
 	}
 	return n
 }
@@ -303,11 +292,3 @@ func (f *FixedWindow) Remaining(now time.Duration, key string) (int64, bool) {
 }
 
 var _ strategy.Remainer = (*FixedWindow)(nil)
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("fixedwindow: marshal %T: %v", m, err)) // cannot fail for these message types
-	}
-	return b
-}

@@ -218,14 +218,18 @@ func TestTimeoutAndBadInput(t *testing.T) {
 	}
 }
 
-// FuzzReceive: any payload from a peer is handled or refused, never a panic.
+// FuzzReceive: any payload from a peer is handled or refused, never a
+// panic; a refused one changes no state and sends nothing.
 func FuzzReceive(f *testing.F) {
 	f.Add(mustMarshalForward("k", 1))
 	f.Add([]byte{0x12, 0x02, 0x08, 0x01})
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		n := newFW(t, "n0", []strategy.NodeID{"n0", "n1"}, 3, time.Second)
 		var fx strategy.Effects
-		_ = n.Receive(0, "n1", payload, &fx)
+		before := n.StateBytes()
+		if err := n.Receive(0, "n1", payload, &fx); err != nil && (n.StateBytes() != before || len(fx.Messages)+len(fx.Decisions) != 0) {
+			t.Fatalf("refused payload (%v) changed state or produced effects", err)
+		}
 		if rem, ok := n.Remaining(0, "k"); ok && (rem < 0 || rem > 3) {
 			t.Fatalf("remaining %d", rem)
 		}

@@ -54,3 +54,18 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 	}
 	return nil
 }
+
+// Audit is, for tests, key's pool at now as this node's owner view has
+// it: its level in ticks (o.sh.per ticks a token), the whole tokens in its
+// leases, and whether it has one. It reads a copy: the pool is not
+// advanced (advancing it would change what later late decisions may take,
+// shape.spare).
+func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, ok bool) {
+	p := l.pools[key]
+	if p == nil {
+		return 0, 0, false
+	}
+	cp := *p
+	l.sh.advance(&cp, now)
+	return cp.level, cp.leased, true
+}

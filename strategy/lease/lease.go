@@ -11,8 +11,10 @@
 //     hashing, so its local view is the global view), found as in
 //     strategy/owner (rendezvous.Owner). Forwarded requests carry their
 //     arrival time and the owner decides them in (arrival, ID) order after an
-//     ordering buffer `hold`, as in strategy/owner (not imported: the code
-//     is repeated here).
+//     ordering buffer `hold`, as in strategy/owner (the forwarding record
+//     and the table of remembered forwards are shared with it,
+//     strategy/internal/forwarding and dedupe; the ordering buffer is
+//     lease's own, as it also orders asks and lease releases).
 //   - Leases are the exactly conserved capacity transfers of seeds 001/004
 //     (GDRL: a share moves from one node to another with nothing created or
 //     lost on the way), applied to tokens instead of rates: a grant moves
@@ -137,6 +139,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
@@ -175,16 +180,13 @@ type Lease struct {
 	grants  map[grantID]*grantRec
 	gexpiry *minheap.Heap[grantExp]
 	queue   *minheap.Heap[queued]
-	seen    map[forwardID]*verdict
-	expiry  []expiring
-	seenTTL time.Duration
+	seen    *dedupe.Table[forwardID, *verdict] // forwards received, so that a duplicate is decided once
 
 	// holder side
-	keys     map[string]*holding
-	pending  map[uint64]*pendingReq
-	timers   *minheap.Heap[timer]
-	returns  map[grantID]*returning // keyed by (owner, key, seq)
-	retSweep time.Duration
+	keys    map[string]*holding
+	pending map[uint64]*forwarding.Pending
+	timers  *minheap.Heap[timer]
+	returns map[grantID]*returning // keyed by (owner, key, seq)
 
 	sweepEvery time.Duration
 	nextSweep  time.Duration
@@ -232,15 +234,6 @@ type queued struct {
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
-type pendingReq struct {
-	req      strategy.Request
-	owner    strategy.NodeID
-	sentTo   []strategy.NodeID
-	next     time.Duration
-	deadline time.Duration
-	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
-}
-
 type forwardID struct {
 	origin strategy.NodeID
 	id     uint64
@@ -250,11 +243,6 @@ type verdict struct {
 	decided, allowed bool
 	emptyFor         uint64        // µs
 	delay            time.Duration // waiting mode: the wait after arrival
-}
-
-type expiring struct {
-	at time.Duration
-	id forwardID
 }
 
 // holding is what a holder knows of one key.
@@ -328,8 +316,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l := &Lease{self: cfg.Self, members: slices.Clone(cfg.Members),
 		sh:    shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
 		pools: map[string]*pool{}, grants: map[grantID]*grantRec{}, gexpiry: minheap.New(grantExpLess),
-		queue: minheap.New(queuedLess), seen: map[forwardID]*verdict{},
-		keys: map[string]*holding{}, pending: map[uint64]*pendingReq{}, timers: minheap.New(timerLess),
+		queue: minheap.New(queuedLess),
+		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 	}
 	p := cfg.Params
@@ -387,13 +375,13 @@ func New(cfg strategy.Config) (*Lease, error) {
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
-	l.seenTTL = 2*l.timeout + l.hold + 4*cfg.LatencyHint
+	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
 	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	l.sweepLag = l.timeout + 3*cfg.LatencyHint + l.hold + l.maxSkew
 	if cfg.Rate.Tokens > 0 {
-		l.fillTime = time.Duration(float64(cfg.Burst) / cfg.Rate.PerSec() * float64(time.Second))
+		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
 	return l, nil
 }
@@ -445,13 +433,7 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 			return strategy.Decision{}, false
 		}
 		l.decideDue(now, fx)
-		for i, d := range fx.Decisions {
-			if d.RequestID == req.ID {
-				fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
-				return d, true
-			}
-		}
-		return strategy.Decision{}, false
+		return fx.TakeDecision(req.ID)
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
@@ -468,7 +450,7 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	if req.Arrival+maxWait < h.emptyUntil {
 		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
 	}
-	p := &pendingReq{req: req, deadline: now + l.timeout, maxWait: maxWait}
+	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout, MaxWait: maxWait}
 	l.pending[req.ID] = p
 	l.forward(now, p, l.owner(req.Key), fx)
 	return strategy.Decision{}, false
@@ -576,20 +558,16 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 	h.askNext = min(now+l.retryEvery, h.askDeadline)
 	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
-	fx.Send(h.askTo, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
+	fx.Send(h.askTo, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
 }
 
-func (l *Lease) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
-	p.owner = owner
-	if !slices.Contains(p.sentTo, owner) {
-		p.sentTo = append(p.sentTo, owner)
-	}
-	p.next = min(now+l.retryEvery, p.deadline)
-	l.timers.Push(timer{at: p.next, kind: timerForward, id: p.req.ID})
-	fx.WakeAt(p.next)
-	fx.Send(owner, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.req.ID, Key: p.req.Key, ExtraTokens: p.req.Tokens - 1, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait)}}}))
+func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
+	next := p.SendTo(now, owner, l.retryEvery)
+	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
+	fx.WakeAt(next)
+	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
+		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait)}}}))
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
@@ -663,7 +641,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				emptyFor = uint64(wait / time.Microsecond)
 			}
 		}
-		if v := l.seen[forwardID{q.origin, q.id}]; v != nil {
+		if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
 			v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
 		}
 		sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
@@ -691,12 +669,12 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
-	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
+	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
 		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
 }
 
 func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
+	fx.Send(to, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
 		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs, DelayNs: int64(delay)}}}))
 }
 
@@ -736,17 +714,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return nil // the forwarder has given up on it; its key's bucket may be gone
 		}
 		fid := forwardID{from, f.RequestId}
-		if v, dup := l.seen[fid]; dup {
+		if v, dup := l.seen.Get(fid); dup {
 			if v.decided {
 				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
 			}
 			return nil
 		}
-		l.seen[fid] = &verdict{}
-		l.expiry = append(l.expiry, expiring{at: now + l.seenTTL, id: fid})
-		if len(l.expiry) == 1 {
-			fx.WakeAt(now + l.seenTTL)
-		}
+		l.seen.Add(now, fid, &verdict{}, fx)
 		arr := min(time.Duration(f.ArrivalNs), now)
 		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait)})
 		fx.WakeAt(max(arr+l.hold, now))
@@ -814,7 +788,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
 			fx.WakeAt(now + l.hold)
 		}
-		fx.Send(from, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+		fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -824,21 +798,21 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
 		}
-		if !slices.Contains(p.sentTo, from) {
-			return fmt.Errorf("lease: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
+		if err := p.CheckFrom(from); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.req.Arrival) + p.maxWait
+		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.Req.Arrival) + p.MaxWait
 		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
 			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
 		}
-		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
-			return fmt.Errorf("lease: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
-		until := p.req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
+		until := p.Req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
 		delete(l.pending, v.RequestId)
 		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
 		if !v.Allowed && v.EmptyForUs > 0 {
-			h := l.holding(p.req.Key)
+			h := l.holding(p.Req.Key)
 			h.emptyUntil = max(h.emptyUntil, until)
 		}
 	case *peerv1.LeaseMessage_Grant:
@@ -914,11 +888,11 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		switch t.kind {
 		case timerForward:
 			p, ok := l.pending[t.id]
-			if !ok || p.next != t.at {
+			if !ok || p.Next != t.at {
 				continue
 			}
-			if now < p.deadline {
-				l.forward(now, p, p.owner, fx)
+			if now < p.Deadline {
+				l.forward(now, p, p.Owner, fx)
 				continue
 			}
 			delete(l.pending, t.id)
@@ -985,15 +959,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	if l.gexpiry.Len() > 0 {
 		fx.WakeAt(l.gexpiry.Peek().at)
 	}
-	n := 0
-	for n < len(l.expiry) && l.expiry[n].at <= now {
-		delete(l.seen, l.expiry[n].id)
-		n++
-	}
-	l.expiry = l.expiry[n:]
-	if n > 0 && len(l.expiry) > 0 {
-		fx.WakeAt(l.expiry[0].at)
-	}
+	l.seen.Expire(now, fx)
 	if now >= l.nextSweep {
 		l.sweep(now)
 		l.nextSweep = now + l.sweepEvery
@@ -1006,7 +972,7 @@ func (l *Lease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) 
 	r.next = min(now+l.retryEvery, r.deadline)
 	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
 	fx.WakeAt(r.next)
-	fx.Send(id.node, mustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
+	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
 		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
 }
 
@@ -1059,22 +1025,15 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			delete(l.pools, key)
 		}
 	}
-	var moved []uint64
-	for id, p := range l.pending {
-		if !slices.Contains(members, p.owner) {
-			moved = append(moved, id)
-		}
-	}
-	slices.Sort(moved)
-	for _, id := range moved {
+	for _, id := range forwarding.Orphaned(l.pending, members) {
 		p := l.pending[id]
-		if o := l.owner(p.req.Key); o != l.self {
+		if o := l.owner(p.Req.Key); o != l.self {
 			l.forward(now, p, o, fx)
 			continue
 		}
 		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.req.Arrival, id: p.req.ID, key: p.req.Key, tokens: p.req.Tokens, maxWait: p.maxWait})
-		fx.WakeAt(max(p.req.Arrival+l.hold, now))
+		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait})
+		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
 	}
 	for _, h := range l.keys {
 		if h.asking && !slices.Contains(members, h.askTo) {
@@ -1100,28 +1059,9 @@ func (l *Lease) StateBytes() int {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range l.pending {
-		n += perRequest + len(p.req.Key)
+		n += perRequest + len(p.Req.Key)
 	}
-	return n + len(l.seen)*perSeen
-}
-
-// Audit is, for tests: the whole tokens (level, leased) of key's pool at
-// now as this node's owner view has it, and whether it has one.
-func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, ok bool) {
-	p := l.pools[key]
-	if p == nil {
-		return 0, 0, false
-	}
-	l.sh.advance(p, now)
-	return p.level, p.leased, true
-}
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("lease: marshal %T: %v", m, err))
-	}
-	return b
+	return n + l.seen.Len()*perSeen
 }
 
 func queuedLess(a, b queued) bool {

@@ -124,12 +124,3 @@ func (o *Owner) conserveRemaining(now time.Duration, key string, rem int64) int6
 	}
 	return rem
 }
-
-// subOf is the index of key's (sub-)bucket table.
-func (o *Owner) subOf(key string) int {
-	i, err := o.subIndex(key)
-	if err != nil {
-		return 0
-	}
-	return i
-}

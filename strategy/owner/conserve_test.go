@@ -86,3 +86,24 @@ func TestConserveScalesTheSide(t *testing.T) {
 		}
 	}
 }
+
+// TestConserveChargesTheKeysBucket: what a side admits under conserve is
+// taken from the key's own bucket too (the one replicated and merged at
+// the heal), so when the missing members stop being expected the node
+// continues from what is left of it, not from a full bucket: 3 of 9 taken
+// at the cut leave 6 (TestConserveScalesTheSide cannot tell, its bucket
+// refills to the burst before it looks).
+func TestConserveChargesTheKeysBucket(t *testing.T) {
+	o := conserveNode(t, strategy.PartitionConserve)
+	var id uint64
+	fx := &strategy.Effects{}
+	o.SetMembers(time.Second, []strategy.NodeID{"n0"}, fx)
+	o.SetExpected(time.Second, members, fx)
+	if got := admitted(o, "k", time.Second, 20, &id); got != 3 {
+		t.Fatalf("admitted %d at the cut, want 3 (a third of the burst)", got)
+	}
+	o.SetExpected(time.Second, []strategy.NodeID{"n0"}, fx)
+	if got := admitted(o, "k", time.Second, 20, &id); got != 6 {
+		t.Fatalf("admitted %d once the others were dropped, want 6 (9 less the 3 the side took)", got)
+	}
+}

@@ -11,17 +11,21 @@ const (
 )
 
 // MemoryBytes estimates the heap this node's owner state takes, in bytes
-// (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes) and
-// the requests it holds, with their keys.
+// (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes of
+// every split sub-bucket table and of the on_timeout=local fallback table,
+// as StateBytes counts them) and the requests it holds, with their keys.
 func (o *Owner) MemoryBytes() int {
-	n := o.table.MemoryBytes()
+	n := o.local.MemoryBytes()
+	for _, t := range o.tables {
+		n += t.MemoryBytes()
+	}
 	for _, q := range o.queue.Items() {
 		n += queuedMemBytes + len(q.key)
 	}
 	for _, p := range o.pending {
-		n += pendingMemBytes + len(p.req.Key)
+		n += pendingMemBytes + len(p.Req.Key)
 	}
-	return n + len(o.seen)*seenMemBytes
+	return n + o.seen.Len()*seenMemBytes
 }
 
 var _ strategy.MemoryReporter = (*Owner)(nil)

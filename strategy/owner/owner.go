@@ -136,6 +136,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -172,7 +175,7 @@ const (
 	maxLevelsPerMessage = 256
 	maxLevelsAccepted   = 4096
 	// maxCharges bounds the fallback admissions waiting to be charged to
-	// their owners; beyond it the oldest are dropped (and counted).
+	// their owners; beyond it the oldest are dropped (never charged).
 	maxCharges = 1 << 16
 )
 
@@ -213,16 +216,13 @@ type Owner struct {
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
-	queue    *minheap.Heap[queued]   // requests waiting for their turn at this node as owner, by (arrival, ID)
-	pending  map[uint64]*pendingReq  // requests this node forwarded, by ID
-	timeouts *minheap.Heap[deadline] // pending IDs by next retry or deadline (stale entries skipped)
+	queue    *minheap.Heap[queued]          // requests waiting for their turn at this node as owner, by (arrival, ID)
+	pending  map[uint64]*forwarding.Pending // requests this node forwarded, by ID
+	timeouts *minheap.Heap[deadline]        // pending IDs by next retry or deadline (stale entries skipped)
 
 	// seen remembers the forwards this node received as owner, so that a
-	// retransmission or a duplicate is decided once; expiry lists them in
-	// the order they expire (a constant TTL after receipt).
-	seen    map[forwardID]*verdict
-	expiry  []expiring
-	seenTTL time.Duration
+	// retransmission or a duplicate is decided once.
+	seen *dedupe.Table[forwardID, *verdict]
 
 	dirty  map[string]bool // keys decided as primary since the last sync
 	syncAt time.Duration   // the sync wake-up asked for; -1: none
@@ -231,12 +231,11 @@ type Owner struct {
 
 	// charges are fallback admissions not yet acknowledged by an owner,
 	// by request ID; chargeOrder lists them oldest first (stale skipped).
-	charges       map[uint64]*charge
-	chargeOrder   []chargeAt
-	chargesTo     map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
-	flushedAt     map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
-	chargeTTL     time.Duration
-	chargeDropped int64
+	charges     map[uint64]*charge
+	chargeOrder []chargeAt
+	chargesTo   map[strategy.NodeID]map[uint64]bool // charge IDs by the node they were last sent to
+	flushedAt   map[strategy.NodeID]time.Duration   // when the charges to a node were last sent again
+	chargeTTL   time.Duration
 
 	changedAt   time.Duration // the last membership change (or a joiner's start); -1: none
 	prevMembers []strategy.NodeID
@@ -264,15 +263,6 @@ type queued struct {
 	tokens  int64
 	origin  strategy.NodeID
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
-}
-
-type pendingReq struct {
-	req      strategy.Request
-	owner    strategy.NodeID   // where the last attempt went
-	sentTo   []strategy.NodeID // every node it was forwarded to: each may answer
-	next     time.Duration     // next retransmission, or the deadline
-	deadline time.Duration
-	maxWait  time.Duration // waiting mode (RequestWait); 0: drop mode
 }
 
 type charge struct {
@@ -304,11 +294,6 @@ type verdict struct {
 	decided, allowed bool
 	delay            time.Duration // waiting mode: the wait after arrival
 	charged          bool          // a charge for this request was taken
-}
-
-type expiring struct {
-	at time.Duration
-	id forwardID
 }
 
 // New builds a node. Parameters (durations as "100ms"):
@@ -349,7 +334,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, err
 	}
 	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
-		pending: map[uint64]*pendingReq{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
+		pending: map[uint64]*forwarding.Pending{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
 		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
 		charges: map[uint64]*charge{}, chargesTo: map[strategy.NodeID]map[uint64]bool{}, flushedAt: map[strategy.NodeID]time.Duration{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
 	if len(o.members) == 0 {
@@ -423,8 +408,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
-	o.seen = map[forwardID]*verdict{}
-	o.seenTTL = 2*o.timeout + o.hold + 4*cfg.LatencyHint
+	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = max(30*time.Second, 10*o.timeout)
 	o.resend = o.timeout
 	if err := cfg.Params.Check("owner"); err != nil {
@@ -496,7 +480,7 @@ func (o *Owner) localShare() (bucket.Rate, int64, error) {
 func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
-		o.prevMembers = slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		o.prevMembers = o.others()
 	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
@@ -533,13 +517,7 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	// (so, unlike enqueue, it asks for no wake-up).
 	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
 	o.decideDue(now, fx)
-	for i, d := range fx.Decisions {
-		if d.RequestID == req.ID {
-			fx.Decisions = slices.Delete(fx.Decisions, i, i+1)
-			return d, true
-		}
-	}
-	return strategy.Decision{}, false
+	return fx.TakeDecision(req.ID)
 }
 
 // capWait bounds a max wait to [0, the time the rule's rate takes to
@@ -550,8 +528,7 @@ func (o *Owner) capWait(maxWait time.Duration) time.Duration {
 	if maxWait == 0 || o.rate.Tokens == 0 {
 		return 0
 	}
-	fill := time.Duration(float64(o.burst) / o.rate.PerSec() * float64(time.Second))
-	return min(maxWait, fill, MaxWait)
+	return min(maxWait, buckets.FillTime(o.rate, o.burst), MaxWait)
 }
 
 // primary is key's deciding node in this node's view.
@@ -571,7 +548,7 @@ func (o *Owner) route(now time.Duration, req strategy.Request, maxWait time.Dura
 	if until, ok := o.suspect[owner]; ok && now < until {
 		return o.fallback(now, req, owner, fx), true
 	}
-	p := &pendingReq{req: req, deadline: now + o.timeout, maxWait: maxWait}
+	p := &forwarding.Pending{Req: req, Deadline: now + o.timeout, MaxWait: maxWait}
 	o.pending[req.ID] = p
 	o.forward(now, p, owner, fx)
 	return false, false
@@ -585,16 +562,12 @@ func (o *Owner) owns(key string) bool {
 
 // forward sends p to owner and schedules its next retransmission (or its
 // deadline).
-func (o *Owner) forward(now time.Duration, p *pendingReq, owner strategy.NodeID, fx *strategy.Effects) {
-	p.owner = owner
-	if !slices.Contains(p.sentTo, owner) {
-		p.sentTo = append(p.sentTo, owner)
-	}
-	p.next = min(now+o.retryEvery, p.deadline)
-	o.timeouts.Push(deadline{at: p.next, id: p.req.ID})
-	fx.WakeAt(p.next)
-	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.req.ID, Key: p.req.Key, Tokens: p.req.Tokens, ArrivalNs: int64(p.req.Arrival), MaxWaitNs: int64(p.maxWait),
+func (o *Owner) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
+	next := p.SendTo(now, owner, o.retryEvery)
+	o.timeouts.Push(deadline{at: next, id: p.Req.ID})
+	fx.WakeAt(next)
+	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait),
 	}}}))
 }
 
@@ -644,7 +617,6 @@ func (o *Owner) dropOldestCharge() {
 		o.chargeOrder = o.chargeOrder[1:]
 		if _, ok := o.charges[c.id]; ok {
 			o.dropCharge(c.id)
-			o.chargeDropped++
 			return
 		}
 	}
@@ -653,11 +625,16 @@ func (o *Owner) dropOldestCharge() {
 // dropCharge forgets charge id (acknowledged, expired or dropped).
 func (o *Owner) dropCharge(id uint64) {
 	if c, ok := o.charges[id]; ok {
-		delete(o.chargesTo[c.owner], id)
-		if len(o.chargesTo[c.owner]) == 0 {
-			delete(o.chargesTo, c.owner)
-		}
+		o.unlistCharge(c)
 		delete(o.charges, id)
+	}
+}
+
+// unlistCharge takes c out of chargesTo for the node it was last sent to.
+func (o *Owner) unlistCharge(c *charge) {
+	delete(o.chargesTo[c.owner], c.req.ID)
+	if len(o.chargesTo[c.owner]) == 0 {
+		delete(o.chargesTo, c.owner)
 	}
 }
 
@@ -688,10 +665,7 @@ func (o *Owner) flushCharges(now time.Duration, from strategy.NodeID, fx *strate
 func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, fx *strategy.Effects) {
 	c.sentAt = now
 	if c.owner != "" {
-		delete(o.chargesTo[c.owner], c.req.ID)
-		if len(o.chargesTo[c.owner]) == 0 {
-			delete(o.chargesTo, c.owner)
-		}
+		o.unlistCharge(c)
 	}
 	if o.chargesTo[owner] == nil {
 		o.chargesTo[owner] = map[uint64]bool{}
@@ -701,7 +675,7 @@ func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, 
 	if !slices.Contains(c.sentTo, owner) {
 		c.sentTo = append(c.sentTo, owner)
 	}
-	fx.Send(owner, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
 	}}}))
 }
@@ -741,7 +715,7 @@ func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool
 		return false
 	}
 	var await []strategy.NodeID
-	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	others := o.others()
 	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
 		for _, m := range o.replicasOf(q.key, view) {
 			// Only live members can answer; a previous holder that is
@@ -757,7 +731,7 @@ func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool
 	slices.Sort(await)
 	f := &fetch{waiting: []queued{q}, await: await, deadline: now + o.timeout}
 	o.fetching[q.key] = f
-	msg := mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
+	msg := wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
 	for _, m := range await {
 		fx.Send(m, msg)
 	}
@@ -790,7 +764,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		if o.fetchFor(now, q, fx) {
 			continue
 		}
-		v := o.seen[forwardID{q.origin, q.id, q.key}]
+		v, _ := o.seen.Get(forwardID{q.origin, q.id, q.key})
 		if v != nil && v.charged { // answered and charged already: acknowledge
 			v.decided, v.allowed = true, true
 			sendVerdict(q.origin, q.id, true, 0, fx)
@@ -818,7 +792,7 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 		// Leave shipped this key's level already, and the next owners
 		// take over as soon as they learn of the leave: ship every later
 		// change at once, not at the next sync.
-		others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+		others := o.others()
 		o.shipLevels([]string{key}, func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, false, fx)
 		return
 	}
@@ -833,7 +807,7 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 }
 
 func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
+	fx.Send(to, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
 		RequestId: id, Allowed: allowed, DelayNs: int64(delay),
 	}}}))
 }
@@ -869,11 +843,11 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if !ok {
 			return nil // a duplicate, or the answer after a timeout
 		}
-		if !slices.Contains(p.sentTo, from) {
-			return fmt.Errorf("owner: verdict for request %d from %s, but it was forwarded to %v", v.RequestId, from, p.sentTo)
+		if err := p.CheckFrom(from); err != nil {
+			return fmt.Errorf("owner: %w", err)
 		}
-		if v.DelayNs < 0 || v.DelayNs > int64(p.maxWait) || (v.DelayNs > 0 && !v.Allowed) {
-			return fmt.Errorf("owner: verdict for request %d from %s: delay_ns %d outside [0, max wait %v] (allowed %v)", v.RequestId, from, v.DelayNs, p.maxWait, v.Allowed)
+		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
+			return fmt.Errorf("owner: %w", err)
 		}
 		delete(o.pending, v.RequestId)
 		delete(o.suspect, from)
@@ -911,7 +885,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return fmt.Errorf("owner: forward from %s: %w", from, err)
 	}
 	fid := forwardID{from, f.RequestId, f.Key}
-	if v, dup := o.seen[fid]; dup {
+	if v, dup := o.seen.Get(fid); dup {
 		if f.Charge && !v.charged && !(v.decided && v.allowed) {
 			// The forwarder answered this request itself after a
 			// timeout and admitted it, while this node refused it (or
@@ -935,24 +909,16 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	arrival := time.Duration(f.ArrivalNs)
 	if f.Charge {
 		o.debit(f.Key, arrival, f.Tokens)
-		o.remember(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
+		o.seen.Add(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
 		if o.owns(f.Key) {
 			o.markDirty(now, f.Key, fx)
 		}
 		sendVerdict(from, f.RequestId, true, 0, fx)
 		return nil
 	}
-	o.remember(now, fid, &verdict{}, fx)
+	o.seen.Add(now, fid, &verdict{}, fx)
 	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
 	return nil
-}
-
-func (o *Owner) remember(now time.Duration, fid forwardID, v *verdict, fx *strategy.Effects) {
-	o.seen[fid] = v
-	o.expiry = append(o.expiry, expiring{at: now + o.seenTTL, id: fid})
-	if len(o.expiry) == 1 {
-		fx.WakeAt(now + o.seenTTL)
-	}
 }
 
 func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
@@ -975,11 +941,7 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 		}
 		ls = append(ls, l)
 	}
-	for len(ls) > 0 {
-		n := min(len(ls), maxLevelsPerMessage)
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}))
-		ls = ls[n:]
-	}
+	o.sendLevels(from, ls, false, fx)
 	return nil
 }
 
@@ -1026,7 +988,7 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		}
 	}
 	if ls.Seq != 0 {
-		fx.Send(from, mustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
+		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
 	}
 	return nil
 }
@@ -1055,20 +1017,31 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 	}
 	slices.Sort(peers)
 	for _, p := range peers {
-		ls := per[p]
-		for len(ls) > 0 {
-			n := min(len(ls), maxLevelsPerMessage)
-			msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
-			if ack {
-				o.nextSeq++
-				msg.GetLevels().Seq = o.nextSeq
-				o.unacked[o.nextSeq] = msg
-				o.ackTo[o.nextSeq] = p
-			}
-			fx.Send(p, mustMarshal(msg))
-			ls = ls[n:]
-		}
+		o.sendLevels(p, per[p], ack, fx)
 	}
+}
+
+// sendLevels sends ls to p in messages of at most maxLevelsPerMessage
+// levels; with ack, each message gets a seq and is kept until p
+// acknowledges it (Leave).
+func (o *Owner) sendLevels(p strategy.NodeID, ls []*peerv1.OwnerLevel, ack bool, fx *strategy.Effects) {
+	for len(ls) > 0 {
+		n := min(len(ls), maxLevelsPerMessage)
+		msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
+		if ack {
+			o.nextSeq++
+			msg.GetLevels().Seq = o.nextSeq
+			o.unacked[o.nextSeq] = msg
+			o.ackTo[o.nextSeq] = p
+		}
+		fx.Send(p, wire.MustMarshal(msg))
+		ls = ls[n:]
+	}
+}
+
+// others is a fresh copy of the current members less this node.
+func (o *Owner) others() []strategy.NodeID {
+	return slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
 }
 
 // replicasOf returns key's first K nodes in rendezvous order among members.
@@ -1097,27 +1070,19 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
 		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
-		if !ok || p.next != d.at {
+		if !ok || p.Next != d.at {
 			continue // answered, or rescheduled
 		}
-		if now < p.deadline {
-			o.forward(now, p, p.owner, fx) // no verdict yet: send again
+		if now < p.Deadline {
+			o.forward(now, p, p.Owner, fx) // no verdict yet: send again
 			continue
 		}
 		delete(o.pending, d.id)
-		o.suspect[p.owner] = now + o.suspectFor
-		fx.Decide(d.id, o.fallback(now, p.req, p.owner, fx))
+		o.suspect[p.Owner] = now + o.suspectFor
+		fx.Decide(d.id, o.fallback(now, p.Req, p.Owner, fx))
 	}
+	o.seen.Expire(now, fx)
 	n := 0
-	for n < len(o.expiry) && o.expiry[n].at <= now {
-		delete(o.seen, o.expiry[n].id)
-		n++
-	}
-	o.expiry = o.expiry[n:]
-	if n > 0 && len(o.expiry) > 0 {
-		fx.WakeAt(o.expiry[0].at)
-	}
-	n = 0
 	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
 		o.dropCharge(o.chargeOrder[n].id)
 		n++
@@ -1161,7 +1126,7 @@ func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
 	}
 	slices.Sort(seqs)
 	for _, s := range seqs {
-		fx.Send(o.ackTo[s], mustMarshal(o.unacked[s]))
+		fx.Send(o.ackTo[s], wire.MustMarshal(o.unacked[s]))
 	}
 	o.resend = now + o.retryEvery
 	fx.WakeAt(o.resend)
@@ -1199,21 +1164,14 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			delete(o.dirty, k)
 		}
 	}
-	var moved []uint64
-	for id, p := range o.pending {
-		if !slices.Contains(members, p.owner) {
-			moved = append(moved, id)
-		}
-	}
-	slices.Sort(moved)
-	for _, id := range moved {
+	for _, id := range forwarding.Orphaned(o.pending, members) {
 		p := o.pending[id]
-		if owner := o.primary(p.req.Key); owner != o.self && owner != "" {
+		if owner := o.primary(p.Req.Key); owner != o.self && owner != "" {
 			o.forward(now, p, owner, fx)
 			continue
 		}
 		delete(o.pending, id) // this node owns the key now
-		if allowed, decided := o.route(now, p.req, p.maxWait, fx); decided {
+		if allowed, decided := o.route(now, p.Req, p.MaxWait, fx); decided {
 			fx.Decide(id, allowed)
 		}
 	}
@@ -1245,7 +1203,7 @@ func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	o.leaving = true
-	others := slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
+	others := o.others()
 	if len(others) == 0 {
 		return
 	}
@@ -1273,7 +1231,7 @@ func (o *Owner) StateBytes() int {
 		n += perRequest + len(q.key)
 	}
 	for _, p := range o.pending {
-		n += perRequest + len(p.req.Key)
+		n += perRequest + len(p.Req.Key)
 	}
 	for _, c := range o.charges {
 		n += perRequest + len(c.req.Key)
@@ -1282,7 +1240,7 @@ func (o *Owner) StateBytes() int {
 		n += len(k) + len(f.waiting)*perRequest
 	}
 	const perSeen = 16 // request ID and verdict, with the origin's index, plus the key
-	for id := range o.seen {
+	for id := range o.seen.IDs() {
 		n += perSeen + len(id.key)
 	}
 	return n + len(o.dirty)*8
@@ -1333,11 +1291,15 @@ func (o *Owner) subIndex(key string) (int, error) {
 	return i, nil
 }
 
-// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
-func (o *Owner) tab(key string) *buckets.Table {
+// subOf is the index of key's (sub-)bucket table; key is one subIndex
+// accepts (0 otherwise).
+func (o *Owner) subOf(key string) int {
 	i, _ := o.subIndex(key)
-	return o.tables[i]
+	return i
 }
+
+// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
+func (o *Owner) tab(key string) *buckets.Table { return o.tables[o.subOf(key)] }
 
 // sortedKeys is every key of every table, sorted.
 func (o *Owner) sortedKeys() []string {
@@ -1350,14 +1312,6 @@ func (o *Owner) sortedKeys() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("owner: marshal %T: %v", m, err)) // cannot fail for these message types
-	}
-	return b
 }
 
 func queuedLess(a, b queued) bool {

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,6 +73,9 @@ func TestLevelsRefused(t *testing.T) {
 		&peerv1.OwnerLevel{Key: "b", LevelTicks: -2 * tick1, AtNs: 0}), fx); err != nil {
 		t.Fatal(err)
 	}
+	if o.table.Len() != 2 {
+		t.Fatalf("levels at the bounds: %d keys held, want both merged", o.table.Len())
+	}
 }
 
 // Merge rule: a level meets the node's own; the more consumed wins,
@@ -116,7 +120,7 @@ func TestReplicaContinuesAfterPrimaryLeaves(t *testing.T) {
 			t.Fatalf("request %d: %v %v", i, d, ok)
 		}
 	}
-	if len(fx.Messages) != 0 || !containsTime(fx.Wakeups, 10*time.Millisecond) {
+	if len(fx.Messages) != 0 || !slices.Contains(fx.Wakeups, 10*time.Millisecond) {
 		t.Fatalf("decisions sent %d messages at once and asked for wake-ups %v, want the sync at 10ms", len(fx.Messages), fx.Wakeups)
 	}
 	fx.Reset()
@@ -156,15 +160,6 @@ func TestReplicaContinuesAfterPrimaryLeaves(t *testing.T) {
 	if d, ok := r.Request(time.Second, strategy.Request{ID: 10, Key: key, Tokens: 1, Arrival: time.Second}, fx); !ok || !d.Allowed {
 		t.Fatalf("new primary at 1s: %v %v, want one token refilled", d, ok)
 	}
-}
-
-func containsTime(ts []time.Duration, at time.Duration) bool {
-	for _, t := range ts {
-		if t == at {
-			return true
-		}
-	}
-	return false
 }
 
 // A forward whose (origin, ID) is remembered with another key is a new
@@ -531,6 +526,17 @@ func TestChargeResentWhenOwnerAnswers(t *testing.T) {
 	fx.Reset()
 	if err := f.Receive(time.Second+2*time.Millisecond, "n0", verdict, fx); err != nil || len(fx.Messages) != 0 {
 		t.Fatalf("a second answer: %d messages, %v", len(fx.Messages), err)
+	}
+	// That one was a duplicate, dropped before the charges are looked at;
+	// a verdict for another pending request reaches them, and within the
+	// timeout sends nothing again either.
+	if _, ok := f.Request(time.Second+2*time.Millisecond, strategy.Request{ID: 3, Key: key, Tokens: 1, Arrival: time.Second + 2*time.Millisecond}, fx); ok {
+		t.Fatal("request 3 decided locally, want forwarded")
+	}
+	verdict3, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 3, Allowed: true}}})
+	fx.Reset()
+	if err := f.Receive(time.Second+2*time.Millisecond, "n0", verdict3, fx); err != nil || len(fx.Messages) != 0 || len(fx.Decisions) != 1 {
+		t.Fatalf("an answer to another request within the timeout: %d messages, %d decisions, %v; want no charge resent, request 3 decided", len(fx.Messages), len(fx.Decisions), err)
 	}
 	ack, _ := proto.Marshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{RequestId: 1, Allowed: true}}})
 	if err := f.Receive(time.Second+3*time.Millisecond, "n0", ack, fx); err != nil || len(f.charges) != 0 || len(f.chargesTo) != 0 {

@@ -36,3 +36,25 @@ func TestSnapshotOwnedKeysOnly(t *testing.T) {
 		t.Fatalf("restored %s: Remaining %d (known %v), want 0", mine, rem, ok)
 	}
 }
+
+// TestMemoryBytesCountsEverySubTable: with split=K a key's sub-buckets are
+// spread over K tables; MemoryBytes grows with buckets in any of them, not
+// only in the first.
+func TestMemoryBytesCountsEverySubTable(t *testing.T) {
+	o := newNode(t, "n0", "hold=0", "split=2")
+	var fx strategy.Effects
+	o.SetMembers(0, []strategy.NodeID{"n0"}, &fx) // alone: owns every sub-key
+	before := o.MemoryBytes()
+	for id := uint64(1); id <= 2; id++ { // request ID mod 2 picks the sub-bucket: one in each table
+		if d, ok := o.Request(0, strategy.Request{ID: id, Key: "k", Tokens: 1}, &fx); !ok || !d.Allowed {
+			t.Fatalf("request %d: %+v decided=%v, want allowed at once", id, d, ok)
+		}
+	}
+	if o.tables[1].Len() != 1 {
+		t.Fatalf("table 1 holds %d keys, want 1", o.tables[1].Len())
+	}
+	// one key in a table: 8 map slots of 25 B, a 48 B bucket, an 8 B key
+	if got, want := o.MemoryBytes(), before+2*(8*25+48+8); got < want {
+		t.Fatalf("MemoryBytes = %d after a bucket in each of 2 tables, want at least %d", got, want)
+	}
+}

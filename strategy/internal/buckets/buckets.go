@@ -164,8 +164,14 @@ func SweepInterval(rate bucket.Rate, burst int64) time.Duration {
 	if rate.Tokens == 0 {
 		return time.Minute
 	}
-	d := time.Duration(float64(burst) / rate.PerSec() * float64(time.Second))
-	return min(max(d, time.Second), time.Minute)
+	return min(max(FillTime(rate, burst), time.Second), time.Minute)
+}
+
+// FillTime is the time rate takes to refill burst tokens from empty
+// (b/r, a duration; computed in float64, rounding toward zero to the
+// nanosecond). rate.Tokens must be above 0. Ours.
+func FillTime(rate bucket.Rate, burst int64) time.Duration {
+	return time.Duration(float64(burst) / rate.PerSec() * float64(time.Second))
 }
 
 // Whole is the whole tokens b holds at now (rounded down, clamped to

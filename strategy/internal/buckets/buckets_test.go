@@ -45,3 +45,24 @@ func TestRemainingCreatesNothing(t *testing.T) {
 		t.Fatalf("Remaining = %d, want 3", got)
 	}
 }
+
+// TestDeleteForgetsKeyBytes: Delete takes the key's bytes out of both
+// StateBytes and MemoryBytes, so a table whose keys were deleted reports
+// what an empty table of the same peak does (no drift upward).
+func TestDeleteForgetsKeyBytes(t *testing.T) {
+	tb, err := New(bucket.Rate{Tokens: 1, Per: time.Second}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := tb.MemoryBytes()
+	tb.Get("a-key-of-forty-bytes-0123456789abcdefghi", 0)
+	if tb.StateBytes() == 0 || tb.MemoryBytes() <= empty {
+		t.Fatalf("one key: StateBytes %d, MemoryBytes %d; want both above an empty table's", tb.StateBytes(), tb.MemoryBytes())
+	}
+	slots := tb.MemoryBytes() - bucketAllocBytes - allocBytes(40) // the map's slots, kept after a delete
+	tb.Delete("a-key-of-forty-bytes-0123456789abcdefghi")
+	tb.Delete("absent")
+	if tb.Len() != 0 || tb.StateBytes() != 0 || tb.MemoryBytes() != slots {
+		t.Fatalf("after Delete: %d keys, StateBytes %d, MemoryBytes %d; want 0, 0, %d (the map's slots only)", tb.Len(), tb.StateBytes(), tb.MemoryBytes(), slots)
+	}
+}

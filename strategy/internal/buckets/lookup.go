@@ -13,11 +13,13 @@ func (t *Table) Lookup(key string) (*bucket.Bucket, bool) {
 	return b, ok
 }
 
-// Delete drops key's bucket, if any.
+// Delete drops key's bucket, if any, and its share of StateBytes and
+// MemoryBytes.
 func (t *Table) Delete(key string) {
 	if _, ok := t.m[key]; ok {
 		delete(t.m, key)
 		t.keyBytes -= len(key)
+		t.keyAlloc -= allocBytes(len(key))
 	}
 }
 

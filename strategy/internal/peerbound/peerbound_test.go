@@ -43,10 +43,9 @@ func TestTokensCoversBucket(t *testing.T) {
 			t.Skip(err)
 		}
 		now, admitted := start, int64(0)
-		for i := range rapid.IntRange(1, 50).Draw(t, "n") {
+		for range rapid.IntRange(1, 50).Draw(t, "n") {
 			now += time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "dt"))
 			n := rapid.Int64Range(1, b).Draw(t, "want")
-			_ = i
 			if bk.AllowN(now, n) {
 				admitted += n
 			}
