@@ -29,7 +29,9 @@ func stateBytesUncached(g *GCounter) int {
 	return n
 }
 
-// The cached StateBytes equals the uncached one after any sequence of
+// The cached StateBytes equals the uncached one, and every bucket's
+// pending count is the number of delta states holding its key, after any
+// sequence of
 // requests, merges, gossip rounds, sweeps and membership changes: every
 // change of a bucket clears its cached size, and every delta state that
 // gains, sends or drops a key counts it in the bucket's pending count.
@@ -84,6 +86,17 @@ func TestStateBytesCacheExact(t *testing.T) {
 			for _, n := range nodes {
 				if got, want := n.StateBytes(), stateBytesUncached(n); got != want {
 					t.Fatalf("step %d: %s StateBytes %d, uncached %d", s, n.self, got, want)
+				}
+				for k, b := range n.state {
+					held := 0
+					for _, keys := range n.delta {
+						if _, ok := keys[k]; ok {
+							held++
+						}
+					}
+					if b.pending != held {
+						t.Fatalf("step %d: %s key %s pending %d, in %d delta states", s, n.self, k, b.pending, held)
+					}
 				}
 			}
 		}
