@@ -689,7 +689,7 @@ func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
 func (g *GCounter) sweep(now time.Duration) int {
 	dropped := 0
 	for k, b := range g.state {
-		if now-b.touched < g.idle || !g.full(b, now) || g.pending(k) {
+		if now-b.touched < g.idle || !g.full(b, now) || b.pending > 0 {
 			continue
 		}
 		delete(g.state, k)
@@ -704,16 +704,6 @@ func (g *GCounter) full(b *bucketState, now time.Duration) bool {
 	c := *b
 	g.refill(&c, now)
 	return c.limit == c.consumed+g.cap() && c.frac == 0
-}
-
-// pending reports whether key is in some neighbour's delta state.
-func (g *GCounter) pending(key string) bool {
-	for _, keys := range g.delta {
-		if _, ok := keys[key]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 func (g *GCounter) gossipOnce(fx *strategy.Effects) {
@@ -873,11 +863,6 @@ func bodySize(key string, b *bucketState) int {
 		b.size = bucketBodySize(key, b)
 	}
 	return b.size
-}
-
-// computeBucketSize is bucketSize without the cache.
-func computeBucketSize(key string, b *bucketState) int {
-	return protowire.SizeTag(1) + protowire.SizeBytes(bucketBodySize(key, b))
 }
 
 // entrySize is the size of a GCounterEntry's body.
