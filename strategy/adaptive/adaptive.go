@@ -645,7 +645,8 @@ var (
 	_ strategy.Conserver     = (*Adaptive)(nil)
 )
 
-// SetExpected records the last agreed members (strategy.Conserver). Under
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation). Under
 // conserve, when they change the static split is recomputed over them and
 // the live members; applied shares are kept (a member that stopped being
 // expected frees its share only at the next epoch, as a leave does), and

@@ -330,8 +330,12 @@ func (g *GCounter) clamp(b *bucketState) {
 	}
 }
 
-// SetExpected records the last agreed members (strategy.Conserver) and,
-// under conserve, rescales.
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation). Under conserve, with k
+// of those N members in view, every key is refilled to now at the old
+// scale, and its limit is clamped to consumed + floor(k/N * burst) tokens;
+// refills then run at k/N of the rate. With k = N: the whole rate and
+// burst again. Under available it only records them.
 func (g *GCounter) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	g.expected = slices.Clone(expected)
 	g.rescale(now)
@@ -951,7 +955,8 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 // Remaining is the whole tokens key's replicated bucket holds at now as
 // this node sees it: the limit refilled to now minus the consumed tokens
 // it knows of, rounded down and clamped to [0, Burst] (the capacity for a
-// key it has not seen: a new key starts full). Always known. It changes no
+// key it has not seen: a new key starts full); under conserve with k of
+// the N expected members in view, to [0, floor(k/N * Burst)]. Always known. It changes no
 // state (strategy.Remainer): the refill is computed on a copy.
 func (g *GCounter) Remaining(now time.Duration, key string) (int64, bool) {
 	b, ok := g.state[key]

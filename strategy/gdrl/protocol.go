@@ -192,7 +192,8 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	g.flush(now, fx)
 }
 
-// SetExpected records the last agreed members (strategy.Conserver). Under
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Split brain" in the package documentation). Under
 // conserve, a ward that is out of the view and no longer expected (it
 // left, or reconnect_timeout passed) is inherited now, and transfers to
 // such a member go to its heirs; under available it changes nothing.

@@ -296,8 +296,10 @@ func New(cfg strategy.Config) (*TBQueue, error) {
 	return q, nil
 }
 
-// SetExpected records the last agreed members (strategy.Conserver): under
-// conserve, tokens admitted while this node sees k < N of them weigh N/k.
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation): under conserve, an
+// admission of n tokens while this node sees k < N of them queues
+// ceil(n*N/k) tokens (weight).
 func (q *TBQueue) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	q.expected = slices.Clone(expected)
 	q.rescale()
