@@ -309,9 +309,9 @@ func New(cfg strategy.Config) (*GCounter, error) {
 // scaled reports whether the limit is scaled by k/N (conserve, k < N).
 func (g *GCounter) scaled() bool { return g.scaleK < g.scaleN }
 
-// cap is the capacity this node enforces: the burst, or floor(k/N * burst)
-// while scaled.
-func (g *GCounter) cap() int64 {
+// scaledCapacity is the capacity this node enforces, in tokens: the
+// burst, or floor(k/N * burst) while scaled.
+func (g *GCounter) scaledCapacity() int64 {
 	if !g.scaled() {
 		return g.capacity
 	}
@@ -325,7 +325,7 @@ func (g *GCounter) clamp(b *bucketState) {
 	if !g.scaled() {
 		return
 	}
-	if c := b.consumed + g.cap(); b.limit >= c {
+	if c := b.consumed + g.scaledCapacity(); b.limit >= c {
 		b.limit, b.frac = c, 0
 	}
 }
@@ -388,7 +388,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b, ok := g.state[req.Key]
 	if !ok {
-		b = &bucketState{gen: g.generation(now), limit: g.cap(), refill: req.Arrival}
+		b = &bucketState{gen: g.generation(now), limit: g.scaledCapacity(), refill: req.Arrival}
 		g.state[req.Key] = b
 	}
 	b.touched = now
@@ -425,7 +425,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	if g.rate.Tokens == 0 {
 		return
 	}
-	capacity := g.cap()
+	capacity := g.scaledCapacity()
 	room := b.consumed + capacity - b.limit // >= 0 by the invariant (and clamp)
 	if room <= 0 {
 		return
@@ -707,7 +707,7 @@ func (g *GCounter) sweep(now time.Duration) int {
 func (g *GCounter) full(b *bucketState, now time.Duration) bool {
 	c := *b
 	g.refill(&c, now)
-	return c.limit == c.consumed+g.cap() && c.frac == 0
+	return c.limit == c.consumed+g.scaledCapacity() && c.frac == 0
 }
 
 func (g *GCounter) gossipOnce(fx *strategy.Effects) {
@@ -961,11 +961,11 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 func (g *GCounter) Remaining(now time.Duration, key string) (int64, bool) {
 	b, ok := g.state[key]
 	if !ok {
-		return g.cap(), true
+		return g.scaledCapacity(), true
 	}
 	c := *b // refill touches limit, frac and refill only, never the counter
 	g.refill(&c, now)
-	return min(max(c.limit-c.consumed, 0), g.cap()), true
+	return min(max(c.limit-c.consumed, 0), g.scaledCapacity()), true
 }
 
 var _ strategy.Remainer = (*GCounter)(nil)
