@@ -305,8 +305,9 @@ func (q *TBQueue) SetExpected(now time.Duration, expected []strategy.NodeID, fx 
 	q.rescale()
 }
 
-// rescale sets k/N (weight) from the live and expected members: 1/1
-// under available or while every expected member is in view.
+// rescale sets k/N (see weight) from the live and expected members: 1/1
+// under available, k = N (weight 1) while every expected member is in
+// view.
 func (q *TBQueue) rescale() {
 	q.scaleK, q.scaleN = 1, 1
 	if q.conserve {
