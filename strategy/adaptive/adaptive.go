@@ -126,12 +126,13 @@ type Adaptive struct {
 	self    strategy.NodeID
 	members []strategy.NodeID // sorted by NodeID (strategy.Config, SetMembers), self included
 	memHash uint64
-	// conserve: the static split is over split (live members and the
-	// last agreed ones), and the adaptor re-splits only while it sees all
-	// of them. Otherwise split is members.
+	// conserve: the static split is over the live members and the last
+	// agreed ones (expected), and while some of those are out of view
+	// (missing) the adaptor sends no epoch and shares are capped at the
+	// static split (conserveCap). Otherwise missing is false.
 	conserve bool
 	expected []strategy.NodeID
-	split    []strategy.NodeID
+	missing  bool
 	rate     bucket.Rate
 	burst    int64
 
@@ -299,7 +300,7 @@ func (a *Adaptive) setMembers(members []strategy.NodeID) error {
 		return fmt.Errorf("adaptive: %w", err)
 	}
 	a.members = slices.Clone(members)
-	a.split = slices.Clone(split)
+	a.missing = len(split) != len(members)
 	a.defRate, a.defBurst = r, b
 	h := fnv.New64a()
 	for _, m := range members {
@@ -428,7 +429,7 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 // resplit is the TB Adaptor: with a report from every member, it splits
 // every reported key and sends each member its shares.
 func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
-	if len(a.split) != len(a.members) {
+	if a.missing {
 		return // conserve, and members are missing: no epoch until they are back
 	}
 	n := len(a.members)
@@ -645,7 +646,8 @@ var (
 	_ strategy.Conserver     = (*Adaptive)(nil)
 )
 
-// SetExpected records the last agreed members (strategy.Conserver). Under
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation). Under
 // conserve, when they change the static split is recomputed over them and
 // the live members; applied shares are kept (a member that stopped being
 // expected frees its share only at the next epoch, as a leave does), and

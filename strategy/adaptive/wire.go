@@ -171,7 +171,7 @@ func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 // sent). The shares then sum to at most (r, b) over all N nodes whatever
 // epoch each holds.
 func (a *Adaptive) conserveCap() {
-	if !a.conserve || len(a.split) == len(a.members) {
+	if !a.missing {
 		return
 	}
 	a.pending = nil

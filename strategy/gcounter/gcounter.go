@@ -309,9 +309,9 @@ func New(cfg strategy.Config) (*GCounter, error) {
 // scaled reports whether the limit is scaled by k/N (conserve, k < N).
 func (g *GCounter) scaled() bool { return g.scaleK < g.scaleN }
 
-// cap is the capacity this node enforces: the burst, or floor(k/N * burst)
-// while scaled.
-func (g *GCounter) cap() int64 {
+// scaledCapacity is the capacity this node enforces, in tokens: the
+// burst, or floor(k/N * burst) while scaled.
+func (g *GCounter) scaledCapacity() int64 {
 	if !g.scaled() {
 		return g.capacity
 	}
@@ -325,13 +325,17 @@ func (g *GCounter) clamp(b *bucketState) {
 	if !g.scaled() {
 		return
 	}
-	if c := b.consumed + g.cap(); b.limit >= c {
+	if c := b.consumed + g.scaledCapacity(); b.limit >= c {
 		b.limit, b.frac = c, 0
 	}
 }
 
-// SetExpected records the last agreed members (strategy.Conserver) and,
-// under conserve, rescales.
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation). Under conserve, with k
+// of those N members in view, every key is refilled to now at the old
+// scale, and its limit is clamped to consumed + floor(k/N * burst) tokens;
+// refills then run at k/N of the rate. With k = N: the whole rate and
+// burst again. Under available it only records them.
 func (g *GCounter) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	g.expected = slices.Clone(expected)
 	g.rescale(now)
@@ -384,7 +388,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	}
 	b, ok := g.state[req.Key]
 	if !ok {
-		b = &bucketState{gen: g.generation(now), limit: g.cap(), refill: req.Arrival}
+		b = &bucketState{gen: g.generation(now), limit: g.scaledCapacity(), refill: req.Arrival}
 		g.state[req.Key] = b
 	}
 	b.touched = now
@@ -421,7 +425,7 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	if g.rate.Tokens == 0 {
 		return
 	}
-	capacity := g.cap()
+	capacity := g.scaledCapacity()
 	room := b.consumed + capacity - b.limit // >= 0 by the invariant (and clamp)
 	if room <= 0 {
 		return
@@ -689,7 +693,7 @@ func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
 func (g *GCounter) sweep(now time.Duration) int {
 	dropped := 0
 	for k, b := range g.state {
-		if now-b.touched < g.idle || !g.full(b, now) || g.pending(k) {
+		if now-b.touched < g.idle || !g.full(b, now) || b.pending > 0 {
 			continue
 		}
 		delete(g.state, k)
@@ -703,17 +707,7 @@ func (g *GCounter) sweep(now time.Duration) int {
 func (g *GCounter) full(b *bucketState, now time.Duration) bool {
 	c := *b
 	g.refill(&c, now)
-	return c.limit == c.consumed+g.cap() && c.frac == 0
-}
-
-// pending reports whether key is in some neighbour's delta state.
-func (g *GCounter) pending(key string) bool {
-	for _, keys := range g.delta {
-		if _, ok := keys[key]; ok {
-			return true
-		}
-	}
-	return false
+	return c.limit == c.consumed+g.scaledCapacity() && c.frac == 0
 }
 
 func (g *GCounter) gossipOnce(fx *strategy.Effects) {
@@ -875,11 +869,6 @@ func bodySize(key string, b *bucketState) int {
 	return b.size
 }
 
-// computeBucketSize is bucketSize without the cache.
-func computeBucketSize(key string, b *bucketState) int {
-	return protowire.SizeTag(1) + protowire.SizeBytes(bucketBodySize(key, b))
-}
-
 // entrySize is the size of a GCounterEntry's body.
 func entrySize(e entry) int {
 	es := 0
@@ -966,16 +955,17 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 // Remaining is the whole tokens key's replicated bucket holds at now as
 // this node sees it: the limit refilled to now minus the consumed tokens
 // it knows of, rounded down and clamped to [0, Burst] (the capacity for a
-// key it has not seen: a new key starts full). Always known. It changes no
+// key it has not seen: a new key starts full); under conserve with k of
+// the N expected members in view, to [0, floor(k/N * Burst)]. Always known. It changes no
 // state (strategy.Remainer): the refill is computed on a copy.
 func (g *GCounter) Remaining(now time.Duration, key string) (int64, bool) {
 	b, ok := g.state[key]
 	if !ok {
-		return g.cap(), true
+		return g.scaledCapacity(), true
 	}
 	c := *b // refill touches limit, frac and refill only, never the counter
 	g.refill(&c, now)
-	return min(max(c.limit-c.consumed, 0), g.cap()), true
+	return min(max(c.limit-c.consumed, 0), g.scaledCapacity()), true
 }
 
 var _ strategy.Remainer = (*GCounter)(nil)

@@ -7,10 +7,27 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
+
+// computeBucketSize is bucketSize without the cache.
+func computeBucketSize(key string, b *bucketState) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(bucketBodySize(key, b))
+}
+
+// inDelta reports whether key is in some neighbour's delta state (what
+// bucketState.pending counts), from the delta states themselves.
+func inDelta(g *GCounter, key string) bool {
+	for _, keys := range g.delta {
+		if _, ok := keys[key]; ok {
+			return true
+		}
+	}
+	return false
+}
 
 // stateBytesUncached is StateBytes computed from scratch, without the
 // per-bucket size cache.
@@ -29,7 +46,9 @@ func stateBytesUncached(g *GCounter) int {
 	return n
 }
 
-// The cached StateBytes equals the uncached one after any sequence of
+// The cached StateBytes equals the uncached one, and every bucket's
+// pending count is the number of delta states holding its key (sweep
+// keeps a key while it is above 0), after any sequence of
 // requests, merges, gossip rounds, sweeps and membership changes: every
 // change of a bucket clears its cached size, and every delta state that
 // gains, sends or drops a key counts it in the bucket's pending count.
@@ -84,6 +103,17 @@ func TestStateBytesCacheExact(t *testing.T) {
 			for _, n := range nodes {
 				if got, want := n.StateBytes(), stateBytesUncached(n); got != want {
 					t.Fatalf("step %d: %s StateBytes %d, uncached %d", s, n.self, got, want)
+				}
+				for k, b := range n.state {
+					held := 0
+					for _, keys := range n.delta {
+						if _, ok := keys[k]; ok {
+							held++
+						}
+					}
+					if b.pending != held {
+						t.Fatalf("step %d: %s key %s pending %d, in %d delta states", s, n.self, k, b.pending, held)
+					}
 				}
 			}
 		}

@@ -165,4 +165,18 @@ func TestReceiveErrors(t *testing.T) {
 			t.Errorf("bad message %d (%v) changed the node", i, err)
 		}
 	}
+	// At the bounds themselves (twice C and B), the same messages are
+	// accepted: the bound is ±2(C, B), not tighter.
+	edge := []*peerv1.GdrlMessage{
+		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 2 * totalC}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{DefaultCapacity: -2 * totalC}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2 * totalB}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2 * totalC}}}}},
+	}
+	for i, m := range edge {
+		b, _ := proto.Marshal(m)
+		if err := fuzzNode(t).Receive(0, "n1", b, &fx); err != nil {
+			t.Errorf("message %d at the bound refused: %v", i, err)
+		}
+	}
 }

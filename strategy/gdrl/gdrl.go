@@ -24,9 +24,6 @@ const UnitsPerToken = 1_000_000
 // from int64 overflow.
 const maxTotalUnits = 1 << 56
 
-// maxWireUnits bounds any amount a peer message may carry.
-const maxWireUnits = 1 << 58
-
 // Performance indicator names: the values of the indicator parameter (see
 // New), the quantity q_i the pairwise updates equalise.
 const (

@@ -194,10 +194,7 @@ func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1
 			fx.Send(from, g.encode(g.heirFence(tb, false)))
 			return
 		}
-		if tb.heirAsked == nil {
-			tb.heirAsked = map[strategy.NodeID]bool{}
-		}
-		tb.heirAsked[from] = true
+		tb.noLaterHeirAt(from)
 		return
 	}
 	switch {
@@ -209,11 +206,18 @@ func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1
 		return // sent again after retransmit; or a late answer to a query
 	}
 	tb.heirTarget = ""
+	tb.noLaterHeirAt(from)
+	g.heirFences(now, fx)
+}
+
+// noLaterHeirAt records that member n answered it holds no later
+// tombstone of tb's incarnation (heirFences asks it no more while it is in
+// view).
+func (tb *tombstone) noLaterHeirAt(n strategy.NodeID) {
 	if tb.heirAsked == nil {
 		tb.heirAsked = map[strategy.NodeID]bool{}
 	}
-	tb.heirAsked[from] = true
-	g.heirFences(now, fx)
+	tb.heirAsked[n] = true
 }
 
 // giveUp subtracts amounts inherited elsewhere from this node's shares: dc,

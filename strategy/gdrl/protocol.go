@@ -173,11 +173,7 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 			delete(g.exBuddies, n)
 		}
 	}
-	for _, t := range slices.Clone(g.outbox) {
-		if t.released && g.gone(t.id.Dst) {
-			g.sendTransfer(now, t, fx)
-		}
-	}
+	g.resendToGone(now, fx)
 	for _, tb := range g.tombs {
 		if !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
 			g.sendFenced(now, tb, fx)
@@ -192,7 +188,8 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	g.flush(now, fx)
 }
 
-// SetExpected records the last agreed members (strategy.Conserver). Under
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Split brain" in the package documentation). Under
 // conserve, a ward that is out of the view and no longer expected (it
 // left, or reconnect_timeout passed) is inherited now, and transfers to
 // such a member go to its heirs; under available it changes nothing.
@@ -207,12 +204,20 @@ func (g *GDRL) SetExpected(now time.Duration, expected []strategy.NodeID, fx *st
 			g.inherit(now, n, rec, fx)
 		}
 	}
+	g.resendToGone(now, fx)
+	g.flush(now, fx)
+}
+
+// resendToGone sends again every released transfer whose destination is
+// gone (see gone) at once, rather than at its retransmit time: to the
+// destination's heir, or settled here when this node is that heir
+// (sendTransfer).
+func (g *GDRL) resendToGone(now time.Duration, fx *strategy.Effects) {
 	for _, t := range slices.Clone(g.outbox) {
 		if t.released && g.gone(t.id.Dst) {
 			g.sendTransfer(now, t, fx)
 		}
 	}
-	g.flush(now, fx)
 }
 
 // StateBytes is the size of this node's state in bytes: its full share

@@ -7,9 +7,9 @@ import (
 )
 
 // ReadyWait bounds how long a joining node reports not ready while it
-// waits for its default share (Ready): a node that no member pays (alone
-// in its view, or every member below its split) is ready after it and
-// refuses what its zero share cannot admit, as before.
+// waits for its default share (Ready; ours, issue 14): a node that no
+// member pays (alone in its view, or every member below its split) is
+// ready after it and refuses what its zero share cannot admit, as before.
 const ReadyWait = 5 * time.Second
 
 // Ready reports whether this node can decide with a share of the rule

@@ -109,20 +109,6 @@ func (g *GDRL) addTokens(key string, tokens int64, now time.Duration) {
 	sh.bkt = nb
 }
 
-// adjustAll adds (dc, db) to every key: to the default share and to every
-// explicit share (inheritance and fences).
-func (g *GDRL) adjustAll(dc, db int64, now time.Duration) {
-	if dc == 0 && db == 0 {
-		return
-	}
-	for _, k := range g.sortedKeys() {
-		g.adjust(k, dc, db, now)
-	}
-	g.dc += dc
-	g.db += db
-	g.mark(partDefaults)
-}
-
 // mark marks a part of the record as changed in the version being built.
 func (g *GDRL) mark(part int) {
 	g.partAt[part] = g.version + 1

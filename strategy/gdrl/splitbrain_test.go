@@ -358,6 +358,23 @@ func (d listDrawer) intRange(lo, hi int, label string) int {
 	return x
 }
 
+// replaySplitRun replays a run of at most 2 netsplits drawn from draws (a
+// rapid failure's log) with the harness seed seed, under both partition
+// modes, and fails as TestConserveSplitNeverAboveC does.
+func replaySplitRun(t *testing.T, draws []int, seed uint64) {
+	t.Helper()
+	for _, mode := range []string{"available", "conserve"} {
+		next := 0
+		r := drawSplitRun(listDrawer{draws, &next}, seed, 2)
+		if next != len(draws) {
+			t.Fatalf("the run drew %d of the %d recorded values", next, len(draws))
+		}
+		r.params = append(r.params, "partition="+mode)
+		r.run(t.Fatalf)
+		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
+	}
+}
+
 // A run rapid found (TestConserveSplitNeverAboveC, seed 12041575005551151748;
 // it failed in the run under `partition: available` that the test makes
 // alongside): 5 nodes, n0 (n4's buddy) inherits n4 across a first split
@@ -373,16 +390,7 @@ func (d listDrawer) intRange(lo, hi int, label string) int {
 // after that version.
 func TestSplitBrainTransferSettledByTombstoneCopy(t *testing.T) {
 	draws := []int{5, 1, 0, 1, 11, 129, 43, 0, 1, 2, 2, 1, 2, 0, 1, 4, 0, 0, 2, 2, 3, 3, 2953, 2, 200, 3, 1, 0, 1, 0, 2, 1, 45, 3, 274, 1, 221, 3, 2, 2, 0, 1, 2, 2, 221, 1, 2392, 221, 3, 1833, 27}
-	for _, mode := range []string{"available", "conserve"} {
-		next := 0
-		r := drawSplitRun(listDrawer{draws, &next}, 0, 2)
-		if next != len(draws) {
-			t.Fatalf("the run drew %d of the %d recorded values", next, len(draws))
-		}
-		r.params = append(r.params, "partition="+mode)
-		r.run(t.Fatalf)
-		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
-	}
+	replaySplitRun(t, draws, 0)
 }
 
 // A second run rapid found (TestConserveSplitNeverAboveC), under
@@ -396,16 +404,7 @@ func TestSplitBrainTransferSettledByTombstoneCopy(t *testing.T) {
 // drops the record it holds of a ward whose hello names another buddy.
 func TestConserveStaleRecordOfFormerBuddy(t *testing.T) {
 	draws := []int{6, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 500, 2, 200, 2, 0, 0, 1, 0, 0, 1, 2, 0, 3, 0, 0, 0, 0, 6162, 348, 2, 1, 0, 0, 0, 1, 1, 1, 8, 5, 0, 1}
-	for _, mode := range []string{"available", "conserve"} {
-		next := 0
-		r := drawSplitRun(listDrawer{draws, &next}, 0, 2)
-		if next != len(draws) {
-			t.Fatalf("the run drew %d of the %d recorded values", next, len(draws))
-		}
-		r.params = append(r.params, "partition="+mode)
-		r.run(t.Fatalf)
-		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
-	}
+	replaySplitRun(t, draws, 0)
 }
 
 // A third run rapid found (TestConserveSplitNeverAboveC, under
@@ -420,14 +419,5 @@ func TestConserveStaleRecordOfFormerBuddy(t *testing.T) {
 // into its view without having acknowledged it.
 func TestConserveHelloToMemberBackInView(t *testing.T) {
 	draws := []int{5, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1462, 2, 200, 3, 0, 0, 0, 1, 1, 1, 126, 2, 27, 72, 201, 2, 1, 0, 0, 0, 1, 1, 7, 1, 7, 2}
-	for _, mode := range []string{"available", "conserve"} {
-		next := 0
-		r := drawSplitRun(listDrawer{draws, &next}, 7, 2)
-		if next != len(draws) {
-			t.Fatalf("the run drew %d of the %d recorded values", next, len(draws))
-		}
-		r.params = append(r.params, "partition="+mode)
-		r.run(t.Fatalf)
-		t.Logf("%s: worst after the heal settled C + %d units, lost %d", mode, r.worstSettled, r.lost)
-	}
+	replaySplitRun(t, draws, 7)
 }

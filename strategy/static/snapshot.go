@@ -8,7 +8,7 @@ import (
 
 // Snapshot emits this node's sub-token bucket (r/N, b_i) of every key
 // that is not full at now (strategy.Snapshotter); Capacity is the share
-// b_i of the split at the time.
+// b_i of the split at the time. Ours.
 func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 	s.table.Export(now, nil, emit)
 }

@@ -133,8 +133,10 @@ func (s *Static) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 	s.resplit(now)
 }
 
-// SetExpected records the last agreed members (strategy.Conserver); under
-// conserve it re-splits over them and the live ones.
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation); under conserve it
+// re-splits (r, b) over the union of them and the live members: (r/N, b_i)
+// tokens per second and tokens, N that union's size.
 func (s *Static) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	s.expected = slices.Clone(expected)
 	if s.conserve {

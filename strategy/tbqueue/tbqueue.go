@@ -296,13 +296,18 @@ func New(cfg strategy.Config) (*TBQueue, error) {
 	return q, nil
 }
 
-// SetExpected records the last agreed members (strategy.Conserver): under
-// conserve, tokens admitted while this node sees k < N of them weigh N/k.
+// SetExpected records the last agreed members (strategy.Conserver; ours,
+// see "Partitions" in the package documentation): under conserve, an
+// admission of n tokens while this node sees k < N of them queues
+// ceil(n*N/k) tokens (weight).
 func (q *TBQueue) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	q.expected = slices.Clone(expected)
 	q.rescale()
 }
 
+// rescale sets k/N (see weight) from the live and expected members: 1/1
+// under available, k = N (weight 1) while every expected member is in
+// view.
 func (q *TBQueue) rescale() {
 	q.scaleK, q.scaleN = 1, 1
 	if q.conserve {
