@@ -22,24 +22,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 // keyedMesh starts n transports "n0".. sharing secret, that know each other.
 func keyedMesh(t *testing.T, n int, secret []byte) ([]strategy.NodeID, map[strategy.NodeID]*Transport, map[strategy.NodeID]*inbox) {
 	t.Helper()
-	var ids []strategy.NodeID
-	trs := map[strategy.NodeID]*Transport{}
-	boxes := map[strategy.NodeID]*inbox{}
-	for i := range n {
-		id := strategy.NodeID(fmt.Sprintf("n%d", i))
-		ids = append(ids, id)
-		trs[id] = newTransport(t, Config{Self: id, SecretKey: secret})
-		boxes[id] = &inbox{}
-		trs[id].Listen(boxes[id].recv)
-	}
-	book := map[strategy.NodeID]string{}
-	for id, tr := range trs {
-		book[id] = tr.Addr()
-	}
-	for _, tr := range trs {
-		tr.SetPeers(book)
-	}
-	return ids, trs, boxes
+	return meshOf(t, n, func(id strategy.NodeID) Config { return Config{Self: id, SecretKey: secret} })
 }
 
 // signed is a frame from from to to signed with secret.
