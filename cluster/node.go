@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -26,9 +25,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // Limits on a Check's input.
@@ -393,38 +390,15 @@ func New(cfg Config) (*Node, error) {
 		if _, dup := n.rules[r.Name]; dup {
 			return nil, fmt.Errorf("cluster: rule %q is defined twice", r.Name)
 		}
-		info, err := all.Lookup(r.Strategy)
+		r, info, params, err := normalize(r)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+			return nil, err
 		}
-		params, err := strategy.ParseParams(r.Params)
+		rs, err := n.newRule(r, info, params)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+			return nil, err
 		}
-		params, mode, err := strategy.TakePartition(params)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
-		}
-		if slices.ContainsFunc(r.Params, isPartitionParam) && r.Partition != strategy.PartitionAvailable && mode != r.Partition {
-			return nil, fmt.Errorf("cluster: rule %q: partition %s and parameter partition=%s disagree", r.Name, r.Partition, mode)
-		}
-		if mode == strategy.PartitionAvailable {
-			mode = r.Partition
-		}
-		s, err := info.New(strategy.Config{
-			Self: cfg.Self, Members: slices.Clone(members), Rate: r.Rate, Burst: r.Burst,
-			Rand:   rand.New(rand.NewPCG(cfg.Seed, rendezvous.HashString(string(cfg.Self)+"\x00"+r.Name))),
-			Params: params, LatencyHint: cfg.LatencyHint, Partition: mode,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
-		}
-		if err := strategy.CheckPartition(r.Strategy, s, mode); err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
-		}
-		r.Partition = mode
-		r.Params = slices.Clone(r.Params)
-		rs := &ruleState{idx: i, rule: r, s: s, pending: map[uint64]pendingCheck{}}
+		rs.idx = i
 		n.rules[r.Name] = rs
 		n.order = append(n.order, rs)
 	}
