@@ -145,7 +145,6 @@ type PeerConfig struct {
 	// joined, failed, left; reconnects that merged members) at Info and
 	// failed reconnect attempts at Debug. Nil: none.
 	MembershipLog *slog.Logger
-	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip,
 	// and (through a key derived from it, grpcpeer.DeriveFrameKey)
 	// authenticates every peer frame (grpcpeer.Config.SecretKey).
