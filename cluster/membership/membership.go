@@ -488,10 +488,7 @@ func (m *Membership) set(n *memberlist.Node, alive bool) (failed bool) {
 		}
 	}
 	m.mu.Unlock()
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
+	m.signal()
 	return failed
 }
 
