@@ -67,6 +67,60 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 	}
 }
 
+// TestRestoreRefillsForWallTime: a drained key restored from a snapshot
+// taken 2 minutes (and a little) ago at 1 token/min holds the 2 tokens
+// refilled since (the envelope b + r*T, capped at b): 2 checks are
+// admitted, the third refused. A snapshot from long ago (At 0, 1970)
+// restores a full burst, not an overflow.
+func TestRestoreRefillsForWallTime(t *testing.T) {
+	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
+	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
+	start := func(restore map[string][]strategy.KeyState) *Node {
+		ep, err := NewMemNetwork().Endpoint("n0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := New(Config{Self: "n0", Rules: rules, Transport: ep, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	ctx := context.Background()
+	a := start(nil)
+	for i := range 5 {
+		if d, err := a.Check(ctx, "local", "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("check %d: %+v %v", i, d, err)
+		}
+	}
+	snap, err := a.Snapshot(ctx, nil)
+	if err != nil || len(snap["local"]) != 1 {
+		t.Fatalf("snapshot = %+v, %v; want one state", snap, err)
+	}
+	a.Close()
+	admitted := func(n *Node) int {
+		got := 0
+		for range 6 {
+			if d, err := n.Check(ctx, "local", "k", 1); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	st := snap["local"][0]
+	st.At -= 2*time.Minute + time.Second
+	if got := admitted(start(map[string][]strategy.KeyState{"local": {st}})); got != 2 {
+		t.Errorf("restored 2 min after draining at 1/min: %d admitted, want 2", got)
+	}
+	st.At = 0
+	if got := admitted(start(map[string][]strategy.KeyState{"local": {st}})); got != 5 {
+		t.Errorf("restored from 1970: %d admitted, want the burst of 5", got)
+	}
+}
+
 // TestRestoreRefusesInvalid: a state above its capacity fails New with an
 // error naming the rule and the key.
 func TestRestoreRefusesInvalid(t *testing.T) {
