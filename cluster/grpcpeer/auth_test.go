@@ -281,8 +281,8 @@ func BenchmarkFrameMAC(b *testing.B) {
 	}
 }
 
-// Refusals are logged at most once per reason per LogEvery; the next line
-// says how many were left out.
+// Refusals are logged at most once per reason per RefusalLogEvery; the
+// next line says how many were left out.
 func TestRefusalLogRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	l := refusalLog{log: slog.New(slog.NewTextHandler(&buf, nil)), by: map[string]*refusalEntry{}}
@@ -296,7 +296,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "reason=bad_mac") || !strings.Contains(buf.String(), "reason=replay") {
 		t.Fatalf("log:\n%s", buf.String())
 	}
-	l.by[ReasonBadMAC].last = time.Now().Add(-LogEvery) // as if LogEvery had passed
+	l.by[ReasonBadMAC].last = time.Now().Add(-RefusalLogEvery) // as if RefusalLogEvery had passed
 	l.refused(ReasonBadMAC, "n1", "forged")
 	if !strings.Contains(buf.String(), "suppressed_since_last_line=99") {
 		t.Fatalf("the next line does not count the 99 left out:\n%s", buf.String())
