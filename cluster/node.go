@@ -428,7 +428,7 @@ func New(cfg Config) (*Node, error) {
 // starts (a node does not take 1e9 checks/s) and the wall clock did not
 // step back across the restart. A peer that remembers (origin, id) from
 // the previous life (owner's de-duplication of forwards, issue 12) thus
-// never mistakes a new request for an old one.
+// never mistakes a new request for an old one. Ours.
 func (n *Node) Incarnation() uint64 { return n.incarnation }
 
 // incarnationAt is the incarnation of a node started at t.
@@ -584,7 +584,8 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 // that failed (not left) less than reconnect_timeout ago
 // (membership.Membership.Expected). Self is added if missing, duplicates
 // are removed, the order does not matter. It returns once the strategies
-// have been told. Errors: an empty member name, ErrClosed.
+// have been told. Errors: an empty member name, ErrClosed. Ours (the
+// split-brain rule partition: conserve is not from a source document).
 func (n *Node) SetExpected(expected []strategy.NodeID) error {
 	m, err := normMembers(n.self, expected)
 	if err != nil {

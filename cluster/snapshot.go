@@ -18,7 +18,8 @@ import (
 // states (docs/PERFORMANCE.md); writing them out is the caller's, outside
 // the loop. reuse, when not nil, is an earlier result whose slices are
 // reused (overwritten: the caller must be done with them), which spares
-// the loop the allocations. Errors: ctx.Err(), ErrClosed.
+// the loop the allocations. Errors: ctx.Err(), ErrClosed. Ours (see
+// package statestore).
 func (n *Node) Snapshot(ctx context.Context, reuse map[string][]strategy.KeyState) (map[string][]strategy.KeyState, error) {
 	out := map[string][]strategy.KeyState{}
 	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {

@@ -24,7 +24,8 @@ import (
 // Errors, with nothing changed: those of cluster.Node.SetRules (no rules,
 // an empty or repeated name, an unknown strategy, bad params or a rule the
 // strategy refuses), a strategy that needs a single node (central) on a
-// networked node, ctx.Err(), a closed node.
+// networked node, ctx.Err(), a closed node. Ours (an operations feature,
+// as cluster.Node.SetRules).
 func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.RulesChange, error) {
 	if n.ms != nil {
 		for _, r := range rules {

@@ -421,7 +421,7 @@ func (m *Membership) signal() {
 // tries. A member that left with a leave intent is not among them; one
 // that failed stops being expected once it is given up on. Under
 // `partition: conserve` a side that sees k live of these N enforces k/N
-// of each rule's limit (strategy.Conserver).
+// of each rule's limit (strategy.Conserver). Ours.
 func (m *Membership) Expected() []strategy.NodeID {
 	m.mu.Lock()
 	defer m.mu.Unlock()
