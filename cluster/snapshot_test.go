@@ -21,15 +21,10 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
 		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
-		ep, err := NewMemNetwork().Endpoint("n0")
+		n, err := soloNode(t, Config{Rules: rules, Restore: restore})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := New(Config{Self: "n0", Rules: rules, Transport: ep, Restore: restore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
 		return n
 	}
 	ctx := context.Background()
@@ -76,15 +71,10 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
 	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
-		ep, err := NewMemNetwork().Endpoint("n0")
+		n, err := soloNode(t, Config{Rules: rules, Restore: restore})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := New(Config{Self: "n0", Rules: rules, Transport: ep, Restore: restore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
 		return n
 	}
 	ctx := context.Background()
@@ -124,14 +114,9 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 // TestRestoreRefusesInvalid: a state above its capacity fails New with an
 // error naming the rule and the key.
 func TestRestoreRefusesInvalid(t *testing.T) {
-	ep, err := NewMemNetwork().Endpoint("n0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := map[string][]strategy.KeyState{"r": {{Key: "k", Level: 7, Capacity: 5, TicksPerToken: 1, At: time.Duration(time.Now().UnixNano())}}}
-	n, err := New(Config{Self: "n0", Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Transport: ep, Restore: bad})
+	_, err := soloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Restore: bad})
 	if err == nil {
-		n.Close()
 		t.Fatal("New accepted a level above capacity")
 	}
 	if !strings.Contains(err.Error(), `rule "r"`) || !strings.Contains(err.Error(), `"k"`) {
@@ -150,16 +135,11 @@ func BenchmarkSnapshot(b *testing.B) {
 			for i := range states {
 				states[i] = strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Capacity: 5 * int64(time.Minute), TicksPerToken: int64(time.Minute), At: at}
 			}
-			ep, err := NewMemNetwork().Endpoint("n0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, err := New(Config{Self: "n0", Transport: ep, Restore: map[string][]strategy.KeyState{"r": states},
+			n, err := soloNode(b, Config{Restore: map[string][]strategy.KeyState{"r": states},
 				Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer n.Close()
 			var snap map[string][]strategy.KeyState
 			b.ResetTimer()
 			for range b.N {
