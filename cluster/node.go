@@ -295,10 +295,9 @@ type Node struct {
 	// nextID is the last request id handed to a strategy. It starts at the
 	// node's incarnation (see Incarnation), so ids are unique across the
 	// node's restarts as well as within one run.
-	nextID      uint64
-	incarnation uint64
-	members     []strategy.NodeID
-	expected    []strategy.NodeID // the last agreed members (SetExpected)
+	nextID   uint64
+	members  []strategy.NodeID
+	expected []strategy.NodeID // the last agreed members (SetExpected)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -370,8 +369,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.start = time.Now()
-	n.incarnation = incarnationAt(n.start)
-	n.nextID = n.incarnation
+	n.nextID = n.Incarnation()
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -429,12 +427,7 @@ func New(cfg Config) (*Node, error) {
 // step back across the restart. A peer that remembers (origin, id) from
 // the previous life (owner's de-duplication of forwards, issue 12) thus
 // never mistakes a new request for an old one. Ours.
-func (n *Node) Incarnation() uint64 { return n.incarnation }
-
-// incarnationAt is the incarnation of a node started at t.
-func incarnationAt(t time.Time) uint64 {
-	return max(uint64(t.UnixNano()), 1)
-}
+func (n *Node) Incarnation() uint64 { return max(uint64(n.start.UnixNano()), 1) }
 
 // Self is the node's id.
 func (n *Node) Self() strategy.NodeID { return n.self }
