@@ -94,8 +94,8 @@ type Config struct {
 	// Peer frames that find it full are dropped and counted.
 	Inbox int
 	// Restore holds saved bucket states by rule name, with At in
-	// wall-clock nanoseconds since the Unix epoch (as Node.Snapshot
-	// returns them; package statestore keeps them). New hands each rule's
+	// wall-clock nanoseconds since the Unix epoch (as in Node.Snapshot's
+	// RuleSnapshot.States; package statestore keeps them). New hands each rule's
 	// states to its strategy, when it is a strategy.Snapshotter, right
 	// after Start and before any event, refilled for the wall time since
 	// they were taken; other rules' states are ignored (Node.Restored).

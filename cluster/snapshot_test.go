@@ -41,14 +41,17 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close()
-	if _, ok := snap["gdrl"]; ok || len(snap["local"]) != 1 || len(snap["owner"]) != 1 {
+	if _, ok := snap["gdrl"]; ok || len(snap["local"].States) != 1 || len(snap["owner"].States) != 1 {
 		t.Fatalf("snapshot = %+v, want one state for local and owner, none for gdrl", snap)
 	}
-	if at := time.Unix(0, int64(snap["local"][0].At)); time.Since(at) < 0 || time.Since(at) > time.Minute {
+	if snap["local"].Strategy != "local" || snap["owner"].Strategy != "owner" {
+		t.Fatalf("snapshot = %+v, want each rule's strategy named", snap)
+	}
+	if at := time.Unix(0, int64(snap["local"].States[0].At)); time.Since(at) < 0 || time.Since(at) > time.Minute {
 		t.Fatalf("snapshot At %v is not wall-clock time just before now", at)
 	}
 	time.Sleep(50 * time.Millisecond)
-	b := start(snap)
+	b := start(restoreOf(snap))
 	if got := b.Restored(); got["local"] != 1 || got["owner"] != 1 {
 		t.Fatalf("Restored = %v", got)
 	}
@@ -60,6 +63,15 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 	if d, _ := b.Check(ctx, "gdrl", "k", 1); !d.Allowed {
 		t.Fatal("gdrl after restart: refused, but it is not persisted")
 	}
+}
+
+// restoreOf is snap's states as Config.Restore takes them.
+func restoreOf(snap map[string]RuleSnapshot) map[string][]strategy.KeyState {
+	out := map[string][]strategy.KeyState{}
+	for name, rs := range snap {
+		out[name] = rs.States
+	}
+	return out
 }
 
 // TestRestoreRefillsForWallTime: a drained key restored from a snapshot
@@ -85,7 +97,7 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 		}
 	}
 	snap, err := a.Snapshot(ctx, nil)
-	if err != nil || len(snap["local"]) != 1 {
+	if err != nil || len(snap["local"].States) != 1 {
 		t.Fatalf("snapshot = %+v, %v; want one state", snap, err)
 	}
 	a.Close()
@@ -100,7 +112,7 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 		}
 		return got
 	}
-	st := snap["local"][0]
+	st := snap["local"].States[0]
 	st.At -= 2*time.Minute + time.Second
 	if got := admitted(start(map[string][]strategy.KeyState{"local": {st}})); got != 2 {
 		t.Errorf("restored 2 min after draining at 1/min: %d admitted, want 2", got)
@@ -140,12 +152,12 @@ func BenchmarkSnapshot(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var snap map[string][]strategy.KeyState
+			var snap map[string]RuleSnapshot
 			b.ResetTimer()
 			for range b.N {
 				snap, err = n.Snapshot(context.Background(), snap)
-				if err != nil || len(snap["r"]) != keys {
-					b.Fatalf("snapshot of %d keys: %d, %v", keys, len(snap["r"]), err)
+				if err != nil || len(snap["r"].States) != keys {
+					b.Fatalf("snapshot of %d keys: %d, %v", keys, len(snap["r"].States), err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")

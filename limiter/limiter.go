@@ -293,10 +293,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if interval <= 0 {
 			interval = DefaultSnapshotInterval
 		}
-		n.persist = &persister{store: store, name: name, rules: map[string]string{}, interval: interval, log: log, done: make(chan struct{})}
-		for _, r := range rules {
-			n.persist.rules[r.Name] = r.Strategy
-		}
+		n.persist = &persister{store: store, name: name, interval: interval, log: log, done: make(chan struct{})}
 		defer func() {
 			if n.node == nil { // Start failed
 				_ = store.Close()

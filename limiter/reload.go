@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
@@ -34,25 +33,8 @@ func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.Rule
 			}
 		}
 	}
-	// The persister first: a snapshot taken while the node switches may
-	// name a strategy for a rule one snapshot early, never a rule without
-	// its strategy.
-	var saved map[string]string
-	if p := n.persist; p != nil {
-		p.mu.Lock()
-		saved = maps.Clone(p.rules)
-		for _, r := range rules {
-			p.rules[r.Name] = r.Strategy
-		}
-		p.mu.Unlock()
-	}
 	ch, err := n.node.SetRules(ctx, rules)
 	if err != nil {
-		if p := n.persist; p != nil {
-			p.mu.Lock()
-			p.rules = saved
-			p.mu.Unlock()
-		}
 		return ch, fmt.Errorf("limiter: %w", err)
 	}
 	byName := make(map[string]cluster.Rule, len(rules))
@@ -62,17 +44,5 @@ func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.Rule
 	n.rulesMu.Lock()
 	n.rules = byName
 	n.rulesMu.Unlock()
-	if p := n.persist; p != nil {
-		p.mu.Lock()
-		for name := range p.rules {
-			if _, ok := byName[name]; !ok {
-				delete(p.rules, name)
-			}
-		}
-		for _, r := range rules {
-			p.rules[r.Name] = r.Strategy
-		}
-		p.mu.Unlock()
-	}
 	return ch, nil
 }
