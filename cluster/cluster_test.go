@@ -44,6 +44,16 @@ func soloNode(tb testing.TB, cfg Config) (*Node, error) {
 	return n, err
 }
 
+// mustSoloNode is soloNode that fails the test when New fails.
+func mustSoloNode(tb testing.TB, cfg Config) *Node {
+	tb.Helper()
+	n, err := soloNode(tb, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
 // newCluster starts n nodes "n0".. on one MemNetwork with a shared epoch;
 // with faulty, every endpoint is wrapped in a Faulty transport.
 func newCluster(t *testing.T, n int, faulty bool, rules ...Rule) *testCluster {

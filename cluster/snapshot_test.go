@@ -21,11 +21,7 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
 		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
-		n, err := soloNode(t, Config{Rules: rules, Restore: restore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return mustSoloNode(t, Config{Rules: rules, Restore: restore})
 	}
 	ctx := context.Background()
 	a := start(nil)
@@ -83,11 +79,7 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
 	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
-		n, err := soloNode(t, Config{Rules: rules, Restore: restore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return mustSoloNode(t, Config{Rules: rules, Restore: restore})
 	}
 	ctx := context.Background()
 	a := start(nil)
@@ -147,12 +139,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			for i := range states {
 				states[i] = strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Capacity: 5 * int64(time.Minute), TicksPerToken: int64(time.Minute), At: at}
 			}
-			n, err := soloNode(b, Config{Restore: map[string][]strategy.KeyState{"r": states},
+			n := mustSoloNode(b, Config{Restore: map[string][]strategy.KeyState{"r": states},
 				Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
-			if err != nil {
-				b.Fatal(err)
-			}
 			var snap map[string]RuleSnapshot
+			var err error
 			b.ResetTimer()
 			for range b.N {
 				snap, err = n.Snapshot(context.Background(), snap)
