@@ -16,10 +16,12 @@
 // partition at first boot). To tell a member that left from one that
 // failed (memberlist reports both as a leave, and its Node.State is not
 // filled in), Leave first sends every member a leave intent (a memberlist
-// user message, encrypted like the rest of gossip), as serf does. This is the reconnect behaviour of
-// hashicorp/serf (serf.Config.ReconnectInterval / ReconnectTimeout,
-// serf.go handleReconnect: "attempt to join a random failed member")
-// rebuilt on memberlist: theirs is the idea and the two settings; ours is
+// user message, encrypted like the rest of gossip), as serf does.
+//
+// This is the reconnect behaviour of hashicorp/serf
+// (serf.Config.ReconnectInterval / ReconnectTimeout, serf.go
+// handleReconnect: "attempt to join a random failed member") rebuilt on
+// memberlist: theirs is the idea and the two settings; ours is
 // the seeds retry (serf's agent does that separately, retry_join) and the
 // code. We did not take serf itself: it brings its own event, query and
 // Lamport-clock layer and replaces memberlist node metadata with encoded
