@@ -27,6 +27,33 @@ type testCluster struct {
 	faulty map[strategy.NodeID]*Faulty
 }
 
+// soloNode starts cfg as node "n0" alone on a MemNetwork of its own
+// (cfg.Self and cfg.Transport are set here), closed at the end of the
+// test; New's error is returned, for the caller to expect or refuse.
+func soloNode(tb testing.TB, cfg Config) (*Node, error) {
+	tb.Helper()
+	ep, err := NewMemNetwork().Endpoint("n0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Self, cfg.Transport = "n0", ep
+	n, err := New(cfg)
+	if err == nil {
+		tb.Cleanup(func() { n.Close() })
+	}
+	return n, err
+}
+
+// mustSoloNode is soloNode that fails the test when New fails.
+func mustSoloNode(tb testing.TB, cfg Config) *Node {
+	tb.Helper()
+	n, err := soloNode(tb, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
 // newCluster starts n nodes "n0".. on one MemNetwork with a shared epoch;
 // with faulty, every endpoint is wrapped in a Faulty transport.
 func newCluster(t *testing.T, n int, faulty bool, rules ...Rule) *testCluster {

@@ -16,17 +16,7 @@ import (
 func TestPartitionOptionAndExpected(t *testing.T) {
 	perSec := bucket.Rate{Tokens: 1, Per: time.Second}
 	all := []strategy.NodeID{"n0", "n1", "n2"}
-	newNode := func(rules []Rule) (*Node, error) {
-		ep, err := NewMemNetwork().Endpoint("n0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := New(Config{Self: "n0", Members: all, Rules: rules, Transport: ep})
-		if err == nil {
-			t.Cleanup(func() { n.Close() })
-		}
-		return n, err
-	}
+	newNode := func(rules []Rule) (*Node, error) { return soloNode(t, Config{Members: all, Rules: rules}) }
 	for _, tc := range []struct {
 		rule Rule
 		want string

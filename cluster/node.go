@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -26,9 +25,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // Limits on a Check's input.
@@ -97,8 +94,8 @@ type Config struct {
 	// Peer frames that find it full are dropped and counted.
 	Inbox int
 	// Restore holds saved bucket states by rule name, with At in
-	// wall-clock nanoseconds since the Unix epoch (as Node.Snapshot
-	// returns them; package statestore keeps them). New hands each rule's
+	// wall-clock nanoseconds since the Unix epoch (as in Node.Snapshot's
+	// RuleSnapshot.States; package statestore keeps them). New hands each rule's
 	// states to its strategy, when it is a strategy.Snapshotter, right
 	// after Start and before any event, refilled for the wall time since
 	// they were taken; other rules' states are ignored (Node.Restored).
@@ -298,10 +295,9 @@ type Node struct {
 	// nextID is the last request id handed to a strategy. It starts at the
 	// node's incarnation (see Incarnation), so ids are unique across the
 	// node's restarts as well as within one run.
-	nextID      uint64
-	incarnation uint64
-	members     []strategy.NodeID
-	expected    []strategy.NodeID // the last agreed members (SetExpected)
+	nextID   uint64
+	members  []strategy.NodeID
+	expected []strategy.NodeID // the last agreed members (SetExpected)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -373,8 +369,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.start = time.Now()
-	n.incarnation = incarnationAt(n.start)
-	n.nextID = n.incarnation
+	n.nextID = n.Incarnation()
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -393,38 +388,15 @@ func New(cfg Config) (*Node, error) {
 		if _, dup := n.rules[r.Name]; dup {
 			return nil, fmt.Errorf("cluster: rule %q is defined twice", r.Name)
 		}
-		info, err := all.Lookup(r.Strategy)
+		r, info, params, err := normalize(r)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+			return nil, err
 		}
-		params, err := strategy.ParseParams(r.Params)
+		rs, err := n.newRule(r, info, params)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
+			return nil, err
 		}
-		params, mode, err := strategy.TakePartition(params)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
-		}
-		if slices.ContainsFunc(r.Params, isPartitionParam) && r.Partition != strategy.PartitionAvailable && mode != r.Partition {
-			return nil, fmt.Errorf("cluster: rule %q: partition %s and parameter partition=%s disagree", r.Name, r.Partition, mode)
-		}
-		if mode == strategy.PartitionAvailable {
-			mode = r.Partition
-		}
-		s, err := info.New(strategy.Config{
-			Self: cfg.Self, Members: slices.Clone(members), Rate: r.Rate, Burst: r.Burst,
-			Rand:   rand.New(rand.NewPCG(cfg.Seed, rendezvous.HashString(string(cfg.Self)+"\x00"+r.Name))),
-			Params: params, LatencyHint: cfg.LatencyHint, Partition: mode,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
-		}
-		if err := strategy.CheckPartition(r.Strategy, s, mode); err != nil {
-			return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
-		}
-		r.Partition = mode
-		r.Params = slices.Clone(r.Params)
-		rs := &ruleState{idx: i, rule: r, s: s, pending: map[uint64]pendingCheck{}}
+		rs.idx = i
 		n.rules[r.Name] = rs
 		n.order = append(n.order, rs)
 	}
@@ -454,13 +426,8 @@ func New(cfg Config) (*Node, error) {
 // starts (a node does not take 1e9 checks/s) and the wall clock did not
 // step back across the restart. A peer that remembers (origin, id) from
 // the previous life (owner's de-duplication of forwards, issue 12) thus
-// never mistakes a new request for an old one.
-func (n *Node) Incarnation() uint64 { return n.incarnation }
-
-// incarnationAt is the incarnation of a node started at t.
-func incarnationAt(t time.Time) uint64 {
-	return max(uint64(t.UnixNano()), 1)
-}
+// never mistakes a new request for an old one. Ours.
+func (n *Node) Incarnation() uint64 { return max(uint64(n.start.UnixNano()), 1) }
 
 // Self is the node's id.
 func (n *Node) Self() strategy.NodeID { return n.self }
@@ -610,7 +577,8 @@ func (n *Node) SetMembers(members []strategy.NodeID) error {
 // that failed (not left) less than reconnect_timeout ago
 // (membership.Membership.Expected). Self is added if missing, duplicates
 // are removed, the order does not matter. It returns once the strategies
-// have been told. Errors: an empty member name, ErrClosed.
+// have been told. Errors: an empty member name, ErrClosed. Ours (the
+// split-brain rule partition: conserve is not from a source document).
 func (n *Node) SetExpected(expected []strategy.NodeID) error {
 	m, err := normMembers(n.self, expected)
 	if err != nil {

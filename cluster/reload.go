@@ -126,8 +126,9 @@ func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 	return r, info, params, nil
 }
 
-// newRule builds the state of r (normalized) for SetRules (loop
-// goroutine): its strategy made as New makes it, with the current members.
+// newRule builds the state of r (normalized) for New and SetRules (loop
+// goroutine once the loop runs): its strategy, with the current members;
+// the caller sets its idx.
 func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
 	s, err := info.New(strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,

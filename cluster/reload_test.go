@@ -126,7 +126,7 @@ func TestSetRulesUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 200 {
+			for range 200 {
 				for _, rule := range []string{"kept", "g", "flip"} {
 					d, err := n.Check(ctx, rule, "k", 1)
 					mu.Lock()
@@ -139,7 +139,6 @@ func TestSetRulesUnderLoad(t *testing.T) {
 					}
 					mu.Unlock()
 				}
-				_ = i
 			}
 		}()
 	}

@@ -9,29 +9,40 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// RuleSnapshot is one rule's bucket states as Node.Snapshot takes them.
+type RuleSnapshot struct {
+	// Strategy is the rule's strategy (a name from strategy/all), the one
+	// whose states these are.
+	Strategy string
+	// States' At is wall-clock time, nanoseconds since the Unix epoch.
+	States []strategy.KeyState
+}
+
 // Snapshot takes, in the node's goroutine (the strategies stay
 // single-threaded), the bucket states of every rule whose strategy is a
-// strategy.Snapshotter, by rule name. Each state's At is converted from
-// the strategies' time to wall-clock time, nanoseconds since the Unix
-// epoch, so the snapshot stays valid across restarts whose Epoch differs
-// (Config.Restore). The loop is busy for the time it takes to copy the
+// strategy.Snapshotter, by rule name, with the name of the strategy that
+// holds them (taken in the same event: a reload cannot come between the
+// two). Each state's At is converted from the strategies' time to
+// wall-clock time, nanoseconds since the Unix epoch, so the snapshot
+// stays valid across restarts whose Epoch differs (Config.Restore). The loop is busy for the time it takes to copy the
 // states (docs/PERFORMANCE.md); writing them out is the caller's, outside
 // the loop. reuse, when not nil, is an earlier result whose slices are
 // reused (overwritten: the caller must be done with them), which spares
-// the loop the allocations. Errors: ctx.Err(), ErrClosed.
-func (n *Node) Snapshot(ctx context.Context, reuse map[string][]strategy.KeyState) (map[string][]strategy.KeyState, error) {
-	out := map[string][]strategy.KeyState{}
+// the loop the allocations. Errors: ctx.Err(), ErrClosed. Ours (see
+// package statestore).
+func (n *Node) Snapshot(ctx context.Context, reuse map[string]RuleSnapshot) (map[string]RuleSnapshot, error) {
+	out := map[string]RuleSnapshot{}
 	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
 		sn, ok := s.(strategy.Snapshotter)
 		if !ok {
 			return
 		}
-		states := reuse[rule.Name][:0]
+		states := reuse[rule.Name].States[:0]
 		sn.Snapshot(now, func(st strategy.KeyState) {
 			st.At = n.wallNanos(st.At)
 			states = append(states, st)
 		})
-		out[rule.Name] = states
+		out[rule.Name] = RuleSnapshot{Strategy: rule.Strategy, States: states}
 	})
 	if err != nil {
 		return nil, err

@@ -21,16 +21,7 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
 		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
-		ep, err := NewMemNetwork().Endpoint("n0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := New(Config{Self: "n0", Rules: rules, Transport: ep, Restore: restore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		return n
+		return mustSoloNode(t, Config{Rules: rules, Restore: restore})
 	}
 	ctx := context.Background()
 	a := start(nil)
@@ -46,14 +37,17 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close()
-	if _, ok := snap["gdrl"]; ok || len(snap["local"]) != 1 || len(snap["owner"]) != 1 {
+	if _, ok := snap["gdrl"]; ok || len(snap["local"].States) != 1 || len(snap["owner"].States) != 1 {
 		t.Fatalf("snapshot = %+v, want one state for local and owner, none for gdrl", snap)
 	}
-	if at := time.Unix(0, int64(snap["local"][0].At)); time.Since(at) < 0 || time.Since(at) > time.Minute {
+	if snap["local"].Strategy != "local" || snap["owner"].Strategy != "owner" {
+		t.Fatalf("snapshot = %+v, want each rule's strategy named", snap)
+	}
+	if at := time.Unix(0, int64(snap["local"].States[0].At)); time.Since(at) < 0 || time.Since(at) > time.Minute {
 		t.Fatalf("snapshot At %v is not wall-clock time just before now", at)
 	}
 	time.Sleep(50 * time.Millisecond)
-	b := start(snap)
+	b := start(restoreOf(snap))
 	if got := b.Restored(); got["local"] != 1 || got["owner"] != 1 {
 		t.Fatalf("Restored = %v", got)
 	}
@@ -67,17 +61,66 @@ func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 	}
 }
 
+// restoreOf is snap's states as Config.Restore takes them.
+func restoreOf(snap map[string]RuleSnapshot) map[string][]strategy.KeyState {
+	out := map[string][]strategy.KeyState{}
+	for name, rs := range snap {
+		out[name] = rs.States
+	}
+	return out
+}
+
+// TestRestoreRefillsForWallTime: a drained key restored from a snapshot
+// taken 2 minutes (and a little) ago at 1 token/min holds the 2 tokens
+// refilled since (the envelope b + r*T, capped at b): 2 checks are
+// admitted, the third refused. A snapshot from long ago (At 0, 1970)
+// restores a full burst, not an overflow.
+func TestRestoreRefillsForWallTime(t *testing.T) {
+	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
+	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
+	start := func(restore map[string][]strategy.KeyState) *Node {
+		return mustSoloNode(t, Config{Rules: rules, Restore: restore})
+	}
+	ctx := context.Background()
+	a := start(nil)
+	for i := range 5 {
+		if d, err := a.Check(ctx, "local", "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("check %d: %+v %v", i, d, err)
+		}
+	}
+	snap, err := a.Snapshot(ctx, nil)
+	if err != nil || len(snap["local"].States) != 1 {
+		t.Fatalf("snapshot = %+v, %v; want one state", snap, err)
+	}
+	a.Close()
+	admitted := func(n *Node) int {
+		got := 0
+		for range 6 {
+			if d, err := n.Check(ctx, "local", "k", 1); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	st := snap["local"].States[0]
+	st.At -= 2*time.Minute + time.Second
+	if got := admitted(start(map[string][]strategy.KeyState{"local": {st}})); got != 2 {
+		t.Errorf("restored 2 min after draining at 1/min: %d admitted, want 2", got)
+	}
+	st.At = 0
+	if got := admitted(start(map[string][]strategy.KeyState{"local": {st}})); got != 5 {
+		t.Errorf("restored from 1970: %d admitted, want the burst of 5", got)
+	}
+}
+
 // TestRestoreRefusesInvalid: a state above its capacity fails New with an
 // error naming the rule and the key.
 func TestRestoreRefusesInvalid(t *testing.T) {
-	ep, err := NewMemNetwork().Endpoint("n0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := map[string][]strategy.KeyState{"r": {{Key: "k", Level: 7, Capacity: 5, TicksPerToken: 1, At: time.Duration(time.Now().UnixNano())}}}
-	n, err := New(Config{Self: "n0", Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Transport: ep, Restore: bad})
+	_, err := soloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Restore: bad})
 	if err == nil {
-		n.Close()
 		t.Fatal("New accepted a level above capacity")
 	}
 	if !strings.Contains(err.Error(), `rule "r"`) || !strings.Contains(err.Error(), `"k"`) {
@@ -96,22 +139,15 @@ func BenchmarkSnapshot(b *testing.B) {
 			for i := range states {
 				states[i] = strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Capacity: 5 * int64(time.Minute), TicksPerToken: int64(time.Minute), At: at}
 			}
-			ep, err := NewMemNetwork().Endpoint("n0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, err := New(Config{Self: "n0", Transport: ep, Restore: map[string][]strategy.KeyState{"r": states},
+			n := mustSoloNode(b, Config{Restore: map[string][]strategy.KeyState{"r": states},
 				Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer n.Close()
-			var snap map[string][]strategy.KeyState
+			var snap map[string]RuleSnapshot
+			var err error
 			b.ResetTimer()
 			for range b.N {
 				snap, err = n.Snapshot(context.Background(), snap)
-				if err != nil || len(snap["r"]) != keys {
-					b.Fatalf("snapshot of %d keys: %d, %v", keys, len(snap["r"]), err)
+				if err != nil || len(snap["r"].States) != keys {
+					b.Fatalf("snapshot of %d keys: %d, %v", keys, len(snap["r"].States), err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")

@@ -145,7 +145,6 @@ type PeerConfig struct {
 	// joined, failed, left; reconnects that merged members) at Info and
 	// failed reconnect attempts at Debug. Nil: none.
 	MembershipLog *slog.Logger
-	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
 	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip,
 	// and (through a key derived from it, grpcpeer.DeriveFrameKey)
 	// authenticates every peer frame (grpcpeer.Config.SecretKey).
@@ -294,10 +293,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if interval <= 0 {
 			interval = DefaultSnapshotInterval
 		}
-		n.persist = &persister{store: store, name: name, rules: map[string]string{}, interval: interval, log: log, done: make(chan struct{})}
-		for _, r := range rules {
-			n.persist.rules[r.Name] = r.Strategy
-		}
+		n.persist = &persister{store: store, name: name, interval: interval, log: log, done: make(chan struct{})}
 		defer func() {
 			if n.node == nil { // Start failed
 				_ = store.Close()

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
@@ -24,7 +23,8 @@ import (
 // Errors, with nothing changed: those of cluster.Node.SetRules (no rules,
 // an empty or repeated name, an unknown strategy, bad params or a rule the
 // strategy refuses), a strategy that needs a single node (central) on a
-// networked node, ctx.Err(), a closed node.
+// networked node, ctx.Err(), a closed node. Ours (an operations feature,
+// as cluster.Node.SetRules).
 func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.RulesChange, error) {
 	if n.ms != nil {
 		for _, r := range rules {
@@ -33,25 +33,8 @@ func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.Rule
 			}
 		}
 	}
-	// The persister first: a snapshot taken while the node switches may
-	// name a strategy for a rule one snapshot early, never a rule without
-	// its strategy.
-	var saved map[string]string
-	if p := n.persist; p != nil {
-		p.mu.Lock()
-		saved = maps.Clone(p.rules)
-		for _, r := range rules {
-			p.rules[r.Name] = r.Strategy
-		}
-		p.mu.Unlock()
-	}
 	ch, err := n.node.SetRules(ctx, rules)
 	if err != nil {
-		if p := n.persist; p != nil {
-			p.mu.Lock()
-			p.rules = saved
-			p.mu.Unlock()
-		}
 		return ch, fmt.Errorf("limiter: %w", err)
 	}
 	byName := make(map[string]cluster.Rule, len(rules))
@@ -61,17 +44,5 @@ func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.Rule
 	n.rulesMu.Lock()
 	n.rules = byName
 	n.rulesMu.Unlock()
-	if p := n.persist; p != nil {
-		p.mu.Lock()
-		for name := range p.rules {
-			if _, ok := byName[name]; !ok {
-				delete(p.rules, name)
-			}
-		}
-		for _, r := range rules {
-			p.rules[r.Name] = r.Strategy
-		}
-		p.mu.Unlock()
-	}
 	return ch, nil
 }

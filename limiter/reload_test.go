@@ -62,9 +62,14 @@ func TestSetRules(t *testing.T) {
 	if err := n.persist.save(n.node); err != nil {
 		t.Fatal(err)
 	}
-	n.persist.mu.Lock()
-	got := n.persist.rules
-	n.persist.mu.Unlock()
+	saved, found, err := n.persist.store.Load()
+	if err != nil || !found {
+		t.Fatalf("loading the snapshot: found %v, %v", found, err)
+	}
+	got := map[string]string{}
+	for name, r := range saved.Rules {
+		got[name] = r.Strategy
+	}
 	if len(got) != 2 || got["a"] != "owner" || got["c"] != "owner" {
 		t.Errorf("persisted rules %v, want a and c", got)
 	}

@@ -43,13 +43,12 @@ type SnapshotStats struct {
 type persister struct {
 	store    *statestore.Store
 	name     string
-	rules    map[string]string // rule -> strategy
 	interval time.Duration
 	log      *slog.Logger
 
 	mu        sync.Mutex // one snapshot at a time (the ticker's and Close's)
 	lastEmpty bool
-	buf       map[string][]strategy.KeyState // the last snapshot's slices, reused
+	buf       map[string]cluster.RuleSnapshot // the last snapshot's slices, reused
 	stats     struct {
 		saved, errors, keys, loopNs, writeNs atomic.Int64
 	}
@@ -157,8 +156,8 @@ func (p *persister) save(node *cluster.Node) error {
 	}
 	p.buf = states // Save is done with them before the next snapshot
 	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.Rule{}}
-	for rule, st := range states {
-		snap.Rules[rule] = statestore.Rule{Strategy: p.rules[rule], States: st}
+	for rule, rs := range states {
+		snap.Rules[rule] = statestore.Rule{Strategy: rs.Strategy, States: rs.States}
 	}
 	keys := snap.Keys()
 	if keys == 0 && p.lastEmpty {

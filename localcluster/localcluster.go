@@ -274,7 +274,7 @@ func (c *Cluster) warn(msg string) {
 // (Config.Namespaces and the machine allowed it).
 func (c *Cluster) Namespaced() bool { return c.lab != nil }
 
-// hostAddr is node i's gossip address in namespace mode.
+// nsAddr is node i's address with port in namespace mode.
 func (c *Cluster) nsAddr(i, port int) string {
 	return net.JoinHostPort(c.lab.Hosts[i].Addr.String(), fmt.Sprint(port))
 }
@@ -763,7 +763,7 @@ func (c *Cluster) conn(i int) (*grpc.ClientConn, error) {
 	if cc := c.conns[i]; cc != nil {
 		return cc, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.dialOptionsLocked()...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.DialOptions()...)
 	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: dialling n%d: %w", i, err)
@@ -784,12 +784,10 @@ func (c *Cluster) dropConn(i int) {
 
 // DialOptions are the gRPC dial options a client of the nodes' gRPC API
 // needs besides credentials: in namespace mode a dialer that connects to
-// each node from inside its namespace; otherwise none.
-func (c *Cluster) DialOptions() []grpc.DialOption { return c.dialOptionsLocked() }
-
-// dialOptionsLocked is DialOptions; it reads only c.lab, set before
-// Start returns, so it needs no lock.
-func (c *Cluster) dialOptionsLocked() []grpc.DialOption {
+// each node from inside its namespace; otherwise none. It reads only
+// c.lab, set before Start returns, so it takes no lock (conn calls it
+// holding c.mu).
+func (c *Cluster) DialOptions() []grpc.DialOption {
 	if c.lab == nil {
 		return nil
 	}
@@ -884,12 +882,7 @@ func (c *Cluster) Partition(groups ...[]int) error {
 	if !c.cfg.FaultInjection {
 		return errors.New("localcluster: Partition needs Config.FaultInjection (or Config.Namespaces)")
 	}
-	group := map[int]int{}
-	for g, ids := range groups {
-		for _, i := range ids {
-			group[i] = g + 1
-		}
-	}
+	cut := cutOff(groups, len(c.Nodes))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
@@ -898,12 +891,8 @@ func (c *Cluster) Partition(groups ...[]int) error {
 			continue
 		}
 		f := Faults{Blocked: []string{}}
-		if len(groups) > 0 {
-			for j := range c.Nodes {
-				if j != i && (group[i] == 0 || group[j] != group[i]) {
-					f.Blocked = append(f.Blocked, c.node(j).Name)
-				}
-			}
+		for _, j := range cut[i] {
+			f.Blocked = append(f.Blocked, c.node(j).Name)
 		}
 		if err := c.SetFaults(ctx, i, f); err != nil {
 			errs = append(errs, err)
@@ -933,6 +922,30 @@ func checkGroups(groups [][]int, n int) error {
 	return nil
 }
 
+// cutOff is, for each of n nodes, the nodes that Partition(groups...)
+// cuts it from: those outside its group (all others when it is in none);
+// none at all without groups.
+func cutOff(groups [][]int, n int) [][]int {
+	cut := make([][]int, n)
+	if len(groups) == 0 {
+		return cut
+	}
+	group := map[int]int{}
+	for g, ids := range groups {
+		for _, i := range ids {
+			group[i] = g + 1
+		}
+	}
+	for i := range n {
+		for j := range n {
+			if j != i && (group[i] == 0 || group[j] != group[i]) {
+				cut[i] = append(cut[i], j)
+			}
+		}
+	}
+	return cut
+}
+
 // partitionNet replaces the network cuts with groups'.
 func (c *Cluster) partitionNet(groups [][]int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -946,19 +959,7 @@ func (c *Cluster) partitionNet(groups [][]int) error {
 	if len(groups) == 0 {
 		return nil
 	}
-	group := map[int]int{}
-	for g, ids := range groups {
-		for _, i := range ids {
-			group[i] = g + 1
-		}
-	}
-	for i := range c.Nodes {
-		var others []int
-		for j := range c.Nodes {
-			if j != i && (group[i] == 0 || group[j] != group[i]) {
-				others = append(others, j)
-			}
-		}
+	for i, others := range cutOff(groups, len(c.Nodes)) {
 		if err := c.lab.CutOneWay(ctx, []int{i}, others); err != nil {
 			return fmt.Errorf("localcluster: %w", err)
 		}

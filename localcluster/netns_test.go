@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,21 @@ func TestNamespaces(t *testing.T) {
 	for _, h := range c.lab.Hosts {
 		if strings.Contains(string(out), h.Namespace) {
 			t.Errorf("namespace %s remains after Stop:\n%s", h.Namespace, out)
+		}
+	}
+}
+
+// cutOff: a node is cut from the nodes outside its group, a node in no
+// group from all others, and without groups from none.
+func TestCutOff(t *testing.T) {
+	got := cutOff([][]int{{0, 1}, {2}}, 4)
+	want := [][]int{{2, 3}, {2, 3}, {0, 1, 3}, {0, 1, 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("cutOff({0,1},{2}) over 4 = %v, want %v", got, want)
+	}
+	for i, c := range cutOff(nil, 3) {
+		if len(c) != 0 {
+			t.Errorf("cutOff() cuts node %d from %v, want none", i, c)
 		}
 	}
 }

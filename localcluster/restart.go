@@ -22,9 +22,7 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 	var join []string
 	for j := range c.Nodes {
 		if j != i && c.Alive(j) {
-			c.mu.Lock()
-			join = append(join, c.Nodes[j].Gossip)
-			c.mu.Unlock()
+			join = []string{c.node(j).Gossip}
 			break
 		}
 	}

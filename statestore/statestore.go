@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -175,7 +176,7 @@ func (s *Store) Save(snap Snapshot) (err error) {
 			return err
 		}
 		var buf []byte
-		for _, name := range sortedKeys(snap.Rules) {
+		for _, name := range slices.Sorted(maps.Keys(snap.Rules)) {
 			r := snap.Rules[name]
 			if name == "" {
 				return errors.New("statestore: save: a rule has an empty name")
@@ -309,13 +310,4 @@ func varint(b []byte) (int64, error) {
 		return 0, errors.New("does not decode")
 	}
 	return v, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

@@ -179,12 +179,12 @@ func (g *replayGuard) admit(from strategy.NodeID, inc, seq uint64) bool {
 	return w.admit(seq)
 }
 
-// LogEvery is the least time between two log lines about refused frames of
-// one reason; the refusals in between are counted (Stats) and summed up in
-// the next line.
-const LogEvery = 10 * time.Second
+// RefusalLogEvery is the least time between two log lines about refused
+// frames of one reason; the refusals in between are counted (Stats) and
+// summed up in the next line.
+const RefusalLogEvery = 10 * time.Second
 
-// refusalLog logs refusals, at most one line per reason per LogEvery.
+// refusalLog logs refusals, at most one line per reason per RefusalLogEvery.
 type refusalLog struct {
 	log *slog.Logger
 	mu  sync.Mutex
@@ -204,7 +204,7 @@ func (l *refusalLog) refused(reason string, from strategy.NodeID, detail string)
 		l.by[reason] = e
 	}
 	now := time.Now()
-	if !e.last.IsZero() && now.Sub(e.last) < LogEvery {
+	if !e.last.IsZero() && now.Sub(e.last) < RefusalLogEvery {
 		e.suppressed++
 		l.mu.Unlock()
 		return

@@ -22,24 +22,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 // keyedMesh starts n transports "n0".. sharing secret, that know each other.
 func keyedMesh(t *testing.T, n int, secret []byte) ([]strategy.NodeID, map[strategy.NodeID]*Transport, map[strategy.NodeID]*inbox) {
 	t.Helper()
-	var ids []strategy.NodeID
-	trs := map[strategy.NodeID]*Transport{}
-	boxes := map[strategy.NodeID]*inbox{}
-	for i := range n {
-		id := strategy.NodeID(fmt.Sprintf("n%d", i))
-		ids = append(ids, id)
-		trs[id] = newTransport(t, Config{Self: id, SecretKey: secret})
-		boxes[id] = &inbox{}
-		trs[id].Listen(boxes[id].recv)
-	}
-	book := map[strategy.NodeID]string{}
-	for id, tr := range trs {
-		book[id] = tr.Addr()
-	}
-	for _, tr := range trs {
-		tr.SetPeers(book)
-	}
-	return ids, trs, boxes
+	return meshOf(t, n, func(id strategy.NodeID) Config { return Config{Self: id, SecretKey: secret} })
 }
 
 // signed is a frame from from to to signed with secret.
@@ -298,8 +281,8 @@ func BenchmarkFrameMAC(b *testing.B) {
 	}
 }
 
-// Refusals are logged at most once per reason per LogEvery; the next line
-// says how many were left out.
+// Refusals are logged at most once per reason per RefusalLogEvery; the
+// next line says how many were left out.
 func TestRefusalLogRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	l := refusalLog{log: slog.New(slog.NewTextHandler(&buf, nil)), by: map[string]*refusalEntry{}}
@@ -313,7 +296,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "reason=bad_mac") || !strings.Contains(buf.String(), "reason=replay") {
 		t.Fatalf("log:\n%s", buf.String())
 	}
-	l.by[ReasonBadMAC].last = time.Now().Add(-LogEvery) // as if LogEvery had passed
+	l.by[ReasonBadMAC].last = time.Now().Add(-RefusalLogEvery) // as if RefusalLogEvery had passed
 	l.refused(ReasonBadMAC, "n1", "forged")
 	if !strings.Contains(buf.String(), "suppressed_since_last_line=99") {
 		t.Fatalf("the next line does not count the 99 left out:\n%s", buf.String())

@@ -109,7 +109,7 @@ type Config struct {
 	// current time in Unix nanoseconds.
 	Incarnation uint64
 	// Logger receives the refusal log lines (at most one per reason per
-	// LogEvery). Nil: slog.Default().
+	// RefusalLogEvery). Nil: slog.Default().
 	Logger *slog.Logger
 	// Queue is the per-peer send queue length in frames (default
 	// DefaultQueue); a frame that finds it full is dropped and counted.

@@ -74,17 +74,26 @@ func newTransport(t *testing.T, cfg Config) *Transport {
 // mesh starts n transports "n0".. that know each other.
 func mesh(t *testing.T, n int, tlsFor func(id strategy.NodeID) *tls.Config) ([]strategy.NodeID, map[strategy.NodeID]*Transport, map[strategy.NodeID]*inbox) {
 	t.Helper()
+	return meshOf(t, n, func(id strategy.NodeID) Config {
+		cfg := Config{Self: id}
+		if tlsFor != nil {
+			cfg.TLS = tlsFor(id)
+		}
+		return cfg
+	})
+}
+
+// meshOf starts n transports "n0".., transport id made with cfgFor(id),
+// that know each other.
+func meshOf(t *testing.T, n int, cfgFor func(id strategy.NodeID) Config) ([]strategy.NodeID, map[strategy.NodeID]*Transport, map[strategy.NodeID]*inbox) {
+	t.Helper()
 	var ids []strategy.NodeID
 	trs := map[strategy.NodeID]*Transport{}
 	boxes := map[strategy.NodeID]*inbox{}
 	for i := range n {
 		id := strategy.NodeID(fmt.Sprintf("n%d", i))
 		ids = append(ids, id)
-		cfg := Config{Self: id}
-		if tlsFor != nil {
-			cfg.TLS = tlsFor(id)
-		}
-		trs[id] = newTransport(t, cfg)
+		trs[id] = newTransport(t, cfgFor(id))
 		boxes[id] = &inbox{}
 		trs[id].Listen(boxes[id].recv)
 	}

@@ -232,7 +232,9 @@ func TestReconnectConfigErrors(t *testing.T) {
 	}
 }
 
-// ReconnectTimeout, then forgotten.
+// TestReconnectTargets: a round targets a failed member and every seed
+// that is no live member's address, and none while leaving; a member
+// failed for longer than ReconnectTimeout is not targeted, then forgotten.
 func TestReconnectTargets(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := &Membership{reconnectTimeout: time.Minute, log: testLog(),

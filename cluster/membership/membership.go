@@ -16,10 +16,12 @@
 // partition at first boot). To tell a member that left from one that
 // failed (memberlist reports both as a leave, and its Node.State is not
 // filled in), Leave first sends every member a leave intent (a memberlist
-// user message, encrypted like the rest of gossip), as serf does. This is the reconnect behaviour of
-// hashicorp/serf (serf.Config.ReconnectInterval / ReconnectTimeout,
-// serf.go handleReconnect: "attempt to join a random failed member")
-// rebuilt on memberlist: theirs is the idea and the two settings; ours is
+// user message, encrypted like the rest of gossip), as serf does.
+//
+// This is the reconnect behaviour of hashicorp/serf
+// (serf.Config.ReconnectInterval / ReconnectTimeout, serf.go
+// handleReconnect: "attempt to join a random failed member") rebuilt on
+// memberlist: theirs is the idea and the two settings; ours is
 // the seeds retry (serf's agent does that separately, retry_join) and the
 // code. We did not take serf itself: it brings its own event, query and
 // Lamport-clock layer and replaces memberlist node metadata with encoded
@@ -421,7 +423,7 @@ func (m *Membership) signal() {
 // tries. A member that left with a leave intent is not among them; one
 // that failed stops being expected once it is given up on. Under
 // `partition: conserve` a side that sees k live of these N enforces k/N
-// of each rule's limit (strategy.Conserver).
+// of each rule's limit (strategy.Conserver). Ours.
 func (m *Membership) Expected() []strategy.NodeID {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -488,10 +490,7 @@ func (m *Membership) set(n *memberlist.Node, alive bool) (failed bool) {
 		}
 	}
 	m.mu.Unlock()
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
+	m.signal()
 	return failed
 }
 

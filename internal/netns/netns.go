@@ -19,7 +19,8 @@
 // Dial and Listen, which create the socket inside the host's namespace.
 //
 // Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's
-// ip; Available says whether this machine has them.
+// ip; Available says whether this machine has them. Ours (test tooling;
+// no source document).
 package netns
 
 import (

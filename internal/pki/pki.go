@@ -2,7 +2,7 @@
 // for peer mTLS (node.tls) and the API's TLS: ECDSA P-256 keys and X.509
 // certificates from the standard library (crypto/x509). It serves
 // `tokenmesh certs` (an operator without a PKI of their own) and the
-// tests' throw-away CAs.
+// tests' throw-away CAs. Ours (operations tooling; no source document).
 package pki
 
 import (
