@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -309,10 +310,8 @@ type Node struct {
 	inboxDropped atomic.Int64
 	badSender    atomic.Int64
 
-	// loop goroutine only: the last refusal log line and the refusals
-	// not logged since (logRefused)
-	refusedLogAt      time.Time
-	refusedSuppressed int64
+	// refusedLog limits logRefused to one line per RefusedLogEvery.
+	refusedLog logthrottle.Throttle
 }
 
 // RefusedLogEvery is the least time between two log lines about peer
@@ -325,14 +324,12 @@ const RefusedLogEvery = 10 * time.Second
 // one that does not decode) at WARN on slog.Default, at most once per
 // RefusedLogEvery (loop goroutine).
 func (n *Node) logRefused(f Frame, err error) {
-	now := time.Now()
-	if !n.refusedLogAt.IsZero() && now.Sub(n.refusedLogAt) < RefusedLogEvery {
-		n.refusedSuppressed++
+	suppressed, ok := n.refusedLog.Allow("")
+	if !ok {
 		return
 	}
 	slog.Warn("cluster: refused a peer payload", "reason", "out_of_bounds", "node", string(n.self), "from", string(f.From),
-		"rule", f.Rule, "error", err.Error(), "suppressed_since_last_line", n.refusedSuppressed)
-	n.refusedLogAt, n.refusedSuppressed = now, 0
+		"rule", f.Rule, "error", err.Error(), "suppressed_since_last_line", suppressed)
 }
 
 // New builds a node and starts its goroutine. Errors: an empty Self, no
@@ -366,6 +363,7 @@ func New(cfg Config) (*Node, error) {
 		self: cfg.Self, rules: map[string]*ruleState{}, transport: cfg.Transport, maxTokens: cfg.MaxTokens,
 		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{}, wakes: minheap.New(wakeBefore),
 		members: members, expected: slices.Clone(members), done: make(chan struct{}), stopped: make(chan struct{}),
+		refusedLog: logthrottle.Throttle{Every: RefusedLogEvery},
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.start = time.Now()

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -186,32 +187,15 @@ const RefusalLogEvery = 10 * time.Second
 
 // refusalLog logs refusals, at most one line per reason per RefusalLogEvery.
 type refusalLog struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	by  map[string]*refusalEntry
-}
-
-type refusalEntry struct {
-	last       time.Time
-	suppressed int64
+	log      *slog.Logger
+	throttle logthrottle.Throttle // keyed by reason
 }
 
 func (l *refusalLog) refused(reason string, from strategy.NodeID, detail string) {
-	l.mu.Lock()
-	e := l.by[reason]
-	if e == nil {
-		e = &refusalEntry{}
-		l.by[reason] = e
-	}
-	now := time.Now()
-	if !e.last.IsZero() && now.Sub(e.last) < RefusalLogEvery {
-		e.suppressed++
-		l.mu.Unlock()
+	suppressed, ok := l.throttle.Allow(reason)
+	if !ok {
 		return
 	}
-	suppressed := e.suppressed
-	e.last, e.suppressed = now, 0
-	l.mu.Unlock()
 	l.log.Warn("grpcpeer: refused a peer frame", "reason", reason, "from", string(from), "detail", detail,
 		"suppressed_since_last_line", suppressed)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/api/peer/v1/transportpb"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -285,7 +286,9 @@ func BenchmarkFrameMAC(b *testing.B) {
 // next line says how many were left out.
 func TestRefusalLogRateLimited(t *testing.T) {
 	var buf bytes.Buffer
-	l := refusalLog{log: slog.New(slog.NewTextHandler(&buf, nil)), by: map[string]*refusalEntry{}}
+	now := time.Now()
+	l := refusalLog{log: slog.New(slog.NewTextHandler(&buf, nil)),
+		throttle: logthrottle.Throttle{Every: RefusalLogEvery, Now: func() time.Time { return now }}}
 	for range 100 {
 		l.refused(ReasonBadMAC, "n1", "forged")
 		l.refused(ReasonReplay, "n1", "again")
@@ -296,7 +299,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "reason=bad_mac") || !strings.Contains(buf.String(), "reason=replay") {
 		t.Fatalf("log:\n%s", buf.String())
 	}
-	l.by[ReasonBadMAC].last = time.Now().Add(-RefusalLogEvery) // as if RefusalLogEvery had passed
+	now = now.Add(RefusalLogEvery) // RefusalLogEvery has passed
 	l.refused(ReasonBadMAC, "n1", "forged")
 	if !strings.Contains(buf.String(), "suppressed_since_last_line=99") {
 		t.Fatalf("the next line does not count the 99 left out:\n%s", buf.String())

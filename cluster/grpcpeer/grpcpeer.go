@@ -46,6 +46,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/api/peer/v1/transportpb"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -204,7 +205,7 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("grpcpeer: %w", err)
 	}
 	t := &Transport{cfg: cfg, lis: lis, peers: map[strategy.NodeID]*sender{}, frameKey: frameKey,
-		incarnation: cfg.Incarnation, rlog: refusalLog{log: cfg.Logger, by: map[string]*refusalEntry{}}}
+		incarnation: cfg.Incarnation, rlog: refusalLog{log: cfg.Logger, throttle: logthrottle.Throttle{Every: RefusalLogEvery}}}
 	opts := []grpc.ServerOption{
 		// Clients ping idle streams (see dial); allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
