@@ -346,6 +346,9 @@ tokenmesh_peer_bytes_total{direction="sent",rule="other"} 5
 tokenmesh_peer_bytes_total_extra{direction="sent",rule="replay"} 9
 tokenmesh_peer_bytes_total{rule="re\"play",direction="sent"} 2e3
 tokenmesh_peer_messages_total 3
+# TYPE tokenmesh_state_bytes gauge
+tokenmesh_state_bytes{rule="replay"} 42
+tokenmesh_state_bytes{rule="other"} 7
 `
 	got, ok := SumCounter(text, "tokenmesh_peer_bytes_total", map[string]string{"rule": "replay", "direction": "sent"})
 	if !ok || got != 1234 {
@@ -361,6 +364,9 @@ tokenmesh_peer_messages_total 3
 	}
 	if got, ok := SumCounter(text, "tokenmesh_peer_messages_total", nil); !ok || got != 3 {
 		t.Errorf("unlabelled: got %v %v", got, ok)
+	}
+	if got, ok := SumCounter(text, "tokenmesh_state_bytes", map[string]string{"rule": "replay"}); !ok || got != 42 {
+		t.Errorf("gauge: got %v %v, want 42", got, ok)
 	}
 	if _, ok := SumCounter(text, "tokenmesh_decisions_total", nil); ok {
 		t.Error("found a missing metric")
