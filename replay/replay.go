@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -1095,32 +1097,21 @@ func (l *LiveTarget) Partition(groups ...[]int) error { return l.c.Partition(gro
 // Heal implements Faults.
 func (l *LiveTarget) Heal() error { return l.c.Heal() }
 
-// SumCounter sums the samples of metric name in Prometheus text exposition
-// format whose labels include every pair of want; found is false when no
-// sample matched.
+// SumCounter sums the samples of metric name (a counter, gauge or untyped
+// family) in Prometheus text exposition format whose labels include every
+// pair of want; found is false when no sample matched. The text is read
+// with expfmt up to its first malformed line, if any.
 func SumCounter(text, name string, want map[string]string) (sum float64, found bool) {
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
+	var p expfmt.TextParser
+	fams, _ := p.TextToMetricFamilies(strings.NewReader(text)) // the families before an error are kept
+	mf, ok := fams[name]
+	if !ok {
+		return 0, false
+	}
+	for _, m := range mf.GetMetric() {
 		labels := map[string]string{}
-		if strings.HasPrefix(rest, "{") {
-			var ok bool
-			if labels, rest, ok = parseLabels(rest[1:]); !ok {
-				continue
-			}
-		} else if rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
-			continue // another metric with name as prefix
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
 		}
 		match := true
 		for k, w := range want {
@@ -1129,48 +1120,20 @@ func SumCounter(text, name string, want map[string]string) (sum float64, found b
 				break
 			}
 		}
-		if match {
-			sum += v
-			found = true
+		if !match {
+			continue
 		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			sum += m.GetCounter().GetValue()
+		case dto.MetricType_GAUGE:
+			sum += m.GetGauge().GetValue()
+		case dto.MetricType_UNTYPED:
+			sum += m.GetUntyped().GetValue()
+		default:
+			continue
+		}
+		found = true
 	}
 	return sum, found
-}
-
-// parseLabels parses `a="x",b="y"}` (the text after '{') and returns the
-// labels and the text after '}'.
-func parseLabels(s string) (map[string]string, string, bool) {
-	labels := map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return labels, s[1:], true
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return nil, "", false
-		}
-		key := strings.TrimSpace(s[:eq])
-		s = s[eq+2:]
-		var b strings.Builder
-		i := 0
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					b.WriteByte('\n')
-				default:
-					b.WriteByte(s[i])
-				}
-				continue
-			}
-			b.WriteByte(s[i])
-		}
-		if i >= len(s) {
-			return nil, "", false
-		}
-		labels[key] = b.String()
-		s = s[i+1:]
-	}
 }
