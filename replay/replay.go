@@ -294,12 +294,11 @@ type Result struct {
 	// BytesError is why Row.Messages and Row.Bytes could not be read (they
 	// are 0 then); "" when they were.
 	BytesError string
-	Events     []string
-	// EventTimes[i] is the wall time Events[i] was applied (for a restart,
+	// Applied are the events applied, in order (EventNames names them).
+	Applied []Event
+	// EventTimes[i] is the wall time Applied[i] was applied (for a restart,
 	// when the new process was started: it serves a few seconds later).
 	EventTimes []time.Time
-	// Applied are the events applied, in order (Events are their names).
-	Applied []Event
 
 	allowed []bool // decisions as scored (false for undecided)
 }
@@ -468,7 +467,6 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		return origin.Add(time.Duration(float64(max(at-base, 0)) / opts.Speed))
 	}
 	var runErr error
-	var applied []string
 	var appliedAt []time.Time
 	var appliedEvents []Event
 	var crashed []string
@@ -543,7 +541,6 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		if err != nil {
 			return fmt.Errorf("replay: %v: %w", e, err)
 		}
-		applied = append(applied, e.String())
 		appliedAt = append(appliedAt, time.Now())
 		appliedEvents = append(appliedEvents, e)
 		return nil
@@ -599,7 +596,7 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		return nil, runErr
 	}
 
-	res := &Result{Outcomes: out, Wall: wall, Events: applied, EventTimes: appliedAt, Applied: appliedEvents}
+	res := &Result{Outcomes: out, Wall: wall, Applied: appliedEvents, EventTimes: appliedAt}
 	allowed := make([]bool, len(reqs))
 	lat := make([]time.Duration, 0, len(reqs))
 	for i := range out {
@@ -635,6 +632,16 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	res.Row.CrashedNodes = crashed
 	res.allowed = allowed
 	return res, nil
+}
+
+// EventNames is Applied as text (Event.String, e.g. "kill 1@1.2s"); nil
+// when no event was applied.
+func (r *Result) EventNames() []string {
+	var out []string
+	for _, e := range r.Applied {
+		out = append(out, e.String())
+	}
+	return out
 }
 
 // Allowed is request i's decision as scored: after canonicalize, false
@@ -762,14 +769,14 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 		rep.Series.Add(r.Row.Strategy, reqs, r.allowed)
 		info := RunInfo{Strategy: r.Row.Strategy, WallSec: round3(r.Wall.Seconds()), LateSends: r.Late,
 			MaxLatenessMs: round3(float64(r.MaxLateness) / float64(time.Millisecond)), Errors: r.Errors,
-			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.Events}
+			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.EventNames()}
 		rep.Live.Runs = append(rep.Live.Runs, info)
 		note := fmt.Sprintf("%s: wall %.1f s, %d late sends", info.Strategy, info.WallSec, info.LateSends)
 		if r.Errors > 0 {
 			note += fmt.Sprintf(", %d errors", r.Errors)
 		}
-		if len(r.Events) > 0 {
-			note += ", " + strings.Join(r.Events, ", ")
+		if len(r.Applied) > 0 {
+			note += ", " + strings.Join(info.Events, ", ")
 		}
 		if r.BytesError != "" {
 			note += ", bytes unknown"

@@ -243,8 +243,8 @@ func TestKillStopsSendingToNode(t *testing.T) {
 	} else {
 		t.Logf("machine loaded (max lateness %v): not checking when the kill fell", res.MaxLateness)
 	}
-	if !slices.Equal(res.Row.CrashedNodes, []string{"1"}) || !slices.Equal(res.Events, []string{"kill 1@1.2s"}) {
-		t.Errorf("crashed %v events %v", res.Row.CrashedNodes, res.Events)
+	if !slices.Equal(res.Row.CrashedNodes, []string{"1"}) || !slices.Equal(res.EventNames(), []string{"kill 1@1.2s"}) {
+		t.Errorf("crashed %v events %v", res.Row.CrashedNodes, res.EventNames())
 	}
 	if res.Row.Messages != 7 || res.Row.Bytes != 700 {
 		t.Errorf("messages %d bytes %d, want the target's 7 and 700", res.Row.Messages, res.Row.Bytes)
@@ -497,8 +497,8 @@ func TestRestartSendsToNodeAgainOnceItServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.restarts, []int{1}) || !slices.Equal(res.Events, []string{"kill 1@500ms", "restart 1@1s"}) || len(res.EventTimes) != 2 {
-		t.Fatalf("restarts %v, events %v at %v", f.restarts, res.Events, res.EventTimes)
+	if !slices.Equal(f.restarts, []int{1}) || !slices.Equal(res.EventNames(), []string{"kill 1@500ms", "restart 1@1s"}) || len(res.EventTimes) != 2 {
+		t.Fatalf("restarts %v, events %v at %v", f.restarts, res.EventNames(), res.EventTimes)
 	}
 	if res.Errors != 0 {
 		t.Errorf("%d errors (first %s): no request should reach node 1 while it is down", res.Errors, res.FirstError)
