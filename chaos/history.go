@@ -141,11 +141,10 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		return Report{}, fmt.Errorf("%w: [%v, %v]", ErrEmptyRange, from, to)
 	}
 	type state struct {
-		rep     KeyReport
-		sum     int64
-		minPre  float64
-		minAt   time.Duration
-		started bool
+		rep    KeyReport
+		sum    int64
+		minPre float64
+		minAt  time.Duration
 	}
 	keys := map[string]*state{}
 	rep := Report{From: from, To: to}
