@@ -23,6 +23,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/eval"
 )
 
 // Decision is one check as a client saw it: Tokens tokens of Key, sent
@@ -105,7 +107,8 @@ type Report struct {
 	// whose Violation is above the slack Check was given.
 	MaxViolation float64
 	Over         int
-	// P50 and P99 are the decision latencies of the answered checks in range.
+	// P50 and P99 are the decision latencies of the answered checks in
+	// range (nearest rank, eval.Percentile).
 	P50, P99 time.Duration
 	// ErrorKinds counts the failed checks by error text, for at most
 	// maxErrorKinds distinct texts (the rest count under "other").
@@ -138,11 +141,10 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		return Report{}, fmt.Errorf("%w: [%v, %v]", ErrEmptyRange, from, to)
 	}
 	type state struct {
-		rep     KeyReport
-		sum     int64
-		minPre  float64
-		minAt   time.Duration
-		started bool
+		rep    KeyReport
+		sum    int64
+		minPre float64
+		minAt  time.Duration
 	}
 	keys := map[string]*state{}
 	rep := Report{From: from, To: to}
@@ -204,17 +206,6 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		}
 		return a.Key < b.Key
 	})
-	rep.P50, rep.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	rep.P50, rep.P99 = eval.Percentile(lat, 50), eval.Percentile(lat, 99)
 	return rep, nil
-}
-
-// quantile is the nearest-rank q-quantile of ds (0 for none); ds is sorted
-// in place.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := int(math.Ceil(q*float64(len(ds)))) - 1
-	return ds[max(0, min(i, len(ds)-1))]
 }

@@ -82,7 +82,8 @@ func TestCheckMatchesBruteForce(t *testing.T) {
 }
 
 // A burst of b+2 admitted at once is 2 tokens over; the same run checked
-// from after the burst is within the envelope.
+// from after the burst is within the envelope. Latency percentiles are
+// over the answered checks.
 func TestCheckRange(t *testing.T) {
 	var h History
 	env := Envelope{RatePerSec: 1, Burst: 5}
@@ -99,6 +100,10 @@ func TestCheckRange(t *testing.T) {
 	}
 	if rep.MaxViolation != 2 || rep.Over != 1 || rep.Admitted != 17 || rep.Errors != 1 || rep.Checks != 18 || rep.ErrorKinds["unreachable"] != 1 {
 		t.Fatalf("whole run: %+v", rep)
+	}
+	// 17 answered checks: 10 at 0 latency, then 1..7 ms; nearest rank.
+	if rep.P50 != 0 || rep.P99 != 7*time.Millisecond {
+		t.Fatalf("latency p50 %v, p99 %v, want 0 and 7ms", rep.P50, rep.P99)
 	}
 	if k := rep.Keys[0]; k.WorstFrom != time.Second || k.WorstTo != time.Second {
 		t.Fatalf("worst window [%v, %v], want [1s, 1s]", k.WorstFrom, k.WorstTo)

@@ -26,10 +26,11 @@ type fakeCluster struct {
 	group   []int                             // node -> side
 	buckets map[int]map[string]*bucket.Bucket // side -> key -> bucket
 	dead    []bool
+	lastAt  []time.Duration // node -> when it last answered a check
 }
 
 func newFake(n int, env Envelope) *fakeCluster {
-	return &fakeCluster{start: time.Now(), env: env, group: make([]int, n), dead: make([]bool, n),
+	return &fakeCluster{start: time.Now(), env: env, group: make([]int, n), dead: make([]bool, n), lastAt: make([]time.Duration, n),
 		buckets: map[int]map[string]*bucket.Bucket{0: {}}}
 }
 
@@ -48,6 +49,7 @@ func (c fakeChk) Check(ctx context.Context, key string, tokens int64) (bool, err
 	if f.dead[c.i] {
 		return false, errors.New("connection refused")
 	}
+	f.lastAt[c.i] = f.now()
 	side := f.buckets[f.group[c.i]]
 	b, ok := side[key]
 	if !ok {
@@ -173,6 +175,11 @@ func TestRunKillRestart(t *testing.T) {
 	}
 	if res.Whole.Checks < 100 {
 		t.Fatalf("only %d checks", res.Whole.Checks)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lastAt[1] < 900*time.Millisecond {
+		t.Fatalf("node 1 last answered a check at %v, before its restart at 900ms: not used again", f.lastAt[1])
 	}
 }
 

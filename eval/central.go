@@ -55,9 +55,9 @@ func Central(trace *workload.Trace, rate bucket.Rate, burst int64) ([]bool, erro
 
 // Score builds one strategy's row of a report from its decisions on reqs
 // (allowed[i] false for undecided requests too), central's (see Central) and
-// its decision latencies, with Run's metrics and rounding. Cost fields
-// (messages, bytes, state, undecided, errors) are left for the caller.
-// latencies is sorted in place.
+// its decision latencies, with the metrics and rounding Run reports (Run
+// builds its rows with it). Cost fields (messages, bytes, state, undecided,
+// errors) are left for the caller. latencies is sorted in place.
 func Score(name string, reqs []workload.Request, allowed, central []bool, ratePerSec float64, burst int64, latencies []time.Duration) Result {
 	c := Compare(reqs, allowed, central)
 	return Result{

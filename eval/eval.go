@@ -232,27 +232,19 @@ func Run(opts Options) (*Report, error) {
 		if central == nil {
 			central = allowed
 		}
-		c := Compare(reqs, allowed, central)
-		envelope := EnvelopeViolation(reqs, allowed, opts.Rate.PerSec(), opts.Burst)
-		var wait *WaitStats
+		r := Score(s.Name, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
 		if opts.MaxWait > 0 {
-			wait = waitStats(res.Outcomes, res.WaitingMode)
+			r.Wait = waitStats(res.Outcomes, res.WaitingMode)
 			// A request admitted with a delay takes its tokens when it
 			// proceeds: the envelope counts it then.
 			served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)
-			envelope = EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst)
+			r.EnvelopeViolationTokens = round(EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst), 4)
 		}
-		rep.Results = append(rep.Results, Result{
-			Strategy: s.Name, Requests: c.Requests, Admitted: c.Admitted, Rejected: c.Rejected,
-			Precision: c.Precision, ExcessAdmittedPct: round(c.ExcessPct, 4), ExcessAdmitted: c.ExcessAdmitted,
-			FalseRejections:         c.FalseRejections,
-			EnvelopeViolationTokens: round(envelope, 4),
-			Messages:                res.Messages, Bytes: res.Bytes, MessagesLost: res.MessagesLost,
-			StateBytesPeak: res.StateBytesPeak, StateBytesMean: round(res.StateBytesMean, 1),
-			DecisionLatencyP50Ms: ms(Percentile(lat, 50)), DecisionLatencyP99Ms: ms(Percentile(lat, 99)),
-			Undecided: res.Undecided, ReceiveErrors: res.ReceiveErrors, CrashedNodes: res.Crashed,
-			LocalDecisionPct: localPct, BytesPerRequest: bytesPer, Wait: wait,
-		})
+		r.Messages, r.Bytes, r.MessagesLost = res.Messages, res.Bytes, res.MessagesLost
+		r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)
+		r.Undecided, r.ReceiveErrors, r.CrashedNodes = res.Undecided, res.ReceiveErrors, res.Crashed
+		r.LocalDecisionPct, r.BytesPerRequest = localPct, bytesPer
+		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}
 	return rep, nil

@@ -29,7 +29,8 @@ var (
 	colorExcess  = color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255} // vermillion: over-admission
 	colorFalse   = color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255} // blue: over-rejection
 	// palette is Okabe & Ito's colour-blind safe set without black (central's)
-	// and yellow (unreadable on white). Past its end, colours repeat dashed.
+	// and yellow (unreadable on white). Past its end, colours repeat (each
+	// strategy has a panel of its own).
 	palette = []color.Color{
 		color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255}, // orange
 		color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255}, // blue
@@ -38,7 +39,6 @@ var (
 		color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255}, // sky blue
 		color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255}, // reddish purple
 	}
-	dashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.Points(2)}}
 )
 
 // figure is a plot with its legend drawn outside the data area, so that the

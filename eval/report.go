@@ -194,7 +194,8 @@ func waitTable(rep *Report) (header []string, rows [][]string) {
 const waitLegend = "waiting time (the DRL penalty of 000 §2.1): the delay after arrival before an admitted request may proceed, its tokens reserved in arrival order; percentiles over all admitted requests (0 for those admitted at once); strategies without waiting mode refuse instead"
 
 // writeAligned writes rows under header as a right-aligned text table, the
-// first column left-aligned.
+// first column left-aligned: tabwriter aligns every column the same way,
+// so the first column's cells are padded to one width.
 func writeAligned(w io.Writer, header []string, rows [][]string) error {
 	width := len(header[0])
 	for _, row := range rows {
@@ -233,21 +234,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(bw, "setup: %s\n\n", joinFacts(setupFacts(rep.Setup)))
 
 	header, rows, undecided := resultTable(rep)
-	// tabwriter aligns every column the same way; padding the strategy
-	// names to one width keeps that column left-aligned under AlignRight.
-	width := len(header[0])
-	for _, row := range rows {
-		width = max(width, len(row[0]))
-	}
-	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, row := range append([][]string{header}, rows...) {
-		fmt.Fprintf(tw, "%-*s\t", width, row[0])
-		for _, cell := range row[1:] {
-			fmt.Fprint(tw, cell, "\t")
-		}
-		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := writeAligned(bw, header, rows); err != nil {
 		return err
 	}
 	fmt.Fprintln(bw)

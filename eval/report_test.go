@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 func ptr(v float64) *float64 { return &v }
@@ -51,6 +56,34 @@ func table(t *testing.T, rep *Report) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// jsonText is rep as WriteJSON writes it.
+func jsonText(t *testing.T, rep *Report) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := WriteJSON(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// smallRun is the Options of a run of the strategies (all.ParseList) over
+// the generated workload spec, on 3 nodes of a 1 ms fixed-latency
+// network without loss, r = 1/s, b = 2, seed 1.
+func smallRun(t *testing.T, spec, strategies, assign string) Options {
+	t.Helper()
+	g, err := workload.ParseGenerator(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strats, err := all.ParseList(strategies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Trace: g.Generate(1), Strategies: strats, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+		Network:      sim.Network{Latency: sim.Latency{Kind: "fixed", Mean: time.Millisecond, Min: time.Millisecond, Max: time.Millisecond}},
+		AssignPolicy: assign, Seed: 1}
 }
 
 func TestWriteTable(t *testing.T) {

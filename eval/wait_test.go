@@ -1,16 +1,11 @@
 package eval
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
-	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // Waiting mode (000 §5.2): on a fixed-latency network without loss, owner
@@ -19,22 +14,12 @@ import (
 // strategy without waiting mode reports so and never delays; a run
 // without MaxWait has no waiting fields in its JSON.
 func TestWaitingModeMatchesCentral(t *testing.T) {
-	g, err := workload.ParseGenerator("poisson:users=3,rate=5,duration=20s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	strats, err := all.ParseList("owner,lease,static")
-	if err != nil {
-		t.Fatal(err)
-	}
 	params, err := strategy.ParseParams([]string{"lease.max_wait=500ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Trace: g.Generate(1), Strategies: strats, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
-		Params:       params,
-		Network:      sim.Network{Latency: sim.Latency{Kind: "fixed", Mean: time.Millisecond, Min: time.Millisecond, Max: time.Millisecond}},
-		AssignPolicy: "roundrobin", Seed: 1}
+	opts := smallRun(t, "poisson:users=3,rate=5,duration=20s", "owner,lease,static", "roundrobin")
+	opts.Params = params
 	plain, err := Run(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -72,17 +57,10 @@ func TestWaitingModeMatchesCentral(t *testing.T) {
 	if waiting.Setup.MaxWaitMs != 500 {
 		t.Errorf("setup max wait %v ms, want 500", waiting.Setup.MaxWaitMs)
 	}
-	var a, b bytes.Buffer
-	if err := WriteJSON(&a, plain); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteJSON(&b, waiting); err != nil {
-		t.Fatal(err)
-	}
-	if s := a.String(); strings.Contains(s, `"wait"`) || strings.Contains(s, "max_wait_ms") {
+	if s := jsonText(t, plain); strings.Contains(s, `"wait"`) || strings.Contains(s, "max_wait_ms") {
 		t.Errorf("JSON without waiting mode has waiting fields:\n%s", s)
 	}
-	if s := b.String(); !strings.Contains(s, `"waiting_mode": true`) || !strings.Contains(s, `"max_wait_ms": 500`) {
+	if s := jsonText(t, waiting); !strings.Contains(s, `"waiting_mode": true`) || !strings.Contains(s, `"max_wait_ms": 500`) {
 		t.Errorf("JSON in waiting mode lacks its fields:\n%s", s)
 	}
 	if out := table(t, waiting); !strings.Contains(out, "waiting time") {

@@ -17,7 +17,8 @@ import (
 // reaches again). It is the live counterpart of the simulator's per-node
 // view delay (sim.Scenario's detection + U[0, detection_jitter] for a
 // failure, the reconnect and join_delay for a heal or restart), in wall
-// time: at --speed S it is S times longer in trace time.
+// time: at --speed S it is S times longer in trace time. The measure is
+// ours.
 type Detection struct {
 	Event    string        // Event.String() of the fault
 	Kind     EventKind     // its kind
@@ -90,7 +91,8 @@ func field(line, key string) (string, bool) {
 // every node alive after it other than a restarted one, how long that node
 // took to see it. A change counts for an event when it is logged at or
 // after the event and before the next one. Nodes left out of every group of
-// a partition are cut off alone (localcluster's rule).
+// a partition are cut off alone (localcluster's rule). Errors: fewer or
+// more times than events, an event naming a node outside 0..nodes-1.
 func MeasureDetection(nodes int, events []Event, at []time.Time, logs []string) ([]Detection, error) {
 	if len(events) != len(at) {
 		return nil, fmt.Errorf("replay: %d events and %d times", len(events), len(at))

@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -292,12 +294,11 @@ type Result struct {
 	// BytesError is why Row.Messages and Row.Bytes could not be read (they
 	// are 0 then); "" when they were.
 	BytesError string
-	Events     []string
-	// EventTimes[i] is the wall time Events[i] was applied (for a restart,
+	// Applied are the events applied, in order (EventNames names them).
+	Applied []Event
+	// EventTimes[i] is the wall time Applied[i] was applied (for a restart,
 	// when the new process was started: it serves a few seconds later).
 	EventTimes []time.Time
-	// Applied are the events applied, in order (Events are their names).
-	Applied []Event
 
 	allowed []bool // decisions as scored (false for undecided)
 }
@@ -466,7 +467,6 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		return origin.Add(time.Duration(float64(max(at-base, 0)) / opts.Speed))
 	}
 	var runErr error
-	var applied []string
 	var appliedAt []time.Time
 	var appliedEvents []Event
 	var crashed []string
@@ -541,7 +541,6 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		if err != nil {
 			return fmt.Errorf("replay: %v: %w", e, err)
 		}
-		applied = append(applied, e.String())
 		appliedAt = append(appliedAt, time.Now())
 		appliedEvents = append(appliedEvents, e)
 		return nil
@@ -597,7 +596,7 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		return nil, runErr
 	}
 
-	res := &Result{Outcomes: out, Wall: wall, Events: applied, EventTimes: appliedAt, Applied: appliedEvents}
+	res := &Result{Outcomes: out, Wall: wall, Applied: appliedEvents, EventTimes: appliedAt}
 	allowed := make([]bool, len(reqs))
 	lat := make([]time.Duration, 0, len(reqs))
 	for i := range out {
@@ -633,6 +632,16 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	res.Row.CrashedNodes = crashed
 	res.allowed = allowed
 	return res, nil
+}
+
+// EventNames is Applied as text (Event.String, e.g. "kill 1@1.2s"); nil
+// when no event was applied.
+func (r *Result) EventNames() []string {
+	var out []string
+	for _, e := range r.Applied {
+		out = append(out, e.String())
+	}
+	return out
 }
 
 // Allowed is request i's decision as scored: after canonicalize, false
@@ -760,14 +769,14 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 		rep.Series.Add(r.Row.Strategy, reqs, r.allowed)
 		info := RunInfo{Strategy: r.Row.Strategy, WallSec: round3(r.Wall.Seconds()), LateSends: r.Late,
 			MaxLatenessMs: round3(float64(r.MaxLateness) / float64(time.Millisecond)), Errors: r.Errors,
-			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.Events}
+			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.EventNames()}
 		rep.Live.Runs = append(rep.Live.Runs, info)
 		note := fmt.Sprintf("%s: wall %.1f s, %d late sends", info.Strategy, info.WallSec, info.LateSends)
 		if r.Errors > 0 {
 			note += fmt.Sprintf(", %d errors", r.Errors)
 		}
-		if len(r.Events) > 0 {
-			note += ", " + strings.Join(r.Events, ", ")
+		if len(r.Applied) > 0 {
+			note += ", " + strings.Join(info.Events, ", ")
 		}
 		if r.BytesError != "" {
 			note += ", bytes unknown"
@@ -1095,32 +1104,21 @@ func (l *LiveTarget) Partition(groups ...[]int) error { return l.c.Partition(gro
 // Heal implements Faults.
 func (l *LiveTarget) Heal() error { return l.c.Heal() }
 
-// SumCounter sums the samples of metric name in Prometheus text exposition
-// format whose labels include every pair of want; found is false when no
-// sample matched.
+// SumCounter sums the samples of metric name (a counter, gauge or untyped
+// family) in Prometheus text exposition format whose labels include every
+// pair of want; found is false when no sample matched. The text is read
+// with expfmt up to its first malformed line, if any.
 func SumCounter(text, name string, want map[string]string) (sum float64, found bool) {
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
+	var p expfmt.TextParser
+	fams, _ := p.TextToMetricFamilies(strings.NewReader(text)) // the families before an error are kept
+	mf, ok := fams[name]
+	if !ok {
+		return 0, false
+	}
+	for _, m := range mf.GetMetric() {
 		labels := map[string]string{}
-		if strings.HasPrefix(rest, "{") {
-			var ok bool
-			if labels, rest, ok = parseLabels(rest[1:]); !ok {
-				continue
-			}
-		} else if rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
-			continue // another metric with name as prefix
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
 		}
 		match := true
 		for k, w := range want {
@@ -1129,48 +1127,20 @@ func SumCounter(text, name string, want map[string]string) (sum float64, found b
 				break
 			}
 		}
-		if match {
-			sum += v
-			found = true
+		if !match {
+			continue
 		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			sum += m.GetCounter().GetValue()
+		case dto.MetricType_GAUGE:
+			sum += m.GetGauge().GetValue()
+		case dto.MetricType_UNTYPED:
+			sum += m.GetUntyped().GetValue()
+		default:
+			continue
+		}
+		found = true
 	}
 	return sum, found
-}
-
-// parseLabels parses `a="x",b="y"}` (the text after '{') and returns the
-// labels and the text after '}'.
-func parseLabels(s string) (map[string]string, string, bool) {
-	labels := map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return labels, s[1:], true
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return nil, "", false
-		}
-		key := strings.TrimSpace(s[:eq])
-		s = s[eq+2:]
-		var b strings.Builder
-		i := 0
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					b.WriteByte('\n')
-				default:
-					b.WriteByte(s[i])
-				}
-				continue
-			}
-			b.WriteByte(s[i])
-		}
-		if i >= len(s) {
-			return nil, "", false
-		}
-		labels[key] = b.String()
-		s = s[i+1:]
-	}
 }

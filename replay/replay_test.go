@@ -243,8 +243,8 @@ func TestKillStopsSendingToNode(t *testing.T) {
 	} else {
 		t.Logf("machine loaded (max lateness %v): not checking when the kill fell", res.MaxLateness)
 	}
-	if !slices.Equal(res.Row.CrashedNodes, []string{"1"}) || !slices.Equal(res.Events, []string{"kill 1@1.2s"}) {
-		t.Errorf("crashed %v events %v", res.Row.CrashedNodes, res.Events)
+	if !slices.Equal(res.Row.CrashedNodes, []string{"1"}) || !slices.Equal(res.EventNames(), []string{"kill 1@1.2s"}) {
+		t.Errorf("crashed %v events %v", res.Row.CrashedNodes, res.EventNames())
 	}
 	if res.Row.Messages != 7 || res.Row.Bytes != 700 {
 		t.Errorf("messages %d bytes %d, want the target's 7 and 700", res.Row.Messages, res.Row.Bytes)
@@ -346,6 +346,9 @@ tokenmesh_peer_bytes_total{direction="sent",rule="other"} 5
 tokenmesh_peer_bytes_total_extra{direction="sent",rule="replay"} 9
 tokenmesh_peer_bytes_total{rule="re\"play",direction="sent"} 2e3
 tokenmesh_peer_messages_total 3
+# TYPE tokenmesh_state_bytes gauge
+tokenmesh_state_bytes{rule="replay"} 42
+tokenmesh_state_bytes{rule="other"} 7
 `
 	got, ok := SumCounter(text, "tokenmesh_peer_bytes_total", map[string]string{"rule": "replay", "direction": "sent"})
 	if !ok || got != 1234 {
@@ -361,6 +364,9 @@ tokenmesh_peer_messages_total 3
 	}
 	if got, ok := SumCounter(text, "tokenmesh_peer_messages_total", nil); !ok || got != 3 {
 		t.Errorf("unlabelled: got %v %v", got, ok)
+	}
+	if got, ok := SumCounter(text, "tokenmesh_state_bytes", map[string]string{"rule": "replay"}); !ok || got != 42 {
+		t.Errorf("gauge: got %v %v, want 42", got, ok)
 	}
 	if _, ok := SumCounter(text, "tokenmesh_decisions_total", nil); ok {
 		t.Error("found a missing metric")
@@ -491,8 +497,8 @@ func TestRestartSendsToNodeAgainOnceItServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.restarts, []int{1}) || !slices.Equal(res.Events, []string{"kill 1@500ms", "restart 1@1s"}) || len(res.EventTimes) != 2 {
-		t.Fatalf("restarts %v, events %v at %v", f.restarts, res.Events, res.EventTimes)
+	if !slices.Equal(f.restarts, []int{1}) || !slices.Equal(res.EventNames(), []string{"kill 1@500ms", "restart 1@1s"}) || len(res.EventTimes) != 2 {
+		t.Fatalf("restarts %v, events %v at %v", f.restarts, res.EventNames(), res.EventTimes)
 	}
 	if res.Errors != 0 {
 		t.Errorf("%d errors (first %s): no request should reach node 1 while it is down", res.Errors, res.FirstError)

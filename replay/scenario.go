@@ -38,7 +38,8 @@ import (
 // --speed S the simulator needs it multiplied by S to describe the replay,
 // see docs/REPLAY.md). Errors: a network section (the live network is
 // loopback or veth pairs; its latency and loss are not simulated), a node
-// name that is not n0..n<nodes-1>.
+// name that is not n0..n<nodes-1>, a node in two partition groups. The
+// mapping is ours.
 func FromScenario(sc *sim.Scenario, trace *workload.Trace, nodes int) ([]Event, error) {
 	if sc == nil {
 		return nil, nil

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -87,18 +88,39 @@ func TestFromScenarioErrors(t *testing.T) {
 	}
 }
 
-// Every example scenario for 3 nodes without a restart maps.
+// Every example scenario for 3 nodes maps, and each *-speed10 variant
+// (the simulator's description of a live replay at --speed 10) drives the
+// live replay with the same faults as its base file.
 func TestFromExampleScenarios(t *testing.T) {
-	sc, err := sim.LoadScenario("../examples/scenarios/partition-3nodes.yaml")
-	if err != nil {
-		t.Fatal(err)
+	mapped := func(file string) []Event {
+		t.Helper()
+		sc, err := sim.LoadScenario(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := FromScenario(sc, &workload.Trace{}, 3)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		return ev
 	}
-	ev, err := FromScenario(sc, &workload.Trace{}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ev) != 2 || ev[0].Kind != Partition || ev[1].Kind != Heal {
+	if ev := mapped("../examples/scenarios/partition-3nodes.yaml"); len(ev) != 2 || ev[0].Kind != Partition || ev[1].Kind != Heal {
 		t.Fatalf("partition-3nodes.yaml maps to %v", ev)
+	}
+	files, err := filepath.Glob("../examples/scenarios/*-3nodes*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("3-node example scenarios: %v (%v), want at least 4", files, err)
+	}
+	for _, f := range files {
+		ev := mapped(f)
+		if len(ev) == 0 {
+			t.Errorf("%s maps to no events", f)
+		}
+		if base, ok := strings.CutSuffix(f, "-speed10.yaml"); ok {
+			if want := mapped(base + ".yaml"); !reflect.DeepEqual(ev, want) {
+				t.Errorf("%s maps to %v, its base file to %v", f, ev, want)
+			}
+		}
 	}
 }
 

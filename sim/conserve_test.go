@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,7 +36,7 @@ type splitRun struct {
 func (s splitRun) scenario() string {
 	var a, b []string
 	for i := 0; i < s.nodes; i++ {
-		if containsInt(s.side, i) {
+		if slices.Contains(s.side, i) {
 			a = append(a, fmt.Sprintf("n%d", i))
 		} else {
 			b = append(b, fmt.Sprintf("n%d", i))
@@ -43,15 +44,6 @@ func (s splitRun) scenario() string {
 	}
 	return fmt.Sprintf("detection: %v\ndetection_jitter: %v\nreconnect_interval: 2s\njoin_delay: 200ms\nevents:\n  - at: %v\n    partition: [[%s], [%s]]\n  - at: %v\n    heal: true\n",
 		s.detection, s.jitter, s.split, strings.Join(a, ", "), strings.Join(b, ", "), s.heal)
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // trace offers every key about 3 times its rate, at times drawn from the
@@ -66,7 +58,7 @@ func (s splitRun) trace(end time.Duration) *workload.Trace {
 				Key: fmt.Sprintf("k%d", k), Tokens: 1})
 		}
 	}
-	sortRequests(reqs)
+	slices.SortStableFunc(reqs, func(a, b workload.Request) int { return cmp.Compare(a.Arrival, b.Arrival) }) // equal arrivals keep their order
 	return &workload.Trace{Name: "split", Requests: reqs}
 }
 
@@ -79,14 +71,6 @@ func (g *rapidGen) next() uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
-}
-
-func sortRequests(reqs []workload.Request) {
-	for i := 1; i < len(reqs); i++ { // insertion sort keeps equal arrivals in order; a few thousand requests
-		for j := i; j > 0 && reqs[j].Arrival < reqs[j-1].Arrival; j-- {
-			reqs[j], reqs[j-1] = reqs[j-1], reqs[j]
-		}
-	}
 }
 
 // run simulates s with the partition mode given as the generic parameter

@@ -1,8 +1,6 @@
 package sim_test
 
 import (
-	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -133,32 +131,18 @@ events:
   - at: 30s
     heal: true
 `
-	times := func(seed uint64) string {
-		log, _ := runViews(t, 5, scenario, seed, 0)
-		var b strings.Builder
-		for i := 0; i < 5; i++ {
-			fmt.Fprint(&b, log.views[strategy.NodeID(fmt.Sprintf("n%d", i))])
-		}
-		return b.String()
+	seed4 := viewTimes(t, 5, scenario, 4)
+	if again := viewTimes(t, 5, scenario, 4); seed4 != again {
+		t.Fatalf("seed 4 twice gave different views:\n%s\n%s", seed4, again)
 	}
-	if a, b := times(4), times(4); a != b {
-		t.Fatalf("seed 4 twice gave different views:\n%s\n%s", a, b)
-	}
-	if times(4) == times(5) {
+	if seed4 == viewTimes(t, 5, scenario, 5) {
 		t.Fatal("seeds 4 and 5 gave the same per-peer detection times")
 	}
 	sc, err := sim.ParseScenario([]byte(scenario))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := mustGen(t, "heavy:users=20,rate=100,duration=40s", 6)
-	for _, name := range []string{"owner", "gdrl"} {
-		a := run(t, tr, name, 5, fixed(time.Millisecond), sc)
-		b := run(t, tr, name, 5, fixed(time.Millisecond), sc)
-		if !reflect.DeepEqual(a, b) {
-			t.Fatalf("%s: two runs with the same seed and per-peer detection differ", name)
-		}
-	}
+	sameTwice(t, mustGen(t, "heavy:users=20,rate=100,duration=40s", 6), sc, "per-peer detection")
 }
 
 // detection_spacing is checked like the other delays, and shows in the

@@ -116,10 +116,8 @@ type ScenarioEvent struct {
 const DefaultDetection = time.Second
 
 // MaxScenarioDelay bounds detection, detection_jitter, detection_spacing,
-// reconnect_interval,
-// join_delay and reconnect_timeout;
-// MaxScenarioTime bounds an event's time (both keep virtual time far from
-// overflowing).
+// reconnect_interval, join_delay and reconnect_timeout; MaxScenarioTime
+// bounds an event's time (both keep virtual time far from overflowing).
 const (
 	MaxScenarioDelay = time.Hour
 	MaxScenarioTime  = 10000 * time.Hour

@@ -119,6 +119,8 @@ func TestScenarioErrors(t *testing.T) {
 		"reconnect_interval: -5s\n",
 		"reconnect_interval: 2h\n",
 		"join_delay: -1s\n",
+		"reconnect_timeout: -1s\n",
+		"reconnect_timeout: 2h\n",
 		"detection: 1000h\n",
 		"detection_jitter: soon\n",
 		"events:\n  - at: 2000000h\n    heal: true\n",
@@ -185,8 +187,11 @@ func FuzzParseScenario(f *testing.F) {
 		if s.Detection <= 0 || s.Detection > sim.MaxScenarioDelay {
 			t.Fatalf("detection %v", s.Detection)
 		}
-		if s.DetectionJitter < 0 || s.DetectionJitter > sim.MaxScenarioDelay || s.ReconnectInterval < 0 || s.ReconnectInterval > sim.MaxScenarioDelay || s.JoinDelay < 0 || s.JoinDelay > sim.MaxScenarioDelay || s.DetectionSpacing < 0 || s.DetectionSpacing > sim.MaxScenarioDelay {
-			t.Fatalf("detection_jitter %v, reconnect_interval %v", s.DetectionJitter, s.ReconnectInterval)
+		for _, d := range []time.Duration{s.DetectionJitter, s.ReconnectInterval, s.JoinDelay, s.DetectionSpacing, s.ReconnectTimeout} {
+			if d < 0 || d > sim.MaxScenarioDelay {
+				t.Fatalf("detection_jitter %v, reconnect_interval %v, join_delay %v, detection_spacing %v, reconnect_timeout %v: want each in [0, %v]",
+					s.DetectionJitter, s.ReconnectInterval, s.JoinDelay, s.DetectionSpacing, s.ReconnectTimeout, sim.MaxScenarioDelay)
+			}
 		}
 		for i, e := range s.Events {
 			if e.At < 0 || e.At > sim.MaxScenarioTime {

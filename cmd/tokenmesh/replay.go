@@ -451,7 +451,7 @@ func reportDetection(w io.Writer, strategy string, speed float64, dir string, no
 	if len(res.Applied) == 0 {
 		return
 	}
-	for i, e := range res.Events {
+	for i, e := range res.Applied {
 		fmt.Fprintf(w, "tokenmesh: %s: %s applied at %s\n", strategy, e, res.EventTimes[i].UTC().Format("15:04:05.000"))
 	}
 	logs := make([]string, nodes)

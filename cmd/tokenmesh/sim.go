@@ -294,7 +294,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if err != nil {
 		return err
 	}
-	rep, err := runParallel(opts, workers)
+	rep, err := eval.RunParallel(opts, workers)
 	if err != nil {
 		return err
 	}
@@ -385,59 +385,4 @@ func progressOf(bar *progressbar.ProgressBar, strategies []all.Info) func(name s
 		bar.Describe(strings.Join(running, ","))
 		_ = bar.Set(sum)
 	}
-}
-
-// runParallel is eval.Run(opts) with up to workers strategies simulated at
-// once. Each strategy is an independent run (its own nodes, network and
-// random sources, all seeded from opts.Seed), so its row does not depend on
-// what runs beside it: the report is the one eval.Run builds, byte for
-// byte, in the order of opts.Strategies. Central (opts.Strategies[0], the
-// reference) is cheap and is simulated again with every strategy, since
-// eval.Run compares each with its own central run; the central row and the
-// series come from the first run. Errors are eval.Run's; of several, the
-// one of the first strategy in order.
-func runParallel(opts eval.Options, workers int) (*eval.Report, error) {
-	if workers <= 1 || len(opts.Strategies) <= 2 {
-		return eval.Run(opts)
-	}
-	if opts.Strategies[0].Name != "central" {
-		return eval.Run(opts) // eval.Run names the error
-	}
-	central, rest := opts.Strategies[0], opts.Strategies[1:]
-	reps := make([]*eval.Report, len(rest))
-	errs := make([]error, len(rest))
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	for i, s := range rest {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			o := opts
-			o.Strategies = []all.Info{central, s}
-			if opts.Progress != nil && i > 0 {
-				// central's own progress is reported by the first run only.
-				o.Progress = func(name string, done, total int) {
-					if name != central.Name {
-						opts.Progress(name, done, total)
-					}
-				}
-			}
-			reps[i], errs[i] = eval.Run(o)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	rep := reps[0]
-	for _, r := range reps[1:] {
-		row := r.Results[1]
-		rep.Results = append(rep.Results, row)
-		rep.Series.Admitted[row.Strategy] = r.Series.Admitted[row.Strategy]
-		rep.Series.Rejected[row.Strategy] = r.Series.Rejected[row.Strategy]
-	}
-	return rep, nil
 }
