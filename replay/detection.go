@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/cluster/membership"
 )
 
 // Detection is how long one live node took to see one fault event in its
@@ -47,9 +49,9 @@ func ParseMembershipLog(log string) []MembershipChange {
 		line := sc.Text()
 		var joined bool
 		switch {
-		case strings.Contains(line, `msg="membership: member joined"`):
+		case strings.Contains(line, `msg="`+membership.MsgMemberJoined+`"`):
 			joined = true
-		case strings.Contains(line, `msg="membership: member failed"`), strings.Contains(line, `msg="membership: member left"`):
+		case strings.Contains(line, `msg="`+membership.MsgMemberFailed+`"`), strings.Contains(line, `msg="`+membership.MsgMemberLeft+`"`):
 		default:
 			continue
 		}

@@ -52,6 +52,16 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// Log messages of membership changes (the slog msg field, at Info), fixed
+// so that tools can read an operator's log: replay measures the live
+// failure detection from them (replay.MeasureDetection).
+const (
+	MsgMemberJoined = "membership: member joined"
+	MsgMemberLeft   = "membership: member left"
+	MsgMemberFailed = "membership: member failed"
+	MsgReconnected  = "membership: reconnected"
+)
+
 // Config is one member.
 type Config struct {
 	// NodeName is the member's name in the cluster: its strategy.NodeID.
@@ -500,14 +510,14 @@ type events struct{ m *Membership }
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.m.set(n, true)
-	e.m.log.Info("membership: member joined", "node", n.Name, "gossip", n.Address(), "peer", string(n.Meta))
+	e.m.log.Info(MsgMemberJoined, "node", n.Name, "gossip", n.Address(), "peer", string(n.Meta))
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	if !e.m.set(n, false) {
-		e.m.log.Info("membership: member left", "node", n.Name, "gossip", n.Address())
+		e.m.log.Info(MsgMemberLeft, "node", n.Name, "gossip", n.Address())
 	} else {
-		e.m.log.Info("membership: member failed", "node", n.Name, "gossip", n.Address(),
+		e.m.log.Info(MsgMemberFailed, "node", n.Name, "gossip", n.Address(),
 			"reconnect_every", e.m.reconnectInterval.String())
 	}
 }
@@ -630,7 +640,7 @@ func (m *Membership) tryJoin(tg target) {
 	case err != nil:
 		m.log.Debug("membership: reconnect failed", "target", kind, "node", string(tg.node), "gossip", tg.addr, "err", err)
 	case tg.node != "" || after > before:
-		m.log.Info("membership: reconnected", "target", kind, "node", string(tg.node), "gossip", tg.addr,
+		m.log.Info(MsgReconnected, "target", kind, "node", string(tg.node), "gossip", tg.addr,
 			"members_before", before, "members_now", after)
 	default:
 		m.log.Debug("membership: reconnect answered, nothing new", "target", kind, "gossip", tg.addr, "members", after)

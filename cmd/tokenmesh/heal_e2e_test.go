@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/internal/netns"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 )
@@ -174,7 +175,7 @@ func partitionHeal(t *testing.T, c *localcluster.Cluster, groups [][]int) time.D
 	for i := range n {
 		tail := c.LogTail(i)
 		failed = failed || strings.Contains(tail, "membership: member failed")
-		reconnected = reconnected || strings.Contains(tail, "membership: reconnected")
+		reconnected = reconnected || strings.Contains(tail, membership.MsgReconnected)
 	}
 	if !failed {
 		t.Error("no node logged the failure of the other side (membership: member failed)")
