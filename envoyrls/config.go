@@ -96,28 +96,8 @@ const RulePrefix = "rls."
 
 // Error is a configuration error: the file, the line where known, the
 // field path inside the file ("descriptors[0].rate_limit.unit") and what
-// is wrong.
-type Error struct {
-	File  string
-	Line  int // 1-based; 0 when unknown
-	Field string
-	Msg   string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// is wrong; config's error type, printed "file:line: field: msg" (ours).
+type Error = config.Error
 
 // Limit is one descriptor's rate_limit, as loaded.
 type Limit struct {
