@@ -100,11 +100,7 @@ func newGubRequest(name string, rule GubernatorRule, batch int, hits int64) *gub
 
 func (r *gubRequest) draw(keys []string, rng *rand.Rand) {
 	for i := range r.keys {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.keys[i] = k
+		r.keys[i] = drawKey(keys, rng)
 	}
 	r.encode()
 }

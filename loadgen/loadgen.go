@@ -630,12 +630,17 @@ func newRequest(rule string, batch int, hits int64) *request {
 // draw picks the keys of the next call.
 func (r *request) draw(keys []string, rng *rand.Rand) {
 	for i := range r.items {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.items[i].Key = k
+		r.items[i].Key = drawKey(keys, rng)
 	}
+}
+
+// drawKey picks one of keys uniformly; with a single key it draws nothing
+// from rng.
+func drawKey(keys []string, rng *rand.Rand) string {
+	if len(keys) > 1 {
+		return keys[rng.IntN(len(keys))]
+	}
+	return keys[0]
 }
 
 func (o *Options) descriptorKey() string {
@@ -663,11 +668,7 @@ func newRLSRequest(domain, entryKey string, batch int, hits int64) *rlsRequest {
 
 func (r *rlsRequest) draw(keys []string, rng *rand.Rand) {
 	for i := range r.entries {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.entries[i].Value = k
+		r.entries[i].Value = drawKey(keys, rng)
 	}
 }
 
