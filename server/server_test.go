@@ -51,9 +51,9 @@ func newTestServer(t testing.TB) *Server {
 	return New(node, rules)
 }
 
-// grpcClient serves s over gRPC on a loopback port and returns a client
-// connection to it.
-func grpcClient(t *testing.T, s *Server) *grpc.ClientConn {
+// grpcClient serves s over gRPC on a loopback port, with the services of
+// register too, and returns a client connection to it.
+func grpcClient(t *testing.T, s *Server, register ...func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,6 +61,9 @@ func grpcClient(t *testing.T, s *Server) *grpc.ClientConn {
 	}
 	g := grpc.NewServer()
 	s.RegisterGRPC(g)
+	for _, r := range register {
+		r(g)
+	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
