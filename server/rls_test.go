@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
-	"github.com/tokenmesh/tokenmesh/limiter"
 )
 
 // RegisterRLS serves Envoy's ShouldRateLimit over the node, reports it in
@@ -28,11 +26,7 @@ func TestRegisterRLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := append(testRules(), cfg.Rules(time.Time{})...)
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Close() })
+	node := startTestNode(t, rules)
 	s := New(node, rules)
 	cc := grpcClient(t, s, func(g *grpc.Server) { s.RegisterRLS(g, cfg) })
 	cl := rlsv3.NewRateLimitServiceClient(cc)

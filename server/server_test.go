@@ -39,16 +39,23 @@ func testRules() []cluster.Rule {
 	}
 }
 
-// newTestServer serves a single-node limiter with testRules.
-func newTestServer(t testing.TB) *Server {
+// startTestNode starts single-node limiter "n1" with rules, closed at the
+// end of the test.
+func startTestNode(t testing.TB, rules []cluster.Rule) *limiter.Node {
 	t.Helper()
-	rules := testRules()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Close() })
-	return New(node, rules)
+	return node
+}
+
+// newTestServer serves a single-node limiter with testRules.
+func newTestServer(t testing.TB) *Server {
+	t.Helper()
+	rules := testRules()
+	return New(startTestNode(t, rules), rules)
 }
 
 // grpcClient serves s over gRPC on a loopback port, with the services of
@@ -389,11 +396,7 @@ func TestBadBodies(t *testing.T) {
 
 func TestListRules(t *testing.T) {
 	rules := testRules()
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Close() })
+	node := startTestNode(t, rules)
 	// A rule the node lacks and a repeated name are left out.
 	s := New(node, append(rules, cluster.Rule{Name: "ghost", Rate: slow, Burst: 1, Strategy: "local"}, rules[0]))
 
