@@ -196,7 +196,7 @@ func TestServePeerSecurityRequired(t *testing.T) {
 	cfg := write("insecure.yaml", "  insecure: true\n  memory_limit: 256MiB\n")
 	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out syncBuffer
+	var out lockedBuf
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ rules:
 `))
 	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out syncBuffer // read while the process writes
+	var out lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
