@@ -37,17 +37,7 @@ func TestServeReload(t *testing.T) {
 	}
 	write("  - {name: a, rate: 1/h, burst: 2, strategy: owner}\n  - {name: b, rate: 1/h, burst: 1, strategy: local}\n")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--log-format", "json")
-	out := &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	out, done := startProc(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nserve output:\n%s", append(args, out.String())...)

@@ -65,24 +65,26 @@ func freeAddr(t *testing.T) (string, int) {
 	return fmt.Sprintf("127.0.0.1:%d", p), p
 }
 
-// startProc starts cmd and kills it (by its PID) when the test ends.
-func startProc(t *testing.T, cmd *exec.Cmd, name string) *lockedBuf {
+// startProc starts cmd, its stdout and stderr into out, and kills it when
+// the test ends (then logs out if the test failed); exited receives
+// cmd.Wait's result once (a reader that only looks puts it back).
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
 	t.Helper()
-	out := &lockedBuf{}
+	out = &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		exited <- <-exited // wait for the exit, leave the result
 		if t.Failed() {
 			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	return out
+	return out, exited
 }
 
 func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {

@@ -159,33 +159,13 @@ func dialRLS(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.Cli
 	return rlsv3.NewRateLimitServiceClient(conn), conn
 }
 
-// serveAddrs is what serve --addr-file writes.
-type serveAddrs struct{ API, GRPC string }
-
 // startServeProc runs serve --config cfg in dir until the test ends and
 // returns its bound addresses once written, and its output.
-func startServeProc(t *testing.T, dir, cfg string) (serveAddrs, *lockedBuf) {
+func startServeProc(t *testing.T, dir, cfg string) (boundAddrs, *lockedBuf) {
 	t.Helper()
 	addrFile := filepath.Join(dir, "addrs.json")
-	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	out := &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if p, err := os.FindProcess(pid); err == nil {
-			_ = p.Kill()
-		}
-		<-done
-		if t.Failed() {
-			t.Logf("serve output:\n%s", out.String())
-		}
-	})
-	var addrs serveAddrs
+	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
+	var addrs boundAddrs
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {

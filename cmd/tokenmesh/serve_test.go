@@ -194,24 +194,7 @@ func TestServePeerSecurityRequired(t *testing.T) {
 	}
 
 	cfg := write("insecure.yaml", "  insecure: true\n  memory_limit: 256MiB\n")
-	addrFile := filepath.Join(dir, "addrs.json")
-	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out lockedBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve with insecure: true never started:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	_, out := startServeProc(t, dir, cfg)
 	for _, want := range []string{"level=WARN", "peer security is OFF", "memory limit: 268435456 bytes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve with insecure: true and memory_limit did not print %q:\n%s", want, out.String())
