@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
@@ -366,7 +367,10 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if envoyCfg != nil {
 		api.RegisterRLS(gs, envoyCfg)
 	}
-	server.RegisterReflection(gs)
+	// gRPC server reflection (grpc.reflection.v1 and v1alpha): grpcurl
+	// and similar tools list and call the services without the .proto
+	// files; it lists gs's services when asked, whatever the order.
+	reflection.Register(gs)
 	if err := api.SetBuildInfo(server.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion}); err != nil {
 		logger.Warn("build_info metric not registered", "error", err)
 	}
