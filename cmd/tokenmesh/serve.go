@@ -261,21 +261,15 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		if envoyCfg, err = envoyrls.LoadDir(envoyDir); err != nil {
 			return fmt.Errorf("envoy config: %w", err)
 		}
-		have := map[string]bool{}
-		for _, r := range rules {
-			have[r.Name] = true
-		}
 		if envoyCfg.HasFixedWindow() {
 			// fixed_window windows are Unix-aligned: the node needs a
 			// wall-clock time base (a networked node has one already).
 			lcEpoch = clusterEpoch
 		}
 		envoyRules = envoyCfg.Rules(lcEpoch)
-		for _, r := range envoyRules {
-			if have[r.Name] {
-				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
-			}
-			rules = append(rules, r)
+		var dup string
+		if rules, dup = appendEnvoyRules(rules, envoyRules); dup != "" {
+			return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, dup)
 		}
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,

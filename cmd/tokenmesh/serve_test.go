@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
 func freePort(t *testing.T) int {
@@ -199,5 +201,17 @@ func TestServePeerSecurityRequired(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve with insecure: true and memory_limit did not print %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestAppendEnvoyRules: the envoy config's rules follow the file's, in
+// order; a name both have is reported (serve and a reload refuse it).
+func TestAppendEnvoyRules(t *testing.T) {
+	all, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}}, []cluster.Rule{{Name: "rls.edge.ip"}, {Name: "rls.edge.path"}})
+	if dup != "" || len(all) != 3 || all[0].Name != "api" || all[1].Name != "rls.edge.ip" || all[2].Name != "rls.edge.path" {
+		t.Errorf("no collision: %v %q", all, dup)
+	}
+	if _, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []cluster.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
+		t.Errorf("collision reported as %q, want rls.edge.ip", dup)
 	}
 }

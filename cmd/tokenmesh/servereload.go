@@ -92,6 +92,23 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 	return err
 }
 
+// appendEnvoyRules appends the rules derived from the envoy config to the
+// config file's rules; dup is the first name both have ("" when none:
+// only then is all of envoy appended).
+func appendEnvoyRules(rules, envoy []cluster.Rule) (all []cluster.Rule, dup string) {
+	have := make(map[string]bool, len(rules))
+	for _, x := range rules {
+		have[x.Name] = true
+	}
+	for _, x := range envoy {
+		if have[x.Name] {
+			return rules, x.Name
+		}
+		rules = append(rules, x)
+	}
+	return rules, ""
+}
+
 func (r *reloader) apply(ctx context.Context, trigger string) error {
 	f, err := config.Load(r.path)
 	if err != nil {
@@ -101,15 +118,9 @@ func (r *reloader) apply(ctx context.Context, trigger string) error {
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
 	}
-	have := map[string]bool{}
-	for _, x := range rules {
-		have[x.Name] = true
-	}
-	for _, x := range r.envoyRules {
-		if have[x.Name] {
-			return fmt.Errorf("rule %q is also a rule of the envoy config; rename that rule", x.Name)
-		}
-		rules = append(rules, x)
+	rules, dup := appendEnvoyRules(rules, r.envoyRules)
+	if dup != "" {
+		return fmt.Errorf("rule %q is also a rule of the envoy config; rename that rule", dup)
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()
