@@ -365,7 +365,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	// and similar tools list and call the services without the .proto
 	// files; it lists gs's services when asked, whatever the order.
 	reflection.Register(gs)
-	if err := api.SetBuildInfo(server.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion}); err != nil {
+	if err := api.SetBuildInfo(bi.BuildInfo); err != nil {
 		logger.Warn("build_info metric not registered", "error", err)
 	}
 
