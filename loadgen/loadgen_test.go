@@ -35,7 +35,14 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rules := []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}
+	return serveRules(tb, []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}, nil, opts...)
+}
+
+// serveRules starts a single node with rules and serves its gRPC API (and
+// what register adds, when not nil) on 127.0.0.1:0 until the test ends;
+// it returns the address.
+func serveRules(tb testing.TB, rules []cluster.Rule, register func(*server.Server, *grpc.Server), opts ...grpc.ServerOption) string {
+	tb.Helper()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
 		tb.Fatal(err)
@@ -45,7 +52,11 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 		tb.Fatal(err)
 	}
 	gs := grpc.NewServer(append(opts, server.GRPCServerOptions()...)...) // as serve does
-	server.New(node, rules).RegisterGRPC(gs)
+	s := server.New(node, rules)
+	s.RegisterGRPC(gs)
+	if register != nil {
+		register(s, gs)
+	}
 	go func() { _ = gs.Serve(ln) }()
 	tb.Cleanup(func() {
 		gs.Stop()
