@@ -323,6 +323,7 @@ func invalidCases(key string) []struct {
 		{"hits -1", req(valid, valid, item("api", key, -1)), "checks[2].hits: -1 must be between 1 and 1000000000"},
 		{"hits 1e9+1", req(valid, item("api", key, MaxHits+1)), "checks[1].hits: 1000000001 must be between 1 and 1000000000"},
 		{"max_wait_ms -1", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: -1}), "checks[1].max_wait_ms: -1 must be between 0 and 3600000"},
+		{"max_wait_ms 3600001", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: 3600001}), "checks[1].max_wait_ms: 3600001 must be between 0 and 3600000"},
 	}
 }
 
