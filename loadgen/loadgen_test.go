@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	mrand "math/rand/v2"
 	"net"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"encoding/json"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
