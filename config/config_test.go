@@ -489,3 +489,20 @@ func TestPartitionOption(t *testing.T) {
 		t.Errorf("rule d: params %v, want gossip only (partition moved to the option)", f.Rules[3].Params)
 	}
 }
+
+func TestYAMLError(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		line int
+		want string
+	}{
+		{"yaml: line 3: did not find expected key", 3, "did not find expected key"},
+		{"yaml: control characters are not allowed", 0, "control characters are not allowed"},
+		{"line x: odd", 0, "line x: odd"},
+	} {
+		e := YAMLError("f.yaml", c.msg)
+		if e.File != "f.yaml" || e.Line != c.line || e.Msg != c.want || e.Field != "" {
+			t.Errorf("YAMLError(%q) = %+v, want line %d, msg %q", c.msg, e, c.line, c.want)
+		}
+	}
+}

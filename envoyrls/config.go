@@ -244,7 +244,7 @@ func (c *Config) Add(name string, data []byte) error {
 		if errors.Is(err, io.EOF) {
 			return &Error{File: name, Msg: "the file is empty (want domain: and descriptors:)"}
 		}
-		return yamlErr(name, err)
+		return config.YAMLError(name, err.Error())
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -705,18 +705,4 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	}
 	p.limits = append(p.limits, l)
 	return l
-}
-
-// yamlErr turns a yaml.v3 syntax error into an *Error with its line.
-func yamlErr(file string, err error) error {
-	m := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(m, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ":"); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, m = l, strings.TrimSpace(after)
-			}
-		}
-	}
-	return &Error{File: file, Line: line, Msg: m}
 }
