@@ -393,7 +393,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var intruder struct{ API string }
+	var intruder boundAddrs
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &intruder) == nil && intruder.API != "" {
 			break

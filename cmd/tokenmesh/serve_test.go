@@ -90,7 +90,7 @@ rules:
 
 	// --addr-file holds the bound addresses once serving (written before
 	// /readyz can answer, as the HTTP server starts after the node).
-	var addrs struct{ Name, API, GRPC, Peer, Gossip string }
+	var addrs boundAddrs
 	if b, err := os.ReadFile(addrFile); err != nil || json.Unmarshal(b, &addrs) != nil {
 		fail("--addr-file: %v %q", err, b)
 	}

@@ -86,7 +86,7 @@ rules:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var addrs struct{ API, GRPC string }
+	var addrs boundAddrs
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
 			break
