@@ -150,16 +150,5 @@ func TestServeReload(t *testing.T) {
 		fail("rule a allowed after removing the others: its state was lost")
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		fail("still running 10 s after SIGTERM")
-	}
+	terminate(t, cmd, done, 10*time.Second, fail)
 }

@@ -18,6 +18,25 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
+// terminate sends cmd SIGTERM and waits up to within for its exit (put
+// back on exited); an exit other than 0, or none in time, fails the test
+// through fail (which adds the process's output).
+func terminate(t *testing.T, cmd *exec.Cmd, exited chan error, within time.Duration, fail func(format string, args ...any)) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			fail("exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(within):
+		fail("still running %v after SIGTERM", within)
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -134,18 +153,7 @@ rules:
 		fail("hits 0: %d %s", resp.StatusCode, msg)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v, want 0", err)
-		}
-	case <-time.After(5 * time.Second):
-		fail("still running 5s after SIGTERM")
-	}
+	terminate(t, cmd, done, 5*time.Second, fail)
 	if !strings.Contains(stdout.String(), "node e2e: API http://"+api) {
 		fail("stdout does not say what it serves")
 	}

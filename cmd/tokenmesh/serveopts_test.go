@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -174,18 +173,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	}
 	_ = stream.CloseSend()
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		fail("still running 10 s after SIGTERM")
-	}
+	terminate(t, cmd, done, 10*time.Second, fail)
 	var msgs []string
 	sc := bufio.NewScanner(&stdout)
 	for sc.Scan() {
