@@ -65,13 +65,11 @@ func freeAddr(t *testing.T) (string, int) {
 	return fmt.Sprintf("127.0.0.1:%d", p), p
 }
 
-// startProc starts cmd, its stdout and stderr into out, and kills it when
-// the test ends (then logs out if the test failed); exited receives
-// cmd.Wait's result once (a reader that only looks puts it back).
-func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+// startCmd starts cmd (its outputs set by the caller) and kills it when
+// the test ends; exited receives cmd.Wait's result once (a reader that
+// only looks puts it back).
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
 	t.Helper()
-	out = &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -80,11 +78,22 @@ func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		exited <- <-exited // wait for the exit, leave the result
+	})
+	return exited
+}
+
+// startProc is startCmd with stdout and stderr into out, logged when the
+// test failed (after the kill).
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+	t.Helper()
+	out = &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	return out, exited
+	return out, startCmd(t, cmd, name)
 }
 
 func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {

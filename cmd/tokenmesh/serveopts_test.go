@@ -109,15 +109,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	cmd.Env = append(os.Environ(), envName+"=from-env", envAPIAddr+"="+api, envLogLevel+"=debug")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
