@@ -65,37 +65,6 @@ func freeAddr(t *testing.T) (string, int) {
 	return fmt.Sprintf("127.0.0.1:%d", p), p
 }
 
-// startCmd starts cmd (its outputs set by the caller) and kills it when
-// the test ends; exited receives cmd.Wait's result once (a reader that
-// only looks puts it back).
-func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	exited = make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		exited <- <-exited // wait for the exit, leave the result
-	})
-	return exited
-}
-
-// startProc is startCmd with stdout and stderr into out, logged when the
-// test failed (after the kill).
-func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
-	t.Helper()
-	out = &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, out.String())
-		}
-	})
-	return out, startCmd(t, cmd, name)
-}
-
 func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 	bin := os.Getenv("TOKENMESH_ENVOY_RATELIMIT_BIN")
 	redis, err := exec.LookPath("redis-server")

@@ -7,10 +7,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,32 +155,6 @@ func dialRLS(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.Cli
 	}
 	t.Cleanup(func() { conn.Close() })
 	return rlsv3.NewRateLimitServiceClient(conn), conn
-}
-
-// startServeProc runs serve --config cfg in dir until the test ends and
-// returns its bound addresses once written, and its output.
-func startServeProc(t *testing.T, dir, cfg string) (boundAddrs, *lockedBuf) {
-	t.Helper()
-	addrFile := filepath.Join(dir, "addrs.json")
-	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
-	var addrs boundAddrs
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
-			break
-		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("serve exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no --addr-file after 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return addrs, out
 }
 
 // TestRLSServeE2E: one serve process with node.envoy_config.

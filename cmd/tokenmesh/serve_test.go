@@ -18,6 +18,63 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
+// startCmd starts cmd (its outputs set by the caller) and kills it when
+// the test ends; exited receives cmd.Wait's result once (a reader that
+// only looks puts it back).
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		exited <- <-exited // wait for the exit, leave the result
+	})
+	return exited
+}
+
+// startProc is startCmd with stdout and stderr into out, logged when the
+// test failed (after the kill).
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+	t.Helper()
+	out = &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, out.String())
+		}
+	})
+	return out, startCmd(t, cmd, name)
+}
+
+// startServeProc runs serve --config cfg in dir until the test ends and
+// returns its bound addresses once written, and its output.
+func startServeProc(t *testing.T, dir, cfg string) (boundAddrs, *lockedBuf) {
+	t.Helper()
+	addrFile := filepath.Join(dir, "addrs.json")
+	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
+	var addrs boundAddrs
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no --addr-file after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addrs, out
+}
+
 // terminate sends cmd SIGTERM and waits up to within for its exit (put
 // back on exited); an exit other than 0, or none in time, fails the test
 // through fail (which adds the process's output).
