@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -81,7 +80,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return err
 	}
 	sum := sha256.Sum256(b)
-	if onlyIfChanged && bytes.Equal(sum[:], r.sum[:]) {
+	if onlyIfChanged && sum == r.sum {
 		return nil
 	}
 	r.sum = sum
