@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,7 +124,7 @@ rules:
 	}
 	addrFile := filepath.Join(filepath.Dir(cfg), "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {

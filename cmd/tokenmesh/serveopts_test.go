@@ -107,7 +107,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--name", "from-flag", "--grpc-addr", "127.0.0.1:0",
 		"--log-format", "json", "--addr-file", addrFile)
 	cmd.Env = append(os.Environ(), envName+"=from-env", envAPIAddr+"="+api, envLogLevel+"=debug")
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
@@ -167,7 +167,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 
 	terminate(t, cmd, done, 10*time.Second, fail)
 	var msgs []string
-	sc := bufio.NewScanner(&stdout)
+	sc := bufio.NewScanner(strings.NewReader(stdout.String()))
 	for sc.Scan() {
 		var rec struct{ Level, Msg string }
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
