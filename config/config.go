@@ -456,15 +456,12 @@ func Parse(data []byte, name string) (*File, error) {
 	return f, nil
 }
 
-// yamlError turns a yaml.v3 error ("yaml: line 3: ...", or a TypeError with
-// "line 3: field brust not found in type config.rawRule") into an *Error.
-func yamlError(file string, data []byte, err error) error {
-	var te *yaml.TypeError
-	msgs := []string{err.Error()}
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	}
-	m := strings.TrimPrefix(msgs[0], "yaml: ")
+// YAMLError is yaml.v3's error message msg ("yaml: line 3: did not find
+// expected key") as an *Error of file: the line when msg gives one (else
+// 0), the message without its "yaml: " and "line N: " prefixes (ours;
+// envoyrls reads its files' syntax errors with it too).
+func YAMLError(file, msg string) *Error {
+	m := strings.TrimPrefix(msg, "yaml: ")
 	line := 0
 	if rest, ok := strings.CutPrefix(m, "line "); ok {
 		if n, after, ok := strings.Cut(rest, ":"); ok {
@@ -473,6 +470,19 @@ func yamlError(file string, data []byte, err error) error {
 			}
 		}
 	}
+	return &Error{File: file, Line: line, Msg: m}
+}
+
+// yamlError turns a yaml.v3 error ("yaml: line 3: ...", or a TypeError with
+// "line 3: field brust not found in type config.rawRule") into an *Error.
+func yamlError(file string, data []byte, err error) error {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	ye := YAMLError(file, msgs[0])
+	m, line := ye.Msg, ye.Line
 	// Go type names mean nothing to a user.
 	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule", "config.rawTimeout"} {
 		m = strings.ReplaceAll(m, " in type "+t, "")

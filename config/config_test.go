@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/strategy"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 const key32 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
@@ -487,5 +487,22 @@ func TestPartitionOption(t *testing.T) {
 	}
 	if _, ok := f.Rules[3].Params["partition"]; ok || f.Rules[3].Params["gossip"] != "100ms" {
 		t.Errorf("rule d: params %v, want gossip only (partition moved to the option)", f.Rules[3].Params)
+	}
+}
+
+func TestYAMLError(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		line int
+		want string
+	}{
+		{"yaml: line 3: did not find expected key", 3, "did not find expected key"},
+		{"yaml: control characters are not allowed", 0, "control characters are not allowed"},
+		{"line x: odd", 0, "line x: odd"},
+	} {
+		e := YAMLError("f.yaml", c.msg)
+		if e.File != "f.yaml" || e.Line != c.line || e.Msg != c.want || e.Field != "" {
+			t.Errorf("YAMLError(%q) = %+v, want line %d, msg %q", c.msg, e, c.line, c.want)
+		}
 	}
 }

@@ -96,28 +96,8 @@ const RulePrefix = "rls."
 
 // Error is a configuration error: the file, the line where known, the
 // field path inside the file ("descriptors[0].rate_limit.unit") and what
-// is wrong.
-type Error struct {
-	File  string
-	Line  int // 1-based; 0 when unknown
-	Field string
-	Msg   string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// is wrong; config's error type, printed "file:line: field: msg" (ours).
+type Error = config.Error
 
 // Limit is one descriptor's rate_limit, as loaded.
 type Limit struct {
@@ -264,7 +244,7 @@ func (c *Config) Add(name string, data []byte) error {
 		if errors.Is(err, io.EOF) {
 			return &Error{File: name, Msg: "the file is empty (want domain: and descriptors:)"}
 		}
-		return yamlErr(name, err)
+		return config.YAMLError(name, err.Error())
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -725,18 +705,4 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	}
 	p.limits = append(p.limits, l)
 	return l
-}
-
-// yamlErr turns a yaml.v3 syntax error into an *Error with its line.
-func yamlErr(file string, err error) error {
-	m := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(m, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ":"); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, m = l, strings.TrimSpace(after)
-			}
-		}
-	}
-	return &Error{File: file, Line: line, Msg: m}
 }

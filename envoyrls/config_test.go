@@ -164,7 +164,7 @@ func TestParseErrors(t *testing.T) {
 		{"domain: a\ntokenmesh: {strategy: nosuch}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}", `unknown strategy "nosuch"`},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}", "descriptors[0].rate_limit: as a tokenmesh rule"},
 		{"domain: a\ndescriptors: 3", "descriptors: want a list"},
-		{"domain: [a", "edge.yaml"},
+		{"domain: [a", "edge.yaml:1: did not find expected ',' or ']'"}, // a YAML syntax error, with its line
 		{"domain: a\n---\ndomain: b", "more than one YAML document"},
 	} {
 		_, err := Parse("edge.yaml", []byte(x.yaml))
@@ -227,6 +227,19 @@ func TestUnitDuration(t *testing.T) {
 		unit := rlsv3.RateLimitResponse_RateLimit_Unit(u)
 		if (UnitDuration(unit) == 0) != (unit == rlsv3.RateLimitResponse_RateLimit_UNKNOWN) {
 			t.Errorf("UnitDuration(%v) = %v", unit, UnitDuration(unit))
+		}
+	}
+	// envoyproxy/ratelimit's dividers (UnitToDivider): a month is 30 days,
+	// a year 365.
+	day := 24 * time.Hour
+	for unit, want := range map[rlsv3.RateLimitResponse_RateLimit_Unit]time.Duration{
+		rlsv3.RateLimitResponse_RateLimit_SECOND: time.Second, rlsv3.RateLimitResponse_RateLimit_MINUTE: time.Minute,
+		rlsv3.RateLimitResponse_RateLimit_HOUR: time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY: day,
+		rlsv3.RateLimitResponse_RateLimit_WEEK: 7 * day, rlsv3.RateLimitResponse_RateLimit_MONTH: 30 * day,
+		rlsv3.RateLimitResponse_RateLimit_YEAR: 365 * day,
+	} {
+		if got := UnitDuration(unit); got != want {
+			t.Errorf("UnitDuration(%v) = %v, want %v", unit, got, want)
 		}
 	}
 }

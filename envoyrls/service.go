@@ -10,7 +10,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -64,9 +63,6 @@ type Service struct {
 func New(cfg *Config, c Checker, observe Observer) *Service {
 	return &Service{cfg: cfg, checker: c, observe: observe, clock: time.Now}
 }
-
-// Register registers the service on g.
-func (s *Service) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(g, s) }
 
 // ServiceName is the gRPC service's full name.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"

@@ -125,11 +125,14 @@ func TestMiddlewareOverGRPC(t *testing.T) {
 		codes = append(codes, resp.StatusCode)
 		last = resp
 	}
-	if codes[0] != 200 || codes[2] != 200 || codes[3] != 429 {
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 200 || codes[3] != 429 {
 		t.Errorf("codes %v, want 200 200 200 429", codes)
 	}
 	if last.Header.Get("Retry-After") != "60" || last.Header.Get("RateLimit") != `"api";r=0;t=180` {
 		t.Errorf("429 headers %v", last.Header)
+	}
+	if got := last.Header.Get("RateLimit-Policy"); got != `"api";q=3;w=180` {
+		t.Errorf("RateLimit-Policy over gRPC %q, want the in-process one (q = burst 3, w = 180 s to refill it)", got)
 	}
 	resp, err := http.Get(srv.URL + "/users/bob")
 	if err != nil {

@@ -65,9 +65,6 @@ func (g *GubernatorRule) validate() error {
 // its unique_key are fixed, so a call appends them around the drawn keys
 // into one reused buffer.
 type gubRequest struct {
-	name      string
-	rule      GubernatorRule
-	hits      int64
 	keys      []string // this call's keys, len Batch
 	buf       []byte   // the encoded request, rebuilt per call
 	itemTail  []byte   // hits .. burst of an item, fixed
@@ -75,7 +72,7 @@ type gubRequest struct {
 }
 
 func newGubRequest(name string, rule GubernatorRule, batch int, hits int64) *gubRequest {
-	r := &gubRequest{name: name, rule: rule, hits: hits, keys: make([]string, batch)}
+	r := &gubRequest{keys: make([]string, batch)}
 	r.nameField = protowire.AppendTag(nil, 1, protowire.BytesType)
 	r.nameField = protowire.AppendString(r.nameField, name)
 	t := r.itemTail
@@ -100,11 +97,7 @@ func newGubRequest(name string, rule GubernatorRule, batch int, hits int64) *gub
 
 func (r *gubRequest) draw(keys []string, rng *rand.Rand) {
 	for i := range r.keys {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.keys[i] = k
+		r.keys[i] = drawKey(keys, rng)
 	}
 	r.encode()
 }

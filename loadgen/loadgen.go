@@ -261,6 +261,15 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 			}
 		}
 	}
+	// unanswered closes everything and reports target t's probe failure
+	// (what did not answer there), or ctx's end.
+	unanswered := func(t, what string, err error) error {
+		closeAll()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &TargetError{t, fmt.Errorf("%s: %v", what, err)}
+	}
 	for ti, t := range o.Targets {
 		cs := make([]*grpc.ClientConn, 0, n)
 		for range n {
@@ -281,11 +290,7 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 					Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.descriptorKey(), Value: "loadgen-probe"}}}}})
 				cancel()
 				if err != nil {
-					closeAll()
-					if ctx.Err() != nil {
-						return nil, 0, 0, ctx.Err()
-					}
-					return nil, 0, 0, &TargetError{t, fmt.Errorf("no Envoy rate limit service answers there: %v", err)}
+					return nil, 0, 0, unanswered(t, "no Envoy rate limit service answers there", err)
 				}
 			}
 			continue
@@ -304,11 +309,7 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 					err = fmt.Errorf("%d rate limits in the answer to 1", presp.items)
 				}
 				if err != nil {
-					closeAll()
-					if ctx.Err() != nil {
-						return nil, 0, 0, ctx.Err()
-					}
-					return nil, 0, 0, &TargetError{t, fmt.Errorf("no Gubernator V1 service answers there: %v", err)}
+					return nil, 0, 0, unanswered(t, "no Gubernator V1 service answers there", err)
 				}
 			}
 			if ti == 0 {
@@ -324,11 +325,7 @@ func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate flo
 			resp, err := tokenmeshv1.NewRateLimitServiceClient(c).ListRules(cctx, &tokenmeshv1.ListRulesRequest{})
 			cancel()
 			if err != nil {
-				closeAll()
-				if ctx.Err() != nil {
-					return nil, 0, 0, ctx.Err()
-				}
-				return nil, 0, 0, &TargetError{t, fmt.Errorf("no tokenmesh gRPC API answers there (is `tokenmesh serve` running with node.grpc_addr %s?): %v", t, err)}
+				return nil, 0, 0, unanswered(t, fmt.Sprintf("no tokenmesh gRPC API answers there (is `tokenmesh serve` running with node.grpc_addr %s?)", t), err)
 			}
 			var names []string
 			found := false
@@ -630,12 +627,17 @@ func newRequest(rule string, batch int, hits int64) *request {
 // draw picks the keys of the next call.
 func (r *request) draw(keys []string, rng *rand.Rand) {
 	for i := range r.items {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.items[i].Key = k
+		r.items[i].Key = drawKey(keys, rng)
 	}
+}
+
+// drawKey picks one of keys uniformly; with a single key it draws nothing
+// from rng.
+func drawKey(keys []string, rng *rand.Rand) string {
+	if len(keys) > 1 {
+		return keys[rng.IntN(len(keys))]
+	}
+	return keys[0]
 }
 
 func (o *Options) descriptorKey() string {
@@ -663,11 +665,7 @@ func newRLSRequest(domain, entryKey string, batch int, hits int64) *rlsRequest {
 
 func (r *rlsRequest) draw(keys []string, rng *rand.Rand) {
 	for i := range r.entries {
-		k := keys[0]
-		if len(keys) > 1 {
-			k = keys[rng.IntN(len(keys))]
-		}
-		r.entries[i].Value = k
+		r.entries[i].Value = drawKey(keys, rng)
 	}
 }
 

@@ -2,14 +2,10 @@ package loadgen
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
-	"math/big"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -19,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"encoding/json"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +22,7 @@ import (
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/internal/pki"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/server"
 )
@@ -39,7 +35,14 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rules := []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}
+	return serveRules(tb, []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}, nil, opts...)
+}
+
+// serveRules starts a single node with rules and serves its gRPC API (and
+// what register adds, when not nil) on 127.0.0.1:0 until the test ends;
+// it returns the address.
+func serveRules(tb testing.TB, rules []cluster.Rule, register func(*server.Server, *grpc.Server), opts ...grpc.ServerOption) string {
+	tb.Helper()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
 		tb.Fatal(err)
@@ -49,7 +52,11 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 		tb.Fatal(err)
 	}
 	gs := grpc.NewServer(append(opts, server.GRPCServerOptions()...)...) // as serve does
-	server.New(node, rules).RegisterGRPC(gs)
+	s := server.New(node, rules)
+	s.RegisterGRPC(gs)
+	if register != nil {
+		register(s, gs)
+	}
 	go func() { _ = gs.Serve(ln) }()
 	tb.Cleanup(func() {
 		gs.Stop()
@@ -261,32 +268,23 @@ func TestBurst(t *testing.T) {
 	}
 }
 
-// selfSigned returns a server certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+// testCert returns a server certificate for 127.0.0.1 and a pool that
+// trusts it (a throw-away CA of internal/pki).
+func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("loadgen test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "loadgen test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	srv, err := ca.Issue("127.0.0.1", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
+	return srv.TLS, ca.Pool()
 }
 
 func TestTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := testCert(t)
 	addr := serve(t, 1e6, 1e6, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 	o := Options{Targets: []string{addr}, Rule: "api", Concurrency: 2, Batch: 1, Keys: 5, Duration: 100 * time.Millisecond,
 		TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}

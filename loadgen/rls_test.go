@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
-	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -23,25 +21,7 @@ func serveRLS(t *testing.T, burst int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := cfg.Rules(time.Time{})
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	s := server.New(node, rules)
-	s.RegisterGRPC(gs)
-	s.RegisterRLS(gs, cfg)
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(func() {
-		gs.Stop()
-		_ = node.Close()
-	})
-	return ln.Addr().String()
+	return serveRules(t, cfg.Rules(time.Time{}), func(s *server.Server, gs *grpc.Server) { s.RegisterRLS(gs, cfg) })
 }
 
 // API rls: every descriptor is one check; a hot key of burst 20 per hour

@@ -2,7 +2,6 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/reflection"
 )
 
 // BuildInfo is what the tokenmesh_build_info gauge carries: the binary's
@@ -32,15 +31,4 @@ func (s *Server) SetBuildInfo(b BuildInfo) error {
 	})
 	g.Set(1)
 	return s.metrics.reg.Register(g)
-}
-
-// RegisterReflection registers the gRPC server reflection service
-// (grpc.reflection.v1 and v1alpha) on g, so grpcurl and similar tools can
-// list and call the node's services (tokenmesh.v1.RateLimitService,
-// grpc.health.v1.Health and, with --envoy-config,
-// envoy.service.ratelimit.v3.RateLimitService) without the .proto files.
-// Reflection lists g's services as registered when it is asked, so the
-// order of registration does not matter.
-func RegisterReflection(g reflection.GRPCServer) {
-	reflection.Register(g)
 }

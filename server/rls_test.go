@@ -1,9 +1,7 @@
 package server
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -13,12 +11,10 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
-	"github.com/tokenmesh/tokenmesh/limiter"
 )
 
 // RegisterRLS serves Envoy's ShouldRateLimit over the node, reports it in
@@ -30,26 +26,9 @@ func TestRegisterRLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := append(testRules(), cfg.Rules(time.Time{})...)
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Close() })
+	node := startTestNode(t, rules)
 	s := New(node, rules)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	s.RegisterGRPC(g)
-	s.RegisterRLS(g, cfg)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := grpcClient(t, s, func(g *grpc.Server) { s.RegisterRLS(g, cfg) })
 	cl := rlsv3.NewRateLimitServiceClient(cc)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "1.2.3.4"}}}}}

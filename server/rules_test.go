@@ -7,7 +7,6 @@ import (
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
-	"github.com/tokenmesh/tokenmesh/limiter"
 )
 
 // TestServerSetRules: after the node's rules change, SetRules makes the
@@ -15,11 +14,7 @@ import (
 // /metrics, a kept rule keeps its state and counts, an added rule answers.
 func TestServerSetRules(t *testing.T) {
 	rules := testRules()
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Close() })
+	node := startTestNode(t, rules)
 	s := New(node, rules)
 	check := func(rule string) (*tokenmeshv1.CheckResponse, error) {
 		return s.Check(context.Background(), &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: rule, Key: "k", Hits: 1}}})

@@ -39,21 +39,28 @@ func testRules() []cluster.Rule {
 	}
 }
 
-// newTestServer serves a single-node limiter with testRules.
-func newTestServer(t testing.TB) *Server {
+// startTestNode starts single-node limiter "n1" with rules, closed at the
+// end of the test.
+func startTestNode(t testing.TB, rules []cluster.Rule) *limiter.Node {
 	t.Helper()
-	rules := testRules()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Close() })
-	return New(node, rules)
+	return node
 }
 
-// grpcClient serves s over gRPC on a loopback port and returns a client
-// connection to it.
-func grpcClient(t *testing.T, s *Server) *grpc.ClientConn {
+// newTestServer serves a single-node limiter with testRules.
+func newTestServer(t testing.TB) *Server {
+	t.Helper()
+	rules := testRules()
+	return New(startTestNode(t, rules), rules)
+}
+
+// grpcClient serves s over gRPC on a loopback port, with the services of
+// register too, and returns a client connection to it.
+func grpcClient(t *testing.T, s *Server, register ...func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,6 +68,9 @@ func grpcClient(t *testing.T, s *Server) *grpc.ClientConn {
 	}
 	g := grpc.NewServer()
 	s.RegisterGRPC(g)
+	for _, r := range register {
+		r(g)
+	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -313,6 +323,7 @@ func invalidCases(key string) []struct {
 		{"hits -1", req(valid, valid, item("api", key, -1)), "checks[2].hits: -1 must be between 1 and 1000000000"},
 		{"hits 1e9+1", req(valid, item("api", key, MaxHits+1)), "checks[1].hits: 1000000001 must be between 1 and 1000000000"},
 		{"max_wait_ms -1", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: -1}), "checks[1].max_wait_ms: -1 must be between 0 and 3600000"},
+		{"max_wait_ms 3600001", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: 3600001}), "checks[1].max_wait_ms: 3600001 must be between 0 and 3600000"},
 	}
 }
 
@@ -386,11 +397,7 @@ func TestBadBodies(t *testing.T) {
 
 func TestListRules(t *testing.T) {
 	rules := testRules()
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Close() })
+	node := startTestNode(t, rules)
 	// A rule the node lacks and a repeated name are left out.
 	s := New(node, append(rules, cluster.Rule{Name: "ghost", Rate: slow, Burst: 1, Strategy: "local"}, rules[0]))
 

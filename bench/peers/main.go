@@ -223,17 +223,9 @@ func alive(pid int) bool {
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
+// freePorts returns n distinct free loopback ports: all listeners are held
+// open until all are drawn, so they differ.
 func freePorts(n int) ([]int, error) {
-	// hold all listeners open until all are drawn, so they differ
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
@@ -296,10 +288,11 @@ func cpuTicks(pids []int) (float64, error) {
 
 // redis starts a redis-server on loopback (no persistence).
 func (h *harness) redis(ctx context.Context) (string, int, error) {
-	p, err := freePort()
+	ps, err := freePorts(1)
 	if err != nil {
 		return "", 0, err
 	}
+	p := ps[0]
 	c, err := h.start("redis", h.f.redisBin, []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(p),
 		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--daemonize", "no"}, nil)
 	if err != nil {

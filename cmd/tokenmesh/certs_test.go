@@ -68,6 +68,9 @@ func TestCertsForPeerMTLS(t *testing.T) {
 	if _, stderr, code := tokenmesh(t, "certs", "--out", dir, "--nodes", "n3"); code == 0 || !strings.Contains(stderr, "not overwriting") {
 		t.Errorf("certs over existing files: exit %d, %s", code, stderr)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "n3.pem")); err == nil {
+		t.Error("certs refused to overwrite ca.pem but wrote n3.pem: it must refuse before writing anything")
+	}
 	for _, args := range [][]string{
 		{"certs", "--nodes", "n1"},
 		{"certs", "--out", dir + "2", "--nodes", ""},

@@ -33,7 +33,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// lockedBuf is a bytes.Buffer safe for concurrent writes (the nodes' logs).
+// lockedBuf is a bytes.Buffer safe for concurrent writes and reads (a
+// process's output, read while it runs).
 type lockedBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -384,7 +385,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	// becoming a member of the real one.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out syncBuffer
+	var out lockedBuf
 	addrFile := filepath.Join(dir, "addr.json")
 	cmd := exec.CommandContext(ctx, binary, "serve", "--config", cfg, "--addr-file", addrFile)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -392,7 +393,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var intruder struct{ API string }
+	var intruder boundAddrs
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &intruder) == nil && intruder.API != "" {
 			break
@@ -547,22 +548,4 @@ func metricValue(text, name string) (float64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

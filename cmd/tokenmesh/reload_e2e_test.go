@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,30 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestServeReload runs serve on a config file and changes the file under
 // it: the watcher applies the new rules without a restart (an added rule
@@ -58,17 +37,7 @@ func TestServeReload(t *testing.T) {
 	}
 	write("  - {name: a, rate: 1/h, burst: 2, strategy: owner}\n  - {name: b, rate: 1/h, burst: 1, strategy: local}\n")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--log-format", "json")
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	out, done := startProc(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nserve output:\n%s", append(args, out.String())...)
@@ -181,16 +150,5 @@ func TestServeReload(t *testing.T) {
 		fail("rule a allowed after removing the others: its state was lost")
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		fail("still running 10 s after SIGTERM")
-	}
+	terminate(t, cmd, done, 10*time.Second, fail)
 }

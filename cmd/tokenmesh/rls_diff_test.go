@@ -65,26 +65,6 @@ func freeAddr(t *testing.T) (string, int) {
 	return fmt.Sprintf("127.0.0.1:%d", p), p
 }
 
-// startProc starts cmd and kills it (by its PID) when the test ends.
-func startProc(t *testing.T, cmd *exec.Cmd, name string) *lockedBuf {
-	t.Helper()
-	out := &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, out.String())
-		}
-	})
-	return out
-}
-
 func TestRLSFixedWindowMatchesEnvoyRatelimit(t *testing.T) {
 	bin := os.Getenv("TOKENMESH_ENVOY_RATELIMIT_BIN")
 	redis, err := exec.LookPath("redis-server")

@@ -7,10 +7,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,52 +155,6 @@ func dialRLS(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.Cli
 	}
 	t.Cleanup(func() { conn.Close() })
 	return rlsv3.NewRateLimitServiceClient(conn), conn
-}
-
-// serveAddrs is what serve --addr-file writes.
-type serveAddrs struct{ API, GRPC string }
-
-// startServeProc runs serve --config cfg in dir until the test ends and
-// returns its bound addresses once written, and its output.
-func startServeProc(t *testing.T, dir, cfg string) (serveAddrs, *lockedBuf) {
-	t.Helper()
-	addrFile := filepath.Join(dir, "addrs.json")
-	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	out := &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if p, err := os.FindProcess(pid); err == nil {
-			_ = p.Kill()
-		}
-		<-done
-		if t.Failed() {
-			t.Logf("serve output:\n%s", out.String())
-		}
-	})
-	var addrs serveAddrs
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
-			break
-		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("serve exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no --addr-file after 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return addrs, out
 }
 
 // TestRLSServeE2E: one serve process with node.envoy_config.

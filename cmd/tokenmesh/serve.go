@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
@@ -260,21 +261,15 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		if envoyCfg, err = envoyrls.LoadDir(envoyDir); err != nil {
 			return fmt.Errorf("envoy config: %w", err)
 		}
-		have := map[string]bool{}
-		for _, r := range rules {
-			have[r.Name] = true
-		}
 		if envoyCfg.HasFixedWindow() {
 			// fixed_window windows are Unix-aligned: the node needs a
 			// wall-clock time base (a networked node has one already).
 			lcEpoch = clusterEpoch
 		}
 		envoyRules = envoyCfg.Rules(lcEpoch)
-		for _, r := range envoyRules {
-			if have[r.Name] {
-				return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, r.Name)
-			}
-			rules = append(rules, r)
+		var dup string
+		if rules, dup = appendEnvoyRules(rules, envoyRules); dup != "" {
+			return fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, dup)
 		}
 	}
 	lc := limiter.Config{Name: f.Node.Name, ClusterRules: rules, StateDir: f.Node.StateDir,
@@ -366,8 +361,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if envoyCfg != nil {
 		api.RegisterRLS(gs, envoyCfg)
 	}
-	server.RegisterReflection(gs)
-	if err := api.SetBuildInfo(server.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion}); err != nil {
+	// gRPC server reflection (grpc.reflection.v1 and v1alpha): grpcurl
+	// and similar tools list and call the services without the .proto
+	// files; it lists gs's services when asked, whatever the order.
+	reflection.Register(gs)
+	if err := api.SetBuildInfo(bi.BuildInfo); err != nil {
 		logger.Warn("build_info metric not registered", "error", err)
 	}
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,85 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
 )
+
+// startCmd starts cmd (its outputs set by the caller) and kills it when
+// the test ends; exited receives cmd.Wait's result once (a reader that
+// only looks puts it back).
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		exited <- <-exited // wait for the exit, leave the result
+	})
+	return exited
+}
+
+// startProc is startCmd with stdout and stderr into out, logged when the
+// test failed (after the kill).
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+	t.Helper()
+	out = &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, out.String())
+		}
+	})
+	return out, startCmd(t, cmd, name)
+}
+
+// startServeProc runs serve --config cfg in dir until the test ends and
+// returns its bound addresses once written, and its output.
+func startServeProc(t *testing.T, dir, cfg string) (boundAddrs, *lockedBuf) {
+	t.Helper()
+	addrFile := filepath.Join(dir, "addrs.json")
+	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
+	var addrs boundAddrs
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no --addr-file after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addrs, out
+}
+
+// terminate sends cmd SIGTERM and waits up to within for its exit (put
+// back on exited); an exit other than 0, or none in time, fails the test
+// through fail (which adds the process's output).
+func terminate(t *testing.T, cmd *exec.Cmd, exited chan error, within time.Duration, fail func(format string, args ...any)) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			fail("exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(within):
+		fail("still running %v after SIGTERM", within)
+	}
+}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -47,17 +124,9 @@ rules:
 	}
 	addrFile := filepath.Join(filepath.Dir(cfg), "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
@@ -88,7 +157,7 @@ rules:
 
 	// --addr-file holds the bound addresses once serving (written before
 	// /readyz can answer, as the HTTP server starts after the node).
-	var addrs struct{ Name, API, GRPC, Peer, Gossip string }
+	var addrs boundAddrs
 	if b, err := os.ReadFile(addrFile); err != nil || json.Unmarshal(b, &addrs) != nil {
 		fail("--addr-file: %v %q", err, b)
 	}
@@ -132,18 +201,7 @@ rules:
 		fail("hits 0: %d %s", resp.StatusCode, msg)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v, want 0", err)
-		}
-	case <-time.After(5 * time.Second):
-		fail("still running 5s after SIGTERM")
-	}
+	terminate(t, cmd, done, 5*time.Second, fail)
 	if !strings.Contains(stdout.String(), "node e2e: API http://"+api) {
 		fail("stdout does not say what it serves")
 	}
@@ -194,27 +252,22 @@ func TestServePeerSecurityRequired(t *testing.T) {
 	}
 
 	cfg := write("insecure.yaml", "  insecure: true\n  memory_limit: 256MiB\n")
-	addrFile := filepath.Join(dir, "addrs.json")
-	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve with insecure: true never started:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	_, out := startServeProc(t, dir, cfg)
 	for _, want := range []string{"level=WARN", "peer security is OFF", "memory limit: 268435456 bytes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve with insecure: true and memory_limit did not print %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestAppendEnvoyRules: the envoy config's rules follow the file's, in
+// order; a name both have is reported (serve and a reload refuse it).
+func TestAppendEnvoyRules(t *testing.T) {
+	all, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}}, []cluster.Rule{{Name: "rls.edge.ip"}, {Name: "rls.edge.path"}})
+	if dup != "" || len(all) != 3 || all[0].Name != "api" || all[1].Name != "rls.edge.ip" || all[2].Name != "rls.edge.path" {
+		t.Errorf("no collision: %v %q", all, dup)
+	}
+	if _, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []cluster.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
+		t.Errorf("collision reported as %q, want rls.edge.ip", dup)
 	}
 }

@@ -21,24 +21,19 @@ import (
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 )
 
-// testCA is a throw-away certificate authority for TLS tests (internal/pki).
-type testCA struct {
-	*pki.CA
-	pem []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
+// newTestCA is a throw-away certificate authority for TLS tests.
+func newTestCA(t *testing.T) *pki.CA {
 	t.Helper()
 	ca, err := pki.NewCA("tokenmesh test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testCA{CA: ca, pem: ca.CertPEM}
+	return ca
 }
 
-// issue returns a PEM certificate and key for name, valid for server
-// (127.0.0.1) and client authentication.
-func (ca *testCA) issue(t *testing.T, _ int64, name string) (certPEM, keyPEM []byte) {
+// issue returns a PEM certificate and key for name from ca, valid for
+// server (127.0.0.1) and client authentication.
+func issue(t *testing.T, ca *pki.CA, name string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	iss, err := ca.Issue(name, time.Hour, "127.0.0.1")
 	if err != nil {
@@ -63,9 +58,9 @@ func TestServeAPITLS(t *testing.T) {
 		return p
 	}
 	ca := newTestCA(t)
-	srvCert, srvKey := ca.issue(t, 2, "tokenmesh-api")
-	cliCert, cliKey := ca.issue(t, 3, "client")
-	write("ca.pem", ca.pem)
+	srvCert, srvKey := issue(t, ca, "tokenmesh-api")
+	cliCert, cliKey := issue(t, ca, "client")
+	write("ca.pem", ca.CertPEM)
 	write("api.pem", srvCert)
 	write("api-key.pem", srvKey)
 	cfg := write("tokenmesh.yaml", []byte(`node:
@@ -85,13 +80,13 @@ rules:
 `))
 	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out syncBuffer // read while the process writes
+	var out lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var addrs struct{ API, GRPC string }
+	var addrs boundAddrs
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
 			break
@@ -103,7 +98,7 @@ rules:
 	}
 
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool.AppendCertsFromPEM(ca.CertPEM)
 	pair, err := tls.X509KeyPair(cliCert, cliKey)
 	if err != nil {
 		t.Fatal(err)

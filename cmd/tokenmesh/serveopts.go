@@ -66,7 +66,7 @@ func pick(cmd *cobra.Command, flag, flagValue, env string) (setting, bool) {
 	return setting{}, false
 }
 
-// configPath is --config, else TOKENMESH_CONFIG.
+// resolvedConfigPath is --config, else TOKENMESH_CONFIG ("" for neither).
 func (o *serveOptions) resolvedConfigPath(cmd *cobra.Command) string {
 	if s, ok := pick(cmd, "config", o.configPath, envConfig); ok {
 		return s.value

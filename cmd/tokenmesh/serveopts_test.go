@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -108,17 +107,9 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--name", "from-flag", "--grpc-addr", "127.0.0.1:0",
 		"--log-format", "json", "--addr-file", addrFile)
 	cmd.Env = append(os.Environ(), envName+"=from-env", envAPIAddr+"="+api, envLogLevel+"=debug")
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuf // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
@@ -174,20 +165,9 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	}
 	_ = stream.CloseSend()
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			fail("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		fail("still running 10 s after SIGTERM")
-	}
+	terminate(t, cmd, done, 10*time.Second, fail)
 	var msgs []string
-	sc := bufio.NewScanner(&stdout)
+	sc := bufio.NewScanner(strings.NewReader(stdout.String()))
 	for sc.Scan() {
 		var rec struct{ Level, Msg string }
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Level == "" || rec.Msg == "" {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -81,7 +80,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return err
 	}
 	sum := sha256.Sum256(b)
-	if onlyIfChanged && bytes.Equal(sum[:], r.sum[:]) {
+	if onlyIfChanged && sum == r.sum {
 		return nil
 	}
 	r.sum = sum
@@ -90,6 +89,23 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		r.log.Error("reload refused: the old rules stay", "trigger", trigger, "config", r.path, "error", err.Error())
 	}
 	return err
+}
+
+// appendEnvoyRules appends the rules derived from the envoy config to the
+// config file's rules; dup is the first name both have ("" when none:
+// only then is all of envoy appended).
+func appendEnvoyRules(rules, envoy []cluster.Rule) (all []cluster.Rule, dup string) {
+	have := make(map[string]bool, len(rules))
+	for _, x := range rules {
+		have[x.Name] = true
+	}
+	for _, x := range envoy {
+		if have[x.Name] {
+			return rules, x.Name
+		}
+		rules = append(rules, x)
+	}
+	return rules, ""
 }
 
 func (r *reloader) apply(ctx context.Context, trigger string) error {
@@ -101,15 +117,9 @@ func (r *reloader) apply(ctx context.Context, trigger string) error {
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
 	}
-	have := map[string]bool{}
-	for _, x := range rules {
-		have[x.Name] = true
-	}
-	for _, x := range r.envoyRules {
-		if have[x.Name] {
-			return fmt.Errorf("rule %q is also a rule of the envoy config; rename that rule", x.Name)
-		}
-		rules = append(rules, x)
+	rules, dup := appendEnvoyRules(rules, r.envoyRules)
+	if dup != "" {
+		return fmt.Errorf("rule %q is also a rule of the envoy config; rename that rule", dup)
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()

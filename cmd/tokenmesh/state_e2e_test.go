@@ -23,7 +23,7 @@ import (
 type stateNode struct {
 	name, dir string
 	cmd       *exec.Cmd
-	out       *syncBuffer
+	out       *lockedBuf
 	done      chan struct{}
 	api       string
 	gossip    string
@@ -56,7 +56,7 @@ rules:
 	}
 	addrFile := filepath.Join(dir, name+".addr.json")
 	_ = os.Remove(addrFile)
-	n := &stateNode{name: name, dir: dir, out: &syncBuffer{}, done: make(chan struct{})}
+	n := &stateNode{name: name, dir: dir, out: &lockedBuf{}, done: make(chan struct{})}
 	n.cmd = exec.Command(binary, "serve", "--config", cfgPath, "--addr-file", addrFile)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	if err := n.cmd.Start(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tokenmesh/tokenmesh/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3"
@@ -13,16 +15,16 @@ import (
 // recorded, or "dev".
 var version = ""
 
-// buildInfo is what `tokenmesh version` prints and the build_info metric
-// carries: the version, the VCS revision and whether the tree was
-// modified, and the Go version.
+// buildInfo is what `tokenmesh version` prints: what the build_info
+// metric carries (the version, the VCS revision, the Go version) and
+// whether the tree was modified.
 type buildInfo struct {
-	Version, Revision, GoVersion string
-	Modified                     bool
+	server.BuildInfo
+	Modified bool
 }
 
 func readBuildInfo() buildInfo {
-	bi := buildInfo{Version: version, GoVersion: runtime.Version()}
+	bi := buildInfo{BuildInfo: server.BuildInfo{Version: version, GoVersion: runtime.Version()}}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		if bi.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
 			bi.Version = info.Main.Version
