@@ -60,6 +60,9 @@ const (
 	MsgMemberLeft   = "membership: member left"
 	MsgMemberFailed = "membership: member failed"
 	MsgReconnected  = "membership: reconnected"
+	// MsgNameClaimed: a member's name was announced from a new address
+	// (a restart on a new port or IP); it is joined there until taken back.
+	MsgNameClaimed = "membership: member name claimed from a new address"
 )
 
 // Config is one member.
@@ -98,8 +101,10 @@ type Config struct {
 	TCPTimeout     time.Duration // push-pull and join connections (LAN: 10s)
 	// DeadNodeReclaimTime is how long after a member died or left its name
 	// may come back from a different address (a restart on a new IP or
-	// port). Zero keeps memberlist's default: not until the dead member
-	// has been forgotten (about 30s at LAN timers).
+	// port, as a pod gets). Zero: DefaultDeadNodeReclaimTime; negative:
+	// memberlist's own default, not until the dead member has been
+	// forgotten (about 30s at LAN timers), during which the restarted
+	// member is refused as a name conflict.
 	DeadNodeReclaimTime time.Duration
 
 	// ReconnectInterval is how often the member tries to rejoin failed
@@ -160,7 +165,8 @@ type Membership struct {
 	members map[strategy.NodeID]string
 	addrs   map[strategy.NodeID]string // live members' gossip addresses
 	failed  map[strategy.NodeID]failedMember
-	left    map[strategy.NodeID]time.Time // leave intents received, for leftMemory
+	left    map[strategy.NodeID]time.Time    // leave intents received, for leftMemory
+	claims  map[strategy.NodeID]failedMember // a member's name claimed from a new address (a restart), for reconnect
 	leaving bool
 
 	wake     chan struct{} // cap 1: a change is waiting for delivery
@@ -180,6 +186,15 @@ const DefaultReconnectInterval = 5 * time.Second
 // (24 h): a partition of up to a day heals by itself; a member gone for
 // good costs one failed join per interval until then.
 const DefaultReconnectTimeout = 24 * time.Hour
+
+// DefaultDeadNodeReclaimTime is Config.DeadNodeReclaimTime's default: a
+// member declared dead (or left) may come back under its name from a new
+// address one second later, so a node restarted on a new port or IP
+// rejoins at once instead of being refused as a name conflict until the
+// dead member is forgotten (memberlist's default, about 30 s). Only a
+// member whose old incarnation is already dead or left can be replaced;
+// with a gossip SecretKey, only key holders can claim a name at all.
+const DefaultDeadNodeReclaimTime = time.Second
 
 // leftMemory is how long a leave intent is remembered: a member reported
 // gone within that time after its intent arrived left, not failed.
@@ -230,6 +245,7 @@ func New(cfg Config) (*Membership, error) {
 		addrs:             map[strategy.NodeID]string{},
 		failed:            map[strategy.NodeID]failedMember{},
 		left:              map[strategy.NodeID]time.Time{},
+		claims:            map[strategy.NodeID]failedMember{},
 		wake:              make(chan struct{}, 1),
 		done:              make(chan struct{}),
 		stopped:           make(chan struct{}),
@@ -249,7 +265,12 @@ func New(cfg Config) (*Membership, error) {
 	setDur(&mc.ProbeTimeout, cfg.ProbeTimeout)
 	setDur(&mc.GossipInterval, cfg.GossipInterval)
 	setDur(&mc.TCPTimeout, cfg.TCPTimeout)
-	setDur(&mc.DeadNodeReclaimTime, cfg.DeadNodeReclaimTime)
+	switch {
+	case cfg.DeadNodeReclaimTime == 0:
+		mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
+	case cfg.DeadNodeReclaimTime > 0:
+		mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	}
 	if cfg.SuspicionMult > 0 {
 		mc.SuspicionMult = cfg.SuspicionMult
 	}
@@ -277,6 +298,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
 	mc.Events = &events{m: m}
+	mc.Conflict = &conflicts{m: m}
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger
 	} else {
@@ -448,6 +470,12 @@ func (m *Membership) Expected() []strategy.NodeID {
 	return slices.Compact(out)
 }
 
+// claimMemory is how long a name claim from a new address is joined
+// after it was last announced: the claimant refutes being dead at every
+// contact, so a live claimant renews it; a claim nobody repeats is an
+// old incarnation's echo and expires.
+const claimMemory = 5 * time.Minute
+
 // Bounds on leave intents from peers: a name's length, and how many are
 // remembered at once.
 const (
@@ -527,6 +555,38 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.m.log.Info("membership: member updated", "node", n.Name, "gossip", n.Address(), "peer", string(n.Meta))
 }
 
+// conflicts is memberlist's ConflictDelegate: a member's name announced
+// from another address than the one on record. That is a restart on a
+// new port or IP (a pod) before the old incarnation was declared dead,
+// or within DeadNodeReclaimTime of that: memberlist refuses it, and the
+// restarted member, which believes it has joined, does not try again
+// until its next full-state sync (about 30 s). The claim is remembered
+// and the reconnect loop joins the claimant's address each round until
+// the name is live there: the join's state exchange is accepted once the
+// old incarnation is dead for DeadNodeReclaimTime. Called with
+// memberlist's node lock held: it must not block. Ours.
+type conflicts struct{ m *Membership }
+
+func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
+	m := c.m
+	id := strategy.NodeID(other.Name)
+	if id == m.self || len(other.Name) > maxNameBytes {
+		return
+	}
+	addr := other.Address()
+	m.mu.Lock()
+	prev, known := m.claims[id]
+	if !known && len(m.claims) >= maxLeftIntents {
+		m.mu.Unlock()
+		return
+	}
+	m.claims[id] = failedMember{addr: addr, since: time.Now()}
+	m.mu.Unlock()
+	if !known || prev.addr != addr {
+		m.log.Info(MsgNameClaimed, "node", other.Name, "gossip", addr, "was", existing.Address())
+	}
+}
+
 // reconnect runs until Shutdown: every reconnectInterval it forgets the
 // failed members older than reconnectTimeout and joins one of the others
 // at random and every seed that is no live member's address, each in its
@@ -556,8 +616,9 @@ func (m *Membership) reconnect() {
 
 // target is one reconnect attempt: a failed member's address or a seed.
 type target struct {
-	addr string
-	node strategy.NodeID // "" for a seed
+	addr  string
+	node  strategy.NodeID // "" for a seed
+	claim bool            // node restarted at addr (a name claim)
 }
 
 // reconnectTargets expires old failed members and picks this round's
@@ -583,12 +644,22 @@ func (m *Membership) reconnectTargets(now time.Time) []target {
 	for _, a := range m.addrs {
 		live[a] = true
 	}
+	var claimed []target
+	for id, c := range m.claims {
+		if m.addrs[id] == c.addr || now.Sub(c.since) > claimMemory {
+			delete(m.claims, id) // taken back, or no longer announced
+			continue
+		}
+		claimed = append(claimed, target{addr: c.addr, node: id, claim: true})
+	}
 	m.mu.Unlock()
 	var out []target
 	if len(failed) > 0 {
 		slices.SortFunc(failed, func(a, b target) int { return cmp.Compare(a.node, b.node) })
 		out = append(out, failed[rand.IntN(len(failed))])
 	}
+	slices.SortFunc(claimed, func(a, b target) int { return cmp.Compare(a.node, b.node) })
+	out = append(out, claimed...)
 	for _, s := range m.seeds {
 		if !seedIsLive(s, live) {
 			out = append(out, target{addr: s})
@@ -633,10 +704,15 @@ func (m *Membership) tryJoin(tg target) {
 	_, err := m.ml.Join([]string{tg.addr})
 	after := m.NumMembers()
 	kind := "failed member"
-	if tg.node == "" {
+	switch {
+	case tg.node == "":
 		kind = "seed"
+	case tg.claim:
+		kind = "restarted member"
 	}
 	switch {
+	case tg.claim && err == nil && m.addrOf(tg.node) != tg.addr:
+		m.log.Debug("membership: restarted member not taken back yet", "node", string(tg.node), "gossip", tg.addr)
 	case err != nil:
 		m.log.Debug("membership: reconnect failed", "target", kind, "node", string(tg.node), "gossip", tg.addr, "err", err)
 	case tg.node != "" || after > before:
@@ -645,6 +721,13 @@ func (m *Membership) tryJoin(tg target) {
 	default:
 		m.log.Debug("membership: reconnect answered, nothing new", "target", kind, "gossip", tg.addr, "members", after)
 	}
+}
+
+// addrOf is a live member's gossip address ("" if it is not live).
+func (m *Membership) addrOf(id strategy.NodeID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addrs[id]
 }
 
 // NumMembers is the number of live members (Self included).

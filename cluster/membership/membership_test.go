@@ -171,6 +171,67 @@ func TestRestart(t *testing.T) {
 	})
 }
 
+// TestRestartNewAddress: a member restarted at a new port at once (before
+// the survivor declared its old incarnation dead: kill -9 and a fast
+// restart) is refused as a name conflict at first; the survivor remembers
+// the claim and its reconnect loop takes the member back once the old
+// incarnation is dead for DeadNodeReclaimTime (the default, 1 s). With
+// memberlist's own rule (negative: not until the dead member is
+// forgotten, 30 probe intervals after its death) it stays out for the
+// length of the test.
+func TestRestartNewAddress(t *testing.T) {
+	for _, tc := range []struct {
+		reclaim time.Duration
+		back    bool
+	}{{0, true}, {-1, false}} {
+		t.Run(fmt.Sprint(tc.reclaim), func(t *testing.T) {
+			recs := []*recorder{{}, {}}
+			ms := make([]*Membership, 2)
+			for i := range ms {
+				var join []string
+				if i > 0 {
+					join = []string{ms[0].LocalAddr()}
+				}
+				cfg := testConfig(fmt.Sprintf("n%d", i), key1, join, recs[i].onChange)
+				cfg.DeadNodeReclaimTime = tc.reclaim
+				cfg.ReconnectInterval = 200 * time.Millisecond
+				// memberlist forgets the dead after 30 probe intervals
+				// (4.5 s): the case without reclaim stays out until then.
+				cfg.ProbeInterval, cfg.ProbeTimeout = 150*time.Millisecond, 75*time.Millisecond
+				m, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { m.Shutdown() })
+				ms[i] = m
+			}
+			waitFor(t, 5*time.Second, "n0 and n1 do not see each other", func() bool {
+				return maps.Equal(recs[0].last(), want("n0", "n1"))
+			})
+			ms[1].Shutdown()
+			cfg := testConfig("n1", key1, []string{ms[0].LocalAddr()}, nil)
+			cfg.PeerAddr = "peer-n1-new"
+			cfg.ReconnectInterval = 200 * time.Millisecond
+			m, err := New(cfg) // the join answers; n0 refuses the name
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Shutdown() })
+			all := want("n0", "n1")
+			all["n1"] = "peer-n1-new"
+			begin := time.Now()
+			for time.Since(begin) < 3500*time.Millisecond && !maps.Equal(recs[0].last(), all) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			back := maps.Equal(recs[0].last(), all)
+			t.Logf("reclaim %v: restarted member back=%v after %v", tc.reclaim, back, time.Since(begin))
+			if back != tc.back {
+				t.Fatalf("reclaim %v: restarted member taken back within 3.5s = %v, want %v (n0 sees %v)", tc.reclaim, back, tc.back, recs[0].last())
+			}
+		})
+	}
+}
+
 func TestWrongKeyCannotJoin(t *testing.T) {
 	ms, _ := three(t, key1)
 	for _, key := range [][]byte{bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{1}, 16), nil} {
