@@ -57,6 +57,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
@@ -936,31 +937,14 @@ func checkName(s string) error {
 	return nil
 }
 
-// checkKey checks a key template: literal text and {placeholder}s with
-// non-empty names and no nesting.
+// checkKey checks a key template with the grammar serve's HTTP mode uses
+// to build keys from requests (keytemplate.Parse: literal text and
+// {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method},
+// {query:NAME} or {NAME}), so a template that loads is one the edge can
+// apply; the error names the bad placeholder.
 func checkKey(s string) error {
-	open := -1
-	for i, c := range s {
-		switch c {
-		case '{':
-			if open >= 0 {
-				return fmt.Errorf("%q: '{' inside a placeholder", s)
-			}
-			open = i
-		case '}':
-			if open < 0 {
-				return fmt.Errorf("%q: '}' without '{'", s)
-			}
-			if strings.TrimSpace(s[open+1:i]) == "" {
-				return fmt.Errorf("%q: empty placeholder {}", s)
-			}
-			open = -1
-		}
-	}
-	if open >= 0 {
-		return fmt.Errorf("%q: unclosed '{'", s)
-	}
-	return nil
+	_, err := keytemplate.Parse(s)
+	return err
 }
 
 func checkAddr(s string) error {

@@ -32,12 +32,9 @@ package httplimit
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,6 +44,7 @@ import (
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
 )
 
 // Result is a Checker's verdict on one request.
@@ -294,162 +292,13 @@ func ceilSec(d time.Duration, least int64) int64 {
 	return max(int64((d+time.Second-1)/time.Second), least)
 }
 
-type keyFunc func(r *http.Request) (string, error)
+type keyFunc = keytemplate.Func
 
-// ParseKey parses a key template (Options.Key); the error names the bad
-// placeholder.
+// ParseKey parses a key template (Options.Key) with keytemplate.Parse;
+// the error names the bad placeholder.
 func ParseKey(tmpl string) (func(r *http.Request) (string, error), error) {
-	var parts []keyFunc
-	rest := tmpl
-	for rest != "" {
-		i := strings.IndexAny(rest, "{}")
-		if i < 0 {
-			lit := rest
-			parts = append(parts, func(*http.Request) (string, error) { return lit, nil })
-			break
-		}
-		if rest[i] == '}' {
-			return nil, fmt.Errorf("%q: '}' without '{'", tmpl)
-		}
-		if i > 0 {
-			lit := rest[:i]
-			parts = append(parts, func(*http.Request) (string, error) { return lit, nil })
-		}
-		end := strings.IndexByte(rest[i:], '}')
-		if end < 0 {
-			return nil, fmt.Errorf("%q: '{' without '}'", tmpl)
-		}
-		ph := rest[i+1 : i+end]
-		rest = rest[i+end+1:]
-		f, err := placeholder(ph)
-		if err != nil {
-			return nil, fmt.Errorf("%q: {%s}: %w", tmpl, ph, err)
-		}
-		parts = append(parts, f)
-	}
-	if len(parts) == 0 {
-		return nil, errors.New("is empty")
-	}
-	return func(r *http.Request) (string, error) {
-		var b strings.Builder
-		for _, p := range parts {
-			s, err := p(r)
-			if err != nil {
-				return "", err
-			}
-			b.WriteString(s)
-		}
-		if b.Len() == 0 {
-			return "", errors.New("the key is empty")
-		}
-		if b.Len() > cluster.MaxKeyBytes {
-			return "", fmt.Errorf("the key is %d bytes; at most %d", b.Len(), cluster.MaxKeyBytes)
-		}
-		return b.String(), nil
-	}, nil
+	return keytemplate.Parse(tmpl)
 }
 
-func placeholder(ph string) (keyFunc, error) {
-	kind, arg, hasArg := strings.Cut(ph, ":")
-	switch {
-	case kind == "client_addr" && !hasArg:
-		return clientAddr, nil
-	case kind == "method" && !hasArg:
-		return func(r *http.Request) (string, error) { return r.Method, nil }, nil
-	case kind == "header" && arg != "":
-		name := http.CanonicalHeaderKey(arg)
-		return func(r *http.Request) (string, error) {
-			v := r.Header.Get(name)
-			if v == "" {
-				return "", fmt.Errorf("header %s is missing", name)
-			}
-			return v, nil
-		}, nil
-	case kind == "path" && arg != "":
-		n, err := strconv.Atoi(arg)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a segment number (1, 2, ...)", arg)
-		}
-		return func(r *http.Request) (string, error) {
-			segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-			if n > len(segs) || segs[n-1] == "" {
-				return "", fmt.Errorf("path %q has no segment %d", r.URL.Path, n)
-			}
-			return segs[n-1], nil
-		}, nil
-	case kind == "jwt" && arg != "":
-		return func(r *http.Request) (string, error) { return jwtClaim(r, arg) }, nil
-	case kind == "query" && arg != "" || !hasArg && kind != "":
-		name := arg
-		if !hasArg {
-			name = kind
-		}
-		return func(r *http.Request) (string, error) {
-			v := r.URL.Query().Get(name)
-			if v == "" {
-				return "", fmt.Errorf("query parameter %s is missing", name)
-			}
-			return v, nil
-		}, nil
-	}
-	return nil, errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method}, {query:NAME} or {NAME})")
-}
-
-func clientAddr(r *http.Request) (string, error) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	if host == "" {
-		return "", errors.New("the client address is unknown")
-	}
-	return host, nil
-}
-
-// MaxJWTBytes bounds the Authorization header a claim is read from.
-const MaxJWTBytes = 8 << 10
-
-// jwtClaim reads claim from the bearer token's payload, unverified. A
-// string claim is used as is, a number or boolean as its JSON text.
-func jwtClaim(r *http.Request, claim string) (string, error) {
-	auth := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || tok == "" {
-		return "", errors.New("no bearer token in Authorization")
-	}
-	if len(tok) > MaxJWTBytes {
-		return "", fmt.Errorf("bearer token of %d bytes; at most %d", len(tok), MaxJWTBytes)
-	}
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return "", errors.New("bearer token is not a JWT (header.payload.signature)")
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return "", fmt.Errorf("JWT payload: %v", err)
-	}
-	var claims map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return "", fmt.Errorf("JWT payload is not a JSON object: %v", err)
-	}
-	raw, ok := claims[claim]
-	if !ok {
-		return "", fmt.Errorf("JWT has no claim %q", claim)
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
-			return "", fmt.Errorf("JWT claim %q is empty", claim)
-		}
-		return s, nil
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", err
-	}
-	switch v.(type) {
-	case float64, bool:
-		return string(raw), nil
-	}
-	return "", fmt.Errorf("JWT claim %q is not a string, number or boolean", claim)
-}
+// MaxJWTBytes bounds the Authorization header a {jwt:CLAIM} is read from.
+const MaxJWTBytes = keytemplate.MaxJWTBytes

@@ -22,8 +22,10 @@ import (
 // /v1/limit/{rule}), {jwt:CLAIM} (unverified), {method}, and {NAME} or
 // {query:NAME} for the query parameter NAME: the default {key} is ?key=.
 // For an auth subrequest (nginx auth_request, Envoy ext_authz over HTTP,
-// Traefik forwardAuth) pointed at this path. A rule whose template does not
-// parse answers 500 naming it. Every other request goes to next.
+// Traefik forwardAuth) pointed at this path. config validates templates
+// with the same grammar (httplimit/keytemplate), so a loaded rule's
+// template parses; one that does not (rules built without config) answers
+// 500 naming it. Every other request goes to next.
 func withEdge(next http.Handler, node *cluster.Node, rules []config.Rule, crules []cluster.Rule) http.Handler {
 	checker := httplimit.Local(node, crules)
 	handlers := map[string]http.Handler{}
