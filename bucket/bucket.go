@@ -226,6 +226,9 @@ func (b *Bucket) Allow(now time.Duration) bool { return b.AllowN(now, 1) }
 // AllowN takes n tokens at time now if the bucket holds them and reports
 // whether it did (drop mode). n <= 0 always conforms and takes nothing, as in
 // golang.org/x/time/rate. A request larger than the burst never conforms.
+// A now before the last update (a late decision) takes only tokens the
+// bucket is sure to have held since now (see spare), so admissions stay
+// within b + r*T counted at the times they were asked for.
 func (b *Bucket) AllowN(now time.Duration, n int64) bool {
 	b.advance(now)
 	if n <= 0 {
@@ -235,11 +238,47 @@ func (b *Bucket) AllowN(now time.Duration, n int64) bool {
 		return false
 	}
 	cost := n * b.per
-	if b.level < cost {
+	if b.spare(now) < cost {
 		return false
 	}
 	b.level -= cost
 	return true
+}
+
+// spare is the ticks the bucket is sure to have held throughout [now,
+// last]: the level, or for a now before the last update (a late decision:
+// a request decided after the bucket was advanced past its arrival) the
+// level less what refilled since now, since level(t) >= level(last) -
+// refill(t, last) for every t in between. A late decision takes only from
+// it, so it could have taken its tokens at now, the time it is counted at:
+// a late decision never uses refill that came after it, and admissions
+// stay within b + r*T counted at their own times. Ours (seed 003's owner
+// decides forwarded requests by arrival time; this is what makes a late
+// one exact).
+func (b *Bucket) spare(now time.Duration) int64 {
+	late := int64(b.last - now)
+	if late <= 0 || b.tokens == 0 || b.level <= 0 {
+		return b.level
+	}
+	if late >= b.level/b.tokens+1 { // compare first: late*tokens may overflow
+		return 0
+	}
+	return b.level - late*b.tokens
+}
+
+// wait is the time from now until cost ticks may be taken, for a bucket
+// that cannot spare them at now (b.spare(now) < cost, b.tokens > 0): the
+// deficit refills from last, so a late now adds its lateness.
+func (b *Bucket) wait(now time.Duration, cost int64) time.Duration {
+	late := max(int64(b.last-now), 0)
+	d := cost - b.level // ticks missing at last; negative if only late
+	var ns int64
+	if d >= 0 {
+		ns = (d + b.tokens - 1) / b.tokens
+	} else {
+		ns = -((-d) / b.tokens) // ceil of a negative quotient
+	}
+	return time.Duration(late + ns)
 }
 
 // ReserveN takes n tokens at time now in waiting (shaping) mode (SRTM §5.2,
@@ -249,7 +288,9 @@ func (b *Bucket) AllowN(now time.Duration, n int64) bool {
 // now+delay. Requests reserved later queue behind it (FCFS).
 //
 // ok is false, and nothing is taken, when n exceeds the burst or the rate is
-// zero and the tokens are not there now: no wait would ever be enough.
+// zero and the tokens are not there now: no wait would ever be enough. For a
+// now before the last update the delay is counted from now and includes
+// the lateness (the deficit refills from the last update).
 func (b *Bucket) ReserveN(now time.Duration, n int64) (delay time.Duration, ok bool) {
 	b.advance(now)
 	if n <= 0 {
@@ -259,21 +300,22 @@ func (b *Bucket) ReserveN(now time.Duration, n int64) (delay time.Duration, ok b
 		return 0, false
 	}
 	cost := n * b.per
-	deficit := cost - b.level
-	if deficit <= 0 {
+	if b.spare(now) >= cost {
 		b.level -= cost
 		return 0, true
 	}
 	if b.tokens == 0 {
 		return 0, false
 	}
+	d := b.wait(now, cost)
 	b.level -= cost
-	return time.Duration((deficit + b.tokens - 1) / b.tokens), true
+	return d, true
 }
 
 // DelayN returns how long from now until n tokens are available, without
-// taking any (the retry-after a rejected client should be told). ok is false
-// when no wait is enough (n above the burst, or zero rate).
+// taking any (the retry-after a rejected client should be told), counted
+// like ReserveN's delay. ok is false when no wait is enough (n above the
+// burst, or zero rate).
 func (b *Bucket) DelayN(now time.Duration, n int64) (delay time.Duration, ok bool) {
 	b.advance(now)
 	if n <= 0 {
@@ -282,14 +324,14 @@ func (b *Bucket) DelayN(now time.Duration, n int64) (delay time.Duration, ok boo
 	if n > b.capacity/b.per {
 		return 0, false
 	}
-	deficit := n*b.per - b.level
-	if deficit <= 0 {
+	cost := n * b.per
+	if b.spare(now) >= cost {
 		return 0, true
 	}
 	if b.tokens == 0 {
 		return 0, false
 	}
-	return time.Duration((deficit + b.tokens - 1) / b.tokens), true
+	return b.wait(now, cost), true
 }
 
 // Tokens returns the tokens available at now (fractional, may be negative

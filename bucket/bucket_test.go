@@ -1,8 +1,10 @@
 package bucket
 
 import (
+	"cmp"
 	"errors"
 	"math/big"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,29 +100,35 @@ func TestAllowMatchesReference(t *testing.T) {
 
 // TestEnvelope: over every interval [t, t+T] the admitted tokens stay within
 // b + r*T (SRTM §1.1), whatever the arrival pattern, including calls whose
-// time goes backwards.
+// time goes backwards (late decisions): each admission counted at its own
+// time (AllowN's now; ReserveN's now + delay, when the request proceeds).
 func TestEnvelope(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := genRate(t)
 		burst := rapid.Int64Range(1, 50).Draw(t, "burst")
+		reserve := rapid.Bool().Draw(t, "reserve")
 		b := MustNew(r, burst, 0)
 		type adm struct {
 			at time.Duration
 			n  int64
 		}
 		var admitted []adm
-		now, latest := time.Duration(0), time.Duration(0)
+		now := time.Duration(0)
 		for i := 0; i < 400; i++ {
 			now += time.Duration(rapid.Int64Range(-int64(time.Second), int64(2*time.Second)).Draw(t, "dt"))
 			if now < 0 {
 				now = 0
 			}
-			latest = max(latest, now) // the bucket treats a backwards call as at its latest time
 			n := rapid.Int64Range(1, 5).Draw(t, "n")
-			if b.AllowN(now, n) {
-				admitted = append(admitted, adm{latest, n})
+			if reserve && rapid.Bool().Draw(t, "wait") {
+				if d, ok := b.ReserveN(now, n); ok {
+					admitted = append(admitted, adm{now + d, n})
+				}
+			} else if b.AllowN(now, n) {
+				admitted = append(admitted, adm{now, n})
 			}
 		}
+		slices.SortFunc(admitted, func(a, b adm) int { return cmp.Compare(a.at, b.at) })
 		// In ticks of 1/Per token: sum*Per <= burst*Per + Tokens*T.
 		per := int64(r.Per)
 		for i := range admitted {
@@ -128,12 +136,43 @@ func TestEnvelope(t *testing.T) {
 			for j := i; j < len(admitted); j++ {
 				sum += admitted[j].n
 				T := int64(admitted[j].at - admitted[i].at)
+				if reserve {
+					T++ // proceed times are rounded up to the ns: a difference may be short by < 1 ns
+				}
 				if sum*per > burst*per+r.Tokens*T {
 					t.Fatalf("admitted %d tokens in [%v, %v], above b + r*T = %d + %v*%v", sum, admitted[i].at, admitted[j].at, burst, r, time.Duration(T))
 				}
 			}
 		}
 	})
+}
+
+// TestLateDecision: a decision whose time is before the bucket's last
+// update uses only the tokens the bucket is sure to have held since then
+// (level less the refill since: conservative when the bucket was full in
+// between); DelayN and ReserveN count the wait from that time.
+func TestLateDecision(t *testing.T) {
+	b := MustNew(Rate{Tokens: 1, Per: time.Second}, 2, 0) // 1/s, burst 2
+	if !b.AllowN(0, 2) {
+		t.Fatal("full bucket refused its burst")
+	}
+	b.AllowN(1800*time.Millisecond, 0) // advance: 1.8 tokens at 1.8 s
+	// At 1.5 s the bucket held 1.5 tokens: a late request for 2 at 1.5 s
+	// must be refused, one for 1 admitted (counted at 1.5 s).
+	if b.AllowN(1500*time.Millisecond, 2) {
+		t.Fatal("late request used tokens refilled after its time")
+	}
+	if d, ok := b.DelayN(1500*time.Millisecond, 2); !ok || d != 500*time.Millisecond {
+		t.Fatalf("DelayN late = %v, %v; want 500ms (the 2 tokens are there at 2 s)", d, ok)
+	}
+	if !b.AllowN(1500*time.Millisecond, 1) {
+		t.Fatal("late request refused a token held since its time")
+	}
+	// Now 0.8 tokens at 1.8 s: a late reservation of 2 at 1.6 s waits
+	// until the 2 tokens are there, 1.2 s after 1.8 s: 1.4 s from 1.6 s.
+	if d, ok := b.ReserveN(1600*time.Millisecond, 2); !ok || d != 1400*time.Millisecond {
+		t.Fatalf("ReserveN late = %v, %v; want 1.4s", d, ok)
+	}
 }
 
 // TestReserveDelayExact: ReserveN's delay is the reference's exact delay

@@ -462,12 +462,7 @@ func ReserveWithin(b *bucket.Bucket, at time.Duration, n int64, maxWait time.Dur
 	if maxWait <= 0 {
 		return 0, b.AllowN(at, n)
 	}
-	d, ok := b.DelayN(at, n)
-	if _, last := b.Level(); d > 0 && last > at {
-		// The bucket was advanced past at already (a late decision): its
-		// deficit refills from last, so the wait counted from at is longer.
-		d += last - at
-	}
+	d, ok := b.DelayN(at, n) // counted from at, also for a late decision
 	if !ok || d > maxWait {
 		return 0, false
 	}

@@ -29,7 +29,12 @@
 //     buffer before its turn, so `owner` takes exactly the decisions of
 //     `central`. The price is latency: hold for the owner's own requests, a
 //     round trip plus hold for forwarded ones. A request that reaches the
-//     owner after its turn (latency above hold) is decided at once.
+//     owner after its turn (latency above hold) is decided at once, still
+//     at its arrival time, from only the tokens the bucket is sure to have
+//     held since then (bucket.Bucket's late decisions): it never uses
+//     refill that came after its arrival, so the key's admissions stay
+//     within b + r*T counted at arrival (ours; before, a late forward could
+//     take such refill and exceed the envelope by a few tokens).
 //   - Lost messages: the forwarding node sends the request again every
 //     timeout/(retries+1) until a verdict comes, and the owner remembers
 //     (origin, request ID, key) for a while, so a retransmitted or
