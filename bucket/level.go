@@ -83,6 +83,29 @@ func (b *Bucket) MergeLevel(ticks int64, at time.Duration) error {
 	return nil
 }
 
+// MergeLevelAt is MergeLevel for a copy reported by a peer whose clock
+// may be ahead of this node's: a copy observed at an at after now is
+// merged as observed at now, at the lowest level it can have had then
+// (ticks less the refill from now to at, not below one burst of debt), so
+// that b is never advanced past now (later decisions at the right time
+// would be late ones, held to the tokens spared since; see AllowN) and
+// the merge stays conservative. Errors as MergeLevel's.
+func (b *Bucket) MergeLevelAt(now time.Duration, ticks int64, at time.Duration) error {
+	if ticks < -b.capacity || ticks > b.capacity {
+		return fmt.Errorf("level %d ticks is outside [-%d, %d] (the burst in ticks)", ticks, b.capacity, b.capacity)
+	}
+	if at > now && now >= 0 {
+		ahead := int64(at - now)
+		if b.tokens > 0 && ahead >= (ticks+b.capacity)/b.tokens+1 { // compare first: ahead*tokens may overflow
+			ticks = -b.capacity
+		} else {
+			ticks -= ahead * b.tokens
+		}
+		at = now
+	}
+	return b.MergeLevel(ticks, at)
+}
+
 // Debit takes n tokens at now whatever the level, down to a debt of one
 // burst (level -capacity): tokens a peer already admitted on this bucket's
 // behalf (owner's fallback decisions, charged to the owner later). n <= 0

@@ -131,3 +131,34 @@ func TestLevelRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeLevelAtFromAhead: a copy reported from a clock ahead of now is
+// merged at now, at the lowest level it can have had then, and does not
+// advance the bucket past now.
+func TestMergeLevelAtFromAhead(t *testing.T) {
+	r := Rate{Tokens: 1, Per: time.Second} // 1 token/s, burst 5
+	b := MustNew(r, 5, 0)
+	per := int64(time.Second)
+	// The copy says 4 tokens at 3 s; this node is at 1 s: at 1 s the copy
+	// held at least 4 - 2 = 2 tokens.
+	if err := b.MergeLevelAt(time.Second, 4*per, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ticks, at := b.Level(); at != time.Second || ticks != 2*per {
+		t.Fatalf("level %d ticks at %v; want %d at 1s", ticks, at, 2*per)
+	}
+	if !b.AllowN(time.Second, 2) || b.AllowN(time.Second, 1) {
+		t.Fatal("the merged bucket does not hold exactly 2 tokens at 1 s")
+	}
+	// Far ahead: a debt of one burst at most.
+	c := MustNew(r, 5, 0)
+	if err := c.MergeLevelAt(0, 0, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ticks, at := c.Level(); at != 0 || ticks != -5*per {
+		t.Fatalf("far ahead: level %d ticks at %v; want %d at 0", ticks, at, -5*per)
+	}
+	if err := c.MergeLevelAt(0, 6*per, 0); err == nil {
+		t.Fatal("a level above the burst was merged")
+	}
+}

@@ -896,8 +896,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 			// timeout and admitted it, while this node refused it (or
 			// has not decided it yet): take its tokens now, once, and
 			// let a pending decision only acknowledge.
-			arrival := time.Duration(f.ArrivalNs)
-			o.debit(f.Key, arrival, f.Tokens)
+			o.debit(f.Key, peerArrival(f, now), f.Tokens)
 			v.charged = true
 			if o.owns(f.Key) {
 				o.markDirty(now, f.Key, fx)
@@ -911,7 +910,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		}
 		return nil
 	}
-	arrival := time.Duration(f.ArrivalNs)
+	arrival := peerArrival(f, now)
 	if f.Charge {
 		o.debit(f.Key, arrival, f.Tokens)
 		o.seen.Add(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
@@ -924,6 +923,16 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 	o.seen.Add(now, fid, &verdict{}, fx)
 	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
 	return nil
+}
+
+// peerArrival is a forward's arrival time as this node decides it: the
+// sender's clock, but never after now. A time ahead of this node's clock
+// (skew, or a forged frame) would advance the key's bucket into the
+// future, and every request decided at the right time after it would be
+// a late decision, held to the tokens spared since (bucket.Bucket): a
+// far-future arrival could refuse the key for that long.
+func peerArrival(f *peerv1.OwnerForward, now time.Duration) time.Duration {
+	return min(time.Duration(f.ArrivalNs), now)
 }
 
 func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
@@ -977,9 +986,9 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		t := o.tab(l.Key)
 		b, ok := t.Lookup(l.Key)
 		if !ok {
-			b = t.Get(l.Key, at)
+			b = t.Get(l.Key, min(at, now))
 		}
-		_ = b.MergeLevel(l.LevelTicks, at) // validated above
+		_ = b.MergeLevelAt(now, l.LevelTicks, at) // validated above; a sender ahead of this clock is taken at now
 		if o.owns(l.Key) {
 			o.markDirty(now, l.Key, fx)
 		}

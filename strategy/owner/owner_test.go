@@ -66,6 +66,30 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 	}
 }
 
+// A forward or charge whose arrival is ahead of the owner's clock (skew,
+// or a forged frame from a member; charges may be up to slack ahead) is
+// taken at the owner's now: it must not advance the key's bucket into the
+// future, where every request decided on time after it would be a late
+// decision held to the tokens spared since (bucket.Bucket), refused for
+// as long as the arrival was ahead.
+func TestFutureArrivalDoesNotLockKey(t *testing.T) {
+	o := newNode(t, "n0", "slack=5s") // 1/s, burst 2, hold 1ms
+	key := keyOwnedBy("n0")
+	fx := &strategy.Effects{}
+	if err := o.Receive(time.Second, "n1", chargeMsg(1, key, 1, int64(5*time.Second)), fx); err != nil {
+		t.Fatal(err)
+	}
+	fx.Reset()
+	now := time.Second + 10*time.Millisecond
+	if _, decided := o.Request(now, strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: now}, fx); decided {
+		t.Fatal("decided before its hold")
+	}
+	o.Tick(now+2*time.Millisecond, fx)
+	if len(fx.Decisions) != 1 || !fx.Decisions[0].Allowed {
+		t.Fatalf("after a charge with an arrival 4 s ahead, the owner's own request (1 of 2 tokens left) got %+v, want admitted", fx.Decisions)
+	}
+}
+
 // A forward retransmitted after its verdict was lost is decided once: the
 // owner sends the same verdict again and takes no second token.
 func TestDuplicateForwardDecidedOnce(t *testing.T) {
