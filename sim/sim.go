@@ -10,6 +10,11 @@
 // decision; unlike the thesis' injector, which sleeps in real time and
 // corrects for oversleeping, virtual time makes every run exact and fast.
 //
+// Run runs a whole trace; World is the same engine driven from outside:
+// step it, run it until a time, inject faults between events, inspect the
+// nodes and check invariants after every event (World.OnEvent), with
+// random fault scenarios from a seed (RandomScenario) for swarm tests.
+//
 // Events at the same instant run in this order: message deliveries, then
 // membership changes and scenario events, then requests (in trace order),
 // then wake-ups. Strategies rely on deliveries coming before wake-ups (see
@@ -226,9 +231,19 @@ type runner struct {
 	stateSum         float64
 }
 
-// Run simulates cfg over trace. Errors: an invalid configuration or
-// scenario, or a strategy that cannot be built.
+// Run simulates cfg over trace: NewWorld, then World.Finish. Errors: an
+// invalid configuration or scenario, or a strategy that cannot be built.
 func Run(trace *workload.Trace, cfg Config) (*Result, error) {
+	w, err := NewWorld(trace, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return w.Finish(), nil
+}
+
+// newRunner builds the run's nodes and queues its scenario events and
+// first sample; nothing has run yet.
+func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	if cfg.Nodes < 1 {
 		return nil, fmt.Errorf("sim: %d nodes; need at least 1", cfg.Nodes)
 	}
@@ -302,8 +317,7 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 		r.res.WaitingMode = true
 	}
 	r.push(event{at: 0, prio: prioSample})
-	r.run()
-	return r.res, nil
+	return r, nil
 }
 
 func (r *runner) push(e event) {
@@ -334,42 +348,6 @@ func (r *runner) start(i int, now time.Duration) error {
 	s.Start(now, &r.fx)
 	r.apply(i)
 	return nil
-}
-
-func (r *runner) run() {
-	reqs := r.trace.Requests
-	total := len(reqs)
-	var last time.Duration
-	if total > 0 {
-		last = reqs[total-1].Arrival
-	}
-	for i := 0; i < total; i++ {
-		req := &reqs[i]
-		for r.q.Len() > 0 && eventBefore(r.q.Peek(), event{at: req.Arrival, prio: prioRequest}) {
-			r.step(r.q.Pop())
-		}
-		r.now = req.Arrival
-		r.inject(i, req)
-		if r.cfg.Progress != nil && i&0x3fff == 0 {
-			r.cfg.Progress(i, total)
-		}
-	}
-	// Collect what is still pending, up to the drain limit.
-	for r.q.Len() > 0 && r.pendingDecisions > 0 && r.q.Peek().at <= last+r.cfg.Drain {
-		r.step(r.q.Pop())
-	}
-	if r.cfg.Progress != nil {
-		r.cfg.Progress(total, total)
-	}
-	for i := range r.res.Outcomes {
-		if !r.res.Outcomes[i].Decided {
-			r.res.Undecided++
-		}
-	}
-	if r.statSamples > 0 {
-		r.res.StateBytesMean = r.stateSum / float64(r.statSamples)
-	}
-	r.res.End = r.now
 }
 
 // inject hands request i to the node the assigner picks among the live ones.
