@@ -72,12 +72,13 @@ func PerSecond(tokensPerSec float64) (Rate, error) {
 	if tokens == 0 {
 		return Rate{}, fmt.Errorf("rate %v tokens/s is below the supported resolution of 1e-6 tokens/s", tokensPerSec)
 	}
-	return Rate{Tokens: tokens, Per: time.Duration(per) * time.Second}.reduced(), nil
+	return Rate{Tokens: tokens, Per: time.Duration(per) * time.Second}.Reduced(), nil
 }
 
-// reduced divides Tokens and Per by their greatest common divisor so that a
-// token costs as few ticks as possible.
-func (r Rate) reduced() Rate {
+// Reduced divides Tokens and Per by their greatest common divisor so that
+// a token costs as few ticks as possible (the same rate: 10 per 20 s is 1
+// per 2 s). A zero rate reduces to Rate{}.
+func (r Rate) Reduced() Rate {
 	if r.Tokens == 0 {
 		return Rate{}
 	}
@@ -107,7 +108,7 @@ func (r Rate) Div(n int64) (Rate, error) {
 		return Rate{}, fmt.Errorf("rate %v split over %d nodes is below the supported resolution", r, n*g)
 	}
 	out.Per *= time.Duration(n)
-	return out.reduced(), nil
+	return out.Reduced(), nil
 }
 
 // PerSec returns the rate in tokens per second, for reports and plots.

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -79,9 +78,7 @@ func ParseRate(s string) (bucket.Rate, error) {
 		}
 		per = d
 	}
-	// Reduce Tokens/Per by their greatest common divisor.
-	g := new(big.Int).GCD(nil, nil, big.NewInt(n), big.NewInt(int64(per))).Int64()
-	r := bucket.Rate{Tokens: n / g, Per: per / time.Duration(g)}
+	r := bucket.Rate{Tokens: n, Per: per}.Reduced()
 	if err := r.Validate(); err != nil {
 		return bad(err.Error())
 	}

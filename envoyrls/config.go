@@ -311,19 +311,8 @@ func (c *Config) HasFixedWindow() bool {
 func (l *Limit) configRule() config.Rule {
 	per := UnitDuration(l.Unit)
 	n := int64(l.RequestsPerUnit)
-	g := gcd(n, int64(per))
-	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n / g, Per: per / time.Duration(g)},
+	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: l.Strategy, Params: l.Params}
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	if a == 0 {
-		return 1
-	}
-	return a
 }
 
 // RuleName is the tokenmesh rule name of the limit at path (envoy's full

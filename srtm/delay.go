@@ -64,6 +64,10 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 			}
 		}
 	}
+	var late int64 // a backwards arrival waits from the last one (bucket.Bucket's late decisions)
+	if q.started && a < q.last {
+		late = int64(q.last - a)
+	}
 	if !q.started || a > q.last {
 		q.last = a
 	}
@@ -74,10 +78,24 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 		q.u += q.per
 	}
 	excess := q.u - q.limit
+	if late > 0 {
+		if excess > 0 || late > -excess/q.tokens { // late*tokens > -excess: not spared since a
+			return time.Duration(late + ceilDiv(excess, q.tokens))
+		}
+		return 0 // the tokens were there throughout: no wait
+	}
 	if excess <= 0 {
 		return 0
 	}
 	return time.Duration((excess-1)/q.tokens + 1)
+}
+
+// ceilDiv is a/b rounded up, for b > 0 and any a.
+func ceilDiv(a, b int64) int64 {
+	if a >= 0 {
+		return (a + b - 1) / b
+	}
+	return -((-a) / b)
 }
 
 // Delays returns the token-bucket delay of every message of an arrival
@@ -92,9 +110,11 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 // the result equals bucket.Bucket.ReserveN(a_i, 1) message by message.
 //
 // arrivals are times since any epoch and should be non-decreasing; an
-// arrival earlier than the previous one is treated as happening at the
-// previous one (the bucket never refills backwards). The result has one
-// delay per arrival (the message leaves at arrivals[i]+delay[i]). It is nil
+// arrival earlier than the previous one is served as bucket.Bucket serves
+// a late decision: it takes only tokens held throughout since its time,
+// and otherwise waits from the previous arrival (its delay, counted from
+// its own time, includes the lateness). The result has one delay per
+// arrival (the message leaves at arrivals[i]+delay[i]). It is nil
 // when (r, b) cannot drive a bucket: an invalid or zero rate, b < 1, or a
 // burst too large for the rate's resolution (see bucket.New).
 func Delays(arrivals []time.Duration, r bucket.Rate, b int64) []time.Duration {

@@ -197,7 +197,7 @@ func finalPlan(brokers []Broker, topic Topic, policy Policy, placed map[string][
 	u := splitBurst(units, w) // at least one unit each, summing to units
 	bursts := splitBurst(topic.Burst, w)
 	for i, b := range used {
-		rl := reduce(bucket.Rate{Tokens: u[i], Per: unitPer})
+		rl := bucket.Rate{Tokens: u[i], Per: unitPer}.Reduced()
 		if _, err := bucket.New(rl, bursts[i], 0); err != nil {
 			return PlanResult{}, fmt.Errorf("topic %q: sub-token bucket for broker %q: %w", topic.Name, b.Name, err)
 		}

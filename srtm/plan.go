@@ -163,7 +163,7 @@ func plan(brokers []Broker, topic Topic, policy Policy) (PlanResult, error) {
 	bursts := splitBurst(topic.Burst, w)
 	groups := assignPublishers(topic.Publishers, w)
 	for n, i := range idx {
-		rl := reduce(bucket.Rate{Tokens: q[i], Per: unitPer})
+		rl := bucket.Rate{Tokens: q[i], Per: unitPer}.Reduced()
 		if _, err := bucket.New(rl, bursts[n], 0); err != nil {
 			return PlanResult{}, fmt.Errorf("topic %q: sub-token bucket for broker %q: %w", topic.Name, brokers[i].Name, err)
 		}
@@ -409,18 +409,6 @@ func apportion(total int64, w []float64) []int64 {
 		out[ord[j]]++
 	}
 	return out
-}
-
-// reduce divides a Rate's Tokens and Per by their gcd.
-func reduce(r bucket.Rate) bucket.Rate {
-	if r.Tokens == 0 {
-		return bucket.Rate{}
-	}
-	a, b := r.Tokens, int64(r.Per)
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return bucket.Rate{Tokens: r.Tokens / a, Per: r.Per / time.Duration(a)}
 }
 
 // interleave orders publishers so that correlation groups are spread evenly
