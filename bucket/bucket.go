@@ -147,6 +147,14 @@ type Bucket struct {
 	capacity int64         // burst in ticks
 	level    int64         // ticks available at last; negative while reservations wait
 	last     time.Duration // time of the last update
+	// fullUntil: the bucket held its whole capacity at every time up to
+	// fullUntil, before the takes recorded in level (a new bucket: its
+	// creation; 0 when nothing is known). A late decision counts the
+	// refill it may not use from fullUntil at the earliest (spare). A
+	// take, even a late one, keeps it: level already holds that take, so
+	// the bound stays below every level from the take on. Only a level
+	// of unknown history (SetLevel, a lower MergeLevel) clears it.
+	fullUntil time.Duration
 }
 
 // ErrBurstTooLarge is returned by New when burst tokens do not fit the tick
@@ -173,7 +181,7 @@ func New(r Rate, burst int64, now time.Duration) (Bucket, error) {
 		return Bucket{}, fmt.Errorf("burst %d at rate %v: %w", burst, r, ErrBurstTooLarge)
 	}
 	capacity := int64(lo)
-	return Bucket{tokens: r.Tokens, per: per, capacity: capacity, level: capacity, last: now}, nil
+	return Bucket{tokens: r.Tokens, per: per, capacity: capacity, level: capacity, last: now, fullUntil: max(now, 0)}, nil
 }
 
 // MustNew is New for rates and bursts known to be valid (tests, constants).
@@ -249,15 +257,18 @@ func (b *Bucket) AllowN(now time.Duration, n int64) bool {
 // spare is the ticks the bucket is sure to have held throughout [now,
 // last]: the level, or for a now before the last update (a late decision:
 // a request decided after the bucket was advanced past its arrival) the
-// level less what refilled since now, since level(t) >= level(last) -
-// refill(t, last) for every t in between. A late decision takes only from
+// level less what refilled since now (since level(t) >= level(last) -
+// refill(t, last) for every t in between), counted only from fullUntil
+// if later (before it the bucket was full: a new key's bucket is full
+// since forever, so a late request older than the bucket is not held to
+// refill it never needed). A late decision takes only from
 // it, so it could have taken its tokens at now, the time it is counted at:
 // a late decision never uses refill that came after it, and admissions
 // stay within b + r*T counted at their own times. Ours (seed 003's owner
 // decides forwarded requests by arrival time; this is what makes a late
 // one exact).
 func (b *Bucket) spare(now time.Duration) int64 {
-	late := int64(b.last - now)
+	late := int64(b.last - max(now, b.fullUntil))
 	if late <= 0 || b.tokens == 0 || b.level <= 0 {
 		return b.level
 	}
@@ -365,6 +376,11 @@ func (b *Bucket) SetRate(now time.Duration, r Rate, burst int64) error {
 	level := rescale(b.level, b.per, nb.per)
 	if level < nb.capacity {
 		nb.level = level
+	}
+	if rescale(b.capacity, b.per, nb.per) >= nb.capacity {
+		nb.fullUntil = min(b.fullUntil, nb.fullUntil) // full before is full at the new burst
+	} else {
+		nb.fullUntil = 0
 	}
 	*b = nb
 	return nil

@@ -107,7 +107,10 @@ func TestEnvelope(t *testing.T) {
 		r := genRate(t)
 		burst := rapid.Int64Range(1, 50).Draw(t, "burst")
 		reserve := rapid.Bool().Draw(t, "reserve")
-		b := MustNew(r, burst, 0)
+		// A bucket made at created, full since forever: calls may come
+		// from before it (a late request older than the key's bucket).
+		created := time.Duration(rapid.Int64Range(0, int64(3*time.Second)).Draw(t, "created"))
+		b := MustNew(r, burst, created)
 		type adm struct {
 			at time.Duration
 			n  int64
@@ -172,6 +175,20 @@ func TestLateDecision(t *testing.T) {
 	// until the 2 tokens are there, 1.2 s after 1.8 s: 1.4 s from 1.6 s.
 	if d, ok := b.ReserveN(1600*time.Millisecond, 2); !ok || d != 1400*time.Millisecond {
 		t.Fatalf("ReserveN late = %v, %v; want 1.4s", d, ok)
+	}
+
+	// A new bucket is full since forever: a late request older than the
+	// bucket takes its burst. A lower merged copy's history is unknown.
+	nb := MustNew(Rate{Tokens: 1, Per: time.Second}, 2, 10*time.Second)
+	if !nb.AllowN(9*time.Second, 2) {
+		t.Fatal("a request older than a new (full) bucket was refused its burst")
+	}
+	mb := MustNew(Rate{Tokens: 1, Per: time.Second}, 2, 10*time.Second)
+	if err := mb.MergeLevel(1*int64(time.Second), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if mb.AllowN(9500*time.Millisecond, 1) {
+		t.Fatal("after merging a copy at 1 token, a request 0.5 s late took a token (0.5 spared)")
 	}
 }
 

@@ -44,6 +44,7 @@ func (b *Bucket) SetLevel(now time.Duration, level, ticksPerToken int64) error {
 	}
 	b.advance(now)
 	b.level = min(rescale(level, ticksPerToken, b.per), b.capacity)
+	b.fullUntil = 0 // a restored level's history is unknown
 	return nil
 }
 
@@ -79,7 +80,10 @@ func (b *Bucket) MergeLevel(ticks int64, at time.Duration) error {
 	other.level, other.last = ticks, at
 	other.advance(t)
 	b.advance(t)
-	b.level = min(b.level, other.level)
+	if other.level < b.level {
+		b.level = other.level
+		b.fullUntil = 0 // the copy's consumption happened at unknown times
+	}
 	return nil
 }
 

@@ -31,6 +31,7 @@ type gd1 struct {
 	limit       int64 // b*per: unfinished work (including the arrival) that passes undelayed
 	u           int64 // unfinished work just after the last arrival, ticks
 	last        time.Duration
+	first       time.Duration // the first arrival: the bucket was full until then
 	started     bool
 }
 
@@ -64,9 +65,15 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 			}
 		}
 	}
-	var late int64 // a backwards arrival waits from the last one (bucket.Bucket's late decisions)
+	// A backwards arrival (bucket.Bucket's late decisions) passes only on
+	// tokens held throughout since it (the bucket was full before the
+	// first arrival), and otherwise waits from the last arrival.
+	var late, spareLate int64
 	if q.started && a < q.last {
-		late = int64(q.last - a)
+		late, spareLate = int64(q.last-a), int64(q.last-max(a, q.first))
+	}
+	if !q.started {
+		q.first = a
 	}
 	if !q.started || a > q.last {
 		q.last = a
@@ -79,7 +86,7 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 	}
 	excess := q.u - q.limit
 	if late > 0 {
-		if excess > 0 || late > -excess/q.tokens { // late*tokens > -excess: not spared since a
+		if excess > 0 || spareLate > -excess/q.tokens { // spareLate*tokens > -excess: not spared since a
 			return time.Duration(late + ceilDiv(excess, q.tokens))
 		}
 		return 0 // the tokens were there throughout: no wait
