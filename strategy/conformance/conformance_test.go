@@ -438,7 +438,6 @@ func swarmOne(t *testing.T, info all.Info, ct contract, c swarmCase) (err error)
 	return nil
 }
 
-
 // The envelope check sees excess: local on 3 nodes, each enforcing the
 // whole (r, b), goes beyond b + r*T on a workload offered above the rate,
 // while it stays within local's own bound N(r, b).
