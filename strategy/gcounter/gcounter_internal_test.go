@@ -14,6 +14,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
 const testCapacity = 5
@@ -22,16 +23,7 @@ var testRate = bucket.Rate{Tokens: 1, Per: time.Second}
 
 func newNode(t testing.TB, self string, members []string, params ...string) *GCounter {
 	t.Helper()
-	p, err := strategy.ParseParams(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]strategy.NodeID, len(members))
-	for i, m := range members {
-		ids[i] = strategy.NodeID(m)
-	}
-	g, err := New(strategy.Config{Self: strategy.NodeID(self), Members: ids, Rate: testRate, Burst: testCapacity,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
+	g, err := New(strattest.Config(t, self, members, testRate, testCapacity, params...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,4 +529,42 @@ func TestBoundsNeverRefuseRealMembers(t *testing.T) {
 			inflight = keep
 		}
 	})
+}
+
+// With catch_up, a newcomer is sent the full state by its buddy
+// (strategy/internal/buddy): the first established member after it,
+// wrapping. Among n0, n2, n4, the buddy of n5 is n0 (wrapping), and n0
+// must send it even when the view it is given leaves n0 itself out (the
+// other nodes, whose views list n0, count on it); the buddy of n3 is n4,
+// so n0 sends n3 nothing.
+func TestCatchUpBuddyCountsSelf(t *testing.T) {
+	for _, tc := range []struct {
+		view     []strategy.NodeID
+		newcomer strategy.NodeID
+		want     bool
+	}{
+		{[]strategy.NodeID{"n0", "n2", "n4", "n5"}, "n5", true},
+		{[]strategy.NodeID{"n2", "n4", "n5"}, "n5", true},
+		{[]strategy.NodeID{"n0", "n2", "n3", "n4"}, "n3", false},
+		{[]strategy.NodeID{"n2", "n3", "n4"}, "n3", false},
+	} {
+		s := newNode(t, "n0", []string{"n0", "n2", "n4"}, "catch_up=true")
+		var fx strategy.Effects
+		s.Start(0, &fx)
+		fx.Reset()
+		if d, ok := s.Request(time.Millisecond, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: time.Millisecond}, &fx); !ok || !d.Allowed {
+			t.Fatalf("first request: %v, %v", d, ok)
+		}
+		fx.Reset()
+		s.SetMembers(2*time.Millisecond, tc.view, &fx)
+		sent := false
+		for _, m := range fx.Messages {
+			if m.To == tc.newcomer {
+				sent = true
+			}
+		}
+		if sent != tc.want {
+			t.Errorf("view %v: full state sent to %s %v, want %v", tc.view, tc.newcomer, sent, tc.want)
+		}
+	}
 }
