@@ -8,7 +8,7 @@
 // message, a wake-up, a membership change) and carries out what it asks for
 // in an Effects value: messages to send, decisions completed asynchronously,
 // and times at which to be woken. This is the shape of etcd's raft package
-// (DESIGN.md, "The shape of the code"), and it is what makes the simulator
+// (docs/ARCHITECTURE.md, "The contract"), and it is what makes the simulator
 // and the server run the same code and the simulator reproducible.
 //
 // Time is a time.Duration since an epoch the driver chooses (virtual time in
