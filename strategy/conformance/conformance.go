@@ -393,7 +393,9 @@ func (t *Twin) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 }
 
 // SetExpected implements strategy.Conserver, passing the call on to
-// instances that implement it.
+// instances that implement it. A Twin thus always looks like a Conserver:
+// run it under `partition: available` only, where a driver's
+// CheckPartition does not ask.
 func (t *Twin) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	if _, ok := t.Plain.(strategy.Conserver); !ok {
 		return

@@ -47,8 +47,8 @@ type contract struct {
 	// (no crash, no partition).
 	exactUnderLoss bool
 	// lossyParams are the strategy's parameters in TestSwarm's lossy runs
-	// (the defaults elsewhere): the settings under which its package
-	// documents exactness whatever the network does.
+	// (quiet runs take the defaults): the settings under which its
+	// package documents exactness whatever the network does.
 	lossyParams []string
 	// faultParams are its parameters in TestSwarm's fault runs.
 	faultParams []string
