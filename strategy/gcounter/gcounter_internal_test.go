@@ -531,40 +531,10 @@ func TestBoundsNeverRefuseRealMembers(t *testing.T) {
 	})
 }
 
-// With catch_up, a newcomer is sent the full state by its buddy
-// (strategy/internal/buddy): the first established member after it,
-// wrapping. Among n0, n2, n4, the buddy of n5 is n0 (wrapping), and n0
-// must send it even when the view it is given leaves n0 itself out (the
-// other nodes, whose views list n0, count on it); the buddy of n3 is n4,
-// so n0 sends n3 nothing.
+// With catch_up, a newcomer is sent the full state by its buddy, which
+// counts itself even when its view leaves it out (strattest.CatchUpBuddy).
 func TestCatchUpBuddyCountsSelf(t *testing.T) {
-	for _, tc := range []struct {
-		view     []strategy.NodeID
-		newcomer strategy.NodeID
-		want     bool
-	}{
-		{[]strategy.NodeID{"n0", "n2", "n4", "n5"}, "n5", true},
-		{[]strategy.NodeID{"n2", "n4", "n5"}, "n5", true},
-		{[]strategy.NodeID{"n0", "n2", "n3", "n4"}, "n3", false},
-		{[]strategy.NodeID{"n2", "n3", "n4"}, "n3", false},
-	} {
-		s := newNode(t, "n0", []string{"n0", "n2", "n4"}, "catch_up=true")
-		var fx strategy.Effects
-		s.Start(0, &fx)
-		fx.Reset()
-		if d, ok := s.Request(time.Millisecond, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: time.Millisecond}, &fx); !ok || !d.Allowed {
-			t.Fatalf("first request: %v, %v", d, ok)
-		}
-		fx.Reset()
-		s.SetMembers(2*time.Millisecond, tc.view, &fx)
-		sent := false
-		for _, m := range fx.Messages {
-			if m.To == tc.newcomer {
-				sent = true
-			}
-		}
-		if sent != tc.want {
-			t.Errorf("view %v: full state sent to %s %v, want %v", tc.view, tc.newcomer, sent, tc.want)
-		}
-	}
+	strattest.CatchUpBuddy(t, func(self string, members []string, params ...string) strategy.Strategy {
+		return newNode(t, self, members, params...)
+	})
 }
