@@ -253,30 +253,36 @@ func (t *Twin) fail(format string, args ...any) {
 	}
 }
 
+// Inject gives Probed the frame payload from from at now, as garbage: if
+// Probed refuses it (an error), it must ask for no effects, and Plain
+// does not get it; if Probed accepts it (it decoded), Plain gets it too
+// and the two must answer alike. Either way the twins stay twins, which
+// the next calls check. The effects of an accepted frame are dropped.
+func (t *Twin) Inject(now time.Duration, from strategy.NodeID, payload []byte) {
+	t.Garbage++
+	t.fx.Reset()
+	if err := t.Probed.Receive(now, from, payload, &t.fx); err != nil {
+		t.Refused++
+		if len(t.fx.Messages)+len(t.fx.Decisions)+len(t.fx.Wakeups) > 0 {
+			t.fail("at %v: Receive of a refused frame (%v) asked for effects %+v", now, err, t.fx)
+		}
+		return
+	}
+	probed := cloneFx(&t.fx)
+	t.fx.Reset()
+	if err := t.Plain.Receive(now, from, payload, &t.fx); err != nil {
+		t.fail("at %v: a frame Probed accepted was refused by its twin: %v", now, err)
+	}
+	t.same(fmt.Sprintf("garbage frame accepted at %v", now), probed)
+}
+
 // probe feeds Probed garbage and read-only calls at now.
 func (t *Twin) probe(now time.Duration) {
 	if t.Err != nil {
 		return
 	}
 	for range t.rnd.IntN(3) {
-		g := Garbage(t.rnd, t.seen)
-		from := garbageSender(t.members, t.self)
-		t.Garbage++
-		t.fx.Reset()
-		if err := t.Probed.Receive(now, from, g, &t.fx); err != nil {
-			t.Refused++
-			if len(t.fx.Messages)+len(t.fx.Decisions)+len(t.fx.Wakeups) > 0 {
-				t.fail("at %v: Receive of a refused frame (%v) asked for effects %+v", now, err, t.fx)
-			}
-			continue
-		}
-		// It decoded: a message like any other, for both.
-		probed := cloneFx(&t.fx)
-		t.fx.Reset()
-		if err := t.Plain.Receive(now, from, g, &t.fx); err != nil {
-			t.fail("at %v: a frame Probed accepted was refused by its twin: %v", now, err)
-		}
-		t.same(fmt.Sprintf("garbage frame accepted at %v", now), probed)
+		t.Inject(now, garbageSender(t.members, t.self), Garbage(t.rnd, t.seen))
 	}
 	if r, ok := t.Probed.(strategy.Remainer); ok {
 		for _, k := range t.keys {
