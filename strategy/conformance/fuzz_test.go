@@ -86,4 +86,3 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
-
