@@ -55,6 +55,20 @@ func Workload(seed uint64, keys int, perSec float64, duration time.Duration) *wo
 	}
 }
 
+// Shifting is a workload.Assigner that sends each key's requests to one
+// node, which moves to the next node every Every (by arrival time): the
+// traffic of a key shifts across the cluster.
+type Shifting struct{ Every time.Duration }
+
+// Assign implements workload.Assigner.
+func (s Shifting) Assign(req *workload.Request, _ int, n int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(req.Key); i++ {
+		h = (h ^ uint64(req.Key[i])) * 1099511628211
+	}
+	return int((h + uint64(req.Arrival/s.Every)) % uint64(n))
+}
+
 // Faults counts a scenario's events by kind.
 type Faults struct {
 	Crashes, Restarts, Partitions, Heals int
