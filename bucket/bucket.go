@@ -138,9 +138,13 @@ func (r Rate) Validate() error {
 	return nil
 }
 
-// Bucket is a token bucket with an exact level. The zero Bucket is empty and
-// never refills; use New. A Bucket is a value of 40 bytes and is not safe for
-// concurrent use: the caller (a strategy, driven by one goroutine) owns it.
+// Bucket is a token bucket with an exact level. The zero Bucket is a
+// bucket of rate 0 and burst 0, as New(Rate{}, 0, 0) returns: it holds no
+// token, never refills, refuses every request of n > 0 tokens (AllowN,
+// ReserveN, DelayN report false), and every method may be called on it;
+// use New for any other bucket. A Bucket is a value of 40 bytes and is not
+// safe for concurrent use: the caller (a strategy, driven by one
+// goroutine) owns it.
 type Bucket struct {
 	tokens   int64         // Rate.Tokens: ticks refilled per nanosecond
 	per      int64         // Rate.Per in ns: ticks per token
@@ -202,11 +206,24 @@ func (b *Bucket) Rate() Rate {
 }
 
 // Burst returns the burst in whole tokens (the capacity rounded down).
-func (b *Bucket) Burst() int64 { return b.capacity / b.per }
+func (b *Bucket) Burst() int64 {
+	b.zeroTicks()
+	return b.capacity / b.per
+}
+
+// zeroTicks gives the zero Bucket the tick size New gives a zero rate (a
+// second's nanoseconds per token), so that it is that bucket: rate 0,
+// burst 0. Every method that divides by b.per calls it (through advance).
+func (b *Bucket) zeroTicks() {
+	if b.per == 0 {
+		b.per = int64(time.Second)
+	}
+}
 
 // advance refills the bucket up to now. Time never goes backwards: a now
 // before the last update refills nothing.
 func (b *Bucket) advance(now time.Duration) {
+	b.zeroTicks()
 	dt := int64(now - b.last)
 	if dt <= 0 {
 		return

@@ -1,6 +1,6 @@
 // Package cluster is the live runtime: it drives the same strategy state
 // machines as the simulator (package sim), with the wall clock and a real
-// peer transport (DESIGN.md, "The shape of the code").
+// peer transport (docs/ARCHITECTURE.md, "Two drivers").
 //
 // A Node runs one strategy instance per rule. One goroutine per node owns
 // every strategy call (strategies are not thread-safe); it is fed by one

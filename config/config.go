@@ -38,6 +38,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -483,22 +485,8 @@ func yamlError(file string, data []byte, err error) error {
 		msgs = te.Errors
 	}
 	ye := YAMLError(file, msgs[0])
-	m, line := ye.Msg, ye.Line
-	// Go type names mean nothing to a user.
-	for _, t := range []string{"config.rawFile", "config.rawNode", "config.rawTLS", "config.rawRule", "config.rawTimeout"} {
-		m = strings.ReplaceAll(m, " in type "+t, "")
-	}
-	m = strings.NewReplacer(
-		"[]config.rawRule", "a list of rules",
-		"config.rawFile", "a mapping with node: and rules:",
-		"config.rawNode", "a mapping of node settings",
-		"config.rawTLS", "a mapping with cert_file, key_file, ca_file",
-		"config.rawRule", "a rule (a mapping)",
-		"config.rawTimeout", "a mapping with read_header, read, write, idle",
-		"map[string]string", "a mapping of name: value",
-		"[]string", "a list of strings",
-		"*string", "a string",
-	).Replace(m)
+	// Go type names mean nothing to a user: say what the YAML should be.
+	m, line := yamlTypeNames.Replace(ye.Msg), ye.Line
 	if len(msgs) > 1 {
 		m += fmt.Sprintf(" (and %d more)", len(msgs)-1)
 	}
@@ -517,24 +505,139 @@ func yamlError(file string, data []byte, err error) error {
 	return e
 }
 
-// knownFields lists the fields of the struct a mapping decodes into, told
-// apart by the parent path.
+// knownFields lists the fields of the mapping at parent (a field path:
+// "", "node", "node.tls", "rules[2]"), read from the yaml tags of the
+// struct it decodes into; "" when parent is not a mapping of the file.
 func knownFields(parent string) string {
-	switch {
-	case parent == "":
-		return " (known: node, rules)"
-	case parent == "node":
-		return " (known: name, api_addr, grpc_addr, api_tls, peer_addr, gossip_addr, join, secret_key, secret_key_file, tls, state_dir, snapshot_interval, insecure, memory_limit, api_timeouts, reconnect_interval, reconnect_timeout, envoy_config)"
-	case parent == "node.api_timeouts":
-		return " (known: read_header, read, write, idle)"
-	case parent == "node.tls":
-		return " (known: cert_file, key_file, ca_file)"
-	case parent == "node.api_tls":
-		return " (known: cert_file, key_file, client_ca_file)"
-	case strings.HasPrefix(parent, "rules["):
-		return " (known: name, key, rate, burst, strategy, params)"
+	t := reflect.TypeOf(rawFile{})
+	if parent != "" {
+		for _, step := range strings.Split(parent, ".") {
+			name, _, indexed := strings.Cut(step, "[")
+			f, ok := yamlField(t, name)
+			if !ok {
+				return ""
+			}
+			t = f.Type
+			if t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			if indexed {
+				if t.Kind() != reflect.Slice {
+					return ""
+				}
+				t = t.Elem()
+			}
+		}
 	}
-	return ""
+	if t.Kind() != reflect.Struct {
+		return ""
+	}
+	return " (known: " + strings.Join(yamlFieldNames(t), ", ") + ")"
+}
+
+// yamlField is the field of struct t whose yaml tag is name.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for i := range t.NumField() {
+		if f := t.Field(i); yamlName(f) == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// yamlName is f's key in YAML (its yaml tag; "" for an untagged field).
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+// yamlFieldNames lists the YAML keys of struct t in declaration order.
+func yamlFieldNames(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		if n := yamlName(t.Field(i)); n != "" && n != "-" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// yamlTypeNames rewrites the Go type names yaml.v3 puts in its errors
+// ("cannot unmarshal !!str `x` into config.rawAPITLS", "field brust not
+// found in type config.rawRule") into what the YAML should be ("a
+// mapping with cert_file, key_file, client_ca_file"), for every type the
+// file decodes into: it is built from rawFile's fields by reflection, so
+// a struct or field added later is covered without a hand-kept list.
+var yamlTypeNames = newYAMLTypeNames()
+
+func newYAMLTypeNames() *strings.Replacer {
+	descs := map[string]string{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		name := t.String()
+		if _, done := descs[name]; done {
+			return
+		}
+		descs[name] = describeYAML(t)
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map:
+			walk(t.Elem())
+		case reflect.Struct:
+			for i := range t.NumField() {
+				walk(t.Field(i).Type)
+			}
+		}
+	}
+	walk(reflect.TypeOf(rawFile{}))
+	names := make([]string, 0, len(descs))
+	for n := range descs {
+		names = append(names, n)
+	}
+	// Longest first, so that "[]config.rawRule" is rewritten as a whole,
+	// and " in type T" (the tail of an unknown field's message) goes. The
+	// replacer tries pairs in argument order at each position.
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(len(b), len(a)), cmp.Compare(a, b)) })
+	var pairs []string
+	for _, n := range names {
+		if strings.Contains(n, ".") {
+			pairs = append(pairs, " in type "+n, "")
+		}
+	}
+	for _, n := range names {
+		switch {
+		case n == descs[n]:
+		case strings.ContainsAny(n, ".[*"):
+			pairs = append(pairs, n, descs[n])
+		default: // "string", "bool": only where a type is named
+			pairs = append(pairs, "into "+n, "into "+descs[n])
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// describeYAML says in words what YAML decodes into t.
+func describeYAML(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return describeYAML(t.Elem())
+	case reflect.Struct:
+		return "a mapping with " + strings.Join(yamlFieldNames(t), ", ")
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct {
+			return "a list of mappings"
+		}
+		return "a list of " + strings.TrimPrefix(describeYAML(t.Elem()), "a ") + "s"
+	case reflect.Map:
+		return "a mapping of name: value"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return t.String()
 }
 
 // pathAt finds, under n (whose path is at), the first node on line: a

@@ -7,8 +7,8 @@
 // through the cluster, record every decision, and compare with a centralized
 // run that "will take the correct decision". Precision is the thesis'
 // metric (§5.1.1); excess admitted, false rejections and the envelope
-// violation are ours (DESIGN.md, "Metrics"), because precision alone hides
-// errors that cancel out.
+// violation are ours (docs/ARCHITECTURE.md, "Metrics"), because precision
+// alone hides errors that cancel out.
 package eval
 
 import (

@@ -9,7 +9,7 @@ import (
 )
 
 // Counts compares one strategy's decisions with central's on the same
-// requests (DESIGN.md, "Metrics").
+// requests (docs/ARCHITECTURE.md, "Metrics").
 type Counts struct {
 	Requests        int
 	Admitted        int // requests admitted

@@ -8,7 +8,7 @@
 // message, a wake-up, a membership change) and carries out what it asks for
 // in an Effects value: messages to send, decisions completed asynchronously,
 // and times at which to be woken. This is the shape of etcd's raft package
-// (DESIGN.md, "The shape of the code"), and it is what makes the simulator
+// (docs/ARCHITECTURE.md, "The contract"), and it is what makes the simulator
 // and the server run the same code and the simulator reproducible.
 //
 // Time is a time.Duration since an epoch the driver chooses (virtual time in
@@ -16,6 +16,7 @@
 package strategy
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -176,10 +177,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ErrUnexpectedMessage is the error of a strategy that sends no messages and
-// received one.
-func ErrUnexpectedMessage(strategyName string, from NodeID) error {
-	return fmt.Errorf("%s: unexpected peer message from %s (this strategy sends none)", strategyName, from)
+// ErrUnexpectedMessage is the error of a strategy that sends no messages
+// (local, central, static) and received one; its Receive wraps it with its
+// name and the sender (UnexpectedMessage), so test it with errors.Is.
+var ErrUnexpectedMessage = errors.New("unexpected peer message (this strategy sends none)")
+
+// UnexpectedMessage is ErrUnexpectedMessage wrapped with the strategy's
+// name and the sender, e.g. "static: unexpected peer message (this
+// strategy sends none) from n2".
+func UnexpectedMessage(strategyName string, from NodeID) error {
+	return fmt.Errorf("%s: %w from %s", strategyName, ErrUnexpectedMessage, from)
 }
 
 // Remainer is implemented by strategies that hold a local view of a key's

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -15,26 +14,14 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
 var testRate = bucket.Rate{Tokens: 1, Per: time.Second}
 
-type fataler interface {
-	Helper()
-	Fatal(args ...any)
-}
-
-func newNode(t fataler, self string, members []string, rate bucket.Rate, burst int64, params ...string) *Adaptive {
+func newNode(t strattest.Fataler, self string, members []string, rate bucket.Rate, burst int64, params ...string) *Adaptive {
 	t.Helper()
-	p, err := strategy.ParseParams(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := make([]strategy.NodeID, len(members))
-	for i, m := range members {
-		ms[i] = strategy.NodeID(m)
-	}
-	a, err := New(strategy.Config{Self: strategy.NodeID(self), Members: ms, Rate: rate, Burst: burst, Rand: rand.New(rand.NewPCG(1, 1)), Params: p})
+	a, err := New(strattest.Config(t, self, members, rate, burst, params...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,12 +21,5 @@ func TestRemainingExact(t *testing.T) {
 	}
 }
 
-func TestRemainingChangesNothing(t *testing.T) {
-	remtest.Pure(t, 6, func() strategy.Strategy {
-		s, err := adaptive.New(remtest.Config(2, 6, []strategy.NodeID{"n0", "n1"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
+// That Remaining changes no state is checked for every strategy by
+// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).

@@ -162,6 +162,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buddy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
@@ -901,7 +902,8 @@ func bucketBodySize(key string, b *bucketState) int {
 // SetMembers updates the neighbours: a member that left loses its delta
 // state, a new one starts with an empty one. With catch_up, the first
 // established member after each new member (in sorted order, wrapping)
-// sends it the full state.
+// sends it the full state (buddy.Of: a node counts itself as
+// established even if its view leaves it out).
 func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	old := g.members
 	g.setMembers(members)
@@ -910,23 +912,10 @@ func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 		return
 	}
 	for _, nb := range g.neighbours {
-		if !slices.Contains(old, nb) && buddy(nb, g.members, old) == g.self {
+		if !slices.Contains(old, nb) && buddy.Of(g.self, nb, g.members, old) == g.self {
 			fx.Send(nb, g.encode(g.allKeys(), true))
 		}
 	}
-}
-
-// buddy returns the member that catches newcomer up: the first member after
-// it, in sorted order and wrapping, that was a member before ("" if none).
-func buddy(newcomer strategy.NodeID, members, old []strategy.NodeID) strategy.NodeID {
-	i, _ := slices.BinarySearch(members, newcomer)
-	for k := 1; k < len(members); k++ {
-		m := members[(i+k)%len(members)]
-		if m != newcomer && slices.Contains(old, m) {
-			return m
-		}
-	}
-	return ""
 }
 
 func (g *GCounter) setMembers(members []strategy.NodeID) {

@@ -14,6 +14,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
 const testCapacity = 5
@@ -22,16 +23,7 @@ var testRate = bucket.Rate{Tokens: 1, Per: time.Second}
 
 func newNode(t testing.TB, self string, members []string, params ...string) *GCounter {
 	t.Helper()
-	p, err := strategy.ParseParams(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]strategy.NodeID, len(members))
-	for i, m := range members {
-		ids[i] = strategy.NodeID(m)
-	}
-	g, err := New(strategy.Config{Self: strategy.NodeID(self), Members: ids, Rate: testRate, Burst: testCapacity,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
+	g, err := New(strattest.Config(t, self, members, testRate, testCapacity, params...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,5 +528,13 @@ func TestBoundsNeverRefuseRealMembers(t *testing.T) {
 			}
 			inflight = keep
 		}
+	})
+}
+
+// With catch_up, a newcomer is sent the full state by its buddy, which
+// counts itself even when its view leaves it out (strattest.CatchUpBuddy).
+func TestCatchUpBuddyCountsSelf(t *testing.T) {
+	strattest.CatchUpBuddy(t, func(self string, members []string, params ...string) strategy.Strategy {
+		return newNode(t, self, members, params...)
 	})
 }

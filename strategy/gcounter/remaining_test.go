@@ -3,7 +3,6 @@ package gcounter_test
 import (
 	"testing"
 
-	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/remtest"
 )
@@ -18,12 +17,5 @@ func TestRemainingExact(t *testing.T) {
 	remtest.Exact(t, s, remtest.Script)
 }
 
-func TestRemainingChangesNothing(t *testing.T) {
-	remtest.Pure(t, 4, func() strategy.Strategy {
-		s, err := gcounter.New(remtest.Config(2, 4, []strategy.NodeID{"n0", "n1", "n2"}, "gossip=50ms"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
+// That Remaining changes no state is checked for every strategy by
+// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).

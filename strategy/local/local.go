@@ -67,7 +67,7 @@ func (l *Local) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 
 // Receive always fails: local sends no peer messages.
 func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	return strategy.ErrUnexpectedMessage(l.name, from)
+	return strategy.UnexpectedMessage(l.name, from)
 }
 
 // Tick drops the buckets that have refilled to their burst (they equal new

@@ -3,7 +3,6 @@ package local_test
 import (
 	"testing"
 
-	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/remtest"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 )
@@ -22,12 +21,5 @@ func TestRemainingExact(t *testing.T) {
 	}
 }
 
-func TestRemainingChangesNothing(t *testing.T) {
-	remtest.Pure(t, 1, func() strategy.Strategy {
-		s, err := local.New("local", remtest.Config(2, 4, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
+// That Remaining changes no state is checked for every strategy by
+// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).

@@ -28,15 +28,8 @@ func TestRemainingExact(t *testing.T) {
 	})
 }
 
-func TestRemainingChangesNothing(t *testing.T) {
-	remtest.Pure(t, 2, func() strategy.Strategy {
-		s, err := static.New(remtest.Config(3, 7, []strategy.NodeID{"n0", "n1", "n2"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
+// That Remaining changes no state is checked for every strategy by
+// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).
 
 // TestCapacityShares: 1/N per key held, following membership.
 func TestCapacityShares(t *testing.T) {

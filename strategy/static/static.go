@@ -108,7 +108,7 @@ func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.E
 
 // Receive always fails: static sends no peer messages.
 func (s *Static) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	return strategy.ErrUnexpectedMessage("static", from)
+	return strategy.UnexpectedMessage("static", from)
 }
 
 // Tick drops the sub-token buckets that have refilled to their burst when a

@@ -1,8 +1,10 @@
 package static
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +50,22 @@ func TestSelfNotMember(t *testing.T) {
 	_, err := New(strategy.Config{Self: "x", Members: []strategy.NodeID{"a"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Rand: rand.New(rand.NewPCG(1, 1))})
 	if err == nil {
 		t.Fatal("a node outside the membership was built")
+	}
+}
+
+// static sends no messages: one received is refused with
+// strategy.ErrUnexpectedMessage, naming the strategy and the sender.
+func TestReceiveUnexpected(t *testing.T) {
+	s, err := New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0", "n1"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 4, Rand: rand.New(rand.NewPCG(1, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx strategy.Effects
+	err = s.Receive(0, "n1", []byte{1, 2, 3}, &fx)
+	if !errors.Is(err, strategy.ErrUnexpectedMessage) {
+		t.Fatalf("Receive: %v; want strategy.ErrUnexpectedMessage", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "static") || !strings.Contains(msg, "n1") {
+		t.Fatalf("error %q does not name the strategy and the sender", msg)
 	}
 }

@@ -170,6 +170,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buddy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
@@ -609,7 +610,8 @@ func (q *TBQueue) sweep(now time.Duration) {
 // SetMembers updates the neighbours: a member that left loses its delta
 // state, a new one starts with an empty one. With catch_up, the first
 // established member after each new member (sorted, wrapping) sends it the
-// full local state.
+// full local state (buddy.Of: a node counts itself as
+// established even if its view leaves it out).
 func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	old := q.members
 	q.setMembers(members)
@@ -617,23 +619,10 @@ func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *s
 		return
 	}
 	for _, nb := range q.neighbours {
-		if !slices.Contains(old, nb) && buddy(nb, q.members, old) == q.self {
+		if !slices.Contains(old, nb) && buddy.Of(q.self, nb, q.members, old) == q.self {
 			fx.Send(nb, q.encode(slices.Sorted(maps.Keys(q.local)), q.local, true))
 		}
 	}
-}
-
-// buddy returns the member that catches newcomer up: the first member after
-// it, in sorted order and wrapping, that was a member before ("" if none).
-func buddy(newcomer strategy.NodeID, members, old []strategy.NodeID) strategy.NodeID {
-	i, _ := slices.BinarySearch(members, newcomer)
-	for k := 1; k < len(members); k++ {
-		m := members[(i+k)%len(members)]
-		if m != newcomer && slices.Contains(old, m) {
-			return m
-		}
-	}
-	return ""
 }
 
 func (q *TBQueue) setMembers(members []strategy.NodeID) {

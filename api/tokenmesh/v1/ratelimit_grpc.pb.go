@@ -1,4 +1,4 @@
-// The public client API of a tokenmesh node (DESIGN.md, "server/"): ask for
+// The public client API of a tokenmesh node (docs/API.md): ask for
 // tokens of (rule, key) and get the cluster's decision. Served over gRPC
 // (service tokenmesh.v1.RateLimitService) and, with the same messages in
 // the proto3 JSON mapping, over HTTP/JSON by grpc-gateway (the routes are
