@@ -142,7 +142,7 @@ func (r Rate) Validate() error {
 // bucket of rate 0 and burst 0, as New(Rate{}, 0, 0) returns: it holds no
 // token, never refills, refuses every request of n > 0 tokens (AllowN,
 // ReserveN, DelayN report false), and every method may be called on it;
-// use New for any other bucket. A Bucket is a value of 40 bytes and is not
+// use New for any other bucket. A Bucket is a value of 48 bytes and is not
 // safe for concurrent use: the caller (a strategy, driven by one
 // goroutine) owns it.
 type Bucket struct {
