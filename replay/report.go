@@ -1,0 +1,90 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+// Live describes the replays of a report: the part of the setup the
+// simulator's report has no field for.
+type Live struct {
+	Cluster     string    `json:"cluster"` // "processes" (localcluster) or "in-process"
+	Nodes       int       `json:"nodes"`
+	Speed       float64   `json:"speed"`
+	DurationSec float64   `json:"duration_s,omitempty"` // the trace was cut to its first DurationSec; 0: whole
+	RuleRatePS  float64   `json:"rule_rate_per_s"`      // the served rule's rate, per wall second
+	LateAfterMs float64   `json:"late_after_ms"`
+	Runs        []RunInfo `json:"runs"`
+}
+
+// RunInfo is one strategy's replay facts.
+type RunInfo struct {
+	Strategy      string  `json:"strategy"`
+	WallSec       float64 `json:"wall_s"`
+	LateSends     int     `json:"late_sends"`
+	MaxLatenessMs float64 `json:"max_lateness_ms"`
+	Errors        int     `json:"errors"`
+	FirstError    string  `json:"first_error,omitempty"`
+	BytesError    string  `json:"bytes_error,omitempty"`
+	// Canonicalized counts decisions moved between identical requests
+	// (same key, arrival, tokens) before scoring: see Result.Canonicalized.
+	Canonicalized int      `json:"canonicalized_decisions"`
+	Events        []string `json:"events,omitempty"`
+}
+
+// Report is eval's report (the same JSON fields as `tokenmesh sim --json`)
+// plus the live facts. eval.WriteTable(&r.Report) and friends print it; the
+// facts are summarised in Setup.Scenario for them.
+type Report struct {
+	eval.Report
+	Live Live `json:"live"`
+}
+
+// NewReport builds the report of runs (one per strategy, in order) over
+// trace: central's row first, computed from central (eval.Central), then
+// one row per run. setup is copied as is but for Latency, Loss and
+// Scenario, which describe the live replay.
+func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []bool, runs []*Result) *Report {
+	reqs := trace.Requests
+	rep := &Report{Live: live}
+	rep.Input = eval.Input{Name: trace.Name, Requests: len(reqs), Keys: trace.Keys(), SpanSec: trace.Span().Seconds(), Skipped: trace.Skipped}
+	rep.Series = eval.NewSeries(trace)
+	rep.Results = append(rep.Results, eval.Score("central", reqs, central, central, setup.RatePerSec, setup.Burst, nil))
+	rep.Series.Add("central", reqs, central)
+	var notes []string
+	for _, r := range runs {
+		rep.Results = append(rep.Results, r.Row)
+		rep.Series.Add(r.Row.Strategy, reqs, r.allowed)
+		info := RunInfo{Strategy: r.Row.Strategy, WallSec: round3(r.Wall.Seconds()), LateSends: r.Late,
+			MaxLatenessMs: round3(float64(r.MaxLateness) / float64(time.Millisecond)), Errors: r.Errors,
+			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.EventNames()}
+		rep.Live.Runs = append(rep.Live.Runs, info)
+		note := fmt.Sprintf("%s: wall %.1f s, %d late sends", info.Strategy, info.WallSec, info.LateSends)
+		if r.Errors > 0 {
+			note += fmt.Sprintf(", %d errors", r.Errors)
+		}
+		if len(r.Applied) > 0 {
+			note += ", " + strings.Join(info.Events, ", ")
+		}
+		if r.BytesError != "" {
+			note += ", bytes unknown"
+		}
+		notes = append(notes, note)
+	}
+	setup.Latency, setup.Loss, setup.Duplicate, setup.Reorder = "live", 0, 0, 0
+	cut := ""
+	if live.DurationSec > 0 {
+		cut = fmt.Sprintf(", first %g s of the trace", live.DurationSec)
+	}
+	setup.Scenario = fmt.Sprintf("live %s cluster of %d nodes at speed %gx%s (central simulated); %s",
+		live.Cluster, live.Nodes, live.Speed, cut, strings.Join(notes, "; "))
+	rep.Setup = setup
+	return rep
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
