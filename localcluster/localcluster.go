@@ -126,8 +126,8 @@ type Config struct {
 	ReconnectInterval time.Duration
 }
 
-// Node is the bound addresses of one node, "host:port".
-type Node struct {
+// Addrs is the bound addresses of one node, "host:port".
+type Addrs struct {
 	Name   string
 	API    string // HTTP/JSON API
 	GRPC   string // gRPC API (tokenmesh.v1, grpc.health.v1)
@@ -140,7 +140,7 @@ type Node struct {
 type Cluster struct {
 	// Nodes are the nodes, Nodes[i] named "n<i>"; a killed node keeps its
 	// entry.
-	Nodes []Node
+	Nodes []Addrs
 
 	cfg    Config
 	dir    string
@@ -206,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	cfg.Binary = bin
 	c := &Cluster{cfg: cfg, logMu: &sync.Mutex{}, http: &http.Client{Timeout: 5 * time.Second},
-		Nodes: make([]Node, cfg.Nodes), procs: make([]*proc, cfg.Nodes), conns: map[int]*grpc.ClientConn{}}
+		Nodes: make([]Addrs, cfg.Nodes), procs: make([]*proc, cfg.Nodes), conns: map[int]*grpc.ClientConn{}}
 	if len(cfg.StartPartitioned) > 0 && !cfg.Namespaces {
 		return nil, errors.New("localcluster: StartPartitioned needs Config.Namespaces")
 	}
@@ -526,7 +526,7 @@ func (c *Cluster) waitAddrs(ctx context.Context, i int) error {
 				return c.nodeErr(i, fmt.Sprintf("bad --addr-file %s: %v", c.addrPath(i), err))
 			}
 			c.mu.Lock()
-			c.Nodes[i] = Node{Name: c.Nodes[i].Name, API: a.API, GRPC: a.GRPC, Peer: a.Peer, Gossip: a.Gossip}
+			c.Nodes[i] = Addrs{Name: c.Nodes[i].Name, API: a.API, GRPC: a.GRPC, Peer: a.Peer, Gossip: a.Gossip}
 			c.mu.Unlock()
 			return nil
 		}
@@ -851,7 +851,7 @@ func (c *Cluster) SetFaults(ctx context.Context, i int, f Faults) error {
 	return nil
 }
 
-func (c *Cluster) node(i int) Node {
+func (c *Cluster) node(i int) Addrs {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.Nodes[i]
