@@ -4,6 +4,7 @@ package all
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -56,8 +57,9 @@ var registry = []Info{
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return fixedwindow.New(cfg) }},
 }
 
-// List returns every strategy, in the order reports show them.
-func List() []Info { return registry }
+// List returns every strategy, in the order reports show them: a copy,
+// so a caller cannot change the registry.
+func List() []Info { return slices.Clone(registry) }
 
 // Names returns the strategy names in report order.
 func Names() []string {
