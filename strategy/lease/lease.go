@@ -444,6 +444,15 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 		ls := &h.leases[i]
 		if ls.expires > now && ls.tokens >= req.Tokens {
 			ls.tokens -= req.Tokens
+			if ls.tokens == 0 && ls.from != l.self {
+				// Spent: tell the owner at once, so that the lease's room in
+				// the bucket comes back now rather than at the next ask or
+				// at expiry (until then the owner's bucket counts the spent
+				// tokens as lent, and a bucket whose burst is all lent
+				// refills nothing).
+				l.sendSpent(ls.from, req.Key, ls.seq, fx)
+				h.leases = slices.Delete(h.leases, i, i+1)
+			}
 			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 		}
 	}
@@ -562,6 +571,14 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
 }
 
+// sendSpent tells owner that the lease seq of key is used up: a return of
+// 0 unused tokens, sent once (not acknowledged nor resent: if it is lost,
+// the owner releases the lease at its expiry, as without it).
+func (l *Lease) sendSpent(owner strategy.NodeID, key string, seq uint64, fx *strategy.Effects) {
+	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
+		Key: key, Seq: seq, Unused: 0}}}))
+}
+
 func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
 	next := p.SendTo(now, owner, l.retryEvery)
 	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
@@ -655,10 +672,15 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 		l.sendGrant(id, g, fx)
 		return
 	}
-	n := min(q.tokens, l.sh.whole(p, q.arrival), l.sh.burst)
+	whole := l.sh.whole(p, q.arrival)
+	n := min(q.tokens, whole)
 	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
-	if n < q.tokens {
-		g.emptyUntil = q.arrival + l.period
+	if n < q.tokens && n == whole {
+		// Dry: the bucket holds no more. Its refill until the hint ends is
+		// for the other holders' next asks and forwards; the hint ends
+		// before the bucket could fill up again (else its refill would
+		// be lost while the holders refuse).
+		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
 	}
 	l.sh.lend(p, n)
 	l.grants[id] = g
@@ -788,7 +810,9 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
 			fx.WakeAt(now + l.hold)
 		}
-		fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+		if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
+			fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+		}
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})

@@ -167,9 +167,14 @@ func TestGrantOnceAndLocalDecisions(t *testing.T) {
 	if allowed > 20+4 { // burst + 10/s over 0.39 s, rounded up
 		t.Fatalf("allowed %d requests, more than burst + r*T", allowed)
 	}
+	// The holder reports a used-up lease at once (a return of 0 unused
+	// tokens), so the owner may have none out now; it has granted some.
+	if len(owner.grants) == 0 {
+		t.Fatalf("owner granted no lease")
+	}
 	level, leased, ok := owner.Audit(now, key)
-	if !ok || leased == 0 {
-		t.Fatalf("owner has no lease out: ok %v leased %d", ok, leased)
+	if !ok {
+		t.Fatalf("owner has no bucket for %q", key)
 	}
 	if level/owner.sh.per+leased > 20 {
 		t.Fatalf("level %d + leased %d exceed the burst", level/owner.sh.per, leased)
