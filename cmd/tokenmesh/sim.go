@@ -72,7 +72,10 @@ excess of one key's admitted tokens over b + r*T in any interval; msgs/bytes =
 peer messages and their protobuf payload bytes; state = peak bytes of a node's
 state; p50/p99 = decision latency; local % = requests decided without
 waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
-request (JSON bytes_per_request).
+request (JSON bytes_per_request). --shortfall-window D adds shortfall % =
+per key and per window of D, central's admitted tokens beyond the
+strategy's, summed, as % of central's admitted (JSON shortfall_tokens,
+shortfall_pct): over-rejection counted in tokens, not in which requests.
 
 --max-wait D runs every request in waiting mode (000 §5.2): central, owner
 and lease reserve tokens in arrival order and admit with a delay up to D;
