@@ -464,9 +464,9 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 				// the bucket comes back now rather than at the next ask or
 				// at expiry (until then the owner's bucket counts the spent
 				// tokens as lent, and a bucket whose burst is all lent
-				// refills nothing).
+				// refills nothing). The lease stays listed, so that the
+				// next ask reports it again if this message is lost.
 				l.sendSpent(ls.from, req.Key, ls.seq, fx)
-				h.leases = slices.Delete(h.leases, i, i+1)
 			}
 			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 		}

@@ -364,8 +364,8 @@ func TestSpentLeaseReleasedAtOnce(t *testing.T) {
 	if spent == nil {
 		t.Fatal("no return for the used-up lease")
 	}
-	if len(holder.keys[key].leases) != 0 {
-		t.Fatalf("holder still keeps the used-up lease: %+v", holder.keys[key].leases)
+	if ls := holder.keys[key].leases; len(ls) != 1 || ls[0].tokens != 0 {
+		t.Fatalf("holder's leases %+v; want the used-up one, kept for the next ask's report", ls)
 	}
 	for copy := range 2 {
 		fx = &strategy.Effects{}
