@@ -60,9 +60,9 @@
 //     which the owner's bucket holds a token again, and the holder refuses
 //     locally until then (exact as long as no lease is returned meanwhile).
 //   - A holder reports a lease it has used up at once, with a LeaseReturn
-//     of 0 unused tokens (sent once, not acknowledged: if it is lost, the
-//     owner releases the lease at expiry), and with its next ask
-//     (LeaseAsk.spent) those it has not reported that way; the owner
+//     of 0 unused tokens (sent once, not acknowledged), and again with its
+//     next ask (LeaseAsk.spent), in case the first report was lost (then
+//     without an ask the owner releases the lease at expiry); the owner
 //     releases them in arrival order at the message's receipt (not
 //     earlier: the holder may have held their tokens until then), so that
 //     their room in the bucket comes back before they expire. Else the
