@@ -43,6 +43,11 @@ type Options struct {
 	// (seed 000 §5.2; sim.Config.MaxWait) and adds each one's waiting
 	// time distribution (Result.Wait).
 	MaxWait time.Duration
+	// ShortfallWindow > 0 adds each strategy's shortfall against central
+	// over windows of this length (Shortfall; Result.ShortfallTokens and
+	// ShortfallPct, Setup.ShortfallWindowS); 0 leaves it out, and the
+	// report keeps the bytes it had before the measure existed.
+	ShortfallWindow time.Duration
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -77,6 +82,13 @@ type Result struct {
 	// (Options.MaxWait > 0); absent otherwise, so that runs without it
 	// keep their JSON bytes.
 	Wait *WaitStats `json:"wait,omitempty"`
+	// ShortfallTokens is Shortfall over Options.ShortfallWindow: per key
+	// and per window, the tokens central admitted beyond this strategy's
+	// admitted tokens, summed (count-based: which requests got the tokens
+	// does not matter, how many did); ShortfallPct is it in % of central's
+	// admitted tokens. Both absent without Options.ShortfallWindow.
+	ShortfallTokens *int64   `json:"shortfall_tokens,omitempty"`
+	ShortfallPct    *float64 `json:"shortfall_pct,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -127,6 +139,9 @@ type Setup struct {
 	// MaxWaitMs is the waiting mode's max_wait (Options.MaxWait), absent
 	// without waiting mode.
 	MaxWaitMs float64 `json:"max_wait_ms,omitempty"`
+	// ShortfallWindowS is Options.ShortfallWindow in seconds, absent
+	// without it.
+	ShortfallWindowS float64 `json:"shortfall_window_s,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -184,7 +199,8 @@ func Run(opts Options) (*Report, error) {
 		Input: Input{Name: opts.Trace.Name, Requests: len(reqs), Keys: opts.Trace.Keys(), SpanSec: opts.Trace.Span().Seconds(), Skipped: opts.Trace.Skipped},
 		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
 			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
-			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed, MaxWaitMs: ms(opts.MaxWait)},
+			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed, MaxWaitMs: ms(opts.MaxWait),
+			ShortfallWindowS: opts.ShortfallWindow.Seconds()},
 		Series: newSeries(opts.Trace), ColocatedPct: ColocatedPct(opts.Trace),
 	}
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
@@ -244,6 +260,14 @@ func Run(opts Options) (*Report, error) {
 		r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)
 		r.Undecided, r.ReceiveErrors, r.CrashedNodes = res.Undecided, res.ReceiveErrors, res.Crashed
 		r.LocalDecisionPct, r.BytesPerRequest = localPct, bytesPer
+		if opts.ShortfallWindow > 0 {
+			short, centralTokens := Shortfall(reqs, allowed, central, opts.ShortfallWindow)
+			var shortPct float64
+			if centralTokens > 0 {
+				shortPct = round(100*float64(short)/float64(centralTokens), 4)
+			}
+			r.ShortfallTokens, r.ShortfallPct = &short, &shortPct
+		}
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}

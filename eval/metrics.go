@@ -108,6 +108,53 @@ func EnvelopeViolation(reqs []workload.Request, allowed []bool, ratePerSec float
 	return worst
 }
 
+// Shortfall is a count-based measure of over-rejection (ours, issue 16):
+// per key and per window of length window, the tokens central admitted
+// beyond the strategy's admitted tokens, summed over keys and windows:
+//
+//	shortfall = sum over (key, w) of max(0, central_k,w - admitted_k,w)
+//
+// where window w of a request at arrival t is floor((t - t0) / window), t0
+// the earliest arrival in reqs, and a request counts its tokens in the
+// window of its arrival. It returns the shortfall in tokens and central's
+// admitted tokens (its denominator as a share). Unlike false rejections
+// (requests central admitted and the strategy refused), it does not count
+// a request refused while another request of the same key in the same
+// window was admitted in its stead: on an overloaded key, a strategy that
+// admits as many tokens as central in every window has shortfall 0
+// whichever requests it picks. allowed and central are indexed like reqs;
+// window must be positive (else 0, 0).
+func Shortfall(reqs []workload.Request, allowed, central []bool, window time.Duration) (shortfall, centralTokens int64) {
+	if window <= 0 || len(reqs) == 0 {
+		return 0, 0
+	}
+	t0 := reqs[0].Arrival
+	for _, r := range reqs {
+		t0 = min(t0, r.Arrival)
+	}
+	type cell struct {
+		key string
+		w   int64
+	}
+	diff := map[cell]int64{} // central's admitted tokens - the strategy's
+	for i, r := range reqs {
+		c := cell{r.Key, int64((r.Arrival - t0) / window)}
+		if central[i] {
+			diff[c] += r.Tokens
+			centralTokens += r.Tokens
+		}
+		if allowed[i] {
+			diff[c] -= r.Tokens
+		}
+	}
+	for _, d := range diff {
+		if d > 0 {
+			shortfall += d
+		}
+	}
+	return shortfall, centralTokens
+}
+
 // Percentile returns the p-th percentile (0..100, nearest rank) of ds, or 0
 // for none. It sorts ds.
 func Percentile(ds []time.Duration, p float64) time.Duration {

@@ -26,7 +26,7 @@ type metricDef struct{ term, text string }
 
 // metricDefs returns the legend of the results table, in column order;
 // undecided only when that column is shown.
-func metricDefs(undecided bool) []metricDef {
+func metricDefs(undecided, shortfall bool) []metricDef {
 	defs := []metricDef{
 		{"precision", "rejections / central's rejections (thesis 002 §5.1.1); 1 = as many as central, n/a = central rejected nothing"},
 		{"excess %", "tokens admitted beyond central's, summed per key, as % of central's admitted tokens (over-admission)"},
@@ -41,22 +41,31 @@ func metricDefs(undecided bool) []metricDef {
 	if undecided {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
 	}
+	if shortfall {
+		defs = append(defs, metricDef{"shortfall %", "per key and per window (setup's shortfall window), the tokens central admitted beyond the strategy's, summed, as % of central's admitted tokens: how many tokens were refused, not which requests (an overloaded key's false rejections count the requests that lost the race to the ones admitted instead)"})
+	}
 	return defs
 }
 
 // resultTable returns the results table's header and rows, one per result
 // in rep.Results order, as display strings. The undecided column is present
 // only if some result has undecided requests.
-func resultTable(rep *Report) (header []string, rows [][]string, undecided bool) {
+func resultTable(rep *Report) (header []string, rows [][]string, undecided, shortfall bool) {
 	for _, r := range rep.Results {
 		if r.Undecided > 0 {
 			undecided = true
+		}
+		if r.ShortfallPct != nil {
+			shortfall = true
 		}
 	}
 	header = []string{"strategy", "admitted", "rejected", "precision", "excess %", "false rej.",
 		"envelope viol.", "msgs", "bytes", "state peak", "p50 ms", "p99 ms", "local %", "B/req"}
 	if undecided {
 		header = append(header, "undecided")
+	}
+	if shortfall {
+		header = append(header, "shortfall %")
 	}
 	for _, r := range rep.Results {
 		prec := "n/a"
@@ -82,9 +91,16 @@ func resultTable(rep *Report) (header []string, rows [][]string, undecided bool)
 		if undecided {
 			row = append(row, strconv.Itoa(r.Undecided))
 		}
+		if shortfall {
+			cell := ""
+			if r.ShortfallPct != nil {
+				cell = strconv.FormatFloat(*r.ShortfallPct, 'f', 2, 64)
+			}
+			row = append(row, cell)
+		}
 		rows = append(rows, row)
 	}
-	return header, rows, undecided
+	return header, rows, undecided, shortfall
 }
 
 // humanBytes formats n bytes with SI prefixes: "999 B", "12.3 kB", "4.5 MB".
@@ -161,6 +177,9 @@ func setupFacts(s Setup) [][2]string {
 	if s.MaxWaitMs > 0 {
 		f = append(f, [2]string{"max wait", num(s.MaxWaitMs) + " ms (waiting mode, 000 §5.2)"})
 	}
+	if s.ShortfallWindowS > 0 {
+		f = append(f, [2]string{"shortfall window", num(s.ShortfallWindowS) + " s"})
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
 }
 
@@ -233,12 +252,12 @@ func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(bw, "input: %s (%s)\n", in[0][1], joinFacts(in[1:]))
 	fmt.Fprintf(bw, "setup: %s\n\n", joinFacts(setupFacts(rep.Setup)))
 
-	header, rows, undecided := resultTable(rep)
+	header, rows, undecided, shortfall := resultTable(rep)
 	if err := writeAligned(bw, header, rows); err != nil {
 		return err
 	}
 	fmt.Fprintln(bw)
-	for _, d := range metricDefs(undecided) {
+	for _, d := range metricDefs(undecided, shortfall) {
 		fmt.Fprintf(bw, "  %-15s %s\n", d.term, d.text)
 	}
 	if wh, wr := waitTable(rep); len(wr) > 0 {
@@ -286,7 +305,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprintf(bw, "| %s | %s |\n", kv[0], mdEscape(kv[1]))
 	}
 
-	header, rows, undecided := resultTable(rep)
+	header, rows, undecided, shortfall := resultTable(rep)
 	fmt.Fprint(bw, "\n## Results\n\n")
 	fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(header, " | "))
 	for range header[1:] {
@@ -307,7 +326,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	fmt.Fprint(bw, "\n## Metrics\n\n")
 	fmt.Fprintln(bw, "Central is the exact, centralized token bucket every other strategy is compared with.")
 	fmt.Fprintln(bw)
-	for _, d := range metricDefs(undecided) {
+	for _, d := range metricDefs(undecided, shortfall) {
 		fmt.Fprintf(bw, "- **%s**: %s\n", d.term, d.text)
 	}
 

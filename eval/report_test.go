@@ -345,3 +345,37 @@ func TestDegenerateReports(t *testing.T) {
 		t.Errorf("WriteTable(nil) did not fail")
 	}
 }
+
+// Without Options.ShortfallWindow a run's JSON and table have no shortfall
+// (the bytes of earlier versions); with it, every row has one, central's 0.
+func TestShortfallOptIn(t *testing.T) {
+	opts := smallRun(t, "poisson:users=5,rate=3,duration=20s", "central,static", "roundrobin")
+	rep, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, tab := jsonText(t, rep), table(t, rep); strings.Contains(js, "shortfall") || strings.Contains(tab, "shortfall") {
+		t.Fatalf("shortfall reported without a window:\n%s\n%s", js, tab)
+	}
+	opts.ShortfallWindow = time.Second
+	rep, err = Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, s := rep.Results[0], rep.Results[1]
+	if c.ShortfallTokens == nil || *c.ShortfallTokens != 0 || s.ShortfallTokens == nil || *s.ShortfallTokens <= 0 {
+		t.Fatalf("shortfall central %v static %v; want 0 and > 0 (static splits a burst of 2 over 3 nodes)", c.ShortfallTokens, s.ShortfallTokens)
+	}
+	if *s.ShortfallTokens > int64(s.FalseRejections) {
+		t.Fatalf("static's shortfall %d above its %d false rejections (1-token requests)", *s.ShortfallTokens, s.FalseRejections)
+	}
+	js, tab := jsonText(t, rep), table(t, rep)
+	for _, want := range []string{`"shortfall_tokens"`, `"shortfall_pct"`, `"shortfall_window_s": 1`} {
+		if !strings.Contains(js, want) {
+			t.Errorf("JSON lacks %s", want)
+		}
+	}
+	if !strings.Contains(tab, "shortfall %") || !strings.Contains(tab, "shortfall window 1 s") {
+		t.Errorf("table lacks the shortfall column or window:\n%s", tab)
+	}
+}

@@ -272,3 +272,34 @@ func TestSimRecommendAndMaxWait(t *testing.T) {
 		}
 	}
 }
+
+// --shortfall-window adds the shortfall column and JSON fields, leaves the
+// other fields' bytes alone, and refuses a negative window.
+func TestSimShortfallWindow(t *testing.T) {
+	base := []string{"sim", "--workload", "poisson:users=10,rate=3,duration=10s", "--nodes", "3", "--json", "--strategies", "static", "--progress", "never"}
+	plain, errOut, code := tokenmesh(t, base...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	out, errOut, code := tokenmesh(t, append(base, "--shortfall-window", "1s")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got.Results {
+		if _, ok := r["shortfall_pct"]; !ok {
+			t.Errorf("%v: no shortfall_pct", r["strategy"])
+		}
+	}
+	if strings.Contains(plain, "shortfall") {
+		t.Errorf("shortfall without --shortfall-window:\n%s", plain)
+	}
+	if _, errOut, code := tokenmesh(t, append(base, "--shortfall-window", "-1s")...); code != 2 || !strings.Contains(errOut, "--shortfall-window") {
+		t.Errorf("negative window: exit %d, stderr %q; want a usage error naming the flag", code, errOut)
+	}
+}

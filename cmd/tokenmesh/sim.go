@@ -44,6 +44,7 @@ type simFlags struct {
 	parallel                 int
 	cpuprofile               string
 	maxWait                  time.Duration
+	shortfallWindow          time.Duration
 	recommend                bool
 	maxExcess, maxFalseRej   string
 	maxEnvelope              float64
@@ -71,7 +72,10 @@ excess of one key's admitted tokens over b + r*T in any interval; msgs/bytes =
 peer messages and their protobuf payload bytes; state = peak bytes of a node's
 state; p50/p99 = decision latency; local % = requests decided without
 waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
-request (JSON bytes_per_request).
+request (JSON bytes_per_request). --shortfall-window D adds shortfall % =
+per key and per window of D, central's admitted tokens beyond the
+strategy's, summed, as % of central's admitted (JSON shortfall_tokens,
+shortfall_pct): over-rejection counted in tokens, not in which requests.
 
 --max-wait D runs every request in waiting mode (000 §5.2): central, owner
 and lease reserve tokens in arrival order and admit with a delay up to D;
@@ -110,6 +114,7 @@ on it.`,
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
 	fl.BoolVar(&f.recommend, "recommend", false, "end the report with one line naming the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does")
 	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "--recommend: the largest excess admitted, in % of central's admitted tokens")
@@ -200,6 +205,8 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
 	case f.maxWait > time.Hour:
 		return o, usageErr("--max-wait %v: at most 1h", f.maxWait)
+	case f.shortfallWindow < 0:
+		return o, usageErr("--shortfall-window %v: the window must not be negative", f.shortfallWindow)
 	case f.trace != "" && f.workload != "":
 		return o, usageErr("--trace and --workload: give one input, not both")
 	case f.parallel < 0:
@@ -232,7 +239,8 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, err
 	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
-		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait}
+		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait,
+		ShortfallWindow: f.shortfallWindow}
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err

@@ -167,9 +167,14 @@ func TestGrantOnceAndLocalDecisions(t *testing.T) {
 	if allowed > 20+4 { // burst + 10/s over 0.39 s, rounded up
 		t.Fatalf("allowed %d requests, more than burst + r*T", allowed)
 	}
+	// The holder reports a used-up lease at once (a return of 0 unused
+	// tokens), so the owner may have none out now; it has granted some.
+	if len(owner.grants) == 0 {
+		t.Fatalf("owner granted no lease")
+	}
 	level, leased, ok := owner.Audit(now, key)
-	if !ok || leased == 0 {
-		t.Fatalf("owner has no lease out: ok %v leased %d", ok, leased)
+	if !ok {
+		t.Fatalf("owner has no bucket for %q", key)
 	}
 	if level/owner.sh.per+leased > 20 {
 		t.Fatalf("level %d + leased %d exceed the burst", level/owner.sh.per, leased)
@@ -308,6 +313,106 @@ func TestVerdictDelayBounded(t *testing.T) {
 		}
 		if len(fx.Decisions) != 0 {
 			t.Errorf("%s: decided %v", name, fx.Decisions)
+		}
+	}
+}
+
+// TestSpentLeaseReleasedAtOnce: the request that takes a lease's last
+// token sends its owner a return of 0 unused tokens, which the owner takes
+// as the lease's release (its room back in the bucket, nothing credited)
+// without an acknowledgement; a second copy changes nothing.
+func TestSpentLeaseReleasedAtOnce(t *testing.T) {
+	key := keyOwnedBy("n0")
+	owner, holder := newNode(t, "n0"), newNode(t, "n1")
+	now := 10 * time.Second
+	// a lease of 3 tokens: n1 asked (seq seqBase+1) and n0 granted
+	h := holder.holding(key)
+	h.seq++
+	h.asking, h.askTo, h.askAt, h.askTokens = true, "n0", now, 3
+	h.sentTo[h.seq] = "n0"
+	fx := &strategy.Effects{}
+	if err := owner.Receive(now, "n1", ask(key, h.seq, 3, int64(now)), fx); err != nil {
+		t.Fatal(err)
+	}
+	owner.Tick(now, fx)
+	if len(fx.Messages) != 1 {
+		t.Fatalf("owner sent %d messages, want the grant", len(fx.Messages))
+	}
+	if err := holder.Receive(now, "n0", fx.Messages[0].Payload, &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	lvl0, leased, _ := owner.Audit(now, key)
+	if leased != 3 {
+		t.Fatalf("owner has %d tokens lent, want 3", leased)
+	}
+	var spent []byte
+	for i := range 3 {
+		fx = &strategy.Effects{}
+		d, ok := holder.Request(now, strategy.Request{ID: uint64(i + 1), Key: key, Tokens: 1, Arrival: now}, fx)
+		if !ok || !d.Allowed {
+			t.Fatalf("request %d: decided %v allowed %v, want a leased token", i, ok, d.Allowed)
+		}
+		for _, m := range fx.Messages {
+			if r := decode(t, m.Payload).GetReturn(); r != nil {
+				if i != 2 || m.To != "n0" || r.Unused != 0 || r.Seq != h.seq {
+					t.Fatalf("request %d sent return %+v to %s; want only the last, 0 unused, to n0", i, r, m.To)
+				}
+				spent = m.Payload
+			}
+		}
+	}
+	if spent == nil {
+		t.Fatal("no return for the used-up lease")
+	}
+	if ls := holder.keys[key].leases; len(ls) != 1 || ls[0].tokens != 0 {
+		t.Fatalf("holder's leases %+v; want the used-up one, kept for the next ask's report", ls)
+	}
+	for copy := range 2 {
+		fx = &strategy.Effects{}
+		if err := owner.Receive(now, "n1", spent, fx); err != nil {
+			t.Fatal(err)
+		}
+		owner.Tick(now, fx)
+		for _, m := range fx.Messages {
+			if decode(t, m.Payload).GetReturnAck() != nil {
+				t.Fatalf("copy %d: a spent lease's return was acknowledged", copy)
+			}
+		}
+		lvl, leased, _ := owner.Audit(now, key)
+		if leased != 0 || lvl != lvl0 {
+			t.Fatalf("copy %d: owner level %d leased %d; want the lease released (0) and the level unchanged (%d)", copy, lvl, leased, lvl0)
+		}
+	}
+}
+
+// TestDryHintEndsBeforeBucketFills: a partial grant's dry hint lasts at
+// most until the owner's bucket could be full again: with a burst that
+// refills in 20 ms (20 tokens at 1000/s), not the period (250 ms), else
+// the refill would be lost while every holder refuses.
+func TestDryHintEndsBeforeBucketFills(t *testing.T) {
+	key := keyOwnedBy("n0")
+	p, _ := strategy.ParseParams([]string{"hold=0s"})
+	owner, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1000, Per: time.Second}, Burst: 20,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner.Start(0, &strategy.Effects{})
+	now := 10 * time.Second
+	for seq, node := range []strategy.NodeID{"n1", "n2"} {
+		fx := &strategy.Effects{}
+		if err := owner.Receive(now, node, ask(key, uint64(seq+1), 15, int64(now)), fx); err != nil {
+			t.Fatal(err)
+		}
+		owner.Tick(now, fx)
+		g := decode(t, fx.Messages[0].Payload).GetGrant()
+		switch {
+		case seq == 0 && (g.Tokens != 15 || g.EmptyUntilNs != 0):
+			t.Fatalf("first grant %+v, want 15 tokens and no hint", g)
+		case seq == 1 && g.Tokens != 5:
+			t.Fatalf("second grant %+v, want the 5 tokens left", g)
+		case seq == 1 && (g.EmptyUntilNs <= int64(now) || g.EmptyUntilNs > int64(now+20*time.Millisecond)):
+			t.Fatalf("second grant's hint ends %v after the ask, want within the 20 ms the bucket takes to fill", time.Duration(g.EmptyUntilNs)-now)
 		}
 	}
 }

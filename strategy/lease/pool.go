@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"time"
 )
 
@@ -140,4 +141,15 @@ func (s shape) reserve(p *pool, at time.Duration, n int64, maxWait time.Duration
 	}
 	p.level -= cost
 	return wait, true
+}
+
+// fillTime is how long p takes to refill from its level to its capacity
+// (lending tokens moves both by the same amount, so it is the same before
+// and after a grant): at least 1 ns, the largest duration with a zero
+// rate.
+func (s shape) fillTime(p *pool) time.Duration {
+	if s.tokensPerNs == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(time.Duration((s.capacity(p)-p.level)/s.tokensPerNs), 1)
 }
