@@ -56,7 +56,7 @@
 //     refused locally (as central would, approximately: a key offered
 //     twice its limit does not send half its requests over the network).
 //     Otherwise it is forwarded to the owner (as owner, with retries,
-//     timeout and fail_open); a refused forward comes back with the time at
+//     timeout and on_timeout); a refused forward comes back with the time at
 //     which the owner's bucket holds a token again, and the holder refuses
 //     locally until then (exact as long as no lease is returned meanwhile).
 //   - A holder reports a lease it has used up at once, with a LeaseReturn
@@ -113,8 +113,15 @@
 //   - timeout (duration, default 3*LatencyHint + 100ms): how long a holder
 //     waits for a verdict, grant or return acknowledgement.
 //   - retries (int, default 2): retransmissions within timeout.
-//   - fail_open (bool, default true): the answer to a forwarded request when
-//     no verdict comes within timeout.
+//   - on_timeout (admit | reject | local, default local): the answer to a
+//     forwarded request when no verdict comes within timeout. local decides
+//     with a local bucket of (r/N, b/N) per key, empty at its first use
+//     (as strategy/owner's on_timeout): while an owner is unreachable, the
+//     nodes forwarding to it admit together at most one more envelope;
+//     admit is unbounded then; reject keeps the envelope exactly and
+//     refuses the owner's keys until failure detection moves them.
+//   - fail_open (bool): deprecated alias, true = on_timeout=admit, false =
+//     reject; an error together with on_timeout.
 //   - period (duration, default 250ms): the time a lease is sized for (ask
 //     ceil(d*period) tokens).
 //   - ttl (duration, default 2*period): a lease's validity from its ask.
@@ -174,7 +181,9 @@ type Lease struct {
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
 	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
-	failOpen                  bool
+	onTimeout                 OnTimeout
+	rate                      bucket.Rate
+	local                     *buckets.Table // on_timeout=local fallback buckets, (r/N, b/N) each
 	minLease                  int64
 
 	// membership history for the conservative takeover: the views before
@@ -351,8 +360,14 @@ func New(cfg strategy.Config) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.failOpen, err = p.Bool("fail_open", true); err != nil {
+	if l.onTimeout, err = parseOnTimeout(&p); err != nil {
 		return nil, err
+	}
+	l.rate = cfg.Rate
+	if r, b, err := localShare(cfg.Rate, cfg.Burst, cfg.Self, l.members); err != nil {
+		return nil, err
+	} else if l.local, err = buckets.New(r, b); err != nil {
+		return nil, fmt.Errorf("lease: local fallback: %w", err)
 	}
 	retries, err := p.Int("retries", 2)
 	if err != nil {
@@ -935,7 +950,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 				continue
 			}
 			delete(l.pending, t.id)
-			fx.Decide(t.id, l.failOpen)
+			fx.Decide(t.id, l.timedOut(now, p.Req))
 		case timerAsk:
 			h := l.keys[t.key]
 			if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
@@ -1001,6 +1016,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	l.seen.Expire(now, fx)
 	if now >= l.nextSweep {
 		l.sweep(now)
+		l.local.Sweep(now)
 		l.nextSweep = now + l.sweepEvery
 		fx.WakeAt(l.nextSweep)
 	}
@@ -1054,6 +1070,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	l.changes = slices.DeleteFunc(l.changes, func(c change) bool { return c.at+l.takeover+l.fillTime < now })
 	l.changes = append(l.changes, change{at: now, prev: slices.Clone(l.members)})
 	l.members = append(l.members[:0], members...)
+	l.resplitLocal(now)
 	// A key that moved away loses its bucket here: if it comes back, it
 	// starts again empty (the other owner may have spent it meanwhile). So
 	// does a key that moves here while this node holds a bucket for it
@@ -1081,7 +1098,8 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	}
 }
 
-// StateBytes counts pools, lease records, holdings and queued requests.
+// StateBytes counts pools, lease records, holdings, queued requests and
+// the on_timeout=local fallback buckets.
 func (l *Lease) StateBytes() int {
 	const perPool, perGrant, perHolding, perLease, perRequest, perSeen = 24, 32, 64, 24, 40, 16
 	n := 0
@@ -1100,7 +1118,7 @@ func (l *Lease) StateBytes() int {
 	for _, p := range l.pending {
 		n += perRequest + len(p.Req.Key)
 	}
-	return n + l.seen.Len()*perSeen
+	return n + l.seen.Len()*perSeen + l.local.StateBytes()
 }
 
 func queuedLess(a, b queued) bool {

@@ -1,0 +1,98 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// OnTimeout is the answer to a forwarded request whose owner gave no
+// verdict within timeout (parameter on_timeout), as in strategy/owner.
+type OnTimeout uint8
+
+const (
+	// TimeoutLocal (the default) decides with a local bucket of (r/N,
+	// b/N) per key (N the live members in this node's view), empty at its
+	// first use and refilling: while an owner is unreachable (crashed and
+	// not yet detected, or across a partition) the nodes that forward to
+	// it admit together at most one more envelope, not an unbounded
+	// number of requests.
+	TimeoutLocal OnTimeout = iota
+	// TimeoutAdmit admits (fail open): unbounded while the owner is
+	// unreachable.
+	TimeoutAdmit
+	// TimeoutReject refuses (fail closed): the envelope holds exactly, at
+	// the price of refusing the owner's keys until detection.
+	TimeoutReject
+)
+
+// parseOnTimeout reads on_timeout (admit | reject | local, default local)
+// and its deprecated alias fail_open (true = admit, false = reject; an
+// error together with on_timeout).
+func parseOnTimeout(p *strategy.Params) (OnTimeout, error) {
+	set := slices.Contains(p.Names(), "fail_open")
+	failOpen, err := p.Bool("fail_open", true)
+	if err != nil {
+		return 0, err
+	}
+	switch mode := p.String("on_timeout", ""); {
+	case mode != "" && set:
+		return 0, fmt.Errorf("lease: parameters on_timeout and fail_open (its deprecated alias) are both set")
+	case mode == "" && set && failOpen:
+		return TimeoutAdmit, nil
+	case mode == "" && set:
+		return TimeoutReject, nil
+	case mode == "" || mode == "local":
+		return TimeoutLocal, nil
+	case mode == "admit":
+		return TimeoutAdmit, nil
+	case mode == "reject":
+		return TimeoutReject, nil
+	default:
+		return 0, fmt.Errorf("lease: parameter on_timeout=%q: want admit, reject or local", mode)
+	}
+}
+
+// localShare is this node's fallback bucket shape for the members:
+// rate r/N and its exact share of the burst (bucket.SplitBurst).
+func localShare(rate bucket.Rate, burst int64, self strategy.NodeID, members []strategy.NodeID) (bucket.Rate, int64, error) {
+	n := max(len(members), 1)
+	r, err := rate.Div(int64(n))
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("lease: local fallback: %w", err)
+	}
+	b, err := bucket.SplitBurst(burst, n, max(slices.Index(members, self), 0))
+	if err != nil {
+		return bucket.Rate{}, 0, fmt.Errorf("lease: local fallback: %w", err)
+	}
+	return r, b, nil
+}
+
+// timedOut answers a forwarded request whose owner did not answer in
+// time, by on_timeout.
+func (l *Lease) timedOut(now time.Duration, req strategy.Request) bool {
+	switch l.onTimeout {
+	case TimeoutAdmit:
+		return true
+	case TimeoutReject:
+		return false
+	}
+	b, ok := l.local.Lookup(req.Key)
+	if !ok {
+		// Empty at the first fallback: the owner may have drained the key
+		// just before it stopped answering.
+		b = l.local.Get(req.Key, now)
+		_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
+	}
+	return b.AllowN(now, req.Tokens)
+}
+
+// resplitLocal gives the fallback buckets the share of the new view.
+func (l *Lease) resplitLocal(now time.Duration) {
+	if r, b, err := localShare(l.rate, l.sh.burst, l.self, l.members); err == nil {
+		_ = l.local.SetRate(now, r, b) // validated by localShare
+	}
+}

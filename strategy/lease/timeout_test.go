@@ -1,0 +1,81 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// timeoutDecision forwards one request of key at now to its (silent)
+// owner and returns the decision the node takes when timeout passes.
+func timeoutDecision(t *testing.T, l *Lease, id uint64, key string, now time.Duration) bool {
+	t.Helper()
+	fx := &strategy.Effects{}
+	if _, decided := l.Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, fx); decided {
+		t.Fatal("a request for another node's key decided at once")
+	}
+	for at := now; at <= now+time.Second; at += 5 * time.Millisecond {
+		fx.Reset()
+		l.Tick(at, fx)
+		for _, d := range fx.Decisions {
+			if d.RequestID == id {
+				return d.Allowed
+			}
+		}
+	}
+	t.Fatal("no decision within a second of a silent owner")
+	return false
+}
+
+// TestOnTimeout: a forward whose owner never answers is decided by
+// on_timeout: local (the default) with an (r/N, b/N) bucket that starts
+// empty and refills at r/N; admit and reject as named; fail_open is the
+// deprecated alias; both together, or a bad value, are errors.
+func TestOnTimeout(t *testing.T) {
+	key := keyOwnedBy("n1") // n0 forwards to n1, which never answers
+	for _, tc := range []struct {
+		params      []string
+		first, late bool // the first timeout at 0; one at 1 s (3.3 tokens refilled at 10/3 per s)
+	}{
+		{nil, false, true},
+		{[]string{"on_timeout=local"}, false, true},
+		{[]string{"on_timeout=admit"}, true, true},
+		{[]string{"on_timeout=reject"}, false, false},
+		{[]string{"fail_open=true"}, true, true},
+		{[]string{"fail_open=false"}, false, false},
+	} {
+		l := newNode(t, "n0", tc.params...)
+		if got := timeoutDecision(t, l, 1, key, 0); got != tc.first {
+			t.Errorf("%v: first timed-out forward allowed=%v, want %v", tc.params, got, tc.first)
+		}
+		if got := timeoutDecision(t, l, 2, key, time.Second); got != tc.late {
+			t.Errorf("%v: timed-out forward at 1s allowed=%v, want %v", tc.params, got, tc.late)
+		}
+	}
+	// The local bucket starts empty at its first use (8 s), refills at
+	// r/N = 10/3 tokens/s and holds at most its share of the burst (20/3:
+	// 7 at n0): a burst of timeouts at 10 s passes 6 (1.9 s of refill).
+	l := newNode(t, "n0")
+	if timeoutDecision(t, l, 9, key, 8*time.Second) {
+		t.Error("the first local fallback was admitted; the bucket starts empty")
+	}
+	admitted := 0
+	for i := range 12 {
+		if timeoutDecision(t, l, uint64(10+i), key, 10*time.Second) {
+			admitted++
+		}
+	}
+	if admitted != 6 {
+		t.Errorf("a burst of 12 timed-out forwards at 10 s: %d admitted, want 6 (1.9 s at 10/3 tokens/s)", admitted)
+	}
+	for _, bad := range [][]string{{"on_timeout=maybe"}, {"on_timeout=local", "fail_open=true"}} {
+		p, err := strategy.ParseParams(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseOnTimeout(&p); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
