@@ -106,6 +106,10 @@
 //     takeover + b/r after an owner crash. While views disagree for longer
 //     than takeover - ttl (slow detection, partitions), two nodes may both
 //     act as owner and the envelope can be exceeded, as in `owner`.
+//     Until the others' failure detectors drop a crashed owner, their
+//     forwards to it time out and are decided by on_timeout: by default
+//     with local (r/N, b/N) buckets that start empty (together at most one
+//     more envelope while the owner is unreachable).
 //
 // # Parameters
 //
