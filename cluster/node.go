@@ -240,6 +240,7 @@ type ruleState struct {
 	s       strategy.Strategy
 	pending map[uint64]pendingCheck
 	c       ruleCounters
+	fast    *fastPath // allowances (fastpath.go); nil when the strategy grants none
 }
 
 type eventKind uint8
@@ -273,10 +274,13 @@ type event struct {
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
-	self      strategy.NodeID
-	rules     map[string]*ruleState
-	order     []*ruleState
-	rulesMu   sync.RWMutex  // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
+	self    strategy.NodeID
+	rules   map[string]*ruleState
+	order   []*ruleState
+	rulesMu sync.RWMutex // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
+	// rulesView is rules as Check reads it, without a lock: the map is
+	// never changed once stored (SetRules stores a new one).
+	rulesView atomic.Pointer[map[string]*ruleState]
 	seed      uint64        // Config.Seed, for rules added by SetRules
 	hint      time.Duration // Config.LatencyHint, likewise
 	transport Transport
@@ -312,6 +316,12 @@ type Node struct {
 
 	// refusedLog limits logRefused to one line per RefusedLogEvery.
 	refusedLog logthrottle.Throttle
+
+	// The fast path's sweep timer and state (fastpath.go).
+	fastTimer *time.Timer
+	fastDue   atomic.Bool // the timer fired: sweep at the next loop turn
+	fastArmed bool        // loop only: the timer is set
+	leaving   bool        // loop only: Leave was called: no more allowances
 }
 
 // RefusedLogEvery is the least time between two log lines about peer
@@ -400,6 +410,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.timer = time.AfterFunc(time.Hour, n.signalWake)
 	n.timer.Stop()
+	n.fastTimer = time.AfterFunc(time.Hour, n.fastTimerFired)
+	n.fastTimer.Stop()
+	rules := n.rules
+	n.rulesView.Store(&rules)
 	n.armed = -1
 	// Start every strategy before the first event can reach it.
 	for _, rs := range n.order {
@@ -452,6 +466,12 @@ func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decis
 	if err != nil {
 		return Decision{}, err
 	}
+	if rs.fast != nil && ctx.Err() == nil {
+		// The fast path: tokens of the key's allowance, in this goroutine.
+		if d, ok := rs.fast.take(key, tokens); ok {
+			return d, nil
+		}
+	}
 	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens})
 }
 
@@ -487,9 +507,7 @@ func (n *Node) check(ctx context.Context, ev event) (Decision, error) {
 
 // validate checks one request's input and returns its rule.
 func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
-	n.rulesMu.RLock()
-	rs, ok := n.rules[rule]
-	n.rulesMu.RUnlock()
+	rs, ok := (*n.rulesView.Load())[rule]
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
@@ -739,6 +757,7 @@ func (n *Node) loop() {
 			n.armed = -1
 		}
 		n.runDue()
+		n.fastTick()
 	}
 }
 
@@ -768,6 +787,7 @@ func (n *Node) handle(ev event) {
 		n.apply(now, rs)
 	case evMembers:
 		if !slices.Equal(ev.members, n.members) {
+			n.fastCloseAll(now, true) // allowances are given back before a re-split
 			n.members = ev.members
 			for _, rs := range n.order {
 				n.fx.Reset()
@@ -777,10 +797,12 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evRules:
+		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
 		n.setRules(now, ev.rules)
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
+			n.fastCloseAll(now, true)
 			n.expected = ev.members
 			for _, rs := range n.order {
 				c, ok := rs.s.(strategy.Conserver)
@@ -794,6 +816,12 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evLeave, evInspect:
+		if ev.kind == evLeave {
+			// Leaving: the allowances go back and no new ones are granted,
+			// so every decision from now on is the strategy's own.
+			n.fastCloseAll(now, true)
+			n.leaving = true
+		}
 		left := true
 		for _, rs := range n.order {
 			if ev.inspect != nil {
@@ -825,6 +853,11 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
 		return
 	}
+	if rs.fast != nil {
+		// The strategy decides on the exact level: the key's allowance
+		// (empty, or too small for this request) goes back first.
+		n.fastClose(now, rs, key, true)
+	}
 	n.nextID++
 	id := n.nextID
 	rs.c.requests.Add(1)
@@ -838,10 +871,14 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		d, ok = rs.s.Request(now, req, &n.fx)
 	}
 	if ok {
+		var granted int64
+		if rs.fast != nil && d.Allowed && d.Delay == 0 {
+			granted = n.fastGrant(now, rs, key)
+		}
 		rem := int64(-1)
 		if r, isR := rs.s.(strategy.Remainer); isR {
 			if v, known := r.Remaining(now, key); known {
-				rem = v
+				rem = v + granted // the allowance's tokens are the caller's too
 			}
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
@@ -914,6 +951,8 @@ func (n *Node) runDue() {
 // shutdown runs when the loop exits: it fails every pending check.
 func (n *Node) shutdown() {
 	n.timer.Stop()
+	n.fastTimer.Stop()
+	n.fastCloseAll(n.last, false) // dropped: a Check from now on goes to the closed loop
 	for _, rs := range n.order {
 		for id, p := range rs.pending {
 			p.answer(result{d: Decision{Remaining: -1}, err: ErrClosed})
