@@ -5,7 +5,8 @@ package cluster
 // tokens of one key the strategy took out of the key's bucket, in the
 // loop, as if admitted then. Check consumes them in the caller's
 // goroutine (an atomic compare-and-swap on the key's counter, found in a
-// sync.Map: no channel hand-off, no allocation, no clock read); a check
+// lock-free hash table, fastMap: no channel hand-off, no allocation, no
+// clock read); a check
 // the allowance cannot cover goes through the loop as before, which first
 // returns the key's allowance to the strategy (so the strategy decides on
 // the exact level), then decides, then grants a new allowance sized from
@@ -26,7 +27,6 @@ package cluster
 
 import (
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,10 +67,10 @@ type allowance struct {
 // fastPath is one rule's allowances.
 type fastPath struct {
 	a strategy.Allowancer
-	m sync.Map // key (string) -> *allowance; read by Check, written by the loop
+	m *fastMap // read by Check, written by the loop
 
 	// Loop goroutine only: the same entries as m, and how many are open.
-	keys map[string]*allowance
+	keys map[string]*fastEntry
 	open int
 }
 
@@ -81,18 +81,17 @@ func newFastPath(s strategy.Strategy) *fastPath {
 	if !ok {
 		return nil
 	}
-	return &fastPath{a: a, keys: map[string]*allowance{}}
+	return &fastPath{a: a, m: newFastMap(), keys: map[string]*fastEntry{}}
 }
 
 // take consumes tokens of key's allowance (any goroutine). ok is false
 // when the allowance is closed or holds fewer tokens: the check then goes
 // to the loop.
 func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
-	v, ok := f.m.Load(key)
-	if !ok {
+	a := f.m.load(key)
+	if a == nil {
 		return Decision{}, false
 	}
-	a := v.(*allowance)
 	for {
 		c := a.tokens.Load()
 		if c < tokens {
@@ -120,7 +119,7 @@ func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool
 	n.fastCloseEntry(now, rs, key, a, give)
 }
 
-func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *allowance, give bool) {
+func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
 	left := a.tokens.Swap(allowanceClosed)
 	if left < 0 {
 		return // closed already
@@ -155,7 +154,8 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	f := rs.fast
 	a := f.keys[key]
 	if a == nil {
-		a = &allowance{want: fastFirstWant}
+		a = &fastEntry{key: key}
+		a.want = fastFirstWant
 		a.tokens.Store(allowanceClosed)
 	}
 	if a.tokens.Load() >= 0 {
@@ -167,7 +167,7 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	}
 	if f.keys[key] == nil {
 		f.keys[key] = a
-		f.m.Store(key, a)
+		f.m.store(a)
 	}
 	a.granted, a.grantedAt, a.until, a.seen, a.idle = g, now, until, g, false
 	lvl := int64(-1)
@@ -210,7 +210,7 @@ func (n *Node) fastSweep(now time.Duration) {
 			switch {
 			case left < 0 && a.idle:
 				delete(f.keys, k)
-				f.m.Delete(k)
+				f.m.delete(k)
 			case left < 0:
 				a.idle = true
 			case now >= a.until || left == a.seen:

@@ -462,15 +462,18 @@ func (n *Node) Rules() []string {
 // the request later: for owner, the owner's bucket has then been charged);
 // ErrClosed when the node is or gets closed.
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
-	rs, err := n.validate(rule, key, tokens)
-	if err != nil {
-		return Decision{}, err
-	}
-	if rs.fast != nil && ctx.Err() == nil {
-		// The fast path: tokens of the key's allowance, in this goroutine.
+	// The fast path: tokens of the key's allowance, in this goroutine. A
+	// key found in the allowances was validated when the loop granted
+	// them (an empty, over-long or non-UTF-8 key never is), so only the
+	// tokens are checked before.
+	if rs := (*n.rulesView.Load())[rule]; rs != nil && rs.fast != nil && tokens > 0 && tokens <= n.maxTokens && ctx.Err() == nil {
 		if d, ok := rs.fast.take(key, tokens); ok {
 			return d, nil
 		}
+	}
+	rs, err := n.validate(rule, key, tokens)
+	if err != nil {
+		return Decision{}, err
 	}
 	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens})
 }

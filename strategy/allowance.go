@@ -59,7 +59,7 @@ const AllowanceWindow = 5 * time.Millisecond
 // valid: the driver returns it by then, so tokens of a key that went idle
 // are not held (and do not keep the key's bucket from refilling to the
 // burst) for long.
-const AllowanceValidity = 100 * time.Millisecond
+const AllowanceValidity = time.Second
 
 // AllowanceCap is the most tokens one allowance of a bucket (rate, burst)
 // may hold: the refill of AllowanceWindow, at most a quarter of the burst

@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// fastRate gives allowances of up to 10 tokens (2000/s for 5 ms) with a
+// burst of 100: both the fast path and the loop decide.
+var fastRate = bucket.Rate{Tokens: 2000, Per: time.Second}
+
+const fastBurst = 100
+
+// hammer runs workers goroutines checking key under rule until each made
+// perWorker checks or d passed, and returns the admitted tokens, the checks
+// made, and the wall time from before the first check to after the last.
+func hammer(t *testing.T, n *Node, rule, key string, workers, perWorker int, d time.Duration) (admitted, checks int64, elapsed time.Duration) {
+	t.Helper()
+	var adm, cnt atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWorker && time.Now().Before(deadline); i++ {
+				dec, err := n.Check(context.Background(), rule, key, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cnt.Add(1)
+				if dec.Allowed {
+					adm.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return adm.Load(), cnt.Load(), time.Since(start)
+}
+
+// envelope is b + r*T in tokens for a rule.
+func envelope(r bucket.Rate, burst int64, d time.Duration) float64 {
+	return float64(burst) + r.PerSec()*d.Seconds()
+}
+
+// TestFastPathConcurrentEnvelope: many goroutines on one key of a local
+// and a static rule, under -race in CI: the admitted tokens stay within
+// b + r*T of the elapsed time (exact: allowances count as spent), most
+// checks take the fast path (the strategy saw fewer requests than were
+// made), and the key is not starved (at least the burst is admitted).
+func TestFastPathConcurrentEnvelope(t *testing.T) {
+	for _, strat := range []string{"local", "static"} {
+		t.Run(strat, func(t *testing.T) {
+			n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: strat}}})
+			admitted, checks, elapsed := hammer(t, n, "r", "hot", 8, 3000, 400*time.Millisecond)
+			if limit := envelope(fastRate, fastBurst, elapsed); float64(admitted) > limit {
+				t.Fatalf("admitted %d tokens in %v, above b + r*T = %.1f", admitted, elapsed, limit)
+			}
+			if admitted < fastBurst {
+				t.Fatalf("admitted %d tokens in %v, below the burst %d", admitted, elapsed, fastBurst)
+			}
+			loop := n.Stats().Rules["r"].Requests
+			if loop >= checks {
+				t.Fatalf("the strategy decided %d of %d checks: the fast path took none", loop, checks)
+			}
+			t.Logf("%s: %d checks, %d admitted in %v (b + r*T = %.1f), %d through the loop", strat, checks, admitted, elapsed, envelope(fastRate, fastBurst, elapsed), loop)
+		})
+	}
+}
+
+// drainAndGrant checks key until a check is decided on the fast path
+// (an allowance is open), and returns the tokens admitted.
+func drainAndGrant(t *testing.T, n *Node, rule, key string) int64 {
+	t.Helper()
+	var adm int64
+	for i := 0; i < 50; i++ {
+		before := n.Stats().Rules[rule].Requests
+		d := check(t, n, rule, key, 1)
+		if d.Allowed {
+			adm++
+		}
+		if n.Stats().Rules[rule].Requests == before {
+			return adm // decided without the loop
+		}
+	}
+	t.Fatal("no check was decided on the fast path")
+	return adm
+}
+
+// TestFastPathReSplit: static's allowances go back before a re-split, so
+// a node whose share halves admits at most its new share (no tokens of the
+// old split left in an allowance).
+func TestFastPathReSplit(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "static"}}})
+	drainAndGrant(t, n, "r", "k")
+	if err := n.SetMembers([]strategy.NodeID{"n0", "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	// The new share is (1000/s, 50): the bucket holds at most 50.
+	start := time.Now()
+	var adm int64
+	for range 200 {
+		if check(t, n, "r", "k", 1).Allowed {
+			adm++
+		}
+	}
+	half := bucket.Rate{Tokens: 1000, Per: time.Second}
+	if limit := envelope(half, fastBurst/2, time.Since(start)); float64(adm) > limit {
+		t.Fatalf("after the re-split: admitted %d, above the new share's b + r*T = %.1f", adm, limit)
+	}
+}
+
+// TestFastPathClose: a node closed with allowances open answers ErrClosed,
+// never an admission from an allowance (they are dropped at Close).
+func TestFastPathClose(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	drainAndGrant(t, n, "r", "k")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, err := n.Check(context.Background(), "r", "k", 1); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Check after Close: %v, want ErrClosed", err)
+		}
+	}
+}
+
+// TestFastPathSetRules: a changed rule's allowances are closed with it, and
+// the new rule (burst 20) admits at most its own envelope.
+func TestFastPathSetRules(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	drainAndGrant(t, n, "r", "k")
+	if _, err := n.SetRules(context.Background(), []Rule{{Name: "r", Rate: fastRate, Burst: 20, Strategy: "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var adm int64
+	for range 200 {
+		if check(t, n, "r", "k", 1).Allowed {
+			adm++
+		}
+	}
+	if limit := envelope(fastRate, 20, time.Since(start)); float64(adm) > limit {
+		t.Fatalf("after the reload: admitted %d, above the new rule's b + r*T = %.1f", adm, limit)
+	}
+}
+
+// TestFastPathLeave: after Leave every check goes through the strategy
+// (the allowances were returned and no new ones are granted).
+func TestFastPathLeave(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	drainAndGrant(t, n, "r", "k")
+	if err := n.Leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := n.Stats().Rules["r"].Requests
+	for range 10 {
+		check(t, n, "r", "k", 1)
+	}
+	if got := n.Stats().Rules["r"].Requests - before; got != 10 {
+		t.Fatalf("after Leave the strategy decided %d of 10 checks, want all", got)
+	}
+}
+
+// TestFastPathRemainingAndBadInput: fast decisions report the tokens left
+// (the allowance's and the bucket's at its grant, decreasing), and bad
+// input is refused as before, even for a key with an allowance open.
+func TestFastPathRemainingAndBadInput(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: fastBurst, Strategy: "local"}}})
+	// One token per hour: no refill within the test, and no allowance
+	// (the cap is 0): every remaining is the loop's, exact.
+	prev := int64(fastBurst)
+	for range 5 {
+		d := check(t, n, "r", "k", 1)
+		if d.Remaining != prev-1 {
+			t.Fatalf("Remaining %d, want %d", d.Remaining, prev-1)
+		}
+		prev = d.Remaining
+	}
+	m := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	drainAndGrant(t, m, "r", "k")
+	for range 5 {
+		d := check(t, m, "r", "k", 1)
+		if d.Remaining < 0 || d.Remaining > fastBurst {
+			t.Fatalf("Remaining %d outside [0, %d]", d.Remaining, fastBurst)
+		}
+	}
+	for _, tc := range []struct {
+		key    string
+		tokens int64
+	}{{"k", 0}, {"k", -1}, {"k", DefaultMaxTokens + 1}, {"", 1}, {"\xff", 1}} {
+		if _, err := m.Check(context.Background(), "r", tc.key, tc.tokens); err == nil {
+			t.Fatalf("Check(%q, %d): no error", tc.key, tc.tokens)
+		}
+	}
+}
