@@ -26,6 +26,7 @@ package cluster
 // holds no tokens for long, and forgets the keys closed for a whole sweep.
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,7 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 	a.want = int64(min(max(math.Ceil(want), 1), float64(fastMaxWant)))
 	if give {
 		rs.fast.a.Return(now, key, left)
+		rs.c.returned.Add(left)
 	} else {
 		rs.fast.a.Return(now, key, 0)
 	}
@@ -179,6 +181,8 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	a.level.Store(lvl)
 	a.tokens.Store(g) // open: Check may take from now on
 	f.open++
+	rs.c.grants.Add(1)
+	rs.c.granted.Add(g)
 	n.fastArm()
 	return g
 }
@@ -262,4 +266,36 @@ func (n *Node) fastTick() {
 	if n.fastKept() > 0 {
 		n.fastArm()
 	}
+}
+
+// RuleRef is one rule of a node, named once, for a caller that checks it
+// many times (limiter.Limiter): RuleRef.Check is Node.Check without the
+// lookup of the rule by name while the node's rules stay the same (a
+// reload, SetRules, makes it look the rule up again). Safe for concurrent
+// use.
+type RuleRef struct {
+	n     *Node
+	name  string
+	cache atomic.Pointer[ruleRefCache]
+}
+
+type ruleRefCache struct {
+	view *map[string]*ruleState // the rules the lookup was made in
+	rs   *ruleState             // nil: no such rule there
+}
+
+// Ref returns a reference to the rule named rule. It does not check that
+// the node has it: RuleRef.Check fails as Check does for an unknown rule.
+func (n *Node) Ref(rule string) *RuleRef { return &RuleRef{n: n, name: rule} }
+
+// Check is Node.Check of the referenced rule: tokens of key, the same
+// decisions and errors.
+func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (Decision, error) {
+	view := r.n.rulesView.Load()
+	c := r.cache.Load()
+	if c == nil || c.view != view {
+		c = &ruleRefCache{view: view, rs: (*view)[r.name]}
+		r.cache.Store(c)
+	}
+	return r.n.checkRule(ctx, c.rs, r.name, key, tokens)
 }

@@ -150,8 +150,15 @@ type RuleStats struct {
 	BytesReceived    int64
 	SendErrors       int64 // frames the transport refused (unknown or closed peer)
 	ReceiveErrors    int64 // payloads the strategy refused
-	Requests         int64 // checks handed to the strategy
+	Requests         int64 // checks handed to the strategy (not those decided on the fast path)
 	Pending          int64 // checks waiting for an async decision now
+	// The fast path (strategy.Allowancer): allowances granted, their
+	// tokens, and the tokens given back unused. Tokens granted less
+	// returned (less those in allowances still open) were admitted on
+	// the fast path, without the strategy's loop.
+	AllowanceGrants   int64
+	AllowanceTokens   int64
+	AllowanceReturned int64
 }
 
 // Stats is a snapshot of a node's counters.
@@ -165,6 +172,7 @@ type Stats struct {
 type ruleCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
 	sendErrs, recvErrs, requests, pending    atomic.Int64
+	grants, granted, returned                atomic.Int64 // the fast path's (fastpath.go)
 }
 
 type result struct {
@@ -461,12 +469,22 @@ func (n *Node) Rules() []string {
 // changes); ctx.Err() when ctx ends first (the strategy may still decide
 // the request later: for owner, the owner's bucket has then been charged);
 // ErrClosed when the node is or gets closed.
+//
+// A check the strategy can decide from local state (strategy.Allowancer:
+// local, central, static) is usually decided in the caller's goroutine
+// from the key's allowance, without the node's loop (fastpath.go).
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
+	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens)
+}
+
+// checkRule is Check with the rule looked up already (rs; nil when the
+// node has no such rule).
+func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens int64) (Decision, error) {
 	// The fast path: tokens of the key's allowance, in this goroutine. A
 	// key found in the allowances was validated when the loop granted
 	// them (an empty, over-long or non-UTF-8 key never is), so only the
 	// tokens are checked before.
-	if rs := (*n.rulesView.Load())[rule]; rs != nil && rs.fast != nil && tokens > 0 && tokens <= n.maxTokens && ctx.Err() == nil {
+	if rs != nil && rs.fast != nil && tokens > 0 && tokens <= n.maxTokens && ctx.Err() == nil {
 		if d, ok := rs.fast.take(key, tokens); ok {
 			return d, nil
 		}
@@ -705,6 +723,7 @@ func (n *Node) Stats() Stats {
 			MessagesReceived: c.msgsRecv.Load(), BytesReceived: c.bytesRecv.Load(),
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
 			Requests: c.requests.Load(), Pending: c.pending.Load(),
+			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
 		}
 	}
 	return st

@@ -563,13 +563,14 @@ func (n *Node) Limiter(rule string) (*Limiter, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
-	return &Limiter{node: n.node, rule: r.Name, rate: r.Rate.PerSec(), burst: r.Burst}, nil
+	return &Limiter{node: n.node, ref: n.node.Ref(r.Name), rule: r.Name, rate: r.Rate.PerSec(), burst: r.Burst}, nil
 }
 
 // Limiter limits the keys of one rule, on behalf of the whole cluster. It
 // is safe for concurrent use.
 type Limiter struct {
 	node  *cluster.Node
+	ref   *cluster.RuleRef // the rule, looked up once per reload (the fast path's cost)
 	rule  string
 	rate  float64 // tokens per second
 	burst int64
@@ -597,7 +598,7 @@ func (l *Limiter) Allow(key string) bool {
 // ends. Errors are cluster.Node.Check's: a bad key or n, ctx.Err(),
 // cluster.ErrClosed.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error) {
-	d, err := l.node.Check(ctx, l.rule, key, n)
+	d, err := l.ref.Check(ctx, key, n)
 	if err != nil {
 		return false, err
 	}
