@@ -44,7 +44,7 @@ const (
 	// fastDemandWindow sizes the next allowance of a key: the tokens its
 	// checks took in this long at the demand measured over its last
 	// allowance (the strategy caps it: strategy.AllowanceCap).
-	fastDemandWindow = 100 * time.Millisecond
+	fastDemandWindow = 500 * time.Millisecond
 	// fastFirstWant is the size asked for a key's first allowance.
 	fastFirstWant = 4
 	// fastMaxWant bounds the size asked for (the strategy's cap is lower).

@@ -204,3 +204,27 @@ func TestFastPathRemainingAndBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathBatch: a batch whose items the key's allowance covers is
+// decided without the loop; a batch with an item it cannot cover sends
+// that item and the later ones to the loop, and every item is decided.
+func TestFastPathBatch(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	drainAndGrant(t, n, "r", "k")
+	before := n.Stats().Rules["r"].Requests
+	res := checkBatch(t, n, BatchItem{Rule: "r", Key: "k", Tokens: 1})
+	if !res[0].Allowed || n.Stats().Rules["r"].Requests != before {
+		t.Fatalf("a one-token batch on an open allowance: %+v, %d loop requests; want admitted on the fast path",
+			res[0], n.Stats().Rules["r"].Requests-before)
+	}
+	// "other" has no allowance: it and the item after it go to the loop.
+	res = checkBatch(t, n, BatchItem{Rule: "r", Key: "k", Tokens: 1}, BatchItem{Rule: "r", Key: "other", Tokens: 1}, BatchItem{Rule: "r", Key: "k", Tokens: 1})
+	for i, r := range res {
+		if r.Err != nil || !r.Allowed {
+			t.Fatalf("item %d: %+v, want admitted", i, r)
+		}
+	}
+	if got := n.Stats().Rules["r"].Requests - before; got < 2 {
+		t.Fatalf("%d items went to the loop, want at least 2 (the key without an allowance and the one after)", got)
+	}
+}

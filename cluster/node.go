@@ -195,6 +195,7 @@ type pendingCheck struct {
 type batch struct {
 	items []BatchItem
 	rules []*ruleState
+	first int           // the items before were decided on the fast path
 	done  chan struct{} // closed when every item is decided
 
 	mu        sync.Mutex
@@ -556,6 +557,10 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 // undecided when ctx ended (they may still be decided later), or
 // ErrClosed. A call error is returned only for invalid input, an empty
 // batch, or ctx or the node ending before the hand-over.
+//
+// Items a key's allowance covers (the fast path, as in Check) are decided
+// in the caller's goroutine, in order, up to the first one it does not
+// cover; that one and every later item go to the loop as one event.
 func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
 	if len(items) == 0 {
 		return nil, errors.New("cluster: CheckBatch: no items")
@@ -574,6 +579,24 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	// The fast path, in order: the items up to the first one an allowance
+	// cannot cover are decided here; that one and the rest go to the loop
+	// (so the batch is still decided in order).
+	for ; b.first < len(items); b.first++ {
+		it, rs := items[b.first], b.rules[b.first]
+		if rs.fast == nil || it.MaxWait > 0 {
+			break
+		}
+		d, ok := rs.fast.take(it.Key, it.Tokens)
+		if !ok {
+			break
+		}
+		b.results[b.first], b.decided[b.first] = BatchResult{Decision: d}, true
+		b.left--
+	}
+	if b.left == 0 {
+		return b.results, nil
 	}
 	select {
 	case n.events <- event{kind: evBatch, batch: b}:
@@ -791,6 +814,9 @@ func (n *Node) handle(ev event) {
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
+			if i < ev.batch.first {
+				continue // decided on the fast path
+			}
 			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
