@@ -116,7 +116,10 @@ type Decision struct {
 	// Remaining is the whole tokens the deciding node's view of the key
 	// held just after a synchronous decision (strategy.Remainer); -1 when
 	// unknown: an asynchronous decision, or a strategy without a local
-	// bucket.
+	// bucket. A decision on the fast path (an allowance, fastpath.go)
+	// reports the bucket's tokens when the allowance was granted plus
+	// those left in it: never more than the key holds, but without the
+	// refill since the grant.
 	Remaining int64
 	// Delay is, for a check in waiting mode (CheckWait) admitted with a
 	// reservation, how long after the check reached the node the caller
