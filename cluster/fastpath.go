@@ -137,12 +137,13 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 		want = max(want, float64(2*a.granted))
 	}
 	a.want = int64(min(max(math.Ceil(want), 1), float64(fastMaxWant)))
-	if give {
-		rs.fast.a.Return(now, key, left)
-		rs.c.returned.Add(left)
-	} else {
-		rs.fast.a.Return(now, key, 0)
+	if !give {
+		left = 0
 	}
+	n.fx.Reset()
+	rs.fast.a.Return(now, key, left, &n.fx)
+	n.apply(now, rs)
+	rs.c.returned.Add(left)
 }
 
 // fastGrant opens an allowance of key for rs after a decision the loop
@@ -163,7 +164,7 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	if a.tokens.Load() >= 0 {
 		return 0 // open already (the caller closes first)
 	}
-	g, until := f.a.Grant(now, key, a.want)
+	g, until := f.a.Grant(now, key, a.want, &n.fx) // the caller applies n.fx
 	if g <= 0 {
 		return 0
 	}

@@ -41,13 +41,15 @@ type Allowancer interface {
 	// driver, who may admit requests for them until until (a time on the
 	// strategy's clock, after now). tokens is 0 (and nothing changes)
 	// when the strategy cannot decide key locally now, or the bucket
-	// holds no whole token; never more than the burst.
-	Grant(now time.Duration, key string, want int64) (tokens int64, until time.Duration)
+	// holds no whole token; never more than the burst. fx takes what the
+	// strategy asks of its driver meanwhile (owner: a sync of the key's
+	// level to its replicas).
+	Grant(now time.Duration, key string, want int64, fx *Effects) (tokens int64, until time.Duration)
 	// Return closes the driver's allowance of key: unused of its tokens
 	// go back into the key's bucket (capped at what was granted and not
 	// returned; a bucket in debt drops them), every other granted token
 	// counts as admitted. A key with no allowance open is ignored.
-	Return(now time.Duration, key string, unused int64)
+	Return(now time.Duration, key string, unused int64, fx *Effects)
 }
 
 // AllowanceWindow is how much of the rule's rate one allowance may hold
@@ -140,6 +142,10 @@ func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string,
 	l.held[key] += g
 	return g
 }
+
+// Drop forgets the tokens held for key without a bucket to return them
+// to (the strategy dropped the key's bucket): they stay spent.
+func (l *AllowanceLedger) Drop(key string) { delete(l.held, key) }
 
 // Return closes key's allowance at now: b (key's bucket) is clamped with
 // the tokens held, then unused of them (at most the tokens held) go back

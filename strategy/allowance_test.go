@@ -93,7 +93,7 @@ func TestAllowanceEnvelope(t *testing.T) {
 		adm := map[string][]admission{}
 		returnOpen := func(k string) {
 			if open[k] {
-				s.Return(now, k, rem[k])
+				s.Return(now, k, rem[k], &fx)
 				rem[k], open[k] = 0, false
 			}
 		}
@@ -118,7 +118,7 @@ func TestAllowanceEnvelope(t *testing.T) {
 				}
 			case 3:
 				want := int64(rapid.IntRange(1, 60).Draw(t, "want"))
-				g, until := s.Grant(now, k, want)
+				g, until := s.Grant(now, k, want, &fx)
 				if g < 0 || g > want || g > shareBurst {
 					t.Fatalf("Grant(want %d) = %d tokens (burst %d)", want, g, shareBurst)
 				}
@@ -171,7 +171,7 @@ func TestAllowanceReturnedWhole(t *testing.T) {
 	if got := strategy.AllowanceCap(rate, 100); got != 5 {
 		t.Fatalf("AllowanceCap = %d, want 5 (1000/s for 5 ms)", got)
 	}
-	g, _ := l.Grant(0, "k", 50)
+	g, _ := l.Grant(0, "k", 50, &fx)
 	if g != 5 {
 		t.Fatalf("Grant(50) = %d, want the cap 5", g)
 	}
@@ -182,19 +182,19 @@ func TestAllowanceReturnedWhole(t *testing.T) {
 	if r, _ := l.Remaining(time.Second, "k"); r != 95 {
 		t.Fatalf("Remaining 1 s later with 5 held = %d, want 95 (burst less the held)", r)
 	}
-	l.Return(time.Second, "k", 5)
+	l.Return(time.Second, "k", 5, &fx)
 	if r, _ := l.Remaining(time.Second, "k"); r != 100 {
 		t.Fatalf("Remaining after returning all = %d, want 100", r)
 	}
-	g, _ = l.Grant(time.Second, "k", 3)
+	g, _ = l.Grant(time.Second, "k", 3, &fx)
 	if g != 3 {
 		t.Fatalf("Grant(3) = %d", g)
 	}
-	l.Return(time.Second, "k", 1) // 2 consumed
+	l.Return(time.Second, "k", 1, &fx) // 2 consumed
 	if r, _ := l.Remaining(time.Second, "k"); r != 98 {
 		t.Fatalf("Remaining after 2 of 3 consumed = %d, want 98", r)
 	}
-	l.Return(time.Second, "k", 7) // nothing open: ignored
+	l.Return(time.Second, "k", 7, &fx) // nothing open: ignored
 	if r, _ := l.Remaining(time.Second, "k"); r != 98 {
 		t.Fatalf("Remaining after a stray Return = %d, want 98 (ignored)", r)
 	}

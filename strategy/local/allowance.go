@@ -12,7 +12,7 @@ import (
 // for strategy.AllowanceValidity. Every request of local and central is
 // decided from this node's bucket, so every key can be granted. Ours
 // (issue 14's fast path; seed 002 §4.3.1's one bucket, kept exact).
-func (l *Local) Grant(now time.Duration, key string, want int64) (int64, time.Duration) {
+func (l *Local) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
 	most := strategy.AllowanceCap(l.rate, l.burst)
 	if want <= 0 || most <= 0 {
 		return 0, now
@@ -23,7 +23,7 @@ func (l *Local) Grant(now time.Duration, key string, want int64) (int64, time.Du
 
 // Return gives back the unused tokens of key's allowance and closes it
 // (strategy.Allowancer).
-func (l *Local) Return(now time.Duration, key string, unused int64) {
+func (l *Local) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
 	if l.held.Held(key) <= 0 {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 // strategy.AllowanceValidity. Every request of static is decided from
 // the node's own share, so every key can be granted. Ours (issue 14's
 // fast path on SRTM §1.2's static split).
-func (s *Static) Grant(now time.Duration, key string, want int64) (int64, time.Duration) {
+func (s *Static) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
 	most := strategy.AllowanceCap(s.shareRate, s.shareBurst)
 	if want <= 0 || most <= 0 {
 		return 0, now
@@ -24,7 +24,7 @@ func (s *Static) Grant(now time.Duration, key string, want int64) (int64, time.D
 
 // Return gives back the unused tokens of key's allowance and closes it
 // (strategy.Allowancer).
-func (s *Static) Return(now time.Duration, key string, unused int64) {
+func (s *Static) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
 	if s.held.Held(key) <= 0 {
 		return
 	}
