@@ -228,3 +228,39 @@ func TestFastPathBatch(t *testing.T) {
 		t.Fatalf("%d items went to the loop, want at least 2 (the key without an allowance and the one after)", got)
 	}
 }
+
+// TestFastPathOwnerCluster: three owner nodes; the key's owner n0 decides
+// its own checks from allowances while n1 forwards checks of the same key
+// to it (decided by the strategy while n0's allowance is open): together
+// they admit at most b + r*T, and n0 took some on the fast path; n1 none
+// (it does not own the key).
+func TestFastPathOwnerCluster(t *testing.T) {
+	c := newCluster(t, 3, false, Rule{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "owner", Params: []string{"hold=0s"}})
+	key := keyOwnedBy(t, "n0", c.ids)
+	var wg sync.WaitGroup
+	var adm [2]int64
+	var checks [2]int64
+	start := time.Now()
+	for i, id := range []strategy.NodeID{"n0", "n1"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			adm[i], checks[i], _ = hammer(t, c.nodes[id], "r", key, 4, 1500, 400*time.Millisecond)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := adm[0] + adm[1]
+	if limit := envelope(fastRate, fastBurst, elapsed); float64(total) > limit {
+		t.Fatalf("admitted %d (n0 %d, n1 %d) in %v, above b + r*T = %.1f", total, adm[0], adm[1], elapsed, limit)
+	}
+	s0, s1 := c.nodes["n0"].Stats().Rules["r"], c.nodes["n1"].Stats().Rules["r"]
+	if s0.AllowanceGrants == 0 || s0.Requests >= checks[0] {
+		t.Fatalf("n0 (the owner): %d grants, %d of %d checks through the loop; want the fast path used", s0.AllowanceGrants, s0.Requests, checks[0])
+	}
+	if s1.AllowanceGrants != 0 {
+		t.Fatalf("n1 (not the owner) granted %d allowances", s1.AllowanceGrants)
+	}
+	t.Logf("admitted %d (n0 %d of %d, n1 %d of %d) in %v, b + r*T = %.1f; n0: %d grants, %d loop decisions",
+		total, adm[0], checks[0], adm[1], checks[1], elapsed, envelope(fastRate, fastBurst, elapsed), s0.AllowanceGrants, s0.Requests)
+}

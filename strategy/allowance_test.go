@@ -9,8 +9,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/local"
+	"github.com/tokenmesh/tokenmesh/strategy/owner"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
 )
 
@@ -49,16 +51,17 @@ func envelopeExcess(adm []admission, rate bucket.Rate, burst int64) (excess int6
 // the contract (grant, consume any part, return exactly what is left
 // before deciding the key on the strategy), the admissions of every key
 // in every window of length T stay within b + r*T of the node's bucket
-// (local: (r, b); static: its share (r/N, b_i)). The allowance tokens are
+// (local: (r, b); static: its share (r/N, b_i); owner: (r, b) for the
+// keys this node owns, with its replica syncs going out as messages). The allowance tokens are
 // admissions at the time the driver consumes them, not at the grant.
 func TestAllowanceEnvelope(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		rate := bucket.Rate{Tokens: int64(rapid.IntRange(1, 20).Draw(t, "rate_tokens")),
 			Per: []time.Duration{time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond}[rapid.IntRange(0, 2).Draw(t, "rate_per")]}
 		burst := int64(rapid.IntRange(1, 120).Draw(t, "burst"))
-		kind := rapid.SampledFrom([]string{"local", "static"}).Draw(t, "strategy")
+		kind := rapid.SampledFrom([]string{"local", "static", "owner"}).Draw(t, "strategy")
 		nodes := 1
-		if kind == "static" {
+		if kind != "local" {
 			nodes = rapid.IntRange(1, 3).Draw(t, "nodes")
 		}
 		members := make([]strategy.NodeID, nodes)
@@ -70,9 +73,21 @@ func TestAllowanceEnvelope(t *testing.T) {
 		var s allowancer
 		shareRate, shareBurst := rate, burst
 		var err error
-		if kind == "local" {
+		keys := []string{"a", "b"}
+		switch kind {
+		case "local":
 			s, err = local.New("local", cfg)
-		} else {
+		case "owner":
+			// hold 0 (LatencyHint 0): the owner decides its own keys at
+			// once; the keys are ones this node owns.
+			s, err = owner.New(cfg)
+			keys = keys[:0]
+			for i := 0; len(keys) < 2; i++ {
+				if k := fmt.Sprintf("k%d", i); rendezvous.Owner(k, members) == cfg.Self {
+					keys = append(keys, k)
+				}
+			}
+		default:
 			s, err = static.New(cfg)
 			if shareRate, err = rate.Div(int64(nodes)); err != nil {
 				t.Fatal(err)
@@ -87,7 +102,6 @@ func TestAllowanceEnvelope(t *testing.T) {
 		var fx strategy.Effects
 		now := time.Duration(0)
 		s.Start(now, &fx)
-		keys := []string{"a", "b"}
 		rem := map[string]int64{} // the driver's allowance left, per key
 		open := map[string]bool{} // the driver holds an allowance of key
 		adm := map[string][]admission{}
@@ -101,11 +115,16 @@ func TestAllowanceEnvelope(t *testing.T) {
 		steps := rapid.IntRange(1, 300).Draw(t, "steps")
 		for range steps {
 			k := rapid.SampledFrom(keys).Draw(t, "key")
-			switch rapid.IntRange(0, 7).Draw(t, "op") {
+			switch op := rapid.IntRange(0, 8).Draw(t, "op"); op {
 			case 0, 1:
 				now += time.Duration(rapid.Int64Range(0, int64(4*time.Millisecond)).Draw(t, "dt_ns"))
-			case 2: // a decision on the strategy: the driver returns first
-				returnOpen(k)
+			case 2, 8:
+				// A decision on the strategy: the driver returns first (2);
+				// or it does not (8: a request forwarded to owner by a peer
+				// while this node's driver holds an allowance of the key).
+				if op == 2 {
+					returnOpen(k)
+				}
 				id++
 				n := int64(rapid.IntRange(1, 4).Draw(t, "tokens"))
 				fx.Reset()
@@ -200,5 +219,67 @@ func TestAllowanceReturnedWhole(t *testing.T) {
 	}
 	if strategy.AllowanceCap(bucket.Rate{Tokens: 100, Per: time.Second}, 100) != 0 {
 		t.Fatal("AllowanceCap of 100/s is not 0 (half a token per window)")
+	}
+}
+
+// TestOwnerGrantEligibility: owner grants only for keys it owns, with no
+// ordering buffer, out of warm-up; the tokens granted leave the level it
+// reports.
+func TestOwnerGrantEligibility(t *testing.T) {
+	rate := bucket.Rate{Tokens: 1000, Per: time.Second} // cap 5
+	members := []strategy.NodeID{"n0", "n1", "n2"}
+	var mine, theirs string
+	for i := 0; mine == "" || theirs == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if rendezvous.Owner(k, members) == "n0" {
+			mine = k
+		} else {
+			theirs = k
+		}
+	}
+	mk := func(params ...string) *owner.Owner {
+		p, err := strategy.ParseParams(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := owner.New(strategy.Config{Self: "n0", Members: members, Rate: rate, Burst: 100, Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fx strategy.Effects
+		o.Start(0, &fx)
+		return o
+	}
+	var fx strategy.Effects
+	o := mk()
+	if g, _ := o.Grant(0, theirs, 10, &fx); g != 0 {
+		t.Fatalf("Grant of a key n1 or n2 owns = %d, want 0", g)
+	}
+	if g, _ := o.Grant(0, mine, 10, &fx); g != 5 {
+		t.Fatalf("Grant of an owned key = %d, want the cap 5", g)
+	}
+	if r, ok := o.Remaining(0, mine); !ok || r != 95 {
+		t.Fatalf("Remaining with 5 granted = %d, %v; want 95", r, ok)
+	}
+	o.Return(0, mine, 5, &fx)
+	if r, _ := o.Remaining(0, mine); r != 100 {
+		t.Fatalf("Remaining after the return = %d, want 100", r)
+	}
+	if g, _ := mk("hold=1ms").Grant(0, mine, 10, &fx); g != 0 {
+		t.Fatalf("Grant with an ordering buffer = %d, want 0", g)
+	}
+	// A membership change starts a warm-up (1 s by default): no grants.
+	o.SetMembers(time.Second, members[:2], &fx)
+	k := ""
+	for i := 0; k == ""; i++ {
+		if c := fmt.Sprintf("w%d", i); rendezvous.Owner(c, members[:2]) == "n0" {
+			k = c
+		}
+	}
+	if g, _ := o.Grant(time.Second+time.Millisecond, k, 10, &fx); g != 0 {
+		t.Fatalf("Grant during the warm-up = %d, want 0", g)
+	}
+	if g, _ := o.Grant(3*time.Second, k, 10, &fx); g != 5 {
+		t.Fatalf("Grant after the warm-up = %d, want 5", g)
 	}
 }
