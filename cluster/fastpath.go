@@ -108,6 +108,24 @@ func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
 	}
 }
 
+// takeOnly is take without the Decision: true when tokens of key's
+// allowance were taken.
+func (f *fastPath) takeOnly(key string, tokens int64) bool {
+	a := f.m.load(key)
+	if a == nil {
+		return false
+	}
+	for {
+		c := a.tokens.Load()
+		if c < tokens {
+			return false
+		}
+		if a.tokens.CompareAndSwap(c, c-tokens) {
+			return true
+		}
+	}
+}
+
 // fastClose closes key's allowance of rs, if open (loop goroutine): its
 // unused tokens go back to the strategy when give is true, and are
 // dropped (lost: safe) otherwise. It measures the key's demand for the
@@ -299,4 +317,23 @@ func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (Decision
 		r.cache.Store(c)
 	}
 	return r.n.checkRule(ctx, c.rs, r.name, key, tokens)
+}
+
+// Allow is Check of the referenced rule reduced to the admission (the
+// decision's Allowed, or the error): what limiter.Limiter.AllowN needs,
+// without carrying a whole Decision through the fast path.
+func (r *RuleRef) Allow(ctx context.Context, key string, tokens int64) (bool, error) {
+	view := r.n.rulesView.Load()
+	c := r.cache.Load()
+	if c == nil || c.view != view {
+		c = &ruleRefCache{view: view, rs: (*view)[r.name]}
+		r.cache.Store(c)
+	}
+	if rs := c.rs; rs != nil && rs.fast != nil && tokens > 0 && tokens <= r.n.maxTokens && ctx.Err() == nil {
+		if rs.fast.takeOnly(key, tokens) {
+			return true, nil
+		}
+	}
+	d, err := r.n.checkRule(ctx, c.rs, r.name, key, tokens)
+	return d.Allowed && err == nil, err
 }

@@ -601,11 +601,7 @@ func (l *Limiter) Allow(key string) bool {
 // Errors are cluster.Node.Check's: a bad key or n, ctx.Err(),
 // cluster.ErrClosed.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error) {
-	d, err := l.ref.Check(ctx, key, n)
-	if err != nil {
-		return false, err
-	}
-	return d.Allowed, nil
+	return l.ref.Allow(ctx, key, n)
 }
 
 // Reservation is the outcome of Reserve: admitted now, admitted with a
