@@ -264,3 +264,46 @@ func TestFastPathOwnerCluster(t *testing.T) {
 	t.Logf("admitted %d (n0 %d of %d, n1 %d of %d) in %v, b + r*T = %.1f; n0: %d grants, %d loop decisions",
 		total, adm[0], checks[0], adm[1], checks[1], elapsed, envelope(fastRate, fastBurst, elapsed), s0.AllowanceGrants, s0.Requests)
 }
+
+// TestRuleRefFollowsReloads: a RuleRef decides as Check does, and looks its
+// rule up again after SetRules (removed: an error; back: decided again, by
+// the new rule's strategy).
+func TestRuleRefFollowsReloads(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}, {Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}})
+	ref := n.Ref("r")
+	ctx := context.Background()
+	for range 20 {
+		if ok, err := ref.Allow(ctx, "k", 1); !ok || err != nil {
+			t.Fatalf("Allow = %v, %v; want admitted", ok, err)
+		}
+	}
+	if _, err := n.Ref("nope").Allow(ctx, "k", 1); err == nil {
+		t.Fatal("Allow of an unknown rule: no error")
+	}
+	if _, err := ref.Allow(ctx, "k", 0); err == nil {
+		t.Fatal("Allow of 0 tokens: no error")
+	}
+	if _, err := n.SetRules(ctx, []Rule{{Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ref.Allow(ctx, "k", 1); err == nil {
+		t.Fatal("Allow of a removed rule: no error")
+	}
+	if _, err := n.SetRules(ctx, []Rule{{Name: "r", Rate: slow, Burst: 2, Strategy: "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	var adm int
+	for range 5 {
+		if ok, err := ref.Allow(ctx, "k", 1); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			adm++
+		}
+	}
+	if adm != 2 {
+		t.Fatalf("the reloaded rule (burst 2, no refill) admitted %d of 5, want 2", adm)
+	}
+	if d, err := n.Ref("r").Check(ctx, "k2", 1); err != nil || !d.Allowed {
+		t.Fatalf("RuleRef.Check = %+v, %v; want admitted", d, err)
+	}
+}
