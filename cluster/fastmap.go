@@ -14,7 +14,8 @@ import (
 // a tombstone, and grows or cleans the table by building a new one with
 // the same entries and publishing it: a reader still on the old table
 // finds the same *fastEntry, whose counter is the one that matters.
-// Ours; about half the cost of a sync.Map lookup here (docs/PERFORMANCE.md).
+// Ours; 20-22 ns a lookup on 10k keys where a sync.Map takes 26-34
+// (BenchmarkFastMapLoad), with no interface conversion of the key.
 type fastMap struct {
 	seed  maphash.Seed
 	table atomic.Pointer[fastTable]
