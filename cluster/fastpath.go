@@ -49,6 +49,11 @@ const (
 	fastFirstWant = 4
 	// fastMaxWant bounds the size asked for (the strategy's cap is lower).
 	fastMaxWant = int64(1) << 40
+	// fastMaxKeys bounds the keys one rule keeps allowances for: beyond
+	// it new keys are decided in the loop only (until a sweep forgets idle
+	// ones), so a sweep, which visits every key kept, stays short (~1 ms)
+	// however many distinct keys the checks bring.
+	fastMaxKeys = 1 << 16
 )
 
 // allowance is one key's tokens held for the fast path.
@@ -175,6 +180,9 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	f := rs.fast
 	a := f.keys[key]
 	if a == nil {
+		if len(f.keys) >= n.fastMaxKeys {
+			return 0
+		}
 		a = &fastEntry{key: key}
 		a.want = fastFirstWant
 		a.tokens.Store(allowanceClosed)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,5 +306,28 @@ func TestRuleRefFollowsReloads(t *testing.T) {
 	}
 	if d, err := n.Ref("r").Check(ctx, "k2", 1); err != nil || !d.Allowed {
 		t.Fatalf("RuleRef.Check = %+v, %v; want admitted", d, err)
+	}
+}
+
+// TestFastPathKeyBound: a rule keeps allowances for at most its bound of
+// keys (fastMaxKeys, lowered to 100 here); checks of more keys are decided
+// in the loop, correctly.
+func TestFastPathKeyBound(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n.fastMaxKeys = 100 // before the first check: the check's hand-over orders it before the loop's read
+	ref := n.Ref("r")
+	ctx := context.Background()
+	for i := range 300 {
+		if ok, err := ref.Allow(ctx, "k"+strconv.Itoa(i), 1); !ok || err != nil {
+			t.Fatalf("key %d: %v, %v; want admitted", i, ok, err)
+		}
+	}
+	var kept int
+	// Inspect's function runs in the loop goroutine, the owner of the table.
+	if err := n.Inspect(ctx, func(time.Duration, Rule, strategy.Strategy) { kept = n.fastKept() }); err != nil {
+		t.Fatal(err)
+	}
+	if kept > 100 || kept == 0 {
+		t.Fatalf("%d keys kept, want 1..100", kept)
 	}
 }

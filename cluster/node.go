@@ -334,6 +334,9 @@ type Node struct {
 	fastDue   atomic.Bool // the timer fired: sweep at the next loop turn
 	fastArmed bool        // loop only: the timer is set
 	leaving   bool        // loop only: Leave was called: no more allowances
+	// fastMaxKeys is fastMaxKeys (a test may lower it before the first
+	// check).
+	fastMaxKeys int
 }
 
 // RefusedLogEvery is the least time between two log lines about peer
@@ -424,6 +427,7 @@ func New(cfg Config) (*Node, error) {
 	n.timer.Stop()
 	n.fastTimer = time.AfterFunc(time.Hour, n.fastTimerFired)
 	n.fastTimer.Stop()
+	n.fastMaxKeys = fastMaxKeys
 	rules := n.rules
 	n.rulesView.Store(&rules)
 	n.armed = -1
