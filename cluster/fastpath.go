@@ -27,6 +27,7 @@ package cluster
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
 	"sync/atomic"
 	"time"
@@ -75,9 +76,50 @@ type fastPath struct {
 	a strategy.Allowancer
 	m *fastMap // read by Check, written by the loop
 
-	// Loop goroutine only: the same entries as m, and how many are open.
+	// Loop goroutine only: the same entries as m, how many are open, and
+	// the keys checked recently (a key gets its first allowance at its
+	// second check within a sweep or two).
 	keys map[string]*fastEntry
 	open int
+	seen seenFilter
+}
+
+// seenFilter remembers which keys were checked in the current and the last
+// sweep period: two Bloom filters of 2^19 bits and two probes each (about
+// 4% false positives at 60,000 keys a period; no false negatives). A key
+// seen once (a workload of ever-new keys) gets no allowance, whose grant,
+// sweep and removal would cost more than the one check it could serve.
+// Loop goroutine only. Ours.
+type seenFilter struct {
+	seed      maphash.Seed
+	cur, prev []uint64 // allocated at the first use
+}
+
+const seenFilterBits = 1 << 19
+
+// twice records key and reports whether it was recorded before (in this
+// or the last period).
+func (f *seenFilter) twice(key string) bool {
+	if f.cur == nil {
+		f.seed = maphash.MakeSeed()
+		f.cur, f.prev = make([]uint64, seenFilterBits/64), make([]uint64, seenFilterBits/64)
+	}
+	h := maphash.String(f.seed, key)
+	i, j := h%seenFilterBits, (h>>32)%seenFilterBits
+	has := func(b []uint64) bool { return b[i/64]&(1<<(i%64)) != 0 && b[j/64]&(1<<(j%64)) != 0 }
+	before := has(f.cur) || has(f.prev)
+	f.cur[i/64] |= 1 << (i % 64)
+	f.cur[j/64] |= 1 << (j % 64)
+	return before
+}
+
+// rotate starts a new period: the last one is forgotten.
+func (f *seenFilter) rotate() {
+	if f.cur == nil {
+		return
+	}
+	f.cur, f.prev = f.prev, f.cur
+	clear(f.cur)
 }
 
 // newFastPath returns the fast path of a rule whose strategy is s, or nil
@@ -180,7 +222,9 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	f := rs.fast
 	a := f.keys[key]
 	if a == nil {
-		if len(f.keys) >= n.fastMaxKeys {
+		n.fastSeen = true
+		n.fastArm() // the filter's periods run on the sweep timer
+		if !f.seen.twice(key) || len(f.keys) >= n.fastMaxKeys {
 			return 0
 		}
 		a = &fastEntry{key: key}
@@ -236,6 +280,7 @@ func (n *Node) fastSweep(now time.Duration) {
 		if f == nil {
 			continue
 		}
+		f.seen.rotate()
 		for k, a := range f.keys {
 			left := a.tokens.Load()
 			switch {
@@ -290,9 +335,10 @@ func (n *Node) fastTick() {
 	n.fastDue.Store(false)
 	n.fastArmed = false
 	n.fastSweep(n.now())
-	if n.fastKept() > 0 {
+	if n.fastKept() > 0 || n.fastSeen {
 		n.fastArm()
 	}
+	n.fastSeen = false
 }
 
 // RuleRef is one rule of a node, named once, for a caller that checks it

@@ -321,9 +321,11 @@ func TestFastPathKeyBound(t *testing.T) {
 	n.fastMaxKeys = 100 // before the first check: the check's hand-over orders it before the loop's read
 	ref := n.Ref("r")
 	ctx := context.Background()
-	for i := range 300 {
-		if ok, err := ref.Allow(ctx, "k"+strconv.Itoa(i), 1); !ok || err != nil {
-			t.Fatalf("key %d: %v, %v; want admitted", i, ok, err)
+	for pass := range 2 { // a key gets an allowance at its second check
+		for i := range 300 {
+			if ok, err := ref.Allow(ctx, "k"+strconv.Itoa(i), 1); !ok || err != nil {
+				t.Fatalf("pass %d, key %d: %v, %v; want admitted", pass, i, ok, err)
+			}
 		}
 	}
 	var kept int
@@ -334,4 +336,34 @@ func TestFastPathKeyBound(t *testing.T) {
 	if kept > 100 || kept == 0 {
 		t.Fatalf("%d keys kept, want 1..100", kept)
 	}
+}
+
+// TestFastPathSeenTwice: a key gets an allowance at its second check, not
+// its first, so a stream of ever-new keys costs no grants (up to the seen
+// filter's false positives, a few percent), also after the filter's
+// periods have turned over several times without any grant.
+func TestFastPathSeenTwice(t *testing.T) {
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	ref := n.Ref("r")
+	ctx := context.Background()
+	deadline := time.Now().Add(350 * time.Millisecond) // three sweep periods and more
+	unique := 0
+	for ; unique < 200000 && time.Now().Before(deadline); unique++ {
+		if ok, err := ref.Allow(ctx, "u"+strconv.Itoa(unique), 1); !ok || err != nil {
+			t.Fatalf("key %d: %v, %v", unique, ok, err)
+		}
+	}
+	if g := n.Stats().Rules["r"].AllowanceGrants; g*10 > int64(unique) {
+		t.Fatalf("%d grants for %d keys each checked once, want under 10%%", g, unique)
+	}
+	before := n.Stats().Rules["r"].AllowanceGrants
+	for range 2 {
+		if ok, err := ref.Allow(ctx, "twice", 1); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if g := n.Stats().Rules["r"].AllowanceGrants - before; g != 1 {
+		t.Fatalf("a key checked twice got %d allowances, want 1 (at its second check)", g)
+	}
+	t.Logf("%d unique keys, %d grants", unique, before)
 }

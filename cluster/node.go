@@ -334,6 +334,7 @@ type Node struct {
 	fastDue   atomic.Bool // the timer fired: sweep at the next loop turn
 	fastArmed bool        // loop only: the timer is set
 	leaving   bool        // loop only: Leave was called: no more allowances
+	fastSeen  bool        // loop only: a key was recorded in a seen filter this period
 	// fastMaxKeys is fastMaxKeys (a test may lower it before the first
 	// check).
 	fastMaxKeys int
