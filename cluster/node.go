@@ -480,8 +480,9 @@ func (n *Node) Rules() []string {
 // ErrClosed when the node is or gets closed.
 //
 // A check the strategy can decide from local state (strategy.Allowancer:
-// local, central, static) is usually decided in the caller's goroutine
-// from the key's allowance, without the node's loop (fastpath.go).
+// local, central, static, and owner for the keys this node owns) is
+// usually decided in the caller's goroutine from the key's allowance,
+// without the node's loop (fastpath.go).
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
 	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens)
 }

@@ -595,9 +595,10 @@ func (l *Limiter) Allow(key string) bool {
 // AllowN asks the cluster for n tokens of key now: true if admitted (the
 // tokens are spent), false if refused. It blocks until the rule's strategy
 // decides (a network round trip for owner at a non-owner node) or ctx
-// ends. Under local, central and static most admissions are taken in the
-// caller's goroutine from the key's allowance (cluster's fast path: no
-// channel hand-off, no allocation), exactly within the rule's envelope.
+// ends. Under local, central, static and owner (at the key's owner) most
+// admissions are taken in the caller's goroutine from the key's allowance
+// (cluster's fast path: no channel hand-off, no allocation), exactly
+// within the rule's envelope.
 // Errors are cluster.Node.Check's: a bad key or n, ctx.Err(),
 // cluster.ErrClosed.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error) {
