@@ -17,6 +17,7 @@ require (
 	go.etcd.io/bbolt v1.3.11
 	golang.org/x/sys v0.48.0
 	golang.org/x/term v0.46.0
+	golang.org/x/time v0.14.0
 	gonum.org/v1/plot v0.14.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -116,7 +116,10 @@ type Decision struct {
 	// Remaining is the whole tokens the deciding node's view of the key
 	// held just after a synchronous decision (strategy.Remainer); -1 when
 	// unknown: an asynchronous decision, or a strategy without a local
-	// bucket.
+	// bucket. A decision on the fast path (an allowance, fastpath.go)
+	// reports the bucket's tokens when the allowance was granted plus
+	// those left in it: never more than the key holds, but without the
+	// refill since the grant.
 	Remaining int64
 	// Delay is, for a check in waiting mode (CheckWait) admitted with a
 	// reservation, how long after the check reached the node the caller
@@ -150,8 +153,15 @@ type RuleStats struct {
 	BytesReceived    int64
 	SendErrors       int64 // frames the transport refused (unknown or closed peer)
 	ReceiveErrors    int64 // payloads the strategy refused
-	Requests         int64 // checks handed to the strategy
+	Requests         int64 // checks handed to the strategy (not those decided on the fast path)
 	Pending          int64 // checks waiting for an async decision now
+	// The fast path (strategy.Allowancer): allowances granted, their
+	// tokens, and the tokens given back unused. Tokens granted less
+	// returned (less those in allowances still open) were admitted on
+	// the fast path, without the strategy's loop.
+	AllowanceGrants   int64
+	AllowanceTokens   int64
+	AllowanceReturned int64
 }
 
 // Stats is a snapshot of a node's counters.
@@ -165,6 +175,7 @@ type Stats struct {
 type ruleCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
 	sendErrs, recvErrs, requests, pending    atomic.Int64
+	grants, granted, returned                atomic.Int64 // the fast path's (fastpath.go)
 }
 
 type result struct {
@@ -187,6 +198,7 @@ type pendingCheck struct {
 type batch struct {
 	items []BatchItem
 	rules []*ruleState
+	first int           // the items before were decided on the fast path
 	done  chan struct{} // closed when every item is decided
 
 	mu        sync.Mutex
@@ -240,6 +252,7 @@ type ruleState struct {
 	s       strategy.Strategy
 	pending map[uint64]pendingCheck
 	c       ruleCounters
+	fast    *fastPath // allowances (fastpath.go); nil when the strategy grants none
 }
 
 type eventKind uint8
@@ -273,10 +286,13 @@ type event struct {
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
-	self      strategy.NodeID
-	rules     map[string]*ruleState
-	order     []*ruleState
-	rulesMu   sync.RWMutex  // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
+	self    strategy.NodeID
+	rules   map[string]*ruleState
+	order   []*ruleState
+	rulesMu sync.RWMutex // rules and order: replaced by the loop only (SetRules), read elsewhere under RLock
+	// rulesView is rules as Check reads it, without a lock: the map is
+	// never changed once stored (SetRules stores a new one).
+	rulesView atomic.Pointer[map[string]*ruleState]
 	seed      uint64        // Config.Seed, for rules added by SetRules
 	hint      time.Duration // Config.LatencyHint, likewise
 	transport Transport
@@ -312,6 +328,16 @@ type Node struct {
 
 	// refusedLog limits logRefused to one line per RefusedLogEvery.
 	refusedLog logthrottle.Throttle
+
+	// The fast path's sweep timer and state (fastpath.go).
+	fastTimer *time.Timer
+	fastDue   atomic.Bool // the timer fired: sweep at the next loop turn
+	fastArmed bool        // loop only: the timer is set
+	leaving   bool        // loop only: Leave was called: no more allowances
+	fastSeen  bool        // loop only: a key was recorded in a seen filter this period
+	// fastMaxKeys is fastMaxKeys (a test may lower it before the first
+	// check).
+	fastMaxKeys int
 }
 
 // RefusedLogEvery is the least time between two log lines about peer
@@ -400,6 +426,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.timer = time.AfterFunc(time.Hour, n.signalWake)
 	n.timer.Stop()
+	n.fastTimer = time.AfterFunc(time.Hour, n.fastTimerFired)
+	n.fastTimer.Stop()
+	n.fastMaxKeys = fastMaxKeys
+	rules := n.rules
+	n.rulesView.Store(&rules)
 	n.armed = -1
 	// Start every strategy before the first event can reach it.
 	for _, rs := range n.order {
@@ -447,7 +478,27 @@ func (n *Node) Rules() []string {
 // changes); ctx.Err() when ctx ends first (the strategy may still decide
 // the request later: for owner, the owner's bucket has then been charged);
 // ErrClosed when the node is or gets closed.
+//
+// A check the strategy can decide from local state (strategy.Allowancer:
+// local, central, static, and owner for the keys this node owns) is
+// usually decided in the caller's goroutine from the key's allowance,
+// without the node's loop (fastpath.go).
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
+	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens)
+}
+
+// checkRule is Check with the rule looked up already (rs; nil when the
+// node has no such rule).
+func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens int64) (Decision, error) {
+	// The fast path: tokens of the key's allowance, in this goroutine. A
+	// key found in the allowances was validated when the loop granted
+	// them (an empty, over-long or non-UTF-8 key never is), so only the
+	// tokens are checked before.
+	if rs != nil && rs.fast != nil && tokens > 0 && tokens <= n.maxTokens && ctx.Err() == nil {
+		if d, ok := rs.fast.take(key, tokens); ok {
+			return d, nil
+		}
+	}
 	rs, err := n.validate(rule, key, tokens)
 	if err != nil {
 		return Decision{}, err
@@ -487,9 +538,7 @@ func (n *Node) check(ctx context.Context, ev event) (Decision, error) {
 
 // validate checks one request's input and returns its rule.
 func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
-	n.rulesMu.RLock()
-	rs, ok := n.rules[rule]
-	n.rulesMu.RUnlock()
+	rs, ok := (*n.rulesView.Load())[rule]
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
@@ -517,6 +566,10 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 // undecided when ctx ended (they may still be decided later), or
 // ErrClosed. A call error is returned only for invalid input, an empty
 // batch, or ctx or the node ending before the hand-over.
+//
+// Items a key's allowance covers (the fast path, as in Check) are decided
+// in the caller's goroutine, in order, up to the first one it does not
+// cover; that one and every later item go to the loop as one event.
 func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
 	if len(items) == 0 {
 		return nil, errors.New("cluster: CheckBatch: no items")
@@ -535,6 +588,24 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	// The fast path, in order: the items up to the first one an allowance
+	// cannot cover are decided here; that one and the rest go to the loop
+	// (so the batch is still decided in order).
+	for ; b.first < len(items); b.first++ {
+		it, rs := items[b.first], b.rules[b.first]
+		if rs.fast == nil || it.MaxWait > 0 {
+			break
+		}
+		d, ok := rs.fast.take(it.Key, it.Tokens)
+		if !ok {
+			break
+		}
+		b.results[b.first], b.decided[b.first] = BatchResult{Decision: d}, true
+		b.left--
+	}
+	if b.left == 0 {
+		return b.results, nil
 	}
 	select {
 	case n.events <- event{kind: evBatch, batch: b}:
@@ -684,6 +755,7 @@ func (n *Node) Stats() Stats {
 			MessagesReceived: c.msgsRecv.Load(), BytesReceived: c.bytesRecv.Load(),
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
 			Requests: c.requests.Load(), Pending: c.pending.Load(),
+			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
 		}
 	}
 	return st
@@ -739,6 +811,7 @@ func (n *Node) loop() {
 			n.armed = -1
 		}
 		n.runDue()
+		n.fastTick()
 	}
 }
 
@@ -750,6 +823,9 @@ func (n *Node) handle(ev event) {
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
+			if i < ev.batch.first {
+				continue // decided on the fast path
+			}
 			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
@@ -768,6 +844,7 @@ func (n *Node) handle(ev event) {
 		n.apply(now, rs)
 	case evMembers:
 		if !slices.Equal(ev.members, n.members) {
+			n.fastCloseAll(now, true) // allowances are given back before a re-split
 			n.members = ev.members
 			for _, rs := range n.order {
 				n.fx.Reset()
@@ -777,10 +854,12 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evRules:
+		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
 		n.setRules(now, ev.rules)
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
+			n.fastCloseAll(now, true)
 			n.expected = ev.members
 			for _, rs := range n.order {
 				c, ok := rs.s.(strategy.Conserver)
@@ -794,6 +873,12 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evLeave, evInspect:
+		if ev.kind == evLeave {
+			// Leaving: the allowances go back and no new ones are granted,
+			// so every decision from now on is the strategy's own.
+			n.fastCloseAll(now, true)
+			n.leaving = true
+		}
 		left := true
 		for _, rs := range n.order {
 			if ev.inspect != nil {
@@ -825,6 +910,11 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
 		return
 	}
+	if rs.fast != nil {
+		// The strategy decides on the exact level: the key's allowance
+		// (empty, or too small for this request) goes back first.
+		n.fastClose(now, rs, key, true)
+	}
 	n.nextID++
 	id := n.nextID
 	rs.c.requests.Add(1)
@@ -838,10 +928,14 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		d, ok = rs.s.Request(now, req, &n.fx)
 	}
 	if ok {
+		var granted int64
+		if rs.fast != nil && d.Allowed && d.Delay == 0 {
+			granted = n.fastGrant(now, rs, key)
+		}
 		rem := int64(-1)
 		if r, isR := rs.s.(strategy.Remainer); isR {
 			if v, known := r.Remaining(now, key); known {
-				rem = v
+				rem = v + granted // the allowance's tokens are the caller's too
 			}
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
@@ -914,6 +1008,8 @@ func (n *Node) runDue() {
 // shutdown runs when the loop exits: it fails every pending check.
 func (n *Node) shutdown() {
 	n.timer.Stop()
+	n.fastTimer.Stop()
+	n.fastCloseAll(n.last, false) // dropped: a Check from now on goes to the closed loop
 	for _, rs := range n.order {
 		for id, p := range rs.pending {
 			p.answer(result{d: Decision{Remaining: -1}, err: ErrClosed})

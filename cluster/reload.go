@@ -141,7 +141,7 @@ func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleStat
 	if err := strategy.CheckPartition(r.Strategy, s, r.Partition); err != nil {
 		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
-	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}}, nil
+	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}, fast: newFastPath(s)}, nil
 }
 
 // setRules carries out u in the loop goroutine (see SetRules).
@@ -203,6 +203,7 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 		rs.idx = i
 	}
 	n.rules, n.order = byName, order
+	n.rulesView.Store(&byName)
 	n.rulesMu.Unlock()
 	n.wakes, n.wakeSet = minheap.New(wakeBefore), map[wakeEntry]bool{}
 	for _, w := range wakes {

@@ -16,6 +16,7 @@ package local
 import (
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
@@ -26,6 +27,9 @@ type Local struct {
 	table      *buckets.Table
 	sweepEvery time.Duration
 	nextSweep  time.Duration
+	rate       bucket.Rate
+	burst      int64
+	held       strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
 }
 
 // New builds a node. name is "local" or "central" (for error messages).
@@ -41,7 +45,7 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, nil
+	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst), rate: cfg.Rate, burst: cfg.Burst}, nil
 }
 
 // Start schedules the first sweep of idle (full) buckets.
@@ -53,6 +57,7 @@ func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
 // Request decides at once from this node's bucket for req.Key, at req.Arrival:
 // allowed when req.Tokens tokens are there (a request above the burst never is).
 func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	l.clamp(req.Arrival, req.Key)
 	ok := l.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
@@ -61,6 +66,7 @@ func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // §5.2): the tokens are reserved in this node's bucket for req.Key when the
 // wait is at most maxWait, and the decision carries that wait.
 func (l *Local) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	l.clamp(req.Arrival, req.Key)
 	delay, ok := strategy.ReserveWithin(l.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
 }
@@ -76,6 +82,7 @@ func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < l.nextSweep {
 		return
 	}
+	l.clampAll(now) // a bucket with tokens held is not full: not swept
 	l.table.Sweep(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
@@ -92,7 +99,7 @@ func (l *Local) StateBytes() int { return l.table.StateBytes() }
 // known: for `local` it is this node's own (r, b) bucket, for `central`
 // the cluster's only one. It changes no state (strategy.Remainer).
 func (l *Local) Remaining(now time.Duration, key string) (int64, bool) {
-	return l.table.Remaining(key, now), true
+	return l.remaining(now, key), true
 }
 
 var _ strategy.Remainer = (*Local)(nil)

@@ -9,7 +9,11 @@ import (
 // Snapshot emits this node's (r, b) bucket of every key that is not full
 // at now (strategy.Snapshotter). Ours: seed 002 and 003 keep no state
 // across restarts; envoy ratelimit keeps its counters in Redis.
+//
+// With allowances open (strategy.Allowancer) their tokens count as spent:
+// the levels are first clamped (which changes no decision to come).
 func (l *Local) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	l.clampAll(now)
 	l.table.Export(now, nil, emit)
 }
 

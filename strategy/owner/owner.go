@@ -257,6 +257,8 @@ type Owner struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	rank       []strategy.NodeID // scratch for rendezvous.Rank
+
+	held strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
 }
 
 // queued is a request waiting at its owner. origin is "" for a request that
@@ -697,7 +699,11 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 // bucketFor returns key's bucket for a decision at time at, creating a
 // full one if there is none.
 func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
-	return o.tab(key).Get(key, at)
+	b := o.tab(key).Get(key, at)
+	if o.held.Len() > 0 {
+		o.held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
+	}
+	return b
 }
 
 // fetchFor reports whether q must wait for its key's level: during a
@@ -950,6 +956,7 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 		}
 		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
 		if b, ok := o.tables[sub].Lookup(k); ok {
+			o.clampRaw(b, k)
 			ticks, at := b.Level()
 			l.LevelTicks, l.AtNs = ticks, int64(at)
 		}
@@ -1018,6 +1025,7 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 		if !ok {
 			continue
 		}
+		o.clampRaw(b, k)
 		ticks, at := b.Level()
 		for _, p := range to(k) {
 			if p == o.self {
@@ -1124,6 +1132,7 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 		o.resendUnacked(now, fx)
 	}
 	if now >= o.nextSweep {
+		o.clampAll(now - o.hold) // a bucket with tokens held is not full: not swept
 		for _, t := range o.tables {
 			t.Sweep(now - o.hold)
 		}
@@ -1162,6 +1171,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	if !changed {
 		return
 	}
+	o.clampAll(now) // the driver returned its allowances first; held tokens stay spent
 	o.changedAt = now
 	clear(o.suspect)
 	if r, b, err := o.localShare(); err == nil {
@@ -1217,6 +1227,7 @@ func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	o.leaving = true
+	o.clampAll(now)
 	others := o.others()
 	if len(others) == 0 {
 		return
@@ -1273,7 +1284,7 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 	if !o.owns(key) {
 		return 0, false
 	}
-	return o.conserveRemaining(now, key, o.table.Remaining(key, now)), true
+	return o.conserveRemaining(now, key, o.remaining(now, key)), true
 }
 
 var _ strategy.Remainer = (*Owner)(nil)

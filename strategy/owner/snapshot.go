@@ -11,7 +11,11 @@ import (
 // keys it no longer owns (left from before a membership change) are
 // their new owner's to keep. Requests still in the ordering buffer are not
 // part of the snapshot: a restart loses them.
+//
+// With allowances open (strategy.Allowancer) their tokens count as spent:
+// the levels are first clamped (which changes no decision to come).
 func (o *Owner) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	o.clampAll(now)
 	o.table.Export(now, o.owns, emit)
 }
 

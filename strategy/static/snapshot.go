@@ -9,7 +9,11 @@ import (
 // Snapshot emits this node's sub-token bucket (r/N, b_i) of every key
 // that is not full at now (strategy.Snapshotter); Capacity is the share
 // b_i of the split at the time. Ours.
+//
+// With allowances open (strategy.Allowancer) their tokens count as spent:
+// the levels are first clamped (which changes no decision to come).
 func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
+	s.clampAll(now)
 	s.table.Export(now, nil, emit)
 }
 

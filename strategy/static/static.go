@@ -54,6 +54,9 @@ type Static struct {
 	expected   []strategy.NodeID // SetExpected's last agreed members
 	sweepEvery time.Duration
 	nextSweep  time.Duration
+	shareRate  bucket.Rate              // r/N of the current split
+	shareBurst int64                    // b_i of the current split
+	held       strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
@@ -75,6 +78,7 @@ func New(cfg strategy.Config) (*Static, error) {
 		return nil, err
 	}
 	s.members = len(cfg.Members)
+	s.shareRate, s.shareBurst = r, b
 	s.sweepEvery = buckets.SweepInterval(r, b)
 	return s, nil
 }
@@ -102,6 +106,7 @@ func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
 // Request decides at once from this node's sub-token bucket (r/N, b_i) for
 // req.Key, at req.Arrival.
 func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	s.clamp(req.Arrival, req.Key)
 	ok := s.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
@@ -117,6 +122,7 @@ func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < s.nextSweep {
 		return
 	}
+	s.clampAll(now) // a bucket with tokens held is not full: not swept
 	s.table.Sweep(now)
 	s.nextSweep = now + s.sweepEvery
 	fx.WakeAt(s.nextSweep)
@@ -155,8 +161,11 @@ func (s *Static) resplit(now time.Duration) {
 	if err != nil {
 		return
 	}
+	s.clampAll(now)
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
 	s.members = len(split)
+	s.shareRate, s.shareBurst = r, b
+	s.clampAll(now) // the new b_i less what is held (none when the driver returned first)
 }
 
 // StateBytes is the encoded size of the sub-token buckets held, in bytes.
@@ -166,7 +175,7 @@ func (s *Static) StateBytes() int { return s.table.StateBytes() }
 // key holds at now (b_i for a key it holds no bucket of). Always known. It
 // changes no state (strategy.Remainer).
 func (s *Static) Remaining(now time.Duration, key string) (int64, bool) {
-	return s.table.Remaining(key, now), true
+	return s.remaining(now, key), true
 }
 
 // CapacityShares is 1/N for every key this node holds a sub-token bucket

@@ -1,0 +1,170 @@
+package strategy
+
+// Allowances: the local fast path of issue 14 (part 1). Ours, not a source
+// document's: seed 000 §1.1's bucket is kept exact while part of its
+// tokens sit in the driver's hands.
+
+import (
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+// Allowancer is implemented by strategies that can decide some requests
+// from local state alone and let the live driver take those decisions in
+// the caller's goroutine, off the node's event loop (local, central,
+// static). The strategy stays single-threaded and deterministic: it hands
+// the driver an allowance of whole tokens of one key, taken out of the
+// key's bucket as if admitted at the time of the Grant; the driver admits
+// requests by consuming it (an atomic decrement) and gives back what is
+// left with Return. The simulator never calls either method, so a strategy
+// run without allowances behaves exactly as before.
+//
+// Exactness: tokens in an allowance count as spent. The strategy keeps the
+// key's bucket level plus the tokens it has granted and not had back at
+// most the burst (AllowanceLedger), so the tokens available to the key
+// (level + unconsumed allowance) form a bucket of the same (r, b): the
+// admissions of a key in any window of length T stay within b + r*T
+// whatever the driver consumes and when. The price: while tokens granted
+// but already consumed are still counted in an open allowance, the bucket
+// stops refilling at b minus them, so up to one allowance may be refused
+// that an exact bucket would have admitted (only when the key's bucket is
+// nearly full); AllowanceCap keeps an allowance small for that reason.
+//
+// The driver holds at most one allowance per key, returns it before any
+// other call about that key (Request, RequestWait), and returns every
+// allowance before SetMembers, SetExpected or Leave (or drops them and
+// returns 0: tokens dropped are lost, which is safe).
+type Allowancer interface {
+	// Grant takes up to want whole tokens of key (want >= 1) out of the
+	// key's local bucket as if admitted at now and hands them to the
+	// driver, who may admit requests for them until until (a time on the
+	// strategy's clock, after now). tokens is 0 (and nothing changes)
+	// when the strategy cannot decide key locally now, or the bucket
+	// holds no whole token; never more than the burst. fx takes what the
+	// strategy asks of its driver meanwhile (owner: a sync of the key's
+	// level to its replicas).
+	Grant(now time.Duration, key string, want int64, fx *Effects) (tokens int64, until time.Duration)
+	// Return closes the driver's allowance of key: unused of its tokens
+	// go back into the key's bucket (capped at what was granted and not
+	// returned; a bucket in debt drops them), every other granted token
+	// counts as admitted. A key with no allowance open is ignored.
+	Return(now time.Duration, key string, unused int64, fx *Effects)
+}
+
+// AllowanceWindow is how much of the rule's rate one allowance may hold
+// at most: an allowance never holds more than the refill of this long
+// (nor more than a quarter of the burst; see AllowanceCap).
+const AllowanceWindow = 5 * time.Millisecond
+
+// AllowanceValidity is how long an allowance of local and static stays
+// valid: the driver returns it by then, so tokens of a key that went idle
+// are not held (and do not keep the key's bucket from refilling to the
+// burst) for long.
+const AllowanceValidity = time.Second
+
+// AllowanceCap is the most tokens one allowance of a bucket (rate, burst)
+// may hold: the refill of AllowanceWindow, at most a quarter of the burst
+// (tokens, rounded down; 0 means no fast path: the rule's rate is too low
+// for an allowance of a whole token to pay off). Ours.
+func AllowanceCap(rate bucket.Rate, burst int64) int64 {
+	if rate.Tokens == 0 || rate.Per <= 0 {
+		return 0
+	}
+	// tokens in AllowanceWindow = Tokens * window / Per, in 128-bit-safe
+	// steps: both factors are below 2^63, the window is small.
+	w := int64(AllowanceWindow)
+	var refill int64
+	if rate.Tokens > (1<<62)/w {
+		refill = burst // a rate above ~1e9 tokens/ns: bounded by the burst below
+	} else {
+		refill = rate.Tokens * w / int64(rate.Per)
+	}
+	return max(min(refill, burst/4), 0)
+}
+
+// AllowanceLedger is the strategy's side of the allowances of a table of
+// per-key buckets: the tokens granted per key and not returned yet (held).
+// It keeps level + held <= burst for every key (Clamp), which is what makes
+// the fast path exact (see Allowancer). The zero value is empty and ready.
+// Not safe for concurrent use (the strategy's goroutine owns it). Ours.
+type AllowanceLedger struct {
+	held map[string]int64
+}
+
+// Len is the number of keys with tokens held by the driver.
+func (l *AllowanceLedger) Len() int { return len(l.held) }
+
+// Held is the tokens of key granted and not returned.
+func (l *AllowanceLedger) Held(key string) int64 { return l.held[key] }
+
+// Keys calls f for every key with tokens held (in no particular order).
+func (l *AllowanceLedger) Keys(f func(key string)) {
+	for k := range l.held {
+		f(k)
+	}
+}
+
+// Clamp brings b (key's bucket) to now and lowers its level to the burst
+// less the tokens held for key, if above: the bucket refills only up to
+// what the allowance leaves of the burst. Between two clamps at which the
+// held tokens are the same, clamping at the second gives exactly the level
+// a bucket of that smaller capacity would have (min(C-h, min(C, x)) =
+// min(C-h, x)), so calling it before every use of b is exact. Nothing
+// happens for a key with nothing held.
+func (l *AllowanceLedger) Clamp(b *bucket.Bucket, now time.Duration, key string) {
+	h := l.held[key]
+	if h <= 0 {
+		return
+	}
+	_, _, per := b.LevelAt(now)
+	c := b.CapacityTicks()
+	ceil := max(c-h*per, -c)    // h <= burst while the driver returns before re-splits
+	_ = b.MergeLevel(ceil, now) // within [-c, c], now >= 0: cannot fail
+}
+
+// Grant takes up to min(want, most) whole tokens of key out of b at now
+// (after Clamp) and records them as held; it returns how many (0 when the
+// bucket holds no whole token, or want or most is below 1).
+func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string, want, most int64) int64 {
+	if want <= 0 || most <= 0 {
+		return 0
+	}
+	l.Clamp(b, now, key)
+	level, _, per := b.LevelAt(now)
+	g := min(want, most, max(level/per, 0))
+	if g <= 0 || !b.AllowN(now, g) {
+		return 0
+	}
+	if l.held == nil {
+		l.held = map[string]int64{}
+	}
+	l.held[key] += g
+	return g
+}
+
+// Drop forgets the tokens held for key without a bucket to return them
+// to (the strategy dropped the key's bucket): they stay spent.
+func (l *AllowanceLedger) Drop(key string) { delete(l.held, key) }
+
+// Return closes key's allowance at now: b (key's bucket) is clamped with
+// the tokens held, then unused of them (at most the tokens held) go back
+// into it and nothing is held for key any more. A bucket in debt (waiting
+// mode's reservations) drops the returned tokens, which is safe.
+func (l *AllowanceLedger) Return(b *bucket.Bucket, now time.Duration, key string, unused int64) {
+	h := l.held[key]
+	if h <= 0 {
+		return
+	}
+	l.Clamp(b, now, key)
+	delete(l.held, key)
+	u := min(max(unused, 0), h)
+	if u == 0 {
+		return
+	}
+	level, _, per := b.LevelAt(now)
+	if level < 0 {
+		return
+	}
+	_ = b.SetLevel(now, level+u*per, per) // level + u*per <= C - (h-u)*per: no overflow, no cap
+}
