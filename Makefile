@@ -19,6 +19,7 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./bucket ./rendezvous ./sim ./workload ./cluster/grpcpeer
 	$(GO) test -run '^$$' -bench 'Server' -benchtime 100000x ./loadgen
+	$(GO) test -run '^$$' -bench 'Allow' -benchmem -cpu 1,2 ./limiter
 
 # tokenmesh and its peers on one harness (issue 14; not part of `make test`,
 # about 5 minutes): installs Gubernator and envoyproxy/ratelimit at pinned
