@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/replay"
 )
 
 // latencyHint sets lc's latency hint from node.latency_hint and returns the
@@ -32,4 +40,52 @@ func latencyHint(lc *limiter.Config, h config.LatencyHint, log *slog.Logger) *cl
 			"quantile", cluster.HintQuantile, "window", cluster.HintWindow, "factor", cluster.HintFactor)
 		return est
 	}
+}
+
+// metricsReader is what reportHints needs of a cluster
+// (localcluster.Cluster).
+type metricsReader interface {
+	Metrics(ctx context.Context, i int) (string, error)
+}
+
+// reportHints prints, on w, the latency hint each node's strategies ended
+// the replay with (tokenmesh_latency_hint_seconds from its /metrics; the
+// nodes run with node.latency_hint auto) and the largest per-peer one-way
+// latency it measured (tokenmesh_peer_latency_seconds): what the
+// simulator's --latency must say to describe the replay's timers.
+func reportHints(ctx context.Context, w io.Writer, strategy string, c metricsReader, nodes int) {
+	parts := make([]string, 0, nodes)
+	for i := range nodes {
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		text, err := c.Metrics(mctx, i)
+		cancel()
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("n%d unknown (%v)", i, err))
+			continue
+		}
+		hint, ok := replay.SumCounter(text, "tokenmesh_latency_hint_seconds", nil)
+		if !ok {
+			parts = append(parts, fmt.Sprintf("n%d unknown (no tokenmesh_latency_hint_seconds)", i))
+			continue
+		}
+		peer := maxGauge(text, "tokenmesh_peer_latency_seconds")
+		parts = append(parts, fmt.Sprintf("n%d %v (peers' p99 one-way up to %v)", i, secondsDur(hint), secondsDur(peer)))
+	}
+	fmt.Fprintf(w, "tokenmesh: %s: latency hint at the end: %s\n", strategy, strings.Join(parts, ", "))
+}
+
+// maxGauge is the largest value of the gauge family name in a Prometheus
+// text exposition (0 if none).
+func maxGauge(text, name string) float64 {
+	var p expfmt.TextParser
+	fams, _ := p.TextToMetricFamilies(strings.NewReader(text))
+	var m float64
+	for _, x := range fams[name].GetMetric() {
+		m = max(m, x.GetGauge().GetValue())
+	}
+	return m
+}
+
+func secondsDur(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
 }

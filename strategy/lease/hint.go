@@ -48,7 +48,13 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 	l.returnLead = min(2*hint, l.ttl/4)
 	l.sweepLag = max(l.sweepLag, l.timeout+3*hint+l.hold+l.maxSkew)
 	l.decideDue(now, fx)
-	if l.queue.Len() > 0 {
-		fx.WakeAt(max(l.queue.Peek().arrival+l.hold, now))
+	// Every entry was given a wake-up at its turn under the old hold;
+	// ask for one at its new turn (hint changes are rare: O(queue)).
+	last := time.Duration(-1)
+	for _, q := range l.queue.Items() {
+		if at := max(q.arrival+l.hold, now); at != last {
+			fx.WakeAt(at)
+			last = at
+		}
 	}
 }

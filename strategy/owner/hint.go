@@ -30,7 +30,7 @@ func newHintParams(p strategy.Params, retries int) hintParams {
 // Safe at any time: the ordering buffer keeps every queued request; a
 // shorter hold decides at once, in (arrival, ID) order, those now past
 // their turn, a longer one makes them wait longer (a wake-up is asked for
-// the new head). Forwards in flight keep the deadline they were sent with.
+// every entry's new turn). Forwards in flight keep the deadline they were sent with.
 // Ours (issue 13).
 func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	hint = max(hint, 0)
@@ -47,7 +47,13 @@ func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 	}
 	o.seen.Grow(2*o.timeout + o.hold + 4*hint)
 	o.decideDue(now, fx)
-	if o.queue.Len() > 0 {
-		fx.WakeAt(max(o.queue.Peek().arrival+o.hold, now))
+	// Every entry was given a wake-up at its turn under the old hold;
+	// ask for one at its new turn (hint changes are rare: O(queue)).
+	last := time.Duration(-1)
+	for _, q := range o.queue.Items() {
+		if at := max(q.arrival+o.hold, now); at != last {
+			fx.WakeAt(at)
+			last = at
+		}
 	}
 }
