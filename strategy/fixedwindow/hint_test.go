@@ -34,7 +34,7 @@ func TestSetLatencyHintTimeout(t *testing.T) {
 	}
 	var fx strategy.Effects
 	f.Request(0, strategy.Request{ID: 1, Key: key, Tokens: 1}, &fx) // deadline 250ms
-	f.SetLatencyHint(10*time.Millisecond, 0, &fx)                     // timeout 100ms
+	f.SetLatencyHint(10*time.Millisecond, 0, &fx)                   // timeout 100ms
 	f.Request(20*time.Millisecond, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: 20 * time.Millisecond}, &fx)
 	if d1, d2 := f.pending[1].Deadline, f.pending[2].Deadline; d2 < d1 {
 		t.Fatalf("deadlines out of order after the timeout shrank: %v then %v", d1, d2)
