@@ -19,18 +19,18 @@ func TestEstimatorFloorAndQuantile(t *testing.T) {
 	if h := e.Hint(t0); h != 2*time.Millisecond {
 		t.Fatalf("hint without samples = %v, want the floor 2ms", h)
 	}
-	// 100 samples of 1..100 ms RTT over two peers: p99 of RTT/2 = 99ms/2.
+	// 100 samples of 1..100 ms RTT over two peers: p90 of RTT/2 = 90ms/2.
 	for i := 1; i <= 100; i++ {
 		peer := strategy.NodeID(fmt.Sprintf("p%d", i%2))
 		e.Observe(peer, time.Duration(i)*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	at := t0.Add(time.Second)
-	if h, want := e.Hint(at), 99*time.Millisecond/2; h != want {
-		t.Fatalf("hint = %v, want p99 of RTT/2 = %v", h, want)
+	if h, want := e.Hint(at), 45*time.Millisecond; h != want {
+		t.Fatalf("hint = %v, want p90 of RTT/2 = %v", h, want)
 	}
 	pl := e.PeerLatency(at)
-	if len(pl) != 2 || pl["p0"] != 50*time.Millisecond || pl["p1"] != 99*time.Millisecond/2 {
-		t.Fatalf("per-peer latency = %v, want p0 50ms (its largest, 100ms/2), p1 49.5ms", pl)
+	if len(pl) != 2 || pl["p0"] != 45*time.Millisecond || pl["p1"] != 89*time.Millisecond/2 {
+		t.Fatalf("per-peer latency = %v, want p0 45ms (p90 of 2..100 even ms, /2), p1 44.5ms", pl)
 	}
 	// Small RTTs: the floor wins.
 	f := NewLatencyEstimator(5 * time.Millisecond)
@@ -169,7 +169,7 @@ func TestEstimatorAttach(t *testing.T) {
 	if h := n.LatencyHint(); h != time.Millisecond {
 		t.Fatalf("hint %v after a sample within the hysteresis, want 1ms kept", h)
 	}
-	e.Observe("p", 20*time.Millisecond, time.Now()) // p99 of {2.6, 20} ms RTT: 10ms one way
+	e.Observe("p", 20*time.Millisecond, time.Now()) // p90 of {2.6, 20} ms RTT: 10ms one way
 	deadline := time.Now().Add(5 * time.Second)
 	for n.LatencyHint() != 10*time.Millisecond {
 		if time.Now().After(deadline) {

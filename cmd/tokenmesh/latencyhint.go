@@ -69,7 +69,7 @@ func reportHints(ctx context.Context, w io.Writer, strategy string, c metricsRea
 			continue
 		}
 		peer := maxGauge(text, "tokenmesh_peer_latency_seconds")
-		parts = append(parts, fmt.Sprintf("n%d %v (peers' p99 one-way up to %v)", i, secondsDur(hint), secondsDur(peer)))
+		parts = append(parts, fmt.Sprintf("n%d %v (peers' p90 one-way up to %v)", i, secondsDur(hint), secondsDur(peer)))
 	}
 	fmt.Fprintf(w, "tokenmesh: %s: latency hint at the end: %s\n", strategy, strings.Join(parts, ", "))
 }
