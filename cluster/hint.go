@@ -77,8 +77,10 @@ type peerRTT struct {
 // LatencyEstimator keeps a bounded, windowed sample of round-trip times per
 // peer and derives the cluster-wide latency hint from it: the HintQuantile
 // of RTT/2 over every sample of the last HintWindow, at least the floor and
-// at most MaxLatencyHint. Safe for concurrent use. Attach makes it hand
-// every hint that moved by more than HintFactor to a node.
+// at most MaxLatencyHint; 0 while no peer has been measured in the window
+// (a node alone has no one to wait for: owner then decides at once and
+// reports remaining). Safe for concurrent use. Attach makes it hand every
+// hint that moved by more than HintFactor to a node.
 type LatencyEstimator struct {
 	mu     sync.Mutex
 	floor  time.Duration
@@ -89,12 +91,13 @@ type LatencyEstimator struct {
 	busy   bool          // a goroutine is handing target to the node
 }
 
-// NewLatencyEstimator returns an estimator whose hint is floor (clamped to
-// [0, MaxLatencyHint]) until samples raise it; floor is also the hint the
-// node's strategies are assumed to start with (cluster.Config.LatencyHint).
+// NewLatencyEstimator returns an estimator with the given floor (clamped
+// to [0, MaxLatencyHint]). Its hint is 0 until a peer is measured, and so
+// is the hint the node's strategies are assumed to start with
+// (cluster.Config.LatencyHint 0).
 func NewLatencyEstimator(floor time.Duration) *LatencyEstimator {
 	floor = min(max(floor, 0), MaxLatencyHint)
-	return &LatencyEstimator{floor: floor, peers: map[strategy.NodeID]*peerRTT{}, pushed: floor, target: floor}
+	return &LatencyEstimator{floor: floor, peers: map[strategy.NodeID]*peerRTT{}}
 }
 
 // Observe records one round trip to peer, measured at at. A negative rtt is
@@ -160,7 +163,7 @@ func (e *LatencyEstimator) Forget(peer strategy.NodeID) {
 
 // Hint is the measured one-way latency at at: the HintQuantile of RTT/2
 // over every peer's samples taken in (at-HintWindow, at], at least the
-// floor, at most MaxLatencyHint; the floor when there are none.
+// floor, at most MaxLatencyHint; 0 when there are none.
 func (e *LatencyEstimator) Hint(at time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -171,6 +174,9 @@ func (e *LatencyEstimator) hintLocked(at time.Time) time.Duration {
 	var all []time.Duration
 	for _, p := range e.peers {
 		all = appendRecent(all, p, at)
+	}
+	if len(all) == 0 {
+		return 0
 	}
 	return min(max(quantile(all, HintQuantile)/2, e.floor), MaxLatencyHint)
 }
@@ -191,7 +197,7 @@ func (e *LatencyEstimator) PeerLatency(at time.Time) map[strategy.NodeID]time.Du
 	return out
 }
 
-// Applied is the hint last handed to the node (the floor before any).
+// Applied is the hint last handed to the node (0 before any).
 func (e *LatencyEstimator) Applied() time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -227,9 +233,9 @@ func Moved(applied, measured time.Duration) bool {
 }
 
 // Attach makes e hand its hint to n whenever it moves by more than
-// HintFactor from the one n's strategies have, which is assumed to be the
-// floor (n built with Config.LatencyHint = the floor). The node logs each
-// change (SetLatencyHint).
+// HintFactor from the one n's strategies have, which is assumed to be 0
+// (n built with Config.LatencyHint 0). The node logs each change
+// (SetLatencyHint).
 func (e *LatencyEstimator) Attach(n *Node) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -261,11 +267,11 @@ func (e *LatencyEstimator) hand() {
 //	tokenmesh_peer_latency_seconds{peer}  gauge: a peer's one-way latency, the
 //	                                      p90 of RTT/2 over the last minute of
 //	                                      gossip probes
-//	tokenmesh_latency_hint_seconds        gauge: the hint the node's strategies
-//	                                      have (node.latency_hint; measured when auto)
+//
+// (The hint the strategies have is Node.LatencyHint; serve exports it as
+// tokenmesh_latency_hint_seconds.)
 func (e *LatencyEstimator) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPeerLatency
-	ch <- descLatencyHint
 }
 
 // Collect: see Describe.
@@ -273,15 +279,10 @@ func (e *LatencyEstimator) Collect(ch chan<- prometheus.Metric) {
 	for id, d := range e.PeerLatency(time.Now()) {
 		ch <- prometheus.MustNewConstMetric(descPeerLatency, prometheus.GaugeValue, d.Seconds(), string(id))
 	}
-	ch <- prometheus.MustNewConstMetric(descLatencyHint, prometheus.GaugeValue, e.Applied().Seconds())
 }
 
-var (
-	descPeerLatency = prometheus.NewDesc("tokenmesh_peer_latency_seconds",
-		"One-way latency to a peer: the p90 of half the round trip of the gossip probes of the last minute, seconds.", []string{"peer"}, nil)
-	descLatencyHint = prometheus.NewDesc("tokenmesh_latency_hint_seconds",
-		"The latency hint this node's strategies derive their timers from (owner's hold, ...), seconds: measured (node.latency_hint: auto) or fixed.", nil, nil)
-)
+var descPeerLatency = prometheus.NewDesc("tokenmesh_peer_latency_seconds",
+	"One-way latency to a peer: the p90 of half the round trip of the gossip probes of the last minute, seconds.", []string{"peer"}, nil)
 
 // SetLatencyHint hands hint (a one-way peer latency, in [0,
 // MaxLatencyHint]) to every rule's strategy that is a

@@ -16,8 +16,8 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestEstimatorFloorAndQuantile(t *testing.T) {
 	e := NewLatencyEstimator(2 * time.Millisecond)
-	if h := e.Hint(t0); h != 2*time.Millisecond {
-		t.Fatalf("hint without samples = %v, want the floor 2ms", h)
+	if h := e.Hint(t0); h != 0 {
+		t.Fatalf("hint without samples = %v, want 0 (no peer to wait for)", h)
 	}
 	// 100 samples of 1..100 ms RTT over two peers: p90 of RTT/2 = 90ms/2.
 	for i := 1; i <= 100; i++ {
@@ -51,7 +51,7 @@ func TestEstimatorWindow(t *testing.T) {
 		t.Fatalf("hint once the 80ms sample left the window = %v, want 1ms", h)
 	}
 	if h := e.Hint(t0.Add(3 * HintWindow)); h != 0 {
-		t.Fatalf("hint once every sample left the window = %v, want the floor 0", h)
+		t.Fatalf("hint once every sample left the window = %v, want 0", h)
 	}
 	if pl := e.PeerLatency(t0.Add(3 * HintWindow)); len(pl) != 0 {
 		t.Fatalf("per-peer latency with no recent sample = %v, want none", pl)
@@ -161,22 +161,28 @@ func TestNodeSetLatencyHint(t *testing.T) {
 // An attached estimator hands the node a hint that moved by more than
 // HintFactor, and not one that did not.
 func TestEstimatorAttach(t *testing.T) {
-	n := mustSoloNode(t, Config{LatencyHint: time.Millisecond, Rules: []Rule{{Name: "r", Rate: slow, Burst: 10, Strategy: "owner"}}})
+	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: 10, Strategy: "owner"}}})
 	e := NewLatencyEstimator(time.Millisecond)
 	e.Attach(n)
-	e.Observe("p", 2600*time.Microsecond, time.Now()) // 1.3ms: within 1.5x of 1ms
-	time.Sleep(50 * time.Millisecond)
-	if h := n.LatencyHint(); h != time.Millisecond {
-		t.Fatalf("hint %v after a sample within the hysteresis, want 1ms kept", h)
-	}
-	e.Observe("p", 20*time.Millisecond, time.Now()) // p90 of {2.6, 20} ms RTT: 10ms one way
-	deadline := time.Now().Add(5 * time.Second)
-	for n.LatencyHint() != 10*time.Millisecond {
-		if time.Now().After(deadline) {
-			t.Fatalf("hint %v 5s after the measured hint moved to 10ms", n.LatencyHint())
+	waitHint := func(want time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for n.LatencyHint() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("node hint %v 5s after the measured hint moved to %v", n.LatencyHint(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	e.Observe("p", 2600*time.Microsecond, time.Now()) // first peer measured: 1.3ms one way
+	waitHint(1300 * time.Microsecond)
+	e.Observe("p", 3400*time.Microsecond, time.Now()) // p90 1.7ms: within 1.5x of 1.3ms
+	time.Sleep(50 * time.Millisecond)
+	if h := n.LatencyHint(); h != 1300*time.Microsecond {
+		t.Fatalf("hint %v after a sample within the hysteresis, want 1.3ms kept", h)
+	}
+	e.Observe("p", 20*time.Millisecond, time.Now()) // p90 of {2.6, 3.4, 20} ms RTT: 10ms one way
+	waitHint(10 * time.Millisecond)
 	if e.Applied() != 10*time.Millisecond {
 		t.Fatalf("Applied = %v, want 10ms", e.Applied())
 	}
@@ -196,7 +202,7 @@ func TestEstimatorAttach(t *testing.T) {
 			got[name] = m.GetGauge().GetValue()
 		}
 	}
-	if got["tokenmesh_latency_hint_seconds"] != 0.01 || got["tokenmesh_peer_latency_seconds{peer=p}"] != 0.01 || len(got) != 2 {
-		t.Fatalf("metrics %v, want tokenmesh_latency_hint_seconds 0.01 and tokenmesh_peer_latency_seconds{peer=p} 0.01", got)
+	if got["tokenmesh_peer_latency_seconds{peer=p}"] != 0.01 || len(got) != 1 {
+		t.Fatalf("metrics %v, want tokenmesh_peer_latency_seconds{peer=p} 0.01", got)
 	}
 }

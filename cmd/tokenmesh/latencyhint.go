@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
@@ -17,28 +18,39 @@ import (
 )
 
 // latencyHint sets lc's latency hint from node.latency_hint and returns the
-// estimator whose metrics (tokenmesh_latency_hint_seconds,
-// tokenmesh_peer_latency_seconds) serve exports. auto on a networked node:
-// the strategies start at cluster.DefaultHintFloor and gossip's probes
-// measure the rest (limiter.PeerConfig.Latency). auto on a single node: 0
-// (no peer to wait for). A fixed value: that, nothing measured (the
-// estimator only reports it).
+// estimator (nil: none) whose tokenmesh_peer_latency_seconds serve exports.
+// auto on a networked node: the strategies start at 0 and gossip's probes
+// measure the hint (at least cluster.DefaultHintFloor once a peer answered
+// one; limiter.PeerConfig.Latency). auto without peers: 0. A fixed value:
+// that, nothing measured.
 func latencyHint(lc *limiter.Config, h config.LatencyHint, log *slog.Logger) *cluster.LatencyEstimator {
 	switch {
 	case h.Fixed:
 		lc.LatencyHint = h.Value
 		log.Info("latency hint fixed (node.latency_hint)", "hint", h.Value)
-		return cluster.NewLatencyEstimator(h.Value)
+		return nil
 	case lc.Peer == nil:
 		lc.LatencyHint = 0
-		return cluster.NewLatencyEstimator(0)
+		return nil
 	default:
 		est := cluster.NewLatencyEstimator(cluster.DefaultHintFloor)
-		lc.LatencyHint = cluster.DefaultHintFloor
+		lc.LatencyHint = 0
 		lc.Peer.Latency = est
 		log.Info("latency hint measured from gossip probes (node.latency_hint: auto)", "floor", cluster.DefaultHintFloor,
 			"quantile", cluster.HintQuantile, "window", cluster.HintWindow, "factor", cluster.HintFactor)
 		return est
+	}
+}
+
+// registerHintMetrics exports tokenmesh_latency_hint_seconds (the hint the
+// node's strategies have, cluster.Node.LatencyHint) and, with an
+// estimator, tokenmesh_peer_latency_seconds.
+func registerHintMetrics(reg prometheus.Registerer, node *cluster.Node, est *cluster.LatencyEstimator) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokenmesh_latency_hint_seconds",
+		Help: "The latency hint this node's strategies derive their timers from (owner's hold, ...), seconds: measured (node.latency_hint: auto) or fixed."},
+		func() float64 { return node.LatencyHint().Seconds() }))
+	if est != nil {
+		reg.MustRegister(est)
 	}
 }
 
