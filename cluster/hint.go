@@ -28,7 +28,8 @@ import (
 
 // Bounds and defaults of the measured latency hint.
 const (
-	// DefaultHintFloor is the least hint the estimator reports: the part of
+	// DefaultHintFloor is the least hint the estimator reports once a peer
+	// has been measured (0 before): the part of
 	// a forward's one-way delay a ping does not see. A probe's round trip
 	// on loopback is 0.1-0.5 ms, but a forwarded request also waits for the
 	// sender's and the receiver's event loops and the gRPC stream's
