@@ -266,6 +266,7 @@ const (
 	evInspect
 	evLeave
 	evRules // SetRules (reload.go)
+	evHint  // SetLatencyHint (hint.go)
 )
 
 type event struct {
@@ -282,6 +283,8 @@ type event struct {
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
 	rules   *rulesUpdate // evRules (reload.go)
+
+	hint time.Duration // evHint (hint.go)
 }
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
@@ -294,7 +297,8 @@ type Node struct {
 	// never changed once stored (SetRules stores a new one).
 	rulesView atomic.Pointer[map[string]*ruleState]
 	seed      uint64        // Config.Seed, for rules added by SetRules
-	hint      time.Duration // Config.LatencyHint, likewise
+	hint      time.Duration // Config.LatencyHint, likewise; SetLatencyHint changes it (hint.go)
+	hintNow   atomic.Int64  // hint, for LatencyHint
 	transport Transport
 	maxTokens int64
 
@@ -392,6 +396,7 @@ func New(cfg Config) (*Node, error) {
 		refusedLog: logthrottle.Throttle{Every: RefusedLogEvery},
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
+	n.hintNow.Store(int64(cfg.LatencyHint))
 	n.start = time.Now()
 	n.nextID = n.Incarnation()
 	if !cfg.Epoch.IsZero() {
@@ -856,6 +861,9 @@ func (n *Node) handle(ev event) {
 	case evRules:
 		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
 		n.setRules(now, ev.rules)
+		close(ev.done)
+	case evHint:
+		n.setHint(now, ev.hint)
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {

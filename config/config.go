@@ -190,6 +190,12 @@ type Node struct {
 	// relative path in the YAML is resolved against the config file's
 	// directory by Load. Every node of a cluster must load the same files.
 	EnvoyConfig string
+	// LatencyHint (node.latency_hint) is the one-way peer latency the
+	// strategies derive their timers from (owner's hold and timeout, ...):
+	// "auto", the default (the zero value), measures it from gossip's
+	// probes; a duration ("2ms", at most cluster.MaxLatencyHint) fixes it
+	// and nothing is measured (latencyhint.go).
+	LatencyHint LatencyHint
 }
 
 // APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
@@ -315,6 +321,7 @@ type rawNode struct {
 	ReconnectInterval string `yaml:"reconnect_interval"`
 	ReconnectTimeout  string `yaml:"reconnect_timeout"`
 	EnvoyConfig       string `yaml:"envoy_config"`
+	LatencyHint       string `yaml:"latency_hint"`
 }
 
 type rawTimeout struct {
@@ -816,6 +823,13 @@ func (p *parser) node(raw rawNode, n *Node) {
 	}
 	n.StateDir = raw.StateDir
 	n.EnvoyConfig = raw.EnvoyConfig
+	if raw.LatencyHint != "" {
+		h, err := ParseLatencyHint(raw.LatencyHint)
+		if err != nil {
+			p.fail("node.latency_hint", path("latency_hint"), "%v", err)
+		}
+		n.LatencyHint = h
+	}
 	n.SnapshotInterval = DefaultSnapshotInterval
 	if raw.SnapshotInterval != "" {
 		d, err := time.ParseDuration(raw.SnapshotInterval)
@@ -1116,6 +1130,9 @@ func (f *File) Validate() error {
 	}
 	if n.MemoryLimit < 0 {
 		return fmt.Errorf("node.memory_limit: %d bytes is negative", n.MemoryLimit)
+	}
+	if err := n.LatencyHint.validate(); err != nil {
+		return fmt.Errorf("node.latency_hint: %w", err)
 	}
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")

@@ -159,6 +159,13 @@ type PeerConfig struct {
 	// peer address book still see the unwrapped transport. Nil (or a nil
 	// result): none. The node closes the wrapper, which must close tr.
 	WrapTransport func(cluster.Transport) cluster.Transport
+	// Latency, when set, measures the latency hint (node.latency_hint:
+	// auto): gossip's probe round trips feed it (membership.Config.OnRTT)
+	// and it hands the node every hint that moved by more than
+	// cluster.HintFactor (Attach). Config.LatencyHint should then be its
+	// floor, the hint the strategies start with. Nil: the fixed
+	// Config.LatencyHint, nothing measured.
+	Latency *cluster.LatencyEstimator
 }
 
 // InProcess makes the node a member of a cluster inside this process:
@@ -363,6 +370,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
 	n.attach(node)
+	if cfg.Peer != nil && cfg.Peer.Latency != nil {
+		cfg.Peer.Latency.Attach(node)
+	}
 	if p := n.persist; p != nil {
 		n.restore.Keys = node.Restored()
 		if n.restore.Found {
@@ -383,6 +393,9 @@ func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) 
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
 		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
 		Log: p.MembershipLog, OnChange: n.membersChanged, OnExpected: n.expectedChanged}
+	if p.Latency != nil {
+		mc.OnRTT = p.Latency.Observe
+	}
 	if p.GossipAddr != "" {
 		host, port, err := net.SplitHostPort(p.GossipAddr)
 		if err != nil {

@@ -144,6 +144,11 @@ type Config struct {
 	// when a failed member is given up on or its leave intent arrives
 	// late. The slice is the callee's.
 	OnExpected func(expected []strategy.NodeID)
+	// OnRTT, when set, receives the round trip of every direct probe of a
+	// member that was acknowledged in time, as memberlist measured it, and
+	// when (rtt.go; cluster.LatencyEstimator.Observe). It is called from
+	// memberlist's probe goroutine and must not block.
+	OnRTT func(peer strategy.NodeID, rtt time.Duration, at time.Time)
 	// Logger receives memberlist's log; nil discards it.
 	Logger *log.Logger
 }
@@ -299,6 +304,9 @@ func New(cfg Config) (*Membership, error) {
 	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
 	mc.Events = &events{m: m}
 	mc.Conflict = &conflicts{m: m}
+	if cfg.OnRTT != nil {
+		mc.Ping = &pings{on: cfg.OnRTT}
+	}
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger
 	} else {

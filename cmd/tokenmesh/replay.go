@@ -437,6 +437,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	if err != nil {
 		return nil, err
 	}
+	reportHints(ctx, stderr, s, cl, f.nodes)
 	reportDetection(stderr, s, f.speed, cl.Dir(), f.nodes, res)
 	return res, nil
 }

@@ -289,6 +289,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		lc.Peer = pc
 	}
 	lc.Epoch = lcEpoch
+	hints := latencyHint(&lc, f.Node.LatencyHint, logger)
 	var faulty *cluster.Faulty
 	if opts.faultInjection {
 		lc.Peer.WrapTransport = func(t cluster.Transport) cluster.Transport {
@@ -321,6 +322,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		return fmt.Errorf("starting node %q: %w", f.Node.Name, err)
 	}
 	api := server.New(node, rules)
+	registerHintMetrics(api.Registry(), node.Cluster(), hints)
 	// Not ready until every strategy is (a gdrl joiner holds its default
 	// share): a check decided before would be refused for lack of a share.
 	ready := waitReady(ctx, node.Cluster(), api.SetReady)

@@ -25,6 +25,7 @@ const (
 	envPeerAddr   = "TOKENMESH_PEER_ADDR"
 	envGossipAddr = "TOKENMESH_GOSSIP_ADDR"
 	envJoin       = "TOKENMESH_JOIN"
+	envLatency    = "TOKENMESH_LATENCY_HINT"
 )
 
 // nodeFlags are serve's flags for the common node settings, over the YAML.
@@ -32,6 +33,7 @@ type nodeFlags struct {
 	name, apiAddr, grpcAddr, peerAddr, gossipAddr string
 	join                                          []string
 	logFormat, logLevel                           string
+	latencyHint                                   string
 }
 
 // add defines the flags on cmd.
@@ -43,6 +45,7 @@ func (o *nodeFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&o.peerAddr, "peer-addr", "", "peer gRPC address host:port, published to the other members: must be reachable by them (env "+envPeerAddr+"; over node.peer_addr)")
 	fl.StringVar(&o.gossipAddr, "gossip-addr", "", "gossip (membership) address host:port (env "+envGossipAddr+"; over node.gossip_addr)")
 	fl.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another member; repeat the flag or give a comma list (env "+envJoin+", a comma list; over node.join)")
+	fl.StringVar(&o.latencyHint, "latency-hint", "", "one-way peer latency the strategies derive their timers from (owner's hold, ...): auto (measured from gossip probes) or a duration such as 2ms (env "+envLatency+"; over node.latency_hint)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value lines) or json (one object a line) (env "+envLogFormat+")")
 	fl.StringVar(&o.logLevel, "log-level", "info", "least severe log level written: debug, info, warn or error (env "+envLogLevel+")")
 }
@@ -87,6 +90,7 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 	}
 	n := &f.Node
 	joinFlag := strings.Join(o.join, ",")
+	var hintErr error
 	for _, x := range []override{
 		{"name", o.name, envName, "node.name", false, func(v string) { n.Name = v }},
 		{"api-addr", o.apiAddr, envAPIAddr, "node.api_addr", false, func(v string) { n.APIAddr = v }},
@@ -101,6 +105,9 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 				}
 			}
 		}},
+		{"latency-hint", o.latencyHint, envLatency, "node.latency_hint", false, func(v string) {
+			n.LatencyHint, hintErr = config.ParseLatencyHint(v)
+		}},
 	} {
 		s, ok := pick(cmd, x.flag, x.value, x.env)
 		if !ok {
@@ -108,6 +115,10 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 		}
 		old := *n
 		x.set(s.value)
+		if hintErr != nil {
+			*n = old
+			return nil, false, usageErr("%s %q: %s: %v", s.source, s.value, x.field, hintErr)
+		}
 		if verr := f.Validate(); verr != nil {
 			*n = old
 			return nil, false, usageErr("%s %q: %v", s.source, s.value, verr)
@@ -156,6 +167,7 @@ YAML file (--config) > built-in default:
   --peer-addr    %s   node.peer_addr
   --gossip-addr  %s node.gossip_addr
   --join         %s        node.join (a comma list; the flag may also repeat)
+  --latency-hint %s node.latency_hint (auto or a duration)
   --log-format   %s  text or json
   --log-level    %s   debug, info, warn or error
 
@@ -164,4 +176,4 @@ An empty variable counts as unset. A peer setting (--peer-addr,
 (the peer security rule below then applies). A bad value stops the start
 with an error naming the flag or variable, e.g.
   tokenmesh: usage: --api-addr "8080": node.api_addr: "8080" is not host:port`,
-	envConfig, envName, envAPIAddr, envGRPCAddr, envPeerAddr, envGossipAddr, envJoin, envLogFormat, envLogLevel)
+	envConfig, envName, envAPIAddr, envGRPCAddr, envPeerAddr, envGossipAddr, envJoin, envLatency, envLogFormat, envLogLevel)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,30 @@ import (
 
 // TestNodeFlagsPrecedence: flag > environment > YAML > default, per setting;
 // a bad value names the flag or the variable and leaves f unchanged.
+// --latency-hint and TOKENMESH_LATENCY_HINT set node.latency_hint, the
+// flag over the variable over the YAML.
+func TestLatencyHintFlag(t *testing.T) {
+	f, err := config.Parse([]byte("node:\n  name: n\n  latency_hint: 3ms\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o nodeFlags
+	cmd := &cobra.Command{Use: "serve"}
+	o.add(cmd)
+	t.Setenv(envLatency, "auto")
+	if _, _, err := o.apply(cmd, f); err != nil || f.Node.LatencyHint != (config.LatencyHint{}) {
+		t.Fatalf("%s=auto over latency_hint: 3ms: %+v, %v; want auto", envLatency, f.Node.LatencyHint, err)
+	}
+	if err := cmd.ParseFlags([]string{"--latency-hint", "7ms"}); err != nil {
+		t.Fatal(err)
+	}
+	applied, peer, err := o.apply(cmd, f)
+	if err != nil || f.Node.LatencyHint != (config.LatencyHint{Fixed: true, Value: 7 * time.Millisecond}) || peer ||
+		!slices.Contains(applied, "node.latency_hint from --latency-hint") {
+		t.Fatalf("--latency-hint 7ms: %+v, applied %q, peer %v, %v", f.Node.LatencyHint, applied, peer, err)
+	}
+}
+
 func TestNodeFlagsPrecedence(t *testing.T) {
 	f, err := config.Parse([]byte("node:\n  name: yaml-name\n  api_addr: 127.0.0.1:1001\n  grpc_addr: 127.0.0.1:1002\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
 	if err != nil {
@@ -67,9 +92,11 @@ func TestNodeFlagsPrecedence(t *testing.T) {
 		{nil, [2]string{envPeerAddr, "h:99999"}, `TOKENMESH_PEER_ADDR "h:99999": node.peer_addr:`},
 		{[]string{"--join", "abc"}, [2]string{}, `--join "abc": node.join[0]: "abc" is not host:port`},
 		{[]string{"--name", "bad name!"}, [2]string{}, `--name "bad name!": node.name:`},
+		{[]string{"--latency-hint", "soon"}, [2]string{}, `--latency-hint "soon": node.latency_hint: "soon" is neither auto nor a duration`},
+		{nil, [2]string{envLatency, "1h"}, `TOKENMESH_LATENCY_HINT "1h": node.latency_hint: 1h0m0s is outside [0, 500ms]`},
 	} {
 		t.Run(strings.Join(c.args, " ")+c.env[0], func(t *testing.T) {
-			for _, e := range []string{envName, envAPIAddr, envGRPCAddr, envJoin, envGossipAddr, envPeerAddr} {
+			for _, e := range []string{envName, envAPIAddr, envGRPCAddr, envJoin, envGossipAddr, envPeerAddr, envLatency} {
 				t.Setenv(e, "")
 			}
 			if c.env[0] != "" {

@@ -145,6 +145,8 @@ type Adaptive struct {
 	units        int64       // the rate is split in units of unitRate; 0: no adaptation possible
 	unitRate     bucket.Rate // rate / units
 
+	raiseAfterSet bool // by the raise_after parameter: SetLatencyHint (hint.go) leaves it
+
 	defRate  bucket.Rate // the static split
 	defBurst int64
 
@@ -242,6 +244,7 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 	if a.raiseAfter, err = cfg.Params.Duration("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond)); err != nil {
 		return nil, err
 	}
+	a.raiseAfterSet = slices.Contains(cfg.Params.Names(), "raise_after")
 	units, err := cfg.Params.Int("units", 1000)
 	if err != nil {
 		return nil, err

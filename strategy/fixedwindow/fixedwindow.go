@@ -69,11 +69,14 @@ type FixedWindow struct {
 	timeout  time.Duration
 	failOpen bool
 
+	timeoutSet   bool          // by the timeout parameter: SetLatencyHint (hint.go) leaves it
+	lastDeadline time.Duration // the latest forward deadline given (deadlineAt)
+
 	counts   map[string]*counter
 	keyBytes int
 	pending  map[uint64]*forwarding.Pending // no retransmission: Owner and Deadline only
 	// deadlines holds forwarded request IDs in deadline order (now never
-	// decreases and timeout is fixed, so appending keeps it sorted).
+	// decreases and deadlineAt never goes back, so appending keeps it sorted).
 	deadlines []uint64
 	nextSweep time.Duration
 }
@@ -110,6 +113,7 @@ func New(cfg strategy.Config) (*FixedWindow, error) {
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("fixedwindow: parameter timeout must be positive")
 	}
+	f.timeoutSet = slices.Contains(cfg.Params.Names(), "timeout")
 	if f.failOpen, err = cfg.Params.Bool("fail_open", true); err != nil {
 		return nil, err
 	}
@@ -169,7 +173,7 @@ func (f *FixedWindow) Request(now time.Duration, req strategy.Request, fx *strat
 	if o == f.self {
 		return strategy.Decision{RequestID: req.ID, Allowed: f.count(now, req.Key, req.Tokens)}, true
 	}
-	p := &forwarding.Pending{Req: req, Deadline: now + f.timeout}
+	p := &forwarding.Pending{Req: req, Deadline: f.deadlineAt(now)}
 	f.pending[req.ID] = p
 	f.deadlines = append(f.deadlines, req.ID)
 	f.forward(p, o, fx)

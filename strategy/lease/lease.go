@@ -189,6 +189,7 @@ type Lease struct {
 	rate                      bucket.Rate
 	local                     *buckets.Table // on_timeout=local fallback buckets, (r/N, b/N) each
 	minLease                  int64
+	hinted                    hintParams // for SetLatencyHint (hint.go)
 
 	// membership history for the conservative takeover: the views before
 	// the recent changes (kept for ttl + the time to fill the bucket)
@@ -404,6 +405,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
+	l.hinted = newHintParams(p, retries)
 	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)

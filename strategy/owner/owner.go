@@ -218,6 +218,7 @@ type Owner struct {
 	suspectFor time.Duration
 	warmup     time.Duration
 	slack      time.Duration
+	hinted     hintParams // for SetLatencyHint (hint.go)
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
@@ -415,6 +416,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
+	o.hinted = newHintParams(cfg.Params, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = max(30*time.Second, 10*o.timeout)
 	o.resend = o.timeout

@@ -1,0 +1,27 @@
+package strategy
+
+import "time"
+
+// LatencyHinter is implemented by strategies that derive timers from
+// Config.LatencyHint (owner's ordering buffer `hold` and forward
+// `timeout`, lease's likewise, adaptive's `raise_after`, fixedwindow's
+// `timeout`) and can take a new hint while they run.
+//
+// The live runtime measures the one-way peer latency (cluster.LatencyEstimator,
+// from memberlist's probe round trips) and calls SetLatencyHint from the
+// node's event loop when the measured hint moved by more than a factor
+// (cluster.HintFactor), never per request; the simulator never calls it (it
+// passes its network model's Hint() once, in Config). The strategy only
+// receives the value: it measures nothing, so it stays deterministic.
+//
+// SetLatencyHint recomputes every timer the strategy derived from the hint
+// at construction with the same formula as New, except a timer set
+// explicitly by a parameter: a parameter always wins. It must be safe at
+// any time: requests already buffered are neither lost nor decided twice
+// (a shorter hold decides those now due at once; a longer one waits
+// longer), deadlines already set stay, and de-duplication windows only
+// grow. hint is a one-way latency, >= 0; the driver bounds it. Ours (no
+// source document prescribes re-deriving timers at run time).
+type LatencyHinter interface {
+	SetLatencyHint(now time.Duration, hint time.Duration, fx *Effects)
+}

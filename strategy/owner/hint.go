@@ -1,0 +1,59 @@
+package owner
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// hintParams is what SetLatencyHint needs from New: which hint-derived
+// timers a parameter set (those keep their value), and retries.
+type hintParams struct {
+	hold, timeout, sync bool
+	retries             int
+}
+
+func newHintParams(p strategy.Params, retries int) hintParams {
+	names := p.Names()
+	return hintParams{hold: slices.Contains(names, "hold"), timeout: slices.Contains(names, "timeout"),
+		sync: slices.Contains(names, "sync"), retries: retries}
+}
+
+// SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
+// from Config.LatencyHint, with New's formulas, unless a parameter set
+// them: hold = hint, timeout = 3*hint + 100ms (and the retransmission
+// interval timeout/(retries+1), the charges' lifetime), sync =
+// max(hold, 10ms); the forward de-duplication window grows to
+// 2*timeout + hold + 4*hint and never shrinks.
+//
+// Safe at any time: the ordering buffer keeps every queued request; a
+// shorter hold decides at once, in (arrival, ID) order, those now past
+// their turn, a longer one makes them wait longer (a wake-up is asked for
+// every entry's new turn). Forwards in flight keep the deadline they were sent with.
+// Ours (issue 13).
+func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
+	hint = max(hint, 0)
+	if !o.hinted.hold {
+		o.hold = hint
+	}
+	if !o.hinted.timeout {
+		o.timeout = 3*hint + 100*time.Millisecond
+		o.retryEvery = o.timeout / time.Duration(o.hinted.retries+1)
+		o.chargeTTL = max(30*time.Second, 10*o.timeout)
+	}
+	if !o.hinted.sync {
+		o.syncEvery = max(o.hold, 10*time.Millisecond)
+	}
+	o.seen.Grow(2*o.timeout + o.hold + 4*hint)
+	o.decideDue(now, fx)
+	// Every entry was given a wake-up at its turn under the old hold;
+	// ask for one at its new turn (hint changes are rare: O(queue)).
+	last := time.Duration(-1)
+	for _, q := range o.queue.Items() {
+		if at := max(q.arrival+o.hold, now); at != last {
+			fx.WakeAt(at)
+			last = at
+		}
+	}
+}
