@@ -29,7 +29,7 @@ type Local struct {
 	nextSweep  time.Duration
 	rate       bucket.Rate
 	burst      int64
-	held       strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
+	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
 // New builds a node. name is "local" or "central" (for error messages).
@@ -57,7 +57,7 @@ func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
 // Request decides at once from this node's bucket for req.Key, at req.Arrival:
 // allowed when req.Tokens tokens are there (a request above the burst never is).
 func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	l.clamp(req.Arrival, req.Key)
+	l.lend.Clamp(l.table, req.Arrival, req.Key)
 	ok := l.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
@@ -66,7 +66,7 @@ func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // §5.2): the tokens are reserved in this node's bucket for req.Key when the
 // wait is at most maxWait, and the decision carries that wait.
 func (l *Local) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	l.clamp(req.Arrival, req.Key)
+	l.lend.Clamp(l.table, req.Arrival, req.Key)
 	delay, ok := strategy.ReserveWithin(l.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
 }
@@ -82,7 +82,7 @@ func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < l.nextSweep {
 		return
 	}
-	l.clampAll(now) // a bucket with tokens held is not full: not swept
+	l.lend.ClampAll(l.table, now) // a bucket with tokens held is not full: not swept
 	l.table.Sweep(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
@@ -99,7 +99,7 @@ func (l *Local) StateBytes() int { return l.table.StateBytes() }
 // known: for `local` it is this node's own (r, b) bucket, for `central`
 // the cluster's only one. It changes no state (strategy.Remainer).
 func (l *Local) Remaining(now time.Duration, key string) (int64, bool) {
-	return l.remaining(now, key), true
+	return l.lend.Remaining(l.table, now, key), true
 }
 
 var _ strategy.Remainer = (*Local)(nil)

@@ -13,7 +13,7 @@ import (
 // With allowances open (strategy.Allowancer) their tokens count as spent:
 // the levels are first clamped (which changes no decision to come).
 func (l *Local) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
-	l.clampAll(now)
+	l.lend.ClampAll(l.table, now)
 	l.table.Export(now, nil, emit)
 }
 

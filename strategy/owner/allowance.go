@@ -5,7 +5,6 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
 // Grant hands the driver up to want whole tokens of key's bucket
@@ -36,7 +35,7 @@ func (o *Owner) Grant(now time.Duration, key string, want int64, fx *strategy.Ef
 	if most <= 0 {
 		return 0, now
 	}
-	g := o.held.Grant(o.bucketFor(key, now), now, key, want, most)
+	g := o.lend.Held.Grant(o.bucketFor(key, now), now, key, want, most)
 	if g <= 0 {
 		return 0, now
 	}
@@ -62,15 +61,15 @@ func (o *Owner) grantable(now time.Duration, key string) bool {
 // (strategy.Allowancer). A key whose bucket this node dropped (it no
 // longer holds the key) keeps them spent.
 func (o *Owner) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
-	if o.held.Held(key) <= 0 {
+	if o.lend.Held.Held(key) <= 0 {
 		return
 	}
 	b, ok := o.table.Lookup(key)
 	if !ok {
-		o.held.Drop(key)
+		o.lend.Held.Drop(key)
 		return
 	}
-	o.held.Return(b, now, key, unused)
+	o.lend.Held.Return(b, now, key, unused)
 	if unused > 0 && o.owns(key) {
 		o.markDirty(now, key, fx)
 	}
@@ -79,38 +78,22 @@ func (o *Owner) Return(now time.Duration, key string, unused int64, fx *strategy
 // clampAll lowers every bucket with tokens held to the burst less them, at
 // now (before a sweep, a snapshot or a membership change, which read
 // every bucket). No-op without allowances: the simulator's case.
-func (o *Owner) clampAll(now time.Duration) {
-	if o.held.Len() == 0 {
-		return
-	}
-	o.held.Keys(func(k string) {
-		if b, ok := o.table.Lookup(k); ok {
-			o.held.Clamp(b, now, k)
-		}
-	})
-}
+func (o *Owner) clampAll(now time.Duration) { o.lend.ClampAll(o.table, now) }
 
 // clampRaw clamps b (key's bucket) at its own last update, without
 // advancing it: before its raw level is shipped to a peer.
 func (o *Owner) clampRaw(b *bucket.Bucket, key string) {
-	if o.held.Len() == 0 {
+	if o.lend.Held.Len() == 0 {
 		return
 	}
 	_, at := b.Level()
-	o.held.Clamp(b, at, key)
+	o.lend.Held.Clamp(b, at, key)
 }
 
 // remaining is the whole tokens of key's bucket at now less the tokens
 // held, on a copy.
 func (o *Owner) remaining(now time.Duration, key string) int64 {
-	if o.held.Len() > 0 && o.held.Held(key) > 0 {
-		if b, ok := o.table.Lookup(key); ok {
-			cp := *b
-			o.held.Clamp(&cp, now, key)
-			return buckets.Whole(cp, now)
-		}
-	}
-	return o.table.Remaining(key, now)
+	return o.lend.Remaining(o.table, now, key)
 }
 
 var _ strategy.Allowancer = (*Owner)(nil)

@@ -259,7 +259,7 @@ type Owner struct {
 	nextSweep  time.Duration
 	rank       []strategy.NodeID // scratch for rendezvous.Rank
 
-	held strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
+	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
 // queued is a request waiting at its owner. origin is "" for a request that
@@ -702,8 +702,8 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 // full one if there is none.
 func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
 	b := o.tab(key).Get(key, at)
-	if o.held.Len() > 0 {
-		o.held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
+	if o.lend.Held.Len() > 0 {
+		o.lend.Held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
 	}
 	return b
 }

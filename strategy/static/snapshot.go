@@ -13,7 +13,7 @@ import (
 // With allowances open (strategy.Allowancer) their tokens count as spent:
 // the levels are first clamped (which changes no decision to come).
 func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
-	s.clampAll(now)
+	s.lend.ClampAll(s.table, now)
 	s.table.Export(now, nil, emit)
 }
 

@@ -54,9 +54,9 @@ type Static struct {
 	expected   []strategy.NodeID // SetExpected's last agreed members
 	sweepEvery time.Duration
 	nextSweep  time.Duration
-	shareRate  bucket.Rate              // r/N of the current split
-	shareBurst int64                    // b_i of the current split
-	held       strategy.AllowanceLedger // tokens in the driver's allowances (allowance.go)
+	shareRate  bucket.Rate    // r/N of the current split
+	shareBurst int64          // b_i of the current split
+	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
@@ -106,7 +106,7 @@ func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
 // Request decides at once from this node's sub-token bucket (r/N, b_i) for
 // req.Key, at req.Arrival.
 func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	s.clamp(req.Arrival, req.Key)
+	s.lend.Clamp(s.table, req.Arrival, req.Key)
 	ok := s.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
@@ -122,7 +122,7 @@ func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
 	if now < s.nextSweep {
 		return
 	}
-	s.clampAll(now) // a bucket with tokens held is not full: not swept
+	s.lend.ClampAll(s.table, now) // a bucket with tokens held is not full: not swept
 	s.table.Sweep(now)
 	s.nextSweep = now + s.sweepEvery
 	fx.WakeAt(s.nextSweep)
@@ -161,11 +161,11 @@ func (s *Static) resplit(now time.Duration) {
 	if err != nil {
 		return
 	}
-	s.clampAll(now)
+	s.lend.ClampAll(s.table, now)
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
 	s.members = len(split)
 	s.shareRate, s.shareBurst = r, b
-	s.clampAll(now) // the new b_i less what is held (none when the driver returned first)
+	s.lend.ClampAll(s.table, now) // the new b_i less what is held (none when the driver returned first)
 }
 
 // StateBytes is the encoded size of the sub-token buckets held, in bytes.
@@ -175,7 +175,7 @@ func (s *Static) StateBytes() int { return s.table.StateBytes() }
 // key holds at now (b_i for a key it holds no bucket of). Always known. It
 // changes no state (strategy.Remainer).
 func (s *Static) Remaining(now time.Duration, key string) (int64, bool) {
-	return s.remaining(now, key), true
+	return s.lend.Remaining(s.table, now, key), true
 }
 
 // CapacityShares is 1/N for every key this node holds a sub-token bucket
