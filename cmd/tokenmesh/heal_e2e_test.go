@@ -31,7 +31,7 @@ const healDeadline = 15 * time.Second
 
 // clusterStrategies are the strategies a networked cluster runs (central
 // is the simulator's single-node reference).
-var clusterStrategies = []string{"owner", "gdrl", "static", "gcounter", "tbqueue", "adaptive", "local"}
+var clusterStrategies = []string{"owner", "gdrl", "static", "gcounter", "tbqueue", "adaptive", "lease", "local"}
 
 func healStrategies(t *testing.T) []string {
 	switch v := os.Getenv("TOKENMESH_HEAL_STRATEGIES"); v {
