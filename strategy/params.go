@@ -16,12 +16,18 @@ type Params struct {
 	read   map[string]bool
 }
 
-// ParseParams parses "name=value" pairs (comma-separated items are split
-// too). A pair without '=' or with an empty name is an error naming it.
+// ParseParams parses "name=value" pairs. An item may hold several pairs
+// separated by commas ("hold=5ms,retries=3"); a comma separates pairs only
+// when the text after it starts a new pair (a name of letters, digits, '_'
+// or '.', then '='), otherwise it belongs to the value: "names=a,b,c" is
+// one pair with value "a,b,c", and a value can hold any comma not followed
+// by NAME= (give such a value as an item of its own, or in YAML). Trailing
+// commas are ignored. A pair without '=' or with an empty name is an error
+// naming it.
 func ParseParams(pairs []string) (Params, error) {
 	p := Params{values: map[string]string{}}
 	for _, item := range pairs {
-		for _, kv := range strings.Split(item, ",") {
+		for _, kv := range splitPairs(item) {
 			kv = strings.TrimSpace(kv)
 			if kv == "" {
 				continue
@@ -34,6 +40,38 @@ func ParseParams(pairs []string) (Params, error) {
 		}
 	}
 	return p, nil
+}
+
+// splitPairs splits item at the commas that start a new pair (see
+// ParseParams); trailing empty pieces are dropped.
+func splitPairs(item string) []string {
+	var out []string
+	for _, piece := range strings.Split(item, ",") {
+		if len(out) == 0 || startsPair(piece) {
+			out = append(out, piece)
+			continue
+		}
+		out[len(out)-1] += "," + piece
+	}
+	if len(out) > 0 {
+		out[len(out)-1] = strings.TrimRight(out[len(out)-1], ", \t")
+	}
+	return out
+}
+
+// startsPair reports whether s (after leading spaces) is NAME=...
+func startsPair(s string) bool {
+	s = strings.TrimLeft(s, " \t")
+	name, _, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(name) == "" {
+		return false
+	}
+	for _, c := range strings.TrimRight(name, " \t") {
+		if !(c == '_' || c == '.' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // For returns the parameters addressed to one strategy: "owner.hold=5ms"
