@@ -1217,7 +1217,7 @@ func (r Rule) check() error {
 		// (cluster.Rule.Params, strategy.ParseParams): a comma is kept in
 		// the value unless NAME= follows it, which would start a pair.
 		if pp, err := strategy.ParseParams([]string{k + "=" + v}); err != nil || len(pp.Names()) != 1 || pp.Values()[k] != v {
-			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a comma in a value must not be followed by name=", v)}
+			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value may hold commas, but none followed by name= and none at its end", v)}
 		}
 		if k == strategy.PartitionParam {
 			continue // checked above

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Params holds strategy-specific settings as name=value strings, as given on
@@ -21,9 +22,10 @@ type Params struct {
 // when the text after it starts a new pair (a name of letters, digits, '_'
 // or '.', then '='), otherwise it belongs to the value: "names=a,b,c" is
 // one pair with value "a,b,c", and a value can hold any comma not followed
-// by NAME= (give such a value as an item of its own, or in YAML). Trailing
-// commas are ignored. A pair without '=' or with an empty name is an error
-// naming it.
+// by NAME=. Spaces around names and values and commas at the end of a
+// value are dropped ("a=1," is a=1), so a value neither starts nor ends
+// with a space nor ends with a comma. A pair without '=' or with an empty
+// name is an error naming it.
 func ParseParams(pairs []string) (Params, error) {
 	p := Params{values: map[string]string{}}
 	for _, item := range pairs {
@@ -36,25 +38,22 @@ func ParseParams(pairs []string) (Params, error) {
 			if !ok || strings.TrimSpace(name) == "" {
 				return Params{}, fmt.Errorf("parameter %q: want name=value", kv)
 			}
-			p.values[strings.TrimSpace(name)] = strings.TrimSpace(value)
+			p.values[strings.TrimSpace(name)] = strings.TrimSpace(strings.TrimRightFunc(value, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }))
 		}
 	}
 	return p, nil
 }
 
 // splitPairs splits item at the commas that start a new pair (see
-// ParseParams); trailing empty pieces are dropped.
+// ParseParams), or that follow a piece without '=' (an error then).
 func splitPairs(item string) []string {
 	var out []string
 	for _, piece := range strings.Split(item, ",") {
-		if len(out) == 0 || startsPair(piece) {
+		if len(out) == 0 || startsPair(piece) || !strings.Contains(out[len(out)-1], "=") {
 			out = append(out, piece)
 			continue
 		}
 		out[len(out)-1] += "," + piece
-	}
-	if len(out) > 0 {
-		out[len(out)-1] = strings.TrimRight(out[len(out)-1], ", \t")
 	}
 	return out
 }

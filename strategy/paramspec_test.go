@@ -108,3 +108,32 @@ func TestParamDocWraps(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseParamsRoundTrip: ParseParams never panics, and what it returns, given
+// back one name=value item per pair, parses to the same pairs (a value
+// never holds ",NAME=" nor ends with a comma or space).
+func FuzzParseParamsRoundTrip(f *testing.F) {
+	for _, s := range []string{"a=1,b=2", "owner.hold=5ms", "names=x,y,z", "a=1,,b=2", ",=", "a=b=c,d", " x y =1, z=2 ,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, item string) {
+		p, err := ParseParams([]string{item})
+		if err != nil {
+			return
+		}
+		var items []string
+		for name, v := range p.Values() {
+			if strings.TrimSpace(v) != v || strings.HasSuffix(v, ",") {
+				t.Fatalf("%q: value %q of %s not trimmed", item, v, name)
+			}
+			items = append(items, name+"="+v)
+		}
+		q, err := ParseParams(items)
+		if err != nil {
+			t.Fatalf("%q: re-parsing %q: %v", item, items, err)
+		}
+		if !maps.Equal(p.Values(), q.Values()) {
+			t.Fatalf("%q: %v re-parses to %v", item, p.Values(), q.Values())
+		}
+	})
+}
