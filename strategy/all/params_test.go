@@ -2,11 +2,13 @@ package all
 
 import (
 	"flag"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -32,14 +34,20 @@ func paramDir(name string) string {
 // burst 10, latency hint 5ms, with the unprefixed params pairs.
 func build(t *testing.T, info Info, pairs ...string) error {
 	t.Helper()
+	_, err := newStrategy(t, info, pairs...)
+	return err
+}
+
+// newStrategy is build's strategy.
+func newStrategy(t *testing.T, info Info, pairs ...string) (strategy.Strategy, error) {
+	t.Helper()
 	p, err := strategy.ParseParams(pairs)
 	if err != nil {
 		t.Fatalf("%s: ParseParams(%q): %v", info.Name, pairs, err)
 	}
-	_, err = info.New(strategy.Config{Self: "n1", Members: []strategy.NodeID{"n1", "n2", "n3"},
+	return info.New(strategy.Config{Self: "n1", Members: []strategy.NodeID{"n1", "n2", "n3"},
 		Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 10, LatencyHint: 5 * time.Millisecond,
 		Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
-	return err
 }
 
 // badValue is a value that is not of type typ ("" for a string, which
@@ -175,4 +183,121 @@ func TestParamDocMatchesDeclarations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestParamDeclaredDefaultsAreTheConstructors: for every parameter whose
+// declared default is a value (not a formula), the strategy built with
+// name=default is the same (reflect.DeepEqual) as the one built without
+// it, so the declared default is the one the constructor applies.
+func TestParamDeclaredDefaultsAreTheConstructors(t *testing.T) {
+	for _, info := range List() {
+		for _, s := range info.Params {
+			if s.Default == "" || s.CheckValue(s.Default) != nil {
+				continue
+			}
+			plain, err := newStrategy(t, info)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := newStrategy(t, info, s.Name+"="+s.Default)
+			if err != nil {
+				t.Fatalf("%s %s=%s: %v", info.Name, s.Name, s.Default, err)
+			}
+			if path := differs(reflect.ValueOf(plain), reflect.ValueOf(set), info.Name, map[[2]uintptr]bool{}); path != "" {
+				t.Errorf("%s: at %s", info.Name, path)
+				t.Errorf("%s: %s=%s builds another strategy than without it: the declared default is not the constructor's", info.Name, s.Name, s.Default)
+			}
+		}
+	}
+}
+
+var paramsType = reflect.TypeFor[strategy.Params]()
+
+// differs is reflect.DeepEqual that skips strategy.Params values (a
+// constructor may keep its Config, whose Params list what was given) and
+// compares funcs by nil-ness; it returns the path of the first difference,
+// or "".
+func differs(a, b reflect.Value, path string, seen map[[2]uintptr]bool) string {
+	if a.IsValid() != b.IsValid() {
+		return path
+	}
+	if !a.IsValid() || a.Type() == paramsType {
+		return ""
+	}
+	if a.Type() != b.Type() {
+		return path + " (type)"
+	}
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice:
+		if a.IsNil() != b.IsNil() {
+			return path + " (nil)"
+		}
+		if a.IsNil() {
+			return ""
+		}
+		k := [2]uintptr{a.Pointer(), b.Pointer()}
+		if a.Kind() != reflect.Slice && seen[k] {
+			return ""
+		}
+		seen[k] = true
+	}
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return differs(a.Elem(), b.Elem(), path, seen)
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if d := differs(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name, seen); d != "" {
+				return d
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if a.Len() != b.Len() {
+			return path + " (len)"
+		}
+		for i := range a.Len() {
+			if d := differs(a.Index(i), b.Index(i), fmt.Sprintf("%s[%d]", path, i), seen); d != "" {
+				return d
+			}
+		}
+	case reflect.Map:
+		if a.Len() != b.Len() {
+			return path + " (len)"
+		}
+		for _, k := range a.MapKeys() {
+			if d := differs(a.MapIndex(k), b.MapIndex(k), fmt.Sprintf("%s[%v]", path, k), seen); d != "" {
+				return d
+			}
+		}
+	case reflect.Func:
+		if a.IsNil() != b.IsNil() {
+			return path
+		}
+	case reflect.Chan, reflect.UnsafePointer:
+		if a.Pointer() != b.Pointer() {
+			return path
+		}
+	case reflect.Bool:
+		if a.Bool() != b.Bool() {
+			return path
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if a.Int() != b.Int() {
+			return path
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if a.Uint() != b.Uint() {
+			return path
+		}
+	case reflect.Float32, reflect.Float64:
+		if fa, fb := a.Float(), b.Float(); fa != fb && !(fa != fa && fb != fb) {
+			return path
+		}
+	case reflect.String:
+		if a.String() != b.String() {
+			return path
+		}
+	default:
+		return path + " (kind " + a.Kind().String() + ")"
+	}
+	return ""
 }
