@@ -1210,8 +1210,25 @@ func (r Rule) check() error {
 		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
 			return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
 		}
-		if strings.Contains(v, ",") || strings.TrimSpace(v) != v {
-			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no ',' and no leading or trailing spaces", v)}
+		if strings.TrimSpace(v) != v {
+			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no leading or trailing spaces", v)}
+		}
+		// The rule reaches the node as "name=value" strings
+		// (cluster.Rule.Params, strategy.ParseParams): a comma is kept in
+		// the value unless NAME= follows it, which would start a pair.
+		if pp, err := strategy.ParseParams([]string{k + "=" + v}); err != nil || len(pp.Names()) != 1 || pp.Values()[k] != v {
+			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value may hold commas, but none followed by name= and none at its end", v)}
+		}
+		if k == strategy.PartitionParam {
+			continue // checked above
+		}
+		// Names and types come from the strategy's declarations
+		// (all.Info.Params); bounds beyond the type are the constructor's.
+		if _, ok := strategy.FindParam(info.Params, k); !ok {
+			return &checkError{field: "params", param: k, msg: strategy.CheckParam(r.Strategy, info.Params, k, v).Error()}
+		}
+		if err := strategy.CheckParam(r.Strategy, info.Params, k, v); err != nil {
+			return &checkError{field: "params." + k, param: k, msg: err.Error()}
 		}
 	}
 	cr := r.clusterRule()
@@ -1220,8 +1237,10 @@ func (r Rule) check() error {
 		return &checkError{field: "params", msg: err.Error()}
 	}
 	params, _, _ = strategy.TakePartition(params) // checked above: mode
-	// A throwaway instance lets the strategy itself reject unknown or bad
-	// parameters (and any rate/burst it cannot split).
+	// A throwaway instance lets the strategy itself reject values out of
+	// their bounds or that disagree with each other (lease's ttl below
+	// period), and any rate/burst it cannot split; names and types were
+	// checked against the declarations above.
 	self := strategy.NodeID("config-check")
 	inst, err := info.New(strategy.Config{
 		Self: self, Members: []strategy.NodeID{self}, Rate: r.Rate, Burst: r.Burst,

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Params holds strategy-specific settings as name=value strings, as given on
@@ -16,12 +17,19 @@ type Params struct {
 	read   map[string]bool
 }
 
-// ParseParams parses "name=value" pairs (comma-separated items are split
-// too). A pair without '=' or with an empty name is an error naming it.
+// ParseParams parses "name=value" pairs. An item may hold several pairs
+// separated by commas ("hold=5ms,retries=3"); a comma separates pairs only
+// when the text after it starts a new pair (a name of letters, digits, '_'
+// or '.', then '='), otherwise it belongs to the value: "names=a,b,c" is
+// one pair with value "a,b,c", and a value can hold any comma not followed
+// by NAME=. Spaces around names and values and commas at the end of a
+// value are dropped ("a=1," is a=1), so a value neither starts nor ends
+// with a space nor ends with a comma. A pair without '=' or with an empty
+// name is an error naming it.
 func ParseParams(pairs []string) (Params, error) {
 	p := Params{values: map[string]string{}}
 	for _, item := range pairs {
-		for _, kv := range strings.Split(item, ",") {
+		for _, kv := range splitPairs(item) {
 			kv = strings.TrimSpace(kv)
 			if kv == "" {
 				continue
@@ -30,10 +38,39 @@ func ParseParams(pairs []string) (Params, error) {
 			if !ok || strings.TrimSpace(name) == "" {
 				return Params{}, fmt.Errorf("parameter %q: want name=value", kv)
 			}
-			p.values[strings.TrimSpace(name)] = strings.TrimSpace(value)
+			p.values[strings.TrimSpace(name)] = strings.TrimSpace(strings.TrimRightFunc(value, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }))
 		}
 	}
 	return p, nil
+}
+
+// splitPairs splits item at the commas that start a new pair (see
+// ParseParams), or that follow a piece without '=' (an error then).
+func splitPairs(item string) []string {
+	var out []string
+	for _, piece := range strings.Split(item, ",") {
+		if len(out) == 0 || startsPair(piece) || !strings.Contains(out[len(out)-1], "=") {
+			out = append(out, piece)
+			continue
+		}
+		out[len(out)-1] += "," + piece
+	}
+	return out
+}
+
+// startsPair reports whether s (after leading spaces) is NAME=...
+func startsPair(s string) bool {
+	s = strings.TrimLeft(s, " \t")
+	name, _, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(name) == "" {
+		return false
+	}
+	for _, c := range strings.TrimRight(name, " \t") {
+		if !(c == '_' || c == '.' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // For returns the parameters addressed to one strategy: "owner.hold=5ms"

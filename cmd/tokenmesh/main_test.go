@@ -8,8 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 var binary string
@@ -170,6 +174,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--assign", "magic"}, "magic"},
 		{[]string{"sim", "--param", "owner.nonsense=1", "--strategies", "owner"}, "nonsense"},
 		{[]string{"sim", "--param", "hold=1ms"}, "name the strategy"},
+		{[]string{"sim", "--param", "owner.retries=1.5", "--strategies", "owner"}, `--param owner.retries: strategy owner: parameter retries="1.5": want a whole number`},
+		{[]string{"sim", "--param", "gdrl.graph=star", "--strategies", "gdrl"}, "want one of ring, regular, full"},
+		{[]string{"sim", "--param", "lease.period=soon", "--strategies", "owner"}, `period="soon": want a duration`},
+		{[]string{"strategies", "bogus"}, `unknown strategy "bogus"`},
+
 		{[]string{"sim", "--param", "partition=maybe", "--strategies", "static"}, `partition=maybe: partition "maybe": want available or conserve`},
 		{[]string{"sim", "--param", "static.partition=maybe", "--strategies", "static"}, `partition="maybe": want available or conserve`},
 		{[]string{"sim", "--param", "partition=conserve", "--strategies", "static,local"}, "local does not implement partition: conserve"},
@@ -206,6 +215,45 @@ func TestHelpExplains(t *testing.T) {
 		if !strings.Contains(out, s) {
 			t.Errorf("sim --help lacks %q", s)
 		}
+	}
+}
+
+// TestStrategiesListsParams: `tokenmesh strategies` shows every strategy
+// and, for each, every declared parameter with its type and default.
+func TestStrategiesListsParams(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "strategies")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	sections := map[string]string{}
+	for _, sec := range strings.Split(out, "\n\n") {
+		name, _, _ := strings.Cut(sec, ":")
+		sections[name] = sec
+	}
+	for _, info := range all.List() {
+		sec, ok := sections[info.Name]
+		if !ok {
+			t.Errorf("no section for %s in\n%s", info.Name, out)
+			continue
+		}
+		for _, p := range append(slices.Clone(info.Params), strategy.PartitionSpec) {
+			if len(info.Params) == 0 {
+				break
+			}
+			var row string
+			for _, line := range strings.Split(sec, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] == p.Name {
+					row = line
+				}
+			}
+			if row == "" || !strings.Contains(row, p.TypeText()) || (p.Default != "" && !strings.Contains(row, p.Default)) {
+				t.Errorf("%s.%s: row %q lacks type %q or default %q", info.Name, p.Name, row, p.TypeText(), p.Default)
+			}
+		}
+	}
+	one, _, code := tokenmesh(t, "strategies", "gcounter")
+	if code != 0 || !strings.HasPrefix(one, "gcounter:") || strings.Contains(one, "owner:") || !strings.Contains(one, "catch_up") {
+		t.Errorf("strategies gcounter: exit %d, output\n%s", code, one)
 	}
 }
 

@@ -111,7 +111,7 @@ on it.`,
 	fl.Float64Var(&f.reorder, "reorder", 0, "probability that a peer message gets an extra delay that reorders it")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of crashes, restarts and partitions at given times (see examples/scenarios)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (network, random assignment, strategies)")
-	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms)")
+	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms); `tokenmesh strategies` lists them")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
@@ -133,7 +133,9 @@ func strategyHelp() string {
 }
 
 // parseParamFlags parses --param values (strategy.name=value), each
-// addressed to a known strategy; errors name the flag. The generic
+// addressed to a known strategy and checked against its declared
+// parameters (all.Info.Params: name and type); errors name the flag. A
+// value may contain a comma unless NAME= follows it (strategy.ParseParams). The generic
 // partition=available|conserve (strategy.PartitionParam) may be given
 // without a strategy: it then applies to every strategy of strategies.
 func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, error) {
@@ -160,9 +162,16 @@ func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, er
 	if un := params.Unprefixed(); len(un) > 0 {
 		return params, usageErr("--param %s: name the strategy, as strategy.%s=value", un[0], un[0])
 	}
+	values := params.Values()
 	for _, name := range params.Names() {
-		s, _, _ := strings.Cut(name, ".")
-		if _, err := all.Lookup(s); err != nil {
+		s, pname, _ := strings.Cut(name, ".")
+		info, err := all.Lookup(s)
+		if err != nil {
+			return params, usageErr("--param %s: %v", name, err)
+		}
+		// Names and types from the strategy's declarations (tokenmesh
+		// strategies lists them); bounds are checked by its constructor.
+		if err := strategy.CheckParam(s, info.Params, pname, values[name]); err != nil {
 			return params, usageErr("--param %s: %v", name, err)
 		}
 	}

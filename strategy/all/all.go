@@ -31,30 +31,43 @@ type Info struct {
 	// default comparison): fixedwindow counts windows, not a token bucket,
 	// so comparing it with central's bucket measures nothing.
 	NotInAll bool
-	New      func(cfg strategy.Config) (strategy.Strategy, error)
+	// Params declares the strategy's own parameters (its package's
+	// Params; the generic strategy.PartitionSpec is not listed). Config
+	// validation and --param check names and types against it
+	// (CheckParams); the constructor still parses the values.
+	Params []strategy.ParamSpec
+	New    func(cfg strategy.Config) (strategy.Strategy, error)
 }
 
 var registry = []Info{
-	{Name: "central", Summary: "one bucket per key for the whole cluster; the ground truth", Source: "002 §4.3.1", Centralized: true,
+	{Name: "central", Params: local.Params, Summary: "one bucket per key for the whole cluster; the ground truth", Source: "002 §4.3.1", Centralized: true,
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return local.New("central", cfg) }},
-	{Name: "local", Summary: "every node enforces the full (r, b) alone; no coordination (admits up to N times the limit)", Source: "003",
+	{Name: "local", Params: local.Params, Summary: "every node enforces the full (r, b) alone; no coordination (admits up to N times the limit)", Source: "003",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return local.New("local", cfg) }},
-	{Name: "static", Summary: "every node enforces (r/N, b/N); N from membership", Source: "000 §1.2, 004 §1.2, 003",
+	{Name: "static", Params: static.Params, Summary: "every node enforces (r/N, b/N); N from membership", Source: "000 §1.2, 004 §1.2, 003",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return static.New(cfg) }},
-	{Name: "owner", Summary: "rendezvous hashing picks the key's owner; other nodes forward and wait for its verdict", Source: "003",
+	{Name: "owner", Params: owner.Params, Summary: "rendezvous hashing picks the key's owner; other nodes forward and wait for its verdict", Source: "003",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return owner.New(cfg) }},
-	{Name: "gcounter", Summary: "replicated token bucket on a G-Counter of consumed tokens; delta states per neighbour sent by flat gossip", Source: "002 ch. 3",
+	{Name: "gcounter", Params: gcounter.Params, Summary: "replicated token bucket on a G-Counter of consumed tokens; delta states per neighbour sent by flat gossip", Source: "002 ch. 3",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gcounter.New(cfg) }},
-	{Name: "tbqueue", Summary: "token-bucket queue of (time-of-birth, time-of-death) elements merged like merge sort; frequency analysis and LINF as options", Source: "002 ch. 4",
+	{Name: "tbqueue", Params: tbqueue.Params, Summary: "token-bucket queue of (time-of-birth, time-of-death) elements merged like merge sort; frequency analysis and LINF as options", Source: "002 ch. 4",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return tbqueue.New(cfg) }},
-	{Name: "gdrl", Summary: "each node holds a share of the rate and burst per key; neighbours move capacity towards equal performance indicators in exactly conserved transfers; a best buddy inherits a failed node's share", Source: "001, 004",
+	{Name: "gdrl", Params: gdrl.Params, Summary: "each node holds a share of the rate and burst per key; neighbours move capacity towards equal performance indicators in exactly conserved transfers; a best buddy inherits a failed node's share", Source: "001, 004",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return gdrl.New(cfg) }},
-	{Name: "adaptive", Summary: "static sub-buckets re-split every step by a TB Adaptor (the smallest live node) in proportion to each node's offered rate and peak backlog over a sliding window", Source: "000 §5.4",
+	{Name: "adaptive", Params: adaptive.Params, Summary: "static sub-buckets re-split every step by a TB Adaptor (the smallest live node) in proportion to each node's offered rate and peak backlog over a sliding window", Source: "000 §5.4",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return adaptive.New(cfg) }},
-	{Name: "lease", Summary: "the key's owner (rendezvous) holds its bucket and leases whole tokens out of it to nodes with demand, which decide locally; requests without a leased token are forwarded as in owner", Source: "003, 001/004 (ours)",
+	{Name: "lease", Params: lease.Params, Summary: "the key's owner (rendezvous) holds its bucket and leases whole tokens out of it to nodes with demand, which decide locally; requests without a leased token are forwarded as in owner", Source: "003, 001/004 (ours)",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return lease.New(cfg) }},
-	{Name: fixedwindow.Name, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",
+	{Name: fixedwindow.Name, Params: fixedwindow.Params, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return fixedwindow.New(cfg) }},
+}
+
+// CheckParams checks the strategy's parameters p (unprefixed, as
+// strategy.Params.For returns them) against its declarations: an unknown
+// name or a value not of the declared type is an error naming the
+// strategy, parameter and value (strategy.CheckParam).
+func (i Info) CheckParams(p strategy.Params) error {
+	return strategy.CheckParams(i.Name, i.Params, p)
 }
 
 // List returns every strategy, in the order reports show them: a copy,

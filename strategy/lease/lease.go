@@ -111,39 +111,11 @@
 //     with local (r/N, b/N) buckets that start empty (together at most one
 //     more envelope while the owner is unreachable).
 //
-// # Parameters
-//
-//   - hold (duration, default Config.LatencyHint): the owner's ordering buffer.
-//   - timeout (duration, default 3*LatencyHint + 100ms): how long a holder
-//     waits for a verdict, grant or return acknowledgement.
-//   - retries (int, default 2): retransmissions within timeout.
-//   - on_timeout (admit | reject | local, default local): the answer to a
-//     forwarded request when no verdict comes within timeout. local decides
-//     with a local bucket of (r/N, b/N) per key, empty at its first use
-//     (as strategy/owner's on_timeout): while an owner is unreachable, the
-//     nodes forwarding to it admit together at most one more envelope;
-//     admit is unbounded then; reject keeps the envelope exactly and
-//     refuses the owner's keys until failure detection moves them.
-//   - fail_open (bool): deprecated alias, true = on_timeout=admit, false =
-//     reject; an error together with on_timeout.
-//   - period (duration, default 250ms): the time a lease is sized for (ask
-//     ceil(d*period) tokens).
-//   - ttl (duration, default 2*period): a lease's validity from its ask.
-//   - min_lease (int tokens, default 4): a node asks for leases only when it
-//     expects to use at least this many tokens per period; below it the key
-//     is decided at the owner, exactly like `owner`.
-//   - window (duration, default 1s): the demand measurement window.
-//   - takeover (duration, default ttl + 1s + max_wait, at least ttl +
-//     max_wait): how long a node
-//     that takes over a key keeps its bucket empty (see Crashes).
-//   - max_skew (duration, default 100ms): how far in the future a peer's
-//     time (arrival, ask) may lie; beyond it the message is refused.
-//   - max_wait (duration, default 0, at most 1h): the longest wait waiting
-//     mode (RequestWait, seed 000 §5.2) grants; 0 turns waiting mode off
-//     (checks with a max wait are decided as plain requests). It adds to
-//     takeover's default (ttl + 1s + max_wait): reservations, like leases,
-//     die with a crashed owner and must have passed before a new owner's
-//     bucket refills.
+// The parameters are listed in the "# Parameters" section below (declared
+// in Params, params.go). max_wait's waits are RequestWait's (seed 000
+// §5.2): checks with a max wait are decided as plain requests while it is
+// 0; reservations, like leases, die with a crashed owner and must have
+// passed before a new owner's bucket refills, hence takeover's default.
 package lease
 
 import (

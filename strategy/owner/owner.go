@@ -119,11 +119,9 @@
 // b + r*(P + detection) per partition. The forwarders' fallback decisions
 // during a detection window are charged to the next owner.
 //
-// Parameters (owner.NAME in the config; see New for defaults): hold,
-// timeout, retries (durations, int), on_timeout (admit | reject | local),
-// fail_open (deprecated bool alias), suspect, sync, warmup, slack
-// (durations), replicas, split (ints), and the generic partition
-// (available | conserve). Wire: api/peer/v1/owner.proto.
+// Parameters: see the "# Parameters" section below (declared in Params,
+// params.go), and the generic partition (available | conserve). Wire:
+// api/peer/v1/owner.proto.
 package owner
 
 import (

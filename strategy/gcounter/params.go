@@ -1,0 +1,26 @@
+// # Parameters
+//
+// Declared in Params (strategy.ParamSpec); given as NAME=value in a rule's
+// params or --param STRATEGY.NAME=value; the generic partition too.
+//
+//   - gossip (duration, default 300ms): the gossip interval (thesis Table
+//     4.1); positive.
+//   - catch_up (bool, default false): ours: full-state catch-up for members
+//     that join or rejoin, and per-instance G-Counter slots.
+//   - idle (duration, default 10m): ours: a key unchanged for idle and full is
+//     dropped and re-created with a new generation; 0 keeps every key forever
+//     (the thesis); otherwise at least 10 gossip intervals.
+package gcounter
+
+import "github.com/tokenmesh/tokenmesh/strategy"
+
+// Params declares gcounter's parameters (strategy.ParamSpec), read by
+// config validation, --param and `tokenmesh strategies`; New parses them.
+var Params = []strategy.ParamSpec{
+	{Name: "gossip", Type: strategy.ParamDuration, Default: "300ms", Example: "100ms",
+		Doc: "the gossip interval (thesis Table 4.1); positive."},
+	{Name: "catch_up", Type: strategy.ParamBool, Default: "false", Example: "true",
+		Doc: "ours: full-state catch-up for members that join or rejoin, and per-instance G-Counter slots."},
+	{Name: "idle", Type: strategy.ParamDuration, Default: "10m", Example: "1m",
+		Doc: "ours: a key unchanged for idle and full is dropped and re-created with a new generation; 0 keeps every key forever (the thesis); otherwise at least 10 gossip intervals."},
+}

@@ -1,0 +1,61 @@
+// # Parameters
+//
+// Declared in Params (strategy.ParamSpec); given as NAME=value in a rule's
+// params or --param STRATEGY.NAME=value; the generic partition too.
+//
+//   - hold (duration, default latency_hint): the primary's ordering buffer: a
+//     request is decided once it is this old (003).
+//   - timeout (duration, default 3*latency_hint + 100ms): how long a
+//     forwarding node waits for the verdict; positive.
+//   - retries (int, default 2): retransmissions of a forwarded request within
+//     timeout; not negative.
+//   - on_timeout (admit | reject | local, default local): the answer when no
+//     verdict comes: local decides with a local bucket of (r/N, b/N) and keeps
+//     the envelope, admit lets a dead owner's keys go unlimited, reject
+//     refuses them.
+//   - fail_open (bool): deprecated alias of on_timeout: true = admit, false =
+//     reject; an error together with on_timeout.
+//   - suspect (duration, default 1s): after a timeout, how long requests for
+//     that owner's keys are answered by on_timeout at once.
+//   - replicas (int, nodes, default 2): the nodes holding each key's level (K
+//     >= 1); 1 keeps it on the primary only.
+//   - sync (duration, default max(hold, 10ms)): how often the primary ships
+//     changed levels to the replicas; positive.
+//   - warmup (duration, default 1s): after joining or a membership change, how
+//     long a key without a level is first asked of its possible holders.
+//   - slack (duration, default 1s): how far in the future a peer's level may
+//     be valid (clock skew) before it is refused.
+//   - split (int, sub-buckets, default 1): each key's (r, b) is split over K
+//     in [1, 64] sub-buckets, each owned on its own; every node of a rule must
+//     use the same split.
+package owner
+
+import "github.com/tokenmesh/tokenmesh/strategy"
+
+// Params declares owner's parameters (strategy.ParamSpec), read by config
+// validation, --param and `tokenmesh strategies`; New parses them (see its
+// doc for the full story of each).
+var Params = []strategy.ParamSpec{
+	{Name: "hold", Type: strategy.ParamDuration, Default: "latency_hint", Example: "5ms",
+		Doc: "the primary's ordering buffer: a request is decided once it is this old (003)."},
+	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
+		Doc: "how long a forwarding node waits for the verdict; positive."},
+	{Name: "retries", Type: strategy.ParamInt, Default: "2", Example: "3",
+		Doc: "retransmissions of a forwarded request within timeout; not negative."},
+	{Name: "on_timeout", Type: strategy.ParamEnum, Enum: []string{"admit", "reject", "local"}, Default: "local", Example: "reject",
+		Doc: "the answer when no verdict comes: local decides with a local bucket of (r/N, b/N) and keeps the envelope, admit lets a dead owner's keys go unlimited, reject refuses them."},
+	{Name: "fail_open", Type: strategy.ParamBool, Example: "false",
+		Doc: "deprecated alias of on_timeout: true = admit, false = reject; an error together with on_timeout."},
+	{Name: "suspect", Type: strategy.ParamDuration, Default: "1s", Example: "2s",
+		Doc: "after a timeout, how long requests for that owner's keys are answered by on_timeout at once."},
+	{Name: "replicas", Type: strategy.ParamInt, Unit: "nodes", Default: "2", Example: "3",
+		Doc: "the nodes holding each key's level (K >= 1); 1 keeps it on the primary only."},
+	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",
+		Doc: "how often the primary ships changed levels to the replicas; positive."},
+	{Name: "warmup", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
+		Doc: "after joining or a membership change, how long a key without a level is first asked of its possible holders."},
+	{Name: "slack", Type: strategy.ParamDuration, Default: "1s", Example: "2s",
+		Doc: "how far in the future a peer's level may be valid (clock skew) before it is refused."},
+	{Name: "split", Type: strategy.ParamInt, Unit: "sub-buckets", Default: "1", Example: "4",
+		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split."},
+}
