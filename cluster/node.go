@@ -6,7 +6,10 @@
 // every strategy call (strategies are not thread-safe); it is fed by one
 // channel of events: requests from Check, frames from peers, membership
 // changes, and a single timer set to the earliest wake-up any rule asked
-// for. Peers are reached through a Transport (MemNetwork in process;
+// for. Every strategy call goes through a host.Host (package strategy/host,
+// the one interpreter of strategy.Effects, shared with the simulator): the
+// node supplies the wall clock, the goroutine, the transport and the
+// pending checks around it. Peers are reached through a Transport (MemNetwork in process;
 // cluster/grpcpeer over the network), and membership comes from whoever
 // calls SetMembers (a test; limiter, from cluster/membership's gossip).
 package cluster

@@ -18,7 +18,10 @@
 // Events at the same instant run in this order: message deliveries, then
 // membership changes and scenario events, then requests (in trace order),
 // then wake-ups. Strategies rely on deliveries coming before wake-ups (see
-// strategy/owner).
+// strategy/owner); it is the driver's side of strategy/host's contract.
+// Each node's strategy is called through a host.Host, the one interpreter
+// of strategy.Effects (wake-ups de-duplicated per instant there); the
+// simulator supplies virtual time, the network and the outcomes around it.
 //
 // # Faults and membership views
 //
