@@ -61,8 +61,8 @@ func (s *script) SetExpected(_ time.Duration, m []strategy.NodeID, fx *strategy.
 	s.effects(fx)
 }
 func (s *script) Leave(_ time.Duration, fx *strategy.Effects) { s.effects(fx) }
-func (s *script) Left() bool                                 { return s.left }
-func (s *script) StateBytes() int                            { return 0 }
+func (s *script) Left() bool                                  { return s.left }
+func (s *script) StateBytes() int                             { return 0 }
 
 // plain has none of the optional interfaces.
 type plain struct{ script }
