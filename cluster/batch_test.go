@@ -265,6 +265,15 @@ func hideRemainer(t *testing.T, n *Node, rule string) {
 	err := n.Inspect(context.Background(), func(_ time.Duration, r Rule, s strategy.Strategy) {
 		if r.Name == rule {
 			n.rules[rule].s = noRemainer{s}
+			// The Host makes the calls: it gets the swapped strategy too
+			// (the same rules, each keeping its wake-ups).
+			ss, from := make([]strategy.Strategy, len(n.order)), make([]int, len(n.order))
+			for i, rs := range n.order {
+				ss[i], from[i] = rs.s, i
+			}
+			if err := n.h.SetRules(ss, from); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	if err != nil {

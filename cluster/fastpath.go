@@ -205,9 +205,7 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 	if !give {
 		left = 0
 	}
-	n.fx.Reset()
-	rs.fast.a.Return(now, key, left, &n.fx)
-	n.apply(now, rs)
+	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.a.Return(now, key, left, fx) })
 	rs.c.returned.Add(left)
 }
 
@@ -215,7 +213,7 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 // took (loop goroutine), unless the node is leaving. rem is the key's
 // Remaining after the decision (-1 unknown); it returns the tokens
 // granted (0: none).
-func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
+func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strategy.Effects) int64 {
 	if n.leaving {
 		return 0
 	}
@@ -234,7 +232,7 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string) int64 {
 	if a.tokens.Load() >= 0 {
 		return 0 // open already (the caller closes first)
 	}
-	g, until := f.a.Grant(now, key, a.want, &n.fx) // the caller applies n.fx
+	g, until := f.a.Grant(now, key, a.want, fx) // the Host carries fx out after the request's call
 	if g <= 0 {
 		return 0
 	}

@@ -313,12 +313,6 @@ func (n *Node) setHint(now time.Duration, hint time.Duration) {
 	}
 	slog.Info("cluster: latency hint changed", "node", string(n.self), "old", old, "new", hint)
 	for _, rs := range n.order {
-		h, ok := rs.s.(strategy.LatencyHinter)
-		if !ok {
-			continue
-		}
-		n.fx.Reset()
-		h.SetLatencyHint(now, hint, &n.fx)
-		n.apply(now, rs)
+		n.h.SetLatencyHint(now, rs.idx, hint)
 	}
 }

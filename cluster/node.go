@@ -6,7 +6,10 @@
 // every strategy call (strategies are not thread-safe); it is fed by one
 // channel of events: requests from Check, frames from peers, membership
 // changes, and a single timer set to the earliest wake-up any rule asked
-// for. Peers are reached through a Transport (MemNetwork in process;
+// for. Every strategy call goes through a host.Host (package strategy/host,
+// the one interpreter of strategy.Effects, shared with the simulator): the
+// node supplies the wall clock, the goroutine, the transport and the
+// pending checks around it. Peers are reached through a Transport (MemNetwork in process;
 // cluster/grpcpeer over the network), and membership comes from whoever
 // calls SetMembers (a test; limiter, from cluster/membership's gossip).
 package cluster
@@ -27,6 +30,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
 
 // Limits on a Check's input.
@@ -247,7 +251,7 @@ func (p pendingCheck) answer(r result) {
 }
 
 type ruleState struct {
-	idx     int
+	idx     int // the rule's index in order and in the Host
 	rule    Rule
 	s       strategy.Strategy
 	pending map[uint64]pendingCheck
@@ -306,17 +310,16 @@ type Node struct {
 	offset time.Duration
 	last   time.Duration // loop goroutine only: the last time handed to strategies
 
-	events  chan event
-	wake    chan struct{}
-	timer   *time.Timer
-	wakes   *minheap.Heap[wakeEntry] // by (at, rule)
-	wakeSet map[wakeEntry]bool
-	armed   time.Duration // the wake-up the timer is set for; -1: none
-	fx      strategy.Effects
-	// nextID is the last request id handed to a strategy. It starts at the
-	// node's incarnation (see Incarnation), so ids are unique across the
-	// node's restarts as well as within one run.
-	nextID   uint64
+	events chan event
+	wake   chan struct{}
+	timer  *time.Timer
+	wakes  *minheap.Heap[wakeEntry] // by (at, rule); one entry per (rule, at): the Host de-duplicates
+	armed  time.Duration            // the wake-up the timer is set for; -1: none
+	// h makes every call on the rules' strategies and carries out their
+	// effects (loopDriver); its request ids start at the node's
+	// incarnation (see Incarnation), so ids are unique across the node's
+	// restarts as well as within one run.
+	h        *host.Host
 	members  []strategy.NodeID
 	expected []strategy.NodeID // the last agreed members (SetExpected)
 
@@ -391,14 +394,13 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		self: cfg.Self, rules: map[string]*ruleState{}, transport: cfg.Transport, maxTokens: cfg.MaxTokens,
-		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakeSet: map[wakeEntry]bool{}, wakes: minheap.New(wakeBefore),
+		events: make(chan event, cfg.Inbox), wake: make(chan struct{}, 1), wakes: minheap.New(wakeBefore),
 		members: members, expected: slices.Clone(members), done: make(chan struct{}), stopped: make(chan struct{}),
 		refusedLog: logthrottle.Throttle{Every: RefusedLogEvery},
 	}
 	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
 	n.hintNow.Store(int64(cfg.LatencyHint))
 	n.start = time.Now()
-	n.nextID = n.Incarnation()
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -437,11 +439,16 @@ func New(cfg Config) (*Node, error) {
 	rules := n.rules
 	n.rulesView.Store(&rules)
 	n.armed = -1
+	strategies := make([]strategy.Strategy, len(n.order))
+	for i, rs := range n.order {
+		strategies[i] = rs.s
+	}
+	if n.h, err = host.New(n.self, n.Incarnation(), loopDriver{n}, strategies...); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	// Start every strategy before the first event can reach it.
 	for _, rs := range n.order {
-		n.fx.Reset()
-		rs.s.Start(startAt, &n.fx)
-		n.apply(startAt, rs)
+		n.h.Start(startAt, rs.idx)
 	}
 	if err := n.restore(now, cfg.Restore); err != nil {
 		return nil, err
@@ -841,20 +848,16 @@ func (n *Node) handle(ev event) {
 		}
 		rs.c.msgsRecv.Add(1)
 		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
-		n.fx.Reset()
-		if err := rs.s.Receive(now, ev.frame.From, ev.frame.Payload, &n.fx); err != nil {
+		if err := n.h.Receive(now, rs.idx, ev.frame.From, ev.frame.Payload); err != nil {
 			rs.c.recvErrs.Add(1)
 			n.logRefused(ev.frame, err)
 		}
-		n.apply(now, rs)
 	case evMembers:
 		if !slices.Equal(ev.members, n.members) {
 			n.fastCloseAll(now, true) // allowances are given back before a re-split
 			n.members = ev.members
 			for _, rs := range n.order {
-				n.fx.Reset()
-				rs.s.SetMembers(now, slices.Clone(ev.members), &n.fx)
-				n.apply(now, rs)
+				n.h.SetMembers(now, rs.idx, ev.members)
 			}
 		}
 		close(ev.done)
@@ -870,13 +873,7 @@ func (n *Node) handle(ev event) {
 			n.fastCloseAll(now, true)
 			n.expected = ev.members
 			for _, rs := range n.order {
-				c, ok := rs.s.(strategy.Conserver)
-				if !ok {
-					continue
-				}
-				n.fx.Reset()
-				c.SetExpected(now, slices.Clone(ev.members), &n.fx)
-				n.apply(now, rs)
+				n.h.SetExpected(now, rs.idx, ev.members)
 			}
 		}
 		close(ev.done)
@@ -887,24 +884,16 @@ func (n *Node) handle(ev event) {
 			n.fastCloseAll(now, true)
 			n.leaving = true
 		}
-		left := true
 		for _, rs := range n.order {
 			if ev.inspect != nil {
 				ev.inspect(now, rs.rule, rs.s)
 			}
-			l, ok := rs.s.(strategy.Leaver)
-			if !ok {
-				continue
-			}
 			if ev.kind == evLeave {
-				n.fx.Reset()
-				l.Leave(now, &n.fx)
-				n.apply(now, rs)
+				n.h.Leave(now, rs.idx)
 			}
-			left = left && l.Left()
 		}
 		if ev.left != nil {
-			*ev.left = left
+			*ev.left = n.h.Left()
 		}
 		close(ev.done)
 	}
@@ -923,64 +912,66 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		// (empty, or too small for this request) goes back first.
 		n.fastClose(now, rs, key, true)
 	}
-	n.nextID++
-	id := n.nextID
+	id := n.h.NextRequestID()
 	rs.c.requests.Add(1)
-	n.fx.Reset()
 	req := strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}
-	var d strategy.Decision
-	var ok bool
-	if w, isW := rs.s.(strategy.Waiter); isW && maxWait > 0 {
-		d, ok = w.RequestWait(now, req, maxWait, &n.fx)
-	} else {
-		d, ok = rs.s.Request(now, req, &n.fx)
-	}
-	if ok {
+	// The check is answered, or waits in pending, before the request's
+	// effects are carried out: they may hold its own decision.
+	n.h.RequestThen(now, rs.idx, req, maxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, fx *strategy.Effects) {
+		if !ok {
+			p.arrival = now
+			rs.pending[id] = p
+			rs.c.pending.Add(1)
+			return
+		}
 		var granted int64
 		if rs.fast != nil && d.Allowed && d.Delay == 0 {
-			granted = n.fastGrant(now, rs, key)
+			granted = n.fastGrant(now, rs, key, fx)
 		}
 		rem := int64(-1)
-		if r, isR := rs.s.(strategy.Remainer); isR {
-			if v, known := r.Remaining(now, key); known {
-				rem = v + granted // the allowance's tokens are the caller's too
-			}
+		if v, known := n.h.Remaining(now, rs.idx, key); known {
+			rem = v + granted // the allowance's tokens are the caller's too
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
-	} else {
-		p.arrival = now
-		rs.pending[id] = p
-		rs.c.pending.Add(1)
-	}
-	n.apply(now, rs)
+	})
 }
 
-// apply carries out what rs's strategy asked for in its last call.
-func (n *Node) apply(now time.Duration, rs *ruleState) {
-	for _, d := range n.fx.Decisions {
-		p, ok := rs.pending[d.RequestID]
-		if !ok {
-			continue // decided already, or not ours
-		}
-		delete(rs.pending, d.RequestID)
-		rs.c.pending.Add(-1)
-		p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
+// loopDriver is the node's host.Driver: the wall clock, the transport and
+// the pending checks around the Host (loop goroutine). The Host's
+// same-instant contract holds because the loop handles each event (a
+// frame) before it runs the wake-ups due (runDue).
+type loopDriver struct{ n *Node }
+
+// Decided answers a pending check; an id not pending (decided already,
+// or not this node's) is ignored. The time is that of the Host call
+// (n.last: every call is made at the time n.now last returned).
+func (ld loopDriver) Decided(rule int, d strategy.Decision) {
+	n := ld.n
+	rs := n.order[rule]
+	p, ok := rs.pending[d.RequestID]
+	if !ok {
+		return
 	}
-	for _, m := range n.fx.Messages {
-		rs.c.msgsSent.Add(1)
-		rs.c.bytesSent.Add(int64(len(m.Payload)))
-		if err := n.transport.Send(m.To, Frame{Rule: rs.rule.Name, From: n.self, Payload: m.Payload}); err != nil {
-			rs.c.sendErrs.Add(1)
-		}
+	now := n.last
+	delete(rs.pending, d.RequestID)
+	rs.c.pending.Add(-1)
+	p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
+}
+
+// Send hands a frame of rule to the transport, counted.
+func (ld loopDriver) Send(rule int, to strategy.NodeID, payload []byte) {
+	n := ld.n
+	rs := n.order[rule]
+	rs.c.msgsSent.Add(1)
+	rs.c.bytesSent.Add(int64(len(payload)))
+	if err := n.transport.Send(to, Frame{Rule: rs.rule.Name, From: n.self, Payload: payload}); err != nil {
+		rs.c.sendErrs.Add(1)
 	}
-	for _, at := range n.fx.Wakeups {
-		at = max(at, now)
-		w := wakeEntry{at: at, rule: rs.idx}
-		if !n.wakeSet[w] {
-			n.wakeSet[w] = true
-			n.wakes.Push(w)
-		}
-	}
+}
+
+// Schedule queues a wake-up for runDue's timer.
+func (ld loopDriver) Schedule(rule int, at time.Duration) {
+	ld.n.wakes.Push(wakeEntry{at: at, rule: rule})
 }
 
 // runDue ticks every rule with a wake-up due (once per rule), then sets
@@ -998,17 +989,13 @@ func (n *Node) runDue() {
 		var due []int
 		for n.wakes.Len() > 0 && n.wakes.Peek().at <= now {
 			w := n.wakes.Pop()
-			delete(n.wakeSet, w)
 			if !slices.Contains(due, w.rule) {
 				due = append(due, w.rule)
 			}
 		}
 		slices.Sort(due)
 		for _, i := range due {
-			rs := n.order[i]
-			n.fx.Reset()
-			rs.s.Tick(now, &n.fx)
-			n.apply(now, rs)
+			n.h.Tick(now, i)
 		}
 	}
 }

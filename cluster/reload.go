@@ -198,6 +198,17 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 	// new index, drop the others'.
 	oldOrder := n.order
 	wakes := n.wakes.Items()
+	strategies, from := make([]strategy.Strategy, len(order)), make([]int, len(order))
+	for i, rs := range order {
+		strategies[i], from[i] = rs.s, -1
+		if slices.Contains(oldOrder, rs) {
+			from[i] = rs.idx // kept: its wake-ups stay due
+		}
+	}
+	if err := n.h.SetRules(strategies, from); err != nil {
+		u.err = err // cannot happen: from is built above
+		return
+	}
 	n.rulesMu.Lock()
 	for i, rs := range order {
 		rs.idx = i
@@ -205,29 +216,20 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 	n.rules, n.order = byName, order
 	n.rulesView.Store(&byName)
 	n.rulesMu.Unlock()
-	n.wakes, n.wakeSet = minheap.New(wakeBefore), map[wakeEntry]bool{}
+	n.wakes = minheap.New(wakeBefore)
 	for _, w := range wakes {
 		rs := oldOrder[w.rule]
 		if byName[rs.rule.Name] != rs {
 			continue
 		}
 		w.rule = rs.idx
-		if !n.wakeSet[w] {
-			n.wakeSet[w] = true
-			n.wakes.Push(w)
-		}
+		n.wakes.Push(w)
 	}
 	for _, rs := range fresh {
-		n.fx.Reset()
-		rs.s.Start(now, &n.fx)
-		n.apply(now, rs)
-		if c, ok := rs.s.(strategy.Conserver); ok {
-			// The last agreed members, as the other rules were told
-			// (SetExpected).
-			n.fx.Reset()
-			c.SetExpected(now, slices.Clone(n.expected), &n.fx)
-			n.apply(now, rs)
-		}
+		n.h.Start(now, rs.idx)
+		// The last agreed members, as the other rules were told
+		// (SetExpected).
+		n.h.SetExpected(now, rs.idx, n.expected)
 	}
 	u.change = ch
 }

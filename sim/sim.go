@@ -18,7 +18,10 @@
 // Events at the same instant run in this order: message deliveries, then
 // membership changes and scenario events, then requests (in trace order),
 // then wake-ups. Strategies rely on deliveries coming before wake-ups (see
-// strategy/owner).
+// strategy/owner); it is the driver's side of strategy/host's contract.
+// Each node's strategy is called through a host.Host, the one interpreter
+// of strategy.Effects (wake-ups de-duplicated per instant there); the
+// simulator supplies virtual time, the network and the outcomes around it.
 //
 // # Faults and membership views
 //
@@ -89,6 +92,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -196,7 +200,8 @@ func eventBefore(a, b event) bool {
 
 type node struct {
 	id      strategy.NodeID
-	s       strategy.Strategy
+	s       strategy.Strategy // h's one rule (rule 0)
+	h       *host.Host        // applies s's effects (simDriver)
 	alive   bool
 	epoch   uint32
 	group   int // network partition group: messages flow within a group
@@ -205,7 +210,6 @@ type node struct {
 	lost    map[strategy.NodeID]time.Duration // nodes that left view, and when: still expected until ReconnectTimeout
 	expect  []strategy.NodeID                 // view plus lost: what SetExpected was last told
 	phase   time.Duration                     // reconnect attempts at phase + k*ReconnectInterval
-	wakes   map[time.Duration]bool
 	started bool
 }
 
@@ -221,7 +225,6 @@ type runner struct {
 	netRnd           *rand.Rand
 	memRnd           *rand.Rand // detection delays and reconnect phases
 	healGen          uint32     // bumped by every partition and heal; voids a stale reconnect
-	fx               strategy.Effects
 	res              *Result
 	delays           []time.Duration
 	pendingDecisions int
@@ -289,7 +292,7 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	slices.Sort(sorted)
 	for i := range members {
 		n := &node{id: members[i], alive: true, view: slices.Clone(sorted), expect: slices.Clone(sorted),
-			lost: map[strategy.NodeID]time.Duration{}, wakes: map[time.Duration]bool{}}
+			lost: map[strategy.NodeID]time.Duration{}}
 		r.nodes = append(r.nodes, n)
 		r.alive = append(r.alive, i)
 	}
@@ -342,11 +345,15 @@ func (r *runner) start(i int, now time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", r.cfg.Name, n.id, err)
 	}
-	n.s, n.started = s, true
+	// A restart is a new Host: the old incarnation's wake-ups are void
+	// (their events carry the old epoch). Request ids are the trace's.
+	h, err := host.New(n.id, uint64(n.epoch), simDriver{r: r, i: i}, s)
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w", r.cfg.Name, n.id, err)
+	}
+	n.s, n.h, n.started = s, h, true
 	r.inCall = prioScenario
-	r.fx.Reset()
-	s.Start(now, &r.fx)
-	r.apply(i)
+	h.Start(now, 0)
 	return nil
 }
 
@@ -360,50 +367,50 @@ func (r *runner) inject(i int, req *workload.Request) {
 	n := r.nodes[ni]
 	r.receivedBy[i] = int32(ni)
 	r.inCall = prioRequest
-	r.fx.Reset()
 	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}
-	var d strategy.Decision
-	var ok bool
-	if w, isWaiter := n.s.(strategy.Waiter); isWaiter && r.cfg.MaxWait > 0 {
-		d, ok = w.RequestWait(r.now, sreq, r.cfg.MaxWait, &r.fx)
-	} else {
-		d, ok = n.s.Request(r.now, sreq, &r.fx)
-	}
-	if ok {
-		r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true, Delay: d.Delay}
-	} else {
-		r.pendingDecisions++
-	}
-	r.apply(ni)
+	// The outcome is recorded before the request's effects are carried
+	// out (then), as the decisions among them may be this one's.
+	n.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
+		if ok {
+			r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true, Delay: d.Delay}
+		} else {
+			r.pendingDecisions++
+		}
+	})
 }
 
-// apply carries out the effects node i asked for in its last call.
-func (r *runner) apply(i int) {
-	n := r.nodes[i]
-	for _, d := range r.fx.Decisions {
-		if d.RequestID >= uint64(len(r.res.Outcomes)) {
-			continue
-		}
-		o := &r.res.Outcomes[d.RequestID]
-		if o.Decided {
-			continue
-		}
-		local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(i)
-		*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local, Delay: d.Delay}
-		r.pendingDecisions--
+// simDriver is node i's host.Driver: virtual time around the Host. The
+// same-instant contract of package host holds by the event queue's order
+// (prioDeliver before prioWake).
+type simDriver struct {
+	r *runner
+	i int
+}
+
+// Decided records an asynchronous decision on a trace request; one
+// decided already (or not a trace index) is ignored.
+func (sd simDriver) Decided(_ int, d strategy.Decision) {
+	r := sd.r
+	if d.RequestID >= uint64(len(r.res.Outcomes)) {
+		return
 	}
-	for _, m := range r.fx.Messages {
-		r.send(i, m)
+	o := &r.res.Outcomes[d.RequestID]
+	if o.Decided {
+		return
 	}
-	for _, at := range r.fx.Wakeups {
-		if at < r.now {
-			at = r.now
-		}
-		if !n.wakes[at] {
-			n.wakes[at] = true
-			r.push(event{at: at, prio: prioWake, node: int32(i), epoch: n.epoch})
-		}
-	}
+	local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(sd.i)
+	*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local, Delay: d.Delay}
+	r.pendingDecisions--
+}
+
+// Send puts a message on the simulated network.
+func (sd simDriver) Send(_ int, to strategy.NodeID, payload []byte) {
+	sd.r.send(sd.i, strategy.Message{To: to, Payload: payload})
+}
+
+// Schedule queues a wake-up of node i's current incarnation.
+func (sd simDriver) Schedule(_ int, at time.Duration) {
+	sd.r.push(event{at: at, prio: prioWake, node: int32(sd.i), epoch: sd.r.nodes[sd.i].epoch})
 }
 
 func (r *runner) send(from int, m strategy.Message) {
@@ -435,21 +442,16 @@ func (r *runner) step(e event) {
 			return
 		}
 		r.inCall = prioDeliver
-		r.fx.Reset()
-		if err := n.s.Receive(r.now, r.nodes[e.from].id, e.payload, &r.fx); err != nil {
+		if err := n.h.Receive(r.now, 0, r.nodes[e.from].id, e.payload); err != nil {
 			r.res.ReceiveErrors++
 		}
-		r.apply(int(e.node))
 	case prioWake:
 		n := r.nodes[e.node]
 		if n.epoch != e.epoch || !n.alive {
 			return
 		}
-		delete(n.wakes, e.at)
 		r.inCall = prioWake
-		r.fx.Reset()
-		n.s.Tick(r.now, &r.fx)
-		r.apply(int(e.node))
+		n.h.Tick(r.now, 0)
 	case prioMembership:
 		if e.from == expireLost {
 			r.updateExpected(int(e.node))
@@ -518,7 +520,6 @@ func (r *runner) scenario(e ScenarioEvent) {
 				continue
 			}
 			n.alive, n.epoch = true, n.epoch+1
-			n.wakes = map[time.Duration]bool{}
 			r.alive = append(r.alive, i)
 			slices.Sort(r.alive)
 			n.view = r.reachable(i)
@@ -767,9 +768,7 @@ func (r *runner) setView(i int, v []strategy.NodeID) {
 	}
 	n.view = v
 	r.inCall = prioMembership
-	r.fx.Reset()
-	n.s.SetMembers(r.now, slices.Clone(v), &r.fx)
-	r.apply(i)
+	n.h.SetMembers(r.now, 0, v)
 	r.updateExpected(i)
 }
 
@@ -813,11 +812,5 @@ func (r *runner) updateExpected(i int) {
 		return
 	}
 	n.expect = exp
-	c, ok := n.s.(strategy.Conserver)
-	if !ok {
-		return
-	}
-	r.fx.Reset()
-	c.SetExpected(r.now, slices.Clone(exp), &r.fx)
-	r.apply(i)
+	n.h.SetExpected(r.now, 0, exp) // inCall stays the caller's
 }

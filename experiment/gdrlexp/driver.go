@@ -25,6 +25,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
 
 // dt is the update interval (gdrl's default), one time slot of the paper.
@@ -55,14 +56,13 @@ func eventBefore(a, b event) bool {
 
 // cluster is N gdrl nodes on a lossless network with fixed latency.
 type cluster struct {
-	nodes    []*gdrl.GDRL
+	nodes    []*gdrl.GDRL // for inspection; every call goes through hosts
+	hosts    []*host.Host
 	ids      []strategy.NodeID
 	index    map[strategy.NodeID]int
-	wakes    []map[time.Duration]bool
 	q        *minheap.Heap[event]
 	seq      uint64
 	now      time.Duration
-	fx       strategy.Effects
 	reqID    uint64
 	messages int64
 	bytes    int64
@@ -89,13 +89,14 @@ func newCluster(n int, seed uint64, rate float64, burst int64, params []string) 
 		if err != nil {
 			return nil, err
 		}
-		c.nodes = append(c.nodes, g)
-		c.wakes = append(c.wakes, map[time.Duration]bool{})
+		h, err := host.New(c.ids[i], 0, expDriver{c: c, i: i}, g)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes, c.hosts = append(c.nodes, g), append(c.hosts, h)
 	}
-	for i, g := range c.nodes {
-		c.fx.Reset()
-		g.Start(0, &c.fx)
-		c.apply(i)
+	for _, h := range c.hosts {
+		h.Start(0, 0)
 	}
 	return c, nil
 }
@@ -106,23 +107,34 @@ func (c *cluster) push(e event) {
 	c.q.Push(e)
 }
 
-func (c *cluster) apply(i int) {
-	for _, m := range c.fx.Messages {
-		c.messages++
-		c.bytes += int64(len(m.Payload))
-		to, ok := c.index[m.To]
-		if !ok {
-			continue
-		}
-		c.push(event{at: c.now + latency, to: to, from: i, payload: m.Payload})
+// expDriver is node i's host.Driver: a fixed latency, no loss. The
+// same-instant contract of package host holds only as far as the queue's
+// order of pushing puts a delivery first; gdrl does not rely on it.
+type expDriver struct {
+	c *cluster
+	i int
+}
+
+// Decided ignores decisions: the experiments measure indicators, not
+// verdicts.
+func (expDriver) Decided(int, strategy.Decision) {}
+
+// Send counts the message and delivers it after the latency (a message to
+// an unknown node is counted and dropped).
+func (d expDriver) Send(_ int, to strategy.NodeID, payload []byte) {
+	c := d.c
+	c.messages++
+	c.bytes += int64(len(payload))
+	j, ok := c.index[to]
+	if !ok {
+		return
 	}
-	for _, at := range c.fx.Wakeups {
-		at = max(at, c.now)
-		if !c.wakes[i][at] {
-			c.wakes[i][at] = true
-			c.push(event{at: at, wake: true, to: i})
-		}
-	}
+	c.push(event{at: c.now + latency, to: j, from: d.i, payload: payload})
+}
+
+// Schedule queues a wake-up.
+func (d expDriver) Schedule(_ int, at time.Duration) {
+	d.c.push(event{at: at, wake: true, to: d.i})
 }
 
 // runUntil handles every event up to time t.
@@ -130,14 +142,11 @@ func (c *cluster) runUntil(t time.Duration) error {
 	for c.q.Len() > 0 && c.q.Peek().at <= t {
 		e := c.q.Pop()
 		c.now = e.at
-		c.fx.Reset()
 		if e.wake {
-			delete(c.wakes[e.to], e.at)
-			c.nodes[e.to].Tick(c.now, &c.fx)
-		} else if err := c.nodes[e.to].Receive(c.now, c.ids[e.from], e.payload, &c.fx); err != nil {
+			c.hosts[e.to].Tick(c.now, 0)
+		} else if err := c.hosts[e.to].Receive(c.now, 0, c.ids[e.from], e.payload); err != nil {
 			return fmt.Errorf("%s refused a message from %s: %w", c.ids[e.to], c.ids[e.from], err)
 		}
-		c.apply(e.to)
 	}
 	c.now = max(c.now, t)
 	return nil
@@ -146,9 +155,7 @@ func (c *cluster) runUntil(t time.Duration) error {
 // request asks node i for tokens of the key now.
 func (c *cluster) request(i int, tokens int64) {
 	c.reqID++
-	c.fx.Reset()
-	c.nodes[i].Request(c.now, strategy.Request{ID: c.reqID, Key: key, Tokens: tokens, Arrival: c.now}, &c.fx)
-	c.apply(i)
+	c.hosts[i].Request(c.now, 0, strategy.Request{ID: c.reqID, Key: key, Tokens: tokens, Arrival: c.now}, 0)
 }
 
 // interval runs update interval k (1-based): the events of its first half,
