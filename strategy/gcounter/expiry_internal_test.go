@@ -9,43 +9,66 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
 
-// cluster is a tiny driver: nodes that deliver every message at once.
+// cluster is a tiny driver on strategy/host: every node ticks at the
+// test's times, and what it sends at a tick is delivered at once; what a
+// node sends while receiving is dropped (a message is delivered once).
 type cluster struct {
 	t     *testing.T
-	nodes map[strategy.NodeID]*GCounter
+	nodes map[strategy.NodeID]*GCounter // for inspection
+	hosts map[strategy.NodeID]*host.Host
+	sinks map[strategy.NodeID]*sink
 	names []strategy.NodeID
 	sent  int
 }
 
+// sink is a node's host.Driver: it keeps what the node sends.
+type sink struct{ out []strategy.Message }
+
+func (s *sink) Decided(int, strategy.Decision) {}
+func (s *sink) Send(_ int, to strategy.NodeID, payload []byte) {
+	s.out = append(s.out, strategy.Message{To: to, Payload: payload})
+}
+func (s *sink) Schedule(int, time.Duration) {}
+
 func newCluster(t *testing.T, params ...string) *cluster {
 	members := []string{"a", "b", "c"}
-	c := &cluster{t: t, nodes: map[strategy.NodeID]*GCounter{}}
+	c := &cluster{t: t, nodes: map[strategy.NodeID]*GCounter{}, hosts: map[strategy.NodeID]*host.Host{}, sinks: map[strategy.NodeID]*sink{}}
 	for _, m := range members {
+		id := strategy.NodeID(m)
 		g := newNode(t, m, members, params...)
-		g.Start(0, &strategy.Effects{})
-		c.nodes[strategy.NodeID(m)] = g
-		c.names = append(c.names, strategy.NodeID(m))
+		c.sinks[id] = &sink{}
+		h, err := host.New(id, 0, c.sinks[id], g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Start(0, 0)
+		c.nodes[id], c.hosts[id] = g, h
+		c.names = append(c.names, id)
 	}
 	return c
 }
 
 func (c *cluster) request(now time.Duration, node strategy.NodeID, key string) bool {
 	c.sent++
-	d, _ := c.nodes[node].Request(now, strategy.Request{ID: uint64(c.sent), Key: key, Tokens: 1, Arrival: now}, &strategy.Effects{})
+	d, _ := c.hosts[node].Request(now, 0, strategy.Request{ID: uint64(c.sent), Key: key, Tokens: 1, Arrival: now}, 0)
 	return d.Allowed
 }
 
 // tick ticks every node at now and delivers what they send.
 func (c *cluster) tick(now time.Duration) {
 	for _, n := range c.names {
-		var fx strategy.Effects
-		c.nodes[n].Tick(now, &fx)
-		for _, m := range fx.Messages {
-			if err := c.nodes[m.To].Receive(now, n, m.Payload, &strategy.Effects{}); err != nil {
+		c.sinks[n].out = nil
+		c.hosts[n].Tick(now, 0)
+		out := c.sinks[n].out
+		c.sinks[n].out = nil
+		for _, m := range out {
+			if err := c.hosts[m.To].Receive(now, 0, n, m.Payload); err != nil {
 				c.t.Fatal(err)
 			}
+			c.sinks[m.To].out = nil // a reply is not delivered
 		}
 	}
 }
