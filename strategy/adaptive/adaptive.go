@@ -187,21 +187,8 @@ type keyState struct {
 // per slot two varints (offered, peak) of up to 5 bytes plus tags.
 func (a *Adaptive) keyStateBytes() int { return 2*(1+9) + 9 + 2 + a.slots*2*(1+5) }
 
-// New builds a node. Parameters:
-//   - window (duration, default 10s): the history window (SRTM §5.4).
-//   - step (duration, default 1s): the increment of the window and the
-//     period of reports and re-splits; window must be a positive multiple.
-//   - floor (number in [0, 1], default 0.1): the fraction of a re-split
-//     key's rate and burst split evenly (see the package documentation).
-//   - significance (number >= 0, default 3): how many standard deviations
-//     above its mean the chi-squared statistic of a key's spread must be
-//     for the key to be re-split.
-//   - min_mean (number >= 0, default 1): the least mean offered tokens per
-//     node in the window for a key to be re-split.
-//   - raise_after (duration, default max(4*LatencyHint, 10ms)): how long
-//     after an epoch's decreases its increases are applied.
-//   - units (int, default 1000): the rate's resolution; reduced (down to N)
-//     when r/units is below the bucket package's resolution.
+// New builds a node with the parameters declared in Params (params.go:
+// names, types, units and defaults; `tokenmesh strategies` lists them).
 //
 // Errors: an invalid Config, Self not among Members, a bad or unknown
 // parameter.

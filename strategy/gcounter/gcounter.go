@@ -249,17 +249,8 @@ type bucketState struct {
 	pending int
 }
 
-// New builds a node. Parameters:
-//   - gossip (duration, default 300ms, thesis Table 4.1): the gossip
-//     interval; must be positive.
-//   - catch_up (bool, default false; ours): full-state catch-up for members
-//     that join or rejoin, and per-instance G-Counter slots (see the package
-//     comment).
-//   - idle (duration, default 10m; ours): a key unchanged for idle and full
-//     is dropped, and re-created with a new generation (see the package
-//     comment); 0 keeps every key forever, as the thesis does. Otherwise it
-//     must be at least 10 gossip intervals, so that a change reaches the
-//     other nodes well within it.
+// New builds a node with the parameters declared in Params (params.go:
+// names, types, units and defaults; `tokenmesh strategies` lists them).
 //
 // Errors: an invalid Config, an unknown or invalid parameter, or a burst too
 // large for the rate's tick arithmetic (as bucket.New).

@@ -302,37 +302,8 @@ type verdict struct {
 	charged          bool          // a charge for this request was taken
 }
 
-// New builds a node. Parameters (durations as "100ms"):
-//   - hold (duration, default Config.LatencyHint): the ordering buffer.
-//   - timeout (duration, default 3*LatencyHint + 100ms): how long a
-//     forwarding node waits for the verdict.
-//   - retries (int, default 2): retransmissions within timeout.
-//   - on_timeout (admit | reject | local, default local): the answer when
-//     the verdict does not come. local keeps the cluster within its
-//     envelope during an owner's detection window (the N-1 forwarders admit
-//     at most (N-1)/N of the rule, and their admissions are charged to the
-//     next owner); admit lets a dead owner's keys go unlimited for the
-//     whole window (issue 12: +14.7 tokens per key over 6 s); reject takes
-//     them down.
-//   - fail_open (bool): deprecated alias, true = on_timeout=admit, false =
-//     reject; an error together with on_timeout.
-//   - suspect (duration, default 1s): after a timeout, how long requests
-//     for that owner's keys are answered by on_timeout at once.
-//   - replicas (int K >= 1, default 2): the nodes holding each key's level;
-//     1 keeps it on the primary only (the old behaviour).
-//   - sync (duration, default max(hold, 10ms)): how often the primary ships
-//     changed levels to the replicas.
-//   - warmup (duration, default 1s): after joining or a membership change,
-//     how long a key without a level is first asked of its possible
-//     holders (see the package doc) instead of starting full.
-//   - slack (duration, default 1s): how far in the future a peer's level
-//     may be valid (clock skew) before it is refused.
-//   - split (int K in [1, 64], default 1): each key's (r, b) is split over K
-//     sub-buckets (r/K, b_i), each owned (and replicated) on its own, for
-//     keys one node cannot serve alone; request ID mod K picks the
-//     sub-bucket. Every node of a rule must use the same split. With
-//     split > 1 Remaining is unknown (the next request may take another
-//     sub-bucket) and the local fallback is (r/(K*N), b_0/N).
+// New builds a node with the parameters declared in Params (params.go:
+// names, types, units and defaults; `tokenmesh strategies` lists them).
 //
 // Errors: an invalid Config or parameter.
 func New(cfg strategy.Config) (*Owner, error) {

@@ -224,16 +224,8 @@ type TBQueue struct {
 	nextSweep  time.Duration
 }
 
-// New builds a node. Parameters (defaults are the thesis' behaviour):
-//   - gossip (duration, default 300ms): the gossip interval; positive.
-//   - frequency_analysis (bool, default false), frequency_threshold
-//     (duration, default 2400ms) and window (whole number, default 0 =
-//     capacity / number of nodes, at least 1): §4.2.3.
-//   - linf (bool, default false): §4.2.4.
-//   - coalesce (bool, default true; false is the thesis' one element per
-//     request), unique_ids (bool, default false), safe_margin (duration,
-//     default 0), catch_up (bool, default false), delta_duplicates (bool,
-//     default false; not with unique_ids): ours, see the package comment.
+// New builds a node with the parameters declared in Params (params.go:
+// names, types, units and defaults; `tokenmesh strategies` lists them).
 //
 // Errors: an invalid Config, an unknown or invalid parameter, or a burst too
 // large for the rate's tick arithmetic (as bucket.New).
