@@ -109,7 +109,19 @@ type GDRL struct {
 	// for what they credited on its behalf until this node is fenced by
 	// an heir of a record that held them (see onFenced); local, not
 	// replicated.
-	retired       []*tombstone
+	retired []*tombstone
+	// draining: tombstones dropped when an heir fenced this node (its
+	// copies took over) that credited transfers after the version the
+	// heir took, which no copy knows of; each still fences its
+	// incarnation, for those credits only, until answered (see
+	// onFenced); local, not replicated, and they settle nothing.
+	draining []*tombstone
+	// fenceCredits: per inheritance fenced, the transfers to this
+	// incarnation that a fence of it named as credited on its behalf and
+	// that were reconciled here (given up, or never credited here), so
+	// that copies of one tombstone fencing apart reconcile each credit
+	// once.
+	fenceCredits  map[fenceKey]map[TransferID]bool
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
 
@@ -384,6 +396,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.seqTo = map[srcKey]uint64{}
 	g.held = map[strategy.NodeID]*heldRecord{}
 	g.fencesApplied = map[fenceKey]bool{}
+	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
 	return g, nil
 }
 
