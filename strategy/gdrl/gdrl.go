@@ -521,6 +521,14 @@ func (g *GDRL) Applied(id TransferID) bool {
 	return false
 }
 
+// Replicated reports whether this node's current buddy has acknowledged a
+// record of it since it was chosen, so that a crash of this node now loses
+// nothing (see Best buddy in the package documentation). False for a node
+// with no buddy (alone in its view) or whose new buddy has not answered
+// yet: a crash then loses this node's shares ("Limits"). For tests and
+// diagnostics.
+func (g *GDRL) Replicated() bool { return g.buddy != "" && g.acked > 0 }
+
 // Incarnation returns this node's incarnation number (0 before Start): the
 // start time in whole milliseconds in the high bits, 20 random bits below,
 // so that a node's later incarnations are larger.
