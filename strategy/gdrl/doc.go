@@ -204,7 +204,13 @@
 // it, kept until the buddy leaves its view. Replication is write-ahead: a
 // transfer is sent, and a received transfer acknowledged, only once the
 // buddy has acknowledged a record that contains it, so the buddy's record
-// is never behind what the rest of the cluster has seen. Records travel as
+// is never behind what the rest of the cluster has seen. A node without a
+// buddy (alone in its view: cut off, or a founder not yet joined) sends
+// none of these and settles only what it can settle itself (a transfer to
+// an incarnation it inherited): otherwise its payments would go out with
+// no replica anywhere, and its former buddy across the cut, which inherits
+// its earlier record when it crashes, would count them twice (found by
+// TestConserveSplitNeverAboveC, seed 15 at 300 checks). Records travel as
 // deltas from the version the buddy acknowledged (the keys changed since,
 // and whichever other parts changed), one in flight at a time. When the
 // buddy's view loses the node, or it hears from a newer incarnation of it,
@@ -281,7 +287,19 @@
 // copies may credit again: the fence names what the copies credited, and
 // the fenced node gives up what its own tombstones credited of that after
 // the version (it keeps a tombstone whose incarnation answered alive,
-// locally, for this). An incarnation that is dead (a newer
+// locally, for this). What one of its dropped tombstones credited after
+// that version and no copy credited (a transfer the incarnation, alive
+// across a second cut, credited too) no copy knows of: unless that
+// incarnation is known dead, the tombstone leaves the record but keeps
+// fencing it, locally, until answered (draining: it settles nothing more),
+// so that the incarnation weighs those credits as well. An incarnation
+// gives up the amounts of one inheritance once, and reconciles each
+// transfer a fence names as credited on its behalf once per inheritance
+// (given up if it credited it too, else never credited), whichever copy
+// of the tombstone names it: a copy that fences after another was applied
+// may name credits of its own (found by TestConserveSplitNeverAboveC,
+// seeds 13 and 14 at 300 checks: a tombstone's credit after its heir's
+// copy took over left C + 1,299,987 units for good). An incarnation that is dead (a newer
 // incarnation of the node answered the fence) may have two heirs, one per
 // side: the buddy across the cut took its record at the split, and a new
 // buddy on its own side took a later version when it crashed. The later
@@ -380,8 +398,13 @@
 // heir cannot be found stay in flight (counted, never credited). The
 // duplicate filters, tombstones and per-incarnation buddy memory grow by
 // one entry per peer incarnation (so do the retired tombstones, kept until
-// an heir's fence drops them). A transfer that an heir's copy of a
-// tombstone credits after its fence was applied, or whose credit by the
-// fenced node's own tombstone was lost in a crash (retired tombstones are
-// not replicated), may stay counted twice.
+// an heir's fence drops them, the draining ones, kept until their
+// incarnation or a newer one answers, and the transfers reconciled per
+// inheritance fenced). A transfer whose credit by the fenced
+// node's own tombstone was lost in a crash (retired and draining
+// tombstones are not replicated), or that a dropped tombstone credited
+// for an incarnation that then died (its later heir does not hear of it),
+// may stay counted twice. A node that founds a cluster alone has no
+// replica until its first buddy acknowledges its record: a crash before
+// that loses its shares (Replicated reports it).
 package gdrl
