@@ -121,7 +121,11 @@ type GDRL struct {
 	// that were reconciled here (given up, or never credited here), so
 	// that copies of one tombstone fencing apart reconcile each credit
 	// once.
-	fenceCredits  map[fenceKey]map[TransferID]bool
+	fenceCredits map[fenceKey]map[TransferID]bool
+	// fenceReported: the transfers to this incarnation that a fence named
+	// as credited by an heir (any inheritance): a second inheritance
+	// naming one credited it once too many.
+	fenceReported map[TransferID]bool
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
 
@@ -397,6 +401,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.held = map[strategy.NodeID]*heldRecord{}
 	g.fencesApplied = map[fenceKey]bool{}
 	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
+	g.fenceReported = map[TransferID]bool{}
 	return g, nil
 }
 

@@ -1351,6 +1351,33 @@ func (g *GDRL) sendDrain(now time.Duration, tb *tombstone, fx *strategy.Effects)
 	fx.Send(tb.node, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}))
 }
 
+// redeliver takes back credits that a tombstone of a dead incarnation,
+// dropped here because an heir's copy of it took over, made after the
+// version the heir took: the copy does not know of them and would credit
+// them again. Each is given up and queued again under its own name (no
+// tokens travel with it), so that whoever settles the incarnation's
+// transfers now credits it once: its duplicate filter drops a copy the
+// payer still retransmits.
+func (g *GDRL) redeliver(now time.Duration, credits []*transfer) {
+	for _, t := range credits {
+		g.addItems(t.items, -1, now)
+		if g.hasTransfer(t.id) {
+			continue // pending here already
+		}
+		c := &transfer{id: t.id, items: slices.Clone(t.items), gate: g.version + 1}
+		for i := range c.items {
+			c.items[i].t = 0
+		}
+		if p := g.peers[t.id.Dst]; p != nil && p.inc > t.id.DstInc {
+			c.newInc = p.inc
+		}
+		g.outbox = append(g.outbox, c)
+	}
+	if len(credits) > 0 {
+		g.mark(partOutbox)
+	}
+}
+
 // fenceOnBehalf is what a fence of tb names as credited on the fenced
 // incarnation's behalf: the transfers to it that tb credited, and those
 // that the copies of tombstones that came with tb's record (tombstones the
@@ -1363,9 +1390,18 @@ func (g *GDRL) fenceOnBehalf(tb *tombstone) []*transfer {
 	if tb.at == 0 {
 		return out
 	}
-	for _, x := range g.tombs {
-		if x != tb && x.at == tb.at && x.node != tb.node {
-			out = append(out, x.onBehalf...)
+	// Also the copies whose incarnation answered alive since (retired)
+	// or that left the record still fencing theirs (draining): what they
+	// credited stays counted here (found by TestConserveSplitNeverAboveC,
+	// seed 9 at 300 checks: a copy answered alive before the fence of
+	// the record it came with was sent, and a transfer it credited, which
+	// the fenced node's own tombstone had credited too, stayed counted
+	// twice).
+	for _, xs := range [][]*tombstone{g.tombs, g.retired, g.draining} {
+		for _, x := range xs {
+			if x != tb && x.at == tb.at && x.node != tb.node {
+				out = append(out, x.onBehalf...)
+			}
 		}
 	}
 	return out
@@ -1438,12 +1474,21 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 		// so keeps fencing that incarnation (draining) for those
 		// credits, which the incarnation reconciles once per credit.
 		for _, tb := range g.tombs {
-			if tb.at == 0 || tb.at > f.Version || tb.fenceDone {
+			if tb.at == 0 || tb.at > f.Version {
 				continue
 			}
-			if slices.ContainsFunc(tb.onBehalf, func(t *transfer) bool { return t.creditedAt > f.Version && !listed[t.id] }) {
-				tb.fencing, tb.heirTarget = false, ""
-				g.draining = append(g.draining, tb)
+			after := slices.DeleteFunc(slices.Clone(tb.onBehalf), func(t *transfer) bool { return t.creditedAt <= f.Version || listed[t.id] })
+			switch {
+			case len(after) == 0:
+			case tb.fenceDone:
+				// The incarnation is dead and the heir's copy settles
+				// its transfers: these go to it again (or to whoever
+				// settles them now), under their own names.
+				g.redeliver(now, after)
+			default:
+				c := *tb
+				c.onBehalf, c.fencing, c.heirTarget = after, false, ""
+				g.draining = append(g.draining, &c)
 			}
 		}
 		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
@@ -1451,10 +1496,12 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 		g.mark(partDefaults)
 	}
 	// What the fence's tombstone credited on this incarnation's behalf:
-	// given up if credited here too, else never credited here; once per
-	// inheritance and transfer, whichever copy of the tombstone names it
-	// (a copy that fences after another was applied may name credits of
-	// its own).
+	// given up if credited here too or named by the fence of another
+	// inheritance before (two heirs, one per side of two cuts, may each
+	// have credited it: found by TestConserveSplitNeverAboveC, seed 18
+	// at 300 checks), else never credited here; once per inheritance and
+	// transfer, whichever copy of the tombstone names it (a copy that
+	// fences after another was applied may name credits of its own).
 	done := g.fenceCredits[k]
 	for _, t := range onBehalf {
 		if t.id.Dst != g.self || t.id.DstInc != g.inc || done[t.id] {
@@ -1465,11 +1512,15 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 			g.fenceCredits[k] = done
 		}
 		done[t.id] = true
-		if g.applied.credited(t.id) {
-			g.addItems(t.items, -1, now) // credited here too
+		if g.applied.credited(t.id) || g.fenceReported[t.id] {
+			// Credited here too, or by another inheritance of this
+			// incarnation that a fence named before: one credit
+			// too many.
+			g.addItems(t.items, -1, now)
 		} else {
 			g.applied.settleElsewhere(t.id) // never credit it here
 		}
+		g.fenceReported[t.id] = true
 		g.mark(partApplied)
 	}
 	g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
@@ -1487,6 +1538,8 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 		g.draining = slices.Delete(g.draining, i, i+1)
 		if a.Alive {
 			g.retired = append(g.retired, tb) // see onFenced
+		} else {
+			g.redeliver(now, tb.onBehalf) // dead: as in onFenced
 		}
 		return
 	}

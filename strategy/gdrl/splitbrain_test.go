@@ -462,3 +462,53 @@ func TestSplitBrainDroppedTombstoneCredit(t *testing.T) {
 func TestConserveAloneReleasesNothing(t *testing.T) {
 	replaySplitRun(t, []int{4, 1, 1, 1, 1, 53, 722, 4, 2, 1, 3, 4, 2, 4, 2, 0, 0, 1, 2, 676, 2, 10635, 2, 1, 1, 1, 0, 0, 5, 200, 2, 1, 1, 0, 1, 2, 36, 0, 7, 0, 3, 3000, 3}, 926)
 }
+
+// Runs rapid found with seeds 7, 8 and 10 (TestConserveSplitNeverAboveC
+// at -rapid.checks=300, under `partition: available`; 7 and 10 failed
+// before the fixes above as well). In each, a tombstone of an incarnation
+// known dead (its newer incarnation answered the fence) credits a
+// transfer after an heir took the record it is in; the heir fences its
+// holder, which drops it, and the heir's copy, which knows nothing of that
+// credit, settles the transfer again when its payer (which never got the
+// acknowledgement, sent to another node that had adopted the transfer)
+// retransmits it (seed 8: C + 81,144 units). Now the holder gives such a
+// credit up and sends the transfer again under its own name, so whoever
+// settles the dead incarnation's transfers credits it once.
+func TestSplitBrainDeadTombstoneCreditRedelivered(t *testing.T) {
+	t.Run("seed7", func(t *testing.T) {
+		replaySplitRun(t, []int{6, 1, 0, 0, 0, 60, 0, 3, 1, 1, 2, 4, 2, 1, 0, 3, 3, 3, 2, 1, 3, 1, 2, 0, 2, 528, 2, 5321, 2, 0, 1, 0, 0, 1, 0, 2, 6, 0, 0, 1047, 3, 8, 4, 250, 3, 0, 0, 1, 1, 1, 2, 1, 20, 3, 2, 43}, 1)
+	})
+	t.Run("seed8", func(t *testing.T) {
+		replaySplitRun(t, []int{5, 1, 1, 1, 14, 50, 7, 3, 1, 1, 2, 2, 1, 3, 0, 0, 1, 1, 2, 1, 3, 0, 3688, 2, 218, 3, 1, 1, 1, 2, 2, 2, 218, 2, 60, 0, 4, 2, 101, 729, 2, 0, 1, 1, 1, 0, 1, 450, 1, 0, 1741}, 9293)
+	})
+	t.Run("seed10", func(t *testing.T) {
+		replaySplitRun(t, []int{5, 1, 1, 0, 0, 625, 3, 0, 0, 0, 3, 4, 0, 0, 1, 1, 2, 1, 4, 3, 1, 2, 517, 2, 12000, 2, 1, 0, 0, 1, 0, 0, 612, 200, 3, 2, 1, 2, 0, 0, 2, 1, 4, 723, 11, 1, 6, 2294}, 0)
+	})
+}
+
+// A run rapid found with seed 9 (TestConserveSplitNeverAboveC at
+// -rapid.checks=300, under `partition: available`; it failed before the
+// fixes above as well): 6 nodes, n3 inherits n2 across a first split and
+// its tombstone credits a transfer n1 paid n2; n4 inherits n3's record
+// from before that credit across a second split, and its copy of the
+// tombstone credits the transfer again. n2 answers the copy's fence alive
+// (the copy retires) before n4's fence of n3, which named what the copies
+// that came with n3's record credited only while they were live: n3 never
+// heard of the second credit and kept its own (C + 287,170 units). Now the
+// fence names what retired and draining copies credited too.
+func TestSplitBrainFenceNamesRetiredCopies(t *testing.T) {
+	replaySplitRun(t, []int{6, 2, 1, 0, 18, 54, 44, 0, 0, 1, 1, 1, 1, 3, 3, 1, 0, 0, 1, 1, 4, 3, 1, 4, 0, 2518, 2, 207, 2, 1, 1, 0, 1, 1, 0, 0, 3, 432, 3, 0, 1, 2, 2, 1, 2, 0, 30}, 348891298)
+}
+
+// A run rapid found with seed 18 (TestConserveSplitNeverAboveC at
+// -rapid.checks=300, under `partition: available`, with crashes): n0 is
+// inherited twice while alive, by n1 (its record at version 29) and by n2
+// (version 64), and both tombstones credit a transfer n2 paid n0 that n0
+// never credited. n2's fence named the transfer first and n0 recorded it
+// as settled elsewhere; n1's tombstone (draining once n1 was fenced in
+// turn) named it again and n0 did nothing: C + 1,100,000 units for good. Now an
+// incarnation gives up a transfer that a second inheritance's fence names
+// as credited.
+func TestSplitBrainTwoInheritancesCreditOnce(t *testing.T) {
+	replaySplitRun(t, []int{6, 2, 0, 1, 20, 87, 2, 0, 0, 2, 1, 1, 3, 4, 0, 4, 0, 2, 4, 3, 4, 1, 3, 3, 1, 3695, 2, 1989, 2, 1, 0, 1, 1, 1, 0, 2, 100, 0, 10, 4, 3, 1, 1, 200, 3, 0, 2, 1, 2, 2, 0, 0, 9}, 2)
+}
