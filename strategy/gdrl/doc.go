@@ -287,19 +287,23 @@
 // copies may credit again: the fence names what the copies credited, and
 // the fenced node gives up what its own tombstones credited of that after
 // the version (it keeps a tombstone whose incarnation answered alive,
-// locally, for this). What one of its dropped tombstones credited after
+// locally, for this; the fence also names what copies that answered
+// alive since credited). What one of its dropped tombstones credited after
 // that version and no copy credited (a transfer the incarnation, alive
-// across a second cut, credited too) no copy knows of: unless that
-// incarnation is known dead, the tombstone leaves the record but keeps
-// fencing it, locally, until answered (draining: it settles nothing more),
-// so that the incarnation weighs those credits as well. An incarnation
-// gives up the amounts of one inheritance once, and reconciles each
-// transfer a fence names as credited on its behalf once per inheritance
-// (given up if it credited it too, else never credited), whichever copy
-// of the tombstone names it: a copy that fences after another was applied
-// may name credits of its own (found by TestConserveSplitNeverAboveC,
-// seeds 13 and 14 at 300 checks: a tombstone's credit after its heir's
-// copy took over left C + 1,299,987 units for good). An incarnation that is dead (a newer
+// across a second cut, credited too) no copy knows of: if that
+// incarnation is not known dead, the tombstone leaves the record but
+// keeps fencing it, locally, until answered (draining: it settles nothing
+// more), so that the incarnation weighs those credits as well; if it is
+// dead (or answers dead), the credits are given up and the transfers
+// queued again under their own names, so that whoever settles its
+// transfers now (the copy) credits each once. An incarnation gives up the
+// amounts of one inheritance once, and reconciles each transfer a fence
+// names as credited on its behalf once per inheritance, whichever copy of
+// the tombstone names it: given up if it credited it too or the fence of
+// another inheritance named it before (two heirs credited it), else never
+// credited here. Found by TestConserveSplitNeverAboveC at 300 checks
+// (seeds 7 to 10, 13, 14 and 18: up to C + 1,299,987 units left for good).
+// An incarnation that is dead (a newer
 // incarnation of the node answered the fence) may have two heirs, one per
 // side: the buddy across the cut took its record at the split, and a new
 // buddy on its own side took a later version when it crashed. The later
@@ -400,11 +404,9 @@
 // one entry per peer incarnation (so do the retired tombstones, kept until
 // an heir's fence drops them, the draining ones, kept until their
 // incarnation or a newer one answers, and the transfers reconciled per
-// inheritance fenced). A transfer whose credit by the fenced
-// node's own tombstone was lost in a crash (retired and draining
-// tombstones are not replicated), or that a dropped tombstone credited
-// for an incarnation that then died (its later heir does not hear of it),
-// may stay counted twice. A node that founds a cluster alone has no
+// inheritance fenced). A transfer whose credit by the fenced node's own
+// tombstone was lost in a crash (retired and draining tombstones are not
+// replicated) may stay counted twice. A node that founds a cluster alone has no
 // replica until its first buddy acknowledges its record: a crash before
 // that loses its shares (Replicated reports it).
 package gdrl
