@@ -505,8 +505,8 @@ func (g *GDRL) Applied(id TransferID) bool {
 	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			if t.applied.credited(id) {
-				return true
+			if t.applied.credited(id) || slices.ContainsFunc(t.onBehalf, func(x *transfer) bool { return x.id == id }) {
+				return true // (onBehalf: also what another heir credited, absorbed)
 			}
 			tombed = true
 		}
