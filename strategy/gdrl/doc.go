@@ -398,7 +398,13 @@
 // elsewhere (it may have been applied). A node may hold two tombstones of
 // one incarnation (its own inheritance and a copy from a ward's record);
 // each fences on its own, and once the incarnation is dead the later one
-// absorbs the earlier. A transfer moves at most (C, B) per key. Transfers to a destination whose
+// absorbs the earlier. A transfer to a dead incarnation that an heir
+// credited before its tombstone was absorbed may stay in its payer's
+// outbox if the payer's likely heirs (see heirOf) do not include the
+// absorbing one: it is settled (Applied reports it) but retransmitted for
+// good, and if the payer paid it itself, it holds back the payer's next
+// transfer to that node, whatever its incarnation (stop and wait is per
+// node). A transfer moves at most (C, B) per key. Transfers to a destination whose
 // heir cannot be found stay in flight (counted, never credited). The
 // duplicate filters, tombstones and per-incarnation buddy memory grow by
 // one entry per peer incarnation (so do the retired tombstones, kept until

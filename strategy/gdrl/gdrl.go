@@ -491,9 +491,11 @@ func (g *GDRL) Pending(key string) []Pending {
 
 // Applied reports whether transfer id has been credited as far as this
 // node knows: by this node as its destination or as the destination's heir,
-// or by the destination (or by an heir of the destination) according to
-// the record of it this node holds as its buddy (a dead node's credit is
-// in its record before anyone hears of it: replication is write-ahead).
+// by another heir of the destination whose fence this node's tombstone
+// absorbed (see heir.go), or by the destination (or by an heir of the
+// destination) according to the record of it this node holds as its buddy
+// (a dead node's credit is in its record before anyone hears of it:
+// replication is write-ahead).
 func (g *GDRL) Applied(id TransferID) bool {
 	dst, dstInc := id.Dst, id.DstInc
 	if dst == g.self && dstInc == g.inc {
@@ -506,7 +508,7 @@ func (g *GDRL) Applied(id TransferID) bool {
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
 			if t.applied.credited(id) || slices.ContainsFunc(t.onBehalf, func(x *transfer) bool { return x.id == id }) {
-				return true // (onBehalf: also what another heir credited, absorbed)
+				return true
 			}
 			tombed = true
 		}
