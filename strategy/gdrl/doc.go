@@ -204,7 +204,13 @@
 // it, kept until the buddy leaves its view. Replication is write-ahead: a
 // transfer is sent, and a received transfer acknowledged, only once the
 // buddy has acknowledged a record that contains it, so the buddy's record
-// is never behind what the rest of the cluster has seen. Records travel as
+// is never behind what the rest of the cluster has seen. A node without a
+// buddy (alone in its view: cut off, or a founder not yet joined) sends
+// none of these and settles only what it can settle itself (a transfer to
+// an incarnation it inherited): otherwise its payments would go out with
+// no replica anywhere, and its former buddy across the cut, which inherits
+// its earlier record when it crashes, would count them twice (found by
+// TestConserveSplitNeverAboveC, seed 15 at 300 checks). Records travel as
 // deltas from the version the buddy acknowledged (the keys changed since,
 // and whichever other parts changed), one in flight at a time. When the
 // buddy's view loses the node, or it hears from a newer incarnation of it,
@@ -281,7 +287,23 @@
 // copies may credit again: the fence names what the copies credited, and
 // the fenced node gives up what its own tombstones credited of that after
 // the version (it keeps a tombstone whose incarnation answered alive,
-// locally, for this). An incarnation that is dead (a newer
+// locally, for this; the fence also names what copies that answered
+// alive since credited). What one of its dropped tombstones credited after
+// that version and no copy credited (a transfer the incarnation, alive
+// across a second cut, credited too) no copy knows of: if that
+// incarnation is not known dead, the tombstone leaves the record but
+// keeps fencing it, locally, until answered (draining: it settles nothing
+// more), so that the incarnation weighs those credits as well; if it is
+// dead (or answers dead), the credits are given up and the transfers
+// queued again under their own names, so that whoever settles its
+// transfers now (the copy) credits each once. An incarnation gives up the
+// amounts of one inheritance once, and reconciles each transfer a fence
+// names as credited on its behalf once per inheritance, whichever copy of
+// the tombstone names it: given up if it credited it too or the fence of
+// another inheritance named it before (two heirs credited it), else never
+// credited here. Found by TestConserveSplitNeverAboveC at 300 checks
+// (seeds 7 to 10, 13, 14 and 18: up to C + 1,299,987 units left for good).
+// An incarnation that is dead (a newer
 // incarnation of the node answered the fence) may have two heirs, one per
 // side: the buddy across the cut took its record at the split, and a new
 // buddy on its own side took a later version when it crashed. The later
@@ -376,12 +398,21 @@
 // elsewhere (it may have been applied). A node may hold two tombstones of
 // one incarnation (its own inheritance and a copy from a ward's record);
 // each fences on its own, and once the incarnation is dead the later one
-// absorbs the earlier. A transfer moves at most (C, B) per key. Transfers to a destination whose
+// absorbs the earlier. A transfer to a dead incarnation that an heir
+// credited before its tombstone was absorbed may stay in its payer's
+// outbox if the payer's likely heirs (see heirOf) do not include the
+// absorbing one: it is settled (Applied reports it) but retransmitted for
+// good, and if the payer paid it itself, it holds back the payer's next
+// transfer to that node, whatever its incarnation (stop and wait is per
+// node). A transfer moves at most (C, B) per key. Transfers to a destination whose
 // heir cannot be found stay in flight (counted, never credited). The
 // duplicate filters, tombstones and per-incarnation buddy memory grow by
 // one entry per peer incarnation (so do the retired tombstones, kept until
-// an heir's fence drops them). A transfer that an heir's copy of a
-// tombstone credits after its fence was applied, or whose credit by the
-// fenced node's own tombstone was lost in a crash (retired tombstones are
-// not replicated), may stay counted twice.
+// an heir's fence drops them, the draining ones, kept until their
+// incarnation or a newer one answers, and the transfers reconciled per
+// inheritance fenced). A transfer whose credit by the fenced node's own
+// tombstone was lost in a crash (retired and draining tombstones are not
+// replicated) may stay counted twice. A node that founds a cluster alone has no
+// replica until its first buddy acknowledges its record: a crash before
+// that loses its shares (Replicated reports it).
 package gdrl

@@ -109,7 +109,23 @@ type GDRL struct {
 	// for what they credited on its behalf until this node is fenced by
 	// an heir of a record that held them (see onFenced); local, not
 	// replicated.
-	retired       []*tombstone
+	retired []*tombstone
+	// draining: tombstones dropped when an heir fenced this node (its
+	// copies took over) that credited transfers after the version the
+	// heir took, which no copy knows of; each still fences its
+	// incarnation, for those credits only, until answered (see
+	// onFenced); local, not replicated, and they settle nothing.
+	draining []*tombstone
+	// fenceCredits: per inheritance fenced, the transfers to this
+	// incarnation that a fence of it named as credited on its behalf and
+	// that were reconciled here (given up, or never credited here), so
+	// that copies of one tombstone fencing apart reconcile each credit
+	// once.
+	fenceCredits map[fenceKey]map[TransferID]bool
+	// fenceReported: the transfers to this incarnation that a fence named
+	// as credited by an heir (any inheritance): a second inheritance
+	// naming one credited it once too many.
+	fenceReported map[TransferID]bool
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
 
@@ -384,6 +400,8 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.seqTo = map[srcKey]uint64{}
 	g.held = map[strategy.NodeID]*heldRecord{}
 	g.fencesApplied = map[fenceKey]bool{}
+	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
+	g.fenceReported = map[TransferID]bool{}
 	return g, nil
 }
 
@@ -473,9 +491,11 @@ func (g *GDRL) Pending(key string) []Pending {
 
 // Applied reports whether transfer id has been credited as far as this
 // node knows: by this node as its destination or as the destination's heir,
-// or by the destination (or by an heir of the destination) according to
-// the record of it this node holds as its buddy (a dead node's credit is
-// in its record before anyone hears of it: replication is write-ahead).
+// by another heir of the destination whose fence this node's tombstone
+// absorbed (see heir.go), or by the destination (or by an heir of the
+// destination) according to the record of it this node holds as its buddy
+// (a dead node's credit is in its record before anyone hears of it:
+// replication is write-ahead).
 func (g *GDRL) Applied(id TransferID) bool {
 	dst, dstInc := id.Dst, id.DstInc
 	if dst == g.self && dstInc == g.inc {
@@ -487,7 +507,7 @@ func (g *GDRL) Applied(id TransferID) bool {
 	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			if t.applied.credited(id) {
+			if t.applied.credited(id) || slices.ContainsFunc(t.onBehalf, func(x *transfer) bool { return x.id == id }) {
 				return true
 			}
 			tombed = true
@@ -507,6 +527,14 @@ func (g *GDRL) Applied(id TransferID) bool {
 	}
 	return false
 }
+
+// Replicated reports whether this node's current buddy has acknowledged a
+// record of it since it was chosen, so that a crash of this node now loses
+// nothing (see Best buddy in the package documentation). False for a node
+// with no buddy (alone in its view) or whose new buddy has not answered
+// yet: a crash then loses this node's shares ("Limits"). For tests and
+// diagnostics.
+func (g *GDRL) Replicated() bool { return g.buddy != "" && g.acked > 0 }
 
 // Incarnation returns this node's incarnation number (0 before Start): the
 // start time in whole milliseconds in the high bits, 20 random bits below,

@@ -7,13 +7,21 @@ import (
 )
 
 // ciSeed is the rapid seed the package's property tests start from unless
-// -rapid.seed is given. The randomized split-brain tests still find rare
-// capacity bugs on some random seeds (TestConserveSplitNeverAboveC: the
-// cases listed in doc.go, "Limits", one with a crash during the first of
-// two splits and a restart while still split), so `make test` runs a
-// fixed, passing sample and stays a reliable gate; explore with
+// -rapid.seed is given, kept so that `make test` runs the same sample on
+// every run and stays a deterministic gate (rapid also replays the .fail
+// files under testdata/rapid first). Wider sweeps pass: with
+// -rapid.checks=300, TestConserveSplitNeverAboveC, TestSplitBrainProperty
+// and TestConservationProperty passed all of seeds 1 to 60 (180 of 180
+// runs, 32 minutes on the shared 2-core machine), after the fixes that the
+// replays in splitbrain_test.go pin (seeds 7 to 10, 13 to 15, 18 and 21
+// failed before them). Not yet everything: TestConserveSplitNeverAboveC
+// at seeds 61 to 93 passed 31 of 33; seeds 79 and 90 fail, in the run
+// under `partition: available` with crashes during the splits, and also
+// failed before those fixes (79: a record whose burst share reached 41
+// tokens, beyond the ±2B a peer accepts; 90: one default share, C/6,
+// counted twice after the heal). Explore with
 // `go test ./strategy/gdrl -rapid.seed=0 -rapid.checks=1000` (a random
-// seed) to hunt for the rest.
+// seed); a failure there is a bug to fix, not noise.
 const ciSeed = "20261125"
 
 func TestMain(m *testing.M) {
