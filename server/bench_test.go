@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +80,32 @@ func BenchmarkServiceCallRLS(b *testing.B) {
 		resp, err := svc.ShouldRateLimit(ctx, reqs[i%benchKeys])
 		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			b.Fatal(resp, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkServiceCallHTTP is POST /v1/check of one check through the
+// HTTP/JSON API's handler (grpc-gateway, protojson), in-process.
+func BenchmarkServiceCallHTTP(b *testing.B) {
+	r, err := bucket.PerSecond(1e9)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rules := []cluster.Rule{{Name: "api", Rate: r, Burst: 1e9, Strategy: "owner"}}
+	h := New(startTestNode(b, rules), rules).Handler()
+	bodies := make([]string, benchKeys)
+	for i := range bodies {
+		bodies[i] = `{"checks":[{"rule":"api","key":"k` + strconv.Itoa(i) + `","hits":1}]}`
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(bodies[i%benchKeys]))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"allowed":true`) {
+			b.Fatal(w.Code, w.Body.String())
 		}
 		i++
 	}

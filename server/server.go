@@ -126,10 +126,10 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 	s.SetReady(true)
 
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		}}),
 		runtime.WithErrorHandler(writeStatus),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
