@@ -23,7 +23,8 @@
 // whose message names the field, e.g. "checks[3].hits: -1 must be between
 // 1 and 1000000000", and no bucket changes. Valid items are decided in
 // order (two items of one key see each other) in one hand-over to the
-// node (cluster.Node.CheckBatch). An item the cluster could not decide
+// node (cluster.Node.CheckBatch; a call of one item without max_wait_ms
+// goes through cluster.Node.Check, with the same answers). An item the cluster could not decide
 // gets allowed=false and its error set; the others are still decided. A
 // body that is not a CheckRequest is refused with 400 naming what is
 // wrong, a body above MaxBodyBytes with 400 as well.
