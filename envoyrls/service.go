@@ -2,8 +2,8 @@ package envoyrls
 
 import (
 	"context"
-	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -41,6 +41,21 @@ const (
 type Checker interface {
 	CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error)
 }
+
+// SingleChecker is a Checker that also decides one check on its own
+// (*cluster.Node's Check, whose local fast path decides in the caller's
+// goroutine). ShouldRateLimit uses it for a request with one check, the
+// common case, instead of a batch of one, which costs the batch's
+// allocations; the answer is the same (an error fails the call either
+// way).
+type SingleChecker interface {
+	Checker
+	Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error)
+}
+
+// smallRequest is the number of descriptors whose per-descriptor slices
+// ShouldRateLimit keeps on the stack.
+const smallRequest = 4
 
 // Observer, when set, is told of every decided check: the rule, the
 // cluster's result, whether the check was answered OK and the time the
@@ -109,10 +124,23 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	case len(ds) > MaxDescriptors:
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
 	}
-	limits := make([]*Limit, len(ds))
-	keys := make([]string, len(ds))
-	hits := make([]int64, len(ds))
-	replaced := map[string]bool{}
+	var (
+		limitsBuf [smallRequest]*Limit
+		keysBuf   [smallRequest]string
+		hitsBuf   [smallRequest]int64
+		idxBuf    [smallRequest]int
+		itemsBuf  [smallRequest]cluster.BatchItem
+		limits    []*Limit
+		keys      []string
+		hits      []int64
+		idx       []int // descriptor -> item, -1 for none
+	)
+	if len(ds) <= smallRequest {
+		limits, keys, hits, idx = limitsBuf[:len(ds)], keysBuf[:len(ds)], hitsBuf[:len(ds)], idxBuf[:len(ds)]
+	} else {
+		limits, keys, hits, idx = make([]*Limit, len(ds)), make([]string, len(ds)), make([]int64, len(ds)), make([]int, len(ds))
+	}
+	var replaced map[string]bool // made on the first limit that replaces another
 	for i, d := range ds {
 		es := d.GetEntries()
 		if len(es) > MaxEntries {
@@ -142,6 +170,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		limits[i], keys[i] = l, key
 		for _, r := range l.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			replaced[r] = true
 		}
 	}
@@ -152,8 +183,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			limits[i] = nil
 		}
 	}
-	var items []cluster.BatchItem
-	idx := make([]int, len(ds)) // descriptor -> item, -1 for none
+	items := itemsBuf[:0]
 	for i, l := range limits {
 		idx[i] = -1
 		if l != nil && l.Rule != "" {
@@ -164,8 +194,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var results []cluster.BatchResult
 	if len(items) > 0 {
 		start := time.Now()
-		var err error
-		results, err = s.checker.CheckBatch(ctx, items)
+		var (
+			err error
+			one [1]cluster.BatchResult
+		)
+		if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
+			var d cluster.Decision
+			d, err = sc.Check(ctx, items[0].Rule, items[0].Key, items[0].Tokens)
+			one[0].Decision, results = d, one[:]
+		} else {
+			// CheckBatch may keep the items (a batch abandoned when ctx
+			// ends): hand it a copy off the stack.
+			results, err = s.checker.CheckBatch(ctx, slices.Clone(items))
+		}
 		waited := time.Since(start)
 		if err == nil {
 			for _, r := range results {
@@ -190,7 +231,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	var (
+		resp *rlsv3.RateLimitResponse
+		r1   *response1 // the response's parts, for one descriptor
+	)
+	if len(ds) == 1 {
+		r1 = &response1{}
+		r1.statusPtrs[0] = &r1.status
+		resp = &r1.resp
+		resp.Statuses = r1.statusPtrs[:]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	// The descriptor closest to its limit, as envoyproxy/ratelimit picks it
 	// for its headers: the first with the least limit_remaining, or the last
 	// over its limit (not in quota_mode).
@@ -198,8 +251,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var closestReset time.Duration
 	minRemaining := uint32(math.MaxUint32)
 	for i, l := range limits {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
+		st := resp.Statuses[i]
+		if st == nil {
+			st = &rlsv3.RateLimitResponse_DescriptorStatus{}
+			resp.Statuses[i] = st
+		}
+		st.Code = rlsv3.RateLimitResponse_OK
 		switch {
 		case l == nil:
 			continue
@@ -207,7 +264,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		if r1 != nil {
+			st.CurrentLimit = &r1.limit
+		} else {
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{}
+		}
+		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = l.Name, l.RequestsPerUnit, l.Unit
 		unit := UnitDuration(l.Unit)
 		over := true
 		reset := unit
@@ -229,7 +291,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			sec := int64(unit / time.Second)
 			reset = time.Duration(sec-s.clock().Unix()%sec) * time.Second
 		}
-		st.DurationUntilReset = durationpb.New(reset)
+		if r1 != nil {
+			// durationpb.New's fields, without its allocation.
+			r1.reset.Seconds, r1.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+			st.DurationUntilReset = &r1.reset
+		} else {
+			st.DurationUntilReset = durationpb.New(reset)
+		}
 		if over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			switch {
@@ -251,11 +319,37 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if closest != nil {
 		resetS := (closestReset + time.Second - 1) / time.Second
-		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+		var hs *headers
+		if r1 != nil {
+			hs = &r1.headers
+		} else {
+			hs = &headers{}
+		}
+		hs.values = [3]corev3.HeaderValue{
 			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
-			{Key: HeaderReset, Value: fmt.Sprint(int64(resetS))},
+			{Key: HeaderReset, Value: strconv.FormatInt(int64(resetS), 10)},
 		}
+		hs.ptrs = [3]*corev3.HeaderValue{&hs.values[0], &hs.values[1], &hs.values[2]}
+		resp.ResponseHeadersToAdd = hs.ptrs[:]
 	}
 	return resp, nil
+}
+
+// headers are a response's three x-ratelimit-* headers in one allocation.
+type headers struct {
+	ptrs   [3]*corev3.HeaderValue
+	values [3]corev3.HeaderValue
+}
+
+// response1 is the response to a request of one descriptor, the common
+// case, in one allocation instead of eight: the message, its one status,
+// the status's limit and duration_until_reset, and the headers.
+type response1 struct {
+	resp       rlsv3.RateLimitResponse
+	statusPtrs [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status     rlsv3.RateLimitResponse_DescriptorStatus
+	limit      rlsv3.RateLimitResponse_RateLimit
+	reset      durationpb.Duration
+	headers    headers
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
@@ -293,4 +294,66 @@ func FuzzShouldRateLimit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// singleFake is a fakeChecker that is also a SingleChecker: Check is a
+// batch of one of the same fake, counted apart.
+type singleFake struct {
+	*fakeChecker
+	singles int
+}
+
+func (f *singleFake) Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error) {
+	f.singles++
+	res, err := f.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: tokens}})
+	if err != nil {
+		return cluster.Decision{}, err
+	}
+	return res[0].Decision, res[0].Err
+}
+
+// A SingleChecker's Check decides requests of one check (and nothing
+// else), and every answer, headers and statuses included, is the one the
+// batch path gives on the same sequence of requests; a failed check fails
+// the call the same way.
+func TestSingleCheckerSameAnswers(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	pool := []*ratelimitv3.RateLimitDescriptor{
+		desc("remote_address", "a"), desc("remote_address", "b"), desc("remote_address_vip", "10.0.0.1"),
+		desc("api", "x"), desc("message_type", "marketing", "to_number", "1"), desc("to_number", "1"),
+		desc("nothing", "y"), desc("closed", "x"), desc("path", "/shared/x"), desc("tenant", "gold"), desc("user", "u"),
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		batch := newFake(c)
+		single := &singleFake{fakeChecker: newFake(c)}
+		sb, ss := New(c, batch, nil), New(c, single, nil)
+		for range rapid.IntRange(1, 30).Draw(rt, "requests") {
+			n := rapid.IntRange(1, 6).Draw(rt, "descriptors")
+			req := &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: uint32(rapid.IntRange(0, 12).Draw(rt, "hits"))}
+			for range n {
+				req.Descriptors = append(req.Descriptors, pool[rapid.IntRange(0, len(pool)-1).Draw(rt, "d")])
+			}
+			callsBefore, singlesBefore := len(batch.calls), single.singles
+			rb, errB := sb.ShouldRateLimit(context.Background(), req)
+			rs, errS := ss.ShouldRateLimit(context.Background(), req)
+			if status.Code(errB) != status.Code(errS) || !proto.Equal(rb, rs) {
+				rt.Fatalf("request %v:\nbatch  %v %v\nsingle %v %v", req, rb, errB, rs, errS)
+			}
+			checks := 0
+			if len(batch.calls) > callsBefore {
+				checks = len(batch.calls[len(batch.calls)-1])
+			}
+			if usedSingle := single.singles > singlesBefore; usedSingle != (checks == 1) {
+				rt.Fatalf("request of %d checks: Check used %v", checks, usedSingle)
+			}
+		}
+	})
+	// A check the cluster could not decide fails the call as a batch does.
+	for _, f := range []Checker{&fakeChecker{err: errors.New("node closed")}, &singleFake{fakeChecker: &fakeChecker{err: errors.New("node closed")}}} {
+		_, err := New(c, f, nil).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "a")}})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%T with a failing check: %v, want Unavailable", f, err)
+		}
+	}
 }

@@ -128,9 +128,18 @@ type batchChecker interface {
 	CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error)
 }
 
+// singleChecker is *cluster.Node's Check: one check without a batch's
+// allocations (its fast path decides in the caller's goroutine).
+type singleChecker interface {
+	Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error)
+}
+
 // Local is a Checker over an in-process node (limiter.Node.Cluster())
-// for rules, the node's rules.
+// for rules, the node's rules. A node that also has Check (as
+// *cluster.Node does) decides through it, with the same answers as a
+// batch of one.
 func Local(node batchChecker, rules []cluster.Rule) Checker {
+	single, _ := node.(singleChecker)
 	byName := map[string]cluster.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
@@ -140,14 +149,25 @@ func Local(node batchChecker, rules []cluster.Rule) Checker {
 		if !ok {
 			return Result{}, fmt.Errorf("rule %q is not a rule of this node", rule)
 		}
-		res, err := node.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: hits}})
-		if err == nil && res[0].Err != nil {
-			err = res[0].Err
+		var (
+			d   cluster.Decision
+			err error
+		)
+		if single != nil {
+			d, err = single.Check(ctx, rule, key, hits)
+		} else {
+			var res []cluster.BatchResult
+			res, err = node.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: hits}})
+			if err == nil && res[0].Err != nil {
+				err = res[0].Err
+			}
+			if err == nil {
+				d = res[0].Decision
+			}
 		}
 		if err != nil {
 			return Result{}, err
 		}
-		d := res[0].Decision
 		perSec := r.Rate.PerSec()
 		out := Result{Allowed: d.Allowed, Limit: r.Burst, Window: window(r.Burst, perSec), Remaining: -1, Reset: -1}
 		if d.Remaining >= 0 {

@@ -161,3 +161,34 @@ func TestFailOpenClosed(t *testing.T) {
 		t.Error("no rule accepted")
 	}
 }
+
+// batchOnly hides a node's Check: Local then decides through CheckBatch.
+type batchOnly struct{ batchChecker }
+
+// Local answers the same through a node's Check (the path a
+// *cluster.Node takes) as through a batch of one, refusals, remaining,
+// reset and retry included, and an unknown rule is an error either way.
+func TestLocalCheckSameAsBatch(t *testing.T) {
+	n1, rules := startNode(t)
+	n2, _ := startNode(t)
+	if _, isSingle := any(n1.Cluster()).(singleChecker); !isSingle {
+		t.Fatal("*cluster.Node has no Check: Local would always batch")
+	}
+	viaCheck, viaBatch := Local(n1.Cluster(), rules), Local(batchOnly{n2.Cluster()}, rules)
+	ctx := context.Background()
+	for i, c := range []struct {
+		key  string
+		hits int64
+	}{{"a", 1}, {"a", 2}, {"a", 1}, {"b", 4}, {"b", 3}, {"a", 1}, {"b", 1}} {
+		r1, err1 := viaCheck.Check(ctx, "api", c.key, c.hits)
+		r2, err2 := viaBatch.Check(ctx, "api", c.key, c.hits)
+		if err1 != nil || err2 != nil || r1 != r2 {
+			t.Errorf("check %d (%s, %d hits): Check %+v %v, batch %+v %v", i, c.key, c.hits, r1, err1, r2, err2)
+		}
+	}
+	for _, c := range []Checker{viaCheck, viaBatch} {
+		if _, err := c.Check(ctx, "nope", "a", 1); err == nil {
+			t.Error("unknown rule accepted")
+		}
+	}
+}

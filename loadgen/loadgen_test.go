@@ -316,8 +316,12 @@ func TestClientProcess(t *testing.T) {
 	if rule == "" {
 		rule = "api"
 	}
-	res, err := Run(context.Background(), Options{Targets: []string{target}, Rule: rule, Concurrency: 32,
-		Batch: batch, Keys: 10000, Duration: time.Hour, MaxRPCs: rpcs})
+	o := Options{Targets: []string{target}, Rule: rule, Concurrency: 32,
+		Batch: batch, Keys: 10000, Duration: time.Hour, MaxRPCs: rpcs}
+	if os.Getenv("LOADGEN_CLIENT_API") == APIRLS { // serveRLS's domain
+		o.Rule, o.API, o.Domain, o.DescriptorKey = "", APIRLS, "d", "ip"
+	}
+	res, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,13 +337,20 @@ func TestClientProcess(t *testing.T) {
 // on a shared machine.
 //
 //	go test ./loadgen -run '^$' -bench Server/batch=1 -benchtime 200000x -cpuprofile server.out
+//
+// Sub-benchmark rls is Envoy's ShouldRateLimit, one descriptor per call
+// (a limit of 10^9 per second).
 func BenchmarkServer(b *testing.B) {
 	addr := serve(b, 1e9, 1e9)
-	for _, batch := range []int{1, 100} {
-		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+	for _, batch := range []int{1, 100, 0} {
+		name, api, target := "batch="+strconv.Itoa(batch), APITokenmesh, addr
+		if batch == 0 {
+			name, api, batch, target = "rls", APIRLS, 1, serveRLSUnit(b, "second", 1e9)
+		}
+		b.Run(name, func(b *testing.B) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestClientProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "LOADGEN_CLIENT_TARGET="+addr, "LOADGEN_CLIENT_RPCS="+strconv.Itoa(b.N),
-				"LOADGEN_CLIENT_BATCH="+strconv.Itoa(batch))
+			cmd.Env = append(os.Environ(), "LOADGEN_CLIENT_TARGET="+target, "LOADGEN_CLIENT_RPCS="+strconv.Itoa(b.N),
+				"LOADGEN_CLIENT_BATCH="+strconv.Itoa(batch), "LOADGEN_CLIENT_API="+api)
 			cpu0 := processCPU() // this process's: the server's (the client is a child)
 			out, err := cmd.Output()
 			serverCPU := processCPU() - cpu0

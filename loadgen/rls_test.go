@@ -17,7 +17,13 @@ import (
 // per hour) on 127.0.0.1:0.
 func serveRLS(t *testing.T, burst int) string {
 	t.Helper()
-	cfg, err := envoyrls.Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: "+strconv.Itoa(burst)+"}\n"))
+	return serveRLSUnit(t, "hour", burst)
+}
+
+// serveRLSUnit is serveRLS with a limit of burst per unit.
+func serveRLSUnit(t testing.TB, unit string, burst int) string {
+	t.Helper()
+	cfg, err := envoyrls.Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: "+unit+", requests_per_unit: "+strconv.Itoa(burst)+"}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,8 @@
 // whose message names the field, e.g. "checks[3].hits: -1 must be between
 // 1 and 1000000000", and no bucket changes. Valid items are decided in
 // order (two items of one key see each other) in one hand-over to the
-// node (cluster.Node.CheckBatch). An item the cluster could not decide
+// node (cluster.Node.CheckBatch; a call of one item without max_wait_ms
+// goes through cluster.Node.Check, with the same answers). An item the cluster could not decide
 // gets allowed=false and its error set; the others are still decided. A
 // body that is not a CheckRequest is refused with 400 naming what is
 // wrong, a body above MaxBodyBytes with 400 as well.
@@ -52,6 +53,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -125,10 +127,10 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 	s.SetReady(true)
 
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		}}),
 		runtime.WithErrorHandler(writeStatus),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
@@ -180,7 +182,11 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		return nil, status.Error(codes.Unavailable, "node is not ready")
 	}
 	t := s.tbl.Load() // one rule table for the whole call
-	items, err := t.validate(req.GetChecks())
+	checks := req.GetChecks()
+	if len(checks) == 1 && checks[0].GetMaxWaitMs() == 0 {
+		return s.checkOne(ctx, t, checks[0])
+	}
+	items, err := t.validate(checks)
 	if err != nil {
 		s.metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -202,6 +208,41 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		result(out, i, ri, items[i], r)
 		ri.m.count(r, out.Allowed, waited)
 	}
+	return resp, nil
+}
+
+// checkOne is Check of a batch of one item without max_wait_ms, the
+// common unbatched call: it asks cluster.Node.Check (whose local fast
+// path decides in this goroutine) instead of CheckBatch, saving the
+// batch's allocations (the items, results and bookkeeping slices and its
+// done channel), and answers as CheckBatch would: a ctx that ended before
+// the call or a closed node fails the call; a ctx that ends while the
+// node decides, or a rule removed meanwhile, is the item's error.
+func (s *Server) checkOne(ctx context.Context, t *ruleTable, c *tokenmeshv1.CheckItem) (*tokenmeshv1.CheckResponse, error) {
+	it, err := t.validateItem(0, c)
+	if err != nil {
+		s.metrics.invalid.Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	start := time.Now()
+	d, err := s.node.Cluster().Check(ctx, it.Rule, it.Key, it.Tokens)
+	waited := time.Since(start)
+	r := cluster.BatchResult{Decision: d}
+	if err != nil {
+		switch cerr := ctx.Err(); {
+		case cerr != nil && errors.Is(err, cerr), errors.Is(err, cluster.ErrRuleRemoved):
+			r = cluster.BatchResult{Decision: cluster.Decision{Remaining: -1}, Err: err}
+		default: // the node closed, or refused the input
+			return nil, status.Errorf(codes.Unavailable, "node: %v", err)
+		}
+	}
+	resp, outs := newCheckResponse(1)
+	ri := t.byName[it.Rule]
+	result(&outs[0], 0, ri, it, r)
+	ri.m.count(r, outs[0].Allowed, waited)
 	return resp, nil
 }
 
@@ -243,25 +284,35 @@ func (t *ruleTable) validate(checks []*tokenmeshv1.CheckItem) ([]cluster.BatchIt
 	}
 	items := make([]cluster.BatchItem, len(checks))
 	for i, c := range checks {
-		rule, key, hits := c.GetRule(), c.GetKey(), c.GetHits()
-		_, known := t.byName[rule]
-		switch {
-		case rule == "":
-			return nil, fmt.Errorf("checks[%d].rule: is required", i)
-		case !known:
-			return nil, fmt.Errorf("checks[%d].rule: %q is not a rule of this node (ListRules, GET /v1/rules lists them)", i, rule)
-		case key == "":
-			return nil, fmt.Errorf("checks[%d].key: is required", i)
-		case len(key) > cluster.MaxKeyBytes:
-			return nil, fmt.Errorf("checks[%d].key: %d bytes; at most %d", i, len(key), cluster.MaxKeyBytes)
-		case hits < 1 || hits > MaxHits:
-			return nil, fmt.Errorf("checks[%d].hits: %d must be between 1 and %d", i, hits, MaxHits)
-		case c.GetMaxWaitMs() < 0 || c.GetMaxWaitMs() > cluster.MaxWait.Milliseconds():
-			return nil, fmt.Errorf("checks[%d].max_wait_ms: %d must be between 0 and %d", i, c.GetMaxWaitMs(), cluster.MaxWait.Milliseconds())
+		it, err := t.validateItem(i, c)
+		if err != nil {
+			return nil, err
 		}
-		items[i] = cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond}
+		items[i] = it
 	}
 	return items, nil
+}
+
+// validateItem checks item i of a batch and converts it to the cluster's
+// item; the error names the first bad field.
+func (t *ruleTable) validateItem(i int, c *tokenmeshv1.CheckItem) (cluster.BatchItem, error) {
+	rule, key, hits := c.GetRule(), c.GetKey(), c.GetHits()
+	_, known := t.byName[rule]
+	switch {
+	case rule == "":
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].rule: is required", i)
+	case !known:
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].rule: %q is not a rule of this node (ListRules, GET /v1/rules lists them)", i, rule)
+	case key == "":
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].key: is required", i)
+	case len(key) > cluster.MaxKeyBytes:
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].key: %d bytes; at most %d", i, len(key), cluster.MaxKeyBytes)
+	case hits < 1 || hits > MaxHits:
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].hits: %d must be between 1 and %d", i, hits, MaxHits)
+	case c.GetMaxWaitMs() < 0 || c.GetMaxWaitMs() > cluster.MaxWait.Milliseconds():
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].max_wait_ms: %d must be between 0 and %d", i, c.GetMaxWaitMs(), cluster.MaxWait.Milliseconds())
+	}
+	return cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond}, nil
 }
 
 // result turns item i's cluster result into the API's, written into out

@@ -549,6 +549,18 @@ func TestUndecidedItem(t *testing.T) {
 		!strings.Contains(r[1].Error, context.DeadlineExceeded.Error()) {
 		t.Errorf("key owned by the absent n2: %v, want not decided (deadline exceeded)", r[1])
 	}
+	// The same for a call of one item (Check's unbatched path, through
+	// cluster.Node.Check rather than CheckBatch).
+	ctx1, cancel1 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel1()
+	resp, err = s.Check(ctx1, req(item("api", remote, 1)))
+	if err != nil {
+		t.Fatalf("one undecided item: %v, want its item error", err)
+	}
+	if r := resp.GetResults()[0]; r.Allowed || r.RetryAfterMs != -1 || r.Remaining != -1 ||
+		!strings.Contains(r.Error, "checks[0]: not decided") || !strings.Contains(r.Error, context.DeadlineExceeded.Error()) {
+		t.Errorf("one key owned by the absent n2: %v, want not decided (deadline exceeded)", r)
+	}
 	// A ctx already ended fails the call itself.
 	_, err = s.Check(ctx, req(item("api", local, 1)))
 	if status.Code(err) != codes.DeadlineExceeded {

@@ -50,6 +50,7 @@ type serveOptions struct {
 	envoyConfig    string    // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
 	watchConfig    bool      // --watch-config: reload the rules when the config file changes
 	node           nodeFlags // --name, --api-addr, ..., --log-format, --log-level (serveopts.go)
+	gcPercent      int       // --gc-percent: the garbage-collection target (servegc.go)
 }
 
 func newServeCmd() *cobra.Command {
@@ -171,6 +172,7 @@ mode serve also prints a short human summary (addresses, rules) at start.
 		"directory of envoyproxy/ratelimit YAML files: serve Envoy's RLS v3 ShouldRateLimit on the gRPC address (over node.envoy_config)")
 	cmd.Flags().BoolVar(&opts.discardBad, "discard-bad-state", false,
 		"when the state file in node.state_dir does not load (corrupt), move it aside and start with full buckets instead of failing")
+	addGCFlag(cmd, &opts.gcPercent)
 	// Hidden: a test hook that lets anyone who reaches the API cut this
 	// node's data plane; MarkHidden fails only for an unknown flag.
 	_ = cmd.Flags().MarkHidden("fault-injection")
@@ -197,8 +199,12 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if logFormat == "json" {
 		banner = io.Discard
 	}
+	gcPercent, err := applyGCPercent(cmd, opts.gcPercent)
+	if err != nil {
+		return err
+	}
 	bi := readBuildInfo()
-	logger.Info("starting tokenmesh", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion, "pid", os.Getpid())
+	logger.Info("starting tokenmesh", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion, "pid", os.Getpid(), "gc_percent", gcPercent)
 	configPath := opts.resolvedConfigPath(cmd)
 	if opts.faultInjection && configPath == "" {
 		return errors.New("--fault-injection needs --config (a node with peers)")

@@ -270,3 +270,35 @@ func TestLineProgress(t *testing.T) {
 		t.Errorf("progress lines:\n%s\nwant one every 5 s, the last at 100%%", out.String())
 	}
 }
+
+// --gc-percent: the flag wins, then GOGC from the environment (left as the
+// runtime applied it), then the default; out-of-range values are refused
+// naming the flag.
+func TestResolveGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		given bool
+		pct   int
+		env   string
+		want  int
+		set   bool
+		bad   bool
+	}{
+		{given: false, pct: defaultGCPercent, env: "", want: defaultGCPercent, set: true},
+		{given: false, pct: defaultGCPercent, env: "100", set: false},
+		{given: true, pct: 200, env: "100", want: 200, set: true},
+		{given: true, pct: 200, env: "", want: 200, set: true},
+		{given: true, pct: 5, bad: true},
+		{given: true, pct: -1, bad: true},
+		{given: true, pct: 20000, bad: true},
+	} {
+		v, set, err := resolveGCPercent(tc.given, tc.pct, tc.env)
+		switch {
+		case tc.bad:
+			if err == nil || !strings.Contains(err.Error(), "--gc-percent") {
+				t.Errorf("%+v: err %v, want one naming --gc-percent", tc, err)
+			}
+		case err != nil || v != tc.want || set != tc.set:
+			t.Errorf("%+v: got %d %v %v", tc, v, set, err)
+		}
+	}
+}
