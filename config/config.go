@@ -192,9 +192,10 @@ type Node struct {
 	EnvoyConfig string
 	// LatencyHint (node.latency_hint) is the one-way peer latency the
 	// strategies derive their timers from (owner's hold and timeout, ...):
-	// "auto", the default (the zero value), measures it from gossip's
-	// probes; a duration ("2ms", at most cluster.MaxLatencyHint) fixes it
-	// and nothing is measured (latencyhint.go).
+	// a duration ("2ms", at most cluster.MaxLatencyHint; the default, the
+	// zero value, is 0s: owner decides on arrival) fixes it and nothing is
+	// measured; "auto" measures it from gossip's probes (latencyhint.go;
+	// docs/OPERATIONS.md, "Latency hint", says why 0s is the default).
 	LatencyHint LatencyHint
 }
 

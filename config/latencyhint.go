@@ -8,14 +8,13 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
-// LatencyHint is node.latency_hint: measured (auto, the zero value) or a
-// fixed one-way peer latency.
+// LatencyHint is node.latency_hint: a fixed one-way peer latency (the zero
+// value: 0s, the default) or measured (auto).
 type LatencyHint struct {
-	// Fixed is true for a duration given in the configuration; false:
-	// auto, measured from gossip's probe round trips
-	// (cluster.LatencyEstimator).
-	Fixed bool
-	// Value is the fixed hint (Fixed), in [0, cluster.MaxLatencyHint].
+	// Auto is true for "auto": measured from gossip's probe round trips
+	// (cluster.LatencyEstimator); false: Value, fixed.
+	Auto bool
+	// Value is the fixed hint (not Auto), in [0, cluster.MaxLatencyHint].
 	Value time.Duration
 }
 
@@ -24,18 +23,18 @@ type LatencyHint struct {
 func ParseLatencyHint(s string) (LatencyHint, error) {
 	s = strings.TrimSpace(s)
 	if s == "auto" {
-		return LatencyHint{}, nil
+		return LatencyHint{Auto: true}, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return LatencyHint{}, fmt.Errorf("%q is neither auto nor a duration (forms: auto, 2ms, 0s)", s)
 	}
-	h := LatencyHint{Fixed: true, Value: d}
+	h := LatencyHint{Value: d}
 	return h, h.validate()
 }
 
 func (h LatencyHint) validate() error {
-	if h.Fixed && (h.Value < 0 || h.Value > cluster.MaxLatencyHint) {
+	if !h.Auto && (h.Value < 0 || h.Value > cluster.MaxLatencyHint) {
 		return fmt.Errorf("%v is outside [0, %v]", h.Value, cluster.MaxLatencyHint)
 	}
 	return nil
@@ -43,7 +42,7 @@ func (h LatencyHint) validate() error {
 
 // String is "auto" or the fixed duration.
 func (h LatencyHint) String() string {
-	if !h.Fixed {
+	if h.Auto {
 		return "auto"
 	}
 	return h.Value.String()

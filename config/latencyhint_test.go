@@ -11,10 +11,10 @@ func TestLatencyHintField(t *testing.T) {
 		yaml string
 		want LatencyHint
 	}{
-		{"", LatencyHint{}}, // auto by default
-		{"  latency_hint: auto\n", LatencyHint{}},
-		{"  latency_hint: 2ms\n", LatencyHint{Fixed: true, Value: 2 * time.Millisecond}},
-		{"  latency_hint: 0s\n", LatencyHint{Fixed: true}},
+		{"", LatencyHint{}}, // 0s by default
+		{"  latency_hint: auto\n", LatencyHint{Auto: true}},
+		{"  latency_hint: 2ms\n", LatencyHint{Value: 2 * time.Millisecond}},
+		{"  latency_hint: 0s\n", LatencyHint{}},
 	} {
 		f, err := Parse([]byte("node:\n  name: n\n"+c.yaml+"rules: [{name: a, rate: 1/s}]\n"), "n.yaml")
 		if err != nil {
@@ -35,7 +35,7 @@ func TestLatencyHintField(t *testing.T) {
 		}
 	}
 	f := Default()
-	f.Node.LatencyHint = LatencyHint{Fixed: true, Value: time.Hour}
+	f.Node.LatencyHint = LatencyHint{Value: time.Hour}
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.latency_hint") {
 		t.Errorf("Validate with a 1h hint: %v, want a node.latency_hint error", err)
 	}

@@ -19,13 +19,13 @@ import (
 
 // latencyHint sets lc's latency hint from node.latency_hint and returns the
 // estimator (nil: none) whose tokenmesh_peer_latency_seconds serve exports.
-// auto on a networked node: the strategies start at 0 and gossip's probes
-// measure the hint (at least cluster.DefaultHintFloor once a peer answered
-// one; limiter.PeerConfig.Latency). auto without peers: 0. A fixed value:
-// that, nothing measured.
+// A fixed value (the default: 0s): that, nothing measured. auto on a
+// networked node: the strategies start at 0 and gossip's probes measure
+// the hint (at least cluster.DefaultHintFloor once a peer answered one;
+// limiter.PeerConfig.Latency). auto without peers: 0.
 func latencyHint(lc *limiter.Config, h config.LatencyHint, log *slog.Logger) *cluster.LatencyEstimator {
 	switch {
-	case h.Fixed:
+	case !h.Auto:
 		lc.LatencyHint = h.Value
 		log.Info("latency hint fixed (node.latency_hint)", "hint", h.Value)
 		return nil

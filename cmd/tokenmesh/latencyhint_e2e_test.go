@@ -10,12 +10,14 @@ import (
 	"github.com/tokenmesh/tokenmesh/localcluster"
 )
 
-// Real serve processes (node.latency_hint auto, the default) expose the
+// Real serve processes with node.latency_hint auto (the environment
+// variable; the default is 0s) expose the
 // one-way latency each measured to its peer from gossip's probes (probes
 // every second: a sample within a few seconds) and, once it did, the hint
 // their strategies have: non-zero, at least the floor.
 func TestClusterE2ELatencyHintMeasured(t *testing.T) {
 	rules := []localcluster.Rule{{Name: "api", Rate: "10/s", Burst: 10, Strategy: "owner"}}
+	t.Setenv(envLatency, "auto") // the spawned serve processes inherit it
 	c := startCluster(t, localcluster.Config{Nodes: 2, Rules: rules})
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()

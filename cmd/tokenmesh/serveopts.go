@@ -45,7 +45,7 @@ func (o *nodeFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&o.peerAddr, "peer-addr", "", "peer gRPC address host:port, published to the other members: must be reachable by them (env "+envPeerAddr+"; over node.peer_addr)")
 	fl.StringVar(&o.gossipAddr, "gossip-addr", "", "gossip (membership) address host:port (env "+envGossipAddr+"; over node.gossip_addr)")
 	fl.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another member; repeat the flag or give a comma list (env "+envJoin+", a comma list; over node.join)")
-	fl.StringVar(&o.latencyHint, "latency-hint", "", "one-way peer latency the strategies derive their timers from (owner's hold, ...): auto (measured from gossip probes) or a duration such as 2ms (env "+envLatency+"; over node.latency_hint)")
+	fl.StringVar(&o.latencyHint, "latency-hint", "", "one-way peer latency the strategies derive their timers from (owner's hold, ...): a duration such as 2ms (default 0s) or auto (measured from gossip probes) (env "+envLatency+"; over node.latency_hint)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value lines) or json (one object a line) (env "+envLogFormat+")")
 	fl.StringVar(&o.logLevel, "log-level", "info", "least severe log level written: debug, info, warn or error (env "+envLogLevel+")")
 }

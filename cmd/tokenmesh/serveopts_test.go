@@ -37,14 +37,14 @@ func TestLatencyHintFlag(t *testing.T) {
 	cmd := &cobra.Command{Use: "serve"}
 	o.add(cmd)
 	t.Setenv(envLatency, "auto")
-	if _, _, err := o.apply(cmd, f); err != nil || f.Node.LatencyHint != (config.LatencyHint{}) {
+	if _, _, err := o.apply(cmd, f); err != nil || f.Node.LatencyHint != (config.LatencyHint{Auto: true}) {
 		t.Fatalf("%s=auto over latency_hint: 3ms: %+v, %v; want auto", envLatency, f.Node.LatencyHint, err)
 	}
 	if err := cmd.ParseFlags([]string{"--latency-hint", "7ms"}); err != nil {
 		t.Fatal(err)
 	}
 	applied, peer, err := o.apply(cmd, f)
-	if err != nil || f.Node.LatencyHint != (config.LatencyHint{Fixed: true, Value: 7 * time.Millisecond}) || peer ||
+	if err != nil || f.Node.LatencyHint != (config.LatencyHint{Value: 7 * time.Millisecond}) || peer ||
 		!slices.Contains(applied, "node.latency_hint from --latency-hint") {
 		t.Fatalf("--latency-hint 7ms: %+v, applied %q, peer %v, %v", f.Node.LatencyHint, applied, peer, err)
 	}
