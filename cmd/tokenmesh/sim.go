@@ -111,7 +111,7 @@ on it.`,
 	fl.Float64Var(&f.reorder, "reorder", 0, "probability that a peer message gets an extra delay that reorders it")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of crashes, restarts and partitions at given times (see examples/scenarios)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (network, random assignment, strategies)")
-	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms); `tokenmesh strategies` lists them")
+	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms; tokenmesh strategies lists them)")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
