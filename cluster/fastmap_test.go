@@ -74,14 +74,13 @@ func TestFastMapConcurrentReaders(t *testing.T) {
 			}
 		}()
 	}
-	for round := range 3 {
+	for range 3 {
 		for i := range 3000 {
 			m.store(&fastEntry{key: fmt.Sprintf("c%d", i)})
 		}
 		for i := range 3000 {
 			m.delete(fmt.Sprintf("c%d", i))
 		}
-		_ = round
 	}
 	stop.Store(true)
 	wg.Wait()

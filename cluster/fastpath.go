@@ -185,6 +185,7 @@ func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool
 	n.fastCloseEntry(now, rs, key, a, give)
 }
 
+// fastCloseEntry is fastClose of key's entry a, found already.
 func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
 	left := a.tokens.Swap(allowanceClosed)
 	if left < 0 {
@@ -210,9 +211,9 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 }
 
 // fastGrant opens an allowance of key for rs after a decision the loop
-// took (loop goroutine), unless the node is leaving. rem is the key's
-// Remaining after the decision (-1 unknown); it returns the tokens
-// granted (0: none).
+// took (loop goroutine), unless the node is leaving. fx is the effects of
+// the decision's call (the strategy's Grant adds to them); it returns the
+// tokens granted (0: none).
 func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strategy.Effects) int64 {
 	if n.leaving {
 		return 0
@@ -242,10 +243,8 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 	}
 	a.granted, a.grantedAt, a.until, a.seen, a.idle = g, now, until, g, false
 	lvl := int64(-1)
-	if r, ok := rs.s.(strategy.Remainer); ok {
-		if v, known := r.Remaining(now, key); known {
-			lvl = v
-		}
+	if v, known := n.h.Remaining(now, rs.idx, key); known {
+		lvl = v
 	}
 	a.level.Store(lvl)
 	a.tokens.Store(g) // open: Check may take from now on
@@ -297,7 +296,7 @@ func (n *Node) fastSweep(now time.Duration) {
 	}
 }
 
-// fastOpen is the number of keys the node's rules keep for the fast path
+// fastKept is the number of keys the node's rules keep for the fast path
 // (open or closed since the last sweep): the sweep timer runs while any.
 func (n *Node) fastKept() int {
 	c := 0
@@ -362,30 +361,31 @@ func (n *Node) Ref(rule string) *RuleRef { return &RuleRef{n: n, name: rule} }
 // Check is Node.Check of the referenced rule: tokens of key, the same
 // decisions and errors.
 func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (Decision, error) {
+	return r.n.checkRule(ctx, r.rule(), r.name, key, tokens)
+}
+
+// rule is the referenced rule's state in the node's current rules (nil:
+// no such rule), looked up again only after a reload.
+func (r *RuleRef) rule() *ruleState {
 	view := r.n.rulesView.Load()
 	c := r.cache.Load()
 	if c == nil || c.view != view {
 		c = &ruleRefCache{view: view, rs: (*view)[r.name]}
 		r.cache.Store(c)
 	}
-	return r.n.checkRule(ctx, c.rs, r.name, key, tokens)
+	return c.rs
 }
 
 // Allow is Check of the referenced rule reduced to the admission (the
 // decision's Allowed, or the error): what limiter.Limiter.AllowN needs,
 // without carrying a whole Decision through the fast path.
 func (r *RuleRef) Allow(ctx context.Context, key string, tokens int64) (bool, error) {
-	view := r.n.rulesView.Load()
-	c := r.cache.Load()
-	if c == nil || c.view != view {
-		c = &ruleRefCache{view: view, rs: (*view)[r.name]}
-		r.cache.Store(c)
-	}
-	if rs := c.rs; rs != nil && rs.fast != nil && tokens > 0 && tokens <= r.n.maxTokens && ctx.Err() == nil {
+	rs := r.rule()
+	if rs != nil && rs.fast != nil && tokens > 0 && tokens <= r.n.maxTokens && ctx.Err() == nil {
 		if rs.fast.takeOnly(key, tokens) {
 			return true, nil
 		}
 	}
-	d, err := r.n.checkRule(ctx, c.rs, r.name, key, tokens)
+	d, err := r.n.checkRule(ctx, rs, r.name, key, tokens)
 	return d.Allowed && err == nil, err
 }

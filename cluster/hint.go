@@ -16,13 +16,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenmesh/tokenmesh/srtm"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -218,14 +218,11 @@ func appendRecent(dst []time.Duration, p *peerRTT, at time.Time) []time.Duration
 	return dst
 }
 
-// quantile is the q-quantile of ds (nearest rank; 0 for none). It sorts ds.
+// quantile is the q-quantile of ds (nearest rank, srtm.Quantile; 0 for
+// none). It sorts ds.
 func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
 	slices.Sort(ds)
-	i := int(math.Ceil(q*float64(len(ds)))) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
+	return srtm.Quantile(ds, q)
 }
 
 // Moved reports whether a measured hint differs from the applied one by
@@ -301,13 +298,11 @@ func (n *Node) SetLatencyHint(ctx context.Context, hint time.Duration) error {
 }
 
 // LatencyHint is the hint the node's strategies have.
-func (n *Node) LatencyHint() time.Duration { return time.Duration(n.hintNow.Load()) }
+func (n *Node) LatencyHint() time.Duration { return time.Duration(n.hint.Load()) }
 
 // setHint carries out SetLatencyHint in the loop goroutine.
 func (n *Node) setHint(now time.Duration, hint time.Duration) {
-	old := n.hint
-	n.hint = hint
-	n.hintNow.Store(int64(hint))
+	old := time.Duration(n.hint.Swap(int64(hint)))
 	if hint == old {
 		return
 	}

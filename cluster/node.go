@@ -300,9 +300,11 @@ type Node struct {
 	// rulesView is rules as Check reads it, without a lock: the map is
 	// never changed once stored (SetRules stores a new one).
 	rulesView atomic.Pointer[map[string]*ruleState]
-	seed      uint64        // Config.Seed, for rules added by SetRules
-	hint      time.Duration // Config.LatencyHint, likewise; SetLatencyHint changes it (hint.go)
-	hintNow   atomic.Int64  // hint, for LatencyHint
+	seed      uint64 // Config.Seed, for rules added by SetRules
+	// hint is the latency hint the strategies have, a time.Duration
+	// (Config.LatencyHint, for rules added by SetRules too): written by
+	// SetLatencyHint's event only (hint.go), read by LatencyHint.
+	hint      atomic.Int64
 	transport Transport
 	maxTokens int64
 
@@ -342,8 +344,8 @@ type Node struct {
 	fastArmed bool        // loop only: the timer is set
 	leaving   bool        // loop only: Leave was called: no more allowances
 	fastSeen  bool        // loop only: a key was recorded in a seen filter this period
-	// fastMaxKeys is fastMaxKeys (a test may lower it before the first
-	// check).
+	// fastMaxKeys is the constant fastMaxKeys (a test may lower it before
+	// the first check).
 	fastMaxKeys int
 }
 
@@ -398,8 +400,8 @@ func New(cfg Config) (*Node, error) {
 		members: members, expected: slices.Clone(members), done: make(chan struct{}), stopped: make(chan struct{}),
 		refusedLog: logthrottle.Throttle{Every: RefusedLogEvery},
 	}
-	n.seed, n.hint = cfg.Seed, cfg.LatencyHint
-	n.hintNow.Store(int64(cfg.LatencyHint))
+	n.seed = cfg.Seed
+	n.hint.Store(int64(cfg.LatencyHint))
 	n.start = time.Now()
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)

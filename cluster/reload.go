@@ -133,7 +133,7 @@ func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleStat
 	s, err := info.New(strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
-		Params: params, LatencyHint: n.hint, Partition: r.Partition,
+		Params: params, LatencyHint: n.LatencyHint(), Partition: r.Partition,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
