@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -79,15 +80,10 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 	}
 	if len(ok) > 0 {
 		slices.SortStableFunc(ok, func(x, y Result) int {
-			switch {
-			case x.BytesPerRequest != y.BytesPerRequest:
-				return cmpFloat(x.BytesPerRequest, y.BytesPerRequest)
-			case x.DecisionLatencyP99Ms != y.DecisionLatencyP99Ms:
-				return cmpFloat(x.DecisionLatencyP99Ms, y.DecisionLatencyP99Ms)
-			case x.DecisionLatencyP50Ms != y.DecisionLatencyP50Ms:
-				return cmpFloat(x.DecisionLatencyP50Ms, y.DecisionLatencyP50Ms)
-			}
-			return strings.Compare(x.Strategy, y.Strategy)
+			return cmp.Or(cmp.Compare(x.BytesPerRequest, y.BytesPerRequest),
+				cmp.Compare(x.DecisionLatencyP99Ms, y.DecisionLatencyP99Ms),
+				cmp.Compare(x.DecisionLatencyP50Ms, y.DecisionLatencyP50Ms),
+				strings.Compare(x.Strategy, y.Strategy))
 		})
 		best := ok[0]
 		rec.Strategy, rec.Params = best.Strategy, paramList(params.For(best.Strategy))
@@ -113,29 +109,16 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 	return rec
 }
 
-// ratio is how many times bound v is (1 = at the bound); a bound of 0
-// makes any v > 0 far (1e12).
+// ratio is v as a multiple of bound (1 = at the bound); a bound of 0
+// makes any v > 0 far (1e12) and v <= 0 at 0.
 func ratio(v, bound float64) float64 {
-	if v <= bound {
-		if bound == 0 {
-			return 0
-		}
+	if bound != 0 {
 		return v / bound
 	}
-	if bound == 0 {
-		return 1e12
+	if v <= 0 {
+		return 0
 	}
-	return v / bound
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return 1e12
 }
 
 // paramList renders p as sorted "name=value" pairs joined by commas.

@@ -607,13 +607,21 @@ func (r *runner) detect(join bool) {
 		switch {
 		case join && sc.JoinDelay > 0:
 			d = time.Duration(r.memRnd.Int64N(int64(sc.JoinDelay) + 1))
-		case sc.DetectionJitter > 0:
-			d = sc.Detection + time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter)+1))
 		default:
-			d = sc.Detection
+			d = r.detectionDelay()
 		}
 		r.push(event{at: r.now + d, prio: prioMembership, node: int32(i)})
 	}
+}
+
+// detectionDelay is one node's failure-detection delay, Detection +
+// U[0, DetectionJitter] (a draw from memRnd only when DetectionJitter > 0).
+func (r *runner) detectionDelay() time.Duration {
+	sc := r.cfg.Scenario
+	if sc.DetectionJitter <= 0 {
+		return sc.Detection
+	}
+	return sc.Detection + time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter)+1))
 }
 
 // detectPerPeer schedules, for a failure (crash, partition) with
@@ -631,12 +639,6 @@ func (r *runner) detect(join bool) {
 // scenario.
 func (r *runner) detectPerPeer() {
 	sc := r.cfg.Scenario
-	jitter := func() time.Duration {
-		if sc.DetectionJitter <= 0 {
-			return 0
-		}
-		return time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter) + 1))
-	}
 	for i, n := range r.nodes {
 		var lost []int32
 		if n.alive {
@@ -649,11 +651,11 @@ func (r *runner) detectPerPeer() {
 		}
 		r.memRnd.Shuffle(len(lost), func(a, b int) { lost[a], lost[b] = lost[b], lost[a] })
 		if len(lost) == 0 {
-			r.push(event{at: r.now + sc.Detection + jitter(), prio: prioMembership, node: int32(i)})
+			r.push(event{at: r.now + r.detectionDelay(), prio: prioMembership, node: int32(i)})
 			continue
 		}
 		for k, p := range lost {
-			d := sc.Detection + time.Duration(k)*sc.DetectionSpacing + jitter()
+			d := time.Duration(k)*sc.DetectionSpacing + r.detectionDelay()
 			e := event{at: r.now + d, prio: prioMembership, node: int32(i), from: dropPeer, scen: p}
 			if k == len(lost)-1 {
 				e.from, e.scen = 0, 0 // the last: the whole truth

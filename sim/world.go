@@ -127,7 +127,7 @@ func (w *World) Step() bool {
 		w.after(Event{At: r.now, Kind: EventRequest, Node: node, Request: i})
 		return true
 	}
-	if r.q.Len() > 0 && r.pendingDecisions > 0 && r.q.Peek().at <= w.lastArrival()+r.cfg.Drain {
+	if r.q.Len() > 0 && r.pendingDecisions > 0 && r.q.Peek().at <= r.lastArrival()+r.cfg.Drain {
 		w.stepQueued()
 		return true
 	}
@@ -314,5 +314,3 @@ func (w *World) after(ev Event) {
 		w.err = fmt.Errorf("%w at %v after %s event: %w", ErrStopped, ev.At, ev.Kind, err)
 	}
 }
-
-func (w *World) lastArrival() time.Duration { return w.r.lastArrival() }
