@@ -223,7 +223,7 @@ type Options struct {
 // Middleware rate limits requests (see the package documentation).
 type Middleware struct {
 	opts   Options
-	key    keyFunc
+	key    keytemplate.Func
 	policy string // the quoted policy name
 }
 
@@ -311,8 +311,6 @@ func (m *Middleware) setHeaders(h http.Header, res Result) {
 func ceilSec(d time.Duration, least int64) int64 {
 	return max(int64((d+time.Second-1)/time.Second), least)
 }
-
-type keyFunc = keytemplate.Func
 
 // ParseKey parses a key template (Options.Key) with keytemplate.Parse;
 // the error names the bad placeholder.

@@ -27,7 +27,7 @@ const (
 // Gubernator behaviours (gubernator.proto, enum Behavior).
 const (
 	GubernatorBatching   int32 = 0 // the owner decides; peers batch forwards (exact)
-	GubernatorNoBatching int32 = 1
+	GubernatorNoBatching int32 = 1 // the owner decides; each forward is sent at once, unbatched (exact)
 	GubernatorGlobal     int32 = 2 // every node decides locally, owner syncs (approximate)
 )
 
@@ -123,14 +123,12 @@ type gubResponse struct {
 	firstError        string
 }
 
-func (g *gubResponse) reset() { *g = gubResponse{} }
-
 // decodeGubResponse reads GetRateLimitsResp (field 1: RateLimitResp,
 // repeated) into g: per item its status (field 1: 0 UNDER_LIMIT, 1
 // OVER_LIMIT) and error (field 5). Malformed input is an error; unknown
 // fields are skipped.
 func decodeGubResponse(b []byte, g *gubResponse) error {
-	g.reset()
+	*g = gubResponse{}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

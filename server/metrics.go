@@ -93,8 +93,8 @@ type ruleMetrics struct {
 	wait                      prometheus.Observer
 }
 
-// newMetrics registers the metrics of a server of node (nil: none);
-// forRule resolves a rule's series.
+// newMetrics registers the metrics of a server of node (nil: none); a
+// rule's series are resolved later, by forRule (SetRules).
 func newMetrics(node nodeView) *metrics {
 	reg := prometheus.NewRegistry()
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{

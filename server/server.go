@@ -18,13 +18,14 @@
 // integers are strings in answers (numbers are accepted in requests).
 //
 // A check batch holds 1 to MaxChecks items and is validated as a whole
-// before any is decided: an unknown rule, an empty or oversized key, or
-// hits outside 1..MaxHits fails the call with INVALID_ARGUMENT (HTTP 400)
-// whose message names the field, e.g. "checks[3].hits: -1 must be between
-// 1 and 1000000000", and no bucket changes. Valid items are decided in
-// order (two items of one key see each other) in one hand-over to the
-// node (cluster.Node.CheckBatch; a call of one item without max_wait_ms
-// goes through cluster.Node.Check, with the same answers). An item the cluster could not decide
+// before any is decided: an unknown rule, an empty or oversized key,
+// hits outside 1..MaxHits or max_wait_ms outside 0..cluster.MaxWait fails
+// the call with INVALID_ARGUMENT (HTTP 400) whose message names the field,
+// e.g. "checks[3].hits: -1 must be between 1 and 1000000000", and no
+// bucket changes. Valid items are decided in order (two items of one key
+// see each other) in one hand-over to the node (cluster.Node.CheckBatch;
+// a call of one item without max_wait_ms goes through cluster.Node.Check,
+// with the same answers). An item the cluster could not decide
 // gets allowed=false and its error set; the others are still decided. A
 // body that is not a CheckRequest is refused with 400 naming what is
 // wrong, a body above MaxBodyBytes with 400 as well.

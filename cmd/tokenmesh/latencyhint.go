@@ -98,6 +98,7 @@ func maxGauge(text, name string) float64 {
 	return m
 }
 
+// secondsDur is s seconds as a Duration, rounded to the microsecond.
 func secondsDur(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
 }
