@@ -484,11 +484,12 @@ func (m *Membership) Expected() []strategy.NodeID {
 // old incarnation's echo and expires.
 const claimMemory = 5 * time.Minute
 
-// Bounds on leave intents from peers: a name's length, and how many are
-// remembered at once.
+// Bounds on what peers can make a member remember: a name's length, and
+// how many leave intents and name claims are remembered at once.
 const (
 	maxNameBytes   = 512
 	maxLeftIntents = 4096
+	maxClaims      = 4096 // names claimed from a new address, remembered at once
 )
 
 // deliver runs OnChange, one call at a time, with the newest member list.
@@ -584,7 +585,7 @@ func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	addr := other.Address()
 	m.mu.Lock()
 	prev, known := m.claims[id]
-	if !known && len(m.claims) >= maxLeftIntents {
+	if !known && len(m.claims) >= maxClaims {
 		m.mu.Unlock()
 		return
 	}
