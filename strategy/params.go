@@ -19,8 +19,8 @@ type Params struct {
 
 // ParseParams parses "name=value" pairs. An item may hold several pairs
 // separated by commas ("hold=5ms,retries=3"); a comma separates pairs only
-// when the text after it starts a new pair (a name of letters, digits, '_'
-// or '.', then '='), otherwise it belongs to the value: "names=a,b,c" is
+// when the text after it starts a new pair (a name of letters, digits, '_',
+// '.' or '-', then '='), otherwise it belongs to the value: "names=a,b,c" is
 // one pair with value "a,b,c", and a value can hold any comma not followed
 // by NAME=. Spaces around names and values and commas at the end of a
 // value are dropped ("a=1," is a=1), so a value neither starts nor ends

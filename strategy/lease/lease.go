@@ -297,8 +297,8 @@ type timer struct {
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
 // a longer one is refused as an error, so a peer cannot reserve a key's
-// bucket arbitrarily far ahead.
-const MaxWait = time.Hour
+// bucket arbitrarily far ahead (forwarding.MaxWait).
+const MaxWait = forwarding.MaxWait
 
 // New builds a node. Parameters are listed in the package doc. Errors: an
 // invalid Config or parameter (named).

@@ -12,7 +12,7 @@ import (
 // decided from this node's bucket, so every key can be granted. Ours
 // (issue 14's fast path; seed 002 §4.3.1's one bucket, kept exact).
 func (l *Local) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
-	return l.lend.Grant(l.table, now, key, want, strategy.AllowanceCap(l.rate, l.burst))
+	return l.lend.Grant(l.table, now, key, want, strategy.AllowanceCap(l.table.Shape()))
 }
 
 // Return gives back the unused tokens of key's allowance and closes it

@@ -16,7 +16,6 @@ package local
 import (
 	"time"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
@@ -27,8 +26,6 @@ type Local struct {
 	table      *buckets.Table
 	sweepEvery time.Duration
 	nextSweep  time.Duration
-	rate       bucket.Rate
-	burst      int64
 	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
@@ -45,7 +42,7 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst), rate: cfg.Rate, burst: cfg.Burst}, nil
+	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, nil
 }
 
 // Start schedules the first sweep of idle (full) buckets.

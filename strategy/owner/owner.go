@@ -146,8 +146,8 @@ import (
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
 // a longer one is refused as an error, so a peer cannot reserve a key's
-// bucket arbitrarily far ahead.
-const MaxWait = time.Hour
+// bucket arbitrarily far ahead (forwarding.MaxWait).
+const MaxWait = forwarding.MaxWait
 
 // OnTimeout is what a forwarder answers when the owner's verdict does not
 // come in time (parameter on_timeout).

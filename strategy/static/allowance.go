@@ -13,7 +13,7 @@ import (
 // the node's own share, so every key can be granted. Ours (issue 14's
 // fast path on SRTM §1.2's static split).
 func (s *Static) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
-	return s.lend.Grant(s.table, now, key, want, strategy.AllowanceCap(s.shareRate, s.shareBurst))
+	return s.lend.Grant(s.table, now, key, want, strategy.AllowanceCap(s.table.Shape()))
 }
 
 // Return gives back the unused tokens of key's allowance and closes it

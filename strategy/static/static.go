@@ -54,8 +54,6 @@ type Static struct {
 	expected   []strategy.NodeID // SetExpected's last agreed members
 	sweepEvery time.Duration
 	nextSweep  time.Duration
-	shareRate  bucket.Rate    // r/N of the current split
-	shareBurst int64          // b_i of the current split
 	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
@@ -78,7 +76,6 @@ func New(cfg strategy.Config) (*Static, error) {
 		return nil, err
 	}
 	s.members = len(cfg.Members)
-	s.shareRate, s.shareBurst = r, b
 	s.sweepEvery = buckets.SweepInterval(r, b)
 	return s, nil
 }
@@ -164,7 +161,6 @@ func (s *Static) resplit(now time.Duration) {
 	s.lend.ClampAll(s.table, now)
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
 	s.members = len(split)
-	s.shareRate, s.shareBurst = r, b
 	s.lend.ClampAll(s.table, now) // the new b_i less what is held (none when the driver returned first)
 }
 

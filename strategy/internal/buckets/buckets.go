@@ -47,6 +47,10 @@ func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
 	return &b
 }
 
+// Shape is the rate and burst (tokens) of the table's buckets: New's, or
+// the last SetRate's that succeeded.
+func (t *Table) Shape() (bucket.Rate, int64) { return t.rate, t.burst }
+
 // SetRate changes every bucket's rate and burst at now (a new membership
 // split); each keeps its tokens up to the new burst. Errors as bucket.New;
 // on error the table is unchanged.

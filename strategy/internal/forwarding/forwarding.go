@@ -13,6 +13,11 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// MaxWait bounds the max_wait a peer may ask for in a forward (an hour,
+// ours): a longer one is refused as an error, so a peer cannot reserve a
+// key's bucket arbitrarily far ahead. owner.MaxWait and lease.MaxWait.
+const MaxWait = time.Hour
+
 // Pending is one forwarded request waiting for its verdict.
 type Pending struct {
 	Req      strategy.Request
