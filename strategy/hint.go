@@ -25,3 +25,10 @@ import "time"
 type LatencyHinter interface {
 	SetLatencyHint(now time.Duration, hint time.Duration, fx *Effects)
 }
+
+// HintTimeout is the default time a strategy waits for a peer's answer
+// (owner's and lease's forward timeout, fixedwindow's) derived from the
+// latency hint: 3*hint + 100ms, a round trip with room for retransmission
+// plus a fixed margin for the nodes' own scheduling. New and
+// SetLatencyHint use it alike, so the two cannot drift apart. Ours.
+func HintTimeout(hint time.Duration) time.Duration { return 3*hint + 100*time.Millisecond }

@@ -107,7 +107,7 @@ func New(cfg strategy.Config) (*FixedWindow, error) {
 		return nil, fmt.Errorf("fixedwindow: parameter align=%v is negative", f.align)
 	}
 	f.align %= f.window
-	if f.timeout, err = cfg.Params.Duration("timeout", 3*cfg.LatencyHint+100*time.Millisecond); err != nil {
+	if f.timeout, err = cfg.Params.Duration("timeout", strategy.HintTimeout(cfg.LatencyHint)); err != nil {
 		return nil, err
 	}
 	if f.timeout <= 0 {

@@ -16,7 +16,7 @@ func (f *FixedWindow) SetLatencyHint(now time.Duration, hint time.Duration, fx *
 	if f.timeoutSet {
 		return
 	}
-	f.timeout = 3*max(hint, 0) + 100*time.Millisecond
+	f.timeout = strategy.HintTimeout(max(hint, 0))
 }
 
 // deadlineAt is the deadline of a forward sent at now: now + timeout, or

@@ -40,7 +40,7 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		l.hold = hint
 	}
 	if !l.hinted.timeout {
-		l.timeout = 3*hint + 100*time.Millisecond
+		l.timeout = strategy.HintTimeout(hint)
 		l.retryEvery = l.timeout / time.Duration(l.hinted.retries+1)
 	}
 	l.seen.Grow(2*l.timeout + l.hold + 4*hint)

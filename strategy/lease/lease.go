@@ -327,7 +327,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return d
 	}
 	l.hold = dur("hold", cfg.LatencyHint)
-	l.timeout = dur("timeout", 3*cfg.LatencyHint+100*time.Millisecond)
+	l.timeout = dur("timeout", strategy.HintTimeout(cfg.LatencyHint))
 	l.period = dur("period", 250*time.Millisecond)
 	l.ttl = dur("ttl", 2*l.period)
 	l.window = dur("window", time.Second)

@@ -38,12 +38,12 @@ func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		o.hold = hint
 	}
 	if !o.hinted.timeout {
-		o.timeout = 3*hint + 100*time.Millisecond
+		o.timeout = strategy.HintTimeout(hint)
 		o.retryEvery = o.timeout / time.Duration(o.hinted.retries+1)
-		o.chargeTTL = max(30*time.Second, 10*o.timeout)
+		o.chargeTTL = chargeTTL(o.timeout)
 	}
 	if !o.hinted.sync {
-		o.syncEvery = max(o.hold, 10*time.Millisecond)
+		o.syncEvery = defaultSync(o.hold)
 	}
 	o.seen.Grow(2*o.timeout + o.hold + 4*hint)
 	o.decideDue(now, fx)
@@ -57,3 +57,10 @@ func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		}
 	}
 }
+
+// defaultSync is sync's default for a hold: max(hold, 10ms).
+func defaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }
+
+// chargeTTL is how long a charge is kept for a forward timeout:
+// max(30s, 10*timeout).
+func chargeTTL(timeout time.Duration) time.Duration { return max(30*time.Second, 10*timeout) }

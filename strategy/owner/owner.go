@@ -321,7 +321,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.hold, err = cfg.Params.Duration("hold", cfg.LatencyHint); err != nil {
 		return nil, err
 	}
-	if o.timeout, err = cfg.Params.Duration("timeout", 3*cfg.LatencyHint+100*time.Millisecond); err != nil {
+	if o.timeout, err = cfg.Params.Duration("timeout", strategy.HintTimeout(cfg.LatencyHint)); err != nil {
 		return nil, err
 	}
 	if o.timeout == 0 {
@@ -363,7 +363,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.replicas < 1 {
 		return nil, fmt.Errorf("owner: parameter replicas=%d must be at least 1", o.replicas)
 	}
-	if o.syncEvery, err = cfg.Params.Duration("sync", max(o.hold, 10*time.Millisecond)); err != nil {
+	if o.syncEvery, err = cfg.Params.Duration("sync", defaultSync(o.hold)); err != nil {
 		return nil, err
 	}
 	if o.syncEvery == 0 {
@@ -387,7 +387,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.hinted = newHintParams(cfg.Params, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
-	o.chargeTTL = max(30*time.Second, 10*o.timeout)
+	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
 	if err := cfg.Params.Check("owner"); err != nil {
 		return nil, err
