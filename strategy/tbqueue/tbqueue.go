@@ -324,9 +324,12 @@ func (q *TBQueue) weight(n int64) int64 {
 
 var _ strategy.Conserver = (*TBQueue)(nil)
 
-// Start arms the gossip and sweep timers.
+// Start arms the gossip and sweep timers. The first gossip round comes
+// after a part of the gossip interval drawn uniformly from (0, gossip] with
+// Config.Rand, as in gcounter (ours: live nodes never gossip in step, and
+// the simulator must not make them; see gcounter's gossipPhase).
 func (q *TBQueue) Start(now time.Duration, fx *strategy.Effects) {
-	q.nextGossip = now + q.gossip
+	q.nextGossip = now + 1 + time.Duration(q.rnd.Int64N(int64(q.gossip)))
 	q.nextSweep = now + q.sweepEvery
 	fx.WakeAt(q.nextGossip)
 	fx.WakeAt(q.nextSweep)
