@@ -133,6 +133,9 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		view = slices.Insert(view, i, g.self)
 	}
 	old := g.members
+	if !slices.Equal(old, view) {
+		g.viewAt = now
+	}
 	g.members = view
 	for _, n := range old {
 		if rec := g.held[n]; rec != nil && rec.inView && g.gone(n) {
@@ -1072,7 +1075,7 @@ func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
 		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
 			due(tb.fenceSent + g.retransmit)
 		}
-		if at := g.heirDue(tb); at != 0 {
+		if at := g.heirDue(now, tb); at != 0 {
 			due(at)
 		}
 	}
