@@ -99,12 +99,7 @@ func TestFounderAloneDefaultsBalance(t *testing.T) {
 				for t0 := start + time.Duration(i)*3*time.Millisecond; t0 < start+2*time.Second; t0 += 50 * time.Millisecond {
 					h.at(t0, func() {
 						id++
-						var fx strategy.Effects
-						d, _ := h.nodes[i].g.Request(h.now, strategy.Request{ID: id, Key: "fresh", Tokens: 1, Arrival: h.now}, &fx)
-						h.fx.Reset()
-						h.fx.Messages = append(h.fx.Messages, fx.Messages...)
-						h.fx.Wakeups = append(h.fx.Wakeups, fx.Wakeups...)
-						h.apply(i)
+						d, _ := h.nodes[i].host.Request(h.now, 0, strategy.Request{ID: id, Key: "fresh", Tokens: 1, Arrival: h.now}, 0)
 						if d.Allowed {
 							admitted[i]++
 						}

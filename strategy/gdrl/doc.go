@@ -314,11 +314,21 @@
 // that came with a ward's record) and fences into that one, which gives up
 // the earlier heir's amounts and the transfers credited on the
 // incarnation's behalf that its own record shows credited too, as the
-// incarnation itself would have.
+// incarnation itself would have. An incarnation that never comes back (it
+// crashed during the split and never restarts, issue 11) is treated the
+// same once it has stayed out of the heir's view for 20 retransmit
+// intervals since the heir's view last changed: nothing else would ever
+// tell its two heirs of each other. The wait lets an incarnation that is
+// alive come back into the view after the heal, so that it is fenced
+// itself (failure detectors see it at different times).
 // One fence is in flight to one heir at a time, so it is absorbed once; an
 // heir that absorbed and is outranked in turn passes its own fence on, so a
 // chain nets out to the latest record. Shares may go negative meanwhile (a
-// debt, enforced as zero, that GDRL pays back).
+// debt, enforced as zero): a neighbour that holds a positive share of the
+// key pays a debt back, up to what it holds, whatever the key's demand at
+// either end (debtFlow; the indicators alone never move a share into a
+// node where the key is idle, so a debt there stayed for good, with the
+// rest of the cluster above C).
 //
 // The bound: once the views are whole again and the fences have been
 // answered (a few retransmit intervals), sum C_i plus the capacity in
@@ -393,7 +403,17 @@
 // that crashes with no buddy on its side loses what it gained since the
 // split. A node that crashes during a netsplit on the side away from its
 // old heir is inherited on both sides until its new incarnation answers a
-// fence (a node that never restarts stays counted twice). An heir's fence
+// fence or, if it never restarts, until it has stayed out of the earlier
+// heir's view for 20 retransmit intervals after that heir's view last
+// changed (heirSettles), when the earlier heir fences into the later one;
+// an incarnation that is alive but cut off from its heirs for longer than
+// that after a heal between them gives that inheritance up twice when it
+// is back (capacity lost, never created), and so does one whose
+// inheritance was fenced by its own heir while the record that carries a
+// copy of that tombstone to a third node was already taken (the copy does
+// not know the incarnation gave it up, and fences into a later heir of it:
+// TestConserveSplitNeverAboveC, seed 79 at 300 checks, C - 52% after the
+// heal). An heir's fence
 // in flight to an heir or to the incarnation that then crashes is not sent
 // elsewhere (it may have been applied). A node may hold two tombstones of
 // one incarnation (its own inheritance and a copy from a ward's record);

@@ -30,9 +30,7 @@ func TestConserveInheritsOnceNotExpected(t *testing.T) {
 		}
 		h.at(4*time.Second, func() {
 			for i := range 2 {
-				h.fx.Reset()
-				h.nodes[i].g.SetExpected(h.now, []strategy.NodeID{"n0", "n1"}, &h.fx)
-				h.apply(i)
+				h.nodes[i].host.SetExpected(h.now, 0, []strategy.NodeID{"n0", "n1"})
 			}
 		})
 		h.runUntil(6 * time.Second)

@@ -69,6 +69,7 @@ type GDRL struct {
 	conserve   bool              // partition: conserve (see doc.go, "Split brain")
 	expected   []strategy.NodeID // the last agreed members (strategy.Conserver), sorted
 	members    []strategy.NodeID
+	viewAt     time.Duration // when members last changed (heirSettles)
 	neighbours []strategy.NodeID
 	nextNb     int
 	sent       map[strategy.NodeID]map[string]sentKey // per neighbour: inputs last probed

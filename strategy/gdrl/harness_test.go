@@ -12,12 +12,15 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
 
-// harness drives N gdrl nodes directly over a simulated network with
-// latency, loss, duplication and reordering, and crashes, restarts and
-// membership updates after a detection delay. It is deterministic for a
-// seed.
+// harness drives N gdrl nodes, each in a strategy/host Host (the one
+// interpreter of Effects: wake-up de-duplication and the order of
+// effects are the simulator's and the live runtime's), over a simulated
+// network with latency, loss, duplication and reordering, and crashes,
+// restarts and membership updates after a detection delay. It is
+// deterministic for a seed.
 type harness struct {
 	fail      func(format string, args ...any)
 	nodes     []*hnode
@@ -31,7 +34,6 @@ type harness struct {
 	rate      bucket.Rate
 	burst     int64
 	detection time.Duration
-	fx        strategy.Effects
 	messages  int64
 	bytes     int64
 	// afterEvent, if set, runs after every event.
@@ -53,12 +55,31 @@ type hnet struct {
 
 type hnode struct {
 	id    strategy.NodeID
-	g     *gdrl.GDRL
+	g     *gdrl.GDRL // the strategy in host, for inspection
+	host  *host.Host // every call that takes Effects goes through it
 	alive bool
 	epoch uint64
 	view  []strategy.NodeID
 	group int // partition group: messages cross no group boundary
-	wakes map[time.Duration]bool
+}
+
+// hdriver carries out node i's effects in the harness (host.Driver): its
+// messages go onto the simulated network, its wake-ups into the event
+// queue for its current incarnation (epoch). gdrl decides every request
+// synchronously, so there is no later decision to complete.
+type hdriver struct {
+	h *harness
+	i int
+}
+
+func (d hdriver) Decided(int, strategy.Decision) {}
+
+func (d hdriver) Send(_ int, to strategy.NodeID, payload []byte) {
+	d.h.send(d.i, strategy.Message{To: to, Payload: payload})
+}
+
+func (d hdriver) Schedule(_ int, at time.Duration) {
+	d.h.push(hevent{at: at, kind: evWake, to: d.i, epoch: d.h.nodes[d.i].epoch})
 }
 
 const (
@@ -211,29 +232,13 @@ func (h *harness) start(i int) {
 		h.fail("New: %v", err)
 		return
 	}
-	n.g = g
-	h.fx.Reset()
-	g.Start(h.now, &h.fx)
-	h.apply(i)
-}
-
-func (h *harness) apply(i int) {
-	n := h.nodes[i]
-	msgs := slices.Clone(h.fx.Messages)
-	wakes := slices.Clone(h.fx.Wakeups)
-	for _, m := range msgs {
-		h.send(i, m)
+	hs, err := host.New(n.id, 0, hdriver{h, i}, g)
+	if err != nil {
+		h.fail("host.New: %v", err)
+		return
 	}
-	if n.wakes == nil {
-		n.wakes = map[time.Duration]bool{}
-	}
-	for _, at := range wakes {
-		at = max(at, h.now)
-		if !n.wakes[at] { // like sim: one wake-up per instant
-			n.wakes[at] = true
-			h.push(hevent{at: at, kind: evWake, to: i, epoch: n.epoch})
-		}
-	}
+	n.g, n.host = g, hs
+	hs.Start(h.now, 0)
 }
 
 func (h *harness) send(from int, m strategy.Message) {
@@ -279,20 +284,15 @@ func (h *harness) step() bool {
 		if !n.alive || n.group != h.nodes[e.from].group {
 			break
 		}
-		h.fx.Reset()
-		if err := n.g.Receive(h.now, h.nodes[e.from].id, e.payload, &h.fx); err != nil {
+		if err := n.host.Receive(h.now, 0, h.nodes[e.from].id, e.payload); err != nil {
 			h.fail("%s refused a peer message: %v", n.id, err)
 		}
-		h.apply(e.to)
 	case evWake:
 		n := h.nodes[e.to]
 		if !n.alive || n.epoch != e.epoch {
 			break
 		}
-		delete(n.wakes, e.at)
-		h.fx.Reset()
-		n.g.Tick(h.now, &h.fx)
-		h.apply(e.to)
+		n.host.Tick(h.now, 0)
 	case evRequest:
 		if e.fn != nil {
 			e.fn()
@@ -302,9 +302,7 @@ func (h *harness) step() bool {
 		if !n.alive {
 			break
 		}
-		h.fx.Reset()
-		n.g.Request(h.now, strategy.Request{ID: e.seq, Key: e.key, Tokens: e.tokens, Arrival: h.now}, &h.fx)
-		h.apply(e.to)
+		n.host.Request(h.now, 0, strategy.Request{ID: e.seq, Key: e.key, Tokens: e.tokens, Arrival: h.now}, 0)
 	case evView:
 		h.updateViews()
 	case evPeer:
@@ -346,7 +344,6 @@ func (h *harness) restart(i int) {
 	}
 	n.alive = true
 	n.epoch++
-	n.wakes = nil
 	n.view = h.reachable(n.group)
 	h.start(i)
 	h.detect()
@@ -369,21 +366,17 @@ func (h *harness) updatePeer(i, j int) {
 	default:
 		return
 	}
-	h.fx.Reset()
-	n.g.SetMembers(h.now, slices.Clone(n.view), &h.fx)
-	h.apply(i)
+	n.host.SetMembers(h.now, 0, n.view)
 }
 
 func (h *harness) updateViews() {
-	for i, n := range h.nodes {
+	for _, n := range h.nodes {
 		v := h.reachable(n.group)
 		if !n.alive || slices.Equal(n.view, v) {
 			continue
 		}
 		n.view = slices.Clone(v)
-		h.fx.Reset()
-		n.g.SetMembers(h.now, slices.Clone(v), &h.fx)
-		h.apply(i)
+		n.host.SetMembers(h.now, 0, v)
 	}
 }
 

@@ -35,17 +35,45 @@ import (
 // dirty), so two buddies never inherit the same version.
 func heirRanks(va, vb uint64) bool { return va < vb }
 
-// heirFences looks, for every tombstone whose incarnation is known dead (a
-// newer incarnation of the node answered its fence), for a later tombstone
-// of it: it asks the members in
-// view that have not answered (a query, which absorbs nothing), and sends
-// its fence to one that holds a later one, retransmitting either until
-// answered.
+// heirSettles reports whether tb looks for the other heirs of its
+// incarnation (heirFences) and may absorb their fences: once the
+// incarnation is known dead (a newer incarnation of the node answered its
+// fence), and also once it has been out of this node's view for
+// heirGrace since the view last changed, with no fence of tb in flight to
+// it. The second case is a node that crashed during a netsplit on the side
+// away from its old heir and never comes back (issue 11): its buddy across
+// the cut took its record at the split, its new buddy on its own side took
+// a later version when it crashed, and nothing else would ever tell the
+// two heirs of each other, so its share stayed counted twice. The grace
+// lets an incarnation that is alive come back into the view after a heal
+// (failure detectors see it at different times; found by
+// TestSplitBrainDroppedTombstoneCredit without it): it is then fenced
+// itself, once per inheritance. An incarnation that is alive but stays
+// cut off from this node for longer than the grace after the other heir
+// absorbed this tombstone's fence gives up this inheritance again when a
+// copy of the tombstone fences it: capacity lost, never created (see
+// "Limits" in the package documentation). A tombstone whose fence is in
+// flight to its incarnation does not look: the fence may have been
+// applied.
+func (g *GDRL) heirSettles(now time.Duration, tb *tombstone) bool {
+	return tb.fenceDone || (!tb.fencing && !g.inView(tb.node) && now-g.viewAt >= g.heirGrace())
+}
+
+// heirGrace is how long after a view change an heir waits before it takes
+// an incarnation out of its view for dead (heirSettles): 20 retransmit
+// intervals (2 s by default), several times a failure detector's spread
+// between nodes.
+func (g *GDRL) heirGrace() time.Duration { return 20 * g.retransmit }
+
+// heirFences looks, for every tombstone that heirSettles, for a later
+// tombstone of its incarnation: it asks the members in view that have not
+// answered (a query, which absorbs nothing), and sends its fence to one
+// that holds a later one, retransmitting either until answered.
 func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
 	g.absorbLocal(now)
 	for _, tb := range g.tombs {
-		if !tb.fenceDone {
-			continue // the incarnation may be alive: it is fenced itself
+		if tb.heirTarget == "" && !g.heirSettles(now, tb) {
+			continue // the incarnation is in view: it is fenced itself
 		}
 		if tb.heirTarget != "" {
 			if now-tb.heirSent >= g.retransmit {
@@ -72,11 +100,11 @@ func (g *GDRL) heirFences(now time.Duration, fx *strategy.Effects) {
 }
 
 // heirDue reports when heirFences next has something to send (0: nothing).
-func (g *GDRL) heirDue(tb *tombstone) time.Duration {
+func (g *GDRL) heirDue(now time.Duration, tb *tombstone) time.Duration {
 	switch {
 	case tb.heirTarget != "":
 		return tb.heirSent + g.retransmit
-	case !tb.fenceDone:
+	case !g.heirSettles(now, tb):
 		return 0
 	}
 	for _, m := range g.members {
@@ -119,8 +147,8 @@ func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.Gd
 		delete(tb.heirAsked, from) // from ranks higher: fence into it
 	case f.Query:
 		ack.Later = true
-	case (tb.fencing && !tb.fenceDone) || tb.heirTarget != "":
-		ack.Busy = true // this tombstone's own fence is in flight
+	case !g.heirSettles(now, tb) || tb.heirTarget != "":
+		ack.Busy = true // this tombstone's own fence is in flight, or its incarnation is in view
 	default:
 		g.fencesApplied[k] = true
 		g.absorb(now, tb, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items), transfersFrom(f.OnBehalf))
@@ -133,7 +161,11 @@ func (g *GDRL) onHeirFence(now time.Duration, from strategy.NodeID, f *peerv1.Gd
 // earlier version (dc, db, items), as the incarnation would: and the
 // transfers that heir credited on its behalf (onBehalf) that tb's record
 // shows credited too; the others are never credited here, and pass on
-// with tb's own fence.
+// with tb's own fence. Given up here, once per inheritance (fencesApplied),
+// not by the other heir: two nodes may count one inheritance (an heir
+// and a ward whose record holds a copy of its tombstone), and only one of
+// them is fenced out of it later. A key idle here takes the amount as a
+// debt, which debtFlow pays back.
 func (g *GDRL) absorb(now time.Duration, tb *tombstone, dc, db int64, items []item, onBehalf []*transfer) {
 	g.giveUp(now, dc, db, items)
 	slices.SortFunc(onBehalf, func(a, b *transfer) int { return cmpID(a.id, b.id) })
@@ -157,11 +189,11 @@ func (g *GDRL) absorbLocal(now time.Duration) {
 	for {
 		var lo, hi *tombstone
 		for _, a := range g.tombs {
-			if !a.fenceDone || a.heirTarget != "" {
+			if !g.heirSettles(now, a) || a.heirTarget != "" {
 				continue
 			}
 			for _, b := range g.tombs {
-				if b != a && b.node == a.node && b.inc == a.inc && b.version > a.version && b.fenceDone && b.heirTarget == "" {
+				if b != a && b.node == a.node && b.inc == a.inc && b.version > a.version && g.heirSettles(now, b) && b.heirTarget == "" {
 					lo, hi = a, b
 				}
 			}
@@ -186,7 +218,7 @@ func (g *GDRL) onHeirFenceAck(now time.Duration, from strategy.NodeID, a *peerv1
 	}
 	if tb.heirTarget != from {
 		// The answer to a query (or a stale one to a fence).
-		if tb.heirTarget != "" || (tb.fencing && !tb.fenceDone) || a.Absorbed || a.Busy {
+		if tb.heirTarget != "" || !g.heirSettles(now, tb) || a.Absorbed || a.Busy {
 			return
 		}
 		if a.Later {

@@ -56,7 +56,6 @@ func runFounderAlone(t *testing.T, seed uint64, net hnet, joins []time.Duration,
 	for i, at := range joins {
 		join(1+i, at)
 	}
-	var fx strategy.Effects
 	var reqID uint64
 	for i := range n {
 		for t0 := 20 * time.Millisecond; t0 < end; t0 += 20 * time.Millisecond {
@@ -67,15 +66,10 @@ func runFounderAlone(t *testing.T, seed uint64, net hnet, joins []time.Duration,
 					return
 				}
 				reqID++
-				fx.Reset()
-				d, ok := n.g.Request(h.now, strategy.Request{ID: reqID, Key: "hot", Tokens: 1, Arrival: h.now}, &fx)
+				d, ok := n.host.Request(h.now, 0, strategy.Request{ID: reqID, Key: "hot", Tokens: 1, Arrival: h.now}, 0)
 				if !ok {
 					t.Fatalf("gdrl decided no request synchronously")
 				}
-				h.fx.Reset()
-				h.fx.Messages = append(h.fx.Messages, fx.Messages...)
-				h.fx.Wakeups = append(h.fx.Wakeups, fx.Wakeups...)
-				h.apply(i)
 				if d.Allowed {
 					r.perSec[i][int(h.now/time.Second)]++
 				}

@@ -21,9 +21,7 @@ import (
 // when.
 func (h *harness) leave(i int, leftAt *time.Duration) {
 	n := h.nodes[i]
-	h.fx.Reset()
-	n.g.Leave(h.now, &h.fx)
-	h.apply(i)
+	n.host.Leave(h.now, 0)
 	var poll func()
 	poll = func() {
 		if !n.alive {

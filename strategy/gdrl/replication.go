@@ -1,0 +1,290 @@
+package gdrl
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Replication: the write-ahead share record kept at the buddy (001 §IV,
+// 004 §3.2; see "Best buddy" in the package documentation), and the
+// messages held back until the buddy holds it.
+
+// setBuddy makes b the buddy; a new buddy gets the full record (a new
+// epoch, so that acknowledgements meant for an earlier choice are not taken
+// for this one).
+func (g *GDRL) setBuddy(b strategy.NodeID) {
+	if b == g.buddy {
+		return
+	}
+	g.buddy, g.buddyInc = b, 0
+	if p := g.peers[b]; p != nil {
+		g.buddyInc = p.inc
+	}
+	g.epoch++
+	g.acked, g.sentVer = 0, 0
+	g.dirty = true
+}
+
+// sendGated queues a message that may go out only once the buddy holds the
+// state as of now.
+func (g *GDRL) sendGated(to strategy.NodeID, payload []byte) {
+	gate := g.version
+	if g.dirty {
+		gate++
+	}
+	g.gated = append(g.gated, gatedMsg{gate: gate, to: to, payload: payload})
+}
+
+// sendNow queues a message that depends on no state.
+func (g *GDRL) sendNow(to strategy.NodeID, payload []byte) {
+	g.gated = append(g.gated, gatedMsg{gate: 0, to: to, payload: payload})
+}
+
+// flush ends an event: a changed state becomes a new record version, sent
+// to the buddy, and whatever the buddy already holds is released.
+func (g *GDRL) flush(now time.Duration, fx *strategy.Effects) {
+	if g.leaving {
+		g.handOver(now)
+	}
+	for range 4 {
+		if g.dirty {
+			g.version++
+			g.dirty = false
+			if g.buddy != "" && g.sentVer <= g.acked {
+				g.sendRecord(now, fx) // else when the record in flight is acknowledged
+			}
+		}
+		for _, t := range slices.Clone(g.outbox) {
+			// A node without a buddy (alone in its view) releases
+			// nothing that leaves it: cut off by a netsplit, it would
+			// otherwise pay with no replica of its record anywhere, and
+			// a crash then leaves its earlier record (at a former buddy
+			// across the cut) holding what it paid: capacity created
+			// (found by TestConserveSplitNeverAboveC). What it settles
+			// itself moves nothing between nodes.
+			if !t.released && (t.gate <= g.acked || (g.buddy == "" && g.settlesHere(t))) {
+				t.released = true
+				g.sendTransfer(now, t, fx)
+			}
+		}
+		n := 0
+		for _, m := range g.gated {
+			if m.gate <= g.acked {
+				fx.Send(m.to, m.payload)
+			} else {
+				g.gated[n] = m
+				n++
+			}
+		}
+		clear(g.gated[n:])
+		g.gated = g.gated[:n]
+		if !g.dirty {
+			break
+		}
+	}
+	g.wake(now, fx)
+}
+
+// wake asks to be ticked at the next interval tick, and earlier if a
+// retransmission is due before it, each time once only.
+func (g *GDRL) wake(now time.Duration, fx *strategy.Effects) {
+	if g.tickReq != g.nextTick {
+		g.tickReq = g.nextTick
+		fx.WakeAt(g.nextTick)
+	}
+	if at := g.nextRetransmit(now); at < g.nextTick && (g.wakeReq <= now || at < g.wakeReq) {
+		g.wakeReq = at
+		fx.WakeAt(at)
+	}
+}
+
+// nextRetransmit is the earliest retransmission Tick will make after now
+// (g.nextTick if none comes before it).
+func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
+	at := g.nextTick
+	due := func(d time.Duration) {
+		if d > now {
+			at = min(at, d)
+		}
+	}
+	for _, t := range g.outbox {
+		if t.released {
+			due(t.lastSent + g.retransmit)
+		}
+	}
+	if g.buddy != "" && g.acked < g.version {
+		due(g.recordSent + g.retransmit)
+	}
+	for _, tb := range g.tombs {
+		if tb.fencing && !tb.fenceDone && g.inView(tb.node) {
+			due(tb.fenceSent + g.retransmit)
+		}
+		if at := g.heirDue(now, tb); at != 0 {
+			due(at)
+		}
+	}
+	for _, tb := range g.draining {
+		if tb.fencing && g.inView(tb.node) {
+			due(tb.fenceSent + g.retransmit)
+		}
+	}
+	if g.helloDue() {
+		due(g.helloSent + g.retransmit)
+	}
+	return at
+}
+
+func (g *GDRL) sendRecord(now time.Duration, fx *strategy.Effects) {
+	g.recordSent, g.sentVer = now, g.version
+	fx.Send(g.buddy, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Record{Record: g.recordMsg(g.acked)}}))
+}
+
+// recordMsg is this node's record as a delta from version base (0: full).
+func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
+	r := &peerv1.GdrlRecord{Epoch: g.epoch, Base: base, Version: g.version, DefaultCapacity: g.dc, DefaultBurst: g.db}
+	if base == 0 {
+		for _, k := range g.sortedKeys() {
+			sh := g.shares[k]
+			r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+		}
+	} else {
+		keys := make([]string, 0, len(g.changed))
+		for k, v := range g.changed {
+			if v > base {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if sh := g.shares[k]; sh != nil {
+				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+			} else {
+				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Removed: true})
+			}
+		}
+	}
+	for p := range numParts {
+		if base == 0 || g.partAt[p] > base {
+			r.Parts |= 1 << p
+		}
+	}
+	if r.Parts&(1<<partOutbox) != 0 {
+		r.Outbox = transfersMsg(g.outbox)
+	}
+	if r.Parts&(1<<partApplied) != 0 {
+		r.Applied = appliedMsg(g.applied)
+	}
+	if r.Parts&(1<<partTombs) != 0 {
+		for _, tb := range g.tombs {
+			r.Tombstones = append(r.Tombstones, tb.msg())
+		}
+	}
+	return r
+}
+
+func (g *GDRL) onRecordAck(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlRecordAck, fx *strategy.Effects) {
+	if from != g.buddy || a.WardInc != g.inc || a.Epoch != g.epoch {
+		return
+	}
+	if g.buddyInc == 0 {
+		g.buddyInc = fromInc
+	} else if fromInc != g.buddyInc {
+		return
+	}
+	if a.NeedFull {
+		g.acked = 0
+		g.sendRecord(now, fx)
+		return
+	}
+	if a.Version > g.acked && a.Version <= g.version {
+		g.acked = a.Version
+		for k, v := range g.changed {
+			if v <= g.acked {
+				delete(g.changed, k)
+			}
+		}
+		if g.acked < g.version && g.acked >= g.sentVer {
+			g.sendRecord(now, fx) // what accumulated while the last one was in flight
+		}
+	}
+}
+
+// onRecord stores a ward's record (this node is its buddy) and acknowledges
+// the version it holds.
+func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64, r *peerv1.GdrlRecord, fx *strategy.Effects) {
+	reply := func(version uint64, full bool) {
+		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_RecordAck{RecordAck: &peerv1.GdrlRecordAck{
+			WardInc: fromInc, Epoch: r.Epoch, Version: version, NeedFull: full}}}))
+	}
+	if from == g.self {
+		return
+	}
+	if tb := g.tombFor(from, fromInc); tb != nil && r.Version <= tb.version {
+		return // a record this node already inherited, delayed
+	}
+	rec := g.held[from]
+	if rec != nil && rec.inc != fromInc {
+		if rec.inc > fromInc {
+			return
+		}
+		g.inherit(now, from, rec, fx) // (observe has done it already)
+		rec = nil
+	}
+	if rec == nil || rec.epoch != r.Epoch {
+		if r.Base != 0 {
+			reply(0, true)
+			return
+		}
+		rec = &heldRecord{inc: fromInc, epoch: r.Epoch, shares: map[string][2]int64{}, applied: filters{}}
+		g.held[from] = rec
+	}
+	rec.inView = rec.inView || g.inView(from)
+	if r.Version <= rec.version {
+		reply(rec.version, false)
+		return
+	}
+	if r.Base > rec.version {
+		reply(rec.version, true)
+		return
+	}
+	if r.Base == 0 {
+		clear(rec.shares)
+	}
+	for _, s := range r.Shares {
+		if s.Removed {
+			delete(rec.shares, s.Key)
+		} else {
+			rec.shares[s.Key] = [2]int64{s.Capacity, s.Burst}
+		}
+	}
+	rec.version = r.Version
+	if r.Parts&(1<<partDefaults) != 0 {
+		rec.dc, rec.db = r.DefaultCapacity, r.DefaultBurst
+	}
+	if r.Parts&(1<<partOutbox) != 0 {
+		rec.outbox = transfersFrom(r.Outbox)
+	}
+	if r.Parts&(1<<partApplied) != 0 {
+		rec.applied = appliedFrom(r.Applied)
+	}
+	if r.Parts&(1<<partTombs) != 0 {
+		rec.tombs = rec.tombs[:0]
+		for _, t := range r.Tombstones {
+			rec.tombs = append(rec.tombs, tombFrom(t))
+		}
+	}
+	reply(rec.version, false)
+}
+
+func (g *GDRL) heldNodes() []strategy.NodeID {
+	out := make([]strategy.NodeID, 0, len(g.held))
+	for n := range g.held {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
