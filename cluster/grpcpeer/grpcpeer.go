@@ -16,7 +16,10 @@
 // The sender coalesces: when several frames are queued for a peer, it sends
 // those already queued (up to MaxBatchFrames frames and about
 // MaxBatchBytes) as one PeerBatch message on the Batch stream; it never
-// waits to fill a batch. The receiver delivers a batch's frames in order,
+// waits to fill a batch (when a single frame is queued it yields once to
+// the goroutines ready to run, no timer, so that frames sent in the same
+// moment share the message). The connections use fixed flow-control
+// windows (PeerWindow). The receiver delivers a batch's frames in order,
 // checking each as a frame of its own. A peer that does not serve Batch
 // (UNIMPLEMENTED, a node from before it) is sent one frame per message on
 // the Stream stream instead.
