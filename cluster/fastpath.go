@@ -22,8 +22,9 @@ package cluster
 // before the strategy hears of the change (nothing lost); Close drops them
 // (the strategy goes away with the node). The loop also closes, every
 // fastSweepEvery, the allowances past their validity and those no check
-// touched since the last sweep (returned: nothing lost), so an idle key
-// holds no tokens for long, and forgets the keys closed for a whole sweep.
+// touched for fastIdleSweeps sweeps in a row (returned: nothing lost), so
+// an idle key holds no tokens for long, and forgets the keys closed for a
+// whole sweep.
 
 import (
 	"context"
@@ -42,10 +43,22 @@ const (
 	// fastSweepEvery is how often the loop closes idle and expired
 	// allowances (and forgets keys closed since the last sweep).
 	fastSweepEvery = 100 * time.Millisecond
+	// fastIdleSweeps is how many sweeps in a row an open allowance must
+	// find untouched to be closed as idle (fastIdleSweeps*fastSweepEvery,
+	// the demand window), and how many sweeps a seen filter's period
+	// lasts at most. One sweep was too short: with 10,000 uniform keys at
+	// 40,000-60,000 checks/s a key is checked every 170-250 ms, so nearly
+	// every allowance was closed untouched before its key's next check,
+	// and about 90% of the checks went through the loop (issue 14, bench
+	// notes in docs/PERFORMANCE.md, "Owner at 3 nodes and the fast path").
+	fastIdleSweeps = 5
+	// seenFilterMaxKeys is how many keys one seen-filter period records at
+	// most before the next period starts (about 4% false positives).
+	seenFilterMaxKeys = 60000
 	// fastDemandWindow sizes the next allowance of a key: the tokens its
 	// checks took in this long at the demand measured over its last
 	// allowance (the strategy caps it: strategy.AllowanceCap).
-	fastDemandWindow = 500 * time.Millisecond
+	fastDemandWindow = time.Second
 	// fastFirstWant is the size asked for a key's first allowance.
 	fastFirstWant = 4
 	// fastMaxWant bounds the size asked for (the strategy's cap is lower).
@@ -66,7 +79,8 @@ type allowance struct {
 	granted   int64         // tokens of the open allowance at its grant
 	grantedAt time.Duration // when it was granted
 	until     time.Duration // valid until (the strategy's Grant)
-	seen      int64         // tokens at the last sweep: unchanged means idle
+	seen      int64         // tokens at the last sweep: unchanged means untouched
+	quiet     int           // sweeps in a row that found it untouched
 	want      int64         // the size to ask for at the next grant
 	idle      bool          // closed at the last sweep already: forget at the next
 }
@@ -85,14 +99,17 @@ type fastPath struct {
 }
 
 // seenFilter remembers which keys were checked in the current and the last
-// sweep period: two Bloom filters of 2^19 bits and two probes each (about
-// 4% false positives at 60,000 keys a period; no false negatives). A key
-// seen once (a workload of ever-new keys) gets no allowance, whose grant,
-// sweep and removal would cost more than the one check it could serve.
-// Loop goroutine only. Ours.
+// period: two Bloom filters of 2^19 bits and two probes each (about 4%
+// false positives at seenFilterMaxKeys keys a period; no false
+// negatives). A period lasts fastIdleSweeps sweeps, or until it has
+// recorded seenFilterMaxKeys keys. A key seen once (a workload of ever-new
+// keys) gets no allowance, whose grant, sweep and removal would cost more
+// than the one check it could serve. Loop goroutine only. Ours.
 type seenFilter struct {
 	seed      maphash.Seed
 	cur, prev []uint64 // allocated at the first use
+	n         int      // keys recorded in cur
+	sweeps    int      // sweeps since cur started
 }
 
 const seenFilterBits = 1 << 19
@@ -108,9 +125,22 @@ func (f *seenFilter) twice(key string) bool {
 	i, j := h%seenFilterBits, (h>>32)%seenFilterBits
 	has := func(b []uint64) bool { return b[i/64]&(1<<(i%64)) != 0 && b[j/64]&(1<<(j%64)) != 0 }
 	before := has(f.cur) || has(f.prev)
+	if !has(f.cur) {
+		if f.n >= seenFilterMaxKeys {
+			f.rotate()
+		}
+		f.n++
+	}
 	f.cur[i/64] |= 1 << (i % 64)
 	f.cur[j/64] |= 1 << (j % 64)
 	return before
+}
+
+// sweep counts a sweep, and starts a new period after fastIdleSweeps.
+func (f *seenFilter) sweep() {
+	if f.sweeps++; f.sweeps >= fastIdleSweeps {
+		f.rotate()
+	}
 }
 
 // rotate starts a new period: the last one is forgotten.
@@ -120,6 +150,7 @@ func (f *seenFilter) rotate() {
 	}
 	f.cur, f.prev = f.prev, f.cur
 	clear(f.cur)
+	f.n, f.sweeps = 0, 0
 }
 
 // newFastPath returns the fast path of a rule whose strategy is s, or nil
@@ -241,7 +272,7 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 		f.keys[key] = a
 		f.m.store(a)
 	}
-	a.granted, a.grantedAt, a.until, a.seen, a.idle = g, now, until, g, false
+	a.granted, a.grantedAt, a.until, a.seen, a.quiet, a.idle = g, now, until, g, 0, false
 	lvl := int64(-1)
 	if v, known := n.h.Remaining(now, rs.idx, key); known {
 		lvl = v
@@ -268,8 +299,8 @@ func (n *Node) fastCloseAll(now time.Duration, give bool) {
 	}
 }
 
-// fastSweep closes the allowances past their validity or untouched since
-// the last sweep (returning their tokens), and forgets the keys that were
+// fastSweep closes the allowances past their validity or untouched for
+// fastIdleSweeps sweeps (returning their tokens), and forgets the keys that were
 // closed at the last sweep already (loop goroutine).
 func (n *Node) fastSweep(now time.Duration) {
 	for _, rs := range n.order {
@@ -277,16 +308,21 @@ func (n *Node) fastSweep(now time.Duration) {
 		if f == nil {
 			continue
 		}
-		f.seen.rotate()
+		f.seen.sweep()
 		for k, a := range f.keys {
 			left := a.tokens.Load()
+			if left >= 0 && left == a.seen {
+				a.quiet++
+			} else {
+				a.quiet = 0
+			}
 			switch {
 			case left < 0 && a.idle:
 				delete(f.keys, k)
 				f.m.delete(k)
 			case left < 0:
 				a.idle = true
-			case now >= a.until || left == a.seen:
+			case now >= a.until || a.quiet >= fastIdleSweeps:
 				n.fastCloseEntry(now, rs, k, a, true)
 				a.idle = true
 			default:

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -314,9 +315,18 @@ type Node struct {
 
 	events chan event
 	wake   chan struct{}
-	timer  *time.Timer
-	wakes  *minheap.Heap[wakeEntry] // by (at, rule); one entry per (rule, at): the Host de-duplicates
-	armed  time.Duration            // the wake-up the timer is set for; -1: none
+	timer  *time.Timer // the strategies' wake-ups: the loop selects on its channel
+	// inTurn and outbox (loop goroutine only): during a turn of the loop
+	// the frames the strategies send wait in outbox, per peer in order,
+	// and go to the transport together at the turn's end (flushOut), so
+	// that a turn's frames to one peer reach its sender goroutine at once
+	// and leave as one batch (cluster/grpcpeer) instead of waking it once
+	// per frame. Outside a turn (New) frames are sent at once.
+	inTurn  bool
+	outbox  map[strategy.NodeID][]outFrame
+	outPeer []strategy.NodeID        // the peers with frames in outbox, in the order first sent to
+	wakes   *minheap.Heap[wakeEntry] // by (at, rule); one entry per (rule, at): the Host de-duplicates
+	armed   time.Duration            // the wake-up the timer is set for; -1: none
 	// h makes every call on the rules' strategies and carries out their
 	// effects (loopDriver); its request ids start at the node's
 	// incarnation (see Incarnation), so ids are unique across the node's
@@ -433,7 +443,9 @@ func New(cfg Config) (*Node, error) {
 		n.rules[r.Name] = rs
 		n.order = append(n.order, rs)
 	}
-	n.timer = time.AfterFunc(time.Hour, n.signalWake)
+	// A channel timer the loop selects on (no goroutine per expiry, as
+	// time.AfterFunc would start).
+	n.timer = time.NewTimer(time.Hour)
 	n.timer.Stop()
 	n.fastTimer = time.AfterFunc(time.Hour, n.fastTimerFired)
 	n.fastTimer.Stop()
@@ -813,6 +825,18 @@ func (n *Node) now() time.Duration {
 	return t
 }
 
+// maxTurnEvents bounds the events one turn of the loop takes before it
+// runs the wake-ups due and hands the turn's frames to the transport.
+const maxTurnEvents = 64
+
+// loop is the node's goroutine. A turn takes one event (or a timer
+// expiry), then up to maxTurnEvents-1 more that are already queued, then
+// runs the wake-ups due and sends the turn's frames (flushOut). Under load
+// a turn thus decides the checks and frames that queued up meanwhile
+// together: the owner's verdicts for a batch of forwards leave as one
+// batch, and a forwarder's forwards likewise. Each event is still handled
+// at its own time (n.now) and before the wake-ups due, as the Host's
+// same-instant contract asks.
 func (n *Node) loop() {
 	defer n.shutdown()
 	for {
@@ -820,13 +844,65 @@ func (n *Node) loop() {
 		case <-n.done:
 			return
 		case ev := <-n.events:
+			n.inTurn = true
 			n.handle(ev)
-		case <-n.wake:
+			n.drain()
+			if len(n.events) == 0 {
+				// Let the goroutines that are ready to run (API calls,
+				// peer receivers) queue their events first, then take
+				// them in this turn: under load a turn then decides more
+				// at once and its frames leave together. Gosched
+				// returns at once when nothing else is ready.
+				runtime.Gosched()
+				n.drain()
+			}
+		case <-n.timer.C:
+			n.inTurn = true
 			n.armed = -1
+		case <-n.wake:
+			n.inTurn = true
 		}
 		n.runDue()
 		n.fastTick()
+		n.flushOut()
 	}
+}
+
+// drain handles the events already queued, up to maxTurnEvents-1, without
+// waiting (loop goroutine).
+func (n *Node) drain() {
+	for range maxTurnEvents - 1 {
+		select {
+		case ev := <-n.events:
+			n.handle(ev)
+		default:
+			return
+		}
+	}
+}
+
+// flushOut ends a turn: the frames of the turn go to the transport, per
+// peer in the order they were sent (loop goroutine).
+func (n *Node) flushOut() {
+	n.inTurn = false
+	for _, to := range n.outPeer {
+		frames := n.outbox[to]
+		for i, o := range frames {
+			if err := n.transport.Send(to, o.f); err != nil {
+				o.rs.c.sendErrs.Add(1)
+			}
+			frames[i] = outFrame{} // let the payload go
+		}
+		n.outbox[to] = frames[:0]
+	}
+	n.outPeer = n.outPeer[:0]
+}
+
+// outFrame is a frame waiting in the outbox, with the rule it counts
+// against.
+type outFrame struct {
+	rs *ruleState
+	f  Frame
 }
 
 func (n *Node) handle(ev event) {
@@ -960,15 +1036,28 @@ func (ld loopDriver) Decided(rule int, d strategy.Decision) {
 	p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
 }
 
-// Send hands a frame of rule to the transport, counted.
+// Send hands a frame of rule to the transport, counted: at the end of the
+// loop's turn (flushOut), or at once outside a turn.
 func (ld loopDriver) Send(rule int, to strategy.NodeID, payload []byte) {
 	n := ld.n
 	rs := n.order[rule]
 	rs.c.msgsSent.Add(1)
 	rs.c.bytesSent.Add(int64(len(payload)))
-	if err := n.transport.Send(to, Frame{Rule: rs.rule.Name, From: n.self, Payload: payload}); err != nil {
-		rs.c.sendErrs.Add(1)
+	f := Frame{Rule: rs.rule.Name, From: n.self, Payload: payload}
+	if !n.inTurn {
+		if err := n.transport.Send(to, f); err != nil {
+			rs.c.sendErrs.Add(1)
+		}
+		return
 	}
+	if n.outbox == nil {
+		n.outbox = map[strategy.NodeID][]outFrame{}
+	}
+	q := n.outbox[to]
+	if len(q) == 0 {
+		n.outPeer = append(n.outPeer, to)
+	}
+	n.outbox[to] = append(q, outFrame{rs: rs, f: f})
 }
 
 // Schedule queues a wake-up for runDue's timer.

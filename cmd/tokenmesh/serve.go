@@ -51,6 +51,7 @@ type serveOptions struct {
 	watchConfig    bool      // --watch-config: reload the rules when the config file changes
 	node           nodeFlags // --name, --api-addr, ..., --log-format, --log-level (serveopts.go)
 	gcPercent      int       // --gc-percent: the garbage-collection target (servegc.go)
+	cpuProfile     string    // --cpuprofile: write a CPU profile of the run (serveprof.go)
 }
 
 func newServeCmd() *cobra.Command {
@@ -159,6 +160,11 @@ mode serve also prints a short human summary (addresses, rules) at start.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopProfile, err := startCPUProfile(opts.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			return runServe(ctx, cmd, opts)
 		},
 	}
@@ -173,6 +179,7 @@ mode serve also prints a short human summary (addresses, rules) at start.
 	cmd.Flags().BoolVar(&opts.discardBad, "discard-bad-state", false,
 		"when the state file in node.state_dir does not load (corrupt), move it aside and start with full buckets instead of failing")
 	addGCFlag(cmd, &opts.gcPercent)
+	addCPUProfileFlag(cmd, &opts.cpuProfile)
 	// Hidden: a test hook that lets anyone who reaches the API cut this
 	// node's data plane; MarkHidden fails only for an unknown flag.
 	_ = cmd.Flags().MarkHidden("fault-injection")
