@@ -242,3 +242,12 @@ func (v *Values) IntOr(name string, def int) int {
 	}
 	return def
 }
+
+// FloatOr is the float parameter name, or def when not given (a default
+// computed from other parameters, such as gdrl's eta from the degree).
+func (v *Values) FloatOr(name string, def float64) float64 {
+	if x, ok := v.get(name, ParamFloat, false); ok {
+		return x.(float64)
+	}
+	return def
+}

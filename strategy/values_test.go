@@ -34,7 +34,8 @@ func TestValuesDefaultsAndGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.Duration("suspect") != time.Second || v.Int("retries") != 2 || v.Float("floor") != 0.1 || v.Bool("catch_up") ||
-		v.Enum("on_timeout") != "local" || v.String("label") != "x,y" || v.DurationOr("hold", 7) != 7 || v.BoolOr("fail_open", true) != true {
+		v.Enum("on_timeout") != "local" || v.String("label") != "x,y" || v.DurationOr("hold", 7) != 7 || v.BoolOr("fail_open", true) != true ||
+		v.FloatOr("floor", -1) != -1 || v.IntOr("retries", -1) != -1 {
 		t.Fatal("declared defaults not applied")
 	}
 	if v.Has("hold") || len(v.Unread()) != 0 {
@@ -45,7 +46,8 @@ func TestValuesDefaultsAndGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.DurationOr("hold", 7) != 5*time.Millisecond || v.Duration("suspect") != 2*time.Second || v.Int("retries") != 0 ||
-		v.Float("floor") != 1e-3 || !v.Bool("catch_up") || v.Enum("on_timeout") != "admit" || v.String("label") != "a,b" || !v.Has("hold") {
+		v.Float("floor") != 1e-3 || !v.Bool("catch_up") || v.Enum("on_timeout") != "admit" || v.String("label") != "a,b" || !v.Has("hold") ||
+		v.FloatOr("floor", -1) != 1e-3 || v.IntOr("retries", -1) != 0 {
 		t.Fatal("given values not read")
 	}
 	if got := v.Unread(); strings.Join(got, " ") != "fail_open" {
