@@ -22,7 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenmesh/tokenmesh/srtm"
+	iquantile "github.com/tokenmesh/tokenmesh/internal/quantile"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -218,11 +218,11 @@ func appendRecent(dst []time.Duration, p *peerRTT, at time.Time) []time.Duration
 	return dst
 }
 
-// quantile is the q-quantile of ds (nearest rank, srtm.Quantile; 0 for
+// quantile is the q-quantile of ds (nearest rank, quantile.NearestRank; 0 for
 // none). It sorts ds.
 func quantile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(ds)
-	return srtm.Quantile(ds, q)
+	return iquantile.NearestRank(ds, q)
 }
 
 // Moved reports whether a measured hint differs from the applied one by

@@ -27,9 +27,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
@@ -51,20 +51,11 @@ const (
 var ErrClosed = errors.New("cluster: node is closed")
 
 // Rule is one limit the cluster enforces per key: a token bucket (Rate,
-// Burst) coordinated by the named strategy.
-type Rule struct {
-	Name     string      // unique per node; names the rule in peer frames
-	Rate     bucket.Rate // refill: Rate.Tokens tokens per Rate.Per, exact
-	Burst    int64       // tokens
-	Strategy string      // a name from strategy/all
-	Params   []string    // the strategy's parameters, "name=value" (unprefixed: "gossip=20ms")
-	// Partition is the rule's split-brain rule (strategy.Config.Partition).
-	// A "partition=available|conserve" entry in Params (the generic
-	// strategy.PartitionParam) sets it too; the two must agree.
-	// PartitionConserve needs a strategy that implements
-	// strategy.Conserver: New refuses it otherwise.
-	Partition strategy.PartitionMode
-}
+// Burst) coordinated by the named strategy. It is rule.Rule, the one rule
+// type config, limiter and localcluster share; the node reads Name, Rate,
+// Burst, Strategy, Params and Partition (not Key, which documents how the
+// clients form keys).
+type Rule = rule.Rule
 
 // Config is one node.
 type Config struct {

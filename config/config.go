@@ -44,8 +44,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -60,8 +58,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // Defaults for fields a file leaves out.
@@ -77,14 +75,12 @@ const (
 	// DefaultGossipAddr is the memberlist (UDP and TCP) listen address;
 	// 7946 is memberlist's customary port.
 	DefaultGossipAddr = "127.0.0.1:7946"
-	// DefaultStrategy is the strategy of a rule that names none: owner is
-	// exact (every key has one bucket, at its rendezvous owner, so the
-	// cluster admits what one central bucket would), at the cost of one
-	// forward hop for requests that reach a non-owner.
-	DefaultStrategy = "owner"
-	// DefaultKey is the key template of a rule that gives none: the key the
-	// client passes with the rule name in its request.
-	DefaultKey = "{key}"
+	// DefaultStrategy is the strategy of a rule that names none
+	// (rule.DefaultStrategy: owner).
+	DefaultStrategy = rule.DefaultStrategy
+	// DefaultKey is the key template of a rule that gives none
+	// (rule.DefaultKey: the key the client passes).
+	DefaultKey = rule.DefaultKey
 	// DefaultReconnectInterval is how often a node tries to rejoin failed
 	// members and the node.join addresses that are not members
 	// (membership.DefaultReconnectInterval): a healed partition is whole
@@ -258,34 +254,12 @@ type APITLS struct {
 
 // Rule is one rate limit: every key (as the client passes it for this rule)
 // gets a token bucket of Rate and Burst, coordinated across the cluster by
-// Strategy.
-type Rule struct {
-	// Name identifies the rule in requests, metrics and peer frames:
-	// letters, digits, '_', '-', '.', at most 128 bytes.
-	Name string
-	// Key documents how a request maps to a key: a template of literal text
-	// and placeholders, "{key}" (the key the client passes; the default),
-	// "{tenant}", "{header:x-api-key}"... The API carries (rule, key), so
-	// the client forms the key; Key says how, and must be well formed
-	// (balanced braces, non-empty placeholders).
-	Key string
-	// Rate is the refill rate, exact (see ParseRate).
-	Rate bucket.Rate
-	// Burst is the bucket's capacity in tokens, >= 1. Default: one second's
-	// worth of tokens, rounded up.
-	Burst int64
-	// Strategy is a name from strategy/all (default DefaultStrategy).
-	Strategy string
-	// Params are the strategy's parameters ("hold" -> "2ms"), unprefixed;
-	// the strategy rejects names it does not know.
-	Params map[string]string
-	// Partition is the rule's split-brain rule: "available" (the default,
-	// DefaultPartition) or "conserve" (a side that sees k of the last
-	// agreed N members enforces k/N of the rate and burst; only for the
-	// strategies that implement strategy.Conserver). See
-	// docs/OPERATIONS.md, "Partitions".
-	Partition string
-}
+// Strategy. It is rule.Rule, the type cluster, limiter and localcluster
+// share. Parse fills the defaults: Key DefaultKey, Burst
+// rule.DefaultBurst(Rate), Strategy DefaultStrategy; params come from the
+// YAML map as sorted "name=value" pairs, the partition parameter moved to
+// Partition.
+type Rule = rule.Rule
 
 // DefaultPartition is a rule's partition option when it sets none:
 // available. A crash looks like a partition to the survivors, and under
@@ -302,56 +276,56 @@ type rawFile struct {
 }
 
 type rawNode struct {
-	Name          string      `yaml:"name"`
-	APIAddr       string      `yaml:"api_addr"`
-	GRPCAddr      string      `yaml:"grpc_addr"`
-	APITLS        *rawAPITLS  `yaml:"api_tls"`
-	PeerAddr      string      `yaml:"peer_addr"`
-	GossipAddr    string      `yaml:"gossip_addr"`
-	Join          []string    `yaml:"join"`
-	SecretKey     string      `yaml:"secret_key"`
-	SecretKeyFile string      `yaml:"secret_key_file"`
-	TLS           *rawTLS     `yaml:"tls"`
-	Insecure      *bool       `yaml:"insecure"`
-	MemoryLimit   string      `yaml:"memory_limit"`
-	APITimeouts   *rawTimeout `yaml:"api_timeouts"`
-	StateDir      string      `yaml:"state_dir"`
+	Name          string      `yaml:"name,omitempty"`
+	APIAddr       string      `yaml:"api_addr,omitempty"`
+	GRPCAddr      string      `yaml:"grpc_addr,omitempty"`
+	APITLS        *rawAPITLS  `yaml:"api_tls,omitempty"`
+	PeerAddr      string      `yaml:"peer_addr,omitempty"`
+	GossipAddr    string      `yaml:"gossip_addr,omitempty"`
+	Join          []string    `yaml:"join,omitempty"`
+	SecretKey     string      `yaml:"secret_key,omitempty"`
+	SecretKeyFile string      `yaml:"secret_key_file,omitempty"`
+	TLS           *rawTLS     `yaml:"tls,omitempty"`
+	Insecure      *bool       `yaml:"insecure,omitempty"`
+	MemoryLimit   string      `yaml:"memory_limit,omitempty"`
+	APITimeouts   *rawTimeout `yaml:"api_timeouts,omitempty"`
+	StateDir      string      `yaml:"state_dir,omitempty"`
 	// SnapshotInterval is a Go duration ("1s", "500ms").
-	SnapshotInterval string `yaml:"snapshot_interval"`
+	SnapshotInterval string `yaml:"snapshot_interval,omitempty"`
 
-	ReconnectInterval string `yaml:"reconnect_interval"`
-	ReconnectTimeout  string `yaml:"reconnect_timeout"`
-	EnvoyConfig       string `yaml:"envoy_config"`
-	LatencyHint       string `yaml:"latency_hint"`
+	ReconnectInterval string `yaml:"reconnect_interval,omitempty"`
+	ReconnectTimeout  string `yaml:"reconnect_timeout,omitempty"`
+	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
+	LatencyHint       string `yaml:"latency_hint,omitempty"`
 }
 
 type rawTimeout struct {
-	ReadHeader string `yaml:"read_header"`
-	Read       string `yaml:"read"`
-	Write      string `yaml:"write"`
-	Idle       string `yaml:"idle"`
+	ReadHeader string `yaml:"read_header,omitempty"`
+	Read       string `yaml:"read,omitempty"`
+	Write      string `yaml:"write,omitempty"`
+	Idle       string `yaml:"idle,omitempty"`
 }
 
 type rawAPITLS struct {
-	CertFile     string `yaml:"cert_file"`
-	KeyFile      string `yaml:"key_file"`
-	ClientCAFile string `yaml:"client_ca_file"`
+	CertFile     string `yaml:"cert_file,omitempty"`
+	KeyFile      string `yaml:"key_file,omitempty"`
+	ClientCAFile string `yaml:"client_ca_file,omitempty"`
 }
 
 type rawTLS struct {
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	CAFile   string `yaml:"ca_file,omitempty"`
 }
 
 type rawRule struct {
-	Name      string            `yaml:"name"`
-	Key       string            `yaml:"key"`
-	Rate      string            `yaml:"rate"`
-	Burst     *string           `yaml:"burst"`
-	Strategy  string            `yaml:"strategy"`
-	Params    map[string]string `yaml:"params"`
-	Partition string            `yaml:"partition"`
+	Name      string            `yaml:"name,omitempty"`
+	Key       string            `yaml:"key,omitempty"`
+	Rate      string            `yaml:"rate,omitempty"`
+	Burst     *string           `yaml:"burst,omitempty"`
+	Strategy  string            `yaml:"strategy,omitempty"`
+	Params    map[string]string `yaml:"params,omitempty"`
+	Partition string            `yaml:"partition,omitempty"`
 }
 
 // Error is a configuration error: where (file, line if known, field path)
@@ -942,7 +916,7 @@ func ParseBytes(s string) (int64, error) {
 func (p *parser) rule(i int, raw rawRule) Rule {
 	field := func(k string) string { return fmt.Sprintf("rules[%d].%s", i, k) }
 	path := func(k ...any) []any { return append([]any{"rules", i}, k...) }
-	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy, Partition: raw.Partition}
+	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
 	if r.Name == "" {
 		p.fail(field("name"), path("name"), "is required")
 	} else if err := checkName(r.Name); err != nil {
@@ -965,7 +939,7 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	}
 	if raw.Burst == nil {
 		if r.Rate.Tokens > 0 {
-			r.Burst = defaultBurst(r.Rate)
+			r.Burst = rule.DefaultBurst(r.Rate)
 		}
 	} else {
 		b, err := strconv.ParseInt(strings.TrimSpace(*raw.Burst), 10, 64)
@@ -980,38 +954,39 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
-	if len(raw.Params) > 0 {
-		r.Params = maps.Clone(raw.Params)
-	}
+	params := maps.Clone(raw.Params)
 	// The generic strategy parameter partition (what `tokenmesh replay
 	// --param partition=...` writes) is the rule option too.
-	if v, ok := r.Params[strategy.PartitionParam]; ok {
-		if r.Partition != "" && r.Partition != v {
-			p.fail(field("partition"), path("partition"), "%q and params.partition %q disagree", r.Partition, v)
+	partition := raw.Partition
+	if v, ok := params[strategy.PartitionParam]; ok {
+		if partition != "" && partition != v {
+			p.fail(field("partition"), path("partition"), "%q and params.partition %q disagree", partition, v)
 		}
-		r.Partition = v
-		delete(r.Params, strategy.PartitionParam)
-		if len(r.Params) == 0 {
-			r.Params = nil
+		partition = v
+		delete(params, strategy.PartitionParam)
+	}
+	mode, err := strategy.ParsePartitionMode(partition)
+	if err != nil {
+		p.fail(field("partition"), path("partition"), "%q: want available or conserve", partition)
+	}
+	r.Partition = mode
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if err := checkParamText(k, params[k]); err != nil {
+			p.fail(field(err.field), path("params", k), "%s", err.msg)
 		}
 	}
-	if r.Partition == "" {
-		r.Partition = DefaultPartition
-	}
-	if _, err := strategy.ParsePartitionMode(r.Partition); err != nil {
-		p.fail(field("partition"), path("partition"), "%q: want available or conserve", r.Partition)
-	}
+	r.Params = rule.Pairs(params)
 	if p.err != nil {
 		return r
 	}
-	if err := r.check(); err != nil {
-		var ce *checkError
-		if errors.As(err, &ce) {
-			pp := path(ce.field)
-			if ce.param != "" {
-				pp = path("params", ce.param)
+	if err := r.Validate(); err != nil {
+		var fe *rule.FieldError
+		if errors.As(err, &fe) {
+			pp := path(fe.Field)
+			if fe.Param != "" {
+				pp = path("params", fe.Param)
 			}
-			p.fail(field(ce.field), pp, "%s", ce.msg)
+			p.fail(field(fe.Field), pp, "%s", fe.Msg)
 		} else {
 			p.fail(fmt.Sprintf("rules[%d]", i), path(), "%v", err)
 		}
@@ -1019,15 +994,20 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	return r
 }
 
-func defaultBurst(r bucket.Rate) int64 {
-	b := math.Ceil(r.PerSec())
-	if b < 1 || math.IsNaN(b) {
-		return 1
+// checkParamText checks one name: value of a rule's YAML params as text:
+// it must survive the trip into Rule.Params ("name=value" strings that
+// strategy.ParseParams splits at a comma followed by NAME=).
+func checkParamText(k, v string) *checkError {
+	if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
+		return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
 	}
-	if b > 1e15 {
-		return 1e15
+	if strings.TrimSpace(v) != v {
+		return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no leading or trailing spaces", v)}
 	}
-	return int64(b)
+	if pp, err := strategy.ParseParams([]string{k + "=" + v}); err != nil || len(pp.Names()) != 1 || pp.Values()[k] != v {
+		return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value may hold commas, but none followed by name= and none at its end", v)}
+	}
+	return nil
 }
 
 func defaultNodeName() string {
@@ -1038,22 +1018,9 @@ func defaultNodeName() string {
 	return h
 }
 
-// checkName accepts names of rules and nodes: 1..128 bytes of letters,
-// digits, '_', '-', '.'.
-func checkName(s string) error {
-	if s == "" {
-		return fmt.Errorf("is empty")
-	}
-	if len(s) > 128 {
-		return fmt.Errorf("%q is longer than 128 bytes", s)
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("%q has %q (use letters, digits, '_', '-', '.')", s, c)
-		}
-	}
-	return nil
-}
+// checkName accepts names of rules and nodes (rule.CheckName): 1..128
+// bytes of letters, digits, '_', '-', '.'.
+func checkName(s string) error { return rule.CheckName(s) }
 
 // checkKey checks a key template with the grammar serve's HTTP mode uses
 // to build keys from requests (keytemplate.Parse: literal text and
@@ -1166,135 +1133,52 @@ func (f *File) Validate() error {
 		if err := checkKey(r.Key); err != nil {
 			return fmt.Errorf("rules[%d].key: %w", i, err)
 		}
-		if err := r.check(); err != nil {
+		if err := check(r); err != nil {
 			return fmt.Errorf("rules[%d].%w", i, err)
 		}
 	}
 	return nil
 }
 
-// check validates the rule's bucket and strategy: rate > 0, burst >= 1 and
-// representable at the rate, a known strategy that accepts the parameters.
-func (r Rule) check() error {
-	if r.Rate.Tokens <= 0 {
-		return &checkError{field: "rate", msg: "must be above 0"}
+// check validates the rule as Validate does (rule.Rule.Validate and the
+// key template), with the field of the error.
+func check(r Rule) error {
+	if err := r.Validate(); err != nil {
+		var fe *rule.FieldError
+		if errors.As(err, &fe) {
+			return &checkError{field: fe.Field, param: fe.Param, msg: fe.Msg}
+		}
+		return err
 	}
-	if err := r.Rate.Validate(); err != nil {
-		return &checkError{field: "rate", msg: err.Error()}
-	}
-	if r.Burst < 1 {
-		return &checkError{field: "burst", msg: fmt.Sprintf("%d is below 1 (a bucket must hold at least one token)", r.Burst)}
-	}
-	if _, err := bucket.New(r.Rate, r.Burst, 0); err != nil {
-		return &checkError{field: "burst", msg: err.Error()}
-	}
-	info, err := all.Lookup(r.Strategy)
-	if err != nil {
-		return &checkError{field: "strategy", msg: err.Error()}
-	}
-	mode, err := strategy.ParsePartitionMode(r.Partition)
-	if err != nil {
-		return &checkError{field: "partition", msg: fmt.Sprintf("%q: want available or conserve", r.Partition)}
-	}
-	if v, ok := r.Params[strategy.PartitionParam]; ok {
-		pmode, err := strategy.ParsePartitionMode(v)
-		if err != nil {
-			return &checkError{field: "params.partition", param: strategy.PartitionParam, msg: fmt.Sprintf("%q: want available or conserve", v)}
+	if r.Key != "" {
+		if err := checkKey(r.Key); err != nil {
+			return &checkError{field: "key", msg: err.Error()}
 		}
-		if r.Partition != "" && r.Partition != DefaultPartition && pmode != mode {
-			return &checkError{field: "partition", msg: fmt.Sprintf("%q and params.partition %q disagree", r.Partition, v)}
-		}
-		mode = pmode
-	}
-	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
-		v := r.Params[k]
-		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
-			return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
-		}
-		if strings.TrimSpace(v) != v {
-			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no leading or trailing spaces", v)}
-		}
-		// The rule reaches the node as "name=value" strings
-		// (cluster.Rule.Params, strategy.ParseParams): a comma is kept in
-		// the value unless NAME= follows it, which would start a pair.
-		if pp, err := strategy.ParseParams([]string{k + "=" + v}); err != nil || len(pp.Names()) != 1 || pp.Values()[k] != v {
-			return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value may hold commas, but none followed by name= and none at its end", v)}
-		}
-		if k == strategy.PartitionParam {
-			continue // checked above
-		}
-		// Names and types come from the strategy's declarations
-		// (all.Info.Params); bounds beyond the type are the constructor's.
-		if _, ok := strategy.FindParam(info.Params, k); !ok {
-			return &checkError{field: "params", param: k, msg: strategy.CheckParam(r.Strategy, info.Params, k, v).Error()}
-		}
-		if err := strategy.CheckParam(r.Strategy, info.Params, k, v); err != nil {
-			return &checkError{field: "params." + k, param: k, msg: err.Error()}
-		}
-	}
-	cr := r.clusterRule()
-	params, err := strategy.ParseParams(cr.Params)
-	if err != nil {
-		return &checkError{field: "params", msg: err.Error()}
-	}
-	params, _, _ = strategy.TakePartition(params) // checked above: mode
-	// A throwaway instance lets the strategy itself reject values out of
-	// their bounds or that disagree with each other (lease's ttl below
-	// period), and any rate/burst it cannot split; names and types were
-	// checked against the declarations above.
-	self := strategy.NodeID("config-check")
-	inst, err := info.New(strategy.Config{
-		Self: self, Members: []strategy.NodeID{self}, Rate: r.Rate, Burst: r.Burst,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: params, Partition: mode,
-	})
-	if err == nil {
-		if err := strategy.CheckPartition(r.Strategy, inst, mode); err != nil {
-			return &checkError{field: "partition", msg: err.Error()}
-		}
-	}
-	if err != nil {
-		f := "strategy"
-		if len(r.Params) > 0 {
-			f = "params"
-		}
-		msg := err.Error()
-		if !strings.Contains(msg, r.Strategy) {
-			msg = "strategy " + r.Strategy + ": " + msg
-		}
-		return &checkError{field: f, msg: msg}
 	}
 	return nil
 }
 
-func (r Rule) clusterRule() cluster.Rule {
-	cr := cluster.Rule{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy}
-	cr.Partition, _ = strategy.ParsePartitionMode(r.Partition) // checked by check
-	if v, ok := r.Params[strategy.PartitionParam]; ok {
-		cr.Partition, _ = strategy.ParsePartitionMode(v) // it wins over the default (check)
+// ClusterRule checks r as Validate does and returns it with the
+// defaults a file would get (Strategy DefaultStrategy, Key DefaultKey).
+func ClusterRule(r Rule) (cluster.Rule, error) {
+	if r.Strategy == "" {
+		r.Strategy = DefaultStrategy
 	}
-	for _, k := range slices.Sorted(maps.Keys(r.Params)) {
-		cr.Params = append(cr.Params, k+"="+r.Params[k])
+	if r.Key == "" {
+		r.Key = DefaultKey
 	}
-	return cr
-}
-
-// ClusterRule converts r for cluster.Config.Rules, after checking it as
-// Validate does. Params become sorted "name=value" strings.
-func (r Rule) ClusterRule() (cluster.Rule, error) {
-	if err := checkName(r.Name); err != nil {
-		return cluster.Rule{}, fmt.Errorf("rule name: %w", err)
-	}
-	if err := r.check(); err != nil {
+	if err := check(r); err != nil {
 		return cluster.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
-	return r.clusterRule(), nil
+	r.Params = slices.Clone(r.Params)
+	return r, nil
 }
 
 // ClusterRules converts every rule of f (see Rule.ClusterRule).
 func (f *File) ClusterRules() ([]cluster.Rule, error) {
 	out := make([]cluster.Rule, 0, len(f.Rules))
 	for _, r := range f.Rules {
-		cr, err := r.ClusterRule()
+		cr, err := ClusterRule(r)
 		if err != nil {
 			return nil, err
 		}
@@ -1332,4 +1216,83 @@ func Default() *File {
 			Strategy: DefaultStrategy,
 		}},
 	}
+}
+
+// ParseRate parses a rule's rate exactly (rule.ParseRate: "100/s",
+// "6000/min", "1/3s", "2.5").
+func ParseRate(s string) (bucket.Rate, error) { return rule.ParseRate(s) }
+
+// Marshal writes f as YAML that Parse reads back into f (the inverse of
+// Parse, for programs that generate node configurations, such as
+// localcluster): every field of Node and Rule, a field left at its zero
+// value omitted (so Parse gives it its default). The secret key is written
+// as secret_key_file when SecretKeyFile is set, as base64 secret_key
+// otherwise; snapshot_interval only with a state_dir (Parse refuses it
+// alone). Rates are written exactly (rule.FormatRate), params as a map.
+// Errors: a rule whose Params do not parse (strategy.ParseParams). Marshal
+// does not validate: Parse does, and names what is wrong.
+func Marshal(f *File) ([]byte, error) {
+	n := f.Node
+	raw := rawFile{Node: rawNode{
+		Name: n.Name, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
+		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig,
+	}}
+	if n.APITLS != nil {
+		raw.Node.APITLS = &rawAPITLS{CertFile: n.APITLS.CertFile, KeyFile: n.APITLS.KeyFile, ClientCAFile: n.APITLS.ClientCAFile}
+	}
+	if n.TLS != nil {
+		raw.Node.TLS = &rawTLS{CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile, CAFile: n.TLS.CAFile}
+	}
+	switch {
+	case n.SecretKeyFile != "":
+		raw.Node.SecretKeyFile = n.SecretKeyFile
+	case len(n.SecretKey) > 0:
+		raw.Node.SecretKey = base64.StdEncoding.EncodeToString(n.SecretKey)
+	}
+	if n.Insecure {
+		raw.Node.Insecure = &n.Insecure
+	}
+	if n.MemoryLimit != 0 {
+		raw.Node.MemoryLimit = strconv.FormatInt(n.MemoryLimit, 10)
+	}
+	if t := n.APITimeouts; t != (APITimeouts{}) {
+		d := func(v time.Duration) string {
+			if v == 0 {
+				return ""
+			}
+			return v.String()
+		}
+		raw.Node.APITimeouts = &rawTimeout{ReadHeader: d(t.ReadHeader), Read: d(t.Read), Write: d(t.Write), Idle: d(t.Idle)}
+	}
+	if n.StateDir != "" && n.SnapshotInterval != 0 {
+		raw.Node.SnapshotInterval = n.SnapshotInterval.String()
+	}
+	if n.ReconnectInterval != 0 {
+		raw.Node.ReconnectInterval = n.ReconnectInterval.String()
+	}
+	if n.ReconnectTimeout != 0 {
+		raw.Node.ReconnectTimeout = n.ReconnectTimeout.String()
+	}
+	if n.LatencyHint != (LatencyHint{}) {
+		raw.Node.LatencyHint = n.LatencyHint.String()
+	}
+	for _, r := range f.Rules {
+		params, err := strategy.ParseParams(r.Params)
+		if err != nil {
+			return nil, fmt.Errorf("config: rule %q: %w", r.Name, err)
+		}
+		rr := rawRule{Name: r.Name, Key: r.Key, Rate: rule.FormatRate(r.Rate), Strategy: r.Strategy}
+		if r.Burst != 0 {
+			b := strconv.FormatInt(r.Burst, 10)
+			rr.Burst = &b
+		}
+		if len(params.Names()) > 0 {
+			rr.Params = params.Values()
+		}
+		if r.Partition != strategy.PartitionAvailable {
+			rr.Partition = r.Partition.String()
+		}
+		raw.Rules = append(raw.Rules, rr)
+	}
+	return yaml.Marshal(raw)
 }

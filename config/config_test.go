@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +119,7 @@ rules:
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
 			}
-			cr, err := f.Rules[1].ClusterRule()
+			cr, err := ClusterRule(f.Rules[1])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,12 +325,12 @@ func TestLoadFiles(t *testing.T) {
 func TestClusterRuleRejectsInvalid(t *testing.T) {
 	r := Default().Rules[0]
 	r.Burst = 0
-	if _, err := r.ClusterRule(); err == nil || !strings.Contains(err.Error(), "burst") {
+	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "burst") {
 		t.Errorf("burst 0: %v", err)
 	}
 	r = Default().Rules[0]
 	r.Strategy = "nope"
-	if _, err := r.ClusterRule(); err == nil || !strings.Contains(err.Error(), "strategy") {
+	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "strategy") {
 		t.Errorf("strategy nope: %v", err)
 	}
 }
@@ -372,7 +373,7 @@ func ExampleParse() {
 	_, err := Parse([]byte("rules:\n  - name: api\n    rate: 10/fortnight\n"), "tokenmesh.yaml")
 	fmt.Println(err)
 	f, _ := Parse([]byte("rules:\n  - name: api\n    rate: 6000/min\n    burst: 200\n"), "tokenmesh.yaml")
-	r, _ := f.Rules[0].ClusterRule()
+	r, _ := ClusterRule(f.Rules[0])
 	fmt.Println(r.Name, r.Rate, r.Burst, r.Strategy)
 	// Output:
 	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
@@ -488,10 +489,10 @@ func TestPartitionOption(t *testing.T) {
 			t.Errorf("rule %s: partition %v, want %v", r.Name, r.Partition, want[i])
 		}
 	}
-	if f.Rules[1].Partition != "available" {
-		t.Errorf("rule b: partition %q, want the default available", f.Rules[1].Partition)
+	if f.Rules[1].Partition != strategy.PartitionAvailable {
+		t.Errorf("rule b: partition %v, want the default available", f.Rules[1].Partition)
 	}
-	if _, ok := f.Rules[3].Params["partition"]; ok || f.Rules[3].Params["gossip"] != "100ms" {
+	if !slices.Equal(f.Rules[3].Params, []string{"gossip=100ms"}) {
 		t.Errorf("rule d: params %v, want gossip only (partition moved to the option)", f.Rules[3].Params)
 	}
 }

@@ -78,6 +78,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 )
 
@@ -283,14 +284,15 @@ func (c *Config) Rules(epoch time.Time) []cluster.Rule {
 		}
 		cr := l.configRule()
 		if l.Algorithm == AlgorithmFixedWindow {
-			cr.Params = maps.Clone(cr.Params)
-			if cr.Params == nil {
-				cr.Params = map[string]string{}
+			params := maps.Clone(l.Params)
+			if params == nil {
+				params = map[string]string{}
 			}
 			unit := UnitDuration(l.Unit)
-			cr.Params["align"] = (time.Duration(epoch.UnixNano()%int64(unit)+int64(unit)) % unit).String()
+			params["align"] = (time.Duration(epoch.UnixNano()%int64(unit)+int64(unit)) % unit).String()
+			cr.Params = rule.Pairs(params)
 		}
-		r, _ := cr.ClusterRule() // validated when loaded
+		r, _ := config.ClusterRule(cr) // validated when loaded
 		out = append(out, r)
 	}
 	return out
@@ -312,7 +314,7 @@ func (l *Limit) configRule() config.Rule {
 	per := UnitDuration(l.Unit)
 	n := int64(l.RequestsPerUnit)
 	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
-		Burst: n, Strategy: l.Strategy, Params: l.Params}
+		Burst: n, Strategy: l.Strategy, Params: rule.Pairs(l.Params)}
 }
 
 // RuleName is the tokenmesh rule name of the limit at path (envoy's full
@@ -686,7 +688,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 			p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
 			return nil
 		}
-		if _, err := l.configRule().ClusterRule(); err != nil {
+		if _, err := config.ClusterRule(l.configRule()); err != nil {
 			p.fail(n, field, "as a tokenmesh rule: %v", err)
 			return nil
 		}

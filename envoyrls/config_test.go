@@ -213,7 +213,7 @@ func TestRuleNameProperties(t *testing.T) {
 			t.Fatalf("unstable")
 		}
 		r := config.Rule{Name: n, Rate: config.Default().Rules[0].Rate, Burst: 1, Strategy: "owner"}
-		if _, err := r.ClusterRule(); err != nil {
+		if _, err := config.ClusterRule(r); err != nil {
 			t.Fatalf("RuleName(%q) = %q: %v", path, n, err)
 		}
 		if path != other && n == RuleName(other) {

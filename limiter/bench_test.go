@@ -13,6 +13,7 @@ package limiter
 
 import (
 	"context"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,7 @@ func runAllow(b *testing.B, keys []string, parallel bool, allow allowFunc) {
 // benchLimiter runs Limiter.Allow of a single node under strategy.
 func benchLimiter(b *testing.B, strat string, parallel bool) {
 	for _, sh := range benchShapes {
-		n, err := Start(context.Background(), Config{Name: "bench", Rules: []RuleConfig{{Name: "api", RatePerSec: benchRate, Burst: benchBurst, Strategy: strat}}})
+		n, err := Start(context.Background(), Config{Name: "bench", Rules: []rule.Rule{{Name: "api", Rate: perSec(benchRate), Burst: benchBurst, Strategy: strat}}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 func ExampleLimiter_Wait() {
@@ -13,7 +14,7 @@ func ExampleLimiter_Wait() {
 	// A single in-process node; add Peer to join a cluster.
 	node, err := limiter.Start(ctx, limiter.Config{
 		Name:  "example",
-		Rules: []limiter.RuleConfig{{Name: "api", RatePerSec: 100, Burst: 2, Strategy: "owner"}},
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("100/s"), Burst: 2, Strategy: "owner"}},
 	})
 	if err != nil {
 		panic(err)

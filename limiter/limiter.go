@@ -52,10 +52,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/cluster/membership"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
@@ -68,44 +68,6 @@ var ErrUnknownRule = errors.New("limiter: unknown rule")
 
 // ErrExceedsBurst is returned (wrapped) by Wait for n above the burst.
 var ErrExceedsBurst = errors.New("limiter: tokens exceed the burst")
-
-// RuleConfig is one limit in the units users write: RatePerSec tokens per
-// second refill a bucket of Burst tokens per key, coordinated by Strategy
-// (a name from strategy/all: owner, gdrl, static, local, ...; empty: "owner").
-//
-// Start converts it with bucket.PerSecond and fails (wrapping the rule's
-// name) for a rate that conversion rejects; cluster.New then rejects an
-// empty or repeated Name, an unknown Strategy and bad Params.
-type RuleConfig struct {
-	Name       string   // unique among the node's rules
-	RatePerSec float64  // tokens per second
-	Burst      int64    // bucket capacity, tokens
-	Strategy   string   // empty: "owner"
-	Params     []string // "name=value", the strategy's parameters
-	// Partition is the split-brain rule: "" or "available" (the default),
-	// or "conserve" (cluster.Rule.Partition; see docs/OPERATIONS.md).
-	Partition string
-}
-
-// rule converts r to the cluster's exact form (defaulting the strategy).
-// config.Rule.ClusterRule is the YAML path's counterpart; the two take
-// different inputs (float tokens/s and a param list here, an exact
-// bucket.Rate and a param map there), so they are not shared.
-func (r RuleConfig) rule() (cluster.Rule, error) {
-	rate, err := bucket.PerSecond(r.RatePerSec)
-	if err != nil {
-		return cluster.Rule{}, fmt.Errorf("limiter: rule %q: %w", r.Name, err)
-	}
-	s := r.Strategy
-	if s == "" {
-		s = "owner"
-	}
-	mode, err := strategy.ParsePartitionMode(r.Partition)
-	if err != nil {
-		return cluster.Rule{}, fmt.Errorf("limiter: rule %q: %w", r.Name, err)
-	}
-	return cluster.Rule{Name: r.Name, Rate: rate, Burst: r.Burst, Strategy: s, Params: slices.Clone(r.Params), Partition: mode}, nil
-}
 
 // PeerConfig makes the node a member of a networked cluster: peer frames
 // over gRPC (grpcpeer) at ListenAddr, membership by gossip (memberlist) at
@@ -180,9 +142,15 @@ type InProcess struct {
 type Config struct {
 	// Name is the node's id in the cluster; unique. Empty: DefaultName.
 	Name string
-	// Rules are the limits, as RuleConfig. ClusterRules adds rules already
-	// in the cluster's exact form.
-	Rules        []RuleConfig
+	// Rules are the limits (rule.Rule, the type config and cluster use
+	// too): {Name: "api", Rate: rule.MustRate("100/s"), Burst: 20}, or
+	// rule.PerSecond for a float rate. An empty Strategy is
+	// rule.DefaultStrategy (owner).
+	Rules []rule.Rule
+	// ClusterRules are more rules, after Rules (the same type; kept for
+	// the callers that set it before the two were one).
+	//
+	// Deprecated: use Rules.
 	ClusterRules []cluster.Rule
 	// Peer, when set, joins a networked cluster; InProcess, when set, an
 	// in-process one. Neither: a single node on its own (one in-process
@@ -231,6 +199,7 @@ type Node struct {
 	rulesMu sync.RWMutex
 	tr      *grpcpeer.Transport
 	ms      *membership.Membership
+	multi   bool // the node has peers (Peer, or InProcess with more than one member): checkCentral
 	once    sync.Once
 	err     error
 
@@ -248,7 +217,7 @@ type Node struct {
 // Start starts a node. ctx bounds the start only (joining the gossip
 // cluster); the node runs until Close. Errors: a rule with strategy
 // central in a cluster (Peer, or InProcess with more than one member; use
-// owner), both Peer and InProcess set, a bad rule (see RuleConfig), InProcess with a nil Network or a name
+// owner), both Peer and InProcess set, a bad rule (cluster.New), InProcess with a nil Network or a name
 // already attached to it, a listen failure of Peer.ListenAddr, a
 // Peer.GossipAddr that is not "host:port", a failed gossip start or join,
 // and ctx.Err() when ctx ends first. On error the node is closed (a
@@ -265,23 +234,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		name = DefaultName
 	}
 	self := strategy.NodeID(name)
-	rules := slices.Clone(cfg.ClusterRules)
-	for _, rc := range cfg.Rules {
-		r, err := rc.rule()
-		if err != nil {
-			return nil, err
-		}
-		rules = append(rules, r)
-	}
-	if cfg.Peer != nil || (cfg.InProcess != nil && len(cfg.InProcess.Members) > 1) {
-		for _, r := range rules {
-			if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
-				return nil, fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's reference (one bucket for the whole cluster, run by the simulator as a single node); in a cluster every node would keep its own bucket and admit up to N times the limit: use owner for an exact limit", r.Name, r.Strategy)
-			}
-		}
+	rules := withDefaults(slices.Concat(cfg.Rules, cfg.ClusterRules))
+	multi := cfg.Peer != nil || (cfg.InProcess != nil && len(cfg.InProcess.Members) > 1)
+	if err := checkCentral(rules, multi); err != nil {
+		return nil, err
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
-	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{})}
+	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{}), multi: multi}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -780,4 +739,32 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// withDefaults returns rules with an empty Strategy set to
+// rule.DefaultStrategy (a copy; rules is not changed).
+func withDefaults(rules []rule.Rule) []rule.Rule {
+	out := slices.Clone(rules)
+	for i := range out {
+		if out[i].Strategy == "" {
+			out[i].Strategy = rule.DefaultStrategy
+		}
+	}
+	return out
+}
+
+// checkCentral refuses a centralized strategy (central: the evaluator's
+// one-bucket reference) on a node with peers (multi: Peer, or InProcess
+// with more than one member), where every node would keep its own bucket
+// and admit up to N times the limit. Start and SetRules both call it.
+func checkCentral(rules []rule.Rule, multi bool) error {
+	if !multi {
+		return nil
+	}
+	for _, r := range rules {
+		if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
+			return fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's reference (one bucket for the whole cluster, run by the simulator as a single node); in a cluster every node would keep its own bucket and admit up to N times the limit: use owner for an exact limit", r.Name, r.Strategy)
+		}
+	}
+	return nil
 }

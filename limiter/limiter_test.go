@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"net"
 	"strings"
 	"sync"
@@ -14,7 +16,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
-func startSingle(t *testing.T, rules ...RuleConfig) *Node {
+func startSingle(t *testing.T, rules ...rule.Rule) *Node {
 	t.Helper()
 	n, err := Start(context.Background(), Config{Name: "solo", Rules: rules})
 	if err != nil {
@@ -36,7 +38,7 @@ func limiterFor(t *testing.T, n *Node, rule string) *Limiter {
 func TestAllowExhaustsBurst(t *testing.T) {
 	for _, strat := range []string{"", "local", "owner", "gdrl"} {
 		t.Run("strategy="+strat, func(t *testing.T) {
-			n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 0.001, Burst: 5, Strategy: strat})
+			n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(0.001), Burst: 5, Strategy: strat})
 			l := limiterFor(t, n, "api")
 			if l.Burst() != 5 || l.Limit() != 0.001 || l.Rule() != "api" {
 				t.Fatalf("limiter %q: limit %v burst %d", l.Rule(), l.Limit(), l.Burst())
@@ -59,7 +61,7 @@ func TestAllowExhaustsBurst(t *testing.T) {
 // Reserve under a strategy without waiting mode (gdrl): a refusal with a
 // retry estimate.
 func TestAllowNAndReserve(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 10, Burst: 4, Strategy: "gdrl"})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(10), Burst: 4, Strategy: "gdrl"})
 	l := limiterFor(t, n, "api")
 	ctx := context.Background()
 	if ok, err := l.AllowN(ctx, "k", 3); !ok || err != nil {
@@ -108,7 +110,7 @@ func TestReserveWaitingMode(t *testing.T) {
 			if strat == "lease" {
 				params = []string{"max_wait=1s"} // lease grants no wait by default
 			}
-			n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 10, Burst: 4, Strategy: strat, Params: params})
+			n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(10), Burst: 4, Strategy: strat, Params: params})
 			l := limiterFor(t, n, "api")
 			ctx := context.Background()
 			if ok, err := l.AllowN(ctx, "k", 4); !ok || err != nil {
@@ -141,7 +143,7 @@ func TestReserveWaitingMode(t *testing.T) {
 }
 
 func TestWaitAdmitsAfterRefill(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 50, Burst: 1})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(50), Burst: 1})
 	l := limiterFor(t, n, "api")
 	if !l.Allow("k") || l.Allow("k") {
 		t.Fatal("want one admission then a refusal")
@@ -168,7 +170,7 @@ func TestWaitAdmitsAfterRefill(t *testing.T) {
 }
 
 func TestWaitAboveBurstFailsAtOnce(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 50, Burst: 3})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(50), Burst: 3})
 	l := limiterFor(t, n, "api")
 	start := time.Now()
 	err := l.Wait(context.Background(), "k", 4)
@@ -184,7 +186,7 @@ func TestWaitAboveBurstFailsAtOnce(t *testing.T) {
 }
 
 func TestWaitContext(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 0.01, Burst: 1})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(0.01), Burst: 1})
 	l := limiterFor(t, n, "api")
 	if !l.Allow("k") {
 		t.Fatal("first request refused")
@@ -209,17 +211,17 @@ func TestWaitContext(t *testing.T) {
 }
 
 func TestUnknownRuleAndBadConfig(t *testing.T) {
-	n := startSingle(t, RuleConfig{Name: "api", RatePerSec: 1, Burst: 1})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(1), Burst: 1})
 	if _, err := n.Limiter("nope"); !errors.Is(err, ErrUnknownRule) {
 		t.Fatalf("Limiter(nope): %v, want ErrUnknownRule", err)
 	}
 	ctx := context.Background()
 	for name, cfg := range map[string]Config{
 		"no rules":      {},
-		"bad rate":      {Rules: []RuleConfig{{Name: "a", RatePerSec: -1, Burst: 1}}},
-		"bad strategy":  {Rules: []RuleConfig{{Name: "a", RatePerSec: 1, Burst: 1, Strategy: "nope"}}},
-		"repeated rule": {Rules: []RuleConfig{{Name: "a", RatePerSec: 1, Burst: 1}, {Name: "a", RatePerSec: 1, Burst: 1}}},
-		"both":          {Rules: []RuleConfig{{Name: "a", RatePerSec: 1, Burst: 1}}, Peer: &PeerConfig{}, InProcess: &InProcess{}},
+		"bad rate":      {Rules: []rule.Rule{{Name: "a", Rate: bucket.Rate{Tokens: -1, Per: time.Second}, Burst: 1}}},
+		"bad strategy":  {Rules: []rule.Rule{{Name: "a", Rate: perSec(1), Burst: 1, Strategy: "nope"}}},
+		"repeated rule": {Rules: []rule.Rule{{Name: "a", Rate: perSec(1), Burst: 1}, {Name: "a", Rate: perSec(1), Burst: 1}}},
+		"both":          {Rules: []rule.Rule{{Name: "a", Rate: perSec(1), Burst: 1}}, Peer: &PeerConfig{}, InProcess: &InProcess{}},
 	} {
 		if n, err := Start(ctx, cfg); err == nil {
 			n.Close()
@@ -229,7 +231,7 @@ func TestUnknownRuleAndBadConfig(t *testing.T) {
 }
 
 func TestClosedNode(t *testing.T) {
-	n, err := Start(context.Background(), Config{Rules: []RuleConfig{{Name: "api", RatePerSec: 1, Burst: 1}}})
+	n, err := Start(context.Background(), Config{Rules: []rule.Rule{{Name: "api", Rate: perSec(1), Burst: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ func TestInProcessClusterSharesOneLimit(t *testing.T) {
 	for _, m := range members {
 		n, err := Start(context.Background(), Config{
 			Name:      m,
-			Rules:     []RuleConfig{{Name: "api", RatePerSec: 0.001, Burst: 10, Strategy: "owner", Params: []string{"timeout=2s"}}},
+			Rules:     []rule.Rule{{Name: "api", Rate: perSec(0.001), Burst: 10, Strategy: "owner", Params: []string{"timeout=2s"}}},
 			InProcess: &InProcess{Network: net, Members: members},
 			Epoch:     epoch,
 		})
@@ -316,7 +318,7 @@ func TestGRPCClusterSharesOneLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	epoch := time.Now()
-	rules := []RuleConfig{{Name: "api", RatePerSec: 0.001, Burst: 6, Strategy: "owner", Params: []string{"timeout=2s"}}}
+	rules := []rule.Rule{{Name: "api", Rate: perSec(0.001), Burst: 6, Strategy: "owner", Params: []string{"timeout=2s"}}}
 	start := func(name string, join []string) *Node {
 		n, err := Start(ctx, Config{Name: name, Rules: rules, Epoch: epoch, Peer: &PeerConfig{
 			ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join, ProbeInterval: 100 * time.Millisecond,
@@ -348,16 +350,32 @@ func TestGRPCClusterSharesOneLimit(t *testing.T) {
 // so a cluster refuses it instead of admitting N times the limit.
 func TestCentralRefusedInCluster(t *testing.T) {
 	net := cluster.NewMemNetwork()
-	_, err := Start(context.Background(), Config{Name: "a", Rules: []RuleConfig{{Name: "r", RatePerSec: 1, Burst: 1, Strategy: "central"}},
+	_, err := Start(context.Background(), Config{Name: "a", Rules: []rule.Rule{{Name: "r", Rate: perSec(1), Burst: 1, Strategy: "central"}},
 		InProcess: &InProcess{Network: net, Members: []string{"a", "b"}}})
 	if err == nil || !strings.Contains(err.Error(), `strategy "central"`) || !strings.Contains(err.Error(), "owner") {
 		t.Fatalf("central in a 2-node cluster: %v, want an error naming the strategy and owner", err)
 	}
-	n, err := Start(context.Background(), Config{Name: "solo", Rules: []RuleConfig{{Name: "r", RatePerSec: 1, Burst: 1, Strategy: "central"}}})
+	n, err := Start(context.Background(), Config{Name: "solo", Rules: []rule.Rule{{Name: "r", Rate: perSec(1), Burst: 1, Strategy: "central"}}})
 	if err != nil {
 		t.Fatalf("central on a single node: %v", err)
 	}
 	_ = n.Close()
+	// SetRules makes the same check as Start: refused on a 2-member
+	// in-process node (it was refused for networked nodes only).
+	b, err := Start(context.Background(), Config{Name: "a", Rules: []rule.Rule{{Name: "r", Rate: perSec(1), Burst: 1}},
+		InProcess: &InProcess{Network: net, Members: []string{"a", "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.SetRules(ctx, []rule.Rule{{Name: "r", Rate: perSec(1), Burst: 1, Strategy: "central"}}); err == nil || !strings.Contains(err.Error(), `strategy "central"`) {
+		t.Fatalf("SetRules to central in a 2-node cluster: %v, want refused", err)
+	}
+	if _, err := b.SetRules(ctx, []rule.Rule{{Name: "r", Rate: perSec(2), Burst: 1}}); err != nil {
+		t.Fatalf("SetRules to owner (the default strategy): %v", err)
+	}
 }
 
 // freeAddr returns a loopback "host:port" that was free a moment ago.
@@ -383,7 +401,7 @@ func TestFoundIfAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	epoch := time.Now()
-	rules := []RuleConfig{{Name: "g", RatePerSec: 1, Burst: 4, Strategy: "gdrl"}}
+	rules := []rule.Rule{{Name: "g", Rate: perSec(1), Burst: 4, Strategy: "gdrl"}}
 	bAddr := freeAddr(t)
 	peer := func(join []string, alone bool) *PeerConfig {
 		return &PeerConfig{ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join, FoundIfAlone: alone,
@@ -427,4 +445,14 @@ func TestFoundIfAlone(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// perSec is bucket.PerSecond for the tests' literal rates (it panics on
+// an error: a test's typo).
+func perSec(tokensPerSec float64) bucket.Rate {
+	r, err := bucket.PerSecond(tokensPerSec)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // SetRules replaces the running node's rules with rules (a reload: serve
@@ -23,15 +22,13 @@ import (
 // Errors, with nothing changed: those of cluster.Node.SetRules (no rules,
 // an empty or repeated name, an unknown strategy, bad params or a rule the
 // strategy refuses), a strategy that needs a single node (central) on a
-// networked node, ctx.Err(), a closed node. Ours (an operations feature,
+// node with peers (networked, or in-process with more than one member:
+// the check Start makes), ctx.Err(), a closed node. Ours (an operations feature,
 // as cluster.Node.SetRules).
 func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.RulesChange, error) {
-	if n.ms != nil {
-		for _, r := range rules {
-			if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
-				return cluster.RulesChange{}, fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's single-node reference; in a cluster use owner for an exact limit", r.Name, r.Strategy)
-			}
-		}
+	rules = withDefaults(rules)
+	if err := checkCentral(rules, n.multi); err != nil {
+		return cluster.RulesChange{}, err
 	}
 	ch, err := n.node.SetRules(ctx, rules)
 	if err != nil {

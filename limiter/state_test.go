@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +18,8 @@ import (
 // periodic snapshot also runs (and is what a crash would leave).
 func TestStateDirSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	rules := []RuleConfig{{Name: "api", RatePerSec: 1.0 / 60, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
-		{Name: "tenant", RatePerSec: 1.0 / 60, Burst: 5, Strategy: "local"}}
+	rules := []rule.Rule{{Name: "api", Rate: perSec(1.0 / 60), Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
+		{Name: "tenant", Rate: perSec(1.0 / 60), Burst: 5, Strategy: "local"}}
 	start := func() *Node {
 		n, err := Start(context.Background(), Config{Name: "solo", Rules: rules, StateDir: dir, SnapshotInterval: 20 * time.Millisecond})
 		if err != nil {
@@ -71,7 +72,7 @@ func TestStateDirCorrupt(t *testing.T) {
 	if err := os.WriteFile(file, []byte(strings.Repeat("not a bbolt file", 512)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Name: "solo", Rules: []RuleConfig{{Name: "api", RatePerSec: 1, Burst: 5}}, StateDir: dir}
+	cfg := Config{Name: "solo", Rules: []rule.Rule{{Name: "api", Rate: perSec(1), Burst: 5}}, StateDir: dir}
 	_, err := Start(context.Background(), cfg)
 	if !errors.Is(err, statestore.ErrCorrupt) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "--discard-bad-state") {
 		t.Fatalf("Start on a corrupt file: %v, want ErrCorrupt naming %s and the flag", err, file)

@@ -39,7 +39,6 @@ import (
 	"bytes"
 	"context"
 	cryptorand "crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,10 +57,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"gopkg.in/yaml.v3"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/internal/netns"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Defaults of Config's zero fields.
@@ -78,14 +78,11 @@ const (
 // its own address, so all use the same ones).
 var NamespacePorts = struct{ API, GRPC, Peer, Gossip int }{8080, 8081, 7947, 7946}
 
-// Rule is one rule of every node, as in the YAML config.
-type Rule struct {
-	Name     string
-	Rate     string // as in config: "10/s", "6000/min", "2.5"
-	Burst    int64  // 0: config's default (the rate per second, rounded up)
-	Strategy string // "": config's default (owner)
-	Params   map[string]string
-}
+// Rule is one rule of every node: rule.Rule, written into each node's
+// config file by config.Marshal. A zero Burst is config's default
+// (rule.DefaultBurst: the rate per second, rounded up); an empty
+// Strategy config's default (owner).
+type Rule = rule.Rule
 
 // Config is a cluster to start.
 type Config struct {
@@ -389,32 +386,6 @@ func (c *Cluster) waitMembers(ctx context.Context) error {
 	}
 }
 
-// nodeConfig is the YAML of one node (see package config).
-type nodeConfig struct {
-	Node  nodeYAML   `yaml:"node"`
-	Rules []ruleYAML `yaml:"rules"`
-}
-
-type nodeYAML struct {
-	Name              string   `yaml:"name"`
-	APIAddr           string   `yaml:"api_addr"`
-	GRPCAddr          string   `yaml:"grpc_addr"`
-	PeerAddr          string   `yaml:"peer_addr"`
-	GossipAddr        string   `yaml:"gossip_addr"`
-	Join              []string `yaml:"join,omitempty"`
-	SecretKey         string   `yaml:"secret_key,omitempty"`
-	Insecure          bool     `yaml:"insecure,omitempty"`
-	ReconnectInterval string   `yaml:"reconnect_interval,omitempty"`
-}
-
-type ruleYAML struct {
-	Name     string            `yaml:"name"`
-	Rate     string            `yaml:"rate"`
-	Burst    int64             `yaml:"burst,omitempty"`
-	Strategy string            `yaml:"strategy,omitempty"`
-	Params   map[string]string `yaml:"params,omitempty"`
-}
-
 // NodeConfigYAML returns the YAML config of a node named name on
 // 127.0.0.1 with ephemeral ports, joining join (empty: founding), with
 // rules and the cluster secret secretKey: what Start writes for each node.
@@ -422,21 +393,24 @@ type ruleYAML struct {
 // node runs without one and says so (node.insecure: true), as an intruder
 // or a test about something else would.
 func NodeConfigYAML(name string, join []string, rules []Rule, secretKey []byte) ([]byte, error) {
-	return yaml.Marshal(nodeConfigOf(name, join, rules, secretKey))
+	return config.Marshal(nodeConfigOf(name, join, rules, secretKey))
 }
 
-func nodeConfigOf(name string, join []string, rules []Rule, secretKey []byte) nodeConfig {
-	nc := nodeConfig{Node: nodeYAML{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
-		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: join}}
-	if len(secretKey) > 0 {
-		nc.Node.SecretKey = base64.StdEncoding.EncodeToString(secretKey)
-	} else {
-		nc.Node.Insecure = true
+// nodeConfigOf is the config of a node named name (see NodeConfigYAML),
+// in config's own types: what config.Marshal writes and serve parses.
+func nodeConfigOf(name string, join []string, rules []Rule, secretKey []byte) *config.File {
+	f := &config.File{Node: config.Node{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: slices.Clone(join), SecretKey: slices.Clone(secretKey)}}
+	if len(secretKey) == 0 {
+		f.Node.Insecure = true
 	}
 	for _, r := range rules {
-		nc.Rules = append(nc.Rules, ruleYAML{Name: r.Name, Rate: r.Rate, Burst: r.Burst, Strategy: r.Strategy, Params: r.Params})
+		if r.Burst == 0 && r.Rate.Tokens > 0 {
+			r.Burst = rule.DefaultBurst(r.Rate)
+		}
+		f.Rules = append(f.Rules, r)
 	}
-	return nc
+	return f
 }
 
 // spawn writes node i's config and starts its process.
@@ -456,9 +430,9 @@ func (c *Cluster) spawn(i int, join []string) error {
 		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
 	}
 	if d := c.cfg.ReconnectInterval; d > 0 {
-		nc.Node.ReconnectInterval = d.String()
+		nc.Node.ReconnectInterval = d
 	}
-	b, err := yaml.Marshal(nc)
+	b, err := config.Marshal(nc)
 	if err != nil {
 		return fmt.Errorf("localcluster: %s config: %w", name, err)
 	}

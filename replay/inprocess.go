@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -37,12 +38,16 @@ func StartInProcess(ctx context.Context, n int, rule string, ratePerSec float64,
 	for i := range members {
 		members[i] = "n" + strconv.Itoa(i)
 	}
+	rate, err := bucket.PerSecond(ratePerSec)
+	if err != nil {
+		return nil, fmt.Errorf("replay: rule %q: %w", rule, err)
+	}
 	epoch := time.Now()
 	p := &InProcess{rule: rule, killed: make([]bool, n)}
 	for i := range n {
 		node, err := limiter.Start(ctx, limiter.Config{
 			Name:      members[i],
-			Rules:     []limiter.RuleConfig{{Name: rule, RatePerSec: ratePerSec, Burst: burst, Strategy: strat, Params: params}},
+			Rules:     []cluster.Rule{{Name: rule, Rate: rate, Burst: burst, Strategy: strat, Params: params}},
 			InProcess: &limiter.InProcess{Network: net, Members: members},
 			Epoch:     epoch,
 			Seed:      uint64(i + 1),

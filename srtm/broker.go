@@ -2,6 +2,7 @@ package srtm
 
 import (
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/internal/quantile"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -244,13 +245,10 @@ func stats(name string, lat, tok []time.Duration) LatencyStats {
 
 // Quantile returns the nearest-rank q-quantile (q in [0, 1]; values outside
 // clamp to the ends) of sorted, which must be in increasing order; 0 if
-// sorted is empty. Ours, the percentile definition of Simulate.
+// sorted is empty (internal/quantile.NearestRank). Ours, the percentile
+// definition of Simulate.
 func Quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
+	return quantile.NearestRank(sorted, q)
 }
 
 // SizeBurst returns the smallest bucket size b such that the q-quantile of

@@ -32,3 +32,19 @@ type LatencyHinter interface {
 // plus a fixed margin for the nodes' own scheduling. New and
 // SetLatencyHint use it alike, so the two cannot drift apart. Ours.
 func HintTimeout(hint time.Duration) time.Duration { return 3*hint + 100*time.Millisecond }
+
+// ForwardTimers is what SetLatencyHint of a strategy that forwards to a
+// key's owner (owner, lease) needs from New: whether the parameters hold
+// and timeout were given (a parameter always wins over the hint, so those
+// keep their value) and the forward retries (the retransmission interval
+// is timeout/(Retries+1)). Ours.
+type ForwardTimers struct {
+	HoldSet, TimeoutSet bool
+	Retries             int
+}
+
+// ReadForwardTimers records from v which of hold and timeout were given
+// (both must be declared), with retries.
+func ReadForwardTimers(v *Values, retries int) ForwardTimers {
+	return ForwardTimers{HoldSet: v.Has("hold"), TimeoutSet: v.Has("timeout"), Retries: retries}
+}

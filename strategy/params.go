@@ -10,8 +10,12 @@ import (
 )
 
 // Params holds strategy-specific settings as name=value strings, as given on
-// the command line (`--param owner.hold=5ms`) or in a rule's YAML. Getters
-// record which names were read so that Check can reject the rest.
+// the command line (`--param owner.hold=5ms`) or in a rule's YAML.
+// Constructors read them through their declarations (ReadParams, Values).
+// The getters below (Duration, Float, Int, Bool, String, then Check) are
+// the older way, which parses each value at the call and records which
+// names were read so that Check can reject the rest: only gdrl still uses
+// them; remove them when it reads Values.
 type Params struct {
 	values map[string]string
 	read   map[string]bool

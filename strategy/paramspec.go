@@ -2,11 +2,7 @@ package strategy
 
 import (
 	"fmt"
-	"math"
-	"slices"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // ParamType is the type of a strategy parameter's value, as text on the
@@ -32,9 +28,12 @@ const (
 // ParamSpec declares one parameter of a strategy: each strategy package
 // exports its list (var Params []strategy.ParamSpec, in its params.go),
 // and strategy/all's Info.Params refers to it. Config validation, the
-// CLI's --param parsing and `tokenmesh strategies` read the declarations;
-// the constructor still parses the values itself (ours; the seeds have no
-// configuration syntax). A test in strategy/all checks that the two agree.
+// CLI's --param parsing and `tokenmesh strategies` read the declarations,
+// and so does the constructor: it reads typed values from ReadParams
+// (Values), so the declarations are the parser (ours; the seeds have no
+// configuration syntax). A test in strategy/all checks that every
+// constructor reads every parameter it declares. (gdrl still reads its
+// Params with the older getters; see Params.)
 type ParamSpec struct {
 	Name string    // as given after "strategy." (hold, on_timeout)
 	Type ParamType // syntax of the value
@@ -66,40 +65,8 @@ func (s ParamSpec) TypeText() string {
 // beyond the type (a positive timeout, a gain in (0, 1]) are the
 // constructor's to check.
 func (s ParamSpec) CheckValue(value string) error {
-	bad := func(want string) error {
-		return fmt.Errorf("parameter %s=%q: want %s", s.Name, value, want)
-	}
-	switch s.Type {
-	case ParamDuration:
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return bad("a duration (like 300ms or 2s)")
-		}
-		if d < 0 {
-			return bad("a duration that is not negative")
-		}
-	case ParamInt:
-		if _, err := strconv.Atoi(value); err != nil {
-			return bad("a whole number (int)")
-		}
-	case ParamFloat:
-		f, err := strconv.ParseFloat(value, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return bad("a finite number (float)")
-		}
-	case ParamBool:
-		if _, err := strconv.ParseBool(value); err != nil {
-			return bad("true or false (bool)")
-		}
-	case ParamString:
-	case ParamEnum:
-		if !slices.Contains(s.Enum, value) {
-			return bad("one of " + strings.Join(s.Enum, ", "))
-		}
-	default:
-		return fmt.Errorf("parameter %s: declared with unknown type %q", s.Name, s.Type)
-	}
-	return nil
+	_, err := s.parse(value)
+	return err
 }
 
 // FindParam returns the spec called name in specs.

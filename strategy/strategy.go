@@ -146,8 +146,9 @@ type Config struct {
 	// Rand is the only source of randomness a strategy may use; the driver
 	// seeds it, so runs are reproducible.
 	Rand *rand.Rand
-	// Params are strategy-specific settings ("hold=5ms"); a strategy rejects
-	// names it does not know (see Params.Check).
+	// Params are strategy-specific settings ("hold=5ms"); a strategy reads
+	// them against its declarations (ReadParams), which rejects names it
+	// does not declare and values not of their declared type.
 	Params Params
 	// LatencyHint is the driver's estimate of the one-way peer latency (the
 	// simulator's configured latency; measured in the live runtime). 0 if

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"io"
 	"net"
 	"net/http"
@@ -305,7 +306,7 @@ func (h *harness) redis(ctx context.Context) (string, int, error) {
 func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*system, error) {
 	lc, err := localcluster.Start(ctx, localcluster.Config{Binary: h.f.tokenmesh, Nodes: nodes,
 		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d", strategy, nodes)),
-		Rules: []localcluster.Rule{{Name: ruleName, Rate: strconv.Itoa(limitPerS) + "/s", Burst: limitPerS, Strategy: strategy}}})
+		Rules: []localcluster.Rule{{Name: ruleName, Rate: rule.MustRate(strconv.Itoa(limitPerS) + "/s"), Burst: limitPerS, Strategy: strategy}}})
 	if err != nil {
 		return nil, err
 	}

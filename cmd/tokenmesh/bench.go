@@ -280,8 +280,12 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		if settle <= 0 {
 			settle = -1 // localcluster: none
 		}
+		rate, err := config.ParseRate(f.limitRate)
+		if err != nil {
+			return usageErr("--limit-rate %q: %v", f.limitRate, err)
+		}
 		lc := localcluster.Config{Binary: bin, Nodes: f.spawn, Settle: settle,
-			Rules: []localcluster.Rule{{Name: f.rule, Rate: f.limitRate, Burst: f.limitBurst, Strategy: f.strategy}}}
+			Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: f.strategy}}}
 		if f.api == loadgen.APIRLS {
 			dir := f.envoyConfig
 			if dir == "" {

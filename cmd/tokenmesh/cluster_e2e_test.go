@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"io"
 	"net/http"
 	"os"
@@ -122,7 +123,7 @@ func keysOwnedBy(owner string, n int, members ...[]string) []string {
 func TestClusterE2EDecisions(t *testing.T) {
 	// 1/m: no token refills while the test runs, however slow the machine.
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: "api", Rate: "1/m", Burst: 5, Strategy: "owner"}}})
+		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}})
 
 	allowed := 0
 	for k := range 10 {
@@ -163,8 +164,8 @@ func TestClusterE2ENodeCrash(t *testing.T) {
 	// A long forward timeout tells a forward to the dead node (1 s) from a
 	// decision by a live owner (milliseconds).
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: "api", Rate: "100/s", Burst: 100, Strategy: "owner",
-			Params: map[string]string{"timeout": "1s"}}}})
+		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "owner",
+			Params: []string{"timeout=1s"}}}})
 	keys := keysOwnedBy("n2", 4, []string{"n0", "n1", "n2"})
 
 	for _, key := range keys { // warm up: forwarded to n2, decided there
@@ -247,7 +248,7 @@ func metricShare(text, rule string) (sum float64, ok bool) {
 func TestClusterE2EGDRLShareReturns(t *testing.T) {
 	const rule = "g"
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: rule, Rate: "10/s", Burst: 10, Strategy: "gdrl"}}})
+		Rules: []localcluster.Rule{{Name: rule, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
 	const key = "hot"
 
 	// Demand at every node, so that each holds about a third of the share.
@@ -367,7 +368,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 // that is not a member change nothing.
 func TestClusterE2ENonMemberRefused(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	rules := []localcluster.Rule{{Name: "api", Rate: "1/m", Burst: 5, Strategy: "owner"}}
+	rules := []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}
 	c := startCluster(t, localcluster.Config{Nodes: 3, SecretKey: key, Rules: rules})
 
 	// A 4th process joining n0 without the key.
@@ -493,7 +494,7 @@ func TestServeFlagsHelp(t *testing.T) {
 func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
 	const rule, key = "g", "hot"
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: rule, Rate: "10/s", Burst: 10, Strategy: "gdrl"}}})
+		Rules: []localcluster.Rule{{Name: rule, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
 	// Demand everywhere for 3 s, so that every node holds a share of key.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -549,3 +550,6 @@ func metricValue(text, name string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// tenPerSec is the gdrl tests' rate (their rule variable hides package rule).
+var tenPerSec = rule.MustRate("10/s")

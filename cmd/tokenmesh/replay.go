@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"io"
 	"math"
 	"os"
@@ -406,9 +407,13 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	if f.keepLogs != "" {
 		dir = filepath.Join(f.keepLogs, s)
 	}
+	rate, err := rule.ParseRate(replay.RuleRate(p.rate, f.speed))
+	if err != nil {
+		return nil, fmt.Errorf("replay: the rule's rate at --speed %v: %w", f.speed, err)
+	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
 		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns,
-		Rules: []localcluster.Rule{{Name: replayRule, Rate: replay.RuleRate(p.rate, f.speed), Burst: f.burst, Strategy: s, Params: p.params[s]}},
+		Rules: []localcluster.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
 	})
 	if err != nil {
 		return nil, err

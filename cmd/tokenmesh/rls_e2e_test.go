@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -292,7 +293,7 @@ func TestRLSClusterE2E(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ratelimit")
 	writeRLSConfigs(t, dir)
 	c := startCluster(t, localcluster.Config{Nodes: 3, ServeArgs: []string{"--envoy-config", dir},
-		Rules: []localcluster.Rule{{Name: "api", Rate: "1/m", Burst: 5}}})
+		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
 	var cls []rlsv3.RateLimitServiceClient
 	for _, n := range c.Nodes {
 		cl, _ := dialRLS(t, n.GRPC)

@@ -199,48 +199,30 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 	a := &Adaptive{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst,
 		conserve: cfg.Partition == strategy.PartitionConserve, expected: slices.Clone(cfg.Members),
 		keys: map[string]*keyState{}, shares: map[string]share{}, reports: map[strategy.NodeID]*peerv1.AdaptiveReport{}}
-	window, err := cfg.Params.Duration("window", 10*time.Second)
+	v, err := strategy.ReadParams("adaptive", Params, cfg.Params)
 	if err != nil {
 		return nil, err
 	}
-	if a.step, err = cfg.Params.Duration("step", time.Second); err != nil {
-		return nil, err
-	}
+	window := v.Duration("window")
+	a.step = v.Duration("step")
 	if a.step <= 0 || window < a.step || window%a.step != 0 || window/a.step > 1000 {
 		return nil, fmt.Errorf("adaptive: window=%v must be a multiple (1 to 1000 times) of step=%v > 0", window, a.step)
 	}
 	a.slots = int(window / a.step)
-	if a.floor, err = cfg.Params.Float("floor", 0.1); err != nil {
-		return nil, err
-	}
-	if !(a.floor >= 0 && a.floor <= 1) {
+	if a.floor = v.Float("floor"); !(a.floor >= 0 && a.floor <= 1) {
 		return nil, fmt.Errorf("adaptive: parameter floor=%v must be in [0, 1]", a.floor)
 	}
-	if a.significance, err = cfg.Params.Float("significance", 3); err != nil {
-		return nil, err
-	}
-	if !(a.significance >= 0) || math.IsInf(a.significance, 0) {
+	if a.significance = v.Float("significance"); !(a.significance >= 0) || math.IsInf(a.significance, 0) {
 		return nil, fmt.Errorf("adaptive: parameter significance=%v must be a finite number >= 0", a.significance)
 	}
-	if a.minMean, err = cfg.Params.Float("min_mean", 1); err != nil {
-		return nil, err
-	}
-	if !(a.minMean >= 0) || math.IsInf(a.minMean, 0) {
+	if a.minMean = v.Float("min_mean"); !(a.minMean >= 0) || math.IsInf(a.minMean, 0) {
 		return nil, fmt.Errorf("adaptive: parameter min_mean=%v must be a finite number >= 0", a.minMean)
 	}
-	if a.raiseAfter, err = cfg.Params.Duration("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond)); err != nil {
-		return nil, err
-	}
-	a.raiseAfterSet = slices.Contains(cfg.Params.Names(), "raise_after")
-	units, err := cfg.Params.Int("units", 1000)
-	if err != nil {
-		return nil, err
-	}
+	a.raiseAfter = v.DurationOr("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond))
+	a.raiseAfterSet = v.Has("raise_after")
+	units := v.Int("units")
 	if units < 1 || units > 1_000_000 {
 		return nil, fmt.Errorf("adaptive: parameter units=%d must be in [1, 1000000]", units)
-	}
-	if err := cfg.Params.Check("adaptive"); err != nil {
-		return nil, err
 	}
 	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
 		return nil, fmt.Errorf("adaptive: %w", err)

@@ -24,7 +24,7 @@ package adaptive
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares adaptive's parameters (strategy.ParamSpec), read by
-// config validation, --param and `tokenmesh strategies`; New parses them.
+// config validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
 var Params = []strategy.ParamSpec{
 	{Name: "window", Type: strategy.ParamDuration, Default: "10s", Example: "20s",
 		Doc: "the history window (SRTM §5.4); a multiple (1 to 1000 times) of step."},

@@ -99,27 +99,19 @@ func New(cfg strategy.Config) (*FixedWindow, error) {
 	}
 	f := &FixedWindow{self: cfg.Self, members: slices.Clone(cfg.Members), limit: cfg.Burst, window: time.Duration(w.Int64()),
 		counts: map[string]*counter{}, pending: map[uint64]*forwarding.Pending{}}
-	var err error
-	if f.align, err = cfg.Params.Duration("align", 0); err != nil {
+	v, err := strategy.ReadParams(Name, Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
-	if f.align < 0 {
+	if f.align = v.Duration("align"); f.align < 0 {
 		return nil, fmt.Errorf("fixedwindow: parameter align=%v is negative", f.align)
 	}
 	f.align %= f.window
-	if f.timeout, err = cfg.Params.Duration("timeout", strategy.HintTimeout(cfg.LatencyHint)); err != nil {
-		return nil, err
-	}
-	if f.timeout <= 0 {
+	if f.timeout = v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)); f.timeout <= 0 {
 		return nil, fmt.Errorf("fixedwindow: parameter timeout must be positive")
 	}
-	f.timeoutSet = slices.Contains(cfg.Params.Names(), "timeout")
-	if f.failOpen, err = cfg.Params.Bool("fail_open", true); err != nil {
-		return nil, err
-	}
-	if err := cfg.Params.Check(Name); err != nil {
-		return nil, err
-	}
+	f.timeoutSet = v.Has("timeout")
+	f.failOpen = v.Bool("fail_open")
 	return f, nil
 }
 

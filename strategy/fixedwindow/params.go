@@ -14,7 +14,7 @@ package fixedwindow
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares fixedwindow's parameters (strategy.ParamSpec), read by
-// config validation, --param and `tokenmesh strategies`; New parses them.
+// config validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
 var Params = []strategy.ParamSpec{
 	{Name: "align", Type: strategy.ParamDuration, Default: "0", Example: "250ms",
 		Doc: "windows start where now + align is a multiple of the window; the server sets it so that windows are Unix-aligned like envoyproxy/ratelimit's."},

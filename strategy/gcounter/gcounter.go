@@ -260,24 +260,17 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	}
 	g := &GCounter{self: cfg.Self, selfUTF8: utf8.ValidString(string(cfg.Self)), rate: cfg.Rate, capacity: cfg.Burst, rnd: cfg.Rand,
 		state: map[string]*bucketState{}, delta: map[strategy.NodeID]map[string]struct{}{}}
-	var err error
-	if g.gossip, err = cfg.Params.Duration("gossip", DefaultGossip); err != nil {
+	v, err := strategy.ReadParams(Name, Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
-	if g.gossip <= 0 {
+	if g.gossip = v.Duration("gossip"); g.gossip <= 0 {
 		return nil, fmt.Errorf("%s: parameter gossip must be positive", Name)
 	}
-	if g.catchUp, err = cfg.Params.Bool("catch_up", false); err != nil {
-		return nil, err
-	}
-	if g.idle, err = cfg.Params.Duration("idle", DefaultIdle); err != nil {
-		return nil, err
-	}
+	g.catchUp = v.Bool("catch_up")
+	g.idle = v.Duration("idle")
 	if g.idle < 0 || (g.idle > 0 && g.idle < 10*g.gossip) {
 		return nil, fmt.Errorf("%s: parameter idle %v must be 0 (no expiry) or at least 10 gossip intervals (%v)", Name, g.idle, 10*g.gossip)
-	}
-	if err := cfg.Params.Check(Name); err != nil {
-		return nil, err
 	}
 	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)

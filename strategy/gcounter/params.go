@@ -15,7 +15,7 @@ package gcounter
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares gcounter's parameters (strategy.ParamSpec), read by
-// config validation, --param and `tokenmesh strategies`; New parses them.
+// config validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
 var Params = []strategy.ParamSpec{
 	{Name: "gossip", Type: strategy.ParamDuration, Default: "300ms", Example: "100ms",
 		Doc: "the gossip interval (thesis Table 4.1); positive."},

@@ -1,23 +1,15 @@
 package lease
 
 import (
-	"slices"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // hintParams is what SetLatencyHint needs from New: which hint-derived
-// timers a parameter set (those keep their value), and retries.
-type hintParams struct {
-	hold, timeout bool
-	retries       int
-}
-
-func newHintParams(p strategy.Params, retries int) hintParams {
-	names := p.Names()
-	return hintParams{hold: slices.Contains(names, "hold"), timeout: slices.Contains(names, "timeout"), retries: retries}
-}
+// timers a parameter set (those keep their value), and retries
+// (strategy.ForwardTimers, as for owner).
+type hintParams = strategy.ForwardTimers
 
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
 // from Config.LatencyHint, with New's formulas, unless a parameter set
@@ -36,12 +28,12 @@ func newHintParams(p strategy.Params, retries int) hintParams {
 // given. Ours (issue 13).
 func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	hint = max(hint, 0)
-	if !l.hinted.hold {
+	if !l.hinted.HoldSet {
 		l.hold = hint
 	}
-	if !l.hinted.timeout {
+	if !l.hinted.TimeoutSet {
 		l.timeout = strategy.HintTimeout(hint)
-		l.retryEvery = l.timeout / time.Duration(l.hinted.retries+1)
+		l.retryEvery = l.timeout / time.Duration(l.hinted.Retries+1)
 	}
 	l.seen.Grow(2*l.timeout + l.hold + 4*hint)
 	l.lead = 2*hint + l.hold

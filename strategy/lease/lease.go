@@ -316,28 +316,19 @@ func New(cfg strategy.Config) (*Lease, error) {
 		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 	}
-	p := cfg.Params
-	var err error
-	dur := func(name string, def time.Duration) time.Duration {
-		if err != nil {
-			return 0
-		}
-		var d time.Duration
-		d, err = p.Duration(name, def)
-		return d
-	}
-	l.hold = dur("hold", cfg.LatencyHint)
-	l.timeout = dur("timeout", strategy.HintTimeout(cfg.LatencyHint))
-	l.period = dur("period", 250*time.Millisecond)
-	l.ttl = dur("ttl", 2*l.period)
-	l.window = dur("window", time.Second)
-	l.maxWait = dur("max_wait", 0)
-	l.takeover = dur("takeover", l.ttl+time.Second+l.maxWait)
-	l.maxSkew = dur("max_skew", 100*time.Millisecond)
+	v, err := strategy.ReadParams("lease", Params, cfg.Params)
 	if err != nil {
 		return nil, err
 	}
-	if l.onTimeout, err = parseOnTimeout(&p); err != nil {
+	l.hold = v.DurationOr("hold", cfg.LatencyHint)
+	l.timeout = v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint))
+	l.period = v.Duration("period")
+	l.ttl = v.DurationOr("ttl", 2*l.period)
+	l.window = v.Duration("window")
+	l.maxWait = v.Duration("max_wait")
+	l.takeover = v.DurationOr("takeover", l.ttl+time.Second+l.maxWait)
+	l.maxSkew = v.Duration("max_skew")
+	if l.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
 	}
 	l.rate = cfg.Rate
@@ -346,14 +337,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	} else if l.local, err = buckets.New(r, b); err != nil {
 		return nil, fmt.Errorf("lease: local fallback: %w", err)
 	}
-	retries, err := p.Int("retries", 2)
-	if err != nil {
-		return nil, err
-	}
-	minLease, err := p.Int("min_lease", 4)
-	if err != nil {
-		return nil, err
-	}
+	retries := v.Int("retries")
+	minLease := v.Int("min_lease")
 	switch {
 	case l.timeout == 0:
 		return nil, fmt.Errorf("lease: parameter timeout must be positive")
@@ -372,12 +357,9 @@ func New(cfg strategy.Config) (*Lease, error) {
 	case minLease < 1:
 		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
 	}
-	if err := p.Check("lease"); err != nil {
-		return nil, err
-	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
-	l.hinted = newHintParams(p, retries)
+	l.hinted = strategy.ReadForwardTimers(v, retries)
 	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)

@@ -35,7 +35,7 @@ package lease
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares lease's parameters (strategy.ParamSpec), read by config
-// validation, --param and `tokenmesh strategies`; New parses them.
+// validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
 var Params = []strategy.ParamSpec{
 	{Name: "hold", Type: strategy.ParamDuration, Default: "latency_hint", Example: "5ms",
 		Doc: "the owner's ordering buffer."},

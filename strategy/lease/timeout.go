@@ -10,8 +10,9 @@ import (
 )
 
 // OnTimeout is the answer to a forwarded request whose owner gave no
-// verdict within timeout (parameter on_timeout), as in strategy/owner.
-type OnTimeout uint8
+// verdict within timeout (parameter on_timeout, read by
+// strategy.ReadOnTimeout): strategy.OnTimeout, shared with owner.
+type OnTimeout = strategy.OnTimeout
 
 const (
 	// TimeoutLocal (the default) decides with a local bucket of (r/N,
@@ -20,41 +21,14 @@ const (
 	// not yet detected, or across a partition) the nodes that forward to
 	// it admit together at most one more envelope, not an unbounded
 	// number of requests.
-	TimeoutLocal OnTimeout = iota
+	TimeoutLocal = strategy.TimeoutLocal
 	// TimeoutAdmit admits (fail open): unbounded while the owner is
 	// unreachable.
-	TimeoutAdmit
+	TimeoutAdmit = strategy.TimeoutAdmit
 	// TimeoutReject refuses (fail closed): the envelope holds exactly, at
 	// the price of refusing the owner's keys until detection.
-	TimeoutReject
+	TimeoutReject = strategy.TimeoutReject
 )
-
-// parseOnTimeout reads on_timeout (admit | reject | local, default local)
-// and its deprecated alias fail_open (true = admit, false = reject; an
-// error together with on_timeout).
-func parseOnTimeout(p *strategy.Params) (OnTimeout, error) {
-	set := slices.Contains(p.Names(), "fail_open")
-	failOpen, err := p.Bool("fail_open", true)
-	if err != nil {
-		return 0, err
-	}
-	switch mode := p.String("on_timeout", ""); {
-	case mode != "" && set:
-		return 0, fmt.Errorf("lease: parameters on_timeout and fail_open (its deprecated alias) are both set")
-	case mode == "" && set && failOpen:
-		return TimeoutAdmit, nil
-	case mode == "" && set:
-		return TimeoutReject, nil
-	case mode == "" || mode == "local":
-		return TimeoutLocal, nil
-	case mode == "admit":
-		return TimeoutAdmit, nil
-	case mode == "reject":
-		return TimeoutReject, nil
-	default:
-		return 0, fmt.Errorf("lease: parameter on_timeout=%q: want admit, reject or local", mode)
-	}
-}
 
 // localShare is this node's fallback bucket shape for the members:
 // rate r/N and its exact share of the burst (bucket.SplitBurst).

@@ -1,6 +1,9 @@
 package lease
 
 import (
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,8 +77,8 @@ func TestOnTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := parseOnTimeout(&p); err == nil {
-			t.Errorf("%v accepted", bad)
+		if _, err := New(strategy.Config{Self: "a", Members: []strategy.NodeID{"a"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Rand: rand.New(rand.NewPCG(1, 2)), Params: p}); err == nil || !strings.Contains(err.Error(), "on_timeout") {
+			t.Errorf("%v: %v, want an error naming on_timeout", bad, err)
 		}
 	}
 }

@@ -35,7 +35,7 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.Params.Check(name); err != nil {
+	if _, err := strategy.ReadParams(name, Params, cfg.Params); err != nil {
 		return nil, err
 	}
 	t, err := buckets.New(cfg.Rate, cfg.Burst)

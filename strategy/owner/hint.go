@@ -1,23 +1,17 @@
 package owner
 
 import (
-	"slices"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // hintParams is what SetLatencyHint needs from New: which hint-derived
-// timers a parameter set (those keep their value), and retries.
+// timers a parameter set (those keep their value; hold and timeout as for
+// lease, strategy.ForwardTimers, and sync), and retries.
 type hintParams struct {
-	hold, timeout, sync bool
-	retries             int
-}
-
-func newHintParams(p strategy.Params, retries int) hintParams {
-	names := p.Names()
-	return hintParams{hold: slices.Contains(names, "hold"), timeout: slices.Contains(names, "timeout"),
-		sync: slices.Contains(names, "sync"), retries: retries}
+	strategy.ForwardTimers
+	sync bool
 }
 
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
@@ -34,12 +28,12 @@ func newHintParams(p strategy.Params, retries int) hintParams {
 // Ours (issue 13).
 func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	hint = max(hint, 0)
-	if !o.hinted.hold {
+	if !o.hinted.HoldSet {
 		o.hold = hint
 	}
-	if !o.hinted.timeout {
+	if !o.hinted.TimeoutSet {
 		o.timeout = strategy.HintTimeout(hint)
-		o.retryEvery = o.timeout / time.Duration(o.hinted.retries+1)
+		o.retryEvery = o.timeout / time.Duration(o.hinted.Retries+1)
 		o.chargeTTL = chargeTTL(o.timeout)
 	}
 	if !o.hinted.sync {

@@ -150,27 +150,18 @@ import (
 const MaxWait = forwarding.MaxWait
 
 // OnTimeout is what a forwarder answers when the owner's verdict does not
-// come in time (parameter on_timeout).
-type OnTimeout int
+// come in time (parameter on_timeout): strategy.OnTimeout, shared with
+// lease.
+type OnTimeout = strategy.OnTimeout
 
 const (
 	// TimeoutLocal decides with a local bucket of (r/N, b/N) per key.
-	TimeoutLocal OnTimeout = iota
+	TimeoutLocal = strategy.TimeoutLocal
 	// TimeoutAdmit admits (fail open).
-	TimeoutAdmit
+	TimeoutAdmit = strategy.TimeoutAdmit
 	// TimeoutReject refuses (fail closed).
-	TimeoutReject
+	TimeoutReject = strategy.TimeoutReject
 )
-
-func (m OnTimeout) String() string {
-	switch m {
-	case TimeoutAdmit:
-		return "admit"
-	case TimeoutReject:
-		return "reject"
-	}
-	return "local"
-}
 
 // maxLevelsPerMessage bounds the levels of one OwnerLevels message this
 // node sends; maxLevelsAccepted bounds those it accepts.
@@ -317,81 +308,39 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if len(o.members) == 0 {
 		o.members = []strategy.NodeID{cfg.Self}
 	}
-	var err error
-	if o.hold, err = cfg.Params.Duration("hold", cfg.LatencyHint); err != nil {
+	v, err := strategy.ReadParams("owner", Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
-	if o.timeout, err = cfg.Params.Duration("timeout", strategy.HintTimeout(cfg.LatencyHint)); err != nil {
-		return nil, err
-	}
+	o.hold = v.DurationOr("hold", cfg.LatencyHint)
+	o.timeout = v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint))
 	if o.timeout == 0 {
 		return nil, fmt.Errorf("owner: parameter timeout must be positive")
 	}
-	names := cfg.Params.Names()
-	mode := cfg.Params.String("on_timeout", "")
-	failOpen, err := cfg.Params.Bool("fail_open", true)
-	if err != nil {
+	if o.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
 	}
-	switch {
-	case mode != "" && slices.Contains(names, "fail_open"):
-		return nil, fmt.Errorf("owner: parameters on_timeout and fail_open (its deprecated alias) are both set")
-	case mode == "" && slices.Contains(names, "fail_open"):
-		o.onTimeout = TimeoutReject
-		if failOpen {
-			o.onTimeout = TimeoutAdmit
-		}
-	case mode == "" || mode == "local":
-		o.onTimeout = TimeoutLocal
-	case mode == "admit":
-		o.onTimeout = TimeoutAdmit
-	case mode == "reject":
-		o.onTimeout = TimeoutReject
-	default:
-		return nil, fmt.Errorf("owner: parameter on_timeout=%q: want admit, reject or local", mode)
-	}
-	retries, err := cfg.Params.Int("retries", 2)
-	if err != nil {
-		return nil, err
-	}
+	retries := v.Int("retries")
 	if retries < 0 {
 		return nil, fmt.Errorf("owner: parameter retries=%d is negative", retries)
 	}
-	if o.replicas, err = cfg.Params.Int("replicas", 2); err != nil {
-		return nil, err
-	}
-	if o.replicas < 1 {
+	if o.replicas = v.Int("replicas"); o.replicas < 1 {
 		return nil, fmt.Errorf("owner: parameter replicas=%d must be at least 1", o.replicas)
 	}
-	if o.syncEvery, err = cfg.Params.Duration("sync", defaultSync(o.hold)); err != nil {
-		return nil, err
-	}
-	if o.syncEvery == 0 {
+	if o.syncEvery = v.DurationOr("sync", defaultSync(o.hold)); o.syncEvery == 0 {
 		return nil, fmt.Errorf("owner: parameter sync must be positive")
 	}
-	if o.suspectFor, err = cfg.Params.Duration("suspect", time.Second); err != nil {
-		return nil, err
-	}
-	if o.warmup, err = cfg.Params.Duration("warmup", time.Second); err != nil {
-		return nil, err
-	}
-	if o.slack, err = cfg.Params.Duration("slack", time.Second); err != nil {
-		return nil, err
-	}
-	if o.split, err = cfg.Params.Int("split", 1); err != nil {
-		return nil, err
-	}
-	if o.split < 1 || o.split > maxSplit {
+	o.suspectFor = v.Duration("suspect")
+	o.warmup = v.Duration("warmup")
+	o.slack = v.Duration("slack")
+	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
-	o.hinted = newHintParams(cfg.Params, retries)
+	o.hinted = hintParams{ForwardTimers: strategy.ReadForwardTimers(v, retries), sync: v.Has("sync")}
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
-	if err := cfg.Params.Check("owner"); err != nil {
-		return nil, err
-	}
 	subRate := cfg.Rate
 	if o.split > 1 {
 		if subRate, err = cfg.Rate.Div(int64(o.split)); err != nil {

@@ -33,7 +33,7 @@ package owner
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares owner's parameters (strategy.ParamSpec), read by config
-// validation, --param and `tokenmesh strategies`; New parses them (see its
+// validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams; see its
 // doc for the full story of each).
 var Params = []strategy.ParamSpec{
 	{Name: "hold", Type: strategy.ParamDuration, Default: "latency_hint", Example: "5ms",

@@ -63,7 +63,7 @@ func New(cfg strategy.Config) (*Static, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.Params.Check("static"); err != nil {
+	if _, err := strategy.ReadParams("static", Params, cfg.Params); err != nil {
 		return nil, err
 	}
 	s := &Static{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst, conserve: cfg.Partition == strategy.PartitionConserve,

@@ -35,7 +35,7 @@ package tbqueue
 import "github.com/tokenmesh/tokenmesh/strategy"
 
 // Params declares tbqueue's parameters (strategy.ParamSpec), read by config
-// validation, --param and `tokenmesh strategies`; New parses them. The
+// validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams). The
 // defaults are the thesis' behaviour (002 ch. 4).
 var Params = []strategy.ParamSpec{
 	{Name: "gossip", Type: strategy.ParamDuration, Default: "300ms", Example: "100ms",

@@ -235,49 +235,26 @@ func New(cfg strategy.Config) (*TBQueue, error) {
 	}
 	q := &TBQueue{self: cfg.Self, clock: newClock(cfg.Rate), capacity: cfg.Burst, rnd: cfg.Rand,
 		local: map[string][]elem{}, delta: map[strategy.NodeID]map[string][]elem{}, queued: map[strategy.NodeID]int{}}
-	p := &cfg.Params
-	var err error
-	if q.gossip, err = p.Duration("gossip", DefaultGossip); err != nil {
+	v, err := strategy.ReadParams(Name, Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
-	if q.gossip <= 0 {
+	if q.gossip = v.Duration("gossip"); q.gossip <= 0 {
 		return nil, fmt.Errorf("%s: parameter gossip must be positive", Name)
 	}
-	if q.freq, err = p.Bool("frequency_analysis", false); err != nil {
-		return nil, err
-	}
-	if q.threshold, err = p.Duration("frequency_threshold", DefaultFrequencyThreshold); err != nil {
-		return nil, err
-	}
-	if q.window, err = p.Int("window", 0); err != nil {
-		return nil, err
-	}
-	if q.window < 0 {
+	q.freq = v.Bool("frequency_analysis")
+	q.threshold = v.Duration("frequency_threshold")
+	if q.window = v.IntOr("window", 0); q.window < 0 {
 		return nil, fmt.Errorf("%s: parameter window=%d is negative", Name, q.window)
 	}
-	if q.linf, err = p.Bool("linf", false); err != nil {
-		return nil, err
-	}
-	if q.unique, err = p.Bool("unique_ids", false); err != nil {
-		return nil, err
-	}
-	if q.margin, err = p.Duration("safe_margin", 0); err != nil {
-		return nil, err
-	}
-	if q.catchUp, err = p.Bool("catch_up", false); err != nil {
-		return nil, err
-	}
-	if q.dupDeltas, err = p.Bool("delta_duplicates", false); err != nil {
-		return nil, err
-	}
-	if q.coalesce, err = p.Bool("coalesce", true); err != nil {
-		return nil, err
-	}
+	q.linf = v.Bool("linf")
+	q.unique = v.Bool("unique_ids")
+	q.margin = v.Duration("safe_margin")
+	q.catchUp = v.Bool("catch_up")
+	q.dupDeltas = v.Bool("delta_duplicates")
+	q.coalesce = v.Bool("coalesce")
 	if q.dupDeltas && q.unique {
 		return nil, fmt.Errorf("%s: delta_duplicates needs unique_ids=false (unique identities always collapse)", Name)
-	}
-	if err := p.Check(Name); err != nil {
-		return nil, err
 	}
 	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)

@@ -1,7 +1,8 @@
-package config
+package rule
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -86,4 +87,47 @@ func ParseRate(s string) (bucket.Rate, error) {
 		return bad("above the supported 1e12 tokens/s")
 	}
 	return r, nil
+}
+
+// FormatRate writes r as ParseRate reads it back exactly: "N/s", "N/m",
+// "N/h", "N/d", "N/ms" for those periods, "N/DURATION" otherwise
+// ("1/3s", "1/333.333333ms").
+func FormatRate(r bucket.Rate) string {
+	switch r.Per {
+	case time.Millisecond:
+		return fmt.Sprintf("%d/ms", r.Tokens)
+	case time.Second:
+		return fmt.Sprintf("%d/s", r.Tokens)
+	case time.Minute:
+		return fmt.Sprintf("%d/m", r.Tokens)
+	case time.Hour:
+		return fmt.Sprintf("%d/h", r.Tokens)
+	case 24 * time.Hour:
+		return fmt.Sprintf("%d/d", r.Tokens)
+	}
+	return fmt.Sprintf("%d/%s", r.Tokens, r.Per)
+}
+
+// MustRate is ParseRate for rates written in Go source
+// (rule.MustRate("100/s")): it panics on an error, like
+// regexp.MustCompile.
+func MustRate(s string) bucket.Rate {
+	r, err := ParseRate(s)
+	if err != nil {
+		panic("rule.MustRate: " + err.Error())
+	}
+	return r
+}
+
+// DefaultBurst is the burst of a rule that gives none: one second's worth
+// of tokens at r, rounded up, at least 1 and at most 1e15 tokens.
+func DefaultBurst(r bucket.Rate) int64 {
+	b := math.Ceil(r.PerSec())
+	if b < 1 || math.IsNaN(b) {
+		return 1
+	}
+	if b > 1e15 {
+		return 1e15
+	}
+	return int64(b)
 }
