@@ -10,18 +10,18 @@ import (
 // hintParams is what SetLatencyHint needs from New: which hint-derived
 // timers a parameter set (those keep their value), and retries.
 type hintParams struct {
-	hold, timeout bool
-	retries       int
+	hold, timeout, sync bool
+	retries             int
 }
 
 func newHintParams(p strategy.Params, retries int) hintParams {
 	names := p.Names()
-	return hintParams{hold: slices.Contains(names, "hold"), timeout: slices.Contains(names, "timeout"), retries: retries}
+	return hintParams{hold: slices.Contains(names, "hold"), timeout: slices.Contains(names, "timeout"), sync: slices.Contains(names, "sync"), retries: retries}
 }
 
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
 // from Config.LatencyHint, with New's formulas, unless a parameter set
-// them: hold = hint, timeout = 3*hint + 100ms (and the retransmission
+// them: hold = hint, sync = max(hold, 10ms), timeout = 3*hint + 100ms (and the retransmission
 // interval timeout/(retries+1)), the holder's ask lead 2*hint + hold and
 // return lead min(2*hint, ttl/4). The windows that say how late a message
 // may still be taken only grow: the forward de-duplication window
@@ -43,6 +43,9 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		l.timeout = strategy.HintTimeout(hint)
 		l.retryEvery = l.timeout / time.Duration(l.hinted.retries+1)
 	}
+	if !l.hinted.sync {
+		l.syncEvery = defaultSync(l.hold)
+	}
 	l.seen.Grow(2*l.timeout + l.hold + 4*hint)
 	l.lead = 2*hint + l.hold
 	l.returnLead = min(2*hint, l.ttl/4)
@@ -61,3 +64,7 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		}
 	}
 }
+
+// defaultSync is the sync interval without a sync parameter: max(hold,
+// 10ms), as strategy/owner's.
+func defaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }

@@ -187,6 +187,16 @@ type Lease struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	sweepLag   time.Duration // how late a forward or an ask may come: timeout + 3*LatencyHint + hold + max_skew
+
+	// replicas (replica.go): K of parameter replicas, the sync interval,
+	// the keys whose pool changed since the last sync, and the states
+	// other owners shipped here.
+	replicas  int
+	syncEvery time.Duration
+	syncAt    time.Duration // the sync wake-up asked for; -1: none
+	dirty     map[string]bool
+	records   map[string]*record
+	rank      []strategy.NodeID // scratch for rendezvous.Rank
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -315,6 +325,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		queue: minheap.New(queuedLess),
 		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
+		dirty:   map[string]bool{}, records: map[string]*record{}, syncAt: -1,
 	}
 	p := cfg.Params
 	var err error
@@ -334,6 +345,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.maxWait = dur("max_wait", 0)
 	l.takeover = dur("takeover", l.ttl+time.Second+l.maxWait)
 	l.maxSkew = dur("max_skew", 100*time.Millisecond)
+	l.syncEvery = dur("sync", defaultSync(l.hold))
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +366,9 @@ func New(cfg strategy.Config) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.replicas, err = p.Int("replicas", 2); err != nil {
+		return nil, err
+	}
 	switch {
 	case l.timeout == 0:
 		return nil, fmt.Errorf("lease: parameter timeout must be positive")
@@ -371,6 +386,10 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, fmt.Errorf("lease: parameter retries=%d is negative", retries)
 	case minLease < 1:
 		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
+	case l.replicas < 1:
+		return nil, fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
+	case l.syncEvery <= 0:
+		return nil, fmt.Errorf("lease: parameter sync must be positive")
 	}
 	if err := p.Check("lease"); err != nil {
 		return nil, err
@@ -620,7 +639,22 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 		moved, movedAt = true, max(movedAt, now)
 	}
 	if moved {
-		p.level, p.last = 0, movedAt+l.takeover
+		p.level, p.last, p.conservative = 0, movedAt+l.takeover, true
+	}
+	if r := l.records[key]; r != nil {
+		// Replicated state (replica.go): continue from it when its owner
+		// handed the key over or is gone, or when the key did not move
+		// (it is then no fuller than a full start); otherwise merge it
+		// into the conservative start.
+		if !moved || l.trusted(r) {
+			p = r.asPool()
+		} else {
+			q := r.asPool()
+			t := max(p.last, q.last)
+			l.sh.advance(q, t)
+			l.mergeInto(p, q)
+		}
+		delete(l.records, key)
 	}
 	l.pools[key] = p
 	return p
@@ -636,11 +670,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				g.released, g.returned = true, true
 				l.sh.advance(g.pool, q.arrival)
 				l.sh.release(g.pool, g.tokens, q.tokens)
+				l.markDirty(now, q.key, fx)
 			}
 			continue
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
+		l.markDirty(now, q.key, fx)
 		if q.ask {
 			l.grant(p, q, fx)
 			continue
@@ -691,6 +727,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
 	}
 	l.sh.lend(p, n)
+	p.lentUntil = max(p.lentUntil, g.expires)
 	l.grants[id] = g
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
@@ -821,6 +858,8 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
 			fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 		}
+	case *peerv1.LeaseMessage_Replicas:
+		return l.receiveReplicas(now, from, b.Replicas)
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -986,12 +1025,16 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
+			l.markDirty(now, e.id.key, fx)
 		}
 	}
 	if l.gexpiry.Len() > 0 {
 		fx.WakeAt(l.gexpiry.Peek().at)
 	}
 	l.seen.Expire(now, fx)
+	if l.syncAt >= 0 && now >= l.syncAt {
+		l.syncDirty(now, fx)
+	}
 	if now >= l.nextSweep {
 		l.sweep(now)
 		l.local.Sweep(now)
@@ -1029,6 +1072,14 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.pools, k)
 		}
 	}
+	for k, r := range l.records {
+		// A full record is kept while its owner may still hold the key's
+		// pool (fill time + sweepLag after the state; a busy key is shipped
+		// again before); without one a takeover starts conservatively.
+		if p := r.asPool(); r.at+l.fillTime+l.sweepLag <= now && l.sh.full(p, now) {
+			delete(l.records, k)
+		}
+	}
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -1054,9 +1105,36 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
-	for key := range l.pools {
-		if l.owner(key) != l.self || rendezvous.Owner(key, prev) != l.self {
-			delete(l.pools, key)
+	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	for _, key := range sortedKeys(l.pools) {
+		p := l.pools[key]
+		owned := rendezvous.Owner(key, prev) == l.self
+		if l.owner(key) == l.self && owned {
+			if l.replicas > 1 && !p.untouched(now) { // the new replicas get the state now
+				l.addShip(out, key, l.stateOf(p, now), l.replicasOf(key, l.members))
+			}
+			continue
+		}
+		if owned && l.replicas > 1 && !p.untouched(now) {
+			// Hand the key over: this node decides it no more.
+			s := l.stateOf(p, now)
+			s.Handover = true
+			to := l.replicasOf(key, l.members)
+			if slices.Contains(to, l.self) {
+				l.records[key] = &record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), lentUntil: time.Duration(s.LentUntilNs), from: l.self}
+			}
+			l.addShip(out, key, s, to)
+		}
+		delete(l.pools, key)
+		delete(l.dirty, key)
+	}
+	l.sendShips(out, fx)
+	for _, key := range sortedKeys(l.records) {
+		switch {
+		case l.owner(key) == l.self:
+			l.adopt(key, now)
+		case !slices.Contains(l.replicasOf(key, l.members), l.self):
+			delete(l.records, key)
 		}
 	}
 	for _, id := range forwarding.Orphaned(l.pending, members) {
@@ -1096,7 +1174,21 @@ func (l *Lease) StateBytes() int {
 	for _, p := range l.pending {
 		n += perRequest + len(p.Req.Key)
 	}
-	return n + l.seen.Len()*perSeen + l.local.StateBytes()
+	const perRecord = 48
+	for k := range l.records {
+		n += perRecord + len(k)
+	}
+	return n + l.seen.Len()*perSeen + l.local.StateBytes() + len(l.dirty)*8
+}
+
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func queuedLess(a, b queued) bool {
