@@ -89,23 +89,68 @@
 // never uses refill that came after the time it is counted at; a bucket is
 // forgotten only once no late message can still need it (sweepLag). The
 // rapid test TestEnvelopeUnderFaults checks both the conservation and the
-// envelope under loss, duplication, reordering, crashes and restarts.
+// envelope under loss, duplication, reordering, crashes and restarts
+// (exactly with replicas=1; with replicas, within the bound of "# Crashes").
 //
 // # Crashes
 //
 //   - Holder: its leases' unused tokens are lost until the owner releases
 //     them at expiry (at most one lease per ask in flight: a holder loses at
 //     most its leases, never more than it was granted).
-//   - Owner: a node that takes over a key (the key's rendezvous owner moved
-//     to it with a membership change, or it restarted) starts that key's
-//     bucket empty and refilling only from the change + takeover (default
-//     ttl + 1s): by then every lease the old owner granted has expired, and
-//     every node's view has caught up with the change if failure detection
-//     and gossip take under a second (memberlist on a LAN). No fresh burst,
-//     unlike owner, which starts full; the price is false rejections for
-//     takeover + b/r after an owner crash. While views disagree for longer
-//     than takeover - ttl (slow detection, partitions), two nodes may both
-//     act as owner and the envelope can be exceeded, as in `owner`.
+//   - Owner, without replicas (replicas=1), or for a key with no
+//     replicated state (a new key, a replica lost or restarted): a node
+//     that takes over a key (the key's rendezvous owner moved to it with a
+//     membership change, or it restarted) starts that key's bucket empty
+//     and refilling only from the change + takeover (default ttl + 1s): by
+//     then every lease the old owner granted has expired, and every node's
+//     view has caught up with the change if failure detection and gossip
+//     take under a second (memberlist on a LAN). No fresh burst, unlike
+//     owner, which starts full; the price is false rejections for
+//     takeover + b/r after an owner change.
+//   - Owner, with replicas (replicas=K, default 2; replica.go): the owner
+//     ships, every `sync` (default max(hold, 10ms)), the state of each key
+//     whose bucket changed to the key's next K-1 nodes in rendezvous order
+//     (LeaseReplicas): its level in exact ticks at a time, and the whole
+//     tokens in its unexpired leases (its own and those it inherited) with
+//     the latest of their expiries, an upper bound of each lease's. A
+//     replica keeps the state (a later one from the same owner replaces
+//     it; any other is merged keeping the more consumed bucket: both
+//     refilled to the later time, the lower level, the larger lent tokens
+//     until the later end, as owner's merge rule). The node that takes a
+//     key over continues from the replicated state, counting its lent
+//     tokens against its capacity until they end (pool.inherited) and
+//     then releasing them with none unused, so that its level plus the
+//     old owner's leases (as shipped) plus its own stay within b, when
+//     the state's owner is no longer a member in its view (it crashed or
+//     left) or handed the key over: at a membership change a node that
+//     owned a key it no longer owns ships its state, marked handover, to
+//     the key's new replica set and decides the key no more (a restarted
+//     owner gets its keys back this way from the node that held them, in
+//     place of its conservative start, as long as it has taken nothing
+//     from that start yet). A node that still owns its keys after a change
+//     ships them to the new replica set. A state from an owner that is
+//     still a member and did not hand the key over is only merged into a
+//     conservative start (it may still be deciding). An untouched
+//     conservative start is never shipped: it tells nothing the previous
+//     owner's state does not. A full state is kept fill time + sweepLag
+//     after it was shipped; after that the key starts conservatively.
+//     What is over-admitted: the state a replica holds misses what the old
+//     owner took after it, those of the last sync interval and in flight
+//     (more when ships are lost: they are not acknowledged, the next one
+//     supersedes). Per crash of an owner the key's admissions exceed
+//     b + r*T by at most what the old owner took after the state its
+//     successor holds; we bound it by 2b + r*(max_wait + staleness)
+//     (the successor's level at takeover is at most b, the old owner's
+//     unshipped leases at most b, and waiting-mode reservations reach
+//     r*max_wait below 0), staleness = 2 sync intervals + one one-way
+//     latency, plus one sync interval per ship of a busy key lost in a row
+//     (TestEnvelopeUnderFaults checks the bound without that term, with up
+//     to 30% loss); owner states "one burst per crash" for the same window. Ours; the
+//     replica set is owner's (seed 003's K servers per tenant from
+//     rendezvous order).
+//   - While views disagree for longer than takeover - ttl (slow detection,
+//     partitions), two nodes may both act as owner and the envelope can be
+//     exceeded, as in `owner`.
 //     Until the others' failure detectors drop a crashed owner, their
 //     forwards to it time out and are decided by on_timeout: by default
 //     with local (r/N, b/N) buckets that start empty (together at most one
