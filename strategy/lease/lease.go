@@ -145,9 +145,9 @@
 //     r*max_wait below 0), staleness = 2 sync intervals + one one-way
 //     latency, plus one sync interval per ship of a busy key lost in a row
 //     (TestEnvelopeUnderFaults checks the bound without that term, with up
-//     to 30% loss); owner states "one burst per crash" for the same window. Ours; the
-//     replica set is owner's (seed 003's K servers per tenant from
-//     rendezvous order).
+//     to 30% loss); owner states "one burst per crash" for the same
+//     window. Ours; the replica set is owner's (seed 003's K servers per
+//     tenant from rendezvous order).
 //   - While views disagree for longer than takeover - ttl (slow detection,
 //     partitions), two nodes may both act as owner and the envelope can be
 //     exceeded, as in `owner`.
@@ -686,11 +686,14 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 	if moved {
 		p.level, p.last, p.conservative = 0, movedAt+l.takeover, true
 	}
-	if r := l.records[key]; r != nil {
-		// Replicated state (replica.go): continue from it when its owner
-		// handed the key over or is gone, or when the key did not move
-		// (it is then no fuller than a full start); otherwise merge it
-		// into the conservative start.
+	if r := l.records[key]; r != nil && l.owner(key) == l.self {
+		// Replicated state (replica.go), at the key's owner in this view
+		// only (a pool made for a peer whose view lags stays
+		// conservative: the owner in this view may be deciding from the
+		// same state): continue from it when its owner handed the key
+		// over or is gone, or when the key did not move (it is then no
+		// fuller than a full start); otherwise merge it into the
+		// conservative start.
 		if !moved || l.trusted(r) {
 			p = r.asPool()
 		} else {
