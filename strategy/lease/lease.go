@@ -137,17 +137,20 @@
 //     What is over-admitted: the state a replica holds misses what the old
 //     owner took after it, those of the last sync interval and in flight
 //     (more when ships are lost: they are not acknowledged, the next one
-//     supersedes). Per crash of an owner the key's admissions exceed
-//     b + r*T by at most what the old owner took after the state its
-//     successor holds; we bound it by 2b + r*(max_wait + staleness)
-//     (the successor's level at takeover is at most b, the old owner's
-//     unshipped leases at most b, and waiting-mode reservations reach
-//     r*max_wait below 0), staleness = 2 sync intervals + one one-way
-//     latency, plus one sync interval per ship of a busy key lost in a row
-//     (TestEnvelopeUnderFaults checks the bound without that term, with up
-//     to 30% loss); owner states "one burst per crash" for the same
-//     window. Ours; the replica set is owner's (seed 003's K servers per
-//     tenant from rendezvous order).
+//     supersedes). Per crash of an owner, the key's admissions exceed
+//     b + r*T by at most b + r*(max_wait + staleness), staleness being the
+//     age of the successor's state at the crash: the owner's history up to
+//     the state followed by the successor's continuation from it is one
+//     bucket's history (within b + r*T); beyond it come only the old
+//     owner's decisions after the state, which took at most its level then
+//     plus the lent tokens returned to it (together at most b), its refill
+//     since (r*staleness) and its waiting-mode reservations (r*max_wait
+//     below 0). Without lost ships staleness is at most a sync interval
+//     plus a one-way latency; each ship of a busy key lost in a row adds a
+//     sync interval (TestEnvelopeUnderFaults checks b + r*(max_wait + 2
+//     sync + latency) per crash with up to 30% loss); owner states "one
+//     burst per crash" for the same window. Ours; the replica set is
+//     owner's (seed 003's K servers per tenant from rendezvous order).
 //   - While views disagree for longer than takeover - ttl (slow detection,
 //     partitions), two nodes may both act as owner and the envelope can be
 //     exceeded, as in `owner`.
@@ -796,8 +799,8 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64,
 // Receive handles a peer's message. Errors (no state change): a payload
 // that does not decode or has no body; an empty or oversized key;
 // non-positive tokens; a time before 0 or more than max_skew after now; a
-// grant above the burst or expiring beyond now + ttl + max_skew; a return of
-// more tokens than were granted; a verdict or grant from a node that was not
+// grant above the burst or expiring beyond now + ttl + max_skew; a verdict
+// or grant from a node that was not
 // asked.
 func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	var m peerv1.LeaseMessage
@@ -891,7 +894,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		id := grantID{from, r.Key, r.Seq}
 		g := l.grants[id]
 		if g != nil && r.Unused > g.tokens {
-			return fmt.Errorf("lease: return from %s: unused %d above the %d tokens granted for seq %d", from, r.Unused, g.tokens, r.Seq)
+			// More than this node granted for that seq: a lease of this
+			// node's previous incarnation (a restarted owner may have
+			// answered a late copy of the same ask, with fewer tokens).
+			// An honest peer does this: not an error; not credited (the
+			// previous incarnation's tokens are not in this bucket), but
+			// acknowledged below so that the holder stops resending.
+			g = nil
 		}
 		// Credited only while the lease is still counted: once released by
 		// expiry, the bucket may have refilled the lease's room, and a

@@ -190,12 +190,12 @@ func envelopeRun(t *rapid.T, waiting bool) {
 		// exactly. With replicas, a node that takes a crashed owner's key
 		// over continues from the last state it received, which misses
 		// what the old owner took after it (package doc, "# Crashes"):
-		// per crash at most 2b + r*(max_wait + stale), stale = two sync
+		// per crash at most b + r*(max_wait + stale), stale = two sync
 		// intervals and the largest latency.
 		var bound float64
 		if replicas > 1 {
 			stale := 2*max(10*time.Millisecond, lat.Max) + lat.Max
-			bound = float64(crashes)*(2*float64(burst)+rate.PerSec()*(maxWait+stale).Seconds()) + 1e-9
+			bound = float64(crashes)*(float64(burst)+rate.PerSec()*(maxWait+stale).Seconds()) + 1e-9
 		}
 		if v := eval.EnvelopeViolation(served, all, rate.PerSec(), burst); v > bound {
 			t.Fatalf("admitted tokens (counted when they proceed) exceed b + r*T by %.4f tokens (replicas %d, %d crashes: bound %.0f)", v, replicas, crashes, bound)
