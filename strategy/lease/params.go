@@ -32,11 +32,10 @@
 //     takeover's default.
 //   - replicas (int, default 2): the key's first K nodes in rendezvous order
 //     hold its owner's state (level and lent tokens), shipped every sync, so
-//     that the node that takes the key over continues from it (see Crashes);
-//     1 turns replicas off (every takeover starts empty); at least 1.
-//   - sync (duration, default max(hold, 10ms)): how often the owner ships
-//     the states of the keys whose bucket changed to their replicas;
-//     positive.
+//     that the node that takes the key over continues from it; 1 turns
+//     replicas off (every takeover starts empty); at least 1.
+//   - sync (duration, default max(hold, 10ms)): how often the owner ships the
+//     states of the keys whose bucket changed to their replicas; positive.
 package lease
 
 import "github.com/tokenmesh/tokenmesh/strategy"
