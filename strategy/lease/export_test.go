@@ -13,7 +13,9 @@ import (
 // unused tokens that any node holds in unexpired leases granted by O for
 // that key never exceed the burst, and O's level is never negative. nodes
 // is the current incarnation of every node; leases held by crashed nodes
-// are counted too (they are lost, which only makes the check stricter).
+// are counted too (they are lost, which only makes the check stricter),
+// unless O runs with replicas (then only the leases granted out of O's
+// pool count: see the bound in "# Crashes").
 func Conserved(nodes map[strategy.NodeID]*Lease, burst int64, now time.Duration) error {
 	return ConservedWaiting(nodes, burst, 0, now)
 }
@@ -37,12 +39,21 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
 			}
 			var held int64
-			for _, h := range nodes {
+			for hid, h := range nodes {
 				if hk := h.keys[key]; hk != nil {
 					for _, ls := range hk.leases {
-						if ls.from == oid && ls.expires > now {
-							held += ls.tokens
+						if ls.from != oid || ls.expires <= now {
+							continue
 						}
+						// With replicas, a restarted owner may continue
+						// from a replicated state that misses leases its
+						// previous incarnation granted after its last
+						// sync (the bound in "# Crashes"): count the
+						// leases granted out of this pool.
+						if g := o.grants[grantID{hid, key, ls.seq}]; o.replicas > 1 && (g == nil || g.pool != p) {
+							continue
+						}
+						held += ls.tokens
 					}
 				}
 			}

@@ -8,12 +8,15 @@ import (
 
 // hintParams is what SetLatencyHint needs from New: which hint-derived
 // timers a parameter set (those keep their value), and retries
-// (strategy.ForwardTimers, as for owner).
-type hintParams = strategy.ForwardTimers
+// (strategy.ForwardTimers, as for owner), and whether sync was set.
+type hintParams struct {
+	strategy.ForwardTimers
+	syncSet bool
+}
 
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
 // from Config.LatencyHint, with New's formulas, unless a parameter set
-// them: hold = hint, timeout = 3*hint + 100ms (and the retransmission
+// them: hold = hint, sync = max(hold, 10ms), timeout = 3*hint + 100ms (and the retransmission
 // interval timeout/(retries+1)), the holder's ask lead 2*hint + hold and
 // return lead min(2*hint, ttl/4). The windows that say how late a message
 // may still be taken only grow: the forward de-duplication window
@@ -35,6 +38,9 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		l.timeout = strategy.HintTimeout(hint)
 		l.retryEvery = l.timeout / time.Duration(l.hinted.Retries+1)
 	}
+	if !l.hinted.syncSet {
+		l.syncEvery = defaultSync(l.hold)
+	}
 	l.seen.Grow(2*l.timeout + l.hold + 4*hint)
 	l.lead = 2*hint + l.hold
 	l.returnLead = min(2*hint, l.ttl/4)
@@ -53,3 +59,7 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		}
 	}
 }
+
+// defaultSync is the sync interval without a sync parameter: max(hold,
+// 10ms), as strategy/owner's.
+func defaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }

@@ -89,23 +89,71 @@
 // never uses refill that came after the time it is counted at; a bucket is
 // forgotten only once no late message can still need it (sweepLag). The
 // rapid test TestEnvelopeUnderFaults checks both the conservation and the
-// envelope under loss, duplication, reordering, crashes and restarts.
+// envelope under loss, duplication, reordering, crashes and restarts
+// (exactly with replicas=1; with replicas, within the bound of "# Crashes").
 //
 // # Crashes
 //
 //   - Holder: its leases' unused tokens are lost until the owner releases
 //     them at expiry (at most one lease per ask in flight: a holder loses at
 //     most its leases, never more than it was granted).
-//   - Owner: a node that takes over a key (the key's rendezvous owner moved
-//     to it with a membership change, or it restarted) starts that key's
-//     bucket empty and refilling only from the change + takeover (default
-//     ttl + 1s): by then every lease the old owner granted has expired, and
-//     every node's view has caught up with the change if failure detection
-//     and gossip take under a second (memberlist on a LAN). No fresh burst,
-//     unlike owner, which starts full; the price is false rejections for
-//     takeover + b/r after an owner crash. While views disagree for longer
-//     than takeover - ttl (slow detection, partitions), two nodes may both
-//     act as owner and the envelope can be exceeded, as in `owner`.
+//   - Owner, without replicas (replicas=1), or for a key with no
+//     replicated state (a new key, a replica lost or restarted): a node
+//     that takes over a key (the key's rendezvous owner moved to it with a
+//     membership change, or it restarted) starts that key's bucket empty
+//     and refilling only from the change + takeover (default ttl + 1s): by
+//     then every lease the old owner granted has expired, and every node's
+//     view has caught up with the change if failure detection and gossip
+//     take under a second (memberlist on a LAN). No fresh burst, unlike
+//     owner, which starts full; the price is false rejections for
+//     takeover + b/r after an owner change.
+//   - Owner, with replicas (replicas=K, default 2; replica.go): the owner
+//     ships, every `sync` (default max(hold, 10ms)), the state of each key
+//     whose bucket changed to the key's next K-1 nodes in rendezvous order
+//     (LeaseReplicas): its level in exact ticks at a time, and the whole
+//     tokens in its unexpired leases (its own and those it inherited) with
+//     the latest of their expiries, an upper bound of each lease's. A
+//     replica keeps the state (a later one from the same owner replaces
+//     it; any other is merged keeping the more consumed bucket: both
+//     refilled to the later time, the lower level, the larger lent tokens
+//     until the later end, as owner's merge rule). The node that takes a
+//     key over continues from the replicated state, counting its lent
+//     tokens against its capacity until they end (pool.inherited) and
+//     then releasing them with none unused, so that its level plus the
+//     old owner's leases (as shipped) plus its own stay within b, when
+//     the state's owner is no longer a member in its view (it crashed or
+//     left) or handed the key over: at a membership change a node that
+//     owned a key it no longer owns ships its state, marked handover, to
+//     the key's new replica set and decides the key no more (a restarted
+//     owner gets its keys back this way from the node that held them, in
+//     place of its conservative start, as long as it has taken nothing
+//     from that start yet). A node that still owns its keys after a change
+//     ships them to the new replica set. A state from an owner that is
+//     still a member and did not hand the key over is only merged into a
+//     conservative start (it may still be deciding). An untouched
+//     conservative start is never shipped: it tells nothing the previous
+//     owner's state does not. A full state is kept fill time + sweepLag
+//     after it was shipped; after that the key starts conservatively.
+//     What is over-admitted: the state a replica holds misses what the old
+//     owner took after it, those of the last sync interval and in flight
+//     (more when ships are lost: they are not acknowledged, the next one
+//     supersedes). Per crash of an owner, the key's admissions exceed
+//     b + r*T by at most b + r*(max_wait + staleness), staleness being the
+//     age of the successor's state at the crash: the owner's history up to
+//     the state followed by the successor's continuation from it is one
+//     bucket's history (within b + r*T); beyond it come only the old
+//     owner's decisions after the state, which took at most its level then
+//     plus the lent tokens returned to it (together at most b), its refill
+//     since (r*staleness) and its waiting-mode reservations (r*max_wait
+//     below 0). Without lost ships staleness is at most a sync interval
+//     plus a one-way latency; each ship of a busy key lost in a row adds a
+//     sync interval (TestEnvelopeUnderFaults checks b + r*(max_wait + 2
+//     sync + latency) per crash with up to 30% loss); owner states "one
+//     burst per crash" for the same window. Ours; the replica set is
+//     owner's (seed 003's K servers per tenant from rendezvous order).
+//   - While views disagree for longer than takeover - ttl (slow detection,
+//     partitions), two nodes may both act as owner and the envelope can be
+//     exceeded, as in `owner`.
 //     Until the others' failure detectors drop a crashed owner, their
 //     forwards to it time out and are decided by on_timeout: by default
 //     with local (r/N, b/N) buckets that start empty (together at most one
@@ -187,6 +235,16 @@ type Lease struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	sweepLag   time.Duration // how late a forward or an ask may come: timeout + 3*LatencyHint + hold + max_skew
+
+	// replicas (replica.go): K of parameter replicas, the sync interval,
+	// the keys whose pool changed since the last sync, and the states
+	// other owners shipped here.
+	replicas  int
+	syncEvery time.Duration
+	syncAt    time.Duration // the sync wake-up asked for; -1: none
+	dirty     map[string]bool
+	records   map[string]*record
+	rank      []strategy.NodeID // scratch for rendezvous.Rank
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -315,6 +373,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		queue: minheap.New(queuedLess),
 		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
+		dirty:   map[string]bool{}, records: map[string]*record{}, syncAt: -1,
 	}
 	v, err := strategy.ReadParams("lease", Params, cfg.Params)
 	if err != nil {
@@ -328,6 +387,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.maxWait = v.Duration("max_wait")
 	l.takeover = v.DurationOr("takeover", l.ttl+time.Second+l.maxWait)
 	l.maxSkew = v.Duration("max_skew")
+	l.syncEvery = v.DurationOr("sync", defaultSync(l.hold))
 	if l.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
 	}
@@ -339,6 +399,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	}
 	retries := v.Int("retries")
 	minLease := v.Int("min_lease")
+	l.replicas = v.Int("replicas")
 	switch {
 	case l.timeout == 0:
 		return nil, fmt.Errorf("lease: parameter timeout must be positive")
@@ -356,10 +417,14 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, fmt.Errorf("lease: parameter retries=%d is negative", retries)
 	case minLease < 1:
 		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
+	case l.replicas < 1:
+		return nil, fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
+	case l.syncEvery <= 0:
+		return nil, fmt.Errorf("lease: parameter sync must be positive")
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
-	l.hinted = strategy.ReadForwardTimers(v, retries)
+	l.hinted = hintParams{ForwardTimers: strategy.ReadForwardTimers(v, retries), syncSet: v.Has("sync")}
 	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)
@@ -602,7 +667,25 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 		moved, movedAt = true, max(movedAt, now)
 	}
 	if moved {
-		p.level, p.last = 0, movedAt+l.takeover
+		p.level, p.last, p.conservative = 0, movedAt+l.takeover, true
+	}
+	if r := l.records[key]; r != nil && l.owner(key) == l.self {
+		// Replicated state (replica.go), at the key's owner in this view
+		// only (a pool made for a peer whose view lags stays
+		// conservative: the owner in this view may be deciding from the
+		// same state): continue from it when its owner handed the key
+		// over or is gone, or when the key did not move (it is then no
+		// fuller than a full start); otherwise merge it into the
+		// conservative start.
+		if !moved || l.trusted(r) {
+			p = r.asPool()
+		} else {
+			q := r.asPool()
+			t := max(p.last, q.last)
+			l.sh.advance(q, t)
+			l.mergeInto(p, q)
+		}
+		delete(l.records, key)
 	}
 	l.pools[key] = p
 	return p
@@ -618,11 +701,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				g.released, g.returned = true, true
 				l.sh.advance(g.pool, q.arrival)
 				l.sh.release(g.pool, g.tokens, q.tokens)
+				l.markDirty(now, q.key, fx)
 			}
 			continue
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
+		l.markDirty(now, q.key, fx)
 		if q.ask {
 			l.grant(p, q, fx)
 			continue
@@ -673,6 +758,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
 	}
 	l.sh.lend(p, n)
+	p.lentUntil = max(p.lentUntil, g.expires)
 	l.grants[id] = g
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
@@ -693,8 +779,8 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64,
 // Receive handles a peer's message. Errors (no state change): a payload
 // that does not decode or has no body; an empty or oversized key;
 // non-positive tokens; a time before 0 or more than max_skew after now; a
-// grant above the burst or expiring beyond now + ttl + max_skew; a return of
-// more tokens than were granted; a verdict or grant from a node that was not
+// grant above the burst or expiring beyond now + ttl + max_skew; a verdict
+// or grant from a node that was not
 // asked.
 func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	var m peerv1.LeaseMessage
@@ -788,7 +874,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		id := grantID{from, r.Key, r.Seq}
 		g := l.grants[id]
 		if g != nil && r.Unused > g.tokens {
-			return fmt.Errorf("lease: return from %s: unused %d above the %d tokens granted for seq %d", from, r.Unused, g.tokens, r.Seq)
+			// More than this node granted for that seq: a lease of this
+			// node's previous incarnation (a restarted owner may have
+			// answered a late copy of the same ask, with fewer tokens).
+			// An honest peer does this: not an error; not credited (the
+			// previous incarnation's tokens are not in this bucket), but
+			// acknowledged below so that the holder stops resending.
+			g = nil
 		}
 		// Credited only while the lease is still counted: once released by
 		// expiry, the bucket may have refilled the lease's room, and a
@@ -803,6 +895,8 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
 			fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
 		}
+	case *peerv1.LeaseMessage_Replicas:
+		return l.receiveReplicas(now, from, b.Replicas)
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -968,12 +1062,16 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
+			l.markDirty(now, e.id.key, fx)
 		}
 	}
 	if l.gexpiry.Len() > 0 {
 		fx.WakeAt(l.gexpiry.Peek().at)
 	}
 	l.seen.Expire(now, fx)
+	if l.syncAt >= 0 && now >= l.syncAt {
+		l.syncDirty(now, fx)
+	}
 	if now >= l.nextSweep {
 		l.sweep(now)
 		l.local.Sweep(now)
@@ -1011,6 +1109,14 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.pools, k)
 		}
 	}
+	for k, r := range l.records {
+		// A full record is kept while its owner may still hold the key's
+		// pool (fill time + sweepLag after the state; a busy key is shipped
+		// again before); without one a takeover starts conservatively.
+		if p := r.asPool(); r.at+l.fillTime+l.sweepLag <= now && l.sh.full(p, now) {
+			delete(l.records, k)
+		}
+	}
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -1036,9 +1142,36 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
-	for key := range l.pools {
-		if l.owner(key) != l.self || rendezvous.Owner(key, prev) != l.self {
-			delete(l.pools, key)
+	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	for _, key := range sortedKeys(l.pools) {
+		p := l.pools[key]
+		owned := rendezvous.Owner(key, prev) == l.self
+		if l.owner(key) == l.self && owned {
+			if l.replicas > 1 && !p.untouched(now) { // the new replicas get the state now
+				l.addShip(out, key, l.stateOf(p, now), l.replicasOf(key, l.members))
+			}
+			continue
+		}
+		if owned && l.replicas > 1 && !p.untouched(now) {
+			// Hand the key over: this node decides it no more.
+			s := l.stateOf(p, now)
+			s.Handover = true
+			to := l.replicasOf(key, l.members)
+			if slices.Contains(to, l.self) {
+				l.records[key] = &record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), lentUntil: time.Duration(s.LentUntilNs), from: l.self}
+			}
+			l.addShip(out, key, s, to)
+		}
+		delete(l.pools, key)
+		delete(l.dirty, key)
+	}
+	l.sendShips(out, fx)
+	for _, key := range sortedKeys(l.records) {
+		switch {
+		case l.owner(key) == l.self:
+			l.adopt(key, now)
+		case !slices.Contains(l.replicasOf(key, l.members), l.self):
+			delete(l.records, key)
 		}
 	}
 	for _, id := range forwarding.Orphaned(l.pending, members) {
@@ -1078,7 +1211,21 @@ func (l *Lease) StateBytes() int {
 	for _, p := range l.pending {
 		n += perRequest + len(p.Req.Key)
 	}
-	return n + l.seen.Len()*perSeen + l.local.StateBytes()
+	const perRecord = 48
+	for k := range l.records {
+		n += perRecord + len(k)
+	}
+	return n + l.seen.Len()*perSeen + l.local.StateBytes() + len(l.dirty)*8
+}
+
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func queuedLess(a, b queued) bool {

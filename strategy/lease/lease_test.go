@@ -52,6 +52,10 @@ func ask(key string, seq uint64, tokens, at int64) []byte {
 	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: tokens, AskedAtNs: at}}})
 }
 
+func replicas(states ...*peerv1.LeaseReplica) []byte {
+	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{States: states}}})
+}
+
 func decode(t *testing.T, b []byte) *peerv1.LeaseMessage {
 	t.Helper()
 	var m peerv1.LeaseMessage
@@ -62,7 +66,7 @@ func decode(t *testing.T, b []byte) *peerv1.LeaseMessage {
 }
 
 func TestNewRejectsBadParams(t *testing.T) {
-	for _, p := range []string{"period=0s", "ttl=1ms", "min_lease=0", "retries=-1", "timeout=0s", "nonsense=1", "window=x"} {
+	for _, p := range []string{"period=0s", "ttl=1ms", "min_lease=0", "retries=-1", "timeout=0s", "nonsense=1", "window=x", "replicas=0", "sync=0s"} {
 		ps, _ := strategy.ParseParams([]string{p})
 		_, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
 			Rand: rand.New(rand.NewPCG(1, 2)), Params: ps})
@@ -78,22 +82,32 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 	key := keyOwnedBy("n0")
 	now := 10 * time.Second
 	for name, payload := range map[string][]byte{
-		"garbage":           {0xff, 0xff, 0xff},
-		"no body":           {},
-		"empty key":         ask("", 1, 1, 0),
-		"ask above burst":   ask(key, 1, 21, int64(now)),
-		"ask zero tokens":   ask(key, 1, 0, int64(now)),
-		"ask seq 0":         ask(key, 0, 1, int64(now)),
-		"ask in future":     ask(key, 1, 1, int64(now+time.Second)),
-		"ask negative":      ask(key, 1, 1, -1),
-		"negative tokens":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ExtraTokens: -1}}}),
-		"forward future":    msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now + time.Hour)}}}),
-		"return negative":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: -1}}}),
-		"grant above burst": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 21}}}),
-		"grant negative":    msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: -1}}}),
-		"grant far expiry":  msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 1, ExpiresNs: int64(now + time.Hour)}}}),
-		"max wait negative": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: -1}}}),
-		"max wait too long": msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: int64(2 * time.Hour)}}}),
+		"garbage":                {0xff, 0xff, 0xff},
+		"no body":                {},
+		"empty key":              ask("", 1, 1, 0),
+		"ask above burst":        ask(key, 1, 21, int64(now)),
+		"ask zero tokens":        ask(key, 1, 0, int64(now)),
+		"ask seq 0":              ask(key, 0, 1, int64(now)),
+		"ask in future":          ask(key, 1, 1, int64(now+time.Second)),
+		"ask negative":           ask(key, 1, 1, -1),
+		"negative tokens":        msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ExtraTokens: -1}}}),
+		"forward future":         msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now + time.Hour)}}}),
+		"return negative":        msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: -1}}}),
+		"grant above burst":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 21}}}),
+		"grant negative":         msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: -1}}}),
+		"grant far expiry":       msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 1, ExpiresNs: int64(now + time.Hour)}}}),
+		"max wait negative":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: -1}}}),
+		"max wait too long":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: int64(2 * time.Hour)}}}),
+		"replica empty key":      replicas(&peerv1.LeaseReplica{Key: "", AtNs: int64(now)}),
+		"replica above burst":    replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 21 * int64(time.Second), AtNs: int64(now)}),
+		"replica below 0":        replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: -1, AtNs: int64(now)}),
+		"replica level+lent":     replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 15 * int64(time.Second), LentTokens: 6, LentUntilNs: int64(now), AtNs: int64(now)}),
+		"replica lent > b":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 21, LentUntilNs: int64(now), AtNs: int64(now)}),
+		"replica lent < 0":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: -1, AtNs: int64(now)}),
+		"replica far future":     replicas(&peerv1.LeaseReplica{Key: key, AtNs: int64(now + time.Hour)}),
+		"replica negative at":    replicas(&peerv1.LeaseReplica{Key: key, AtNs: -1}),
+		"replica far lent":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentUntilNs: int64(now + time.Hour), AtNs: int64(now)}),
+		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, AtNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, AtNs: int64(now)}),
 	} {
 		l := newNode(t, "n0")
 		before := l.StateBytes()
@@ -261,6 +275,8 @@ func FuzzReceive(f *testing.F) {
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{RequestId: 1, EmptyForUs: 5}}}), int64(1e6))
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 7, Key: key, ArrivalNs: 5}}}), int64(1e6))
 	f.Add([]byte{0x0a, 0x00}, int64(0))
+	f.Add(replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, AtNs: 1e8, LentTokens: 2, LentUntilNs: 5e8, Handover: true}), int64(1e8))
+	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, AtNs: 1e8}), int64(1e8))
 	f.Fuzz(func(t *testing.T, payload []byte, nowNs int64) {
 		if nowNs < 0 {
 			nowNs = -nowNs
@@ -414,5 +430,105 @@ func TestDryHintEndsBeforeBucketFills(t *testing.T) {
 		case seq == 1 && (g.EmptyUntilNs <= int64(now) || g.EmptyUntilNs > int64(now+20*time.Millisecond)):
 			t.Fatalf("second grant's hint ends %v after the ask, want within the 20 ms the bucket takes to fill", time.Duration(g.EmptyUntilNs)-now)
 		}
+	}
+}
+
+// keyRanked is a key whose first two nodes in rendezvous order over
+// members are first and second.
+func keyRanked(first, second strategy.NodeID) string {
+	for i := 0; ; i++ {
+		k := string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
+		if r := rendezvous.Rank(nil, k, members, 2); r[0] == first && r[1] == second {
+			return k
+		}
+	}
+}
+
+// admitted counts the requests of n at instant at (hold 0: decided at
+// once) that key's pool admits, IDs from id.
+func admitted(l *Lease, key string, at time.Duration, n int, id uint64) int {
+	var got int
+	for i := range n {
+		fx := &strategy.Effects{}
+		if d, ok := l.Request(at, strategy.Request{ID: id + uint64(i), Key: key, Tokens: 1, Arrival: at}, fx); ok && d.Allowed {
+			got++
+		}
+	}
+	return got
+}
+
+// TestTakeoverFromReplica: n1, the second node of n0's key, holds the state
+// n0 shipped (5 tokens at 1 s, 3 tokens lent until 1.3 s); when n0 leaves
+// its view n1 continues from it (5 + 2 refilled by 1.2 s = 7 tokens, the 3
+// lent ones coming back only at 1.3 s, with none unused) instead of
+// starting empty; with replicas=1 the state is ignored and the key starts
+// empty for takeover.
+func TestTakeoverFromReplica(t *testing.T) {
+	key := keyRanked("n0", "n1")
+	state := replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 5 * int64(time.Second), AtNs: int64(time.Second),
+		LentTokens: 3, LentUntilNs: int64(1300 * time.Millisecond)})
+	for _, k := range []string{"1", "2"} {
+		l := newNode(t, "n1", "replicas="+k)
+		if err := l.Receive(time.Second, "n0", state, &strategy.Effects{}); err != nil {
+			t.Fatal(err)
+		}
+		l.SetMembers(1200*time.Millisecond, []strategy.NodeID{"n1", "n2"}, &strategy.Effects{})
+		got := admitted(l, key, 1200*time.Millisecond, 10, 1)
+		want := 7
+		if k == "1" {
+			want = 0
+		}
+		if got != want {
+			t.Fatalf("replicas=%s: admitted %d at the takeover, want %d", k, got, want)
+		}
+		if k == "1" {
+			continue
+		}
+		// At 1.35 s: 1.5 tokens refilled since 1.2 s, and the 3 lent tokens
+		// released at 1.3 s add room (capacity 20), not tokens.
+		if got := admitted(l, key, 1350*time.Millisecond, 10, 100); got != 1 {
+			t.Fatalf("admitted %d at 1.35 s, want 1 (1.5 tokens refilled)", got)
+		}
+		if err := Conserved(map[strategy.NodeID]*Lease{"n1": l}, 20, 1350*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHandoverReplacesConservativeStart: a restarted owner starts its key
+// empty; a state from a node that is still a member and still decides the
+// key is only merged into that start (nothing admitted), and the handover
+// of the node that held the key meanwhile replaces it (the key continues
+// from the shipped level). Once the start has been used, a handover is
+// merged instead (keeping the more consumed).
+func TestHandoverReplacesConservativeStart(t *testing.T) {
+	key := keyRanked("n0", "n1")
+	now := 5 * time.Second
+	l := newNode(t, "n0")
+	l.Start(now, &strategy.Effects{}) // a restart
+	if got := admitted(l, key, now, 3, 1); got != 0 {
+		t.Fatalf("restarted owner admitted %d, want 0 (conservative start)", got)
+	}
+	st := &peerv1.LeaseReplica{Key: key, LevelTicks: 12 * int64(time.Second), AtNs: int64(now)}
+	if err := l.Receive(now, "n1", replicas(st), &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted(l, key, now, 3, 10); got != 0 {
+		t.Fatalf("admitted %d after a state without handover, want 0", got)
+	}
+	st.Handover = true
+	if err := l.Receive(now, "n1", replicas(st), &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted(l, key, now, 20, 20); got != 12 {
+		t.Fatalf("admitted %d after the handover of 12 tokens, want 12", got)
+	}
+	// Used now: another handover of a fuller bucket does not refill it.
+	st.LevelTicks = 20 * int64(time.Second)
+	if err := l.Receive(now, "n1", replicas(st), &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted(l, key, now, 5, 50); got != 0 {
+		t.Fatalf("admitted %d after a second handover into a used bucket, want 0", got)
 	}
 }

@@ -30,6 +30,12 @@
 //   - max_wait (duration, default 0): the longest wait waiting mode grants
 //     (seed 000 §5.2), at most 1h; 0 turns waiting mode off. It adds to
 //     takeover's default.
+//   - replicas (int, default 2): the key's first K nodes in rendezvous order
+//     hold its owner's state (level and lent tokens), shipped every sync, so
+//     that the node that takes the key over continues from it; 1 turns
+//     replicas off (every takeover starts empty); at least 1.
+//   - sync (duration, default max(hold, 10ms)): how often the owner ships the
+//     states of the keys whose bucket changed to their replicas; positive.
 package lease
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -61,4 +67,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "max_wait", Type: strategy.ParamDuration, Default: "0", Example: "100ms",
 		Doc: "the longest wait waiting mode grants (seed 000 §5.2), at most 1h; 0 turns waiting mode off. It adds to takeover's default."},
+	{Name: "replicas", Type: strategy.ParamInt, Default: "2", Example: "3",
+		Doc: "the key's first K nodes in rendezvous order hold its owner's state (level and lent tokens), shipped every sync, so that the node that takes the key over continues from it; 1 turns replicas off (every takeover starts empty); at least 1."},
+	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",
+		Doc: "how often the owner ships the states of the keys whose bucket changed to their replicas; positive."},
 }

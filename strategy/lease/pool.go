@@ -16,6 +16,16 @@ type pool struct {
 	level  int64         // ticks available; <= (burst-leased)*per; below 0 only while waiting-mode reservations wait (reserve)
 	last   time.Duration // refilled up to here; may lie ahead of now (a conservative start)
 	leased int64         // whole tokens in unexpired, unreturned leases
+	// lentUntil is the latest expiry of the leases granted out of it (an
+	// upper bound of the unreleased ones', shipped to replicas).
+	lentUntil time.Duration
+	// inherited is the whole tokens a previous owner had in leases when it
+	// shipped the state this pool continues from (replica.go), counted
+	// against the capacity until inheritedUntil, when they are released
+	// with none unused.
+	inherited      int64
+	inheritedUntil time.Duration
+	conservative   bool // made empty for a takeover (pool, lease.go)
 }
 
 // shape is the rate and burst every pool of a node shares.
@@ -26,10 +36,20 @@ type shape struct {
 }
 
 // capacity is the pool's capacity in ticks at its current leases.
-func (s shape) capacity(p *pool) int64 { return (s.burst - p.leased) * s.per }
+func (s shape) capacity(p *pool) int64 { return (s.burst - p.leased - p.inherited) * s.per }
 
-// advance refills p up to now. A now at or before p.last refills nothing.
+// advance refills p up to now, releasing its inherited leases at their
+// end. A now at or before p.last refills nothing.
 func (s shape) advance(p *pool, now time.Duration) {
+	if p.inherited > 0 && p.inheritedUntil <= now {
+		s.refill(p, p.inheritedUntil)
+		p.inherited = 0
+	}
+	s.refill(p, now)
+}
+
+// refill refills p up to now at its current capacity.
+func (s shape) refill(p *pool, now time.Duration) {
 	dt := int64(now - p.last)
 	if dt <= 0 {
 		return
@@ -110,7 +130,7 @@ func (s shape) untilOne(p *pool, now time.Duration) time.Duration {
 // full reports whether p is at the full burst with no leases at now.
 func (s shape) full(p *pool, now time.Duration) bool {
 	s.advance(p, now)
-	return p.leased == 0 && p.level == s.burst*s.per
+	return p.leased == 0 && p.inherited == 0 && p.level == s.burst*s.per
 }
 
 // reserve takes n tokens at time at (advanced to at before) in waiting mode

@@ -119,7 +119,8 @@ func envelopeRun(t *rapid.T, waiting bool) {
 			Detection: time.Duration(rapid.IntRange(1, 100).Draw(t, "detection_ms")) * time.Millisecond,
 			JoinDelay: time.Duration(rapid.IntRange(0, 100).Draw(t, "join_ms")) * time.Millisecond,
 		}
-		for e := rapid.IntRange(0, 3).Draw(t, "crashes"); e > 0; e-- {
+		crashes := rapid.IntRange(0, 3).Draw(t, "crashes")
+		for e := crashes; e > 0; e-- {
 			victim := fmt.Sprintf("n%d", rapid.IntRange(0, nodes-1).Draw(t, "victim"))
 			at := time.Duration(rapid.IntRange(0, spanMs).Draw(t, "crash_at")) * time.Millisecond
 			back := at + time.Duration(rapid.IntRange(1, 3000).Draw(t, "down_ms"))*time.Millisecond
@@ -136,6 +137,8 @@ func envelopeRun(t *rapid.T, waiting bool) {
 			"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
 			"period=" + fmt.Sprint(rapid.IntRange(20, 400).Draw(t, "period_ms")) + "ms",
 		}
+		replicas := rapid.IntRange(1, 3).Draw(t, "replicas")
+		settings = append(settings, fmt.Sprintf("replicas=%d", replicas))
 		var maxWait time.Duration
 		if waiting {
 			maxWait = time.Duration(rapid.IntRange(1, 2000).Draw(t, "max_wait_ms")) * time.Millisecond
@@ -183,8 +186,19 @@ func envelopeRun(t *rapid.T, waiting bool) {
 		for i := range all {
 			all[i] = true
 		}
-		if v := eval.EnvelopeViolation(served, all, rate.PerSec(), burst); v > 0 {
-			t.Fatalf("admitted tokens (counted when they proceed) exceed b + r*T by %.4f tokens", v)
+		// Without replicas every takeover starts empty: the envelope holds
+		// exactly. With replicas, a node that takes a crashed owner's key
+		// over continues from the last state it received, which misses
+		// what the old owner took after it (package doc, "# Crashes"):
+		// per crash at most b + r*(max_wait + stale), stale = two sync
+		// intervals and the largest latency.
+		var bound float64
+		if replicas > 1 {
+			stale := 2*max(10*time.Millisecond, lat.Max) + lat.Max
+			bound = float64(crashes)*(float64(burst)+rate.PerSec()*(maxWait+stale).Seconds()) + 1e-9
+		}
+		if v := eval.EnvelopeViolation(served, all, rate.PerSec(), burst); v > bound {
+			t.Fatalf("admitted tokens (counted when they proceed) exceed b + r*T by %.4f tokens (replicas %d, %d crashes: bound %.0f)", v, replicas, crashes, bound)
 		}
 	}
 }

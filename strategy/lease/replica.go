@@ -1,0 +1,238 @@
+package lease
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
+)
+
+// maxReplicasPerMessage bounds the states of one LeaseReplicas message
+// this node sends; maxReplicasAccepted those it accepts.
+const (
+	maxReplicasPerMessage = 256
+	maxReplicasAccepted   = 4096
+)
+
+// record is a key's bucket as its owner last shipped it to this node (a
+// replica; see "# Crashes" in the package doc): level ticks at at (no
+// refill before at), lent tokens in the owner's leases, all ended by
+// lentUntil; from is the owner that shipped it; handover says it stopped
+// deciding the key when it did.
+type record struct {
+	level, lent   int64
+	at, lentUntil time.Duration
+	from          strategy.NodeID
+	handover      bool
+}
+
+// asPool is r as a pool whose inherited leases are r's lent tokens.
+func (r *record) asPool() *pool {
+	return &pool{level: r.level, last: r.at, inherited: r.lent, inheritedUntil: r.lentUntil}
+}
+
+// stateOf is p at now as shipped to replicas: refilled to now (a copy),
+// valid from max(now, p.last), with its own and inherited leases as lent.
+func (l *Lease) stateOf(p *pool, now time.Duration) *peerv1.LeaseReplica {
+	cp := *p
+	l.sh.advance(&cp, now)
+	s := &peerv1.LeaseReplica{LevelTicks: cp.level, AtNs: int64(max(now, cp.last)), LentTokens: cp.leased + cp.inherited}
+	if s.LentTokens > 0 {
+		s.LentUntilNs = int64(max(cp.lentUntil, cp.inheritedUntil))
+	}
+	return s
+}
+
+// replicasOf is key's first K nodes in rendezvous order among members.
+func (l *Lease) replicasOf(key string, members []strategy.NodeID) []strategy.NodeID {
+	l.rank = rendezvous.Rank(l.rank[:0], key, members, l.replicas)
+	return l.rank
+}
+
+// markDirty notes that key's pool changed, to be shipped at the next sync.
+func (l *Lease) markDirty(now time.Duration, key string, fx *strategy.Effects) {
+	if l.replicas < 2 {
+		return
+	}
+	l.dirty[key] = true
+	if l.syncAt < 0 {
+		l.syncAt = now + l.syncEvery
+		fx.WakeAt(l.syncAt)
+	}
+}
+
+// syncDirty ships the pools that changed since the last sync, of the keys
+// this node owns, to the keys' other replicas.
+func (l *Lease) syncDirty(now time.Duration, fx *strategy.Effects) {
+	l.syncAt = -1
+	keys := make([]string, 0, len(l.dirty))
+	for k := range l.dirty {
+		keys = append(keys, k)
+	}
+	clear(l.dirty)
+	slices.Sort(keys)
+	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	for _, k := range keys {
+		p := l.pools[k]
+		if p == nil || l.owner(k) != l.self || p.untouched(now) {
+			continue // an untouched conservative start tells nothing: the previous owner's state does
+		}
+		l.addShip(out, k, l.stateOf(p, now), l.replicasOf(k, l.members))
+	}
+	l.sendShips(out, fx)
+}
+
+// addShip queues s (of key) for every node of to but this one.
+func (l *Lease) addShip(out map[strategy.NodeID][]*peerv1.LeaseReplica, key string, s *peerv1.LeaseReplica, to []strategy.NodeID) {
+	s.Key = key
+	for _, n := range to {
+		if n != l.self {
+			out[n] = append(out[n], s)
+		}
+	}
+}
+
+// sendShips sends the queued states, per peer in node order, at most
+// maxReplicasPerMessage a message.
+func (l *Lease) sendShips(out map[strategy.NodeID][]*peerv1.LeaseReplica, fx *strategy.Effects) {
+	peers := make([]strategy.NodeID, 0, len(out))
+	for n := range out {
+		peers = append(peers, n)
+	}
+	slices.Sort(peers)
+	for _, n := range peers {
+		ss := out[n]
+		for len(ss) > 0 {
+			k := min(len(ss), maxReplicasPerMessage)
+			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{States: ss[:k]}}}))
+			ss = ss[k:]
+		}
+	}
+}
+
+// receiveReplicas checks every state of m first (an error changes
+// nothing), then merges each into this node's record of its key and, for
+// the keys this node owns, into their pools (adopt).
+func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peerv1.LeaseReplicas) error {
+	if len(m.States) > maxReplicasAccepted {
+		return fmt.Errorf("lease: replicas from %s: %d states, at most %d", from, len(m.States), maxReplicasAccepted)
+	}
+	floor := -satMul(l.sh.tokensPerNs, int64(l.maxWait))
+	for i, s := range m.States {
+		switch {
+		case s.Key == "" || len(s.Key) > maxKeyBytes:
+			return fmt.Errorf("lease: replicas from %s: state %d: key of %d bytes (want 1..%d)", from, i, len(s.Key), maxKeyBytes)
+		case s.LentTokens < 0 || s.LentTokens > l.sh.burst:
+			return fmt.Errorf("lease: replicas from %s: key %q: lent_tokens %d outside [0, burst=%d]", from, s.Key, s.LentTokens, l.sh.burst)
+		case s.LevelTicks < floor || s.LevelTicks > (l.sh.burst-s.LentTokens)*l.sh.per:
+			return fmt.Errorf("lease: replicas from %s: key %q: level_ticks %d outside [%d, (burst - lent_tokens) * %d ticks]", from, s.Key, s.LevelTicks, floor, l.sh.per)
+		case s.AtNs < 0 || time.Duration(s.AtNs) > now+l.takeover+l.maxSkew:
+			return fmt.Errorf("lease: replicas from %s: key %q: at_ns %d outside [0, now+takeover+max_skew=%d]", from, s.Key, s.AtNs, now+l.takeover+l.maxSkew)
+		case s.LentUntilNs < 0 || time.Duration(s.LentUntilNs) > now+l.ttl+l.takeover+l.maxSkew:
+			return fmt.Errorf("lease: replicas from %s: key %q: lent_until_ns %d outside [0, now+ttl+takeover+max_skew]", from, s.Key, s.LentUntilNs)
+		}
+	}
+	if l.replicas < 2 {
+		return nil // replicas off here: keep today's conservative takeover
+	}
+	for _, s := range m.States {
+		in := record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), from: from, handover: s.Handover}
+		if in.lent > 0 {
+			in.lentUntil = time.Duration(s.LentUntilNs)
+		}
+		if r := l.records[s.Key]; r != nil {
+			l.mergeRecord(r, in)
+		} else {
+			l.records[s.Key] = &in
+		}
+		if l.owner(s.Key) == l.self {
+			l.adopt(s.Key, now)
+		}
+	}
+	return nil
+}
+
+// mergeRecord merges in into r: a later state from the same owner replaces
+// it; otherwise (another sender, or an older state) the merge keeps the
+// more consumed bucket: both refilled to the later time, the lower level
+// and the larger lent tokens until the later end.
+func (l *Lease) mergeRecord(r *record, in record) {
+	if in.from == r.from && in.at >= r.at {
+		*r = in
+		return
+	}
+	a, b := r.asPool(), in.asPool()
+	t := max(r.at, in.at)
+	l.sh.advance(a, t)
+	l.sh.advance(b, t)
+	l.mergeInto(a, b)
+	*r = record{level: a.level, lent: a.inherited, at: max(a.last, t), lentUntil: a.inheritedUntil,
+		from: in.from, handover: r.handover || in.handover}
+}
+
+// mergeInto keeps in p (refilled to the same time as q) the more consumed
+// of p and q: the lower level, the larger inherited lent tokens (never
+// more than p's capacity leaves) until the later end.
+func (l *Lease) mergeInto(p, q *pool) {
+	p.level = min(p.level, q.level)
+	if q.inherited > 0 {
+		p.inherited = min(max(p.inherited, q.inherited), l.sh.burst-p.leased)
+		p.inheritedUntil = max(p.inheritedUntil, q.inheritedUntil)
+	}
+	p.level = min(p.level, l.sh.capacity(p))
+}
+
+// trusted reports whether r may replace a conservative takeover: its
+// owner handed the key over, or it is no longer a member in this view
+// (it crashed or left, so it decides no more).
+func (l *Lease) trusted(r *record) bool {
+	return r.handover || !slices.Contains(l.members, r.from)
+}
+
+// adopt moves key's record (if any) into its pool at this node as owner:
+// a trusted record replaces a pool still untouched in its conservative
+// start (or makes the pool); any other record is merged into the pool
+// (kept until a pool is made, if none).
+func (l *Lease) adopt(key string, now time.Duration) {
+	r := l.records[key]
+	if r == nil {
+		return
+	}
+	p := l.pools[key]
+	switch {
+	case p == nil && !l.trusted(r):
+		return // pool() decides when the key is first used
+	case p == nil:
+		l.pools[key] = r.asPool()
+	case l.trusted(r) && p.untouched(now):
+		*p = *r.asPool() // in place: grant records of 0 tokens point to it
+	default:
+		q := r.asPool()
+		t := max(p.last, q.last, now)
+		l.sh.advance(p, t)
+		l.sh.advance(q, t)
+		l.mergeInto(p, q)
+	}
+	delete(l.records, key)
+}
+
+// untouched reports whether p is a conservative start that nothing has
+// been taken from yet.
+func (p *pool) untouched(now time.Duration) bool {
+	return p.conservative && p.level == 0 && p.leased == 0 && p.inherited == 0 && now < p.last
+}
+
+func satMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
