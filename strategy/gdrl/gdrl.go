@@ -302,74 +302,53 @@ func New(cfg strategy.Config) (*GDRL, error) {
 		return nil, fmt.Errorf("gdrl: %s is not among the members %v", cfg.Self, cfg.Members)
 	}
 	g := &GDRL{self: cfg.Self, rnd: cfg.Rand, cfg: cfg}
-	var err error
-	p := &cfg.Params
-	if g.interval, err = p.Duration("interval", 100*time.Millisecond); err != nil {
+	v, err := strategy.ReadParams("gdrl", Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
+	g.interval = v.Duration("interval")
 	if g.interval <= 0 {
 		return nil, fmt.Errorf("gdrl: parameter interval must be positive")
 	}
-	g.indicator = p.String("indicator", IndicatorFill)
+	g.indicator = v.Enum("indicator")
 	if g.indicator != IndicatorSpare && g.indicator != IndicatorFill {
 		return nil, fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
 	}
-	if g.eta, err = p.Float("eta", -1); err != nil {
-		return nil, err
-	}
+	g.eta = v.FloatOr("eta", -1)
 	if g.eta == -1 {
 		g.eta = 0 // the default for the degree, once the graph is known
 	} else if !(g.eta > 0 && g.eta <= 1) {
 		return nil, fmt.Errorf("gdrl: parameter eta=%v: want a gain in (0, 1]", g.eta)
 	}
-	if g.alpha, err = p.Float("alpha", 0.02); err != nil {
-		return nil, err
-	}
+	g.alpha = v.Float("alpha")
 	if math.IsNaN(g.alpha) || g.alpha <= 0 || g.alpha > 1 {
 		return nil, fmt.Errorf("gdrl: parameter alpha=%v: want a filter gain in (0, 1]", g.alpha)
 	}
-	g.graph = p.String("graph", GraphRing)
-	if g.degree, err = p.Int("degree", 4); err != nil {
-		return nil, err
-	}
+	g.graph = v.Enum("graph")
+	g.degree = v.Int("degree")
 	if _, err := Neighbours(g.graph, g.degree, cfg.Members, cfg.Self); err != nil {
 		return nil, err
 	}
-	if g.idle, err = p.Duration("idle", 30*time.Second); err != nil {
-		return nil, err
-	}
-	if g.retransmit, err = p.Duration("retransmit", max(g.interval, 4*cfg.LatencyHint)); err != nil {
-		return nil, err
-	}
+	g.idle = v.Duration("idle")
+	g.retransmit = v.DurationOr("retransmit", max(g.interval, 4*cfg.LatencyHint))
 	if g.retransmit <= 0 {
 		return nil, fmt.Errorf("gdrl: parameter retransmit must be positive")
 	}
-	if g.refresh, err = p.Duration("refresh", 50*g.interval); err != nil {
-		return nil, err
-	}
+	g.refresh = v.DurationOr("refresh", 50*g.interval)
 	if g.refresh <= 0 {
 		return nil, fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
-	if g.maxKeys, err = p.Int("max_keys", 1024); err != nil {
-		return nil, err
-	}
+	g.maxKeys = v.Int("max_keys")
 	if g.maxKeys < 1 {
 		return nil, fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)
 	}
-	if g.noiseBand, err = p.Float("noise_band", 2); err != nil {
-		return nil, err
-	}
+	g.noiseBand = v.Float("noise_band")
 	if !(g.noiseBand >= 0 && g.noiseBand <= 100) {
 		return nil, fmt.Errorf("gdrl: parameter noise_band=%v: want a number of standard errors in [0, 100]", g.noiseBand)
 	}
-	if g.evidence, err = p.Float("evidence", 2); err != nil {
-		return nil, err
-	}
+	g.evidence = v.Float("evidence")
 	if !(g.evidence >= 0 && g.evidence <= 100) {
 		return nil, fmt.Errorf("gdrl: parameter evidence=%v: want a number of standard errors in [0, 100]", g.evidence)
-	}
-	if err := p.Check("gdrl"); err != nil {
-		return nil, err
 	}
 	if g.totalC, err = RateUnits(cfg.Rate); err != nil {
 		return nil, err
