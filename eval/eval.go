@@ -48,6 +48,13 @@ type Options struct {
 	// ShortfallPct, Setup.ShortfallWindowS); 0 leaves it out, and the
 	// report keeps the bytes it had before the measure existed.
 	ShortfallWindow time.Duration
+	// ClientLatency, when set, delays every request of the strategies
+	// other than the centralized ones (central, the reference) on its way
+	// from the client to its node by a draw from it (seeded by Seed; the
+	// node stamps the request when it gets it): the model of a live
+	// cluster's client path, e.g. `tokenmesh replay`'s gRPC calls (see
+	// delayTrace). nil: requests reach their nodes at their trace times.
+	ClientLatency *sim.Latency
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -142,6 +149,8 @@ type Setup struct {
 	// ShortfallWindowS is Options.ShortfallWindow in seconds, absent
 	// without it.
 	ShortfallWindowS float64 `json:"shortfall_window_s,omitempty"`
+	// ClientLatency is Options.ClientLatency, absent when not set.
+	ClientLatency string `json:"client_latency,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -206,6 +215,11 @@ func Run(opts Options) (*Report, error) {
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()
 	}
+	var client delayed
+	if opts.ClientLatency != nil {
+		rep.Setup.ClientLatency = opts.ClientLatency.String()
+		client = delayTrace(opts.Trace, *opts.ClientLatency, opts.Seed)
+	}
 	var central []bool
 	for _, s := range opts.Strategies {
 		assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
@@ -224,9 +238,20 @@ func Run(opts Options) (*Report, error) {
 			name := s.Name
 			cfg.Progress = func(done, total int) { opts.Progress(name, done, total) }
 		}
-		res, err := sim.Run(opts.Trace, cfg)
+		trace := opts.Trace
+		if client.Trace != nil && !s.Centralized {
+			trace, cfg.Assign = client.Trace, origAssigner{inner: assign, d: client, trace: opts.Trace}
+		}
+		res, err := sim.Run(trace, cfg)
 		if err != nil {
 			return nil, err
+		}
+		if trace != opts.Trace {
+			outs := make([]sim.Outcome, len(res.Outcomes))
+			for j, o := range res.Outcomes {
+				outs[client.Orig[j]] = o
+			}
+			res.Outcomes = outs
 		}
 		allowed := make([]bool, len(reqs))
 		lat := make([]time.Duration, 0, len(reqs))

@@ -37,6 +37,7 @@ type simFlags struct {
 	burst                    int64
 	assign                   string
 	latency                  string
+	clientLatency            string
 	loss, duplicate, reorder float64
 	scenario                 string
 	seed                     uint64
@@ -106,6 +107,7 @@ on it.`,
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
 	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
 	fl.StringVar(&f.latency, "latency", "1ms", "one-way peer latency: 2ms (fixed), uniform:1ms-5ms, exp:2ms (exponential mean), exp:1ms+2ms")
+	fl.StringVar(&f.clientLatency, "client-latency", "", "delay of every request on its way from the client to its node (the node stamps it on receipt; central, the reference, keeps the trace's times), in --latency's forms, e.g. exp:2ms to describe a replay's gRPC calls at --speed 10 (docs/REPLAY.md); empty: none")
 	fl.Float64Var(&f.loss, "loss", 0, "probability that a peer message is lost")
 	fl.Float64Var(&f.duplicate, "duplicate", 0, "probability that a peer message is delivered twice")
 	fl.Float64Var(&f.reorder, "reorder", 0, "probability that a peer message gets an extra delay that reorders it")
@@ -250,6 +252,13 @@ func (f *simFlags) options() (eval.Options, error) {
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
 		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait,
 		ShortfallWindow: f.shortfallWindow}
+	if f.clientLatency != "" {
+		cl, err := sim.ParseLatency(f.clientLatency)
+		if err != nil {
+			return o, usageErr("--client-latency: %v", err)
+		}
+		o.ClientLatency = &cl
+	}
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err
