@@ -12,19 +12,27 @@ import (
 //   - fixed:       every message takes Mean.
 //   - uniform:     uniform in [Min, Max].
 //   - exponential: Min plus an exponential with mean Mean-Min.
+//   - samples:     one of measured values, uniformly (ReadLatencySamples);
+//     Min, Max and Mean are theirs.
 type Latency struct {
-	Kind string // "fixed", "uniform" or "exponential"
+	Kind string // "fixed", "uniform", "exponential" or "samples"
 	Min  time.Duration
 	Max  time.Duration
 	Mean time.Duration
+
+	samples *samples // Kind "samples"
 }
 
 // ParseLatency parses "2ms" (fixed), "uniform:1ms-5ms", or "exp:2ms"
 // (exponential with mean 2ms) / "exp:1ms+2ms" (1ms plus an exponential with
-// mean 2ms). Errors name the text and the accepted forms.
+// mean 2ms), or "samples:FILE" (measured values, one duration per line:
+// ReadLatencySamples). Errors name the text and the accepted forms.
 func ParseLatency(s string) (Latency, error) {
+	if path, ok := strings.CutPrefix(strings.TrimSpace(s), "samples:"); ok {
+		return readSampleFile(path)
+	}
 	bad := func(why string) (Latency, error) {
-		return Latency{}, fmt.Errorf("latency %q: %s (forms: 2ms, uniform:1ms-5ms, exp:2ms, exp:1ms+2ms)", s, why)
+		return Latency{}, fmt.Errorf("latency %q: %s (forms: 2ms, uniform:1ms-5ms, exp:2ms, exp:1ms+2ms, samples:FILE)", s, why)
 	}
 	kind, rest, hasKind := strings.Cut(strings.TrimSpace(s), ":")
 	if !hasKind {
@@ -72,15 +80,19 @@ func (l Latency) Sample(r *rand.Rand) time.Duration {
 		return l.Min + time.Duration(r.Int64N(int64(l.Max-l.Min)+1))
 	case "exponential":
 		return l.Min + time.Duration(r.ExpFloat64()*float64(l.Mean-l.Min))
+	case "samples":
+		return l.samples.draw(r)
 	}
 	return l.Mean
 }
 
 // Hint is the latency strategies are told to expect (strategy.Config's
 // LatencyHint): the fixed value, the maximum of a uniform, and the 99th
-// percentile of an exponential.
+// percentile of an exponential or of samples.
 func (l Latency) Hint() time.Duration {
 	switch l.Kind {
+	case "samples":
+		return l.samples.p99()
 	case "uniform":
 		return l.Max
 	case "exponential":
@@ -92,6 +104,8 @@ func (l Latency) Hint() time.Duration {
 // String prints l in the form ParseLatency reads.
 func (l Latency) String() string {
 	switch l.Kind {
+	case "samples":
+		return "samples:" + l.samples.source
 	case "uniform":
 		return fmt.Sprintf("uniform:%v-%v", l.Min, l.Max)
 	case "exponential":

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -147,6 +148,9 @@ func FuzzParseLatency(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if strings.HasPrefix(strings.TrimSpace(s), "samples:") {
+			return // reads a file: FuzzReadLatencySamples
+		}
 		l, err := sim.ParseLatency(s)
 		if err != nil {
 			return
@@ -156,6 +160,27 @@ func FuzzParseLatency(f *testing.F) {
 		}
 		if _, err := sim.ParseLatency(l.String()); err != nil {
 			t.Fatalf("%q parsed, but its String %q does not: %v", s, l.String(), err)
+		}
+	})
+}
+
+func FuzzReadLatencySamples(f *testing.F) {
+	for _, s := range []string{"1ms\n2ms\n", "# c\n\n0.5ms", "-1ms", "", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := sim.ReadLatencySamples("in", strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		if l.Min < 0 || l.Mean < l.Min || l.Max < l.Mean || l.Hint() < l.Min || l.Hint() > l.Max || l.String() != "samples:in" {
+			t.Fatalf("%q read as %+v (hint %v)", s, l, l.Hint())
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 10 {
+			if d := l.Sample(r); d < l.Min || d > l.Max {
+				t.Fatalf("%q: drew %v outside [%v, %v]", s, d, l.Min, l.Max)
+			}
 		}
 	})
 }

@@ -123,7 +123,7 @@ back to the data-plane cut with a warning.`,
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
 	fl.BoolVar(&f.netns, "netns", false, "run each node in its own network namespace (root): --partition then cuts gossip too")
-	fl.StringVar(&f.decisions, "decisions", "", "also write every request's live decision to DIR/<strategy>.csv (index, arrival_ms, key, node, allowed, central, lateness_ms, error), e.g. to compare with the simulator's over time")
+	fl.StringVar(&f.decisions, "decisions", "", "also write every request's live decision to DIR/<strategy>.csv (index, arrival_ms, key, node, allowed, central, lateness_ms, error, latency_ms), e.g. to compare with the simulator's over time")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
 	return cmd
 }
@@ -481,7 +481,9 @@ func reportDetection(w io.Writer, strategy string, speed float64, dir string, no
 // writeDecisions writes one CSV line per request of trace: its index,
 // arrival (trace ms), key, the node it was sent to (-1: none), the live
 // decision (1 admitted, 0 rejected or undecided), central's, the send's
-// lateness (wall ms) and its error, if any.
+// lateness (wall ms), its error, if any, and the Check call's round trip
+// as the client measured it (wall ms; the last column, so that readers of
+// the earlier columns are unchanged).
 func writeDecisions(path string, trace *workload.Trace, central []bool, res *replay.Result) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -491,7 +493,7 @@ func writeDecisions(path string, trace *workload.Trace, central []bool, res *rep
 		return err
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "index,arrival_ms,key,node,allowed,central,lateness_ms,error")
+	fmt.Fprintln(w, "index,arrival_ms,key,node,allowed,central,lateness_ms,error,latency_ms")
 	b := func(v bool) int {
 		if v {
 			return 1
@@ -504,8 +506,9 @@ func writeDecisions(path string, trace *workload.Trace, central []bool, res *rep
 		if o.Err != nil {
 			errText = strconv.Quote(o.Err.Error())
 		}
-		fmt.Fprintf(w, "%d,%d,%s,%d,%d,%d,%.3f,%s\n", i, r.Arrival.Milliseconds(), strconv.Quote(r.Key), o.Node,
-			b(res.Allowed(i)), b(central[i]), float64(o.Lateness)/float64(time.Millisecond), errText)
+		fmt.Fprintf(w, "%d,%d,%s,%d,%d,%d,%.3f,%s,%.3f\n", i, r.Arrival.Milliseconds(), strconv.Quote(r.Key), o.Node,
+			b(res.Allowed(i)), b(central[i]), float64(o.Lateness)/float64(time.Millisecond), errText,
+			float64(o.Latency)/float64(time.Millisecond))
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
