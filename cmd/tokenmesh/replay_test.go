@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -251,15 +253,18 @@ func TestReplayLiveKillRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil || len(rows) < 2 || rows[0][1] != "arrival_ms" || rows[0][3] != "node" {
+		t.Fatalf("decisions CSV (%v): header %v", err, rows[:min(1, len(rows))])
+	}
 	var down, after int
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
-		f := strings.Split(line, ",")
+	for _, f := range rows[1:] {
 		var at, node int
 		if _, err := fmt.Sscan(f[1], &at); err != nil {
-			t.Fatalf("line %q: %v", line, err)
+			t.Fatalf("row %q: %v", f, err)
 		}
-		if _, err := fmt.Sscan(f[len(f)-5], &node); err != nil {
-			t.Fatalf("line %q: %v", line, err)
+		if _, err := fmt.Sscan(f[3], &node); err != nil {
+			t.Fatalf("row %q: %v", f, err)
 		}
 		switch {
 		case node == 1 && at >= 4000 && at < 10000:

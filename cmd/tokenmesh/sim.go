@@ -106,7 +106,7 @@ on it.`,
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
 	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
-	fl.StringVar(&f.latency, "latency", "1ms", "one-way peer latency: 2ms (fixed), uniform:1ms-5ms, exp:2ms (exponential mean), exp:1ms+2ms")
+	fl.StringVar(&f.latency, "latency", "1ms", "one-way peer latency: 2ms (fixed), uniform:1ms-5ms, exp:2ms (exponential mean), exp:1ms+2ms, samples:FILE (measured values, one duration per line)")
 	fl.StringVar(&f.clientLatency, "client-latency", "", "delay of every request on its way from the client to its node (the node stamps it on receipt; central, the reference, keeps the trace's times), in --latency's forms, e.g. exp:2ms to describe a replay's gRPC calls at --speed 10 (docs/REPLAY.md); empty: none")
 	fl.Float64Var(&f.loss, "loss", 0, "probability that a peer message is lost")
 	fl.Float64Var(&f.duplicate, "duplicate", 0, "probability that a peer message is delivered twice")
