@@ -504,7 +504,9 @@ func cmpOr[T int | time.Duration](v, def T) T {
 // poller, late by up to about a millisecond (measured: sends p50 0.43 ms,
 // p90 1.0 ms late on an idle machine with sleeps alone), which at --speed
 // 10 is 4-10 ms of trace and reorders the requests of one key sent to
-// different nodes (owner's false rejections, docs/REPLAY.md).
+// different nodes (owner's false rejections, docs/REPLAY.md). The spin
+// costs the replaying process up to one core while requests fall due less
+// than spinFor apart, nothing between sparse ones.
 const spinFor = 2 * time.Millisecond
 
 // sleepUntil waits until t or ctx's end (then its error): it sleeps until
