@@ -3,22 +3,16 @@ package strategy
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 	"unicode"
 )
 
 // Params holds strategy-specific settings as name=value strings, as given on
 // the command line (`--param owner.hold=5ms`) or in a rule's YAML.
 // Constructors read them through their declarations (ReadParams, Values).
-// The getters below (Duration, Float, Int, Bool, String, then Check) are
-// the older way, which parses each value at the call and records which
-// names were read so that Check can reject the rest: only gdrl still uses
-// them; remove them when it reads Values.
 type Params struct {
 	values map[string]string
-	read   map[string]bool
+	read   map[string]bool // names read, when TrackReads made the record (values.go)
 }
 
 // ParseParams parses "name=value" pairs. An item may hold several pairs
@@ -121,100 +115,4 @@ func (p Params) Values() map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-func (p *Params) lookup(name string) (string, bool) {
-	if p.read == nil {
-		p.read = map[string]bool{}
-	}
-	p.read[name] = true
-	v, ok := p.values[name]
-	return v, ok
-}
-
-// Duration returns the named duration ("300ms", "2s"), or def when unset.
-// Errors name the parameter; negative durations are errors.
-func (p *Params) Duration(name string, def time.Duration) (time.Duration, error) {
-	v, ok := p.lookup(name)
-	if !ok {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s=%q: not a duration (like 300ms or 2s)", name, v)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("parameter %s=%q: negative duration", name, v)
-	}
-	return d, nil
-}
-
-// Float returns the named number, or def when unset.
-func (p *Params) Float(name string, def float64) (float64, error) {
-	v, ok := p.lookup(name)
-	if !ok {
-		return def, nil
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s=%q: not a number", name, v)
-	}
-	return f, nil
-}
-
-// Int returns the named integer, or def when unset.
-func (p *Params) Int(name string, def int) (int, error) {
-	v, ok := p.lookup(name)
-	if !ok {
-		return def, nil
-	}
-	i, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s=%q: not a whole number", name, v)
-	}
-	return i, nil
-}
-
-// Bool returns the named boolean, or def when unset.
-func (p *Params) Bool(name string, def bool) (bool, error) {
-	v, ok := p.lookup(name)
-	if !ok {
-		return def, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("parameter %s=%q: not true or false", name, v)
-	}
-	return b, nil
-}
-
-// String returns the named string, or def when unset.
-func (p *Params) String(name string, def string) string {
-	v, ok := p.lookup(name)
-	if !ok {
-		return def
-	}
-	return v
-}
-
-// Check returns an error naming every parameter that no getter read, with
-// the names the strategy knows.
-func (p *Params) Check(strategy string) error {
-	var unknown, known []string
-	for _, k := range p.Names() {
-		if !p.read[k] {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	for k := range p.read {
-		known = append(known, k)
-	}
-	sort.Strings(known)
-	if len(known) == 0 {
-		return fmt.Errorf("strategy %s takes no parameters, got %s", strategy, strings.Join(unknown, ", "))
-	}
-	return fmt.Errorf("strategy %s: unknown parameter %s (it knows %s)", strategy, strings.Join(unknown, ", "), strings.Join(known, ", "))
 }

@@ -15,23 +15,26 @@ func TestParams(t *testing.T) {
 	if got := o.Names(); len(got) != 2 {
 		t.Fatalf("owner params %v", got)
 	}
-	if d, err := o.Duration("hold", time.Second); err != nil || d != 5*time.Millisecond {
-		t.Fatalf("hold = %v, %v", d, err)
+	// The old getters (Params.Duration, Bool, Check) are gone; the same
+	// facts read through declarations (ReadParams).
+	if _, err := ReadParams("owner", testSpecs[:1], o); err == nil || !strings.Contains(err.Error(), "fail_open") {
+		t.Fatalf("undeclared fail_open not reported: %v", err)
 	}
-	if err := o.Check("owner"); err == nil || !strings.Contains(err.Error(), "fail_open") {
-		t.Fatalf("unread fail_open not reported: %v", err)
-	}
-	if b, err := o.Bool("fail_open", true); err != nil || b {
-		t.Fatalf("fail_open = %v, %v", b, err)
-	}
-	if err := o.Check("owner"); err != nil {
+	v, err := ReadParams("owner", []ParamSpec{testSpecs[0], testSpecs[6]}, o)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if d := v.Duration("hold"); d != 5*time.Millisecond {
+		t.Fatalf("hold = %v", d)
+	}
+	if b := v.Bool("fail_open"); b {
+		t.Fatalf("fail_open = %v", b)
 	}
 	if _, err := ParseParams([]string{"novalue"}); err == nil {
 		t.Fatal("a pair without = accepted")
 	}
 	bad, _ := ParseParams([]string{"x=abc"})
-	if _, err := bad.Duration("x", 0); err == nil || !strings.Contains(err.Error(), "x=") {
+	if _, err := ReadParams("demo", []ParamSpec{{Name: "x", Type: ParamDuration}}, bad); err == nil || !strings.Contains(err.Error(), "x=") {
 		t.Fatalf("bad duration: %v", err)
 	}
 	if un, _ := ParseParams([]string{"hold=1s,owner.x=1"}); len(un.Unprefixed()) != 1 {
