@@ -9,7 +9,7 @@ import (
 // command line (--param owner.hold=5ms) or in a rule's YAML params.
 type ParamType string
 
-// The parameter types. Their syntax is what the Params getters accept.
+// The parameter types. Their syntax is what ReadParams accepts.
 const (
 	// ParamDuration: a Go duration ("300ms", "2s"), not negative.
 	ParamDuration ParamType = "duration"
@@ -32,8 +32,7 @@ const (
 // and so does the constructor: it reads typed values from ReadParams
 // (Values), so the declarations are the parser (ours; the seeds have no
 // configuration syntax). A test in strategy/all checks that every
-// constructor reads every parameter it declares. (gdrl still reads its
-// Params with the older getters; see Params.)
+// constructor reads every parameter it declares.
 type ParamSpec struct {
 	Name string    // as given after "strategy." (hold, on_timeout)
 	Type ParamType // syntax of the value

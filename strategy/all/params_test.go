@@ -125,9 +125,8 @@ func TestParamDeclarationsAgreeWithConstructors(t *testing.T) {
 			}
 			// Every declared parameter is read by the constructor (built
 			// with none given: the reads that apply the defaults), and
-			// nothing else: the Values getters (strategy.ReadParams) and
-			// gdrl's Params getters both mark their reads in the record
-			// TrackReads makes.
+			// nothing else: the Values getters (strategy.ReadParams) mark
+			// their reads in the record TrackReads makes.
 			p, err := strategy.ParseParams(nil)
 			if err != nil {
 				t.Fatal(err)
