@@ -27,18 +27,18 @@ func newHinted(t *testing.T, hint time.Duration, params ...string) *Lease {
 }
 
 type leaseTimers struct {
-	hold, timeout, retryEvery, lead, returnLead, sweepLag, seenTTL time.Duration
+	hold, timeout, retryEvery, syncEvery, lead, returnLead, sweepLag, seenTTL time.Duration
 }
 
 func timersOf(l *Lease) leaseTimers {
-	return leaseTimers{l.hold, l.timeout, l.retryEvery, l.lead, l.returnLead, l.sweepLag, l.seen.TTL()}
+	return leaseTimers{l.hold, l.timeout, l.retryEvery, l.syncEvery, l.lead, l.returnLead, l.sweepLag, l.seen.TTL()}
 }
 
 // SetLatencyHint derives what New derives from the same hint (from a
 // smaller one: the windows that only grow are then equal too), and a
 // parameter always wins.
 func TestSetLatencyHintMatchesNew(t *testing.T) {
-	for _, params := range [][]string{nil, {"hold=3ms"}, {"timeout=1s", "retries=4"}, {"ttl=100ms", "period=50ms"}} {
+	for _, params := range [][]string{nil, {"hold=3ms"}, {"timeout=1s", "retries=4"}, {"ttl=100ms", "period=50ms"}, {"sync=20ms"}} {
 		for _, h := range []time.Duration{0, 300 * time.Microsecond, 7 * time.Millisecond, 60 * time.Millisecond} {
 			want := timersOf(newHinted(t, h, params...))
 			l := newHinted(t, 0, params...)
