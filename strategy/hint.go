@@ -34,17 +34,23 @@ type LatencyHinter interface {
 func HintTimeout(hint time.Duration) time.Duration { return 3*hint + 100*time.Millisecond }
 
 // ForwardTimers is what SetLatencyHint of a strategy that forwards to a
-// key's owner (owner, lease) needs from New: whether the parameters hold
-// and timeout were given (a parameter always wins over the hint, so those
-// keep their value) and the forward retries (the retransmission interval
-// is timeout/(Retries+1)). Ours.
+// key's owner (owner, lease) needs from New: whether the parameters hold,
+// timeout and sync were given (a parameter always wins over the hint, so
+// those keep their value) and the forward retries (the retransmission
+// interval is timeout/(Retries+1)). Ours.
 type ForwardTimers struct {
-	HoldSet, TimeoutSet bool
-	Retries             int
+	HoldSet, TimeoutSet, SyncSet bool
+	Retries                      int
 }
 
-// ReadForwardTimers records from v which of hold and timeout were given
-// (both must be declared), with retries.
+// ReadForwardTimers records from v which of hold, timeout and sync were
+// given (all three must be declared), with retries.
 func ReadForwardTimers(v *Values, retries int) ForwardTimers {
-	return ForwardTimers{HoldSet: v.Has("hold"), TimeoutSet: v.Has("timeout"), Retries: retries}
+	return ForwardTimers{HoldSet: v.Has("hold"), TimeoutSet: v.Has("timeout"), SyncSet: v.Has("sync"), Retries: retries}
 }
+
+// DefaultSync is owner's and lease's sync interval (how often a node ships
+// what changed to the key's replicas) without a sync parameter, from the
+// ordering buffer's hold: max(hold, 10ms). New and SetLatencyHint use it
+// alike. Ours.
+func DefaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }

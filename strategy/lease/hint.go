@@ -6,14 +6,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// hintParams is what SetLatencyHint needs from New: which hint-derived
-// timers a parameter set (those keep their value), and retries
-// (strategy.ForwardTimers, as for owner), and whether sync was set.
-type hintParams struct {
-	strategy.ForwardTimers
-	syncSet bool
-}
-
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
 // from Config.LatencyHint, with New's formulas, unless a parameter set
 // them: hold = hint, sync = max(hold, 10ms), timeout = 3*hint + 100ms (and the retransmission
@@ -38,8 +30,8 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		l.timeout = strategy.HintTimeout(hint)
 		l.retryEvery = l.timeout / time.Duration(l.hinted.Retries+1)
 	}
-	if !l.hinted.syncSet {
-		l.syncEvery = defaultSync(l.hold)
+	if !l.hinted.SyncSet {
+		l.syncEvery = strategy.DefaultSync(l.hold)
 	}
 	l.seen.Grow(2*l.timeout + l.hold + 4*hint)
 	l.lead = 2*hint + l.hold
@@ -59,7 +51,3 @@ func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		}
 	}
 }
-
-// defaultSync is the sync interval without a sync parameter: max(hold,
-// 10ms), as strategy/owner's.
-func defaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }

@@ -209,7 +209,7 @@ type Lease struct {
 	rate                      bucket.Rate
 	local                     *buckets.Table // on_timeout=local fallback buckets, (r/N, b/N) each
 	minLease                  int64
-	hinted                    hintParams // for SetLatencyHint (hint.go)
+	hinted                    strategy.ForwardTimers // for SetLatencyHint (hint.go)
 
 	// membership history for the conservative takeover: the views before
 	// the recent changes (kept for ttl + the time to fill the bucket)
@@ -387,7 +387,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.maxWait = v.Duration("max_wait")
 	l.takeover = v.DurationOr("takeover", l.ttl+time.Second+l.maxWait)
 	l.maxSkew = v.Duration("max_skew")
-	l.syncEvery = v.DurationOr("sync", defaultSync(l.hold))
+	l.syncEvery = v.DurationOr("sync", strategy.DefaultSync(l.hold))
 	if l.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
 	}
@@ -424,7 +424,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
-	l.hinted = hintParams{ForwardTimers: strategy.ReadForwardTimers(v, retries), syncSet: v.Has("sync")}
+	l.hinted = strategy.ReadForwardTimers(v, retries)
 	l.seen = dedupe.New[forwardID, *verdict](2*l.timeout + l.hold + 4*cfg.LatencyHint)
 	l.lead = 2*cfg.LatencyHint + l.hold
 	l.returnLead = min(2*cfg.LatencyHint, l.ttl/4)

@@ -6,14 +6,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// hintParams is what SetLatencyHint needs from New: which hint-derived
-// timers a parameter set (those keep their value; hold and timeout as for
-// lease, strategy.ForwardTimers, and sync), and retries.
-type hintParams struct {
-	strategy.ForwardTimers
-	sync bool
-}
-
 // SetLatencyHint (strategy.LatencyHinter) re-derives the timers New took
 // from Config.LatencyHint, with New's formulas, unless a parameter set
 // them: hold = hint, timeout = 3*hint + 100ms (and the retransmission
@@ -36,8 +28,8 @@ func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		o.retryEvery = o.timeout / time.Duration(o.hinted.Retries+1)
 		o.chargeTTL = chargeTTL(o.timeout)
 	}
-	if !o.hinted.sync {
-		o.syncEvery = defaultSync(o.hold)
+	if !o.hinted.SyncSet {
+		o.syncEvery = strategy.DefaultSync(o.hold)
 	}
 	o.seen.Grow(2*o.timeout + o.hold + 4*hint)
 	o.decideDue(now, fx)
@@ -51,9 +43,6 @@ func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strate
 		}
 	}
 }
-
-// defaultSync is sync's default for a hold: max(hold, 10ms).
-func defaultSync(hold time.Duration) time.Duration { return max(hold, 10*time.Millisecond) }
 
 // chargeTTL is how long a charge is kept for a forward timeout:
 // max(30s, 10*timeout).

@@ -207,7 +207,7 @@ type Owner struct {
 	suspectFor time.Duration
 	warmup     time.Duration
 	slack      time.Duration
-	hinted     hintParams // for SetLatencyHint (hint.go)
+	hinted     strategy.ForwardTimers // for SetLatencyHint (hint.go)
 
 	retryEvery time.Duration // timeout/(retries+1): time between retransmissions
 
@@ -327,7 +327,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.replicas = v.Int("replicas"); o.replicas < 1 {
 		return nil, fmt.Errorf("owner: parameter replicas=%d must be at least 1", o.replicas)
 	}
-	if o.syncEvery = v.DurationOr("sync", defaultSync(o.hold)); o.syncEvery == 0 {
+	if o.syncEvery = v.DurationOr("sync", strategy.DefaultSync(o.hold)); o.syncEvery == 0 {
 		return nil, fmt.Errorf("owner: parameter sync must be positive")
 	}
 	o.suspectFor = v.Duration("suspect")
@@ -337,7 +337,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
-	o.hinted = hintParams{ForwardTimers: strategy.ReadForwardTimers(v, retries), sync: v.Has("sync")}
+	o.hinted = strategy.ReadForwardTimers(v, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
