@@ -108,8 +108,9 @@ func (s ParamSpec) parse(value string) (any, error) {
 	return nil, fmt.Errorf("parameter %s: declared with unknown type %q", s.Name, s.Type)
 }
 
-// get returns the value of name (given, or the declared default when def
-// is true), after checking the declaration has type t.
+// get returns the value of name (given, or the declared default when
+// useDefault is true), after checking the declaration has type t, and
+// marks name read.
 func (v *Values) get(name string, t ParamType, useDefault bool) (any, bool) {
 	s, ok := FindParam(v.specs, name)
 	if !ok {
