@@ -205,7 +205,7 @@ type Lease struct {
 	maxSkew                   time.Duration
 	lead                      time.Duration // how long before a dry hint ends a holder asks again
 	returnLead                time.Duration // how long before the owner's release a holder stops using a lease and returns it
-	onTimeout                 OnTimeout
+	onTimeout                 strategy.OnTimeout
 	rate                      bucket.Rate
 	local                     *buckets.Table // on_timeout=local fallback buckets, (r/N, b/N) each
 	minLease                  int64

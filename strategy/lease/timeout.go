@@ -9,27 +9,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// OnTimeout is the answer to a forwarded request whose owner gave no
-// verdict within timeout (parameter on_timeout, read by
-// strategy.ReadOnTimeout): strategy.OnTimeout, shared with owner.
-type OnTimeout = strategy.OnTimeout
-
-const (
-	// TimeoutLocal (the default) decides with a local bucket of (r/N,
-	// b/N) per key (N the live members in this node's view), empty at its
-	// first use and refilling: while an owner is unreachable (crashed and
-	// not yet detected, or across a partition) the nodes that forward to
-	// it admit together at most one more envelope, not an unbounded
-	// number of requests.
-	TimeoutLocal = strategy.TimeoutLocal
-	// TimeoutAdmit admits (fail open): unbounded while the owner is
-	// unreachable.
-	TimeoutAdmit = strategy.TimeoutAdmit
-	// TimeoutReject refuses (fail closed): the envelope holds exactly, at
-	// the price of refusing the owner's keys until detection.
-	TimeoutReject = strategy.TimeoutReject
-)
-
 // localShare is this node's fallback bucket shape for the members:
 // rate r/N and its exact share of the burst (bucket.SplitBurst).
 func localShare(rate bucket.Rate, burst int64, self strategy.NodeID, members []strategy.NodeID) (bucket.Rate, int64, error) {
@@ -46,12 +25,15 @@ func localShare(rate bucket.Rate, burst int64, self strategy.NodeID, members []s
 }
 
 // timedOut answers a forwarded request whose owner did not answer in
-// time, by on_timeout.
+// time, by on_timeout (strategy.OnTimeout, read by strategy.ReadOnTimeout;
+// the local fallback's bucket is empty at its first use and refills, so
+// the forwarders to an unreachable owner admit together at most one more
+// envelope).
 func (l *Lease) timedOut(now time.Duration, req strategy.Request) bool {
 	switch l.onTimeout {
-	case TimeoutAdmit:
+	case strategy.TimeoutAdmit:
 		return true
-	case TimeoutReject:
+	case strategy.TimeoutReject:
 		return false
 	}
 	b, ok := l.local.Lookup(req.Key)
