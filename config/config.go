@@ -998,8 +998,8 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 // it must survive the trip into Rule.Params ("name=value" strings that
 // strategy.ParseParams splits at a comma followed by NAME=).
 func checkParamText(k, v string) *checkError {
-	if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
-		return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
+	if err := rule.CheckParamName(k); err != nil {
+		return &checkError{field: "params", param: k, msg: err.Error()}
 	}
 	if strings.TrimSpace(v) != v {
 		return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no leading or trailing spaces", v)}
