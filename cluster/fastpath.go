@@ -167,39 +167,40 @@ func newFastPath(s strategy.Strategy) *fastPath {
 // when the allowance is closed or holds fewer tokens: the check then goes
 // to the loop.
 func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
-	a := f.m.load(key)
-	if a == nil {
+	a, c, ok := f.consume(key, tokens)
+	if !ok {
 		return Decision{}, false
 	}
-	for {
-		c := a.tokens.Load()
-		if c < tokens {
-			return Decision{}, false
-		}
-		if a.tokens.CompareAndSwap(c, c-tokens) {
-			rem := int64(-1)
-			if l := a.level.Load(); l >= 0 {
-				rem = l + c - tokens
-			}
-			return Decision{Allowed: true, Remaining: rem}, true
-		}
+	rem := int64(-1)
+	if l := a.level.Load(); l >= 0 {
+		rem = l + c - tokens
 	}
+	return Decision{Allowed: true, Remaining: rem}, true
 }
 
 // takeOnly is take without the Decision: true when tokens of key's
 // allowance were taken.
 func (f *fastPath) takeOnly(key string, tokens int64) bool {
-	a := f.m.load(key)
+	_, _, ok := f.consume(key, tokens)
+	return ok
+}
+
+// consume takes tokens out of key's allowance with a compare-and-swap
+// (any goroutine): the entry and its tokens before the take, ok false
+// (nothing taken) when key has no entry or its allowance is closed or
+// holds fewer tokens.
+func (f *fastPath) consume(key string, tokens int64) (a *fastEntry, before int64, ok bool) {
+	a = f.m.load(key)
 	if a == nil {
-		return false
+		return nil, 0, false
 	}
 	for {
 		c := a.tokens.Load()
 		if c < tokens {
-			return false
+			return nil, 0, false
 		}
 		if a.tokens.CompareAndSwap(c, c-tokens) {
-			return true
+			return a, c, true
 		}
 	}
 }

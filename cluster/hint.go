@@ -135,7 +135,7 @@ func (e *LatencyEstimator) Observe(peer strategy.NodeID, rtt time.Duration, at t
 		return
 	}
 	h := e.hintLocked(at)
-	if !Moved(e.pushed, h) && !(e.busy && e.target != h) {
+	if !HintMoved(e.pushed, h) && !(e.busy && e.target != h) {
 		return
 	}
 	e.target = h
@@ -225,10 +225,11 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return iquantile.NearestRank(ds, q)
 }
 
-// Moved reports whether a measured hint differs from the applied one by
-// more than HintFactor (either way): the hysteresis that keeps the
-// strategies' timers from following every sample.
-func Moved(applied, measured time.Duration) bool {
+// HintMoved reports whether a measured latency hint differs from the
+// applied one (both one-way latencies) by more than HintFactor, either
+// way: the hysteresis that keeps the strategies' timers from following
+// every sample.
+func HintMoved(applied, measured time.Duration) bool {
 	return float64(measured) > HintFactor*float64(applied) || float64(measured)*HintFactor < float64(applied)
 }
 

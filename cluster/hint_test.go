@@ -110,8 +110,8 @@ func TestMoved(t *testing.T) {
 		{0, time.Microsecond, true},
 		{0, 0, false},
 	} {
-		if got := Moved(c.applied, c.measured); got != c.want {
-			t.Errorf("Moved(%v, %v) = %v, want %v", c.applied, c.measured, got, c.want)
+		if got := HintMoved(c.applied, c.measured); got != c.want {
+			t.Errorf("HintMoved(%v, %v) = %v, want %v", c.applied, c.measured, got, c.want)
 		}
 	}
 }

@@ -751,7 +751,7 @@ func (p *parser) node(raw rawNode, n *Node) {
 	if n.Name == "" {
 		n.Name = defaultNodeName()
 	}
-	if err := checkName(n.Name); err != nil {
+	if err := rule.CheckName(n.Name); err != nil {
 		p.fail("node.name", path("name"), "%v", err)
 	}
 	addr := func(field, v, def string) string {
@@ -919,7 +919,7 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
 	if r.Name == "" {
 		p.fail(field("name"), path("name"), "is required")
-	} else if err := checkName(r.Name); err != nil {
+	} else if err := rule.CheckName(r.Name); err != nil {
 		p.fail(field("name"), path("name"), "%v", err)
 	}
 	if r.Key == "" {
@@ -998,8 +998,8 @@ func (p *parser) rule(i int, raw rawRule) Rule {
 // it must survive the trip into Rule.Params ("name=value" strings that
 // strategy.ParseParams splits at a comma followed by NAME=).
 func checkParamText(k, v string) *checkError {
-	if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
-		return &checkError{field: "params", param: k, msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
+	if err := rule.CheckParamName(k); err != nil {
+		return &checkError{field: "params", param: k, msg: err.Error()}
 	}
 	if strings.TrimSpace(v) != v {
 		return &checkError{field: "params." + k, param: k, msg: fmt.Sprintf("%q: a value has no leading or trailing spaces", v)}
@@ -1012,15 +1012,11 @@ func checkParamText(k, v string) *checkError {
 
 func defaultNodeName() string {
 	h, err := os.Hostname()
-	if err != nil || checkName(h) != nil {
+	if err != nil || rule.CheckName(h) != nil {
 		return "tokenmesh"
 	}
 	return h
 }
-
-// checkName accepts names of rules and nodes (rule.CheckName): 1..128
-// bytes of letters, digits, '_', '-', '.'.
-func checkName(s string) error { return rule.CheckName(s) }
 
 // checkKey checks a key template with the grammar serve's HTTP mode uses
 // to build keys from requests (keytemplate.Parse: literal text and
@@ -1069,7 +1065,7 @@ func (e *checkError) Error() string { return e.field + ": " + e.msg }
 // checked with it. It reads no files.
 func (f *File) Validate() error {
 	n := f.Node
-	if err := checkName(n.Name); err != nil {
+	if err := rule.CheckName(n.Name); err != nil {
 		return fmt.Errorf("node.name: %w", err)
 	}
 	for _, a := range []struct{ field, v string }{{"api_addr", n.APIAddr}, {"grpc_addr", n.GRPCAddr}, {"peer_addr", n.PeerAddr}, {"gossip_addr", n.GossipAddr}} {
@@ -1123,7 +1119,7 @@ func (f *File) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, r := range f.Rules {
-		if err := checkName(r.Name); err != nil {
+		if err := rule.CheckName(r.Name); err != nil {
 			return fmt.Errorf("rules[%d].name: %w", i, err)
 		}
 		if seen[r.Name] {

@@ -114,6 +114,17 @@ func CheckName(s string) error {
 	return nil
 }
 
+// CheckParamName checks the name of a strategy parameter as Rule.Params
+// carries it ("name=value" pairs that strategy.ParseParams splits): not
+// empty, without '=', ',', '.' or spaces. Errors quote the name. Whether
+// the strategy declares the name is Validate's to check.
+func CheckParamName(k string) error {
+	if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
+		return fmt.Errorf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)
+	}
+	return nil
+}
+
 // Validate checks r as a node will run it, with the error of the first
 // bad field as a *FieldError: the name (CheckName), rate > 0 and valid, burst >= 1 and
 // representable at the rate, a known strategy ("" is DefaultStrategy),
@@ -172,8 +183,8 @@ func (r Rule) checkBucket() error {
 	}
 	for _, k := range params.Names() {
 		v := values[k]
-		if k == "" || strings.ContainsAny(k, "=,. \t\n\r") {
-			return &FieldError{Field: "params", Param: k, Msg: fmt.Sprintf("%q is not a parameter name (no '=', ',', '.' or spaces)", k)}
+		if err := CheckParamName(k); err != nil {
+			return &FieldError{Field: "params", Param: k, Msg: err.Error()}
 		}
 		if k == strategy.PartitionParam {
 			continue // checked above
