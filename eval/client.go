@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 
@@ -31,27 +32,16 @@ func delayTrace(tr *workload.Trace, lat sim.Latency, seed uint64) delayed {
 	rnd := rand.New(rand.NewPCG(seed, clientSeedMix))
 	n := len(tr.Requests)
 	reqs := make([]workload.Request, n)
-	orig := make([]int, n)
+	orig := make([]int, n) // sorted below into delayed order
 	for i, r := range tr.Requests {
 		r.Arrival += lat.Sample(rnd)
 		reqs[i], orig[i] = r, i
 	}
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch {
-		case reqs[a].Arrival < reqs[b].Arrival:
-			return -1
-		case reqs[a].Arrival > reqs[b].Arrival:
-			return 1
-		}
-		return 0
-	})
+	// Stable: requests delayed to the same instant keep the trace's order.
+	slices.SortStableFunc(orig, func(a, b int) int { return cmp.Compare(reqs[a].Arrival, reqs[b].Arrival) })
 	out := &workload.Trace{Name: tr.Name, Skipped: tr.Skipped, Requests: make([]workload.Request, n)}
-	for j, i := range idx {
-		out.Requests[j], orig[j] = reqs[i], i
+	for j, i := range orig {
+		out.Requests[j] = reqs[i]
 	}
 	return delayed{Trace: out, Orig: orig}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 

@@ -56,7 +56,7 @@ type benchFlags struct {
 	domain      string
 	descKey     string
 	envoyConfig string
-	cpuProfile  string
+	profileDir  string // --spawn-cpuprofile: the directory of the spawned nodes' CPU profiles
 }
 
 func newBenchCmd() *cobra.Command {
@@ -144,7 +144,7 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.StringVar(&f.domain, "domain", "bench", "with --api rls: the domain of every request")
 	fl.StringVar(&f.descKey, "descriptor-key", "key", "with --api rls: the entry key of every descriptor (its value is the drawn key)")
 	fl.StringVar(&f.envoyConfig, "envoy-config", "", "with --api rls --spawn: the nodes' envoy ratelimit config directory (default: a generated one)")
-	fl.StringVar(&f.cpuProfile, "spawn-cpuprofile", "", "with --spawn: directory where every spawned node writes a CPU profile of its run (serve-PID.pprof; serve --cpuprofile)")
+	fl.StringVar(&f.profileDir, "spawn-cpuprofile", "", "with --spawn: directory where every spawned node writes a CPU profile of its run (serve-PID.pprof; serve --cpuprofile)")
 	fl.BoolVar(&f.tlsInsecure, "tls-insecure", false, "do not verify the nodes' certificates (implies --tls; benchmarks only)")
 	return cmd
 }
@@ -221,7 +221,7 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 		return o, usageErr("--domain: is required with --api rls")
 	case f.api == loadgen.APIRLS && f.burstTest:
 		return o, usageErr("--burst-test and --api rls: the burst test drives the tokenmesh API only")
-	case f.cpuProfile != "" && f.spawn == 0:
+	case f.profileDir != "" && f.spawn == 0:
 		return o, usageErr("--spawn-cpuprofile: only with --spawn N")
 	case f.envoyConfig != "" && (f.api != loadgen.APIRLS || f.spawn == 0):
 		return o, usageErr("--envoy-config: only with --api rls --spawn N")
@@ -301,8 +301,8 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 			}
 			lc.ServeArgs = []string{"--envoy-config", dir}
 		}
-		if f.cpuProfile != "" {
-			lc.ServeArgs = append(lc.ServeArgs, "--"+cpuProfileFlag, filepath.Join(f.cpuProfile, "serve-"+pidPlaceholder+".pprof"))
+		if f.profileDir != "" {
+			lc.ServeArgs = append(lc.ServeArgs, "--"+cpuProfileFlag, filepath.Join(f.profileDir, "serve-"+pidPlaceholder+".pprof"))
 		}
 		c, err := localcluster.Start(ctx, lc)
 		if err != nil {

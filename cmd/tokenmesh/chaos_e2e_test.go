@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"math"
 	"os"
 	"slices"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/chaos"
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // The chaos suite (issue 11, part 5): real `serve` processes, each in its

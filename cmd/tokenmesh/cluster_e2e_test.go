@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"io"
 	"net/http"
 	"os"
@@ -31,6 +30,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 

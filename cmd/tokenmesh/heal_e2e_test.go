@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/internal/netns"
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Issue 11: real partitions of real processes. Every node runs in its

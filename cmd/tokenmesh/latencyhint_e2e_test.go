@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Real serve processes with node.latency_hint auto (the environment

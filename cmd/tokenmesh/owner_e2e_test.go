@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/workload"
 )

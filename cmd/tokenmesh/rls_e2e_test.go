@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // rlsConfigs: per-day limits, so that no token refills while a test runs.

@@ -304,8 +304,9 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		// The simulator allocates fast (messages encoded and decoded)
 		// over a small live heap: a garbage collection every 100% of heap
 		// growth took a fifth of gcounter's time at 30 nodes. A target of
-		// 400% (the heap grows to five times the live heap) costs some memory (about 230 MB for gcounter on
-		// zanbil at 30 nodes) and changes no output.
+		// 400% (the heap grows to five times the live heap) costs some
+		// memory (about 230 MB for gcounter on zanbil at 30 nodes) and
+		// changes no output.
 		debug.SetGCPercent(400)
 	}
 	workers := f.parallel
