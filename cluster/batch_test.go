@@ -45,9 +45,9 @@ func TestCheckBatchOrder(t *testing.T) {
 		Rule{Name: "o", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s"}})
 	n := c.nodes["n0"]
 	res := checkBatch(t, n,
-		BatchItem{"r", "k", 2, 0}, BatchItem{"r", "k", 2, 0}, BatchItem{"r", "k", 2, 0}, // 4 of 5 used; 2 more do not fit
-		BatchItem{"r", "other", 5, 0}, BatchItem{"r", "k", 1, 0}, BatchItem{"r", "k", 1, 0},
-		BatchItem{"o", "k", 3, 0}, BatchItem{"o", "k", 1, 0}, BatchItem{"r", "k", 6, 0})
+		BatchItem{Rule: "r", Key: "k", Tokens: 2}, BatchItem{Rule: "r", Key: "k", Tokens: 2}, BatchItem{Rule: "r", Key: "k", Tokens: 2}, // 4 of 5 used; 2 more do not fit
+		BatchItem{Rule: "r", Key: "other", Tokens: 5}, BatchItem{Rule: "r", Key: "k", Tokens: 1}, BatchItem{Rule: "r", Key: "k", Tokens: 1},
+		BatchItem{Rule: "o", Key: "k", Tokens: 3}, BatchItem{Rule: "o", Key: "k", Tokens: 1}, BatchItem{Rule: "r", Key: "k", Tokens: 6})
 	want := []bool{true, true, false, true, true, false, true, false, false}
 	for i, w := range want {
 		r := res[i]
@@ -69,17 +69,17 @@ func TestCheckBatchOrder(t *testing.T) {
 func TestCheckBatchInvalidItem(t *testing.T) {
 	c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 3, Strategy: "local"})
 	n := c.nodes["n0"]
-	ok := BatchItem{"r", "k", 1, 0}
+	ok := BatchItem{Rule: "r", Key: "k", Tokens: 1}
 	cases := []struct {
 		bad  BatchItem
 		want string
 	}{
-		{BatchItem{"nope", "k", 1, 0}, `item 2: cluster: rule "nope" is not defined`},
-		{BatchItem{"r", "", 1, 0}, "item 2: cluster: rule \"r\": key is empty"},
-		{BatchItem{"r", strings.Repeat("x", MaxKeyBytes+1), 1, 0}, "item 2: cluster: rule \"r\": key is 4097 bytes"},
-		{BatchItem{"r", "k", 0, 0}, "item 2: cluster: rule \"r\": tokens 0 must be positive"},
-		{BatchItem{"r", "k", -1, 0}, "item 2: cluster: rule \"r\": tokens -1 must be positive"},
-		{BatchItem{"r", "k", DefaultMaxTokens + 1, 0}, "item 2: cluster: rule \"r\": tokens 1099511627777 is above the limit"},
+		{BatchItem{Rule: "nope", Key: "k", Tokens: 1}, `item 2: cluster: rule "nope" is not defined`},
+		{BatchItem{Rule: "r", Key: "", Tokens: 1}, "item 2: cluster: rule \"r\": key is empty"},
+		{BatchItem{Rule: "r", Key: strings.Repeat("x", MaxKeyBytes+1), Tokens: 1}, "item 2: cluster: rule \"r\": key is 4097 bytes"},
+		{BatchItem{Rule: "r", Key: "k", Tokens: 0}, "item 2: cluster: rule \"r\": tokens 0 must be positive"},
+		{BatchItem{Rule: "r", Key: "k", Tokens: -1}, "item 2: cluster: rule \"r\": tokens -1 must be positive"},
+		{BatchItem{Rule: "r", Key: "k", Tokens: DefaultMaxTokens + 1}, "item 2: cluster: rule \"r\": tokens 1099511627777 is above the limit"},
 	}
 	for _, tc := range cases {
 		res, err := n.CheckBatch(context.Background(), []BatchItem{ok, ok, tc.bad, ok})
@@ -108,7 +108,7 @@ func TestCheckBatchEmpty(t *testing.T) {
 	// A ctx ended before the call: the call fails and nothing is decided.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if res, err := n.CheckBatch(ctx, []BatchItem{{"r", "k", 3, 0}}); !errors.Is(err, context.Canceled) || res != nil {
+	if res, err := n.CheckBatch(ctx, []BatchItem{{Rule: "r", Key: "k", Tokens: 3}}); !errors.Is(err, context.Canceled) || res != nil {
 		t.Errorf("CheckBatch with a cancelled ctx: %v %v, want context.Canceled", res, err)
 	}
 	if !check(t, n, "r", "k", 3).Allowed {
@@ -162,7 +162,7 @@ func TestCheckBatchContextEndsWhilePending(t *testing.T) {
 			done := make(chan answer, 1)
 			start := time.Now()
 			go func() {
-				items := []BatchItem{{"api", local, 1, 0}, {"api", remote, 1, 0}, {"api", local, 1, 0}}
+				items := []BatchItem{{Rule: "api", Key: local, Tokens: 1}, {Rule: "api", Key: remote, Tokens: 1}, {Rule: "api", Key: local, Tokens: 1}}
 				if cancelled {
 					items[1], items[2] = items[2], items[1]
 				}
@@ -219,7 +219,7 @@ func TestCheckBatchClose(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := n0.CheckBatch(context.Background(), []BatchItem{{"api", local, 1, 0}, {"api", remote, 1, 0}})
+		res, err := n0.CheckBatch(context.Background(), []BatchItem{{Rule: "api", Key: local, Tokens: 1}, {Rule: "api", Key: remote, Tokens: 1}})
 		done <- answer{res, err}
 	}()
 	waitPending(t, n0, "api", 1)
@@ -243,7 +243,7 @@ func TestCheckBatchClose(t *testing.T) {
 	}
 	// After Close: either the call fails with ErrClosed, or (the batch
 	// slipped into the queue before the loop stopped) every item does.
-	res, err := n0.CheckBatch(context.Background(), []BatchItem{{"api", local, 1, 0}})
+	res, err := n0.CheckBatch(context.Background(), []BatchItem{{Rule: "api", Key: local, Tokens: 1}})
 	switch {
 	case err != nil:
 		if !errors.Is(err, ErrClosed) {
@@ -299,7 +299,7 @@ func TestDecisionRemaining(t *testing.T) {
 			if d := check(t, n, "hidden", "k", 1); d.Remaining != -1 {
 				t.Errorf("Check: %+v, want Remaining -1 without a Remainer", d)
 			}
-			for i, r := range checkBatch(t, n, BatchItem{"hidden", "k", 1, 0}, BatchItem{"hidden", "k2", 40, 0}) {
+			for i, r := range checkBatch(t, n, BatchItem{Rule: "hidden", Key: "k", Tokens: 1}, BatchItem{Rule: "hidden", Key: "k2", Tokens: 40}) {
 				if r.Err != nil || r.Remaining != -1 {
 					t.Errorf("batch item %d: %+v, want Remaining -1 without a Remainer", i, r)
 				}
@@ -314,7 +314,7 @@ func TestDecisionRemaining(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			res := checkBatch(t, n, BatchItem{"r", "k", 1, 0}, BatchItem{"r", "k", 4, 0})
+			res := checkBatch(t, n, BatchItem{Rule: "r", Key: "k", Tokens: 1}, BatchItem{Rule: "r", Key: "k", Tokens: 4})
 			for i, want := range []int64{29, 25} {
 				r := res[i]
 				switch {

@@ -398,7 +398,7 @@ func (n *Node) Ref(rule string) *RuleRef { return &RuleRef{n: n, name: rule} }
 // Check is Node.Check of the referenced rule: tokens of key, the same
 // decisions and errors.
 func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (Decision, error) {
-	return r.n.checkRule(ctx, r.rule(), r.name, key, tokens)
+	return r.n.checkRule(ctx, r.rule(), r.name, key, tokens, 0)
 }
 
 // rule is the referenced rule's state in the node's current rules (nil:
@@ -423,6 +423,6 @@ func (r *RuleRef) Allow(ctx context.Context, key string, tokens int64) (bool, er
 			return true, nil
 		}
 	}
-	d, err := r.n.checkRule(ctx, rs, r.name, key, tokens)
+	d, err := r.n.checkRule(ctx, rs, r.name, key, tokens, 0)
 	return d.Allowed && err == nil, err
 }

@@ -131,7 +131,19 @@ type BatchItem struct {
 	Tokens int64
 	// MaxWait > 0 asks for waiting mode, as CheckWait (0 to MaxWait).
 	MaxWait time.Duration
+	// CreatedAt, when not zero, is when the request reached the caller
+	// (the edge), in wall-clock ns since the Unix epoch: a strategy.
+	// ArrivalOrderer (owner) counts the item at that time, clamped to
+	// [now - MaxCreatedAge, now] on this node's clock; others ignore it.
+	CreatedAt int64
 }
+
+// MaxCreatedAge bounds how far before the node's now a BatchItem's
+// CreatedAt counts (older times count as now - MaxCreatedAge): a few clock
+// ticks of skew and of network between the edge and the node, well inside
+// the strategies' forward timeouts, after which a late request is one
+// they may have forgotten the bucket for.
+const MaxCreatedAge = 100 * time.Millisecond
 
 // BatchResult is the outcome of one BatchItem: its Decision, or Err when
 // it could not be decided (ErrClosed; the batch's ctx ended first).
@@ -249,6 +261,7 @@ type ruleState struct {
 	pending map[uint64]pendingCheck
 	c       ruleCounters
 	fast    *fastPath // allowances (fastpath.go); nil when the strategy grants none
+	ordered bool      // s is a strategy.ArrivalOrderer: a check's CreatedAt is its arrival
 }
 
 type eventKind uint8
@@ -271,6 +284,7 @@ type event struct {
 	key     string
 	tokens  int64
 	maxWait time.Duration // CheckWait: waiting mode's max wait; 0 for Check
+	created int64         // BatchItem.CreatedAt of a Check; 0 for none
 	reply   chan result
 	batch   *batch
 	frame   Frame
@@ -501,12 +515,32 @@ func (n *Node) Rules() []string {
 // usually decided in the caller's goroutine from the key's allowance,
 // without the node's loop (fastpath.go).
 func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
-	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens)
+	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens, 0)
+}
+
+// CheckItem is Check of one BatchItem: in waiting mode when it.MaxWait >
+// 0 (as CheckWait), counted at it.CreatedAt when set (see BatchItem).
+// Errors: CheckWait's, and a negative CreatedAt (no state changes).
+func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
+	if it.CreatedAt < 0 {
+		return Decision{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAt)
+	}
+	if it.MaxWait == 0 {
+		return n.checkRule(ctx, (*n.rulesView.Load())[it.Rule], it.Rule, it.Key, it.Tokens, it.CreatedAt)
+	}
+	if it.MaxWait < 0 || it.MaxWait > MaxWait {
+		return Decision{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", it.Rule, it.MaxWait, MaxWait)
+	}
+	rs, err := n.validate(it.Rule, it.Key, it.Tokens)
+	if err != nil {
+		return Decision{}, err
+	}
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: it.Key, tokens: it.Tokens, maxWait: it.MaxWait, created: it.CreatedAt})
 }
 
 // checkRule is Check with the rule looked up already (rs; nil when the
-// node has no such rule).
-func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens int64) (Decision, error) {
+// node has no such rule) and a BatchItem.CreatedAt (0 for none).
+func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens, created int64) (Decision, error) {
 	// The fast path: tokens of the key's allowance, in this goroutine. A
 	// key found in the allowances was validated when the loop granted
 	// them (an empty, over-long or non-UTF-8 key never is), so only the
@@ -520,7 +554,7 @@ func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, t
 	if err != nil {
 		return Decision{}, err
 	}
-	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens})
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens, created: created})
 }
 
 // check hands the validated request ev to the loop and waits for its
@@ -600,6 +634,9 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		}
 		if it.MaxWait < 0 || it.MaxWait > MaxWait {
 			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
+		}
+		if it.CreatedAt < 0 {
+			return nil, fmt.Errorf("item %d: rule %q: created at %d ns is negative", i, it.Rule, it.CreatedAt)
 		}
 		b.rules[i] = rs
 	}
@@ -900,14 +937,14 @@ func (n *Node) handle(ev event) {
 	now := n.now()
 	switch ev.kind {
 	case evRequest:
-		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, pendingCheck{reply: ev.reply})
+		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, pendingCheck{reply: ev.reply})
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
 			if i < ev.batch.first {
 				continue // decided on the fast path
 			}
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, pendingCheck{batch: ev.batch, idx: i})
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAt, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -970,8 +1007,10 @@ func (n *Node) handle(ev event) {
 
 // request hands one request to rs's strategy: a synchronous decision
 // answers p at once, otherwise p waits in rs.pending. maxWait > 0 asks a
-// strategy.Waiter for waiting mode (others decide a plain request).
-func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, p pendingCheck) {
+// strategy.Waiter for waiting mode (others decide a plain request);
+// created (BatchItem.CreatedAt, 0 for none) is its arrival for a
+// strategy.ArrivalOrderer (arrivalAt).
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, p pendingCheck) {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
 		return
@@ -984,6 +1023,9 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 	id := n.h.NextRequestID()
 	rs.c.requests.Add(1)
 	req := strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}
+	if created != 0 && rs.ordered {
+		req.Arrival = n.arrivalAt(created, now)
+	}
 	// The check is answered, or waits in pending, before the request's
 	// effects are carried out: they may hold its own decision.
 	n.h.RequestThen(now, rs.idx, req, maxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, fx *strategy.Effects) {

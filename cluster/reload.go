@@ -141,7 +141,8 @@ func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleStat
 	if err := strategy.CheckPartition(r.Strategy, s, r.Partition); err != nil {
 		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
-	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}, fast: newFastPath(s)}, nil
+	_, ordered := s.(strategy.ArrivalOrderer)
+	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}, fast: newFastPath(s), ordered: ordered}, nil
 }
 
 // setRules carries out u in the loop goroutine (see SetRules).

@@ -74,6 +74,14 @@ func (n *Node) strategyTime(wall time.Duration) time.Duration {
 	return wall - time.Duration(base)
 }
 
+// arrivalAt is a check's arrival for a strategy.ArrivalOrderer: created
+// (BatchItem.CreatedAt, wall-clock ns since 1970) on the strategy
+// clock, within [now - MaxCreatedAge, now] (a caller's clock ahead of
+// this node's counts as now, one far behind as MaxCreatedAge ago).
+func (n *Node) arrivalAt(created int64, now time.Duration) time.Duration {
+	return min(max(n.strategyTime(time.Duration(created)), now-MaxCreatedAge, 0), now)
+}
+
 // restore hands cfg.Restore's states to the rules' strategies at now
 // (New, before any event). Errors name the rule; a strategy refuses the
 // whole rule's states when one is invalid (strategy.Snapshotter).

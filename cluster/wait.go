@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -21,12 +20,5 @@ const MaxWait = time.Hour
 // is Check. Errors: Check's, and a maxWait outside [0, MaxWait] (no state
 // changes).
 func (n *Node) CheckWait(ctx context.Context, rule, key string, tokens int64, maxWait time.Duration) (Decision, error) {
-	if maxWait < 0 || maxWait > MaxWait {
-		return Decision{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", rule, maxWait, MaxWait)
-	}
-	rs, err := n.validate(rule, key, tokens)
-	if err != nil {
-		return Decision{}, err
-	}
-	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens, maxWait: maxWait})
+	return n.CheckItem(ctx, BatchItem{Rule: rule, Key: key, Tokens: tokens, MaxWait: maxWait})
 }

@@ -65,8 +65,12 @@ func StartInProcess(ctx context.Context, n int, rule string, ratePerSec float64,
 func (p *InProcess) Nodes() int { return len(p.nodes) }
 
 // Check implements Target.
-func (p *InProcess) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
-	d, err := p.nodes[node].Cluster().Check(ctx, p.rule, key, hits)
+func (p *InProcess) Check(ctx context.Context, node int, key string, hits int64, created time.Time) (bool, error) {
+	it := cluster.BatchItem{Rule: p.rule, Key: key, Tokens: hits}
+	if !created.IsZero() {
+		it.CreatedAt = created.UnixNano()
+	}
+	d, err := p.nodes[node].Cluster().CheckItem(ctx, it)
 	return d.Allowed, err
 }
 

@@ -103,8 +103,12 @@ func (l *LiveTarget) Close() error {
 func (l *LiveTarget) Nodes() int { return len(l.clients) }
 
 // Check implements Target.
-func (l *LiveTarget) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
-	resp, err := l.clients[node].Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: l.rule, Key: key, Hits: hits}}})
+func (l *LiveTarget) Check(ctx context.Context, node int, key string, hits int64, created time.Time) (bool, error) {
+	item := &tokenmeshv1.CheckItem{Rule: l.rule, Key: key, Hits: hits}
+	if !created.IsZero() {
+		item.CreatedAtUnixNs = created.UnixNano()
+	}
+	resp, err := l.clients[node].Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{item}})
 	if err != nil {
 		return false, err
 	}

@@ -26,15 +26,18 @@ package replay
 
 import (
 	"context"
+	"time"
 )
 
 // Target is the cluster a replay runs against.
 type Target interface {
 	// Nodes is the number of nodes, indexed from 0.
 	Nodes() int
-	// Check asks node for hits tokens of key under the replayed rule. It is
-	// called from several goroutines at once.
-	Check(ctx context.Context, node int, key string, hits int64) (allowed bool, err error)
+	// Check asks node for hits tokens of key under the replayed rule;
+	// created, when not zero, is the request's due time, sent as the time
+	// it reached the edge (CheckItem.created_at_unix_ns; Options.EdgeTimes).
+	// It is called from several goroutines at once.
+	Check(ctx context.Context, node int, key string, hits int64, created time.Time) (allowed bool, err error)
 	// Bytes returns the peer messages and payload bytes sent so far for the
 	// replayed rule, summed over the nodes (killed ones included, with the
 	// counts they had when killed).

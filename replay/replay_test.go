@@ -155,9 +155,11 @@ type fakeTarget struct {
 }
 
 type fakeCheck struct {
-	node int
-	key  string
-	at   time.Duration // since start
+	node    int
+	key     string
+	at      time.Duration // since start
+	created time.Time     // the edge time sent with it (zero: none)
+	got     time.Time     // when the check came
 }
 
 type fakeKill struct {
@@ -167,7 +169,7 @@ type fakeKill struct {
 
 func (f *fakeTarget) Nodes() int { return f.n }
 
-func (f *fakeTarget) Check(_ context.Context, node int, key string, _ int64) (bool, error) {
+func (f *fakeTarget) Check(_ context.Context, node int, key string, _ int64, created time.Time) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, k := range f.kills {
@@ -175,7 +177,7 @@ func (f *fakeTarget) Check(_ context.Context, node int, key string, _ int64) (bo
 			return false, errors.New("connection refused")
 		}
 	}
-	f.checks = append(f.checks, fakeCheck{node, key, time.Since(f.start)})
+	f.checks = append(f.checks, fakeCheck{node, key, time.Since(f.start), created, time.Now()})
 	return true, nil
 }
 
@@ -195,6 +197,38 @@ func (f *fakeTarget) Kill(node int) error {
 
 func (f *fakeTarget) Partition(...[]int) error { return nil }
 func (f *fakeTarget) Heal() error              { return nil }
+
+// With EdgeTimes each check carries its request's due time: the trace's
+// spacing divided by the speed, never after the check was sent; without,
+// none.
+func TestEdgeTimesAreDueTimes(t *testing.T) {
+	var reqs []workload.Request
+	for i := range 12 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i*i) * 7 * time.Millisecond, Key: fmt.Sprintf("k%d", i%3), Tokens: 1})
+	}
+	tr := &workload.Trace{Name: "edge", Requests: reqs}
+	const speed = 4
+	for _, edge := range []bool{true, false} {
+		f := &fakeTarget{n: 2, start: time.Now()}
+		if _, err := Run(context.Background(), Options{Trace: tr, Strategy: "fake", Rate: onePerSec, Burst: 100, Speed: speed,
+			AssignPolicy: "roundrobin", EdgeTimes: edge, Senders: 1}, f); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.checks) != len(reqs) {
+			t.Fatalf("edge times %v: %d checks, want %d", edge, len(f.checks), len(reqs))
+		}
+		for i, c := range f.checks {
+			switch {
+			case !edge && !c.created.IsZero():
+				t.Errorf("without edge times, check %d carried %v", i, c.created)
+			case edge && c.created.After(c.got):
+				t.Errorf("check %d: edge time %v after the check came (%v)", i, c.created, c.got)
+			case edge && c.created.Sub(f.checks[0].created) != reqs[i].Arrival/speed:
+				t.Errorf("check %d: edge time %v after the first's, want %v (its trace time / speed)", i, c.created.Sub(f.checks[0].created), reqs[i].Arrival/speed)
+			}
+		}
+	}
+}
 
 func TestKillStopsSendingToNode(t *testing.T) {
 	// 20 requests in [0, 0.95 s], 20 in [1.5 s, 2.45 s]; node 1 killed at
@@ -283,8 +317,8 @@ func TestKillEveryNodeLeavesRequestsUndecided(t *testing.T) {
 type noFaults struct{ f *fakeTarget }
 
 func (n noFaults) Nodes() int { return n.f.Nodes() }
-func (n noFaults) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
-	return n.f.Check(ctx, node, key, hits)
+func (n noFaults) Check(ctx context.Context, node int, key string, hits int64, created time.Time) (bool, error) {
+	return n.f.Check(ctx, node, key, hits, created)
 }
 func (n noFaults) Bytes(ctx context.Context) (int64, int64, error) { return n.f.Bytes(ctx) }
 
@@ -637,9 +671,9 @@ type slowTarget struct {
 	delay time.Duration
 }
 
-func (s *slowTarget) Check(ctx context.Context, node int, key string, hits int64) (bool, error) {
+func (s *slowTarget) Check(ctx context.Context, node int, key string, hits int64, created time.Time) (bool, error) {
 	time.Sleep(s.delay)
-	return s.fakeTarget.Check(ctx, node, key, hits)
+	return s.fakeTarget.Check(ctx, node, key, hits, created)
 }
 
 // A kill waits for the answers of the requests already sent to the node:

@@ -13,13 +13,16 @@ import (
 // Live describes the replays of a report: the part of the setup the
 // simulator's report has no field for.
 type Live struct {
-	Cluster     string    `json:"cluster"` // "processes" (localcluster) or "in-process"
-	Nodes       int       `json:"nodes"`
-	Speed       float64   `json:"speed"`
-	DurationSec float64   `json:"duration_s,omitempty"` // the trace was cut to its first DurationSec; 0: whole
-	RuleRatePS  float64   `json:"rule_rate_per_s"`      // the served rule's rate, per wall second
-	LateAfterMs float64   `json:"late_after_ms"`
-	Runs        []RunInfo `json:"runs"`
+	Cluster     string  `json:"cluster"` // "processes" (localcluster) or "in-process"
+	Nodes       int     `json:"nodes"`
+	Speed       float64 `json:"speed"`
+	DurationSec float64 `json:"duration_s,omitempty"` // the trace was cut to its first DurationSec; 0: whole
+	RuleRatePS  float64 `json:"rule_rate_per_s"`      // the served rule's rate, per wall second
+	LateAfterMs float64 `json:"late_after_ms"`
+	// EdgeTimes: each request carried its due time as the time it reached
+	// the edge (Options.EdgeTimes); false: the nodes stamped it on arrival.
+	EdgeTimes bool      `json:"edge_times"`
+	Runs      []RunInfo `json:"runs"`
 }
 
 // RunInfo is one strategy's replay facts.
@@ -81,8 +84,12 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 	if live.DurationSec > 0 {
 		cut = fmt.Sprintf(", first %g s of the trace", live.DurationSec)
 	}
-	setup.Scenario = fmt.Sprintf("live %s cluster of %d nodes at speed %gx%s (central simulated); %s",
-		live.Cluster, live.Nodes, live.Speed, cut, strings.Join(notes, "; "))
+	stamps := "stamped by the nodes"
+	if live.EdgeTimes {
+		stamps = "edge times sent"
+	}
+	setup.Scenario = fmt.Sprintf("live %s cluster of %d nodes at speed %gx%s, %s (central simulated); %s",
+		live.Cluster, live.Nodes, live.Speed, cut, stamps, strings.Join(notes, "; "))
 	rep.Setup = setup
 	return rep
 }

@@ -61,6 +61,12 @@ type Options struct {
 	// SampleEvery is the wall interval of state samples (StateSampler);
 	// default one second of trace time (as the simulator), at least 250 ms.
 	SampleEvery time.Duration
+	// EdgeTimes sends each request's due time with it as the time it
+	// reached the edge (tokenmesh.v1 CheckItem.created_at_unix_ns), so that
+	// a strategy that orders requests by arrival (owner) orders them as the
+	// trace does, whatever the client-to-node path does to their order;
+	// as the simulator, which stamps every request at its trace time.
+	EdgeTimes bool
 	// Progress, if set, is told how many requests were dispatched so far.
 	Progress func(done, total int)
 }
@@ -195,7 +201,11 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 				start := time.Now()
 				o.Sent, o.Lateness = true, start.Sub(j.due)
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				o.Allowed, o.Err = t.Check(cctx, o.Node, reqs[j.i].Key, reqs[j.i].Tokens)
+				var created time.Time
+				if opts.EdgeTimes {
+					created = j.due
+				}
+				o.Allowed, o.Err = t.Check(cctx, o.Node, reqs[j.i].Key, reqs[j.i].Tokens, created)
 				cancel()
 				o.Latency = time.Since(start)
 				inflight[o.Node].Add(-1)

@@ -14,6 +14,12 @@ package server
 //	                                                 to its batch's answer (queueing in the
 //	                                                 node's loop and owner's forward included),
 //	                                                 50us to 1s
+//	tokenmesh_edge_lateness_seconds{rule}            histogram, for checks carrying an edge time
+//	                                                 (created_at_unix_ns), of the wall time from it
+//	                                                 to the node taking the call (0 when the
+//	                                                 caller's clock is ahead), 50us to 1s: the
+//	                                                 network from the edge to the nodes, which an
+//	                                                 owner rule's hold should cover
 //	tokenmesh_invalid_requests_total                 counter of calls refused as invalid
 //	                                                 (INVALID_ARGUMENT; nothing per item)
 //
@@ -84,6 +90,7 @@ type metrics struct {
 	invalid   prometheus.Counter
 	decisions *prometheus.CounterVec
 	wait      *prometheus.HistogramVec
+	edge      *prometheus.HistogramVec
 }
 
 // ruleMetrics are one rule's pre-resolved series, so counting a decision
@@ -91,6 +98,7 @@ type metrics struct {
 type ruleMetrics struct {
 	allowed, refused, errored prometheus.Counter
 	wait                      prometheus.Observer
+	edge                      prometheus.Observer
 }
 
 // newMetrics registers the metrics of a server of node (nil: none); a
@@ -106,11 +114,16 @@ func newMetrics(node nodeView) *metrics {
 		Help:    "Time a check waited for its decision at this node, from the API call to its batch's answer (queueing and owner forwards included), seconds.",
 		Buckets: decisionBuckets,
 	}, []string{"rule"})
-	m := &metrics{reg: reg, decisions: decisions, wait: wait, invalid: prometheus.NewCounter(prometheus.CounterOpts{
+	edge := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tokenmesh_edge_lateness_seconds",
+		Help:    "For checks carrying an edge time (created_at_unix_ns): wall time from it to this node taking the call (0 when the caller's clock is ahead), seconds. An owner rule's hold should cover it.",
+		Buckets: decisionBuckets,
+	}, []string{"rule"})
+	m := &metrics{reg: reg, decisions: decisions, wait: wait, edge: edge, invalid: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tokenmesh_invalid_requests_total",
 		Help: "Check calls refused as invalid (INVALID_ARGUMENT); their items are not counted.",
 	})}
-	reg.MustRegister(decisions, wait, m.invalid,
+	reg.MustRegister(decisions, wait, edge, m.invalid,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if node != nil {
 		reg.MustRegister(&nodeCollector{node: node})
@@ -125,6 +138,7 @@ func (m *metrics) forRule(r cluster.Rule) *ruleMetrics {
 		refused: m.decisions.WithLabelValues(r.Name, r.Strategy, "refused"),
 		errored: m.decisions.WithLabelValues(r.Name, r.Strategy, "error"),
 		wait:    m.wait.WithLabelValues(r.Name),
+		edge:    m.edge.WithLabelValues(r.Name),
 	}
 }
 
@@ -135,6 +149,16 @@ func (m *metrics) dropRule(r cluster.Rule) {
 		m.decisions.DeleteLabelValues(r.Name, r.Strategy, res)
 	}
 	m.wait.DeleteLabelValues(r.Name)
+	m.edge.DeleteLabelValues(r.Name)
+}
+
+// edgeLateness records the time from an item's edge time (createdAt, ns
+// since 1970; 0: none, not counted) to took (nil rm: not counted).
+func (rm *ruleMetrics) edgeLateness(createdAt int64, took time.Time) {
+	if rm == nil || createdAt <= 0 {
+		return
+	}
+	rm.edge.Observe(max(float64(took.UnixNano()-createdAt), 0) / 1e9)
 }
 
 // count records one item's outcome: its cluster result r, answered as

@@ -433,3 +433,37 @@ func TestBuildInfo(t *testing.T) {
 		t.Error("a second identical SetBuildInfo succeeded")
 	}
 }
+
+// tokenmesh_edge_lateness_seconds counts the checks that carry an edge
+// time, unbatched and batched, each with the time from it to the call: an
+// edge time ahead of the node's clock counts as 0; checks without one are
+// not counted.
+func TestEdgeLatenessMetric(t *testing.T) {
+	s := newTestServer(t)
+	ctx := context.Background()
+	ago := time.Now().Add(-30 * time.Millisecond).UnixNano()
+	ahead := time.Now().Add(time.Hour).UnixNano()
+	one := &tokenmeshv1.CheckItem{Rule: "api", Key: "e", Hits: 1, CreatedAtUnixNs: ago}
+	if _, err := s.Check(ctx, req(one)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check(ctx, req(item("api", "e", 1), &tokenmeshv1.CheckItem{Rule: "api", Key: "e2", Hits: 1, CreatedAtUnixNs: ahead},
+		&tokenmeshv1.CheckItem{Rule: "loc", Key: "e", Hits: 1, CreatedAtUnixNs: ago})); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, s)
+	for rule, want := range map[string]struct {
+		n        uint64
+		min, max float64
+	}{"api": {2, 0.030, 1}, "loc": {1, 0.030, 1}} {
+		m, ok := series(fams, "tokenmesh_edge_lateness_seconds", "rule="+rule)
+		if !ok || m.Histogram == nil {
+			t.Fatalf("no histogram tokenmesh_edge_lateness_seconds{rule=%s}", rule)
+		}
+		h := m.GetHistogram()
+		if h.GetSampleCount() != want.n || h.GetSampleSum() < want.min || h.GetSampleSum() > want.max {
+			t.Errorf("tokenmesh_edge_lateness_seconds{rule=%s}: count %d, sum %v s; want %d checks summing to [%v, %v] s",
+				rule, h.GetSampleCount(), h.GetSampleSum(), want.n, want.min, want.max)
+		}
+	}
+}

@@ -184,7 +184,7 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	t := s.tbl.Load() // one rule table for the whole call
 	checks := req.GetChecks()
-	if len(checks) == 1 && checks[0].GetMaxWaitMs() == 0 {
+	if len(checks) == 1 {
 		return s.checkOne(ctx, t, checks[0])
 	}
 	items, err := t.validate(checks)
@@ -193,6 +193,9 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	start := time.Now()
+	for i := range items {
+		t.byName[items[i].Rule].m.edgeLateness(items[i].CreatedAt, start)
+	}
 	results, err := s.node.Cluster().CheckBatch(ctx, items)
 	waited := time.Since(start)
 	if err != nil {
@@ -212,9 +215,9 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	return resp, nil
 }
 
-// checkOne is Check of a batch of one item without max_wait_ms, the
-// common unbatched call: it asks cluster.Node.Check (whose local fast
-// path decides in this goroutine) instead of CheckBatch, saving the
+// checkOne is Check of a batch of one item, the common unbatched call:
+// it asks cluster.Node.CheckItem (whose local fast path decides in this
+// goroutine) instead of CheckBatch, saving the
 // batch's allocations (the items, results and bookkeeping slices and its
 // done channel), and answers as CheckBatch would: a ctx that ended before
 // the call or a closed node fails the call; a ctx that ends while the
@@ -229,7 +232,8 @@ func (s *Server) checkOne(ctx context.Context, t *ruleTable, c *tokenmeshv1.Chec
 		return nil, status.FromContextError(err).Err()
 	}
 	start := time.Now()
-	d, err := s.node.Cluster().Check(ctx, it.Rule, it.Key, it.Tokens)
+	t.byName[it.Rule].m.edgeLateness(it.CreatedAt, start)
+	d, err := s.node.Cluster().CheckItem(ctx, it)
 	waited := time.Since(start)
 	r := cluster.BatchResult{Decision: d}
 	if err != nil {
@@ -312,8 +316,11 @@ func (t *ruleTable) validateItem(i int, c *tokenmeshv1.CheckItem) (cluster.Batch
 		return cluster.BatchItem{}, fmt.Errorf("checks[%d].hits: %d must be between 1 and %d", i, hits, MaxHits)
 	case c.GetMaxWaitMs() < 0 || c.GetMaxWaitMs() > cluster.MaxWait.Milliseconds():
 		return cluster.BatchItem{}, fmt.Errorf("checks[%d].max_wait_ms: %d must be between 0 and %d", i, c.GetMaxWaitMs(), cluster.MaxWait.Milliseconds())
+	case c.GetCreatedAtUnixNs() < 0:
+		return cluster.BatchItem{}, fmt.Errorf("checks[%d].created_at_unix_ns: %d is negative; want ns since the Unix epoch, or 0 for none", i, c.GetCreatedAtUnixNs())
 	}
-	return cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond}, nil
+	return cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond,
+		CreatedAt: c.GetCreatedAtUnixNs()}, nil
 }
 
 // result turns item i's cluster result into the API's, written into out

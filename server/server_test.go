@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +325,8 @@ func invalidCases(key string) []struct {
 		{"hits 1e9+1", req(valid, item("api", key, MaxHits+1)), "checks[1].hits: 1000000001 must be between 1 and 1000000000"},
 		{"max_wait_ms -1", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: -1}), "checks[1].max_wait_ms: -1 must be between 0 and 3600000"},
 		{"max_wait_ms 3600001", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, MaxWaitMs: 3600001}), "checks[1].max_wait_ms: 3600001 must be between 0 and 3600000"},
+		{"created_at_unix_ns -1", req(valid, &tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, CreatedAtUnixNs: -1}), "checks[1].created_at_unix_ns: -1 is negative"},
+		{"created_at_unix_ns -1 alone", req(&tokenmeshv1.CheckItem{Rule: "api", Key: key, Hits: 1, CreatedAtUnixNs: -1}), "checks[0].created_at_unix_ns: -1 is negative"},
 	}
 }
 
@@ -599,5 +602,16 @@ func TestCheckMaxWait(t *testing.T) {
 	}
 	if res[2].GetAllowed() {
 		t.Fatalf("check without max_wait_ms on an empty bucket: %v, want refused", res[2])
+	}
+	// One check alone (the unbatched call) waits the same way, also with an
+	// edge time (created_at_unix_ns, a JSON string as int64s are).
+	res = httpCheck(t, s, `{"checks":[{"rule":"api","key":"w1","hits":3}]}`)
+	if !res[0].GetAllowed() {
+		t.Fatalf("the burst of w1: %v, want allowed", res[0])
+	}
+	created := strconv.FormatInt(time.Now().UnixNano(), 10)
+	res = httpCheck(t, s, `{"checks":[{"rule":"api","key":"w1","hits":1,"max_wait_ms":200000,"created_at_unix_ns":"`+created+`"}]}`)
+	if w := res[0].GetWaitMs(); !res[0].GetAllowed() || w < 99000 || w > 100000 {
+		t.Fatalf("one check with max_wait_ms 200000 and an edge time: %v, want allowed with wait_ms about 100000", res[0])
 	}
 }

@@ -462,6 +462,21 @@ type Waiter interface {
 	RequestWait(now time.Duration, req Request, maxWait time.Duration, fx *Effects) (d Decision, decided bool)
 }
 
+// ArrivalOrderer is implemented by strategies whose Request decides req as
+// of req.Arrival also when that is well before now: they order a key's
+// requests by arrival in an ordering buffer (owner's `hold`, seed 003's
+// designated server deciding forwards in arrival order) and
+// serve a request decided after its turn only from the tokens its bucket
+// held all along since its arrival (bucket.Bucket's late decisions), so
+// an earlier Arrival never admits more. A live driver may hand them a
+// client's own arrival time (tokenmesh.v1 CheckItem.created_at_unix_ns,
+// clamped to at most cluster.MaxCreatedAge before now); every other
+// strategy is always given Arrival = now, as the simulator gives all.
+type ArrivalOrderer interface {
+	// OrdersByArrival marks the capability; it does nothing.
+	OrdersByArrival()
+}
+
 // ReserveWithin is the waiting-mode decision on one bucket (seed 000 §5.2):
 // it reserves n tokens at time at (bucket.ReserveN, FCFS) when the wait
 // until the bucket holds them is at most maxWait, and reports that wait;

@@ -49,6 +49,7 @@ type replayFlags struct {
 	keepLogs          string
 	decisions         string
 	netns             bool
+	edgeTimes         bool
 }
 
 func newReplayCmd() *cobra.Command { return newReplayCmdWith(&replayFlags{}) }
@@ -70,6 +71,15 @@ rule has rate --rate * --speed tokens per wall second and burst --burst, so the
 decisions compare with central on the trace timeline at (--rate, --burst).
 Requests go to the node --assign picks among the live nodes, as in sim.
 Strategy timers and --param durations are wall time, not scaled by --speed.
+
+The nodes stamp each request when they take it, so the path from this client to
+the nodes (two requests of one key sent a fraction of a millisecond apart to
+two nodes can arrive swapped) shows in the decisions of strategies that order
+requests (owner). --edge-times sends each request's due time with it as the
+time it reached the edge (created_at_unix_ns, as a gateway would): owner's
+key owner then orders a key's requests as the trace does, as the simulator
+does, provided its hold covers that path's jitter (--param owner.hold=5ms
+here at --speed 10; docs/REPLAY.md has the numbers).
 
 Decision latency is the client-measured gRPC Check time (wall). A request sent
 more than 50 ms after its due time is a late send: counted in the report (live
@@ -122,6 +132,7 @@ back to the data-plane cut with a warning.`,
 	fl.StringArrayVar(&f.heals, "heal", nil, "TIME: heal the partition at trace time TIME; repeatable")
 	fl.StringVar(&f.scenario, "scenario", "", "YAML scenario of tokenmesh sim (examples/scenarios): its crashes, partitions and heals, added to the flags' faults")
 	fl.StringVar(&f.binary, "binary", "", "the tokenmesh binary the nodes run (default: this executable)")
+	fl.BoolVar(&f.edgeTimes, "edge-times", false, "send each request's due time as the time it reached the edge (created_at_unix_ns), for owner's ordering buffer (with --param owner.hold covering the client-to-node jitter)")
 	fl.BoolVar(&f.netns, "netns", false, "run each node in its own network namespace (root): --partition then cuts gossip too")
 	fl.StringVar(&f.decisions, "decisions", "", "also write every request's live decision to DIR/<strategy>.csv (index, arrival_ms, key, node, allowed, central, lateness_ms, error, latency_ms), e.g. to compare with the simulator's over time")
 	fl.StringVar(&f.keepLogs, "keep-logs", "", "keep the nodes' configs and logs in DIR/<strategy> (default: a temporary directory, removed)")
@@ -339,7 +350,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	var runs []*replay.Result
 	for i, s := range p.strategies {
 		opts := replay.Options{Trace: p.trace, Strategy: s, Rate: p.rate, Burst: f.burst, Speed: f.speed,
-			AssignPolicy: f.assign, Seed: f.seed, Events: p.events, Central: central}
+			AssignPolicy: f.assign, Seed: f.seed, Events: p.events, Central: central, EdgeTimes: f.edgeTimes}
 		if progress != nil {
 			opts.Progress = progress(i)
 		}
@@ -358,7 +369,8 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		runs = append(runs, res)
 	}
 	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
-		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond)}
+		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond),
+		EdgeTimes: f.edgeTimes}
 	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
 	rep := replay.NewReport(p.trace, setup, live, central, runs)
 

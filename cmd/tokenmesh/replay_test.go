@@ -210,7 +210,7 @@ func TestWriteDecisions(t *testing.T) {
 type everyOther struct{}
 
 func (everyOther) Nodes() int { return 1 }
-func (everyOther) Check(_ context.Context, _ int, key string, _ int64) (bool, error) {
+func (everyOther) Check(_ context.Context, _ int, key string, _ int64, _ time.Time) (bool, error) {
 	return key == "a,b", nil
 }
 func (everyOther) Bytes(context.Context) (int64, int64, error) { return 0, 0, nil }

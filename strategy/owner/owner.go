@@ -420,6 +420,11 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return o.RequestWait(now, req, 0, fx)
 }
 
+// OrdersByArrival implements strategy.ArrivalOrderer: the primary decides
+// a key's requests in (arrival, ID) order after `hold`, its own as the
+// forwarded ones, and a late one takes only tokens held since its arrival.
+func (o *Owner) OrdersByArrival() {}
+
 // RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2):
 // the key's owner reserves req's tokens in (arrival, ID) order, after its
 // ordering buffer, with strategy.ReserveWithin, and admits req with the
