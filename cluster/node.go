@@ -139,11 +139,8 @@ type BatchItem struct {
 }
 
 // MaxCreatedAge bounds how far before the node's now a BatchItem's
-// CreatedAt counts (older times count as now - MaxCreatedAge): a few clock
-// ticks of skew and of network between the edge and the node, well inside
-// the strategies' forward timeouts, after which a late request is one
-// they may have forgotten the bucket for.
-const MaxCreatedAge = 100 * time.Millisecond
+// CreatedAt counts (strategy.MaxCreatedAge, the simulator's bound too).
+const MaxCreatedAge = strategy.MaxCreatedAge
 
 // BatchResult is the outcome of one BatchItem: its Decision, or Err when
 // it could not be decided (ErrClosed; the batch's ctx ended first).

@@ -79,7 +79,7 @@ func (n *Node) strategyTime(wall time.Duration) time.Duration {
 // clock, within [now - MaxCreatedAge, now] (a caller's clock ahead of
 // this node's counts as now, one far behind as MaxCreatedAge ago).
 func (n *Node) arrivalAt(created int64, now time.Duration) time.Duration {
-	return min(max(n.strategyTime(time.Duration(created)), now-MaxCreatedAge, 0), now)
+	return strategy.EdgeArrival(n.strategyTime(time.Duration(created)), now)
 }
 
 // restore hands cfg.Restore's states to the rules' strategies at now

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // A zero client delay changes nothing: the same decisions, byte for byte,
@@ -80,5 +81,44 @@ func TestClientLatencyReorders(t *testing.T) {
 	t.Logf("owner false rejections: none %d, exp:1ms %d, exp:20ms %d", none, small, large)
 	if none != 0 || small <= none || large <= small {
 		t.Fatalf("owner false rejections none %d, exp:1ms %d, exp:20ms %d: want 0 < growing", none, small, large)
+	}
+}
+
+// Edge times (Options.EdgeTimes) behind the same client path: owner orders
+// a key's requests by the time they reached the edge, so with a hold that
+// covers the path it decides as central does, which it does not without
+// them. Edge times without a client path are an error.
+func TestEdgeTimesUndoTheClientPath(t *testing.T) {
+	opts := smallRun(t, "heavy:users=10,rate=20,duration=20s", "central,owner", "roundrobin")
+	cl, err := sim.ParseLatency("uniform:0ms-40ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	falseRej := func(edge bool, hold string) int {
+		o := opts
+		o.ClientLatency, o.EdgeTimes = &cl, edge
+		p, err := strategy.ParseParams([]string{"owner.hold=" + hold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Params = p
+		rep, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Setup.EdgeTimes != edge {
+			t.Fatalf("setup edge_times %v, want %v", rep.Setup.EdgeTimes, edge)
+		}
+		return rep.Results[1].FalseRejections
+	}
+	without, covered := falseRej(false, "60ms"), falseRej(true, "60ms")
+	t.Logf("owner false rejections behind uniform:0ms-40ms, hold 60ms: without edge times %d, with %d", without, covered)
+	if without == 0 || covered != 0 {
+		t.Errorf("owner false rejections: without edge times %d, with edge times and a hold above the path's delays %d; want > 0 and 0", without, covered)
+	}
+	o := opts
+	o.EdgeTimes = true
+	if _, err := Run(o); err == nil {
+		t.Error("edge times without a client latency: no error")
 	}
 }

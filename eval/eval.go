@@ -12,6 +12,7 @@
 package eval
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -53,8 +54,15 @@ type Options struct {
 	// from the client to its node by a draw from it (seeded by Seed; the
 	// node stamps the request when it gets it): the model of a live
 	// cluster's client path, e.g. `tokenmesh replay`'s gRPC calls (see
-	// delayTrace). nil: requests reach their nodes at their trace times.
+	// delayTrace); decisions among identical requests are then scored in
+	// trace order (Canonicalize), as replay scores them. nil: requests
+	// reach their nodes at their trace times.
 	ClientLatency *sim.Latency
+	// EdgeTimes, with ClientLatency, has each request carry its trace
+	// time as the time it reached the edge (sim.Config.EdgeTimes): owner
+	// orders a key's requests by it, as the live runtime does with
+	// created_at_unix_ns (`tokenmesh replay --edge-times`).
+	EdgeTimes bool
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -151,6 +159,8 @@ type Setup struct {
 	ShortfallWindowS float64 `json:"shortfall_window_s,omitempty"`
 	// ClientLatency is Options.ClientLatency, absent when not set.
 	ClientLatency string `json:"client_latency,omitempty"`
+	// EdgeTimes is Options.EdgeTimes, absent when false.
+	EdgeTimes bool `json:"edge_times,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -220,6 +230,17 @@ func Run(opts Options) (*Report, error) {
 		rep.Setup.ClientLatency = opts.ClientLatency.String()
 		client = delayTrace(opts.Trace, *opts.ClientLatency, opts.Seed)
 	}
+	var edge []time.Duration
+	if opts.EdgeTimes {
+		if client.Trace == nil {
+			return nil, errors.New("eval: edge times need a client latency (requests reach their nodes at their trace times otherwise)")
+		}
+		rep.Setup.EdgeTimes = true
+		edge = make([]time.Duration, len(client.Orig))
+		for j, i := range client.Orig {
+			edge[j] = opts.Trace.Requests[i].Arrival
+		}
+	}
 	var central []bool
 	for _, s := range opts.Strategies {
 		assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
@@ -240,7 +261,7 @@ func Run(opts Options) (*Report, error) {
 		}
 		trace := opts.Trace
 		if client.Trace != nil && !s.Centralized {
-			trace, cfg.Assign = client.Trace, origAssigner{inner: assign, d: client, trace: opts.Trace}
+			trace, cfg.Assign, cfg.EdgeTimes = client.Trace, origAssigner{inner: assign, d: client, trace: opts.Trace}, edge
 		}
 		res, err := sim.Run(trace, cfg)
 		if err != nil {
@@ -269,6 +290,11 @@ func Run(opts Options) (*Report, error) {
 		if len(reqs) > 0 {
 			localPct = round(100*float64(local)/float64(len(reqs)), 2)
 			bytesPer = round(float64(res.Bytes)/float64(len(reqs)), 1)
+		}
+		if trace != opts.Trace {
+			// Behind a client path identical requests reach the nodes in
+			// any order, as in a live replay: scored as replay scores them.
+			Canonicalize(reqs, allowed)
 		}
 		if central == nil {
 			central = allowed

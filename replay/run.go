@@ -425,7 +425,7 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		allowed[i] = o.Allowed
 		lat = append(lat, o.Latency)
 	}
-	res.Canonicalized = canonicalize(reqs, allowed)
+	res.Canonicalized = eval.Canonicalize(reqs, allowed)
 	res.Row = eval.Score(opts.Strategy, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
 	if msgs, bytes, err := t.Bytes(ctx); err != nil {
 		res.BytesError = err.Error()
@@ -455,52 +455,6 @@ func (r *Result) EventNames() []string {
 // Allowed is request i's decision as scored: after canonicalize, false
 // for an undecided request.
 func (r *Result) Allowed(i int) bool { return r.allowed[i] }
-
-// canonicalize reorders the decisions among identical requests (same key,
-// arrival and tokens: the trace cannot tell them apart) so that the
-// admitted ones come first in trace order, as central, which decides in
-// trace order, admits them. Identical requests are sent at the same wall
-// time by different senders and reach the cluster in any order; without
-// this, a different order of the same decisions would count as one false
-// rejection plus one excess admission that cancel out. It returns the
-// number of decisions it moved.
-func canonicalize(reqs []workload.Request, allowed []bool) int {
-	type id struct {
-		key    string
-		tokens int64
-	}
-	moved := 0
-	groups := map[id][]int{}
-	for start := 0; start < len(reqs); {
-		end := start
-		for end < len(reqs) && reqs[end].Arrival == reqs[start].Arrival {
-			end++
-		}
-		if end-start > 1 {
-			clear(groups)
-			for i := start; i < end; i++ {
-				k := id{reqs[i].Key, reqs[i].Tokens}
-				groups[k] = append(groups[k], i)
-			}
-			for _, idx := range groups {
-				n := 0
-				for _, i := range idx {
-					if allowed[i] {
-						n++
-					}
-				}
-				for j, i := range idx {
-					if want := j < n; allowed[i] != want {
-						allowed[i] = want
-						moved++
-					}
-				}
-			}
-		}
-		start = end
-	}
-	return moved
-}
 
 func cmpOr[T int | time.Duration](v, def T) T {
 	if v > 0 {

@@ -128,6 +128,13 @@ type Config struct {
 	// this max_wait, on strategies that implement strategy.Waiter; others
 	// get plain requests. Outcome.Delay holds each admitted request's wait.
 	MaxWait time.Duration
+	// EdgeTimes, when not nil, holds each trace request's edge time (the
+	// time it reached the client, before the client-to-node path delayed
+	// it to its Arrival; len = the trace's): a strategy.ArrivalOrderer
+	// (owner) is handed it as the request's arrival, clamped by
+	// strategy.EdgeArrival, as the live runtime does with a check's
+	// created_at_unix_ns. Other strategies, and nil, get Arrival.
+	EdgeTimes []time.Duration
 }
 
 // Outcome is what happened to one request.
@@ -253,6 +260,9 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	if cfg.New == nil || cfg.Assign == nil {
 		return nil, fmt.Errorf("sim: config needs a strategy factory and an assigner")
 	}
+	if cfg.EdgeTimes != nil && len(cfg.EdgeTimes) != len(trace.Requests) {
+		return nil, fmt.Errorf("sim: %d edge times for %d requests", len(cfg.EdgeTimes), len(trace.Requests))
+	}
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = time.Second
 	}
@@ -368,6 +378,11 @@ func (r *runner) inject(i int, req *workload.Request) {
 	r.receivedBy[i] = int32(ni)
 	r.inCall = prioRequest
 	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}
+	if r.cfg.EdgeTimes != nil {
+		if _, ok := n.s.(strategy.ArrivalOrderer); ok {
+			sreq.Arrival = strategy.EdgeArrival(r.cfg.EdgeTimes[i], r.now)
+		}
+	}
 	// The outcome is recorded before the request's effects are carried
 	// out (then), as the decisions among them may be this one's.
 	n.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {

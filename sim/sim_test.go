@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/sim/simtest"
+	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -329,4 +330,60 @@ func TestLocalDecisions(t *testing.T) {
 			t.Fatalf("request %d decided locally after %v", i, o.Latency)
 		}
 	}
+}
+
+// sim.Config.EdgeTimes: owner (a strategy.ArrivalOrderer) decides a key's
+// requests in the order of their edge times, here the reverse of the order
+// they reached the nodes; without edge times, and under local, the first to
+// reach a node takes the key's one token. A length that does not match the
+// trace is an error.
+func TestEdgeTimesOrderOwner(t *testing.T) {
+	ms := time.Millisecond
+	// Delivered at 10 ms (B, edge 9 ms) and 11 ms (A, edge 0): A reached
+	// the edge first.
+	tr := &workload.Trace{Name: "edge", Requests: []workload.Request{{Arrival: 10 * ms, Key: "k", Tokens: 1}, {Arrival: 11 * ms, Key: "k", Tokens: 1}}}
+	edge := []time.Duration{9 * ms, 0}
+	for _, tc := range []struct {
+		name  string
+		edge  []time.Duration
+		want  []bool
+		strat string
+	}{
+		{"owner, edge times", edge, []bool{false, true}, "owner"},
+		{"owner, no edge times", nil, []bool{true, false}, "owner"},
+		{"static on one node ignores edge times", edge, []bool{true, false}, "static"},
+	} {
+		info, err := all.Lookup(tc.strat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assign, _ := workload.NewAssigner("roundrobin", 1)
+		res, err := sim.Run(tr, sim.Config{Name: tc.strat, New: info.New, Nodes: 1, Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 1,
+			Params: mustParams(t, "hold=20ms", tc.strat), Network: fixed(ms), Assign: assign, EdgeTimes: tc.edge})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := allowed(res); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	info, _ := all.Lookup("owner")
+	assign, _ := workload.NewAssigner("hash", 1)
+	if _, err := sim.Run(tr, sim.Config{Name: "owner", New: info.New, Nodes: 1, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
+		Network: fixed(ms), Assign: assign, EdgeTimes: edge[:1]}); err == nil || !strings.Contains(err.Error(), "1 edge times for 2 requests") {
+		t.Errorf("one edge time for two requests: %v, want an error", err)
+	}
+}
+
+// mustParams is params for strategy strat: only owner takes hold here.
+func mustParams(t *testing.T, hold, strat string) strategy.Params {
+	t.Helper()
+	if strat != "owner" {
+		return strategy.Params{}
+	}
+	p, err := strategy.ParseParams([]string{hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

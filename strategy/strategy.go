@@ -469,12 +469,26 @@ type Waiter interface {
 // serve a request decided after its turn only from the tokens its bucket
 // held all along since its arrival (bucket.Bucket's late decisions), so
 // an earlier Arrival never admits more. A live driver may hand them a
-// client's own arrival time (tokenmesh.v1 CheckItem.created_at_unix_ns,
-// clamped to at most cluster.MaxCreatedAge before now); every other
-// strategy is always given Arrival = now, as the simulator gives all.
+// client's own arrival time (tokenmesh.v1 CheckItem.created_at_unix_ns;
+// the simulator's --edge-times), clamped by EdgeArrival; every other
+// strategy is always given Arrival = now.
 type ArrivalOrderer interface {
 	// OrdersByArrival marks the capability; it does nothing.
 	OrdersByArrival()
+}
+
+// MaxCreatedAge bounds how far before a node's now a client's edge time
+// counts (an older one counts as now - MaxCreatedAge): a few clock ticks
+// of skew and of network between the edge and the node, well inside the
+// strategies' forward timeouts, after which a late request is one they
+// may have forgotten the bucket for.
+const MaxCreatedAge = 100 * time.Millisecond
+
+// EdgeArrival is the arrival a driver hands a strategy.ArrivalOrderer for
+// a request that reached the edge at created (strategy time) and the node
+// at now: created within [now - MaxCreatedAge, now], and not before 0.
+func EdgeArrival(created, now time.Duration) time.Duration {
+	return min(max(created, now-MaxCreatedAge, 0), now)
 }
 
 // ReserveWithin is the waiting-mode decision on one bucket (seed 000 §5.2):

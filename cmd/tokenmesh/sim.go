@@ -38,6 +38,7 @@ type simFlags struct {
 	assign                   string
 	latency                  string
 	clientLatency            string
+	edgeTimes                bool
 	loss, duplicate, reorder float64
 	scenario                 string
 	seed                     uint64
@@ -108,6 +109,7 @@ on it.`,
 	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
 	fl.StringVar(&f.latency, "latency", "1ms", "one-way peer latency: 2ms (fixed), uniform:1ms-5ms, exp:2ms (exponential mean), exp:1ms+2ms, samples:FILE (measured values, one duration per line)")
 	fl.StringVar(&f.clientLatency, "client-latency", "", "delay of every request on its way from the client to its node (the node stamps it on receipt; central, the reference, keeps the trace's times), in --latency's forms, e.g. exp:2ms to describe a replay's gRPC calls at --speed 10 (docs/REPLAY.md); empty: none")
+	fl.BoolVar(&f.edgeTimes, "edge-times", false, "with --client-latency: each request carries its trace time as the time it reached the edge (created_at_unix_ns), which owner orders a key's requests by (as `tokenmesh replay --edge-times`)")
 	fl.Float64Var(&f.loss, "loss", 0, "probability that a peer message is lost")
 	fl.Float64Var(&f.duplicate, "duplicate", 0, "probability that a peer message is delivered twice")
 	fl.Float64Var(&f.reorder, "reorder", 0, "probability that a peer message gets an extra delay that reorders it")
@@ -259,6 +261,10 @@ func (f *simFlags) options() (eval.Options, error) {
 		}
 		o.ClientLatency = &cl
 	}
+	if f.edgeTimes && f.clientLatency == "" {
+		return o, usageErr("--edge-times needs --client-latency: without it every request reaches its node at its trace time already")
+	}
+	o.EdgeTimes = f.edgeTimes
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err
