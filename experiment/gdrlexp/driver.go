@@ -17,7 +17,6 @@ package gdrlexp
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -201,23 +200,4 @@ func sum(xs []float64) float64 {
 		s += x
 	}
 	return s
-}
-
-// poisson draws a Poisson variate with the given mean (Knuth's method in
-// chunks of 30, so that large means do not underflow).
-func poisson(r *rand.Rand, mean float64) int64 {
-	var n int64
-	for mean > 0 {
-		m := min(mean, 30)
-		mean -= m
-		l, p := math.Exp(-m), 1.0
-		for {
-			p *= r.Float64()
-			if p <= l {
-				break
-			}
-			n++
-		}
-	}
-	return n
 }

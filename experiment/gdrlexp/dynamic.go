@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/experiment"
+	"github.com/tokenmesh/tokenmesh/internal/poisson"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
 
@@ -96,7 +97,7 @@ func runDynamic(ctx experiment.Context) error {
 		}
 		for i := range n {
 			lambda[i] = dynLambda(i+1, n, t, tau0) * scale
-			demand[i] = poisson(rnd, lambda[i]*dt.Seconds())
+			demand[i] = poisson.Draw(rnd, lambda[i]*dt.Seconds())
 		}
 		if err := c.interval(t+1, demand); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/experiment"
+	"github.com/tokenmesh/tokenmesh/internal/poisson"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
 
@@ -68,7 +69,7 @@ func runRing(seed uint64, k int, noiseBand float64) (*ringRun, error) {
 	est, truth := make([]float64, n), make([]float64, n)
 	for t := 1; t <= k; t++ {
 		for i := range demand {
-			demand[i] = poisson(rnd, lambda[i]*dt.Seconds())
+			demand[i] = poisson.Draw(rnd, lambda[i]*dt.Seconds())
 		}
 		if err := c.interval(t, demand); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/poisson"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
 
@@ -39,7 +40,7 @@ func convergence(t *testing.T, scale float64, noisy bool, maxIntervals int, extr
 		for i := range n {
 			c := int64(lambda[i] * dt.Seconds())
 			if noisy {
-				c = poissonCount(rnd, lambda[i]*dt.Seconds())
+				c = poisson.Draw(rnd, lambda[i]*dt.Seconds())
 			}
 			if c > 0 {
 				h.request(i, "k", c, time.Duration(k-1)*dt+dt/2)

@@ -3,7 +3,6 @@ package gdrl_test
 import (
 	"container/heap"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -466,21 +465,3 @@ func (h *harness) request(i int, key string, tokens int64, t time.Duration) {
 	h.push(hevent{at: t, kind: evRequest, to: i, key: key, tokens: tokens})
 }
 
-// poissonCount draws a Poisson variate with the given mean (Knuth's method
-// in chunks of 30, so that large means do not underflow).
-func poissonCount(r *rand.Rand, mean float64) int64 {
-	var n int64
-	for mean > 0 {
-		m := min(mean, 30)
-		mean -= m
-		l, p := math.Exp(-m), 1.0
-		for {
-			p *= r.Float64()
-			if p <= l {
-				break
-			}
-			n++
-		}
-	}
-	return n
-}
