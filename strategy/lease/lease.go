@@ -707,9 +707,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
-		l.markDirty(now, q.key, fx)
+		// Only what took tokens is shipped to the replicas (markDirty): a
+		// refused request or an empty grant leaves the pool as its last
+		// state refilled, which a replica computes itself.
 		if q.ask {
-			l.grant(p, q, fx)
+			if l.grant(p, q, fx) > 0 {
+				l.markDirty(now, q.key, fx)
+			}
 			continue
 		}
 		var allowed bool
@@ -718,6 +722,9 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
 		} else {
 			allowed = l.sh.take(p, q.arrival, q.tokens)
+		}
+		if allowed {
+			l.markDirty(now, q.key, fx)
 		}
 		if q.origin == "" {
 			fx.DecideAfter(q.id, allowed, delay)
@@ -740,12 +747,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 	}
 }
 
-// grant answers an ask out of p (advanced to the ask's time).
-func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
+// grant answers an ask out of p (advanced to the ask's time) and returns
+// the tokens it took from p (0 for a duplicate).
+func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	id := grantID{q.origin, q.key, q.id}
 	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
 		l.sendGrant(id, g, fx)
-		return
+		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
 	n := min(q.tokens, whole)
@@ -758,12 +766,15 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
 	}
 	l.sh.lend(p, n)
-	p.lentUntil = max(p.lentUntil, g.expires)
+	if n > 0 {
+		p.lentUntil = max(p.lentUntil, g.expires)
+	}
 	l.grants[id] = g
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
 	l.sendGrant(id, g, fx)
+	return n
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
@@ -1062,7 +1073,12 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
-			l.markDirty(now, e.id.key, fx)
+			if g.pool.leased > 0 || g.pool.inherited > 0 || g.expires < g.pool.lentUntil {
+				// A replica's state counts the lent tokens until the
+				// latest expiry: only the release of the last one (none
+				// unused) is what it computes itself.
+				l.markDirty(now, e.id.key, fx)
+			}
 		}
 	}
 	if l.gexpiry.Len() > 0 {
