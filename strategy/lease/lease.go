@@ -1158,7 +1158,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
-	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	out := map[strategy.NodeID][]ship{}
 	for _, key := range sortedKeys(l.pools) {
 		p := l.pools[key]
 		owned := rendezvous.Owner(key, prev) == l.self
@@ -1171,11 +1171,13 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		if owned && l.replicas > 1 && !p.untouched(now) {
 			// Hand the key over: this node decides it no more.
 			s := l.stateOf(p, now)
-			s.Handover = true
 			to := l.replicasOf(key, l.members)
 			if slices.Contains(to, l.self) {
-				l.records[key] = &record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), lentUntil: time.Duration(s.LentUntilNs), from: l.self}
+				own := s
+				own.from = l.self
+				l.records[key] = &own
 			}
+			s.handover = true
 			l.addShip(out, key, s, to)
 		}
 		delete(l.pools, key)
