@@ -908,6 +908,11 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		}
 	case *peerv1.LeaseMessage_Replicas:
 		return l.receiveReplicas(now, from, b.Replicas)
+	case *peerv1.LeaseMessage_Replica:
+		if b.Replica == nil {
+			return fmt.Errorf("lease: message from %s has an empty replica", from)
+		}
+		return l.receiveReplicas(now, from, &peerv1.LeaseReplicas{States: []*peerv1.LeaseReplica{b.Replica}})
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})

@@ -55,6 +55,11 @@ func ask(key string, seq uint64, tokens, at int64) []byte {
 
 func replicas(states ...*peerv1.LeaseReplica) []byte { return replicasAt(0, states...) }
 
+// replica is one state alone (LeaseMessage.replica): its time absolute.
+func replica(s *peerv1.LeaseReplica) []byte {
+	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replica{Replica: s}})
+}
+
 // replicasAt is replicas with base_ns set: the states' times count from it.
 func replicasAt(baseNs int64, states ...*peerv1.LeaseReplica) []byte {
 	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{BaseNs: baseNs, States: states}}})
@@ -118,6 +123,9 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"replica since overflow": replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, SinceBaseNs: math.MaxInt64}),
 		"replica lent overflow":  replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: math.MaxInt64}),
 		"replica far base+lent":  replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, LentTokens: 1, SinceBaseNs: int64(time.Second), LentForNs: int64(time.Second + 500*time.Millisecond)}),
+		"one replica no key":     replica(&peerv1.LeaseReplica{SinceBaseNs: int64(now)}),
+		"one replica future":     replica(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now + time.Hour)}),
+		"one replica far lent":   replica(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: int64(time.Hour), SinceBaseNs: int64(now)}),
 		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, SinceBaseNs: int64(now)}),
 	} {
 		l := newNode(t, "n0")
@@ -287,6 +295,7 @@ func FuzzReceive(f *testing.F) {
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 7, Key: key, ArrivalNs: 5}}}), int64(1e6))
 	f.Add([]byte{0x0a, 0x00}, int64(0))
 	f.Add(replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 1e8, LentTokens: 2, LentForNs: 4e8, Handover: true}), int64(1e8))
+	f.Add(replica(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 1e8, LentTokens: 2, LentForNs: 4e8}), int64(1e8))
 	f.Add(replicasAt(5e7, &peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 5e7, LentTokens: 2, LentForNs: 4e8},
 		&peerv1.LeaseReplica{Key: keyOwnedBy("n1"), LevelTicks: 2e9}), int64(1e8))
 	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, SinceBaseNs: 1e8}), int64(1e8))

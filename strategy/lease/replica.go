@@ -104,7 +104,7 @@ func (l *Lease) addShip(out map[strategy.NodeID][]ship, key string, r record, to
 }
 
 // sendShips sends the queued states, per peer in node order, at most
-// maxReplicasPerMessage a message.
+// maxReplicasPerMessage a message (one state alone as LeaseReplica).
 func (l *Lease) sendShips(out map[strategy.NodeID][]ship, fx *strategy.Effects) {
 	peers := make([]strategy.NodeID, 0, len(out))
 	for n := range out {
@@ -113,6 +113,12 @@ func (l *Lease) sendShips(out map[strategy.NodeID][]ship, fx *strategy.Effects) 
 	slices.Sort(peers)
 	for _, n := range peers {
 		ss := out[n]
+		if len(ss) == 1 {
+			m := encodeShips(ss)
+			m.States[0].SinceBaseNs += m.BaseNs
+			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replica{Replica: m.States[0]}}))
+			continue
+		}
 		for len(ss) > 0 {
 			k := min(len(ss), maxReplicasPerMessage)
 			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: encodeShips(ss[:k])}}))
