@@ -109,12 +109,18 @@
 //     takeover + b/r after an owner change.
 //   - Owner, with replicas (replicas=K, default 2; replica.go): the owner
 //     ships, every `sync` (default max(hold, 10ms)), the state of each key
-//     whose bucket changed to the key's next K-1 nodes in rendezvous order
-//     (LeaseReplicas): its level in exact ticks at a time, and the whole
-//     tokens in its unexpired leases (its own and those it inherited) with
-//     the latest of their expiries, an upper bound of each lease's. A
-//     replica keeps the state (a later one from the same owner replaces
-//     it; any other is merged keeping the more consumed bucket: both
+//     whose bucket changed in a way a replica cannot compute from the last
+//     state (tokens taken by a request or lent by a grant; a lease spent or
+//     returned; a lease released at expiry, but for the last one out, at
+//     the latest expiry: after it, as after a refused request or a grant
+//     of 0 tokens, the bucket is the last state refilled) to the key's
+//     next K-1 nodes in rendezvous order (LeaseReplicas, times counted
+//     from the message's base time; one state alone as LeaseReplica): its
+//     level in exact ticks at a time, and the whole tokens in its
+//     unexpired leases (its own and those it inherited) with the latest of
+//     their expiries, an upper bound of each lease's. A replica keeps the
+//     state (a later one from the same owner replaces it; any other is
+//     merged keeping the more consumed bucket: both
 //     refilled to the later time, the lower level, the larger lent tokens
 //     until the later end, as owner's merge rule). The node that takes a
 //     key over continues from the replicated state, counting its lent
@@ -139,7 +145,8 @@
 //     (more when ships are lost: they are not acknowledged, the next one
 //     supersedes). Per crash of an owner, the key's admissions exceed
 //     b + r*T by at most b + r*(max_wait + staleness), staleness being the
-//     age of the successor's state at the crash: the owner's history up to
+//     age of the successor's state at the old owner's last decision that
+//     took tokens (at the latest, the crash): the owner's history up to
 //     the state followed by the successor's continuation from it is one
 //     bucket's history (within b + r*T); beyond it come only the old
 //     owner's decisions after the state, which took at most its level then
