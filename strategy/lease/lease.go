@@ -109,12 +109,18 @@
 //     takeover + b/r after an owner change.
 //   - Owner, with replicas (replicas=K, default 2; replica.go): the owner
 //     ships, every `sync` (default max(hold, 10ms)), the state of each key
-//     whose bucket changed to the key's next K-1 nodes in rendezvous order
-//     (LeaseReplicas): its level in exact ticks at a time, and the whole
-//     tokens in its unexpired leases (its own and those it inherited) with
-//     the latest of their expiries, an upper bound of each lease's. A
-//     replica keeps the state (a later one from the same owner replaces
-//     it; any other is merged keeping the more consumed bucket: both
+//     whose bucket changed in a way a replica cannot compute from the last
+//     state (tokens taken by a request or lent by a grant; a lease spent or
+//     returned; a lease released at expiry, but for the last one out, at
+//     the latest expiry: after it, as after a refused request or a grant
+//     of 0 tokens, the bucket is the last state refilled) to the key's
+//     next K-1 nodes in rendezvous order (LeaseReplicas, times counted
+//     from the message's base time; one state alone as LeaseReplica): its
+//     level in exact ticks at a time, and the whole tokens in its
+//     unexpired leases (its own and those it inherited) with the latest of
+//     their expiries, an upper bound of each lease's. A replica keeps the
+//     state (a later one from the same owner replaces it; any other is
+//     merged keeping the more consumed bucket: both
 //     refilled to the later time, the lower level, the larger lent tokens
 //     until the later end, as owner's merge rule). The node that takes a
 //     key over continues from the replicated state, counting its lent
@@ -139,7 +145,8 @@
 //     (more when ships are lost: they are not acknowledged, the next one
 //     supersedes). Per crash of an owner, the key's admissions exceed
 //     b + r*T by at most b + r*(max_wait + staleness), staleness being the
-//     age of the successor's state at the crash: the owner's history up to
+//     age of the successor's state at the old owner's last decision that
+//     took tokens (at the latest, the crash): the owner's history up to
 //     the state followed by the successor's continuation from it is one
 //     bucket's history (within b + r*T); beyond it come only the old
 //     owner's decisions after the state, which took at most its level then
@@ -707,9 +714,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
-		l.markDirty(now, q.key, fx)
+		// Only what took tokens is shipped to the replicas (markDirty): a
+		// refused request or an empty grant leaves the pool as its last
+		// state refilled, which a replica computes itself.
 		if q.ask {
-			l.grant(p, q, fx)
+			if l.grant(p, q, fx) > 0 {
+				l.markDirty(now, q.key, fx)
+			}
 			continue
 		}
 		var allowed bool
@@ -718,6 +729,9 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
 		} else {
 			allowed = l.sh.take(p, q.arrival, q.tokens)
+		}
+		if allowed {
+			l.markDirty(now, q.key, fx)
 		}
 		if q.origin == "" {
 			fx.DecideAfter(q.id, allowed, delay)
@@ -740,12 +754,13 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 	}
 }
 
-// grant answers an ask out of p (advanced to the ask's time).
-func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
+// grant answers an ask out of p (advanced to the ask's time) and returns
+// the tokens it took from p (0 for a duplicate).
+func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	id := grantID{q.origin, q.key, q.id}
 	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
 		l.sendGrant(id, g, fx)
-		return
+		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
 	n := min(q.tokens, whole)
@@ -758,12 +773,15 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) {
 		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
 	}
 	l.sh.lend(p, n)
-	p.lentUntil = max(p.lentUntil, g.expires)
+	if n > 0 {
+		p.lentUntil = max(p.lentUntil, g.expires)
+	}
 	l.grants[id] = g
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
 	l.sendGrant(id, g, fx)
+	return n
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
@@ -897,6 +915,11 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		}
 	case *peerv1.LeaseMessage_Replicas:
 		return l.receiveReplicas(now, from, b.Replicas)
+	case *peerv1.LeaseMessage_Replica:
+		if b.Replica == nil {
+			return fmt.Errorf("lease: message from %s has an empty replica", from)
+		}
+		return l.receiveReplicas(now, from, &peerv1.LeaseReplicas{States: []*peerv1.LeaseReplica{b.Replica}})
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -1062,7 +1085,12 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
-			l.markDirty(now, e.id.key, fx)
+			if g.pool.leased > 0 || g.pool.inherited > 0 || g.expires < g.pool.lentUntil {
+				// A replica's state counts the lent tokens until the
+				// latest expiry: only the release of the last one (none
+				// unused) is what it computes itself.
+				l.markDirty(now, e.id.key, fx)
+			}
 		}
 	}
 	if l.gexpiry.Len() > 0 {
@@ -1142,7 +1170,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
-	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	out := map[strategy.NodeID][]ship{}
 	for _, key := range sortedKeys(l.pools) {
 		p := l.pools[key]
 		owned := rendezvous.Owner(key, prev) == l.self
@@ -1155,11 +1183,13 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		if owned && l.replicas > 1 && !p.untouched(now) {
 			// Hand the key over: this node decides it no more.
 			s := l.stateOf(p, now)
-			s.Handover = true
 			to := l.replicasOf(key, l.members)
 			if slices.Contains(to, l.self) {
-				l.records[key] = &record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), lentUntil: time.Duration(s.LentUntilNs), from: l.self}
+				own := s
+				own.from = l.self
+				l.records[key] = &own
 			}
+			s.handover = true
 			l.addShip(out, key, s, to)
 		}
 		delete(l.pools, key)

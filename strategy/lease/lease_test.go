@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -52,8 +53,16 @@ func ask(key string, seq uint64, tokens, at int64) []byte {
 	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: tokens, AskedAtNs: at}}})
 }
 
-func replicas(states ...*peerv1.LeaseReplica) []byte {
-	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{States: states}}})
+func replicas(states ...*peerv1.LeaseReplica) []byte { return replicasAt(0, states...) }
+
+// replica is one state alone (LeaseMessage.replica): its time absolute.
+func replica(s *peerv1.LeaseReplica) []byte {
+	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replica{Replica: s}})
+}
+
+// replicasAt is replicas with base_ns set: the states' times count from it.
+func replicasAt(baseNs int64, states ...*peerv1.LeaseReplica) []byte {
+	return msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{BaseNs: baseNs, States: states}}})
 }
 
 func decode(t *testing.T, b []byte) *peerv1.LeaseMessage {
@@ -98,16 +107,26 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"grant far expiry":       msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 1, ExpiresNs: int64(now + time.Hour)}}}),
 		"max wait negative":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: -1}}}),
 		"max wait too long":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now), MaxWaitNs: int64(2 * time.Hour)}}}),
-		"replica empty key":      replicas(&peerv1.LeaseReplica{Key: "", AtNs: int64(now)}),
-		"replica above burst":    replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 21 * int64(time.Second), AtNs: int64(now)}),
-		"replica below 0":        replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: -1, AtNs: int64(now)}),
-		"replica level+lent":     replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 15 * int64(time.Second), LentTokens: 6, LentUntilNs: int64(now), AtNs: int64(now)}),
-		"replica lent > b":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 21, LentUntilNs: int64(now), AtNs: int64(now)}),
-		"replica lent < 0":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: -1, AtNs: int64(now)}),
-		"replica far future":     replicas(&peerv1.LeaseReplica{Key: key, AtNs: int64(now + time.Hour)}),
-		"replica negative at":    replicas(&peerv1.LeaseReplica{Key: key, AtNs: -1}),
-		"replica far lent":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentUntilNs: int64(now + time.Hour), AtNs: int64(now)}),
-		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, AtNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, AtNs: int64(now)}),
+		"replica empty key":      replicas(&peerv1.LeaseReplica{Key: "", SinceBaseNs: int64(now)}),
+		"replica above burst":    replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 21 * int64(time.Second), SinceBaseNs: int64(now)}),
+		"replica below 0":        replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: -1, SinceBaseNs: int64(now)}),
+		"replica level+lent":     replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 15 * int64(time.Second), LentTokens: 6, SinceBaseNs: int64(now)}),
+		"replica lent > b":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 21, SinceBaseNs: int64(now)}),
+		"replica lent < 0":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: -1, SinceBaseNs: int64(now)}),
+		"replica far future":     replicas(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now + time.Hour)}),
+		"replica negative at":    replicas(&peerv1.LeaseReplica{Key: key, SinceBaseNs: -1}),
+		"replica far lent":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: int64(time.Hour), SinceBaseNs: int64(now)}),
+		"replica negative lent":  replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: -1, SinceBaseNs: int64(now)}),
+		"replica far base":       replicasAt(int64(now+time.Hour), &peerv1.LeaseReplica{Key: key}),
+		"replica negative base":  replicasAt(-1, &peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now)}),
+		"replica far base+since": replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(time.Hour)}),
+		"replica since overflow": replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, SinceBaseNs: math.MaxInt64}),
+		"replica lent overflow":  replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: math.MaxInt64}),
+		"replica far base+lent":  replicasAt(int64(now), &peerv1.LeaseReplica{Key: key, LentTokens: 1, SinceBaseNs: int64(time.Second), LentForNs: int64(time.Second + 500*time.Millisecond)}),
+		"one replica no key":     replica(&peerv1.LeaseReplica{SinceBaseNs: int64(now)}),
+		"one replica future":     replica(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now + time.Hour)}),
+		"one replica far lent":   replica(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: int64(time.Hour), SinceBaseNs: int64(now)}),
+		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, SinceBaseNs: int64(now)}),
 	} {
 		l := newNode(t, "n0")
 		before := l.StateBytes()
@@ -275,8 +294,11 @@ func FuzzReceive(f *testing.F) {
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{RequestId: 1, EmptyForUs: 5}}}), int64(1e6))
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 7, Key: key, ArrivalNs: 5}}}), int64(1e6))
 	f.Add([]byte{0x0a, 0x00}, int64(0))
-	f.Add(replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, AtNs: 1e8, LentTokens: 2, LentUntilNs: 5e8, Handover: true}), int64(1e8))
-	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, AtNs: 1e8}), int64(1e8))
+	f.Add(replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 1e8, LentTokens: 2, LentForNs: 4e8, Handover: true}), int64(1e8))
+	f.Add(replica(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 1e8, LentTokens: 2, LentForNs: 4e8}), int64(1e8))
+	f.Add(replicasAt(5e7, &peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 5e7, LentTokens: 2, LentForNs: 4e8},
+		&peerv1.LeaseReplica{Key: keyOwnedBy("n1"), LevelTicks: 2e9}), int64(1e8))
+	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, SinceBaseNs: 1e8}), int64(1e8))
 	f.Fuzz(func(t *testing.T, payload []byte, nowNs int64) {
 		if nowNs < 0 {
 			nowNs = -nowNs
@@ -465,8 +487,8 @@ func admitted(l *Lease, key string, at time.Duration, n int, id uint64) int {
 // empty for takeover.
 func TestTakeoverFromReplica(t *testing.T) {
 	key := keyRanked("n0", "n1")
-	state := replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 5 * int64(time.Second), AtNs: int64(time.Second),
-		LentTokens: 3, LentUntilNs: int64(1300 * time.Millisecond)})
+	state := replicasAt(int64(time.Second), &peerv1.LeaseReplica{Key: key, LevelTicks: 5 * int64(time.Second),
+		LentTokens: 3, LentForNs: int64(300 * time.Millisecond)})
 	for _, k := range []string{"1", "2"} {
 		l := newNode(t, "n1", "replicas="+k)
 		if err := l.Receive(time.Second, "n0", state, &strategy.Effects{}); err != nil {
@@ -509,7 +531,7 @@ func TestHandoverReplacesConservativeStart(t *testing.T) {
 	if got := admitted(l, key, now, 3, 1); got != 0 {
 		t.Fatalf("restarted owner admitted %d, want 0 (conservative start)", got)
 	}
-	st := &peerv1.LeaseReplica{Key: key, LevelTicks: 12 * int64(time.Second), AtNs: int64(now)}
+	st := &peerv1.LeaseReplica{Key: key, LevelTicks: 12 * int64(time.Second), SinceBaseNs: int64(now)}
 	if err := l.Receive(now, "n1", replicas(st), &strategy.Effects{}); err != nil {
 		t.Fatal(err)
 	}

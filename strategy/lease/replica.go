@@ -37,15 +37,22 @@ func (r *record) asPool() *pool {
 }
 
 // stateOf is p at now as shipped to replicas: refilled to now (a copy),
-// valid from max(now, p.last), with its own and inherited leases as lent.
-func (l *Lease) stateOf(p *pool, now time.Duration) *peerv1.LeaseReplica {
+// valid from max(now, p.last), with its own and inherited leases as lent
+// (and their end, when there are some).
+func (l *Lease) stateOf(p *pool, now time.Duration) record {
 	cp := *p
 	l.sh.advance(&cp, now)
-	s := &peerv1.LeaseReplica{LevelTicks: cp.level, AtNs: int64(max(now, cp.last)), LentTokens: cp.leased + cp.inherited}
-	if s.LentTokens > 0 {
-		s.LentUntilNs = int64(max(cp.lentUntil, cp.inheritedUntil))
+	r := record{level: cp.level, at: max(now, cp.last), lent: cp.leased + cp.inherited}
+	if r.lent > 0 {
+		r.lentUntil = max(cp.lentUntil, cp.inheritedUntil)
 	}
-	return s
+	return r
+}
+
+// ship is one key's state queued for a replica.
+type ship struct {
+	key string
+	r   record
 }
 
 // replicasOf is key's first K nodes in rendezvous order among members.
@@ -76,7 +83,7 @@ func (l *Lease) syncDirty(now time.Duration, fx *strategy.Effects) {
 	}
 	clear(l.dirty)
 	slices.Sort(keys)
-	out := map[strategy.NodeID][]*peerv1.LeaseReplica{}
+	out := map[strategy.NodeID][]ship{}
 	for _, k := range keys {
 		p := l.pools[k]
 		if p == nil || l.owner(k) != l.self || p.untouched(now) {
@@ -87,19 +94,18 @@ func (l *Lease) syncDirty(now time.Duration, fx *strategy.Effects) {
 	l.sendShips(out, fx)
 }
 
-// addShip queues s (of key) for every node of to but this one.
-func (l *Lease) addShip(out map[strategy.NodeID][]*peerv1.LeaseReplica, key string, s *peerv1.LeaseReplica, to []strategy.NodeID) {
-	s.Key = key
+// addShip queues r (of key) for every node of to but this one.
+func (l *Lease) addShip(out map[strategy.NodeID][]ship, key string, r record, to []strategy.NodeID) {
 	for _, n := range to {
 		if n != l.self {
-			out[n] = append(out[n], s)
+			out[n] = append(out[n], ship{key, r})
 		}
 	}
 }
 
 // sendShips sends the queued states, per peer in node order, at most
-// maxReplicasPerMessage a message.
-func (l *Lease) sendShips(out map[strategy.NodeID][]*peerv1.LeaseReplica, fx *strategy.Effects) {
+// maxReplicasPerMessage a message (one state alone as LeaseReplica).
+func (l *Lease) sendShips(out map[strategy.NodeID][]ship, fx *strategy.Effects) {
 	peers := make([]strategy.NodeID, 0, len(out))
 	for n := range out {
 		peers = append(peers, n)
@@ -107,12 +113,38 @@ func (l *Lease) sendShips(out map[strategy.NodeID][]*peerv1.LeaseReplica, fx *st
 	slices.Sort(peers)
 	for _, n := range peers {
 		ss := out[n]
+		if len(ss) == 1 {
+			m := encodeShips(ss)
+			m.States[0].SinceBaseNs += m.BaseNs
+			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replica{Replica: m.States[0]}}))
+			continue
+		}
 		for len(ss) > 0 {
 			k := min(len(ss), maxReplicasPerMessage)
-			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: &peerv1.LeaseReplicas{States: ss[:k]}}}))
+			fx.Send(n, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Replicas{Replicas: encodeShips(ss[:k])}}))
 			ss = ss[k:]
 		}
 	}
+}
+
+// encodeShips is ss as one LeaseReplicas: times count from the earliest
+// state's (base_ns), a lease end from its state's time (a lease end
+// before it is the same as one at it: the lent tokens are released at
+// the first refill).
+func encodeShips(ss []ship) *peerv1.LeaseReplicas {
+	base := ss[0].r.at
+	for _, s := range ss[1:] {
+		base = min(base, s.r.at)
+	}
+	m := &peerv1.LeaseReplicas{BaseNs: int64(base), States: make([]*peerv1.LeaseReplica, len(ss))}
+	for i, s := range ss {
+		st := &peerv1.LeaseReplica{Key: s.key, LevelTicks: s.r.level, SinceBaseNs: int64(s.r.at - base), LentTokens: s.r.lent, Handover: s.r.handover}
+		if s.r.lent > 0 {
+			st.LentForNs = int64(max(s.r.lentUntil-s.r.at, 0))
+		}
+		m.States[i] = st
+	}
+	return m
 }
 
 // receiveReplicas checks every state of m first (an error changes
@@ -123,6 +155,12 @@ func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peer
 		return fmt.Errorf("lease: replicas from %s: %d states, at most %d", from, len(m.States), maxReplicasAccepted)
 	}
 	floor := -satMul(l.sh.tokensPerNs, int64(l.maxWait))
+	latest := now + l.takeover + l.maxSkew            // the latest state time accepted
+	latestEnd := now + l.ttl + l.takeover + l.maxSkew // and lease end
+	if m.BaseNs < 0 || time.Duration(m.BaseNs) > latest {
+		return fmt.Errorf("lease: replicas from %s: base_ns %d outside [0, now+takeover+max_skew=%d]", from, m.BaseNs, latest)
+	}
+	base := time.Duration(m.BaseNs)
 	for i, s := range m.States {
 		switch {
 		case s.Key == "" || len(s.Key) > maxKeyBytes:
@@ -131,19 +169,19 @@ func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peer
 			return fmt.Errorf("lease: replicas from %s: key %q: lent_tokens %d outside [0, burst=%d]", from, s.Key, s.LentTokens, l.sh.burst)
 		case s.LevelTicks < floor || s.LevelTicks > (l.sh.burst-s.LentTokens)*l.sh.per:
 			return fmt.Errorf("lease: replicas from %s: key %q: level_ticks %d outside [%d, (burst - lent_tokens) * %d ticks]", from, s.Key, s.LevelTicks, floor, l.sh.per)
-		case s.AtNs < 0 || time.Duration(s.AtNs) > now+l.takeover+l.maxSkew:
-			return fmt.Errorf("lease: replicas from %s: key %q: at_ns %d outside [0, now+takeover+max_skew=%d]", from, s.Key, s.AtNs, now+l.takeover+l.maxSkew)
-		case s.LentUntilNs < 0 || time.Duration(s.LentUntilNs) > now+l.ttl+l.takeover+l.maxSkew:
-			return fmt.Errorf("lease: replicas from %s: key %q: lent_until_ns %d outside [0, now+ttl+takeover+max_skew]", from, s.Key, s.LentUntilNs)
+		case s.SinceBaseNs < 0 || time.Duration(s.SinceBaseNs) > latest-base:
+			return fmt.Errorf("lease: replicas from %s: key %q: base_ns + since_base_ns %d outside [0, now+takeover+max_skew=%d]", from, s.Key, s.SinceBaseNs, latest)
+		case s.LentForNs < 0 || time.Duration(s.LentForNs) > latestEnd-base-time.Duration(s.SinceBaseNs):
+			return fmt.Errorf("lease: replicas from %s: key %q: lent_for_ns %d: lease end outside [at, now+ttl+takeover+max_skew]", from, s.Key, s.LentForNs)
 		}
 	}
 	if l.replicas < 2 {
 		return nil // replicas off here: keep today's conservative takeover
 	}
 	for _, s := range m.States {
-		in := record{level: s.LevelTicks, lent: s.LentTokens, at: time.Duration(s.AtNs), from: from, handover: s.Handover}
+		in := record{level: s.LevelTicks, lent: s.LentTokens, at: base + time.Duration(s.SinceBaseNs), from: from, handover: s.Handover}
 		if in.lent > 0 {
-			in.lentUntil = time.Duration(s.LentUntilNs)
+			in.lentUntil = in.at + time.Duration(s.LentForNs)
 		}
 		if r := l.records[s.Key]; r != nil {
 			l.mergeRecord(r, in)
