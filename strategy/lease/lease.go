@@ -245,6 +245,12 @@ type Lease struct {
 	dirty     map[string]bool
 	records   map[string]*record
 	rank      []strategy.NodeID // scratch for rendezvous.Rank
+
+	// warm-up (warmup.go): the keys whose holders are being asked for
+	// their state, and the keys this node gave up lately.
+	fetching map[string]*fetch
+	gave     map[string]*gave
+	fetchSeq uint64
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -342,6 +348,7 @@ const (
 	timerLease
 	timerReturn
 	timerRenew
+	timerFetch // a warm-up query's resend or deadline (key, seq = its id)
 )
 
 type timer struct {
@@ -374,6 +381,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 		dirty:   map[string]bool{}, records: map[string]*record{}, syncAt: -1,
+		fetching: map[string]*fetch{}, gave: map[string]*gave{},
 	}
 	v, err := strategy.ReadParams("lease", Params, cfg.Params)
 	if err != nil {
@@ -448,6 +456,7 @@ func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
 		l.restarted, l.restartAt = true, now
 	}
 	l.seqBase = uint64(now)
+	l.fetchSeq = uint64(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
 }
@@ -651,23 +660,9 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 		return p
 	}
 	p := &pool{level: l.sh.burst * l.sh.per}
-	var movedAt time.Duration
-	moved := false
-	if l.restarted {
-		moved, movedAt = true, l.restartAt
-	}
-	for _, c := range l.changes {
-		if rendezvous.Owner(key, c.prev) != l.self {
-			moved, movedAt = true, max(movedAt, c.at)
-		}
-	}
-	if l.owner(key) != l.self {
-		// A peer sends this node a key it does not own in its own view: the
-		// views disagree, a change is under way.
-		moved, movedAt = true, max(movedAt, now)
-	}
+	movedAt, moved, _ := l.moveOf(key, now)
 	if moved {
-		p.level, p.last, p.conservative = 0, movedAt+l.takeover, true
+		p = l.conservativeStart(movedAt)
 	}
 	if r := l.records[key]; r != nil && l.owner(key) == l.self {
 		// Replicated state (replica.go), at the key's owner in this view
@@ -704,6 +699,9 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				l.markDirty(now, q.key, fx)
 			}
 			continue
+		}
+		if l.warm(now, q, fx) {
+			continue // waits for its key's warm-up (warmup.go)
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
@@ -897,6 +895,13 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		}
 	case *peerv1.LeaseMessage_Replicas:
 		return l.receiveReplicas(now, from, b.Replicas)
+	case *peerv1.LeaseMessage_StateQuery:
+		if err := checkKey("state query", b.StateQuery.Key); err != nil {
+			return err
+		}
+		l.answer(now, from, b.StateQuery, fx)
+	case *peerv1.LeaseMessage_State:
+		return l.receiveState(now, from, b.State, fx)
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -1035,6 +1040,8 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			if h := l.keys[t.key]; h != nil {
 				l.maybeAsk(now, t.key, h, fx)
 			}
+		case timerFetch:
+			l.fetchTimer(now, t, fx)
 		case timerReturn:
 			id := grantID{t.node, t.key, t.seq}
 			r := l.returns[id]
@@ -1117,6 +1124,13 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.records, k)
 		}
 	}
+	for k, g := range l.gave {
+		// After takeover + fill time a conservative start is full and a
+		// state given up has refilled, its leases ended.
+		if g.at+l.takeover+l.fillTime < now && (!g.answered || g.answeredAt+l.takeover+l.fillTime < now) {
+			delete(l.gave, k)
+		}
+	}
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -1162,6 +1176,11 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			}
 			l.addShip(out, key, s, to)
 		}
+		if l.replicas > 1 && !p.untouched(now) {
+			// Kept to answer warm-up queries for the key: this node has
+			// no pool for it any more, but its leases may be unexpired.
+			l.gaveUp(key, l.stateOf(p, now), now)
+		}
 		delete(l.pools, key)
 		delete(l.dirty, key)
 	}
@@ -1189,6 +1208,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			h.asking = false
 		}
 	}
+	l.membersChanged(now, fx)
 }
 
 // StateBytes counts pools, lease records, holdings, queued requests and
@@ -1214,6 +1234,12 @@ func (l *Lease) StateBytes() int {
 	const perRecord = 48
 	for k := range l.records {
 		n += perRecord + len(k)
+	}
+	for k := range l.gave {
+		n += perRecord + len(k)
+	}
+	for k, f := range l.fetching {
+		n += perRecord + len(k) + len(f.asked)*16 + len(f.waiting)*perRequest
 	}
 	return n + l.seen.Len()*perSeen + l.local.StateBytes() + len(l.dirty)*8
 }
