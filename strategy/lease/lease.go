@@ -97,8 +97,9 @@
 //   - Holder: its leases' unused tokens are lost until the owner releases
 //     them at expiry (at most one lease per ask in flight: a holder loses at
 //     most its leases, never more than it was granted).
-//   - Owner, without replicas (replicas=1), or for a key with no
-//     replicated state (a new key, a replica lost or restarted): a node
+//   - Owner, without replicas (replicas=1), or for a key whose state is
+//     nowhere to be found (no trusted replicated state and a warm-up,
+//     below, that failed): a node
 //     that takes over a key (the key's rendezvous owner moved to it with a
 //     membership change, or it restarted) starts that key's bucket empty
 //     and refilling only from the change + takeover (default ttl + 1s): by
@@ -151,9 +152,72 @@
 //     sync + latency) per crash with up to 30% loss); owner states "one
 //     burst per crash" for the same window. Ours; the replica set is
 //     owner's (seed 003's K servers per tenant from rendezvous order).
+//   - Owner, warm-up (replicas >= 2; warmup.go; modelled on owner's
+//     warm-up and its OwnerLevelQuery, the lease-specific parts ours): a
+//     node about to start a key it owns conservatively (it restarted, or
+//     a change moved the key to it, recently enough that the conservative
+//     start would not be full at the request's arrival) and holding no
+//     trusted record for it first asks the nodes that may hold the key's
+//     state (LeaseStateQuery): the live members among the key's first K
+//     nodes in its current view, in each view before a recent change
+//     (kept takeover + fill time), after a restart in its view without
+//     itself, and the sender of an untrusted record. Each answers
+//     (LeaseState) with the most consumed of what it holds of the key (its
+//     pool as owner, as stateOf ships it: level, the tokens in its
+//     unexpired leases and their latest end, an untouched conservative
+//     start counting as nothing; its replica record; a state it handed
+//     over or answered with lately; its own warm-up's answers so far) or
+//     "none". The key's requests, forwards and asks wait while the query
+//     is out (resent every timeout/(retries+1), given up after timeout
+//     less one resend interval, so that a held forward still gets its
+//     verdict within its forwarder's timeout), then are decided in
+//     (arrival, ID) order from the most consumed answer ("none" a full
+//     bucket), its lent tokens inherited as from a replica. If some node
+//     does not answer in time, or if in one of those views all the key's
+//     first K nodes are gone (or are this node just restarted, which
+//     forgot its state), the key starts conservatively as above, merged
+//     with the answers it got. Why this keeps the bounds:
+//     (1) Answering is a hand-over. The answerer drops its pool and,
+//     for takeover + fill time after its answer, decides the key as
+//     moved to it at the answer (a conservative start, no warm-up of its
+//     own) even where its view still makes it the owner. Its decisions
+//     end at the answer and the asker's begin after all answers, from a
+//     state at least as consumed: one bucket's history, within b + r*T.
+//     What the answerer is still sent while its view lags is refused
+//     (false rejections within the window of any membership change); two
+//     nodes decide at once only when views disagree for longer than
+//     takeover - ttl (the clause below).
+//     (2) The old owner's unexpired leases are in its answer's lent
+//     tokens (its pool's leased and inherited tokens). A node with no
+//     pool has none out of its own: sweep drops only a full pool with
+//     nothing leased or inherited, and a pool dropped at a membership
+//     change or by an answer leaves its state, lent tokens included, in
+//     `gave`, which later answers include until its leases have ended and
+//     its level refilled (takeover + fill time; takeover >= ttl).
+//     (3) A holder that is gone (crashed, left) left its state on its
+//     replicas, the key's first K nodes in the view in which it owned the
+//     key, which are asked (or are this node: the coverage condition
+//     above); what they miss of its last decisions is the per-crash bound
+//     above. A restarted node's previous incarnation is such a holder:
+//     what it took or lent after its last shipped state is within that
+//     same bound, b + r*(max_wait + staleness) per crash. Without
+//     replicas nothing holds the state: replicas=1 keeps the conservative
+//     start (no warm-up) and its exact envelope.
+//     (4) Answers are peer input, bounded like LeaseReplicas (a level
+//     within [-r*max_wait, (b - lent)*per] ticks, lent tokens within [0,
+//     b], times before now + takeover (+ ttl) + max_skew) and taken only
+//     from a node asked, for the query under way; a bad one is an error
+//     and changes nothing; a late one is ignored.
+//     The price is one round trip before the first decision of each such
+//     key. Without it, every node of a live cluster (each starts after
+//     time 0: it joins) refused each key it owned for takeover at first,
+//     and every cold key moved by a change or a crash did too.
 //   - While views disagree for longer than takeover - ttl (slow detection,
 //     partitions), two nodes may both act as owner and the envelope can be
-//     exceeded, as in `owner`.
+//     exceeded, as in `owner`. So may a node that believes a live owner
+//     gone (a false suspicion, a partition) at once: it continues from the
+//     owner's replicated state (a trusted record, or a warm-up that cannot
+//     ask the owner it thinks gone), as owner's replicas do.
 //     Until the others' failure detectors drop a crashed owner, their
 //     forwards to it time out and are decided by on_timeout: by default
 //     with local (r/N, b/N) buckets that start empty (together at most one
@@ -450,7 +514,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 }
 
 // Start schedules the first sweep. A start after time 0 is a restart: every
-// key this node owns starts with an empty bucket (see Crashes).
+// key this node owns is warmed up before its first decision, or starts
+// with an empty bucket (replicas=1, or the warm-up failed; see Crashes).
 func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		l.restarted, l.restartAt = true, now
@@ -652,9 +717,11 @@ func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
-// when the key moved to this node (restart, membership change, or a peer
+// when the key moved to this node (restart, membership change, a peer
 // that sends it a key it does not own in its own view: the move is under
-// way), empty and refilling from the move + takeover.
+// way, or a warm-up query it answered), empty and refilling from the move
+// + takeover. (A moved key is warmed up first where it can be: warm,
+// warmup.go, which makes the pool.)
 func (l *Lease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p

@@ -110,13 +110,17 @@ func (l *Lease) warm(now time.Duration, q queued, fx *strategy.Effects) bool {
 	if cp := l.conservativeStart(movedAt); l.sh.full(cp, q.arrival) {
 		return false
 	}
-	asked := l.holdersOf(q.key, r)
+	asked, covered := l.holdersOf(q.key, r, now)
+	if !covered {
+		// In some view the key's first K nodes are all gone (or only this
+		// node, restarted, which forgot): the key's state may be lost, so
+		// it starts conservatively (pool).
+		return false
+	}
 	if len(asked) == 0 {
-		// Nobody alive may hold the key's state but this node: its record
-		// (if any) and a full bucket are all there is (a previous holder
-		// that is gone left its state on its replicas, this node among
-		// them).
-		return l.startFrom(q.key, movedAt, now)
+		// Nobody else may hold the key's state: this node's record (if
+		// any) and a full bucket are all there is.
+		return l.startFrom(q.key)
 	}
 	l.fetchSeq++
 	f := &fetch{id: l.fetchSeq, since: now, movedAt: movedAt, asked: asked, got: map[strategy.NodeID]bool{},
@@ -126,9 +130,9 @@ func (l *Lease) warm(now time.Duration, q queued, fx *strategy.Effects) bool {
 	return true
 }
 
-// startFrom makes key's pool when warm-up asks nobody: its record merged
-// into a full bucket. It returns false (q is decided now).
-func (l *Lease) startFrom(key string, movedAt, now time.Duration) bool {
+// startFrom makes key's pool when warm-up has nobody to ask: its record
+// merged into a full bucket. It returns false (q is decided now).
+func (l *Lease) startFrom(key string) bool {
 	p := &pool{level: l.sh.burst * l.sh.per}
 	if r := l.records[key]; r != nil {
 		l.mergeAt(p, r.asPool())
@@ -151,13 +155,15 @@ func (l *Lease) mergeAt(p, q *pool) {
 // the live members among the key's first K nodes in the current view, in
 // every view before a recent change, and (after a restart) in the view
 // without this node, plus the sender of r; sorted, at most maxAsked.
-func (l *Lease) holdersOf(key string, r *record) []strategy.NodeID {
-	var out []strategy.NodeID
-	add := func(n strategy.NodeID) {
-		if n != l.self && slices.Contains(l.members, n) && !slices.Contains(out, n) && len(out) < maxAsked {
-			out = append(out, n)
-		}
-	}
+// covered reports whether in each of those views some of the key's first
+// K nodes is asked or is this node (not just restarted: a restarted node
+// forgot what its previous incarnation held): else the state a node gone
+// held may be nowhere.
+func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strategy.NodeID, covered bool) {
+	covered = true
+	// What a previous incarnation held matters until a conservative start
+	// at the restart would be full.
+	forgot := l.restarted && now < l.restartAt+l.takeover+l.fillTime
 	views := [][]strategy.NodeID{l.members}
 	for i := len(l.changes) - 1; i >= 0; i-- {
 		views = append(views, l.changes[i].prev)
@@ -166,15 +172,25 @@ func (l *Lease) holdersOf(key string, r *record) []strategy.NodeID {
 		views = append(views, slices.DeleteFunc(slices.Clone(l.members), func(n strategy.NodeID) bool { return n == l.self }))
 	}
 	for _, v := range views {
+		held := false
 		for _, n := range l.replicasOf(key, v) {
-			add(n)
+			switch {
+			case n == l.self:
+				held = held || !forgot
+			case slices.Contains(l.members, n):
+				held = true
+				if !slices.Contains(out, n) && len(out) < maxAsked {
+					out = append(out, n)
+				}
+			}
 		}
+		covered = covered && (held || len(v) == 0)
 	}
-	if r != nil {
-		add(r.from)
+	if r != nil && r.from != l.self && slices.Contains(l.members, r.from) && !slices.Contains(out, r.from) && len(out) < maxAsked {
+		out = append(out, r.from)
 	}
 	slices.Sort(out)
-	return out
+	return out, covered
 }
 
 // sendQueries sends f's query to every node asked that has not answered,
@@ -367,7 +383,8 @@ func (l *Lease) membersChanged(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		asked := slices.DeleteFunc(f.asked, func(n strategy.NodeID) bool { return !slices.Contains(l.members, n) })
-		for _, n := range l.holdersOf(key, l.records[key]) {
+		more, _ := l.holdersOf(key, l.records[key], now)
+		for _, n := range more {
 			if !slices.Contains(asked, n) && len(asked) < maxAsked {
 				asked = append(asked, n)
 			}
