@@ -277,6 +277,9 @@ func FuzzReceive(f *testing.F) {
 	f.Add([]byte{0x0a, 0x00}, int64(0))
 	f.Add(replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, AtNs: 1e8, LentTokens: 2, LentUntilNs: 5e8, Handover: true}), int64(1e8))
 	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, AtNs: 1e8}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_StateQuery{StateQuery: &peerv1.LeaseStateQuery{Key: key, Id: 1}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, LevelTicks: 3e9, AtNs: 1e8, LentTokens: 2, LentUntilNs: 5e8}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, None: true}}}), int64(1e8))
 	f.Fuzz(func(t *testing.T, payload []byte, nowNs int64) {
 		if nowNs < 0 {
 			nowNs = -nowNs
