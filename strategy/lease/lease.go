@@ -739,7 +739,7 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 		// over or is gone, or when the key did not move (it is then no
 		// fuller than a full start); otherwise merge it into the
 		// conservative start.
-		if !moved || l.trusted(r) {
+		if !moved || (l.trusted(r) && !l.handedOff(key, r)) {
 			p = r.asPool()
 		} else {
 			q := r.asPool()

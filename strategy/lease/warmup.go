@@ -81,6 +81,17 @@ func (l *Lease) moveOf(key string, now time.Duration) (movedAt time.Duration, mo
 	return movedAt, moved, answered
 }
 
+// handedOff reports whether this node answered a warm-up query for key
+// lately and r is no hand-over: then r is not trusted, whatever this
+// node's view says of its sender, nor adopted. Its sender may be the
+// asker, deciding the key now, which a lagging view may not list yet (a
+// restarted node that has not rejoined it): adopting its state would make
+// two nodes decide from it.
+func (l *Lease) handedOff(key string, r *record) bool {
+	g := l.gave[key]
+	return g != nil && g.answered && !r.handover
+}
+
 // conservativeStart is the empty pool of a key moved here at movedAt.
 func (l *Lease) conservativeStart(movedAt time.Duration) *pool {
 	return &pool{level: 0, last: movedAt + l.takeover, conservative: true}

@@ -261,3 +261,29 @@ func TestWarmupRejectsBadAnswers(t *testing.T) {
 		t.Fatalf("after the answers: decided %v allowed %v, want admitted", ok, d.Allowed)
 	}
 }
+
+// TestWarmupAnswererIgnoresAskersState: a node that answered a warm-up
+// query does not take up the asker's shipped state as its own, even when
+// its lagging view does not list the asker (a restarted node it has not
+// seen rejoin, whose state would count as that of a node gone): else both
+// would decide the key (found by TestEnvelopeWaitingUnderFaults).
+func TestWarmupAnswererIgnoresAskersState(t *testing.T) {
+	start := 3 * time.Second
+	c := newCluster(t, start)
+	key := keyRanked("n0", "n1")
+	n1 := c.nodes["n1"]
+	n1.SetMembers(start, []strategy.NodeID{"n1", "n2"}, &strategy.Effects{}) // n1 has not seen n0 (re)join
+	c.request(start, "n0", 1, key)
+	if a, d := c.allowed(1); d != 1 || a != 1 {
+		t.Fatalf("n0 after its warm-up: %d decided, %d admitted; want 1 admitted", d, a)
+	}
+	// n0 ships its state to n1, its replica; n1 must not continue from it.
+	st := replicas(&peerv1.LeaseReplica{Key: key, LevelTicks: 19 * int64(time.Second), AtNs: int64(start)})
+	if err := n1.Receive(start, "n0", st, &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	fx := &strategy.Effects{}
+	if d, ok := n1.Request(start, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: start}, fx); !ok || d.Allowed {
+		t.Fatalf("n1 after answering, with n0's state: decided %v allowed %v; want a refusal", ok, d.Allowed)
+	}
+}
