@@ -180,7 +180,10 @@
 //     (1) Answering is a hand-over. The answerer drops its pool and,
 //     for takeover + fill time after its answer, decides the key as
 //     moved to it at the answer (a conservative start, no warm-up of its
-//     own) even where its view still makes it the owner. Its decisions
+//     own) even where its view still makes it the owner, and takes up no
+//     replicated state of the key but a hand-over meanwhile (the asker
+//     ships its state to it as a replica, and a lagging view that does
+//     not list the asker would count it as a gone owner's). Its decisions
 //     end at the answer and the asker's begin after all answers, from a
 //     state at least as consumed: one bucket's history, within b + r*T.
 //     What the answerer is still sent while its view lags is refused
