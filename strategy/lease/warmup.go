@@ -383,8 +383,9 @@ func (l *Lease) receiveState(now time.Duration, from strategy.NodeID, a *peerv1.
 }
 
 // membersChanged updates the warm-ups under way after a membership change:
-// a key this node no longer owns ends conservatively; otherwise nodes that
-// left are not waited for (their state is on their replicas) and the
+// a key this node no longer owns, or whose state may now be nowhere (the
+// coverage of holdersOf), ends conservatively; otherwise nodes that left
+// are not waited for (their state is on their replicas, asked too) and the
 // key's holders in the new view are asked too.
 func (l *Lease) membersChanged(now time.Duration, fx *strategy.Effects) {
 	for _, key := range sortedKeys(l.fetching) {
@@ -393,8 +394,12 @@ func (l *Lease) membersChanged(now time.Duration, fx *strategy.Effects) {
 			l.fetched(now, key, true, fx)
 			continue
 		}
+		more, covered := l.holdersOf(key, l.records[key], now)
+		if !covered { // the state of a holder gone may be nowhere now
+			l.fetched(now, key, true, fx)
+			continue
+		}
 		asked := slices.DeleteFunc(f.asked, func(n strategy.NodeID) bool { return !slices.Contains(l.members, n) })
-		more, _ := l.holdersOf(key, l.records[key], now)
 		for _, n := range more {
 			if !slices.Contains(asked, n) && len(asked) < maxAsked {
 				asked = append(asked, n)

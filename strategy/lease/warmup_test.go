@@ -287,3 +287,47 @@ func TestWarmupAnswererIgnoresAskersState(t *testing.T) {
 		t.Fatalf("n1 after answering, with n0's state: decided %v allowed %v; want a refusal", ok, d.Allowed)
 	}
 }
+
+// TestWarmupMembershipChange: a membership change during a warm-up stops
+// waiting for the nodes that left when the key's state is still covered
+// (their replicas answered), and ends the warm-up conservatively when it
+// is not.
+func TestWarmupMembershipChange(t *testing.T) {
+	start := 3 * time.Second
+	key := keyRanked("n0", "n1")
+	for _, tc := range []struct {
+		name    string
+		leaving strategy.NodeID
+		want    int // admitted of 5
+	}{
+		// n2 leaves: n1, the key's second node in every view, answered.
+		{"covered", "n2", 5},
+		// n1 leaves: in the view before the change n0 (restarted: it
+		// forgot) and n1 were the key's first two; n1's state may be lost.
+		{"not covered", "n1", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, start)
+			c.down[tc.leaving] = true
+			for i := range 5 {
+				c.request(start, "n0", uint64(i+1), key)
+			}
+			if _, d := c.allowed(1, 2, 3, 4, 5); d != 0 {
+				t.Fatalf("%d decided while %s does not answer", d, tc.leaving)
+			}
+			var rest []strategy.NodeID
+			for _, m := range members {
+				if m != tc.leaving {
+					rest = append(rest, m)
+				}
+			}
+			at := start + 10*time.Millisecond
+			fx := &strategy.Effects{}
+			c.nodes["n0"].SetMembers(at, rest, fx)
+			c.settle(at, "n0", fx)
+			if a, d := c.allowed(1, 2, 3, 4, 5); d != 5 || a != tc.want {
+				t.Fatalf("after %s left: %d decided, %d admitted; want 5 decided, %d admitted", tc.leaving, d, a, tc.want)
+			}
+		})
+	}
+}
