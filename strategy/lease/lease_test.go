@@ -108,6 +108,10 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"replica negative at":    replicas(&peerv1.LeaseReplica{Key: key, AtNs: -1}),
 		"replica far lent":       replicas(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentUntilNs: int64(now + time.Hour), AtNs: int64(now)}),
 		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, AtNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, AtNs: int64(now)}),
+		"state query empty key":  msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_StateQuery{StateQuery: &peerv1.LeaseStateQuery{Id: 1}}}),
+		"state none empty key":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Id: 1, None: true}}}),
+		"state above burst":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, LevelTicks: 21 * int64(time.Second), AtNs: int64(now)}}}),
+		"state far future":       msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, AtNs: int64(now + time.Hour)}}}),
 	} {
 		l := newNode(t, "n0")
 		before := l.StateBytes()
