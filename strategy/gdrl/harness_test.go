@@ -464,4 +464,3 @@ func (h *harness) describe(key string) string {
 func (h *harness) request(i int, key string, tokens int64, t time.Duration) {
 	h.push(hevent{at: t, kind: evRequest, to: i, key: key, tokens: tokens})
 }
-

@@ -97,8 +97,9 @@
 //   - Holder: its leases' unused tokens are lost until the owner releases
 //     them at expiry (at most one lease per ask in flight: a holder loses at
 //     most its leases, never more than it was granted).
-//   - Owner, without replicas (replicas=1), or for a key with no
-//     replicated state (a new key, a replica lost or restarted): a node
+//   - Owner, without replicas (replicas=1), or for a key whose state is
+//     nowhere to be found (no trusted replicated state and a warm-up,
+//     below, that failed): a node
 //     that takes over a key (the key's rendezvous owner moved to it with a
 //     membership change, or it restarted) starts that key's bucket empty
 //     and refilling only from the change + takeover (default ttl + 1s): by
@@ -158,9 +159,75 @@
 //     sync + latency) per crash with up to 30% loss); owner states "one
 //     burst per crash" for the same window. Ours; the replica set is
 //     owner's (seed 003's K servers per tenant from rendezvous order).
+//   - Owner, warm-up (replicas >= 2; warmup.go; modelled on owner's
+//     warm-up and its OwnerLevelQuery, the lease-specific parts ours): a
+//     node about to start a key it owns conservatively (it restarted, or
+//     a change moved the key to it, recently enough that the conservative
+//     start would not be full at the request's arrival) and holding no
+//     trusted record for it first asks the nodes that may hold the key's
+//     state (LeaseStateQuery): the live members among the key's first K
+//     nodes in its current view, in each view before a recent change
+//     (kept takeover + fill time), after a restart in its view without
+//     itself, and the sender of an untrusted record. Each answers
+//     (LeaseState) with the most consumed of what it holds of the key (its
+//     pool as owner, as stateOf ships it: level, the tokens in its
+//     unexpired leases and their latest end, an untouched conservative
+//     start counting as nothing; its replica record; a state it handed
+//     over or answered with lately; its own warm-up's answers so far) or
+//     "none". The key's requests, forwards and asks wait while the query
+//     is out (resent every timeout/(retries+1), given up after timeout
+//     less one resend interval, so that a held forward still gets its
+//     verdict within its forwarder's timeout), then are decided in
+//     (arrival, ID) order from the most consumed answer ("none" a full
+//     bucket), its lent tokens inherited as from a replica. If some node
+//     does not answer in time, or if in one of those views all the key's
+//     first K nodes are gone (or are this node just restarted, which
+//     forgot its state), the key starts conservatively as above, merged
+//     with the answers it got. Why this keeps the bounds:
+//     (1) Answering is a hand-over. The answerer drops its pool and,
+//     for takeover + fill time after its answer, decides the key as
+//     moved to it at the answer (a conservative start, no warm-up of its
+//     own) even where its view still makes it the owner, and takes up no
+//     replicated state of the key but a hand-over meanwhile (the asker
+//     ships its state to it as a replica, and a lagging view that does
+//     not list the asker would count it as a gone owner's). Its decisions
+//     end at the answer and the asker's begin after all answers, from a
+//     state at least as consumed: one bucket's history, within b + r*T.
+//     What the answerer is still sent while its view lags is refused
+//     (false rejections within the window of any membership change); two
+//     nodes decide at once only when views disagree for longer than
+//     takeover - ttl (the clause below).
+//     (2) The old owner's unexpired leases are in its answer's lent
+//     tokens (its pool's leased and inherited tokens). A node with no
+//     pool has none out of its own: sweep drops only a full pool with
+//     nothing leased or inherited, and a pool dropped at a membership
+//     change or by an answer leaves its state, lent tokens included, in
+//     `gave`, which later answers include until its leases have ended and
+//     its level refilled (takeover + fill time; takeover >= ttl).
+//     (3) A holder that is gone (crashed, left) left its state on its
+//     replicas, the key's first K nodes in the view in which it owned the
+//     key, which are asked (or are this node: the coverage condition
+//     above); what they miss of its last decisions is the per-crash bound
+//     above. A restarted node's previous incarnation is such a holder:
+//     what it took or lent after its last shipped state is within that
+//     same bound, b + r*(max_wait + staleness) per crash. Without
+//     replicas nothing holds the state: replicas=1 keeps the conservative
+//     start (no warm-up) and its exact envelope.
+//     (4) Answers are peer input, bounded like LeaseReplicas (a level
+//     within [-r*max_wait, (b - lent)*per] ticks, lent tokens within [0,
+//     b], times before now + takeover (+ ttl) + max_skew) and taken only
+//     from a node asked, for the query under way; a bad one is an error
+//     and changes nothing; a late one is ignored.
+//     The price is one round trip before the first decision of each such
+//     key. Without it, every node of a live cluster (each starts after
+//     time 0: it joins) refused each key it owned for takeover at first,
+//     and every cold key moved by a change or a crash did too.
 //   - While views disagree for longer than takeover - ttl (slow detection,
 //     partitions), two nodes may both act as owner and the envelope can be
-//     exceeded, as in `owner`.
+//     exceeded, as in `owner`. So may a node that believes a live owner
+//     gone (a false suspicion, a partition) at once: it continues from the
+//     owner's replicated state (a trusted record, or a warm-up that cannot
+//     ask the owner it thinks gone), as owner's replicas do.
 //     Until the others' failure detectors drop a crashed owner, their
 //     forwards to it time out and are decided by on_timeout: by default
 //     with local (r/N, b/N) buckets that start empty (together at most one
@@ -252,6 +319,12 @@ type Lease struct {
 	dirty     map[string]bool
 	records   map[string]*record
 	rank      []strategy.NodeID // scratch for rendezvous.Rank
+
+	// warm-up (warmup.go): the keys whose holders are being asked for
+	// their state, and the keys this node gave up lately.
+	fetching map[string]*fetch
+	gave     map[string]*gave
+	fetchSeq uint64
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -349,6 +422,7 @@ const (
 	timerLease
 	timerReturn
 	timerRenew
+	timerFetch // a warm-up query's resend or deadline (key, seq = its id)
 )
 
 type timer struct {
@@ -381,6 +455,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		keys:  map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, timers: minheap.New(timerLess),
 		returns: map[grantID]*returning{},
 		dirty:   map[string]bool{}, records: map[string]*record{}, syncAt: -1,
+		fetching: map[string]*fetch{}, gave: map[string]*gave{},
 	}
 	v, err := strategy.ReadParams("lease", Params, cfg.Params)
 	if err != nil {
@@ -449,12 +524,14 @@ func New(cfg strategy.Config) (*Lease, error) {
 }
 
 // Start schedules the first sweep. A start after time 0 is a restart: every
-// key this node owns starts with an empty bucket (see Crashes).
+// key this node owns is warmed up before its first decision, or starts
+// with an empty bucket (replicas=1, or the warm-up failed; see Crashes).
 func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		l.restarted, l.restartAt = true, now
 	}
 	l.seqBase = uint64(now)
+	l.fetchSeq = uint64(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
 }
@@ -650,31 +727,19 @@ func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
-// when the key moved to this node (restart, membership change, or a peer
+// when the key moved to this node (restart, membership change, a peer
 // that sends it a key it does not own in its own view: the move is under
-// way), empty and refilling from the move + takeover.
+// way, or a warm-up query it answered), empty and refilling from the move
+// + takeover. (A moved key is warmed up first where it can be: warm,
+// warmup.go, which makes the pool.)
 func (l *Lease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
 	p := &pool{level: l.sh.burst * l.sh.per}
-	var movedAt time.Duration
-	moved := false
-	if l.restarted {
-		moved, movedAt = true, l.restartAt
-	}
-	for _, c := range l.changes {
-		if rendezvous.Owner(key, c.prev) != l.self {
-			moved, movedAt = true, max(movedAt, c.at)
-		}
-	}
-	if l.owner(key) != l.self {
-		// A peer sends this node a key it does not own in its own view: the
-		// views disagree, a change is under way.
-		moved, movedAt = true, max(movedAt, now)
-	}
+	movedAt, moved, _ := l.moveOf(key, now)
 	if moved {
-		p.level, p.last, p.conservative = 0, movedAt+l.takeover, true
+		p = l.conservativeStart(movedAt)
 	}
 	if r := l.records[key]; r != nil && l.owner(key) == l.self {
 		// Replicated state (replica.go), at the key's owner in this view
@@ -684,7 +749,7 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 		// over or is gone, or when the key did not move (it is then no
 		// fuller than a full start); otherwise merge it into the
 		// conservative start.
-		if !moved || l.trusted(r) {
+		if !moved || (l.trusted(r) && !l.handedOff(key, r)) {
 			p = r.asPool()
 		} else {
 			q := r.asPool()
@@ -711,6 +776,9 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				l.markDirty(now, q.key, fx)
 			}
 			continue
+		}
+		if l.warm(now, q, fx) {
+			continue // waits for its key's warm-up (warmup.go)
 		}
 		p := l.pool(q.key, now)
 		l.sh.advance(p, q.arrival)
@@ -920,6 +988,19 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return fmt.Errorf("lease: message from %s has an empty replica", from)
 		}
 		return l.receiveReplicas(now, from, &peerv1.LeaseReplicas{States: []*peerv1.LeaseReplica{b.Replica}})
+	case *peerv1.LeaseMessage_StateQuery:
+		if b.StateQuery == nil {
+			return fmt.Errorf("lease: message from %s has an empty state query", from)
+		}
+		if err := checkKey("state query", b.StateQuery.Key); err != nil {
+			return err
+		}
+		l.answer(now, from, b.StateQuery, fx)
+	case *peerv1.LeaseMessage_State:
+		if b.State == nil {
+			return fmt.Errorf("lease: message from %s has an empty state", from)
+		}
+		return l.receiveState(now, from, b.State, fx)
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -1058,6 +1139,8 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 			if h := l.keys[t.key]; h != nil {
 				l.maybeAsk(now, t.key, h, fx)
 			}
+		case timerFetch:
+			l.fetchTimer(now, t, fx)
 		case timerReturn:
 			id := grantID{t.node, t.key, t.seq}
 			r := l.returns[id]
@@ -1145,6 +1228,13 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.records, k)
 		}
 	}
+	for k, g := range l.gave {
+		// After takeover + fill time a conservative start is full and a
+		// state given up has refilled, its leases ended.
+		if g.at+l.takeover+l.fillTime < now && (!g.answered || g.answeredAt+l.takeover+l.fillTime < now) {
+			delete(l.gave, k)
+		}
+	}
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -1192,6 +1282,11 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			s.handover = true
 			l.addShip(out, key, s, to)
 		}
+		if l.replicas > 1 && !p.untouched(now) {
+			// Kept to answer warm-up queries for the key: this node has
+			// no pool for it any more, but its leases may be unexpired.
+			l.gaveUp(key, l.stateOf(p, now), now)
+		}
 		delete(l.pools, key)
 		delete(l.dirty, key)
 	}
@@ -1219,6 +1314,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			h.asking = false
 		}
 	}
+	l.membersChanged(now, fx)
 }
 
 // StateBytes counts pools, lease records, holdings, queued requests and
@@ -1244,6 +1340,12 @@ func (l *Lease) StateBytes() int {
 	const perRecord = 48
 	for k := range l.records {
 		n += perRecord + len(k)
+	}
+	for k := range l.gave {
+		n += perRecord + len(k)
+	}
+	for k, f := range l.fetching {
+		n += perRecord + len(k) + len(f.asked)*16 + len(f.waiting)*perRequest
 	}
 	return n + l.seen.Len()*perSeen + l.local.StateBytes() + len(l.dirty)*8
 }

@@ -127,6 +127,10 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"one replica future":     replica(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now + time.Hour)}),
 		"one replica far lent":   replica(&peerv1.LeaseReplica{Key: key, LentTokens: 1, LentForNs: int64(time.Hour), SinceBaseNs: int64(now)}),
 		"replica one bad of two": replicas(&peerv1.LeaseReplica{Key: key, SinceBaseNs: int64(now)}, &peerv1.LeaseReplica{Key: key, LevelTicks: -5, SinceBaseNs: int64(now)}),
+		"state query empty key":  msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_StateQuery{StateQuery: &peerv1.LeaseStateQuery{Id: 1}}}),
+		"state none empty key":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Id: 1, None: true}}}),
+		"state above burst":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, LevelTicks: 21 * int64(time.Second), AtNs: int64(now)}}}),
+		"state far future":       msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, AtNs: int64(now + time.Hour)}}}),
 	} {
 		l := newNode(t, "n0")
 		before := l.StateBytes()
@@ -256,11 +260,11 @@ func TestDryHintRefusesLocally(t *testing.T) {
 	}
 }
 
-// TestTakeoverStartsEmpty: a restarted owner starts its buckets empty and
-// refilling only after ttl (no fresh burst).
+// TestTakeoverStartsEmpty: with replicas=1 (no warm-up) a restarted owner
+// starts its buckets empty and refilling only after ttl (no fresh burst).
 func TestTakeoverStartsEmpty(t *testing.T) {
 	key := keyOwnedBy("n0")
-	p, _ := strategy.ParseParams([]string{"hold=0s", "period=100ms", "takeover=200ms"}) // ttl 200ms
+	p, _ := strategy.ParseParams([]string{"hold=0s", "period=100ms", "takeover=200ms", "replicas=1"}) // ttl 200ms
 	l, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 20,
 		Rand: rand.New(rand.NewPCG(1, 2)), Params: p})
 	if err != nil {
@@ -299,6 +303,9 @@ func FuzzReceive(f *testing.F) {
 	f.Add(replicasAt(5e7, &peerv1.LeaseReplica{Key: key, LevelTicks: 3e9, SinceBaseNs: 5e7, LentTokens: 2, LentForNs: 4e8},
 		&peerv1.LeaseReplica{Key: keyOwnedBy("n1"), LevelTicks: 2e9}), int64(1e8))
 	f.Add(replicas(&peerv1.LeaseReplica{Key: keyOwnedBy("n2"), LevelTicks: 1e9, SinceBaseNs: 1e8}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_StateQuery{StateQuery: &peerv1.LeaseStateQuery{Key: key, Id: 1}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, LevelTicks: 3e9, AtNs: 1e8, LentTokens: 2, LentUntilNs: 5e8}}}), int64(1e8))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: 1, None: true}}}), int64(1e8))
 	f.Fuzz(func(t *testing.T, payload []byte, nowNs int64) {
 		if nowNs < 0 {
 			nowNs = -nowNs
@@ -517,18 +524,28 @@ func TestTakeoverFromReplica(t *testing.T) {
 	}
 }
 
-// TestHandoverReplacesConservativeStart: a restarted owner starts its key
-// empty; a state from a node that is still a member and still decides the
-// key is only merged into that start (nothing admitted), and the handover
-// of the node that held the key meanwhile replaces it (the key continues
-// from the shipped level). Once the start has been used, a handover is
-// merged instead (keeping the more consumed).
+// TestHandoverReplacesConservativeStart: a restarted owner whose warm-up
+// query gets no answer starts its key empty; a state from a node that is
+// still a member and still decides the key is only merged into that start
+// (nothing admitted), and the handover of the node that held the key
+// meanwhile replaces it (the key continues from the shipped level). Once
+// the start has been used, a handover is merged instead (keeping the more
+// consumed).
 func TestHandoverReplacesConservativeStart(t *testing.T) {
 	key := keyRanked("n0", "n1")
-	now := 5 * time.Second
+	start := 5 * time.Second
 	l := newNode(t, "n0")
-	l.Start(now, &strategy.Effects{}) // a restart
-	if got := admitted(l, key, now, 3, 1); got != 0 {
+	l.Start(start, &strategy.Effects{}) // a restart
+	if got := admitted(l, key, start, 3, 1); got != 0 {
+		t.Fatalf("restarted owner admitted %d, want 0 (warm-up under way)", got)
+	}
+	now := start + l.fetchDeadline() // the warm-up times out: conservative start
+	fx := &strategy.Effects{}
+	l.Tick(now, fx)
+	if len(fx.Decisions) != 3 || fx.Decisions[0].Allowed || fx.Decisions[1].Allowed || fx.Decisions[2].Allowed {
+		t.Fatalf("after the warm-up timed out: decisions %+v, want 3 refusals", fx.Decisions)
+	}
+	if got := admitted(l, key, now, 3, 4); got != 0 {
 		t.Fatalf("restarted owner admitted %d, want 0 (conservative start)", got)
 	}
 	st := &peerv1.LeaseReplica{Key: key, LevelTicks: 12 * int64(time.Second), SinceBaseNs: int64(now)}

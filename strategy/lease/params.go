@@ -24,7 +24,10 @@
 //     key is decided at the owner, as in owner.
 //   - window (duration, default 1s): the demand measurement window; positive.
 //   - takeover (duration, default ttl + 1s + max_wait): how long a node that
-//     takes over a key keeps its bucket empty; at least ttl + max_wait.
+//     takes over a key with no state to continue from (replicas=1, or no
+//     trusted replicated state and a failed warm-up) keeps its bucket
+//     empty, and how long a node that answered a warm-up query decides the
+//     key as moved to it; at least ttl + max_wait.
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
 //   - max_wait (duration, default 0): the longest wait waiting mode grants
@@ -32,8 +35,9 @@
 //     takeover's default.
 //   - replicas (int, default 2): the key's first K nodes in rendezvous order
 //     hold its owner's state (level and lent tokens), shipped every sync, so
-//     that the node that takes the key over continues from it; 1 turns
-//     replicas off (every takeover starts empty); at least 1.
+//     that the node that takes the key over continues from it (or from what
+//     its warm-up asks them for); 1 turns replicas and warm-up off (every
+//     takeover starts empty); at least 1.
 //   - sync (duration, default max(hold, 10ms)): how often the owner ships the
 //     states of the keys whose bucket changed to their replicas; positive.
 package lease
@@ -62,13 +66,13 @@ var Params = []strategy.ParamSpec{
 	{Name: "window", Type: strategy.ParamDuration, Default: "1s", Example: "2s",
 		Doc: "the demand measurement window; positive."},
 	{Name: "takeover", Type: strategy.ParamDuration, Default: "ttl + 1s + max_wait", Example: "3s",
-		Doc: "how long a node that takes over a key keeps its bucket empty; at least ttl + max_wait."},
+		Doc: "how long a node that takes over a key with no state to continue from (replicas=1, or no trusted replicated state and a failed warm-up) keeps its bucket empty, and how long a node that answered a warm-up query decides the key as moved to it; at least ttl + max_wait."},
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "max_wait", Type: strategy.ParamDuration, Default: "0", Example: "100ms",
 		Doc: "the longest wait waiting mode grants (seed 000 §5.2), at most 1h; 0 turns waiting mode off. It adds to takeover's default."},
 	{Name: "replicas", Type: strategy.ParamInt, Default: "2", Example: "3",
-		Doc: "the key's first K nodes in rendezvous order hold its owner's state (level and lent tokens), shipped every sync, so that the node that takes the key over continues from it; 1 turns replicas off (every takeover starts empty); at least 1."},
+		Doc: "the key's first K nodes in rendezvous order hold its owner's state (level and lent tokens), shipped every sync, so that the node that takes the key over continues from it (or from what its warm-up asks them for); 1 turns replicas and warm-up off (every takeover starts empty); at least 1."},
 	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",
 		Doc: "how often the owner ships the states of the keys whose bucket changed to their replicas; positive."},
 }

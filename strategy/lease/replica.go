@@ -238,7 +238,7 @@ func (l *Lease) trusted(r *record) bool {
 // (kept until a pool is made, if none).
 func (l *Lease) adopt(key string, now time.Duration) {
 	r := l.records[key]
-	if r == nil {
+	if r == nil || l.handedOff(key, r) {
 		return
 	}
 	p := l.pools[key]
