@@ -12,6 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
 var members = []strategy.NodeID{"n0", "n1", "n2"}
@@ -151,53 +152,21 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 func TestGrantOnceAndLocalDecisions(t *testing.T) {
 	key := keyOwnedBy("n0")
 	owner, holder := newNode(t, "n0", "period=1s"), newNode(t, "n1", "period=1s")
-	// deliver runs the messages of fx between the two nodes at now, and
-	// their answers, until none is left; dup delivers each message twice.
-	var deliver func(now time.Duration, from *Lease, fx *strategy.Effects, dup bool)
-	deliver = func(now time.Duration, from *Lease, fx *strategy.Effects, dup bool) {
-		for _, m := range fx.Messages {
-			to := owner
-			if m.To == "n1" {
-				to = holder
-			}
-			copies := 1
-			if dup {
-				copies = 2
-			}
-			for range copies {
-				out := &strategy.Effects{}
-				if err := to.Receive(now, from.self, m.Payload, out); err != nil {
-					t.Fatal(err)
-				}
-				for _, at := range out.Wakeups {
-					if at <= now {
-						to.Tick(now, out) // the driver's wake-up, at once
-						break
-					}
-				}
-				deliver(now, to, out, false)
-			}
-		}
-	}
-	var local, allowed int
+	r := strattest.NewRelay(t, []strategy.NodeID{"n0", "n1"}, []strategy.Strategy{owner, holder})
+	r.Dup = true // every message is delivered twice (newNode started both)
+	local := 0
 	now := time.Duration(0)
 	for i := range 40 { // 40 requests in 400 ms: demand 100/s, asks ceil(100*1) capped at burst 20
 		now = time.Duration(i) * 10 * time.Millisecond
-		fx := &strategy.Effects{}
-		d, ok := holder.Request(now, strategy.Request{ID: uint64(i), Key: key, Tokens: 1, Arrival: now}, fx)
-		if ok {
+		if _, ok := r.Request(now, "n1", strategy.Request{ID: uint64(i), Key: key, Tokens: 1, Arrival: now}); ok {
 			local++
-			if d.Allowed {
-				allowed++
-			}
 		}
-		for _, d := range fx.Decisions {
-			if d.Allowed {
-				allowed++
-			}
-		}
-		deliver(now, holder, fx, true) // every message duplicated
 	}
+	all := make([]uint64, 40)
+	for i := range all {
+		all[i] = uint64(i)
+	}
+	allowed, _ := r.Allowed(all...)
 	if local == 0 {
 		t.Fatalf("no request was decided locally")
 	}
@@ -220,12 +189,7 @@ func TestGrantOnceAndLocalDecisions(t *testing.T) {
 	// tokens, the owner's bucket is back to full.
 	for now < 4*time.Second {
 		now += 100 * time.Millisecond
-		fx := &strategy.Effects{}
-		holder.Tick(now, fx)
-		deliver(now, holder, fx, true)
-		fx = &strategy.Effects{}
-		owner.Tick(now, fx)
-		deliver(now, owner, fx, false)
+		r.Tick(now)
 	}
 	if _, leased, ok := owner.Audit(now, key); ok && leased != 0 {
 		t.Fatalf("leases outstanding after expiry: %d", leased)

@@ -8,102 +8,55 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
-// cluster is a tiny deterministic driver for these tests: messages are
-// delivered at once (zero latency) in the order sent, except to or from
-// the nodes in down, which are lost.
+// cluster drives n0..n2 for these tests on strattest.Relay (strategy/host
+// behind a zero-latency network: messages delivered at once in the order
+// sent, lost to or from the nodes in down); nodes are the instances.
 type cluster struct {
-	t     *testing.T
+	*strattest.Relay
 	nodes map[strategy.NodeID]*Lease
-	order []strategy.NodeID
 	down  map[strategy.NodeID]bool
-	got   map[uint64]strategy.Decision // decisions, by request ID
 }
 
 // newCluster starts n0..n2 (rate 10/s, burst 20, hold 0, replicas 2) at
 // start: after time 0, as the live runtime starts every node that joins.
 func newCluster(t *testing.T, start time.Duration, params ...string) *cluster {
-	c := &cluster{t: t, nodes: map[strategy.NodeID]*Lease{}, down: map[strategy.NodeID]bool{}, got: map[uint64]strategy.Decision{}}
 	p, err := strategy.ParseParams(append([]string{"hold=0s"}, params...))
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &cluster{nodes: map[strategy.NodeID]*Lease{}}
+	var ss []strategy.Strategy
 	for _, id := range members {
 		l, err := New(strategy.Config{Self: id, Members: members, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 20,
 			Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Start(start, &strategy.Effects{})
 		c.nodes[id] = l
-		c.order = append(c.order, id)
+		ss = append(ss, l)
 	}
+	c.Relay = strattest.NewRelay(t, members, ss)
+	c.down = c.Down
+	c.Start(start)
 	return c
-}
-
-// settle delivers fx's effects (from node from) and everything they cause
-// at now.
-func (c *cluster) settle(now time.Duration, from strategy.NodeID, fx *strategy.Effects) {
-	type env struct {
-		from, to strategy.NodeID
-		b        []byte
-	}
-	var q []env
-	take := func(from strategy.NodeID, fx *strategy.Effects) {
-		for _, d := range fx.Decisions {
-			c.got[d.RequestID] = d
-		}
-		for _, m := range fx.Messages {
-			q = append(q, env{from, m.To, m.Payload})
-		}
-	}
-	take(from, fx)
-	for len(q) > 0 {
-		e := q[0]
-		q = q[1:]
-		if c.down[e.from] || c.down[e.to] {
-			continue
-		}
-		fx := &strategy.Effects{}
-		if err := c.nodes[e.to].Receive(now, e.from, e.b, fx); err != nil {
-			c.t.Fatalf("Receive on %s from %s: %v", e.to, e.from, err)
-		}
-		take(e.to, fx)
-	}
 }
 
 // request sends a request of one token for key to node at now.
 func (c *cluster) request(now time.Duration, node strategy.NodeID, id uint64, key string) {
-	fx := &strategy.Effects{}
-	if d, ok := c.nodes[node].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, fx); ok {
-		c.got[id] = d
-	}
-	c.settle(now, node, fx)
+	c.Request(now, node, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now})
 }
 
 // tick ticks every node at now.
-func (c *cluster) tick(now time.Duration) {
-	for _, id := range c.order {
-		if c.down[id] {
-			continue
-		}
-		fx := &strategy.Effects{}
-		c.nodes[id].Tick(now, fx)
-		c.settle(now, id, fx)
-	}
-}
+func (c *cluster) tick(now time.Duration) { c.Tick(now) }
 
-func (c *cluster) allowed(ids ...uint64) (allowed, decided int) {
-	for _, id := range ids {
-		if d, ok := c.got[id]; ok {
-			decided++
-			if d.Allowed {
-				allowed++
-			}
-		}
-	}
-	return allowed, decided
+func (c *cluster) allowed(ids ...uint64) (allowed, decided int) { return c.Allowed(ids...) }
+
+// setMembers gives node the view members at now.
+func (c *cluster) setMembers(now time.Duration, node strategy.NodeID, members []strategy.NodeID) {
+	c.Do(now, node, func(s strategy.Strategy, fx *strategy.Effects) { s.SetMembers(now, members, fx) })
 }
 
 // TestWarmupLiveStart: in a cluster whose nodes all started after time 0
@@ -322,9 +275,7 @@ func TestWarmupMembershipChange(t *testing.T) {
 				}
 			}
 			at := start + 10*time.Millisecond
-			fx := &strategy.Effects{}
-			c.nodes["n0"].SetMembers(at, rest, fx)
-			c.settle(at, "n0", fx)
+			c.setMembers(at, "n0", rest)
 			if a, d := c.allowed(1, 2, 3, 4, 5); d != 5 || a != tc.want {
 				t.Fatalf("after %s left: %d decided, %d admitted; want 5 decided, %d admitted", tc.leaving, d, a, tc.want)
 			}
@@ -351,9 +302,7 @@ func TestWarmupLateAnswerFromDroppedNode(t *testing.T) {
 		t.Fatalf("n0's warm-up of %q: %+v, want a query to n2 under way", key, f)
 	}
 	at := start + time.Millisecond
-	fx := &strategy.Effects{}
-	n0.SetMembers(at, []strategy.NodeID{"n0", "n1"}, fx)
-	c.settle(at, "n0", fx)
+	c.setMembers(at, "n0", []strategy.NodeID{"n0", "n1"})
 	// n2's answer: it had spent the key's bucket.
 	late := msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_State{State: &peerv1.LeaseState{Key: key, Id: f.id, LevelTicks: 0, AtNs: int64(at)}}})
 	if err := n0.Receive(at, "n2", late, &strategy.Effects{}); err != nil {

@@ -1,7 +1,8 @@
 // Package strattest holds what the unit tests of several strategies share:
 // the strategy.Config they drive one node with (gcounter, tbqueue,
-// adaptive: their newNode helpers) and catch_up's buddy check (gcounter,
-// tbqueue). Test-only: nothing outside _test files imports it.
+// adaptive: their newNode helpers), catch_up's buddy check (gcounter,
+// tbqueue) and Relay, a few nodes behind strategy/host on a zero-latency
+// network (lease), so that no test carries an effects loop of its own. Test-only: nothing outside _test files imports it.
 package strattest
 
 import (
