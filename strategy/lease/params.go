@@ -25,9 +25,9 @@
 //   - window (duration, default 1s): the demand measurement window; positive.
 //   - takeover (duration, default ttl + 1s + max_wait): how long a node that
 //     takes over a key with no state to continue from (replicas=1, or no
-//     trusted replicated state and a failed warm-up) keeps its bucket
-//     empty, and how long a node that answered a warm-up query decides the
-//     key as moved to it; at least ttl + max_wait.
+//     trusted replicated state and a failed warm-up) keeps its bucket empty,
+//     and how long a node that answered a warm-up query decides the key as
+//     moved to it; at least ttl + max_wait.
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
 //   - max_wait (duration, default 0): the longest wait waiting mode grants
