@@ -19,7 +19,7 @@ func checkItem(t *testing.T, n *Node, it BatchItem) Decision {
 	return d
 }
 
-// Under owner, a check carrying an earlier edge time (CreatedAt) is decided
+// Under owner, a check carrying an earlier edge time (CreatedAtUnixNs) is decided
 // before one that reached the node first with a later edge time, as long
 // as both are in the ordering buffer (hold): the key's one token goes to
 // the request the edge saw first. Without edge times the node's own order
@@ -46,8 +46,8 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 			now := time.Now()
 			late, early := BatchItem{Rule: "r", Key: "k", Tokens: 1}, BatchItem{Rule: "r", Key: "k", Tokens: 1}
 			if tc.edgeTimes {
-				late.CreatedAt = now.UnixNano()
-				early.CreatedAt = now.Add(-20 * time.Millisecond).UnixNano()
+				late.CreatedAtUnixNs = now.UnixNano()
+				early.CreatedAtUnixNs = now.Add(-20 * time.Millisecond).UnixNano()
 			}
 			first := make(chan Decision, 1)
 			go func() { first <- checkItem(t, n, late) }()
@@ -72,7 +72,7 @@ func TestCreatedAtClampedAndValidated(t *testing.T) {
 	r := Rule{Name: "r", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"hold=20ms"}}
 	n := newCluster(t, 1, false, r).nodes["n0"]
 	now := time.Now()
-	future := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAt: now.Add(time.Hour).UnixNano()}
+	future := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAtUnixNs: now.Add(time.Hour).UnixNano()}
 	start := time.Now()
 	if d := checkItem(t, n, future); !d.Allowed {
 		t.Fatalf("a check with an edge time an hour ahead: %+v, want allowed", d)
@@ -80,7 +80,7 @@ func TestCreatedAtClampedAndValidated(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("a check with an edge time an hour ahead took %v: it was held for its time, not clamped to now", el)
 	}
-	past := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAt: now.Add(-time.Hour).UnixNano()}
+	past := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAtUnixNs: now.Add(-time.Hour).UnixNano()}
 	if d := checkItem(t, n, past); !d.Allowed {
 		t.Errorf("a check with an edge time an hour ago on a key with a token left: %+v, want allowed", d)
 	}
@@ -90,13 +90,13 @@ func TestCreatedAtClampedAndValidated(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := n.CheckItem(ctx, BatchItem{Rule: "r", Key: "k2", Tokens: 1, CreatedAt: -1})
+	_, err := n.CheckItem(ctx, BatchItem{Rule: "r", Key: "k2", Tokens: 1, CreatedAtUnixNs: -1})
 	if err == nil || !strings.Contains(err.Error(), "created at -1 ns is negative") {
-		t.Errorf("CheckItem with CreatedAt -1: %v, want an error naming it", err)
+		t.Errorf("CheckItem with CreatedAtUnixNs -1: %v, want an error naming it", err)
 	}
-	if _, err := n.CheckBatch(ctx, []BatchItem{{Rule: "r", Key: "k2", Tokens: 1}, {Rule: "r", Key: "k2", Tokens: 1, CreatedAt: -5}}); err == nil ||
+	if _, err := n.CheckBatch(ctx, []BatchItem{{Rule: "r", Key: "k2", Tokens: 1}, {Rule: "r", Key: "k2", Tokens: 1, CreatedAtUnixNs: -5}}); err == nil ||
 		!strings.Contains(err.Error(), "item 1:") || !strings.Contains(err.Error(), "created at -5 ns") {
-		t.Errorf("CheckBatch with an item's CreatedAt -5: %v, want an error naming item 1", err)
+		t.Errorf("CheckBatch with an item's CreatedAtUnixNs -5: %v, want an error naming item 1", err)
 	}
 	if d := check(t, n, "r", "k2", 2); !d.Allowed {
 		t.Errorf("key k2 after the refused calls: %+v, want its full burst (the refused input changed state)", d)

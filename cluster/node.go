@@ -131,15 +131,15 @@ type BatchItem struct {
 	Tokens int64
 	// MaxWait > 0 asks for waiting mode, as CheckWait (0 to MaxWait).
 	MaxWait time.Duration
-	// CreatedAt, when not zero, is when the request reached the caller
+	// CreatedAtUnixNs, when not zero, is when the request reached the caller
 	// (the edge), in wall-clock ns since the Unix epoch: a strategy.
 	// ArrivalOrderer (owner) counts the item at that time, clamped to
 	// [now - MaxCreatedAge, now] on this node's clock; others ignore it.
-	CreatedAt int64
+	CreatedAtUnixNs int64
 }
 
 // MaxCreatedAge bounds how far before the node's now a BatchItem's
-// CreatedAt counts (strategy.MaxCreatedAge, the simulator's bound too).
+// CreatedAtUnixNs counts (strategy.MaxCreatedAge, the simulator's bound too).
 const MaxCreatedAge = strategy.MaxCreatedAge
 
 // BatchResult is the outcome of one BatchItem: its Decision, or Err when
@@ -258,7 +258,7 @@ type ruleState struct {
 	pending map[uint64]pendingCheck
 	c       ruleCounters
 	fast    *fastPath // allowances (fastpath.go); nil when the strategy grants none
-	ordered bool      // s is a strategy.ArrivalOrderer: a check's CreatedAt is its arrival
+	ordered bool      // s is a strategy.ArrivalOrderer: a check's CreatedAtUnixNs is its arrival
 }
 
 type eventKind uint8
@@ -281,7 +281,7 @@ type event struct {
 	key     string
 	tokens  int64
 	maxWait time.Duration // CheckWait: waiting mode's max wait; 0 for Check
-	created int64         // BatchItem.CreatedAt of a Check; 0 for none
+	created int64         // BatchItem.CreatedAtUnixNs of a Check; 0 for none
 	reply   chan result
 	batch   *batch
 	frame   Frame
@@ -516,14 +516,14 @@ func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decis
 }
 
 // CheckItem is Check of one BatchItem: in waiting mode when it.MaxWait >
-// 0 (as CheckWait), counted at it.CreatedAt when set (see BatchItem).
-// Errors: CheckWait's, and a negative CreatedAt (no state changes).
+// 0 (as CheckWait), counted at it.CreatedAtUnixNs when set (see BatchItem).
+// Errors: CheckWait's, and a negative CreatedAtUnixNs (no state changes).
 func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
-	if it.CreatedAt < 0 {
-		return Decision{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAt)
+	if it.CreatedAtUnixNs < 0 {
+		return Decision{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAtUnixNs)
 	}
 	if it.MaxWait == 0 {
-		return n.checkRule(ctx, (*n.rulesView.Load())[it.Rule], it.Rule, it.Key, it.Tokens, it.CreatedAt)
+		return n.checkRule(ctx, (*n.rulesView.Load())[it.Rule], it.Rule, it.Key, it.Tokens, it.CreatedAtUnixNs)
 	}
 	if it.MaxWait < 0 || it.MaxWait > MaxWait {
 		return Decision{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", it.Rule, it.MaxWait, MaxWait)
@@ -532,11 +532,11 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	return n.check(ctx, event{kind: evRequest, rule: rs, key: it.Key, tokens: it.Tokens, maxWait: it.MaxWait, created: it.CreatedAt})
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: it.Key, tokens: it.Tokens, maxWait: it.MaxWait, created: it.CreatedAtUnixNs})
 }
 
 // checkRule is Check with the rule looked up already (rs; nil when the
-// node has no such rule) and a BatchItem.CreatedAt (0 for none).
+// node has no such rule) and a BatchItem.CreatedAtUnixNs (0 for none).
 func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens, created int64) (Decision, error) {
 	// The fast path: tokens of the key's allowance, in this goroutine. A
 	// key found in the allowances was validated when the loop granted
@@ -632,8 +632,8 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if it.MaxWait < 0 || it.MaxWait > MaxWait {
 			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
 		}
-		if it.CreatedAt < 0 {
-			return nil, fmt.Errorf("item %d: rule %q: created at %d ns is negative", i, it.Rule, it.CreatedAt)
+		if it.CreatedAtUnixNs < 0 {
+			return nil, fmt.Errorf("item %d: rule %q: created at %d ns is negative", i, it.Rule, it.CreatedAtUnixNs)
 		}
 		b.rules[i] = rs
 	}
@@ -941,7 +941,7 @@ func (n *Node) handle(ev event) {
 			if i < ev.batch.first {
 				continue // decided on the fast path
 			}
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAt, pendingCheck{batch: ev.batch, idx: i})
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -1005,7 +1005,7 @@ func (n *Node) handle(ev event) {
 // request hands one request to rs's strategy: a synchronous decision
 // answers p at once, otherwise p waits in rs.pending. maxWait > 0 asks a
 // strategy.Waiter for waiting mode (others decide a plain request);
-// created (BatchItem.CreatedAt, 0 for none) is its arrival for a
+// created (BatchItem.CreatedAtUnixNs, 0 for none) is its arrival for a
 // strategy.ArrivalOrderer (arrivalAt).
 func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, p pendingCheck) {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate

@@ -75,7 +75,7 @@ func (n *Node) strategyTime(wall time.Duration) time.Duration {
 }
 
 // arrivalAt is a check's arrival for a strategy.ArrivalOrderer: created
-// (BatchItem.CreatedAt, wall-clock ns since 1970) on the strategy
+// (BatchItem.CreatedAtUnixNs, wall-clock ns since 1970) on the strategy
 // clock, within [now - MaxCreatedAge, now] (a caller's clock ahead of
 // this node's counts as now, one far behind as MaxCreatedAge ago).
 func (n *Node) arrivalAt(created int64, now time.Duration) time.Duration {

@@ -68,7 +68,7 @@ func (p *InProcess) Nodes() int { return len(p.nodes) }
 func (p *InProcess) Check(ctx context.Context, node int, key string, hits int64, created time.Time) (bool, error) {
 	it := cluster.BatchItem{Rule: p.rule, Key: key, Tokens: hits}
 	if !created.IsZero() {
-		it.CreatedAt = created.UnixNano()
+		it.CreatedAtUnixNs = created.UnixNano()
 	}
 	d, err := p.nodes[node].Cluster().CheckItem(ctx, it)
 	return d.Allowed, err

@@ -194,7 +194,7 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	start := time.Now()
 	for i := range items {
-		t.byName[items[i].Rule].m.edgeLateness(items[i].CreatedAt, start)
+		t.byName[items[i].Rule].m.edgeLateness(items[i].CreatedAtUnixNs, start)
 	}
 	results, err := s.node.Cluster().CheckBatch(ctx, items)
 	waited := time.Since(start)
@@ -232,7 +232,7 @@ func (s *Server) checkOne(ctx context.Context, t *ruleTable, c *tokenmeshv1.Chec
 		return nil, status.FromContextError(err).Err()
 	}
 	start := time.Now()
-	t.byName[it.Rule].m.edgeLateness(it.CreatedAt, start)
+	t.byName[it.Rule].m.edgeLateness(it.CreatedAtUnixNs, start)
 	d, err := s.node.Cluster().CheckItem(ctx, it)
 	waited := time.Since(start)
 	r := cluster.BatchResult{Decision: d}
@@ -320,7 +320,7 @@ func (t *ruleTable) validateItem(i int, c *tokenmeshv1.CheckItem) (cluster.Batch
 		return cluster.BatchItem{}, fmt.Errorf("checks[%d].created_at_unix_ns: %d is negative; want ns since the Unix epoch, or 0 for none", i, c.GetCreatedAtUnixNs())
 	}
 	return cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, MaxWait: time.Duration(c.GetMaxWaitMs()) * time.Millisecond,
-		CreatedAt: c.GetCreatedAtUnixNs()}, nil
+		CreatedAtUnixNs: c.GetCreatedAtUnixNs()}, nil
 }
 
 // result turns item i's cluster result into the API's, written into out

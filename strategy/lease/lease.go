@@ -1231,7 +1231,7 @@ func (l *Lease) sweep(now time.Duration) {
 	for k, g := range l.gave {
 		// After takeover + fill time a conservative start is full and a
 		// state given up has refilled, its leases ended.
-		if g.at+l.takeover+l.fillTime < now && (!g.answered || g.answeredAt+l.takeover+l.fillTime < now) {
+		if g.at+l.takeover+l.fillTime < now { // g.at is never before g.answeredAt
 			delete(l.gave, k)
 		}
 	}
@@ -1270,22 +1270,22 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			}
 			continue
 		}
-		if owned && l.replicas > 1 && !p.untouched(now) {
-			// Hand the key over: this node decides it no more.
-			s := l.stateOf(p, now)
-			to := l.replicasOf(key, l.members)
-			if slices.Contains(to, l.self) {
-				own := s
-				own.from = l.self
-				l.records[key] = &own
-			}
-			s.handover = true
-			l.addShip(out, key, s, to)
-		}
 		if l.replicas > 1 && !p.untouched(now) {
+			s := l.stateOf(p, now)
 			// Kept to answer warm-up queries for the key: this node has
 			// no pool for it any more, but its leases may be unexpired.
-			l.gaveUp(key, l.stateOf(p, now), now)
+			l.gaveUp(key, s, now)
+			if owned {
+				// Hand the key over: this node decides it no more.
+				to := l.replicasOf(key, l.members)
+				if slices.Contains(to, l.self) {
+					own := s
+					own.from = l.self
+					l.records[key] = &own
+				}
+				s.handover = true
+				l.addShip(out, key, s, to)
+			}
 		}
 		delete(l.pools, key)
 		delete(l.dirty, key)

@@ -36,6 +36,13 @@ func (r *record) asPool() *pool {
 	return &pool{level: r.level, last: r.at, inherited: r.lent, inheritedUntil: r.lentUntil}
 }
 
+// asRecord is the inverse of asPool: p's level at p.last, its inherited
+// leases as lent (p's own leases, none in a pool made by asPool, are not
+// counted); from and handover are left zero.
+func (p *pool) asRecord() record {
+	return record{level: p.level, lent: p.inherited, at: p.last, lentUntil: p.inheritedUntil}
+}
+
 // stateOf is p at now as shipped to replicas: refilled to now (a copy),
 // valid from max(now, p.last), with its own and inherited leases as lent
 // (and their end, when there are some).
@@ -154,25 +161,24 @@ func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peer
 	if len(m.States) > maxReplicasAccepted {
 		return fmt.Errorf("lease: replicas from %s: %d states, at most %d", from, len(m.States), maxReplicasAccepted)
 	}
-	floor := -satMul(l.sh.tokensPerNs, int64(l.maxWait))
 	latest := now + l.takeover + l.maxSkew            // the latest state time accepted
 	latestEnd := now + l.ttl + l.takeover + l.maxSkew // and lease end
 	if m.BaseNs < 0 || time.Duration(m.BaseNs) > latest {
 		return fmt.Errorf("lease: replicas from %s: base_ns %d outside [0, now+takeover+max_skew=%d]", from, m.BaseNs, latest)
 	}
 	base := time.Duration(m.BaseNs)
-	for i, s := range m.States {
+	for _, s := range m.States {
+		// The relative times first (bounded, they cannot overflow), then
+		// what every state from a peer keeps (checkState).
 		switch {
-		case s.Key == "" || len(s.Key) > maxKeyBytes:
-			return fmt.Errorf("lease: replicas from %s: state %d: key of %d bytes (want 1..%d)", from, i, len(s.Key), maxKeyBytes)
-		case s.LentTokens < 0 || s.LentTokens > l.sh.burst:
-			return fmt.Errorf("lease: replicas from %s: key %q: lent_tokens %d outside [0, burst=%d]", from, s.Key, s.LentTokens, l.sh.burst)
-		case s.LevelTicks < floor || s.LevelTicks > (l.sh.burst-s.LentTokens)*l.sh.per:
-			return fmt.Errorf("lease: replicas from %s: key %q: level_ticks %d outside [%d, (burst - lent_tokens) * %d ticks]", from, s.Key, s.LevelTicks, floor, l.sh.per)
 		case s.SinceBaseNs < 0 || time.Duration(s.SinceBaseNs) > latest-base:
 			return fmt.Errorf("lease: replicas from %s: key %q: base_ns + since_base_ns %d outside [0, now+takeover+max_skew=%d]", from, s.Key, s.SinceBaseNs, latest)
 		case s.LentForNs < 0 || time.Duration(s.LentForNs) > latestEnd-base-time.Duration(s.SinceBaseNs):
 			return fmt.Errorf("lease: replicas from %s: key %q: lent_for_ns %d: lease end outside [at, now+ttl+takeover+max_skew]", from, s.Key, s.LentForNs)
+		}
+		at := base + time.Duration(s.SinceBaseNs)
+		if err := l.checkState(now, "replicas", from, s.Key, s.LevelTicks, int64(at), s.LentTokens, int64(at)+s.LentForNs); err != nil {
+			return err
 		}
 	}
 	if l.replicas < 2 {
@@ -204,13 +210,9 @@ func (l *Lease) mergeRecord(r *record, in record) {
 		*r = in
 		return
 	}
-	a, b := r.asPool(), in.asPool()
-	t := max(r.at, in.at)
-	l.sh.advance(a, t)
-	l.sh.advance(b, t)
-	l.mergeInto(a, b)
-	*r = record{level: a.level, lent: a.inherited, at: max(a.last, t), lentUntil: a.inheritedUntil,
-		from: in.from, handover: r.handover || in.handover}
+	m := l.mergeRecords(r, &in)
+	m.from, m.handover = in.from, r.handover || in.handover
+	*r = *m
 }
 
 // mergeInto keeps in p (refilled to the same time as q) the more consumed

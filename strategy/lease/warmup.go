@@ -24,7 +24,6 @@ import (
 // fetch is a key's warm-up query in flight.
 type fetch struct {
 	id       uint64
-	since    time.Duration // when the query was first sent
 	movedAt  time.Duration // the conservative start's move, if it times out
 	asked    []strategy.NodeID
 	queried  map[strategy.NodeID]bool // every node the query went to, asked now or not
@@ -42,7 +41,7 @@ type fetch struct {
 // that time (conservatively, without a warm-up) until the entry is swept.
 type gave struct {
 	state      *record
-	at         time.Duration // last update
+	at         time.Duration // last update (never before answeredAt)
 	answered   bool
 	answeredAt time.Duration
 }
@@ -135,7 +134,7 @@ func (l *Lease) warm(now time.Duration, q queued, fx *strategy.Effects) bool {
 		return l.startFrom(q.key)
 	}
 	l.fetchSeq++
-	f := &fetch{id: l.fetchSeq, since: now, movedAt: movedAt, asked: asked, queried: map[strategy.NodeID]bool{}, got: map[strategy.NodeID]bool{},
+	f := &fetch{id: l.fetchSeq, movedAt: movedAt, asked: asked, queried: map[strategy.NodeID]bool{}, got: map[strategy.NodeID]bool{},
 		acc: &pool{level: l.sh.burst * l.sh.per}, waiting: []queued{q}, deadline: now + l.fetchDeadline()}
 	l.fetching[q.key] = f
 	l.sendQueries(now, q.key, f, fx)
@@ -288,7 +287,8 @@ func (l *Lease) answer(now time.Duration, from strategy.NodeID, qr *peerv1.Lease
 		st = l.mergeRecords(st, g.state)
 	}
 	if f := l.fetching[qr.Key]; f != nil && len(f.got) > 0 {
-		st = l.mergeRecords(st, &record{level: f.acc.level, at: f.acc.last, lent: f.acc.inherited, lentUntil: f.acc.inheritedUntil})
+		acc := f.acc.asRecord()
+		st = l.mergeRecords(st, &acc)
 	}
 	if g == nil {
 		g = &gave{}
@@ -332,9 +332,11 @@ func (l *Lease) mergeRecords(a, b *record) *record {
 		cp := *b
 		return &cp
 	}
-	p, q := a.asPool(), b.asPool()
-	l.mergeAt(p, q)
-	return &record{level: p.level, lent: p.inherited, at: p.last, lentUntil: p.inheritedUntil, from: a.from}
+	p := a.asPool()
+	l.mergeAt(p, b.asPool())
+	r := p.asRecord()
+	r.from = a.from
+	return &r
 }
 
 // checkState checks a state from a peer (a replica or a warm-up answer)
@@ -359,8 +361,8 @@ func (l *Lease) checkState(now time.Duration, what string, from strategy.NodeID,
 // receiveState takes a warm-up answer. Errors (no state change): a state
 // out of bounds (checkState), or an answer from a node the query never
 // went to (one that was asked before a membership change dropped it is
-// merged, not waited for). An answer to no query under way (late, duplicated, or to a
-// previous incarnation) is ignored.
+// merged, not waited for). An answer to no query under way (late,
+// duplicated, or to a previous incarnation) is ignored.
 func (l *Lease) receiveState(now time.Duration, from strategy.NodeID, a *peerv1.LeaseState, fx *strategy.Effects) error {
 	if a.None {
 		if a.Key == "" || len(a.Key) > maxKeyBytes {
@@ -373,28 +375,25 @@ func (l *Lease) receiveState(now time.Duration, from strategy.NodeID, a *peerv1.
 	if f == nil || f.id != a.Id {
 		return nil
 	}
-	if !slices.Contains(f.asked, from) {
-		if !f.queried[from] {
-			return fmt.Errorf("lease: state of %q from %s, but the query went to %v", a.Key, from, f.asked)
-		}
-		// Asked before a membership change dropped it (its answer was on
-		// the way): not waited for any more, but it gave the key up when
-		// it answered, so its state is kept (a merge keeps the more
-		// consumed state: it never adds tokens).
-		if !a.None {
-			l.mergeAt(f.acc, answerRecord(a, from).asPool())
-		}
-		return nil
+	// A node asked before a membership change dropped it may still answer
+	// (its answer was on the way): it is not waited for any more, but it
+	// gave the key up when it answered, so its state is kept (a merge keeps
+	// the more consumed state: it never adds tokens).
+	waited := slices.Contains(f.asked, from)
+	switch {
+	case !waited && !f.queried[from]:
+		return fmt.Errorf("lease: state of %q from %s, but the query went to %v", a.Key, from, f.asked)
+	case waited && f.got[from]:
+		return nil // a duplicate
 	}
-	if f.got[from] {
-		return nil
-	}
-	f.got[from] = true
 	if !a.None {
 		l.mergeAt(f.acc, answerRecord(a, from).asPool())
 	}
-	if len(f.got) == len(f.asked) {
-		l.fetched(now, a.Key, false, fx)
+	if waited {
+		f.got[from] = true
+		if len(f.got) == len(f.asked) {
+			l.fetched(now, a.Key, false, fx)
+		}
 	}
 	return nil
 }

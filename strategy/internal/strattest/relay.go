@@ -29,8 +29,6 @@ type Relay struct {
 	Dup bool
 	// Got holds every decision made, by request ID.
 	Got map[uint64]strategy.Decision
-	// Sent counts the messages sent (lost and duplicated ones once).
-	Sent int
 }
 
 type envelope struct {
@@ -63,14 +61,10 @@ type relayDriver struct {
 func (d relayDriver) Decided(_ int, dec strategy.Decision) { d.r.Got[dec.RequestID] = dec }
 
 func (d relayDriver) Send(_ int, to strategy.NodeID, payload []byte) {
-	d.r.Sent++
 	d.r.queue = append(d.r.queue, envelope{d.id, to, payload})
 }
 
 func (d relayDriver) Schedule(_ int, at time.Duration) { d.r.wakes[d.id] = append(d.r.wakes[d.id], at) }
-
-// Strategy is node id's strategy instance.
-func (r *Relay) Strategy(id strategy.NodeID) strategy.Strategy { return r.hosts[id].Strategy(0) }
 
 // Start starts every node at now and delivers what that sends.
 func (r *Relay) Start(now time.Duration) {
