@@ -35,7 +35,7 @@ bench-peers: build
 	@test -x $(PEERS_BIN)/gubernator || GOBIN=$(PEERS_BIN) $(GO) install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
 	@test -x $(PEERS_BIN)/service_cmd || GOBIN=$(PEERS_BIN) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(RATELIMIT_VERSION)
 	@command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server)
-	cd bench/peers && $(GO) build -o bin/redisrate ./redisrate && $(GO) build -o bin/peers .
+	cd bench/peers && $(GO) build -o bin/redisrate ./redisrate && $(GO) build -o bin/floor ./floor && $(GO) build -o bin/peers .
 	$(PEERS_BIN)/peers --tokenmesh bin/tokenmesh --bin $(PEERS_BIN) $(PEERS_ARGS)
 
 # A short coverage-guided run of every fuzz target (not part of `make test`,

@@ -14,6 +14,15 @@
 //	         member-list, BATCHING: the exact mode, the owner decides);
 //	         three redisrate front-ends on one redis-server; three
 //	         envoyproxy/ratelimit front-ends on one redis-server.
+//	both:    the floor (bench/peers/floor): tokenmesh.v1 answered by
+//	         grpc-go with every check admitted and no limiter at all, with
+//	         tokenmesh's gRPC server options; its checks/s over a system's
+//	         ("floor / this") is the most any limiter answering through
+//	         grpc-go could show against that system on this load
+//	         generator and machine.
+//
+// --strategies-1 and --strategies-3 choose tokenmesh's rows (default owner;
+// owner,gdrl); the first is the reference of the "tokenmesh / this" column.
 //
 // All are driven by tokenmesh's loadgen (one driver per API: tokenmesh.v1
 // Check, Gubernator GetRateLimits, Envoy RLS ShouldRateLimit) with the
@@ -67,10 +76,12 @@ type flags struct {
 	batch                       int
 	groups                      string
 	only                        string
+	strategies1, strategiesN    []string
 	versionsOut                 string
 	clkTck                      float64
 	gubernatorBin, ratelimitBin string
 	redisBin, redisrateBin      string
+	floorBin                    string
 }
 
 func main() {
@@ -86,18 +97,29 @@ func main() {
 	flag.IntVar(&f.batch, "batch", 1, "checks per call")
 	flag.StringVar(&f.groups, "nodes", "1,3", "node counts to run (1, 3 or both)")
 	flag.StringVar(&f.only, "only", "", "comma-separated system names to run (default all), e.g. tokenmesh,gubernator")
+	s1 := flag.String("strategies-1", "owner", "tokenmesh strategies run on 1 node, comma-separated; the first is the reference of the ratio column")
+	sN := flag.String("strategies-3", "owner,gdrl", "tokenmesh strategies run on 3 nodes, comma-separated; the first is the reference of the ratio column "+
+		"(add lease for the exact, mostly local strategy, local for the harness's ceiling: no coordination at all)")
 	flag.Parse()
+	var err error
+	if f.strategies1, err = strategyList("--strategies-1", *s1); err != nil {
+		fatalf("%v", err)
+	}
+	if f.strategiesN, err = strategyList("--strategies-3", *sN); err != nil {
+		fatalf("%v", err)
+	}
 	f.clkTck = 100 // USER_HZ on Linux
 	f.gubernatorBin = filepath.Join(f.binDir, "gubernator")
 	f.ratelimitBin = filepath.Join(f.binDir, "service_cmd")
 	f.redisrateBin = filepath.Join(f.binDir, "redisrate")
+	f.floorBin = filepath.Join(f.binDir, "floor")
 	if f.rounds < 1 || f.workers < 1 || f.keys < 1 || f.batch < 1 || f.duration <= 0 || f.warmup < 0 {
 		fatalf("--rounds, --workers, --keys and --batch must be >= 1, --duration > 0, --warmup >= 0")
 	}
 	if f.duration > 2*time.Minute || f.rounds > 10 {
 		fatalf("--duration at most 2m and --rounds at most 10: this harness is bounded")
 	}
-	for _, b := range []string{f.tokenmesh, f.gubernatorBin, f.ratelimitBin, f.redisrateBin} {
+	for _, b := range []string{f.tokenmesh, f.gubernatorBin, f.ratelimitBin, f.redisrateBin, f.floorBin} {
 		if _, err := os.Stat(b); err != nil {
 			fatalf("%v (run `make bench-peers`, which installs and builds them)", err)
 		}
@@ -129,6 +151,24 @@ func main() {
 		}
 	}
 	printTable(os.Stdout, &f, rows)
+}
+
+// strategyList parses a comma-separated list of tokenmesh strategies: at
+// least one, no empty or repeated name (the nodes validate the names
+// themselves when they load the rule).
+func strategyList(flagName, v string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return nil, fmt.Errorf("%s %q: empty strategy name", flagName, v)
+		}
+		if slices.Contains(out, s) {
+			return nil, fmt.Errorf("%s %q: %s named twice", flagName, v, s)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func fatalf(format string, a ...any) {
@@ -433,6 +473,35 @@ func (h *harness) envoyRatelimit(ctx context.Context, nodes int, redisAddr strin
 	return s, nil
 }
 
+// floorName is the floor's row (bench/peers/floor).
+const floorName = "floor (grpc-go, no limiter)"
+
+// floor starts nodes floor servers (bench/peers/floor): tokenmesh.v1
+// answered with every check admitted and no limiter, no peers, no store.
+func (h *harness) floor(ctx context.Context, nodes int) (*system, error) {
+	s := &system{name: floorName, nodes: nodes}
+	ps, err := freePorts(nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		c, err := h.start(fmt.Sprintf("floor-%d-%d", nodes, i), h.f.floorBin, []string{
+			"--grpc-addr", addr(ps[i]), "--rule", ruleName}, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.targets = append(s.targets, addr(ps[i]))
+		s.pids = append(s.pids, c.Process.Pid)
+	}
+	for _, t := range s.targets {
+		if err := waitTCP(ctx, t, 20*time.Second); err != nil {
+			return nil, fmt.Errorf("floor: %v; logs in %s", err, h.dir)
+		}
+	}
+	s.opts = func(o *loadgen.Options) { o.Rule = ruleName }
+	return s, nil
+}
+
 func (h *harness) redisrate(ctx context.Context, nodes int, redisAddr string, redisPID int) (*system, error) {
 	s := &system{name: "redis_rate + redis", nodes: nodes, pids: []int{redisPID}}
 	ps, err := freePorts(nodes)
@@ -485,10 +554,16 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 	}
 	var errs []error
 	if h.want("tokenmesh") {
-		errs = append(errs, add(h.tokenmesh(ctx, n, "owner")))
+		strategies := h.f.strategies1
 		if n > 1 {
-			errs = append(errs, add(h.tokenmesh(ctx, n, "gdrl")))
+			strategies = h.f.strategiesN
 		}
+		for _, st := range strategies {
+			errs = append(errs, add(h.tokenmesh(ctx, n, st)))
+		}
+	}
+	if h.want("floor") {
+		errs = append(errs, add(h.floor(ctx, n)))
 	}
 	if h.want("gubernator") {
 		errs = append(errs, add(h.gubernator(ctx, n)))
@@ -588,8 +663,23 @@ func med(runs []run, f func(run) float64) float64 {
 func printTable(w io.Writer, f *flags, rows []row) {
 	fmt.Fprintf(w, "\n%d workers, %d check(s) per call, %d uniform keys, limit 10^9/s; %d round(s) A-B-A-B of %v (+%v warmup); GOMAXPROCS %d; medians\n\n",
 		f.workers, f.batch, f.keys, f.rounds, f.duration, f.warmup, runtime.GOMAXPROCS(0))
-	fmt.Fprintln(w, "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) | floor / this (checks/s) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	cps := func(r row) float64 { return med(r.runs, func(x run) float64 { return x.checksPerS }) }
+	// The floor's checks/s per node count: the most any system answering
+	// through grpc-go reaches on this load generator.
+	floor := map[int]float64{}
+	for _, r := range rows {
+		if r.sys == floorName && len(r.runs) > 0 {
+			floor[r.n] = cps(r)
+		}
+	}
+	ratio := func(num, den float64) string {
+		if num <= 0 || den <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", num/den)
+	}
 	var ref float64
 	group := 0
 	for _, r := range rows {
@@ -599,17 +689,21 @@ func printTable(w io.Writer, f *flags, rows []row) {
 		if len(r.runs) == 0 {
 			continue
 		}
-		cps := med(r.runs, func(x run) float64 { return x.checksPerS })
+		c := cps(r)
 		if r.ref {
-			ref = cps
+			ref = c
 		}
-		ratio := "-"
-		if !strings.HasPrefix(r.sys, "tokenmesh") && ref > 0 && cps > 0 {
-			ratio = fmt.Sprintf("%.2fx", ref/cps)
+		ours := "-"
+		if !strings.HasPrefix(r.sys, "tokenmesh") {
+			ours = ratio(ref, c)
 		}
-		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s |\n", r.n, r.sys, cps,
+		ceiling := "-"
+		if r.sys != floorName {
+			ceiling = ratio(floor[r.n], c)
+		}
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s | %s |\n", r.n, r.sys, c,
 			med(r.runs, func(x run) float64 { return x.p50ms }), med(r.runs, func(x run) float64 { return x.p99ms }),
 			med(r.runs, func(x run) float64 { return x.serverCPUus }), med(r.runs, func(x run) float64 { return x.clientCPUus }),
-			med(r.runs, func(x run) float64 { return x.allowedPct }), ratio)
+			med(r.runs, func(x run) float64 { return x.allowedPct }), ours, ceiling)
 	}
 }

@@ -37,3 +37,15 @@ func TestCPUTicks(t *testing.T) {
 	}
 	t.Errorf("no CPU time counted (%d)", x)
 }
+
+func TestStrategyList(t *testing.T) {
+	got, err := strategyList("--s", " owner, lease ,gdrl")
+	if err != nil || len(got) != 3 || got[0] != "owner" || got[1] != "lease" || got[2] != "gdrl" {
+		t.Errorf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "owner,", "owner,,gdrl", "owner,owner"} {
+		if _, err := strategyList("--s", bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
