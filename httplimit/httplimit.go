@@ -23,6 +23,10 @@
 //	Retry-After: 1                      (429 only) seconds until the hits could be
 //	                                    admitted, rounded up, at least 1
 //
+// Each check carries the request's edge time (edge.go): when Wrap received
+// it, or the time a gateway in front put in Options.EdgeHeader
+// (X-Request-Start); an owner rule decides a key's requests in that order.
+//
 // JWT claims are read WITHOUT verifying the token's signature: the
 // middleware only needs a stable key, and a forged claim only moves the
 // forger into another bucket. Put it behind whatever verifies the token
@@ -82,13 +86,15 @@ type checkClient interface {
 }
 
 // GRPC is a Checker over a tokenmesh cluster's gRPC API
-// (tokenmesh.v1.RateLimitService/Check).
+// (tokenmesh.v1.RateLimitService/Check). The edge time ctx carries
+// (ContextWithEdgeTime) goes with the check as created_at_unix_ns.
 func GRPC(client tokenmeshv1.RateLimitServiceClient) Checker { return grpcChecker{client} }
 
 type grpcChecker struct{ c checkClient }
 
 func (g grpcChecker) Check(ctx context.Context, rule, key string, hits int64) (Result, error) {
-	resp, err := g.c.Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: rule, Key: key, Hits: hits}}})
+	resp, err := g.c.Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: rule, Key: key, Hits: hits,
+		CreatedAtUnixNs: edgeUnixNs(ctx)}}})
 	if err != nil {
 		return Result{}, err
 	}
@@ -128,18 +134,19 @@ type batchChecker interface {
 	CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error)
 }
 
-// singleChecker is *cluster.Node's Check: one check without a batch's
+// itemChecker is *cluster.Node's CheckItem: one check without a batch's
 // allocations (its fast path decides in the caller's goroutine).
-type singleChecker interface {
-	Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error)
+type itemChecker interface {
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
 }
 
 // Local is a Checker over an in-process node (limiter.Node.Cluster())
-// for rules, the node's rules. A node that also has Check (as
+// for rules, the node's rules. A node that also has CheckItem (as
 // *cluster.Node does) decides through it, with the same answers as a
-// batch of one.
+// batch of one. The edge time ctx carries (ContextWithEdgeTime) goes with
+// the check (cluster.BatchItem.CreatedAtUnixNs).
 func Local(node batchChecker, rules []cluster.Rule) Checker {
-	single, _ := node.(singleChecker)
+	single, _ := node.(itemChecker)
 	byName := map[string]cluster.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
@@ -153,11 +160,12 @@ func Local(node batchChecker, rules []cluster.Rule) Checker {
 			d   cluster.Decision
 			err error
 		)
+		it := cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, CreatedAtUnixNs: edgeUnixNs(ctx)}
 		if single != nil {
-			d, err = single.Check(ctx, rule, key, hits)
+			d, err = single.CheckItem(ctx, it)
 		} else {
 			var res []cluster.BatchResult
-			res, err = node.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: hits}})
+			res, err = node.CheckBatch(ctx, []cluster.BatchItem{it})
 			if err == nil && res[0].Err != nil {
 				err = res[0].Err
 			}
@@ -218,6 +226,18 @@ type Options struct {
 	OnMissingKey bool
 	// Timeout bounds one check (default 1s).
 	Timeout time.Duration
+	// EdgeHeader names the header a gateway in front puts the time the
+	// request reached it in (RequestStartHeader, "X-Request-Start", in the
+	// forms ParseRequestStart reads). Empty: the edge is this middleware,
+	// and the edge time is when Wrap received the request. Either way the
+	// time goes to the Checker in the context (ContextWithEdgeTime); a
+	// header that does not parse is ignored (the time of receipt is used)
+	// and handed to OnEdgeHeaderError.
+	EdgeHeader string
+	// OnEdgeHeaderError, when set, is called with each request whose
+	// EdgeHeader does not parse and the error naming why (for a log line
+	// or a counter); nil: such headers are ignored silently.
+	OnEdgeHeaderError func(r *http.Request, err error)
 }
 
 // Middleware rate limits requests (see the package documentation).
@@ -257,6 +277,7 @@ func New(opts Options) (*Middleware, error) {
 // Wrap returns next behind the limit.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received := time.Now()
 		key, err := m.key(r)
 		if err != nil {
 			if m.opts.OnMissingKey {
@@ -266,7 +287,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			http.Error(w, "rate limit key: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), m.opts.Timeout)
+		edge, herr := m.edgeOf(r, received)
+		if herr != nil && m.opts.OnEdgeHeaderError != nil {
+			m.opts.OnEdgeHeaderError(r, herr)
+		}
+		ctx, cancel := context.WithTimeout(ContextWithEdgeTime(r.Context(), edge), m.opts.Timeout)
 		res, err := m.opts.Checker.Check(ctx, m.opts.Rule, key, m.opts.Hits)
 		cancel()
 		if err != nil {

@@ -162,17 +162,17 @@ func TestFailOpenClosed(t *testing.T) {
 	}
 }
 
-// batchOnly hides a node's Check: Local then decides through CheckBatch.
+// batchOnly hides a node's CheckItem: Local then decides through CheckBatch.
 type batchOnly struct{ batchChecker }
 
-// Local answers the same through a node's Check (the path a
+// Local answers the same through a node's CheckItem (the path a
 // *cluster.Node takes) as through a batch of one, refusals, remaining,
 // reset and retry included, and an unknown rule is an error either way.
 func TestLocalCheckSameAsBatch(t *testing.T) {
 	n1, rules := startNode(t)
 	n2, _ := startNode(t)
-	if _, isSingle := any(n1.Cluster()).(singleChecker); !isSingle {
-		t.Fatal("*cluster.Node has no Check: Local would always batch")
+	if _, isSingle := any(n1.Cluster()).(itemChecker); !isSingle {
+		t.Fatal("*cluster.Node has no CheckItem: Local would always batch")
 	}
 	viaCheck, viaBatch := Local(n1.Cluster(), rules), Local(batchOnly{n2.Cluster()}, rules)
 	ctx := context.Background()

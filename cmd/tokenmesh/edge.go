@@ -2,13 +2,21 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/httplimit"
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
+	"github.com/tokenmesh/tokenmesh/server"
 )
+
+// edgeHeaderLogEvery spaces the log lines about X-Request-Start headers
+// that do not parse (one per interval, with the count held back).
+const edgeHeaderLogEvery = time.Minute
 
 // withEdge adds serve's HTTP mode: one token of a rule per request, the key
 // taken from the request by the rule's key template (config rules[].key,
@@ -26,8 +34,23 @@ import (
 // with the same grammar (httplimit/keytemplate), so a loaded rule's
 // template parses; one that does not (rules built without config) answers
 // 500 naming it. Every other request goes to next.
-func withEdge(next http.Handler, node *cluster.Node, rules []config.Rule, crules []cluster.Rule) http.Handler {
-	checker := httplimit.Local(node, crules)
+//
+// Edge times: the gateway's X-Request-Start (nginx `proxy_set_header
+// X-Request-Start "t=${msec}";`, forms of httplimit.ParseRequestStart) is
+// the check's edge time (docs/API.md, "Edge times"); without one, the time
+// this node received the subrequest. A value that does not parse is
+// ignored and logged (at most once a minute, with the count held back).
+func withEdge(next http.Handler, api *server.Server, rules []config.Rule, crules []cluster.Rule, logger *slog.Logger) http.Handler {
+	checker := httplimit.Local(api, crules) // counted in the API's metrics
+	throttle := &logthrottle.Throttle{Every: edgeHeaderLogEvery}
+	badEdge := func(rule string) func(*http.Request, error) {
+		return func(_ *http.Request, err error) {
+			if held, ok := throttle.Allow(httplimit.RequestStartHeader); ok {
+				logger.Warn("HTTP mode: edge time header ignored (the time of receipt counts instead)",
+					"rule", rule, "error", err, "ignored_since_last_line", held)
+			}
+		}
+	}
 	handlers := map[string]http.Handler{}
 	allowed := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -38,7 +61,8 @@ func withEdge(next http.Handler, node *cluster.Node, rules []config.Rule, crules
 		if key == "" {
 			key = config.DefaultKey
 		}
-		mw, err := httplimit.New(httplimit.Options{Rule: r.Name, Key: key, Checker: checker, FailClosed: true})
+		mw, err := httplimit.New(httplimit.Options{Rule: r.Name, Key: key, Checker: checker, FailClosed: true,
+			EdgeHeader: httplimit.RequestStartHeader, OnEdgeHeaderError: badEdge(r.Name)})
 		if err != nil {
 			msg := fmt.Sprintf("rule %q: key %v", r.Name, err)
 			handlers[r.Name] = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -325,7 +327,9 @@ func TestRLSClusterE2E(t *testing.T) {
 
 // TestServeHTTPMode: serve's HTTP mode answers curl-like requests with 429,
 // Retry-After and the RateLimit headers, the key taken by the rule's key
-// template (here a header).
+// template (here a header); a gateway's X-Request-Start is the edge time
+// (one that does not parse is logged and the request still decided); its
+// decisions are in the API's metrics.
 func TestServeHTTPMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
@@ -350,13 +354,17 @@ rules:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addrs, _ := startServeProc(t, dir, cfg)
+	addrs, out := startServeProc(t, dir, cfg)
 	client := &http.Client{Timeout: 5 * time.Second}
+	var start string // X-Request-Start of the next requests
 	get := func(path, apiKey string) *http.Response {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addrs.API+path, nil)
 		if apiKey != "" {
 			req.Header.Set("X-Api-Key", apiKey)
+		}
+		if start != "" {
+			req.Header.Set("X-Request-Start", start)
 		}
 		// the API may still be starting right after the address file
 		for range 50 {
@@ -390,5 +398,41 @@ rules:
 	}
 	if a, b := get("/v1/limit/tenants?tenant=acme", "").StatusCode, get("/v1/limit/tenants?tenant=acme", "").StatusCode; a != 200 || b != 429 {
 		t.Errorf("{tenant} from the query: %d %d, want 200 429", a, b)
+	}
+	// A gateway's edge time (nginx's "t=${msec}", 20 ms ago), then one that
+	// does not parse: both decided; the second logged.
+	start = fmt.Sprintf("t=%.3f", float64(time.Now().Add(-20*time.Millisecond).UnixMilli())/1000)
+	if resp := get("/v1/limit/api", "k2"); resp.StatusCode != 200 {
+		t.Errorf("with X-Request-Start %s: %d, want 200", start, resp.StatusCode)
+	}
+	start = "yesterday"
+	if resp := get("/v1/limit/api", "k3"); resp.StatusCode != 200 {
+		t.Errorf("with a malformed X-Request-Start: %d, want 200", resp.StatusCode)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "edge time header ignored") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "edge time header ignored") {
+		t.Errorf("no log line for the malformed X-Request-Start:\n%s", out.String())
+	}
+	// Counted as the API's checks: api 2 allowed + 1 refused for k1, k2 and
+	// k3 allowed; tenants 1 + 1; the edge time of k2 (and of k3: the time of
+	// receipt) in the lateness histogram.
+	resp, err := client.Get("http://" + addrs.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`tokenmesh_decisions_total{result="allowed",rule="api",strategy="owner"} 4`,
+		`tokenmesh_decisions_total{result="refused",rule="api",strategy="owner"} 1`,
+		`tokenmesh_decisions_total{result="refused",rule="tenants",strategy="owner"} 1`,
+		`tokenmesh_edge_lateness_seconds_count{rule="api"} 5`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -72,7 +72,9 @@ HTTP/JSON at node.api_addr:
   ANY  /v1/limit/{rule}  HTTP mode: one token of the rule for the key its key
                   template takes from the request (rules[].key, default {key}:
                   ?key=); 200 "allowed" or 429 with Retry-After, and the
-                  RateLimit / RateLimit-Policy headers (docs/API.md)
+                  RateLimit / RateLimit-Policy headers (docs/API.md); a
+                  gateway's X-Request-Start (nginx: "t=${msec}") is the
+                  check's edge time
 
 With --envoy-config DIR (or node.envoy_config), serve reads envoyproxy/
 ratelimit's YAML descriptor files in DIR (one domain per file), adds one
@@ -340,7 +342,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	// share): a check decided before would be refused for lack of a share.
 	ready := waitReady(ctx, node.Cluster(), api.SetReady)
 	buildAPI := func(f *config.File, rules []cluster.Rule) http.Handler {
-		return withEdge(api.Handler(), node.Cluster(), f.Rules, rules)
+		return withEdge(api.Handler(), api, f.Rules, rules, logger)
 	}
 	edge := &swapHandler{}
 	edge.set(buildAPI(f, rules))

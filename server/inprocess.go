@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
+)
+
+// ErrNoNode is returned by CheckItem and CheckBatch of a Server built
+// without a node.
+var ErrNoNode = errors.New("server: no node")
+
+// CheckItem decides one check for a caller in this process (serve's HTTP
+// mode, through httplimit.Local over the Server) through the node's
+// cluster.Node.CheckItem, counted in the metrics Check keeps:
+// tokenmesh_decisions_total, tokenmesh_decision_seconds and, for an item
+// with an edge time (it.CreatedAtUnixNs), tokenmesh_edge_lateness_seconds.
+// A rule the server does not serve is an error counted in
+// tokenmesh_invalid_requests_total, as Check counts a call it refuses.
+// Unlike Check it does not wait for readiness (the HTTP mode's contract).
+// Errors: that, ErrNoNode, and the node's (ctx ended, the rule removed:
+// counted as not decided; input the node refuses, the node closed).
+func (s *Server) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error) {
+	if s.node == nil {
+		return cluster.Decision{}, ErrNoNode
+	}
+	ri, ok := s.tbl.Load().byName[it.Rule]
+	if !ok {
+		s.metrics.invalid.Inc()
+		return cluster.Decision{}, fmt.Errorf("rule %q: not a rule of this node", it.Rule)
+	}
+	start := time.Now()
+	ri.m.edgeLateness(it.CreatedAtUnixNs, start)
+	d, err := s.node.Cluster().CheckItem(ctx, it)
+	if err == nil || ctx.Err() != nil || errors.Is(err, cluster.ErrRuleRemoved) {
+		ri.m.count(cluster.BatchResult{Decision: d, Err: err}, d.Allowed, time.Since(start))
+	}
+	return d, err
+}
+
+// CheckBatch is CheckItem for a batch (cluster.Node.CheckBatch), each
+// item counted as Check counts it. Errors: an item of a rule the server
+// does not serve (naming it; nothing decided), ErrNoNode, the node's.
+func (s *Server) CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]cluster.BatchResult, error) {
+	if s.node == nil {
+		return nil, ErrNoNode
+	}
+	t := s.tbl.Load()
+	for i, it := range items {
+		if _, ok := t.byName[it.Rule]; !ok {
+			s.metrics.invalid.Inc()
+			return nil, fmt.Errorf("item %d: rule %q: not a rule of this node", i, it.Rule)
+		}
+	}
+	start := time.Now()
+	for _, it := range items {
+		t.byName[it.Rule].m.edgeLateness(it.CreatedAtUnixNs, start)
+	}
+	results, err := s.node.Cluster().CheckBatch(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	waited := time.Since(start)
+	for i, r := range results {
+		t.byName[items[i].Rule].m.count(r, r.Err == nil && r.Allowed, waited)
+	}
+	return results, nil
+}
