@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
@@ -24,8 +25,13 @@ import (
 // header, a query parameter, a path segment, a JWT claim).
 type Func func(r *http.Request) (string, error)
 
-// Parse parses a key template; the error names the bad placeholder.
+// Parse parses a key template; the error names the bad placeholder, or
+// says the template is not valid UTF-8. A key the Func builds is valid
+// UTF-8 (the cluster's keys are), or an error says it is not.
 func Parse(tmpl string) (Func, error) {
+	if !utf8.ValidString(tmpl) {
+		return nil, fmt.Errorf("%q: not valid UTF-8", tmpl)
+	}
 	var parts []Func
 	rest := tmpl
 	for rest != "" {
@@ -71,6 +77,11 @@ func Parse(tmpl string) (Func, error) {
 		}
 		if b.Len() > cluster.MaxKeyBytes {
 			return "", fmt.Errorf("the key is %d bytes; at most %d", b.Len(), cluster.MaxKeyBytes)
+		}
+		if !utf8.ValidString(b.String()) {
+			// cluster refuses it (peer messages carry keys as protobuf
+			// strings): a 400 naming it, not a limiter failure.
+			return "", errors.New("the key is not valid UTF-8")
 		}
 		return b.String(), nil
 	}, nil

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func jwt(payload string) string {
@@ -33,6 +34,8 @@ func TestKeyTemplates(t *testing.T) {
 		{"{tenant}", "/?tenant=acme", nil, "acme", ""},
 		{"{query:key}", "/?key=k1", nil, "k1", ""},
 		{"{key}", "/", nil, "", "query parameter key is missing"},
+		{"{header:x-api-key}", "/", map[string]string{"X-Api-Key": "k\xff1"}, "", "not valid UTF-8"},
+		{"{key}", "/?key=%ff", nil, "", "not valid UTF-8"},
 	} {
 		f, err := Parse(x.tmpl)
 		if err != nil {
@@ -48,7 +51,7 @@ func TestKeyTemplates(t *testing.T) {
 			t.Errorf("%s on %s %v: %q, %v; want %q, %q", x.tmpl, x.path, x.hdr, got, err, x.want, x.err)
 		}
 	}
-	for _, bad := range []string{"{nope:x}", "{}", "{header:}", "{path:0}", "{path:x}", "{client_addr", "a}", ""} {
+	for _, bad := range []string{"{nope:x}", "{}", "{header:}", "{path:0}", "{path:x}", "{client_addr", "a}", "", "k\xff{key}"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
@@ -86,8 +89,8 @@ func FuzzParse(f *testing.F) {
 		}
 		r := httptest.NewRequest(http.MethodGet, "/a/b?key=k&tenant=t", nil)
 		r.Header.Set("X-Tenant", "acme")
-		if v, err := k(r); err == nil && v == "" {
-			t.Fatalf("%q: empty key without error", tmpl)
+		if v, err := k(r); err == nil && (v == "" || !utf8.ValidString(v)) {
+			t.Fatalf("%q: key %q without error", tmpl, v)
 		}
 	})
 }
