@@ -3,9 +3,16 @@
 
 GO ?= go
 
+# bench/peers is a module of its own (go-redis stays out of the main one):
+# vetted and tested here too, so that a change of the main module that
+# breaks it (its go.mod needing a tidy, an API it uses) fails CI. Its
+# redis_rate server's test starts a redis-server of its own (installed from
+# the OS packages when missing, as bench-peers does); no other peer runs.
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	cd bench/peers && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The tests under the race detector (about 3 minutes; not part of CI's
 # `make test`).
