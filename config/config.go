@@ -18,6 +18,7 @@
 //	  snapshot_interval: 1s
 //	  memory_limit: 512MiB
 //	  envoy_config: /etc/tokenmesh/envoy   # envoyproxy/ratelimit YAML files (optional)
+//	  http_refusal_status: 403             # the HTTP mode's refusals, for nginx auth_request (default 429)
 //	rules:
 //	  - name: api
 //	    key: "{header:x-api-key}"
@@ -193,7 +194,20 @@ type Node struct {
 	// measured; "auto" measures it from gossip's probes (latencyhint.go;
 	// docs/OPERATIONS.md, "Latency hint", says why 0s is the default).
 	LatencyHint LatencyHint
+	// HTTPRefusalStatus (node.http_refusal_status) is the status the HTTP
+	// mode (/v1/limit/{rule}) answers a refused request with: 0 (the
+	// default) or 429, Too Many Requests; or 403, for nginx's
+	// auth_request, which takes any status but 2xx, 401 and 403 from its
+	// subrequest as an error and answers 500 (map it back with
+	// `error_page 403 =429`; docs/API.md, "HTTP mode").
+	HTTPRefusalStatus int
 }
+
+// HTTP mode refusal statuses (Node.HTTPRefusalStatus).
+const (
+	StatusTooManyRequests = 429 // the default
+	StatusForbidden       = 403 // for nginx auth_request
+)
 
 // APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
 // read_header, read, write, idle; durations such as "10s"). Zero: the
@@ -297,6 +311,7 @@ type rawNode struct {
 	ReconnectTimeout  string `yaml:"reconnect_timeout,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
 	LatencyHint       string `yaml:"latency_hint,omitempty"`
+	HTTPRefusalStatus int    `yaml:"http_refusal_status,omitempty"`
 }
 
 type rawTimeout struct {
@@ -805,6 +820,11 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.LatencyHint = h
 	}
+	if s := raw.HTTPRefusalStatus; s != 0 && s != StatusTooManyRequests && s != StatusForbidden {
+		p.fail("node.http_refusal_status", path("http_refusal_status"),
+			"%d: want 429 (the default) or 403 (nginx auth_request takes only 2xx, 401 and 403 from its subrequest)", s)
+	}
+	n.HTTPRefusalStatus = raw.HTTPRefusalStatus
 	n.SnapshotInterval = DefaultSnapshotInterval
 	if raw.SnapshotInterval != "" {
 		d, err := time.ParseDuration(raw.SnapshotInterval)
@@ -1098,6 +1118,9 @@ func (f *File) Validate() error {
 	if err := n.LatencyHint.validate(); err != nil {
 		return fmt.Errorf("node.latency_hint: %w", err)
 	}
+	if s := n.HTTPRefusalStatus; s != 0 && s != StatusTooManyRequests && s != StatusForbidden {
+		return fmt.Errorf("node.http_refusal_status: %d: want 429 or 403", s)
+	}
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {
 		return fmt.Errorf("node.api_tls: cert_file and key_file are both required")
 	}
@@ -1232,6 +1255,7 @@ func Marshal(f *File) ([]byte, error) {
 	raw := rawFile{Node: rawNode{
 		Name: n.Name, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
 		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig,
+		HTTPRefusalStatus: n.HTTPRefusalStatus,
 	}}
 	if n.APITLS != nil {
 		raw.Node.APITLS = &rawAPITLS{CertFile: n.APITLS.CertFile, KeyFile: n.APITLS.KeyFile, ClientCAFile: n.APITLS.ClientCAFile}

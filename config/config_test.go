@@ -513,3 +513,25 @@ func TestYAMLError(t *testing.T) {
 		}
 	}
 }
+
+// node.http_refusal_status: 429 or 403, anything else an error naming the
+// field and the line.
+func TestHTTPRefusalStatus(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "  http_refusal_status: 429\n": 429, "  http_refusal_status: 403\n": 403} {
+		f, err := Parse([]byte("node:\n  name: a\n"+in+"rules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err != nil || f.Node.HTTPRefusalStatus != want {
+			t.Errorf("%q: %v, %v; want %d", in, f, err, want)
+		}
+	}
+	for _, bad := range []string{"200", "500", "401", "-1"} {
+		_, err := Parse([]byte("node:\n  name: a\n  http_refusal_status: "+bad+"\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), "node.http_refusal_status") || !strings.Contains(err.Error(), "t.yaml:3") {
+			t.Errorf("http_refusal_status %s: %v, want an error naming the field at t.yaml:3", bad, err)
+		}
+	}
+	f := Default()
+	f.Node.HTTPRefusalStatus = 418
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.http_refusal_status") {
+		t.Errorf("Validate with 418: %v", err)
+	}
+}

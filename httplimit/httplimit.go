@@ -226,6 +226,10 @@ type Options struct {
 	OnMissingKey bool
 	// Timeout bounds one check (default 1s).
 	Timeout time.Duration
+	// RefusalStatus is the status of a refusal (default 429, Too Many
+	// Requests); a 4xx. 403 suits nginx's auth_request, which takes any
+	// status of its subrequest but 2xx, 401 and 403 as an error (500).
+	RefusalStatus int
 	// EdgeHeader names the header a gateway in front puts the time the
 	// request reached it in (RequestStartHeader, "X-Request-Start", in the
 	// forms ParseRequestStart reads). Empty: the edge is this middleware,
@@ -267,6 +271,12 @@ func New(opts Options) (*Middleware, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
+	if opts.RefusalStatus == 0 {
+		opts.RefusalStatus = http.StatusTooManyRequests
+	}
+	if opts.RefusalStatus < 400 || opts.RefusalStatus > 499 {
+		return nil, fmt.Errorf("httplimit: Options.RefusalStatus: %d is not a 4xx status", opts.RefusalStatus)
+	}
 	kf, err := ParseKey(opts.Key)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: Options.Key: %w", err)
@@ -307,7 +317,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			if res.RetryAfter >= 0 {
 				w.Header().Set("Retry-After", strconv.FormatInt(ceilSec(res.RetryAfter, 1), 10))
 			}
-			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+			http.Error(w, http.StatusText(http.StatusTooManyRequests), m.opts.RefusalStatus)
 			return
 		}
 		next.ServeHTTP(w, r)

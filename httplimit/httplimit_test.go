@@ -192,3 +192,26 @@ func TestLocalCheckSameAsBatch(t *testing.T) {
 		}
 	}
 }
+
+// Options.RefusalStatus: a refusal answers it (403 for nginx
+// auth_request) with the same headers; a status that is not 4xx is refused.
+func TestRefusalStatus(t *testing.T) {
+	node, rules := startNode(t)
+	mw, err := New(Options{Rule: "api", Key: "{header:x-api-key}", Checker: Local(node.Cluster(), rules), RefusalStatus: 403})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]string{"X-Api-Key": "r1"}
+	for range 3 {
+		get(t, mw.Wrap(ok), "/", key)
+	}
+	w := get(t, mw.Wrap(ok), "/", key)
+	if w.Code != 403 || w.Header().Get("Retry-After") == "" || w.Header().Get("RateLimit") == "" {
+		t.Errorf("refusal: %d %v, want 403 with Retry-After and RateLimit", w.Code, w.Header())
+	}
+	for _, bad := range []int{200, 302, 500, -1} {
+		if _, err := New(Options{Rule: "api", Checker: Local(node.Cluster(), rules), RefusalStatus: bad}); err == nil {
+			t.Errorf("RefusalStatus %d accepted", bad)
+		}
+	}
+}

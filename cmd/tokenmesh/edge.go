@@ -22,7 +22,8 @@ const edgeHeaderLogEvery = time.Minute
 // taken from the request by the rule's key template (config rules[].key,
 // package httplimit), answered like an HTTP edge would:
 //
-//	ANY /v1/limit/{rule}[/...]  -> 200 "allowed", or 429 with Retry-After,
+//	ANY /v1/limit/{rule}[/...]  -> 200 "allowed", or 429 (node.http_refusal_status:
+//	                               403 for nginx) with Retry-After,
 //	                               and RateLimit / RateLimit-Policy headers either way;
 //	                               400 naming a missing key part, 404 for an unknown rule
 //
@@ -40,7 +41,7 @@ const edgeHeaderLogEvery = time.Minute
 // the check's edge time (docs/API.md, "Edge times"); without one, the time
 // this node received the subrequest. A value that does not parse is
 // ignored and logged (at most once a minute, with the count held back).
-func withEdge(next http.Handler, api *server.Server, rules []config.Rule, crules []cluster.Rule, logger *slog.Logger) http.Handler {
+func withEdge(next http.Handler, api *server.Server, rules []config.Rule, crules []cluster.Rule, refusalStatus int, logger *slog.Logger) http.Handler {
 	checker := httplimit.Local(api, crules) // counted in the API's metrics
 	throttle := &logthrottle.Throttle{Every: edgeHeaderLogEvery}
 	badEdge := func(rule string) func(*http.Request, error) {
@@ -61,7 +62,7 @@ func withEdge(next http.Handler, api *server.Server, rules []config.Rule, crules
 		if key == "" {
 			key = config.DefaultKey
 		}
-		mw, err := httplimit.New(httplimit.Options{Rule: r.Name, Key: key, Checker: checker, FailClosed: true,
+		mw, err := httplimit.New(httplimit.Options{Rule: r.Name, Key: key, Checker: checker, FailClosed: true, RefusalStatus: refusalStatus,
 			EdgeHeader: httplimit.RequestStartHeader, OnEdgeHeaderError: badEdge(r.Name)})
 		if err != nil {
 			msg := fmt.Sprintf("rule %q: key %v", r.Name, err)

@@ -436,3 +436,46 @@ rules:
 		}
 	}
 }
+
+// TestServeHTTPModeRefusal403: with node.http_refusal_status 403 (nginx's
+// auth_request takes 429 from its subrequest as an error), the HTTP mode
+// refuses with 403, its Retry-After and RateLimit headers kept.
+func TestServeHTTPModeRefusal403(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real process")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tokenmesh.yaml")
+	if err := os.WriteFile(cfg, []byte(`node:
+  name: edge
+  api_addr: 127.0.0.1:0
+  grpc_addr: 127.0.0.1:0
+  peer_addr: 127.0.0.1:0
+  gossip_addr: 127.0.0.1:0
+  http_refusal_status: 403
+rules:
+  - name: api
+    rate: 1/m
+    burst: 1
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := startServeProc(t, dir, cfg)
+	client := &http.Client{Timeout: 5 * time.Second}
+	var codes []int
+	for len(codes) < 2 {
+		resp, err := client.Get("http://" + addrs.API + "/v1/limit/api?key=k")
+		if err != nil { // the API may still be starting right after the address file
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == 403 && (resp.Header.Get("Retry-After") != "60" || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"api";r=0`)) {
+			t.Errorf("403 without its headers: %v", resp.Header)
+		}
+	}
+	if codes[0] != 200 || codes[1] != 403 {
+		t.Errorf("statuses %v, want [200 403]", codes)
+	}
+}

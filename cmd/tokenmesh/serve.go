@@ -341,8 +341,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	// Not ready until every strategy is (a gdrl joiner holds its default
 	// share): a check decided before would be refused for lack of a share.
 	ready := waitReady(ctx, node.Cluster(), api.SetReady)
+	refusal := f.Node.HTTPRefusalStatus // node settings are read at start only
 	buildAPI := func(f *config.File, rules []cluster.Rule) http.Handler {
-		return withEdge(api.Handler(), api, f.Rules, rules, logger)
+		return withEdge(api.Handler(), api, f.Rules, rules, refusal, logger)
 	}
 	edge := &swapHandler{}
 	edge.set(buildAPI(f, rules))
