@@ -71,10 +71,11 @@ HTTP/JSON at node.api_addr:
   GET  /metrics   Prometheus metrics (docs/API.md lists them)
   ANY  /v1/limit/{rule}  HTTP mode: one token of the rule for the key its key
                   template takes from the request (rules[].key, default {key}:
-                  ?key=); 200 "allowed" or 429 with Retry-After, and the
-                  RateLimit / RateLimit-Policy headers (docs/API.md); a
-                  gateway's X-Request-Start (nginx: "t=${msec}") is the
-                  check's edge time
+                  ?key=); 200 "allowed" or 429 (403 with
+                  node.http_refusal_status: 403, for nginx auth_request)
+                  with Retry-After, and the RateLimit / RateLimit-Policy
+                  headers (docs/API.md); a gateway's X-Request-Start
+                  (nginx: "t=${msec}") is the check's edge time
 
 With --envoy-config DIR (or node.envoy_config), serve reads envoyproxy/
 ratelimit's YAML descriptor files in DIR (one domain per file), adds one
