@@ -29,7 +29,9 @@
 // same options (--workers closed-loop workers, --batch checks per call,
 // --keys uniform keys, workers spread round-robin over the nodes), in
 // A-B-A-B order: --rounds rounds, each running every system of a group
-// once, after a --warmup run of its own. It prints one markdown table with
+// once, after a --warmup run of its own; a system runs only for its own
+// run (started before it, stopped after it), so the others' background
+// work does not share the machine with it. It prints one markdown table with
 // the median over rounds of checks/s, p50, p99 and CPU per check (the
 // servers' processes, redis-server included, from /proc/<pid>/stat, over
 // the measured run; and the load generator's own), with tokenmesh's
@@ -208,14 +210,7 @@ type harness struct {
 	seq      int
 }
 
-func (h *harness) stopClusters() {
-	for _, c := range h.clusters {
-		if err := c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping tokenmesh: %v\n", err)
-		}
-	}
-	h.clusters = nil
-}
+func (h *harness) stopClusters() { h.stopSince(len(h.procs), 0) }
 
 // start starts a server process with its output to a log file.
 func (h *harness) start(name, bin string, args, env []string) (*exec.Cmd, error) {
@@ -238,12 +233,24 @@ func (h *harness) start(name, bin string, args, env []string) (*exec.Cmd, error)
 }
 
 // stopAll stops every process started, by PID: SIGTERM, SIGKILL after 5 s.
-func (h *harness) stopAll() {
-	for _, c := range h.procs {
+func (h *harness) stopAll() { h.stopSince(0, len(h.clusters)) }
+
+// stopSince stops the processes started after the first procs and the
+// tokenmesh clusters after the first clusters (one system's, started last),
+// and forgets them, so that their PIDs are never signalled again.
+func (h *harness) stopSince(procs, clusters int) {
+	for _, c := range h.clusters[clusters:] {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping tokenmesh: %v\n", err)
+		}
+	}
+	h.clusters = h.clusters[:clusters]
+	stop := h.procs[procs:]
+	for _, c := range stop {
 		_ = c.Process.Signal(syscall.SIGTERM)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for _, c := range h.procs {
+	for _, c := range stop {
 		for alive(c.Process.Pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -251,7 +258,7 @@ func (h *harness) stopAll() {
 			_ = c.Process.Kill()
 		}
 	}
-	h.procs = nil
+	h.procs = h.procs[:procs]
 }
 
 // alive: the process exists and is not a zombie.
@@ -344,8 +351,9 @@ func (h *harness) redis(ctx context.Context) (string, int, error) {
 }
 
 func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*system, error) {
+	h.seq++ // a directory of its own per start
 	lc, err := localcluster.Start(ctx, localcluster.Config{Binary: h.f.tokenmesh, Nodes: nodes,
-		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d", strategy, nodes)),
+		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d-%d", strategy, nodes, h.seq)),
 		Rules: []localcluster.Rule{{Name: ruleName, Rate: rule.MustRate(strconv.Itoa(limitPerS) + "/s"), Burst: limitPerS, Strategy: strategy}}})
 	if err != nil {
 		return nil, err
@@ -480,51 +488,37 @@ const floorName = "floor (grpc-go, no limiter)"
 // answered with every check admitted and no limiter, no peers, no store.
 func (h *harness) floor(ctx context.Context, nodes int) (*system, error) {
 	s := &system{name: floorName, nodes: nodes}
-	ps, err := freePorts(nodes)
-	if err != nil {
-		return nil, err
-	}
-	for i := range nodes {
-		c, err := h.start(fmt.Sprintf("floor-%d-%d", nodes, i), h.f.floorBin, []string{
-			"--grpc-addr", addr(ps[i]), "--rule", ruleName}, nil)
-		if err != nil {
-			return nil, err
-		}
-		s.targets = append(s.targets, addr(ps[i]))
-		s.pids = append(s.pids, c.Process.Pid)
-	}
-	for _, t := range s.targets {
-		if err := waitTCP(ctx, t, 20*time.Second); err != nil {
-			return nil, fmt.Errorf("floor: %v; logs in %s", err, h.dir)
-		}
-	}
-	s.opts = func(o *loadgen.Options) { o.Rule = ruleName }
-	return s, nil
+	return s, h.frontEnds(ctx, s, "floor", h.f.floorBin, []string{"--rule", ruleName})
 }
 
 func (h *harness) redisrate(ctx context.Context, nodes int, redisAddr string, redisPID int) (*system, error) {
 	s := &system{name: "redis_rate + redis", nodes: nodes, pids: []int{redisPID}}
-	ps, err := freePorts(nodes)
+	return s, h.frontEnds(ctx, s, "redisrate", h.f.redisrateBin, []string{"--redis", redisAddr, "--rule", ruleName,
+		"--rate", strconv.Itoa(limitPerS), "--burst", strconv.Itoa(limitPerS)})
+}
+
+// frontEnds starts s.nodes processes of bin (ours, serving tokenmesh.v1 on
+// --grpc-addr, with args), adds them to s and waits for their ports.
+func (h *harness) frontEnds(ctx context.Context, s *system, label, bin string, args []string) error {
+	ps, err := freePorts(s.nodes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for i := range nodes {
-		c, err := h.start(fmt.Sprintf("redisrate-%d-%d", nodes, i), h.f.redisrateBin, []string{
-			"--grpc-addr", addr(ps[i]), "--redis", redisAddr, "--rule", ruleName,
-			"--rate", strconv.Itoa(limitPerS), "--burst", strconv.Itoa(limitPerS)}, nil)
+	for i := range s.nodes {
+		c, err := h.start(fmt.Sprintf("%s-%d-%d", label, s.nodes, i), bin, append([]string{"--grpc-addr", addr(ps[i])}, args...), nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.targets = append(s.targets, addr(ps[i]))
 		s.pids = append(s.pids, c.Process.Pid)
 	}
 	for _, t := range s.targets {
 		if err := waitTCP(ctx, t, 20*time.Second); err != nil {
-			return nil, fmt.Errorf("redisrate: %v; logs in %s", err, h.dir)
+			return fmt.Errorf("%s: %v; logs in %s", label, err, h.dir)
 		}
 	}
 	s.opts = func(o *loadgen.Options) { o.Rule = ruleName }
-	return s, nil
+	return nil
 }
 
 func (h *harness) want(name string) bool {
@@ -539,34 +533,38 @@ func (h *harness) want(name string) bool {
 	return false
 }
 
-// group starts every system of a node count, runs the rounds, stops them.
+// starter starts one system; the harness stops it after its run.
+type starter struct {
+	name  string
+	start func() (*system, error)
+}
+
+// group runs the rounds of a node count: in each, every system in turn is
+// started, warmed up, measured and stopped, so that no other system's
+// background work (gossip, share exchanges, replication, timers) runs
+// beside the one measured; before 2026-11-29 every system of a group ran
+// for the whole group, and the idle ones took about half the machine at 3
+// nodes (docs/PERFORMANCE.md, "The floor"). The redis-server that envoy
+// ratelimit and redis_rate share runs for the whole group (idle, it costs
+// nothing), its CPU counted in their runs.
 func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 	defer h.stopClusters()
 	defer h.stopAll()
-	fmt.Fprintf(os.Stderr, "== %d node(s): starting the systems\n", n)
-	var systems []*system
-	add := func(s *system, err error) error {
-		if err != nil {
-			return err
-		}
-		systems = append(systems, s)
-		return nil
-	}
-	var errs []error
+	var starters []starter
 	if h.want("tokenmesh") {
 		strategies := h.f.strategies1
 		if n > 1 {
 			strategies = h.f.strategiesN
 		}
 		for _, st := range strategies {
-			errs = append(errs, add(h.tokenmesh(ctx, n, st)))
+			starters = append(starters, starter{"tokenmesh " + st, func() (*system, error) { return h.tokenmesh(ctx, n, st) }})
 		}
 	}
 	if h.want("floor") {
-		errs = append(errs, add(h.floor(ctx, n)))
+		starters = append(starters, starter{floorName, func() (*system, error) { return h.floor(ctx, n) }})
 	}
 	if h.want("gubernator") {
-		errs = append(errs, add(h.gubernator(ctx, n)))
+		starters = append(starters, starter{"gubernator", func() (*system, error) { return h.gubernator(ctx, n) }})
 	}
 	if h.want("envoy") || h.want("redis") {
 		ra, rpid, err := h.redis(ctx)
@@ -574,26 +572,29 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 			return nil, err
 		}
 		if h.want("envoy") {
-			errs = append(errs, add(h.envoyRatelimit(ctx, n, ra, rpid)))
+			starters = append(starters, starter{"envoy ratelimit + redis", func() (*system, error) { return h.envoyRatelimit(ctx, n, ra, rpid) }})
 		}
 		if h.want("redis") {
-			errs = append(errs, add(h.redisrate(ctx, n, ra, rpid)))
+			starters = append(starters, starter{"redis_rate + redis", func() (*system, error) { return h.redisrate(ctx, n, ra, rpid) }})
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	rows := make([]row, len(systems))
-	for i, s := range systems {
-		rows[i] = row{sys: s.name, n: n, ref: i == 0 && strings.HasPrefix(s.name, "tokenmesh")}
+	rows := make([]row, len(starters))
+	for i, st := range starters {
+		rows[i] = row{sys: st.name, n: n, ref: i == 0 && strings.HasPrefix(st.name, "tokenmesh")}
 	}
 	for r := range h.f.rounds {
-		for i, s := range systems {
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s, %d node(s)... ", r+1, h.f.rounds, s.name, n)
-			res, err := h.measure(ctx, s, uint64(r*100+i))
+		for i, st := range starters {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s, %d node(s)... ", r+1, h.f.rounds, st.name, n)
+			procs, clusters := len(h.procs), len(h.clusters)
+			s, err := st.start()
+			var res run
+			if err == nil {
+				res, err = h.measure(ctx, s, uint64(r*100+i))
+			}
+			h.stopSince(procs, clusters)
 			if err != nil {
 				fmt.Fprintln(os.Stderr)
-				return rows, fmt.Errorf("%s: %w", s.name, err)
+				return rows, fmt.Errorf("%s: %w", st.name, err)
 			}
 			fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check\n", res.checksPerS, res.p99ms, res.serverCPUus)
 			rows[i].runs = append(rows[i].runs, res)
