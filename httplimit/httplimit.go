@@ -20,7 +20,7 @@
 //	                                    seconds the rate takes to refill it (rounded up)
 //	RateLimit: "api";r=19;t=1           r = tokens left (0 when unknown),
 //	                                    t = seconds until the bucket is full (rounded up)
-//	Retry-After: 1                      (429 only) seconds until the hits could be
+//	Retry-After: 1                      (refusals only) seconds until the hits could be
 //	                                    admitted, rounded up, at least 1
 //
 // Each check carries the request's edge time (edge.go): when Wrap received
