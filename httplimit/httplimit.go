@@ -3,7 +3,8 @@
 // header, the client address, a path segment or a JWT claim, by a key
 // template like the config's "{header:x-api-key}"), asks a Checker (a
 // tokenmesh cluster over gRPC, or an in-process cluster.Node) for one
-// token, and answers a refusal itself with 429 Too Many Requests,
+// token, and answers a refusal itself with 429 Too Many Requests (or
+// Options.RefusalStatus),
 // Retry-After, and the RateLimit and RateLimit-Policy headers of the IETF
 // draft "RateLimit header fields for HTTP"
 // (draft-ietf-httpapi-ratelimit-headers-09, sections 3 and 4); allowed
