@@ -4,9 +4,8 @@
 // template like the config's "{header:x-api-key}"), asks a Checker (a
 // tokenmesh cluster over gRPC, or an in-process cluster.Node) for one
 // token, and answers a refusal itself with 429 Too Many Requests (or
-// Options.RefusalStatus),
-// Retry-After, and the RateLimit and RateLimit-Policy headers of the IETF
-// draft "RateLimit header fields for HTTP"
+// Options.RefusalStatus), Retry-After, and the RateLimit and
+// RateLimit-Policy headers of the IETF draft "RateLimit header fields for HTTP"
 // (draft-ietf-httpapi-ratelimit-headers-09, sections 3 and 4); allowed
 // requests get the same two headers and go to the next handler.
 //
