@@ -707,4 +707,7 @@ func printTable(w io.Writer, f *flags, rows []row) {
 			med(r.runs, func(x run) float64 { return x.serverCPUus }), med(r.runs, func(x run) float64 { return x.clientCPUus }),
 			med(r.runs, func(x run) float64 { return x.allowedPct }), ours, ceiling)
 	}
+	if len(floor) > 0 {
+		fmt.Fprintln(w, "\nfloor: tokenmesh.v1 answered by grpc-go with no limiter (bench/peers/floor); \"floor / this\" is the most any limiter served through grpc-go could show against that system on this load generator and machine.")
+	}
 }
