@@ -46,6 +46,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -203,11 +204,11 @@ type Node struct {
 	HTTPRefusalStatus int
 }
 
-// HTTP mode refusal statuses (Node.HTTPRefusalStatus).
-const (
-	StatusTooManyRequests = 429 // the default
-	StatusForbidden       = 403 // for nginx auth_request
-)
+// refusalStatusOK reports whether s may be Node.HTTPRefusalStatus: 0 (the
+// default, 429), 429 or 403.
+func refusalStatusOK(s int) bool {
+	return s == 0 || s == http.StatusTooManyRequests || s == http.StatusForbidden
+}
 
 // APITimeouts are the HTTP/JSON API server's timeouts (api_timeouts:
 // read_header, read, write, idle; durations such as "10s"). Zero: the
@@ -820,7 +821,7 @@ func (p *parser) node(raw rawNode, n *Node) {
 		}
 		n.LatencyHint = h
 	}
-	if s := raw.HTTPRefusalStatus; s != 0 && s != StatusTooManyRequests && s != StatusForbidden {
+	if s := raw.HTTPRefusalStatus; !refusalStatusOK(s) {
 		p.fail("node.http_refusal_status", path("http_refusal_status"),
 			"%d: want 429 (the default) or 403 (nginx auth_request takes only 2xx, 401 and 403 from its subrequest)", s)
 	}
@@ -1118,7 +1119,7 @@ func (f *File) Validate() error {
 	if err := n.LatencyHint.validate(); err != nil {
 		return fmt.Errorf("node.latency_hint: %w", err)
 	}
-	if s := n.HTTPRefusalStatus; s != 0 && s != StatusTooManyRequests && s != StatusForbidden {
+	if s := n.HTTPRefusalStatus; !refusalStatusOK(s) {
 		return fmt.Errorf("node.http_refusal_status: %d: want 429 or 403", s)
 	}
 	if n.APITLS != nil && (n.APITLS.CertFile == "" || n.APITLS.KeyFile == "") {

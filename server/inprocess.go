@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
@@ -27,18 +26,16 @@ func (s *Server) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.D
 	if s.node == nil {
 		return cluster.Decision{}, ErrNoNode
 	}
-	ri, ok := s.tbl.Load().byName[it.Rule]
-	if !ok {
+	t := s.tbl.Load()
+	if _, ok := t.byName[it.Rule]; !ok {
 		s.metrics.invalid.Inc()
 		return cluster.Decision{}, fmt.Errorf("rule %q: not a rule of this node", it.Rule)
 	}
-	start := time.Now()
-	ri.m.edgeLateness(it.CreatedAtUnixNs, start)
-	d, err := s.node.Cluster().CheckItem(ctx, it)
-	if err == nil || ctx.Err() != nil || errors.Is(err, cluster.ErrRuleRemoved) {
-		ri.m.count(cluster.BatchResult{Decision: d, Err: err}, d.Allowed, time.Since(start))
+	r, err := s.decideItem(ctx, t, it)
+	if err != nil {
+		return cluster.Decision{}, err
 	}
-	return d, err
+	return r.Decision, r.Err
 }
 
 // CheckBatch is CheckItem for a batch (cluster.Node.CheckBatch), each
@@ -55,17 +52,5 @@ func (s *Server) CheckBatch(ctx context.Context, items []cluster.BatchItem) ([]c
 			return nil, fmt.Errorf("item %d: rule %q: not a rule of this node", i, it.Rule)
 		}
 	}
-	start := time.Now()
-	for _, it := range items {
-		t.byName[it.Rule].m.edgeLateness(it.CreatedAtUnixNs, start)
-	}
-	results, err := s.node.Cluster().CheckBatch(ctx, items)
-	if err != nil {
-		return nil, err
-	}
-	waited := time.Since(start)
-	for i, r := range results {
-		t.byName[items[i].Rule].m.count(r, r.Err == nil && r.Allowed, waited)
-	}
-	return results, nil
+	return s.decideBatch(ctx, t, items)
 }

@@ -192,12 +192,7 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 		s.metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	start := time.Now()
-	for i := range items {
-		t.byName[items[i].Rule].m.edgeLateness(items[i].CreatedAtUnixNs, start)
-	}
-	results, err := s.node.Cluster().CheckBatch(ctx, items)
-	waited := time.Since(start)
+	results, err := s.decideBatch(ctx, t, items)
 	if err != nil {
 		// Input was validated above: what is left is the node or ctx ending.
 		if ctx.Err() != nil {
@@ -207,12 +202,53 @@ func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tok
 	}
 	resp, outs := newCheckResponse(len(results))
 	for i, r := range results {
-		ri := t.byName[items[i].Rule]
-		out := &outs[i]
-		result(out, i, ri, items[i], r)
-		ri.m.count(r, out.Allowed, waited)
+		result(&outs[i], i, t.byName[items[i].Rule], items[i], r)
 	}
 	return resp, nil
+}
+
+// decideBatch decides items (all of rules in t) through the node's
+// CheckBatch, each item counted in t's metrics (edge lateness before,
+// the decision after). Errors: the node's (nothing decided, nothing
+// counted but the lateness).
+func (s *Server) decideBatch(ctx context.Context, t *ruleTable, items []cluster.BatchItem) ([]cluster.BatchResult, error) {
+	start := time.Now()
+	for _, it := range items {
+		t.byName[it.Rule].m.edgeLateness(it.CreatedAtUnixNs, start)
+	}
+	results, err := s.node.Cluster().CheckBatch(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	waited := time.Since(start)
+	for i, r := range results {
+		t.byName[items[i].Rule].m.count(r, r.Err == nil && r.Allowed, waited)
+	}
+	return results, nil
+}
+
+// decideItem decides it (of a rule in t) through the node's CheckItem,
+// counted in t's metrics as decideBatch counts an item. A ctx that ends
+// while the node decides, or the rule removed meanwhile, is the result's
+// Err (not decided, as CheckBatch reports it); the error is the node's
+// other ones (it closed, or refused the input: nothing counted).
+func (s *Server) decideItem(ctx context.Context, t *ruleTable, it cluster.BatchItem) (cluster.BatchResult, error) {
+	ri := t.byName[it.Rule]
+	start := time.Now()
+	ri.m.edgeLateness(it.CreatedAtUnixNs, start)
+	d, err := s.node.Cluster().CheckItem(ctx, it)
+	waited := time.Since(start)
+	r := cluster.BatchResult{Decision: d}
+	if err != nil {
+		switch cerr := ctx.Err(); {
+		case cerr != nil && errors.Is(err, cerr), errors.Is(err, cluster.ErrRuleRemoved):
+			r = cluster.BatchResult{Decision: cluster.Decision{Remaining: -1}, Err: err}
+		default:
+			return cluster.BatchResult{}, err
+		}
+	}
+	ri.m.count(r, r.Err == nil && r.Allowed, waited)
+	return r, nil
 }
 
 // checkOne is Check of a batch of one item, the common unbatched call:
@@ -231,23 +267,12 @@ func (s *Server) checkOne(ctx context.Context, t *ruleTable, c *tokenmeshv1.Chec
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	start := time.Now()
-	t.byName[it.Rule].m.edgeLateness(it.CreatedAtUnixNs, start)
-	d, err := s.node.Cluster().CheckItem(ctx, it)
-	waited := time.Since(start)
-	r := cluster.BatchResult{Decision: d}
-	if err != nil {
-		switch cerr := ctx.Err(); {
-		case cerr != nil && errors.Is(err, cerr), errors.Is(err, cluster.ErrRuleRemoved):
-			r = cluster.BatchResult{Decision: cluster.Decision{Remaining: -1}, Err: err}
-		default: // the node closed, or refused the input
-			return nil, status.Errorf(codes.Unavailable, "node: %v", err)
-		}
+	r, err := s.decideItem(ctx, t, it)
+	if err != nil { // the node closed, or refused the input
+		return nil, status.Errorf(codes.Unavailable, "node: %v", err)
 	}
 	resp, outs := newCheckResponse(1)
-	ri := t.byName[it.Rule]
-	result(&outs[0], 0, ri, it, r)
-	ri.m.count(r, outs[0].Allowed, waited)
+	result(&outs[0], 0, t.byName[it.Rule], it, r)
 	return resp, nil
 }
 

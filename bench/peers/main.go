@@ -210,8 +210,6 @@ type harness struct {
 	seq      int
 }
 
-func (h *harness) stopClusters() { h.stopSince(len(h.procs), 0) }
-
 // start starts a server process with its output to a log file.
 func (h *harness) start(name, bin string, args, env []string) (*exec.Cmd, error) {
 	h.seq++
@@ -232,8 +230,9 @@ func (h *harness) start(name, bin string, args, env []string) (*exec.Cmd, error)
 	return cmd, nil
 }
 
-// stopAll stops every process started, by PID: SIGTERM, SIGKILL after 5 s.
-func (h *harness) stopAll() { h.stopSince(0, len(h.clusters)) }
+// stopAll stops every tokenmesh cluster and every process started, by PID:
+// SIGTERM, SIGKILL after 5 s.
+func (h *harness) stopAll() { h.stopSince(0, 0) }
 
 // stopSince stops the processes started after the first procs and the
 // tokenmesh clusters after the first clusters (one system's, started last),
@@ -548,7 +547,6 @@ type starter struct {
 // ratelimit and redis_rate share runs for the whole group (idle, it costs
 // nothing), its CPU counted in their runs.
 func (h *harness) group(ctx context.Context, n int) ([]row, error) {
-	defer h.stopClusters()
 	defer h.stopAll()
 	var starters []starter
 	if h.want("tokenmesh") {

@@ -334,15 +334,7 @@ func TestServeHTTPMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "tokenmesh.yaml")
-	if err := os.WriteFile(cfg, []byte(`node:
-  name: edge
-  api_addr: 127.0.0.1:0
-  grpc_addr: 127.0.0.1:0
-  peer_addr: 127.0.0.1:0
-  gossip_addr: 127.0.0.1:0
-rules:
+	addrs, out := startEdgeProc(t, "", `
   - name: api
     key: "{header:x-api-key}"
     rate: 1/m
@@ -351,10 +343,7 @@ rules:
     key: "{tenant}"
     rate: 1/m
     burst: 1
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addrs, out := startServeProc(t, dir, cfg)
+`)
 	client := &http.Client{Timeout: 5 * time.Second}
 	var start string // X-Request-Start of the next requests
 	get := func(path, apiKey string) *http.Response {
@@ -366,17 +355,7 @@ rules:
 		if start != "" {
 			req.Header.Set("X-Request-Start", start)
 		}
-		// the API may still be starting right after the address file
-		for range 50 {
-			resp, err := client.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				return resp
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("GET %s: no answer", path)
-		return nil
+		return doRetry(t, client, req)
 	}
 	for i, want := range []int{200, 200, 429} {
 		resp := get("/v1/limit/api", "k1")
@@ -444,32 +423,16 @@ func TestServeHTTPModeRefusal403(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "tokenmesh.yaml")
-	if err := os.WriteFile(cfg, []byte(`node:
-  name: edge
-  api_addr: 127.0.0.1:0
-  grpc_addr: 127.0.0.1:0
-  peer_addr: 127.0.0.1:0
-  gossip_addr: 127.0.0.1:0
-  http_refusal_status: 403
-rules:
+	addrs, _ := startEdgeProc(t, "  http_refusal_status: 403\n", `
   - name: api
     rate: 1/m
     burst: 1
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addrs, _ := startServeProc(t, dir, cfg)
+`)
 	client := &http.Client{Timeout: 5 * time.Second}
 	var codes []int
 	for len(codes) < 2 {
-		resp, err := client.Get("http://" + addrs.API + "/v1/limit/api?key=k")
-		if err != nil { // the API may still be starting right after the address file
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		resp.Body.Close()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addrs.API+"/v1/limit/api?key=k", nil)
+		resp := doRetry(t, client, req)
 		codes = append(codes, resp.StatusCode)
 		if resp.StatusCode == 403 && (resp.Header.Get("Retry-After") != "60" || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"api";r=0`)) {
 			t.Errorf("403 without its headers: %v", resp.Header)
@@ -478,4 +441,36 @@ rules:
 	if codes[0] != 200 || codes[1] != 403 {
 		t.Errorf("statuses %v, want [200 403]", codes)
 	}
+}
+
+// startEdgeProc starts `tokenmesh serve` as node "edge" on loopback ports
+// picked by the kernel, with nodeExtra (node settings, YAML lines indented
+// two spaces; may be empty) and rules (the YAML list under rules:).
+func startEdgeProc(t *testing.T, nodeExtra, rules string) (boundAddrs, *lockedBuf) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tokenmesh.yaml")
+	conf := "node:\n  name: edge\n  api_addr: 127.0.0.1:0\n  grpc_addr: 127.0.0.1:0\n" +
+		"  peer_addr: 127.0.0.1:0\n  gossip_addr: 127.0.0.1:0\n" + nodeExtra + "rules:" + rules
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startServeProc(t, dir, cfg)
+}
+
+// doRetry sends req until the API answers (it may still be starting right
+// after the address file): at most 50 tries, 100 ms apart. The response's
+// body is closed.
+func doRetry(t *testing.T, client *http.Client, req *http.Request) *http.Response {
+	t.Helper()
+	for range 50 {
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return resp
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s %s: no answer", req.Method, req.URL)
+	return nil
 }

@@ -32,9 +32,6 @@ import (
 	tmserver "github.com/tokenmesh/tokenmesh/server"
 )
 
-// maxChecks bounds the checks of one call (tokenmesh's server.MaxChecks).
-const maxChecks = 1000
-
 type server struct {
 	tokenmeshv1.UnimplementedRateLimitServiceServer
 	rule string
@@ -47,8 +44,8 @@ func (s *server) ListRules(context.Context, *tokenmeshv1.ListRulesRequest) (*tok
 // Check admits every check of the rule; it allocates the response as
 // tokenmesh's server does (one result per check).
 func (s *server) Check(_ context.Context, req *tokenmeshv1.CheckRequest) (*tokenmeshv1.CheckResponse, error) {
-	if n := len(req.GetChecks()); n == 0 || n > maxChecks {
-		return nil, fmt.Errorf("checks: %d items, want 1..%d", n, maxChecks)
+	if n := len(req.GetChecks()); n == 0 || n > tmserver.MaxChecks {
+		return nil, fmt.Errorf("checks: %d items, want 1..%d", n, tmserver.MaxChecks)
 	}
 	resp := &tokenmeshv1.CheckResponse{Results: make([]*tokenmeshv1.CheckResult, len(req.GetChecks()))}
 	for i, c := range req.GetChecks() {
