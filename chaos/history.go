@@ -10,9 +10,13 @@
 // envelope violation (eval.EnvelopeViolation), per key and restricted to a
 // time range, so a run can ask "from 10 s after the heal on, did any key
 // leave its envelope?" A decision counts at the time the client sent the
-// request: the cluster decides a little later, so a run admits up to
-// r × (largest decision latency) more than the envelope by that clock;
-// Check's callers add that slack explicitly.
+// request, and the cluster decides somewhere between that and the time the
+// answer came back: a window of checks sent in [t_i, t_j] was decided inside
+// [t_i, E_j], E_j the latest answer among the admitted checks sent up to
+// t_j, so Check holds it to b + r*(E_j - t_i). A busy client machine (the
+// client's scheduling, its clock read before the send) therefore never
+// shows up as excess, and the allowance it took is reported
+// (KeyReport.WorstEnd).
 package chaos
 
 import (
@@ -91,9 +95,11 @@ type KeyReport struct {
 	// any window [t1, t2] inside the range over b + r*(t2 - t1); 0 when the
 	// key stayed within its envelope.
 	Violation float64
-	// WorstFrom and WorstTo delimit the window of the largest excess (zero
+	// WorstFrom and WorstTo delimit the window of the largest excess, by
+	// send time; WorstEnd is the latest answer of that window's admitted
+	// checks, the end of the window the envelope was applied to (all zero
 	// when Violation is 0).
-	WorstFrom, WorstTo time.Duration
+	WorstFrom, WorstTo, WorstEnd time.Duration
 }
 
 // Report is a range of a run, checked.
@@ -128,11 +134,13 @@ var ErrEmptyRange = errors.New("chaos: range ends before it starts")
 // fault, plus the clock slack described in the package doc); keys above it
 // are counted in Report.Over. Errors: a bad envelope, ErrEmptyRange.
 //
-// For one key with admissions at t_1 <= ... <= t_n of n_k tokens and
-// prefix sums S_k, the excess over [t_i, t_j] is S_j - S_{i-1} - b -
-// r(t_j - t_i); the maximum over i <= j is found in one pass by keeping the
-// minimum of S_{i-1} - r*t_i seen so far (as eval.EnvelopeViolation does
-// for the simulator).
+// For one key with admissions sent at t_1 <= ... <= t_n of n_k tokens,
+// answered at a_k = t_k + latency_k, prefix sums S_k and E_j = max(a_1..a_j),
+// the excess over the checks sent in [t_i, t_j] is S_j - S_{i-1} - b -
+// r(E_j - t_i): those checks were decided inside [t_i, E_j]. The maximum
+// over i <= j is found in one pass by keeping the minimum of S_{i-1} -
+// r*t_i seen so far (as eval.EnvelopeViolation does for the simulator,
+// where a decision's time is known exactly and E_j = t_j).
 func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Report, error) {
 	if err := env.Validate(); err != nil {
 		return Report{}, err
@@ -145,6 +153,7 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		sum    int64
 		minPre float64
 		minAt  time.Duration
+		end    time.Duration // E_j: the latest answer so far
 	}
 	keys := map[string]*state{}
 	rep := Report{From: from, To: to}
@@ -184,14 +193,15 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		st.sum += d.Tokens
 		st.rep.Admitted += d.Tokens
 		rep.Admitted += d.Tokens
-		v := float64(st.sum) - env.RatePerSec*t - st.minPre - float64(env.Burst)
+		st.end = max(st.end, d.At+max(d.Latency, 0))
+		v := float64(st.sum) - env.RatePerSec*st.end.Seconds() - st.minPre - float64(env.Burst)
 		if v > st.rep.Violation+1e-9 {
-			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo = v, st.minAt, d.At
+			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo, st.rep.WorstEnd = v, st.minAt, d.At, st.end
 		}
 	}
 	for _, st := range keys {
 		if st.rep.Violation < 1e-6 { // float rounding of r*t
-			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo = 0, 0, 0
+			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo, st.rep.WorstEnd = 0, 0, 0, 0
 		}
 		rep.Keys = append(rep.Keys, st.rep)
 		rep.MaxViolation = math.Max(rep.MaxViolation, st.rep.Violation)
