@@ -236,19 +236,16 @@ func waterFill(total int64, wants []int64) []int64 {
 // least 1; unknown demand wants everything), bursts in proportion to
 // units, at least 1 token for a share with units while burst remains.
 func (sh shape) targets(a *alloc, now time.Duration, headroom float64) (units, burst []int64) {
-	wants := make([]int64, 0, len(a.shares)+1)
-	for _, s := range a.shares {
-		if !s.live {
-			wants = append(wants, 0)
-			continue
-		}
-		wants = append(wants, sh.want(s.demand, headroom))
-	}
 	plain := sh.plainDemand(a, now)
-	if plain > 0 {
-		wants = append(wants, sh.want(plain, headroom))
-	} else {
-		wants = append(wants, 0)
+	wants := sh.wants(a, plain, headroom)
+	var sum int64
+	for _, w := range wants {
+		sum += w
+	}
+	if sum > sh.units && headroom > 1 {
+		// Oversubscribed: headroom would hold units a light client does
+		// not use while a heavy one is refused; max-min on the demands.
+		wants = sh.wants(a, plain, 1)
 	}
 	units = waterFill(sh.units, wants)[:len(a.shares)]
 	burst = make([]int64, len(a.shares))
@@ -270,6 +267,29 @@ func (sh shape) targets(a *alloc, now time.Duration, headroom float64) (units, b
 	}
 	return units, burst
 }
+
+// wants is every share's want and, last, the reserve's for a plain demand
+// of plain tokens/s.
+func (sh shape) wants(a *alloc, plain, headroom float64) []int64 {
+	wants := make([]int64, 0, len(a.shares)+1)
+	for _, s := range a.shares {
+		if !s.live {
+			wants = append(wants, 0)
+			continue
+		}
+		wants = append(wants, sh.want(s.demand, headroom))
+	}
+	if plain > 0 {
+		return append(wants, sh.want(plain, headroom))
+	}
+	return append(wants, 0)
+}
+
+// above reports whether held is enough above target to cut it (a
+// hysteresis of 10% + 1: a cut holds its capacity for apply_lag and
+// destroys the tokens above the kept fill ratio, so small moves cost more
+// than they give).
+func above(held, target int64) bool { return held > target+target/10+1 }
 
 // want is the units a demand of d tokens/s asks for: ceil(d*headroom*S), at
 // least 1; an unknown demand (< 0) asks for all.
@@ -338,10 +358,10 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			continue
 		}
 		var r release
-		if units[i] < s.units {
+		if above(s.units, units[i]) {
 			r.units, s.units = s.units-units[i], units[i]
 		}
-		if burst[i] < s.burst {
+		if above(s.burst, burst[i]) {
 			r.burst, s.burst = s.burst-burst[i], burst[i]
 		}
 		if r.units > 0 || r.burst > 0 {
@@ -372,8 +392,11 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 					}
 				}
 			}
-			if s.burst == 0 {
-				continue // not paid yet: no units either (they refill the reserve meanwhile)
+			if s.burst == 0 || s.burst < burst[i] {
+				// Its burst is not paid yet: no more units either; they
+				// stay in the reserve and refill it, which pays the burst
+				// (with every unit held, nothing else would).
+				continue
 			}
 			if need := units[i] - s.units; need > 0 {
 				give := min(need, max(sh.units-a.heldUnits, 0))

@@ -242,9 +242,26 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = float64(u.Allowed+u.Denied) / u.Elapsed.Seconds()
+		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
 	}
 	q.rebalance(now, u.Key, a, fx)
+}
+
+// demandTau is the time constant of a client's demand estimate when it
+// falls: a rise is taken at once (a client that needs more gets it at its
+// next report), a fall decays with it, so that the noise of a short
+// report interval (Poisson counts over 1 s) does not move shares back and
+// forth.
+const demandTau = 3 * time.Second
+
+// smooth is the demand estimate after a report of d tokens/s over elapsed,
+// from prev (< 0: none).
+func smooth(prev, d float64, elapsed time.Duration) float64 {
+	if prev < 0 || d >= prev {
+		return d
+	}
+	w := math.Exp(-elapsed.Seconds() / demandTau.Seconds())
+	return w*prev + (1-w)*d
 }
 
 // rebalance runs the allocation of key and sends what changed.
