@@ -358,8 +358,8 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			continue
 		}
 		var r release
-		if above(s.units, units[i]) {
-			r.units, s.units = s.units-units[i], units[i]
+		if t := max(units[i], 1); above(s.units, t) { // Envoy refuses tokens_per_fill 0
+			r.units, s.units = s.units-t, t
 		}
 		if above(s.burst, burst[i]) {
 			r.burst, s.burst = s.burst-burst[i], burst[i]
@@ -392,13 +392,18 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 					}
 				}
 			}
-			if s.burst == 0 || s.burst < burst[i] {
-				// Its burst is not paid yet: no more units either; they
-				// stay in the reserve and refill it, which pays the burst
-				// (with every unit held, nothing else would).
-				continue
+			if s.burst == 0 {
+				continue // not paid yet: no units either (they refill the reserve meanwhile)
 			}
-			if need := units[i] - s.units; need > 0 {
+			target := units[i]
+			if s.burst < burst[i] {
+				// Its burst is not all paid yet: no more units than the
+				// one an assignment needs (Envoy refuses tokens_per_fill
+				// 0); the others stay in the reserve and refill it, which
+				// pays the burst (with every unit held, nothing would).
+				target = min(target, max(s.units, 1))
+			}
+			if need := target - s.units; need > 0 {
 				give := min(need, max(sh.units-a.heldUnits, 0))
 				if give > 0 {
 					s.units += give
@@ -417,8 +422,8 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			}
 			continue
 		}
-		if s.burst == 0 && !s.sent {
-			continue
+		if !s.sent && (s.burst == 0 || s.units == 0) {
+			continue // a first assignment needs its burst paid and a unit
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
 			s.sent, s.sentAt, s.expires = true, now, now+ttl+applyLag

@@ -149,6 +149,9 @@ func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Ef
 		w.at(event{at: max(at, now), kind: 2, to: self})
 	}
 	for _, a := range fx.Quotas {
+		if a.TTL > 0 && (a.TokensPerFill < 1 || a.MaxTokens < 1) {
+			w.t.Fatalf("%s at %v: assignment %+v: Envoy refuses tokens_per_fill 0, and max_tokens 0 admits nothing", self, now, a)
+		}
 		w.at(event{at: now + w.push, kind: 1, to: self, as: a})
 	}
 	fx.Reset()
