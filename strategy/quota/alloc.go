@@ -361,8 +361,8 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 		if t := max(units[i], 1); above(s.units, t) { // Envoy refuses tokens_per_fill 0
 			r.units, s.units = s.units-t, t
 		}
-		if above(s.burst, burst[i]) {
-			r.burst, s.burst = s.burst-burst[i], burst[i]
+		if t := max(burst[i], 1); above(s.burst, t) { // max_tokens 0 would admit nothing, ever
+			r.burst, s.burst = s.burst-t, t
 		}
 		if r.units > 0 || r.burst > 0 {
 			r.at = now + applyLag
