@@ -176,6 +176,10 @@ func (s *Server) SetReady(ready bool) {
 	}
 }
 
+// Ready reports what /readyz and the gRPC health service report: true
+// from New until SetReady(false), and after SetReady(true) again.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
 // Check implements tokenmesh.v1.RateLimitService/Check (see the package
 // documentation and ratelimit.proto).
 func (s *Server) Check(ctx context.Context, req *tokenmeshv1.CheckRequest) (*tokenmeshv1.CheckResponse, error) {

@@ -447,8 +447,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	if rec := do(s, "GET", "/healthz", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != "ok" {
 		t.Errorf("/healthz: %d %q", rec.Code, rec.Body)
 	}
-	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 {
-		t.Errorf("/readyz: %d %q", rec.Code, rec.Body)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 || !s.Ready() {
+		t.Errorf("/readyz: %d %q, Ready %v", rec.Code, rec.Body, s.Ready())
 	}
 	hc := healthpb.NewHealthClient(grpcClient(t, s))
 	ctx := ctxT(t)
@@ -460,8 +460,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 
 	s.SetReady(false)
-	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after SetReady(false): %d", rec.Code)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable || s.Ready() {
+		t.Errorf("/readyz after SetReady(false): %d, Ready %v", rec.Code, s.Ready())
 	}
 	if rec := do(s, "GET", "/healthz", ""); rec.Code != 200 {
 		t.Errorf("/healthz after SetReady(false): %d", rec.Code)
