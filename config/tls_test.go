@@ -21,7 +21,10 @@ func TestTLSConfigErrors(t *testing.T) {
 		want string
 	}{
 		{"api cert", func() error { _, err := (&APITLS{CertFile: missing, KeyFile: missing}).Config(); return err }, "node.api_tls.cert_file/key_file: "},
-		{"peer cert", func() error { _, err := (&TLS{CertFile: missing, KeyFile: missing, CAFile: notPEM}).Config(); return err }, "node.tls.cert_file/key_file: "},
+		{"peer cert", func() error {
+			_, err := (&TLS{CertFile: missing, KeyFile: missing, CAFile: notPEM}).Config()
+			return err
+		}, "node.tls.cert_file/key_file: "},
 		{"no file", func() error { _, err := CertPool("node.tls.ca_file", missing); return err }, "node.tls.ca_file: open " + missing},
 		{"not PEM", func() error { _, err := CertPool("--tls-ca", notPEM); return err }, "--tls-ca: " + notPEM + " holds no PEM certificate"},
 	} {
