@@ -615,3 +615,26 @@ func TestCheckMaxWait(t *testing.T) {
 		t.Fatalf("one check with max_wait_ms 200000 and an edge time: %v, want allowed with wait_ms about 100000", res[0])
 	}
 }
+
+// AddHealthService reports a further service with the server's readiness,
+// from the moment it is added.
+func TestAddHealthService(t *testing.T) {
+	s := newTestServer(t)
+	hc := healthpb.NewHealthClient(grpcClient(t, s))
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "test.Other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	s.SetReady(false)
+	s.AddHealthService("test.Other")
+	if st := status(); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("added while not ready: %v, want NOT_SERVING", st)
+	}
+	s.SetReady(true)
+	if st := status(); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("after SetReady(true): %v, want SERVING", st)
+	}
+}
