@@ -28,6 +28,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/daemon"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
@@ -394,7 +395,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var intruder boundAddrs
+	var intruder daemon.Addrs
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &intruder) == nil && intruder.API != "" {
 			break
@@ -439,7 +440,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	}
 	node, err := cluster.New(cluster.Config{Self: "intruder", Members: []strategy.NodeID{"intruder", "n0", "n1", "n2"},
 		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
-		Transport: tr, Epoch: clusterEpoch})
+		Transport: tr, Epoch: daemon.ClusterEpoch})
 	if err != nil {
 		t.Fatal(err)
 	}

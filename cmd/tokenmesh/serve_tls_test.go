@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
+	"github.com/tokenmesh/tokenmesh/daemon"
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 )
 
@@ -86,7 +87,7 @@ rules:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var addrs boundAddrs
+	var addrs daemon.Addrs
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
 			break

@@ -22,6 +22,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/daemon"
 )
 
 // TestNodeFlagsPrecedence: flag > environment > YAML > default, per setting;
@@ -141,7 +142,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 		t.Helper()
 		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
 	}
-	var addrs boundAddrs
+	var addrs daemon.Addrs
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil {
 			break

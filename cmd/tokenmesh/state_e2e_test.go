@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/daemon"
 )
 
 // stateNode is one serve process of TestStateDirE2E.
@@ -66,7 +68,7 @@ rules:
 	t.Cleanup(func() { n.kill() })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		var a boundAddrs
+		var a daemon.Addrs
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &a) == nil && a.API != "" {
 			n.api, n.gossip = a.API, a.Gossip
 			return n
