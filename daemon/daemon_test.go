@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,28 +21,11 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // loopbackNode is a node section on 127.0.0.1 port 0 everywhere.
 const loopbackNode = "node:\n  name: %s\n  api_addr: 127.0.0.1:0\n  grpc_addr: 127.0.0.1:0\n  peer_addr: 127.0.0.1:0\n  gossip_addr: 127.0.0.1:0\n"
-
-// syncBuf is a bytes.Buffer for a logger written from several goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // writeConfig writes text to path, as an editor that renames a new file
 // over the old one.
@@ -154,7 +136,7 @@ func TestDaemonStartReloadShutdown(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokenmesh.yaml")
 	node := strings.Replace(loopbackNode, "%s", "d1", 1)
 	writeConfig(t, path, node+"rules:\n  - {name: api, rate: 1/h, burst: 2, strategy: owner}\n")
-	logs := &syncBuf{}
+	logs := &lockedbuf.Buffer{}
 	echo := &echoService{}
 	var d *Daemon
 	svc := echo.service().(ServiceFuncs)

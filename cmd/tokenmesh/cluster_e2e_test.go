@@ -4,7 +4,6 @@ package main
 // (package localcluster), with the binary TestMain built.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,30 +28,12 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
-
-// lockedBuf is a bytes.Buffer safe for concurrent writes and reads (a
-// process's output, read while it runs).
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startCluster starts a local cluster of the test binary, stopped at the
 // end of the test; the nodes' output is logged when the test fails.
@@ -61,7 +42,7 @@ func startCluster(t *testing.T, cfg localcluster.Config) *localcluster.Cluster {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
-	logs := &lockedBuf{}
+	logs := &lockedbuf.Buffer{}
 	cfg.Binary, cfg.Log = binary, logs
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -387,7 +368,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	// becoming a member of the real one.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out lockedBuf
+	var out lockedbuf.Buffer
 	addrFile := filepath.Join(dir, "addr.json")
 	cmd := exec.CommandContext(ctx, binary, "serve", "--config", cfg, "--addr-file", addrFile)
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // startCmd starts cmd (its outputs set by the caller) and kills it when
@@ -36,9 +37,9 @@ func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
 
 // startProc is startCmd with stdout and stderr into out, logged when the
 // test failed (after the kill).
-func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedbuf.Buffer, exited chan error) {
 	t.Helper()
-	out = &lockedBuf{}
+	out = &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -50,7 +51,7 @@ func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited
 
 // startServeProc runs serve --config cfg in dir until the test ends and
 // returns its bound addresses once written, and its output.
-func startServeProc(t *testing.T, dir, cfg string) (daemon.Addrs, *lockedBuf) {
+func startServeProc(t *testing.T, dir, cfg string) (daemon.Addrs, *lockedbuf.Buffer) {
 	t.Helper()
 	addrFile := filepath.Join(dir, "addrs.json")
 	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
@@ -124,7 +125,7 @@ rules:
 	}
 	addrFile := filepath.Join(filepath.Dir(cfg), "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var stdout, stderr lockedBuf // read while the process writes
+	var stdout, stderr lockedbuf.Buffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {

@@ -19,6 +19,7 @@ import (
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 )
 
@@ -81,7 +82,7 @@ rules:
 `))
 	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var out lockedBuf // read while the process writes
+	var out lockedbuf.Buffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // TestNodeFlagsPrecedence: flag > environment > YAML > default, per setting;
@@ -135,7 +136,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--name", "from-flag", "--grpc-addr", "127.0.0.1:0",
 		"--log-format", "json", "--addr-file", addrFile)
 	cmd.Env = append(os.Environ(), envName+"=from-env", envAPIAddr+"="+api, envLogLevel+"=debug")
-	var stdout, stderr lockedBuf // read while the process writes
+	var stdout, stderr lockedbuf.Buffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {

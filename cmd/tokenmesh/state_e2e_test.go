@@ -19,13 +19,14 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // stateNode is one serve process of TestStateDirE2E.
 type stateNode struct {
 	name, dir string
 	cmd       *exec.Cmd
-	out       *lockedBuf
+	out       *lockedbuf.Buffer
 	done      chan struct{}
 	api       string
 	gossip    string
@@ -58,7 +59,7 @@ rules:
 	}
 	addrFile := filepath.Join(dir, name+".addr.json")
 	_ = os.Remove(addrFile)
-	n := &stateNode{name: name, dir: dir, out: &lockedBuf{}, done: make(chan struct{})}
+	n := &stateNode{name: name, dir: dir, out: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	n.cmd = exec.Command(binary, "serve", "--config", cfgPath, "--addr-file", addrFile)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	if err := n.cmd.Start(); err != nil {
