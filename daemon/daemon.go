@@ -319,12 +319,33 @@ func (d *Daemon) closeListeners() {
 	_ = d.gln.Close()
 }
 
-// build makes the API and its servers over the started node, registers
-// the services, and starts the readiness wait and the config watcher.
-// On error, the services registered are shut down.
-func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) error {
+// build makes the API and its servers over the started node, starts the
+// readiness wait, registers the services and starts the config watcher.
+// On error, the services registered are shut down and the readiness wait
+// ended.
+func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	f, rs := d.cfg.File, d.rules
 	d.api = server.New(d.node, rs.Rules)
+	bg, cancel := context.WithCancel(context.Background())
+	d.stopBg = cancel
+	defer func() {
+		if err != nil {
+			cancel()
+			d.bg.Wait()
+		}
+	}()
+	// Not ready until every strategy is (a gdrl joiner holds its default
+	// share): a check decided before would be refused for lack of a share.
+	if ok, err := d.node.Ready(bg); err == nil && !ok {
+		d.api.SetReady(false)
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			if d.node.WaitReady(bg) == nil {
+				d.api.SetReady(true)
+			}
+		}()
+	}
 	if err := d.node.RegisterHintMetrics(d.api.Registry()); err != nil {
 		return fmt.Errorf("latency hint metrics: %w", err)
 	}
@@ -366,20 +387,6 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) error {
 	// files.
 	reflection.Register(d.gs)
 
-	bg, cancel := context.WithCancel(context.Background())
-	d.stopBg = cancel
-	// Not ready until every strategy is (a gdrl joiner holds its default
-	// share): a check decided before would be refused for lack of a share.
-	if ok, err := d.node.Ready(bg); err == nil && !ok {
-		d.api.SetReady(false)
-		d.bg.Add(1)
-		go func() {
-			defer d.bg.Done()
-			if d.node.WaitReady(bg) == nil {
-				d.api.SetReady(true)
-			}
-		}()
-	}
 	if d.cfg.ConfigPath != "" && d.cfg.WatchConfig {
 		if err := d.watch(bg); err != nil {
 			d.log.Warn("not watching the config file; SIGHUP still reloads it", "config", d.cfg.ConfigPath, "error", err.Error())
