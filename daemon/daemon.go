@@ -130,9 +130,10 @@ type Daemon struct {
 // Start starts the node of cfg.File and serves its APIs (see the package
 // documentation); ctx bounds the start only (the node's join; with
 // cfg.StartTimeout). When it returns, every listener is bound and the
-// servers serve. Errors name what failed ("node.api_addr: ...", "envoy
-// config: ...", "starting node \"n1\": ...", "service rlqs: ..."); on
-// error everything started is stopped again.
+// servers serve. Errors name what failed: File's Validate and peer
+// security errors (prefixed with ConfigPath when set), "node.api_addr:
+// ...", "envoy config: ...", "starting node \"n1\": ...", "service rlqs:
+// ..."; on error everything started is stopped again.
 func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	f := cfg.File
 	switch {
@@ -145,12 +146,19 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	// Errors in the config name the file (the field is in err).
+	inFile := func(err error) error {
+		if cfg.ConfigPath != "" {
+			return fmt.Errorf("%s: %w", cfg.ConfigPath, err)
+		}
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, inFile(err)
+	}
 	if cfg.Networked {
 		if err := f.Node.CheckPeerSecurity(); err != nil {
-			if cfg.ConfigPath != "" {
-				return nil, fmt.Errorf("%s: %w", cfg.ConfigPath, err)
-			}
-			return nil, err
+			return nil, inFile(err)
 		}
 		if f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
 			d.log.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",

@@ -308,6 +308,11 @@ func TestDaemonNoFileAndStartErrors(t *testing.T) {
 	if _, err := Start(ctx, Config{File: other, Services: []Service{bad}}); err == nil || err.Error() != "service bad: boom" {
 		t.Errorf("Start with a failing service: %v; want \"service bad: boom\"", err)
 	}
+	norules := config.Default()
+	norules.Rules = nil
+	if _, err := Start(ctx, Config{File: norules, ConfigPath: "t.yaml"}); err == nil || err.Error() != "t.yaml: rules: at least one rule is required" {
+		t.Errorf("Start with no rules: %v; want the file and field named", err)
+	}
 	if _, err := Start(ctx, Config{File: other, FaultInjection: true}); err == nil || !strings.Contains(err.Error(), "Networked") {
 		t.Errorf("FaultInjection without peers: %v; want an error naming Networked", err)
 	}
