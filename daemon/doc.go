@@ -30,7 +30,7 @@
 // tokenmesh_latency_hint_seconds and tokenmesh_peer_latency_seconds), and
 // readiness: /readyz and the gRPC health service report not ready until
 // every rule's strategy is (limiter.Node.WaitReady: a gdrl node that
-// joined holds its default share), and again from the start of Shutdown.
+// joined holds its default share), and from the start of Shutdown on.
 // node.memory_limit is the process's business (runtime/debug.SetMemoryLimit):
 // the daemon does not set it; neither does it set slog's default logger.
 //

@@ -109,6 +109,8 @@ github.com/tokenmesh/tokenmesh/daemon).
 	return cmd
 }
 
+// runServe runs a node (package daemon) until ctx ends (SIGINT, SIGTERM)
+// or a server fails; SIGHUP reloads its rules.
 func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error {
 	out := cmd.OutOrStdout()
 	// SIGHUP reloads the rules (its default action would end the process).
