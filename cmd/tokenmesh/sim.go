@@ -88,7 +88,9 @@ notes what its --assign policy flatters and what precision != 1 means.
 
 The same flags and seed give byte-identical --json output. Strategies are
 simulated in parallel, up to --parallel at once; the output does not depend
-on it.`,
+on it.
+
+` + sourcesNote,
 		Example: `  tokenmesh sim
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
