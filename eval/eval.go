@@ -93,6 +93,11 @@ type Result struct {
 	// keep their bytes in the JSON output.
 	LocalDecisionPct float64 `json:"local_decision_pct"`
 	BytesPerRequest  float64 `json:"bytes_per_request"`
+	// NotMeasured names (by their JSON names, e.g. "local_decision_pct")
+	// the metrics the run did not measure: their values are 0, and the
+	// reports print n/a. Empty for the simulator, which measures every
+	// one; tokenmesh replay cannot see which decisions were local.
+	NotMeasured []string `json:"not_measured,omitempty"`
 	// Wait is the waiting time distribution in waiting mode
 	// (Options.MaxWait > 0); absent otherwise, so that runs without it
 	// keep their JSON bytes.
@@ -132,6 +137,10 @@ type Input struct {
 	SpanSec  float64 `json:"span_s"`
 	Skipped  int     `json:"skipped_lines,omitempty"`
 }
+
+// LiveLatency is Setup.Latency of a report on a live cluster (tokenmesh
+// replay): its decision latencies were measured, not simulated.
+const LiveLatency = "live"
 
 // Setup describes the simulated cluster.
 type Setup struct {
@@ -198,8 +207,8 @@ type Report struct {
 	Setup   Setup    `json:"setup"`
 	Results []Result `json:"results"`
 	Series  *Series  `json:"-"`
-	// Recommendation is set by the caller (Recommend) when asked for
-	// (tokenmesh sim --recommend); absent otherwise.
+	// Recommendation is set by the caller (Recommend; tokenmesh sim and
+	// replay do unless --recommend=false); absent otherwise.
 	Recommendation *Recommendation `json:"recommendation,omitempty"`
 	// ColocatedPct is ColocatedPct of the input, for AssignNote (not in
 	// the JSON, whose bytes stay those of earlier versions).

@@ -29,14 +29,32 @@ type Bounds struct {
 	MaxEnvelopeTokens float64 `json:"max_envelope_tokens"`
 }
 
-// Recommendation is Recommend's answer; Line is the one line the report
-// ends with.
+// Recommendation is Recommend's answer; Line is the verdict the report
+// ends with, followed by the Next steps.
 type Recommendation struct {
 	Bounds   Bounds `json:"bounds"`
 	Strategy string `json:"strategy,omitempty"` // "" when none meets the bounds
 	Params   string `json:"params,omitempty"`   // "name=value,..." of Strategy; "" for defaults
 	Closest  string `json:"closest,omitempty"`  // when none meets: the one nearest the bounds
 	Line     string `json:"line"`
+	// Next are the commands to run next (tokenmesh replay, serve), set by
+	// the caller, which knows its command line; the reports print them
+	// after Line.
+	Next []Step `json:"next,omitempty"`
+}
+
+// Step is one thing to do next: why, in words, and the command.
+type Step struct {
+	Why     string `json:"why"`
+	Command string `json:"command"`
+}
+
+// NoneMeetsStep is the step after a recommendation that names no strategy
+// within the bounds: the closest one's parameters, to try some, or looser
+// bounds.
+func NoneMeetsStep(closest string) Step {
+	return Step{Why: "no strategy meets the bounds: try " + closest + "'s parameters (--param " + closest + ".NAME=VALUE), or looser bounds (--max-excess, --max-false-rejections, --max-envelope)",
+		Command: "tokenmesh strategies " + closest}
 }
 
 // falseRejectionsPct is r's false rejections as % of the requests central
@@ -74,9 +92,16 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 		}
 	}
 	describe := func(r Result) string {
-		return fmt.Sprintf("excess %s%%, false rej. %s%%, envelope %s tokens, %s B/req, p99 %s ms, local %s%%",
+		measured := func(json, v string) string {
+			if slices.Contains(r.NotMeasured, json) {
+				return "n/a"
+			}
+			return v
+		}
+		return fmt.Sprintf("excess %s%%, false rej. %s%%, envelope %s tokens, %s B/req, p99 %s ms, local %s",
 			num(round(r.ExcessAdmittedPct, 3)), num(round(falseRejectionsPct(r, centralAdmitted), 3)), num(r.EnvelopeViolationTokens),
-			num(r.BytesPerRequest), num(r.DecisionLatencyP99Ms), num(r.LocalDecisionPct))
+			measured("bytes_per_request", num(r.BytesPerRequest)), measured("decision_latency_p99_ms", num(r.DecisionLatencyP99Ms)),
+			measured("local_decision_pct", num(r.LocalDecisionPct)+"%"))
 	}
 	if len(ok) > 0 {
 		slices.SortStableFunc(ok, func(x, y Result) int {
@@ -159,22 +184,37 @@ func ColocatedPct(t *workload.Trace) float64 {
 	return round(100*float64(n)/float64(len(t.Requests)), 1)
 }
 
-// AssignNote states the report's assignment policy and whom it flatters.
-// colocatedPct is ColocatedPct of the input (used for hash; 0 when
-// unknown, e.g. a report built by tokenmesh replay, leaves it unsaid).
-func AssignNote(policy string, colocatedPct float64) string {
+// ownView are the strategies that decide from a node's own view of a key,
+// which the hash assignment flatters, in report order.
+var ownView = []string{"local", "static", "gcounter", "tbqueue", "gdrl", "adaptive"}
+
+// AssignNote states the report's assignment policy and whom of ran (the
+// strategies of the report) it flatters. colocatedPct is ColocatedPct of
+// the input (used for hash; 0 when unknown, e.g. a report built by
+// tokenmesh replay, leaves it unsaid).
+func AssignNote(policy string, colocatedPct float64, ran []string) string {
 	switch policy {
 	case "hash":
 		share := "the requests of one key in the same ms reach one node together"
 		if colocatedPct > 0 {
 			share = num(colocatedPct) + "% of the requests share their (key, ms) with another and reach one node together"
 		}
-		return "assign hash (key and arrival ms, the thesis' injector): " + share + "; " +
-			"this FLATTERS the strategies that decide from a node's own view (gcounter, tbqueue, static, gdrl, adaptive, local): an L7 balancer spreads them; rerun with --assign roundrobin"
+		var flattered []string
+		for _, s := range ownView {
+			if slices.Contains(ran, s) {
+				flattered = append(flattered, s)
+			}
+		}
+		note := "assign hash (key and arrival ms, the thesis' injector): " + share + "; "
+		if len(flattered) == 0 {
+			return note + "it flatters the strategies that decide from a node's own view, none of which ran here"
+		}
+		return note + "this FLATTERS the strategies that decide from a node's own view (" + strings.Join(flattered, ", ") +
+			"): a load balancer spreads a key's requests; rerun with --assign roundrobin (the default)"
 	case "key":
-		return "assign key (sticky): every key's requests reach one node; this FLATTERS every strategy (each key is decided by one node, as by central); rerun with --assign roundrobin"
+		return "assign key (sticky): every key's requests reach one node; this FLATTERS every strategy (each key is decided by one node, as by central); rerun with --assign roundrobin (the default)"
 	case "roundrobin", "random":
-		return "assign " + policy + ": requests are spread over the nodes whatever their key, as an L7 balancer does (the hard case; no strategy is flattered)"
+		return "assign " + policy + ": requests are spread over the nodes whatever their key, as a load balancer does (the hard case; no strategy is flattered)"
 	}
 	return "assign " + policy
 }

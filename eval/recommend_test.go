@@ -38,10 +38,15 @@ func TestRecommend(t *testing.T) {
 }
 
 func TestNotes(t *testing.T) {
-	if n := AssignNote("hash", 81.2); !strings.Contains(n, "81.2% of the requests") || !strings.Contains(n, "FLATTERS") {
-		t.Errorf("hash note %q", n)
+	ran := []string{"central", "owner", "static", "gcounter"}
+	if n := AssignNote("hash", 81.2, ran); !strings.Contains(n, "81.2% of the requests") || !strings.Contains(n, "FLATTERS") ||
+		!strings.Contains(n, "(static, gcounter)") {
+		t.Errorf("hash note %q, want it to flatter static and gcounter, the ones that ran", n)
 	}
-	if n := AssignNote("roundrobin", 81.2); strings.Contains(n, "FLATTERS") {
+	if n := AssignNote("hash", 81.2, []string{"central", "owner", "lease"}); strings.Contains(n, "FLATTERS") || strings.Contains(n, "gcounter") {
+		t.Errorf("hash note %q names strategies that did not run", n)
+	}
+	if n := AssignNote("roundrobin", 81.2, ran); strings.Contains(n, "FLATTERS") {
 		t.Errorf("roundrobin note %q", n)
 	}
 	notes := PrecisionNotes(testReport())

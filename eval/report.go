@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,17 +25,27 @@ var errNilReport = errors.New("eval: nil report")
 // metricDef explains one column that isn't self-explanatory.
 type metricDef struct{ term, text string }
 
-// metricDefs returns the legend of the results table, in column order;
-// undecided only when that column is shown.
-func metricDefs(undecided, shortfall bool) []metricDef {
+// metricDefs returns the legend of rep's results table, in column order;
+// undecided and shortfall only when those columns are shown. A live
+// report's (Setup.Latency LiveLatency, tokenmesh replay) latencies were
+// measured, not simulated, and it says so; "n/a" is explained when some
+// cell is not measured.
+func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
+	live := rep.Setup.Latency == LiveLatency
+	latency := metricDef{"p50/p99 ms", "decision latency percentiles: decision time minus arrival, in simulated milliseconds"}
+	costs := metricDef{"msgs, bytes", "peer messages sent (lost ones included) and their payload bytes; bytes in SI units (1 kB = 1000 B)"}
+	if live {
+		latency.text = "decision latency percentiles, measured: the client's gRPC Check round trip on the live cluster, in wall milliseconds"
+		costs.text = "peer messages and their payload bytes, as the live nodes counted them (/metrics); bytes in SI units (1 kB = 1000 B)"
+	}
 	defs := []metricDef{
 		{"precision", "rejections / central's rejections (thesis 002 §5.1.1); 1 = as many as central, n/a = central rejected nothing"},
 		{"excess %", "tokens admitted beyond central's, summed per key, as % of central's admitted tokens (over-admission)"},
 		{"false rej.", "requests rejected that central admitted (over-rejection)"},
 		{"envelope viol.", "largest excess, in tokens, of one key's admissions in any interval T over b + r*T (0 = within the (r, b) envelope)"},
-		{"msgs, bytes", "peer messages sent (lost ones included) and their payload bytes; bytes in SI units (1 kB = 1000 B)"},
+		costs,
 		{"state peak", "largest limiter state of any node, in bytes"},
-		{"p50/p99 ms", "decision latency percentiles: decision time minus arrival, in simulated milliseconds"},
+		latency,
 		{"local %", "requests decided without waiting for a peer (by the receiving node, at once or at its own wake-up), as % of all"},
 		{"B/req", "peer payload bytes per request"},
 	}
@@ -44,13 +55,98 @@ func metricDefs(undecided, shortfall bool) []metricDef {
 	if shortfall {
 		defs = append(defs, metricDef{"shortfall %", "per key and per window (setup's shortfall window), the tokens central admitted beyond the strategy's, summed, as % of central's admitted tokens: how many tokens were refused, not which requests (an overloaded key's false rejections count the requests that lost the race to the ones admitted instead)"})
 	}
+	// n/a cells: the columns, each with the strategies that did not
+	// measure it, consecutive columns of the same strategies together.
+	var parts []string
+	var cols []string
+	var prev string
+	flush := func() {
+		if len(cols) > 0 {
+			parts = append(parts, strings.Join(cols, ", ")+" of "+prev)
+		}
+		cols = nil
+	}
+	for _, c := range resultColumns(undecided, shortfall) {
+		var who []string
+		for _, r := range rep.Results {
+			if c.json != "" && slices.Contains(r.NotMeasured, c.json) {
+				who = append(who, r.Strategy)
+			}
+		}
+		if len(who) == 0 {
+			continue
+		}
+		if w := strings.Join(who, ", "); w != prev {
+			flush()
+			prev = w
+		}
+		cols = append(cols, c.header)
+	}
+	flush()
+	if len(parts) > 0 {
+		why := ""
+		if live {
+			why = " (a replay computes central from the trace, and a client cannot see which decisions a node took without a peer)"
+		}
+		defs = append(defs, metricDef{"n/a", "not measured: " + strings.Join(parts, "; ") + why + "; 0 in the JSON, which lists them in not_measured"})
+	}
 	return defs
 }
 
-// resultTable returns the results table's header and rows, one per result
-// in rep.Results order, as display strings. The undecided column is present
-// only if some result has undecided requests.
-func resultTable(rep *Report) (header []string, rows [][]string, undecided, shortfall bool) {
+// column is one column of the results table: its header, the JSON name of
+// the metric it shows ("" for none: the strategy's name), its group (the
+// terminal table wraps between groups: accuracy, then cost) and its cell.
+type column struct {
+	header, json string
+	group        int
+	cell         func(Result) string
+}
+
+// resultColumns are the results table's columns, in order; the undecided
+// and shortfall columns only when asked for.
+func resultColumns(undecided, shortfall bool) []column {
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	cols := []column{
+		{"strategy", "", 0, func(r Result) string { return r.Strategy }},
+		{"admitted", "admitted", 1, func(r Result) string { return strconv.Itoa(r.Admitted) }},
+		{"rejected", "rejected", 1, func(r Result) string { return strconv.Itoa(r.Rejected) }},
+		{"precision", "precision", 1, func(r Result) string {
+			if r.Precision == nil {
+				return "n/a"
+			}
+			return f(*r.Precision, 3)
+		}},
+		{"excess %", "excess_admitted_pct", 1, func(r Result) string { return f(r.ExcessAdmittedPct, 2) }},
+		{"false rej.", "false_rejections", 1, func(r Result) string { return strconv.Itoa(r.FalseRejections) }},
+		{"envelope viol.", "envelope_violation_tokens", 1, func(r Result) string { return f(r.EnvelopeViolationTokens, 2) }},
+		{"msgs", "messages", 2, func(r Result) string { return strconv.FormatInt(r.Messages, 10) }},
+		{"bytes", "bytes", 2, func(r Result) string { return humanBytes(r.Bytes) }},
+		{"state peak", "state_bytes_peak", 2, func(r Result) string { return humanBytes(int64(r.StateBytesPeak)) }},
+		{"p50 ms", "decision_latency_p50_ms", 2, func(r Result) string { return f(r.DecisionLatencyP50Ms, 3) }},
+		{"p99 ms", "decision_latency_p99_ms", 2, func(r Result) string { return f(r.DecisionLatencyP99Ms, 3) }},
+		{"local %", "local_decision_pct", 2, func(r Result) string { return f(r.LocalDecisionPct, 2) }},
+		{"B/req", "bytes_per_request", 2, func(r Result) string { return f(r.BytesPerRequest, 1) }},
+	}
+	if undecided {
+		cols = append(cols, column{"undecided", "undecided", 1, func(r Result) string { return strconv.Itoa(r.Undecided) }})
+	}
+	if shortfall {
+		cols = append(cols, column{"shortfall %", "shortfall_pct", 1, func(r Result) string {
+			if r.ShortfallPct == nil {
+				return ""
+			}
+			return f(*r.ShortfallPct, 2)
+		}})
+	}
+	return cols
+}
+
+// resultTable returns the results table's header, rows (one per result in
+// rep.Results order, as display strings; "n/a" for a metric the result
+// did not measure, Result.NotMeasured) and column groups. The undecided
+// column is present only if some result has undecided requests, the
+// shortfall column only if some result has a shortfall.
+func resultTable(rep *Report) (header []string, rows [][]string, groups []int, undecided, shortfall bool) {
 	for _, r := range rep.Results {
 		if r.Undecided > 0 {
 			undecided = true
@@ -59,48 +155,23 @@ func resultTable(rep *Report) (header []string, rows [][]string, undecided, shor
 			shortfall = true
 		}
 	}
-	header = []string{"strategy", "admitted", "rejected", "precision", "excess %", "false rej.",
-		"envelope viol.", "msgs", "bytes", "state peak", "p50 ms", "p99 ms", "local %", "B/req"}
-	if undecided {
-		header = append(header, "undecided")
-	}
-	if shortfall {
-		header = append(header, "shortfall %")
+	cols := resultColumns(undecided, shortfall)
+	for _, c := range cols {
+		header = append(header, c.header)
+		groups = append(groups, c.group)
 	}
 	for _, r := range rep.Results {
-		prec := "n/a"
-		if r.Precision != nil {
-			prec = strconv.FormatFloat(*r.Precision, 'f', 3, 64)
-		}
-		row := []string{
-			r.Strategy,
-			strconv.Itoa(r.Admitted),
-			strconv.Itoa(r.Rejected),
-			prec,
-			strconv.FormatFloat(r.ExcessAdmittedPct, 'f', 2, 64),
-			strconv.Itoa(r.FalseRejections),
-			strconv.FormatFloat(r.EnvelopeViolationTokens, 'f', 2, 64),
-			strconv.FormatInt(r.Messages, 10),
-			humanBytes(r.Bytes),
-			humanBytes(int64(r.StateBytesPeak)),
-			strconv.FormatFloat(r.DecisionLatencyP50Ms, 'f', 3, 64),
-			strconv.FormatFloat(r.DecisionLatencyP99Ms, 'f', 3, 64),
-			strconv.FormatFloat(r.LocalDecisionPct, 'f', 2, 64),
-			strconv.FormatFloat(r.BytesPerRequest, 'f', 1, 64),
-		}
-		if undecided {
-			row = append(row, strconv.Itoa(r.Undecided))
-		}
-		if shortfall {
-			cell := ""
-			if r.ShortfallPct != nil {
-				cell = strconv.FormatFloat(*r.ShortfallPct, 'f', 2, 64)
+		row := make([]string, len(cols))
+		for i, c := range cols {
+			if c.json != "" && slices.Contains(r.NotMeasured, c.json) {
+				row[i] = "n/a"
+			} else {
+				row[i] = c.cell(r)
 			}
-			row = append(row, cell)
 		}
 		rows = append(rows, row)
 	}
-	return header, rows, undecided, shortfall
+	return header, rows, groups, undecided, shortfall
 }
 
 // humanBytes formats n bytes with SI prefixes: "999 B", "12.3 kB", "4.5 MB".
@@ -186,7 +257,11 @@ func setupFacts(s Setup) [][2]string {
 // reportNotes are the notes every report carries: the assignment policy
 // and whom it flatters, then what each precision other than 1 means.
 func reportNotes(rep *Report) []string {
-	return append([]string{AssignNote(rep.Setup.Assign, rep.ColocatedPct)}, PrecisionNotes(rep)...)
+	ran := make([]string, len(rep.Results))
+	for i, r := range rep.Results {
+		ran[i] = r.Strategy
+	}
+	return append([]string{AssignNote(rep.Setup.Assign, rep.ColocatedPct, ran)}, PrecisionNotes(rep)...)
 }
 
 // waitTable returns the waiting time table (waiting mode only): one row
@@ -239,42 +314,194 @@ func joinFacts(f [][2]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// WriteTable writes rep as a fixed-width text table for the terminal: two
-// header lines naming the input and the cluster setup, one row per strategy
-// in rep.Results order with right-aligned numbers, then a legend of the
-// metrics that aren't self-explanatory.
-func WriteTable(w io.Writer, rep *Report) error {
+// DefaultWidth is the terminal width WriteTable fits its lines in.
+const DefaultWidth = 120
+
+// WriteTable writes rep for the terminal, every line within DefaultWidth
+// columns (WriteTableWidth).
+func WriteTable(w io.Writer, rep *Report) error { return WriteTableWidth(w, rep, DefaultWidth) }
+
+// WriteTableWidth writes rep as fixed-width text for the terminal: two
+// header lines naming the input and the cluster setup, the results table
+// (one row per strategy in rep.Results order, right-aligned numbers), a
+// legend of the metrics that aren't self-explanatory, the waiting time
+// table in waiting mode, the notes, and last the recommendation and the
+// commands to run next, when rep has them. Lines are fitted in width
+// columns: a table wider than that is cut between its column groups
+// (accuracy, then cost) into tables that each repeat the strategy column,
+// and text is wrapped (commands with a shell continuation, " \"). width
+// <= 0 writes every table and line whole, however wide.
+func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 	if rep == nil {
 		return errNilReport
 	}
 	bw := bufio.NewWriter(w)
 	in := inputFacts(rep.Input)
-	fmt.Fprintf(bw, "input: %s (%s)\n", in[0][1], joinFacts(in[1:]))
-	fmt.Fprintf(bw, "setup: %s\n\n", joinFacts(setupFacts(rep.Setup)))
+	writeWrapped(bw, "input: "+in[0][1]+" ("+joinFacts(in[1:])+")", width, "       ")
+	writeWrapped(bw, "setup: "+joinFacts(setupFacts(rep.Setup)), width, "       ")
+	fmt.Fprintln(bw)
 
-	header, rows, undecided, shortfall := resultTable(rep)
-	if err := writeAligned(bw, header, rows); err != nil {
+	header, rows, groups, undecided, shortfall := resultTable(rep)
+	if err := writeTableFit(bw, header, rows, groups, width); err != nil {
 		return err
 	}
 	fmt.Fprintln(bw)
-	for _, d := range metricDefs(undecided, shortfall) {
-		fmt.Fprintf(bw, "  %-15s %s\n", d.term, d.text)
+	for _, d := range metricDefs(rep, undecided, shortfall) {
+		writeWrapped(bw, fmt.Sprintf("  %-15s %s", d.term, d.text), width, strings.Repeat(" ", 18))
 	}
 	if wh, wr := waitTable(rep); len(wr) > 0 {
 		fmt.Fprintln(bw)
-		if err := writeAligned(bw, wh, wr); err != nil {
+		wg := make([]int, len(wh))
+		for i := range wg {
+			wg[i] = i
+		}
+		if err := writeTableFit(bw, wh, wr, wg, width); err != nil {
 			return err
 		}
-		fmt.Fprintf(bw, "\n  %s\n", waitLegend)
+		fmt.Fprintln(bw)
+		writeWrapped(bw, "  "+waitLegend, width, "  ")
 	}
 	fmt.Fprintln(bw)
 	for _, n := range reportNotes(rep) {
-		fmt.Fprintf(bw, "note: %s\n", n)
+		writeWrapped(bw, "note: "+n, width, "      ")
 	}
-	if rep.Recommendation != nil {
-		fmt.Fprintln(bw, rep.Recommendation.Line)
+	if rec := rep.Recommendation; rec != nil {
+		writeWrapped(bw, rec.Line, width, "  ")
+		for _, st := range rec.Next {
+			writeWrapped(bw, "next: "+st.Why, width, "      ")
+			writeCommand(bw, st.Command, width)
+		}
 	}
 	return bw.Flush()
+}
+
+// writeTableFit writes header and rows (writeAligned) within width
+// columns: when the whole table is wider, it is cut into tables that each
+// hold the first column and whole column groups (groups[i] is column i's;
+// the first column's is ignored), packed in order of first appearance as
+// long as they fit; a group that does not fit alone is cut between its
+// columns. The tables are separated by a blank line. width <= 0: one
+// table.
+func writeTableFit(w io.Writer, header []string, rows [][]string, groups []int, width int) error {
+	colW := make([]int, len(header))
+	for i := range header {
+		colW[i] = len(header[i])
+		for _, r := range rows {
+			colW[i] = max(colW[i], len(r[i]))
+		}
+	}
+	// tabwriter pads every cell, the first too, by 2 on the left.
+	total := 0
+	for _, cw := range colW {
+		total += 2 + cw
+	}
+	if width <= 0 || total <= width {
+		return writeAligned(w, header, rows)
+	}
+	// The groups in order of first appearance, each its columns.
+	var order []int
+	members := map[int][]int{}
+	for i := 1; i < len(header); i++ {
+		g := groups[i]
+		if _, seen := members[g]; !seen {
+			order = append(order, g)
+		}
+		members[g] = append(members[g], i)
+	}
+	var chunks [][]int
+	var cur []int
+	curW := 2 + colW[0]
+	add := func(cols []int, wid int) {
+		if len(cur) > 0 && curW+wid > width {
+			chunks = append(chunks, cur)
+			cur, curW = nil, 2+colW[0]
+		}
+		cur = append(cur, cols...)
+		curW += wid
+	}
+	for _, g := range order {
+		gw := 0
+		for _, c := range members[g] {
+			gw += 2 + colW[c]
+		}
+		if 2+colW[0]+gw <= width {
+			add(members[g], gw)
+			continue
+		}
+		for _, c := range members[g] { // too wide alone: column by column
+			add([]int{c}, 2+colW[c])
+		}
+	}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	pick := func(row []string, cols []int) []string {
+		out := []string{row[0]}
+		for _, c := range cols {
+			out = append(out, row[c])
+		}
+		return out
+	}
+	for i, cols := range chunks {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		sub := make([][]string, len(rows))
+		for j, r := range rows {
+			sub[j] = pick(r, cols)
+		}
+		if err := writeAligned(w, pick(header, cols), sub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeWrapped writes text as Wrap's lines.
+func writeWrapped(w io.Writer, text string, width int, indent string) {
+	for _, l := range Wrap(text, width, indent) {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// Wrap cuts text into lines of at most width columns (bytes) for the
+// terminal: at the last space that leaves a line within width (spaces
+// inside the line, like a legend's padding, are kept), or at the first
+// space after it when a word is longer; the lines after the first start
+// with indent. width <= 0: text as one line.
+func Wrap(text string, width int, indent string) []string {
+	var lines []string
+	lead := len(text) - len(strings.TrimLeft(text, " "))
+	for width > 0 && len(text) > width {
+		cut := strings.LastIndexByte(text[:width+1], ' ')
+		if cut <= lead {
+			next := strings.IndexByte(text[width:], ' ')
+			if next < 0 {
+				break
+			}
+			cut = width + next
+		}
+		lines = append(lines, strings.TrimRight(text[:cut], " "))
+		text = indent + strings.TrimLeft(text[cut:], " ")
+		lead = len(indent)
+	}
+	return append(lines, text)
+}
+
+// writeCommand writes a shell command indented by two spaces; wider than
+// width, it is continued on lines indented by four, each line but the last
+// ending in " \", so that it can be pasted as it is. width <= 0: one line.
+func writeCommand(w io.Writer, cmd string, width int) {
+	lines := Wrap("  "+cmd, width-2, "    ") // room for " \"
+	if width <= 0 {
+		lines = []string{"  " + cmd}
+	}
+	for i, l := range lines {
+		if i < len(lines)-1 {
+			l += " \\"
+		}
+		fmt.Fprintln(w, l)
+	}
 }
 
 // mdEscape makes s safe inside a Markdown table cell.
@@ -291,8 +518,9 @@ var plotCaptions = map[string]string{
 
 // WriteMarkdown writes rep as a Markdown report: a title, the input and setup
 // as a table, the results table (WriteTable's columns), the metric
-// definitions, and an image link to each file of plots (names relative to
-// the report, as WritePlots returns them).
+// definitions, the notes, an image link to each file of plots (names
+// relative to the report, as WritePlots returns them), and last the
+// recommendation and the commands to run next, when rep has them.
 func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	if rep == nil {
 		return errNilReport
@@ -305,7 +533,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprintf(bw, "| %s | %s |\n", kv[0], mdEscape(kv[1]))
 	}
 
-	header, rows, undecided, shortfall := resultTable(rep)
+	header, rows, _, undecided, shortfall := resultTable(rep)
 	fmt.Fprint(bw, "\n## Results\n\n")
 	fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(header, " | "))
 	for range header[1:] {
@@ -326,7 +554,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	fmt.Fprint(bw, "\n## Metrics\n\n")
 	fmt.Fprintln(bw, "Central is the exact, centralized token bucket every other strategy is compared with.")
 	fmt.Fprintln(bw)
-	for _, d := range metricDefs(undecided, shortfall) {
+	for _, d := range metricDefs(rep, undecided, shortfall) {
 		fmt.Fprintf(bw, "- **%s**: %s\n", d.term, d.text)
 	}
 
@@ -347,10 +575,6 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 	for _, n := range reportNotes(rep) {
 		fmt.Fprintf(bw, "- %s\n", n)
 	}
-	if rep.Recommendation != nil {
-		fmt.Fprintf(bw, "\n## Recommendation\n\n%s\n", rep.Recommendation.Line)
-	}
-
 	if len(plots) > 0 {
 		fmt.Fprint(bw, "\n## Plots\n")
 		for _, name := range plots {
@@ -363,6 +587,12 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 				link = "<" + link + ">"
 			}
 			fmt.Fprintf(bw, "\n![%s](%s)\n", caption, link)
+		}
+	}
+	if rec := rep.Recommendation; rec != nil {
+		fmt.Fprintf(bw, "\n## Recommendation\n\n%s\n", rec.Line)
+		for _, st := range rec.Next {
+			fmt.Fprintf(bw, "\nNext: %s\n\n```sh\n%s\n```\n", st.Why, st.Command)
 		}
 	}
 	return bw.Flush()

@@ -49,10 +49,12 @@ func testReport() *Report {
 	}
 }
 
+// table is rep as WriteTableWidth writes it whole (--wide): one line per
+// strategy.
 func table(t *testing.T, rep *Report) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := WriteTable(&b, rep); err != nil {
+	if err := WriteTableWidth(&b, rep, 0); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -377,5 +379,107 @@ func TestShortfallOptIn(t *testing.T) {
 	}
 	if !strings.Contains(tab, "shortfall %") || !strings.Contains(tab, "shortfall window 1 s") {
 		t.Errorf("table lacks the shortfall column or window:\n%s", tab)
+	}
+}
+
+// WriteTable fits every line in DefaultWidth columns: the results table
+// is cut between its accuracy and cost columns, each part repeating the
+// strategy column, and the text is wrapped; nothing is lost.
+func TestWriteTableFitsWidth(t *testing.T) {
+	rep := testReport()
+	rep.Results[2].Undecided = 4
+	rep.Setup.Scenario = strings.Repeat("a long scenario description ", 8)
+	rep.Recommendation = &Recommendation{Line: "recommendation: owner (default parameters) meets " + strings.Repeat("every bound ", 12),
+		Next: []Step{{Why: "check it on real processes", Command: "tokenmesh replay --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --strategy owner --speed 10"}}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Log("\n" + out)
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if len(l) > DefaultWidth {
+			t.Errorf("line %d has %d columns (> %d): %s", i+1, len(l), DefaultWidth, l)
+		}
+	}
+	var headers []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "  strategy ") {
+			headers = append(headers, l)
+		}
+	}
+	if len(headers) != 2 || !strings.Contains(headers[0], "envelope viol.") || !strings.Contains(headers[0], "undecided") ||
+		!strings.Contains(headers[1], "msgs") || !strings.HasSuffix(headers[1], "B/req") {
+		t.Errorf("want two tables, accuracy (with undecided) then cost, got headers %q", headers)
+	}
+	// The wrapped command pastes as one: every line but the last ends in " \".
+	var cmd []string
+	for i, l := range lines {
+		if strings.HasPrefix(l, "next: ") {
+			for _, c := range lines[i+1:] {
+				cmd = append(cmd, c)
+				if !strings.HasSuffix(c, " \\") {
+					break
+				}
+			}
+		}
+	}
+	joined := strings.Join(cmd, "\n")
+	joined = strings.Join(strings.Fields(strings.ReplaceAll(joined, " \\\n", " ")), " ")
+	if len(cmd) < 2 || joined != rep.Recommendation.Next[0].Command {
+		t.Errorf("wrapped command %q does not rejoin to %q", cmd, rep.Recommendation.Next[0].Command)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(out), "--speed 10") {
+		t.Errorf("the report does not end with the next command:\n%s", out)
+	}
+	wide := table(t, rep)
+	if strings.Count(wide, "\n  strategy ") != 1 {
+		t.Errorf("width 0 cut the table:\n%s", wide)
+	}
+}
+
+// A metric a result did not measure (Result.NotMeasured) prints n/a, and
+// the legend says why; a live report's latencies are "measured".
+func TestWriteTableNotMeasuredAndLive(t *testing.T) {
+	rep := testReport()
+	rep.Setup.Latency = LiveLatency
+	rep.Results[1].NotMeasured = []string{"local_decision_pct", "bytes_per_request"}
+	out := table(t, rep)
+	var local string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  local ") && local == "" {
+			local = l
+		}
+	}
+	if !strings.HasSuffix(local, "n/a    n/a") {
+		t.Errorf("local's row does not end in n/a n/a: %q", local)
+	}
+	for _, want := range []string{"n/a             not measured: local %, B/req of local (a replay computes",
+		"decision latency percentiles, measured"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("legend lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "simulated milliseconds") {
+		t.Errorf("a live report calls its latency simulated:\n%s", out)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, c := range []struct {
+		text  string
+		width int
+		want  []string
+	}{
+		{"short", 10, []string{"short"}},
+		{"aaa bbb ccc ddd", 7, []string{"aaa bbb", "  ccc", "  ddd"}},
+		{"  term    the text goes on", 14, []string{"  term    the", "  text goes on"}},
+		{"averyveryverylongword tail", 5, []string{"averyveryverylongword", "  tail"}},
+		{"aaa bbb", 0, []string{"aaa bbb"}},
+	} {
+		if got := Wrap(c.text, c.width, "  "); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Wrap(%q, %d) = %q, want %q", c.text, c.width, got, c.want)
+		}
 	}
 }

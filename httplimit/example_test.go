@@ -6,25 +6,23 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/httplimit"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 func ExampleMiddleware_Wrap() {
 	// An in-process node with rule "api": 1 per minute, burst 2. A service
 	// in front of a tokenmesh cluster uses httplimit.GRPC instead.
-	rules := []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 2, Strategy: "owner"}}
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "example", ClusterRules: rules})
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "example",
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/min"), Burst: 2, Strategy: "owner"}}})
 	if err != nil {
 		panic(err)
 	}
 	defer node.Close()
 	mw, err := httplimit.New(httplimit.Options{Rule: "api", Key: "{header:x-api-key}",
-		Checker: httplimit.Local(node.Cluster(), rules)})
+		Checker: httplimit.LocalNode(node)})
 	if err != nil {
 		panic(err)
 	}

@@ -13,6 +13,10 @@
 //	        Checker: httplimit.GRPC(tokenmeshv1.NewRateLimitServiceClient(conn))})
 //	http.ListenAndServe(":8080", mw.Wrap(appHandler))
 //
+// A program that embeds a node (package limiter) checks against it with
+// httplimit.LocalNode(node) instead of GRPC: the rule's rate and burst are
+// the node's.
+//
 // Headers (theirs: the draft's structured fields; ours: how a token
 // bucket fills them):
 //
@@ -54,6 +58,7 @@ import (
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
+	"github.com/tokenmesh/tokenmesh/limiter"
 )
 
 // Result is a Checker's verdict on one request.
@@ -145,19 +150,46 @@ type itemChecker interface {
 	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
 }
 
-// Local is a Checker over an in-process node (limiter.Node.Cluster())
-// for rules, the node's rules. A node that also has CheckItem (as
-// *cluster.Node does) decides through it, with the same answers as a
-// batch of one. The edge time ctx carries (ContextWithEdgeTime) goes with
-// the check (cluster.BatchItem.CreatedAtUnixNs).
+// Local is a Checker over an in-process node for rules, the node's rules
+// (a *cluster.Node, or server's in-process Server); for a limiter.Node,
+// LocalNode reads the rules from the node instead. A node that also has
+// CheckItem (as *cluster.Node does) decides through it, with the same
+// answers as a batch of one. The edge time ctx carries
+// (ContextWithEdgeTime) goes with the check (cluster.BatchItem.CreatedAtUnixNs).
 func Local(node batchChecker, rules []cluster.Rule) Checker {
-	single, _ := node.(itemChecker)
 	byName := map[string]cluster.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
 	}
-	return CheckerFunc(func(ctx context.Context, rule, key string, hits int64) (Result, error) {
+	return localChecker(node, func(rule string) (float64, int64, bool) {
 		r, ok := byName[rule]
+		return r.Rate.PerSec(), r.Burst, ok
+	})
+}
+
+// LocalNode is a Checker over an in-process limiter.Node (the embedded
+// library) with the node's own rules: each check reads its rule's rate and
+// burst from the node (Node.Limiter), so the rules are not repeated here and
+// a reload (Node.SetRules) is followed. Its answers are Local's.
+//
+//	node, _ := limiter.Start(ctx, limiter.Config{Rules: rules})
+//	mw, _ := httplimit.New(httplimit.Options{Rule: "api", Checker: httplimit.LocalNode(node)})
+func LocalNode(node *limiter.Node) Checker {
+	return localChecker(node.Cluster(), func(rule string) (float64, int64, bool) {
+		lim, err := node.Limiter(rule)
+		if err != nil {
+			return 0, 0, false
+		}
+		return lim.Limit(), lim.Burst(), true
+	})
+}
+
+// localChecker is Local and LocalNode: lookup gives a rule's rate (tokens
+// per second) and burst, false for a rule the node lacks.
+func localChecker(node batchChecker, lookup func(rule string) (perSec float64, burst int64, ok bool)) Checker {
+	single, _ := node.(itemChecker)
+	return CheckerFunc(func(ctx context.Context, rule string, key string, hits int64) (Result, error) {
+		perSec, burst, ok := lookup(rule)
 		if !ok {
 			return Result{}, fmt.Errorf("rule %q is not a rule of this node", rule)
 		}
@@ -181,15 +213,14 @@ func Local(node batchChecker, rules []cluster.Rule) Checker {
 		if err != nil {
 			return Result{}, err
 		}
-		perSec := r.Rate.PerSec()
-		out := Result{Allowed: d.Allowed, Limit: r.Burst, Window: window(r.Burst, perSec), Remaining: -1, Reset: -1}
+		out := Result{Allowed: d.Allowed, Limit: burst, Window: window(burst, perSec), Remaining: -1, Reset: -1}
 		if d.Remaining >= 0 {
-			out.Remaining = min(d.Remaining, r.Burst)
-			out.Reset = window(r.Burst-out.Remaining, perSec)
+			out.Remaining = min(d.Remaining, burst)
+			out.Reset = window(burst-out.Remaining, perSec)
 		}
 		switch {
 		case d.Allowed:
-		case hits > r.Burst || perSec <= 0:
+		case hits > burst || perSec <= 0:
 			out.RetryAfter = -1
 		default:
 			need := hits

@@ -9,15 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
-	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -25,8 +24,8 @@ import (
 // one token a minute (no refill while the test runs).
 func startNode(t *testing.T) (*limiter.Node, []cluster.Rule) {
 	t.Helper()
-	rules := []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 3, Strategy: "owner"}}
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "t", ClusterRules: rules})
+	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/min"), Burst: 3, Strategy: "owner"}}
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "t", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +212,34 @@ func TestRefusalStatus(t *testing.T) {
 		if _, err := New(Options{Rule: "api", Checker: Local(node.Cluster(), rules), RefusalStatus: bad}); err == nil {
 			t.Errorf("RefusalStatus %d accepted", bad)
 		}
+	}
+}
+
+// LocalNode answers as Local with the node's own rules, refuses a rule the
+// node lacks, and follows a reload of the node's rules.
+func TestLocalNodeReadsTheNodesRules(t *testing.T) {
+	n1, rules := startNode(t)
+	n2, _ := startNode(t)
+	viaRules, viaNode := Local(n1.Cluster(), rules), LocalNode(n2)
+	ctx := context.Background()
+	for i, c := range []struct {
+		key  string
+		hits int64
+	}{{"a", 1}, {"a", 2}, {"a", 1}, {"b", 4}, {"b", 3}, {"a", 1}} {
+		r1, err1 := viaRules.Check(ctx, "api", c.key, c.hits)
+		r2, err2 := viaNode.Check(ctx, "api", c.key, c.hits)
+		if err1 != nil || err2 != nil || r1 != r2 {
+			t.Errorf("check %d (%s, %d hits): Local %+v %v, LocalNode %+v %v", i, c.key, c.hits, r1, err1, r2, err2)
+		}
+	}
+	if _, err := viaNode.Check(ctx, "nope", "a", 1); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown rule: %v, want an error naming it", err)
+	}
+	reloaded := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/min"), Burst: 7, Strategy: "owner"}}
+	if _, err := n2.SetRules(ctx, reloaded); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := viaNode.Check(ctx, "api", "c", 1); err != nil || r.Limit != 7 {
+		t.Errorf("after a reload to burst 7: %+v %v, want Limit 7", r, err)
 	}
 }

@@ -426,11 +426,30 @@ func TestNewReport(t *testing.T) {
 		t.Errorf("setup %+v live %+v", rep.Setup, rep.Live)
 	}
 	var b strings.Builder
-	if err := eval.WriteTable(&b, &rep.Report); err != nil {
+	if err := eval.WriteTableWidth(&b, &rep.Report, 0); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "owner") {
-		t.Errorf("table:\n%s", b.String())
+	out := b.String()
+	// local % is not measured: n/a, explained, and the latency is measured;
+	// the hash note names only the strategies that ran (owner: none).
+	var ownerRow string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  owner ") {
+			ownerRow = l
+		}
+	}
+	if o := rep.Results[1]; !slices.Contains(o.NotMeasured, "local_decision_pct") || !strings.Contains(ownerRow, " n/a ") {
+		t.Errorf("owner's local %% is not n/a (not measured %v):\n%s", o.NotMeasured, out)
+	}
+	for _, want := range []string{"decision latency percentiles, measured", "p50 ms, p99 ms of central; local % of owner (a replay computes central"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"simulated milliseconds", "FLATTERS", "gcounter"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("table says %q:\n%s", bad, out)
+		}
 	}
 }
 

@@ -57,7 +57,13 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 	rep := &Report{Live: live}
 	rep.Input = eval.Input{Name: trace.Name, Requests: len(reqs), Keys: trace.Keys(), SpanSec: trace.Span().Seconds(), Skipped: trace.Skipped}
 	rep.Series = eval.NewSeries(trace)
-	rep.Results = append(rep.Results, eval.Score("central", reqs, central, central, setup.RatePerSec, setup.Burst, nil))
+	c := eval.Score("central", reqs, central, central, setup.RatePerSec, setup.Burst, nil)
+	// Central is computed from the trace, not run: it decides every
+	// request alone and sends nothing, but has no state or latency to
+	// measure.
+	c.LocalDecisionPct = 100
+	c.NotMeasured = []string{"state_bytes_peak", "decision_latency_p50_ms", "decision_latency_p99_ms"}
+	rep.Results = append(rep.Results, c)
 	rep.Series.Add("central", reqs, central)
 	var notes []string
 	for _, r := range runs {
@@ -75,11 +81,11 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 			note += ", " + strings.Join(info.Events, ", ")
 		}
 		if r.BytesError != "" {
-			note += ", bytes unknown"
+			note += ", peer traffic not measured"
 		}
 		notes = append(notes, note)
 	}
-	setup.Latency, setup.Loss, setup.Duplicate, setup.Reorder = "live", 0, 0, 0
+	setup.Latency, setup.Loss, setup.Duplicate, setup.Reorder = eval.LiveLatency, 0, 0, 0
 	cut := ""
 	if live.DurationSec > 0 {
 		cut = fmt.Sprintf(", first %g s of the trace", live.DurationSec)

@@ -427,15 +427,22 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	}
 	res.Canonicalized = eval.Canonicalize(reqs, allowed)
 	res.Row = eval.Score(opts.Strategy, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
+	// A client cannot see which decisions a node took without a peer:
+	// local % is not measured (the reports print n/a, not 0).
+	res.Row.NotMeasured = []string{"local_decision_pct"}
 	if msgs, bytes, err := t.Bytes(ctx); err != nil {
 		res.BytesError = err.Error()
+		res.Row.NotMeasured = append(res.Row.NotMeasured, "messages", "bytes", "bytes_per_request")
 	} else {
 		res.Row.Messages, res.Row.Bytes = msgs, bytes
+		res.Row.BytesPerRequest = math.Round(float64(bytes)/float64(len(reqs))*10) / 10
 	}
 	res.Row.Undecided = res.Errors
 	if stateSamples > 0 {
 		res.Row.StateBytesPeak = int(statePeak)
 		res.Row.StateBytesMean = math.Round(stateSum/float64(stateSamples)*10) / 10
+	} else {
+		res.Row.NotMeasured = append(res.Row.NotMeasured, "state_bytes_peak")
 	}
 	res.Row.CrashedNodes = crashed
 	res.allowed = allowed

@@ -21,6 +21,12 @@ func experiments() []experiment.Experiment {
 		srtmexp.Penalty(), srtmexp.Concentration(), srtmexp.Correlation()}
 }
 
+// sourcesNote says what the citations of the help texts ("seed 001
+// §III-A", "thesis 002") point to.
+const sourcesNote = `000-004 (seed 000, thesis 002, ...) are the five source documents, by number and
+section: docs/SOURCES.md names them (authors, titles) and what each is used for.
+`
+
 func newExperimentCmd() *cobra.Command {
 	var out, traces, progress string
 	var seeds int
@@ -38,12 +44,13 @@ simulator, with the paper's setup, and writes report.md, report.json and plots
 into --out, putting our numbers beside the paper's.
 
 Experiments:
-` + help.String(),
+` + help.String() + `
+` + sourcesNote,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				// No name: list what can be run.
-				fmt.Fprint(cmd.OutOrStdout(), "Experiments (tokenmesh experiment NAME runs one):\n"+help.String())
+				fmt.Fprint(cmd.OutOrStdout(), "Experiments (tokenmesh experiment NAME runs one):\n"+help.String()+"\n"+sourcesNote)
 				return nil
 			}
 			e, err := experiment.Find(list, args[0])

@@ -286,7 +286,9 @@ func TestPlanSimulate(t *testing.T) {
 // strategy; a prefixed one to that strategy only. Without faults N = k and
 // conserve decides as available.
 func TestSimPartitionParam(t *testing.T) {
-	base := []string{"sim", "--workload", "poisson:users=20,rate=2,duration=20s", "--nodes", "3", "--json", "--strategies", "static,gdrl"}
+	// --recommend=false: the recommendation names the parameters given.
+	base := []string{"sim", "--workload", "poisson:users=20,rate=2,duration=20s", "--nodes", "3", "--json", "--strategies", "static,gdrl",
+		"--recommend=false"}
 	plain, errOut, code := tokenmesh(t, base...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -302,22 +304,76 @@ func TestSimPartitionParam(t *testing.T) {
 	}
 }
 
-// --recommend ends the report with its line; --max-wait adds the waiting
-// time table.
+// The report ends with the recommendation (on by default) and the next
+// commands; --max-wait adds the waiting time table; --recommend=false
+// leaves the recommendation out.
 func TestSimRecommendAndMaxWait(t *testing.T) {
-	out, errOut, code := tokenmesh(t, "sim", "--workload", "poisson:users=5,rate=3,duration=10s", "--nodes", "3",
-		"--strategies", "owner,static", "--recommend", "--max-wait", "500ms", "--progress", "never")
+	args := []string{"sim", "--workload", "poisson:users=5,rate=3,duration=10s", "--nodes", "3",
+		"--strategies", "owner,static", "--max-wait", "500ms", "--progress", "never"}
+	out, errOut, code := tokenmesh(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "recommendation: ") {
-		t.Errorf("last line %q, want the recommendation", last)
+	tail := out[strings.LastIndex(out, "\nrecommendation: ")+1:]
+	if !strings.HasPrefix(tail, "recommendation: owner") || !strings.Contains(tail, "\nnext: evaluate your own traffic") ||
+		!strings.HasSuffix(tail, "\n  tokenmesh serve --config examples/cluster/n1.yaml\n") {
+		t.Errorf("the report does not end with the recommendation and the next commands:\n%s", tail)
 	}
-	for _, want := range []string{"max wait 500 ms", "waiting mode", "note: assign hash"} {
+	for _, want := range []string{"max wait 500 ms", "waiting mode", "note: assign roundrobin"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	out, _, _ = tokenmesh(t, append(args, "--recommend=false")...)
+	if strings.Contains(out, "recommendation:") || strings.Contains(out, "next:") {
+		t.Errorf("--recommend=false printed a recommendation:\n%s", out)
+	}
+}
+
+// The first command of the README: round-robin, every line within 120
+// columns, the verdict and what to run next at the end; --wide prints the
+// table whole; --assign hash is still there and says whom it flatters.
+func TestSimDefaultOutput(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "sim", "--progress", "never")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "assign roundrobin") {
+		t.Errorf("the default assignment is not round-robin:\n%s", out)
+	}
+	for i, l := range strings.Split(out, "\n") {
+		if len(l) > 120 {
+			t.Errorf("line %d has %d columns: %s", i+1, len(l), l)
+		}
+	}
+	if !strings.Contains(out, "\nrecommendation: ") || !strings.HasSuffix(out, "  tokenmesh serve --config examples/cluster/n1.yaml\n") {
+		t.Errorf("the report does not end with the recommendation and the next commands:\n%s", out)
+	}
+	wide, _, _ := tokenmesh(t, "sim", "--progress", "never", "--wide")
+	if !strings.Contains(wide, "envelope viol.   msgs") {
+		t.Errorf("--wide did not print the table whole:\n%s", wide)
+	}
+	hash, _, _ := tokenmesh(t, "sim", "--progress", "never", "--assign", "hash", "--strategies", "owner,static")
+	if !strings.Contains(hash, "assign hash") || !strings.Contains(hash, "FLATTERS") || !strings.Contains(hash, "(static)") {
+		t.Errorf("--assign hash does not say it flatters static (and only static):\n%s", hash)
+	}
+}
+
+// A scenario event after the trace's end is named on stderr with the
+// trace's end.
+func TestSimWarnsOfLateScenarioEvents(t *testing.T) {
+	_, errOut, code := tokenmesh(t, "sim", "--trace", "../../examples/access.log", "--strategies", "owner", "--progress", "never",
+		"--scenario", "../../examples/scenarios/crash-hot-owner.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, `"restart n0,n1,n2,n3,n4,n5,n6,n7,n8,n9" at 9m0s falls after the trace's end (its last request arrives at 4m57s)`) {
+		t.Errorf("no warning of the restart after the trace's end:\n%s", errOut)
+	}
+	_, errOut, _ = tokenmesh(t, "sim", "--trace", "../../examples/access.log", "--strategies", "owner", "--progress", "never",
+		"--scenario", "../../examples/scenarios/crash-hot-owner-access-log.yaml")
+	if strings.Contains(errOut, "warning") {
+		t.Errorf("a scenario within the trace was warned about:\n%s", errOut)
 	}
 }
 
@@ -352,5 +408,35 @@ func TestSimShortfallWindow(t *testing.T) {
 	}
 	if _, errOut, code := tokenmesh(t, append(base, "--shortfall-window", "-1s")...); code != 2 || !strings.Contains(errOut, "--shortfall-window") {
 		t.Errorf("negative window: exit %d, stderr %q; want a usage error naming the flag", code, errOut)
+	}
+}
+
+// tokenmesh strategies fits 120 columns, every doc still there; --wide
+// prints one line per parameter.
+func TestStrategiesFit120Columns(t *testing.T) {
+	out, errOut, code := tokenmesh(t, "strategies")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i, l := range strings.Split(out, "\n") {
+		if len(l) > 120 {
+			t.Errorf("line %d has %d columns: %s", i+1, len(l), l)
+		}
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, info := range all.List() {
+		for _, p := range info.Params {
+			if !strings.Contains(flat, strings.Join(strings.Fields(p.Doc), " ")) {
+				t.Errorf("%s.%s: its doc is not in the output", info.Name, p.Name)
+			}
+		}
+	}
+	wide, _, _ := tokenmesh(t, "strategies", "--wide", "owner")
+	found := false
+	for _, l := range strings.Split(wide, "\n") {
+		found = found || (strings.HasPrefix(l, "  hold ") && strings.HasSuffix(l, "decided once it is this old (003)."))
+	}
+	if !found {
+		t.Errorf("--wide did not print owner's hold on one line:\n%s", wide)
 	}
 }

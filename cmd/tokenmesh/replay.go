@@ -23,6 +23,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/replay"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -33,6 +34,8 @@ const replayRule = "replay"
 type replayFlags struct {
 	traceFlags
 	reportFlags
+	recommendFlags
+	tableFlags
 	nodes             int
 	strategies        string
 	rate              float64
@@ -81,7 +84,16 @@ key owner then orders a key's requests as the trace does, as the simulator
 does, provided its hold covers that path's jitter (--param owner.hold=5ms
 here at --speed 10; docs/REPLAY.md has the numbers).
 
-Decision latency is the client-measured gRPC Check time (wall). A request sent
+Requests are spread round-robin over the nodes (--assign), as a load
+balancer spreads them; --assign hash is the thesis' injector, as in sim.
+
+Decision latency is measured: the client's gRPC Check round trip (wall ms).
+The report prints n/a for what a replay does not measure (local %: which
+decisions a node took without a peer; msgs, bytes and B/req when the nodes'
+/metrics could not be read), and ends, like sim's, with the verdict among
+the strategies replayed (--recommend, --max-excess, ...) and how to serve
+it. A fault (--kill, --restart, --partition, --heal, --scenario) after the
+trace's last request never happens: stderr says so. A request sent
 more than 50 ms after its due time is a late send: counted in the report (live
 section of --json, and the setup line). Many late sends mean the machine could
 not keep up: lower --speed.
@@ -120,10 +132,12 @@ back to the data-plane cut with a warning.`,
 	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(all.Names()[1:], ", ")+")")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second of trace time, per key")
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
-	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
+	fl.StringVar(&f.assign, "assign", "roundrobin", assignHelp)
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (random assignment)")
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms); durations are wall time")
 	f.reportFlags.add(fl)
+	f.recommendFlags.add(fl)
+	f.tableFlags.add(fl)
 	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
 	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
@@ -144,6 +158,7 @@ type replayPlan struct {
 	trace      *workload.Trace
 	strategies []string
 	params     map[string]map[string]string // strategy -> name -> value
+	paramList  strategy.Params              // the same, as parsed
 	rate       bucket.Rate
 	events     []replay.Event
 	faults     bool // partitions: start with fault injection
@@ -207,6 +222,7 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.paramList = params
 	for name, value := range params.Values() {
 		s, pname, _ := strings.Cut(name, ".")
 		if p.params[s] == nil {
@@ -328,6 +344,15 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	if p.trace.Skipped > 0 {
 		fmt.Fprintf(stderr, "skipped %d malformed lines, e.g. %s\n", p.trace.Skipped, strings.Join(p.trace.SkippedExamples, "; "))
 	}
+	var events []timedEvent
+	for _, e := range p.events {
+		events = append(events, timedEvent{e.At, e.String()})
+	}
+	warnLateEvents(stderr, "fault", events, p.trace)
+	bounds, err := f.bounds()
+	if err != nil {
+		return err
+	}
 	central, err := eval.Central(p.trace, p.rate, f.burst)
 	if err != nil {
 		return err
@@ -359,7 +384,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 			return fmt.Errorf("replay of %s: %w", s, err)
 		}
 		if res.BytesError != "" {
-			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic unknown (reported as 0): %s\n", s, res.BytesError)
+			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic not measured (n/a in the report): %s\n", s, res.BytesError)
 		}
 		if f.decisions != "" {
 			if err := writeDecisions(filepath.Join(f.decisions, s+".csv"), p.trace, central, res); err != nil {
@@ -373,12 +398,22 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		EdgeTimes: f.edgeTimes}
 	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
 	rep := replay.NewReport(p.trace, setup, live, central, runs)
+	if f.recommend {
+		rec := eval.Recommend(&rep.Report, bounds, p.paramList)
+		switch {
+		case rec.Strategy != "":
+			rec.Next = []eval.Step{serveStep(rec.Strategy, p.paramList, p.rate, f.burst)}
+		case rec.Closest != "":
+			rec.Next = []eval.Step{eval.NoneMeetsStep(rec.Closest)}
+		}
+		rep.Recommendation = rec
+	}
 
 	out := cmd.OutOrStdout()
 	if f.json {
 		err = writeReplayJSON(out, rep)
 	} else {
-		err = eval.WriteTable(out, &rep.Report)
+		err = f.tableFlags.writeTable(out, &rep.Report)
 	}
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,10 +18,12 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
@@ -47,9 +50,41 @@ type simFlags struct {
 	cpuprofile               string
 	maxWait                  time.Duration
 	shortfallWindow          time.Duration
-	recommend                bool
-	maxExcess, maxFalseRej   string
-	maxEnvelope              float64
+	recommendFlags
+	tableFlags
+}
+
+// tableFlags is --wide, sim's and replay's.
+type tableFlags struct{ wide bool }
+
+// add defines --wide on fl.
+func (f *tableFlags) add(fl *pflag.FlagSet) {
+	fl.BoolVar(&f.wide, "wide", false, "print the table whole, one line per strategy, however wide (default: fit 120 columns, the table cut between its accuracy and cost columns)")
+}
+
+// writeTable writes rep as the terminal table: fitted in
+// eval.DefaultWidth columns, or whole with --wide.
+func (f *tableFlags) writeTable(w io.Writer, rep *eval.Report) error {
+	if f.wide {
+		return eval.WriteTableWidth(w, rep, 0)
+	}
+	return eval.WriteTable(w, rep)
+}
+
+// recommendFlags are the recommendation flags sim and replay share.
+type recommendFlags struct {
+	recommend              bool
+	maxExcess, maxFalseRej string
+	maxEnvelope            float64
+}
+
+// add defines --recommend, --max-excess, --max-false-rejections and
+// --max-envelope on fl.
+func (f *recommendFlags) add(fl *pflag.FlagSet) {
+	fl.BoolVar(&f.recommend, "recommend", true, "end the report with the verdict: the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does, and the commands to run next (--recommend=false: leave it out)")
+	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "the recommendation's bound on the excess admitted, in % of central's admitted tokens")
+	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "the recommendation's bound on false rejections, in % of the requests central admitted")
+	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "the recommendation's bound on the envelope violation, in tokens")
 }
 
 func newSimCmd() *cobra.Command {
@@ -81,21 +116,33 @@ shortfall_pct): over-rejection counted in tokens, not in which requests.
 
 --max-wait D runs every request in waiting mode (000 §5.2): central, owner
 and lease reserve tokens in arrival order and admit with a delay up to D;
-the report adds each strategy's waiting time distribution. --recommend ends
-the report with one line naming the cheapest strategy within --max-excess,
---max-false-rejections and --max-envelope, or the closest. Every report
-notes what its --assign policy flatters and what precision != 1 means.
+the report adds each strategy's waiting time distribution.
+
+Requests are spread round-robin over the nodes (--assign), as a load
+balancer spreads them; --assign hash is the thesis' injector (002 §4.3.1),
+which flatters the strategies that decide from a node's own view. Every
+report notes what its --assign policy flatters and what precision != 1
+means, and ends with the verdict (--recommend, on by default): the cheapest
+strategy within --max-excess, --max-false-rejections and --max-envelope, or
+the closest, and the commands to run next (tokenmesh replay on real
+processes, then tokenmesh serve). A scenario event after the trace's last
+request never happens: stderr says so. The terminal table fits 120 columns
+(cut between the accuracy and the cost columns); --wide prints one line per
+strategy.
 
 The same flags and seed give byte-identical --json output. Strategies are
 simulated in parallel, up to --parallel at once; the output does not depend
-on it.`,
+on it.
+
+` + sourcesNote,
 		Example: `  tokenmesh sim
   tokenmesh sim --trace access.log --nodes 5 --rate 10 --burst 20 --strategies static,owner
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 10 --rate 1 --burst 10 --json
   tokenmesh sim --workload poisson:users=100,rate=2,duration=60s --loss 0.05 --out report/
   tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --strategies central,owner,lease --max-wait 1s
-  tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --assign roundrobin --recommend --max-excess 0.5% --max-false-rejections 0.5%`,
+  tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --max-excess 1% --max-false-rejections 0.1%
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --assign hash --wide    # the thesis' injector, full-width table`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
@@ -106,7 +153,7 @@ on it.`,
 	fl.StringVar(&f.strategies, "strategies", "all", "comma-separated strategies to compare, or all (central is always run: it is the reference)")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
-	fl.StringVar(&f.assign, "assign", "hash", "how requests are spread over nodes: "+strings.Join(workload.Policies(), ", "))
+	fl.StringVar(&f.assign, "assign", "roundrobin", assignHelp)
 	fl.StringVar(&f.latency, "latency", "1ms", "one-way peer latency: 2ms (fixed), uniform:1ms-5ms, exp:2ms (exponential mean), exp:1ms+2ms, samples:FILE (measured values, one duration per line)")
 	fl.StringVar(&f.clientLatency, "client-latency", "", "delay of every request on its way from the client to its node (the node stamps it on receipt; central, the reference, keeps the trace's times), in --latency's forms, e.g. exp:2ms to describe a replay's gRPC calls at --speed 10 (docs/REPLAY.md); empty: none")
 	fl.BoolVar(&f.edgeTimes, "edge-times", false, "with --client-latency: each request carries its trace time as the time it reached the edge (created_at_unix_ns), which owner orders a key's requests by (as `tokenmesh replay --edge-times`)")
@@ -120,13 +167,14 @@ on it.`,
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
-	fl.BoolVar(&f.recommend, "recommend", false, "end the report with one line naming the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does")
-	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "--recommend: the largest excess admitted, in % of central's admitted tokens")
-	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "--recommend: the most false rejections, in % of the requests central admitted")
-	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "--recommend: the largest envelope violation, in tokens")
+	f.recommendFlags.add(fl)
+	f.tableFlags.add(fl)
 	f.reportFlags.add(fl)
 	return cmd
 }
+
+// assignHelp is --assign's help, sim's and replay's.
+var assignHelp = "how requests are spread over the nodes: roundrobin (what a load balancer does, whatever the key), random, hash (the thesis' injector: a hash of the key and the arrival ms, so a key's requests of one ms reach one node together; it flatters the strategies that decide from a node's own view) or key (sticky: every request of a key to one node)"
 
 func strategyHelp() string {
 	var b strings.Builder
@@ -295,6 +343,13 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if opts.Trace.Skipped > 0 {
 		fmt.Fprintf(stderr, "skipped %d malformed lines, e.g. %s\n", opts.Trace.Skipped, strings.Join(opts.Trace.SkippedExamples, "; "))
 	}
+	if opts.Scenario != nil {
+		var events []timedEvent
+		for _, e := range opts.Scenario.Events {
+			events = append(events, timedEvent{e.At, e.Action()})
+		}
+		warnLateEvents(stderr, "scenario "+f.scenario, events, opts.Trace)
+	}
 	if f.cpuprofile != "" {
 		pf, err := os.Create(f.cpuprofile)
 		if err != nil {
@@ -333,12 +388,13 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	if f.recommend {
 		rep.Recommendation = eval.Recommend(rep, bounds, opts.Params)
+		rep.Recommendation.Next = f.next(rep.Recommendation, opts)
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
 		err = eval.WriteJSON(out, rep)
 	} else {
-		err = eval.WriteTable(out, rep)
+		err = f.tableFlags.writeTable(out, rep)
 	}
 	if err != nil {
 		return err
@@ -353,7 +409,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 }
 
 // bounds parses the --recommend bounds; errors name the flag.
-func (f *simFlags) bounds() (eval.Bounds, error) {
+func (f *recommendFlags) bounds() (eval.Bounds, error) {
 	var b eval.Bounds
 	var err error
 	if b.MaxExcessPct, err = parsePercent(f.maxExcess); err != nil {
@@ -418,4 +474,112 @@ func progressOf(bar *progressbar.ProgressBar, strategies []all.Info) func(name s
 		bar.Describe(strings.Join(running, ","))
 		_ = bar.Set(sum)
 	}
+}
+
+// timedEvent is a fault at a trace time, for warnLateEvents.
+type timedEvent struct {
+	at   time.Duration
+	what string
+}
+
+// warnLateEvents writes to w one line per event of source (a scenario
+// file, or replay's fault flags) that falls after the last request of
+// trace: it never happens, and a reader of the report would otherwise
+// think it did.
+func warnLateEvents(w io.Writer, source string, events []timedEvent, trace *workload.Trace) {
+	if len(trace.Requests) == 0 {
+		return
+	}
+	end := trace.Requests[len(trace.Requests)-1].Arrival
+	for _, e := range events {
+		if e.at > end {
+			fmt.Fprintf(w, "tokenmesh: warning: %s: %q at %v falls after the trace's end (its last request arrives at %v): it never happens\n",
+				source, e.what, e.at, end)
+		}
+	}
+}
+
+// next returns the commands that follow sim's recommendation rec: with a
+// trace, replay it on real processes with the strategy rec picks (the
+// setup's nodes, rate, burst and that strategy's --param values); without
+// one, evaluate one's own traffic; then serve the strategy. When no
+// strategy meets the bounds: the closest one's parameters to try.
+func (f *simFlags) next(rec *eval.Recommendation, opts eval.Options) []eval.Step {
+	pick := rec.Strategy
+	if pick == "" {
+		if rec.Closest == "" {
+			return nil
+		}
+		return []eval.Step{eval.NoneMeetsStep(rec.Closest)}
+	}
+	setup := fmt.Sprintf(" --nodes %d --rate %s --burst %d", f.nodes, num(f.rate), f.burst)
+	if f.assign != "roundrobin" {
+		setup += " --assign " + f.assign
+	}
+	var first eval.Step
+	if f.trace == "" {
+		first = eval.Step{Why: "evaluate your own traffic (an access log, or a ts_ms,key CSV; examples/access.log is a sample)",
+			Command: "tokenmesh sim --trace examples/access.log" + setup}
+	} else {
+		var flags []string
+		if f.format != "auto" {
+			flags = append(flags, "--format "+f.format)
+		}
+		if f.key != "" {
+			flags = append(flags, "--key "+f.key)
+		}
+		if f.skipBad {
+			flags = append(flags, "--skip-bad")
+		}
+		for _, p := range paramFlags(pick, opts.Params) {
+			flags = append(flags, "--param "+p)
+		}
+		if opts.Trace.Span() >= time.Minute {
+			flags = append(flags, "--speed 10")
+		}
+		first = eval.Step{Why: "check " + pick + " on real processes: the same trace sent to a local cluster of `tokenmesh serve` processes, scored against central the same way (docs/REPLAY.md)",
+			Command: strings.TrimSpace("tokenmesh replay --trace " + shellQuote(f.trace) + setup + " --strategy " + pick + " " + strings.Join(flags, " "))}
+	}
+	return []eval.Step{first, serveStep(pick, opts.Params, opts.Rate, f.burst)}
+}
+
+// serveStep is the step that serves strategy (with its params) for a
+// rule of rate and burst.
+func serveStep(strategy string, params strategy.Params, rate bucket.Rate, burst int64) eval.Step {
+	ruleYAML := fmt.Sprintf("{name: api, rate: %s, burst: %d, strategy: %s", rule.FormatRate(rate), burst, strategy)
+	if vals := params.For(strategy).Values(); len(vals) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(vals)) {
+			kv = append(kv, k+": "+vals[k])
+		}
+		ruleYAML += ", params: {" + strings.Join(kv, ", ") + "}"
+	}
+	ruleYAML += "}"
+	return eval.Step{Why: "serve it: put the rule " + ruleYAML + " in each node's config; examples/cluster/ is a three-node cluster on this machine to start from (README, \"A local cluster in one command\")",
+		Command: "tokenmesh serve --config examples/cluster/n1.yaml"}
+}
+
+// paramFlags are strategy's values of params as --param flag values
+// (strategy.name=value), sorted by name.
+func paramFlags(strategy string, params strategy.Params) []string {
+	vals := params.For(strategy).Values()
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		out = append(out, strategy+"."+k+"="+vals[k])
+	}
+	return out
+}
+
+// num formats v with as few digits as needed ("1", "0.5").
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '+' || r == ':' || r == ',' || r == '=' ||
+			('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

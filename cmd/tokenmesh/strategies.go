@@ -1,19 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 func newStrategiesCmd() *cobra.Command {
-	return &cobra.Command{
+	var wide bool
+	cmd := &cobra.Command{
 		Use:   "strategies [NAME...]",
 		Short: "List the coordination strategies and their parameters (type, unit, default, doc)",
 		Long: `strategies prints, for each strategy (or only those named), what it is and a
@@ -25,9 +27,14 @@ latency hint (node.latency_hint; sim's --latency) or on other parameters.
 Give a parameter as --param STRATEGY.NAME=value to sim and replay, or as
 NAME: value under a rule's params in the config file. Every strategy also
 takes the generic partition (available | conserve). A value may contain a
-comma unless NAME= follows it (that starts another pair).`,
+comma unless NAME= follows it (that starts another pair).
+
+The output fits 120 columns: a parameter's doc is wrapped under its DOC
+column, or on the lines below the parameter when the other columns leave it
+too little room; --wide prints every parameter on one line.`,
 		Example: `  tokenmesh strategies
-  tokenmesh strategies owner lease`,
+  tokenmesh strategies owner lease
+  tokenmesh strategies --wide`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			infos := all.List()
 			if len(args) > 0 {
@@ -40,35 +47,76 @@ comma unless NAME= follows it (that starts another pair).`,
 					infos = append(infos, info)
 				}
 			}
-			return writeStrategies(cmd.OutOrStdout(), infos)
+			width := eval.DefaultWidth
+			if wide {
+				width = 0
+			}
+			return writeStrategies(cmd.OutOrStdout(), infos, width)
 		},
 	}
+	cmd.Flags().BoolVar(&wide, "wide", false, "print every parameter on one line, however wide (default: fit 120 columns)")
+	return cmd
 }
 
+// minDoc is the narrowest DOC column writeStrategies wraps a doc into;
+// with less room the doc goes on the lines below its parameter.
+const minDoc = 40
+
 // writeStrategies writes one section per strategy: its name, summary and
-// source, then a table of its declared parameters.
-func writeStrategies(w io.Writer, infos []all.Info) error {
+// source, then a table of its declared parameters (and the generic
+// partition), every line within width columns (eval.Wrap; <= 0: one line
+// per parameter, however wide).
+func writeStrategies(w io.Writer, infos []all.Info, width int) error {
+	bw := bufio.NewWriter(w)
 	for i, info := range infos {
 		if i > 0 {
-			fmt.Fprintln(w)
+			fmt.Fprintln(bw)
 		}
-		fmt.Fprintf(w, "%s: %s (%s)\n", info.Name, info.Summary, info.Source)
+		for _, l := range eval.Wrap(fmt.Sprintf("%s: %s (%s)", info.Name, info.Summary, info.Source), width, "  ") {
+			fmt.Fprintln(bw, l)
+		}
 		if len(info.Params) == 0 {
-			fmt.Fprintf(w, "  no parameters besides the generic %s\n", strategy.PartitionParam)
+			fmt.Fprintf(bw, "  no parameters besides the generic %s\n", strategy.PartitionParam)
 			continue
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  PARAMETER\tTYPE\tUNIT\tDEFAULT\tDOC")
+		rows := [][]string{{"PARAMETER", "TYPE", "UNIT", "DEFAULT", "DOC"}}
 		for _, s := range info.Params {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.Name, s.TypeText(), dash(s.Unit), dash(s.Default), s.Doc)
+			rows = append(rows, []string{s.Name, s.TypeText(), dash(s.Unit), dash(s.Default), s.Doc})
 		}
 		p := strategy.PartitionSpec
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", p.Name, p.TypeText(), "-", p.Default, p.Doc)
-		if err := tw.Flush(); err != nil {
-			return err
+		rows = append(rows, []string{p.Name, p.TypeText(), "-", p.Default, p.Doc})
+		colW := make([]int, 4)
+		for _, r := range rows {
+			for c := range colW {
+				colW[c] = max(colW[c], len(r[c]))
+			}
+		}
+		docCol := 2 // the indent, then each column and 2 spaces
+		for _, cw := range colW {
+			docCol += cw + 2
+		}
+		below := width > 0 && width-docCol < minDoc
+		for _, r := range rows {
+			var line strings.Builder
+			line.WriteString("  ")
+			for c, cw := range colW {
+				fmt.Fprintf(&line, "%-*s  ", cw, r[c])
+			}
+			if !below {
+				for _, l := range eval.Wrap(line.String()+r[4], width, strings.Repeat(" ", docCol)) {
+					fmt.Fprintln(bw, strings.TrimRight(l, " "))
+				}
+				continue
+			}
+			fmt.Fprintln(bw, strings.TrimRight(line.String(), " "))
+			if r[4] != "DOC" {
+				for _, l := range eval.Wrap("      "+r[4], width, "      ") {
+					fmt.Fprintln(bw, l)
+				}
+			}
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
 func dash(s string) string {
