@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
@@ -15,6 +14,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
+
+// tester is what the helpers need of *testing.T and *rapid.T.
+type tester interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
 
 var web = NewBucketID(map[string]string{"name": "web"})
 
@@ -76,7 +82,7 @@ func settings(noAssign, fallback *typev3.RateLimitStrategy, timeout *durationpb.
 	return s
 }
 
-func newProxy(t testing.TB, s *rlqfilterv3.RateLimitQuotaBucketSettings) *Proxy {
+func newProxy(t tester, s *rlqfilterv3.RateLimitQuotaBucketSettings) *Proxy {
 	t.Helper()
 	p, err := New(Config{Domain: "d", Settings: s})
 	if err != nil {
@@ -85,7 +91,7 @@ func newProxy(t testing.TB, s *rlqfilterv3.RateLimitQuotaBucketSettings) *Proxy 
 	return p
 }
 
-func apply(t testing.TB, p *Proxy, now time.Duration, actions ...*rlqsv3.RateLimitQuotaResponse_BucketAction) []Outcome {
+func apply(t tester, p *Proxy, now time.Duration, actions ...*rlqsv3.RateLimitQuotaResponse_BucketAction) []Outcome {
 	t.Helper()
 	out, err := p.Apply(now, response(actions...))
 	if err != nil {
@@ -105,7 +111,7 @@ func admit(p *Proxy, now time.Duration, id BucketID, n int) int {
 	return got
 }
 
-func state(t testing.TB, p *Proxy, now time.Duration, id BucketID) BucketState {
+func state(t tester, p *Proxy, now time.Duration, id BucketID) BucketState {
 	t.Helper()
 	st, ok := p.Bucket(now, id)
 	if !ok {
@@ -129,7 +135,7 @@ func snapshot(p *Proxy) string {
 	return sb.String()
 }
 
-func usageOf(t testing.TB, r *rlqsv3.RateLimitQuotaUsageReports, id BucketID) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+func usageOf(t tester, r *rlqsv3.RateLimitQuotaUsageReports, id BucketID) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
 	t.Helper()
 	for _, u := range r.GetBucketQuotaUsages() {
 		if BucketIDFromProto(u.GetBucketId()).Key() == id.Key() {
