@@ -79,6 +79,8 @@ type Server struct {
 	mu      sync.Mutex
 	streams map[strategy.QuotaClient]*stream
 	m       metrics
+	closing chan struct{} // closed by Close: every stream ends
+	once    sync.Once
 }
 
 type stream struct {
@@ -120,7 +122,7 @@ func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Regis
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{node: node, log: log, streams: map[strategy.QuotaClient]*stream{}}
+	s := &Server{node: node, log: log, streams: map[strategy.QuotaClient]*stream{}, closing: make(chan struct{})}
 	s.cfg.Store(cfg)
 	s.m = metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tokenmesh_rlqs_streams", Help: "Open RLQS streams (one per Envoy quota client)."}),
@@ -227,9 +229,19 @@ func (s *Server) Drain() int {
 	return n
 }
 
+// Close ends every stream (Unavailable: their Envoys reconnect to another
+// node) after sending what is queued (Drain's expiries), and refuses new
+// ones. Call Drain first.
+func (s *Server) Close() { s.once.Do(func() { close(s.closing) }) }
+
 // StreamRateLimitQuotas serves one Envoy's stream.
 func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	ctx := gs.Context()
+	select {
+	case <-s.closing:
+		return status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
+	default:
+	}
 	st := &stream{client: s.node.NewQuotaClient(), out: make(chan *rlqsv3.RateLimitQuotaResponse, outQueue), full: make(chan struct{}),
 		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}
 	s.mu.Lock()
@@ -268,6 +280,20 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			if err := gs.Send(r); err != nil {
 				return err
 			}
+		case <-s.closing:
+			// what Drain queued goes out first
+			for {
+				select {
+				case r := <-st.out:
+					if err := gs.Send(r); err != nil {
+						return err
+					}
+					continue
+				default:
+				}
+				break
+			}
+			return status.Error(codes.Unavailable, "rlqs: the node is shutting down; reconnect to another node")
 		case <-st.full:
 			err := status.Error(codes.ResourceExhausted, "rlqs: the stream does not read its assignments fast enough; reconnect")
 			s.m.refused.WithLabelValues(codes.ResourceExhausted.String()).Inc()

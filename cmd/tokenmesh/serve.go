@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/rlqs"
 )
 
 // shutdownTimeout bounds the wait for in-flight API requests at shutdown.
@@ -47,8 +48,9 @@ node.grpc_addr (tokenmesh.v1.RateLimitService, grpc.health.v1.Health, server
 reflection) and over HTTP/JSON at node.api_addr (POST /v1/check, GET /v1/rules,
 /healthz, /readyz, /metrics, and the HTTP mode ANY /v1/limit/{rule}: 200 or
 429 per request, for nginx auth_request and the like). docs/API.md describes
-the API. With --envoy-config DIR (or node.envoy_config) it also answers
-Envoy's RLS v3 ShouldRateLimit on the gRPC address (docs/ENVOY.md).
+the API. With --envoy-config DIR (or node.envoy_config) it also answers Envoy's
+RLS v3 ShouldRateLimit on the gRPC address (docs/ENVOY.md) and its Rate Limit
+Quota Service for the limits whose strategy is quota (docs/RLQS.md).
 
 Without --config, a single node runs the built-in default configuration
 (API on ` + config.DefaultAPIAddr + `, gRPC on ` + config.DefaultGRPCAddr + `, rule "default": 10/s, burst 20,
@@ -98,7 +100,7 @@ github.com/tokenmesh/tokenmesh/daemon).
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
 	cmd.Flags().StringVar(&opts.envoyConfig, "envoy-config", "",
-		"directory of envoyproxy/ratelimit YAML files: serve Envoy's RLS v3 ShouldRateLimit on the gRPC address (over node.envoy_config)")
+		"directory of envoyproxy/ratelimit YAML files: serve Envoy's RLS v3 ShouldRateLimit and RLQS on the gRPC address (over node.envoy_config)")
 	cmd.Flags().BoolVar(&opts.discardBad, "discard-bad-state", false,
 		"when the state file in node.state_dir does not load (corrupt), move it aside and start with full buckets instead of failing")
 	addGCFlag(cmd, &opts.gcPercent)
@@ -159,7 +161,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	d, err := daemon.Start(ctx, daemon.Config{File: f, ConfigPath: configPath, WatchConfig: opts.watchConfig,
 		EnvoyDir: opts.envoyConfig, Networked: networked, Logger: logger, DiscardBadState: opts.discardBad,
-		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo})
+		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()}})
 	if err != nil {
 		return err
 	}
