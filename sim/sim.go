@@ -10,6 +10,11 @@
 // decision; unlike the thesis' injector, which sleeps in real time and
 // corrects for oversleeping, virtual time makes every run exact and fast.
 //
+// Config.Proxies puts a tier of Envoy proxies between the trace and the
+// cluster (ProxyTier, proxy.go): RLQS proxies deciding from their quota
+// assignments (rlqs/envoymodel), per-request RLS forwarding, or a strategy
+// run at the proxies themselves.
+//
 // Run runs a whole trace; World is the same engine driven from outside:
 // step it, run it until a time, inject faults between events, inspect the
 // nodes and check invariants after every event (World.OnEvent), with
