@@ -54,7 +54,8 @@ import (
 // report timer); an RLS proxy sends its next check to the next live node.
 // A proxy stays with the node it moved to. Messages in flight on a broken
 // stream are lost. Partitions cut the cluster, not the proxies' links to
-// their nodes. Proxies' state is not in the state samples.
+// their nodes, which lose, duplicate and reorder nothing (Config.Network
+// is the peers'). Proxies' state is not in the state samples.
 //
 // The proxy<->node messages are counted in Result.ProxyMessages and
 // ProxyBytes, at their protobuf sizes: RLQS usage reports
