@@ -17,10 +17,14 @@
 //
 // Bad input gets a gRPC status naming it and ends the stream: a report
 // with no domain on a new stream or an unknown domain (NotFound), a change
-// of domain (InvalidArgument), an empty bucket id (InvalidArgument), more
-// than MaxBucketsPerStream distinct buckets (ResourceExhausted). Envoy's
+// of domain (InvalidArgument), more than MaxBucketsPerStream distinct buckets (ResourceExhausted). Envoy's
 // first report of a bucket has time_elapsed 0, which the proto's own
-// validation refuses; it is taken as it is.
+// validation refuses; it is taken as it is (Envoy sends 0 for any report
+// less than a second after the previous one: such a report leaves the
+// demand estimate as it is). A report with an empty bucket id (Envoy makes
+// one when no bucket_id_builder applies) is skipped and counted in
+// tokenmesh_rlqs_refused_total{code="empty_bucket_id"}, not a reason to
+// end the stream.
 //
 // Ours: the package; the protocol is Envoy's (api/envoy/service/
 // rate_limit_quota/v3/rlqs.proto).
@@ -133,7 +137,7 @@ func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Regis
 		unserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_buckets_unserved_total",
 			Help: "Reports for buckets whose limit's rule is not a quota rule (answered nothing)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_refused_total",
-			Help: "Streams ended for bad input, by gRPC code."}, []string{"code"}),
+			Help: "Streams ended for bad input, by gRPC code; and bucket reports skipped (code empty_bucket_id)."}, []string{"code"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{s.m.streams, s.m.buckets, s.m.reports, s.m.sent, s.m.unserved, s.m.refused} {
@@ -342,7 +346,11 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	s.m.reports.Inc()
 	id := u.GetBucketId().GetBucket()
 	if len(id) == 0 {
-		return status.Error(codes.InvalidArgument, "empty bucket_id")
+		// Envoy builds one when no bucket_id_builder applies: it is
+		// skipped (counted), not a reason to end the stream, which would
+		// take every other bucket of that Envoy with it.
+		s.m.refused.WithLabelValues("empty_bucket_id").Inc()
+		return nil
 	}
 	canon, size := canonical(id)
 	if size > MaxBucketIDBytes {

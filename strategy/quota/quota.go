@@ -242,26 +242,26 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
+		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds())
 	}
 	q.rebalance(now, u.Key, a, fx)
 }
 
-// demandTau is the time constant of a client's demand estimate when it
-// falls: a rise is taken at once (a client that needs more gets it at its
-// next report), a fall decays with it, so that the noise of a short
-// report interval (Poisson counts over 1 s) does not move shares back and
-// forth.
-const demandTau = 3 * time.Second
+// demandWeight is the weight of a report in a client's demand estimate
+// (an exponential average over reports, ours): a change of demand is
+// 87.5% followed after 3 reports, while the noise of short intervals
+// (Poisson counts over 1 s) moves shares less. Measured in the model
+// (TestSkewedFleet): 91.7% / 93.1% of the ceiling at 1 s / 5 s reports,
+// against 86.6% / 91.2% taking each report as it is.
+const demandWeight = 0.5
 
-// smooth is the demand estimate after a report of d tokens/s over elapsed,
-// from prev (< 0: none).
-func smooth(prev, d float64, elapsed time.Duration) float64 {
-	if prev < 0 || d >= prev {
+// smooth is the demand estimate after a report of d tokens/s, from prev
+// (< 0: none yet).
+func smooth(prev, d float64) float64 {
+	if prev < 0 {
 		return d
 	}
-	w := math.Exp(-elapsed.Seconds() / demandTau.Seconds())
-	return w*prev + (1-w)*d
+	return demandWeight*d + (1-demandWeight)*prev
 }
 
 // rebalance runs the allocation of key and sends what changed.
