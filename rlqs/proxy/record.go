@@ -68,10 +68,10 @@ type StreamEvent struct {
 type StreamEventKind uint8
 
 const (
-	Opened       StreamEventKind = iota // a stream was opened to Addr
-	OpenFailed                          // the connection to Addr was not ready in time, or the stream not opened
-	Broken                              // the stream to Addr ended (error or EOF)
-	BadResponse                         // Addr sent a response the model refused (Err says why); it was ignored
+	Opened      StreamEventKind = iota // a stream was opened to Addr
+	OpenFailed                         // the connection to Addr was not ready in time, or the stream not opened
+	Broken                             // the stream to Addr ended (error or EOF)
+	BadResponse                        // Addr sent a response the model refused (Err says why); it was ignored
 )
 
 func (k StreamEventKind) String() string {
