@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ func (k StreamEventKind) String() string {
 	case BadResponse:
 		return "bad-response"
 	}
-	return "StreamEventKind(?)"
+	return fmt.Sprintf("StreamEventKind(%d)", uint8(k))
 }
 
 // Record is everything a fleet's proxies did, each list in time order.
