@@ -199,8 +199,11 @@ func (q *Quota) Usage(now time.Duration, u strategy.QuotaUsage, fx *strategy.Eff
 	}
 	at.last = u
 	o := q.owner(u.Key)
+	// What the client holds goes with every report (a resync): an owner
+	// that has no share for it (a new owner, whose view may have changed
+	// after this node's) counts it instead of taking it for a new client.
 	var h *held
-	if at.owner != o && at.held.TTL > 0 && at.expires > now {
+	if at.held.TTL > 0 && at.expires > now {
 		h = &held{units: at.held.TokensPerFill, burst: at.held.MaxTokens, expires: at.expires}
 	}
 	at.owner = o
