@@ -26,6 +26,7 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.3 // indirect
 	git.sr.ht/~sbinet/gg v0.5.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/armon/go-metrics v0.0.0-20180917152333-f0300d1749da // indirect

@@ -273,6 +273,7 @@ const (
 	evLeave
 	evRules // SetRules (reload.go)
 	evHint  // SetLatencyHint (hint.go)
+	evQuota // QuotaUsage, QuotaDetach (quota.go)
 )
 
 type event struct {
@@ -291,11 +292,14 @@ type event struct {
 	done    chan struct{}
 	rules   *rulesUpdate // evRules (reload.go)
 
-	hint time.Duration // evHint (hint.go)
+	hint  time.Duration // evHint (hint.go)
+	quota *quotaCall    // evQuota (quota.go)
 }
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
 type Node struct {
+	quotaState // quota clients (quota.go)
+
 	self    strategy.NodeID
 	rules   map[string]*ruleState
 	order   []*ruleState
@@ -970,6 +974,9 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evHint:
 		n.setHint(now, ev.hint)
+		close(ev.done)
+	case evQuota:
+		n.handleQuota(now, ev)
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {

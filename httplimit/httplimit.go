@@ -27,6 +27,11 @@
 //	Retry-After: 1                      (refusals only) seconds until the hits could be
 //	                                    admitted, rounded up, at least 1
 //
+// Endpoints (endpoints.go) serves several rules as an HTTP edge at
+// /v1/limit/{rule}, each with its own key template: 200 "allowed" or the
+// refusal, for an auth subrequest (nginx auth_request, Traefik
+// forwardAuth); `tokenmesh serve`'s HTTP mode is this.
+//
 // Each check carries the request's edge time (edge.go): when Wrap received
 // it, or the time a gateway in front put in Options.EdgeHeader
 // (X-Request-Start); an owner rule decides a key's requests in that order.

@@ -207,6 +207,7 @@ type Node struct {
 
 	persist *persister // nil without Config.StateDir
 	restore RestoreInfo
+	latency *cluster.LatencyEstimator // PeerConfig.Latency: nil when the hint is not measured
 
 	mu      sync.Mutex
 	members []string          // as last handed to node by gossip
@@ -330,7 +331,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.attach(node)
 	if cfg.Peer != nil && cfg.Peer.Latency != nil {
-		cfg.Peer.Latency.Attach(node)
+		n.latency = cfg.Peer.Latency
+		n.latency.Attach(node)
 	}
 	if p := n.persist; p != nil {
 		n.restore.Keys = node.Restored()

@@ -1,17 +1,16 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,29 +47,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuf is a bytes.Buffer safe for concurrent use.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	var log syncBuf
+	var log lockedbuf.Buffer
 	ctx := context.Background()
 	c, err := Start(ctx, Config{
 		Binary: binary, Nodes: 3, FaultInjection: true, Log: &log,

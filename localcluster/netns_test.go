@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"os/exec"
 	"reflect"
@@ -55,7 +56,7 @@ func TestNamespaces(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var log syncBuf
+	var log lockedbuf.Buffer
 	c, err := Start(ctx, Config{Binary: binary, Nodes: 2, Namespaces: true, Settle: -1, Log: &log,
 		Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s"), Burst: 3}}})
 	if err != nil {

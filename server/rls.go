@@ -50,6 +50,5 @@ func (s *Server) RegisterRLS(g grpc.ServiceRegistrar, cfg *envoyrls.Config) {
 	}
 	svc := envoyrls.New(cfg, s.node.Cluster(), observe)
 	rlsv3.RegisterRateLimitServiceServer(g, &rls{s: s, svc: svc})
-	s.healthNames = append(s.healthNames, envoyrls.ServiceName)
-	s.SetReady(s.ready.Load())
+	s.AddHealthService(envoyrls.ServiceName)
 }

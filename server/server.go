@@ -108,7 +108,8 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	// healthNames are further gRPC services reported in the health
-	// service (RegisterRLS).
+	// service (AddHealthService, RegisterRLS), under healthMu.
+	healthMu    sync.Mutex
 	healthNames []string
 }
 
@@ -164,17 +165,40 @@ func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
 // while shutting down); a server without a node is never ready.
 func (s *Server) SetReady(ready bool) {
 	ready = ready && s.node != nil
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	s.ready.Store(ready)
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if ready {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
+	st := servingStatus(ready)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(tokenmeshv1.RateLimitService_ServiceDesc.ServiceName, st)
 	for _, n := range s.healthNames {
 		s.health.SetServingStatus(n, st)
 	}
 }
+
+// AddHealthService reports the gRPC service name (its full name,
+// "envoy.service.ratelimit.v3.RateLimitService") in the health service
+// (RegisterGRPC) from now on: SERVING while the server is ready, as the
+// API. For a service served beside the API on the same gRPC server whose
+// answers need the node (package daemon's Service).
+func (s *Server) AddHealthService(name string) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	s.healthNames = append(s.healthNames, name)
+	s.health.SetServingStatus(name, servingStatus(s.ready.Load()))
+}
+
+// servingStatus is the health service's status for ready.
+func servingStatus(ready bool) healthpb.HealthCheckResponse_ServingStatus {
+	if ready {
+		return healthpb.HealthCheckResponse_SERVING
+	}
+	return healthpb.HealthCheckResponse_NOT_SERVING
+}
+
+// Ready reports what /readyz and the gRPC health service report: true
+// from New until SetReady(false), and after SetReady(true) again.
+func (s *Server) Ready() bool { return s.ready.Load() }
 
 // Check implements tokenmesh.v1.RateLimitService/Check (see the package
 // documentation and ratelimit.proto).

@@ -447,8 +447,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	if rec := do(s, "GET", "/healthz", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != "ok" {
 		t.Errorf("/healthz: %d %q", rec.Code, rec.Body)
 	}
-	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 {
-		t.Errorf("/readyz: %d %q", rec.Code, rec.Body)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 || !s.Ready() {
+		t.Errorf("/readyz: %d %q, Ready %v", rec.Code, rec.Body, s.Ready())
 	}
 	hc := healthpb.NewHealthClient(grpcClient(t, s))
 	ctx := ctxT(t)
@@ -460,8 +460,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 
 	s.SetReady(false)
-	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after SetReady(false): %d", rec.Code)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable || s.Ready() {
+		t.Errorf("/readyz after SetReady(false): %d, Ready %v", rec.Code, s.Ready())
 	}
 	if rec := do(s, "GET", "/healthz", ""); rec.Code != 200 {
 		t.Errorf("/healthz after SetReady(false): %d", rec.Code)
@@ -613,5 +613,28 @@ func TestCheckMaxWait(t *testing.T) {
 	res = httpCheck(t, s, `{"checks":[{"rule":"api","key":"w1","hits":1,"max_wait_ms":200000,"created_at_unix_ns":"`+created+`"}]}`)
 	if w := res[0].GetWaitMs(); !res[0].GetAllowed() || w < 99000 || w > 100000 {
 		t.Fatalf("one check with max_wait_ms 200000 and an edge time: %v, want allowed with wait_ms about 100000", res[0])
+	}
+}
+
+// AddHealthService reports a further service with the server's readiness,
+// from the moment it is added.
+func TestAddHealthService(t *testing.T) {
+	s := newTestServer(t)
+	hc := healthpb.NewHealthClient(grpcClient(t, s))
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "test.Other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	s.SetReady(false)
+	s.AddHealthService("test.Other")
+	if st := status(); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("added while not ready: %v, want NOT_SERVING", st)
+	}
+	s.SetReady(true)
+	if st := status(); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("after SetReady(true): %v, want SERVING", st)
 	}
 }

@@ -66,6 +66,9 @@ type Effects struct {
 	Messages  []Message       // messages to send, in order
 	Decisions []Decision      // decisions on earlier pending requests, now complete
 	Wakeups   []time.Duration // times at which to call Tick (absolute; duplicates allowed)
+	// Quotas are token-bucket assignments for quota clients attached to
+	// this node (Quoter), in order.
+	Quotas []QuotaAssignment
 }
 
 // Send queues a message to a peer.
@@ -107,6 +110,7 @@ func (fx *Effects) Reset() {
 	fx.Messages = fx.Messages[:0]
 	fx.Decisions = fx.Decisions[:0]
 	fx.Wakeups = fx.Wakeups[:0]
+	fx.Quotas = fx.Quotas[:0]
 }
 
 // Strategy is one node's state machine for one rule. Calls on an instance

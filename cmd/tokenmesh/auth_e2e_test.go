@@ -10,6 +10,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
+	"github.com/tokenmesh/tokenmesh/daemon"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -53,7 +54,7 @@ func TestClusterE2EForgedFramesRefused(t *testing.T) {
 	// generation (gcounter's default idle, 10m): at 1/s the limit would
 	// take 2^50 s (35 million years) to pass the count. (With this binary
 	// before the fix, every node then refused the key.)
-	now := time.Since(clusterEpoch)
+	now := time.Since(daemon.ClusterEpoch)
 	forged, err := proto.Marshal(&peerv1.GCounterMessage{Buckets: []*peerv1.GCounterBucket{{Key: "victim",
 		Counter: []*peerv1.GCounterEntry{{Node: "n1", Consumed: 1 << 50}}, Limit: 0, RefillNs: int64(now),
 		Generation: int64(now / (10 * time.Minute))}}})

@@ -156,7 +156,7 @@ func (f *benchFlags) tlsConfig() (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsName, InsecureSkipVerify: f.tlsInsecure}
 	if f.tlsCA != "" {
-		pool, err := certPool("--tls-ca", f.tlsCA)
+		pool, err := config.CertPool("--tls-ca", f.tlsCA)
 		if err != nil {
 			return nil, usageErr("%v", err)
 		}

@@ -37,7 +37,7 @@ func TestCertsForPeerMTLS(t *testing.T) {
 	box := make(chan cluster.Frame, 4)
 	trs := map[strategy.NodeID]*grpcpeer.Transport{}
 	for _, n := range []string{"n1", "n2"} {
-		tc, err := peerTLS(&config.TLS{CertFile: filepath.Join(dir, n+".pem"), KeyFile: filepath.Join(dir, n+"-key.pem"), CAFile: filepath.Join(dir, "ca.pem")})
+		tc, err := (&config.TLS{CertFile: filepath.Join(dir, n+".pem"), KeyFile: filepath.Join(dir, n+"-key.pem"), CAFile: filepath.Join(dir, "ca.pem")}).Config()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ package main
 // (package localcluster), with the binary TestMain built.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,30 +27,13 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
-
-// lockedBuf is a bytes.Buffer safe for concurrent writes and reads (a
-// process's output, read while it runs).
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startCluster starts a local cluster of the test binary, stopped at the
 // end of the test; the nodes' output is logged when the test fails.
@@ -60,7 +42,7 @@ func startCluster(t *testing.T, cfg localcluster.Config) *localcluster.Cluster {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
-	logs := &lockedBuf{}
+	logs := &lockedbuf.Buffer{}
 	cfg.Binary, cfg.Log = binary, logs
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -386,7 +368,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	// becoming a member of the real one.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out lockedBuf
+	var out lockedbuf.Buffer
 	addrFile := filepath.Join(dir, "addr.json")
 	cmd := exec.CommandContext(ctx, binary, "serve", "--config", cfg, "--addr-file", addrFile)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -394,7 +376,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var intruder boundAddrs
+	var intruder daemon.Addrs
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &intruder) == nil && intruder.API != "" {
 			break
@@ -439,7 +421,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 	}
 	node, err := cluster.New(cluster.Config{Self: "intruder", Members: []strategy.NodeID{"intruder", "n0", "n1", "n2"},
 		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
-		Transport: tr, Epoch: clusterEpoch})
+		Transport: tr, Epoch: daemon.ClusterEpoch})
 	if err != nil {
 		t.Fatal(err)
 	}

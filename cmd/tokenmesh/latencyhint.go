@@ -4,55 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/tokenmesh/tokenmesh/cluster"
-	"github.com/tokenmesh/tokenmesh/config"
-	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/replay"
 )
-
-// latencyHint sets lc's latency hint from node.latency_hint and returns the
-// estimator (nil: none) whose tokenmesh_peer_latency_seconds serve exports.
-// A fixed value (the default: 0s): that, nothing measured. auto on a
-// networked node: the strategies start at 0 and gossip's probes measure
-// the hint (at least cluster.DefaultHintFloor once a peer answered one;
-// limiter.PeerConfig.Latency). auto without peers: 0.
-func latencyHint(lc *limiter.Config, h config.LatencyHint, log *slog.Logger) *cluster.LatencyEstimator {
-	switch {
-	case !h.Auto:
-		lc.LatencyHint = h.Value
-		log.Info("latency hint fixed (node.latency_hint)", "hint", h.Value)
-		return nil
-	case lc.Peer == nil:
-		lc.LatencyHint = 0
-		return nil
-	default:
-		est := cluster.NewLatencyEstimator(cluster.DefaultHintFloor)
-		lc.LatencyHint = 0
-		lc.Peer.Latency = est
-		log.Info("latency hint measured from gossip probes (node.latency_hint: auto)", "floor", cluster.DefaultHintFloor,
-			"quantile", cluster.HintQuantile, "window", cluster.HintWindow, "factor", cluster.HintFactor)
-		return est
-	}
-}
-
-// registerHintMetrics exports tokenmesh_latency_hint_seconds (the hint the
-// node's strategies have, cluster.Node.LatencyHint) and, with an
-// estimator, tokenmesh_peer_latency_seconds.
-func registerHintMetrics(reg prometheus.Registerer, node *cluster.Node, est *cluster.LatencyEstimator) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokenmesh_latency_hint_seconds",
-		Help: "The latency hint this node's strategies derive their timers from (owner's hold, ...), seconds: measured (node.latency_hint: auto) or fixed."},
-		func() float64 { return node.LatencyHint().Seconds() }))
-	if est != nil {
-		reg.MustRegister(est)
-	}
-}
 
 // metricsReader is what reportHints needs of a cluster
 // (localcluster.Cluster).

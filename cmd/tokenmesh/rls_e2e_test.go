@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rule"
 )
@@ -446,7 +448,7 @@ func TestServeHTTPModeRefusal403(t *testing.T) {
 // startEdgeProc starts `tokenmesh serve` as node "edge" on loopback ports
 // picked by the kernel, with nodeExtra (node settings, YAML lines indented
 // two spaces; may be empty) and rules (the YAML list under rules:).
-func startEdgeProc(t *testing.T, nodeExtra, rules string) (boundAddrs, *lockedBuf) {
+func startEdgeProc(t *testing.T, nodeExtra, rules string) (daemon.Addrs, *lockedbuf.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "tokenmesh.yaml")

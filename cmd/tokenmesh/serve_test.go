@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // startCmd starts cmd (its outputs set by the caller) and kills it when
@@ -36,9 +37,9 @@ func startCmd(t *testing.T, cmd *exec.Cmd, name string) (exited chan error) {
 
 // startProc is startCmd with stdout and stderr into out, logged when the
 // test failed (after the kill).
-func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited chan error) {
+func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedbuf.Buffer, exited chan error) {
 	t.Helper()
-	out = &lockedBuf{}
+	out = &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -50,11 +51,11 @@ func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedBuf, exited
 
 // startServeProc runs serve --config cfg in dir until the test ends and
 // returns its bound addresses once written, and its output.
-func startServeProc(t *testing.T, dir, cfg string) (boundAddrs, *lockedBuf) {
+func startServeProc(t *testing.T, dir, cfg string) (daemon.Addrs, *lockedbuf.Buffer) {
 	t.Helper()
 	addrFile := filepath.Join(dir, "addrs.json")
 	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
-	var addrs boundAddrs
+	var addrs daemon.Addrs
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.GRPC != "" {
@@ -124,7 +125,7 @@ rules:
 	}
 	addrFile := filepath.Join(filepath.Dir(cfg), "addrs.json")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile)
-	var stdout, stderr lockedBuf // read while the process writes
+	var stdout, stderr lockedbuf.Buffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
@@ -157,7 +158,7 @@ rules:
 
 	// --addr-file holds the bound addresses once serving (written before
 	// /readyz can answer, as the HTTP server starts after the node).
-	var addrs boundAddrs
+	var addrs daemon.Addrs
 	if b, err := os.ReadFile(addrFile); err != nil || json.Unmarshal(b, &addrs) != nil {
 		fail("--addr-file: %v %q", err, b)
 	}
@@ -257,17 +258,5 @@ func TestServePeerSecurityRequired(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve with insecure: true and memory_limit did not print %q:\n%s", want, out.String())
 		}
-	}
-}
-
-// TestAppendEnvoyRules: the envoy config's rules follow the file's, in
-// order; a name both have is reported (serve and a reload refuse it).
-func TestAppendEnvoyRules(t *testing.T) {
-	all, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}}, []cluster.Rule{{Name: "rls.edge.ip"}, {Name: "rls.edge.path"}})
-	if dup != "" || len(all) != 3 || all[0].Name != "api" || all[1].Name != "rls.edge.ip" || all[2].Name != "rls.edge.path" {
-		t.Errorf("no collision: %v %q", all, dup)
-	}
-	if _, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []cluster.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
-		t.Errorf("collision reported as %q, want rls.edge.ip", dup)
 	}
 }

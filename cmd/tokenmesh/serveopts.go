@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -156,24 +155,10 @@ func (o *nodeFlags) newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, st
 }
 
 // serveEnvHelp is the part of serve --help on flags and environment.
-var serveEnvHelp = fmt.Sprintf(`Flags and environment: the common node settings can be given without YAML,
-as flags or environment variables; the precedence is flag > environment >
-YAML file (--config) > built-in default:
-
-  --config       %s
-  --name         %s        node.name
-  --api-addr     %s    node.api_addr
-  --grpc-addr    %s   node.grpc_addr
-  --peer-addr    %s   node.peer_addr
-  --gossip-addr  %s node.gossip_addr
-  --join         %s        node.join (a comma list; the flag may also repeat)
-  --latency-hint %s node.latency_hint (auto or a duration)
-  --log-format   %s  text or json
-  --log-level    %s   debug, info, warn or error
-
-An empty variable counts as unset. A peer setting (--peer-addr,
---gossip-addr or --join) makes the node networked even without --config
-(the peer security rule below then applies). A bad value stops the start
-with an error naming the flag or variable, e.g.
-  tokenmesh: usage: --api-addr "8080": node.api_addr: "8080" is not host:port`,
-	envConfig, envName, envAPIAddr, envGRPCAddr, envPeerAddr, envGossipAddr, envJoin, envLatency, envLogFormat, envLogLevel)
+const serveEnvHelp = `Flags and environment: the common node settings can be given without YAML,
+as flags or environment variables (each flag below names its variable; an
+empty variable counts as unset); the precedence is flag > environment > YAML
+file (--config) > built-in default. A peer setting (--peer-addr,
+--gossip-addr or --join) makes the node networked even without --config. A
+bad value stops the start with an error naming the flag or variable.
+docs/OPERATIONS.md, "Flags and environment variables", has the table.`

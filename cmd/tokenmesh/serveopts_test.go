@@ -22,6 +22,8 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // TestNodeFlagsPrecedence: flag > environment > YAML > default, per setting;
@@ -134,14 +136,14 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--name", "from-flag", "--grpc-addr", "127.0.0.1:0",
 		"--log-format", "json", "--addr-file", addrFile)
 	cmd.Env = append(os.Environ(), envName+"=from-env", envAPIAddr+"="+api, envLogLevel+"=debug")
-	var stdout, stderr lockedBuf // read while the process writes
+	var stdout, stderr lockedbuf.Buffer // read while the process writes
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := startCmd(t, cmd, "serve")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout.String(), stderr.String())...)
 	}
-	var addrs boundAddrs
+	var addrs daemon.Addrs
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil {
 			break

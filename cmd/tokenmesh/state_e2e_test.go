@@ -17,13 +17,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 )
 
 // stateNode is one serve process of TestStateDirE2E.
 type stateNode struct {
 	name, dir string
 	cmd       *exec.Cmd
-	out       *lockedBuf
+	out       *lockedbuf.Buffer
 	done      chan struct{}
 	api       string
 	gossip    string
@@ -56,7 +59,7 @@ rules:
 	}
 	addrFile := filepath.Join(dir, name+".addr.json")
 	_ = os.Remove(addrFile)
-	n := &stateNode{name: name, dir: dir, out: &lockedBuf{}, done: make(chan struct{})}
+	n := &stateNode{name: name, dir: dir, out: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	n.cmd = exec.Command(binary, "serve", "--config", cfgPath, "--addr-file", addrFile)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	if err := n.cmd.Start(); err != nil {
@@ -66,7 +69,7 @@ rules:
 	t.Cleanup(func() { n.kill() })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		var a boundAddrs
+		var a daemon.Addrs
 		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &a) == nil && a.API != "" {
 			n.api, n.gossip = a.API, a.Gossip
 			return n

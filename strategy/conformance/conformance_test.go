@@ -74,6 +74,10 @@ type contract struct {
 //     owner's bounds. (Under the old default fail_open=true the suite
 //     measured, under 6 % loss, up to 0.99 token beyond b + r*T, and in
 //     a partition 2 tokens beyond the fault bound, seed 295.)
+//   - quota: without quota clients every check is decided at the owner
+//     from the key's reserve, and a forward with no verdict within timeout
+//     is refused: "the envelope holds exactly" (quota/doc.go); a new owner
+//     starts frozen (empty, not refilling) for takeover.
 //   - local, gcounter, tbqueue: no exact bound (N buckets; gossip lag).
 //   - fixedwindow: not a token bucket.
 var contracts = map[string]contract{
@@ -86,6 +90,7 @@ var contracts = map[string]contract{
 	"gdrl":        {bucket: true, exact: true, exactUnderLoss: true},
 	"adaptive":    {bucket: true, exact: true},
 	"lease":       {bucket: true, exact: true},
+	"quota":       {bucket: true, exact: true, exactUnderLoss: true},
 	"fixedwindow": {},
 }
 

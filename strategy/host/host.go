@@ -37,6 +37,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -60,6 +61,13 @@ type Driver interface {
 	// Schedule asks for Tick(at', rule) at some at' >= at. It is called
 	// once per distinct (rule, at) until a Tick of rule at or after at.
 	Schedule(rule int, at time.Duration)
+}
+
+// QuotaDriver is implemented by a driver whose node has quota clients
+// (strategy.Quoter): Assigned is called with every assignment a rule's
+// strategy asks to push, after the rule's messages.
+type QuotaDriver interface {
+	Assigned(rule int, a strategy.QuotaAssignment)
 }
 
 // Host is one node's strategy instances, rule by rule. Not safe for
@@ -290,6 +298,34 @@ func (h *Host) CapacityShares(rule int) (sum float64, keys int, ok bool) {
 	return 0, 0, false
 }
 
+// Usage hands a quota client's report to rule's strategy when it is a
+// strategy.Quoter. Errors: the strategy is not one, or the report is bad
+// (it changes nothing).
+func (h *Host) Usage(now time.Duration, rule int, u strategy.QuotaUsage) error {
+	q, ok := h.rules[rule].s.(strategy.Quoter)
+	if !ok {
+		return fmt.Errorf("rule %d: %w", rule, ErrNotQuoter)
+	}
+	h.fx.Reset()
+	err := q.Usage(now, u, &h.fx)
+	h.apply(now, rule)
+	return err
+}
+
+// Detach tells rule's strategy, when it is a strategy.Quoter, that a quota
+// client's stream ended (key "") or it abandoned key.
+func (h *Host) Detach(now time.Duration, rule int, c strategy.QuotaClient, key string) {
+	if q, ok := h.rules[rule].s.(strategy.Quoter); ok {
+		h.fx.Reset()
+		q.Detach(now, c, key, &h.fx)
+		h.apply(now, rule)
+	}
+}
+
+// ErrNotQuoter is returned by Usage for a rule whose strategy hands out no
+// quota assignments.
+var ErrNotQuoter = errors.New("the rule's strategy does not serve quota clients (use strategy quota)")
+
 // Do makes a call f on rule's strategy that takes Effects and is none of
 // the above (an Allowancer's Grant or Return) and carries out its effects.
 func (h *Host) Do(now time.Duration, rule int, f func(s strategy.Strategy, fx *strategy.Effects)) {
@@ -305,6 +341,13 @@ func (h *Host) apply(now time.Duration, rule int) {
 	}
 	for _, m := range h.fx.Messages {
 		h.d.Send(rule, m.To, m.Payload)
+	}
+	if len(h.fx.Quotas) > 0 {
+		if qd, ok := h.d.(QuotaDriver); ok {
+			for _, a := range h.fx.Quotas {
+				qd.Assigned(rule, a)
+			}
+		}
 	}
 	r := h.rules[rule]
 	for _, at := range h.fx.Wakeups {

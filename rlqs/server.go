@@ -1,0 +1,420 @@
+// Package rlqs serves Envoy's Rate Limit Quota Service (RLQS,
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas)
+// on a tokenmesh node: each Envoy stream is a quota client of the node
+// (cluster.Node.NewQuotaClient); its usage reports go to the rule of the
+// bucket's limit, whose strategy (quota) sizes a token-bucket assignment
+// for it from its demand out of the key's one (r, b); the assignments come
+// back through the node's quota sink and are pushed on the stream.
+//
+// Limits come from envoyproxy/ratelimit's YAML (envoyrls.Config, the same
+// files as the RLS drop-in): the stream's domain is a file's domain, a
+// bucket_id matches the descriptor tree (envoyrls.MatchBucket), and the
+// matched descriptor's rule and key are the RLS ones, so RLS and RLQS
+// checks of one descriptor draw on one bucket. A bucket that matches no
+// limit, or an unlimited one, is answered ALLOW_ALL once; a limit whose
+// rule's strategy is not quota is answered nothing (Envoy keeps its
+// no_assignment_behavior) and counted (tokenmesh_rlqs_buckets_unserved).
+//
+// Bad input gets a gRPC status naming it and ends the stream: a report
+// with no domain on a new stream or an unknown domain (NotFound), a change
+// of domain (InvalidArgument), more than MaxBucketsPerStream distinct buckets (ResourceExhausted). Envoy's
+// first report of a bucket has time_elapsed 0, which the proto's own
+// validation refuses; it is taken as it is (Envoy sends 0 for any report
+// less than a second after the previous one: such a report leaves the
+// demand estimate as it is). A report with an empty bucket id (Envoy makes
+// one when no bucket_id_builder applies) is skipped and counted in
+// tokenmesh_rlqs_refused_total{code="empty_bucket_id"}, not a reason to
+// end the stream.
+//
+// Ours: the package; the protocol is Envoy's (api/envoy/service/
+// rate_limit_quota/v3/rlqs.proto).
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// MaxBucketsPerStream bounds the distinct bucket ids one stream may report
+// (a flood of ids must not grow the node's memory without limit).
+const MaxBucketsPerStream = 10000
+
+// MaxBucketIDBytes bounds one bucket id's keys and values together.
+const MaxBucketIDBytes = 4096
+
+// outQueue is how many responses may wait for a slow stream; a stream
+// whose queue is full is ended (its Envoy reconnects), since a dropped cut
+// would let it hold a share beyond the bound.
+const outQueue = 1024
+
+// Node is what the server needs of a tokenmesh node (cluster.Node).
+type Node interface {
+	NewQuotaClient() strategy.QuotaClient
+	QuotaUsage(ctx context.Context, rule string, u strategy.QuotaUsage) error
+	QuotaDetach(ctx context.Context, rule string, client strategy.QuotaClient, key string) error
+}
+
+// Server is the RLQS service of one node. Build it with New; register it
+// on a gRPC server with Register; hand its Assigned to the node's quota
+// sink (cluster.Node.SetQuotaSink).
+type Server struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	node    Node
+	cfg     atomic.Pointer[envoyrls.Config]
+	log     *slog.Logger
+	mu      sync.Mutex
+	streams map[strategy.QuotaClient]*stream
+	m       metrics
+	closing chan struct{} // closed by Close: every stream ends
+	once    sync.Once
+}
+
+type stream struct {
+	client   strategy.QuotaClient
+	domain   string
+	out      chan *rlqsv3.RateLimitQuotaResponse
+	full     chan struct{} // closed when out overflowed
+	fullOnce sync.Once
+	mu       sync.Mutex
+	buckets  map[string]*bucket // by canonical bucket id
+	byKey    map[ruleKey]*bucket
+}
+
+type ruleKey struct{ rule, key string }
+
+type bucket struct {
+	id       *rlqsv3.BucketId
+	rule     string // "" for a bucket with no limit
+	key      string
+	assigned bool // an assignment (or ALLOW_ALL) was sent
+}
+
+type metrics struct {
+	streams  prometheus.Gauge
+	buckets  prometheus.Gauge
+	reports  prometheus.Counter
+	sent     *prometheus.CounterVec
+	unserved prometheus.Counter
+	refused  *prometheus.CounterVec
+}
+
+// New returns the server of node with the limits of cfg. reg, when not
+// nil, gets the server's metrics (tokenmesh_rlqs_*). Errors: a nil node
+// or config, a metric already registered.
+func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if node == nil || cfg == nil {
+		return nil, errors.New("rlqs: node and config are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{node: node, log: log, streams: map[strategy.QuotaClient]*stream{}, closing: make(chan struct{})}
+	s.cfg.Store(cfg)
+	s.m = metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tokenmesh_rlqs_streams", Help: "Open RLQS streams (one per Envoy quota client)."}),
+		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tokenmesh_rlqs_buckets", Help: "Buckets subscribed by the open RLQS streams."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_reports_total", Help: "Bucket usage reports received."}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_assignments_total",
+			Help: "Bucket actions sent, by kind: token_bucket (changed or renewed), allow_all (no limit), expire (TTL 0 before a drain)."}, []string{"kind"}),
+		unserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_buckets_unserved_total",
+			Help: "Reports for buckets whose limit's rule is not a quota rule (answered nothing)."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_refused_total",
+			Help: "Streams ended for bad input, by gRPC code; and bucket reports skipped (code empty_bucket_id)."}, []string{"code"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.m.streams, s.m.buckets, s.m.reports, s.m.sent, s.m.unserved, s.m.refused} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("rlqs: metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s) }
+
+// SetConfig replaces the limits (a reload). Open streams keep the rules
+// their buckets matched until they report again under the new ones.
+func (s *Server) SetConfig(cfg *envoyrls.Config) {
+	if cfg != nil {
+		s.cfg.Store(cfg)
+	}
+}
+
+// Assigned pushes an assignment of rule's strategy to its client's stream
+// (the node's quota sink: called from the node's goroutine, never blocks).
+func (s *Server) Assigned(rule string, a strategy.QuotaAssignment) {
+	s.mu.Lock()
+	st := s.streams[a.Client]
+	s.mu.Unlock()
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	b := st.byKey[ruleKey{rule, a.Key}]
+	if b != nil {
+		b.assigned = true
+	}
+	st.mu.Unlock()
+	if b == nil {
+		return
+	}
+	s.m.sent.WithLabelValues("token_bucket").Inc()
+	st.send(tokenBucket(b.id, a))
+}
+
+// tokenBucket is the RLQS action for an assignment.
+func tokenBucket(id *rlqsv3.BucketId, a strategy.QuotaAssignment) *rlqsv3.RateLimitQuotaResponse {
+	return action(id, durationpb.New(a.TTL), &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
+		TokenBucket: &typev3.TokenBucket{MaxTokens: uint32(a.MaxTokens), TokensPerFill: wrapperspb.UInt32(uint32(a.TokensPerFill)),
+			FillInterval: durationpb.New(a.FillInterval)}}})
+}
+
+func action(id *rlqsv3.BucketId, ttl *durationpb.Duration, rs *typev3.RateLimitStrategy) *rlqsv3.RateLimitQuotaResponse {
+	return &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+		BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: ttl, RateLimitStrategy: rs}},
+	}}}
+}
+
+// send queues r for the stream; a full queue ends the stream.
+func (st *stream) send(r *rlqsv3.RateLimitQuotaResponse) {
+	select {
+	case st.out <- r:
+	default:
+		st.fullOnce.Do(func() { close(st.full) })
+	}
+}
+
+// Drain sends every bucket of every open stream an assignment with TTL 0,
+// so that their Envoys fall back to their expired_assignment_behavior
+// instead of holding shares this node can no longer renew (before the
+// node leaves). It returns the number of buckets expired.
+func (s *Server) Drain() int {
+	s.mu.Lock()
+	streams := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, st := range streams {
+		st.mu.Lock()
+		for _, b := range st.buckets {
+			if b.rule != "" && b.assigned {
+				st.send(action(b.id, durationpb.New(0), nil))
+				n++
+			}
+		}
+		st.mu.Unlock()
+	}
+	s.m.sent.WithLabelValues("expire").Add(float64(n))
+	return n
+}
+
+// Close ends every stream (Unavailable: their Envoys reconnect to another
+// node) after sending what is queued (Drain's expiries), and refuses new
+// ones. Call Drain first.
+func (s *Server) Close() { s.once.Do(func() { close(s.closing) }) }
+
+// StreamRateLimitQuotas serves one Envoy's stream.
+func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	ctx := gs.Context()
+	select {
+	case <-s.closing:
+		return status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
+	default:
+	}
+	st := &stream{client: s.node.NewQuotaClient(), out: make(chan *rlqsv3.RateLimitQuotaResponse, outQueue), full: make(chan struct{}),
+		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}
+	s.mu.Lock()
+	s.streams[st.client] = st
+	s.mu.Unlock()
+	s.m.streams.Inc()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, st.client)
+		s.mu.Unlock()
+		s.m.streams.Dec()
+		st.mu.Lock()
+		s.m.buckets.Sub(float64(len(st.buckets)))
+		rules := map[string]bool{}
+		for rk := range st.byKey {
+			rules[rk.rule] = true
+		}
+		st.mu.Unlock()
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for r := range rules {
+			_ = s.node.QuotaDetach(dctx, r, st.client, "")
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- s.recv(ctx, gs, st) }()
+	for {
+		select {
+		case err := <-errc:
+			if code := status.Code(err); err != nil && code != codes.Canceled {
+				s.m.refused.WithLabelValues(code.String()).Inc()
+				s.log.Warn("rlqs: stream ended", "client", uint64(st.client), "domain", st.domain, "error", err.Error())
+			}
+			return err
+		case r := <-st.out:
+			if err := gs.Send(r); err != nil {
+				return err
+			}
+		case <-s.closing:
+			// what Drain queued goes out first
+			for {
+				select {
+				case r := <-st.out:
+					if err := gs.Send(r); err != nil {
+						return err
+					}
+					continue
+				default:
+				}
+				break
+			}
+			return status.Error(codes.Unavailable, "rlqs: the node is shutting down; reconnect to another node")
+		case <-st.full:
+			err := status.Error(codes.ResourceExhausted, "rlqs: the stream does not read its assignments fast enough; reconnect")
+			s.m.refused.WithLabelValues(codes.ResourceExhausted.String()).Inc()
+			return err
+		}
+	}
+}
+
+// recv reads reports until the stream ends or one is bad.
+func (s *Server) recv(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], st *stream) error {
+	for {
+		m, err := gs.Recv()
+		if err != nil {
+			return err
+		}
+		if err := s.reports(ctx, st, m); err != nil {
+			return err
+		}
+	}
+}
+
+// reports handles one message of reports.
+func (s *Server) reports(ctx context.Context, st *stream, m *rlqsv3.RateLimitQuotaUsageReports) error {
+	cfg := s.cfg.Load()
+	switch {
+	case st.domain == "" && m.Domain == "":
+		return status.Error(codes.InvalidArgument, "rlqs: the first report of a stream must name its domain")
+	case st.domain == "":
+		if cfg.Domains[m.Domain] == nil {
+			return status.Errorf(codes.NotFound, "rlqs: unknown domain %q (no envoy config file has it)", m.Domain)
+		}
+		st.domain = m.Domain
+	case m.Domain != "" && m.Domain != st.domain:
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain %q on a stream of domain %q: open a new stream to change domains", m.Domain, st.domain)
+	}
+	for i, u := range m.BucketQuotaUsages {
+		if err := s.report(ctx, cfg, st, u); err != nil {
+			return status.Errorf(status.Code(err), "rlqs: bucket_quota_usages[%d]: %s", i, status.Convert(err).Message())
+		}
+	}
+	return nil
+}
+
+// report handles one bucket's usage.
+func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
+	s.m.reports.Inc()
+	id := u.GetBucketId().GetBucket()
+	if len(id) == 0 {
+		// Envoy builds one when no bucket_id_builder applies: it is
+		// skipped (counted), not a reason to end the stream, which would
+		// take every other bucket of that Envoy with it.
+		s.m.refused.WithLabelValues("empty_bucket_id").Inc()
+		return nil
+	}
+	canon, size := canonical(id)
+	if size > MaxBucketIDBytes {
+		return status.Errorf(codes.InvalidArgument, "bucket_id of %d bytes is above the limit of %d", size, MaxBucketIDBytes)
+	}
+	st.mu.Lock()
+	b := st.buckets[canon]
+	if b == nil {
+		if len(st.buckets) >= MaxBucketsPerStream {
+			st.mu.Unlock()
+			return status.Errorf(codes.ResourceExhausted, "more than %d buckets on one stream", MaxBucketsPerStream)
+		}
+		b = &bucket{id: u.GetBucketId()}
+		if l, key := cfg.MatchBucket(st.domain, id); l != nil && l.Rule != "" && !l.Unlimited {
+			b.rule, b.key = l.Rule, key
+			st.byKey[ruleKey{b.rule, b.key}] = b
+		}
+		st.buckets[canon] = b
+		s.m.buckets.Inc()
+	}
+	first := b.rule == "" && !b.assigned
+	if first {
+		b.assigned = true
+	}
+	st.mu.Unlock()
+	if b.rule == "" {
+		if first {
+			s.m.sent.WithLabelValues("allow_all").Inc()
+			st.send(action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}))
+		}
+		return nil
+	}
+	elapsed := u.GetTimeElapsed().AsDuration()
+	if elapsed < 0 || elapsed > strategy.MaxQuotaElapsed {
+		return status.Errorf(codes.InvalidArgument, "time_elapsed %v outside [0, %v]", elapsed, strategy.MaxQuotaElapsed)
+	}
+	if u.NumRequestsAllowed > strategy.MaxQuotaReport || u.NumRequestsDenied > strategy.MaxQuotaReport {
+		return status.Errorf(codes.InvalidArgument, "num_requests_allowed %d / denied %d above %d", u.NumRequestsAllowed, u.NumRequestsDenied, int64(strategy.MaxQuotaReport))
+	}
+	err := s.node.QuotaUsage(ctx, b.rule, strategy.QuotaUsage{Client: st.client, Key: b.key,
+		Allowed: int64(u.NumRequestsAllowed), Denied: int64(u.NumRequestsDenied), Elapsed: elapsed})
+	if err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		s.m.unserved.Inc()
+		s.log.Debug("rlqs: bucket not served", "domain", st.domain, "rule", b.rule, "error", err.Error())
+	}
+	return nil
+}
+
+// canonical is a bucket id as one string (keys sorted, each key and value
+// length-prefixed) and its size in bytes.
+func canonical(id map[string]string) (string, int) {
+	keys := make([]string, 0, len(id))
+	size := 0
+	for k, v := range id {
+		keys = append(keys, k)
+		size += len(k) + len(v)
+	}
+	slices.Sort(keys)
+	buf := make([]byte, 0, size+8*len(keys))
+	for _, k := range keys {
+		buf = fmt.Appendf(buf, "%d:%s%d:%s", len(k), k, len(id[k]), id[k])
+	}
+	return string(buf), size
+}

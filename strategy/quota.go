@@ -1,0 +1,91 @@
+package strategy
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// QuotaClient numbers a quota client (one Envoy proxy's RLQS stream) among
+// those attached to one node; the node's driver assigns it and never reuses
+// one while the node runs. 0 is not a client.
+type QuotaClient uint64
+
+// QuotaUsage is one quota client's usage report for one key (an RLQS
+// BucketQuotaUsage): the requests it allowed and denied since its previous
+// report, over Elapsed (0 on a client's first report of the key, as Envoy
+// sends it).
+type QuotaUsage struct {
+	Client  QuotaClient
+	Key     string
+	Allowed int64
+	Denied  int64
+	Elapsed time.Duration
+}
+
+// MaxQuotaReport bounds Allowed and Denied of one report (2^40 requests),
+// so that demand arithmetic on peer input cannot overflow.
+const MaxQuotaReport = 1 << 40
+
+// MaxQuotaElapsed bounds a report's Elapsed (a day).
+const MaxQuotaElapsed = 24 * time.Hour
+
+// Validate reports a zero client, a key that is empty, longer than
+// MaxKeyStateBytes or not valid UTF-8, counts outside [0, MaxQuotaReport]
+// or an Elapsed outside [0, MaxQuotaElapsed].
+func (u QuotaUsage) Validate() error {
+	switch {
+	case u.Client == 0:
+		return fmt.Errorf("quota usage: client 0")
+	case u.Key == "":
+		return fmt.Errorf("quota usage: empty key")
+	case len(u.Key) > MaxKeyStateBytes:
+		return fmt.Errorf("quota usage: key of %d bytes is above the limit of %d", len(u.Key), MaxKeyStateBytes)
+	case !utf8.ValidString(u.Key):
+		return fmt.Errorf("quota usage: key %q is not valid UTF-8", u.Key)
+	case u.Allowed < 0 || u.Allowed > MaxQuotaReport || u.Denied < 0 || u.Denied > MaxQuotaReport:
+		return fmt.Errorf("quota usage of %q: allowed %d, denied %d outside [0, %d]", u.Key, u.Allowed, u.Denied, int64(MaxQuotaReport))
+	case u.Elapsed < 0 || u.Elapsed > MaxQuotaElapsed:
+		return fmt.Errorf("quota usage of %q: elapsed %v outside [0, %v]", u.Key, u.Elapsed, MaxQuotaElapsed)
+	}
+	return nil
+}
+
+// QuotaAssignment is a token bucket a quota client is to enforce for Key
+// (an RLQS BucketAction's token_bucket, Envoy's TokenBucket): MaxTokens
+// tokens of burst, refilled with TokensPerFill tokens every FillInterval
+// (whole seconds), valid for TTL (whole seconds) from its receipt. TTL 0
+// withdraws the assignment (the client falls back to its
+// expired_assignment_behavior).
+type QuotaAssignment struct {
+	Client        QuotaClient
+	Key           string
+	MaxTokens     int64
+	TokensPerFill int64
+	FillInterval  time.Duration
+	TTL           time.Duration
+}
+
+// Same reports whether a and b are the same token bucket (Envoy compares
+// max_tokens, tokens_per_fill and fill_interval; a resend of the same
+// bucket only renews its TTL).
+func (a QuotaAssignment) Same(b QuotaAssignment) bool {
+	return a.MaxTokens == b.MaxTokens && a.TokensPerFill == b.TokensPerFill && a.FillInterval == b.FillInterval
+}
+
+// Quoter is implemented by strategies that hand token-bucket assignments
+// to quota clients attached to this node (Envoy proxies over the Rate
+// Limit Quota Service), each a share of the key's one (r, b). The driver
+// reports what its clients send; the strategy answers, in Effects.Quotas,
+// with the assignments to push to them, now or in a later call. Ours.
+type Quoter interface {
+	// Usage handles one client's report. Errors: a report that does not
+	// validate (QuotaUsage.Validate); it changes nothing.
+	Usage(now time.Duration, u QuotaUsage, fx *Effects) error
+	// Detach says that client's stream ended (or it abandoned key; key ""
+	// for every key): its assignments are no longer renewed.
+	Detach(now time.Duration, client QuotaClient, key string, fx *Effects)
+}
+
+// Assign queues an assignment for a client attached to this node.
+func (fx *Effects) Assign(a QuotaAssignment) { fx.Quotas = append(fx.Quotas, a) }

@@ -1,0 +1,459 @@
+package quota
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// holderID names a quota client: the node it is attached to and its number
+// there.
+type holderID struct {
+	node   strategy.NodeID
+	client strategy.QuotaClient
+}
+
+func (a holderID) compare(b holderID) int {
+	if c := cmp.Compare(a.node, b.node); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.client, b.client)
+}
+
+// share is one client's part of a key's (r, b) at the key's owner: what it
+// was last sent (units tokens per fill interval, burst tokens) and until
+// when it surely holds it.
+type share struct {
+	id      holderID
+	demand  float64 // tokens/s from its last report; < 0: unknown (a first report)
+	units   int64   // tokens_per_fill sent
+	burst   int64   // max_tokens sent
+	sent    bool    // an assignment was sent (or adopted)
+	sentAt  time.Duration
+	expires time.Duration // sentAt + ttl + apply_lag: expired at the client by then
+	live    bool          // attached and its node a member: renewed
+}
+
+// release is capacity a cut gave up, counted as held until at (the cut
+// has surely reached its client by then: apply_lag).
+type release struct {
+	at           time.Duration
+	units, burst int64
+}
+
+// alloc is one key's (r, b) at its owner, divided into the clients' shares
+// and the reserve: a token bucket of the units and burst no client holds,
+// from which requests checked at the nodes are decided. Conservation:
+// heldUnits (the shares' units plus pending releases) + the reserve's rate
+// units = the key's units; likewise for burst; a share's burst grows only by
+// tokens taken from the reserve's level.
+type alloc struct {
+	shares               []*share // sorted by id
+	pending              []release
+	heldUnits, heldBurst int64
+	reserve              bucket.Bucket
+	frozenUntil          time.Duration // a takeover: no raise, no refill before it
+	// plain demand (tokens checked at the nodes, decided from the
+	// reserve): counts over the current and previous window
+	winStart        time.Duration
+	plainCur, plain int64
+	wake            time.Duration // the next time rebalance has work; 0: none
+}
+
+// shape is the rule's quota geometry: the fill interval every assignment
+// of the rule uses (whole seconds, fixed: Envoy compares only the nanos of
+// fill_interval, so rates change through tokens_per_fill), the key's rate
+// in whole tokens per fill interval (units) and its burst.
+type shape struct {
+	fill   time.Duration
+	units  int64
+	burst  int64
+	window time.Duration // plain demand window
+}
+
+// maxEnvoyTokens is the largest max_tokens and tokens_per_fill Envoy takes
+// (uint32 fields).
+const maxEnvoyTokens = math.MaxUint32
+
+// minUnits is the resolution quota aims for: a fill interval long enough
+// that the key's rate is at least this many whole tokens per interval.
+const minUnits = 100
+
+// newShape picks the fill interval S (whole seconds, 1 to 3600) as the
+// shortest with r*S >= minUnits tokens and burst*S within the tick
+// arithmetic, and units = floor(r*S) (at most maxEnvoyTokens): the rate
+// quota divides is units/S <= r (the floor's loss is under one token per
+// S).
+func newShape(r bucket.Rate, burst int64) shape {
+	perSec := r.PerSec()
+	s := int64(1)
+	if perSec > 0 && perSec < minUnits {
+		s = int64(math.Ceil(minUnits / perSec))
+	}
+	s = min(s, 3600)
+	if burst > 0 {
+		s = max(min(s, (math.MaxInt64/4)/(burst*int64(time.Second))), 1)
+	}
+	fill := time.Duration(s) * time.Second
+	var units int64
+	if r.Tokens > 0 {
+		// floor(Tokens * fill / Per), exactly
+		units = mulDiv(r.Tokens, int64(fill), int64(r.Per))
+	}
+	return shape{fill: fill, units: min(units, maxEnvoyTokens), burst: min(burst, maxEnvoyTokens), window: time.Second}
+}
+
+// mulDiv is floor(a*b/c) for non-negative a, b and positive c, saturating
+// at MaxInt64.
+func mulDiv(a, b, c int64) int64 {
+	f := float64(a) * float64(b) / float64(c)
+	if f >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	// exact when the product fits; the float guess is only for the range
+	if a == 0 || b <= math.MaxInt64/a {
+		return a * b / c
+	}
+	return int64(f)
+}
+
+// reserveRate is the reserve's rate: the units no share holds, per fill
+// interval (0 while frozen).
+func (sh shape) reserveRate(a *alloc, now time.Duration) bucket.Rate {
+	free := sh.units - a.heldUnits
+	if free <= 0 || now < a.frozenUntil {
+		return bucket.Rate{}
+	}
+	return bucket.Rate{Tokens: free, Per: sh.fill}
+}
+
+// resize sets the reserve's rate and burst to what the shares leave,
+// keeping its tokens (capped at the new burst: a shrink destroys tokens,
+// never makes them).
+func (sh shape) resize(a *alloc, now time.Duration) {
+	// SetRate errs only for a burst that overflows the ticks, which
+	// newShape's fill interval rules out.
+	_ = a.reserve.SetRate(now, sh.reserveRate(a, now).Reduced(), max(sh.burst-a.heldBurst, 0))
+}
+
+// newAlloc is a key's allocation at its owner: the reserve full at (r, b),
+// or, for a takeover (frozen > now), empty and not refilling until frozen.
+func (sh shape) newAlloc(now, frozen time.Duration) *alloc {
+	a := &alloc{winStart: now}
+	a.reserve = bucket.MustNew(bucket.Rate{Tokens: sh.units, Per: sh.fill}.Reduced(), sh.burst, now)
+	if frozen > now {
+		a.frozenUntil = frozen
+		a.reserve = bucket.MustNew(bucket.Rate{}, sh.burst, now)
+		a.reserve.AllowN(now, sh.burst) // empty
+		a.wake = frozen
+	}
+	return a
+}
+
+// find returns the share of id, or nil.
+func (a *alloc) find(id holderID) *share {
+	i, ok := slices.BinarySearchFunc(a.shares, id, func(s *share, id holderID) int { return s.id.compare(id) })
+	if !ok {
+		return nil
+	}
+	return a.shares[i]
+}
+
+// add inserts a new share of id and returns it.
+func (a *alloc) add(id holderID) *share {
+	s := &share{id: id, demand: -1}
+	i, _ := slices.BinarySearchFunc(a.shares, id, func(s *share, id holderID) int { return s.id.compare(id) })
+	a.shares = slices.Insert(a.shares, i, s)
+	return s
+}
+
+// countPlain counts tokens checked at the nodes (decided from the reserve)
+// in the demand windows.
+func (sh shape) countPlain(a *alloc, now time.Duration, tokens int64) {
+	sh.roll(a, now)
+	a.plainCur += tokens
+}
+
+func (sh shape) roll(a *alloc, now time.Duration) {
+	for now-a.winStart >= sh.window {
+		if now-a.winStart >= 2*sh.window {
+			a.plain, a.plainCur = 0, 0
+			a.winStart = now - (now-a.winStart)%sh.window
+			continue
+		}
+		a.plain, a.plainCur = a.plainCur, 0
+		a.winStart += sh.window
+	}
+}
+
+// plainDemand is the tokens/s checked at the nodes: the larger of the last
+// full window and the current one so far.
+func (sh shape) plainDemand(a *alloc, now time.Duration) float64 {
+	sh.roll(a, now)
+	return float64(max(a.plain, a.plainCur)) / sh.window.Seconds()
+}
+
+// waterFill divides total units max-min fairly over wants (each gets at
+// most its want; what one does not take is shared among the others),
+// ties broken by index: the first ones get the odd unit. Returns the
+// allocation, in the order of wants.
+func waterFill(total int64, wants []int64) []int64 {
+	out := make([]int64, len(wants))
+	idx := make([]int, len(wants))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(i, j int) int { return cmp.Compare(wants[i], wants[j]) })
+	left := total
+	for k, i := range idx {
+		n := int64(len(idx) - k)
+		fair := left / n
+		give := min(wants[i], fair)
+		out[i] = give
+		left -= give
+	}
+	// the remainder (< n units when every want was above the fair share):
+	// one more unit each to the unsatisfied, in index order
+	for i := range out {
+		if left == 0 {
+			break
+		}
+		if out[i] < wants[i] {
+			out[i]++
+			left--
+		}
+	}
+	return out
+}
+
+// targets computes every live share's target (units, burst) and the
+// reserve's own units (its plain demand's fair share): the key's units
+// water-filled over the wants (demand*headroom per fill interval, at
+// least 1; unknown demand wants everything), bursts in proportion to
+// units, at least 1 token for a share with units while burst remains.
+func (sh shape) targets(a *alloc, now time.Duration, headroom float64) (units, burst []int64) {
+	plain := sh.plainDemand(a, now)
+	wants := sh.wants(a, plain, headroom)
+	var sum int64
+	for _, w := range wants {
+		sum += w
+	}
+	if sum > sh.units && headroom > 1 {
+		// Oversubscribed: headroom would hold units a light client does
+		// not use while a heavy one is refused; max-min on the demands.
+		wants = sh.wants(a, plain, 1)
+	}
+	units = waterFill(sh.units, wants)[:len(a.shares)]
+	burst = make([]int64, len(a.shares))
+	var used int64
+	for i, u := range units {
+		if sh.units > 0 {
+			burst[i] = mulDiv(sh.burst, u, sh.units)
+		}
+		used += burst[i]
+	}
+	for i, u := range units {
+		if used >= sh.burst {
+			break
+		}
+		if u > 0 && burst[i] == 0 {
+			burst[i] = 1
+			used++
+		}
+	}
+	return units, burst
+}
+
+// wants is every share's want and, last, the reserve's for a plain demand
+// of plain tokens/s.
+func (sh shape) wants(a *alloc, plain, headroom float64) []int64 {
+	wants := make([]int64, 0, len(a.shares)+1)
+	for _, s := range a.shares {
+		if !s.live {
+			wants = append(wants, 0)
+			continue
+		}
+		wants = append(wants, sh.want(s.demand, headroom))
+	}
+	if plain > 0 {
+		return append(wants, sh.want(plain, headroom))
+	}
+	return append(wants, 0)
+}
+
+// above reports whether held is enough above target to cut it (a
+// hysteresis of 10% + 1: a cut holds its capacity for apply_lag and
+// destroys the tokens above the kept fill ratio, so small moves cost more
+// than they give).
+func above(held, target int64) bool { return held > target+target/10+1 }
+
+// want is the units a demand of d tokens/s asks for: ceil(d*headroom*S), at
+// least 1; an unknown demand (< 0) asks for all.
+func (sh shape) want(d, headroom float64) int64 {
+	if d < 0 {
+		return sh.units
+	}
+	w := math.Ceil(d * headroom * sh.fill.Seconds())
+	if w >= float64(sh.units) {
+		return sh.units
+	}
+	return max(int64(w), 1)
+}
+
+// settle releases the capacity of cuts that have surely been applied and of
+// shares that have surely expired at their clients (not live: no longer
+// renewed), at now.
+func (sh shape) settle(a *alloc, now time.Duration) {
+	changed := false
+	keep := a.pending[:0]
+	for _, r := range a.pending {
+		if r.at <= now {
+			a.heldUnits -= r.units
+			a.heldBurst -= r.burst
+			changed = true
+			continue
+		}
+		keep = append(keep, r)
+	}
+	a.pending = keep
+	shares := a.shares[:0]
+	for _, s := range a.shares {
+		if !s.live && (!s.sent || s.expires <= now) {
+			a.heldUnits -= s.units
+			a.heldBurst -= s.burst
+			changed = true
+			continue
+		}
+		shares = append(shares, s)
+	}
+	a.shares = shares
+	if changed || (a.frozenUntil > 0 && now >= a.frozenUntil) {
+		if now >= a.frozenUntil {
+			a.frozenUntil = 0
+		}
+		sh.resize(a, now)
+	}
+}
+
+// rebalance moves every live share towards its target at now: cuts at
+// once (their capacity held until apply_lag has passed), raises from free
+// units and from whole tokens of the reserve (a raised burst may hand the
+// client its whole increase at once: Envoy keeps a changed bucket's fill
+// ratio, and a full one stays full), none while frozen. A share never sent
+// gets its first assignment only once its burst is paid (Envoy starts a
+// first bucket full). send is called for each share whose assignment is
+// to be sent: changed, new, or due for renewal (renewEvery after the last
+// send). It sets a.wake to the next time rebalance has work.
+func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLag, ttl, renewEvery time.Duration, send func(*share)) {
+	sh.settle(a, now)
+	units, burst := sh.targets(a, now, headroom)
+	changed := make([]bool, len(a.shares))
+	// cuts first: what they free is counted until it has surely applied
+	for i, s := range a.shares {
+		if !s.live || !s.sent {
+			continue
+		}
+		var r release
+		if t := max(units[i], 1); above(s.units, t) { // Envoy refuses tokens_per_fill 0
+			r.units, s.units = s.units-t, t
+		}
+		if t := max(burst[i], 1); above(s.burst, t) { // max_tokens 0 would admit nothing, ever
+			r.burst, s.burst = s.burst-t, t
+		}
+		if r.units > 0 || r.burst > 0 {
+			r.at = now + applyLag
+			a.pending = append(a.pending, r)
+			changed[i] = true
+		}
+	}
+	frozen := now < a.frozenUntil
+	blockedAt := time.Duration(0)
+	if !frozen {
+		for i, s := range a.shares {
+			if !s.live {
+				continue
+			}
+			// burst first: a first assignment needs at least one token
+			if need := burst[i] - s.burst; need > 0 {
+				whole := int64(math.Floor(a.reserve.Tokens(now)))
+				give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
+				if give > 0 && a.reserve.AllowN(now, give) {
+					s.burst += give
+					a.heldBurst += give
+					changed[i] = true
+				}
+				if give < need {
+					if d, ok := a.reserve.DelayN(now, need-give); ok {
+						blockedAt = minWake(blockedAt, now+max(d, time.Millisecond))
+					}
+				}
+			}
+			if s.burst == 0 {
+				continue // not paid yet: no units either (they refill the reserve meanwhile)
+			}
+			target := units[i]
+			if s.burst < burst[i] {
+				// Its burst is not all paid yet: no more units than the
+				// one an assignment needs (Envoy refuses tokens_per_fill
+				// 0); the others stay in the reserve and refill it, which
+				// pays the burst (with every unit held, nothing would).
+				target = min(target, max(s.units, 1))
+			}
+			if need := target - s.units; need > 0 {
+				give := min(need, max(sh.units-a.heldUnits, 0))
+				if give > 0 {
+					s.units += give
+					a.heldUnits += give
+					changed[i] = true
+				}
+			}
+		}
+	}
+	sh.resize(a, now)
+	wake := blockedAt
+	for i, s := range a.shares {
+		if !s.live {
+			if s.sent {
+				wake = minWake(wake, s.expires)
+			}
+			continue
+		}
+		if !s.sent && (s.burst == 0 || s.units == 0) {
+			continue // a first assignment needs its burst paid and a unit
+		}
+		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
+			s.sent, s.sentAt, s.expires = true, now, now+ttl+applyLag
+			send(s)
+		}
+		wake = minWake(wake, s.sentAt+renewEvery)
+	}
+	for _, r := range a.pending {
+		wake = minWake(wake, r.at)
+	}
+	if a.frozenUntil > now {
+		wake = minWake(wake, a.frozenUntil)
+	}
+	a.wake = wake
+}
+
+// minWake is the earlier of two wake-up times, 0 meaning none.
+func minWake(a, b time.Duration) time.Duration {
+	if a == 0 {
+		return b
+	}
+	if b == 0 {
+		return a
+	}
+	return min(a, b)
+}
+
+// idle reports whether a holds nothing worth keeping at now: no share, no
+// pending release, a full reserve at the full rate, not frozen.
+func (sh shape) idle(a *alloc, now time.Duration) bool {
+	return len(a.shares) == 0 && len(a.pending) == 0 && a.heldUnits == 0 && a.heldBurst == 0 &&
+		now >= a.frozenUntil && a.reserve.Full(now) && sh.plainDemand(a, now) == 0
+}

@@ -1,0 +1,97 @@
+// Package quota implements the `quota` strategy: the key's owner, chosen
+// by rendezvous hashing over the live members, divides the key's one token
+// bucket (r, b) among quota clients — Envoy proxies speaking the Rate Limit
+// Quota Service (RLQS), attached to any node — by their reported demand,
+// and each client enforces its share locally as a token bucket: no call
+// per request. Requests checked at the nodes (RLS, tokenmesh.v1) are
+// decided at the owner from the reserve, the part of (r, b) that no client
+// holds, so RLS and RLQS checks of one key draw on the same bucket.
+//
+// Sources, and what is ours:
+//   - The owner is seed 003's designated server ("Throttling in Distributed
+//     Systems": one server per tenant found by consistent hashing, whose
+//     local view is the global view), found as in strategy/owner.
+//   - A share is an exactly conserved capacity transfer of GDRL (seeds
+//     001/004: a node's share of the rate and burst moves, nothing is
+//     created on the way), made to a client instead of a node; sizing the
+//     shares max-min fairly by demand is SRTM's Step (2) (seed 000 §4.2,
+//     max-min quota) over the clients. Everything about Envoy's behaviour
+//     and the bound below is ours.
+//
+// # The allocation (alloc.go)
+//
+// The rule's rate is counted in units, whole tokens per fill interval S
+// (whole seconds, the shortest with r*S >= 100 tokens; fixed per rule,
+// because Envoy compares only the nanos of fill_interval and changes rates
+// through tokens_per_fill): U = floor(r*S). A client's share is (u_i
+// tokens per S, b_i tokens of burst), sent as an RLQS token_bucket
+// (tokens_per_fill u_i, fill_interval S, max_tokens b_i) with a TTL. At
+// every report, and when a cut has applied or a renewal is due, the owner
+// water-fills U over the wants — ceil(d_i * headroom * S) for a client that
+// reported a demand d_i = (allowed + denied) / time_elapsed tokens/s, at
+// least 1; all of U for a client whose demand is not known yet (Envoy's
+// first report has time_elapsed 0); and the demand of the requests
+// checked at the nodes for the reserve — and gives bursts in proportion to
+// units (at least 1 token a client while the burst lasts).
+//
+// Conservation, the invariant the bound rests on:
+//   - Rate: the units held by shares, plus the units of cuts not yet
+//     applied, plus the reserve's refill rate (in units) equal U; a raise
+//     takes only free units.
+//   - Burst: likewise for bursts; and a share's burst grows only by tokens
+//     taken from the reserve's level (Envoy keeps a changed bucket's fill
+//     ratio and starts a first one full, so a raise of Δ hands the client
+//     up to Δ tokens at once). A client's first assignment is sent only
+//     once its burst is paid; until then its target units stay in the
+//     reserve, whose refill pays it.
+//   - A cut (smaller units or burst) is sent at once; what it frees is
+//     counted as held until apply_lag after the sending, by when the client
+//     has applied it. A client whose stream ended (Detach) or whose node
+//     left is no longer renewed, and its share is counted until its
+//     assignment has surely expired: the last sending + ttl + apply_lag.
+//
+// The bound: if every assignment reaches its client and is applied within
+// apply_lag of the owner's sending it (a peer hop and the RLQS stream: a
+// few milliseconds on a LAN; default 500 ms), the clients and the reserve
+// together admit at most b + r*T tokens of a key in any window of length
+// T, exactly: the tokens in the clients' buckets and the reserve never
+// exceed b (bursts are conserved), every raise is paid with tokens the
+// reserve held, a cut only destroys tokens, and the refill rates sum to at
+// most U/S <= r. Envoy's own float arithmetic in its token bucket is
+// outside (well under a token). An assignment applied later than
+// apply_lag adds at most its freed units/S times the lateness, plus its
+// freed burst. What a client admits on its own after its assignment
+// expired (expired_assignment_behavior, or no_assignment_behavior before
+// its first one) is the operator's fallback and outside the bound: set
+// DENY_ALL, or a token bucket small enough for the fleet.
+//
+// Renewals: an unchanged assignment is sent again every ttl/2 (Envoy only
+// renews the TTL of an identical bucket); apply_lag < ttl/2 makes a
+// renewal arrive before the TTL ends, so that a client never restarts from
+// a full bucket that nobody paid for.
+//
+// # Takeover
+//
+// The owner's allocation is not replicated (yet): a node that starts owning
+// a key (a restart, or a view change in which another node owned it)
+// within takeover = ttl + apply_lag + 1 s + max_skew of that change starts
+// the key frozen until then: its reserve empty and not refilling, no raise
+// and no new client, while the nodes whose clients hold the key's
+// assignments report them (a resync: every node re-reports its clients to
+// the owner it sees after a change, with what each holds), and the new
+// owner counts and renews them as they are. By the end of takeover every
+// assignment the previous owner made and nobody reported has expired at
+// its client (it renewed for at most a failure detector's delay, 1 s,
+// after the change). The price: a new client, or a raise, waits up to
+// takeover after an owner change, and the requests checked at the nodes
+// are refused meanwhile. Two nodes that both believe they own a key (views
+// that disagree longer than takeover: a partition) may both hand out
+// capacity, as in `owner`.
+//
+// Requests checked at a node that does not own the key are forwarded to
+// the owner and refused when no verdict comes within timeout (no local
+// fallback: the envelope holds exactly).
+//
+// The parameters are listed in the "# Parameters" section below (declared
+// in Params, params.go).
+package quota

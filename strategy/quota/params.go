@@ -1,0 +1,40 @@
+// # Parameters
+//
+// Declared in Params (strategy.ParamSpec); given as NAME=value in a rule's
+// params or --param STRATEGY.NAME=value; the generic partition too.
+//
+//   - ttl (duration, default 2s): how long an assignment is valid at its
+//     client from receipt (RLQS assignment_time_to_live, whole seconds, at
+//     least 1s); the owner renews every ttl/2.
+//   - apply_lag (duration, default 500ms): the longest time from the owner's
+//     sending of an assignment to its client applying it (a peer hop and the
+//     RLQS stream); capacity an assignment gives up is counted as held for
+//     this long; the bound assumes it; positive, below ttl/2.
+//   - headroom (float, default 1.25): a client's target rate is its reported
+//     demand times headroom (max-min fair over the clients), so that a growing
+//     demand is met before the next report; at least 1.
+//   - timeout (duration, default 3*latency_hint + 100ms): how long a node
+//     waits for the owner's verdict on a request it forwarded; refused after
+//     it; positive.
+//   - max_skew (duration, default 100ms): how far in the future a peer's time
+//     (arrival, expiry) may lie; beyond it the message is refused.
+package quota
+
+import "github.com/tokenmesh/tokenmesh/strategy"
+
+// Params declares quota's parameters (strategy.ParamSpec), read by config
+// validation, --param and `tokenmesh strategies`; New reads them
+// (strategy.ReadParams). The package doc explains each one's part in the
+// bound.
+var Params = []strategy.ParamSpec{
+	{Name: "ttl", Type: strategy.ParamDuration, Default: "2s", Example: "4s",
+		Doc: "how long an assignment is valid at its client from receipt (RLQS assignment_time_to_live, whole seconds, at least 1s); the owner renews every ttl/2."},
+	{Name: "apply_lag", Type: strategy.ParamDuration, Default: "500ms", Example: "200ms",
+		Doc: "the longest time from the owner's sending of an assignment to its client applying it (a peer hop and the RLQS stream); capacity an assignment gives up is counted as held for this long; the bound assumes it; positive, below ttl/2."},
+	{Name: "headroom", Type: strategy.ParamFloat, Default: "1.25", Example: "1.5",
+		Doc: "a client's target rate is its reported demand times headroom (max-min fair over the clients), so that a growing demand is met before the next report; at least 1."},
+	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
+		Doc: "how long a node waits for the owner's verdict on a request it forwarded; refused after it; positive."},
+	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
+		Doc: "how far in the future a peer's time (arrival, expiry) may lie; beyond it the message is refused."},
+}

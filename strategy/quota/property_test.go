@@ -1,0 +1,325 @@
+package quota
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// envoyBucket is a quota client's token bucket as Envoy keeps it (the
+// facts in the package doc): a first assignment starts full, a changed one
+// keeps the fill ratio, an identical one renews the TTL only, the TTL
+// counts from receipt, and after it the client denies (DENY_ALL fallback,
+// the setting under which the bound holds).
+type envoyBucket struct {
+	a       strategy.QuotaAssignment
+	has     bool
+	level   float64
+	last    time.Duration
+	expires time.Duration
+}
+
+func (e *envoyBucket) rate() float64 {
+	return float64(e.a.TokensPerFill) / e.a.FillInterval.Seconds()
+}
+
+func (e *envoyBucket) advance(now time.Duration) {
+	if e.has && now > e.last {
+		e.level = math.Min(float64(e.a.MaxTokens), e.level+e.rate()*(now-e.last).Seconds())
+	}
+	e.last = max(e.last, now)
+}
+
+func (e *envoyBucket) apply(now time.Duration, a strategy.QuotaAssignment) {
+	e.advance(now)
+	switch {
+	case !e.has || now >= e.expires:
+		e.level = float64(a.MaxTokens) // first (or after expiry): full
+	case a.Same(e.a):
+	default:
+		if e.a.MaxTokens > 0 {
+			e.level = e.level / float64(e.a.MaxTokens) * float64(a.MaxTokens)
+		} else {
+			e.level = float64(a.MaxTokens)
+		}
+	}
+	e.a, e.has, e.expires = a, true, now+a.TTL
+}
+
+func (e *envoyBucket) allow(now time.Duration) bool {
+	e.advance(now)
+	if !e.has || now >= e.expires || e.level < 1 {
+		return false
+	}
+	e.level--
+	return true
+}
+
+// event is one step of the test world: a message delivery, an assignment
+// reaching its client, a wake-up, a request.
+type event struct {
+	at   time.Duration
+	seq  int
+	kind int // 0 deliver, 1 assignment applied, 2 tick, 3 client request, 4 plain request
+	from strategy.NodeID
+	to   strategy.NodeID
+	data []byte
+	as   strategy.QuotaAssignment
+	c    int
+}
+
+type queue []event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// fataler is rapid.T or testing.T.
+type fataler interface{ Fatalf(string, ...any) }
+
+type world struct {
+	t       fataler
+	ids     []strategy.NodeID
+	nodes   map[strategy.NodeID]*Quota
+	q       queue
+	seq     int
+	rng     *rand.Rand
+	hop     time.Duration // peer latency
+	push    time.Duration // stream latency to the client
+	clients []*client
+	// admissions, in time order of decision
+	admitted []time.Duration
+	reqID    uint64
+	waiting  map[uint64]time.Duration // forwarded plain requests: arrival
+	// changeMax > 0: at a report, a client's offered rate changes to a random one up to it, one time in four
+	changeMax int
+}
+
+type client struct {
+	node strategy.NodeID
+	id   strategy.QuotaClient
+	b    envoyBucket
+	rate float64 // offered requests/s
+	// counts since the last report
+	allowed, denied int64
+	lastReport      time.Duration
+	reported        bool
+}
+
+func (w *world) at(e event) {
+	w.seq++
+	e.seq = w.seq
+	heap.Push(&w.q, e)
+}
+
+func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Effects) {
+	for _, m := range fx.Messages {
+		w.at(event{at: now + w.hop, kind: 0, from: self, to: m.To, data: m.Payload})
+	}
+	for _, d := range fx.Decisions {
+		if _, ok := w.waiting[d.RequestID]; ok {
+			if d.Allowed {
+				w.admitted = append(w.admitted, w.waiting[d.RequestID])
+			}
+			delete(w.waiting, d.RequestID)
+		}
+	}
+	for _, at := range fx.Wakeups {
+		w.at(event{at: max(at, now), kind: 2, to: self})
+	}
+	for _, a := range fx.Quotas {
+		if a.TTL > 0 && (a.TokensPerFill < 1 || a.MaxTokens < 1) {
+			w.t.Fatalf("%s at %v: assignment %+v: Envoy refuses tokens_per_fill 0, and max_tokens 0 admits nothing", self, now, a)
+		}
+		w.at(event{at: now + w.push, kind: 1, to: self, as: a})
+	}
+	fx.Reset()
+}
+
+// check is the conservation invariant at every owner: held units and burst
+// are the shares' plus the pending releases', and the reserve's rate and
+// burst are what they leave.
+func (w *world) check(now time.Duration) {
+	for _, id := range w.ids {
+		n := w.nodes[id]
+		for key, a := range n.allocs {
+			var u, b int64
+			for _, s := range a.shares {
+				u += s.units
+				b += s.burst
+				if s.units < 0 || s.burst < 0 {
+					w.t.Fatalf("%s %s: negative share %+v", id, key, *s)
+				}
+			}
+			for _, r := range a.pending {
+				u += r.units
+				b += r.burst
+			}
+			if u != a.heldUnits || b != a.heldBurst {
+				w.t.Fatalf("%s %s at %v: held %d units %d burst, shares and releases add up to %d, %d", id, key, now, a.heldUnits, a.heldBurst, u, b)
+			}
+			if a.heldUnits > n.sh.units || a.heldBurst > n.sh.burst {
+				w.t.Fatalf("%s %s at %v: held %d units, %d burst above the key's %d, %d", id, key, now, a.heldUnits, a.heldBurst, n.sh.units, n.sh.burst)
+			}
+			if got := a.reserve.Burst(); got != n.sh.burst-a.heldBurst {
+				w.t.Fatalf("%s %s at %v: reserve burst %d, want %d", id, key, now, got, n.sh.burst-a.heldBurst)
+			}
+		}
+	}
+}
+
+// envelope is the largest excess of the admissions over b + r*T in any
+// window (eval.EnvelopeViolation's one pass).
+func envelope(at []time.Duration, r float64, b int64) float64 {
+	slices.Sort(at)
+	worst, minPre := 0.0, math.Inf(1)
+	for i, t := range at {
+		minPre = math.Min(minPre, float64(i)-r*t.Seconds())
+		if v := float64(i+1) - r*t.Seconds() - minPre - float64(b); v > worst {
+			worst = v
+		}
+	}
+	return worst
+}
+
+// TestEnvelopeWithClients: clients attached to random nodes, offering
+// random rates that change, reporting every interval, their assignments
+// applied within apply_lag of the owner's sending (a hop and a push), plus
+// requests checked at the nodes: the key's admissions stay within
+// b + r*T in every window (Envoy's float refill: 1e-6), and the owner's
+// units and burst are conserved after every event.
+func TestEnvelopeWithClients(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nNodes := rapid.IntRange(1, 4).Draw(rt, "nodes")
+		ratePerSec := rapid.SampledFrom([]int64{1, 7, 100}).Draw(rt, "rate")
+		burstTok := rapid.Int64Range(1, 60).Draw(rt, "burst")
+		nClients := rapid.IntRange(1, 6).Draw(rt, "clients")
+		report := rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second}).Draw(rt, "report")
+		w := &world{t: rt, nodes: map[strategy.NodeID]*Quota{}, rng: rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)),
+			hop: time.Duration(rapid.IntRange(0, 200).Draw(rt, "hop_ms")) * time.Millisecond, waiting: map[uint64]time.Duration{}}
+		w.push = time.Duration(rapid.IntRange(0, int(500*time.Millisecond-w.hop)/int(time.Millisecond)).Draw(rt, "push_ms")) * time.Millisecond
+		for i := range nNodes {
+			w.ids = append(w.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
+		}
+		for _, id := range w.ids {
+			q, err := New(strategy.Config{Self: id, Members: w.ids, Rate: bucket.Rate{Tokens: ratePerSec, Per: time.Second}, Burst: burstTok,
+				Rand: rand.New(rand.NewPCG(1, 2))})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			w.nodes[id] = q
+			var fx strategy.Effects
+			q.Start(0, &fx)
+			w.effects(0, id, &fx)
+		}
+		const key = "tenant"
+		const horizon = 40 * time.Second
+		for i := range nClients {
+			c := &client{node: w.ids[rapid.IntRange(0, nNodes-1).Draw(rt, fmt.Sprint("node", i))], id: strategy.QuotaClient(i + 1),
+				rate: float64(rapid.IntRange(0, 3*int(ratePerSec)).Draw(rt, fmt.Sprint("rate", i)))}
+			w.clients = append(w.clients, c)
+			w.at(event{at: time.Duration(rapid.IntRange(0, 3000).Draw(rt, fmt.Sprint("start", i))) * time.Millisecond, kind: 3, c: i})
+		}
+		plainRate := float64(rapid.IntRange(0, int(ratePerSec)).Draw(rt, "plain"))
+		if plainRate > 0 {
+			w.at(event{at: 0, kind: 4})
+		}
+		w.changeMax = 3 * int(ratePerSec)
+		w.run(key, horizon, report, plainRate, func(format string, args ...any) { rt.Fatalf(format, args...) })
+		if v := envelope(w.admitted, float64(ratePerSec), burstTok); v > 1e-6 {
+			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens (rate %d/s, burst %d, %d clients, hop %v, push %v)",
+				len(w.admitted), v, ratePerSec, burstTok, nClients, w.hop, w.push)
+		}
+	})
+}
+
+// run drives the world until horizon: clients report every report
+// interval, plain requests arrive at plainRate per second at random nodes.
+func (w *world) run(key string, horizon, report time.Duration, plainRate float64, fail func(string, ...any)) {
+	for w.q.Len() > 0 {
+		e := heap.Pop(&w.q).(event)
+		if e.at > horizon {
+			break
+		}
+		now := e.at
+		var fx strategy.Effects
+		switch e.kind {
+		case 0:
+			if err := w.nodes[e.to].Receive(now, e.from, e.data, &fx); err != nil {
+				fail("%s from %s: %v", e.to, e.from, err)
+			}
+			w.effects(now, e.to, &fx)
+		case 1:
+			for _, c := range w.clients {
+				if c.node == e.to && c.id == e.as.Client {
+					c.b.apply(now, e.as)
+				}
+			}
+		case 2:
+			w.nodes[e.to].Tick(now, &fx)
+			w.effects(now, e.to, &fx)
+		case 3:
+			c := w.clients[e.c]
+			if !c.reported || now-c.lastReport >= report {
+				u := strategy.QuotaUsage{Client: c.id, Key: key, Allowed: c.allowed, Denied: c.denied}
+				if c.reported {
+					u.Elapsed = now - c.lastReport
+				}
+				if err := w.nodes[c.node].Usage(now, u, &fx); err != nil {
+					fail("%v", err)
+				}
+				w.effects(now, c.node, &fx)
+				c.reported, c.lastReport, c.allowed, c.denied = true, now, 0, 0
+				if w.changeMax > 0 && w.rng.IntN(4) == 0 { // demand changes
+					c.rate = float64(w.rng.IntN(w.changeMax + 1))
+				}
+			}
+			if c.rate > 0 {
+				if c.b.allow(now) {
+					c.allowed++
+					w.admitted = append(w.admitted, now)
+				} else {
+					c.denied++
+				}
+			}
+			gap := time.Duration(w.rng.ExpFloat64() / math.Max(c.rate, 0.5) * float64(time.Second))
+			w.at(event{at: now + max(gap, time.Millisecond), kind: 3, c: e.c})
+		case 4:
+			node := w.ids[w.rng.IntN(len(w.ids))]
+			w.reqID++
+			d, ok := w.nodes[node].Request(now, strategy.Request{ID: w.reqID, Key: key, Tokens: 1, Arrival: now}, &fx)
+			if ok {
+				if d.Allowed {
+					w.admitted = append(w.admitted, now)
+				}
+			} else {
+				w.waiting[w.reqID] = now
+			}
+			w.effects(now, node, &fx)
+			gap := time.Duration(w.rng.ExpFloat64() / plainRate * float64(time.Second))
+			w.at(event{at: now + max(gap, time.Millisecond), kind: 4})
+		}
+		w.check(now)
+	}
+}

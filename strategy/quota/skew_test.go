@@ -1,0 +1,80 @@
+package quota
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// newWorld is a world of n nodes enforcing (r, b) with clients offering
+// the given rates, spread round-robin over the nodes.
+func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64) *world {
+	w := &world{t: t, nodes: map[strategy.NodeID]*Quota{}, rng: rand.New(rand.NewPCG(seed, 1)),
+		hop: time.Millisecond, push: time.Millisecond, waiting: map[uint64]time.Duration{}}
+	for i := range n {
+		w.ids = append(w.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
+	}
+	for _, id := range w.ids {
+		q, err := New(strategy.Config{Self: id, Members: w.ids, Rate: bucket.Rate{Tokens: r, Per: time.Second}, Burst: b,
+			Rand: rand.New(rand.NewPCG(1, 2))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.nodes[id] = q
+		var fx strategy.Effects
+		q.Start(0, &fx)
+		w.effects(0, id, &fx)
+	}
+	for i, rate := range rates {
+		w.clients = append(w.clients, &client{node: w.ids[i%n], id: strategy.QuotaClient(i + 1), rate: rate})
+		w.at(event{at: time.Duration(i) * 10 * time.Millisecond, kind: 3, c: i})
+	}
+	return w
+}
+
+// The issue's skewed fleet, in the model: one bucket 100/s burst 100, two
+// clients offering 150/s and four 10/s, over 3 nodes, for 60 s, reports
+// every 5 s (today's Envoy) and every 1 s. The fleet stays within
+// b + r*T exactly; the light clients get about their demand (max-min),
+// the heavy ones the rest. Admitted, of min(offered, r*T + b): 93.1% at
+// 5 s reports, 91.7% at 1 s with this seed (seeds 1-3: 90.3-93.6% and
+// 90.9-92.0%) (the issue asks for 95%; not met yet: the
+// first interval splits equally while no demand is known (Envoy's first
+// report has time_elapsed 0), and a light client's unused share is lost
+// (max-min gives it its demand; Poisson arrivals leave some of it
+// unused)). The floors below are those measurements less a margin, so a
+// change that loses efficiency fails here.
+func TestSkewedFleet(t *testing.T) {
+	for _, report := range []time.Duration{time.Second, 5 * time.Second} {
+		t.Run(report.String(), func(t *testing.T) {
+			rates := []float64{150, 150, 10, 10, 10, 10}
+			w := newWorld(t, 3, 100, 100, rates, 7)
+			const horizon = 60 * time.Second
+			w.run("tenant", horizon, report, 0, t.Fatalf)
+			offered := 0.0
+			for _, r := range rates {
+				offered += r * horizon.Seconds()
+			}
+			ceiling := math.Min(offered, 100*horizon.Seconds()+100)
+			got := float64(len(w.admitted))
+			v := envelope(w.admitted, 100, 100)
+			t.Logf("report every %v: admitted %.0f of min(offered %.0f, r*T + b %.0f) = %.1f%%; envelope excess %.6f tokens",
+				report, got, offered, ceiling, 100*got/ceiling, v)
+			for i, c := range w.clients {
+				t.Logf("client %d at %s offering %.0f/s: assignment %d tokens per %v, max %d", i+1, c.node, c.rate, c.b.a.TokensPerFill, c.b.a.FillInterval, c.b.a.MaxTokens)
+			}
+			if v > 1e-6 {
+				t.Errorf("the fleet exceeded b + r*T by %.6f tokens", v)
+			}
+			floor := map[time.Duration]float64{time.Second: 0.90, 5 * time.Second: 0.91}[report]
+			if got < floor*ceiling {
+				t.Errorf("admitted %.0f, below %.0f%% of %.0f", got, 100*floor, ceiling)
+			}
+		})
+	}
+}
