@@ -21,11 +21,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/envoyrls"
 )
 
-// envoy.yaml is what Envoy loads: a v3 Bootstrap in Envoy's own protos
-// (go-control-plane's, read strictly by protojson: an unknown or misspelt
-// field fails, as in Envoy) that passes their validation rules (required
-// fields, enums, durations, the typed_config types).
-func TestEnvoyYAMLIsAnEnvoyBootstrap(t *testing.T) {
+// envoyYAML is examples/envoy/envoy.yaml, parsed as YAML.
+func envoyYAML(t *testing.T) any {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("envoy", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +32,15 @@ func TestEnvoyYAMLIsAnEnvoyBootstrap(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("envoy.yaml is not YAML: %v", err)
 	}
+	return doc
+}
+
+// envoy.yaml is what Envoy loads: a v3 Bootstrap in Envoy's own protos
+// (go-control-plane's, read strictly by protojson: an unknown or misspelt
+// field fails, as in Envoy) that passes their validation rules (required
+// fields, enums, durations, the typed_config types).
+func TestEnvoyYAMLIsAnEnvoyBootstrap(t *testing.T) {
+	doc := envoyYAML(t)
 	js, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -116,14 +123,7 @@ func (n node) str() string { return fmt.Sprint(n.v) }
 // descriptor the shipped ratelimit config limits (envoyrls.Config.Match,
 // as `serve --envoy-config` answers).
 func TestEnvoyYAMLNamesTheFilterAndActions(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("envoy", "envoy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("envoy.yaml is not YAML: %v", err)
-	}
+	doc := envoyYAML(t)
 	root := node{t, "", doc}
 	rls, err := envoyrls.LoadDir(filepath.Join("envoy", "ratelimit"))
 	if err != nil {
