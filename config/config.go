@@ -185,9 +185,11 @@ type Node struct {
 	ReconnectTimeout time.Duration
 	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
 	// files (package envoyrls): serve loads them, adds one rule per
-	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr. A
-	// relative path in the YAML is resolved against the config file's
-	// directory by Load. Every node of a cluster must load the same files.
+	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr,
+	// and reloads them when they change and on SIGHUP (the directory
+	// itself is read at start only). A relative path in the YAML is
+	// resolved against the config file's directory by Load. Every node of
+	// a cluster must load the same files.
 	EnvoyConfig string
 	// EnvoyShadowMode (node.envoy_shadow_mode: true) is the global shadow
 	// mode of Envoy's RLS, as envoyproxy/ratelimit's SHADOW_MODE: every
