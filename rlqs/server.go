@@ -74,6 +74,7 @@ type Node interface {
 	NewQuotaClient() strategy.QuotaClient
 	QuotaUsage(ctx context.Context, rule string, u strategy.QuotaUsage) error
 	QuotaDetach(ctx context.Context, rule string, client strategy.QuotaClient, key string) error
+	QuotaDelivered(ctx context.Context, rule string, a strategy.QuotaAssignment) error
 }
 
 // Server is the RLQS service of one node. Build it with New; register it
@@ -94,7 +95,7 @@ type Server struct {
 type stream struct {
 	client   strategy.QuotaClient
 	domain   string
-	out      chan *rlqsv3.RateLimitQuotaResponse
+	out      chan outMsg
 	full     chan struct{} // closed when out overflowed
 	fullOnce sync.Once
 	mu       sync.Mutex
@@ -103,6 +104,15 @@ type stream struct {
 }
 
 type ruleKey struct{ rule, key string }
+
+// outMsg is a response queued for a stream; a token-bucket assignment
+// carries its rule and assignment, confirmed to the node once written
+// (Node.QuotaDelivered: what a cut freed is then released sooner).
+type outMsg struct {
+	resp *rlqsv3.RateLimitQuotaResponse
+	rule string
+	a    *strategy.QuotaAssignment
+}
 
 type bucket struct {
 	id       *rlqsv3.BucketId
@@ -183,7 +193,7 @@ func (s *Server) Assigned(rule string, a strategy.QuotaAssignment) {
 		return
 	}
 	s.m.sent.WithLabelValues("token_bucket").Inc()
-	st.send(tokenBucket(b.id, a))
+	st.send(outMsg{resp: tokenBucket(b.id, a), rule: rule, a: &a})
 }
 
 // tokenBucket is the RLQS action for an assignment.
@@ -203,7 +213,7 @@ func action(id *rlqsv3.BucketId, ttl *durationpb.Duration, rs *typev3.RateLimitS
 }
 
 // send queues r for the stream; a full queue ends the stream.
-func (st *stream) send(r *rlqsv3.RateLimitQuotaResponse) {
+func (st *stream) send(r outMsg) {
 	select {
 	case st.out <- r:
 	default:
@@ -227,7 +237,7 @@ func (s *Server) Drain() int {
 		st.mu.Lock()
 		for _, b := range st.buckets {
 			if b.rule != "" && b.assigned {
-				st.send(action(b.id, durationpb.New(0), nil))
+				st.send(outMsg{resp: action(b.id, durationpb.New(0), nil)})
 				n++
 			}
 		}
@@ -250,7 +260,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 		return status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
 	default:
 	}
-	st := &stream{client: s.node.NewQuotaClient(), out: make(chan *rlqsv3.RateLimitQuotaResponse, outQueue), full: make(chan struct{}),
+	st := &stream{client: s.node.NewQuotaClient(), out: make(chan outMsg, outQueue), full: make(chan struct{}),
 		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}
 	s.mu.Lock()
 	s.streams[st.client] = st
@@ -285,7 +295,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			}
 			return err
 		case r := <-st.out:
-			if err := gs.Send(r); err != nil {
+			if err := s.write(ctx, gs, r); err != nil {
 				return err
 			}
 		case <-s.closing:
@@ -293,7 +303,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			for {
 				select {
 				case r := <-st.out:
-					if err := gs.Send(r); err != nil {
+					if err := s.write(ctx, gs, r); err != nil {
 						return err
 					}
 					continue
@@ -308,6 +318,20 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			return err
 		}
 	}
+}
+
+// write sends r on the stream and, for an assignment, confirms it to the
+// node.
+func (s *Server) write(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], r outMsg) error {
+	if err := gs.Send(r.resp); err != nil {
+		return err
+	}
+	if r.a != nil {
+		if err := s.node.QuotaDelivered(ctx, r.rule, *r.a); err != nil && ctx.Err() == nil {
+			s.log.Debug("rlqs: delivery not confirmed", "rule", r.rule, "error", err.Error())
+		}
+	}
+	return nil
 }
 
 // recv reads reports until the stream ends or one is bad.
@@ -383,7 +407,7 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if b.rule == "" {
 		if first {
 			s.m.sent.WithLabelValues("allow_all").Inc()
-			st.send(action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}))
+			st.send(outMsg{resp: action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}})})
 		}
 		return nil
 	}

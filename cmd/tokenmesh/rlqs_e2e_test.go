@@ -177,7 +177,7 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	// TestSkewedFleet); a kill costs detection + takeover of nothing.
 	floor := 0.8
 	if r.killAt > 0 {
-		floor = 0.8 * (1 - (rlqsDetection + rlqsTakeover).Seconds()/r.duration.Seconds())
+		floor = 0.8 * (1 - (rlqsDetection+rlqsTakeover).Seconds()/r.duration.Seconds())
 	}
 	if float64(admitted) < floor*ceiling {
 		t.Errorf("admitted %d, below %.0f%% of the ceiling %.0f", admitted, 100*floor, ceiling)
