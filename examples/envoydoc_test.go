@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the Any types of the doc's YAML
@@ -52,6 +54,22 @@ func docYAMLBlocks(t *testing.T, name, text string, markers ...string) (all []st
 	return all, marked
 }
 
+// The markers before docs/ENVOY.md's RLQS blocks: the Envoy filter
+// config, the tokenmesh limits.
+const filterMarker, limitsMarker = "<!-- envoy-rlqs-filter:", "<!-- envoy-rlqs-limits:"
+
+// envoyDoc is every ```yaml block of docs/ENVOY.md, and the RLQS blocks by
+// marker.
+func envoyDoc(t *testing.T) (all []string, marked map[string]string) {
+	t.Helper()
+	name := filepath.Join(repoRoot(t), "docs", "ENVOY.md")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docYAMLBlocks(t, name, string(b), filterMarker, limitsMarker)
+}
+
 // TestEnvoyDocRLQS: every YAML block of docs/ENVOY.md parses as YAML; the
 // RLQS filter config names envoy.filters.http.rate_limit_quota and its
 // typed_config is a RateLimitQuotaFilterConfig that Envoy's own
@@ -62,17 +80,11 @@ func docYAMLBlocks(t *testing.T, name, text string, markers ...string) (all []st
 // tenant limit is served over RLQS (strategy quota) for bucket
 // {tenant: ...} of the filter's domain.
 func TestEnvoyDocRLQS(t *testing.T) {
-	name := filepath.Join(repoRoot(t), "docs", "ENVOY.md")
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const filterMarker, limitsMarker = "<!-- envoy-rlqs-filter:", "<!-- envoy-rlqs-limits:"
-	all, marked := docYAMLBlocks(t, name, string(b), filterMarker, limitsMarker)
+	all, marked := envoyDoc(t)
 	for i, block := range all {
 		var v any
 		if err := yaml.Unmarshal([]byte(block), &v); err != nil {
-			t.Errorf("%s: yaml block %d does not parse: %v\n%s", name, i, err, block)
+			t.Errorf("docs/ENVOY.md: yaml block %d does not parse: %v\n%s", i, err, block)
 		}
 	}
 
@@ -140,5 +152,35 @@ func TestEnvoyDocRLQS(t *testing.T) {
 	l, _ := limits.MatchBucket(cfg.GetDomain(), map[string]string{"tenant": "acme"})
 	if l == nil || l.Strategy != "quota" || l.RequestsPerUnit != 100 {
 		t.Errorf("bucket {tenant: acme} of domain %s matches %+v; want the tenant limit, strategy quota", cfg.GetDomain(), l)
+	}
+}
+
+// examples/envoy/rlqs is the doc's RLQS example, whole: envoy.yaml is an
+// Envoy v3 bootstrap (checkBootstrap) whose HTTP connection manager has
+// exactly the doc's http_filters, and ratelimit/ loads as
+// `serve --envoy-config` loads it, with the doc's limits.
+func TestEnvoyRLQSExample(t *testing.T) {
+	_, marked := envoyDoc(t)
+	name := filepath.Join("envoy", "rlqs", "envoy.yaml")
+	doc := envoyYAML(t, name)
+	checkBootstrap(t, name, doc)
+	hcm := node{t, "", doc}.at("static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config")
+	var want map[string]any
+	if err := yaml.Unmarshal([]byte(marked[filterMarker]), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(hcm.at("http_filters").v, want["http_filters"]) {
+		t.Errorf("%s: http_filters differ from docs/ENVOY.md's RLQS filter config", name)
+	}
+	dir, err := envoyrls.LoadDir(filepath.Join("envoy", "rlqs", "ratelimit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doclimits, err := envoyrls.Parse("doc", []byte(marked[limitsMarker]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dir.Rules(time.Time{}), doclimits.Rules(time.Time{}); !reflect.DeepEqual(got, want) {
+		t.Errorf("envoy/rlqs/ratelimit's rules %v, docs/ENVOY.md's %v", got, want)
 	}
 }
