@@ -15,11 +15,13 @@ import (
 // node's goroutine: it must not block or call the Node.
 type QuotaSink func(rule string, a strategy.QuotaAssignment)
 
-// quotaCall is an evQuota event: a client's report, or its detach.
+// quotaCall is an evQuota event: a client's report, its detach, or the
+// confirmation that an assignment reached its stream.
 type quotaCall struct {
-	usage  strategy.QuotaUsage
-	detach bool
-	err    error // set by the loop before done
+	usage     strategy.QuotaUsage
+	detach    bool
+	delivered *strategy.QuotaAssignment
+	err       error // set by the loop before done
 }
 
 // SetQuotaSink sets where assignments go (nil: dropped). Safe at any time.
@@ -72,6 +74,17 @@ func (n *Node) QuotaDetach(ctx context.Context, rule string, client strategy.Quo
 	return n.call(ctx, event{kind: evQuota, rule: rs, quota: qc})
 }
 
+// QuotaDelivered tells rule's strategy that assignment a (as the quota
+// sink got it) was written to its client's live stream. Errors: an
+// unknown rule, ErrClosed, ctx.Err().
+func (n *Node) QuotaDelivered(ctx context.Context, rule string, a strategy.QuotaAssignment) error {
+	rs, ok := (*n.rulesView.Load())[rule]
+	if !ok {
+		return fmt.Errorf("cluster: rule %q is not defined on node %s", rule, n.self)
+	}
+	return n.call(ctx, event{kind: evQuota, rule: rs, quota: &quotaCall{delivered: &a}})
+}
+
 // handleQuota runs an evQuota event in the loop. A rule reloaded away
 // meanwhile (rs no longer current) is an error.
 func (n *Node) handleQuota(now time.Duration, ev event) {
@@ -82,6 +95,10 @@ func (n *Node) handleQuota(now time.Duration, ev event) {
 	}
 	if qc.detach {
 		n.h.Detach(now, rs.idx, qc.usage.Client, qc.usage.Key)
+		return
+	}
+	if qc.delivered != nil {
+		n.h.Delivered(now, rs.idx, *qc.delivered)
 		return
 	}
 	qc.err = n.h.Usage(now, rs.idx, qc.usage)

@@ -49,7 +49,7 @@ func TestQuotaUsageReachesTheOwnerAndBack(t *testing.T) {
 	mu.Lock()
 	a := got[0]
 	mu.Unlock()
-	want := strategy.QuotaAssignment{Client: client, Key: key, MaxTokens: 100, TokensPerFill: 100, FillInterval: time.Second, TTL: 2 * time.Second}
+	want := strategy.QuotaAssignment{Client: client, Key: key, MaxTokens: 100, TokensPerFill: 100, FillInterval: time.Second, TTL: 2 * time.Second, Seq: 1}
 	if a != want {
 		t.Fatalf("assignment %+v, want %+v (the whole (r, b) for the only client)", a, want)
 	}
@@ -61,6 +61,12 @@ func TestQuotaUsageReachesTheOwnerAndBack(t *testing.T) {
 	}
 	if err := n1.QuotaUsage(ctx, "nope", strategy.QuotaUsage{Client: client, Key: key}); err == nil {
 		t.Fatal("an unknown rule was accepted")
+	}
+	if err := n1.QuotaDelivered(ctx, "q", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.QuotaDelivered(ctx, "nope", a); err == nil {
+		t.Fatal("a delivery for an unknown rule was accepted")
 	}
 	if err := n1.QuotaDetach(ctx, "q", client, ""); err != nil {
 		t.Fatal(err)

@@ -17,10 +17,14 @@
 //
 // Bad input gets a gRPC status naming it and ends the stream: a report
 // with no domain on a new stream or an unknown domain (NotFound), a change
-// of domain (InvalidArgument), an empty bucket id (InvalidArgument), more
-// than MaxBucketsPerStream distinct buckets (ResourceExhausted). Envoy's
+// of domain (InvalidArgument), more than MaxBucketsPerStream distinct buckets (ResourceExhausted). Envoy's
 // first report of a bucket has time_elapsed 0, which the proto's own
-// validation refuses; it is taken as it is.
+// validation refuses; it is taken as it is (Envoy sends 0 for any report
+// less than a second after the previous one: such a report leaves the
+// demand estimate as it is). A report with an empty bucket id (Envoy makes
+// one when no bucket_id_builder applies) is skipped and counted in
+// tokenmesh_rlqs_refused_total{code="empty_bucket_id"}, not a reason to
+// end the stream.
 //
 // Ours: the package; the protocol is Envoy's (api/envoy/service/
 // rate_limit_quota/v3/rlqs.proto).
@@ -49,6 +53,10 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// ServiceName is the gRPC service's full name (as the health service
+// reports it).
+const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
 // MaxBucketsPerStream bounds the distinct bucket ids one stream may report
 // (a flood of ids must not grow the node's memory without limit).
 const MaxBucketsPerStream = 10000
@@ -66,6 +74,7 @@ type Node interface {
 	NewQuotaClient() strategy.QuotaClient
 	QuotaUsage(ctx context.Context, rule string, u strategy.QuotaUsage) error
 	QuotaDetach(ctx context.Context, rule string, client strategy.QuotaClient, key string) error
+	QuotaDelivered(ctx context.Context, rule string, a strategy.QuotaAssignment) error
 }
 
 // Server is the RLQS service of one node. Build it with New; register it
@@ -86,7 +95,7 @@ type Server struct {
 type stream struct {
 	client   strategy.QuotaClient
 	domain   string
-	out      chan *rlqsv3.RateLimitQuotaResponse
+	out      chan outMsg
 	full     chan struct{} // closed when out overflowed
 	fullOnce sync.Once
 	mu       sync.Mutex
@@ -95,6 +104,15 @@ type stream struct {
 }
 
 type ruleKey struct{ rule, key string }
+
+// outMsg is a response queued for a stream; a token-bucket assignment
+// carries its rule and assignment, confirmed to the node once written
+// (Node.QuotaDelivered: what a cut freed is then released sooner).
+type outMsg struct {
+	resp *rlqsv3.RateLimitQuotaResponse
+	rule string
+	a    *strategy.QuotaAssignment
+}
 
 type bucket struct {
 	id       *rlqsv3.BucketId
@@ -133,7 +151,7 @@ func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Regis
 		unserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_buckets_unserved_total",
 			Help: "Reports for buckets whose limit's rule is not a quota rule (answered nothing)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_refused_total",
-			Help: "Streams ended for bad input, by gRPC code."}, []string{"code"}),
+			Help: "Streams ended for bad input, by gRPC code; and bucket reports skipped (code empty_bucket_id)."}, []string{"code"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{s.m.streams, s.m.buckets, s.m.reports, s.m.sent, s.m.unserved, s.m.refused} {
@@ -175,11 +193,11 @@ func (s *Server) Assigned(rule string, a strategy.QuotaAssignment) {
 		return
 	}
 	s.m.sent.WithLabelValues("token_bucket").Inc()
-	st.send(quotamsg.TokenBucket(b.id, a))
+	st.send(outMsg{resp: quotamsg.TokenBucket(b.id, a), rule: rule, a: &a})
 }
 
 // send queues r for the stream; a full queue ends the stream.
-func (st *stream) send(r *rlqsv3.RateLimitQuotaResponse) {
+func (st *stream) send(r outMsg) {
 	select {
 	case st.out <- r:
 	default:
@@ -203,7 +221,7 @@ func (s *Server) Drain() int {
 		st.mu.Lock()
 		for _, b := range st.buckets {
 			if b.rule != "" && b.assigned {
-				st.send(quotamsg.Action(b.id, durationpb.New(0), nil))
+				st.send(outMsg{resp: quotamsg.Action(b.id, durationpb.New(0), nil)})
 				n++
 			}
 		}
@@ -226,7 +244,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 		return status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
 	default:
 	}
-	st := &stream{client: s.node.NewQuotaClient(), out: make(chan *rlqsv3.RateLimitQuotaResponse, outQueue), full: make(chan struct{}),
+	st := &stream{client: s.node.NewQuotaClient(), out: make(chan outMsg, outQueue), full: make(chan struct{}),
 		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}
 	s.mu.Lock()
 	s.streams[st.client] = st
@@ -261,7 +279,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			}
 			return err
 		case r := <-st.out:
-			if err := gs.Send(r); err != nil {
+			if err := s.write(ctx, gs, r); err != nil {
 				return err
 			}
 		case <-s.closing:
@@ -269,7 +287,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			for {
 				select {
 				case r := <-st.out:
-					if err := gs.Send(r); err != nil {
+					if err := s.write(ctx, gs, r); err != nil {
 						return err
 					}
 					continue
@@ -284,6 +302,20 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			return err
 		}
 	}
+}
+
+// write sends r on the stream and, for an assignment, confirms it to the
+// node.
+func (s *Server) write(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], r outMsg) error {
+	if err := gs.Send(r.resp); err != nil {
+		return err
+	}
+	if r.a != nil {
+		if err := s.node.QuotaDelivered(ctx, r.rule, *r.a); err != nil && ctx.Err() == nil {
+			s.log.Debug("rlqs: delivery not confirmed", "rule", r.rule, "error", err.Error())
+		}
+	}
+	return nil
 }
 
 // recv reads reports until the stream ends or one is bad.
@@ -326,7 +358,11 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	s.m.reports.Inc()
 	id := u.GetBucketId().GetBucket()
 	if len(id) == 0 {
-		return status.Error(codes.InvalidArgument, "empty bucket_id")
+		// Envoy builds one when no bucket_id_builder applies: it is
+		// skipped (counted), not a reason to end the stream, which would
+		// take every other bucket of that Envoy with it.
+		s.m.refused.WithLabelValues("empty_bucket_id").Inc()
+		return nil
 	}
 	canon, size := canonical(id)
 	if size > MaxBucketIDBytes {
@@ -355,7 +391,7 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if b.rule == "" {
 		if first {
 			s.m.sent.WithLabelValues("allow_all").Inc()
-			st.send(quotamsg.Action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}))
+			st.send(outMsg{resp: quotamsg.Action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}})})
 		}
 		return nil
 	}

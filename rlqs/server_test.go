@@ -124,6 +124,26 @@ func TestStreamAssignsAndDrains(t *testing.T) {
 	}
 }
 
+// An empty bucket id is skipped: the stream goes on and its next bucket
+// is answered.
+func TestEmptyBucketIDSkipped(t *testing.T) {
+	_, open := serve(t)
+	st := open()
+	if err := st.Send(usage("edge", map[string]string{}, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(usage("", map[string]string{"open": "x"}, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BucketAction[0].BucketId.Bucket["open"] != "x" {
+		t.Fatalf("answer %v, want the open bucket's ALLOW_ALL", r)
+	}
+}
+
 // Bad input ends the stream with a status naming it.
 func TestStreamRefusesBadInput(t *testing.T) {
 	_, open := serve(t)
@@ -134,7 +154,6 @@ func TestStreamRefusesBadInput(t *testing.T) {
 	}{
 		{"no domain", []*rlqsv3.RateLimitQuotaUsageReports{usage("", map[string]string{"tenant": "a"}, 0, 0, 0)}, codes.InvalidArgument},
 		{"unknown domain", []*rlqsv3.RateLimitQuotaUsageReports{usage("nope", map[string]string{"tenant": "a"}, 0, 0, 0)}, codes.NotFound},
-		{"empty bucket id", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{}, 0, 0, 0)}, codes.InvalidArgument},
 		{"domain change", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"open": "a"}, 0, 0, 0),
 			usage("other", map[string]string{"open": "a"}, 0, 0, 0)}, codes.InvalidArgument},
 		{"negative elapsed", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"tenant": "a"}, -time.Second, 0, 0)}, codes.InvalidArgument},

@@ -185,10 +185,11 @@ const (
 // Proxy event kinds (event.pk), for prioProxy and prioProxyTimer events
 // (event.node is the proxy).
 const (
-	pkToNode  int8 = iota // the proxy's oldest message in flight to its node arrives
-	pkToProxy             // the oldest message in flight from its node arrives
-	pkReport              // the proxy's report timer
-	pkWake                // a wake-up of the strategy at the proxy (proxyLocal)
+	pkToNode    int8 = iota // the proxy's oldest message in flight to its node arrives
+	pkToProxy               // the oldest message in flight from its node arrives
+	pkReport                // the proxy's report timer
+	pkWake                  // a wake-up of the strategy at the proxy (proxyLocal)
+	pkDelivered             // the node wrote the proxy's oldest unconfirmed assignment to its stream
 )
 
 // proxies is the run's proxy tier.
@@ -221,15 +222,20 @@ type proxy struct {
 	// messages in flight, oldest first (the hop is fixed, so they arrive
 	// in order)
 	toNode, toProxy []proxyMsg
+	// assignments its node wrote to its stream, to confirm to the node's
+	// strategy (Quoter.Delivered) right after the write, oldest first
+	written []proxyMsg
 }
 
 // proxyMsg is a message between a proxy and its node: a report, an
-// assignment, or a forwarded request (trace index req >= 0).
+// assignment (its RLQS response and, for the delivery confirmation, the
+// strategy's), or a forwarded request (trace index req >= 0).
 type proxyMsg struct {
 	gen    uint32
 	req    int
 	report *rlqsv3.RateLimitQuotaUsageReports
 	assign *rlqsv3.RateLimitQuotaResponse
+	quota  strategy.QuotaAssignment
 }
 
 // newProxies builds r's proxy tier (after the nodes: the mode depends on
@@ -425,6 +431,13 @@ func (r *runner) proxyEvent(e event) {
 	case pkWake:
 		r.inCall = prioWake
 		p.h.Tick(r.now, 0)
+	case pkDelivered:
+		m := p.written[0]
+		p.written = p.written[1:]
+		if m.gen == p.gen && p.client != 0 {
+			r.inCall = prioProxy
+			r.nodes[p.node].h.Delivered(r.now, 0, m.quota)
+		}
 	}
 }
 
@@ -455,19 +468,26 @@ func (r *runner) atNode(pi int, m proxyMsg) {
 }
 
 // Assigned pushes an assignment of node i's strategy to its proxy over
-// the proxy's stream (host.QuotaDriver); one for a stream that has ended
-// is dropped, as rlqs.Server drops it.
+// the proxy's stream (host.QuotaDriver), and confirms the write to the
+// strategy at once (host.Host.Delivered, after this call: a driver must
+// not call back into its Host), as rlqs.Server does after a successful
+// write; one for a stream that has ended is dropped, as rlqs.Server
+// drops it.
 func (sd simDriver) Assigned(_ int, a strategy.QuotaAssignment) {
 	r := sd.r
 	if r.px == nil {
 		return
 	}
 	pi, ok := r.px.clients[a.Client]
-	if !ok || r.px.all[pi].client != a.Client || r.px.all[pi].node != sd.i {
+	p := r.px.all[pi]
+	if !ok || p.client != a.Client || p.node != sd.i {
 		return
 	}
 	resp := quotamsg.TokenBucket(r.px.bucket(a.Key).pb, a)
-	r.proxySend(pi, false, proxyMsg{gen: r.px.all[pi].gen, req: -1, assign: resp}, int64(proto.Size(resp)))
+	m := proxyMsg{gen: p.gen, req: -1, assign: resp, quota: a}
+	r.proxySend(pi, false, m, int64(proto.Size(resp)))
+	p.written = append(p.written, m)
+	r.push(event{at: r.now, prio: prioProxy, pk: pkDelivered, node: int32(pi)})
 }
 
 // proxiesLoseNode breaks the RLQS streams of the proxies attached to node

@@ -64,6 +64,9 @@ type QuotaAssignment struct {
 	TokensPerFill int64
 	FillInterval  time.Duration
 	TTL           time.Duration
+	// Seq is the strategy's own number for the assignment, handed back in
+	// Quoter.Delivered; drivers do not interpret it.
+	Seq uint64
 }
 
 // Same reports whether a and b are the same token bucket (Envoy compares
@@ -85,6 +88,10 @@ type Quoter interface {
 	// Detach says that client's stream ended (or it abandoned key; key ""
 	// for every key): its assignments are no longer renewed.
 	Detach(now time.Duration, client QuotaClient, key string, fx *Effects)
+	// Delivered says assignment a (as Effects.Quotas carried it) was
+	// written to its client's live stream. An assignment never confirmed
+	// is assumed to be still unapplied until the one it replaced expired.
+	Delivered(now time.Duration, a QuotaAssignment, fx *Effects)
 }
 
 // Assign queues an assignment for a client attached to this node.

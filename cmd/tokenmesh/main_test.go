@@ -240,9 +240,11 @@ func TestStrategiesListsParams(t *testing.T) {
 			continue // no parameter table, not even partition's row
 		}
 		for _, p := range append(slices.Clone(info.Params), strategy.PartitionSpec) {
+			// A row starts with two spaces and the name; a wrapped doc's
+			// continuation lines are indented further.
 			var row string
 			for _, line := range strings.Split(sec, "\n") {
-				if f := strings.Fields(line); len(f) > 0 && f[0] == p.Name {
+				if strings.HasPrefix(line, "  "+p.Name+" ") {
 					row = line
 				}
 			}

@@ -484,3 +484,14 @@ func TestTimeNeverGoesBackwards(t *testing.T) {
 		t.Fatalf("NextReport %v", at)
 	}
 }
+
+// The simulator's hot path: a request to a bucket with a token bucket.
+func BenchmarkRequestTokenBucket(b *testing.B) {
+	p := newProxy(b, nil)
+	p.Request(0, web)
+	apply(b, p, 0, assignment(web, tokenBucket(100, 100, sec(1)), dur(time.Hour)))
+	b.ReportAllocs()
+	for i := range b.N {
+		p.Request(time.Duration(i)*time.Millisecond, web)
+	}
+}

@@ -322,6 +322,16 @@ func (h *Host) Detach(now time.Duration, rule int, c strategy.QuotaClient, key s
 	}
 }
 
+// Delivered tells rule's strategy, when it is a strategy.Quoter, that
+// assignment a reached its client's stream.
+func (h *Host) Delivered(now time.Duration, rule int, a strategy.QuotaAssignment) {
+	if q, ok := h.rules[rule].s.(strategy.Quoter); ok {
+		h.fx.Reset()
+		q.Delivered(now, a, &h.fx)
+		h.apply(now, rule)
+	}
+}
+
 // ErrNotQuoter is returned by Usage for a rule whose strategy hands out no
 // quota assignments.
 var ErrNotQuoter = errors.New("the rule's strategy does not serve quota clients (use strategy quota)")

@@ -33,16 +33,21 @@ type share struct {
 	units   int64   // tokens_per_fill sent
 	burst   int64   // max_tokens sent
 	sent    bool    // an assignment was sent (or adopted)
+	seq     uint64  // the last assignment's number (QuotaAssign.seq)
 	sentAt  time.Duration
 	expires time.Duration // sentAt + ttl + apply_lag: expired at the client by then
 	live    bool          // attached and its node a member: renewed
 }
 
-// release is capacity a cut gave up, counted as held until at (the cut
-// has surely reached its client by then: apply_lag).
+// release is capacity a cut gave up, counted as held until at: the
+// expiry of the assignment the cut replaced (the client holds that one
+// until the cut reaches it), or apply_lag after the client's node
+// confirms it wrote the cut (seq) to the client's stream (ack).
 type release struct {
 	at           time.Duration
 	units, burst int64
+	id           holderID
+	seq          uint64 // the cut's assignment number
 }
 
 // alloc is one key's (r, b) at its owner, divided into the clients' shares
@@ -57,6 +62,11 @@ type alloc struct {
 	heldUnits, heldBurst int64
 	reserve              bucket.Bucket
 	frozenUntil          time.Duration // a takeover: no raise, no refill before it
+	// slowedAt is the last time the reserve's rate went down: a request
+	// that arrived before it is refused (the bucket knows only its current
+	// rate, so the tokens it held at such an arrival cannot be told:
+	// bucket.Bucket's late decisions assume one rate since then).
+	slowedAt time.Duration
 	// plain demand (tokens checked at the nodes, decided from the
 	// reserve): counts over the current and previous window
 	winStart        time.Duration
@@ -135,23 +145,51 @@ func (sh shape) reserveRate(a *alloc, now time.Duration) bucket.Rate {
 // keeping its tokens (capped at the new burst: a shrink destroys tokens,
 // never makes them).
 func (sh shape) resize(a *alloc, now time.Duration) {
+	r := sh.reserveRate(a, now).Reduced()
+	if old := a.reserve.Rate(); lessRate(r, old) {
+		a.slowedAt = now
+	}
 	// SetRate errs only for a burst that overflows the ticks, which
 	// newShape's fill interval rules out.
-	_ = a.reserve.SetRate(now, sh.reserveRate(a, now).Reduced(), max(sh.burst-a.heldBurst, 0))
+	_ = a.reserve.SetRate(now, r, max(sh.burst-a.heldBurst, 0))
 }
 
-// newAlloc is a key's allocation at its owner: the reserve full at (r, b),
-// or, for a takeover (frozen > now), empty and not refilling until frozen.
-func (sh shape) newAlloc(now, frozen time.Duration) *alloc {
+// lessRate reports whether a refills slower than b (exactly: a.Tokens/a.Per
+// < b.Tokens/b.Per, cross-multiplied in floats: rates here are small
+// integers per whole seconds).
+func lessRate(a, b bucket.Rate) bool {
+	return float64(a.Tokens)*float64(b.Per) < float64(b.Tokens)*float64(a.Per)
+}
+
+// newAlloc is a key's allocation at its owner: the reserve full at (r, b);
+// for a takeover that ends at takeoverEnd (> 0), as if it had been emptied
+// then: empty and not refilling until takeoverEnd (frozen) when that is
+// still to come, else refilled since takeoverEnd.
+func (sh shape) newAlloc(now, takeoverEnd time.Duration) *alloc {
 	a := &alloc{winStart: now}
-	a.reserve = bucket.MustNew(bucket.Rate{Tokens: sh.units, Per: sh.fill}.Reduced(), sh.burst, now)
-	if frozen > now {
-		a.frozenUntil = frozen
+	full := bucket.Rate{Tokens: sh.units, Per: sh.fill}.Reduced()
+	switch {
+	case takeoverEnd > now:
+		a.frozenUntil = takeoverEnd
 		a.reserve = bucket.MustNew(bucket.Rate{}, sh.burst, now)
 		a.reserve.AllowN(now, sh.burst) // empty
-		a.wake = frozen
+		a.wake = takeoverEnd
+	case takeoverEnd > 0:
+		a.reserve = bucket.MustNew(full, sh.burst, takeoverEnd)
+		a.reserve.AllowN(takeoverEnd, sh.burst) // empty then; refilled since
+	default:
+		a.reserve = bucket.MustNew(full, sh.burst, now)
 	}
 	return a
+}
+
+// fillTime is how long the reserve takes to fill the whole burst at the
+// key's rate (at most a day; a day for a zero rate).
+func (sh shape) fillTime() time.Duration {
+	if sh.units <= 0 {
+		return 24 * time.Hour
+	}
+	return min(time.Duration(float64(sh.burst)/float64(sh.units)*float64(sh.fill))+time.Nanosecond, 24*time.Hour)
 }
 
 // find returns the share of id, or nil.
@@ -365,7 +403,8 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			r.burst, s.burst = s.burst-t, t
 		}
 		if r.units > 0 || r.burst > 0 {
-			r.at = now + applyLag
+			// held until the replaced assignment expires, or an ack
+			r.at, r.id, r.seq = max(s.expires, now), s.id, s.seq+1
 			a.pending = append(a.pending, r)
 			changed[i] = true
 		}
@@ -427,6 +466,7 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
 			s.sent, s.sentAt, s.expires = true, now, now+ttl+applyLag
+			s.seq++
 			send(s)
 		}
 		wake = minWake(wake, s.sentAt+renewEvery)
@@ -438,6 +478,23 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 		wake = minWake(wake, a.frozenUntil)
 	}
 	a.wake = wake
+}
+
+// ack takes node's confirmation that it wrote assignment seq (and every
+// earlier one) of client to the client's stream at or before now: the
+// releases of those cuts come apply_lag after now (if not earlier).
+func (a *alloc) ack(id holderID, seq uint64, now, applyLag time.Duration) (changed bool) {
+	for i := range a.pending {
+		r := &a.pending[i]
+		if r.id == id && r.seq <= seq && r.at > now+applyLag {
+			r.at = now + applyLag
+			changed = true
+		}
+	}
+	if changed {
+		a.wake = minWake(a.wake, now+applyLag)
+	}
+	return changed
 }
 
 // minWake is the earlier of two wake-up times, 0 meaning none.

@@ -45,22 +45,30 @@
 //     once its burst is paid; until then its target units stay in the
 //     reserve, whose refill pays it.
 //   - A cut (smaller units or burst) is sent at once; what it frees is
-//     counted as held until apply_lag after the sending, by when the client
-//     has applied it. A client whose stream ended (Detach) or whose node
-//     left is no longer renewed, and its share is counted until its
-//     assignment has surely expired: the last sending + ttl + apply_lag.
+//     counted as held until the client surely applied it: apply_lag after
+//     the client's node confirms it wrote the cut to the client's stream
+//     (QuotaAck, from the RLQS server's successful write: Quoter.Delivered),
+//     or, without that confirmation (the stream broke, the node restarted
+//     unseen, the message was lost), until the assignment the cut replaced
+//     has expired at the client (its last sending + ttl + apply_lag). A
+//     client whose stream ended (Detach), whose node left, or whose node
+//     no longer knows it (an assignment for an unknown client is answered
+//     with a detach) is no longer renewed, and its share is counted until
+//     its assignment has surely expired.
 //
-// The bound: if every assignment reaches its client and is applied within
-// apply_lag of the owner's sending it (a peer hop and the RLQS stream: a
-// few milliseconds on a LAN; default 500 ms), the clients and the reserve
+// The bound: if every assignment a node writes to a client's live stream
+// is applied by the client within apply_lag of the write (the stream's
+// delivery: milliseconds on a LAN; default 500 ms), the clients and the reserve
 // together admit at most b + r*T tokens of a key in any window of length
 // T, exactly: the tokens in the clients' buckets and the reserve never
 // exceed b (bursts are conserved), every raise is paid with tokens the
 // reserve held, a cut only destroys tokens, and the refill rates sum to at
 // most U/S <= r. Envoy's own float arithmetic in its token bucket is
 // outside (well under a token). An assignment applied later than
-// apply_lag adds at most its freed units/S times the lateness, plus its
-// freed burst. What a client admits on its own after its assignment
+// apply_lag after its write adds at most its freed units/S times the
+// lateness, plus its freed burst. The property test (property_test.go)
+// checks the bound exactly with random demands, lags, crashes and
+// restarts (also restarts faster than failure detection). What a client admits on its own after its assignment
 // expired (expired_assignment_behavior, or no_assignment_behavior before
 // its first one) is the operator's fallback and outside the bound: set
 // DENY_ALL, or a token bucket small enough for the fleet.
@@ -74,19 +82,23 @@
 //
 // The owner's allocation is not replicated (yet): a node that starts owning
 // a key (a restart, or a view change in which another node owned it)
-// within takeover = ttl + apply_lag + 1 s + max_skew of that change starts
-// the key frozen until then: its reserve empty and not refilling, no raise
-// and no new client, while the nodes whose clients hold the key's
-// assignments report them (a resync: every node re-reports its clients to
-// the owner it sees after a change, with what each holds), and the new
-// owner counts and renews them as they are. By the end of takeover every
-// assignment the previous owner made and nobody reported has expired at
-// its client (it renewed for at most a failure detector's delay, 1 s,
-// after the change). The price: a new client, or a raise, waits up to
-// takeover after an owner change, and the requests checked at the nodes
-// are refused meanwhile. Two nodes that both believe they own a key (views
-// that disagree longer than takeover: a partition) may both hand out
-// capacity, as in `owner`.
+// treats the key's bucket as emptied at the end of takeover = ttl +
+// apply_lag + 1 s + max_skew after that change (as lease's conservative
+// start does). Until then the key is frozen: its reserve empty and not
+// refilling, no raise and no new client, while the nodes whose clients
+// hold the key's assignments report them (every report carries what its
+// client holds, and every node re-reports its clients to the owner it sees
+// after a change), and the new owner counts and renews them as they are.
+// By the end of takeover every assignment the previous owner made and
+// nobody reported has expired at its client (it renewed for at most a
+// failure detector's delay, 1 s, after the change). After it, the reserve
+// refills from empty (an allocation created later starts refilled since
+// then). The old owner's admissions, up to the change, conformed; the new
+// ones start from nothing: together within b + r*T. The price: a new
+// client, or a raise, waits up to takeover after an owner change, then for
+// the refill, and the requests checked at the nodes are refused meanwhile.
+// Two nodes that both believe they own a key (views that disagree longer
+// than takeover: a partition) may both hand out capacity, as in `owner`.
 //
 // Requests checked at a node that does not own the key are forwarded to
 // the owner and refused when no verdict comes within timeout (no local

@@ -6,10 +6,11 @@
 //   - ttl (duration, default 2s): how long an assignment is valid at its
 //     client from receipt (RLQS assignment_time_to_live, whole seconds, at
 //     least 1s); the owner renews every ttl/2.
-//   - apply_lag (duration, default 500ms): the longest time from the owner's
-//     sending of an assignment to its client applying it (a peer hop and the
-//     RLQS stream); capacity an assignment gives up is counted as held for
-//     this long; the bound assumes it; positive, below ttl/2.
+//   - apply_lag (duration, default 500ms): the longest time from a client's
+//     node writing an assignment to the client's stream to the client applying
+//     it; what a cut frees is held until apply_lag after that node confirms
+//     the write (else until the replaced assignment expires); the bound
+//     assumes it; positive, below ttl/2.
 //   - headroom (float, default 1.25): a client's target rate is its reported
 //     demand times headroom (max-min fair over the clients), so that a growing
 //     demand is met before the next report; at least 1.
@@ -30,7 +31,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "ttl", Type: strategy.ParamDuration, Default: "2s", Example: "4s",
 		Doc: "how long an assignment is valid at its client from receipt (RLQS assignment_time_to_live, whole seconds, at least 1s); the owner renews every ttl/2."},
 	{Name: "apply_lag", Type: strategy.ParamDuration, Default: "500ms", Example: "200ms",
-		Doc: "the longest time from the owner's sending of an assignment to its client applying it (a peer hop and the RLQS stream); capacity an assignment gives up is counted as held for this long; the bound assumes it; positive, below ttl/2."},
+		Doc: "the longest time from a client's node writing an assignment to the client's stream to the client applying it; what a cut frees is held until apply_lag after that node confirms the write (else until the replaced assignment expires); the bound assumes it; positive, below ttl/2."},
 	{Name: "headroom", Type: strategy.ParamFloat, Default: "1.25", Example: "1.5",
 		Doc: "a client's target rate is its reported demand times headroom (max-min fair over the clients), so that a growing demand is met before the next report; at least 1."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",

@@ -67,14 +67,15 @@ func (e *envoyBucket) allow(now time.Duration) bool {
 // event is one step of the test world: a message delivery, an assignment
 // reaching its client, a wake-up, a request.
 type event struct {
-	at   time.Duration
-	seq  int
-	kind int // 0 deliver, 1 assignment applied, 2 tick, 3 client request, 4 plain request
-	from strategy.NodeID
-	to   strategy.NodeID
-	data []byte
-	as   strategy.QuotaAssignment
-	c    int
+	at      time.Duration
+	seq     int
+	kind    int               // 0 deliver, 1 assignment applied, 2 tick, 3 client request, 4 plain request, 5 crash, 6 view, 7 restart
+	members []strategy.NodeID // kind 6
+	from    strategy.NodeID
+	to      strategy.NodeID
+	data    []byte
+	as      strategy.QuotaAssignment
+	c       int
 }
 
 type queue []event
@@ -109,9 +110,12 @@ type world struct {
 	push    time.Duration // stream latency to the client
 	clients []*client
 	// admissions, in time order of decision
-	admitted []time.Duration
-	reqID    uint64
-	waiting  map[uint64]time.Duration // forwarded plain requests: arrival
+	admitted   []time.Duration
+	reqID      uint64
+	waiting    map[uint64]time.Duration // forwarded plain requests: arrival
+	down       map[strategy.NodeID]bool
+	cfg        strategy.Config // for a restart (Self and Members set then)
+	nextClient strategy.QuotaClient
 	// changeMax > 0: at a report, a client's offered rate changes to a random one up to it, one time in four
 	changeMax int
 }
@@ -125,6 +129,7 @@ type client struct {
 	allowed, denied int64
 	lastReport      time.Duration
 	reported        bool
+	broken          bool // its node crashed: a new stream at the next report
 }
 
 func (w *world) at(e event) {
@@ -154,7 +159,20 @@ func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Ef
 		}
 		w.at(event{at: now + w.push, kind: 1, to: self, as: a})
 	}
+	quotas := slices.Clone(fx.Quotas)
 	fx.Reset()
+	// The node writes each assignment to its client's stream at once, and
+	// confirms it (the RLQS server calls Delivered after the write), if
+	// the client's stream is the live one there.
+	for _, a := range quotas {
+		for _, c := range w.clients {
+			if c.node == self && c.id == a.Client && !c.broken && !w.down[self] {
+				var dfx strategy.Effects
+				w.nodes[self].Delivered(now, a, &dfx)
+				w.effects(now, self, &dfx)
+			}
+		}
+	}
 }
 
 // check is the conservation invariant at every owner: held units and burst
@@ -222,9 +240,12 @@ func TestEnvelopeWithClients(t *testing.T) {
 		for i := range nNodes {
 			w.ids = append(w.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
 		}
+		w.down = map[strategy.NodeID]bool{}
+		w.cfg = strategy.Config{Rate: bucket.Rate{Tokens: ratePerSec, Per: time.Second}, Burst: burstTok, Rand: rand.New(rand.NewPCG(1, 2))}
 		for _, id := range w.ids {
-			q, err := New(strategy.Config{Self: id, Members: w.ids, Rate: bucket.Rate{Tokens: ratePerSec, Per: time.Second}, Burst: burstTok,
-				Rand: rand.New(rand.NewPCG(1, 2))})
+			cfg := w.cfg
+			cfg.Self, cfg.Members = id, w.ids
+			q, err := New(cfg)
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -240,6 +261,13 @@ func TestEnvelopeWithClients(t *testing.T) {
 				rate: float64(rapid.IntRange(0, 3*int(ratePerSec)).Draw(rt, fmt.Sprint("rate", i)))}
 			w.clients = append(w.clients, c)
 			w.at(event{at: time.Duration(rapid.IntRange(0, 3000).Draw(rt, fmt.Sprint("start", i))) * time.Millisecond, kind: 3, c: i})
+		}
+		w.nextClient = strategy.QuotaClient(nClients)
+		for i := range rapid.IntRange(0, 3).Draw(rt, "crashes") {
+			id := w.ids[rapid.IntRange(0, nNodes-1).Draw(rt, fmt.Sprint("crash", i))]
+			at := time.Duration(rapid.IntRange(1000, 30000).Draw(rt, fmt.Sprint("crash_at", i))) * time.Millisecond
+			w.at(event{at: at, kind: 5, to: id})
+			w.at(event{at: at + time.Duration(rapid.IntRange(0, 8000).Draw(rt, fmt.Sprint("down_for", i)))*time.Millisecond, kind: 7, to: id})
 		}
 		plainRate := float64(rapid.IntRange(0, int(ratePerSec)).Draw(rt, "plain"))
 		if plainRate > 0 {
@@ -266,6 +294,9 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 		var fx strategy.Effects
 		switch e.kind {
 		case 0:
+			if w.down[e.to] {
+				break // lost with the crashed node
+			}
 			if err := w.nodes[e.to].Receive(now, e.from, e.data, &fx); err != nil {
 				fail("%s from %s: %v", e.to, e.from, err)
 			}
@@ -277,10 +308,34 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 				}
 			}
 		case 2:
+			if w.down[e.to] {
+				break
+			}
 			w.nodes[e.to].Tick(now, &fx)
 			w.effects(now, e.to, &fx)
+		case 5:
+			w.crash(now, e.to)
+		case 6:
+			if !w.down[e.to] {
+				// the failure detector converges on the truth: the view is
+				// the live nodes as of its delivery
+				w.nodes[e.to].SetMembers(now, w.live(), &fx)
+				w.effects(now, e.to, &fx)
+			}
+		case 7:
+			w.restart(now, e.to, fail)
 		case 3:
 			c := w.clients[e.c]
+			if (w.down[c.node] || c.broken) && (!c.reported || now-c.lastReport >= report) {
+				// its stream broke: Envoy opens a new one, to another node,
+				// at its next report (a new client there; its buckets stay)
+				live := w.live()
+				if len(live) == 0 {
+					break
+				}
+				w.nextClient++
+				c.node, c.id, c.reported, c.broken = live[w.rng.IntN(len(live))], w.nextClient, false, false
+			}
 			if !c.reported || now-c.lastReport >= report {
 				u := strategy.QuotaUsage{Client: c.id, Key: key, Allowed: c.allowed, Denied: c.denied}
 				if c.reported {
@@ -306,7 +361,8 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			gap := time.Duration(w.rng.ExpFloat64() / math.Max(c.rate, 0.5) * float64(time.Second))
 			w.at(event{at: now + max(gap, time.Millisecond), kind: 3, c: e.c})
 		case 4:
-			node := w.ids[w.rng.IntN(len(w.ids))]
+			live := w.live()
+			node := live[w.rng.IntN(len(live))] // a crashed node takes no request
 			w.reqID++
 			d, ok := w.nodes[node].Request(now, strategy.Request{ID: w.reqID, Key: key, Tokens: 1, Arrival: now}, &fx)
 			if ok {
@@ -322,4 +378,57 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 		}
 		w.check(now)
 	}
+}
+
+// live is the nodes up, sorted.
+func (w *world) live() []strategy.NodeID {
+	var out []strategy.NodeID
+	for _, id := range w.ids {
+		if !w.down[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// views schedules, at every live node, a view of the live nodes within
+// 900 ms (the failure detector's delay; quota's takeover assumes <= 1 s).
+func (w *world) views(now time.Duration) {
+	live := w.live()
+	for _, id := range live {
+		w.at(event{at: now + time.Duration(w.rng.IntN(900))*time.Millisecond, kind: 6, to: id})
+	}
+}
+
+// crash loses node id's state and messages to it.
+func (w *world) crash(now time.Duration, id strategy.NodeID) {
+	if w.down[id] || len(w.live()) < 2 {
+		return
+	}
+	w.down[id] = true
+	for _, c := range w.clients {
+		if c.node == id {
+			c.broken = true
+		}
+	}
+	w.views(now)
+}
+
+// restart starts node id again, empty, at now.
+func (w *world) restart(now time.Duration, id strategy.NodeID, fail func(string, ...any)) {
+	if !w.down[id] {
+		return
+	}
+	w.down[id] = false
+	cfg := w.cfg
+	cfg.Self, cfg.Members = id, w.live()
+	q, err := New(cfg)
+	if err != nil {
+		fail("%v", err)
+	}
+	w.nodes[id] = q
+	var fx strategy.Effects
+	q.Start(now, &fx)
+	w.effects(now, id, &fx)
+	w.views(now)
 }

@@ -126,20 +126,23 @@ func (q *Quota) owner(key string) strategy.NodeID {
 	return q.self
 }
 
-// frozenUntil is when a new allocation of key at this node may start
-// handing out capacity: after takeover from a restart, or from a recent
-// change of view in which another node owned the key. 0: at once.
-func (q *Quota) frozenUntil(key string, now time.Duration) time.Duration {
-	var until time.Duration
-	if q.restarted && now < q.startAt+q.takeover {
-		until = q.startAt + q.takeover
+// takeoverEnd is, for a new allocation of key at this node, the end of
+// the latest takeover that concerns it: takeover after a restart, or after
+// a change of view in which another node owned the key; the allocation
+// starts as if emptied then (newAlloc). Takeovers that ended more than the
+// reserve's fill time ago no longer matter (a bucket emptied then would be
+// full). 0: none.
+func (q *Quota) takeoverEnd(key string, now time.Duration) time.Duration {
+	var end time.Duration
+	if q.restarted && now < q.startAt+q.takeover+q.sh.fillTime() {
+		end = q.startAt + q.takeover
 	}
 	for _, c := range q.changes {
-		if now < c.at+q.takeover && rendezvous.Owner(key, c.prev) != q.self {
-			until = max(until, c.at+q.takeover)
+		if now < c.at+q.takeover+q.sh.fillTime() && rendezvous.Owner(key, c.prev) != q.self {
+			end = max(end, c.at+q.takeover)
 		}
 	}
-	return until
+	return end
 }
 
 // allocFor returns key's allocation at this owner, creating it (frozen
@@ -148,7 +151,7 @@ func (q *Quota) allocFor(key string, now time.Duration) *alloc {
 	if a, ok := q.allocs[key]; ok {
 		return a
 	}
-	a := q.sh.newAlloc(now, q.frozenUntil(key, now))
+	a := q.sh.newAlloc(now, q.takeoverEnd(key, now))
 	q.allocs[key] = a
 	return a
 }
@@ -176,7 +179,8 @@ func (q *Quota) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 func (q *Quota) decide(now time.Duration, key string, tokens int64, arrival time.Duration, fx *strategy.Effects) bool {
 	a := q.allocFor(key, now)
 	q.sh.countPlain(a, now, tokens)
-	ok := a.reserve.AllowN(min(arrival, now), tokens)
+	at := min(arrival, now)
+	ok := at >= a.slowedAt && a.reserve.AllowN(at, tokens)
 	q.schedule(key, a, fx)
 	return ok
 }
@@ -199,8 +203,11 @@ func (q *Quota) Usage(now time.Duration, u strategy.QuotaUsage, fx *strategy.Eff
 	}
 	at.last = u
 	o := q.owner(u.Key)
+	// What the client holds goes with every report (a resync): an owner
+	// that has no share for it (a new owner, whose view may have changed
+	// after this node's) counts it instead of taking it for a new client.
 	var h *held
-	if at.owner != o && at.held.TTL > 0 && at.expires > now {
+	if at.held.TTL > 0 && at.expires > now {
 		h = &held{units: at.held.TokensPerFill, burst: at.held.MaxTokens, expires: at.expires}
 	}
 	at.owner = o
@@ -242,39 +249,39 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
+		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds())
 	}
 	q.rebalance(now, u.Key, a, fx)
 }
 
-// demandTau is the time constant of a client's demand estimate when it
-// falls: a rise is taken at once (a client that needs more gets it at its
-// next report), a fall decays with it, so that the noise of a short
-// report interval (Poisson counts over 1 s) does not move shares back and
-// forth.
-const demandTau = 3 * time.Second
+// demandWeight is the weight of a report in a client's demand estimate
+// (an exponential average over reports, ours): a change of demand is
+// 87.5% followed after 3 reports, while the noise of short intervals
+// (Poisson counts over 1 s) moves shares less. Measured in the model
+// (TestSkewedFleet): 91.7% / 93.1% of the ceiling at 1 s / 5 s reports,
+// against 86.6% / 91.2% taking each report as it is.
+const demandWeight = 0.5
 
-// smooth is the demand estimate after a report of d tokens/s over elapsed,
-// from prev (< 0: none).
-func smooth(prev, d float64, elapsed time.Duration) float64 {
-	if prev < 0 || d >= prev {
+// smooth is the demand estimate after a report of d tokens/s, from prev
+// (< 0: none yet).
+func smooth(prev, d float64) float64 {
+	if prev < 0 {
 		return d
 	}
-	w := math.Exp(-elapsed.Seconds() / demandTau.Seconds())
-	return w*prev + (1-w)*d
+	return demandWeight*d + (1-demandWeight)*prev
 }
 
 // rebalance runs the allocation of key and sends what changed.
 func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.Effects) {
 	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share) {
 		as := strategy.QuotaAssignment{Client: s.id.client, Key: key, MaxTokens: s.burst, TokensPerFill: s.units,
-			FillInterval: q.sh.fill, TTL: q.ttl}
+			FillInterval: q.sh.fill, TTL: q.ttl, Seq: s.seq}
 		if s.id.node == q.self {
-			q.assigned(now, as, fx)
+			q.assigned(now, q.self, as, fx)
 			return
 		}
 		fx.Send(s.id.node, frame(&peerv1.QuotaAssign{Key: key, Client: uint64(s.id.client), MaxTokens: as.MaxTokens,
-			TokensPerFill: as.TokensPerFill, FillIntervalS: int64(q.sh.fill / time.Second), TtlS: int64(q.ttl / time.Second)}))
+			TokensPerFill: as.TokensPerFill, FillIntervalS: int64(q.sh.fill / time.Second), TtlS: int64(q.ttl / time.Second), Seq: as.Seq}))
 	})
 	q.schedule(key, a, fx)
 }
@@ -288,13 +295,46 @@ func (q *Quota) schedule(key string, a *alloc, fx *strategy.Effects) {
 }
 
 // assigned hands an assignment to a client attached here, if it still is.
-func (q *Quota) assigned(now time.Duration, as strategy.QuotaAssignment, fx *strategy.Effects) {
+func (q *Quota) assigned(now time.Duration, from strategy.NodeID, as strategy.QuotaAssignment, fx *strategy.Effects) {
 	at := q.clients[as.Client][as.Key]
 	if at == nil {
-		return // detached meanwhile: the owner stops renewing once told
+		// Detached meanwhile, or a client of this node's previous life
+		// (a restart the owner did not see): the owner stops renewing it.
+		if from == q.self {
+			q.ownerDetach(now, q.self, as.Client, as.Key, fx)
+		} else {
+			fx.Send(from, frame(&peerv1.QuotaDetach{Key: as.Key, Client: uint64(as.Client)}))
+		}
+		return
 	}
 	at.held, at.expires = as, now+as.TTL
 	fx.Assign(as)
+}
+
+// Delivered confirms to the key's owner that an assignment was written to
+// its client's stream (QuotaAck): what a cut freed is released apply_lag
+// later, not at the expiry of the assignment it replaced.
+func (q *Quota) Delivered(now time.Duration, as strategy.QuotaAssignment, fx *strategy.Effects) {
+	at := q.clients[as.Client][as.Key]
+	if at == nil || at.owner == "" {
+		return
+	}
+	if at.owner == q.self {
+		q.ownerAck(now, q.self, as.Client, as.Key, as.Seq, fx)
+		return
+	}
+	fx.Send(at.owner, frame(&peerv1.QuotaAck{Key: as.Key, Client: uint64(as.Client), Seq: as.Seq}))
+}
+
+// ownerAck applies a node's QuotaAck at the key's owner.
+func (q *Quota) ownerAck(now time.Duration, from strategy.NodeID, client strategy.QuotaClient, key string, seq uint64, fx *strategy.Effects) {
+	a := q.allocs[key]
+	if a == nil {
+		return
+	}
+	if a.ack(holderID{node: from, client: client}, seq, now, q.applyLag) {
+		q.schedule(key, a, fx)
+	}
 }
 
 // Detach handles the end of a client's stream (key "") or its abandoning
@@ -356,10 +396,13 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if err != nil {
 			return err
 		}
-		if o := q.owner(as.Key); o != from {
-			return fmt.Errorf("quota: assignment of %q from %s, whose owner here is %s", as.Key, from, o)
+		if q.owner(as.Key) != from {
+			// An owner whose view lags (frames are authenticated: it is a
+			// member's): not applied, not acknowledged (a cut it sent
+			// stays held there until the assignment it replaced expires).
+			return nil
 		}
-		q.assigned(now, as, fx)
+		q.assigned(now, from, as, fx)
 	case *peerv1.QuotaMessage_Forward:
 		f := b.Forward
 		if err := checkKey("forward", f.Key); err != nil {
@@ -374,6 +417,11 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			ok = q.decide(now, f.Key, f.Tokens, max(arrival, now-q.timeout), fx)
 		}
 		fx.Send(from, frame(&peerv1.QuotaVerdict{RequestId: f.RequestId, Allowed: ok}))
+	case *peerv1.QuotaMessage_Ack:
+		if err := checkKey("ack", b.Ack.Key); err != nil {
+			return err
+		}
+		q.ownerAck(now, from, strategy.QuotaClient(b.Ack.Client), b.Ack.Key, b.Ack.Seq, fx)
 	case *peerv1.QuotaMessage_Verdict:
 		p, ok := q.pending[b.Verdict.RequestId]
 		if !ok {
@@ -432,7 +480,7 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	prev := q.members
 	q.members = slices.Clone(members)
 	q.changes = append(q.changes, change{at: now, prev: prev})
-	for len(q.changes) > 0 && now >= q.changes[0].at+q.takeover {
+	for len(q.changes) > 0 && now >= q.changes[0].at+q.takeover+q.sh.fillTime() {
 		q.changes = q.changes[1:]
 	}
 	for _, key := range sortedKeys(q.allocs) {

@@ -41,12 +41,13 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64) *wo
 // clients offering 150/s and four 10/s, over 3 nodes, for 60 s, reports
 // every 5 s (today's Envoy) and every 1 s. The fleet stays within
 // b + r*T exactly; the light clients get about their demand (max-min),
-// the heavy ones the rest. Admitted, of min(offered, r*T + b): 91.2% at
-// 5 s reports, 86.6% at 1 s (the issue asks for 95%; not met yet: the
+// the heavy ones the rest. Admitted, of min(offered, r*T + b): 93.1% at
+// 5 s reports, 91.7% at 1 s with this seed (seeds 1-3: 90.3-93.6% and
+// 90.9-92.0%) (the issue asks for 95%; not met yet: the
 // first interval splits equally while no demand is known (Envoy's first
-// report has time_elapsed 0), and at 1 s the noise of Poisson counts
-// moves shares back and forth, each cut holding its capacity for
-// apply_lag). The floors below are those measurements less a margin, so a
+// report has time_elapsed 0), and a light client's unused share is lost
+// (max-min gives it its demand; Poisson arrivals leave some of it
+// unused)). The floors below are those measurements less a margin, so a
 // change that loses efficiency fails here.
 func TestSkewedFleet(t *testing.T) {
 	for _, report := range []time.Duration{time.Second, 5 * time.Second} {
@@ -70,7 +71,7 @@ func TestSkewedFleet(t *testing.T) {
 			if v > 1e-6 {
 				t.Errorf("the fleet exceeded b + r*T by %.6f tokens", v)
 			}
-			floor := map[time.Duration]float64{time.Second: 0.85, 5 * time.Second: 0.90}[report]
+			floor := map[time.Duration]float64{time.Second: 0.90, 5 * time.Second: 0.91}[report]
 			if got < floor*ceiling {
 				t.Errorf("admitted %.0f, below %.0f%% of %.0f", got, 100*floor, ceiling)
 			}

@@ -78,7 +78,7 @@ func (q *Quota) assignmentOf(m *peerv1.QuotaAssign) (strategy.QuotaAssignment, e
 		return strategy.QuotaAssignment{}, err
 	}
 	a := strategy.QuotaAssignment{Client: strategy.QuotaClient(m.Client), Key: m.Key, MaxTokens: m.MaxTokens,
-		TokensPerFill: m.TokensPerFill, FillInterval: time.Duration(m.FillIntervalS) * time.Second, TTL: time.Duration(m.TtlS) * time.Second}
+		TokensPerFill: m.TokensPerFill, FillInterval: time.Duration(m.FillIntervalS) * time.Second, TTL: time.Duration(m.TtlS) * time.Second, Seq: m.Seq}
 	switch {
 	case m.Client == 0:
 		return a, fmt.Errorf("quota: assignment of %q to client 0", m.Key)
@@ -107,6 +107,8 @@ func frame(body any) []byte {
 		m.Body = &peerv1.QuotaMessage_Forward{Forward: b}
 	case *peerv1.QuotaVerdict:
 		m.Body = &peerv1.QuotaMessage_Verdict{Verdict: b}
+	case *peerv1.QuotaAck:
+		m.Body = &peerv1.QuotaMessage_Ack{Ack: b}
 	default:
 		panic(fmt.Sprintf("quota: no frame for %T", body))
 	}

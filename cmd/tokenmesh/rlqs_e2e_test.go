@@ -1,0 +1,277 @@
+package main
+
+// End-to-end test of Envoy's Rate Limit Quota Service on real `tokenmesh
+// serve` processes (issue 23): a fleet of emulated Envoys (rlqs/proxy,
+// deciding as Envoy's rate_limit_quota filter does, rlqs/envoymodel) holds
+// leases of one global bucket, decides every request locally, and the fleet
+// stays within b + r*T while the owner of the bucket is killed.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
+	"github.com/tokenmesh/tokenmesh/rlqs/proxy"
+	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// rlqsLimits is one bucket of 100/s (burst 100: requests_per_unit) served
+// by the quota strategy. apply_lag is 1 s, not the default 500 ms: the
+// bound assumes every assignment applied within it, and this machine may
+// be loaded by a parallel build (ttl 3 s keeps renewals ahead of it).
+const rlqsLimits = `domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100}
+    tokenmesh: {strategy: quota, params: {apply_lag: 1s, ttl: 3s}}
+`
+
+// denyUnassigned are the Envoys' bucket settings under which the bound
+// holds: no admission without an assignment (no_assignment_behavior
+// DENY_ALL; an expired assignment falls back to it, as Envoy does when
+// expired_assignment_behavior is unset).
+func denyUnassigned(report time.Duration) *rlqfilterv3.RateLimitQuotaBucketSettings {
+	return &rlqfilterv3.RateLimitQuotaBucketSettings{
+		ReportingInterval: durationpb.New(report),
+		NoAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
+			NoAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{
+				FallbackRateLimit: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}}}}
+}
+
+// rlqsTakeover is the quota strategy's takeover with rlqsLimits' params:
+// ttl 3 s + apply_lag 1 s + 1 s + max_skew 100 ms.
+const rlqsTakeover = 5100 * time.Millisecond
+
+// rlqsDetection is how long the survivors may take to see a killed node
+// gone (memberlist; about 6 s measured here under a parallel build).
+const rlqsDetection = 8 * time.Second
+
+// rlqsRun is one run of the skewed fleet: two Envoys offering 150/s and
+// four 10/s to one bucket of 100/s burst 100, spread over the nodes.
+type rlqsRun struct {
+	report   time.Duration // the Envoys' report interval
+	duration time.Duration
+	killAt   time.Duration // 0: no kill; else kill -9 of the bucket's owner then
+}
+
+// TestRLQSClusterE2E: 3 serve nodes, 6 emulated Envoys (2 at 150/s, 4 at
+// 10/s) on one bucket of 100/s burst 100, reports every second, 30 s, the
+// bucket's owner killed (-9) at 10 s. Every decision is an Envoy's own (no
+// call per request); the fleet's admissions stay within b + r*T in every
+// window (the Envoys decide in this process, so a decision's time is
+// exact); every Envoy holds an assignment again within rlqsRecovery of the
+// kill: failure detection, the new owner's takeover (ttl + apply_lag + 1 s
+// + max_skew: the owner's shares are not replicated yet) and two report
+// intervals. The fleet starts once the keys' takeover after the nodes'
+// joins has passed (a node that starts owning a key freezes it; the
+// cluster's own start is such a change). TOKENMESH_RLQS=full runs the
+// issue's 60 s runs instead: reports every 5 s and every 1 s, without and
+// with the kill at 20 s.
+func TestRLQSClusterE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	runs := []rlqsRun{{report: time.Second, duration: 30 * time.Second, killAt: 10 * time.Second}}
+	if os.Getenv("TOKENMESH_RLQS") == "full" {
+		runs = nil
+		for _, report := range []time.Duration{5 * time.Second, time.Second} {
+			runs = append(runs, rlqsRun{report: report, duration: time.Minute}, rlqsRun{report: report, duration: time.Minute, killAt: 20 * time.Second})
+		}
+	}
+	if os.Getenv("TOKENMESH_RLQS") == "full" {
+		t.Run("static", func(t *testing.T) { runStaticRLQS(t, time.Minute) })
+	}
+	for _, r := range runs {
+		name := fmt.Sprintf("report_%v", r.report)
+		if r.killAt > 0 {
+			name += "_kill"
+		}
+		t.Run(name, func(t *testing.T) { runRLQS(t, r) })
+	}
+}
+
+func runRLQS(t *testing.T, r rlqsRun) {
+	dir := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rlqsLimits), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const nodes = 3
+	c := startCluster(t, localcluster.Config{Nodes: nodes, ServeArgs: []string{"--envoy-config", dir},
+		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 1}}})
+	var addrs []string
+	for _, n := range c.Nodes {
+		addrs = append(addrs, n.GRPC)
+	}
+	// the keys' takeover after the joins: ttl 3 s + apply_lag 1 s + 1 s +
+	// max_skew 100 ms
+	time.Sleep(rlqsTakeover)
+	const key = "acme"
+	owner := slices.Index([]strategy.NodeID{"n0", "n1", "n2"}, rendezvous.Owner(key, []strategy.NodeID{"n0", "n1", "n2"}))
+	bucket := envoymodel.NewBucketID(map[string]string{"tenant": key})
+	rates := []float64{150, 150, 10, 10, 10, 10}
+	var loads []proxy.Load
+	for i, rate := range rates {
+		loads = append(loads, proxy.Load{Proxy: i, Bucket: bucket, Rate: rate, Arrivals: proxy.Poisson, Duration: r.duration})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.duration+time.Minute)
+	defer cancel()
+	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: addrs, Spread: true, Seed: 1,
+		Model: envoymodel.Config{Domain: "edge", Settings: denyUnassigned(r.report), ReportInterval: r.report}, Loads: loads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now() // the fleet's times count from its start, just before
+	var killed time.Duration
+	if r.killAt > 0 {
+		time.Sleep(r.killAt)
+		if err := c.Kill(owner); err != nil {
+			t.Fatal(err)
+		}
+		killed = time.Since(start)
+		t.Logf("killed n%d, the bucket's owner, at %v", owner, killed.Round(time.Millisecond))
+	}
+	rec := fleet.Wait()
+
+	reqs, allowed := rec.Workload()
+	admitted := 0
+	for _, a := range allowed {
+		if a {
+			admitted++
+		}
+	}
+	v := eval.EnvelopeViolation(reqs, allowed, 100, 100)
+	offered := float64(len(reqs))
+	ceiling := math.Min(offered, 100*r.duration.Seconds()+100)
+	t.Logf("%d requests offered, %d admitted: %.1f%% of min(offered, r*T + b) = %.0f; the most one window exceeded b + r*T by: %.3f tokens",
+		len(reqs), admitted, 100*float64(admitted)/ceiling, ceiling, v)
+	for i := range rates {
+		var last string
+		for _, a := range rec.Assignments {
+			if a.Proxy == i {
+				if tb := a.TokenBucket(); tb != nil {
+					last = fmt.Sprintf("%d tokens per %v, max %d (via %s)", tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), tb.GetMaxTokens(), a.Addr)
+				}
+			}
+		}
+		t.Logf("envoy %d offering %.0f/s: last assignment %s", i, rates[i], last)
+	}
+	if v > 0.001 {
+		t.Errorf("the fleet exceeded b + r*T by %.3f tokens in some window (the bound is exact while assignments apply within apply_lag = 1s)", v)
+	}
+	// Without a kill the model admits about 92% (strategy/quota
+	// TestSkewedFleet); a kill costs detection + takeover of nothing.
+	floor := 0.8
+	if r.killAt > 0 {
+		floor = 0.8 * (1 - (rlqsDetection+rlqsTakeover).Seconds()/r.duration.Seconds())
+	}
+	if float64(admitted) < floor*ceiling {
+		t.Errorf("admitted %d, below %.0f%% of the ceiling %.0f", admitted, 100*floor, ceiling)
+	}
+	if r.killAt == 0 {
+		return
+	}
+	within := rlqsDetection + rlqsTakeover + 2*r.report
+	var late, again []string
+	for i := range rates {
+		got := time.Duration(-1)
+		for _, a := range rec.Assignments {
+			if a.Proxy == i && a.At > killed && a.TokenBucket() != nil {
+				got = a.At - killed
+				break
+			}
+		}
+		again = append(again, fmt.Sprintf("envoy %d: %v", i, got.Round(time.Millisecond)))
+		if got < 0 || got > within {
+			late = append(late, fmt.Sprintf("envoy %d: %v", i, got))
+		}
+	}
+	t.Logf("assigned again after the kill: %s", strings.Join(again, ", "))
+	if len(late) > 0 {
+		t.Errorf("after the owner's kill, Envoys not assigned again within %v (-1: never): %s", within, strings.Join(late, ", "))
+	}
+}
+
+// staticRLQS is what the open-source RLQS servers do: every Envoy gets the
+// whole (r, b) (here 100/s, burst 100), whatever the others get.
+type staticRLQS struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+}
+
+func (staticRLQS) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	for {
+		m, err := gs.Recv()
+		if err != nil {
+			return err
+		}
+		resp := &rlqsv3.RateLimitQuotaResponse{}
+		for _, u := range m.BucketQuotaUsages {
+			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: u.BucketId,
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+					QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+						AssignmentTimeToLive: durationpb.New(time.Minute),
+						RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+							MaxTokens: 100, TokensPerFill: wrapperspb.UInt32(100), FillInterval: durationpb.New(time.Second)}}}}}})
+		}
+		if err := gs.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// runStaticRLQS runs the skewed fleet against a static RLQS server and
+// logs its excess over b + r*T: the comparison the issue asks for beside
+// quota's.
+func runStaticRLQS(t *testing.T, d time.Duration) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, staticRLQS{})
+	go g.Serve(ln)
+	defer g.Stop()
+	bucket := envoymodel.NewBucketID(map[string]string{"tenant": "acme"})
+	rates := []float64{150, 150, 10, 10, 10, 10}
+	var loads []proxy.Load
+	for i, rate := range rates {
+		loads = append(loads, proxy.Load{Proxy: i, Bucket: bucket, Rate: rate, Arrivals: proxy.Poisson, Duration: d})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: []string{ln.Addr().String()}, Seed: 1,
+		Model: envoymodel.Config{Domain: "edge", Settings: denyUnassigned(time.Second), ReportInterval: time.Second}, Loads: loads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, allowed := fleet.Wait().Workload()
+	admitted := 0
+	for _, a := range allowed {
+		if a {
+			admitted++
+		}
+	}
+	t.Logf("static RLQS (every Envoy the whole 100/s, burst 100): %d of %d admitted; the most one window exceeded b + r*T by %.0f tokens",
+		admitted, len(reqs), eval.EnvelopeViolation(reqs, allowed, 100, 100))
+}
