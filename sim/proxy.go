@@ -205,6 +205,8 @@ type proxies struct {
 	rlsResp  int64                   // the size of a check's answer
 }
 
+// bucketID is a key's RLQS bucket id, {"key": KEY}, as the model and the
+// proto take it.
 type bucketID struct {
 	id envoymodel.BucketID
 	pb *rlqsv3.BucketId
