@@ -7,7 +7,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
-	"github.com/tokenmesh/tokenmesh/strategy/conformance"
+	"github.com/tokenmesh/tokenmesh/sim/conformance"
 )
 
 // framesTo records the first frames node n0 receives in a simulated run of
