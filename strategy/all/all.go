@@ -98,18 +98,6 @@ func probeConfig() strategy.Config {
 		Burst: 1, Rand: rand.New(rand.NewPCG(1, 1))}
 }
 
-// Snapshotters returns the names of the strategies that keep their bucket
-// levels across a restart (Snapshots), in report order.
-func Snapshotters() []string {
-	var out []string
-	for _, s := range registry {
-		if s.Snapshots() {
-			out = append(out, s.Name)
-		}
-	}
-	return out
-}
-
 // List returns every strategy, in the order reports show them: a copy,
 // so a caller cannot change the registry.
 func List() []Info { return slices.Clone(registry) }

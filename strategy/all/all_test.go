@@ -1,9 +1,6 @@
 package all
 
-import (
-	"slices"
-	"testing"
-)
+import "testing"
 
 // TestListIsACopy: changing what List returns does not change the registry.
 func TestListIsACopy(t *testing.T) {
@@ -25,10 +22,16 @@ func TestEveryStrategyBuildsWithprobeConfig(t *testing.T) {
 	}
 }
 
-// TestSnapshotters: the strategies whose state is one bucket per key at a
-// node (strategy.Snapshotter's documentation) are the ones that snapshot.
-func TestSnapshotters(t *testing.T) {
-	if got, want := Snapshotters(), []string{"central", "local", "static", "owner"}; !slices.Equal(got, want) {
-		t.Errorf("Snapshotters() = %v, want %v (update strategy.Snapshotter's documentation and docs/OPERATIONS.md if this changed)", got, want)
+// TestSnapshots: a strategy whose state is one bucket per key at a node
+// snapshots (central, owner); one whose state is shares does not (gdrl).
+func TestSnapshots(t *testing.T) {
+	for name, want := range map[string]bool{"central": true, "owner": true, "gdrl": false} {
+		info, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Snapshots(); got != want {
+			t.Errorf("%s: Snapshots() = %v, want %v", name, got, want)
+		}
 	}
 }
