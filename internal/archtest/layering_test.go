@@ -49,8 +49,9 @@ func moduleGraph(t *testing.T) graph {
 	return g
 }
 
-// imports are p's imports that are packages of the module, module-relative.
-func (g graph) imports(p *pkg) []string {
+// moduleImports are p's imports that are packages of the module,
+// module-relative.
+func (p *pkg) moduleImports() []string {
 	var out []string
 	for _, imp := range p.Imports {
 		if inModule(imp) {
@@ -78,7 +79,7 @@ func (g graph) pathTo(from string, hit func(string) bool) string {
 			return strings.Join(chain, " -> ")
 		}
 		if p := g[cur]; p != nil {
-			for _, imp := range g.imports(p) {
+			for _, imp := range p.moduleImports() {
 				if _, seen := prev[imp]; !seen {
 					prev[imp] = cur
 					queue = append(queue, imp)
@@ -113,7 +114,7 @@ func TestStrategiesImportNoDriver(t *testing.T) {
 		if !under(p.rel(), "strategy") {
 			continue
 		}
-		for _, imp := range g.imports(p) {
+		for _, imp := range p.moduleImports() {
 			if under(imp, "strategy") {
 				continue // checked as a package of its own
 			}
@@ -137,12 +138,11 @@ func TestStrategiesImportNoDriver(t *testing.T) {
 // strategy/internal/...; only the registry (strategy/all) imports them
 // all.
 func TestNoStrategyImportsAnother(t *testing.T) {
-	g := moduleGraph(t)
 	for _, p := range packages(t) {
 		if !isStrategy(p.rel()) {
 			continue
 		}
-		for _, imp := range g.imports(p) {
+		for _, imp := range p.moduleImports() {
 			if isStrategy(imp) {
 				for _, at := range importSites(t, p, modulePath+"/"+imp) {
 					t.Errorf("%s: strategy %s imports strategy %s: no strategy imports another; move what they share to strategy/internal/... (docs/ARCHITECTURE.md, \"Package map\")",
@@ -251,7 +251,6 @@ type mapLayer struct {
 // package imports only packages on lines below its own: nothing imports
 // a package above it or beside it on its line.
 func TestPackageMap(t *testing.T) {
-	g := moduleGraph(t)
 	layers := packageMap(t)
 	// Place every package on its line: an exact name wins over the longest
 	// "dir/..." pattern.
@@ -264,7 +263,7 @@ func TestPackageMap(t *testing.T) {
 			rank[p.rel()] = r
 		} else {
 			t.Errorf("%s is not on the package map of docs/ARCHITECTURE.md: add it to the line of the packages it sits beside (it imports %v)",
-				p.rel(), g.imports(p))
+				p.rel(), p.moduleImports())
 		}
 	}
 	// Every name on the map is a package.
@@ -280,7 +279,7 @@ func TestPackageMap(t *testing.T) {
 		if !ok {
 			continue
 		}
-		for _, imp := range g.imports(p) {
+		for _, imp := range p.moduleImports() {
 			to, ok := rank[imp]
 			if !ok || to > from {
 				continue
