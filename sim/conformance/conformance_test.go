@@ -16,9 +16,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
-	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
