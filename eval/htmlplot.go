@@ -90,8 +90,11 @@ func admittedSVG(rep *Report, b timeBase) svgPlot {
 			ymax = max(ymax, float64(v))
 		}
 	}
-	yt, ylo, yhi := niceTicks(0, ymax, 6)
-	f := frame{x: 78, y: 12, w: svgWidth - 78 - legendW, h: h - 12 - 48, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
+	yt, ylo, yhi := niceTicks(0, ymax, 6, true)
+	f := frame{x: 78, w: svgWidth - 78 - legendW, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
+	_, rows := faultLabels(f, rep.Setup.Faults, b.origin, b.end)
+	f.y = 12 + faultLabelH*float64(rows)
+	f.h = h - f.y - 48
 	p := svgPlot{Name: "admitted", Label: "Admitted tokens per " + seconds(b.bin) + " bin, by strategy", W: svgWidth, H: h}
 	back, front := faultLayers(f, rep.Setup.Faults, b.origin, b.end)
 	p.Els = append(p.Els, back...)
@@ -101,20 +104,26 @@ func admittedSVG(rep *Report, b timeBase) svgPlot {
 		p.Els = append(p.Els, noData(f, "no requests"))
 	} else {
 		p.Els = append(p.Els, svgEl{Tag: "path", D: stepPath(f, b.bin, floats(s.RequestTokens), true), Fill: svgGrey, FillOpacity: 0.45})
-		// Central under the others, wider, so that a strategy on it shows.
+		// Central, the reference, last: on top of the strategies, thinner,
+		// so that a strategy shows where it leaves central.
+		var lines []svgEl
 		for _, name := range append([]string{"central"}, b.others...) {
 			adm, ok := s.AdmittedTokens[name]
 			if !ok {
 				continue
 			}
-			width := 1.4
+			width := 2.2
 			if name == "central" {
-				width = 3
+				width = 1.4
 			}
-			p.Els = append(p.Els, svgEl{Tag: "path", D: stepPath(f, b.bin, floats(adm), false), Fill: "none",
+			lines = append(lines, svgEl{Tag: "path", D: stepPath(f, b.bin, floats(adm), false), Fill: "none",
 				Stroke: strategyColor(name), StrokeWidth: width, Strategy: name, Tip: name})
 			entries = append(entries, legendEntry{text: name, color: strategyColor(name), strategy: name})
 		}
+		if len(lines) > 0 && lines[0].Strategy == "central" {
+			lines = append(lines[1:], lines[0])
+		}
+		p.Els = append(p.Els, lines...)
 	}
 	p.Els = append(p.Els, front...)
 	p.Els = append(p.Els, legend(svgWidth-legendW+24, f.y+10, entries)...)
@@ -124,21 +133,25 @@ func admittedSVG(rep *Report, b timeBase) svgPlot {
 // diffSVG plots, in one panel per strategy other than central (two
 // columns), the strategy's admitted tokens per bin minus central's.
 func diffSVG(rep *Report, b timeBase) svgPlot {
-	const cols, panelH = 2, 200
-	rows := max(1, (len(b.others)+cols-1)/cols)
-	p := svgPlot{Name: "difference", Label: "Admitted tokens per " + seconds(b.bin) + " bin, strategy minus central", W: svgWidth, H: float64(rows * panelH)}
+	const cols = 2
+	const left, right, top, bottom, plotH = 84, 18, 30, 50, 120 // a panel's margins and data area height
 	panelW := float64(svgWidth) / cols
+	// The fault labels take the same rows in every panel.
+	_, labelRows := faultLabels(frame{x: left, w: panelW - left - right, xmin: 0, xmax: b.end}, rep.Setup.Faults, b.origin, b.end)
+	panelH := top + faultLabelH*float64(labelRows) + plotH + bottom
+	rows := max(1, (len(b.others)+cols-1)/cols)
+	p := svgPlot{Name: "difference", Label: "Admitted tokens per " + seconds(b.bin) + " bin, strategy minus central", W: svgWidth, H: float64(rows) * panelH}
 	var central []int64
 	if rep.Series != nil {
 		central = rep.Series.AdmittedTokens["central"]
 	}
 	if len(b.others) == 0 {
-		f := frame{x: 80, y: 30, w: svgWidth - 100, h: panelH - 80, xmin: 0, xmax: b.end, ymin: -1, ymax: 1}
+		f := frame{x: left, y: top, w: svgWidth - left - right, h: panelH - top - bottom, xmin: 0, xmax: b.end, ymin: -1, ymax: 1}
 		p.Els = append(p.Els, noData(f, "no strategy besides central was run"))
 		return p
 	}
 	for i, name := range b.others {
-		x0, y0 := float64(i%cols)*panelW, float64(i/cols*panelH)
+		x0, y0 := float64(i%cols)*panelW, float64(i/cols)*panelH
 		var adm []int64
 		if rep.Series != nil {
 			adm = rep.Series.AdmittedTokens[name]
@@ -158,8 +171,8 @@ func diffSVG(rep *Report, b timeBase) svgPlot {
 		if lo == 0 && hi == 0 {
 			lo, hi = -1, 1
 		}
-		yt, ylo, yhi := niceTicks(lo, hi, 4)
-		f := frame{x: x0 + 84, y: y0 + 30, w: panelW - 84 - 18, h: panelH - 30 - 50, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
+		yt, ylo, yhi := niceTicks(lo, hi, 4, true)
+		f := frame{x: x0 + left, y: y0 + panelH - bottom - plotH, w: panelW - left - right, h: plotH, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
 		col := strategyColor(name)
 		back, front := faultLayers(f, rep.Setup.Faults, b.origin, b.end)
 		p.Els = append(p.Els, back...)
@@ -213,7 +226,7 @@ func summarySVG(rep *Report) svgPlot {
 		for _, r := range rs {
 			vmax = max(vmax, pn.val(r))
 		}
-		xt, xlo, xhi := niceTicks(0, max(vmax, 0.1), 5)
+		xt, xlo, xhi := niceTicks(0, max(vmax, 0.1), 5, false)
 		f := frame{x: x0 + 100, y: top, w: panelW - 100 - 60, h: h - top - bottom, xmin: xlo, xmax: xhi, ymin: 0, ymax: 1}
 		p.Els = append(p.Els, svgEl{Tag: "text", X: f.x, Y: 20, Size: 14, Bold: true, Fill: "#1A1A1A", Text: pn.title})
 		p.Els = append(p.Els, axes(f, xt, nil, pn.unit, "")...)

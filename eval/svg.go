@@ -89,13 +89,17 @@ type tick struct {
 }
 
 // niceTicks covers [lo, hi] with at most about n intervals of a round step
-// (1, 2 or 5 times a power of ten) and returns the ticks and the covered
-// range, which starts and ends on a tick. hi <= lo is widened to a unit.
-func niceTicks(lo, hi float64, n int) (ticks []tick, min, max float64) {
+// (1, 2 or 5 times a power of ten; at least 1 if whole, for counts) and
+// returns the ticks and the covered range, which starts and ends on a
+// tick. hi <= lo is widened to a unit.
+func niceTicks(lo, hi float64, n int, whole bool) (ticks []tick, from, to float64) {
 	if !(hi > lo) {
 		lo, hi = math.Floor(lo), math.Floor(lo)+1
 	}
 	raw := (hi - lo) / float64(n)
+	if whole {
+		raw = max(raw, 1)
+	}
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
 	step := 10 * mag
 	for _, m := range []float64{1, 2, 5} {
@@ -154,48 +158,85 @@ func axes(f frame, xt, yt []tick, xLabel, yLabel string) []svgEl {
 	return els
 }
 
-// faultLayers draws the scenario's faults on f, whose x axis is seconds
-// since origin: back holds the shaded fault windows (faultWindows), front
-// a dashed line and a label at every event within [0, end] (the event,
-// e.g. "crash n1" or "heal", with its time in the tooltip); labels that
-// would overlap go on lower rows.
-func faultLayers(f frame, faults []Fault, origin, end float64) (back, front []svgEl) {
-	for _, w := range faultWindows(faults, origin, end) {
-		x0, x1 := f.px(w[0]), f.px(w[1])
-		back = append(back, svgEl{Tag: "rect", X: x0, Y: f.y, W: x1 - x0, H: f.h, Fill: svgFaultFill, FillOpacity: svgFaultOpacity, Class: "fault-window",
-			Tip: "fault window " + seconds(w[0]) + " to " + seconds(w[1]) + " since the trace's start"})
+// faultLabel is a fault event's label: its line's x and its text's left
+// edge, width and row above the data area (0 nearest it).
+type faultLabel struct {
+	ev         Fault
+	text       string
+	x, left, w float64
+	row        int
+}
+
+// faultLabelH is the height of a row of fault labels, faultCharW about
+// the width of one of their characters.
+const faultLabelH, faultCharW = 14, 6
+
+// shorten cuts s to n characters, the last an ellipsis, if it is longer.
+func shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
 	}
-	const size, rowH = 10.5, 14.0
+	return s
+}
+
+// faultLabels places a label for every event of faults within [0, end]
+// seconds since origin over f's x axis: right of its line, or left where
+// it would pass f's right edge; a label that would overlap one before it
+// goes a row further up. rows is the number of rows used.
+func faultLabels(f frame, faults []Fault, origin, end float64) (labels []faultLabel, rows int) {
 	var rowEnd []float64 // per row, where its last label ends
 	for _, ev := range faults {
 		at := ev.AtSec - origin
 		if at < 0 || at > end {
 			continue
 		}
-		x := f.px(at)
-		label := ev.Event
-		if r := []rune(label); len(r) > 26 {
-			label = string(r[:25]) + "…"
+		l := faultLabel{ev: ev, x: f.px(at), left: f.px(at)}
+		// Right of the line, cut to the room up to the right edge; left of
+		// it when that leaves fewer than 12 characters.
+		chars := min(26, int((f.x+f.w-l.x)/faultCharW)-1)
+		if chars < 12 {
+			chars = 26
 		}
-		w := 6.2*float64(len([]rune(label))) + 6
-		left := x + 3
-		if left+w > f.x+f.w {
-			left = x - 3 - w
+		l.text = shorten(ev.Event, chars)
+		l.w = faultCharW*float64(len([]rune(l.text))) + 6
+		if l.left+l.w > f.x+f.w {
+			l.left = l.x - l.w
 		}
-		row := 0
-		for row < len(rowEnd) && rowEnd[row] > left {
-			row++
+		for l.row < len(rowEnd) && rowEnd[l.row] > l.left {
+			l.row++
 		}
-		if row == len(rowEnd) {
+		if l.row == len(rowEnd) {
 			rowEnd = append(rowEnd, 0)
 		}
-		rowEnd[row] = left + w + 4
-		y := f.y + 3 + float64(row)*rowH
-		tip := ev.Event + " at " + seconds(ev.AtSec) + " of trace time"
+		rowEnd[l.row] = l.left + l.w + 4
+		labels = append(labels, l)
+	}
+	return labels, len(rowEnd)
+}
+
+// faultLayers draws the scenario's faults on f, whose x axis is seconds
+// since origin: back holds the shaded fault windows (faultWindows), front
+// for every event within [0, end] a dashed line through the data area up
+// to its label (the event, e.g. "crash n1" or "heal", with its time in
+// the tooltip), in the rows of faultLabels above f, for which the caller
+// leaves room.
+func faultLayers(f frame, faults []Fault, origin, end float64) (back, front []svgEl) {
+	for _, w := range faultWindows(faults, origin, end) {
+		x0, x1 := f.px(w[0]), f.px(w[1])
+		back = append(back, svgEl{Tag: "rect", X: x0, Y: f.y, W: x1 - x0, H: f.h, Fill: svgFaultFill, FillOpacity: svgFaultOpacity, Class: "fault-window",
+			Tip: "fault window " + seconds(w[0]) + " to " + seconds(w[1]) + " since the trace's start"})
+	}
+	labels, _ := faultLabels(f, faults, origin, end)
+	for _, l := range labels {
+		top := f.y - float64(l.row+1)*faultLabelH
+		tx, anchor := l.x+3, ""
+		if l.left < l.x {
+			tx, anchor = l.x-3, "end"
+		}
 		front = append(front,
-			svgEl{Tag: "line", X: x, Y: f.y, X2: x, Y2: f.y + f.h, Stroke: svgFaultLine, StrokeWidth: 1, Dash: "4 3"},
-			svgEl{Tag: "rect", X: left, Y: y, W: w, H: rowH - 1, Fill: "#FFFFFF", FillOpacity: 0.85},
-			svgEl{Tag: "text", X: left + 3, Y: y + rowH - 4, Size: size, Fill: svgFaultLine, Text: label, Tip: tip, Class: "fault-label"})
+			svgEl{Tag: "line", X: l.x, Y: top, X2: l.x, Y2: f.y + f.h, Stroke: svgFaultLine, StrokeWidth: 1, Dash: "4 3"},
+			svgEl{Tag: "text", X: tx, Y: top + faultLabelH - 4, Anchor: anchor, Size: 10.5, Fill: svgFaultLine, Text: l.text,
+				Tip: l.ev.Event + " at " + seconds(l.ev.AtSec) + " of trace time", Class: "fault-label"})
 	}
 	return back, front
 }
