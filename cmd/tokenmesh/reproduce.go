@@ -19,7 +19,7 @@ var noOutputFlags = map[string]bool{"parallel": true, "progress": true, "cpuprof
 // same build.
 func reproduceSteps(cmd *cobra.Command) []eval.Step {
 	return []eval.Step{{
-		Why:     "From the directory it ran in (paths are as given), with the same build: " + readBuildInfo().String() + " (`tokenmesh version` prints yours).",
+		Why:     "From the directory it ran in (paths are as given), with the same build: " + readBuildInfo().String() + " (tokenmesh version prints yours).",
 		Command: commandLine(cmd),
 	}}
 }
