@@ -18,6 +18,7 @@
 //	  snapshot_interval: 1s
 //	  memory_limit: 512MiB
 //	  envoy_config: /etc/tokenmesh/envoy   # envoyproxy/ratelimit YAML files (optional)
+//	  envoy_shadow_mode: true              # Envoy's RLS counts, refuses nothing (optional)
 //	  http_refusal_status: 403             # the HTTP mode's refusals, for nginx auth_request (default 429)
 //	rules:
 //	  - name: api
@@ -184,10 +185,19 @@ type Node struct {
 	ReconnectTimeout time.Duration
 	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
 	// files (package envoyrls): serve loads them, adds one rule per
-	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr. A
-	// relative path in the YAML is resolved against the config file's
-	// directory by Load. Every node of a cluster must load the same files.
+	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr,
+	// and reloads them when they change and on SIGHUP (the directory
+	// itself is read at start only). A relative path in the YAML is
+	// resolved against the config file's directory by Load. Every node of
+	// a cluster must load the same files.
 	EnvoyConfig string
+	// EnvoyShadowMode (node.envoy_shadow_mode: true) is the global shadow
+	// mode of Envoy's RLS, as envoyproxy/ratelimit's SHADOW_MODE: every
+	// ShouldRateLimit check is decided and counted as usual, and a
+	// response over a limit is answered OK (envoyrls.Service.SetShadowMode).
+	// For a soft launch of new limits. Without EnvoyConfig it does nothing.
+	// Read at start only, as every node setting.
+	EnvoyShadowMode bool
 	// LatencyHint (node.latency_hint) is the one-way peer latency the
 	// strategies derive their timers from (owner's hold and timeout, ...):
 	// a duration ("2ms", at most cluster.MaxLatencyHint; the default, the
@@ -311,6 +321,7 @@ type rawNode struct {
 	ReconnectInterval string `yaml:"reconnect_interval,omitempty"`
 	ReconnectTimeout  string `yaml:"reconnect_timeout,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
+	EnvoyShadowMode   *bool  `yaml:"envoy_shadow_mode,omitempty"`
 	LatencyHint       string `yaml:"latency_hint,omitempty"`
 	HTTPRefusalStatus int    `yaml:"http_refusal_status,omitempty"`
 }
@@ -814,6 +825,9 @@ func (p *parser) node(raw rawNode, n *Node) {
 	}
 	n.StateDir = raw.StateDir
 	n.EnvoyConfig = raw.EnvoyConfig
+	if raw.EnvoyShadowMode != nil {
+		n.EnvoyShadowMode = *raw.EnvoyShadowMode
+	}
 	if raw.LatencyHint != "" {
 		h, err := ParseLatencyHint(raw.LatencyHint)
 		if err != nil {
@@ -1272,6 +1286,9 @@ func Marshal(f *File) ([]byte, error) {
 	}
 	if n.Insecure {
 		raw.Node.Insecure = &n.Insecure
+	}
+	if n.EnvoyShadowMode {
+		raw.Node.EnvoyShadowMode = &n.EnvoyShadowMode
 	}
 	if n.MemoryLimit != 0 {
 		raw.Node.MemoryLimit = strconv.FormatInt(n.MemoryLimit, 10)

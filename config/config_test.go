@@ -400,6 +400,21 @@ func TestEnvoyConfigField(t *testing.T) {
 	}
 }
 
+// node.envoy_shadow_mode: a YAML bool, false by default; anything else is
+// an error naming the field.
+func TestEnvoyShadowModeField(t *testing.T) {
+	for in, want := range map[string]bool{"": false, "  envoy_shadow_mode: true\n": true, "  envoy_shadow_mode: false\n": false} {
+		f, err := Parse([]byte("node:\n  name: a\n"+in+"rules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err != nil || f.Node.EnvoyShadowMode != want {
+			t.Errorf("%q: %v, %v; want %v", in, f, err, want)
+		}
+	}
+	_, err := Parse([]byte("node:\n  name: a\n  envoy_shadow_mode: sometimes\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:3") || !strings.Contains(err.Error(), "sometimes") {
+		t.Errorf("envoy_shadow_mode: sometimes: %v; want an error at t.yaml:3 naming the value", err)
+	}
+}
+
 func TestParseBytes(t *testing.T) {
 	good := map[string]int64{"0": 0, "512MiB": 512 << 20, "2GiB": 2 << 30, "300MB": 300e6, "1 KiB": 1024, "17B": 17, "536870912": 536870912}
 	for in, want := range good {

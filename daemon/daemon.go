@@ -35,9 +35,10 @@ var ClusterEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // Config.StartTimeout is zero.
 const DefaultStartTimeout = 30 * time.Second
 
-// ErrNoConfigFile is returned by Reload when the daemon has no config file
-// (Config.ConfigPath is empty).
-var ErrNoConfigFile = errors.New("daemon: no config file to reload (Config.ConfigPath is empty)")
+// ErrNoConfigFile is returned by Reload when the daemon has nothing to
+// read again: no config file (Config.ConfigPath) and no Envoy config
+// directory.
+var ErrNoConfigFile = errors.New("daemon: no config file and no Envoy config to reload (Config.ConfigPath and the Envoy directory are empty)")
 
 // Config is one daemon.
 type Config struct {
@@ -48,15 +49,17 @@ type Config struct {
 	// ConfigPath is the file File was read from: Reload and WatchConfig
 	// read it again. "": none.
 	ConfigPath string
-	// WatchConfig reloads the rules when ConfigPath changes (its directory
-	// is watched, so an editor's rename over it and a Kubernetes ConfigMap
-	// volume work). A watch that cannot be set up is logged; Reload still
-	// works.
+	// WatchConfig reloads the rules when ConfigPath or a file in the Envoy
+	// config directory changes (ConfigPath's directory and the Envoy
+	// directory are watched, so an editor's rename over a file and a
+	// Kubernetes ConfigMap volume work). A watch that cannot be set up is
+	// logged; Reload still works.
 	WatchConfig bool
 	// EnvoyDir is a directory of envoyproxy/ratelimit YAML files, over
 	// File.Node.EnvoyConfig: one rule per descriptor limit (named
 	// rls.<domain>.<path>) and Envoy's ShouldRateLimit on the gRPC server.
-	// Both empty: none.
+	// Both empty: none. Reload (and WatchConfig) read its files again;
+	// the directory itself is Start's.
 	EnvoyDir string
 	// Networked makes the node a cluster member: peers over gRPC at
 	// File.Node.PeerAddr, gossip at GossipAddr, joining Join (serve: a
@@ -82,6 +85,11 @@ type Config struct {
 	// Services are served on the daemon's gRPC server, registered in this
 	// order (see Service).
 	Services []Service
+	// Bound, when set, is called with the bound addresses once the node
+	// runs and the servers are built, before they serve (serve's
+	// --addr-file: whoever reads the file can rely on no request having
+	// been answered before it existed). An error stops Start.
+	Bound func(Addrs) error
 }
 
 // Addrs are a daemon's addresses as bound (port 0 resolved), "host:port";
@@ -109,12 +117,15 @@ type Daemon struct {
 	addrs  Addrs
 	http   *httpMode
 
-	rulesMu    sync.RWMutex
-	rules      RuleSet
-	envoyRules []cluster.Rule // the Envoy config's rules, kept by a reload
+	rulesMu  sync.RWMutex
+	rules    RuleSet
+	envoyDir string            // the Envoy config directory ("" none), Start's
+	epoch    time.Time         // the node's time base (limiter.Config.Epoch)
+	rls      *envoyrls.Service // Envoy's RLS; nil without an Envoy config
 
 	reloadMu sync.Mutex  // one reload at a time
 	sum      [32]byte    // sha256 of the config file as last loaded (or refused)
+	envoySum [32]byte    // envoyrls.Digest of the Envoy directory, likewise
 	nodeConf config.Node // the node section as last seen, for the warning
 
 	stopBg  context.CancelFunc // ends the readiness wait and the watcher
@@ -165,11 +176,19 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 				"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
 		}
 	}
-	rs, envoyRules, epoch, err := startRules(f, cfg.EnvoyDir, cfg.Networked)
+	d.envoyDir = cfg.EnvoyDir
+	if d.envoyDir == "" {
+		d.envoyDir = f.Node.EnvoyConfig
+	}
+	if d.envoyDir != "" {
+		// Before the files are read: a change meanwhile is reloaded.
+		d.envoySum = envoyrls.Digest(d.envoyDir)
+	}
+	rs, epoch, err := startRules(f, d.envoyDir, cfg.Networked)
 	if err != nil {
 		return nil, err
 	}
-	d.rules, d.envoyRules = rs, envoyRules
+	d.rules, d.epoch = rs, epoch
 	if cfg.ConfigPath != "" {
 		d.sum = fileSum(cfg.ConfigPath)
 		// The node section as the file has it (File's may carry the
@@ -209,44 +228,75 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		_ = d.node.Close()
 		return nil, err
 	}
+	if cfg.Bound != nil {
+		if err := cfg.Bound(d.addrs); err != nil {
+			d.closeListeners()
+			_ = d.node.Close()
+			return nil, err
+		}
+	}
 	d.serve()
 	return d, nil
 }
 
-// startRules are the rules of f and of the Envoy config in envoyDir (over
-// f.Node.EnvoyConfig; envoyRules: the latter alone), and the node's time
-// base: ClusterEpoch when networked or for Envoy fixed_window limits,
-// else zero (the node's start).
-func startRules(f *config.File, envoyDir string, networked bool) (rs RuleSet, envoyRules []cluster.Rule, epoch time.Time, err error) {
-	rules, err := f.ClusterRules()
+// startRules are the rules of f and of the Envoy config in envoyDir (""
+// none), and the node's time base: ClusterEpoch when networked or for
+// Envoy fixed_window limits, else zero (the node's start).
+func startRules(f *config.File, envoyDir string, networked bool) (RuleSet, time.Time, error) {
+	envoy, err := loadEnvoy(envoyDir)
 	if err != nil {
-		return RuleSet{}, nil, epoch, fmt.Errorf("rules: %w", err)
+		return RuleSet{}, time.Time{}, err
 	}
-	if networked {
-		epoch = ClusterEpoch
-	}
-	if envoyDir == "" {
-		envoyDir = f.Node.EnvoyConfig
-	}
-	rs = RuleSet{File: f, Rules: rules}
-	if envoyDir == "" {
-		return rs, nil, epoch, nil
-	}
-	if rs.Envoy, err = envoyrls.LoadDir(envoyDir); err != nil {
-		return RuleSet{}, nil, epoch, fmt.Errorf("envoy config: %w", err)
-	}
-	rs.EnvoyDir = envoyDir
-	if rs.Envoy.HasFixedWindow() {
+	var epoch time.Time
+	if networked || envoy != nil && envoy.HasFixedWindow() {
 		// fixed_window windows are Unix-aligned: the node needs a
 		// wall-clock time base (a networked node has one already).
 		epoch = ClusterEpoch
 	}
-	envoyRules = rs.Envoy.Rules(epoch)
-	var dup string
-	if rs.Rules, dup = appendEnvoyRules(rules, envoyRules); dup != "" {
-		return RuleSet{}, nil, epoch, fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", envoyDir, dup)
+	rs, err := ruleSet(f, envoy, envoyDir, epoch)
+	return rs, epoch, err
+}
+
+// loadEnvoy reads the Envoy config in dir (nil for ""); errors are
+// "envoy config: FILE:LINE: FIELD: ...".
+func loadEnvoy(dir string) (*envoyrls.Config, error) {
+	if dir == "" {
+		return nil, nil
 	}
-	return rs, envoyRules, epoch, nil
+	envoy, err := envoyrls.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	return envoy, nil
+}
+
+// ruleSet is what a node of time base epoch runs for the config f and the
+// Envoy config envoy (read from dir; nil: none): f's rules, then envoy's.
+// Errors: f's rules ("rules: ..."), a rule name both have, a fixed_window
+// limit on a node without a wall-clock time base (epoch zero: possible
+// on a reload only, Start picks the epoch for it).
+func ruleSet(f *config.File, envoy *envoyrls.Config, dir string, epoch time.Time) (RuleSet, error) {
+	rules, err := f.ClusterRules()
+	if err != nil {
+		return RuleSet{}, fmt.Errorf("rules: %w", err)
+	}
+	rs := RuleSet{File: f, Rules: rules, Envoy: envoy, EnvoyDir: dir}
+	if envoy == nil {
+		return rs, nil
+	}
+	if epoch.IsZero() {
+		for _, l := range envoy.Limits {
+			if l.Algorithm == envoyrls.AlgorithmFixedWindow && l.Rule != "" {
+				return RuleSet{}, fmt.Errorf("envoy config: %s: limit %s: algorithm fixed_window needs a wall-clock time base, which this node did not start with (it had no peers and no fixed_window limit); restart the node to add one",
+					envoy.Domains[l.Domain].File, l.Path)
+			}
+		}
+	}
+	var dup string
+	if rs.Rules, dup = appendEnvoyRules(rules, envoy.Rules(epoch)); dup != "" {
+		return RuleSet{}, fmt.Errorf("envoy config %s: rule %q is also a rule of the node config; rename that rule", dir, dup)
+	}
+	return rs, nil
 }
 
 // appendEnvoyRules appends the rules derived from the envoy config to the
@@ -380,9 +430,17 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	}
 	d.gs = grpc.NewServer(gopts...)
 	d.api.RegisterGRPC(d.gs)
-	if rs.Envoy != nil {
-		d.api.RegisterRLS(d.gs, rs.Envoy)
+	switch {
+	case rs.Envoy != nil:
+		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
+		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
 		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir)
+		if f.Node.EnvoyShadowMode {
+			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",
+				"dir", rs.EnvoyDir)
+		}
+	case f.Node.EnvoyShadowMode:
+		d.log.Warn("node.envoy_shadow_mode is set but there is no Envoy config (node.envoy_config, --envoy-config): it does nothing")
 	}
 	for i, s := range d.cfg.Services {
 		if err := s.Register(d.gs, d); err != nil {
@@ -395,9 +453,9 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	// files.
 	reflection.Register(d.gs)
 
-	if d.cfg.ConfigPath != "" && d.cfg.WatchConfig {
+	if d.cfg.WatchConfig && (d.cfg.ConfigPath != "" || d.envoyDir != "") {
 		if err := d.watch(bg); err != nil {
-			d.log.Warn("not watching the config file; SIGHUP still reloads it", "config", d.cfg.ConfigPath, "error", err.Error())
+			d.log.Warn("not watching the config files; SIGHUP still reloads them", append(d.sources(), "error", err.Error())...)
 		}
 	}
 	return nil

@@ -18,7 +18,8 @@
 //
 //	node.grpc_addr  gRPC: tokenmesh.v1.RateLimitService, grpc.health.v1.Health,
 //	                server reflection; with an Envoy config, Envoy's
-//	                envoy.service.ratelimit.v3.RateLimitService; and Config.Services
+//	                envoy.service.ratelimit.v3.RateLimitService (in the global
+//	                shadow mode with node.envoy_shadow_mode); and Config.Services
 //	node.api_addr   HTTP/JSON: the tokenmesh.v1 API (package server), /healthz,
 //	                /readyz, /metrics, and the HTTP mode ANY /v1/limit/{rule}
 //	                (httplimit.Endpoints, the key templates of the config's rules)
@@ -36,16 +37,23 @@
 //
 // # Reloads
 //
-// Reload reads Config.ConfigPath again and applies its rules to the
-// running node: new rules start with full buckets, removed rules are
-// dropped, changed ones start afresh, unchanged ones keep their state
-// (limiter.Node.SetRules). A file that does not load, or whose rules the
-// node refuses, is refused as a whole: the error is logged and returned,
-// and the old rules keep answering. Node settings (addresses, keys, TLS,
-// ...) and the Envoy config's files are read at Start only; a reload that
-// sees the node section changed logs a warning. With Config.WatchConfig
-// the file's directory is watched and a change is reloaded 300 ms after
-// the last write (only when the file's bytes changed).
+// Reload reads Config.ConfigPath and the Envoy config directory again
+// and applies their rules together to the running node: new rules start
+// with full buckets, removed rules are dropped, changed ones start
+// afresh, unchanged ones keep their state (limiter.Node.SetRules); then
+// Envoy's RLS answers with the new limits (envoyrls.Service.SetConfig). A
+// file that does not load (a config file or any Envoy file: the error
+// names the file, line and field), rules the node refuses, or a rule name
+// both have, are refused as a whole: the error is logged and returned,
+// and the old rules and limits keep answering. An Envoy file may add or
+// remove domains and change a limit's strategy (its rule changes); a
+// fixed_window limit added on a node that started without a wall-clock
+// time base is refused (restart it). Node settings (addresses, keys, TLS,
+// node.envoy_config, node.envoy_shadow_mode, ...) are read at Start only;
+// a reload that sees the node section changed logs a warning. With
+// Config.WatchConfig the config file's directory and the Envoy directory
+// are watched and a change is reloaded 300 ms after the last write (only
+// when the bytes of the file or of the Envoy files changed).
 //
 // # Services
 //
@@ -70,8 +78,8 @@
 // Service (RLQS, envoy.service.rate_limit_quota.v3): its Register keeps
 // d.Node() to decide quota assignments, d.Rules() for its buckets
 // (rs.Envoy, rs.Rules), d.Logger() and d.Registry() for its metrics;
-// Reloaded swaps its bucket settings for the new rules (and a new Envoy
-// config once reloads read one: RuleSet.Envoy is where it would arrive);
+// Reloaded swaps its bucket settings for the new rules and the Envoy
+// config read again (RuleSet.Envoy);
 // Shutdown tells every open stream to fall back (its no-assignment
 // behaviour) and ends the streams while the node still answers. A service
 // with long-lived streams must end them in Shutdown: gRPC's GracefulStop

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/envoyrls"
 )
 
 // reloadDebounce is how long the watcher waits after the last change in
@@ -22,17 +24,20 @@ const reloadDebounce = 300 * time.Millisecond
 // decisions; this only guards against a stuck node).
 const reloadTimeout = 10 * time.Second
 
-// Reload reads Config.ConfigPath again and applies its rules (the package
-// documentation says how each rule fares); trigger says why, for the log
-// ("SIGHUP"). A file that does not load, or whose rules the node refuses
-// (or that names a rule the Envoy config has), is refused as a whole: the
-// error is logged ("reload refused: the old rules stay") and returned,
-// and the old rules keep answering. Then the services are told
-// (Service.Reloaded); the first of their errors is returned, the rules
-// being applied. Errors: ErrNoConfigFile without a ConfigPath (nothing
-// logged), those above, ctx.Err().
+// Reload reads Config.ConfigPath and the Envoy config directory again
+// and applies their rules together (the package documentation says how
+// each rule fares), then swaps the Envoy RLS limits; trigger says why,
+// for the log ("SIGHUP"). A config file or an Envoy file that does not
+// load, rules the node refuses, or a rule name both configs have, are
+// refused as a whole: the error (naming the file, line and field where
+// known) is logged ("reload refused: the old rules stay") and returned,
+// and the old rules and limits keep answering. Then the services are told
+// (Service.Reloaded, with the new Envoy config in RuleSet.Envoy); the
+// first of their errors is returned, the rules being applied. Errors:
+// ErrNoConfigFile without a ConfigPath and without an Envoy config
+// (nothing logged), those above, ctx.Err().
 func (d *Daemon) Reload(ctx context.Context, trigger string) error {
-	if d.cfg.ConfigPath == "" {
+	if d.cfg.ConfigPath == "" && d.envoyDir == "" {
 		return ErrNoConfigFile
 	}
 	return d.reload(ctx, trigger, false)
@@ -47,26 +52,46 @@ func fileSum(path string) [32]byte {
 	return sha256.Sum256(b)
 }
 
-// reload is Reload; with onlyIfChanged, a file whose bytes are those last
-// seen is left alone.
+// sources are the log attributes naming what a reload reads: config (the
+// config file) and envoy_config (the Envoy directory), those set.
+func (d *Daemon) sources() []any {
+	var attrs []any
+	if d.cfg.ConfigPath != "" {
+		attrs = append(attrs, "config", d.cfg.ConfigPath)
+	}
+	if d.envoyDir != "" {
+		attrs = append(attrs, "envoy_config", d.envoyDir)
+	}
+	return attrs
+}
+
+// reload is Reload; with onlyIfChanged, a config file and an Envoy
+// directory whose bytes are those last seen are left alone.
 func (d *Daemon) reload(ctx context.Context, trigger string, onlyIfChanged bool) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	path := d.cfg.ConfigPath
-	b, err := os.ReadFile(path)
-	if err != nil {
-		d.log.Error("reload refused: the old rules stay", "trigger", trigger, "config", path, "error", err.Error())
+	refused := func(err error) error {
+		d.log.Error("reload refused: the old rules stay", append([]any{"trigger", trigger}, append(d.sources(), "error", err.Error())...)...)
 		return err
 	}
-	sum := sha256.Sum256(b)
-	if onlyIfChanged && sum == d.sum {
+	var sum, envoySum [32]byte
+	if path := d.cfg.ConfigPath; path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return refused(err)
+		}
+		sum = sha256.Sum256(b)
+	}
+	if d.envoyDir != "" {
+		envoySum = envoyrls.Digest(d.envoyDir)
+	}
+	if onlyIfChanged && sum == d.sum && envoySum == d.envoySum {
 		return nil
 	}
-	d.sum = sum
+	d.sum, d.envoySum = sum, envoySum
 	rs, err := d.apply(ctx, trigger)
 	if err != nil {
-		d.log.Error("reload refused: the old rules stay", "trigger", trigger, "config", path, "error", err.Error())
-		return err
+		return refused(err)
 	}
 	var first error
 	for _, s := range d.cfg.Services {
@@ -80,41 +105,51 @@ func (d *Daemon) reload(ctx context.Context, trigger string, onlyIfChanged bool)
 	return first
 }
 
-// apply loads the config file and applies its rules to the node, the API
-// and the HTTP mode; it returns what is now in force.
+// apply loads the config file (the one in force without a ConfigPath) and
+// the Envoy config, and applies their rules to the node, the API, the
+// HTTP mode and Envoy's RLS, in that order (the node has a rule before
+// anything checks it); it returns what is now in force.
 func (d *Daemon) apply(ctx context.Context, trigger string) (RuleSet, error) {
 	path := d.cfg.ConfigPath
-	f, err := config.Load(path)
+	f := d.Rules().File
+	if path != "" {
+		var err error
+		if f, err = config.Load(path); err != nil {
+			return RuleSet{}, err
+		}
+	}
+	envoy, err := loadEnvoy(d.envoyDir)
 	if err != nil {
 		return RuleSet{}, err
 	}
-	rules, err := f.ClusterRules()
+	rs, err := ruleSet(f, envoy, d.envoyDir, d.epoch)
 	if err != nil {
-		return RuleSet{}, fmt.Errorf("rules: %w", err)
-	}
-	rules, dup := appendEnvoyRules(rules, d.envoyRules)
-	if dup != "" {
-		return RuleSet{}, fmt.Errorf("rule %q is also a rule of the envoy config; rename that rule", dup)
+		return RuleSet{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()
-	ch, err := d.node.SetRules(ctx, rules)
+	ch, err := d.node.SetRules(ctx, rs.Rules)
 	if err != nil {
 		return RuleSet{}, err
 	}
-	d.api.SetRules(rules)
-	d.http.set(f, rules)
-	d.rulesMu.Lock()
-	d.rules.File, d.rules.Rules = f, rules
-	rs := d.rules
-	d.rulesMu.Unlock()
-	if ch.Empty() {
-		d.log.Info("rules reloaded: no change", "trigger", trigger, "config", path, "rules", len(rules))
-	} else {
-		d.log.Info("rules reloaded", "trigger", trigger, "config", path, "added", ch.Added, "changed", ch.Changed,
-			"removed", ch.Removed, "kept", len(ch.Kept))
+	d.api.SetRules(rs.Rules)
+	d.http.set(f, rs.Rules)
+	if d.rls != nil {
+		d.rls.SetConfig(envoy)
 	}
-	if fmt.Sprint(f.Node) != fmt.Sprint(d.nodeConf) {
+	d.rulesMu.Lock()
+	d.rules = rs
+	d.rulesMu.Unlock()
+	attrs := append([]any{"trigger", trigger}, d.sources()...)
+	if envoy != nil {
+		attrs = append(attrs, "envoy_domains", len(envoy.Domains), "envoy_limits", len(envoy.Limits))
+	}
+	if ch.Empty() {
+		d.log.Info("rules reloaded: no change", append(attrs, "rules", len(rs.Rules))...)
+	} else {
+		d.log.Info("rules reloaded", append(attrs, "added", ch.Added, "changed", ch.Changed, "removed", ch.Removed, "kept", len(ch.Kept))...)
+	}
+	if path != "" && fmt.Sprint(f.Node) != fmt.Sprint(d.nodeConf) {
 		d.log.Warn("node settings in the file changed: they are not reloaded; restart the node to apply them (rules were)",
 			"config", path)
 		d.nodeConf = f.Node
@@ -123,21 +158,33 @@ func (d *Daemon) apply(ctx context.Context, trigger string) (RuleSet, error) {
 }
 
 // watch reloads (onlyIfChanged) whenever something changes in the config
-// file's directory, reloadDebounce after the last change, until ctx ends.
-// Watching the directory, not the file, follows editors that write a new
-// file and rename it over the old one, and Kubernetes ConfigMap volumes
-// (a symlink swapped to a new directory). It returns once the watch is set
-// up, or the error setting it up; the watching goroutine counts in d.bg.
+// file's directory or in the Envoy config directory, reloadDebounce after
+// the last change, until ctx ends. Watching the directory, not the file,
+// follows editors that write a new file and rename it over the old one,
+// and Kubernetes ConfigMap volumes (a symlink swapped to a new directory
+// inside the watched one); a symlink swapped above the Envoy directory
+// (envoyproxy/ratelimit's RUNTIME_ROOT) is not seen: SIGHUP reloads it.
+// It returns once the watch is set up, or the error setting it up; the
+// watching goroutine counts in d.bg.
 func (d *Daemon) watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(d.cfg.ConfigPath)
-	if err := w.Add(dir); err != nil {
-		_ = w.Close()
-		return fmt.Errorf("watching %s: %w", dir, err)
+	var dirs []string
+	if d.cfg.ConfigPath != "" {
+		dirs = append(dirs, filepath.Dir(d.cfg.ConfigPath))
 	}
+	if d.envoyDir != "" {
+		dirs = append(dirs, d.envoyDir)
+	}
+	for _, dir := range dirs {
+		if err := w.Add(dir); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("watching %s: %w", dir, err)
+		}
+	}
+	dir := strings.Join(dirs, " ")
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()

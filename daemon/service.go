@@ -39,9 +39,10 @@ type RuleSet struct {
 	// Rules is every rule of the node: File's, then the Envoy config's.
 	Rules []cluster.Rule
 	// Envoy is the Envoy rate limit config (envoyproxy/ratelimit YAML);
-	// nil without one. Read at Start only: a Reload keeps it.
+	// nil without one. Read at Start, and again by each Reload.
 	Envoy *envoyrls.Config
-	// EnvoyDir is the directory Envoy was read from ("" without one).
+	// EnvoyDir is the directory Envoy was read from ("" without one):
+	// Start's, the same for every Reload.
 	EnvoyDir string
 }
 

@@ -59,6 +59,7 @@ package envoyrls
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -189,22 +190,13 @@ type Config struct {
 // MERGE_DOMAIN_CONFIG off). An empty directory is an error. Errors are
 // *Error, naming the file and the field.
 func LoadDir(dir string) (*Config, error) {
-	ents, err := os.ReadDir(dir)
+	files, err := configFiles(dir)
 	if err != nil {
-		return nil, &Error{File: dir, Msg: err.Error()}
-	}
-	var files []string
-	for _, e := range ents {
-		n := e.Name()
-		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-			continue
-		}
-		files = append(files, filepath.Join(dir, n))
+		return nil, err
 	}
 	if len(files) == 0 {
 		return nil, &Error{File: dir, Msg: "holds no *.yaml or *.yml file (want envoy ratelimit config files: domain: and descriptors:)"}
 	}
-	sort.Strings(files)
 	c := &Config{Domains: map[string]*Domain{}}
 	for _, f := range files {
 		fi, err := os.Stat(f)
@@ -223,6 +215,51 @@ func LoadDir(dir string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// configFiles are the paths of the files LoadDir reads in dir: *.yaml
+// and *.yml directly in it, hidden files and directories skipped, sorted.
+func configFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, &Error{File: dir, Msg: err.Error()}
+	}
+	var files []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		files = append(files, filepath.Join(dir, n))
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// Digest is a SHA-256 over what LoadDir reads in dir: the name and the
+// bytes of each of its files, in LoadDir's order (a file that does not
+// read counts with its error text). Two equal digests mean LoadDir would
+// read the same config; a reload compares them to skip a change that
+// changed nothing (a file touched, another kind of file written). The
+// zero value when dir itself does not read.
+func Digest(dir string) [sha256.Size]byte {
+	files, err := configFiles(dir)
+	if err != nil {
+		return [sha256.Size]byte{}
+	}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			data = []byte(err.Error())
+		}
+		// Length-prefixed, so that no two different directories hash alike.
+		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(data))
+		h.Write(data)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // Parse reads one file's content (named name in errors) into a new Config.

@@ -202,6 +202,45 @@ func TestLoadDir(t *testing.T) {
 	}
 }
 
+// Digest changes with a file's bytes, an added or removed config file,
+// and not with files LoadDir does not read.
+func TestDigest(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if Digest(filepath.Join(dir, "missing")) != ([32]byte{}) {
+		t.Error("the digest of a missing directory is not zero")
+	}
+	empty := Digest(dir)
+	write("a.yaml", "domain: one\n")
+	d1 := Digest(dir)
+	write("notes.txt", "x")
+	write(".hidden.yaml", "x")
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if Digest(dir) != d1 {
+		t.Error("files LoadDir skips changed the digest")
+	}
+	write("a.yaml", "domain: two\n")
+	d2 := Digest(dir)
+	write("b.yml", "")
+	d3 := Digest(dir)
+	if d1 == empty || d2 == d1 || d3 == d2 {
+		t.Errorf("digests empty %x, a %x, a changed %x, b added %x: want all distinct", empty[:4], d1[:4], d2[:4], d3[:4])
+	}
+	if err := os.Remove(filepath.Join(dir, "b.yml")); err != nil {
+		t.Fatal(err)
+	}
+	if Digest(dir) != d2 {
+		t.Error("removing b.yml did not give back the digest without it")
+	}
+}
+
 // TestRuleNameProperties: derived names are valid config rule names,
 // stable, and distinct for distinct paths in practice.
 func TestRuleNameProperties(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -63,21 +64,57 @@ const smallRequest = 4
 type Observer func(rule string, r cluster.BatchResult, ok bool, waited time.Duration)
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService over a
-// Config and a Checker. Safe for concurrent use; the Config must not
-// change after New.
+// Config and a Checker. Safe for concurrent use; a Config handed to it
+// must not change afterwards (SetConfig swaps in another one).
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg     *Config
-	checker Checker
-	observe Observer
-	clock   func() time.Time // fixed_window's duration_until_reset
+	cfg      atomic.Pointer[Config] // swapped whole by SetConfig
+	checker  Checker
+	observe  Observer
+	clock    func() time.Time // fixed_window's duration_until_reset
+	shadow   atomic.Bool      // the global shadow mode (SetShadowMode)
+	shadowed atomic.Uint64    // responses it answered OK instead of OVER_LIMIT
 }
 
 // New returns the service for cfg's limits, decided by c (which must hold
-// cfg.Rules(epoch)). observe may be nil.
+// cfg.Rules(epoch)). observe may be nil. The global shadow mode is off.
 func New(cfg *Config, c Checker, observe Observer) *Service {
-	return &Service{cfg: cfg, checker: c, observe: observe, clock: time.Now}
+	s := &Service{checker: c, observe: observe, clock: time.Now}
+	s.cfg.Store(cfg)
+	return s
 }
+
+// SetConfig makes cfg the limits of every call that starts from now on (a
+// reload of the Envoy config files); calls in flight finish with the
+// Config they started with. The Checker must hold cfg.Rules(epoch) by
+// then (package daemon applies the rules to the node first). A nil cfg
+// is ignored.
+func (s *Service) SetConfig(cfg *Config) {
+	if cfg != nil {
+		s.cfg.Store(cfg)
+	}
+}
+
+// Config is the Config in force (New's, or the last SetConfig's).
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// SetShadowMode turns the global shadow mode on or off, as
+// envoyproxy/ratelimit's SHADOW_MODE environment setting (tokenmesh:
+// node.envoy_shadow_mode): every check is still decided and counted
+// (tokens taken, tokenmesh_decisions_total counts it allowed, as a
+// descriptor's own shadow_mode), each descriptor status keeps its code
+// (OVER_LIMIT shows what would have been refused), and a response whose
+// overall_code would be OVER_LIMIT is answered OK instead (counted in
+// Shadowed). It applies to the calls that start from then on.
+func (s *Service) SetShadowMode(on bool) { s.shadow.Store(on) }
+
+// ShadowMode reports whether the global shadow mode is on.
+func (s *Service) ShadowMode() bool { return s.shadow.Load() }
+
+// Shadowed is the number of responses, since New, whose overall_code the
+// global shadow mode turned from OVER_LIMIT to OK (envoyproxy/ratelimit's
+// global_shadow_mode statistic).
+func (s *Service) Shadowed() uint64 { return s.shadowed.Load() }
 
 // ServiceName is the gRPC service's full name.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
@@ -103,7 +140,8 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     duration_until_reset the whole seconds to the window's end, as
 //     envoyproxy/ratelimit computes them;
 //   - requests_per_unit 0: always OVER_LIMIT (no rule);
-//   - overall_code OVER_LIMIT if any descriptor is;
+//   - overall_code OVER_LIMIT if any descriptor is; OK instead in the
+//     global shadow mode (SetShadowMode), the statuses as they are;
 //   - response_headers_to_add: x-ratelimit-limit, -remaining, -reset (whole
 //     seconds) of the descriptor closest to its limit, picked as
 //     envoyproxy/ratelimit does (the last one over its limit, else the first
@@ -140,7 +178,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	} else {
 		limits, keys, hits, idx = make([]*Limit, len(ds)), make([]string, len(ds)), make([]int64, len(ds)), make([]int, len(ds))
 	}
-	var replaced map[string]bool // made on the first limit that replaces another
+	cfg, shadow := s.cfg.Load(), s.shadow.Load() // one config, one mode for the whole call
+	var replaced map[string]bool                 // made on the first limit that replaces another
 	for i, d := range ds {
 		es := d.GetEntries()
 		if len(es) > MaxEntries {
@@ -161,7 +200,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
 		}
 		hits[i] = h
-		l, key := s.cfg.Match(req.GetDomain(), entries)
+		l, key := cfg.Match(req.GetDomain(), entries)
 		if l == nil {
 			continue
 		}
@@ -226,7 +265,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			for i, l := range limits {
 				if idx[i] >= 0 {
 					r := results[idx[i]]
-					s.observe(l.Rule, r, r.Allowed || l.ShadowMode || l.QuotaMode, waited)
+					s.observe(l.Rule, r, r.Allowed || l.ShadowMode || l.QuotaMode || shadow, waited)
 				}
 			}
 		}
@@ -316,6 +355,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			closest, closestReset, minRemaining = st, reset, 0
 		}
+	}
+	if shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// envoyproxy/ratelimit's SHADOW_MODE: the statuses say what would
+		// have been refused, the request passes.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.shadowed.Add(1)
 	}
 	if closest != nil {
 		resetS := (closestReset + time.Second - 1) / time.Second

@@ -249,6 +249,66 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
+// The global shadow mode (envoyproxy/ratelimit's SHADOW_MODE): every
+// check is decided and counted (the bucket drains, the observer is told
+// "answered OK"), the statuses keep OVER_LIMIT, the overall code is OK
+// and counted in Shadowed; off again, the drained bucket refuses.
+func TestGlobalShadowMode(t *testing.T) {
+	c := mustParse(t, exampleYAML)
+	var observed []bool
+	s := New(c, newFake(c), func(_ string, _ cluster.BatchResult, ok bool, _ time.Duration) { observed = append(observed, ok) })
+	s.SetShadowMode(true)
+	if !s.ShadowMode() {
+		t.Fatal("ShadowMode() false after SetShadowMode(true)")
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("message_type", "marketing", "to_number", "9"), desc("to_number", "9")}}
+	for i := range 4 {
+		check(t, s, req, OK, want{OK, 4, uint32(3 - i)}, want{OK, 100, uint32(99 - i)})
+	}
+	resp := check(t, s, req, OK, want{OVER, 4, 0}, want{OK, 100, 95})
+	if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[0].Value != "4" || h[1].Value != "0" {
+		t.Errorf("headers %v: want those of the descriptor over its limit", h)
+	}
+	if n := s.Shadowed(); n != 1 {
+		t.Errorf("Shadowed() = %d, want 1", n)
+	}
+	for i, ok := range observed {
+		if !ok {
+			t.Errorf("observation %d: ok false in the global shadow mode, want true (answered OK)", i)
+		}
+	}
+	s.SetShadowMode(false)
+	check(t, s, req, OVER, want{OVER, 4, 0}, want{OK, 100, 94})
+	if n := s.Shadowed(); n != 1 {
+		t.Errorf("Shadowed() = %d after the mode went off, want 1", n)
+	}
+}
+
+// SetConfig swaps the limits for the calls that follow: a changed limit,
+// a new domain, a removed one.
+func TestSetConfig(t *testing.T) {
+	old := mustParse(t, "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	next := mustParse(t, "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	f := newFake(old)
+	for _, r := range next.Rules(time.Time{}) {
+		f.burst[r.Name] = r.Burst
+	}
+	s := New(old, f, nil)
+	req := func(domain string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}}
+	}
+	check(t, s, req("a"), OK, want{OK, 1, 0})
+	check(t, s, req("b"), OK, want{OK, 0, 0})
+	s.SetConfig(next)
+	s.SetConfig(nil) // ignored
+	if s.Config() != next {
+		t.Fatal("Config() is not the config set")
+	}
+	check(t, s, req("a"), OK, want{OK, 0, 0})
+	check(t, s, req("b"), OK, want{OK, 3, 2})
+}
+
 // fixed_window: duration_until_reset is envoyproxy/ratelimit's whole
 // seconds to the end of the clock-aligned window.
 func TestFixedWindowReset(t *testing.T) {

@@ -21,37 +21,47 @@ import (
 	"github.com/tokenmesh/tokenmesh/envoyrls"
 )
 
-// envoyYAML is examples/envoy/envoy.yaml, parsed as YAML.
-func envoyYAML(t *testing.T) any {
+// exampleEnvoyYAML is the RLS example's Envoy config.
+var exampleEnvoyYAML = filepath.Join("envoy", "envoy.yaml")
+
+// envoyYAML is the Envoy config at name (a path under examples/), parsed
+// as YAML.
+func envoyYAML(t *testing.T, name string) any {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("envoy", "envoy.yaml"))
+	raw, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var doc any
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("envoy.yaml is not YAML: %v", err)
+		t.Fatalf("%s is not YAML: %v", name, err)
 	}
 	return doc
 }
 
-// envoy.yaml is what Envoy loads: a v3 Bootstrap in Envoy's own protos
-// (go-control-plane's, read strictly by protojson: an unknown or misspelt
-// field fails, as in Envoy) that passes their validation rules (required
-// fields, enums, durations, the typed_config types).
-func TestEnvoyYAMLIsAnEnvoyBootstrap(t *testing.T) {
-	doc := envoyYAML(t)
+// checkBootstrap: doc (the file name) is what Envoy loads: a v3 Bootstrap
+// in Envoy's own protos (go-control-plane's, read strictly by protojson:
+// an unknown or misspelt field fails, as in Envoy) that passes their
+// validation rules (required fields, enums, durations, the typed_config
+// types, which the test binary must link).
+func checkBootstrap(t *testing.T, name string, doc any) {
+	t.Helper()
 	js, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var boot bootstrapv3.Bootstrap
 	if err := protojson.Unmarshal(js, &boot); err != nil {
-		t.Fatalf("envoy.yaml is not an Envoy v3 bootstrap: %v", err)
+		t.Fatalf("%s is not an Envoy v3 bootstrap: %v", name, err)
 	}
 	if err := boot.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml breaks Envoy's proto constraints: %v", err)
+		t.Fatalf("%s breaks Envoy's proto constraints: %v", name, err)
 	}
+}
+
+// envoy.yaml is what Envoy loads (checkBootstrap).
+func TestEnvoyYAMLIsAnEnvoyBootstrap(t *testing.T) {
+	checkBootstrap(t, exampleEnvoyYAML, envoyYAML(t, exampleEnvoyYAML))
 }
 
 // The shipped ratelimit directory loads as `tokenmesh serve --envoy-config`
@@ -123,7 +133,7 @@ func (n node) str() string { return fmt.Sprint(n.v) }
 // descriptor the shipped ratelimit config limits (envoyrls.Config.Match,
 // as `serve --envoy-config` answers).
 func TestEnvoyYAMLNamesTheFilterAndActions(t *testing.T) {
-	doc := envoyYAML(t)
+	doc := envoyYAML(t, exampleEnvoyYAML)
 	root := node{t, "", doc}
 	rls, err := envoyrls.LoadDir(filepath.Join("envoy", "ratelimit"))
 	if err != nil {

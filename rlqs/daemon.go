@@ -15,8 +15,10 @@ const DrainFlush = 200 * time.Millisecond
 
 // Service serves RLQS on a daemon's gRPC server (daemon.Config.Services)
 // when the daemon has an Envoy config (the limits; without one it serves
-// nothing): the node's quota sink pushes assignments on the streams, a
-// reload hands the server the config in force, and Shutdown sends every
+// nothing), reported in its gRPC health service under ServiceName
+// (SERVING while the daemon is ready): the node's quota sink pushes
+// assignments on the streams, a reload hands the server the config in
+// force (the Envoy files read again), and Shutdown sends every
 // assigned bucket TTL 0 (its Envoy falls back instead of holding a share
 // no node renews), then ends the streams so that their Envoys reconnect
 // elsewhere, before the node drains.
@@ -36,6 +38,7 @@ func Service() daemon.Service {
 			}
 			node.SetQuotaSink(srv.Assigned)
 			srv.Register(g)
+			d.API().AddHealthService(ServiceName)
 			return nil
 		},
 		ReloadedFunc: func(_ context.Context, rs daemon.RuleSet) error {

@@ -53,6 +53,10 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// ServiceName is the gRPC service's full name (as the health service
+// reports it).
+const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
 // MaxBucketsPerStream bounds the distinct bucket ids one stream may report
 // (a flood of ids must not grow the node's memory without limit).
 const MaxBucketsPerStream = 10000

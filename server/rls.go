@@ -5,6 +5,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,16 +40,26 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 // health service. cfg.Rules(epoch) must be among the rules given to New (the
 // node's rules); their decisions count in tokenmesh_decisions_total and
 // tokenmesh_decision_seconds under the derived rule names (rls.*), a
-// shadow_mode check over its limit as allowed. Without a node it does
-// nothing.
-func (s *Server) RegisterRLS(g grpc.ServiceRegistrar, cfg *envoyrls.Config) {
+// shadow_mode check over its limit as allowed, and the responses the
+// global shadow mode answered OK in tokenmesh_rls_global_shadow_mode_total.
+// It returns the service, whose SetConfig swaps the limits on a reload
+// (after SetRules gave the node's new rules here) and SetShadowMode sets
+// the global shadow mode; without a node it does nothing and returns nil.
+// Call it once per Server (the metric is registered once).
+func (s *Server) RegisterRLS(g grpc.ServiceRegistrar, cfg *envoyrls.Config) *envoyrls.Service {
 	if s.node == nil {
-		return
+		return nil
 	}
 	observe := func(rule string, r cluster.BatchResult, ok bool, waited time.Duration) {
 		s.tbl.Load().byName[rule].m.count(r, ok, waited)
 	}
 	svc := envoyrls.New(cfg, s.node.Cluster(), observe)
+	// A second registration keeps the first counter (Register refuses it).
+	_ = s.metrics.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tokenmesh_rls_global_shadow_mode_total",
+		Help: "Envoy RLS responses over a limit answered OK by the global shadow mode (node.envoy_shadow_mode).",
+	}, func() float64 { return float64(svc.Shadowed()) }))
 	rlsv3.RegisterRateLimitServiceServer(g, &rls{s: s, svc: svc})
 	s.AddHealthService(envoyrls.ServiceName)
+	return svc
 }

@@ -28,7 +28,8 @@ func TestRegisterRLS(t *testing.T) {
 	rules := append(testRules(), cfg.Rules(time.Time{})...)
 	node := startTestNode(t, rules)
 	s := New(node, rules)
-	cc := grpcClient(t, s, func(g *grpc.Server) { s.RegisterRLS(g, cfg) })
+	var svc *envoyrls.Service
+	cc := grpcClient(t, s, func(g *grpc.Server) { svc = s.RegisterRLS(g, cfg) })
 	cl := rlsv3.NewRateLimitServiceClient(cc)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "1.2.3.4"}}}}}
@@ -47,6 +48,13 @@ func TestRegisterRLS(t *testing.T) {
 	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health: %v %v", hr, err)
 	}
+	// The global shadow mode: the drained key is answered OK, counted.
+	svc.SetShadowMode(true)
+	if resp, err := cl.ShouldRateLimit(ctxT(t), req); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK ||
+		resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("global shadow mode: %v, %v; want overall OK, the status OVER_LIMIT", resp, err)
+	}
+	svc.SetShadowMode(false)
 	if _, err := cl.ShouldRateLimit(ctxT(t), &rlsv3.RateLimitRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("empty request: %v", err)
 	}
@@ -54,8 +62,9 @@ func TestRegisterRLS(t *testing.T) {
 	s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(w.Body)
 	for _, want := range []string{
-		`tokenmesh_decisions_total{result="allowed",rule="rls.edge.ip",strategy="owner"} 2`,
 		`tokenmesh_decisions_total{result="refused",rule="rls.edge.ip",strategy="owner"} 1`,
+		`tokenmesh_decisions_total{result="allowed",rule="rls.edge.ip",strategy="owner"} 3`,
+		`tokenmesh_rls_global_shadow_mode_total 1`,
 		`tokenmesh_invalid_requests_total 1`,
 	} {
 		if !strings.Contains(string(body), want) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,15 +24,7 @@ func TestServeReload(t *testing.T) {
 	node := "node:\n  name: r1\n  api_addr: " + api + "\n  grpc_addr: 127.0.0.1:0\n  peer_addr: 127.0.0.1:0\n  gossip_addr: 127.0.0.1:0\n"
 	write := func(rules string) {
 		t.Helper()
-		// A new file renamed over the old one, as editors and
-		// configuration tools do.
-		tmp := cfg + ".tmp"
-		if err := os.WriteFile(tmp, []byte(node+"rules:\n"+rules), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, cfg); err != nil {
-			t.Fatal(err)
-		}
+		writeRenamed(t, cfg, node+"rules:\n"+rules)
 	}
 	write("  - {name: a, rate: 1/h, burst: 2, strategy: owner}\n  - {name: b, rate: 1/h, burst: 1, strategy: local}\n")
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--log-format", "json")

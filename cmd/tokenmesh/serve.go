@@ -32,7 +32,7 @@ type serveOptions struct {
 	faultInjection bool      // --fault-injection (hidden): Faulty peer transport + /debug/faults
 	discardBad     bool      // --discard-bad-state: a corrupt state file is moved aside instead of failing the start
 	envoyConfig    string    // --envoy-config: a directory of envoyproxy/ratelimit YAML files (over node.envoy_config)
-	watchConfig    bool      // --watch-config: reload the rules when the config file changes
+	watchConfig    bool      // --watch-config: reload the rules when the config file or an envoy config file changes
 	node           nodeFlags // --name, --api-addr, ..., --log-format, --log-level (serveopts.go)
 	gcPercent      int       // --gc-percent: the garbage-collection target (servegc.go)
 	cpuProfile     string    // --cpuprofile: write a CPU profile of the run (serveprof.go)
@@ -67,8 +67,8 @@ that use port 0 ("peer" and "gossip" are empty for a node without peers):
    "peer":"127.0.0.1:7947","gossip":"127.0.0.1:7946"}
 
 SIGINT or SIGTERM shuts down gracefully; SIGHUP, and a change of the --config
-file (--watch-config), reloads the rules; a file that does not load is
-refused and the old rules keep answering.
+file or of an --envoy-config file (--watch-config), reloads the rules and the
+Envoy limits; a file that does not load is refused, the old rules answering.
 
 docs/OPERATIONS.md is the operator's guide: one config per node, flags and
 environment variables, logs, reloading the rules, peer security, client API
@@ -95,7 +95,7 @@ github.com/tokenmesh/tokenmesh/daemon).
 	}
 	cmd.Flags().StringVar(&opts.configPath, "config", "", "node configuration (YAML; env "+envConfig+"); without it, a single node with the built-in defaults")
 	opts.node.add(cmd)
-	cmd.Flags().BoolVar(&opts.watchConfig, "watch-config", true, "reload the rules when the --config file changes (they are also reloaded on SIGHUP)")
+	cmd.Flags().BoolVar(&opts.watchConfig, "watch-config", true, "reload the rules when the --config file or a file in the --envoy-config directory changes (also on SIGHUP)")
 	cmd.Flags().StringVar(&opts.addrFile, "addr-file", "", "write the bound addresses as JSON {name, api, grpc, peer, gossip} to this file once serving")
 	cmd.Flags().BoolVar(&opts.faultInjection, "fault-injection", false,
 		"testing only: inject peer faults, set by POST /debug/faults on the HTTP API (needs --config)")
@@ -161,7 +161,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	d, err := daemon.Start(ctx, daemon.Config{File: f, ConfigPath: configPath, WatchConfig: opts.watchConfig,
 		EnvoyDir: opts.envoyConfig, Networked: networked, Logger: logger, DiscardBadState: opts.discardBad,
-		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()}})
+		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()},
+		Bound: func(a daemon.Addrs) error { return writeAddrFile(opts.addrFile, a) }})
 	if err != nil {
 		return err
 	}
@@ -172,11 +173,6 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		}
 	}
 	var serveErr error
-	if opts.addrFile != "" {
-		if err := writeAddrFile(opts.addrFile, d.Addrs()); err != nil {
-			serveErr = fmt.Errorf("--addr-file: %w", err) // shuts down at once
-		}
-	}
 wait:
 	for serveErr == nil {
 		select {
@@ -187,7 +183,7 @@ wait:
 			serveErr = d.Err()
 		case <-hup:
 			if err := d.Reload(ctx, "SIGHUP"); errors.Is(err, daemon.ErrNoConfigFile) {
-				logger.Warn("SIGHUP: no config file (--config) to reload; nothing changed")
+				logger.Warn("SIGHUP: no config file (--config) or envoy config (--envoy-config) to reload; nothing changed")
 			}
 		}
 	}
@@ -251,7 +247,7 @@ func printBanner(w io.Writer, d *daemon.Daemon, configPath string, networked boo
 		fmt.Fprintf(w, "rule %s: rate %s/s, burst %d, strategy %s\n", r.Name, plainNumber(r.Rate.PerSec()), r.Burst, r.Strategy)
 	}
 	if e := rs.Envoy; e != nil {
-		fmt.Fprintf(w, "envoy RLS: %d domains, %d limits from %s, on grpc %s\n", len(e.Domains), len(e.Limits), rs.EnvoyDir, a.GRPC)
+		fmt.Fprintf(w, "envoy RLS: %d domains, %d limits from %s, on grpc %s%s\n", len(e.Domains), len(e.Limits), rs.EnvoyDir, a.GRPC, shadowNote(n))
 	}
 	if ri := node.RestoreInfo(); ri.File != "" {
 		fmt.Fprintf(w, "state: %s, a snapshot every %v", ri.File, n.SnapshotInterval)
@@ -264,17 +260,16 @@ func printBanner(w io.Writer, d *daemon.Daemon, configPath string, networked boo
 	}
 }
 
-// writeAddrFile writes a as JSON to path atomically: a temporary file in
-// the same directory, renamed over path, so a reader never sees a partial
-// file.
+// writeAddrFile writes a as JSON to path ("": nothing) atomically: a temporary
+// file in its directory renamed over it, so a reader never sees a partial one.
 func writeAddrFile(path string, a daemon.Addrs) error {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return err
+	if path == "" {
+		return nil
 	}
+	b, _ := json.Marshal(a) // plain strings: cannot fail
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return err
+		return fmt.Errorf("--addr-file: %w", err)
 	}
 	_, err = tmp.Write(append(b, '\n'))
 	if cerr := tmp.Close(); err == nil {
@@ -285,8 +280,9 @@ func writeAddrFile(path string, a daemon.Addrs) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("--addr-file: %w", err)
 	}
-	return err
+	return nil
 }
 
 // reconnectEvery is node.reconnect_interval as the node uses it (zero in a

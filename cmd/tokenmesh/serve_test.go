@@ -53,8 +53,21 @@ func startProc(t *testing.T, cmd *exec.Cmd, name string) (out *lockedbuf.Buffer,
 // returns its bound addresses once written, and its output.
 func startServeProc(t *testing.T, dir, cfg string) (daemon.Addrs, *lockedbuf.Buffer) {
 	t.Helper()
+	addrs, out, _, _ := startServe(t, dir, nil, "--config", cfg)
+	return addrs, out
+}
+
+// startServe runs serve with args and --addr-file in dir, env added to
+// its environment, until the test ends; it returns the bound addresses
+// once written, the output, the process and its exit (startProc's).
+func startServe(t *testing.T, dir string, env []string, args ...string) (daemon.Addrs, *lockedbuf.Buffer, *exec.Cmd, chan error) {
+	t.Helper()
 	addrFile := filepath.Join(dir, "addrs.json")
-	out, done := startProc(t, exec.Command(binary, "serve", "--config", cfg, "--addr-file", addrFile), "serve")
+	cmd := exec.Command(binary, append(append([]string{"serve"}, args...), "--addr-file", addrFile)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, done := startProc(t, cmd, "serve")
 	var addrs daemon.Addrs
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -72,7 +85,7 @@ func startServeProc(t *testing.T, dir, cfg string) (daemon.Addrs, *lockedbuf.Buf
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return addrs, out
+	return addrs, out, cmd, done
 }
 
 // terminate sends cmd SIGTERM and waits up to within for its exit (put

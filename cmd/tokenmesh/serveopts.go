@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,7 @@ const (
 	envGossipAddr = "TOKENMESH_GOSSIP_ADDR"
 	envJoin       = "TOKENMESH_JOIN"
 	envLatency    = "TOKENMESH_LATENCY_HINT"
+	envShadow     = "TOKENMESH_ENVOY_SHADOW_MODE"
 )
 
 // nodeFlags are serve's flags for the common node settings, over the YAML.
@@ -33,6 +36,7 @@ type nodeFlags struct {
 	join                                          []string
 	logFormat, logLevel                           string
 	latencyHint                                   string
+	envoyShadowMode                               bool
 }
 
 // add defines the flags on cmd.
@@ -45,6 +49,7 @@ func (o *nodeFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&o.gossipAddr, "gossip-addr", "", "gossip (membership) address host:port (env "+envGossipAddr+"; over node.gossip_addr)")
 	fl.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another member; repeat the flag or give a comma list (env "+envJoin+", a comma list; over node.join)")
 	fl.StringVar(&o.latencyHint, "latency-hint", "", "one-way peer latency the strategies derive their timers from (owner's hold, ...): a duration such as 2ms (default 0s) or auto (measured from gossip probes) (env "+envLatency+"; over node.latency_hint)")
+	fl.BoolVar(&o.envoyShadowMode, "envoy-shadow-mode", false, "Envoy RLS global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every check decided and counted, none refused (env "+envShadow+": true or false; over node.envoy_shadow_mode)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value lines) or json (one object a line) (env "+envLogFormat+")")
 	fl.StringVar(&o.logLevel, "log-level", "info", "least severe log level written: debug, info, warn or error (env "+envLogLevel+")")
 }
@@ -89,7 +94,7 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 	}
 	n := &f.Node
 	joinFlag := strings.Join(o.join, ",")
-	var hintErr error
+	var setErr error // a value that does not parse
 	for _, x := range []override{
 		{"name", o.name, envName, "node.name", false, func(v string) { n.Name = v }},
 		{"api-addr", o.apiAddr, envAPIAddr, "node.api_addr", false, func(v string) { n.APIAddr = v }},
@@ -105,7 +110,13 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 			}
 		}},
 		{"latency-hint", o.latencyHint, envLatency, "node.latency_hint", false, func(v string) {
-			n.LatencyHint, hintErr = config.ParseLatencyHint(v)
+			n.LatencyHint, setErr = config.ParseLatencyHint(v)
+		}},
+		{"envoy-shadow-mode", strconv.FormatBool(o.envoyShadowMode), envShadow, "node.envoy_shadow_mode", false, func(v string) {
+			var err error
+			if n.EnvoyShadowMode, err = strconv.ParseBool(v); err != nil {
+				setErr = errors.New("want true or false")
+			}
 		}},
 	} {
 		s, ok := pick(cmd, x.flag, x.value, x.env)
@@ -114,9 +125,9 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 		}
 		old := *n
 		x.set(s.value)
-		if hintErr != nil {
+		if setErr != nil {
 			*n = old
-			return nil, false, usageErr("%s %q: %s: %v", s.source, s.value, x.field, hintErr)
+			return nil, false, usageErr("%s %q: %s: %v", s.source, s.value, x.field, setErr)
 		}
 		if verr := f.Validate(); verr != nil {
 			*n = old
@@ -152,6 +163,15 @@ func (o *nodeFlags) newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, st
 		return slog.New(slog.NewJSONHandler(w, hopts)), format, nil
 	}
 	return slog.New(slog.NewTextHandler(w, hopts)), format, nil
+}
+
+// shadowNote is what serve's banner adds to its Envoy RLS line for n's
+// global shadow mode ("" when off).
+func shadowNote(n config.Node) string {
+	if n.EnvoyShadowMode {
+		return "; global shadow mode (node.envoy_shadow_mode): decided and counted, none refused"
+	}
+	return ""
 }
 
 // serveEnvHelp is the part of serve --help on flags and environment.

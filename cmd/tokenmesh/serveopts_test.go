@@ -52,6 +52,36 @@ func TestLatencyHintFlag(t *testing.T) {
 	}
 }
 
+// --envoy-shadow-mode and TOKENMESH_ENVOY_SHADOW_MODE set
+// node.envoy_shadow_mode, the flag over the variable over the YAML; a
+// value that is not a bool names the variable and changes nothing.
+func TestEnvoyShadowModeFlag(t *testing.T) {
+	f, err := config.Parse([]byte("node:\n  name: n\n  envoy_shadow_mode: true\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o nodeFlags
+	cmd := &cobra.Command{Use: "serve"}
+	o.add(cmd)
+	t.Setenv(envShadow, "maybe")
+	if _, _, err := o.apply(cmd, f); err == nil || !strings.Contains(err.Error(), envShadow+` "maybe": node.envoy_shadow_mode: want true or false`) ||
+		!f.Node.EnvoyShadowMode {
+		t.Fatalf("%s=maybe: %v (mode %v); want an error naming the variable, the YAML's true kept", envShadow, err, f.Node.EnvoyShadowMode)
+	}
+	t.Setenv(envShadow, "false")
+	if applied, _, err := o.apply(cmd, f); err != nil || f.Node.EnvoyShadowMode ||
+		!slices.Contains(applied, "node.envoy_shadow_mode from "+envShadow) {
+		t.Fatalf("%s=false over the YAML's true: %v, applied %q, %v", envShadow, f.Node.EnvoyShadowMode, applied, err)
+	}
+	if err := cmd.ParseFlags([]string{"--envoy-shadow-mode"}); err != nil {
+		t.Fatal(err)
+	}
+	if applied, peer, err := o.apply(cmd, f); err != nil || !f.Node.EnvoyShadowMode || peer ||
+		!slices.Contains(applied, "node.envoy_shadow_mode from --envoy-shadow-mode") {
+		t.Fatalf("--envoy-shadow-mode over %s=false: %v, applied %q, peer %v, %v", envShadow, f.Node.EnvoyShadowMode, applied, peer, err)
+	}
+}
+
 func TestNodeFlagsPrecedence(t *testing.T) {
 	f, err := config.Parse([]byte("node:\n  name: yaml-name\n  api_addr: 127.0.0.1:1001\n  grpc_addr: 127.0.0.1:1002\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
 	if err != nil {
