@@ -23,8 +23,8 @@ package server
 //	tokenmesh_invalid_requests_total                 counter of calls refused as invalid
 //	                                                 (INVALID_ARGUMENT; nothing per item)
 //
-// Counted by Envoy's RLS (RegisterRLS), whose checks also count in the
-// three above under the derived rule names:
+// Counted by Envoy's RLS (RegisterRLS: only with an Envoy config), whose
+// checks also count in the three above under the derived rule names:
 //
 //	tokenmesh_rls_global_shadow_mode_total           counter of responses over a limit that the
 //	                                                 global shadow mode answered OK
