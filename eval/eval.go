@@ -63,6 +63,11 @@ type Options struct {
 	// orders a key's requests by it, as the live runtime does with
 	// created_at_unix_ns (`tokenmesh replay --edge-times`).
 	EdgeTimes bool
+	// Proxies puts every strategy but central behind a tier of Envoy
+	// proxies (sim.ProxyTier; proxies.go): the zero value, none, keeps
+	// the report's bytes as they were. Not with ClientLatency (the
+	// proxies' hop is the path to the nodes).
+	Proxies sim.ProxyTier
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -109,6 +114,10 @@ type Result struct {
 	// admitted tokens. Both absent without Options.ShortfallWindow.
 	ShortfallTokens *int64   `json:"shortfall_tokens,omitempty"`
 	ShortfallPct    *float64 `json:"shortfall_pct,omitempty"`
+	// Proxy is the traffic between the strategy's proxies and their
+	// nodes, with Options.Proxies (absent otherwise, and for central);
+	// BytesPerRequest then counts the proxies' bytes with the peers'.
+	Proxy *ProxyCosts `json:"proxy,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -170,6 +179,8 @@ type Setup struct {
 	ClientLatency string `json:"client_latency,omitempty"`
 	// EdgeTimes is Options.EdgeTimes, absent when false.
 	EdgeTimes bool `json:"edge_times,omitempty"`
+	// Proxies is Options.Proxies, absent without proxies.
+	Proxies *ProxySetup `json:"proxies,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -236,11 +247,14 @@ func Run(opts Options) (*Report, error) {
 		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
 			Latency: opts.Network.Latency.String(), Loss: opts.Network.Loss, Duplicate: opts.Network.Duplicate,
 			Reorder: opts.Network.Reorder, Scenario: opts.ScenarioName, Seed: opts.Seed, MaxWaitMs: ms(opts.MaxWait),
-			ShortfallWindowS: opts.ShortfallWindow.Seconds()},
+			ShortfallWindowS: opts.ShortfallWindow.Seconds(), Proxies: proxySetup(opts.Proxies)},
 		Series: newSeries(opts.Trace), ColocatedPct: ColocatedPct(opts.Trace),
 	}
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()
+	}
+	if opts.ClientLatency != nil && opts.Proxies.Proxies > 0 {
+		return nil, errors.New("eval: a client latency and proxies: the proxies' hop is the path from the clients to the nodes; give one")
 	}
 	var client delayed
 	if opts.ClientLatency != nil {
@@ -271,6 +285,9 @@ func Run(opts Options) (*Report, error) {
 		}
 		if s.Centralized {
 			cfg.Nodes, cfg.Scenario = 1, nil
+		}
+		if cfg.Proxies, err = proxyTier(opts, s); err != nil {
+			return nil, err
 		}
 		if opts.Progress != nil {
 			name := s.Name
@@ -328,6 +345,7 @@ func Run(opts Options) (*Report, error) {
 		r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)
 		r.Undecided, r.ReceiveErrors, r.CrashedNodes = res.Undecided, res.ReceiveErrors, res.Crashed
 		r.LocalDecisionPct, r.BytesPerRequest = localPct, bytesPer
+		proxyCosts(&r, res, cfg.Proxies)
 		if opts.ShortfallWindow > 0 {
 			short, centralTokens := Shortfall(reqs, allowed, central, opts.ShortfallWindow)
 			var shortPct float64

@@ -49,6 +49,9 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		{"local %", "requests decided without waiting for a peer (by the receiving node, at once or at its own wake-up), as % of all"},
 		{"B/req", "peer payload bytes per request"},
 	}
+	if rep.Setup.Proxies != nil {
+		defs = append(defs[:len(defs)-2], proxyDefs...) // local % and B/req, then the proxy columns
+	}
 	if undecided {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
 	}
@@ -66,7 +69,7 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		}
 		cols = nil
 	}
-	for _, c := range resultColumns(undecided, shortfall) {
+	for _, c := range resultColumns(undecided, shortfall, rep.Setup.Proxies != nil) {
 		var who []string
 		for _, r := range rep.Results {
 			if c.json != "" && slices.Contains(r.NotMeasured, c.json) {
@@ -102,9 +105,9 @@ type column struct {
 	cell         func(Result) string
 }
 
-// resultColumns are the results table's columns, in order; the undecided
-// and shortfall columns only when asked for.
-func resultColumns(undecided, shortfall bool) []column {
+// resultColumns are the results table's columns, in order; the undecided,
+// shortfall and proxy columns only when asked for.
+func resultColumns(undecided, shortfall, proxies bool) []column {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	cols := []column{
 		{"strategy", "", 0, func(r Result) string { return r.Strategy }},
@@ -126,6 +129,9 @@ func resultColumns(undecided, shortfall bool) []column {
 		{"p99 ms", "decision_latency_p99_ms", 2, func(r Result) string { return f(r.DecisionLatencyP99Ms, 3) }},
 		{"local %", "local_decision_pct", 2, func(r Result) string { return f(r.LocalDecisionPct, 2) }},
 		{"B/req", "bytes_per_request", 2, func(r Result) string { return f(r.BytesPerRequest, 1) }},
+	}
+	if proxies {
+		cols = append(cols, proxyColumns()...)
 	}
 	if undecided {
 		cols = append(cols, column{"undecided", "undecided", 1, func(r Result) string { return strconv.Itoa(r.Undecided) }})
@@ -155,7 +161,7 @@ func resultTable(rep *Report) (header []string, rows [][]string, groups []int, u
 			shortfall = true
 		}
 	}
-	cols := resultColumns(undecided, shortfall)
+	cols := resultColumns(undecided, shortfall, rep.Setup.Proxies != nil)
 	for _, c := range cols {
 		header = append(header, c.header)
 		groups = append(groups, c.group)
@@ -251,6 +257,9 @@ func setupFacts(s Setup) [][2]string {
 	if s.ShortfallWindowS > 0 {
 		f = append(f, [2]string{"shortfall window", num(s.ShortfallWindowS) + " s"})
 	}
+	if s.Proxies != nil {
+		f = append(f, proxyFact(s.Proxies))
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
 }
 
@@ -261,7 +270,11 @@ func reportNotes(rep *Report) []string {
 	for i, r := range rep.Results {
 		ran[i] = r.Strategy
 	}
-	return append([]string{AssignNote(rep.Setup.Assign, rep.ColocatedPct, ran)}, PrecisionNotes(rep)...)
+	notes := []string{AssignNote(rep.Setup.Assign, rep.ColocatedPct, ran)}
+	if rep.Setup.Proxies != nil {
+		notes = append(notes, proxyNote(rep.Setup.Proxies))
+	}
+	return append(notes, PrecisionNotes(rep)...)
 }
 
 // waitTable returns the waiting time table (waiting mode only): one row

@@ -47,9 +47,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/rlqs/quotamsg"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -193,23 +193,7 @@ func (s *Server) Assigned(rule string, a strategy.QuotaAssignment) {
 		return
 	}
 	s.m.sent.WithLabelValues("token_bucket").Inc()
-	st.send(outMsg{resp: tokenBucket(b.id, a), rule: rule, a: &a})
-}
-
-// tokenBucket is the RLQS action for an assignment.
-func tokenBucket(id *rlqsv3.BucketId, a strategy.QuotaAssignment) *rlqsv3.RateLimitQuotaResponse {
-	return action(id, durationpb.New(a.TTL), &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
-		TokenBucket: &typev3.TokenBucket{MaxTokens: uint32(a.MaxTokens), TokensPerFill: wrapperspb.UInt32(uint32(a.TokensPerFill)),
-			FillInterval: durationpb.New(a.FillInterval)}}})
-}
-
-func action(id *rlqsv3.BucketId, ttl *durationpb.Duration, rs *typev3.RateLimitStrategy) *rlqsv3.RateLimitQuotaResponse {
-	return &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
-		BucketId: id,
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: ttl, RateLimitStrategy: rs}},
-	}}}
+	st.send(outMsg{resp: quotamsg.TokenBucket(b.id, a), rule: rule, a: &a})
 }
 
 // send queues r for the stream; a full queue ends the stream.
@@ -237,7 +221,7 @@ func (s *Server) Drain() int {
 		st.mu.Lock()
 		for _, b := range st.buckets {
 			if b.rule != "" && b.assigned {
-				st.send(outMsg{resp: action(b.id, durationpb.New(0), nil)})
+				st.send(outMsg{resp: quotamsg.Action(b.id, durationpb.New(0), nil)})
 				n++
 			}
 		}
@@ -407,7 +391,7 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if b.rule == "" {
 		if first {
 			s.m.sent.WithLabelValues("allow_all").Inc()
-			st.send(outMsg{resp: action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}})})
+			st.send(outMsg{resp: quotamsg.Action(b.id, nil, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}})})
 		}
 		return nil
 	}
@@ -418,8 +402,7 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if u.NumRequestsAllowed > strategy.MaxQuotaReport || u.NumRequestsDenied > strategy.MaxQuotaReport {
 		return status.Errorf(codes.InvalidArgument, "num_requests_allowed %d / denied %d above %d", u.NumRequestsAllowed, u.NumRequestsDenied, int64(strategy.MaxQuotaReport))
 	}
-	err := s.node.QuotaUsage(ctx, b.rule, strategy.QuotaUsage{Client: st.client, Key: b.key,
-		Allowed: int64(u.NumRequestsAllowed), Denied: int64(u.NumRequestsDenied), Elapsed: elapsed})
+	err := s.node.QuotaUsage(ctx, b.rule, quotamsg.Usage(st.client, b.key, u))
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()

@@ -10,14 +10,20 @@
 // decision; unlike the thesis' injector, which sleeps in real time and
 // corrects for oversleeping, virtual time makes every run exact and fast.
 //
+// Config.Proxies puts a tier of Envoy proxies between the trace and the
+// cluster (ProxyTier, proxy.go): RLQS proxies deciding from their quota
+// assignments (rlqs/envoymodel), per-request RLS forwarding, or a strategy
+// run at the proxies themselves.
+//
 // Run runs a whole trace; World is the same engine driven from outside:
 // step it, run it until a time, inject faults between events, inspect the
 // nodes and check invariants after every event (World.OnEvent), with
 // random fault scenarios from a seed (RandomScenario) for swarm tests.
 //
-// Events at the same instant run in this order: message deliveries, then
-// membership changes and scenario events, then requests (in trace order),
-// then wake-ups. Strategies rely on deliveries coming before wake-ups (see
+// Events at the same instant run in this order: message deliveries (peer
+// messages, then messages between proxies and nodes), then membership
+// changes and scenario events, then requests (in trace order), then the
+// proxies' timers, then wake-ups. Strategies rely on deliveries coming before wake-ups (see
 // strategy/owner); it is the driver's side of strategy/host's contract.
 // Each node's strategy is called through a host.Host, the one interpreter
 // of strategy.Effects (wake-ups de-duplicated per instant there); the
@@ -135,6 +141,10 @@ type Config struct {
 	// strategy.EdgeArrival, as the live runtime does with a check's
 	// created_at_unix_ns. Other strategies, and nil, get Arrival.
 	EdgeTimes []time.Duration
+	// Proxies puts a tier of Envoy proxies between the trace and the
+	// cluster (ProxyTier); the zero value, no proxies, is the run as
+	// before the tier existed, bit for bit.
+	Proxies ProxyTier
 }
 
 // Outcome is what happened to one request.
@@ -171,14 +181,22 @@ type Result struct {
 	// WaitingMode: Config.MaxWait > 0 and the strategy implements
 	// strategy.Waiter, so requests ran in waiting mode.
 	WaitingMode bool
+	// ProxyMessages and ProxyBytes are the messages between the proxies
+	// and their nodes (Config.Proxies) and their protobuf bytes: RLQS
+	// reports and assignments, or per-request RLS checks and answers
+	// (ProxyTier). 0 without proxies.
+	ProxyMessages int64
+	ProxyBytes    int64
 }
 
 const (
 	prioDeliver = iota
+	prioProxy   // a message between a proxy and its node arrives (proxy.go)
 	prioMembership
 	prioScenario
-	prioReconnect // the first reconnect attempt after a heal (Scenario.ReconnectInterval)
-	prioRequest   // requests are injected from the trace, not queued; this is their place
+	prioReconnect  // the first reconnect attempt after a heal (Scenario.ReconnectInterval)
+	prioRequest    // requests are injected from the trace, not queued; this is their place
+	prioProxyTimer // a proxy's report timer, or a wake-up of a strategy at a proxy
 	prioWake
 	prioSample
 )
@@ -186,6 +204,7 @@ const (
 type event struct {
 	at      time.Duration
 	prio    int8
+	pk      int8 // the proxy event's kind (prioProxy, prioProxyTimer)
 	seq     uint64
 	node    int32
 	from    int32
@@ -235,8 +254,9 @@ type runner struct {
 	res              *Result
 	delays           []time.Duration
 	pendingDecisions int
-	receivedBy       []int32 // the node each request was injected into
-	inCall           int8    // what the node is doing in the call whose effects apply carries out (prio*)
+	receivedBy       []int32  // the node each request was injected into
+	px               *proxies // the proxy tier; nil without one
+	inCall           int8     // what the node is doing in the call whose effects apply carries out (prio*)
 	statSamples      int
 	stateSum         float64
 }
@@ -259,6 +279,9 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	}
 	if cfg.New == nil || cfg.Assign == nil {
 		return nil, fmt.Errorf("sim: config needs a strategy factory and an assigner")
+	}
+	if err := cfg.Proxies.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.EdgeTimes != nil && len(cfg.EdgeTimes) != len(trace.Requests) {
 		return nil, fmt.Errorf("sim: %d edge times for %d requests", len(cfg.EdgeTimes), len(trace.Requests))
@@ -316,6 +339,11 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 			}
 		}
 	}
+	if cfg.Proxies.Proxies > 0 {
+		if err := r.newProxies(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Scenario != nil && cfg.Scenario.ReconnectInterval > 0 {
 		for _, n := range r.nodes {
 			n.phase = time.Duration(r.memRnd.Int64N(int64(cfg.Scenario.ReconnectInterval)))
@@ -367,17 +395,27 @@ func (r *runner) start(i int, now time.Duration) error {
 	return nil
 }
 
-// inject hands request i to the node the assigner picks among the live ones.
+// inject hands request i to the node the assigner picks among the live
+// ones, or to a proxy (Config.Proxies).
 func (r *runner) inject(i int, req *workload.Request) {
 	r.res.Events++
+	if r.px != nil {
+		r.proxyRequest(i, req)
+		return
+	}
 	if len(r.alive) == 0 {
 		return // no node is up: the request fails (undecided)
 	}
-	ni := r.alive[r.cfg.Assign.Assign(req, i, len(r.alive))]
+	r.injectAt(i, r.alive[r.cfg.Assign.Assign(req, i, len(r.alive))])
+}
+
+// injectAt hands request i to node ni now (its arrival there).
+func (r *runner) injectAt(i, ni int) {
+	req := &r.trace.Requests[i]
 	n := r.nodes[ni]
 	r.receivedBy[i] = int32(ni)
 	r.inCall = prioRequest
-	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: req.Arrival}
+	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: r.now}
 	if r.cfg.EdgeTimes != nil {
 		if _, ok := n.s.(strategy.ArrivalOrderer); ok {
 			sreq.Arrival = strategy.EdgeArrival(r.cfg.EdgeTimes[i], r.now)
@@ -387,11 +425,26 @@ func (r *runner) inject(i int, req *workload.Request) {
 	// out (then), as the decisions among them may be this one's.
 	n.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 		if ok {
-			r.res.Outcomes[i] = Outcome{Allowed: d.Allowed, Decided: true, Local: true, Delay: d.Delay}
+			r.record(d, true)
 		} else {
 			r.pendingDecisions++
 		}
 	})
+}
+
+// record sets the outcome of request d.RequestID, decided now; local: by
+// the node that received it without waiting for a peer, or at its proxy.
+// Behind per-request RLS proxies the answer takes a hop back to the proxy
+// (counted), and no decision is local (the proxy waited for its node).
+func (r *runner) record(d strategy.Decision, local bool) {
+	lat := r.now - r.trace.Requests[d.RequestID].Arrival
+	if r.px != nil && r.px.mode == proxyRLS {
+		lat += r.px.cfg.Hop
+		local = false
+		r.res.ProxyMessages++
+		r.res.ProxyBytes += r.px.rlsResp
+	}
+	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay}
 }
 
 // simDriver is node i's host.Driver: virtual time around the Host. The
@@ -414,7 +467,7 @@ func (sd simDriver) Decided(_ int, d strategy.Decision) {
 		return
 	}
 	local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(sd.i)
-	*o = Outcome{Allowed: d.Allowed, Decided: true, Latency: r.now - r.trace.Requests[d.RequestID].Arrival, Local: local, Delay: d.Delay}
+	r.record(d, local)
 	r.pendingDecisions--
 }
 
@@ -460,6 +513,8 @@ func (r *runner) step(e event) {
 		if err := n.h.Receive(r.now, 0, r.nodes[e.from].id, e.payload); err != nil {
 			r.res.ReceiveErrors++
 		}
+	case prioProxy, prioProxyTimer:
+		r.proxyEvent(e)
 	case prioWake:
 		n := r.nodes[e.node]
 		if n.epoch != e.epoch || !n.alive {
@@ -689,6 +744,7 @@ func (r *runner) crash(i int) {
 	n.epoch++
 	r.alive = slices.DeleteFunc(r.alive, func(x int) bool { return x == i })
 	r.res.Crashed = append(r.res.Crashed, string(n.id))
+	r.proxiesLoseNode(i)
 }
 
 // OwnersOfHottest returns the distinct rendezvous owners (rendezvous.Owner)

@@ -44,9 +44,10 @@ const (
 	EventWake                        // Event.Node's wake-up (Tick)
 	EventSample                      // the state sizes were sampled
 	EventInjected                    // a fault injected with Crash, Restart, Partition or Heal
+	EventProxy                       // a message between proxy Event.Node and its node arrived, or the proxy's timer fired (Config.Proxies)
 )
 
-var eventKindNames = [...]string{"deliver", "membership", "scenario", "reconnect", "request", "wake", "sample", "injected"}
+var eventKindNames = [...]string{"deliver", "membership", "scenario", "reconnect", "request", "wake", "sample", "injected", "proxy"}
 
 func (k EventKind) String() string {
 	if k < 0 || int(k) >= len(eventKindNames) {
@@ -59,8 +60,9 @@ func (k EventKind) String() string {
 type Event struct {
 	At   time.Duration // virtual time
 	Kind EventKind
-	// Node is the node concerned (deliver, membership, request, wake), ""
-	// for cluster-wide events.
+	// Node is the node concerned (deliver, membership, request, wake), or
+	// the proxy (proxy; a request that reached a proxy), "" for
+	// cluster-wide events.
 	Node strategy.NodeID
 	// Request is the trace index of an EventRequest, -1 otherwise.
 	Request int
@@ -121,7 +123,10 @@ func (w *World) Step() bool {
 			r.cfg.Progress(i, len(reqs))
 		}
 		node := strategy.NodeID("")
-		if len(r.alive) > 0 {
+		switch {
+		case r.px != nil:
+			node = r.px.all[r.px.received].name
+		case len(r.alive) > 0:
 			node = r.nodes[r.receivedBy[i]].id
 		}
 		w.after(Event{At: r.now, Kind: EventRequest, Node: node, Request: i})
@@ -302,6 +307,8 @@ func (w *World) stepQueued() {
 		ev.Kind, ev.Node = EventWake, r.nodes[e.node].id
 	case prioSample:
 		ev.Kind = EventSample
+	case prioProxy, prioProxyTimer:
+		ev.Kind, ev.Node = EventProxy, r.px.all[e.node].name
 	}
 	w.after(ev)
 }

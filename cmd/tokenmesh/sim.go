@@ -52,6 +52,7 @@ type simFlags struct {
 	shortfallWindow          time.Duration
 	recommendFlags
 	tableFlags
+	proxyFlags
 }
 
 // tableFlags is --wide, sim's and replay's.
@@ -142,7 +143,8 @@ on it.
   tokenmesh sim --scenario examples/scenarios/crash-hot-owner.yaml --strategies owner --param owner.on_timeout=reject
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --strategies central,owner,lease --max-wait 1s
   tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --max-excess 1% --max-false-rejections 0.1%
-  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --assign hash --wide    # the thesis' injector, full-width table`,
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --assign hash --wide    # the thesis' injector, full-width table
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --proxies 20 --strategies central,quota,owner,lease,proxystatic`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
@@ -169,6 +171,7 @@ on it.
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
 	f.recommendFlags.add(fl)
 	f.tableFlags.add(fl)
+	f.proxyFlags.add(fl)
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -280,7 +283,7 @@ func (f *simFlags) options() (eval.Options, error) {
 	if _, err := bucket.New(rate, f.burst, 0); err != nil {
 		return o, usageErr("--burst: %v", err)
 	}
-	strategies, err := all.ParseList(f.strategies)
+	strategies, err := eval.ParseStrategies(f.strategies)
 	if err != nil {
 		return o, usageErr("--strategies: %v", err)
 	}
@@ -313,6 +316,9 @@ func (f *simFlags) options() (eval.Options, error) {
 		return o, usageErr("--edge-times needs --client-latency: without it every request reaches its node at its trace time already")
 	}
 	o.EdgeTimes = f.edgeTimes
+	if err := f.proxyFlags.apply(&o); err != nil {
+		return o, err
+	}
 	if f.scenario != "" {
 		if o.Scenario, err = sim.LoadScenario(f.scenario); err != nil {
 			return o, err
@@ -506,6 +512,9 @@ func warnLateEvents(w io.Writer, source string, events []timedEvent, trace *work
 // one, evaluate one's own traffic; then serve the strategy. When no
 // strategy meets the bounds: the closest one's parameters to try.
 func (f *simFlags) next(rec *eval.Recommendation, opts eval.Options) []eval.Step {
+	if f.proxies > 0 {
+		return f.proxyFlags.next(rec, opts, f.burst)
+	}
 	pick := rec.Strategy
 	if pick == "" {
 		if rec.Closest == "" {
