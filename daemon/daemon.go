@@ -85,6 +85,11 @@ type Config struct {
 	// Services are served on the daemon's gRPC server, registered in this
 	// order (see Service).
 	Services []Service
+	// Bound, when set, is called with the bound addresses once the node
+	// runs and the servers are built, before they serve (serve's
+	// --addr-file: whoever reads the file can rely on no request having
+	// been answered before it existed). An error stops Start.
+	Bound func(Addrs) error
 }
 
 // Addrs are a daemon's addresses as bound (port 0 resolved), "host:port";
@@ -222,6 +227,13 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.closeListeners()
 		_ = d.node.Close()
 		return nil, err
+	}
+	if cfg.Bound != nil {
+		if err := cfg.Bound(d.addrs); err != nil {
+			d.closeListeners()
+			_ = d.node.Close()
+			return nil, err
+		}
 	}
 	d.serve()
 	return d, nil

@@ -316,6 +316,27 @@ func TestDaemonNoFileAndStartErrors(t *testing.T) {
 	if _, err := Start(ctx, Config{File: other, FaultInjection: true}); err == nil || !strings.Contains(err.Error(), "Networked") {
 		t.Errorf("FaultInjection without peers: %v; want an error naming Networked", err)
 	}
+	// Bound sees the addresses before anything is served; its error stops
+	// Start (and frees the ports).
+	var bound Addrs
+	servedBefore := true
+	d2, err := Start(ctx, Config{File: other, Bound: func(a Addrs) error {
+		bound = a
+		// bound, not served: the connection waits in the backlog
+		_, err := (&http.Client{Timeout: 200 * time.Millisecond}).Get("http://" + a.API + "/healthz")
+		servedBefore = err == nil
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound != d2.Addrs() || servedBefore {
+		t.Errorf("Bound got %+v (Addrs %+v); the API answered before it returned: %v", bound, d2.Addrs(), servedBefore)
+	}
+	_ = d2.Shutdown(ctx)
+	if _, err := Start(ctx, Config{File: other, Bound: func(Addrs) error { return errors.New("no disk") }}); err == nil || err.Error() != "no disk" {
+		t.Errorf("Start with a failing Bound: %v; want \"no disk\"", err)
+	}
 }
 
 // The envoy config's rules follow the file's, in order; a name both have

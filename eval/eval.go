@@ -210,6 +210,10 @@ type Series struct {
 	Requests []int            // requests per bin
 	Admitted map[string][]int // by strategy
 	Rejected map[string][]int
+	// RequestTokens and AdmittedTokens (by strategy) are Requests and
+	// Admitted in tokens (workload.Request.Tokens), for report.html.
+	RequestTokens  []int64
+	AdmittedTokens map[string][]int64
 }
 
 // Report is an evaluation's outcome.
@@ -224,6 +228,10 @@ type Report struct {
 	// ColocatedPct is ColocatedPct of the input, for AssignNote (not in
 	// the JSON, whose bytes stay those of earlier versions).
 	ColocatedPct float64 `json:"-"`
+	// Reproduce are the commands that reproduce the report, set by the
+	// caller, which knows its command line (tokenmesh sim and replay);
+	// report.html shows them. Not in the JSON.
+	Reproduce []Step `json:"-"`
 }
 
 // Run simulates every strategy of opts over the trace and compares each
@@ -416,12 +424,15 @@ func newSeries(t *workload.Trace) *Series {
 		bin = time.Second
 	}
 	n := int(span/bin) + 1
-	s := &Series{Bin: bin, Requests: make([]int, n), Admitted: map[string][]int{}, Rejected: map[string][]int{}}
+	s := &Series{Bin: bin, Requests: make([]int, n), Admitted: map[string][]int{}, Rejected: map[string][]int{},
+		RequestTokens: make([]int64, n), AdmittedTokens: map[string][]int64{}}
 	if len(t.Requests) > 0 {
 		s.Origin = t.Requests[0].Arrival
 	}
 	for _, r := range t.Requests {
-		s.Requests[s.index(r.Arrival)]++
+		i := s.index(r.Arrival)
+		s.Requests[i]++
+		s.RequestTokens[i] += r.Tokens
 	}
 	return s
 }
@@ -430,12 +441,19 @@ func (s *Series) index(arrival time.Duration) int { return int((arrival - s.Orig
 
 func (s *Series) add(name string, reqs []workload.Request, allowed []bool) {
 	adm, rej := make([]int, len(s.Requests)), make([]int, len(s.Requests))
+	tokens := make([]int64, len(s.Requests))
 	for i, r := range reqs {
+		b := s.index(r.Arrival)
 		if allowed[i] {
-			adm[s.index(r.Arrival)]++
+			adm[b]++
+			tokens[b] += r.Tokens
 		} else {
-			rej[s.index(r.Arrival)]++
+			rej[b]++
 		}
 	}
 	s.Admitted[name], s.Rejected[name] = adm, rej
+	if s.AdmittedTokens == nil {
+		s.AdmittedTokens = map[string][]int64{}
+	}
+	s.AdmittedTokens[name] = tokens
 }

@@ -57,6 +57,7 @@ func RunParallel(opts Options, workers int) (*Report, error) {
 		rep.Results = append(rep.Results, row)
 		rep.Series.Admitted[row.Strategy] = r.Series.Admitted[row.Strategy]
 		rep.Series.Rejected[row.Strategy] = r.Series.Rejected[row.Strategy]
+		rep.Series.AdmittedTokens[row.Strategy] = r.Series.AdmittedTokens[row.Strategy]
 	}
 	return rep, nil
 }

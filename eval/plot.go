@@ -2,6 +2,7 @@ package eval
 
 import (
 	"fmt"
+	"hash/fnv"
 	"image/color"
 	"io"
 	"math"
@@ -14,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 // Plot sizes. The time plots are wide so that ~200 bins stay readable.
@@ -28,18 +31,55 @@ var (
 	colorGrid    = color.RGBA{R: 225, G: 225, B: 225, A: 255}
 	colorExcess  = color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255} // vermillion: over-admission
 	colorFalse   = color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255} // blue: over-rejection
-	// palette is Okabe & Ito's colour-blind safe set without black (central's)
-	// and yellow (unreadable on white). Past its end, colours repeat (each
-	// strategy has a panel of its own).
-	palette = []color.Color{
-		color.RGBA{R: 0xE6, G: 0x9F, B: 0x00, A: 255}, // orange
-		color.RGBA{R: 0x00, G: 0x72, B: 0xB2, A: 255}, // blue
-		color.RGBA{R: 0x00, G: 0x9E, B: 0x73, A: 255}, // bluish green
-		color.RGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 255}, // vermillion
-		color.RGBA{R: 0x56, G: 0xB4, B: 0xE9, A: 255}, // sky blue
-		color.RGBA{R: 0xCC, G: 0x79, B: 0xA7, A: 255}, // reddish purple
-	}
 )
+
+// strategyPalette holds the strategies' colours, given in the registry's
+// order (all.Names, central left out: it is black): Okabe & Ito's
+// colour-blind safe set without black and yellow (unreadable on white),
+// then four of Paul Tol's "muted" scheme (wine, indigo, olive, green),
+// which differ from those in lightness. It has a colour for every
+// registered strategy (a test checks), so no two share one.
+var strategyPalette = []string{
+	"#D55E00", // vermillion
+	"#0072B2", // blue
+	"#009E73", // bluish green
+	"#CC79A7", // reddish purple
+	"#E69F00", // orange
+	"#56B4E9", // sky blue
+	"#882255", // wine
+	"#332288", // indigo
+	"#999933", // olive
+	"#117733", // green
+}
+
+// strategyColor is name's colour, "#RRGGBB", the same in every plot (the
+// PNGs and report.html) and every report: black for central, the
+// reference; a registered strategy's by its place in all.Names; another
+// name's picked by a hash of it.
+func strategyColor(name string) string {
+	if name == "central" {
+		return "#000000"
+	}
+	i := 0
+	for _, n := range all.Names() {
+		if n == "central" {
+			continue
+		}
+		if n == name {
+			return strategyPalette[i%len(strategyPalette)]
+		}
+		i++
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return strategyPalette[h.Sum32()%uint32(len(strategyPalette))]
+}
+
+// rgb parses a "#RRGGBB" colour.
+func rgb(hex string) color.Color {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	return color.RGBA{R: uint8(v >> 16), G: uint8(v >> 8), B: uint8(v), A: 255}
+}
 
 // figure is a plot with its legend drawn outside the data area, so that the
 // legend never covers a line or a bar.
@@ -379,13 +419,11 @@ func panelPlot(rep *Report, admitted bool) (*grid, error) {
 	if series != nil {
 		central = series["central"]
 	}
-	other := 0
 	for _, r := range rep.Results {
 		if r.Strategy == "central" {
 			continue
 		}
-		col := palette[other%len(palette)]
-		other++
+		col := rgb(strategyColor(r.Strategy))
 		p := newPlot("", "time since trace start (m:ss)", "requests")
 		p.Title.Text = r.Strategy
 		p.Title.TextStyle.Font.Size = vg.Points(11)

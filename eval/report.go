@@ -625,8 +625,9 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	return err
 }
 
-// WriteAll creates dir if needed and writes into it report.json, report.md
-// and the plots of WritePlots (which report.md links). Errors name the file.
+// WriteAll creates dir if needed and writes into it report.json, report.md,
+// the plots of WritePlots (which report.md links) and report.html
+// (WriteHTML, one page with its plots inline). Errors name the file.
 func WriteAll(dir string, rep *Report) error {
 	if rep == nil {
 		return errNilReport
@@ -641,7 +642,10 @@ func WriteAll(dir string, rep *Report) error {
 	if err := writeFile(filepath.Join(dir, "report.json"), func(w io.Writer) error { return WriteJSON(w, rep) }); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, "report.md"), func(w io.Writer) error { return WriteMarkdown(w, rep, plots) })
+	if err := writeFile(filepath.Join(dir, "report.md"), func(w io.Writer) error { return WriteMarkdown(w, rep, plots) }); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "report.html"), func(w io.Writer) error { return WriteHTML(w, rep) })
 }
 
 // writeFile creates path and fills it with write; the error names path.

@@ -245,7 +245,7 @@ func TestWriteAll(t *testing.T) {
 	if err := WriteAll(dir, testReport()); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png"} {
+	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png", "report.html"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -275,7 +275,7 @@ func TestWriteAll(t *testing.T) {
 	if err := WriteAll(again, testReport()); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png"} {
+	for _, name := range []string{"report.json", "report.md", "decisions.png", "admitted.png", "summary.png", "report.html"} {
 		a, _ := os.ReadFile(filepath.Join(dir, name))
 		b, _ := os.ReadFile(filepath.Join(again, name))
 		if !bytes.Equal(a, b) {

@@ -23,8 +23,8 @@ package server
 //	tokenmesh_invalid_requests_total                 counter of calls refused as invalid
 //	                                                 (INVALID_ARGUMENT; nothing per item)
 //
-// Counted by Envoy's RLS (RegisterRLS), whose checks also count in the
-// three above under the derived rule names:
+// Counted by Envoy's RLS (RegisterRLS: only with an Envoy config), whose
+// checks also count in the three above under the derived rule names:
 //
 //	tokenmesh_rls_global_shadow_mode_total           counter of responses over a limit that the
 //	                                                 global shadow mode answered OK
@@ -65,7 +65,28 @@ package server
 //
 //	tokenmesh_build_info{version,revision,goversion} gauge, always 1: the binary's build
 //
-// Plus the standard go_* and process_* collectors.
+// Registered on the same registry by the daemon (package daemon), from
+// the node (limiter.Node.RegisterHintMetrics):
+//
+//	tokenmesh_latency_hint_seconds                   gauge of the latency hint the strategies have
+//	tokenmesh_peer_latency_seconds{peer}             gauge of a peer's one-way latency; only with
+//	                                                 node.latency_hint: auto on a node with peers
+//
+// and, only with an Envoy config, by the RLQS service (package rlqs):
+//
+//	tokenmesh_rlqs_streams                           gauge of open RLQS streams
+//	tokenmesh_rlqs_buckets                           gauge of buckets the open streams subscribed
+//	tokenmesh_rlqs_reports_total                     counter of bucket usage reports received
+//	tokenmesh_rlqs_assignments_total{kind}           counter of bucket actions sent: token_bucket,
+//	                                                 allow_all or expire
+//	tokenmesh_rlqs_buckets_unserved_total            counter of reports for buckets of a non-quota rule
+//	tokenmesh_rlqs_refused_total{code}               counter of streams ended for bad input (by gRPC
+//	                                                 code) and reports skipped (empty_bucket_id)
+//
+// Plus the standard go_* and process_* collectors. docs/API.md
+// ("Metrics") is the catalogue for operators; internal/archtest holds this
+// list, that catalogue and a running node's registry to the same names and
+// labels.
 
 import (
 	"context"

@@ -98,6 +98,9 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("statestore: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	if err := checkFreelist(path); err != nil {
+		return nil, err
+	}
 	prev := debug.SetPanicOnFault(true)
 	db, err := openBolt(path)
 	debug.SetPanicOnFault(prev)

@@ -284,3 +284,52 @@ func TestDamagedPages(t *testing.T) {
 		}
 	})
 }
+
+// A freelist page whose count says more free pages than it holds (a
+// flipped count: 0xFFFF and then a huge 64-bit count) is refused before
+// bbolt reads it; bbolt would allocate a slice of that count (gigabytes:
+// TestDamagedPages got the node killed for memory this way).
+func TestHugeFreelistCountRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(sample(50)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	path := filepath.Join(dir, FileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, ok0 := readMeta(f, 0)
+	f.Close()
+	if !ok0 || m0.freelist == noFreelist {
+		t.Fatalf("meta page 0: %+v %v; want a valid one with a freelist", m0, ok0)
+	}
+	for _, page := range []int64{int64(m0.freelist)} {
+		off := page * int64(m0.pageSize)
+		binary.LittleEndian.PutUint16(b[off+10:], 0xFFFF)
+		binary.LittleEndian.PutUint64(b[off+pageHeaderSize:], 1<<40)
+	}
+	// the other meta page may name another freelist page: damage it too
+	f2, _ := os.Open(path)
+	if m1, ok := readMeta(f2, int64(m0.pageSize)); ok && m1.freelist != noFreelist {
+		off := int64(m1.freelist) * int64(m0.pageSize)
+		binary.LittleEndian.PutUint16(b[off+10:], 0xFFFF)
+		binary.LittleEndian.PutUint64(b[off+pageHeaderSize:], 1<<40)
+	}
+	f2.Close()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "free pages") {
+		t.Fatalf("open: %v; want ErrCorrupt naming the freelist's count", err)
+	}
+}

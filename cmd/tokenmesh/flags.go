@@ -35,7 +35,7 @@ type reportFlags struct {
 // add defines --json, --out and --progress on fl.
 func (f *reportFlags) add(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON instead of a table")
-	fl.StringVar(&f.out, "out", "", "also write report.json, report.md and plots into this directory")
+	fl.StringVar(&f.out, "out", "", "also write report.json, report.md, PNG plots and report.html (one self-contained page with the tables, notes and plots, for a browser) into this directory")
 	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 }
 

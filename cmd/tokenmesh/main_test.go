@@ -219,7 +219,8 @@ func TestHelpExplains(t *testing.T) {
 }
 
 // TestStrategiesListsParams: `tokenmesh strategies` shows every strategy
-// and, for each, every declared parameter with its type and default.
+// and, for each, whether it snapshots and every declared parameter with
+// its type and default.
 func TestStrategiesListsParams(t *testing.T) {
 	out, errOut, code := tokenmesh(t, "strategies")
 	if code != 0 {
@@ -235,6 +236,9 @@ func TestStrategiesListsParams(t *testing.T) {
 		if !ok {
 			t.Errorf("no section for %s in\n%s", info.Name, out)
 			continue
+		}
+		if want := restartLine(info); !strings.Contains(sec, "\n"+want+"\n") {
+			t.Errorf("%s: the section lacks its line %q", info.Name, want)
 		}
 		if len(info.Params) == 0 {
 			continue // no parameter table, not even partition's row

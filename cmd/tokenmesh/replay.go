@@ -419,6 +419,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		return err
 	}
 	if f.out != "" {
+		rep.Report.Reproduce = reproduceSteps(cmd)
 		if err := eval.WriteAll(f.out, &rep.Report); err != nil {
 			return err
 		}
@@ -434,7 +435,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		if err := jf.Close(); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(f.out, "report.md"))
+		fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
 	}
 	return nil
 }

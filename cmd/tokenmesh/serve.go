@@ -161,7 +161,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	d, err := daemon.Start(ctx, daemon.Config{File: f, ConfigPath: configPath, WatchConfig: opts.watchConfig,
 		EnvoyDir: opts.envoyConfig, Networked: networked, Logger: logger, DiscardBadState: opts.discardBad,
-		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()}})
+		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()},
+		Bound: func(a daemon.Addrs) error { return writeAddrFile(opts.addrFile, a) }})
 	if err != nil {
 		return err
 	}
@@ -172,11 +173,6 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 		}
 	}
 	var serveErr error
-	if opts.addrFile != "" {
-		if err := writeAddrFile(opts.addrFile, d.Addrs()); err != nil {
-			serveErr = fmt.Errorf("--addr-file: %w", err) // shuts down at once
-		}
-	}
 wait:
 	for serveErr == nil {
 		select {
@@ -264,17 +260,16 @@ func printBanner(w io.Writer, d *daemon.Daemon, configPath string, networked boo
 	}
 }
 
-// writeAddrFile writes a as JSON to path atomically: a temporary file in
-// the same directory, renamed over path, so a reader never sees a partial
-// file.
+// writeAddrFile writes a as JSON to path ("": nothing) atomically: a temporary
+// file in its directory renamed over it, so a reader never sees a partial one.
 func writeAddrFile(path string, a daemon.Addrs) error {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return err
+	if path == "" {
+		return nil
 	}
+	b, _ := json.Marshal(a) // plain strings: cannot fail
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return err
+		return fmt.Errorf("--addr-file: %w", err)
 	}
 	_, err = tmp.Write(append(b, '\n'))
 	if cerr := tmp.Close(); err == nil {
@@ -285,8 +280,9 @@ func writeAddrFile(path string, a daemon.Addrs) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("--addr-file: %w", err)
 	}
-	return err
+	return nil
 }
 
 // reconnectEvery is node.reconnect_interval as the node uses it (zero in a

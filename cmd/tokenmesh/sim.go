@@ -406,10 +406,11 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		return err
 	}
 	if f.out != "" {
+		rep.Reproduce = reproduceSteps(cmd)
 		if err := eval.WriteAll(f.out, rep); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(f.out, "report.md"))
+		fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
 	}
 	return nil
 }

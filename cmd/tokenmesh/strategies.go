@@ -29,6 +29,10 @@ NAME: value under a rule's params in the config file. Every strategy also
 takes the generic partition (available | conserve). A value may contain a
 comma unless NAME= follows it (that starts another pair).
 
+A "restart:" line says whether the strategy's bucket levels survive a
+restart of the node (kept in node.state_dir: the strategies that snapshot)
+or start fresh.
+
 The output fits 120 columns: a parameter's doc is wrapped under its DOC
 column, or on the lines below the parameter when the other columns leave it
 too little room; --wide prints every parameter on one line.`,
@@ -75,6 +79,7 @@ func writeStrategies(w io.Writer, infos []all.Info, width int) error {
 		for _, l := range eval.Wrap(fmt.Sprintf("%s: %s (%s)", info.Name, info.Summary, info.Source), width, "  ") {
 			fmt.Fprintln(bw, l)
 		}
+		fmt.Fprintln(bw, restartLine(info))
 		if len(info.Params) == 0 {
 			fmt.Fprintf(bw, "  no parameters besides the generic %s\n", strategy.PartitionParam)
 			continue
@@ -117,6 +122,15 @@ func writeStrategies(w io.Writer, infos []all.Info, width int) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// restartLine says what a restart does to the strategy's state: kept
+// when it snapshots (all.Info.Snapshots), else lost.
+func restartLine(info all.Info) string {
+	if info.Snapshots() {
+		return "  restart: keeps its bucket levels (snapshotted in node.state_dir)"
+	}
+	return "  restart: starts fresh (not snapshotted)"
 }
 
 func dash(s string) string {

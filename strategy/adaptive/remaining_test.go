@@ -22,4 +22,4 @@ func TestRemainingExact(t *testing.T) {
 }
 
 // That Remaining changes no state is checked for every strategy by
-// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).
+// sim/conformance (TestGarbageAndReadOnlyCallsChangeNothing).

@@ -4,9 +4,12 @@ package all
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/adaptive"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
@@ -71,6 +74,28 @@ var registry = []Info{
 // strategy, parameter and value (strategy.CheckParam).
 func (i Info) CheckParams(p strategy.Params) error {
 	return strategy.CheckParams(i.Name, i.Params, p)
+}
+
+// Snapshots reports whether the strategy keeps its bucket levels across a
+// restart: it implements strategy.Snapshotter, so a node with a state_dir
+// writes its buckets to disk and restores them at start; the others start
+// fresh. It builds one instance with probeConfig to ask (false if that
+// fails; TestEveryStrategyBuildsWithprobeConfig keeps it from failing).
+func (i Info) Snapshots() bool {
+	s, err := i.New(probeConfig())
+	if err != nil {
+		return false
+	}
+	_, ok := s.(strategy.Snapshotter)
+	return ok
+}
+
+// probeConfig is the configuration Snapshots builds a strategy with to
+// ask what it implements: one node, 1 token per second, burst 1, default
+// parameters, a fixed seed.
+func probeConfig() strategy.Config {
+	return strategy.Config{Self: "n1", Members: []strategy.NodeID{"n1"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+		Burst: 1, Rand: rand.New(rand.NewPCG(1, 1))}
 }
 
 // List returns every strategy, in the order reports show them: a copy,

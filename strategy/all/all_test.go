@@ -10,3 +10,28 @@ func TestListIsACopy(t *testing.T) {
 		t.Fatal("List returned the registry itself")
 	}
 }
+
+// TestEveryStrategyBuildsWithprobeConfig: Snapshots builds each strategy
+// with probeConfig, so a constructor that refused it would make Snapshots
+// say false for a strategy that snapshots.
+func TestEveryStrategyBuildsWithprobeConfig(t *testing.T) {
+	for _, info := range List() {
+		if _, err := info.New(probeConfig()); err != nil {
+			t.Errorf("%s: New(probeConfig()): %v", info.Name, err)
+		}
+	}
+}
+
+// TestSnapshots: a strategy whose state is one bucket per key at a node
+// snapshots (central, owner); one whose state is shares does not (gdrl).
+func TestSnapshots(t *testing.T) {
+	for name, want := range map[string]bool{"central": true, "owner": true, "gdrl": false} {
+		info, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Snapshots(); got != want {
+			t.Errorf("%s: Snapshots() = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func TestRemainingExact(t *testing.T) {
 }
 
 // That Remaining changes no state is checked for every strategy by
-// strategy/conformance (TestGarbageAndReadOnlyCallsChangeNothing).
+// sim/conformance (TestGarbageAndReadOnlyCallsChangeNothing).
 
 // TestCapacityShares: 1/N per key held, following membership.
 func TestCapacityShares(t *testing.T) {

@@ -19,7 +19,7 @@ func TestRemainingExact(t *testing.T) {
 }
 
 func TestRemainingChangesNothing(t *testing.T) {
-	// The defaults are strategy/conformance's; these are our options.
+	// The defaults are sim/conformance's; these are our options.
 	for _, params := range [][]string{{"gossip=50ms", "safe_margin=1s", "unique_ids=true", "coalesce=false"}} {
 		remtest.Pure(t, 5, func() strategy.Strategy {
 			s, err := tbqueue.New(remtest.Config(2, 4, []strategy.NodeID{"n0", "n1", "n2"}, params...))

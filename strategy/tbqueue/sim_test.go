@@ -49,7 +49,7 @@ func mustScenario(t testing.TB) *sim.Scenario {
 }
 
 // One node is a token bucket: tbqueue decides exactly as central with our
-// options too (strategy/conformance checks the defaults).
+// options too (sim/conformance checks the defaults).
 func TestOneNodeMatchesCentral(t *testing.T) {
 	tr := gen(t, "mix:duration=30s", 3)
 	want := allowed(run(t, tr, "central", runOpts{Net: fixed(time.Millisecond)}))
@@ -226,7 +226,7 @@ func TestDeltaDuplicatesGrow(t *testing.T) {
 	}
 }
 
-// Determinism with our options (strategy/conformance checks the defaults).
+// Determinism with our options (sim/conformance checks the defaults).
 func TestDeterministic(t *testing.T) {
 	tr := gen(t, "mix:duration=20s", 1)
 	net := sim.Network{Latency: sim.Latency{Kind: "exponential", Min: 0, Mean: 3 * time.Millisecond}, Loss: 0.1, Duplicate: 0.05, Reorder: 0.1}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
-	"github.com/tokenmesh/tokenmesh/strategy/conformance"
 )
 
 // framesTo records the first frames node n0 receives in a simulated run of

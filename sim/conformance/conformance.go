@@ -6,7 +6,10 @@
 // restarts, partitions, heals, loss) keep each strategy within the bound
 // its package documents. The tests are in this package's _test files; this
 // file holds the generators and the twin driver they share. All of it is
-// ours (docs/ARCHITECTURE.md, "Where faults are handled").
+// ours (docs/ARCHITECTURE.md, "Where faults are handled"). It lives beside
+// sim, not under strategy/, because it drives the strategies through the
+// simulator, and nothing under strategy/ imports a driver (the layering
+// test, internal/archtest).
 package conformance
 
 import (

@@ -16,9 +16,9 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
-	"github.com/tokenmesh/tokenmesh/strategy/conformance"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -99,7 +99,7 @@ var contracts = map[string]contract{
 func TestEveryStrategyHasAContract(t *testing.T) {
 	for _, info := range all.List() {
 		if _, ok := contracts[info.Name]; !ok {
-			t.Errorf("strategy %s has no contract in strategy/conformance: add one from its package documentation", info.Name)
+			t.Errorf("strategy %s has no contract in sim/conformance: add one from its package documentation", info.Name)
 		}
 	}
 }
@@ -462,7 +462,7 @@ func TestSwarm(t *testing.T) {
 					c := newSwarmCase(*swarmSeed+i, info.Centralized)
 					c.mode = mode
 					if err := swarmOne(t, info, ct, c); err != nil {
-						t.Errorf("%s: %s: %v\nreplay: go test -count=1 ./strategy/conformance -run '^TestSwarm$/^%s$/^%s$' -swarm.seed=%d -swarm.n=1 -v",
+						t.Errorf("%s: %s: %v\nreplay: go test -count=1 ./sim/conformance -run '^TestSwarm$/^%s$/^%s$' -swarm.seed=%d -swarm.n=1 -v",
 							info.Name, c, err, info.Name, mode, c.seed)
 					}
 				}

@@ -1,0 +1,249 @@
+package eval
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// This file builds report.html's three plots (ours) from a Report, with
+// svg.go's pieces: admitted tokens over time, each strategy minus central
+// over time, and the accuracy summary. Each strategy keeps its colour
+// (strategyColor) in all of them; every axis has one unit.
+
+// htmlPlot is a plot of report.html with its heading and caption.
+type htmlPlot struct {
+	Title, Caption string
+	SVG            svgPlot
+}
+
+// timeBase is what the time plots share: the bin width and the plotted
+// span in seconds, the series' origin in seconds of trace time, and the
+// strategies other than central, in rep.Results order.
+type timeBase struct {
+	bin, end, origin float64
+	others           []string
+}
+
+func newTimeBase(rep *Report) timeBase {
+	b := timeBase{bin: 1, end: 1}
+	if s := rep.Series; s != nil {
+		if s.Bin > 0 {
+			b.bin = s.Bin.Seconds()
+		}
+		b.origin = s.Origin.Seconds()
+		b.end = float64(max(len(s.RequestTokens), 1)) * b.bin
+	}
+	for _, r := range rep.Results {
+		if r.Strategy != "central" {
+			b.others = append(b.others, r.Strategy)
+		}
+	}
+	return b
+}
+
+// binUnit is the unit of a per-bin count: "tokens per 2 s".
+func (b timeBase) binUnit() string { return "tokens per " + seconds(b.bin) }
+
+const timeLabel = "time since the trace's start (m:ss)"
+
+// floats converts counts per bin to float64s (nil for nil).
+func floats(v []int64) []float64 {
+	if v == nil {
+		return nil
+	}
+	out := make([]float64, len(v))
+	for i, n := range v {
+		out[i] = float64(n)
+	}
+	return out
+}
+
+// htmlPlots returns report.html's plots of rep.
+func htmlPlots(rep *Report) []htmlPlot {
+	b := newTimeBase(rep)
+	return []htmlPlot{
+		{Title: "Admitted tokens over time",
+			Caption: fmt.Sprintf("Tokens admitted per %s bin by each strategy (its colour) and by central, the exact reference (black), over all requested tokens (grey area). Shaded: the scenario's fault windows, each event a dashed line with its label.", seconds(b.bin)),
+			SVG:     admittedSVG(rep, b)},
+		{Title: "Each strategy minus central",
+			Caption: fmt.Sprintf("Per %s bin, the strategy's admitted tokens minus central's: above 0 it admitted more than central (over-admission), below 0 fewer (over-rejection). Each panel has its own scale, so that small differences show under the request spikes; sums over the run in the panel's title.", seconds(b.bin)),
+			SVG:     diffSVG(rep, b)},
+		{Title: "Accuracy by strategy",
+			Caption: "Left: excess admitted, the tokens admitted beyond central's per key, in % of central's admitted tokens. Right: false rejections, requests rejected that central admitted, in % of the requests central admitted (the recommendation's bounds).",
+			SVG:     summarySVG(rep)},
+	}
+}
+
+// noData is a plot's message when there is nothing to draw.
+func noData(f frame, text string) svgEl {
+	return svgEl{Tag: "text", X: f.x + f.w/2, Y: f.y + f.h/2, Anchor: "middle", Size: 14, Fill: svgAxis, Text: text}
+}
+
+// admittedSVG plots the admitted tokens per bin of every strategy over
+// central's and the requested tokens, with a legend on the right.
+func admittedSVG(rep *Report, b timeBase) svgPlot {
+	const h, legendW = 420, 190
+	s := rep.Series
+	ymax := 1.0
+	if s != nil {
+		for _, v := range s.RequestTokens {
+			ymax = max(ymax, float64(v))
+		}
+	}
+	yt, ylo, yhi := niceTicks(0, ymax, 6, true)
+	f := frame{x: 78, w: svgWidth - 78 - legendW, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
+	_, rows := faultLabels(f, rep.Setup.Faults, b.origin, b.end)
+	f.y = 12 + faultLabelH*float64(rows)
+	f.h = h - f.y - 48
+	p := svgPlot{Name: "admitted", Label: "Admitted tokens per " + seconds(b.bin) + " bin, by strategy", W: svgWidth, H: h}
+	back, front := faultLayers(f, rep.Setup.Faults, b.origin, b.end)
+	p.Els = append(p.Els, back...)
+	p.Els = append(p.Els, axes(f, timeTicks(b.end), yt, timeLabel, "admitted "+b.binUnit())...)
+	entries := []legendEntry{{text: "all requested tokens", color: svgGrey, box: true}}
+	if s == nil || len(s.RequestTokens) == 0 {
+		p.Els = append(p.Els, noData(f, "no requests"))
+	} else {
+		p.Els = append(p.Els, svgEl{Tag: "path", D: stepPath(f, b.bin, floats(s.RequestTokens), true), Fill: svgGrey, FillOpacity: 0.45})
+		// Central, the reference, last: on top of the strategies, thinner,
+		// so that a strategy shows where it leaves central.
+		var lines []svgEl
+		for _, name := range append([]string{"central"}, b.others...) {
+			adm, ok := s.AdmittedTokens[name]
+			if !ok {
+				continue
+			}
+			width := 2.2
+			if name == "central" {
+				width = 1.4
+			}
+			lines = append(lines, svgEl{Tag: "path", D: stepPath(f, b.bin, floats(adm), false), Fill: "none",
+				Stroke: strategyColor(name), StrokeWidth: width, Strategy: name, Tip: name})
+			entries = append(entries, legendEntry{text: name, color: strategyColor(name), strategy: name})
+		}
+		if len(lines) > 0 && lines[0].Strategy == "central" {
+			lines = append(lines[1:], lines[0])
+		}
+		p.Els = append(p.Els, lines...)
+	}
+	p.Els = append(p.Els, front...)
+	p.Els = append(p.Els, legend(svgWidth-legendW+24, f.y+10, entries)...)
+	return p
+}
+
+// diffSVG plots, in one panel per strategy other than central (two
+// columns), the strategy's admitted tokens per bin minus central's.
+func diffSVG(rep *Report, b timeBase) svgPlot {
+	const cols = 2
+	const left, right, top, bottom, plotH = 84, 18, 30, 50, 120 // a panel's margins and data area height
+	panelW := float64(svgWidth) / cols
+	// The fault labels take the same rows in every panel.
+	_, labelRows := faultLabels(frame{x: left, w: panelW - left - right, xmin: 0, xmax: b.end}, rep.Setup.Faults, b.origin, b.end)
+	panelH := top + faultLabelH*float64(labelRows) + plotH + bottom
+	rows := max(1, (len(b.others)+cols-1)/cols)
+	p := svgPlot{Name: "difference", Label: "Admitted tokens per " + seconds(b.bin) + " bin, strategy minus central", W: svgWidth, H: float64(rows) * panelH}
+	var central []int64
+	if rep.Series != nil {
+		central = rep.Series.AdmittedTokens["central"]
+	}
+	if len(b.others) == 0 {
+		f := frame{x: left, y: top, w: svgWidth - left - right, h: panelH - top - bottom, xmin: 0, xmax: b.end, ymin: -1, ymax: 1}
+		p.Els = append(p.Els, noData(f, "no strategy besides central was run"))
+		return p
+	}
+	for i, name := range b.others {
+		x0, y0 := float64(i%cols)*panelW, float64(i/cols)*panelH
+		var adm []int64
+		if rep.Series != nil {
+			adm = rep.Series.AdmittedTokens[name]
+		}
+		diff := make([]float64, min(len(adm), len(central)))
+		lo, hi := 0.0, 0.0
+		var over, under float64
+		for j := range diff {
+			diff[j] = float64(adm[j] - central[j])
+			lo, hi = min(lo, diff[j]), max(hi, diff[j])
+			if diff[j] > 0 {
+				over += diff[j]
+			} else {
+				under -= diff[j]
+			}
+		}
+		if lo == 0 && hi == 0 {
+			lo, hi = -1, 1
+		}
+		yt, ylo, yhi := niceTicks(lo, hi, 4, true)
+		f := frame{x: x0 + left, y: y0 + panelH - bottom - plotH, w: panelW - left - right, h: plotH, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
+		col := strategyColor(name)
+		back, front := faultLayers(f, rep.Setup.Faults, b.origin, b.end)
+		p.Els = append(p.Els, back...)
+		p.Els = append(p.Els, axes(f, timeTicks(b.end), yt, timeLabel, "Δ "+b.binUnit())...)
+		title := fmt.Sprintf("%s − central", name)
+		sums := fmt.Sprintf("+%s / −%s tokens over the run", strconv.FormatFloat(over, 'f', 0, 64), strconv.FormatFloat(under, 'f', 0, 64))
+		p.Els = append(p.Els,
+			svgEl{Tag: "text", X: f.x, Y: y0 + 20, Size: 14, Bold: true, Fill: col, Text: title, Strategy: name, Class: "panel-title"},
+			svgEl{Tag: "text", X: f.x + f.w, Y: y0 + 20, Anchor: "end", Size: 12, Fill: svgAxis, Text: sums})
+		switch {
+		case len(diff) == 0:
+			p.Els = append(p.Els, noData(f, "no series"))
+		case over == 0 && under == 0:
+			p.Els = append(p.Els, noData(f, "the same as central in every bin"))
+		default:
+			p.Els = append(p.Els,
+				svgEl{Tag: "path", D: stepPath(f, b.bin, diff, true), Fill: col, FillOpacity: 0.3},
+				svgEl{Tag: "path", D: stepPath(f, b.bin, diff, false), Fill: "none", Stroke: col, StrokeWidth: 1.3, Strategy: name, Tip: title})
+		}
+		p.Els = append(p.Els, front...)
+	}
+	return p
+}
+
+// summarySVG draws two bar panels side by side, one bar per strategy other
+// than central: excess admitted and false rejections, each in its own unit.
+func summarySVG(rep *Report) svgPlot {
+	centralAdmitted := 0
+	var rs []Result
+	for _, r := range rep.Results {
+		if r.Strategy == "central" {
+			centralAdmitted = r.Admitted
+		} else {
+			rs = append(rs, r)
+		}
+	}
+	const rowH, top, bottom = 24.0, 34.0, 46.0
+	h := top + bottom + rowH*float64(max(len(rs), 1))
+	p := svgPlot{Name: "summary", Label: "Excess admitted and false rejections by strategy", W: svgWidth, H: h}
+	panels := []struct {
+		title, unit string
+		val         func(Result) float64
+	}{
+		{"Excess admitted (over-admission)", "% of central's admitted tokens", func(r Result) float64 { return r.ExcessAdmittedPct }},
+		{"False rejections (over-rejection)", "% of the requests central admitted", func(r Result) float64 { return falseRejectionsPct(r, centralAdmitted) }},
+	}
+	panelW := float64(svgWidth) / float64(len(panels))
+	for i, pn := range panels {
+		x0 := float64(i) * panelW
+		vmax := 0.0
+		for _, r := range rs {
+			vmax = max(vmax, pn.val(r))
+		}
+		xt, xlo, xhi := niceTicks(0, max(vmax, 0.1), 5, false)
+		f := frame{x: x0 + 100, y: top, w: panelW - 100 - 60, h: h - top - bottom, xmin: xlo, xmax: xhi, ymin: 0, ymax: 1}
+		p.Els = append(p.Els, svgEl{Tag: "text", X: f.x, Y: 20, Size: 14, Bold: true, Fill: "#1A1A1A", Text: pn.title})
+		p.Els = append(p.Els, axes(f, xt, nil, pn.unit, "")...)
+		if len(rs) == 0 {
+			p.Els = append(p.Els, noData(f, "no strategy besides central was run"))
+			continue
+		}
+		for j, r := range rs {
+			v := pn.val(r)
+			y := f.y + rowH*float64(j)
+			col := strategyColor(r.Strategy)
+			label := strconv.FormatFloat(v, 'f', 2, 64)
+			p.Els = append(p.Els,
+				svgEl{Tag: "text", X: f.x - 8, Y: y + rowH/2 + 4, Anchor: "end", Size: 12, Fill: "#1A1A1A", Text: r.Strategy},
+				svgEl{Tag: "rect", X: f.x, Y: y + 4, W: f.px(v) - f.x, H: rowH - 8, Fill: col, Strategy: r.Strategy, Tip: r.Strategy + ": " + label + " " + pn.unit},
+				svgEl{Tag: "text", X: f.px(v) + 5, Y: y + rowH/2 + 4, Size: 11, Fill: svgAxis, Text: label})
+		}
+	}
+	return p
+}
