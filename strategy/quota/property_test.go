@@ -223,8 +223,10 @@ func envelope(at []time.Duration, r float64, b int64) float64 {
 
 // TestEnvelopeWithClients: clients attached to random nodes, offering
 // random rates that change, reporting every interval, their assignments
-// applied within apply_lag of the owner's sending (a hop and a push), plus
-// requests checked at the nodes: the key's admissions stay within
+// applied within apply_lag of their node's write (a hop and a push), plus
+// requests checked at the nodes, nodes crashing and restarting (also
+// faster than failure detection), streams breaking: the key's admissions
+// stay within
 // b + r*T in every window (Envoy's float refill: 1e-6), and the owner's
 // units and burst are conserved after every event.
 func TestEnvelopeWithClients(t *testing.T) {
