@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +48,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
 	"github.com/tokenmesh/tokenmesh/rlqs/quotamsg"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -413,19 +413,13 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	return nil
 }
 
-// canonical is a bucket id as one string (keys sorted, each key and value
-// length-prefixed) and its size in bytes.
+// canonical is a bucket id as one string (envoymodel.BucketID's key, the
+// one the emulated Envoy and the simulator use) and the bytes of its keys
+// and values.
 func canonical(id map[string]string) (string, int) {
-	keys := make([]string, 0, len(id))
 	size := 0
 	for k, v := range id {
-		keys = append(keys, k)
 		size += len(k) + len(v)
 	}
-	slices.Sort(keys)
-	buf := make([]byte, 0, size+8*len(keys))
-	for _, k := range keys {
-		buf = fmt.Appendf(buf, "%d:%s%d:%s", len(k), k, len(id[k]), id[k])
-	}
-	return string(buf), size
+	return envoymodel.NewBucketID(id).Key(), size
 }

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -544,11 +545,5 @@ func (q *Quota) StateBytes() int {
 	return n + 24*len(q.pending)
 }
 
-func sortedKeys[K ~string | ~uint64, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+// sortedKeys is m's keys in order (so that messages do not depend on map order).
+func sortedKeys[K ~string | ~uint64, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
