@@ -130,11 +130,7 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	const key = "acme"
 	owner := slices.Index([]strategy.NodeID{"n0", "n1", "n2"}, rendezvous.Owner(key, []strategy.NodeID{"n0", "n1", "n2"}))
 	bucket := envoymodel.NewBucketID(map[string]string{"tenant": key})
-	rates := []float64{150, 150, 10, 10, 10, 10}
-	var loads []proxy.Load
-	for i, rate := range rates {
-		loads = append(loads, proxy.Load{Proxy: i, Bucket: bucket, Rate: rate, Arrivals: proxy.Poisson, Duration: r.duration})
-	}
+	rates, loads := skewedLoads(bucket, r.duration)
 	ctx, cancel := context.WithTimeout(context.Background(), r.duration+time.Minute)
 	defer cancel()
 	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: addrs, Spread: true, Seed: 1,
@@ -253,11 +249,7 @@ func runStaticRLQS(t *testing.T, d time.Duration) {
 	go g.Serve(ln)
 	defer g.Stop()
 	bucket := envoymodel.NewBucketID(map[string]string{"tenant": "acme"})
-	rates := []float64{150, 150, 10, 10, 10, 10}
-	var loads []proxy.Load
-	for i, rate := range rates {
-		loads = append(loads, proxy.Load{Proxy: i, Bucket: bucket, Rate: rate, Arrivals: proxy.Poisson, Duration: d})
-	}
+	rates, loads := skewedLoads(bucket, d)
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
 	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: []string{ln.Addr().String()}, Seed: 1,
@@ -274,4 +266,15 @@ func runStaticRLQS(t *testing.T, d time.Duration) {
 	}
 	t.Logf("static RLQS (every Envoy the whole 100/s, burst 100): %d of %d admitted; the most one window exceeded b + r*T by %.0f tokens",
 		admitted, len(reqs), eval.EnvelopeViolation(reqs, allowed, 100, 100))
+}
+
+// skewedLoads is the skewed fleet on bucket for d: two Envoys
+// offering 150 requests/s and four 10/s (Poisson), and those rates.
+func skewedLoads(bucket envoymodel.BucketID, d time.Duration) ([]float64, []proxy.Load) {
+	rates := []float64{150, 150, 10, 10, 10, 10}
+	loads := make([]proxy.Load, len(rates))
+	for i, rate := range rates {
+		loads[i] = proxy.Load{Proxy: i, Bucket: bucket, Rate: rate, Arrivals: proxy.Poisson, Duration: d}
+	}
+	return rates, loads
 }
