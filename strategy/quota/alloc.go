@@ -62,6 +62,10 @@ type alloc struct {
 	heldUnits, heldBurst int64
 	reserve              bucket.Bucket
 	frozenUntil          time.Duration // a takeover: no raise, no refill before it
+	// gatherUntil: no raise and no first assignment before it (the first
+	// reports of a key's clients gathered, so that they are split at once
+	// instead of each newcomer cutting the ones before it).
+	gatherUntil time.Duration
 	// slowedAt is the last time the reserve's rate went down: a request
 	// that arrived before it is refused (the bucket knows only its current
 	// rate, so the tokens it held at such an arrival cannot be told:
@@ -199,6 +203,11 @@ func (a *alloc) find(id holderID) *share {
 		return nil
 	}
 	return a.shares[i]
+}
+
+// anyLive reports whether a has a live share.
+func (a *alloc) anyLive() bool {
+	return slices.ContainsFunc(a.shares, func(s *share) bool { return s.live })
 }
 
 // add inserts a new share of id and returns it.
@@ -409,7 +418,7 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			changed[i] = true
 		}
 	}
-	frozen := now < a.frozenUntil
+	frozen := now < a.frozenUntil || now < a.gatherUntil
 	blockedAt := time.Duration(0)
 	if !frozen {
 		for i, s := range a.shares {
@@ -476,6 +485,9 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 	}
 	if a.frozenUntil > now {
 		wake = minWake(wake, a.frozenUntil)
+	}
+	if a.gatherUntil > now {
+		wake = minWake(wake, a.gatherUntil)
 	}
 	a.wake = wake
 }

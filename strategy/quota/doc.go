@@ -32,7 +32,11 @@
 // least 1; all of U for a client whose demand is not known yet (Envoy's
 // first report has time_elapsed 0); and the demand of the requests
 // checked at the nodes for the reserve — and gives bursts in proportion to
-// units (at least 1 token a client while the burst lasts).
+// units (at least 1 token a client while the burst lasts). A key's first
+// client waits `gather` (100 ms) for its first assignment, so that the
+// first reports of its fellow clients (Envoy reports a bucket at its
+// first request) are divided at once instead of each newcomer cutting the
+// ones before it.
 //
 // Conservation, the invariant the bound rests on:
 //   - Rate: the units held by shares, plus the units of cuts not yet

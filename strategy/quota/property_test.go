@@ -127,6 +127,7 @@ type client struct {
 	rate float64 // offered requests/s
 	// counts since the last report
 	allowed, denied int64
+	total           int64 // admitted over the run
 	lastReport      time.Duration
 	reported        bool
 	broken          bool // its node crashed: a new stream at the next report
@@ -355,6 +356,7 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			if c.rate > 0 {
 				if c.b.allow(now) {
 					c.allowed++
+					c.total++
 					w.admitted = append(w.admitted, now)
 				} else {
 					c.denied++

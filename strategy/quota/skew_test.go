@@ -41,14 +41,16 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64) *wo
 // clients offering 150/s and four 10/s, over 3 nodes, for 60 s, reports
 // every 5 s (today's Envoy) and every 1 s. The fleet stays within
 // b + r*T exactly; the light clients get about their demand (max-min),
-// the heavy ones the rest. Admitted, of min(offered, r*T + b): 93.1% at
-// 5 s reports, 91.7% at 1 s with this seed (seeds 1-3: 90.3-93.6% and
-// 90.9-92.0%) (the issue asks for 95%; not met yet: the
-// first interval splits equally while no demand is known (Envoy's first
-// report has time_elapsed 0), and a light client's unused share is lost
-// (max-min gives it its demand; Poisson arrivals leave some of it
-// unused)). The floors below are those measurements less a margin, so a
-// change that loses efficiency fails here.
+// the heavy ones the rest. Admitted, of min(offered, r*T + b), with this
+// seed: 92.3% at 1 s reports, 94.0% at 5 s (seeds 1-3: 92.2-92.8% and
+// 91.5-94.5%; before gather: 91.7% / 93.1% with this seed, 90.3-93.6% at
+// 5 s). The issue asks for 95%; what is left: the first report interval,
+// in which no demand is known and the clients split equally (a light
+// client's unused share is lost: 382 of 600 admitted in the first 5 s),
+// and a light client's bucket at about its demand refuses some of its
+// Poisson arrivals and overflows between them (~9% of its demand with a
+// burst of 10). The floors below are those measurements less a margin, so
+// a change that loses efficiency fails here.
 func TestSkewedFleet(t *testing.T) {
 	for _, report := range []time.Duration{time.Second, 5 * time.Second} {
 		t.Run(report.String(), func(t *testing.T) {
@@ -63,15 +65,22 @@ func TestSkewedFleet(t *testing.T) {
 			ceiling := math.Min(offered, 100*horizon.Seconds()+100)
 			got := float64(len(w.admitted))
 			v := envelope(w.admitted, 100, 100)
+			first := 0
+			for _, a := range w.admitted {
+				if a < report {
+					first++
+				}
+			}
+			t.Logf("admitted in the first report interval: %d of %.0f", first, 100*report.Seconds()+100)
 			t.Logf("report every %v: admitted %.0f of min(offered %.0f, r*T + b %.0f) = %.1f%%; envelope excess %.6f tokens",
 				report, got, offered, ceiling, 100*got/ceiling, v)
 			for i, c := range w.clients {
-				t.Logf("client %d at %s offering %.0f/s: assignment %d tokens per %v, max %d", i+1, c.node, c.rate, c.b.a.TokensPerFill, c.b.a.FillInterval, c.b.a.MaxTokens)
+				t.Logf("client %d at %s offering %.0f/s: admitted %.1f/s; assignment %d tokens per %v, max %d", i+1, c.node, c.rate, float64(c.total)/horizon.Seconds(), c.b.a.TokensPerFill, c.b.a.FillInterval, c.b.a.MaxTokens)
 			}
 			if v > 1e-6 {
 				t.Errorf("the fleet exceeded b + r*T by %.6f tokens", v)
 			}
-			floor := map[time.Duration]float64{time.Second: 0.90, 5 * time.Second: 0.91}[report]
+			floor := map[time.Duration]float64{time.Second: 0.91, 5 * time.Second: 0.925}[report]
 			if got < floor*ceiling {
 				t.Errorf("admitted %.0f, below %.0f%% of %.0f", got, 100*floor, ceiling)
 			}
