@@ -95,7 +95,10 @@
 // after a change), and the new owner counts and renews them as they are.
 // By the end of takeover every assignment the previous owner made and
 // nobody reported has expired at its client (it renewed for at most a
-// failure detector's delay, 1 s, after the change). After it, the reserve
+// failure detector's delay, 1 s, after the change). When the previous
+// owner left the view (a crash or a drain) it renewed nothing after its
+// death, which came before the change: takeover is then ttl + apply_lag
+// + max_skew (one alive but cut off from this node is a partition, below). After it, the reserve
 // refills from empty (an allocation created later starts refilled since
 // then). The old owner's admissions, up to the change, conformed; the new
 // ones start from nothing: together within b + r*T. The price: a new

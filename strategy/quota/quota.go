@@ -139,7 +139,20 @@ func (q *Quota) takeoverEnd(key string, now time.Duration) time.Duration {
 		end = q.startAt + q.takeover
 	}
 	for _, c := range q.changes {
-		if now < c.at+q.takeover+q.sh.fillTime() && rendezvous.Owner(key, c.prev) != q.self {
+		if now >= c.at+q.takeover+q.sh.fillTime() {
+			continue
+		}
+		prev := rendezvous.Owner(key, c.prev)
+		switch {
+		case prev == q.self:
+		case prev != "" && !slices.Contains(q.members, prev):
+			// The previous owner left the view (a crash, or a drain): it
+			// renews nothing after its death, which came before this
+			// node saw it; one alive but cut off from this node is a
+			// partition, outside the bound as two owners are (package
+			// doc). No failure detector's delay to wait for.
+			end = max(end, c.at+q.takeover-time.Second)
+		default:
 			end = max(end, c.at+q.takeover)
 		}
 	}
