@@ -444,12 +444,18 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 				continue // not paid yet: no units either (they refill the reserve meanwhile)
 			}
 			target := units[i]
-			if s.burst < burst[i] {
-				// Its burst is not all paid yet: no more units than the
-				// one an assignment needs (Envoy refuses tokens_per_fill
-				// 0); the others stay in the reserve and refill it, which
-				// pays the burst (with every unit held, nothing would).
-				target = min(target, max(s.units, 1))
+			if !s.sent && s.burst < burst[i] {
+				// A first assignment whose burst is not all paid yet:
+				// units in proportion to the part paid (at least the one
+				// an assignment needs: Envoy refuses tokens_per_fill 0);
+				// the others stay in the reserve and refill it, which
+				// pays the rest of the burst (with every unit held,
+				// nothing would). A share already sent takes its units
+				// at once, its burst as the reserve pays it: a raise of
+				// tokens_per_fill alone hands no tokens (the other
+				// shares' targets leave the free units that pay first
+				// assignments).
+				target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
 			}
 			if need := target - s.units; need > 0 {
 				give := min(need, max(sh.units-a.heldUnits, 0))

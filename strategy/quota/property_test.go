@@ -291,6 +291,7 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 	for w.q.Len() > 0 {
 		e := heap.Pop(&w.q).(event)
 		if e.at > horizon {
+			heap.Push(&w.q, e) // for a run that continues
 			break
 		}
 		now := e.at

@@ -256,9 +256,14 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			a.gatherUntil = now + gather
 		}
 		s = a.add(id)
-		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now {
+		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag {
 			// What the client holds from a previous owner: counted (and
-			// renewed as it is) from now on.
+			// renewed as it is) from now on. Only while a renewal sent
+			// now surely reaches the client before it expires there: a
+			// renewal after the expiry would be a first assignment, which
+			// Envoy starts full, unpaid. One that expires sooner is left
+			// to expire (the takeover's freeze covers it) and the client
+			// starts again from a paid first assignment.
 			s.units, s.burst, s.sent = h.units, h.burst, true
 			s.sentAt, s.expires = now-q.renew, max(h.expires+q.applyLag, now)
 			a.heldUnits += s.units
@@ -268,7 +273,7 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds())
+		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
 	}
 	q.rebalance(now, u.Key, a, fx)
 }
@@ -292,10 +297,19 @@ const gather = 100 * time.Millisecond
 // did no better over seeds 1, 2, 3 and 7.
 const demandWeight = 0.5
 
-// smooth is the demand estimate after a report of d tokens/s, from prev
-// (< 0: none yet).
-func smooth(prev, d float64) float64 {
+// smooth is the demand estimate after a report of d tokens/s over
+// elapsed, from prev (< 0: none yet). A report whose count is further from
+// the estimate than Poisson noise explains (more than 3 standard
+// deviations, sqrt of the expected count, plus 1) is a change of demand,
+// taken as it is: a heavy client that goes quiet gives its share back at
+// its next report instead of after the average decays (150/s to 10/s:
+// five reports), while the noise of a steady demand is still averaged.
+func smooth(prev, d float64, elapsed time.Duration) float64 {
 	if prev < 0 {
+		return d
+	}
+	want, got := prev*elapsed.Seconds(), d*elapsed.Seconds()
+	if math.Abs(got-want) > 3*math.Sqrt(max(want, 1))+1 {
 		return d
 	}
 	return demandWeight*d + (1-demandWeight)*prev
