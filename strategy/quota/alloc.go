@@ -399,76 +399,104 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 	sh.settle(a, now)
 	units, burst := sh.targets(a, now, headroom)
 	changed := make([]bool, len(a.shares))
-	// cuts first: what they free is counted until it has surely applied
+	sh.cut(a, now, units, burst, changed)
+	blockedAt := time.Duration(0)
+	if now >= a.frozenUntil && now >= a.gatherUntil {
+		blockedAt = sh.raise(a, now, units, burst, changed)
+	}
+	sh.resize(a, now)
+	a.wake = minWake(blockedAt, sh.sendDue(a, now, ttl+applyLag, renewEvery, changed, send))
+	for _, r := range a.pending {
+		a.wake = minWake(a.wake, r.at)
+	}
+	for _, until := range []time.Duration{a.frozenUntil, a.gatherUntil} {
+		if until > now {
+			a.wake = minWake(a.wake, until)
+		}
+	}
+}
+
+// cut moves every live, sent share above its target down to it at once
+// (within the hysteresis of above; never to 0 units or burst: Envoy
+// refuses tokens_per_fill 0, and max_tokens 0 would admit nothing, ever).
+// What a cut frees is held as a release until the assignment it replaced
+// expires, or an ack (alloc.ack).
+func (sh shape) cut(a *alloc, now time.Duration, units, burst []int64, changed []bool) {
 	for i, s := range a.shares {
 		if !s.live || !s.sent {
 			continue
 		}
 		var r release
-		if t := max(units[i], 1); above(s.units, t) { // Envoy refuses tokens_per_fill 0
+		if t := max(units[i], 1); above(s.units, t) {
 			r.units, s.units = s.units-t, t
 		}
-		if t := max(burst[i], 1); above(s.burst, t) { // max_tokens 0 would admit nothing, ever
+		if t := max(burst[i], 1); above(s.burst, t) {
 			r.burst, s.burst = s.burst-t, t
 		}
 		if r.units > 0 || r.burst > 0 {
-			// held until the replaced assignment expires, or an ack
 			r.at, r.id, r.seq = max(s.expires, now), s.id, s.seq+1
 			a.pending = append(a.pending, r)
 			changed[i] = true
 		}
 	}
-	frozen := now < a.frozenUntil || now < a.gatherUntil
-	blockedAt := time.Duration(0)
-	if !frozen {
-		for i, s := range a.shares {
-			if !s.live {
-				continue
+}
+
+// raise moves every live share below its target up: burst first, paid
+// with whole tokens of the reserve (a first assignment needs at least
+// one), then units from the free ones. It returns when the reserve will
+// hold the tokens a raise still waits for (0: none).
+func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed []bool) (blockedAt time.Duration) {
+	for i, s := range a.shares {
+		if !s.live {
+			continue
+		}
+		if need := burst[i] - s.burst; need > 0 {
+			whole := int64(math.Floor(a.reserve.Tokens(now)))
+			give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
+			if give > 0 && a.reserve.AllowN(now, give) {
+				s.burst += give
+				a.heldBurst += give
+				changed[i] = true
 			}
-			// burst first: a first assignment needs at least one token
-			if need := burst[i] - s.burst; need > 0 {
-				whole := int64(math.Floor(a.reserve.Tokens(now)))
-				give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
-				if give > 0 && a.reserve.AllowN(now, give) {
-					s.burst += give
-					a.heldBurst += give
-					changed[i] = true
-				}
-				if give < need {
-					if d, ok := a.reserve.DelayN(now, need-give); ok {
-						blockedAt = minWake(blockedAt, now+max(d, time.Millisecond))
-					}
-				}
-			}
-			if s.burst == 0 {
-				continue // not paid yet: no units either (they refill the reserve meanwhile)
-			}
-			target := units[i]
-			if !s.sent && s.burst < burst[i] {
-				// A first assignment whose burst is not all paid yet:
-				// units in proportion to the part paid (at least the one
-				// an assignment needs: Envoy refuses tokens_per_fill 0);
-				// the others stay in the reserve and refill it, which
-				// pays the rest of the burst (with every unit held,
-				// nothing would). A share already sent takes its units
-				// at once, its burst as the reserve pays it: a raise of
-				// tokens_per_fill alone hands no tokens (the other
-				// shares' targets leave the free units that pay first
-				// assignments).
-				target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
-			}
-			if need := target - s.units; need > 0 {
-				give := min(need, max(sh.units-a.heldUnits, 0))
-				if give > 0 {
-					s.units += give
-					a.heldUnits += give
-					changed[i] = true
+			if give < need {
+				if d, ok := a.reserve.DelayN(now, need-give); ok {
+					blockedAt = minWake(blockedAt, now+max(d, time.Millisecond))
 				}
 			}
 		}
+		if s.burst == 0 {
+			continue // not paid yet: no units either (they refill the reserve meanwhile)
+		}
+		target := units[i]
+		if !s.sent && s.burst < burst[i] {
+			// A first assignment whose burst is not all paid yet:
+			// units in proportion to the part paid (at least the one
+			// an assignment needs: Envoy refuses tokens_per_fill 0);
+			// the others stay in the reserve and refill it, which
+			// pays the rest of the burst (with every unit held,
+			// nothing would). A share already sent takes its units
+			// at once, its burst as the reserve pays it: a raise of
+			// tokens_per_fill alone hands no tokens (the other
+			// shares' targets leave the free units that pay first
+			// assignments).
+			target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
+		}
+		if need := target - s.units; need > 0 {
+			if give := min(need, max(sh.units-a.heldUnits, 0)); give > 0 {
+				s.units += give
+				a.heldUnits += give
+				changed[i] = true
+			}
+		}
 	}
-	sh.resize(a, now)
-	wake := blockedAt
+	return blockedAt
+}
+
+// sendDue sends every live share whose assignment changed, is new (its
+// burst paid and a unit given), or is due for renewal (renewEvery after
+// the last send); valid is how long a sent assignment is surely held
+// (ttl + apply_lag). It returns the next renewal or expiry to wake for.
+func (sh shape) sendDue(a *alloc, now, valid, renewEvery time.Duration, changed []bool, send func(*share)) (wake time.Duration) {
 	for i, s := range a.shares {
 		if !s.live {
 			if s.sent {
@@ -480,22 +508,13 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 			continue // a first assignment needs its burst paid and a unit
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
-			s.sent, s.sentAt, s.expires = true, now, now+ttl+applyLag
+			s.sent, s.sentAt, s.expires = true, now, now+valid
 			s.seq++
 			send(s)
 		}
 		wake = minWake(wake, s.sentAt+renewEvery)
 	}
-	for _, r := range a.pending {
-		wake = minWake(wake, r.at)
-	}
-	if a.frozenUntil > now {
-		wake = minWake(wake, a.frozenUntil)
-	}
-	if a.gatherUntil > now {
-		wake = minWake(wake, a.gatherUntil)
-	}
-	a.wake = wake
+	return wake
 }
 
 // ack takes node's confirmation that it wrote assignment seq (and every
