@@ -102,6 +102,13 @@ const (
 	MaxReconnectTimeout  = 30 * 24 * time.Hour
 )
 
+// node.probe_interval: its default (memberlist's LAN setting) and bounds.
+const (
+	DefaultProbeInterval = time.Second
+	MinProbeInterval     = 50 * time.Millisecond
+	MaxProbeInterval     = 10 * time.Second
+)
+
 // File is a whole configuration: this node and its rules.
 type File struct {
 	Node  Node
@@ -183,6 +190,17 @@ type Node struct {
 	// are retried for ever). At least ReconnectInterval, at most
 	// MaxReconnectTimeout; default DefaultReconnectTimeout.
 	ReconnectTimeout time.Duration
+	// ProbeInterval (node.probe_interval, e.g. "1s") is the failure
+	// detector's period (memberlist's ProbeInterval): a member that stops
+	// answering is declared failed after about 5 to 6 of them on a small
+	// cluster (a probe, then the suspicion timeout of 4 intervals scaled
+	// by log10 of the members, at least 1). A shorter one detects a crash
+	// sooner (an owner's keys move sooner: quota's RLQS assignments come
+	// back sooner) at the cost of more probe traffic (one UDP probe per
+	// node per interval) and of declaring a node that pauses that long
+	// (a GC pause, a loaded host) failed. Between MinProbeInterval and
+	// MaxProbeInterval; default DefaultProbeInterval.
+	ProbeInterval time.Duration
 	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
 	// files (package envoyrls): serve loads them, adds one rule per
 	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr,
@@ -320,6 +338,7 @@ type rawNode struct {
 
 	ReconnectInterval string `yaml:"reconnect_interval,omitempty"`
 	ReconnectTimeout  string `yaml:"reconnect_timeout,omitempty"`
+	ProbeInterval     string `yaml:"probe_interval,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
 	EnvoyShadowMode   *bool  `yaml:"envoy_shadow_mode,omitempty"`
 	LatencyHint       string `yaml:"latency_hint,omitempty"`
@@ -907,6 +926,10 @@ func (p *parser) node(raw rawNode, n *Node) {
 	if err := checkReconnect(n.ReconnectInterval, n.ReconnectTimeout); err != nil {
 		p.fail("node."+err.field, path(err.field), "%s", err.msg)
 	}
+	n.ProbeInterval = dur("probe_interval", raw.ProbeInterval, DefaultProbeInterval)
+	if n.ProbeInterval < MinProbeInterval || n.ProbeInterval > MaxProbeInterval {
+		p.fail("node.probe_interval", path("probe_interval"), "%v is outside [%v, %v]", n.ProbeInterval, MinProbeInterval, MaxProbeInterval)
+	}
 }
 
 // checkReconnect checks node.reconnect_interval and reconnect_timeout.
@@ -1152,6 +1175,9 @@ func (f *File) Validate() error {
 	if err := checkReconnect(ri, rt); err != nil {
 		return fmt.Errorf("node.%s: %s", err.field, err.msg)
 	}
+	if pi := n.ProbeInterval; pi != 0 && (pi < MinProbeInterval || pi > MaxProbeInterval) { // zero: the default
+		return fmt.Errorf("node.probe_interval: %v is outside [%v, %v]", pi, MinProbeInterval, MaxProbeInterval)
+	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
 	}
@@ -1241,6 +1267,7 @@ func Default() *File {
 
 			ReconnectInterval: DefaultReconnectInterval,
 			ReconnectTimeout:  DefaultReconnectTimeout,
+			ProbeInterval:     DefaultProbeInterval,
 		},
 		Rules: []Rule{{
 			Name:     "default",
@@ -1310,6 +1337,9 @@ func Marshal(f *File) ([]byte, error) {
 	}
 	if n.ReconnectTimeout != 0 {
 		raw.Node.ReconnectTimeout = n.ReconnectTimeout.String()
+	}
+	if n.ProbeInterval != 0 {
+		raw.Node.ProbeInterval = n.ProbeInterval.String()
 	}
 	if n.LatencyHint != (LatencyHint{}) {
 		raw.Node.LatencyHint = n.LatencyHint.String()

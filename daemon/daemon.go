@@ -327,7 +327,7 @@ func (d *Daemon) nodeConfig(rules []cluster.Rule, epoch time.Time) (limiter.Conf
 		// Membership changes (joined, failed, left, reconnected) go to the
 		// node's one log, for the operator.
 		lc.Peer = &limiter.PeerConfig{ListenAddr: n.PeerAddr, GossipAddr: n.GossipAddr, Join: n.Join, FoundIfAlone: true,
-			SecretKey: n.SecretKey, ReconnectInterval: n.ReconnectInterval, ReconnectTimeout: n.ReconnectTimeout,
+			SecretKey: n.SecretKey, ReconnectInterval: n.ReconnectInterval, ReconnectTimeout: n.ReconnectTimeout, ProbeInterval: n.ProbeInterval,
 			MembershipLog: d.cfg.Logger}
 		if n.TLS != nil {
 			var err error

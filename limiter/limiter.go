@@ -113,7 +113,9 @@ type PeerConfig struct {
 	SecretKey []byte
 	// TLS secures the peer streams (see grpcpeer.Config.TLS); nil: plaintext.
 	TLS *tls.Config
-	// ProbeInterval, when set, shortens the failure detector (tests).
+	// ProbeInterval is the failure detector's period (config's
+	// node.probe_interval; membership.Config.ProbeInterval); zero:
+	// memberlist's LAN default, 1 s.
 	ProbeInterval time.Duration
 	// WrapTransport, when set, wraps the gRPC peer transport before the
 	// node uses it (fault injection in tests: cluster.NewFaulty). It

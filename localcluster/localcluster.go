@@ -121,6 +121,9 @@ type Config struct {
 	// ReconnectInterval, when set, is every node's
 	// node.reconnect_interval; zero: the config default.
 	ReconnectInterval time.Duration
+	// ProbeInterval, when set, is every node's node.probe_interval (the
+	// failure detector's period); zero: the config default.
+	ProbeInterval time.Duration
 }
 
 // Addrs is the bound addresses of one node, "host:port".
@@ -428,6 +431,9 @@ func (c *Cluster) spawn(i int, join []string) error {
 		// A restart (restart.go): bind the addresses the node had.
 		n := c.Nodes[i]
 		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
+	}
+	if d := c.cfg.ProbeInterval; d > 0 {
+		nc.Node.ProbeInterval = d
 	}
 	if d := c.cfg.ReconnectInterval; d > 0 {
 		nc.Node.ReconnectInterval = d

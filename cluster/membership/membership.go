@@ -268,6 +268,12 @@ func New(cfg Config) (*Membership, error) {
 	}
 	setDur(&mc.ProbeInterval, cfg.ProbeInterval)
 	setDur(&mc.ProbeTimeout, cfg.ProbeTimeout)
+	if cfg.ProbeTimeout == 0 && mc.ProbeTimeout > mc.ProbeInterval/2 {
+		// A probe waits ProbeTimeout for the direct ack, then asks others
+		// to probe until the interval ends: a short interval needs a
+		// shorter timeout (LAN: 500 ms of 1 s).
+		mc.ProbeTimeout = mc.ProbeInterval / 2
+	}
 	setDur(&mc.GossipInterval, cfg.GossipInterval)
 	setDur(&mc.TCPTimeout, cfg.TCPTimeout)
 	switch {

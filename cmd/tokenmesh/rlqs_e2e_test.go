@@ -65,9 +65,13 @@ const rlqsTakeover = 5100 * time.Millisecond
 // (a kill): no failure detector's delay to wait for, 1 s less.
 const rlqsCrashTakeover = rlqsTakeover - time.Second
 
+// rlqsProbe is the nodes' node.probe_interval: failure detection in about
+// 6 of them (1.5 s) instead of the default's 6 s.
+const rlqsProbe = 250 * time.Millisecond
+
 // rlqsDetection is how long the survivors may take to see a killed node
-// gone (memberlist; about 6 s measured here under a parallel build).
-const rlqsDetection = 8 * time.Second
+// gone (memberlist at rlqsProbe; twice what it takes on a quiet machine).
+const rlqsDetection = 3 * time.Second
 
 // rlqsRun is one run of the skewed fleet: two Envoys offering 150/s and
 // four 10/s to one bucket of 100/s burst 100, spread over the nodes.
@@ -122,7 +126,7 @@ func runRLQS(t *testing.T, r rlqsRun) {
 		t.Fatal(err)
 	}
 	const nodes = 3
-	c := startCluster(t, localcluster.Config{Nodes: nodes, ServeArgs: []string{"--envoy-config", dir},
+	c := startCluster(t, localcluster.Config{Nodes: nodes, ServeArgs: []string{"--envoy-config", dir}, ProbeInterval: rlqsProbe,
 		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 1}}})
 	var addrs []string
 	for _, n := range c.Nodes {
