@@ -79,10 +79,12 @@ func usage(domain string, id map[string]string, elapsed time.Duration, allowed, 
 		BucketId: &rlqsv3.BucketId{Bucket: id}, TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed, NumRequestsDenied: denied}}}
 }
 
-// A first report (time_elapsed 0, as Envoy sends it) gets a token bucket
-// of the whole (r, b) for the only client, with the rule's fill interval
-// and a TTL; an unlimited bucket gets ALLOW_ALL; Drain expires the
-// assignment (TTL 0).
+// A first report (time_elapsed 0, as Envoy sends it) gets a DENY_ALL
+// blanket rule at once (no_assignment_behavior never decides while the
+// share is withheld), then, once the key's other clients had their
+// chance to report (quota's gather), a token bucket of the whole (r, b)
+// for the only client, with the rule's fill interval and a TTL; an
+// unlimited bucket gets ALLOW_ALL; Drain expires the assignment (TTL 0).
 func TestStreamAssignsAndDrains(t *testing.T) {
 	srv, open := serve(t)
 	st := open()
@@ -91,6 +93,13 @@ func TestStreamAssignsAndDrains(t *testing.T) {
 	}
 	r, err := st.Recv()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if qa := r.BucketAction[0].GetQuotaAssignmentAction(); qa.GetRateLimitStrategy().GetBlanketRule().String() != "DENY_ALL" ||
+		qa.AssignmentTimeToLive.AsDuration() != 2*time.Second {
+		t.Fatalf("first answer %v, want a DENY_ALL blanket rule for the ttl", r)
+	}
+	if r, err = st.Recv(); err != nil {
 		t.Fatal(err)
 	}
 	a := r.BucketAction[0]

@@ -56,7 +56,10 @@ func (u QuotaUsage) Validate() error {
 // tokens of burst, refilled with TokensPerFill tokens every FillInterval
 // (whole seconds), valid for TTL (whole seconds) from its receipt. TTL 0
 // withdraws the assignment (the client falls back to its
-// expired_assignment_behavior).
+// expired_assignment_behavior). MaxTokens and TokensPerFill both 0 with a
+// TTL is a DENY_ALL blanket rule (DenyAll): the client refuses every
+// request until the TTL ends or another assignment replaces it (Envoy
+// starts the token bucket that follows a blanket rule full).
 type QuotaAssignment struct {
 	Client        QuotaClient
 	Key           string
@@ -68,6 +71,10 @@ type QuotaAssignment struct {
 	// Quoter.Delivered; drivers do not interpret it.
 	Seq uint64
 }
+
+// DenyAll reports whether a is a DENY_ALL blanket rule (see
+// QuotaAssignment).
+func (a QuotaAssignment) DenyAll() bool { return a.TTL > 0 && a.MaxTokens == 0 && a.TokensPerFill == 0 }
 
 // Same reports whether a and b are the same token bucket (Envoy compares
 // max_tokens, tokens_per_fill and fill_interval; a resend of the same

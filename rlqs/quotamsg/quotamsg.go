@@ -18,9 +18,14 @@ import (
 // TokenBucket is the response that pushes assignment a to the bucket id:
 // one quota_assignment_action whose token_bucket has a's max_tokens,
 // tokens_per_fill and fill_interval, valid for a.TTL
-// (assignment_time_to_live). The counts are Envoy's uint32 fields: the
-// quota strategy keeps them within that range.
+// (assignment_time_to_live); for a DENY_ALL assignment (a.DenyAll) a
+// DENY_ALL blanket rule valid for a.TTL instead. The counts are Envoy's
+// uint32 fields: the quota strategy keeps them within that range.
 func TokenBucket(id *rlqsv3.BucketId, a strategy.QuotaAssignment) *rlqsv3.RateLimitQuotaResponse {
+	if a.DenyAll() {
+		return Action(id, durationpb.New(a.TTL), &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{
+			BlanketRule: typev3.RateLimitStrategy_DENY_ALL}})
+	}
 	return Action(id, durationpb.New(a.TTL), &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
 		TokenBucket: &typev3.TokenBucket{MaxTokens: uint32(a.MaxTokens), TokensPerFill: wrapperspb.UInt32(uint32(a.TokensPerFill)),
 			FillInterval: durationpb.New(a.FillInterval)}}})

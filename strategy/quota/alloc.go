@@ -36,6 +36,7 @@ type share struct {
 	seq     uint64  // the last assignment's number (QuotaAssign.seq)
 	sentAt  time.Duration
 	expires time.Duration // sentAt + ttl + apply_lag: expired at the client by then
+	denyAt  time.Duration // the last DENY_ALL sent while its first token bucket is unpaid; 0: none
 	live    bool          // attached and its node a member: renewed
 }
 
@@ -395,7 +396,7 @@ func (sh shape) settle(a *alloc, now time.Duration) {
 // first bucket full). send is called for each share whose assignment is
 // to be sent: changed, new, or due for renewal (renewEvery after the last
 // send). It sets a.wake to the next time rebalance has work.
-func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLag, ttl, renewEvery time.Duration, send func(*share)) {
+func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLag, ttl, renewEvery time.Duration, send func(s *share, deny bool)) {
 	sh.settle(a, now)
 	units, burst := sh.targets(a, now, headroom)
 	changed := make([]bool, len(a.shares))
@@ -496,7 +497,7 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 // burst paid and a unit given), or is due for renewal (renewEvery after
 // the last send); valid is how long a sent assignment is surely held
 // (ttl + apply_lag). It returns the next renewal or expiry to wake for.
-func (sh shape) sendDue(a *alloc, now, valid, renewEvery time.Duration, changed []bool, send func(*share)) (wake time.Duration) {
+func (sh shape) sendDue(a *alloc, now, valid, renewEvery time.Duration, changed []bool, send func(s *share, deny bool)) (wake time.Duration) {
 	for i, s := range a.shares {
 		if !s.live {
 			if s.sent {
@@ -505,12 +506,22 @@ func (sh shape) sendDue(a *alloc, now, valid, renewEvery time.Duration, changed 
 			continue
 		}
 		if !s.sent && (s.burst == 0 || s.units == 0) {
-			continue // a first assignment needs its burst paid and a unit
+			// A first token bucket needs its burst paid and a unit; until
+			// then a DENY_ALL blanket rule, renewed, so that the client's
+			// no_assignment_behavior (Envoy's default: ALLOW_ALL) never
+			// decides while its share is withheld.
+			if s.denyAt == 0 || now >= s.denyAt+renewEvery {
+				s.denyAt = now
+				s.seq++
+				send(s, true)
+			}
+			wake = minWake(wake, s.denyAt+renewEvery)
+			continue
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
 			s.sent, s.sentAt, s.expires = true, now, now+valid
 			s.seq++
-			send(s)
+			send(s, false)
 		}
 		wake = minWake(wake, s.sentAt+renewEvery)
 	}

@@ -41,6 +41,11 @@ func (e *envoyBucket) advance(now time.Duration) {
 
 func (e *envoyBucket) apply(now time.Duration, a strategy.QuotaAssignment) {
 	e.advance(now)
+	if a.DenyAll() {
+		// a blanket rule: any token bucket dropped (the next one starts full)
+		e.a, e.has = a, false
+		return
+	}
 	switch {
 	case !e.has || now >= e.expires:
 		e.level = float64(a.MaxTokens) // first (or after expiry): full
@@ -155,7 +160,7 @@ func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Ef
 		w.at(event{at: max(at, now), kind: 2, to: self})
 	}
 	for _, a := range fx.Quotas {
-		if a.TTL > 0 && (a.TokensPerFill < 1 || a.MaxTokens < 1) {
+		if a.TTL > 0 && !a.DenyAll() && (a.TokensPerFill < 1 || a.MaxTokens < 1) {
 			w.t.Fatalf("%s at %v: assignment %+v: Envoy refuses tokens_per_fill 0, and max_tokens 0 admits nothing", self, now, a)
 		}
 		w.at(event{at: now + w.push, kind: 1, to: self, as: a})

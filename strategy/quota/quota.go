@@ -317,9 +317,12 @@ func smooth(prev, d float64, elapsed time.Duration) float64 {
 
 // rebalance runs the allocation of key and sends what changed.
 func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.Effects) {
-	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share) {
+	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share, deny bool) {
 		as := strategy.QuotaAssignment{Client: s.id.client, Key: key, MaxTokens: s.burst, TokensPerFill: s.units,
 			FillInterval: q.sh.fill, TTL: q.ttl, Seq: s.seq}
+		if deny {
+			as.MaxTokens, as.TokensPerFill = 0, 0 // DENY_ALL (strategy.QuotaAssignment.DenyAll)
+		}
 		if s.id.node == q.self {
 			q.assigned(now, q.self, as, fx)
 			return
