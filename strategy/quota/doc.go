@@ -72,10 +72,15 @@
 // apply_lag after its write adds at most its freed units/S times the
 // lateness, plus its freed burst. The property test (property_test.go)
 // checks the bound exactly with random demands, lags, crashes and
-// restarts (also restarts faster than failure detection). What a client admits on its own after its assignment
-// expired (expired_assignment_behavior, or no_assignment_behavior before
-// its first one) is the operator's fallback and outside the bound: set
-// DENY_ALL, or a token bucket small enough for the fleet.
+// restarts (also restarts faster than failure detection). What a client
+// admits on its own after its assignment expired
+// (expired_assignment_behavior, or no_assignment_behavior before the
+// first answer reaches it) is the operator's fallback and outside the
+// bound: set DENY_ALL, or a token bucket small enough for the fleet. A
+// client whose first token bucket is not paid yet is sent a DENY_ALL
+// blanket rule at once, renewed every ttl/2 (strategy.QuotaAssignment
+// DenyAll), so that Envoy's default no_assignment_behavior, ALLOW_ALL,
+// decides only until that first answer arrives.
 //
 // Renewals: an unchanged assignment is sent again every ttl/2 (Envoy only
 // renews the TTL of an identical bucket); apply_lag < ttl/2 makes a
