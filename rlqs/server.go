@@ -115,6 +115,7 @@ type outMsg struct {
 }
 
 type bucket struct {
+	canon    string // its key in stream.buckets
 	id       *rlqsv3.BucketId
 	rule     string // "" for a bucket with no limit
 	key      string
@@ -147,7 +148,7 @@ func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Regis
 		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tokenmesh_rlqs_buckets", Help: "Buckets subscribed by the open RLQS streams."}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_reports_total", Help: "Bucket usage reports received."}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_assignments_total",
-			Help: "Bucket actions sent, by kind: token_bucket (changed or renewed), allow_all (no limit), expire (TTL 0 before a drain)."}, []string{"kind"}),
+			Help: "Bucket actions sent, by kind: token_bucket (changed or renewed), deny_all (while a share is unpaid), abandon (an idle bucket taken back), allow_all (no limit), expire (TTL 0 before a drain)."}, []string{"kind"}),
 		unserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenmesh_rlqs_buckets_unserved_total",
 			Help: "Reports for buckets whose limit's rule is not a quota rule (answered nothing)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenmesh_rlqs_refused_total",
@@ -187,12 +188,25 @@ func (s *Server) Assigned(rule string, a strategy.QuotaAssignment) {
 	b := st.byKey[ruleKey{rule, a.Key}]
 	if b != nil {
 		b.assigned = true
+		if a.Abandon {
+			// Envoy forgets it: its next report is a new bucket's
+			delete(st.byKey, ruleKey{rule, a.Key})
+			delete(st.buckets, b.canon)
+			s.m.buckets.Dec()
+		}
 	}
 	st.mu.Unlock()
 	if b == nil {
 		return
 	}
-	s.m.sent.WithLabelValues("token_bucket").Inc()
+	kind := "token_bucket"
+	switch {
+	case a.Abandon:
+		kind = "abandon"
+	case a.DenyAll():
+		kind = "deny_all"
+	}
+	s.m.sent.WithLabelValues(kind).Inc()
 	st.send(outMsg{resp: quotamsg.TokenBucket(b.id, a), rule: rule, a: &a})
 }
 
@@ -375,7 +389,7 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 			st.mu.Unlock()
 			return status.Errorf(codes.ResourceExhausted, "more than %d buckets on one stream", MaxBucketsPerStream)
 		}
-		b = &bucket{id: u.GetBucketId()}
+		b = &bucket{canon: canon, id: u.GetBucketId()}
 		if l, key := cfg.MatchBucket(st.domain, id); l != nil && l.Rule != "" && !l.Unlimited {
 			b.rule, b.key = l.Rule, key
 			st.byKey[ruleKey{b.rule, b.key}] = b

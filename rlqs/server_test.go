@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 const limitsYAML = `
@@ -189,3 +190,47 @@ func TestStreamRefusesBadInput(t *testing.T) {
 }
 
 var _ Node = (*cluster.Node)(nil)
+
+// An abandon from the strategy (an idle bucket taken back) reaches the
+// stream as an AbandonAction and the stream forgets the bucket: Envoy's
+// next report of it is a new bucket's.
+func TestAbandonForgetsBucket(t *testing.T) {
+	srv, open := serve(t)
+	st := open()
+	if err := st.Send(usage("edge", map[string]string{"tenant": "acme"}, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // DENY_ALL, then the token bucket
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.mu.Lock()
+	var s *stream
+	for _, x := range srv.streams {
+		s = x
+	}
+	srv.mu.Unlock()
+	s.mu.Lock()
+	var rk ruleKey
+	for k := range s.byKey {
+		rk = k
+	}
+	s.mu.Unlock()
+	srv.Assigned(rk.rule, strategy.QuotaAssignment{Client: s.client, Key: rk.key, Abandon: true})
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.BucketAction[0].GetAbandonAction() != nil {
+			break
+		}
+	}
+	s.mu.Lock()
+	n, m := len(s.buckets), len(s.byKey)
+	s.mu.Unlock()
+	if n != 0 || m != 0 {
+		t.Fatalf("after the abandon the stream keeps %d buckets (%d by key), want none", n, m)
+	}
+}

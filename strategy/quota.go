@@ -70,11 +70,18 @@ type QuotaAssignment struct {
 	// Seq is the strategy's own number for the assignment, handed back in
 	// Quoter.Delivered; drivers do not interpret it.
 	Seq uint64
+	// Abandon tells the client to forget Key (an RLQS AbandonAction): its
+	// share was taken back because its reports showed no requests for a
+	// while; its next request for Key starts the bucket anew (Envoy then
+	// reports it at once). The token bucket fields are unset.
+	Abandon bool
 }
 
 // DenyAll reports whether a is a DENY_ALL blanket rule (see
 // QuotaAssignment).
-func (a QuotaAssignment) DenyAll() bool { return a.TTL > 0 && a.MaxTokens == 0 && a.TokensPerFill == 0 }
+func (a QuotaAssignment) DenyAll() bool {
+	return !a.Abandon && a.TTL > 0 && a.MaxTokens == 0 && a.TokensPerFill == 0
+}
 
 // Same reports whether a and b are the same token bucket (Envoy compares
 // max_tokens, tokens_per_fill and fill_interval; a resend of the same

@@ -19,9 +19,17 @@ import (
 // one quota_assignment_action whose token_bucket has a's max_tokens,
 // tokens_per_fill and fill_interval, valid for a.TTL
 // (assignment_time_to_live); for a DENY_ALL assignment (a.DenyAll) a
-// DENY_ALL blanket rule valid for a.TTL instead. The counts are Envoy's
+// DENY_ALL blanket rule valid for a.TTL instead; for a.Abandon an
+// abandon_action (Envoy forgets the bucket). The counts are Envoy's
 // uint32 fields: the quota strategy keeps them within that range.
 func TokenBucket(id *rlqsv3.BucketId, a strategy.QuotaAssignment) *rlqsv3.RateLimitQuotaResponse {
+	if a.Abandon {
+		return &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+			BucketId: id,
+			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+		}}}
+	}
 	if a.DenyAll() {
 		return Action(id, durationpb.New(a.TTL), &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{
 			BlanketRule: typev3.RateLimitStrategy_DENY_ALL}})

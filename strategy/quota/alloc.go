@@ -37,6 +37,9 @@ type share struct {
 	sentAt  time.Duration
 	expires time.Duration // sentAt + ttl + apply_lag: expired at the client by then
 	denyAt  time.Duration // the last DENY_ALL sent while its first token bucket is unpaid; 0: none
+	// idleSince is the start of the span its reports showed no request
+	// over (0: it had requests in its last report): abandon_idle.
+	idleSince time.Duration
 	live    bool          // attached and its node a member: renewed
 }
 
@@ -204,6 +207,11 @@ func (a *alloc) find(id holderID) *share {
 		return nil
 	}
 	return a.shares[i]
+}
+
+// remove deletes the share of id (what it held must be counted elsewhere).
+func (a *alloc) remove(id holderID) {
+	a.shares = slices.DeleteFunc(a.shares, func(s *share) bool { return s.id == id })
 }
 
 // anyLive reports whether a has a live share.

@@ -82,6 +82,13 @@
 // DenyAll), so that Envoy's default no_assignment_behavior, ALLOW_ALL,
 // decides only until that first answer arrives.
 //
+// Idle clients: a client whose reports show no request for abandon_idle
+// (10 s) is told to forget the key (an RLQS AbandonAction) and its share
+// is counted as a release, as a cut's; Envoy reports the bucket again at
+// its next request, which starts a new share (a DENY_ALL blanket rule at
+// once, then a paid token bucket). Without it, Envoy reports every bucket
+// it ever saw for as long as the stream lives, and every one is renewed.
+//
 // Renewals: an unchanged assignment is sent again every ttl/2 (Envoy only
 // renews the TTL of an identical bucket); apply_lag < ttl/2 makes a
 // renewal arrive before the TTL ends, so that a client never restarts from

@@ -19,6 +19,11 @@
 //     it; positive.
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, expiry) may lie; beyond it the message is refused.
+//   - abandon_idle (duration, default 10s): a client whose reports show no
+//     request for a key for this long is told to forget it (an RLQS
+//     AbandonAction) and its share is taken back; its next request starts
+//     the bucket anew. 0: never (every bucket a client ever saw is renewed
+//     every ttl/2 for as long as its stream lives).
 package quota
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -38,4 +43,6 @@ var Params = []strategy.ParamSpec{
 		Doc: "how long a node waits for the owner's verdict on a request it forwarded; refused after it; positive."},
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, expiry) may lie; beyond it the message is refused."},
+	{Name: "abandon_idle", Type: strategy.ParamDuration, Default: "10s", Example: "30s",
+		Doc: "a client whose reports show no request for a key for this long is told to forget it (an RLQS AbandonAction) and its share is taken back; its next request starts the bucket anew. 0: never."},
 }

@@ -136,6 +136,7 @@ type client struct {
 	lastReport      time.Duration
 	reported        bool
 	broken          bool // its node crashed: a new stream at the next report
+	abandoned       bool // told to forget the key: reports again at its next request
 }
 
 func (w *world) at(e event) {
@@ -313,6 +314,12 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 		case 1:
 			for _, c := range w.clients {
 				if c.node == e.to && c.id == e.as.Client {
+					if e.as.Abandon {
+						// Envoy forgets the bucket: its next request
+						// creates it again, with a first report
+						c.b.has, c.abandoned = false, true
+						continue
+					}
 					c.b.apply(now, e.as)
 				}
 			}
@@ -345,7 +352,10 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 				w.nextClient++
 				c.node, c.id, c.reported, c.broken = live[w.rng.IntN(len(live))], w.nextClient, false, false
 			}
-			if !c.reported || now-c.lastReport >= report {
+			if c.abandoned && c.rate > 0 {
+				c.abandoned, c.reported, c.allowed, c.denied = false, false, 0, 0
+			}
+			if !c.abandoned && (!c.reported || now-c.lastReport >= report) {
 				u := strategy.QuotaUsage{Client: c.id, Key: key, Allowed: c.allowed, Denied: c.denied}
 				if c.reported {
 					u.Elapsed = now - c.lastReport

@@ -26,6 +26,7 @@ type Quota struct {
 	timeout  time.Duration
 	maxSkew  time.Duration
 	takeover time.Duration
+	abandon  time.Duration // abandon_idle; 0: never
 
 	startAt   time.Duration
 	restarted bool
@@ -59,6 +60,9 @@ type attached struct {
 	owner   strategy.NodeID
 	held    strategy.QuotaAssignment // TTL 0: none
 	expires time.Duration
+	// abandoned: the owner told the client to forget the key; dropped once
+	// the write is confirmed, or replaced at its next (first) report
+	abandoned bool
 }
 
 // held is an assignment a client holds, as its node reports it to a new
@@ -89,7 +93,7 @@ func New(cfg strategy.Config) (*Quota, error) {
 	}
 	q := &Quota{self: cfg.Self, members: slices.Clone(cfg.Members), sh: newShape(cfg.Rate, cfg.Burst),
 		ttl: v.Duration("ttl"), applyLag: v.Duration("apply_lag"), headroom: v.Float("headroom"),
-		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)), maxSkew: v.Duration("max_skew"),
+		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)), maxSkew: v.Duration("max_skew"), abandon: v.Duration("abandon_idle"),
 		allocs: map[string]*alloc{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{}}
 	switch {
@@ -101,6 +105,8 @@ func New(cfg strategy.Config) (*Quota, error) {
 		return nil, fmt.Errorf("quota: parameter headroom=%g must be within [1, 100]", q.headroom)
 	case q.timeout <= 0:
 		return nil, fmt.Errorf("quota: parameter timeout must be positive")
+	case q.abandon < 0:
+		return nil, fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
 	}
 	q.renew = q.ttl / 2
 	// The previous owner's assignments have expired by then: it renews for
@@ -211,7 +217,7 @@ func (q *Quota) Usage(now time.Duration, u strategy.QuotaUsage, fx *strategy.Eff
 		q.clients[u.Client] = keys
 	}
 	at := keys[u.Key]
-	if at == nil {
+	if at == nil || at.abandoned {
 		at = &attached{}
 		keys[u.Key] = at
 	}
@@ -274,8 +280,36 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	s.live = true
 	if u.Elapsed > 0 {
 		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
+		switch {
+		case u.Allowed+u.Denied > 0:
+			s.idleSince = 0
+		case s.idleSince == 0:
+			s.idleSince = max(now-u.Elapsed, 1)
+		}
+		if q.abandon > 0 && s.idleSince > 0 && now-s.idleSince >= q.abandon {
+			q.abandonShare(now, u.Key, a, s, fx)
+		}
 	}
 	q.rebalance(now, u.Key, a, fx)
+}
+
+// abandonShare takes back the share of a client idle for abandon_idle: the
+// client is told to forget the key (strategy.QuotaAssignment.Abandon) and
+// what it held is counted as a release until its assignment has surely
+// expired (or apply_lag after its node confirms the abandon), as a cut's.
+// Its next report for the key starts a new share.
+func (q *Quota) abandonShare(now time.Duration, key string, a *alloc, s *share, fx *strategy.Effects) {
+	s.seq++
+	if s.units > 0 || s.burst > 0 {
+		a.pending = append(a.pending, release{at: max(s.expires, now), units: s.units, burst: s.burst, id: s.id, seq: s.seq})
+	}
+	a.remove(s.id)
+	as := strategy.QuotaAssignment{Client: s.id.client, Key: key, Seq: s.seq, Abandon: true}
+	if s.id.node == q.self {
+		q.assigned(now, q.self, as, fx)
+		return
+	}
+	fx.Send(s.id.node, frame(&peerv1.QuotaAssign{Key: key, Client: uint64(s.id.client), Seq: s.seq, Abandon: true}))
 }
 
 // gather is how long a key's first client waits for its first assignment
@@ -354,6 +388,13 @@ func (q *Quota) assigned(now time.Duration, from strategy.NodeID, as strategy.Qu
 		}
 		return
 	}
+	if as.Abandon {
+		// forgotten once the write is confirmed (Delivered acks it to the
+		// owner first); its next report is a first one
+		at.abandoned, at.held, at.expires = true, strategy.QuotaAssignment{}, 0
+		fx.Assign(as)
+		return
+	}
 	at.held, at.expires = as, now+as.TTL
 	fx.Assign(as)
 }
@@ -365,6 +406,9 @@ func (q *Quota) Delivered(now time.Duration, as strategy.QuotaAssignment, fx *st
 	at := q.clients[as.Client][as.Key]
 	if at == nil || at.owner == "" {
 		return
+	}
+	if at.abandoned {
+		q.forget(as.Client, as.Key)
 	}
 	if at.owner == q.self {
 		q.ownerAck(now, q.self, as.Client, as.Key, as.Seq, fx)
@@ -381,6 +425,14 @@ func (q *Quota) ownerAck(now time.Duration, from strategy.NodeID, client strateg
 	}
 	if a.ack(holderID{node: from, client: client}, seq, now, q.applyLag) {
 		q.schedule(key, a, fx)
+	}
+}
+
+// forget drops what this node keeps of client's key.
+func (q *Quota) forget(client strategy.QuotaClient, key string) {
+	delete(q.clients[client], key)
+	if len(q.clients[client]) == 0 {
+		delete(q.clients, client)
 	}
 }
 
@@ -548,7 +600,7 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		for _, k := range sortedKeys(keys) {
 			at := keys[k]
 			o := q.owner(k)
-			if o == at.owner {
+			if o == at.owner || at.abandoned {
 				continue
 			}
 			var h *held

@@ -130,3 +130,41 @@ func TestDemandChangeFollowed(t *testing.T) {
 		})
 	}
 }
+
+// A client whose reports show no request for abandon_idle (10 s) is told
+// to forget the key and its share goes to the busy one; when it has
+// requests again, Envoy reports the bucket at once and it is assigned
+// again.
+func TestIdleClientAbandoned(t *testing.T) {
+	w := newWorld(t, 3, 100, 100, []float64{150, 150}, 7)
+	idle, busy := w.clients[0], w.clients[1]
+	w.run("tenant", 10*time.Second, time.Second, 0, t.Fatalf)
+	if !idle.b.has || idle.b.a.TokensPerFill < 40 {
+		t.Fatalf("before going idle: %+v, want about half of the units", idle.b.a)
+	}
+	idle.rate = 0
+	// (the model reports at a client's arrivals: one without requests
+	// reports about every 2 s, so the 10 s show after 10-15 s)
+	w.run("tenant", 30*time.Second, time.Second, 0, t.Fatalf)
+	if !idle.abandoned || idle.b.has {
+		t.Fatalf("after 20 s without requests: abandoned %v, holds %+v; want the key forgotten", idle.abandoned, idle.b.a)
+	}
+	if busy.b.a.TokensPerFill < 90 {
+		t.Errorf("the busy client holds %d units, want about all 100 of the idle one's back", busy.b.a.TokensPerFill)
+	}
+	idle.rate = 150
+	back := time.Duration(0)
+	for now := 30 * time.Second; now < 40*time.Second && back == 0; now += 50 * time.Millisecond {
+		w.run("tenant", now, time.Second, 0, t.Fatalf)
+		if idle.b.has && idle.b.a.TokensPerFill > 0 {
+			back = now - 30*time.Second
+		}
+	}
+	t.Logf("assigned again %v after its requests resumed: %+v", back, idle.b.a)
+	if back == 0 || back > 3*time.Second {
+		t.Errorf("not assigned again within 3 s of its requests resuming (%v)", back)
+	}
+	if v := envelope(w.admitted, 100, 100); v > 1e-6 {
+		t.Errorf("the fleet exceeded b + r*T by %.6f tokens", v)
+	}
+}

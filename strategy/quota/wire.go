@@ -78,10 +78,15 @@ func (q *Quota) assignmentOf(m *peerv1.QuotaAssign) (strategy.QuotaAssignment, e
 		return strategy.QuotaAssignment{}, err
 	}
 	a := strategy.QuotaAssignment{Client: strategy.QuotaClient(m.Client), Key: m.Key, MaxTokens: m.MaxTokens,
-		TokensPerFill: m.TokensPerFill, FillInterval: time.Duration(m.FillIntervalS) * time.Second, TTL: time.Duration(m.TtlS) * time.Second, Seq: m.Seq}
+		TokensPerFill: m.TokensPerFill, FillInterval: time.Duration(m.FillIntervalS) * time.Second, TTL: time.Duration(m.TtlS) * time.Second, Seq: m.Seq,
+		Abandon: m.Abandon}
 	switch {
 	case m.Client == 0:
 		return a, fmt.Errorf("quota: assignment of %q to client 0", m.Key)
+	case m.Abandon && (m.MaxTokens != 0 || m.TokensPerFill != 0 || m.FillIntervalS != 0 || m.TtlS != 0):
+		return a, fmt.Errorf("quota: abandon of %q with a token bucket (max_tokens %d, tokens_per_fill %d, fill %d s, ttl %d s)", m.Key, m.MaxTokens, m.TokensPerFill, m.FillIntervalS, m.TtlS)
+	case m.Abandon:
+		return a, nil
 	case m.MaxTokens < 0 || m.MaxTokens > q.sh.burst:
 		return a, fmt.Errorf("quota: assignment of %q: max_tokens %d outside [0, %d]", m.Key, m.MaxTokens, q.sh.burst)
 	case m.TokensPerFill < 0 || m.TokensPerFill > q.sh.units:
