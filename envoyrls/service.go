@@ -44,14 +44,14 @@ type Checker interface {
 }
 
 // SingleChecker is a Checker that also decides one check on its own
-// (*cluster.Node's Check, whose local fast path decides in the caller's
-// goroutine). ShouldRateLimit uses it for a request with one check, the
-// common case, instead of a batch of one, which costs the batch's
-// allocations; the answer is the same (an error fails the call either
-// way).
+// (*cluster.Node's CheckItem, whose local fast path decides in the
+// caller's goroutine). ShouldRateLimit uses it for a request with one
+// check, the common case, instead of a batch of one, which costs the
+// batch's allocations; the answer is the same (an error fails the call
+// either way).
 type SingleChecker interface {
 	Checker
-	Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error)
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
 }
 
 // smallRequest is the number of descriptors whose per-descriptor slices
@@ -129,7 +129,10 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     or a limit replaced by another matched limit's replaces: OK without
 //     current_limit; unlimited: OK with limit_remaining 2^32-1; otherwise the
 //     rule's verdict for the descriptor's hits (descriptor hits_addend if set,
-//     else the request's; 0 counts as 1), OVER_LIMIT when refused unless
+//     else the request's; 0 counts as 1; a hits_addend of 1 or more is a
+//     charge, cluster.BatchItem.Charge: under a rule with overdraft its
+//     hits are taken whatever the key's level, and it is OK when they were
+//     there), OVER_LIMIT when refused unless
 //     shadow_mode or quota_mode (then OK; quota_mode without
 //     duration_until_reset, as envoyproxy/ratelimit), with current_limit,
 //     limit_remaining (the bucket's whole tokens left; 0 when over the limit
@@ -170,8 +173,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		itemsBuf  [smallRequest]cluster.BatchItem
 		limits    []*Limit
 		keys      []string
-		hits      []int64
-		idx       []int // descriptor -> item, -1 for none
+		hits      []int64 // > 0: counted as 1 when 0; < 0: -hits, a charge (hits_addend given, >= 1)
+		idx       []int   // descriptor -> item, -1 for none
 	)
 	if len(ds) <= smallRequest {
 		limits, keys, hits, idx = limitsBuf[:len(ds)], keysBuf[:len(ds)], hitsBuf[:len(ds)], idxBuf[:len(ds)]
@@ -192,12 +195,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		h := int64(max(1, req.GetHitsAddend()))
+		raw := uint64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {
-			h = int64(min(max(1, d.GetHitsAddend().GetValue()), MaxHits+1))
+			raw = d.GetHitsAddend().GetValue()
 		}
+		h := int64(min(max(1, raw), MaxHits+1))
 		if h > MaxHits {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
+		}
+		if raw > 0 {
+			h = -h // a charge: a rule with overdraft takes it whatever the level
 		}
 		hits[i] = h
 		l, key := cfg.Match(req.GetDomain(), entries)
@@ -227,7 +234,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		idx[i] = -1
 		if l != nil && l.Rule != "" {
 			idx[i] = len(items)
-			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: hits[i]})
+			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i]), Charge: hits[i] < 0})
 		}
 	}
 	var results []cluster.BatchResult
@@ -239,7 +246,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		)
 		if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
 			var d cluster.Decision
-			d, err = sc.Check(ctx, items[0].Rule, items[0].Key, items[0].Tokens)
+			d, err = sc.CheckItem(ctx, items[0])
 			one[0].Decision, results = d, one[:]
 		} else {
 			// CheckBatch may keep the items (a batch abandoned when ctx

@@ -1,0 +1,69 @@
+package envoyrls
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// overdraftYAML: an LLM tenant's tokens, 1,000 a minute, with overdraft
+// (the descriptor's tokenmesh extension), and a limit without it.
+const overdraftYAML = `
+domain: llm
+descriptors:
+  - key: tenant
+    tokenmesh: {params: {overdraft: true, max_debt: 5000}}
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+
+// TestOverdraftConfigAndCharges: the extension's overdraft parameters
+// reach the rule, and a descriptor's hits are a charge
+// (cluster.BatchItem.Charge) exactly when a hits_addend of 1 or more was
+// given, the descriptor's or else the request's: 0 or none is a check
+// (counted as 1).
+func TestOverdraftConfigAndCharges(t *testing.T) {
+	c := mustParse(t, overdraftYAML)
+	rules := c.Rules(time.Time{})
+	if len(rules) != 2 || !slices.Contains(rules[0].Params, "overdraft=true") || !slices.Contains(rules[0].Params, "max_debt=5000") || len(rules[1].Params) != 0 {
+		t.Fatalf("rules %+v: want the tenant's with overdraft=true and max_debt=5000, the user's without", rules)
+	}
+	f := newFake(c)
+	s := New(c, f, nil)
+	d := func(hits *uint64) *ratelimitv3.RateLimitDescriptor {
+		x := desc("tenant", "acme")
+		if hits != nil {
+			x.HitsAddend = wrapperspb.UInt64(*hits)
+		}
+		return x
+	}
+	u := func(v uint64) *uint64 { return &v }
+	for _, x := range []struct {
+		reqHits  uint32
+		descHits *uint64
+		tokens   int64
+		charge   bool
+	}{
+		{0, nil, 1, false},    // Envoy's request-time check
+		{0, u(0), 1, false},   // an AI gateway's peek: hits_addend 0 on the descriptor
+		{1, nil, 1, true},     // a charge of 1
+		{420, nil, 420, true}, // the response's tokens, request-level (filter state)
+		{0, u(730), 730, true},
+		{5, u(0), 1, false}, // the descriptor's 0 wins: a check
+	} {
+		if _, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm", HitsAddend: x.reqHits,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{d(x.descHits)}}); err != nil {
+			t.Fatal(err)
+		}
+		it := f.calls[len(f.calls)-1][0]
+		if it.Tokens != x.tokens || it.Charge != x.charge {
+			t.Errorf("hits_addend %d, descriptor's %v: item of %d tokens, charge %v; want %d, %v", x.reqHits, x.descHits, it.Tokens, it.Charge, x.tokens, x.charge)
+		}
+	}
+}
