@@ -9,6 +9,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
 // overdraftYAML: an LLM tenant's tokens, 1,000 a minute, with overdraft
@@ -65,5 +67,41 @@ func TestOverdraftConfigAndCharges(t *testing.T) {
 		if it.Tokens != x.tokens || it.Charge != x.charge {
 			t.Errorf("hits_addend %d, descriptor's %v: item of %d tokens, charge %v; want %d, %v", x.reqHits, x.descHits, it.Tokens, it.Charge, x.tokens, x.charge)
 		}
+	}
+}
+
+// refundFake is a fakeChecker that records refunds.
+type refundFake struct {
+	*fakeChecker
+	refunds []cluster.BatchItem
+}
+
+func (f *refundFake) Refund(_ context.Context, rule, key string, tokens int64) error {
+	f.refunds = append(f.refunds, cluster.BatchItem{Rule: rule, Key: key, Tokens: tokens})
+	return nil
+}
+
+// TestNegativeHitsRefund: a descriptor with is_negative_hits gives its
+// hits back (Refunder) and is answered OK without a limit; nothing is
+// checked for it, while the request's other descriptors are.
+func TestNegativeHitsRefund(t *testing.T) {
+	c := mustParse(t, overdraftYAML)
+	f := &refundFake{fakeChecker: newFake(c)}
+	s := New(c, f, nil)
+	neg := desc("tenant", "acme")
+	neg.HitsAddend, neg.IsNegativeHits = wrapperspb.UInt64(300), true
+	resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{neg, desc("user", "u1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.refunds) != 1 || f.refunds[0].Tokens != 300 || f.refunds[0].Key != "acme" {
+		t.Fatalf("refunds %+v, want 300 tokens of acme", f.refunds)
+	}
+	if len(f.calls) != 1 || len(f.calls[0]) != 1 || f.calls[0][0].Key != "u1" {
+		t.Fatalf("checks %+v, want the user's only", f.calls)
+	}
+	if st := resp.GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil {
+		t.Fatalf("the refund's status %v, want OK without a limit", st)
 	}
 }

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -132,7 +133,9 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     else the request's; 0 counts as 1; a hits_addend of 1 or more is a
 //     charge, cluster.BatchItem.Charge: under a rule with overdraft its
 //     hits are taken whatever the key's level, and it is OK when they were
-//     there), OVER_LIMIT when refused unless
+//     there; a descriptor with is_negative_hits gives its hits back
+//     instead, cluster.Node.Refund, and is answered OK without a limit),
+//     OVER_LIMIT when refused unless
 //     shadow_mode or quota_mode (then OK; quota_mode without
 //     duration_until_reset, as envoyproxy/ratelimit), with current_limit,
 //     limit_remaining (the bucket's whole tokens left; 0 when over the limit
@@ -227,6 +230,23 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, l := range limits {
 		if l != nil && !l.Unlimited && l.Name != "" && replaced[l.Name] {
 			limits[i] = nil
+		}
+	}
+	// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits):
+	// the hits go back to the bucket (a refund), nothing is checked, and
+	// the descriptor is answered OK without a limit.
+	var refunds []cluster.BatchItem
+	for i, l := range limits {
+		if l != nil && ds[i].GetIsNegativeHits() {
+			if l.Rule != "" {
+				refunds = append(refunds, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i])})
+			}
+			limits[i] = nil
+		}
+	}
+	if len(refunds) > 0 {
+		if err := s.refund(ctx, refunds); err != nil {
+			return nil, err
 		}
 	}
 	items := itemsBuf[:0]
@@ -386,6 +406,33 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = hs.ptrs[:]
 	}
 	return resp, nil
+}
+
+// Refunder is a Checker that can give tokens back to a key's bucket
+// (*cluster.Node's Refund): ShouldRateLimit uses it for a descriptor with
+// is_negative_hits. Without it such a descriptor's hits are dropped.
+type Refunder interface {
+	Refund(ctx context.Context, rule, key string, tokens int64) error
+}
+
+// refund gives back each item's tokens (is_negative_hits descriptors),
+// when the checker can; a rule whose strategy cannot refund
+// (cluster.ErrNoRefund) keeps them spent. Other errors fail the call as a
+// check's do.
+func (s *Service) refund(ctx context.Context, items []cluster.BatchItem) error {
+	rf, ok := s.checker.(Refunder)
+	if !ok {
+		return nil
+	}
+	for _, it := range items {
+		if err := rf.Refund(ctx, it.Rule, it.Key, it.Tokens); err != nil && !errors.Is(err, cluster.ErrNoRefund) {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Errorf(codes.Unavailable, "refunding: %v", err)
+		}
+	}
+	return nil
 }
 
 // headers are a response's three x-ratelimit-* headers in one allocation.
