@@ -1,12 +1,13 @@
 package bucket
 
 // Overdraft (ours; issue 23 item 5, costs charged after the response): a
-// bucket whose every request is charged, admitted or not, so that a cost
-// known only afterwards (an LLM response's tokens, sent by Envoy's
-// apply_on_stream_done with hits_addend) is never lost. The level may go
-// below 0, down to a debt of maxDebt tokens, and requests are refused
-// until the refill has repaid the debt. Refund is the other half of a
-// reservation settled below its size (limiter's Reserve and Settle).
+// charge, a cost known only after the work (an LLM response's tokens, sent
+// by Envoy's apply_on_stream_done with hits_addend), is taken whatever
+// the level, admitted or not, so that it is never lost (ChargeN). The
+// level may go below 0, down to a debt of maxDebt tokens, and requests
+// that need their tokens there (AllowN) are refused until the refill has
+// repaid the debt. Refund is the other half of a reservation settled
+// below its size (limiter's Reserve and Settle).
 
 import (
 	"math"
@@ -37,16 +38,15 @@ func (b *Bucket) FloorTicks(maxDebt int64) int64 {
 	return -max(b.capacity, b.DebtTicks(maxDebt))
 }
 
-// ChargeN decides a request of n tokens at now under overdraft and charges
-// it whatever the verdict: allowed is AllowN's verdict (the bucket holds
-// the n tokens, counted as AllowN counts them for a late now; never for n
-// above the burst), and the n tokens are taken in both cases, down to a
-// level of -maxDebt tokens; the part of n beyond that bound is not taken
-// (forgiven) and taken is what was. n <= 0 is allowed and takes nothing.
-// So every request is counted, as envoyproxy/ratelimit counts every hit,
-// and a key in debt refuses every request until the refill at the rate
-// has repaid the debt: a request is admitted only when its tokens are
-// there, so admissions stay within b + r*T exactly as with AllowN.
+// ChargeN decides a charge of n tokens at now and takes it whatever the
+// verdict: allowed is AllowN's verdict (the bucket holds the n tokens,
+// counted as AllowN counts them for a late now; never for n above the
+// burst), and the n tokens are taken in both cases, down to a level of
+// -maxDebt tokens; the part of n beyond that bound is not taken (forgiven)
+// and taken is what was. n <= 0 is allowed and takes nothing. A bucket in
+// debt refuses every AllowN until the refill at the rate has repaid the
+// debt; a charge is allowed only when its tokens are there, so the
+// allowed requests stay within b + r*T exactly as with AllowN alone.
 func (b *Bucket) ChargeN(now time.Duration, n, maxDebt int64) (allowed bool, taken int64) {
 	b.advance(now)
 	if n <= 0 {

@@ -33,8 +33,8 @@
 //     returns nothing under any strategy: admitted or reserved tokens are
 //     spent; Settle gives back the unused part of a reservation, or
 //     charges more than was reserved under a rule with overdraft
-//     (strategy.OverdraftSpecs; docs/API.md, "Costs known after the
-//     work").
+//     (strategy.OverdraftSpecs; docs/ENVOY.md, "Costs known after the
+//     response: overdraft").
 //   - A call whose ctx ends while the cluster decides (owner forwarding
 //     to the key's owner) returns ctx.Err(), but the owner may still have
 //     charged the tokens.

@@ -233,6 +233,12 @@
 //     with local (r/N, b/N) buckets that start empty (together at most one
 //     more envelope while the owner is unreachable).
 //
+// Overdraft (the parameters overdraft and max_debt; ours, issue 23 item
+// 5): a charge is taken at the key's owner, into its pool, down to a debt
+// of max_debt, or from a holder's lease that holds all of it; the owner
+// grants no lease while in debt (overdraft.go has the details and what a
+// timed-out charge costs).
+//
 // The parameters are listed in the "# Parameters" section below (declared
 // in Params, params.go). max_wait's waits are RequestWait's (seed 000
 // §5.2): checks with a max wait are decided as plain requests while it is

@@ -11,6 +11,11 @@
 // `partition: conserve` does not apply: it is refused for local and
 // central (strategy.CheckPartition: they do not implement
 // strategy.Conserver). central runs on one node.
+//
+// Overdraft (strategy.Overdraft; ours): a charge (strategy.Request.Charge)
+// is taken from the node's bucket whatever it holds, down to a debt of
+// max_debt (bucket.Bucket.ChargeN); checks are refused until the refill
+// repays it. Refund (strategy.Refunder) credits the bucket, capped at b.
 package local
 
 import (
@@ -31,7 +36,8 @@ type Local struct {
 }
 
 // New builds a node. name is "local" or "central" (for error messages).
-// Errors: an invalid Config, or any parameter (it takes none).
+// Errors: an invalid Config, or a bad parameter (it takes the overdraft
+// ones only: strategy.ReadOverdraft).
 func New(name string, cfg strategy.Config) (*Local, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -95,6 +95,23 @@
 //     (not at the next sync): they take over as soon as gossip reports the
 //     leave, and a decision not shipped would be counted twice.
 //
+// Overdraft (strategy.Overdraft, the parameters overdraft and max_debt;
+// ours, issue 23 item 5): a charge (strategy.Request.Charge, a cost known
+// after the response) is decided at the key's primary like any request
+// (OwnerForward.post_hoc) but taken whatever its bucket holds, down to a
+// debt of max_debt (each sub-bucket its share under split), and answered
+// allowed when its tokens were there; checks are refused while the key is
+// in debt. A forwarder whose charge gets no verdict answers it by
+// on_timeout and charges it to the owner afterwards as a fallback
+// admission, refused or not, so no charge is lost while its owner's
+// replacement is found (bounded by chargeTTL, as those). Replicas,
+// hand-overs and warm-ups carry a debt like any level (accepted down to
+// minus the larger of the burst and max_debt). A charge never waits.
+// Refund (strategy.Refunder) credits a key's bucket through the ordering
+// buffer, from another node by one OwnerRefund (not retransmitted, taken
+// once per sender and request ID). A snapshot (strategy.Snapshotter)
+// stores no debt: a restarted node's key in debt comes back empty.
+//
 // Split brain: during a partition each side routes a key to the primary of
 // its own view and each admits up to the key's envelope b + r*T (the
 // forwarders of a side without the key's primary admit by on_timeout until

@@ -30,6 +30,16 @@
 // the heal both modes re-split over the merged membership (SetMembers with
 // the whole view: N is the same in both modes again), keeping each
 // bucket's tokens (a re-split never creates tokens).
+//
+// # Overdraft (ours)
+//
+// Under a rule with overdraft (strategy.Overdraft) a charge
+// (strategy.Request.Charge) is taken from the node's sub-token bucket
+// whatever it holds, down to the node's share of max_debt (split over the
+// members as the burst is, so the shares sum to max_debt): each node's
+// debt is its own, and it refuses the key's checks until its share r/N
+// has repaid it, while the other nodes' shares admit as before. A re-split
+// keeps each bucket's level, debt included.
 package static
 
 import (
@@ -62,7 +72,7 @@ type Static struct {
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
-// any parameter (it takes none).
+// a bad parameter (it takes the overdraft ones only: strategy.ReadOverdraft).
 func New(cfg strategy.Config) (*Static, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
