@@ -69,8 +69,14 @@ func (b *Bucket) CapacityTicks() int64 { return b.capacity }
 // this rate and burst never holds that), or a negative at; b is then
 // unchanged.
 func (b *Bucket) MergeLevel(ticks int64, at time.Duration) error {
-	if ticks < -b.capacity || ticks > b.capacity {
-		return fmt.Errorf("level %d ticks is outside [-%d, %d] (the burst in ticks)", ticks, b.capacity, b.capacity)
+	return b.mergeLevel(ticks, at, -b.capacity)
+}
+
+// mergeLevel is MergeLevel accepting ticks in [floor, capacity] (floor <=
+// -capacity).
+func (b *Bucket) mergeLevel(ticks int64, at time.Duration, floor int64) error {
+	if ticks < floor || ticks > b.capacity {
+		return fmt.Errorf("level %d ticks is outside [%d, %d] (the debt bound and the burst in ticks)", ticks, floor, b.capacity)
 	}
 	if at < 0 {
 		return fmt.Errorf("level time %v is negative", at)
@@ -95,19 +101,25 @@ func (b *Bucket) MergeLevel(ticks int64, at time.Duration) error {
 // would be late ones, held to the tokens spared since; see AllowN) and
 // the merge stays conservative. Errors as MergeLevel's.
 func (b *Bucket) MergeLevelAt(now time.Duration, ticks int64, at time.Duration) error {
-	if ticks < -b.capacity || ticks > b.capacity {
-		return fmt.Errorf("level %d ticks is outside [-%d, %d] (the burst in ticks)", ticks, b.capacity, b.capacity)
+	return b.mergeLevelAt(now, ticks, at, -b.capacity)
+}
+
+// mergeLevelAt is MergeLevelAt accepting ticks in [floor, capacity]
+// (floor <= -capacity); a copy from ahead is not taken below floor.
+func (b *Bucket) mergeLevelAt(now time.Duration, ticks int64, at time.Duration, floor int64) error {
+	if ticks < floor || ticks > b.capacity {
+		return fmt.Errorf("level %d ticks is outside [%d, %d] (the debt bound and the burst in ticks)", ticks, floor, b.capacity)
 	}
 	if at > now && now >= 0 {
 		ahead := int64(at - now)
-		if b.tokens > 0 && ahead >= (ticks+b.capacity)/b.tokens+1 { // compare first: ahead*tokens may overflow
-			ticks = -b.capacity
+		if b.tokens > 0 && ahead >= (ticks-floor)/b.tokens+1 { // compare first: ahead*tokens may overflow
+			ticks = floor
 		} else {
 			ticks -= ahead * b.tokens
 		}
 		at = now
 	}
-	return b.MergeLevel(ticks, at)
+	return b.mergeLevel(ticks, at, floor)
 }
 
 // Debit takes n tokens at now whatever the level, down to a debt of one

@@ -136,6 +136,12 @@ type BatchItem struct {
 	// ArrivalOrderer (owner) counts the item at that time, clamped to
 	// [now - MaxCreatedAge, now] on this node's clock; others ignore it.
 	CreatedAtUnixNs int64
+	// Charge marks a cost already incurred (strategy.Request.Charge: an
+	// Envoy apply_on_stream_done hit, limiter's Settle): under a rule with
+	// overdraft its tokens are taken whatever the key's level (and
+	// Allowed says whether they were there); otherwise it is a check. It
+	// never waits (MaxWait is ignored for it under overdraft).
+	Charge bool
 }
 
 // MaxCreatedAge bounds how far before the node's now a BatchItem's
@@ -271,9 +277,10 @@ const (
 	evExpected
 	evInspect
 	evLeave
-	evRules // SetRules (reload.go)
-	evHint  // SetLatencyHint (hint.go)
-	evQuota // QuotaUsage, QuotaDetach (quota.go)
+	evRules  // SetRules (reload.go)
+	evHint   // SetLatencyHint (hint.go)
+	evQuota  // QuotaUsage, QuotaDetach (quota.go)
+	evRefund // Refund (refund.go)
 )
 
 type event struct {
@@ -283,6 +290,7 @@ type event struct {
 	tokens  int64
 	maxWait time.Duration // CheckWait: waiting mode's max wait; 0 for Check
 	created int64         // BatchItem.CreatedAtUnixNs of a Check; 0 for none
+	charge  bool          // BatchItem.Charge
 	reply   chan result
 	batch   *batch
 	frame   Frame
@@ -526,7 +534,7 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 	if it.CreatedAtUnixNs < 0 {
 		return Decision{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAtUnixNs)
 	}
-	if it.MaxWait == 0 {
+	if it.MaxWait == 0 && !it.Charge {
 		return n.checkRule(ctx, (*n.rulesView.Load())[it.Rule], it.Rule, it.Key, it.Tokens, it.CreatedAtUnixNs)
 	}
 	if it.MaxWait < 0 || it.MaxWait > MaxWait {
@@ -536,7 +544,16 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	return n.check(ctx, event{kind: evRequest, rule: rs, key: it.Key, tokens: it.Tokens, maxWait: it.MaxWait, created: it.CreatedAtUnixNs})
+	if it.Charge {
+		// A charge covered by the key's allowance is admitted and taken
+		// there (its tokens are there), as a check; otherwise the loop.
+		if rs.fast != nil && it.MaxWait == 0 && ctx.Err() == nil {
+			if d, ok := rs.fast.take(it.Key, it.Tokens); ok {
+				return d, nil
+			}
+		}
+	}
+	return n.check(ctx, event{kind: evRequest, rule: rs, key: it.Key, tokens: it.Tokens, maxWait: it.MaxWait, created: it.CreatedAtUnixNs, charge: it.Charge})
 }
 
 // checkRule is Check with the rule looked up already (rs; nil when the
@@ -938,14 +955,14 @@ func (n *Node) handle(ev event) {
 	now := n.now()
 	switch ev.kind {
 	case evRequest:
-		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, pendingCheck{reply: ev.reply})
+		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, ev.charge, pendingCheck{reply: ev.reply})
 	case evBatch:
 		// One instant for the whole batch: its items arrive together.
 		for i, it := range ev.batch.items {
 			if i < ev.batch.first {
 				continue // decided on the fast path
 			}
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, pendingCheck{batch: ev.batch, idx: i})
+			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -977,6 +994,9 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evQuota:
 		n.handleQuota(now, ev)
+		close(ev.done)
+	case evRefund:
+		n.handleRefund(now, ev)
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
@@ -1013,8 +1033,9 @@ func (n *Node) handle(ev event) {
 // answers p at once, otherwise p waits in rs.pending. maxWait > 0 asks a
 // strategy.Waiter for waiting mode (others decide a plain request);
 // created (BatchItem.CreatedAtUnixNs, 0 for none) is its arrival for a
-// strategy.ArrivalOrderer (arrivalAt).
-func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, p pendingCheck) {
+// strategy.ArrivalOrderer (arrivalAt); charge marks a cost already
+// incurred (BatchItem.Charge).
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
 		return
@@ -1026,7 +1047,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 	}
 	id := n.h.NextRequestID()
 	rs.c.requests.Add(1)
-	req := strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now}
+	req := strategy.Request{ID: id, Key: key, Tokens: tokens, Arrival: now, Charge: charge}
 	if created != 0 && rs.ordered {
 		req.Arrival = n.arrivalAt(created, now)
 	}

@@ -174,7 +174,7 @@ func TestParseBad(t *testing.T) {
 		{"unknown strategy", "rules: [{name: a, rate: 1/s, strategy: magic}]", []string{"rules[0].strategy", "unknown strategy", "owner"}, 0},
 		{"unknown param", "rules:\n  - name: a\n    rate: 1/s\n    strategy: owner\n    params:\n      hodl: 2ms\n", []string{"t.yaml:6: rules[0].params", "hodl"}, 6},
 		{"bad param value", "rules:\n  - name: a\n    rate: 1/s\n    params: {hold: soon}\n", []string{"rules[0].params", "hold"}, 0},
-		{"param for a strategy without params", "rules: [{name: a, rate: 1/s, strategy: local, params: {x: 1}}]", []string{"rules[0].params", "takes no parameters"}, 0},
+		{"param local does not declare", "rules: [{name: a, rate: 1/s, strategy: local, params: {x: 1}}]", []string{"rules[0].params", "strategy local: unknown parameter x (it knows overdraft, max_debt)"}, 0},
 		{"bad partition", "rules:\n  - name: a\n    rate: 1/s\n    partition: maybe\n", []string{"t.yaml:4: rules[0].partition", `"maybe": want available or conserve`}, 4},
 		{"conserve for local", "rules: [{name: a, rate: 1/s, strategy: local, partition: conserve}]", []string{"rules[0].partition", "local does not implement"}, 0},
 		{"partition and the param disagree", "rules: [{name: a, rate: 1/s, strategy: gdrl, partition: available, params: {partition: conserve}}]", []string{"rules[0].partition", "disagree"}, 0},
@@ -550,5 +550,23 @@ func TestHTTPRefusalStatus(t *testing.T) {
 	f.Node.HTTPRefusalStatus = 418
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.http_refusal_status") {
 		t.Errorf("Validate with 418: %v", err)
+	}
+}
+
+// TestOverdraftParams: a rule's overdraft parameters (strategy.
+// OverdraftSpecs, YAML booleans and numbers taken as written) reach its
+// params; a strategy without a bucket per key refuses them, naming
+// itself, at the rule's line.
+func TestOverdraftParams(t *testing.T) {
+	f, err := Parse([]byte("rules:\n  - {name: llm, rate: 1000/m, burst: 1000, params: {overdraft: true, max_debt: 5000}}\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.Rules[0].Params, []string{"max_debt=5000", "overdraft=true"}) {
+		t.Errorf("params %v, want max_debt=5000 and overdraft=true", f.Rules[0].Params)
+	}
+	_, err = Parse([]byte("rules:\n  - name: x\n    rate: 1/s\n    strategy: gdrl\n    params: {overdraft: true}\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:5:") || !strings.Contains(err.Error(), "strategy gdrl does not implement overdraft") {
+		t.Errorf("gdrl with overdraft: %v, want t.yaml:5 and \"strategy gdrl does not implement overdraft\"", err)
 	}
 }

@@ -163,6 +163,9 @@ func TestParseErrors(t *testing.T) {
 		{"domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: sec, requests_per_unit: 1}", "descriptors[0].descriptors[0].rate_limit.unit: invalid"},
 		{"domain: a\ntokenmesh: {strategy: nosuch}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}", `unknown strategy "nosuch"`},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}", "descriptors[0].rate_limit: as a tokenmesh rule"},
+		{"domain: a\ndescriptors:\n  - key: k\n    tokenmesh: {strategy: gdrl, params: {overdraft: true}}\n    rate_limit: {unit: second, requests_per_unit: 1}", "strategy gdrl does not implement overdraft"},
+		{"domain: a\ntokenmesh: {algorithm: fixed_window, params: {max_debt: 10}}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}", "strategy fixedwindow does not implement overdraft"},
+		{"domain: a\ndescriptors:\n  - key: k\n    tokenmesh: {params: {overdraft: true, max_debt: 0}}\n    rate_limit: {unit: second, requests_per_unit: 1}", "max_debt=0 must be at least 1"},
 		{"domain: a\ndescriptors: 3", "descriptors: want a list"},
 		{"domain: [a", "edge.yaml:1: did not find expected ',' or ']'"}, // a YAML syntax error, with its line
 		{"domain: a\n---\ndomain: b", "more than one YAML document"},

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -44,14 +45,14 @@ type Checker interface {
 }
 
 // SingleChecker is a Checker that also decides one check on its own
-// (*cluster.Node's Check, whose local fast path decides in the caller's
-// goroutine). ShouldRateLimit uses it for a request with one check, the
-// common case, instead of a batch of one, which costs the batch's
-// allocations; the answer is the same (an error fails the call either
-// way).
+// (*cluster.Node's CheckItem, whose local fast path decides in the
+// caller's goroutine). ShouldRateLimit uses it for a request with one
+// check, the common case, instead of a batch of one, which costs the
+// batch's allocations; the answer is the same (an error fails the call
+// either way).
 type SingleChecker interface {
 	Checker
-	Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error)
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
 }
 
 // smallRequest is the number of descriptors whose per-descriptor slices
@@ -129,7 +130,12 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     or a limit replaced by another matched limit's replaces: OK without
 //     current_limit; unlimited: OK with limit_remaining 2^32-1; otherwise the
 //     rule's verdict for the descriptor's hits (descriptor hits_addend if set,
-//     else the request's; 0 counts as 1), OVER_LIMIT when refused unless
+//     else the request's; 0 counts as 1; a hits_addend of 1 or more is a
+//     charge, cluster.BatchItem.Charge: under a rule with overdraft its
+//     hits are taken whatever the key's level, and it is OK when they were
+//     there; a descriptor with is_negative_hits gives its hits back
+//     instead, cluster.Node.Refund, and is answered OK without a limit),
+//     OVER_LIMIT when refused unless
 //     shadow_mode or quota_mode (then OK; quota_mode without
 //     duration_until_reset, as envoyproxy/ratelimit), with current_limit,
 //     limit_remaining (the bucket's whole tokens left; 0 when over the limit
@@ -170,8 +176,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		itemsBuf  [smallRequest]cluster.BatchItem
 		limits    []*Limit
 		keys      []string
-		hits      []int64
-		idx       []int // descriptor -> item, -1 for none
+		hits      []int64 // > 0: counted as 1 when 0; < 0: -hits, a charge (hits_addend given, >= 1)
+		idx       []int   // descriptor -> item, -1 for none
 	)
 	if len(ds) <= smallRequest {
 		limits, keys, hits, idx = limitsBuf[:len(ds)], keysBuf[:len(ds)], hitsBuf[:len(ds)], idxBuf[:len(ds)]
@@ -192,12 +198,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		h := int64(max(1, req.GetHitsAddend()))
+		raw := uint64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {
-			h = int64(min(max(1, d.GetHitsAddend().GetValue()), MaxHits+1))
+			raw = d.GetHitsAddend().GetValue()
 		}
+		h := int64(min(max(1, raw), MaxHits+1))
 		if h > MaxHits {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
+		}
+		if raw > 0 {
+			h = -h // a charge: a rule with overdraft takes it whatever the level
 		}
 		hits[i] = h
 		l, key := cfg.Match(req.GetDomain(), entries)
@@ -222,12 +232,29 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			limits[i] = nil
 		}
 	}
+	// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits):
+	// the hits go back to the bucket (a refund), nothing is checked, and
+	// the descriptor is answered OK without a limit.
+	var refunds []cluster.BatchItem
+	for i, l := range limits {
+		if l != nil && ds[i].GetIsNegativeHits() {
+			if l.Rule != "" {
+				refunds = append(refunds, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i])})
+			}
+			limits[i] = nil
+		}
+	}
+	if len(refunds) > 0 {
+		if err := s.refund(ctx, refunds); err != nil {
+			return nil, err
+		}
+	}
 	items := itemsBuf[:0]
 	for i, l := range limits {
 		idx[i] = -1
 		if l != nil && l.Rule != "" {
 			idx[i] = len(items)
-			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: hits[i]})
+			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i]), Charge: hits[i] < 0})
 		}
 	}
 	var results []cluster.BatchResult
@@ -239,7 +266,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		)
 		if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
 			var d cluster.Decision
-			d, err = sc.Check(ctx, items[0].Rule, items[0].Key, items[0].Tokens)
+			d, err = sc.CheckItem(ctx, items[0])
 			one[0].Decision, results = d, one[:]
 		} else {
 			// CheckBatch may keep the items (a batch abandoned when ctx
@@ -379,6 +406,33 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = hs.ptrs[:]
 	}
 	return resp, nil
+}
+
+// Refunder is a Checker that can give tokens back to a key's bucket
+// (*cluster.Node's Refund): ShouldRateLimit uses it for a descriptor with
+// is_negative_hits. Without it such a descriptor's hits are dropped.
+type Refunder interface {
+	Refund(ctx context.Context, rule, key string, tokens int64) error
+}
+
+// refund gives back each item's tokens (is_negative_hits descriptors),
+// when the checker can; a rule whose strategy cannot refund
+// (cluster.ErrNoRefund) keeps them spent. Other errors fail the call as a
+// check's do.
+func (s *Service) refund(ctx context.Context, items []cluster.BatchItem) error {
+	rf, ok := s.checker.(Refunder)
+	if !ok {
+		return nil
+	}
+	for _, it := range items {
+		if err := rf.Refund(ctx, it.Rule, it.Key, it.Tokens); err != nil && !errors.Is(err, cluster.ErrNoRefund) {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Errorf(codes.Unavailable, "refunding: %v", err)
+		}
+	}
+	return nil
 }
 
 // headers are a response's three x-ratelimit-* headers in one allocation.

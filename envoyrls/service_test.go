@@ -356,23 +356,23 @@ func FuzzShouldRateLimit(f *testing.F) {
 	})
 }
 
-// singleFake is a fakeChecker that is also a SingleChecker: Check is a
-// batch of one of the same fake, counted apart.
+// singleFake is a fakeChecker that is also a SingleChecker: CheckItem is
+// a batch of one of the same fake, counted apart.
 type singleFake struct {
 	*fakeChecker
 	singles int
 }
 
-func (f *singleFake) Check(ctx context.Context, rule, key string, tokens int64) (cluster.Decision, error) {
+func (f *singleFake) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error) {
 	f.singles++
-	res, err := f.CheckBatch(ctx, []cluster.BatchItem{{Rule: rule, Key: key, Tokens: tokens}})
+	res, err := f.CheckBatch(ctx, []cluster.BatchItem{it})
 	if err != nil {
 		return cluster.Decision{}, err
 	}
 	return res[0].Decision, res[0].Err
 }
 
-// A SingleChecker's Check decides requests of one check (and nothing
+// A SingleChecker's CheckItem decides requests of one check (and nothing
 // else), and every answer, headers and statuses included, is the one the
 // batch path gives on the same sequence of requests; a failed check fails
 // the call the same way.

@@ -5,14 +5,17 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the Any types of the doc's YAML
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
@@ -67,7 +70,56 @@ func envoyDoc(t *testing.T) (all []string, marked map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return docYAMLBlocks(t, name, string(b), filterMarker, limitsMarker)
+	return docYAMLBlocks(t, name, string(b), filterMarker, limitsMarker, overdraftLimitsMarker, overdraftRouteMarker)
+}
+
+// The markers before docs/ENVOY.md's overdraft blocks: the tokenmesh
+// limits, the route's typed_per_filter_config.
+const overdraftLimitsMarker, overdraftRouteMarker = "<!-- envoy-overdraft-limits:", "<!-- envoy-overdraft-route:"
+
+// TestEnvoyDocOverdraft: docs/ENVOY.md's overdraft limits load as a
+// tenant limit whose rule has overdraft and the max_debt shown; its
+// route config is a RateLimitPerRoute that Envoy's validation accepts,
+// with a request-time rate limit of hits_addend 0 (a check) and one
+// applied on stream done with a hits_addend format (the charge), on the
+// same descriptor.
+func TestEnvoyDocOverdraft(t *testing.T) {
+	_, marked := envoyDoc(t)
+	limits, err := envoyrls.Parse("llm.yaml", []byte(marked[overdraftLimitsMarker]))
+	if err != nil {
+		t.Fatalf("the overdraft limits do not load: %v", err)
+	}
+	rules := limits.Rules(time.Time{})
+	if len(rules) != 1 || !slices.Contains(rules[0].Params, "overdraft=true") || !slices.Contains(rules[0].Params, "max_debt=5000") || rules[0].Burst != 1000 {
+		t.Errorf("rules %+v: want one of burst 1000 with overdraft=true and max_debt=5000", rules)
+	}
+	var doc struct {
+		TPFC map[string]map[string]any `yaml:"typed_per_filter_config"`
+	}
+	if err := yaml.Unmarshal([]byte(marked[overdraftRouteMarker]), &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(doc.TPFC["envoy.filters.http.ratelimit"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a anypb.Any
+	if err := protojson.Unmarshal(js, &a); err != nil {
+		t.Fatalf("the ratelimit filter's per-route config is not a valid Any: %v", err)
+	}
+	var per ratelimitfilterv3.RateLimitPerRoute
+	if err := a.UnmarshalTo(&per); err != nil {
+		t.Fatalf("not a RateLimitPerRoute: %v", err)
+	}
+	if err := per.ValidateAll(); err != nil {
+		t.Fatalf("Envoy's validation refuses the per-route config: %v", err)
+	}
+	rl := per.GetRateLimits()
+	if len(rl) != 2 || rl[0].GetApplyOnStreamDone() || rl[0].GetHitsAddend().GetNumber().GetValue() != 0 || rl[0].GetHitsAddend().GetNumber() == nil ||
+		!rl[1].GetApplyOnStreamDone() || rl[1].GetHitsAddend().GetFormat() == "" ||
+		!proto.Equal(rl[0].GetActions()[0], rl[1].GetActions()[0]) {
+		t.Errorf("rate_limits %v: want a check of hits_addend 0 and a charge on stream done, one descriptor", rl)
+	}
 }
 
 // TestEnvoyDocRLQS: every YAML block of docs/ENVOY.md parses as YAML; the

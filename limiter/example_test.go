@@ -40,3 +40,36 @@ func ExampleLimiter_Wait() {
 	// alice admitted after waiting
 	// limiter: tokens exceed the burst: Wait(n=3) on rule "api" with burst 2
 }
+
+// An LLM tenant's tokens: reserve an estimate, call the model, settle
+// what the response used. The rule's overdraft lets the charge go beyond
+// what is left; the tenant is then refused until the refill repays it.
+func ExampleReservation_Settle() {
+	ctx := context.Background()
+	node, err := limiter.Start(ctx, limiter.Config{
+		Name: "example",
+		Rules: []rule.Rule{{Name: "llm", Rate: rule.MustRate("1000/m"), Burst: 1000, Strategy: "owner",
+			Params: []string{"overdraft=true", "max_debt=5000"}}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Close()
+	lim, err := node.Limiter("llm")
+	if err != nil {
+		panic(err)
+	}
+	r, err := lim.Reserve(ctx, "tenant-1", 500) // the estimate
+	if err != nil || !r.Allowed() {
+		panic(fmt.Sprint("refused: ", err))
+	}
+	// ... the model answers with 1,800 tokens: 1,300 more than reserved,
+	// 800 beyond the 500 left: a debt of 800 tokens (48 s at 1,000/min).
+	if err := r.Settle(ctx, 1800); err != nil {
+		panic(err)
+	}
+	ok, err := lim.AllowN(ctx, "tenant-1", 1)
+	fmt.Println(ok, err)
+	// Output:
+	// false <nil>
+}

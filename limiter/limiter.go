@@ -1,9 +1,10 @@
 // Package limiter is tokenmesh as an embeddable library: start a node
 // in-process from a Config, get a Limiter for one of its rules, and call
 // Allow, AllowN, Reserve or Wait in the shape Go users know from
-// golang.org/x/time/rate. Every decision is the cluster's: the rule's
-// strategy (owner, gdrl, ...) coordinates the node with its peers, so
-// limiters on different nodes share one limit per key.
+// golang.org/x/time/rate, and Reservation.Settle for costs known only
+// after the work (an LLM call's tokens). Every decision is the cluster's:
+// the rule's strategy (owner, gdrl, ...) coordinates the node with its
+// peers, so limiters on different nodes share one limit per key.
 //
 // # Differences from golang.org/x/time/rate
 //
@@ -30,7 +31,10 @@
 //     then; waiters compete on each retry, with no FIFO order. Like
 //     rate.Limiter, Wait fails at once when n exceeds the burst. Cancel
 //     returns nothing under any strategy: admitted or reserved tokens are
-//     spent.
+//     spent; Settle gives back the unused part of a reservation, or
+//     charges more than was reserved under a rule with overdraft
+//     (strategy.OverdraftSpecs; docs/ENVOY.md, "Costs known after the
+//     response: overdraft").
 //   - A call whose ctx ends while the cluster decides (owner forwarding
 //     to the key's owner) returns ctx.Err(), but the owner may still have
 //     charged the tokens.
@@ -50,6 +54,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
@@ -539,7 +544,9 @@ func (n *Node) Limiter(rule string) (*Limiter, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
-	return &Limiter{node: n.node, ref: n.node.Ref(r.Name), rule: r.Name, rate: r.Rate.PerSec(), burst: r.Burst}, nil
+	params, _ := strategy.ParseParams(r.Params) // validated at Start or SetRules
+	return &Limiter{node: n.node, ref: n.node.Ref(r.Name), rule: r.Name, rate: r.Rate.PerSec(), burst: r.Burst,
+		overdraft: strategy.OverdraftIn(params)}, nil
 }
 
 // Limiter limits the keys of one rule, on behalf of the whole cluster. It
@@ -550,6 +557,9 @@ type Limiter struct {
 	rule  string
 	rate  float64 // tokens per second
 	burst int64
+	// overdraft: the rule's params turn overdraft on (strategy.OverdraftIn):
+	// Settle may charge more than was reserved.
+	overdraft bool
 }
 
 // Rule is the name of the rule this limiter enforces.
@@ -589,6 +599,9 @@ type Reservation struct {
 	allowed bool
 	tokens  int64
 	at      time.Time // when to act: proceed (allowed) or ask again
+	l       *Limiter  // for Settle
+	key     string
+	settled atomic.Bool
 }
 
 // OK reports whether the request can ever be admitted: n <= burst and a
@@ -627,8 +640,9 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 }
 
 // Cancel does nothing: an admitted request's tokens, reserved ahead or
-// not, are spent at the cluster and cannot be handed back, and a refused
-// one holds none. (In x/time/rate, Cancel restores the reserved tokens.)
+// not, are spent at the cluster, and a refused one holds none. (In
+// x/time/rate, Cancel restores the reserved tokens; here Settle(ctx, 0)
+// gives them back, under the strategies that keep a bucket per key.)
 func (r *Reservation) Cancel() {}
 
 // Reserve asks for n tokens of key now and reports the outcome as a
@@ -663,14 +677,14 @@ func (l *Limiter) fillTime() time.Duration {
 func (l *Limiter) reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
 	now := time.Now()
 	if n > l.burst {
-		return &Reservation{tokens: n}, nil
+		return &Reservation{tokens: n, l: l, key: key}, nil
 	}
 	d, err := l.node.CheckWait(ctx, l.rule, key, n, min(max(maxWait, 0), cluster.MaxWait))
 	if err != nil {
 		return nil, err
 	}
 	ok := d.Allowed
-	r := &Reservation{ok: true, allowed: ok, tokens: n, at: now.Add(d.Delay)}
+	r := &Reservation{ok: true, allowed: ok, tokens: n, at: now.Add(d.Delay), l: l, key: key}
 	if !ok {
 		if l.rate <= 0 {
 			r.ok = false

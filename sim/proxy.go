@@ -341,6 +341,9 @@ func (r *runner) proxyRequest(i int, req *workload.Request) {
 	case proxyLocal:
 		r.inCall = prioRequest
 		sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: r.now}
+		if r.cfg.Charges != nil {
+			sreq.Charge = r.cfg.Charges[i]
+		}
 		p.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 			if ok {
 				r.record(d, true)

@@ -141,6 +141,11 @@ type Config struct {
 	// strategy.EdgeArrival, as the live runtime does with a check's
 	// created_at_unix_ns. Other strategies, and nil, get Arrival.
 	EdgeTimes []time.Duration
+	// Charges, when not nil, marks each trace request that is a cost
+	// already incurred (strategy.Request.Charge; len = the trace's): under
+	// a rule with overdraft its tokens are taken whatever the key's level.
+	// Nil: every request is a check.
+	Charges []bool
 	// Proxies puts a tier of Envoy proxies between the trace and the
 	// cluster (ProxyTier); the zero value, no proxies, is the run as
 	// before the tier existed, bit for bit.
@@ -286,6 +291,9 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	if cfg.EdgeTimes != nil && len(cfg.EdgeTimes) != len(trace.Requests) {
 		return nil, fmt.Errorf("sim: %d edge times for %d requests", len(cfg.EdgeTimes), len(trace.Requests))
 	}
+	if cfg.Charges != nil && len(cfg.Charges) != len(trace.Requests) {
+		return nil, fmt.Errorf("sim: %d charge marks for %d requests", len(cfg.Charges), len(trace.Requests))
+	}
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = time.Second
 	}
@@ -416,6 +424,9 @@ func (r *runner) injectAt(i, ni int) {
 	r.receivedBy[i] = int32(ni)
 	r.inCall = prioRequest
 	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: r.now}
+	if r.cfg.Charges != nil {
+		sreq.Charge = r.cfg.Charges[i]
+	}
 	if r.cfg.EdgeTimes != nil {
 		if _, ok := n.s.(strategy.ArrivalOrderer); ok {
 			sreq.Arrival = strategy.EdgeArrival(r.cfg.EdgeTimes[i], r.now)

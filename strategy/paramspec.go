@@ -92,6 +92,9 @@ func CheckParam(strategy string, specs []ParamSpec, name, value string) error {
 	}
 	s, ok := FindParam(specs, name)
 	if !ok {
+		if isOverdraftParam(name) {
+			return OverdraftUnsupported(strategy, name)
+		}
 		if len(specs) == 0 {
 			return fmt.Errorf("strategy %s takes no parameters, got %s", strategy, name)
 		}

@@ -39,6 +39,13 @@ type Request struct {
 	Key     string
 	Tokens  int64
 	Arrival time.Duration
+	// Charge marks a cost already incurred (an LLM response's tokens,
+	// sent after it by Envoy's apply_on_stream_done; limiter's Settle):
+	// under a rule with overdraft (Overdraft) its tokens are taken
+	// whatever the key's level, down to the rule's max_debt, and it is
+	// decided Allowed when they were there. Without overdraft, and on
+	// strategies that do not implement it, it is a request like any other.
+	Charge bool
 }
 
 // Decision is the answer to one request.

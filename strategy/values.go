@@ -44,6 +44,9 @@ func ReadParams(strategy string, specs []ParamSpec, p Params) (*Values, error) {
 	for _, name := range p.Names() {
 		s, ok := FindParam(specs, name)
 		if !ok {
+			if isOverdraftParam(name) {
+				return nil, OverdraftUnsupported(strategy, name)
+			}
 			if len(specs) == 0 {
 				return nil, fmt.Errorf("strategy %s takes no parameters, got %s", strategy, name)
 			}

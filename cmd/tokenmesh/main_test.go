@@ -178,6 +178,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--param", "gdrl.graph=star", "--strategies", "gdrl"}, "want one of ring, regular, full"},
 		{[]string{"sim", "--param", "lease.period=soon", "--strategies", "owner"}, `period="soon": want a duration`},
 		{[]string{"strategies", "bogus"}, `unknown strategy "bogus"`},
+		{[]string{"sim", "--param", "gdrl.overdraft=true", "--strategies", "gdrl"}, "strategy gdrl does not implement overdraft"},
 
 		{[]string{"sim", "--param", "partition=maybe", "--strategies", "static"}, `partition=maybe: partition "maybe": want available or conserve`},
 		{[]string{"sim", "--param", "static.partition=maybe", "--strategies", "static"}, `partition="maybe": want available or conserve`},

@@ -233,6 +233,12 @@
 //     with local (r/N, b/N) buckets that start empty (together at most one
 //     more envelope while the owner is unreachable).
 //
+// Overdraft (the parameters overdraft and max_debt; ours, issue 23 item
+// 5): a charge is taken at the key's owner, into its pool, down to a debt
+// of max_debt, or from a holder's lease that holds all of it; the owner
+// grants no lease while in debt (overdraft.go has the details and what a
+// timed-out charge costs).
+//
 // The parameters are listed in the "# Parameters" section below (declared
 // in Params, params.go). max_wait's waits are RequestWait's (seed 000
 // §5.2): checks with a max wait are decided as plain requests while it is
@@ -325,6 +331,11 @@ type Lease struct {
 	fetching map[string]*fetch
 	gave     map[string]*gave
 	fetchSeq uint64
+
+	// overdraft (overdraft.go): the rule's setting and its max_debt in
+	// ticks, the deepest a pool's level goes (0 without overdraft).
+	od        strategy.Overdraft
+	debtTicks int64
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -366,6 +377,8 @@ type queued struct {
 	tokens  int64
 	origin  strategy.NodeID
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
+	refund  bool          // tokens given back (Refund): credited, nothing decided
+	charge  bool          // a cost already incurred (strategy.Request.Charge)
 }
 
 type forwardID struct {
@@ -473,6 +486,13 @@ func New(cfg strategy.Config) (*Lease, error) {
 	if l.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
 	}
+	if l.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
+		return nil, err
+	}
+	if l.od.On {
+		b := bucket.MustNew(cfg.Rate, cfg.Burst, 0) // validated above
+		l.debtTicks = b.DebtTicks(l.od.MaxDebt)
+	}
 	l.rate = cfg.Rate
 	if r, b, err := localShare(cfg.Rate, cfg.Burst, cfg.Self, l.members); err != nil {
 		return nil, err
@@ -565,8 +585,11 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // reservations have passed too.
 func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
 	maxWait = min(max(maxWait, 0), l.maxWait)
+	if l.od.On && req.Charge {
+		maxWait = 0 // overdraft: a charge is taken at once, it does not wait
+	}
 	if l.owner(req.Key) == l.self {
-		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
+		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge})
 		if l.hold > 0 {
 			fx.WakeAt(max(req.Arrival+l.hold, now))
 			return strategy.Decision{}, false
@@ -595,7 +618,9 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 		}
 	}
-	if req.Arrival+maxWait < h.emptyUntil {
+	if req.Arrival+maxWait < h.emptyUntil && !(l.od.On && req.Charge) {
+		// (Under overdraft a charge is taken even when refused: it goes
+		// to the owner, whose pool takes its tokens.)
 		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
 	}
 	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout, MaxWait: maxWait}
@@ -723,7 +748,7 @@ func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy
 	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
 	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait)}}}))
+		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait), PostHoc: p.Req.Charge}}}))
 }
 
 // pool returns key's pool at this node as owner, creating it: full, or,
@@ -777,6 +802,10 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			}
 			continue
 		}
+		if q.refund {
+			l.credit(now, q, fx)
+			continue
+		}
 		if l.warm(now, q, fx) {
 			continue // waits for its key's warm-up (warmup.go)
 		}
@@ -793,12 +822,15 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		var allowed bool
 		var delay time.Duration
-		if q.maxWait > 0 {
+		switch {
+		case l.od.On && q.charge:
+			allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
+		case q.maxWait > 0:
 			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
-		} else {
+		default:
 			allowed = l.sh.take(p, q.arrival, q.tokens)
 		}
-		if allowed {
+		if allowed || (l.od.On && q.charge) { // under overdraft a refused charge took its tokens too
 			l.markDirty(now, q.key, fx)
 		}
 		if q.origin == "" {
@@ -906,7 +938,7 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		}
 		l.seen.Add(now, fid, &verdict{}, fx)
 		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait)})
+		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait), charge: f.PostHoc})
 		fx.WakeAt(max(arr+l.hold, now))
 	case *peerv1.LeaseMessage_Ask:
 		a := b.Ask
@@ -1001,6 +1033,8 @@ func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 			return fmt.Errorf("lease: message from %s has an empty state", from)
 		}
 		return l.receiveState(now, from, b.State, fx)
+	case *peerv1.LeaseMessage_Refund:
+		return l.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.LeaseMessage_ReturnAck:
 		a := b.ReturnAck
 		delete(l.returns, grantID{from, a.Key, a.Seq})
@@ -1306,7 +1340,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			continue
 		}
 		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait})
+		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait, charge: p.Req.Charge})
 		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
 	}
 	for _, h := range l.keys {
@@ -1366,6 +1400,9 @@ func queuedLess(a, b queued) bool {
 	}
 	if a.spent != b.spent {
 		return !a.spent // releases last at their instant
+	}
+	if a.refund != b.refund {
+		return !a.refund // and refunds after everything else
 	}
 	if a.ask != b.ask {
 		return !a.ask // requests before asks at the same instant

@@ -40,13 +40,24 @@
 //     takeover starts empty); at least 1.
 //   - sync (duration, default max(hold, 10ms)): how often the owner ships the
 //     states of the keys whose bucket changed to their replicas; positive.
+//   - overdraft (bool, default false): charges (costs known after the
+//     response: Envoy's apply_on_stream_done hits, limiter's Settle) are taken
+//     whatever the key's level, which goes below zero (a debt, at most
+//     max_debt); checks are refused until the refill repays it.
+//   - max_debt (int, tokens, default burst): with overdraft, the deepest debt
+//     of a key (at least 1; setting it turns overdraft on): the part of a
+//     charge beyond it is forgiven; a debt of D takes D/r to repay.
 package lease
 
-import "github.com/tokenmesh/tokenmesh/strategy"
+import (
+	"slices"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
 
 // Params declares lease's parameters (strategy.ParamSpec), read by config
 // validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
-var Params = []strategy.ParamSpec{
+var Params = append([]strategy.ParamSpec{
 	{Name: "hold", Type: strategy.ParamDuration, Default: "latency_hint", Example: "5ms",
 		Doc: "the owner's ordering buffer."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
@@ -75,4 +86,4 @@ var Params = []strategy.ParamSpec{
 		Doc: "the key's first K nodes in rendezvous order hold its owner's state (level and lent tokens), shipped every sync, so that the node that takes the key over continues from it (or from what its warm-up asks them for); 1 turns replicas and warm-up off (every takeover starts empty); at least 1."},
 	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",
 		Doc: "how often the owner ships the states of the keys whose bucket changed to their replicas; positive."},
-}
+}, slices.Clone(strategy.OverdraftSpecs)...)

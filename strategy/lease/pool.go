@@ -13,7 +13,7 @@ import (
 // nanosecond refills tokensPerNs ticks) with a moving capacity and a
 // credit, which bucket.Bucket does not offer.
 type pool struct {
-	level  int64         // ticks available; <= (burst-leased)*per; below 0 only while waiting-mode reservations wait (reserve)
+	level  int64         // ticks available; <= (burst-leased)*per; below 0 only while waiting-mode reservations wait (reserve) or under overdraft (charge: a debt)
 	last   time.Duration // refilled up to here; may lie ahead of now (a conservative start)
 	leased int64         // whole tokens in unexpired, unreturned leases
 	// lentUntil is the latest expiry of the leases granted out of it (an
@@ -172,4 +172,36 @@ func (s shape) fillTime(p *pool) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return max(time.Duration((s.capacity(p)-p.level)/s.tokensPerNs), 1)
+}
+
+// charge decides n tokens at time at (advanced to at before; see spare)
+// under overdraft: they are taken whatever p holds, down to a level of
+// -floor ticks (the rule's max_debt; the part beyond is forgiven), and it
+// reports take's verdict: whether p held them. While the level is below
+// one token p grants no lease (whole is 0), so tokens in leases plus the
+// level never exceed the burst.
+func (s shape) charge(p *pool, at time.Duration, n, floor int64) bool {
+	if n <= 0 {
+		return true
+	}
+	allowed := n <= s.burst && s.spare(p, at) >= n*s.per
+	room := (p.level + floor) / s.per // whole tokens above -floor (both terms are below 2^62)
+	if k := min(n, room); k > 0 {
+		p.level -= k * s.per
+	}
+	return allowed
+}
+
+// credit gives back n tokens to p (a refund), capped at its capacity at
+// its current leases, so that a credit never makes tokens.
+func (s shape) credit(p *pool, n int64) {
+	c := s.capacity(p)
+	if n <= 0 || p.level >= c {
+		return
+	}
+	if n <= (c-p.level)/s.per {
+		p.level += n * s.per
+	} else {
+		p.level = c
+	}
 }

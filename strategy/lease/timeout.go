@@ -43,6 +43,11 @@ func (l *Lease) timedOut(now time.Duration, req strategy.Request) bool {
 		b = l.local.Get(req.Key, now)
 		_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
 	}
+	if l.od.On && req.Charge {
+		// Charged here, refused or not (the owner does not see it).
+		ok, _ := b.ChargeN(now, req.Tokens, max(l.od.MaxDebt/int64(max(len(l.members), 1)), 1))
+		return ok
+	}
 	return b.AllowN(now, req.Tokens)
 }
 

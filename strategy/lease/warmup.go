@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -342,7 +343,7 @@ func (l *Lease) mergeRecords(a, b *record) *record {
 // checkState checks a state from a peer (a replica or a warm-up answer)
 // against the bounds every honest state keeps.
 func (l *Lease) checkState(now time.Duration, what string, from strategy.NodeID, key string, level, atNs, lent, lentUntilNs int64) error {
-	floor := -satMul(l.sh.tokensPerNs, int64(l.maxWait))
+	floor := -min(satMul(l.sh.tokensPerNs, int64(l.maxWait)), math.MaxInt64/2) - l.debtTicks // reservations, and an overdraft's debt
 	switch {
 	case key == "" || len(key) > maxKeyBytes:
 		return fmt.Errorf("lease: %s from %s: key of %d bytes (want 1..%d)", what, from, len(key), maxKeyBytes)

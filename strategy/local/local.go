@@ -11,6 +11,11 @@
 // `partition: conserve` does not apply: it is refused for local and
 // central (strategy.CheckPartition: they do not implement
 // strategy.Conserver). central runs on one node.
+//
+// Overdraft (strategy.Overdraft; ours): a charge (strategy.Request.Charge)
+// is taken from the node's bucket whatever it holds, down to a debt of
+// max_debt (bucket.Bucket.ChargeN); checks are refused until the refill
+// repays it. Refund (strategy.Refunder) credits the bucket, capped at b.
 package local
 
 import (
@@ -27,22 +32,29 @@ type Local struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
+	od         strategy.Overdraft
 }
 
 // New builds a node. name is "local" or "central" (for error messages).
-// Errors: an invalid Config, or any parameter (it takes none).
+// Errors: an invalid Config, or a bad parameter (it takes the overdraft
+// ones only: strategy.ReadOverdraft).
 func New(name string, cfg strategy.Config) (*Local, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := strategy.ReadParams(name, Params, cfg.Params); err != nil {
+	v, err := strategy.ReadParams(name, Params, cfg.Params)
+	if err != nil {
+		return nil, err
+	}
+	od, err := strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst)
+	if err != nil {
 		return nil, err
 	}
 	t, err := buckets.New(cfg.Rate, cfg.Burst)
 	if err != nil {
 		return nil, err
 	}
-	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, nil
+	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst), od: od}, nil
 }
 
 // Start schedules the first sweep of idle (full) buckets.
@@ -53,16 +65,39 @@ func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
 
 // Request decides at once from this node's bucket for req.Key, at req.Arrival:
 // allowed when req.Tokens tokens are there (a request above the burst never is).
+// Under overdraft (strategy.Overdraft) a charge (req.Charge) is taken in
+// any case, down to the rule's max_debt (bucket.Bucket.ChargeN).
 func (l *Local) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	l.lend.Clamp(l.table, req.Arrival, req.Key)
-	ok := l.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
+	b := l.table.Get(req.Key, req.Arrival)
+	var ok bool
+	if l.od.On && req.Charge {
+		ok, _ = b.ChargeN(req.Arrival, req.Tokens, l.od.MaxDebt)
+	} else {
+		ok = b.AllowN(req.Arrival, req.Tokens)
+	}
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+// Refund gives back tokens of key at now, capped at the burst less the
+// tokens lent to the driver's fast path (strategy.Refunder).
+func (l *Local) Refund(now time.Duration, id uint64, key string, tokens int64, fx *strategy.Effects) {
+	b, ok := l.table.Lookup(key)
+	if !ok {
+		return // no bucket: a full one, where a refund adds nothing
+	}
+	b.Refund(now, tokens)
+	l.lend.Clamp(l.table, now, key)
 }
 
 // RequestWait decides req in waiting mode (strategy.Waiter, seed 000
 // §5.2): the tokens are reserved in this node's bucket for req.Key when the
-// wait is at most maxWait, and the decision carries that wait.
+// wait is at most maxWait, and the decision carries that wait. Under
+// overdraft a charge is Request (taken at once, no wait).
 func (l *Local) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	if l.od.On && req.Charge {
+		return l.Request(now, req, fx)
+	}
 	l.lend.Clamp(l.table, req.Arrival, req.Key)
 	delay, ok := strategy.ReserveWithin(l.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
@@ -99,4 +134,7 @@ func (l *Local) Remaining(now time.Duration, key string) (int64, bool) {
 	return l.lend.Remaining(l.table, now, key), true
 }
 
-var _ strategy.Remainer = (*Local)(nil)
+var (
+	_ strategy.Remainer = (*Local)(nil)
+	_ strategy.Refunder = (*Local)(nil)
+)

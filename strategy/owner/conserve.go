@@ -76,8 +76,16 @@ func (o *Owner) rescale(now time.Duration) {
 // both must hold the tokens, and both are charged. While there are
 // conserve buckets a request is decided without waiting (delay 0): a
 // reservation would have to hold in both buckets at once.
-func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.Duration) (time.Duration, bool) {
+//
+// Under overdraft (strategy.Overdraft) a charge (strategy.Request.Charge)
+// is taken whatever the verdict: both buckets take its tokens
+// (bucket.Bucket.ChargeN), down to the key's share of max_debt (the
+// conserve bucket: k/N of it, at least 1), and it does not wait.
+func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.Duration, charge bool) (time.Duration, bool) {
 	b := o.bucketFor(key, at)
+	if o.od.On && charge {
+		return 0, o.charge(key, b, at, tokens)
+	}
 	if o.scaled == nil {
 		return strategy.ReserveWithin(b, at, tokens, maxWait)
 	}
@@ -85,6 +93,16 @@ func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.D
 	if !probe.AllowN(at, tokens) {
 		return 0, false
 	}
+	sb := o.conserveBucket(key, b, at)
+	if !sb.AllowN(at, tokens) {
+		return 0, false
+	}
+	return 0, b.AllowN(at, tokens)
+}
+
+// conserveBucket is key's conserve bucket (o.scaled is not nil), made at
+// k/N of what b, the key's bucket, holds at at when there is none.
+func (o *Owner) conserveBucket(key string, b *bucket.Bucket, at time.Duration) *bucket.Bucket {
 	t := o.scaled[o.subOf(key)]
 	sb, ok := t.Lookup(key)
 	if !ok {
@@ -96,17 +114,50 @@ func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.D
 			sb.Debit(at, have-target)
 		}
 	}
-	if !sb.AllowN(at, tokens) {
-		return 0, false
+	return sb
+}
+
+// charge decides tokens of key at time at under overdraft: b (the key's
+// bucket) and, while members are missing under conserve, the key's
+// conserve bucket take them whatever the verdict (bucket.Bucket.ChargeN),
+// which is that both held them.
+func (o *Owner) charge(key string, b *bucket.Bucket, at time.Duration, tokens int64) bool {
+	debt := o.debts[o.subOf(key)]
+	if o.scaled == nil {
+		ok, _ := b.ChargeN(at, tokens, debt)
+		return ok
 	}
-	return 0, b.AllowN(at, tokens)
+	sb := o.conserveBucket(key, b, at)
+	okS, _ := sb.ChargeN(at, tokens, o.scaledDebt(debt))
+	ok, _ := b.ChargeN(at, tokens, debt)
+	return ok && okS
+}
+
+// scaledDebt is the conserve bucket's share k/N of a debt bound of debt
+// tokens, at least 1.
+func (o *Owner) scaledDebt(debt int64) int64 {
+	return max(debt*int64(o.scaleK)/int64(max(o.scaleN, 1)), 1)
 }
 
 // debit charges tokens of key that a peer admitted on this node's behalf
 // (on_timeout fallback charges) to the key's bucket and, while there is
 // one, to its conserve bucket.
+//
+// Under overdraft the debt goes down to the rule's max_debt (the key's
+// share of it) instead of one burst.
 func (o *Owner) debit(key string, at time.Duration, tokens int64) {
-	o.bucketFor(key, at).Debit(at, tokens)
+	b := o.bucketFor(key, at)
+	if o.od.On {
+		debt := o.debts[o.subOf(key)]
+		b.Overdraw(at, tokens, debt)
+		if o.scaled != nil {
+			if sb, ok := o.scaled[o.subOf(key)].Lookup(key); ok {
+				sb.Overdraw(at, tokens, o.scaledDebt(debt))
+			}
+		}
+		return
+	}
+	b.Debit(at, tokens)
 	if o.scaled != nil {
 		if sb, ok := o.scaled[o.subOf(key)].Lookup(key); ok {
 			sb.Debit(at, tokens)

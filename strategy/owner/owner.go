@@ -95,6 +95,23 @@
 //     (not at the next sync): they take over as soon as gossip reports the
 //     leave, and a decision not shipped would be counted twice.
 //
+// Overdraft (strategy.Overdraft, the parameters overdraft and max_debt;
+// ours, issue 23 item 5): a charge (strategy.Request.Charge, a cost known
+// after the response) is decided at the key's primary like any request
+// (OwnerForward.post_hoc) but taken whatever its bucket holds, down to a
+// debt of max_debt (each sub-bucket its share under split), and answered
+// allowed when its tokens were there; checks are refused while the key is
+// in debt. A forwarder whose charge gets no verdict answers it by
+// on_timeout and charges it to the owner afterwards as a fallback
+// admission, refused or not, so no charge is lost while its owner's
+// replacement is found (bounded by chargeTTL, as those). Replicas,
+// hand-overs and warm-ups carry a debt like any level (accepted down to
+// minus the larger of the burst and max_debt). A charge never waits.
+// Refund (strategy.Refunder) credits a key's bucket through the ordering
+// buffer, from another node by one OwnerRefund (not retransmitted, taken
+// once per sender and request ID). A snapshot (strategy.Snapshotter)
+// stores no debt: a restarted node's key in debt comes back empty.
+//
 // Split brain: during a partition each side routes a key to the primary of
 // its own view and each admits up to the key's envelope b + r*T (the
 // forwarders of a side without the key's primary admit by on_timeout until
@@ -188,6 +205,12 @@ type Owner struct {
 	split  int
 	tables []*buckets.Table
 	caps   []int64 // tables[i]'s burst in ticks: the bound of a peer's level
+	// floors[i] is the lowest level of tables[i] a peer may ship (minus
+	// the larger of the burst and the overdraft's debt, in ticks), debts[i]
+	// sub-bucket i's share of max_debt in tokens (0 without overdraft).
+	floors []int64
+	debts  []int64
+	od     strategy.Overdraft
 	// local holds the on_timeout=local fallback buckets, (r/N, b/N) each.
 	local *buckets.Table
 
@@ -260,6 +283,8 @@ type queued struct {
 	tokens  int64
 	origin  strategy.NodeID
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
+	refund  bool          // a refund of tokens (Refund): credited, nothing decided
+	charge  bool          // a cost already incurred (strategy.Request.Charge)
 }
 
 type charge struct {
@@ -336,6 +361,9 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
+	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
+		return nil, err
+	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.hinted = strategy.ReadForwardTimers(v, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
@@ -359,6 +387,12 @@ func New(cfg strategy.Config) (*Owner, error) {
 		b := bucket.MustNew(subRate, burst, 0)
 		o.tables = append(o.tables, t)
 		o.caps = append(o.caps, b.CapacityTicks())
+		var debt int64
+		if o.od.On {
+			debt, _ = bucket.SplitBurst(o.od.MaxDebt, o.split, i) // MaxDebt >= 1, i < split
+		}
+		o.debts = append(o.debts, debt)
+		o.floors = append(o.floors, b.FloorTicks(debt))
 	}
 	o.table = o.tables[0]
 	o.conserve = cfg.Partition == strategy.PartitionConserve
@@ -436,6 +470,9 @@ func (o *Owner) OrdersByArrival() {}
 // (so a level replicated to the key's other nodes stays within [-b, b]).
 func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
 	maxWait = o.capWait(maxWait)
+	if o.od.On && req.Charge {
+		maxWait = 0 // overdraft: a charge is taken at once, it does not wait
+	}
 	if o.split > 1 {
 		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
 	}
@@ -447,7 +484,7 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	}
 	// With no ordering buffer the owner decides its own requests at once
 	// (so, unlike enqueue, it asks for no wake-up).
-	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait})
+	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge})
 	o.decideDue(now, fx)
 	return fx.TakeDecision(req.ID)
 }
@@ -474,7 +511,7 @@ func (o *Owner) primary(key string) strategy.NodeID {
 func (o *Owner) route(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (allowed, decided bool) {
 	owner := o.primary(req.Key)
 	if owner == o.self || owner == "" {
-		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait}, fx)
+		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge}, fx)
 		return false, false
 	}
 	if until, ok := o.suspect[owner]; ok && now < until {
@@ -499,7 +536,7 @@ func (o *Owner) forward(now time.Duration, p *forwarding.Pending, owner strategy
 	o.timeouts.Push(deadline{at: next, id: p.Req.ID})
 	fx.WakeAt(next)
 	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait),
+		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait), PostHoc: p.Req.Charge,
 	}}}))
 }
 
@@ -511,6 +548,9 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 	case TimeoutAdmit:
 		allowed = true
 	case TimeoutReject:
+		if o.od.On && req.Charge {
+			o.addCharge(now, req, owner, fx)
+		}
 		return false
 	default:
 		b, ok := o.local.Lookup(req.Key)
@@ -521,9 +561,14 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 			b = o.local.Get(req.Key, now)
 			_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
 		}
-		allowed = b.AllowN(now, req.Tokens)
+		if o.od.On && req.Charge {
+			allowed, _ = b.ChargeN(now, req.Tokens, max(o.od.MaxDebt/int64(max(len(o.members), 1)), 1))
+		} else {
+			allowed = b.AllowN(now, req.Tokens)
+		}
 	}
-	if allowed {
+	if allowed || (o.od.On && req.Charge) {
+		// Under overdraft a charge is taken, refused or not.
 		o.addCharge(now, req, owner, fx)
 	}
 	return allowed
@@ -700,14 +745,22 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		if o.fetchFor(now, q, fx) {
 			continue
 		}
+		if q.refund {
+			o.credit(q.key, q.arrival, q.tokens)
+			if o.owns(q.key) {
+				o.markDirty(now, q.key, fx)
+			}
+			continue
+		}
 		v, _ := o.seen.Get(forwardID{q.origin, q.id, q.key})
 		if v != nil && v.charged { // answered and charged already: acknowledge
 			v.decided, v.allowed = true, true
 			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
-		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait)
-		if allowed {
+		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
+		charged := allowed || (o.od.On && q.charge) // under overdraft a charge is taken, refused or not
+		if charged {
 			o.markDirty(now, q.key, fx)
 		}
 		if q.origin == "" {
@@ -716,6 +769,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		if v != nil {
 			v.decided, v.allowed, v.delay = true, allowed, delay
+			v.charged = v.charged || (o.od.On && q.charge)
 		}
 		sendVerdict(q.origin, q.id, allowed, delay, fx)
 	}
@@ -793,6 +847,8 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		return o.receiveLevels(now, from, b.Levels, fx)
 	case *peerv1.OwnerMessage_LevelQuery:
 		return o.receiveQuery(now, from, b.LevelQuery, fx)
+	case *peerv1.OwnerMessage_Refund:
+		return o.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
 		if o.ackTo[b.LevelsAck.Seq] == from {
 			delete(o.unacked, b.LevelsAck.Seq)
@@ -826,7 +882,8 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 			// The forwarder answered this request itself after a
 			// timeout and admitted it, while this node refused it (or
 			// has not decided it yet): take its tokens now, once, and
-			// let a pending decision only acknowledge.
+			// let a pending decision only acknowledge. (Under overdraft
+			// a charge decided here was taken, refused or not: charged.)
 			o.debit(f.Key, peerArrival(f, now), f.Tokens)
 			v.charged = true
 			if o.owns(f.Key) {
@@ -852,7 +909,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		return nil
 	}
 	o.seen.Add(now, fid, &verdict{}, fx)
-	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs))}, fx)
+	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs)), charge: f.PostHoc}, fx)
 	return nil
 }
 
@@ -903,10 +960,10 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		if err != nil {
 			return fmt.Errorf("owner: levels from %s: %w", from, err)
 		}
-		capTicks := o.caps[sub]
+		capTicks, floor := o.caps[sub], o.floors[sub]
 		switch {
-		case l.LevelTicks < -capTicks || l.LevelTicks > capTicks:
-			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [-%d, %d] (the burst in ticks)", from, l.Key, l.LevelTicks, capTicks, capTicks)
+		case l.LevelTicks < floor || l.LevelTicks > capTicks:
+			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [%d, %d] (minus the burst or the overdraft's max_debt, and the burst, in ticks)", from, l.Key, l.LevelTicks, floor, capTicks)
 		case l.AtNs < 0:
 			return fmt.Errorf("owner: levels from %s: key %q: negative at_ns %d", from, l.Key, l.AtNs)
 		case time.Duration(l.AtNs) > now+o.slack:
@@ -920,7 +977,7 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		if !ok {
 			b = t.Get(l.Key, min(at, now))
 		}
-		_ = b.MergeLevelAt(now, l.LevelTicks, at) // validated above; a sender ahead of this clock is taken at now
+		_ = b.MergeLevelAtFloor(now, l.LevelTicks, at, o.floors[o.subOf(l.Key)]) // validated above; a sender ahead of this clock is taken at now
 		if o.owns(l.Key) {
 			o.markDirty(now, l.Key, fx)
 		}

@@ -28,14 +28,25 @@
 //   - split (int, sub-buckets, default 1): each key's (r, b) is split over K
 //     in [1, 64] sub-buckets, each owned on its own; every node of a rule must
 //     use the same split.
+//   - overdraft (bool, default false): charges (costs known after the
+//     response: Envoy's apply_on_stream_done hits, limiter's Settle) are taken
+//     whatever the key's level, which goes below zero (a debt, at most
+//     max_debt); checks are refused until the refill repays it.
+//   - max_debt (int, tokens, default burst): with overdraft, the deepest debt
+//     of a key (at least 1; setting it turns overdraft on): the part of a
+//     charge beyond it is forgiven; a debt of D takes D/r to repay.
 package owner
 
-import "github.com/tokenmesh/tokenmesh/strategy"
+import (
+	"slices"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
 
 // Params declares owner's parameters (strategy.ParamSpec), read by config
 // validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams; see its
 // doc for the full story of each).
-var Params = []strategy.ParamSpec{
+var Params = append([]strategy.ParamSpec{
 	{Name: "hold", Type: strategy.ParamDuration, Default: "latency_hint", Example: "5ms",
 		Doc: "the primary's ordering buffer: a request is decided once it is this old (003)."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
@@ -58,4 +69,4 @@ var Params = []strategy.ParamSpec{
 		Doc: "how far in the future a peer's level may be valid (clock skew) before it is refused."},
 	{Name: "split", Type: strategy.ParamInt, Unit: "sub-buckets", Default: "1", Example: "4",
 		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split."},
-}
+}, slices.Clone(strategy.OverdraftSpecs)...)

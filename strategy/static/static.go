@@ -30,6 +30,16 @@
 // the heal both modes re-split over the merged membership (SetMembers with
 // the whole view: N is the same in both modes again), keeping each
 // bucket's tokens (a re-split never creates tokens).
+//
+// # Overdraft (ours)
+//
+// Under a rule with overdraft (strategy.Overdraft) a charge
+// (strategy.Request.Charge) is taken from the node's sub-token bucket
+// whatever it holds, down to the node's share of max_debt (split over the
+// members as the burst is, so the shares sum to max_debt): each node's
+// debt is its own, and it refuses the key's checks until its share r/N
+// has repaid it, while the other nodes' shares admit as before. A re-split
+// keeps each bucket's level, debt included.
 package static
 
 import (
@@ -55,18 +65,27 @@ type Static struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
+	// od is the rule's overdraft; debt this node's share of its max_debt
+	// (split as the burst, bucket.SplitBurst), in tokens.
+	od   strategy.Overdraft
+	debt int64
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
-// any parameter (it takes none).
+// a bad parameter (it takes the overdraft ones only: strategy.ReadOverdraft).
 func New(cfg strategy.Config) (*Static, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := strategy.ReadParams("static", Params, cfg.Params); err != nil {
+	v, err := strategy.ReadParams("static", Params, cfg.Params)
+	if err != nil {
 		return nil, err
 	}
-	s := &Static{self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst, conserve: cfg.Partition == strategy.PartitionConserve,
+	od, err := strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst)
+	if err != nil {
+		return nil, err
+	}
+	s := &Static{od: od, self: cfg.Self, rate: cfg.Rate, burst: cfg.Burst, conserve: cfg.Partition == strategy.PartitionConserve,
 		live: slices.Sorted(slices.Values(cfg.Members)), expected: slices.Clone(cfg.Members)}
 	r, b, err := s.share(cfg.Members)
 	if err != nil {
@@ -76,6 +95,7 @@ func New(cfg strategy.Config) (*Static, error) {
 		return nil, err
 	}
 	s.members = len(cfg.Members)
+	s.debt = s.debtShare(cfg.Members)
 	s.sweepEvery = buckets.SweepInterval(r, b)
 	return s, nil
 }
@@ -94,6 +114,20 @@ func (s *Static) share(members []strategy.NodeID) (bucket.Rate, int64, error) {
 	return r, b, err
 }
 
+// debtShare is this node's share of the rule's max_debt among members
+// (0 without overdraft): split in whole tokens as the burst, so that the
+// shares sum to max_debt.
+func (s *Static) debtShare(members []strategy.NodeID) int64 {
+	if !s.od.On {
+		return 0
+	}
+	d, err := bucket.SplitBurst(s.od.MaxDebt, len(members), max(slices.Index(members, s.self), 0))
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
 // Start schedules the first sweep of idle (full) buckets.
 func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
 	s.nextSweep = now + s.sweepEvery
@@ -101,11 +135,32 @@ func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
 }
 
 // Request decides at once from this node's sub-token bucket (r/N, b_i) for
-// req.Key, at req.Arrival.
+// req.Key, at req.Arrival. Under overdraft (strategy.Overdraft) a charge
+// (req.Charge) is taken in any case, down to this node's share of
+// max_debt (split over the members as the burst): each node's debt is its
+// own, and a node refuses the key's checks until its share has repaid it.
 func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	s.lend.Clamp(s.table, req.Arrival, req.Key)
-	ok := s.table.Get(req.Key, req.Arrival).AllowN(req.Arrival, req.Tokens)
+	b := s.table.Get(req.Key, req.Arrival)
+	var ok bool
+	if s.od.On && req.Charge {
+		ok, _ = b.ChargeN(req.Arrival, req.Tokens, s.debt)
+	} else {
+		ok = b.AllowN(req.Arrival, req.Tokens)
+	}
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+// Refund gives back tokens of key to this node's sub-token bucket at now,
+// capped at its share b_i less the tokens lent to the driver's fast path
+// (strategy.Refunder).
+func (s *Static) Refund(now time.Duration, id uint64, key string, tokens int64, fx *strategy.Effects) {
+	b, ok := s.table.Lookup(key)
+	if !ok {
+		return // no bucket: a full one
+	}
+	b.Refund(now, tokens)
+	s.lend.Clamp(s.table, now, key)
 }
 
 // Receive always fails: static sends no peer messages.
@@ -161,6 +216,7 @@ func (s *Static) resplit(now time.Duration) {
 	s.lend.ClampAll(s.table, now)
 	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
 	s.members = len(split)
+	s.debt = s.debtShare(split)
 	s.lend.ClampAll(s.table, now) // the new b_i less what is held (none when the driver returned first)
 }
 
@@ -190,4 +246,5 @@ var (
 	_ strategy.Remainer      = (*Static)(nil)
 	_ strategy.ShareReporter = (*Static)(nil)
 	_ strategy.Conserver     = (*Static)(nil)
+	_ strategy.Refunder      = (*Static)(nil)
 )
