@@ -69,7 +69,13 @@ func SameRule(a, b Rule) bool {
 //     on fail with ErrRuleChanged, and its peer counters start again at 0);
 //   - a removed rule is dropped (its waiting checks fail with
 //     ErrRuleRemoved; peer frames for it are then counted as unknown-rule
-//     frames, as from a node that does not have it yet).
+//     frames, as from a node that does not have it yet);
+//   - a derived rule (EnsureDerived, derived.go) is derived again by the
+//     Deriver in force (SetDeriver it first when the reload changes what
+//     names derive) and added after rules: kept, changed (and seeded) or
+//     added as above; it is dropped when a rule of rules has its name, when
+//     the Deriver no longer derives it, or when the derived rules would
+//     make the update fail (then all are dropped and rules alone applied).
 //
 // Every node of a cluster must get the same rules (each reloads its own
 // file); until all have, peers may drop each other's frames for a rule
