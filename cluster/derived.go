@@ -90,12 +90,17 @@ func (n *Node) SetDeriver(d Deriver) {
 // has a rule of that name (configured or derived), else it creates it in
 // the node's loop, as SetRules adds a rule (a fresh strategy at the
 // current time, with the current members), and returns once the rule can
-// be checked. The new rule's buckets start from the levels this node holds
-// of its keys in d.Seed's rule and in the other derived rules of d.Base
-// (strategy.Snapshotter: owner, local, static; per key the lowest level in
-// tokens, capped at the new burst, so a key whose limit changes keeps what
-// it had spent); with other strategies, and for keys no such rule holds,
-// they start full.
+// be checked.
+//
+// The rules of one family (d.Seed's rule and the derived rules of d.Base)
+// carry a key's level over: when one of them creates a key's bucket at
+// this node (its first use of the key here, or again once the bucket was
+// dropped as full), the bucket starts from the lowest level in tokens the
+// others hold for the key at this node, capped at its burst, instead of
+// full (strategy.Config.Seed; between strategies that keep a bucket per
+// key, strategy.KeyLeveler: owner, local, static). So a key whose limit
+// changes keeps what it spent; with other strategies, and for keys no
+// other rule of the family holds, buckets start full.
 //
 // Errors, with nothing created: an empty name or Base, ErrDerivedLimit
 // (wrapped, naming the bound) when the node holds Config.MaxDerived
@@ -164,17 +169,35 @@ func (n *Node) derive(now time.Duration, d Derived, perBase bool) error {
 		rules = append(rules, rs.rule)
 	}
 	u := &rulesUpdate{rules: append(rules, d.Rule)}
-	n.fastCloseAll(now, true) // as SetRules: the seed reads exact levels
+	// Known as derived before its strategy is built (newRule gives it its
+	// KeySeeder), forgotten again if it cannot be.
+	oldDerived, oldOrder := n.derived, n.derivedOrder
+	derived := maps.Clone(n.derived)
+	derived[name] = d
+	n.setDerived(derived, append(slices.Clone(n.derivedOrder), name))
+	n.fastCloseAll(now, true) // as SetRules
 	n.setRules(now, u)
 	if u.err != nil {
+		n.setDerived(oldDerived, oldOrder)
 		return u.err
 	}
-	n.rulesMu.Lock()
-	n.derived[name] = d
-	n.derivedOrder = append(n.derivedOrder, name)
-	n.rulesMu.Unlock()
-	n.seedDerived(now, d)
 	return nil
+}
+
+// setDerived replaces the derived rules held and their indexes (loop
+// goroutine, under rulesMu for the readers outside it).
+func (n *Node) setDerived(derived map[string]Derived, order []string) {
+	family, baseOf := map[string][]string{}, map[string]string{}
+	for _, name := range order {
+		d := derived[name]
+		family[d.Base] = append(family[d.Base], name)
+		if d.Seed != "" {
+			baseOf[d.Seed] = d.Base
+		}
+	}
+	n.rulesMu.Lock()
+	n.derived, n.derivedOrder, n.family, n.baseOfSeed = derived, order, family, baseOf
+	n.rulesMu.Unlock()
 }
 
 // deriveFrame creates the derived rule a peer frame names, when the
@@ -198,15 +221,14 @@ func (n *Node) deriveFrame(now time.Duration, name string) *ruleState {
 // rules the Deriver in force still derives (those a rule of u names, or
 // the Deriver no longer knows, are dropped). When the derived rules make
 // the update fail, it is applied without them (all dropped): a derived
-// rule never makes a reload fail. Derived rules that come out fresh
-// (changed) are seeded as at creation.
+// rule never makes a reload fail.
 func (n *Node) setRulesDerived(now time.Duration, u *rulesUpdate) {
 	static := len(u.rules)
 	names := make(map[string]bool, static)
 	for _, r := range u.rules {
 		names[r.Name] = true
 	}
-	var keep []Derived
+	derived, order := map[string]Derived{}, []string(nil)
 	if der := n.deriver.Load(); der != nil {
 		for _, name := range n.derivedOrder {
 			if names[name] {
@@ -216,79 +238,61 @@ func (n *Node) setRulesDerived(now time.Duration, u *rulesUpdate) {
 			if err != nil || d.Rule.Name != name || d.Base == "" {
 				continue
 			}
-			keep = append(keep, d)
+			derived[name], order = d, append(order, name)
+			u.rules = append(u.rules, d.Rule)
 		}
 	}
-	for _, d := range keep {
-		u.rules = append(u.rules, d.Rule)
-	}
+	oldDerived, oldOrder := n.derived, n.derivedOrder
+	n.setDerived(derived, order) // before the strategies are built (newRule)
 	n.setRules(now, u)
-	if u.err != nil && len(keep) > 0 {
-		u.rules, u.err, keep = u.rules[:static], nil, nil
+	if u.err != nil && len(order) > 0 {
+		u.rules, u.err = u.rules[:static], nil
+		n.setDerived(map[string]Derived{}, nil)
 		n.setRules(now, u)
 	}
 	if u.err != nil {
-		return
-	}
-	derived := make(map[string]Derived, len(keep))
-	order := make([]string, 0, len(keep))
-	for _, d := range keep {
-		derived[d.Rule.Name] = d
-		order = append(order, d.Rule.Name)
-	}
-	n.rulesMu.Lock()
-	n.derived, n.derivedOrder = derived, order
-	n.rulesMu.Unlock()
-	fresh := append(slices.Clone(u.change.Added), u.change.Changed...)
-	for _, name := range fresh {
-		if d, ok := derived[name]; ok {
-			n.seedDerived(now, d)
-		}
+		n.setDerived(oldDerived, oldOrder) // nothing changed
 	}
 }
 
-// seedDerived sets the buckets of d's new rule from the levels of the
-// same keys in d.Seed's rule and in the other derived rules of d.Base,
-// the lowest in tokens per key (loop goroutine; see EnsureDerived). Only
-// between strategy.Snapshotters.
-func (n *Node) seedDerived(now time.Duration, d Derived) {
-	rs := n.rules[d.Rule.Name]
-	if rs == nil {
-		return
-	}
-	sn, ok := rs.s.(strategy.Snapshotter)
-	if !ok {
-		return
-	}
-	low := map[string]strategy.KeyState{}
-	take := func(src *ruleState) {
-		if src == nil || src == rs {
-			return
+// seeder is the strategy.KeySeeder of the rule named self (newRule): a
+// key's new bucket starts from the lowest level, in tokens, that the
+// node's other rules of its family hold for the key (strategy.KeyLeveler).
+// A derived rule's family is its Seed rule and the derived rules of its
+// Base; a configured rule's, the derived rules whose Seed it is. It reads
+// the node's rules when called (loop goroutine: inside a strategy call).
+func (n *Node) seeder(self string) strategy.KeySeeder {
+	return func(now time.Duration, key string) (strategy.KeyState, bool) {
+		var base, seed string
+		if d, ok := n.derived[self]; ok {
+			base, seed = d.Base, d.Seed
+		} else if base = n.baseOfSeed[self]; base == "" {
+			return strategy.KeyState{}, false
 		}
-		ss, ok := src.s.(strategy.Snapshotter)
-		if !ok {
-			return
-		}
-		ss.Snapshot(now, func(st strategy.KeyState) {
-			if old, seen := low[st.Key]; !seen || fewerTokens(st, old) {
-				low[st.Key] = st
+		var low strategy.KeyState
+		found := false
+		take := func(name string) {
+			if name == self || name == "" {
+				return
 			}
-		})
-	}
-	if d.Seed != "" {
-		take(n.rules[d.Seed])
-	}
-	for _, name := range n.derivedOrder {
-		if x := n.derived[name]; x.Base == d.Base && name != d.Rule.Name {
-			take(n.rules[name])
+			rs := n.rules[name]
+			if rs == nil {
+				return
+			}
+			kl, ok := rs.s.(strategy.KeyLeveler)
+			if !ok {
+				return
+			}
+			if st, ok := kl.KeyLevel(now, key); ok && (!found || fewerTokens(st, low)) {
+				low, found = st, true
+			}
 		}
+		take(seed)
+		for _, name := range n.family[base] {
+			take(name)
+		}
+		return low, found
 	}
-	if len(low) == 0 {
-		return
-	}
-	// The states come from Snapshot, valid by construction: Restore
-	// refuses none (and on error restores nothing: the buckets start full).
-	_ = sn.Restore(now, slices.Collect(maps.Values(low)))
 }
 
 // fewerTokens reports whether a holds fewer tokens than b (levels >= 0

@@ -94,10 +94,10 @@ func TestDerivedRuleForwarded(t *testing.T) {
 	c := newDerivedCluster(t, 3, 0, 0, base, Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}})
 	n0, n1 := c.nodes["n0"], c.nodes["n1"]
 	key := keyOwnedBy(t, "n1", c.ids)
-	fresh := ""
-	for i := 0; fresh == ""; i++ {
+	var fresh, back string
+	for i := 0; back == ""; i++ {
 		if k := fmt.Sprintf("fresh-%d", i); rendezvous.Owner(k, c.ids) == "n1" {
-			fresh = k
+			fresh, back = k, fresh
 		}
 	}
 
@@ -137,6 +137,14 @@ func TestDerivedRuleForwarded(t *testing.T) {
 	// The fresh key: base~5 spent it all too.
 	if got := allowedOf(t, n1, "base~20", fresh, 3); got != 0 {
 		t.Errorf("base~20, fresh key spent under base~5: %d allowed, want 0", got)
+	}
+	// Back to the base rule: a key it holds no bucket for starts from what
+	// its derived rules left of it (5 of 5 spent under base~5).
+	if got := allowedOf(t, n0, "base~5", back, 5); got != 5 {
+		t.Fatalf("base~5, key back: %d of 5", got)
+	}
+	if got := allowedOf(t, n0, "base", back, 3); got != 0 {
+		t.Errorf("base after base~5 spent key back: %d of 3 allowed, want 0", got)
 	}
 	// A frame for a name no Deriver knows is counted as for an unknown rule.
 	if got := n1.Stats().UnknownRuleFrames; got != 0 {

@@ -369,6 +369,8 @@ type Node struct {
 	maxDerivedPerBase int
 	derived           map[string]Derived
 	derivedOrder      []string
+	family            map[string][]string // Derived.Base -> the derived rules of that base, in order
+	baseOfSeed        map[string]string   // Derived.Seed -> its derived rules' Base
 	derivedRefused    atomic.Int64
 
 	unknownRule  atomic.Int64

@@ -136,11 +136,17 @@ func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 // goroutine once the loop runs): its strategy, with the current members;
 // the caller sets its idx.
 func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
-	s, err := info.New(strategy.Config{
+	cfg := strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
 		Params: params, LatencyHint: n.LatencyHint(), Partition: r.Partition,
-	})
+	}
+	if _, derived := n.derived[r.Name]; derived || n.deriver.Load() != nil {
+		// A key's level carries over between the rules of a family
+		// (derived.go): a node with derived rules seeds new buckets.
+		cfg.Seed = n.seeder(r.Name)
+	}
+	s, err := info.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
 	}

@@ -75,6 +75,7 @@ func New(cfg strategy.Config) (*Static, error) {
 	if s.table, err = buckets.New(r, b); err != nil {
 		return nil, err
 	}
+	s.table.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 	s.members = len(cfg.Members)
 	s.sweepEvery = buckets.SweepInterval(r, b)
 	return s, nil
