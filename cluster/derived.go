@@ -153,13 +153,7 @@ func (n *Node) derive(now time.Duration, d Derived, perBase bool) error {
 		return fmt.Errorf("%w: rule %q: this node holds %d derived rules, its bound (Config.MaxDerived)", ErrDerivedLimit, name, n.maxDerived)
 	}
 	if perBase {
-		same := 0
-		for _, x := range n.derived {
-			if x.Base == d.Base {
-				same++
-			}
-		}
-		if same >= n.maxDerivedPerBase {
+		if same := len(n.family[d.Base]); same >= n.maxDerivedPerBase {
 			n.derivedRefused.Add(1)
 			return fmt.Errorf("%w: rule %q: this node holds %d derived rules of %q, its bound (Config.MaxDerivedPerBase)", ErrDerivedLimit, name, same, d.Base)
 		}

@@ -18,15 +18,19 @@
 // unknown domains and unmatched descriptors answered OK without a limit,
 // unlimited, shadow_mode (decided and counted, never refused), replaces
 // (a matched limit that names another limit's name drops it from the
-// request), hits_addend 0 counted as 1, and the x-ratelimit-* headers of
-// the descriptor closest to its limit.
+// request), hits_addend 0 counted as 1, the x-ratelimit-* headers of
+// the descriptor closest to its limit, and a descriptor's own limit
+// (RateLimitDescriptor.limit, a limit override) applied in a known domain
+// whether the descriptor matches or not (override.go).
 //
 // Ours: every descriptor with a rate_limit becomes one tokenmesh rule
 // (RuleName: a stable name from the domain and the descriptor path) whose
 // token bucket has rate requests_per_unit per unit and burst
 // requests_per_unit, enforced by a coordination strategy (default owner);
 // the key of a request within that rule is built from its descriptor
-// entries' values (Match). A small extension key, tokenmesh, sets the
+// entries' values (Match). A limit override is a rule of its own, derived
+// on demand from the descriptor and the limit, alike on every node
+// (OverrideRuleName, Config.Deriver, cluster.Node.EnsureDerived). A small extension key, tokenmesh, sets the
 // strategy and its parameters per file (domain) or per descriptor
 // (inherited by nested descriptors):
 //
