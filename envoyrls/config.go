@@ -209,6 +209,7 @@ type Config struct {
 	// (to their paths).
 	bases     map[string]*overrideBase
 	ruleNames map[string]string
+	cache     *overrideCache // the overrides made (override.go); set by Add
 }
 
 // LoadDir reads every *.yaml and *.yml file directly in dir (sorted by
@@ -334,6 +335,9 @@ func (c *Config) Add(name string, data []byte) error {
 	c.Domains[d.Name] = d
 	c.Limits = append(c.Limits, p.limits...)
 	c.bases, c.ruleNames = p.bases, p.names
+	if c.cache == nil {
+		c.cache = &overrideCache{m: map[overrideLimitKey]overrideLimit{}}
+	}
 	return nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -323,11 +324,66 @@ func (c *Config) MatchOverride(domain string, entries []Entry, o Override, epoch
 		}
 		key = joinKey(kv)
 	}
-	if d, err = c.derived(base, o, epoch); err != nil {
+	ol, err := c.overrideLimit(base, o, epoch)
+	if err != nil {
 		return nil, "", cluster.Derived{}, err
 	}
+	return ol.limit, key, ol.d, nil
+}
+
+// overrideLimitKey names one override of one base for one time base.
+type overrideLimitKey struct {
+	base  string
+	o     Override
+	epoch int64 // epoch's Unix nanoseconds; 0 for the zero time
+}
+
+// overrideLimit is an override's Limit (shared, read-only) and rule.
+type overrideLimit struct {
+	limit *Limit
+	d     cluster.Derived
+}
+
+// maxOverrideCache bounds the overrides a Config keeps made (the
+// overrides clients send are not bounded; those beyond are made again at
+// each request).
+const maxOverrideCache = 4096
+
+// overrideCache keeps the overrides a Config made, so that a request does
+// not build and validate the same rule again.
+type overrideCache struct {
+	mu sync.Mutex
+	m  map[overrideLimitKey]overrideLimit
+}
+
+// overrideLimit is the Limit and rule of override o on base (named in
+// c.bases), made once (overrideCache).
+func (c *Config) overrideLimit(base string, o Override, epoch time.Time) (overrideLimit, error) {
+	k := overrideLimitKey{base: base, o: o}
+	if !epoch.IsZero() {
+		k.epoch = epoch.UnixNano()
+	}
+	if c.cache != nil {
+		c.cache.mu.Lock()
+		ol, ok := c.cache.m[k]
+		c.cache.mu.Unlock()
+		if ok {
+			return ol, nil
+		}
+	}
+	d, err := c.derived(base, o, epoch)
+	if err != nil {
+		return overrideLimit{}, err
+	}
 	b := c.bases[base]
-	l = &Limit{Domain: domain, Path: b.path, Rule: d.Rule.Name, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit,
-		Strategy: b.strategy, Params: b.params, Algorithm: b.algorithm, Override: true, period: o.Period(), overrideBase: base}
-	return l, key, d, nil
+	ol := overrideLimit{d: d, limit: &Limit{Domain: b.domain, Path: b.path, Rule: d.Rule.Name, RequestsPerUnit: o.RequestsPerUnit,
+		Unit: o.Unit, Strategy: b.strategy, Params: b.params, Algorithm: b.algorithm, Override: true, period: o.Period(), overrideBase: base}}
+	if c.cache != nil {
+		c.cache.mu.Lock()
+		if len(c.cache.m) < maxOverrideCache {
+			c.cache.m[k] = ol
+		}
+		c.cache.mu.Unlock()
+	}
+	return ol, nil
 }
