@@ -15,6 +15,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +99,15 @@ type Config struct {
 	// they were taken; other rules' states are ignored (Node.Restored).
 	// A state the strategy refuses fails New.
 	Restore map[string][]strategy.KeyState
+	// Derive, when set, derives the rules peer frames name that the node
+	// lacks (derived.go; SetDeriver changes it).
+	Derive Deriver
+	// MaxDerived bounds the derived rules the node holds (default
+	// DefaultMaxDerived, at most MaxDerivedLimit); MaxDerivedPerBase those
+	// of one Derived.Base that EnsureDerived creates (default
+	// DefaultMaxDerivedPerBase, at most MaxDerivedLimit).
+	MaxDerived        int
+	MaxDerivedPerBase int
 }
 
 // Decision is the answer to one Check.
@@ -179,6 +189,8 @@ type RuleStats struct {
 type Stats struct {
 	Rules             map[string]RuleStats
 	UnknownRuleFrames int64 // frames for a rule this node does not have (dropped)
+	DerivedRules      int   // derived rules held (derived.go)
+	DerivedRefused    int64 // derived rules not created: the node's bound was reached
 	InboxDropped      int64 // frames dropped because the event channel was full
 	BadSender         int64 // frames dropped because From is empty or not UTF-8
 }
@@ -281,6 +293,7 @@ const (
 	evHint   // SetLatencyHint (hint.go)
 	evQuota  // QuotaUsage, QuotaDetach (quota.go)
 	evRefund // Refund (refund.go)
+	evDerive // EnsureDerived (derived.go)
 )
 
 type event struct {
@@ -300,8 +313,9 @@ type event struct {
 	done    chan struct{}
 	rules   *rulesUpdate // evRules (reload.go)
 
-	hint  time.Duration // evHint (hint.go)
-	quota *quotaCall    // evQuota (quota.go)
+	hint   time.Duration // evHint (hint.go)
+	quota  *quotaCall    // evQuota (quota.go)
+	derive *deriveCall   // evDerive (derived.go)
 }
 
 // Node is one member of a cluster. Its methods are safe for concurrent use.
@@ -354,6 +368,18 @@ type Node struct {
 	stopped   chan struct{} // closed when the loop has exited and failed pending checks
 
 	restored map[string]int // Config.Restore's states per rule; fixed after New
+
+	// Derived rules (derived.go): the Deriver, the bounds, and the derived
+	// rules held by name and in creation order (written by the loop under
+	// rulesMu).
+	deriver           atomic.Pointer[Deriver]
+	maxDerived        int
+	maxDerivedPerBase int
+	derived           map[string]Derived
+	derivedOrder      []string
+	family            map[string][]string // Derived.Base -> the derived rules of that base, in order
+	baseOfSeed        map[string]string   // Derived.Seed -> its derived rules' Base
+	derivedRefused    atomic.Int64
 
 	unknownRule  atomic.Int64
 	inboxDropped atomic.Int64
@@ -414,6 +440,10 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Inbox <= 0 {
 		cfg.Inbox = DefaultInbox
 	}
+	if cfg.MaxDerived < 0 || cfg.MaxDerived > MaxDerivedLimit || cfg.MaxDerivedPerBase < 0 || cfg.MaxDerivedPerBase > MaxDerivedLimit {
+		return nil, fmt.Errorf("cluster: config: MaxDerived %d and MaxDerivedPerBase %d must be in [0, %d] (0: the default)",
+			cfg.MaxDerived, cfg.MaxDerivedPerBase, MaxDerivedLimit)
+	}
 	members, err := normMembers(cfg.Self, cfg.Members)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: config: %w", err)
@@ -425,6 +455,9 @@ func New(cfg Config) (*Node, error) {
 		refusedLog: logthrottle.Throttle{Every: RefusedLogEvery},
 	}
 	n.seed = cfg.Seed
+	n.maxDerived, n.maxDerivedPerBase = cmp.Or(cfg.MaxDerived, DefaultMaxDerived), cmp.Or(cfg.MaxDerivedPerBase, DefaultMaxDerivedPerBase)
+	n.derived = map[string]Derived{}
+	n.SetDeriver(cfg.Derive)
 	n.hint.Store(int64(cfg.LatencyHint))
 	n.start = time.Now()
 	if !cfg.Epoch.IsZero() {
@@ -817,9 +850,11 @@ func (n *Node) Close() error {
 
 // Stats returns a snapshot of the node's counters.
 func (n *Node) Stats() Stats {
-	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load(), BadSender: n.badSender.Load()}
+	st := Stats{Rules: map[string]RuleStats{}, UnknownRuleFrames: n.unknownRule.Load(), InboxDropped: n.inboxDropped.Load(), BadSender: n.badSender.Load(),
+		DerivedRefused: n.derivedRefused.Load()}
 	n.rulesMu.RLock()
 	defer n.rulesMu.RUnlock()
+	st.DerivedRules = len(n.derived)
 	for _, rs := range n.order {
 		c := &rs.c
 		st.Rules[rs.rule.Name] = RuleStats{
@@ -967,8 +1002,11 @@ func (n *Node) handle(ev event) {
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
 		if !ok {
-			n.unknownRule.Add(1)
-			return
+			// A derived rule this node does not have yet (derived.go).
+			if rs = n.deriveFrame(now, ev.frame.Rule); rs == nil {
+				n.unknownRule.Add(1)
+				return
+			}
 		}
 		rs.c.msgsRecv.Add(1)
 		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
@@ -987,7 +1025,10 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evRules:
 		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
-		n.setRules(now, ev.rules)
+		n.setRulesDerived(now, ev.rules)
+		close(ev.done)
+	case evDerive:
+		ev.derive.err = n.derive(now, ev.derive.d, true)
 		close(ev.done)
 	case evHint:
 		n.setHint(now, ev.hint)

@@ -69,7 +69,13 @@ func SameRule(a, b Rule) bool {
 //     on fail with ErrRuleChanged, and its peer counters start again at 0);
 //   - a removed rule is dropped (its waiting checks fail with
 //     ErrRuleRemoved; peer frames for it are then counted as unknown-rule
-//     frames, as from a node that does not have it yet).
+//     frames, as from a node that does not have it yet);
+//   - a derived rule (EnsureDerived, derived.go) is derived again by the
+//     Deriver in force (SetDeriver it first when the reload changes what
+//     names derive) and added after rules: kept, changed (and seeded) or
+//     added as above; it is dropped when a rule of rules has its name, when
+//     the Deriver no longer derives it, or when the derived rules would
+//     make the update fail (then all are dropped and rules alone applied).
 //
 // Every node of a cluster must get the same rules (each reloads its own
 // file); until all have, peers may drop each other's frames for a rule
@@ -130,11 +136,17 @@ func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 // goroutine once the loop runs): its strategy, with the current members;
 // the caller sets its idx.
 func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
-	s, err := info.New(strategy.Config{
+	cfg := strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
 		Params: params, LatencyHint: n.LatencyHint(), Partition: r.Partition,
-	})
+	}
+	if _, derived := n.derived[r.Name]; derived || n.deriver.Load() != nil {
+		// A key's level carries over between the rules of a family
+		// (derived.go): a node with derived rules seeds new buckets.
+		cfg.Seed = n.seeder(r.Name)
+	}
+	s, err := info.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: rule %q (strategy %s): %w", r.Name, r.Strategy, err)
 	}

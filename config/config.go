@@ -19,6 +19,8 @@
 //	  memory_limit: 512MiB
 //	  envoy_config: /etc/tokenmesh/envoy   # envoyproxy/ratelimit YAML files (optional)
 //	  envoy_shadow_mode: true              # Envoy's RLS counts, refuses nothing (optional)
+//	  envoy_max_overrides_per_descriptor: 16   # distinct limit overrides per descriptor (default 16)
+//	  envoy_max_overrides: 1024            # distinct limit overrides in all (default 1024)
 //	  http_refusal_status: 403             # the HTTP mode's refusals, for nginx auth_request (default 429)
 //	rules:
 //	  - name: api
@@ -216,6 +218,17 @@ type Node struct {
 	// For a soft launch of new limits. Without EnvoyConfig it does nothing.
 	// Read at start only, as every node setting.
 	EnvoyShadowMode bool
+	// EnvoyMaxOverridesPerDescriptor (node.envoy_max_overrides_per_descriptor)
+	// bounds the distinct limit overrides (RateLimitDescriptor.limit) of one
+	// Envoy descriptor this node makes rules for (cluster.Config.
+	// MaxDerivedPerBase); a check beyond is refused RESOURCE_EXHAUSTED.
+	// EnvoyMaxOverrides (node.envoy_max_overrides) bounds them in all
+	// (cluster.Config.MaxDerived), also for the overrides peers forward.
+	// 0 is the default (cluster.DefaultMaxDerivedPerBase, 16, and
+	// cluster.DefaultMaxDerived, 1024); at most cluster.MaxDerivedLimit.
+	// Read at start only.
+	EnvoyMaxOverridesPerDescriptor int
+	EnvoyMaxOverrides              int
 	// LatencyHint (node.latency_hint) is the one-way peer latency the
 	// strategies derive their timers from (owner's hold and timeout, ...):
 	// a duration ("2ms", at most cluster.MaxLatencyHint; the default, the
@@ -341,8 +354,11 @@ type rawNode struct {
 	ProbeInterval     string `yaml:"probe_interval,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
 	EnvoyShadowMode   *bool  `yaml:"envoy_shadow_mode,omitempty"`
-	LatencyHint       string `yaml:"latency_hint,omitempty"`
-	HTTPRefusalStatus int    `yaml:"http_refusal_status,omitempty"`
+	// The bounds on Envoy limit overrides; 0 or absent: the default.
+	EnvoyMaxOverridesPerDescriptor int    `yaml:"envoy_max_overrides_per_descriptor,omitempty"`
+	EnvoyMaxOverrides              int    `yaml:"envoy_max_overrides,omitempty"`
+	LatencyHint                    string `yaml:"latency_hint,omitempty"`
+	HTTPRefusalStatus              int    `yaml:"http_refusal_status,omitempty"`
 }
 
 type rawTimeout struct {
@@ -847,6 +863,17 @@ func (p *parser) node(raw rawNode, n *Node) {
 	if raw.EnvoyShadowMode != nil {
 		n.EnvoyShadowMode = *raw.EnvoyShadowMode
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+		to   *int
+	}{{"envoy_max_overrides_per_descriptor", raw.EnvoyMaxOverridesPerDescriptor, &n.EnvoyMaxOverridesPerDescriptor},
+		{"envoy_max_overrides", raw.EnvoyMaxOverrides, &n.EnvoyMaxOverrides}} {
+		if b.v < 0 || b.v > cluster.MaxDerivedLimit {
+			p.fail("node."+b.name, path(b.name), "%d: want 1 to %d (0 or absent: the default)", b.v, cluster.MaxDerivedLimit)
+		}
+		*b.to = b.v
+	}
 	if raw.LatencyHint != "" {
 		h, err := ParseLatencyHint(raw.LatencyHint)
 		if err != nil {
@@ -1297,7 +1324,8 @@ func Marshal(f *File) ([]byte, error) {
 	raw := rawFile{Node: rawNode{
 		Name: n.Name, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
 		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig,
-		HTTPRefusalStatus: n.HTTPRefusalStatus,
+		HTTPRefusalStatus:              n.HTTPRefusalStatus,
+		EnvoyMaxOverridesPerDescriptor: n.EnvoyMaxOverridesPerDescriptor, EnvoyMaxOverrides: n.EnvoyMaxOverrides,
 	}}
 	if n.APITLS != nil {
 		raw.Node.APITLS = &rawAPITLS{CertFile: n.APITLS.CertFile, KeyFile: n.APITLS.KeyFile, ClientCAFile: n.APITLS.ClientCAFile}

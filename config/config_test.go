@@ -570,3 +570,21 @@ func TestOverdraftParams(t *testing.T) {
 		t.Errorf("gdrl with overdraft: %v, want t.yaml:5 and \"strategy gdrl does not implement overdraft\"", err)
 	}
 }
+
+// node.envoy_max_overrides_per_descriptor and node.envoy_max_overrides:
+// 0 or absent is the default, a negative or huge bound an error naming
+// the field and its line.
+func TestEnvoyMaxOverrides(t *testing.T) {
+	f, err := Parse([]byte("node:\n  name: a\n  envoy_max_overrides_per_descriptor: 4\n  envoy_max_overrides: 100\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err != nil || f.Node.EnvoyMaxOverridesPerDescriptor != 4 || f.Node.EnvoyMaxOverrides != 100 {
+		t.Fatalf("%+v, %v", f.Node, err)
+	}
+	for _, field := range []string{"envoy_max_overrides_per_descriptor", "envoy_max_overrides"} {
+		for _, bad := range []string{"-1", "2000000"} {
+			_, err := Parse([]byte("node:\n  name: a\n  "+field+": "+bad+"\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+			if err == nil || !strings.Contains(err.Error(), "t.yaml:3: node."+field+": "+bad+": want 1 to ") {
+				t.Errorf("%s %s: %v, want an error naming the field at t.yaml:3", field, bad, err)
+			}
+		}
+	}
+}

@@ -321,7 +321,13 @@ func appendEnvoyRules(rules, envoy []cluster.Rule) (all []cluster.Rule, dup stri
 func (d *Daemon) nodeConfig(rules []cluster.Rule, epoch time.Time) (limiter.Config, *faultHook, error) {
 	n := d.cfg.File.Node
 	lc := limiter.Config{Name: n.Name, ClusterRules: rules, StateDir: n.StateDir, SnapshotInterval: n.SnapshotInterval,
-		DiscardBadState: d.cfg.DiscardBadState, Logger: d.cfg.Logger, Epoch: epoch}
+		DiscardBadState: d.cfg.DiscardBadState, Logger: d.cfg.Logger, Epoch: epoch,
+		MaxDerived: n.EnvoyMaxOverrides, MaxDerivedPerBase: n.EnvoyMaxOverridesPerDescriptor}
+	if env := d.rules.Envoy; env != nil {
+		// Envoy's limit overrides: rules every node derives from their
+		// names (a forwarded check names one its owner may lack).
+		lc.Derive = env.Deriver(epoch)
+	}
 	var faulty *faultHook
 	if d.cfg.Networked {
 		// Membership changes (joined, failed, left, reconnected) go to the
@@ -434,6 +440,7 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	case rs.Envoy != nil:
 		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
 		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
+		d.rls.SetEpoch(d.epoch)                     // limit overrides of fixed_window limits align as Rules
 		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir)
 		if f.Node.EnvoyShadowMode {
 			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",

@@ -13,8 +13,11 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
@@ -248,5 +251,73 @@ func TestDaemonEnvoyShadowMode(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// A reload keeps the limit overrides' rules whose descriptor is still in
+// the files (with their buckets), derives them from the new files (the
+// node's Deriver follows the reload), and drops those whose descriptor
+// is gone; the bounds come from the node settings.
+func TestDaemonEnvoyReloadOverrides(t *testing.T) {
+	dir := t.TempDir()
+	envoyDir := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(envoyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	edge := filepath.Join(envoyDir, "edge.yaml")
+	both := "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n" +
+		"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"
+	writeConfig(t, edge, both)
+	path := filepath.Join(dir, "tokenmesh.yaml")
+	node := strings.Replace(loopbackNode, "%s", "o1", 1) + "  envoy_max_overrides_per_descriptor: 2\n"
+	writeConfig(t, path, node+"rules:\n  - {name: api, rate: 1/h, burst: 2}\n")
+	d := startFrom(t, path, Config{EnvoyDir: envoyDir})
+	waitReady(t, d)
+	cl := rlsClient(t, d)
+	ask := func(key string, rpu uint32) (rlsv3.RateLimitResponse_Code, uint32, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := cl.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}},
+				Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_HOUR}}}})
+		if err != nil {
+			return 0, 0, err
+		}
+		return resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining(), nil
+	}
+	for _, x := range []struct {
+		key       string
+		rpu       uint32
+		remaining uint32
+	}{{"ip", 3, 2}, {"ip", 3, 1}, {"user", 3, 2}, {"ip", 4, 0}} { // ip 4/h: from 3/h's 1 left
+		if code, rem, err := ask(x.key, x.rpu); err != nil || code != rlsOK || rem != x.remaining {
+			t.Fatalf("%s %d/h: %v remaining %d, %v; want OK remaining %d", x.key, x.rpu, code, rem, err, x.remaining)
+		}
+	}
+	// node.envoy_max_overrides_per_descriptor: 2.
+	if _, _, err := ask("ip", 5); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a third override of ip: %v; want RESOURCE_EXHAUSTED", err)
+	}
+	// user's descriptor goes; ip's stays as it was.
+	writeConfig(t, edge, "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Reload(ctx, "SIGHUP"); err != nil {
+		t.Fatal(err)
+	}
+	if code, rem, err := ask("ip", 3); err != nil || code != rlsOK || rem != 0 {
+		t.Errorf("ip 3/h after the reload: %v remaining %d, %v; want its last token (kept)", code, rem, err)
+	}
+	if code, rem, err := ask("user", 3); err != nil || code != rlsOK || rem != 2 {
+		t.Errorf("user 3/h after the reload: %v remaining %d, %v; want a fresh bucket (the domain's unmatched entries)", code, rem, err)
+	}
+	for _, name := range []string{"rls.edge.ip--3-per-hour", "rls.edge.ip--4-per-hour", "rls.edge--any--3-per-hour"} {
+		if _, ok := d.node.Cluster().Rule(name); !ok {
+			t.Errorf("after the reload the node lacks %s", name)
+		}
+	}
+	if _, ok := d.node.Cluster().Rule("rls.edge.user--3-per-hour"); ok {
+		t.Error("after the reload the node still has user's override rule")
 	}
 }

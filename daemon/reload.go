@@ -128,8 +128,16 @@ func (d *Daemon) apply(ctx context.Context, trigger string) (RuleSet, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()
+	// The limit overrides' rules are derived again from the new files
+	// (SetRules keeps those whose descriptor is still there).
+	if envoy != nil {
+		d.node.Cluster().SetDeriver(envoy.Deriver(d.epoch))
+	}
 	ch, err := d.node.SetRules(ctx, rs.Rules)
 	if err != nil {
+		if old := d.Rules().Envoy; old != nil {
+			d.node.Cluster().SetDeriver(old.Deriver(d.epoch))
+		}
 		return RuleSet{}, err
 	}
 	d.api.SetRules(rs.Rules)

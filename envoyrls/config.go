@@ -18,15 +18,19 @@
 // unknown domains and unmatched descriptors answered OK without a limit,
 // unlimited, shadow_mode (decided and counted, never refused), replaces
 // (a matched limit that names another limit's name drops it from the
-// request), hits_addend 0 counted as 1, and the x-ratelimit-* headers of
-// the descriptor closest to its limit.
+// request), hits_addend 0 counted as 1, the x-ratelimit-* headers of
+// the descriptor closest to its limit, and a descriptor's own limit
+// (RateLimitDescriptor.limit, a limit override) applied in a known domain
+// whether the descriptor matches or not (override.go).
 //
 // Ours: every descriptor with a rate_limit becomes one tokenmesh rule
 // (RuleName: a stable name from the domain and the descriptor path) whose
 // token bucket has rate requests_per_unit per unit and burst
 // requests_per_unit, enforced by a coordination strategy (default owner);
 // the key of a request within that rule is built from its descriptor
-// entries' values (Match). A small extension key, tokenmesh, sets the
+// entries' values (Match). A limit override is a rule of its own, derived
+// on demand from the descriptor and the limit, alike on every node
+// (OverrideRuleName, Config.Deriver, cluster.Node.EnsureDerived). A small extension key, tokenmesh, sets the
 // strategy and its parameters per file (domain) or per descriptor
 // (inherited by nested descriptors):
 //
@@ -142,6 +146,21 @@ type Limit struct {
 	Params   map[string]string
 	// Algorithm is AlgorithmTokenBucket or AlgorithmFixedWindow.
 	Algorithm string
+	// Override marks a limit made for a descriptor's limit override
+	// (MatchOverride), not loaded from a file: Rule is a derived rule.
+	Override bool
+
+	period       time.Duration // an override's Period; 0: one Unit
+	overrideBase string        // OverrideBase
+}
+
+// Period is the limit's refill period: one Unit (UnitDuration), or an
+// override's unit_multiplier units.
+func (l *Limit) Period() time.Duration {
+	if l.period > 0 {
+		return l.period
+	}
+	return UnitDuration(l.Unit)
 }
 
 // UnitDuration is the length of unit u (envoyproxy/ratelimit's divider:
@@ -183,6 +202,9 @@ type Domain struct {
 	Name string
 	File string
 	root node
+	// anyBase is the override base of the domain's entries that match no
+	// configured limit (anyBaseName).
+	anyBase string
 }
 
 // Config is a loaded directory: domains by name and every limit.
@@ -191,6 +213,13 @@ type Config struct {
 	// Limits lists every descriptor limit, in file order (files sorted by
 	// name).
 	Limits []*Limit
+
+	// bases are the limit overrides' bases (override.go) by name: one per
+	// limit and one per domain; ruleNames the configured limits' rule names
+	// (to their paths).
+	bases     map[string]*overrideBase
+	ruleNames map[string]string
+	cache     *overrideCache // the overrides made (override.go); set by Add
 }
 
 // LoadDir reads every *.yaml and *.yml file directly in dir (sorted by
@@ -298,12 +327,13 @@ func (c *Config) Add(name string, data []byte) error {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return &Error{File: name, Msg: "more than one YAML document (want one)"}
 	}
-	p := &parser{file: name, names: map[string]string{}}
+	p := &parser{file: name, names: map[string]string{}, bases: map[string]*overrideBase{}}
 	for _, l := range c.Limits {
 		if l.Rule != "" {
 			p.names[l.Rule] = l.Path
 		}
 	}
+	maps.Copy(p.bases, c.bases)
 	d := p.parseFile(&doc)
 	if p.err != nil {
 		return p.err
@@ -314,6 +344,10 @@ func (c *Config) Add(name string, data []byte) error {
 	}
 	c.Domains[d.Name] = d
 	c.Limits = append(c.Limits, p.limits...)
+	c.bases, c.ruleNames = p.bases, p.names
+	if c.cache == nil {
+		c.cache = &overrideCache{m: map[overrideLimitKey]overrideLimit{}}
+	}
 	return nil
 }
 
@@ -345,11 +379,17 @@ func (c *Config) Rules(epoch time.Time) []cluster.Rule {
 	return out
 }
 
-// HasFixedWindow reports whether any limit uses algorithm fixed_window
-// (its node then needs a wall-clock epoch: Rules).
+// HasFixedWindow reports whether any limit uses algorithm fixed_window,
+// or could with a limit override (a descriptor's, or a domain's
+// extension): its node then needs a wall-clock epoch (Rules, Deriver).
 func (c *Config) HasFixedWindow() bool {
 	for _, l := range c.Limits {
 		if l.Algorithm == AlgorithmFixedWindow && l.Rule != "" {
+			return true
+		}
+	}
+	for _, b := range c.bases { // a limit override's rule may be one
+		if b.algorithm == AlgorithmFixedWindow {
 			return true
 		}
 	}
@@ -370,7 +410,10 @@ func (l *Limit) configRule() config.Rule {
 // the name would exceed MaxRuleNameBytes, it is cut and "-" and 8 hex
 // digits of a hash (FNV-1a 32) of path are appended, so the name is stable
 // across restarts and nodes and distinct paths get distinct names.
-func RuleName(path string) string {
+func RuleName(path string) string { return ruleName(path, MaxRuleNameBytes) }
+
+// ruleName is RuleName with names of at most limit bytes.
+func ruleName(path string, limit int) string {
 	var b strings.Builder
 	b.WriteString(RulePrefix)
 	changed := false
@@ -384,14 +427,14 @@ func RuleName(path string) string {
 		}
 	}
 	name := b.String()
-	if !changed && len(name) <= MaxRuleNameBytes {
+	if !changed && len(name) <= limit {
 		return name
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(path))
 	suffix := fmt.Sprintf("-%08x", h.Sum32())
-	if len(name) > MaxRuleNameBytes-len(suffix) {
-		name = name[:MaxRuleNameBytes-len(suffix)]
+	if len(name) > limit-len(suffix) {
+		name = name[:limit-len(suffix)]
 	}
 	return name + suffix
 }
@@ -415,7 +458,19 @@ type parser struct {
 	domain     string
 	domainLine int
 	limits     []*Limit
-	names      map[string]string // rule name -> path, to refuse collisions
+	names      map[string]string        // rule name -> path, to refuse collisions
+	bases      map[string]*overrideBase // override base name -> base, likewise
+}
+
+// addBase records the override base of path (a limit's, or a domain's
+// unmatched entries'), refusing a name another path has (at n, field).
+func (p *parser) addBase(n *yaml.Node, field, name string, b *overrideBase) {
+	// The same path again is a duplicate domain, which Add reports.
+	if other, dup := p.bases[name]; dup && other.path != b.path && p.err == nil {
+		p.fail(n, field, "the limit overrides' rule names of %q (%s--...) collide with those of %q; rename a descriptor or domain", b.path, name, other.path)
+		return
+	}
+	p.bases[name] = b
 }
 
 func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
@@ -538,6 +593,20 @@ func (p *parser) parseFile(doc *yaml.Node) *Domain {
 	x := ext{strategy: config.DefaultStrategy, algorithm: AlgorithmTokenBucket}
 	if t, ok := fs["tokenmesh"]; ok {
 		x = p.ext(t[1], "tokenmesh", x)
+	}
+	if p.err == nil {
+		// The domain's extension, as a limit at its top would have it
+		// (fixed_window goes with owner only: with another strategy the
+		// domain's unmatched entries are token buckets of that strategy).
+		b := &overrideBase{domain: d.Name, path: d.Name + ".*", strategy: x.strategy, params: maps.Clone(x.params), algorithm: x.algorithm}
+		switch {
+		case x.algorithm == AlgorithmFixedWindow && x.strategy == config.DefaultStrategy:
+			b.strategy = fixedwindow.Name
+		case x.algorithm == AlgorithmFixedWindow:
+			b.algorithm = AlgorithmTokenBucket
+		}
+		d.anyBase = anyBaseName(d.Name)
+		p.addBase(kv[1], "domain", d.anyBase, b)
 	}
 	if ds, ok := fs["descriptors"]; ok {
 		p.descriptors(&d.root, p.list(ds[1], "descriptors"), "descriptors", d.Name+".", x, 1)
@@ -740,6 +809,12 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 			return nil
 		}
 		p.names[l.Rule] = path
+	}
+	l.overrideBase = baseName(path)
+	p.addBase(n, field, l.overrideBase, &overrideBase{domain: l.Domain, path: path, seed: l.Rule,
+		strategy: l.Strategy, params: maps.Clone(l.Params), algorithm: l.Algorithm})
+	if p.err != nil {
+		return nil
 	}
 	p.limits = append(p.limits, l)
 	return l

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,6 +56,13 @@ type SingleChecker interface {
 	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
 }
 
+// RuleDeriver is a Checker that creates derived rules (*cluster.Node's
+// EnsureDerived): ShouldRateLimit needs one for descriptors that carry a
+// limit override.
+type RuleDeriver interface {
+	EnsureDerived(ctx context.Context, d cluster.Derived) error
+}
+
 // smallRequest is the number of descriptors whose per-descriptor slices
 // ShouldRateLimit keeps on the stack.
 const smallRequest = 4
@@ -72,9 +80,11 @@ type Service struct {
 	cfg      atomic.Pointer[Config] // swapped whole by SetConfig
 	checker  Checker
 	observe  Observer
-	clock    func() time.Time // fixed_window's duration_until_reset
-	shadow   atomic.Bool      // the global shadow mode (SetShadowMode)
-	shadowed atomic.Uint64    // responses it answered OK instead of OVER_LIMIT
+	clock    func() time.Time          // fixed_window's duration_until_reset
+	shadow   atomic.Bool               // the global shadow mode (SetShadowMode)
+	shadowed atomic.Uint64             // responses it answered OK instead of OVER_LIMIT
+	epoch    atomic.Pointer[time.Time] // the node's time base (SetEpoch)
+	refused  atomic.Uint64             // limit overrides refused by the node's bound
 }
 
 // New returns the service for cfg's limits, decided by c (which must hold
@@ -95,6 +105,17 @@ func (s *Service) SetConfig(cfg *Config) {
 		s.cfg.Store(cfg)
 	}
 }
+
+// SetEpoch sets the node's time base (limiter.Config.Epoch, the epoch
+// Config.Rules was given): the rules of limit overrides on fixed_window
+// descriptors align their windows with it, as Rules does. Zero (the
+// default) refuses such overrides. Set it before serving.
+func (s *Service) SetEpoch(epoch time.Time) { s.epoch.Store(&epoch) }
+
+// OverridesRefused is the number of descriptors, since New, whose limit
+// override was refused because the node holds as many override rules as
+// its bound allows (RESOURCE_EXHAUSTED; cluster.ErrDerivedLimit).
+func (s *Service) OverridesRefused() uint64 { return s.refused.Load() }
 
 // Config is the Config in force (New's, or the last SetConfig's).
 func (s *Service) Config() *Config { return s.cfg.Load() }
@@ -153,11 +174,21 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 //     envoyproxy/ratelimit does (the last one over its limit, else the first
 //     with the least limit_remaining), when any descriptor had a limit.
 //
+// A descriptor with a limit override (RateLimitDescriptor.limit) in a known
+// domain is decided against it (Config.MatchOverride: requests_per_unit per
+// unit_multiplier units, burst requests_per_unit; no shadow_mode,
+// quota_mode, name or replaces; current_limit the override) by its derived
+// rule, which the Checker creates first (RuleDeriver). An override with
+// requests_per_unit 0, a unit that is not SECOND to YEAR, unit_multiplier
+// 0, or a period the bucket cannot hold: INVALID_ARGUMENT naming
+// descriptors[i].limit and the field. An override the node's bound on
+// override rules refuses (cluster.ErrDerivedLimit): RESOURCE_EXHAUSTED
+// naming it, counted in OverridesRefused; nothing is decided then.
+//
 // Items are decided in one batch in descriptor order (two descriptors of one
 // bucket see each other). When the cluster cannot decide a check (node
 // closing, ctx ended), the call fails with UNAVAILABLE (Envoy then applies
-// its failure_mode_deny setting). A descriptor's limit override (the
-// request's own RateLimitOverride) is ignored: the configured limit applies.
+// its failure_mode_deny setting).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	ds := req.GetDescriptors()
 	switch {
@@ -210,6 +241,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			h = -h // a charge: a rule with overdraft takes it whatever the level
 		}
 		hits[i] = h
+		if ov := d.GetLimit(); ov != nil {
+			l, key, err := s.override(ctx, cfg, req.GetDomain(), i, entries, ov)
+			if err != nil {
+				return nil, err
+			}
+			limits[i], keys[i] = l, key
+			continue
+		}
 		l, key := cfg.Match(req.GetDomain(), entries)
 		if l == nil {
 			continue
@@ -336,7 +375,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{}
 		}
 		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = l.Name, l.RequestsPerUnit, l.Unit
-		unit := UnitDuration(l.Unit)
+		unit := l.Period()
 		over := true
 		reset := unit
 		if idx[i] >= 0 {
@@ -433,6 +472,48 @@ func (s *Service) refund(ctx context.Context, items []cluster.BatchItem) error {
 		}
 	}
 	return nil
+}
+
+// override is the limit and key of descriptor i, whose limit override is
+// ov, with its derived rule created (see ShouldRateLimit); a nil limit
+// for an unknown domain. Errors are gRPC statuses naming the descriptor.
+func (s *Service) override(ctx context.Context, cfg *Config, domain string, i int, entries []Entry,
+	ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*Limit, string, error) {
+	o, err := ParseOverride(ov)
+	if err != nil {
+		return nil, "", status.Errorf(codes.InvalidArgument, "descriptors[%d].limit.%v", i, err)
+	}
+	var epoch time.Time
+	if e := s.epoch.Load(); e != nil {
+		epoch = *e
+	}
+	l, key, d, err := cfg.MatchOverride(domain, entries, o, epoch)
+	switch {
+	case err != nil:
+		return nil, "", status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+	case l == nil:
+		return nil, "", nil
+	case len(key) > cluster.MaxKeyBytes:
+		return nil, "", status.Errorf(codes.InvalidArgument, "descriptors[%d]: its keys and values make a %d-byte key; at most %d", i, len(key), cluster.MaxKeyBytes)
+	}
+	dr, ok := s.checker.(RuleDeriver)
+	if !ok {
+		return nil, "", status.Errorf(codes.Unimplemented, "descriptors[%d].limit: limit overrides need a Checker that derives rules (cluster.Node)", i)
+	}
+	err = dr.EnsureDerived(ctx, d)
+	switch {
+	case err == nil:
+		return l, key, nil
+	case errors.Is(err, cluster.ErrDerivedLimit):
+		s.refused.Add(1)
+		return nil, "", status.Errorf(codes.ResourceExhausted,
+			"descriptors[%d].limit: %s refused: this node holds as many distinct limit overrides of %s, or in all, as it may (node.envoy_max_overrides_per_descriptor, node.envoy_max_overrides): %v",
+			i, o, l.Path, err)
+	case ctx.Err() != nil:
+		return nil, "", status.FromContextError(ctx.Err()).Err()
+	default:
+		return nil, "", status.Errorf(codes.Unavailable, "descriptors[%d].limit: creating the rule of %s: %v", i, o, err)
+	}
 }
 
 // headers are a response's three x-ratelimit-* headers in one allocation.

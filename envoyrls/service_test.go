@@ -9,6 +9,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -63,6 +64,15 @@ func (f *fakeChecker) CheckBatch(_ context.Context, items []cluster.BatchItem) (
 		}
 	}
 	return out, nil
+}
+
+// EnsureDerived gives a derived rule (a limit override's) its bucket of
+// the rule's burst, as the node would (without the level carried over).
+func (f *fakeChecker) EnsureDerived(_ context.Context, d cluster.Derived) error {
+	if _, ok := f.burst[d.Rule.Name]; !ok {
+		f.burst[d.Rule.Name] = d.Rule.Burst
+	}
+	return nil
 }
 
 func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
@@ -330,6 +340,11 @@ func FuzzShouldRateLimit(f *testing.F) {
 		desc("message_type", "marketing", "to_number", "1"), desc("path", "/shared/x"), desc("tenant", "gold"), desc("user", "u")}}
 	b, _ := proto.Marshal(seed)
 	f.Add(b)
+	withLimit := desc("remote_address", "a")
+	withLimit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE}
+	seed.Descriptors = append(seed.Descriptors, withLimit, withLimit)
+	b, _ = proto.Marshal(seed)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(data, &req) != nil {
@@ -345,6 +360,14 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 		if len(resp.Statuses) != len(req.Descriptors) {
 			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
+		}
+		// A descriptor with a limit override of a known domain is decided
+		// against it.
+		for i, d := range req.Descriptors {
+			if d.GetLimit() != nil && req.Domain == "edge" && len(d.GetEntries()) > 0 &&
+				resp.Statuses[i].GetCurrentLimit().GetRequestsPerUnit() != d.GetLimit().GetRequestsPerUnit() {
+				t.Fatalf("descriptor %d with limit %v answered with %v", i, d.GetLimit(), resp.Statuses[i].GetCurrentLimit())
+			}
 		}
 		for _, call := range fk.calls {
 			for _, it := range call {

@@ -197,6 +197,16 @@ type Config struct {
 	// peer transport's refused frames; nil: none (refused frames go to
 	// slog.Default).
 	Logger *slog.Logger
+	// Derive, MaxDerived and MaxDerivedPerBase are the node's derived
+	// rules, made on demand by name (cluster.Config's fields: for Envoy's
+	// limit overrides, envoyrls.Config.Deriver): the Deriver of the names
+	// peer frames carry (nil: none), and the bounds (0: the defaults,
+	// cluster.DefaultMaxDerived and cluster.DefaultMaxDerivedPerBase).
+	// Derived rules are not in StateDir's restore: they start again when
+	// first used.
+	Derive            cluster.Deriver
+	MaxDerived        int
+	MaxDerivedPerBase int
 }
 
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
@@ -247,7 +257,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := checkCentral(rules, multi); err != nil {
 		return nil, err
 	}
-	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed}
+	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed,
+		Derive: cfg.Derive, MaxDerived: cfg.MaxDerived, MaxDerivedPerBase: cfg.MaxDerivedPerBase}
 	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{}), multi: multi}
 	log := cfg.Logger
 	if log == nil {

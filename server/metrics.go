@@ -28,6 +28,10 @@ package server
 //
 //	tokenmesh_rls_global_shadow_mode_total           counter of responses over a limit that the
 //	                                                 global shadow mode answered OK
+//	tokenmesh_rls_overrides_refused_total            counter of descriptors whose limit override the
+//	                                                 node's bound on override rules refused
+//	tokenmesh_rls_override_rules                     gauge of the rules the node holds for limit
+//	                                                 overrides (its own and those peers forwarded)
 //
 // Read from the node at scrape time (cluster.Node.Stats):
 //

@@ -40,5 +40,47 @@ func (s *Server) SetRules(rules []cluster.Rule) {
 			}
 		}
 	}
+	// Derived rules the node no longer has (or has with another strategy,
+	// or now as a configured rule): their series go.
+	for name, ds := range s.derived {
+		ri, static := t.byName[name]
+		r, ok := s.clusterRule(name)
+		if !static && ok && r.Strategy == ds.strategy {
+			continue // still the node's derived rule
+		}
+		if !static || ri.rule.Strategy != ds.strategy { // a configured rule of the same series keeps them
+			s.metrics.dropRule(cluster.Rule{Name: name, Strategy: ds.strategy})
+		}
+		delete(s.derived, name)
+	}
 	s.tbl.Store(t)
+}
+
+// clusterRule is the node's rule of that name, configured or derived.
+func (s *Server) clusterRule(name string) (cluster.Rule, bool) {
+	if s.node == nil {
+		return cluster.Rule{}, false
+	}
+	return s.node.Cluster().Rule(name)
+}
+
+// derivedMetrics returns the series of a rule the table lacks: a derived
+// rule of the node (an Envoy limit override's), made on first use; nil
+// for a rule the node does not have either (not counted).
+func (s *Server) derivedMetrics(name string) *ruleMetrics {
+	s.rulesMu.Lock()
+	defer s.rulesMu.Unlock()
+	if ds, ok := s.derived[name]; ok {
+		return ds.m
+	}
+	r, ok := s.clusterRule(name)
+	if !ok {
+		return nil
+	}
+	if s.derived == nil {
+		s.derived = map[string]derivedSeries{}
+	}
+	ds := derivedSeries{strategy: r.Strategy, m: s.metrics.forRule(r)}
+	s.derived[name] = ds
+	return ds.m
 }

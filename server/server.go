@@ -111,6 +111,16 @@ type Server struct {
 	// service (AddHealthService, RegisterRLS), under healthMu.
 	healthMu    sync.Mutex
 	healthNames []string
+	// derived are the metric series of derived rules (Envoy's limit
+	// overrides), made on their first decision, by rule name, under
+	// rulesMu; SetRules drops those of rules the node no longer has.
+	derived map[string]derivedSeries
+}
+
+// derivedSeries is a derived rule's series and the strategy they are labelled with.
+type derivedSeries struct {
+	strategy string
+	m        *ruleMetrics
 }
 
 // New returns the API of node, which must be started, for rules (the

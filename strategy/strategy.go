@@ -170,6 +170,33 @@ type Config struct {
 	// PartitionConserve implements Conserver; the driver refuses conserve
 	// for one that does not (CheckPartition).
 	Partition PartitionMode
+	// Seed, when set, gives the level a key's bucket starts from when a
+	// strategy that keeps a bucket per key at the node (owner, local,
+	// static: KeyLeveler) creates it, instead of full (KeySeeder). nil: full
+	// (the simulator's case).
+	Seed KeySeeder
+}
+
+// KeySeeder returns the level a new bucket of key starts from at now, as a
+// KeyState valid at now (Level in its own ticks, capped at the new burst
+// by the strategy; a state that does not validate, or false, means full).
+// The live driver sets it so that a key whose limit changes keeps what it
+// spent under its other rules (the rules of one Envoy descriptor's limit
+// overrides: cluster's derived rules). It is called from within the
+// strategy's own calls (Request, Receive, ...), with their time: it must
+// not call this strategy back, and it must depend only on the state of the
+// node's other rules (deterministic given the same inputs). Ours (issue 23).
+type KeySeeder func(now time.Duration, key string) (KeyState, bool)
+
+// KeyLeveler is implemented by strategies that keep a bucket per key at
+// the node (owner, local, static), for a KeySeeder that reads another
+// rule's level of a key.
+type KeyLeveler interface {
+	// KeyLevel is key's bucket at now as Snapshotter.Snapshot would emit it
+	// (tokens lent to the driver's fast path counted as spent, a debt as
+	// 0, At = now), and false when this node holds no bucket for key or
+	// it is full. It changes no state.
+	KeyLevel(now time.Duration, key string) (KeyState, bool)
 }
 
 // Validate checks the parts of Config every strategy relies on.

@@ -306,6 +306,11 @@ func (t *Twin) probe(now time.Duration) {
 			r.Remaining(now, k)
 		}
 	}
+	if r, ok := t.Probed.(strategy.KeyLeveler); ok {
+		for _, k := range t.keys {
+			r.KeyLevel(now, k)
+		}
+	}
 	t.Probed.StateBytes()
 	if s, ok := t.Probed.(strategy.Snapshotter); ok {
 		s.Snapshot(now, func(strategy.KeyState) {})

@@ -296,7 +296,7 @@ func faultyScenario(info all.Info) *sim.Scenario {
 }
 
 // Garbage peer frames (random bytes, received frames truncated, flipped or
-// extended) and the read-only calls (Remaining, StateBytes, Snapshot,
+// extended) and the read-only calls (Remaining, KeyLevel, StateBytes, Snapshot,
 // CapacityShares, Ready, MemoryBytes) change no state: every node runs as
 // a Twin, whose probed instance gets them before every call, and must
 // decide, send and ask for wake-ups exactly as its plain twin, through

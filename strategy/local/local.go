@@ -54,6 +54,7 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst), od: od}, nil
 }
 

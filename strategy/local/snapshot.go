@@ -25,4 +25,14 @@ func (l *Local) Restore(now time.Duration, states []strategy.KeyState) error {
 	return l.table.Import(now, states)
 }
 
-var _ strategy.Snapshotter = (*Local)(nil)
+// KeyLevel is key's bucket as Snapshot emits it (tokens lent counted as
+// spent); false when there is none, or a full one (strategy.KeyLeveler).
+// It changes no state.
+func (l *Local) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {
+	return l.lend.KeyLevel(l.table, now, key)
+}
+
+var (
+	_ strategy.Snapshotter = (*Local)(nil)
+	_ strategy.KeyLeveler  = (*Local)(nil)
+)

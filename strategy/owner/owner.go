@@ -384,6 +384,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
+		t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 		b := bucket.MustNew(subRate, burst, 0)
 		o.tables = append(o.tables, t)
 		o.caps = append(o.caps, b.CapacityTicks())

@@ -30,4 +30,19 @@ func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
 	return o.table.Import(now, states)
 }
 
-var _ strategy.Snapshotter = (*Owner)(nil)
+// KeyLevel is key's bucket at this node as Snapshot emits it (tokens lent
+// counted as spent), also for a key it holds as a replica; false when it
+// holds none, or a full one (strategy.KeyLeveler). It changes no state.
+func (o *Owner) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {
+	if o.split > 1 {
+		if _, err := o.subIndex(key); err != nil {
+			return strategy.KeyState{}, false
+		}
+	}
+	return o.lend.KeyLevel(o.tab(key), now, key)
+}
+
+var (
+	_ strategy.Snapshotter = (*Owner)(nil)
+	_ strategy.KeyLeveler  = (*Owner)(nil)
+)

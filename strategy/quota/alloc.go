@@ -40,7 +40,7 @@ type share struct {
 	// idleSince is the start of the span its reports showed no request
 	// over (0: it had requests in its last report): abandon_idle.
 	idleSince time.Duration
-	live    bool          // attached and its node a member: renewed
+	live      bool // attached and its node a member: renewed
 }
 
 // release is capacity a cut gave up, counted as held until at: the

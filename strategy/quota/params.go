@@ -21,9 +21,8 @@
 //     (arrival, expiry) may lie; beyond it the message is refused.
 //   - abandon_idle (duration, default 10s): a client whose reports show no
 //     request for a key for this long is told to forget it (an RLQS
-//     AbandonAction) and its share is taken back; its next request starts
-//     the bucket anew. 0: never (every bucket a client ever saw is renewed
-//     every ttl/2 for as long as its stream lives).
+//     AbandonAction) and its share is taken back; its next request starts the
+//     bucket anew. 0: never.
 package quota
 
 import "github.com/tokenmesh/tokenmesh/strategy"

@@ -26,4 +26,14 @@ func (s *Static) Restore(now time.Duration, states []strategy.KeyState) error {
 	return s.table.Import(now, states)
 }
 
-var _ strategy.Snapshotter = (*Static)(nil)
+// KeyLevel is this node's share bucket of key as Snapshot emits it
+// (tokens lent counted as spent); false when there is none, or a full one
+// (strategy.KeyLeveler). It changes no state.
+func (s *Static) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {
+	return s.lend.KeyLevel(s.table, now, key)
+}
+
+var (
+	_ strategy.Snapshotter = (*Static)(nil)
+	_ strategy.KeyLeveler  = (*Static)(nil)
+)

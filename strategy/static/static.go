@@ -94,6 +94,7 @@ func New(cfg strategy.Config) (*Static, error) {
 	if s.table, err = buckets.New(r, b); err != nil {
 		return nil, err
 	}
+	s.table.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 	s.members = len(cfg.Members)
 	s.debt = s.debtShare(cfg.Members)
 	s.sweepEvery = buckets.SweepInterval(r, b)

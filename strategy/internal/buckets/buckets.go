@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // bucketStateBytes is the encoded size of one bucket's state besides its
@@ -20,6 +21,7 @@ const bucketStateBytes = 2*(1+9) + 2
 
 // Table maps keys to buckets of one rate and burst. Not safe for concurrent use.
 type Table struct {
+	seed     strategy.KeySeeder // SetSeed
 	rate     bucket.Rate
 	burst    int64
 	m        map[string]*bucket.Bucket
@@ -36,16 +38,27 @@ func New(rate bucket.Rate, burst int64) (*Table, error) {
 	return &Table{rate: rate, burst: burst, m: map[string]*bucket.Bucket{}}, nil
 }
 
-// Get returns key's bucket, creating a full one at now if there is none.
+// Get returns key's bucket, creating one at now if there is none: full,
+// or at the level the table's KeySeeder gives (SetSeed), rescaled to the
+// table's ticks and capped at its burst.
 func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
 	if b, ok := t.m[key]; ok {
 		return b
 	}
 	b := bucket.MustNew(t.rate, t.burst, now) // parameters validated in New
+	if t.seed != nil {
+		if st, ok := t.seed(now, key); ok && st.Validate() == nil {
+			_ = b.SetLevel(now, st.Level, st.TicksPerToken) // validated: level >= 0, ticks per token > 0
+		}
+	}
 	t.m[key] = &b
 	t.added(key)
 	return &b
 }
+
+// SetSeed sets where Get takes the level of the buckets it creates (nil:
+// full; strategy.Config.Seed).
+func (t *Table) SetSeed(s strategy.KeySeeder) { t.seed = s }
 
 // Shape is the rate and burst (tokens) of the table's buckets: New's, or
 // the last SetRate's that succeeded.

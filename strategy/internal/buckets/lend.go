@@ -64,3 +64,23 @@ func (l *Lender) Remaining(t *Table, now time.Duration, key string) int64 {
 	}
 	return t.Remaining(key, now)
 }
+
+// KeyLevel is key's bucket in t at now as Table.Export emits it, with the
+// tokens lent for key out of the level (on a copy: nothing changes); false
+// when t holds no bucket for key or it is full (strategy.KeyLeveler).
+func (l *Lender) KeyLevel(t *Table, now time.Duration, key string) (strategy.KeyState, bool) {
+	b, ok := t.Lookup(key)
+	if !ok {
+		return strategy.KeyState{}, false
+	}
+	cp := *b
+	if l.Held.Len() > 0 && l.Held.Held(key) > 0 {
+		l.Held.Clamp(&cp, now, key)
+	}
+	level, capacity, per := cp.LevelAt(now)
+	level = max(level, 0)
+	if level >= capacity {
+		return strategy.KeyState{}, false
+	}
+	return strategy.KeyState{Key: key, Level: level, Capacity: capacity, TicksPerToken: per, At: now}, true
+}

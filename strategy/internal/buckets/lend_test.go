@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // TestLender: tokens lent are spent from the table's point of view until
@@ -32,5 +33,57 @@ func TestLender(t *testing.T) {
 	l.Return(tb, 0, "k", 5) // nothing lent any more: ignored
 	if got := l.Remaining(tb, 0, "k"); got != 17 {
 		t.Fatalf("a return with nothing lent changed the level: %d", got)
+	}
+}
+
+// TestSeedAndKeyLevel: a seeded table creates a key's bucket at the seed's
+// level (rescaled to its ticks, capped at its burst), not full, and only
+// when it creates it; KeyLevel reads a bucket with the tokens lent as
+// spent, and nothing for a missing or full one, changing nothing.
+func TestSeedAndKeyLevel(t *testing.T) {
+	src, _ := New(bucket.Rate{Tokens: 1, Per: time.Hour}, 100)
+	var l Lender
+	src.Get("k", 0).AllowN(0, 97) // 3 left
+	if n, _ := l.Grant(src, 0, "k", 1, 1); n != 1 {
+		t.Fatal("no grant")
+	}
+	st, ok := l.KeyLevel(src, 0, "k")
+	if !ok || st.Level/st.TicksPerToken != 2 || st.Key != "k" || st.At != 0 {
+		t.Fatalf("KeyLevel = %+v, %v; want 2 tokens (3 less 1 lent)", st, ok)
+	}
+	if got := l.Remaining(src, 0, "k"); got != 2 {
+		t.Fatalf("KeyLevel changed the table: %d left", got)
+	}
+	if _, ok := l.KeyLevel(src, 0, "absent"); ok {
+		t.Error("KeyLevel of a missing key")
+	}
+	src.Get("full", 0)
+	if _, ok := l.KeyLevel(src, 0, "full"); ok || src.Len() != 2 {
+		t.Errorf("KeyLevel of a full bucket: %v (keys %d)", ok, src.Len())
+	}
+
+	dst, _ := New(bucket.Rate{Tokens: 1, Per: time.Second}, 5)
+	calls := 0
+	dst.SetSeed(func(now time.Duration, key string) (strategy.KeyState, bool) {
+		calls++
+		return l.KeyLevel(src, now, key)
+	})
+	if got := Whole(*dst.Get("k", 0), 0); got != 2 {
+		t.Errorf("seeded bucket holds %d, want 2", got)
+	}
+	dst.Get("k", 0).AllowN(0, 1)
+	if got := Whole(*dst.Get("k", 0), 0); got != 1 || calls != 1 {
+		t.Errorf("an existing bucket: %d tokens, %d seed calls; want 1 and 1 (seeded once)", got, calls)
+	}
+	if got := Whole(*dst.Get("absent", 0), 0); got != 5 {
+		t.Errorf("a key the seed lacks: %d, want full 5", got)
+	}
+	// A seed above the burst is capped.
+	src2, _ := New(bucket.Rate{Tokens: 1, Per: time.Hour}, 100)
+	src2.Get("k", 0).AllowN(0, 10)
+	dst2, _ := New(bucket.Rate{Tokens: 1, Per: time.Second}, 5)
+	dst2.SetSeed(func(now time.Duration, key string) (strategy.KeyState, bool) { return l.KeyLevel(src2, now, key) })
+	if got := Whole(*dst2.Get("k", 0), 0); got != 5 {
+		t.Errorf("a seed of 90 into a burst of 5: %d", got)
 	}
 }
