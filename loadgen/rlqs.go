@@ -320,7 +320,10 @@ func RunRLQS(ctx context.Context, o RLQSOptions) (*RLQSResult, error) {
 
 	r := &RLQSResult{Targets: slices.Clone(o.Targets), Domain: o.Domain, DescriptorKey: entry, Keys: keys, HotKey: o.HotKey,
 		ReportIntervalSec: report.Seconds(), NoAssignment: o.NoAssignment.String(), Expired: o.Expired.String(),
-		ElapsedSec: min(wall, o.Duration).Seconds(), WallSec: wall.Seconds(), Limit: o.Limit}
+		ElapsedSec: o.Duration.Seconds(), WallSec: wall.Seconds(), Limit: o.Limit}
+	if ctx.Err() != nil {
+		r.ElapsedSec = min(wall, o.Duration).Seconds()
+	}
 	if wall > 0 {
 		r.CPUCores = cpu.Seconds() / wall.Seconds()
 	}
