@@ -20,9 +20,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
 	"github.com/tokenmesh/tokenmesh/rlqs/proxy"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // APIRLQS names Envoy's Rate Limit Quota Service
@@ -125,7 +125,7 @@ type RLQSResult struct {
 	// keys of min(offered, r*T + b) (T = ElapsedSec), AdmittedOfCeilingPct
 	// the admitted requests as a percentage of it, and WorstExcess the
 	// most requests of one key the fleet admitted in any window of length
-	// T' beyond b + r*T' (0: within the bound; eval.EnvelopeViolation).
+	// T' beyond b + r*T' (0: within the bound; workload.EnvelopeExcess).
 	Limit                *RLQSLimit `json:"limit,omitempty"`
 	Ceiling              *float64   `json:"ceiling,omitempty"`
 	AdmittedOfCeilingPct *float64   `json:"admitted_of_ceiling_pct,omitempty"`
@@ -481,7 +481,7 @@ func bound(r *RLQSResult, rec *proxy.Record, l RLQSLimit) {
 		ceiling += math.Min(float64(n), perKey)
 	}
 	reqs, allowed := rec.Workload()
-	excess := eval.EnvelopeViolation(reqs, allowed, l.RatePerS, l.Burst)
+	excess := workload.EnvelopeExcess(reqs, allowed, l.RatePerS, l.Burst)
 	r.Ceiling, r.WorstExcess = &ceiling, &excess
 	if ceiling > 0 {
 		p := 100 * float64(r.Total.Admitted) / ceiling
