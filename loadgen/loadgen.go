@@ -11,6 +11,11 @@
 // rate limits of name Options.Rule, each with the limit of
 // Options.Gubernator and a drawn unique_key; UNDER_LIMIT counts as
 // allowed, OVER_LIMIT as refused, an item with an error as a check error.
+// RunRLQS drives Envoy's Rate Limit Quota Service instead
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService): a fleet of
+// emulated Envoys (rlqs/proxy) each holds one stream, decides its offered
+// requests locally from its assignments, and the result counts what they
+// offered, admitted and sent, held to b + r*T when the limit is known.
 //
 // Each of Options.Concurrency workers sends unary Check calls, one at a
 // time, spread round-robin over Options.Targets. A call carries

@@ -12,7 +12,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
 	"github.com/tokenmesh/tokenmesh/rlqs/quotamsg"
@@ -155,22 +154,16 @@ func (t ProxyTier) Validate() error {
 
 // settings is the rate_limit_quota bucket settings of t's fallbacks.
 func (t ProxyTier) settings() *rlqfilterv3.RateLimitQuotaBucketSettings {
-	rule := func(b Blanket) *typev3.RateLimitStrategy {
-		r := typev3.RateLimitStrategy_ALLOW_ALL
-		if b == DenyAll {
-			r = typev3.RateLimitStrategy_DENY_ALL
-		}
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: r}}
+	return envoymodel.BlanketSettings(t.ReportInterval, t.NoAssignment.Rule(), t.Expired.Rule(), expiredFor) // Envoy ignores the interval; the proto requires it
+}
+
+// Rule is b as the proto's blanket rule: DENY_ALL for DenyAll, ALLOW_ALL
+// otherwise ("" is AllowAll).
+func (b Blanket) Rule() typev3.RateLimitStrategy_BlanketRule {
+	if b == DenyAll {
+		return typev3.RateLimitStrategy_DENY_ALL
 	}
-	return &rlqfilterv3.RateLimitQuotaBucketSettings{
-		ReportingInterval: durationpb.New(t.ReportInterval), // Envoy ignores it; the proto requires it
-		NoAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{
-			NoAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: rule(t.NoAssignment)}},
-		ExpiredAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
-			ExpiredAssignmentBehaviorTimeout: durationpb.New(expiredFor),
-			ExpiredAssignmentBehavior: &rlqfilterv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{
-				FallbackRateLimit: rule(t.Expired)}},
-	}
+	return typev3.RateLimitStrategy_ALLOW_ALL
 }
 
 // proxyMode is what the proxies do (ProxyTier's list).

@@ -20,8 +20,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/envoyrls"
 	"github.com/tokenmesh/tokenmesh/loadgen"
 	"github.com/tokenmesh/tokenmesh/localcluster"
+	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
 
 type benchFlags struct {
@@ -57,6 +60,8 @@ type benchFlags struct {
 	descKey     string
 	envoyConfig string
 	profileDir  string // --spawn-cpuprofile: the directory of the spawned nodes' CPU profiles
+	params      []string
+	rlqs        rlqsFlags
 }
 
 func newBenchCmd() *cobra.Command {
@@ -97,6 +102,29 @@ one request of --domain with --batch descriptors, each a single entry
 domain --domain, descriptor --descriptor-key, --limit-burst requests per
 second.
 
+--api rlqs drives Envoy's rate limit quota service
+(envoy.service.rate_limit_quota.v3.RateLimitQuotaService) with --proxies
+emulated Envoys: each holds one stream (proxy i to target i mod the
+targets, failing over to the next), decides every request itself from its
+assignment as Envoy's rate_limit_quota filter does (before one, by
+--no-assignment-behavior; after one expired, by
+--expired-assignment-behavior), and reports usage every --report-interval
+(today's Envoy: 5s). Requests arrive Poisson at --proxy-rates (one rate
+per proxy) or --rate (in all, split evenly; default 100/s each) for
+--duration, each in the bucket {--descriptor-key: key} of --domain, keys
+drawn as above (--keys defaults to 1). With --spawn the nodes serve a
+generated config: that descriptor, --limit-rate with --limit-burst (the
+burst must be the rate over a second, minute, hour or day: an envoy
+ratelimit limit's burst is its requests_per_unit), strategy quota, and the
+fleet starts once quota's takeover after the joins is over and the bucket
+is full again. The report: offered, admitted and denied requests,
+assignments and reports per proxy and in all; when the limit is known
+(spawned, or --envoy-config) the admitted requests as a share of
+min(offered, r x T + b) per key and the worst window's excess over
+b + r x T; stream messages and bytes per request; the proxies' decision
+latency (local) and, for --rls-hop after the run, the ShouldRateLimit
+round trip a proxy would wait for on every request with RLS.
+
 The client shares the machine with local servers: the report includes the
 CPU the bench process used (client_cpu_cores).`,
 		Example: `  tokenmesh serve &   # then:
@@ -105,7 +133,9 @@ CPU the bench process used (client_cpu_cores).`,
   tokenmesh bench --spawn 3 --limit-rate 1000000000/s --limit-burst 1000000000 --hot-key
   tokenmesh bench --spawn 3 --burst-test --limit-rate 100/s --limit-burst 100 --strategy local
   tokenmesh bench --api rls --target 127.0.0.1:8081 --domain edge --descriptor-key remote_address
-  tokenmesh bench --api rls --spawn 3 --limit-burst 1000000`,
+  tokenmesh bench --api rls --spawn 3 --limit-burst 1000000
+  tokenmesh bench --api rlqs --spawn 3 --proxy-rates 150,150,10,10,10,10 --limit-rate 100/s --limit-burst 100 --duration 60s
+  tokenmesh bench --api rlqs --target 10.0.0.1:8081,10.0.0.2:8081 --domain edge --descriptor-key tenant --envoy-config ratelimit/ --rate 1000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -119,12 +149,12 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.IntVar(&f.concurrency, "concurrency", 32, "workers, each with one call in flight")
 	fl.IntVar(&f.conns, "conns", 1, "gRPC connections per target, shared by the workers")
 	fl.IntVar(&f.batch, "batch", 1, fmt.Sprintf("checks per call, 1 to %d", loadgen.MaxBatch))
-	fl.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly")
+	fl.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (with --api rlqs the default is 1)")
 	fl.BoolVar(&f.hotKey, "hot-key", false, "every check uses one key (ignores --keys)")
 	fl.Int64Var(&f.hits, "hits", 1, "tokens each check asks for")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time")
 	fl.DurationVar(&f.warmup, "warmup", time.Second, "unrecorded time before the measurement")
-	fl.Float64Var(&f.rate, "rate", 0, "open loop: calls per second in all; 0: closed loop, as fast as the nodes answer")
+	fl.Float64Var(&f.rate, "rate", 0, "open loop: calls per second in all; 0: closed loop, as fast as the nodes answer (with --api rlqs: requests per second in all, split evenly over --proxies)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the key choice")
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON instead of a table")
 	fl.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
@@ -140,12 +170,14 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate, for nodes with node.api_tls.client_ca_file (with --tls-key; implies --tls)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fl.StringVar(&f.tlsName, "tls-server-name", "", "name the nodes' certificates must hold (default: the target's host)")
-	fl.StringVar(&f.api, "api", loadgen.APITokenmesh, "the API to drive: tokenmesh (tokenmesh.v1 Check) or rls (Envoy's ShouldRateLimit)")
-	fl.StringVar(&f.domain, "domain", "bench", "with --api rls: the domain of every request")
-	fl.StringVar(&f.descKey, "descriptor-key", "key", "with --api rls: the entry key of every descriptor (its value is the drawn key)")
-	fl.StringVar(&f.envoyConfig, "envoy-config", "", "with --api rls --spawn: the nodes' envoy ratelimit config directory (default: a generated one)")
+	fl.StringVar(&f.api, "api", loadgen.APITokenmesh, "the API to drive: tokenmesh (tokenmesh.v1 Check), rls (Envoy's ShouldRateLimit) or rlqs (Envoy's rate limit quota service, from emulated Envoys)")
+	fl.StringVar(&f.domain, "domain", "bench", "with --api rls or rlqs: the domain of every request (RLQS: of every stream)")
+	fl.StringVar(&f.descKey, "descriptor-key", "key", "with --api rls: the entry key of every descriptor; with --api rlqs: of every bucket_id (its value is the drawn key)")
+	fl.StringVar(&f.envoyConfig, "envoy-config", "", "with --api rls or rlqs --spawn: the nodes' envoy ratelimit config directory (default: a generated one); with --api rlqs --target: the targets' config, read for each key's limit")
 	fl.StringVar(&f.profileDir, "spawn-cpuprofile", "", "with --spawn: directory where every spawned node writes a CPU profile of its run (serve-PID.pprof; serve --cpuprofile)")
 	fl.BoolVar(&f.tlsInsecure, "tls-insecure", false, "do not verify the nodes' certificates (implies --tls; benchmarks only)")
+	fl.StringArrayVar(&f.params, "param", nil, "with --spawn: a parameter of the spawned rule's strategy, as strategy.name=value, repeatable (e.g. quota.ttl=3s; tokenmesh strategies lists them)")
+	f.rlqs.add(fl)
 	return cmd
 }
 
@@ -178,6 +210,12 @@ func (f *benchFlags) tlsConfig() (*tls.Config, error) {
 // options checks the flags; every error names the flag.
 func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 	var o loadgen.Options
+	if f.api == loadgen.APIRLQS && !cmd.Flags().Changed("keys") {
+		f.keys = 1
+	}
+	if err := f.checkAPIs(cmd.Flags()); err != nil {
+		return o, err
+	}
 	var targets []string
 	for _, t := range strings.Split(f.target, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -215,16 +253,20 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 		return o, usageErr("--progress %q: want auto, always or never", f.progress)
 	case f.burstWindow <= 0:
 		return o, usageErr("--burst-window %v: must be positive", f.burstWindow)
-	case f.api != loadgen.APITokenmesh && f.api != loadgen.APIRLS:
-		return o, usageErr("--api %q: want tokenmesh or rls", f.api)
-	case f.api == loadgen.APIRLS && f.domain == "":
-		return o, usageErr("--domain: is required with --api rls")
+	case f.api != loadgen.APITokenmesh && f.api != loadgen.APIRLS && f.api != loadgen.APIRLQS:
+		return o, usageErr("--api %q: want tokenmesh, rls or rlqs", f.api)
+	case (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && f.domain == "":
+		return o, usageErr("--domain: is required with --api %s", f.api)
 	case f.api == loadgen.APIRLS && f.burstTest:
 		return o, usageErr("--burst-test and --api rls: the burst test drives the tokenmesh API only")
 	case f.profileDir != "" && f.spawn == 0:
 		return o, usageErr("--spawn-cpuprofile: only with --spawn N")
-	case f.envoyConfig != "" && (f.api != loadgen.APIRLS || f.spawn == 0):
-		return o, usageErr("--envoy-config: only with --api rls --spawn N")
+	case f.envoyConfig != "" && f.api != loadgen.APIRLQS && (f.api != loadgen.APIRLS || f.spawn == 0):
+		return o, usageErr("--envoy-config: only with --api rls --spawn N, or --api rlqs")
+	case len(f.params) > 0 && f.spawn == 0:
+		return o, usageErr("--param: only with --spawn N (a parameter of the spawned nodes' rule)")
+	case len(f.params) > 0 && f.envoyConfig != "":
+		return o, usageErr("--param and --envoy-config: the strategy's parameters are the config's (tokenmesh: {params: ...})")
 	case f.hits > math.MaxUint32 && f.api == loadgen.APIRLS:
 		return o, usageErr("--hits %d: RLS hits_addend is at most %d", f.hits, uint32(math.MaxUint32))
 	}
@@ -245,6 +287,9 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 		if f.strategy == "" {
 			return o, usageErr("--strategy: is required")
 		}
+		if _, err := f.spawnParams(); err != nil {
+			return o, err
+		}
 	}
 	o = loadgen.Options{Targets: targets, Rule: f.rule, Concurrency: f.concurrency, ConnsPerTarget: f.conns,
 		Batch: f.batch, Keys: f.keys, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
@@ -252,6 +297,9 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 	for _, t := range targets {
 		sub := o
 		sub.Targets = []string{t}
+		if sub.API == loadgen.APIRLQS {
+			sub.API = loadgen.APITokenmesh // for the address's check only
+		}
 		if err := sub.Validate(); err != nil && f.spawn == 0 {
 			return o, usageErr("--target %q: want host:port", t)
 		}
@@ -265,44 +313,89 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	stderr, out := cmd.ErrOrStderr(), cmd.OutOrStdout()
+	rlqsMode := f.api == loadgen.APIRLQS
+	envoyDir := f.envoyConfig // the nodes' envoy config (rls, rlqs), or the rlqs targets'
+	settle := f.settle
+	var lc localcluster.Config
 	if f.spawn > 0 {
 		bin, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("--spawn: finding the tokenmesh binary: %w", err)
 		}
-		if f.api == loadgen.APIRLS {
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLS, domain %s)...\n", f.spawn, f.domain)
-		} else {
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
-				f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
-		}
-		settle := f.settle
-		if settle <= 0 {
-			settle = -1 // localcluster: none
-		}
 		rate, err := config.ParseRate(f.limitRate)
 		if err != nil {
 			return usageErr("--limit-rate %q: %v", f.limitRate, err)
 		}
-		lc := localcluster.Config{Binary: bin, Nodes: f.spawn, Settle: settle,
-			Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: f.strategy}}}
-		if f.api == loadgen.APIRLS {
-			dir := f.envoyConfig
-			if dir == "" {
-				if dir, err = os.MkdirTemp("", "tokenmesh-bench-rls"); err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				text := fmt.Sprintf("domain: %q\ntokenmesh: {strategy: %q}\ndescriptors:\n  - key: %q\n    rate_limit: {unit: second, requests_per_unit: %d}\n",
-					f.domain, f.strategy, f.descKey, f.limitBurst)
-				if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(text), 0o644); err != nil {
+		params, err := f.spawnParams()
+		if err != nil {
+			return err
+		}
+		strat := f.spawnStrategy()
+		lc = localcluster.Config{Binary: bin, Nodes: f.spawn,
+			Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
+		if (f.api == loadgen.APIRLS || rlqsMode) && envoyDir == "" {
+			// RLS: one descriptor of --limit-burst per second, the file's
+			// strategy --strategy; RLQS: --limit-rate and --limit-burst,
+			// strategy quota on the descriptor.
+			file := benchEnvoyFile{Domain: f.domain, Tokenmesh: &benchEnvoyExt{Strategy: strat, Params: params},
+				Descriptors: []benchDescriptor{{Key: f.descKey, RateLimit: benchRateLimit{Unit: "second", RequestsPerUnit: f.limitBurst}}}}
+			if rlqsMode {
+				if file, err = f.rlqsConfigFile(rate, params); err != nil {
 					return err
 				}
 			}
-			lc.ServeArgs = []string{"--envoy-config", dir}
+			if envoyDir, err = writeBenchEnvoyConfig(file); err != nil {
+				return err
+			}
+			defer os.RemoveAll(envoyDir)
+		}
+		if envoyDir != "" {
+			lc.ServeArgs = []string{"--envoy-config", envoyDir}
 		}
 		if f.profileDir != "" {
 			lc.ServeArgs = append(lc.ServeArgs, "--"+cpuProfileFlag, filepath.Join(f.profileDir, "serve-"+pidPlaceholder+".pprof"))
+		}
+	}
+	var limit *loadgen.RLQSLimit
+	why := "bench did not spawn the targets: --envoy-config DIR, the targets' config, tells it the limits"
+	var startsAfter string
+	if rlqsMode && envoyDir != "" {
+		cfg, err := envoyrls.LoadDir(envoyDir)
+		if err != nil {
+			return usageErr("--envoy-config %s: %v", envoyDir, err)
+		}
+		l, whyNot, warn := rlqsLimit(cfg, f.domain, f.descKey, f.rlqsKeys())
+		if warn != "" {
+			fmt.Fprintf(stderr, "warning: %s\n", warn)
+		}
+		why = whyNot
+		if l != nil {
+			limit = limitOf(l)
+			if f.spawn > 0 && !cmd.Flags().Changed("settle") && l.Strategy == quotaStrategy {
+				var takeover, fill time.Duration
+				if settle, takeover, fill, err = rlqsSettle(l); err != nil {
+					return fmt.Errorf("--envoy-config %s: limit %s: %w", envoyDir, l.Path, err)
+				}
+				startsAfter = fmt.Sprintf("; the fleet starts %v after they formed: quota's takeover after the joins (%v) and the bucket's fill (%v); --settle to change", settle, takeover, fill)
+			}
+		}
+	}
+	if f.spawn > 0 {
+		switch {
+		case rlqsMode && limit != nil:
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s: %s/s, burst %d per key)%s...\n",
+				f.spawn, f.domain, plainNumber(limit.RatePerS), limit.Burst, startsAfter)
+		case rlqsMode:
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s)...\n", f.spawn, f.domain)
+		case f.api == loadgen.APIRLS:
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLS, domain %s)...\n", f.spawn, f.domain)
+		default:
+			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
+				f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
+		}
+		lc.Settle = settle
+		if lc.Settle <= 0 {
+			lc.Settle = -1 // localcluster: none
 		}
 		c, err := localcluster.Start(ctx, lc)
 		if err != nil {
@@ -317,6 +410,9 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		for _, n := range c.Nodes {
 			o.Targets = append(o.Targets, n.GRPC)
 		}
+	}
+	if rlqsMode {
+		return runBenchRLQS(ctx, f, out, stderr, o, limit, why)
 	}
 	if f.burstTest {
 		br, err := loadgen.Burst(ctx, loadgen.BurstOptions{Targets: o.Targets, Rule: o.Rule, Window: f.burstWindow, TLS: o.TLS})
@@ -345,6 +441,42 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 	}
 	writeBenchTable(out, res)
 	return nil
+}
+
+// spawnStrategy is the spawned rule's strategy: quota with --api rlqs
+// (the one that serves RLQS), else --strategy.
+func (f *benchFlags) spawnStrategy() string {
+	if f.api == loadgen.APIRLQS {
+		return quotaStrategy
+	}
+	return f.strategy
+}
+
+// spawnParams are the --param values for the spawned rule's strategy, by
+// name without the strategy's prefix; nil without --param. Errors: a bad
+// --param, or one of another strategy.
+func (f *benchFlags) spawnParams() (map[string]string, error) {
+	if len(f.params) == 0 {
+		return nil, nil
+	}
+	strat := f.spawnStrategy()
+	info, err := all.Lookup(strat)
+	if err != nil {
+		return nil, usageErr("--strategy: %v", err)
+	}
+	params, err := parseParamFlags(f.params, []all.Info{info})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for name, v := range params.Values() {
+		s, p, _ := strings.Cut(name, ".")
+		if s != strat {
+			return nil, usageErr("--param %s: the spawned rule's strategy is %s", name, strat)
+		}
+		out[p] = v
+	}
+	return out, nil
 }
 
 // targetErr names the --target flag in an error about a target.

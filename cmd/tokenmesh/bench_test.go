@@ -7,12 +7,15 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/loadgen"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -231,5 +234,158 @@ func TestBenchSpawnGdrlNoSettleRefusesNothing(t *testing.T) {
 	}
 	if r.Checks < 100 || r.Refused != 0 || r.Errors != 0 || r.Failed != 0 || r.Allowed != r.Checks {
 		t.Errorf("gdrl under a limit of 10^9/s with no settle: %+v, want every check allowed", r)
+	}
+}
+
+// --api rlqs: bad flag combinations are usage errors naming the flag; a
+// target that serves no RLQS is named.
+func TestBenchRLQSBadFlags(t *testing.T) {
+	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for _, c := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"--api", "soap"}, `--api "soap": want tokenmesh, rls or rlqs`, 2},
+		{[]string{"--api", "rlqs", "--batch", "10"}, "--batch: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--warmup", "1s"}, "--warmup: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--concurrency", "4"}, "--concurrency: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--hits", "2"}, "--hits: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--burst-test"}, "--burst-test: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--rule", "api"}, "--rule: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--domain", ""}, "--domain: is required with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--proxies", "0"}, "--proxies 0", 2},
+		{[]string{"--api", "rlqs", "--proxy-rates", "1,2", "--rate", "10"}, "--proxy-rates and --rate", 2},
+		{[]string{"--api", "rlqs", "--proxy-rates", "1,2", "--proxies", "3"}, "--proxy-rates: 2 rates for --proxies 3", 2},
+		{[]string{"--api", "rlqs", "--proxy-rates", "1,0"}, "--proxy-rates: rate 2 is 0", 2},
+		{[]string{"--api", "rlqs", "--rate", "0"}, "--rate 0", 2},
+		{[]string{"--api", "rlqs", "--report-interval", "1500ms"}, "--report-interval 1.5s", 2},
+		{[]string{"--api", "rlqs", "--report-interval", "0s"}, "--report-interval 0s", 2},
+		{[]string{"--api", "rlqs", "--no-assignment-behavior", "MAYBE"}, `--no-assignment-behavior "MAYBE"`, 2},
+		{[]string{"--api", "rlqs", "--expired-assignment-behavior", "x"}, `--expired-assignment-behavior "x"`, 2},
+		{[]string{"--api", "rlqs", "--rls-hop", "-1s"}, "--rls-hop -1s", 2},
+		{[]string{"--api", "rlqs", "--keys", "10001"}, "--keys 10001", 2},
+		{[]string{"--api", "rlqs", "--limit-rate", "100/s"}, "--limit-rate and --limit-burst: with --api rlqs only with --spawn N", 2},
+		{[]string{"--api", "rlqs", "--spawn", "2", "--strategy", "owner"}, "--strategy: not with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--spawn", "2", "--limit-rate", "100/s", "--limit-burst", "50"}, "--limit-rate 100/s and --limit-burst 50: an envoy ratelimit limit's burst is its requests_per_unit", 2},
+		{[]string{"--api", "rlqs", "--spawn", "2", "--param", "owner.hold=1ms"}, "--param owner.hold: the spawned rule's strategy is quota", 2},
+		{[]string{"--api", "rlqs", "--spawn", "2", "--param", "quota.nope=1"}, "--param quota.nope", 2},
+		{[]string{"--api", "rlqs", "--target", dead, "--envoy-config", "/nonexistent/dir"}, "--envoy-config /nonexistent/dir", 2},
+		{[]string{"--param", "quota.ttl=3s"}, "--param: only with --spawn N", 2},
+		{[]string{"--proxies", "3"}, "--proxies: only with --api rlqs", 2},
+		{[]string{"--api", "rls", "--report-interval", "1s"}, "--report-interval: only with --api rlqs", 2},
+		{[]string{"--api", "rlqs", "--target", dead, "--duration", "1s"}, "--target " + dead + ": no gRPC server answers there", 1},
+	} {
+		_, errOut, code := tokenmesh(t, append([]string{"bench"}, c.args...)...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want exit %d naming %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// --api rlqs --spawn 3: the issue's skewed fleet (two Envoys at 150/s,
+// four at 10/s) on one bucket of 100/s, burst 100, for a few seconds;
+// every Envoy gets an assignment, the fleet admits no more than
+// min(offered, r*T + b), the counts add up. The quota params are the
+// e2e test's (apply_lag 1s, ttl 3s: the bound assumes every assignment
+// applied within apply_lag, and this machine may be loaded).
+func TestBenchRLQSSpawn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster (about 20s)")
+	}
+	out, errOut, code := tokenmesh(t, "bench", "--api", "rlqs", "--spawn", "3", "--proxy-rates", "150,150,10,10,10,10",
+		"--limit-rate", "100/s", "--limit-burst", "100", "--duration", "6s", "--report-interval", "1s",
+		"--no-assignment-behavior", "DENY_ALL", "--param", "quota.apply_lag=1s", "--param", "quota.ttl=3s",
+		"--rls-hop", "300ms", "--json", "--progress", "never")
+	var r loadgen.RLQSResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s %s", code, err, out, errOut)
+	}
+	if !strings.Contains(errOut, "quota's takeover after the joins (5.1s)") {
+		t.Errorf("stderr %q: want the wait for quota's takeover (ttl 3s + apply_lag 1s + 1s + max_skew 100ms)", errOut)
+	}
+	tot := r.Total
+	if len(r.Targets) != 3 || len(r.Proxies) != 6 || r.Limit == nil || r.Limit.RatePerS != 100 || r.Limit.Burst != 100 ||
+		r.Ceiling == nil || r.WorstExcess == nil || r.ElapsedSec != 6 {
+		t.Fatalf("result %+v: want 3 targets, 6 proxies, limit 100/s burst 100, the bound", r)
+	}
+	// 340/s for 6 s: 2,040 expected.
+	if tot.Offered < 1500 || tot.Offered > 2600 || tot.Admitted+tot.Denied != tot.Offered || tot.Admitted == 0 {
+		t.Errorf("total %+v: want about 2,040 offered, some admitted", tot)
+	}
+	if float64(tot.Admitted) > *r.Ceiling {
+		t.Errorf("admitted %d, above min(offered, r*T + b) = %.0f", tot.Admitted, *r.Ceiling)
+	}
+	t.Logf("admitted %d of %.0f (%.1f%%); worst window excess %.3f; %.4f messages and %.2f bytes per request; decision p50 %.2f us; RLS hop %+v",
+		tot.Admitted, *r.Ceiling, deref(r.AdmittedOfCeilingPct), *r.WorstExcess, r.Stream.MessagesPerRequest, r.Stream.BytesPerRequest, r.DecisionUS.P50, r.RLSHop)
+	for _, p := range r.Proxies {
+		if p.FirstAssignmentSec == nil || p.LastTokenBucket == "" || p.ReportsSent == 0 {
+			t.Errorf("proxy %d: first assignment %v, last token bucket %q, %d reports: want a token bucket assigned", p.Proxy, p.FirstAssignmentSec, p.LastTokenBucket, p.ReportsSent)
+		}
+	}
+	if r.Stream.Opened != 6 || r.Stream.MessagesPerRequest <= 0 || r.DecisionUS.P50 <= 0 {
+		t.Errorf("stream %+v, decision latency %+v", r.Stream, r.DecisionUS)
+	}
+	if r.RLSHop == nil || r.RLSHop.Calls == 0 {
+		t.Errorf("RLS hop %+v: want timed calls", r.RLSHop)
+	}
+}
+
+// The text report: per proxy and total rows, the bound, the streams, the
+// latencies, and notes.
+func TestWriteRLQS(t *testing.T) {
+	first, ceiling, pct, excess := 0.5, 700.0, 57.4, 0.0
+	r := &loadgen.RLQSResult{Targets: []string{"a:1", "b:2"}, Domain: "bench", DescriptorKey: "key", Keys: 1, ReportIntervalSec: 5,
+		NoAssignment: "ALLOW_ALL", Expired: "DENY_ALL", ElapsedSec: 6, WallSec: 6,
+		Proxies: []loadgen.RLQSProxy{
+			{Proxy: 0, Target: "a:1", RatePerS: 150, RLQSCounts: loadgen.RLQSCounts{Offered: 900, Admitted: 400, Denied: 500}, FirstAssignmentSec: &first},
+			{Proxy: 1, Target: "b:2", RatePerS: 10, RLQSCounts: loadgen.RLQSCounts{Offered: 60, Denied: 60}},
+		},
+		Total: loadgen.RLQSCounts{Offered: 960, Admitted: 400, Denied: 560}, Limit: &loadgen.RLQSLimit{RatePerS: 100, Burst: 100},
+		Ceiling: &ceiling, AdmittedOfCeilingPct: &pct, WorstExcess: &excess,
+		RLSHop: &loadgen.RLSHop{Calls: 10, LatencyMS: loadgen.LatencyMS{P50: 0.5}}}
+	var b strings.Builder
+	writeRLQS(&b, r, "")
+	for _, s := range []string{"offered/s", "first at s", "all", "160", "0.500", "never",
+		"limit 100/s, burst 100 per key: admitted 400 of min(offered, r*T + b) = 700: 57.4%", "excess over b + r*T: 0.000",
+		"messages and", "decision at the proxy", "the RLS hop it replaces", "note: proxy 1 got no assignment"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, b.String())
+		}
+	}
+	r.Limit = nil
+	b.Reset()
+	writeRLQS(&b, r, "not spawned")
+	if !strings.Contains(b.String(), "limit unknown (not spawned)") {
+		t.Errorf("report without a limit:\n%s", b.String())
+	}
+}
+
+// The generated config's unit: the burst is requests_per_unit; quota's
+// takeover follows its params.
+func TestEnvoyUnitAndTakeover(t *testing.T) {
+	for _, c := range []struct {
+		rate  string
+		burst int64
+		unit  string
+	}{{"100/s", 100, "second"}, {"6000/min", 6000, "minute"}, {"100/s", 6000, "minute"}, {"1/s", 86400, "day"}, {"100/s", 50, ""}, {"1/3s", 1, ""}} {
+		r, err := rule.ParseRate(c.rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, ok := envoyUnit(r, c.burst); u != c.unit || ok != (c.unit != "") {
+			t.Errorf("envoyUnit(%s, %d) = %q, %v; want %q", c.rate, c.burst, u, ok, c.unit)
+		}
+	}
+	for params, want := range map[string]time.Duration{"": 3600 * time.Millisecond, "ttl=3s,apply_lag=1s": 5100 * time.Millisecond} {
+		m := map[string]string{}
+		for _, kv := range strings.Split(params, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				m[k] = v
+			}
+		}
+		if got, err := quotaTakeover(m); err != nil || got != want {
+			t.Errorf("quotaTakeover(%v) = %v, %v; want %v", m, got, err, want)
+		}
 	}
 }

@@ -33,14 +33,18 @@ func (a Arrivals) String() string {
 	return fmt.Sprintf("Arrivals(%d)", uint8(a))
 }
 
-// Load is offered load: requests matched into one bucket of one proxy, at
-// Rate requests per second from Start (after the fleet starts), until Count
-// requests were offered or Duration has passed since Start, whichever comes
-// first (at least one of the two must be set, so that the load stops by
-// itself).
+// Load is offered load: requests matched into one bucket of one proxy (or
+// each into one of Buckets), at Rate requests per second from Start (after
+// the fleet starts), until Count requests were offered or Duration has
+// passed since Start, whichever comes first (at least one of the two must
+// be set, so that the load stops by itself).
 type Load struct {
-	Proxy    int // index of the proxy, in [0, Config.Proxies)
-	Bucket   envoymodel.BucketID
+	Proxy  int // index of the proxy, in [0, Config.Proxies)
+	Bucket envoymodel.BucketID
+	// Buckets, when not empty, replaces Bucket: each request's bucket is
+	// drawn uniformly from them (from the load's seeded random stream, as
+	// its Poisson gaps).
+	Buckets  []envoymodel.BucketID
 	Rate     float64 // requests per second, > 0
 	Arrivals Arrivals
 	Start    time.Duration // >= 0

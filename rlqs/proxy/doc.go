@@ -5,8 +5,9 @@
 // envoymodel.Proxy (so the emulator and the simulator decide with the same
 // code), reports usage on the model's timer, applies the assignments it
 // receives, and fails over to the next server address when its stream's
-// server dies. It records every decision, report, assignment and stream
-// event (Record), so that tests can hold the fleet's admissions to
+// server dies. It records every decision (with the time the model took),
+// report, response, assignment and stream event, with the messages'
+// protobuf sizes (Record), so that tests can hold the fleet's admissions to
 // b + r*T per window (Record.Workload with eval.EnvelopeViolation) and
 // watch shares follow demand (Record.Admitted).
 //
@@ -25,5 +26,6 @@
 // Envoy the RLQS cluster's load balancer picks a host), the bound on each
 // attempt (Config.ConnectTimeout) and on gRPC's reconnect backoff
 // (Config.MaxBackoff), and the offered load (Load: Poisson or uniform
-// arrivals, bounded in count and time, so a fleet stops by itself: Wait).
+// arrivals on one bucket or drawn uniformly from several, bounded in count
+// and time, so a fleet stops by itself: Wait).
 package proxy

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
 )
@@ -239,9 +240,15 @@ func (p *emulated) due(now time.Duration) {
 		}
 		for _, l := range p.loads {
 			if !l.over() && l.next == at {
-				allowed, initial := p.model.Request(now, l.Bucket)
+				b := l.Bucket
+				if len(l.Buckets) > 0 {
+					b = l.Buckets[l.rng.IntN(len(l.Buckets))]
+				}
+				t0 := time.Now()
+				allowed, initial := p.model.Request(now, b)
+				took := time.Since(t0)
 				p.f.rec.add(func(r *Record) {
-					r.Decisions = append(r.Decisions, Decision{At: now, Proxy: p.idx, Bucket: l.Bucket.Key(), Allowed: allowed})
+					r.Decisions = append(r.Decisions, Decision{At: now, Proxy: p.idx, Bucket: b.Key(), Allowed: allowed, Took: took})
 				})
 				if initial != nil {
 					p.enqueue(now, initial, true)
@@ -278,8 +285,9 @@ func (p *emulated) enqueue(now time.Duration, usage *rlqsv3.RateLimitQuotaUsageR
 	select {
 	case p.out <- outgoing{at: now, usage: usage, initial: initial}:
 	default: // the sender is stuck far behind: drop, as a full stream would
+		size := proto.Size(usage)
 		p.f.rec.add(func(r *Record) {
-			r.Reports = append(r.Reports, Report{At: now, Proxy: p.idx, Initial: initial, Usage: usage})
+			r.Reports = append(r.Reports, Report{At: now, Proxy: p.idx, Initial: initial, Usage: usage, Bytes: size})
 		})
 	}
 }
@@ -299,6 +307,10 @@ func (p *emulated) handle(now time.Duration, ev event) {
 		return
 	}
 	outs, err := p.model.Apply(now, ev.resp)
+	size := proto.Size(ev.resp)
+	p.f.rec.add(func(r *Record) {
+		r.Responses = append(r.Responses, Response{At: now, Proxy: p.idx, Addr: ev.addr, Actions: len(ev.resp.GetBucketAction()), Bytes: size})
+	})
 	if err != nil {
 		p.recordStream(now, ev.addr, BadResponse, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"math/big"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -165,6 +167,57 @@ func TestFleetEnforcesAssignments(t *testing.T) {
 			as[0].TokenBucket().GetMaxTokens() != 5 || as[0].TTL != time.Minute {
 			t.Errorf("proxy %d assignments %+v: want a new token bucket, then renewals", i, as)
 		}
+		// The fake answers every report with one action: a response per
+		// assignment, each with its size, as each report has its own.
+		if len(mine.Responses) != len(as) || mine.Responses[0].Actions != 1 || mine.Responses[0].Bytes != proto.Size(assignEvery(tokenBucket(5, 5))(first.Usage)) {
+			t.Errorf("proxy %d: responses %+v for %d assignments, want one each with its protobuf size", i, mine.Responses, len(as))
+		}
+		if first.Bytes != proto.Size(first.Usage) {
+			t.Errorf("proxy %d: first report's Bytes %d, want its protobuf size %d", i, first.Bytes, proto.Size(first.Usage))
+		}
+	}
+	took := false
+	for _, d := range rec.Decisions {
+		took = took || d.Took > 0
+	}
+	if !took {
+		t.Error("no decision has a Took: want the model's decision time")
+	}
+}
+
+// A load over several buckets draws each request's bucket uniformly, the
+// same draws for the same seed.
+func TestLoadDrawsBuckets(t *testing.T) {
+	ids := []envoymodel.BucketID{web, envoymodel.NewBucketID(map[string]string{"name": "a"}), envoymodel.NewBucketID(map[string]string{"name": "b"})}
+	draws := func() []string {
+		rec := run(t, Config{
+			Proxies: 1, Addrs: []string{deadAddr(t)}, ConnectTimeout: 50 * time.Millisecond,
+			Model: envoymodel.Config{Domain: "d"},
+			Loads: []Load{{Bucket: web, Buckets: ids, Rate: 3000, Arrivals: Uniform, Count: 300}},
+			Seed:  3,
+		})
+		var keys []string
+		for _, d := range rec.Decisions {
+			keys = append(keys, d.Bucket)
+		}
+		return keys
+	}
+	first := draws()
+	n := map[string]int{}
+	for _, k := range first {
+		n[k]++
+	}
+	// 100 expected each; outside 60..140 is a 5-sigma event.
+	for _, id := range ids {
+		if c := n[id.Key()]; c < 60 || c > 140 {
+			t.Errorf("bucket %s drawn %d times of 300, want about 100 (%v)", id.Key(), c, n)
+		}
+	}
+	if len(n) != len(ids) {
+		t.Errorf("drawn buckets %v, want only %d of Buckets", n, len(ids))
+	}
+	if again := draws(); !slices.Equal(first, again) {
+		t.Error("the same seed drew other buckets")
 	}
 }
 

@@ -23,6 +23,10 @@ type Decision struct {
 	Proxy   int
 	Bucket  string // the bucket id's key (envoymodel.BucketID.Key)
 	Allowed bool
+	// Took is the wall time the proxy's model took to decide
+	// (envoymodel.Proxy.Request): the decision's latency at the proxy,
+	// without Envoy's request matching.
+	Took time.Duration
 }
 
 // Assignment is one BucketAction a proxy received, and what it did.
@@ -54,6 +58,19 @@ type Report struct {
 	// Addr is where it was sent; "" when it was dropped (no stream, or the
 	// stream could not be opened or broke), as Envoy drops it.
 	Addr string
+	// Bytes is the report's protobuf size (gRPC adds 5 bytes of framing
+	// per message).
+	Bytes int
+}
+
+// Response is one RateLimitQuotaResponse a proxy received (applied, or
+// refused by its model: then a BadResponse StreamEvent says why).
+type Response struct {
+	At      time.Duration
+	Proxy   int
+	Addr    string // the server it came from
+	Actions int    // its bucket actions (each one an Assignment when applied)
+	Bytes   int    // its protobuf size (gRPC adds 5 bytes of framing per message)
 }
 
 // StreamEvent is a change of a proxy's RLQS stream.
@@ -94,6 +111,7 @@ type Record struct {
 	Decisions   []Decision
 	Assignments []Assignment
 	Reports     []Report
+	Responses   []Response
 	Streams     []StreamEvent
 }
 
@@ -115,6 +133,7 @@ func (r *Record) Proxy(i int) *Record {
 		Decisions:   only(r.Decisions, func(d Decision) bool { return d.Proxy == i }),
 		Assignments: only(r.Assignments, func(a Assignment) bool { return a.Proxy == i }),
 		Reports:     only(r.Reports, func(x Report) bool { return x.Proxy == i }),
+		Responses:   only(r.Responses, func(x Response) bool { return x.Proxy == i }),
 		Streams:     only(r.Streams, func(e StreamEvent) bool { return e.Proxy == i }),
 	}
 }
@@ -162,11 +181,13 @@ func (c *recorder) snapshot() *Record {
 		Decisions:   slices.Clone(c.r.Decisions),
 		Assignments: slices.Clone(c.r.Assignments),
 		Reports:     slices.Clone(c.r.Reports),
+		Responses:   slices.Clone(c.r.Responses),
 		Streams:     slices.Clone(c.r.Streams),
 	}
 	slices.SortStableFunc(r.Decisions, func(a, b Decision) int { return cmp.Compare(a.At, b.At) })
 	slices.SortStableFunc(r.Assignments, func(a, b Assignment) int { return cmp.Compare(a.At, b.At) })
 	slices.SortStableFunc(r.Reports, func(a, b Report) int { return cmp.Compare(a.At, b.At) })
+	slices.SortStableFunc(r.Responses, func(a, b Response) int { return cmp.Compare(a.At, b.At) })
 	slices.SortStableFunc(r.Streams, func(a, b StreamEvent) int { return cmp.Compare(a.At, b.At) })
 	return r
 }

@@ -10,6 +10,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/proto"
 )
 
 // stream is one open StreamRateLimitQuotas call.
@@ -67,8 +68,9 @@ func (p *emulated) send(ctx context.Context) {
 				st = p.failover(st) // its receiver reports why it ended
 			}
 		}
+		size := proto.Size(o.usage)
 		p.f.rec.add(func(r *Record) {
-			r.Reports = append(r.Reports, Report{At: o.at, Proxy: p.idx, Initial: o.initial, Usage: o.usage, Addr: addr})
+			r.Reports = append(r.Reports, Report{At: o.at, Proxy: p.idx, Initial: o.initial, Usage: o.usage, Addr: addr, Bytes: size})
 		})
 	}
 }
