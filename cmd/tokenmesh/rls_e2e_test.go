@@ -95,16 +95,35 @@ descriptors:
 `,
 }
 
-func writeRLSConfigs(t *testing.T, dir string) {
+func writeRLSConfigs(t *testing.T, dir string) { writeEnvoyFiles(t, dir, rlsConfigs) }
+
+// writeEnvoyFiles writes the envoy config files (name -> YAML) into dir.
+func writeEnvoyFiles(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range rlsConfigs {
+	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// startRLSCluster starts n serve processes with --envoy-config of the
+// given files (name -> YAML) and returns them with an RLS client of each.
+func startRLSCluster(t *testing.T, n int, files map[string]string) (*localcluster.Cluster, []rlsv3.RateLimitServiceClient) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ratelimit")
+	writeEnvoyFiles(t, dir, files)
+	c := startCluster(t, localcluster.Config{Nodes: n, ServeArgs: []string{"--envoy-config", dir},
+		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
+	var cls []rlsv3.RateLimitServiceClient
+	for _, node := range c.Nodes {
+		cl, _ := dialRLS(t, node.GRPC)
+		cls = append(cls, cl)
+	}
+	return c, cls
 }
 
 func rlsDesc(kv ...string) *ratelimitv3.RateLimitDescriptor {
@@ -294,15 +313,7 @@ func TestRLSServeBadConfig(t *testing.T) {
 // TestRLSClusterE2E: one descriptor's limit holds across 3 processes
 // (owner: exact), checked round-robin at every node.
 func TestRLSClusterE2E(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "ratelimit")
-	writeRLSConfigs(t, dir)
-	c := startCluster(t, localcluster.Config{Nodes: 3, ServeArgs: []string{"--envoy-config", dir},
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
-	var cls []rlsv3.RateLimitServiceClient
-	for _, n := range c.Nodes {
-		cl, _ := dialRLS(t, n.GRPC)
-		cls = append(cls, cl)
-	}
+	_, cls := startRLSCluster(t, 3, rlsConfigs)
 	// token bucket (owner) and fixed_window (fixedwindow, at the owner too)
 	for _, domain := range []string{"edge_proxy_per_ip", "fixed"} {
 		ok := 0

@@ -7,17 +7,12 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/tokenmesh/tokenmesh/localcluster"
-	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // TestRLSOverdraftE2E: an AI gateway's traffic against a 1,000
@@ -35,26 +30,13 @@ import (
 // no earlier than the refill allows had every charge been taken (a lost
 // charge would reopen it early).
 func TestRLSOverdraftE2E(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "ratelimit")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	const cfg = `domain: llm
 descriptors:
   - key: tenant
     tokenmesh: {params: {overdraft: true}}
     rate_limit: {unit: minute, requests_per_unit: 1000}
 `
-	if err := os.WriteFile(filepath.Join(dir, "llm.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := startCluster(t, localcluster.Config{Nodes: 3, ServeArgs: []string{"--envoy-config", dir},
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
-	var cls []rlsv3.RateLimitServiceClient
-	for _, n := range c.Nodes {
-		cl, _ := dialRLS(t, n.GRPC)
-		cls = append(cls, cl)
-	}
+	_, cls := startRLSCluster(t, 3, map[string]string{"llm.yaml": cfg})
 	const (
 		burst   = 1000.0
 		perSec  = 1000.0 / 60

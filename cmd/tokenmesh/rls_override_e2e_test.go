@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-
-	"github.com/tokenmesh/tokenmesh/localcluster"
-	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // TestRLSOverrideClusterE2E: a descriptor's limit override (5 a second,
@@ -24,28 +19,15 @@ import (
 // machine is), and every node answers with the override as current_limit
 // and refuses some. Without the override the configured limit applies.
 func TestRLSOverrideClusterE2E(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "ratelimit")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// A forward's timeout of 2 s: a loaded machine does not turn forwards
 	// into on_timeout's local decisions (the override's rule inherits the
 	// descriptor's params).
-	if err := os.WriteFile(filepath.Join(dir, "ovr.yaml"), []byte(`domain: ovr
+	c, cls := startRLSCluster(t, 3, map[string]string{"ovr.yaml": `domain: ovr
 descriptors:
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 1000}
     tokenmesh: {strategy: owner, params: {timeout: 2s}}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := startCluster(t, localcluster.Config{Nodes: 3, ServeArgs: []string{"--envoy-config", dir},
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
-	var cls []rlsv3.RateLimitServiceClient
-	for _, n := range c.Nodes {
-		cl, _ := dialRLS(t, n.GRPC)
-		cls = append(cls, cl)
-	}
+`})
 	ask := func(i int, addr string, override bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
 		d := rlsDesc("remote_address", addr)
