@@ -104,6 +104,9 @@ type Server struct {
 	tbl     atomic.Pointer[ruleTable] // replaced by SetRules
 	rulesMu sync.Mutex                // serializes SetRules (the metric series it creates and deletes)
 	ready   atomic.Bool
+	// draining: readiness off (/readyz 503, health NOT_SERVING) while the
+	// API still answers (SetDraining)
+	draining atomic.Bool
 	health  *health.Server
 	handler http.Handler
 	metrics *metrics
@@ -178,7 +181,23 @@ func (s *Server) SetReady(ready bool) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	s.ready.Store(ready)
-	st := servingStatus(ready)
+	s.setHealth(ready && !s.draining.Load())
+}
+
+// SetDraining turns what /readyz ("draining", 503) and the gRPC health
+// service (NOT_SERVING) report off while draining is true, without
+// refusing requests: a node that is about to stop tells its load
+// balancer first (package daemon's drain delay).
+func (s *Server) SetDraining(draining bool) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	s.draining.Store(draining)
+	s.setHealth(s.ready.Load() && !draining)
+}
+
+// setHealth sets every name's status in the health service (healthMu held).
+func (s *Server) setHealth(serving bool) {
+	st := servingStatus(serving)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(tokenmeshv1.RateLimitService_ServiceDesc.ServiceName, st)
 	for _, n := range s.healthNames {
@@ -195,7 +214,7 @@ func (s *Server) AddHealthService(name string) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	s.healthNames = append(s.healthNames, name)
-	s.health.SetServingStatus(name, servingStatus(s.ready.Load()))
+	s.health.SetServingStatus(name, servingStatus(s.ready.Load() && !s.draining.Load()))
 }
 
 // servingStatus is the health service's status for ready.
@@ -483,6 +502,10 @@ func routingError(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
 		writeText(w, http.StatusServiceUnavailable, "not ready")
+		return
+	}
+	if s.draining.Load() {
+		writeText(w, http.StatusServiceUnavailable, "draining")
 		return
 	}
 	writeText(w, http.StatusOK, "ready")

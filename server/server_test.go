@@ -479,6 +479,21 @@ func TestHealthAndReadiness(t *testing.T) {
 	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 {
 		t.Errorf("/readyz after SetReady(true): %d", rec.Code)
 	}
+	// draining: readiness off, checks still answered
+	s.SetDraining(true)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable || strings.TrimSpace(rec.Body.String()) != "draining" {
+		t.Errorf("/readyz while draining: %d %q, want 503 draining", rec.Code, rec.Body)
+	}
+	if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health while draining: %v %v, want NOT_SERVING", resp, err)
+	}
+	if _, err := s.Check(ctx, req(item("api", "k", 1))); err != nil {
+		t.Errorf("Check while draining: %v, want answered", err)
+	}
+	s.SetDraining(false)
+	if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health after draining: %v %v, want SERVING", resp, err)
+	}
 	if rec := do(s, "GET", "/nope", ""); rec.Code != http.StatusNotFound {
 		t.Errorf("/nope: %d", rec.Code)
 	}
