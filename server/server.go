@@ -107,9 +107,9 @@ type Server struct {
 	// draining: readiness off (/readyz 503, health NOT_SERVING) while the
 	// API still answers (SetDraining)
 	draining atomic.Bool
-	health  *health.Server
-	handler http.Handler
-	metrics *metrics
+	health   *health.Server
+	handler  http.Handler
+	metrics  *metrics
 	// healthNames are further gRPC services reported in the health
 	// service (AddHealthService, RegisterRLS), under healthMu.
 	healthMu    sync.Mutex
