@@ -252,8 +252,6 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
@@ -263,13 +261,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
-)
-
-// maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
-// reports.
-const (
-	maxKeyBytes = 4096
-	maxSpent    = 16
 )
 
 // Lease is one node of the lease strategy.
@@ -901,217 +892,187 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64,
 // or grant from a node that was not
 // asked.
 func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.LeaseMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
-		return fmt.Errorf("lease: message from %s does not decode: %w", from, err)
+	m, err := decodeMessage(from, payload)
+	if err != nil {
+		return err
 	}
-	checkKey := func(what, key string) error {
-		if key == "" || len(key) > maxKeyBytes {
-			return fmt.Errorf("lease: %s from %s: key of %d bytes (want 1..%d)", what, from, len(key), maxKeyBytes)
-		}
-		return nil
+	if err := l.validate(now, from, m); err != nil {
+		return err
 	}
-	future := now + l.maxSkew
 	switch b := m.Body.(type) {
 	case *peerv1.LeaseMessage_Forward:
-		f := b.Forward
-		if err := checkKey("forward", f.Key); err != nil {
-			return err
-		}
-		switch {
-		case f.ExtraTokens < 0 || f.ExtraTokens >= math.MaxInt64:
-			return fmt.Errorf("lease: forward from %s: extra_tokens %d outside [0, 2^63-2]", from, f.ExtraTokens)
-		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
-			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
-		case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
-			return fmt.Errorf("lease: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
-		}
-		if time.Duration(f.ArrivalNs) < now-l.sweepLag {
-			return nil // the forwarder has given up on it; its key's bucket may be gone
-		}
-		fid := forwardID{from, f.RequestId}
-		if v, dup := l.seen.Get(fid); dup {
-			if v.decided {
-				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
-			}
-			return nil
-		}
-		l.seen.Add(now, fid, &verdict{}, fx)
-		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait), charge: f.PostHoc})
-		fx.WakeAt(max(arr+l.hold, now))
+		l.onForward(now, from, b.Forward, fx)
 	case *peerv1.LeaseMessage_Ask:
-		a := b.Ask
-		if err := checkKey("ask", a.Key); err != nil {
-			return err
-		}
-		switch {
-		case a.Seq == 0:
-			return fmt.Errorf("lease: ask from %s: seq 0 (seqs start at 1)", from)
-		case a.Tokens <= 0 || a.Tokens > l.sh.burst:
-			return fmt.Errorf("lease: ask from %s: tokens %d outside [1, burst=%d]", from, a.Tokens, l.sh.burst)
-		case a.AskedAtNs < 0 || time.Duration(a.AskedAtNs) > future:
-			return fmt.Errorf("lease: ask from %s: asked_at_ns %d outside [0, now+max_skew=%d]", from, a.AskedAtNs, future)
-		case len(a.Spent) > maxSpent:
-			return fmt.Errorf("lease: ask from %s: %d spent leases reported, at most %d", from, len(a.Spent), maxSpent)
-		}
-		// Spent leases are released in arrival order at now: a request
-		// decided later with an earlier arrival must not see their room
-		// (the holder may still have held tokens then). Idempotent: a lease
-		// is released once.
-		for _, seq := range a.Spent {
-			if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
-				l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
-				fx.WakeAt(now + l.hold)
-			}
-		}
-		id := grantID{from, a.Key, a.Seq}
-		if g := l.grants[id]; g != nil {
-			l.sendGrant(id, g, fx) // the grant was lost: the same again
-			return nil
-		}
-		at := min(time.Duration(a.AskedAtNs), now)
-		if at+l.ttl <= now || at < now-l.sweepLag {
-			return nil // too old to be of use: the holder has given up
-		}
-		for _, q := range l.queue.Items() {
-			if q.ask && q.origin == from && q.id == a.Seq && q.key == a.Key {
-				return nil // queued already
-			}
-		}
-		l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
-		fx.WakeAt(max(at+l.hold, now))
+		l.onAsk(now, from, b.Ask, fx)
 	case *peerv1.LeaseMessage_Return:
-		r := b.Return
-		if err := checkKey("return", r.Key); err != nil {
-			return err
-		}
-		if r.Unused < 0 {
-			return fmt.Errorf("lease: return from %s: unused %d is negative", from, r.Unused)
-		}
-		id := grantID{from, r.Key, r.Seq}
-		g := l.grants[id]
-		if g != nil && r.Unused > g.tokens {
-			// More than this node granted for that seq: a lease of this
-			// node's previous incarnation (a restarted owner may have
-			// answered a late copy of the same ask, with fewer tokens).
-			// An honest peer does this: not an error; not credited (the
-			// previous incarnation's tokens are not in this bucket), but
-			// acknowledged below so that the holder stops resending.
-			g = nil
-		}
-		// Credited only while the lease is still counted: once released by
-		// expiry, the bucket may have refilled the lease's room, and a
-		// credit would make tokens.
-		if g != nil && !g.returned && !g.released {
-			// Credited in arrival order at now, after the bucket has
-			// refilled up to now with the lease still counted: its room
-			// must not refill backwards.
-			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
-			fx.WakeAt(now + l.hold)
-		}
-		if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
-			fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
-		}
+		l.onReturn(now, from, b.Return, fx)
 	case *peerv1.LeaseMessage_Replicas:
-		return l.receiveReplicas(now, from, b.Replicas)
+		l.receiveReplicas(now, from, b.Replicas)
 	case *peerv1.LeaseMessage_Replica:
-		if b.Replica == nil {
-			return fmt.Errorf("lease: message from %s has an empty replica", from)
-		}
-		return l.receiveReplicas(now, from, &peerv1.LeaseReplicas{States: []*peerv1.LeaseReplica{b.Replica}})
+		l.receiveReplicas(now, from, oneReplica(b.Replica))
 	case *peerv1.LeaseMessage_StateQuery:
-		if b.StateQuery == nil {
-			return fmt.Errorf("lease: message from %s has an empty state query", from)
-		}
-		if err := checkKey("state query", b.StateQuery.Key); err != nil {
-			return err
-		}
 		l.answer(now, from, b.StateQuery, fx)
 	case *peerv1.LeaseMessage_State:
-		if b.State == nil {
-			return fmt.Errorf("lease: message from %s has an empty state", from)
-		}
 		return l.receiveState(now, from, b.State, fx)
 	case *peerv1.LeaseMessage_Refund:
-		return l.receiveRefund(now, from, b.Refund, fx)
+		l.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.LeaseMessage_ReturnAck:
-		a := b.ReturnAck
-		delete(l.returns, grantID{from, a.Key, a.Seq})
+		l.onReturnAck(from, b.ReturnAck)
 	case *peerv1.LeaseMessage_Verdict:
-		v := b.Verdict
-		p, ok := l.pending[v.RequestId]
-		if !ok {
-			return nil // a duplicate, or the answer after a timeout
-		}
-		if err := p.CheckFrom(from); err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.Req.Arrival) + p.MaxWait
-		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
-			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
-		}
-		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		until := p.Req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
-		delete(l.pending, v.RequestId)
-		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
-		if !v.Allowed && v.EmptyForUs > 0 {
-			h := l.holding(p.Req.Key)
-			h.emptyUntil = max(h.emptyUntil, until)
-		}
+		return l.onVerdict(now, from, b.Verdict, fx)
 	case *peerv1.LeaseMessage_Grant:
-		g := b.Grant
-		if err := checkKey("grant", g.Key); err != nil {
-			return err
+		return l.onGrant(now, from, b.Grant, fx)
+	}
+	return nil
+}
+
+// onForward queues a forwarded request (validated: checkForward) in the
+// ordering buffer, once per (sender, request ID); a duplicate of one
+// decided already gets its verdict again.
+func (l *Lease) onForward(now time.Duration, from strategy.NodeID, f *peerv1.LeaseForward, fx *strategy.Effects) {
+	if time.Duration(f.ArrivalNs) < now-l.sweepLag {
+		return // the forwarder has given up on it; its key's bucket may be gone
+	}
+	fid := forwardID{from, f.RequestId}
+	if v, dup := l.seen.Get(fid); dup {
+		if v.decided {
+			sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
 		}
-		expires, until := time.Duration(g.ExpiresNs), time.Duration(g.EmptyUntilNs)
-		switch {
-		case g.Tokens < 0 || g.Tokens > l.sh.burst:
-			return fmt.Errorf("lease: grant from %s: tokens %d outside [0, burst=%d]", from, g.Tokens, l.sh.burst)
-		case g.ExpiresNs < 0 || expires > now+l.ttl+l.maxSkew:
-			return fmt.Errorf("lease: grant from %s: expires_ns %d outside [0, now+ttl+max_skew=%d]", from, g.ExpiresNs, now+l.ttl+l.maxSkew)
-		case g.EmptyUntilNs < 0 || until > now+l.ttl+l.maxSkew:
-			return fmt.Errorf("lease: grant from %s: empty_until_ns %d outside [0, now+ttl+max_skew]", from, g.EmptyUntilNs)
+		return
+	}
+	l.seen.Add(now, fid, &verdict{}, fx)
+	arr := min(time.Duration(f.ArrivalNs), now)
+	l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait), charge: f.PostHoc})
+	fx.WakeAt(max(arr+l.hold, now))
+}
+
+// onAsk (validated: checkAsk) releases the spent leases the ask reports
+// and queues the ask in the ordering buffer, or sends its grant again.
+func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAsk, fx *strategy.Effects) {
+	// Spent leases are released in arrival order at now: a request
+	// decided later with an earlier arrival must not see their room
+	// (the holder may still have held tokens then). Idempotent: a lease
+	// is released once.
+	for _, seq := range a.Spent {
+		if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
+			l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
+			fx.WakeAt(now + l.hold)
 		}
-		h := l.keys[g.Key]
-		if h == nil || h.sentTo[g.Seq] == "" {
-			return nil // not asked (any more): a stale or duplicated grant
+	}
+	id := grantID{from, a.Key, a.Seq}
+	if g := l.grants[id]; g != nil {
+		l.sendGrant(id, g, fx) // the grant was lost: the same again
+		return
+	}
+	at := min(time.Duration(a.AskedAtNs), now)
+	if at+l.ttl <= now || at < now-l.sweepLag {
+		return // too old to be of use: the holder has given up
+	}
+	for _, q := range l.queue.Items() {
+		if q.ask && q.origin == from && q.id == a.Seq && q.key == a.Key {
+			return // queued already
 		}
-		if h.sentTo[g.Seq] != from {
-			return fmt.Errorf("lease: grant for %q seq %d from %s, but the ask went to %s", g.Key, g.Seq, from, h.sentTo[g.Seq])
-		}
-		if _, dup := h.accepted[g.Seq]; dup {
-			return nil
-		}
-		// Never use a lease past the owner's release: asked_at + ttl by
-		// this node's own record when it is the current ask. Stop using it
-		// (and return what is left) returnLead earlier, so that the return
-		// reaches the owner before the release.
-		if g.Seq == h.seq && h.askAt+l.ttl < expires {
-			expires = h.askAt + l.ttl
-		}
-		expires -= l.returnLead
-		h.accepted[g.Seq] = expires
-		if g.Seq == h.seq {
-			h.asking = false
-		}
-		if until > now {
-			h.emptyUntil = max(h.emptyUntil, until)
-			h.nextAskAt = until - l.lead
-			// Ask again then, before the hint ends, without waiting for a
-			// request to come after it.
-			l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
-			fx.WakeAt(max(h.nextAskAt, now))
-		}
-		if g.Tokens > 0 && expires > now {
-			h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
-			l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
-			fx.WakeAt(expires)
-		}
-	default:
-		return fmt.Errorf("lease: message from %s has no body", from)
+	}
+	l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
+	fx.WakeAt(max(at+l.hold, now))
+}
+
+// onReturn (validated: checkReturn) queues the credit of a lease's unused
+// tokens while the lease is still counted, and acknowledges a return of
+// unused tokens.
+func (l *Lease) onReturn(now time.Duration, from strategy.NodeID, r *peerv1.LeaseReturn, fx *strategy.Effects) {
+	id := grantID{from, r.Key, r.Seq}
+	g := l.grants[id]
+	if g != nil && r.Unused > g.tokens {
+		// More than this node granted for that seq: a lease of this
+		// node's previous incarnation (a restarted owner may have
+		// answered a late copy of the same ask, with fewer tokens).
+		// An honest peer does this: not an error; not credited (the
+		// previous incarnation's tokens are not in this bucket), but
+		// acknowledged below so that the holder stops resending.
+		g = nil
+	}
+	// Credited only while the lease is still counted: once released by
+	// expiry, the bucket may have refilled the lease's room, and a
+	// credit would make tokens.
+	if g != nil && !g.returned && !g.released {
+		// Credited in arrival order at now, after the bucket has
+		// refilled up to now with the lease still counted: its room
+		// must not refill backwards.
+		l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
+		fx.WakeAt(now + l.hold)
+	}
+	if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
+		fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+	}
+}
+
+// onReturnAck stops resending the return it acknowledges.
+func (l *Lease) onReturnAck(from strategy.NodeID, a *peerv1.LeaseReturnAck) {
+	delete(l.returns, grantID{from, a.Key, a.Seq})
+}
+
+// onVerdict decides the forwarded request a verdict answers and keeps the
+// owner's dry hint of a refusal. Errors (no state change): a verdict that
+// fails checkVerdict. A verdict for no pending request (a duplicate, or
+// the answer after a timeout) is ignored.
+func (l *Lease) onVerdict(now time.Duration, from strategy.NodeID, v *peerv1.LeaseVerdict, fx *strategy.Effects) error {
+	p, ok := l.pending[v.RequestId]
+	if !ok {
+		return nil // a duplicate, or the answer after a timeout
+	}
+	if err := l.checkVerdict(now, from, p, v); err != nil {
+		return err
+	}
+	until := p.Req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
+	delete(l.pending, v.RequestId)
+	fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
+	if !v.Allowed && v.EmptyForUs > 0 {
+		h := l.holding(p.Req.Key)
+		h.emptyUntil = max(h.emptyUntil, until)
+	}
+	return nil
+}
+
+// onGrant (validated: checkGrant) takes a grant's lease and dry hint, once
+// per (key, seq). Errors (no state change): a grant from a node other than
+// the one the ask went to. A grant for no recent ask is ignored.
+func (l *Lease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1.LeaseGrant, fx *strategy.Effects) error {
+	expires, until := time.Duration(g.ExpiresNs), time.Duration(g.EmptyUntilNs)
+	h := l.keys[g.Key]
+	if h == nil || h.sentTo[g.Seq] == "" {
+		return nil // not asked (any more): a stale or duplicated grant
+	}
+	if h.sentTo[g.Seq] != from {
+		return fmt.Errorf("lease: grant for %q seq %d from %s, but the ask went to %s", g.Key, g.Seq, from, h.sentTo[g.Seq])
+	}
+	if _, dup := h.accepted[g.Seq]; dup {
+		return nil
+	}
+	// Never use a lease past the owner's release: asked_at + ttl by
+	// this node's own record when it is the current ask. Stop using it
+	// (and return what is left) returnLead earlier, so that the return
+	// reaches the owner before the release.
+	if g.Seq == h.seq && h.askAt+l.ttl < expires {
+		expires = h.askAt + l.ttl
+	}
+	expires -= l.returnLead
+	h.accepted[g.Seq] = expires
+	if g.Seq == h.seq {
+		h.asking = false
+	}
+	if until > now {
+		h.emptyUntil = max(h.emptyUntil, until)
+		h.nextAskAt = until - l.lead
+		// Ask again then, before the hint ends, without waiting for a
+		// request to come after it.
+		l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
+		fx.WakeAt(max(h.nextAskAt, now))
+	}
+	if g.Tokens > 0 && expires > now {
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
+		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
+		fx.WakeAt(expires)
 	}
 	return nil
 }
