@@ -1094,42 +1094,11 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		t := l.timers.Pop()
 		switch t.kind {
 		case timerForward:
-			p, ok := l.pending[t.id]
-			if !ok || p.Next != t.at {
-				continue
-			}
-			if now < p.Deadline {
-				l.forward(now, p, p.Owner, fx)
-				continue
-			}
-			delete(l.pending, t.id)
-			fx.Decide(t.id, l.timedOut(now, p.Req))
+			l.forwardTimer(now, t, fx)
 		case timerAsk:
-			h := l.keys[t.key]
-			if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
-				continue
-			}
-			if now < h.askDeadline {
-				l.sendAsk(now, t.key, h, fx)
-				continue
-			}
-			h.asking = false // give up; a later request asks again
+			l.askTimer(now, t, fx)
 		case timerLease:
-			h := l.keys[t.key]
-			if h == nil {
-				continue
-			}
-			h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
-				if ls.seq != t.seq || ls.expires > now {
-					return false
-				}
-				if ls.tokens > 0 && ls.from != l.self {
-					id := grantID{ls.from, t.key, ls.seq}
-					l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
-					l.sendReturn(now, id, fx)
-				}
-				return true
-			})
+			l.leaseTimer(now, t, fx)
 		case timerRenew:
 			if h := l.keys[t.key]; h != nil {
 				l.maybeAsk(now, t.key, h, fx)
@@ -1137,18 +1106,89 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		case timerFetch:
 			l.fetchTimer(now, t, fx)
 		case timerReturn:
-			id := grantID{t.node, t.key, t.seq}
-			r := l.returns[id]
-			if r == nil || r.next != t.at {
-				continue
-			}
-			if now >= r.deadline || !slices.Contains(l.members, t.node) {
-				delete(l.returns, id)
-				continue
-			}
-			l.sendReturn(now, id, fx)
+			l.returnTimer(now, t, fx)
 		}
 	}
+	l.expireGrants(now, fx)
+	l.seen.Expire(now, fx)
+	if l.syncAt >= 0 && now >= l.syncAt {
+		l.syncDirty(now, fx)
+	}
+	if now >= l.nextSweep {
+		l.sweep(now)
+		l.local.Sweep(now)
+		l.nextSweep = now + l.sweepEvery
+		fx.WakeAt(l.nextSweep)
+	}
+}
+
+// forwardTimer resends a forward that got no verdict yet or, at its
+// deadline, decides it by on_timeout.
+func (l *Lease) forwardTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	p, ok := l.pending[t.id]
+	if !ok || p.Next != t.at {
+		return
+	}
+	if now < p.Deadline {
+		l.forward(now, p, p.Owner, fx)
+		return
+	}
+	delete(l.pending, t.id)
+	fx.Decide(t.id, l.timedOut(now, p.Req))
+}
+
+// askTimer resends the current ask of t.key that got no grant yet or, at
+// its deadline, gives it up.
+func (l *Lease) askTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
+		return
+	}
+	if now < h.askDeadline {
+		l.sendAsk(now, t.key, h, fx)
+		return
+	}
+	h.asking = false // give up; a later request asks again
+}
+
+// leaseTimer ends the lease t.seq of t.key at its (holder's) expiry and
+// returns its unused tokens to the owner that granted it.
+func (l *Lease) leaseTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil {
+		return
+	}
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.seq != t.seq || ls.expires > now {
+			return false
+		}
+		if ls.tokens > 0 && ls.from != l.self {
+			id := grantID{ls.from, t.key, ls.seq}
+			l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
+			l.sendReturn(now, id, fx)
+		}
+		return true
+	})
+}
+
+// returnTimer resends an unacknowledged return, until its deadline or its
+// owner's leaving.
+func (l *Lease) returnTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	id := grantID{t.node, t.key, t.seq}
+	r := l.returns[id]
+	if r == nil || r.next != t.at {
+		return
+	}
+	if now >= r.deadline || !slices.Contains(l.members, t.node) {
+		delete(l.returns, id)
+		return
+	}
+	l.sendReturn(now, id, fx)
+}
+
+// expireGrants releases, at the owner, the leases whose expiry has come
+// (none unused), and forgets the records of those past their end.
+func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 	for l.gexpiry.Len() > 0 && l.gexpiry.Peek().at <= now {
 		e := l.gexpiry.Pop()
 		g := l.grants[e.id]
@@ -1173,16 +1213,6 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	if l.gexpiry.Len() > 0 {
 		fx.WakeAt(l.gexpiry.Peek().at)
-	}
-	l.seen.Expire(now, fx)
-	if l.syncAt >= 0 && now >= l.syncAt {
-		l.syncDirty(now, fx)
-	}
-	if now >= l.nextSweep {
-		l.sweep(now)
-		l.local.Sweep(now)
-		l.nextSweep = now + l.sweepEvery
-		fx.WakeAt(l.nextSweep)
 	}
 }
 
