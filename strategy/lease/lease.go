@@ -414,27 +414,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	retries := v.Int("retries")
 	minLease := v.Int("min_lease")
 	l.replicas = v.Int("replicas")
-	switch {
-	case l.timeout == 0:
-		return nil, fmt.Errorf("lease: parameter timeout must be positive")
-	case l.period == 0:
-		return nil, fmt.Errorf("lease: parameter period must be positive")
-	case l.ttl < l.period:
-		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
-	case l.maxWait > MaxWait:
-		return nil, fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
-	case l.takeover < l.ttl+l.maxWait:
-		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
-	case l.window == 0:
-		return nil, fmt.Errorf("lease: parameter window must be positive")
-	case retries < 0:
-		return nil, fmt.Errorf("lease: parameter retries=%d is negative", retries)
-	case minLease < 1:
-		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
-	case l.replicas < 1:
-		return nil, fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
-	case l.syncEvery <= 0:
-		return nil, fmt.Errorf("lease: parameter sync must be positive")
+	if err := l.checkParams(retries, minLease); err != nil {
+		return nil, err
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
@@ -453,6 +434,36 @@ func New(cfg strategy.Config) (*Lease, error) {
 		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
 	return l, nil
+}
+
+// checkParams refuses parameters out of range, naming the first: timeout,
+// period or window not positive, ttl below period, max_wait above
+// MaxWait, takeover below ttl + max_wait, retries negative, min_lease or
+// replicas below 1, sync not positive.
+func (l *Lease) checkParams(retries, minLease int) error {
+	switch {
+	case l.timeout == 0:
+		return fmt.Errorf("lease: parameter timeout must be positive")
+	case l.period == 0:
+		return fmt.Errorf("lease: parameter period must be positive")
+	case l.ttl < l.period:
+		return fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+	case l.maxWait > MaxWait:
+		return fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
+	case l.takeover < l.ttl+l.maxWait:
+		return fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
+	case l.window == 0:
+		return fmt.Errorf("lease: parameter window must be positive")
+	case retries < 0:
+		return fmt.Errorf("lease: parameter retries=%d is negative", retries)
+	case minLease < 1:
+		return fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
+	case l.replicas < 1:
+		return fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
+	case l.syncEvery <= 0:
+		return fmt.Errorf("lease: parameter sync must be positive")
+	}
+	return nil
 }
 
 // Start schedules the first sweep. A start after time 0 is a restart: every
@@ -597,6 +608,13 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.gave, k)
 		}
 	}
+	l.sweepHoldings(now)
+}
+
+// sweepHoldings forgets the accepted grants past their expiry, and the
+// holdings that ask for nothing, hold no lease and no dry hint, and saw
+// no request for 2*window + ttl.
+func (l *Lease) sweepHoldings(now time.Duration) {
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -622,6 +640,39 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
+	l.shipPools(now, prev, fx)
+	for _, key := range sortedKeys(l.records) {
+		switch {
+		case l.owner(key) == l.self:
+			l.adopt(key, now)
+		case !slices.Contains(l.replicasOf(key, l.members), l.self):
+			delete(l.records, key)
+		}
+	}
+	for _, id := range forwarding.Orphaned(l.pending, members) {
+		p := l.pending[id]
+		if o := l.owner(p.Req.Key); o != l.self {
+			l.forward(now, p, o, fx)
+			continue
+		}
+		delete(l.pending, id) // this node owns the key now
+		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait, charge: p.Req.Charge})
+		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
+	}
+	for _, h := range l.keys {
+		if h.asking && !slices.Contains(members, h.askTo) {
+			h.asking = false
+		}
+	}
+	l.membersChanged(now, fx)
+}
+
+// shipPools, after a membership change from prev, ships the state of each
+// pool whose key this node still owns to the key's new replicas, and drops
+// every other pool, handing its key over (shipped with handover) when this
+// node owned it in prev, and keeping its state to answer warm-up queries
+// (gaveUp).
+func (l *Lease) shipPools(now time.Duration, prev []strategy.NodeID, fx *strategy.Effects) {
 	out := map[strategy.NodeID][]ship{}
 	for _, key := range sortedKeys(l.pools) {
 		p := l.pools[key]
@@ -653,30 +704,6 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		delete(l.dirty, key)
 	}
 	l.sendShips(out, fx)
-	for _, key := range sortedKeys(l.records) {
-		switch {
-		case l.owner(key) == l.self:
-			l.adopt(key, now)
-		case !slices.Contains(l.replicasOf(key, l.members), l.self):
-			delete(l.records, key)
-		}
-	}
-	for _, id := range forwarding.Orphaned(l.pending, members) {
-		p := l.pending[id]
-		if o := l.owner(p.Req.Key); o != l.self {
-			l.forward(now, p, o, fx)
-			continue
-		}
-		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait, charge: p.Req.Charge})
-		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
-	}
-	for _, h := range l.keys {
-		if h.asking && !slices.Contains(members, h.askTo) {
-			h.asking = false
-		}
-	}
-	l.membersChanged(now, fx)
 }
 
 // StateBytes counts pools, lease records, holdings, queued requests and

@@ -123,38 +123,45 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 			}
 			continue
 		}
-		var allowed bool
-		var delay time.Duration
-		switch {
-		case l.od.On && q.charge:
-			allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
-		case q.maxWait > 0:
-			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
-		default:
-			allowed = l.sh.take(p, q.arrival, q.tokens)
-		}
-		if allowed || (l.od.On && q.charge) { // under overdraft a refused charge took its tokens too
-			l.markDirty(now, q.key, fx)
-		}
-		if q.origin == "" {
-			fx.DecideAfter(q.id, allowed, delay)
-			continue
-		}
-		var emptyFor uint64 // µs after arrival
-		if !allowed {
-			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
-				// Waiting-mode reservations can hold the level below 0 for
-				// long: the hint is capped at what a holder accepts (a
-				// shorter hint only forwards more).
-				wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
-				emptyFor = uint64(wait / time.Microsecond)
-			}
-		}
-		if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
-			v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
-		}
-		sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
+		l.decide(now, p, q, fx)
 	}
+}
+
+// decide takes (or reserves, or charges) request q's tokens out of p,
+// advanced to q's arrival, and answers it: a decision of this node's own,
+// or a verdict to its forwarder, with the owner's dry hint on a refusal.
+func (l *Lease) decide(now time.Duration, p *pool, q queued, fx *strategy.Effects) {
+	var allowed bool
+	var delay time.Duration
+	switch {
+	case l.od.On && q.charge:
+		allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
+	case q.maxWait > 0:
+		delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
+	default:
+		allowed = l.sh.take(p, q.arrival, q.tokens)
+	}
+	if allowed || (l.od.On && q.charge) { // under overdraft a refused charge took its tokens too
+		l.markDirty(now, q.key, fx)
+	}
+	if q.origin == "" {
+		fx.DecideAfter(q.id, allowed, delay)
+		return
+	}
+	var emptyFor uint64 // µs after arrival
+	if !allowed {
+		if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
+			// Waiting-mode reservations can hold the level below 0 for
+			// long: the hint is capped at what a holder accepts (a
+			// shorter hint only forwards more).
+			wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
+			emptyFor = uint64(wait / time.Microsecond)
+		}
+	}
+	if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
+		v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
+	}
+	sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
 }
 
 // grant answers an ask out of p (advanced to the ask's time) and returns

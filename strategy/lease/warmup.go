@@ -183,18 +183,8 @@ func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strat
 		views = append(views, slices.DeleteFunc(slices.Clone(l.members), func(n strategy.NodeID) bool { return n == l.self }))
 	}
 	for _, v := range views {
-		held := false
-		for _, n := range l.replicasOf(key, v) {
-			switch {
-			case n == l.self:
-				held = held || !forgot
-			case slices.Contains(l.members, n):
-				held = true
-				if !slices.Contains(out, n) && len(out) < maxAsked {
-					out = append(out, n)
-				}
-			}
-		}
+		var held bool
+		out, held = l.holdersIn(key, v, forgot, out)
 		covered = covered && (held || len(v) == 0)
 	}
 	if r != nil && r.from != l.self && slices.Contains(l.members, r.from) && !slices.Contains(out, r.from) && len(out) < maxAsked {
@@ -202,6 +192,24 @@ func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strat
 	}
 	slices.Sort(out)
 	return out, covered
+}
+
+// holdersIn adds to out (up to maxAsked) the live members other than this
+// node among key's first K nodes in view v, and reports whether one of
+// them is live or is this node (unless it forgot: just restarted).
+func (l *Lease) holdersIn(key string, v []strategy.NodeID, forgot bool, out []strategy.NodeID) (_ []strategy.NodeID, held bool) {
+	for _, n := range l.replicasOf(key, v) {
+		switch {
+		case n == l.self:
+			held = held || !forgot
+		case slices.Contains(l.members, n):
+			held = true
+			if !slices.Contains(out, n) && len(out) < maxAsked {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, held
 }
 
 // sendQueries sends f's query to every node asked that has not answered,
