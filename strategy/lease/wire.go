@@ -239,8 +239,8 @@ func (l *Lease) checkGrant(now time.Duration, from strategy.NodeID, g *peerv1.Le
 // checkVerdict checks a verdict against the forwarded request p it
 // answers: from a node p was forwarded to (forwarding.Pending.CheckFrom),
 // empty_for_us (µs) at most takeover + max_skew + one token's refill +
-// p's age + its max wait, and delay_ns within [0, MaxWait] and on an
-// admission only (CheckDelay).
+// p's age + its max wait, and delay_ns within [0, p's max wait], 0 on a
+// refusal (CheckDelay).
 func (l *Lease) checkVerdict(now time.Duration, from strategy.NodeID, p *forwarding.Pending, v *peerv1.LeaseVerdict) error {
 	if err := p.CheckFrom(from); err != nil {
 		return fmt.Errorf("lease: %w", err)
