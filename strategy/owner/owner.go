@@ -148,8 +148,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
@@ -812,71 +810,74 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duratio
 // a negative time or one more than slack after now, or more than
 // maxLevelsAccepted levels. Errors change no state.
 func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.OwnerMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
-		return fmt.Errorf("owner: message from %s does not decode: %w", from, err)
+	m, err := decodeMessage(from, payload)
+	if err != nil {
+		return err
+	}
+	if err := o.validate(now, from, m); err != nil {
+		return err
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.OwnerMessage_Forward:
-		return o.receiveForward(now, from, b.Forward, fx)
+		o.receiveForward(now, from, b.Forward, fx)
 	case *peerv1.OwnerMessage_Verdict:
-		v := b.Verdict
-		if c, ok := o.charges[v.RequestId]; ok {
-			if !slices.Contains(c.sentTo, from) {
-				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
-			}
-			o.dropCharge(v.RequestId)
-			delete(o.suspect, from)
-			o.flushCharges(now, from, fx)
-			return nil
-		}
-		p, ok := o.pending[v.RequestId]
-		if !ok {
-			return nil // a duplicate, or the answer after a timeout
-		}
-		if err := p.CheckFrom(from); err != nil {
-			return fmt.Errorf("owner: %w", err)
-		}
-		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
-			return fmt.Errorf("owner: %w", err)
-		}
-		delete(o.pending, v.RequestId)
-		delete(o.suspect, from)
-		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
-		o.flushCharges(now, from, fx)
+		return o.onVerdict(now, from, b.Verdict, fx)
 	case *peerv1.OwnerMessage_Levels:
-		return o.receiveLevels(now, from, b.Levels, fx)
+		o.receiveLevels(now, from, b.Levels, fx)
 	case *peerv1.OwnerMessage_LevelQuery:
-		return o.receiveQuery(now, from, b.LevelQuery, fx)
+		o.receiveQuery(now, from, b.LevelQuery, fx)
 	case *peerv1.OwnerMessage_Refund:
-		return o.receiveRefund(now, from, b.Refund, fx)
+		o.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
-		if o.ackTo[b.LevelsAck.Seq] == from {
-			delete(o.unacked, b.LevelsAck.Seq)
-			delete(o.ackTo, b.LevelsAck.Seq)
-		}
-	default:
-		return fmt.Errorf("owner: message from %s has no body", from)
+		o.onLevelsAck(from, b.LevelsAck)
 	}
 	return nil
 }
 
-func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv1.OwnerForward, fx *strategy.Effects) error {
-	switch {
-	case f.Key == "":
-		return fmt.Errorf("owner: forward from %s: empty key", from)
-	case f.Tokens <= 0:
-		return fmt.Errorf("owner: forward from %s: tokens %d must be positive", from, f.Tokens)
-	case f.ArrivalNs < 0:
-		return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
-	case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
-		return fmt.Errorf("owner: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
-	case f.Charge && time.Duration(f.ArrivalNs) > now+o.slack:
-		return fmt.Errorf("owner: charge from %s: arrival_ns %d is more than %v after now (%d)", from, f.ArrivalNs, o.slack, now)
+// onVerdict takes an owner's answer: the acknowledgement of a charge
+// (forgotten), or the verdict of a forwarded request (decided); either
+// ends the owner's suspicion and sends it the charges it may have lost.
+// Errors (no state change): an acknowledgement from a node the charge was
+// not sent to, a verdict that fails checkVerdict. A verdict for no pending
+// request (a duplicate, or the answer after a timeout) is ignored.
+func (o *Owner) onVerdict(now time.Duration, from strategy.NodeID, v *peerv1.OwnerVerdict, fx *strategy.Effects) error {
+	if c, ok := o.charges[v.RequestId]; ok {
+		if !slices.Contains(c.sentTo, from) {
+			return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
+		}
+		o.dropCharge(v.RequestId)
+		delete(o.suspect, from)
+		o.flushCharges(now, from, fx)
+		return nil
 	}
-	if _, err := o.subIndex(f.Key); err != nil {
-		return fmt.Errorf("owner: forward from %s: %w", from, err)
+	p, ok := o.pending[v.RequestId]
+	if !ok {
+		return nil // a duplicate, or the answer after a timeout
 	}
+	if err := checkVerdict(from, p, v); err != nil {
+		return err
+	}
+	delete(o.pending, v.RequestId)
+	delete(o.suspect, from)
+	fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
+	o.flushCharges(now, from, fx)
+	return nil
+}
+
+// onLevelsAck forgets the leave shipment a levels acknowledgement from its
+// receiver names.
+func (o *Owner) onLevelsAck(from strategy.NodeID, a *peerv1.OwnerLevelsAck) {
+	if o.ackTo[a.Seq] == from {
+		delete(o.unacked, a.Seq)
+		delete(o.ackTo, a.Seq)
+	}
+}
+
+// receiveForward (validated: checkForward) takes a charge's tokens, or
+// queues a forwarded request in the ordering buffer, once per (origin,
+// request ID, key); a duplicate gets its verdict again, and a charge for
+// a request refused or undecided here takes its tokens once.
+func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv1.OwnerForward, fx *strategy.Effects) {
 	fid := forwardID{from, f.RequestId, f.Key}
 	if v, dup := o.seen.Get(fid); dup {
 		if f.Charge && !v.charged && !(v.decided && v.allowed) {
@@ -897,7 +898,7 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 		if v.decided { // the verdict was lost: send it again
 			sendVerdict(from, f.RequestId, v.allowed, v.delay, fx)
 		}
-		return nil
+		return
 	}
 	arrival := peerArrival(f, now)
 	if f.Charge {
@@ -907,11 +908,10 @@ func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv
 			o.markDirty(now, f.Key, fx)
 		}
 		sendVerdict(from, f.RequestId, true, 0, fx)
-		return nil
+		return
 	}
 	o.seen.Add(now, fid, &verdict{}, fx)
 	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs)), charge: f.PostHoc}, fx)
-	return nil
 }
 
 // peerArrival is a forward's arrival time as this node decides it: the
@@ -924,19 +924,13 @@ func peerArrival(f *peerv1.OwnerForward, now time.Duration) time.Duration {
 	return min(time.Duration(f.ArrivalNs), now)
 }
 
-func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
-	if len(q.Keys) > maxLevelsAccepted {
-		return fmt.Errorf("owner: level query from %s: %d keys, more than the %d accepted in one message", from, len(q.Keys), maxLevelsAccepted)
-	}
+// receiveQuery (validated: checkLevelQuery) answers a warm-up's level
+// query with the level of each key this node holds, a full one for the
+// others.
+func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) {
 	ls := make([]*peerv1.OwnerLevel, 0, len(q.Keys))
-	for i, k := range q.Keys {
-		if k == "" {
-			return fmt.Errorf("owner: level query from %s: key %d is empty", from, i)
-		}
-		sub, err := o.subIndex(k)
-		if err != nil {
-			return fmt.Errorf("owner: level query from %s: %w", from, err)
-		}
+	for _, k := range q.Keys {
+		sub := o.subOf(k)
 		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
 		if b, ok := o.tables[sub].Lookup(k); ok {
 			o.clampRaw(b, k)
@@ -946,31 +940,12 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 		ls = append(ls, l)
 	}
 	o.sendLevels(from, ls, false, fx)
-	return nil
 }
 
-func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) error {
-	if len(ls.Levels) > maxLevelsAccepted {
-		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
-	}
-	for i, l := range ls.Levels {
-		if l.Key == "" {
-			return fmt.Errorf("owner: levels from %s: level %d has an empty key", from, i)
-		}
-		sub, err := o.subIndex(l.Key)
-		if err != nil {
-			return fmt.Errorf("owner: levels from %s: %w", from, err)
-		}
-		capTicks, floor := o.caps[sub], o.floors[sub]
-		switch {
-		case l.LevelTicks < floor || l.LevelTicks > capTicks:
-			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [%d, %d] (minus the burst or the overdraft's max_debt, and the burst, in ticks)", from, l.Key, l.LevelTicks, floor, capTicks)
-		case l.AtNs < 0:
-			return fmt.Errorf("owner: levels from %s: key %q: negative at_ns %d", from, l.Key, l.AtNs)
-		case time.Duration(l.AtNs) > now+o.slack:
-			return fmt.Errorf("owner: levels from %s: key %q: at_ns %d is more than %v after now (%d)", from, l.Key, l.AtNs, o.slack, now)
-		}
-	}
+// receiveLevels (validated: checkLevels) merges each level into its key's
+// bucket (the more consumed one is kept), ends the warm-ups waiting for
+// the sender, and acknowledges a leave shipment (seq != 0).
+func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) {
 	for _, l := range ls.Levels {
 		at := time.Duration(l.AtNs)
 		t := o.tab(l.Key)
@@ -994,7 +969,6 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 	if ls.Seq != 0 {
 		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
 	}
-	return nil
 }
 
 // shipLevels sends the levels of keys (sorted) to the nodes chosen by to,
