@@ -1034,6 +1034,30 @@ func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.Nod
 // forward IDs and charges, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
+	o.fetchTimeouts(now, fx)
+	o.forwardTimeouts(now, fx)
+	o.seen.Expire(now, fx)
+	o.expireCharges(now, fx)
+	if o.syncAt >= 0 && now >= o.syncAt {
+		o.syncDirty(fx)
+	}
+	if o.leaving && len(o.unacked) > 0 && now >= o.resend {
+		o.resendUnacked(now, fx)
+	}
+	if now >= o.nextSweep {
+		o.clampAll(now - o.hold) // a bucket with tokens held is not full: not swept
+		for _, t := range o.tables {
+			t.Sweep(now - o.hold)
+		}
+		o.local.Sweep(now)
+		o.nextSweep = now + o.sweepEvery
+		fx.WakeAt(o.nextSweep)
+	}
+}
+
+// fetchTimeouts ends, in key order, the warm-ups whose deadline has come
+// (their keys start empty as of the change, fetched).
+func (o *Owner) fetchTimeouts(now time.Duration, fx *strategy.Effects) {
 	if len(o.fetching) > 0 {
 		var late []string
 		for k, f := range o.fetching {
@@ -1046,6 +1070,12 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 			o.fetched(now, k, true, fx)
 		}
 	}
+}
+
+// forwardTimeouts retransmits the forwards due for it and answers, by
+// on_timeout, those past their deadline (their owner is suspected for
+// `suspect`).
+func (o *Owner) forwardTimeouts(now time.Duration, fx *strategy.Effects) {
 	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
 		d := o.timeouts.Pop()
 		p, ok := o.pending[d.id]
@@ -1060,7 +1090,11 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 		o.suspect[p.Owner] = now + o.suspectFor
 		fx.Decide(d.id, o.fallback(now, p.Req, p.Owner, fx))
 	}
-	o.seen.Expire(now, fx)
+}
+
+// expireCharges forgets the fallback admissions not acknowledged within
+// chargeTTL.
+func (o *Owner) expireCharges(now time.Duration, fx *strategy.Effects) {
 	n := 0
 	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
 		o.dropCharge(o.chargeOrder[n].id)
@@ -1070,33 +1104,24 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	if n > 0 && len(o.chargeOrder) > 0 {
 		fx.WakeAt(o.chargeOrder[0].until)
 	}
-	if o.syncAt >= 0 && now >= o.syncAt {
-		o.syncAt = -1
-		keys := make([]string, 0, len(o.dirty))
-		for k := range o.dirty {
-			keys = append(keys, k)
+}
+
+// syncDirty ships the levels of the keys decided here since the last
+// sync to their other replicas, while this node is their primary.
+func (o *Owner) syncDirty(fx *strategy.Effects) {
+	o.syncAt = -1
+	keys := make([]string, 0, len(o.dirty))
+	for k := range o.dirty {
+		keys = append(keys, k)
+	}
+	clear(o.dirty)
+	slices.Sort(keys)
+	o.shipLevels(keys, func(k string) []strategy.NodeID {
+		if r := o.replicasOf(k, o.members); len(r) > 0 && r[0] == o.self {
+			return r[1:]
 		}
-		clear(o.dirty)
-		slices.Sort(keys)
-		o.shipLevels(keys, func(k string) []strategy.NodeID {
-			if r := o.replicasOf(k, o.members); len(r) > 0 && r[0] == o.self {
-				return r[1:]
-			}
-			return nil // no longer primary: membership shipped it
-		}, false, fx)
-	}
-	if o.leaving && len(o.unacked) > 0 && now >= o.resend {
-		o.resendUnacked(now, fx)
-	}
-	if now >= o.nextSweep {
-		o.clampAll(now - o.hold) // a bucket with tokens held is not full: not swept
-		for _, t := range o.tables {
-			t.Sweep(now - o.hold)
-		}
-		o.local.Sweep(now)
-		o.nextSweep = now + o.sweepEvery
-		fx.WakeAt(o.nextSweep)
-	}
+		return nil // no longer primary: membership shipped it
+	}, false, fx)
 }
 
 func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
