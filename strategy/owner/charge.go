@@ -123,3 +123,28 @@ func (o *Owner) expireCharges(now time.Duration, fx *strategy.Effects) {
 		fx.WakeAt(o.chargeOrder[0].until)
 	}
 }
+
+// rerouteCharges sends, in request ID order, each charge whose key's owner
+// changed to the new owner, or takes it here when this node owns the key
+// now.
+func (o *Owner) rerouteCharges(now time.Duration, fx *strategy.Effects) {
+	ids := make([]uint64, 0, len(o.charges))
+	for id := range o.charges {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c := o.charges[id]
+		owner := o.primary(c.req.Key)
+		if owner == c.owner {
+			continue
+		}
+		if owner == o.self || owner == "" {
+			o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
+			o.markDirty(now, c.req.Key, fx)
+			o.dropCharge(id)
+			continue
+		}
+		o.sendCharge(now, c, owner, fx)
+	}
+}

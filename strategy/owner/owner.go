@@ -320,20 +320,38 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
+	if err := o.splitTables(cfg); err != nil {
+		return nil, err
+	}
+	o.conserve = cfg.Partition == strategy.PartitionConserve
+	o.expected = slices.Clone(o.members)
+	if o.local, err = o.localTable(); err != nil {
+		return nil, err
+	}
+	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	return o, nil
+}
+
+// splitTables makes the tables of the split sub-buckets (split 1: one
+// table of (r, b)), their bounds for peers' levels and their shares of
+// max_debt. Errors: a rate or burst that does not split split ways
+// (named).
+func (o *Owner) splitTables(cfg strategy.Config) error {
 	subRate := cfg.Rate
 	if o.split > 1 {
+		var err error
 		if subRate, err = cfg.Rate.Div(int64(o.split)); err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 	}
 	for i := range o.split {
 		burst, err := bucket.SplitBurst(cfg.Burst, o.split, i)
 		if err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 		t, err := buckets.New(subRate, burst)
 		if err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 		t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 		b := bucket.MustNew(subRate, burst, 0)
@@ -347,13 +365,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		o.floors = append(o.floors, b.FloorTicks(debt))
 	}
 	o.table = o.tables[0]
-	o.conserve = cfg.Partition == strategy.PartitionConserve
-	o.expected = slices.Clone(o.members)
-	if o.local, err = o.localTable(); err != nil {
-		return nil, err
-	}
-	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
-	return o, nil
+	return nil
 }
 
 // localTable builds the fallback table for the current membership: rate
@@ -518,25 +530,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			fx.Decide(id, allowed)
 		}
 	}
-	ids := make([]uint64, 0, len(o.charges))
-	for id := range o.charges {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		c := o.charges[id]
-		owner := o.primary(c.req.Key)
-		if owner == c.owner {
-			continue
-		}
-		if owner == o.self || owner == "" {
-			o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
-			o.markDirty(now, c.req.Key, fx)
-			o.dropCharge(id)
-			continue
-		}
-		o.sendCharge(now, c, owner, fx)
-	}
+	o.rerouteCharges(now, fx)
 }
 
 // StateBytes counts the buckets this node holds (as primary, replica or
