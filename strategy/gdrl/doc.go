@@ -200,7 +200,8 @@
 //
 // Best buddy (001 §IV, 004 §3.2). Each node replicates its share record
 // (default shares, explicit shares, outbox, duplicate filter, tombstones of
-// incarnations it inherited) to its buddy: its ring successor when it chose
+// incarnations it inherited, and the inheritances of itself it gave up, see
+// "Split brain") to its buddy: its ring successor when it chose
 // it, kept until the buddy leaves its view. Replication is write-ahead: a
 // transfer is sent, and a received transfer acknowledged, only once the
 // buddy has acknowledged a record that contains it, so the buddy's record
@@ -314,7 +315,22 @@
 // that came with a ward's record) and fences into that one, which gives up
 // the earlier heir's amounts and the transfers credited on the
 // incarnation's behalf that its own record shows credited too, as the
-// incarnation itself would have. An incarnation that never comes back (it
+// incarnation itself would have; nothing more if the incarnation had given
+// that inheritance up itself before the later record (a record names the
+// inheritances of its incarnation given up, GdrlRecord.given_up, so that a
+// stale copy of the earlier tombstone is not given up twice). The later
+// tombstone keeps that give-up (GdrlAbsorbed, with the credits it gave up
+// or passed on), carries it in records and into a still later heir it
+// fences into, and names it in its fences: the incarnation may be alive
+// after all (taken for dead by the wait below), and may have given the
+// same inheritance up itself meanwhile, when a copy of the earlier
+// tombstone fenced it across a second cut (the later record, taken
+// before, cannot show it). Fenced by the later heir, it undoes the second
+// give-up, once per give-up: its amounts, and each credit given up with it
+// that it had reconciled already; otherwise it lets the give-up stand as
+// if it had applied that inheritance's fence, and reconciles the credits
+// passed on (found by TestConserveSplitNeverAboveC, seed 79 at 300 checks:
+// two inheritances given up twice, C - 52% for good). An incarnation that never comes back (it
 // crashed during the split and never restarts, issue 11) is treated the
 // same once it has stayed out of the heir's view for 20 retransmit
 // intervals since the heir's view last changed: nothing else would ever

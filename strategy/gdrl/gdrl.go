@@ -129,6 +129,10 @@ type GDRL struct {
 	fenceReported map[TransferID]bool
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
+	// proxiesDone: the give-ups of this incarnation's inheritances by
+	// later heirs (absorbedInh) that a fence named here and that were
+	// reconciled (see onFenced), each once.
+	proxiesDone map[proxyKey]bool
 
 	nextTick time.Duration
 	tickReq  time.Duration // the interval tick last asked for with WakeAt
@@ -207,13 +211,22 @@ type gatedMsg struct {
 
 // tombstone is what an heir keeps of an incarnation it inherited.
 type tombstone struct {
-	node      strategy.NodeID
-	inc       uint64
-	version   uint64
-	dc, db    int64
-	items     []item // inherited explicit shares
-	applied   filters
-	onBehalf  []*transfer
+	node     strategy.NodeID
+	inc      uint64
+	version  uint64
+	dc, db   int64
+	items    []item // inherited explicit shares
+	applied  filters
+	onBehalf []*transfer
+	// absorbed: the earlier inheritances of the same incarnation this
+	// tombstone gave up on its behalf, or took over from a tombstone it
+	// absorbed (see absorb in heir.go); named to the incarnation when it
+	// is fenced, so that it undoes a give-up of its own.
+	absorbed []*absorbedInh
+	// givenUp: the inheritances of the incarnation (record versions) that
+	// it had given up itself by the version inherited (heldRecord.givenUp):
+	// a fence of one of them into this tombstone gives up nothing more.
+	givenUp   []uint64
 	fenceDone bool
 	fencing   bool
 	fenceSent time.Duration
@@ -229,6 +242,44 @@ type tombstone struct {
 	heirSent    time.Duration
 }
 
+// absorbedInh is one earlier inheritance of a tombstone's incarnation
+// (its record version) that a node holding a later tombstone of that
+// incarnation gave up as the incarnation would have (see absorb in
+// heir.go; ours): what was given up, the inherited amounts (capacity in
+// units per second, burst in units) and the transfers credited on the
+// incarnation's behalf given up with them (gaveUp), and the credits on its
+// behalf that the later record did not show, settled elsewhere by the
+// later tombstone and passed on for the incarnation to reconcile
+// (passed). by and byInc name the node that gave it up: one give-up,
+// however many copies of the tombstone carry it (proxyKey).
+type absorbedInh struct {
+	version uint64
+	by      strategy.NodeID
+	byInc   uint64
+	dc, db  int64
+	items   []item
+	gaveUp  []*transfer
+	passed  []*transfer
+	// creditsOnly: the amounts were given up by another give-up of the
+	// same inheritance that the tombstone carries; this one names credits
+	// only (dc, db and items are zero).
+	creditsOnly bool
+	// at is the first version of this node's record that holds it (see
+	// tombstone.at); not on the wire.
+	at uint64
+}
+
+// proxyKey names one give-up of an inheritance by a later heir (see
+// absorbedInh).
+type proxyKey struct {
+	version     uint64
+	by          strategy.NodeID
+	byInc       uint64
+	creditsOnly bool
+}
+
+func (a *absorbedInh) key() proxyKey { return proxyKey{a.version, a.by, a.byInc, a.creditsOnly} }
+
 // heldRecord is a ward's replicated share record.
 type heldRecord struct {
 	inc, epoch, version uint64
@@ -238,6 +289,9 @@ type heldRecord struct {
 	applied             filters
 	tombs               []*tombstone
 	inView              bool
+	// givenUp: the ward's inheritances (record versions) it had given up
+	// (GdrlRecord.given_up; none from a build before the field).
+	givenUp []uint64
 }
 
 // fenceKey names one inheritance: the incarnation inherited and the
@@ -256,6 +310,7 @@ const (
 	partOutbox
 	partApplied
 	partTombs
+	partGivenUp // this incarnation's inheritances given up (GdrlRecord.given_up)
 	numParts
 )
 
@@ -380,6 +435,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.seqTo = map[srcKey]uint64{}
 	g.held = map[strategy.NodeID]*heldRecord{}
 	g.fencesApplied = map[fenceKey]bool{}
+	g.proxiesDone = map[proxyKey]bool{}
 	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
 	g.fenceReported = map[TransferID]bool{}
 	return g, nil
@@ -487,7 +543,7 @@ func (g *GDRL) Applied(id TransferID) bool {
 	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			if t.applied.credited(id) || slices.ContainsFunc(t.onBehalf, func(x *transfer) bool { return x.id == id }) {
+			if t.applied.credited(id) || t.names(id) {
 				return true
 			}
 			tombed = true

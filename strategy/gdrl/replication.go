@@ -183,6 +183,9 @@ func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 			r.Tombstones = append(r.Tombstones, tb.msg())
 		}
 	}
+	if r.Parts&(1<<partGivenUp) != 0 {
+		r.GivenUp = g.givenUp()
+	}
 	return r
 }
 
@@ -277,6 +280,9 @@ func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64,
 			rec.tombs = append(rec.tombs, tombFrom(t))
 		}
 	}
+	if r.Parts&(1<<partGivenUp) != 0 {
+		rec.givenUp = slices.Clone(r.GivenUp)
+	}
 	reply(rec.version, false)
 }
 
@@ -284,6 +290,20 @@ func (g *GDRL) heldNodes() []strategy.NodeID {
 	out := make([]strategy.NodeID, 0, len(g.held))
 	for n := range g.held {
 		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// givenUp is the record versions of this incarnation at which an heir
+// inherited it and that it has given up since (GdrlRecord.given_up),
+// sorted.
+func (g *GDRL) givenUp() []uint64 {
+	var out []uint64
+	for k := range g.fencesApplied {
+		if k.inc == g.inc {
+			out = append(out, k.version)
+		}
 	}
 	slices.Sort(out)
 	return out
