@@ -73,8 +73,9 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Later: true}}},
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Absorbed: true}}},
 		// Give-ups by a later heir, named in a fence to the incarnation,
-		// in a fence between heirs, and in a tombstone of a record; and
-		// the inheritances a record's incarnation gave up.
+		// in a fence between heirs, and in a tombstone of a record; and a
+		// record carrying the records its sender holds of wards out of
+		// its view.
 		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: inc, Version: 9, DefaultCapacity: 1,
 			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 3, By: "n2", ByInc: 11, DefaultCapacity: 2, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 4}},
 				GivenUp: []*peerv1.GdrlTransfer{{Id: id, Items: items}}, Passed: []*peerv1.GdrlTransfer{{Id: id3, Items: items}}},
@@ -83,7 +84,11 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultCapacity: 2, Passed: []*peerv1.GdrlTransfer{{Id: id2, Items: items}}}}}}},
 		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 2, Parts: 63, DefaultCapacity: 4, GivenUp: []uint64{1},
 			Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 4, GivenUp: []uint64{2},
-				Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultBurst: 3}}}}}}},
+				Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultBurst: 3}}}},
+			Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9, Version: 6}}}}},
+		// A lost tombstone (of a record lost with its holder).
+		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 3, Parts: 8,
+			Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 6, Lost: true}}}}},
 	}
 	var out [][]byte
 	for _, m := range bodies {
@@ -182,6 +187,14 @@ func TestReceiveErrors(t *testing.T) {
 		// GdrlTombstone.given_up).
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, GivenUp: []uint64{2, 0}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1, GivenUp: []uint64{0}}}}}},
+		// Held records (GdrlRecord.held) without a node, an incarnation or
+		// a version; a lost tombstone with an amount or a credit.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Inc: 9, Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 1, Lost: true, DefaultCapacity: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 1, Lost: true,
+			OnBehalf: []*peerv1.GdrlTransfer{{Id: &peerv1.GdrlTransferId{Src: "n1", SrcInc: 1, Seq: 1, Dst: "n2", DstInc: 9}, Items: items0}}}}}}},
 		// An incarnation that starts after now + 10 s (received at 0).
 		{Inc: uint64(10001) << 20, Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}},
 	}

@@ -223,6 +223,15 @@ type tombstone struct {
 	// absorbed (see absorb in heir.go); named to the incarnation when it
 	// is fenced, so that it undoes a give-up of its own.
 	absorbed []*absorbedInh
+	// held: the records the inherited ward held of its own wards out of
+	// its view (heldRecord.held), kept until the ward's incarnation is
+	// known dead and then learnt (see learnHeld); local.
+	held map[strategy.NodeID]heldRef
+	// lost: a tombstone of a record lost with its holder (see learnHeld):
+	// no amounts, no filter; it settles no transfer and fences no
+	// incarnation, and absorbs the fence of an earlier tombstone of its
+	// incarnation.
+	lost bool
 	// givenUp: the inheritances of the incarnation (record versions) that
 	// it had given up itself by the version inherited (heldRecord.givenUp):
 	// a fence of one of them into this tombstone gives up nothing more.
@@ -289,10 +298,18 @@ type heldRecord struct {
 	applied             filters
 	tombs               []*tombstone
 	inView              bool
+	// held: the records the ward holds of its own wards out of its view
+	// (GdrlRecord.held; none from a build before the field), learnt if
+	// this node inherits the ward once it is known dead (learnHeld).
+	held map[strategy.NodeID]heldRef
 	// givenUp: the ward's inheritances (record versions) it had given up
 	// (GdrlRecord.given_up; none from a build before the field).
 	givenUp []uint64
 }
+
+// heldRef names a record a ward holds of its own ward (GdrlRecord.held):
+// that ward's incarnation and the record's version.
+type heldRef struct{ inc, version uint64 }
 
 // fenceKey names one inheritance: the incarnation inherited and the
 // version of its record. Not the heir: a tombstone travels in its heir's
@@ -311,6 +328,7 @@ const (
 	partApplied
 	partTombs
 	partGivenUp // this incarnation's inheritances given up (GdrlRecord.given_up)
+	partHeld    // the records held of wards out of view (GdrlRecord.held)
 	numParts
 )
 

@@ -56,6 +56,10 @@ func heirRanks(va, vb uint64) bool { return va < vb }
 // flight to its incarnation does not look: the fence may have been
 // applied.
 func (g *GDRL) heirSettles(now time.Duration, tb *tombstone) bool {
+	if tb.lost {
+		// It fences no incarnation: known dead by a newer one heard of.
+		return tb.fenceDone || g.incOf(tb.node) > tb.inc || (!g.inView(tb.node) && now-g.viewAt >= g.heirGrace())
+	}
 	return tb.fenceDone || (!tb.fencing && !g.inView(tb.node) && now-g.viewAt >= g.heirGrace())
 }
 

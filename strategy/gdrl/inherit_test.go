@@ -71,6 +71,50 @@ func TestFenceNamesGiveUpOfLaterHeir(t *testing.T) {
 	}
 }
 
+// A node holding an earlier record of a ward (n2's incarnation 9, version
+// 3) inherits another ward that is known dead (n1: its new incarnation
+// says hello) whose record says it held a later record of n2 (version 5,
+// GdrlRecord.held): n0 drops its stale record, so n2's restart makes it
+// inherit nothing, and keeps a lost tombstone of version 5, into which
+// another heir's earlier tombstone of n2 fences and is given up. A record
+// from a build before the field (parts without bit 5, no held records)
+// names none: n0 inherits its stale record at n2's restart, as before.
+func TestHeldRecordOfDeadHolderDropsStale(t *testing.T) {
+	const x, a = 2_000_000, 700_000 // n2's default share in n0's record of it, and in another heir's, units
+	hello := &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}}
+	for _, withHeld := range []bool{true, false} {
+		g := fuzzNode(t)
+		dc0, _ := g.DefaultShare()
+		receive(t, g, 5*time.Millisecond, "n2", 9, &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{
+			Epoch: 1, Version: 3, Parts: 15, DefaultCapacity: x}}})
+		rec := &peerv1.GdrlRecord{Epoch: 1, Version: 3, Parts: 15}
+		if withHeld {
+			rec.Parts = 63
+			rec.Held = []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9, Version: 5}}
+		}
+		receive(t, g, 10*time.Millisecond, "n1", 7, &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Record{Record: rec}})
+		receive(t, g, 20*time.Millisecond, "n1", 8, hello)  // n1 restarted: n0 inherits its record (no share)
+		receive(t, g, 30*time.Millisecond, "n2", 10, hello) // n2 restarted: its incarnation 9 is dead
+		want := dc0
+		if !withHeld {
+			want += x // the stale record inherited
+		}
+		if dc, _ := g.DefaultShare(); dc != want {
+			t.Fatalf("held=%v: default share %d after the restarts, want %d", withHeld, dc, want)
+		}
+		if !withHeld {
+			continue
+		}
+		// An earlier heir of n2's incarnation 9 (version 4) fences into
+		// the lost tombstone, which gives that inheritance up.
+		receive(t, g, 40*time.Millisecond, "n3", 11, &peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{
+			Inc: 9, Version: 4, Node: "n2", DefaultCapacity: a}}})
+		if dc, _ := g.DefaultShare(); dc != dc0-a {
+			t.Errorf("default share %d after the earlier heir's fence, want %d", dc, dc0-a)
+		}
+	}
+}
+
 // A node holding a tombstone of a dead incarnation (n1's incarnation 7,
 // its record at version 20) gives nothing up for a fence of an earlier
 // inheritance of it (version 3, a stale copy's) that the incarnation had

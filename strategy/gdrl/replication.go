@@ -186,6 +186,13 @@ func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 	if r.Parts&(1<<partGivenUp) != 0 {
 		r.GivenUp = g.givenUp()
 	}
+	if r.Parts&(1<<partHeld) != 0 {
+		for _, n := range g.heldNodes() {
+			if rec := g.held[n]; !g.inView(n) {
+				r.Held = append(r.Held, &peerv1.GdrlHeldRecord{Node: string(n), Inc: rec.inc, Version: rec.version})
+			}
+		}
+	}
 	return r
 }
 
@@ -280,8 +287,14 @@ func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64,
 			rec.tombs = append(rec.tombs, tombFrom(t))
 		}
 	}
+	if r.Parts&(1<<partHeld) != 0 {
+		rec.held = heldFrom(r.Held)
+	}
 	if r.Parts&(1<<partGivenUp) != 0 {
 		rec.givenUp = slices.Clone(r.GivenUp)
+	}
+	if !g.inView(from) {
+		g.mark(partHeld) // a record this node's own record carries (recordMsg)
 	}
 	reply(rec.version, false)
 }

@@ -598,3 +598,40 @@ func TestSplitBrainDeadNodeInheritedOnBothSides(t *testing.T) {
 func TestSplitBrainCopyFencedIntoLaterHeir(t *testing.T) {
 	replaySplitRun(t, []int{5, 1, 1, 1, 1, 54, 19, 1, 1, 4, 2, 3, 1, 3, 4, 0, 1, 3, 0, 0, 3, 0, 2072, 2, 8693, 2, 1, 0, 0, 1, 0, 0, 0, 12000, 3, 1, 1, 0, 0, 1, 0, 8000}, 0)
 }
+
+// The run rapid found with seed 90 (TestConserveSplitNeverAboveC at
+// -rapid.checks=300, under `partition: conserve`; shrunk): 6 nodes,
+// buddies n0->n1->...->n5->n0. A first split n0,n2,n4,n5 | n1,n3 (under
+// conserve nobody inherits an expected member): n3, whose buddy n4 is
+// across the cut, replicates to n1, while n4 keeps n3's record as of
+// version 106. At 5.26 s the split heals and a second one, n1,n4 |
+// n0,n2,n3,n5, starts in the same instant; n3 crashes 3 ms later, before
+// it sees n4 again (no hello ever told n4 its record is stale), and
+// restarts on the other side. n1 holds n3's latest record (version 162),
+// frozen and in its memory only; it crashes at 11.96 s and restarts, and
+// n4 inherits n1's record, which did not name it. At the heal n3's new
+// incarnation says hello to n4, which inherits its stale record of n3:
+// what n3 had paid during the first split (452,447 units of key c) counted
+// twice, for good. Now a node's record names the records it holds of
+// wards out of its view (GdrlHeldRecord), and n4, inheriting n1 once n1 is
+// known dead, drops its stale record of n3 (n3's share is lost with n1,
+// which held its later record: a loss, never a creation).
+func TestConserveHeldRecordOfCrashedHolder(t *testing.T) {
+	replaySplitRun(t, []int{6, 0, 1, 1, 1, 51, 2, 1, 4, 4, 1, 3, 4, 3, 4, 1, 2, 1, 3, 3, 4, 1, 4, 4, 4, 2965, 2, 2297, 2, 0, 1, 0, 1, 0, 0, 0, 0, 7244, 2, 1, 0, 1, 1, 0, 1, 2, 3, 3, 299, 6696, 1, 125, 2}, 9865)
+}
+
+// A run rapid found with seed 79 at 3,000 checks (its 1,263rd run, under
+// `partition: conserve`) when an heir took the records a dead ward held
+// over, rather than only learning their versions: 3 nodes, buddies
+// n0->n1->n2->n0. n1 crashes as a first split n0,n2 | n1 starts and
+// restarts alone; n2 keeps n1's record (version 1) frozen, and its own
+// record at n0 names it. A second split n0 | n1,n2: n2 hears of n1's new
+// incarnation and inherits that record, then crashes; n1 inherits n2's
+// later record (with the tombstone of n1's version 1). At n2's restart n0
+// inherits n2's earlier record and took over n1's version 1 from it,
+// inheriting it too: one version inherited twice, which no fence between
+// heirs reconciles (they take a tombstone of the same version for a copy):
+// C + C/3 for good. Now n0 only learns that version (a lost tombstone).
+func TestConserveHeldRecordOfDeadHolderInheritedOnce(t *testing.T) {
+	replaySplitRun(t, []int{3, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 500, 2, 4903, 2, 1, 0, 1, 1, 0, 1, 0, 0, 200, 2, 1, 0, 0, 1, 97, 2, 0, 0}, 0)
+}

@@ -101,13 +101,13 @@ func cmpID(a, b TransferID) int {
 func (t *tombstone) msg() *peerv1.GdrlTombstone {
 	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
 		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone,
-		Absorbed: absorbedMsg(t.absorbed), GivenUp: t.givenUp}
+		Absorbed: absorbedMsg(t.absorbed), GivenUp: t.givenUp, Lost: t.lost}
 }
 
 func tombFrom(m *peerv1.GdrlTombstone) *tombstone {
 	return &tombstone{node: strategy.NodeID(m.Node), inc: m.Inc, version: m.Version, dc: m.DefaultCapacity, db: m.DefaultBurst,
 		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone,
-		absorbed: absorbedFrom(m.Absorbed), givenUp: slices.Clone(m.GivenUp)}
+		absorbed: absorbedFrom(m.Absorbed), givenUp: slices.Clone(m.GivenUp), lost: m.Lost}
 }
 
 func absorbedMsg(as []*absorbedInh) []*peerv1.GdrlAbsorbed {
@@ -136,10 +136,29 @@ func absorbedFrom(ms []*peerv1.GdrlAbsorbed) []*absorbedInh {
 	return out
 }
 
+// heldFrom decodes the records a ward holds of its own wards out of its
+// view (GdrlRecord.held).
+func heldFrom(ms []*peerv1.GdrlHeldRecord) map[strategy.NodeID]heldRef {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make(map[strategy.NodeID]heldRef, len(ms))
+	for _, m := range ms {
+		out[strategy.NodeID(m.Node)] = heldRef{inc: m.Inc, version: m.Version}
+	}
+	return out
+}
+
 // msg encodes a held record (for StateBytes).
 func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	m := &peerv1.GdrlRecord{Epoch: r.epoch, Version: r.version, DefaultCapacity: r.dc, DefaultBurst: r.db,
-		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied), Parts: 1<<numParts - 1, GivenUp: r.givenUp}
+		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied), Parts: 1<<numParts - 1 - 1<<partHeld, GivenUp: r.givenUp}
+	for n, h := range r.held {
+		m.Held = append(m.Held, &peerv1.GdrlHeldRecord{Node: string(n), Inc: h.inc, Version: h.version})
+	}
+	if len(m.Held) > 0 {
+		m.Parts |= 1 << partHeld
+	}
 	keys := make([]string, 0, len(r.shares))
 	for k := range r.shares {
 		keys = append(keys, k)
@@ -309,6 +328,9 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 			if slices.Contains(tb.GivenUp, 0) {
 				return bad("tombstone: an inheritance given up at version 0")
 			}
+			if tb.Lost && (tb.DefaultCapacity != 0 || tb.DefaultBurst != 0 || len(tb.Items) != 0 || len(tb.OnBehalf) != 0) {
+				return bad("lost tombstone of %s with amounts or credits", tb.Node)
+			}
 		}
 		return nil
 	}
@@ -349,6 +371,11 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 	case *peerv1.GdrlMessage_Record:
 		if err := record("record", b.Record); err != nil {
 			return err
+		}
+		for _, h := range b.Record.Held {
+			if h.Node == "" || h.Inc == 0 || h.Version == 0 {
+				return bad("held record without a node, an incarnation or a version")
+			}
 		}
 	case *peerv1.GdrlMessage_RecordAck:
 	case *peerv1.GdrlMessage_Fenced:
