@@ -289,13 +289,13 @@
 // copies may credit again: the fence names what the copies credited, and
 // the fenced node gives up what its own tombstones credited of that after
 // the version (it keeps a tombstone whose incarnation answered alive,
-// locally, for this; the fence also names what copies that answered
+// retired, for this; the fence also names what copies that answered
 // alive since credited). What one of its dropped tombstones credited after
 // that version and no copy credited (a transfer the incarnation, alive
 // across a second cut, credited too) no copy knows of: if that
-// incarnation is not known dead, the tombstone leaves the record but
-// keeps fencing it, locally, until answered (draining: it settles nothing
-// more), so that the incarnation weighs those credits as well; if it is
+// incarnation is not known dead, the tombstone leaves the live ones but
+// keeps fencing it until answered (draining: it settles nothing more), so
+// that the incarnation weighs those credits as well; if it is
 // dead (or answers dead), the credits are given up and the transfers
 // queued again under their own names, so that whoever settles its
 // transfers now (the copy) credits each once. An incarnation gives up the
@@ -305,6 +305,13 @@
 // another inheritance named it before (two heirs credited it), else never
 // credited here. Found by TestConserveSplitNeverAboveC at 300 checks
 // (seeds 7 to 10, 13, 14 and 18: up to C + 1,299,987 units left for good).
+// Retired and draining tombstones travel in the record too
+// (GdrlRecord.retired, .draining), and the node's heir takes them over:
+// kept in memory only, they were lost when the node crashed, and with them
+// the credit a fence by its heir's copy had to name, or a drain had to
+// bring to the incarnation (seed 79 at 3,000 checks, once the fixes below
+// let it show: a transfer credited by two copies of one tombstone, C +
+// 33,332 units for good).
 // An incarnation that is dead (a newer
 // incarnation of the node answered the fence) may have two heirs, one per
 // side: the buddy across the cut took its record at the split, and a new
@@ -463,9 +470,7 @@
 // one entry per peer incarnation (so do the retired tombstones, kept until
 // an heir's fence drops them, the draining ones, kept until their
 // incarnation or a newer one answers, and the transfers reconciled per
-// inheritance fenced). A transfer whose credit by the fenced node's own
-// tombstone was lost in a crash (retired and draining tombstones are not
-// replicated) may stay counted twice. A node that founds a cluster alone has no
+// inheritance fenced). A node that founds a cluster alone has no
 // replica until its first buddy acknowledges its record: a crash before
 // that loses its shares (Replicated reports it).
 package gdrl

@@ -77,6 +77,21 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 			g.tombs = append(g.tombs, t)
 		}
 	}
+	// The ward's retired and draining tombstones: what they credited is in
+	// its shares, now here, and a fence of one the ward held must name it
+	// (fenceOnBehalf), or their incarnation must still weigh it (drained
+	// from here).
+	for _, t := range rec.retired {
+		t.at = at
+		g.retired = append(g.retired, t)
+	}
+	for _, t := range rec.draining {
+		t.at, t.fencing = at, false
+		g.draining = append(g.draining, t)
+	}
+	if len(rec.retired)+len(rec.draining) > 0 {
+		g.mark(partLocal)
+	}
 	if fx == nil {
 		return
 	}
@@ -256,6 +271,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 			}
 		}
 		g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
+		g.mark(partLocal)
 		// The tombstones in the record the heir inherited went with it:
 		// the heir's copies fence (or settle) them from now on, and what
 		// they hold was in the amounts just given up. But what one of
@@ -283,6 +299,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 				c := *tb
 				c.onBehalf, c.absorbed, c.fencing, c.heirTarget = after, gaveUp, false, ""
 				g.draining = append(g.draining, &c)
+				g.mark(partLocal)
 			}
 		}
 		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
@@ -396,6 +413,7 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 	}); i >= 0 {
 		tb := g.draining[i]
 		g.draining = slices.Delete(g.draining, i, i+1)
+		g.mark(partLocal)
 		if a.Alive {
 			g.retired = append(g.retired, tb) // see onFenced
 		} else {
@@ -411,6 +429,7 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })
 		if tb.at != 0 && slices.ContainsFunc(tb.onBehalf, func(t *transfer) bool { return t.creditedAt > 0 }) {
 			g.retired = append(g.retired, tb) // see onFenced
+			g.mark(partLocal)
 		}
 	} else {
 		// The incarnation is dead: this tombstone settles its transfers

@@ -82,7 +82,9 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 				{Version: 3, By: "n1", ByInc: 7, CreditsOnly: true}}}}},
 		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", DefaultCapacity: 1,
 			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultCapacity: 2, Passed: []*peerv1.GdrlTransfer{{Id: id2, Items: items}}}}}}},
-		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 2, Parts: 63, DefaultCapacity: 4, GivenUp: []uint64{1},
+		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 2, Parts: 127, DefaultCapacity: 4, GivenUp: []uint64{1},
+			Retired:  []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 3, OnBehalf: []*peerv1.GdrlTransfer{{Id: id3, Items: items}}}},
+			Draining: []*peerv1.GdrlTombstone{{Node: "n0", Inc: inc, Version: 1, DefaultCapacity: 2, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}},
 			Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 4, GivenUp: []uint64{2},
 				Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultBurst: 3}}}},
 			Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9, Version: 6}}}}},
@@ -183,6 +185,12 @@ func TestReceiveErrors(t *testing.T) {
 			GivenUp: []*peerv1.GdrlTransfer{{Id: &peerv1.GdrlTransferId{Src: "n1", SrcInc: 1, Seq: 1, Dst: "n0", DstInc: 1}, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: -1}}}}}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
 			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Passed: []*peerv1.GdrlTransfer{{Items: items0}}}}}}}}},
+		// Retired and draining tombstones (GdrlRecord.retired, .draining)
+		// without a node, with an amount beyond the bounds, a bad transfer.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Retired: []*peerv1.GdrlTombstone{{Inc: 5, Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1, DefaultBurst: 2*totalB + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
+			OnBehalf: []*peerv1.GdrlTransfer{{Items: items0}}}}}}},
 		// Inheritances given up at version 0 (GdrlRecord.given_up,
 		// GdrlTombstone.given_up).
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, GivenUp: []uint64{2, 0}}}},

@@ -108,14 +108,15 @@ type GDRL struct {
 	tombs []*tombstone
 	// retired: tombstones whose incarnation answered a fence alive, kept
 	// for what they credited on its behalf until this node is fenced by
-	// an heir of a record that held them (see onFenced); local, not
-	// replicated.
+	// an heir of a record that held them (see onFenced); replicated
+	// (partLocal), and taken over by an heir of this node.
 	retired []*tombstone
 	// draining: tombstones dropped when an heir fenced this node (its
 	// copies took over) that credited transfers after the version the
 	// heir took, which no copy knows of; each still fences its
 	// incarnation, for those credits only, until answered (see
-	// onFenced); local, not replicated, and they settle nothing.
+	// onFenced); they settle nothing. Replicated (partLocal), and taken
+	// over by an heir of this node, which drains them in turn.
 	draining []*tombstone
 	// fenceCredits: per inheritance fenced, the transfers to this
 	// incarnation that a fence of it named as credited on its behalf and
@@ -305,6 +306,9 @@ type heldRecord struct {
 	// givenUp: the ward's inheritances (record versions) it had given up
 	// (GdrlRecord.given_up; none from a build before the field).
 	givenUp []uint64
+	// retired and draining: the ward's (GdrlRecord.retired, .draining;
+	// none from a build before the fields), taken over by its heir.
+	retired, draining []*tombstone
 }
 
 // heldRef names a record a ward holds of its own ward (GdrlRecord.held):
@@ -329,6 +333,7 @@ const (
 	partTombs
 	partGivenUp // this incarnation's inheritances given up (GdrlRecord.given_up)
 	partHeld    // the records held of wards out of view (GdrlRecord.held)
+	partLocal   // the retired and draining tombstones (GdrlRecord.retired, .draining)
 	numParts
 )
 

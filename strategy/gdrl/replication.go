@@ -186,6 +186,14 @@ func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 	if r.Parts&(1<<partGivenUp) != 0 {
 		r.GivenUp = g.givenUp()
 	}
+	if r.Parts&(1<<partLocal) != 0 {
+		for _, tb := range g.retired {
+			r.Retired = append(r.Retired, tb.localMsg())
+		}
+		for _, tb := range g.draining {
+			r.Draining = append(r.Draining, tb.localMsg())
+		}
+	}
 	if r.Parts&(1<<partHeld) != 0 {
 		for _, n := range g.heldNodes() {
 			if rec := g.held[n]; !g.inView(n) {
@@ -292,6 +300,9 @@ func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64,
 	}
 	if r.Parts&(1<<partGivenUp) != 0 {
 		rec.givenUp = slices.Clone(r.GivenUp)
+	}
+	if r.Parts&(1<<partLocal) != 0 {
+		rec.retired, rec.draining = tombsFrom(r.Retired), tombsFrom(r.Draining)
 	}
 	if !g.inView(from) {
 		g.mark(partHeld) // a record this node's own record carries (recordMsg)

@@ -635,3 +635,32 @@ func TestConserveHeldRecordOfCrashedHolder(t *testing.T) {
 func TestConserveHeldRecordOfDeadHolderInheritedOnce(t *testing.T) {
 	replaySplitRun(t, []int{3, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 500, 2, 4903, 2, 1, 0, 1, 1, 0, 1, 0, 0, 200, 2, 1, 0, 0, 1, 97, 2, 0, 0}, 0)
 }
+
+// A run rapid found with seed 79 at 3,000 checks (TestConserveSplitNeverAboveC,
+// its 1,219th run, under `partition: available`; shrunk), once the fixes
+// above let it show: 6 nodes. In a first split (0.86 s) n4 inherits n3
+// (tombstone T) and pays it a transfer X of key c (33,332 units). A second
+// split starts 10 ms after the first heals: n1 inherits n4's record, with
+// a copy T' of T and X in the outbox, settles X with T' (one credit), and
+// fences n3, which answers alive: T' retires at n1, kept so that a fence
+// of n4 would name its credit. On its side n4 settles X with T (a second
+// credit). n1 crashes at 6.20 s, before it could fence n4, and its retired
+// T' was not replicated: n3 inherits n1's record without it. At the heal
+// n3's copy of n1's tombstone of n4 fences n4 naming no credit of X, so n4
+// keeps its own and drains it to n3, which had reconciled X with the copy's
+// fence already and takes it for the same credit: C + 33,332 for good
+// (masked before the fixes above by a loss in the same run). Now a record
+// carries its retired and draining tombstones (GdrlRecord.retired,
+// .draining), n3 takes n1's over, and its fence of n4 names the copy's credit.
+func TestSplitBrainRetiredCopyOfCrashedHeir(t *testing.T) {
+	draws := []int{6, 2, 1, 1, 2, 60, 3, 1, 1, 3, 0, 3, 4, 0, 3, 0, 0, 2, 1, 0, 4, 1, 0, 2, 4, 855, 2, 201, 2, 1, 0, 0, 1, 0, 1, 2, 13, 5, 3, 31, 1, 2016, 10, 6068, 3, 2, 0, 1, 0, 1, 1, 2, 5130, 1, 2227, 67, 1, 2562, 1}
+	for _, mode := range []string{"available", "conserve"} {
+		next := 0
+		r := drawSplitRun(listDrawer{draws, &next}, 110, 2)
+		r.params = append(r.params, "partition="+mode)
+		r.run(t.Fatalf)
+		if r.lost != 0 {
+			t.Errorf("%s: %d units lost", mode, r.lost)
+		}
+	}
+}

@@ -110,6 +110,24 @@ func tombFrom(m *peerv1.GdrlTombstone) *tombstone {
 		absorbed: absorbedFrom(m.Absorbed), givenUp: slices.Clone(m.GivenUp), lost: m.Lost}
 }
 
+// localMsg encodes a retired or draining tombstone (GdrlRecord.retired,
+// .draining): without its duplicate filter, which it no longer uses.
+func (t *tombstone) localMsg() *peerv1.GdrlTombstone {
+	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
+		Items: itemsMsg(t.items), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone, Absorbed: absorbedMsg(t.absorbed)}
+}
+
+func tombsFrom(ms []*peerv1.GdrlTombstone) []*tombstone {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*tombstone, len(ms))
+	for i, m := range ms {
+		out[i] = tombFrom(m)
+	}
+	return out
+}
+
 func absorbedMsg(as []*absorbedInh) []*peerv1.GdrlAbsorbed {
 	if len(as) == 0 {
 		return nil
@@ -170,6 +188,12 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	}
 	for _, t := range r.tombs {
 		m.Tombstones = append(m.Tombstones, t.msg())
+	}
+	for _, t := range r.retired {
+		m.Retired = append(m.Retired, t.localMsg())
+	}
+	for _, t := range r.draining {
+		m.Draining = append(m.Draining, t.localMsg())
 	}
 	return m
 }
@@ -304,7 +328,7 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 		if slices.Contains(r.GivenUp, 0) {
 			return bad("%s: an inheritance given up at version 0", what)
 		}
-		for _, tb := range r.Tombstones {
+		for _, tb := range slices.Concat(r.Tombstones, r.Retired, r.Draining) {
 			if tb.Node == "" || tb.Inc == 0 {
 				return bad("tombstone without a node")
 			}
