@@ -441,36 +441,57 @@
 // whose new buddy has not yet acknowledged its record) lose their shares,
 // never more; during a netsplit the cut counts as one failure, so a node
 // that crashes with no buddy on its side loses what it gained since the
-// split. A node that crashes during a netsplit on the side away from its
-// old heir is inherited on both sides until its new incarnation answers a
-// fence or, if it never restarts, until it has stayed out of the earlier
-// heir's view for 20 retransmit intervals after that heir's view last
-// changed (heirSettles), when the earlier heir fences into the later one;
-// an incarnation that is alive but cut off from its heirs for longer than
-// that after a heal between them gives that inheritance up twice when it
-// is back (capacity lost, never created), and so does one whose
-// inheritance was fenced by its own heir while the record that carries a
-// copy of that tombstone to a third node was already taken (the copy does
-// not know the incarnation gave it up, and fences into a later heir of it:
-// TestConserveSplitNeverAboveC, seed 79 at 300 checks, C - 52% after the
-// heal). An heir's fence
-// in flight to an heir or to the incarnation that then crashes is not sent
-// elsewhere (it may have been applied). A node may hold two tombstones of
-// one incarnation (its own inheritance and a copy from a ward's record);
-// each fences on its own, and once the incarnation is dead the later one
-// absorbs the earlier. A transfer to a dead incarnation that an heir
-// credited before its tombstone was absorbed may stay in its payer's
-// outbox if the payer's likely heirs (see heirOf) do not include the
-// absorbing one: it is settled (Applied reports it) but retransmitted for
-// good, and if the payer paid it itself, it holds back the payer's next
+// split. Under conserve, a failed ward's record frozen at its buddy is lost
+// if that buddy fails too before the ward's restart lets it inherit (the
+// buddy's heir drops an earlier record of the ward it may hold rather than
+// inherit it: GdrlRecord.held). A node that crashes during a netsplit on
+// the side away from its old heir is inherited on both sides until its new
+// incarnation answers a fence or, if it never restarts, until it has stayed
+// out of the earlier heir's view for 20 retransmit intervals after that
+// heir's view last changed (heirSettles), when the earlier heir fences into
+// the later one. The later heir may so take an incarnation that is alive,
+// but cut off from it for longer than that, for dead: it names that give-up
+// in its fences, and the incarnation undoes it if it had given that
+// inheritance up itself (fixed: an incarnation back after such a cut, and
+// one whose inheritance was fenced by its own heir while the record
+// carrying a copy of that tombstone to a third node was already taken, gave
+// it up twice: TestConserveSplitNeverAboveC, seed 79 at 300 checks, C - 52%
+// after the heal). What remains of it loses capacity, never creates it: a
+// give-up that a node's tombstone of a dead incarnation made after the
+// version its own heir took stays with the node when that heir fences it,
+// unknown to the heir's copy of the tombstone, which a stale copy of the
+// earlier tombstone may then fence into again; a lost tombstone names the
+// give-ups it made to no incarnation (it fences none); and once the
+// incarnation is dead, a credit it reconciled itself when it gave an
+// inheritance up, and that a stale copy of that inheritance's tombstone
+// named too, is given up again by the heir of its later record (a record
+// names the inheritances given up, not the credits). Nodes of the previous
+// build neither name nor read give-ups, inheritances given up, held
+// records, lost tombstones or retired and draining ones in records (a frame
+// without those fields carries none): in a cluster with such nodes the
+// previous build's limits hold for what they send, among them two that
+// created capacity (a stale record inherited under conserve, and the credit
+// of a crashed node's retired or draining tombstone counted twice). An
+// heir's fence in flight to an heir or to the incarnation that then crashes
+// is not sent elsewhere (it may have been applied). A node may hold two
+// tombstones of one incarnation (its own inheritance and a copy from a
+// ward's record); each fences on its own, and once the incarnation is dead
+// the later one absorbs the earlier. A transfer to a dead incarnation that
+// an heir credited before its tombstone was absorbed may stay in its
+// payer's outbox if the payer's likely heirs (see heirOf) do not include
+// the absorbing one: it is settled (Applied reports it) but retransmitted
+// for good, and if the payer paid it itself, it holds back the payer's next
 // transfer to that node, whatever its incarnation (stop and wait is per
-// node). A transfer moves at most (C, B) per key. Transfers to a destination whose
-// heir cannot be found stay in flight (counted, never credited). The
-// duplicate filters, tombstones and per-incarnation buddy memory grow by
-// one entry per peer incarnation (so do the retired tombstones, kept until
-// an heir's fence drops them, the draining ones, kept until their
-// incarnation or a newer one answers, and the transfers reconciled per
-// inheritance fenced). A node that founds a cluster alone has no
-// replica until its first buddy acknowledges its record: a crash before
-// that loses its shares (Replicated reports it).
+// node). A transfer moves at most (C, B) per key. Transfers to a
+// destination whose heir cannot be found stay in flight (counted, never
+// credited). The duplicate filters, tombstones and per-incarnation buddy
+// memory grow by one entry per peer incarnation (so do the retired
+// tombstones, kept until an heir's fence drops them and taken over by a
+// node's heir, the draining ones, kept until their incarnation or a newer
+// one answers, the lost tombstones, the give-ups a tombstone carries, the
+// inheritances a record names as given up, and the transfers reconciled per
+// inheritance fenced), and a record carries each of those parts whole
+// whenever it changes. A node that founds a cluster alone has no replica
+// until its first buddy acknowledges its record: a crash before that loses
+// its shares (Replicated reports it).
 package gdrl
