@@ -100,18 +100,83 @@ func cmpID(a, b TransferID) int {
 
 func (t *tombstone) msg() *peerv1.GdrlTombstone {
 	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
-		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone}
+		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone,
+		Absorbed: absorbedMsg(t.absorbed), GivenUp: t.givenUp, Lost: t.lost}
 }
 
 func tombFrom(m *peerv1.GdrlTombstone) *tombstone {
 	return &tombstone{node: strategy.NodeID(m.Node), inc: m.Inc, version: m.Version, dc: m.DefaultCapacity, db: m.DefaultBurst,
-		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone}
+		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone,
+		absorbed: absorbedFrom(m.Absorbed), givenUp: slices.Clone(m.GivenUp), lost: m.Lost}
+}
+
+// localMsg encodes a retired or draining tombstone (GdrlRecord.retired,
+// .draining): without its duplicate filter, which it no longer uses.
+func (t *tombstone) localMsg() *peerv1.GdrlTombstone {
+	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
+		Items: itemsMsg(t.items), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone, Absorbed: absorbedMsg(t.absorbed)}
+}
+
+func tombsFrom(ms []*peerv1.GdrlTombstone) []*tombstone {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*tombstone, len(ms))
+	for i, m := range ms {
+		out[i] = tombFrom(m)
+	}
+	return out
+}
+
+func absorbedMsg(as []*absorbedInh) []*peerv1.GdrlAbsorbed {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*peerv1.GdrlAbsorbed, len(as))
+	for i, a := range as {
+		out[i] = &peerv1.GdrlAbsorbed{Version: a.version, By: string(a.by), ByInc: a.byInc, DefaultCapacity: a.dc, DefaultBurst: a.db,
+			Items: itemsMsg(a.items), GivenUp: transfersMsg(a.gaveUp), Passed: transfersMsg(a.passed), CreditsOnly: a.creditsOnly}
+	}
+	return out
+}
+
+// absorbedFrom decodes give-ups (a frame without the field, from a build
+// before it, has none).
+func absorbedFrom(ms []*peerv1.GdrlAbsorbed) []*absorbedInh {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*absorbedInh, len(ms))
+	for i, m := range ms {
+		out[i] = &absorbedInh{version: m.Version, by: strategy.NodeID(m.By), byInc: m.ByInc, dc: m.DefaultCapacity, db: m.DefaultBurst,
+			items: itemsFrom(m.Items), gaveUp: transfersFrom(m.GivenUp), passed: transfersFrom(m.Passed), creditsOnly: m.CreditsOnly}
+	}
+	return out
+}
+
+// heldFrom decodes the records a ward holds of its own wards out of its
+// view (GdrlRecord.held).
+func heldFrom(ms []*peerv1.GdrlHeldRecord) map[strategy.NodeID]heldRef {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make(map[strategy.NodeID]heldRef, len(ms))
+	for _, m := range ms {
+		out[strategy.NodeID(m.Node)] = heldRef{inc: m.Inc, version: m.Version}
+	}
+	return out
 }
 
 // msg encodes a held record (for StateBytes).
 func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	m := &peerv1.GdrlRecord{Epoch: r.epoch, Version: r.version, DefaultCapacity: r.dc, DefaultBurst: r.db,
-		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied)}
+		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied), Parts: 1<<numParts - 1 - 1<<partHeld, GivenUp: r.givenUp}
+	for n, h := range r.held {
+		m.Held = append(m.Held, &peerv1.GdrlHeldRecord{Node: string(n), Inc: h.inc, Version: h.version})
+	}
+	if len(m.Held) > 0 {
+		m.Parts |= 1 << partHeld
+	}
 	keys := make([]string, 0, len(r.shares))
 	for k := range r.shares {
 		keys = append(keys, k)
@@ -123,6 +188,12 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	}
 	for _, t := range r.tombs {
 		m.Tombstones = append(m.Tombstones, t.msg())
+	}
+	for _, t := range r.retired {
+		m.Retired = append(m.Retired, t.localMsg())
+	}
+	for _, t := range r.draining {
+		m.Draining = append(m.Draining, t.localMsg())
 	}
 	return m
 }
@@ -186,6 +257,30 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 		}
 		return items(what, t.Items, true)
 	}
+	absorbed := func(what string, as []*peerv1.GdrlAbsorbed) error {
+		for _, a := range as {
+			if a.Version == 0 || a.By == "" || a.ByInc == 0 {
+				return bad("%s: give-up of an inheritance without a version or a giver", what)
+			}
+			if a.CreditsOnly && (a.DefaultCapacity != 0 || a.DefaultBurst != 0 || len(a.Items) != 0) {
+				return bad("%s: credits-only give-up with amounts", what)
+			}
+			if err := wide(what+" give-up", a.DefaultCapacity, a.DefaultBurst); err != nil {
+				return err
+			}
+			if err := items(what+" give-up", a.Items, false); err != nil {
+				return err
+			}
+			for _, ts := range [][]*peerv1.GdrlTransfer{a.GivenUp, a.Passed} {
+				for _, t := range ts {
+					if err := transfer(what+" give-up", t); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
 	applied := func(what string, as []*peerv1.GdrlApplied) error {
 		for _, a := range as {
 			if a.Src == "" || a.SrcInc == 0 {
@@ -208,6 +303,57 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 				if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
 					return bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
 				}
+			}
+		}
+		return nil
+	}
+	record := func(what string, r *peerv1.GdrlRecord) error {
+		if r.Version == 0 || r.Base >= r.Version {
+			return bad("%s base %d, version %d", what, r.Base, r.Version)
+		}
+		if err := wide(what+" default", r.DefaultCapacity, r.DefaultBurst); err != nil {
+			return err
+		}
+		if err := shares(what, r.Shares); err != nil {
+			return err
+		}
+		for _, t := range r.Outbox {
+			if err := transfer(what+" outbox", t); err != nil {
+				return err
+			}
+		}
+		if err := applied(what, r.Applied); err != nil {
+			return err
+		}
+		if slices.Contains(r.GivenUp, 0) {
+			return bad("%s: an inheritance given up at version 0", what)
+		}
+		for _, tb := range slices.Concat(r.Tombstones, r.Retired, r.Draining) {
+			if tb.Node == "" || tb.Inc == 0 {
+				return bad("tombstone without a node")
+			}
+			if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
+				return err
+			}
+			if err := items("tombstone", tb.Items, false); err != nil {
+				return err
+			}
+			if err := applied("tombstone", tb.Applied); err != nil {
+				return err
+			}
+			for _, t := range tb.OnBehalf {
+				if err := transfer("tombstone", t); err != nil {
+					return err
+				}
+			}
+			if err := absorbed("tombstone", tb.Absorbed); err != nil {
+				return err
+			}
+			if slices.Contains(tb.GivenUp, 0) {
+				return bad("tombstone: an inheritance given up at version 0")
+			}
+			if tb.Lost && (tb.DefaultCapacity != 0 || tb.DefaultBurst != 0 || len(tb.Items) != 0 || len(tb.OnBehalf) != 0) {
+				return bad("lost tombstone of %s with amounts or credits", tb.Node)
 			}
 		}
 		return nil
@@ -247,41 +393,12 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 			return bad("transfer ack without a proper id")
 		}
 	case *peerv1.GdrlMessage_Record:
-		r := b.Record
-		if r.Version == 0 || r.Base >= r.Version {
-			return bad("record base %d, version %d", r.Base, r.Version)
-		}
-		if err := wide("record default", r.DefaultCapacity, r.DefaultBurst); err != nil {
+		if err := record("record", b.Record); err != nil {
 			return err
 		}
-		if err := shares("record", r.Shares); err != nil {
-			return err
-		}
-		for _, t := range r.Outbox {
-			if err := transfer("record outbox", t); err != nil {
-				return err
-			}
-		}
-		if err := applied("record", r.Applied); err != nil {
-			return err
-		}
-		for _, tb := range r.Tombstones {
-			if tb.Node == "" || tb.Inc == 0 {
-				return bad("tombstone without a node")
-			}
-			if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
-				return err
-			}
-			if err := items("tombstone", tb.Items, false); err != nil {
-				return err
-			}
-			if err := applied("tombstone", tb.Applied); err != nil {
-				return err
-			}
-			for _, t := range tb.OnBehalf {
-				if err := transfer("tombstone", t); err != nil {
-					return err
-				}
+		for _, h := range b.Record.Held {
+			if h.Node == "" || h.Inc == 0 || h.Version == 0 {
+				return bad("held record without a node, an incarnation or a version")
 			}
 		}
 	case *peerv1.GdrlMessage_RecordAck:
@@ -300,6 +417,9 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 			if err := transfer("fence", t); err != nil {
 				return err
 			}
+		}
+		if err := absorbed("fence", f.Absorbed); err != nil {
+			return err
 		}
 	case *peerv1.GdrlMessage_FenceAck:
 		if b.FenceAck.Inc == 0 {
