@@ -210,226 +210,269 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 // its version, a tombstone, fence or duplicate filter entry without an
 // incarnation.
 func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("gdrl: message from %s: %s", from, fmt.Sprintf(format, args...))
-	}
-	if m.Inc == 0 {
-		return bad("incarnation 0")
-	}
 	// A share (or an inherited amount, a default share) is at most twice
 	// the rule's whole capacity C and burst B in size (ours: peer values
 	// are bounded). The shares of a key sum to (C, B); a share goes
 	// negative only by a debt after a fence (at most what the node had
 	// and was paid before it was declared dead, each at most C), and a
 	// share above C only opposite such a debt.
-	lo, hiC, hiB := -2*g.totalC, 2*g.totalC, 2*g.totalB
-	wide := func(what string, c, b int64) error {
-		if c < lo || c > hiC || b < -hiB || b > hiB {
-			return bad("%s amount (%d, %d) outside ±(%d, %d) (twice the rule's capacity and burst)", what, c, b, hiC, hiB)
-		}
-		return nil
-	}
-	items := func(what string, its []*peerv1.GdrlItem, exact bool) error {
-		seen := make(map[string]bool, len(its))
-		for _, it := range its {
-			if seen[it.Key] {
-				return bad("%s: key %q twice", what, it.Key)
-			}
-			seen[it.Key] = true
-			if exact {
-				if it.Capacity < 0 || it.Capacity > g.totalC || it.Burst < 0 || it.Burst > g.totalB {
-					return bad("%s: key %q amount (%d, %d) outside [0, %d] x [0, %d]", what, it.Key, it.Capacity, it.Burst, g.totalC, g.totalB)
-				}
-				if it.Tokens < 0 || it.Tokens > it.Burst {
-					return bad("%s: key %q carries %d tokens with a burst of %d", what, it.Key, it.Tokens, it.Burst)
-				}
-			} else if err := wide(what, it.Capacity, it.Burst); err != nil {
-				return err
-			} else if it.Tokens != 0 {
-				return bad("%s: key %q carries tokens", what, it.Key)
-			}
-		}
-		return nil
-	}
-	transfer := func(what string, t *peerv1.GdrlTransfer) error {
-		if t == nil || !validID(t.Id) {
-			return bad("%s without a proper id (payer, destination, number)", what)
-		}
-		return items(what, t.Items, true)
-	}
-	absorbed := func(what string, as []*peerv1.GdrlAbsorbed) error {
-		for _, a := range as {
-			if a.Version == 0 || a.By == "" || a.ByInc == 0 {
-				return bad("%s: give-up of an inheritance without a version or a giver", what)
-			}
-			if a.CreditsOnly && (a.DefaultCapacity != 0 || a.DefaultBurst != 0 || len(a.Items) != 0) {
-				return bad("%s: credits-only give-up with amounts", what)
-			}
-			if err := wide(what+" give-up", a.DefaultCapacity, a.DefaultBurst); err != nil {
-				return err
-			}
-			if err := items(what+" give-up", a.Items, false); err != nil {
-				return err
-			}
-			for _, ts := range [][]*peerv1.GdrlTransfer{a.GivenUp, a.Passed} {
-				for _, t := range ts {
-					if err := transfer(what+" give-up", t); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}
-	applied := func(what string, as []*peerv1.GdrlApplied) error {
-		for _, a := range as {
-			if a.Src == "" || a.SrcInc == 0 {
-				return bad("%s: duplicate filter entry without a payer", what)
-			}
-		}
-		return nil
-	}
-	shares := func(what string, ss []*peerv1.GdrlShare) error {
-		seen := make(map[string]bool, len(ss))
-		for _, s := range ss {
-			if seen[s.Key] {
-				return bad("%s: key %q twice", what, s.Key)
-			}
-			seen[s.Key] = true
-			if err := wide(what, s.Capacity, s.Burst); err != nil {
-				return err
-			}
-			for _, d := range []float32{s.Demand, s.Noise, s.Recent} {
-				if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
-					return bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
-				}
-			}
-		}
-		return nil
-	}
-	record := func(what string, r *peerv1.GdrlRecord) error {
-		if r.Version == 0 || r.Base >= r.Version {
-			return bad("%s base %d, version %d", what, r.Base, r.Version)
-		}
-		if err := wide(what+" default", r.DefaultCapacity, r.DefaultBurst); err != nil {
-			return err
-		}
-		if err := shares(what, r.Shares); err != nil {
-			return err
-		}
-		for _, t := range r.Outbox {
-			if err := transfer(what+" outbox", t); err != nil {
-				return err
-			}
-		}
-		if err := applied(what, r.Applied); err != nil {
-			return err
-		}
-		if slices.Contains(r.GivenUp, 0) {
-			return bad("%s: an inheritance given up at version 0", what)
-		}
-		for _, tb := range slices.Concat(r.Tombstones, r.Retired, r.Draining) {
-			if tb.Node == "" || tb.Inc == 0 {
-				return bad("tombstone without a node")
-			}
-			if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
-				return err
-			}
-			if err := items("tombstone", tb.Items, false); err != nil {
-				return err
-			}
-			if err := applied("tombstone", tb.Applied); err != nil {
-				return err
-			}
-			for _, t := range tb.OnBehalf {
-				if err := transfer("tombstone", t); err != nil {
-					return err
-				}
-			}
-			if err := absorbed("tombstone", tb.Absorbed); err != nil {
-				return err
-			}
-			if slices.Contains(tb.GivenUp, 0) {
-				return bad("tombstone: an inheritance given up at version 0")
-			}
-			if tb.Lost && (tb.DefaultCapacity != 0 || tb.DefaultBurst != 0 || len(tb.Items) != 0 || len(tb.OnBehalf) != 0) {
-				return bad("lost tombstone of %s with amounts or credits", tb.Node)
-			}
-		}
-		return nil
+	c := checker{from: from, totalC: g.totalC, totalB: g.totalB}
+	if m.Inc == 0 {
+		return c.bad("incarnation 0")
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.GdrlMessage_Probe:
-		if err := wide("probe default", b.Probe.DefaultCapacity, b.Probe.DefaultBurst); err != nil {
-			return err
-		}
-		if err := shares("probe", b.Probe.Shares); err != nil {
-			return err
-		}
-		seen := make(map[string]bool, len(b.Probe.Shares)+len(b.Probe.Empty))
-		for _, s := range b.Probe.Shares {
-			seen[s.Key] = true
-		}
-		for _, k := range b.Probe.Empty {
-			if seen[k] {
-				return bad("probe: key %q twice", k)
-			}
-			seen[k] = true
-		}
+		return c.probe(b.Probe)
 	case *peerv1.GdrlMessage_Ask:
-		if err := wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
+		if err := c.wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
 			return err
 		}
-		return shares("ask", b.Ask.Shares)
+		return c.shares("ask", b.Ask.Shares)
 	case *peerv1.GdrlMessage_Transfer:
-		if err := transfer("transfer", b.Transfer); err != nil {
+		if err := c.transfer("transfer", b.Transfer); err != nil {
 			return err
 		}
 		if !b.Transfer.Resolve && strategy.NodeID(b.Transfer.Id.Dst) != g.self {
-			return bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
+			return c.bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
 		}
 	case *peerv1.GdrlMessage_TransferAck:
 		if !validID(b.TransferAck.Id) {
-			return bad("transfer ack without a proper id")
+			return c.bad("transfer ack without a proper id")
 		}
 	case *peerv1.GdrlMessage_Record:
-		if err := record("record", b.Record); err != nil {
-			return err
-		}
-		for _, h := range b.Record.Held {
-			if h.Node == "" || h.Inc == 0 || h.Version == 0 {
-				return bad("held record without a node, an incarnation or a version")
-			}
-		}
+		return c.recordMessage(b.Record)
 	case *peerv1.GdrlMessage_RecordAck:
 	case *peerv1.GdrlMessage_Fenced:
-		f := b.Fenced
-		if f.Inc == 0 {
-			return bad("fence for incarnation 0")
-		}
-		if err := wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
-			return err
-		}
-		if err := items("fence", f.Items, false); err != nil {
-			return err
-		}
-		for _, t := range f.OnBehalf {
-			if err := transfer("fence", t); err != nil {
-				return err
-			}
-		}
-		if err := absorbed("fence", f.Absorbed); err != nil {
-			return err
-		}
+		return c.fenced(b.Fenced)
 	case *peerv1.GdrlMessage_FenceAck:
 		if b.FenceAck.Inc == 0 {
-			return bad("fence ack for incarnation 0")
+			return c.bad("fence ack for incarnation 0")
 		}
 	case *peerv1.GdrlMessage_Hello:
 	default:
-		return bad("no body")
+		return c.bad("no body")
 	}
 	return nil
+}
+
+// checker holds what validate's checks need: the sender (named in every
+// error) and the rule's whole capacity C and burst B (the bounds).
+type checker struct {
+	from           strategy.NodeID
+	totalC, totalB int64
+}
+
+func (c checker) bad(format string, args ...any) error {
+	return fmt.Errorf("gdrl: message from %s: %s", c.from, fmt.Sprintf(format, args...))
+}
+
+// wide checks an amount other than a transfer's: within ±(2C, 2B).
+func (c checker) wide(what string, capacity, burst int64) error {
+	hiC, hiB := 2*c.totalC, 2*c.totalB
+	if capacity < -hiC || capacity > hiC || burst < -hiB || burst > hiB {
+		return c.bad("%s amount (%d, %d) outside ±(%d, %d) (twice the rule's capacity and burst)", what, capacity, burst, hiC, hiB)
+	}
+	return nil
+}
+
+// items checks a list of per-key amounts: no key twice; exact (a
+// transfer's) within [0, C] x [0, B] with at most the burst in tokens,
+// else wide and without tokens.
+func (c checker) items(what string, its []*peerv1.GdrlItem, exact bool) error {
+	seen := make(map[string]bool, len(its))
+	for _, it := range its {
+		if seen[it.Key] {
+			return c.bad("%s: key %q twice", what, it.Key)
+		}
+		seen[it.Key] = true
+		if exact {
+			if it.Capacity < 0 || it.Capacity > c.totalC || it.Burst < 0 || it.Burst > c.totalB {
+				return c.bad("%s: key %q amount (%d, %d) outside [0, %d] x [0, %d]", what, it.Key, it.Capacity, it.Burst, c.totalC, c.totalB)
+			}
+			if it.Tokens < 0 || it.Tokens > it.Burst {
+				return c.bad("%s: key %q carries %d tokens with a burst of %d", what, it.Key, it.Tokens, it.Burst)
+			}
+		} else if err := c.wide(what, it.Capacity, it.Burst); err != nil {
+			return err
+		} else if it.Tokens != 0 {
+			return c.bad("%s: key %q carries tokens", what, it.Key)
+		}
+	}
+	return nil
+}
+
+func (c checker) transfer(what string, t *peerv1.GdrlTransfer) error {
+	if t == nil || !validID(t.Id) {
+		return c.bad("%s without a proper id (payer, destination, number)", what)
+	}
+	return c.items(what, t.Items, true)
+}
+
+func (c checker) transfers(what string, ts []*peerv1.GdrlTransfer) error {
+	for _, t := range ts {
+		if err := c.transfer(what, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// absorbed checks the give-ups of inheritances a later heir made on an
+// incarnation's behalf.
+func (c checker) absorbed(what string, as []*peerv1.GdrlAbsorbed) error {
+	for _, a := range as {
+		if a.Version == 0 || a.By == "" || a.ByInc == 0 {
+			return c.bad("%s: give-up of an inheritance without a version or a giver", what)
+		}
+		if a.CreditsOnly && (a.DefaultCapacity != 0 || a.DefaultBurst != 0 || len(a.Items) != 0) {
+			return c.bad("%s: credits-only give-up with amounts", what)
+		}
+		if err := c.wide(what+" give-up", a.DefaultCapacity, a.DefaultBurst); err != nil {
+			return err
+		}
+		if err := c.items(what+" give-up", a.Items, false); err != nil {
+			return err
+		}
+		if err := c.transfers(what+" give-up", slices.Concat(a.GivenUp, a.Passed)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c checker) applied(what string, as []*peerv1.GdrlApplied) error {
+	for _, a := range as {
+		if a.Src == "" || a.SrcInc == 0 {
+			return c.bad("%s: duplicate filter entry without a payer", what)
+		}
+	}
+	return nil
+}
+
+// shares checks shares: no key twice, amounts wide, demand, noise and
+// recent count finite and within [0, 1e30].
+func (c checker) shares(what string, ss []*peerv1.GdrlShare) error {
+	seen := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		if seen[s.Key] {
+			return c.bad("%s: key %q twice", what, s.Key)
+		}
+		seen[s.Key] = true
+		if err := c.wide(what, s.Capacity, s.Burst); err != nil {
+			return err
+		}
+		for _, d := range []float32{s.Demand, s.Noise, s.Recent} {
+			if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
+				return c.bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
+			}
+		}
+	}
+	return nil
+}
+
+func (c checker) record(what string, r *peerv1.GdrlRecord) error {
+	if r.Version == 0 || r.Base >= r.Version {
+		return c.bad("%s base %d, version %d", what, r.Base, r.Version)
+	}
+	if err := c.wide(what+" default", r.DefaultCapacity, r.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.shares(what, r.Shares); err != nil {
+		return err
+	}
+	if err := c.transfers(what+" outbox", r.Outbox); err != nil {
+		return err
+	}
+	if err := c.applied(what, r.Applied); err != nil {
+		return err
+	}
+	if slices.Contains(r.GivenUp, 0) {
+		return c.bad("%s: an inheritance given up at version 0", what)
+	}
+	for _, tb := range slices.Concat(r.Tombstones, r.Retired, r.Draining) {
+		if err := c.tombstone(tb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordMessage checks a record sent on its own: the record, and the
+// records it names as held.
+func (c checker) recordMessage(r *peerv1.GdrlRecord) error {
+	if err := c.record("record", r); err != nil {
+		return err
+	}
+	for _, h := range r.Held {
+		if h.Node == "" || h.Inc == 0 || h.Version == 0 {
+			return c.bad("held record without a node, an incarnation or a version")
+		}
+	}
+	return nil
+}
+
+func (c checker) tombstone(tb *peerv1.GdrlTombstone) error {
+	if tb.Node == "" || tb.Inc == 0 {
+		return c.bad("tombstone without a node")
+	}
+	if err := c.wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.items("tombstone", tb.Items, false); err != nil {
+		return err
+	}
+	if err := c.applied("tombstone", tb.Applied); err != nil {
+		return err
+	}
+	if err := c.transfers("tombstone", tb.OnBehalf); err != nil {
+		return err
+	}
+	if err := c.absorbed("tombstone", tb.Absorbed); err != nil {
+		return err
+	}
+	if slices.Contains(tb.GivenUp, 0) {
+		return c.bad("tombstone: an inheritance given up at version 0")
+	}
+	if tb.Lost && (tb.DefaultCapacity != 0 || tb.DefaultBurst != 0 || len(tb.Items) != 0 || len(tb.OnBehalf) != 0) {
+		return c.bad("lost tombstone of %s with amounts or credits", tb.Node)
+	}
+	return nil
+}
+
+func (c checker) probe(p *peerv1.GdrlProbe) error {
+	if err := c.wide("probe default", p.DefaultCapacity, p.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.shares("probe", p.Shares); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(p.Shares)+len(p.Empty))
+	for _, s := range p.Shares {
+		seen[s.Key] = true
+	}
+	for _, k := range p.Empty {
+		if seen[k] {
+			return c.bad("probe: key %q twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func (c checker) fenced(f *peerv1.GdrlFenced) error {
+	if f.Inc == 0 {
+		return c.bad("fence for incarnation 0")
+	}
+	if err := c.wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.items("fence", f.Items, false); err != nil {
+		return err
+	}
+	if err := c.transfers("fence", f.OnBehalf); err != nil {
+		return err
+	}
+	return c.absorbed("fence", f.Absorbed)
 }
 
 func validID(id *peerv1.GdrlTransferId) bool {
