@@ -248,6 +248,7 @@ package lease
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -740,14 +741,7 @@ func (l *Lease) StateBytes() int {
 }
 
 // sortedKeys is m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func timerLess(a, b timer) bool {
 	if a.at != b.at {

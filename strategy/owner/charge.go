@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -128,12 +129,7 @@ func (o *Owner) expireCharges(now time.Duration, fx *strategy.Effects) {
 // changed to the new owner, or takes it here when this node owns the key
 // now.
 func (o *Owner) rerouteCharges(now time.Duration, fx *strategy.Effects) {
-	ids := make([]uint64, 0, len(o.charges))
-	for id := range o.charges {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(o.charges)) {
 		c := o.charges[id]
 		owner := o.primary(c.req.Key)
 		if owner == c.owner {

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -147,12 +148,7 @@ func (o *Owner) syncDirty(fx *strategy.Effects) {
 }
 
 func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
-	seqs := make([]uint64, 0, len(o.unacked))
-	for s := range o.unacked {
-		seqs = append(seqs, s)
-	}
-	slices.Sort(seqs)
-	for _, s := range seqs {
+	for _, s := range slices.Sorted(maps.Keys(o.unacked)) {
 		fx.Send(o.ackTo[s], wire.MustMarshal(o.unacked[s]))
 	}
 	o.resend = now + o.retryEvery

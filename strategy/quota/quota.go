@@ -551,12 +551,7 @@ func (q *Quota) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	if q.nextDue > 0 && q.nextDue <= now {
 		q.nextDue = 0
-		ids := make([]uint64, 0, len(q.pending))
-		for id := range q.pending {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
+		for _, id := range sortedKeys(q.pending) {
 			p := q.pending[id]
 			if p.deadline <= now {
 				delete(q.pending, id)
