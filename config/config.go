@@ -969,13 +969,29 @@ func (p *parser) node(raw rawNode, n *Node) {
 		p.fail("node."+err.field, path(err.field), "%s", err.msg)
 	}
 	n.DrainDelay = dur("drain_delay", raw.DrainDelay, DefaultDrainDelay)
-	if n.DrainDelay < 0 || n.DrainDelay > MaxDrainDelay {
-		p.fail("node.drain_delay", path("drain_delay"), "%v is outside [0s, %v]", n.DrainDelay, MaxDrainDelay)
-	}
 	n.ProbeInterval = dur("probe_interval", raw.ProbeInterval, DefaultProbeInterval)
-	if n.ProbeInterval < MinProbeInterval || n.ProbeInterval > MaxProbeInterval {
-		p.fail("node.probe_interval", path("probe_interval"), "%v is outside [%v, %v]", n.ProbeInterval, MinProbeInterval, MaxProbeInterval)
+	for _, err := range []*checkError{checkDrainDelay(n.DrainDelay), checkProbeInterval(n.ProbeInterval)} {
+		if err != nil {
+			p.fail("node."+err.field, path(err.field), "%s", err.msg)
+		}
 	}
+}
+
+// checkDrainDelay checks node.drain_delay: within [0, MaxDrainDelay].
+func checkDrainDelay(d time.Duration) *checkError {
+	if d < 0 || d > MaxDrainDelay {
+		return &checkError{field: "drain_delay", msg: fmt.Sprintf("%v is outside [0s, %v]", d, MaxDrainDelay)}
+	}
+	return nil
+}
+
+// checkProbeInterval checks node.probe_interval: within
+// [MinProbeInterval, MaxProbeInterval].
+func checkProbeInterval(d time.Duration) *checkError {
+	if d < MinProbeInterval || d > MaxProbeInterval {
+		return &checkError{field: "probe_interval", msg: fmt.Sprintf("%v is outside [%v, %v]", d, MinProbeInterval, MaxProbeInterval)}
+	}
+	return nil
 }
 
 // checkReconnect checks node.reconnect_interval and reconnect_timeout.
@@ -1221,11 +1237,14 @@ func (f *File) Validate() error {
 	if err := checkReconnect(ri, rt); err != nil {
 		return fmt.Errorf("node.%s: %s", err.field, err.msg)
 	}
-	if n.DrainDelay < 0 || n.DrainDelay > MaxDrainDelay {
-		return fmt.Errorf("node.drain_delay: %v is outside [0s, %v]", n.DrainDelay, MaxDrainDelay)
+	pi := n.ProbeInterval
+	if pi == 0 {
+		pi = DefaultProbeInterval // zero: the default
 	}
-	if pi := n.ProbeInterval; pi != 0 && (pi < MinProbeInterval || pi > MaxProbeInterval) { // zero: the default
-		return fmt.Errorf("node.probe_interval: %v is outside [%v, %v]", pi, MinProbeInterval, MaxProbeInterval)
+	for _, err := range []*checkError{checkDrainDelay(n.DrainDelay), checkProbeInterval(pi)} {
+		if err != nil {
+			return fmt.Errorf("node.%s: %s", err.field, err.msg)
+		}
 	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
