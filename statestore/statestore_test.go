@@ -333,3 +333,57 @@ func TestHugeFreelistCountRefused(t *testing.T) {
 		t.Fatalf("open: %v; want ErrCorrupt naming the freelist's count", err)
 	}
 }
+
+// A branch page whose child points back at the page itself (a damaged
+// page id) is refused at Open: bbolt's cursor would descend into it
+// forever, growing its stack until the node is killed for memory
+// (TestDamagedPages, -rapid.seed=3 -rapid.checks=1000, before checkTree).
+// The undamaged file is read back whole, so the walk accepts what bbolt
+// writes.
+func TestBranchCycleRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(sample(3000)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatalf("open of an undamaged file: %v", err)
+	}
+	if snap, _, err := s.Load(); err != nil || len(snap.Rules["api"].States) != 3000 {
+		t.Fatalf("load of an undamaged file: %d states, %v", len(snap.Rules["api"].States), err)
+	}
+	s.Close()
+	path := filepath.Join(dir, FileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, _ := readMeta(f, 0)
+	f.Close()
+	ps := int(m0.pageSize)
+	damaged := 0
+	for off := 2 * ps; off+ps <= len(b); off += ps {
+		if binary.LittleEndian.Uint16(b[off+8:]) == branchPageFlag && binary.LittleEndian.Uint16(b[off+10:]) > 0 {
+			id := binary.LittleEndian.Uint64(b[off:])
+			binary.LittleEndian.PutUint64(b[off+pageHeaderSize+8:], id) // element 0's child: the page itself
+			damaged++
+		}
+	}
+	if damaged == 0 {
+		t.Fatal("no branch page in a file of 3,000 keys: the test does not test anything")
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "reached twice") {
+		t.Fatalf("open: %v; want ErrCorrupt naming the page reached twice", err)
+	}
+}
