@@ -20,14 +20,16 @@ func (o *Owner) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 }
 
 // Restore sets the buckets of states at now, refilled at (r, b) for the
-// time since each was taken and capped at b (strategy.Snapshotter). It
+// time since each was taken and capped at b (strategy.Snapshotter); a
+// level below 0 (a debt) is kept, down to minus the larger of the burst
+// and the rule's max_debt. It
 // restores every state given, owned in the current view or not: right
 // after a whole-cluster restart a node may see only itself, and keys it
 // does not own once the others are back are swept as they go idle.
 // Errors: a state that fails strategy.KeyState.Validate, or a key given
 // twice; nothing is restored then.
 func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
-	return o.table.Import(now, states)
+	return o.table.Import(now, states, func(key string) int64 { return o.debts[o.subOf(key)] })
 }
 
 // KeyLevel is key's bucket at this node as Snapshot emits it (tokens lent
