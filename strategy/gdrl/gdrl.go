@@ -638,8 +638,12 @@ func (g *GDRL) Indicator(key string) float64 {
 // DefaultGain of this node's number of neighbours (001 eq. (15)), and
 // never above that bound: New refuses an eta above it, and a graph whose
 // degree grew since (graph=full in a cluster that grew) caps it there, so
-// that Theorem 1's condition for convergence keeps holding. Ours: the
-// paper fixes eta for a fixed graph.
+// that Theorem 1's condition for convergence keeps holding. Theorem 1
+// (updates with every neighbour at once), not Theorem 2 (one pair at a
+// time, eta < 1/2 for spare): a node here takes part in several
+// exchanges per interval (its own probe and its neighbours' probes),
+// each computed from indicators that do not see the others' moves. Ours:
+// the paper fixes eta for a fixed graph.
 func (g *GDRL) Gain() float64 {
 	if g.eta > 0 {
 		return min(g.eta, DefaultGain(len(g.neighbours)))
