@@ -266,6 +266,11 @@ func (s *Scenario) DetectionModel() string {
 	return out
 }
 
+// ApplyNetwork overrides net with the scenario's network settings, as a
+// run does (nil, or no network: net unchanged); errors: a bad latency, a
+// probability out of [0, 1].
+func (s *Scenario) ApplyNetwork(net *Network) error { return s.apply(net) }
+
 // apply overrides net with the scenario's network settings.
 func (s *Scenario) apply(net *Network) error {
 	if s == nil || s.Network == nil {

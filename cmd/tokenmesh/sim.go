@@ -53,6 +53,7 @@ type simFlags struct {
 	recommendFlags
 	tableFlags
 	proxyFlags
+	regionFlags
 }
 
 // tableFlags is --wide, sim's and replay's.
@@ -172,6 +173,7 @@ on it.
 	f.recommendFlags.add(fl)
 	f.tableFlags.add(fl)
 	f.proxyFlags.add(fl)
+	f.regionFlags.add(fl)
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -337,10 +339,14 @@ func (f *simFlags) options() (eval.Options, error) {
 	default:
 		o.Trace = workload.Default().Generate(f.seed)
 	}
-	return o, err
+	if err != nil {
+		return o, err
+	}
+	return o, f.regionFlags.apply(&o, &f.nodes)
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
+	f.nodesSet = cmd.Flags().Changed("nodes")
 	opts, err := f.options()
 	if err != nil {
 		return err
