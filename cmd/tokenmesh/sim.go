@@ -550,8 +550,16 @@ func (f *simFlags) next(rec *eval.Recommendation, opts eval.Options) []eval.Step
 	}
 	var first eval.Step
 	if f.trace == "" {
+		simSetup := setup
+		if f.regions != "" {
+			// The same regions and links (replay has no regions: it keeps --nodes).
+			simSetup = strings.Replace(setup, fmt.Sprintf(" --nodes %d", f.nodes), " --regions "+f.regions+" --latency "+f.latency, 1)
+			if f.wanLatency != "" {
+				simSetup += " --wan-latency " + f.wanLatency
+			}
+		}
 		first = eval.Step{Why: "evaluate your own traffic (an access log, or a ts_ms,key CSV; examples/access.log is a sample)",
-			Command: "tokenmesh sim --trace examples/access.log" + setup}
+			Command: "tokenmesh sim --trace examples/access.log" + simSetup}
 	} else {
 		var flags []string
 		if f.format != "auto" {

@@ -80,6 +80,12 @@ func TestSimRegions(t *testing.T) {
 	if len(rep.Results) != 2 || rep.Results[1].Regions == nil || rep.Results[1].Regions.WANBytes == 0 {
 		t.Fatalf("results %+v", rep.Results)
 	}
+	// The recommendation's next sim keeps the regions and their links.
+	out, _, code = tokenmesh(t, "sim", "--workload", "tenants:users=3,rate=50,duration=3s", "--rate", "20", "--burst", "20",
+		"--strategies", "central,owner", "--regions", "eu:2,us:2", "--wan-latency", "30ms", "--wide")
+	if want := "tokenmesh sim --trace examples/access.log --regions eu:2,us:2 --latency 1ms --rate 20 --burst 20 --wan-latency 30ms"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d; the next step lacks %q:\n%s", code, want, out)
+	}
 	help, _, _ := tokenmesh(t, "sim", "--help")
 	for _, w := range []string{"--regions", "--wan-latency", "--wan-loss", "follow=D", "cut: [ap]"} {
 		if !strings.Contains(help, w) {
