@@ -39,7 +39,7 @@ func delayTrace(tr *workload.Trace, lat sim.Latency, seed uint64) delayed {
 	}
 	// Stable: requests delayed to the same instant keep the trace's order.
 	slices.SortStableFunc(orig, func(a, b int) int { return cmp.Compare(reqs[a].Arrival, reqs[b].Arrival) })
-	out := &workload.Trace{Name: tr.Name, Skipped: tr.Skipped, Requests: make([]workload.Request, n)}
+	out := &workload.Trace{Name: tr.Name, Skipped: tr.Skipped, Follow: tr.Follow, Requests: make([]workload.Request, n)}
 	for j, i := range orig {
 		out.Requests[j] = reqs[i]
 	}

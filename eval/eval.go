@@ -22,6 +22,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -68,6 +69,12 @@ type Options struct {
 	// the report's bytes as they were. Not with ClientLatency (the
 	// proxies' hop is the path to the nodes).
 	Proxies sim.ProxyTier
+	// Regions spreads the Nodes over regions (sim.Config.Regions; their
+	// counts sum to Nodes) for every strategy but the centralized ones
+	// (one node), and adds each one's RegionCosts (Result.Regions) and
+	// the regions to the setup (Setup.Topology). Nil: the report keeps
+	// its bytes.
+	Regions []topology.Region
 }
 
 // Result is one strategy's row of the report. JSON names are the ones the
@@ -118,6 +125,9 @@ type Result struct {
 	// nodes, with Options.Proxies (absent otherwise, and for central);
 	// BytesPerRequest then counts the proxies' bytes with the peers'.
 	Proxy *ProxyCosts `json:"proxy,omitempty"`
+	// Regions is where the decisions were taken and what crossed between
+	// regions, with Options.Regions (absent otherwise).
+	Regions *RegionCosts `json:"regions,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -181,6 +191,9 @@ type Setup struct {
 	EdgeTimes bool `json:"edge_times,omitempty"`
 	// Proxies is Options.Proxies, absent without proxies.
 	Proxies *ProxySetup `json:"proxies,omitempty"`
+	// Topology is Options.Regions and the links between them, absent
+	// without regions.
+	Topology *TopologySetup `json:"topology,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -250,6 +263,7 @@ func Run(opts Options) (*Report, error) {
 			ShortfallWindowS: opts.ShortfallWindow.Seconds(), Proxies: proxySetup(opts.Proxies)},
 		Series: newSeries(opts.Trace), ColocatedPct: ColocatedPct(opts.Trace),
 	}
+	rep.Setup.Topology = topologySetup(opts)
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()
 	}
@@ -281,10 +295,10 @@ func Run(opts Options) (*Report, error) {
 		cfg := sim.Config{
 			Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
 			Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
-			Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait,
+			Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait, Regions: opts.Regions,
 		}
 		if s.Centralized {
-			cfg.Nodes, cfg.Scenario = 1, nil
+			cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
 		}
 		if cfg.Proxies, err = proxyTier(opts, s); err != nil {
 			return nil, err
@@ -334,6 +348,9 @@ func Run(opts Options) (*Report, error) {
 			central = allowed
 		}
 		r := Score(s.Name, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
+		if len(opts.Regions) > 0 {
+			r.Regions = regionCosts(res.Outcomes, res, lat)
+		}
 		if opts.MaxWait > 0 {
 			r.Wait = waitStats(res.Outcomes, res.WaitingMode)
 			// A request admitted with a delay takes its tokens when it

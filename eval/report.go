@@ -52,6 +52,9 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 	if rep.Setup.Proxies != nil {
 		defs = append(defs[:len(defs)-2], proxyDefs...) // local % and B/req, then the proxy columns
 	}
+	if rep.Setup.Topology != nil {
+		defs = append(defs, regionDefs...)
+	}
 	if undecided {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
 	}
@@ -69,7 +72,7 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		}
 		cols = nil
 	}
-	for _, c := range resultColumns(undecided, shortfall, rep.Setup.Proxies != nil) {
+	for _, c := range resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil) {
 		var who []string
 		for _, r := range rep.Results {
 			if c.json != "" && slices.Contains(r.NotMeasured, c.json) {
@@ -106,8 +109,8 @@ type column struct {
 }
 
 // resultColumns are the results table's columns, in order; the undecided,
-// shortfall and proxy columns only when asked for.
-func resultColumns(undecided, shortfall, proxies bool) []column {
+// shortfall, proxy and region columns only when asked for.
+func resultColumns(undecided, shortfall, proxies, regions bool) []column {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	cols := []column{
 		{"strategy", "", 0, func(r Result) string { return r.Strategy }},
@@ -132,6 +135,9 @@ func resultColumns(undecided, shortfall, proxies bool) []column {
 	}
 	if proxies {
 		cols = append(cols, proxyColumns()...)
+	}
+	if regions {
+		cols = append(cols, regionColumns()...)
 	}
 	if undecided {
 		cols = append(cols, column{"undecided", "undecided", 1, func(r Result) string { return strconv.Itoa(r.Undecided) }})
@@ -161,7 +167,7 @@ func resultTable(rep *Report) (header []string, rows [][]string, groups []int, u
 			shortfall = true
 		}
 	}
-	cols := resultColumns(undecided, shortfall, rep.Setup.Proxies != nil)
+	cols := resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil)
 	for _, c := range cols {
 		header = append(header, c.header)
 		groups = append(groups, c.group)
@@ -260,6 +266,9 @@ func setupFacts(s Setup) [][2]string {
 	if s.Proxies != nil {
 		f = append(f, proxyFact(s.Proxies))
 	}
+	if s.Topology != nil {
+		f = append(f, regionFact(s.Topology))
+	}
 	return append(f, [2]string{"seed", strconv.FormatUint(s.Seed, 10)})
 }
 
@@ -273,6 +282,9 @@ func reportNotes(rep *Report) []string {
 	notes := []string{AssignNote(rep.Setup.Assign, rep.ColocatedPct, ran)}
 	if rep.Setup.Proxies != nil {
 		notes = append(notes, proxyNote(rep.Setup.Proxies))
+	}
+	if rep.Setup.Topology != nil {
+		notes = append(notes, regionNote(rep.Setup.Topology))
 	}
 	return append(notes, PrecisionNotes(rep)...)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -121,11 +122,33 @@ func (l Latency) String() string {
 // is lost with probability Loss, duplicated (a second copy with its own
 // latency) with probability Duplicate, and, with probability Reorder, delayed
 // by an extra uniform [0, 2*Hint] so that it overtakes or is overtaken.
+//
+// With regions (Config.Regions) links are of two classes: a message between
+// two nodes of one region takes Latency and is lost with probability Loss;
+// a message between regions (a WAN link) takes WANLatency (or the pair's
+// entry of Pairs) and is lost with probability WANLoss. Duplicate and
+// Reorder apply to both. Without regions the WAN fields are not used.
 type Network struct {
 	Latency   Latency
 	Loss      float64
 	Duplicate float64
 	Reorder   float64
+	// WANLatency is the one-way latency between regions; the zero value
+	// (Kind "") is Latency's.
+	WANLatency Latency
+	// WANLoss is the loss probability of a message between regions.
+	WANLoss float64
+	// Pairs overrides WANLatency for given pairs of regions, in either
+	// direction: the key is the two region names joined by '/' in any
+	// order ("eu/us"; PairKey). Names are checked against the regions when the run
+	// starts.
+	Pairs map[string]Latency
+}
+
+// link is one link class's latency and loss.
+type link struct {
+	lat  Latency
+	loss float64
 }
 
 // Validate checks the probabilities.
@@ -133,7 +156,7 @@ func (n Network) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"loss", n.Loss}, {"duplicate", n.Duplicate}, {"reorder", n.Reorder}} {
+	}{{"loss", n.Loss}, {"duplicate", n.Duplicate}, {"reorder", n.Reorder}, {"wan loss", n.WANLoss}} {
 		if math.IsNaN(p.v) || p.v < 0 || p.v > 1 {
 			return fmt.Errorf("network %s %v is not a probability in [0, 1]", p.name, p.v)
 		}
@@ -145,10 +168,17 @@ func (n Network) Validate() error {
 }
 
 // deliveries returns the delays after which copies of one message arrive
-// (none when it is lost).
+// (none when it is lost), on the network's one link class (no regions).
 func (n Network) deliveries(r *rand.Rand, buf []time.Duration) []time.Duration {
+	return n.deliveriesOn(r, buf, link{n.Latency, n.Loss})
+}
+
+// deliveriesOn is deliveries over link l: l's latency and loss, the
+// network's duplication and reordering. The draws are deliveries' own, so
+// that a run without regions is what it was.
+func (n Network) deliveriesOn(r *rand.Rand, buf []time.Duration, l link) []time.Duration {
 	buf = buf[:0]
-	if n.Loss > 0 && r.Float64() < n.Loss {
+	if l.loss > 0 && r.Float64() < l.loss {
 		return buf
 	}
 	copies := 1
@@ -156,11 +186,53 @@ func (n Network) deliveries(r *rand.Rand, buf []time.Duration) []time.Duration {
 		copies = 2
 	}
 	for i := 0; i < copies; i++ {
-		d := n.Latency.Sample(r)
+		d := l.lat.Sample(r)
 		if n.Reorder > 0 && r.Float64() < n.Reorder {
-			d += time.Duration(r.Int64N(int64(2*n.Latency.Hint()) + 1))
+			d += time.Duration(r.Int64N(int64(2*l.lat.Hint()) + 1))
 		}
 		buf = append(buf, d)
 	}
 	return buf
+}
+
+// PairKey is the key of Network.Pairs for regions a and b: their names
+// in order, joined by '/' (region names have no '/').
+func PairKey(a, b string) string {
+	if b < a {
+		a, b = b, a
+	}
+	return a + "/" + b
+}
+
+// links returns the link of every ordered pair of the regions, by index:
+// Latency and Loss within a region, Pairs' entry or WANLatency and WANLoss
+// between two. Errors: a Pairs key that is not two of the regions.
+func (n Network) links(regions []string) ([][]link, error) {
+	wan := n.WANLatency
+	if wan.Kind == "" {
+		wan = n.Latency
+	}
+	pairs := map[string]Latency{}
+	for k, l := range n.Pairs {
+		a, b, ok := strings.Cut(k, "/")
+		if !ok || !slices.Contains(regions, a) || !slices.Contains(regions, b) || a == b {
+			return nil, fmt.Errorf("network pair %q: want two different regions of %s joined by '/'", k, strings.Join(regions, ", "))
+		}
+		pairs[PairKey(a, b)] = l
+	}
+	out := make([][]link, len(regions))
+	for i := range regions {
+		out[i] = make([]link, len(regions))
+		for j := range regions {
+			switch l, ok := pairs[PairKey(regions[i], regions[j])]; {
+			case i == j:
+				out[i][j] = link{n.Latency, n.Loss}
+			case ok:
+				out[i][j] = link{l, n.WANLoss}
+			default:
+				out[i][j] = link{wan, n.WANLoss}
+			}
+		}
+	}
+	return out, nil
 }

@@ -339,7 +339,7 @@ func (r *runner) proxyRequest(i int, req *workload.Request) {
 		}
 		p.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 			if ok {
-				r.record(d, true)
+				r.record(d, true, false)
 			} else {
 				r.pendingDecisions++
 			}
@@ -516,7 +516,7 @@ type proxyDriver struct {
 func (pd proxyDriver) Decided(_ int, d strategy.Decision) {
 	r := pd.r
 	if d.RequestID < uint64(len(r.res.Outcomes)) && !r.res.Outcomes[d.RequestID].Decided {
-		r.record(d, true)
+		r.record(d, true, false)
 		r.pendingDecisions--
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/topology"
 )
 
 // Scenario is what happens to the cluster during a run, read from YAML:
@@ -37,6 +40,24 @@ import (
 //	    partition: [[n0, n1], [n2, n3, n4]]
 //	  - at: 260s
 //	    heal: true
+//
+// With regions (Config.Regions, `tokenmesh sim --regions eu:10,us:10,ap:10`;
+// regions.go) nodes are named "<region>.n<i>" (eu.n0 .. eu.n9, us.n10 ...),
+// the network takes the latency and loss of the links between regions, and
+// events may name regions:
+//
+//	network:
+//	  wan_latency: exp:60ms+20ms   # between regions (default: latency)
+//	  wan_loss: 0.01               # between regions
+//	  pairs:                       # optional: per pair of regions, either order
+//	    eu/ap: exp:120ms+20ms
+//	events:
+//	  - at: 10s
+//	    cut: [ap]                  # region ap alone; [ap, us]: each alone
+//	  - at: 70s
+//	    heal: true
+//	  - at: 80s
+//	    partition: [[eu, us], [ap]]  # a partition group may list regions
 //
 // Membership is modelled per node (see the package documentation, "Faults
 // and membership views"): every node has its own member list, and a change
@@ -99,6 +120,10 @@ type ScenarioNet struct {
 	Loss      *float64 `yaml:"loss"`
 	Duplicate *float64 `yaml:"duplicate"`
 	Reorder   *float64 `yaml:"reorder"`
+	// WANLatency, WANLoss and Pairs override Network's (regions only).
+	WANLatency string            `yaml:"wan_latency"`
+	WANLoss    *float64          `yaml:"wan_loss"`
+	Pairs      map[string]string `yaml:"pairs"`
 }
 
 // ScenarioEvent is one thing that happens at At. Exactly one action is set.
@@ -109,6 +134,9 @@ type ScenarioEvent struct {
 	Restart             []string      `yaml:"restart"`
 	Partition           [][]string    `yaml:"partition"`
 	Heal                bool          `yaml:"heal"`
+	// Cut isolates regions (Config.Regions): each region listed on its
+	// own side of a partition, the regions not listed together.
+	Cut []string `yaml:"cut"`
 }
 
 // DefaultDetection is the failure-detection delay when a scenario sets none
@@ -162,13 +190,13 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	}
 	for i, e := range s.Events {
 		actions := 0
-		for _, set := range []bool{len(e.Crash) > 0, e.CrashOwnerOfHottest > 0, len(e.Restart) > 0, len(e.Partition) > 0, e.Heal} {
+		for _, set := range []bool{len(e.Crash) > 0, e.CrashOwnerOfHottest > 0, len(e.Restart) > 0, len(e.Partition) > 0, e.Heal, len(e.Cut) > 0} {
 			if set {
 				actions++
 			}
 		}
 		if actions != 1 {
-			return nil, fmt.Errorf("event %d (at %v): want exactly one of crash, crash_owner_of_hottest, restart, partition, heal; got %d", i+1, e.At, actions)
+			return nil, fmt.Errorf("event %d (at %v): want exactly one of crash, crash_owner_of_hottest, restart, partition, heal, cut; got %d", i+1, e.At, actions)
 		}
 		if e.At < 0 {
 			return nil, fmt.Errorf("event %d: at %v is negative", i+1, e.At)
@@ -207,6 +235,8 @@ func (e ScenarioEvent) Action() string {
 		what = "partition " + strings.Join(gs, "|")
 	case e.Heal:
 		what = "heal"
+	case len(e.Cut) > 0:
+		what = "cut " + strings.Join(e.Cut, ",")
 	}
 	return what
 }
@@ -236,6 +266,11 @@ func (s *Scenario) DetectionModel() string {
 	return out
 }
 
+// ApplyNetwork overrides net with the scenario's network settings, as a
+// run does (nil, or no network: net unchanged); errors: a bad latency, a
+// probability out of [0, 1].
+func (s *Scenario) ApplyNetwork(net *Network) error { return s.apply(net) }
+
 // apply overrides net with the scenario's network settings.
 func (s *Scenario) apply(net *Network) error {
 	if s == nil || s.Network == nil {
@@ -248,10 +283,27 @@ func (s *Scenario) apply(net *Network) error {
 		}
 		net.Latency = l
 	}
+	if s.Network.WANLatency != "" {
+		l, err := ParseLatency(s.Network.WANLatency)
+		if err != nil {
+			return fmt.Errorf("scenario network: wan_latency: %w", err)
+		}
+		net.WANLatency = l
+	}
+	if len(s.Network.Pairs) > 0 {
+		net.Pairs = map[string]Latency{}
+		for k, v := range s.Network.Pairs {
+			l, err := ParseLatency(v)
+			if err != nil {
+				return fmt.Errorf("scenario network: pairs: %s: %w", k, err)
+			}
+			net.Pairs[k] = l
+		}
+	}
 	for _, o := range []struct {
 		src *float64
 		dst *float64
-	}{{s.Network.Loss, &net.Loss}, {s.Network.Duplicate, &net.Duplicate}, {s.Network.Reorder, &net.Reorder}} {
+	}{{s.Network.Loss, &net.Loss}, {s.Network.Duplicate, &net.Duplicate}, {s.Network.Reorder, &net.Reorder}, {s.Network.WANLoss, &net.WANLoss}} {
 		if o.src != nil {
 			*o.dst = *o.src
 		}
@@ -259,28 +311,64 @@ func (s *Scenario) apply(net *Network) error {
 	return net.Validate()
 }
 
-// check verifies that every node named exists among nodes.
-func (s *Scenario) check(nodes map[string]int) error {
+// check verifies that every node named exists among nodes (a cluster
+// without regions).
+func (s *Scenario) check(nodes map[string]int) error { return s.checkIn(nodes, nil) }
+
+// checkIn verifies that every node named exists among nodes, and every
+// region named (a cut, a partition group) among regions; a node is in one
+// partition group at most, a region's nodes counting as named.
+func (s *Scenario) checkIn(nodes map[string]int, regions []topology.Region) error {
 	if s == nil {
 		return nil
 	}
+	// A region's node names (topology.NodeID's convention).
+	inRegion := func(reg string) []string {
+		var out []string
+		for n := range nodes {
+			if topology.Of(strategy.NodeID(n)) == reg {
+				out = append(out, n)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
 	for i, e := range s.Events {
+		if err := checkRegions(i+1, e, regions); err != nil {
+			return err
+		}
 		names := append(append([]string{}, e.Crash...), e.Restart...)
 		seen := map[string]bool{}
 		for _, g := range e.Partition {
 			for _, n := range g {
-				if seen[n] {
-					return fmt.Errorf("scenario event %d: node %s is in two partition groups", i+1, n)
+				members := []string{n}
+				if topology.Index(regions, n) >= 0 {
+					members = inRegion(n)
+				} else {
+					names = append(names, n)
 				}
-				seen[n] = true
+				for _, m := range members {
+					if seen[m] {
+						return fmt.Errorf("scenario event %d: node %s is in two partition groups", i+1, m)
+					}
+					seen[m] = true
+				}
 			}
-			names = append(names, g...)
 		}
 		for _, n := range names {
 			if _, ok := nodes[n]; !ok {
-				return fmt.Errorf("scenario event %d (at %v): unknown node %q (the cluster has n0..n%d)", i+1, e.At, n, len(nodes)-1)
+				return fmt.Errorf("scenario event %d (at %v): unknown node %q (%s)", i+1, e.At, n, clusterNames(len(nodes), regions))
 			}
 		}
 	}
 	return nil
+}
+
+// clusterNames says how the cluster's nodes are named, for errors.
+func clusterNames(n int, regions []topology.Region) string {
+	if len(regions) == 0 {
+		return fmt.Sprintf("the cluster has n0..n%d", n-1)
+	}
+	ids := RegionNodes(regions)
+	return fmt.Sprintf("the cluster has %s..%s; regions %s", ids[0], ids[len(ids)-1], strings.Join(topology.Names(regions), ", "))
 }

@@ -99,6 +99,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/host"
+	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -150,6 +151,17 @@ type Config struct {
 	// cluster (ProxyTier); the zero value, no proxies, is the run as
 	// before the tier existed, bit for bit.
 	Proxies ProxyTier
+	// Regions, when not empty, spreads the nodes over regions (issue 24;
+	// regions.go): their counts must sum to Nodes; node i is named
+	// "<region>.n<i>" (topology.NodeID), so that a strategy can read a
+	// peer's region from its name (topology.Of); a message between regions
+	// takes Network's WAN latency and loss; scenario events may name
+	// regions (cut, partition groups); a trace with Follow sends each
+	// key's requests to the nodes of one region at a time; and every
+	// outcome says whether its decision waited for a message that crossed
+	// a WAN link (Outcome.WAN). Nil: one region, the run as before, bit
+	// for bit. Not with Proxies.
+	Regions []topology.Region
 }
 
 // Outcome is what happened to one request.
@@ -167,6 +179,12 @@ type Outcome struct {
 	// its timeout (fail_open) counts as local: it waited for a peer but
 	// the decision is the node's own.
 	Local bool
+	// WAN (with Config.Regions): not Local, and decided on the delivery of
+	// a peer message that crossed between regions, or that a node sent
+	// while handling such a message (the taint follows a chain of
+	// messages sent from Receive calls; regions.go). A decision neither
+	// Local nor WAN waited for messages within the region only.
+	WAN bool
 }
 
 // Result is everything a run measured.
@@ -192,6 +210,11 @@ type Result struct {
 	// (ProxyTier). 0 without proxies.
 	ProxyMessages int64
 	ProxyBytes    int64
+	// WANMessages and WANBytes are the peer messages (and their payload
+	// bytes) sent between regions (Config.Regions); part of Messages and
+	// Bytes. 0 without regions.
+	WANMessages int64
+	WANBytes    int64
 }
 
 const (
@@ -210,6 +233,7 @@ type event struct {
 	at      time.Duration
 	prio    int8
 	pk      int8 // the proxy event's kind (prioProxy, prioProxyTimer)
+	wan     bool // prioDeliver: the message crossed a WAN link, or was sent on one's delivery
 	seq     uint64
 	node    int32
 	from    int32
@@ -242,6 +266,7 @@ type node struct {
 	expect  []strategy.NodeID                 // view plus lost: what SetExpected was last told
 	phase   time.Duration                     // reconnect attempts at phase + k*ReconnectInterval
 	started bool
+	region  int // index in Config.Regions; 0 without regions
 }
 
 type runner struct {
@@ -264,6 +289,8 @@ type runner struct {
 	inCall           int8     // what the node is doing in the call whose effects apply carries out (prio*)
 	statSamples      int
 	stateSum         float64
+	topo             *topo // Config.Regions' links and assignment; nil without regions
+	wanCall          bool  // the call in progress handles a WAN-tainted delivery (event.wan)
 }
 
 // Run simulates cfg over trace: NewWorld, then World.Finish. Errors: an
@@ -321,12 +348,18 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		res:        &Result{Outcomes: make([]Outcome, len(trace.Requests))},
 		receivedBy: make([]int32, len(trace.Requests)),
 	}
+	if r.topo, err = newTopo(cfg, trace); err != nil {
+		return nil, err
+	}
 	members := make([]strategy.NodeID, cfg.Nodes)
 	for i := range members {
 		members[i] = strategy.NodeID(fmt.Sprintf("n%d", i))
+		if r.topo != nil {
+			members[i] = topology.NodeID(cfg.Regions[r.topo.region[i]].Name, i)
+		}
 		r.byName[string(members[i])] = i
 	}
-	if err := cfg.Scenario.check(r.byName); err != nil {
+	if err := cfg.Scenario.checkIn(r.byName, cfg.Regions); err != nil {
 		return nil, err
 	}
 	sorted := slices.Clone(members)
@@ -334,6 +367,9 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	for i := range members {
 		n := &node{id: members[i], alive: true, view: slices.Clone(sorted), expect: slices.Clone(sorted),
 			lost: map[strategy.NodeID]time.Duration{}}
+		if r.topo != nil {
+			n.region = r.topo.region[i]
+		}
 		r.nodes = append(r.nodes, n)
 		r.alive = append(r.alive, i)
 	}
@@ -385,7 +421,7 @@ func (r *runner) start(i int, now time.Duration) error {
 		Burst:       r.cfg.Burst,
 		Rand:        rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)<<32|uint64(n.epoch))),
 		Params:      r.cfg.Params,
-		LatencyHint: r.cfg.Network.Latency.Hint(),
+		LatencyHint: r.latencyHint(),
 		Partition:   r.cfg.Partition,
 	})
 	if err != nil {
@@ -414,6 +450,10 @@ func (r *runner) inject(i int, req *workload.Request) {
 	if len(r.alive) == 0 {
 		return // no node is up: the request fails (undecided)
 	}
+	if r.topo != nil && r.topo.follow > 0 {
+		r.injectAt(i, r.followNode(i, req))
+		return
+	}
 	r.injectAt(i, r.alive[r.cfg.Assign.Assign(req, i, len(r.alive))])
 }
 
@@ -422,7 +462,7 @@ func (r *runner) injectAt(i, ni int) {
 	req := &r.trace.Requests[i]
 	n := r.nodes[ni]
 	r.receivedBy[i] = int32(ni)
-	r.inCall = prioRequest
+	r.inCall, r.wanCall = prioRequest, false
 	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: r.now}
 	if r.cfg.Charges != nil {
 		sreq.Charge = r.cfg.Charges[i]
@@ -436,7 +476,7 @@ func (r *runner) injectAt(i, ni int) {
 	// out (then), as the decisions among them may be this one's.
 	n.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 		if ok {
-			r.record(d, true)
+			r.record(d, true, false)
 		} else {
 			r.pendingDecisions++
 		}
@@ -447,7 +487,7 @@ func (r *runner) injectAt(i, ni int) {
 // the node that received it without waiting for a peer, or at its proxy.
 // Behind per-request RLS proxies the answer takes a hop back to the proxy
 // (counted), and no decision is local (the proxy waited for its node).
-func (r *runner) record(d strategy.Decision, local bool) {
+func (r *runner) record(d strategy.Decision, local, wan bool) {
 	lat := r.now - r.trace.Requests[d.RequestID].Arrival
 	if r.px != nil && r.px.mode == proxyRLS {
 		lat += r.px.cfg.Hop
@@ -455,7 +495,8 @@ func (r *runner) record(d strategy.Decision, local bool) {
 		r.res.ProxyMessages++
 		r.res.ProxyBytes += r.px.rlsResp
 	}
-	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay}
+	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay,
+		WAN: wan && !local}
 }
 
 // simDriver is node i's host.Driver: virtual time around the Host. The
@@ -478,7 +519,7 @@ func (sd simDriver) Decided(_ int, d strategy.Decision) {
 		return
 	}
 	local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(sd.i)
-	r.record(d, local)
+	r.record(d, local, r.inCall == prioDeliver && r.wanCall)
 	r.pendingDecisions--
 }
 
@@ -500,18 +541,30 @@ func (r *runner) send(from int, m strategy.Message) {
 		r.res.MessagesLost++
 		return
 	}
-	r.delays = r.cfg.Network.deliveries(r.netRnd, r.delays)
+	wan := false
+	if r.topo == nil {
+		r.delays = r.cfg.Network.deliveries(r.netRnd, r.delays)
+	} else {
+		a, b := r.nodes[from].region, r.nodes[to].region
+		if wan = a != b; wan {
+			r.res.WANMessages++
+			r.res.WANBytes += int64(len(m.Payload))
+		}
+		r.delays = r.cfg.Network.deliveriesOn(r.netRnd, r.delays, r.topo.links[a][b])
+	}
 	if len(r.delays) == 0 {
 		r.res.MessagesLost++
 	}
 	for _, d := range r.delays {
-		r.push(event{at: r.now + d, prio: prioDeliver, node: int32(to), from: int32(from), payload: m.Payload})
+		r.push(event{at: r.now + d, prio: prioDeliver, node: int32(to), from: int32(from), payload: m.Payload,
+			wan: wan || r.wanCall})
 	}
 }
 
 func (r *runner) step(e event) {
 	r.now = e.at
 	r.res.Events++
+	r.wanCall = e.prio == prioDeliver && e.wan
 	switch e.prio {
 	case prioDeliver:
 		n := r.nodes[e.node]
@@ -582,6 +635,7 @@ func (r *runner) sample() {
 // view updates (detect): a restart or a heal is a join, the others are
 // failures.
 func (r *runner) scenario(e ScenarioEvent) {
+	e = r.expandRegions(e)
 	join := false
 	switch {
 	case len(e.Crash) > 0:

@@ -13,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -205,6 +206,8 @@ func FuzzParseScenario(f *testing.F) {
 	f.Add([]byte("detection_jitter: 2s\ndetection_spacing: 1s\nevents:\n  - at: 1s\n    crash: [n1, n2]\n  - at: 1500ms\n    restart: [n1]\n"))
 	f.Add([]byte("detection_spacing: -1s\n"))
 	f.Add([]byte("detection_spacing: 1h1s\n"))
+	f.Add([]byte("events:\n  - at: 1s\n    cut: [a]\n  - at: 2s\n    heal: true\n"))
+	f.Add([]byte("network:\n  wan_latency: 5ms\n  wan_loss: 0.2\n  pairs:\n    a/b: 9ms\nevents:\n  - at: 1s\n    partition: [[a], [b.n1]]\n  - at: 2s\n    crash: [b.n2]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := sim.ParseScenario(data)
 		if err != nil {
@@ -235,6 +238,11 @@ func FuzzParseScenario(f *testing.F) {
 		assign, _ := workload.NewAssigner("hash", 1)
 		_, _ = sim.Run(fuzzTrace, sim.Config{Name: "owner", New: fuzzOwner.New, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
 			Burst: 2, Network: fixed(time.Millisecond), Scenario: s, Assign: assign})
+		// And over two regions (a: a.n0; b: b.n1, b.n2), where events may name them.
+		assign, _ = workload.NewAssigner("hash", 1)
+		_, _ = sim.Run(fuzzTrace, sim.Config{Name: "owner", New: fuzzOwner.New, Nodes: 3, Rate: bucket.Rate{Tokens: 1, Per: time.Second},
+			Burst: 2, Network: fixed(time.Millisecond), Scenario: s, Assign: assign,
+			Regions: []topology.Region{{Name: "a", Nodes: 1}, {Name: "b", Nodes: 2}}})
 	})
 }
 

@@ -200,7 +200,8 @@ func (w *World) Finish() *Result {
 // the slice is the World's own).
 func (w *World) Outcomes() []Outcome { return w.r.res.Outcomes }
 
-// Nodes are the node names, n0, n1, ..., in index order.
+// Nodes are the node names, n0, n1, ..., in index order (with regions
+// "<region>.n<i>": topology.NodeID).
 func (w *World) Nodes() []strategy.NodeID {
 	out := make([]strategy.NodeID, len(w.r.nodes))
 	for i, n := range w.r.nodes {
@@ -255,6 +256,13 @@ func (w *World) Partition(groups ...[]string) error {
 	return w.inject(ScenarioEvent{Partition: groups})
 }
 
+// Cut isolates regions now (Config.Regions), as a scenario `cut` event
+// would: each region listed on its own side, the others together. Errors
+// also for an unknown region or a run without regions.
+func (w *World) Cut(regions ...string) error {
+	return w.inject(ScenarioEvent{Cut: regions})
+}
+
 // Heal ends a partition now, as a scenario `heal` event would: messages
 // flow at once; views merge after the first reconnect attempt if the
 // scenario models reconnects.
@@ -274,7 +282,7 @@ func (w *World) inject(e ScenarioEvent) error {
 	}
 	r := w.r
 	e.At = r.now
-	if err := (&Scenario{Events: []ScenarioEvent{e}}).check(r.byName); err != nil {
+	if err := (&Scenario{Events: []ScenarioEvent{e}}).checkIn(r.byName, r.cfg.Regions); err != nil {
 		return fmt.Errorf("sim: inject %s: %w", e.Action(), err)
 	}
 	if r.cfg.Scenario == nil {
@@ -283,6 +291,7 @@ func (w *World) inject(e ScenarioEvent) error {
 		r.cfg.Scenario = &Scenario{Detection: DefaultDetection}
 	}
 	r.res.Events++
+	r.wanCall = false
 	r.scenario(e)
 	w.after(Event{At: r.now, Kind: EventInjected, Request: -1, Fault: e.Action()})
 	return w.err

@@ -59,7 +59,7 @@ var kindParams = map[string][]string{
 	kindBatch:    {"users", "rate", "size", "duration", "seed"},
 	kindHeavy:    {"users", "rate", "s", "duration", "seed"},
 	kindMix:      {"duration", "seed"},
-	kindTenants:  {"users", "rate", "duration", "seed"},
+	kindTenants:  {"users", "rate", "duration", "follow", "seed"},
 }
 
 var kindNames = []string{kindPoisson, kindPeriodic, kindBatch, kindHeavy, kindMix, kindTenants}
@@ -74,6 +74,7 @@ type genSpec struct {
 	size     int           // batch: requests per batch
 	s        float64       // heavy: Zipf exponent
 	duration time.Duration
+	follow   time.Duration // tenants: the load moves to the next region every follow (Trace.Follow); 0: off
 	seed     uint64
 	hasSeed  bool
 	prefix   string // key prefix: "u", or the component letter inside a mix
@@ -142,6 +143,10 @@ func mixComponents(d time.Duration) []genSpec {
 //	          (run it with e.g. --rate 1000 --burst 1000 --nodes 30 --assign
 //	          roundrobin: each tenant offered twice its limit, spread over
 //	          every node)
+//	          follow=20s: follow the sun: each tenant's load is offered in
+//	          one region at a time and moves to the next region every 20s
+//	          (Trace.Follow; the simulator's --regions place it: tenant k,
+//	          from 0, in region (k + floor(t/follow)) mod R)
 //
 // Every kind also takes seed=N (an unsigned 64-bit integer), which overrides the seed
 // passed to Generate. users is 1..1000000, size is 1..1000000, rate is positive and
@@ -231,12 +236,12 @@ func (g *genSpec) set(name, value string) error {
 			return fmt.Errorf("s %q must be a number from 0 to 100", value)
 		}
 		g.s = f
-	case "duration", "period", "jitter":
+	case "duration", "period", "jitter", "follow":
 		d, err := time.ParseDuration(value)
 		if err != nil {
 			return fmt.Errorf("%s %q is not a duration like 60s, 1500ms or 2m", name, value)
 		}
-		if d < 0 || d == 0 && name != "jitter" {
+		if d < 0 || d == 0 && name != "jitter" && name != "follow" {
 			return fmt.Errorf("%s %q must be positive", name, value)
 		}
 		if d%time.Millisecond != 0 {
@@ -247,6 +252,8 @@ func (g *genSpec) set(name, value string) error {
 			g.duration = d
 		case "period":
 			g.period = d
+		case "follow":
+			g.follow = d
 		default:
 			g.jitter = d
 		}
@@ -302,6 +309,11 @@ func (g *genSpec) String() string {
 			v = formatMs(g.period)
 		case "jitter":
 			v = formatMs(g.jitter)
+		case "follow":
+			if g.follow == 0 {
+				continue
+			}
+			v = formatMs(g.follow)
 		case "seed":
 			if !g.hasSeed {
 				continue
@@ -330,7 +342,7 @@ func (g *genSpec) Generate(seed uint64) *Trace {
 	if g.hasSeed {
 		seed = g.seed
 	}
-	t := &Trace{Name: g.String()}
+	t := &Trace{Name: g.String(), Follow: g.follow}
 	if g.kind == kindMix {
 		for _, c := range mixComponents(g.duration) {
 			t.Requests = append(t.Requests, c.generate(seed)...)

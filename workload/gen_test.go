@@ -3,6 +3,7 @@ package workload
 import (
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,36 @@ func TestTenants(t *testing.T) {
 	}
 	if _, err := ParseGenerator("tenants:users=20,rate=2000,duration=600s"); err == nil {
 		t.Fatal("24,000,000 expected requests accepted")
+	}
+}
+
+// TestTenantsFollow: follow=D marks the trace as following the sun
+// (Trace.Follow) and changes no request; it is in the canonical spec only
+// when set; bad values are errors, and the other kinds refuse it.
+func TestTenantsFollow(t *testing.T) {
+	g, err := ParseGenerator("tenants:users=3,rate=50,duration=2s,follow=500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.String(), "tenants:users=3,rate=50,duration=2s,follow=500ms"; got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+	tr := g.Generate(1)
+	plain, _ := ParseGenerator("tenants:users=3,rate=50,duration=2s")
+	if tr.Follow != 500*time.Millisecond || !slices.Equal(tr.Requests, plain.Generate(1).Requests) {
+		t.Fatalf("Follow %v; the requests should be the tenants' without follow", tr.Follow)
+	}
+	if plain.Generate(1).Follow != 0 {
+		t.Fatal("a trace without follow follows the sun")
+	}
+	for spec, want := range map[string]string{
+		"tenants:follow=x":      `follow "x" is not a duration`,
+		"tenants:follow=-1s":    `follow "-1s" must be positive`,
+		"tenants:follow=1500us": "not a whole number of milliseconds",
+		"poisson:follow=20s":    `unknown parameter "follow"`,
+	} {
+		if _, err := ParseGenerator(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", spec, err, want)
+		}
 	}
 }

@@ -35,6 +35,12 @@ type Trace struct {
 	// SkippedExamples holds the first (at most 5) skipped lines' errors as
 	// "file:line: reason" strings, for reports.
 	SkippedExamples []string
+	// Follow, when positive, says the load follows the sun (the tenants
+	// generator's follow=D): each key's requests are offered in one region
+	// at a time and move to the next region every Follow. A simulator with
+	// regions places them (sim, regions.go); 0: the requests come from
+	// anywhere.
+	Follow time.Duration
 }
 
 // maxSkippedExamples bounds Trace.SkippedExamples.

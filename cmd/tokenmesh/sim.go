@@ -53,6 +53,7 @@ type simFlags struct {
 	recommendFlags
 	tableFlags
 	proxyFlags
+	regionFlags
 }
 
 // tableFlags is --wide, sim's and replay's.
@@ -115,6 +116,21 @@ per key and per window of D, central's admitted tokens beyond the
 strategy's, summed, as % of central's admitted (JSON shortfall_tokens,
 shortfall_pct): over-rejection counted in tokens, not in which requests.
 
+--regions eu:10,us:10,ap:10 spreads the cluster over regions (issue 24; the
+sum is the cluster's size, so --nodes may be left out): nodes are named
+<region>.n<i> (eu.n0 .. eu.n9, us.n10 .., where a strategy can read a
+peer's region from its name), --latency and --loss are the links within a
+region, --wan-latency and --wan-loss those between regions (a scenario's
+network may set wan_latency, wan_loss and pairs: {eu/ap: exp:120ms}), a
+scenario may cut whole regions (cut: [ap], healed by heal: true) or name
+regions in partition groups, and the report adds, per strategy, region %
+and WAN % (decisions that waited for peers of the region only, or for a
+message that crossed between regions; local % are those taken on the node),
+p999 ms and WAN B/req. The tenants workload follows the sun with follow=D
+(e.g. tenants:users=20,rate=2000,duration=60s,follow=20s): tenant k (from
+0) is offered in region (k + floor(t/D)) mod R, its requests spread over
+that region's live nodes by --assign, and moves to the next region every D.
+
 --max-wait D runs every request in waiting mode (000 §5.2): central, owner
 and lease reserve tokens in arrival order and admit with a delay up to D;
 the report adds each strategy's waiting time distribution.
@@ -144,13 +160,14 @@ on it.
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --strategies central,owner,lease --max-wait 1s
   tokenmesh sim --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --nodes 30 --max-excess 1% --max-false-rejections 0.1%
   tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --assign hash --wide    # the thesis' injector, full-width table
-  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --proxies 20 --strategies central,quota,owner,lease,proxystatic`,
+  tokenmesh sim --trace ../shared/data/traces/zanbil-2019-http.csv.gz --nodes 30 --proxies 20 --strategies central,quota,owner,lease,proxystatic
+  tokenmesh sim --regions eu:10,us:10,ap:10 --latency 1ms --wan-latency exp:60ms+20ms --loss 0.01 --workload tenants:users=20,rate=2000,duration=20s,follow=5s --rate 1000 --burst 1000 --strategies central,owner,lease`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
 	fl := cmd.Flags()
 	f.traceFlags.add(fl, "trace file: ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
-	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix, tenants)")
+	fl.StringVar(&f.workload, "workload", "", "generated workload instead of a trace, e.g. poisson:users=100,rate=2,duration=60s (kinds: poisson, periodic, batch, heavy, mix, tenants; tenants:...,follow=20s follows the sun over --regions)")
 	fl.IntVar(&f.nodes, "nodes", 10, "number of nodes in the simulated cluster")
 	fl.StringVar(&f.strategies, "strategies", "all", "comma-separated strategies to compare, or all (central is always run: it is the reference)")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second, per key")
@@ -172,6 +189,7 @@ on it.
 	f.recommendFlags.add(fl)
 	f.tableFlags.add(fl)
 	f.proxyFlags.add(fl)
+	f.regionFlags.add(fl)
 	f.reportFlags.add(fl)
 	return cmd
 }
@@ -337,10 +355,14 @@ func (f *simFlags) options() (eval.Options, error) {
 	default:
 		o.Trace = workload.Default().Generate(f.seed)
 	}
-	return o, err
+	if err != nil {
+		return o, err
+	}
+	return o, f.regionFlags.apply(&o, &f.nodes)
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
+	f.nodesSet = cmd.Flags().Changed("nodes")
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -528,8 +550,16 @@ func (f *simFlags) next(rec *eval.Recommendation, opts eval.Options) []eval.Step
 	}
 	var first eval.Step
 	if f.trace == "" {
+		simSetup := setup
+		if f.regions != "" {
+			// The same regions and links (replay has no regions: it keeps --nodes).
+			simSetup = strings.Replace(setup, fmt.Sprintf(" --nodes %d", f.nodes), " --regions "+f.regions+" --latency "+f.latency, 1)
+			if f.wanLatency != "" {
+				simSetup += " --wan-latency " + f.wanLatency
+			}
+		}
 		first = eval.Step{Why: "evaluate your own traffic (an access log, or a ts_ms,key CSV; examples/access.log is a sample)",
-			Command: "tokenmesh sim --trace examples/access.log" + setup}
+			Command: "tokenmesh sim --trace examples/access.log" + simSetup}
 	} else {
 		var flags []string
 		if f.format != "auto" {
