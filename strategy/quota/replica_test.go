@@ -2,13 +2,19 @@ package quota
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
+
+func bucketRate(perSec int64) bucket.Rate { return bucket.Rate{Tokens: perSec, Per: time.Second} }
 
 // crashAt crashes id at now and delivers the view without it to every
 // live node detect later (a failure detector's delay).
@@ -162,5 +168,123 @@ func TestCrashTakeoverReserveEmpty(t *testing.T) {
 	}
 	if v := envelope(w.admitted, 10, 50); v > 1e-6 {
 		t.Errorf("the key exceeded b + r*T by %.6f tokens", v)
+	}
+}
+
+// join starts a new node id at now (it sees every live node and itself)
+// and delivers the new view to every node detect later.
+func (w *world) join(now time.Duration, id strategy.NodeID, detect time.Duration) {
+	w.ids = append(w.ids, id)
+	cfg := w.cfg
+	cfg.Self, cfg.Members = id, w.live()
+	q, err := New(cfg)
+	if err != nil {
+		w.t.Fatalf("%v", err)
+	}
+	w.nodes[id] = q
+	var fx strategy.Effects
+	q.Start(now, &fx)
+	w.effects(now, id, &fx)
+	for _, n := range w.live() {
+		if n != id {
+			w.at(event{at: now + detect, kind: 6, to: n})
+		}
+	}
+}
+
+// A node that joins and becomes a key's owner takes the key over from the
+// previous owner's hand-over, sent when that one sees the join: requests
+// checked at the nodes are decided from the handed-over reserve at once,
+// and the clients keep their assignments (renewed by the new owner).
+// Without replicas it freezes the key for ttl + apply_lag + 1 s +
+// max_skew and refuses those requests meanwhile.
+func TestJoinHandover(t *testing.T) {
+	const detect = 300 * time.Millisecond
+	ids := []strategy.NodeID{"n0", "n1", "n2"}
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("tenant%d", i); rendezvous.Owner(k, append(ids, "n3")) == "n3" {
+			key = k
+		}
+	}
+	for _, replicas := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas_%d", replicas), func(t *testing.T) {
+			w := newWorld(t, 3, 100, 100, []float64{20, 20, 20}, 7, fmt.Sprintf("replicas=%d", replicas))
+			w.run(key, 20*time.Second, time.Second, 0, t.Fatalf)
+			w.join(20*time.Second, "n3", detect)
+			var firstAllowed time.Duration = -1
+			for now := 20 * time.Second; now < 30*time.Second; now += 50 * time.Millisecond {
+				w.run(key, now, time.Second, 0, t.Fatalf)
+				if firstAllowed < 0 && now > 20*time.Second+detect && w.burst(now, "n3", key, 1) == 1 {
+					firstAllowed = now - 20*time.Second
+				}
+			}
+			w.tally()
+			lapsed := 0
+			for _, c := range w.clients {
+				if !c.b.has {
+					lapsed++
+				}
+			}
+			v := envelope(w.admitted, 100, 100)
+			t.Logf("replicas %d: %d hand-overs adopted; the new owner first admitted a check %v after the join (the others see it %v after); %d clients without an assignment at 30 s; excess %.6f",
+				replicas, w.adoptedHandovers, firstAllowed, detect, lapsed, v)
+			if v > 1e-6 {
+				t.Errorf("exceeded b + r*T by %.6f tokens", v)
+			}
+			if replicas == 2 && (w.adoptedHandovers != 1 || firstAllowed < 0 || firstAllowed > detect+200*time.Millisecond) {
+				t.Errorf("%d hand-overs adopted, a check first admitted %v after the join; want 1, within the others' detection + 200 ms", w.adoptedHandovers, firstAllowed)
+			}
+		})
+	}
+}
+
+// Replicas from peers are checked before anything is kept: each bad value
+// is refused with an error naming it, and no record is kept.
+func TestReplicaValidation(t *testing.T) {
+	q, err := New(strategy.Config{Self: "n1", Members: []strategy.NodeID{"n0", "n1"}, Rate: bucketRate(100), Burst: 100, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := 10 * time.Second
+	good := func() *peerv1.QuotaReplica {
+		return &peerv1.QuotaReplica{Key: "k", AtNs: int64(now), FillIntervalS: 1, Units: 100, Burst: 100, ReserveTokens: 10,
+			Shares: []*peerv1.QuotaReplicaShare{{Node: "n0", Client: 1, TokensPerFill: 50, MaxTokens: 40, Sent: true, Seq: 3,
+				SentAtNs: int64(now - time.Second), ExpiresNs: int64(now + time.Second), Demand: 30, Live: true}},
+			Pending: []*peerv1.QuotaReplicaRelease{{Node: "n0", Client: 2, TokensPerFill: 10, MaxTokens: 10, Seq: 1, AtNs: int64(now)}}}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(m *peerv1.QuotaReplica)
+		want string
+	}{
+		{"empty key", func(m *peerv1.QuotaReplica) { m.Key = "" }, "empty key"},
+		{"geometry", func(m *peerv1.QuotaReplica) { m.Units = 99 }, "this rule's"},
+		{"future", func(m *peerv1.QuotaReplica) { m.AtNs = int64(now + time.Second) }, "now + max_skew"},
+		{"reserve", func(m *peerv1.QuotaReplica) { m.ReserveTokens = 101 }, "reserve of 101"},
+		{"frozen", func(m *peerv1.QuotaReplica) { m.FrozenUntilNs = int64(now + time.Hour) }, "frozen until"},
+		{"client 0", func(m *peerv1.QuotaReplica) { m.Shares[0].Client = 0 }, "client 0"},
+		{"node", func(m *peerv1.QuotaReplica) { m.Shares[0].Node = "" }, "node"},
+		{"units", func(m *peerv1.QuotaReplica) { m.Shares[0].TokensPerFill = 101 }, "outside"},
+		{"expiry", func(m *peerv1.QuotaReplica) { m.Shares[0].ExpiresNs = int64(now + time.Hour) }, "expiry"},
+		{"demand", func(m *peerv1.QuotaReplica) { m.Shares[0].Demand = math.NaN() }, "demand"},
+		{"twice", func(m *peerv1.QuotaReplica) { m.Shares = append(m.Shares, m.Shares[0]) }, "twice"},
+		{"sum", func(m *peerv1.QuotaReplica) { m.Pending[0].TokensPerFill = 60 }, "above the key's"},
+		{"release", func(m *peerv1.QuotaReplica) { m.Pending[0].AtNs = int64(now + time.Hour) }, "release"},
+	} {
+		m := good()
+		c.edit(m)
+		var fx strategy.Effects
+		err := q.Receive(now, "n0", frame(m), &fx)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.name, err, c.want)
+		}
+		if len(q.records) != 0 || len(fx.Messages) != 0 {
+			t.Errorf("%s: a refused replica changed state: %d records, %d messages", c.name, len(q.records), len(fx.Messages))
+		}
+	}
+	var fx strategy.Effects
+	if err := q.Receive(now, "n0", frame(good()), &fx); err != nil || q.records["k"] == nil {
+		t.Fatalf("a good replica: %v, record %v", err, q.records["k"])
 	}
 }
