@@ -81,8 +81,9 @@ func (q *Quota) successors(key string) []strategy.NodeID {
 }
 
 // replicate sends a's state to key's successors when it changed since the
-// last replica sent (an assignment, a cut, a release, a renewal's expiry)
-// or renew has passed since (force: whatever the state). It returns the
+// last replica sent (an assignment, a cut, a release, a renewal's expiry;
+// not a demand estimate alone) or renew has passed since (force: whatever
+// the state). It returns the
 // next time a replica is due (0: none).
 func (q *Quota) replicate(now time.Duration, key string, a *alloc, force bool, fx *strategy.Effects) time.Duration {
 	to := q.successors(key)
@@ -90,9 +91,19 @@ func (q *Quota) replicate(now time.Duration, key string, a *alloc, force bool, f
 		return 0
 	}
 	m := q.replicaOf(key, a, now, false)
-	enc := wire.MustMarshal(m) // without time and reserve: what changed
+	// What changed: the state without its time, reserve and demand
+	// estimates (which move with every report; the periodic replica
+	// carries them, and the clients' next reports give them anew).
+	demands := make([]float64, len(m.Shares))
+	for i, x := range m.Shares {
+		demands[i], x.Demand = x.Demand, 0
+	}
+	enc := wire.MustMarshal(m)
 	if !force && a.replBytes != nil && bytes.Equal(enc, a.replBytes) && now < a.replAt+q.renew {
 		return a.replAt + q.renew
+	}
+	for i, x := range m.Shares {
+		x.Demand = demands[i]
 	}
 	a.replBytes, a.replAt = enc, now
 	stamp(m, a, now)
