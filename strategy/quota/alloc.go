@@ -44,6 +44,11 @@ type share struct {
 	// await: adopted from a replica, counted as held but not renewed until
 	// the client's node reports what the client holds (confirm)
 	await bool
+	// pinned: adopted from a replica and renewed as it is, neither cut nor
+	// raised until the client's node reports to this owner (it may still
+	// see the previous one, and then applies identical renewals only:
+	// Quota.renewsHeld)
+	pinned bool
 }
 
 // release is capacity a cut gave up, counted as held until at: the
@@ -459,7 +464,7 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 // expires, or an ack (alloc.ack).
 func (sh shape) cut(a *alloc, now time.Duration, units, burst []int64, changed []bool) {
 	for i, s := range a.shares {
-		if !s.live || !s.sent {
+		if !s.live || !s.sent || s.pinned {
 			continue
 		}
 		var r release
@@ -497,7 +502,7 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 // raisePass is raise over the shares never sent (first) or the sent ones.
 func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, changed []bool, first bool) (blockedAt time.Duration) {
 	for i, s := range a.shares {
-		if !s.live || s.sent == first {
+		if !s.live || s.sent == first || s.pinned {
 			continue
 		}
 		if need := burst[i] - s.burst; need > 0 {
@@ -530,6 +535,15 @@ func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, cha
 			// shares' targets leave the free units that pay first
 			// assignments).
 			target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
+		} else if s.burst*starvedBurst < burst[i] {
+			// A sent share whose burst is far below its target (paid a
+			// token at a time after a takeover emptied the reserve):
+			// units up to starvedBurst times the part paid, the others
+			// left to refill the reserve, which pays its burst. With
+			// every unit held the reserve refills nothing, and a share
+			// kept a burst of 1 (Envoy: one token per refill at most
+			// held) for good (seen live after an owner's kill).
+			target = min(target, max(s.units, 1, mulDiv(target, starvedBurst*s.burst, burst[i])))
 		}
 		if need := target - s.units; need > 0 {
 			if give := min(need, max(sh.units-a.heldUnits, 0)); give > 0 {
@@ -541,6 +555,11 @@ func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, cha
 	}
 	return blockedAt
 }
+
+// starvedBurst: a sent share whose burst is below 1/starvedBurst of its
+// target gets units up to starvedBurst times the paid part only (raise).
+// Ours.
+const starvedBurst = 4
 
 // sendDue sends every live share whose assignment changed, is new (its
 // burst paid and a unit given), or is due for renewal (renewEvery after

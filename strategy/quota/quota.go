@@ -295,6 +295,9 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			s, h = nil, nil
 		}
 	}
+	if s != nil {
+		s.pinned = false // its node sees this owner: it may change
+	}
 	if s == nil {
 		if !a.anyLive() && a.frozenUntil <= now {
 			// the key's first client (again): gather the others' first

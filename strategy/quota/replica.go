@@ -270,7 +270,7 @@ func (q *Quota) adopt(a *alloc, r *record, now, change time.Duration) *alloc {
 			// assignment (valid ttl from its receipt, after sentAt)
 			// expires, and its node applies it even before it sees the
 			// crash (renewsHeld)
-			s.live = true
+			s.live, s.pinned = true, true
 			s.sentAt = min(s.sentAt, now-q.renew)
 		} else if s.sent {
 			s.await = rs.live && member
@@ -365,7 +365,7 @@ func (a *alloc) insert(s *share) {
 // expired at the client — and false: the client starts anew with a paid
 // first assignment.
 func (q *Quota) confirm(a *alloc, s *share, h *held, now time.Duration) bool {
-	s.await = false
+	s.await, s.pinned = false, false
 	if h != nil && h.units == s.units && h.burst == s.burst && h.expires > now+q.applyLag {
 		s.live = true
 		s.sentAt = min(s.sentAt, now-q.renew) // renewed at once

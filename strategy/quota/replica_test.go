@@ -85,6 +85,11 @@ func TestOwnerCrashTakeover(t *testing.T) {
 					}
 					worst[replicas] = max(worst[replicas], d)
 				}
+				var held []string
+				for i, c := range w.clients {
+					held = append(held, fmt.Sprintf("client %d: %d/%v max %d", i+1, c.b.a.TokensPerFill, c.b.a.FillInterval, c.b.a.MaxTokens))
+				}
+				t.Logf("assignments 20 s after the crash: %s", strings.Join(held, ", "))
 				v := envelope(w.admitted, 100, 100)
 				t.Logf("assigned again after the owner's crash (clients %v were on it; detection %v): %s; %d replicas adopted; excess %.6f",
 					plusOne(onOwner), detect, strings.Join(parts, ", "), w.adoptedReplicas, v)
