@@ -47,8 +47,14 @@
 //     taken from the reserve's level (Envoy keeps a changed bucket's fill
 //     ratio and starts a first one full, so a raise of Δ hands the client
 //     up to Δ tokens at once). A client's first assignment is sent only
-//     once its burst is paid; until then its target units stay in the
-//     reserve, whose refill pays it.
+//     once its burst is paid (at least a token of it; the units follow the
+//     part paid); until then its target units stay in the reserve, whose
+//     refill pays it. First assignments are paid before the sent shares
+//     below their targets are raised, and a sent share whose burst is
+//     below a quarter of its target takes units up to four times the part
+//     paid (starvedBurst): with every unit held the reserve refills
+//     nothing, and a share paid a token at a time after a takeover kept a
+//     burst of 1 (ours; measured after an owner's kill, # Takeover).
 //   - A cut (smaller units or burst) is sent at once; what it frees is
 //     counted as held until the client surely applied it: apply_lag after
 //     the client's node confirms it wrote the cut to the client's stream
@@ -132,7 +138,11 @@
 //     client holds expires there (sent + ttl > now + apply_lag) is renewed
 //     at once, and a node that still sees the dead owner applies such a
 //     renewal (an identical token bucket, unexpired: Envoy only renews its
-//     TTL; Quota.renewsHeld). Any other share waits for its node's report:
+//     TTL; Quota.renewsHeld); such a share is renewed as it is, neither cut
+//     nor raised, until its node reports to the new owner (a changed
+//     assignment would be dropped by a node that still sees the dead owner,
+//     and the next one could reach the client after its old one expired:
+//     the property test found it). Any other share waits for its node's report:
 //     renewed if the client holds the replica's assignment long enough,
 //     else released (the larger of the two, until both have surely
 //     expired) and the client starts anew from a paid first assignment
