@@ -47,8 +47,9 @@ type Quota struct {
 	wakes  *minheap.Heap[keyWake]
 
 	// successor side: the allocations owners replicated to this node (or
-	// handed over to it), by key
-	records map[string]*record
+	// handed over to it), by key; their entries (record.entries) in all
+	records       map[string]*record
+	recordEntries int
 
 	// attached clients' side
 	clients map[strategy.QuotaClient]map[string]*attached

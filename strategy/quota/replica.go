@@ -23,11 +23,14 @@ import (
 // Bounds of replication: replicas at most maxReplicas; a replica holds at
 // most maxReplicaEntries shares and releases (an allocation with more is
 // not replicated: its successor freezes the key); a node keeps at most
-// maxRecords keys' replicas.
+// maxRecords keys' replicas holding at most maxRecordEntries shares and
+// releases in all (about 100 bytes each: some 100 MB at most), and
+// refuses a replica beyond, once those older than replica_age are dropped.
 const (
 	maxReplicas       = 8
 	maxReplicaEntries = 4096
 	maxRecords        = 1 << 16
+	maxRecordEntries  = 1 << 20
 	maxNodeIDBytes    = 256
 )
 
@@ -128,7 +131,8 @@ func (q *Quota) handOver(now time.Duration, key string, a *alloc, o strategy.Nod
 // onReplica keeps a replica (checked: recordOf) as the key's record (a
 // later one replaces it) and, when this node owns the key and its
 // allocation is still to be taken over, adopts it (or schedules that).
-// Errors: values out of bounds, or more records than maxRecords.
+// Errors: values out of bounds, or more records than maxRecords or
+// maxRecordEntries allow.
 func (q *Quota) onReplica(now time.Duration, from strategy.NodeID, m *peerv1.QuotaReplica, fx *strategy.Effects) error {
 	r, err := q.recordOf(now, from, m)
 	if err != nil {
@@ -137,15 +141,25 @@ func (q *Quota) onReplica(now time.Duration, from strategy.NodeID, m *peerv1.Quo
 	if q.replicas < 2 {
 		return nil // replicas off here: every takeover freezes
 	}
-	if old := q.records[m.Key]; old != nil && old.at > r.at {
+	old := q.records[m.Key]
+	if old != nil && old.at > r.at {
 		return nil // an older state
-	} else if old == nil && len(q.records) >= maxRecords {
+	}
+	if full := func() bool {
+		n := q.recordEntries + r.entries()
+		if old != nil {
+			n -= old.entries()
+		}
+		return (old == nil && len(q.records) >= maxRecords) || n > maxRecordEntries
+	}; full() {
 		q.sweepRecords(now)
-		if len(q.records) >= maxRecords {
+		if old = q.records[m.Key]; full() {
 			return errTooManyRecords(m.Key)
 		}
 	}
+	q.dropRecord(m.Key)
 	q.records[m.Key] = r
+	q.recordEntries += r.entries()
 	if q.owner(m.Key) != q.self {
 		return nil
 	}
@@ -168,10 +182,21 @@ func (q *Quota) onReplica(now time.Duration, from strategy.NodeID, m *peerv1.Quo
 func (q *Quota) sweepRecords(now time.Duration) {
 	for k, r := range q.records {
 		if now-r.at > q.replicaAge {
-			delete(q.records, k)
+			q.dropRecord(k)
 		}
 	}
 }
+
+// dropRecord forgets key's record, if any.
+func (q *Quota) dropRecord(key string) {
+	if r := q.records[key]; r != nil {
+		q.recordEntries -= r.entries()
+		delete(q.records, key)
+	}
+}
+
+// entries is r's shares and releases (plus one for the record itself).
+func (r *record) entries() int { return 1 + len(r.shares) + len(r.pending) }
 
 // plan says whether key's record may be adopted by a new allocation here,
 // and when: the record must come from the owner before the latest change
@@ -227,7 +252,7 @@ func (q *Quota) tryAdopt(key string, a *alloc, now time.Duration) *alloc {
 	if b == nil {
 		return nil // it does not fit beside what a counts: a stays frozen
 	}
-	delete(q.records, key)
+	q.dropRecord(key)
 	q.allocs[key] = b
 	b.wake = now
 	if r.handover {
@@ -392,5 +417,5 @@ func (q *Quota) confirm(a *alloc, s *share, h *held, now time.Duration) bool {
 }
 
 func errTooManyRecords(key string) error {
-	return fmt.Errorf("quota: replica of %q: this node keeps the replicas of %d keys already (none older than replica_age to drop)", key, maxRecords)
+	return fmt.Errorf("quota: replica of %q: this node keeps replicas of %d keys or %d shares and releases already (none older than replica_age to drop)", key, maxRecords, maxRecordEntries)
 }

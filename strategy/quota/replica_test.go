@@ -293,3 +293,44 @@ func TestReplicaValidation(t *testing.T) {
 		t.Fatalf("a good replica: %v, record %v", err, q.records["k"])
 	}
 }
+
+// A node keeps a bounded number of replicas: replacing one accounts its
+// entries anew, and a replica beyond maxRecordEntries is refused (those
+// older than replica_age dropped first).
+func TestReplicaRecordsBounded(t *testing.T) {
+	q, err := New(strategy.Config{Self: "n1", Members: []strategy.NodeID{"n0", "n1", "n2"}, Rate: bucketRate(100), Burst: 100, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := 10 * time.Second
+	rep := func(key string, at time.Duration, clients int) *peerv1.QuotaReplica {
+		m := &peerv1.QuotaReplica{Key: key, AtNs: int64(at), FillIntervalS: 1, Units: 100, Burst: 100}
+		for c := range clients {
+			m.Shares = append(m.Shares, &peerv1.QuotaReplicaShare{Node: "n0", Client: uint64(c + 1), TokensPerFill: 1, MaxTokens: 1,
+				Sent: true, SentAtNs: int64(at), ExpiresNs: int64(at + time.Second), Live: true})
+		}
+		return m
+	}
+	var fx strategy.Effects
+	for i, m := range []*peerv1.QuotaReplica{rep("a", now, 3), rep("b", now, 5), rep("a", now, 2)} {
+		if err := q.Receive(now, "n0", frame(m), &fx); err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	if want := (1 + 2) + (1 + 5); q.recordEntries != want || len(q.records) != 2 {
+		t.Fatalf("%d records, %d entries; want 2, %d", len(q.records), q.recordEntries, want)
+	}
+	q.recordEntries = maxRecordEntries - 2 // as if full
+	if err := q.Receive(now, "n0", frame(rep("c", now, 5)), &fx); err == nil || !strings.Contains(err.Error(), "replicas of") {
+		t.Fatalf("a replica beyond the bound: %v, want refused", err)
+	}
+	// once the others are older than replica_age they are dropped for it
+	later := now + 6*time.Second
+	q.recordEntries = maxRecordEntries - 2 // still "full" by the count
+	if err := q.Receive(later, "n0", frame(rep("c", later, 5)), &fx); err != nil {
+		t.Fatalf("after replica_age: %v", err)
+	}
+	if q.records["a"] != nil || q.records["b"] != nil || q.records["c"] == nil {
+		t.Errorf("records %v, want only c", q.records)
+	}
+}
