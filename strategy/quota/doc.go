@@ -148,6 +148,15 @@
 //     expired) and the client starts anew from a paid first assignment
 //     (Envoy would start a renewal that arrives after the expiry full).
 //
+// Replicas are bounded and checked: one holds at most 4,096 shares and
+// releases (a bigger allocation is not replicated: its successor freezes
+// the key); a node keeps those of at most 65,536 keys and 2^20 shares and
+// releases in all, dropping the ones older than replica_age before it
+// refuses one; a replica of another geometry, with times after its own +
+// ttl + apply_lag + max_skew, tokens beyond the key's, a share twice or
+// shares that together hold more than the key is refused with an error
+// naming the value, and changes nothing (Quota.recordOf).
+//
 // The bound with a replica: if, besides apply_lag, every replica the owner
 // sent before it died reaches the successor within replica_wait of the
 // successor seeing the crash (a one-way peer delay within replica_wait,
