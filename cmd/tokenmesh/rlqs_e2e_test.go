@@ -87,9 +87,14 @@ type rlqsRun struct {
 // call per request); the fleet's admissions stay within b + r*T in every
 // window (the Envoys decide in this process, so a decision's time is
 // exact); every Envoy holds an assignment again within rlqsRecovery of the
-// kill: failure detection, the new owner's takeover (ttl + apply_lag +
-// max_skew: the owner's shares are not replicated yet) and two report
-// intervals. The fleet starts once the keys' takeover after the nodes'
+// kill: failure detection, the new owner's takeover and two report
+// intervals. The new owner continues from the killed one's replica (the
+// quota strategy's replicas, default 2): an Envoy whose assignment is
+// still valid long enough is renewed as soon as the new owner sees the
+// kill, any other once its old assignment has surely expired (within ttl
+// + apply_lag) and its new one is paid; without a replica the key would
+// freeze for ttl + apply_lag + max_skew (rlqsCrashTakeover), the bound
+// kept below. The fleet starts once the keys' takeover after the nodes'
 // joins has passed (a node that starts owning a key freezes it; the
 // cluster's own start is such a change). TOKENMESH_RLQS=full runs the
 // issue's 60 s runs instead: reports every 5 s and every 1 s, without and

@@ -41,6 +41,14 @@ type share struct {
 	// over (0: it had requests in its last report): abandon_idle.
 	idleSince time.Duration
 	live      bool // attached and its node a member: renewed
+	// await: adopted from a replica, counted as held but not renewed until
+	// the client's node reports what the client holds (confirm)
+	await bool
+	// pinned: adopted from a replica and renewed as it is, neither cut nor
+	// raised until the client's node reports to this owner (it may still
+	// see the previous one, and then applies identical renewals only:
+	// Quota.renewsHeld)
+	pinned bool
 }
 
 // release is capacity a cut gave up, counted as held until at: the
@@ -80,6 +88,16 @@ type alloc struct {
 	winStart        time.Duration
 	plainCur, plain int64
 	wake            time.Duration // the next time rebalance has work; 0: none
+
+	// replication (replica.go): adopted says this allocation continues a
+	// replica (never adopt a second one); adoptAt > 0 is when a crashed
+	// owner's replica is to be adopted (replica_wait after the change);
+	// replBytes and replAt are the last replica sent (its encoding without
+	// time and reserve, to send only changes; and when).
+	adopted   bool
+	adoptAt   time.Duration
+	replBytes []byte
+	replAt    time.Duration
 }
 
 // shape is the rule's quota geometry: the fill interval every assignment
@@ -417,7 +435,12 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 	sh.settle(a, now)
 	units, burst := sh.targets(a, now, headroom)
 	changed := make([]bool, len(a.shares))
-	sh.cut(a, now, units, burst, changed)
+	if a.adoptAt <= now {
+		// (while a crashed owner's replica is awaited the frozen
+		// allocation only renews what the clients report they hold:
+		// adopt merges it with the replica)
+		sh.cut(a, now, units, burst, changed)
+	}
 	blockedAt := time.Duration(0)
 	if now >= a.frozenUntil && now >= a.gatherUntil {
 		blockedAt = sh.raise(a, now, units, burst, changed)
@@ -441,7 +464,7 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 // expires, or an ack (alloc.ack).
 func (sh shape) cut(a *alloc, now time.Duration, units, burst []int64, changed []bool) {
 	for i, s := range a.shares {
-		if !s.live || !s.sent {
+		if !s.live || !s.sent || s.pinned {
 			continue
 		}
 		var r release
@@ -464,8 +487,22 @@ func (sh shape) cut(a *alloc, now time.Duration, units, burst []int64, changed [
 // one), then units from the free ones. It returns when the reserve will
 // hold the tokens a raise still waits for (0: none).
 func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed []bool) (blockedAt time.Duration) {
+	// First assignments first: a share never sent is paid before the sent
+	// ones below their targets take the reserve's tokens and the free
+	// units (else, with every unit held, a sent share whose target moves
+	// with its demand's noise takes each unit freed, and the new one
+	// waits indefinitely: seen after an owner's crash,
+	// TestOwnerCrashTakeover). Ours.
+	for _, first := range []bool{true, false} {
+		blockedAt = minWake(blockedAt, sh.raisePass(a, now, units, burst, changed, first))
+	}
+	return blockedAt
+}
+
+// raisePass is raise over the shares never sent (first) or the sent ones.
+func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, changed []bool, first bool) (blockedAt time.Duration) {
 	for i, s := range a.shares {
-		if !s.live {
+		if !s.live || s.sent == first || s.pinned {
 			continue
 		}
 		if need := burst[i] - s.burst; need > 0 {
@@ -498,6 +535,15 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 			// shares' targets leave the free units that pay first
 			// assignments).
 			target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
+		} else if s.burst*starvedBurst < burst[i] {
+			// A sent share whose burst is far below its target (paid a
+			// token at a time after a takeover emptied the reserve):
+			// units up to starvedBurst times the part paid, the others
+			// left to refill the reserve, which pays its burst. With
+			// every unit held the reserve refills nothing, and a share
+			// kept a burst of 1 (Envoy: one token per refill at most
+			// held) for good (seen live after an owner's kill).
+			target = min(target, max(s.units, 1, mulDiv(target, starvedBurst*s.burst, burst[i])))
 		}
 		if need := target - s.units; need > 0 {
 			if give := min(need, max(sh.units-a.heldUnits, 0)); give > 0 {
@@ -509,6 +555,11 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 	}
 	return blockedAt
 }
+
+// starvedBurst: a sent share whose burst is below 1/starvedBurst of its
+// target gets units up to starvedBurst times the paid part only (raise).
+// Ours.
+const starvedBurst = 4
 
 // sendDue sends every live share whose assignment changed, is new (its
 // burst paid and a unit given), or is due for renewal (renewEvery after

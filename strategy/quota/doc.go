@@ -47,8 +47,14 @@
 //     taken from the reserve's level (Envoy keeps a changed bucket's fill
 //     ratio and starts a first one full, so a raise of Δ hands the client
 //     up to Δ tokens at once). A client's first assignment is sent only
-//     once its burst is paid; until then its target units stay in the
-//     reserve, whose refill pays it.
+//     once its burst is paid (at least a token of it; the units follow the
+//     part paid); until then its target units stay in the reserve, whose
+//     refill pays it. First assignments are paid before the sent shares
+//     below their targets are raised, and a sent share whose burst is
+//     below a quarter of its target takes units up to four times the part
+//     paid (starvedBurst): with every unit held the reserve refills
+//     nothing, and a share paid a token at a time after a takeover kept a
+//     burst of 1 (ours; measured after an owner's kill, # Takeover).
 //   - A cut (smaller units or burst) is sent at once; what it frees is
 //     counted as held until the client surely applied it: apply_lag after
 //     the client's node confirms it wrote the cut to the client's stream
@@ -72,8 +78,10 @@
 // outside (well under a token). An assignment applied later than
 // apply_lag after its write adds at most its freed units/S times the
 // lateness, plus its freed burst. The property test (property_test.go)
-// checks the bound exactly with random demands, lags, crashes and
-// restarts (also restarts faster than failure detection). What a client
+// checks the bound exactly with random demands, lags, crashes (of the
+// key's owner among them) and restarts (also restarts faster than failure
+// detection), with replicas 1 (every takeover freezes), 2 and 3 (the
+// successors adopt replicas and hand-overs; # Takeover). What a client
 // admits on its own after its assignment expired
 // (expired_assignment_behavior, or no_assignment_behavior before the
 // first answer reaches it) is the operator's fallback and outside the
@@ -97,8 +105,84 @@
 //
 // # Takeover
 //
-// The owner's allocation is not replicated (yet): a node that starts owning
-// a key (a restart, or a view change in which another node owned it)
+// Replication (replica.go). Ours; the replica set (the key's next nodes in
+// rendezvous order, seed 003's K servers per tenant) and a successor that
+// continues from the replicated state instead of starting anew are
+// strategy/owner's and strategy/lease's; what is replicated, the
+// confirmation of the clients' assignments, the reserve's start and the
+// bound below are ours. The owner sends each key's allocation (QuotaReplica:
+// the reserve's whole tokens and their time, every share's units, burst,
+// sending, expiry, demand, client and node, the pending releases with
+// their times, its own takeover, the rule's geometry) to the key's next
+// replicas-1 nodes in rendezvous order with every change (an assignment
+// sent, a renewal among them, a cut confirmed, a release settled) and at
+// least every ttl/2 while it holds the key (a key decided only at the
+// nodes: at a decision, at most every ttl/2), in the same batch as the
+// assignments it sends. When a view change moves a key away, the old owner
+// sends its final state, marked handover, to the new owner and decides the
+// key no more. A node takes a key over (a restart, or a view change in
+// which another node owned it) from:
+//   - a hand-over, sent after the change began (views converge within
+//     1 s + max_skew), at once: the shares and releases as they are, the
+//     reserve's whole tokens at the hand-over's time, refilled since. Exact:
+//     the old owner's decisions end where the new one's begin, from the
+//     same state (less than a token lost to the floor).
+//   - a crashed owner's replica (its sender left the view; taken at most
+//     replica_age, 5 s, before the change), replica_wait (100 ms) after the
+//     change, the key frozen until then: every share and release counted as
+//     held, the reserve empty at the change (its level at the replica's time
+//     less what the owner could have taken since: requests checked at the
+//     nodes are not replicated one by one, so all of it, and its refill
+//     until its death, before the change), refilling from there. A share
+//     whose renewal surely reaches its client before the assignment the
+//     client holds expires there (sent + ttl > now + apply_lag) is renewed
+//     at once, and a node that still sees the dead owner applies such a
+//     renewal (an identical token bucket, unexpired: Envoy only renews its
+//     TTL; Quota.renewsHeld); such a share is renewed as it is, neither cut
+//     nor raised, until its node reports to the new owner (a changed
+//     assignment would be dropped by a node that still sees the dead owner,
+//     and the next one could reach the client after its old one expired:
+//     the property test found it). Any other share waits for its node's report:
+//     renewed if the client holds the replica's assignment long enough,
+//     else released (the larger of the two, until both have surely
+//     expired) and the client starts anew from a paid first assignment
+//     (Envoy would start a renewal that arrives after the expiry full).
+//
+// Replicas are bounded and checked: one holds at most 4,096 shares and
+// releases (a bigger allocation is not replicated: its successor freezes
+// the key); a node keeps those of at most 65,536 keys and 2^20 shares and
+// releases in all, dropping the ones older than replica_age before it
+// refuses one; a replica of another geometry, with times after its own +
+// ttl + apply_lag + max_skew, tokens beyond the key's, a share twice or
+// shares that together hold more than the key is refused with an error
+// naming the value, and changes nothing (Quota.recordOf).
+//
+// The bound with a replica: if, besides apply_lag, every replica the owner
+// sent before it died reaches the successor within replica_wait of the
+// successor seeing the crash (a one-way peer delay within replica_wait,
+// nothing lost), the clients and the reserve admit at most b + r*T in any
+// window T, exactly, across the crash: the adopted replica is the owner's
+// last state, so the successor counts every share and release a client may
+// hold until it has surely expired or been replaced; the owner decided
+// nothing after its death, before the change, and the successor's reserve
+// starts empty at the change; the refill rates of the clients and the
+// reserve sum to at most U/S <= r throughout (one bucket's history); and
+// no renewal reaches a client after its assignment expired. Replication
+// lag (the change seen before the last replicas arrived, replicas lost)
+// adds, per assignment the owner sent after the adopted state: for a raise
+// (or a new share) not in it, its burst increase plus its units increase
+// over S times the time until the client's node reports it (which releases
+// the larger of the two) or its assignment expires, at most ttl + apply_lag;
+// for a cut not in it, at most the burst the cut freed (the successor's
+// renewal of the old size hands it back: Envoy keeps the fill ratio). The
+// property test checks the exact bound with replica_wait at the world's
+// longest hop; it does not measure the lag term.
+//
+// Without a replica to adopt — replicas=1, a successor that was not among
+// the owner's replicas (both crashed), a replica older than replica_age, a
+// key the previous owner held no allocation for (idle there, or never
+// used), a restart faster than failure detection (nothing handed over), a
+// hand-over that does not come (lost) — a node that starts owning a key
 // treats the key's bucket as emptied at the end of takeover = ttl +
 // apply_lag + 1 s + max_skew after that change (as lease's conservative
 // start does). Until then the key is frozen: its reserve empty and not
@@ -118,7 +202,10 @@
 // client, or a raise, waits up to takeover after an owner change, then for
 // the refill, and the requests checked at the nodes are refused meanwhile.
 // Two nodes that both believe they own a key (views that disagree longer
-// than takeover: a partition) may both hand out capacity, as in `owner`.
+// than takeover: a partition; or a successor that believes a live owner
+// dead, which adopts its replica at once) may both hand out capacity, as
+// in `owner`; a node then also applies the second owner's identical
+// renewals.
 //
 // Requests checked at a node that does not own the key are forwarded to
 // the owner and refused when no verdict comes within timeout (no local

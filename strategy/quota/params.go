@@ -23,6 +23,18 @@
 //     request for a key for this long is told to forget it (an RLQS
 //     AbandonAction) and its share is taken back; its next request starts the
 //     bucket anew. 0: never.
+//   - replicas (int, default 2): the key's first K nodes in rendezvous order
+//     hold its owner's allocation (sent with every change and at least every
+//     ttl/2), so that the node that takes the key over continues from it
+//     instead of freezing the key; 1 turns replicas and hand-overs off (every
+//     takeover freezes); 1 to 8.
+//   - replica_wait (duration, default 100ms): how long after it sees a crashed
+//     owner leave the view a successor waits before it adopts the owner's
+//     replica (the longest one-way peer delay assumed: every replica sent
+//     before the crash has arrived); the key is frozen meanwhile; 0 to ttl.
+//   - replica_age (duration, default 5s): a crashed owner's replica older than
+//     this at the view change that moves the key here is not adopted (the key
+//     freezes instead); at least ttl/2.
 package quota
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -44,4 +56,10 @@ var Params = []strategy.ParamSpec{
 		Doc: "how far in the future a peer's time (arrival, expiry) may lie; beyond it the message is refused."},
 	{Name: "abandon_idle", Type: strategy.ParamDuration, Default: "10s", Example: "30s",
 		Doc: "a client whose reports show no request for a key for this long is told to forget it (an RLQS AbandonAction) and its share is taken back; its next request starts the bucket anew. 0: never."},
+	{Name: "replicas", Type: strategy.ParamInt, Default: "2", Example: "3",
+		Doc: "the key's first K nodes in rendezvous order hold its owner's allocation (sent with every change and at least every ttl/2), so that the node that takes the key over continues from it instead of freezing the key; 1 turns replicas and hand-overs off (every takeover freezes); 1 to 8."},
+	{Name: "replica_wait", Type: strategy.ParamDuration, Default: "100ms", Example: "50ms",
+		Doc: "how long after it sees a crashed owner leave the view a successor waits before it adopts the owner's replica (the longest one-way peer delay assumed: every replica sent before the crash has arrived); the key is frozen meanwhile; 0 to ttl."},
+	{Name: "replica_age", Type: strategy.ParamDuration, Default: "5s", Example: "10s",
+		Doc: "a crashed owner's replica older than this at the view change that moves the key here is not adopted (the key freezes instead); at least ttl/2."},
 }

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -81,6 +82,8 @@ type event struct {
 	data    []byte
 	as      strategy.QuotaAssignment
 	c       int
+	// kind 5 of the key's owner (to ""): when it restarts
+	restartAt time.Duration
 }
 
 type queue []event
@@ -123,6 +126,22 @@ type world struct {
 	nextClient strategy.QuotaClient
 	// changeMax > 0: at a report, a client's offered rate changes to a random one up to it, one time in four
 	changeMax int
+	// takeovers adopted, over the nodes' lives (tally)
+	adoptedReplicas, adoptedHandovers int
+	froze                             int // allocations made frozen (Quota.frozeTakeovers)
+}
+
+// tally adds the live nodes' adoptions to the world's counts (a crashed
+// node's are added at its restart).
+func (w *world) tally() {
+	for _, id := range w.ids {
+		if !w.down[id] {
+			w.adoptedReplicas += w.nodes[id].adoptedReplicas
+			w.adoptedHandovers += w.nodes[id].adoptedHandovers
+			w.froze += w.nodes[id].frozeTakeovers
+			w.nodes[id].adoptedReplicas, w.nodes[id].adoptedHandovers, w.nodes[id].frozeTakeovers = 0, 0, 0
+		}
+	}
 }
 
 type client struct {
@@ -135,8 +154,9 @@ type client struct {
 	total           int64 // admitted over the run
 	lastReport      time.Duration
 	reported        bool
-	broken          bool // its node crashed: a new stream at the next report
-	abandoned       bool // told to forget the key: reports again at its next request
+	broken          bool          // its node crashed: a new stream at the next report
+	abandoned       bool          // told to forget the key: reports again at its next request
+	assignedAt      time.Duration // when it last applied a token bucket
 }
 
 func (w *world) at(e event) {
@@ -237,6 +257,10 @@ func envelope(at []time.Duration, r float64, b int64) float64 {
 // b + r*T in every window (Envoy's float refill: 1e-6), and the owner's
 // units and burst are conserved after every event.
 func TestEnvelopeWithClients(t *testing.T) {
+	var adoptions struct{ runs, replicas, handovers, froze int }
+	defer func() {
+		t.Logf("%d runs: %d takeovers from a crashed owner's replica, %d from a hand-over; %d allocations made frozen (by the replicas=1 runs too)", adoptions.runs, adoptions.replicas, adoptions.handovers, adoptions.froze)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		nNodes := rapid.IntRange(1, 4).Draw(rt, "nodes")
 		ratePerSec := rapid.SampledFrom([]int64{1, 7, 100}).Draw(rt, "rate")
@@ -250,7 +274,15 @@ func TestEnvelopeWithClients(t *testing.T) {
 			w.ids = append(w.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
 		}
 		w.down = map[strategy.NodeID]bool{}
-		w.cfg = strategy.Config{Rate: bucket.Rate{Tokens: ratePerSec, Per: time.Second}, Burst: burstTok, Rand: rand.New(rand.NewPCG(1, 2))}
+		// replicas 1: every takeover freezes; 2, 3: successors adopt the
+		// owner's replica (a crash) or hand-over (a restart, a view
+		// change), replica_wait the longest peer hop
+		replicas := rapid.IntRange(1, 3).Draw(rt, "replicas")
+		params, err := strategy.ParseParams([]string{fmt.Sprintf("replicas=%d", replicas), "replica_wait=200ms"})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		w.cfg = strategy.Config{Rate: bucket.Rate{Tokens: ratePerSec, Per: time.Second}, Burst: burstTok, Rand: rand.New(rand.NewPCG(1, 2)), Params: params}
 		for _, id := range w.ids {
 			cfg := w.cfg
 			cfg.Self, cfg.Members = id, w.ids
@@ -273,10 +305,16 @@ func TestEnvelopeWithClients(t *testing.T) {
 		}
 		w.nextClient = strategy.QuotaClient(nClients)
 		for i := range rapid.IntRange(0, 3).Draw(rt, "crashes") {
-			id := w.ids[rapid.IntRange(0, nNodes-1).Draw(rt, fmt.Sprint("crash", i))]
+			var id strategy.NodeID // "": the key's owner at the time (a takeover)
+			if n := rapid.IntRange(0, nNodes).Draw(rt, fmt.Sprint("crash", i)); n < nNodes {
+				id = w.ids[n]
+			}
 			at := time.Duration(rapid.IntRange(1000, 30000).Draw(rt, fmt.Sprint("crash_at", i))) * time.Millisecond
-			w.at(event{at: at, kind: 5, to: id})
-			w.at(event{at: at + time.Duration(rapid.IntRange(0, 8000).Draw(rt, fmt.Sprint("down_for", i)))*time.Millisecond, kind: 7, to: id})
+			restartAt := at + time.Duration(rapid.IntRange(0, 8000).Draw(rt, fmt.Sprint("down_for", i)))*time.Millisecond
+			w.at(event{at: at, kind: 5, to: id, restartAt: restartAt})
+			if id != "" {
+				w.at(event{at: restartAt, kind: 7, to: id})
+			}
 		}
 		plainRate := float64(rapid.IntRange(0, int(ratePerSec)).Draw(rt, "plain"))
 		if plainRate > 0 {
@@ -285,9 +323,14 @@ func TestEnvelopeWithClients(t *testing.T) {
 		w.changeMax = 3 * int(ratePerSec)
 		w.run(key, horizon, report, plainRate, func(format string, args ...any) { rt.Fatalf(format, args...) })
 		if v := envelope(w.admitted, float64(ratePerSec), burstTok); v > 1e-6 {
-			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens (rate %d/s, burst %d, %d clients, hop %v, push %v)",
-				len(w.admitted), v, ratePerSec, burstTok, nClients, w.hop, w.push)
+			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens (rate %d/s, burst %d, %d clients, hop %v, push %v, replicas %d, %d replicas and %d hand-overs adopted)",
+				len(w.admitted), v, ratePerSec, burstTok, nClients, w.hop, w.push, replicas, w.adoptedReplicas, w.adoptedHandovers)
 		}
+		w.tally()
+		adoptions.replicas += w.adoptedReplicas
+		adoptions.handovers += w.adoptedHandovers
+		adoptions.froze += w.froze
+		adoptions.runs++
 	})
 }
 
@@ -321,6 +364,9 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 						continue
 					}
 					c.b.apply(now, e.as)
+					if !e.as.DenyAll() {
+						c.assignedAt = now
+					}
 				}
 			}
 		case 2:
@@ -330,6 +376,10 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			w.nodes[e.to].Tick(now, &fx)
 			w.effects(now, e.to, &fx)
 		case 5:
+			if e.to == "" {
+				e.to = rendezvous.Owner(key, w.live())
+				w.at(event{at: e.restartAt, kind: 7, to: e.to})
+			}
 			w.crash(now, e.to)
 		case 6:
 			if !w.down[e.to] {
@@ -440,6 +490,9 @@ func (w *world) restart(now time.Duration, id strategy.NodeID, fail func(string,
 		return
 	}
 	w.down[id] = false
+	w.adoptedReplicas += w.nodes[id].adoptedReplicas
+	w.adoptedHandovers += w.nodes[id].adoptedHandovers
+	w.froze += w.nodes[id].frozeTakeovers
 	cfg := w.cfg
 	cfg.Self, cfg.Members = id, w.live()
 	q, err := New(cfg)

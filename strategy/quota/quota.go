@@ -28,6 +28,16 @@ type Quota struct {
 	takeover time.Duration
 	abandon  time.Duration // abandon_idle; 0: never
 
+	// replication (replica.go): K of parameter replicas (1: off),
+	// replica_wait and replica_age
+	replicas    int
+	replicaWait time.Duration
+	replicaAge  time.Duration
+	// allocations taken over from a crashed owner's replica, and from a
+	// hand-over (counts, for tests)
+	adoptedReplicas, adoptedHandovers int
+	frozeTakeovers                    int // allocations made frozen, nothing to adopt yet
+
 	startAt   time.Duration
 	restarted bool
 	changes   []change // views before recent membership changes (kept for takeover)
@@ -35,6 +45,11 @@ type Quota struct {
 	// owner side
 	allocs map[string]*alloc
 	wakes  *minheap.Heap[keyWake]
+
+	// successor side: the allocations owners replicated to this node (or
+	// handed over to it), by key; their entries (record.entries) in all
+	records       map[string]*record
+	recordEntries int
 
 	// attached clients' side
 	clients map[strategy.QuotaClient]map[string]*attached
@@ -94,7 +109,8 @@ func New(cfg strategy.Config) (*Quota, error) {
 	q := &Quota{self: cfg.Self, members: slices.Clone(cfg.Members), sh: newShape(cfg.Rate, cfg.Burst),
 		ttl: v.Duration("ttl"), applyLag: v.Duration("apply_lag"), headroom: v.Float("headroom"),
 		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)), maxSkew: v.Duration("max_skew"), abandon: v.Duration("abandon_idle"),
-		allocs: map[string]*alloc{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
+		replicas: v.Int("replicas"), replicaWait: v.Duration("replica_wait"), replicaAge: v.Duration("replica_age"),
+		allocs: map[string]*alloc{}, records: map[string]*record{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{}}
 	switch {
 	case q.ttl < time.Second || q.ttl%time.Second != 0:
@@ -107,6 +123,12 @@ func New(cfg strategy.Config) (*Quota, error) {
 		return nil, fmt.Errorf("quota: parameter timeout must be positive")
 	case q.abandon < 0:
 		return nil, fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
+	case q.replicas < 1 || q.replicas > maxReplicas:
+		return nil, fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
+	case q.replicaWait < 0 || q.replicaWait > q.ttl:
+		return nil, fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
+	case q.replicaAge < q.ttl/2:
+		return nil, fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
 	}
 	q.renew = q.ttl / 2
 	// The previous owner's assignments have expired by then: it renews for
@@ -173,6 +195,12 @@ func (q *Quota) allocFor(key string, now time.Duration) *alloc {
 	}
 	a := q.sh.newAlloc(now, q.takeoverEnd(key, now))
 	q.allocs[key] = a
+	if b := q.tryAdopt(key, a, now); b != nil {
+		return b
+	}
+	if a.frozenUntil > now && a.adoptAt == 0 {
+		q.frozeTakeovers++
+	}
 	return a
 }
 
@@ -201,6 +229,12 @@ func (q *Quota) decide(now time.Duration, key string, tokens int64, arrival time
 	q.sh.countPlain(a, now, tokens)
 	at := min(arrival, now)
 	ok := at >= a.slowedAt && a.reserve.AllowN(at, tokens)
+	if q.replicas > 1 && (a.replBytes == nil || now >= a.replAt+q.renew) && a.frozenUntil <= now {
+		// a key decided here only (no client) is replicated too, at
+		// most every ttl/2: its successor continues it (its reserve
+		// starts empty at the change) instead of freezing it
+		a.wake = minWake(a.wake, q.replicate(now, key, a, true, fx))
+	}
 	q.schedule(key, a, fx)
 	return ok
 }
@@ -255,6 +289,16 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	a := q.allocFor(u.Key, now)
 	id := holderID{node: from, client: u.Client}
 	s := a.find(id)
+	if s != nil && s.await {
+		// adopted from a replica: renewed if the client holds its
+		// assignment, else released and started anew (confirm)
+		if !q.confirm(a, s, h, now) {
+			s, h = nil, nil
+		}
+	}
+	if s != nil {
+		s.pinned = false // its node sees this owner: it may change
+	}
 	if s == nil {
 		if !a.anyLive() && a.frozenUntil <= now {
 			// the key's first client (again): gather the others' first
@@ -262,7 +306,8 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			a.gatherUntil = now + gather
 		}
 		s = a.add(id)
-		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag {
+		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag &&
+			a.heldUnits+h.units <= q.sh.units && a.heldBurst+h.burst <= q.sh.burst {
 			// What the client holds from a previous owner: counted (and
 			// renewed as it is) from now on. Only while a renewal sent
 			// now surely reaches the client before it expires there: a
@@ -351,6 +396,12 @@ func smooth(prev, d float64, elapsed time.Duration) float64 {
 
 // rebalance runs the allocation of key and sends what changed.
 func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.Effects) {
+	if !a.adopted && a.adoptAt > 0 && now >= a.adoptAt {
+		a.adoptAt = 0
+		if b := q.tryAdopt(key, a, now); b != nil {
+			a = b
+		}
+	}
 	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share, deny bool) {
 		as := strategy.QuotaAssignment{Client: s.id.client, Key: key, MaxTokens: s.burst, TokensPerFill: s.units,
 			FillInterval: q.sh.fill, TTL: q.ttl, Seq: s.seq}
@@ -364,6 +415,12 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 		fx.Send(s.id.node, frame(&peerv1.QuotaAssign{Key: key, Client: uint64(s.id.client), MaxTokens: as.MaxTokens,
 			TokensPerFill: as.TokensPerFill, FillIntervalS: int64(q.sh.fill / time.Second), TtlS: int64(q.ttl / time.Second), Seq: as.Seq}))
 	})
+	if !q.sh.idle(a, now) {
+		a.wake = minWake(a.wake, q.replicate(now, key, a, false, fx))
+	}
+	if a.adoptAt > now {
+		a.wake = minWake(a.wake, a.adoptAt)
+	}
 	q.schedule(key, a, fx)
 }
 
@@ -399,6 +456,19 @@ func (q *Quota) assigned(now time.Duration, from strategy.NodeID, as strategy.Qu
 	fx.Assign(as)
 }
 
+// renewsHeld reports whether an assignment from a member that is not the
+// key's owner in this node's view only renews what the client holds: the
+// same token bucket, not expired here. A successor that adopted a crashed
+// owner's replica (# Takeover) renews its clients before every node's
+// failure detector has seen the crash; such a renewal hands no token (Envoy
+// only renews the TTL of an identical bucket) and its sender counts the
+// share, so it is applied. Anything else from a non-owner is not.
+func (q *Quota) renewsHeld(now time.Duration, from strategy.NodeID, as strategy.QuotaAssignment) bool {
+	at := q.clients[as.Client][as.Key]
+	return at != nil && !as.Abandon && at.held.TTL > 0 && at.expires > now && at.held.Same(as) &&
+		slices.Contains(q.members, from)
+}
+
 // Delivered confirms to the key's owner that an assignment was written to
 // its client's stream (QuotaAck): what a cut freed is released apply_lag
 // later, not at the expiry of the assignment it replaced.
@@ -424,6 +494,7 @@ func (q *Quota) ownerAck(now time.Duration, from strategy.NodeID, client strateg
 		return
 	}
 	if a.ack(holderID{node: from, client: client}, seq, now, q.applyLag) {
+		q.replicate(now, key, a, false, fx)
 		q.schedule(key, a, fx)
 	}
 }
@@ -495,7 +566,7 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		if err != nil {
 			return err
 		}
-		if q.owner(as.Key) != from {
+		if q.owner(as.Key) != from && !q.renewsHeld(now, from, as) {
 			// An owner whose view lags (frames are authenticated: it is a
 			// member's): not applied, not acknowledged (a cut it sent
 			// stays held there until the assignment it replaced expires).
@@ -511,6 +582,8 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		q.ownerAck(now, from, strategy.QuotaClient(b.Ack.Client), b.Ack.Key, b.Ack.Seq, fx)
 	case *peerv1.QuotaMessage_Verdict:
 		return q.onVerdict(from, b.Verdict, fx)
+	case *peerv1.QuotaMessage_Replica:
+		return q.onReplica(now, from, b.Replica, fx)
 	}
 	return nil
 }
@@ -591,18 +664,30 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	for len(q.changes) > 0 && now >= q.changes[0].at+q.takeover+q.sh.fillTime() {
 		q.changes = q.changes[1:]
 	}
+	q.sweepRecords(now)
 	for _, key := range sortedKeys(q.allocs) {
 		a := q.allocs[key]
-		if q.owner(key) != q.self {
+		if o := q.owner(key); o != q.self {
+			q.handOver(now, key, a, o, fx)
 			delete(q.allocs, key)
 			continue
 		}
 		for _, s := range a.shares {
 			if !slices.Contains(q.members, s.id.node) {
-				s.live = false
+				s.live, s.await = false, false
 			}
 		}
+		a.replBytes = nil // the successors may have changed: replicate now
 		q.rebalance(now, key, a, fx)
+	}
+	// Keys this node now owns that an owner replicated here: taken over at
+	// once (or replica_wait after the change), before the clients' reports.
+	for _, key := range sortedKeys(q.records) {
+		if _, ok := q.allocs[key]; !ok && q.owner(key) == q.self {
+			if _, _, _, ok := q.plan(key, now); ok {
+				q.rebalance(now, key, q.allocFor(key, now), fx)
+			}
+		}
 	}
 	for _, c := range sortedKeys(q.clients) {
 		keys := q.clients[c]
@@ -643,6 +728,9 @@ func (q *Quota) StateBytes() int {
 	n := 0
 	for k, a := range q.allocs {
 		n += len(k) + 48 + 40*len(a.shares) + 24*len(a.pending)
+	}
+	for k, r := range q.records {
+		n += len(k) + 64 + 56*len(r.shares) + 40*len(r.pending)
 	}
 	for _, keys := range q.clients {
 		for k := range keys {

@@ -13,15 +13,21 @@ import (
 
 // newWorld is a world of n nodes enforcing (r, b) with clients offering
 // the given rates, spread round-robin over the nodes.
-func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64) *world {
+func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, params ...string) *world {
 	w := &world{t: t, nodes: map[strategy.NodeID]*Quota{}, rng: rand.New(rand.NewPCG(seed, 1)),
-		hop: time.Millisecond, push: time.Millisecond, waiting: map[uint64]time.Duration{}}
+		hop: time.Millisecond, push: time.Millisecond, waiting: map[uint64]time.Duration{}, down: map[strategy.NodeID]bool{}}
 	for i := range n {
 		w.ids = append(w.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
 	}
+	ps, err := strategy.ParseParams(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cfg = strategy.Config{Rate: bucket.Rate{Tokens: r, Per: time.Second}, Burst: b, Rand: rand.New(rand.NewPCG(1, 2)), Params: ps}
 	for _, id := range w.ids {
-		q, err := New(strategy.Config{Self: id, Members: w.ids, Rate: bucket.Rate{Tokens: r, Per: time.Second}, Burst: b,
-			Rand: rand.New(rand.NewPCG(1, 2))})
+		cfg := w.cfg
+		cfg.Self, cfg.Members = id, w.ids
+		q, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,6 +40,7 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64) *wo
 		w.clients = append(w.clients, &client{node: w.ids[i%n], id: strategy.QuotaClient(i + 1), rate: rate})
 		w.at(event{at: time.Duration(i) * 10 * time.Millisecond, kind: 3, c: i})
 	}
+	w.nextClient = strategy.QuotaClient(len(rates)) // a client that moves to another node gets a new number
 	return w
 }
 

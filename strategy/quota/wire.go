@@ -2,6 +2,7 @@ package quota
 
 import (
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
@@ -114,8 +115,92 @@ func frame(body any) []byte {
 		m.Body = &peerv1.QuotaMessage_Verdict{Verdict: b}
 	case *peerv1.QuotaAck:
 		m.Body = &peerv1.QuotaMessage_Ack{Ack: b}
+	case *peerv1.QuotaReplica:
+		m.Body = &peerv1.QuotaMessage_Replica{Replica: b}
 	default:
 		panic(fmt.Sprintf("quota: no frame for %T", body))
 	}
 	return wire.MustMarshal(m)
+}
+
+// recordOf converts an owner's replica (QuotaReplica), refusing values no
+// owner of this rule sends: another geometry (fill interval, units, burst),
+// a time after now + max_skew, a reserve outside [0, burst], more than
+// maxReplicaEntries shares and releases, a share or release with an empty
+// or over-long node, client 0, tokens outside the key's units or burst, or
+// a time after the replica's + ttl + apply_lag + max_skew, a share twice,
+// or shares and releases that together hold more than the key's units or
+// burst.
+func (q *Quota) recordOf(now time.Duration, from strategy.NodeID, m *peerv1.QuotaReplica) (*record, error) {
+	if err := checkKey("replica", m.Key); err != nil {
+		return nil, err
+	}
+	at := time.Duration(m.AtNs)
+	horizon := at + q.ttl + q.applyLag + q.maxSkew
+	switch {
+	case time.Duration(m.FillIntervalS)*time.Second != q.sh.fill || m.Units != q.sh.units || m.Burst != q.sh.burst:
+		return nil, fmt.Errorf("quota: replica of %q: fill interval %d s, %d units, burst %d; this rule's are %v, %d, %d", m.Key, m.FillIntervalS, m.Units, m.Burst, q.sh.fill, q.sh.units, q.sh.burst)
+	case at < 0 || at > now+q.maxSkew:
+		return nil, fmt.Errorf("quota: replica of %q: time %v outside [0, now + max_skew = %v]", m.Key, at, now+q.maxSkew)
+	case m.ReserveTokens < 0 || m.ReserveTokens > q.sh.burst:
+		return nil, fmt.Errorf("quota: replica of %q: reserve of %d tokens outside [0, %d]", m.Key, m.ReserveTokens, q.sh.burst)
+	case m.FrozenUntilNs < 0 || time.Duration(m.FrozenUntilNs) > at+q.takeover+q.maxSkew:
+		return nil, fmt.Errorf("quota: replica of %q: frozen until %v, after its time + takeover (%v)", m.Key, time.Duration(m.FrozenUntilNs), at+q.takeover)
+	case len(m.Shares)+len(m.Pending) > maxReplicaEntries:
+		return nil, fmt.Errorf("quota: replica of %q: %d shares and releases, above the limit of %d", m.Key, len(m.Shares)+len(m.Pending), maxReplicaEntries)
+	}
+	r := &record{from: from, at: at, handover: m.Handover, reserve: m.ReserveTokens, frozenUntil: time.Duration(m.FrozenUntilNs)}
+	var units, burst int64
+	for _, x := range m.Shares {
+		id, err := q.holderOf(m.Key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+		if err != nil {
+			return nil, err
+		}
+		s := &share{id: id, demand: x.Demand, units: x.TokensPerFill, burst: x.MaxTokens, sent: x.Sent, seq: x.Seq,
+			sentAt: time.Duration(x.SentAtNs), expires: time.Duration(x.ExpiresNs), idleSince: time.Duration(x.IdleSinceNs), live: x.Live}
+		switch {
+		case math.IsNaN(s.demand) || math.IsInf(s.demand, 0) || s.demand > float64(maxEnvoyTokens)*3600:
+			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: demand %g", m.Key, x.Client, x.Node, s.demand)
+		case s.sentAt < 0 || s.sentAt > at+q.maxSkew || s.idleSince < 0 || s.idleSince > at+q.maxSkew:
+			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: sent at %v, idle since %v, after the replica's time %v", m.Key, x.Client, x.Node, s.sentAt, s.idleSince, at)
+		case s.expires < 0 || s.expires > horizon:
+			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: expiry %v after the replica's time + ttl + apply_lag (%v)", m.Key, x.Client, x.Node, s.expires, horizon-q.maxSkew)
+		}
+		s.demand = max(s.demand, -1)
+		if len(r.shares) > 0 && r.shares[len(r.shares)-1].id.compare(id) >= 0 {
+			return nil, fmt.Errorf("quota: replica of %q: shares not in (node, client) order or twice (client %d at %s)", m.Key, x.Client, x.Node)
+		}
+		r.shares = append(r.shares, s)
+		units += s.units
+		burst += s.burst
+	}
+	for _, x := range m.Pending {
+		id, err := q.holderOf(m.Key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+		if err != nil {
+			return nil, err
+		}
+		if a := time.Duration(x.AtNs); a < 0 || a > horizon {
+			return nil, fmt.Errorf("quota: replica of %q: release of client %d at %s at %v, after the replica's time + ttl + apply_lag (%v)", m.Key, x.Client, x.Node, a, horizon-q.maxSkew)
+		}
+		r.pending = append(r.pending, release{at: time.Duration(x.AtNs), units: x.TokensPerFill, burst: x.MaxTokens, id: id, seq: x.Seq})
+		units += x.TokensPerFill
+		burst += x.MaxTokens
+	}
+	if units > q.sh.units || burst > q.sh.burst {
+		return nil, fmt.Errorf("quota: replica of %q: shares and releases hold %d units and %d burst, above the key's %d and %d", m.Key, units, burst, q.sh.units, q.sh.burst)
+	}
+	return r, nil
+}
+
+// holderOf checks one share's or release's client and tokens in a replica.
+func (q *Quota) holderOf(key, node string, client uint64, units, burst int64) (holderID, error) {
+	switch {
+	case node == "" || len(node) > maxNodeIDBytes || !utf8.ValidString(node):
+		return holderID{}, fmt.Errorf("quota: replica of %q: node %q empty, over %d bytes or not UTF-8", key, node, maxNodeIDBytes)
+	case client == 0:
+		return holderID{}, fmt.Errorf("quota: replica of %q: client 0 at %s", key, node)
+	case units < 0 || units > q.sh.units || burst < 0 || burst > q.sh.burst:
+		return holderID{}, fmt.Errorf("quota: replica of %q: client %d at %s holds %d units and %d burst, outside [0, %d] and [0, %d]", key, client, node, units, burst, q.sh.units, q.sh.burst)
+	}
+	return holderID{node: strategy.NodeID(node), client: strategy.QuotaClient(client)}, nil
 }
