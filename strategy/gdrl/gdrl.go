@@ -341,7 +341,13 @@ const (
 // the node must then be started, at time 0 if it is a founding member).
 // Parameters (cfg.Params, unprefixed):
 //   - interval (duration > 0, default 100ms): the update interval Δ between
-//     a node's exchanges (001 §IV).
+//     a node's exchanges. A departure from 001 §IV ("Communication
+//     delays"), which takes several seconds so that the performance
+//     indicators are well estimated and message delays negligible beside
+//     Δ: a rate limiter's tenants burst within a second, so ours is 100 ms,
+//     the demand estimate's noise handled by noise_band and evidence, and
+//     the delays by acknowledged transfers (retransmit) instead of the
+//     separation of time scales.
 //   - indicator (fill | spare, default fill): the performance indicator,
 //     fill ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq.
 //     (14)).

@@ -4,19 +4,14 @@
 // params or --param STRATEGY.NAME=value; the generic partition too.
 //
 //   - interval (duration, default 100ms): the update interval between a node's
-//     exchanges (001 §IV); positive. A departure from the paper: its §IV
-//     ("Communication delays") takes an interval of several seconds, so
-//     that the performance indicators are well estimated and message delays
-//     are negligible beside it; a rate limiter's tenants burst within a
-//     second, so ours is 100 ms, with the demand estimate's noise handled
-//     by noise_band and evidence and the delays by acknowledged transfers
-//     (retransmit) instead of time-scale separation.
+//     exchanges; positive. 001 §IV takes several seconds (indicators well
+//     estimated, delays negligible); ours is shorter, for tenants that burst
+//     within a second.
 //   - indicator (fill | spare, default fill): the performance indicator: fill
 //     ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq. (14)).
 //   - eta (float, default 1/(2*d) for the graph's degree d): the gain (001 eq.
-//     (15)), in (0, 1/(2d)]: a value above the stability bound 1/(2d)
-//     (Theorem 1) is refused, naming the bound; for fill, scaled by the
-//     pair's smaller demand.
+//     (15)), in (0, 1/(2d)]: above the stability bound 1/(2d) of Theorem 1 it
+//     is refused; for fill, scaled by the pair's smaller demand.
 //   - alpha (float, default 0.02): the demand filter gain per interval (001
 //     §III-A), in (0, 1].
 //   - graph (ring | regular | full, default ring): the communication graph
