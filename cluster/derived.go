@@ -273,6 +273,14 @@ func (n *Node) seeder(self string) strategy.KeySeeder {
 			if rs == nil {
 				return
 			}
+			if st, ok, lent := rs.lentKeyState(now, key); lent {
+				// The bucket is lent to the fast path: its strategy's
+				// copy holds nothing, the lent one is the key's level.
+				if ok && (!found || fewerTokens(st, low)) {
+					low, found = st, true
+				}
+				return
+			}
 			kl, ok := rs.s.(strategy.KeyLeveler)
 			if !ok {
 				return

@@ -176,13 +176,19 @@ type RuleStats struct {
 	ReceiveErrors    int64 // payloads the strategy refused
 	Requests         int64 // checks handed to the strategy (not those decided on the fast path)
 	Pending          int64 // checks waiting for an async decision now
-	// The fast path (strategy.Allowancer): allowances granted, their
-	// tokens, and the tokens given back unused. Tokens granted less
-	// returned (less those in allowances still open) were admitted on
-	// the fast path, without the strategy's loop.
+	// The fast path (strategy.Allowancer): allowances granted by the
+	// loop (buckets lent included), their tokens, and the tokens given
+	// back unused. Tokens granted less returned (less those in allowances
+	// still open) were admitted on the fast path, without the strategy's
+	// loop; so were, under a strategy.BucketLender, the checks decided
+	// from the lent buckets, which are not counted (a counter there would
+	// be memory every core writes on every check).
 	AllowanceGrants   int64
 	AllowanceTokens   int64
 	AllowanceReturned int64
+	// BucketsLent is how many times the loop lent a key's whole bucket
+	// to the fast path (strategy.BucketLender: local, central, static).
+	BucketsLent int64
 }
 
 // Stats is a snapshot of a node's counters.
@@ -198,7 +204,7 @@ type Stats struct {
 type ruleCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
 	sendErrs, recvErrs, requests, pending    atomic.Int64
-	grants, granted, returned                atomic.Int64 // the fast path's (fastpath.go)
+	grants, granted, returned, lent          atomic.Int64 // the fast path's (fastpath.go)
 }
 
 type result struct {
@@ -309,6 +315,7 @@ type event struct {
 	frame   Frame
 	members []strategy.NodeID
 	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
+	peek    bool  // evInspect: Peek (the lent buckets stay lent)
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
 	rules   *rulesUpdate // evRules (reload.go)
@@ -581,7 +588,7 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 		// A charge covered by the key's allowance is admitted and taken
 		// there (its tokens are there), as a check; otherwise the loop.
 		if rs.fast != nil && it.MaxWait == 0 && ctx.Err() == nil {
-			if d, ok := rs.fast.take(it.Key, it.Tokens); ok {
+			if d, ok := rs.fast.takeCovered(it.Key, it.Tokens); ok {
 				return d, nil
 			}
 		}
@@ -702,7 +709,13 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if rs.fast == nil || it.MaxWait > 0 {
 			break
 		}
-		d, ok := rs.fast.take(it.Key, it.Tokens)
+		var d Decision
+		var ok bool
+		if it.Charge {
+			d, ok = rs.fast.takeCovered(it.Key, it.Tokens) // a charge is not refused: only what the allowance covers
+		} else {
+			d, ok = rs.fast.take(it.Key, it.Tokens)
+		}
 		if !ok {
 			break
 		}
@@ -792,9 +805,22 @@ func (n *Node) call(ctx context.Context, ev event) error {
 // Inspect calls f in the node's goroutine once per rule, in configuration
 // order, with the rule and its strategy, and returns when done. f may read
 // the strategy (StateBytes, a strategy.ShareReporter...) but must not
-// change it or keep it. Errors: ctx.Err(), ErrClosed.
+// change it or keep it. The buckets lent to the fast path
+// (strategy.BucketLender) go back to their strategies first, so f reads
+// every key's exact level (a key's next check lends its bucket again,
+// through the loop); Peek does not take them back. Errors: ctx.Err(),
+// ErrClosed.
 func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
 	return n.call(ctx, event{kind: evInspect, inspect: f})
+}
+
+// Peek is Inspect without taking the lent buckets back first: in f's
+// view a key whose bucket is lent to the fast path holds no token (every
+// one counts as spent, strategy.BucketLender). For reads that need no
+// key's level (memory, readiness, shares), at no cost to the fast path.
+// Errors: ctx.Err(), ErrClosed.
+func (n *Node) Peek(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
+	return n.call(ctx, event{kind: evInspect, inspect: f, peek: true})
 }
 
 // LeavePoll is how often Leave asks the strategies whether their
@@ -863,6 +889,7 @@ func (n *Node) Stats() Stats {
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
 			Requests: c.requests.Load(), Pending: c.pending.Load(),
 			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
+			BucketsLent: c.lent.Load(),
 		}
 	}
 	return st
@@ -898,13 +925,18 @@ func (n *Node) signalWake() {
 
 // now is the time handed to strategies: monotonic, never decreasing.
 func (n *Node) now() time.Duration {
-	t := n.offset + time.Since(n.start)
+	t := n.clock()
 	if t < n.last {
 		t = n.last
 	}
 	n.last = t
 	return t
 }
+
+// clock is the node's time since its epoch, on the monotonic clock: now
+// without the loop's bookkeeping, safe for concurrent use (the fast path's
+// refills of lent buckets read it in the checks' goroutines).
+func (n *Node) clock() time.Duration { return n.offset + time.Since(n.start) }
 
 // maxTurnEvents bounds the events one turn of the loop takes before it
 // runs the wake-ups due and hands the turn's frames to the transport.
@@ -1055,6 +1087,9 @@ func (n *Node) handle(ev event) {
 			n.fastCloseAll(now, true)
 			n.leaving = true
 		}
+		if ev.inspect != nil && !ev.peek {
+			n.fastReclaimAll(now) // f reads exact levels
+		}
 		for _, rs := range n.order {
 			if ev.inspect != nil {
 				ev.inspect(now, rs.rule, rs.s)
@@ -1082,6 +1117,15 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		return
 	}
 	if rs.fast != nil {
+		if maxWait == 0 && !charge {
+			// A check that came to the loop while the key's allowance
+			// was being opened again (by a check queued before it):
+			// decided there, as the caller's goroutine would have.
+			if d, ok := rs.fast.take(key, tokens); ok {
+				p.answer(result{d: d})
+				return
+			}
+		}
 		// The strategy decides on the exact level: the key's allowance
 		// (empty, or too small for this request) goes back first.
 		n.fastClose(now, rs, key, true)
@@ -1101,13 +1145,17 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 			rs.c.pending.Add(1)
 			return
 		}
-		var granted int64
+		var granted, left int64
+		lent := false
 		if rs.fast != nil && d.Allowed && d.Delay == 0 {
-			granted = n.fastGrant(now, rs, key, fx)
+			granted, left, lent = n.fastGrant(now, rs, key, fx)
 		}
 		rem := int64(-1)
 		if v, known := n.h.Remaining(now, rs.idx, key); known {
 			rem = v + granted // the allowance's tokens are the caller's too
+			if lent {
+				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
+			}
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
 	})
