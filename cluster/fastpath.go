@@ -123,7 +123,7 @@ type fastEntry struct {
 	// Loop goroutine only.
 	until time.Duration // valid until (the strategy's Grant; never for a lent bucket)
 	seen  int64         // tokens at the last sweep: unchanged means untouched
-	_     [8]byte       // to 192 bytes
+	most  int64         // under mu: the lent bucket's strategy.AllowanceCap, the largest allowance
 }
 
 // lentForever is a lent bucket's validity: it goes back when idle or
@@ -306,8 +306,10 @@ func (f *fastPath) refill(a *fastEntry, tokens int64) (Decision, bool) {
 	}
 	unused := max(a.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
 	now := f.clock()                   // after the swap: every token of the counter was taken before now
-	a.want = nextWant(a.granted, unused, now-a.grantedAt)
-	allowed, g, left := a.lb.Refill(now, unused, tokens, a.want, strategy.AllowanceCap(a.lb.Shape()))
+	if a.most > 0 { // else no allowance can hold a token: nothing to size
+		a.want = nextWant(a.granted, unused, now-a.grantedAt)
+	}
+	allowed, g, left := a.lb.Refill(now, unused, tokens, a.want, a.most)
 	a.granted, a.grantedAt = g, now
 	a.fills.Add(1)
 	rem := int64(-1)
@@ -466,7 +468,8 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 		a.mu.Lock()
 		a.lb = strategy.NewLentBucket(b)
 		a.lent, a.noRem = true, !known
-		g, left = a.lb.Grant(now, 0, a.want, strategy.AllowanceCap(a.lb.Shape()))
+		a.most = strategy.AllowanceCap(a.lb.Shape())
+		g, left = a.lb.Grant(now, 0, a.want, a.most)
 		a.granted, a.grantedAt = g, now
 		a.level.Store(-1)
 		if known {

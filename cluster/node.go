@@ -1147,7 +1147,10 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		}
 		var granted, left int64
 		lent := false
-		if rs.fast != nil && d.Allowed && d.Delay == 0 {
+		if rs.fast != nil && d.Delay == 0 && (d.Allowed || rs.fast.l != nil) {
+			// A lent bucket serves refusals too (a key over its limit is
+			// refused in the caller's goroutine); an allowance needs
+			// tokens.
 			granted, left, lent = n.fastGrant(now, rs, key, fx)
 		}
 		rem := int64(-1)
