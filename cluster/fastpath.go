@@ -306,7 +306,7 @@ func (f *fastPath) refill(a *fastEntry, tokens int64) (Decision, bool) {
 	}
 	unused := max(a.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
 	now := f.clock()                   // after the swap: every token of the counter was taken before now
-	if a.most > 0 { // else no allowance can hold a token: nothing to size
+	if a.most > 0 {                    // else no allowance can hold a token: nothing to size
 		a.want = nextWant(a.granted, unused, now-a.grantedAt)
 	}
 	allowed, g, left := a.lb.Refill(now, unused, tokens, a.want, a.most)
