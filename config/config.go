@@ -104,6 +104,12 @@ const (
 	MaxReconnectTimeout  = 30 * 24 * time.Hour
 )
 
+// node.drain_delay: its default and upper bound.
+const (
+	DefaultDrainDelay = 2 * time.Second
+	MaxDrainDelay     = 5 * time.Minute
+)
+
 // node.probe_interval: its default (memberlist's LAN setting) and bounds.
 const (
 	DefaultProbeInterval = time.Second
@@ -203,6 +209,14 @@ type Node struct {
 	// (a GC pause, a loaded host) failed. Between MinProbeInterval and
 	// MaxProbeInterval; default DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// DrainDelay (node.drain_delay, e.g. "5s") is how long a node that
+	// was told to stop (SIGTERM) keeps serving with /readyz at 503 and
+	// the gRPC health service NOT_SERVING before it closes its listeners,
+	// so that a load balancer (a Kubernetes Service, Envoy's health
+	// checks) stops sending it requests first. 0: none; at most
+	// MaxDrainDelay. Parse gives DefaultDrainDelay when the file sets
+	// none; a File built in Go has what its field says.
+	DrainDelay time.Duration
 	// EnvoyConfig, when set, is a directory of envoyproxy/ratelimit YAML
 	// files (package envoyrls): serve loads them, adds one rule per
 	// descriptor limit and answers Envoy's ShouldRateLimit on GRPCAddr,
@@ -352,6 +366,7 @@ type rawNode struct {
 	ReconnectInterval string `yaml:"reconnect_interval,omitempty"`
 	ReconnectTimeout  string `yaml:"reconnect_timeout,omitempty"`
 	ProbeInterval     string `yaml:"probe_interval,omitempty"`
+	DrainDelay        string `yaml:"drain_delay,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
 	EnvoyShadowMode   *bool  `yaml:"envoy_shadow_mode,omitempty"`
 	// The bounds on Envoy limit overrides; 0 or absent: the default.
@@ -953,10 +968,30 @@ func (p *parser) node(raw rawNode, n *Node) {
 	if err := checkReconnect(n.ReconnectInterval, n.ReconnectTimeout); err != nil {
 		p.fail("node."+err.field, path(err.field), "%s", err.msg)
 	}
+	n.DrainDelay = dur("drain_delay", raw.DrainDelay, DefaultDrainDelay)
 	n.ProbeInterval = dur("probe_interval", raw.ProbeInterval, DefaultProbeInterval)
-	if n.ProbeInterval < MinProbeInterval || n.ProbeInterval > MaxProbeInterval {
-		p.fail("node.probe_interval", path("probe_interval"), "%v is outside [%v, %v]", n.ProbeInterval, MinProbeInterval, MaxProbeInterval)
+	for _, err := range []*checkError{checkDrainDelay(n.DrainDelay), checkProbeInterval(n.ProbeInterval)} {
+		if err != nil {
+			p.fail("node."+err.field, path(err.field), "%s", err.msg)
+		}
 	}
+}
+
+// checkDrainDelay checks node.drain_delay: within [0, MaxDrainDelay].
+func checkDrainDelay(d time.Duration) *checkError {
+	if d < 0 || d > MaxDrainDelay {
+		return &checkError{field: "drain_delay", msg: fmt.Sprintf("%v is outside [0s, %v]", d, MaxDrainDelay)}
+	}
+	return nil
+}
+
+// checkProbeInterval checks node.probe_interval: within
+// [MinProbeInterval, MaxProbeInterval].
+func checkProbeInterval(d time.Duration) *checkError {
+	if d < MinProbeInterval || d > MaxProbeInterval {
+		return &checkError{field: "probe_interval", msg: fmt.Sprintf("%v is outside [%v, %v]", d, MinProbeInterval, MaxProbeInterval)}
+	}
+	return nil
 }
 
 // checkReconnect checks node.reconnect_interval and reconnect_timeout.
@@ -1202,8 +1237,14 @@ func (f *File) Validate() error {
 	if err := checkReconnect(ri, rt); err != nil {
 		return fmt.Errorf("node.%s: %s", err.field, err.msg)
 	}
-	if pi := n.ProbeInterval; pi != 0 && (pi < MinProbeInterval || pi > MaxProbeInterval) { // zero: the default
-		return fmt.Errorf("node.probe_interval: %v is outside [%v, %v]", pi, MinProbeInterval, MaxProbeInterval)
+	pi := n.ProbeInterval
+	if pi == 0 {
+		pi = DefaultProbeInterval // zero: the default
+	}
+	for _, err := range []*checkError{checkDrainDelay(n.DrainDelay), checkProbeInterval(pi)} {
+		if err != nil {
+			return fmt.Errorf("node.%s: %s", err.field, err.msg)
+		}
 	}
 	if len(f.Rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
@@ -1295,6 +1336,7 @@ func Default() *File {
 			ReconnectInterval: DefaultReconnectInterval,
 			ReconnectTimeout:  DefaultReconnectTimeout,
 			ProbeInterval:     DefaultProbeInterval,
+			DrainDelay:        DefaultDrainDelay,
 		},
 		Rules: []Rule{{
 			Name:     "default",
@@ -1369,6 +1411,7 @@ func Marshal(f *File) ([]byte, error) {
 	if n.ProbeInterval != 0 {
 		raw.Node.ProbeInterval = n.ProbeInterval.String()
 	}
+	raw.Node.DrainDelay = n.DrainDelay.String() // always: absent means the default, not 0
 	if n.LatencyHint != (LatencyHint{}) {
 		raw.Node.LatencyHint = n.LatencyHint.String()
 	}

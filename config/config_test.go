@@ -204,6 +204,7 @@ func TestParseBad(t *testing.T) {
 		{"reconnect interval not a duration", "node:\n  reconnect_interval: 5\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.reconnect_interval", "not a duration"}, 2},
 		{"reconnect interval too short", "node: {reconnect_interval: 1ms}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_interval", "outside"}, 0},
 		{"reconnect timeout below interval", "node: {reconnect_interval: 10s, reconnect_timeout: 5s}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout", "outside"}, 0},
+		{"drain delay too long", "node: {drain_delay: 1h}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.drain_delay", "outside [0s, 5m0s]"}, 0},
 		{"probe interval too short", "node: {probe_interval: 10ms}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.probe_interval", "outside [50ms, 10s]"}, 0},
 		{"probe interval not a duration", "node:\n  probe_interval: fast\nrules: [{name: a, rate: 1/s}]\n", []string{"t.yaml:2: node.probe_interval", "not a duration"}, 2},
 		{"reconnect timeout too long", "node: {reconnect_timeout: 10000h}\nrules: [{name: a, rate: 1/s}]\n", []string{"node.reconnect_timeout"}, 0},

@@ -26,7 +26,7 @@ func fullFile() *File {
 			TLS:      &TLS{CertFile: "/pc.pem", KeyFile: "/pk.pem", CAFile: "/pca.pem"},
 			StateDir: "/var/lib/tm", SnapshotInterval: 250 * time.Millisecond, Insecure: true,
 			APITimeouts: APITimeouts{ReadHeader: time.Second, Read: 2 * time.Second, Write: 3 * time.Second, Idle: 4 * time.Second},
-			MemoryLimit: 512 << 20, ReconnectInterval: 2 * time.Second, ReconnectTimeout: time.Hour, ProbeInterval: 300 * time.Millisecond,
+			MemoryLimit: 512 << 20, ReconnectInterval: 2 * time.Second, ReconnectTimeout: time.Hour, ProbeInterval: 300 * time.Millisecond, DrainDelay: 7 * time.Second,
 			EnvoyConfig: "/etc/envoy", EnvoyShadowMode: true, EnvoyMaxOverridesPerDescriptor: 4, EnvoyMaxOverrides: 100, LatencyHint: LatencyHint{Value: 3 * time.Millisecond}, HTTPRefusalStatus: http.StatusForbidden,
 		},
 		Rules: []Rule{

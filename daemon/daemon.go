@@ -554,6 +554,16 @@ func (d *Daemon) Err() error {
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.shut.Do(func() {
 		d.closing.Store(true)
+		if delay := d.cfg.File.Node.DrainDelay; delay > 0 {
+			// Readiness off first, still serving, so that load balancers
+			// stop sending requests before the listeners close.
+			d.api.SetDraining(true)
+			d.log.Info("draining: /readyz answers 503 and health NOT_SERVING; the listeners close after node.drain_delay", "drain_delay", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+		}
 		d.stopBg()
 		d.bg.Wait()
 		d.api.SetReady(false)

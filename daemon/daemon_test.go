@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,7 +26,7 @@ import (
 )
 
 // loopbackNode is a node section on 127.0.0.1 port 0 everywhere.
-const loopbackNode = "node:\n  name: %s\n  api_addr: 127.0.0.1:0\n  grpc_addr: 127.0.0.1:0\n  peer_addr: 127.0.0.1:0\n  gossip_addr: 127.0.0.1:0\n"
+const loopbackNode = "node:\n  name: %s\n  api_addr: 127.0.0.1:0\n  grpc_addr: 127.0.0.1:0\n  peer_addr: 127.0.0.1:0\n  gossip_addr: 127.0.0.1:0\n  drain_delay: 0s\n"
 
 // writeConfig writes text to path, as an editor that renames a new file
 // over the old one.
@@ -348,5 +349,48 @@ func TestAppendEnvoyRules(t *testing.T) {
 	}
 	if _, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []cluster.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
 		t.Errorf("collision reported as %q, want rls.edge.ip", dup)
+	}
+}
+
+// With node.drain_delay, Shutdown first turns readiness off (/readyz 503
+// "draining", gRPC health NOT_SERVING) while the node still answers
+// checks, for the delay; then the listeners close.
+func TestDaemonDrainDelay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokenmesh.yaml")
+	node := strings.Replace(strings.Replace(loopbackNode, "%s", "d1", 1), "drain_delay: 0s", "drain_delay: 800ms", 1)
+	writeConfig(t, path, node+"rules:\n  - {name: api, rate: 1/s, burst: 100}\n")
+	d := startFrom(t, path, Config{})
+	waitReady(t, d)
+	api := d.APIURL()
+	shut := make(chan error, 1)
+	start := time.Now()
+	go func() { shut <- d.Shutdown(context.Background()) }()
+	var sawDraining bool
+	for time.Since(start) < 5*time.Second && !sawDraining {
+		resp, err := http.Get(api + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz refused a connection %v after Shutdown began (the drain delay is 800ms): %v", time.Since(start), err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && strings.TrimSpace(string(body)) == "draining" {
+			sawDraining = true
+			if r := check(t, d, "api", "k"); !r.Allowed {
+				t.Errorf("a check while draining: %+v; want it answered (allowed)", r)
+			}
+		}
+	}
+	if !sawDraining {
+		t.Fatal("/readyz never answered 503 draining")
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took < 800*time.Millisecond {
+		t.Errorf("Shutdown returned after %v, before the drain delay of 800ms", took)
+	}
+	if c, err := net.DialTimeout("tcp", d.Addrs().API, time.Second); err == nil {
+		c.Close()
+		t.Error("the API still accepts connections after Shutdown")
 	}
 }

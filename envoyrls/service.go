@@ -218,45 +218,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	cfg, shadow := s.cfg.Load(), s.shadow.Load() // one config, one mode for the whole call
 	var replaced map[string]bool                 // made on the first limit that replaces another
 	for i, d := range ds {
-		es := d.GetEntries()
-		if len(es) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d entries; at most %d", i, len(es), MaxEntries)
+		l, key, h, err := s.matchDescriptor(ctx, cfg, req, i, d)
+		if err != nil {
+			return nil, err
 		}
-		entries := make([]Entry, len(es))
-		for j, e := range es {
-			if !utf8.ValidString(e.GetKey()) || !utf8.ValidString(e.GetValue()) {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value must be UTF-8", i, j)
-			}
-			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+		limits[i], keys[i], hits[i] = l, key, h
+		if l == nil || d.GetLimit() != nil {
+			continue // an override replaces nothing
 		}
-		raw := uint64(req.GetHitsAddend())
-		if d.GetHitsAddend() != nil {
-			raw = d.GetHitsAddend().GetValue()
-		}
-		h := int64(min(max(1, raw), MaxHits+1))
-		if h > MaxHits {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
-		}
-		if raw > 0 {
-			h = -h // a charge: a rule with overdraft takes it whatever the level
-		}
-		hits[i] = h
-		if ov := d.GetLimit(); ov != nil {
-			l, key, err := s.override(ctx, cfg, req.GetDomain(), i, entries, ov)
-			if err != nil {
-				return nil, err
-			}
-			limits[i], keys[i] = l, key
-			continue
-		}
-		l, key := cfg.Match(req.GetDomain(), entries)
-		if l == nil {
-			continue
-		}
-		if len(key) > cluster.MaxKeyBytes {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: its values make a %d-byte key; at most %d", i, len(key), cluster.MaxKeyBytes)
-		}
-		limits[i], keys[i] = l, key
 		for _, r := range l.Replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
@@ -274,19 +243,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits):
 	// the hits go back to the bucket (a refund), nothing is checked, and
 	// the descriptor is answered OK without a limit.
-	var refunds []cluster.BatchItem
-	for i, l := range limits {
-		if l != nil && ds[i].GetIsNegativeHits() {
-			if l.Rule != "" {
-				refunds = append(refunds, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i])})
-			}
-			limits[i] = nil
-		}
-	}
-	if len(refunds) > 0 {
-		if err := s.refund(ctx, refunds); err != nil {
-			return nil, err
-		}
+	if err := s.refundNegative(ctx, ds, limits, keys, hits); err != nil {
+		return nil, err
 	}
 	items := itemsBuf[:0]
 	for i, l := range limits {
@@ -369,51 +327,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		if r1 != nil {
-			st.CurrentLimit = &r1.limit
-		} else {
-			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{}
-		}
-		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = l.Name, l.RequestsPerUnit, l.Unit
-		unit := l.Period()
-		over := true
-		reset := unit
+		var res *cluster.BatchResult
 		if idx[i] >= 0 {
-			r := results[idx[i]]
-			over = !r.Allowed
-			if r.Remaining >= 0 && !over {
-				rem := min(r.Remaining, int64(l.RequestsPerUnit))
-				st.LimitRemaining = uint32(rem)
-				// Time for the bucket to refill to requests_per_unit at
-				// requests_per_unit per unit.
-				missing := int64(l.RequestsPerUnit) - rem
-				reset = time.Duration(math.Ceil(float64(unit) * float64(missing) / float64(l.RequestsPerUnit)))
-			}
+			res = &results[idx[i]]
 		}
-		if l.Algorithm == AlgorithmFixedWindow {
-			// envoyproxy/ratelimit's CalculateReset: unit - now % unit, in
-			// whole seconds of Unix time.
-			sec := int64(unit / time.Second)
-			reset = time.Duration(sec-s.clock().Unix()%sec) * time.Second
-		}
-		if r1 != nil {
-			// durationpb.New's fields, without its allocation.
-			r1.reset.Seconds, r1.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
-			st.DurationUntilReset = &r1.reset
-		} else {
-			st.DurationUntilReset = durationpb.New(reset)
-		}
-		if over {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			switch {
-			case l.QuotaMode:
-				// envoyproxy/ratelimit answers a quota_mode violation OK,
-				// without duration_until_reset.
-				st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
-			case l.ShadowMode:
-				st.Code = rlsv3.RateLimitResponse_OK
-			}
-		}
+		reset := s.fillStatus(st, l, res, r1)
 		if st.LimitRemaining < minRemaining {
 			closest, closestReset, minRemaining = st, reset, st.LimitRemaining
 		}
@@ -429,22 +347,146 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.shadowed.Add(1)
 	}
 	if closest != nil {
-		resetS := (closestReset + time.Second - 1) / time.Second
 		var hs *headers
 		if r1 != nil {
 			hs = &r1.headers
 		} else {
 			hs = &headers{}
 		}
-		hs.values = [3]corev3.HeaderValue{
-			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
-			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
-			{Key: HeaderReset, Value: strconv.FormatInt(int64(resetS), 10)},
-		}
-		hs.ptrs = [3]*corev3.HeaderValue{&hs.values[0], &hs.values[1], &hs.values[2]}
+		hs.set(closest, closestReset)
 		resp.ResponseHeadersToAdd = hs.ptrs[:]
 	}
 	return resp, nil
+}
+
+// set fills the x-ratelimit-* headers from the status closest to its
+// limit and its reset (rounded up to whole seconds).
+func (hs *headers) set(closest *rlsv3.RateLimitResponse_DescriptorStatus, reset time.Duration) {
+	resetS := (reset + time.Second - 1) / time.Second
+	hs.values = [3]corev3.HeaderValue{
+		{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+		{Key: HeaderReset, Value: strconv.FormatInt(int64(resetS), 10)},
+	}
+	hs.ptrs = [3]*corev3.HeaderValue{&hs.values[0], &hs.values[1], &hs.values[2]}
+}
+
+// refundNegative gives back the hits of the descriptors with
+// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits) and
+// takes them out of the check (limits[i] = nil: answered OK without a
+// limit). Errors: refund's.
+func (s *Service) refundNegative(ctx context.Context, ds []*ratelimitv3.RateLimitDescriptor, limits []*Limit, keys []string, hits []int64) error {
+	var refunds []cluster.BatchItem
+	for i, l := range limits {
+		if l != nil && ds[i].GetIsNegativeHits() {
+			if l.Rule != "" {
+				refunds = append(refunds, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i])})
+			}
+			limits[i] = nil
+		}
+	}
+	if len(refunds) == 0 {
+		return nil
+	}
+	return s.refund(ctx, refunds)
+}
+
+// fillStatus fills st, the status of a descriptor limited by l (not
+// unlimited), from its check's result res (nil: not checked, as over its
+// limit): current_limit, limit_remaining, duration_until_reset and the
+// code (OVER_LIMIT, or OK in quota or shadow mode), in r1's parts for a
+// one-descriptor response (nil: allocated). It returns the time until
+// the bucket is back to requests_per_unit (fixed window: the window's
+// end), for the x-ratelimit-reset header.
+func (s *Service) fillStatus(st *rlsv3.RateLimitResponse_DescriptorStatus, l *Limit, res *cluster.BatchResult, r1 *response1) time.Duration {
+	if r1 != nil {
+		st.CurrentLimit = &r1.limit
+	} else {
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{}
+	}
+	st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = l.Name, l.RequestsPerUnit, l.Unit
+	unit := l.Period()
+	over := true
+	reset := unit
+	if res != nil {
+		over = !res.Allowed
+		if res.Remaining >= 0 && !over {
+			rem := min(res.Remaining, int64(l.RequestsPerUnit))
+			st.LimitRemaining = uint32(rem)
+			// Time for the bucket to refill to requests_per_unit at
+			// requests_per_unit per unit.
+			missing := int64(l.RequestsPerUnit) - rem
+			reset = time.Duration(math.Ceil(float64(unit) * float64(missing) / float64(l.RequestsPerUnit)))
+		}
+	}
+	if l.Algorithm == AlgorithmFixedWindow {
+		// envoyproxy/ratelimit's CalculateReset: unit - now % unit, in
+		// whole seconds of Unix time.
+		sec := int64(unit / time.Second)
+		reset = time.Duration(sec-s.clock().Unix()%sec) * time.Second
+	}
+	if r1 != nil {
+		// durationpb.New's fields, without its allocation.
+		r1.reset.Seconds, r1.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &r1.reset
+	} else {
+		st.DurationUntilReset = durationpb.New(reset)
+	}
+	if over {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case l.QuotaMode:
+			// envoyproxy/ratelimit answers a quota_mode violation OK,
+			// without duration_until_reset.
+			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
+		case l.ShadowMode:
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+	}
+	return reset
+}
+
+// matchDescriptor is descriptor i's limit and key (nil: none, for an
+// unknown domain or no match) and its hits: > 0 a check of that many
+// tokens (hits_addend 0 or unset counts 1), < 0 a charge of -hits
+// (hits_addend set, at least 1: a rule with overdraft takes it whatever
+// the level). A descriptor with a limit override gets its derived rule
+// (override). Errors: gRPC INVALID_ARGUMENT statuses naming the
+// descriptor (too many entries, not UTF-8, hits above MaxHits, a key
+// above cluster.MaxKeyBytes), and override's.
+func (s *Service) matchDescriptor(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, i int,
+	d *ratelimitv3.RateLimitDescriptor) (*Limit, string, int64, error) {
+	es := d.GetEntries()
+	if len(es) > MaxEntries {
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d entries; at most %d", i, len(es), MaxEntries)
+	}
+	entries := make([]Entry, len(es))
+	for j, e := range es {
+		if !utf8.ValidString(e.GetKey()) || !utf8.ValidString(e.GetValue()) {
+			return nil, "", 0, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value must be UTF-8", i, j)
+		}
+		entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	raw := uint64(req.GetHitsAddend())
+	if d.GetHitsAddend() != nil {
+		raw = d.GetHitsAddend().GetValue()
+	}
+	h := int64(min(max(1, raw), MaxHits+1))
+	if h > MaxHits {
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d above %d", i, h, MaxHits)
+	}
+	if raw > 0 {
+		h = -h
+	}
+	if ov := d.GetLimit(); ov != nil {
+		l, key, err := s.override(ctx, cfg, req.GetDomain(), i, entries, ov)
+		return l, key, h, err
+	}
+	l, key := cfg.Match(req.GetDomain(), entries)
+	if l != nil && len(key) > cluster.MaxKeyBytes {
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "descriptors[%d]: its values make a %d-byte key; at most %d", i, len(key), cluster.MaxKeyBytes)
+	}
+	return l, key, h, nil
 }
 
 // Refunder is a Checker that can give tokens back to a key's bucket

@@ -28,7 +28,7 @@
 // with the same answers). An item the cluster could not decide
 // gets allowed=false and its error set; the others are still decided. A
 // body that is not a CheckRequest is refused with 400 naming what is
-// wrong, a body above MaxBodyBytes with 400 as well.
+// wrong, a body above MaxBodyBytes with 413.
 //
 // # Metrics
 //
@@ -56,6 +56,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -104,9 +105,12 @@ type Server struct {
 	tbl     atomic.Pointer[ruleTable] // replaced by SetRules
 	rulesMu sync.Mutex                // serializes SetRules (the metric series it creates and deletes)
 	ready   atomic.Bool
-	health  *health.Server
-	handler http.Handler
-	metrics *metrics
+	// draining: readiness off (/readyz 503, health NOT_SERVING) while the
+	// API still answers (SetDraining)
+	draining atomic.Bool
+	health   *health.Server
+	handler  http.Handler
+	metrics  *metrics
 	// healthNames are further gRPC services reported in the health
 	// service (AddHealthService, RegisterRLS), under healthMu.
 	healthMu    sync.Mutex
@@ -152,7 +156,7 @@ func New(node *limiter.Node, rules []cluster.Rule) *Server {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	mux.Handle("/", http.MaxBytesHandler(gw, MaxBodyBytes))
+	mux.Handle("/", limitBody(gw, MaxBodyBytes))
 	s.handler = mux
 	return s
 }
@@ -178,7 +182,23 @@ func (s *Server) SetReady(ready bool) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	s.ready.Store(ready)
-	st := servingStatus(ready)
+	s.setHealth(ready && !s.draining.Load())
+}
+
+// SetDraining turns what /readyz ("draining", 503) and the gRPC health
+// service (NOT_SERVING) report off while draining is true, without
+// refusing requests: a node that is about to stop tells its load
+// balancer first (package daemon's drain delay).
+func (s *Server) SetDraining(draining bool) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	s.draining.Store(draining)
+	s.setHealth(s.ready.Load() && !draining)
+}
+
+// setHealth sets every name's status in the health service (healthMu held).
+func (s *Server) setHealth(serving bool) {
+	st := servingStatus(serving)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(tokenmeshv1.RateLimitService_ServiceDesc.ServiceName, st)
 	for _, n := range s.healthNames {
@@ -195,7 +215,7 @@ func (s *Server) AddHealthService(name string) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	s.healthNames = append(s.healthNames, name)
-	s.health.SetServingStatus(name, servingStatus(s.ready.Load()))
+	s.health.SetServingStatus(name, servingStatus(s.ready.Load() && !s.draining.Load()))
 }
 
 // servingStatus is the health service's status for ready.
@@ -443,7 +463,11 @@ func (s *Server) ListRules(context.Context, *tokenmeshv1.ListRulesRequest) (*tok
 // writeStatus answers an HTTP request whose call failed: the gRPC status
 // as JSON ({"code": 3, "message": "...", "details": []}) with its HTTP
 // status code (runtime.HTTPStatusFromCode: INVALID_ARGUMENT is 400).
-func writeStatus(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+func writeStatus(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if tooLarge(r) {
+		writeTooLarge(w)
+		return
+	}
 	st := status.Convert(err)
 	b, merr := m.Marshal(st.Proto())
 	if merr != nil {
@@ -485,6 +509,10 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusServiceUnavailable, "not ready")
 		return
 	}
+	if s.draining.Load() {
+		writeText(w, http.StatusServiceUnavailable, "draining")
+		return
+	}
 	writeText(w, http.StatusOK, "ready")
 }
 
@@ -492,4 +520,57 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintln(w, msg)
+}
+
+// bodyTooLargeKey is the request context key of the flag limitBody sets
+// when a body went past the limit.
+type bodyTooLargeKey struct{}
+
+// limitBody serves h with request bodies bounded to n bytes, as
+// http.MaxBytesHandler does, and answers a body past the bound with 413
+// (writeStatus reads the flag: grpc-gateway reports the read error as
+// INVALID_ARGUMENT, 400): at once when Content-Length says so, else when
+// the read goes past it.
+func limitBody(h http.Handler, n int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > n {
+			writeTooLarge(w)
+			return
+		}
+		flag := new(atomic.Bool)
+		r = r.WithContext(context.WithValue(r.Context(), bodyTooLargeKey{}, flag))
+		r.Body = &flaggedBody{ReadCloser: http.MaxBytesReader(w, r.Body, n), tooLarge: flag}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// flaggedBody sets tooLarge when its read goes past http.MaxBytesReader's
+// limit.
+type flaggedBody struct {
+	io.ReadCloser
+	tooLarge *atomic.Bool
+}
+
+func (b *flaggedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		b.tooLarge.Store(true)
+	}
+	return n, err
+}
+
+// tooLarge reports whether r's body went past limitBody's bound.
+func tooLarge(r *http.Request) bool {
+	f, ok := r.Context().Value(bodyTooLargeKey{}).(*atomic.Bool)
+	return ok && f.Load()
+}
+
+// writeTooLarge answers 413 with the API's JSON error (code
+// INVALID_ARGUMENT, the bound named).
+func writeTooLarge(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = fmt.Fprintf(w, "{\"code\": %d, \"message\": \"request body above %d bytes\"}\n", codes.InvalidArgument, MaxBodyBytes)
 }

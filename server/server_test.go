@@ -384,7 +384,6 @@ func TestBadBodies(t *testing.T) {
 		{"fraction", `{"checks":[{"rule":"api","key":"a","hits":1.5}]}`, "hits"},
 		{"unknown field", `{"checks":[{"rule":"api","key":"a","hits":1}],"brust":1}`, "brust"},
 		{"unknown item field", `{"checks":[{"rule":"api","key":"a","hits":1,"hit":2}]}`, "hit"},
-		{"oversized", huge, "too large"},
 		{"empty object", `{}`, "checks: is empty"},
 		{"empty body", "", "checks: is empty"},
 	} {
@@ -392,6 +391,21 @@ func TestBadBodies(t *testing.T) {
 		e := decodeError(t, rec)
 		if rec.Code != http.StatusBadRequest || e.Code != int(codes.InvalidArgument) || e.Message == "" || !strings.Contains(e.Message, tc.want) {
 			t.Errorf("%s: %d %.300s, want 400 {code 3} with a message containing %q", tc.name, rec.Code, rec.Body, tc.want)
+		}
+	}
+	// A body above MaxBodyBytes: 413, whether its Content-Length says so
+	// or it is streamed without one.
+	for _, known := range []bool{true, false} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/check", strings.NewReader(huge))
+		r.Header.Set("Content-Type", "application/json")
+		if !known {
+			r.ContentLength = -1
+		}
+		s.Handler().ServeHTTP(rec, r)
+		e := decodeError(t, rec)
+		if rec.Code != http.StatusRequestEntityTooLarge || e.Code != int(codes.InvalidArgument) || !strings.Contains(e.Message, "request body above") {
+			t.Errorf("oversized (Content-Length known: %v): %d %.300s, want 413 {code 3, request body above ...}", known, rec.Code, rec.Body)
 		}
 	}
 	// None of them was decided: key "a" is whole.
@@ -478,6 +492,21 @@ func TestHealthAndReadiness(t *testing.T) {
 	s.SetReady(true)
 	if rec := do(s, "GET", "/readyz", ""); rec.Code != 200 {
 		t.Errorf("/readyz after SetReady(true): %d", rec.Code)
+	}
+	// draining: readiness off, checks still answered
+	s.SetDraining(true)
+	if rec := do(s, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable || strings.TrimSpace(rec.Body.String()) != "draining" {
+		t.Errorf("/readyz while draining: %d %q, want 503 draining", rec.Code, rec.Body)
+	}
+	if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health while draining: %v %v, want NOT_SERVING", resp, err)
+	}
+	if _, err := s.Check(ctx, req(item("api", "k", 1))); err != nil {
+		t.Errorf("Check while draining: %v, want answered", err)
+	}
+	s.SetDraining(false)
+	if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health after draining: %v %v, want SERVING", resp, err)
 	}
 	if rec := do(s, "GET", "/nope", ""); rec.Code != http.StatusNotFound {
 		t.Errorf("/nope: %d", rec.Code)

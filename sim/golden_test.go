@@ -22,7 +22,12 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/scenario-
 // simulator before per-peer detection: the new field at 0 changes nothing,
 // nor draws anything more from the seed. testdata/scenario-results.sha256
 // was written with -update-golden by 0847d67 (the commit before it) and
-// again by 10e06b3, when sim.Result gained the waiting-mode fields; each
+// again by 10e06b3, when sim.Result gained the waiting-mode fields, and
+// for gdrl's lines when its records gained the fields that close the
+// property tests' seeds 79 and 90 (issue 28; merge of gdrlseeds: the
+// admitted and refused counts of every scenario unchanged, peer messages
+// and bytes changed, e.g. crash-hot-owner 1,060,150 -> 1,060,168
+// messages); each
 // line is the sha256 of goldenJSON(result), which encodes the fields
 // sim.Result and sim.Outcome had then, so that a field added later does
 // not change every hash while any change to those fields' values does.

@@ -22,7 +22,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/rlqs"
 )
 
-// shutdownTimeout bounds the wait for in-flight API requests at shutdown.
+// shutdownTimeout bounds the wait for in-flight API requests at shutdown
+// (after node.drain_delay).
 const shutdownTimeout = 5 * time.Second
 
 // serveOptions are serve's flags.
@@ -190,7 +191,7 @@ wait:
 	if serveErr != nil {
 		logger.Error("shutting down", "reason", serveErr.Error())
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), f.Node.DrainDelay+shutdownTimeout)
 	defer cancel()
 	if err := d.Shutdown(sctx); err != nil && serveErr == nil {
 		serveErr = err

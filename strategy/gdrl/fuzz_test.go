@@ -72,6 +72,25 @@ func fuzzSeeds(g *gdrl.GDRL) [][]byte {
 			Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2}}, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}}},
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Later: true}}},
 		{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: &peerv1.GdrlFenceAck{Inc: 5, Version: 1, Node: "n3", Absorbed: true}}},
+		// Give-ups by a later heir, named in a fence to the incarnation,
+		// in a fence between heirs, and in a tombstone of a record; and a
+		// record carrying the records its sender holds of wards out of
+		// its view.
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: inc, Version: 9, DefaultCapacity: 1,
+			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 3, By: "n2", ByInc: 11, DefaultCapacity: 2, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 4}},
+				GivenUp: []*peerv1.GdrlTransfer{{Id: id, Items: items}}, Passed: []*peerv1.GdrlTransfer{{Id: id3, Items: items}}},
+				{Version: 3, By: "n1", ByInc: 7, CreditsOnly: true}}}}},
+		{Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5, Version: 2, Node: "n3", DefaultCapacity: 1,
+			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultCapacity: 2, Passed: []*peerv1.GdrlTransfer{{Id: id2, Items: items}}}}}}},
+		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 2, Parts: 127, DefaultCapacity: 4, GivenUp: []uint64{1},
+			Retired:  []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 3, OnBehalf: []*peerv1.GdrlTransfer{{Id: id3, Items: items}}}},
+			Draining: []*peerv1.GdrlTombstone{{Node: "n0", Inc: inc, Version: 1, DefaultCapacity: 2, OnBehalf: []*peerv1.GdrlTransfer{{Id: id, Items: items}}}},
+			Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 4, GivenUp: []uint64{2},
+				Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 11, DefaultBurst: 3}}}},
+			Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9, Version: 6}}}}},
+		// A lost tombstone (of a record lost with its holder).
+		{Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Epoch: 1, Version: 3, Parts: 8,
+			Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 6, Lost: true}}}}},
 	}
 	var out [][]byte
 	for _, m := range bodies {
@@ -123,6 +142,7 @@ func TestReceiveErrors(t *testing.T) {
 	}
 	totalB := int64(6) * gdrl.UnitsPerToken
 	seeds := fuzzSeeds(g)
+	items0 := []*peerv1.GdrlItem{{Key: "a", Capacity: 1}}
 	var fx strategy.Effects
 	for i, s := range seeds[:len(seeds)-3] {
 		if err := fuzzNode(t).Receive(0, "n1", s, &fx); err != nil {
@@ -152,6 +172,37 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2*totalB + 1}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 1 << 57}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2*totalC + 1}}}}},
+		// Give-ups by a later heir (GdrlAbsorbed): without a version or a
+		// giver, credits only with amounts, amounts beyond the bounds, a
+		// bad transfer.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{By: "n2", ByInc: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, ByInc: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2"}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, CreditsOnly: true, DefaultCapacity: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, DefaultCapacity: 2*totalC + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Burst: -2*totalB - 1}}}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
+			GivenUp: []*peerv1.GdrlTransfer{{Id: &peerv1.GdrlTransferId{Src: "n1", SrcInc: 1, Seq: 1, Dst: "n0", DstInc: 1}, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: -1}}}}}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
+			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Passed: []*peerv1.GdrlTransfer{{Items: items0}}}}}}}}},
+		// Retired and draining tombstones (GdrlRecord.retired, .draining)
+		// without a node, with an amount beyond the bounds, a bad transfer.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Retired: []*peerv1.GdrlTombstone{{Inc: 5, Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1, DefaultBurst: 2*totalB + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
+			OnBehalf: []*peerv1.GdrlTransfer{{Items: items0}}}}}}},
+		// Inheritances given up at version 0 (GdrlRecord.given_up,
+		// GdrlTombstone.given_up).
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, GivenUp: []uint64{2, 0}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1, GivenUp: []uint64{0}}}}}},
+		// Held records (GdrlRecord.held) without a node, an incarnation or
+		// a version; a lost tombstone with an amount or a credit.
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Inc: 9, Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Version: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Held: []*peerv1.GdrlHeldRecord{{Node: "n2", Inc: 9}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 1, Lost: true, DefaultCapacity: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n2", Inc: 9, Version: 1, Lost: true,
+			OnBehalf: []*peerv1.GdrlTransfer{{Id: &peerv1.GdrlTransferId{Src: "n1", SrcInc: 1, Seq: 1, Dst: "n2", DstInc: 9}, Items: items0}}}}}}},
 		// An incarnation that starts after now + 10 s (received at 0).
 		{Inc: uint64(10001) << 20, Body: &peerv1.GdrlMessage_Hello{Hello: &peerv1.GdrlHello{}}},
 	}
@@ -172,6 +223,8 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{DefaultCapacity: -2 * totalC}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2 * totalB}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2 * totalC}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
+			DefaultCapacity: -2 * totalC, Items: []*peerv1.GdrlItem{{Key: "a", Burst: 2 * totalB}}}}}}},
 	}
 	for i, m := range edge {
 		b, _ := proto.Marshal(m)

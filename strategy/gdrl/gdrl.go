@@ -108,14 +108,15 @@ type GDRL struct {
 	tombs []*tombstone
 	// retired: tombstones whose incarnation answered a fence alive, kept
 	// for what they credited on its behalf until this node is fenced by
-	// an heir of a record that held them (see onFenced); local, not
-	// replicated.
+	// an heir of a record that held them (see onFenced); replicated
+	// (partLocal), and taken over by an heir of this node.
 	retired []*tombstone
 	// draining: tombstones dropped when an heir fenced this node (its
 	// copies took over) that credited transfers after the version the
 	// heir took, which no copy knows of; each still fences its
 	// incarnation, for those credits only, until answered (see
-	// onFenced); local, not replicated, and they settle nothing.
+	// onFenced); they settle nothing. Replicated (partLocal), and taken
+	// over by an heir of this node, which drains them in turn.
 	draining []*tombstone
 	// fenceCredits: per inheritance fenced, the transfers to this
 	// incarnation that a fence of it named as credited on its behalf and
@@ -129,6 +130,10 @@ type GDRL struct {
 	fenceReported map[TransferID]bool
 	held          map[strategy.NodeID]*heldRecord
 	fencesApplied map[fenceKey]bool
+	// proxiesDone: the give-ups of this incarnation's inheritances by
+	// later heirs (absorbedInh) that a fence named here and that were
+	// reconciled (see onFenced), each once.
+	proxiesDone map[proxyKey]bool
 
 	nextTick time.Duration
 	tickReq  time.Duration // the interval tick last asked for with WakeAt
@@ -207,13 +212,31 @@ type gatedMsg struct {
 
 // tombstone is what an heir keeps of an incarnation it inherited.
 type tombstone struct {
-	node      strategy.NodeID
-	inc       uint64
-	version   uint64
-	dc, db    int64
-	items     []item // inherited explicit shares
-	applied   filters
-	onBehalf  []*transfer
+	node     strategy.NodeID
+	inc      uint64
+	version  uint64
+	dc, db   int64
+	items    []item // inherited explicit shares
+	applied  filters
+	onBehalf []*transfer
+	// absorbed: the earlier inheritances of the same incarnation this
+	// tombstone gave up on its behalf, or took over from a tombstone it
+	// absorbed (see absorb in heir.go); named to the incarnation when it
+	// is fenced, so that it undoes a give-up of its own.
+	absorbed []*absorbedInh
+	// held: the records the inherited ward held of its own wards out of
+	// its view (heldRecord.held), kept until the ward's incarnation is
+	// known dead and then learnt (see learnHeld); local.
+	held map[strategy.NodeID]heldRef
+	// lost: a tombstone of a record lost with its holder (see learnHeld):
+	// no amounts, no filter; it settles no transfer and fences no
+	// incarnation, and absorbs the fence of an earlier tombstone of its
+	// incarnation.
+	lost bool
+	// givenUp: the inheritances of the incarnation (record versions) that
+	// it had given up itself by the version inherited (heldRecord.givenUp):
+	// a fence of one of them into this tombstone gives up nothing more.
+	givenUp   []uint64
 	fenceDone bool
 	fencing   bool
 	fenceSent time.Duration
@@ -229,6 +252,44 @@ type tombstone struct {
 	heirSent    time.Duration
 }
 
+// absorbedInh is one earlier inheritance of a tombstone's incarnation
+// (its record version) that a node holding a later tombstone of that
+// incarnation gave up as the incarnation would have (see absorb in
+// heir.go; ours): what was given up, the inherited amounts (capacity in
+// units per second, burst in units) and the transfers credited on the
+// incarnation's behalf given up with them (gaveUp), and the credits on its
+// behalf that the later record did not show, settled elsewhere by the
+// later tombstone and passed on for the incarnation to reconcile
+// (passed). by and byInc name the node that gave it up: one give-up,
+// however many copies of the tombstone carry it (proxyKey).
+type absorbedInh struct {
+	version uint64
+	by      strategy.NodeID
+	byInc   uint64
+	dc, db  int64
+	items   []item
+	gaveUp  []*transfer
+	passed  []*transfer
+	// creditsOnly: the amounts were given up by another give-up of the
+	// same inheritance that the tombstone carries; this one names credits
+	// only (dc, db and items are zero).
+	creditsOnly bool
+	// at is the first version of this node's record that holds it (see
+	// tombstone.at); not on the wire.
+	at uint64
+}
+
+// proxyKey names one give-up of an inheritance by a later heir (see
+// absorbedInh).
+type proxyKey struct {
+	version     uint64
+	by          strategy.NodeID
+	byInc       uint64
+	creditsOnly bool
+}
+
+func (a *absorbedInh) key() proxyKey { return proxyKey{a.version, a.by, a.byInc, a.creditsOnly} }
+
 // heldRecord is a ward's replicated share record.
 type heldRecord struct {
 	inc, epoch, version uint64
@@ -238,7 +299,21 @@ type heldRecord struct {
 	applied             filters
 	tombs               []*tombstone
 	inView              bool
+	// held: the records the ward holds of its own wards out of its view
+	// (GdrlRecord.held; none from a build before the field), learnt if
+	// this node inherits the ward once it is known dead (learnHeld).
+	held map[strategy.NodeID]heldRef
+	// givenUp: the ward's inheritances (record versions) it had given up
+	// (GdrlRecord.given_up; none from a build before the field).
+	givenUp []uint64
+	// retired and draining: the ward's (GdrlRecord.retired, .draining;
+	// none from a build before the fields), taken over by its heir.
+	retired, draining []*tombstone
 }
+
+// heldRef names a record a ward holds of its own ward (GdrlRecord.held):
+// that ward's incarnation and the record's version.
+type heldRef struct{ inc, version uint64 }
 
 // fenceKey names one inheritance: the incarnation inherited and the
 // version of its record. Not the heir: a tombstone travels in its heir's
@@ -256,6 +331,9 @@ const (
 	partOutbox
 	partApplied
 	partTombs
+	partGivenUp // this incarnation's inheritances given up (GdrlRecord.given_up)
+	partHeld    // the records held of wards out of view (GdrlRecord.held)
+	partLocal   // the retired and draining tombstones (GdrlRecord.retired, .draining)
 	numParts
 )
 
@@ -380,6 +458,7 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.seqTo = map[srcKey]uint64{}
 	g.held = map[strategy.NodeID]*heldRecord{}
 	g.fencesApplied = map[fenceKey]bool{}
+	g.proxiesDone = map[proxyKey]bool{}
 	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
 	g.fenceReported = map[TransferID]bool{}
 	return g, nil
@@ -487,7 +566,7 @@ func (g *GDRL) Applied(id TransferID) bool {
 	tombed := false
 	for _, t := range g.tombs {
 		if t.node == dst && t.inc == dstInc {
-			if t.applied.credited(id) || slices.ContainsFunc(t.onBehalf, func(x *transfer) bool { return x.id == id }) {
+			if t.applied.credited(id) || t.names(id) {
 				return true
 			}
 			tombed = true

@@ -35,7 +35,7 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
 	}
 	for _, tb := range g.tombs {
-		if tb.node == from && tb.inc == inc && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
+		if tb.node == from && tb.inc == inc && !tb.lost && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
 			g.sendFenced(now, tb, fx)
 		}
 	}
@@ -89,6 +89,7 @@ func (g *GDRL) dropStale(from strategy.NodeID, inc uint64, buddy strategy.NodeID
 	}
 	if rec := g.held[from]; rec != nil && rec.inc == inc {
 		delete(g.held, from)
+		g.mark(partHeld)
 	}
 }
 

@@ -113,7 +113,7 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		g.sendRecord(now, fx)
 	}
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
+		if !tb.lost && !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
 			g.sendFenced(now, tb, fx)
 		}
 	}
@@ -141,6 +141,13 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		g.viewAt = now
 	}
 	g.members = view
+	for n := range g.held {
+		// The records of wards out of view travel in this node's own
+		// record (recordMsg): a ward that left or came back changes it.
+		if _, was := slices.BinarySearch(old, n); was != g.inView(n) {
+			g.mark(partHeld)
+		}
+	}
 	for _, n := range old {
 		if rec := g.held[n]; rec != nil && rec.inView && g.gone(n) {
 			g.inherit(now, n, rec, fx)
@@ -183,7 +190,7 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 	}
 	g.resendToGone(now, fx)
 	for _, tb := range g.tombs {
-		if !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
+		if !tb.lost && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
 			g.sendFenced(now, tb, fx)
 		}
 		for n := range tb.heirAsked {

@@ -183,6 +183,24 @@ func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 			r.Tombstones = append(r.Tombstones, tb.msg())
 		}
 	}
+	if r.Parts&(1<<partGivenUp) != 0 {
+		r.GivenUp = g.givenUp()
+	}
+	if r.Parts&(1<<partLocal) != 0 {
+		for _, tb := range g.retired {
+			r.Retired = append(r.Retired, tb.localMsg())
+		}
+		for _, tb := range g.draining {
+			r.Draining = append(r.Draining, tb.localMsg())
+		}
+	}
+	if r.Parts&(1<<partHeld) != 0 {
+		for _, n := range g.heldNodes() {
+			if rec := g.held[n]; !g.inView(n) {
+				r.Held = append(r.Held, &peerv1.GdrlHeldRecord{Node: string(n), Inc: rec.inc, Version: rec.version})
+			}
+		}
+	}
 	return r
 }
 
@@ -277,6 +295,18 @@ func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64,
 			rec.tombs = append(rec.tombs, tombFrom(t))
 		}
 	}
+	if r.Parts&(1<<partHeld) != 0 {
+		rec.held = heldFrom(r.Held)
+	}
+	if r.Parts&(1<<partGivenUp) != 0 {
+		rec.givenUp = slices.Clone(r.GivenUp)
+	}
+	if r.Parts&(1<<partLocal) != 0 {
+		rec.retired, rec.draining = tombsFrom(r.Retired), tombsFrom(r.Draining)
+	}
+	if !g.inView(from) {
+		g.mark(partHeld) // a record this node's own record carries (recordMsg)
+	}
 	reply(rec.version, false)
 }
 
@@ -284,6 +314,20 @@ func (g *GDRL) heldNodes() []strategy.NodeID {
 	out := make([]strategy.NodeID, 0, len(g.held))
 	for n := range g.held {
 		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// givenUp is the record versions of this incarnation at which an heir
+// inherited it and that it has given up since (GdrlRecord.given_up),
+// sorted.
+func (g *GDRL) givenUp() []uint64 {
+	var out []uint64
+	for k := range g.fencesApplied {
+		if k.inc == g.inc {
+			out = append(out, k.version)
+		}
 	}
 	slices.Sort(out)
 	return out

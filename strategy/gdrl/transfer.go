@@ -147,7 +147,7 @@ func (g *GDRL) settlesHere(t *transfer) bool {
 		return false
 	}
 	tb := g.tombFor(t.id.Dst, t.id.DstInc)
-	return tb != nil && !(tb.fencing && !tb.fenceDone) && tb.heirTarget == ""
+	return tb != nil && !tb.lost && !(tb.fencing && !tb.fenceDone) && tb.heirTarget == ""
 }
 
 // cmpBool orders false before true.
@@ -175,7 +175,7 @@ func (g *GDRL) settleAsHeir(now time.Duration, t *transfer) {
 // nothing, when t is not (yet) this node's to settle: no tombstone, or one
 // whose fence is in progress.
 func (g *GDRL) creditAsHeir(now time.Duration, tb *tombstone, t *transfer) bool {
-	if tb == nil || (tb.fencing && !tb.fenceDone) || tb.heirTarget != "" {
+	if tb == nil || tb.lost || (tb.fencing && !tb.fenceDone) || tb.heirTarget != "" {
 		return false
 	}
 	if g.credit(now, tb.applied, partTombs, t.id, t.items) {

@@ -100,18 +100,83 @@ func cmpID(a, b TransferID) int {
 
 func (t *tombstone) msg() *peerv1.GdrlTombstone {
 	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
-		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone}
+		Items: itemsMsg(t.items), Applied: appliedMsg(t.applied), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone,
+		Absorbed: absorbedMsg(t.absorbed), GivenUp: t.givenUp, Lost: t.lost}
 }
 
 func tombFrom(m *peerv1.GdrlTombstone) *tombstone {
 	return &tombstone{node: strategy.NodeID(m.Node), inc: m.Inc, version: m.Version, dc: m.DefaultCapacity, db: m.DefaultBurst,
-		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone}
+		items: itemsFrom(m.Items), applied: appliedFrom(m.Applied), onBehalf: transfersFrom(m.OnBehalf), fenceDone: m.FenceDone,
+		absorbed: absorbedFrom(m.Absorbed), givenUp: slices.Clone(m.GivenUp), lost: m.Lost}
+}
+
+// localMsg encodes a retired or draining tombstone (GdrlRecord.retired,
+// .draining): without its duplicate filter, which it no longer uses.
+func (t *tombstone) localMsg() *peerv1.GdrlTombstone {
+	return &peerv1.GdrlTombstone{Node: string(t.node), Inc: t.inc, Version: t.version, DefaultCapacity: t.dc, DefaultBurst: t.db,
+		Items: itemsMsg(t.items), OnBehalf: transfersMsg(t.onBehalf), FenceDone: t.fenceDone, Absorbed: absorbedMsg(t.absorbed)}
+}
+
+func tombsFrom(ms []*peerv1.GdrlTombstone) []*tombstone {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*tombstone, len(ms))
+	for i, m := range ms {
+		out[i] = tombFrom(m)
+	}
+	return out
+}
+
+func absorbedMsg(as []*absorbedInh) []*peerv1.GdrlAbsorbed {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*peerv1.GdrlAbsorbed, len(as))
+	for i, a := range as {
+		out[i] = &peerv1.GdrlAbsorbed{Version: a.version, By: string(a.by), ByInc: a.byInc, DefaultCapacity: a.dc, DefaultBurst: a.db,
+			Items: itemsMsg(a.items), GivenUp: transfersMsg(a.gaveUp), Passed: transfersMsg(a.passed), CreditsOnly: a.creditsOnly}
+	}
+	return out
+}
+
+// absorbedFrom decodes give-ups (a frame without the field, from a build
+// before it, has none).
+func absorbedFrom(ms []*peerv1.GdrlAbsorbed) []*absorbedInh {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*absorbedInh, len(ms))
+	for i, m := range ms {
+		out[i] = &absorbedInh{version: m.Version, by: strategy.NodeID(m.By), byInc: m.ByInc, dc: m.DefaultCapacity, db: m.DefaultBurst,
+			items: itemsFrom(m.Items), gaveUp: transfersFrom(m.GivenUp), passed: transfersFrom(m.Passed), creditsOnly: m.CreditsOnly}
+	}
+	return out
+}
+
+// heldFrom decodes the records a ward holds of its own wards out of its
+// view (GdrlRecord.held).
+func heldFrom(ms []*peerv1.GdrlHeldRecord) map[strategy.NodeID]heldRef {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make(map[strategy.NodeID]heldRef, len(ms))
+	for _, m := range ms {
+		out[strategy.NodeID(m.Node)] = heldRef{inc: m.Inc, version: m.Version}
+	}
+	return out
 }
 
 // msg encodes a held record (for StateBytes).
 func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	m := &peerv1.GdrlRecord{Epoch: r.epoch, Version: r.version, DefaultCapacity: r.dc, DefaultBurst: r.db,
-		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied)}
+		Outbox: transfersMsg(r.outbox), Applied: appliedMsg(r.applied), Parts: 1<<numParts - 1 - 1<<partHeld, GivenUp: r.givenUp}
+	for n, h := range r.held {
+		m.Held = append(m.Held, &peerv1.GdrlHeldRecord{Node: string(n), Inc: h.inc, Version: h.version})
+	}
+	if len(m.Held) > 0 {
+		m.Parts |= 1 << partHeld
+	}
 	keys := make([]string, 0, len(r.shares))
 	for k := range r.shares {
 		keys = append(keys, k)
@@ -123,6 +188,12 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 	}
 	for _, t := range r.tombs {
 		m.Tombstones = append(m.Tombstones, t.msg())
+	}
+	for _, t := range r.retired {
+		m.Retired = append(m.Retired, t.localMsg())
+	}
+	for _, t := range r.draining {
+		m.Draining = append(m.Draining, t.localMsg())
 	}
 	return m
 }
@@ -139,177 +210,269 @@ func (r *heldRecord) msg() *peerv1.GdrlRecord {
 // its version, a tombstone, fence or duplicate filter entry without an
 // incarnation.
 func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("gdrl: message from %s: %s", from, fmt.Sprintf(format, args...))
-	}
-	if m.Inc == 0 {
-		return bad("incarnation 0")
-	}
 	// A share (or an inherited amount, a default share) is at most twice
 	// the rule's whole capacity C and burst B in size (ours: peer values
 	// are bounded). The shares of a key sum to (C, B); a share goes
 	// negative only by a debt after a fence (at most what the node had
 	// and was paid before it was declared dead, each at most C), and a
 	// share above C only opposite such a debt.
-	lo, hiC, hiB := -2*g.totalC, 2*g.totalC, 2*g.totalB
-	wide := func(what string, c, b int64) error {
-		if c < lo || c > hiC || b < -hiB || b > hiB {
-			return bad("%s amount (%d, %d) outside ±(%d, %d) (twice the rule's capacity and burst)", what, c, b, hiC, hiB)
-		}
-		return nil
-	}
-	items := func(what string, its []*peerv1.GdrlItem, exact bool) error {
-		seen := make(map[string]bool, len(its))
-		for _, it := range its {
-			if seen[it.Key] {
-				return bad("%s: key %q twice", what, it.Key)
-			}
-			seen[it.Key] = true
-			if exact {
-				if it.Capacity < 0 || it.Capacity > g.totalC || it.Burst < 0 || it.Burst > g.totalB {
-					return bad("%s: key %q amount (%d, %d) outside [0, %d] x [0, %d]", what, it.Key, it.Capacity, it.Burst, g.totalC, g.totalB)
-				}
-				if it.Tokens < 0 || it.Tokens > it.Burst {
-					return bad("%s: key %q carries %d tokens with a burst of %d", what, it.Key, it.Tokens, it.Burst)
-				}
-			} else if err := wide(what, it.Capacity, it.Burst); err != nil {
-				return err
-			} else if it.Tokens != 0 {
-				return bad("%s: key %q carries tokens", what, it.Key)
-			}
-		}
-		return nil
-	}
-	transfer := func(what string, t *peerv1.GdrlTransfer) error {
-		if t == nil || !validID(t.Id) {
-			return bad("%s without a proper id (payer, destination, number)", what)
-		}
-		return items(what, t.Items, true)
-	}
-	applied := func(what string, as []*peerv1.GdrlApplied) error {
-		for _, a := range as {
-			if a.Src == "" || a.SrcInc == 0 {
-				return bad("%s: duplicate filter entry without a payer", what)
-			}
-		}
-		return nil
-	}
-	shares := func(what string, ss []*peerv1.GdrlShare) error {
-		seen := make(map[string]bool, len(ss))
-		for _, s := range ss {
-			if seen[s.Key] {
-				return bad("%s: key %q twice", what, s.Key)
-			}
-			seen[s.Key] = true
-			if err := wide(what, s.Capacity, s.Burst); err != nil {
-				return err
-			}
-			for _, d := range []float32{s.Demand, s.Noise, s.Recent} {
-				if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
-					return bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
-				}
-			}
-		}
-		return nil
+	c := checker{from: from, totalC: g.totalC, totalB: g.totalB}
+	if m.Inc == 0 {
+		return c.bad("incarnation 0")
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.GdrlMessage_Probe:
-		if err := wide("probe default", b.Probe.DefaultCapacity, b.Probe.DefaultBurst); err != nil {
-			return err
-		}
-		if err := shares("probe", b.Probe.Shares); err != nil {
-			return err
-		}
-		seen := make(map[string]bool, len(b.Probe.Shares)+len(b.Probe.Empty))
-		for _, s := range b.Probe.Shares {
-			seen[s.Key] = true
-		}
-		for _, k := range b.Probe.Empty {
-			if seen[k] {
-				return bad("probe: key %q twice", k)
-			}
-			seen[k] = true
-		}
+		return c.probe(b.Probe)
 	case *peerv1.GdrlMessage_Ask:
-		if err := wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
+		if err := c.wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
 			return err
 		}
-		return shares("ask", b.Ask.Shares)
+		return c.shares("ask", b.Ask.Shares)
 	case *peerv1.GdrlMessage_Transfer:
-		if err := transfer("transfer", b.Transfer); err != nil {
+		if err := c.transfer("transfer", b.Transfer); err != nil {
 			return err
 		}
 		if !b.Transfer.Resolve && strategy.NodeID(b.Transfer.Id.Dst) != g.self {
-			return bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
+			return c.bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
 		}
 	case *peerv1.GdrlMessage_TransferAck:
 		if !validID(b.TransferAck.Id) {
-			return bad("transfer ack without a proper id")
+			return c.bad("transfer ack without a proper id")
 		}
 	case *peerv1.GdrlMessage_Record:
-		r := b.Record
-		if r.Version == 0 || r.Base >= r.Version {
-			return bad("record base %d, version %d", r.Base, r.Version)
-		}
-		if err := wide("record default", r.DefaultCapacity, r.DefaultBurst); err != nil {
-			return err
-		}
-		if err := shares("record", r.Shares); err != nil {
-			return err
-		}
-		for _, t := range r.Outbox {
-			if err := transfer("record outbox", t); err != nil {
-				return err
-			}
-		}
-		if err := applied("record", r.Applied); err != nil {
-			return err
-		}
-		for _, tb := range r.Tombstones {
-			if tb.Node == "" || tb.Inc == 0 {
-				return bad("tombstone without a node")
-			}
-			if err := wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
-				return err
-			}
-			if err := items("tombstone", tb.Items, false); err != nil {
-				return err
-			}
-			if err := applied("tombstone", tb.Applied); err != nil {
-				return err
-			}
-			for _, t := range tb.OnBehalf {
-				if err := transfer("tombstone", t); err != nil {
-					return err
-				}
-			}
-		}
+		return c.recordMessage(b.Record)
 	case *peerv1.GdrlMessage_RecordAck:
 	case *peerv1.GdrlMessage_Fenced:
-		f := b.Fenced
-		if f.Inc == 0 {
-			return bad("fence for incarnation 0")
-		}
-		if err := wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
-			return err
-		}
-		if err := items("fence", f.Items, false); err != nil {
-			return err
-		}
-		for _, t := range f.OnBehalf {
-			if err := transfer("fence", t); err != nil {
-				return err
-			}
-		}
+		return c.fenced(b.Fenced)
 	case *peerv1.GdrlMessage_FenceAck:
 		if b.FenceAck.Inc == 0 {
-			return bad("fence ack for incarnation 0")
+			return c.bad("fence ack for incarnation 0")
 		}
 	case *peerv1.GdrlMessage_Hello:
 	default:
-		return bad("no body")
+		return c.bad("no body")
 	}
 	return nil
+}
+
+// checker holds what validate's checks need: the sender (named in every
+// error) and the rule's whole capacity C and burst B (the bounds).
+type checker struct {
+	from           strategy.NodeID
+	totalC, totalB int64
+}
+
+func (c checker) bad(format string, args ...any) error {
+	return fmt.Errorf("gdrl: message from %s: %s", c.from, fmt.Sprintf(format, args...))
+}
+
+// wide checks an amount other than a transfer's: within ±(2C, 2B).
+func (c checker) wide(what string, capacity, burst int64) error {
+	hiC, hiB := 2*c.totalC, 2*c.totalB
+	if capacity < -hiC || capacity > hiC || burst < -hiB || burst > hiB {
+		return c.bad("%s amount (%d, %d) outside ±(%d, %d) (twice the rule's capacity and burst)", what, capacity, burst, hiC, hiB)
+	}
+	return nil
+}
+
+// items checks a list of per-key amounts: no key twice; exact (a
+// transfer's) within [0, C] x [0, B] with at most the burst in tokens,
+// else wide and without tokens.
+func (c checker) items(what string, its []*peerv1.GdrlItem, exact bool) error {
+	seen := make(map[string]bool, len(its))
+	for _, it := range its {
+		if seen[it.Key] {
+			return c.bad("%s: key %q twice", what, it.Key)
+		}
+		seen[it.Key] = true
+		if exact {
+			if it.Capacity < 0 || it.Capacity > c.totalC || it.Burst < 0 || it.Burst > c.totalB {
+				return c.bad("%s: key %q amount (%d, %d) outside [0, %d] x [0, %d]", what, it.Key, it.Capacity, it.Burst, c.totalC, c.totalB)
+			}
+			if it.Tokens < 0 || it.Tokens > it.Burst {
+				return c.bad("%s: key %q carries %d tokens with a burst of %d", what, it.Key, it.Tokens, it.Burst)
+			}
+		} else if err := c.wide(what, it.Capacity, it.Burst); err != nil {
+			return err
+		} else if it.Tokens != 0 {
+			return c.bad("%s: key %q carries tokens", what, it.Key)
+		}
+	}
+	return nil
+}
+
+func (c checker) transfer(what string, t *peerv1.GdrlTransfer) error {
+	if t == nil || !validID(t.Id) {
+		return c.bad("%s without a proper id (payer, destination, number)", what)
+	}
+	return c.items(what, t.Items, true)
+}
+
+func (c checker) transfers(what string, ts []*peerv1.GdrlTransfer) error {
+	for _, t := range ts {
+		if err := c.transfer(what, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// absorbed checks the give-ups of inheritances a later heir made on an
+// incarnation's behalf.
+func (c checker) absorbed(what string, as []*peerv1.GdrlAbsorbed) error {
+	for _, a := range as {
+		if a.Version == 0 || a.By == "" || a.ByInc == 0 {
+			return c.bad("%s: give-up of an inheritance without a version or a giver", what)
+		}
+		if a.CreditsOnly && (a.DefaultCapacity != 0 || a.DefaultBurst != 0 || len(a.Items) != 0) {
+			return c.bad("%s: credits-only give-up with amounts", what)
+		}
+		if err := c.wide(what+" give-up", a.DefaultCapacity, a.DefaultBurst); err != nil {
+			return err
+		}
+		if err := c.items(what+" give-up", a.Items, false); err != nil {
+			return err
+		}
+		if err := c.transfers(what+" give-up", slices.Concat(a.GivenUp, a.Passed)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c checker) applied(what string, as []*peerv1.GdrlApplied) error {
+	for _, a := range as {
+		if a.Src == "" || a.SrcInc == 0 {
+			return c.bad("%s: duplicate filter entry without a payer", what)
+		}
+	}
+	return nil
+}
+
+// shares checks shares: no key twice, amounts wide, demand, noise and
+// recent count finite and within [0, 1e30].
+func (c checker) shares(what string, ss []*peerv1.GdrlShare) error {
+	seen := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		if seen[s.Key] {
+			return c.bad("%s: key %q twice", what, s.Key)
+		}
+		seen[s.Key] = true
+		if err := c.wide(what, s.Capacity, s.Burst); err != nil {
+			return err
+		}
+		for _, d := range []float32{s.Demand, s.Noise, s.Recent} {
+			if x := float64(d); math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1e30 {
+				return c.bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
+			}
+		}
+	}
+	return nil
+}
+
+func (c checker) record(what string, r *peerv1.GdrlRecord) error {
+	if r.Version == 0 || r.Base >= r.Version {
+		return c.bad("%s base %d, version %d", what, r.Base, r.Version)
+	}
+	if err := c.wide(what+" default", r.DefaultCapacity, r.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.shares(what, r.Shares); err != nil {
+		return err
+	}
+	if err := c.transfers(what+" outbox", r.Outbox); err != nil {
+		return err
+	}
+	if err := c.applied(what, r.Applied); err != nil {
+		return err
+	}
+	if slices.Contains(r.GivenUp, 0) {
+		return c.bad("%s: an inheritance given up at version 0", what)
+	}
+	for _, tb := range slices.Concat(r.Tombstones, r.Retired, r.Draining) {
+		if err := c.tombstone(tb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordMessage checks a record sent on its own: the record, and the
+// records it names as held.
+func (c checker) recordMessage(r *peerv1.GdrlRecord) error {
+	if err := c.record("record", r); err != nil {
+		return err
+	}
+	for _, h := range r.Held {
+		if h.Node == "" || h.Inc == 0 || h.Version == 0 {
+			return c.bad("held record without a node, an incarnation or a version")
+		}
+	}
+	return nil
+}
+
+func (c checker) tombstone(tb *peerv1.GdrlTombstone) error {
+	if tb.Node == "" || tb.Inc == 0 {
+		return c.bad("tombstone without a node")
+	}
+	if err := c.wide("tombstone default", tb.DefaultCapacity, tb.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.items("tombstone", tb.Items, false); err != nil {
+		return err
+	}
+	if err := c.applied("tombstone", tb.Applied); err != nil {
+		return err
+	}
+	if err := c.transfers("tombstone", tb.OnBehalf); err != nil {
+		return err
+	}
+	if err := c.absorbed("tombstone", tb.Absorbed); err != nil {
+		return err
+	}
+	if slices.Contains(tb.GivenUp, 0) {
+		return c.bad("tombstone: an inheritance given up at version 0")
+	}
+	if tb.Lost && (tb.DefaultCapacity != 0 || tb.DefaultBurst != 0 || len(tb.Items) != 0 || len(tb.OnBehalf) != 0) {
+		return c.bad("lost tombstone of %s with amounts or credits", tb.Node)
+	}
+	return nil
+}
+
+func (c checker) probe(p *peerv1.GdrlProbe) error {
+	if err := c.wide("probe default", p.DefaultCapacity, p.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.shares("probe", p.Shares); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(p.Shares)+len(p.Empty))
+	for _, s := range p.Shares {
+		seen[s.Key] = true
+	}
+	for _, k := range p.Empty {
+		if seen[k] {
+			return c.bad("probe: key %q twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func (c checker) fenced(f *peerv1.GdrlFenced) error {
+	if f.Inc == 0 {
+		return c.bad("fence for incarnation 0")
+	}
+	if err := c.wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
+		return err
+	}
+	if err := c.items("fence", f.Items, false); err != nil {
+		return err
+	}
+	if err := c.transfers("fence", f.OnBehalf); err != nil {
+		return err
+	}
+	return c.absorbed("fence", f.Absorbed)
 }
 
 func validID(id *peerv1.GdrlTransferId) bool {

@@ -248,11 +248,9 @@ package lease
 
 import (
 	"fmt"
-	"math"
+	"maps"
 	"slices"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -262,14 +260,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
-)
-
-// maxKeyBytes bounds keys from peers; maxSpent the spent leases one ask
-// reports.
-const (
-	maxKeyBytes = 4096
-	maxSpent    = 16
 )
 
 // Lease is one node of the lease strategy.
@@ -351,83 +341,6 @@ type change struct {
 	prev []strategy.NodeID
 }
 
-type grantRec struct {
-	pool       *pool // the bucket it was lent from (a bucket dropped and created again is another one)
-	tokens     int64
-	expires    time.Duration
-	emptyUntil time.Duration
-	released   bool // expired or returned: no longer counted in the pool's leases
-	returned   bool // a return was credited
-}
-
-type grantExp struct {
-	at  time.Duration
-	id  grantID
-	end bool // false: release the lease; true: forget the record
-}
-
-// queued is a request (or an ask) waiting at its owner. origin is "" for a
-// request that reached the owner itself.
-type queued struct {
-	arrival time.Duration
-	id      uint64 // request ID, or ask seq
-	ask     bool
-	spent   bool // a lease (id = its seq) to release, crediting tokens unused ones (a spent lease or a return)
-	key     string
-	tokens  int64
-	origin  strategy.NodeID
-	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
-	refund  bool          // tokens given back (Refund): credited, nothing decided
-	charge  bool          // a cost already incurred (strategy.Request.Charge)
-}
-
-type forwardID struct {
-	origin strategy.NodeID
-	id     uint64
-}
-
-type verdict struct {
-	decided, allowed bool
-	emptyFor         uint64        // µs
-	delay            time.Duration // waiting mode: the wait after arrival
-}
-
-// holding is what a holder knows of one key.
-type holding struct {
-	winStart      time.Duration
-	cur, prev     int64 // tokens requested in the current and the previous window
-	curInst       int64 // distinct arrival instants in the current window
-	prevInst      int64 // and in the previous one
-	leases        []held
-	seq           uint64 // last ask's seq
-	asking        bool
-	askTo         strategy.NodeID
-	askAt         time.Duration // when the current ask was first sent
-	askTokens     int64
-	askSpent      []uint64      // spent leases reported with the current ask
-	askNext       time.Duration // next resend
-	askDeadline   time.Duration
-	sentTo        map[uint64]strategy.NodeID // recent asks: who may answer
-	accepted      map[uint64]time.Duration   // seqs whose grant was taken, until their expiry
-	emptyUntil    time.Duration              // the owner's last dry hint
-	nextAskAt     time.Duration
-	lastRequestAt time.Duration
-	lastArrival   time.Duration // of the last request counted in the demand
-}
-
-type held struct {
-	seq     uint64
-	from    strategy.NodeID
-	tokens  int64
-	expires time.Duration
-}
-
-type returning struct {
-	unused   int64
-	next     time.Duration
-	deadline time.Duration
-}
-
 // timer kinds at a holder
 const (
 	timerForward = iota
@@ -502,27 +415,8 @@ func New(cfg strategy.Config) (*Lease, error) {
 	retries := v.Int("retries")
 	minLease := v.Int("min_lease")
 	l.replicas = v.Int("replicas")
-	switch {
-	case l.timeout == 0:
-		return nil, fmt.Errorf("lease: parameter timeout must be positive")
-	case l.period == 0:
-		return nil, fmt.Errorf("lease: parameter period must be positive")
-	case l.ttl < l.period:
-		return nil, fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
-	case l.maxWait > MaxWait:
-		return nil, fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
-	case l.takeover < l.ttl+l.maxWait:
-		return nil, fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
-	case l.window == 0:
-		return nil, fmt.Errorf("lease: parameter window must be positive")
-	case retries < 0:
-		return nil, fmt.Errorf("lease: parameter retries=%d is negative", retries)
-	case minLease < 1:
-		return nil, fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
-	case l.replicas < 1:
-		return nil, fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
-	case l.syncEvery <= 0:
-		return nil, fmt.Errorf("lease: parameter sync must be positive")
+	if err := l.checkParams(retries, minLease); err != nil {
+		return nil, err
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
@@ -541,6 +435,36 @@ func New(cfg strategy.Config) (*Lease, error) {
 		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
 	return l, nil
+}
+
+// checkParams refuses parameters out of range, naming the first: timeout,
+// period or window not positive, ttl below period, max_wait above
+// MaxWait, takeover below ttl + max_wait, retries negative, min_lease or
+// replicas below 1, sync not positive.
+func (l *Lease) checkParams(retries, minLease int) error {
+	switch {
+	case l.timeout == 0:
+		return fmt.Errorf("lease: parameter timeout must be positive")
+	case l.period == 0:
+		return fmt.Errorf("lease: parameter period must be positive")
+	case l.ttl < l.period:
+		return fmt.Errorf("lease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+	case l.maxWait > MaxWait:
+		return fmt.Errorf("lease: parameter max_wait=%s is above %s", l.maxWait, MaxWait)
+	case l.takeover < l.ttl+l.maxWait:
+		return fmt.Errorf("lease: parameter takeover=%s must be at least ttl + max_wait=%s (the old owner's leases and reservations must have ended)", l.takeover, l.ttl+l.maxWait)
+	case l.window == 0:
+		return fmt.Errorf("lease: parameter window must be positive")
+	case retries < 0:
+		return fmt.Errorf("lease: parameter retries=%d is negative", retries)
+	case minLease < 1:
+		return fmt.Errorf("lease: parameter min_lease=%d must be at least 1", minLease)
+	case l.replicas < 1:
+		return fmt.Errorf("lease: parameter replicas=%d must be at least 1", l.replicas)
+	case l.syncEvery <= 0:
+		return fmt.Errorf("lease: parameter sync must be positive")
+	}
+	return nil
 }
 
 // Start schedules the first sweep. A start after time 0 is a restart: every
@@ -564,336 +488,6 @@ func (l *Lease) owner(key string) strategy.NodeID {
 	return o
 }
 
-// Request decides req locally (a leased token, or the owner's dry hint),
-// or queues it here as the key's owner, or forwards it to the owner.
-func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	return l.RequestWait(now, req, 0, fx)
-}
-
-// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2;
-// ours for leases): a leased token admits at once (delay 0); the owner's
-// dry hint refuses locally only when it lasts beyond arrival + maxWait (no
-// wait within maxWait could be enough without a return); any other request
-// goes to the owner (LeaseForward.max_wait_ns), which reserves its tokens
-// in its pool in (arrival, ID) order, the pool's level going negative
-// while reservations wait (shape.reserve), and answers with the wait
-// (LeaseVerdict.delay_ns). While the level is negative the owner grants no
-// lease, so tokens in leases plus the level still never exceed the burst.
-// maxWait 0 is Request. maxWait is capped at the parameter max_wait
-// (default 0: no waiting mode), which also lengthens takeover: a node that
-// takes a key over keeps its bucket empty until the old owner's
-// reservations have passed too.
-func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	maxWait = min(max(maxWait, 0), l.maxWait)
-	if l.od.On && req.Charge {
-		maxWait = 0 // overdraft: a charge is taken at once, it does not wait
-	}
-	if l.owner(req.Key) == l.self {
-		l.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge})
-		if l.hold > 0 {
-			fx.WakeAt(max(req.Arrival+l.hold, now))
-			return strategy.Decision{}, false
-		}
-		l.decideDue(now, fx)
-		return fx.TakeDecision(req.ID)
-	}
-	h := l.holding(req.Key)
-	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
-	h.lastArrival = req.Arrival
-	h.lastRequestAt = now
-	defer l.maybeAsk(now, req.Key, h, fx)
-	for i := range h.leases {
-		ls := &h.leases[i]
-		if ls.expires > now && ls.tokens >= req.Tokens {
-			ls.tokens -= req.Tokens
-			if ls.tokens == 0 && ls.from != l.self {
-				// Spent: tell the owner at once, so that the lease's room in
-				// the bucket comes back now rather than at the next ask or
-				// at expiry (until then the owner's bucket counts the spent
-				// tokens as lent, and a bucket whose burst is all lent
-				// refills nothing). The lease stays listed, so that the
-				// next ask reports it again if this message is lost.
-				l.sendSpent(ls.from, req.Key, ls.seq, fx)
-			}
-			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
-		}
-	}
-	if req.Arrival+maxWait < h.emptyUntil && !(l.od.On && req.Charge) {
-		// (Under overdraft a charge is taken even when refused: it goes
-		// to the owner, whose pool takes its tokens.)
-		return strategy.Decision{RequestID: req.ID, Allowed: false}, true
-	}
-	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout, MaxWait: maxWait}
-	l.pending[req.ID] = p
-	l.forward(now, p, l.owner(req.Key), fx)
-	return strategy.Decision{}, false
-}
-
-func (l *Lease) holding(key string) *holding {
-	h := l.keys[key]
-	if h == nil {
-		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}}
-		l.keys[key] = h
-	}
-	return h
-}
-
-// count adds a request of tokens at t to the demand windows; newInstant
-// is false when it arrived at the same instant as the previous one.
-func (h *holding) count(t time.Duration, tokens int64, newInstant bool, window time.Duration) {
-	if t >= h.winStart+window {
-		if t >= h.winStart+2*window {
-			h.prev, h.prevInst = 0, 0
-		} else {
-			h.prev, h.prevInst = h.cur, h.curInst
-		}
-		h.cur, h.curInst = 0, 0
-		h.winStart = t - (t-h.winStart)%window
-	}
-	h.cur += tokens
-	if newInstant {
-		h.curInst++
-	}
-}
-
-// demand is the tokens per second requested over the last window at now
-// (the previous window weighted by its part still inside the sliding
-// window), or 0 while fewer than minLease distinct arrival instants were
-// seen in the two windows: requests that arrive together (a burst at one
-// instant, as in traces of 1 s resolution) are one, because a lease asked
-// for during a burst comes back after it. In a key's first window it is
-// the tokens seen over the time since the window began, at least
-// window/16: a busy key asks for a lease within its first few requests.
-func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
-	if now >= h.winStart+2*window || h.curInst+h.prevInst < minLease {
-		return 0
-	}
-	if h.prev == 0 && now < h.winStart+window {
-		return float64(h.cur) / max(now-h.winStart, window/16).Seconds()
-	}
-	prev, cur := float64(h.prev), float64(h.cur)
-	if now >= h.winStart+window {
-		prev, cur = cur, 0
-		now -= window
-	}
-	frac := 1 - float64(now-h.winStart)/float64(window)
-	return (prev*frac + cur) / window.Seconds()
-}
-
-// leased is the tokens h's unexpired leases hold at now.
-func (h *holding) leased(now time.Duration) int64 {
-	var n int64
-	for _, ls := range h.leases {
-		if ls.expires > now {
-			n += ls.tokens
-		}
-	}
-	return n
-}
-
-// maybeAsk sends a lease ask for key when the demand warrants one and the
-// leases run low.
-func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
-	if h.asking || now < h.nextAskAt {
-		return
-	}
-	want := math.Ceil(h.demand(now, l.window, l.minLease) * l.period.Seconds())
-	if want < float64(l.minLease) {
-		return
-	}
-	n := min(int64(want), l.sh.burst)
-	if 2*h.leased(now) >= n {
-		return
-	}
-	owner := l.owner(key)
-	if owner == l.self {
-		return
-	}
-	h.seq++
-	h.asking, h.askTo, h.askAt, h.askTokens = true, owner, now, n
-	// Report the leases from this owner whose tokens are all used (and
-	// forget them: nothing is left to return).
-	h.askSpent = h.askSpent[:0]
-	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
-		if ls.tokens == 0 && ls.from == owner && len(h.askSpent) < maxSpent {
-			h.askSpent = append(h.askSpent, ls.seq)
-			return true
-		}
-		return false
-	})
-	h.askDeadline = now + l.timeout
-	h.sentTo[h.seq] = owner
-	delete(h.sentTo, h.seq-8)
-	l.sendAsk(now, key, h, fx)
-}
-
-func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
-	h.askNext = min(now+l.retryEvery, h.askDeadline)
-	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
-	fx.WakeAt(h.askNext)
-	fx.Send(h.askTo, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
-		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
-}
-
-// sendSpent tells owner that the lease seq of key is used up: a return of
-// 0 unused tokens, sent once (not acknowledged nor resent: if it is lost,
-// the owner releases the lease at its expiry, as without it).
-func (l *Lease) sendSpent(owner strategy.NodeID, key string, seq uint64, fx *strategy.Effects) {
-	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
-		Key: key, Seq: seq, Unused: 0}}}))
-}
-
-func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
-	next := p.SendTo(now, owner, l.retryEvery)
-	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
-	fx.WakeAt(next)
-	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
-		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait), PostHoc: p.Req.Charge}}}))
-}
-
-// pool returns key's pool at this node as owner, creating it: full, or,
-// when the key moved to this node (restart, membership change, a peer
-// that sends it a key it does not own in its own view: the move is under
-// way, or a warm-up query it answered), empty and refilling from the move
-// + takeover. (A moved key is warmed up first where it can be: warm,
-// warmup.go, which makes the pool.)
-func (l *Lease) pool(key string, now time.Duration) *pool {
-	if p := l.pools[key]; p != nil {
-		return p
-	}
-	p := &pool{level: l.sh.burst * l.sh.per}
-	movedAt, moved, _ := l.moveOf(key, now)
-	if moved {
-		p = l.conservativeStart(movedAt)
-	}
-	if r := l.records[key]; r != nil && l.owner(key) == l.self {
-		// Replicated state (replica.go), at the key's owner in this view
-		// only (a pool made for a peer whose view lags stays
-		// conservative: the owner in this view may be deciding from the
-		// same state): continue from it when its owner handed the key
-		// over or is gone, or when the key did not move (it is then no
-		// fuller than a full start); otherwise merge it into the
-		// conservative start.
-		if !moved || (l.trusted(r) && !l.handedOff(key, r)) {
-			p = r.asPool()
-		} else {
-			q := r.asPool()
-			t := max(p.last, q.last)
-			l.sh.advance(q, t)
-			l.mergeInto(p, q)
-		}
-		delete(l.records, key)
-	}
-	l.pools[key] = p
-	return p
-}
-
-// decideDue decides, in (arrival, ID) order, every queued request and ask
-// whose hold has passed.
-func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
-	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
-		q := l.queue.Pop()
-		if q.spent {
-			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
-				g.released, g.returned = true, true
-				l.sh.advance(g.pool, q.arrival)
-				l.sh.release(g.pool, g.tokens, q.tokens)
-				l.markDirty(now, q.key, fx)
-			}
-			continue
-		}
-		if q.refund {
-			l.credit(now, q, fx)
-			continue
-		}
-		if l.warm(now, q, fx) {
-			continue // waits for its key's warm-up (warmup.go)
-		}
-		p := l.pool(q.key, now)
-		l.sh.advance(p, q.arrival)
-		// Only what took tokens is shipped to the replicas (markDirty): a
-		// refused request or an empty grant leaves the pool as its last
-		// state refilled, which a replica computes itself.
-		if q.ask {
-			if l.grant(p, q, fx) > 0 {
-				l.markDirty(now, q.key, fx)
-			}
-			continue
-		}
-		var allowed bool
-		var delay time.Duration
-		switch {
-		case l.od.On && q.charge:
-			allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
-		case q.maxWait > 0:
-			delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
-		default:
-			allowed = l.sh.take(p, q.arrival, q.tokens)
-		}
-		if allowed || (l.od.On && q.charge) { // under overdraft a refused charge took its tokens too
-			l.markDirty(now, q.key, fx)
-		}
-		if q.origin == "" {
-			fx.DecideAfter(q.id, allowed, delay)
-			continue
-		}
-		var emptyFor uint64 // µs after arrival
-		if !allowed {
-			if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
-				// Waiting-mode reservations can hold the level below 0 for
-				// long: the hint is capped at what a holder accepts (a
-				// shorter hint only forwards more).
-				wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
-				emptyFor = uint64(wait / time.Microsecond)
-			}
-		}
-		if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
-			v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
-		}
-		sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
-	}
-}
-
-// grant answers an ask out of p (advanced to the ask's time) and returns
-// the tokens it took from p (0 for a duplicate).
-func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
-	id := grantID{q.origin, q.key, q.id}
-	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
-		l.sendGrant(id, g, fx)
-		return 0
-	}
-	whole := l.sh.whole(p, q.arrival)
-	n := min(q.tokens, whole)
-	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
-	if n < q.tokens && n == whole {
-		// Dry: the bucket holds no more. Its refill until the hint ends is
-		// for the other holders' next asks and forwards; the hint ends
-		// before the bucket could fill up again (else its refill would
-		// be lost while the holders refuse).
-		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
-	}
-	l.sh.lend(p, n)
-	if n > 0 {
-		p.lentUntil = max(p.lentUntil, g.expires)
-	}
-	l.grants[id] = g
-	l.gexpiry.Push(grantExp{at: g.expires, id: id})
-	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
-	fx.WakeAt(g.expires)
-	l.sendGrant(id, g, fx)
-	return n
-}
-
-func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
-	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
-		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
-}
-
-func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
-		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs, DelayNs: int64(delay)}}}))
-}
-
 // Receive handles a peer's message. Errors (no state change): a payload
 // that does not decode or has no body; an empty or oversized key;
 // non-positive tokens; a time before 0 or more than max_skew after now; a
@@ -901,217 +495,36 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64,
 // or grant from a node that was not
 // asked.
 func (l *Lease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.LeaseMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
-		return fmt.Errorf("lease: message from %s does not decode: %w", from, err)
+	m, err := decodeMessage(from, payload)
+	if err != nil {
+		return err
 	}
-	checkKey := func(what, key string) error {
-		if key == "" || len(key) > maxKeyBytes {
-			return fmt.Errorf("lease: %s from %s: key of %d bytes (want 1..%d)", what, from, len(key), maxKeyBytes)
-		}
-		return nil
+	if err := l.validate(now, from, m); err != nil {
+		return err
 	}
-	future := now + l.maxSkew
 	switch b := m.Body.(type) {
 	case *peerv1.LeaseMessage_Forward:
-		f := b.Forward
-		if err := checkKey("forward", f.Key); err != nil {
-			return err
-		}
-		switch {
-		case f.ExtraTokens < 0 || f.ExtraTokens >= math.MaxInt64:
-			return fmt.Errorf("lease: forward from %s: extra_tokens %d outside [0, 2^63-2]", from, f.ExtraTokens)
-		case f.ArrivalNs < 0 || time.Duration(f.ArrivalNs) > future:
-			return fmt.Errorf("lease: forward from %s: arrival_ns %d outside [0, now+max_skew=%d]", from, f.ArrivalNs, future)
-		case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
-			return fmt.Errorf("lease: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
-		}
-		if time.Duration(f.ArrivalNs) < now-l.sweepLag {
-			return nil // the forwarder has given up on it; its key's bucket may be gone
-		}
-		fid := forwardID{from, f.RequestId}
-		if v, dup := l.seen.Get(fid); dup {
-			if v.decided {
-				sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
-			}
-			return nil
-		}
-		l.seen.Add(now, fid, &verdict{}, fx)
-		arr := min(time.Duration(f.ArrivalNs), now)
-		l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait), charge: f.PostHoc})
-		fx.WakeAt(max(arr+l.hold, now))
+		l.onForward(now, from, b.Forward, fx)
 	case *peerv1.LeaseMessage_Ask:
-		a := b.Ask
-		if err := checkKey("ask", a.Key); err != nil {
-			return err
-		}
-		switch {
-		case a.Seq == 0:
-			return fmt.Errorf("lease: ask from %s: seq 0 (seqs start at 1)", from)
-		case a.Tokens <= 0 || a.Tokens > l.sh.burst:
-			return fmt.Errorf("lease: ask from %s: tokens %d outside [1, burst=%d]", from, a.Tokens, l.sh.burst)
-		case a.AskedAtNs < 0 || time.Duration(a.AskedAtNs) > future:
-			return fmt.Errorf("lease: ask from %s: asked_at_ns %d outside [0, now+max_skew=%d]", from, a.AskedAtNs, future)
-		case len(a.Spent) > maxSpent:
-			return fmt.Errorf("lease: ask from %s: %d spent leases reported, at most %d", from, len(a.Spent), maxSpent)
-		}
-		// Spent leases are released in arrival order at now: a request
-		// decided later with an earlier arrival must not see their room
-		// (the holder may still have held tokens then). Idempotent: a lease
-		// is released once.
-		for _, seq := range a.Spent {
-			if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
-				l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
-				fx.WakeAt(now + l.hold)
-			}
-		}
-		id := grantID{from, a.Key, a.Seq}
-		if g := l.grants[id]; g != nil {
-			l.sendGrant(id, g, fx) // the grant was lost: the same again
-			return nil
-		}
-		at := min(time.Duration(a.AskedAtNs), now)
-		if at+l.ttl <= now || at < now-l.sweepLag {
-			return nil // too old to be of use: the holder has given up
-		}
-		for _, q := range l.queue.Items() {
-			if q.ask && q.origin == from && q.id == a.Seq && q.key == a.Key {
-				return nil // queued already
-			}
-		}
-		l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
-		fx.WakeAt(max(at+l.hold, now))
+		l.onAsk(now, from, b.Ask, fx)
 	case *peerv1.LeaseMessage_Return:
-		r := b.Return
-		if err := checkKey("return", r.Key); err != nil {
-			return err
-		}
-		if r.Unused < 0 {
-			return fmt.Errorf("lease: return from %s: unused %d is negative", from, r.Unused)
-		}
-		id := grantID{from, r.Key, r.Seq}
-		g := l.grants[id]
-		if g != nil && r.Unused > g.tokens {
-			// More than this node granted for that seq: a lease of this
-			// node's previous incarnation (a restarted owner may have
-			// answered a late copy of the same ask, with fewer tokens).
-			// An honest peer does this: not an error; not credited (the
-			// previous incarnation's tokens are not in this bucket), but
-			// acknowledged below so that the holder stops resending.
-			g = nil
-		}
-		// Credited only while the lease is still counted: once released by
-		// expiry, the bucket may have refilled the lease's room, and a
-		// credit would make tokens.
-		if g != nil && !g.returned && !g.released {
-			// Credited in arrival order at now, after the bucket has
-			// refilled up to now with the lease still counted: its room
-			// must not refill backwards.
-			l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
-			fx.WakeAt(now + l.hold)
-		}
-		if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
-			fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
-		}
+		l.onReturn(now, from, b.Return, fx)
 	case *peerv1.LeaseMessage_Replicas:
-		return l.receiveReplicas(now, from, b.Replicas)
+		l.receiveReplicas(now, from, b.Replicas)
 	case *peerv1.LeaseMessage_Replica:
-		if b.Replica == nil {
-			return fmt.Errorf("lease: message from %s has an empty replica", from)
-		}
-		return l.receiveReplicas(now, from, &peerv1.LeaseReplicas{States: []*peerv1.LeaseReplica{b.Replica}})
+		l.receiveReplicas(now, from, oneReplica(b.Replica))
 	case *peerv1.LeaseMessage_StateQuery:
-		if b.StateQuery == nil {
-			return fmt.Errorf("lease: message from %s has an empty state query", from)
-		}
-		if err := checkKey("state query", b.StateQuery.Key); err != nil {
-			return err
-		}
 		l.answer(now, from, b.StateQuery, fx)
 	case *peerv1.LeaseMessage_State:
-		if b.State == nil {
-			return fmt.Errorf("lease: message from %s has an empty state", from)
-		}
 		return l.receiveState(now, from, b.State, fx)
 	case *peerv1.LeaseMessage_Refund:
-		return l.receiveRefund(now, from, b.Refund, fx)
+		l.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.LeaseMessage_ReturnAck:
-		a := b.ReturnAck
-		delete(l.returns, grantID{from, a.Key, a.Seq})
+		l.onReturnAck(from, b.ReturnAck)
 	case *peerv1.LeaseMessage_Verdict:
-		v := b.Verdict
-		p, ok := l.pending[v.RequestId]
-		if !ok {
-			return nil // a duplicate, or the answer after a timeout
-		}
-		if err := p.CheckFrom(from); err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		maxFor := l.takeover + l.maxSkew + l.oneToken() + (now - p.Req.Arrival) + p.MaxWait
-		if v.EmptyForUs > uint64(maxFor/time.Microsecond) {
-			return fmt.Errorf("lease: verdict from %s: empty_for_us %d above %d (takeover + max_skew + one token's refill)", from, v.EmptyForUs, maxFor/time.Microsecond)
-		}
-		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		until := p.Req.Arrival + time.Duration(v.EmptyForUs)*time.Microsecond
-		delete(l.pending, v.RequestId)
-		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
-		if !v.Allowed && v.EmptyForUs > 0 {
-			h := l.holding(p.Req.Key)
-			h.emptyUntil = max(h.emptyUntil, until)
-		}
+		return l.onVerdict(now, from, b.Verdict, fx)
 	case *peerv1.LeaseMessage_Grant:
-		g := b.Grant
-		if err := checkKey("grant", g.Key); err != nil {
-			return err
-		}
-		expires, until := time.Duration(g.ExpiresNs), time.Duration(g.EmptyUntilNs)
-		switch {
-		case g.Tokens < 0 || g.Tokens > l.sh.burst:
-			return fmt.Errorf("lease: grant from %s: tokens %d outside [0, burst=%d]", from, g.Tokens, l.sh.burst)
-		case g.ExpiresNs < 0 || expires > now+l.ttl+l.maxSkew:
-			return fmt.Errorf("lease: grant from %s: expires_ns %d outside [0, now+ttl+max_skew=%d]", from, g.ExpiresNs, now+l.ttl+l.maxSkew)
-		case g.EmptyUntilNs < 0 || until > now+l.ttl+l.maxSkew:
-			return fmt.Errorf("lease: grant from %s: empty_until_ns %d outside [0, now+ttl+max_skew]", from, g.EmptyUntilNs)
-		}
-		h := l.keys[g.Key]
-		if h == nil || h.sentTo[g.Seq] == "" {
-			return nil // not asked (any more): a stale or duplicated grant
-		}
-		if h.sentTo[g.Seq] != from {
-			return fmt.Errorf("lease: grant for %q seq %d from %s, but the ask went to %s", g.Key, g.Seq, from, h.sentTo[g.Seq])
-		}
-		if _, dup := h.accepted[g.Seq]; dup {
-			return nil
-		}
-		// Never use a lease past the owner's release: asked_at + ttl by
-		// this node's own record when it is the current ask. Stop using it
-		// (and return what is left) returnLead earlier, so that the return
-		// reaches the owner before the release.
-		if g.Seq == h.seq && h.askAt+l.ttl < expires {
-			expires = h.askAt + l.ttl
-		}
-		expires -= l.returnLead
-		h.accepted[g.Seq] = expires
-		if g.Seq == h.seq {
-			h.asking = false
-		}
-		if until > now {
-			h.emptyUntil = max(h.emptyUntil, until)
-			h.nextAskAt = until - l.lead
-			// Ask again then, before the hint ends, without waiting for a
-			// request to come after it.
-			l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
-			fx.WakeAt(max(h.nextAskAt, now))
-		}
-		if g.Tokens > 0 && expires > now {
-			h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
-			l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
-			fx.WakeAt(expires)
-		}
-	default:
-		return fmt.Errorf("lease: message from %s has no body", from)
+		return l.onGrant(now, from, b.Grant, fx)
 	}
 	return nil
 }
@@ -1133,42 +546,11 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		t := l.timers.Pop()
 		switch t.kind {
 		case timerForward:
-			p, ok := l.pending[t.id]
-			if !ok || p.Next != t.at {
-				continue
-			}
-			if now < p.Deadline {
-				l.forward(now, p, p.Owner, fx)
-				continue
-			}
-			delete(l.pending, t.id)
-			fx.Decide(t.id, l.timedOut(now, p.Req))
+			l.forwardTimer(now, t, fx)
 		case timerAsk:
-			h := l.keys[t.key]
-			if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
-				continue
-			}
-			if now < h.askDeadline {
-				l.sendAsk(now, t.key, h, fx)
-				continue
-			}
-			h.asking = false // give up; a later request asks again
+			l.askTimer(now, t, fx)
 		case timerLease:
-			h := l.keys[t.key]
-			if h == nil {
-				continue
-			}
-			h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
-				if ls.seq != t.seq || ls.expires > now {
-					return false
-				}
-				if ls.tokens > 0 && ls.from != l.self {
-					id := grantID{ls.from, t.key, ls.seq}
-					l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
-					l.sendReturn(now, id, fx)
-				}
-				return true
-			})
+			l.leaseTimer(now, t, fx)
 		case timerRenew:
 			if h := l.keys[t.key]; h != nil {
 				l.maybeAsk(now, t.key, h, fx)
@@ -1176,43 +558,10 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		case timerFetch:
 			l.fetchTimer(now, t, fx)
 		case timerReturn:
-			id := grantID{t.node, t.key, t.seq}
-			r := l.returns[id]
-			if r == nil || r.next != t.at {
-				continue
-			}
-			if now >= r.deadline || !slices.Contains(l.members, t.node) {
-				delete(l.returns, id)
-				continue
-			}
-			l.sendReturn(now, id, fx)
+			l.returnTimer(now, t, fx)
 		}
 	}
-	for l.gexpiry.Len() > 0 && l.gexpiry.Peek().at <= now {
-		e := l.gexpiry.Pop()
-		g := l.grants[e.id]
-		if g == nil {
-			continue
-		}
-		if e.end {
-			delete(l.grants, e.id)
-			continue
-		}
-		if !g.released {
-			g.released = true
-			l.sh.advance(g.pool, e.at)
-			l.sh.release(g.pool, g.tokens, 0)
-			if g.pool.leased > 0 || g.pool.inherited > 0 || g.expires < g.pool.lentUntil {
-				// A replica's state counts the lent tokens until the
-				// latest expiry: only the release of the last one (none
-				// unused) is what it computes itself.
-				l.markDirty(now, e.id.key, fx)
-			}
-		}
-	}
-	if l.gexpiry.Len() > 0 {
-		fx.WakeAt(l.gexpiry.Peek().at)
-	}
+	l.expireGrants(now, fx)
 	l.seen.Expire(now, fx)
 	if l.syncAt >= 0 && now >= l.syncAt {
 		l.syncDirty(now, fx)
@@ -1223,15 +572,6 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 		l.nextSweep = now + l.sweepEvery
 		fx.WakeAt(l.nextSweep)
 	}
-}
-
-func (l *Lease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
-	r := l.returns[id]
-	r.next = min(now+l.retryEvery, r.deadline)
-	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
-	fx.WakeAt(r.next)
-	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
-		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
 }
 
 // sweep forgets full pools without leases and holdings with nothing left
@@ -1269,6 +609,13 @@ func (l *Lease) sweep(now time.Duration) {
 			delete(l.gave, k)
 		}
 	}
+	l.sweepHoldings(now)
+}
+
+// sweepHoldings forgets the accepted grants past their expiry, and the
+// holdings that ask for nothing, hold no lease and no dry hint, and saw
+// no request for 2*window + ttl.
+func (l *Lease) sweepHoldings(now time.Duration) {
 	for k, h := range l.keys {
 		for seq, exp := range h.accepted {
 			if exp <= now {
@@ -1294,6 +641,39 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	// does a key that moves here while this node holds a bucket for it
 	// (made for a peer whose view lagged): it starts again as moved.
 	prev := l.changes[len(l.changes)-1].prev
+	l.shipPools(now, prev, fx)
+	for _, key := range sortedKeys(l.records) {
+		switch {
+		case l.owner(key) == l.self:
+			l.adopt(key, now)
+		case !slices.Contains(l.replicasOf(key, l.members), l.self):
+			delete(l.records, key)
+		}
+	}
+	for _, id := range forwarding.Orphaned(l.pending, members) {
+		p := l.pending[id]
+		if o := l.owner(p.Req.Key); o != l.self {
+			l.forward(now, p, o, fx)
+			continue
+		}
+		delete(l.pending, id) // this node owns the key now
+		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait, charge: p.Req.Charge})
+		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
+	}
+	for _, h := range l.keys {
+		if h.asking && !slices.Contains(members, h.askTo) {
+			h.asking = false
+		}
+	}
+	l.membersChanged(now, fx)
+}
+
+// shipPools, after a membership change from prev, ships the state of each
+// pool whose key this node still owns to the key's new replicas, and drops
+// every other pool, handing its key over (shipped with handover) when this
+// node owned it in prev, and keeping its state to answer warm-up queries
+// (gaveUp).
+func (l *Lease) shipPools(now time.Duration, prev []strategy.NodeID, fx *strategy.Effects) {
 	out := map[strategy.NodeID][]ship{}
 	for _, key := range sortedKeys(l.pools) {
 		p := l.pools[key]
@@ -1325,30 +705,6 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		delete(l.dirty, key)
 	}
 	l.sendShips(out, fx)
-	for _, key := range sortedKeys(l.records) {
-		switch {
-		case l.owner(key) == l.self:
-			l.adopt(key, now)
-		case !slices.Contains(l.replicasOf(key, l.members), l.self):
-			delete(l.records, key)
-		}
-	}
-	for _, id := range forwarding.Orphaned(l.pending, members) {
-		p := l.pending[id]
-		if o := l.owner(p.Req.Key); o != l.self {
-			l.forward(now, p, o, fx)
-			continue
-		}
-		delete(l.pending, id) // this node owns the key now
-		l.queue.Push(queued{arrival: p.Req.Arrival, id: p.Req.ID, key: p.Req.Key, tokens: p.Req.Tokens, maxWait: p.MaxWait, charge: p.Req.Charge})
-		fx.WakeAt(max(p.Req.Arrival+l.hold, now))
-	}
-	for _, h := range l.keys {
-		if h.asking && !slices.Contains(members, h.askTo) {
-			h.asking = false
-		}
-	}
-	l.membersChanged(now, fx)
 }
 
 // StateBytes counts pools, lease records, holdings, queued requests and
@@ -1385,36 +741,7 @@ func (l *Lease) StateBytes() int {
 }
 
 // sortedKeys is m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-func queuedLess(a, b queued) bool {
-	if a.arrival != b.arrival {
-		return a.arrival < b.arrival
-	}
-	if a.spent != b.spent {
-		return !a.spent // releases last at their instant
-	}
-	if a.refund != b.refund {
-		return !a.refund // and refunds after everything else
-	}
-	if a.ask != b.ask {
-		return !a.ask // requests before asks at the same instant
-	}
-	if a.id != b.id {
-		return a.id < b.id
-	}
-	if a.origin != b.origin {
-		return a.origin < b.origin
-	}
-	return a.key < b.key
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func timerLess(a, b timer) bool {
 	if a.at != b.at {
@@ -1433,20 +760,4 @@ func timerLess(a, b timer) bool {
 		return a.seq < b.seq
 	}
 	return a.node < b.node
-}
-
-func grantExpLess(a, b grantExp) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	if a.end != b.end {
-		return !a.end
-	}
-	if a.id.key != b.id.key {
-		return a.id.key < b.id.key
-	}
-	if a.id.node != b.id.node {
-		return a.id.node < b.id.node
-	}
-	return a.id.seq < b.id.seq
 }

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"fmt"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
@@ -47,26 +46,17 @@ func (l *Lease) Refund(now time.Duration, id uint64, key string, tokens int64, f
 }
 
 // receiveRefund queues a peer's refund, once per (sender, request ID).
-// Errors (no state change): a bad key, non-positive tokens, a time before
-// 0 or more than max_skew after now.
-func (l *Lease) receiveRefund(now time.Duration, from strategy.NodeID, r *peerv1.LeaseRefund, fx *strategy.Effects) error {
-	switch {
-	case r.Key == "" || len(r.Key) > maxKeyBytes:
-		return fmt.Errorf("lease: refund from %s: key of %d bytes (want 1..%d)", from, len(r.Key), maxKeyBytes)
-	case r.Tokens <= 0:
-		return fmt.Errorf("lease: refund from %s: tokens %d must be positive", from, r.Tokens)
-	case r.AtNs < 0 || time.Duration(r.AtNs) > now+l.maxSkew:
-		return fmt.Errorf("lease: refund from %s: at_ns %d outside [0, now+max_skew=%d]", from, r.AtNs, now+l.maxSkew)
-	}
+// Its bounds are checked before (checkRefund: a bad key, non-positive
+// tokens, a time before 0 or more than max_skew after now).
+func (l *Lease) receiveRefund(now time.Duration, from strategy.NodeID, r *peerv1.LeaseRefund, fx *strategy.Effects) {
 	fid := forwardID{from, r.RequestId}
 	if _, dup := l.seen.Get(fid); dup {
-		return nil
+		return
 	}
 	l.seen.Add(now, fid, &verdict{decided: true, allowed: true}, fx)
 	at := min(time.Duration(r.AtNs), now)
 	l.queue.Push(queued{arrival: at, id: r.RequestId, key: r.Key, tokens: r.Tokens, origin: from, refund: true})
 	fx.WakeAt(max(at+l.hold, now))
-	return nil
 }
 
 // credit gives q's tokens back to its key's pool at q's arrival, capped at

@@ -25,7 +25,7 @@ type pool struct {
 	// with none unused.
 	inherited      int64
 	inheritedUntil time.Duration
-	conservative   bool // made empty for a takeover (pool, lease.go)
+	conservative   bool // made empty for a takeover (pool, owner.go)
 }
 
 // shape is the rate and burst every pool of a node shares.

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -184,18 +183,8 @@ func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strat
 		views = append(views, slices.DeleteFunc(slices.Clone(l.members), func(n strategy.NodeID) bool { return n == l.self }))
 	}
 	for _, v := range views {
-		held := false
-		for _, n := range l.replicasOf(key, v) {
-			switch {
-			case n == l.self:
-				held = held || !forgot
-			case slices.Contains(l.members, n):
-				held = true
-				if !slices.Contains(out, n) && len(out) < maxAsked {
-					out = append(out, n)
-				}
-			}
-		}
+		var held bool
+		out, held = l.holdersIn(key, v, forgot, out)
 		covered = covered && (held || len(v) == 0)
 	}
 	if r != nil && r.from != l.self && slices.Contains(l.members, r.from) && !slices.Contains(out, r.from) && len(out) < maxAsked {
@@ -203,6 +192,24 @@ func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strat
 	}
 	slices.Sort(out)
 	return out, covered
+}
+
+// holdersIn adds to out (up to maxAsked) the live members other than this
+// node among key's first K nodes in view v, and reports whether one of
+// them is live or is this node (unless it forgot: just restarted).
+func (l *Lease) holdersIn(key string, v []strategy.NodeID, forgot bool, out []strategy.NodeID) (_ []strategy.NodeID, held bool) {
+	for _, n := range l.replicasOf(key, v) {
+		switch {
+		case n == l.self:
+			held = held || !forgot
+		case slices.Contains(l.members, n):
+			held = true
+			if !slices.Contains(out, n) && len(out) < maxAsked {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, held
 }
 
 // sendQueries sends f's query to every node asked that has not answered,
@@ -340,38 +347,11 @@ func (l *Lease) mergeRecords(a, b *record) *record {
 	return &r
 }
 
-// checkState checks a state from a peer (a replica or a warm-up answer)
-// against the bounds every honest state keeps.
-func (l *Lease) checkState(now time.Duration, what string, from strategy.NodeID, key string, level, atNs, lent, lentUntilNs int64) error {
-	floor := -min(satMul(l.sh.tokensPerNs, int64(l.maxWait)), math.MaxInt64/2) - l.debtTicks // reservations, and an overdraft's debt
-	switch {
-	case key == "" || len(key) > maxKeyBytes:
-		return fmt.Errorf("lease: %s from %s: key of %d bytes (want 1..%d)", what, from, len(key), maxKeyBytes)
-	case lent < 0 || lent > l.sh.burst:
-		return fmt.Errorf("lease: %s from %s: key %q: lent_tokens %d outside [0, burst=%d]", what, from, key, lent, l.sh.burst)
-	case level < floor || level > (l.sh.burst-lent)*l.sh.per:
-		return fmt.Errorf("lease: %s from %s: key %q: level_ticks %d outside [%d, (burst - lent_tokens) * %d ticks]", what, from, key, level, floor, l.sh.per)
-	case atNs < 0 || time.Duration(atNs) > now+l.takeover+l.maxSkew:
-		return fmt.Errorf("lease: %s from %s: key %q: at_ns %d outside [0, now+takeover+max_skew=%d]", what, from, key, atNs, now+l.takeover+l.maxSkew)
-	case lentUntilNs < 0 || time.Duration(lentUntilNs) > now+l.ttl+l.takeover+l.maxSkew:
-		return fmt.Errorf("lease: %s from %s: key %q: lent_until_ns %d outside [0, now+ttl+takeover+max_skew]", what, from, key, lentUntilNs)
-	}
-	return nil
-}
-
-// receiveState takes a warm-up answer. Errors (no state change): a state
-// out of bounds (checkState), or an answer from a node the query never
-// went to (one that was asked before a membership change dropped it is
+// receiveState takes a warm-up answer, its bounds checked (checkAnswer).
+// Errors (no state change): an answer from a node the query never went to (one that was asked before a membership change dropped it is
 // merged, not waited for). An answer to no query under way (late,
 // duplicated, or to a previous incarnation) is ignored.
 func (l *Lease) receiveState(now time.Duration, from strategy.NodeID, a *peerv1.LeaseState, fx *strategy.Effects) error {
-	if a.None {
-		if a.Key == "" || len(a.Key) > maxKeyBytes {
-			return fmt.Errorf("lease: state from %s: key of %d bytes (want 1..%d)", from, len(a.Key), maxKeyBytes)
-		}
-	} else if err := l.checkState(now, "state", from, a.Key, a.LevelTicks, a.AtNs, a.LentTokens, a.LentUntilNs); err != nil {
-		return err
-	}
 	f := l.fetching[a.Key]
 	if f == nil || f.id != a.Id {
 		return nil

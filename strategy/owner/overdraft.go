@@ -1,7 +1,6 @@
 package owner
 
 import (
-	"fmt"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
@@ -33,30 +32,19 @@ func (o *Owner) Refund(now time.Duration, id uint64, key string, tokens int64, f
 
 // receiveRefund queues a peer's refund in the ordering buffer, once per
 // (sender, request ID, key), when this node owns the key (else it is
-// dropped: the tokens stay spent). Errors: an empty or invalid key,
-// non-positive tokens, a negative time or one more than slack after now.
-func (o *Owner) receiveRefund(now time.Duration, from strategy.NodeID, r *peerv1.OwnerRefund, fx *strategy.Effects) error {
-	switch {
-	case r.Key == "":
-		return fmt.Errorf("owner: refund from %s: empty key", from)
-	case r.Tokens <= 0:
-		return fmt.Errorf("owner: refund from %s: tokens %d must be positive", from, r.Tokens)
-	case r.AtNs < 0 || time.Duration(r.AtNs) > now+o.slack:
-		return fmt.Errorf("owner: refund from %s: at_ns %d outside [0, now+slack=%d]", from, r.AtNs, now+o.slack)
-	}
-	if _, err := o.subIndex(r.Key); err != nil {
-		return fmt.Errorf("owner: refund from %s: %w", from, err)
-	}
+// dropped: the tokens stay spent). Its bounds are checked before
+// (checkRefund: an empty or invalid key, non-positive tokens, a negative
+// time or one more than slack after now).
+func (o *Owner) receiveRefund(now time.Duration, from strategy.NodeID, r *peerv1.OwnerRefund, fx *strategy.Effects) {
 	fid := forwardID{from, r.RequestId, r.Key}
 	if _, dup := o.seen.Get(fid); dup {
-		return nil
+		return
 	}
 	o.seen.Add(now, fid, &verdict{decided: true, allowed: true}, fx)
 	if !o.owns(r.Key) {
-		return nil
+		return
 	}
 	o.enqueue(now, queued{arrival: min(time.Duration(r.AtNs), now), id: r.RequestId, key: r.Key, tokens: r.Tokens, origin: from, refund: true}, fx)
-	return nil
 }
 
 // credit gives tokens back to key's bucket at time at (capped at the

@@ -144,11 +144,7 @@ package owner
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -158,7 +154,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -274,50 +269,6 @@ type Owner struct {
 	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
-// queued is a request waiting at its owner. origin is "" for a request that
-// reached the owner itself.
-type queued struct {
-	arrival time.Duration
-	id      uint64
-	key     string
-	tokens  int64
-	origin  strategy.NodeID
-	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
-	refund  bool          // a refund of tokens (Refund): credited, nothing decided
-	charge  bool          // a cost already incurred (strategy.Request.Charge)
-}
-
-type charge struct {
-	req    strategy.Request
-	owner  strategy.NodeID   // where the charge was last sent
-	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
-	sentAt time.Duration     // the last send
-	until  time.Duration
-}
-
-type fetch struct {
-	waiting  []queued
-	await    []strategy.NodeID // holders that have not answered yet
-	deadline time.Duration
-}
-
-type chargeAt struct {
-	until time.Duration
-	id    uint64
-}
-
-type forwardID struct {
-	origin strategy.NodeID
-	id     uint64
-	key    string
-}
-
-type verdict struct {
-	decided, allowed bool
-	delay            time.Duration // waiting mode: the wait after arrival
-	charged          bool          // a charge for this request was taken
-}
-
 // New builds a node with the parameters declared in Params (params.go:
 // names, types, units and defaults; `tokenmesh strategies` lists them).
 //
@@ -369,20 +320,38 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
+	if err := o.splitTables(cfg); err != nil {
+		return nil, err
+	}
+	o.conserve = cfg.Partition == strategy.PartitionConserve
+	o.expected = slices.Clone(o.members)
+	if o.local, err = o.localTable(); err != nil {
+		return nil, err
+	}
+	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	return o, nil
+}
+
+// splitTables makes the tables of the split sub-buckets (split 1: one
+// table of (r, b)), their bounds for peers' levels and their shares of
+// max_debt. Errors: a rate or burst that does not split split ways
+// (named).
+func (o *Owner) splitTables(cfg strategy.Config) error {
 	subRate := cfg.Rate
 	if o.split > 1 {
+		var err error
 		if subRate, err = cfg.Rate.Div(int64(o.split)); err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 	}
 	for i := range o.split {
 		burst, err := bucket.SplitBurst(cfg.Burst, o.split, i)
 		if err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 		t, err := buckets.New(subRate, burst)
 		if err != nil {
-			return nil, fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
+			return fmt.Errorf("owner: parameter split=%d: %w", o.split, err)
 		}
 		t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 		b := bucket.MustNew(subRate, burst, 0)
@@ -396,13 +365,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		o.floors = append(o.floors, b.FloorTicks(debt))
 	}
 	o.table = o.tables[0]
-	o.conserve = cfg.Partition == strategy.PartitionConserve
-	o.expected = slices.Clone(o.members)
-	if o.local, err = o.localTable(); err != nil {
-		return nil, err
-	}
-	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
-	return o, nil
+	return nil
 }
 
 // localTable builds the fallback table for the current membership: rate
@@ -448,359 +411,15 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(o.nextSweep)
 }
 
-// Request queues req at this node when it owns req.Key, or forwards it to the
-// owner; the decision arrives later in fx.Decisions (at once only when hold
-// is 0 and this node is the owner, or when the owner is suspected).
-func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	return o.RequestWait(now, req, 0, fx)
-}
-
-// OrdersByArrival implements strategy.ArrivalOrderer: the primary decides
-// a key's requests in (arrival, ID) order after `hold`, its own as the
-// forwarded ones, and a late one takes only tokens held since its arrival.
-func (o *Owner) OrdersByArrival() {}
-
-// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2):
-// the key's owner reserves req's tokens in (arrival, ID) order, after its
-// ordering buffer, with strategy.ReserveWithin, and admits req with the
-// wait until its tokens are there when that wait is at most maxWait
-// (forwarded as OwnerForward.max_wait_ns, answered in
-// OwnerVerdict.delay_ns). A request answered by on_timeout (the owner
-// unreachable or suspected) is decided without waiting. maxWait 0 is
-// Request; maxWait is capped at b/r, the time the rate refills one burst
-// (so a level replicated to the key's other nodes stays within [-b, b]).
-func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	maxWait = o.capWait(maxWait)
-	if o.od.On && req.Charge {
-		maxWait = 0 // overdraft: a charge is taken at once, it does not wait
-	}
-	if o.split > 1 {
-		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
-	}
-	if o.hold > 0 || !o.owns(req.Key) {
-		if allowed, decided := o.route(now, req, maxWait, fx); decided {
-			return strategy.Decision{RequestID: req.ID, Allowed: allowed}, true
-		}
-		return strategy.Decision{}, false
-	}
-	// With no ordering buffer the owner decides its own requests at once
-	// (so, unlike enqueue, it asks for no wake-up).
-	o.queue.Push(queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge})
-	o.decideDue(now, fx)
-	return fx.TakeDecision(req.ID)
-}
-
-// capWait bounds a max wait to [0, the time the rule's rate takes to
-// refill one burst]: a reservation then leaves the level at or above
-// -burst, the bound within which replicas accept a peer's level.
-func (o *Owner) capWait(maxWait time.Duration) time.Duration {
-	maxWait = max(maxWait, 0)
-	if maxWait == 0 || o.rate.Tokens == 0 {
-		return 0
-	}
-	return min(maxWait, buckets.FillTime(o.rate, o.burst), MaxWait)
-}
-
 // primary is key's deciding node in this node's view.
 func (o *Owner) primary(key string) strategy.NodeID {
 	return rendezvous.Owner(key, o.members)
-}
-
-// route queues req here if this node owns its key, answers it by
-// on_timeout at once when its owner is suspected (decided is true), or
-// forwards it.
-func (o *Owner) route(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (allowed, decided bool) {
-	owner := o.primary(req.Key)
-	if owner == o.self || owner == "" {
-		o.enqueue(now, queued{arrival: req.Arrival, id: req.ID, key: req.Key, tokens: req.Tokens, maxWait: maxWait, charge: req.Charge}, fx)
-		return false, false
-	}
-	if until, ok := o.suspect[owner]; ok && now < until {
-		return o.fallback(now, req, owner, fx), true
-	}
-	p := &forwarding.Pending{Req: req, Deadline: now + o.timeout, MaxWait: maxWait}
-	o.pending[req.ID] = p
-	o.forward(now, p, owner, fx)
-	return false, false
 }
 
 // owns reports whether this node owns key in its current view.
 func (o *Owner) owns(key string) bool {
 	owner := o.primary(key)
 	return owner == o.self || owner == ""
-}
-
-// forward sends p to owner and schedules its next retransmission (or its
-// deadline).
-func (o *Owner) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
-	next := p.SendTo(now, owner, o.retryEvery)
-	o.timeouts.Push(deadline{at: next, id: p.Req.ID})
-	fx.WakeAt(next)
-	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: p.Req.ID, Key: p.Req.Key, Tokens: p.Req.Tokens, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait), PostHoc: p.Req.Charge,
-	}}}))
-}
-
-// fallback answers req by on_timeout, on behalf of owner; an admission is
-// charged to the owner (and, if membership replaces it, to the next one).
-func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy.NodeID, fx *strategy.Effects) bool {
-	var allowed bool
-	switch o.onTimeout {
-	case TimeoutAdmit:
-		allowed = true
-	case TimeoutReject:
-		if o.od.On && req.Charge {
-			o.addCharge(now, req, owner, fx)
-		}
-		return false
-	default:
-		b, ok := o.local.Lookup(req.Key)
-		if !ok {
-			// Empty at the first fallback: the owner may have drained the
-			// key just before it stopped answering; a full local bucket
-			// would add (N-1)/N of a burst at once.
-			b = o.local.Get(req.Key, now)
-			_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
-		}
-		if o.od.On && req.Charge {
-			allowed, _ = b.ChargeN(now, req.Tokens, max(o.od.MaxDebt/int64(max(len(o.members), 1)), 1))
-		} else {
-			allowed = b.AllowN(now, req.Tokens)
-		}
-	}
-	if allowed || (o.od.On && req.Charge) {
-		// Under overdraft a charge is taken, refused or not.
-		o.addCharge(now, req, owner, fx)
-	}
-	return allowed
-}
-
-// addCharge remembers an admission decided here for owner and sends it.
-func (o *Owner) addCharge(now time.Duration, req strategy.Request, owner strategy.NodeID, fx *strategy.Effects) {
-	if len(o.charges) >= maxCharges {
-		o.dropOldestCharge()
-	}
-	c := &charge{req: req, until: now + o.chargeTTL}
-	o.charges[req.ID] = c
-	if len(o.chargeOrder) == 0 {
-		fx.WakeAt(c.until)
-	}
-	o.chargeOrder = append(o.chargeOrder, chargeAt{until: c.until, id: req.ID})
-	o.sendCharge(now, c, owner, fx)
-}
-
-func (o *Owner) dropOldestCharge() {
-	for len(o.chargeOrder) > 0 {
-		c := o.chargeOrder[0]
-		o.chargeOrder = o.chargeOrder[1:]
-		if _, ok := o.charges[c.id]; ok {
-			o.dropCharge(c.id)
-			return
-		}
-	}
-}
-
-// dropCharge forgets charge id (acknowledged, expired or dropped).
-func (o *Owner) dropCharge(id uint64) {
-	if c, ok := o.charges[id]; ok {
-		o.unlistCharge(c)
-		delete(o.charges, id)
-	}
-}
-
-// unlistCharge takes c out of chargesTo for the node it was last sent to.
-func (o *Owner) unlistCharge(c *charge) {
-	delete(o.chargesTo[c.owner], c.req.ID)
-	if len(o.chargesTo[c.owner]) == 0 {
-		delete(o.chargesTo, c.owner)
-	}
-}
-
-// flushCharges sends again the charges last sent to from, which just
-// answered (a charge sent while it was unreachable was lost), at most once
-// per timeout.
-func (o *Owner) flushCharges(now time.Duration, from strategy.NodeID, fx *strategy.Effects) {
-	ids := o.chargesTo[from]
-	if len(ids) == 0 {
-		return
-	}
-	if at, ok := o.flushedAt[from]; ok && now < at+o.timeout {
-		return
-	}
-	o.flushedAt[from] = now
-	sorted := make([]uint64, 0, len(ids))
-	for id := range ids {
-		sorted = append(sorted, id)
-	}
-	slices.Sort(sorted)
-	for _, id := range sorted {
-		if c := o.charges[id]; now >= c.sentAt+o.timeout { // not one still in flight
-			o.sendCharge(now, c, from, fx)
-		}
-	}
-}
-
-func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, fx *strategy.Effects) {
-	c.sentAt = now
-	if c.owner != "" {
-		o.unlistCharge(c)
-	}
-	if o.chargesTo[owner] == nil {
-		o.chargesTo[owner] = map[uint64]bool{}
-	}
-	o.chargesTo[owner][c.req.ID] = true
-	c.owner = owner
-	if !slices.Contains(c.sentTo, owner) {
-		c.sentTo = append(c.sentTo, owner)
-	}
-	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
-		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
-	}}}))
-}
-
-// enqueue puts q in the ordering buffer and asks to be woken at its turn.
-// Even a request whose turn has come waits for that wake-up: drivers run
-// wake-ups after the messages delivered at the same instant, so requests
-// that arrive together are decided together, in (arrival, ID) order.
-func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
-	o.queue.Push(q)
-	fx.WakeAt(max(q.arrival+o.hold, now))
-}
-
-// bucketFor returns key's bucket for a decision at time at, creating a
-// full one if there is none.
-func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
-	b := o.tab(key).Get(key, at)
-	if o.lend.Held.Len() > 0 {
-		o.lend.Held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
-	}
-	return b
-}
-
-// fetchFor reports whether q must wait for its key's level: during a
-// warm-up (within warmup of a membership change or of a late start) this
-// node holds no level for the key, so the level may be on its way from, or
-// only at, the key's replicas in the previous or the current view. Then it
-// asks them (OwnerLevelQuery) and holds q until all answered (OwnerLevels;
-// a holder without a level answers full) or timeout passed (then the key
-// starts empty as of the change: the holders may have been drained and be
-// unreachable). Requests of a key already being fetched wait too.
-func (o *Owner) fetchFor(now time.Duration, q queued, fx *strategy.Effects) bool {
-	if f := o.fetching[q.key]; f != nil {
-		f.waiting = append(f.waiting, q)
-		return true
-	}
-	if o.changedAt < 0 || now >= o.changedAt+o.warmup {
-		return false
-	}
-	if _, ok := o.tab(q.key).Lookup(q.key); ok {
-		return false
-	}
-	var await []strategy.NodeID
-	others := o.others()
-	for _, view := range [][]strategy.NodeID{o.prevMembers, others} {
-		for _, m := range o.replicasOf(q.key, view) {
-			// Only live members can answer; a previous holder that is
-			// gone left its level on its replicas, asked as well.
-			if m != o.self && slices.Contains(o.members, m) && !slices.Contains(await, m) {
-				await = append(await, m)
-			}
-		}
-	}
-	if len(await) == 0 {
-		return false
-	}
-	slices.Sort(await)
-	f := &fetch{waiting: []queued{q}, await: await, deadline: now + o.timeout}
-	o.fetching[q.key] = f
-	msg := wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelQuery{LevelQuery: &peerv1.OwnerLevelQuery{Keys: []string{q.key}}}})
-	for _, m := range await {
-		fx.Send(m, msg)
-	}
-	fx.WakeAt(f.deadline)
-	return true
-}
-
-// fetched ends key's fetch: with timedOut, a key still without a level
-// starts empty as of the membership change; the waiting requests are
-// queued again (their turn has come) and decided.
-func (o *Owner) fetched(now time.Duration, key string, timedOut bool, fx *strategy.Effects) {
-	f := o.fetching[key]
-	delete(o.fetching, key)
-	t := o.tab(key)
-	if _, ok := t.Lookup(key); !ok && timedOut {
-		b := t.Get(key, o.changedAt)
-		_ = b.MergeLevel(0, o.changedAt) // 0 is within bounds, changedAt >= 0
-	}
-	for _, q := range f.waiting {
-		o.queue.Push(q)
-	}
-	o.decideDue(now, fx)
-}
-
-// decideDue decides, in (arrival, ID) order, every queued request whose
-// hold has passed.
-func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
-	for o.queue.Len() > 0 && o.queue.Peek().arrival+o.hold <= now {
-		q := o.queue.Pop()
-		if o.fetchFor(now, q, fx) {
-			continue
-		}
-		if q.refund {
-			o.credit(q.key, q.arrival, q.tokens)
-			if o.owns(q.key) {
-				o.markDirty(now, q.key, fx)
-			}
-			continue
-		}
-		v, _ := o.seen.Get(forwardID{q.origin, q.id, q.key})
-		if v != nil && v.charged { // answered and charged already: acknowledge
-			v.decided, v.allowed = true, true
-			sendVerdict(q.origin, q.id, true, 0, fx)
-			continue
-		}
-		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
-		charged := allowed || (o.od.On && q.charge) // under overdraft a charge is taken, refused or not
-		if charged {
-			o.markDirty(now, q.key, fx)
-		}
-		if q.origin == "" {
-			fx.DecideAfter(q.id, allowed, delay)
-			continue
-		}
-		if v != nil {
-			v.decided, v.allowed, v.delay = true, allowed, delay
-			v.charged = v.charged || (o.od.On && q.charge)
-		}
-		sendVerdict(q.origin, q.id, allowed, delay, fx)
-	}
-}
-
-// markDirty notes that key's level changed here, to be shipped to its
-// replicas at the next sync.
-func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
-	if o.leaving {
-		// Leave shipped this key's level already, and the next owners
-		// take over as soon as they learn of the leave: ship every later
-		// change at once, not at the next sync.
-		others := o.others()
-		o.shipLevels([]string{key}, func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, false, fx)
-		return
-	}
-	if o.replicas < 2 || len(o.members) < 2 {
-		return
-	}
-	o.dirty[key] = true
-	if o.syncAt < 0 {
-		o.syncAt = now + o.syncEvery
-		fx.WakeAt(o.syncAt)
-	}
-}
-
-func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duration, fx *strategy.Effects) {
-	fx.Send(to, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Verdict{Verdict: &peerv1.OwnerVerdict{
-		RequestId: id, Allowed: allowed, DelayNs: int64(delay),
-	}}}))
 }
 
 // Receive handles a forwarded request or charge (this node as owner), a
@@ -812,236 +431,28 @@ func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duratio
 // a negative time or one more than slack after now, or more than
 // maxLevelsAccepted levels. Errors change no state.
 func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.OwnerMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
-		return fmt.Errorf("owner: message from %s does not decode: %w", from, err)
+	m, err := decodeMessage(from, payload)
+	if err != nil {
+		return err
+	}
+	if err := o.validate(now, from, m); err != nil {
+		return err
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.OwnerMessage_Forward:
-		return o.receiveForward(now, from, b.Forward, fx)
+		o.receiveForward(now, from, b.Forward, fx)
 	case *peerv1.OwnerMessage_Verdict:
-		v := b.Verdict
-		if c, ok := o.charges[v.RequestId]; ok {
-			if !slices.Contains(c.sentTo, from) {
-				return fmt.Errorf("owner: acknowledgement of charge %d from %s, but it was sent to %v", v.RequestId, from, c.sentTo)
-			}
-			o.dropCharge(v.RequestId)
-			delete(o.suspect, from)
-			o.flushCharges(now, from, fx)
-			return nil
-		}
-		p, ok := o.pending[v.RequestId]
-		if !ok {
-			return nil // a duplicate, or the answer after a timeout
-		}
-		if err := p.CheckFrom(from); err != nil {
-			return fmt.Errorf("owner: %w", err)
-		}
-		if err := p.CheckDelay(from, v.Allowed, v.DelayNs); err != nil {
-			return fmt.Errorf("owner: %w", err)
-		}
-		delete(o.pending, v.RequestId)
-		delete(o.suspect, from)
-		fx.DecideAfter(v.RequestId, v.Allowed, time.Duration(v.DelayNs))
-		o.flushCharges(now, from, fx)
+		return o.onVerdict(now, from, b.Verdict, fx)
 	case *peerv1.OwnerMessage_Levels:
-		return o.receiveLevels(now, from, b.Levels, fx)
+		o.receiveLevels(now, from, b.Levels, fx)
 	case *peerv1.OwnerMessage_LevelQuery:
-		return o.receiveQuery(now, from, b.LevelQuery, fx)
+		o.receiveQuery(now, from, b.LevelQuery, fx)
 	case *peerv1.OwnerMessage_Refund:
-		return o.receiveRefund(now, from, b.Refund, fx)
+		o.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
-		if o.ackTo[b.LevelsAck.Seq] == from {
-			delete(o.unacked, b.LevelsAck.Seq)
-			delete(o.ackTo, b.LevelsAck.Seq)
-		}
-	default:
-		return fmt.Errorf("owner: message from %s has no body", from)
+		o.onLevelsAck(from, b.LevelsAck)
 	}
 	return nil
-}
-
-func (o *Owner) receiveForward(now time.Duration, from strategy.NodeID, f *peerv1.OwnerForward, fx *strategy.Effects) error {
-	switch {
-	case f.Key == "":
-		return fmt.Errorf("owner: forward from %s: empty key", from)
-	case f.Tokens <= 0:
-		return fmt.Errorf("owner: forward from %s: tokens %d must be positive", from, f.Tokens)
-	case f.ArrivalNs < 0:
-		return fmt.Errorf("owner: forward from %s: negative arrival_ns %d", from, f.ArrivalNs)
-	case f.MaxWaitNs < 0 || f.MaxWaitNs > int64(MaxWait):
-		return fmt.Errorf("owner: forward from %s: max_wait_ns %d outside [0, %v]", from, f.MaxWaitNs, MaxWait)
-	case f.Charge && time.Duration(f.ArrivalNs) > now+o.slack:
-		return fmt.Errorf("owner: charge from %s: arrival_ns %d is more than %v after now (%d)", from, f.ArrivalNs, o.slack, now)
-	}
-	if _, err := o.subIndex(f.Key); err != nil {
-		return fmt.Errorf("owner: forward from %s: %w", from, err)
-	}
-	fid := forwardID{from, f.RequestId, f.Key}
-	if v, dup := o.seen.Get(fid); dup {
-		if f.Charge && !v.charged && !(v.decided && v.allowed) {
-			// The forwarder answered this request itself after a
-			// timeout and admitted it, while this node refused it (or
-			// has not decided it yet): take its tokens now, once, and
-			// let a pending decision only acknowledge. (Under overdraft
-			// a charge decided here was taken, refused or not: charged.)
-			o.debit(f.Key, peerArrival(f, now), f.Tokens)
-			v.charged = true
-			if o.owns(f.Key) {
-				o.markDirty(now, f.Key, fx)
-			}
-			if v.decided {
-				v.allowed = true
-			}
-		}
-		if v.decided { // the verdict was lost: send it again
-			sendVerdict(from, f.RequestId, v.allowed, v.delay, fx)
-		}
-		return nil
-	}
-	arrival := peerArrival(f, now)
-	if f.Charge {
-		o.debit(f.Key, arrival, f.Tokens)
-		o.seen.Add(now, fid, &verdict{decided: true, allowed: true, charged: true}, fx)
-		if o.owns(f.Key) {
-			o.markDirty(now, f.Key, fx)
-		}
-		sendVerdict(from, f.RequestId, true, 0, fx)
-		return nil
-	}
-	o.seen.Add(now, fid, &verdict{}, fx)
-	o.enqueue(now, queued{arrival: arrival, id: f.RequestId, key: f.Key, tokens: f.Tokens, origin: from, maxWait: o.capWait(time.Duration(f.MaxWaitNs)), charge: f.PostHoc}, fx)
-	return nil
-}
-
-// peerArrival is a forward's arrival time as this node decides it: the
-// sender's clock, but never after now. A time ahead of this node's clock
-// (skew, or a forged frame) would advance the key's bucket into the
-// future, and every request decided at the right time after it would be
-// a late decision, held to the tokens spared since (bucket.Bucket): a
-// far-future arrival could refuse the key for that long.
-func peerArrival(f *peerv1.OwnerForward, now time.Duration) time.Duration {
-	return min(time.Duration(f.ArrivalNs), now)
-}
-
-func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) error {
-	if len(q.Keys) > maxLevelsAccepted {
-		return fmt.Errorf("owner: level query from %s: %d keys, more than the %d accepted in one message", from, len(q.Keys), maxLevelsAccepted)
-	}
-	ls := make([]*peerv1.OwnerLevel, 0, len(q.Keys))
-	for i, k := range q.Keys {
-		if k == "" {
-			return fmt.Errorf("owner: level query from %s: key %d is empty", from, i)
-		}
-		sub, err := o.subIndex(k)
-		if err != nil {
-			return fmt.Errorf("owner: level query from %s: %w", from, err)
-		}
-		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
-		if b, ok := o.tables[sub].Lookup(k); ok {
-			o.clampRaw(b, k)
-			ticks, at := b.Level()
-			l.LevelTicks, l.AtNs = ticks, int64(at)
-		}
-		ls = append(ls, l)
-	}
-	o.sendLevels(from, ls, false, fx)
-	return nil
-}
-
-func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) error {
-	if len(ls.Levels) > maxLevelsAccepted {
-		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
-	}
-	for i, l := range ls.Levels {
-		if l.Key == "" {
-			return fmt.Errorf("owner: levels from %s: level %d has an empty key", from, i)
-		}
-		sub, err := o.subIndex(l.Key)
-		if err != nil {
-			return fmt.Errorf("owner: levels from %s: %w", from, err)
-		}
-		capTicks, floor := o.caps[sub], o.floors[sub]
-		switch {
-		case l.LevelTicks < floor || l.LevelTicks > capTicks:
-			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [%d, %d] (minus the burst or the overdraft's max_debt, and the burst, in ticks)", from, l.Key, l.LevelTicks, floor, capTicks)
-		case l.AtNs < 0:
-			return fmt.Errorf("owner: levels from %s: key %q: negative at_ns %d", from, l.Key, l.AtNs)
-		case time.Duration(l.AtNs) > now+o.slack:
-			return fmt.Errorf("owner: levels from %s: key %q: at_ns %d is more than %v after now (%d)", from, l.Key, l.AtNs, o.slack, now)
-		}
-	}
-	for _, l := range ls.Levels {
-		at := time.Duration(l.AtNs)
-		t := o.tab(l.Key)
-		b, ok := t.Lookup(l.Key)
-		if !ok {
-			b = t.Get(l.Key, min(at, now))
-		}
-		_ = b.MergeLevelAtFloor(now, l.LevelTicks, at, o.floors[o.subOf(l.Key)]) // validated above; a sender ahead of this clock is taken at now
-		if o.owns(l.Key) {
-			o.markDirty(now, l.Key, fx)
-		}
-	}
-	for _, l := range ls.Levels {
-		if f := o.fetching[l.Key]; f != nil {
-			f.await = slices.DeleteFunc(f.await, func(m strategy.NodeID) bool { return m == from })
-			if len(f.await) == 0 {
-				o.fetched(now, l.Key, false, fx)
-			}
-		}
-	}
-	if ls.Seq != 0 {
-		fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
-	}
-	return nil
-}
-
-// shipLevels sends the levels of keys (sorted) to the nodes chosen by to,
-// batched per peer, maxLevelsPerMessage a message; with ack, every message
-// gets a seq and is kept until acknowledged.
-func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID, ack bool, fx *strategy.Effects) {
-	per := map[strategy.NodeID][]*peerv1.OwnerLevel{}
-	var peers []strategy.NodeID
-	for _, k := range keys {
-		b, ok := o.tab(k).Lookup(k)
-		if !ok {
-			continue
-		}
-		o.clampRaw(b, k)
-		ticks, at := b.Level()
-		for _, p := range to(k) {
-			if p == o.self {
-				continue
-			}
-			if _, seen := per[p]; !seen {
-				peers = append(peers, p)
-			}
-			per[p] = append(per[p], &peerv1.OwnerLevel{Key: k, LevelTicks: ticks, AtNs: int64(at)})
-		}
-	}
-	slices.Sort(peers)
-	for _, p := range peers {
-		o.sendLevels(p, per[p], ack, fx)
-	}
-}
-
-// sendLevels sends ls to p in messages of at most maxLevelsPerMessage
-// levels; with ack, each message gets a seq and is kept until p
-// acknowledges it (Leave).
-func (o *Owner) sendLevels(p strategy.NodeID, ls []*peerv1.OwnerLevel, ack bool, fx *strategy.Effects) {
-	for len(ls) > 0 {
-		n := min(len(ls), maxLevelsPerMessage)
-		msg := &peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Levels: ls[:n]}}}
-		if ack {
-			o.nextSeq++
-			msg.GetLevels().Seq = o.nextSeq
-			o.unacked[o.nextSeq] = msg
-			o.ackTo[o.nextSeq] = p
-		}
-		fx.Send(p, wire.MustMarshal(msg))
-		ls = ls[n:]
-	}
 }
 
 // others is a fresh copy of the current members less this node.
@@ -1049,67 +460,17 @@ func (o *Owner) others() []strategy.NodeID {
 	return slices.DeleteFunc(slices.Clone(o.members), func(m strategy.NodeID) bool { return m == o.self })
 }
 
-// replicasOf returns key's first K nodes in rendezvous order among members.
-func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.NodeID {
-	o.rank = rendezvous.Rank(o.rank[:0], key, members, o.replicas)
-	return o.rank
-}
-
 // Tick decides the queued requests whose hold has passed, retransmits or
 // times out forwarded ones, ships changed levels to replicas, forgets old
 // forward IDs and charges, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.decideDue(now, fx)
-	if len(o.fetching) > 0 {
-		var late []string
-		for k, f := range o.fetching {
-			if now >= f.deadline {
-				late = append(late, k)
-			}
-		}
-		slices.Sort(late)
-		for _, k := range late {
-			o.fetched(now, k, true, fx)
-		}
-	}
-	for o.timeouts.Len() > 0 && o.timeouts.Peek().at <= now {
-		d := o.timeouts.Pop()
-		p, ok := o.pending[d.id]
-		if !ok || p.Next != d.at {
-			continue // answered, or rescheduled
-		}
-		if now < p.Deadline {
-			o.forward(now, p, p.Owner, fx) // no verdict yet: send again
-			continue
-		}
-		delete(o.pending, d.id)
-		o.suspect[p.Owner] = now + o.suspectFor
-		fx.Decide(d.id, o.fallback(now, p.Req, p.Owner, fx))
-	}
+	o.fetchTimeouts(now, fx)
+	o.forwardTimeouts(now, fx)
 	o.seen.Expire(now, fx)
-	n := 0
-	for n < len(o.chargeOrder) && o.chargeOrder[n].until <= now {
-		o.dropCharge(o.chargeOrder[n].id)
-		n++
-	}
-	o.chargeOrder = o.chargeOrder[n:]
-	if n > 0 && len(o.chargeOrder) > 0 {
-		fx.WakeAt(o.chargeOrder[0].until)
-	}
+	o.expireCharges(now, fx)
 	if o.syncAt >= 0 && now >= o.syncAt {
-		o.syncAt = -1
-		keys := make([]string, 0, len(o.dirty))
-		for k := range o.dirty {
-			keys = append(keys, k)
-		}
-		clear(o.dirty)
-		slices.Sort(keys)
-		o.shipLevels(keys, func(k string) []strategy.NodeID {
-			if r := o.replicasOf(k, o.members); len(r) > 0 && r[0] == o.self {
-				return r[1:]
-			}
-			return nil // no longer primary: membership shipped it
-		}, false, fx)
+		o.syncDirty(fx)
 	}
 	if o.leaving && len(o.unacked) > 0 && now >= o.resend {
 		o.resendUnacked(now, fx)
@@ -1123,19 +484,6 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 		o.nextSweep = now + o.sweepEvery
 		fx.WakeAt(o.nextSweep)
 	}
-}
-
-func (o *Owner) resendUnacked(now time.Duration, fx *strategy.Effects) {
-	seqs := make([]uint64, 0, len(o.unacked))
-	for s := range o.unacked {
-		seqs = append(seqs, s)
-	}
-	slices.Sort(seqs)
-	for _, s := range seqs {
-		fx.Send(o.ackTo[s], wire.MustMarshal(o.unacked[s]))
-	}
-	o.resend = now + o.retryEvery
-	fx.WakeAt(o.resend)
 }
 
 // SetMembers ships every level this node holds to the key's new first K
@@ -1182,50 +530,8 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			fx.Decide(id, allowed)
 		}
 	}
-	ids := make([]uint64, 0, len(o.charges))
-	for id := range o.charges {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		c := o.charges[id]
-		owner := o.primary(c.req.Key)
-		if owner == c.owner {
-			continue
-		}
-		if owner == o.self || owner == "" {
-			o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
-			o.markDirty(now, c.req.Key, fx)
-			o.dropCharge(id)
-			continue
-		}
-		o.sendCharge(now, c, owner, fx)
-	}
+	o.rerouteCharges(now, fx)
 }
-
-// Leave ships every level this node holds to the key's first K nodes among
-// the other members, each shipment to be acknowledged (strategy.Leaver).
-func (o *Owner) Leave(now time.Duration, fx *strategy.Effects) {
-	if o.leaving {
-		return
-	}
-	o.leaving = true
-	o.clampAll(now)
-	others := o.others()
-	if len(others) == 0 {
-		return
-	}
-	o.shipLevels(o.sortedKeys(), func(k string) []strategy.NodeID { return o.replicasOf(k, others) }, true, fx)
-	if len(o.unacked) > 0 {
-		o.resend = now + o.retryEvery
-		fx.WakeAt(o.resend)
-	}
-}
-
-// Left reports whether every level shipped by Leave was acknowledged.
-func (o *Owner) Left() bool { return o.leaving && len(o.unacked) == 0 }
-
-var _ strategy.Leaver = (*Owner)(nil)
 
 // StateBytes counts the buckets this node holds (as primary, replica or
 // fallback) and the requests and charges it holds.
@@ -1271,72 +577,3 @@ func (o *Owner) Remaining(now time.Duration, key string) (int64, bool) {
 }
 
 var _ strategy.Remainer = (*Owner)(nil)
-
-// maxSplit bounds the split parameter.
-const maxSplit = 64
-
-// subKey names sub-bucket i of key (split > 1): the key, a NUL byte and i
-// in decimal. subIndex parses it back from the last NUL, so any key
-// (even one holding NUL bytes) maps to distinct sub-keys.
-func subKey(key string, i int) string { return key + "\x00" + strconv.Itoa(i) }
-
-// subIndex is the sub-bucket index of a key this node decides or holds:
-// 0 without split; with split, the index after the key's last NUL byte.
-// Errors: with split, a key without a valid index (a peer with another
-// split setting, or a corrupt frame).
-func (o *Owner) subIndex(key string) (int, error) {
-	if o.split == 1 {
-		return 0, nil
-	}
-	j := strings.LastIndexByte(key, 0)
-	if j < 0 {
-		return 0, fmt.Errorf("key %q has no sub-bucket index (split=%d)", key, o.split)
-	}
-	i, err := strconv.Atoi(key[j+1:])
-	if err != nil || i < 0 || i >= o.split || key[j+1:] != strconv.Itoa(i) {
-		return 0, fmt.Errorf("key %q: sub-bucket index %q is not in [0, %d)", key, key[j+1:], o.split)
-	}
-	return i, nil
-}
-
-// subOf is the index of key's (sub-)bucket table; key is one subIndex
-// accepts (0 otherwise).
-func (o *Owner) subOf(key string) int {
-	i, _ := o.subIndex(key)
-	return i
-}
-
-// tab is the table of key's (sub-)bucket; key is one subIndex accepts.
-func (o *Owner) tab(key string) *buckets.Table { return o.tables[o.subOf(key)] }
-
-// sortedKeys is every key of every table, sorted.
-func (o *Owner) sortedKeys() []string {
-	if len(o.tables) == 1 {
-		return o.table.SortedKeys()
-	}
-	var out []string
-	for _, t := range o.tables {
-		out = append(out, t.SortedKeys()...)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func queuedLess(a, b queued) bool {
-	if a.arrival != b.arrival {
-		return a.arrival < b.arrival
-	}
-	return a.id < b.id
-}
-
-type deadline struct {
-	at time.Duration
-	id uint64
-}
-
-func deadlineLess(a, b deadline) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.id < b.id
-}

@@ -28,8 +28,9 @@
 // (tokens_per_fill u_i, fill_interval S, max_tokens b_i) with a TTL. At
 // every report, and when a cut has applied or a renewal is due, the owner
 // water-fills U over the wants — ceil(d_i * headroom * S) for a client that
-// reported a demand d_i = (allowed + denied) / time_elapsed tokens/s, at
-// least 1; all of U for a client whose demand is not known yet (Envoy's
+// reported a demand d_i = (allowed + denied) / time_elapsed tokens/s (an
+// estimate over reports: smooth), at least 1, or, when those wants exceed
+// U (oversubscribed), d_i * S rounded to the nearest unit; all of U for a client whose demand is not known yet (Envoy's
 // first report has time_elapsed 0); and the demand of the requests
 // checked at the nodes for the reserve — and gives bursts in proportion to
 // units (at least 1 token a client while the burst lasts). A key's first

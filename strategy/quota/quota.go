@@ -503,35 +503,49 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		}
 		q.assigned(now, from, as, fx)
 	case *peerv1.QuotaMessage_Forward:
-		f := b.Forward
-		if err := checkKey("forward", f.Key); err != nil {
-			return err
-		}
-		arrival := time.Duration(f.ArrivalNs)
-		if f.Tokens < 0 || f.Tokens > q.sh.burst+1 || arrival > now+q.maxSkew || arrival < 0 {
-			return fmt.Errorf("quota: forward of %q: %d tokens, arrival %v (now %v)", f.Key, f.Tokens, arrival, now)
-		}
-		ok := false
-		if q.owner(f.Key) == q.self {
-			ok = q.decide(now, f.Key, f.Tokens, max(arrival, now-q.timeout), fx)
-		}
-		fx.Send(from, frame(&peerv1.QuotaVerdict{RequestId: f.RequestId, Allowed: ok}))
+		return q.onForward(now, from, b.Forward, fx)
 	case *peerv1.QuotaMessage_Ack:
 		if err := checkKey("ack", b.Ack.Key); err != nil {
 			return err
 		}
 		q.ownerAck(now, from, strategy.QuotaClient(b.Ack.Client), b.Ack.Key, b.Ack.Seq, fx)
 	case *peerv1.QuotaMessage_Verdict:
-		p, ok := q.pending[b.Verdict.RequestId]
-		if !ok {
-			return nil // late (decided at its deadline) or duplicated
-		}
-		if p.to != from {
-			return fmt.Errorf("quota: verdict for request %d from %s, forwarded to %s", b.Verdict.RequestId, from, p.to)
-		}
-		delete(q.pending, b.Verdict.RequestId)
-		fx.Decide(b.Verdict.RequestId, b.Verdict.Allowed)
+		return q.onVerdict(from, b.Verdict, fx)
 	}
+	return nil
+}
+
+// onForward decides a request forwarded to this node as the key's owner
+// (refused if it is not the owner in this node's view) and answers its
+// sender. Errors: a key, token count or arrival out of bounds.
+func (q *Quota) onForward(now time.Duration, from strategy.NodeID, f *peerv1.QuotaForward, fx *strategy.Effects) error {
+	if err := checkKey("forward", f.Key); err != nil {
+		return err
+	}
+	arrival := time.Duration(f.ArrivalNs)
+	if f.Tokens < 0 || f.Tokens > q.sh.burst+1 || arrival > now+q.maxSkew || arrival < 0 {
+		return fmt.Errorf("quota: forward of %q: %d tokens, arrival %v (now %v)", f.Key, f.Tokens, arrival, now)
+	}
+	ok := false
+	if q.owner(f.Key) == q.self {
+		ok = q.decide(now, f.Key, f.Tokens, max(arrival, now-q.timeout), fx)
+	}
+	fx.Send(from, frame(&peerv1.QuotaVerdict{RequestId: f.RequestId, Allowed: ok}))
+	return nil
+}
+
+// onVerdict decides a request this node forwarded, from the owner's
+// verdict. Errors: a verdict from a node the request was not forwarded to.
+func (q *Quota) onVerdict(from strategy.NodeID, v *peerv1.QuotaVerdict, fx *strategy.Effects) error {
+	p, ok := q.pending[v.RequestId]
+	if !ok {
+		return nil // late (decided at its deadline) or duplicated
+	}
+	if p.to != from {
+		return fmt.Errorf("quota: verdict for request %d from %s, forwarded to %s", v.RequestId, from, p.to)
+	}
+	delete(q.pending, v.RequestId)
+	fx.Decide(v.RequestId, v.Allowed)
 	return nil
 }
 
@@ -551,12 +565,7 @@ func (q *Quota) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	if q.nextDue > 0 && q.nextDue <= now {
 		q.nextDue = 0
-		ids := make([]uint64, 0, len(q.pending))
-		for id := range q.pending {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
+		for _, id := range sortedKeys(q.pending) {
 			p := q.pending[id]
 			if p.deadline <= now {
 				delete(q.pending, id)

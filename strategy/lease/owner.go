@@ -1,0 +1,354 @@
+package lease
+
+import (
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
+)
+
+// The owner side (see "# Protocol" in the package doc): the key's owner
+// holds its pool, orders requests, asks, releases and refunds in its
+// ordering buffer, decides them in (arrival, ID) order, grants leases out
+// of the pool and releases them at their expiry or return.
+
+type grantRec struct {
+	pool       *pool // the bucket it was lent from (a bucket dropped and created again is another one)
+	tokens     int64
+	expires    time.Duration
+	emptyUntil time.Duration
+	released   bool // expired or returned: no longer counted in the pool's leases
+	returned   bool // a return was credited
+}
+
+type grantExp struct {
+	at  time.Duration
+	id  grantID
+	end bool // false: release the lease; true: forget the record
+}
+
+// queued is a request (or an ask) waiting at its owner. origin is "" for a
+// request that reached the owner itself.
+type queued struct {
+	arrival time.Duration
+	id      uint64 // request ID, or ask seq
+	ask     bool
+	spent   bool // a lease (id = its seq) to release, crediting tokens unused ones (a spent lease or a return)
+	key     string
+	tokens  int64
+	origin  strategy.NodeID
+	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
+	refund  bool          // tokens given back (Refund): credited, nothing decided
+	charge  bool          // a cost already incurred (strategy.Request.Charge)
+}
+
+type forwardID struct {
+	origin strategy.NodeID
+	id     uint64
+}
+
+type verdict struct {
+	decided, allowed bool
+	emptyFor         uint64        // µs
+	delay            time.Duration // waiting mode: the wait after arrival
+}
+
+// pool returns key's pool at this node as owner, creating it: full, or,
+// when the key moved to this node (restart, membership change, a peer
+// that sends it a key it does not own in its own view: the move is under
+// way, or a warm-up query it answered), empty and refilling from the move
+// + takeover. (A moved key is warmed up first where it can be: warm,
+// warmup.go, which makes the pool.)
+func (l *Lease) pool(key string, now time.Duration) *pool {
+	if p := l.pools[key]; p != nil {
+		return p
+	}
+	p := &pool{level: l.sh.burst * l.sh.per}
+	movedAt, moved, _ := l.moveOf(key, now)
+	if moved {
+		p = l.conservativeStart(movedAt)
+	}
+	if r := l.records[key]; r != nil && l.owner(key) == l.self {
+		// Replicated state (replica.go), at the key's owner in this view
+		// only (a pool made for a peer whose view lags stays
+		// conservative: the owner in this view may be deciding from the
+		// same state): continue from it when its owner handed the key
+		// over or is gone, or when the key did not move (it is then no
+		// fuller than a full start); otherwise merge it into the
+		// conservative start.
+		if !moved || (l.trusted(r) && !l.handedOff(key, r)) {
+			p = r.asPool()
+		} else {
+			q := r.asPool()
+			t := max(p.last, q.last)
+			l.sh.advance(q, t)
+			l.mergeInto(p, q)
+		}
+		delete(l.records, key)
+	}
+	l.pools[key] = p
+	return p
+}
+
+// decideDue decides, in (arrival, ID) order, every queued request and ask
+// whose hold has passed.
+func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
+	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
+		q := l.queue.Pop()
+		if q.spent {
+			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
+				g.released, g.returned = true, true
+				l.sh.advance(g.pool, q.arrival)
+				l.sh.release(g.pool, g.tokens, q.tokens)
+				l.markDirty(now, q.key, fx)
+			}
+			continue
+		}
+		if q.refund {
+			l.credit(now, q, fx)
+			continue
+		}
+		if l.warm(now, q, fx) {
+			continue // waits for its key's warm-up (warmup.go)
+		}
+		p := l.pool(q.key, now)
+		l.sh.advance(p, q.arrival)
+		// Only what took tokens is shipped to the replicas (markDirty): a
+		// refused request or an empty grant leaves the pool as its last
+		// state refilled, which a replica computes itself.
+		if q.ask {
+			if l.grant(p, q, fx) > 0 {
+				l.markDirty(now, q.key, fx)
+			}
+			continue
+		}
+		l.decide(now, p, q, fx)
+	}
+}
+
+// decide takes (or reserves, or charges) request q's tokens out of p,
+// advanced to q's arrival, and answers it: a decision of this node's own,
+// or a verdict to its forwarder, with the owner's dry hint on a refusal.
+func (l *Lease) decide(now time.Duration, p *pool, q queued, fx *strategy.Effects) {
+	var allowed bool
+	var delay time.Duration
+	switch {
+	case l.od.On && q.charge:
+		allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
+	case q.maxWait > 0:
+		delay, allowed = l.sh.reserve(p, q.arrival, q.tokens, q.maxWait)
+	default:
+		allowed = l.sh.take(p, q.arrival, q.tokens)
+	}
+	if allowed || (l.od.On && q.charge) { // under overdraft a refused charge took its tokens too
+		l.markDirty(now, q.key, fx)
+	}
+	if q.origin == "" {
+		fx.DecideAfter(q.id, allowed, delay)
+		return
+	}
+	var emptyFor uint64 // µs after arrival
+	if !allowed {
+		if until := l.sh.untilOne(p, q.arrival); until > q.arrival {
+			// Waiting-mode reservations can hold the level below 0 for
+			// long: the hint is capped at what a holder accepts (a
+			// shorter hint only forwards more).
+			wait := min(until-q.arrival, l.takeover+l.oneToken()+q.maxWait)
+			emptyFor = uint64(wait / time.Microsecond)
+		}
+	}
+	if v, _ := l.seen.Get(forwardID{q.origin, q.id}); v != nil {
+		v.decided, v.allowed, v.emptyFor, v.delay = true, allowed, emptyFor, delay
+	}
+	sendVerdict(q.origin, q.id, allowed, emptyFor, delay, fx)
+}
+
+// grant answers an ask out of p (advanced to the ask's time) and returns
+// the tokens it took from p (0 for a duplicate).
+func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
+	id := grantID{q.origin, q.key, q.id}
+	if g := l.grants[id]; g != nil { // answered already (a duplicate that queued)
+		l.sendGrant(id, g, fx)
+		return 0
+	}
+	whole := l.sh.whole(p, q.arrival)
+	n := min(q.tokens, whole)
+	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
+	if n < q.tokens && n == whole {
+		// Dry: the bucket holds no more. Its refill until the hint ends is
+		// for the other holders' next asks and forwards; the hint ends
+		// before the bucket could fill up again (else its refill would
+		// be lost while the holders refuse).
+		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+	}
+	l.sh.lend(p, n)
+	if n > 0 {
+		p.lentUntil = max(p.lentUntil, g.expires)
+	}
+	l.grants[id] = g
+	l.gexpiry.Push(grantExp{at: g.expires, id: id})
+	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
+	fx.WakeAt(g.expires)
+	l.sendGrant(id, g, fx)
+	return n
+}
+
+func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
+	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{
+		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
+}
+
+func sendVerdict(to strategy.NodeID, id uint64, allowed bool, emptyForUs uint64, delay time.Duration, fx *strategy.Effects) {
+	fx.Send(to, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{
+		RequestId: id, Allowed: allowed, EmptyForUs: emptyForUs, DelayNs: int64(delay)}}}))
+}
+
+// onForward queues a forwarded request (validated: checkForward) in the
+// ordering buffer, once per (sender, request ID); a duplicate of one
+// decided already gets its verdict again.
+func (l *Lease) onForward(now time.Duration, from strategy.NodeID, f *peerv1.LeaseForward, fx *strategy.Effects) {
+	if time.Duration(f.ArrivalNs) < now-l.sweepLag {
+		return // the forwarder has given up on it; its key's bucket may be gone
+	}
+	fid := forwardID{from, f.RequestId}
+	if v, dup := l.seen.Get(fid); dup {
+		if v.decided {
+			sendVerdict(from, f.RequestId, v.allowed, v.emptyFor, v.delay, fx)
+		}
+		return
+	}
+	l.seen.Add(now, fid, &verdict{}, fx)
+	arr := min(time.Duration(f.ArrivalNs), now)
+	l.queue.Push(queued{arrival: arr, id: f.RequestId, key: f.Key, tokens: f.ExtraTokens + 1, origin: from, maxWait: min(time.Duration(f.MaxWaitNs), l.maxWait), charge: f.PostHoc})
+	fx.WakeAt(max(arr+l.hold, now))
+}
+
+// onAsk (validated: checkAsk) releases the spent leases the ask reports
+// and queues the ask in the ordering buffer, or sends its grant again.
+func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAsk, fx *strategy.Effects) {
+	// Spent leases are released in arrival order at now: a request
+	// decided later with an earlier arrival must not see their room
+	// (the holder may still have held tokens then). Idempotent: a lease
+	// is released once.
+	for _, seq := range a.Spent {
+		if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
+			l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
+			fx.WakeAt(now + l.hold)
+		}
+	}
+	id := grantID{from, a.Key, a.Seq}
+	if g := l.grants[id]; g != nil {
+		l.sendGrant(id, g, fx) // the grant was lost: the same again
+		return
+	}
+	at := min(time.Duration(a.AskedAtNs), now)
+	if at+l.ttl <= now || at < now-l.sweepLag {
+		return // too old to be of use: the holder has given up
+	}
+	for _, q := range l.queue.Items() {
+		if q.ask && q.origin == from && q.id == a.Seq && q.key == a.Key {
+			return // queued already
+		}
+	}
+	l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
+	fx.WakeAt(max(at+l.hold, now))
+}
+
+// onReturn (validated: checkReturn) queues the credit of a lease's unused
+// tokens while the lease is still counted, and acknowledges a return of
+// unused tokens.
+func (l *Lease) onReturn(now time.Duration, from strategy.NodeID, r *peerv1.LeaseReturn, fx *strategy.Effects) {
+	id := grantID{from, r.Key, r.Seq}
+	g := l.grants[id]
+	if g != nil && r.Unused > g.tokens {
+		// More than this node granted for that seq: a lease of this
+		// node's previous incarnation (a restarted owner may have
+		// answered a late copy of the same ask, with fewer tokens).
+		// An honest peer does this: not an error; not credited (the
+		// previous incarnation's tokens are not in this bucket), but
+		// acknowledged below so that the holder stops resending.
+		g = nil
+	}
+	// Credited only while the lease is still counted: once released by
+	// expiry, the bucket may have refilled the lease's room, and a
+	// credit would make tokens.
+	if g != nil && !g.returned && !g.released {
+		// Credited in arrival order at now, after the bucket has
+		// refilled up to now with the lease still counted: its room
+		// must not refill backwards.
+		l.queue.Push(queued{arrival: now, id: r.Seq, spent: true, tokens: r.Unused, key: r.Key, origin: from})
+		fx.WakeAt(now + l.hold)
+	}
+	if r.Unused > 0 { // a spent lease (0 unused) is reported once, unacknowledged
+		fx.Send(from, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_ReturnAck{ReturnAck: &peerv1.LeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+	}
+}
+
+// expireGrants releases, at the owner, the leases whose expiry has come
+// (none unused), and forgets the records of those past their end.
+func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
+	for l.gexpiry.Len() > 0 && l.gexpiry.Peek().at <= now {
+		e := l.gexpiry.Pop()
+		g := l.grants[e.id]
+		if g == nil {
+			continue
+		}
+		if e.end {
+			delete(l.grants, e.id)
+			continue
+		}
+		if !g.released {
+			g.released = true
+			l.sh.advance(g.pool, e.at)
+			l.sh.release(g.pool, g.tokens, 0)
+			if g.pool.leased > 0 || g.pool.inherited > 0 || g.expires < g.pool.lentUntil {
+				// A replica's state counts the lent tokens until the
+				// latest expiry: only the release of the last one (none
+				// unused) is what it computes itself.
+				l.markDirty(now, e.id.key, fx)
+			}
+		}
+	}
+	if l.gexpiry.Len() > 0 {
+		fx.WakeAt(l.gexpiry.Peek().at)
+	}
+}
+
+func queuedLess(a, b queued) bool {
+	if a.arrival != b.arrival {
+		return a.arrival < b.arrival
+	}
+	if a.spent != b.spent {
+		return !a.spent // releases last at their instant
+	}
+	if a.refund != b.refund {
+		return !a.refund // and refunds after everything else
+	}
+	if a.ask != b.ask {
+		return !a.ask // requests before asks at the same instant
+	}
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	if a.origin != b.origin {
+		return a.origin < b.origin
+	}
+	return a.key < b.key
+}
+
+func grantExpLess(a, b grantExp) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.end != b.end {
+		return !a.end
+	}
+	if a.id.key != b.id.key {
+		return a.id.key < b.id.key
+	}
+	if a.id.node != b.id.node {
+		return a.id.node < b.id.node
+	}
+	return a.id.seq < b.id.seq
+}
