@@ -110,19 +110,25 @@ func (l *Lender) Lend(t *Table, now time.Duration, key string) (bucket.Bucket, b
 
 // Reclaim takes key's bucket back from the driver at now: the table's
 // bucket becomes d (the lent copy with the driver's admissions taken
-// out), when d has the table's rate and burst; otherwise it keeps no
-// token (d's are dropped: spent). A key not lent is ignored.
+// out), when d has the table's rate and burst; otherwise it holds no
+// token at the later of now and d's last update (d's tokens are dropped:
+// spent; the driver may have admitted tokens from d until then, so the
+// table's bucket refills from there, not from now). A key not lent is
+// ignored.
 func (l *Lender) Reclaim(t *Table, now time.Duration, key string, d bucket.Bucket) {
 	if !l.IsLent(key) {
 		return
 	}
 	delete(l.lent, key)
 	b := t.Get(key, now)
-	l.Held.Clamp(b, now, key)
-	l.Held.Drop(key)
 	if d.Rate() == b.Rate() && d.CapacityTicks() == b.CapacityTicks() {
+		l.Held.Drop(key)
 		*b = d
+		return
 	}
+	_, at := d.Level()
+	l.Held.Clamp(b, max(now, at), key) // the burst is held: no token at the later time
+	l.Held.Drop(key)
 }
 
 // IsLent reports whether key's whole bucket is lent to the driver.

@@ -136,4 +136,22 @@ func TestLenderLend(t *testing.T) {
 	if got := l.Remaining(tb, time.Second, "k"); got != 0 {
 		t.Fatalf("Remaining after a Reclaim of another shape = %d, want 0 (dropped)", got)
 	}
+	// A copy of another shape whose last update is after the Reclaim's
+	// time (the driver's clock ran ahead): the table's bucket holds no
+	// token at that later time (it refills from there, not from now).
+	tb2, err := New(rate, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l2 Lender
+	if _, ok := l2.Lend(tb2, time.Second, "k"); !ok {
+		t.Fatal("Lend refused")
+	}
+	l2.Reclaim(tb2, time.Second, "k", bucket.MustNew(bucket.Rate{Tokens: 1, Per: time.Second}, 20, 3*time.Second))
+	if got := l2.Remaining(tb2, 3*time.Second, "k"); got != 0 {
+		t.Fatalf("Remaining at the dropped copy's last update = %d, want 0 (refilled from the Reclaim's earlier time)", got)
+	}
+	if got := l2.Remaining(tb2, 4*time.Second, "k"); got != 10 {
+		t.Fatalf("Remaining a second after the dropped copy's last update = %d, want 10", got)
+	}
 }
