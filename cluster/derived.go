@@ -169,7 +169,7 @@ func (n *Node) derive(now time.Duration, d Derived, perBase bool) error {
 	derived := maps.Clone(n.derived)
 	derived[name] = d
 	n.setDerived(derived, append(slices.Clone(n.derivedOrder), name))
-	n.fastCloseAll(now, true) // as SetRules
+	now = n.fastCloseAll(now, true) // as SetRules
 	n.setRules(now, u)
 	if u.err != nil {
 		n.setDerived(oldDerived, oldOrder)

@@ -27,12 +27,11 @@ package cluster
 // Exactness is the strategy's (strategy.Allowancer, AllowanceLedger,
 // LentBucket): tokens in an allowance count as spent, and the bucket's
 // level plus the tokens held never exceed the burst, so a key's
-// admissions stay within b + r*T whichever goroutine admits them. A lent
-// bucket is settled and closed at the driver's clock read after its
-// counter was taken (no token of it is consumed later than that), and
-// given back at the loop's now, which may be earlier: the strategy's
-// decisions before the bucket's last update are late ones
-// (bucket.Bucket.AllowN), exact too.
+// admissions stay within b + r*T whichever goroutine admits them. The
+// driver's part: an allowance or a lent bucket is closed at a time read
+// after its counter was taken (no token of it is consumed later than
+// that; a lent bucket's refills read the clock before, under its mutex),
+// and the loop goes on at that time (fastCloseEntry).
 //
 // Invalidation: membership and expected-member changes, Leave and SetRules
 // close every allowance (and take every lent bucket back) and give its
@@ -343,25 +342,36 @@ func nextWant(granted, left int64, elapsed time.Duration) int64 {
 // fastClose closes key's allowance of rs, if open (loop goroutine): its
 // unused tokens go back to the strategy when give is true, and are
 // dropped (lost: safe) otherwise. It measures the key's demand for the
-// next grant.
-func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool) {
+// next grant. It returns the time the loop carries on at: now, or the
+// later time it closed a plain allowance at (fastCloseEntry).
+func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool) time.Duration {
 	a := rs.fast.keys[key]
 	if a == nil {
-		return
+		return now
 	}
-	n.fastCloseEntry(now, rs, key, a, give)
+	return n.fastCloseEntry(now, rs, key, a, give)
 }
 
-// fastCloseEntry is fastClose of key's entry a, found already.
-func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
+// fastCloseEntry is fastClose of key's entry a, found already. The
+// allowance is closed at a time read after its counter was taken, not at
+// now: checks in other goroutines may consume its tokens until the swap,
+// after now, and the strategy must count them as spent until then, or
+// its bucket would refill from now while the key's tokens (level +
+// counter) were full, letting up to r x (the swap's delay) tokens too
+// many through in a window that begins with them
+// (TestFastPathAllowanceClosedAfterConsumed). That time is n.now(),
+// which every later call of the event is made at (the Host's time never
+// goes back): the caller carries on at the time returned. A lent bucket
+// likewise (fastReclaim).
+func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
 	if rs.fast.l != nil {
-		n.fastReclaim(now, rs, key, a, give)
-		return
+		return n.fastReclaim(now, rs, key, a, give)
 	}
 	left := a.tokens.Swap(allowanceClosed)
 	if left < 0 {
-		return // closed already
+		return now // closed already
 	}
+	now = max(n.now(), now) // after the swap: no token of the counter is consumed later
 	rs.fast.open--
 	a.want = nextWant(a.granted, left, now-a.grantedAt)
 	if !give {
@@ -369,44 +379,52 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 	}
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.a.Return(now, key, left, fx) })
 	rs.c.returned.Add(left)
+	return now
 }
 
 // fastReclaim closes key's lent bucket (entry a of rs, a lender's; loop
 // goroutine): under a's mutex the counter is closed, then the bucket is
-// settled at the driver's clock (read after the counter was taken: no
-// token of it is consumed later) and, when give is true, handed back to
-// the strategy at now (strategy.BucketLender.Reclaim); dropped otherwise
-// (its tokens stay spent: safe).
-func (n *Node) fastReclaim(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
+// settled at the loop's time read after that (no token of the counter is
+// consumed later, and every refill in a check's goroutine read the clock
+// before: the bucket's last update is not after it) and, when give is
+// true, handed back to the strategy at that time
+// (strategy.BucketLender.Reclaim); dropped otherwise (its tokens stay
+// spent: safe). It returns that time, which the loop carries on at
+// (fastCloseEntry), or now when the bucket was not lent.
+func (n *Node) fastReclaim(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
 	a.mu.Lock()
 	left := a.tokens.Swap(allowanceClosed)
 	if !a.lent {
 		a.mu.Unlock()
-		return // closed already
+		return now // closed already
 	}
-	b := a.lb.Close(n.clock(), max(left, 0))
+	now = max(n.now(), now) // after the swap, under a's mutex
+	b := a.lb.Close(now, max(left, 0))
 	a.lent = false
 	a.want = nextWant(a.granted, left, now-a.grantedAt)
 	a.mu.Unlock()
 	rs.fast.open--
 	if !give {
-		return
+		return now
 	}
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.l.Reclaim(now, key, b, fx) })
 	rs.c.returned.Add(max(left, 0))
+	return now
 }
 
 // fastReclaimAll takes every lent bucket back (loop goroutine), before an
-// Inspect that reads the strategies' levels.
-func (n *Node) fastReclaimAll(now time.Duration) {
+// Inspect that reads the strategies' levels. It returns the time the
+// loop carries on at (fastReclaim).
+func (n *Node) fastReclaimAll(now time.Duration) time.Duration {
 	for _, rs := range n.order {
 		if rs.fast == nil || rs.fast.l == nil {
 			continue
 		}
 		for k, a := range rs.fast.keys {
-			n.fastReclaim(now, rs, k, a, true)
+			now = n.fastReclaim(now, rs, k, a, true)
 		}
 	}
+	return now
 }
 
 // lentKeyState is key's lent bucket of rs as the strategy's
@@ -505,16 +523,19 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 }
 
 // fastCloseAll closes every allowance of every rule (loop goroutine):
-// returned to the strategies when give is true, dropped otherwise.
-func (n *Node) fastCloseAll(now time.Duration, give bool) {
+// returned to the strategies when give is true, dropped otherwise. It
+// returns the time the loop carries on at (fastCloseEntry: now, or later
+// if a plain allowance was open).
+func (n *Node) fastCloseAll(now time.Duration, give bool) time.Duration {
 	for _, rs := range n.order {
 		if rs.fast == nil {
 			continue
 		}
 		for k, a := range rs.fast.keys {
-			n.fastCloseEntry(now, rs, k, a, give)
+			now = n.fastCloseEntry(now, rs, k, a, give)
 		}
 	}
+	return now
 }
 
 // fastSweep closes the allowances past their validity or untouched for
@@ -541,7 +562,7 @@ func (n *Node) fastSweep(now time.Duration) {
 			case left < 0:
 				a.idle = true
 			case now >= a.until || a.quiet >= fastIdleSweeps:
-				n.fastCloseEntry(now, rs, k, a, true)
+				now = n.fastCloseEntry(now, rs, k, a, true)
 				a.idle = true
 			default:
 				a.seen, a.seenFills = left, fills

@@ -108,6 +108,11 @@ type Config struct {
 	// DefaultMaxDerivedPerBase, at most MaxDerivedLimit).
 	MaxDerived        int
 	MaxDerivedPerBase int
+
+	// testClock, set by this package's tests only, replaces the node's
+	// monotonic clock (Node.clock): safe for concurrent use, never going
+	// back.
+	testClock func() time.Duration
 }
 
 // Decision is the answer to one Check.
@@ -344,9 +349,10 @@ type Node struct {
 	transport Transport
 	maxTokens int64
 
-	start  time.Time
-	offset time.Duration
-	last   time.Duration // loop goroutine only: the last time handed to strategies
+	start     time.Time
+	offset    time.Duration
+	testClock func() time.Duration // Config.testClock: nil but in tests
+	last      time.Duration        // loop goroutine only: the last time handed to strategies
 
 	events chan event
 	wake   chan struct{}
@@ -466,7 +472,7 @@ func New(cfg Config) (*Node, error) {
 	n.derived = map[string]Derived{}
 	n.SetDeriver(cfg.Derive)
 	n.hint.Store(int64(cfg.LatencyHint))
-	n.start = time.Now()
+	n.start, n.testClock = time.Now(), cfg.testClock
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -936,7 +942,12 @@ func (n *Node) now() time.Duration {
 // clock is the node's time since its epoch, on the monotonic clock: now
 // without the loop's bookkeeping, safe for concurrent use (the fast path's
 // refills of lent buckets read it in the checks' goroutines).
-func (n *Node) clock() time.Duration { return n.offset + time.Since(n.start) }
+func (n *Node) clock() time.Duration {
+	if n.testClock != nil {
+		return n.testClock()
+	}
+	return n.offset + time.Since(n.start)
+}
 
 // maxTurnEvents bounds the events one turn of the loop takes before it
 // runs the wake-ups due and hands the turn's frames to the transport.
@@ -1024,12 +1035,14 @@ func (n *Node) handle(ev event) {
 	case evRequest:
 		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, ev.charge, pendingCheck{reply: ev.reply})
 	case evBatch:
-		// One instant for the whole batch: its items arrive together.
+		// One instant for the whole batch (its items arrive together),
+		// unless an item closed a plain allowance, which moves the
+		// loop's time on (fastCloseEntry).
 		for i, it := range ev.batch.items {
 			if i < ev.batch.first {
 				continue // decided on the fast path
 			}
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
+			now = n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -1039,6 +1052,7 @@ func (n *Node) handle(ev event) {
 				n.unknownRule.Add(1)
 				return
 			}
+			now = n.last // deriving closed the allowances first, which may move the loop's time on (fastCloseEntry)
 		}
 		rs.c.msgsRecv.Add(1)
 		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
@@ -1048,7 +1062,7 @@ func (n *Node) handle(ev event) {
 		}
 	case evMembers:
 		if !slices.Equal(ev.members, n.members) {
-			n.fastCloseAll(now, true) // allowances are given back before a re-split
+			now = n.fastCloseAll(now, true) // allowances are given back before a re-split
 			n.members = ev.members
 			for _, rs := range n.order {
 				n.h.SetMembers(now, rs.idx, ev.members)
@@ -1056,7 +1070,7 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evRules:
-		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
+		now = n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
 		n.setRulesDerived(now, ev.rules)
 		close(ev.done)
 	case evDerive:
@@ -1073,7 +1087,7 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
-			n.fastCloseAll(now, true)
+			now = n.fastCloseAll(now, true)
 			n.expected = ev.members
 			for _, rs := range n.order {
 				n.h.SetExpected(now, rs.idx, ev.members)
@@ -1084,11 +1098,11 @@ func (n *Node) handle(ev event) {
 		if ev.kind == evLeave {
 			// Leaving: the allowances go back and no new ones are granted,
 			// so every decision from now on is the strategy's own.
-			n.fastCloseAll(now, true)
+			now = n.fastCloseAll(now, true)
 			n.leaving = true
 		}
 		if ev.inspect != nil && !ev.peek {
-			n.fastReclaimAll(now) // f reads exact levels
+			now = n.fastReclaimAll(now) // f reads exact levels
 		}
 		for _, rs := range n.order {
 			if ev.inspect != nil {
@@ -1110,11 +1124,13 @@ func (n *Node) handle(ev event) {
 // strategy.Waiter for waiting mode (others decide a plain request);
 // created (BatchItem.CreatedAtUnixNs, 0 for none) is its arrival for a
 // strategy.ArrivalOrderer (arrivalAt); charge marks a cost already
-// incurred (BatchItem.Charge).
-func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) {
+// incurred (BatchItem.Charge). It returns the time the request was
+// handed to the strategy at: now, or later when the key's allowance was
+// closed first (fastCloseEntry); the loop's next calls are made at it.
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) time.Duration {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
-		return
+		return now
 	}
 	if rs.fast != nil {
 		if maxWait == 0 && !charge {
@@ -1123,12 +1139,12 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 			// decided there, as the caller's goroutine would have.
 			if d, ok := rs.fast.take(key, tokens); ok {
 				p.answer(result{d: d})
-				return
+				return now
 			}
 		}
 		// The strategy decides on the exact level: the key's allowance
 		// (empty, or too small for this request) goes back first.
-		n.fastClose(now, rs, key, true)
+		now = n.fastClose(now, rs, key, true)
 	}
 	id := n.h.NextRequestID()
 	rs.c.requests.Add(1)
@@ -1162,6 +1178,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
 	})
+	return now
 }
 
 // loopDriver is the node's host.Driver: the wall clock, the transport and
