@@ -48,6 +48,23 @@ func (b *Bucket) SetLevel(now time.Duration, level, ticksPerToken int64) error {
 	return nil
 }
 
+// SetLevelFloor is SetLevel for a level that may be negative (a debt, or
+// tokens reserved ahead in waiting mode, as a snapshot keeps them): the
+// level is rescaled to b's ticks (rounding down, so a debt never
+// shrinks) and kept within [floor, burst], floor being the lowest level
+// b's rule lets it hold (FloorTicks; taken as at most 0). Errors, leaving
+// b unchanged: a non-positive ticksPerToken. Ours (a restart keeps a
+// debt: issue 28 item 3).
+func (b *Bucket) SetLevelFloor(now time.Duration, level, ticksPerToken, floor int64) error {
+	if ticksPerToken <= 0 {
+		return fmt.Errorf("bucket: %d ticks per token is not positive", ticksPerToken)
+	}
+	b.advance(now)
+	b.level = min(max(rescale(level, ticksPerToken, b.per), min(floor, 0)), b.capacity)
+	b.fullUntil = 0 // a restored level's history is unknown
+	return nil
+}
+
 // Level is the bucket's exact level in ticks (TicksPerToken ticks are one
 // token; negative while a debt or reservations wait) and the time it is
 // valid at (the last update). Together they are the whole state a peer

@@ -90,7 +90,7 @@ type LatencyEstimator struct {
 	peers  map[strategy.NodeID]*peerRTT
 	node   *Node
 	pushed time.Duration // the hint the node's strategies have (or are being given)
-	target time.Duration // the hint to give them
+	target time.Duration // the hint decided last, to give them
 	busy   bool          // a goroutine is handing target to the node
 }
 
@@ -134,15 +134,19 @@ func (e *LatencyEstimator) Observe(peer strategy.NodeID, rtt time.Duration, at t
 	if e.node == nil {
 		return
 	}
-	h := e.hintLocked(at)
-	if !HintMoved(e.pushed, h) && !(e.busy && e.target != h) {
+	// The hysteresis is against the hint last decided (target: the node
+	// has it or is being given it), not the one the node had last: a
+	// sample taken while the first hint was on its way replaced it
+	// though it was within HintFactor (TestEstimatorAttach, ~1 run in 30
+	// under load). A hand that failed is retried at the next sample.
+	if h := e.hintLocked(at); HintMoved(e.target, h) {
+		e.target = h
+	}
+	if e.busy || e.target == e.pushed {
 		return
 	}
-	e.target = h
-	if !e.busy {
-		e.busy = true
-		go e.hand()
-	}
+	e.busy = true
+	go e.hand()
 }
 
 // evictLocked drops the peer heard from least recently.

@@ -91,3 +91,46 @@ func TestStateDirCorrupt(t *testing.T) {
 		t.Fatalf("the corrupt file was not kept at %s: %v", info.Discarded, err)
 	}
 }
+
+// TestStateDirKeepsDebt: a key charged into debt (overdraft: Reserve then
+// Settle above what was left) is still in debt after Close and a new
+// Start on the same StateDir, for owner and local alike: the restart does
+// not forgive it (a snapshot used to store a negative level as 0, handing
+// the key a refill's worth of tokens at once).
+func TestStateDirKeepsDebt(t *testing.T) {
+	dir := t.TempDir()
+	params := []string{"overdraft=true", "max_debt=5000"}
+	rules := []rule.Rule{{Name: "llm", Rate: rule.MustRate("1000/m"), Burst: 1000, Strategy: "owner", Params: append([]string{"hold=0"}, params...)},
+		{Name: "llm-local", Rate: rule.MustRate("1000/m"), Burst: 1000, Strategy: "local", Params: params}}
+	start := func() *Node {
+		n, err := Start(context.Background(), Config{Name: "solo", Rules: rules, StateDir: dir, SnapshotInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	ctx := context.Background()
+	a := start()
+	for _, name := range []string{"llm", "llm-local"} {
+		r, err := limiterFor(t, a, name).Reserve(ctx, "tenant", 1000)
+		if err != nil || !r.Allowed() {
+			t.Fatalf("%s: the burst reserved: %v %v", name, r.Allowed(), err)
+		}
+		if err := r.Settle(ctx, 4000); err != nil { // 3,000 beyond the burst: 3 min of refill
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil { // a graceful close saves a snapshot
+		t.Fatal(err)
+	}
+	b := start()
+	for _, name := range []string{"llm", "llm-local"} {
+		// Were the debt forgiven, the level would be 0 plus the refill
+		// since the close (16.7 tokens a second): 1 token within 60 ms.
+		time.Sleep(100 * time.Millisecond)
+		if ok, err := limiterFor(t, b, name).AllowN(ctx, "tenant", 1); ok || err != nil {
+			t.Fatalf("%s: admitted %v (%v) after the restart: the debt of 3,000 tokens was forgiven", name, ok, err)
+		}
+	}
+}

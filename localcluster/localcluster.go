@@ -49,6 +49,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -431,6 +432,14 @@ func (c *Cluster) spawn(i int, join []string) error {
 		// A restart (restart.go): bind the addresses the node had.
 		n := c.Nodes[i]
 		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
+	default:
+		// ports outside the ephemeral range, so that a restart finds them free (ports.go)
+		ps, err := pickPorts(4)
+		if err != nil {
+			return err
+		}
+		at := func(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
+		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = at(ps[0]), at(ps[1]), at(ps[2]), at(ps[3])
 	}
 	if d := c.cfg.ProbeInterval; d > 0 {
 		nc.Node.ProbeInterval = d

@@ -48,9 +48,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
 	"github.com/tokenmesh/tokenmesh/rlqs/envoymodel"
 	"github.com/tokenmesh/tokenmesh/rlqs/quotamsg"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/host"
 )
 
 // ServiceName is the gRPC service's full name (as the health service
@@ -90,6 +92,8 @@ type Server struct {
 	m       metrics
 	closing chan struct{} // closed by Close: every stream ends
 	once    sync.Once
+	// unservedLog throttles the lines about unserved buckets, per rule.
+	unservedLog logthrottle.Throttle
 }
 
 type stream struct {
@@ -141,7 +145,8 @@ func New(node Node, cfg *envoyrls.Config, log *slog.Logger, reg prometheus.Regis
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{node: node, log: log, streams: map[strategy.QuotaClient]*stream{}, closing: make(chan struct{})}
+	s := &Server{node: node, log: log, streams: map[strategy.QuotaClient]*stream{}, closing: make(chan struct{}),
+		unservedLog: logthrottle.Throttle{Every: UnservedLogEvery}}
 	s.cfg.Store(cfg)
 	s.m = metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tokenmesh_rlqs_streams", Help: "Open RLQS streams (one per Envoy quota client)."}),
@@ -422,9 +427,31 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		s.m.unserved.Inc()
-		s.log.Debug("rlqs: bucket not served", "domain", st.domain, "rule", b.rule, "error", err.Error())
+		s.logUnserved(st.domain, b, err)
 	}
 	return nil
+}
+
+// UnservedLogEvery is the least time between two log lines about the
+// unserved buckets of one rule.
+const UnservedLogEvery = time.Minute
+
+// logUnserved tells the operator, at Warn and at most once per rule per
+// UnservedLogEvery, why a bucket gets no assignment: most often its
+// descriptor's rule has a strategy that serves no quota clients (a file
+// without the tokenmesh extension: strategy owner), which Envoy shows
+// only as its no_assignment_behavior.
+func (s *Server) logUnserved(domain string, b *bucket, err error) {
+	suppressed, ok := s.unservedLog.Allow(b.rule)
+	if !ok {
+		return
+	}
+	hint := ""
+	if errors.Is(err, host.ErrNotQuoter) {
+		hint = "RLQS assigns shares of rules whose strategy is quota: add `tokenmesh: {strategy: quota}` to the descriptor (docs/RLQS.md); Envoy decides this bucket from its no_assignment_behavior meanwhile"
+	}
+	s.log.Warn("rlqs: bucket not served", "domain", domain, "bucket", b.canon, "rule", b.rule, "error", err.Error(),
+		"hint", hint, "suppressed_since_last_line", suppressed)
 }
 
 // canonical is a bucket id as one string (envoymodel.BucketID's key, the

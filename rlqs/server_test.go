@@ -2,7 +2,9 @@ package rlqs
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -27,11 +30,19 @@ descriptors:
     tokenmesh: {strategy: quota}
   - key: open
     rate_limit: {unlimited: true}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 10}
 `
 
 // serve starts a one-node cluster with the limits' rules and an RLQS
 // server on 127.0.0.1:0, and returns a client stream factory.
 func serve(t *testing.T) (*Server, func() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient) {
+	t.Helper()
+	return serveLog(t, nil)
+}
+
+// serveLog is serve with the server's logger.
+func serveLog(t *testing.T, log *slog.Logger) (*Server, func() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient) {
 	t.Helper()
 	cfg, err := envoyrls.Parse("edge.yaml", []byte(limitsYAML))
 	if err != nil {
@@ -46,7 +57,7 @@ func serve(t *testing.T) (*Server, func() rlqsv3.RateLimitQuotaService_StreamRat
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Close() })
-	srv, err := New(node, cfg, nil, prometheus.NewRegistry())
+	srv, err := New(node, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +243,33 @@ func TestAbandonForgetsBucket(t *testing.T) {
 	s.mu.Unlock()
 	if n != 0 || m != 0 {
 		t.Fatalf("after the abandon the stream keeps %d buckets (%d by key), want none", n, m)
+	}
+}
+
+// A bucket whose descriptor's rule is not a quota rule (a file without
+// the tokenmesh extension: owner) gets no assignment, and the operator is
+// told why at Warn, once per rule per UnservedLogEvery, with the fix.
+func TestUnservedBucketLogged(t *testing.T) {
+	var buf lockedbuf.Buffer
+	_, open := serveLog(t, slog.New(slog.NewTextHandler(&buf, nil)))
+	st := open()
+	for range 3 {
+		if err := st.Send(usage("edge", map[string]string{"plain": "x"}, time.Second, 5, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Send(usage("", map[string]string{"open": "y"}, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Recv() // the open bucket's ALLOW_ALL: the plain one got nothing before it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BucketAction[0].BucketId.Bucket["open"] != "y" {
+		t.Fatalf("first answer %v, want the open bucket's (the plain one is not served)", r)
+	}
+	out := buf.String()
+	if strings.Count(out, "rlqs: bucket not served") != 1 || !strings.Contains(out, "level=WARN") || !strings.Contains(out, "tokenmesh: {strategy: quota}") {
+		t.Fatalf("log:\n%s\nwant one WARN line with the hint", out)
 	}
 }

@@ -48,13 +48,15 @@ package server
 //	                                                 bad_mac (no or a wrong MAC: a sender without
 //	                                                 the secret key), replay (a frame seen before, or
 //	                                                 an old incarnation's), unknown_sender (not a
-//	                                                 member), bad_certificate (mTLS), out_of_bounds
+//	                                                 member), bad_certificate (mTLS), oversize (a
+//	                                                 message above 4 MiB), not_member (a keyed frame
+//	                                                 from a node not in the view yet), out_of_bounds
 //	                                                 (a payload its strategy refused: a value out of
 //	                                                 bounds, or one that does not decode; the sum of
 //	                                                 tokenmesh_peer_receive_errors_total)
 //
 // Read in the node's loop at scrape time (cluster.Node.Inspect, 200ms at
-// most; left out of a scrape when the node does not answer in time):
+// most; when the node does not answer in time, the values last read):
 //
 //	tokenmesh_state_bytes{rule}                      gauge of the heap the strategy's state takes, bytes
 //	                                                 (strategy.MemoryReporter: local, static, owner);
@@ -94,6 +96,8 @@ package server
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -269,7 +273,7 @@ var (
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
 	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
-		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
+		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
@@ -283,6 +287,9 @@ var (
 // nodeCollector exports a node's counters and state, read at scrape time.
 type nodeCollector struct {
 	node nodeView
+
+	mu   sync.Mutex
+	last map[string]ruleState // each rule's latest Inspect row, also from a call that came after its scrape gave up
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -330,7 +337,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	if pr, ok := c.node.(peerRefusals); ok {
 		byReason = pr.PeerRefusals()
 	}
-	for _, reason := range []string{grpcpeer.ReasonBadMAC, grpcpeer.ReasonReplay, grpcpeer.ReasonUnknownSender, grpcpeer.ReasonBadCertificate} {
+	for _, reason := range []string{grpcpeer.ReasonBadMAC, grpcpeer.ReasonReplay, grpcpeer.ReasonUnknownSender, grpcpeer.ReasonBadCertificate,
+		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember} {
 		counter(descRefused, byReason[reason], reason)
 	}
 	gauge(descMembers, float64(c.node.Members()))
@@ -347,15 +355,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// inspect reads every rule's strategy state in the node's loop; nil when
-// the node does not answer within InspectTimeout.
+// inspect reads every rule's strategy state in the node's loop. When the
+// node does not answer within InspectTimeout it returns the rows last
+// read (from an earlier scrape, or from this one's call had it come late
+// before), so that the gauges do not vanish from a scrape of a busy node;
+// nil before any was read.
 func (c *nodeCollector) inspect() []ruleState {
 	ctx, cancel := context.WithTimeout(context.Background(), InspectTimeout)
 	defer cancel()
 	var (
 		mu        sync.Mutex
 		rows      []ruleState
-		abandoned bool // the scrape stopped waiting: a late call must not write rows
+		abandoned bool // the scrape stopped waiting: a late call updates c.last only
 	)
 	err := c.node.Inspect(ctx, func(_ time.Duration, rule cluster.Rule, s strategy.Strategy) {
 		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
@@ -367,16 +378,32 @@ func (c *nodeCollector) inspect() []ruleState {
 			row.shareSum, row.keys = sr.CapacityShares()
 		}
 		mu.Lock()
-		defer mu.Unlock()
 		if !abandoned {
 			rows = append(rows, row)
 		}
+		mu.Unlock()
+		c.mu.Lock()
+		if c.last == nil {
+			c.last = map[string]ruleState{}
+		}
+		c.last[row.rule] = row
+		c.mu.Unlock()
 	})
 	mu.Lock()
-	defer mu.Unlock()
 	abandoned = true
-	if err != nil {
-		return nil
+	mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		c.last = make(map[string]ruleState, len(rows)) // rules removed since drop out
+		for _, r := range rows {
+			c.last[r.rule] = r
+		}
+		return rows
 	}
-	return rows
+	out := make([]ruleState, 0, len(c.last))
+	for _, name := range slices.Sorted(maps.Keys(c.last)) {
+		out = append(out, c.last[name])
+	}
+	return out
 }

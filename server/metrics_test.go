@@ -350,6 +350,32 @@ func TestMetricsCapacityShares(t *testing.T) {
 	if got := value(t, fams, "tokenmesh_members"); got != 4 {
 		t.Errorf("tokenmesh_members = %v after Inspect failed", got)
 	}
+
+	// Once read, the state gauges do not vanish from a scrape of a node
+	// too busy to answer: they keep the values last read.
+	busy := false
+	view.inspect = func(_ context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+		if busy {
+			return errors.New("busy")
+		}
+		f(0, cluster.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
+		return nil
+	}
+	m := newMetrics(view)
+	for _, b := range []bool{false, true} {
+		busy = b
+		mfs, err := m.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fams := map[string]*dto.MetricFamily{}
+		for _, f := range mfs {
+			fams[f.GetName()] = f
+		}
+		if got := value(t, fams, "tokenmesh_state_bytes", "rule=g"); got != 42 {
+			t.Errorf("busy=%v: tokenmesh_state_bytes{rule=g} = %v, want 42", b, got)
+		}
+	}
 }
 
 // refusingView is a fakeView whose peer transport reports refusals.

@@ -25,7 +25,8 @@ const (
 	maxFreelistCount = 0xFFFF
 )
 
-// checkFreelist refuses (wrapping ErrCorrupt) a file whose valid meta
+// checkFreelist refuses (wrapping ErrCorrupt) a file whose bucket tree
+// bbolt cannot walk safely (checkTree), or whose valid meta
 // pages point at a freelist page that does not fit the file, or whose
 // page count says more ids than the page holds. bbolt copies the freelist
 // into a slice of the count it reads there, so a flipped count made
@@ -64,6 +65,9 @@ func checkFreelist(path string) error {
 		if err := checkFreelistPage(f, size, pageSize, m.freelist); err != nil {
 			return fmt.Errorf("%w %s: meta page %d: %v", ErrCorrupt, path, i, err)
 		}
+	}
+	if err := checkTree(f, size, pageSize); err != nil {
+		return fmt.Errorf("%w %s: %v", ErrCorrupt, path, err)
 	}
 	return nil
 }

@@ -7,14 +7,21 @@
 // memory only; envoy's ratelimit service keeps its counters in Redis,
 // which is what users expect to survive a limiter restart.
 //
-// Layout (format version 1), all integers varints:
+// Layout (format version 2), all integers varints:
 //
-//	meta/version        = 1
+//	meta/version        = 2
 //	meta/node           = the node's name when saved
 //	meta/taken_unix_ns  = wall-clock time of the snapshot, ns since 1970 (signed)
 //	meta/strategies/<rule> = the rule's strategy name
-//	rules/<rule>/<key>  = level, capacity, ticks_per_token (unsigned), at_unix_ns (signed):
-//	                      strategy.KeyState, At as wall-clock time
+//	rules/<rule>/<key>  = level (signed: below 0 a debt, or tokens reserved
+//	                      ahead), capacity, ticks_per_token (unsigned),
+//	                      at_unix_ns (signed): strategy.KeyState, At as
+//	                      wall-clock time
+//
+// Version 1 (the builds before debts were kept) wrote the level unsigned,
+// never below 0; Load reads both, Save writes 2. A build that knows only
+// version 1 refuses a version 2 file (ErrCorrupt: it starts without the
+// snapshot), so a rolling downgrade forgets the limits' levels once.
 //
 // Each Save replaces the whole snapshot in one transaction. A file that
 // does not decode, or holds a state that fails strategy.KeyState.Validate,
@@ -42,8 +49,13 @@ import (
 // FileName is the store's file inside node.state_dir.
 const FileName = "tokenmesh-state.db"
 
-// Version is the format version Save writes and Load accepts.
-const Version = 1
+// Version is the format version Save writes; Load accepts it and
+// VersionUnsignedLevel.
+const Version = 2
+
+// VersionUnsignedLevel is the earlier format, whose levels are unsigned
+// varints (never below 0).
+const VersionUnsignedLevel = 1
 
 var (
 	bucketMeta       = []byte("meta")
@@ -201,7 +213,7 @@ func (s *Store) Save(snap Snapshot) (err error) {
 				if i > 0 && states[i-1].Key == st.Key {
 					return fmt.Errorf("statestore: save rule %q: key %q twice", name, st.Key)
 				}
-				buf = binary.AppendUvarint(buf[:0], uint64(st.Level))
+				buf = binary.AppendVarint(buf[:0], st.Level)
 				buf = binary.AppendUvarint(buf, uint64(st.Capacity))
 				buf = binary.AppendUvarint(buf, uint64(st.TicksPerToken))
 				buf = binary.AppendVarint(buf, int64(st.At))
@@ -245,9 +257,10 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 		if err != nil {
 			return fmt.Errorf("meta/version: %w", err)
 		}
-		if v != Version {
-			return fmt.Errorf("meta/version: %d, want %d", v, Version)
+		if v != Version && v != VersionUnsignedLevel {
+			return fmt.Errorf("meta/version: %d, want %d or %d", v, Version, VersionUnsignedLevel)
 		}
+		signedLevel := v == Version
 		taken, err := varint(meta.Get(keyTaken))
 		if err != nil {
 			return fmt.Errorf("meta/taken_unix_ns: %w", err)
@@ -264,7 +277,7 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 			}
 			r := Rule{Strategy: string(strategies.Get(name))}
 			err := rb.ForEach(func(k, v []byte) error {
-				st, err := decodeState(k, v)
+				st, err := decodeState(k, v, signedLevel)
 				if err != nil {
 					return fmt.Errorf("rules/%q: %w", name, err)
 				}
@@ -277,10 +290,21 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 	})
 }
 
-func decodeState(k, v []byte) (strategy.KeyState, error) {
+// decodeState decodes key k's value v: the level a signed varint
+// (version 2) or an unsigned one (version 1), then capacity and ticks per
+// token unsigned, then At signed.
+func decodeState(k, v []byte, signedLevel bool) (strategy.KeyState, error) {
 	st := strategy.KeyState{Key: string(k)}
 	fields := []*int64{&st.Level, &st.Capacity, &st.TicksPerToken}
 	names := []string{"level", "capacity", "ticks_per_token"}
+	if signedLevel {
+		level, n := binary.Varint(v)
+		if n <= 0 {
+			return st, fmt.Errorf("key %q: level does not decode", k)
+		}
+		st.Level, v = level, v[n:]
+		fields, names = fields[1:], names[1:]
+	}
 	for i, f := range fields {
 		u, n := binary.Uvarint(v)
 		if n <= 0 || u > 1<<63-1 {

@@ -107,7 +107,7 @@ func TestCorruptRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	enc := func(level, capacity, per uint64, at int64) []byte {
+	enc := func(level int64, capacity, per uint64, at int64) []byte {
 		return fmtVarints(level, capacity, per, at)
 	}
 	for _, c := range []struct {
@@ -178,8 +178,8 @@ func TestLockedByAnotherNode(t *testing.T) {
 	}
 }
 
-func fmtVarints(level, capacity, per uint64, at int64) []byte {
-	b := binary.AppendUvarint(nil, level)
+func fmtVarints(level int64, capacity, per uint64, at int64) []byte {
+	b := binary.AppendVarint(nil, level)
 	b = binary.AppendUvarint(b, capacity)
 	b = binary.AppendUvarint(b, per)
 	return binary.AppendVarint(b, at)
@@ -210,9 +210,10 @@ func BenchmarkSave(b *testing.B) {
 	}
 }
 
-// FuzzDecodeState: whatever a stored key and value hold, the decoder
-// either refuses them or returns a state that passes validation (so never
-// a level above the burst or below 0).
+// FuzzDecodeState: whatever a stored key and value hold, the decoder (of
+// either format version) either refuses them or returns a state that
+// passes validation (so never a level above the burst or below
+// strategy.MinKeyStateLevel).
 func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte("tenant"), fmtVarints(1, 2, 3, 4))
 	f.Add([]byte("x"), []byte{0x80, 0x80})
@@ -220,12 +221,14 @@ func FuzzDecodeState(f *testing.F) {
 		if len(key) == 0 || len(key) > bolt.MaxKeySize {
 			return
 		}
-		st, err := decodeState(key, val)
-		if err != nil {
-			return
-		}
-		if verr := st.Validate(); verr != nil {
-			t.Fatalf("decodeState accepted an invalid state %+v: %v", st, verr)
+		for _, signed := range []bool{false, true} {
+			st, err := decodeState(key, val, signed)
+			if err != nil {
+				continue
+			}
+			if verr := st.Validate(); verr != nil {
+				t.Fatalf("decodeState(signed level %v) accepted an invalid state %+v: %v", signed, st, verr)
+			}
 		}
 	})
 }
@@ -331,5 +334,125 @@ func TestHugeFreelistCountRefused(t *testing.T) {
 	}
 	if _, err := Open(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "free pages") {
 		t.Fatalf("open: %v; want ErrCorrupt naming the freelist's count", err)
+	}
+}
+
+// A branch page whose child points back at the page itself (a damaged
+// page id) is refused at Open: bbolt's cursor would descend into it
+// forever, growing its stack until the node is killed for memory
+// (TestDamagedPages, -rapid.seed=3 -rapid.checks=1000, before checkTree).
+// The undamaged file is read back whole, so the walk accepts what bbolt
+// writes.
+func TestBranchCycleRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(sample(3000)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatalf("open of an undamaged file: %v", err)
+	}
+	if snap, _, err := s.Load(); err != nil || len(snap.Rules["api"].States) != 3000 {
+		t.Fatalf("load of an undamaged file: %d states, %v", len(snap.Rules["api"].States), err)
+	}
+	s.Close()
+	path := filepath.Join(dir, FileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, _ := readMeta(f, 0)
+	f.Close()
+	ps := int(m0.pageSize)
+	damaged := 0
+	for off := 2 * ps; off+ps <= len(b); off += ps {
+		if binary.LittleEndian.Uint16(b[off+8:]) == branchPageFlag && binary.LittleEndian.Uint16(b[off+10:]) > 0 {
+			id := binary.LittleEndian.Uint64(b[off:])
+			binary.LittleEndian.PutUint64(b[off+pageHeaderSize+8:], id) // element 0's child: the page itself
+			damaged++
+		}
+	}
+	if damaged == 0 {
+		t.Fatal("no branch page in a file of 3,000 keys: the test does not test anything")
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "reached twice") {
+		t.Fatalf("open: %v; want ErrCorrupt naming the page reached twice", err)
+	}
+}
+
+// A key in debt (a negative level: overdraft charges, or tokens reserved
+// ahead) is saved and loaded as it is: a restart keeps the debt.
+func TestDebtKept(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := sample(3)
+	states := snap.Rules["api"].States
+	states[1].Level = -250e9 // 250 s of a 60 s per token bucket: a debt of 4 1/6 tokens
+	if err := s.Save(snap); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Load()
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := got.Rules["api"].States[1].Level; l != -250e9 {
+		t.Fatalf("loaded level %d ticks, want the debt -250e9 kept", l)
+	}
+}
+
+// A version 1 file (levels unsigned, the builds before debts were kept)
+// is read as it was written.
+func TestLoadsVersion1(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(sample(2)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := binary.AppendUvarint(nil, 7e9)
+	v1 = binary.AppendUvarint(v1, 300e9)
+	v1 = binary.AppendUvarint(v1, 60e9)
+	v1 = binary.AppendVarint(v1, 42)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketMeta).Put(keyVersion, binary.AppendUvarint(nil, VersionUnsignedLevel)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketRules).Bucket([]byte("api")).Put([]byte("tenant-0000001"), v1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, _, err := s.Load()
+	if err != nil {
+		t.Fatalf("version 1 file: %v", err)
+	}
+	if st := got.Rules["api"].States[1]; st.Level != 7e9 || st.Capacity != 300e9 || st.TicksPerToken != 60e9 || st.At != 42 {
+		t.Fatalf("version 1 state read as %+v", st)
 	}
 }

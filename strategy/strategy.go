@@ -18,6 +18,7 @@ package strategy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -287,7 +288,7 @@ type ShareReporter interface {
 // state of seed 000 §1.1 (level and last update), exported.
 type KeyState struct {
 	Key           string
-	Level         int64 // ticks, 0 <= Level <= Capacity
+	Level         int64 // ticks, MinKeyStateLevel <= Level <= Capacity; below 0: a debt, or tokens reserved ahead
 	Capacity      int64 // ticks; > 0
 	TicksPerToken int64 // ticks per token (> 0)
 	At            time.Duration
@@ -297,10 +298,17 @@ type KeyState struct {
 // own limit on request keys).
 const MaxKeyStateBytes = 4096
 
+// MinKeyStateLevel is the lowest Level a KeyState may hold: the deepest
+// debt a bucket's arithmetic holds (bucket.Bucket.DebtTicks' cap). A
+// strategy restoring a state keeps its level no lower than its own rule
+// allows (minus the larger of the burst and max_debt).
+const MinKeyStateLevel = -(math.MaxInt64 / 2)
+
 // Validate reports what is wrong with s, naming the key: an empty,
 // over-long or non-UTF-8 key, a non-positive TicksPerToken or Capacity, a
-// negative Level or one above Capacity. A state that passes never yields
-// a level above the burst or below 0.
+// Level below MinKeyStateLevel or above Capacity. A state that passes
+// never yields a level above the burst; a negative one (a debt, or
+// reservations) is kept down to the restoring rule's own floor.
 func (s KeyState) Validate() error {
 	switch {
 	case s.Key == "":
@@ -313,8 +321,8 @@ func (s KeyState) Validate() error {
 		return fmt.Errorf("key state %q: ticks per token %d is not positive", s.Key, s.TicksPerToken)
 	case s.Capacity <= 0:
 		return fmt.Errorf("key state %q: capacity %d ticks is not positive", s.Key, s.Capacity)
-	case s.Level < 0:
-		return fmt.Errorf("key state %q: level %d ticks is negative", s.Key, s.Level)
+	case s.Level < MinKeyStateLevel:
+		return fmt.Errorf("key state %q: level %d ticks is below %d (deeper than any bucket's debt)", s.Key, s.Level, int64(MinKeyStateLevel))
 	case s.Level > s.Capacity:
 		return fmt.Errorf("key state %q: level %d ticks is above its capacity %d", s.Key, s.Level, s.Capacity)
 	}

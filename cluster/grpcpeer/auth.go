@@ -56,6 +56,15 @@ const (
 	ReasonReplay         = "replay"          // a sequence number seen or below the window, or an old incarnation
 	ReasonUnknownSender  = "unknown_sender"  // a stream naming no sender or one not in the peer book
 	ReasonBadCertificate = "bad_certificate" // mTLS: no verified client certificate, or one naming someone else
+	ReasonOversize       = "oversize"        // a stream message above the gRPC receive limit (MaxRecvMsgSize, 4 MiB): the stream ends
+	// ReasonNotMember is not an attack: a frame whose MAC verifies (its
+	// sender holds the secret key) from a node not in the peer book yet,
+	// or no longer: it is dropped and its stream kept. It ticks while
+	// views converge, at a restart or a heal (the sender learned of this
+	// node before this node learned of it). Only with a secret key: without
+	// one nothing proves the sender's name, and the stream is refused as
+	// unknown_sender.
+	ReasonNotMember = "not_member"
 )
 
 // DeriveFrameKey derives the frame MAC key from the cluster secret with

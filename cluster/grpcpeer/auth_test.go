@@ -327,3 +327,50 @@ func TestFramesFlowAfterMembershipFlap(t *testing.T) {
 		t.Fatalf("%d frames refused as replays after the flap, want 0", got)
 	}
 }
+
+// TestNotMemberYet: with a secret key, a stream from a node not in the
+// peer book (it learned of this node first: a restart or a heal) is kept;
+// its frames whose MACs verify are dropped and counted as not_member, not
+// as unknown_sender, and once the node is in the book the same stream's
+// frames are delivered. A forged frame under an unknown name still ends
+// the stream as bad_mac.
+func TestNotMemberYet(t *testing.T) {
+	box := &inbox{}
+	a := newTransport(t, Config{Self: "n1", SecretKey: testSecret, Peers: map[strategy.NodeID]string{"n2": "127.0.0.1:1"}})
+	a.Listen(box.recv)
+	stream := batchStream(t, a, "n0")
+	if err := stream.Send(&transportpb.PeerBatch{Frames: []*transportpb.PeerFrame{signed(t, testSecret, "n0", "n1", 100, 1, "early")}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "not_member counted", func() bool { return a.Stats().Refusals[ReasonNotMember] == 1 })
+	a.SetPeers(map[strategy.NodeID]string{"n0": "127.0.0.1:1", "n2": "127.0.0.1:1"})
+	if code := endOf(t, stream, &transportpb.PeerBatch{Frames: []*transportpb.PeerFrame{signed(t, testSecret, "n0", "n1", 100, 2, "member")}}); code != codes.OK {
+		t.Fatalf("the stream ended with %v, want it kept through the early frame", code)
+	}
+	if box.has("n0", "r", "early") || !box.has("n0", "r", "member") {
+		t.Fatalf("delivered %+v: want the frame after n0 joined the book, not the one before", box.snapshot())
+	}
+	if st := a.Stats(); st.Refusals[ReasonUnknownSender] != 0 || st.Refusals[ReasonBadMAC] != 0 {
+		t.Fatalf("refusals %v: a keyed member-to-be is neither unknown_sender nor bad_mac", st.Refusals)
+	}
+	forged := signed(t, []byte("another secret key of 32 bytes!!"), "x", "n1", 1, 1, "forged")
+	if code := endOf(t, batchStream(t, a, "x"), &transportpb.PeerBatch{Frames: []*transportpb.PeerFrame{forged}}); code != codes.PermissionDenied {
+		t.Fatalf("a forged frame under an unknown name ended the stream with %v, want PermissionDenied", code)
+	}
+	if a.Stats().Refusals[ReasonBadMAC] != 1 || box.has("x", "r", "forged") {
+		t.Fatalf("forged frame: refusals %v", a.Stats().Refusals)
+	}
+}
+
+// TestOversizeCounted: a stream message above gRPC's receive limit (4 MiB)
+// ends the stream with RESOURCE_EXHAUSTED and is counted as oversize
+// (it used to be counted and logged nowhere).
+func TestOversizeCounted(t *testing.T) {
+	a := newTransport(t, Config{Self: "n1", Peers: map[strategy.NodeID]string{"n0": "127.0.0.1:1"}})
+	a.Listen((&inbox{}).recv)
+	big := &transportpb.PeerBatch{Frames: []*transportpb.PeerFrame{{Rule: "r", Payload: bytes.Repeat([]byte{1}, 5<<20)}}}
+	if code := endOf(t, batchStream(t, a, "n0"), big); code != codes.ResourceExhausted {
+		t.Fatalf("a 5 MiB message ended the stream with %v, want ResourceExhausted", code)
+	}
+	eventually(t, "oversize counted", func() bool { return a.Stats().Refusals[ReasonOversize] == 1 })
+}

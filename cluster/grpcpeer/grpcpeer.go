@@ -11,7 +11,10 @@
 // Config.SecretKey, every frame also carries an HMAC and a sequence number
 // (auth.go): a frame whose MAC does not verify, or a replayed one, is
 // refused and counted, so a process that reaches the port without the key
-// cannot speak for a member even without TLS.
+// cannot speak for a member even without TLS. With the key a stream from a
+// node not in the peer book is kept, since its MACs prove its name: its
+// frames are dropped (counted as not_member) until the node is in the
+// book, as happens while views converge after a restart or a heal.
 //
 // The sender coalesces: when several frames are queued for a peer, it sends
 // those already queued (up to MaxBatchFrames frames and about
@@ -148,8 +151,9 @@ type Stats struct {
 	Refused  int64 // streams refused (unknown sender, bad certificate, bad MAC)
 	Dials    int64 // streams opened
 	// Refusals counts refused streams and frames by reason (ReasonBadMAC,
-	// ReasonReplay, ReasonUnknownSender, ReasonBadCertificate); every
-	// reason is present, zero included.
+	// ReasonReplay, ReasonUnknownSender, ReasonBadCertificate,
+	// ReasonOversize, ReasonNotMember); every reason is present, zero
+	// included.
 	Refusals map[string]int64
 }
 
@@ -182,6 +186,7 @@ type Transport struct {
 	replay                                   replayGuard
 	rlog                                     refusalLog
 	badMAC, replayed, unknownSender, badCert atomic.Int64
+	oversize, notMember                      atomic.Int64
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -249,7 +254,8 @@ func (t *Transport) Stats() Stats {
 	return Stats{Sent: t.sent.Load(), Batches: t.batches.Load(), Dropped: t.dropped.Load(), Lost: t.lost.Load(),
 		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load(),
 		Refusals: map[string]int64{ReasonBadMAC: t.badMAC.Load(), ReasonReplay: t.replayed.Load(),
-			ReasonUnknownSender: t.unknownSender.Load(), ReasonBadCertificate: t.badCert.Load()}}
+			ReasonUnknownSender: t.unknownSender.Load(), ReasonBadCertificate: t.badCert.Load(),
+			ReasonOversize: t.oversize.Load(), ReasonNotMember: t.notMember.Load()}}
 }
 
 // SetPeers replaces the address book. Senders to removed peers stop (their
@@ -379,6 +385,11 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 			if err == io.EOF {
 				return nil
 			}
+			if status.Code(err) == codes.ResourceExhausted { // above MaxRecvMsgSize
+				t.refused.Add(1)
+				t.oversize.Add(1)
+				t.refuse(ReasonOversize, from, err.Error())
+			}
 			return err
 		}
 		for _, fr := range frames(m) {
@@ -392,7 +403,7 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 					continue
 				}
 			}
-			if err := t.deliver(from, fr); err != nil {
+			if err := t.deliver(from, fr, mac != nil); err != nil {
 				return err
 			}
 		}
@@ -425,10 +436,18 @@ func (t *Transport) refuse(reason string, from strategy.NodeID, detail string) {
 }
 
 // deliver hands a frame from the authenticated sender from to the Listen
-// callback, unless from has left the peer book meanwhile: then the stream
-// is refused (the error ends it) and nothing more of it is delivered.
-func (t *Transport) deliver(from strategy.NodeID, fr *transportpb.PeerFrame) error {
-	if !t.known(from) { // removed from the book while streaming
+// callback, unless from is not in the peer book: a frame whose MAC
+// verified (verified: its sender holds the key) is then dropped and
+// counted (ReasonNotMember: not a member yet, or any longer), the stream
+// going on; without a key the stream is refused (the error ends it) and
+// nothing more of it is delivered.
+func (t *Transport) deliver(from strategy.NodeID, fr *transportpb.PeerFrame, verified bool) error {
+	if !t.known(from) {
+		if verified {
+			t.notMember.Add(1)
+			t.refuse(ReasonNotMember, from, fmt.Sprintf("rule %q: the sender holds the key but is not in this node's view (yet)", fr.GetRule()))
+			return nil
+		}
 		t.refused.Add(1)
 		t.unknownSender.Add(1)
 		return status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
@@ -450,7 +469,11 @@ func (t *Transport) authenticate(ctx context.Context) (_ strategy.NodeID, reason
 		return "", ReasonUnknownSender, status.Error(codes.Unauthenticated, "grpcpeer: the stream does not name its sender")
 	}
 	from := strategy.NodeID(vals[0])
-	if !t.known(from) {
+	// With a secret key a stream from a node not in the book is kept: its
+	// frames prove their sender with their MACs and are dropped until it is
+	// a member (deliver); a views-converging restart or heal no longer
+	// counts as an unknown sender. Without a key nothing proves the name.
+	if !t.known(from) && t.frameKey == nil {
 		t.unknownSender.Add(1)
 		return from, ReasonUnknownSender, status.Errorf(codes.PermissionDenied, "grpcpeer: %q is not a member", from)
 	}

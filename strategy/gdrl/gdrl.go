@@ -345,8 +345,9 @@ const (
 //   - indicator (fill | spare, default fill): the performance indicator,
 //     fill ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq.
 //     (14)).
-//   - eta (number in (0, 1], default 1/(2d) for the graph's degree d, 001
-//     eq. (15); for fill, scaled by the pair's smaller demand): the gain.
+//   - eta (number in (0, 1/(2d)], default 1/(2d) for the graph's degree d,
+//     001 eq. (15); for fill, scaled by the pair's smaller demand): the
+//     gain; above the stability bound it is refused.
 //   - alpha (number in (0, 1], default 0.02): the demand filter per interval
 //     (001 §III-A uses 1e-3 per time slot).
 //   - graph (ring | regular | full, default ring) and degree (even, >= 2,
@@ -404,8 +405,12 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	}
 	g.graph = v.Enum("graph")
 	g.degree = v.Int("degree")
-	if _, err := Neighbours(g.graph, g.degree, cfg.Members, cfg.Self); err != nil {
+	nb, err := Neighbours(g.graph, g.degree, cfg.Members, cfg.Self)
+	if err != nil {
 		return nil, err
+	}
+	if d := len(nb); g.eta > DefaultGain(d) {
+		return nil, fmt.Errorf("gdrl: parameter eta=%v is above the stability bound 1/(2d) = %v of graph %s (degree d = %d here) (GDRL §III-A eq. (15), from §II-A Theorem 1): leave eta unset to use the bound", g.eta, DefaultGain(d), g.graph, d)
 	}
 	g.idle = v.Duration("idle")
 	g.retransmit = v.DurationOr("retransmit", max(g.interval, 4*cfg.LatencyHint))
@@ -630,10 +635,18 @@ func (g *GDRL) Indicator(key string) float64 {
 }
 
 // Gain returns the gain eta in use (dimensionless): the eta parameter, or
-// DefaultGain of this node's number of neighbours (001 eq. (15)).
+// DefaultGain of this node's number of neighbours (001 eq. (15)), and
+// never above that bound: New refuses an eta above it, and a graph whose
+// degree grew since (graph=full in a cluster that grew) caps it there, so
+// that Theorem 1's condition for convergence keeps holding. Theorem 1
+// (updates with every neighbour at once), not Theorem 2 (one pair at a
+// time, eta < 1/2 for spare): a node here takes part in several
+// exchanges per interval (its own probe and its neighbours' probes),
+// each computed from indicators that do not see the others' moves. Ours:
+// the paper fixes eta for a fixed graph.
 func (g *GDRL) Gain() float64 {
 	if g.eta > 0 {
-		return g.eta
+		return min(g.eta, DefaultGain(len(g.neighbours)))
 	}
 	return DefaultGain(len(g.neighbours))
 }

@@ -3,6 +3,7 @@ package gdrl_test
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,15 +123,21 @@ func TestNewErrors(t *testing.T) {
 		t.Error("a rate of 1e12 tokens/s accepted")
 	}
 	cfg = base()
-	p, _ := strategy.ParseParams([]string{"interval=50ms", "indicator=spare", "eta=0.5", "alpha=0.1", "graph=regular", "degree=2",
+	p, _ := strategy.ParseParams([]string{"interval=50ms", "indicator=spare", "eta=0.25", "alpha=0.1", "graph=regular", "degree=2",
 		"idle=1s", "retransmit=20ms", "max_keys=10", "noise_band=0"})
 	cfg.Params = p
 	g, err := gdrl.New(cfg)
 	if err != nil {
 		t.Fatalf("valid params refused: %v", err)
 	}
-	if g.Gain() != 0.5 {
-		t.Errorf("gain %v, want 0.5", g.Gain())
+	if g.Gain() != 0.25 {
+		t.Errorf("gain %v, want 0.25", g.Gain())
+	}
+	// Above the stability bound 1/(2d) of a degree-2 graph: refused, naming it.
+	p, _ = strategy.ParseParams([]string{"eta=0.3", "graph=ring"})
+	cfg.Params = p
+	if _, err := gdrl.New(cfg); err == nil || !strings.Contains(err.Error(), "stability bound 1/(2d) = 0.25") {
+		t.Errorf("eta=0.3 on a ring: %v, want a refusal naming the bound 0.25", err)
 	}
 }
 

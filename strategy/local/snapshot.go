@@ -18,11 +18,18 @@ func (l *Local) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 }
 
 // Restore sets the buckets of states at now, refilled at (r, b) for the
-// time since each was taken and capped at b (strategy.Snapshotter).
+// time since each was taken and capped at b (strategy.Snapshotter); a
+// level below 0 (a debt) is kept, down to the rule's max_debt (minus the
+// burst without overdraft).
 // Errors: a state that fails strategy.KeyState.Validate, or a key given
 // twice; nothing is restored then.
 func (l *Local) Restore(now time.Duration, states []strategy.KeyState) error {
-	return l.table.Import(now, states)
+	return l.table.Import(now, states, func(string) int64 {
+		if l.od.On {
+			return l.od.MaxDebt
+		}
+		return 0
+	})
 }
 
 // KeyLevel is key's bucket as Snapshot emits it (tokens lent counted as

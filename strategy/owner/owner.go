@@ -110,7 +110,7 @@
 // Refund (strategy.Refunder) credits a key's bucket through the ordering
 // buffer, from another node by one OwnerRefund (not retransmitted, taken
 // once per sender and request ID). A snapshot (strategy.Snapshotter)
-// stores no debt: a restarted node's key in debt comes back empty.
+// keeps a debt: a restarted node's key in debt comes back in debt.
 //
 // Split brain: during a partition each side routes a key to the primary of
 // its own view and each admits up to the key's envelope b + r*T (the

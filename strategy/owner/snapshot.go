@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -12,22 +13,56 @@ import (
 // their new owner's to keep. Requests still in the ordering buffer are not
 // part of the snapshot: a restart loses them.
 //
+// With split, every sub-bucket this node owns is emitted under its
+// sub-key (the sub-buckets beyond the first were left out before: a
+// restart gave them a fresh burst).
+//
 // With allowances open (strategy.Allowancer) their tokens count as spent:
 // the levels are first clamped (which changes no decision to come).
 func (o *Owner) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 	o.clampAll(now)
-	o.table.Export(now, o.owns, emit)
+	for _, t := range o.tables {
+		t.Export(now, o.owns, emit)
+	}
 }
 
 // Restore sets the buckets of states at now, refilled at (r, b) for the
-// time since each was taken and capped at b (strategy.Snapshotter). It
+// time since each was taken and capped at b (strategy.Snapshotter); a
+// level below 0 (a debt) is kept, down to minus the larger of the burst
+// and the rule's max_debt. It
 // restores every state given, owned in the current view or not: right
 // after a whole-cluster restart a node may see only itself, and keys it
 // does not own once the others are back are swept as they go idle.
+// With split, each state goes to its sub-bucket's table; a state whose
+// key has no sub-bucket index of the current split (the split setting
+// changed since the snapshot) is dropped, its bucket starting full.
 // Errors: a state that fails strategy.KeyState.Validate, or a key given
 // twice; nothing is restored then.
 func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
-	return o.table.Import(now, states)
+	debt := func(key string) int64 { return o.debts[o.subOf(key)] }
+	if o.split == 1 {
+		return o.table.Import(now, states, debt)
+	}
+	seen := make(map[string]struct{}, len(states))
+	per := make([][]strategy.KeyState, len(o.tables))
+	for i, s := range states {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("state %d: %w", i, err)
+		}
+		if _, dup := seen[s.Key]; dup {
+			return fmt.Errorf("state %d: key %q is given twice", i, s.Key)
+		}
+		seen[s.Key] = struct{}{}
+		if sub, err := o.subIndex(s.Key); err == nil {
+			per[sub] = append(per[sub], s)
+		}
+	}
+	for sub, t := range o.tables {
+		if err := t.Import(now, per[sub], debt); err != nil {
+			return err // not reached: validated above
+		}
+	}
+	return nil
 }
 
 // KeyLevel is key's bucket at this node as Snapshot emits it (tokens lent

@@ -58,3 +58,35 @@ func TestMemoryBytesCountsEverySubTable(t *testing.T) {
 		t.Fatalf("MemoryBytes = %d after a bucket in each of 2 tables, want at least %d", got, want)
 	}
 }
+
+// TestSnapshotEverySubTable: with split=2 the snapshot holds both of a
+// drained key's sub-buckets, and a restore puts each back in its own
+// table (the second was left out before: a restart gave it a fresh
+// burst). A state whose key has no sub-bucket index of the split is
+// dropped.
+func TestSnapshotEverySubTable(t *testing.T) {
+	o := newNode(t, "n0", "hold=0", "split=2")
+	var fx strategy.Effects
+	o.SetMembers(0, []strategy.NodeID{"n0"}, &fx) // alone: owns every sub-key
+	for id := uint64(1); id <= 4; id++ { // request ID mod 2 picks the sub-bucket
+		o.Request(0, strategy.Request{ID: id, Key: "k", Tokens: 1}, &fx)
+	}
+	var got []strategy.KeyState
+	o.Snapshot(time.Millisecond, func(s strategy.KeyState) { got = append(got, s) })
+	if len(got) != 2 {
+		t.Fatalf("snapshot %+v, want both sub-buckets of k", got)
+	}
+	p := newNode(t, "n0", "hold=0", "split=2")
+	p.SetMembers(0, []strategy.NodeID{"n0"}, &fx)
+	if err := p.Restore(time.Millisecond, append(got, strategy.KeyState{Key: "plain", Level: 0, Capacity: 1, TicksPerToken: 1})); err != nil {
+		t.Fatal(err)
+	}
+	for i, tab := range p.tables {
+		if tab.Len() != 1 {
+			t.Errorf("table %d holds %d keys after the restore, want k's sub-bucket", i, tab.Len())
+		}
+		if rem := tab.Remaining(subKey("k", i), time.Millisecond); rem != o.tables[i].Remaining(subKey("k", i), time.Millisecond) {
+			t.Errorf("sub-bucket %d: %d tokens restored, the original holds %d", i, rem, o.tables[i].Remaining(subKey("k", i), time.Millisecond))
+		}
+	}
+}

@@ -20,10 +20,11 @@ func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 // Restore sets the sub-token buckets of states at now, refilled at the
 // current share r/N for the time since each was taken and capped at the
 // current share b_i (a restart into a different membership keeps at most
-// the new share). Errors: a state that fails strategy.KeyState.Validate,
+// the new share); a level below 0 (a debt) is kept, down to this node's
+// share of max_debt (minus its share of the burst without overdraft). Errors: a state that fails strategy.KeyState.Validate,
 // or a key given twice; nothing is restored then.
 func (s *Static) Restore(now time.Duration, states []strategy.KeyState) error {
-	return s.table.Import(now, states)
+	return s.table.Import(now, states, func(string) int64 { return s.debt })
 }
 
 // KeyLevel is this node's share bucket of key as Snapshot emits it

@@ -13,15 +13,15 @@ import (
 // for which keep (when not nil) returns true. It changes nothing: levels
 // are read from copies (bucket.Bucket.LevelAt), so buckets last updated
 // after now (owner decides at arrival times) are reported at their last
-// update and left as they are. A level below 0 (a debt: owner's charges
-// for decisions its peers took while it was unreachable) is exported as
-// 0: a snapshot holds no debt, so a restart forgives at most one burst of
-// it.
+// update and left as they are. A level below 0 (a debt: an overdraft's
+// charges, owner's charges for decisions its peers took while it was
+// unreachable, or tokens reserved ahead in waiting mode) is exported as it
+// is, so that a restart keeps it (Import). A bucket of burst 0 is not
+// exported: it admits nothing, debt or not.
 func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(strategy.KeyState)) {
 	for k, b := range t.m {
 		level, capacity, per := b.LevelAt(now)
-		level = max(level, 0)
-		if level >= capacity || (keep != nil && !keep(k)) {
+		if level >= capacity || capacity <= 0 || (keep != nil && !keep(k)) {
 			continue
 		}
 		emit(strategy.KeyState{Key: k, Level: level, Capacity: capacity, TicksPerToken: per, At: now})
@@ -30,11 +30,14 @@ func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(
 
 // Import sets the buckets of states (strategy.Snapshotter.Restore): each
 // is validated (strategy.KeyState.Validate, and no key twice), then its
-// level is rescaled to the table's ticks, capped at the table's burst and
-// refilled at the table's rate from its At to now (not at all when At is
-// after now). A bucket full at now is not kept (it equals an absent one).
-// On error nothing is imported and the error names the state at fault.
-func (t *Table) Import(now time.Duration, states []strategy.KeyState) error {
+// level is rescaled to the table's ticks, kept within the table's burst
+// and, below, the floor a bucket of key may hold (bucket.Bucket.FloorTicks
+// of maxDebt(key) tokens: minus the larger of the burst and the key's
+// overdraft debt; nil maxDebt: no overdraft), and refilled at the table's
+// rate from its At to now (not at all when At is after now). A bucket full
+// at now is not kept (it equals an absent one). On error nothing is
+// imported and the error names the state at fault.
+func (t *Table) Import(now time.Duration, states []strategy.KeyState, maxDebt func(key string) int64) error {
 	seen := make(map[string]struct{}, len(states))
 	for i, s := range states {
 		if err := s.Validate(); err != nil {
@@ -50,8 +53,12 @@ func (t *Table) Import(now time.Duration, states []strategy.KeyState) error {
 		if now-at < 0 { // now - At overflows: a state older than the bucket's arithmetic: long refilled
 			continue
 		}
-		b := bucket.MustNew(t.rate, t.burst, at)     // parameters validated in New
-		_ = b.SetLevel(at, s.Level, s.TicksPerToken) // validated above
+		b := bucket.MustNew(t.rate, t.burst, at) // parameters validated in New
+		var debt int64
+		if maxDebt != nil {
+			debt = maxDebt(s.Key)
+		}
+		_ = b.SetLevelFloor(at, s.Level, s.TicksPerToken, b.FloorTicks(debt)) // validated above
 		if old, ok := t.m[s.Key]; ok {
 			*old = b
 			continue

@@ -17,6 +17,19 @@ func export(t *Table, now time.Duration) []strategy.KeyState {
 	return out
 }
 
+// levelAt is key's exact level in ticks at now (a full bucket for a key
+// t does not hold).
+func levelAt(t *Table, key string, now time.Duration) int64 {
+	b, ok := t.Lookup(key)
+	if !ok {
+		_, burst := t.Shape()
+		nb := bucket.MustNew(t.rate, burst, now)
+		return nb.CapacityTicks()
+	}
+	level, _, _ := b.LevelAt(now)
+	return level
+}
+
 // TestImportRefillsForElapsedTime: a key drained to 0 of 5 at 1/min,
 // restored 30 s later holds 0 (half a token), 72 s later 1, and an hour
 // later 5 (capped at the burst, so it is not even kept).
@@ -36,7 +49,7 @@ func TestImportRefillsForElapsedTime(t *testing.T) {
 		kept bool
 	}{{10 * time.Second, 0, true}, {40 * time.Second, 0, true}, {72 * time.Second, 1, true}, {time.Hour, 5, false}} {
 		dst, _ := New(r, 5)
-		if err := dst.Import(c.at, states); err != nil {
+		if err := dst.Import(c.at, states, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := dst.Remaining("k", c.at); got != c.want {
@@ -62,7 +75,7 @@ func TestImportRefusesCorrupt(t *testing.T) {
 		want string
 	}{
 		{"level above capacity", strategy.KeyState{Key: "a", Level: 6, Capacity: 5, TicksPerToken: 1}, "above its capacity"},
-		{"negative level", strategy.KeyState{Key: "a", Level: -1, Capacity: 5, TicksPerToken: 1}, "negative"},
+		{"level below any debt", strategy.KeyState{Key: "a", Level: strategy.MinKeyStateLevel - 1, Capacity: 5, TicksPerToken: 1}, "deeper than any bucket's debt"},
 		{"zero ticks per token", strategy.KeyState{Key: "a", Level: 1, Capacity: 5, TicksPerToken: 0}, "ticks per token"},
 		{"zero capacity", strategy.KeyState{Key: "a", Level: 0, Capacity: 0, TicksPerToken: 1}, "capacity"},
 		{"empty key", strategy.KeyState{Level: 0, Capacity: 5, TicksPerToken: 1}, "empty key"},
@@ -71,7 +84,7 @@ func TestImportRefusesCorrupt(t *testing.T) {
 		{"duplicate", good, "twice"},
 	} {
 		tb, _ := New(bucket.Rate{Tokens: 1, Per: time.Minute}, 5)
-		err := tb.Import(time.Second, []strategy.KeyState{good, c.bad})
+		err := tb.Import(time.Second, []strategy.KeyState{good, c.bad}, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
 		}
@@ -88,7 +101,7 @@ func TestImportCapsAtNewBurst(t *testing.T) {
 	src, _ := New(bucket.Rate{Tokens: 1, Per: time.Second}, 10)
 	src.Get("k", 0).AllowN(0, 1) // 9 left
 	dst, _ := New(bucket.Rate{Tokens: 1, Per: 3 * time.Second}, 3)
-	if err := dst.Import(0, export(src, 0)); err != nil {
+	if err := dst.Import(0, export(src, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := dst.Remaining("k", 0); got != 3 {
@@ -98,10 +111,11 @@ func TestImportCapsAtNewBurst(t *testing.T) {
 
 // TestSnapshotProperties: for any rate, burst and history of requests,
 // (1) restoring the snapshot at the time it was taken gives every key the
-// same Remaining as the original, (2) restoring it later gives what the
-// original would hold then (refill for the elapsed time), and (3)
-// restoring any valid states into any table never yields more than its
-// burst or fewer than 0 tokens.
+// same level as the original, debts (overdraft charges) included, (2)
+// restoring it later gives what the original would hold then (refill for
+// the elapsed time), and (3) restoring any valid states into any table
+// never yields more than its burst or a level below its floor (minus the
+// larger of the burst and max_debt).
 func TestSnapshotProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		rate := bucket.Rate{Tokens: rapid.Int64Range(0, 1000).Draw(t, "tokens"),
@@ -112,21 +126,31 @@ func TestSnapshotProperties(t *testing.T) {
 			t.Skip(err)
 		}
 		keys := []string{"a", "b", "c", "d"}
+		maxDebt := rapid.Int64Range(0, 2*burst+2).Draw(t, "max debt")
+		debt := func(string) int64 { return maxDebt }
 		now := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "start"))
 		for i, n := 0, rapid.IntRange(0, 40).Draw(t, "requests"); i < n; i++ {
 			now += time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "gap"))
-			src.Get(rapid.SampledFrom(keys).Draw(t, "key"), now).AllowN(now, rapid.Int64Range(1, burst+1).Draw(t, "n"))
+			b, tokens := src.Get(rapid.SampledFrom(keys).Draw(t, "key"), now), rapid.Int64Range(1, burst+1).Draw(t, "n")
+			if rapid.Bool().Draw(t, "charge") {
+				b.ChargeN(now, tokens, maxDebt)
+			} else {
+				b.AllowN(now, tokens)
+			}
 		}
 		states := export(src, now)
 		later := now + time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "elapsed"))
 		for _, at := range []time.Duration{now, later} {
 			dst, _ := New(rate, burst)
-			if err := dst.Import(at, states); err != nil {
+			if err := dst.Import(at, states, debt); err != nil {
 				t.Fatalf("import at %v: %v", at, err)
 			}
 			for _, k := range keys {
 				if got, want := dst.Remaining(k, at), src.Remaining(k, at); got != want {
 					t.Fatalf("key %s restored at %v: Remaining %d, original %d", k, at, got, want)
+				}
+				if got, want := levelAt(dst, k, at), levelAt(src, k, at); got != want && burst > 0 { // burst 0 admits nothing: not exported
+					t.Fatalf("key %s restored at %v: level %d ticks, original %d", k, at, got, want)
 				}
 			}
 		}
@@ -137,15 +161,20 @@ func TestSnapshotProperties(t *testing.T) {
 			t.Skip(err)
 		}
 		capacity := rapid.Int64Range(1, 1<<50).Draw(t, "capacity")
-		s := strategy.KeyState{Key: "x", Capacity: capacity, Level: rapid.Int64Range(0, capacity).Draw(t, "level"),
+		s := strategy.KeyState{Key: "x", Capacity: capacity, Level: rapid.Int64Range(strategy.MinKeyStateLevel, capacity).Draw(t, "level"),
 			TicksPerToken: rapid.Int64Range(1, 1<<40).Draw(t, "ticks per token"),
 			At:            time.Duration(rapid.Int64().Draw(t, "at"))}
 		at := time.Duration(rapid.Int64Range(-1<<62, 1<<62).Draw(t, "restore at"))
-		if err := dst.Import(at, []strategy.KeyState{s}); err != nil {
+		if err := dst.Import(at, []strategy.KeyState{s}, debt); err != nil {
 			t.Fatalf("valid state %+v refused: %v", s, err)
 		}
 		if got := dst.Remaining("x", at); got < 0 || got > other {
 			t.Fatalf("restored %+v at %v into burst %d: Remaining %d", s, at, other, got)
+		}
+		if b, ok := dst.Lookup("x"); ok {
+			if level, _ := b.Level(); level < b.FloorTicks(maxDebt) || level > b.CapacityTicks() {
+				t.Fatalf("restored %+v at %v: level %d ticks outside [%d, %d]", s, at, level, b.FloorTicks(maxDebt), b.CapacityTicks())
+			}
 		}
 	})
 }
