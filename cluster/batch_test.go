@@ -59,8 +59,12 @@ func TestCheckBatchOrder(t *testing.T) {
 	if check(t, n, "r", "k", 1).Allowed || check(t, n, "r", "other", 1).Allowed || check(t, n, "o", "k", 1).Allowed {
 		t.Fatal("a bucket the batch emptied admitted a check")
 	}
-	if got := n.Stats().Rules["r"].Requests; got != 7+2 {
-		t.Errorf("rule r counted %d requests, want 9", got)
+	// The strategy decided items 0, 1 and 3 and the check of other: k's
+	// bucket was lent to the fast path at its second check (item 1), and
+	// the later items and checks of k were decided from it, in the loop
+	// (the batch's order) and then in this goroutine.
+	if got := n.Stats().Rules["r"].Requests; got != 4 {
+		t.Errorf("rule r counted %d requests, want 4", got)
 	}
 }
 

@@ -169,7 +169,7 @@ func (n *Node) derive(now time.Duration, d Derived, perBase bool) error {
 	derived := maps.Clone(n.derived)
 	derived[name] = d
 	n.setDerived(derived, append(slices.Clone(n.derivedOrder), name))
-	n.fastCloseAll(now, true) // as SetRules
+	now = n.fastCloseAll(now, true) // as SetRules
 	n.setRules(now, u)
 	if u.err != nil {
 		n.setDerived(oldDerived, oldOrder)
@@ -271,6 +271,14 @@ func (n *Node) seeder(self string) strategy.KeySeeder {
 			}
 			rs := n.rules[name]
 			if rs == nil {
+				return
+			}
+			if st, ok, lent := rs.lentKeyState(now, key); lent {
+				// The bucket is lent to the fast path: its strategy's
+				// copy holds nothing, the lent one is the key's level.
+				if ok && (!found || fewerTokens(st, low)) {
+					low, found = st, true
+				}
 				return
 			}
 			kl, ok := rs.s.(strategy.KeyLeveler)

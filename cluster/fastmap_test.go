@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -84,4 +85,21 @@ func TestFastMapConcurrentReaders(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// TestFastEntryLayout: an entry is 192 bytes (a size class of the Go
+// allocator that is a multiple of the cache line, so entries start on
+// line boundaries) and what every check reads, the key and the counter,
+// is in its first line, apart from what refills and the loop write.
+func TestFastEntryLayout(t *testing.T) {
+	var e fastEntry
+	if s := unsafe.Sizeof(e); s != 192 {
+		t.Errorf("fastEntry is %d bytes, want 192", s)
+	}
+	if o := unsafe.Offsetof(e.mu); o != 64 {
+		t.Errorf("fastEntry.mu at offset %d, want 64 (the second cache line)", o)
+	}
+	if o := unsafe.Offsetof(e.level); o >= 64 {
+		t.Errorf("fastEntry.level at offset %d, want in the first cache line", o)
+	}
 }

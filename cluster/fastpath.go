@@ -1,35 +1,53 @@
 package cluster
 
-// The local fast path (issue 14, part 1). Ours. A rule whose strategy is a
-// strategy.Allowancer (local, central, static) gets allowances: whole
-// tokens of one key the strategy took out of the key's bucket, in the
-// loop, as if admitted then. Check consumes them in the caller's
-// goroutine (an atomic compare-and-swap on the key's counter, found in a
-// lock-free hash table, fastMap: no channel hand-off, no allocation, no
-// clock read); a check
-// the allowance cannot cover goes through the loop as before, which first
-// returns the key's allowance to the strategy (so the strategy decides on
-// the exact level), then decides, then grants a new allowance sized from
-// the key's measured demand.
+// The local fast path (issue 14, part 1; issue 26, item 1). Ours. A rule
+// whose strategy is a strategy.Allowancer (local, central, static, owner
+// for its own keys) gets allowances: whole tokens of one key the strategy
+// took out of the key's bucket, in the loop, as if admitted then. Check
+// consumes them in the caller's goroutine (an atomic compare-and-swap on
+// the key's counter, found in a lock-free hash table, fastMap: no channel
+// hand-off, no allocation, no clock read, no write to memory shared with
+// other keys' checks).
 //
-// Exactness is the strategy's (strategy.Allowancer, AllowanceLedger):
-// tokens in an allowance count as spent, and the bucket's level plus the
-// tokens held never exceed the burst, so a key's admissions stay within
-// b + r*T whichever goroutine admits them.
+// Under a strategy.BucketLender (local, central, static) the loop lends
+// the driver the key's whole bucket instead (strategy.LentBucket): a
+// check the counter cannot cover refills it in the caller's goroutine
+// (the key's own mutex, one clock read, the bucket's exact arithmetic)
+// and is decided there, admitted or refused, without the loop. Only the
+// first checks of a key, and those after its bucket went back (idle, a
+// reload or membership change, an Inspect, a wait, a charge, a refund),
+// cross to the loop.
+//
+// Under the other Allowancers (owner) a check the allowance cannot cover
+// goes through the loop as before, which first returns the key's
+// allowance to the strategy (so the strategy decides on the exact level),
+// then decides, then grants a new allowance sized from the key's
+// measured demand.
+//
+// Exactness is the strategy's (strategy.Allowancer, AllowanceLedger,
+// LentBucket): tokens in an allowance count as spent, and the bucket's
+// level plus the tokens held never exceed the burst, so a key's
+// admissions stay within b + r*T whichever goroutine admits them. The
+// driver's part: an allowance or a lent bucket is closed at a time read
+// after its counter was taken (no token of it is consumed later than
+// that; a lent bucket's refills read the clock before, under its mutex),
+// and the loop goes on at that time (fastCloseEntry).
 //
 // Invalidation: membership and expected-member changes, Leave and SetRules
-// close every allowance and give its unused tokens back to the strategy
-// before the strategy hears of the change (nothing lost); Close drops them
-// (the strategy goes away with the node). The loop also closes, every
-// fastSweepEvery, the allowances past their validity and those no check
-// touched for fastIdleSweeps sweeps in a row (returned: nothing lost), so
-// an idle key holds no tokens for long, and forgets the keys closed for a
-// whole sweep.
+// close every allowance (and take every lent bucket back) and give its
+// unused tokens back to the strategy before the strategy hears of the
+// change (nothing lost); Inspect takes the lent buckets back first (so it
+// reads exact levels); Close drops them (the strategy goes away with the
+// node). The loop also closes, every fastSweepEvery, the allowances past
+// their validity and those no check touched for fastIdleSweeps sweeps in
+// a row (returned: nothing lost), so an idle key holds no tokens for
+// long, and forgets the keys closed for a whole sweep.
 
 import (
 	"context"
 	"hash/maphash"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,25 +88,53 @@ const (
 	fastMaxKeys = 1 << 16
 )
 
-// allowance is one key's tokens held for the fast path.
-type allowance struct {
+// fastEntry is one key's allowance (and lent bucket). Entries are 192
+// bytes, a multiple of the cache line, so the allocator lays them out on
+// line boundaries: the first line holds what every check of the key reads
+// (the key, the counter, the level), which no check of another key
+// writes; the rest is written when the counter runs out (under mu) or by
+// the loop.
+type fastEntry struct {
+	key    string       // written once, before the entry is published
 	tokens atomic.Int64 // tokens left; allowanceClosed when closed
-	level  atomic.Int64 // the key's Remaining at the grant, less the allowance; -1 unknown
+	level  atomic.Int64 // the key's whole tokens beside the counter at its last fill; -1 unknown
+	_      [32]byte
+
+	// A lent bucket (strategy.BucketLender): the checks that refill it and
+	// the loop (which opens and closes it) hold mu. Under a lender the
+	// demand fields below (granted, grantedAt, want) are under mu too.
+	mu    sync.Mutex
+	lent  bool          // lb is the key's bucket, lent: a check the counter cannot cover refills here
+	noRem bool          // the strategy is no strategy.Remainer: decisions report Remaining -1
+	idle  bool          // loop only: closed at the last sweep already: forget at the next
+	quiet int32         // loop only: sweeps in a row that found it untouched
+	fills atomic.Uint32 // refills of the lent bucket (under mu), read by the sweep
+	// seenFills is fills at the last sweep (loop only): with seen, what
+	// tells a touched key from an untouched one (a refused check changes
+	// no counter, but it refills).
+	seenFills uint32
+	lb        strategy.LentBucket
+
+	granted   int64         // tokens of the counter at its last fill (grant or refill)
+	grantedAt time.Duration // when it was filled
+	want      int64         // the size to ask for at the next fill
 
 	// Loop goroutine only.
-	granted   int64         // tokens of the open allowance at its grant
-	grantedAt time.Duration // when it was granted
-	until     time.Duration // valid until (the strategy's Grant)
-	seen      int64         // tokens at the last sweep: unchanged means untouched
-	quiet     int           // sweeps in a row that found it untouched
-	want      int64         // the size to ask for at the next grant
-	idle      bool          // closed at the last sweep already: forget at the next
+	until time.Duration // valid until (the strategy's Grant; never for a lent bucket)
+	seen  int64         // tokens at the last sweep: unchanged means untouched
+	most  int64         // under mu: the lent bucket's strategy.AllowanceCap, the largest allowance
 }
+
+// lentForever is a lent bucket's validity: it goes back when idle or
+// invalidated, never by age.
+const lentForever = time.Duration(math.MaxInt64)
 
 // fastPath is one rule's allowances.
 type fastPath struct {
-	a strategy.Allowancer
-	m *fastMap // read by Check, written by the loop
+	a     strategy.Allowancer
+	l     strategy.BucketLender // a itself when it lends buckets; nil otherwise
+	clock func() time.Duration  // the driver's clock for refills (Node.clock)
+	m     *fastMap              // read by Check, written by the loop
 
 	// Loop goroutine only: the same entries as m, how many are open, and
 	// the keys checked recently (a key gets its first allowance at its
@@ -154,20 +200,65 @@ func (f *seenFilter) rotate() {
 }
 
 // newFastPath returns the fast path of a rule whose strategy is s, or nil
-// when s grants no allowances.
-func newFastPath(s strategy.Strategy) *fastPath {
+// when s grants no allowances. clock is the driver's clock (safe for
+// concurrent use), read by the checks that refill a lent bucket.
+func newFastPath(s strategy.Strategy, clock func() time.Duration) *fastPath {
 	a, ok := s.(strategy.Allowancer)
 	if !ok {
 		return nil
 	}
-	return &fastPath{a: a, m: newFastMap(), keys: map[string]*fastEntry{}}
+	l, _ := s.(strategy.BucketLender)
+	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), keys: map[string]*fastEntry{}}
 }
 
-// take consumes tokens of key's allowance (any goroutine). ok is false
-// when the allowance is closed or holds fewer tokens: the check then goes
-// to the loop.
+// take decides tokens of key on the fast path (any goroutine): from the
+// key's allowance, or from its lent bucket when the allowance cannot
+// cover them (admitted or refused). ok is false when the loop must
+// decide: no entry, or an allowance closed or too small that no lent
+// bucket stands behind.
 func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
-	a, c, ok := f.consume(key, tokens)
+	a := f.m.load(key)
+	if a == nil {
+		return Decision{}, false
+	}
+	if c, ok := a.consume(tokens); ok {
+		rem := int64(-1)
+		if l := a.level.Load(); l >= 0 {
+			rem = l + c - tokens
+		}
+		return Decision{Allowed: true, Remaining: rem}, true
+	}
+	if f.l == nil {
+		return Decision{}, false
+	}
+	return f.refill(a, tokens)
+}
+
+// allow is take reduced to the admission, without carrying a whole
+// Decision through the fast path (RuleRef.Allow).
+func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
+	a := f.m.load(key)
+	if a == nil {
+		return false, false
+	}
+	if _, ok := a.consume(tokens); ok {
+		return true, true
+	}
+	if f.l == nil {
+		return false, false
+	}
+	d, ok := f.refill(a, tokens)
+	return d.Allowed, ok
+}
+
+// takeCovered is take without the lent bucket's refill: tokens of key's
+// allowance only (a charge, which a refusal would not fit).
+func (f *fastPath) takeCovered(key string, tokens int64) (Decision, bool) {
+	a := f.m.load(key)
+	if a == nil {
+		return Decision{}, false
+	}
+	c, ok := a.consume(tokens)
 	if !ok {
 		return Decision{}, false
 	}
@@ -178,77 +269,196 @@ func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
 	return Decision{Allowed: true, Remaining: rem}, true
 }
 
-// takeOnly is take without the Decision: true when tokens of key's
-// allowance were taken.
-func (f *fastPath) takeOnly(key string, tokens int64) bool {
-	_, _, ok := f.consume(key, tokens)
-	return ok
-}
-
-// consume takes tokens out of key's allowance with a compare-and-swap
-// (any goroutine): the entry and its tokens before the take, ok false
-// (nothing taken) when key has no entry or its allowance is closed or
-// holds fewer tokens.
-func (f *fastPath) consume(key string, tokens int64) (a *fastEntry, before int64, ok bool) {
-	a = f.m.load(key)
-	if a == nil {
-		return nil, 0, false
-	}
+// consume takes tokens out of the allowance with a compare-and-swap (any
+// goroutine): its tokens before the take, ok false (nothing taken) when
+// it is closed or holds fewer tokens.
+func (a *fastEntry) consume(tokens int64) (before int64, ok bool) {
 	for {
 		c := a.tokens.Load()
 		if c < tokens {
-			return nil, 0, false
+			return 0, false
 		}
 		if a.tokens.CompareAndSwap(c, c-tokens) {
-			return a, c, true
+			return c, true
 		}
 	}
+}
+
+// refill decides tokens of a's key from its lent bucket (any goroutine):
+// under a's mutex, the counter is taken (its unused tokens go back into
+// the bucket), the clock read, the request decided from the bucket and
+// the counter filled again for the demand measured since its last fill
+// (strategy.LentBucket.Refill: exact). ok is false when the bucket is not
+// lent (any more): the loop decides.
+func (f *fastPath) refill(a *fastEntry, tokens int64) (Decision, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.lent {
+		return Decision{}, false
+	}
+	if c, ok := a.consume(tokens); ok { // filled by another check meanwhile
+		rem := int64(-1)
+		if !a.noRem {
+			rem = a.level.Load() + c - tokens
+		}
+		return Decision{Allowed: true, Remaining: rem}, true
+	}
+	unused := max(a.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
+	now := f.clock()                   // after the swap: every token of the counter was taken before now
+	if a.most > 0 {                    // else no allowance can hold a token: nothing to size
+		a.want = nextWant(a.granted, unused, now-a.grantedAt)
+	}
+	allowed, g, left := a.lb.Refill(now, unused, tokens, a.want, a.most)
+	a.granted, a.grantedAt = g, now
+	a.fills.Add(1)
+	rem := int64(-1)
+	if !a.noRem {
+		a.level.Store(left)
+		rem = left + g
+	}
+	a.tokens.Store(g)
+	return Decision{Allowed: allowed, Remaining: rem}, true
+}
+
+// nextWant is the size to ask for at a key's next allowance: the tokens
+// its checks took in fastDemandWindow at the demand measured over the
+// last one (granted tokens, left unused after elapsed), at least twice
+// the last one when it was used up (the demand may be higher than
+// measured).
+func nextWant(granted, left int64, elapsed time.Duration) int64 {
+	used := granted - max(left, 0)
+	want := float64(fastFirstWant)
+	if elapsed > 0 {
+		want = float64(used) * float64(fastDemandWindow) / float64(elapsed)
+	} else if used > 0 {
+		want = float64(2 * granted)
+	}
+	if left <= 0 { // used up: the demand may be higher than measured
+		want = max(want, float64(2*granted))
+	}
+	return int64(min(max(math.Ceil(want), 1), float64(fastMaxWant)))
 }
 
 // fastClose closes key's allowance of rs, if open (loop goroutine): its
 // unused tokens go back to the strategy when give is true, and are
 // dropped (lost: safe) otherwise. It measures the key's demand for the
-// next grant.
-func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool) {
+// next grant. It returns the time the loop carries on at: now, or the
+// later time it closed a plain allowance at (fastCloseEntry).
+func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool) time.Duration {
 	a := rs.fast.keys[key]
 	if a == nil {
-		return
+		return now
 	}
-	n.fastCloseEntry(now, rs, key, a, give)
+	return n.fastCloseEntry(now, rs, key, a, give)
 }
 
-// fastCloseEntry is fastClose of key's entry a, found already.
-func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
+// fastCloseEntry is fastClose of key's entry a, found already. The
+// allowance is closed at a time read after its counter was taken, not at
+// now: checks in other goroutines may consume its tokens until the swap,
+// after now, and the strategy must count them as spent until then, or
+// its bucket would refill from now while the key's tokens (level +
+// counter) were full, letting up to r x (the swap's delay) tokens too
+// many through in a window that begins with them
+// (TestFastPathAllowanceClosedAfterConsumed). That time is n.now(),
+// which every later call of the event is made at (the Host's time never
+// goes back): the caller carries on at the time returned. A lent bucket
+// likewise (fastReclaim).
+func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
+	if rs.fast.l != nil {
+		return n.fastReclaim(now, rs, key, a, give)
+	}
 	left := a.tokens.Swap(allowanceClosed)
 	if left < 0 {
-		return // closed already
+		return now // closed already
 	}
+	now = max(n.now(), now) // after the swap: no token of the counter is consumed later
 	rs.fast.open--
-	used := a.granted - left
-	want := float64(fastFirstWant)
-	if d := now - a.grantedAt; d > 0 {
-		want = float64(used) * float64(fastDemandWindow) / float64(d)
-	} else if used > 0 {
-		want = float64(2 * a.granted)
-	}
-	if left == 0 { // used up: the demand may be higher than measured
-		want = max(want, float64(2*a.granted))
-	}
-	a.want = int64(min(max(math.Ceil(want), 1), float64(fastMaxWant)))
+	a.want = nextWant(a.granted, left, now-a.grantedAt)
 	if !give {
 		left = 0
 	}
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.a.Return(now, key, left, fx) })
 	rs.c.returned.Add(left)
+	return now
+}
+
+// fastReclaim closes key's lent bucket (entry a of rs, a lender's; loop
+// goroutine): under a's mutex the counter is closed, then the bucket is
+// settled at the loop's time read after that (no token of the counter is
+// consumed later, and every refill in a check's goroutine read the clock
+// before: the bucket's last update is not after it) and, when give is
+// true, handed back to the strategy at that time
+// (strategy.BucketLender.Reclaim); dropped otherwise (its tokens stay
+// spent: safe). It returns that time, which the loop carries on at
+// (fastCloseEntry), or now when the bucket was not lent.
+func (n *Node) fastReclaim(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
+	a.mu.Lock()
+	left := a.tokens.Swap(allowanceClosed)
+	if !a.lent {
+		a.mu.Unlock()
+		return now // closed already
+	}
+	now = max(n.now(), now) // after the swap, under a's mutex
+	b := a.lb.Close(now, max(left, 0))
+	a.lent = false
+	a.want = nextWant(a.granted, left, now-a.grantedAt)
+	a.mu.Unlock()
+	rs.fast.open--
+	if !give {
+		return now
+	}
+	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.l.Reclaim(now, key, b, fx) })
+	rs.c.returned.Add(max(left, 0))
+	return now
+}
+
+// fastReclaimAll takes every lent bucket back (loop goroutine), before an
+// Inspect that reads the strategies' levels. It returns the time the
+// loop carries on at (fastReclaim).
+func (n *Node) fastReclaimAll(now time.Duration) time.Duration {
+	for _, rs := range n.order {
+		if rs.fast == nil || rs.fast.l == nil {
+			continue
+		}
+		for k, a := range rs.fast.keys {
+			now = n.fastReclaim(now, rs, k, a, true)
+		}
+	}
+	return now
+}
+
+// lentKeyState is key's lent bucket of rs as the strategy's
+// strategy.KeyLeveler would read it (the tokens of its counter counted as
+// spent; false when full), or lent false when the bucket is not lent
+// (loop goroutine: the seeder of derived rules).
+func (rs *ruleState) lentKeyState(now time.Duration, key string) (st strategy.KeyState, ok, lent bool) {
+	if rs.fast == nil || rs.fast.l == nil {
+		return strategy.KeyState{}, false, false
+	}
+	a := rs.fast.keys[key]
+	if a == nil {
+		return strategy.KeyState{}, false, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.lent {
+		return strategy.KeyState{}, false, false
+	}
+	st, ok = a.lb.KeyState(now, key)
+	return st, ok, true
 }
 
 // fastGrant opens an allowance of key for rs after a decision the loop
-// took (loop goroutine), unless the node is leaving. fx is the effects of
-// the decision's call (the strategy's Grant adds to them); it returns the
-// tokens granted (0: none).
-func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strategy.Effects) int64 {
+// took (loop goroutine), unless the node is leaving: under a
+// strategy.BucketLender it lends the key's bucket and fills the counter
+// from it. fx is the effects of the decision's call (the strategy's Grant
+// or Lend adds to them). It returns the tokens granted (0: none) and,
+// when it lent the bucket, the whole tokens left in it beside them (lent
+// true: the strategy's Remaining of the key, if a strategy.Remainer, is 0
+// now).
+func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strategy.Effects) (granted, left int64, lent bool) {
 	if n.leaving {
-		return 0
+		return 0, 0, false
 	}
 	f := rs.fast
 	a := f.keys[key]
@@ -256,48 +466,76 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 		n.fastSeen = true
 		n.fastArm() // the filter's periods run on the sweep timer
 		if !f.seen.twice(key) || len(f.keys) >= n.fastMaxKeys {
-			return 0
+			return 0, 0, false
 		}
 		a = &fastEntry{key: key}
 		a.want = fastFirstWant
 		a.tokens.Store(allowanceClosed)
 	}
 	if a.tokens.Load() >= 0 {
-		return 0 // open already (the caller closes first)
+		return 0, 0, false // open already (the caller closes first)
 	}
-	g, until := f.a.Grant(now, key, a.want, fx) // the Host carries fx out after the request's call
-	if g <= 0 {
-		return 0
+	var g int64
+	until := lentForever
+	if f.l != nil {
+		b, ok := f.l.Lend(now, key, fx)
+		if !ok {
+			return 0, 0, false
+		}
+		_, known := n.h.Remaining(now, rs.idx, key)
+		a.mu.Lock()
+		a.lb = strategy.NewLentBucket(b)
+		a.lent, a.noRem = true, !known
+		a.most = strategy.AllowanceCap(a.lb.Shape())
+		g, left = a.lb.Grant(now, 0, a.want, a.most)
+		a.granted, a.grantedAt = g, now
+		a.level.Store(-1)
+		if known {
+			a.level.Store(left)
+		}
+		a.tokens.Store(g) // open: Check may take (and refill) from now on
+		a.mu.Unlock()
+		rs.c.lent.Add(1)
+		lent = true
+	} else {
+		g, until = f.a.Grant(now, key, a.want, fx) // the Host carries fx out after the request's call
+		if g <= 0 {
+			return 0, 0, false
+		}
+		a.granted, a.grantedAt = g, now
+		lvl := int64(-1)
+		if v, known := n.h.Remaining(now, rs.idx, key); known {
+			lvl = v
+		}
+		a.level.Store(lvl)
+		a.tokens.Store(g) // open: Check may take from now on
 	}
 	if f.keys[key] == nil {
 		f.keys[key] = a
 		f.m.store(a)
 	}
-	a.granted, a.grantedAt, a.until, a.seen, a.quiet, a.idle = g, now, until, g, 0, false
-	lvl := int64(-1)
-	if v, known := n.h.Remaining(now, rs.idx, key); known {
-		lvl = v
-	}
-	a.level.Store(lvl)
-	a.tokens.Store(g) // open: Check may take from now on
+	a.until, a.seen, a.seenFills, a.quiet, a.idle = until, g, a.fills.Load(), 0, false
 	f.open++
 	rs.c.grants.Add(1)
 	rs.c.granted.Add(g)
 	n.fastArm()
-	return g
+	return g, left, lent
 }
 
 // fastCloseAll closes every allowance of every rule (loop goroutine):
-// returned to the strategies when give is true, dropped otherwise.
-func (n *Node) fastCloseAll(now time.Duration, give bool) {
+// returned to the strategies when give is true, dropped otherwise. It
+// returns the time the loop carries on at (fastCloseEntry: now, or later
+// if a plain allowance was open).
+func (n *Node) fastCloseAll(now time.Duration, give bool) time.Duration {
 	for _, rs := range n.order {
 		if rs.fast == nil {
 			continue
 		}
 		for k, a := range rs.fast.keys {
-			n.fastCloseEntry(now, rs, k, a, give)
+			now = n.fastCloseEntry(now, rs, k, a, give)
 		}
 	}
+	return now
 }
 
 // fastSweep closes the allowances past their validity or untouched for
@@ -311,8 +549,8 @@ func (n *Node) fastSweep(now time.Duration) {
 		}
 		f.seen.sweep()
 		for k, a := range f.keys {
-			left := a.tokens.Load()
-			if left >= 0 && left == a.seen {
+			left, fills := a.tokens.Load(), a.fills.Load()
+			if left >= 0 && left == a.seen && fills == a.seenFills {
 				a.quiet++
 			} else {
 				a.quiet = 0
@@ -324,10 +562,10 @@ func (n *Node) fastSweep(now time.Duration) {
 			case left < 0:
 				a.idle = true
 			case now >= a.until || a.quiet >= fastIdleSweeps:
-				n.fastCloseEntry(now, rs, k, a, true)
+				now = n.fastCloseEntry(now, rs, k, a, true)
 				a.idle = true
 			default:
-				a.seen = left
+				a.seen, a.seenFills = left, fills
 			}
 		}
 	}
@@ -415,12 +653,15 @@ func (r *RuleRef) rule() *ruleState {
 
 // Allow is Check of the referenced rule reduced to the admission (the
 // decision's Allowed, or the error): what limiter.Limiter.AllowN needs,
-// without carrying a whole Decision through the fast path.
+// without carrying a whole Decision through the fast path. A check the
+// fast path decides (an allowance, a lent bucket) reads the node's rules
+// and the key's entry and writes only the key's counter: nothing another
+// core writes on every call.
 func (r *RuleRef) Allow(ctx context.Context, key string, tokens int64) (bool, error) {
 	rs := r.rule()
 	if rs != nil && rs.fast != nil && tokens > 0 && tokens <= r.n.maxTokens && ctx.Err() == nil {
-		if rs.fast.takeOnly(key, tokens) {
-			return true, nil
+		if allowed, ok := rs.fast.allow(key, tokens); ok {
+			return allowed, nil
 		}
 	}
 	d, err := r.n.checkRule(ctx, rs, r.name, key, tokens, 0)

@@ -20,7 +20,7 @@ func TestFastPathIdleSweeps(t *testing.T) {
 	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
 	var failure string
-	err := n.Inspect(context.Background(), func(now time.Duration, _ Rule, _ strategy.Strategy) {
+	err := n.Peek(context.Background(), func(now time.Duration, _ Rule, _ strategy.Strategy) {
 		rs := n.rules["r"]
 		a := rs.fast.keys["k"]
 		if a == nil {

@@ -108,6 +108,11 @@ type Config struct {
 	// DefaultMaxDerivedPerBase, at most MaxDerivedLimit).
 	MaxDerived        int
 	MaxDerivedPerBase int
+
+	// testClock, set by this package's tests only, replaces the node's
+	// monotonic clock (Node.clock): safe for concurrent use, never going
+	// back.
+	testClock func() time.Duration
 }
 
 // Decision is the answer to one Check.
@@ -176,13 +181,19 @@ type RuleStats struct {
 	ReceiveErrors    int64 // payloads the strategy refused
 	Requests         int64 // checks handed to the strategy (not those decided on the fast path)
 	Pending          int64 // checks waiting for an async decision now
-	// The fast path (strategy.Allowancer): allowances granted, their
-	// tokens, and the tokens given back unused. Tokens granted less
-	// returned (less those in allowances still open) were admitted on
-	// the fast path, without the strategy's loop.
+	// The fast path (strategy.Allowancer): allowances granted by the
+	// loop (buckets lent included), their tokens, and the tokens given
+	// back unused. Tokens granted less returned (less those in allowances
+	// still open) were admitted on the fast path, without the strategy's
+	// loop; so were, under a strategy.BucketLender, the checks decided
+	// from the lent buckets, which are not counted (a counter there would
+	// be memory every core writes on every check).
 	AllowanceGrants   int64
 	AllowanceTokens   int64
 	AllowanceReturned int64
+	// BucketsLent is how many times the loop lent a key's whole bucket
+	// to the fast path (strategy.BucketLender: local, central, static).
+	BucketsLent int64
 }
 
 // Stats is a snapshot of a node's counters.
@@ -198,7 +209,7 @@ type Stats struct {
 type ruleCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
 	sendErrs, recvErrs, requests, pending    atomic.Int64
-	grants, granted, returned                atomic.Int64 // the fast path's (fastpath.go)
+	grants, granted, returned, lent          atomic.Int64 // the fast path's (fastpath.go)
 }
 
 type result struct {
@@ -309,6 +320,7 @@ type event struct {
 	frame   Frame
 	members []strategy.NodeID
 	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
+	peek    bool  // evInspect: Peek (the lent buckets stay lent)
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
 	rules   *rulesUpdate // evRules (reload.go)
@@ -337,9 +349,10 @@ type Node struct {
 	transport Transport
 	maxTokens int64
 
-	start  time.Time
-	offset time.Duration
-	last   time.Duration // loop goroutine only: the last time handed to strategies
+	start     time.Time
+	offset    time.Duration
+	testClock func() time.Duration // Config.testClock: nil but in tests
+	last      time.Duration        // loop goroutine only: the last time handed to strategies
 
 	events chan event
 	wake   chan struct{}
@@ -459,7 +472,7 @@ func New(cfg Config) (*Node, error) {
 	n.derived = map[string]Derived{}
 	n.SetDeriver(cfg.Derive)
 	n.hint.Store(int64(cfg.LatencyHint))
-	n.start = time.Now()
+	n.start, n.testClock = time.Now(), cfg.testClock
 	if !cfg.Epoch.IsZero() {
 		n.offset = n.start.Sub(cfg.Epoch)
 		if n.offset < 0 {
@@ -581,7 +594,7 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 		// A charge covered by the key's allowance is admitted and taken
 		// there (its tokens are there), as a check; otherwise the loop.
 		if rs.fast != nil && it.MaxWait == 0 && ctx.Err() == nil {
-			if d, ok := rs.fast.take(it.Key, it.Tokens); ok {
+			if d, ok := rs.fast.takeCovered(it.Key, it.Tokens); ok {
 				return d, nil
 			}
 		}
@@ -702,7 +715,13 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if rs.fast == nil || it.MaxWait > 0 {
 			break
 		}
-		d, ok := rs.fast.take(it.Key, it.Tokens)
+		var d Decision
+		var ok bool
+		if it.Charge {
+			d, ok = rs.fast.takeCovered(it.Key, it.Tokens) // a charge is not refused: only what the allowance covers
+		} else {
+			d, ok = rs.fast.take(it.Key, it.Tokens)
+		}
 		if !ok {
 			break
 		}
@@ -792,9 +811,22 @@ func (n *Node) call(ctx context.Context, ev event) error {
 // Inspect calls f in the node's goroutine once per rule, in configuration
 // order, with the rule and its strategy, and returns when done. f may read
 // the strategy (StateBytes, a strategy.ShareReporter...) but must not
-// change it or keep it. Errors: ctx.Err(), ErrClosed.
+// change it or keep it. The buckets lent to the fast path
+// (strategy.BucketLender) go back to their strategies first, so f reads
+// every key's exact level (a key's next check lends its bucket again,
+// through the loop); Peek does not take them back. Errors: ctx.Err(),
+// ErrClosed.
 func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
 	return n.call(ctx, event{kind: evInspect, inspect: f})
+}
+
+// Peek is Inspect without taking the lent buckets back first: in f's
+// view a key whose bucket is lent to the fast path holds no token (every
+// one counts as spent, strategy.BucketLender). For reads that need no
+// key's level (memory, readiness, shares), at no cost to the fast path.
+// Errors: ctx.Err(), ErrClosed.
+func (n *Node) Peek(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
+	return n.call(ctx, event{kind: evInspect, inspect: f, peek: true})
 }
 
 // LeavePoll is how often Leave asks the strategies whether their
@@ -863,6 +895,7 @@ func (n *Node) Stats() Stats {
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
 			Requests: c.requests.Load(), Pending: c.pending.Load(),
 			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
+			BucketsLent: c.lent.Load(),
 		}
 	}
 	return st
@@ -898,12 +931,22 @@ func (n *Node) signalWake() {
 
 // now is the time handed to strategies: monotonic, never decreasing.
 func (n *Node) now() time.Duration {
-	t := n.offset + time.Since(n.start)
+	t := n.clock()
 	if t < n.last {
 		t = n.last
 	}
 	n.last = t
 	return t
+}
+
+// clock is the node's time since its epoch, on the monotonic clock: now
+// without the loop's bookkeeping, safe for concurrent use (the fast path's
+// refills of lent buckets read it in the checks' goroutines).
+func (n *Node) clock() time.Duration {
+	if n.testClock != nil {
+		return n.testClock()
+	}
+	return n.offset + time.Since(n.start)
 }
 
 // maxTurnEvents bounds the events one turn of the loop takes before it
@@ -992,12 +1035,14 @@ func (n *Node) handle(ev event) {
 	case evRequest:
 		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, ev.charge, pendingCheck{reply: ev.reply})
 	case evBatch:
-		// One instant for the whole batch: its items arrive together.
+		// One instant for the whole batch (its items arrive together),
+		// unless an item closed a plain allowance, which moves the
+		// loop's time on (fastCloseEntry).
 		for i, it := range ev.batch.items {
 			if i < ev.batch.first {
 				continue // decided on the fast path
 			}
-			n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
+			now = n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
 		}
 	case evFrame:
 		rs, ok := n.rules[ev.frame.Rule]
@@ -1007,6 +1052,7 @@ func (n *Node) handle(ev event) {
 				n.unknownRule.Add(1)
 				return
 			}
+			now = n.last // deriving closed the allowances first, which may move the loop's time on (fastCloseEntry)
 		}
 		rs.c.msgsRecv.Add(1)
 		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
@@ -1016,7 +1062,7 @@ func (n *Node) handle(ev event) {
 		}
 	case evMembers:
 		if !slices.Equal(ev.members, n.members) {
-			n.fastCloseAll(now, true) // allowances are given back before a re-split
+			now = n.fastCloseAll(now, true) // allowances are given back before a re-split
 			n.members = ev.members
 			for _, rs := range n.order {
 				n.h.SetMembers(now, rs.idx, ev.members)
@@ -1024,7 +1070,7 @@ func (n *Node) handle(ev event) {
 		}
 		close(ev.done)
 	case evRules:
-		n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
+		now = n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
 		n.setRulesDerived(now, ev.rules)
 		close(ev.done)
 	case evDerive:
@@ -1041,7 +1087,7 @@ func (n *Node) handle(ev event) {
 		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
-			n.fastCloseAll(now, true)
+			now = n.fastCloseAll(now, true)
 			n.expected = ev.members
 			for _, rs := range n.order {
 				n.h.SetExpected(now, rs.idx, ev.members)
@@ -1052,8 +1098,11 @@ func (n *Node) handle(ev event) {
 		if ev.kind == evLeave {
 			// Leaving: the allowances go back and no new ones are granted,
 			// so every decision from now on is the strategy's own.
-			n.fastCloseAll(now, true)
+			now = n.fastCloseAll(now, true)
 			n.leaving = true
+		}
+		if ev.inspect != nil && !ev.peek {
+			now = n.fastReclaimAll(now) // f reads exact levels
 		}
 		for _, rs := range n.order {
 			if ev.inspect != nil {
@@ -1075,16 +1124,27 @@ func (n *Node) handle(ev event) {
 // strategy.Waiter for waiting mode (others decide a plain request);
 // created (BatchItem.CreatedAtUnixNs, 0 for none) is its arrival for a
 // strategy.ArrivalOrderer (arrivalAt); charge marks a cost already
-// incurred (BatchItem.Charge).
-func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) {
+// incurred (BatchItem.Charge). It returns the time the request was
+// handed to the strategy at: now, or later when the key's allowance was
+// closed first (fastCloseEntry); the loop's next calls are made at it.
+func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) time.Duration {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
 		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
-		return
+		return now
 	}
 	if rs.fast != nil {
+		if maxWait == 0 && !charge {
+			// A check that came to the loop while the key's allowance
+			// was being opened again (by a check queued before it):
+			// decided there, as the caller's goroutine would have.
+			if d, ok := rs.fast.take(key, tokens); ok {
+				p.answer(result{d: d})
+				return now
+			}
+		}
 		// The strategy decides on the exact level: the key's allowance
 		// (empty, or too small for this request) goes back first.
-		n.fastClose(now, rs, key, true)
+		now = n.fastClose(now, rs, key, true)
 	}
 	id := n.h.NextRequestID()
 	rs.c.requests.Add(1)
@@ -1101,16 +1161,24 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 			rs.c.pending.Add(1)
 			return
 		}
-		var granted int64
-		if rs.fast != nil && d.Allowed && d.Delay == 0 {
-			granted = n.fastGrant(now, rs, key, fx)
+		var granted, left int64
+		lent := false
+		if rs.fast != nil && d.Delay == 0 && (d.Allowed || rs.fast.l != nil) {
+			// A lent bucket serves refusals too (a key over its limit is
+			// refused in the caller's goroutine); an allowance needs
+			// tokens.
+			granted, left, lent = n.fastGrant(now, rs, key, fx)
 		}
 		rem := int64(-1)
 		if v, known := n.h.Remaining(now, rs.idx, key); known {
 			rem = v + granted // the allowance's tokens are the caller's too
+			if lent {
+				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
+			}
 		}
 		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
 	})
+	return now
 }
 
 // loopDriver is the node's host.Driver: the wall clock, the transport and

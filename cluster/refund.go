@@ -49,7 +49,7 @@ func (n *Node) handleRefund(now time.Duration, ev event) {
 		return // replaced by a strategy that cannot refund
 	}
 	if rs.fast != nil {
-		n.fastClose(now, rs, ev.key, true)
+		now = n.fastClose(now, rs, ev.key, true)
 	}
 	id := n.h.NextRequestID()
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) {

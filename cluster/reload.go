@@ -154,7 +154,7 @@ func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleStat
 		return nil, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
 	_, ordered := s.(strategy.ArrivalOrderer)
-	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}, fast: newFastPath(s), ordered: ordered}, nil
+	return &ruleState{rule: r, s: s, pending: map[uint64]pendingCheck{}, fast: newFastPath(s, n.clock), ordered: ordered}, nil
 }
 
 // setRules carries out u in the loop goroutine (see SetRules).

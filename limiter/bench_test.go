@@ -1,25 +1,32 @@
 package limiter
 
-// Benchmarks of one keyed decision in process (issue 14, part 1):
-// tokenmesh's Limiter.Allow against golang.org/x/time/rate's limiters kept
-// in a keyed map (the two ways Go users write it: a map under a mutex, and
-// a sync.Map), on 10k keys and on one hot key, sequential (-cpu 1) and
-// with b.RunParallel (-cpu 2). Every check is admitted (a rate and burst
-// of 1e9 per key), as in the issue's service measurements. Besides ns/op
-// (wall) they report cpu-ns/op: the process's CPU time per op (all
-// threads: the node's loop included), steadier on a shared machine.
+// Benchmarks of one keyed decision in process (issue 14, part 1; issue
+// 26, item 1): tokenmesh's Limiter.Allow against golang.org/x/time/rate's
+// limiters kept in a keyed map (the two ways Go users write it: a map
+// under a mutex, and a sync.Map), on 10k keys and on one hot key,
+// sequential (-cpu 1) and with b.RunParallel (-cpu 1,2). Every check is
+// admitted (a rate and burst of 1e9 per key), as in the issue's service
+// measurements; the Refill and Refused benchmarks take the other two
+// paths of a lent bucket (local, static): a check the key's allowance
+// cannot cover refills the bucket in the caller's goroutine, and a key
+// over its limit is refused there. Besides ns/op (wall) they report
+// cpu-ns/op: the process's CPU time per op (all threads: the node's loop
+// included), steadier on a shared machine.
 //
-//	go test -run '^$' -bench 'Allow' -benchmem -cpu 1,2 -count 3 ./limiter
+//	go test -run '^$' -bench 'Allow' -benchmem -cpu 1,2 -count 5 ./limiter
 
 import (
 	"context"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 const (
@@ -36,10 +43,12 @@ func benchKeys(n int) []string {
 	return keys
 }
 
-var benchShapes = []struct {
+type benchShape struct {
 	name string
 	keys int
-}{{"keys=10k", 10000}, {"keys=1", 1}}
+}
+
+var benchShapes = []benchShape{{"keys=10k", 10000}, {"keys=1", 1}}
 
 // allowFunc is one keyed decision.
 type allowFunc func(key string) bool
@@ -48,6 +57,12 @@ type allowFunc func(key string) bool
 // goroutine starting at its own offset). A refusal fails the benchmark
 // (every check must be admitted, or the numbers compare different work).
 func runAllow(b *testing.B, keys []string, parallel bool, allow allowFunc) {
+	runDecide(b, keys, parallel, true, allow)
+}
+
+// runDecide is runAllow where every check must be admitted (want true) or
+// refused (want false).
+func runDecide(b *testing.B, keys []string, parallel, want bool, allow allowFunc) {
 	b.ReportAllocs()
 	var refused atomic.Int64
 	cpu0 := processCPU()
@@ -81,15 +96,24 @@ func runAllow(b *testing.B, keys []string, parallel bool, allow allowFunc) {
 	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 && b.N > 0 {
 		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 	}
-	if r := refused.Load(); r > 0 {
+	switch r := refused.Load(); {
+	case want && r > 0:
 		b.Fatalf("%d of %d checks refused; every one should be admitted", r, b.N)
+	case !want && r < int64(b.N):
+		b.Fatalf("%d of %d checks admitted; every one should be refused", int64(b.N)-r, b.N)
 	}
 }
 
 // benchLimiter runs Limiter.Allow of a single node under strategy.
 func benchLimiter(b *testing.B, strat string, parallel bool) {
-	for _, sh := range benchShapes {
-		n, err := Start(context.Background(), Config{Name: "bench", Rules: []rule.Rule{{Name: "api", Rate: perSec(benchRate), Burst: benchBurst, Strategy: strat}}})
+	benchLimiterAt(b, strat, parallel, perSec(benchRate), benchBurst, true, benchShapes)
+}
+
+// benchLimiterAt is benchLimiter with the rule's rate and burst per key,
+// every check admitted (want) or refused, over shapes.
+func benchLimiterAt(b *testing.B, strat string, parallel bool, r bucket.Rate, burst int64, want bool, shapes []benchShape) {
+	for _, sh := range shapes {
+		n, err := Start(context.Background(), Config{Name: "bench", Rules: []rule.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: strat}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,22 +127,24 @@ func benchLimiter(b *testing.B, strat string, parallel bool) {
 				l.Allow(k)
 			}
 		}
-		b.Run("strategy="+strat+"/"+sh.name, func(b *testing.B) { runAllow(b, keys, parallel, l.Allow) })
+		b.Run("strategy="+strat+"/"+sh.name, func(b *testing.B) { runDecide(b, keys, parallel, want, l.Allow) })
 		n.Close()
 	}
 }
 
 // mutexMap is x/time/rate's limiters in a map under a mutex.
 type mutexMap struct {
-	mu sync.Mutex
-	m  map[string]*rate.Limiter
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+	limit rate.Limit
+	burst int
 }
 
 func (mm *mutexMap) allow(key string) bool {
 	mm.mu.Lock()
 	l, ok := mm.m[key]
 	if !ok {
-		l = rate.NewLimiter(benchRate, benchBurst)
+		l = rate.NewLimiter(mm.limit, mm.burst)
 		mm.m[key] = l
 	}
 	mm.mu.Unlock()
@@ -126,28 +152,40 @@ func (mm *mutexMap) allow(key string) bool {
 }
 
 // syncMap is x/time/rate's limiters in a sync.Map.
-type syncMap struct{ m sync.Map }
+type syncMap struct {
+	m     sync.Map
+	limit rate.Limit
+	burst int
+}
 
 func (sm *syncMap) allow(key string) bool {
 	v, ok := sm.m.Load(key)
 	if !ok {
-		v, _ = sm.m.LoadOrStore(key, rate.NewLimiter(benchRate, benchBurst))
+		v, _ = sm.m.LoadOrStore(key, rate.NewLimiter(sm.limit, sm.burst))
 	}
 	return v.(*rate.Limiter).Allow()
 }
 
 // benchXRate runs x/time/rate in both keyed maps.
 func benchXRate(b *testing.B, parallel bool) {
-	for _, sh := range benchShapes {
+	benchXRateAt(b, parallel, benchRate, benchBurst, true, benchShapes)
+}
+
+// benchXRateAt is benchXRate with limiters of limit (tokens/s) and burst,
+// every check admitted (want) or refused, over shapes.
+func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want bool, shapes []benchShape) {
+	for _, sh := range shapes {
 		keys := benchKeys(sh.keys)
-		mm := &mutexMap{m: map[string]*rate.Limiter{}}
-		sm := &syncMap{}
-		for _, k := range keys {
-			mm.allow(k)
-			sm.allow(k)
+		mm := &mutexMap{m: map[string]*rate.Limiter{}, limit: limit, burst: burst}
+		sm := &syncMap{limit: limit, burst: burst}
+		for range 2 { // the second pass empties the buckets of burst 1 (Refused)
+			for _, k := range keys {
+				mm.allow(k)
+				sm.allow(k)
+			}
 		}
-		b.Run("xrate=mutexmap/"+sh.name, func(b *testing.B) { runAllow(b, keys, parallel, mm.allow) })
-		b.Run("xrate=syncmap/"+sh.name, func(b *testing.B) { runAllow(b, keys, parallel, sm.allow) })
+		b.Run("xrate=mutexmap/"+sh.name, func(b *testing.B) { runDecide(b, keys, parallel, want, mm.allow) })
+		b.Run("xrate=syncmap/"+sh.name, func(b *testing.B) { runDecide(b, keys, parallel, want, sm.allow) })
 	}
 }
 
@@ -168,4 +206,42 @@ func BenchmarkLimiterAllowParallel(b *testing.B) {
 		benchLimiter(b, s, true)
 	}
 	benchXRate(b, true)
+}
+
+// refillRate is a rate at which an allowance holds no token
+// (strategy.AllowanceCap is 0 below 200/s), with a burst no benchmark
+// empties: every check of a key is decided by refilling its lent bucket,
+// in the caller's goroutine (the key's mutex, one clock read), admitted.
+var refillRate = bucket.Rate{Tokens: 100, Per: time.Second}
+
+const refillBurst = 1e9
+
+// refusedRate refills a key's bucket of burst 1 in an hour: after its
+// first check every check of a key is refused.
+var refusedRate = bucket.Rate{Tokens: 1, Per: time.Hour}
+
+var tenK = []benchShape{{"keys=10k", 10000}}
+
+// BenchmarkLimiterAllowRefill is one Limiter.Allow per op at a rate whose
+// allowances hold no token (100/s per key, burst 1e9): local and static
+// decide every check by refilling the key's lent bucket in the caller's
+// goroutine, without the node's loop; against x/time/rate at the same
+// rate and burst. Run it with -cpu 1,2.
+func BenchmarkLimiterAllowRefill(b *testing.B) {
+	for _, s := range []string{"local", "static"} {
+		benchLimiterAt(b, s, true, refillRate, refillBurst, true, tenK)
+	}
+	benchXRateAt(b, true, rate.Limit(refillRate.PerSec()), refillBurst, true, tenK)
+}
+
+// BenchmarkLimiterAllowRefused is one Limiter.Allow per op on keys over
+// their limit (burst 1, one token an hour): every check is refused, by
+// local and static in the caller's goroutine from the key's lent bucket
+// (before issue 26, each refusal was a round trip through the node's
+// loop); against x/time/rate refusing. Run it with -cpu 1,2.
+func BenchmarkLimiterAllowRefused(b *testing.B) {
+	for _, s := range []string{"local", "static"} {
+		benchLimiterAt(b, s, true, refusedRate, 1, false, tenK)
+	}
+	benchXRateAt(b, true, rate.Limit(refusedRate.PerSec()), 1, false, tenK)
 }

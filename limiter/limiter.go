@@ -594,8 +594,17 @@ func (l *Limiter) Allow(key string) bool {
 // decides (a network round trip for owner at a non-owner node) or ctx
 // ends. Under local, central, static and owner (at the key's owner) most
 // admissions are taken in the caller's goroutine from the key's allowance
-// (cluster's fast path: no channel hand-off, no allocation), exactly
-// within the rule's envelope.
+// (cluster's fast path: no channel hand-off, no allocation, no clock
+// read, no write to memory another key's checks use), exactly within the
+// rule's envelope. Under local, central and static the node lends the
+// fast path the key's whole bucket after its second check: from then on
+// a check the allowance cannot cover refills it in the caller's
+// goroutine too (the key's own mutex and one clock read, about 130 ns),
+// admitted or refused, and the node's loop is not involved until the key
+// goes idle (500 ms) or the node's rules, members or state are read or
+// changed (SetRules, a membership change, a snapshot). A caller on
+// several cores thus shares nothing with the others but the keys it
+// checks (docs/PERFORMANCE.md, "The embedded limiter on 2 cores").
 // Errors are cluster.Node.Check's: a bad key or n, ctx.Err(),
 // cluster.ErrClosed.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (bool, error) {

@@ -227,8 +227,10 @@ type limiterView struct{ n *limiter.Node }
 
 func (v limiterView) Stats() cluster.Stats { return v.n.Cluster().Stats() }
 
+// Inspect is the cluster node's Peek: the metrics read memory and shares,
+// no key's level, so the buckets lent to the fast path stay lent.
 func (v limiterView) Inspect(ctx context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
-	return v.n.Cluster().Inspect(ctx, f)
+	return v.n.Cluster().Peek(ctx, f)
 }
 
 // PeerRefusals is the peer transport's refusals by reason (nil without one).

@@ -113,7 +113,11 @@ func (l *AllowanceLedger) Keys(f func(key string)) {
 // min(C-h, x)), so calling it before every use of b is exact. Nothing
 // happens for a key with nothing held.
 func (l *AllowanceLedger) Clamp(b *bucket.Bucket, now time.Duration, key string) {
-	h := l.held[key]
+	clampHeld(b, now, l.held[key])
+}
+
+// clampHeld is Clamp of a bucket with h whole tokens held.
+func clampHeld(b *bucket.Bucket, now time.Duration, h int64) {
 	if h <= 0 {
 		return
 	}
@@ -131,9 +135,8 @@ func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string,
 		return 0
 	}
 	l.Clamp(b, now, key)
-	level, _, per := b.LevelAt(now)
-	g := min(want, most, max(level/per, 0))
-	if g <= 0 || !b.AllowN(now, g) {
+	g := takeWhole(b, now, min(want, most))
+	if g <= 0 {
 		return 0
 	}
 	if l.held == nil {
@@ -141,6 +144,33 @@ func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string,
 	}
 	l.held[key] += g
 	return g
+}
+
+// takeWhole takes up to most whole tokens out of b at now (as many as it
+// holds) and returns how many.
+func takeWhole(b *bucket.Bucket, now time.Duration, most int64) int64 {
+	if most <= 0 {
+		return 0
+	}
+	level, _, per := b.LevelAt(now)
+	g := min(most, max(level/per, 0))
+	if g <= 0 || !b.AllowN(now, g) {
+		return 0
+	}
+	return g
+}
+
+// Hold records tokens as held for key without taking them out of a
+// bucket: the strategy lent the key's whole bucket (BucketLender), and
+// holding its burst keeps the strategy's own copy at no token until Drop.
+func (l *AllowanceLedger) Hold(key string, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	if l.held == nil {
+		l.held = map[string]int64{}
+	}
+	l.held[key] += tokens
 }
 
 // Drop forgets the tokens held for key without a bucket to return them
@@ -156,8 +186,17 @@ func (l *AllowanceLedger) Return(b *bucket.Bucket, now time.Duration, key string
 	if h <= 0 {
 		return
 	}
-	l.Clamp(b, now, key)
 	delete(l.held, key)
+	returnHeld(b, now, h, unused)
+}
+
+// returnHeld clamps b at now with h whole tokens held, then gives back
+// unused of them (at most h); b holds nothing for the driver after.
+func returnHeld(b *bucket.Bucket, now time.Duration, h, unused int64) {
+	if h <= 0 {
+		return
+	}
+	clampHeld(b, now, h)
 	u := min(max(unused, 0), h)
 	if u == 0 {
 		return

@@ -3,6 +3,7 @@ package local
 import (
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -22,3 +23,18 @@ func (l *Local) Return(now time.Duration, key string, unused int64, fx *strategy
 }
 
 var _ strategy.Allowancer = (*Local)(nil)
+
+// Lend hands the driver key's whole (r, b) bucket
+// (strategy.BucketLender): every request of local and central is decided
+// from it alone, so the driver can decide them as well, refilling it with
+// its own clock, until it reclaims it. Ours (issue 26's fast path).
+func (l *Local) Lend(now time.Duration, key string, fx *strategy.Effects) (bucket.Bucket, bool) {
+	return l.lend.Lend(l.table, now, key)
+}
+
+// Reclaim takes key's bucket back from the driver (strategy.BucketLender).
+func (l *Local) Reclaim(now time.Duration, key string, b bucket.Bucket, fx *strategy.Effects) {
+	l.lend.Reclaim(l.table, now, key, b)
+}
+
+var _ strategy.BucketLender = (*Local)(nil)

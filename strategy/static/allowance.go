@@ -3,6 +3,7 @@ package static
 import (
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -23,3 +24,19 @@ func (s *Static) Return(now time.Duration, key string, unused int64, fx *strateg
 }
 
 var _ strategy.Allowancer = (*Static)(nil)
+
+// Lend hands the driver this node's whole sub-token bucket (r/N, b_i) of
+// key (strategy.BucketLender): every request of static is decided from it
+// alone, so the driver can decide them as well, refilling it with its own
+// clock, until it reclaims it (before any re-split). Ours (issue 26's fast
+// path).
+func (s *Static) Lend(now time.Duration, key string, fx *strategy.Effects) (bucket.Bucket, bool) {
+	return s.lend.Lend(s.table, now, key)
+}
+
+// Reclaim takes key's bucket back from the driver (strategy.BucketLender).
+func (s *Static) Reclaim(now time.Duration, key string, b bucket.Bucket, fx *strategy.Effects) {
+	s.lend.Reclaim(s.table, now, key, b)
+}
+
+var _ strategy.BucketLender = (*Static)(nil)

@@ -3,6 +3,7 @@ package buckets
 import (
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -15,6 +16,7 @@ import (
 // a no-op or the Table's own answer. Not safe for concurrent use. Ours.
 type Lender struct {
 	Held strategy.AllowanceLedger
+	lent map[string]struct{} // keys whose whole bucket is lent (Lend): Held holds their burst
 }
 
 // Grant lends up to want whole tokens of key's bucket in t at now, at most
@@ -28,9 +30,10 @@ func (l *Lender) Grant(t *Table, now time.Duration, key string, want, most int64
 }
 
 // Return takes back the unused tokens of key's allowance and closes it;
-// a key with nothing lent is ignored.
+// a key with nothing lent, or whose whole bucket is lent (Lend), is
+// ignored.
 func (l *Lender) Return(t *Table, now time.Duration, key string, unused int64) {
-	if l.Held.Held(key) <= 0 {
+	if l.Held.Held(key) <= 0 || l.IsLent(key) {
 		return
 	}
 	l.Held.Return(t.Get(key, now), now, key, unused)
@@ -83,4 +86,53 @@ func (l *Lender) KeyLevel(t *Table, now time.Duration, key string) (strategy.Key
 		return strategy.KeyState{}, false
 	}
 	return strategy.KeyState{Key: key, Level: level, Capacity: capacity, TicksPerToken: per, At: now}, true
+}
+
+// Lend lends the driver key's whole bucket in t at now
+// (strategy.BucketLender): it returns a copy, and the table's bucket holds
+// no token (its burst is held for key) until Reclaim. false when an
+// allowance of key is open or the key is lent already.
+func (l *Lender) Lend(t *Table, now time.Duration, key string) (bucket.Bucket, bool) {
+	if l.Held.Held(key) > 0 {
+		return bucket.Bucket{}, false
+	}
+	b := t.Get(key, now)
+	cp := *b
+	_, burst := t.Shape()
+	if l.lent == nil {
+		l.lent = map[string]struct{}{}
+	}
+	l.lent[key] = struct{}{}
+	l.Held.Hold(key, max(burst, 1)) // a burst of 0 holds nothing anyway
+	l.Held.Clamp(b, now, key)
+	return cp, true
+}
+
+// Reclaim takes key's bucket back from the driver at now: the table's
+// bucket becomes d (the lent copy with the driver's admissions taken
+// out), when d has the table's rate and burst; otherwise it holds no
+// token at the later of now and d's last update (d's tokens are dropped:
+// spent; the driver may have admitted tokens from d until then, so the
+// table's bucket refills from there, not from now). A key not lent is
+// ignored.
+func (l *Lender) Reclaim(t *Table, now time.Duration, key string, d bucket.Bucket) {
+	if !l.IsLent(key) {
+		return
+	}
+	delete(l.lent, key)
+	b := t.Get(key, now)
+	if d.Rate() == b.Rate() && d.CapacityTicks() == b.CapacityTicks() {
+		l.Held.Drop(key)
+		*b = d
+		return
+	}
+	_, at := d.Level()
+	l.Held.Clamp(b, max(now, at), key) // the burst is held: no token at the later time
+	l.Held.Drop(key)
+}
+
+// IsLent reports whether key's whole bucket is lent to the driver.
+func (l *Lender) IsLent(key string) bool {
+	_, ok := l.lent[key]
+	return ok
 }

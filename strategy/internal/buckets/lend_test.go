@@ -87,3 +87,71 @@ func TestSeedAndKeyLevel(t *testing.T) {
 		t.Errorf("a seed of 90 into a burst of 5: %d", got)
 	}
 }
+
+// TestLenderLend: a lent key's bucket holds nothing for the strategy
+// (Remaining and KeyLevel see it spent, a Return or a second Lend of it
+// does nothing, a sweep keeps it) until Reclaim puts the driver's copy
+// back; a copy of another shape is dropped.
+func TestLenderLend(t *testing.T) {
+	rate := bucket.Rate{Tokens: 10, Per: time.Second}
+	tb, err := New(rate, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l Lender
+	b, ok := l.Lend(tb, 0, "k")
+	if !ok || b.Tokens(0) != 20 || !l.IsLent("k") {
+		t.Fatalf("Lend = %v tokens, %v", b.Tokens(0), ok)
+	}
+	if _, ok := l.Lend(tb, 0, "k"); ok {
+		t.Fatal("a second Lend succeeded")
+	}
+	if got := l.Remaining(tb, time.Hour, "k"); got != 0 {
+		t.Fatalf("Remaining of a lent key an hour later = %d, want 0", got)
+	}
+	if st, ok := l.KeyLevel(tb, time.Hour, "k"); !ok || st.Level != 0 {
+		t.Fatalf("KeyLevel of a lent key = %+v, %v; want level 0", st, ok)
+	}
+	l.Return(tb, time.Hour, "k", 5) // not an allowance: ignored
+	l.ClampAll(tb, time.Hour)
+	tb.Sweep(time.Hour)
+	if tb.Len() != 1 {
+		t.Fatalf("the sweep dropped the lent key's bucket")
+	}
+	if !b.AllowN(time.Second, 13) {
+		t.Fatal("the lent copy refused 13 of 20")
+	}
+	l.Reclaim(tb, time.Second, "k", b)
+	if l.IsLent("k") || l.Held.Held("k") != 0 {
+		t.Fatal("still lent after Reclaim")
+	}
+	if got := l.Remaining(tb, time.Second, "k"); got != 7 {
+		t.Fatalf("Remaining after Reclaim = %d, want 7 (the copy's)", got)
+	}
+	l.Reclaim(tb, time.Second, "k", b) // not lent: ignored
+	if _, ok := l.Lend(tb, time.Second, "k"); !ok {
+		t.Fatal("Lend after Reclaim refused")
+	}
+	l.Reclaim(tb, time.Second, "k", bucket.MustNew(bucket.Rate{Tokens: 1, Per: time.Second}, 20, 0))
+	if got := l.Remaining(tb, time.Second, "k"); got != 0 {
+		t.Fatalf("Remaining after a Reclaim of another shape = %d, want 0 (dropped)", got)
+	}
+	// A copy of another shape whose last update is after the Reclaim's
+	// time (the driver's clock ran ahead): the table's bucket holds no
+	// token at that later time (it refills from there, not from now).
+	tb2, err := New(rate, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l2 Lender
+	if _, ok := l2.Lend(tb2, time.Second, "k"); !ok {
+		t.Fatal("Lend refused")
+	}
+	l2.Reclaim(tb2, time.Second, "k", bucket.MustNew(bucket.Rate{Tokens: 1, Per: time.Second}, 20, 3*time.Second))
+	if got := l2.Remaining(tb2, 3*time.Second, "k"); got != 0 {
+		t.Fatalf("Remaining at the dropped copy's last update = %d, want 0 (refilled from the Reclaim's earlier time)", got)
+	}
+	if got := l2.Remaining(tb2, 4*time.Second, "k"); got != 10 {
+		t.Fatalf("Remaining a second after the dropped copy's last update = %d, want 10", got)
+	}
+}
