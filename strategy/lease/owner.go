@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
@@ -173,17 +174,22 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
-	n := min(q.tokens, whole)
-	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
-	if n < q.tokens && n == whole {
-		// Dry: the bucket holds no more. Its refill until the hint ends is
-		// for the other holders' next asks and forwards; the hint ends
-		// before the bucket could fill up again (else its refill would
-		// be lost while the holders refuse).
-		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+	g := &grantRec{pool: p, expires: q.arrival + l.ttl}
+	if n, turn, ok := l.share(p, q, whole); ok {
+		// Contended: the holder's fair share, and its next turn.
+		g.tokens, g.emptyUntil = n, q.arrival+turn
+	} else {
+		g.tokens = min(q.tokens, whole)
+		if g.tokens < q.tokens && g.tokens == whole {
+			// Dry: the bucket holds no more. Its refill until the hint
+			// ends is for the other holders' next asks and forwards; the
+			// hint ends before the bucket could fill up again (else its
+			// refill would be lost while the holders refuse).
+			g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+		}
 	}
-	l.sh.lend(p, n)
-	if n > 0 {
+	l.sh.lend(p, g.tokens)
+	if g.tokens > 0 {
 		p.lentUntil = max(p.lentUntil, g.expires)
 	}
 	l.grants[id] = g
@@ -191,7 +197,48 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
 	l.sendGrant(id, g, fx)
-	return n
+	return g.tokens
+}
+
+// share is the fair share of a contended pool (see "Contended keys" in the
+// package doc): it records ask q as its holder's latest and, when the
+// tokens the holders asked for within ttl, scaled to a quantum, exceed
+// what p can give over a quantum (whole tokens now plus the refill),
+// returns the tokens to grant to q's holder (its share of the supply in
+// proportion to its ask, for the time that share takes to refill: at
+// least 1 token, at most what it asked for and whole) and that time plus
+// lead, its dry hint. ok is false when p is not contended, when quantum is
+// 0, or when the turn would end no earlier than the dry hint of an empty
+// bucket (min(period, fill time)): then the grant is as without sharing.
+func (l *Lease) share(p *pool, q queued, whole int64) (n int64, turn time.Duration, ok bool) {
+	if l.quantum <= 0 || l.sh.tokensPerNs == 0 {
+		return 0, 0, false
+	}
+	if p.askers == nil {
+		p.askers = map[strategy.NodeID]askRec{}
+	}
+	p.askers[q.origin] = askRec{tokens: q.tokens, at: q.arrival}
+	var asked int64
+	for id, a := range p.askers {
+		if a.at+l.ttl <= q.arrival {
+			delete(p.askers, id) // no ask within ttl: its demand is gone
+			continue
+		}
+		asked += a.tokens
+	}
+	qs, ps := l.quantum.Seconds(), l.period.Seconds()
+	demand := float64(asked) * qs / ps // what the holders want over a quantum
+	supply := float64(whole) + l.rate.PerSec()*qs
+	if supply >= demand {
+		return 0, 0, false
+	}
+	rate := supply / demand * float64(q.tokens) / ps // the holder's fair rate, tokens/s
+	n = min(max(int64(math.Round(rate*qs)), 1), q.tokens, whole)
+	wait := float64(max(n, 1)) / rate // seconds for the share to refill
+	if wait+l.lead.Seconds() >= min(l.period, l.sh.fillTime(p)).Seconds() {
+		return 0, 0, false
+	}
+	return n, time.Duration(wait*float64(time.Second)) + l.lead, true
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
