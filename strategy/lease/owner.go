@@ -211,20 +211,30 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 // 0, or when the turn would end no earlier than the dry hint of an empty
 // bucket (min(period, fill time)): then the grant is as without sharing.
 func (l *Lease) share(p *pool, q queued, whole int64) (n int64, turn time.Duration, ok bool) {
+	return l.shareOf(p, q, whole, true)
+}
+
+// shareOf is share; record false leaves p.askers as they are.
+func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, turn time.Duration, ok bool) {
 	if l.quantum <= 0 || l.sh.tokensPerNs == 0 {
 		return 0, 0, false
 	}
-	if p.askers == nil {
-		p.askers = map[strategy.NodeID]askRec{}
-	}
-	p.askers[q.origin] = askRec{tokens: q.tokens, at: q.arrival}
-	var asked int64
-	for id, a := range p.askers {
-		if a.at+l.ttl <= q.arrival {
-			delete(p.askers, id) // no ask within ttl: its demand is gone
-			continue
+	if record {
+		if p.askers == nil {
+			p.askers = map[strategy.NodeID]askRec{}
 		}
-		asked += a.tokens
+		p.askers[q.origin] = askRec{tokens: q.tokens, at: q.arrival}
+		for id, a := range p.askers {
+			if a.at+l.ttl <= q.arrival {
+				delete(p.askers, id) // no ask within ttl: its demand is gone
+			}
+		}
+	}
+	asked := q.tokens
+	for id, a := range p.askers {
+		if id != q.origin && a.at+l.ttl > q.arrival {
+			asked += a.tokens
+		}
 	}
 	qs, ps := l.quantum.Seconds(), l.period.Seconds()
 	demand := float64(asked) * qs / ps // what the holders want over a quantum
@@ -298,8 +308,30 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 			return // queued already
 		}
 	}
-	l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
+	q := queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from}
+	if p := l.pools[a.Key]; p != nil && l.fetching[a.Key] == nil && l.contendedAt(p, q, now) {
+		// A contended key's ask is answered at its receipt, out of the
+		// bucket as it is now: its holder's share does not wait for the
+		// ordering buffer (whose refill would sit in the level meanwhile).
+		q.arrival = now
+		l.sh.advance(p, now)
+		if l.grant(p, q, fx) > 0 {
+			l.markDirty(now, a.Key, fx)
+		}
+		return
+	}
+	l.queue.Push(q)
 	fx.WakeAt(max(at+l.hold, now))
+}
+
+// contendedAt reports whether ask q, answered at now, would get a share of
+// a contended pool (share), without changing p.
+func (l *Lease) contendedAt(p *pool, q queued, now time.Duration) bool {
+	cp := *p
+	l.sh.advance(&cp, now)
+	q.arrival = now
+	_, _, ok := l.shareOf(&cp, q, l.sh.whole(&cp, now), false)
+	return ok
 }
 
 // onReturn (validated: checkReturn) queues the credit of a lease's unused
