@@ -208,15 +208,20 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 // proportion to its ask, for the time that share takes to refill: at
 // least 1 token, at most what it asked for and whole) and that time plus
 // lead, its dry hint. ok is false when p is not contended, when quantum is
-// 0, or when the turn would end no earlier than the dry hint of an empty
-// bucket (min(period, fill time)): then the grant is as without sharing.
+// 0 or the refill over a quantum is below min_lease, or when the turn
+// would end no earlier than the dry hint of an empty bucket (min(period,
+// fill time)): then the grant is as without sharing.
 func (l *Lease) share(p *pool, q queued, whole int64) (n int64, turn time.Duration, ok bool) {
 	return l.shareOf(p, q, whole, true)
 }
 
 // shareOf is share; record false leaves p.askers as they are.
 func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, turn time.Duration, ok bool) {
-	if l.quantum <= 0 || l.sh.tokensPerNs == 0 {
+	qs, ps := l.quantum.Seconds(), l.period.Seconds()
+	if l.quantum <= 0 || l.rate.PerSec()*qs < float64(l.minLease) {
+		// No sharing, or a key whose refill over a quantum is less than a
+		// lease worth asking for: its supply is its burst, granted first
+		// come, first served as before.
 		return 0, 0, false
 	}
 	if record {
@@ -236,7 +241,6 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 			asked += a.tokens
 		}
 	}
-	qs, ps := l.quantum.Seconds(), l.period.Seconds()
 	demand := float64(asked) * qs / ps // what the holders want over a quantum
 	supply := float64(whole) + l.rate.PerSec()*qs
 	if supply >= demand {
