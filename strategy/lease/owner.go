@@ -313,19 +313,29 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 		}
 	}
 	q := queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from}
-	if p := l.pools[a.Key]; p != nil && l.fetching[a.Key] == nil && l.contendedAt(p, q, now) {
-		// A contended key's ask is answered at its receipt, out of the
-		// bucket as it is now: its holder's share does not wait for the
-		// ordering buffer (whose refill would sit in the level meanwhile).
-		q.arrival = now
-		l.sh.advance(p, now)
-		if l.grant(p, q, fx) > 0 {
-			l.markDirty(now, a.Key, fx)
-		}
+	if l.answerAtReceipt(now, q, fx) {
 		return
 	}
 	l.queue.Push(q)
 	fx.WakeAt(max(at+l.hold, now))
+}
+
+// answerAtReceipt answers ask q at once, at its receipt now, out of the
+// bucket as it is now, when it gets a share of a contended pool (its
+// holder's share does not wait for the ordering buffer, whose refill
+// would sit in the level meanwhile), and reports whether it did. A key
+// with no pool yet, or warming up, waits in the buffer as before.
+func (l *Lease) answerAtReceipt(now time.Duration, q queued, fx *strategy.Effects) bool {
+	p := l.pools[q.key]
+	if p == nil || l.fetching[q.key] != nil || !l.contendedAt(p, q, now) {
+		return false
+	}
+	q.arrival = now
+	l.sh.advance(p, now)
+	if l.grant(p, q, fx) > 0 {
+		l.markDirty(now, q.key, fx)
+	}
+	return true
 }
 
 // contendedAt reports whether ask q, answered at now, would get a share of

@@ -95,6 +95,18 @@ func TestEnvelopeContendedUnderFaults(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, rapid.Bool().Draw(t, "waiting"), true) })
 }
 
+// drawContended draws a cluster and a load for TestEnvelopeContendedUnderFaults:
+// one or two keys offered 2-10 times their rate from every node.
+func drawContended(t *rapid.T) (nodes, keys, ratePerSec int, burst int64, n, spanMs int) {
+	nodes = rapid.IntRange(3, 8).Draw(t, "contended_nodes")
+	keys = rapid.IntRange(1, 2).Draw(t, "contended_keys")
+	ratePerSec = rapid.IntRange(100, 400).Draw(t, "contended_rate")
+	burst = int64(rapid.IntRange(1, 200).Draw(t, "contended_burst"))
+	spanMs = rapid.IntRange(300, 2000).Draw(t, "contended_span_ms")
+	n = keys * ratePerSec * spanMs / 1000 * rapid.IntRange(2, 10).Draw(t, "overload")
+	return
+}
+
 func envelopeRun(t *rapid.T, waiting, contended bool) {
 	{
 		nodes := rapid.IntRange(2, 6).Draw(t, "nodes")
@@ -104,13 +116,7 @@ func envelopeRun(t *rapid.T, waiting, contended bool) {
 		n := rapid.IntRange(1, 1500).Draw(t, "requests")
 		spanMs := rapid.IntRange(100, 8000).Draw(t, "span_ms")
 		if contended {
-			// Offered 2-10 times the rate from every node.
-			nodes = rapid.IntRange(3, 8).Draw(t, "contended_nodes")
-			keys = rapid.IntRange(1, 2).Draw(t, "contended_keys")
-			ratePerSec = rapid.IntRange(100, 400).Draw(t, "contended_rate")
-			burst = int64(rapid.IntRange(1, 200).Draw(t, "contended_burst"))
-			spanMs = rapid.IntRange(300, 2000).Draw(t, "contended_span_ms")
-			n = keys * ratePerSec * spanMs / 1000 * rapid.IntRange(2, 10).Draw(t, "overload")
+			nodes, keys, ratePerSec, burst, n, spanMs = drawContended(t)
 		}
 		var reqs []workload.Request
 		for i := 0; i < n; i++ {
