@@ -39,6 +39,7 @@ type queued struct {
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
+	sent    time.Duration // an ask's sending time (min(asked_at, receipt)): its lease's validity counts from it
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
 	refund  bool          // tokens given back (Refund): credited, nothing decided
 	charge  bool          // a cost already incurred (strategy.Request.Charge)
@@ -174,7 +175,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
-	g := &grantRec{pool: p, expires: q.arrival + l.ttl}
+	g := &grantRec{pool: p, expires: q.sent + l.ttl}
 	if n, turn, ok := l.share(p, q, whole); ok {
 		// Contended: the holder's fair share, and its next turn.
 		g.tokens, g.emptyUntil = n, q.arrival+turn
@@ -312,7 +313,7 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 			return // queued already
 		}
 	}
-	q := queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from}
+	q := queued{arrival: at, sent: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from}
 	if l.answerAtReceipt(now, q, fx) {
 		return
 	}
@@ -323,8 +324,10 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 // answerAtReceipt answers ask q at once, at its receipt now, out of the
 // bucket as it is now, when it gets a share of a contended pool (its
 // holder's share does not wait for the ordering buffer, whose refill
-// would sit in the level meanwhile), and reports whether it did. A key
-// with no pool yet, or warming up, waits in the buffer as before.
+// would sit in the level meanwhile), and reports whether it did; the
+// lease is valid until asked_at + ttl as any other, its dry hint counts
+// from now. A key with no pool yet, or warming up, waits in the buffer as
+// before.
 func (l *Lease) answerAtReceipt(now time.Duration, q queued, fx *strategy.Effects) bool {
 	p := l.pools[q.key]
 	if p == nil || l.fetching[q.key] != nil || !l.contendedAt(p, q, now) {
