@@ -125,10 +125,10 @@
 //
 // On the same run a key's leases now hold 28 unused tokens (sd 6) and
 // its owner's level 6 (sd 3.5); the tenant workload (60 s, round-robin,
-// seeds 1-3) has shortfall per 1 s window 0.43% (1.37-1.44% before),
+// seeds 1-3) has shortfall per 1 s window 0.42-0.44% (1.37-1.44% before),
 // 99.7% local decisions and 18.6 bytes per request (6.2 before; owner's
 // 33.7): smaller leases, asked for more often. What remains (seed 1,
-// about 5,200 tokens of shortfall over the 60 s): the first window's
+// about 5,300 tokens of shortfall over the 60 s): the first window's
 // 1,950, the float at the burst's end plus the refill lost while the
 // owner's bucket was still flush (the used part of partly used leases
 // counts against its capacity until the holders report them spent: about
