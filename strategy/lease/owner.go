@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
@@ -38,6 +39,7 @@ type queued struct {
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
+	sent    time.Duration // an ask's sending time (min(asked_at, receipt)): its lease's validity counts from it
 	maxWait time.Duration // waiting mode (RequestWait); 0: drop mode
 	refund  bool          // tokens given back (Refund): credited, nothing decided
 	charge  bool          // a cost already incurred (strategy.Request.Charge)
@@ -173,17 +175,22 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
-	n := min(q.tokens, whole)
-	g := &grantRec{pool: p, tokens: n, expires: q.arrival + l.ttl}
-	if n < q.tokens && n == whole {
-		// Dry: the bucket holds no more. Its refill until the hint ends is
-		// for the other holders' next asks and forwards; the hint ends
-		// before the bucket could fill up again (else its refill would
-		// be lost while the holders refuse).
-		g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+	g := &grantRec{pool: p, expires: q.sent + l.ttl}
+	if n, turn, ok := l.share(p, q, whole); ok {
+		// Contended: the holder's fair share, and its next turn.
+		g.tokens, g.emptyUntil = n, q.arrival+turn
+	} else {
+		g.tokens = min(q.tokens, whole)
+		if g.tokens < q.tokens && g.tokens == whole {
+			// Dry: the bucket holds no more. Its refill until the hint
+			// ends is for the other holders' next asks and forwards; the
+			// hint ends before the bucket could fill up again (else its
+			// refill would be lost while the holders refuse).
+			g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+		}
 	}
-	l.sh.lend(p, n)
-	if n > 0 {
+	l.sh.lend(p, g.tokens)
+	if g.tokens > 0 {
 		p.lentUntil = max(p.lentUntil, g.expires)
 	}
 	l.grants[id] = g
@@ -191,7 +198,62 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
 	l.sendGrant(id, g, fx)
-	return n
+	return g.tokens
+}
+
+// share is the fair share of a contended pool (see "Contended keys" in the
+// package doc): it records ask q as its holder's latest and, when the
+// tokens the holders asked for within ttl, scaled to a quantum, exceed
+// what p can give over a quantum (whole tokens now plus the refill),
+// returns the tokens to grant to q's holder (its share of the supply in
+// proportion to its ask, for the time that share takes to refill: at
+// least 1 token, at most what it asked for and whole) and that time plus
+// lead, its dry hint. ok is false when p is not contended, when quantum is
+// 0 or the refill over a quantum is below min_lease, or when the turn
+// would end no earlier than the dry hint of an empty bucket (min(period,
+// fill time)): then the grant is as without sharing.
+func (l *Lease) share(p *pool, q queued, whole int64) (n int64, turn time.Duration, ok bool) {
+	return l.shareOf(p, q, whole, true)
+}
+
+// shareOf is share; record false leaves p.askers as they are.
+func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, turn time.Duration, ok bool) {
+	qs, ps := l.quantum.Seconds(), l.period.Seconds()
+	if l.quantum <= 0 || l.rate.PerSec()*qs < float64(l.minLease) {
+		// No sharing, or a key whose refill over a quantum is less than a
+		// lease worth asking for: its supply is its burst, granted first
+		// come, first served as before.
+		return 0, 0, false
+	}
+	if record {
+		if p.askers == nil {
+			p.askers = map[strategy.NodeID]askRec{}
+		}
+		p.askers[q.origin] = askRec{tokens: q.tokens, at: q.arrival}
+		for id, a := range p.askers {
+			if a.at+l.ttl <= q.arrival {
+				delete(p.askers, id) // no ask within ttl: its demand is gone
+			}
+		}
+	}
+	asked := q.tokens
+	for id, a := range p.askers {
+		if id != q.origin && a.at+l.ttl > q.arrival {
+			asked += a.tokens
+		}
+	}
+	demand := float64(asked) * qs / ps // what the holders want over a quantum
+	supply := float64(whole) + l.rate.PerSec()*qs
+	if supply >= demand {
+		return 0, 0, false
+	}
+	rate := supply / demand * float64(q.tokens) / ps // the holder's fair rate, tokens/s
+	n = min(max(int64(math.Round(rate*qs)), 1), q.tokens, whole)
+	wait := float64(max(n, 1)) / rate // seconds for the share to refill
+	if wait+l.lead.Seconds() >= min(l.period, l.sh.fillTime(p)).Seconds() {
+		return 0, 0, false
+	}
+	return n, time.Duration(wait*float64(time.Second)) + l.lead, true
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
@@ -251,8 +313,42 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 			return // queued already
 		}
 	}
-	l.queue.Push(queued{arrival: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from})
+	q := queued{arrival: at, sent: at, id: a.Seq, ask: true, key: a.Key, tokens: a.Tokens, origin: from}
+	if l.answerAtReceipt(now, q, fx) {
+		return
+	}
+	l.queue.Push(q)
 	fx.WakeAt(max(at+l.hold, now))
+}
+
+// answerAtReceipt answers ask q at once, at its receipt now, out of the
+// bucket as it is now, when it gets a share of a contended pool (its
+// holder's share does not wait for the ordering buffer, whose refill
+// would sit in the level meanwhile), and reports whether it did; the
+// lease is valid until asked_at + ttl as any other, its dry hint counts
+// from now. A key with no pool yet, or warming up, waits in the buffer as
+// before.
+func (l *Lease) answerAtReceipt(now time.Duration, q queued, fx *strategy.Effects) bool {
+	p := l.pools[q.key]
+	if p == nil || l.fetching[q.key] != nil || !l.contendedAt(p, q, now) {
+		return false
+	}
+	q.arrival = now
+	l.sh.advance(p, now)
+	if l.grant(p, q, fx) > 0 {
+		l.markDirty(now, q.key, fx)
+	}
+	return true
+}
+
+// contendedAt reports whether ask q, answered at now, would get a share of
+// a contended pool (share), without changing p.
+func (l *Lease) contendedAt(p *pool, q queued, now time.Duration) bool {
+	cp := *p
+	l.sh.advance(&cp, now)
+	q.arrival = now
+	_, _, ok := l.shareOf(&cp, q, l.sh.whole(&cp, now), false)
+	return ok
 }
 
 // onReturn (validated: checkReturn) queues the credit of a lease's unused

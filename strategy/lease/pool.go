@@ -3,6 +3,8 @@ package lease
 import (
 	"math"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // pool is the owner's bucket of one key, with the tokens it has leased out
@@ -26,6 +28,15 @@ type pool struct {
 	inherited      int64
 	inheritedUntil time.Duration
 	conservative   bool // made empty for a takeover (pool, owner.go)
+	// askers is each holder's latest ask within ttl (share, owner.go):
+	// the demand the pool is asked for; not shipped to replicas.
+	askers map[strategy.NodeID]askRec
+}
+
+// askRec is a holder's latest ask of a pool: its tokens and time.
+type askRec struct {
+	tokens int64
+	at     time.Duration
 }
 
 // shape is the rate and burst every pool of a node shares.

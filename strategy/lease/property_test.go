@@ -75,7 +75,7 @@ func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 // conservation invariant after every call and the (r, b) envelope of every
 // key's admitted tokens at the end.
 func TestEnvelopeUnderFaults(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, false) })
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, false, false) })
 }
 
 // TestEnvelopeWaitingUnderFaults is TestEnvelopeUnderFaults in waiting
@@ -84,10 +84,30 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 // every call; every admitted request waits at most maxWait; and the tokens
 // counted when they proceed (arrival + delay) stay within b + r*T.
 func TestEnvelopeWaitingUnderFaults(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, true) })
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, true, false) })
 }
 
-func envelopeRun(t *rapid.T, waiting bool) {
+// TestEnvelopeContendedUnderFaults is TestEnvelopeUnderFaults on one or
+// two keys offered well beyond their rate from every node, so that their
+// owners share them out (parameter quantum: fair shares, dry hints to
+// the holders' next turns, asks answered at their receipt).
+func TestEnvelopeContendedUnderFaults(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, rapid.Bool().Draw(t, "waiting"), true) })
+}
+
+// drawContended draws a cluster and a load for TestEnvelopeContendedUnderFaults:
+// one or two keys offered 2-10 times their rate from every node.
+func drawContended(t *rapid.T) (nodes, keys, ratePerSec int, burst int64, n, spanMs int) {
+	nodes = rapid.IntRange(3, 8).Draw(t, "contended_nodes")
+	keys = rapid.IntRange(1, 2).Draw(t, "contended_keys")
+	ratePerSec = rapid.IntRange(100, 400).Draw(t, "contended_rate")
+	burst = int64(rapid.IntRange(1, 200).Draw(t, "contended_burst"))
+	spanMs = rapid.IntRange(300, 2000).Draw(t, "contended_span_ms")
+	n = keys * ratePerSec * spanMs / 1000 * rapid.IntRange(2, 10).Draw(t, "overload")
+	return
+}
+
+func envelopeRun(t *rapid.T, waiting, contended bool) {
 	{
 		nodes := rapid.IntRange(2, 6).Draw(t, "nodes")
 		keys := rapid.IntRange(1, 3).Draw(t, "keys")
@@ -95,6 +115,9 @@ func envelopeRun(t *rapid.T, waiting bool) {
 		burst := int64(rapid.IntRange(1, 50).Draw(t, "burst"))
 		n := rapid.IntRange(1, 1500).Draw(t, "requests")
 		spanMs := rapid.IntRange(100, 8000).Draw(t, "span_ms")
+		if contended {
+			nodes, keys, ratePerSec, burst, n, spanMs = drawContended(t)
+		}
 		var reqs []workload.Request
 		for i := 0; i < n; i++ {
 			reqs = append(reqs, workload.Request{
@@ -137,6 +160,12 @@ func envelopeRun(t *rapid.T, waiting bool) {
 			"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
 			"period=" + fmt.Sprint(rapid.IntRange(20, 400).Draw(t, "period_ms")) + "ms",
 		}
+		// contended keys' fair shares (0: off), answered at their receipt
+		quantumMs := rapid.IntRange(0, 200).Draw(t, "quantum_ms")
+		if contended {
+			quantumMs = rapid.IntRange(10, 100).Draw(t, "contended_quantum_ms")
+		}
+		settings = append(settings, fmt.Sprintf("quantum=%dms", quantumMs))
 		replicas := rapid.IntRange(1, 3).Draw(t, "replicas")
 		settings = append(settings, fmt.Sprintf("replicas=%d", replicas))
 		var maxWait time.Duration
