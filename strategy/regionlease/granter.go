@@ -107,8 +107,10 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 		v.decided, v.allowed = true, true
 	case arr < h.emptyUntil:
 		v.decided, v.emptyFor = true, uint64((h.emptyUntil-arr)/time.Microsecond)
-	case !live:
-		v.decided = true // cut off from the global owner (conserve): only what the region holds
+	case !live, l.hot(now, h):
+		// Cut off from the global owner (conserve), or the region lives
+		// on leases: only what the region holds.
+		v.decided = true
 	}
 	l.rseen.Add(now, fid, v, fx)
 	if v.decided {

@@ -42,6 +42,12 @@ type holding struct {
 	accepted    map[uint64]time.Duration   // seqs whose grant was taken, until their end
 	emptyUntil  time.Duration              // upstream's last dry hint
 	nextAskAt   time.Duration
+	// grantedAt is when the last region-tier grant with tokens came: while
+	// the region lives on leases (hot: asking, or granted within
+	// region_ttl), a regional owner whose stock is empty refuses rather
+	// than relay each request across the WAN.
+	grantedAt time.Duration
+	granted   bool
 
 	// reports are the demands the region's nodes reported in their asks
 	// (at a regional owner): the region's demand is their sum plus what
@@ -85,7 +91,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	if req.Tokens <= 0 || req.Tokens > l.sh.burst {
 		return refuse, true // never within one bucket
 	}
-	to, _ := l.upstream(req.Key)
+	to, region := l.upstream(req.Key)
 	if g, _ := l.global(req.Key); g == l.self {
 		p := l.pool(req.Key, now)
 		l.sh.advance(p, now)
@@ -98,7 +104,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	if l.takeLeased(now, req.Key, h, req.Arrival, req.Tokens, fx) {
 		return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 	}
-	if req.Arrival < h.emptyUntil || to == "" {
+	if req.Arrival < h.emptyUntil || to == "" || (region && l.hot(now, h)) {
 		return refuse, true
 	}
 	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout}
@@ -177,6 +183,14 @@ func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
 	return (prev*frac + cur) / window.Seconds()
 }
 
+// hot reports whether key's region lives on leases from the global owner
+// at a regional owner: a grant with tokens came within region_ttl. (A
+// cold key's requests are relayed to the global owner until its first
+// grant comes.)
+func (l *RegionLease) hot(now time.Duration, h *holding) bool {
+	return h.granted && now < h.grantedAt+l.rttl
+}
+
 // available is the tokens h's unexpired leases hold at now (not lent out).
 func (h *holding) available(now time.Duration) int64 {
 	var n int64
@@ -221,7 +235,13 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 		return
 	}
 	n := min(int64(want), l.sh.burst)
-	if 2*h.available(now) >= n {
+	low := float64(n) / 2
+	if region {
+		// Ask a round trip ahead at least: the stock must not run out
+		// while the ask crosses the WAN.
+		low = max(low, d*l.rtt.Seconds())
+	}
+	if float64(h.available(now)) >= low {
 		return
 	}
 	h.seq++
@@ -298,6 +318,9 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	if h.nextAskAt > now {
 		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
 		fx.WakeAt(h.nextAskAt)
+	}
+	if g.Tokens > 0 && h.askRegion {
+		h.granted, h.grantedAt = true, now
 	}
 	if g.Tokens > 0 && expires > now {
 		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now})

@@ -31,6 +31,7 @@ type RegionLease struct {
 	window, timeout, takeover  time.Duration
 	maxSkew, retryEvery        time.Duration
 	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
+	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
 	minLease                   int64
 	admitOnTimeout             bool
 	fillTime, sweepLag         time.Duration
@@ -136,6 +137,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	l.retryEvery = l.timeout / time.Duration(retries+1)
 	l.lead = min(2*lan, l.ttl/4)
 	l.rlead = min(2*hint, l.rttl/4)
+	l.rtt = 2 * hint
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}
