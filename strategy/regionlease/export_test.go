@@ -83,3 +83,22 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, bur
 	}
 	return nil
 }
+
+// Float is, for tests, the tokens this node holds at now in unexpired
+// leases of all keys (a regional owner's stock included), and the whole
+// tokens in its pools.
+func (l *RegionLease) Float(now time.Duration) (held, level int64) {
+	for _, h := range l.keys {
+		for _, ls := range h.leases {
+			if ls.expires > now {
+				held += ls.tokens
+			}
+		}
+	}
+	for _, p := range l.pools {
+		cp := *p
+		l.sh.advance(&cp, now)
+		level += cp.level / l.sh.per
+	}
+	return held, level
+}

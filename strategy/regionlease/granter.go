@@ -22,6 +22,7 @@ type grantRec struct {
 	parentSeq  uint64
 	parentFrom strategy.NodeID
 	tokens     int64
+	used       int64 // reported used (RegionLeaseUsed): no longer counted in the pool's leases
 	expires    time.Duration
 	emptyUntil time.Duration
 	released   bool
@@ -157,8 +158,9 @@ func (l *RegionLease) onRelayVerdict(now time.Duration, from strategy.NodeID, v 
 		return errorf("relayed verdict for %d from %s, but the relay went to %s", v.RequestId, from, r.to)
 	}
 	delete(l.relays, v.RequestId)
-	if !v.Allowed && v.EmptyForUs > 0 {
+	if !v.Allowed {
 		h := l.holding(r.key)
+		h.dry, h.dryAt = true, now
 		h.emptyUntil = max(h.emptyUntil, r.arrival+time.Duration(v.EmptyForUs)*time.Microsecond)
 	}
 	if s, ok := l.rseen.Get(fwdID{r.origin, r.originID, false}); ok {
@@ -280,8 +282,9 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 	}
 	g.released = true
 	if g.pool != nil {
+		left := g.tokens - g.used
 		l.sh.advance(g.pool, now)
-		l.sh.release(g.pool, g.tokens, unused)
+		l.sh.release(g.pool, left, min(unused, left))
 		return
 	}
 	h := l.keys[id.key]
@@ -295,10 +298,29 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 			ls.subs--
 			if ls.expires > now {
 				ls.tokens += unused
+			} else {
+				unused = 0
 			}
-			l.maybeSpent(id.key, ls, fx)
+			ls.used += g.tokens - unused
+			l.noteUsed(id.key, ls, fx)
 			return
 		}
+	}
+}
+
+// onUsed takes a holder's report of the tokens it has used of a lease
+// granted out of a pool: their room in the bucket comes back now (they
+// will not be returned). Cumulative: only an increase counts; capped at
+// the lease's tokens.
+func (l *RegionLease) onUsed(now time.Duration, from strategy.NodeID, u *peerv1.RegionLeaseUsed) {
+	g := l.grants[grantID{from, u.Key, u.Seq}]
+	if g == nil || g.released || g.pool == nil {
+		return
+	}
+	if used := min(u.Used, g.tokens); used > g.used {
+		l.sh.advance(g.pool, now)
+		g.pool.leased -= used - g.used
+		g.used = used
 	}
 }
 

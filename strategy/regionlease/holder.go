@@ -42,12 +42,12 @@ type holding struct {
 	accepted    map[uint64]time.Duration   // seqs whose grant was taken, until their end
 	emptyUntil  time.Duration              // upstream's last dry hint
 	nextAskAt   time.Duration
-	// grantedAt is when the last region-tier grant with tokens came: while
-	// the region lives on leases (hot: asking, or granted within
-	// region_ttl), a regional owner whose stock is empty refuses rather
-	// than relay each request across the WAN.
-	grantedAt time.Duration
-	granted   bool
+	// dryAt is when the global owner last said its bucket was dry (a
+	// grant short of the ask, or a refused relay): within region_ttl of
+	// it, a regional owner whose stock is empty refuses rather than relay
+	// each request across the WAN (hot).
+	dryAt time.Duration
+	dry   bool
 
 	// reports are the demands the region's nodes reported in their asks
 	// (at a regional owner): the region's demand is their sum plus what
@@ -71,6 +71,14 @@ type held struct {
 	lent      int64
 	subs      int
 	spentSent bool
+	// region-tier leases (a regional owner's stock) report their use
+	// as it goes (RegionLeaseUsed): granted is the lease's tokens, used
+	// those taken here or by its nodes' leases (ended or returned), and
+	// usedSent the last count reported.
+	region   bool
+	granted  int64
+	used     int64
+	usedSent int64
 }
 
 type returning struct {
@@ -121,7 +129,8 @@ func (l *RegionLease) takeLeased(now time.Duration, key string, h *holding, at t
 		ls := &h.leases[i]
 		if ls.expires > now && ls.since <= at && ls.tokens >= n {
 			ls.tokens -= n
-			l.maybeSpent(key, ls, fx)
+			ls.used += n
+			l.noteUsed(key, ls, fx)
 			return true
 		}
 	}
@@ -136,6 +145,24 @@ func (l *RegionLease) maybeSpent(key string, ls *held, fx *strategy.Effects) {
 		ls.spentSent = true
 		fx.Send(ls.from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{
 			Key: key, Seq: ls.seq, Unused: 0}}}))
+	}
+}
+
+// noteUsed reports a stock lease spent (maybeSpent), or its use so far
+// when it grew by an eighth of the lease (at least min_lease) since the
+// last report: the global owner's bucket gets the room of used tokens
+// back while the lease goes on (their capacity is otherwise counted as
+// lent until the lease is spent or ends, and a bucket whose room is lent
+// loses its refill).
+func (l *RegionLease) noteUsed(key string, ls *held, fx *strategy.Effects) {
+	l.maybeSpent(key, ls, fx)
+	if ls.spentSent || !ls.region || ls.from == l.self {
+		return
+	}
+	if ls.used-ls.usedSent >= max(l.minLease, ls.granted/8) {
+		ls.usedSent = ls.used
+		fx.Send(ls.from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Used{Used: &peerv1.RegionLeaseUsed{
+			Key: key, Seq: ls.seq, Used: ls.used}}}))
 	}
 }
 
@@ -183,12 +210,13 @@ func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
 	return (prev*frac + cur) / window.Seconds()
 }
 
-// hot reports whether key's region lives on leases from the global owner
-// at a regional owner: a grant with tokens came within region_ttl. (A
-// cold key's requests are relayed to the global owner until its first
-// grant comes.)
+// hot reports whether, at a regional owner, key's region lives on what it
+// holds: the global owner said its bucket was dry within region_ttl (its
+// refill is then spoken for by the regions' next asks). Otherwise an empty
+// stock means the region asked too little (a cold key, a first ask sized
+// on little demand), and its requests are relayed to the global owner.
 func (l *RegionLease) hot(now time.Duration, h *holding) bool {
-	return h.granted && now < h.grantedAt+l.rttl
+	return h.dry && now < h.dryAt+l.rttl
 }
 
 // available is the tokens h's unexpired leases hold at now (not lent out).
@@ -319,11 +347,11 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
 		fx.WakeAt(h.nextAskAt)
 	}
-	if g.Tokens > 0 && h.askRegion {
-		h.granted, h.grantedAt = true, now
+	if h.askRegion && g.Tokens < h.askTokens && until > now {
+		h.dry, h.dryAt = true, now
 	}
 	if g.Tokens > 0 && expires > now {
-		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now})
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
 		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
 		fx.WakeAt(expires)
 	}

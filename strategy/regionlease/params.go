@@ -7,11 +7,11 @@ import "github.com/tokenmesh/tokenmesh/strategy"
 // (strategy.ReadParams). The generic partition parameter applies too
 // (available or conserve; see "# Cuts" in the package doc).
 var Params = []strategy.ParamSpec{
-	{Name: "period", Type: strategy.ParamDuration, Default: "250ms", Example: "100ms",
+	{Name: "period", Type: strategy.ParamDuration, Default: "100ms", Example: "250ms",
 		Doc: "the time a node's lease from its regional owner is sized for (ask ceil(d*period) tokens); positive."},
 	{Name: "ttl", Type: strategy.ParamDuration, Default: "2*period", Example: "500ms",
 		Doc: "a node's lease validity from its ask; at least period."},
-	{Name: "region_period", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
+	{Name: "region_period", Type: strategy.ParamDuration, Default: "500ms", Example: "1s",
 		Doc: "the time a region's lease from the global owner is sized for (the regional owner asks ceil(D*region_period) tokens, D the region's demand); positive."},
 	{Name: "region_ttl", Type: strategy.ParamDuration, Default: "3*region_period", Example: "2s",
 		Doc: "a region's lease validity from its ask; at least region_period and at least ttl."},

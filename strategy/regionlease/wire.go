@@ -44,8 +44,9 @@ func checkKey(from strategy.NodeID, key string) error {
 // max_skew]; an ask's tokens outside [1, burst], time outside [0, now +
 // max_skew], demand above 1e12 tokens/s or more than 16 spent leases; a
 // grant's tokens outside [0, burst], end beyond now + region_ttl +
-// max_skew or dry hint beyond now + a day; a return's unused tokens
-// outside [0, burst]; a verdict's dry hint beyond a day.
+// max_skew or dry hint beyond now + a day; a return's unused tokens or a
+// used report's tokens outside [0, burst]; a verdict's dry hint beyond a
+// day.
 func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv1.RegionLeaseMessage) error {
 	ahead := int64(now + l.maxSkew)
 	switch b := m.Body.(type) {
@@ -104,6 +105,14 @@ func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv
 		if err := checkKey(from, b.ReturnAck.Key); err != nil {
 			return err
 		}
+	case *peerv1.RegionLeaseMessage_Used:
+		u := b.Used
+		if err := checkKey(from, u.Key); err != nil {
+			return err
+		}
+		if u.Used < 0 || u.Used > l.sh.burst {
+			return errorf("used report from %s: %d tokens outside [0, burst %d]", from, u.Used, l.sh.burst)
+		}
 	}
 	return nil
 }
@@ -122,6 +131,8 @@ func (l *RegionLease) dispatch(now time.Duration, from strategy.NodeID, m *peerv
 		l.onReturn(now, from, b.Return, fx)
 	case *peerv1.RegionLeaseMessage_ReturnAck:
 		l.onReturnAck(from, b.ReturnAck)
+	case *peerv1.RegionLeaseMessage_Used:
+		l.onUsed(now, from, b.Used)
 	}
 	return nil
 }
