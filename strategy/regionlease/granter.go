@@ -1,6 +1,7 @@
 package regionlease
 
 import (
+	"slices"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
@@ -100,7 +101,7 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 	if r, ok := h.reports[from]; !ok || r.at+l.window <= now {
 		h.count(arr, n, true, l.window)
 	}
-	h.lastRequestAt = now
+	l.used(now, f.Key, h, fx)
 	defer l.maybeAsk(now, f.Key, h, fx)
 	v := &verdict{}
 	switch {
@@ -230,6 +231,7 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	h := l.holding(a.Key)
 	h.reports[from] = report{mtps: a.DemandMtps, at: now}
+	l.used(now, a.Key, h, fx)
 	defer l.maybeAsk(now, a.Key, h, fx)
 	var best *held
 	for i := range h.leases {
@@ -303,6 +305,12 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 			}
 			ls.used += g.tokens - unused
 			l.noteUsed(id.key, ls, fx)
+			if ls.lent == 0 && ls.subs == 0 && !ls.spentSent && now >= h.lastRequestAt+l.idle {
+				// The key went idle here while this lease was lent out
+				// (idleTimer kept it): give it back now.
+				l.giveBack(now, id.key, *ls, fx)
+				h.leases = slices.Delete(h.leases, i, i+1)
+			}
 			return
 		}
 	}

@@ -26,6 +26,7 @@ type holding struct {
 	prevInst      int64
 	lastArrival   time.Duration
 	lastRequestAt time.Duration
+	idleSet       bool // an idle check is scheduled (idleTimer)
 
 	leases      []held
 	seq         uint64 // last ask's seq
@@ -107,7 +108,8 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
-	h.lastArrival, h.lastRequestAt = req.Arrival, now
+	h.lastArrival = req.Arrival
+	l.used(now, req.Key, h, fx)
 	defer l.maybeAsk(now, req.Key, h, fx)
 	if l.takeLeased(now, req.Key, h, req.Arrival, req.Tokens, fx) {
 		return strategy.Decision{RequestID: req.ID, Allowed: true}, true
@@ -177,16 +179,22 @@ func (l *RegionLease) holding(key string) *holding {
 
 // count and demand are lease's (strategy/lease/holder.go): tokens
 // requested over a sliding window, 0 until minLease distinct arrival
-// instants were seen.
+// instants were seen; but a window after a quiet spell starts at its
+// first request.
 func (h *holding) count(t time.Duration, tokens int64, newInstant bool, window time.Duration) {
 	if t >= h.winStart+window {
 		if t >= h.winStart+2*window {
+			// Demand after a quiet spell (a tenant's load arriving in
+			// this region): the window starts at this request, so that
+			// the first estimate is not diluted by the quiet part of an
+			// aligned window (ours; lease aligns).
 			h.prev, h.prevInst = 0, 0
+			h.winStart = t
 		} else {
 			h.prev, h.prevInst = h.cur, h.curInst
+			h.winStart = t - (t-h.winStart)%window
 		}
 		h.cur, h.curInst = 0, 0
-		h.winStart = t - (t-h.winStart)%window
 	}
 	h.cur += tokens
 	if newInstant {
@@ -417,11 +425,51 @@ func (l *RegionLease) leaseTimer(now time.Duration, t timer, fx *strategy.Effect
 		if ls.seq != t.seq || ls.from != t.node || ls.expires > now {
 			return false
 		}
-		if ls.tokens > 0 && ls.from != l.self {
-			id := grantID{ls.from, t.key, ls.seq}
-			l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
-			l.sendReturn(now, id, fx)
+		l.giveBack(now, t.key, ls, fx)
+		return true
+	})
+}
+
+func (l *RegionLease) giveBack(now time.Duration, key string, ls held, fx *strategy.Effects) {
+	if ls.tokens > 0 && ls.from != l.self {
+		id := grantID{ls.from, key, ls.seq}
+		l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
+		l.sendReturn(now, id, fx)
+	}
+}
+
+// used notes that key is in use at this node (a request, or at a regional
+// owner a forward or a node's ask) and schedules the idle check.
+func (l *RegionLease) used(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	h.lastRequestAt = now
+	if !h.idleSet {
+		h.idleSet = true
+		l.timers.Push(timer{at: now + l.idle, kind: timerIdle, key: key})
+		fx.WakeAt(now + l.idle)
+	}
+}
+
+// idleTimer returns, when key saw no use for idle, every lease of it this
+// node holds that is not lent out (ours: when a tenant's load moves to
+// another region, what the old region holds would otherwise sit unused
+// until its leases end, while the new region refuses); else it checks
+// again idle after the last use.
+func (l *RegionLease) idleTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil {
+		return
+	}
+	if at := h.lastRequestAt + l.idle; at > now {
+		l.timers.Push(timer{at: at, kind: timerIdle, key: t.key})
+		fx.WakeAt(at)
+		return
+	}
+	h.idleSet = false
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.lent > 0 || ls.subs > 0 {
+			return false // its nodes' leases are out: it ends at its end
 		}
+		l.giveBack(now, t.key, ls, fx)
 		return true
 	})
 }
@@ -460,6 +508,7 @@ const (
 	timerLease
 	timerRenew
 	timerReturn
+	timerIdle
 )
 
 type timer struct {

@@ -17,6 +17,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "a region's lease validity from its ask; at least region_period and at least ttl."},
 	{Name: "lan_latency", Type: strategy.ParamDuration, Default: "min(latency_hint, 5ms)", Example: "1ms",
 		Doc: "the one-way latency inside a region (the latency hint is the WAN's): a node stops using a lease 2*lan_latency before its end and returns the rest."},
+	{Name: "idle", Type: strategy.ParamDuration, Default: "250ms", Example: "1s",
+		Doc: "a node (or regional owner) returns its unlent leases of a key that saw no request (forward, ask) for this long: when a tenant's load leaves a region, what it held goes back; positive."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "500ms",
 		Doc: "how long a node waits for a verdict, grant or return acknowledgement (a regional owner for the global owner's too); positive."},
 	{Name: "retries", Type: strategy.ParamInt, Default: "2", Example: "3",

@@ -32,6 +32,7 @@ type RegionLease struct {
 	maxSkew, retryEvery        time.Duration
 	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
 	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
+	idle                       time.Duration // a holder returns its leases of a key unused for this long
 	minLease                   int64
 	admitOnTimeout             bool
 	fillTime, sweepLag         time.Duration
@@ -138,6 +139,10 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	l.lead = min(2*lan, l.ttl/4)
 	l.rlead = min(2*hint, l.rttl/4)
 	l.rtt = 2 * hint
+	l.idle = v.Duration("idle")
+	if l.idle <= 0 {
+		return nil, fmt.Errorf("regionlease: parameter idle must be positive")
+	}
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}
@@ -251,6 +256,8 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			}
 		case timerReturn:
 			l.returnTimer(now, t, fx)
+		case timerIdle:
+			l.idleTimer(now, t, fx)
 		}
 	}
 	l.expireGrants(now, fx)
