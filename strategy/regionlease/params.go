@@ -1,3 +1,40 @@
+// # Parameters
+//
+// Declared in Params (strategy.ParamSpec); given as NAME=value in a rule's
+// params or --param STRATEGY.NAME=value; the generic partition too.
+//
+//   - period (duration, default 100ms): the time a node's lease from its
+//     regional owner is sized for (ask ceil(d*period) tokens); positive.
+//   - ttl (duration, default 2*period): a node's lease validity from its ask;
+//     at least period.
+//   - region_period (duration, default 500ms): the time a region's lease from
+//     the global owner is sized for (the regional owner asks
+//     ceil(D*region_period) tokens, D the region's demand); positive.
+//   - region_ttl (duration, default 3*region_period): a region's lease
+//     validity from its ask; at least region_period and at least ttl.
+//   - lan_latency (duration, default min(latency_hint, 5ms)): the one-way
+//     latency inside a region (the latency hint is the WAN's): a node stops
+//     using a lease 2*lan_latency before its end and returns the rest.
+//   - idle (duration, default 250ms): a node (or regional owner) returns its
+//     unlent leases of a key that saw no request (forward, ask) for this long:
+//     when a tenant's load leaves a region, what it held goes back; positive.
+//   - timeout (duration, default 3*latency_hint + 100ms): how long a node
+//     waits for a verdict, grant or return acknowledgement (a regional owner
+//     for the global owner's too); positive.
+//   - retries (int, default 2): retransmissions within timeout; not negative.
+//   - on_timeout (admit | reject, default reject): the answer to a forwarded
+//     request when no verdict comes within timeout: reject keeps the envelope
+//     exactly; admit is unbounded.
+//   - min_lease (int, tokens, default 4): a node (or region) asks for leases
+//     only when it expects to use at least this many tokens per period (>= 1);
+//     below it its requests are forwarded.
+//   - window (duration, default 1s): the demand measurement window; positive.
+//   - takeover (duration, default region_ttl + 1s): how long a node that
+//     becomes a key's global owner (a membership change, a restart) keeps the
+//     key's bucket empty: every lease the previous owner granted has ended by
+//     then; at least region_ttl.
+//   - max_skew (duration, default 100ms): how far in the future a peer's time
+//     (arrival, ask) may lie; beyond it the message is refused.
 package regionlease
 
 import "github.com/tokenmesh/tokenmesh/strategy"
