@@ -36,8 +36,8 @@ var (
 // strategyPalette holds the strategies' colours, given in the registry's
 // order (all.Names, central left out: it is black): Okabe & Ito's
 // colour-blind safe set without black and yellow (unreadable on white),
-// then four of Paul Tol's "muted" scheme (wine, indigo, olive, green),
-// which differ from those in lightness. It has a colour for every
+// then five of Paul Tol's "muted" scheme (wine, indigo, olive, green,
+// teal), which differ from those in lightness. It has a colour for every
 // registered strategy (a test checks), so no two share one.
 var strategyPalette = []string{
 	"#D55E00", // vermillion
@@ -50,6 +50,7 @@ var strategyPalette = []string{
 	"#332288", // indigo
 	"#999933", // olive
 	"#117733", // green
+	"#44AA99", // teal
 }
 
 // strategyColor is name's colour, "#RRGGBB", the same in every plot (the

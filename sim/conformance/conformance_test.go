@@ -90,6 +90,7 @@ var contracts = map[string]contract{
 	"gdrl":        {bucket: true, exact: true, exactUnderLoss: true},
 	"adaptive":    {bucket: true, exact: true},
 	"lease":       {bucket: true, exact: true},
+	"regionlease": {bucket: true, exact: true},
 	"quota":       {bucket: true, exact: true, exactUnderLoss: true},
 	"fixedwindow": {},
 }

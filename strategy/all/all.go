@@ -19,6 +19,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 	"github.com/tokenmesh/tokenmesh/strategy/owner"
 	"github.com/tokenmesh/tokenmesh/strategy/quota"
+	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
 	"github.com/tokenmesh/tokenmesh/strategy/tbqueue"
 )
@@ -62,6 +63,8 @@ var registry = []Info{
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return adaptive.New(cfg) }},
 	{Name: "lease", Params: lease.Params, Summary: "the key's owner (rendezvous) holds its bucket and leases whole tokens out of it to nodes with demand, which decide locally; requests without a leased token are forwarded as in owner", Source: "003, 001/004 (ours)",
 		New: func(cfg strategy.Config) (strategy.Strategy, error) { return lease.New(cfg) }},
+	{Name: "regionlease", Params: regionlease.Params, Summary: "lease on two tiers: the key's global owner (rendezvous over all nodes) leases its bucket's tokens to one regional owner per region (rendezvous over the region's nodes) by the region's demand; the region's nodes lease from it and decide locally; only regional owners cross the WAN", Source: "003, 001/004 (ours)",
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }},
 	{Name: "quota", Params: quota.Params, Summary: "the key's owner (rendezvous) divides (r, b) among quota clients (Envoy proxies over RLQS) by demand, max-min; each enforces its share locally; checks at the nodes are decided from the owner's reserve", Source: "003, 001/004, 000 §4.2 (ours)",
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return quota.New(cfg) }},
 	{Name: fixedwindow.Name, Params: fixedwindow.Params, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",

@@ -1,0 +1,104 @@
+package regionlease
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Conserved checks, for tests, the invariant the envelope rests on, over
+// both tiers: for every global owner O (every current node with a pool
+// for a key), O's level plus the tokens that any node holds in unexpired
+// leases granted by O (a node's lease, or a regional owner's stock lease:
+// what is left of it and what its region's nodes still hold of it in
+// their unexpired leases) never exceed the burst; no level, leased,
+// stock or lent count is negative. current is the current incarnation of
+// every node; all is every incarnation ever built (a crashed regional
+// owner's records name the stock lease its nodes' leases came from).
+// Leases held by crashed nodes are counted too, which only makes the
+// check stricter.
+func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, burst int64, now time.Duration) error {
+	ids := make([]strategy.NodeID, 0, len(current))
+	for id := range current {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	// parent finds the stock lease node n's lease (granter g, key, seq)
+	// was lent from: its granter's record, in any incarnation.
+	parent := func(g, n strategy.NodeID, key string, seq uint64) (strategy.NodeID, bool) {
+		for _, inc := range all {
+			if inc.self != g {
+				continue
+			}
+			if r := inc.grants[grantID{n, key, seq}]; r != nil && r.pool == nil {
+				return r.parentFrom, true
+			}
+		}
+		return "", false
+	}
+	for _, id := range ids {
+		n := current[id]
+		for key, h := range n.keys {
+			for _, ls := range h.leases {
+				if ls.tokens < 0 || ls.lent < 0 || ls.subs < 0 {
+					return fmt.Errorf("at %v: %s: lease %d of %q from %s: %d tokens, %d lent in %d leases", now, id, ls.seq, key, ls.from, ls.tokens, ls.lent, ls.subs)
+				}
+			}
+		}
+	}
+	for _, oid := range ids {
+		o := current[oid]
+		for key, p := range o.pools {
+			cp := *p
+			o.sh.advance(&cp, now)
+			if cp.level < 0 || cp.leased < 0 {
+				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
+			}
+			var held int64
+			for _, hid := range ids {
+				hk := current[hid].keys[key]
+				if hk == nil {
+					continue
+				}
+				for _, ls := range hk.leases {
+					if ls.expires <= now {
+						continue
+					}
+					if ls.from == oid {
+						held += ls.tokens
+						continue
+					}
+					if pf, ok := parent(ls.from, hid, key, ls.seq); ok && pf == oid {
+						held += ls.tokens
+					}
+				}
+			}
+			if cp.level+held*o.sh.per > burst*o.sh.per {
+				return fmt.Errorf("at %v: %s's level (%d ticks, %d per token) of %q plus %d tokens held in its leases (both tiers) exceed the burst %d",
+					now, oid, cp.level, o.sh.per, key, held, burst)
+			}
+		}
+	}
+	return nil
+}
+
+// Float is, for tests, the tokens this node holds at now in unexpired
+// leases of all keys (a regional owner's stock included), and the whole
+// tokens in its pools.
+func (l *RegionLease) Float(now time.Duration) (held, level int64) {
+	for _, h := range l.keys {
+		for _, ls := range h.leases {
+			if ls.expires > now {
+				held += ls.tokens
+			}
+		}
+	}
+	for _, p := range l.pools {
+		cp := *p
+		l.sh.advance(&cp, now)
+		level += cp.level / l.sh.per
+	}
+	return held, level
+}

@@ -1,0 +1,367 @@
+package regionlease
+
+import (
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
+	"github.com/tokenmesh/tokenmesh/topology"
+)
+
+// The granter side: the global owner decides forwards and grants leases
+// out of its pool (lease's owner, strategy/lease/owner.go, deciding at
+// receipt with no ordering buffer); a regional owner decides forwards and
+// grants its nodes' leases out of its stock, and relays to the global
+// owner the forwards its stock cannot serve.
+
+// grantRec is one lease this node granted: out of a pool (pool set), or
+// out of its stock's lease (parentSeq, parentFrom).
+type grantRec struct {
+	pool       *pool
+	parentSeq  uint64
+	parentFrom strategy.NodeID
+	tokens     int64
+	used       int64 // reported used (RegionLeaseUsed): no longer counted in the pool's leases
+	expires    time.Duration
+	emptyUntil time.Duration
+	released   bool
+}
+
+type grantExp struct {
+	at  time.Duration
+	id  grantID
+	end bool // false: release the lease; true: forget the record
+}
+
+// relay is a forward a regional owner sent on to the global owner.
+type relay struct {
+	origin   strategy.NodeID
+	originID uint64
+	key      string
+	tokens   int64
+	arrival  time.Duration
+	to       strategy.NodeID
+	next     time.Duration
+	deadline time.Duration
+}
+
+// maxHint bounds a dry hint a peer may send (a day): beyond it the
+// message is refused.
+const maxHint = 24 * time.Hour
+
+func (l *RegionLease) sendVerdict(to strategy.NodeID, id uint64, relay, allowed bool, emptyFor uint64, fx *strategy.Effects) {
+	fx.Send(to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Verdict{Verdict: &peerv1.RegionLeaseVerdict{
+		RequestId: id, Allowed: allowed, EmptyForUs: emptyFor, Relay: relay}}}))
+}
+
+// onForward decides a forwarded request: from the pool at the key's
+// global owner; elsewhere (a regional owner, or a node its sender takes for
+// one) from the stock, or refused by the global owner's dry hint, or
+// relayed to the global owner.
+func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peerv1.RegionLeaseForward, fx *strategy.Effects) {
+	arr := min(time.Duration(f.ArrivalNs), now)
+	if arr < now-l.sweepLag {
+		return // its forwarder has given up on it
+	}
+	n := f.ExtraTokens + 1
+	fid := fwdID{from, f.RequestId, f.Relay}
+	g, live := l.global(f.Key)
+	if g == l.self {
+		if v, dup := l.gseen.Get(fid); dup {
+			l.sendVerdict(from, f.RequestId, f.Relay, v.allowed, v.emptyFor, fx)
+			return
+		}
+		p := l.pool(f.Key, now)
+		l.sh.advance(p, now)
+		v := &verdict{decided: true, allowed: l.sh.take(p, arr, n)}
+		if !v.allowed {
+			if until := l.sh.untilOne(p, arr); until > arr {
+				v.emptyFor = uint64(min(until-arr, l.takeover+l.fillTime, maxHint) / time.Microsecond)
+			}
+		}
+		l.gseen.Add(now, fid, v, fx)
+		l.sendVerdict(from, f.RequestId, f.Relay, v.allowed, v.emptyFor, fx)
+		return
+	}
+	if f.Relay {
+		// A relay for a key this node does not own globally (views
+		// disagree): refused, as the stock is its region's.
+		l.sendVerdict(from, f.RequestId, true, false, 0, fx)
+		return
+	}
+	if v, dup := l.rseen.Get(fid); dup {
+		if v.decided {
+			l.sendVerdict(from, f.RequestId, false, v.allowed, v.emptyFor, fx)
+		}
+		return // relayed, the verdict to come
+	}
+	h := l.holding(f.Key)
+	if r, ok := h.reports[from]; !ok || r.at+l.window <= now {
+		h.count(arr, n, true, l.window)
+	}
+	l.used(now, f.Key, h, fx)
+	defer l.maybeAsk(now, f.Key, h, fx)
+	v := &verdict{}
+	switch {
+	case l.takeLeased(now, f.Key, h, arr, n, fx):
+		v.decided, v.allowed = true, true
+	case arr < h.emptyUntil:
+		v.decided, v.emptyFor = true, uint64((h.emptyUntil-arr)/time.Microsecond)
+	case !live, l.hot(now, h):
+		// Cut off from the global owner (conserve), or the region lives
+		// on leases: only what the region holds.
+		v.decided = true
+	}
+	l.rseen.Add(now, fid, v, fx)
+	if v.decided {
+		l.sendVerdict(from, f.RequestId, false, v.allowed, v.emptyFor, fx)
+		return
+	}
+	l.relaySeq++
+	r := &relay{origin: from, originID: f.RequestId, key: f.Key, tokens: n, arrival: arr, to: g, deadline: now + l.timeout}
+	l.relays[l.relaySeq] = r
+	l.sendRelay(now, l.relaySeq, r, fx)
+}
+
+func (l *RegionLease) sendRelay(now time.Duration, id uint64, r *relay, fx *strategy.Effects) {
+	r.next = min(now+l.retryEvery, r.deadline)
+	l.timers.Push(timer{at: r.next, kind: timerRelay, id: id})
+	fx.WakeAt(r.next)
+	fx.Send(r.to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{
+		RequestId: id, Key: r.key, ExtraTokens: r.tokens - 1, ArrivalNs: int64(r.arrival), Relay: true}}}))
+}
+
+// relayTimer resends a relay, or gives it up at its deadline (its origin
+// then decides by on_timeout).
+func (l *RegionLease) relayTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	r := l.relays[t.id]
+	if r == nil || r.next != t.at {
+		return
+	}
+	if now < r.deadline {
+		l.sendRelay(now, t.id, r, fx)
+		return
+	}
+	delete(l.relays, t.id)
+}
+
+// onRelayVerdict passes the global owner's verdict on to the node the
+// forward came from, keeping its dry hint for the region. Errors: a
+// verdict from a node the relay did not go to.
+func (l *RegionLease) onRelayVerdict(now time.Duration, from strategy.NodeID, v *peerv1.RegionLeaseVerdict, fx *strategy.Effects) error {
+	r := l.relays[v.RequestId]
+	if r == nil {
+		return nil
+	}
+	if r.to != from {
+		return errorf("relayed verdict for %d from %s, but the relay went to %s", v.RequestId, from, r.to)
+	}
+	delete(l.relays, v.RequestId)
+	if !v.Allowed {
+		h := l.holding(r.key)
+		h.dry, h.dryAt = true, now
+		h.emptyUntil = max(h.emptyUntil, r.arrival+time.Duration(v.EmptyForUs)*time.Microsecond)
+	}
+	if s, ok := l.rseen.Get(fwdID{r.origin, r.originID, false}); ok {
+		s.decided, s.allowed, s.emptyFor = true, v.Allowed, v.EmptyForUs
+	}
+	l.sendVerdict(r.origin, r.originID, false, v.Allowed, v.EmptyForUs, fx)
+	return nil
+}
+
+// onAsk releases the spent leases an ask reports, and answers it: out of
+// the pool at the key's global owner (a lease of ttl to a node of its own
+// region, of region_ttl to another region's owner), out of the stock
+// elsewhere; a duplicate gets the same grant again.
+func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) {
+	for _, seq := range a.Spent {
+		l.release(now, grantID{from, a.Key, seq}, 0, fx)
+	}
+	id := grantID{from, a.Key, a.Seq}
+	if g := l.grants[id]; g != nil {
+		l.sendGrant(id, g, fx)
+		return
+	}
+	at := min(time.Duration(a.AskedAtNs), now)
+	ttl := l.ttl
+	if topology.Of(from) != l.region {
+		ttl = l.rttl
+	}
+	if at+ttl <= now || at < now-l.sweepLag {
+		return // too old to be of use
+	}
+	var g *grantRec
+	if gl, _ := l.global(a.Key); gl == l.self {
+		g = l.grantPool(now, at, from, a)
+	} else {
+		g = l.grantStock(now, at, from, a, fx)
+	}
+	l.grants[id] = g
+	l.gexp.Push(grantExp{at: g.expires, id: id})
+	l.gexp.Push(grantExp{at: max(g.expires, now) + l.timeout + l.maxSkew, id: id, end: true})
+	fx.WakeAt(max(g.expires, now))
+	l.sendGrant(id, g, fx)
+}
+
+func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk) *grantRec {
+	ttl, period := l.ttl, l.period
+	if topology.Of(from) != l.region {
+		ttl, period = l.rttl, l.rperiod
+	}
+	p := l.pool(a.Key, now)
+	l.sh.advance(p, now)
+	whole := l.sh.whole(p, at)
+	n := min(a.Tokens, whole)
+	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
+	if n < a.Tokens && n == whole {
+		// Dry: the bucket's refill until the hint ends is for the other
+		// holders' next asks (lease's dry hint).
+		g.emptyUntil = at + min(period, l.sh.fillTime(p))
+	}
+	l.sh.lend(p, n)
+	return g
+}
+
+// grantStock lends a node of the region tokens of the stock lease that
+// ends last, for ttl from the ask but never beyond that lease's end here:
+// the node has stopped using it by the time this node returns the stock
+// lease's unused tokens to the global owner.
+func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
+	h := l.holding(a.Key)
+	h.reports[from] = report{mtps: a.DemandMtps, at: now}
+	l.used(now, a.Key, h, fx)
+	defer l.maybeAsk(now, a.Key, h, fx)
+	var best *held
+	for i := range h.leases {
+		ls := &h.leases[i]
+		if ls.tokens > 0 && ls.expires-l.lead > now && (best == nil || ls.expires > best.expires) {
+			best = ls
+		}
+	}
+	g := &grantRec{expires: at + l.ttl}
+	if best != nil {
+		g.parentSeq, g.parentFrom = best.seq, best.from
+		g.expires = min(g.expires, best.expires)
+		g.tokens = min(a.Tokens, best.tokens)
+		best.tokens -= g.tokens
+		best.lent += g.tokens
+		best.subs++
+	}
+	if g.tokens < a.Tokens && h.emptyUntil > now {
+		g.emptyUntil = h.emptyUntil
+	}
+	return g
+}
+
+func (l *RegionLease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
+	fx.Send(id.node, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{
+		Key: id.key, Seq: id.seq, Tokens: g.tokens, ExpiresNs: int64(g.expires), EmptyUntilNs: int64(g.emptyUntil)}}}))
+}
+
+// onReturn credits a lease's unused tokens once, while the lease is still
+// counted (before its end here), and acknowledges a return of unused
+// tokens (a spent lease, 0 unused, is reported once, unacknowledged).
+func (l *RegionLease) onReturn(now time.Duration, from strategy.NodeID, r *peerv1.RegionLeaseReturn, fx *strategy.Effects) {
+	l.release(now, grantID{from, r.Key, r.Seq}, r.Unused, fx)
+	if r.Unused > 0 {
+		fx.Send(from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_ReturnAck{ReturnAck: &peerv1.RegionLeaseReturnAck{Key: r.Key, Seq: r.Seq}}}))
+	}
+}
+
+// release ends the lease id (granted here) with unused of its tokens back:
+// into its pool (capped at the capacity), or into the stock lease it was
+// lent from if that has not ended. Once per lease; a return of more than
+// was granted (a previous incarnation's lease) credits nothing.
+func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *strategy.Effects) {
+	g := l.grants[id]
+	if g == nil || g.released {
+		return
+	}
+	if unused > g.tokens {
+		unused = 0
+	}
+	g.released = true
+	if g.pool != nil {
+		left := g.tokens - g.used
+		l.sh.advance(g.pool, now)
+		l.sh.release(g.pool, left, min(unused, left))
+		return
+	}
+	h := l.keys[id.key]
+	if h == nil || g.tokens == 0 {
+		return
+	}
+	for i := range h.leases {
+		ls := &h.leases[i]
+		if ls.seq == g.parentSeq && ls.from == g.parentFrom {
+			ls.lent -= g.tokens
+			ls.subs--
+			if ls.expires > now {
+				ls.tokens += unused
+			} else {
+				unused = 0
+			}
+			ls.used += g.tokens - unused
+			l.noteUsed(id.key, ls, fx)
+			if ls.lent == 0 && ls.subs == 0 && !ls.spentSent && now >= h.lastRequestAt+l.idle {
+				// The key went idle here while this lease was lent out
+				// (idleTimer kept it): give it back now.
+				l.giveBack(now, id.key, *ls, fx)
+				h.leases = slices.Delete(h.leases, i, i+1)
+			}
+			return
+		}
+	}
+}
+
+// onUsed takes a holder's report of the tokens it has used of a lease
+// granted out of a pool: their room in the bucket comes back now (they
+// will not be returned). Cumulative: only an increase counts; capped at
+// the lease's tokens.
+func (l *RegionLease) onUsed(now time.Duration, from strategy.NodeID, u *peerv1.RegionLeaseUsed) {
+	g := l.grants[grantID{from, u.Key, u.Seq}]
+	if g == nil || g.released || g.pool == nil {
+		return
+	}
+	if used := min(u.Used, g.tokens); used > g.used {
+		l.sh.advance(g.pool, now)
+		g.pool.leased -= used - g.used
+		g.used = used
+	}
+}
+
+// expireGrants releases the leases whose end has come (none unused) and
+// forgets the records past their end.
+func (l *RegionLease) expireGrants(now time.Duration, fx *strategy.Effects) {
+	for l.gexp.Len() > 0 && l.gexp.Peek().at <= now {
+		e := l.gexp.Pop()
+		if e.end {
+			if g := l.grants[e.id]; g != nil && g.expires+l.timeout+l.maxSkew <= e.at {
+				delete(l.grants, e.id)
+			}
+			continue
+		}
+		l.release(e.at, e.id, 0, fx)
+	}
+	if l.gexp.Len() > 0 {
+		fx.WakeAt(l.gexp.Peek().at)
+	}
+}
+
+func grantExpLess(a, b grantExp) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.end != b.end {
+		return !a.end
+	}
+	if a.id.key != b.id.key {
+		return a.id.key < b.id.key
+	}
+	if a.id.node != b.id.node {
+		return a.id.node < b.id.node
+	}
+	return a.id.seq < b.id.seq
+}

@@ -1,0 +1,540 @@
+package regionlease
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
+)
+
+// The holder side, on both tiers: a node holds leases from its regional
+// owner; a regional owner holds the region's stock, leases from the global
+// owner. Both count their demand, ask their upstream for leases, decide
+// from them, forward what they cannot serve, and return what they did not
+// use (lease's holder, strategy/lease/holder.go, with the tier's period
+// and ttl).
+
+// holding is what a node knows of one key as a holder.
+type holding struct {
+	winStart      time.Duration
+	cur, prev     int64 // tokens requested in the current and the previous window
+	curInst       int64 // distinct arrival instants in the current window
+	prevInst      int64
+	lastArrival   time.Duration
+	lastRequestAt time.Duration
+	idleSet       bool // an idle check is scheduled (idleTimer)
+
+	leases      []held
+	seq         uint64 // last ask's seq
+	asking      bool
+	askTo       strategy.NodeID
+	askRegion   bool // the current ask is a region's (to the global owner)
+	askAt       time.Duration
+	askTokens   int64
+	askDemand   uint64 // milli-tokens per second
+	askSpent    []uint64
+	askNext     time.Duration
+	askDeadline time.Duration
+	sentTo      map[uint64]strategy.NodeID // recent asks: who may answer
+	accepted    map[uint64]time.Duration   // seqs whose grant was taken, until their end
+	emptyUntil  time.Duration              // upstream's last dry hint
+	nextAskAt   time.Duration
+	// dryAt is when the global owner last said its bucket was dry (a
+	// grant short of the ask, or a refused relay): within region_ttl of
+	// it, a regional owner whose stock is empty refuses rather than relay
+	// each request across the WAN (hot).
+	dryAt time.Duration
+	dry   bool
+
+	// reports are the demands the region's nodes reported in their asks
+	// (at a regional owner): the region's demand is their sum plus what
+	// this node sees itself.
+	reports map[strategy.NodeID]report
+}
+
+type report struct {
+	mtps uint64
+	at   time.Duration
+}
+
+// held is one lease a holder took. At a regional owner, lent tokens of it
+// are out in its nodes' leases (subs of them), until returned or ended.
+type held struct {
+	seq       uint64
+	from      strategy.NodeID
+	tokens    int64 // usable here
+	expires   time.Duration
+	since     time.Duration // received
+	lent      int64
+	subs      int
+	spentSent bool
+	// region-tier leases (a regional owner's stock) report their use
+	// as it goes (RegionLeaseUsed): granted is the lease's tokens, used
+	// those taken here or by its nodes' leases (ended or returned), and
+	// usedSent the last count reported.
+	region   bool
+	granted  int64
+	used     int64
+	usedSent int64
+}
+
+type returning struct {
+	unused   int64
+	next     time.Duration
+	deadline time.Duration
+}
+
+// maxSpent bounds the spent leases an ask reports.
+const maxSpent = 16
+
+// Request decides req on the node when it can: from the pool at the key's
+// global owner, from a leased token, or refused by the upstream's dry
+// hint; otherwise it forwards it to the regional owner (the global owner
+// when this node is the regional owner).
+func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	refuse := strategy.Decision{RequestID: req.ID}
+	if req.Tokens <= 0 || req.Tokens > l.sh.burst {
+		return refuse, true // never within one bucket
+	}
+	to, region := l.upstream(req.Key)
+	if g, _ := l.global(req.Key); g == l.self {
+		p := l.pool(req.Key, now)
+		l.sh.advance(p, now)
+		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.take(p, req.Arrival, req.Tokens)}, true
+	}
+	h := l.holding(req.Key)
+	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
+	h.lastArrival = req.Arrival
+	l.used(now, req.Key, h, fx)
+	defer l.maybeAsk(now, req.Key, h, fx)
+	if l.takeLeased(now, req.Key, h, req.Arrival, req.Tokens, fx) {
+		return strategy.Decision{RequestID: req.ID, Allowed: true}, true
+	}
+	if req.Arrival < h.emptyUntil || to == "" || (region && l.hot(now, h)) {
+		return refuse, true
+	}
+	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout}
+	l.pending[req.ID] = p
+	l.forward(now, p, to, fx)
+	return strategy.Decision{}, false
+}
+
+// takeLeased takes n tokens for a request that arrived at `at` out of one
+// of h's unexpired leases received by then (the token was in the leases
+// since the arrival: nothing refilled later is used for it), oldest first.
+func (l *RegionLease) takeLeased(now time.Duration, key string, h *holding, at time.Duration, n int64, fx *strategy.Effects) bool {
+	for i := range h.leases {
+		ls := &h.leases[i]
+		if ls.expires > now && ls.since <= at && ls.tokens >= n {
+			ls.tokens -= n
+			ls.used += n
+			l.noteUsed(key, ls, fx)
+			return true
+		}
+	}
+	return false
+}
+
+// maybeSpent tells a lease's granter once that it is used up (none here,
+// none lent out), so that its room in the bucket (or stock) comes back
+// before its end; the next ask reports it again in case this is lost.
+func (l *RegionLease) maybeSpent(key string, ls *held, fx *strategy.Effects) {
+	if ls.tokens == 0 && ls.lent == 0 && ls.subs == 0 && !ls.spentSent && ls.from != l.self {
+		ls.spentSent = true
+		fx.Send(ls.from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{
+			Key: key, Seq: ls.seq, Unused: 0}}}))
+	}
+}
+
+// noteUsed reports a stock lease spent (maybeSpent), or its use so far
+// when it grew by an eighth of the lease (at least min_lease) since the
+// last report: the global owner's bucket gets the room of used tokens
+// back while the lease goes on (their capacity is otherwise counted as
+// lent until the lease is spent or ends, and a bucket whose room is lent
+// loses its refill).
+func (l *RegionLease) noteUsed(key string, ls *held, fx *strategy.Effects) {
+	l.maybeSpent(key, ls, fx)
+	if ls.spentSent || !ls.region || ls.from == l.self {
+		return
+	}
+	if ls.used-ls.usedSent >= max(l.minLease, ls.granted/8) {
+		ls.usedSent = ls.used
+		fx.Send(ls.from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Used{Used: &peerv1.RegionLeaseUsed{
+			Key: key, Seq: ls.seq, Used: ls.used}}}))
+	}
+}
+
+func (l *RegionLease) holding(key string) *holding {
+	h := l.keys[key]
+	if h == nil {
+		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}, reports: map[strategy.NodeID]report{}}
+		l.keys[key] = h
+	}
+	return h
+}
+
+// count and demand are lease's (strategy/lease/holder.go): tokens
+// requested over a sliding window, 0 until minLease distinct arrival
+// instants were seen; but a window after a quiet spell starts at its
+// first request.
+func (h *holding) count(t time.Duration, tokens int64, newInstant bool, window time.Duration) {
+	if t >= h.winStart+window {
+		if t >= h.winStart+2*window {
+			// Demand after a quiet spell (a tenant's load arriving in
+			// this region): the window starts at this request, so that
+			// the first estimate is not diluted by the quiet part of an
+			// aligned window (ours; lease aligns).
+			h.prev, h.prevInst = 0, 0
+			h.winStart = t
+		} else {
+			h.prev, h.prevInst = h.cur, h.curInst
+			h.winStart = t - (t-h.winStart)%window
+		}
+		h.cur, h.curInst = 0, 0
+	}
+	h.cur += tokens
+	if newInstant {
+		h.curInst++
+	}
+}
+
+func (h *holding) demand(now, window time.Duration, minLease int64) float64 {
+	if now >= h.winStart+2*window || h.curInst+h.prevInst < minLease {
+		return 0
+	}
+	if h.prev == 0 && now < h.winStart+window {
+		return float64(h.cur) / max(now-h.winStart, window/16).Seconds()
+	}
+	prev, cur := float64(h.prev), float64(h.cur)
+	if now >= h.winStart+window {
+		prev, cur = cur, 0
+		now -= window
+	}
+	frac := 1 - float64(now-h.winStart)/float64(window)
+	return (prev*frac + cur) / window.Seconds()
+}
+
+// hot reports whether, at a regional owner, key's region lives on what it
+// holds: the global owner said its bucket was dry within region_ttl (its
+// refill is then spoken for by the regions' next asks). Otherwise an empty
+// stock means the region asked too little (a cold key, a first ask sized
+// on little demand), and its requests are relayed to the global owner.
+func (l *RegionLease) hot(now time.Duration, h *holding) bool {
+	return h.dry && now < h.dryAt+l.rttl
+}
+
+// available is the tokens h's unexpired leases hold at now (not lent out).
+func (h *holding) available(now time.Duration) int64 {
+	var n int64
+	for _, ls := range h.leases {
+		if ls.expires > now {
+			n += ls.tokens
+		}
+	}
+	return n
+}
+
+// regionDemand is, at a regional owner, the tokens per second its region
+// asks for: its own count (its requests and the forwards of nodes that
+// report none) plus the demands its nodes reported within the window.
+func (l *RegionLease) regionDemand(now time.Duration, h *holding) float64 {
+	d := h.demand(now, l.window, l.minLease)
+	for _, r := range h.reports {
+		if r.at+l.window > now {
+			d += float64(r.mtps) / 1000
+		}
+	}
+	return d
+}
+
+// maybeAsk asks key's upstream for a lease when the demand warrants one
+// and the leases run low: ceil(d*period) tokens at a node,
+// ceil(D*region_period) at a regional owner (D its region's demand).
+func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	if h.asking || now < h.nextAskAt {
+		return
+	}
+	to, region := l.upstream(key)
+	if to == "" {
+		return
+	}
+	d, per := h.demand(now, l.window, l.minLease), l.period
+	if region {
+		d, per = l.regionDemand(now, h), l.rperiod
+	}
+	want := math.Ceil(d * per.Seconds())
+	if want < float64(l.minLease) {
+		return
+	}
+	n := min(int64(want), l.sh.burst)
+	low := float64(n) / 2
+	if region {
+		// Ask a round trip ahead at least: the stock must not run out
+		// while the ask crosses the WAN.
+		low = max(low, d*l.rtt.Seconds())
+	}
+	if float64(h.available(now)) >= low {
+		return
+	}
+	h.seq++
+	h.asking, h.askTo, h.askRegion, h.askAt, h.askTokens = true, to, region, now, n
+	h.askDemand = uint64(min(d, maxDemand) * 1000)
+	h.askSpent = h.askSpent[:0]
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.tokens == 0 && ls.lent == 0 && ls.subs == 0 && ls.from == to && len(h.askSpent) < maxSpent {
+			h.askSpent = append(h.askSpent, ls.seq)
+			return true
+		}
+		return false
+	})
+	h.askDeadline = now + l.timeout
+	h.sentTo[h.seq] = to
+	delete(h.sentTo, h.seq-8)
+	l.sendAsk(now, key, h, fx)
+}
+
+func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	h.askNext = min(now+l.retryEvery, h.askDeadline)
+	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
+	fx.WakeAt(h.askNext)
+	fx.Send(h.askTo, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent}}}))
+}
+
+func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
+	next := p.SendTo(now, to, l.retryEvery)
+	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
+	fx.WakeAt(next)
+	fx.Send(to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{
+		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival)}}}))
+}
+
+// onGrant takes a grant's lease and dry hint, once per (key, seq). Errors
+// (no state change): a grant from a node other than the one the ask went
+// to. A grant for no recent ask is ignored.
+func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1.RegionLeaseGrant, fx *strategy.Effects) error {
+	expires, until := time.Duration(g.ExpiresNs), time.Duration(g.EmptyUntilNs)
+	h := l.keys[g.Key]
+	if h == nil || h.sentTo[g.Seq] == "" {
+		return nil
+	}
+	if h.sentTo[g.Seq] != from {
+		return errorf("grant for %q seq %d from %s, but the ask went to %s", g.Key, g.Seq, from, h.sentTo[g.Seq])
+	}
+	if _, dup := h.accepted[g.Seq]; dup {
+		return nil
+	}
+	ttl, lead := l.ttl, l.lead
+	if h.askRegion {
+		ttl, lead = l.rttl, l.rlead
+	}
+	// Never use a lease past its granter's release: asked_at + ttl by this
+	// node's own record for the current ask; stop lead earlier, so that
+	// the return reaches the granter before it.
+	if g.Seq == h.seq && h.askAt+ttl < expires {
+		expires = h.askAt + ttl
+	}
+	expires -= lead
+	h.accepted[g.Seq] = expires
+	if g.Seq == h.seq {
+		h.asking = false
+	}
+	if until > now {
+		h.emptyUntil = max(h.emptyUntil, until)
+		h.nextAskAt = until - lead
+	} else if g.Tokens == 0 {
+		// Nothing, and no word of when: ask again a little later rather
+		// than at every request.
+		h.nextAskAt = now + l.retryEvery/2
+	}
+	if h.nextAskAt > now {
+		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
+		fx.WakeAt(h.nextAskAt)
+	}
+	if h.askRegion && g.Tokens < h.askTokens && until > now {
+		h.dry, h.dryAt = true, now
+	}
+	if g.Tokens > 0 && expires > now {
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
+		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
+		fx.WakeAt(expires)
+	}
+	return nil
+}
+
+// onVerdict decides the forwarded request a verdict answers (or relays it
+// to the node it came from) and keeps a refusal's dry hint.
+func (l *RegionLease) onVerdict(now time.Duration, from strategy.NodeID, v *peerv1.RegionLeaseVerdict, fx *strategy.Effects) error {
+	if v.Relay {
+		return l.onRelayVerdict(now, from, v, fx)
+	}
+	p, ok := l.pending[v.RequestId]
+	if !ok {
+		return nil // a duplicate, or the answer after a timeout
+	}
+	if err := p.CheckFrom(from); err != nil {
+		return errorf("%v", err)
+	}
+	delete(l.pending, v.RequestId)
+	fx.Decide(v.RequestId, v.Allowed)
+	if !v.Allowed && v.EmptyForUs > 0 {
+		h := l.holding(p.Req.Key)
+		h.emptyUntil = max(h.emptyUntil, p.Req.Arrival+time.Duration(v.EmptyForUs)*time.Microsecond)
+	}
+	return nil
+}
+
+func (l *RegionLease) forwardTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	p, ok := l.pending[t.id]
+	if !ok || p.Next != t.at {
+		return
+	}
+	if now < p.Deadline {
+		l.forward(now, p, p.Owner, fx)
+		return
+	}
+	delete(l.pending, t.id)
+	fx.Decide(t.id, l.admitOnTimeout)
+}
+
+func (l *RegionLease) askTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil || !h.asking || h.seq != t.seq || h.askNext != t.at {
+		return
+	}
+	if now < h.askDeadline {
+		l.sendAsk(now, t.key, h, fx)
+		return
+	}
+	h.asking = false
+}
+
+// leaseTimer ends a lease at its (holder's) end and returns its unused
+// tokens to its granter. At a regional owner, what its nodes hold of it
+// has ended by then (their leases end no later).
+func (l *RegionLease) leaseTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil {
+		return
+	}
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.seq != t.seq || ls.from != t.node || ls.expires > now {
+			return false
+		}
+		l.giveBack(now, t.key, ls, fx)
+		return true
+	})
+}
+
+func (l *RegionLease) giveBack(now time.Duration, key string, ls held, fx *strategy.Effects) {
+	if ls.tokens > 0 && ls.from != l.self {
+		id := grantID{ls.from, key, ls.seq}
+		l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
+		l.sendReturn(now, id, fx)
+	}
+}
+
+// used notes that key is in use at this node (a request, or at a regional
+// owner a forward or a node's ask) and schedules the idle check.
+func (l *RegionLease) used(now time.Duration, key string, h *holding, fx *strategy.Effects) {
+	h.lastRequestAt = now
+	if !h.idleSet {
+		h.idleSet = true
+		l.timers.Push(timer{at: now + l.idle, kind: timerIdle, key: key})
+		fx.WakeAt(now + l.idle)
+	}
+}
+
+// idleTimer returns, when key saw no use for idle, every lease of it this
+// node holds that is not lent out (ours: when a tenant's load moves to
+// another region, what the old region holds would otherwise sit unused
+// until its leases end, while the new region refuses); else it checks
+// again idle after the last use.
+func (l *RegionLease) idleTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	h := l.keys[t.key]
+	if h == nil {
+		return
+	}
+	if at := h.lastRequestAt + l.idle; at > now {
+		l.timers.Push(timer{at: at, kind: timerIdle, key: t.key})
+		fx.WakeAt(at)
+		return
+	}
+	h.idleSet = false
+	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
+		if ls.lent > 0 || ls.subs > 0 {
+			return false // its nodes' leases are out: it ends at its end
+		}
+		l.giveBack(now, t.key, ls, fx)
+		return true
+	})
+}
+
+func (l *RegionLease) returnTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	id := grantID{t.node, t.key, t.seq}
+	r := l.returns[id]
+	if r == nil || r.next != t.at {
+		return
+	}
+	if now >= r.deadline || !slices.Contains(l.live, t.node) {
+		delete(l.returns, id)
+		return
+	}
+	l.sendReturn(now, id, fx)
+}
+
+func (l *RegionLease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
+	r := l.returns[id]
+	r.next = min(now+l.retryEvery, r.deadline)
+	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
+	fx.WakeAt(r.next)
+	fx.Send(id.node, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{
+		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
+}
+
+func (l *RegionLease) onReturnAck(from strategy.NodeID, a *peerv1.RegionLeaseReturnAck) {
+	delete(l.returns, grantID{from, a.Key, a.Seq})
+}
+
+// timer kinds
+const (
+	timerForward = iota
+	timerRelay
+	timerAsk
+	timerLease
+	timerRenew
+	timerReturn
+	timerIdle
+)
+
+type timer struct {
+	at   time.Duration
+	kind int8
+	id   uint64
+	key  string
+	seq  uint64
+	node strategy.NodeID
+}
+
+func timerLess(a, b timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.node < b.node
+}

@@ -1,0 +1,73 @@
+// # Parameters
+//
+// Declared in Params (strategy.ParamSpec); given as NAME=value in a rule's
+// params or --param STRATEGY.NAME=value; the generic partition too.
+//
+//   - period (duration, default 100ms): the time a node's lease from its
+//     regional owner is sized for (ask ceil(d*period) tokens); positive.
+//   - ttl (duration, default 2*period): a node's lease validity from its ask;
+//     at least period.
+//   - region_period (duration, default 500ms): the time a region's lease from
+//     the global owner is sized for (the regional owner asks
+//     ceil(D*region_period) tokens, D the region's demand); positive.
+//   - region_ttl (duration, default 3*region_period): a region's lease
+//     validity from its ask; at least region_period and at least ttl.
+//   - lan_latency (duration, default min(latency_hint, 5ms)): the one-way
+//     latency inside a region (the latency hint is the WAN's): a node stops
+//     using a lease 2*lan_latency before its end and returns the rest.
+//   - idle (duration, default 250ms): a node (or regional owner) returns its
+//     unlent leases of a key that saw no request (forward, ask) for this long:
+//     when a tenant's load leaves a region, what it held goes back; positive.
+//   - timeout (duration, default 3*latency_hint + 100ms): how long a node
+//     waits for a verdict, grant or return acknowledgement (a regional owner
+//     for the global owner's too); positive.
+//   - retries (int, default 2): retransmissions within timeout; not negative.
+//   - on_timeout (admit | reject, default reject): the answer to a forwarded
+//     request when no verdict comes within timeout: reject keeps the envelope
+//     exactly; admit is unbounded.
+//   - min_lease (int, tokens, default 4): a node (or region) asks for leases
+//     only when it expects to use at least this many tokens per period (>= 1);
+//     below it its requests are forwarded.
+//   - window (duration, default 1s): the demand measurement window; positive.
+//   - takeover (duration, default region_ttl + 1s): how long a node that
+//     becomes a key's global owner (a membership change, a restart) keeps the
+//     key's bucket empty: every lease the previous owner granted has ended by
+//     then; at least region_ttl.
+//   - max_skew (duration, default 100ms): how far in the future a peer's time
+//     (arrival, ask) may lie; beyond it the message is refused.
+package regionlease
+
+import "github.com/tokenmesh/tokenmesh/strategy"
+
+// Params declares regionlease's parameters (strategy.ParamSpec), read by
+// config validation, --param and `tokenmesh strategies`; New reads them
+// (strategy.ReadParams). The generic partition parameter applies too
+// (available or conserve; see "# Cuts" in the package doc).
+var Params = []strategy.ParamSpec{
+	{Name: "period", Type: strategy.ParamDuration, Default: "100ms", Example: "250ms",
+		Doc: "the time a node's lease from its regional owner is sized for (ask ceil(d*period) tokens); positive."},
+	{Name: "ttl", Type: strategy.ParamDuration, Default: "2*period", Example: "500ms",
+		Doc: "a node's lease validity from its ask; at least period."},
+	{Name: "region_period", Type: strategy.ParamDuration, Default: "500ms", Example: "1s",
+		Doc: "the time a region's lease from the global owner is sized for (the regional owner asks ceil(D*region_period) tokens, D the region's demand); positive."},
+	{Name: "region_ttl", Type: strategy.ParamDuration, Default: "3*region_period", Example: "2s",
+		Doc: "a region's lease validity from its ask; at least region_period and at least ttl."},
+	{Name: "lan_latency", Type: strategy.ParamDuration, Default: "min(latency_hint, 5ms)", Example: "1ms",
+		Doc: "the one-way latency inside a region (the latency hint is the WAN's): a node stops using a lease 2*lan_latency before its end and returns the rest."},
+	{Name: "idle", Type: strategy.ParamDuration, Default: "250ms", Example: "1s",
+		Doc: "a node (or regional owner) returns its unlent leases of a key that saw no request (forward, ask) for this long: when a tenant's load leaves a region, what it held goes back; positive."},
+	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "500ms",
+		Doc: "how long a node waits for a verdict, grant or return acknowledgement (a regional owner for the global owner's too); positive."},
+	{Name: "retries", Type: strategy.ParamInt, Default: "2", Example: "3",
+		Doc: "retransmissions within timeout; not negative."},
+	{Name: "on_timeout", Type: strategy.ParamEnum, Enum: []string{"admit", "reject"}, Default: "reject", Example: "admit",
+		Doc: "the answer to a forwarded request when no verdict comes within timeout: reject keeps the envelope exactly; admit is unbounded."},
+	{Name: "min_lease", Type: strategy.ParamInt, Unit: "tokens", Default: "4", Example: "8",
+		Doc: "a node (or region) asks for leases only when it expects to use at least this many tokens per period (>= 1); below it its requests are forwarded."},
+	{Name: "window", Type: strategy.ParamDuration, Default: "1s", Example: "2s",
+		Doc: "the demand measurement window; positive."},
+	{Name: "takeover", Type: strategy.ParamDuration, Default: "region_ttl + 1s", Example: "5s",
+		Doc: "how long a node that becomes a key's global owner (a membership change, a restart) keeps the key's bucket empty: every lease the previous owner granted has ended by then; at least region_ttl."},
+	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
+		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
+}

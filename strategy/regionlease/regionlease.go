@@ -1,0 +1,402 @@
+package regionlease
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/topology"
+)
+
+// RegionLease is one node's regionlease state machine for one rule.
+type RegionLease struct {
+	self   strategy.NodeID
+	region string
+	live   []strategy.NodeID // the live members (SetMembers)
+	expect []strategy.NodeID // the last agreed members (SetExpected; conserve)
+	// conserve: the global owner is chosen over live ∪ expected, and a key
+	// whose global owner so chosen is not live is not coordinated (cuts).
+	conserve bool
+	sh       shape
+
+	period, ttl, rperiod, rttl time.Duration
+	window, timeout, takeover  time.Duration
+	maxSkew, retryEvery        time.Duration
+	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
+	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
+	idle                       time.Duration // a holder returns its leases of a key unused for this long
+	minLease                   int64
+	admitOnTimeout             bool
+	fillTime, sweepLag         time.Duration
+	sweepEvery, nextSweep      time.Duration
+
+	// global owner
+	pools  map[string]*pool
+	grants map[grantID]*grantRec // leases this node granted (from a pool or from its stock)
+	gexp   *minheap.Heap[grantExp]
+	gseen  *dedupe.Table[fwdID, *verdict] // forwards decided here
+
+	// every node: its holding of each key (leases from its upstream; at a
+	// regional owner, the region's stock), its forwarded requests, its
+	// relays (a regional owner's forwards to the global owner), returns
+	// being resent
+	keys     map[string]*holding
+	pending  map[uint64]*forwarding.Pending
+	relays   map[uint64]*relay
+	rseen    *dedupe.Table[fwdID, *verdict] // forwards relayed or decided from the stock
+	relaySeq uint64
+	returns  map[grantID]*returning
+	timers   *minheap.Heap[timer]
+
+	changes   []change
+	restarted bool
+	restartAt time.Duration
+	seqBase   uint64
+}
+
+type change struct {
+	at   time.Duration
+	prev []strategy.NodeID // the global owner's candidates before it
+}
+
+// grantID names one lease: holder (at the granter) or granter (at the
+// holder), key, seq.
+type grantID struct {
+	node strategy.NodeID
+	key  string
+	seq  uint64
+}
+
+type fwdID struct {
+	origin strategy.NodeID
+	id     uint64
+	relay  bool
+}
+
+type verdict struct {
+	decided, allowed bool
+	emptyFor         uint64 // µs after arrival
+}
+
+// New builds a node. Parameters are listed in Params. Errors: an invalid
+// Config or parameter (named).
+func New(cfg strategy.Config) (*RegionLease, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
+		return nil, fmt.Errorf("regionlease: %w", err)
+	}
+	v, err := strategy.ReadParams("regionlease", Params, cfg.Params)
+	if err != nil {
+		return nil, err
+	}
+	hint := cfg.LatencyHint
+	l := &RegionLease{self: cfg.Self, region: topology.Of(cfg.Self), live: slices.Clone(cfg.Members), expect: slices.Clone(cfg.Members),
+		conserve: cfg.Partition == strategy.PartitionConserve,
+		sh:       shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
+		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
+		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
+		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
+	}
+	l.period = v.Duration("period")
+	l.ttl = v.DurationOr("ttl", 2*l.period)
+	l.rperiod = v.Duration("region_period")
+	l.rttl = v.DurationOr("region_ttl", 3*l.rperiod)
+	lan := v.DurationOr("lan_latency", min(hint, 5*time.Millisecond))
+	l.timeout = v.DurationOr("timeout", strategy.HintTimeout(hint))
+	l.window = v.Duration("window")
+	l.takeover = v.DurationOr("takeover", l.rttl+time.Second)
+	l.maxSkew = v.Duration("max_skew")
+	l.admitOnTimeout = v.Enum("on_timeout") == "admit"
+	retries, minLease := v.Int("retries"), v.Int("min_lease")
+	switch {
+	case l.period <= 0, l.rperiod <= 0, l.window <= 0, l.timeout <= 0:
+		return nil, fmt.Errorf("regionlease: parameters period, region_period, window and timeout must be positive")
+	case l.ttl < l.period:
+		return nil, fmt.Errorf("regionlease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+	case l.rttl < l.rperiod || l.rttl < l.ttl:
+		return nil, fmt.Errorf("regionlease: parameter region_ttl=%s must be at least region_period=%s and ttl=%s", l.rttl, l.rperiod, l.ttl)
+	case l.takeover < l.rttl:
+		return nil, fmt.Errorf("regionlease: parameter takeover=%s must be at least region_ttl=%s (the old owner's leases must have ended)", l.takeover, l.rttl)
+	case lan < 0 || l.maxSkew < 0:
+		return nil, fmt.Errorf("regionlease: parameters lan_latency and max_skew must not be negative")
+	case retries < 0:
+		return nil, fmt.Errorf("regionlease: parameter retries=%d is negative", retries)
+	case minLease < 1:
+		return nil, fmt.Errorf("regionlease: parameter min_lease=%d must be at least 1", minLease)
+	}
+	l.minLease = int64(minLease)
+	l.retryEvery = l.timeout / time.Duration(retries+1)
+	l.lead = min(2*lan, l.ttl/4)
+	l.rlead = min(2*hint, l.rttl/4)
+	l.rtt = 2 * hint
+	l.idle = v.Duration("idle")
+	if l.idle <= 0 {
+		return nil, fmt.Errorf("regionlease: parameter idle must be positive")
+	}
+	if hint <= 0 {
+		l.lead, l.rlead = l.ttl/4, l.rttl/4
+	}
+	if cfg.Rate.Tokens > 0 {
+		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
+	}
+	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	l.sweepLag = l.timeout + 3*hint + l.maxSkew
+	l.gseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
+	l.rseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
+	return l, nil
+}
+
+// Start schedules the first sweep. A start after time 0 is a restart: a
+// key whose global owner this node is starts with an empty bucket,
+// refilling from now + takeover (every lease of its previous incarnation
+// has ended by then).
+func (l *RegionLease) Start(now time.Duration, fx *strategy.Effects) {
+	if now > 0 {
+		l.restarted, l.restartAt = true, now
+	}
+	l.seqBase = uint64(now)
+	l.relaySeq = uint64(now)
+	l.nextSweep = now + l.sweepEvery
+	fx.WakeAt(l.nextSweep)
+}
+
+// candidates is the set the global owner is chosen from: the live members,
+// and under conserve the last agreed ones too.
+func (l *RegionLease) candidates() []strategy.NodeID {
+	if !l.conserve {
+		return l.live
+	}
+	_, _, union := strategy.ConserveScale(l.self, l.live, l.expect)
+	return union
+}
+
+// global is key's global owner, and whether it is live (under conserve it
+// may be on the other side of a cut: the key is then not coordinated).
+func (l *RegionLease) global(key string) (strategy.NodeID, bool) {
+	o := rendezvous.Owner(key, l.candidates())
+	if o == "" {
+		return l.self, true
+	}
+	return o, o == l.self || slices.Contains(l.live, o)
+}
+
+// regional is key's regional owner in this node's region: rendezvous over
+// the region's live members (this node when it sees none).
+func (l *RegionLease) regional(key string) strategy.NodeID {
+	var in []strategy.NodeID
+	for _, m := range l.live {
+		if topology.Of(m) == l.region {
+			in = append(in, m)
+		}
+	}
+	if o := rendezvous.Owner(key, in); o != "" {
+		return o
+	}
+	return l.self
+}
+
+// upstream is where this node asks for key's leases and forwards its
+// requests: its regional owner, or the global owner when this node is the
+// regional owner; "" when this node is the global owner (it decides from
+// the pool), or when the global owner is cut off (conserve).
+func (l *RegionLease) upstream(key string) (to strategy.NodeID, regionTier bool) {
+	g, ok := l.global(key)
+	if g == l.self {
+		return "", false
+	}
+	if r := l.regional(key); r != l.self {
+		return r, false
+	}
+	if !ok {
+		return "", true
+	}
+	return g, true
+}
+
+// Receive handles a peer's message. Errors (no state change): see
+// decodeMessage and validate (wire.go).
+func (l *RegionLease) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	m, err := decodeMessage(from, payload)
+	if err != nil {
+		return err
+	}
+	if err := l.validate(now, from, m); err != nil {
+		return err
+	}
+	return l.dispatch(now, from, m, fx)
+}
+
+// Tick does what is due: resends and deadlines of forwards, relays, asks
+// and returns; the end of leases held and granted; the sweep.
+func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
+	for l.timers.Len() > 0 && l.timers.Peek().at <= now {
+		t := l.timers.Pop()
+		switch t.kind {
+		case timerForward:
+			l.forwardTimer(now, t, fx)
+		case timerRelay:
+			l.relayTimer(now, t, fx)
+		case timerAsk:
+			l.askTimer(now, t, fx)
+		case timerLease:
+			l.leaseTimer(now, t, fx)
+		case timerRenew:
+			if h := l.keys[t.key]; h != nil {
+				l.maybeAsk(now, t.key, h, fx)
+			}
+		case timerReturn:
+			l.returnTimer(now, t, fx)
+		case timerIdle:
+			l.idleTimer(now, t, fx)
+		}
+	}
+	l.expireGrants(now, fx)
+	l.gseen.Expire(now, fx)
+	l.rseen.Expire(now, fx)
+	if now >= l.nextSweep {
+		l.sweep(now)
+		l.nextSweep = now + l.sweepEvery
+		fx.WakeAt(l.nextSweep)
+	}
+}
+
+// SetMembers takes the new view: pools of keys this node no longer owns
+// globally are dropped (a key that comes back starts conservatively), the
+// change is remembered for the conservative start of keys that moved
+// here, and forwards and asks to nodes that left are sent again.
+func (l *RegionLease) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	prev := slices.Clone(l.candidates())
+	l.live = append(l.live[:0], members...)
+	l.changed(now, prev, fx)
+}
+
+// SetExpected takes the last agreed members (strategy.Conserver); under
+// available it only keeps them.
+func (l *RegionLease) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	prev := slices.Clone(l.candidates())
+	l.expect = append(l.expect[:0], expected...)
+	if l.conserve {
+		l.changed(now, prev, fx)
+	}
+}
+
+func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *strategy.Effects) {
+	l.changes = slices.DeleteFunc(l.changes, func(c change) bool { return c.at+l.takeover+l.fillTime < now })
+	l.changes = append(l.changes, change{at: now, prev: prev})
+	for _, key := range sortedKeys(l.pools) {
+		if g, _ := l.global(key); g != l.self {
+			delete(l.pools, key) // its grants stay counted nowhere: they end by themselves
+		}
+	}
+	for _, id := range forwarding.Orphaned(l.pending, l.live) {
+		p := l.pending[id]
+		if to, _ := l.upstream(p.Req.Key); to != "" {
+			l.forward(now, p, to, fx)
+		}
+	}
+	for _, h := range l.keys {
+		if h.asking && !slices.Contains(l.live, h.askTo) {
+			h.asking = false
+		}
+	}
+}
+
+// moveOf reports whether key's global ownership came to this node lately
+// (a restart, a change, or a peer that sends it the key while its own view
+// says otherwise), and when: its pool then starts conservatively.
+func (l *RegionLease) moveOf(key string, now time.Duration) (time.Duration, bool) {
+	var at time.Duration
+	moved := false
+	if l.restarted {
+		moved, at = true, l.restartAt
+	}
+	for _, c := range l.changes {
+		if o := rendezvous.Owner(key, c.prev); o != l.self {
+			moved, at = true, max(at, c.at)
+		}
+	}
+	if g, _ := l.global(key); g != l.self {
+		moved, at = true, max(at, now)
+	}
+	return at, moved
+}
+
+// pool returns key's bucket at this node as global owner, creating it:
+// full, or, when the key moved here, empty and refilling from the move +
+// takeover.
+func (l *RegionLease) pool(key string, now time.Duration) *pool {
+	if p := l.pools[key]; p != nil {
+		return p
+	}
+	p := &pool{level: l.sh.burst * l.sh.per}
+	if at, moved := l.moveOf(key, now); moved {
+		p = &pool{level: 0, last: at + l.takeover}
+	}
+	l.pools[key] = p
+	return p
+}
+
+// sweep forgets full pools without leases, and holdings with nothing left
+// to remember.
+func (l *RegionLease) sweep(now time.Duration) {
+	at := now - l.sweepLag
+	for k, p := range l.pools {
+		if p.last > at {
+			continue
+		}
+		if cp := *p; l.sh.full(&cp, at) {
+			delete(l.pools, k)
+		}
+	}
+	for k, h := range l.keys {
+		for seq, exp := range h.accepted {
+			if exp <= now {
+				delete(h.accepted, seq)
+			}
+		}
+		for n, r := range h.reports {
+			if r.at+2*l.window <= now {
+				delete(h.reports, n)
+			}
+		}
+		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
+			continue
+		}
+		delete(l.keys, k)
+	}
+}
+
+// StateBytes counts pools, lease records, holdings, relays and pending
+// forwards.
+func (l *RegionLease) StateBytes() int {
+	const perPool, perGrant, perHolding, perLease, perRequest, perSeen = 24, 40, 64, 48, 40, 16
+	n := 0
+	for k := range l.pools {
+		n += perPool + len(k)
+	}
+	for id := range l.grants {
+		n += perGrant + len(id.key)
+	}
+	for k, h := range l.keys {
+		n += perHolding + len(k) + len(h.leases)*perLease + len(h.reports)*24
+	}
+	for _, p := range l.pending {
+		n += perRequest + len(p.Req.Key)
+	}
+	for _, r := range l.relays {
+		n += perRequest + len(r.key)
+	}
+	return n + (l.gseen.Len()+l.rseen.Len())*perSeen + len(l.returns)*perGrant
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

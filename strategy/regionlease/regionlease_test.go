@@ -1,0 +1,185 @@
+package regionlease_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
+	"github.com/tokenmesh/tokenmesh/topology"
+	"github.com/tokenmesh/tokenmesh/workload"
+)
+
+func node(t *testing.T, self string, members ...string) *regionlease.RegionLease {
+	t.Helper()
+	var ms []strategy.NodeID
+	for _, m := range members {
+		ms = append(ms, strategy.NodeID(m))
+	}
+	l, err := regionlease.New(strategy.Config{Self: strategy.NodeID(self), Members: ms, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+		Burst: 10, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Peer values out of bounds are refused with an error that names the
+// field and its bounds, and change nothing.
+func TestReceiveRefusesOutOfBounds(t *testing.T) {
+	l := node(t, "eu.n0", "eu.n0", "eu.n1", "us.n2")
+	var fx strategy.Effects
+	l.Start(0, &fx)
+	now := time.Second
+	cases := []struct {
+		msg  *peerv1.RegionLeaseMessage
+		want string
+	}{
+		{&peerv1.RegionLeaseMessage{}, "has no body"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "", ArrivalNs: 1}}}, "key of 0 bytes"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "k", ExtraTokens: 10}}}, "11 tokens outside [1, burst 10]"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "k", ArrivalNs: int64(2 * time.Second)}}}, "outside [0, now + max_skew"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 0}}}, "0 tokens outside [1, burst 10]"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 1, DemandMtps: 1 << 62}}}, "demand"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 1, Spent: make([]uint64, 17)}}}, "17 spent leases"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{Key: "k", Seq: 1, Tokens: 11}}}, "11 tokens outside [0, burst 10]"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{Key: "k", Seq: 1, Tokens: 1, ExpiresNs: int64(time.Hour)}}}, "region_ttl"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{Key: "k", Seq: 1, Unused: -1}}}, "-1 unused tokens"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Used{Used: &peerv1.RegionLeaseUsed{Key: "k", Seq: 1, Used: 11}}}, "used report"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Verdict{Verdict: &peerv1.RegionLeaseVerdict{RequestId: 1, EmptyForUs: 1 << 60}}}, "dry hint"},
+	}
+	before := l.StateBytes()
+	for _, c := range cases {
+		b, err := proto.Marshal(c.msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.Reset()
+		err = l.Receive(now, "us.n2", b, &fx)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "regionlease: ") {
+			t.Errorf("%v: error %v, want one naming %q", c.msg, err, c.want)
+		}
+		if len(fx.Messages)+len(fx.Decisions) > 0 || l.StateBytes() != before {
+			t.Errorf("%v: refused, yet it sent %d messages, decided %d, state %d -> %d bytes", c.msg, len(fx.Messages), len(fx.Decisions), before, l.StateBytes())
+		}
+	}
+	if err := l.Receive(now, "us.n2", []byte{0xff, 0xff}, &fx); err == nil || !strings.Contains(err.Error(), "does not decode") {
+		t.Errorf("garbage: error %v", err)
+	}
+}
+
+// Without regions (node ids with no region) every node is in one region,
+// whose regional owner is the global owner: regionlease is one tier of
+// leases, as lease. A non-owner forwards and asks to the key's global
+// owner directly.
+func TestNoRegionsIsOneTier(t *testing.T) {
+	members := []string{"n0", "n1", "n2", "n3"}
+	var owner string
+	for _, m := range members {
+		// The owner is the one node that decides key k at once when it
+		// is asked for 1 token of a fresh bucket.
+		l := node(t, m, members...)
+		var fx strategy.Effects
+		l.Start(0, &fx)
+		fx.Reset()
+		d, ok := l.Request(time.Millisecond, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: time.Millisecond}, &fx)
+		if ok {
+			if !d.Allowed || owner != "" {
+				t.Fatalf("%s decided %v; owner so far %q", m, d, owner)
+			}
+			owner = m
+			continue
+		}
+		if len(fx.Messages) != 1 {
+			t.Fatalf("%s: %d messages, want one forward", m, len(fx.Messages))
+		}
+		defer func(m string, to strategy.NodeID) {
+			if string(to) != owner {
+				t.Errorf("%s forwarded to %s, want the global owner %s", m, to, owner)
+			}
+		}(m, fx.Messages[0].To)
+	}
+	if owner == "" {
+		t.Fatal("no node decided the key at once")
+	}
+}
+
+// A cut of one region under partition: conserve: the cut region keeps
+// only what it holds (its stock and its nodes' leases, then refuses), the
+// other side decides as before, and after the heal nothing was created:
+// the envelope holds exactly over the whole run, and the cut region
+// admits again after the heal.
+func TestCutConserve(t *testing.T) {
+	rate, err := bucket.PerSecond(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const burst = 100
+	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := g.Generate(7)
+	lat, _ := sim.ParseLatency("1ms")
+	wan, _ := sim.ParseLatency("exp:60ms+20ms")
+	sc := &sim.Scenario{Detection: time.Second, JoinDelay: 200 * time.Millisecond, Events: []sim.ScenarioEvent{
+		{At: 5 * time.Second, Cut: []string{"ap"}}, {At: 20 * time.Second, Heal: true}}}
+	res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
+		Rate: rate, Burst: burst, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
+		Scenario: sc, Partition: strategy.PartitionConserve,
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := make([]bool, len(tr.Requests))
+	var apDuring, apAfter int
+	for i, o := range res.Outcomes {
+		allowed[i] = o.Decided && o.Allowed
+		if !allowed[i] || i%6 < 4 { // ap.n4, ap.n5
+			continue
+		}
+		switch at := tr.Requests[i].Arrival; {
+		case at >= 7*time.Second && at < 20*time.Second:
+			apDuring++ // after the views saw the cut and the leases ended
+		case at >= 23*time.Second:
+			apAfter++
+		}
+	}
+	if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+		t.Fatalf("%.3f tokens beyond b + r*T", v)
+	}
+	var per [3][3]int // region (eu, us, ap) x before the cut, during, after the heal
+	for i, ok := range allowed {
+		if !ok {
+			continue
+		}
+		ph := 1
+		switch at := tr.Requests[i].Arrival; {
+		case at < 5*time.Second:
+			ph = 0
+		case at >= 23*time.Second:
+			ph = 2
+		}
+		per[i%6/2][ph]++
+	}
+	t.Logf("ap admitted %d during the cut (after its leases ended), %d after the heal; admitted per region (eu, us, ap) x (before, during, after): %v", apDuring, apAfter, per)
+	if apAfter == 0 {
+		t.Errorf("ap admitted nothing after the heal")
+	}
+	if apDuring != 0 {
+		t.Errorf("ap admitted %d during the cut after its leases ended: it holds nothing then", apDuring)
+	}
+}
+
+// byIndex sends request i to node i mod n.
+type byIndex struct{}
+
+func (byIndex) Assign(_ *workload.Request, i, n int) int { return i % n }

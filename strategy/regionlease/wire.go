@@ -1,0 +1,138 @@
+package regionlease
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Peer values are bounded (validate): a peer can neither make this node
+// hold unbounded state nor move its buckets with values no honest peer
+// sends.
+
+// maxDemand bounds a reported demand (tokens per second).
+const maxDemand = 1e12
+
+func errorf(format string, a ...any) error {
+	return fmt.Errorf("regionlease: "+format, a...)
+}
+
+func decodeMessage(from strategy.NodeID, payload []byte) (*peerv1.RegionLeaseMessage, error) {
+	m := &peerv1.RegionLeaseMessage{}
+	if err := proto.Unmarshal(payload, m); err != nil {
+		return nil, errorf("message from %s does not decode: %v", from, err)
+	}
+	if m.Body == nil {
+		return nil, errorf("message from %s has no body", from)
+	}
+	return m, nil
+}
+
+func checkKey(from strategy.NodeID, key string) error {
+	if key == "" || len(key) > strategy.MaxKeyStateBytes {
+		return errorf("message from %s: key of %d bytes (want 1..%d)", from, len(key), strategy.MaxKeyStateBytes)
+	}
+	return nil
+}
+
+// validate refuses, naming the field and its bounds: an empty or oversized
+// key; a forward's tokens outside [1, burst] or arrival outside [0, now +
+// max_skew]; an ask's tokens outside [1, burst], time outside [0, now +
+// max_skew], demand above 1e12 tokens/s or more than 16 spent leases; a
+// grant's tokens outside [0, burst], end beyond now + region_ttl +
+// max_skew or dry hint beyond now + a day; a return's unused tokens or a
+// used report's tokens outside [0, burst]; a verdict's dry hint beyond a
+// day.
+func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv1.RegionLeaseMessage) error {
+	ahead := int64(now + l.maxSkew)
+	switch b := m.Body.(type) {
+	case *peerv1.RegionLeaseMessage_Forward:
+		f := b.Forward
+		if err := checkKey(from, f.Key); err != nil {
+			return err
+		}
+		if f.ExtraTokens < 0 || f.ExtraTokens >= l.sh.burst {
+			return errorf("forward from %s: %d tokens outside [1, burst %d]", from, f.ExtraTokens+1, l.sh.burst)
+		}
+		if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
+			return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
+		}
+	case *peerv1.RegionLeaseMessage_Verdict:
+		if b.Verdict.EmptyForUs > uint64(maxHint/time.Microsecond) {
+			return errorf("verdict from %s: dry hint of %d µs beyond %v", from, b.Verdict.EmptyForUs, maxHint)
+		}
+	case *peerv1.RegionLeaseMessage_Ask:
+		a := b.Ask
+		if err := checkKey(from, a.Key); err != nil {
+			return err
+		}
+		switch {
+		case a.Tokens < 1 || a.Tokens > l.sh.burst:
+			return errorf("ask from %s: %d tokens outside [1, burst %d]", from, a.Tokens, l.sh.burst)
+		case a.AskedAtNs < 0 || a.AskedAtNs > ahead:
+			return errorf("ask from %s: time %v outside [0, now + max_skew %v]", from, time.Duration(a.AskedAtNs), time.Duration(ahead))
+		case float64(a.DemandMtps) > maxDemand*1000:
+			return errorf("ask from %s: demand %d mtps above %g tokens/s", from, a.DemandMtps, maxDemand)
+		case len(a.Spent) > maxSpent:
+			return errorf("ask from %s: %d spent leases (at most %d)", from, len(a.Spent), maxSpent)
+		}
+	case *peerv1.RegionLeaseMessage_Grant:
+		g := b.Grant
+		if err := checkKey(from, g.Key); err != nil {
+			return err
+		}
+		switch {
+		case g.Tokens < 0 || g.Tokens > l.sh.burst:
+			return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.burst)
+		case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew):
+			return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
+		case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
+			return errorf("grant from %s: dry hint %v outside [0, now + %v]", from, time.Duration(g.EmptyUntilNs), maxHint)
+		}
+	case *peerv1.RegionLeaseMessage_Return:
+		r := b.Return
+		if err := checkKey(from, r.Key); err != nil {
+			return err
+		}
+		if r.Unused < 0 || r.Unused > l.sh.burst {
+			return errorf("return from %s: %d unused tokens outside [0, burst %d]", from, r.Unused, l.sh.burst)
+		}
+	case *peerv1.RegionLeaseMessage_ReturnAck:
+		if err := checkKey(from, b.ReturnAck.Key); err != nil {
+			return err
+		}
+	case *peerv1.RegionLeaseMessage_Used:
+		u := b.Used
+		if err := checkKey(from, u.Key); err != nil {
+			return err
+		}
+		if u.Used < 0 || u.Used > l.sh.burst {
+			return errorf("used report from %s: %d tokens outside [0, burst %d]", from, u.Used, l.sh.burst)
+		}
+	}
+	return nil
+}
+
+func (l *RegionLease) dispatch(now time.Duration, from strategy.NodeID, m *peerv1.RegionLeaseMessage, fx *strategy.Effects) error {
+	switch b := m.Body.(type) {
+	case *peerv1.RegionLeaseMessage_Forward:
+		l.onForward(now, from, b.Forward, fx)
+	case *peerv1.RegionLeaseMessage_Verdict:
+		return l.onVerdict(now, from, b.Verdict, fx)
+	case *peerv1.RegionLeaseMessage_Ask:
+		l.onAsk(now, from, b.Ask, fx)
+	case *peerv1.RegionLeaseMessage_Grant:
+		return l.onGrant(now, from, b.Grant, fx)
+	case *peerv1.RegionLeaseMessage_Return:
+		l.onReturn(now, from, b.Return, fx)
+	case *peerv1.RegionLeaseMessage_ReturnAck:
+		l.onReturnAck(from, b.ReturnAck)
+	case *peerv1.RegionLeaseMessage_Used:
+		l.onUsed(now, from, b.Used)
+	}
+	return nil
+}
