@@ -207,6 +207,7 @@ func TestPrintTableExcess(t *testing.T) {
 		limit: limitSpec{perS: 100, burst: 100, set: true}, window: time.Second, overload: 2, offeredPerS: 4000}
 	rows := []row{
 		{sys: "tokenmesh owner", ref: true, n: 3, runs: []run{{checksPerS: 4000, excess: loadgen.Excess{Worst: 1}}, {checksPerS: 4000}}},
+		{sys: "tokenmesh gdrl", n: 3, runs: []run{{checksPerS: 4000, excess: loadgen.Excess{Sliding: 1.5}}}},
 		{sys: "gubernator global", n: 3, runs: []run{{checksPerS: 4000, excess: loadgen.Excess{Worst: 3, Sum: 10, Keys: 2, Sliding: 90}},
 			{checksPerS: 4000, excess: loadgen.Excess{Worst: 7, Sum: 5, Keys: 1, Sliding: 12}}}},
 	}
@@ -215,7 +216,7 @@ func TestPrintTableExcess(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{"keys tenants:20", "limit 100/s burst 100 per key, open loop at 4000 checks/s (2x the limit on the hottest key)",
 		"| worst window excess | excess sum | keys over | sliding excess | limit kept |",
-		"| 1.0 | 0 | 0 | 0.0 | yes |", "| 7.0 | 10 | 2 | 90.0 | no |", "b 100, r 100/s, T 1s: 200"} {
+		"| 1.0 | 0 | 0 | 0.0 | yes |", "| 0.0 | 0 | 0 | 1.5 | no |", "| 7.0 | 10 | 2 | 90.0 | no |", "b 100, r 100/s, T 1s: 200"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
