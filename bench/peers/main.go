@@ -117,7 +117,7 @@ func main() {
 	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time of one run")
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured run before each measured one")
 	flag.IntVar(&f.rounds, "rounds", 2, "rounds (A-B-A-B: each round runs every system once)")
-	flag.IntVar(&f.workers, "workers", 32, "closed-loop workers, one call in flight each")
+	flag.IntVar(&f.workers, "workers", 32, "workers, one call in flight each (a closed loop; with --limit they send on the open loop's schedule, and a system slower than workers/latency falls behind it)")
 	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (--keys-dist uniform only)")
 	distSpec := flag.String("keys-dist", "uniform", "key distribution: uniform (--keys keys), zipf[:s=1.1,n=100000] (key i drawn with probability proportional to (i+1)^-s), tenants[:20] (N hot tenant keys carrying all the load)")
 	limit := flag.String("limit", "", "per-key limit every system enforces, a whole number per second (e.g. 100/s); empty: 10^9/s, every check admitted, closed loop. "+
