@@ -38,7 +38,9 @@ bench:
 # versions into bench/peers/bin, redis-server from the OS packages when
 # missing, builds the redis_rate server of bench/peers, then runs them all
 # on loopback (1 and 3 nodes), A-B-A-B, and prints one table. Arguments of
-# the harness: PEERS_ARGS (e.g. PEERS_ARGS="--nodes 1 --duration 4s").
+# the harness: PEERS_ARGS (e.g. PEERS_ARGS="--nodes 1 --duration 4s"; on
+# realistic keys with a real limit and the excess admitted per key:
+# PEERS_ARGS="--keys-dist tenants:20 --limit 100/s --gubernator exact,global").
 GUBERNATOR_VERSION ?= v2.13.0
 RATELIMIT_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
 PEERS_BIN := $(CURDIR)/bench/peers/bin

@@ -95,9 +95,9 @@ func newGubRequest(name string, rule GubernatorRule, batch int, hits int64) *gub
 	return r
 }
 
-func (r *gubRequest) draw(keys []string, rng *rand.Rand) {
+func (r *gubRequest) draw(keys *keyPicker, rng *rand.Rand) {
 	for i := range r.keys {
-		r.keys[i] = drawKey(keys, rng)
+		r.keys[i] = keys.pick(rng)
 	}
 	r.encode()
 }
@@ -121,6 +121,7 @@ func (r *gubRequest) encode() {
 type gubResponse struct {
 	items, over, errs int
 	firstError        string
+	admitted          []bool // per item: UNDER_LIMIT without error (reused across calls)
 }
 
 // decodeGubResponse reads GetRateLimitsResp (field 1: RateLimitResp,
@@ -128,7 +129,7 @@ type gubResponse struct {
 // OVER_LIMIT) and error (field 5). Malformed input is an error; unknown
 // fields are skipped.
 func decodeGubResponse(b []byte, g *gubResponse) error {
-	*g = gubResponse{}
+	*g = gubResponse{admitted: g.admitted[:0]}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -178,6 +179,7 @@ func (g *gubResponse) decodeItem(b []byte) error {
 		}
 		b = b[n:]
 	}
+	g.admitted = append(g.admitted, len(errMsg) == 0 && status == 0)
 	switch {
 	case len(errMsg) > 0:
 		g.errs++

@@ -20,8 +20,11 @@
 // Each of Options.Concurrency workers sends unary Check calls, one at a
 // time, spread round-robin over Options.Targets. A call carries
 // Options.Batch checks of one rule; keys ("k0".."k{n-1}") are drawn
-// uniformly by a per-worker seeded PRNG, or all checks use one key
-// (Options.HotKey). Closed loop (Rate 0) each worker sends its next call as
+// uniformly by a per-worker seeded PRNG, or by Zipf's law (Options.ZipfS),
+// or all checks use one key (Options.HotKey). With
+// Options.RecordAdmissions the result lists every admitted check (key, time
+// of the answer), and WindowExcess holds them to a token bucket's
+// b + r*T per key. Closed loop (Rate 0) each worker sends its next call as
 // soon as the previous answered; open loop (Rate > 0) calls are scheduled
 // at fixed intervals and latency is measured from the scheduled time, so a
 // slow server is not hidden by a slow client (no coordinated omission).
@@ -105,6 +108,15 @@ type Options struct {
 	Keys int
 	// HotKey makes every check use one key (KeyPrefix + "0").
 	HotKey bool
+	// ZipfS, when > 0, draws key i (from 0, of Keys) with probability
+	// proportional to (i+1)^-ZipfS (Zipf's law, as workload's heavy
+	// generator; KeyPrefix + "0" the hottest) instead of uniformly; 0:
+	// uniform. Finite, at most 100.
+	ZipfS float64
+	// RecordAdmissions makes Result.Admissions list every admitted check
+	// of the measured Duration, for a per-key account against the limit
+	// (WindowExcess). It costs an append per admitted check.
+	RecordAdmissions bool
 	// KeyPrefix starts every key name; "": "k".
 	KeyPrefix string
 	// Hits is the tokens each check asks for, 1..MaxHits; 0: 1.
@@ -166,6 +178,10 @@ type Result struct {
 	// client's cost when the server runs in another process.
 	ProcessCPU time.Duration `json:"-"`
 	CPUCores   float64       `json:"client_cpu_cores"`
+
+	// Admissions are the admitted checks of the measured Duration, with
+	// Options.RecordAdmissions (in no particular order); see WindowExcess.
+	Admissions []Admission `json:"-"`
 }
 
 // LatencyMS is the latency percentiles in milliseconds.
@@ -207,6 +223,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("Rate %v: must be a finite number of calls per second >= 0", o.Rate)
 	case o.MaxRPCs < 0:
 		return fmt.Errorf("MaxRPCs %d: must be >= 0", o.MaxRPCs)
+	case math.IsNaN(o.ZipfS) || o.ZipfS < 0 || o.ZipfS > 100:
+		return fmt.Errorf("ZipfS %v: must be between 0 (uniform keys) and 100", o.ZipfS)
 	}
 	if o.API == APIGubernator {
 		if err := o.Gubernator.validate(); err != nil {
@@ -357,6 +375,7 @@ type workerStats struct {
 	rpcs, failed, allowed, refused, errs int64
 	hist                                 *hdrhistogram.Histogram
 	samples                              []string
+	admissions                           []Admission
 }
 
 func (s *workerStats) sample(msg string) {
@@ -399,6 +418,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i := range keyNames {
 		keyNames[i] = prefix + strconv.Itoa(i)
 	}
+	picker := newKeyPicker(keyNames, o.ZipfS)
 	start := time.Now()
 	measureStart := start.Add(o.Warmup)
 	end := measureStart.Add(o.Duration)
@@ -420,7 +440,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		go func() {
 			defer wg.Done()
-			stats[w] = runWorker(runCtx, &o, w, conns, keyNames, start, measureStart, end, quota)
+			stats[w] = runWorker(runCtx, &o, w, conns, picker, start, measureStart, end, quota)
 		}()
 	}
 	workersDone := make(chan struct{})
@@ -477,6 +497,7 @@ loop:
 		if s.hist != nil {
 			hist.Merge(s.hist)
 		}
+		r.Admissions = append(r.Admissions, s.admissions...)
 		for _, m := range s.samples {
 			if len(r.ErrorSample) < maxErrorSamples && !slices.Contains(r.ErrorSample, m) {
 				r.ErrorSample = append(r.ErrorSample, m)
@@ -509,7 +530,7 @@ loop:
 }
 
 // runWorker is one worker's loop.
-func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientConn, keys []string,
+func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientConn, keys *keyPicker,
 	start, measureStart, end time.Time, quota int64) workerStats {
 	st := workerStats{hist: hdrhistogram.New(histMin, histMax, histDigits)}
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
@@ -601,6 +622,29 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 			st.sample(bad)
 			continue
 		}
+		if o.RecordAdmissions && allowed > 0 {
+			at := done.Sub(measureStart)
+			switch {
+			case greq != nil:
+				for i, ok := range gresp.admitted {
+					if ok {
+						st.admissions = append(st.admissions, Admission{At: at, Key: greq.keys[i], Tokens: o.Hits})
+					}
+				}
+			case rreq != nil:
+				for i, s := range rresp.GetStatuses() {
+					if s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+						st.admissions = append(st.admissions, Admission{At: at, Key: rreq.entries[i].Value, Tokens: o.Hits})
+					}
+				}
+			default:
+				for i, res := range resp.GetResults() {
+					if res.GetAllowed() {
+						st.admissions = append(st.admissions, Admission{At: at, Key: req.items[i].Key, Tokens: o.Hits})
+					}
+				}
+			}
+		}
 		st.rpcs++
 		st.allowed += allowed
 		st.refused += refused
@@ -630,9 +674,9 @@ func newRequest(rule string, batch int, hits int64) *request {
 }
 
 // draw picks the keys of the next call.
-func (r *request) draw(keys []string, rng *rand.Rand) {
+func (r *request) draw(keys *keyPicker, rng *rand.Rand) {
 	for i := range r.items {
-		r.items[i].Key = drawKey(keys, rng)
+		r.items[i].Key = keys.pick(rng)
 	}
 }
 
@@ -668,9 +712,9 @@ func newRLSRequest(domain, entryKey string, batch int, hits int64) *rlsRequest {
 	return r
 }
 
-func (r *rlsRequest) draw(keys []string, rng *rand.Rand) {
+func (r *rlsRequest) draw(keys *keyPicker, rng *rand.Rand) {
 	for i := range r.entries {
-		r.entries[i].Value = drawKey(keys, rng)
+		r.entries[i].Value = keys.pick(rng)
 	}
 }
 

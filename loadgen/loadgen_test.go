@@ -193,7 +193,7 @@ func TestBadOptions(t *testing.T) {
 // keys, and tally counts a response's results (and flags a short one).
 func TestRequestAndTally(t *testing.T) {
 	r := newRequest("api", 5, 300)
-	r.draw([]string{"k0", "k1", "k2"}, mrand.New(mrand.NewPCG(1, 2)))
+	r.draw(newKeyPicker([]string{"k0", "k1", "k2"}, 0), mrand.New(mrand.NewPCG(1, 2)))
 	b, err := proto.Marshal(r.msg)
 	if err != nil {
 		t.Fatal(err)

@@ -4,14 +4,16 @@
 // by PID (SIGTERM, then SIGKILL after 5 s; on Linux the kernel kills them
 // if this process dies first); every load run is bounded in time.
 //
-// Systems, each with a rule of 10^9 tokens/s and a burst of 10^9 (every
-// check is admitted):
+// Systems, each by default with a rule of 10^9 tokens/s and a burst of
+// 10^9 (every check is admitted; --limit and --burst below):
 //
 //	1 node:  tokenmesh (owner); Gubernator v2 (1 node); envoyproxy/ratelimit
 //	         on redis-server; redisrate (go-redis/redis_rate, GCRA) on
 //	         redis-server.
 //	3 nodes: tokenmesh owner; tokenmesh gdrl; Gubernator v2 (3 nodes,
-//	         member-list, BATCHING: the exact mode, the owner decides);
+//	         member-list, BATCHING: the exact mode, the owner decides;
+//	         --gubernator exact,global adds GLOBAL, where every node
+//	         decides and the owner syncs, at 1 and 3 nodes);
 //	         three redisrate front-ends on one redis-server; three
 //	         envoyproxy/ratelimit front-ends on one redis-server.
 //	both:    the floor (bench/peers/floor): tokenmesh.v1 answered by
@@ -36,6 +38,22 @@
 // servers' processes, redis-server included, from /proc/<pid>/stat, over
 // the measured run; and the load generator's own), with tokenmesh's
 // checks/s over each system's.
+//
+// Realistic keys and limits (issue 26): --keys-dist picks the keys (uniform
+// over --keys, the default; zipf:s=S,n=N; tenants:N, N hot keys carrying
+// all the load, as the simulator's tenants workload), and --limit R/s
+// --burst B gives every system a per-key token bucket in its own terms
+// (tokenmesh: the rule; Gubernator: limit R per 1s and burst B in every
+// request, its TOKEN_BUCKET a fixed window of R per second that reads no
+// burst; envoy ratelimit: requests_per_unit R, unit second, a fixed
+// window; redis_rate: rate R per 1s, burst B). With --limit the load is an
+// open loop at --overload (2) times the limit on the hottest key, so there
+// are refusals, and the load generator records every admission (key, time
+// of the answer on its own clock): the table adds the excess over b + r*T
+// per key in fixed windows of --window (T) and over any interval
+// (loadgen.WindowExcess), and says which system kept the limit. Without
+// --limit the harness is what it was (closed loop, 10^9/s, the same
+// table).
 package main
 
 import (
@@ -65,10 +83,9 @@ import (
 )
 
 const (
-	ruleName  = "bench"
-	limitPerS = 1_000_000_000
-	domain    = "bench"
-	descKey   = "key"
+	ruleName = "bench"
+	domain   = "bench"
+	descKey  = "key"
 )
 
 type flags struct {
@@ -84,6 +101,12 @@ type flags struct {
 	gubernatorBin, ratelimitBin string
 	redisBin, redisrateBin      string
 	floorBin                    string
+	dist                        keysDist
+	limit                       limitSpec
+	window                      time.Duration
+	overload                    float64
+	offeredPerS                 float64 // checks/s of the open loop (limit set)
+	gubernatorModes             []string
 }
 
 func main() {
@@ -94,8 +117,16 @@ func main() {
 	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time of one run")
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured run before each measured one")
 	flag.IntVar(&f.rounds, "rounds", 2, "rounds (A-B-A-B: each round runs every system once)")
-	flag.IntVar(&f.workers, "workers", 32, "closed-loop workers, one call in flight each")
-	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly")
+	flag.IntVar(&f.workers, "workers", 32, "workers, one call in flight each (a closed loop; with --limit they send on the open loop's schedule, and a system slower than workers/latency falls behind it)")
+	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (--keys-dist uniform only)")
+	distSpec := flag.String("keys-dist", "uniform", "key distribution: uniform (--keys keys), zipf[:s=1.1,n=100000] (key i drawn with probability proportional to (i+1)^-s), tenants[:20] (N hot tenant keys carrying all the load)")
+	limit := flag.String("limit", "", "per-key limit every system enforces, a whole number per second (e.g. 100/s); empty: 10^9/s, every check admitted, closed loop. "+
+		"Set, the load is an open loop offering the hottest key --overload times the limit, and every admission is counted per key and --window")
+	burst := flag.Int64("burst", 0, "per-key burst with --limit (0: one second's tokens); Gubernator's token bucket and envoy ratelimit have no burst of their own: a fixed window of the limit")
+	flag.DurationVar(&f.window, "window", time.Second, "with --limit: the windows the admissions are counted in, T of b + r*T; "+
+		"make it several times b/r: at --overload 2 with b = r*1s, a 1s window's bound is the hottest key's whole offered load and no limiter at all shows an excess")
+	flag.Float64Var(&f.overload, "overload", 2, "with --limit: offered load on the hottest key over its limit")
+	gm := flag.String("gubernator", "exact", "Gubernator rows, comma-separated: exact (BATCHING: the owner decides), global (GLOBAL: every node decides, the owner syncs)")
 	flag.IntVar(&f.batch, "batch", 1, "checks per call")
 	flag.StringVar(&f.groups, "nodes", "1,3", "node counts to run (1, 3 or both)")
 	flag.StringVar(&f.only, "only", "", "comma-separated system names to run (default all), e.g. tokenmesh,gubernator")
@@ -109,6 +140,28 @@ func main() {
 	}
 	if f.strategiesN, err = strategyList("--strategies-3", *sN); err != nil {
 		fatalf("%v", err)
+	}
+	if f.dist, err = parseKeysDist(*distSpec); err != nil {
+		fatalf("%v", err)
+	}
+	flag.Visit(func(fl *flag.Flag) {
+		if fl.Name == "keys" && f.dist.kind != distUniform {
+			fatalf("--keys is for --keys-dist uniform; %s sets its own keys", f.dist)
+		}
+	})
+	if f.limit, err = parseLimit(*limit, *burst); err != nil {
+		fatalf("%v", err)
+	}
+	if f.gubernatorModes, err = gubernatorModes(*gm); err != nil {
+		fatalf("%v", err)
+	}
+	if f.limit.set {
+		if f.window <= 0 {
+			fatalf("--window %v: must be positive", f.window)
+		}
+		if f.offeredPerS, err = offered(f.limit, f.dist, f.keys, f.overload); err != nil {
+			fatalf("%v", err)
+		}
 	}
 	f.clkTck = 100 // USER_HZ on Linux
 	f.gubernatorBin = filepath.Join(f.binDir, "gubernator")
@@ -173,6 +226,20 @@ func strategyList(flagName, v string) ([]string, error) {
 	return out, nil
 }
 
+// gubernatorModes parses --gubernator: exact, global or both.
+func gubernatorModes(v string) ([]string, error) {
+	ms, err := strategyList("--gubernator", v)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		if m != "exact" && m != "global" {
+			return nil, fmt.Errorf("--gubernator %q: %s is not exact or global", v, m)
+		}
+	}
+	return ms, nil
+}
+
 func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "bench-peers: "+format+"\n", a...)
 	os.Exit(1)
@@ -193,6 +260,7 @@ type run struct {
 	serverCPUus, clientCPUus float64 // per check
 	allowedPct               float64
 	failed                   int64
+	excess                   loadgen.Excess // with --limit
 }
 
 type row struct {
@@ -353,7 +421,7 @@ func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*s
 	h.seq++ // a directory of its own per start
 	lc, err := localcluster.Start(ctx, localcluster.Config{Binary: h.f.tokenmesh, Nodes: nodes,
 		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d-%d", strategy, nodes, h.seq)),
-		Rules: []localcluster.Rule{{Name: ruleName, Rate: rule.MustRate(strconv.Itoa(limitPerS) + "/s"), Burst: limitPerS, Strategy: strategy}}})
+		Rules: []localcluster.Rule{{Name: ruleName, Rate: rule.MustRate(h.f.limit.rate()), Burst: h.f.limit.burst, Strategy: strategy}}})
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +435,16 @@ func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*s
 	return s, nil
 }
 
-func (h *harness) gubernator(ctx context.Context, nodes int) (*system, error) {
+// gubernatorName is the row of a Gubernator mode (exact: the harness's
+// "gubernator" before issue 26).
+func gubernatorName(mode string) string {
+	if mode == "global" {
+		return "gubernator global"
+	}
+	return "gubernator"
+}
+
+func (h *harness) gubernator(ctx context.Context, nodes int, mode string) (*system, error) {
 	if nodes > 1 && os.Geteuid() != 0 {
 		return nil, errors.New("gubernator with more than 1 node needs root (a UTS namespace per node: memberlist names nodes by host name)")
 	}
@@ -375,7 +452,7 @@ func (h *harness) gubernator(ctx context.Context, nodes int) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &system{name: "gubernator", nodes: nodes}
+	s := &system{name: gubernatorName(mode), nodes: nodes}
 	// Gubernator's member-list pool keys its peers by IP address
 	// (memberlist.go, memberListEventHandler.peers), so nodes on one
 	// address collapse into one peer: node i listens on 127.0.0.<i+1>,
@@ -423,7 +500,18 @@ func (h *harness) gubernator(ctx context.Context, nodes int) (*system, error) {
 	}
 	s.opts = func(o *loadgen.Options) {
 		o.API, o.Rule = loadgen.APIGubernator, ruleName
-		o.Gubernator = &loadgen.GubernatorRule{Limit: limitPerS, Duration: time.Second, Behavior: loadgen.GubernatorBatching}
+		behavior := loadgen.GubernatorBatching
+		if mode == "global" {
+			behavior = loadgen.GubernatorGlobal
+		}
+		// Gubernator's TOKEN_BUCKET (the default algorithm) admits Limit per
+		// Duration, from the key's first hit (a fixed window; burst is read
+		// by its LEAKY_BUCKET only): sent all the same, as a user would.
+		var burst int64
+		if h.f.limit.set {
+			burst = h.f.limit.burst
+		}
+		o.Gubernator = &loadgen.GubernatorRule{Limit: h.f.limit.perS, Duration: time.Second, Burst: burst, Behavior: behavior}
 	}
 	return s, nil
 }
@@ -450,7 +538,7 @@ func (h *harness) envoyRatelimit(ctx context.Context, nodes int, redisAddr strin
 	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: %s\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", domain, descKey, limitPerS)
+	conf := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: %s\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", domain, descKey, h.f.limit.perS)
 	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -493,7 +581,7 @@ func (h *harness) floor(ctx context.Context, nodes int) (*system, error) {
 func (h *harness) redisrate(ctx context.Context, nodes int, redisAddr string, redisPID int) (*system, error) {
 	s := &system{name: "redis_rate + redis", nodes: nodes, pids: []int{redisPID}}
 	return s, h.frontEnds(ctx, s, "redisrate", h.f.redisrateBin, []string{"--redis", redisAddr, "--rule", ruleName,
-		"--rate", strconv.Itoa(limitPerS), "--burst", strconv.Itoa(limitPerS)})
+		"--rate", strconv.FormatInt(h.f.limit.perS, 10), "--burst", strconv.FormatInt(h.f.limit.burst, 10)})
 }
 
 // frontEnds starts s.nodes processes of bin (ours, serving tokenmesh.v1 on
@@ -561,8 +649,10 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 	if h.want("floor") {
 		starters = append(starters, starter{floorName, func() (*system, error) { return h.floor(ctx, n) }})
 	}
-	if h.want("gubernator") {
-		starters = append(starters, starter{"gubernator", func() (*system, error) { return h.gubernator(ctx, n) }})
+	for _, m := range h.f.gubernatorModes {
+		if name := gubernatorName(m); h.want(name) {
+			starters = append(starters, starter{name, func() (*system, error) { return h.gubernator(ctx, n, m) }})
+		}
 	}
 	if h.want("envoy") || h.want("redis") {
 		ra, rpid, err := h.redis(ctx)
@@ -594,7 +684,12 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 				fmt.Fprintln(os.Stderr)
 				return rows, fmt.Errorf("%s: %w", st.name, err)
 			}
-			fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check\n", res.checksPerS, res.p99ms, res.serverCPUus)
+			fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check", res.checksPerS, res.p99ms, res.serverCPUus)
+			if h.f.limit.set {
+				fmt.Fprintf(os.Stderr, ", admitted %.2f%%, excess worst %.1f sum %.0f sliding %.1f", res.allowedPct,
+					res.excess.Worst, res.excess.Sum, res.excess.Sliding)
+			}
+			fmt.Fprintln(os.Stderr)
 			rows[i].runs = append(rows[i].runs, res)
 		}
 	}
@@ -602,12 +697,17 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 }
 
 func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, error) {
-	o := loadgen.Options{Targets: s.targets, Concurrency: h.f.workers, Batch: h.f.batch, Keys: h.f.keys,
+	o := loadgen.Options{Targets: s.targets, Concurrency: h.f.workers, Batch: h.f.batch,
 		Seed: seed, DialTimeout: 5 * time.Second}
+	h.f.dist.apply(&o, h.f.keys)
+	if h.f.limit.set {
+		o.Rate = h.f.offeredPerS / float64(h.f.batch) // calls/s
+		o.RecordAdmissions = true
+	}
 	s.opts(&o)
 	if h.f.warmup > 0 {
 		w := o
-		w.Duration = h.f.warmup
+		w.Duration, w.RecordAdmissions = h.f.warmup, false
 		if _, err := loadgen.Run(ctx, w); err != nil {
 			return run{}, fmt.Errorf("warmup: %w", err)
 		}
@@ -632,7 +732,10 @@ func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, err
 		allowedPct: res.AllowedPct, failed: res.FailedRPCs,
 		serverCPUus: (t1 - t0) / h.f.clkTck * 1e6 / float64(res.Checks),
 		clientCPUus: res.ProcessCPU.Seconds() * 1e6 / float64(res.Checks)}
-	if res.FailedRPCs > 0 || res.Errors > 0 || res.Refused > 0 {
+	if h.f.limit.set {
+		out.excess = loadgen.WindowExcess(res.Admissions, float64(h.f.limit.perS), h.f.limit.burst, h.f.window)
+	}
+	if res.FailedRPCs > 0 || res.Errors > 0 || (res.Refused > 0 && !h.f.limit.set) {
 		fmt.Fprintf(os.Stderr, "(%d failed calls, %d of %d checks refused, %d check errors: %v) ", res.FailedRPCs,
 			res.Refused, res.Checks, res.Errors, res.ErrorSample)
 	}
@@ -659,11 +762,44 @@ func med(runs []run, f func(run) float64) float64 {
 	return median(xs)
 }
 
+// keptSlack is the excess per key a system may show, in a window and over
+// any interval, and still count as keeping the limit: one token, what one
+// call's latency can move across a window's edge on the load generator's
+// clock (the issue's b + r*T + 1).
+const keptSlack = 1
+
+// worstExcess is the largest of each excess figure over runs (rounds).
+func worstExcess(runs []run) loadgen.Excess {
+	var e loadgen.Excess
+	for _, r := range runs {
+		e.Worst = max(e.Worst, r.excess.Worst)
+		e.Sum = max(e.Sum, r.excess.Sum)
+		e.Keys = max(e.Keys, r.excess.Keys)
+		e.Sliding = max(e.Sliding, r.excess.Sliding)
+	}
+	return e
+}
+
 func printTable(w io.Writer, f *flags, rows []row) {
-	fmt.Fprintf(w, "\n%d workers, %d check(s) per call, %d uniform keys, limit 10^9/s; %d round(s) A-B-A-B of %v (+%v warmup); GOMAXPROCS %d; medians\n\n",
-		f.workers, f.batch, f.keys, f.rounds, f.duration, f.warmup, runtime.GOMAXPROCS(0))
-	fmt.Fprintln(w, "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) | floor / this (checks/s) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	keys := fmt.Sprintf("%d uniform keys", f.keys)
+	if f.dist.kind != distUniform {
+		keys = fmt.Sprintf("keys %s", f.dist)
+	}
+	lim := "limit 10^9/s"
+	if f.limit.set {
+		lim = fmt.Sprintf("limit %d/s burst %d per key, open loop at %.0f checks/s (%gx the limit on the hottest key), admissions counted per key and %v window",
+			f.limit.perS, f.limit.burst, f.offeredPerS, f.overload, f.window)
+	}
+	fmt.Fprintf(w, "\n%d workers, %d check(s) per call, %s, %s; %d round(s) A-B-A-B of %v (+%v warmup); GOMAXPROCS %d; medians\n\n",
+		f.workers, f.batch, keys, lim, f.rounds, f.duration, f.warmup, runtime.GOMAXPROCS(0))
+	head := "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) | floor / this (checks/s) |"
+	sep := "|---|---|---|---|---|---|---|---|---|---|"
+	if f.limit.set {
+		head += " worst window excess | excess sum | keys over | sliding excess | limit kept |"
+		sep += "---|---|---|---|---|"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
 	cps := func(r row) float64 { return med(r.runs, func(x run) float64 { return x.checksPerS }) }
 	// The floor's checks/s per node count: the most any system answering
 	// through grpc-go reaches on this load generator.
@@ -700,10 +836,25 @@ func printTable(w io.Writer, f *flags, rows []row) {
 		if r.sys != floorName {
 			ceiling = ratio(floor[r.n], c)
 		}
-		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s | %s |\n", r.n, r.sys, c,
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s | %s |", r.n, r.sys, c,
 			med(r.runs, func(x run) float64 { return x.p50ms }), med(r.runs, func(x run) float64 { return x.p99ms }),
 			med(r.runs, func(x run) float64 { return x.serverCPUus }), med(r.runs, func(x run) float64 { return x.clientCPUus }),
 			med(r.runs, func(x run) float64 { return x.allowedPct }), ours, ceiling)
+		if f.limit.set {
+			e := worstExcess(r.runs)
+			kept := "yes"
+			if e.Worst > keptSlack || e.Sliding > keptSlack {
+				kept = "no"
+			}
+			fmt.Fprintf(w, " %.1f | %.0f | %d | %.1f | %s |", e.Worst, e.Sum, e.Keys, e.Sliding, kept)
+		}
+		fmt.Fprintln(w)
+	}
+	if f.limit.set {
+		fmt.Fprintf(w, "\nexcess: tokens one key was admitted above b + r*T (b %d, r %d/s, T %v: %.0f) in one fixed window of T from the measured run's start, counted on the load generator's clock at each answer; "+
+			"worst window excess: max over keys and windows; excess sum: over keys and windows; keys over: keys with a window above; sliding excess: the same over any interval T' against b + r*T' (loadgen.WindowExcess; workload.EnvelopeExcess); "+
+			"each the largest over rounds. limit kept: worst window and sliding excess both at most %d token (a call's latency moves an admission across a window's edge).\n",
+			f.limit.burst, f.limit.perS, f.window, float64(f.limit.burst)+float64(f.limit.perS)*f.window.Seconds(), keptSlack)
 	}
 	if len(floor) > 0 {
 		fmt.Fprintln(w, "\nfloor: tokenmesh.v1 answered by grpc-go with no limiter (bench/peers/floor); \"floor / this\" is the most any limiter served through grpc-go could show against that system on this load generator and machine.")
