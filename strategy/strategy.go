@@ -338,8 +338,11 @@ func (s KeyState) Validate() error {
 // Deterministic: neither method reads a clock. Ours.
 type Snapshotter interface {
 	// Snapshot calls emit once per key whose bucket is not full at now
-	// (a full bucket equals an absent one), with At = now. It changes no
-	// state.
+	// (a full bucket equals an absent one), with the level at the
+	// bucket's last update and At that update (at most now, unless the
+	// bucket decided at a later arrival time), so that a bucket untouched
+	// between two snapshots emits the same state in both (statestore
+	// writes only the keys that changed). It changes no state.
 	Snapshot(now time.Duration, emit func(KeyState))
 
 	// Restore sets the buckets of states at now: each level is refilled
