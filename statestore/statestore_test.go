@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"runtime"
 	"strings"
 	"testing"
@@ -249,8 +250,26 @@ func TestDamagedPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Save(sample(rapid.IntRange(1, 300).Draw(t, "keys"))); err != nil {
+		snap := sample(rapid.IntRange(1, 300).Draw(t, "keys"))
+		if err := s.Save(snap); err != nil {
 			t.Fatal(err)
+		}
+		// Then deltas (changed keys and deletes) over the base: the
+		// damage may fall in the log's pages and records too.
+		for i, n := 0, rapid.IntRange(0, 3).Draw(t, "delta saves"); i < n; i++ {
+			api := snap.Rules["api"]
+			for j, m := 0, rapid.IntRange(0, 20).Draw(t, "changes"); j < m && len(api.States) > 0; j++ {
+				k := rapid.IntRange(0, len(api.States)-1).Draw(t, "key")
+				if rapid.Bool().Draw(t, "delete") {
+					api.States = slices.Delete(slices.Clone(api.States), k, k+1)
+				} else {
+					api.States[k].Level = -api.States[k].Level
+				}
+			}
+			snap.Rules["api"] = api
+			if err := s.Save(snap); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s.Close()
 		path := filepath.Join(dir, FileName)
@@ -273,14 +292,14 @@ func TestDamagedPages(t *testing.T) {
 			return
 		}
 		defer s.Close()
-		snap, _, err := s.Load()
+		loaded, _, err := s.Load()
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("load: %v, want ErrCorrupt", err)
 			}
 			return
 		}
-		for _, r := range snap.Rules {
+		for _, r := range loaded.Rules {
 			for _, st := range r.States {
 				if err := st.Validate(); err != nil {
 					t.Fatalf("loaded an invalid state: %v", err)
