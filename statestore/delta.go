@@ -106,14 +106,18 @@ func decodeDelta(v []byte) (rule string, st strategy.KeyState, tomb bool, err er
 }
 
 // applyDeltas applies the records of deltas, in sequence order, over the
-// base states in rules (sorted by key, as bbolt gives them). Each rule's
-// states stay sorted by key. Errors name the record.
+// base states in rules (sorted by key, as bbolt gives them): the records
+// are sorted by rule and key (stably: the last of a key wins) and merged
+// with each rule's base in one pass. Each rule's states stay sorted by
+// key. Errors name the record, or the rule whose base is out of order (a
+// damaged page).
 func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
-	type change struct {
+	type rec struct {
+		rule string
 		st   strategy.KeyState
 		tomb bool
 	}
-	changed := map[string]map[string]change{}
+	var recs []rec
 	var prev uint64
 	err := deltas.ForEach(func(k, v []byte) error {
 		if len(k) != 8 {
@@ -134,41 +138,54 @@ func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
 		if _, ok := rules[rule]; !ok {
 			return fmt.Errorf("deltas/%d: rule %q is not in the snapshot", seq, rule)
 		}
-		m := changed[rule]
-		if m == nil {
-			m = map[string]change{}
-			changed[rule] = m
-		}
-		m[st.Key] = change{st, tomb}
+		recs = append(recs, rec{rule, st, tomb})
 		return nil
 	})
-	if err != nil {
+	if err != nil || len(recs) == 0 {
 		return err
 	}
-	for name, m := range changed {
+	slices.SortStableFunc(recs, func(a, b rec) int {
+		if c := strings.Compare(a.rule, b.rule); c != 0 {
+			return c
+		}
+		return strings.Compare(a.st.Key, b.st.Key)
+	})
+	for len(recs) > 0 {
+		name := recs[0].rule
+		n := 1
+		for n < len(recs) && recs[n].rule == name {
+			n++
+		}
+		rs := recs[:n]
+		recs = recs[n:]
+		base := rules[name].States
+		out := make([]strategy.KeyState, 0, len(base)+len(rs))
+		i := 0
+		for j := 0; j < len(rs); j++ {
+			if j+1 < len(rs) && rs[j+1].st.Key == rs[j].st.Key {
+				continue // a later record of the same key wins
+			}
+			key := rs[j].st.Key
+			for ; i < len(base) && base[i].Key < key; i++ {
+				if i > 0 && base[i-1].Key >= base[i].Key {
+					return fmt.Errorf("rules/%q: key %q after %q, out of order", name, base[i].Key, base[i-1].Key)
+				}
+				out = append(out, base[i])
+			}
+			if i < len(base) && base[i].Key == key {
+				i++ // replaced or deleted
+			}
+			if !rs[j].tomb {
+				out = append(out, rs[j].st)
+			}
+		}
+		for ; i < len(base); i++ {
+			if i > 0 && base[i-1].Key >= base[i].Key {
+				return fmt.Errorf("rules/%q: key %q after %q, out of order", name, base[i].Key, base[i-1].Key)
+			}
+			out = append(out, base[i])
+		}
 		r := rules[name]
-		out := r.States[:0]
-		for _, st := range r.States {
-			c, ok := m[st.Key]
-			if !ok {
-				out = append(out, st)
-				continue
-			}
-			delete(m, st.Key)
-			if !c.tomb {
-				out = append(out, c.st)
-			}
-		}
-		added := false
-		for _, c := range m {
-			if !c.tomb {
-				out = append(out, c.st)
-				added = true
-			}
-		}
-		if added {
-			slices.SortFunc(out, func(a, b strategy.KeyState) int { return strings.Compare(a.Key, b.Key) })
-		}
 		r.States = out
 		rules[name] = r
 	}

@@ -7,25 +7,58 @@
 // memory only; envoy's ratelimit service keeps its counters in Redis,
 // which is what users expect to survive a limiter restart.
 //
-// Layout (format version 2), all integers varints:
+// Layout (format version 3): a base, the whole snapshot as of the last
+// compaction, and a delta log of the changes since, all integers varints
+// unless said:
 //
-//	meta/version        = 2
-//	meta/node           = the node's name when saved
-//	meta/taken_unix_ns  = wall-clock time of the snapshot, ns since 1970 (signed)
+//	meta/version        = 3
+//	meta/node           = the node's name at the last Save
+//	meta/taken_unix_ns  = wall-clock time of the last Save's snapshot, ns since 1970 (signed)
 //	meta/strategies/<rule> = the rule's strategy name
-//	rules/<rule>/<key>  = level (signed: below 0 a debt, or tokens reserved
-//	                      ahead), capacity, ticks_per_token (unsigned),
-//	                      at_unix_ns (signed): strategy.KeyState, At as
-//	                      wall-clock time
+//	rules/<rule>/<key>  = the base: level (signed: below 0 a debt, or tokens
+//	                      reserved ahead), capacity, ticks_per_token
+//	                      (unsigned), at_unix_ns (signed): strategy.KeyState,
+//	                      At as wall-clock time
+//	deltas/<seq>        = the log: seq a uint64, 8 bytes big-endian, from 1
+//	                      after each compaction; the record a kind byte (1
+//	                      put, 2 delete), the rule and the key (each a
+//	                      uvarint length and its bytes) and, for a put, the
+//	                      state as the base holds it (delta.go)
 //
-// Version 1 (the builds before debts were kept) wrote the level unsigned,
-// never below 0; Load reads both, Save writes 2. A build that knows only
-// version 1 refuses a version 2 file (ErrCorrupt: it starts without the
-// snapshot), so a rolling downgrade forgets the limits' levels once.
+// Load reads the base and applies the log over it in sequence order (a
+// put sets the key's state, a delete removes it). Save diffs the snapshot
+// it is given against what the file holds (kept in memory since this
+// Store's first Save: a 64-bit hash of each key's stored value, about 56
+// bytes a key at 1M keys) and appends, in one transaction, a record per
+// key whose value changed or that is new, and a delete per key that is
+// gone; appended in sequence they fill new pages, so a Save writes about
+// the bytes of its records, not the pages that hold the changed keys in
+// the base (bbolt copies a page on write: 1% of 1M keys changed at random
+// touch about half the base's leaf pages). Save compacts instead (the
+// base rewritten from the snapshot, the log emptied, in one transaction)
+// on its first call after Open, when the rules or their strategies
+// changed, and when the log would hold more records than a quarter of the
+// base's states (CompactFraction): the file stays within about twice the
+// base plus the log (bbolt reuses the pages a compaction frees), and a
+// Save that changed 1% of the keys compacts about every 25th time.
+// Snapshotter strategies emit a bucket's state at its last update (not
+// refilled to the snapshot's time), so an untouched key's value does not
+// change between Saves.
 //
-// Each Save replaces the whole snapshot in one transaction. A file that
-// does not decode, or holds a state that fails strategy.KeyState.Validate,
-// is refused by Load with an error naming the rule and key at fault.
+// Version 2 (signed levels) is the base alone, rewritten by every Save;
+// version 1 (the builds before debts were kept) wrote the level unsigned,
+// never below 0. Load reads all three; Save writes 3 (its first Save on a
+// version 1 or 2 file compacts it into version 3). A build that knows
+// only versions 1 and 2 refuses a version 3 file (ErrCorrupt: it starts
+// without the snapshot, or with --discard-bad-state), so a rolling
+// downgrade forgets the limits' levels once.
+//
+// Each Save is one bbolt transaction: a process killed in the middle of
+// one leaves the file as the previous Save left it (TestCrashMidSave). A
+// file that does not decode, holds a state that fails
+// strategy.KeyState.Validate, or a delta record out of order or for a
+// rule the snapshot does not have, is refused by Load with an error
+// naming the rule and key, or the record, at fault.
 package statestore
 
 import (
