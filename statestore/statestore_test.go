@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,6 +207,7 @@ func BenchmarkSave(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			c0 := cpuTime()
 			b.ResetTimer()
 			for range b.N {
 				s.idx = nil // as after Open: the Save compacts
@@ -213,6 +215,7 @@ func BenchmarkSave(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64((cpuTime()-c0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
 			if fi, err := os.Stat(s.Path()); err == nil {
 				b.ReportMetric(float64(fi.Size())/float64(keys), "file-B/key")
@@ -493,6 +496,14 @@ func TestLoadsVersion1(t *testing.T) {
 // far (/proc/self/io; -1 where it cannot be read). bbolt writes every
 // dirty page with pwrite, so the difference over a Save is the bytes the
 // Save wrote (pages, the freelist and the meta page), page cache or not.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func wchar() int64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
@@ -538,8 +549,8 @@ func BenchmarkSaveChanged(b *testing.B) {
 			states := snap.Rules["api"].States
 			rng := rand.New(rand.NewPCG(1, 2))
 			var written, maxFile, maxWrite int64
-			var n, d [2]int64      // Saves, delta or compaction
-			var t [2]time.Duration // time
+			var n, d [2]int64           // Saves and bytes written: [0] deltas, [1] compactions
+			var t, cpu [2]time.Duration // wall time, CPU time (the process's: GC included)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
@@ -550,12 +561,14 @@ func BenchmarkSaveChanged(b *testing.B) {
 				}
 				w0 := wchar()
 				t0 := time.Now()
+				c0 := cpuTime()
 				b.StartTimer()
 				if err := s.Save(snap); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
 				dt := time.Since(t0)
+				dc := cpuTime() - c0
 				wr := wchar() - w0
 				written += wr
 				maxWrite = max(maxWrite, wr)
@@ -566,6 +579,7 @@ func BenchmarkSaveChanged(b *testing.B) {
 				n[kind]++
 				d[kind] += wr
 				t[kind] += dt
+				cpu[kind] += dc
 				if fi, err := os.Stat(s.Path()); err == nil {
 					maxFile = max(maxFile, fi.Size())
 				}
@@ -588,6 +602,7 @@ func BenchmarkSaveChanged(b *testing.B) {
 					b.ReportMetric(float64(d[kind])/float64(n[kind]), name+"-written-B")
 					b.ReportMetric(100*float64(d[kind])/float64(n[kind])/float64(fi.Size()), name+"-written-%file")
 					b.ReportMetric(float64(t[kind].Milliseconds())/float64(n[kind]), name+"-ms")
+					b.ReportMetric(float64(cpu[kind].Milliseconds())/float64(n[kind]), name+"-cpu-ms")
 				}
 			}
 		})
