@@ -32,11 +32,16 @@ type RestoreInfo struct {
 
 // SnapshotStats counts the snapshots written to Config.StateDir.
 type SnapshotStats struct {
-	Saved     int64         // snapshots written
-	Errors    int64         // snapshots that failed (logged)
-	Keys      int64         // key states in the last one written
-	LoopTime  time.Duration // the node's loop busy copying the last one
-	WriteTime time.Duration // writing (and fsyncing) the last one
+	Saved  int64 // snapshots written
+	Errors int64 // snapshots that failed (logged)
+	Keys   int64 // key states in the last one written
+	// Written is the states the last one wrote: the keys that changed
+	// since the one before (delta records, deletes included), or all of
+	// them at a compaction (statestore).
+	Written     int64
+	Compactions int64         // snapshots that rewrote the whole file's base
+	LoopTime    time.Duration // the node's loop busy copying the last one
+	WriteTime   time.Duration // writing (and fsyncing) the last one
 }
 
 // persister runs a node's snapshots into its statestore.
@@ -50,7 +55,7 @@ type persister struct {
 	lastEmpty bool
 	buf       map[string]cluster.RuleSnapshot // the last snapshot's slices, reused
 	stats     struct {
-		saved, errors, keys, loopNs, writeNs atomic.Int64
+		saved, errors, keys, loopNs, writeNs, written, compactions atomic.Int64
 	}
 	done chan struct{} // closed when run returns
 }
@@ -173,6 +178,11 @@ func (p *persister) save(node *cluster.Node) error {
 	p.lastEmpty = keys == 0
 	p.stats.saved.Add(1)
 	p.stats.keys.Store(int64(keys))
+	last := p.store.LastSave()
+	p.stats.written.Store(int64(last.Records))
+	if last.Compacted {
+		p.stats.compactions.Add(1)
+	}
 	p.stats.loopNs.Store(int64(t1.Sub(t0)))
 	p.stats.writeNs.Store(int64(time.Since(t1)))
 	return nil
@@ -190,5 +200,6 @@ func (n *Node) SnapshotStats() SnapshotStats {
 		return SnapshotStats{}
 	}
 	return SnapshotStats{Saved: p.stats.saved.Load(), Errors: p.stats.errors.Load(), Keys: p.stats.keys.Load(),
+		Written: p.stats.written.Load(), Compactions: p.stats.compactions.Load(),
 		LoopTime: time.Duration(p.stats.loopNs.Load()), WriteTime: time.Duration(p.stats.writeNs.Load())}
 }
