@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -107,7 +108,7 @@ func decodeDelta(v []byte) (rule string, st strategy.KeyState, tomb bool, err er
 
 // applyDeltas applies the records of deltas, in sequence order, over the
 // base states in rules (sorted by key, as bbolt gives them): the records
-// are sorted by rule and key (stably: the last of a key wins) and merged
+// are sorted by rule, key and sequence (the last of a key wins) and merged
 // with each rule's base in one pass. Each rule's states stay sorted by
 // key. Errors name the record, or the rule whose base is out of order (a
 // damaged page).
@@ -116,6 +117,7 @@ func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
 		rule string
 		st   strategy.KeyState
 		tomb bool
+		seq  uint64
 	}
 	var recs []rec
 	var prev uint64
@@ -138,17 +140,20 @@ func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
 		if _, ok := rules[rule]; !ok {
 			return fmt.Errorf("deltas/%d: rule %q is not in the snapshot", seq, rule)
 		}
-		recs = append(recs, rec{rule, st, tomb})
+		recs = append(recs, rec{rule, st, tomb, seq})
 		return nil
 	})
 	if err != nil || len(recs) == 0 {
 		return err
 	}
-	slices.SortStableFunc(recs, func(a, b rec) int {
+	slices.SortFunc(recs, func(a, b rec) int {
 		if c := strings.Compare(a.rule, b.rule); c != 0 {
 			return c
 		}
-		return strings.Compare(a.st.Key, b.st.Key)
+		if c := strings.Compare(a.st.Key, b.st.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
 	})
 	for len(recs) > 0 {
 		name := recs[0].rule
