@@ -193,10 +193,11 @@ type KeySeeder func(now time.Duration, key string) (KeyState, bool)
 // the node (owner, local, static), for a KeySeeder that reads another
 // rule's level of a key.
 type KeyLeveler interface {
-	// KeyLevel is key's bucket at now as Snapshotter.Snapshot would emit it
-	// (tokens lent to the driver's fast path counted as spent, a debt as
-	// 0, At = now), and false when this node holds no bucket for key or
-	// it is full. It changes no state.
+	// KeyLevel is key's bucket refilled to now, At = now (tokens lent to
+	// the driver's fast path counted as spent, as Snapshotter.Snapshot
+	// counts them, a debt as 0; Snapshot emits the level at the bucket's
+	// last update instead), and false when this node holds no bucket for
+	// key or it is full. It changes no state.
 	KeyLevel(now time.Duration, key string) (KeyState, bool)
 }
 
