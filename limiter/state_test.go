@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"os"
 	"path/filepath"
@@ -61,6 +62,41 @@ func TestStateDirSurvivesRestart(t *testing.T) {
 		if !limiterFor(t, b, rule).Allow("other") {
 			t.Fatalf("%s: a new key was refused", rule)
 		}
+	}
+}
+
+// TestSnapshotWritesChangedKeys: after the first snapshot (a compaction
+// of 200 drained keys), a snapshot after 3 of them were charged again
+// writes those 3 states alone: an untouched bucket's state does not change
+// between snapshots (the strategies emit it at its last update).
+func TestSnapshotWritesChangedKeys(t *testing.T) {
+	rules := []rule.Rule{{Name: "tenant", Rate: perSec(1.0 / 60), Burst: 5, Strategy: "local"}}
+	n, err := Start(context.Background(), Config{Name: "solo", Rules: rules, StateDir: t.TempDir(), SnapshotInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	l := limiterFor(t, n, "tenant")
+	for i := range 200 {
+		if !l.Allow(fmt.Sprint("k", i)) {
+			t.Fatalf("key %d refused", i)
+		}
+	}
+	if err := n.persist.save(n.node); err != nil {
+		t.Fatal(err)
+	}
+	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 200 || st.Compactions != 1 {
+		t.Fatalf("first snapshot: %+v, want a compaction of 200 keys", st)
+	}
+	time.Sleep(5 * time.Millisecond) // the untouched buckets' refill moves on
+	for i := range 3 {
+		l.Allow(fmt.Sprint("k", i*50))
+	}
+	if err := n.persist.save(n.node); err != nil {
+		t.Fatal(err)
+	}
+	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 3 || st.Compactions != 1 {
+		t.Fatalf("second snapshot: %+v, want the 3 keys charged again written alone", st)
 	}
 }
 

@@ -26,8 +26,9 @@ const (
 )
 
 // checkFreelist refuses (wrapping ErrCorrupt) a file whose bucket tree
-// bbolt cannot walk safely (checkTree), or whose valid meta
-// pages point at a freelist page that does not fit the file, or whose
+// bbolt cannot walk safely (checkTree), or whose meta page in use (the
+// valid one with the larger transaction id) points at a freelist page
+// that does not fit the file, or whose
 // page count says more ids than the page holds. bbolt copies the freelist
 // into a slice of the count it reads there, so a flipped count made
 // Open allocate gigabytes and the node be killed for memory (found by
@@ -57,13 +58,23 @@ func checkFreelist(path string) error {
 	if pageSize < 1024 || pageSize > 1<<20 {
 		return fmt.Errorf("%w %s: page size %d", ErrCorrupt, path, pageSize)
 	}
+	// Only the meta page bbolt will use (the valid one with the larger
+	// transaction id, as checkTree picks it): the other one's freelist
+	// page may have been reused since (bbolt frees the pages of the
+	// transaction before the last), and a process killed in the middle of
+	// a write leaves it overwritten (found by TestCrashMidSave: checking
+	// both refused a file bbolt opens as the last complete Save).
+	best, bestTx := int64(-1), uint64(0)
 	for i := int64(0); i < 2; i++ {
-		m, ok := readMeta(f, i*pageSize)
-		if !ok || m.freelist == noFreelist {
-			continue // bbolt ignores a meta page that does not check out
+		if m, ok := readMetaTree(f, i*pageSize); ok && (best < 0 || m.txid > bestTx) {
+			best, bestTx = i, m.txid
 		}
-		if err := checkFreelistPage(f, size, pageSize, m.freelist); err != nil {
-			return fmt.Errorf("%w %s: meta page %d: %v", ErrCorrupt, path, i, err)
+	}
+	if best >= 0 {
+		if m, ok := readMeta(f, best*pageSize); ok && m.freelist != noFreelist {
+			if err := checkFreelistPage(f, size, pageSize, m.freelist); err != nil {
+				return fmt.Errorf("%w %s: meta page %d: %v", ErrCorrupt, path, best, err)
+			}
 		}
 	}
 	if err := checkTree(f, size, pageSize); err != nil {

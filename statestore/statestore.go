@@ -7,25 +7,58 @@
 // memory only; envoy's ratelimit service keeps its counters in Redis,
 // which is what users expect to survive a limiter restart.
 //
-// Layout (format version 2), all integers varints:
+// Layout (format version 3): a base, the whole snapshot as of the last
+// compaction, and a delta log of the changes since, all integers varints
+// unless said:
 //
-//	meta/version        = 2
-//	meta/node           = the node's name when saved
-//	meta/taken_unix_ns  = wall-clock time of the snapshot, ns since 1970 (signed)
+//	meta/version        = 3
+//	meta/node           = the node's name at the last Save
+//	meta/taken_unix_ns  = wall-clock time of the last Save's snapshot, ns since 1970 (signed)
 //	meta/strategies/<rule> = the rule's strategy name
-//	rules/<rule>/<key>  = level (signed: below 0 a debt, or tokens reserved
-//	                      ahead), capacity, ticks_per_token (unsigned),
-//	                      at_unix_ns (signed): strategy.KeyState, At as
-//	                      wall-clock time
+//	rules/<rule>/<key>  = the base: level (signed: below 0 a debt, or tokens
+//	                      reserved ahead), capacity, ticks_per_token
+//	                      (unsigned), at_unix_ns (signed): strategy.KeyState,
+//	                      At as wall-clock time
+//	deltas/<seq>        = the log: seq a uint64, 8 bytes big-endian, from 1
+//	                      after each compaction; the record a kind byte (1
+//	                      put, 2 delete), the rule and the key (each a
+//	                      uvarint length and its bytes) and, for a put, the
+//	                      state as the base holds it (delta.go)
 //
-// Version 1 (the builds before debts were kept) wrote the level unsigned,
-// never below 0; Load reads both, Save writes 2. A build that knows only
-// version 1 refuses a version 2 file (ErrCorrupt: it starts without the
-// snapshot), so a rolling downgrade forgets the limits' levels once.
+// Load reads the base and applies the log over it in sequence order (a
+// put sets the key's state, a delete removes it). Save diffs the snapshot
+// it is given against what the file holds (kept in memory since this
+// Store's first Save: a 64-bit hash of each key's stored value, about 56
+// bytes a key at 1M keys) and appends, in one transaction, a record per
+// key whose value changed or that is new, and a delete per key that is
+// gone; appended in sequence they fill new pages, so a Save writes about
+// the bytes of its records, not the pages that hold the changed keys in
+// the base (bbolt copies a page on write: 1% of 1M keys changed at random
+// touch about half the base's leaf pages). Save compacts instead (the
+// base rewritten from the snapshot, the log emptied, in one transaction)
+// on its first call after Open, when the rules or their strategies
+// changed, and when the log would hold more records than a quarter of the
+// base's states (CompactFraction): the file stays within about twice the
+// base plus the log (bbolt reuses the pages a compaction frees), and a
+// Save that changed 1% of the keys compacts about every 25th time.
+// Snapshotter strategies emit a bucket's state at its last update (not
+// refilled to the snapshot's time), so an untouched key's value does not
+// change between Saves.
 //
-// Each Save replaces the whole snapshot in one transaction. A file that
-// does not decode, or holds a state that fails strategy.KeyState.Validate,
-// is refused by Load with an error naming the rule and key at fault.
+// Version 2 (signed levels) is the base alone, rewritten by every Save;
+// version 1 (the builds before debts were kept) wrote the level unsigned,
+// never below 0. Load reads all three; Save writes 3 (its first Save on a
+// version 1 or 2 file compacts it into version 3). A build that knows
+// only versions 1 and 2 refuses a version 3 file (ErrCorrupt: it starts
+// without the snapshot, or with --discard-bad-state), so a rolling
+// downgrade forgets the limits' levels once.
+//
+// Each Save is one bbolt transaction: a process killed in the middle of
+// one leaves the file as the previous Save left it (TestCrashMidSave). A
+// file that does not decode, holds a state that fails
+// strategy.KeyState.Validate, or a delta record out of order or for a
+// rule the snapshot does not have, is refused by Load with an error
+// naming the rule and key, or the record, at fault.
 package statestore
 
 import (
@@ -33,12 +66,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -49,17 +84,36 @@ import (
 // FileName is the store's file inside node.state_dir.
 const FileName = "tokenmesh-state.db"
 
-// Version is the format version Save writes; Load accepts it and
-// VersionUnsignedLevel.
-const Version = 2
+// Version is the format version Save writes (a base and a delta log);
+// Load accepts it, VersionSignedLevel and VersionUnsignedLevel.
+const Version = 3
 
-// VersionUnsignedLevel is the earlier format, whose levels are unsigned
+// VersionSignedLevel is the format before the delta log: the base alone,
+// rewritten whole by every Save, levels signed.
+const VersionSignedLevel = 2
+
+// VersionUnsignedLevel is the earliest format, whose levels are unsigned
 // varints (never below 0).
 const VersionUnsignedLevel = 1
+
+// CompactFraction: Save compacts (rewrites the base, empties the delta
+// log) when the log would hold more records than 1/CompactFraction of the
+// base's states (of minCompactBase, for a smaller base). A Save of 1% of
+// the keys changed then compacts about every 25th time: the bytes
+// written average about 1% + 4% of the base's, the file holds at most the
+// base, a quarter of it in deltas (whose records are about 1.6 times a
+// base state's bytes) and the pages freed by the last compaction.
+const CompactFraction = 4
+
+// minCompactBase is the base size below which the log is allowed
+// minCompactBase/CompactFraction records all the same (a small base is
+// cheap to rewrite, but not every Save).
+const minCompactBase = 1024
 
 var (
 	bucketMeta       = []byte("meta")
 	bucketRules      = []byte("rules")
+	bucketDeltas     = []byte("deltas")
 	keyVersion       = []byte("version")
 	keyNode          = []byte("node")
 	keyTaken         = []byte("taken_unix_ns")
@@ -99,6 +153,11 @@ func (s Snapshot) Keys() int {
 type Store struct {
 	db   *bolt.DB
 	path string
+	seed maphash.Seed
+
+	mu   sync.Mutex // Save's diff and index
+	idx  *index     // what the file holds since this Store's first Save; nil before
+	last SaveStats
 }
 
 // Open opens (creating it and dir if missing) the store in dir. Errors: the
@@ -122,7 +181,7 @@ func Open(dir string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db, path: path, seed: maphash.MakeSeed()}, nil
 }
 
 // openBolt opens path, turning a panic of bbolt on a damaged file into an
@@ -151,30 +210,86 @@ func (s *Store) Path() string { return s.path }
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Save replaces the stored snapshot with snap in one transaction (synced
-// to disk when it returns). Errors: a rule with an empty name, a state
-// that fails validation, a key twice in a rule, a write error; the
-// previous snapshot is then kept.
+// Save stores snap in one transaction (synced to disk when it returns):
+// the keys whose state changed since the last Save, and tombstones for
+// the keys that are gone, appended to the delta log; or, when there is no
+// base to append to (the first Save after Open), the rules or their
+// strategies changed, or the log would exceed a quarter of the base
+// (CompactFraction), the whole snapshot rewritten as the new base with
+// the log emptied (a compaction). Errors: a rule with an empty name, a
+// state that fails validation, a key twice in a rule, a write error; the
+// previous snapshot is then kept, and the next Save diffs against it.
 func (s *Store) Save(snap Snapshot) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverDamage(&err) // bbolt rolls the transaction back
-	return s.db.Update(func(tx *bolt.Tx) error {
+	for name := range snap.Rules {
+		if name == "" {
+			return errors.New("statestore: save: a rule has an empty name")
+		}
+	}
+	if s.idx == nil || !s.idx.sameRules(snap) {
+		return s.compact(snap)
+	}
+	changes, err := s.idx.diff(snap)
+	if err != nil {
+		s.idx = nil // its marks are mixed: the next Save compacts
+		return err
+	}
+	if s.idx.records+len(changes) > max(s.idx.baseKeys, minCompactBase)/CompactFraction {
+		return s.compact(snap)
+	}
+	seq := s.idx.seq
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		deltas := tx.Bucket(bucketDeltas)
+		if meta == nil || deltas == nil {
+			return errors.New("statestore: save: meta or deltas bucket missing (the file changed under the store)")
+		}
+		if err := putMeta(meta, snap); err != nil {
+			return err
+		}
+		deltas.FillPercent = 1 // sequence keys are appended: pack pages full
+		var k [8]byte
+		var rec []byte
+		for _, c := range changes {
+			seq++
+			binary.BigEndian.PutUint64(k[:], seq)
+			rec = appendDelta(rec[:0], c.rule, c.st, c.tomb)
+			if err := deltas.Put(bytes.Clone(k[:]), bytes.Clone(rec)); err != nil {
+				return fmt.Errorf("statestore: save rule %q key %q: %w", c.rule, c.st.Key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.idx = nil // the file is as before: the next Save compacts
+		return err
+	}
+	s.idx.apply(changes)
+	s.idx.seq = seq
+	s.last = SaveStats{Records: len(changes)}
+	return nil
+}
+
+// compact rewrites the whole snapshot as the base and empties the delta
+// log, in one transaction; on success the index is rebuilt from snap.
+func (s *Store) compact(snap Snapshot) error {
+	idx := newIndex(s.seed)
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
 			return err
 		}
-		if err := meta.Put(keyVersion, binary.AppendUvarint(nil, Version)); err != nil {
+		if err := putMeta(meta, snap); err != nil {
 			return err
 		}
-		if err := meta.Put(keyNode, []byte(snap.Node)); err != nil {
-			return err
-		}
-		if err := meta.Put(keyTaken, binary.AppendVarint(nil, snap.Taken.UnixNano())); err != nil {
-			return err
-		}
-		if tx.Bucket(bucketRules) != nil {
-			if err := tx.DeleteBucket(bucketRules); err != nil {
-				return err
+		for _, b := range [][]byte{bucketRules, bucketDeltas} {
+			if tx.Bucket(b) != nil {
+				if err := tx.DeleteBucket(b); err != nil {
+					return err
+				}
 			}
 		}
 		if meta.Bucket(bucketStrategies) != nil {
@@ -186,6 +301,9 @@ func (s *Store) Save(snap Snapshot) (err error) {
 		if err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucket(bucketDeltas); err != nil {
+			return err
+		}
 		rules, err := tx.CreateBucket(bucketRules)
 		if err != nil {
 			return err
@@ -193,9 +311,6 @@ func (s *Store) Save(snap Snapshot) (err error) {
 		var buf []byte
 		for _, name := range slices.Sorted(maps.Keys(snap.Rules)) {
 			r := snap.Rules[name]
-			if name == "" {
-				return errors.New("statestore: save: a rule has an empty name")
-			}
 			rb, err := rules.CreateBucket([]byte(name))
 			if err != nil {
 				return fmt.Errorf("statestore: save rule %q: %w", name, err)
@@ -204,6 +319,7 @@ func (s *Store) Save(snap Snapshot) (err error) {
 			if err := strategies.Put([]byte(name), []byte(r.Strategy)); err != nil {
 				return err
 			}
+			ri := idx.rule(name, r.Strategy, len(r.States))
 			states := slices.Clone(r.States)
 			slices.SortFunc(states, func(a, b strategy.KeyState) int { return strings.Compare(a.Key, b.Key) })
 			for i, st := range states {
@@ -213,23 +329,57 @@ func (s *Store) Save(snap Snapshot) (err error) {
 				if i > 0 && states[i-1].Key == st.Key {
 					return fmt.Errorf("statestore: save rule %q: key %q twice", name, st.Key)
 				}
-				buf = binary.AppendVarint(buf[:0], st.Level)
-				buf = binary.AppendUvarint(buf, uint64(st.Capacity))
-				buf = binary.AppendUvarint(buf, uint64(st.TicksPerToken))
-				buf = binary.AppendVarint(buf, int64(st.At))
+				buf = appendState(buf[:0], st)
 				if err := rb.Put([]byte(st.Key), bytes.Clone(buf)); err != nil {
 					return fmt.Errorf("statestore: save rule %q key %q: %w", name, st.Key, err)
 				}
+				ri.keys[st.Key] = idx.hash(buf) | idx.mark
 			}
+			idx.baseKeys += len(states)
 		}
 		return nil
 	})
+	if err != nil {
+		s.idx = nil // the file is as before, not as the index says
+		return err
+	}
+	s.idx = idx
+	s.last = SaveStats{Compacted: true, Records: idx.baseKeys}
+	return nil
 }
 
-// Load reads the stored snapshot. found is false for a store never saved
+// putMeta writes the version, node and time of snap into meta.
+func putMeta(meta *bolt.Bucket, snap Snapshot) error {
+	if err := meta.Put(keyVersion, binary.AppendUvarint(nil, Version)); err != nil {
+		return err
+	}
+	if err := meta.Put(keyNode, []byte(snap.Node)); err != nil {
+		return err
+	}
+	return meta.Put(keyTaken, binary.AppendVarint(nil, snap.Taken.UnixNano()))
+}
+
+// SaveStats says what the last successful Save wrote.
+type SaveStats struct {
+	Compacted bool // the whole snapshot was rewritten as the base
+	Records   int  // states written: the base's when Compacted, else delta records
+}
+
+// LastSave is what the last successful Save of this Store wrote (zero
+// before the first).
+func (s *Store) LastSave() SaveStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// Load reads the stored snapshot: the base, with the delta log applied
+// over it in order (version 3). found is false for a store never saved
 // to (a new file). Errors wrap ErrCorrupt and name what was wrong (the
-// field, rule and key): a wrong version, a value that does not decode or
-// has bytes left over, a state that fails strategy.KeyState.Validate.
+// field, rule and key, or the delta record): a wrong version, a value
+// that does not decode or has bytes left over, a state that fails
+// strategy.KeyState.Validate, a delta record out of order or for a rule
+// the snapshot does not have.
 func (s *Store) Load() (snap Snapshot, found bool, err error) {
 	// bbolt reads the file through mmap and trusts its page structure: a
 	// damaged page can send it out of the mapping. Fault as a panic, not
@@ -257,10 +407,10 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 		if err != nil {
 			return fmt.Errorf("meta/version: %w", err)
 		}
-		if v != Version && v != VersionUnsignedLevel {
-			return fmt.Errorf("meta/version: %d, want %d or %d", v, Version, VersionUnsignedLevel)
+		if v != Version && v != VersionSignedLevel && v != VersionUnsignedLevel {
+			return fmt.Errorf("meta/version: %d, want %d, %d or %d", v, Version, VersionSignedLevel, VersionUnsignedLevel)
 		}
-		signedLevel := v == Version
+		signedLevel := v != VersionUnsignedLevel
 		taken, err := varint(meta.Get(keyTaken))
 		if err != nil {
 			return fmt.Errorf("meta/taken_unix_ns: %w", err)
@@ -270,7 +420,7 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 		if rules == nil || strategies == nil {
 			return errors.New("rules or meta/strategies: missing")
 		}
-		return rules.ForEach(func(name, v []byte) error {
+		err = rules.ForEach(func(name, v []byte) error {
 			rb := rules.Bucket(name)
 			if rb == nil {
 				return fmt.Errorf("rules/%q: not a bucket", name)
@@ -287,6 +437,19 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 			snap.Rules[string(name)] = r
 			return err
 		})
+		if err != nil {
+			return err
+		}
+		deltas := tx.Bucket(bucketDeltas)
+		switch {
+		case v != Version && deltas != nil:
+			return fmt.Errorf("deltas: in a version %d file, which has none", v)
+		case v == Version && deltas == nil:
+			return errors.New("deltas: missing")
+		case deltas == nil:
+			return nil
+		}
+		return applyDeltas(deltas, snap.Rules)
 	})
 }
 

@@ -4,10 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,8 +189,9 @@ func fmtVarints(level int64, capacity, per uint64, at int64) []byte {
 	return binary.AppendVarint(b, at)
 }
 
-// BenchmarkSave measures one Save (the whole snapshot rewritten, fsynced)
-// at 10k and 100k keys.
+// BenchmarkSave measures one compaction (the whole snapshot rewritten as
+// the base, fsynced: what every Save did before the delta log, and what
+// the first Save after Open does) at 10k, 100k and 1M keys.
 func BenchmarkSave(b *testing.B) {
 	for _, keys := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprint(keys), func(b *testing.B) {
@@ -196,12 +201,21 @@ func BenchmarkSave(b *testing.B) {
 			}
 			defer s.Close()
 			snap := sample(keys)
-			b.ResetTimer()
-			for range b.N {
+			for range 2 { // the file grown to its steady size: the pages of the base before the last one are free
+				s.idx = nil
 				if err := s.Save(snap); err != nil {
 					b.Fatal(err)
 				}
 			}
+			c0 := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				s.idx = nil // as after Open: the Save compacts
+				if err := s.Save(snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((cpuTime()-c0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
 			if fi, err := os.Stat(s.Path()); err == nil {
 				b.ReportMetric(float64(fi.Size())/float64(keys), "file-B/key")
@@ -247,8 +261,26 @@ func TestDamagedPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Save(sample(rapid.IntRange(1, 300).Draw(t, "keys"))); err != nil {
+		snap := sample(rapid.IntRange(1, 300).Draw(t, "keys"))
+		if err := s.Save(snap); err != nil {
 			t.Fatal(err)
+		}
+		// Then deltas (changed keys and deletes) over the base: the
+		// damage may fall in the log's pages and records too.
+		for i, n := 0, rapid.IntRange(0, 3).Draw(t, "delta saves"); i < n; i++ {
+			api := snap.Rules["api"]
+			for j, m := 0, rapid.IntRange(0, 20).Draw(t, "changes"); j < m && len(api.States) > 0; j++ {
+				k := rapid.IntRange(0, len(api.States)-1).Draw(t, "key")
+				if rapid.Bool().Draw(t, "delete") {
+					api.States = slices.Delete(slices.Clone(api.States), k, k+1)
+				} else {
+					api.States[k].Level = -api.States[k].Level
+				}
+			}
+			snap.Rules["api"] = api
+			if err := s.Save(snap); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s.Close()
 		path := filepath.Join(dir, FileName)
@@ -271,14 +303,14 @@ func TestDamagedPages(t *testing.T) {
 			return
 		}
 		defer s.Close()
-		snap, _, err := s.Load()
+		loaded, _, err := s.Load()
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("load: %v, want ErrCorrupt", err)
 			}
 			return
 		}
-		for _, r := range snap.Rules {
+		for _, r := range loaded.Rules {
 			for _, st := range r.States {
 				if err := st.Validate(); err != nil {
 					t.Fatalf("loaded an invalid state: %v", err)
@@ -439,6 +471,9 @@ func TestLoadsVersion1(t *testing.T) {
 		if err := tx.Bucket(bucketMeta).Put(keyVersion, binary.AppendUvarint(nil, VersionUnsignedLevel)); err != nil {
 			return err
 		}
+		if err := tx.DeleteBucket(bucketDeltas); err != nil { // version 1 had no delta log
+			return err
+		}
 		return tx.Bucket(bucketRules).Bucket([]byte("api")).Put([]byte("tenant-0000001"), v1)
 	}); err != nil {
 		t.Fatal(err)
@@ -454,5 +489,155 @@ func TestLoadsVersion1(t *testing.T) {
 	}
 	if st := got.Rules["api"].States[1]; st.Level != 7e9 || st.Capacity != 300e9 || st.TicksPerToken != 60e9 || st.At != 42 {
 		t.Fatalf("version 1 state read as %+v", st)
+	}
+}
+
+// wchar is the bytes this process has passed to write system calls so
+// far (/proc/self/io; -1 where it cannot be read). bbolt writes every
+// dirty page with pwrite, so the difference over a Save is the bytes the
+// Save wrote (pages, the freelist and the meta page), page cache or not.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func wchar() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			var n int64
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	return -1
+}
+
+// BenchmarkSaveChanged measures a Save of 100k or 1M keys of which 1%
+// (spread at random) changed since the previous Save, after a first
+// Save: the time, the bytes written (from /proc/self/io), the file's size
+// after the last Save and its largest over the run, and the bytes written
+// as a share of the file. Means over all b.N Saves (written-B/op,
+// written-%file: the compactions that fall within them included), and
+// over the Saves that appended deltas (delta-*) and those that compacted
+// (compact-*) apart. index-B/key is the heap the store keeps to diff
+// against (measured after the first Save).
+func BenchmarkSaveChanged(b *testing.B) {
+	for _, keys := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprint(keys), func(b *testing.B) {
+			s, err := Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			snap := sample(keys)
+			var m0, m1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m0)
+			if err := s.Save(snap); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			runtime.GC() // and bbolt's pool of page buffers
+			runtime.ReadMemStats(&m1)
+			states := snap.Rules["api"].States
+			rng := rand.New(rand.NewPCG(1, 2))
+			var written, maxFile, maxWrite int64
+			var n, d [2]int64           // Saves and bytes written: [0] deltas, [1] compactions
+			var t, cpu [2]time.Duration // wall time, CPU time (the process's: GC included)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				for range keys / 100 {
+					st := &states[rng.IntN(keys)]
+					st.Level = max(st.Level-1e9, -st.Capacity)
+					st.At += time.Duration(i+1) * time.Second
+				}
+				w0 := wchar()
+				t0 := time.Now()
+				c0 := cpuTime()
+				b.StartTimer()
+				if err := s.Save(snap); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				dt := time.Since(t0)
+				dc := cpuTime() - c0
+				wr := wchar() - w0
+				written += wr
+				maxWrite = max(maxWrite, wr)
+				kind := 0
+				if s.LastSave().Compacted {
+					kind = 1
+				}
+				n[kind]++
+				d[kind] += wr
+				t[kind] += dt
+				cpu[kind] += dc
+				if fi, err := os.Stat(s.Path()); err == nil {
+					maxFile = max(maxFile, fi.Size())
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			fi, err := os.Stat(s.Path())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(written)/float64(b.N), "written-B/op")
+			b.ReportMetric(float64(maxWrite), "max-written-B")
+			b.ReportMetric(float64(fi.Size()), "file-B")
+			b.ReportMetric(float64(maxFile), "max-file-B")
+			b.ReportMetric(100*float64(written)/float64(b.N)/float64(fi.Size()), "written-%file")
+			b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/float64(keys), "index-B/key")
+			for kind, name := range []string{"delta", "compact"} {
+				if n[kind] > 0 {
+					b.ReportMetric(float64(n[kind]), name+"-saves")
+					b.ReportMetric(float64(d[kind])/float64(n[kind]), name+"-written-B")
+					b.ReportMetric(100*float64(d[kind])/float64(n[kind])/float64(fi.Size()), name+"-written-%file")
+					b.ReportMetric(float64(t[kind].Milliseconds())/float64(n[kind]), name+"-ms")
+					b.ReportMetric(float64(cpu[kind].Milliseconds())/float64(n[kind]), name+"-cpu-ms")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoad measures a Load of 1M keys from a file written by a
+// first Save and 20 Saves of 1% of the keys changed each (a base and
+// 200,000 delta records: near the most a log holds before it is
+// compacted, 250,000).
+func BenchmarkLoad(b *testing.B) {
+	const keys = 1_000_000
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	snap := sample(keys)
+	states := snap.Rules["api"].States
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 21 {
+		for range keys / 100 {
+			st := &states[rng.IntN(keys)]
+			st.Level = max(st.Level-1e9, -st.Capacity)
+			st.At += time.Duration(i+1) * time.Second
+		}
+		if err := s.Save(snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		got, _, err := s.Load()
+		if err != nil || got.Keys() != keys {
+			b.Fatalf("load: %d keys, %v", got.Keys(), err)
+		}
 	}
 }

@@ -193,10 +193,11 @@ type KeySeeder func(now time.Duration, key string) (KeyState, bool)
 // the node (owner, local, static), for a KeySeeder that reads another
 // rule's level of a key.
 type KeyLeveler interface {
-	// KeyLevel is key's bucket at now as Snapshotter.Snapshot would emit it
-	// (tokens lent to the driver's fast path counted as spent, a debt as
-	// 0, At = now), and false when this node holds no bucket for key or
-	// it is full. It changes no state.
+	// KeyLevel is key's bucket refilled to now, At = now (tokens lent to
+	// the driver's fast path counted as spent, as Snapshotter.Snapshot
+	// counts them, a debt as 0; Snapshot emits the level at the bucket's
+	// last update instead), and false when this node holds no bucket for
+	// key or it is full. It changes no state.
 	KeyLevel(now time.Duration, key string) (KeyState, bool)
 }
 
@@ -338,8 +339,11 @@ func (s KeyState) Validate() error {
 // Deterministic: neither method reads a clock. Ours.
 type Snapshotter interface {
 	// Snapshot calls emit once per key whose bucket is not full at now
-	// (a full bucket equals an absent one), with At = now. It changes no
-	// state.
+	// (a full bucket equals an absent one), with the level at the
+	// bucket's last update and At that update (at most now, unless the
+	// bucket decided at a later arrival time), so that a bucket untouched
+	// between two snapshots emits the same state in both (statestore
+	// writes only the keys that changed). It changes no state.
 	Snapshot(now time.Duration, emit func(KeyState))
 
 	// Restore sets the buckets of states at now: each level is refilled

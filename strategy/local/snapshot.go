@@ -32,7 +32,7 @@ func (l *Local) Restore(now time.Duration, states []strategy.KeyState) error {
 	})
 }
 
-// KeyLevel is key's bucket as Snapshot emits it (tokens lent counted as
+// KeyLevel is key's bucket refilled to now (tokens lent counted as
 // spent); false when there is none, or a full one (strategy.KeyLeveler).
 // It changes no state.
 func (l *Local) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {

@@ -65,7 +65,7 @@ func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
 	return nil
 }
 
-// KeyLevel is key's bucket at this node as Snapshot emits it (tokens lent
+// KeyLevel is key's bucket at this node refilled to now (tokens lent
 // counted as spent), also for a key it holds as a replica; false when it
 // holds none, or a full one (strategy.KeyLeveler). It changes no state.
 func (o *Owner) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {

@@ -27,7 +27,7 @@ func (s *Static) Restore(now time.Duration, states []strategy.KeyState) error {
 	return s.table.Import(now, states, func(string) int64 { return s.debt })
 }
 
-// KeyLevel is this node's share bucket of key as Snapshot emits it
+// KeyLevel is this node's share bucket of key refilled to now
 // (tokens lent counted as spent); false when there is none, or a full one
 // (strategy.KeyLeveler). It changes no state.
 func (s *Static) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool) {

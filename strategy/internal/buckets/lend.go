@@ -68,7 +68,7 @@ func (l *Lender) Remaining(t *Table, now time.Duration, key string) int64 {
 	return t.Remaining(key, now)
 }
 
-// KeyLevel is key's bucket in t at now as Table.Export emits it, with the
+// KeyLevel is key's bucket in t refilled to now (At now), with the
 // tokens lent for key out of the level (on a copy: nothing changes); false
 // when t holds no bucket for key or it is full (strategy.KeyLeveler).
 func (l *Lender) KeyLevel(t *Table, now time.Duration, key string) (strategy.KeyState, bool) {

@@ -8,23 +8,28 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// Export calls emit, in no particular order, with the state at now of
-// every bucket that is not full (a full bucket equals an absent one) and
-// for which keep (when not nil) returns true. It changes nothing: levels
-// are read from copies (bucket.Bucket.LevelAt), so buckets last updated
-// after now (owner decides at arrival times) are reported at their last
-// update and left as they are. A level below 0 (a debt: an overdraft's
-// charges, owner's charges for decisions its peers took while it was
-// unreachable, or tokens reserved ahead in waiting mode) is exported as it
-// is, so that a restart keeps it (Import). A bucket of burst 0 is not
-// exported: it admits nothing, debt or not.
+// Export calls emit, in no particular order, with the state of every
+// bucket that is not full at now (a full bucket equals an absent one) and
+// for which keep (when not nil) returns true. Each state is the bucket's
+// raw level at its last update, At that update (bucket.Bucket.Level),
+// not the level refilled to now: Import refills it from At all the same,
+// and a bucket untouched since the last snapshot emits the same state
+// again, so that a snapshot store can write only the keys that changed
+// (package statestore; issue 28 item 3). It changes nothing: buckets last
+// updated after now (owner decides at arrival times) are reported at that
+// update. A level below 0 (a debt: an overdraft's charges, owner's charges
+// for decisions its peers took while it was unreachable, or tokens
+// reserved ahead in waiting mode) is exported as it is, so that a restart
+// keeps it (Import). A bucket of burst 0 is not exported: it admits
+// nothing, debt or not.
 func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(strategy.KeyState)) {
 	for k, b := range t.m {
 		level, capacity, per := b.LevelAt(now)
 		if level >= capacity || capacity <= 0 || (keep != nil && !keep(k)) {
 			continue
 		}
-		emit(strategy.KeyState{Key: k, Level: level, Capacity: capacity, TicksPerToken: per, At: now})
+		raw, at := b.Level()
+		emit(strategy.KeyState{Key: k, Level: raw, Capacity: capacity, TicksPerToken: per, At: at})
 	}
 }
 

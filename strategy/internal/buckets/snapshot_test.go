@@ -40,8 +40,11 @@ func TestImportRefillsForElapsedTime(t *testing.T) {
 		t.Fatal("a new bucket refused its burst")
 	}
 	states := export(src, 10*time.Second)
-	if len(states) != 1 || states[0].Level != int64(10*time.Second) || states[0].At != 10*time.Second {
-		t.Fatalf("export = %+v, want one state of 1/6 token at 10s", states)
+	if len(states) != 1 || states[0].Level != 0 || states[0].At != 0 {
+		t.Fatalf("export = %+v, want one state of 0 tokens at 0 (the last update, not the export's time)", states)
+	}
+	if again := export(src, 20*time.Second); len(again) != 1 || again[0] != states[0] {
+		t.Fatalf("export of an untouched bucket 10 s later = %+v, want the same state %+v", again, states[0])
 	}
 	for _, c := range []struct {
 		at   time.Duration
