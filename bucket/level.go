@@ -52,9 +52,10 @@ func (b *Bucket) SetLevel(now time.Duration, level, ticksPerToken int64) error {
 // tokens reserved ahead in waiting mode, as a snapshot keeps them): the
 // level is rescaled to b's ticks (rounding down, so a debt never
 // shrinks) and kept within [floor, burst], floor being the lowest level
-// b's rule lets it hold (FloorTicks; taken as at most 0). Errors, leaving
-// b unchanged: a non-positive ticksPerToken. Ours (a restart keeps a
-// debt: issue 28 item 3).
+// b's rule lets it hold, in b's ticks (FloorTicks; taken as at most 0);
+// level is in ticks of 1/ticksPerToken token. Errors, leaving b
+// unchanged: a non-positive ticksPerToken. Ours (so that a restart keeps
+// a debt).
 func (b *Bucket) SetLevelFloor(now time.Duration, level, ticksPerToken, floor int64) error {
 	if ticksPerToken <= 0 {
 		return fmt.Errorf("bucket: %d ticks per token is not positive", ticksPerToken)

@@ -68,7 +68,7 @@ func TestSnapshotEverySubTable(t *testing.T) {
 	o := newNode(t, "n0", "hold=0", "split=2")
 	var fx strategy.Effects
 	o.SetMembers(0, []strategy.NodeID{"n0"}, &fx) // alone: owns every sub-key
-	for id := uint64(1); id <= 4; id++ { // request ID mod 2 picks the sub-bucket
+	for id := uint64(1); id <= 4; id++ {          // request ID mod 2 picks the sub-bucket
 		o.Request(0, strategy.Request{ID: id, Key: "k", Tokens: 1}, &fx)
 	}
 	var got []strategy.KeyState

@@ -51,68 +51,84 @@ func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv
 	ahead := int64(now + l.maxSkew)
 	switch b := m.Body.(type) {
 	case *peerv1.RegionLeaseMessage_Forward:
-		f := b.Forward
-		if err := checkKey(from, f.Key); err != nil {
-			return err
-		}
-		if f.ExtraTokens < 0 || f.ExtraTokens >= l.sh.burst {
-			return errorf("forward from %s: %d tokens outside [1, burst %d]", from, f.ExtraTokens+1, l.sh.burst)
-		}
-		if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
-			return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
-		}
+		return l.checkForward(from, b.Forward, ahead)
 	case *peerv1.RegionLeaseMessage_Verdict:
 		if b.Verdict.EmptyForUs > uint64(maxHint/time.Microsecond) {
 			return errorf("verdict from %s: dry hint of %d µs beyond %v", from, b.Verdict.EmptyForUs, maxHint)
 		}
 	case *peerv1.RegionLeaseMessage_Ask:
-		a := b.Ask
-		if err := checkKey(from, a.Key); err != nil {
-			return err
-		}
-		switch {
-		case a.Tokens < 1 || a.Tokens > l.sh.burst:
-			return errorf("ask from %s: %d tokens outside [1, burst %d]", from, a.Tokens, l.sh.burst)
-		case a.AskedAtNs < 0 || a.AskedAtNs > ahead:
-			return errorf("ask from %s: time %v outside [0, now + max_skew %v]", from, time.Duration(a.AskedAtNs), time.Duration(ahead))
-		case float64(a.DemandMtps) > maxDemand*1000:
-			return errorf("ask from %s: demand %d mtps above %g tokens/s", from, a.DemandMtps, maxDemand)
-		case len(a.Spent) > maxSpent:
-			return errorf("ask from %s: %d spent leases (at most %d)", from, len(a.Spent), maxSpent)
-		}
+		return l.checkAsk(from, b.Ask, ahead)
 	case *peerv1.RegionLeaseMessage_Grant:
-		g := b.Grant
-		if err := checkKey(from, g.Key); err != nil {
-			return err
-		}
-		switch {
-		case g.Tokens < 0 || g.Tokens > l.sh.burst:
-			return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.burst)
-		case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew):
-			return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
-		case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
-			return errorf("grant from %s: dry hint %v outside [0, now + %v]", from, time.Duration(g.EmptyUntilNs), maxHint)
-		}
+		return l.checkGrant(now, from, b.Grant)
 	case *peerv1.RegionLeaseMessage_Return:
-		r := b.Return
-		if err := checkKey(from, r.Key); err != nil {
-			return err
-		}
-		if r.Unused < 0 || r.Unused > l.sh.burst {
-			return errorf("return from %s: %d unused tokens outside [0, burst %d]", from, r.Unused, l.sh.burst)
-		}
+		return l.checkTokens("return", "unused tokens", from, b.Return.Key, b.Return.Unused)
 	case *peerv1.RegionLeaseMessage_ReturnAck:
-		if err := checkKey(from, b.ReturnAck.Key); err != nil {
-			return err
-		}
+		return checkKey(from, b.ReturnAck.Key)
 	case *peerv1.RegionLeaseMessage_Used:
-		u := b.Used
-		if err := checkKey(from, u.Key); err != nil {
-			return err
-		}
-		if u.Used < 0 || u.Used > l.sh.burst {
-			return errorf("used report from %s: %d tokens outside [0, burst %d]", from, u.Used, l.sh.burst)
-		}
+		return l.checkTokens("used report", "tokens", from, b.Used.Key, b.Used.Used)
+	}
+	return nil
+}
+
+// checkForward: the key, tokens in [1, burst], arrival in [0, ahead]
+// (now + max_skew, ns).
+func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseForward, ahead int64) error {
+	if err := checkKey(from, f.Key); err != nil {
+		return err
+	}
+	if f.ExtraTokens < 0 || f.ExtraTokens >= l.sh.burst {
+		return errorf("forward from %s: %d tokens outside [1, burst %d]", from, f.ExtraTokens+1, l.sh.burst)
+	}
+	if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
+		return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
+	}
+	return nil
+}
+
+// checkAsk: the key, tokens in [1, burst], time in [0, ahead], demand and
+// spent leases bounded.
+func (l *RegionLease) checkAsk(from strategy.NodeID, a *peerv1.RegionLeaseAsk, ahead int64) error {
+	if err := checkKey(from, a.Key); err != nil {
+		return err
+	}
+	switch {
+	case a.Tokens < 1 || a.Tokens > l.sh.burst:
+		return errorf("ask from %s: %d tokens outside [1, burst %d]", from, a.Tokens, l.sh.burst)
+	case a.AskedAtNs < 0 || a.AskedAtNs > ahead:
+		return errorf("ask from %s: time %v outside [0, now + max_skew %v]", from, time.Duration(a.AskedAtNs), time.Duration(ahead))
+	case float64(a.DemandMtps) > maxDemand*1000:
+		return errorf("ask from %s: demand %d mtps above %g tokens/s", from, a.DemandMtps, maxDemand)
+	case len(a.Spent) > maxSpent:
+		return errorf("ask from %s: %d spent leases (at most %d)", from, len(a.Spent), maxSpent)
+	}
+	return nil
+}
+
+// checkGrant: the key, tokens in [0, burst], end within region_ttl +
+// max_skew of now, dry hint within maxHint of now.
+func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *peerv1.RegionLeaseGrant) error {
+	if err := checkKey(from, g.Key); err != nil {
+		return err
+	}
+	switch {
+	case g.Tokens < 0 || g.Tokens > l.sh.burst:
+		return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.burst)
+	case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew):
+		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
+	case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
+		return errorf("grant from %s: dry hint %v outside [0, now + %v]", from, time.Duration(g.EmptyUntilNs), maxHint)
+	}
+	return nil
+}
+
+// checkTokens: the key, and n tokens (what, e.g. "unused tokens") of a
+// message (kind, e.g. "return") in [0, burst].
+func (l *RegionLease) checkTokens(kind, what string, from strategy.NodeID, key string, n int64) error {
+	if err := checkKey(from, key); err != nil {
+		return err
+	}
+	if n < 0 || n > l.sh.burst {
+		return errorf("%s from %s: %d %s outside [0, burst %d]", kind, from, n, what, l.sh.burst)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // not the level refilled to now: Import refills it from At all the same,
 // and a bucket untouched since the last snapshot emits the same state
 // again, so that a snapshot store can write only the keys that changed
-// (package statestore; issue 28 item 3). It changes nothing: buckets last
+// (package statestore, format 3). It changes nothing: buckets last
 // updated after now (owner decides at arrival times) are reported at that
 // update. A level below 0 (a debt: an overdraft's charges, owner's charges
 // for decisions its peers took while it was unreachable, or tokens
