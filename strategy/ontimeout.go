@@ -1,6 +1,9 @@
 package strategy
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // OnTimeout is what a forwarder answers when the owner of a request gives
 // no verdict in time: the enum parameter on_timeout (admit | reject |
@@ -11,7 +14,8 @@ type OnTimeout uint8
 
 const (
 	// TimeoutLocal (the default) decides with a local bucket of (r/N,
-	// b/N) per key (N the live members in this node's view): while an
+	// b/N) per key (N the live members in this node's view), empty at
+	// the first timed-out request's arrival (FallbackStart): while an
 	// owner is unreachable the forwarders admit together at most one more
 	// envelope.
 	TimeoutLocal OnTimeout = iota
@@ -60,4 +64,23 @@ func ReadOnTimeout(v *Values) (OnTimeout, error) {
 		return TimeoutReject, nil
 	}
 	return TimeoutLocal, nil
+}
+
+// FallbackStart is the time at which a forwarder's on_timeout=local
+// fallback bucket for req's key starts empty, when req is the first
+// request it decides: the request's arrival (at most now). The owner may
+// have drained the key just before it stopped answering, which is before
+// the request came; from then on the fallback refills at r/N, so a
+// request that waited out the timeout finds r/N*timeout tokens (capped at
+// b/N) rather than none. Starting at now instead would refuse every
+// request that timed out at the same instant (a batch, or many at once
+// after a stall) even under a limit that cannot be reached. Either way
+// the forwarders admit together at most one more envelope while the owner
+// is unreachable (N buckets of (r/N, b/N)). A negative or future arrival
+// (a bad stamp) starts at now.
+func FallbackStart(now time.Duration, req Request) time.Duration {
+	if req.Arrival < 0 || req.Arrival > now {
+		return now
+	}
+	return req.Arrival
 }

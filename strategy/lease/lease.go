@@ -237,7 +237,8 @@
 //     bucket), its lent tokens inherited as from a replica. If some node
 //     does not answer in time, or if in one of those views all the key's
 //     first K nodes are gone (or are this node just restarted, which
-//     forgot its state), the key starts conservatively as above, merged
+//     forgot its state; a past view of this node alone does not count:
+//     see holdersOf), the key starts conservatively as above, merged
 //     with the answers it got. Why this keeps the bounds:
 //     (1) Answering is a hand-over. The answerer drops its pool and,
 //     for takeover + fill time after its answer, decides the key as
@@ -285,8 +286,9 @@
 //     ask the owner it thinks gone), as owner's replicas do.
 //     Until the others' failure detectors drop a crashed owner, their
 //     forwards to it time out and are decided by on_timeout: by default
-//     with local (r/N, b/N) buckets that start empty (together at most one
-//     more envelope while the owner is unreachable).
+//     with local (r/N, b/N) buckets that start empty at the first
+//     timed-out request's arrival (strategy.FallbackStart; together at
+//     most one more envelope while the owner is unreachable).
 //
 // Overdraft (the parameters overdraft and max_debt; ours, issue 23 item
 // 5): a charge is taken at the key's owner, into its pool, down to a debt

@@ -26,9 +26,10 @@ func localShare(rate bucket.Rate, burst int64, self strategy.NodeID, members []s
 
 // timedOut answers a forwarded request whose owner did not answer in
 // time, by on_timeout (strategy.OnTimeout, read by strategy.ReadOnTimeout;
-// the local fallback's bucket is empty at its first use and refills, so
-// the forwarders to an unreachable owner admit together at most one more
-// envelope).
+// the local fallback's bucket is empty at the arrival of the first request
+// it decides and refills at r/N, so the forwarders to an unreachable owner
+// admit together at most one more envelope: r*T, plus r*timeout for the
+// time the first request waited).
 func (l *Lease) timedOut(now time.Duration, req strategy.Request) bool {
 	switch l.onTimeout {
 	case strategy.TimeoutAdmit:
@@ -38,10 +39,11 @@ func (l *Lease) timedOut(now time.Duration, req strategy.Request) bool {
 	}
 	b, ok := l.local.Lookup(req.Key)
 	if !ok {
-		// Empty at the first fallback: the owner may have drained the key
-		// just before it stopped answering.
+		// Empty at the first fallback's arrival: the owner may have
+		// drained the key just before it stopped answering, which is
+		// before the request came (see strategy.FallbackStart).
 		b = l.local.Get(req.Key, now)
-		_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
+		_ = b.MergeLevel(0, strategy.FallbackStart(now, req)) // 0 is within bounds, the start >= 0
 	}
 	if l.od.On && req.Charge {
 		// Charged here, refused or not (the owner does not see it).

@@ -177,7 +177,20 @@ func (l *Lease) holdersOf(key string, r *record, now time.Duration) (out []strat
 	forgot := l.restarted && now < l.restartAt+l.takeover+l.fillTime
 	views := [][]strategy.NodeID{l.members}
 	for i := len(l.changes) - 1; i >= 0; i-- {
-		views = append(views, l.changes[i].prev)
+		// A past view of this node alone is skipped: a node that starts
+		// sees itself alone until it has joined the others (after the
+		// expected members it boots with), and counting that view would
+		// start every key it owns conservatively after every start (a
+		// restarted node forgot what it held in it). Only this node
+		// decided in such a view and only it held leases of it, so what a
+		// previous incarnation alone decided there (before a restart
+		// without state_dir, alone by partition or as a one-node cluster)
+		// is its own admissions, at most one envelope, as with owner's
+		// restart; no other node's leases are lost. The current view still
+		// counts: a one-node cluster restarts conservatively.
+		if prev := l.changes[i].prev; !(len(prev) == 1 && prev[0] == l.self) {
+			views = append(views, prev)
+		}
 	}
 	if l.restarted {
 		views = append(views, slices.DeleteFunc(slices.Clone(l.members), func(n strategy.NodeID) bool { return n == l.self }))

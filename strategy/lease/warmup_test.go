@@ -84,6 +84,35 @@ func TestWarmupLiveStart(t *testing.T) {
 	}
 }
 
+// TestWarmupAfterJoiningFromAlone: a node of the live runtime boots with
+// the expected members, sees itself alone until it has joined (its
+// membership's first view), then all of them. Its keys' first requests
+// are admitted as one central bucket would: the view of itself alone is
+// not one in which a previous incarnation's state can be lost to others
+// (only it decided there), so the warm-up asks the others instead of
+// starting conservatively. Before, that view counted as not covered (a
+// restarted node forgot its state) and every key the node owned was
+// refused for takeover + fill time after every start, also in a bench of
+// a fresh cluster under a limit that cannot be reached.
+func TestWarmupAfterJoiningFromAlone(t *testing.T) {
+	start := 3 * time.Second
+	c := newCluster(t, start)
+	key := keyRanked("n0", "n1")
+	c.setMembers(start+time.Millisecond, "n0", []strategy.NodeID{"n0"})
+	c.setMembers(start+200*time.Millisecond, "n0", members)
+	now := start + 300*time.Millisecond
+	var ids []uint64
+	for i := range 25 {
+		id := uint64(i + 1)
+		ids = append(ids, id)
+		c.request(now, members[i%3], id, key)
+	}
+	c.tick(now + time.Millisecond)
+	if a, d := c.allowed(ids...); d != len(ids) || a != 20 {
+		t.Fatalf("first requests after joining from alone: %d of %d decided, %d admitted; want all decided, 20 (the burst) admitted", d, len(ids), a)
+	}
+}
+
 // TestWarmupUnreachableStartsConservatively: when a node that may hold the
 // key's state does not answer, the warm-up times out (timeout less one
 // resend interval) and the key starts empty as without warm-up: nothing

@@ -114,11 +114,12 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 	default:
 		b, ok := o.local.Lookup(req.Key)
 		if !ok {
-			// Empty at the first fallback: the owner may have drained the
-			// key just before it stopped answering; a full local bucket
-			// would add (N-1)/N of a burst at once.
+			// Empty at the first fallback's arrival: the owner may have
+			// drained the key just before it stopped answering, which is
+			// before the request came; a full local bucket would add
+			// (N-1)/N of a burst at once (see strategy.FallbackStart).
 			b = o.local.Get(req.Key, now)
-			_ = b.MergeLevel(0, now) // 0 is within bounds, now >= 0
+			_ = b.MergeLevel(0, strategy.FallbackStart(now, req)) // 0 is within bounds, the start >= 0
 		}
 		if o.od.On && req.Charge {
 			allowed, _ = b.ChargeN(now, req.Tokens, max(o.od.MaxDebt/int64(max(len(o.members), 1)), 1))

@@ -261,3 +261,34 @@ func TestWaitFieldsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackStartsAtArrival: on_timeout=local's bucket (r/N = 1/3 per s,
+// its share of the burst 1 at n1) starts empty at the first timed-out
+// request's arrival, not at its timeout: 3 forwards arrive at 0 and time
+// out together at 3 s, when the bucket has refilled 1 token: one is
+// admitted (and charged to the owner). Empty at 3 s instead, as before,
+// all were refused, even under a limit that cannot be reached.
+func TestFallbackStartsAtArrival(t *testing.T) {
+	o := newNode(t, "n1", "timeout=3s")
+	key := keyOwnedBy("n0")
+	fx := &strategy.Effects{}
+	for id := uint64(1); id <= 3; id++ {
+		if _, decided := o.Request(0, strategy.Request{ID: id, Key: key, Tokens: 1}, fx); decided {
+			t.Fatal("a request for another node's key was decided locally")
+		}
+	}
+	admitted, decided := 0, 0
+	for now := time.Duration(0); now <= 4*time.Second && decided < 3; now += 10 * time.Millisecond {
+		fx.Reset()
+		o.Tick(now, fx)
+		for _, d := range fx.Decisions {
+			decided++
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	if decided != 3 || admitted != 1 {
+		t.Errorf("3 forwards timed out together after 3 s: %d decided, %d admitted; want 3 and 1 (1/3 token/s refilled since their arrival)", decided, admitted)
+	}
+}
