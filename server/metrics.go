@@ -50,7 +50,12 @@ package server
 //	                                                 an old incarnation's), unknown_sender (not a
 //	                                                 member), bad_certificate (mTLS), oversize (a
 //	                                                 message above 4 MiB), not_member (a keyed frame
-//	                                                 from a node not in the view yet), out_of_bounds
+//	                                                 from a node not in the view yet),
+//	                                                 unknown_version (a frame of a wire version
+//	                                                 this build does not speak), old_version (a
+//	                                                 version 1 frame from a member that speaks 2),
+//	                                                 stale_incarnation (a v2 frame addressed to
+//	                                                 this node before its restart), out_of_bounds
 //	                                                 (a payload its strategy refused: a value out of
 //	                                                 bounds, or one that does not decode; the sum of
 //	                                                 tokenmesh_peer_receive_errors_total)
@@ -273,7 +278,7 @@ var (
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
 	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
-		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
+		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member, unknown_version, old_version, stale_incarnation (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
@@ -338,7 +343,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		byReason = pr.PeerRefusals()
 	}
 	for _, reason := range []string{grpcpeer.ReasonBadMAC, grpcpeer.ReasonReplay, grpcpeer.ReasonUnknownSender, grpcpeer.ReasonBadCertificate,
-		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember} {
+		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember, grpcpeer.ReasonUnknownVersion, grpcpeer.ReasonOldVersion,
+		grpcpeer.ReasonStaleIncarnation} {
 		counter(descRefused, byReason[reason], reason)
 	}
 	gauge(descMembers, float64(c.node.Members()))
