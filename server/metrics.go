@@ -44,6 +44,8 @@ package server
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
 //	tokenmesh_members                                gauge of live members (1 without gossip)
+//	tokenmesh_peer_links_total{version}              counter of peer links dialled, by the wire version
+//	                                                 chosen (the highest both ends speak)
 //	tokenmesh_peer_refused_frames_total{reason}      counter of peer frames (and streams) refused:
 //	                                                 bad_mac (no or a wrong MAC: a sender without
 //	                                                 the secret key), replay (a frame seen before, or
@@ -103,6 +105,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -247,6 +250,22 @@ func (v limiterView) PeerRefusals() map[string]int64 {
 	return st.Refusals
 }
 
+// PeerLinks is the peer links dialled by wire version (nil without a
+// transport).
+func (v limiterView) PeerLinks() map[int]int64 {
+	st, ok := v.n.PeerStats()
+	if !ok {
+		return nil
+	}
+	return st.Links
+}
+
+// peerLinks is a nodeView that also reports its peer links by wire
+// version (grpcpeer.Stats.Links).
+type peerLinks interface {
+	PeerLinks() map[int]int64
+}
+
 // peerRefusals is a nodeView that also reports its peer transport's
 // refused frames by reason (grpcpeer.Stats.Refusals).
 type peerRefusals interface {
@@ -277,6 +296,8 @@ var (
 		"Peer frames for a rule this node does not have (dropped).", nil, nil)
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
+	descLinks = prometheus.NewDesc("tokenmesh_peer_links_total",
+		"Peer links (streams) dialled, by the wire version chosen for them: the highest both ends speak (Hello; 1 with a node of the build before wire versions).", []string{"version"}, nil)
 	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
 		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member, unknown_version, old_version, stale_incarnation (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
@@ -299,7 +320,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -346,6 +367,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember, grpcpeer.ReasonUnknownVersion, grpcpeer.ReasonOldVersion,
 		grpcpeer.ReasonStaleIncarnation} {
 		counter(descRefused, byReason[reason], reason)
+	}
+	if pl, ok := c.node.(peerLinks); ok {
+		if links := pl.PeerLinks(); links != nil {
+			for _, v := range []int{grpcpeer.WireV1, grpcpeer.WireV2} {
+				counter(descLinks, links[v], strconv.Itoa(v))
+			}
+		}
 	}
 	gauge(descMembers, float64(c.node.Members()))
 

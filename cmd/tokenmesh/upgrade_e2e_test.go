@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -30,10 +31,15 @@ import (
 const upgradeFrom = "e1fe229721b5ca3dbc6f38b1ee71da78c35ef875"
 
 // buildPrevious builds the tokenmesh binary of commit rev from this
-// repository's git history (git archive into a temp dir, go build there,
-// the module cache and build cache shared) and returns its path. It skips
-// the test when git or the commit is not at hand (a shallow clone, a
-// source tarball).
+// repository's git history and returns its path. It skips the test when
+// git or the commit is not at hand (a shallow clone, a source tarball).
+//
+// The build runs in this work tree with go build -overlay: every Go file
+// that differs from rev (committed or not, untracked included) is replaced
+// by rev's content or removed, so every package the two builds share comes
+// from the build cache of TestMain's build (a build of a copy elsewhere
+// compiles everything again: 1-6 min on the 2-core CI machine). When go.mod
+// or go.sum differ, it builds a git archive of rev in a temp dir instead.
 func buildPrevious(t *testing.T, rev string) string {
 	t.Helper()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
@@ -44,29 +50,66 @@ func buildPrevious(t *testing.T, rev string) string {
 	if err := exec.Command("git", "-C", repo, "cat-file", "-e", rev+"^{commit}").Run(); err != nil {
 		t.Skipf("commit %s is not in this clone (shallow?): cannot build the previous release", rev)
 	}
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tarball := filepath.Join(dir, "src.tar")
-	if out, err := exec.Command("git", "-C", repo, "archive", "-o", tarball, rev).CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", rev, err, out)
-	}
-	if out, err := exec.Command("tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
-		t.Fatalf("tar: %v\n%s", err, out)
-	}
 	bin := filepath.Join(dir, "tokenmesh-previous")
+	changed := strings.Fields(git("diff", "--name-only", rev, "--"))
+	changed = append(changed, strings.Fields(git("ls-files", "--others", "--exclude-standard"))...)
+	overlay := map[string]string{}
+	modChanged := false
+	for i, f := range changed {
+		switch {
+		case f == "go.mod" || f == "go.sum":
+			modChanged = true
+		case strings.HasSuffix(f, ".go"):
+			to := "" // not in rev: removed
+			if exec.Command("git", "-C", repo, "cat-file", "-e", rev+":"+f).Run() == nil {
+				to = filepath.Join(dir, fmt.Sprintf("%d.go", i))
+				if err := os.WriteFile(to, []byte(git("show", rev+":"+f)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			overlay[filepath.Join(repo, f)] = to
+		}
+	}
 	start := time.Now()
-	// -trimpath: the build cache's keys then do not name the temp dir,
-	// so a second run reuses the first one's packages.
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/tokenmesh")
-	cmd.Dir = src
+	var cmd *exec.Cmd
+	if !modChanged {
+		b, err := json.Marshal(map[string]any{"Replace": overlay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ov := filepath.Join(dir, "overlay.json")
+		if err := os.WriteFile(ov, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command("go", "build", "-overlay", ov, "-buildvcs=false", "-o", bin, "./cmd/tokenmesh")
+		cmd.Dir = repo
+	} else {
+		src := filepath.Join(dir, "src")
+		if err := os.Mkdir(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tarball := filepath.Join(dir, "src.tar")
+		git("archive", "-o", tarball, rev)
+		if out, err := exec.Command("tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
+			t.Fatalf("tar: %v\n%s", err, out)
+		}
+		cmd = exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/tokenmesh")
+		cmd.Dir = src
+	}
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build of %s: %v\n%s", rev, err, out)
 	}
-	t.Logf("built the previous release (%s) in %v", rev[:min(12, len(rev))], time.Since(start).Round(time.Millisecond))
+	t.Logf("built the previous release (%s; %d Go files differ, go.mod changed: %v) in %v",
+		rev[:min(12, len(rev))], len(overlay), modChanged, time.Since(start).Round(time.Millisecond))
 	return bin
 }
 
@@ -83,16 +126,19 @@ type upgradeCheck struct {
 
 // TestClusterE2EUpgradeRolling: a 3-node cluster of the previous build
 // (upgradeFrom, with a secret key: frame MACs) carries one rule per
-// strategy (owner, lease, gdrl, local; 1/s burst 5, local 0.5/s per
+// strategy (owner, lease, gdrl, local; 1/s burst 5, local 0.2/s per
 // node), 20 keys each offered
 // 3 checks/s spread over the nodes not being replaced. Each node in turn
 // is stopped with SIGTERM and started again from this build (same name,
 // addresses and config). Per rule and key, the admitted tokens in every
-// window stay within b + r*T + 1 (local: per node, and apart from the
+// window stay within b + r*T + 1 (lease: + b + 1, its bound for owner
+// changes; local: per node, and apart from the
 // replaced node's restart, which starts it with a full bucket: no
 // state_dir); no check fails except those sent to the node being
 // replaced; no peer frame is refused at the end (bad_mac, old_version,
-// unknown_version, stale_incarnation on any node).
+// unknown_version, stale_incarnation on any node); the first node
+// replaced spoke version 1 to the others, and every node dials version 2
+// links once all are replaced.
 func TestClusterE2EUpgradeRolling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release and starts a cluster of real processes")
@@ -102,6 +148,18 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		rev = r
 	}
 	previous := buildPrevious(t, rev)
+	// TOKENMESH_UPGRADE_CONTROL=previous (or =this) restarts every node
+	// into the same build instead: a rolling restart without an upgrade,
+	// to tell the upgrade's effects from the strategies' own under
+	// restarts.
+	next := binary
+	control := os.Getenv("TOKENMESH_UPGRADE_CONTROL")
+	switch control {
+	case "previous":
+		next = previous
+	case "this":
+		previous = binary
+	}
 
 	const (
 		nodes   = 3
@@ -114,9 +172,9 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 	strategies := []string{"owner", "lease", "gdrl", "local"}
 	var rules []localcluster.Rule
 	// local's rate is per node, and each node sees a third of a key's
-	// checks: at half the rate, a node's bucket is still offered twice
-	// what it refills.
-	rateOf := map[string]float64{"local": rate / 2}
+	// checks: at a fifth of the rate, a node's bucket is offered about
+	// four times what it refills.
+	rateOf := map[string]float64{"local": rate / 5}
 	for _, s := range strategies {
 		r := rateOf[s]
 		if r == 0 {
@@ -235,7 +293,7 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		if err := c.Terminate(i); err != nil {
 			t.Fatal(err)
 		}
-		c.SetBinary(binary)
+		c.SetBinary(next)
 		t0 := time.Now()
 		if err := c.Restart(ctx, i); err != nil {
 			t.Fatal(err)
@@ -254,9 +312,19 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		p := phases[j.node]
 		return j.at+j.latency >= p.from && j.at <= p.to
 	}
-	const bound = 1.0
+	// Tokens over b + r*T allowed per key: 1 (owner's bound for rolling
+	// restarts, TestClusterE2EOwnerCrashAndRollingRestart); lease states
+	// b + r*(max_wait + sync + latency) per owner change (docs/OPERATIONS.md,
+	// "Choosing a strategy"), and a rolling restart of the previous build
+	// alone (TOKENMESH_UPGRADE_CONTROL=previous) goes 3-4 tokens over on
+	// some keys: its bound here is b + 1.
+	boundOf := map[string]float64{"lease": burst + 1}
 	var errs []string
 	for _, s := range strategies {
+		bound := 1.0
+		if b, ok := boundOf[s]; ok {
+			bound = b
+		}
 		env := chaos.Envelope{RatePerSec: rate, Burst: burst}
 		if r := rateOf[s]; r > 0 {
 			env.RatePerSec = r
@@ -349,6 +417,15 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 			if v > 0 && reason != "not_member" {
 				t.Errorf("n%d refused %.0f peer frames as %s after the upgrade", i, v, reason)
 			}
+		}
+		v1, _ := metricValue(m, `tokenmesh_peer_links_total{version="1"}`)
+		v2, ok := metricValue(m, `tokenmesh_peer_links_total{version="2"}`)
+		t.Logf("n%d: peer links dialled at wire version 1: %.0f, at 2: %.0f", i, v1, v2)
+		if (!ok || v2 < 1) && control != "previous" {
+			t.Errorf("n%d dialled no version 2 link", i)
+		}
+		if i == 0 && v1 < 1 && control == "" {
+			t.Errorf("n0, replaced first, dialled no version 1 link to the previous build")
 		}
 	}
 }
