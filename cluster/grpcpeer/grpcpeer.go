@@ -26,6 +26,46 @@
 // checking each as a frame of its own. A peer that does not serve Batch
 // (UNIMPLEMENTED, a node from before it) is sent one frame per message on
 // the Stream stream instead.
+//
+// Wire versions. Every frame carries its wire version (PeerFrame.version;
+// 0 from a node of the build before versions, read as 1). Before it opens
+// a stream the sender asks the callee Hello, which answers with the
+// versions it speaks and its incarnation; a callee that answers
+// UNIMPLEMENTED is of the build before versions and speaks version 1
+// only. The link then uses the highest version both ends speak
+// (Stats.Links counts the links by version). A Hello answer is bounded
+// (versions 1 to 255, min <= max, one version in common, or no link). A
+// receiver refuses, counts and does not decode a frame of a version above
+// the highest it speaks (unknown_version). What each version adds:
+//
+//   - 1: the frame authentication of auth.go (MAC over FrameMAC's layout).
+//   - 2: to_incarnation, the callee's incarnation from its Hello answer,
+//     covered with the version by a MAC of its own layout (FrameMACV2); a
+//     receiver refuses a v2 frame naming another incarnation of itself
+//     (stale_incarnation, the stream ends), so frames recorded before it
+//     restarted cannot be replayed to it.
+//
+// The versions each member speaks are also gossiped (package membership,
+// "Wire versions") and handed to SetPeerVersions: from then on a version 1
+// frame is accepted only from a member gossip (or its own Hello answer)
+// reports as speaking version 1 only, i.e. a node of the previous build
+// during a rolling upgrade (old_version otherwise). The cluster as a whole
+// speaks the highest version all live members share
+// (membership.ClusterWireVersion); each link speaks the highest its two
+// ends share, which is at least that, so new nodes protect their links to
+// each other from the first upgraded pair on. Residual risk during an
+// upgrade: the version 1 frames of a node of the previous build recorded
+// before a receiver restarted can be replayed to the restarted receiver
+// until that node is upgraded or its next frames pass them (as before
+// versions); a node restarted under another build before it was declared
+// dead keeps its old gossip entry until its next join, corrected by the
+// receiver's own Hello to it when their link is redialled.
+//
+// The next change of an encoding takes version 3: the sender chooses it
+// only for a callee whose Hello names it, and the build that introduces it
+// keeps reading (and sending to older callees) version 2, for at least one
+// release. A change of a strategy's payload that every node must read the
+// same way can key on the version all members share.
 package grpcpeer
 
 import (
