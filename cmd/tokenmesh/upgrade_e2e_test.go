@@ -398,7 +398,12 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 	for _, e := range errs {
 		t.Log(e)
 	}
-	t.Logf("%d checks over %v (%d dropped by the bounded load); replaced at %v", len(done), end.Round(time.Millisecond), dropped.Load(), phases)
+	var out []string
+	for i, p := range phases {
+		out = append(out, fmt.Sprintf("n%d %v-%v", i, p.from.Round(time.Millisecond), (p.to + time.Second).Round(time.Millisecond)))
+	}
+	t.Logf("%d checks over %v (%d dropped by the bounded load); replaced (SIGTERM to serving + 1 s): %s",
+		len(done), end.Round(time.Millisecond), dropped.Load(), strings.Join(out, ", "))
 	if len(done) < 1000 {
 		t.Fatalf("only %d checks completed: the load did not run", len(done))
 	}
