@@ -400,7 +400,7 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 	}
 	var out []string
 	for i, p := range phases {
-		out = append(out, fmt.Sprintf("n%d %v-%v", i, p.from.Round(time.Millisecond), (p.to + time.Second).Round(time.Millisecond)))
+		out = append(out, fmt.Sprintf("n%d %v-%v", i, p.from.Round(time.Millisecond), (p.to+time.Second).Round(time.Millisecond)))
 	}
 	t.Logf("%d checks over %v (%d dropped by the bounded load); replaced (SIGTERM to serving + 1 s): %s",
 		len(done), end.Round(time.Millisecond), dropped.Load(), strings.Join(out, ", "))
