@@ -524,6 +524,16 @@ func (n *Node) PeerStats() (grpcpeer.Stats, bool) {
 	return n.tr.Stats(), true
 }
 
+// WireVersion is the highest peer wire version every live member speaks
+// (membership.Membership.ClusterWireVersion: 1 while a member of the build
+// before wire versions is live); 0 without gossip.
+func (n *Node) WireVersion() uint32 {
+	if n.ms == nil {
+		return 0
+	}
+	return n.ms.ClusterWireVersion()
+}
+
 // PeerAddr is the bound gRPC peer address ("" without Config.Peer).
 func (n *Node) PeerAddr() string {
 	if n.tr == nil {

@@ -44,6 +44,8 @@ package server
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
 //	tokenmesh_members                                gauge of live members (1 without gossip)
+//	tokenmesh_peer_wire_version                      gauge: the highest peer wire version every live
+//	                                                 member speaks (absent without gossip)
 //	tokenmesh_peer_links_total{version}              counter of peer links dialled, by the wire version
 //	                                                 chosen (the highest both ends speak)
 //	tokenmesh_peer_refused_frames_total{reason}      counter of peer frames (and streams) refused:
@@ -260,6 +262,15 @@ func (v limiterView) PeerLinks() map[int]int64 {
 	return st.Links
 }
 
+// WireVersion is the cluster's peer wire version (0 without gossip).
+func (v limiterView) WireVersion() uint32 { return v.n.WireVersion() }
+
+// wireVersioner is a nodeView that also reports the highest peer wire
+// version all live members speak.
+type wireVersioner interface {
+	WireVersion() uint32
+}
+
 // peerLinks is a nodeView that also reports its peer links by wire
 // version (grpcpeer.Stats.Links).
 type peerLinks interface {
@@ -296,6 +307,8 @@ var (
 		"Peer frames for a rule this node does not have (dropped).", nil, nil)
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
+	descWireVersion = prometheus.NewDesc("tokenmesh_peer_wire_version",
+		"The highest peer wire version every live member speaks, as gossip reports it (1 while a node of the build before wire versions is a member; absent without gossip).", nil, nil)
 	descLinks = prometheus.NewDesc("tokenmesh_peer_links_total",
 		"Peer links (streams) dialled, by the wire version chosen for them: the highest both ends speak (Hello; 1 with a node of the build before wire versions).", []string{"version"}, nil)
 	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
@@ -320,7 +333,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -373,6 +386,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, v := range []int{grpcpeer.WireV1, grpcpeer.WireV2} {
 				counter(descLinks, links[v], strconv.Itoa(v))
 			}
+		}
+	}
+	if wv, ok := c.node.(wireVersioner); ok {
+		if v := wv.WireVersion(); v > 0 {
+			gauge(descWireVersion, float64(v))
 		}
 	}
 	gauge(descMembers, float64(c.node.Members()))

@@ -301,6 +301,26 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		t.Logf("n%d: replaced by this build (restart and rejoin %v)", i, time.Since(t0).Round(time.Millisecond))
 		alive[i].Store(true)
 		time.Sleep(2 * time.Second)
+		// The version the cluster speaks, as the replaced node sees it: 1
+		// while a node of the previous build is live.
+		mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := c.Metrics(mctx, i)
+		mcancel()
+		if err != nil {
+			t.Fatalf("metrics of n%d: %v", i, err)
+		}
+		wv, _ := metricValue(m, "tokenmesh_peer_wire_version")
+		wantV := 1.0
+		if i == nodes-1 || control == "this" {
+			wantV = 2
+		}
+		if control == "previous" {
+			wantV = 0 // the previous build has no such metric
+		}
+		t.Logf("n%d: tokenmesh_peer_wire_version %v", i, wv)
+		if wv != wantV {
+			t.Errorf("n%d, replaced: tokenmesh_peer_wire_version %v, want %v", i, wv, wantV)
+		}
 		phases[i].to = time.Since(start) - time.Second
 	}
 	time.Sleep(2 * time.Second)
@@ -422,6 +442,9 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 			if v > 0 && reason != "not_member" {
 				t.Errorf("n%d refused %.0f peer frames as %s after the upgrade", i, v, reason)
 			}
+		}
+		if wv, _ := metricValue(m, "tokenmesh_peer_wire_version"); wv != 2 && control != "previous" {
+			t.Errorf("n%d: tokenmesh_peer_wire_version %v after the upgrade, want 2", i, wv)
 		}
 		v1, _ := metricValue(m, `tokenmesh_peer_links_total{version="1"}`)
 		v2, ok := metricValue(m, `tokenmesh_peer_links_total{version="2"}`)
