@@ -371,7 +371,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) startMembership(ctx context.Context, name string, p *PeerConfig) (ms *membership.Membership, joined bool, err error) {
 	mc := membership.Config{NodeName: name, SecretKey: p.SecretKey, PeerAddr: n.tr.Addr(), ProbeInterval: p.ProbeInterval,
 		ReconnectInterval: p.ReconnectInterval, ReconnectTimeout: p.ReconnectTimeout, Seeds: p.Join,
-		Log: p.MembershipLog, OnChange: n.membersChanged, OnExpected: n.expectedChanged}
+		Log: p.MembershipLog, OnChange: n.membersChanged, OnExpected: n.expectedChanged,
+		// Wire versions: advertised in gossip; the members' go to the
+		// transport before each address book (grpcpeer.SetPeerVersions).
+		WireVersion: grpcpeer.WireVersionMax, OnVersions: n.tr.SetPeerVersions}
 	if p.Latency != nil {
 		mc.OnRTT = p.Latency.Observe
 	}
@@ -519,6 +522,16 @@ func (n *Node) PeerStats() (grpcpeer.Stats, bool) {
 		return grpcpeer.Stats{}, false
 	}
 	return n.tr.Stats(), true
+}
+
+// WireVersion is the highest peer wire version every live member speaks
+// (membership.Membership.ClusterWireVersion: 1 while a member of the build
+// before wire versions is live); 0 without gossip.
+func (n *Node) WireVersion() uint32 {
+	if n.ms == nil {
+		return 0
+	}
+	return n.ms.ClusterWireVersion()
 }
 
 // PeerAddr is the bound gRPC peer address ("" without Config.Peer).

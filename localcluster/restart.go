@@ -50,3 +50,9 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 	}
 	return nil
 }
+
+// SetBinary makes later Restarts (and nothing else) run the tokenmesh
+// binary at path instead of Config.Binary: a rolling upgrade, node by
+// node, from one build to another. The running nodes are not touched.
+// Not safe for use concurrently with Restart.
+func (c *Cluster) SetBinary(path string) { c.cfg.Binary = path }

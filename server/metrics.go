@@ -44,13 +44,22 @@ package server
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
 //	tokenmesh_members                                gauge of live members (1 without gossip)
+//	tokenmesh_peer_wire_version                      gauge: the highest peer wire version every live
+//	                                                 member speaks (absent without gossip)
+//	tokenmesh_peer_links_total{version}              counter of peer links dialled, by the wire version
+//	                                                 chosen (the highest both ends speak)
 //	tokenmesh_peer_refused_frames_total{reason}      counter of peer frames (and streams) refused:
 //	                                                 bad_mac (no or a wrong MAC: a sender without
 //	                                                 the secret key), replay (a frame seen before, or
 //	                                                 an old incarnation's), unknown_sender (not a
 //	                                                 member), bad_certificate (mTLS), oversize (a
 //	                                                 message above 4 MiB), not_member (a keyed frame
-//	                                                 from a node not in the view yet), out_of_bounds
+//	                                                 from a node not in the view yet),
+//	                                                 unknown_version (a frame of a wire version
+//	                                                 this build does not speak), old_version (a
+//	                                                 version 1 frame from a member that speaks 2),
+//	                                                 stale_incarnation (a v2 frame addressed to
+//	                                                 this node before its restart), out_of_bounds
 //	                                                 (a payload its strategy refused: a value out of
 //	                                                 bounds, or one that does not decode; the sum of
 //	                                                 tokenmesh_peer_receive_errors_total)
@@ -98,6 +107,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -242,6 +252,31 @@ func (v limiterView) PeerRefusals() map[string]int64 {
 	return st.Refusals
 }
 
+// PeerLinks is the peer links dialled by wire version (nil without a
+// transport).
+func (v limiterView) PeerLinks() map[int]int64 {
+	st, ok := v.n.PeerStats()
+	if !ok {
+		return nil
+	}
+	return st.Links
+}
+
+// WireVersion is the cluster's peer wire version (0 without gossip).
+func (v limiterView) WireVersion() uint32 { return v.n.WireVersion() }
+
+// wireVersioner is a nodeView that also reports the highest peer wire
+// version all live members speak.
+type wireVersioner interface {
+	WireVersion() uint32
+}
+
+// peerLinks is a nodeView that also reports its peer links by wire
+// version (grpcpeer.Stats.Links).
+type peerLinks interface {
+	PeerLinks() map[int]int64
+}
+
 // peerRefusals is a nodeView that also reports its peer transport's
 // refused frames by reason (grpcpeer.Stats.Refusals).
 type peerRefusals interface {
@@ -272,8 +307,12 @@ var (
 		"Peer frames for a rule this node does not have (dropped).", nil, nil)
 	descBadSender = prometheus.NewDesc("tokenmesh_peer_bad_sender_frames_total",
 		"Peer frames whose sender id is empty or not UTF-8 (dropped).", nil, nil)
+	descWireVersion = prometheus.NewDesc("tokenmesh_peer_wire_version",
+		"The highest peer wire version every live member speaks, as gossip reports it (1 while a node of the build before wire versions is a member; absent without gossip).", nil, nil)
+	descLinks = prometheus.NewDesc("tokenmesh_peer_links_total",
+		"Peer links (streams) dialled, by the wire version chosen for them: the highest both ends speak (Hello; 1 with a node of the build before wire versions).", []string{"version"}, nil)
 	descRefused = prometheus.NewDesc("tokenmesh_peer_refused_frames_total",
-		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
+		"Peer frames (and streams) refused, by reason: bad_mac, replay, unknown_sender, bad_certificate, oversize, not_member, unknown_version, old_version, stale_incarnation (transport), out_of_bounds (strategy).", []string{"reason"}, nil)
 	descMembers = prometheus.NewDesc("tokenmesh_members",
 		"Live members of the cluster as this node sees them, itself included.", nil, nil)
 	descStateBytes = prometheus.NewDesc("tokenmesh_state_bytes",
@@ -294,7 +333,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -338,8 +377,21 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		byReason = pr.PeerRefusals()
 	}
 	for _, reason := range []string{grpcpeer.ReasonBadMAC, grpcpeer.ReasonReplay, grpcpeer.ReasonUnknownSender, grpcpeer.ReasonBadCertificate,
-		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember} {
+		grpcpeer.ReasonOversize, grpcpeer.ReasonNotMember, grpcpeer.ReasonUnknownVersion, grpcpeer.ReasonOldVersion,
+		grpcpeer.ReasonStaleIncarnation} {
 		counter(descRefused, byReason[reason], reason)
+	}
+	if pl, ok := c.node.(peerLinks); ok {
+		if links := pl.PeerLinks(); links != nil {
+			for _, v := range []int{grpcpeer.WireV1, grpcpeer.WireV2} {
+				counter(descLinks, links[v], strconv.Itoa(v))
+			}
+		}
+	}
+	if wv, ok := c.node.(wireVersioner); ok {
+		if v := wv.WireVersion(); v > 0 {
+			gauge(descWireVersion, float64(v))
+		}
 	}
 	gauge(descMembers, float64(c.node.Members()))
 

@@ -14,9 +14,17 @@ package grpcpeer
 // window of the last ReplayWindow sequence numbers. A newer incarnation
 // replaces the old one; an older one is refused as a replay.
 //
-// What it does not cover: a receiver that restarts forgets its windows, so
-// frames recorded earlier could be replayed to it until the sender's next
-// frame raises the window past them (strategies treat a replayed frame as
+// A receiver that restarts forgets its windows. Wire version 2 (see
+// "Wire versions" in the package docs) closes that: a v2 frame also names
+// the receiver's incarnation (to_incarnation, learned from the receiver's
+// Hello answer) under its MAC, and a receiver refuses a v2 frame naming
+// any incarnation but its own (stale_incarnation), so frames recorded
+// before the receiver restarted are worthless after it. Version 1 frames
+// (no to_incarnation) are accepted only from a sender the membership
+// reports as speaking version 1 only (a node of the previous build,
+// during a rolling upgrade): such a sender's frames recorded before the
+// receiver's restart can still be replayed to it until the sender's next
+// frames raise the window past them (strategies treat a replayed frame as
 // a duplicate, which every one of them tolerates from the network anyway).
 // A sender whose clock stepped back across a restart is refused as stale
 // until the receivers restart; peers run NTP for the cluster epoch anyway.
@@ -65,6 +73,34 @@ const (
 	// one nothing proves the sender's name, and the stream is refused as
 	// unknown_sender.
 	ReasonNotMember = "not_member"
+	// ReasonUnknownVersion: a frame of a wire version this node does not
+	// speak (above WireVersionMax): refused without decoding its payload;
+	// the stream goes on.
+	ReasonUnknownVersion = "unknown_version"
+	// ReasonOldVersion: a version 1 frame from a sender the membership
+	// reports as speaking version 2 or later (or does not report at all):
+	// such a sender sends this node v2 frames, so a v1 frame claiming it
+	// is a recorded one replayed (or its sender's record is stale).
+	ReasonOldVersion = "old_version"
+	// ReasonStaleIncarnation: a v2 frame addressed to another incarnation
+	// of this node (recorded before its restart and replayed, or sent by a
+	// peer that asked Hello of the previous process): the stream ends, so
+	// an honest sender redials and asks Hello again.
+	ReasonStaleIncarnation = "stale_incarnation"
+)
+
+// Wire versions this build speaks (package docs, "Wire versions").
+const (
+	// WireV1 is the frame of the build before versions: MAC over FrameMAC's
+	// layout, no receiver incarnation. Read for one release more, for
+	// rolling upgrades from it.
+	WireV1 = 1
+	// WireV2 adds the receiver's incarnation under the MAC (FrameMACV2).
+	WireV2 = 2
+	// WireVersionMin and WireVersionMax bound the versions this build
+	// reads and sends.
+	WireVersionMin = WireV1
+	WireVersionMax = WireV2
 )
 
 // DeriveFrameKey derives the frame MAC key from the cluster secret with
@@ -77,8 +113,12 @@ func DeriveFrameKey(secret []byte) ([]byte, error) {
 	return hkdf.Key(sha256.New, secret, nil, FrameKeyInfo, 32)
 }
 
-// macDomain separates these MACs from any other use of the key.
-const macDomain = "tokenmesh-frame-v1\x00"
+// macDomain separates these MACs from any other use of the key, and
+// version 2's from version 1's.
+const (
+	macDomain   = "tokenmesh-frame-v1\x00"
+	macDomainV2 = "tokenmesh-frame-v2\x00"
+)
 
 // FrameMAC appends to dst the HMAC-SHA256 of one frame under h (an
 // hmac.New(sha256.New, frameKey), reset here). The MAC covers, in order:
@@ -89,6 +129,18 @@ const macDomain = "tokenmesh-frame-v1\x00"
 func FrameMAC(dst []byte, h hash.Hash, from, to strategy.NodeID, rule string, incarnation, seq uint64, payload []byte) []byte {
 	m := framer{h: h}
 	return m.sum(dst, from, to, rule, incarnation, seq, payload)
+}
+
+// FrameMACV2 is FrameMAC for a wire version 2 frame: the domain string
+// "tokenmesh-frame-v2\x00", the sender id, the receiver id and the rule
+// (each as a 4-byte big-endian length and its bytes), the version (4 bytes
+// big-endian, 2), the incarnation, seq and toIncarnation (the receiver's
+// incarnation; 8 bytes big-endian each) and the payload. The domain string
+// keeps a v2 MAC from ever verifying as a v1 one (stripping version and
+// to_incarnation does not make a v1 frame of it).
+func FrameMACV2(dst []byte, h hash.Hash, from, to strategy.NodeID, rule string, incarnation, seq, toIncarnation uint64, payload []byte) []byte {
+	m := framer{h: h}
+	return m.sumV2(dst, from, to, rule, incarnation, seq, toIncarnation, payload)
 }
 
 // framer computes FrameMACs with one keyed hash, reusing its header
@@ -111,6 +163,24 @@ func (m *framer) sum(dst []byte, from, to strategy.NodeID, rule string, incarnat
 	}
 	hdr = binary.BigEndian.AppendUint64(hdr, incarnation)
 	hdr = binary.BigEndian.AppendUint64(hdr, seq)
+	m.hdr = hdr
+	m.h.Write(hdr)
+	m.h.Write(payload)
+	return m.h.Sum(dst)
+}
+
+// sumV2 appends the MAC of one version 2 frame to dst (see FrameMACV2).
+func (m *framer) sumV2(dst []byte, from, to strategy.NodeID, rule string, incarnation, seq, toIncarnation uint64, payload []byte) []byte {
+	m.h.Reset()
+	hdr := append(m.hdr[:0], macDomainV2...)
+	for _, s := range [...]string{string(from), string(to), rule} {
+		hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(s)))
+		hdr = append(hdr, s...)
+	}
+	hdr = binary.BigEndian.AppendUint32(hdr, WireV2)
+	hdr = binary.BigEndian.AppendUint64(hdr, incarnation)
+	hdr = binary.BigEndian.AppendUint64(hdr, seq)
+	hdr = binary.BigEndian.AppendUint64(hdr, toIncarnation)
 	m.hdr = hdr
 	m.h.Write(hdr)
 	m.h.Write(payload)

@@ -26,6 +26,46 @@
 // checking each as a frame of its own. A peer that does not serve Batch
 // (UNIMPLEMENTED, a node from before it) is sent one frame per message on
 // the Stream stream instead.
+//
+// Wire versions. Every frame carries its wire version (PeerFrame.version;
+// 0 from a node of the build before versions, read as 1). Before it opens
+// a stream the sender asks the callee Hello, which answers with the
+// versions it speaks and its incarnation; a callee that answers
+// UNIMPLEMENTED is of the build before versions and speaks version 1
+// only. The link then uses the highest version both ends speak
+// (Stats.Links counts the links by version). A Hello answer is bounded
+// (versions 1 to 255, min <= max, one version in common, or no link). A
+// receiver refuses, counts and does not decode a frame of a version above
+// the highest it speaks (unknown_version). What each version adds:
+//
+//   - 1: the frame authentication of auth.go (MAC over FrameMAC's layout).
+//   - 2: to_incarnation, the callee's incarnation from its Hello answer,
+//     covered with the version by a MAC of its own layout (FrameMACV2); a
+//     receiver refuses a v2 frame naming another incarnation of itself
+//     (stale_incarnation, the stream ends), so frames recorded before it
+//     restarted cannot be replayed to it.
+//
+// The versions each member speaks are also gossiped (package membership,
+// "Wire versions") and handed to SetPeerVersions: from then on a version 1
+// frame is accepted only from a member gossip (or its own Hello answer)
+// reports as speaking version 1 only, i.e. a node of the previous build
+// during a rolling upgrade (old_version otherwise). The cluster as a whole
+// speaks the highest version all live members share
+// (membership.ClusterWireVersion); each link speaks the highest its two
+// ends share, which is at least that, so new nodes protect their links to
+// each other from the first upgraded pair on. Residual risk during an
+// upgrade: the version 1 frames of a node of the previous build recorded
+// before a receiver restarted can be replayed to the restarted receiver
+// until that node is upgraded or its next frames pass them (as before
+// versions); a node restarted under another build before it was declared
+// dead keeps its old gossip entry until its next join, corrected by the
+// receiver's own Hello to it when their link is redialled.
+//
+// The next change of an encoding takes version 3: the sender chooses it
+// only for a callee whose Hello names it, and the build that introduces it
+// keeps reading (and sending to older callees) version 2, for at least one
+// release. A change of a strategy's payload that every node must read the
+// same way can key on the version all members share.
 package grpcpeer
 
 import (
@@ -152,9 +192,13 @@ type Stats struct {
 	Dials    int64 // streams opened
 	// Refusals counts refused streams and frames by reason (ReasonBadMAC,
 	// ReasonReplay, ReasonUnknownSender, ReasonBadCertificate,
-	// ReasonOversize, ReasonNotMember); every reason is present, zero
-	// included.
+	// ReasonOversize, ReasonNotMember, ReasonUnknownVersion,
+	// ReasonOldVersion, ReasonStaleIncarnation); every reason is present,
+	// zero included.
 	Refusals map[string]int64
+	// Links counts the peer links dialled, by the wire version chosen for
+	// them (the highest both ends speak, from Hello).
+	Links map[int]int64
 }
 
 // Transport is a cluster.Transport over gRPC. Its methods are safe for
@@ -187,6 +231,16 @@ type Transport struct {
 	rlog                                     refusalLog
 	badMAC, replayed, unknownSender, badCert atomic.Int64
 	oversize, notMember                      atomic.Int64
+	unknownVersion, oldVersion, staleInc     atomic.Int64
+	linksV1, linksV2                         atomic.Int64
+
+	// Peers' wire versions (the highest each speaks), for the acceptance
+	// of version 1 frames (acceptV1): from the membership (SetPeerVersions)
+	// and from Hello answers, the newest change winning.
+	vmu         sync.Mutex
+	versionsSet bool                       // SetPeerVersions was called
+	peerVer     map[strategy.NodeID]uint32 // the newest known
+	msVer       map[strategy.NodeID]uint32 // the membership's last report
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -255,7 +309,61 @@ func (t *Transport) Stats() Stats {
 		Received: t.received.Load(), Refused: t.refused.Load(), Dials: t.dials.Load(),
 		Refusals: map[string]int64{ReasonBadMAC: t.badMAC.Load(), ReasonReplay: t.replayed.Load(),
 			ReasonUnknownSender: t.unknownSender.Load(), ReasonBadCertificate: t.badCert.Load(),
-			ReasonOversize: t.oversize.Load(), ReasonNotMember: t.notMember.Load()}}
+			ReasonOversize: t.oversize.Load(), ReasonNotMember: t.notMember.Load(),
+			ReasonUnknownVersion: t.unknownVersion.Load(), ReasonOldVersion: t.oldVersion.Load(),
+			ReasonStaleIncarnation: t.staleInc.Load()},
+		Links: map[int]int64{WireV1: t.linksV1.Load(), WireV2: t.linksV2.Load()}}
+}
+
+// Incarnation is this transport's incarnation (Config.Incarnation or its
+// default): v2 frames to this node must name it.
+func (t *Transport) Incarnation() uint64 { return t.incarnation }
+
+// SetPeerVersions records the highest wire version each member speaks, as
+// the membership reports it (membership.Membership.WireVersions: 1 for a
+// node of the build before versions). From the first call on, a version 1
+// frame is accepted only from a sender recorded at version 1; before it
+// (no membership, as in tests with a fixed peer book), from any sender, as
+// before versions. A member's entry replaces what a Hello answer taught
+// only when the membership's report of it changed (a report repeated with
+// the other members' changes does not undo a newer Hello). Versions are
+// bounded: 0 or above 255 is recorded as unknown (v1 refused).
+func (t *Transport) SetPeerVersions(versions map[strategy.NodeID]uint32) {
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
+	if t.peerVer == nil {
+		t.peerVer = map[strategy.NodeID]uint32{}
+	}
+	ms := make(map[strategy.NodeID]uint32, len(versions))
+	for id, v := range versions {
+		if v > 255 {
+			v = 0
+		}
+		ms[id] = v
+		if old, ok := t.msVer[id]; !ok || old != v {
+			t.peerVer[id] = v
+		}
+	}
+	t.msVer = ms
+	t.versionsSet = true
+}
+
+// learned records the highest version peer id answered Hello with.
+func (t *Transport) learned(id strategy.NodeID, v uint32) {
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
+	if t.peerVer == nil {
+		t.peerVer = map[strategy.NodeID]uint32{}
+	}
+	t.peerVer[id] = v
+}
+
+// acceptV1 reports whether a version 1 frame from id may be delivered: id
+// speaks version 1 only, or no membership reports versions.
+func (t *Transport) acceptV1(id strategy.NodeID) bool {
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
+	return !t.versionsSet || t.peerVer[id] == WireV1
 }
 
 // SetPeers replaces the address book. Senders to removed peers stop (their
@@ -358,6 +466,13 @@ func (s *server) Stream(stream grpc.BidiStreamingServer[transportpb.PeerFrame, t
 	})
 }
 
+// Hello answers with the versions this node speaks and its incarnation.
+// The request is not read beyond its decoding (its max_version is for the
+// logs of a later version).
+func (s *server) Hello(ctx context.Context, _ *transportpb.PeerHello) (*transportpb.PeerHelloReply, error) {
+	return &transportpb.PeerHelloReply{MinVersion: WireVersionMin, MaxVersion: WireVersionMax, Incarnation: s.t.incarnation}, nil
+}
+
 // Batch receives batches of frames, delivered in order, each checked as a
 // frame of Stream is.
 func (s *server) Batch(stream grpc.BidiStreamingServer[transportpb.PeerBatch, transportpb.PeerAck]) error {
@@ -393,15 +508,13 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 			return err
 		}
 		for _, fr := range frames(m) {
-			if mac != nil {
-				ok, err := t.verify(mac, sum, from, fr)
-				if err != nil {
-					t.refused.Add(1)
-					return err
-				}
-				if !ok {
-					continue
-				}
+			ok, err := t.verify(mac, sum, from, fr)
+			if err != nil {
+				t.refused.Add(1)
+				return err
+			}
+			if !ok {
+				continue
 			}
 			if err := t.deliver(from, fr, mac != nil); err != nil {
 				return err
@@ -410,17 +523,54 @@ func receive[M any](t *Transport, stream grpc.BidiStreamingServer[M, transportpb
 	}
 }
 
-// verify checks fr's MAC and sequence number (auth.go). A replayed frame
-// is refused (false; counted and logged) and the stream goes on; a frame
-// whose MAC does not verify ends the stream with PERMISSION_DENIED (the
-// error): its sender does not hold the key, or the stream was altered.
+// verify checks fr's wire version, its MAC and sequence number (auth.go;
+// mac nil: no secret key, the version checks only). A frame of a version
+// this node does not speak, a version 1 frame from a sender that speaks a
+// later one, and a replayed frame are refused (false; counted and logged)
+// and the stream goes on; a frame whose MAC does not verify ends the
+// stream with PERMISSION_DENIED (the error): its sender does not hold the
+// key, or the stream was altered; a v2 frame addressed to another
+// incarnation of this node ends it with FAILED_PRECONDITION (an honest
+// sender redials and asks Hello again).
 func (t *Transport) verify(mac *framer, sum []byte, from strategy.NodeID, fr *transportpb.PeerFrame) (bool, error) {
-	want := mac.sum(sum[:0], from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetPayload())
-	if len(fr.GetMac()) != MACSize || !hmac.Equal(want, fr.GetMac()) {
+	version := fr.GetVersion()
+	switch {
+	case version > WireVersionMax:
+		t.unknownVersion.Add(1)
+		t.refuse(ReasonUnknownVersion, from, fmt.Sprintf("rule %q: wire version %d; this node speaks %d to %d", fr.GetRule(), version, WireVersionMin, WireVersionMax))
+		return false, nil
+	case version == 0: // a node from before versions
+		version = WireV1
+	}
+	var want []byte
+	if mac != nil {
+		if version == WireV1 {
+			want = mac.sum(sum[:0], from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetPayload())
+		} else {
+			want = mac.sumV2(sum[:0], from, t.cfg.Self, fr.GetRule(), fr.GetIncarnation(), fr.GetSeq(), fr.GetToIncarnation(), fr.GetPayload())
+		}
+	}
+	if mac != nil && (len(fr.GetMac()) != MACSize || !hmac.Equal(want, fr.GetMac())) {
 		t.badMAC.Add(1)
 		detail := fmt.Sprintf("rule %q: the frame's MAC does not verify (missing, forged, or another secret key)", fr.GetRule())
 		t.refuse(ReasonBadMAC, from, detail)
 		return false, status.Errorf(codes.PermissionDenied, "grpcpeer: frame from %q refused: %s", from, detail)
+	}
+	if version >= WireV2 && fr.GetToIncarnation() != t.incarnation {
+		t.staleInc.Add(1)
+		detail := fmt.Sprintf("rule %q: addressed to incarnation %d of this node, which is %d (recorded before a restart, or a Hello of the previous process)",
+			fr.GetRule(), fr.GetToIncarnation(), t.incarnation)
+		t.refuse(ReasonStaleIncarnation, from, detail)
+		return false, status.Errorf(codes.FailedPrecondition, "grpcpeer: frame from %q refused: %s", from, detail)
+	}
+	if version == WireV1 && t.known(from) && !t.acceptV1(from) {
+		// (A sender not in the book is deliver's: not_member.)
+		t.oldVersion.Add(1)
+		t.refuse(ReasonOldVersion, from, fmt.Sprintf("rule %q: a version 1 frame from a member that speaks a later version (a replay, or its record is stale)", fr.GetRule()))
+		return false, nil
+	}
+	if mac == nil {
+		return true, nil
 	}
 	if !t.replay.admit(from, fr.GetIncarnation(), fr.GetSeq()) {
 		t.replayed.Add(1)
@@ -561,6 +711,10 @@ type conn struct {
 	batches grpc.BidiStreamingClient[transportpb.PeerBatch, transportpb.PeerAck] // nil with legacy
 	frames  grpc.BidiStreamingClient[transportpb.PeerFrame, transportpb.PeerAck] // legacy only
 	legacy  bool
+	// version is the link's wire version (the highest both ends speak,
+	// from Hello) and toInc the callee's incarnation (v2 frames name it).
+	version uint32
+	toInc   uint64
 	cancel  context.CancelFunc
 	broken  chan struct{} // closed when the response stream ends
 	err     error         // why it ended; set before broken is closed
@@ -598,10 +752,15 @@ func (s *sender) dial() (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	client := transportpb.NewPeerTransportClient(cc)
+	version, toInc, err := s.hello(client)
+	if err != nil {
+		_ = cc.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	ctx = metadata.AppendToOutgoingContext(ctx, FromKey, string(t.cfg.Self))
-	c := &conn{cc: cc, legacy: s.legacy, cancel: cancel, broken: make(chan struct{})}
-	client := transportpb.NewPeerTransportClient(cc)
+	c := &conn{cc: cc, legacy: s.legacy, version: version, toInc: toInc, cancel: cancel, broken: make(chan struct{})}
 	var stream grpc.ClientStream
 	if c.legacy {
 		c.frames, err = client.Stream(ctx)
@@ -626,6 +785,57 @@ func (s *sender) dial() (*conn, error) {
 	}()
 	t.dials.Add(1)
 	return c, nil
+}
+
+// HelloTimeout bounds a Hello call before a stream is opened.
+const HelloTimeout = 5 * time.Second
+
+// errNoSharedVersion: the callee speaks no version this node does.
+var errNoSharedVersion = errors.New("grpcpeer: the peer speaks no wire version this node speaks")
+
+// hello asks the callee's versions and incarnation and returns the link's
+// version (the highest both speak) and the incarnation to name in v2
+// frames. A callee that does not serve Hello (UNIMPLEMENTED: a node from
+// before versions) speaks version 1 only. The answer is bounded: versions
+// outside 1..255, a minimum above the maximum, or no version in common
+// fail the dial (counted as unknown_version).
+func (s *sender) hello(client transportpb.PeerTransportClient) (version uint32, toInc uint64, _ error) {
+	ctx, cancel := context.WithTimeout(s.ctx, HelloTimeout)
+	defer cancel()
+	rep, err := client.Hello(ctx, &transportpb.PeerHello{MaxVersion: WireVersionMax})
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		s.t.learned(s.id, WireV1)
+		s.t.linksV1.Add(1)
+		return WireV1, 0, nil
+	case err != nil:
+		return 0, 0, err
+	}
+	lo, hi := rep.GetMinVersion(), rep.GetMaxVersion()
+	version, ok := linkVersion(lo, hi)
+	if !ok {
+		s.t.unknownVersion.Add(1)
+		s.t.refuse(ReasonUnknownVersion, s.id, fmt.Sprintf("Hello answered versions %d to %d; this node speaks %d to %d", lo, hi, WireVersionMin, WireVersionMax))
+		return 0, 0, errNoSharedVersion
+	}
+	s.t.learned(s.id, hi)
+	if version >= WireV2 {
+		s.t.linksV2.Add(1)
+	} else {
+		s.t.linksV1.Add(1)
+	}
+	return version, rep.GetIncarnation(), nil
+}
+
+// linkVersion is the highest wire version both this build and a peer
+// speaking lo to hi speak; false when the answer is out of bounds (0, above
+// 255, lo above hi) or shares no version with this build.
+func linkVersion(lo, hi uint32) (uint32, bool) {
+	v := min(hi, WireVersionMax)
+	if lo == 0 || hi > 255 || lo > hi || v < max(lo, WireVersionMin) {
+		return 0, false
+	}
+	return v, true
 }
 
 // discard closes a failed stream; a Batch stream the callee does not
@@ -695,7 +905,7 @@ func (s *sender) run() {
 			runtime.Gosched()
 		}
 		batch, carry = fill(s.q, append(batch[:0], fr))
-		s.sign(batch)
+		s.sign(c, batch)
 		sent, err := s.send(c, msg, batch)
 		clear(batch) // let the sent frames go
 		t.sent.Add(int64(sent))
@@ -719,18 +929,27 @@ func (s *sender) run() {
 	}
 }
 
-// sign gives every frame of batch not signed yet its incarnation, next
-// sequence number and MAC (no-op without a secret key).
-func (s *sender) sign(batch []*transportpb.PeerFrame) {
-	if s.mac == nil {
-		return
-	}
+// sign gives every frame of batch not signed yet c's wire version (and
+// with v2 the callee's incarnation), and with a secret key its
+// incarnation, next sequence number and MAC of that version's layout.
+func (s *sender) sign(c *conn, batch []*transportpb.PeerFrame) {
 	for _, fr := range batch {
-		if fr.Mac != nil {
+		if fr.Version != 0 {
+			continue
+		}
+		fr.Version = c.version
+		if c.version >= WireV2 {
+			fr.ToIncarnation = c.toInc
+		}
+		if s.mac == nil {
 			continue
 		}
 		fr.Incarnation, fr.Seq = s.t.incarnation, s.t.seq.Add(1)
-		fr.Mac = s.mac.sum(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
+		if c.version >= WireV2 {
+			fr.Mac = s.mac.sumV2(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.ToIncarnation, fr.Payload)
+		} else {
+			fr.Mac = s.mac.sum(make([]byte, 0, MACSize), s.t.cfg.Self, s.id, fr.Rule, fr.Incarnation, fr.Seq, fr.Payload)
+		}
 	}
 }
 
@@ -767,8 +986,9 @@ func frameSize(fr *transportpb.PeerFrame) int {
 	return len(fr.Rule) + len(fr.Payload) + 3*(1+5) + authSize
 }
 
-// authSize bounds the encoded incarnation, seq and MAC of a frame.
-const authSize = 3 + 10 + 10 + 1 + MACSize
+// authSize bounds the encoded incarnation, seq and MAC of a frame, and its
+// version and to_incarnation.
+const authSize = 3 + 10 + 10 + 1 + MACSize + 2 + 5 + 10
 
 // send writes batch to c's stream: as one message (msg, reused), or with
 // legacy one message per frame. It returns how many frames were written.

@@ -26,6 +26,17 @@
 // code. We did not take serf itself: it brings its own event, query and
 // Lamport-clock layer and replaces memberlist node metadata with encoded
 // tags, for one behaviour that is about a hundred lines here.
+//
+// Wire versions. A member advertises the highest peer wire version it
+// speaks (Config.WireVersion, grpcpeer.WireVersionMax) in memberlist's
+// delegate protocol maximum (Node.DMax, gossiped in every alive message),
+// not in the node metadata: a node of the build before versions uses the
+// whole metadata as the peer address to dial, so the metadata stays the
+// bare address. Delegate minimum and current stay 0, as that build's are
+// (memberlist refuses a state exchange in which a member's current
+// delegate version is outside another's [min, max]); a DMax of 0 is a
+// node of that build: version 1 only. WireVersions reports each live
+// member's, ClusterWireVersion the highest all live members share.
 package membership
 
 import (
@@ -91,6 +102,13 @@ type Config struct {
 	// in the memberlist node metadata (at most memberlist.MetaMaxSize
 	// bytes).
 	PeerAddr string
+	// WireVersion is the highest peer wire version this member speaks
+	// (grpcpeer.WireVersionMax), advertised as memberlist's delegate
+	// protocol maximum. 0: not advertised (read by the others as 1).
+	WireVersion uint8
+	// OnVersions, when set, is called before every OnChange (same
+	// goroutine, same coalescing) with WireVersions.
+	OnVersions func(map[strategy.NodeID]uint32)
 
 	// Failure-detector timers; zero keeps memberlist's LAN default. Tests
 	// shorten them.
@@ -158,6 +176,7 @@ type Config struct {
 type Membership struct {
 	ml         *memberlist.Memberlist
 	onChange   func(map[strategy.NodeID]string)
+	onVersions func(map[strategy.NodeID]uint32)
 	onExpected func([]strategy.NodeID)
 	log        *slog.Logger // never nil
 	self       strategy.NodeID
@@ -168,6 +187,7 @@ type Membership struct {
 
 	mu      sync.Mutex
 	members map[strategy.NodeID]string
+	wire    map[strategy.NodeID]uint32 // live members' highest wire versions
 	addrs   map[strategy.NodeID]string // live members' gossip addresses
 	failed  map[strategy.NodeID]failedMember
 	left    map[strategy.NodeID]time.Time    // leave intents received, for leftMemory
@@ -247,6 +267,8 @@ func New(cfg Config) (*Membership, error) {
 		reconnectTimeout:  cfg.ReconnectTimeout,
 		seeds:             slices.Clone(cfg.Seeds),
 		members:           map[strategy.NodeID]string{},
+		wire:              map[strategy.NodeID]uint32{},
+		onVersions:        cfg.OnVersions,
 		addrs:             map[strategy.NodeID]string{},
 		failed:            map[strategy.NodeID]failedMember{},
 		left:              map[strategy.NodeID]time.Time{},
@@ -308,6 +330,8 @@ func New(cfg Config) (*Membership, error) {
 		}
 	}
 	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
+	// Minimum and current stay 0 (see "Wire versions" above).
+	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, cfg.WireVersion
 	mc.Events = &events{m: m}
 	mc.Conflict = &conflicts{m: m}
 	if cfg.OnRTT != nil {
@@ -364,6 +388,36 @@ func (m *Membership) Members() map[strategy.NodeID]string {
 	defer m.mu.Unlock()
 	return maps.Clone(m.members)
 }
+
+// WireVersions is the highest peer wire version of every live member
+// (Self included): 1 for a member of the build before versions. A member
+// restarted under another build before it was declared dead keeps its
+// previous entry until its next join (memberlist reports a change of
+// versions alone to no delegate); grpcpeer's Hello corrects the links.
+func (m *Membership) WireVersions() map[strategy.NodeID]uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.wire)
+}
+
+// ClusterWireVersion is the highest wire version every live member speaks
+// (the lowest of their maxima; 1 with a member of the build before
+// versions, 0 with no member).
+func (m *Membership) ClusterWireVersion() uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := uint32(0)
+	for _, w := range m.wire {
+		if v == 0 || w < v {
+			v = w
+		}
+	}
+	return v
+}
+
+// wireVersion reads a member's delegate protocol maximum as its highest
+// wire version: 0 (not advertised) is 1.
+func wireVersion(dmax uint8) uint32 { return max(uint32(dmax), 1) }
 
 // LocalAddr is this member's gossip address ("host:port"): what others
 // put in their Join.
@@ -512,6 +566,9 @@ func (m *Membership) deliver() {
 			return
 		default:
 		}
+		if m.onVersions != nil {
+			m.onVersions(m.WireVersions())
+		}
 		if m.onChange != nil {
 			m.onChange(m.Members())
 		}
@@ -529,11 +586,13 @@ func (m *Membership) set(n *memberlist.Node, alive bool) (failed bool) {
 	id := strategy.NodeID(n.Name)
 	if alive {
 		m.members[id] = string(n.Meta)
+		m.wire[id] = wireVersion(n.DMax)
 		m.addrs[id] = n.Address()
 		delete(m.failed, id)
 		delete(m.left, id)
 	} else {
 		delete(m.members, id)
+		delete(m.wire, id)
 		delete(m.addrs, id)
 		at, left := m.left[id]
 		if failed = id != m.self && !(left && time.Since(at) <= leftMemory); failed {

@@ -32,6 +32,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	PeerTransport_Stream_FullMethodName = "/tokenmesh.peer.v1.PeerTransport/Stream"
 	PeerTransport_Batch_FullMethodName  = "/tokenmesh.peer.v1.PeerTransport/Batch"
+	PeerTransport_Hello_FullMethodName  = "/tokenmesh.peer.v1.PeerTransport/Hello"
 )
 
 // PeerTransportClient is the client API for PeerTransport service.
@@ -52,6 +53,12 @@ type PeerTransportClient interface {
 	// Callers use Batch, and fall back to Stream for a callee that answers
 	// UNIMPLEMENTED (a node from before Batch).
 	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeerBatch, PeerAck], error)
+	// Hello is asked by a caller before it opens Stream or Batch: the callee
+	// answers with the wire versions it speaks and its incarnation. The
+	// caller then sends the highest version both speak (a v2 frame names
+	// the callee's incarnation under its MAC). A callee from before wire
+	// versions answers UNIMPLEMENTED: it speaks version 1 only.
+	Hello(ctx context.Context, in *PeerHello, opts ...grpc.CallOption) (*PeerHelloReply, error)
 }
 
 type peerTransportClient struct {
@@ -88,6 +95,16 @@ func (c *peerTransportClient) Batch(ctx context.Context, opts ...grpc.CallOption
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerTransport_BatchClient = grpc.BidiStreamingClient[PeerBatch, PeerAck]
 
+func (c *peerTransportClient) Hello(ctx context.Context, in *PeerHello, opts ...grpc.CallOption) (*PeerHelloReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerHelloReply)
+	err := c.cc.Invoke(ctx, PeerTransport_Hello_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerTransportServer is the server API for PeerTransport service.
 // All implementations must embed UnimplementedPeerTransportServer
 // for forward compatibility.
@@ -106,6 +123,12 @@ type PeerTransportServer interface {
 	// Callers use Batch, and fall back to Stream for a callee that answers
 	// UNIMPLEMENTED (a node from before Batch).
 	Batch(grpc.BidiStreamingServer[PeerBatch, PeerAck]) error
+	// Hello is asked by a caller before it opens Stream or Batch: the callee
+	// answers with the wire versions it speaks and its incarnation. The
+	// caller then sends the highest version both speak (a v2 frame names
+	// the callee's incarnation under its MAC). A callee from before wire
+	// versions answers UNIMPLEMENTED: it speaks version 1 only.
+	Hello(context.Context, *PeerHello) (*PeerHelloReply, error)
 	mustEmbedUnimplementedPeerTransportServer()
 }
 
@@ -121,6 +144,9 @@ func (UnimplementedPeerTransportServer) Stream(grpc.BidiStreamingServer[PeerFram
 }
 func (UnimplementedPeerTransportServer) Batch(grpc.BidiStreamingServer[PeerBatch, PeerAck]) error {
 	return status.Errorf(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedPeerTransportServer) Hello(context.Context, *PeerHello) (*PeerHelloReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Hello not implemented")
 }
 func (UnimplementedPeerTransportServer) mustEmbedUnimplementedPeerTransportServer() {}
 func (UnimplementedPeerTransportServer) testEmbeddedByValue()                       {}
@@ -157,13 +183,36 @@ func _PeerTransport_Batch_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerTransport_BatchServer = grpc.BidiStreamingServer[PeerBatch, PeerAck]
 
+func _PeerTransport_Hello_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerHello)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerTransportServer).Hello(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerTransport_Hello_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerTransportServer).Hello(ctx, req.(*PeerHello))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerTransport_ServiceDesc is the grpc.ServiceDesc for PeerTransport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var PeerTransport_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "tokenmesh.peer.v1.PeerTransport",
 	HandlerType: (*PeerTransportServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Hello",
+			Handler:    _PeerTransport_Hello_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Stream",
