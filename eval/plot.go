@@ -51,6 +51,8 @@ var strategyPalette = []string{
 	"#999933", // olive
 	"#117733", // green
 	"#44AA99", // teal
+	"#CC6677", // rose
+	"#DDCC77", // sand
 }
 
 // strategyColor is name's colour, "#RRGGBB", the same in every plot (the

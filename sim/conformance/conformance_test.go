@@ -80,6 +80,10 @@ type contract struct {
 //     starts frozen (empty, not refilling) for takeover.
 //   - local, gcounter, tbqueue: no exact bound (N buckets; gossip lag).
 //   - fixedwindow: not a token bucket.
+//   - grd: no bucket at all ("dropped with probability (T - C)/T",
+//     drlest/doc.go): none of the envelope checks apply.
+//   - fps: sub-token buckets whose rates are estimates up to an interval
+//     old: no exact bound (drlest/doc.go).
 var contracts = map[string]contract{
 	"central":     {bucket: true, exact: true, exactUnderLoss: true},
 	"local":       {bucket: true},
@@ -93,6 +97,8 @@ var contracts = map[string]contract{
 	"regionlease": {bucket: true, exact: true},
 	"quota":       {bucket: true, exact: true, exactUnderLoss: true},
 	"fixedwindow": {},
+	"grd":         {},
+	"fps":         {bucket: true},
 }
 
 // TestEveryStrategyHasAContract fails when a strategy is registered

@@ -12,6 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/adaptive"
+	"github.com/tokenmesh/tokenmesh/strategy/drlest"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
@@ -34,7 +35,8 @@ type Info struct {
 	Centralized bool
 	// NotInAll keeps the strategy out of ParseList("all") (the simulator's
 	// default comparison): fixedwindow counts windows, not a token bucket,
-	// so comparing it with central's bucket measures nothing.
+	// so comparing it with central's bucket measures nothing; grd and fps
+	// are GDRL's baselines, named when compared with it.
 	NotInAll bool
 	// Params declares the strategy's own parameters (its package's
 	// Params; the generic strategy.PartitionSpec is not listed). Config
@@ -69,6 +71,10 @@ var registry = []Info{
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return quota.New(cfg) }},
 	{Name: fixedwindow.Name, Params: fixedwindow.Params, Summary: "envoy ratelimit's clock-aligned fixed windows (every hit counted), decided at the key's rendezvous owner; for envoyrls algorithm: fixed_window", Source: "envoyproxy/ratelimit, 003",
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return fixedwindow.New(cfg) }},
+	{Name: "grd", Params: drlest.Params, Summary: "Global Random Drop, an estimation-based baseline: every node sends its per-key demand estimate to all; a request is dropped with probability (T - r)/T, T the summed estimates; no bucket", Source: "GDRL §I-C (Raghavan et al. 2007)",
+		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return drlest.New(drlest.GRD, cfg) }},
+	{Name: "fps", Params: drlest.Params, Summary: "Flow Proportional Share, an estimation-based baseline: every node sends its per-key demand estimate to all and sets its sub-token bucket to its demand's share of (r, b) every interval", Source: "GDRL §I-C (Raghavan et al. 2007)",
+		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return drlest.New(drlest.FPS, cfg) }},
 }
 
 // CheckParams checks the strategy's parameters p (unprefixed, as

@@ -24,8 +24,11 @@ var updateParamDoc = flag.Bool("update", false, "rewrite the package comment of 
 // paramDir is the package directory (under strategy/) declaring each
 // strategy's Params.
 func paramDir(name string) string {
-	if name == "central" {
+	switch name {
+	case "central":
 		return "local"
+	case "grd", "fps":
+		return "drlest"
 	}
 	return name
 }
