@@ -127,6 +127,45 @@ const maxErrorKinds = 8
 // ErrEmptyRange is returned by Check when to < from.
 var ErrEmptyRange = errors.New("chaos: range ends before it starts")
 
+// keyState is one key's running state in Check.
+type keyState struct {
+	rep    KeyReport
+	sum    int64
+	minPre float64
+	minAt  time.Duration
+	end    time.Duration // E_j: the latest answer so far
+}
+
+// admit adds the admitted decision d and updates the key's worst window
+// against env.
+func (st *keyState) admit(d Decision, env Envelope) {
+	t := d.At.Seconds()
+	if pre := float64(st.sum) - env.RatePerSec*t; pre < st.minPre {
+		st.minPre, st.minAt = pre, d.At
+	}
+	st.sum += d.Tokens
+	st.rep.Admitted += d.Tokens
+	st.end = max(st.end, d.At+max(d.Latency, 0))
+	v := float64(st.sum) - env.RatePerSec*st.end.Seconds() - st.minPre - float64(env.Burst)
+	if v > st.rep.Violation+1e-9 {
+		st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo, st.rep.WorstEnd = v, st.minAt, d.At, st.end
+	}
+}
+
+// countError counts a decision's error err by kind (at most
+// maxErrorKinds kinds, then "other").
+func (rep *Report) countError(err error) {
+	rep.Errors++
+	if rep.ErrorKinds == nil {
+		rep.ErrorKinds = map[string]int{}
+	}
+	msg := err.Error()
+	if _, ok := rep.ErrorKinds[msg]; !ok && len(rep.ErrorKinds) >= maxErrorKinds {
+		msg = "other"
+	}
+	rep.ErrorKinds[msg]++
+}
+
 // Check measures the decisions sent in [from, to] against env, per key:
 // only windows inside the range count, so the admissions before from do
 // not weigh on the windows after it. slack (tokens) is what the caller
@@ -148,14 +187,7 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 	if to < from {
 		return Report{}, fmt.Errorf("%w: [%v, %v]", ErrEmptyRange, from, to)
 	}
-	type state struct {
-		rep    KeyReport
-		sum    int64
-		minPre float64
-		minAt  time.Duration
-		end    time.Duration // E_j: the latest answer so far
-	}
-	keys := map[string]*state{}
+	keys := map[string]*keyState{}
 	rep := Report{From: from, To: to}
 	var lat []time.Duration
 	for _, d := range h.Decisions() {
@@ -164,40 +196,22 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		}
 		st := keys[d.Key]
 		if st == nil {
-			st = &state{rep: KeyReport{Key: d.Key}, minPre: math.Inf(1)}
+			st = &keyState{rep: KeyReport{Key: d.Key}, minPre: math.Inf(1)}
 			keys[d.Key] = st
 		}
 		st.rep.Checks++
 		rep.Checks++
 		if d.Err != nil {
 			st.rep.Errors++
-			rep.Errors++
-			if rep.ErrorKinds == nil {
-				rep.ErrorKinds = map[string]int{}
-			}
-			msg := d.Err.Error()
-			if _, ok := rep.ErrorKinds[msg]; !ok && len(rep.ErrorKinds) >= maxErrorKinds {
-				msg = "other"
-			}
-			rep.ErrorKinds[msg]++
+			rep.countError(d.Err)
 			continue
 		}
 		lat = append(lat, d.Latency)
 		if !d.Allowed || d.Tokens <= 0 {
 			continue
 		}
-		t := d.At.Seconds()
-		if pre := float64(st.sum) - env.RatePerSec*t; pre < st.minPre {
-			st.minPre, st.minAt = pre, d.At
-		}
-		st.sum += d.Tokens
-		st.rep.Admitted += d.Tokens
+		st.admit(d, env)
 		rep.Admitted += d.Tokens
-		st.end = max(st.end, d.At+max(d.Latency, 0))
-		v := float64(st.sum) - env.RatePerSec*st.end.Seconds() - st.minPre - float64(env.Burst)
-		if v > st.rep.Violation+1e-9 {
-			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo, st.rep.WorstEnd = v, st.minAt, d.At, st.end
-		}
 	}
 	for _, st := range keys {
 		if st.rep.Violation < 1e-6 { // float rounding of r*t

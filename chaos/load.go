@@ -119,16 +119,8 @@ func Drive(ctx context.Context, l Load, start time.Time, targets func() ([]int, 
 		if !next.Before(end) {
 			break
 		}
-		if d := time.Until(next); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		} else if ctx.Err() != nil {
-			return ctx.Err()
+		if err := waitUntil(ctx, next); err != nil {
+			return err
 		}
 		at := next.Sub(start) // the scheduled time: no coordinated omission
 		next = next.Add(every)
@@ -159,4 +151,21 @@ func Drive(ctx context.Context, l Load, start time.Time, targets func() ([]int, 
 		}(cs[j], idx[j], key, at)
 	}
 	return nil
+}
+
+// waitUntil waits until next, or returns ctx's error if it ends first (or
+// has ended when next is past).
+func waitUntil(ctx context.Context, next time.Time) error {
+	d := time.Until(next)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

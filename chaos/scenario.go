@@ -159,80 +159,126 @@ func Run(ctx context.Context, c Cluster, sc Scenario, l Load, env Envelope, slac
 		scrapeEvery = time.Second
 	}
 	l.Duration = sc.Duration
-	res := Result{Scenario: sc.Name, MergedAfter: -1, MaxShareSumAfter: math.NaN()}
-	var mu sync.Mutex
-	down := make([]bool, sc.Nodes)
-	checkers := make([]Checker, sc.Nodes)
-	for i := range checkers {
+	r := &chaosRun{c: c, sc: sc, res: Result{Scenario: sc.Name, MergedAfter: -1, MaxShareSumAfter: math.NaN()},
+		down: make([]bool, sc.Nodes), checkers: make([]Checker, sc.Nodes)}
+	for i := range r.checkers {
 		ch, err := c.Checker(i)
 		if err != nil {
-			return res, err
+			return r.res, err
 		}
-		checkers[i] = ch
+		r.checkers[i] = ch
 	}
-	targets := func() ([]int, []Checker) {
-		mu.Lock()
-		defer mu.Unlock()
-		var idx []int
-		var cs []Checker
-		for i, d := range down {
-			if !d {
-				idx, cs = append(idx, i), append(cs, checkers[i])
-			}
-		}
-		return idx, cs
-	}
-	start := time.Now()
+	r.start = time.Now()
 	var h History
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	loadErr := make(chan error, 1)
-	go func() { loadErr <- Drive(runCtx, l, start, targets, &h) }()
+	go func() { loadErr <- Drive(runCtx, l, r.start, r.targets, &h) }()
 	scrapeDone := make(chan struct{})
-	go func() {
-		defer close(scrapeDone)
-		t := time.NewTicker(scrapeEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			s := scrape(runCtx, c, sc.Nodes, time.Since(start), func(i int) bool { mu.Lock(); defer mu.Unlock(); return down[i] })
-			mu.Lock()
-			res.Samples = append(res.Samples, s)
-			mu.Unlock()
+	go r.scrapeLoop(runCtx, scrapeEvery, scrapeDone)
+	if err := r.steps(ctx, progress); err != nil {
+		return r.res, err
+	}
+	if err := <-loadErr; err != nil && !errors.Is(err, context.Canceled) {
+		return r.res, err
+	}
+	cancel()
+	<-scrapeDone
+	return r.check(&h, env, slack)
+}
+
+// chaosRun is the state of one Run.
+type chaosRun struct {
+	c        Cluster
+	sc       Scenario
+	start    time.Time
+	checkers []Checker
+	mu       sync.Mutex // guards down and res.Samples
+	down     []bool
+	res      Result
+}
+
+// targets are the live nodes' indices and checkers.
+func (r *chaosRun) targets() ([]int, []Checker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var idx []int
+	var cs []Checker
+	for i, d := range r.down {
+		if !d {
+			idx, cs = append(idx, i), append(cs, r.checkers[i])
 		}
-	}()
-	for _, s := range sc.Steps {
-		if d := time.Until(start.Add(s.At)); d > 0 {
+	}
+	return idx, cs
+}
+
+// isDown says whether node i is down.
+func (r *chaosRun) isDown(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down[i]
+}
+
+// setDown marks node i down or up.
+func (r *chaosRun) setDown(i int, d bool) {
+	r.mu.Lock()
+	r.down[i] = d
+	r.mu.Unlock()
+}
+
+// scrapeLoop scrapes the live nodes' metrics every scrapeEvery until ctx
+// ends, then closes done.
+func (r *chaosRun) scrapeLoop(ctx context.Context, scrapeEvery time.Duration, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(scrapeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := scrape(ctx, r.c, r.sc.Nodes, time.Since(r.start), r.isDown)
+		r.mu.Lock()
+		r.res.Samples = append(r.res.Samples, s)
+		r.mu.Unlock()
+	}
+}
+
+// steps applies the scenario's steps at their times, telling progress
+// (if set); a step that fails is noted in res.StepErrors.
+func (r *chaosRun) steps(ctx context.Context, progress io.Writer) error {
+	for _, s := range r.sc.Steps {
+		if d := time.Until(r.start.Add(s.At)); d > 0 {
 			select {
 			case <-ctx.Done():
-				return res, ctx.Err()
+				return ctx.Err()
 			case <-time.After(d):
 			}
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "chaos: %s: %s\n", sc.Name, s)
+			fmt.Fprintf(progress, "chaos: %s: %s\n", r.sc.Name, s)
 		}
-		if err := apply(ctx, c, s, func(i int, d bool) { mu.Lock(); down[i] = d; mu.Unlock() }); err != nil {
-			res.StepErrors = append(res.StepErrors, fmt.Errorf("%s: %w", s, err))
+		if err := apply(ctx, r.c, s, r.setDown); err != nil {
+			r.res.StepErrors = append(r.res.StepErrors, fmt.Errorf("%s: %w", s, err))
 		}
 	}
-	if err := <-loadErr; err != nil && !errors.Is(err, context.Canceled) {
-		return res, err
-	}
-	cancel()
-	<-scrapeDone
-	end := time.Since(start)
+	return nil
+}
+
+// check measures the history h against env, over the whole run and after
+// the repair and settling, and reads from the samples when the membership
+// merged and the largest share sum after.
+func (r *chaosRun) check(h *History, env Envelope, slack float64) (Result, error) {
+	sc, res := r.sc, &r.res
+	end := time.Since(r.start)
 	var err error
 	if res.Whole, err = h.Check(env, 0, end, slack); err != nil {
-		return res, err
+		return *res, err
 	}
 	after := min(sc.RepairedAt()+sc.Settle, end)
 	if res.After, err = h.Check(env, after, end, slack); err != nil {
-		return res, err
+		return *res, err
 	}
 	repaired := sc.RepairedAt()
 	for _, s := range res.Samples {
@@ -243,7 +289,7 @@ func Run(ctx context.Context, c Cluster, sc Scenario, l Load, env Envelope, slac
 			res.MaxShareSumAfter = s.ShareSum
 		}
 	}
-	return res, nil
+	return *res, nil
 }
 
 // apply carries out one step; setDown tells the load driver which nodes

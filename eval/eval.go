@@ -255,6 +255,42 @@ func Run(opts Options) (*Report, error) {
 		return nil, fmt.Errorf("eval: the first strategy must be central, the reference")
 	}
 	reqs := opts.Trace.Requests
+	rep := newReport(opts)
+	client, edge, err := clientPath(opts, rep)
+	if err != nil {
+		return nil, err
+	}
+	var central []bool
+	for _, s := range opts.Strategies {
+		res, cfg, delayedTrace, err := simulate(opts, s, client, edge)
+		if err != nil {
+			return nil, err
+		}
+		allowed, lat, localPct, bytesPer := decisions(reqs, res)
+		if delayedTrace {
+			// Behind a client path identical requests reach the nodes in
+			// any order, as in a live replay: scored as replay scores them.
+			Canonicalize(reqs, allowed)
+		}
+		if central == nil {
+			central = allowed
+		}
+		r := Score(s.Name, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
+		costs(&r, opts, res, lat, allowed)
+		r.LocalDecisionPct, r.BytesPerRequest = localPct, bytesPer
+		proxyCosts(&r, res, cfg.Proxies)
+		if opts.ShortfallWindow > 0 {
+			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
+		}
+		rep.Results = append(rep.Results, r)
+		rep.Series.add(s.Name, reqs, allowed)
+	}
+	return rep, nil
+}
+
+// newReport is the report of opts without results: its input and setup.
+func newReport(opts Options) *Report {
+	reqs := opts.Trace.Requests
 	rep := &Report{
 		Input: Input{Name: opts.Trace.Name, Requests: len(reqs), Keys: opts.Trace.Keys(), SpanSec: opts.Trace.Span().Seconds(), Skipped: opts.Trace.Skipped},
 		Setup: Setup{Nodes: opts.Nodes, RatePerSec: opts.Rate.PerSec(), Burst: opts.Burst, Assign: opts.AssignPolicy,
@@ -267,114 +303,126 @@ func Run(opts Options) (*Report, error) {
 	if rep.Setup.Faults = Faults(opts.Scenario); rep.Setup.Faults != nil {
 		rep.Setup.Detection = opts.Scenario.DetectionModel()
 	}
+	return rep
+}
+
+// clientPath is the trace as the nodes receive it behind opts'
+// client latency (client.Trace nil without one) and, with EdgeTimes, each
+// delayed request's trace time; both noted in rep's setup. Errors: a
+// client latency with proxies, edge times without a client latency.
+func clientPath(opts Options, rep *Report) (client delayed, edge []time.Duration, err error) {
 	if opts.ClientLatency != nil && opts.Proxies.Proxies > 0 {
-		return nil, errors.New("eval: a client latency and proxies: the proxies' hop is the path from the clients to the nodes; give one")
+		return client, nil, errors.New("eval: a client latency and proxies: the proxies' hop is the path from the clients to the nodes; give one")
 	}
-	var client delayed
 	if opts.ClientLatency != nil {
 		rep.Setup.ClientLatency = opts.ClientLatency.String()
 		client = delayTrace(opts.Trace, *opts.ClientLatency, opts.Seed)
 	}
-	var edge []time.Duration
-	if opts.EdgeTimes {
-		if client.Trace == nil {
-			return nil, errors.New("eval: edge times need a client latency (requests reach their nodes at their trace times otherwise)")
+	if !opts.EdgeTimes {
+		return client, nil, nil
+	}
+	if client.Trace == nil {
+		return client, nil, errors.New("eval: edge times need a client latency (requests reach their nodes at their trace times otherwise)")
+	}
+	rep.Setup.EdgeTimes = true
+	edge = make([]time.Duration, len(client.Orig))
+	for j, i := range client.Orig {
+		edge[j] = opts.Trace.Requests[i].Arrival
+	}
+	return client, edge, nil
+}
+
+// simulate runs strategy s of opts in the simulator, behind the client
+// path (client, edge) if any and s is not centralized (delayedTrace:
+// then its outcomes are put back in trace order).
+func simulate(opts Options, s all.Info, client delayed, edge []time.Duration) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
+	assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
+	if err != nil {
+		return nil, cfg, false, err
+	}
+	cfg = sim.Config{
+		Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
+		Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
+		Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait, Regions: opts.Regions,
+	}
+	if s.Centralized {
+		cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
+	}
+	if cfg.Proxies, err = proxyTier(opts, s); err != nil {
+		return nil, cfg, false, err
+	}
+	if opts.Progress != nil {
+		name := s.Name
+		cfg.Progress = func(done, total int) { opts.Progress(name, done, total) }
+	}
+	trace := opts.Trace
+	if client.Trace != nil && !s.Centralized {
+		trace, cfg.Assign, cfg.EdgeTimes = client.Trace, origAssigner{inner: assign, d: client, trace: opts.Trace}, edge
+	}
+	res, err = sim.Run(trace, cfg)
+	if err != nil {
+		return nil, cfg, false, err
+	}
+	if trace != opts.Trace {
+		outs := make([]sim.Outcome, len(res.Outcomes))
+		for j, o := range res.Outcomes {
+			outs[client.Orig[j]] = o
 		}
-		rep.Setup.EdgeTimes = true
-		edge = make([]time.Duration, len(client.Orig))
-		for j, i := range client.Orig {
-			edge[j] = opts.Trace.Requests[i].Arrival
+		res.Outcomes = outs
+	}
+	return res, cfg, trace != opts.Trace, nil
+}
+
+// decisions are res's decisions on reqs (false for undecided), the decided
+// requests' latencies, the % of decisions taken locally and the bytes per
+// request.
+func decisions(reqs []workload.Request, res *sim.Result) (allowed []bool, lat []time.Duration, localPct, bytesPer float64) {
+	allowed = make([]bool, len(reqs))
+	lat = make([]time.Duration, 0, len(reqs))
+	local := 0
+	for i, o := range res.Outcomes {
+		allowed[i] = o.Decided && o.Allowed
+		if o.Decided {
+			lat = append(lat, o.Latency)
+		}
+		if o.Decided && o.Local {
+			local++
 		}
 	}
-	var central []bool
-	for _, s := range opts.Strategies {
-		assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
-		if err != nil {
-			return nil, err
-		}
-		cfg := sim.Config{
-			Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
-			Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
-			Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait, Regions: opts.Regions,
-		}
-		if s.Centralized {
-			cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
-		}
-		if cfg.Proxies, err = proxyTier(opts, s); err != nil {
-			return nil, err
-		}
-		if opts.Progress != nil {
-			name := s.Name
-			cfg.Progress = func(done, total int) { opts.Progress(name, done, total) }
-		}
-		trace := opts.Trace
-		if client.Trace != nil && !s.Centralized {
-			trace, cfg.Assign, cfg.EdgeTimes = client.Trace, origAssigner{inner: assign, d: client, trace: opts.Trace}, edge
-		}
-		res, err := sim.Run(trace, cfg)
-		if err != nil {
-			return nil, err
-		}
-		if trace != opts.Trace {
-			outs := make([]sim.Outcome, len(res.Outcomes))
-			for j, o := range res.Outcomes {
-				outs[client.Orig[j]] = o
-			}
-			res.Outcomes = outs
-		}
-		allowed := make([]bool, len(reqs))
-		lat := make([]time.Duration, 0, len(reqs))
-		local := 0
-		for i, o := range res.Outcomes {
-			allowed[i] = o.Decided && o.Allowed
-			if o.Decided {
-				lat = append(lat, o.Latency)
-			}
-			if o.Decided && o.Local {
-				local++
-			}
-		}
-		var localPct, bytesPer float64
-		if len(reqs) > 0 {
-			localPct = round(100*float64(local)/float64(len(reqs)), 2)
-			bytesPer = round(float64(res.Bytes)/float64(len(reqs)), 1)
-		}
-		if trace != opts.Trace {
-			// Behind a client path identical requests reach the nodes in
-			// any order, as in a live replay: scored as replay scores them.
-			Canonicalize(reqs, allowed)
-		}
-		if central == nil {
-			central = allowed
-		}
-		r := Score(s.Name, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
-		if len(opts.Regions) > 0 {
-			r.Regions = regionCosts(res.Outcomes, res, lat)
-		}
-		if opts.MaxWait > 0 {
-			r.Wait = waitStats(res.Outcomes, res.WaitingMode)
-			// A request admitted with a delay takes its tokens when it
-			// proceeds: the envelope counts it then.
-			served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)
-			r.EnvelopeViolationTokens = round(EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst), 4)
-		}
-		r.Messages, r.Bytes, r.MessagesLost = res.Messages, res.Bytes, res.MessagesLost
-		r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)
-		r.Undecided, r.ReceiveErrors, r.CrashedNodes = res.Undecided, res.ReceiveErrors, res.Crashed
-		r.LocalDecisionPct, r.BytesPerRequest = localPct, bytesPer
-		proxyCosts(&r, res, cfg.Proxies)
-		if opts.ShortfallWindow > 0 {
-			short, centralTokens := Shortfall(reqs, allowed, central, opts.ShortfallWindow)
-			var shortPct float64
-			if centralTokens > 0 {
-				shortPct = round(100*float64(short)/float64(centralTokens), 4)
-			}
-			r.ShortfallTokens, r.ShortfallPct = &short, &shortPct
-		}
-		rep.Results = append(rep.Results, r)
-		rep.Series.add(s.Name, reqs, allowed)
+	if len(reqs) > 0 {
+		localPct = round(100*float64(local)/float64(len(reqs)), 2)
+		bytesPer = round(float64(res.Bytes)/float64(len(reqs)), 1)
 	}
-	return rep, nil
+	return allowed, lat, localPct, bytesPer
+}
+
+// costs sets r's region costs, waits (with the envelope counted when the
+// admitted requests proceed), traffic, state and failures from res.
+func costs(r *Result, opts Options, res *sim.Result, lat []time.Duration, allowed []bool) {
+	reqs := opts.Trace.Requests
+	if len(opts.Regions) > 0 {
+		r.Regions = regionCosts(res.Outcomes, res, lat)
+	}
+	if opts.MaxWait > 0 {
+		r.Wait = waitStats(res.Outcomes, res.WaitingMode)
+		// A request admitted with a delay takes its tokens when it
+		// proceeds: the envelope counts it then.
+		served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)
+		r.EnvelopeViolationTokens = round(EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst), 4)
+	}
+	r.Messages, r.Bytes, r.MessagesLost = res.Messages, res.Bytes, res.MessagesLost
+	r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)
+	r.Undecided, r.ReceiveErrors, r.CrashedNodes = res.Undecided, res.ReceiveErrors, res.Crashed
+}
+
+// shortfall sets r's shortfall of allowed against central over window.
+func shortfall(r *Result, reqs []workload.Request, allowed, central []bool, window time.Duration) {
+	short, centralTokens := Shortfall(reqs, allowed, central, window)
+	var shortPct float64
+	if centralTokens > 0 {
+		shortPct = round(100*float64(short)/float64(centralTokens), 4)
+	}
+	r.ShortfallTokens, r.ShortfallPct = &short, &shortPct
 }
 
 // waitStats is the waiting time distribution of the admitted outcomes.

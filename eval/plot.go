@@ -380,6 +380,81 @@ func faultWindows(faults []Fault, origin, end float64) [][2]float64 {
 	return clipped
 }
 
+// panelSeries is the bin (seconds), the origin (seconds) and the
+// rejected or, if admitted, admitted series by strategy of s (nil: none).
+func panelSeries(s *Series, admitted bool) (bin, origin float64, series map[string][]int) {
+	bin = 1.0
+	if s == nil {
+		return bin, 0, nil
+	}
+	series = s.Rejected
+	if admitted {
+		series = s.Admitted
+	}
+	if s.Bin > 0 {
+		bin = s.Bin.Seconds()
+	}
+	return bin, s.Origin.Seconds(), series
+}
+
+// panelParams is what every panel of panelPlot shares: the bin and the
+// axes' extent (seconds, requests), the fault windows, all requests and
+// central's series.
+type panelParams struct {
+	bin, ymax, end float64
+	windows        [][2]float64
+	total, central []int
+}
+
+// strategyPanel is the panel of strategy, its series counts: the fault
+// windows shaded, all requests, central and the strategy's series.
+func strategyPanel(strategy string, counts []int, pp panelParams) (*plot.Plot, error) {
+	col := rgb(strategyColor(strategy))
+	p := newPlot("", "time since trace start (m:ss)", "requests")
+	p.Title.Text = strategy
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Title.TextStyle.Color = col
+	p.X.Tick.Marker = clockTicks{}
+	p.Y.Min, p.Y.Max = 0, pp.ymax*1.05
+	p.X.Min, p.X.Max = 0, pp.end
+	for _, w := range pp.windows {
+		poly, err := plotter.NewPolygon(plotter.XYs{{X: w[0], Y: 0}, {X: w[1], Y: 0}, {X: w[1], Y: pp.ymax * 1.05}, {X: w[0], Y: pp.ymax * 1.05}})
+		if err != nil {
+			return nil, err
+		}
+		poly.Color, poly.LineStyle.Width = colorFault, 0
+		p.Add(poly)
+	}
+	for _, l := range []struct {
+		counts []int
+		style  draw.LineStyle
+	}{
+		{pp.total, draw.LineStyle{Color: colorTotal, Width: vg.Points(1)}},
+		{pp.central, draw.LineStyle{Color: colorCentral, Width: vg.Points(2.5)}},
+		{counts, draw.LineStyle{Color: col, Width: vg.Points(1.2)}},
+	} {
+		if len(l.counts) == 0 {
+			continue
+		}
+		line, err := plotter.NewLine(binXYs(l.counts, pp.bin))
+		if err != nil {
+			return nil, err
+		}
+		line.LineStyle = l.style
+		p.Add(line)
+	}
+	return p, nil
+}
+
+// binXYs are counts per bin as points (bin start in seconds, count).
+func binXYs(counts []int, bin float64) plotter.XYs {
+	pts := make(plotter.XYs, len(counts))
+	for i, n := range counts {
+		pts[i].X, pts[i].Y = float64(i)*bin, float64(n)
+	}
+	return pts
+}
+
 // panelPlot is decisions.png (rejected per bin) or, if admitted,
 // admitted.png: one panel per strategy against central and all requests.
 func panelPlot(rep *Report, admitted bool) (*grid, error) {
@@ -389,27 +464,9 @@ func panelPlot(rep *Report, admitted bool) (*grid, error) {
 	}
 	s := rep.Series
 	g := &grid{}
-	bin, origin := 1.0, 0.0
-	var series map[string][]int
-	if s != nil {
-		series = s.Rejected
-		if admitted {
-			series = s.Admitted
-		}
-		if s.Bin > 0 {
-			bin = s.Bin.Seconds()
-		}
-		origin = s.Origin.Seconds()
-	}
+	bin, origin, series := panelSeries(s, admitted)
 	g.title = fmt.Sprintf("%s requests per %s bin, %s: strategy (colour), central (black), all requests (grey), faults (shaded)",
 		what, seconds(bin), inputName(rep.Input))
-	xy := func(counts []int) plotter.XYs {
-		pts := make(plotter.XYs, len(counts))
-		for i, n := range counts {
-			pts[i].X, pts[i].Y = float64(i)*bin, float64(n)
-		}
-		return pts
-	}
 	ymax, end := 1.0, bin
 	if s != nil {
 		for _, n := range s.Requests {
@@ -417,48 +474,18 @@ func panelPlot(rep *Report, admitted bool) (*grid, error) {
 		}
 		end = float64(max(len(s.Requests), 1)) * bin
 	}
-	windows := faultWindows(rep.Setup.Faults, origin, end)
-	var central []int
+	pp := panelParams{bin: bin, ymax: ymax, end: end, windows: faultWindows(rep.Setup.Faults, origin, end),
+		total: s.requestsOrNil()}
 	if series != nil {
-		central = series["central"]
+		pp.central = series["central"]
 	}
 	for _, r := range rep.Results {
 		if r.Strategy == "central" {
 			continue
 		}
-		col := rgb(strategyColor(r.Strategy))
-		p := newPlot("", "time since trace start (m:ss)", "requests")
-		p.Title.Text = r.Strategy
-		p.Title.TextStyle.Font.Size = vg.Points(11)
-		p.Title.TextStyle.Color = col
-		p.X.Tick.Marker = clockTicks{}
-		p.Y.Min, p.Y.Max = 0, ymax*1.05
-		p.X.Min, p.X.Max = 0, end
-		for _, w := range windows {
-			poly, err := plotter.NewPolygon(plotter.XYs{{X: w[0], Y: 0}, {X: w[1], Y: 0}, {X: w[1], Y: ymax * 1.05}, {X: w[0], Y: ymax * 1.05}})
-			if err != nil {
-				return nil, err
-			}
-			poly.Color, poly.LineStyle.Width = colorFault, 0
-			p.Add(poly)
-		}
-		for _, l := range []struct {
-			counts []int
-			style  draw.LineStyle
-		}{
-			{s.requestsOrNil(), draw.LineStyle{Color: colorTotal, Width: vg.Points(1)}},
-			{central, draw.LineStyle{Color: colorCentral, Width: vg.Points(2.5)}},
-			{series[r.Strategy], draw.LineStyle{Color: col, Width: vg.Points(1.2)}},
-		} {
-			if len(l.counts) == 0 {
-				continue
-			}
-			line, err := plotter.NewLine(xy(l.counts))
-			if err != nil {
-				return nil, err
-			}
-			line.LineStyle = l.style
-			p.Add(line)
+		p, err := strategyPanel(r.Strategy, series[r.Strategy], pp)
+		if err != nil {
+			return nil, err
 		}
 		g.panels = append(g.panels, p)
 	}

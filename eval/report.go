@@ -423,63 +423,83 @@ func writeTableFit(w io.Writer, header []string, rows [][]string, groups []int, 
 	if width <= 0 || total <= width {
 		return writeAligned(w, header, rows)
 	}
+	for i, cols := range fitChunks(colW, groups, width) {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		sub := make([][]string, len(rows))
+		for j, r := range rows {
+			sub[j] = pickColumns(r, cols)
+		}
+		if err := writeAligned(w, pickColumns(header, cols), sub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fitChunks packs the columns but the first (of widths colW, in groups)
+// into chunks that fit width with the first column, as writeTableFit
+// says.
+func fitChunks(colW, groups []int, width int) [][]int {
 	// The groups in order of first appearance, each its columns.
 	var order []int
 	members := map[int][]int{}
-	for i := 1; i < len(header); i++ {
+	for i := 1; i < len(colW); i++ {
 		g := groups[i]
 		if _, seen := members[g]; !seen {
 			order = append(order, g)
 		}
 		members[g] = append(members[g], i)
 	}
-	var chunks [][]int
-	var cur []int
-	curW := 2 + colW[0]
-	add := func(cols []int, wid int) {
-		if len(cur) > 0 && curW+wid > width {
-			chunks = append(chunks, cur)
-			cur, curW = nil, 2+colW[0]
-		}
-		cur = append(cur, cols...)
-		curW += wid
-	}
+	pk := &chunkPacker{width: width, first: 2 + colW[0]}
+	pk.curW = pk.first
 	for _, g := range order {
 		gw := 0
 		for _, c := range members[g] {
 			gw += 2 + colW[c]
 		}
-		if 2+colW[0]+gw <= width {
-			add(members[g], gw)
+		if pk.first+gw <= width {
+			pk.add(members[g], gw)
 			continue
 		}
 		for _, c := range members[g] { // too wide alone: column by column
-			add([]int{c}, 2+colW[c])
+			pk.add([]int{c}, 2+colW[c])
 		}
 	}
-	if len(cur) > 0 {
-		chunks = append(chunks, cur)
+	if len(pk.cur) > 0 {
+		pk.chunks = append(pk.chunks, pk.cur)
 	}
-	pick := func(row []string, cols []int) []string {
-		out := []string{row[0]}
-		for _, c := range cols {
-			out = append(out, row[c])
-		}
-		return out
+	return pk.chunks
+}
+
+// chunkPacker packs columns into chunks of at most width (first: the
+// first column's, in every chunk).
+type chunkPacker struct {
+	width, first int
+	chunks       [][]int
+	cur          []int
+	curW         int
+}
+
+// add adds cols, together wid wide, to the current chunk, or to a new one
+// if they do not fit.
+func (pk *chunkPacker) add(cols []int, wid int) {
+	if len(pk.cur) > 0 && pk.curW+wid > pk.width {
+		pk.chunks = append(pk.chunks, pk.cur)
+		pk.cur, pk.curW = nil, pk.first
 	}
-	for i, cols := range chunks {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		sub := make([][]string, len(rows))
-		for j, r := range rows {
-			sub[j] = pick(r, cols)
-		}
-		if err := writeAligned(w, pick(header, cols), sub); err != nil {
-			return err
-		}
+	pk.cur = append(pk.cur, cols...)
+	pk.curW += wid
+}
+
+// pickColumns is row's first cell and its cells cols.
+func pickColumns(row []string, cols []int) []string {
+	out := []string{row[0]}
+	for _, c := range cols {
+		out = append(out, row[c])
 	}
-	return nil
+	return out
 }
 
 // writeWrapped writes text as Wrap's lines.
@@ -560,18 +580,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 
 	header, rows, _, undecided, shortfall := resultTable(rep)
 	fmt.Fprint(bw, "\n## Results\n\n")
-	fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(header, " | "))
-	for range header[1:] {
-		fmt.Fprint(bw, "|--:")
-	}
-	fmt.Fprintln(bw, "|")
-	for _, row := range rows {
-		cells := make([]string, len(row))
-		for i, c := range row {
-			cells[i] = mdEscape(c)
-		}
-		fmt.Fprintf(bw, "| %s |\n", strings.Join(cells, " | "))
-	}
+	writeMDTable(bw, header, rows, true)
 	if len(rows) == 0 {
 		fmt.Fprint(bw, "\nNo strategy was run.\n")
 	}
@@ -585,14 +594,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 
 	if wh, wr := waitTable(rep); len(wr) > 0 {
 		fmt.Fprint(bw, "\n## Waiting time\n\n")
-		fmt.Fprintf(bw, "| %s |\n|:--", strings.Join(wh, " | "))
-		for range wh[1:] {
-			fmt.Fprint(bw, "|--:")
-		}
-		fmt.Fprintln(bw, "|")
-		for _, row := range wr {
-			fmt.Fprintf(bw, "| %s |\n", strings.Join(row, " | "))
-		}
+		writeMDTable(bw, wh, wr, false)
 		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
 	}
 
@@ -601,18 +603,7 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprintf(bw, "- %s\n", n)
 	}
 	if len(plots) > 0 {
-		fmt.Fprint(bw, "\n## Plots\n")
-		for _, name := range plots {
-			caption, ok := plotCaptions[filepath.Base(name)]
-			if !ok {
-				caption = filepath.Base(name)
-			}
-			link := filepath.ToSlash(name)
-			if strings.ContainsAny(link, " ()<>") {
-				link = "<" + link + ">"
-			}
-			fmt.Fprintf(bw, "\n![%s](%s)\n", caption, link)
-		}
+		writeMDPlots(bw, plots)
 	}
 	if rec := rep.Recommendation; rec != nil {
 		fmt.Fprintf(bw, "\n## Recommendation\n\n%s\n", rec.Line)
@@ -621,6 +612,43 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// writeMDTable writes a Markdown table, the first column left-aligned and
+// the others right-aligned, its cells escaped (mdEscape) if escape.
+func writeMDTable(w io.Writer, header []string, rows [][]string, escape bool) {
+	fmt.Fprintf(w, "| %s |\n|:--", strings.Join(header, " | "))
+	for range header[1:] {
+		fmt.Fprint(w, "|--:")
+	}
+	fmt.Fprintln(w, "|")
+	for _, row := range rows {
+		cells := row
+		if escape {
+			cells = make([]string, len(row))
+			for i, c := range row {
+				cells[i] = mdEscape(c)
+			}
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+// writeMDPlots writes the Plots section: an image link to each of plots,
+// with its caption.
+func writeMDPlots(w io.Writer, plots []string) {
+	fmt.Fprint(w, "\n## Plots\n")
+	for _, name := range plots {
+		caption, ok := plotCaptions[filepath.Base(name)]
+		if !ok {
+			caption = filepath.Base(name)
+		}
+		link := filepath.ToSlash(name)
+		if strings.ContainsAny(link, " ()<>") {
+			link = "<" + link + ">"
+		}
+		fmt.Fprintf(w, "\n![%s](%s)\n", caption, link)
+	}
 }
 
 // WriteJSON writes rep as JSON indented by two spaces, with a trailing

@@ -43,7 +43,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,14 +51,6 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 )
 
 // APIs Options.API names.
@@ -195,6 +186,29 @@ type LatencyMS struct {
 
 // Validate checks o; the error names the field.
 func (o *Options) Validate() error {
+	for _, check := range []func() error{o.validateAPI, o.validateLoad, o.validatePacing} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if o.API == APIGubernator {
+		if err := o.Gubernator.validate(); err != nil {
+			return err
+		}
+	}
+	for _, t := range o.Targets {
+		if _, _, err := splitHostPort(t); err != nil {
+			return fmt.Errorf("Targets: %q: %v", t, err)
+		}
+	}
+	if len(o.Rule) > 4096 {
+		return errors.New("Rule: too long")
+	}
+	return nil
+}
+
+// validateAPI checks API, Targets and what the API needs (Domain, Rule).
+func (o *Options) validateAPI() error {
 	rls := o.API == APIRLS
 	switch {
 	case o.API != "" && o.API != APITokenmesh && !rls && o.API != APIGubernator:
@@ -205,6 +219,14 @@ func (o *Options) Validate() error {
 		return errors.New("Domain: is required with API rls")
 	case !rls && o.Rule == "":
 		return errors.New("Rule: is required")
+	}
+	return nil
+}
+
+// validateLoad checks the load's shape: workers, connections, batch,
+// keys, hits and durations.
+func (o *Options) validateLoad() error {
+	switch {
 	case o.Concurrency < 1:
 		return fmt.Errorf("Concurrency %d: need at least 1 worker", o.Concurrency)
 	case o.ConnsPerTarget < 0:
@@ -219,25 +241,19 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("Duration %v: must be positive", o.Duration)
 	case o.Warmup < 0:
 		return fmt.Errorf("Warmup %v: must not be negative", o.Warmup)
+	}
+	return nil
+}
+
+// validatePacing checks Rate, MaxRPCs and ZipfS.
+func (o *Options) validatePacing() error {
+	switch {
 	case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0:
 		return fmt.Errorf("Rate %v: must be a finite number of calls per second >= 0", o.Rate)
 	case o.MaxRPCs < 0:
 		return fmt.Errorf("MaxRPCs %d: must be >= 0", o.MaxRPCs)
 	case math.IsNaN(o.ZipfS) || o.ZipfS < 0 || o.ZipfS > 100:
 		return fmt.Errorf("ZipfS %v: must be between 0 (uniform keys) and 100", o.ZipfS)
-	}
-	if o.API == APIGubernator {
-		if err := o.Gubernator.validate(); err != nil {
-			return err
-		}
-	}
-	for _, t := range o.Targets {
-		if _, _, err := splitHostPort(t); err != nil {
-			return fmt.Errorf("Targets: %q: %v", t, err)
-		}
-	}
-	if len(o.Rule) > 4096 {
-		return errors.New("Rule: too long")
 	}
 	return nil
 }
@@ -262,113 +278,6 @@ type TargetError struct {
 
 func (e *TargetError) Error() string { return "target " + e.Target + ": " + e.Err.Error() }
 func (e *TargetError) Unwrap() error { return e.Err }
-
-// Dial connects to every target (ConnsPerTarget connections each) and
-// checks, with ListRules, that each answers and has rule; it returns the
-// connections, indexed [target][conn], and the rule's limit as the first
-// target reports it. Close the connections when done.
-func dial(ctx context.Context, o *Options) (conns [][]*grpc.ClientConn, rate float64, burst int64, err error) {
-	creds := insecure.NewCredentials()
-	if o.TLS != nil {
-		creds = credentials.NewTLS(o.TLS)
-	}
-	n := max(o.ConnsPerTarget, 1)
-	timeout := o.DialTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	closeAll := func() {
-		for _, cs := range conns {
-			for _, c := range cs {
-				_ = c.Close()
-			}
-		}
-	}
-	// unanswered closes everything and reports target t's probe failure
-	// (what did not answer there), or ctx's end.
-	unanswered := func(t, what string, err error) error {
-		closeAll()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &TargetError{t, fmt.Errorf("%s: %v", what, err)}
-	}
-	for ti, t := range o.Targets {
-		cs := make([]*grpc.ClientConn, 0, n)
-		for range n {
-			c, err := grpc.NewClient(t, grpc.WithTransportCredentials(creds))
-			if err != nil {
-				closeAll()
-				return nil, 0, 0, &TargetError{t, err}
-			}
-			cs = append(cs, c)
-		}
-		conns = append(conns, cs)
-		if o.API == APIRLS {
-			// Envoy's RLS has no rule listing: one request of the domain
-			// (a key of its own) shows the target answers.
-			for _, c := range cs {
-				cctx, cancel := context.WithTimeout(ctx, timeout)
-				_, err := rlsv3.NewRateLimitServiceClient(c).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: o.Domain,
-					Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.descriptorKey(), Value: "loadgen-probe"}}}}})
-				cancel()
-				if err != nil {
-					return nil, 0, 0, unanswered(t, "no Envoy rate limit service answers there", err)
-				}
-			}
-			continue
-		}
-		if o.API == APIGubernator {
-			// One rate limit of a key of its own shows the target answers.
-			probe := newGubRequest(o.Rule, *o.Gubernator, 1, 1)
-			probe.keys[0] = "loadgen-probe"
-			probe.encode()
-			for _, c := range cs {
-				var presp gubResponse
-				cctx, cancel := context.WithTimeout(ctx, timeout)
-				err := c.Invoke(cctx, gubernatorGetRateLimits, probe, &presp, grpc.ForceCodec(gubCodec{}))
-				cancel()
-				if err == nil && presp.items != 1 {
-					err = fmt.Errorf("%d rate limits in the answer to 1", presp.items)
-				}
-				if err != nil {
-					return nil, 0, 0, unanswered(t, "no Gubernator V1 service answers there", err)
-				}
-			}
-			if ti == 0 {
-				rate, burst = float64(o.Gubernator.Limit)/o.Gubernator.Duration.Seconds(), o.Gubernator.Limit
-				if o.Gubernator.Burst > 0 {
-					burst = o.Gubernator.Burst
-				}
-			}
-			continue
-		}
-		for _, c := range cs {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			resp, err := tokenmeshv1.NewRateLimitServiceClient(c).ListRules(cctx, &tokenmeshv1.ListRulesRequest{})
-			cancel()
-			if err != nil {
-				return nil, 0, 0, unanswered(t, fmt.Sprintf("no tokenmesh gRPC API answers there (is `tokenmesh serve` running with node.grpc_addr %s?)", t), err)
-			}
-			var names []string
-			found := false
-			for _, r := range resp.GetRules() {
-				names = append(names, r.GetName())
-				if r.GetName() == o.Rule {
-					found = true
-					if ti == 0 {
-						rate, burst = r.GetLimitPerS(), r.GetBurst()
-					}
-				}
-			}
-			if !found {
-				closeAll()
-				return nil, 0, 0, &TargetError{t, fmt.Errorf("rule %q is not a rule of this node (it has: %s)", o.Rule, strings.Join(names, ", "))}
-			}
-		}
-	}
-	return conns, rate, burst, nil
-}
 
 // workerStats is one worker's tally; merged at the end.
 type workerStats struct {
@@ -410,15 +319,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}()
 
-	prefix := o.KeyPrefix
-	if prefix == "" {
-		prefix = "k"
-	}
-	keyNames := make([]string, keys)
-	for i := range keyNames {
-		keyNames[i] = prefix + strconv.Itoa(i)
-	}
-	picker := newKeyPicker(keyNames, o.ZipfS)
+	picker := newKeyPicker(keyNames(o.KeyPrefix, keys), o.ZipfS)
 	start := time.Now()
 	measureStart := start.Add(o.Warmup)
 	end := measureStart.Add(o.Duration)
@@ -431,13 +332,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	var wg sync.WaitGroup
 	for w := range o.Concurrency {
 		wg.Add(1)
-		var quota int64 // 0: no limit
-		if o.MaxRPCs > 0 {
-			quota = o.MaxRPCs / int64(o.Concurrency)
-			if int64(w) < o.MaxRPCs%int64(o.Concurrency) {
-				quota++
-			}
-		}
+		quota := workerQuota(o.MaxRPCs, o.Concurrency, w)
 		go func() {
 			defer wg.Done()
 			stats[w] = runWorker(runCtx, &o, w, conns, picker, start, measureStart, end, quota)
@@ -445,34 +340,41 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); close(workersDone) }()
+	cw := coordinate(&o, start, measureStart, workersDone)
 
-	// Coordinator: CPU at the start and end of the measured window, progress.
-	var cpu0, cpu1 time.Duration
-	var cpuT0 time.Time
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	startTimer := time.NewTimer(time.Until(measureStart))
-	defer startTimer.Stop()
-	stopped := time.Time{}
-loop:
-	for {
-		select {
-		case <-startTimer.C:
-			cpu0, cpuT0 = processCPU(), time.Now()
-		case <-tick.C:
-			if o.Progress != nil {
-				o.Progress(min(time.Since(start), o.Warmup+o.Duration))
-			}
-		case <-workersDone:
-			stopped = time.Now()
-			break loop
-		}
+	r := &Result{Targets: slices.Clone(o.Targets), Rule: o.resultRule(), Concurrency: o.Concurrency, Batch: o.Batch,
+		Keys: keys, HotKey: o.HotKey, Hits: o.Hits, Rate: o.Rate, RuleRate: ruleRate, RuleBurst: ruleBurst}
+	r.Elapsed = min(cw.stopped.Sub(measureStart), o.Duration)
+	if r.Elapsed < 0 {
+		r.Elapsed = 0
 	}
-	cpu1 = processCPU()
-	if o.Progress != nil {
-		o.Progress(min(time.Since(start), o.Warmup+o.Duration))
+	hist := r.merge(stats)
+	r.rates(cw)
+	us := func(q float64) time.Duration { return time.Duration(hist.ValueAtQuantile(q)) * time.Microsecond }
+	if hist.TotalCount() > 0 {
+		r.P50, r.P90, r.P99, r.P999 = us(50), us(90), us(99), us(99.9)
+		r.Max = time.Duration(hist.Max()) * time.Microsecond
 	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	r.LatencyMS = LatencyMS{P50: ms(r.P50), P90: ms(r.P90), P99: ms(r.P99), P999: ms(r.P999), Max: ms(r.Max)}
+	return r, ctx.Err()
+}
 
+// keyNames are the keys' names: prefix (default "k") and an index.
+func keyNames(prefix string, keys int) []string {
+	if prefix == "" {
+		prefix = "k"
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = prefix + strconv.Itoa(i)
+	}
+	return names
+}
+
+// resultRule is the Result's Rule: the rule, "gubernator:" and the rule,
+// or "rls:" and the domain.
+func (o *Options) resultRule() string {
 	rule := o.Rule
 	if o.API == APIGubernator {
 		rule = "gubernator:" + o.Rule
@@ -480,12 +382,63 @@ loop:
 	if o.API == APIRLS {
 		rule = "rls:" + o.Domain
 	}
-	r := &Result{Targets: slices.Clone(o.Targets), Rule: rule, Concurrency: o.Concurrency, Batch: o.Batch,
-		Keys: keys, HotKey: o.HotKey, Hits: o.Hits, Rate: o.Rate, RuleRate: ruleRate, RuleBurst: ruleBurst}
-	r.Elapsed = min(stopped.Sub(measureStart), o.Duration)
-	if r.Elapsed < 0 {
-		r.Elapsed = 0
+	return rule
+}
+
+// workerQuota is worker w's share of maxRPCs calls over concurrency
+// workers (0: no limit).
+func workerQuota(maxRPCs int64, concurrency, w int) int64 {
+	if maxRPCs <= 0 {
+		return 0
 	}
+	quota := maxRPCs / int64(concurrency)
+	if int64(w) < maxRPCs%int64(concurrency) {
+		quota++
+	}
+	return quota
+}
+
+// coordinated is what the coordinator measured: the process CPU at the
+// start (cpu0, at cpuT0; zero if never reached) and the end of the
+// measured window (cpu1), and when the last worker stopped.
+type coordinated struct {
+	cpu0, cpu1 time.Duration
+	cpuT0      time.Time
+	stopped    time.Time
+}
+
+// coordinate reads the CPU at the measurement's start and end, tells the
+// progress every 100 ms, and returns once workersDone closes.
+func coordinate(o *Options, start, measureStart time.Time, workersDone <-chan struct{}) coordinated {
+	var cw coordinated
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	startTimer := time.NewTimer(time.Until(measureStart))
+	defer startTimer.Stop()
+loop:
+	for {
+		select {
+		case <-startTimer.C:
+			cw.cpu0, cw.cpuT0 = processCPU(), time.Now()
+		case <-tick.C:
+			if o.Progress != nil {
+				o.Progress(min(time.Since(start), o.Warmup+o.Duration))
+			}
+		case <-workersDone:
+			cw.stopped = time.Now()
+			break loop
+		}
+	}
+	cw.cpu1 = processCPU()
+	if o.Progress != nil {
+		o.Progress(min(time.Since(start), o.Warmup+o.Duration))
+	}
+	return cw
+}
+
+// merge adds the workers' tallies into r and returns their merged
+// latency histogram.
+func (r *Result) merge(stats []workerStats) *hdrhistogram.Histogram {
 	hist := hdrhistogram.New(histMin, histMax, histDigits)
 	for i := range stats {
 		s := &stats[i]
@@ -504,254 +457,26 @@ loop:
 			}
 		}
 	}
+	return hist
+}
+
+// rates sets r's checks, rates, CPU (from cw) and allowed %.
+func (r *Result) rates(cw coordinated) {
 	r.Checks = r.Allowed + r.Refused + r.Errors
 	if sec := r.Elapsed.Seconds(); sec > 0 {
 		r.ElapsedSec = sec
 		r.ChecksPerS = float64(r.Checks) / sec
 		r.RPCsPerS = float64(r.RPCs) / sec
 	}
-	if !cpuT0.IsZero() && stopped.After(cpuT0) {
+	if !cw.cpuT0.IsZero() && cw.stopped.After(cw.cpuT0) {
 		// CPU from the measurement's start to the last worker's end (which
 		// may be a little after Duration, for calls in flight).
-		r.ProcessCPU = cpu1 - cpu0
-		r.CPUCores = r.ProcessCPU.Seconds() / stopped.Sub(cpuT0).Seconds()
+		r.ProcessCPU = cw.cpu1 - cw.cpu0
+		r.CPUCores = r.ProcessCPU.Seconds() / cw.stopped.Sub(cw.cpuT0).Seconds()
 	}
 	if r.Checks > 0 {
 		r.AllowedPct = 100 * float64(r.Allowed) / float64(r.Checks)
 	}
-	us := func(q float64) time.Duration { return time.Duration(hist.ValueAtQuantile(q)) * time.Microsecond }
-	if hist.TotalCount() > 0 {
-		r.P50, r.P90, r.P99, r.P999 = us(50), us(90), us(99), us(99.9)
-		r.Max = time.Duration(hist.Max()) * time.Microsecond
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	r.LatencyMS = LatencyMS{P50: ms(r.P50), P90: ms(r.P90), P99: ms(r.P99), P999: ms(r.P999), Max: ms(r.Max)}
-	return r, ctx.Err()
-}
-
-// runWorker is one worker's loop.
-func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientConn, keys *keyPicker,
-	start, measureStart, end time.Time, quota int64) workerStats {
-	st := workerStats{hist: hdrhistogram.New(histMin, histMax, histDigits)}
-	rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
-	req := newRequest(o.Rule, o.Batch, o.Hits)
-	resp := &tokenmeshv1.CheckResponse{}
-	var rreq *rlsRequest
-	var rresp *rlsv3.RateLimitResponse
-	if o.API == APIRLS {
-		rreq, rresp = newRLSRequest(o.Domain, o.descriptorKey(), o.Batch, o.Hits), &rlsv3.RateLimitResponse{}
-	}
-	var greq *gubRequest
-	var gresp *gubResponse
-	var gcodec []grpc.CallOption
-	if o.API == APIGubernator {
-		greq, gresp = newGubRequest(o.Rule, *o.Gubernator, o.Batch, o.Hits), &gubResponse{}
-		gcodec = []grpc.CallOption{grpc.ForceCodec(gubCodec{})}
-	}
-	ti := w % len(conns)
-	ci := w % len(conns[0])
-	// Open loop: call j of all is due at start + j/Rate; worker w sends
-	// calls w, w+Concurrency, w+2*Concurrency, ...
-	var interval time.Duration
-	first := start
-	if o.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(o.Concurrency) / o.Rate)
-		first = start.Add(time.Duration(float64(time.Second) * float64(w) / o.Rate))
-	}
-	for i := int64(0); quota == 0 || i < quota; i++ {
-		if ctx.Err() != nil {
-			break
-		}
-		var sent time.Time
-		if interval > 0 {
-			sent = first.Add(time.Duration(i) * interval)
-			if sent.After(end) {
-				break
-			}
-			if d := time.Until(sent); d > 0 {
-				time.Sleep(d)
-			}
-		} else {
-			sent = time.Now()
-			if sent.After(end) {
-				break
-			}
-		}
-		var err error
-		if greq != nil {
-			greq.draw(keys, rng)
-			err = conns[ti][ci].Invoke(ctx, gubernatorGetRateLimits, greq, gresp, gcodec...)
-		} else if rreq != nil {
-			rreq.draw(keys, rng)
-			rresp.Reset()
-			err = conns[ti][ci].Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rreq.msg, rresp)
-		} else {
-			req.draw(keys, rng)
-			resp.Reset()
-			err = conns[ti][ci].Invoke(ctx, tokenmeshv1.RateLimitService_Check_FullMethodName, req.msg, resp)
-		}
-		done := time.Now()
-		if ti++; ti == len(conns) {
-			ti = 0
-		}
-		if done.Before(measureStart) {
-			continue
-		}
-		if done.After(end) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			st.failed++
-			st.sample(err.Error())
-			continue
-		}
-		var allowed, refused, errs int64
-		var bad string
-		if greq != nil {
-			allowed, refused, errs, bad = tallyGub(gresp, o.Batch, &st)
-		} else if rreq != nil {
-			allowed, refused, bad = tallyRLS(rresp, o.Batch)
-		} else {
-			allowed, refused, errs, bad = tally(resp, o.Batch, &st)
-		}
-		if bad != "" {
-			st.failed++
-			st.sample(bad)
-			continue
-		}
-		if o.RecordAdmissions && allowed > 0 {
-			at := done.Sub(measureStart)
-			switch {
-			case greq != nil:
-				for i, ok := range gresp.admitted {
-					if ok {
-						st.admissions = append(st.admissions, Admission{At: at, Key: greq.keys[i], Tokens: o.Hits})
-					}
-				}
-			case rreq != nil:
-				for i, s := range rresp.GetStatuses() {
-					if s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-						st.admissions = append(st.admissions, Admission{At: at, Key: rreq.entries[i].Value, Tokens: o.Hits})
-					}
-				}
-			default:
-				for i, res := range resp.GetResults() {
-					if res.GetAllowed() {
-						st.admissions = append(st.admissions, Admission{At: at, Key: req.items[i].Key, Tokens: o.Hits})
-					}
-				}
-			}
-		}
-		st.rpcs++
-		st.allowed += allowed
-		st.refused += refused
-		st.errs += errs
-		us := done.Sub(sent).Microseconds()
-		_ = st.hist.RecordValue(min(max(us, histMin), histMax))
-	}
-	return st
-}
-
-// request is one worker's CheckRequest, built once and reused: each call
-// only rewrites the items' keys (the generated message; no allocation per
-// call beyond what grpc-go's codec does).
-type request struct {
-	msg   *tokenmeshv1.CheckRequest
-	items []tokenmeshv1.CheckItem
-}
-
-func newRequest(rule string, batch int, hits int64) *request {
-	r := &request{msg: &tokenmeshv1.CheckRequest{Checks: make([]*tokenmeshv1.CheckItem, batch)},
-		items: make([]tokenmeshv1.CheckItem, batch)}
-	for i := range r.items {
-		r.items[i].Rule, r.items[i].Hits = rule, hits
-		r.msg.Checks[i] = &r.items[i]
-	}
-	return r
-}
-
-// draw picks the keys of the next call.
-func (r *request) draw(keys *keyPicker, rng *rand.Rand) {
-	for i := range r.items {
-		r.items[i].Key = keys.pick(rng)
-	}
-}
-
-// drawKey picks one of keys uniformly; with a single key it draws nothing
-// from rng.
-func drawKey(keys []string, rng *rand.Rand) string {
-	if len(keys) > 1 {
-		return keys[rng.IntN(len(keys))]
-	}
-	return keys[0]
-}
-
-func (o *Options) descriptorKey() string {
-	if o.DescriptorKey == "" {
-		return "key"
-	}
-	return o.DescriptorKey
-}
-
-// rlsRequest is one worker's RateLimitRequest, built once and reused.
-type rlsRequest struct {
-	msg     *rlsv3.RateLimitRequest
-	entries []ratelimitv3.RateLimitDescriptor_Entry
-}
-
-func newRLSRequest(domain, entryKey string, batch int, hits int64) *rlsRequest {
-	r := &rlsRequest{msg: &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: uint32(hits),
-		Descriptors: make([]*ratelimitv3.RateLimitDescriptor, batch)}, entries: make([]ratelimitv3.RateLimitDescriptor_Entry, batch)}
-	for i := range r.entries {
-		r.entries[i].Key = entryKey
-		r.msg.Descriptors[i] = &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{&r.entries[i]}}
-	}
-	return r
-}
-
-func (r *rlsRequest) draw(keys *keyPicker, rng *rand.Rand) {
-	for i := range r.entries {
-		r.entries[i].Value = keys.pick(rng)
-	}
-}
-
-// tallyRLS counts a RateLimitResponse's statuses: OK allowed, OVER_LIMIT
-// refused.
-func tallyRLS(resp *rlsv3.RateLimitResponse, want int) (allowed, refused int64, bad string) {
-	if n := len(resp.GetStatuses()); n != want {
-		return 0, 0, fmt.Sprintf("response holds %d statuses for %d descriptors", n, want)
-	}
-	for _, st := range resp.GetStatuses() {
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			refused++
-		} else {
-			allowed++
-		}
-	}
-	return allowed, refused, ""
-}
-
-// tally counts a CheckResponse's results into st; a response with other
-// than want results is a failed call (its message returned).
-func tally(resp *tokenmeshv1.CheckResponse, want int, st *workerStats) (allowed, refused, errs int64, bad string) {
-	if n := len(resp.GetResults()); n != want {
-		return 0, 0, 0, fmt.Sprintf("response holds %d results for %d checks", n, want)
-	}
-	for _, res := range resp.GetResults() {
-		switch {
-		case res.GetAllowed():
-			allowed++
-		case res.GetError() != "":
-			errs++
-			st.sample(res.GetError())
-		default:
-			refused++
-		}
-	}
-	return allowed, refused, errs, ""
 }
 
 // processCPU is this process's user+system CPU time so far.

@@ -229,6 +229,11 @@ func (o *RLQSOptions) Validate() error {
 	case o.Limit != nil && (!(o.Limit.RatePerS >= 0) || math.IsInf(o.Limit.RatePerS, 1) || o.Limit.Burst < 0):
 		return fmt.Errorf("Limit %+v: want a finite rate >= 0 and a burst >= 0", *o.Limit)
 	}
+	return o.validateLists()
+}
+
+// validateLists checks each of Rates, the blanket rules and Targets.
+func (o *RLQSOptions) validateLists() error {
 	for i, r := range o.Rates {
 		if !(r > 0) || math.IsInf(r, 1) {
 			return fmt.Errorf("Rates[%d] %v: want a positive finite number of requests per second", i, r)
@@ -268,32 +273,15 @@ func RunRLQS(ctx context.Context, o RLQSOptions) (*RLQSResult, error) {
 	if entry == "" {
 		entry = "key"
 	}
-	prefix := o.KeyPrefix
-	if prefix == "" {
-		prefix = "k"
-	}
 	keys := o.Keys
 	if o.HotKey {
 		keys = 1
-	}
-	ids := make([]envoymodel.BucketID, keys)
-	for i := range ids {
-		ids[i] = envoymodel.NewBucketID(map[string]string{entry: prefix + strconv.Itoa(i)})
 	}
 	report := o.ReportInterval
 	if report == 0 {
 		report = envoymodel.EnvoyReportInterval
 	}
-	cfg := proxy.Config{Proxies: len(o.Rates), Addrs: slices.Clone(o.Targets), Spread: true, Seed: o.Seed, TLS: o.TLS,
-		Model: envoymodel.Config{Domain: o.Domain, ReportInterval: report,
-			Settings: envoymodel.BlanketSettings(report, o.NoAssignment, o.Expired, expiredFor)}}
-	for i, rate := range o.Rates {
-		l := proxy.Load{Proxy: i, Bucket: ids[0], Rate: rate, Arrivals: proxy.Poisson, Duration: o.Duration}
-		if len(ids) > 1 {
-			l.Buckets = ids
-		}
-		cfg.Loads = append(cfg.Loads, l)
-	}
+	cfg := o.fleetConfig(entry, keys, report)
 
 	cpu0 := processCPU()
 	fleet, err := proxy.Start(ctx, cfg)
@@ -301,20 +289,7 @@ func RunRLQS(ctx context.Context, o RLQSOptions) (*RLQSResult, error) {
 		return nil, err
 	}
 	start := time.Now()
-	done := make(chan *proxy.Record)
-	go func() { done <- fleet.Wait() }()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var rec *proxy.Record
-	for rec == nil {
-		select {
-		case rec = <-done:
-		case <-tick.C:
-			if o.Progress != nil {
-				o.Progress(min(time.Since(start), o.Duration))
-			}
-		}
-	}
+	rec := waitFleet(fleet, o.Progress, start, o.Duration)
 	wall := time.Since(start)
 	cpu := processCPU() - cpu0
 
@@ -335,6 +310,51 @@ func RunRLQS(ctx context.Context, o RLQSOptions) (*RLQSResult, error) {
 		r.RLSHop = rlsHop(ctx, &o, entry)
 	}
 	return r, ctx.Err()
+}
+
+// fleetConfig is the emulated Envoys' config: one proxy per rate, each
+// offering its rate over the keys' buckets {entry: key}, reporting every
+// report.
+func (o *RLQSOptions) fleetConfig(entry string, keys int, report time.Duration) proxy.Config {
+	prefix := o.KeyPrefix
+	if prefix == "" {
+		prefix = "k"
+	}
+	ids := make([]envoymodel.BucketID, keys)
+	for i := range ids {
+		ids[i] = envoymodel.NewBucketID(map[string]string{entry: prefix + strconv.Itoa(i)})
+	}
+	cfg := proxy.Config{Proxies: len(o.Rates), Addrs: slices.Clone(o.Targets), Spread: true, Seed: o.Seed, TLS: o.TLS,
+		Model: envoymodel.Config{Domain: o.Domain, ReportInterval: report,
+			Settings: envoymodel.BlanketSettings(report, o.NoAssignment, o.Expired, expiredFor)}}
+	for i, rate := range o.Rates {
+		l := proxy.Load{Proxy: i, Bucket: ids[0], Rate: rate, Arrivals: proxy.Poisson, Duration: o.Duration}
+		if len(ids) > 1 {
+			l.Buckets = ids
+		}
+		cfg.Loads = append(cfg.Loads, l)
+	}
+	return cfg
+}
+
+// waitFleet waits for the fleet's record, telling progress (if set) the
+// time since start, at most duration, every 100 ms.
+func waitFleet(fleet *proxy.Fleet, progress func(time.Duration), start time.Time, duration time.Duration) *proxy.Record {
+	done := make(chan *proxy.Record)
+	go func() { done <- fleet.Wait() }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var rec *proxy.Record
+	for rec == nil {
+		select {
+		case rec = <-done:
+		case <-tick.C:
+			if progress != nil {
+				progress(min(time.Since(start), duration))
+			}
+		}
+	}
+	return rec
 }
 
 // checkRLQS asks each target's gRPC health service whether it serves RLQS.
@@ -393,6 +413,20 @@ func tallyRLQS(r *RLQSResult, rec *proxy.Record, cfg proxy.Config) {
 		}
 		_ = hist.RecordValue(max(int64(d.Took), 1))
 	}
+	tallyAssignments(r, rec)
+	tallyTraffic(r, rec)
+	tallyStreams(r, rec)
+	r.total()
+	if hist.TotalCount() > 0 {
+		us := func(ns int64) float64 { return float64(ns) / 1e3 }
+		r.DecisionUS = LatencyUS{P50: us(hist.ValueAtQuantile(50)), P99: us(hist.ValueAtQuantile(99)),
+			P999: us(hist.ValueAtQuantile(99.9)), Max: us(hist.Max())}
+	}
+}
+
+// tallyAssignments counts each proxy's assignments (those that set a
+// bucket's token bucket or blanket rule) and notes its first and last.
+func tallyAssignments(r *RLQSResult, rec *proxy.Record) {
 	for _, a := range rec.Assignments {
 		switch a.Effect {
 		case envoymodel.NewTokenBucket, envoymodel.ChangedTokenBucket, envoymodel.RenewedTokenBucket, envoymodel.Blanket:
@@ -409,6 +443,11 @@ func tallyRLQS(r *RLQSResult, rec *proxy.Record, cfg proxy.Config) {
 			p.LastTokenBucket = fmt.Sprintf("%d per %v, max %d", tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), tb.GetMaxTokens())
 		}
 	}
+}
+
+// tallyTraffic counts each proxy's reports (sent and dropped) and
+// responses, and their bytes.
+func tallyTraffic(r *RLQSResult, rec *proxy.Record) {
 	for _, x := range rec.Reports {
 		p := &r.Proxies[x.Proxy]
 		if x.Addr == "" {
@@ -423,6 +462,11 @@ func tallyRLQS(r *RLQSResult, rec *proxy.Record, cfg proxy.Config) {
 		p.Responses++
 		p.ResponseBytes += int64(x.Bytes)
 	}
+}
+
+// tallyStreams counts the stream events by kind and keeps the first
+// errors.
+func tallyStreams(r *RLQSResult, rec *proxy.Record) {
 	for _, e := range rec.Streams {
 		switch e.Kind {
 		case proxy.Opened:
@@ -439,6 +483,10 @@ func tallyRLQS(r *RLQSResult, rec *proxy.Record, cfg proxy.Config) {
 			r.Stream.Errors = append(r.Stream.Errors, msg)
 		}
 	}
+}
+
+// total sums the proxies into r.Total and the stream's traffic.
+func (r *RLQSResult) total() {
 	t := &r.Total
 	for i := range r.Proxies {
 		p := &r.Proxies[i]
@@ -459,11 +507,6 @@ func tallyRLQS(r *RLQSResult, rec *proxy.Record, cfg proxy.Config) {
 	if t.Offered > 0 {
 		r.Stream.MessagesPerRequest = float64(r.Stream.Messages) / float64(t.Offered)
 		r.Stream.BytesPerRequest = float64(r.Stream.Bytes) / float64(t.Offered)
-	}
-	if hist.TotalCount() > 0 {
-		us := func(ns int64) float64 { return float64(ns) / 1e3 }
-		r.DecisionUS = LatencyUS{P50: us(hist.ValueAtQuantile(50)), P99: us(hist.ValueAtQuantile(99)),
-			P999: us(hist.ValueAtQuantile(99.9)), Max: us(hist.Max())}
 	}
 }
 

@@ -105,89 +105,134 @@ func MeasureDetection(nodes int, events []Event, at []time.Time, logs []string) 
 			changes[i] = ParseMembershipLog(logs[i])
 		}
 	}
-	alive := make([]bool, nodes)
-	group := make([]int, nodes) // all in group 0: no partition
-	for i := range alive {
-		alive[i] = true
-	}
-	reach := func(alive []bool, group []int, o int) []bool {
-		r := make([]bool, nodes)
-		for x := range nodes {
-			r[x] = x != o && alive[x] && group[x] == group[o]
-		}
-		return r
-	}
+	v := newView(nodes)
 	var out []Detection
 	for k, e := range events {
-		prevAlive, prevGroup := slices.Clone(alive), slices.Clone(group)
-		restarted := -1
-		switch e.Kind {
-		case Kill:
-			if e.Node < 0 || e.Node >= nodes {
-				return nil, fmt.Errorf("replay: %v: no node %d", e, e.Node)
-			}
-			alive[e.Node] = false
-		case Restart:
-			if e.Node < 0 || e.Node >= nodes {
-				return nil, fmt.Errorf("replay: %v: no node %d", e, e.Node)
-			}
-			alive[e.Node], restarted = true, e.Node
-		case Partition:
-			for x := range group {
-				group[x] = len(e.Groups) + x // alone unless listed
-			}
-			for g, members := range e.Groups {
-				for _, x := range members {
-					if x < 0 || x >= nodes {
-						return nil, fmt.Errorf("replay: %v: no node %d", e, x)
-					}
-					group[x] = g
-				}
-			}
-		case Heal:
-			clear(group)
+		prev := v.clone()
+		restarted, err := v.apply(e)
+		if err != nil {
+			return nil, err
 		}
 		end := time.Time{}
 		if k+1 < len(at) {
 			end = at[k+1]
 		}
 		for o := range nodes {
-			if !alive[o] || o == restarted {
+			// Not o itself come back (restarted now or earlier): not a
+			// view change of o.
+			if !v.alive[o] || o == restarted || !prev.alive[o] {
 				continue
 			}
-			before, after := reach(prevAlive, prevGroup, o), reach(alive, group, o)
-			if !prevAlive[o] {
-				continue // o itself came back (restarted earlier): not a view change of o
+			if d, ok := detect(e, o, prev.reach(o), v.reach(o), changes[o], at[k], end); ok {
+				out = append(out, d)
 			}
-			d := Detection{Event: e.String(), Kind: e.Kind, Observer: o}
-			want := map[int]bool{} // node -> joined
-			for x := range nodes {
-				if before[x] != after[x] {
-					want[x] = after[x]
-				}
-			}
-			d.Expected = len(want)
-			if d.Expected == 0 {
-				continue
-			}
-			for _, c := range changes[o] {
-				if c.At.Before(at[k]) || (!end.IsZero() && !c.At.Before(end)) {
-					continue
-				}
-				joined, ok := want[c.Node]
-				if !ok || joined != c.Joined {
-					continue
-				}
-				delete(want, c.Node)
-				dt := c.At.Sub(at[k])
-				if d.Seen == 0 {
-					d.First = dt
-				}
-				d.Seen++
-				d.Last = dt
-			}
-			out = append(out, d)
 		}
 	}
 	return out, nil
+}
+
+// view is which nodes are alive and the partition group of each (all in
+// group 0: no partition).
+type view struct {
+	alive []bool
+	group []int
+}
+
+// newView is a view of nodes nodes, all alive, without a partition.
+func newView(nodes int) *view {
+	v := &view{alive: make([]bool, nodes), group: make([]int, nodes)}
+	for i := range v.alive {
+		v.alive[i] = true
+	}
+	return v
+}
+
+// clone is a copy of v.
+func (v *view) clone() *view {
+	return &view{alive: slices.Clone(v.alive), group: slices.Clone(v.group)}
+}
+
+// apply changes v by event e and returns the node e restarts (-1: none).
+func (v *view) apply(e Event) (restarted int, err error) {
+	switch e.Kind {
+	case Kill:
+		return -1, v.setAlive(e, false)
+	case Restart:
+		return e.Node, v.setAlive(e, true)
+	case Partition:
+		return -1, v.partition(e)
+	case Heal:
+		clear(v.group)
+	}
+	return -1, nil
+}
+
+// setAlive marks e's node alive or dead.
+func (v *view) setAlive(e Event, alive bool) error {
+	if e.Node < 0 || e.Node >= len(v.alive) {
+		return fmt.Errorf("replay: %v: no node %d", e, e.Node)
+	}
+	v.alive[e.Node] = alive
+	return nil
+}
+
+// partition puts the nodes in partition e's groups, each node no group
+// lists alone.
+func (v *view) partition(e Event) error {
+	for x := range v.group {
+		v.group[x] = len(e.Groups) + x // alone unless listed
+	}
+	for g, members := range e.Groups {
+		for _, x := range members {
+			if x < 0 || x >= len(v.group) {
+				return fmt.Errorf("replay: %v: no node %d", e, x)
+			}
+			v.group[x] = g
+		}
+	}
+	return nil
+}
+
+// reach is which nodes o reaches in v: alive and in o's group.
+func (v *view) reach(o int) []bool {
+	r := make([]bool, len(v.alive))
+	for x := range r {
+		r[x] = x != o && v.alive[x] && v.group[x] == v.group[o]
+	}
+	return r
+}
+
+// detect is how long observer o took to log (changes, o's membership
+// changes) that the nodes it reaches went from before to after by event e,
+// applied at start; changes at or after end (if not zero) count for the
+// next event. ok is false when e changes nothing o reaches.
+func detect(e Event, o int, before, after []bool, changes []MembershipChange, start, end time.Time) (d Detection, ok bool) {
+	d = Detection{Event: e.String(), Kind: e.Kind, Observer: o}
+	want := map[int]bool{} // node -> joined
+	for x := range before {
+		if before[x] != after[x] {
+			want[x] = after[x]
+		}
+	}
+	d.Expected = len(want)
+	if d.Expected == 0 {
+		return d, false
+	}
+	for _, c := range changes {
+		if c.At.Before(start) || (!end.IsZero() && !c.At.Before(end)) {
+			continue
+		}
+		joined, ok := want[c.Node]
+		if !ok || joined != c.Joined {
+			continue
+		}
+		delete(want, c.Node)
+		dt := c.At.Sub(start)
+		if d.Seen == 0 {
+			d.First = dt
+		}
+		d.Seen++
+		d.Last = dt
+	}
+	return d, true
 }

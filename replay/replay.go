@@ -19,6 +19,7 @@
 //
 // Files: replay.go (the targets' interfaces), events.go (faults at trace
 // times, rate scaling), run.go (Run: scheduling, sending, scoring),
+// rules.go (the rules Run checks events by, one per event kind),
 // report.go (the JSON report), inprocess.go and live.go (the in-process
 // and the live-process targets), scenario.go (sim scenarios as faults),
 // detection.go (membership-change times from the nodes' logs).

@@ -114,12 +114,91 @@ type Result struct {
 // Result.BytesError. A request whose Check fails is not an error of Run:
 // it is counted as undecided (and so rejected), like the simulator's
 // undecided requests.
+//
+// Its phases: newRunner checks the options, start launches the senders
+// and the state sampler, dispatch sends the requests and applies the
+// events at their times, finish waits for the senders, restarts and
+// sampler, and result scores the decisions.
 func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
-	if opts.Trace == nil || len(opts.Trace.Requests) == 0 {
-		return nil, errors.New("replay: no requests")
+	r, err := newRunner(ctx, opts, t)
+	if err != nil {
+		return nil, err
 	}
-	if math.IsNaN(opts.Speed) || math.IsInf(opts.Speed, 0) || opts.Speed <= 0 {
-		return nil, fmt.Errorf("replay: speed %v: want a positive number", opts.Speed)
+	r.start()
+	wall, err := r.finish(r.dispatch())
+	if err != nil {
+		return nil, err
+	}
+	return r.result(wall), nil
+}
+
+// runner is the state of one Run.
+type runner struct {
+	ctx       context.Context
+	opts      Options
+	t         Target
+	faults    Faults    // nil: the target cannot inject faults
+	restarter Restarter // nil: the target cannot restart a node
+	n         int       // the target's nodes
+	assign    workload.Assigner
+	events    []Event // opts.Events by time
+	reqs      []workload.Request
+	central   []bool
+	senders   int
+	timeout   time.Duration
+	lateAfter time.Duration
+	lead      time.Duration
+
+	out  []Outcome
+	jobs chan job
+	// inflight[node] counts the requests handed to the senders for node and
+	// not answered yet: a kill waits for them (see kill).
+	inflight    []atomic.Int64
+	sendersDone sync.WaitGroup
+
+	state        stateStats
+	stopSampling chan struct{}
+	sampled      chan struct{}
+
+	alive         []int // the nodes requests go to, in order
+	base          time.Duration
+	origin        time.Time
+	appliedAt     []time.Time
+	appliedEvents []Event
+	crashed       []string
+	// Restarts run in their own goroutines (a process takes wall seconds to
+	// come up and join); a node is sent requests again once its Restart
+	// returned. pending[node] is closed when it has.
+	restartDone chan restarted
+	pending     map[int]chan struct{}
+	restarts    sync.WaitGroup
+}
+
+// job is one request handed to the senders: its index and due time.
+type job struct {
+	i   int
+	due time.Time
+}
+
+// restarted is the end of one node's Restart.
+type restarted struct {
+	node int
+	err  error
+}
+
+// stateStats sums the samples of the strategy state's size.
+type stateStats struct {
+	mu      sync.Mutex
+	peak    int64
+	sum     float64
+	samples int
+}
+
+// newRunner checks opts against t (the options' own errors, then the
+// events', then central's decisions) and returns the runner of one Run.
+func newRunner(ctx context.Context, opts Options, t Target) (*runner, error) {
+	if err := checkOptions(opts); err != nil {
+		return nil, err
 	}
 	n := t.Nodes()
 	if n < 1 {
@@ -133,40 +212,41 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	faults, _ := t.(Faults)
 	restarter, _ := t.(Restarter)
-	killed := map[int]bool{}
-	for _, e := range events {
-		if faults == nil {
-			return nil, fmt.Errorf("replay: %v: the target cannot inject faults", e)
-		}
-		switch e.Kind {
-		case Kill, Restart:
-			if e.Node < 0 || e.Node >= n {
-				return nil, fmt.Errorf("replay: %v: no node %d (nodes 0..%d)", e, e.Node, n-1)
-			}
-		}
-		switch {
-		case e.Kind == Kill && killed[e.Node]:
-			return nil, fmt.Errorf("replay: %v: node %d is killed twice (without a restart between)", e, e.Node)
-		case e.Kind == Kill:
-			killed[e.Node] = true
-		case e.Kind == Restart && restarter == nil:
-			return nil, fmt.Errorf("replay: %v: the target cannot restart a node", e)
-		case e.Kind == Restart && !killed[e.Node]:
-			return nil, fmt.Errorf("replay: %v: node %d is not down at that time (restart only a killed node)", e, e.Node)
-		case e.Kind == Restart:
-			killed[e.Node] = false
-		}
-		for _, g := range e.Groups {
-			for _, x := range g {
-				if x < 0 || x >= n {
-					return nil, fmt.Errorf("replay: %v: no node %d (nodes 0..%d)", e, x, n-1)
-				}
-			}
-		}
+	if err := checkEvents(events, n, faults != nil, restarter != nil); err != nil {
+		return nil, err
 	}
+	central, err := centralOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &runner{
+		ctx: ctx, opts: opts, t: t, faults: faults, restarter: restarter, n: n, assign: assign,
+		events: events, reqs: opts.Trace.Requests, central: central,
+		senders:   cmpOr(opts.Senders, DefaultSenders),
+		timeout:   cmpOr(opts.Timeout, DefaultTimeout),
+		lateAfter: cmpOr(opts.LateAfter, DefaultLateAfter),
+		lead:      cmpOr(opts.Lead, DefaultLead),
+	}, nil
+}
+
+// checkOptions checks the trace and the speed of opts.
+func checkOptions(opts Options) error {
+	if opts.Trace == nil || len(opts.Trace.Requests) == 0 {
+		return errors.New("replay: no requests")
+	}
+	if math.IsNaN(opts.Speed) || math.IsInf(opts.Speed, 0) || opts.Speed <= 0 {
+		return fmt.Errorf("replay: speed %v: want a positive number", opts.Speed)
+	}
+	return nil
+}
+
+// centralOf is opts.Central, or central's decisions computed on opts.Trace,
+// checked to have one decision per request.
+func centralOf(opts Options) ([]bool, error) {
 	reqs := opts.Trace.Requests
 	central := opts.Central
 	if central == nil {
+		var err error
 		if central, err = eval.Central(opts.Trace, opts.Rate, opts.Burst); err != nil {
 			return nil, err
 		}
@@ -174,243 +254,307 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 	if len(central) != len(reqs) {
 		return nil, fmt.Errorf("replay: %d central decisions for %d requests", len(central), len(reqs))
 	}
-	senders := cmpOr(opts.Senders, DefaultSenders)
-	timeout := cmpOr(opts.Timeout, DefaultTimeout)
-	lateAfter := cmpOr(opts.LateAfter, DefaultLateAfter)
-	lead := cmpOr(opts.Lead, DefaultLead)
+	return central, nil
+}
 
-	type job struct {
-		i   int
-		due time.Time
+// start allocates the outcomes, starts the senders and the state sampler
+// and sets the origin of the replay's wall timeline.
+func (r *runner) start() {
+	n := r.n
+	r.out = make([]Outcome, len(r.reqs))
+	for i := range r.out {
+		r.out[i].Node = -1
 	}
-	out := make([]Outcome, len(reqs))
-	for i := range out {
-		out[i].Node = -1
+	r.jobs = make(chan job, 4*r.senders)
+	r.inflight = make([]atomic.Int64, n)
+	for range r.senders {
+		r.sendersDone.Add(1)
+		go r.sendLoop()
 	}
-	jobs := make(chan job, 4*senders)
-	// inflight[node] counts the requests handed to the senders for node and
-	// not answered yet: a kill waits for them (see apply).
-	inflight := make([]atomic.Int64, n)
-	var wg sync.WaitGroup
-	for range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				o := &out[j.i]
-				start := time.Now()
-				o.Sent, o.Lateness = true, start.Sub(j.due)
-				cctx, cancel := context.WithTimeout(ctx, timeout)
-				var created time.Time
-				if opts.EdgeTimes {
-					created = j.due
-				}
-				o.Allowed, o.Err = t.Check(cctx, o.Node, reqs[j.i].Key, reqs[j.i].Tokens, created)
-				cancel()
-				o.Latency = time.Since(start)
-				inflight[o.Node].Add(-1)
-				if o.Err != nil {
-					o.Allowed = false
-				}
-			}
-		}()
-	}
+	r.stopSampling = make(chan struct{})
+	r.sampled = make(chan struct{})
+	go r.sampleLoop()
 
-	var stateMu sync.Mutex
-	var statePeak int64
-	var stateSum float64
-	var stateSamples int
-	sample := func() {
-		sampler, ok := t.(StateSampler)
-		if !ok {
+	r.alive = make([]int, n)
+	for i := range r.alive {
+		r.alive[i] = i
+	}
+	r.base = r.reqs[0].Arrival
+	r.origin = time.Now().Add(r.lead)
+	r.restartDone = make(chan restarted, len(r.events))
+	r.pending = map[int]chan struct{}{}
+}
+
+// sendLoop is one sender: it sends the jobs' requests until jobs closes.
+func (r *runner) sendLoop() {
+	defer r.sendersDone.Done()
+	for j := range r.jobs {
+		r.check(j)
+	}
+}
+
+// check sends job j's request to its node and records its outcome.
+func (r *runner) check(j job) {
+	o := &r.out[j.i]
+	start := time.Now()
+	o.Sent, o.Lateness = true, start.Sub(j.due)
+	cctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	var created time.Time
+	if r.opts.EdgeTimes {
+		created = j.due
+	}
+	o.Allowed, o.Err = r.t.Check(cctx, o.Node, r.reqs[j.i].Key, r.reqs[j.i].Tokens, created)
+	cancel()
+	o.Latency = time.Since(start)
+	r.inflight[o.Node].Add(-1)
+	if o.Err != nil {
+		o.Allowed = false
+	}
+}
+
+// sampleLoop samples the state's size every SampleEvery, and once more
+// when stopSampling closes; it closes sampled when done. It returns at
+// once if the target is no StateSampler.
+func (r *runner) sampleLoop() {
+	defer close(r.sampled)
+	if _, ok := r.t.(StateSampler); !ok {
+		return
+	}
+	every := r.opts.SampleEvery
+	if every <= 0 {
+		every = max(time.Duration(float64(time.Second)/r.opts.Speed), 250*time.Millisecond)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			r.sample()
+		case <-r.stopSampling:
+			r.sample()
 			return
 		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		sizes, err := sampler.StateBytes(sctx)
-		cancel()
-		if err != nil || len(sizes) == 0 {
-			return
-		}
-		stateMu.Lock()
-		defer stateMu.Unlock()
-		var sum int64
-		for _, b := range sizes {
-			sum += b
-			statePeak = max(statePeak, b)
-		}
-		stateSum += float64(sum) / float64(len(sizes))
-		stateSamples++
 	}
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		if _, ok := t.(StateSampler); !ok {
-			return
-		}
-		every := opts.SampleEvery
-		if every <= 0 {
-			every = max(time.Duration(float64(time.Second)/opts.Speed), 250*time.Millisecond)
-		}
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				sample()
-			case <-stopSampling:
-				sample()
-				return
-			}
-		}
-	}()
+}
 
-	alive := make([]int, n)
-	for i := range alive {
-		alive[i] = i
+// sample adds one sample of the live nodes' state sizes, if the target
+// reports them.
+func (r *runner) sample() {
+	sampler, ok := r.t.(StateSampler)
+	if !ok {
+		return
 	}
-	base := reqs[0].Arrival
-	origin := time.Now().Add(lead)
-	dueAt := func(at time.Duration) time.Time {
-		return origin.Add(time.Duration(float64(max(at-base, 0)) / opts.Speed))
+	sctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	sizes, err := sampler.StateBytes(sctx)
+	cancel()
+	if err != nil || len(sizes) == 0 {
+		return
 	}
-	var runErr error
-	var appliedAt []time.Time
-	var appliedEvents []Event
-	var crashed []string
-	// Restarts run in their own goroutines (a process takes wall seconds to
-	// come up and join); a node is sent requests again once its Restart
-	// returned. pending[node] is closed when it has.
-	type restarted struct {
-		node int
-		err  error
+	s := &r.state
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sum int64
+	for _, b := range sizes {
+		sum += b
+		s.peak = max(s.peak, b)
 	}
-	restartDone := make(chan restarted, len(events))
-	pending := map[int]chan struct{}{}
-	var restarts sync.WaitGroup
-	collect := func(r restarted) error {
-		if r.err != nil {
-			return fmt.Errorf("replay: restart %d: %w", r.node, r.err)
-		}
-		alive = append(alive, r.node)
-		slices.Sort(alive)
-		return nil
-	}
-	drain := func() error { // the restarts that have returned
-		for {
-			select {
-			case r := <-restartDone:
-				if err := collect(r); err != nil {
-					return err
-				}
-			default:
-				return nil
+	s.sum += float64(sum) / float64(len(sizes))
+	s.samples++
+}
+
+// dueAt is the wall time of trace time at.
+func (r *runner) dueAt(at time.Duration) time.Time {
+	return r.origin.Add(time.Duration(float64(max(at-r.base, 0)) / r.opts.Speed))
+}
+
+// dispatch sends every request at its due time, after applying the events
+// due at or before its arrival; it stops at the first error.
+func (r *runner) dispatch() error {
+	ei := 0
+	for i := range r.reqs {
+		for ; ei < len(r.events) && r.events[ei].At <= r.reqs[i].Arrival; ei++ {
+			if err := r.apply(r.events[ei]); err != nil {
+				return err
 			}
 		}
-	}
-	apply := func(e Event) error {
-		if err := sleepUntil(ctx, dueAt(e.At)); err != nil {
+		if err := r.send(i); err != nil {
 			return err
 		}
-		var err error
-		switch e.Kind {
-		case Kill:
-			if ch, ok := pending[e.Node]; ok {
-				<-ch // its restart is still under way: let it finish first
-				if err := drain(); err != nil {
-					return err
-				}
-			}
-			// The requests due before the kill and sent to this node are
-			// answered before it (at most timeout): on a loaded machine the
-			// senders lag, and a request still queued would otherwise meet a
-			// dead node it reached, on the trace's timeline, while it lived.
-			for wait := time.Now().Add(timeout); inflight[e.Node].Load() > 0 && time.Now().Before(wait); {
-				time.Sleep(time.Millisecond)
-			}
-			alive = slices.DeleteFunc(alive, func(x int) bool { return x == e.Node })
-			crashed = append(crashed, strconv.Itoa(e.Node))
-			err = faults.Kill(e.Node)
-		case Restart:
-			ch := make(chan struct{})
-			pending[e.Node] = ch
-			restarts.Add(1)
-			go func(node int) {
-				defer restarts.Done()
-				err := restarter.Restart(node)
-				restartDone <- restarted{node, err}
-				close(ch)
-			}(e.Node)
-		case Partition:
-			err = faults.Partition(e.Groups...)
-		case Heal:
-			err = faults.Heal()
+		if r.opts.Progress != nil {
+			r.opts.Progress(i+1, len(r.reqs))
 		}
-		if err != nil {
-			return fmt.Errorf("replay: %v: %w", e, err)
-		}
-		appliedAt = append(appliedAt, time.Now())
-		appliedEvents = append(appliedEvents, e)
+	}
+	return nil
+}
+
+// send waits for request i's due time and hands it to the senders for the
+// node the assigner picks among the live ones (ErrNoLiveNode if none).
+func (r *runner) send(i int) error {
+	due := r.dueAt(r.reqs[i].Arrival)
+	if err := sleepUntil(r.ctx, due); err != nil {
+		return err
+	}
+	if err := r.drain(); err != nil {
+		return err
+	}
+	if len(r.alive) == 0 {
+		r.out[i].Err = ErrNoLiveNode
 		return nil
 	}
-	ei := 0
-	for i := range reqs {
-		for ; runErr == nil && ei < len(events) && events[ei].At <= reqs[i].Arrival; ei++ {
-			runErr = apply(events[ei])
-		}
-		if runErr != nil {
-			break
-		}
-		due := dueAt(reqs[i].Arrival)
-		if runErr = sleepUntil(ctx, due); runErr != nil {
-			break
-		}
-		if runErr = drain(); runErr != nil {
-			break
-		}
-		if len(alive) == 0 {
-			out[i].Err = ErrNoLiveNode
-		} else {
-			out[i].Node = alive[assign.Assign(&reqs[i], i, len(alive))]
-			inflight[out[i].Node].Add(1)
-			select {
-			case jobs <- job{i, due}:
-			case <-ctx.Done():
-				runErr = ctx.Err()
-			}
-			if runErr != nil {
-				inflight[out[i].Node].Add(-1)
-				out[i].Node = -1
-				break
-			}
-		}
-		if opts.Progress != nil {
-			opts.Progress(i+1, len(reqs))
-		}
+	node := r.alive[r.assign.Assign(&r.reqs[i], i, len(r.alive))]
+	r.out[i].Node = node
+	r.inflight[node].Add(1)
+	select {
+	case r.jobs <- job{i, due}:
+		return nil
+	case <-r.ctx.Done():
+		r.inflight[node].Add(-1)
+		r.out[i].Node = -1
+		return r.ctx.Err()
 	}
-	close(jobs)
-	wg.Wait()
-	wall := time.Since(origin)
-	restarts.Wait()
-	close(restartDone)
-	for r := range restartDone {
-		if r.err != nil && runErr == nil {
-			runErr = fmt.Errorf("replay: restart %d: %w", r.node, r.err)
-		}
-	}
-	close(stopSampling)
-	<-sampled
-	if runErr != nil {
-		return nil, runErr
-	}
+}
 
-	res := &Result{Outcomes: out, Wall: wall, Applied: appliedEvents, EventTimes: appliedAt}
-	allowed := make([]bool, len(reqs))
-	lat := make([]time.Duration, 0, len(reqs))
-	for i := range out {
-		o := &out[i]
+// collect takes a node whose restart returned back among the live ones.
+func (r *runner) collect(x restarted) error {
+	if x.err != nil {
+		return fmt.Errorf("replay: restart %d: %w", x.node, x.err)
+	}
+	r.alive = append(r.alive, x.node)
+	slices.Sort(r.alive)
+	return nil
+}
+
+// drain collects the restarts that have returned.
+func (r *runner) drain() error {
+	for {
+		select {
+		case x := <-r.restartDone:
+			if err := r.collect(x); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// apply waits for event e's due time and applies it.
+func (r *runner) apply(e Event) error {
+	if err := sleepUntil(r.ctx, r.dueAt(e.At)); err != nil {
+		return err
+	}
+	var err error
+	switch e.Kind {
+	case Kill:
+		if err := r.awaitRestart(e.Node); err != nil {
+			return err
+		}
+		err = r.kill(e.Node)
+	case Restart:
+		r.restart(e.Node)
+	case Partition:
+		err = r.faults.Partition(e.Groups...)
+	case Heal:
+		err = r.faults.Heal()
+	}
+	if err != nil {
+		return fmt.Errorf("replay: %v: %w", e, err)
+	}
+	r.appliedAt = append(r.appliedAt, time.Now())
+	r.appliedEvents = append(r.appliedEvents, e)
+	return nil
+}
+
+// awaitRestart waits, if node's restart is still under way, for it to
+// finish, and collects the restarts that have returned.
+func (r *runner) awaitRestart(node int) error {
+	ch, ok := r.pending[node]
+	if !ok {
+		return nil
+	}
+	<-ch
+	return r.drain()
+}
+
+// kill takes node out of the live ones and kills it.
+func (r *runner) kill(node int) error {
+	// The requests due before the kill and sent to this node are
+	// answered before it (at most timeout): on a loaded machine the
+	// senders lag, and a request still queued would otherwise meet a
+	// dead node it reached, on the trace's timeline, while it lived.
+	for wait := time.Now().Add(r.timeout); r.inflight[node].Load() > 0 && time.Now().Before(wait); {
+		time.Sleep(time.Millisecond)
+	}
+	r.alive = slices.DeleteFunc(r.alive, func(x int) bool { return x == node })
+	r.crashed = append(r.crashed, strconv.Itoa(node))
+	return r.faults.Kill(node)
+}
+
+// restart starts node again in a goroutine of its own; drain takes it back
+// among the live nodes once its Restart returned.
+func (r *runner) restart(node int) {
+	ch := make(chan struct{})
+	r.pending[node] = ch
+	r.restarts.Add(1)
+	go func() {
+		defer r.restarts.Done()
+		err := r.restarter.Restart(node)
+		r.restartDone <- restarted{node, err}
+		close(ch)
+	}()
+}
+
+// finish stops the senders, waits for them, the restarts and the sampler,
+// and returns the replay's wall time and runErr, or else the first failed
+// restart.
+func (r *runner) finish(runErr error) (time.Duration, error) {
+	close(r.jobs)
+	r.sendersDone.Wait()
+	wall := time.Since(r.origin)
+	r.restarts.Wait()
+	close(r.restartDone)
+	for x := range r.restartDone {
+		if x.err != nil && runErr == nil {
+			runErr = fmt.Errorf("replay: restart %d: %w", x.node, x.err)
+		}
+	}
+	close(r.stopSampling)
+	<-r.sampled
+	return wall, runErr
+}
+
+// result scores the outcomes against central's decisions.
+func (r *runner) result(wall time.Duration) *Result {
+	res := &Result{Outcomes: r.out, Wall: wall, Applied: r.appliedEvents, EventTimes: r.appliedAt}
+	allowed, lat := r.tally(res)
+	res.Canonicalized = eval.Canonicalize(r.reqs, allowed)
+	res.Row = eval.Score(r.opts.Strategy, r.reqs, allowed, r.central, r.opts.Rate.PerSec(), r.opts.Burst, lat)
+	// A client cannot see which decisions a node took without a peer:
+	// local % is not measured (the reports print n/a, not 0).
+	res.Row.NotMeasured = []string{"local_decision_pct"}
+	r.readBytes(res)
+	res.Row.Undecided = res.Errors
+	if s := &r.state; s.samples > 0 {
+		res.Row.StateBytesPeak = int(s.peak)
+		res.Row.StateBytesMean = math.Round(s.sum/float64(s.samples)*10) / 10
+	} else {
+		res.Row.NotMeasured = append(res.Row.NotMeasured, "state_bytes_peak")
+	}
+	res.Row.CrashedNodes = r.crashed
+	res.allowed = allowed
+	return res
+}
+
+// tally counts the late sends and the errors into res and returns the
+// decisions as scored (false for undecided) and the decided requests'
+// latencies.
+func (r *runner) tally(res *Result) ([]bool, []time.Duration) {
+	allowed := make([]bool, len(r.reqs))
+	lat := make([]time.Duration, 0, len(r.reqs))
+	for i := range r.out {
+		o := &r.out[i]
 		if o.Sent {
-			if o.Lateness > lateAfter {
+			if o.Lateness > r.lateAfter {
 				res.Late++
 			}
 			res.MaxLateness = max(res.MaxLateness, o.Lateness)
@@ -425,28 +569,20 @@ func Run(ctx context.Context, opts Options, t Target) (*Result, error) {
 		allowed[i] = o.Allowed
 		lat = append(lat, o.Latency)
 	}
-	res.Canonicalized = eval.Canonicalize(reqs, allowed)
-	res.Row = eval.Score(opts.Strategy, reqs, allowed, central, opts.Rate.PerSec(), opts.Burst, lat)
-	// A client cannot see which decisions a node took without a peer:
-	// local % is not measured (the reports print n/a, not 0).
-	res.Row.NotMeasured = []string{"local_decision_pct"}
-	if msgs, bytes, err := t.Bytes(ctx); err != nil {
+	return allowed, lat
+}
+
+// readBytes reads the peer traffic counters into res.Row, or, when they
+// cannot be read, says why in res.BytesError and marks them not measured.
+func (r *runner) readBytes(res *Result) {
+	msgs, bytes, err := r.t.Bytes(r.ctx)
+	if err != nil {
 		res.BytesError = err.Error()
 		res.Row.NotMeasured = append(res.Row.NotMeasured, "messages", "bytes", "bytes_per_request")
-	} else {
-		res.Row.Messages, res.Row.Bytes = msgs, bytes
-		res.Row.BytesPerRequest = math.Round(float64(bytes)/float64(len(reqs))*10) / 10
+		return
 	}
-	res.Row.Undecided = res.Errors
-	if stateSamples > 0 {
-		res.Row.StateBytesPeak = int(statePeak)
-		res.Row.StateBytesMean = math.Round(stateSum/float64(stateSamples)*10) / 10
-	} else {
-		res.Row.NotMeasured = append(res.Row.NotMeasured, "state_bytes_peak")
-	}
-	res.Row.CrashedNodes = crashed
-	res.allowed = allowed
-	return res, nil
+	res.Row.Messages, res.Row.Bytes = msgs, bytes
+	res.Row.BytesPerRequest = math.Round(float64(bytes)/float64(len(r.reqs))*10) / 10
 }
 
 // EventNames is Applied as text (Event.String, e.g. "kill 1@1.2s"); nil

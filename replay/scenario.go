@@ -47,83 +47,119 @@ func FromScenario(sc *sim.Scenario, trace *workload.Trace, nodes int) ([]Event, 
 	if sc.Network != nil {
 		return nil, fmt.Errorf("scenario: network: the live replay runs on loopback and cannot apply a network model (drop the network section)")
 	}
-	index := func(i int, e sim.ScenarioEvent, name string) (int, error) {
-		n, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
-		if !strings.HasPrefix(name, "n") || err != nil || n < 0 || n >= nodes || name != "n"+strconv.Itoa(n) {
-			return 0, fmt.Errorf("scenario event %d (%s): unknown node %q (the cluster has n0..n%d)", i+1, e, name, nodes-1)
-		}
-		return n, nil
+	m := &scenarioMapper{trace: trace, nodes: nodes, killed: map[int]bool{}}
+	m.all = make([]strategy.NodeID, nodes)
+	for i := range m.all {
+		m.all[i] = strategy.NodeID("n" + strconv.Itoa(i))
 	}
-	all := make([]strategy.NodeID, nodes)
-	for i := range all {
-		all[i] = strategy.NodeID("n" + strconv.Itoa(i))
-	}
-	killed := map[int]bool{}
-	var out []Event
 	for i, e := range sc.Events {
+		var err error
 		switch {
 		case len(e.Crash) > 0 || e.CrashOwnerOfHottest > 0:
-			names := e.Crash
-			for _, o := range sim.OwnersOfHottest(trace, all, e.CrashOwnerOfHottest) {
-				names = append(names, string(o))
-			}
-			for _, name := range names {
-				n, err := index(i, e, name)
-				if err != nil {
-					return nil, err
-				}
-				if !killed[n] {
-					killed[n] = true
-					out = append(out, Event{At: e.At, Kind: Kill, Node: n})
-				}
-			}
+			err = m.crash(i, e)
 		case len(e.Restart) > 0:
-			for _, name := range e.Restart {
-				n, err := index(i, e, name)
-				if err != nil {
-					return nil, err
-				}
-				if killed[n] {
-					killed[n] = false
-					out = append(out, Event{At: e.At, Kind: Restart, Node: n})
-				}
-			}
+			err = m.restart(i, e)
 		case len(e.Partition) > 0:
-			listed := map[int]bool{}
-			var groups [][]int
-			for _, g := range e.Partition {
-				var group []int
-				for _, name := range g {
-					n, err := index(i, e, name)
-					if err != nil {
-						return nil, err
-					}
-					if listed[n] {
-						return nil, fmt.Errorf("scenario event %d (%s): node %s is in two partition groups", i+1, e, name)
-					}
-					listed[n] = true
-					group = append(group, n)
-				}
-				groups = append(groups, group)
-			}
-			var rest []int
-			for n := 0; n < nodes; n++ {
-				if !listed[n] {
-					rest = append(rest, n)
-				}
-			}
-			if len(rest) > 0 {
-				groups = append(groups, rest)
-			}
-			groups = slices.DeleteFunc(groups, func(g []int) bool { return len(g) == 0 })
-			if len(groups) < 2 {
-				out = append(out, Event{At: e.At, Kind: Heal})
-				continue
-			}
-			out = append(out, Event{At: e.At, Kind: Partition, Groups: groups})
+			err = m.partition(i, e)
 		case e.Heal:
-			out = append(out, Event{At: e.At, Kind: Heal})
+			m.out = append(m.out, Event{At: e.At, Kind: Heal})
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return out, nil
+	return m.out, nil
+}
+
+// scenarioMapper maps a scenario's events, one kind per method, onto the
+// events out.
+type scenarioMapper struct {
+	trace  *workload.Trace
+	nodes  int
+	all    []strategy.NodeID // n0..n<nodes-1>
+	killed map[int]bool      // the nodes down after the events so far
+	out    []Event
+}
+
+// index is the index of node name of the cluster, named in the i-th
+// scenario event e.
+func (m *scenarioMapper) index(i int, e sim.ScenarioEvent, name string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	if !strings.HasPrefix(name, "n") || err != nil || n < 0 || n >= m.nodes || name != "n"+strconv.Itoa(n) {
+		return 0, fmt.Errorf("scenario event %d (%s): unknown node %q (the cluster has n0..n%d)", i+1, e, name, m.nodes-1)
+	}
+	return n, nil
+}
+
+// crash maps crash and crash_owner_of_hottest onto kills of the nodes
+// that are up.
+func (m *scenarioMapper) crash(i int, e sim.ScenarioEvent) error {
+	names := e.Crash
+	for _, o := range sim.OwnersOfHottest(m.trace, m.all, e.CrashOwnerOfHottest) {
+		names = append(names, string(o))
+	}
+	for _, name := range names {
+		n, err := m.index(i, e, name)
+		if err != nil {
+			return err
+		}
+		if !m.killed[n] {
+			m.killed[n] = true
+			m.out = append(m.out, Event{At: e.At, Kind: Kill, Node: n})
+		}
+	}
+	return nil
+}
+
+// restart maps restart onto restarts of the nodes that are down.
+func (m *scenarioMapper) restart(i int, e sim.ScenarioEvent) error {
+	for _, name := range e.Restart {
+		n, err := m.index(i, e, name)
+		if err != nil {
+			return err
+		}
+		if m.killed[n] {
+			m.killed[n] = false
+			m.out = append(m.out, Event{At: e.At, Kind: Restart, Node: n})
+		}
+	}
+	return nil
+}
+
+// partition maps partition onto a Partition with the nodes no group lists
+// as one more group, or a Heal when that leaves a single group.
+func (m *scenarioMapper) partition(i int, e sim.ScenarioEvent) error {
+	listed := map[int]bool{}
+	var groups [][]int
+	for _, g := range e.Partition {
+		var group []int
+		for _, name := range g {
+			n, err := m.index(i, e, name)
+			if err != nil {
+				return err
+			}
+			if listed[n] {
+				return fmt.Errorf("scenario event %d (%s): node %s is in two partition groups", i+1, e, name)
+			}
+			listed[n] = true
+			group = append(group, n)
+		}
+		groups = append(groups, group)
+	}
+	var rest []int
+	for n := 0; n < m.nodes; n++ {
+		if !listed[n] {
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) > 0 {
+		groups = append(groups, rest)
+	}
+	groups = slices.DeleteFunc(groups, func(g []int) bool { return len(g) == 0 })
+	if len(groups) < 2 {
+		m.out = append(m.out, Event{At: e.At, Kind: Heal})
+		return nil
+	}
+	m.out = append(m.out, Event{At: e.At, Kind: Partition, Groups: groups})
+	return nil
 }

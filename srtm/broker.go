@@ -96,8 +96,41 @@ type SimResult struct {
 // brokers supplies MCap and Load for every broker named in the plan (MCap
 // must be positive). The run is deterministic for a given seed.
 func Simulate(plan PlanResult, brokers []Broker, opts SimOptions) (SimResult, error) {
+	if err := checkSimOptions(&opts); err != nil {
+		return SimResult{}, err
+	}
+	byName := map[string]Broker{}
+	for _, b := range brokers {
+		byName[b.Name] = b
+	}
+	end := opts.Warmup + opts.Duration
+	msgs, err := generate(plan, byName, opts, end)
+	if err != nil {
+		return SimResult{}, err
+	}
+	res := SimResult{}
+	var allLat, allTok []time.Duration
+	for si, sh := range plan.Shares {
+		b := byName[sh.Broker]
+		if !(b.MCap > 0) || !finite(b.MCap) || b.Load < 0 || !finite(b.Load) {
+			return SimResult{}, fmt.Errorf("sim: broker %q needs mcap > 0 and load >= 0 (got %v, %v)", b.Name, b.MCap, b.Load)
+		}
+		st, lat, tok, err := simulateShare(si, sh, b, msgs, opts, end)
+		if err != nil {
+			return SimResult{}, err
+		}
+		res.PerBroker = append(res.PerBroker, st)
+		allLat = append(allLat, lat...)
+		allTok = append(allTok, tok...)
+	}
+	res.Overall = stats("overall", allLat, allTok)
+	return res, nil
+}
+
+// checkSimOptions checks opts and sets its defaults (warm-up, arrival).
+func checkSimOptions(opts *SimOptions) error {
 	if opts.Duration <= 0 {
-		return SimResult{}, fmt.Errorf("sim: duration %v must be positive", opts.Duration)
+		return fmt.Errorf("sim: duration %v must be positive", opts.Duration)
 	}
 	if opts.Warmup <= 0 {
 		opts.Warmup = opts.Duration / 10
@@ -106,101 +139,111 @@ func Simulate(plan PlanResult, brokers []Broker, opts SimOptions) (SimResult, er
 		opts.Arrival = Poisson
 	}
 	if opts.Arrival != Poisson && opts.Arrival != Periodic {
-		return SimResult{}, fmt.Errorf("sim: unknown arrival process %q (want %q or %q)", opts.Arrival, Poisson, Periodic)
+		return fmt.Errorf("sim: unknown arrival process %q (want %q or %q)", opts.Arrival, Poisson, Periodic)
 	}
 	if opts.Noise < 0 {
-		return SimResult{}, fmt.Errorf("sim: noise %v must not be negative", opts.Noise)
+		return fmt.Errorf("sim: noise %v must not be negative", opts.Noise)
 	}
-	byName := map[string]Broker{}
-	for _, b := range brokers {
-		byName[b.Name] = b
-	}
-	end := opts.Warmup + opts.Duration
+	return nil
+}
 
-	type msg struct {
-		t     time.Duration
-		share int
-	}
-	var msgs []msg
+// simMsg is one generated message: its time and its share's index.
+type simMsg struct {
+	t     time.Duration
+	share int
+}
+
+// generate is every publisher's messages in [0, end), by time (byName:
+// the brokers, to check the plan names them).
+func generate(plan PlanResult, byName map[string]Broker, opts SimOptions, end time.Duration) ([]simMsg, error) {
+	var msgs []simMsg
 	gen := newArrivalGen(opts.Arrival, opts.Noise, end, opts.Seed)
 	for si, sh := range plan.Shares {
 		if _, ok := byName[sh.Broker]; !ok {
-			return SimResult{}, fmt.Errorf("sim: plan uses broker %q not in brokers", sh.Broker)
+			return nil, fmt.Errorf("sim: plan uses broker %q not in brokers", sh.Broker)
 		}
 		for _, p := range sh.Publishers {
 			if p.Rate <= 0 || !finite(p.Rate) {
-				return SimResult{}, fmt.Errorf("sim: publisher %q rate %v must be positive", p.Name, p.Rate)
+				return nil, fmt.Errorf("sim: publisher %q rate %v must be positive", p.Name, p.Rate)
 			}
 			for _, t := range gen.times(p) {
-				msgs = append(msgs, msg{t, si})
+				msgs = append(msgs, simMsg{t, si})
 			}
 		}
 	}
 	sort.SliceStable(msgs, func(i, j int) bool { return msgs[i].t < msgs[j].t })
+	return msgs, nil
+}
 
-	res := SimResult{}
-	var allLat, allTok []time.Duration
-	for si, sh := range plan.Shares {
-		b := byName[sh.Broker]
-		if !(b.MCap > 0) || !finite(b.MCap) || b.Load < 0 || !finite(b.Load) {
-			return SimResult{}, fmt.Errorf("sim: broker %q needs mcap > 0 and load >= 0 (got %v, %v)", b.Name, b.MCap, b.Load)
-		}
-		q, err := newGD1(sh.Rate, sh.Burst)
-		if err != nil {
-			return SimResult{}, fmt.Errorf("sim: sub-token bucket of broker %q: %w", sh.Broker, err)
-		}
-		var gen, rel []time.Duration
-		for _, m := range msgs {
-			if m.share == si {
-				gen = append(gen, m.t)
-				rel = append(rel, m.t+q.arrive(m.t))
-			}
-		}
-		// Background Poisson stream, merged with the topic's releases
-		// (which are non-decreasing: the bucket is FCFS).
-		var bg []time.Duration
-		rng := rand.New(rand.NewPCG(opts.Seed, hash("background:"+b.Name)))
-		if b.Load > 0 {
-			lb := max(1, opts.LoadBatch)
-			rate := b.Load / float64(lb)
-			for t := expo(rng, rate); t < end; t += expo(rng, rate) {
-				for range lb {
-					bg = append(bg, t)
-				}
-			}
-		}
-		scale := opts.ServiceScale
-		if scale <= 0 || !finite(scale) {
-			scale = 1
-		}
-		svc := time.Duration(math.Round(1e9 / (b.MCap * scale)))
-		if svc < 1 {
-			svc = 1
-		}
-		var lat, tok []time.Duration
-		var free time.Duration // when the server is next idle
-		i, j := 0, 0
-		for i < len(rel) || j < len(bg) {
-			if j < len(bg) && (i >= len(rel) || bg[j] < rel[i]) {
-				free = max(free, bg[j]) + svc
-				j++
-				continue
-			}
-			free = max(free, rel[i]) + svc
-			if gen[i] >= opts.Warmup && gen[i] < end {
-				lat = append(lat, free-gen[i])
-				tok = append(tok, rel[i]-gen[i])
-			}
-			i++
-		}
-		st := stats(sh.Broker, lat, tok)
-		st.Util = (sh.PublisherRate + b.Load) / (b.MCap * scale)
-		res.PerBroker = append(res.PerBroker, st)
-		allLat = append(allLat, lat...)
-		allTok = append(allTok, tok...)
+// simulateShare runs share si (sh, on broker b) of msgs through its
+// sub-token bucket and the broker with its background load, and returns
+// its stats and its measured messages' latencies and token waits.
+func simulateShare(si int, sh Share, b Broker, msgs []simMsg, opts SimOptions, end time.Duration) (st LatencyStats, lat, tok []time.Duration, err error) {
+	q, err := newGD1(sh.Rate, sh.Burst)
+	if err != nil {
+		return st, nil, nil, fmt.Errorf("sim: sub-token bucket of broker %q: %w", sh.Broker, err)
 	}
-	res.Overall = stats("overall", allLat, allTok)
-	return res, nil
+	var gen, rel []time.Duration
+	for _, m := range msgs {
+		if m.share == si {
+			gen = append(gen, m.t)
+			rel = append(rel, m.t+q.arrive(m.t))
+		}
+	}
+	bg := background(b, opts, end)
+	scale := opts.ServiceScale
+	if scale <= 0 || !finite(scale) {
+		scale = 1
+	}
+	svc := time.Duration(math.Round(1e9 / (b.MCap * scale)))
+	if svc < 1 {
+		svc = 1
+	}
+	lat, tok = serve(gen, rel, bg, svc, opts.Warmup, end)
+	st = stats(sh.Broker, lat, tok)
+	st.Util = (sh.PublisherRate + b.Load) / (b.MCap * scale)
+	return st, lat, tok, nil
+}
+
+// background is broker b's background Poisson stream in [0, end), in
+// batches of opts.LoadBatch, to be merged with the topic's releases
+// (which are non-decreasing: the bucket is FCFS).
+func background(b Broker, opts SimOptions, end time.Duration) []time.Duration {
+	var bg []time.Duration
+	rng := rand.New(rand.NewPCG(opts.Seed, hash("background:"+b.Name)))
+	if b.Load > 0 {
+		lb := max(1, opts.LoadBatch)
+		rate := b.Load / float64(lb)
+		for t := expo(rng, rate); t < end; t += expo(rng, rate) {
+			for range lb {
+				bg = append(bg, t)
+			}
+		}
+	}
+	return bg
+}
+
+// serve runs the topic's messages (generated at gen, released by the
+// bucket at rel) and the background bg through a FIFO server of service
+// time svc, and returns the latencies and token waits of the messages
+// generated in [warmup, end).
+func serve(gen, rel, bg []time.Duration, svc, warmup, end time.Duration) (lat, tok []time.Duration) {
+	var free time.Duration // when the server is next idle
+	i, j := 0, 0
+	for i < len(rel) || j < len(bg) {
+		if j < len(bg) && (i >= len(rel) || bg[j] < rel[i]) {
+			free = max(free, bg[j]) + svc
+			j++
+			continue
+		}
+		free = max(free, rel[i]) + svc
+		if gen[i] >= warmup && gen[i] < end {
+			lat = append(lat, free-gen[i])
+			tok = append(tok, rel[i]-gen[i])
+		}
+		i++
+	}
+	return lat, tok
 }
 
 // events returns the event times in [0, end) of a Poisson or periodic

@@ -55,15 +55,7 @@ func newGD1(r bucket.Rate, b int64) (gd1, error) {
 // d(a_i) = max{0, U(a_i^-) + 1 - b} in units of one token's time 1/r.
 func (q *gd1) arrive(a time.Duration) time.Duration {
 	if q.started && a > q.last && q.u > 0 {
-		dt := int64(a - q.last)
-		if dt >= q.u/q.tokens+1 {
-			q.u = 0
-		} else {
-			q.u -= dt * q.tokens
-			if q.u < 0 {
-				q.u = 0
-			}
-		}
+		q.drain(int64(a - q.last))
 	}
 	// A backwards arrival (bucket.Bucket's late decisions) passes only on
 	// tokens held throughout since it (the bucket was full before the
@@ -95,6 +87,18 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 		return 0
 	}
 	return time.Duration((excess-1)/q.tokens + 1)
+}
+
+// drain lowers the backlog u by dt ticks of refill, to 0 at least.
+func (q *gd1) drain(dt int64) {
+	if dt >= q.u/q.tokens+1 {
+		q.u = 0
+		return
+	}
+	q.u -= dt * q.tokens
+	if q.u < 0 {
+		q.u = 0
+	}
 }
 
 // ceilDiv is a/b rounded up, for b > 0 and any a.

@@ -76,96 +76,149 @@ func Fit(brokers []Broker, topic Topic, policy Policy, measure P99Func) (FitResu
 	if measure == nil {
 		return FitResult{}, fmt.Errorf("fit: no p99 measurement function")
 	}
-	var lam float64
-	for _, p := range topic.Publishers {
-		lam += p.Rate
-	}
-	shareOf := func(ps []Publisher) float64 {
-		var s float64
-		for _, p := range ps {
-			s += p.Rate
-		}
-		return topic.Rate * s / lam
-	}
-	state := append([]Broker(nil), brokers...)
-	byName := map[string]int{}
-	for i, b := range state {
-		byName[b.Name] = i
-	}
-	full := map[string]bool{}
-	placed := map[string][]Publisher{}
-	var res FitResult
+	f := newFitter(brokers, topic, policy, measure)
 	unassigned := append([]Publisher(nil), topic.Publishers...)
 	for iter := 1; len(unassigned) > 0; iter++ {
-		res.Iterations = iter
-		var avail []Broker
-		for _, b := range state {
-			if !full[b.Name] {
-				avail = append(avail, b)
-			}
-		}
-		sub := Topic{Name: topic.Name, Rate: shareOf(unassigned), Burst: topic.Burst, SLO: topic.SLO, Publishers: unassigned}
-		var p PlanResult
-		var err error
-		if len(avail) > 0 {
-			// The burst of an intermediate plan is irrelevant: give it enough
-			// tokens for any number of brokers.
-			sub.Burst = int64(len(avail))
-			p, err = plan(avail, sub, policy)
-		}
-		if len(avail) == 0 || err != nil {
-			msg := "no broker left that is not full"
-			if err != nil {
-				msg = err.Error()
-			}
-			return res, fmt.Errorf("topic %q: ran out of brokers in iteration %d with %d publishers (%.6g msg/s of the topic rate) unplaced: %s", topic.Name, iter, len(unassigned), sub.Rate, msg)
+		f.res.Iterations = iter
+		p, err := f.place(iter, unassigned)
+		if err != nil {
+			return f.res, err
 		}
 		unassigned = nil
 		for _, sh := range p.Shares {
 			if len(sh.Publishers) == 0 {
 				continue
 			}
-			b := brokers[byName[sh.Broker]] // as given: Load is other topics' load
-			have := placed[sh.Broker]
-			with := func(m int) []Publisher {
-				return append(append([]Publisher(nil), have...), sh.Publishers[:m]...)
-			}
-			p99, err := measure(b, with(len(sh.Publishers)))
+			returned, err := f.fitShare(iter, sh)
 			if err != nil {
-				return res, fmt.Errorf("topic %q: measuring broker %q: %w", topic.Name, sh.Broker, err)
+				return f.res, err
 			}
-			step := FitStep{Iteration: iter, Broker: sh.Broker, Offered: len(sh.Publishers), Kept: len(sh.Publishers), P99: p99}
-			if p99 > topic.SLO {
-				lo, hi := 0, len(sh.Publishers) // lo fits, hi violates
-				for hi-lo > 1 {
-					mid := lo + (hi-lo)/2
-					d, err := measure(b, with(mid))
-					if err != nil {
-						return res, fmt.Errorf("topic %q: measuring broker %q: %w", topic.Name, sh.Broker, err)
-					}
-					if d <= topic.SLO {
-						lo = mid
-					} else {
-						hi = mid
-					}
-				}
-				step.Kept, step.Full = lo, true
-				full[sh.Broker] = true
-				res.Full = append(res.Full, sh.Broker)
-				unassigned = append(unassigned, sh.Publishers[lo:]...)
-			}
-			kept := sh.Publishers[:step.Kept]
-			placed[sh.Broker] = append(have, kept...)
-			state[byName[sh.Broker]].Load += shareOf(kept)
-			res.Steps = append(res.Steps, step)
+			unassigned = append(unassigned, returned...)
 		}
 	}
-	final, err := finalPlan(brokers, topic, policy, placed)
+	final, err := finalPlan(brokers, topic, policy, f.placed)
 	if err != nil {
-		return res, err
+		return f.res, err
 	}
-	res.Plan = final
-	return res, nil
+	f.res.Plan = final
+	return f.res, nil
+}
+
+// fitter is the state of Fit's iterations.
+type fitter struct {
+	brokers []Broker // as given: Load is other topics' load
+	topic   Topic
+	policy  Policy
+	measure P99Func
+	lam     float64  // the topic's publishers' total rate
+	state   []Broker // brokers with the topic's load allocated so far
+	byName  map[string]int
+	full    map[string]bool
+	placed  map[string][]Publisher
+	res     FitResult
+}
+
+// newFitter is the state before Fit's first iteration.
+func newFitter(brokers []Broker, topic Topic, policy Policy, measure P99Func) *fitter {
+	f := &fitter{brokers: brokers, topic: topic, policy: policy, measure: measure,
+		state: append([]Broker(nil), brokers...), byName: map[string]int{},
+		full: map[string]bool{}, placed: map[string][]Publisher{}}
+	for _, p := range topic.Publishers {
+		f.lam += p.Rate
+	}
+	for i, b := range f.state {
+		f.byName[b.Name] = i
+	}
+	return f
+}
+
+// shareOf is the topic rate r times ps' share of the total publisher rate.
+func (f *fitter) shareOf(ps []Publisher) float64 {
+	var s float64
+	for _, p := range ps {
+		s += p.Rate
+	}
+	return f.topic.Rate * s / f.lam
+}
+
+// place plans the unassigned publishers over the brokers not full
+// (iteration iter); an error when none is left or the plan fails.
+func (f *fitter) place(iter int, unassigned []Publisher) (PlanResult, error) {
+	var avail []Broker
+	for _, b := range f.state {
+		if !f.full[b.Name] {
+			avail = append(avail, b)
+		}
+	}
+	topic := f.topic
+	sub := Topic{Name: topic.Name, Rate: f.shareOf(unassigned), Burst: topic.Burst, SLO: topic.SLO, Publishers: unassigned}
+	var p PlanResult
+	var err error
+	if len(avail) > 0 {
+		// The burst of an intermediate plan is irrelevant: give it enough
+		// tokens for any number of brokers.
+		sub.Burst = int64(len(avail))
+		p, err = plan(avail, sub, f.policy)
+	}
+	if len(avail) == 0 || err != nil {
+		msg := "no broker left that is not full"
+		if err != nil {
+			msg = err.Error()
+		}
+		return p, fmt.Errorf("topic %q: ran out of brokers in iteration %d with %d publishers (%.6g msg/s of the topic rate) unplaced: %s", topic.Name, iter, len(unassigned), sub.Rate, msg)
+	}
+	return p, nil
+}
+
+// fitShare measures share sh's broker with its new publishers; above the
+// SLO, it keeps the most it can (binary search) and marks the broker full.
+// It returns the publishers it did not keep.
+func (f *fitter) fitShare(iter int, sh Share) (returned []Publisher, err error) {
+	b := f.brokers[f.byName[sh.Broker]]
+	have := f.placed[sh.Broker]
+	with := func(m int) []Publisher {
+		return append(append([]Publisher(nil), have...), sh.Publishers[:m]...)
+	}
+	p99, err := f.measure(b, with(len(sh.Publishers)))
+	if err != nil {
+		return nil, fmt.Errorf("topic %q: measuring broker %q: %w", f.topic.Name, sh.Broker, err)
+	}
+	step := FitStep{Iteration: iter, Broker: sh.Broker, Offered: len(sh.Publishers), Kept: len(sh.Publishers), P99: p99}
+	if p99 > f.topic.SLO {
+		lo, err := f.keepable(b, sh, with)
+		if err != nil {
+			return nil, err
+		}
+		step.Kept, step.Full = lo, true
+		f.full[sh.Broker] = true
+		f.res.Full = append(f.res.Full, sh.Broker)
+		returned = sh.Publishers[lo:]
+	}
+	kept := sh.Publishers[:step.Kept]
+	f.placed[sh.Broker] = append(have, kept...)
+	f.state[f.byName[sh.Broker]].Load += f.shareOf(kept)
+	f.res.Steps = append(f.res.Steps, step)
+	return returned, nil
+}
+
+// keepable binary-searches the largest number of share sh's new publishers
+// (with(m): the broker's publishers keeping m) broker b keeps within the
+// SLO, taking all of them as violating it and none as fitting.
+func (f *fitter) keepable(b Broker, sh Share, with func(m int) []Publisher) (int, error) {
+	lo, hi := 0, len(sh.Publishers) // lo fits, hi violates
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		d, err := f.measure(b, with(mid))
+		if err != nil {
+			return 0, fmt.Errorf("topic %q: measuring broker %q: %w", f.topic.Name, sh.Broker, err)
+		}
+		if d <= f.topic.SLO {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // finalPlan splits (r, b) over the brokers holding publishers in proportion

@@ -206,51 +206,11 @@ func topicUnits(rate float64, burst int64) (r bucket.Rate, units int64, unitPer 
 // the brokers' indices in decreasing rcap order (ties by name).
 func quotas(brokers []Broker, topic Topic, policy Policy, r bucket.Rate, units int64) (q []int64, order []int, err error) {
 	unitVal := r.PerSec() / float64(units) // msg/s per unit
-	caps := make([]int64, len(brokers))
-	var total int64
-	for i, b := range brokers {
-		// rcap in whole units, forgiving float rounding of one part in
-		// 1e12 (1000 msg/s at 5e-6 msg/s per unit is 2e8 units, not
-		// 199999999.99999997).
-		rc := b.RCap() * (1 + 1e-12)
-		c := math.Floor(rc / unitVal)
-		if c >= float64(units) {
-			caps[i] = units
-		} else {
-			caps[i] = int64(c)
-			// Step down (in steps that change the float product) while
-			// still above rcap.
-			for caps[i] > 0 && float64(caps[i])*unitVal > rc {
-				caps[i] -= max(1, caps[i]>>40)
-			}
-			caps[i] = max(caps[i], 0)
-		}
-		if total += caps[i]; total > units {
-			total = units
-		}
-	}
+	caps, total := unitCaps(brokers, unitVal, units)
 	if total < units {
-		var sum, best float64
-		for _, b := range brokers {
-			sum += b.RCap()
-			best = math.Max(best, b.RCap())
-		}
-		if sum >= topic.Rate {
-			return nil, nil, fmt.Errorf("topic %q: rate %v msg/s does not fit the total residual capacity %v msg/s of %d brokers once each rcap is rounded down to the split resolution of %v msg/s", topic.Name, topic.Rate, sum, len(brokers), unitVal)
-		}
-		return nil, nil, fmt.Errorf("topic %q: rate %v msg/s exceeds the total residual capacity %v msg/s of %d brokers (largest rcap %v msg/s)", topic.Name, topic.Rate, sum, len(brokers), best)
+		return nil, nil, capacityError(brokers, topic, unitVal)
 	}
-	order = make([]int, len(brokers))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ca, cb := caps[order[a]], caps[order[b]]
-		if ca != cb {
-			return ca > cb
-		}
-		return brokers[order[a]].Name < brokers[order[b]].Name
-	})
+	order = rcapOrder(brokers, caps)
 	k := 0
 	var acc int64
 	for acc < units {
@@ -277,6 +237,65 @@ func quotas(brokers []Broker, topic Topic, policy Policy, r bucket.Rate, units i
 		waterFill(q, caps, order[:n], units)
 	}
 	return q, order, nil
+}
+
+// unitCaps are the brokers' rcaps in whole units of unitVal msg/s, at most
+// units each, and their sum, at most units.
+func unitCaps(brokers []Broker, unitVal float64, units int64) (caps []int64, total int64) {
+	caps = make([]int64, len(brokers))
+	for i, b := range brokers {
+		// rcap in whole units, forgiving float rounding of one part in
+		// 1e12 (1000 msg/s at 5e-6 msg/s per unit is 2e8 units, not
+		// 199999999.99999997).
+		rc := b.RCap() * (1 + 1e-12)
+		c := math.Floor(rc / unitVal)
+		if c >= float64(units) {
+			caps[i] = units
+		} else {
+			caps[i] = int64(c)
+			// Step down (in steps that change the float product) while
+			// still above rcap.
+			for caps[i] > 0 && float64(caps[i])*unitVal > rc {
+				caps[i] -= max(1, caps[i]>>40)
+			}
+			caps[i] = max(caps[i], 0)
+		}
+		if total += caps[i]; total > units {
+			total = units
+		}
+	}
+	return caps, total
+}
+
+// capacityError is why the topic does not fit the brokers' rcaps in units
+// of unitVal msg/s: the rounding, or the capacity itself.
+func capacityError(brokers []Broker, topic Topic, unitVal float64) error {
+	var sum, best float64
+	for _, b := range brokers {
+		sum += b.RCap()
+		best = math.Max(best, b.RCap())
+	}
+	if sum >= topic.Rate {
+		return fmt.Errorf("topic %q: rate %v msg/s does not fit the total residual capacity %v msg/s of %d brokers once each rcap is rounded down to the split resolution of %v msg/s", topic.Name, topic.Rate, sum, len(brokers), unitVal)
+	}
+	return fmt.Errorf("topic %q: rate %v msg/s exceeds the total residual capacity %v msg/s of %d brokers (largest rcap %v msg/s)", topic.Name, topic.Rate, sum, len(brokers), best)
+}
+
+// rcapOrder is the brokers' indices in decreasing caps order (ties by
+// name).
+func rcapOrder(brokers []Broker, caps []int64) []int {
+	order := make([]int, len(brokers))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ca, cb := caps[order[a]], caps[order[b]]
+		if ca != cb {
+			return ca > cb
+		}
+		return brokers[order[a]].Name < brokers[order[b]].Name
+	})
+	return order
 }
 
 // waterFill sets q[i] for i in set to the max-min fair split of total units

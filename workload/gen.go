@@ -213,17 +213,9 @@ func contains(list []string, s string) bool {
 func (g *genSpec) set(name, value string) error {
 	switch name {
 	case "users":
-		n, err := strconv.Atoi(value)
-		if err != nil || n < 1 || n > maxUsers {
-			return fmt.Errorf("users %q must be a whole number from 1 to %d", value, maxUsers)
-		}
-		g.users = n
+		return setInt(&g.users, name, value, maxUsers)
 	case "size":
-		n, err := strconv.Atoi(value)
-		if err != nil || n < 1 || n > maxBatchSize {
-			return fmt.Errorf("size %q must be a whole number from 1 to %d", value, maxBatchSize)
-		}
-		g.size = n
+		return setInt(&g.size, name, value, maxBatchSize)
 	case "rate":
 		f, err := strconv.ParseFloat(value, 64)
 		if err != nil || !(f > 0) || math.IsInf(f, 0) {
@@ -237,32 +229,51 @@ func (g *genSpec) set(name, value string) error {
 		}
 		g.s = f
 	case "duration", "period", "jitter", "follow":
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return fmt.Errorf("%s %q is not a duration like 60s, 1500ms or 2m", name, value)
-		}
-		if d < 0 || d == 0 && name != "jitter" && name != "follow" {
-			return fmt.Errorf("%s %q must be positive", name, value)
-		}
-		if d%time.Millisecond != 0 {
-			return fmt.Errorf("%s %q is not a whole number of milliseconds", name, value)
-		}
-		switch name {
-		case "duration":
-			g.duration = d
-		case "period":
-			g.period = d
-		case "follow":
-			g.follow = d
-		default:
-			g.jitter = d
-		}
+		return g.setDuration(name, value)
 	case "seed":
 		n, err := strconv.ParseUint(value, 10, 64)
 		if err != nil {
 			return fmt.Errorf("seed %q must be an unsigned 64-bit integer", value)
 		}
 		g.seed, g.hasSeed = n, true
+	}
+	return nil
+}
+
+// setInt parses parameter name's value, a whole number from 1 to max,
+// into v.
+func setInt(v *int, name, value string, max int) error {
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > max {
+		return fmt.Errorf("%s %q must be a whole number from 1 to %d", name, value, max)
+	}
+	*v = n
+	return nil
+}
+
+// setDuration parses the duration parameter name (duration, period,
+// jitter or follow): whole milliseconds, positive (jitter and follow may
+// be 0).
+func (g *genSpec) setDuration(name, value string) error {
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return fmt.Errorf("%s %q is not a duration like 60s, 1500ms or 2m", name, value)
+	}
+	if d < 0 || d == 0 && name != "jitter" && name != "follow" {
+		return fmt.Errorf("%s %q must be positive", name, value)
+	}
+	if d%time.Millisecond != 0 {
+		return fmt.Errorf("%s %q is not a whole number of milliseconds", name, value)
+	}
+	switch name {
+	case "duration":
+		g.duration = d
+	case "period":
+		g.period = d
+	case "follow":
+		g.follow = d
+	default:
+		g.jitter = d
 	}
 	return nil
 }
@@ -359,56 +370,71 @@ func (g *genSpec) generate(seed uint64) []Request {
 	keys := newKeyNamer(g.prefix, g.users)
 	durMs := int64(g.duration / time.Millisecond)
 	reqs := make([]Request, 0, int(math.Min(g.expected()*1.1+16, maxGenRequests)))
-	at := func(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
 	switch g.kind {
 	case kindPoisson, kindBatch, kindHeavy, kindTenants:
-		var stream uint64
-		var total float64 // events (requests or batches) per second, all users together
-		per := 1          // requests per event
-		switch g.kind {
-		case kindPoisson, kindTenants:
-			stream, total = streamPoisson, float64(g.users)*g.rate
-		case kindBatch:
-			stream, total, per = streamBatch, float64(g.users)*g.rate, g.size
-		case kindHeavy:
-			stream, total = streamHeavy, g.rate
-		}
-		r := rand.New(rand.NewPCG(seed, stream))
-		var pick func() int
-		if g.kind == kindHeavy {
-			pick = zipfPicker(r, g.users, g.s)
-		} else {
-			pick = func() int { return r.IntN(g.users) }
-		}
-		// A superposition of independent Poisson processes is one Poisson process whose
-		// events belong to a uniformly chosen user (or, for heavy, a Zipf-chosen one).
-		sec := 0.0
-		for {
-			sec += r.ExpFloat64() / total
-			ms := int64(math.Floor(sec * 1000))
-			if sec*1000 >= float64(durMs) || ms >= durMs {
-				break
-			}
-			key := keys.name(pick())
-			for range per {
-				reqs = append(reqs, Request{Arrival: at(ms), Key: key, Tokens: 1})
-			}
-		}
+		reqs = g.generatePoisson(reqs, keys, seed, durMs)
 	case kindPeriodic:
-		r := rand.New(rand.NewPCG(seed, streamPeriodic))
-		periodMs := int64(g.period / time.Millisecond)
-		jitterMs := int64(g.jitter / time.Millisecond)
-		for u := range g.users {
-			key := keys.name(u)
-			for base := r.Int64N(periodMs); base < durMs+jitterMs; base += periodMs {
-				ms := base
-				if jitterMs > 0 {
-					ms += r.Int64N(2*jitterMs+1) - jitterMs
-				}
-				if ms >= 0 && ms < durMs {
-					reqs = append(reqs, Request{Arrival: at(ms), Key: key, Tokens: 1})
-				}
+		reqs = g.generatePeriodic(reqs, keys, seed, durMs)
+	}
+	return reqs
+}
+
+// msAt is ms milliseconds as a duration.
+func msAt(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// generatePoisson appends to reqs the requests of a poisson, batch, heavy
+// or tenants spec over durMs milliseconds.
+func (g *genSpec) generatePoisson(reqs []Request, keys *keyNamer, seed uint64, durMs int64) []Request {
+	var stream uint64
+	var total float64 // events (requests or batches) per second, all users together
+	per := 1          // requests per event
+	switch g.kind {
+	case kindPoisson, kindTenants:
+		stream, total = streamPoisson, float64(g.users)*g.rate
+	case kindBatch:
+		stream, total, per = streamBatch, float64(g.users)*g.rate, g.size
+	case kindHeavy:
+		stream, total = streamHeavy, g.rate
+	}
+	r := rand.New(rand.NewPCG(seed, stream))
+	var pick func() int
+	if g.kind == kindHeavy {
+		pick = zipfPicker(r, g.users, g.s)
+	} else {
+		pick = func() int { return r.IntN(g.users) }
+	}
+	// A superposition of independent Poisson processes is one Poisson process whose
+	// events belong to a uniformly chosen user (or, for heavy, a Zipf-chosen one).
+	sec := 0.0
+	for {
+		sec += r.ExpFloat64() / total
+		ms := int64(math.Floor(sec * 1000))
+		if sec*1000 >= float64(durMs) || ms >= durMs {
+			break
+		}
+		key := keys.name(pick())
+		for range per {
+			reqs = append(reqs, Request{Arrival: msAt(ms), Key: key, Tokens: 1})
+		}
+	}
+	return reqs
+}
+
+// generatePeriodic appends to reqs the requests of a periodic spec over
+// durMs milliseconds.
+func (g *genSpec) generatePeriodic(reqs []Request, keys *keyNamer, seed uint64, durMs int64) []Request {
+	r := rand.New(rand.NewPCG(seed, streamPeriodic))
+	periodMs := int64(g.period / time.Millisecond)
+	jitterMs := int64(g.jitter / time.Millisecond)
+	for u := range g.users {
+		key := keys.name(u)
+		for base := r.Int64N(periodMs); base < durMs+jitterMs; base += periodMs {
+			ms := base
+			if jitterMs > 0 {
+				ms += r.Int64N(2*jitterMs+1) - jitterMs
+			}
+			if ms >= 0 && ms < durMs {
+				reqs = append(reqs, Request{Arrival: msAt(ms), Key: key, Tokens: 1})
 			}
 		}
 	}

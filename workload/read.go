@@ -110,23 +110,10 @@ func Read(r io.Reader, name string, opt ReadOptions) (*Trace, error) {
 }
 
 func read(r io.Reader, file, name string, opt ReadOptions) (*Trace, error) {
-	format := opt.Format
-	switch format {
-	case "":
-		format = formatAuto
-	case formatAuto, formatCSV, formatCLF:
-	default:
-		return nil, fmt.Errorf("workload: unknown trace format %q (want auto, csv or clf)", opt.Format)
+	format, key, err := readOptions(opt)
+	if err != nil {
+		return nil, err
 	}
-	key := opt.Key
-	switch key {
-	case "":
-		key = keyHost
-	case keyHost, keyUser, keyPath:
-	default:
-		return nil, fmt.Errorf("workload: unknown CLF key %q (want host, user or path)", opt.Key)
-	}
-
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -158,43 +145,85 @@ func read(r io.Reader, file, name string, opt ReadOptions) (*Trace, error) {
 			line = bytes.TrimPrefix(line, []byte("\uFEFF"))
 			first = false
 		}
-		var reason string
-		switch {
-		case tooLong:
-			reason = fmt.Sprintf("line is longer than %d bytes", maxLine)
-		case len(trimSpace(line)) == 0:
-			continue
-		default:
-			if format == formatAuto {
-				format = sniff(line)
-				if format == "" {
-					return nil, fmt.Errorf("workload: %s: format not recognised from its first line %s: "+
-						"want csv (\"ts_ms,key[,tokens]\" rows) or clf (Common/Combined Log Format access log); "+
-						"set the format to csv or clf explicitly", file, quote(line))
-				}
-			}
-			if format == formatCSV && opt.Key != "" {
-				return nil, fmt.Errorf("workload: %s: the key option %q applies to CLF traces only, and this trace is csv", file, opt.Key)
-			}
-			if format == formatCSV {
-				reason = p.csvLine(line)
-			} else {
-				reason = p.clfLine(line)
-			}
+		reason, err := p.line(line, tooLong, &format, opt.Key)
+		if err != nil {
+			return nil, err
 		}
 		if reason == "" {
 			continue
 		}
-		le := &LineError{File: file, Line: lr.line, Reason: reason}
-		if !opt.SkipBad {
-			return nil, le
-		}
-		p.trace.Skipped++
-		if len(p.trace.SkippedExamples) < maxSkippedExamples {
-			p.trace.SkippedExamples = append(p.trace.SkippedExamples, le.Error())
+		if err := p.bad(&LineError{File: file, Line: lr.line, Reason: reason}, opt.SkipBad); err != nil {
+			return nil, err
 		}
 	}
+	return p.finish(file)
+}
 
+// readOptions is opt's format and CLF key, defaults filled in.
+func readOptions(opt ReadOptions) (format, key string, err error) {
+	format = opt.Format
+	switch format {
+	case "":
+		format = formatAuto
+	case formatAuto, formatCSV, formatCLF:
+	default:
+		return "", "", fmt.Errorf("workload: unknown trace format %q (want auto, csv or clf)", opt.Format)
+	}
+	key = opt.Key
+	switch key {
+	case "":
+		key = keyHost
+	case keyHost, keyUser, keyPath:
+	default:
+		return "", "", fmt.Errorf("workload: unknown CLF key %q (want host, user or path)", opt.Key)
+	}
+	return format, key, nil
+}
+
+// line parses one line (tooLong: it was, and has no content) in format
+// (auto: sniffed from this first non-empty line, and set); optKey is the
+// key option as given. It returns "" or the reason the line is bad, or an
+// error that ends the read.
+func (p *parser) line(line []byte, tooLong bool, format *string, optKey string) (string, error) {
+	switch {
+	case tooLong:
+		return fmt.Sprintf("line is longer than %d bytes", maxLine), nil
+	case len(trimSpace(line)) == 0:
+		return "", nil
+	}
+	if *format == formatAuto {
+		*format = sniff(line)
+		if *format == "" {
+			return "", fmt.Errorf("workload: %s: format not recognised from its first line %s: "+
+				"want csv (\"ts_ms,key[,tokens]\" rows) or clf (Common/Combined Log Format access log); "+
+				"set the format to csv or clf explicitly", p.file, quote(line))
+		}
+	}
+	if *format == formatCSV && optKey != "" {
+		return "", fmt.Errorf("workload: %s: the key option %q applies to CLF traces only, and this trace is csv", p.file, optKey)
+	}
+	if *format == formatCSV {
+		return p.csvLine(line), nil
+	}
+	return p.clfLine(line), nil
+}
+
+// bad handles a bad line: le is the error, unless skipBad, which counts it
+// and keeps a few examples.
+func (p *parser) bad(le *LineError, skipBad bool) error {
+	if !skipBad {
+		return le
+	}
+	p.trace.Skipped++
+	if len(p.trace.SkippedExamples) < maxSkippedExamples {
+		p.trace.SkippedExamples = append(p.trace.SkippedExamples, le.Error())
+	}
+	return nil
+}
+
+// finish is the trace read from file: its requests, arrivals relative to
+// the earliest, in time order.
+func (p *parser) finish(file string) (*Trace, error) {
 	t := p.trace
 	t.Requests = p.requests()
 	if len(t.Requests) == 0 {
@@ -318,14 +347,7 @@ func (p *parser) csvLine(line []byte) string {
 		return reason
 	}
 	if string(fields[0]) == "ts_ms" {
-		if !firstLine {
-			return fmt.Sprintf("header %s after the first line", quote(line))
-		}
-		if len(fields) == 2 && string(fields[1]) == "key" ||
-			len(fields) == 3 && string(fields[1]) == "key" && string(fields[2]) == "tokens" {
-			return ""
-		}
-		return fmt.Sprintf("header %s is not ts_ms,key or ts_ms,key,tokens", quote(line))
+		return csvHeader(line, fields, firstLine)
 	}
 	if len(fields) > 3 {
 		return "too many fields: want ts_ms,key[,tokens]"
@@ -352,6 +374,19 @@ func (p *parser) csvLine(line []byte) string {
 	}
 	p.add(ms, fields[1], tokens)
 	return ""
+}
+
+// csvHeader checks a header line (its fields, the first "ts_ms"): only
+// on the first line, ts_ms,key or ts_ms,key,tokens.
+func csvHeader(line []byte, fields [][]byte, firstLine bool) string {
+	if !firstLine {
+		return fmt.Sprintf("header %s after the first line", quote(line))
+	}
+	if len(fields) == 2 && string(fields[1]) == "key" ||
+		len(fields) == 3 && string(fields[1]) == "key" && string(fields[2]) == "tokens" {
+		return ""
+	}
+	return fmt.Sprintf("header %s is not ts_ms,key or ts_ms,key,tokens", quote(line))
 }
 
 // parseCount parses a non-negative decimal integer <= max, returning the reason
@@ -449,8 +484,30 @@ func (p *parser) clfLine(line []byte) string {
 		head[i], rest = rest[:j], rest[j+1:]
 	}
 	host, user := head[0], head[2]
+	ms, rest, reason := p.clfTimestamp(rest)
+	if reason != "" {
+		return reason
+	}
+	request, rest, reason := clfRequest(rest)
+	if reason != "" {
+		return reason
+	}
+	if reason := clfStatusBytes(rest); reason != "" {
+		return reason
+	}
+	key, reason := p.clfKey(host, user, request)
+	if reason != "" {
+		return reason
+	}
+	p.add(ms, key, 1)
+	return ""
+}
+
+// clfTimestamp parses the "[timestamp]" at the start of rest to Unix
+// milliseconds and returns what follows it, or the reason it is bad.
+func (p *parser) clfTimestamp(rest []byte) (ms int64, after []byte, reason string) {
 	if len(rest) == 0 || rest[0] != '[' {
-		return fmt.Sprintf("expected [timestamp] after the authuser field, found %s", quote(rest))
+		return 0, nil, fmt.Sprintf("expected [timestamp] after the authuser field, found %s", quote(rest))
 	}
 	end := bytes.IndexByte(rest, ']')
 	if end < 0 {
@@ -459,16 +516,20 @@ func (p *parser) clfLine(line []byte) string {
 			// "[dd/Mon/yyyy:hh:mm:ss +hhmm" holds one space; show up to the next one.
 			tok = tok[:k+1+bytes.IndexByte(tok[k+1:], ' ')]
 		}
-		return fmt.Sprintf("timestamp %s has no closing ]", quote(tok))
+		return 0, nil, fmt.Sprintf("timestamp %s has no closing ]", quote(tok))
 	}
-	ts := rest[1:end]
-	ms, reason := p.clfTime(ts)
+	ms, reason = p.clfTime(rest[1:end])
 	if reason != "" {
-		return reason
+		return 0, nil, reason
 	}
-	rest = rest[end+1:]
+	return ms, rest[end+1:], ""
+}
+
+// clfRequest parses the ` "request"` at the start of rest and returns the
+// request (without quotes) and what follows it, or the reason it is bad.
+func clfRequest(rest []byte) (request, after []byte, reason string) {
 	if len(rest) < 2 || rest[0] != ' ' || rest[1] != '"' {
-		return fmt.Sprintf(`expected "request" after the timestamp, found %s`, quote(rest))
+		return nil, nil, fmt.Sprintf(`expected "request" after the timestamp, found %s`, quote(rest))
 	}
 	rest = rest[2:]
 	reqEnd := -1
@@ -483,10 +544,14 @@ func (p *parser) clfLine(line []byte) string {
 		}
 	}
 	if reqEnd < 0 {
-		return fmt.Sprintf("request %s has no closing quote", quote(append([]byte{'"'}, rest...)))
+		return nil, nil, fmt.Sprintf("request %s has no closing quote", quote(append([]byte{'"'}, rest...)))
 	}
-	request := rest[:reqEnd]
-	rest = rest[reqEnd+1:]
+	return rest[:reqEnd], rest[reqEnd+1:], ""
+}
+
+// clfStatusBytes checks the " status bytes" at the start of rest: "" or
+// the reason they are bad.
+func clfStatusBytes(rest []byte) string {
 	if len(rest) == 0 || rest[0] != ' ' {
 		return fmt.Sprintf("expected status and bytes after the request, found %s", quote(rest))
 	}
@@ -499,7 +564,13 @@ func (p *parser) clfLine(line []byte) string {
 	if !(len(size) == 1 && size[0] == '-') && (len(size) == 0 || !allDigits(size)) {
 		return fmt.Sprintf("bytes %s is not a number or -", quote(size))
 	}
+	return ""
+}
 
+// clfKey is the line's key as the parser's key option says: the host, the
+// user or the request's path (without its query); or the reason there is
+// none.
+func (p *parser) clfKey(host, user, request []byte) ([]byte, string) {
 	var key []byte
 	switch p.key {
 	case keyHost:
@@ -511,15 +582,14 @@ func (p *parser) clfLine(line []byte) string {
 		path, _, _ := bytes.Cut(after, []byte{' '})
 		path, _, _ = bytes.Cut(path, []byte{'?'})
 		if !ok || len(path) == 0 {
-			return fmt.Sprintf("request %s has no path", quote(request))
+			return nil, fmt.Sprintf("request %s has no path", quote(request))
 		}
 		key = path
 	}
 	if len(key) == 0 {
-		return fmt.Sprintf("empty %s field", p.key)
+		return nil, fmt.Sprintf("empty %s field", p.key)
 	}
-	p.add(ms, key, 1)
-	return ""
+	return key, ""
 }
 
 // clfTime parses a CLF timestamp (without brackets) to Unix milliseconds, caching the

@@ -58,78 +58,108 @@ type keysDist struct {
 func parseKeysDist(spec string) (keysDist, error) {
 	kind, params, hasParams := strings.Cut(strings.TrimSpace(spec), ":")
 	kind = strings.TrimSpace(kind)
-	bad := func(format string, a ...any) (keysDist, error) {
-		return keysDist{}, fmt.Errorf("--keys-dist %q: %s (%s)", spec, fmt.Sprintf(format, a...), distForms)
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("--keys-dist %q: %s (%s)", spec, fmt.Sprintf(format, a...), distForms)
 	}
 	if hasParams && strings.TrimSpace(params) == "" {
-		return bad("nothing after ':'")
+		return keysDist{}, bad("nothing after ':'")
 	}
 	params = strings.TrimSpace(params)
+	var d keysDist
+	var err error
 	switch kind {
 	case distUniform:
 		if hasParams {
-			return bad("uniform takes no parameter (its keys are --keys)")
+			return keysDist{}, bad("uniform takes no parameter (its keys are --keys)")
 		}
 		return keysDist{kind: distUniform}, nil
 	case distTenants:
-		d := keysDist{kind: distTenants, n: defaultTenants}
-		if !hasParams {
-			return d, nil
-		}
-		n, err := strconv.Atoi(params)
-		if err != nil || strings.HasPrefix(params, "+") {
-			return bad("%q is not a whole number of tenants", params)
-		}
-		if n < 1 || n > maxDistKeys {
-			return bad("%d tenants: want 1..%d", n, maxDistKeys)
-		}
-		d.n = n
-		return d, nil
+		d, err = parseTenants(params, hasParams, bad)
 	case distZipf:
-		d := keysDist{kind: distZipf, n: defaultZipfN, s: defaultZipfS}
-		if !hasParams {
-			return d, nil
-		}
-		seen := map[string]bool{}
-		for _, kv := range strings.Split(params, ",") {
-			name, value, ok := strings.Cut(kv, "=")
-			name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-			switch {
-			case name == "":
-				return bad("empty parameter")
-			case name != "s" && name != "n":
-				return bad("unknown parameter %q (zipf takes s and n)", name)
-			case !ok || value == "":
-				return bad("parameter %s has no value (want %s=VALUE)", name, name)
-			case seen[name]:
-				return bad("parameter %s given twice", name)
-			}
-			seen[name] = true
-			if name == "s" {
-				s, err := strconv.ParseFloat(value, 64)
-				if err != nil || strings.ContainsAny(value, "xXpP_") {
-					return bad("s=%s is not a number", value)
-				}
-				if math.IsNaN(s) || s <= 0 || s > maxZipfS {
-					return bad("s=%s: want 0 < s <= %d", value, maxZipfS)
-				}
-				d.s = s
-				continue
-			}
-			n, err := strconv.Atoi(value)
-			if err != nil || strings.HasPrefix(value, "+") {
-				return bad("n=%s is not a whole number of keys", value)
-			}
-			if n < 2 || n > maxDistKeys {
-				return bad("n=%d: want 2..%d keys", n, maxDistKeys)
-			}
-			d.n = n
-		}
-		return d, nil
+		d, err = parseZipf(params, hasParams, bad)
 	case "":
-		return bad("empty")
+		return keysDist{}, bad("empty")
+	default:
+		return keysDist{}, bad("unknown distribution %q", kind)
 	}
-	return bad("unknown distribution %q", kind)
+	if err != nil {
+		return keysDist{}, err
+	}
+	return d, nil
+}
+
+// distBad is the error of a bad --keys-dist, naming the bad part.
+type distBad func(format string, a ...any) error
+
+// parseTenants parses the parameter of tenants (if hasParams): the
+// number of tenants.
+func parseTenants(params string, hasParams bool, bad distBad) (keysDist, error) {
+	d := keysDist{kind: distTenants, n: defaultTenants}
+	if !hasParams {
+		return d, nil
+	}
+	n, err := strconv.Atoi(params)
+	if err != nil || strings.HasPrefix(params, "+") {
+		return keysDist{}, bad("%q is not a whole number of tenants", params)
+	}
+	if n < 1 || n > maxDistKeys {
+		return keysDist{}, bad("%d tenants: want 1..%d", n, maxDistKeys)
+	}
+	d.n = n
+	return d, nil
+}
+
+// parseZipf parses the parameters of zipf (if hasParams): s and n, each
+// at most once.
+func parseZipf(params string, hasParams bool, bad distBad) (keysDist, error) {
+	d := keysDist{kind: distZipf, n: defaultZipfN, s: defaultZipfS}
+	if !hasParams {
+		return d, nil
+	}
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(params, ",") {
+		name, value, ok := strings.Cut(kv, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		switch {
+		case name == "":
+			return keysDist{}, bad("empty parameter")
+		case name != "s" && name != "n":
+			return keysDist{}, bad("unknown parameter %q (zipf takes s and n)", name)
+		case !ok || value == "":
+			return keysDist{}, bad("parameter %s has no value (want %s=VALUE)", name, name)
+		case seen[name]:
+			return keysDist{}, bad("parameter %s given twice", name)
+		}
+		seen[name] = true
+		if err := d.setZipf(name, value, bad); err != nil {
+			return keysDist{}, err
+		}
+	}
+	return d, nil
+}
+
+// setZipf sets zipf's parameter name (s or n) to value.
+func (d *keysDist) setZipf(name, value string, bad distBad) error {
+	if name == "s" {
+		s, err := strconv.ParseFloat(value, 64)
+		if err != nil || strings.ContainsAny(value, "xXpP_") {
+			return bad("s=%s is not a number", value)
+		}
+		if math.IsNaN(s) || s <= 0 || s > maxZipfS {
+			return bad("s=%s: want 0 < s <= %d", value, maxZipfS)
+		}
+		d.s = s
+		return nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || strings.HasPrefix(value, "+") {
+		return bad("n=%s is not a whole number of keys", value)
+	}
+	if n < 2 || n > maxDistKeys {
+		return bad("n=%d: want 2..%d keys", n, maxDistKeys)
+	}
+	d.n = n
+	return nil
 }
 
 // String writes d as parseKeysDist reads it back.

@@ -71,7 +71,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,78 +109,7 @@ type flags struct {
 }
 
 func main() {
-	var f flags
-	flag.StringVar(&f.tokenmesh, "tokenmesh", "bin/tokenmesh", "the tokenmesh binary")
-	flag.StringVar(&f.binDir, "bin", "bench/peers/bin", "directory of gubernator, service_cmd (envoyproxy/ratelimit) and redisrate")
-	flag.StringVar(&f.redisBin, "redis-server", "redis-server", "the redis-server binary")
-	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time of one run")
-	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured run before each measured one")
-	flag.IntVar(&f.rounds, "rounds", 2, "rounds (A-B-A-B: each round runs every system once)")
-	flag.IntVar(&f.workers, "workers", 32, "workers, one call in flight each (a closed loop; with --limit they send on the open loop's schedule, and a system slower than workers/latency falls behind it)")
-	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (--keys-dist uniform only)")
-	distSpec := flag.String("keys-dist", "uniform", "key distribution: uniform (--keys keys), zipf[:s=1.1,n=100000] (key i drawn with probability proportional to (i+1)^-s), tenants[:20] (N hot tenant keys carrying all the load)")
-	limit := flag.String("limit", "", "per-key limit every system enforces, a whole number per second (e.g. 100/s); empty: 10^9/s, every check admitted, closed loop. "+
-		"Set, the load is an open loop offering the hottest key --overload times the limit, and every admission is counted per key and --window")
-	burst := flag.Int64("burst", 0, "per-key burst with --limit (0: one second's tokens); Gubernator's token bucket and envoy ratelimit have no burst of their own: a fixed window of the limit")
-	flag.DurationVar(&f.window, "window", time.Second, "with --limit: the windows the admissions are counted in, T of b + r*T; "+
-		"make it several times b/r: at --overload 2 with b = r*1s, a 1s window's bound is the hottest key's whole offered load and no limiter at all shows an excess")
-	flag.Float64Var(&f.overload, "overload", 2, "with --limit: offered load on the hottest key over its limit")
-	gm := flag.String("gubernator", "exact", "Gubernator rows, comma-separated: exact (BATCHING: the owner decides), global (GLOBAL: every node decides, the owner syncs)")
-	flag.IntVar(&f.batch, "batch", 1, "checks per call")
-	flag.StringVar(&f.groups, "nodes", "1,3", "node counts to run (1, 3 or both)")
-	flag.StringVar(&f.only, "only", "", "comma-separated system names to run (default all), e.g. tokenmesh,gubernator")
-	s1 := flag.String("strategies-1", "owner", "tokenmesh strategies run on 1 node, comma-separated; the first is the reference of the ratio column")
-	sN := flag.String("strategies-3", "owner,gdrl", "tokenmesh strategies run on 3 nodes, comma-separated; the first is the reference of the ratio column "+
-		"(add lease for the exact, mostly local strategy, local for the harness's ceiling: no coordination at all)")
-	flag.Parse()
-	var err error
-	if f.strategies1, err = strategyList("--strategies-1", *s1); err != nil {
-		fatalf("%v", err)
-	}
-	if f.strategiesN, err = strategyList("--strategies-3", *sN); err != nil {
-		fatalf("%v", err)
-	}
-	if f.dist, err = parseKeysDist(*distSpec); err != nil {
-		fatalf("%v", err)
-	}
-	flag.Visit(func(fl *flag.Flag) {
-		if fl.Name == "keys" && f.dist.kind != distUniform {
-			fatalf("--keys is for --keys-dist uniform; %s sets its own keys", f.dist)
-		}
-	})
-	if f.limit, err = parseLimit(*limit, *burst); err != nil {
-		fatalf("%v", err)
-	}
-	if f.gubernatorModes, err = gubernatorModes(*gm); err != nil {
-		fatalf("%v", err)
-	}
-	if f.limit.set {
-		if f.window <= 0 {
-			fatalf("--window %v: must be positive", f.window)
-		}
-		if f.offeredPerS, err = offered(f.limit, f.dist, f.keys, f.overload); err != nil {
-			fatalf("%v", err)
-		}
-	}
-	f.clkTck = 100 // USER_HZ on Linux
-	f.gubernatorBin = filepath.Join(f.binDir, "gubernator")
-	f.ratelimitBin = filepath.Join(f.binDir, "service_cmd")
-	f.redisrateBin = filepath.Join(f.binDir, "redisrate")
-	f.floorBin = filepath.Join(f.binDir, "floor")
-	if f.rounds < 1 || f.workers < 1 || f.keys < 1 || f.batch < 1 || f.duration <= 0 || f.warmup < 0 {
-		fatalf("--rounds, --workers, --keys and --batch must be >= 1, --duration > 0, --warmup >= 0")
-	}
-	if f.duration > 2*time.Minute || f.rounds > 10 {
-		fatalf("--duration at most 2m and --rounds at most 10: this harness is bounded")
-	}
-	for _, b := range []string{f.tokenmesh, f.gubernatorBin, f.ratelimitBin, f.redisrateBin, f.floorBin} {
-		if _, err := os.Stat(b); err != nil {
-			fatalf("%v (run `make bench-peers`, which installs and builds them)", err)
-		}
-	}
-	if _, err := exec.LookPath(f.redisBin); err != nil {
-		fatalf("--redis-server: %v (apt-get install -y redis-server)", err)
-	}
+	f := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dir, err := os.MkdirTemp("", "bench-peers")
@@ -206,6 +134,108 @@ func main() {
 		}
 	}
 	printTable(os.Stdout, &f, rows)
+}
+
+// rawFlags are the flags parsed into f only after flag.Parse.
+type rawFlags struct {
+	distSpec, limit, gubernator, strategies1, strategiesN *string
+	burst                                                 *int64
+}
+
+// parseFlags parses and checks the command line; a bad one is fatal.
+func parseFlags() flags {
+	var f flags
+	raw := defineFlags(&f)
+	flag.Parse()
+	f.parseRaw(raw)
+	f.clkTck = 100 // USER_HZ on Linux
+	f.gubernatorBin = filepath.Join(f.binDir, "gubernator")
+	f.ratelimitBin = filepath.Join(f.binDir, "service_cmd")
+	f.redisrateBin = filepath.Join(f.binDir, "redisrate")
+	f.floorBin = filepath.Join(f.binDir, "floor")
+	f.check()
+	return f
+}
+
+// defineFlags defines the command's flags, into f or the raw ones it
+// returns.
+func defineFlags(f *flags) rawFlags {
+	var raw rawFlags
+	flag.StringVar(&f.tokenmesh, "tokenmesh", "bin/tokenmesh", "the tokenmesh binary")
+	flag.StringVar(&f.binDir, "bin", "bench/peers/bin", "directory of gubernator, service_cmd (envoyproxy/ratelimit) and redisrate")
+	flag.StringVar(&f.redisBin, "redis-server", "redis-server", "the redis-server binary")
+	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time of one run")
+	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured run before each measured one")
+	flag.IntVar(&f.rounds, "rounds", 2, "rounds (A-B-A-B: each round runs every system once)")
+	flag.IntVar(&f.workers, "workers", 32, "workers, one call in flight each (a closed loop; with --limit they send on the open loop's schedule, and a system slower than workers/latency falls behind it)")
+	flag.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (--keys-dist uniform only)")
+	raw.distSpec = flag.String("keys-dist", "uniform", "key distribution: uniform (--keys keys), zipf[:s=1.1,n=100000] (key i drawn with probability proportional to (i+1)^-s), tenants[:20] (N hot tenant keys carrying all the load)")
+	raw.limit = flag.String("limit", "", "per-key limit every system enforces, a whole number per second (e.g. 100/s); empty: 10^9/s, every check admitted, closed loop. "+
+		"Set, the load is an open loop offering the hottest key --overload times the limit, and every admission is counted per key and --window")
+	raw.burst = flag.Int64("burst", 0, "per-key burst with --limit (0: one second's tokens); Gubernator's token bucket and envoy ratelimit have no burst of their own: a fixed window of the limit")
+	flag.DurationVar(&f.window, "window", time.Second, "with --limit: the windows the admissions are counted in, T of b + r*T; "+
+		"make it several times b/r: at --overload 2 with b = r*1s, a 1s window's bound is the hottest key's whole offered load and no limiter at all shows an excess")
+	flag.Float64Var(&f.overload, "overload", 2, "with --limit: offered load on the hottest key over its limit")
+	raw.gubernator = flag.String("gubernator", "exact", "Gubernator rows, comma-separated: exact (BATCHING: the owner decides), global (GLOBAL: every node decides, the owner syncs)")
+	flag.IntVar(&f.batch, "batch", 1, "checks per call")
+	flag.StringVar(&f.groups, "nodes", "1,3", "node counts to run (1, 3 or both)")
+	flag.StringVar(&f.only, "only", "", "comma-separated system names to run (default all), e.g. tokenmesh,gubernator")
+	raw.strategies1 = flag.String("strategies-1", "owner", "tokenmesh strategies run on 1 node, comma-separated; the first is the reference of the ratio column")
+	raw.strategiesN = flag.String("strategies-3", "owner,gdrl", "tokenmesh strategies run on 3 nodes, comma-separated; the first is the reference of the ratio column "+
+		"(add lease for the exact, mostly local strategy, local for the harness's ceiling: no coordination at all)")
+	return raw
+}
+
+// parseRaw parses the raw flags into f; a bad one is fatal.
+func (f *flags) parseRaw(raw rawFlags) {
+	var err error
+	if f.strategies1, err = strategyList("--strategies-1", *raw.strategies1); err != nil {
+		fatalf("%v", err)
+	}
+	if f.strategiesN, err = strategyList("--strategies-3", *raw.strategiesN); err != nil {
+		fatalf("%v", err)
+	}
+	if f.dist, err = parseKeysDist(*raw.distSpec); err != nil {
+		fatalf("%v", err)
+	}
+	flag.Visit(func(fl *flag.Flag) {
+		if fl.Name == "keys" && f.dist.kind != distUniform {
+			fatalf("--keys is for --keys-dist uniform; %s sets its own keys", f.dist)
+		}
+	})
+	if f.limit, err = parseLimit(*raw.limit, *raw.burst); err != nil {
+		fatalf("%v", err)
+	}
+	if f.gubernatorModes, err = gubernatorModes(*raw.gubernator); err != nil {
+		fatalf("%v", err)
+	}
+	if f.limit.set {
+		if f.window <= 0 {
+			fatalf("--window %v: must be positive", f.window)
+		}
+		if f.offeredPerS, err = offered(f.limit, f.dist, f.keys, f.overload); err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+// check checks the bounds of f and that the binaries it runs exist; a bad
+// one is fatal.
+func (f *flags) check() {
+	if f.rounds < 1 || f.workers < 1 || f.keys < 1 || f.batch < 1 || f.duration <= 0 || f.warmup < 0 {
+		fatalf("--rounds, --workers, --keys and --batch must be >= 1, --duration > 0, --warmup >= 0")
+	}
+	if f.duration > 2*time.Minute || f.rounds > 10 {
+		fatalf("--duration at most 2m and --rounds at most 10: this harness is bounded")
+	}
+	for _, b := range []string{f.tokenmesh, f.gubernatorBin, f.ratelimitBin, f.redisrateBin, f.floorBin} {
+		if _, err := os.Stat(b); err != nil {
+			fatalf("%v (run `make bench-peers`, which installs and builds them)", err)
+		}
+	}
+	if _, err := exec.LookPath(f.redisBin); err != nil {
+		fatalf("--redis-server: %v (apt-get install -y redis-server)", err)
+	}
 }
 
 // strategyList parses a comma-separated list of tokenmesh strategies: at
@@ -636,6 +666,30 @@ type starter struct {
 // nothing), its CPU counted in their runs.
 func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 	defer h.stopAll()
+	starters, err := h.starters(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]row, len(starters))
+	for i, st := range starters {
+		rows[i] = row{sys: st.name, n: n, ref: i == 0 && strings.HasPrefix(st.name, "tokenmesh")}
+	}
+	for r := range h.f.rounds {
+		for i, st := range starters {
+			res, err := h.runOnce(ctx, st, n, r, i)
+			if err != nil {
+				return rows, err
+			}
+			rows[i].runs = append(rows[i].runs, res)
+		}
+	}
+	return rows, nil
+}
+
+// starters are the systems of a group of n nodes that --only wants, in
+// the order they run; the envoy and redis_rate rows share a redis-server
+// started here.
+func (h *harness) starters(ctx context.Context, n int) ([]starter, error) {
 	var starters []starter
 	if h.want("tokenmesh") {
 		strategies := h.f.strategies1
@@ -666,34 +720,31 @@ func (h *harness) group(ctx context.Context, n int) ([]row, error) {
 			starters = append(starters, starter{"redis_rate + redis", func() (*system, error) { return h.redisrate(ctx, n, ra, rpid) }})
 		}
 	}
-	rows := make([]row, len(starters))
-	for i, st := range starters {
-		rows[i] = row{sys: st.name, n: n, ref: i == 0 && strings.HasPrefix(st.name, "tokenmesh")}
+	return starters, nil
+}
+
+// runOnce starts system st (the i-th of a group of n nodes), measures it
+// in round r and stops it, saying so on stderr.
+func (h *harness) runOnce(ctx context.Context, st starter, n, r, i int) (run, error) {
+	fmt.Fprintf(os.Stderr, "round %d/%d: %s, %d node(s)... ", r+1, h.f.rounds, st.name, n)
+	procs, clusters := len(h.procs), len(h.clusters)
+	s, err := st.start()
+	var res run
+	if err == nil {
+		res, err = h.measure(ctx, s, uint64(r*100+i))
 	}
-	for r := range h.f.rounds {
-		for i, st := range starters {
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s, %d node(s)... ", r+1, h.f.rounds, st.name, n)
-			procs, clusters := len(h.procs), len(h.clusters)
-			s, err := st.start()
-			var res run
-			if err == nil {
-				res, err = h.measure(ctx, s, uint64(r*100+i))
-			}
-			h.stopSince(procs, clusters)
-			if err != nil {
-				fmt.Fprintln(os.Stderr)
-				return rows, fmt.Errorf("%s: %w", st.name, err)
-			}
-			fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check", res.checksPerS, res.p99ms, res.serverCPUus)
-			if h.f.limit.set {
-				fmt.Fprintf(os.Stderr, ", admitted %.2f%%, excess worst %.1f sum %.0f sliding %.1f", res.allowedPct,
-					res.excess.Worst, res.excess.Sum, res.excess.Sliding)
-			}
-			fmt.Fprintln(os.Stderr)
-			rows[i].runs = append(rows[i].runs, res)
-		}
+	h.stopSince(procs, clusters)
+	if err != nil {
+		fmt.Fprintln(os.Stderr)
+		return res, fmt.Errorf("%s: %w", st.name, err)
 	}
-	return rows, nil
+	fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check", res.checksPerS, res.p99ms, res.serverCPUus)
+	if h.f.limit.set {
+		fmt.Fprintf(os.Stderr, ", admitted %.2f%%, excess worst %.1f sum %.0f sliding %.1f", res.allowedPct,
+			res.excess.Worst, res.excess.Sum, res.excess.Sliding)
+	}
+	fmt.Fprintln(os.Stderr)
+	return res, nil
 }
 
 func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, error) {
@@ -740,123 +791,4 @@ func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, err
 			res.Refused, res.Checks, res.Errors, res.ErrorSample)
 	}
 	return out, nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func med(runs []run, f func(run) float64) float64 {
-	xs := make([]float64, len(runs))
-	for i, r := range runs {
-		xs[i] = f(r)
-	}
-	return median(xs)
-}
-
-// keptSlack is the excess per key a system may show, in a window and over
-// any interval, and still count as keeping the limit: one token, what one
-// call's latency can move across a window's edge on the load generator's
-// clock (the issue's b + r*T + 1).
-const keptSlack = 1
-
-// worstExcess is the largest of each excess figure over runs (rounds).
-func worstExcess(runs []run) loadgen.Excess {
-	var e loadgen.Excess
-	for _, r := range runs {
-		e.Worst = max(e.Worst, r.excess.Worst)
-		e.Sum = max(e.Sum, r.excess.Sum)
-		e.Keys = max(e.Keys, r.excess.Keys)
-		e.Sliding = max(e.Sliding, r.excess.Sliding)
-	}
-	return e
-}
-
-func printTable(w io.Writer, f *flags, rows []row) {
-	keys := fmt.Sprintf("%d uniform keys", f.keys)
-	if f.dist.kind != distUniform {
-		keys = fmt.Sprintf("keys %s", f.dist)
-	}
-	lim := "limit 10^9/s"
-	if f.limit.set {
-		lim = fmt.Sprintf("limit %d/s burst %d per key, open loop at %.0f checks/s (%gx the limit on the hottest key), admissions counted per key and %v window",
-			f.limit.perS, f.limit.burst, f.offeredPerS, f.overload, f.window)
-	}
-	fmt.Fprintf(w, "\n%d workers, %d check(s) per call, %s, %s; %d round(s) A-B-A-B of %v (+%v warmup); GOMAXPROCS %d; medians\n\n",
-		f.workers, f.batch, keys, lim, f.rounds, f.duration, f.warmup, runtime.GOMAXPROCS(0))
-	head := "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) | floor / this (checks/s) |"
-	sep := "|---|---|---|---|---|---|---|---|---|---|"
-	if f.limit.set {
-		head += " worst window excess | excess sum | keys over | sliding excess | limit kept |"
-		sep += "---|---|---|---|---|"
-	}
-	fmt.Fprintln(w, head)
-	fmt.Fprintln(w, sep)
-	cps := func(r row) float64 { return med(r.runs, func(x run) float64 { return x.checksPerS }) }
-	// The floor's checks/s per node count: the most any system answering
-	// through grpc-go reaches on this load generator.
-	floor := map[int]float64{}
-	for _, r := range rows {
-		if r.sys == floorName && len(r.runs) > 0 {
-			floor[r.n] = cps(r)
-		}
-	}
-	ratio := func(num, den float64) string {
-		if num <= 0 || den <= 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fx", num/den)
-	}
-	var ref float64
-	group := 0
-	for _, r := range rows {
-		if r.n != group {
-			group, ref = r.n, 0
-		}
-		if len(r.runs) == 0 {
-			continue
-		}
-		c := cps(r)
-		if r.ref {
-			ref = c
-		}
-		ours := "-"
-		if !strings.HasPrefix(r.sys, "tokenmesh") {
-			ours = ratio(ref, c)
-		}
-		ceiling := "-"
-		if r.sys != floorName {
-			ceiling = ratio(floor[r.n], c)
-		}
-		fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %s | %s |", r.n, r.sys, c,
-			med(r.runs, func(x run) float64 { return x.p50ms }), med(r.runs, func(x run) float64 { return x.p99ms }),
-			med(r.runs, func(x run) float64 { return x.serverCPUus }), med(r.runs, func(x run) float64 { return x.clientCPUus }),
-			med(r.runs, func(x run) float64 { return x.allowedPct }), ours, ceiling)
-		if f.limit.set {
-			e := worstExcess(r.runs)
-			kept := "yes"
-			if e.Worst > keptSlack || e.Sliding > keptSlack {
-				kept = "no"
-			}
-			fmt.Fprintf(w, " %.1f | %.0f | %d | %.1f | %s |", e.Worst, e.Sum, e.Keys, e.Sliding, kept)
-		}
-		fmt.Fprintln(w)
-	}
-	if f.limit.set {
-		fmt.Fprintf(w, "\nexcess: tokens one key was admitted above b + r*T (b %d, r %d/s, T %v: %.0f) in one fixed window of T from the measured run's start, counted on the load generator's clock at each answer; "+
-			"worst window excess: max over keys and windows; excess sum: over keys and windows; keys over: keys with a window above; sliding excess: the same over any interval T' against b + r*T' (loadgen.WindowExcess; workload.EnvelopeExcess); "+
-			"each the largest over rounds. limit kept: worst window and sliding excess both at most %d token (a call's latency moves an admission across a window's edge).\n",
-			f.limit.burst, f.limit.perS, f.window, float64(f.limit.burst)+float64(f.limit.perS)*f.window.Seconds(), keptSlack)
-	}
-	if len(floor) > 0 {
-		fmt.Fprintln(w, "\nfloor: tokenmesh.v1 answered by grpc-go with no limiter (bench/peers/floor); \"floor / this\" is the most any limiter served through grpc-go could show against that system on this load generator and machine.")
-	}
 }

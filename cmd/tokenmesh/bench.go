@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
 	"github.com/tokenmesh/tokenmesh/loadgen"
@@ -222,89 +223,157 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 			targets = append(targets, t)
 		}
 	}
-	switch {
-	case f.settle < 0:
-		return o, usageErr("--settle %v: want a duration >= 0 (0: none)", f.settle)
-	case f.spawn < 0:
-		return o, usageErr("--spawn %d: want a number of nodes >= 1 (or 0: use --target)", f.spawn)
-	case f.spawn > 0 && cmd.Flags().Changed("target"):
-		return o, usageErr("--spawn and --target: give one, not both")
-	case f.spawn == 0 && len(targets) == 0:
-		return o, usageErr("--target %q: give at least one host:port", f.target)
-	case f.rule == "":
-		return o, usageErr("--rule: is required")
-	case f.concurrency < 1:
-		return o, usageErr("--concurrency %d: need at least 1 worker", f.concurrency)
-	case f.conns < 1:
-		return o, usageErr("--conns %d: need at least 1 connection per target", f.conns)
-	case f.batch < 1 || f.batch > loadgen.MaxBatch:
-		return o, usageErr("--batch %d: must be between 1 and %d checks per call", f.batch, loadgen.MaxBatch)
-	case !f.hotKey && f.keys < 1:
-		return o, usageErr("--keys %d: need at least 1 key (or --hot-key)", f.keys)
-	case f.hits < 1 || f.hits > loadgen.MaxHits:
-		return o, usageErr("--hits %d: must be between 1 and %d", f.hits, loadgen.MaxHits)
-	case f.duration <= 0:
-		return o, usageErr("--duration %v: must be positive", f.duration)
-	case f.warmup < 0:
-		return o, usageErr("--warmup %v: must not be negative", f.warmup)
-	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
-		return o, usageErr("--rate %v: want calls per second >= 0 (0: closed loop)", f.rate)
-	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
-		return o, usageErr("--progress %q: want auto, always or never", f.progress)
-	case f.burstWindow <= 0:
-		return o, usageErr("--burst-window %v: must be positive", f.burstWindow)
-	case f.api != loadgen.APITokenmesh && f.api != loadgen.APIRLS && f.api != loadgen.APIRLQS:
-		return o, usageErr("--api %q: want tokenmesh, rls or rlqs", f.api)
-	case (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && f.domain == "":
-		return o, usageErr("--domain: is required with --api %s", f.api)
-	case f.api == loadgen.APIRLS && f.burstTest:
-		return o, usageErr("--burst-test and --api rls: the burst test drives the tokenmesh API only")
-	case f.profileDir != "" && f.spawn == 0:
-		return o, usageErr("--spawn-cpuprofile: only with --spawn N")
-	case f.envoyConfig != "" && f.api != loadgen.APIRLQS && (f.api != loadgen.APIRLS || f.spawn == 0):
-		return o, usageErr("--envoy-config: only with --api rls --spawn N, or --api rlqs")
-	case len(f.params) > 0 && f.spawn == 0:
-		return o, usageErr("--param: only with --spawn N (a parameter of the spawned nodes' rule)")
-	case len(f.params) > 0 && f.envoyConfig != "":
-		return o, usageErr("--param and --envoy-config: the strategy's parameters are the config's (tokenmesh: {params: ...})")
-	case f.hits > math.MaxUint32 && f.api == loadgen.APIRLS:
-		return o, usageErr("--hits %d: RLS hits_addend is at most %d", f.hits, uint32(math.MaxUint32))
+	for _, check := range []func() error{
+		func() error { return f.checkTargetFlags(cmd, targets) },
+		f.checkLoadFlags,
+		f.checkPacingFlags,
+		f.checkAPIFlag,
+		f.checkSpawnOnlyFlags,
+	} {
+		if err := check(); err != nil {
+			return o, err
+		}
 	}
 	tlsConf, err := f.tlsConfig()
 	if err != nil {
 		return o, err
 	}
-	if f.spawn > 0 {
-		if tlsConf != nil {
-			return o, usageErr("--spawn and --tls: the spawned nodes serve plaintext")
-		}
-		if _, err := config.ParseRate(f.limitRate); err != nil {
-			return o, usageErr("--limit-rate %q: %v", f.limitRate, err)
-		}
-		if f.limitBurst < 1 {
-			return o, usageErr("--limit-burst %d: the burst must be at least 1 token", f.limitBurst)
-		}
-		if f.strategy == "" {
-			return o, usageErr("--strategy: is required")
-		}
-		if _, err := f.spawnParams(); err != nil {
-			return o, err
-		}
+	if err := f.checkSpawnFlags(tlsConf); err != nil {
+		return o, err
 	}
 	o = loadgen.Options{Targets: targets, Rule: f.rule, Concurrency: f.concurrency, ConnsPerTarget: f.conns,
 		Batch: f.batch, Keys: f.keys, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
 		Rate: f.rate, Seed: f.seed, TLS: tlsConf, API: f.api, Domain: f.domain, DescriptorKey: f.descKey}
-	for _, t := range targets {
+	if err := f.checkTargetAddrs(o); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// checkTargetFlags checks --settle, --spawn against --target (targets,
+// its addresses) and --rule.
+func (f *benchFlags) checkTargetFlags(cmd *cobra.Command, targets []string) error {
+	switch {
+	case f.settle < 0:
+		return usageErr("--settle %v: want a duration >= 0 (0: none)", f.settle)
+	case f.spawn < 0:
+		return usageErr("--spawn %d: want a number of nodes >= 1 (or 0: use --target)", f.spawn)
+	case f.spawn > 0 && cmd.Flags().Changed("target"):
+		return usageErr("--spawn and --target: give one, not both")
+	case f.spawn == 0 && len(targets) == 0:
+		return usageErr("--target %q: give at least one host:port", f.target)
+	case f.rule == "":
+		return usageErr("--rule: is required")
+	}
+	return nil
+}
+
+// checkLoadFlags checks the load's shape: workers, connections, batch,
+// keys, hits and durations.
+func (f *benchFlags) checkLoadFlags() error {
+	switch {
+	case f.concurrency < 1:
+		return usageErr("--concurrency %d: need at least 1 worker", f.concurrency)
+	case f.conns < 1:
+		return usageErr("--conns %d: need at least 1 connection per target", f.conns)
+	case f.batch < 1 || f.batch > loadgen.MaxBatch:
+		return usageErr("--batch %d: must be between 1 and %d checks per call", f.batch, loadgen.MaxBatch)
+	case !f.hotKey && f.keys < 1:
+		return usageErr("--keys %d: need at least 1 key (or --hot-key)", f.keys)
+	case f.hits < 1 || f.hits > loadgen.MaxHits:
+		return usageErr("--hits %d: must be between 1 and %d", f.hits, loadgen.MaxHits)
+	case f.duration <= 0:
+		return usageErr("--duration %v: must be positive", f.duration)
+	case f.warmup < 0:
+		return usageErr("--warmup %v: must not be negative", f.warmup)
+	}
+	return nil
+}
+
+// checkPacingFlags checks --rate, --progress and --burst-window.
+func (f *benchFlags) checkPacingFlags() error {
+	switch {
+	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
+		return usageErr("--rate %v: want calls per second >= 0 (0: closed loop)", f.rate)
+	case f.progress != "auto" && f.progress != "always" && f.progress != "never":
+		return usageErr("--progress %q: want auto, always or never", f.progress)
+	case f.burstWindow <= 0:
+		return usageErr("--burst-window %v: must be positive", f.burstWindow)
+	}
+	return nil
+}
+
+// checkAPIFlag checks --api and what it needs (--domain) or excludes
+// (--burst-test).
+func (f *benchFlags) checkAPIFlag() error {
+	switch {
+	case f.api != loadgen.APITokenmesh && f.api != loadgen.APIRLS && f.api != loadgen.APIRLQS:
+		return usageErr("--api %q: want tokenmesh, rls or rlqs", f.api)
+	case (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && f.domain == "":
+		return usageErr("--domain: is required with --api %s", f.api)
+	case f.api == loadgen.APIRLS && f.burstTest:
+		return usageErr("--burst-test and --api rls: the burst test drives the tokenmesh API only")
+	}
+	return nil
+}
+
+// checkSpawnOnlyFlags checks the flags that need --spawn or exclude each
+// other, and --hits against RLS's bound.
+func (f *benchFlags) checkSpawnOnlyFlags() error {
+	switch {
+	case f.profileDir != "" && f.spawn == 0:
+		return usageErr("--spawn-cpuprofile: only with --spawn N")
+	case f.envoyConfig != "" && f.api != loadgen.APIRLQS && (f.api != loadgen.APIRLS || f.spawn == 0):
+		return usageErr("--envoy-config: only with --api rls --spawn N, or --api rlqs")
+	case len(f.params) > 0 && f.spawn == 0:
+		return usageErr("--param: only with --spawn N (a parameter of the spawned nodes' rule)")
+	case len(f.params) > 0 && f.envoyConfig != "":
+		return usageErr("--param and --envoy-config: the strategy's parameters are the config's (tokenmesh: {params: ...})")
+	case f.hits > math.MaxUint32 && f.api == loadgen.APIRLS:
+		return usageErr("--hits %d: RLS hits_addend is at most %d", f.hits, uint32(math.MaxUint32))
+	}
+	return nil
+}
+
+// checkSpawnFlags checks, with --spawn, that there is no TLS (tlsConf)
+// and the spawned rule's --limit-rate, --limit-burst, --strategy and
+// --param.
+func (f *benchFlags) checkSpawnFlags(tlsConf *tls.Config) error {
+	if f.spawn <= 0 {
+		return nil
+	}
+	if tlsConf != nil {
+		return usageErr("--spawn and --tls: the spawned nodes serve plaintext")
+	}
+	if _, err := config.ParseRate(f.limitRate); err != nil {
+		return usageErr("--limit-rate %q: %v", f.limitRate, err)
+	}
+	if f.limitBurst < 1 {
+		return usageErr("--limit-burst %d: the burst must be at least 1 token", f.limitBurst)
+	}
+	if f.strategy == "" {
+		return usageErr("--strategy: is required")
+	}
+	if _, err := f.spawnParams(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkTargetAddrs checks, without --spawn, that each of o's targets is a
+// host:port.
+func (f *benchFlags) checkTargetAddrs(o loadgen.Options) error {
+	for _, t := range o.Targets {
 		sub := o
 		sub.Targets = []string{t}
 		if sub.API == loadgen.APIRLQS {
 			sub.API = loadgen.APITokenmesh // for the address's check only
 		}
 		if err := sub.Validate(); err != nil && f.spawn == 0 {
-			return o, usageErr("--target %q: want host:port", t)
+			return usageErr("--target %q: want host:port", t)
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
@@ -315,91 +384,27 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 	stderr, out := cmd.ErrOrStderr(), cmd.OutOrStdout()
 	rlqsMode := f.api == loadgen.APIRLQS
 	envoyDir := f.envoyConfig // the nodes' envoy config (rls, rlqs), or the rlqs targets'
-	settle := f.settle
 	var lc localcluster.Config
 	if f.spawn > 0 {
-		bin, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("--spawn: finding the tokenmesh binary: %w", err)
-		}
-		rate, err := config.ParseRate(f.limitRate)
-		if err != nil {
-			return usageErr("--limit-rate %q: %v", f.limitRate, err)
-		}
-		params, err := f.spawnParams()
-		if err != nil {
+		var written string
+		if lc, envoyDir, written, err = f.spawnConfig(envoyDir); err != nil {
 			return err
 		}
-		strat := f.spawnStrategy()
-		lc = localcluster.Config{Binary: bin, Nodes: f.spawn,
-			Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
-		if (f.api == loadgen.APIRLS || rlqsMode) && envoyDir == "" {
-			// RLS: one descriptor of --limit-burst per second, the file's
-			// strategy --strategy; RLQS: --limit-rate and --limit-burst,
-			// strategy quota on the descriptor.
-			file := benchEnvoyFile{Domain: f.domain, Tokenmesh: &benchEnvoyExt{Strategy: strat, Params: params},
-				Descriptors: []benchDescriptor{{Key: f.descKey, RateLimit: benchRateLimit{Unit: "second", RequestsPerUnit: f.limitBurst}}}}
-			if rlqsMode {
-				if file, err = f.rlqsConfigFile(rate, params); err != nil {
-					return err
-				}
-			}
-			if envoyDir, err = writeBenchEnvoyConfig(file); err != nil {
-				return err
-			}
-			defer os.RemoveAll(envoyDir)
-		}
-		if envoyDir != "" {
-			lc.ServeArgs = []string{"--envoy-config", envoyDir}
-		}
-		if f.profileDir != "" {
-			lc.ServeArgs = append(lc.ServeArgs, "--"+cpuProfileFlag, filepath.Join(f.profileDir, "serve-"+pidPlaceholder+".pprof"))
+		if written != "" {
+			defer os.RemoveAll(written)
 		}
 	}
-	var limit *loadgen.RLQSLimit
-	why := "bench did not spawn the targets: --envoy-config DIR, the targets' config, tells it the limits"
-	var startsAfter string
+	lim := benchLimit{settle: f.settle,
+		why: "bench did not spawn the targets: --envoy-config DIR, the targets' config, tells it the limits"}
 	if rlqsMode && envoyDir != "" {
-		cfg, err := envoyrls.LoadDir(envoyDir)
-		if err != nil {
-			return usageErr("--envoy-config %s: %v", envoyDir, err)
-		}
-		l, whyNot, warn := rlqsLimit(cfg, f.domain, f.descKey, f.rlqsKeys())
-		if warn != "" {
-			fmt.Fprintf(stderr, "warning: %s\n", warn)
-		}
-		why = whyNot
-		if l != nil {
-			limit = limitOf(l)
-			if f.spawn > 0 && !cmd.Flags().Changed("settle") && l.Strategy == quotaStrategy {
-				var takeover, fill time.Duration
-				if settle, takeover, fill, err = rlqsSettle(l); err != nil {
-					return fmt.Errorf("--envoy-config %s: limit %s: %w", envoyDir, l.Path, err)
-				}
-				startsAfter = fmt.Sprintf("; the fleet starts %v after they formed: quota's takeover after the joins (%v) and the bucket's fill (%v); --settle to change", settle, takeover, fill)
-			}
+		if err := f.readRLQSLimit(cmd, envoyDir, &lim, stderr); err != nil {
+			return err
 		}
 	}
 	if f.spawn > 0 {
-		switch {
-		case rlqsMode && limit != nil:
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s: %s/s, burst %d per key)%s...\n",
-				f.spawn, f.domain, plainNumber(limit.RatePerS), limit.Burst, startsAfter)
-		case rlqsMode:
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s)...\n", f.spawn, f.domain)
-		case f.api == loadgen.APIRLS:
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLS, domain %s)...\n", f.spawn, f.domain)
-		default:
-			fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
-				f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
-		}
-		lc.Settle = settle
-		if lc.Settle <= 0 {
-			lc.Settle = -1 // localcluster: none
-		}
-		c, err := localcluster.Start(ctx, lc)
+		c, err := f.startSpawned(ctx, lc, lim, stderr)
 		if err != nil {
-			return fmt.Errorf("--spawn %d: %w", f.spawn, err)
+			return err
 		}
 		defer func() {
 			if err := c.Stop(); err != nil {
@@ -412,19 +417,140 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		}
 	}
 	if rlqsMode {
-		return runBenchRLQS(ctx, f, out, stderr, o, limit, why)
+		return runBenchRLQS(ctx, f, out, stderr, o, lim.limit, lim.why)
 	}
 	if f.burstTest {
-		br, err := loadgen.Burst(ctx, loadgen.BurstOptions{Targets: o.Targets, Rule: o.Rule, Window: f.burstWindow, TLS: o.TLS})
-		if err != nil {
-			return targetErr(err)
+		return f.runBurstTest(ctx, o, out)
+	}
+	return f.runLoad(ctx, o, out, stderr)
+}
+
+// benchLimit is what bench knows of the RLQS targets' limit.
+type benchLimit struct {
+	limit       *loadgen.RLQSLimit // nil: unknown
+	why         string             // why limit is nil
+	settle      time.Duration      // the spawned cluster's settle time
+	startsAfter string             // for the spawn line: why it settles that long
+}
+
+// spawnConfig is the config of the --spawn cluster, with the envoy config
+// directory its nodes serve (envoyDir, or one written for --api rls and
+// rlqs: written, to be removed after the run).
+func (f *benchFlags) spawnConfig(envoyDir string) (lc localcluster.Config, dir, written string, err error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return lc, envoyDir, "", fmt.Errorf("--spawn: finding the tokenmesh binary: %w", err)
+	}
+	rate, err := config.ParseRate(f.limitRate)
+	if err != nil {
+		return lc, envoyDir, "", usageErr("--limit-rate %q: %v", f.limitRate, err)
+	}
+	params, err := f.spawnParams()
+	if err != nil {
+		return lc, envoyDir, "", err
+	}
+	strat := f.spawnStrategy()
+	lc = localcluster.Config{Binary: bin, Nodes: f.spawn,
+		Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
+	if (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && envoyDir == "" {
+		if envoyDir, err = f.writeSpawnEnvoyConfig(strat, rate, params); err != nil {
+			return lc, "", "", err
 		}
-		if f.json {
-			return writeJSON(out, br)
+		written = envoyDir
+	}
+	if envoyDir != "" {
+		lc.ServeArgs = []string{"--envoy-config", envoyDir}
+	}
+	if f.profileDir != "" {
+		lc.ServeArgs = append(lc.ServeArgs, "--"+cpuProfileFlag, filepath.Join(f.profileDir, "serve-"+pidPlaceholder+".pprof"))
+	}
+	return lc, envoyDir, written, nil
+}
+
+// writeSpawnEnvoyConfig writes the envoy config of the spawned nodes to a
+// new directory. RLS: one descriptor of --limit-burst per second, the
+// file's strategy --strategy; RLQS: --limit-rate and --limit-burst,
+// strategy quota on the descriptor.
+func (f *benchFlags) writeSpawnEnvoyConfig(strat string, rate bucket.Rate, params map[string]string) (string, error) {
+	file := benchEnvoyFile{Domain: f.domain, Tokenmesh: &benchEnvoyExt{Strategy: strat, Params: params},
+		Descriptors: []benchDescriptor{{Key: f.descKey, RateLimit: benchRateLimit{Unit: "second", RequestsPerUnit: f.limitBurst}}}}
+	if f.api == loadgen.APIRLQS {
+		var err error
+		if file, err = f.rlqsConfigFile(rate, params); err != nil {
+			return "", err
 		}
-		writeBurst(out, br)
+	}
+	return writeBenchEnvoyConfig(file)
+}
+
+// readRLQSLimit reads the RLQS limit of the config in envoyDir into lim
+// and, for a spawned quota cluster without --settle, how long it settles.
+func (f *benchFlags) readRLQSLimit(cmd *cobra.Command, envoyDir string, lim *benchLimit, stderr io.Writer) error {
+	cfg, err := envoyrls.LoadDir(envoyDir)
+	if err != nil {
+		return usageErr("--envoy-config %s: %v", envoyDir, err)
+	}
+	l, whyNot, warn := rlqsLimit(cfg, f.domain, f.descKey, f.rlqsKeys())
+	if warn != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", warn)
+	}
+	lim.why = whyNot
+	if l == nil {
 		return nil
 	}
+	lim.limit = limitOf(l)
+	if f.spawn > 0 && !cmd.Flags().Changed("settle") && l.Strategy == quotaStrategy {
+		var takeover, fill time.Duration
+		if lim.settle, takeover, fill, err = rlqsSettle(l); err != nil {
+			return fmt.Errorf("--envoy-config %s: limit %s: %w", envoyDir, l.Path, err)
+		}
+		lim.startsAfter = fmt.Sprintf("; the fleet starts %v after they formed: quota's takeover after the joins (%v) and the bucket's fill (%v); --settle to change", lim.settle, takeover, fill)
+	}
+	return nil
+}
+
+// startSpawned says what it starts and starts the --spawn cluster lc.
+func (f *benchFlags) startSpawned(ctx context.Context, lc localcluster.Config, lim benchLimit, stderr io.Writer) (*localcluster.Cluster, error) {
+	rlqsMode := f.api == loadgen.APIRLQS
+	switch {
+	case rlqsMode && lim.limit != nil:
+		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s: %s/s, burst %d per key)%s...\n",
+			f.spawn, f.domain, plainNumber(lim.limit.RatePerS), lim.limit.Burst, lim.startsAfter)
+	case rlqsMode:
+		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLQS, domain %s)...\n", f.spawn, f.domain)
+	case f.api == loadgen.APIRLS:
+		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (Envoy RLS, domain %s)...\n", f.spawn, f.domain)
+	default:
+		fmt.Fprintf(stderr, "starting %d tokenmesh serve processes (rule %s: %s, burst %d, strategy %s)...\n",
+			f.spawn, f.rule, f.limitRate, f.limitBurst, f.strategy)
+	}
+	lc.Settle = lim.settle
+	if lc.Settle <= 0 {
+		lc.Settle = -1 // localcluster: none
+	}
+	c, err := localcluster.Start(ctx, lc)
+	if err != nil {
+		return nil, fmt.Errorf("--spawn %d: %w", f.spawn, err)
+	}
+	return c, nil
+}
+
+// runBurstTest runs --burst-test against o's targets and writes its result.
+func (f *benchFlags) runBurstTest(ctx context.Context, o loadgen.Options, out io.Writer) error {
+	br, err := loadgen.Burst(ctx, loadgen.BurstOptions{Targets: o.Targets, Rule: o.Rule, Window: f.burstWindow, TLS: o.TLS})
+	if err != nil {
+		return targetErr(err)
+	}
+	if f.json {
+		return writeJSON(out, br)
+	}
+	writeBurst(out, br)
+	return nil
+}
+
+// runLoad runs the load o and writes its result (what was measured so far
+// if interrupted).
+func (f *benchFlags) runLoad(ctx context.Context, o loadgen.Options, out, stderr io.Writer) error {
 	if bar := newProgress(f.progress, stderr, int((o.Warmup + o.Duration).Milliseconds())); bar != nil {
 		o.Progress = func(done time.Duration) { _ = bar.Set(int(done.Milliseconds())) }
 		defer bar.Finish()

@@ -72,6 +72,21 @@ func (f *benchFlags) checkAPIs(fl *pflag.FlagSet) error {
 		}
 		return nil
 	}
+	for _, check := range []func(*pflag.FlagSet) error{
+		f.checkNotWithRLQS,
+		f.checkProxyFlags,
+		f.checkRLQSFlags,
+		f.checkProxyRates,
+	} {
+		if err := check(fl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNotWithRLQS refuses the flags of the other APIs with --api rlqs.
+func (f *benchFlags) checkNotWithRLQS(fl *pflag.FlagSet) error {
 	for _, c := range []struct{ name, why string }{
 		{"burst-test", "the burst test drives the tokenmesh API only"},
 		{"batch", "an Envoy decides each request on its own"},
@@ -86,8 +101,13 @@ func (f *benchFlags) checkAPIs(fl *pflag.FlagSet) error {
 			return usageErr("--%s: not with --api rlqs (%s)", c.name, c.why)
 		}
 	}
+	return nil
+}
+
+// checkProxyFlags checks --proxies, --proxy-rates and --rate with --api
+// rlqs (the rates' values: checkProxyRates).
+func (f *benchFlags) checkProxyFlags(fl *pflag.FlagSet) error {
 	r := &f.rlqs
-	noAssign, expired := sim.Blanket(strings.ToUpper(r.noAssignment)), sim.Blanket(strings.ToUpper(r.expired))
 	switch {
 	case r.proxies < 1 || r.proxies > maxProxies:
 		return usageErr("--proxies %d: want 1 to %d emulated Envoys", r.proxies, maxProxies)
@@ -101,6 +121,16 @@ func (f *benchFlags) checkAPIs(fl *pflag.FlagSet) error {
 		return usageErr("--proxy-rates: %d rates: at most %d proxies", len(r.proxyRates), maxProxies)
 	case fl.Changed("rate") && !(f.rate > 0):
 		return usageErr("--rate %v: with --api rlqs, the requests per second offered in all (split evenly over --proxies); want > 0", f.rate)
+	}
+	return nil
+}
+
+// checkRLQSFlags checks the emulated Envoys' settings, --rls-hop, --keys
+// and the spawned limit's flags with --api rlqs.
+func (f *benchFlags) checkRLQSFlags(fl *pflag.FlagSet) error {
+	r := &f.rlqs
+	noAssign, expired := sim.Blanket(strings.ToUpper(r.noAssignment)), sim.Blanket(strings.ToUpper(r.expired))
+	switch {
 	case r.reportInterval < time.Second || r.reportInterval%time.Second != 0:
 		return usageErr("--report-interval %v: want whole seconds, at least 1s (Envoy reports time_elapsed in whole seconds)", r.reportInterval)
 	case noAssign != sim.AllowAll && noAssign != sim.DenyAll:
@@ -114,7 +144,12 @@ func (f *benchFlags) checkAPIs(fl *pflag.FlagSet) error {
 	case f.spawn == 0 && (fl.Changed("limit-rate") || fl.Changed("limit-burst")):
 		return usageErr("--limit-rate and --limit-burst: with --api rlqs only with --spawn N (with --target, --envoy-config DIR tells bench the targets' limits)")
 	}
-	for i, x := range r.proxyRates {
+	return nil
+}
+
+// checkProxyRates checks each rate of --proxy-rates.
+func (f *benchFlags) checkProxyRates(*pflag.FlagSet) error {
+	for i, x := range f.rlqs.proxyRates {
 		if !(x > 0) || math.IsInf(x, 1) {
 			return usageErr("--proxy-rates: rate %d is %v: want requests per second > 0", i+1, x)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,82 +71,20 @@ func runCerts(cmd *cobra.Command, opts certsOptions) error {
 	if opts.valid <= 0 {
 		return fmt.Errorf("%w: --valid %v must be positive", errUsage, opts.valid)
 	}
-	var nodes []string
-	seen := map[string]bool{}
-	for _, n := range strings.Split(opts.nodes, ",") {
-		n = strings.TrimSpace(n)
-		switch {
-		case n == "":
-			return fmt.Errorf("%w: --nodes %q: want names separated by commas, e.g. n1,n2,n3", errUsage, opts.nodes)
-		case !certNodeName.MatchString(n):
-			return fmt.Errorf("%w: --nodes: %q is not a node name (letters, digits, '.', '_', '-'; at most 128)", errUsage, n)
-		case n == "ca":
-			return fmt.Errorf("%w: --nodes: %q is reserved for the CA's files", errUsage, n)
-		case seen[n]:
-			return fmt.Errorf("%w: --nodes: %q is listed twice", errUsage, n)
-		}
-		seen[n] = true
-		nodes = append(nodes, n)
-	}
-	hosts := map[string][]string{}
-	for _, h := range opts.hosts {
-		name, list, ok := strings.Cut(h, "=")
-		if !ok || !seen[name] || list == "" {
-			return fmt.Errorf("%w: --host %q: want NODE=HOST[,HOST...] with NODE one of --nodes", errUsage, h)
-		}
-		for _, x := range strings.Split(list, ",") {
-			if x = strings.TrimSpace(x); x == "" {
-				return fmt.Errorf("%w: --host %q: an empty host", errUsage, h)
-			}
-			hosts[name] = append(hosts[name], x)
-		}
-	}
-
-	files := map[string][]byte{}
-	order := []string{"ca.pem", "ca-key.pem"}
-	ca, err := pki.NewCA("tokenmesh CA", opts.valid)
+	nodes, err := parseCertNodes(opts.nodes)
 	if err != nil {
 		return err
 	}
-	caKey, err := ca.KeyPEM()
+	hosts, err := parseCertHosts(opts.hosts, nodes)
 	if err != nil {
 		return err
 	}
-	files["ca.pem"], files["ca-key.pem"] = ca.CertPEM, caKey
-	for _, n := range nodes {
-		iss, err := ca.Issue(n, opts.valid, hosts[n]...)
-		if err != nil {
-			return err
-		}
-		files[n+".pem"], files[n+"-key.pem"] = iss.CertPEM, iss.KeyPEM
-		order = append(order, n+".pem", n+"-key.pem")
+	ca, files, order, err := issueCerts(nodes, hosts, opts.valid)
+	if err != nil {
+		return err
 	}
-	if err := os.MkdirAll(opts.out, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	for _, name := range order { // refuse before writing anything
-		if _, err := os.Stat(filepath.Join(opts.out, name)); err == nil {
-			return fmt.Errorf("--out: %s already exists; not overwriting (remove it or choose another directory)", filepath.Join(opts.out, name))
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("--out: %w", err)
-		}
-	}
-	for _, name := range order {
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(name, "-key.pem") {
-			mode = 0o600
-		}
-		f, err := os.OpenFile(filepath.Join(opts.out, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-		if err != nil {
-			return fmt.Errorf("--out: %w", err)
-		}
-		_, err = f.Write(files[name])
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("--out: %s: %w", name, err)
-		}
+	if err := writeCertFiles(opts.out, files, order); err != nil {
+		return err
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "wrote a CA and %d node certificates to %s (valid until %s)\n", len(nodes), opts.out,
@@ -153,5 +92,115 @@ func runCerts(cmd *cobra.Command, opts certsOptions) error {
 	fmt.Fprintf(out, "on node %s, for example:\n  node:\n    name: %s\n    tls:\n      cert_file: %s\n      key_file: %s\n      ca_file: %s\n",
 		nodes[0], nodes[0], filepath.Join(opts.out, nodes[0]+".pem"), filepath.Join(opts.out, nodes[0]+"-key.pem"), filepath.Join(opts.out, "ca.pem"))
 	fmt.Fprintln(out, "keep ca-key.pem offline, and give each node only its own key")
+	return nil
+}
+
+// parseCertNodes parses --nodes (list): node names, each once, none
+// "ca".
+func parseCertNodes(list string) ([]string, error) {
+	var nodes []string
+	seen := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			return nil, fmt.Errorf("%w: --nodes %q: want names separated by commas, e.g. n1,n2,n3", errUsage, list)
+		case !certNodeName.MatchString(n):
+			return nil, fmt.Errorf("%w: --nodes: %q is not a node name (letters, digits, '.', '_', '-'; at most 128)", errUsage, n)
+		case n == "ca":
+			return nil, fmt.Errorf("%w: --nodes: %q is reserved for the CA's files", errUsage, n)
+		case seen[n]:
+			return nil, fmt.Errorf("%w: --nodes: %q is listed twice", errUsage, n)
+		}
+		seen[n] = true
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// parseCertHosts parses the --host flags: the extra hosts of each of
+// nodes.
+func parseCertHosts(flags, nodes []string) (map[string][]string, error) {
+	hosts := map[string][]string{}
+	for _, h := range flags {
+		name, list, ok := strings.Cut(h, "=")
+		if !ok || !slices.Contains(nodes, name) || list == "" {
+			return nil, fmt.Errorf("%w: --host %q: want NODE=HOST[,HOST...] with NODE one of --nodes", errUsage, h)
+		}
+		for _, x := range strings.Split(list, ",") {
+			if x = strings.TrimSpace(x); x == "" {
+				return nil, fmt.Errorf("%w: --host %q: an empty host", errUsage, h)
+			}
+			hosts[name] = append(hosts[name], x)
+		}
+	}
+	return hosts, nil
+}
+
+// issueCerts creates a CA and issues a certificate per node, valid for
+// valid; files are the PEM files by name, order their names in the order
+// to write them.
+func issueCerts(nodes []string, hosts map[string][]string, valid time.Duration) (ca *pki.CA, files map[string][]byte, order []string, err error) {
+	files = map[string][]byte{}
+	order = []string{"ca.pem", "ca-key.pem"}
+	ca, err = pki.NewCA("tokenmesh CA", valid)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	files["ca.pem"], files["ca-key.pem"] = ca.CertPEM, caKey
+	for _, n := range nodes {
+		iss, err := ca.Issue(n, valid, hosts[n]...)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		files[n+".pem"], files[n+"-key.pem"] = iss.CertPEM, iss.KeyPEM
+		order = append(order, n+".pem", n+"-key.pem")
+	}
+	return ca, files, order, nil
+}
+
+// writeCertFiles writes files, in order, to the directory out (created
+// if missing), the keys 0600; it writes nothing if one of them exists.
+func writeCertFiles(out string, files map[string][]byte, order []string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	for _, name := range order { // refuse before writing anything
+		if _, err := os.Stat(filepath.Join(out, name)); err == nil {
+			return fmt.Errorf("--out: %s already exists; not overwriting (remove it or choose another directory)", filepath.Join(out, name))
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	for _, name := range order {
+		if err := writeCertFile(out, name, files[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCertFile creates the file name in out, which must not exist, with
+// data: 0600 for a key, 0644 else.
+func writeCertFile(out, name string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if strings.HasSuffix(name, "-key.pem") {
+		mode = 0o600
+	}
+	f, err := os.OpenFile(filepath.Join(out, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--out: %s: %w", name, err)
+	}
 	return nil
 }

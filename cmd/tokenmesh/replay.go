@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
@@ -168,35 +169,87 @@ type replayPlan struct {
 // plan checks the flags (every error names its flag) and reads the trace.
 func (f *replayFlags) plan() (*replayPlan, error) {
 	p := &replayPlan{params: map[string]map[string]string{}}
-	if err := f.reportFlags.check(); err != nil {
+	if err := f.checkNumbers(); err != nil {
 		return nil, err
+	}
+	var err error
+	if p.rate, err = f.checkRate(); err != nil {
+		return nil, err
+	}
+	if p.strategies, err = parseReplayStrategies(f.strategies); err != nil {
+		return nil, err
+	}
+	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
+		return nil, usageErr("--assign: %v", err)
+	}
+	if err := p.setParams(f.params); err != nil {
+		return nil, err
+	}
+	if err := f.flagEvents(p); err != nil {
+		return nil, err
+	}
+	if p.binary, err = replayBinary(f.binary); err != nil {
+		return nil, err
+	}
+	tr, err := f.traceFlags.read()
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if err := f.scenarioEvents(p, tr); err != nil {
+		return nil, err
+	}
+	if err := f.cutDuration(tr); err != nil {
+		return nil, err
+	}
+	p.trace = tr
+	return p, nil
+}
+
+// checkNumbers checks the report flags, that a trace is given and the
+// numeric flags' ranges.
+func (f *replayFlags) checkNumbers() error {
+	if err := f.reportFlags.check(); err != nil {
+		return err
 	}
 	switch {
 	case f.trace == "":
-		return nil, usageErr("--trace: a trace file is required")
+		return usageErr("--trace: a trace file is required")
 	case f.nodes < 1:
-		return nil, usageErr("--nodes %d: need at least 1 node", f.nodes)
+		return usageErr("--nodes %d: need at least 1 node", f.nodes)
 	case math.IsNaN(f.rate) || f.rate <= 0:
-		return nil, usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
+		return usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
 	case f.burst < 1:
-		return nil, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
+		return usageErr("--burst %d: the burst must be at least 1 token", f.burst)
 	case math.IsNaN(f.speed) || math.IsInf(f.speed, 0) || f.speed <= 0:
-		return nil, usageErr("--speed %v: want a positive number (1 = real time)", f.speed)
+		return usageErr("--speed %v: want a positive number (1 = real time)", f.speed)
 	case f.duration < 0:
-		return nil, usageErr("--duration %v: want a positive duration, or 0 for the whole trace", f.duration)
+		return usageErr("--duration %v: want a positive duration, or 0 for the whole trace", f.duration)
 	}
-	var err error
-	if p.rate, err = bucket.PerSecond(f.rate); err != nil {
-		return nil, usageErr("--rate: %v", err)
+	return nil
+}
+
+// checkRate returns --rate as a bucket.Rate, checked with --burst and, as
+// the served rate, with --speed.
+func (f *replayFlags) checkRate() (bucket.Rate, error) {
+	rate, err := bucket.PerSecond(f.rate)
+	if err != nil {
+		return rate, usageErr("--rate: %v", err)
 	}
-	if _, err := bucket.New(p.rate, f.burst, 0); err != nil {
-		return nil, usageErr("--burst: %v", err)
+	if _, err := bucket.New(rate, f.burst, 0); err != nil {
+		return rate, usageErr("--burst: %v", err)
 	}
-	if _, err := bucket.PerSecond(replay.ScaledRate(p.rate, f.speed)); err != nil {
-		return nil, usageErr("--speed %v: the served rate --rate * --speed: %v", f.speed, err)
+	if _, err := bucket.PerSecond(replay.ScaledRate(rate, f.speed)); err != nil {
+		return rate, usageErr("--speed %v: the served rate --rate * --speed: %v", f.speed, err)
 	}
+	return rate, nil
+}
+
+// parseReplayStrategies parses --strategy: registered strategies other
+// than central, each once.
+func parseReplayStrategies(list string) ([]string, error) {
+	var names []string
 	seen := map[string]bool{}
-	for _, name := range strings.Split(f.strategies, ",") {
+	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		if name == "central" {
 			return nil, usageErr("--strategy central: central is the reference, computed from the trace; name a coordination strategy (%s)", strings.Join(all.Names()[1:], ", "))
@@ -208,19 +261,22 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 			return nil, usageErr("--strategy: %q is listed twice", name)
 		}
 		seen[name] = true
-		p.strategies = append(p.strategies, name)
+		names = append(names, name)
 	}
-	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
-		return nil, usageErr("--assign: %v", err)
-	}
+	return names, nil
+}
+
+// setParams parses the --param flags for p's strategies into p.paramList
+// and p.params.
+func (p *replayPlan) setParams(flags []string) error {
 	infos := make([]all.Info, 0, len(p.strategies))
 	for _, name := range p.strategies {
-		info, _ := all.Lookup(name) // checked above
+		info, _ := all.Lookup(name) // checked by parseReplayStrategies
 		infos = append(infos, info)
 	}
-	params, err := parseParamFlags(f.params, infos)
+	params, err := parseParamFlags(flags, infos)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.paramList = params
 	for name, value := range params.Values() {
@@ -230,109 +286,167 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 		}
 		p.params[s][pname] = value
 	}
+	return nil
+}
+
+// flagEvents parses the fault flags (--kill, --restart, --partition,
+// --heal, in that order) into p.events.
+func (f *replayFlags) flagEvents(p *replayPlan) error {
 	for _, spec := range f.kills {
-		e, err := replay.ParseKill(spec)
-		if err != nil {
-			return nil, usageErr("--kill %v", err)
+		if err := f.killEvent(p, spec); err != nil {
+			return err
 		}
-		if e.Node >= f.nodes {
-			return nil, usageErr("--kill %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
-		}
-		for _, o := range p.events {
-			if o.Node == e.Node {
-				return nil, usageErr("--kill %q: node %d is killed twice", spec, e.Node)
-			}
-		}
-		p.events = append(p.events, e)
 	}
 	for _, spec := range f.restarts {
-		e, err := replay.ParseRestart(spec)
-		if err != nil {
-			return nil, usageErr("--restart %v", err)
+		if err := f.restartEvent(p, spec); err != nil {
+			return err
 		}
-		if e.Node >= f.nodes {
-			return nil, usageErr("--restart %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
-		}
-		killedBefore := false
-		for _, o := range p.events {
-			killedBefore = killedBefore || (o.Kind == replay.Kill && o.Node == e.Node && o.At < e.At)
-		}
-		if !killedBefore {
-			return nil, usageErr("--restart %q: node %d is not killed (--kill) before %v", spec, e.Node, e.At)
-		}
-		p.events = append(p.events, e)
 	}
 	for _, spec := range f.partitions {
-		e, err := replay.ParsePartition(spec)
-		if err != nil {
-			return nil, usageErr("--partition %v", err)
+		if err := f.partitionEvent(p, spec); err != nil {
+			return err
 		}
-		for _, g := range e.Groups {
-			for _, n := range g {
-				if n >= f.nodes {
-					return nil, usageErr("--partition %q: no node %d (--nodes %d: 0..%d)", spec, n, f.nodes, f.nodes-1)
-				}
-			}
-		}
-		p.events = append(p.events, e)
-		p.faults = true
 	}
 	for _, spec := range f.heals {
 		e, err := replay.ParseHeal(spec)
 		if err != nil {
-			return nil, usageErr("--heal %v", err)
+			return usageErr("--heal %v", err)
 		}
 		p.events = append(p.events, e)
 		p.faults = true
 	}
-	if p.binary = f.binary; p.binary == "" {
-		if p.binary, err = os.Executable(); err != nil {
-			return nil, usageErr("--binary: cannot find this executable (%v); give the tokenmesh binary", err)
-		}
-	}
-	if st, err := os.Stat(p.binary); err != nil || st.IsDir() {
-		return nil, usageErr("--binary %s: not an executable file", p.binary)
-	}
-	tr, err := f.traceFlags.read()
+	return nil
+}
+
+// killEvent adds the event of one --kill: a node of the cluster not
+// killed by another --kill.
+func (f *replayFlags) killEvent(p *replayPlan, spec string) error {
+	e, err := replay.ParseKill(spec)
 	if err != nil {
-		return nil, fmt.Errorf("--trace: %w", err)
+		return usageErr("--kill %v", err)
 	}
-	if f.scenario != "" {
-		sc, err := sim.LoadScenario(f.scenario)
-		if err != nil {
-			return nil, usageErr("--scenario: %v", err)
+	if e.Node >= f.nodes {
+		return usageErr("--kill %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
+	}
+	for _, o := range p.events {
+		if o.Node == e.Node {
+			return usageErr("--kill %q: node %d is killed twice", spec, e.Node)
 		}
-		evs, err := replay.FromScenario(sc, tr, f.nodes)
-		if err != nil {
-			return nil, usageErr("--scenario %s: %v", f.scenario, err)
-		}
-		flagEvents := p.events
-		for _, e := range evs {
-			switch e.Kind {
-			case replay.Kill, replay.Restart:
-				for _, o := range flagEvents {
-					if (o.Kind == replay.Kill || o.Kind == replay.Restart) && o.Node == e.Node {
-						return nil, usageErr("--scenario %s: node %d is killed or restarted by --kill or --restart too", f.scenario, e.Node)
-					}
-				}
-			case replay.Partition, replay.Heal:
-				p.faults = true
+	}
+	p.events = append(p.events, e)
+	return nil
+}
+
+// restartEvent adds the event of one --restart: a node of the cluster
+// killed by a --kill before it.
+func (f *replayFlags) restartEvent(p *replayPlan, spec string) error {
+	e, err := replay.ParseRestart(spec)
+	if err != nil {
+		return usageErr("--restart %v", err)
+	}
+	if e.Node >= f.nodes {
+		return usageErr("--restart %q: no node %d (--nodes %d: 0..%d)", spec, e.Node, f.nodes, f.nodes-1)
+	}
+	killedBefore := false
+	for _, o := range p.events {
+		killedBefore = killedBefore || (o.Kind == replay.Kill && o.Node == e.Node && o.At < e.At)
+	}
+	if !killedBefore {
+		return usageErr("--restart %q: node %d is not killed (--kill) before %v", spec, e.Node, e.At)
+	}
+	p.events = append(p.events, e)
+	return nil
+}
+
+// partitionEvent adds the event of one --partition: groups of nodes of
+// the cluster.
+func (f *replayFlags) partitionEvent(p *replayPlan, spec string) error {
+	e, err := replay.ParsePartition(spec)
+	if err != nil {
+		return usageErr("--partition %v", err)
+	}
+	for _, g := range e.Groups {
+		for _, n := range g {
+			if n >= f.nodes {
+				return usageErr("--partition %q: no node %d (--nodes %d: 0..%d)", spec, n, f.nodes, f.nodes-1)
 			}
-			p.events = append(p.events, e)
 		}
 	}
-	if f.duration > 0 {
-		n := 0
-		for n < len(tr.Requests) && tr.Requests[n].Arrival < f.duration {
-			n++
+	p.events = append(p.events, e)
+	p.faults = true
+	return nil
+}
+
+// replayBinary is --binary, by default this executable, checked to be a
+// file.
+func replayBinary(flag string) (string, error) {
+	binary := flag
+	if binary == "" {
+		var err error
+		if binary, err = os.Executable(); err != nil {
+			return "", usageErr("--binary: cannot find this executable (%v); give the tokenmesh binary", err)
 		}
-		if n == 0 {
-			return nil, usageErr("--duration %v: no request of %s arrives that early", f.duration, tr.Name)
-		}
-		tr.Requests = tr.Requests[:n:n]
 	}
-	p.trace = tr
-	return p, nil
+	if st, err := os.Stat(binary); err != nil || st.IsDir() {
+		return "", usageErr("--binary %s: not an executable file", binary)
+	}
+	return binary, nil
+}
+
+// scenarioEvents adds the events of --scenario, if given, on trace tr to
+// p.events: none may kill or restart a node the flags kill or restart.
+func (f *replayFlags) scenarioEvents(p *replayPlan, tr *workload.Trace) error {
+	if f.scenario == "" {
+		return nil
+	}
+	sc, err := sim.LoadScenario(f.scenario)
+	if err != nil {
+		return usageErr("--scenario: %v", err)
+	}
+	evs, err := replay.FromScenario(sc, tr, f.nodes)
+	if err != nil {
+		return usageErr("--scenario %s: %v", f.scenario, err)
+	}
+	flagEvents := p.events
+	for _, e := range evs {
+		switch e.Kind {
+		case replay.Kill, replay.Restart:
+			if killsOrRestarts(flagEvents, e.Node) {
+				return usageErr("--scenario %s: node %d is killed or restarted by --kill or --restart too", f.scenario, e.Node)
+			}
+		case replay.Partition, replay.Heal:
+			p.faults = true
+		}
+		p.events = append(p.events, e)
+	}
+	return nil
+}
+
+// killsOrRestarts says whether one of events kills or restarts node.
+func killsOrRestarts(events []replay.Event, node int) bool {
+	for _, o := range events {
+		if (o.Kind == replay.Kill || o.Kind == replay.Restart) && o.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// cutDuration keeps the requests of tr that arrive before --duration, if
+// given (at least one).
+func (f *replayFlags) cutDuration(tr *workload.Trace) error {
+	if f.duration <= 0 {
+		return nil
+	}
+	n := 0
+	for n < len(tr.Requests) && tr.Requests[n].Arrival < f.duration {
+		n++
+	}
+	if n == 0 {
+		return usageErr("--duration %v: no request of %s arrives that early", f.duration, tr.Name)
+	}
+	tr.Requests = tr.Requests[:n:n]
+	return nil
 }
 
 func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
@@ -357,21 +471,49 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	if err != nil {
 		return err
 	}
+	progress, bar := f.replayProgress(p, stderr)
+	if bar != nil {
+		defer bar.Finish()
+	}
+	runs, err := f.replayAll(ctx, p, central, progress, stderr)
+	if err != nil {
+		return err
+	}
+	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
+		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond),
+		EdgeTimes: f.edgeTimes}
+	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
+	rep := replay.NewReport(p.trace, setup, live, central, runs)
+	if f.recommend {
+		rep.Recommendation = f.replayRecommendation(rep, bounds, p)
+	}
+	return f.writeReplayReport(cmd, rep)
+}
+
+// replayProgress returns what tells the progress of each run (nil: none):
+// a bar on a terminal (returned too, to be finished), a plain line every
+// few seconds for --progress auto on another stderr.
+func (f *replayFlags) replayProgress(p *replayPlan, stderr io.Writer) (func(run int) func(done, total int), *progressbar.ProgressBar) {
 	reqs := len(p.trace.Requests)
-	var progress func(run int) func(done, total int)
 	if bar := newProgress(f.progress, stderr, len(p.strategies)*reqs); bar != nil {
-		progress = func(run int) func(done, total int) {
+		return func(run int) func(done, total int) {
 			bar.Describe(p.strategies[run])
 			return func(done, total int) { _ = bar.Set(run*total + done) }
-		}
-		defer bar.Finish()
-	} else if f.progress == "auto" && len(p.strategies)*reqs > 0 {
+		}, bar
+	}
+	if f.progress == "auto" && len(p.strategies)*reqs > 0 {
 		// stderr is no terminal (a log, CI): a plain line every few
 		// seconds instead of a bar, so a long replay is not silent.
-		progress = func(run int) func(done, total int) {
+		return func(run int) func(done, total int) {
 			return lineProgress(stderr, p.strategies[run], replayProgressEvery, time.Now)
-		}
+		}, nil
 	}
+	return nil, nil
+}
+
+// replayAll replays each strategy of p in turn, each on a fresh cluster,
+// writing its decisions under --decisions if given.
+func (f *replayFlags) replayAll(ctx context.Context, p *replayPlan, central []bool, progress func(run int) func(done, total int), stderr io.Writer) ([]*replay.Result, error) {
 	var runs []*replay.Result
 	for i, s := range p.strategies {
 		opts := replay.Options{Trace: p.trace, Strategy: s, Rate: p.rate, Burst: f.burst, Speed: f.speed,
@@ -381,35 +523,39 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		}
 		res, err := replayOne(ctx, f, p, s, opts, stderr)
 		if err != nil {
-			return fmt.Errorf("replay of %s: %w", s, err)
+			return nil, fmt.Errorf("replay of %s: %w", s, err)
 		}
 		if res.BytesError != "" {
 			fmt.Fprintf(stderr, "tokenmesh: %s: peer traffic not measured (n/a in the report): %s\n", s, res.BytesError)
 		}
 		if f.decisions != "" {
 			if err := writeDecisions(filepath.Join(f.decisions, s+".csv"), p.trace, central, res); err != nil {
-				return fmt.Errorf("--decisions: %w", err)
+				return nil, fmt.Errorf("--decisions: %w", err)
 			}
 		}
 		runs = append(runs, res)
 	}
-	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
-		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond),
-		EdgeTimes: f.edgeTimes}
-	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
-	rep := replay.NewReport(p.trace, setup, live, central, runs)
-	if f.recommend {
-		rec := eval.Recommend(&rep.Report, bounds, p.paramList)
-		switch {
-		case rec.Strategy != "":
-			rec.Next = []eval.Step{serveStep(rec.Strategy, p.paramList, p.rate, f.burst)}
-		case rec.Closest != "":
-			rec.Next = []eval.Step{eval.NoneMeetsStep(rec.Closest)}
-		}
-		rep.Recommendation = rec
-	}
+	return runs, nil
+}
 
+// replayRecommendation is the verdict among the strategies replayed, with
+// how to serve it.
+func (f *replayFlags) replayRecommendation(rep *replay.Report, bounds eval.Bounds, p *replayPlan) *eval.Recommendation {
+	rec := eval.Recommend(&rep.Report, bounds, p.paramList)
+	switch {
+	case rec.Strategy != "":
+		rec.Next = []eval.Step{serveStep(rec.Strategy, p.paramList, p.rate, f.burst)}
+	case rec.Closest != "":
+		rec.Next = []eval.Step{eval.NoneMeetsStep(rec.Closest)}
+	}
+	return rec
+}
+
+// writeReplayReport writes rep on stdout (JSON or a table) and, with
+// --out, its files there (report.json with the live section).
+func (f *replayFlags) writeReplayReport(cmd *cobra.Command, rep *replay.Report) error {
 	out := cmd.OutOrStdout()
+	var err error
 	if f.json {
 		err = writeReplayJSON(out, rep)
 	} else {
@@ -418,25 +564,26 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.out != "" {
-		rep.Report.Reproduce = reproduceSteps(cmd)
-		if err := eval.WriteAll(f.out, &rep.Report); err != nil {
-			return err
-		}
-		// report.json with the live section too.
-		jf, err := os.Create(filepath.Join(f.out, "report.json"))
-		if err != nil {
-			return err
-		}
-		if err := writeReplayJSON(jf, rep); err != nil {
-			jf.Close()
-			return err
-		}
-		if err := jf.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
+	if f.out == "" {
+		return nil
 	}
+	rep.Report.Reproduce = reproduceSteps(cmd)
+	if err := eval.WriteAll(f.out, &rep.Report); err != nil {
+		return err
+	}
+	// report.json with the live section too.
+	jf, err := os.Create(filepath.Join(f.out, "report.json"))
+	if err != nil {
+		return err
+	}
+	if err := writeReplayJSON(jf, rep); err != nil {
+		jf.Close()
+		return err
+	}
+	if err := jf.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
 	return nil
 }
 

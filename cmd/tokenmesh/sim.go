@@ -273,26 +273,8 @@ func usageErr(format string, a ...any) error {
 // options checks the flags and builds the evaluation; every error names the flag.
 func (f *simFlags) options() (eval.Options, error) {
 	var o eval.Options
-	if err := f.reportFlags.check(); err != nil {
+	if err := f.checkNumbers(); err != nil {
 		return o, err
-	}
-	switch {
-	case f.nodes < 1:
-		return o, usageErr("--nodes %d: need at least 1 node", f.nodes)
-	case math.IsNaN(f.rate) || f.rate <= 0:
-		return o, usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
-	case f.burst < 1:
-		return o, usageErr("--burst %d: the burst must be at least 1 token", f.burst)
-	case f.maxWait < 0:
-		return o, usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
-	case f.maxWait > time.Hour:
-		return o, usageErr("--max-wait %v: at most 1h", f.maxWait)
-	case f.shortfallWindow < 0:
-		return o, usageErr("--shortfall-window %v: the window must not be negative", f.shortfallWindow)
-	case f.trace != "" && f.workload != "":
-		return o, usageErr("--trace and --workload: give one input, not both")
-	case f.parallel < 0:
-		return o, usageErr("--parallel %d: want 0 (GOMAXPROCS) or a positive number of strategies at once", f.parallel)
 	}
 	rate, err := bucket.PerSecond(f.rate)
 	if err != nil {
@@ -308,13 +290,9 @@ func (f *simFlags) options() (eval.Options, error) {
 	if _, err := workload.NewAssigner(f.assign, f.seed); err != nil {
 		return o, usageErr("--assign: %v", err)
 	}
-	lat, err := sim.ParseLatency(f.latency)
+	net, err := f.network()
 	if err != nil {
-		return o, usageErr("--latency: %v", err)
-	}
-	net := sim.Network{Latency: lat, Loss: f.loss, Duplicate: f.duplicate, Reorder: f.reorder}
-	if err := net.Validate(); err != nil {
-		return o, usageErr("%v", err)
+		return o, err
 	}
 	params, err := parseParamFlags(withLeaseMaxWait(f.params, f.maxWait), strategies)
 	if err != nil {
@@ -323,17 +301,9 @@ func (f *simFlags) options() (eval.Options, error) {
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
 		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait,
 		ShortfallWindow: f.shortfallWindow}
-	if f.clientLatency != "" {
-		cl, err := sim.ParseLatency(f.clientLatency)
-		if err != nil {
-			return o, usageErr("--client-latency: %v", err)
-		}
-		o.ClientLatency = &cl
+	if err := f.setClientLatency(&o); err != nil {
+		return o, err
 	}
-	if f.edgeTimes && f.clientLatency == "" {
-		return o, usageErr("--edge-times needs --client-latency: without it every request reaches its node at its trace time already")
-	}
-	o.EdgeTimes = f.edgeTimes
 	if err := f.proxyFlags.apply(&o); err != nil {
 		return o, err
 	}
@@ -343,22 +313,85 @@ func (f *simFlags) options() (eval.Options, error) {
 		}
 		o.ScenarioName = filepath.Base(f.scenario)
 	}
-	switch {
-	case f.trace != "":
-		o.Trace, err = f.traceFlags.read()
-	case f.workload != "":
-		var g workload.Generator
-		if g, err = workload.ParseGenerator(f.workload); err != nil {
-			return o, usageErr("--workload: %v", err)
-		}
-		o.Trace = g.Generate(f.seed)
-	default:
-		o.Trace = workload.Default().Generate(f.seed)
-	}
-	if err != nil {
+	if o.Trace, err = f.input(); err != nil {
 		return o, err
 	}
 	return o, f.regionFlags.apply(&o, &f.nodes)
+}
+
+// checkNumbers checks the report flags, the numeric flags' ranges and
+// that at most one input is given.
+func (f *simFlags) checkNumbers() error {
+	if err := f.reportFlags.check(); err != nil {
+		return err
+	}
+	switch {
+	case f.nodes < 1:
+		return usageErr("--nodes %d: need at least 1 node", f.nodes)
+	case math.IsNaN(f.rate) || f.rate <= 0:
+		return usageErr("--rate %v: the rate must be a positive number of tokens per second", f.rate)
+	case f.burst < 1:
+		return usageErr("--burst %d: the burst must be at least 1 token", f.burst)
+	case f.maxWait < 0:
+		return usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
+	case f.maxWait > time.Hour:
+		return usageErr("--max-wait %v: at most 1h", f.maxWait)
+	case f.shortfallWindow < 0:
+		return usageErr("--shortfall-window %v: the window must not be negative", f.shortfallWindow)
+	case f.trace != "" && f.workload != "":
+		return usageErr("--trace and --workload: give one input, not both")
+	case f.parallel < 0:
+		return usageErr("--parallel %d: want 0 (GOMAXPROCS) or a positive number of strategies at once", f.parallel)
+	}
+	return nil
+}
+
+// network is the simulated network of --latency, --loss, --duplicate and
+// --reorder.
+func (f *simFlags) network() (sim.Network, error) {
+	lat, err := sim.ParseLatency(f.latency)
+	if err != nil {
+		return sim.Network{}, usageErr("--latency: %v", err)
+	}
+	net := sim.Network{Latency: lat, Loss: f.loss, Duplicate: f.duplicate, Reorder: f.reorder}
+	if err := net.Validate(); err != nil {
+		return sim.Network{}, usageErr("%v", err)
+	}
+	return net, nil
+}
+
+// setClientLatency sets o's client latency (--client-latency) and edge
+// times (--edge-times, which needs it).
+func (f *simFlags) setClientLatency(o *eval.Options) error {
+	if f.clientLatency != "" {
+		cl, err := sim.ParseLatency(f.clientLatency)
+		if err != nil {
+			return usageErr("--client-latency: %v", err)
+		}
+		o.ClientLatency = &cl
+	}
+	if f.edgeTimes && f.clientLatency == "" {
+		return usageErr("--edge-times needs --client-latency: without it every request reaches its node at its trace time already")
+	}
+	o.EdgeTimes = f.edgeTimes
+	return nil
+}
+
+// input is the trace simulated: --trace, --workload or the default
+// workload.
+func (f *simFlags) input() (*workload.Trace, error) {
+	switch {
+	case f.trace != "":
+		return f.traceFlags.read()
+	case f.workload != "":
+		g, err := workload.ParseGenerator(f.workload)
+		if err != nil {
+			return nil, usageErr("--workload: %v", err)
+		}
+		return g.Generate(f.seed), nil
+	default:
+		return workload.Default().Generate(f.seed), nil
+	}
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
@@ -368,26 +401,13 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		return err
 	}
 	stderr := cmd.ErrOrStderr()
-	if opts.Trace.Skipped > 0 {
-		fmt.Fprintf(stderr, "skipped %d malformed lines, e.g. %s\n", opts.Trace.Skipped, strings.Join(opts.Trace.SkippedExamples, "; "))
-	}
-	if opts.Scenario != nil {
-		var events []timedEvent
-		for _, e := range opts.Scenario.Events {
-			events = append(events, timedEvent{e.At, e.Action()})
-		}
-		warnLateEvents(stderr, "scenario "+f.scenario, events, opts.Trace)
-	}
+	f.warnInput(stderr, opts)
 	if f.cpuprofile != "" {
-		pf, err := os.Create(f.cpuprofile)
+		stop, err := startSimProfile(f.cpuprofile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return err
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	if os.Getenv("GOGC") == "" {
 		// The simulator allocates fast (messages encoded and decoded)
@@ -418,7 +438,46 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		rep.Recommendation = eval.Recommend(rep, bounds, opts.Params)
 		rep.Recommendation.Next = f.next(rep.Recommendation, opts)
 	}
+	return f.writeReport(cmd, rep)
+}
+
+// warnInput says on stderr how many malformed lines the trace skipped and
+// which scenario events come after its last request.
+func (f *simFlags) warnInput(stderr io.Writer, opts eval.Options) {
+	if opts.Trace.Skipped > 0 {
+		fmt.Fprintf(stderr, "skipped %d malformed lines, e.g. %s\n", opts.Trace.Skipped, strings.Join(opts.Trace.SkippedExamples, "; "))
+	}
+	if opts.Scenario != nil {
+		var events []timedEvent
+		for _, e := range opts.Scenario.Events {
+			events = append(events, timedEvent{e.At, e.Action()})
+		}
+		warnLateEvents(stderr, "scenario "+f.scenario, events, opts.Trace)
+	}
+}
+
+// startSimProfile starts a CPU profile written to path (--cpuprofile) and
+// returns what stops it and closes the file.
+func startSimProfile(path string) (stop func(), err error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
+}
+
+// writeReport writes rep on stdout (JSON or a table) and, with --out, its
+// files there.
+func (f *simFlags) writeReport(cmd *cobra.Command, rep *eval.Report) error {
 	out := cmd.OutOrStdout()
+	var err error
 	if f.json {
 		err = eval.WriteJSON(out, rep)
 	} else {
@@ -432,7 +491,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		if err := eval.WriteAll(f.out, rep); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "report.html"))
 	}
 	return nil
 }
@@ -615,11 +674,15 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
 func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '+' || r == ':' || r == ',' || r == '=' ||
-			('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z'))
-	}) < 0 {
+	if s != "" && strings.IndexFunc(s, needsQuote) < 0 {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// needsQuote says whether r is special to a POSIX shell: all but
+// letters, digits and /.-_+:,=.
+func needsQuote(r rune) bool {
+	return !(strings.ContainsRune("/.-_+:,=", r) ||
+		('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z'))
 }

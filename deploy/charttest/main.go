@@ -159,72 +159,92 @@ func validate(files map[string]string, vals map[string]any) (string, int, error)
 	}
 	sort.Strings(names)
 	var stream strings.Builder
-	kinds := map[string]int{}
-	var sts *appsv1.StatefulSet
-	services := map[string]corev1.Service{}
-	configs := map[string]corev1.ConfigMap{}
-	secrets := map[string]corev1.Secret{}
+	r := &render{kinds: map[string]int{}, services: map[string]corev1.Service{},
+		configs: map[string]corev1.ConfigMap{}, secrets: map[string]corev1.Secret{}}
 	count := 0
 	for _, name := range names {
 		for _, part := range strings.Split(files[name], "\n---") {
 			if strings.TrimSpace(stripComments(part)) == "" {
 				continue
 			}
-			j, err := yaml.YAMLToJSON([]byte(part))
-			if err != nil {
-				return "", 0, fmt.Errorf("%s: not YAML: %w", name, err)
+			if err := r.decode(name, part); err != nil {
+				return "", 0, err
 			}
-			var head struct{ APIVersion, Kind string }
-			if err := json.Unmarshal(j, &head); err != nil || head.Kind == "" {
-				return "", 0, fmt.Errorf("%s: no kind (%v)", name, err)
-			}
-			var derr error
-			switch head.APIVersion + "/" + head.Kind {
-			case "apps/v1/StatefulSet":
-				sts = &appsv1.StatefulSet{}
-				derr = strict(j, sts)
-			case "v1/Service":
-				var s corev1.Service
-				derr = strict(j, &s)
-				services[s.Name] = s
-			case "v1/ConfigMap":
-				var c corev1.ConfigMap
-				derr = strict(j, &c)
-				configs[c.Name] = c
-			case "v1/Secret":
-				var s corev1.Secret
-				derr = strict(j, &s)
-				secrets[s.Name] = s
-			case "policy/v1/PodDisruptionBudget":
-				var p policyv1.PodDisruptionBudget
-				derr = strict(j, &p)
-				if derr == nil && p.Spec.MaxUnavailable == nil && p.Spec.MinAvailable == nil {
-					derr = fmt.Errorf("PodDisruptionBudget without maxUnavailable or minAvailable")
-				}
-			case "monitoring.coreos.com/v1/ServiceMonitor":
-				var m serviceMonitor
-				derr = strict(j, &m)
-			default:
-				derr = fmt.Errorf("unexpected object %s %s", head.APIVersion, head.Kind)
-			}
-			if derr != nil {
-				return "", 0, fmt.Errorf("%s (%s): %w", name, head.Kind, derr)
-			}
-			kinds[head.Kind]++
 			count++
 			stream.WriteString("---\n# Source: " + name + "\n" + strings.TrimLeft(part, "\n") + "\n")
 		}
 	}
-	if sts == nil {
+	if r.sts == nil {
 		return "", 0, fmt.Errorf("no StatefulSet")
 	}
-	if err := checkStatefulSet(sts, services, configs, secrets); err != nil {
-		return "", 0, fmt.Errorf("StatefulSet %s: %w", sts.Name, err)
+	if err := checkStatefulSet(r.sts, r.services, r.configs, r.secrets); err != nil {
+		return "", 0, fmt.Errorf("StatefulSet %s: %w", r.sts.Name, err)
 	}
-	if want := 1; kinds["PodDisruptionBudget"] != want && (vals == nil || vals["podDisruptionBudget"] == nil) {
-		return "", 0, fmt.Errorf("%d PodDisruptionBudgets, want %d", kinds["PodDisruptionBudget"], want)
+	if want := 1; r.kinds["PodDisruptionBudget"] != want && (vals == nil || vals["podDisruptionBudget"] == nil) {
+		return "", 0, fmt.Errorf("%d PodDisruptionBudgets, want %d", r.kinds["PodDisruptionBudget"], want)
 	}
 	return stream.String(), count, nil
+}
+
+// render is the objects of a render, as validate decodes them.
+type render struct {
+	kinds    map[string]int // objects by kind
+	sts      *appsv1.StatefulSet
+	services map[string]corev1.Service
+	configs  map[string]corev1.ConfigMap
+	secrets  map[string]corev1.Secret
+}
+
+// decode decodes one object (part of file name) strictly into its type
+// and keeps it.
+func (r *render) decode(name, part string) error {
+	j, err := yaml.YAMLToJSON([]byte(part))
+	if err != nil {
+		return fmt.Errorf("%s: not YAML: %w", name, err)
+	}
+	var head struct{ APIVersion, Kind string }
+	if err := json.Unmarshal(j, &head); err != nil || head.Kind == "" {
+		return fmt.Errorf("%s: no kind (%v)", name, err)
+	}
+	if err := r.decodeKind(head.APIVersion, head.Kind, j); err != nil {
+		return fmt.Errorf("%s (%s): %w", name, head.Kind, err)
+	}
+	r.kinds[head.Kind]++
+	return nil
+}
+
+// decodeKind decodes j, an object of apiVersion and kind, strictly.
+func (r *render) decodeKind(apiVersion, kind string, j []byte) error {
+	var derr error
+	switch apiVersion + "/" + kind {
+	case "apps/v1/StatefulSet":
+		r.sts = &appsv1.StatefulSet{}
+		derr = strict(j, r.sts)
+	case "v1/Service":
+		var s corev1.Service
+		derr = strict(j, &s)
+		r.services[s.Name] = s
+	case "v1/ConfigMap":
+		var c corev1.ConfigMap
+		derr = strict(j, &c)
+		r.configs[c.Name] = c
+	case "v1/Secret":
+		var s corev1.Secret
+		derr = strict(j, &s)
+		r.secrets[s.Name] = s
+	case "policy/v1/PodDisruptionBudget":
+		var p policyv1.PodDisruptionBudget
+		derr = strict(j, &p)
+		if derr == nil && p.Spec.MaxUnavailable == nil && p.Spec.MinAvailable == nil {
+			derr = fmt.Errorf("PodDisruptionBudget without maxUnavailable or minAvailable")
+		}
+	case "monitoring.coreos.com/v1/ServiceMonitor":
+		var m serviceMonitor
+		derr = strict(j, &m)
+	default:
+		derr = fmt.Errorf("unexpected object %s %s", apiVersion, kind)
+	}
+	return derr
 }
 
 func stripComments(s string) string {
@@ -244,6 +264,22 @@ func checkStatefulSet(sts *appsv1.StatefulSet, services map[string]corev1.Servic
 		return fmt.Errorf("serviceName %q: want a headless Service publishing not-ready addresses", sts.Spec.ServiceName)
 	}
 	pod := sts.Spec.Template.Spec
+	if err := checkPodSecurity(pod); err != nil {
+		return err
+	}
+	c := pod.Containers[0]
+	if err := checkProbes(c); err != nil {
+		return err
+	}
+	if err := checkArgsEnv(sts, hs, c); err != nil {
+		return err
+	}
+	return checkVolumes(pod, configs, secrets)
+}
+
+// checkPodSecurity checks the pod's and its one container's security
+// contexts: non-root, read-only root, no privilege escalation.
+func checkPodSecurity(pod corev1.PodSpec) error {
 	psc := pod.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
 		return fmt.Errorf("pod securityContext: want runAsNonRoot and a non-zero runAsUser")
@@ -256,12 +292,25 @@ func checkStatefulSet(sts *appsv1.StatefulSet, services map[string]corev1.Servic
 		c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation {
 		return fmt.Errorf("container securityContext: want readOnlyRootFilesystem and no privilege escalation")
 	}
+	return nil
+}
+
+// checkProbes checks the container's liveness (/healthz) and readiness
+// (/readyz) probes.
+func checkProbes(c corev1.Container) error {
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		return fmt.Errorf("liveness probe: want GET /healthz")
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		return fmt.Errorf("readiness probe: want GET /readyz")
 	}
+	return nil
+}
+
+// checkArgsEnv checks the container's --name, its POD_NAME and POD_IP
+// from the downward API, and that --join names every pod through the
+// headless Service hs.
+func checkArgsEnv(sts *appsv1.StatefulSet, hs corev1.Service, c corev1.Container) error {
 	args := map[string]string{}
 	for _, a := range c.Args {
 		k, v, _ := strings.Cut(a, "=")
@@ -293,8 +342,13 @@ func checkStatefulSet(sts *appsv1.StatefulSet, services map[string]corev1.Servic
 			return fmt.Errorf("--join[%d] %q: want %s<namespace>.svc.cluster.local:<gossip port>", i, j, want)
 		}
 	}
-	// Volumes: the config ConfigMap parses as a tokenmesh config, the
-	// secret volume names a Secret of this render (or an existing one).
+	return nil
+}
+
+// checkVolumes checks that the config ConfigMap parses as a tokenmesh
+// config, the secret volume names a Secret of this render (or an existing
+// one).
+func checkVolumes(pod corev1.PodSpec, configs map[string]corev1.ConfigMap, secrets map[string]corev1.Secret) error {
 	var cfgName, secretName string
 	for _, v := range pod.Volumes {
 		switch {
@@ -315,17 +369,44 @@ func checkStatefulSet(sts *appsv1.StatefulSet, services map[string]corev1.Servic
 	if f.Node.SecretKeyFile == "" {
 		return fmt.Errorf("node config without secret_key_file: the cluster would refuse to start")
 	}
-	if s, ok := secrets[secretName]; ok {
-		k := s.Data["secret-key"]
-		if len(k) == 0 {
-			return fmt.Errorf("Secret %s has no secret-key", secretName)
-		}
-		probe := "node:\n  secret_key: " + strings.TrimSpace(string(k)) + "\nrules:\n  - {name: r, rate: 1/s}\n"
-		if _, err := config.Parse([]byte(probe), "Secret "+secretName); err != nil {
-			return fmt.Errorf("the Secret's key is not a tokenmesh secret key: %w", err)
-		}
+	s, ok := secrets[secretName]
+	if !ok {
+		return nil
+	}
+	k := s.Data["secret-key"]
+	if len(k) == 0 {
+		return fmt.Errorf("Secret %s has no secret-key", secretName)
+	}
+	probe := "node:\n  secret_key: " + strings.TrimSpace(string(k)) + "\nrules:\n  - {name: r, rate: 1/s}\n"
+	if _, err := config.Parse([]byte(probe), "Secret "+secretName); err != nil {
+		return fmt.Errorf("the Secret's key is not a tokenmesh secret key: %w", err)
 	}
 	return nil
+}
+
+// exportedMetrics are the tokenmesh_* metrics registered in the Go files
+// (tests left out) of serverDir.
+func exportedMetrics(serverDir string) (map[string]bool, error) {
+	srcs, err := filepath.Glob(filepath.Join(serverDir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	var code strings.Builder
+	for _, f := range srcs {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		code.Write(b)
+	}
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(tokenmesh_[a-z_]+)"`).FindAllStringSubmatch(code.String(), -1) {
+		exported[m[1]] = true
+	}
+	return exported, nil
 }
 
 // checkDashboard decodes the dashboard and checks that every panel has
@@ -348,24 +429,9 @@ func checkDashboard(path, serverDir string) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	srcs, err := filepath.Glob(filepath.Join(serverDir, "*.go"))
+	exported, err := exportedMetrics(serverDir)
 	if err != nil {
 		return err
-	}
-	var code strings.Builder
-	for _, f := range srcs {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		code.Write(b)
-	}
-	exported := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(tokenmesh_[a-z_]+)"`).FindAllStringSubmatch(code.String(), -1) {
-		exported[m[1]] = true
 	}
 	if len(d.Panels) == 0 || len(exported) == 0 {
 		return fmt.Errorf("%s: %d panels, %d metrics found in %s", path, len(d.Panels), len(exported), serverDir)

@@ -80,17 +80,58 @@ func runDynamic(ctx experiment.Context) error {
 	if err != nil {
 		return err
 	}
+	run := newDynRun(n, total)
+	if err := run.simulate(ctx, c, tau0, scale); err != nil {
+		return err
+	}
+	rep := dynReport{Experiment: "gdrl-dynamic", Source: "seed 001 §III-B, Figs. 5-6", Messages: c.messages, Bytes: c.bytes,
+		Setup: map[string]any{"nodes": n, "graph": "ring", "indicator": "spare", "eta": 0.25, "alpha_per_interval": alpha, "tau0_intervals": tau0,
+			"load": 0.9, "capacity_tokens_per_s": capacity, "lambda_scale_tokens_per_s": scale, "interval": dt.String(), "seed": 1,
+			"demand": "Poisson tokens per interval, one request per node per interval", "driver": "direct (experiment/gdrlexp driver)"}}
+	rep.Phases = dynPhases(run.estJ, run.trueJ, tau0)
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-dynamic", run.plots(tau0)); err != nil {
+		return err
+	}
+	stable := true
+	for p, ph := range rep.Phases {
+		if p != 2 { // the linear shift is itself the transient: judged by the segment after it
+			stable = stable && ph.EstTail >= 0.99 && ph.TrueTail >= 0.95
+		}
+	}
+	return writeDynReport(ctx, &rep, c, tau0, alpha, scale, total, stable)
+}
+
+// dynRun is what runDynamic records: the JFI of the indicators and of the
+// true spare bandwidth at every interval, and, at the sampled intervals,
+// each node's demand, its estimate and its indicator.
+type dynRun struct {
+	n, total       int
+	estJ, trueJ    []float64
+	idx            []int // the sampled intervals
+	keep           map[int]bool
+	xs             []float64
+	lam, lamHat, q [][]float64
+}
+
+// newDynRun is the record of n nodes over total intervals.
+func newDynRun(n, total int) *dynRun {
+	r := &dynRun{n: n, total: total,
+		estJ: make([]float64, 0, total), trueJ: make([]float64, 0, total),
+		idx: sample(total, 2000), keep: map[int]bool{},
+		lam: make([][]float64, n), lamHat: make([][]float64, n), q: make([][]float64, n)}
+	for _, t := range r.idx {
+		r.keep[t] = true
+	}
+	return r
+}
+
+// simulate drives c through the total intervals with the demand of
+// dynLambda (segments of tau0, times scale tokens/s), recording r.
+func (r *dynRun) simulate(ctx experiment.Context, c *cluster, tau0 int, scale float64) error {
+	n, total := r.n, r.total
 	rnd := rand.New(rand.NewPCG(1, 0x64796e))
 	lambda, demand := make([]float64, n), make([]int64, n)
 	est, truth := make([]float64, n), make([]float64, n)
-	estJ, trueJ := make([]float64, 0, total), make([]float64, 0, total)
-	idx := sample(total, 2000)
-	keep := map[int]bool{}
-	for _, t := range idx {
-		keep[t] = true
-	}
-	var xs []float64
-	lam, lamHat, q := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 	for t := 0; t < total; t++ {
 		if t%(total/20) == 0 {
 			progress(ctx, "gdrl-dynamic", t, total)
@@ -103,22 +144,31 @@ func runDynamic(ctx experiment.Context) error {
 			return err
 		}
 		c.spare(lambda, est, truth)
-		estJ, trueJ = append(estJ, gdrl.JFI(est)), append(trueJ, gdrl.JFI(truth))
-		if keep[t] {
-			xs = append(xs, float64(t+1))
-			for i, g := range c.nodes {
-				lam[i] = append(lam[i], lambda[i])
-				lamHat[i] = append(lamHat[i], g.Demand(key)/gdrl.UnitsPerToken)
-				q[i] = append(q[i], est[i])
-			}
+		r.estJ, r.trueJ = append(r.estJ, gdrl.JFI(est)), append(r.trueJ, gdrl.JFI(truth))
+		if r.keep[t] {
+			r.record(c, t, lambda, est)
 		}
 	}
 	progress(ctx, "gdrl-dynamic", total, total)
-	rep := dynReport{Experiment: "gdrl-dynamic", Source: "seed 001 §III-B, Figs. 5-6", Messages: c.messages, Bytes: c.bytes,
-		Setup: map[string]any{"nodes": n, "graph": "ring", "indicator": "spare", "eta": 0.25, "alpha_per_interval": alpha, "tau0_intervals": tau0,
-			"load": 0.9, "capacity_tokens_per_s": capacity, "lambda_scale_tokens_per_s": scale, "interval": dt.String(), "seed": 1,
-			"demand": "Poisson tokens per interval, one request per node per interval", "driver": "direct (experiment/gdrlexp driver)"}}
+	return nil
+}
+
+// record keeps, at interval t, each node's demand (lambda), estimate and
+// indicator (est).
+func (r *dynRun) record(c *cluster, t int, lambda, est []float64) {
+	r.xs = append(r.xs, float64(t+1))
+	for i, g := range c.nodes {
+		r.lam[i] = append(r.lam[i], lambda[i])
+		r.lamHat[i] = append(r.lamHat[i], g.Demand(key)/gdrl.UnitsPerToken)
+		r.q[i] = append(r.q[i], est[i])
+	}
+}
+
+// dynPhases summarises the four segments of tau0 intervals of the JFIs of
+// the indicators (estJ) and of the true spare bandwidth (trueJ).
+func dynPhases(estJ, trueJ []float64, tau0 int) []dynPhase {
 	names := []string{"[0, tau0): lambda_i = i/(N+1)", "[tau0, 2 tau0): abrupt change to 1 - i/(N+1)", "[2 tau0, 3 tau0): linear shift back to i/(N+1)", "[3 tau0, 4 tau0): i/(N+1)"}
+	var phases []dynPhase
 	for p := range 4 {
 		from, to := p*tau0, (p+1)*tau0
 		ph := dynPhase{Phase: names[p], From: from + 1, To: to, EstRecover: -1, TrueRecover: -1, EstMin: 1, TrueMin: 1}
@@ -133,34 +183,35 @@ func runDynamic(ctx experiment.Context) error {
 		}
 		ph.EstMin, ph.TrueMin = r4(ph.EstMin), r4(ph.TrueMin)
 		ph.EstTail, ph.TrueTail = r4(tailMean(estJ[:to], to-tau0/10)), r4(tailMean(trueJ[:to], to-tau0/10))
-		rep.Phases = append(rep.Phases, ph)
+		phases = append(phases, ph)
 	}
+	return phases
+}
+
+// plots are Figs. 5 and 6 of r.
+func (r *dynRun) plots(tau0 int) []plotSpec {
 	var lamLines, qLines []series
-	for i := range n {
-		lamLines = append(lamLines, series{name: fmt.Sprintf("lambda_%d", i+1), xs: xs, ys: lam[i], style: i % 7, dash: 0})
-		lamLines = append(lamLines, series{xs: xs, ys: lamHat[i], style: i % 7, dash: 1})
-		qLines = append(qLines, series{name: fmt.Sprintf("q_%d", i+1), xs: xs, ys: q[i], style: i, dash: -1})
+	for i := range r.n {
+		lamLines = append(lamLines, series{name: fmt.Sprintf("lambda_%d", i+1), xs: r.xs, ys: r.lam[i], style: i % 7, dash: 0})
+		lamLines = append(lamLines, series{xs: r.xs, ys: r.lamHat[i], style: i % 7, dash: 1})
+		qLines = append(qLines, series{name: fmt.Sprintf("q_%d", i+1), xs: r.xs, ys: r.q[i], style: i, dash: -1})
 	}
-	jx, je, jt := make([]float64, len(idx)), make([]float64, len(idx)), make([]float64, len(idx))
-	for j, t := range idx {
-		jx[j], je[j], jt[j] = float64(t+1), estJ[t], trueJ[t]
+	jx, je, jt := make([]float64, len(r.idx)), make([]float64, len(r.idx)), make([]float64, len(r.idx))
+	for j, t := range r.idx {
+		jx[j], je[j], jt[j] = float64(t+1), r.estJ[t], r.trueJ[t]
 	}
-	plots := []plotSpec{
+	return []plotSpec{
 		{"lambda.png", axes{title: fmt.Sprintf("Fig. 5: lambda_i(t) (solid) and estimates lambda-hat_i(t) (dashed), tau0 = %d", tau0), x: "update interval", y: "tokens/s"}, lamLines},
 		{"q.png", axes{title: "Fig. 6 (top): indicators q_i(t) = lambda-hat_i - C_i", x: "update interval", y: "tokens/s"}, qLines},
 		{"jfi.png", axes{title: "Fig. 6 (bottom): JFI(q(t))", x: "update interval", y: "JFI", yMin: 0, yMax: 1.02, legendBottom: true},
 			[]series{{name: "JFI of the indicators (lambda-hat - C)", xs: jx, ys: je, style: 1, dash: 0},
 				{name: "JFI of the true spare bandwidth (lambda - C)", xs: jx, ys: jt, style: 3, dash: 1}}},
 	}
-	if rep.Plots, err = writePlots(ctx.Out, "gdrl-dynamic", plots); err != nil {
-		return err
-	}
-	stable := true
-	for p, ph := range rep.Phases {
-		if p != 2 { // the linear shift is itself the transient: judged by the segment after it
-			stable = stable && ph.EstTail >= 0.99 && ph.TrueTail >= 0.95
-		}
-	}
+}
+
+// writeDynReport writes report.md and report.json to ctx.Out and the
+// summary on ctx.Stdout.
+func writeDynReport(ctx experiment.Context, rep *dynReport, c *cluster, tau0 int, alpha, scale float64, total int, stable bool) error {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# gdrl-dynamic: changing demand (seed 001 §III-B, Figs. 5-6)\n\n")
 	fmt.Fprintf(&md, "Setup (the paper's): N = 10 on a ring, spare bandwidth (eq. (14)), eta = 1/4, load 90%% (C = sum lambda_i / 0.9; the sum is N/2 at every t), "+
@@ -180,7 +231,7 @@ func runDynamic(ctx experiment.Context) error {
 	if err := writeMD(ctx.Out, md.String()); err != nil {
 		return err
 	}
-	if err := writeJSON(ctx.Out, rep); err != nil {
+	if err := writeJSON(ctx.Out, *rep); err != nil {
 		return err
 	}
 	fmt.Fprintf(ctx.Stdout, "gdrl-dynamic (seed 001 Figs. 5-6): N=10 ring, eta=1/4, alpha=%g, tau0=%d intervals\n", alpha, tau0)

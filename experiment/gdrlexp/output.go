@@ -47,40 +47,8 @@ func linePlot(path string, ax axes, lines []series) error {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	}
 	for _, s := range lines {
-		xy := make(plotter.XYs, 0, len(s.xs))
-		for i := range s.xs {
-			x, y := s.xs[i], s.ys[i]
-			if math.IsNaN(y) || math.IsInf(y, 0) || (ax.logX && x <= 0) || (ax.logY && y <= 0) {
-				continue
-			}
-			xy = append(xy, plotter.XY{X: x, Y: y})
-		}
-		if len(xy) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(xy)
-		if err != nil {
+		if err := addLine(p, ax, s); err != nil {
 			return err
-		}
-		l.Color = experiment.Palette[s.style%len(experiment.Palette)]
-		d := s.dash
-		if d < 0 {
-			d = s.style / len(experiment.Palette)
-		}
-		l.Dashes = dashes[d%len(dashes)]
-		l.Width = vg.Points(1.2)
-		p.Add(l)
-		if s.points {
-			sc, err := plotter.NewScatter(xy)
-			if err != nil {
-				return err
-			}
-			sc.Color = l.Color
-			sc.Shape = draw.CircleGlyph{}
-			p.Add(sc)
-			p.Legend.Add(s.name, l, sc)
-		} else if s.name != "" {
-			p.Legend.Add(s.name, l)
 		}
 	}
 	if ax.yMin < ax.yMax {
@@ -89,6 +57,54 @@ func linePlot(path string, ax axes, lines []series) error {
 	p.Legend.Top = !ax.legendBottom
 	p.Legend.Left = ax.legendLeft
 	return p.Save(10*vg.Inch, 5*vg.Inch, path)
+}
+
+// addLine adds s to p as a line (with points if s.points), leaving out
+// the points the axes ax cannot show; no line if none is left.
+func addLine(p *plot.Plot, ax axes, s series) error {
+	xy := plottable(ax, s)
+	if len(xy) == 0 {
+		return nil
+	}
+	l, err := plotter.NewLine(xy)
+	if err != nil {
+		return err
+	}
+	l.Color = experiment.Palette[s.style%len(experiment.Palette)]
+	d := s.dash
+	if d < 0 {
+		d = s.style / len(experiment.Palette)
+	}
+	l.Dashes = dashes[d%len(dashes)]
+	l.Width = vg.Points(1.2)
+	p.Add(l)
+	if s.points {
+		sc, err := plotter.NewScatter(xy)
+		if err != nil {
+			return err
+		}
+		sc.Color = l.Color
+		sc.Shape = draw.CircleGlyph{}
+		p.Add(sc)
+		p.Legend.Add(s.name, l, sc)
+	} else if s.name != "" {
+		p.Legend.Add(s.name, l)
+	}
+	return nil
+}
+
+// plottable are the points of s the axes ax can show: finite, and
+// positive on a log axis.
+func plottable(ax axes, s series) plotter.XYs {
+	xy := make(plotter.XYs, 0, len(s.xs))
+	for i := range s.xs {
+		x, y := s.xs[i], s.ys[i]
+		if math.IsNaN(y) || math.IsInf(y, 0) || (ax.logX && x <= 0) || (ax.logY && y <= 0) {
+			continue
+		}
+		xy = append(xy, plotter.XY{X: x, Y: y})
+	}
+	return xy
 }
 
 // sample returns the indices 0, step, 2 step, ... and the last of a series

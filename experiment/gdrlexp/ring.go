@@ -153,29 +153,56 @@ func runRingExperiment(ctx experiment.Context) error {
 	var sums []*ringSummary
 	step, steps := 0, seeds*len(noiseBands)
 	for _, nb := range noiseBands {
-		sm := &ringSummary{NoiseBand: nb}
-		for s := 1; s <= seeds; s++ {
-			progress(ctx, "gdrl-ring", step, steps)
-			step++
-			r, err := runRing(uint64(s), k, nb)
-			if err != nil {
-				return fmt.Errorf("gdrl-ring seed %d: %w", s, err)
-			}
-			rep.Runs = append(rep.Runs, r)
-			sm.runs = append(sm.runs, r)
-			sm.EstFirst, sm.EstStays = append(sm.EstFirst, r.EstIntervals), append(sm.EstStays, r.EstStays)
-			sm.TrueFirst, sm.TrueStays = append(sm.TrueFirst, r.TrueIntervals), append(sm.TrueStays, r.TrueStays)
-			sm.EstTailMean += r.EstTailMean / float64(seeds)
-			sm.TrueTailMean += r.TrueTailMean / float64(seeds)
-			sm.MessagesMean += float64(r.Messages) / float64(seeds)
-			sm.BytesMean += float64(r.Bytes) / float64(seeds)
+		sm, err := ringBand(ctx, nb, k, seeds, &step, steps)
+		if err != nil {
+			return err
 		}
-		sm.EstTailMean, sm.TrueTailMean = r4(sm.EstTailMean), r4(sm.TrueTailMean)
-		sm.ClaimHolds = sm.EstTailMean >= 0.99 && (ctx.Quick || sm.TrueTailMean >= 0.99)
+		rep.Runs = append(rep.Runs, sm.runs...)
 		sums = append(sums, sm)
 	}
 	rep.Summary = sums
 	progress(ctx, "gdrl-ring", steps, steps)
+	var err error
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-ring", ringPlots(sums, k)); err != nil {
+		return err
+	}
+	if ctx.Traces != "" {
+		tr, err := runTraces(ctx)
+		if err != nil {
+			return err
+		}
+		rep.Traces = tr
+	}
+	return writeRingReport(ctx, rep, k, seeds)
+}
+
+// ringBand runs the ring with noise band nb for each seed (counting the
+// runs in step, of steps) and returns their summary.
+func ringBand(ctx experiment.Context, nb float64, k, seeds int, step *int, steps int) (*ringSummary, error) {
+	sm := &ringSummary{NoiseBand: nb}
+	for s := 1; s <= seeds; s++ {
+		progress(ctx, "gdrl-ring", *step, steps)
+		*step++
+		r, err := runRing(uint64(s), k, nb)
+		if err != nil {
+			return nil, fmt.Errorf("gdrl-ring seed %d: %w", s, err)
+		}
+		sm.runs = append(sm.runs, r)
+		sm.EstFirst, sm.EstStays = append(sm.EstFirst, r.EstIntervals), append(sm.EstStays, r.EstStays)
+		sm.TrueFirst, sm.TrueStays = append(sm.TrueFirst, r.TrueIntervals), append(sm.TrueStays, r.TrueStays)
+		sm.EstTailMean += r.EstTailMean / float64(seeds)
+		sm.TrueTailMean += r.TrueTailMean / float64(seeds)
+		sm.MessagesMean += float64(r.Messages) / float64(seeds)
+		sm.BytesMean += float64(r.Bytes) / float64(seeds)
+	}
+	sm.EstTailMean, sm.TrueTailMean = r4(sm.EstTailMean), r4(sm.TrueTailMean)
+	sm.ClaimHolds = sm.EstTailMean >= 0.99 && (ctx.Quick || sm.TrueTailMean >= 0.99)
+	return sm, nil
+}
+
+// ringPlots are Figs. 3 (the first run's indicators and true spare
+// bandwidth) and 4 (each band's first run's JFI) over k intervals.
+func ringPlots(sums []*ringSummary, k int) []plotSpec {
 	r0 := sums[0].runs[0]
 	idx := sample(k, 2000)
 	xs := make([]float64, len(idx))
@@ -202,23 +229,39 @@ func runRingExperiment(ctx experiment.Context) error {
 			series{name: fmt.Sprintf("true spare bandwidth (lambda - C), noise_band %g", sm.NoiseBand), xs: xs, ys: pick(r.trueJ), style: 1 + 2*b, dash: 1})
 	}
 	jfiLines = append(jfiLines, series{name: "0.99", xs: []float64{1, float64(k)}, ys: []float64{0.99, 0.99}, style: 6, dash: 2})
-	plots := []plotSpec{
+	return []plotSpec{
 		{"q.png", axes{title: "Fig. 3: indicators q_i(t) = lambda-hat_i - C_i the nodes equalise (seed 1, noise_band 0)", x: "update interval", y: "tokens/s", logX: true}, estLines},
 		{"q_true.png", axes{title: "true spare bandwidth lambda_i - C_i(t) (seed 1, noise_band 0)", x: "update interval", y: "tokens/s", logX: true}, trueLines},
 		{"jfi.png", axes{title: "Fig. 4: Jain's fairness index JFI(q(t)) (seed 1)", x: "update interval", y: "JFI", logX: true, yMin: 0, yMax: 1.02, legendBottom: true}, jfiLines},
 	}
-	var err error
-	if rep.Plots, err = writePlots(ctx.Out, "gdrl-ring", plots); err != nil {
+}
+
+// writeRingReport writes report.md and report.json to ctx.Out and the
+// summary on ctx.Stdout.
+func writeRingReport(ctx experiment.Context, rep ringReport, k, seeds int) error {
+	if err := writeMD(ctx.Out, ringMD(ctx, rep, k, seeds)); err != nil {
 		return err
 	}
-	if ctx.Traces != "" {
-		tr, err := runTraces(ctx)
-		if err != nil {
-			return err
-		}
-		rep.Traces = tr
+	if err := writeJSON(ctx.Out, rep); err != nil {
+		return err
 	}
+	fmt.Fprintf(ctx.Stdout, "gdrl-ring (seed 001 Figs. 3-4): N=10 ring, alpha=1e-3, eta=1/4, %d intervals, %d seed(s)\n", k, seeds)
+	for _, sm := range rep.Summary {
+		fmt.Fprintf(ctx.Stdout, "  noise_band %g: JFI(indicators) last-10%% mean %.4f, stays >= 0.99 from %v; JFI(true lambda - C) >= 0.99 after %v, last-10%% mean %.4f; %s\n",
+			sm.NoiseBand, sm.EstTailMean, sm.EstStays, sm.TrueFirst, sm.TrueTailMean, holdsText(sm.ClaimHolds))
+	}
+	fmt.Fprintf(ctx.Stdout, "  paper: q_i converge, JFI -> \"very close to 1\" (no number stated)\n")
+	for _, t := range rep.Traces {
+		for _, row := range t.Rows {
+			fmt.Fprintf(ctx.Stdout, "  %s %-7s precision %s excess %.2f%% false rej. %d bytes %d\n", t.Trace, row.Strategy, precisionText(row.Precision), row.ExcessAdmittedPct, row.FalseRejections, row.Bytes)
+		}
+	}
+	fmt.Fprintf(ctx.Stdout, "  report: %s\n", filepath.Join(ctx.Out, "report.md"))
+	return nil
+}
 
+// ringMD is report.md of rep (k intervals, seeds seeds).
+func ringMD(ctx experiment.Context, rep ringReport, k, seeds int) string {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# gdrl-ring: GDRL on a ring of 10 nodes (seed 001 §III-A, Figs. 3-4)\n\n")
 	fmt.Fprintf(&md, "Setup (the paper's): N = 10 on a ring (d = 2), lambda_i = i/(N+1) (here i/11 * %d tokens/s), C = 1.1 * sum lambda_i, "+
@@ -236,7 +279,7 @@ func runRingExperiment(ctx experiment.Context) error {
 	fmt.Fprintf(&md, "\n## Beside the paper\n\n")
 	fmt.Fprintf(&md, "The paper states no numbers for Figs. 3-4, only that the q_i(t) converge to (approximately) the same value and that JFI(q(t)) "+
 		"converges to \"the region very close to 1\", the offset from 1 being the noise of the demand estimates, which a smaller alpha makes arbitrarily small.\n\n")
-	for _, sm := range sums {
+	for _, sm := range rep.Summary {
 		fmt.Fprintf(&md, "- noise_band %g: mean JFI over the last 10%% of the run %.4f (indicators) and %.4f (true spare bandwidth); JFI(true) >= 0.99 first after %v intervals, "+
 			"stays from %v (per seed). The claim (JFI of q(t) close to 1%s) %s.\n", sm.NoiseBand, sm.EstTailMean, sm.TrueTailMean, sm.TrueFirst, sm.TrueStays,
 			map[bool]string{true: "; quick run: indicators only", false: ", indicators and true values >= 0.99"}[ctx.Quick], holdsText(sm.ClaimHolds))
@@ -249,25 +292,7 @@ func runRingExperiment(ctx experiment.Context) error {
 	} else {
 		md.WriteString("\nReal traces: not run (no --traces directory).\n")
 	}
-	if err := writeMD(ctx.Out, md.String()); err != nil {
-		return err
-	}
-	if err := writeJSON(ctx.Out, rep); err != nil {
-		return err
-	}
-	fmt.Fprintf(ctx.Stdout, "gdrl-ring (seed 001 Figs. 3-4): N=10 ring, alpha=1e-3, eta=1/4, %d intervals, %d seed(s)\n", k, seeds)
-	for _, sm := range sums {
-		fmt.Fprintf(ctx.Stdout, "  noise_band %g: JFI(indicators) last-10%% mean %.4f, stays >= 0.99 from %v; JFI(true lambda - C) >= 0.99 after %v, last-10%% mean %.4f; %s\n",
-			sm.NoiseBand, sm.EstTailMean, sm.EstStays, sm.TrueFirst, sm.TrueTailMean, holdsText(sm.ClaimHolds))
-	}
-	fmt.Fprintf(ctx.Stdout, "  paper: q_i converge, JFI -> \"very close to 1\" (no number stated)\n")
-	for _, t := range rep.Traces {
-		for _, row := range t.Rows {
-			fmt.Fprintf(ctx.Stdout, "  %s %-7s precision %s excess %.2f%% false rej. %d bytes %d\n", t.Trace, row.Strategy, precisionText(row.Precision), row.ExcessAdmittedPct, row.FalseRejections, row.Bytes)
-		}
-	}
-	fmt.Fprintf(ctx.Stdout, "  report: %s\n", filepath.Join(ctx.Out, "report.md"))
-	return nil
+	return md.String()
 }
 
 func holdsText(ok bool) string {

@@ -126,6 +126,26 @@ func runScale(ctx experiment.Context) error {
 			"eta": "1/(2d) (eq. (15))", "load": 0.9, "lambda_i": "i/(N+1) * 100 N tokens/s, rounded to whole tokens per interval",
 			"demand": "deterministic: the same tokens every interval, so the estimate is exact from the first interval", "interval": dt.String(),
 			"seed": 1, "driver": "direct (experiment/gdrlexp driver); plus the paper's synchronous eq. (7) on the same graphs"}}
+	var err error
+	if rep.Cases, err = scaleCases(ctx, ns, ds); err != nil {
+		return err
+	}
+
+	// Plots: JFI(t) per case (Fig. 7) and intervals to 0.99 against N per d.
+	plots := []plotSpec{
+		{"jfi.png", axes{title: "Fig. 7: JFI(q(t)) on random d-regular graphs (gdrl; colour N: orange 10, blue 100, red 1000; dash d: solid 2, dashed 4, dotted 8)",
+			x: "update interval", y: "JFI", logX: true, yMin: 0, yMax: 1.02, legendBottom: true}, scaleJFISeries(rep.Cases)},
+		{"intervals.png", axes{title: "update intervals (gdrl) and steps (eq. (7)) to JFI >= 0.99; runs that did not get there are left out", x: "N", y: "intervals", logX: true, logY: true, legendLeft: true}, scaleIntervalSeries(rep.Cases, ds)},
+	}
+	if rep.Plots, err = writePlots(ctx.Out, "gdrl-scale", plots); err != nil {
+		return err
+	}
+	return writeScaleReport(ctx, rep, ns)
+}
+
+// scaleCases runs gdrl and the eq. (7) model for each N of ns and d of ds.
+func scaleCases(ctx experiment.Context, ns, ds []int) ([]*scaleCase, error) {
+	var cases []*scaleCase
 	total, done := len(ns)*len(ds), 0
 	for _, n := range ns {
 		for _, d := range ds {
@@ -134,36 +154,26 @@ func runScale(ctx experiment.Context) error {
 			t0 := time.Now()
 			g, err := runScaleGDRL(n, d, gmax, 1)
 			if err != nil {
-				return fmt.Errorf("gdrl-scale N=%d d=%d: %w", n, d, err)
+				return nil, fmt.Errorf("gdrl-scale N=%d d=%d: %w", n, d, err)
 			}
 			wall := time.Since(t0).Seconds()
 			m, err := runModel(n, d, mmax)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			rep.Cases = append(rep.Cases, &scaleCase{N: n, D: d, MeanDegree: r4(g.MeanDegree), Intervals: g.Intervals, Max: gmax,
+			cases = append(cases, &scaleCase{N: n, D: d, MeanDegree: r4(g.MeanDegree), Intervals: g.Intervals, Max: gmax,
 				FinalJFI: r4(g.JFI[len(g.JFI)-1]), Messages: g.Messages, Bytes: g.Bytes, WallSec: r4(wall), Model: m, jfi: g.JFI, every: g.Every})
 			done++
 		}
 	}
 	progress(ctx, "gdrl-scale", total, total)
+	return cases, nil
+}
 
-	// Plots: JFI(t) per case (Fig. 7) and intervals to 0.99 against N per d.
+// scaleJFISeries are the lines of Fig. 7: JFI(t) per case.
+func scaleJFISeries(cases []*scaleCase) []series {
 	var jl []series
-	for k, c := range rep.Cases {
-		xs := make([]float64, len(c.jfi))
-		// runScaleGDRL samples interval 1 and then every Every-th interval;
-		// with Every = 1 that is intervals 1, 2, 3, ...
-		for j := range xs {
-			switch {
-			case c.every == 1:
-				xs[j] = float64(j + 1)
-			case j == 0:
-				xs[j] = 1
-			default:
-				xs[j] = float64(j * c.every)
-			}
-		}
+	for k, c := range cases {
 		style := 0
 		switch c.N {
 		case 100:
@@ -171,12 +181,36 @@ func runScale(ctx experiment.Context) error {
 		case 1000:
 			style = 3
 		}
-		jl = append(jl, series{name: fmt.Sprintf("N=%d d=%d", c.N, c.D), xs: xs, ys: c.jfi, style: style, dash: k % 3})
+		jl = append(jl, series{name: fmt.Sprintf("N=%d d=%d", c.N, c.D), xs: scaleSampled(c), ys: c.jfi, style: style, dash: k % 3})
 	}
+	return jl
+}
+
+// scaleSampled are the intervals at which c's JFI was sampled:
+// runScaleGDRL samples interval 1 and then every Every-th interval; with
+// Every = 1 that is intervals 1, 2, 3, ...
+func scaleSampled(c *scaleCase) []float64 {
+	xs := make([]float64, len(c.jfi))
+	for j := range xs {
+		switch {
+		case c.every == 1:
+			xs[j] = float64(j + 1)
+		case j == 0:
+			xs[j] = 1
+		default:
+			xs[j] = float64(j * c.every)
+		}
+	}
+	return xs
+}
+
+// scaleIntervalSeries are the lines of intervals to 0.99 against N, per d
+// of ds, for gdrl and the model.
+func scaleIntervalSeries(cases []*scaleCase, ds []int) []series {
 	var il []series
 	for k, d := range ds {
 		var gx, gy, mx, my []float64 // runs that did not get there are left out
-		for _, c := range rep.Cases {
+		for _, c := range cases {
 			if c.D != d {
 				continue
 			}
@@ -190,16 +224,12 @@ func runScale(ctx experiment.Context) error {
 		il = append(il, series{name: fmt.Sprintf("gdrl, d=%d", d), xs: gx, ys: gy, style: k, dash: 0, points: true},
 			series{name: fmt.Sprintf("eq. (7) model, d=%d (steps)", d), xs: mx, ys: my, style: k, dash: 1, points: true})
 	}
-	plots := []plotSpec{
-		{"jfi.png", axes{title: "Fig. 7: JFI(q(t)) on random d-regular graphs (gdrl; colour N: orange 10, blue 100, red 1000; dash d: solid 2, dashed 4, dotted 8)",
-			x: "update interval", y: "JFI", logX: true, yMin: 0, yMax: 1.02, legendBottom: true}, jl},
-		{"intervals.png", axes{title: "update intervals (gdrl) and steps (eq. (7)) to JFI >= 0.99; runs that did not get there are left out", x: "N", y: "intervals", logX: true, logY: true, legendLeft: true}, il},
-	}
-	var err error
-	if rep.Plots, err = writePlots(ctx.Out, "gdrl-scale", plots); err != nil {
-		return err
-	}
+	return il
+}
 
+// writeScaleReport writes report.md and report.json to ctx.Out and the
+// summary on ctx.Stdout.
+func writeScaleReport(ctx experiment.Context, rep scaleReport, ns []int) error {
 	var md strings.Builder
 	md.WriteString("# gdrl-scale: random d-regular graphs (seed 001 §III-C, Fig. 7)\n\n")
 	md.WriteString("Setup (the paper's): N = 10, 100, 1000 nodes on random d-regular graphs, d = 2, 4, 8; lambda_i = i/(N+1); load 90%; spare bandwidth; " +

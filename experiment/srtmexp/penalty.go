@@ -54,94 +54,19 @@ func runPenalty(ctx experiment.Context) error {
 	total, done := len(ns)*6*S, 0
 	for _, n := range ns {
 		for k := 1; k <= 6; k++ {
-			var p50, p95, p99, tok, util, bsum []float64
-			for s := range S {
-				seed := uint64(1000*n + s)
-				t, err := scenario{n: n, batch: 1, arrival: srtm.Poisson}.topic(dur, seed)
-				if err != nil {
-					return err
-				}
-				// Plan over exactly k brokers with unlimited planning
-				// capacity (the experiment forces k); simulate with the
-				// real capacity.
-				pl, err := srtm.Plan(idle(k, 1e12), t, srtm.LoadBalance)
-				if err != nil {
-					return err
-				}
-				res, err := srtm.Simulate(pl, idle(k, penaltyMCap), srtm.SimOptions{Duration: dur, Seed: seed})
-				if err != nil {
-					return err
-				}
-				o := res.Overall
-				p50 = append(p50, ms(o.P50))
-				p95 = append(p95, ms(o.P95))
-				p99 = append(p99, ms(o.P99))
-				tok = append(tok, ms(o.TokenP99))
-				util = append(util, res.PerBroker[0].Util)
-				bsum = append(bsum, float64(t.Burst))
-				done++
-				progress(ctx, fmt.Sprintf("n=%d k=%d", n, k), done, total)
-			}
-			row := penaltyRow{Publishers: n, K: k}
-			row.P50ms, _ = meanSD(p50)
-			row.P95ms, _ = meanSD(p95)
-			row.P99ms, row.P99sd = meanSD(p99)
-			row.TokenP99ms, _ = meanSD(tok)
-			row.Util, _ = meanSD(util)
-			b, _ := meanSD(bsum)
-			row.Burst = int64(b + 0.5)
-			for _, f := range []*float64{&row.P50ms, &row.P95ms, &row.P99ms, &row.P99sd, &row.TokenP99ms, &row.Util} {
-				*f = r4(*f)
+			row, err := penaltyMeasure(ctx, n, k, dur, S, &done, total)
+			if err != nil {
+				return err
 			}
 			rows = append(rows, row)
 		}
 	}
-	get := func(n int) []penaltyRow {
-		var out []penaltyRow
-		for _, r := range rows {
-			if r.Publishers == n {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-	low, high := get(1000), get(6000)
-	incr := 0
-	for i := 1; i < len(low); i++ {
-		if low[i].P99ms >= low[i-1].P99ms {
-			incr++
-		}
-	}
-	best := 0
-	for i, r := range high {
-		if r.P99ms < high[best].P99ms {
-			best = i
-		}
-	}
-	claims := []claim{
-		{Claim: "Fig. 6a: with 1,000 publishers the p99 latency increases with the number of brokers k (DRL penalty not offset by more capacity)",
-			Held:   low[5].P99ms > low[0].P99ms && incr >= 4,
-			Reason: fmt.Sprintf("p99 from %.3f ms (k=1) to %.3f ms (k=6); %d of 5 steps non-decreasing", low[0].P99ms, low[5].P99ms, incr)},
-		{Claim: "Fig. 6b: with 6,000 publishers k = 1 has a large tail (overloaded broker)",
-			Held:   high[0].P99ms > 10*high[1].P99ms,
-			Reason: fmt.Sprintf("p99 %.3f ms at k=1 (utilisation %.2f) vs %.3f ms at k=2", high[0].P99ms, high[0].Util, high[1].P99ms)},
-		{Claim: "Fig. 6b: splitting over 2 brokers is best; more brokers bring no benefit (penalty exceeds the processing gain)",
-			Held:   best == 1,
-			Reason: fmt.Sprintf("lowest p99 at k=%d (%.3f ms); k=6: %.3f ms", high[best].K, high[best].P99ms, high[5].P99ms)},
-	}
+	low, high := penaltyRowsOf(rows, 1000), penaltyRowsOf(rows, 6000)
+	claims := penaltyClaims(low, high)
 	wall := time.Since(start)
 
 	for _, n := range ns {
-		rs := get(n)
-		var ks, a, b, c []float64
-		for _, r := range rs {
-			ks = append(ks, float64(r.K))
-			a, b, c = append(a, r.P50ms), append(b, r.P95ms), append(c, r.P99ms)
-		}
-		if err := linePlot(filepath.Join(ctx.Out, fmt.Sprintf("fig6_%d.png", n)),
-			fmt.Sprintf("DRL penalty, %d Poisson publishers (10 msg/s, batch 1), mcap %d msg/s", n, penaltyMCap),
-			"brokers k", "end-to-end latency (ms)", true,
-			[]series{{"p50", ks, a}, {"p95", ks, b}, {"p99", ks, c}}); err != nil {
+		if err := penaltyPlot(ctx.Out, n, penaltyRowsOf(rows, n)); err != nil {
 			return err
 		}
 	}
@@ -172,4 +97,102 @@ func runPenalty(ctx experiment.Context) error {
 		printClaims(ctx.Stdout, claims, ctx.Out, wall)
 	}
 	return nil
+}
+
+// penaltyMeasure runs n publishers split over k brokers for S seeds
+// (counting them in done, of total) and returns the row of the means.
+func penaltyMeasure(ctx experiment.Context, n, k int, dur time.Duration, S int, done *int, total int) (penaltyRow, error) {
+	var p50, p95, p99, tok, util, bsum []float64
+	for s := range S {
+		seed := uint64(1000*n + s)
+		t, err := scenario{n: n, batch: 1, arrival: srtm.Poisson}.topic(dur, seed)
+		if err != nil {
+			return penaltyRow{}, err
+		}
+		// Plan over exactly k brokers with unlimited planning
+		// capacity (the experiment forces k); simulate with the
+		// real capacity.
+		pl, err := srtm.Plan(idle(k, 1e12), t, srtm.LoadBalance)
+		if err != nil {
+			return penaltyRow{}, err
+		}
+		res, err := srtm.Simulate(pl, idle(k, penaltyMCap), srtm.SimOptions{Duration: dur, Seed: seed})
+		if err != nil {
+			return penaltyRow{}, err
+		}
+		o := res.Overall
+		p50 = append(p50, ms(o.P50))
+		p95 = append(p95, ms(o.P95))
+		p99 = append(p99, ms(o.P99))
+		tok = append(tok, ms(o.TokenP99))
+		util = append(util, res.PerBroker[0].Util)
+		bsum = append(bsum, float64(t.Burst))
+		*done++
+		progress(ctx, fmt.Sprintf("n=%d k=%d", n, k), *done, total)
+	}
+	row := penaltyRow{Publishers: n, K: k}
+	row.P50ms, _ = meanSD(p50)
+	row.P95ms, _ = meanSD(p95)
+	row.P99ms, row.P99sd = meanSD(p99)
+	row.TokenP99ms, _ = meanSD(tok)
+	row.Util, _ = meanSD(util)
+	b, _ := meanSD(bsum)
+	row.Burst = int64(b + 0.5)
+	for _, f := range []*float64{&row.P50ms, &row.P95ms, &row.P99ms, &row.P99sd, &row.TokenP99ms, &row.Util} {
+		*f = r4(*f)
+	}
+	return row, nil
+}
+
+// penaltyRowsOf are the rows of n publishers, by k.
+func penaltyRowsOf(rows []penaltyRow, n int) []penaltyRow {
+	var out []penaltyRow
+	for _, r := range rows {
+		if r.Publishers == n {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// penaltyClaims checks Fig. 6's claims on the rows of 1,000 (low) and
+// 6,000 (high) publishers.
+func penaltyClaims(low, high []penaltyRow) []claim {
+	incr := 0
+	for i := 1; i < len(low); i++ {
+		if low[i].P99ms >= low[i-1].P99ms {
+			incr++
+		}
+	}
+	best := 0
+	for i, r := range high {
+		if r.P99ms < high[best].P99ms {
+			best = i
+		}
+	}
+	return []claim{
+		{Claim: "Fig. 6a: with 1,000 publishers the p99 latency increases with the number of brokers k (DRL penalty not offset by more capacity)",
+			Held:   low[5].P99ms > low[0].P99ms && incr >= 4,
+			Reason: fmt.Sprintf("p99 from %.3f ms (k=1) to %.3f ms (k=6); %d of 5 steps non-decreasing", low[0].P99ms, low[5].P99ms, incr)},
+		{Claim: "Fig. 6b: with 6,000 publishers k = 1 has a large tail (overloaded broker)",
+			Held:   high[0].P99ms > 10*high[1].P99ms,
+			Reason: fmt.Sprintf("p99 %.3f ms at k=1 (utilisation %.2f) vs %.3f ms at k=2", high[0].P99ms, high[0].Util, high[1].P99ms)},
+		{Claim: "Fig. 6b: splitting over 2 brokers is best; more brokers bring no benefit (penalty exceeds the processing gain)",
+			Held:   best == 1,
+			Reason: fmt.Sprintf("lowest p99 at k=%d (%.3f ms); k=6: %.3f ms", high[best].K, high[best].P99ms, high[5].P99ms)},
+	}
+}
+
+// penaltyPlot draws the p50, p95 and p99 by k of n publishers (rs) into
+// dir.
+func penaltyPlot(dir string, n int, rs []penaltyRow) error {
+	var ks, a, b, c []float64
+	for _, r := range rs {
+		ks = append(ks, float64(r.K))
+		a, b, c = append(a, r.P50ms), append(b, r.P95ms), append(c, r.P99ms)
+	}
+	return linePlot(filepath.Join(dir, fmt.Sprintf("fig6_%d.png", n)),
+		fmt.Sprintf("DRL penalty, %d Poisson publishers (10 msg/s, batch 1), mcap %d msg/s", n, penaltyMCap),
+		"brokers k", "end-to-end latency (ms)", true,
+		[]series{{"p50", ks, a}, {"p95", ks, b}, {"p99", ks, c}})
 }

@@ -179,6 +179,20 @@ func writeMarkdown(w io.Writer, res *Results, rows []CmpRow, ams []Aim, plots []
 		p(" **Quick run**: smaller cluster, c and data sets, one seed; the numbers are not the reproduction.")
 	}
 	p(" Wall time %.0f s.\n\n", res.WallSec)
+	writeCmpTable(p, rows)
+	writeDSummary(p, res)
+	writeAims(p, res, ams)
+	p("### Why these best variants\n\n")
+	p("%s\n\n", bestChoice(res))
+	writeAllResults(p, res)
+	writeAppendix(p, res, plots)
+}
+
+// printer writes a formatted text (fmt.Fprintf to the report).
+type printer func(format string, a ...any)
+
+// writeCmpTable writes the table of the thesis' numbers beside ours.
+func writeCmpTable(p printer, rows []CmpRow) {
 	p("## Thesis vs ours\n\n")
 	p("`counter` = gcounter with gossip 300 ms; `queue*` = tbqueue as in the thesis (coalesce=false); `best_queue` = ours, tbqueue with unique_ids, safe_margin=2s and frequency analysis with window 1. Precision = rejections / central's rejections. Excess admitted = tokens admitted beyond central's, %% of central's admitted; false rejections = requests rejected that central admitted (mean per run).\n\n")
 	p("| data set | metric (our variants) | thesis | ours | ours, best_queue | excess admitted %% | false rejections | where and why they differ |\n|---|---|---|---|---|---|---|---|\n")
@@ -198,6 +212,10 @@ func writeMarkdown(w io.Writer, res *Results, rows []CmpRow, ams []Aim, plots []
 		p("| %s | %s (%s) | %s | **%s** | %s | %s | %s | %s %s |\n", r.DataSet, r.Metric, strings.Join(r.Variants, " / "), r.ThesisText,
 			fmtVal(r.Metric, r.Ours), best, strings.Join(ex, "; "), strings.Join(fr, "; "), diffSentence(r), r.Note)
 	}
+}
+
+// writeDSummary writes our precision on data set D per gossip interval.
+func writeDSummary(p printer, res *Results) {
 	p("\nData set D has no numbers in the thesis: Fig. 5.15 shows that the longer the gossip interval, the later the plain queue starts rejecting, if at all, with immediate-collision probabilities of 27%%, 13%% and 7%% for 300, 450 and 900 ms (§5.4). Ours, precision per gossip interval:")
 	for _, ds := range res.D {
 		var parts []string
@@ -207,7 +225,10 @@ func writeMarkdown(w io.Writer, res *Results, rows []CmpRow, ams []Aim, plots []
 		p(" %s: %s;", ds.Gossip, strings.Join(parts, ", "))
 	}
 	p(" The plain queue loses elements before they collide, as the thesis predicts. With frequency analysis the default window c/N = 5/30 rounds to 1 element, which pushes every admitted request at once, so queue_freq_linf does not lose them; the counter does not drop history and over-rejects slightly instead (its refill is capped by the consumed tokens it knows, see strategy/gcounter). See `fig5_15_d_precision.png`.\n\n")
+}
 
+// writeAims writes whether each best variant meets the aim, per input.
+func writeAims(p printer, res *Results, ams []Aim) {
 	p("## Aim: best CRDT variant, precision >= 99%% and excess admitted <= 1%% on A and both real traces, bytes <= the thesis' counter\n\n")
 	for _, a := range ams {
 		verdict := "NOT met"
@@ -223,9 +244,10 @@ func writeMarkdown(w io.Writer, res *Results, rows []CmpRow, ams []Aim, plots []
 		}
 		p("\n")
 	}
-	p("### Why these best variants\n\n")
-	p("%s\n\n", bestChoice(res))
+}
 
+// writeAllResults writes every data set's table.
+func writeAllResults(p printer, res *Results) {
 	p("## All results\n\n")
 	all := []*DataSet{res.A}
 	all = append(all, res.B...)
@@ -248,6 +270,11 @@ func writeMarkdown(w io.Writer, res *Results, rows []CmpRow, ams []Aim, plots []
 	if res.TraceNote != "" {
 		p("Real traces: %s.\n\n", res.TraceNote)
 	}
+}
+
+// writeAppendix writes the variants, the assumptions, the plots and what
+// was left out.
+func writeAppendix(p printer, res *Results, plots []string) {
 	p("## Variants\n\n")
 	for _, v := range allVariants {
 		p("- `%s`: %s (`%s` %s)\n", v.ID, v.Label, v.Strategy, strings.Join(v.Params, ", "))
