@@ -27,6 +27,32 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	}
 	nb := g.neighbours[g.nextNb%len(g.neighbours)]
 	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
+	sent := g.sentTo(nb)
+	if len(g.shares) == 0 {
+		return
+	}
+	keys, msgs := g.probeKeys(now, sent)
+	if len(keys) == 0 {
+		return // nothing new to exchange
+	}
+	keys = g.capProbeKeys(keys)
+	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
+	for _, k := range keys {
+		s := msgs[k]
+		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
+		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
+			p.Empty = append(p.Empty, k)
+		} else {
+			p.Shares = append(p.Shares, s)
+		}
+	}
+	fx.Send(nb, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Probe{Probe: p}}))
+}
+
+// sentTo returns what was last sent to neighbour nb per key, after
+// forgetting what was sent to nodes that are no longer neighbours and to
+// nb of keys this node holds no explicit share of any more.
+func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
 	if g.sent == nil {
 		g.sent = map[strategy.NodeID]map[string]sentKey{}
 	}
@@ -45,9 +71,13 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 			delete(sent, k)
 		}
 	}
-	if len(g.shares) == 0 {
-		return
-	}
+	return sent
+}
+
+// probeKeys lists, sorted, the keys a probe to a neighbour carries (see
+// probe) with their inputs now; keys idle at the default share are
+// forgotten from sent.
+func (g *GDRL) probeKeys(now time.Duration, sent map[string]sentKey) ([]string, map[string]*peerv1.GdrlShare) {
 	var keys []string
 	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
 	for _, k := range g.sortedKeys() {
@@ -62,26 +92,19 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 		keys = append(keys, k)
 		msgs[k] = s
 	}
-	if len(keys) == 0 {
-		return // nothing new to exchange
-	}
+	return keys, msgs
+}
+
+// capProbeKeys keeps at most max_keys of keys, taking turns from the
+// cursor so that every key is sent in time, sorted.
+func (g *GDRL) capProbeKeys(keys []string) []string {
 	if len(keys) > g.maxKeys {
 		start := sort.SearchStrings(keys, g.cursor)
 		keys = append(keys[start:], keys[:start]...)[:g.maxKeys]
 		g.cursor = keys[len(keys)-1] + "\x00"
 		sort.Strings(keys)
 	}
-	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
-	for _, k := range keys {
-		s := msgs[k]
-		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
-		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
-			p.Empty = append(p.Empty, k)
-		} else {
-			p.Shares = append(p.Shares, s)
-		}
-	}
-	fx.Send(nb, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Probe{Probe: p}}))
+	return keys
 }
 
 // sentKey is a key's indicator inputs as last sent to a neighbour.
@@ -113,6 +136,30 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 	if !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
+	theirs, keys := g.probedKeys(p)
+	var pay []item
+	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
+	for _, k := range keys {
+		c, b := g.flow(theirSide(from, p.DefaultCapacity, p.DefaultBurst, theirs[k]), g.mySide(k, now))
+		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
+			pay = append(pay, item{key: k, c: pc, b: pb})
+		}
+		if c < 0 || b < 0 {
+			ask.Shares = append(ask.Shares, g.shareMsg(k, now))
+		}
+	}
+	if len(pay) > 0 {
+		g.pay(now, from, fromInc, pay)
+	}
+	if len(ask.Shares) > 0 {
+		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
+	}
+}
+
+// probedKeys returns the prober's inputs per key a probe lists (an empty
+// key as a zero share) and the keys to exchange, sorted: those listed and,
+// for a complete probe, every key this node holds an explicit share of.
+func (g *GDRL) probedKeys(p *peerv1.GdrlProbe) (map[string]*peerv1.GdrlShare, []string) {
 	theirs := map[string]*peerv1.GdrlShare{}
 	var keys []string
 	for _, s := range p.Shares {
@@ -131,23 +178,7 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 		}
 	}
 	sort.Strings(keys)
-	var pay []item
-	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
-	for _, k := range keys {
-		c, b := g.flow(theirSide(from, p.DefaultCapacity, p.DefaultBurst, theirs[k]), g.mySide(k, now))
-		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
-			pay = append(pay, item{key: k, c: pc, b: pb})
-		}
-		if c < 0 || b < 0 {
-			ask.Shares = append(ask.Shares, g.shareMsg(k, now))
-		}
-	}
-	if len(pay) > 0 {
-		g.pay(now, from, fromInc, pay)
-	}
-	if len(ask.Shares) > 0 {
-		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
-	}
+	return theirs, keys
 }
 
 // onAsk pays what the update owes the asker, recomputed with this node's
