@@ -343,7 +343,23 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	if g.Seq == h.seq {
 		h.asking = false
 	}
-	if until > now {
+	l.scheduleAsk(now, h, g, lead, fx)
+	if h.askRegion && g.Tokens < h.askTokens && until > now {
+		h.dry, h.dryAt = true, now
+	}
+	if g.Tokens > 0 && expires > now {
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
+		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
+		fx.WakeAt(expires)
+	}
+	return nil
+}
+
+// scheduleAsk sets when key's holding h asks next after grant g: lead
+// before the end of the empty spell g announces, a little later when g
+// brought nothing and no word of when, and arms the renew timer.
+func (l *RegionLease) scheduleAsk(now time.Duration, h *holding, g *peerv1.RegionLeaseGrant, lead time.Duration, fx *strategy.Effects) {
+	if until := time.Duration(g.EmptyUntilNs); until > now {
 		h.emptyUntil = max(h.emptyUntil, until)
 		h.nextAskAt = until - lead
 	} else if g.Tokens == 0 {
@@ -355,15 +371,6 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
 		fx.WakeAt(h.nextAskAt)
 	}
-	if h.askRegion && g.Tokens < h.askTokens && until > now {
-		h.dry, h.dryAt = true, now
-	}
-	if g.Tokens > 0 && expires > now {
-		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
-		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
-		fx.WakeAt(expires)
-	}
-	return nil
 }
 
 // onVerdict decides the forwarded request a verdict answers (or relays it
