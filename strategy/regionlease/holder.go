@@ -97,14 +97,14 @@ const maxSpent = 16
 // when this node is the regional owner).
 func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	refuse := strategy.Decision{RequestID: req.ID}
-	if req.Tokens <= 0 || req.Tokens > l.sh.burst {
+	if req.Tokens <= 0 || req.Tokens > l.sh.Burst {
 		return refuse, true // never within one bucket
 	}
 	to, region := l.upstream(req.Key)
 	if g, _ := l.global(req.Key); g == l.self {
 		p := l.pool(req.Key, now)
-		l.sh.advance(p, now)
-		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.take(p, req.Arrival, req.Tokens)}, true
+		l.sh.Advance(p, now)
+		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.Take(p, req.Arrival, req.Tokens)}, true
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
@@ -270,7 +270,7 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 	if want < float64(l.minLease) {
 		return
 	}
-	n := min(int64(want), l.sh.burst)
+	n := min(int64(want), l.sh.Burst)
 	low := float64(n) / 2
 	if region {
 		// Ask a round trip ahead at least: the stock must not run out

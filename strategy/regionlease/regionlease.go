@@ -102,7 +102,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	hint := cfg.LatencyHint
 	l := &RegionLease{self: cfg.Self, region: topology.Of(cfg.Self), live: slices.Clone(cfg.Members), expect: slices.Clone(cfg.Members),
 		conserve: cfg.Partition == strategy.PartitionConserve,
-		sh:       shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
+		sh:       shape{TokensPerNs: cfg.Rate.Tokens, Per: int64(cfg.Rate.Per), Burst: cfg.Burst},
 		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
 		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
 		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
@@ -347,9 +347,9 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
-	p := &pool{level: l.sh.burst * l.sh.per}
+	p := &pool{Level: l.sh.Burst * l.sh.Per}
 	if at, moved := l.moveOf(key, now); moved {
-		p = &pool{level: 0, last: at + l.takeover}
+		p = &pool{Level: 0, Last: at + l.takeover}
 	}
 	l.pools[key] = p
 	return p
@@ -360,10 +360,10 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 func (l *RegionLease) sweep(now time.Duration) {
 	at := now - l.sweepLag
 	for k, p := range l.pools {
-		if p.last > at {
+		if p.Last > at {
 			continue
 		}
-		if cp := *p; l.sh.full(&cp, at) {
+		if cp := *p; l.sh.Full(&cp, at) {
 			delete(l.pools, k)
 		}
 	}
