@@ -31,11 +31,25 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	if len(g.shares) == 0 {
 		return
 	}
-	keys, msgs := g.probeKeys(now, sent)
+	var keys []string
+	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
+	for _, k := range g.sortedKeys() {
+		s := g.shareMsg(k, now)
+		if !g.toProbe(now, k, s, sent) {
+			continue
+		}
+		keys = append(keys, k)
+		msgs[k] = s
+	}
 	if len(keys) == 0 {
 		return // nothing new to exchange
 	}
-	keys = g.capProbeKeys(keys)
+	if len(keys) > g.maxKeys {
+		start := sort.SearchStrings(keys, g.cursor)
+		keys = append(keys[start:], keys[:start]...)[:g.maxKeys]
+		g.cursor = keys[len(keys)-1] + "\x00"
+		sort.Strings(keys)
+	}
 	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
 		s := msgs[k]
@@ -74,37 +88,19 @@ func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
 	return sent
 }
 
-// probeKeys lists, sorted, the keys a probe to a neighbour carries (see
-// probe) with their inputs now; keys idle at the default share are
-// forgotten from sent.
-func (g *GDRL) probeKeys(now time.Duration, sent map[string]sentKey) ([]string, map[string]*peerv1.GdrlShare) {
-	var keys []string
-	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
-	for _, k := range g.sortedKeys() {
-		s := g.shareMsg(k, now)
-		if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
-			delete(sent, k)
-			continue
-		}
-		if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
-			continue
-		}
-		keys = append(keys, k)
-		msgs[k] = s
+// toProbe reports whether a probe to a neighbour lists key k, whose inputs
+// are s now (see probe): not when it is idle at the default share (then
+// forgotten from sent), nor when what was sent of it is recent and not
+// materially different.
+func (g *GDRL) toProbe(now time.Duration, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
+	if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
+		delete(sent, k)
+		return false
 	}
-	return keys, msgs
-}
-
-// capProbeKeys keeps at most max_keys of keys, taking turns from the
-// cursor so that every key is sent in time, sorted.
-func (g *GDRL) capProbeKeys(keys []string) []string {
-	if len(keys) > g.maxKeys {
-		start := sort.SearchStrings(keys, g.cursor)
-		keys = append(keys[start:], keys[:start]...)[:g.maxKeys]
-		g.cursor = keys[len(keys)-1] + "\x00"
-		sort.Strings(keys)
+	if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+		return false
 	}
-	return keys
+	return true
 }
 
 // sentKey is a key's indicator inputs as last sent to a neighbour.
@@ -136,30 +132,6 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 	if !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
-	theirs, keys := g.probedKeys(p)
-	var pay []item
-	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
-	for _, k := range keys {
-		c, b := g.flow(theirSide(from, p.DefaultCapacity, p.DefaultBurst, theirs[k]), g.mySide(k, now))
-		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
-			pay = append(pay, item{key: k, c: pc, b: pb})
-		}
-		if c < 0 || b < 0 {
-			ask.Shares = append(ask.Shares, g.shareMsg(k, now))
-		}
-	}
-	if len(pay) > 0 {
-		g.pay(now, from, fromInc, pay)
-	}
-	if len(ask.Shares) > 0 {
-		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
-	}
-}
-
-// probedKeys returns the prober's inputs per key a probe lists (an empty
-// key as a zero share) and the keys to exchange, sorted: those listed and,
-// for a complete probe, every key this node holds an explicit share of.
-func (g *GDRL) probedKeys(p *peerv1.GdrlProbe) (map[string]*peerv1.GdrlShare, []string) {
 	theirs := map[string]*peerv1.GdrlShare{}
 	var keys []string
 	for _, s := range p.Shares {
@@ -178,7 +150,30 @@ func (g *GDRL) probedKeys(p *peerv1.GdrlProbe) (map[string]*peerv1.GdrlShare, []
 		}
 	}
 	sort.Strings(keys)
-	return theirs, keys
+	g.answerProbe(now, from, fromInc, p, theirs, keys, fx)
+}
+
+// answerProbe runs the pairwise update for each of keys (sorted) with the
+// prober's inputs theirs: it pays what it owes and asks for what the
+// prober owes (onProbe).
+func (g *GDRL) answerProbe(now time.Duration, from strategy.NodeID, fromInc uint64, p *peerv1.GdrlProbe, theirs map[string]*peerv1.GdrlShare, keys []string, fx *strategy.Effects) {
+	var pay []item
+	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
+	for _, k := range keys {
+		c, b := g.flow(theirSide(from, p.DefaultCapacity, p.DefaultBurst, theirs[k]), g.mySide(k, now))
+		if pc, pb := max(c, 0), max(b, 0); pc > 0 || pb > 0 {
+			pay = append(pay, item{key: k, c: pc, b: pb})
+		}
+		if c < 0 || b < 0 {
+			ask.Shares = append(ask.Shares, g.shareMsg(k, now))
+		}
+	}
+	if len(pay) > 0 {
+		g.pay(now, from, fromInc, pay)
+	}
+	if len(ask.Shares) > 0 {
+		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
+	}
 }
 
 // onAsk pays what the update owes the asker, recomputed with this node's

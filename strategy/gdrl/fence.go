@@ -300,7 +300,8 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 func (g *GDRL) applyFence(now time.Duration, f *peerv1.GdrlFenced, onBehalf []*transfer) {
 	g.mark(partGivenUp)
 	g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
-	listed := g.giveUpTwice(now, f.Version, onBehalf)
+	listed := map[TransferID]bool{}
+	g.giveUpTwice(now, f.Version, onBehalf, listed)
 	g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
 	g.mark(partLocal)
 	g.drainInherited(now, f.Version, listed)
@@ -310,14 +311,13 @@ func (g *GDRL) applyFence(now time.Duration, f *peerv1.GdrlFenced, onBehalf []*t
 }
 
 // giveUpTwice gives up the transfers to other incarnations in onBehalf that
-// this node's own tombstones credited after record version too, and returns
-// the ids onBehalf lists.
-func (g *GDRL) giveUpTwice(now time.Duration, version uint64, onBehalf []*transfer) map[TransferID]bool {
+// this node's own tombstones credited after record version too, and notes
+// in listed the ids onBehalf lists.
+func (g *GDRL) giveUpTwice(now time.Duration, version uint64, onBehalf []*transfer, listed map[TransferID]bool) {
 	// Transfers to other incarnations that the heir's copies of this
 	// node's tombstones credited: if this node's own tombstone (one
 	// the heir copied, about to be dropped) credited one too, after
 	// the version inherited, it was counted twice: give it up here.
-	listed := map[TransferID]bool{}
 	for _, t := range onBehalf {
 		listed[t.id] = true
 		if t.id.Dst == g.self && t.id.DstInc == g.inc {
@@ -327,7 +327,6 @@ func (g *GDRL) giveUpTwice(now time.Duration, version uint64, onBehalf []*transf
 			g.addItems(t.items, -1, now)
 		}
 	}
-	return listed
 }
 
 // drainInherited handles the credits and give-ups that the tombstones
