@@ -45,30 +45,50 @@ func ParseLatency(s string) (Latency, error) {
 	}
 	switch kind {
 	case "uniform":
-		lo, hi, ok := strings.Cut(rest, "-")
-		a, err1 := time.ParseDuration(lo)
-		b, err2 := time.ParseDuration(hi)
-		if !ok || err1 != nil || err2 != nil || a < 0 || b < a {
-			return bad("want uniform:MIN-MAX with 0 <= MIN <= MAX")
+		l, why := parseUniform(rest)
+		if why != "" {
+			return bad(why)
 		}
-		return Latency{Kind: "uniform", Min: a, Max: b, Mean: (a + b) / 2}, nil
+		return l, nil
 	case "exp", "exponential":
-		base := time.Duration(0)
-		meanText := rest
-		if b, m, ok := strings.Cut(rest, "+"); ok {
-			d, err := time.ParseDuration(b)
-			if err != nil || d < 0 {
-				return bad("base is not a non-negative duration")
-			}
-			base, meanText = d, m
+		l, why := parseExp(rest)
+		if why != "" {
+			return bad(why)
 		}
-		m, err := time.ParseDuration(meanText)
-		if err != nil || m <= 0 {
-			return bad("mean is not a positive duration")
-		}
-		return Latency{Kind: "exponential", Min: base, Max: time.Duration(math.MaxInt64), Mean: base + m}, nil
+		return l, nil
 	}
 	return bad("unknown distribution " + kind)
+}
+
+// parseUniform parses the MIN-MAX of "uniform:MIN-MAX"; why is what is
+// wrong with it ("" when nothing is).
+func parseUniform(rest string) (l Latency, why string) {
+	lo, hi, ok := strings.Cut(rest, "-")
+	a, err1 := time.ParseDuration(lo)
+	b, err2 := time.ParseDuration(hi)
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < a {
+		return Latency{}, "want uniform:MIN-MAX with 0 <= MIN <= MAX"
+	}
+	return Latency{Kind: "uniform", Min: a, Max: b, Mean: (a + b) / 2}, ""
+}
+
+// parseExp parses the MEAN or BASE+MEAN of "exp:..."; why is what is wrong
+// with it ("" when nothing is).
+func parseExp(rest string) (l Latency, why string) {
+	base := time.Duration(0)
+	meanText := rest
+	if b, m, ok := strings.Cut(rest, "+"); ok {
+		d, err := time.ParseDuration(b)
+		if err != nil || d < 0 {
+			return Latency{}, "base is not a non-negative duration"
+		}
+		base, meanText = d, m
+	}
+	m, err := time.ParseDuration(meanText)
+	if err != nil || m <= 0 {
+		return Latency{}, "mean is not a positive duration"
+	}
+	return Latency{Kind: "exponential", Min: base, Max: time.Duration(math.MaxInt64), Mean: base + m}, ""
 }
 
 // Sample draws one latency.

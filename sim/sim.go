@@ -91,12 +91,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/host"
 	"github.com/tokenmesh/tokenmesh/topology"
@@ -306,39 +304,10 @@ func Run(trace *workload.Trace, cfg Config) (*Result, error) {
 // newRunner builds the run's nodes and queues its scenario events and
 // first sample; nothing has run yet.
 func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
-	if cfg.Nodes < 1 {
-		return nil, fmt.Errorf("sim: %d nodes; need at least 1", cfg.Nodes)
-	}
-	if cfg.New == nil || cfg.Assign == nil {
-		return nil, fmt.Errorf("sim: config needs a strategy factory and an assigner")
-	}
-	if err := cfg.Proxies.Validate(); err != nil {
+	if err := checkConfig(trace, cfg); err != nil {
 		return nil, err
 	}
-	if cfg.EdgeTimes != nil && len(cfg.EdgeTimes) != len(trace.Requests) {
-		return nil, fmt.Errorf("sim: %d edge times for %d requests", len(cfg.EdgeTimes), len(trace.Requests))
-	}
-	if cfg.Charges != nil && len(cfg.Charges) != len(trace.Requests) {
-		return nil, fmt.Errorf("sim: %d charge marks for %d requests", len(cfg.Charges), len(trace.Requests))
-	}
-	if cfg.SampleEvery <= 0 {
-		cfg.SampleEvery = time.Second
-	}
-	if cfg.Drain <= 0 {
-		cfg.Drain = time.Minute
-	}
-	params, mode, err := strategy.TakePartition(cfg.Params)
-	if err != nil {
-		return nil, fmt.Errorf("sim: %s: %w", cfg.Name, err)
-	}
-	if mode != strategy.PartitionAvailable {
-		cfg.Partition = mode
-	}
-	cfg.Params = params
-	if err := cfg.Scenario.apply(&cfg.Network); err != nil {
-		return nil, err
-	}
-	if err := cfg.Network.Validate(); err != nil {
+	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
 	r := &runner{
@@ -348,9 +317,80 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		res:        &Result{Outcomes: make([]Outcome, len(trace.Requests))},
 		receivedBy: make([]int32, len(trace.Requests)),
 	}
+	var err error
 	if r.topo, err = newTopo(cfg, trace); err != nil {
 		return nil, err
 	}
+	if err := r.addNodes(); err != nil {
+		return nil, err
+	}
+	if err := r.startNodes(); err != nil {
+		return nil, err
+	}
+	if cfg.Proxies.Proxies > 0 {
+		if err := r.newProxies(); err != nil {
+			return nil, err
+		}
+	}
+	r.queueScenario()
+	if _, ok := r.nodes[0].s.(strategy.Waiter); ok && cfg.MaxWait > 0 {
+		r.res.WaitingMode = true
+	}
+	r.push(event{at: 0, prio: prioSample})
+	return r, nil
+}
+
+// checkConfig checks what newRunner needs of cfg before it changes it:
+// nodes, a strategy factory and an assigner, valid proxies, and edge times
+// and charge marks (if any) for every request of trace.
+func checkConfig(trace *workload.Trace, cfg Config) error {
+	if cfg.Nodes < 1 {
+		return fmt.Errorf("sim: %d nodes; need at least 1", cfg.Nodes)
+	}
+	if cfg.New == nil || cfg.Assign == nil {
+		return fmt.Errorf("sim: config needs a strategy factory and an assigner")
+	}
+	if err := cfg.Proxies.Validate(); err != nil {
+		return err
+	}
+	if cfg.EdgeTimes != nil && len(cfg.EdgeTimes) != len(trace.Requests) {
+		return fmt.Errorf("sim: %d edge times for %d requests", len(cfg.EdgeTimes), len(trace.Requests))
+	}
+	if cfg.Charges != nil && len(cfg.Charges) != len(trace.Requests) {
+		return fmt.Errorf("sim: %d charge marks for %d requests", len(cfg.Charges), len(trace.Requests))
+	}
+	return nil
+}
+
+// complete fills in cfg's defaults (sample interval, drain), takes the
+// partition mode out of its parameters and applies its scenario's network
+// settings, checking the network that results.
+func (cfg *Config) complete() error {
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = time.Second
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = time.Minute
+	}
+	params, mode, err := strategy.TakePartition(cfg.Params)
+	if err != nil {
+		return fmt.Errorf("sim: %s: %w", cfg.Name, err)
+	}
+	if mode != strategy.PartitionAvailable {
+		cfg.Partition = mode
+	}
+	cfg.Params = params
+	if err := cfg.Scenario.apply(&cfg.Network); err != nil {
+		return err
+	}
+	return cfg.Network.Validate()
+}
+
+// addNodes names the run's nodes (by region with regions), checks that
+// the scenario names only them, and adds them, alive, each with the whole
+// membership as its view.
+func (r *runner) addNodes() error {
+	cfg := r.cfg
 	members := make([]strategy.NodeID, cfg.Nodes)
 	for i := range members {
 		members[i] = strategy.NodeID(fmt.Sprintf("n%d", i))
@@ -360,7 +400,7 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		r.byName[string(members[i])] = i
 	}
 	if err := cfg.Scenario.checkIn(r.byName, cfg.Regions); err != nil {
-		return nil, err
+		return err
 	}
 	sorted := slices.Clone(members)
 	slices.Sort(sorted)
@@ -373,36 +413,39 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		r.nodes = append(r.nodes, n)
 		r.alive = append(r.alive, i)
 	}
+	return nil
+}
+
+// startNodes starts every node at time 0, checking after the first that
+// the strategy supports the partition mode asked for.
+func (r *runner) startNodes() error {
 	for i := range r.nodes {
 		if err := r.start(i, 0); err != nil {
-			return nil, err
+			return err
 		}
 		if i == 0 {
-			if err := strategy.CheckPartition(cfg.Name, r.nodes[0].s, cfg.Partition); err != nil {
-				return nil, fmt.Errorf("sim: %w", err)
+			if err := strategy.CheckPartition(r.cfg.Name, r.nodes[0].s, r.cfg.Partition); err != nil {
+				return fmt.Errorf("sim: %w", err)
 			}
 		}
 	}
-	if cfg.Proxies.Proxies > 0 {
-		if err := r.newProxies(); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Scenario != nil && cfg.Scenario.ReconnectInterval > 0 {
+	return nil
+}
+
+// queueScenario draws each node's reconnect phase (when the scenario
+// reconnects periodically) and queues the scenario's events.
+func (r *runner) queueScenario() {
+	sc := r.cfg.Scenario
+	if sc != nil && sc.ReconnectInterval > 0 {
 		for _, n := range r.nodes {
-			n.phase = time.Duration(r.memRnd.Int64N(int64(cfg.Scenario.ReconnectInterval)))
+			n.phase = time.Duration(r.memRnd.Int64N(int64(sc.ReconnectInterval)))
 		}
 	}
-	if cfg.Scenario != nil {
-		for i, e := range cfg.Scenario.Events {
+	if sc != nil {
+		for i, e := range sc.Events {
 			r.push(event{at: e.At, prio: prioScenario, scen: int32(i)})
 		}
 	}
-	if _, ok := r.nodes[0].s.(strategy.Waiter); ok && cfg.MaxWait > 0 {
-		r.res.WaitingMode = true
-	}
-	r.push(event{at: 0, prio: prioSample})
-	return r, nil
 }
 
 func (r *runner) push(e event) {
@@ -567,16 +610,7 @@ func (r *runner) step(e event) {
 	r.wanCall = e.prio == prioDeliver && e.wan
 	switch e.prio {
 	case prioDeliver:
-		n := r.nodes[e.node]
-		// A message crossing a partition cut after it was sent is lost too.
-		if !n.alive || n.group != r.nodes[e.from].group {
-			r.res.MessagesLost++
-			return
-		}
-		r.inCall = prioDeliver
-		if err := n.h.Receive(r.now, 0, r.nodes[e.from].id, e.payload); err != nil {
-			r.res.ReceiveErrors++
-		}
+		r.deliver(e)
 	case prioProxy, prioProxyTimer:
 		r.proxyEvent(e)
 	case prioWake:
@@ -587,15 +621,7 @@ func (r *runner) step(e event) {
 		r.inCall = prioWake
 		n.h.Tick(r.now, 0)
 	case prioMembership:
-		if e.from == expireLost {
-			r.updateExpected(int(e.node))
-			return
-		}
-		if e.from == dropPeer {
-			r.dropPeer(int(e.node), int(e.scen))
-			return
-		}
-		r.updateView(int(e.node))
+		r.membership(e)
 	case prioScenario:
 		r.scenario(r.cfg.Scenario.Events[e.scen])
 	case prioReconnect:
@@ -607,6 +633,21 @@ func (r *runner) step(e event) {
 		if r.now < r.lastArrival() || r.pendingDecisions > 0 {
 			r.push(event{at: r.now + r.cfg.SampleEvery, prio: prioSample})
 		}
+	}
+}
+
+// deliver hands a message to its node, or counts it lost when the node is
+// down or a partition cut now lies between it and the sender.
+func (r *runner) deliver(e event) {
+	n := r.nodes[e.node]
+	// A message crossing a partition cut after it was sent is lost too.
+	if !n.alive || n.group != r.nodes[e.from].group {
+		r.res.MessagesLost++
+		return
+	}
+	r.inCall = prioDeliver
+	if err := n.h.Receive(r.now, 0, r.nodes[e.from].id, e.payload); err != nil {
+		r.res.ReceiveErrors++
 	}
 }
 
@@ -629,326 +670,4 @@ func (r *runner) sample() {
 	}
 	r.stateSum += float64(sum) / float64(len(r.alive))
 	r.statSamples++
-}
-
-// scenario carries out e on the network at once and schedules the nodes'
-// view updates (detect): a restart or a heal is a join, the others are
-// failures.
-func (r *runner) scenario(e ScenarioEvent) {
-	e = r.expandRegions(e)
-	join := false
-	switch {
-	case len(e.Crash) > 0:
-		for _, name := range e.Crash {
-			r.crash(r.byName[name])
-		}
-	case e.CrashOwnerOfHottest > 0:
-		for _, name := range r.ownersOfHottest(e.CrashOwnerOfHottest) {
-			r.crash(r.byName[string(name)])
-		}
-	case len(e.Restart) > 0:
-		join = true
-		for _, name := range e.Restart {
-			i := r.byName[name]
-			n := r.nodes[i]
-			if n.alive {
-				continue
-			}
-			n.alive, n.epoch = true, n.epoch+1
-			r.alive = append(r.alive, i)
-			slices.Sort(r.alive)
-			n.view = r.reachable(i)
-			n.expect, n.lost = slices.Clone(n.view), map[strategy.NodeID]time.Duration{}
-			_ = r.start(i, r.now) // the factory accepted this configuration at time 0
-		}
-	case len(e.Partition) > 0:
-		r.healGen++
-		for _, n := range r.nodes {
-			n.group = len(e.Partition) // nodes not listed form a group of their own
-		}
-		for g, names := range e.Partition {
-			for _, name := range names {
-				r.nodes[r.byName[name]].group = g
-			}
-		}
-		for _, n := range r.nodes {
-			n.mgroup = n.group // each side's detectors lose the other side
-		}
-	case e.Heal:
-		r.healGen++
-		for _, n := range r.nodes {
-			n.group = 0
-		}
-		if at, ok := r.firstReconnect(); ok {
-			// Messages flow again, but the views stay split until the
-			// first reconnect attempt merges the membership groups.
-			r.push(event{at: at, prio: prioReconnect, epoch: r.healGen})
-			return
-		}
-		for _, n := range r.nodes {
-			n.mgroup = 0
-		}
-		join = true
-	}
-	r.detect(join)
-}
-
-// firstReconnect is the time of the first reconnect attempt of any live
-// node at or after now; false when reconnects are not modelled
-// (ReconnectInterval 0) or no node is up.
-func (r *runner) firstReconnect() (time.Duration, bool) {
-	iv := r.cfg.Scenario.ReconnectInterval
-	if iv <= 0 || len(r.alive) == 0 {
-		return 0, false
-	}
-	first := time.Duration(-1)
-	for _, i := range r.alive {
-		ph := r.nodes[i].phase
-		at := ph
-		if r.now > ph {
-			at = ph + (r.now-ph+iv-1)/iv*iv
-		}
-		if first < 0 || at < first {
-			first = at
-		}
-	}
-	return first, true
-}
-
-// merge runs at the reconnect attempt that ends a partition: the
-// membership groups become the network's again, and every node learns of
-// it after its own detection delay.
-func (r *runner) merge() {
-	for _, n := range r.nodes {
-		n.mgroup = n.group
-	}
-	r.detect(true)
-}
-
-// detect schedules every node's view update after its own delay: for a
-// join (a restart, or the merge after a heal) with Scenario.JoinDelay set,
-// a uniform draw in [0, JoinDelay] (gossip spreading the join); otherwise
-// Scenario.Detection plus a uniform draw in [0, DetectionJitter]. The draws
-// are made for every node, live or not, in node order, so that they depend
-// only on the seed and the scenario.
-func (r *runner) detect(join bool) {
-	sc := r.cfg.Scenario
-	if !join && sc.DetectionSpacing > 0 {
-		r.detectPerPeer()
-		return
-	}
-	for i := range r.nodes {
-		var d time.Duration
-		switch {
-		case join && sc.JoinDelay > 0:
-			d = time.Duration(r.memRnd.Int64N(int64(sc.JoinDelay) + 1))
-		default:
-			d = r.detectionDelay()
-		}
-		r.push(event{at: r.now + d, prio: prioMembership, node: int32(i)})
-	}
-}
-
-// detectionDelay is one node's failure-detection delay, Detection +
-// U[0, DetectionJitter] (a draw from memRnd only when DetectionJitter > 0).
-func (r *runner) detectionDelay() time.Duration {
-	sc := r.cfg.Scenario
-	if sc.DetectionJitter <= 0 {
-		return sc.Detection
-	}
-	return sc.Detection + time.Duration(r.memRnd.Int64N(int64(sc.DetectionJitter)+1))
-}
-
-// detectPerPeer schedules, for a failure (crash, partition) with
-// Scenario.DetectionSpacing set, every node's declarations one peer at a
-// time: the peers node i must declare failed (in its view, not among the
-// live nodes of its membership group) in an order drawn from the seed
-// (memberlist probes a shuffled member list round-robin), the k-th
-// (k = 0, 1, ...) after Detection + k x DetectionSpacing + U[0,
-// DetectionJitter]. Every declaration but the last drops one peer
-// (dropPeer); the last brings node i's view to the whole truth
-// (updateView), as a single update does without spacing. A node with no
-// peer to declare (dead, or its view already right) gets one full update
-// after Detection + U[0, DetectionJitter]. The draws are made for every
-// node in node order, so that they depend only on the seed and the
-// scenario.
-func (r *runner) detectPerPeer() {
-	sc := r.cfg.Scenario
-	for i, n := range r.nodes {
-		var lost []int32
-		if n.alive {
-			live := r.reachable(i)
-			for _, id := range n.view {
-				if !slices.Contains(live, id) {
-					lost = append(lost, int32(r.byName[string(id)]))
-				}
-			}
-		}
-		r.memRnd.Shuffle(len(lost), func(a, b int) { lost[a], lost[b] = lost[b], lost[a] })
-		if len(lost) == 0 {
-			r.push(event{at: r.now + r.detectionDelay(), prio: prioMembership, node: int32(i)})
-			continue
-		}
-		for k, p := range lost {
-			d := time.Duration(k)*sc.DetectionSpacing + r.detectionDelay()
-			e := event{at: r.now + d, prio: prioMembership, node: int32(i), from: dropPeer, scen: p}
-			if k == len(lost)-1 {
-				e.from, e.scen = 0, 0 // the last: the whole truth
-			}
-			r.push(e)
-		}
-	}
-}
-
-func (r *runner) crash(i int) {
-	n := r.nodes[i]
-	if !n.alive {
-		return
-	}
-	n.alive = false
-	n.epoch++
-	r.alive = slices.DeleteFunc(r.alive, func(x int) bool { return x == i })
-	r.res.Crashed = append(r.res.Crashed, string(n.id))
-	r.proxiesLoseNode(i)
-}
-
-// OwnersOfHottest returns the distinct rendezvous owners (rendezvous.Owner)
-// among members of the k most requested keys of trace (ties by key), in the
-// order of the keys: the nodes a crash_owner_of_hottest: k event crashes.
-func OwnersOfHottest(trace *workload.Trace, members []strategy.NodeID, k int) []strategy.NodeID {
-	counts := trace.KeyCounts()
-	keys := make([]string, 0, len(counts))
-	for key := range counts {
-		keys = append(keys, key)
-	}
-	sort.Slice(keys, func(a, b int) bool {
-		if counts[keys[a]] != counts[keys[b]] {
-			return counts[keys[a]] > counts[keys[b]]
-		}
-		return keys[a] < keys[b]
-	})
-	var out []strategy.NodeID
-	for _, key := range keys[:max(0, min(k, len(keys)))] {
-		if o := rendezvous.Owner(key, members); !slices.Contains(out, o) {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// ownersOfHottest is OwnersOfHottest over all nodes, live or not.
-func (r *runner) ownersOfHottest(k int) []strategy.NodeID {
-	all := make([]strategy.NodeID, len(r.nodes))
-	for i, n := range r.nodes {
-		all[i] = n.id
-	}
-	return OwnersOfHottest(r.trace, all, k)
-}
-
-// reachable is the sorted list of live nodes in node i's membership group:
-// what its failure detector converges to.
-func (r *runner) reachable(i int) []strategy.NodeID {
-	var out []strategy.NodeID
-	for _, j := range r.alive {
-		if r.nodes[j].mgroup == r.nodes[i].mgroup {
-			out = append(out, r.nodes[j].id)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// updateView runs when node i's failure detector has caught up: if node i
-// is live and its view differs from the live nodes of its membership group,
-// its strategy is told.
-func (r *runner) updateView(i int) {
-	n := r.nodes[i]
-	if !n.alive {
-		return
-	}
-	r.setView(i, r.reachable(i))
-}
-
-// dropPeer runs when node i declares peer p failed (per-peer detection,
-// detectPerPeer): if node i is live, p is in its view and p is not among
-// the live nodes of node i's membership group now (a heal or restart since
-// may have brought it back), p leaves node i's view.
-func (r *runner) dropPeer(i, p int) {
-	n := r.nodes[i]
-	if !n.alive {
-		return
-	}
-	id := r.nodes[p].id
-	if !slices.Contains(n.view, id) || slices.Contains(r.reachable(i), id) {
-		return
-	}
-	r.setView(i, slices.DeleteFunc(slices.Clone(n.view), func(x strategy.NodeID) bool { return x == id }))
-}
-
-// setView makes v (sorted) node i's view: the nodes that left it are
-// recorded as lost, and the strategy is told (SetMembers, then
-// SetExpected). Nothing happens if v is node i's view already.
-func (r *runner) setView(i int, v []strategy.NodeID) {
-	n := r.nodes[i]
-	if slices.Equal(v, n.view) {
-		return
-	}
-	for _, id := range n.view {
-		if !slices.Contains(v, id) {
-			n.lost[id] = r.now
-			if to := r.reconnectTimeout(); to > 0 {
-				r.push(event{at: r.now + to, prio: prioMembership, node: int32(i), from: expireLost})
-			}
-		}
-	}
-	for _, id := range v {
-		delete(n.lost, id)
-	}
-	n.view = v
-	r.inCall = prioMembership
-	n.h.SetMembers(r.now, 0, v)
-	r.updateExpected(i)
-}
-
-// expireLost marks a prioMembership event that ends ReconnectTimeout for
-// nodes node i lost (in event.from).
-const expireLost = -1
-
-// dropPeer marks a prioMembership event in which node i declares one peer
-// (the node index in event.scen) failed (per-peer detection).
-const dropPeer = -2
-
-func (r *runner) reconnectTimeout() time.Duration {
-	if r.cfg.Scenario == nil {
-		return 0
-	}
-	return r.cfg.Scenario.ReconnectTimeout
-}
-
-// updateExpected drops from node i's lost nodes those lost at least
-// ReconnectTimeout ago and, if its expected members (view plus lost)
-// changed, tells its strategy (strategy.Conserver).
-func (r *runner) updateExpected(i int) {
-	n := r.nodes[i]
-	if !n.alive {
-		return
-	}
-	if to := r.reconnectTimeout(); to > 0 {
-		for id, at := range n.lost {
-			if r.now-at >= to {
-				delete(n.lost, id)
-			}
-		}
-	}
-	exp := slices.Clone(n.view)
-	for id := range n.lost {
-		exp = append(exp, id)
-	}
-	slices.Sort(exp)
-	exp = slices.Compact(exp)
-	if slices.Equal(exp, n.expect) {
-		return
-	}
-	n.expect = exp
-	n.h.SetExpected(r.now, 0, exp) // inCall stays the caller's
 }

@@ -103,7 +103,6 @@ func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.
 	for i := range alive {
 		alive[i] = true
 	}
-	name := func(i int) string { return fmt.Sprintf("n%d", i) }
 	split := false
 	at := time.Second
 	n := rnd.IntN(maxEvents + 1)
@@ -112,27 +111,8 @@ func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.
 		if at >= end {
 			break
 		}
-		var live, dead []int
-		for i, a := range alive {
-			if a {
-				live = append(live, i)
-			} else {
-				dead = append(dead, i)
-			}
-		}
-		var kinds []string
-		if len(live) > 1 {
-			kinds = append(kinds, "crash")
-		}
-		if len(dead) > 0 {
-			kinds = append(kinds, "restart")
-		}
-		if nodes > 1 && !split {
-			kinds = append(kinds, "partition")
-		}
-		if split {
-			kinds = append(kinds, "heal")
-		}
+		live, dead := liveDead(alive)
+		kinds := faultKinds(len(live), len(dead), nodes, split)
 		if len(kinds) == 0 {
 			break
 		}
@@ -141,27 +121,15 @@ func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.
 		case "crash":
 			i := live[rnd.IntN(len(live))]
 			alive[i] = false
-			e.Crash = []string{name(i)}
+			e.Crash = []string{nodeName(i)}
 			f.Crashes++
 		case "restart":
 			i := dead[rnd.IntN(len(dead))]
 			alive[i] = true
-			e.Restart = []string{name(i)}
+			e.Restart = []string{nodeName(i)}
 			f.Restarts++
 		case "partition":
-			perm := rnd.Perm(nodes)
-			cut := 1 + rnd.IntN(nodes-1)
-			var a, b []string
-			for j, i := range perm {
-				if j < cut {
-					a = append(a, name(i))
-				} else {
-					b = append(b, name(i))
-				}
-			}
-			slices.Sort(a)
-			slices.Sort(b)
-			e.Partition = [][]string{a, b}
+			e.Partition = randomCut(rnd, nodes)
 			split = true
 			f.Partitions++
 		case "heal":
@@ -172,6 +140,60 @@ func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.
 		sc.Events = append(sc.Events, e)
 	}
 	return sc, f
+}
+
+// nodeName is the name of node i in the scenarios RandomScenario draws.
+func nodeName(i int) string { return fmt.Sprintf("n%d", i) }
+
+// liveDead lists the nodes alive and those not, in order.
+func liveDead(alive []bool) (live, dead []int) {
+	for i, a := range alive {
+		if a {
+			live = append(live, i)
+		} else {
+			dead = append(dead, i)
+		}
+	}
+	return live, dead
+}
+
+// faultKinds lists the kinds of fault that apply with live and dead nodes
+// of nodes, the cluster split or not: a crash while more than one node is
+// up, a restart while one is down, a partition of a whole cluster of two
+// or more, a heal of a split one.
+func faultKinds(live, dead, nodes int, split bool) []string {
+	var kinds []string
+	if live > 1 {
+		kinds = append(kinds, "crash")
+	}
+	if dead > 0 {
+		kinds = append(kinds, "restart")
+	}
+	if nodes > 1 && !split {
+		kinds = append(kinds, "partition")
+	}
+	if split {
+		kinds = append(kinds, "heal")
+	}
+	return kinds
+}
+
+// randomCut draws a partition of nodes nodes into two non-empty groups,
+// each sorted by name.
+func randomCut(rnd *rand.Rand, nodes int) [][]string {
+	perm := rnd.Perm(nodes)
+	cut := 1 + rnd.IntN(nodes-1)
+	var a, b []string
+	for j, i := range perm {
+		if j < cut {
+			a = append(a, nodeName(i))
+		} else {
+			b = append(b, nodeName(i))
+		}
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return [][]string{a, b}
 }
 
 // Garbage returns a payload that should not decode: random bytes, or a

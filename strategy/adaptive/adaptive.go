@@ -203,26 +203,9 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 	if err != nil {
 		return nil, err
 	}
-	window := v.Duration("window")
-	a.step = v.Duration("step")
-	if a.step <= 0 || window < a.step || window%a.step != 0 || window/a.step > 1000 {
-		return nil, fmt.Errorf("adaptive: window=%v must be a multiple (1 to 1000 times) of step=%v > 0", window, a.step)
-	}
-	a.slots = int(window / a.step)
-	if a.floor = v.Float("floor"); !(a.floor >= 0 && a.floor <= 1) {
-		return nil, fmt.Errorf("adaptive: parameter floor=%v must be in [0, 1]", a.floor)
-	}
-	if a.significance = v.Float("significance"); !(a.significance >= 0) || math.IsInf(a.significance, 0) {
-		return nil, fmt.Errorf("adaptive: parameter significance=%v must be a finite number >= 0", a.significance)
-	}
-	if a.minMean = v.Float("min_mean"); !(a.minMean >= 0) || math.IsInf(a.minMean, 0) {
-		return nil, fmt.Errorf("adaptive: parameter min_mean=%v must be a finite number >= 0", a.minMean)
-	}
-	a.raiseAfter = v.DurationOr("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond))
-	a.raiseAfterSet = v.Has("raise_after")
-	units := v.Int("units")
-	if units < 1 || units > 1_000_000 {
-		return nil, fmt.Errorf("adaptive: parameter units=%d must be in [1, 1000000]", units)
+	units, err := a.readParams(v, cfg)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
 		return nil, fmt.Errorf("adaptive: %w", err)
@@ -230,8 +213,45 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 	if !slices.Contains(cfg.Members, cfg.Self) {
 		return nil, fmt.Errorf("adaptive: %s is not among the members %v", cfg.Self, cfg.Members)
 	}
-	// The finest unit count, at most units, whose unit rate a bucket of
-	// burst b supports.
+	a.units, a.unitRate = finestUnits(cfg, units)
+	if err := a.setMembers(cfg.Members); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// readParams reads and checks window and step, floor, significance,
+// min_mean and raise_after, and returns the units parameter (checked to be
+// in [1, 1000000]).
+func (a *Adaptive) readParams(v *strategy.Values, cfg strategy.Config) (int, error) {
+	window := v.Duration("window")
+	a.step = v.Duration("step")
+	if a.step <= 0 || window < a.step || window%a.step != 0 || window/a.step > 1000 {
+		return 0, fmt.Errorf("adaptive: window=%v must be a multiple (1 to 1000 times) of step=%v > 0", window, a.step)
+	}
+	a.slots = int(window / a.step)
+	if a.floor = v.Float("floor"); !(a.floor >= 0 && a.floor <= 1) {
+		return 0, fmt.Errorf("adaptive: parameter floor=%v must be in [0, 1]", a.floor)
+	}
+	if a.significance = v.Float("significance"); !(a.significance >= 0) || math.IsInf(a.significance, 0) {
+		return 0, fmt.Errorf("adaptive: parameter significance=%v must be a finite number >= 0", a.significance)
+	}
+	if a.minMean = v.Float("min_mean"); !(a.minMean >= 0) || math.IsInf(a.minMean, 0) {
+		return 0, fmt.Errorf("adaptive: parameter min_mean=%v must be a finite number >= 0", a.minMean)
+	}
+	a.raiseAfter = v.DurationOr("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond))
+	a.raiseAfterSet = v.Has("raise_after")
+	units := v.Int("units")
+	if units < 1 || units > 1_000_000 {
+		return 0, fmt.Errorf("adaptive: parameter units=%d must be in [1, 1000000]", units)
+	}
+	return units, nil
+}
+
+// finestUnits is the finest unit count, at most units, whose unit rate a
+// bucket of cfg's burst supports, and that unit rate (0 and the zero rate
+// if none does).
+func finestUnits(cfg strategy.Config, units int) (int64, bucket.Rate) {
 	for u := int64(units); u >= 1; u /= 2 {
 		ur, err := cfg.Rate.Div(u)
 		if err != nil {
@@ -240,13 +260,9 @@ func New(cfg strategy.Config) (*Adaptive, error) {
 		if _, err := bucket.New(ur, cfg.Burst, 0); err != nil {
 			continue
 		}
-		a.units, a.unitRate = u, ur
-		break
+		return u, ur
 	}
-	if err := a.setMembers(cfg.Members); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return 0, bucket.Rate{}
 }
 
 // setMembers recomputes the static split (over the live members, or under
@@ -404,7 +420,6 @@ func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
 	if a.missing {
 		return // conserve, and members are missing: no epoch until they are back
 	}
-	n := len(a.members)
 	epoch := max(a.lastSent, a.epoch)
 	for _, m := range a.members {
 		r, ok := a.reports[m]
@@ -415,19 +430,42 @@ func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
 	}
 	epoch++
 	a.lastSent = epoch
-	// Key -> per-member stats.
-	type row struct{ offered, peak []int64 }
-	rows := map[string]*row{}
+	out := a.split(epoch)
+	for i, m := range a.members {
+		if m == a.self {
+			a.apply(now, out[i], fx)
+			continue
+		}
+		fx.Send(m, mustMarshal(&peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: out[i]}}))
+	}
+}
+
+// reportRow is one key's reported stats, per member (in members order).
+type reportRow struct{ offered, peak []int64 }
+
+// reportRows is the members' reports by key.
+func (a *Adaptive) reportRows() map[string]*reportRow {
+	n := len(a.members)
+	rows := map[string]*reportRow{}
 	for i, m := range a.members {
 		for _, s := range a.reports[m].Stats {
 			r := rows[s.Key]
 			if r == nil {
-				r = &row{offered: make([]int64, n), peak: make([]int64, n)}
+				r = &reportRow{offered: make([]int64, n), peak: make([]int64, n)}
 				rows[s.Key] = r
 			}
 			r.offered[i], r.peak[i] = s.Offered, s.PeakBacklog
 		}
 	}
+	return rows
+}
+
+// split computes epoch's shares of every member (in members order): for
+// every reported key whose offered tokens are skewed, the floor evenly and
+// the rest by offered tokens (rate) and peak backlog (burst).
+func (a *Adaptive) split(epoch uint64) []*peerv1.AdaptiveShares {
+	n := len(a.members)
+	rows := a.reportRows()
 	keys := slices.Sorted(maps.Keys(rows))
 	// Weights in milli-tokens.
 	floorU := int64(a.floor * float64(a.units))
@@ -448,36 +486,36 @@ func (a *Adaptive) resplit(now time.Duration, fx *strategy.Effects) {
 			wr[i] = uint64(max(r.offered[i], 0))
 			wb[i] = uint64(max(r.peak[i], 0))
 		}
-		// One token of burst for every node that saw the key, when the
-		// burst left after the floor allows.
-		active := make([]int64, n)
-		nActive := int64(0)
-		for i := range n {
-			if r.offered[i] > 0 {
-				nActive++
-			}
-		}
-		restB := a.burst - floorB
-		if nActive <= restB {
-			for i := range n {
-				if r.offered[i] > 0 {
-					active[i] = 1
-				}
-			}
-			restB -= nActive
-		}
+		active, restB := activeBurst(r.offered, a.burst-floorB)
 		ru, bu := apportion(a.units-floorU, wr), apportion(restB, wb)
 		for i := range n {
 			out[i].Shares = append(out[i].Shares, &peerv1.AdaptiveShare{Key: k, RateUnits: evenU[i] + ru[i], Burst: evenB[i] + active[i] + bu[i]})
 		}
 	}
-	for i, m := range a.members {
-		if m == a.self {
-			a.apply(now, out[i], fx)
-			continue
+	return out
+}
+
+// activeBurst gives one token of burst to every node that saw the key
+// (offered > 0), when restB, the burst left after the floor, allows, and
+// returns those tokens per node and the burst left after them.
+func activeBurst(offered []int64, restB int64) ([]int64, int64) {
+	n := len(offered)
+	active := make([]int64, n)
+	nActive := int64(0)
+	for i := range n {
+		if offered[i] > 0 {
+			nActive++
 		}
-		fx.Send(m, mustMarshal(&peerv1.AdaptiveMessage{Body: &peerv1.AdaptiveMessage_Shares{Shares: out[i]}}))
 	}
+	if nActive <= restB {
+		for i := range n {
+			if offered[i] > 0 {
+				active[i] = 1
+			}
+		}
+		restB -= nActive
+	}
+	return active, restB
 }
 
 // skewed reports whether offered tokens per node are too uneven to come

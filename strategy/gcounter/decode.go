@@ -1,6 +1,8 @@
 package gcounter
 
 import (
+	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -8,6 +10,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
 // wireMessage is a decoded GCounterMessage (peerv1), before validation.
@@ -120,15 +123,11 @@ func (g *GCounter) decodeBucketFast(p []byte, scratch []entry) (wireBucket, []en
 			p = p[n:]
 			w.Key = string(v)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(p)
-			if n < 0 {
-				return w, scratch, false
-			}
-			p = p[n:]
-			e, ok := g.decodeEntryFast(v)
+			e, n, ok := g.consumeEntryFast(p)
 			if !ok {
 				return w, scratch, false
 			}
+			p = p[n:]
 			scratch = append(scratch, e)
 		case num >= 3 && num <= 6 && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(p)
@@ -136,16 +135,7 @@ func (g *GCounter) decodeBucketFast(p []byte, scratch []entry) (wireBucket, []en
 				return w, scratch, false
 			}
 			p = p[n:]
-			switch num {
-			case 3:
-				w.Limit = int64(v)
-			case 4:
-				w.LimitTicks = int64(v)
-			case 5:
-				w.RefillNs = int64(v)
-			case 6:
-				w.Generation = int64(v)
-			}
+			w.setVarint(num, int64(v))
 		default:
 			return w, scratch, false
 		}
@@ -153,6 +143,31 @@ func (g *GCounter) decodeBucketFast(p []byte, scratch []entry) (wireBucket, []en
 	w.Counter = make([]entry, len(scratch))
 	copy(w.Counter, scratch)
 	return w, scratch, true
+}
+
+// setVarint sets the bucket's varint field num (3 to 6) to v.
+func (w *wireBucket) setVarint(num protowire.Number, v int64) {
+	switch num {
+	case 3:
+		w.Limit = v
+	case 4:
+		w.LimitTicks = v
+	case 5:
+		w.RefillNs = v
+	case 6:
+		w.Generation = v
+	}
+}
+
+// consumeEntryFast parses one length-delimited GCounterEntry at the start
+// of p and returns it and the bytes it took.
+func (g *GCounter) consumeEntryFast(p []byte) (entry, int, bool) {
+	v, n := protowire.ConsumeBytes(p)
+	if n < 0 {
+		return entry{}, n, false
+	}
+	e, ok := g.decodeEntryFast(v)
+	return e, n, ok
 }
 
 // decodeEntryFast parses one GCounterEntry.
@@ -207,4 +222,92 @@ func (g *GCounter) intern(b []byte) strategy.NodeID {
 		g.names[string(id)] = id
 	}
 	return id
+}
+
+// decodeBucket validates a decoded bucket and returns its state, which
+// takes pb.Counter over.
+func (g *GCounter) decodeBucket(now time.Duration, pb *wireBucket) (*bucketState, error) {
+	if pb.Key == "" {
+		return nil, fmt.Errorf("bucket with an empty key")
+	}
+	b := &bucketState{gen: pb.Generation, counter: pb.Counter, limit: pb.Limit, frac: pb.LimitTicks, refill: time.Duration(pb.RefillNs)}
+	if err := checkSlots(pb.Key, b); err != nil {
+		return nil, err
+	}
+	if err := g.checkLimit(now, pb, b); err != nil {
+		return nil, err
+	}
+	if err := g.checkSinceGeneration(now, pb.Key, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// checkSlots checks the slots of key's decoded bucket b (named, counts in
+// range, sorted without repeats) and sums them into b.consumed.
+func checkSlots(key string, b *bucketState) error {
+	for i, e := range b.counter {
+		switch {
+		case e.node == "":
+			return fmt.Errorf("key %q: G-Counter slot with an empty node", key)
+		case e.consumed < 0 || e.consumed > maxConsumed:
+			return fmt.Errorf("key %q: slot %s has consumed %d out of range", key, e.node, e.consumed)
+		case i > 0 && cmpSlot(b.counter[i-1], e) >= 0:
+			return fmt.Errorf("key %q: G-Counter slots not sorted or repeated at %s", key, e.node)
+		}
+		b.consumed += e.consumed
+		if b.consumed > maxConsumed {
+			return fmt.Errorf("key %q: consumed tokens above %d", key, int64(maxConsumed))
+		}
+	}
+	return nil
+}
+
+// checkLimit checks a decoded bucket's limit, its fraction, refill
+// timestamp and generation: not negative, the limit at most consumed plus
+// capacity, the refill not after now (plus the clock skew allowed).
+func (g *GCounter) checkLimit(now time.Duration, pb *wireBucket, b *bucketState) error {
+	switch {
+	case b.limit < 0:
+		return fmt.Errorf("key %q: negative limit %d", pb.Key, b.limit)
+	case b.frac < 0 || b.frac >= g.per:
+		return fmt.Errorf("key %q: limit fraction %d ticks out of [0, %d)", pb.Key, b.frac, g.per)
+	case b.refill < 0:
+		return fmt.Errorf("key %q: negative refill timestamp %d", pb.Key, pb.RefillNs)
+	case b.gen < 0:
+		return fmt.Errorf("key %q: negative generation %d", pb.Key, b.gen)
+	case b.limit > b.consumed+g.capacity || (b.limit == b.consumed+g.capacity && b.frac > 0):
+		return fmt.Errorf("key %q: limit %d above consumed %d + capacity %d", pb.Key, b.limit, b.consumed, g.capacity)
+	case b.refill > now+peerbound.ClockSkew:
+		return fmt.Errorf("key %q: refill timestamp %v is after now %v", pb.Key, b.refill, now)
+	}
+	return nil
+}
+
+// checkSinceGeneration checks a decoded bucket against what the rule
+// allows since its generation began: a generation not after now, and the
+// limit and every slot at most the burst plus the refill since.
+func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucketState) error {
+	// The key's life began at its generation's start: nobody can have
+	// consumed (or been allowed) more than its burst plus its refill since.
+	genStart := time.Duration(0)
+	switch {
+	case g.idle <= 0 && b.gen != 0:
+		return fmt.Errorf("key %q: generation %d with expiry off (every generation is 0)", key, b.gen)
+	case g.idle > 0:
+		if b.gen > int64((now+peerbound.ClockSkew)/g.idle) {
+			return fmt.Errorf("key %q: generation %d begins after now %v (idle %v)", key, b.gen, now, g.idle)
+		}
+		genStart = time.Duration(b.gen) * g.idle
+	}
+	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
+	if b.limit > bound {
+		return fmt.Errorf("key %q: limit %d above the %d tokens the rule allows since generation %d", key, b.limit, bound, b.gen)
+	}
+	for _, e := range b.counter {
+		if e.consumed > bound {
+			return fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", key, e.node, e.consumed, bound, b.gen)
+		}
+	}
+	return nil
 }

@@ -27,24 +27,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	}
 	nb := g.neighbours[g.nextNb%len(g.neighbours)]
 	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
-	if g.sent == nil {
-		g.sent = map[strategy.NodeID]map[string]sentKey{}
-	}
-	for n := range g.sent {
-		if !slices.Contains(g.neighbours, n) {
-			delete(g.sent, n)
-		}
-	}
-	sent := g.sent[nb]
-	if sent == nil {
-		sent = map[string]sentKey{}
-		g.sent[nb] = sent
-	}
-	for k := range sent {
-		if g.shares[k] == nil {
-			delete(sent, k)
-		}
-	}
+	sent := g.sentTo(nb)
 	if len(g.shares) == 0 {
 		return
 	}
@@ -52,11 +35,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
 	for _, k := range g.sortedKeys() {
 		s := g.shareMsg(k, now)
-		if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
-			delete(sent, k)
-			continue
-		}
-		if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+		if !g.toProbe(now, k, s, sent) {
 			continue
 		}
 		keys = append(keys, k)
@@ -82,6 +61,46 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 		}
 	}
 	fx.Send(nb, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Probe{Probe: p}}))
+}
+
+// sentTo returns what was last sent to neighbour nb per key, after
+// forgetting what was sent to nodes that are no longer neighbours and to
+// nb of keys this node holds no explicit share of any more.
+func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
+	if g.sent == nil {
+		g.sent = map[strategy.NodeID]map[string]sentKey{}
+	}
+	for n := range g.sent {
+		if !slices.Contains(g.neighbours, n) {
+			delete(g.sent, n)
+		}
+	}
+	sent := g.sent[nb]
+	if sent == nil {
+		sent = map[string]sentKey{}
+		g.sent[nb] = sent
+	}
+	for k := range sent {
+		if g.shares[k] == nil {
+			delete(sent, k)
+		}
+	}
+	return sent
+}
+
+// toProbe reports whether a probe to a neighbour lists key k, whose inputs
+// are s now (see probe): not when it is idle at the default share (then
+// forgotten from sent), nor when what was sent of it is recent and not
+// materially different.
+func (g *GDRL) toProbe(now time.Duration, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
+	if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
+		delete(sent, k)
+		return false
+	}
+	if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+		return false
+	}
+	return true
 }
 
 // sentKey is a key's indicator inputs as last sent to a neighbour.
@@ -131,6 +150,13 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 		}
 	}
 	sort.Strings(keys)
+	g.answerProbe(now, from, fromInc, p, theirs, keys, fx)
+}
+
+// answerProbe runs the pairwise update for each of keys (sorted) with the
+// prober's inputs theirs: it pays what it owes and asks for what the
+// prober owes (onProbe).
+func (g *GDRL) answerProbe(now time.Duration, from strategy.NodeID, fromInc uint64, p *peerv1.GdrlProbe, theirs map[string]*peerv1.GdrlShare, keys []string, fx *strategy.Effects) {
 	var pay []item
 	ask := &peerv1.GdrlAsk{ToInc: fromInc, DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {

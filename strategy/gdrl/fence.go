@@ -27,6 +27,36 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 			g.mark(partHeld)
 		}
 	}
+	items := g.inheritShares(now, rec)
+	g.dc += rec.dc
+	g.db += rec.db
+	g.mark(partDefaults)
+	g.mark(partOutbox)
+	g.mark(partTombs)
+	g.adoptOutbox(now, rec.outbox)
+	at := g.version + 1 // the first version of this node's record that holds the tombstones
+	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied, at: at,
+		givenUp: rec.givenUp}
+	if tb.applied == nil {
+		tb.applied = filters{}
+	}
+	g.tombs = append(g.tombs, tb)
+	if g.incOf(node) > rec.inc {
+		defer g.learnHeld(rec.held)
+	} else {
+		tb.held = rec.held
+	}
+	g.adoptTombs(rec, at)
+	if fx == nil {
+		return
+	}
+	g.retransmitTransfers(now, fx)
+}
+
+// inheritShares adds a ward's shares to this node's: its default share to
+// every key the record does not list, and each share it lists (pinned) to
+// that key's. It returns the shares listed, sorted by key.
+func (g *GDRL) inheritShares(now time.Duration, rec *heldRecord) []item {
 	for _, k := range g.sortedKeys() {
 		if _, ok := rec.shares[k]; !ok {
 			g.adjust(k, rec.dc, rec.db, now)
@@ -44,30 +74,24 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 		g.adjust(k, v[0], v[1], now)
 		items = append(items, item{key: k, c: v[0], b: v[1]})
 	}
-	g.dc += rec.dc
-	g.db += rec.db
-	g.mark(partDefaults)
-	g.mark(partOutbox)
-	g.mark(partTombs)
-	for _, t := range rec.outbox {
+	return items
+}
+
+// adoptOutbox adds to this node's outbox, released and due for sending, a
+// copy of each of a ward's transfers it does not hold.
+func (g *GDRL) adoptOutbox(now time.Duration, outbox []*transfer) {
+	for _, t := range outbox {
 		if !g.hasTransfer(t.id) {
 			c := t.clone()
 			c.released, c.lastSent = true, now-g.retransmit
 			g.outbox = append(g.outbox, c)
 		}
 	}
-	at := g.version + 1 // the first version of this node's record that holds the tombstones
-	tb := &tombstone{node: node, inc: rec.inc, version: rec.version, dc: rec.dc, db: rec.db, items: items, applied: rec.applied, at: at,
-		givenUp: rec.givenUp}
-	if tb.applied == nil {
-		tb.applied = filters{}
-	}
-	g.tombs = append(g.tombs, tb)
-	if g.incOf(node) > rec.inc {
-		defer g.learnHeld(rec.held)
-	} else {
-		tb.held = rec.held
-	}
+}
+
+// adoptTombs takes over a ward's tombstones (those not held here already),
+// retired and draining tombstones, as held from record version at.
+func (g *GDRL) adoptTombs(rec *heldRecord, at uint64) {
 	for _, t := range rec.tombs {
 		if g.tombForV(t.node, t.inc, t.version) == nil {
 			t.at = at
@@ -91,14 +115,6 @@ func (g *GDRL) inherit(now time.Duration, node strategy.NodeID, rec *heldRecord,
 	}
 	if len(rec.retired)+len(rec.draining) > 0 {
 		g.mark(partLocal)
-	}
-	if fx == nil {
-		return
-	}
-	for _, t := range slices.Clone(g.outbox) {
-		if t.released && now-t.lastSent >= g.retransmit {
-			g.sendTransfer(now, t, fx)
-		}
 	}
 }
 
@@ -254,57 +270,7 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 	onBehalf = slices.CompactFunc(onBehalf, func(a, b *transfer) bool { return a.id == b.id })
 	if !g.fencesApplied[k] {
 		g.fencesApplied[k] = true
-		g.mark(partGivenUp)
-		g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
-		// Transfers to other incarnations that the heir's copies of this
-		// node's tombstones credited: if this node's own tombstone (one
-		// the heir copied, about to be dropped) credited one too, after
-		// the version inherited, it was counted twice: give it up here.
-		listed := map[TransferID]bool{}
-		for _, t := range onBehalf {
-			listed[t.id] = true
-			if t.id.Dst == g.self && t.id.DstInc == g.inc {
-				continue
-			}
-			if g.creditedAfter(t.id, f.Version) {
-				g.addItems(t.items, -1, now)
-			}
-		}
-		g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
-		g.mark(partLocal)
-		// The tombstones in the record the heir inherited went with it:
-		// the heir's copies fence (or settle) them from now on, and what
-		// they hold was in the amounts just given up. But what one of
-		// them credited after that version (a transfer its incarnation,
-		// alive across a cut, may have credited too) no copy knows of:
-		// a tombstone whose incarnation is not known dead and that did
-		// so keeps fencing that incarnation (draining) for those
-		// credits, which the incarnation reconciles once per credit.
-		for _, tb := range g.tombs {
-			if tb.at == 0 || tb.at > f.Version {
-				continue
-			}
-			after := slices.DeleteFunc(slices.Clone(tb.onBehalf), func(t *transfer) bool { return t.creditedAt <= f.Version || listed[t.id] })
-			// Likewise the give-ups it made after that version, which
-			// the heir's copy does not carry (see absorb).
-			gaveUp := slices.DeleteFunc(slices.Clone(tb.absorbed), func(a *absorbedInh) bool { return a.at <= f.Version })
-			switch {
-			case len(after) == 0 && len(gaveUp) == 0:
-			case tb.fenceDone:
-				// The incarnation is dead and the heir's copy settles
-				// its transfers: these go to it again (or to whoever
-				// settles them now), under their own names.
-				g.redeliver(now, after)
-			default:
-				c := *tb
-				c.onBehalf, c.absorbed, c.fencing, c.heirTarget = after, gaveUp, false, ""
-				g.draining = append(g.draining, &c)
-				g.mark(partLocal)
-			}
-		}
-		g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
-		g.mark(partTombs)
-		g.mark(partDefaults)
+		g.applyFence(now, f, onBehalf)
 	}
 	// What the fence's tombstone credited on this incarnation's behalf
 	// (reconcileCredit), and the give-ups of other inheritances of it
@@ -325,6 +291,79 @@ func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlF
 		g.reconcileProxy(now, f.Inc, x)
 	}
 	g.sendGated(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_FenceAck{FenceAck: ack}}))
+}
+
+// applyFence gives up, once per fence f of this incarnation, what its heir
+// inherited (f's amounts, and the transfers the heir credited on its behalf
+// (onBehalf, sorted) that it credited too), and the tombstones and retired
+// tombstones that went with the record the heir inherited.
+func (g *GDRL) applyFence(now time.Duration, f *peerv1.GdrlFenced, onBehalf []*transfer) {
+	g.mark(partGivenUp)
+	g.giveUp(now, f.DefaultCapacity, f.DefaultBurst, itemsFrom(f.Items))
+	listed := map[TransferID]bool{}
+	g.giveUpTwice(now, f.Version, onBehalf, listed)
+	g.retired = slices.DeleteFunc(g.retired, func(t *tombstone) bool { return t.at <= f.Version })
+	g.mark(partLocal)
+	g.drainInherited(now, f.Version, listed)
+	g.tombs = slices.DeleteFunc(g.tombs, func(t *tombstone) bool { return t.at <= f.Version })
+	g.mark(partTombs)
+	g.mark(partDefaults)
+}
+
+// giveUpTwice gives up the transfers to other incarnations in onBehalf that
+// this node's own tombstones credited after record version too, and notes
+// in listed the ids onBehalf lists.
+func (g *GDRL) giveUpTwice(now time.Duration, version uint64, onBehalf []*transfer, listed map[TransferID]bool) {
+	// Transfers to other incarnations that the heir's copies of this
+	// node's tombstones credited: if this node's own tombstone (one
+	// the heir copied, about to be dropped) credited one too, after
+	// the version inherited, it was counted twice: give it up here.
+	for _, t := range onBehalf {
+		listed[t.id] = true
+		if t.id.Dst == g.self && t.id.DstInc == g.inc {
+			continue
+		}
+		if g.creditedAfter(t.id, version) {
+			g.addItems(t.items, -1, now)
+		}
+	}
+}
+
+// drainInherited handles the credits and give-ups that the tombstones
+// inherited with record version made after it (listed: the credits the
+// fence names): redelivered for a tombstone whose incarnation is dead,
+// else kept fencing in a draining copy.
+func (g *GDRL) drainInherited(now time.Duration, version uint64, listed map[TransferID]bool) {
+	// The tombstones in the record the heir inherited went with it:
+	// the heir's copies fence (or settle) them from now on, and what
+	// they hold was in the amounts just given up. But what one of
+	// them credited after that version (a transfer its incarnation,
+	// alive across a cut, may have credited too) no copy knows of:
+	// a tombstone whose incarnation is not known dead and that did
+	// so keeps fencing that incarnation (draining) for those
+	// credits, which the incarnation reconciles once per credit.
+	for _, tb := range g.tombs {
+		if tb.at == 0 || tb.at > version {
+			continue
+		}
+		after := slices.DeleteFunc(slices.Clone(tb.onBehalf), func(t *transfer) bool { return t.creditedAt <= version || listed[t.id] })
+		// Likewise the give-ups it made after that version, which
+		// the heir's copy does not carry (see absorb).
+		gaveUp := slices.DeleteFunc(slices.Clone(tb.absorbed), func(a *absorbedInh) bool { return a.at <= version })
+		switch {
+		case len(after) == 0 && len(gaveUp) == 0:
+		case tb.fenceDone:
+			// The incarnation is dead and the heir's copy settles
+			// its transfers: these go to it again (or to whoever
+			// settles them now), under their own names.
+			g.redeliver(now, after)
+		default:
+			c := *tb
+			c.onBehalf, c.absorbed, c.fencing, c.heirTarget = after, gaveUp, false, ""
+			g.draining = append(g.draining, &c)
+			g.mark(partLocal)
+		}
+	}
 }
 
 // reconcileCredit reconciles t, a transfer to this incarnation that a

@@ -391,59 +391,90 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := g.readExchange(v, cfg); err != nil {
+		return nil, err
+	}
+	if err := g.readTimers(v, cfg); err != nil {
+		return nil, err
+	}
+	if err := g.readCapacity(cfg); err != nil {
+		return nil, err
+	}
+	g.initState(cfg)
+	return g, nil
+}
+
+// readExchange reads and checks the parameters of the update: interval,
+// indicator, eta, alpha, graph and degree (eta within the graph's
+// stability bound).
+func (g *GDRL) readExchange(v *strategy.Values, cfg strategy.Config) error {
 	g.interval = v.Duration("interval")
 	if g.interval <= 0 {
-		return nil, fmt.Errorf("gdrl: parameter interval must be positive")
+		return fmt.Errorf("gdrl: parameter interval must be positive")
 	}
 	g.indicator = v.Enum("indicator")
 	if g.indicator != IndicatorSpare && g.indicator != IndicatorFill {
-		return nil, fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
+		return fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
 	}
 	g.eta = v.FloatOr("eta", -1)
 	if g.eta == -1 {
 		g.eta = 0 // the default for the degree, once the graph is known
 	} else if !(g.eta > 0 && g.eta <= 1) {
-		return nil, fmt.Errorf("gdrl: parameter eta=%v: want a gain in (0, 1]", g.eta)
+		return fmt.Errorf("gdrl: parameter eta=%v: want a gain in (0, 1]", g.eta)
 	}
 	g.alpha = v.Float("alpha")
 	if math.IsNaN(g.alpha) || g.alpha <= 0 || g.alpha > 1 {
-		return nil, fmt.Errorf("gdrl: parameter alpha=%v: want a filter gain in (0, 1]", g.alpha)
+		return fmt.Errorf("gdrl: parameter alpha=%v: want a filter gain in (0, 1]", g.alpha)
 	}
 	g.graph = v.Enum("graph")
 	g.degree = v.Int("degree")
 	nb, err := Neighbours(g.graph, g.degree, cfg.Members, cfg.Self)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if d := len(nb); g.eta > DefaultGain(d) {
-		return nil, fmt.Errorf("gdrl: parameter eta=%v is above the stability bound 1/(2d) = %v of graph %s (degree d = %d here) (GDRL §III-A eq. (15), from §II-A Theorem 1): leave eta unset to use the bound", g.eta, DefaultGain(d), g.graph, d)
+		return fmt.Errorf("gdrl: parameter eta=%v is above the stability bound 1/(2d) = %v of graph %s (degree d = %d here) (GDRL §III-A eq. (15), from §II-A Theorem 1): leave eta unset to use the bound", g.eta, DefaultGain(d), g.graph, d)
 	}
+	return nil
+}
+
+// readTimers reads and checks idle, retransmit, refresh, max_keys,
+// noise_band and evidence (after readExchange: the defaults follow the
+// interval).
+func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	g.idle = v.Duration("idle")
 	g.retransmit = v.DurationOr("retransmit", max(g.interval, 4*cfg.LatencyHint))
 	if g.retransmit <= 0 {
-		return nil, fmt.Errorf("gdrl: parameter retransmit must be positive")
+		return fmt.Errorf("gdrl: parameter retransmit must be positive")
 	}
 	g.refresh = v.DurationOr("refresh", 50*g.interval)
 	if g.refresh <= 0 {
-		return nil, fmt.Errorf("gdrl: parameter refresh must be positive")
+		return fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
 	g.maxKeys = v.Int("max_keys")
 	if g.maxKeys < 1 {
-		return nil, fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)
+		return fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)
 	}
 	g.noiseBand = v.Float("noise_band")
 	if !(g.noiseBand >= 0 && g.noiseBand <= 100) {
-		return nil, fmt.Errorf("gdrl: parameter noise_band=%v: want a number of standard errors in [0, 100]", g.noiseBand)
+		return fmt.Errorf("gdrl: parameter noise_band=%v: want a number of standard errors in [0, 100]", g.noiseBand)
 	}
 	g.evidence = v.Float("evidence")
 	if !(g.evidence >= 0 && g.evidence <= 100) {
-		return nil, fmt.Errorf("gdrl: parameter evidence=%v: want a number of standard errors in [0, 100]", g.evidence)
+		return fmt.Errorf("gdrl: parameter evidence=%v: want a number of standard errors in [0, 100]", g.evidence)
 	}
+	return nil
+}
+
+// readCapacity sets the rule's rate and burst in units, the bucket's unit
+// and the demand floor. Errors: a rate or burst above the supported.
+func (g *GDRL) readCapacity(cfg strategy.Config) error {
+	var err error
 	if g.totalC, err = RateUnits(cfg.Rate); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.Burst > maxTotalUnits/UnitsPerToken {
-		return nil, fmt.Errorf("gdrl: burst %d tokens is above the supported %d", cfg.Burst, int64(maxTotalUnits/UnitsPerToken))
+		return fmt.Errorf("gdrl: burst %d tokens is above the supported %d", cfg.Burst, int64(maxTotalUnits/UnitsPerToken))
 	}
 	g.totalB = cfg.Burst * UnitsPerToken
 	// The bucket counts in units of g.unit micro-tokens, the finest power of
@@ -454,6 +485,11 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	}
 	g.perToken = UnitsPerToken / g.unit
 	g.demandFloor = math.Max(1, float64(g.totalC)/(1000*float64(len(cfg.Members))))
+	return nil
+}
+
+// initState sets the view from cfg's members and makes the empty tables.
+func (g *GDRL) initState(cfg strategy.Config) {
 	g.members = slices.Clone(cfg.Members)
 	g.conserve = cfg.Partition == strategy.PartitionConserve
 	g.expected = slices.Sorted(slices.Values(cfg.Members))
@@ -472,7 +508,6 @@ func New(cfg strategy.Config) (*GDRL, error) {
 	g.proxiesDone = map[proxyKey]bool{}
 	g.fenceCredits = map[fenceKey]map[TransferID]bool{}
 	g.fenceReported = map[TransferID]bool{}
-	return g, nil
 }
 
 var _ strategy.Strategy = (*GDRL)(nil)
@@ -574,17 +609,8 @@ func (g *GDRL) Applied(id TransferID) bool {
 	if rec := g.held[dst]; rec != nil && rec.inc == dstInc && rec.applied.credited(id) {
 		return true
 	}
-	tombed := false
-	for _, t := range g.tombs {
-		if t.node == dst && t.inc == dstInc {
-			if t.applied.credited(id) || t.names(id) {
-				return true
-			}
-			tombed = true
-		}
-	}
-	if tombed {
-		return false
+	if applied, tombed := g.tombApplied(id); tombed {
+		return applied
 	}
 	// A ward that inherited the destination (and may have gone since,
 	// its record not yet inherited here): its tombstone is in its record.
@@ -596,6 +622,21 @@ func (g *GDRL) Applied(id TransferID) bool {
 		}
 	}
 	return false
+}
+
+// tombApplied reports whether this node holds a tombstone of id's
+// destination incarnation (tombed) and, if so, whether one of them credited
+// id or names it as credited by another heir (applied).
+func (g *GDRL) tombApplied(id TransferID) (applied, tombed bool) {
+	for _, t := range g.tombs {
+		if t.node == id.Dst && t.inc == id.DstInc {
+			if t.applied.credited(id) || t.names(id) {
+				return true, true
+			}
+			tombed = true
+		}
+	}
+	return false, tombed
 }
 
 // Replicated reports whether this node's current buddy has acknowledged a

@@ -45,23 +45,7 @@ func Neighbours(graph string, degree int, members []strategy.NodeID, self strate
 		if degree >= n-1 {
 			return Neighbours(GraphFull, 0, sorted, self)
 		}
-		rnd := rand.New(rand.NewPCG(memberHash(sorted), 0x67647266)) // "gdrf"
-		for c := 0; c < degree/2; c++ {
-			perm := rnd.Perm(n)
-			if c == 0 {
-				for k := range perm {
-					perm[k] = k // the member ring, which idle keys settle along
-				}
-			}
-			for k := range perm {
-				a, b := perm[k], perm[(k+1)%n]
-				if a == i {
-					out = append(out, sorted[b])
-				} else if b == i {
-					out = append(out, sorted[a])
-				}
-			}
-		}
+		out = regularNeighbours(sorted, i, degree)
 	case GraphFull:
 		for _, m := range sorted {
 			if m != self {
@@ -75,6 +59,32 @@ func Neighbours(graph string, degree int, members []strategy.NodeID, self strate
 	out = slices.Compact(out)
 	out = slices.DeleteFunc(out, func(m strategy.NodeID) bool { return m == self })
 	return out, nil
+}
+
+// regularNeighbours returns the neighbours, with repeats, of the member at
+// index i of sorted in the union of degree/2 Hamiltonian cycles: the member
+// ring, then random ones seeded by the members (see Neighbours).
+func regularNeighbours(sorted []strategy.NodeID, i, degree int) []strategy.NodeID {
+	n := len(sorted)
+	var out []strategy.NodeID
+	rnd := rand.New(rand.NewPCG(memberHash(sorted), 0x67647266)) // "gdrf"
+	for c := 0; c < degree/2; c++ {
+		perm := rnd.Perm(n)
+		if c == 0 {
+			for k := range perm {
+				perm[k] = k // the member ring, which idle keys settle along
+			}
+		}
+		for k := range perm {
+			a, b := perm[k], perm[(k+1)%n]
+			if a == i {
+				out = append(out, sorted[b])
+			} else if b == i {
+				out = append(out, sorted[a])
+			}
+		}
+	}
+	return out
 }
 
 // memberHash is 64-bit FNV-1a over the sorted member names, each followed

@@ -34,17 +34,23 @@ func (g *GDRL) observe(now time.Duration, from strategy.NodeID, inc uint64, budd
 	if buddy != "" {
 		p.buddy, p.buddyInc = buddy, g.incOf(buddy)
 	}
+	g.fenceLive(now, from, inc, fx)
+	return false
+}
+
+// fenceLive sends the fences and drains not yet under way to incarnation
+// inc of node, which a message just showed alive.
+func (g *GDRL) fenceLive(now time.Duration, node strategy.NodeID, inc uint64, fx *strategy.Effects) {
 	for _, tb := range g.tombs {
-		if tb.node == from && tb.inc == inc && !tb.lost && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
+		if tb.node == node && tb.inc == inc && !tb.lost && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" {
 			g.sendFenced(now, tb, fx)
 		}
 	}
 	for _, tb := range g.draining {
-		if tb.node == from && tb.inc == inc && !tb.fencing {
+		if tb.node == node && tb.inc == inc && !tb.fencing {
 			g.sendDrain(now, tb, fx)
 		}
 	}
-	return false
 }
 
 // sendHellos announces this incarnation to the members in view that have
@@ -144,6 +150,12 @@ func (g *GDRL) noteNewInc(now time.Duration, node strategy.NodeID, inc uint64, f
 		g.acked, g.sentVer = 0, 0
 		g.dirty = true
 	}
+	g.redirectTransfers(now, node, inc, fx)
+}
+
+// redirectTransfers marks the transfers to older incarnations of node as
+// for incarnation inc (or newer) and sends the released ones again.
+func (g *GDRL) redirectTransfers(now time.Duration, node strategy.NodeID, inc uint64, fx *strategy.Effects) {
 	for _, t := range slices.Clone(g.outbox) {
 		if t.id.Dst == node && t.id.DstInc < inc {
 			t.newInc = max(t.newInc, inc)

@@ -92,31 +92,16 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	if now >= g.nextTick {
-		g.closeInterval(now)
-		if !g.leaving {
-			g.probe(now, fx)
-			g.askDefault(fx)
-		}
-		for g.nextTick <= now {
-			g.nextTick += g.interval
-		}
+		g.closeTick(now, fx)
 	}
-	for _, t := range slices.Clone(g.outbox) {
-		if t.released && now-t.lastSent >= g.retransmit {
-			g.sendTransfer(now, t, fx)
-		}
-	}
+	g.retransmitTransfers(now, fx)
 	if g.lazy {
 		g.lazy, g.dirty = false, true
 	}
 	if !g.dirty && g.buddy != "" && g.acked < g.version && now-g.recordSent >= g.retransmit {
 		g.sendRecord(now, fx)
 	}
-	for _, tb := range g.tombs {
-		if !tb.lost && !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
-			g.sendFenced(now, tb, fx)
-		}
-	}
+	g.retransmitFences(now, fx)
 	g.drainFences(now, fx)
 	g.heirFences(now, fx)
 	if g.helloDue() && now-g.helloSent >= g.retransmit {
@@ -125,22 +110,47 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 	g.flush(now, fx)
 }
 
+// closeTick closes the update interval that is due (demand estimates, idle
+// keys and, unless leaving, one probe and an ask for the default share) and
+// schedules the next one.
+func (g *GDRL) closeTick(now time.Duration, fx *strategy.Effects) {
+	g.closeInterval(now)
+	if !g.leaving {
+		g.probe(now, fx)
+		g.askDefault(fx)
+	}
+	for g.nextTick <= now {
+		g.nextTick += g.interval
+	}
+}
+
+// retransmitTransfers sends again every released transfer that has waited
+// for `retransmit`.
+func (g *GDRL) retransmitTransfers(now time.Duration, fx *strategy.Effects) {
+	for _, t := range slices.Clone(g.outbox) {
+		if t.released && now-t.lastSent >= g.retransmit {
+			g.sendTransfer(now, t, fx)
+		}
+	}
+}
+
+// retransmitFences sends (again) the fence of every tombstone whose node is
+// in view and that is neither lost, done nor left to an heir, when it was
+// not sent yet or has waited for `retransmit`.
+func (g *GDRL) retransmitFences(now time.Duration, fx *strategy.Effects) {
+	for _, tb := range g.tombs {
+		if !tb.lost && !tb.fenceDone && tb.heirTarget == "" && g.inView(tb.node) && (!tb.fencing || now-tb.fenceSent >= g.retransmit) {
+			g.sendFenced(now, tb, fx)
+		}
+	}
+}
+
 // SetMembers applies a new view: records of wards that left are inherited
 // (best buddy, 001 §IV, 004 §3.2), the graph and, if it left, the buddy are
 // chosen again, transfers to nodes that left go to their heirs, and
 // tombstoned nodes that are back are fenced.
 func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
-	view := slices.Clone(members)
-	slices.Sort(view)
-	view = slices.Compact(view)
-	if i, ok := slices.BinarySearch(view, g.self); !ok {
-		view = slices.Insert(view, i, g.self)
-	}
-	old := g.members
-	if !slices.Equal(old, view) {
-		g.viewAt = now
-	}
-	g.members = view
+	old := g.setView(now, members)
 	for n := range g.held {
 		// The records of wards out of view travel in this node's own
 		// record (recordMsg): a ward that left or came back changes it.
@@ -165,6 +175,35 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 		}
 		g.setBuddy(successor(g.members, g.self))
 	}
+	g.helloNewcomers()
+	g.resendToGone(now, fx)
+	g.fenceReturned(now, fx)
+	g.drainFences(now, fx)
+	g.heirFences(now, fx)
+	g.flush(now, fx)
+}
+
+// setView makes members (sorted, without duplicates, with this node) the
+// view, noting when it changed, and returns the view before.
+func (g *GDRL) setView(now time.Duration, members []strategy.NodeID) []strategy.NodeID {
+	view := slices.Clone(members)
+	slices.Sort(view)
+	view = slices.Compact(view)
+	if i, ok := slices.BinarySearch(view, g.self); !ok {
+		view = slices.Insert(view, i, g.self)
+	}
+	old := g.members
+	if !slices.Equal(old, view) {
+		g.viewAt = now
+	}
+	g.members = view
+	return old
+}
+
+// helloNewcomers marks for a hello, under conserve, the members that have
+// not acknowledged one of this incarnation and the former buddies back in
+// view.
+func (g *GDRL) helloNewcomers() {
 	for _, m := range g.members {
 		// A member that was not in the view when this incarnation
 		// started (across a netsplit, say) gets its hello when it comes
@@ -188,7 +227,12 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 			delete(g.exBuddies, n)
 		}
 	}
-	g.resendToGone(now, fx)
+}
+
+// fenceReturned fences the tombstoned nodes that are back in view (unless
+// their fence is lost, done, under way or left to an heir) and forgets
+// which heirs out of view were asked.
+func (g *GDRL) fenceReturned(now time.Duration, fx *strategy.Effects) {
 	for _, tb := range g.tombs {
 		if !tb.lost && !tb.fenceDone && !tb.fencing && tb.heirTarget == "" && g.inView(tb.node) {
 			g.sendFenced(now, tb, fx)
@@ -199,9 +243,6 @@ func (g *GDRL) SetMembers(now time.Duration, members []strategy.NodeID, fx *stra
 			}
 		}
 	}
-	g.drainFences(now, fx)
-	g.heirFences(now, fx)
-	g.flush(now, fx)
 }
 
 // SetExpected records the last agreed members (strategy.Conserver; ours,
@@ -258,57 +299,68 @@ func (g *GDRL) StateBytes() int {
 // Receive handles a peer message. Errors: a payload that does not decode or
 // fails validation (see validate); errors change no state.
 func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	var m peerv1.GdrlMessage
-	if err := proto.Unmarshal(payload, &m); err != nil {
-		return fmt.Errorf("gdrl: message from %s does not decode: %w", from, err)
-	}
-	if err := g.validate(from, &m); err != nil {
+	m, err := g.decode(now, from, payload)
+	if err != nil {
 		return err
-	}
-	// An incarnation is its start time in ms above 20 random bits: one
-	// from after now (plus the clock skew allowed) is not a real start, and
-	// would make the sender's real later incarnations look dead (ours:
-	// peer values are bounded).
-	if limit := (uint64(max(now+peerbound.ClockSkew, 0)/time.Millisecond) + 1) << 20; m.Inc >= limit {
-		return fmt.Errorf("gdrl: message from %s: incarnation %d starts after now %v", from, m.Inc, now)
 	}
 	if !g.started {
 		return nil
 	}
 	dead := g.observe(now, from, m.Inc, strategy.NodeID(m.Buddy), fx)
 	switch b := m.Body.(type) {
-	case *peerv1.GdrlMessage_Probe:
-		if !dead {
-			g.onProbe(now, from, m.Inc, b.Probe, fx)
-		}
-	case *peerv1.GdrlMessage_Ask:
-		if !dead {
-			g.onAsk(now, from, m.Inc, b.Ask)
-		}
 	case *peerv1.GdrlMessage_Transfer:
 		g.onTransfer(now, from, transferFrom(b.Transfer), b.Transfer.Resolve, b.Transfer.DstNewInc, fx)
 	case *peerv1.GdrlMessage_TransferAck:
 		g.onTransferAck(now, from, m.Inc, b.TransferAck, fx)
-	case *peerv1.GdrlMessage_Record:
-		if !dead {
-			g.onRecord(now, from, m.Inc, b.Record, fx)
-		}
-	case *peerv1.GdrlMessage_RecordAck:
-		if !dead {
-			g.onRecordAck(now, from, m.Inc, b.RecordAck, fx)
-		}
 	case *peerv1.GdrlMessage_Fenced:
 		g.onFenced(now, from, b.Fenced)
 	case *peerv1.GdrlMessage_FenceAck:
 		g.onFenceAck(now, from, b.FenceAck, fx)
-	case *peerv1.GdrlMessage_Hello:
+	default:
 		if !dead {
-			g.dropStale(from, m.Inc, strategy.NodeID(m.Buddy), b.Hello)
-			g.onHello(from, m.Inc, b.Hello)
+			g.receiveLive(now, from, m, fx)
 		}
 	}
 	g.flush(now, fx)
 	return nil
+}
+
+// decode decodes and validates a peer message (see Receive's errors).
+func (g *GDRL) decode(now time.Duration, from strategy.NodeID, payload []byte) (*peerv1.GdrlMessage, error) {
+	var m peerv1.GdrlMessage
+	if err := proto.Unmarshal(payload, &m); err != nil {
+		return nil, fmt.Errorf("gdrl: message from %s does not decode: %w", from, err)
+	}
+	if err := g.validate(from, &m); err != nil {
+		return nil, err
+	}
+	// An incarnation is its start time in ms above 20 random bits: one
+	// from after now (plus the clock skew allowed) is not a real start, and
+	// would make the sender's real later incarnations look dead (ours:
+	// peer values are bounded).
+	if limit := (uint64(max(now+peerbound.ClockSkew, 0)/time.Millisecond) + 1) << 20; m.Inc >= limit {
+		return nil, fmt.Errorf("gdrl: message from %s: incarnation %d starts after now %v", from, m.Inc, now)
+	}
+	return &m, nil
+}
+
+// receiveLive handles the messages that count only from a live
+// incarnation of the sender (not one observe found dead): probes, asks,
+// records, record acks and hellos.
+func (g *GDRL) receiveLive(now time.Duration, from strategy.NodeID, m *peerv1.GdrlMessage, fx *strategy.Effects) {
+	switch b := m.Body.(type) {
+	case *peerv1.GdrlMessage_Probe:
+		g.onProbe(now, from, m.Inc, b.Probe, fx)
+	case *peerv1.GdrlMessage_Ask:
+		g.onAsk(now, from, m.Inc, b.Ask)
+	case *peerv1.GdrlMessage_Record:
+		g.onRecord(now, from, m.Inc, b.Record, fx)
+	case *peerv1.GdrlMessage_RecordAck:
+		g.onRecordAck(now, from, m.Inc, b.RecordAck, fx)
+	case *peerv1.GdrlMessage_Hello:
+		g.dropStale(from, m.Inc, strategy.NodeID(m.Buddy), b.Hello)
+		g.onHello(from, m.Inc, b.Hello)
+	}
 }
 
 func (g *GDRL) encode(m *peerv1.GdrlMessage) []byte {

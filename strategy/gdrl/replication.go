@@ -146,32 +146,47 @@ func (g *GDRL) sendRecord(now time.Duration, fx *strategy.Effects) {
 // recordMsg is this node's record as a delta from version base (0: full).
 func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 	r := &peerv1.GdrlRecord{Epoch: g.epoch, Base: base, Version: g.version, DefaultCapacity: g.dc, DefaultBurst: g.db}
-	if base == 0 {
-		for _, k := range g.sortedKeys() {
-			sh := g.shares[k]
-			r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
-		}
-	} else {
-		keys := make([]string, 0, len(g.changed))
-		for k, v := range g.changed {
-			if v > base {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if sh := g.shares[k]; sh != nil {
-				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
-			} else {
-				r.Shares = append(r.Shares, &peerv1.GdrlShare{Key: k, Removed: true})
-			}
-		}
-	}
+	r.Shares = g.recordShares(base)
 	for p := range numParts {
 		if base == 0 || g.partAt[p] > base {
 			r.Parts |= 1 << p
 		}
 	}
+	g.fillRecordParts(r)
+	return r
+}
+
+// recordShares is the shares of a record from version base (0: every
+// share, sorted by key; else the keys changed since base, sorted, a key
+// without an explicit share any more as removed).
+func (g *GDRL) recordShares(base uint64) []*peerv1.GdrlShare {
+	var out []*peerv1.GdrlShare
+	if base == 0 {
+		for _, k := range g.sortedKeys() {
+			sh := g.shares[k]
+			out = append(out, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+		}
+		return out
+	}
+	keys := make([]string, 0, len(g.changed))
+	for k, v := range g.changed {
+		if v > base {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if sh := g.shares[k]; sh != nil {
+			out = append(out, &peerv1.GdrlShare{Key: k, Capacity: sh.c, Burst: sh.b})
+		} else {
+			out = append(out, &peerv1.GdrlShare{Key: k, Removed: true})
+		}
+	}
+	return out
+}
+
+// fillRecordParts fills in the parts of record r that r.Parts lists.
+func (g *GDRL) fillRecordParts(r *peerv1.GdrlRecord) {
 	if r.Parts&(1<<partOutbox) != 0 {
 		r.Outbox = transfersMsg(g.outbox)
 	}
@@ -201,7 +216,6 @@ func (g *GDRL) recordMsg(base uint64) *peerv1.GdrlRecord {
 			}
 		}
 	}
-	return r
 }
 
 func (g *GDRL) onRecordAck(now time.Duration, from strategy.NodeID, fromInc uint64, a *peerv1.GdrlRecordAck, fx *strategy.Effects) {
@@ -269,45 +283,51 @@ func (g *GDRL) onRecord(now time.Duration, from strategy.NodeID, fromInc uint64,
 		reply(rec.version, true)
 		return
 	}
-	if r.Base == 0 {
-		clear(rec.shares)
-	}
-	for _, s := range r.Shares {
-		if s.Removed {
-			delete(rec.shares, s.Key)
-		} else {
-			rec.shares[s.Key] = [2]int64{s.Capacity, s.Burst}
-		}
-	}
-	rec.version = r.Version
-	if r.Parts&(1<<partDefaults) != 0 {
-		rec.dc, rec.db = r.DefaultCapacity, r.DefaultBurst
-	}
-	if r.Parts&(1<<partOutbox) != 0 {
-		rec.outbox = transfersFrom(r.Outbox)
-	}
-	if r.Parts&(1<<partApplied) != 0 {
-		rec.applied = appliedFrom(r.Applied)
-	}
-	if r.Parts&(1<<partTombs) != 0 {
-		rec.tombs = rec.tombs[:0]
-		for _, t := range r.Tombstones {
-			rec.tombs = append(rec.tombs, tombFrom(t))
-		}
-	}
-	if r.Parts&(1<<partHeld) != 0 {
-		rec.held = heldFrom(r.Held)
-	}
-	if r.Parts&(1<<partGivenUp) != 0 {
-		rec.givenUp = slices.Clone(r.GivenUp)
-	}
-	if r.Parts&(1<<partLocal) != 0 {
-		rec.retired, rec.draining = tombsFrom(r.Retired), tombsFrom(r.Draining)
-	}
+	rec.apply(r)
 	if !g.inView(from) {
 		g.mark(partHeld) // a record this node's own record carries (recordMsg)
 	}
 	reply(rec.version, false)
+}
+
+// apply updates a held record with record m, a delta from a version it
+// holds (or full): its shares, its version and the parts m carries.
+func (r *heldRecord) apply(m *peerv1.GdrlRecord) {
+	if m.Base == 0 {
+		clear(r.shares)
+	}
+	for _, s := range m.Shares {
+		if s.Removed {
+			delete(r.shares, s.Key)
+		} else {
+			r.shares[s.Key] = [2]int64{s.Capacity, s.Burst}
+		}
+	}
+	r.version = m.Version
+	if m.Parts&(1<<partDefaults) != 0 {
+		r.dc, r.db = m.DefaultCapacity, m.DefaultBurst
+	}
+	if m.Parts&(1<<partOutbox) != 0 {
+		r.outbox = transfersFrom(m.Outbox)
+	}
+	if m.Parts&(1<<partApplied) != 0 {
+		r.applied = appliedFrom(m.Applied)
+	}
+	if m.Parts&(1<<partTombs) != 0 {
+		r.tombs = r.tombs[:0]
+		for _, t := range m.Tombstones {
+			r.tombs = append(r.tombs, tombFrom(t))
+		}
+	}
+	if m.Parts&(1<<partHeld) != 0 {
+		r.held = heldFrom(m.Held)
+	}
+	if m.Parts&(1<<partGivenUp) != 0 {
+		r.givenUp = slices.Clone(m.GivenUp)
+	}
+	if m.Parts&(1<<partLocal) != 0 {
+		r.retired, r.draining = tombsFrom(m.Retired), tombsFrom(m.Draining)
+	}
 }
 
 func (g *GDRL) heldNodes() []strategy.NodeID {

@@ -222,6 +222,14 @@ func (g *GDRL) flow(i, j side) (c, b int64) {
 		f = eta * (g.indicatorOf(i.c, i.demand) - g.indicatorOf(j.c, j.demand))
 		sigma = eta * math.Hypot(i.noise, j.noise)
 	}
+	return g.boundFlow(i, j, f, sigma)
+}
+
+// boundFlow turns the update's capacity flow f from j to i (sigma: its
+// noise) into the capacity and burst that move: nothing within the noise
+// band, at most C either way, towards zero, and nothing to an end where the
+// key is not active.
+func (g *GDRL) boundFlow(i, j side, f, sigma float64) (c, b int64) {
 	if math.Abs(f) < g.noiseBand*sigma {
 		return 0, 0 // within the noise of the demand estimates
 	}

@@ -206,17 +206,7 @@ func (g *GDRL) heirOf(node strategy.NodeID, inc uint64, restarted bool) strategy
 	seen := map[strategy.NodeID]bool{}
 	for cur := node; !seen[cur]; {
 		seen[cur] = true
-		var b strategy.NodeID
-		var bInc uint64 // b's incarnation when announced, if known
-		p := g.peers[cur]
-		switch {
-		case p != nil && inc != 0 && inc != p.inc && p.past[inc] != "":
-			b = p.past[inc]
-		case p != nil && (inc == 0 || inc == p.inc) && p.buddy != "":
-			b, bInc = p.buddy, p.buddyInc
-		default:
-			b = successor(g.members, cur)
-		}
+		b, bInc := g.announcedBuddy(cur, inc)
 		if restarted && bInc != 0 && g.incOf(b) > bInc && !seen[b] {
 			cur, inc = b, bInc // restarted since: its old incarnation's heir
 			continue
@@ -237,6 +227,22 @@ func (g *GDRL) heirOf(node strategy.NodeID, inc uint64, restarted bool) strategy
 		cur, inc = b, 0
 	}
 	return ""
+}
+
+// announcedBuddy is the buddy that node's incarnation inc (0: the latest
+// known) last announced and that buddy's incarnation when announced (0 if
+// unknown), or node's ring successor if no buddy is known.
+func (g *GDRL) announcedBuddy(node strategy.NodeID, inc uint64) (b strategy.NodeID, bInc uint64) {
+	p := g.peers[node]
+	switch {
+	case p != nil && inc != 0 && inc != p.inc && p.past[inc] != "":
+		b = p.past[inc]
+	case p != nil && (inc == 0 || inc == p.inc) && p.buddy != "":
+		b, bInc = p.buddy, p.buddyInc
+	default:
+		b = successor(g.members, node)
+	}
+	return b, bInc
 }
 
 // incOf is node's incarnation as far as this node knows (0 if unknown).

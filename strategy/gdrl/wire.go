@@ -224,17 +224,9 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 	case *peerv1.GdrlMessage_Probe:
 		return c.probe(b.Probe)
 	case *peerv1.GdrlMessage_Ask:
-		if err := c.wide("ask default", b.Ask.DefaultCapacity, b.Ask.DefaultBurst); err != nil {
-			return err
-		}
-		return c.shares("ask", b.Ask.Shares)
+		return c.ask(b.Ask)
 	case *peerv1.GdrlMessage_Transfer:
-		if err := c.transfer("transfer", b.Transfer); err != nil {
-			return err
-		}
-		if !b.Transfer.Resolve && strategy.NodeID(b.Transfer.Id.Dst) != g.self {
-			return c.bad("transfer %v is for %s", idFrom(b.Transfer.Id), b.Transfer.Id.Dst)
-		}
+		return c.transferTo(g.self, b.Transfer)
 	case *peerv1.GdrlMessage_TransferAck:
 		if !validID(b.TransferAck.Id) {
 			return c.bad("transfer ack without a proper id")
@@ -251,6 +243,26 @@ func (g *GDRL) validate(from strategy.NodeID, m *peerv1.GdrlMessage) error {
 	case *peerv1.GdrlMessage_Hello:
 	default:
 		return c.bad("no body")
+	}
+	return nil
+}
+
+// ask checks an ask: its default share and its shares.
+func (c checker) ask(a *peerv1.GdrlAsk) error {
+	if err := c.wide("ask default", a.DefaultCapacity, a.DefaultBurst); err != nil {
+		return err
+	}
+	return c.shares("ask", a.Shares)
+}
+
+// transferTo checks a transfer message received by self: the transfer,
+// and that a plain (not resolving) one is meant for self.
+func (c checker) transferTo(self strategy.NodeID, t *peerv1.GdrlTransfer) error {
+	if err := c.transfer("transfer", t); err != nil {
+		return err
+	}
+	if !t.Resolve && strategy.NodeID(t.Id.Dst) != self {
+		return c.bad("transfer %v is for %s", idFrom(t.Id), t.Id.Dst)
 	}
 	return nil
 }

@@ -35,8 +35,8 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 		for key, p := range o.pools {
 			cp := *p
 			o.sh.advance(&cp, now)
-			if floor := -o.sh.tokensPerNs * int64(maxWait); cp.level < floor || cp.leased < 0 {
-				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
+			if floor := -o.sh.tokensPerNs * int64(maxWait); cp.Level < floor || cp.Leased < 0 {
+				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.Level, cp.Leased)
 			}
 			var held int64
 			for hid, h := range nodes {
@@ -57,9 +57,9 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 					}
 				}
 			}
-			if cp.level+held*o.sh.per > burst*o.sh.per {
+			if cp.Level+held*o.sh.per > burst*o.sh.per {
 				return fmt.Errorf("at %v: %s's level (%d ticks, %d per token) of %q plus %d tokens held in its leases exceed the burst %d",
-					now, oid, cp.level, o.sh.per, key, held, burst)
+					now, oid, cp.Level, o.sh.per, key, held, burst)
 			}
 		}
 	}
@@ -78,5 +78,5 @@ func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, 
 	}
 	cp := *p
 	l.sh.advance(&cp, now)
-	return cp.level, cp.leased, true
+	return cp.Level, cp.Leased, true
 }

@@ -180,7 +180,7 @@
 //     refilled to the later time, the lower level, the larger lent tokens
 //     until the later end, as owner's merge rule). The node that takes a
 //     key over continues from the replicated state, counting its lent
-//     tokens against its capacity until they end (pool.inherited) and
+//     tokens against its capacity until they end (pool.Inherited) and
 //     then releasing them with none unused, so that its level plus the
 //     old owner's leases (as shipped) plus its own stay within b, when
 //     the state's owner is no longer a member in its view (it crashed or
@@ -646,7 +646,7 @@ func (l *Lease) sweep(now time.Duration) {
 	// it as this one would have.
 	at := now - l.sweepLag
 	for k, p := range l.pools {
-		if queuedKeys[k] || p.last > at {
+		if queuedKeys[k] || p.Last > at {
 			continue
 		}
 		if cp := *p; l.sh.full(&cp, at) {

@@ -6,6 +6,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -66,7 +67,7 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
-	p := &pool{level: l.sh.burst * l.sh.per}
+	p := &pool{Pool: leasepool.Pool{Level: l.sh.burst * l.sh.per}}
 	movedAt, moved, _ := l.moveOf(key, now)
 	if moved {
 		p = l.conservativeStart(movedAt)
@@ -83,7 +84,7 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 			p = r.asPool()
 		} else {
 			q := r.asPool()
-			t := max(p.last, q.last)
+			t := max(p.Last, q.Last)
 			l.sh.advance(q, t)
 			l.mergeInto(p, q)
 		}
@@ -191,7 +192,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	}
 	l.sh.lend(p, g.tokens)
 	if g.tokens > 0 {
-		p.lentUntil = max(p.lentUntil, g.expires)
+		p.LentUntil = max(p.LentUntil, g.expires)
 	}
 	l.grants[id] = g
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
@@ -398,7 +399,7 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
-			if g.pool.leased > 0 || g.pool.inherited > 0 || g.expires < g.pool.lentUntil {
+			if g.pool.Leased > 0 || g.pool.Inherited > 0 || g.expires < g.pool.LentUntil {
 				// A replica's state counts the lent tokens until the
 				// latest expiry: only the release of the last one (none
 				// unused) is what it computes itself.

@@ -1,33 +1,19 @@
 package lease
 
 import (
-	"math"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
 )
 
 // pool is the owner's bucket of one key, with the tokens it has leased out
-// counted against its capacity: level (in ticks) never exceeds
-// (burst - leased) tokens, so the owner's level plus the tokens in leases
-// never exceed what one bucket of burst tokens would hold. It is
-// bucket.Bucket's exact tick arithmetic (one token is per ticks, one
-// nanosecond refills tokensPerNs ticks) with a moving capacity and a
-// credit, which bucket.Bucket does not offer.
+// counted against its capacity (leasepool.Pool, shared with regionlease:
+// its level, refill time, leased and inherited tokens), and what only lease
+// keeps of it.
 type pool struct {
-	level  int64         // ticks available; <= (burst-leased)*per; below 0 only while waiting-mode reservations wait (reserve) or under overdraft (charge: a debt)
-	last   time.Duration // refilled up to here; may lie ahead of now (a conservative start)
-	leased int64         // whole tokens in unexpired, unreturned leases
-	// lentUntil is the latest expiry of the leases granted out of it (an
-	// upper bound of the unreleased ones', shipped to replicas).
-	lentUntil time.Duration
-	// inherited is the whole tokens a previous owner had in leases when it
-	// shipped the state this pool continues from (replica.go), counted
-	// against the capacity until inheritedUntil, when they are released
-	// with none unused.
-	inherited      int64
-	inheritedUntil time.Duration
-	conservative   bool // made empty for a takeover (pool, owner.go)
+	leasepool.Pool
+	conservative bool // made empty for a takeover (pool, owner.go)
 	// askers is each holder's latest ask within ttl (share, owner.go):
 	// the demand the pool is asked for; not shipped to replicas.
 	askers map[strategy.NodeID]askRec
@@ -39,150 +25,81 @@ type askRec struct {
 	at     time.Duration
 }
 
-// shape is the rate and burst every pool of a node shares.
+// shape is the rate and burst every pool of a node shares. Its methods are
+// leasepool.Shape's on the pool's leasepool.Pool (lease keeps its own
+// shape and these names so that its call sites read as before), plus
+// lease's waiting mode (reserve), overdraft (charge) and refunds (credit).
 type shape struct {
 	tokensPerNs int64 // ticks refilled per nanosecond (bucket.Rate.Tokens)
 	per         int64 // ticks per token (bucket.Rate.Per in ns)
 	burst       int64 // tokens
 }
 
-// capacity is the pool's capacity in ticks at its current leases.
-func (s shape) capacity(p *pool) int64 { return (s.burst - p.leased - p.inherited) * s.per }
-
-// advance refills p up to now, releasing its inherited leases at their
-// end. A now at or before p.last refills nothing.
-func (s shape) advance(p *pool, now time.Duration) {
-	if p.inherited > 0 && p.inheritedUntil <= now {
-		s.refill(p, p.inheritedUntil)
-		p.inherited = 0
-	}
-	s.refill(p, now)
+// lp is s as a leasepool.Shape.
+func (s shape) lp() leasepool.Shape {
+	return leasepool.Shape{TokensPerNs: s.tokensPerNs, Per: s.per, Burst: s.burst}
 }
 
-// refill refills p up to now at its current capacity.
-func (s shape) refill(p *pool, now time.Duration) {
-	dt := int64(now - p.last)
-	if dt <= 0 {
-		return
-	}
-	p.last = now
-	c := s.capacity(p)
-	if p.level >= c || s.tokensPerNs == 0 {
-		return
-	}
-	need := c - p.level
-	if dt >= need/s.tokensPerNs+1 { // compare first: dt*tokensPerNs may overflow
-		p.level = c
-		return
-	}
-	p.level = min(p.level+dt*s.tokensPerNs, c)
-}
+// capacity is leasepool.Shape.Capacity.
+func (s shape) capacity(p *pool) int64 { return s.lp().Capacity(&p.Pool) }
 
-// whole is the whole tokens p is sure to have held since at (after
-// advance to at; see spare).
-func (s shape) whole(p *pool, at time.Duration) int64 { return s.spare(p, at) / s.per }
+// advance is leasepool.Shape.Advance.
+func (s shape) advance(p *pool, now time.Duration) { s.lp().Advance(&p.Pool, now) }
 
-// spare is the ticks p is sure to have held throughout [at, p.last]: the
-// level less what refilled since at (level(t) >= level(last) -
-// refill(t, last) for every t in between). A request decided late (after
-// the pool was advanced past its arrival) takes only from this, so that it
-// could have taken its tokens at its arrival, the time the envelope counts
-// it at, and a late decision never uses tokens refilled after it.
-func (s shape) spare(p *pool, at time.Duration) int64 {
-	late := int64(p.last - at)
-	if late <= 0 || s.tokensPerNs == 0 {
-		return max(p.level, 0) // a negative level (reservations) spares nothing
-	}
-	if late >= p.level/s.tokensPerNs+1 { // compare first: late*tokensPerNs may overflow
-		return 0
-	}
-	return max(p.level-late*s.tokensPerNs, 0)
-}
+// whole is leasepool.Shape.Whole.
+func (s shape) whole(p *pool, at time.Duration) int64 { return s.lp().Whole(&p.Pool, at) }
 
-// take takes n tokens at time at (advanced to at before; see spare) if p
-// holds them.
-func (s shape) take(p *pool, at time.Duration, n int64) bool {
-	if n <= 0 || n > s.burst || s.spare(p, at) < n*s.per {
-		return false
-	}
-	p.level -= n * s.per
-	return true
-}
+// spare is leasepool.Shape.Spare.
+func (s shape) spare(p *pool, at time.Duration) int64 { return s.lp().Spare(&p.Pool, at) }
 
-// lend moves n tokens (n <= whole) from the level into a lease.
-func (s shape) lend(p *pool, n int64) {
-	p.level -= n * s.per
-	p.leased += n
-}
+// take is leasepool.Shape.Take.
+func (s shape) take(p *pool, at time.Duration, n int64) bool { return s.lp().Take(&p.Pool, at, n) }
 
-// release ends a lease of n tokens of which unused come back: the
-// capacity grows by n, the level by unused (capped at the capacity, so that
-// a credit never makes tokens).
-func (s shape) release(p *pool, n, unused int64) {
-	p.leased -= n
-	p.level = min(p.level+unused*s.per, s.capacity(p))
-}
+// lend is leasepool.Shape.Lend.
+func (s shape) lend(p *pool, n int64) { s.lp().Lend(&p.Pool, n) }
 
-// untilOne is the earliest time at or after max(now, p.last) at which p
-// holds one whole token, assuming no credit; 0 when it never will (zero
-// rate).
+// release is leasepool.Shape.Release.
+func (s shape) release(p *pool, n, unused int64) { s.lp().Release(&p.Pool, n, unused) }
+
+// untilOne is leasepool.Shape.UntilOne.
 func (s shape) untilOne(p *pool, now time.Duration) time.Duration {
-	at := max(now, p.last)
-	if p.level >= s.per {
-		return at
-	}
-	if s.tokensPerNs == 0 || s.capacity(p) < s.per {
-		return 0
-	}
-	need := s.per - p.level
-	return at + time.Duration((need+s.tokensPerNs-1)/s.tokensPerNs)
+	return s.lp().UntilOne(&p.Pool, now)
 }
 
-// full reports whether p is at the full burst with no leases at now.
-func (s shape) full(p *pool, now time.Duration) bool {
-	s.advance(p, now)
-	return p.leased == 0 && p.inherited == 0 && p.level == s.burst*s.per
-}
+// full is leasepool.Shape.Full.
+func (s shape) full(p *pool, now time.Duration) bool { return s.lp().Full(&p.Pool, now) }
+
+// fillTime is leasepool.Shape.FillTime.
+func (s shape) fillTime(p *pool) time.Duration { return s.lp().FillTime(&p.Pool) }
 
 // reserve takes n tokens at time at (advanced to at before) in waiting mode
 // (seed 000 §5.2, bucket.Bucket.ReserveN's FCFS reservation): when the wait
 // until p holds them is at most maxWait, the level goes down by n tokens,
 // possibly below 0, and the wait counted from at is returned; otherwise
-// nothing is taken. A decision made late (p.last after at) counts the wait
-// from p.last, where the level is known, plus the lateness.
+// nothing is taken. A decision made late (p.Last after at) counts the wait
+// from p.Last, where the level is known, plus the lateness.
 func (s shape) reserve(p *pool, at time.Duration, n int64, maxWait time.Duration) (time.Duration, bool) {
 	if n <= 0 || n > s.burst {
 		return 0, false
 	}
 	cost := n * s.per
 	if s.spare(p, at) >= cost {
-		p.level -= cost
+		p.Level -= cost
 		return 0, true
 	}
 	if s.tokensPerNs == 0 || cost > s.capacity(p) {
 		return 0, false
 	}
-	deficit := cost - p.level
+	deficit := cost - p.Level
 	wait := time.Duration((deficit + s.tokensPerNs - 1) / s.tokensPerNs)
-	if late := p.last - at; late > 0 {
+	if late := p.Last - at; late > 0 {
 		wait += late
 	}
 	if wait > maxWait {
 		return 0, false
 	}
-	p.level -= cost
+	p.Level -= cost
 	return wait, true
-}
-
-// fillTime is how long p takes to refill from its level to its capacity
-// (lending tokens moves both by the same amount, so it is the same before
-// and after a grant): at least 1 ns, the largest duration with a zero
-// rate.
-func (s shape) fillTime(p *pool) time.Duration {
-	if s.tokensPerNs == 0 {
-		return time.Duration(math.MaxInt64)
-	}
-	return max(time.Duration((s.capacity(p)-p.level)/s.tokensPerNs), 1)
 }
 
 // charge decides n tokens at time at (advanced to at before; see spare)
@@ -196,9 +113,9 @@ func (s shape) charge(p *pool, at time.Duration, n, floor int64) bool {
 		return true
 	}
 	allowed := n <= s.burst && s.spare(p, at) >= n*s.per
-	room := (p.level + floor) / s.per // whole tokens above -floor (both terms are below 2^62)
+	room := (p.Level + floor) / s.per // whole tokens above -floor (both terms are below 2^62)
 	if k := min(n, room); k > 0 {
-		p.level -= k * s.per
+		p.Level -= k * s.per
 	}
 	return allowed
 }
@@ -207,12 +124,12 @@ func (s shape) charge(p *pool, at time.Duration, n, floor int64) bool {
 // its current leases, so that a credit never makes tokens.
 func (s shape) credit(p *pool, n int64) {
 	c := s.capacity(p)
-	if n <= 0 || p.level >= c {
+	if n <= 0 || p.Level >= c {
 		return
 	}
-	if n <= (c-p.level)/s.per {
-		p.level += n * s.per
+	if n <= (c-p.Level)/s.per {
+		p.Level += n * s.per
 	} else {
-		p.level = c
+		p.Level = c
 	}
 }

@@ -7,6 +7,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -31,25 +32,25 @@ type record struct {
 
 // asPool is r as a pool whose inherited leases are r's lent tokens.
 func (r *record) asPool() *pool {
-	return &pool{level: r.level, last: r.at, inherited: r.lent, inheritedUntil: r.lentUntil}
+	return &pool{Pool: leasepool.Pool{Level: r.level, Last: r.at, Inherited: r.lent, InheritedUntil: r.lentUntil}}
 }
 
-// asRecord is the inverse of asPool: p's level at p.last, its inherited
+// asRecord is the inverse of asPool: p's level at p.Last, its inherited
 // leases as lent (p's own leases, none in a pool made by asPool, are not
 // counted); from and handover are left zero.
 func (p *pool) asRecord() record {
-	return record{level: p.level, lent: p.inherited, at: p.last, lentUntil: p.inheritedUntil}
+	return record{level: p.Level, lent: p.Inherited, at: p.Last, lentUntil: p.InheritedUntil}
 }
 
 // stateOf is p at now as shipped to replicas: refilled to now (a copy),
-// valid from max(now, p.last), with its own and inherited leases as lent
+// valid from max(now, p.Last), with its own and inherited leases as lent
 // (and their end, when there are some).
 func (l *Lease) stateOf(p *pool, now time.Duration) record {
 	cp := *p
 	l.sh.advance(&cp, now)
-	r := record{level: cp.level, at: max(now, cp.last), lent: cp.leased + cp.inherited}
+	r := record{level: cp.Level, at: max(now, cp.Last), lent: cp.Leased + cp.Inherited}
 	if r.lent > 0 {
-		r.lentUntil = max(cp.lentUntil, cp.inheritedUntil)
+		r.lentUntil = max(cp.LentUntil, cp.InheritedUntil)
 	}
 	return r
 }
@@ -194,12 +195,12 @@ func (l *Lease) mergeRecord(r *record, in record) {
 // of p and q: the lower level, the larger inherited lent tokens (never
 // more than p's capacity leaves) until the later end.
 func (l *Lease) mergeInto(p, q *pool) {
-	p.level = min(p.level, q.level)
-	if q.inherited > 0 {
-		p.inherited = min(max(p.inherited, q.inherited), l.sh.burst-p.leased)
-		p.inheritedUntil = max(p.inheritedUntil, q.inheritedUntil)
+	p.Level = min(p.Level, q.Level)
+	if q.Inherited > 0 {
+		p.Inherited = min(max(p.Inherited, q.Inherited), l.sh.burst-p.Leased)
+		p.InheritedUntil = max(p.InheritedUntil, q.InheritedUntil)
 	}
-	p.level = min(p.level, l.sh.capacity(p))
+	p.Level = min(p.Level, l.sh.capacity(p))
 }
 
 // trusted reports whether r may replace a conservative takeover: its
@@ -228,7 +229,7 @@ func (l *Lease) adopt(key string, now time.Duration) {
 		*p = *r.asPool() // in place: grant records of 0 tokens point to it
 	default:
 		q := r.asPool()
-		t := max(p.last, q.last, now)
+		t := max(p.Last, q.Last, now)
 		l.sh.advance(p, t)
 		l.sh.advance(q, t)
 		l.mergeInto(p, q)
@@ -239,5 +240,5 @@ func (l *Lease) adopt(key string, now time.Duration) {
 // untouched reports whether p is a conservative start that nothing has
 // been taken from yet.
 func (p *pool) untouched(now time.Duration) bool {
-	return p.conservative && p.level == 0 && p.leased == 0 && p.inherited == 0 && now < p.last
+	return p.conservative && p.Level == 0 && p.Leased == 0 && p.Inherited == 0 && now < p.Last
 }

@@ -8,6 +8,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -94,7 +95,7 @@ func (l *Lease) handedOff(key string, r *record) bool {
 
 // conservativeStart is the empty pool of a key moved here at movedAt.
 func (l *Lease) conservativeStart(movedAt time.Duration) *pool {
-	return &pool{level: 0, last: movedAt + l.takeover, conservative: true}
+	return &pool{Pool: leasepool.Pool{Level: 0, Last: movedAt + l.takeover}, conservative: true}
 }
 
 // warm reports whether q must wait for its key's warm-up: one is under way
@@ -135,7 +136,7 @@ func (l *Lease) warm(now time.Duration, q queued, fx *strategy.Effects) bool {
 	}
 	l.fetchSeq++
 	f := &fetch{id: l.fetchSeq, movedAt: movedAt, asked: asked, queried: map[strategy.NodeID]bool{}, got: map[strategy.NodeID]bool{},
-		acc: &pool{level: l.sh.burst * l.sh.per}, waiting: []queued{q}, deadline: now + l.fetchDeadline()}
+		acc: &pool{Pool: leasepool.Pool{Level: l.sh.burst * l.sh.per}}, waiting: []queued{q}, deadline: now + l.fetchDeadline()}
 	l.fetching[q.key] = f
 	l.sendQueries(now, q.key, f, fx)
 	return true
@@ -144,7 +145,7 @@ func (l *Lease) warm(now time.Duration, q queued, fx *strategy.Effects) bool {
 // startFrom makes key's pool when warm-up has nobody to ask: its record
 // merged into a full bucket. It returns false (q is decided now).
 func (l *Lease) startFrom(key string) bool {
-	p := &pool{level: l.sh.burst * l.sh.per}
+	p := &pool{Pool: leasepool.Pool{Level: l.sh.burst * l.sh.per}}
 	if r := l.records[key]; r != nil {
 		l.mergeAt(p, r.asPool())
 		delete(l.records, key)
@@ -156,7 +157,7 @@ func (l *Lease) startFrom(key string) bool {
 // mergeAt merges q into p (the more consumed of both) after refilling both
 // to the later of their times.
 func (l *Lease) mergeAt(p, q *pool) {
-	t := max(p.last, q.last)
+	t := max(p.Last, q.Last)
 	l.sh.advance(p, t)
 	l.sh.advance(q, t)
 	l.mergeInto(p, q)

@@ -8,6 +8,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
 )
 
@@ -155,7 +156,7 @@ func TestWarmupContinuesFromAnswers(t *testing.T) {
 	key := keyRanked("n0", "n1")
 	// n1 decided the key while n0 was away (its pool: 5 tokens at start).
 	n1 := c.nodes["n1"]
-	p := &pool{level: 5 * n1.sh.per, last: start, leased: 0, inherited: 3, inheritedUntil: start + 100*time.Millisecond}
+	p := &pool{Pool: leasepool.Pool{Level: 5 * n1.sh.per, Last: start, Leased: 0, Inherited: 3, InheritedUntil: start + 100*time.Millisecond}}
 	n1.pools[key] = p
 	for i := range 10 {
 		c.request(start, "n0", uint64(i+1), key)
@@ -229,7 +230,7 @@ func TestWarmupRejectsBadAnswers(t *testing.T) {
 	if err := l.Receive(start, "n3", state(&peerv1.LeaseState{None: true}), &strategy.Effects{}); err == nil {
 		t.Error("an answer from a node not asked: no error")
 	}
-	if len(f.got) != 0 || l.fetching[key] != f || f.acc.level != 20*int64(time.Second) {
+	if len(f.got) != 0 || l.fetching[key] != f || f.acc.Level != 20*int64(time.Second) {
 		t.Fatalf("bad answers changed the warm-up: %+v", f)
 	}
 	// A good answer from each: done.

@@ -36,7 +36,8 @@
 // and, per region, the regional owner; the leases are strategy/lease's own
 // design (its exactly conserved transfers of tokens, after seeds 001/004's
 // conserved capacity transfers, its pool, its demand window, dry hint,
-// spent reports and returns; pool.go is lease's, copied). The second tier
+// spent reports and returns; the pool is shared with lease in
+// strategy/internal/leasepool). The second tier
 // (a stock lent on to the region's nodes, a node's lease never outliving
 // the stock lease it came from), the relay, the rule that a dry region
 // refuses rather than relays, the region's demand from its nodes' reports,

@@ -52,9 +52,9 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, bur
 		o := current[oid]
 		for key, p := range o.pools {
 			cp := *p
-			o.sh.advance(&cp, now)
-			if cp.level < 0 || cp.leased < 0 {
-				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.level, cp.leased)
+			o.sh.Advance(&cp, now)
+			if cp.Level < 0 || cp.Leased < 0 {
+				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.Level, cp.Leased)
 			}
 			var held int64
 			for _, hid := range ids {
@@ -75,9 +75,9 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, bur
 					}
 				}
 			}
-			if cp.level+held*o.sh.per > burst*o.sh.per {
+			if cp.Level+held*o.sh.Per > burst*o.sh.Per {
 				return fmt.Errorf("at %v: %s's level (%d ticks, %d per token) of %q plus %d tokens held in its leases (both tiers) exceed the burst %d",
-					now, oid, cp.level, o.sh.per, key, held, burst)
+					now, oid, cp.Level, o.sh.Per, key, held, burst)
 			}
 		}
 	}
@@ -97,8 +97,8 @@ func (l *RegionLease) Float(now time.Duration) (held, level int64) {
 	}
 	for _, p := range l.pools {
 		cp := *p
-		l.sh.advance(&cp, now)
-		level += cp.level / l.sh.per
+		l.sh.Advance(&cp, now)
+		level += cp.Level / l.sh.Per
 	}
 	return held, level
 }

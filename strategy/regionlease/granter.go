@@ -74,10 +74,10 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 			return
 		}
 		p := l.pool(f.Key, now)
-		l.sh.advance(p, now)
-		v := &verdict{decided: true, allowed: l.sh.take(p, arr, n)}
+		l.sh.Advance(p, now)
+		v := &verdict{decided: true, allowed: l.sh.Take(p, arr, n)}
 		if !v.allowed {
-			if until := l.sh.untilOne(p, arr); until > arr {
+			if until := l.sh.UntilOne(p, arr); until > arr {
 				v.emptyFor = uint64(min(until-arr, l.takeover+l.fillTime, maxHint) / time.Microsecond)
 			}
 		}
@@ -211,16 +211,16 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		ttl, period = l.rttl, l.rperiod
 	}
 	p := l.pool(a.Key, now)
-	l.sh.advance(p, now)
-	whole := l.sh.whole(p, at)
+	l.sh.Advance(p, now)
+	whole := l.sh.Whole(p, at)
 	n := min(a.Tokens, whole)
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
 	if n < a.Tokens && n == whole {
 		// Dry: the bucket's refill until the hint ends is for the other
 		// holders' next asks (lease's dry hint).
-		g.emptyUntil = at + min(period, l.sh.fillTime(p))
+		g.emptyUntil = at + min(period, l.sh.FillTime(p))
 	}
-	l.sh.lend(p, n)
+	l.sh.Lend(p, n)
 	return g
 }
 
@@ -285,8 +285,8 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 	g.released = true
 	if g.pool != nil {
 		left := g.tokens - g.used
-		l.sh.advance(g.pool, now)
-		l.sh.release(g.pool, left, min(unused, left))
+		l.sh.Advance(g.pool, now)
+		l.sh.Release(g.pool, left, min(unused, left))
 		return
 	}
 	h := l.keys[id.key]
@@ -326,8 +326,8 @@ func (l *RegionLease) onUsed(now time.Duration, from strategy.NodeID, u *peerv1.
 		return
 	}
 	if used := min(u.Used, g.tokens); used > g.used {
-		l.sh.advance(g.pool, now)
-		g.pool.leased -= used - g.used
+		l.sh.Advance(g.pool, now)
+		g.pool.Leased -= used - g.used
 		g.used = used
 	}
 }

@@ -97,14 +97,14 @@ const maxSpent = 16
 // when this node is the regional owner).
 func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	refuse := strategy.Decision{RequestID: req.ID}
-	if req.Tokens <= 0 || req.Tokens > l.sh.burst {
+	if req.Tokens <= 0 || req.Tokens > l.sh.Burst {
 		return refuse, true // never within one bucket
 	}
 	to, region := l.upstream(req.Key)
 	if g, _ := l.global(req.Key); g == l.self {
 		p := l.pool(req.Key, now)
-		l.sh.advance(p, now)
-		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.take(p, req.Arrival, req.Tokens)}, true
+		l.sh.Advance(p, now)
+		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.Take(p, req.Arrival, req.Tokens)}, true
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
@@ -270,7 +270,7 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 	if want < float64(l.minLease) {
 		return
 	}
-	n := min(int64(want), l.sh.burst)
+	n := min(int64(want), l.sh.Burst)
 	low := float64(n) / 2
 	if region {
 		// Ask a round trip ahead at least: the stock must not run out
@@ -343,7 +343,23 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	if g.Seq == h.seq {
 		h.asking = false
 	}
-	if until > now {
+	l.scheduleAsk(now, h, g, lead, fx)
+	if h.askRegion && g.Tokens < h.askTokens && until > now {
+		h.dry, h.dryAt = true, now
+	}
+	if g.Tokens > 0 && expires > now {
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
+		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
+		fx.WakeAt(expires)
+	}
+	return nil
+}
+
+// scheduleAsk sets when key's holding h asks next after grant g: lead
+// before the end of the empty spell g announces, a little later when g
+// brought nothing and no word of when, and arms the renew timer.
+func (l *RegionLease) scheduleAsk(now time.Duration, h *holding, g *peerv1.RegionLeaseGrant, lead time.Duration, fx *strategy.Effects) {
+	if until := time.Duration(g.EmptyUntilNs); until > now {
 		h.emptyUntil = max(h.emptyUntil, until)
 		h.nextAskAt = until - lead
 	} else if g.Tokens == 0 {
@@ -355,15 +371,6 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
 		fx.WakeAt(h.nextAskAt)
 	}
-	if h.askRegion && g.Tokens < h.askTokens && until > now {
-		h.dry, h.dryAt = true, now
-	}
-	if g.Tokens > 0 && expires > now {
-		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
-		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
-		fx.WakeAt(expires)
-	}
-	return nil
 }
 
 // onVerdict decides the forwarded request a verdict answers (or relays it

@@ -102,11 +102,30 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	hint := cfg.LatencyHint
 	l := &RegionLease{self: cfg.Self, region: topology.Of(cfg.Self), live: slices.Clone(cfg.Members), expect: slices.Clone(cfg.Members),
 		conserve: cfg.Partition == strategy.PartitionConserve,
-		sh:       shape{tokensPerNs: cfg.Rate.Tokens, per: int64(cfg.Rate.Per), burst: cfg.Burst},
+		sh:       shape{TokensPerNs: cfg.Rate.Tokens, Per: int64(cfg.Rate.Per), Burst: cfg.Burst},
 		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
 		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
 		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
 	}
+	if err := l.readParams(v, hint); err != nil {
+		return nil, err
+	}
+	if hint <= 0 {
+		l.lead, l.rlead = l.ttl/4, l.rttl/4
+	}
+	if cfg.Rate.Tokens > 0 {
+		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
+	}
+	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	l.sweepLag = l.timeout + 3*hint + l.maxSkew
+	l.gseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
+	l.rseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
+	return l, nil
+}
+
+// readParams reads and checks the parameters (their defaults from the
+// latency hint) and sets the times derived from them.
+func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.period = v.Duration("period")
 	l.ttl = v.DurationOr("ttl", 2*l.period)
 	l.rperiod = v.Duration("region_period")
@@ -120,19 +139,19 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	retries, minLease := v.Int("retries"), v.Int("min_lease")
 	switch {
 	case l.period <= 0, l.rperiod <= 0, l.window <= 0, l.timeout <= 0:
-		return nil, fmt.Errorf("regionlease: parameters period, region_period, window and timeout must be positive")
+		return fmt.Errorf("regionlease: parameters period, region_period, window and timeout must be positive")
 	case l.ttl < l.period:
-		return nil, fmt.Errorf("regionlease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
+		return fmt.Errorf("regionlease: parameter ttl=%s must be at least period=%s", l.ttl, l.period)
 	case l.rttl < l.rperiod || l.rttl < l.ttl:
-		return nil, fmt.Errorf("regionlease: parameter region_ttl=%s must be at least region_period=%s and ttl=%s", l.rttl, l.rperiod, l.ttl)
+		return fmt.Errorf("regionlease: parameter region_ttl=%s must be at least region_period=%s and ttl=%s", l.rttl, l.rperiod, l.ttl)
 	case l.takeover < l.rttl:
-		return nil, fmt.Errorf("regionlease: parameter takeover=%s must be at least region_ttl=%s (the old owner's leases must have ended)", l.takeover, l.rttl)
+		return fmt.Errorf("regionlease: parameter takeover=%s must be at least region_ttl=%s (the old owner's leases must have ended)", l.takeover, l.rttl)
 	case lan < 0 || l.maxSkew < 0:
-		return nil, fmt.Errorf("regionlease: parameters lan_latency and max_skew must not be negative")
+		return fmt.Errorf("regionlease: parameters lan_latency and max_skew must not be negative")
 	case retries < 0:
-		return nil, fmt.Errorf("regionlease: parameter retries=%d is negative", retries)
+		return fmt.Errorf("regionlease: parameter retries=%d is negative", retries)
 	case minLease < 1:
-		return nil, fmt.Errorf("regionlease: parameter min_lease=%d must be at least 1", minLease)
+		return fmt.Errorf("regionlease: parameter min_lease=%d must be at least 1", minLease)
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
@@ -141,19 +160,9 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	l.rtt = 2 * hint
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {
-		return nil, fmt.Errorf("regionlease: parameter idle must be positive")
+		return fmt.Errorf("regionlease: parameter idle must be positive")
 	}
-	if hint <= 0 {
-		l.lead, l.rlead = l.ttl/4, l.rttl/4
-	}
-	if cfg.Rate.Tokens > 0 {
-		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
-	}
-	l.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
-	l.sweepLag = l.timeout + 3*hint + l.maxSkew
-	l.gseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
-	l.rseen = dedupe.New[fwdID, *verdict](2*l.timeout + 4*hint)
-	return l, nil
+	return nil
 }
 
 // Start schedules the first sweep. A start after time 0 is a restart: a
@@ -338,9 +347,9 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
-	p := &pool{level: l.sh.burst * l.sh.per}
+	p := &pool{Level: l.sh.Burst * l.sh.Per}
 	if at, moved := l.moveOf(key, now); moved {
-		p = &pool{level: 0, last: at + l.takeover}
+		p = &pool{Level: 0, Last: at + l.takeover}
 	}
 	l.pools[key] = p
 	return p
@@ -351,10 +360,10 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 func (l *RegionLease) sweep(now time.Duration) {
 	at := now - l.sweepLag
 	for k, p := range l.pools {
-		if p.last > at {
+		if p.Last > at {
 			continue
 		}
-		if cp := *p; l.sh.full(&cp, at) {
+		if cp := *p; l.sh.Full(&cp, at) {
 			delete(l.pools, k)
 		}
 	}

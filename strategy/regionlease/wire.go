@@ -76,8 +76,8 @@ func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseFo
 	if err := checkKey(from, f.Key); err != nil {
 		return err
 	}
-	if f.ExtraTokens < 0 || f.ExtraTokens >= l.sh.burst {
-		return errorf("forward from %s: %d tokens outside [1, burst %d]", from, f.ExtraTokens+1, l.sh.burst)
+	if f.ExtraTokens < 0 || f.ExtraTokens >= l.sh.Burst {
+		return errorf("forward from %s: %d tokens outside [1, burst %d]", from, f.ExtraTokens+1, l.sh.Burst)
 	}
 	if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
 		return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
@@ -92,8 +92,8 @@ func (l *RegionLease) checkAsk(from strategy.NodeID, a *peerv1.RegionLeaseAsk, a
 		return err
 	}
 	switch {
-	case a.Tokens < 1 || a.Tokens > l.sh.burst:
-		return errorf("ask from %s: %d tokens outside [1, burst %d]", from, a.Tokens, l.sh.burst)
+	case a.Tokens < 1 || a.Tokens > l.sh.Burst:
+		return errorf("ask from %s: %d tokens outside [1, burst %d]", from, a.Tokens, l.sh.Burst)
 	case a.AskedAtNs < 0 || a.AskedAtNs > ahead:
 		return errorf("ask from %s: time %v outside [0, now + max_skew %v]", from, time.Duration(a.AskedAtNs), time.Duration(ahead))
 	case float64(a.DemandMtps) > maxDemand*1000:
@@ -111,8 +111,8 @@ func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *pee
 		return err
 	}
 	switch {
-	case g.Tokens < 0 || g.Tokens > l.sh.burst:
-		return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.burst)
+	case g.Tokens < 0 || g.Tokens > l.sh.Burst:
+		return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.Burst)
 	case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew):
 		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
 	case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
@@ -127,8 +127,8 @@ func (l *RegionLease) checkTokens(kind, what string, from strategy.NodeID, key s
 	if err := checkKey(from, key); err != nil {
 		return err
 	}
-	if n < 0 || n > l.sh.burst {
-		return errorf("%s from %s: %d %s outside [0, burst %d]", kind, from, n, what, l.sh.burst)
+	if n < 0 || n > l.sh.Burst {
+		return errorf("%s from %s: %d %s outside [0, burst %d]", kind, from, n, what, l.sh.Burst)
 	}
 	return nil
 }

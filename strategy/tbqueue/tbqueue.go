@@ -349,25 +349,7 @@ func (q *TBQueue) Request(now time.Duration, req strategy.Request, fx *strategy.
 		e.death = q.clock.after(e.death, n)
 		lq[i] = e
 	} else {
-		// Eq. (4.2): die 1/rate (here n/rate) after the last element, or after now.
-		base := stamp{ns: int64(at)}
-		if k := len(lq); k > 0 && cmpStamp(lq[k-1].death, base) > 0 {
-			base = lq[k-1].death
-		}
-		e = elem{birth: at, death: q.clock.after(base, n), tokens: n}
-		if q.unique {
-			q.seq++
-			e.origin, e.seq = q.self, q.seq
-		}
-		// The new element goes after every element not greater than it:
-		// the tail, unless a peer's clock ran ahead.
-		i, _ = slices.BinarySearchFunc(lq, e, func(a, b elem) int {
-			if cmpID(&a, &b) <= 0 {
-				return -1
-			}
-			return 1
-		})
-		lq = slices.Insert(lq, i, e)
+		lq, i, e = q.insertNew(lq, at, n)
 	}
 	// Elements after it have their time-of-death pushed back (listing 4.3).
 	changed := []elem{e}
@@ -378,19 +360,51 @@ func (q *TBQueue) Request(now time.Duration, req strategy.Request, fx *strategy.
 		}
 	}
 	q.setLocal(req.Key, lq)
+	q.spread(req.Key, at, lq, i, e, changed, grown, fx)
+	return d, true
+}
+
+// insertNew adds a new element of n tokens born at at to lq and returns
+// the queue, the element's index and the element.
+func (q *TBQueue) insertNew(lq []elem, at time.Duration, n int64) ([]elem, int, elem) {
+	// Eq. (4.2): die 1/rate (here n/rate) after the last element, or after now.
+	base := stamp{ns: int64(at)}
+	if k := len(lq); k > 0 && cmpStamp(lq[k-1].death, base) > 0 {
+		base = lq[k-1].death
+	}
+	e := elem{birth: at, death: q.clock.after(base, n), tokens: n}
+	if q.unique {
+		q.seq++
+		e.origin, e.seq = q.self, q.seq
+	}
+	// The new element goes after every element not greater than it:
+	// the tail, unless a peer's clock ran ahead.
+	i, _ := slices.BinarySearchFunc(lq, e, func(a, b elem) int {
+		if cmpID(&a, &b) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	return slices.Insert(lq, i, e), i, e
+}
+
+// spread adds the elements a request changed (changed: the admitted or
+// grown element e at index i of the local queue lq, then those it pushed
+// back) to every neighbour's delta state for key, and analyses the delta
+// when freq is on.
+func (q *TBQueue) spread(key string, at time.Duration, lq []elem, i int, e elem, changed []elem, grown bool, fx *strategy.Effects) {
 	for _, nb := range q.neighbours {
-		dq := q.delta[nb][req.Key]
+		dq := q.delta[nb][key]
 		if !grown && len(changed) == 1 && i == len(lq)-1 && (len(dq) == 0 || cmpID(&dq[len(dq)-1], &e) <= 0) {
 			dq = append(dq, e) // §4.2.1: put on the tail of each delta state
 		} else {
 			dq = q.clock.merge(dq, changed, !q.dupDeltas, false).queue
 		}
-		q.setDelta(nb, req.Key, dq)
+		q.setDelta(nb, key, dq)
 		if q.freq {
-			q.analyse(nb, req.Key, at, fx)
+			q.analyse(nb, key, at, fx)
 		}
 	}
-	return d, true
 }
 
 // sameInstant returns the index of the element of lq that this node
