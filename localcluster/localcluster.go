@@ -284,7 +284,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.spawn(0, c.joinOf(0)); err != nil {
 		return err
 	}
-	if err := c.waitAddrs(ctx, 0); err != nil {
+	if err := c.waitAddrsRetry(ctx, 0); err != nil {
 		return err
 	}
 	for i := 1; i < c.cfg.Nodes; i++ {
@@ -299,7 +299,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			if i > 0 {
-				if errs[i] = c.waitAddrs(ctx, i); errs[i] != nil {
+				if errs[i] = c.waitAddrsRetry(ctx, i); errs[i] != nil {
 					return
 				}
 			}
@@ -434,7 +434,7 @@ func (c *Cluster) spawn(i int, join []string) error {
 		nc.Node.APIAddr, nc.Node.GRPCAddr, nc.Node.PeerAddr, nc.Node.GossipAddr = n.API, n.GRPC, n.Peer, n.Gossip
 	default:
 		// ports outside the ephemeral range, so that a restart finds them free (ports.go)
-		ps, err := pickPorts(4)
+		ps, err := drawPorts(4)
 		if err != nil {
 			return err
 		}
@@ -501,6 +501,31 @@ func (c *Cluster) spawn(i int, join []string) error {
 
 func (c *Cluster) addrPath(i int) string {
 	return filepath.Join(c.dir, fmt.Sprintf("n%d.addr.json", i))
+}
+
+// portRetries is how many times a node whose drawn ports were taken
+// before it bound them is started again on new ones.
+const portRetries = 3
+
+// waitAddrsRetry is waitAddrs for a node just spawned on drawn ports
+// (pickPorts): when it exits because one of them was taken meanwhile
+// (another process drew and bound it between the draw and the node's
+// bind: "address already in use" in its log), it is started again on new
+// ports, up to portRetries times. Other failures, and nodes in namespaces,
+// fail at once.
+func (c *Cluster) waitAddrsRetry(ctx context.Context, i int) error {
+	join := c.joinOf(i)
+	for attempt := 0; ; attempt++ {
+		err := c.waitAddrs(ctx, i)
+		p := c.proc(i)
+		if err == nil || c.lab != nil || attempt >= portRetries || p == nil || !p.exited() ||
+			!strings.Contains(p.tail.String(), "address already in use") {
+			return err
+		}
+		if err := c.spawn(i, join); err != nil {
+			return err
+		}
+	}
 }
 
 // waitAddrs waits for node i's addr file and fills c.Nodes[i].
@@ -663,6 +688,16 @@ func (c *Cluster) Terminate(i int) error {
 }
 
 // kill SIGKILLs the process and its group.
+// exited reports whether the process has exited (its Wait returned).
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (p *proc) kill() {
 	select {
 	case <-p.done:

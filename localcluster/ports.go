@@ -38,6 +38,10 @@ func ephemeralLow() int {
 	return low
 }
 
+// drawPorts is pickPorts; a test replaces it to hand a node a port that is
+// taken.
+var drawPorts = pickPorts
+
 // pickPorts returns n distinct loopback ports below the ephemeral range,
 // each free for TCP and UDP at the time of the call (gossip binds both).
 // Another process that draws the same way could take one before the node
