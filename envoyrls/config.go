@@ -650,6 +650,9 @@ func (p *parser) ext(n *yaml.Node, field string, in ext) ext {
 	return out
 }
 
+// descriptors reads the descriptors list of parent (at field, nested
+// depth levels deep) into parent's children, one descriptor after the
+// other until the first error.
 func (p *parser) descriptors(parent *node, list []*yaml.Node, field, parentPath string, x ext, depth int) {
 	if depth > MaxDepth {
 		if len(list) > 0 {
@@ -661,72 +664,99 @@ func (p *parser) descriptors(parent *node, list []*yaml.Node, field, parentPath 
 		if p.err != nil {
 			return
 		}
-		f := fmt.Sprintf("%s[%d]", field, i)
-		fs := p.fields(dn, f, "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold", "tokenmesh")
-		if p.err != nil {
-			return
-		}
-		var key, value string
-		if k, ok := fs["key"]; ok {
-			key = p.str(k[1], f+".key")
-		}
-		if key == "" {
-			p.fail(dn, f+".key", "is required (descriptor has empty key)")
-			return
-		}
-		if v, ok := fs["value"]; ok {
-			value = p.str(v[1], f+".value")
-		}
-		flag := func(name string) bool {
-			if v, ok := fs[name]; ok {
-				return p.boolean(v[1], f+"."+name)
-			}
-			return false
-		}
-		shadow, quota, share := flag("shadow_mode"), flag("quota_mode"), flag("share_threshold")
-		flag("detailed_metric") // metrics naming only: accepted, no effect on decisions
-		flag("value_to_metric")
-		final := key
-		if value != "" {
-			final += "_" + value
-		}
-		path := parentPath + final
-		if _, dup := parent.children[final]; dup {
-			p.fail(dn, f, "duplicate descriptor composite key %q", path)
-			return
-		}
-		if share && !strings.HasSuffix(final, "*") {
-			p.fail(fs["share_threshold"][0], f+".share_threshold", "can only be used with a wildcard value (ending with '*'), but the descriptor is %q", final)
-			return
-		}
-		lx := x
-		if t, ok := fs["tokenmesh"]; ok {
-			lx = p.ext(t[1], f+".tokenmesh", x)
-		}
-		child := &node{children: map[string]*node{}}
-		if share {
-			child.pattern = strings.TrimPrefix(final, key+"_")
-		}
-		if rl, ok := fs["rate_limit"]; ok {
-			child.limit = p.rateLimit(rl[1], f+".rate_limit", path, lx)
-			if child.limit != nil {
-				child.limit.ShadowMode, child.limit.QuotaMode = shadow, quota
-			}
-		}
-		if p.err != nil {
-			return
-		}
-		if strings.HasSuffix(final, "*") {
-			parent.wildcard = append(parent.wildcard, final)
-		}
-		parent.children[final] = child
-		if sub, ok := fs["descriptors"]; ok {
-			p.descriptors(child, p.list(sub[1], f+".descriptors"), f+".descriptors", path+".", lx, depth+1)
-		}
+		p.descriptor(parent, dn, fmt.Sprintf("%s[%d]", field, i), parentPath, x, depth)
 	}
 }
 
+// descriptor reads one descriptor dn (at field f) into a child of parent:
+// its key and value, flags, tokenmesh extension, rate_limit and nested
+// descriptors.
+func (p *parser) descriptor(parent *node, dn *yaml.Node, f, parentPath string, x ext, depth int) {
+	fs := p.fields(dn, f, "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+		"detailed_metric", "value_to_metric", "share_threshold", "tokenmesh")
+	if p.err != nil {
+		return
+	}
+	key, value, ok := p.descriptorKey(dn, fs, f)
+	if !ok {
+		return
+	}
+	shadow, quota, share := p.descriptorFlags(fs, f)
+	final := key
+	if value != "" {
+		final += "_" + value
+	}
+	path := parentPath + final
+	if _, dup := parent.children[final]; dup {
+		p.fail(dn, f, "duplicate descriptor composite key %q", path)
+		return
+	}
+	if share && !strings.HasSuffix(final, "*") {
+		p.fail(fs["share_threshold"][0], f+".share_threshold", "can only be used with a wildcard value (ending with '*'), but the descriptor is %q", final)
+		return
+	}
+	lx := x
+	if t, ok := fs["tokenmesh"]; ok {
+		lx = p.ext(t[1], f+".tokenmesh", x)
+	}
+	child := &node{children: map[string]*node{}}
+	if share {
+		child.pattern = strings.TrimPrefix(final, key+"_")
+	}
+	if rl, ok := fs["rate_limit"]; ok {
+		child.limit = p.rateLimit(rl[1], f+".rate_limit", path, lx)
+		if child.limit != nil {
+			child.limit.ShadowMode, child.limit.QuotaMode = shadow, quota
+		}
+	}
+	if p.err != nil {
+		return
+	}
+	if strings.HasSuffix(final, "*") {
+		parent.wildcard = append(parent.wildcard, final)
+	}
+	parent.children[final] = child
+	if sub, ok := fs["descriptors"]; ok {
+		p.descriptors(child, p.list(sub[1], f+".descriptors"), f+".descriptors", path+".", lx, depth+1)
+	}
+}
+
+// descriptorKey reads a descriptor's key (required: false when it is
+// empty, the error recorded) and value.
+func (p *parser) descriptorKey(dn *yaml.Node, fs map[string][2]*yaml.Node, f string) (key, value string, ok bool) {
+	if k, ok := fs["key"]; ok {
+		key = p.str(k[1], f+".key")
+	}
+	if key == "" {
+		p.fail(dn, f+".key", "is required (descriptor has empty key)")
+		return "", "", false
+	}
+	if v, ok := fs["value"]; ok {
+		value = p.str(v[1], f+".value")
+	}
+	return key, value, true
+}
+
+// descriptorFlags reads a descriptor's shadow_mode, quota_mode and
+// share_threshold (false when absent); detailed_metric and
+// value_to_metric are read and ignored (metrics naming only: accepted,
+// no effect on decisions).
+func (p *parser) descriptorFlags(fs map[string][2]*yaml.Node, f string) (shadow, quota, share bool) {
+	flag := func(name string) bool {
+		if v, ok := fs[name]; ok {
+			return p.boolean(v[1], f+"."+name)
+		}
+		return false
+	}
+	shadow, quota, share = flag("shadow_mode"), flag("quota_mode"), flag("share_threshold")
+	flag("detailed_metric") // metrics naming only: accepted, no effect on decisions
+	flag("value_to_metric")
+	return shadow, quota, share
+}
+
+// rateLimit reads a descriptor's rate_limit (at field; the descriptor's
+// path and tokenmesh extension x) into a Limit, with its rule checked
+// (config.ClusterRule) and its override base added; nil on an error.
 func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	fs := p.fields(n, field, "requests_per_unit", "unit", "unlimited", "name", "replaces")
 	if p.err != nil {
@@ -740,6 +770,33 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 		}
 		l.Strategy = fixedwindow.Name
 	}
+	p.limitUnit(n, fs, field, l)
+	p.limitRequests(n, fs, field, l)
+	if v, ok := fs["name"]; ok {
+		l.Name = p.str(v[1], field+".name")
+	}
+	if v, ok := fs["replaces"]; ok {
+		p.limitReplaces(v[1], field, l)
+	}
+	if p.err != nil {
+		return nil
+	}
+	if !p.limitRule(n, field, path, l) {
+		return nil
+	}
+	l.overrideBase = baseName(path)
+	p.addBase(n, field, l.overrideBase, &overrideBase{domain: l.Domain, path: path, seed: l.Rule,
+		strategy: l.Strategy, params: maps.Clone(l.Params), algorithm: l.Algorithm})
+	if p.err != nil {
+		return nil
+	}
+	p.limits = append(p.limits, l)
+	return l
+}
+
+// limitUnit reads a rate_limit's unlimited and unit: a unit is required
+// unless unlimited, and refused with it.
+func (p *parser) limitUnit(n *yaml.Node, fs map[string][2]*yaml.Node, field string, l *Limit) {
 	if v, ok := fs["unlimited"]; ok {
 		l.Unlimited = p.boolean(v[1], field+".unlimited")
 	}
@@ -762,60 +819,65 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	if valid {
 		l.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(uv)
 	}
-	if v, ok := fs["requests_per_unit"]; ok {
-		s := p.str(v[1], field+".requests_per_unit")
-		u, err := strconv.ParseUint(s, 10, 32)
-		if p.err == nil && err != nil {
-			p.fail(v[1], field+".requests_per_unit", "%q is not a whole number from 0 to %d", s, uint32(1<<32-1))
+}
+
+// limitRequests reads a rate_limit's requests_per_unit (required unless
+// unlimited).
+func (p *parser) limitRequests(n *yaml.Node, fs map[string][2]*yaml.Node, field string, l *Limit) {
+	v, ok := fs["requests_per_unit"]
+	if !ok {
+		if !l.Unlimited {
+			p.fail(n, field+".requests_per_unit", "is required")
 		}
-		l.RequestsPerUnit = uint32(u)
-	} else if !l.Unlimited {
-		p.fail(n, field+".requests_per_unit", "is required")
+		return
 	}
-	if v, ok := fs["name"]; ok {
-		l.Name = p.str(v[1], field+".name")
+	s := p.str(v[1], field+".requests_per_unit")
+	u, err := strconv.ParseUint(s, 10, 32)
+	if p.err == nil && err != nil {
+		p.fail(v[1], field+".requests_per_unit", "%q is not a whole number from 0 to %d", s, uint32(1<<32-1))
 	}
-	if v, ok := fs["replaces"]; ok {
-		for i, r := range p.list(v[1], field+".replaces") {
-			rf := fmt.Sprintf("%s.replaces[%d]", field, i)
-			rfs := p.fields(r, rf, "name")
-			if p.err != nil {
-				return nil
-			}
-			name := ""
-			if nv, ok := rfs["name"]; ok {
-				name = p.str(nv[1], rf+".name")
-			}
-			switch {
-			case name == "":
-				p.fail(r, rf+".name", "should not be empty")
-			case name == l.Name:
-				p.fail(r, rf+".name", "%q is this limit's own name", name)
-			}
-			l.Replaces = append(l.Replaces, name)
+	l.RequestsPerUnit = uint32(u)
+}
+
+// limitReplaces reads a rate_limit's replaces (the list n): names, none
+// empty nor the limit's own.
+func (p *parser) limitReplaces(n *yaml.Node, field string, l *Limit) {
+	for i, r := range p.list(n, field+".replaces") {
+		rf := fmt.Sprintf("%s.replaces[%d]", field, i)
+		rfs := p.fields(r, rf, "name")
+		if p.err != nil {
+			return
 		}
-	}
-	if p.err != nil {
-		return nil
-	}
-	if !l.Unlimited && l.RequestsPerUnit > 0 {
-		l.Rule = RuleName(path)
-		if other, dup := p.names[l.Rule]; dup {
-			p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
-			return nil
+		name := ""
+		if nv, ok := rfs["name"]; ok {
+			name = p.str(nv[1], rf+".name")
 		}
-		if _, err := config.ClusterRule(l.configRule()); err != nil {
-			p.fail(n, field, "as a tokenmesh rule: %v", err)
-			return nil
+		switch {
+		case name == "":
+			p.fail(r, rf+".name", "should not be empty")
+		case name == l.Name:
+			p.fail(r, rf+".name", "%q is this limit's own name", name)
 		}
-		p.names[l.Rule] = path
+		l.Replaces = append(l.Replaces, name)
 	}
-	l.overrideBase = baseName(path)
-	p.addBase(n, field, l.overrideBase, &overrideBase{domain: l.Domain, path: path, seed: l.Rule,
-		strategy: l.Strategy, params: maps.Clone(l.Params), algorithm: l.Algorithm})
-	if p.err != nil {
-		return nil
+}
+
+// limitRule gives a limit that is decided (not unlimited, requests_per_unit
+// above 0) its rule name, unique in the file and valid as a tokenmesh rule;
+// false on an error.
+func (p *parser) limitRule(n *yaml.Node, field, path string, l *Limit) bool {
+	if l.Unlimited || l.RequestsPerUnit == 0 {
+		return true
 	}
-	p.limits = append(p.limits, l)
-	return l
+	l.Rule = RuleName(path)
+	if other, dup := p.names[l.Rule]; dup {
+		p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
+		return false
+	}
+	if _, err := config.ClusterRule(l.configRule()); err != nil {
+		p.fail(n, field, "as a tokenmesh rule: %v", err)
+		return false
+	}
+	p.names[l.Rule] = path
+	return true
 }

@@ -191,13 +191,8 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // its failure_mode_deny setting).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	ds := req.GetDescriptors()
-	switch {
-	case req.GetDomain() == "":
-		return nil, status.Error(codes.InvalidArgument, "domain: rate limit domain must not be empty")
-	case len(ds) == 0:
-		return nil, status.Error(codes.InvalidArgument, "descriptors: rate limit descriptor list must not be empty")
-	case len(ds) > MaxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
+	if err := checkRequest(req); err != nil {
+		return nil, err
 	}
 	var (
 		limitsBuf [smallRequest]*Limit
@@ -216,11 +211,74 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		limits, keys, hits, idx = make([]*Limit, len(ds)), make([]string, len(ds)), make([]int64, len(ds)), make([]int, len(ds))
 	}
 	cfg, shadow := s.cfg.Load(), s.shadow.Load() // one config, one mode for the whole call
-	var replaced map[string]bool                 // made on the first limit that replaces another
-	for i, d := range ds {
-		l, key, h, err := s.matchDescriptor(ctx, cfg, req, i, d)
+	if err := s.matchAll(ctx, cfg, req, limits, keys, hits); err != nil {
+		return nil, err
+	}
+	// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits):
+	// the hits go back to the bucket (a refund), nothing is checked, and
+	// the descriptor is answered OK without a limit.
+	if err := s.refundNegative(ctx, ds, limits, keys, hits); err != nil {
+		return nil, err
+	}
+	items := batchItems(itemsBuf[:0], limits, keys, hits, idx)
+	var (
+		results []cluster.BatchResult
+		one     [1]cluster.BatchResult
+	)
+	if len(items) > 0 {
+		start := time.Now()
+		var err error
+		results, err = s.decide(ctx, items, &one)
 		if err != nil {
 			return nil, err
+		}
+		s.observeAll(limits, idx, results, shadow, time.Since(start))
+	}
+	resp, r1 := newResponse(len(ds))
+	closest, closestReset := s.fillStatuses(resp, limits, idx, results, r1)
+	if shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// envoyproxy/ratelimit's SHADOW_MODE: the statuses say what would
+		// have been refused, the request passes.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.shadowed.Add(1)
+	}
+	if closest != nil {
+		var hs *headers
+		if r1 != nil {
+			hs = &r1.headers
+		} else {
+			hs = &headers{}
+		}
+		hs.set(closest, closestReset)
+		resp.ResponseHeadersToAdd = hs.ptrs[:]
+	}
+	return resp, nil
+}
+
+// checkRequest checks the request as a whole: a domain, and 1 to
+// MaxDescriptors descriptors. Errors: gRPC INVALID_ARGUMENT statuses.
+func checkRequest(req *rlsv3.RateLimitRequest) error {
+	ds := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "domain: rate limit domain must not be empty")
+	case len(ds) == 0:
+		return status.Error(codes.InvalidArgument, "descriptors: rate limit descriptor list must not be empty")
+	case len(ds) > MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "descriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
+	}
+	return nil
+}
+
+// matchAll fills limits, keys and hits for every descriptor of req
+// (matchDescriptor), then drops the limits that a matched limit replaces.
+// Errors: matchDescriptor's, for the first descriptor that has one.
+func (s *Service) matchAll(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, limits []*Limit, keys []string, hits []int64) error {
+	var replaced map[string]bool // made on the first limit that replaces another
+	for i, d := range req.GetDescriptors() {
+		l, key, h, err := s.matchDescriptor(ctx, cfg, req, i, d)
+		if err != nil {
+			return err
 		}
 		limits[i], keys[i], hits[i] = l, key, h
 		if l == nil || d.GetLimit() != nil {
@@ -233,20 +291,25 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			replaced[r] = true
 		}
 	}
-	// replaces, as envoyproxy/ratelimit: a named limit some matched limit
-	// replaces is not checked (an unlimited one stays unlimited).
+	dropReplaced(limits, replaced)
+	return nil
+}
+
+// dropReplaced implements replaces, as envoyproxy/ratelimit: a named limit
+// some matched limit replaces is not checked (an unlimited one stays
+// unlimited).
+func dropReplaced(limits []*Limit, replaced map[string]bool) {
 	for i, l := range limits {
 		if l != nil && !l.Unlimited && l.Name != "" && replaced[l.Name] {
 			limits[i] = nil
 		}
 	}
-	// is_negative_hits (Envoy's RateLimit.hits_addend.is_negative_hits):
-	// the hits go back to the bucket (a refund), nothing is checked, and
-	// the descriptor is answered OK without a limit.
-	if err := s.refundNegative(ctx, ds, limits, keys, hits); err != nil {
-		return nil, err
-	}
-	items := itemsBuf[:0]
+}
+
+// batchItems appends to items one check per descriptor with a limit that
+// has a rule, in descriptor order, and records in idx the item of each
+// descriptor (-1 for none).
+func batchItems(items []cluster.BatchItem, limits []*Limit, keys []string, hits []int64, idx []int) []cluster.BatchItem {
 	for i, l := range limits {
 		idx[i] = -1
 		if l != nil && l.Rule != "" {
@@ -254,62 +317,90 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			items = append(items, cluster.BatchItem{Rule: l.Rule, Key: keys[i], Tokens: max(hits[i], -hits[i]), Charge: hits[i] < 0})
 		}
 	}
-	var results []cluster.BatchResult
-	if len(items) > 0 {
-		start := time.Now()
-		var (
-			err error
-			one [1]cluster.BatchResult
-		)
-		if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
-			var d cluster.Decision
-			d, err = sc.CheckItem(ctx, items[0])
-			one[0].Decision, results = d, one[:]
-		} else {
-			// CheckBatch may keep the items (a batch abandoned when ctx
-			// ends): hand it a copy off the stack.
-			results, err = s.checker.CheckBatch(ctx, slices.Clone(items))
+	return items
+}
+
+// decide checks items (not empty) in one batch, or, for one item and a
+// SingleChecker, alone (its result in one). Errors: the context's status
+// when ctx ended, else UNAVAILABLE with the batch's or the first item's
+// error.
+func (s *Service) decide(ctx context.Context, items []cluster.BatchItem, one *[1]cluster.BatchResult) ([]cluster.BatchResult, error) {
+	var (
+		results []cluster.BatchResult
+		err     error
+	)
+	if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
+		var d cluster.Decision
+		d, err = sc.CheckItem(ctx, items[0])
+		one[0].Decision, results = d, one[:]
+	} else {
+		// CheckBatch may keep the items (a batch abandoned when ctx
+		// ends): hand it a copy off the stack.
+		results, err = s.checker.CheckBatch(ctx, slices.Clone(items))
+	}
+	if err == nil {
+		err = firstItemError(results)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		waited := time.Since(start)
-		if err == nil {
-			for _, r := range results {
-				if r.Err != nil {
-					err = r.Err
-					break
-				}
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
-			return nil, status.Errorf(codes.Unavailable, "deciding: %v", err)
-		}
-		if s.observe != nil {
-			for i, l := range limits {
-				if idx[i] >= 0 {
-					r := results[idx[i]]
-					s.observe(l.Rule, r, r.Allowed || l.ShadowMode || l.QuotaMode || shadow, waited)
-				}
-			}
+		return nil, status.Errorf(codes.Unavailable, "deciding: %v", err)
+	}
+	return results, nil
+}
+
+// firstItemError is the first item's error among results (nil: none).
+func firstItemError(results []cluster.BatchResult) error {
+	for _, r := range results {
+		if r.Err != nil {
+			return r.Err
 		}
 	}
+	return nil
+}
+
+// observeAll tells the Observer (if any) of every decided check: its
+// rule, result, whether it was answered OK (allowed, or in a shadow or
+// quota mode) and the time the checks took.
+func (s *Service) observeAll(limits []*Limit, idx []int, results []cluster.BatchResult, shadow bool, waited time.Duration) {
+	if s.observe == nil {
+		return
+	}
+	for i, l := range limits {
+		if idx[i] >= 0 {
+			r := results[idx[i]]
+			s.observe(l.Rule, r, r.Allowed || l.ShadowMode || l.QuotaMode || shadow, waited)
+		}
+	}
+}
+
+// newResponse is an OK response with n descriptor statuses to fill; for
+// one descriptor, in one allocation (r1, its parts; nil otherwise).
+func newResponse(n int) (*rlsv3.RateLimitResponse, *response1) {
 	var (
 		resp *rlsv3.RateLimitResponse
 		r1   *response1 // the response's parts, for one descriptor
 	)
-	if len(ds) == 1 {
+	if n == 1 {
 		r1 = &response1{}
 		r1.statusPtrs[0] = &r1.status
 		resp = &r1.resp
 		resp.Statuses = r1.statusPtrs[:]
 	} else {
-		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	}
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	// The descriptor closest to its limit, as envoyproxy/ratelimit picks it
-	// for its headers: the first with the least limit_remaining, or the last
-	// over its limit (not in quota_mode).
+	return resp, r1
+}
+
+// fillStatuses fills resp's status of every descriptor (fillStatus) and
+// its overall code (OVER_LIMIT if any is), and returns the descriptor
+// closest to its limit, as envoyproxy/ratelimit picks it for its headers
+// (the first with the least limit_remaining, or the last over its limit,
+// not in quota_mode), with its reset; nil when no descriptor had a limit.
+func (s *Service) fillStatuses(resp *rlsv3.RateLimitResponse, limits []*Limit, idx []int, results []cluster.BatchResult,
+	r1 *response1) (*rlsv3.RateLimitResponse_DescriptorStatus, time.Duration) {
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	var closestReset time.Duration
 	minRemaining := uint32(math.MaxUint32)
@@ -340,23 +431,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			closest, closestReset, minRemaining = st, reset, 0
 		}
 	}
-	if shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		// envoyproxy/ratelimit's SHADOW_MODE: the statuses say what would
-		// have been refused, the request passes.
-		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		s.shadowed.Add(1)
-	}
-	if closest != nil {
-		var hs *headers
-		if r1 != nil {
-			hs = &r1.headers
-		} else {
-			hs = &headers{}
-		}
-		hs.set(closest, closestReset)
-		resp.ResponseHeadersToAdd = hs.ptrs[:]
-	}
-	return resp, nil
+	return closest, closestReset
 }
 
 // set fills the x-ratelimit-* headers from the status closest to its

@@ -61,6 +61,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
@@ -241,44 +242,25 @@ type Node struct {
 // and ctx.Err() when ctx ends first. On error the node is closed (a
 // gossip start still under way when ctx ended is shut down when it ends).
 func Start(ctx context.Context, cfg Config) (*Node, error) {
-	if err := ctx.Err(); err != nil {
+	if err := checkStart(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if cfg.Peer != nil && cfg.InProcess != nil {
-		return nil, errors.New("limiter: both Peer and InProcess are set")
-	}
-	name := cfg.Name
-	if name == "" {
-		name = DefaultName
-	}
+	name := cfg.nodeName()
 	self := strategy.NodeID(name)
 	rules := withDefaults(slices.Concat(cfg.Rules, cfg.ClusterRules))
-	multi := cfg.Peer != nil || (cfg.InProcess != nil && len(cfg.InProcess.Members) > 1)
+	multi := cfg.multiNode()
 	if err := checkCentral(rules, multi); err != nil {
 		return nil, err
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed,
 		Derive: cfg.Derive, MaxDerived: cfg.MaxDerived, MaxDerivedPerBase: cfg.MaxDerivedPerBase}
 	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{}), multi: multi}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cfg.logger()
 	if cfg.StateDir != "" {
-		store, snap, info, err := openState(cfg, name, log)
+		store, err := n.openPersister(cfg, name, rules, log, &ccfg)
 		if err != nil {
 			return nil, err
 		}
-		n.restore = info
-		if info.Found {
-			n.restore.Taken, n.restore.Age = snap.Taken, time.Since(snap.Taken)
-		}
-		ccfg.Restore = restoreStates(snap, name, rules, log)
-		interval := cfg.SnapshotInterval
-		if interval <= 0 {
-			interval = DefaultSnapshotInterval
-		}
-		n.persist = &persister{store: store, name: name, interval: interval, log: log, done: make(chan struct{})}
 		defer func() {
 			if n.node == nil { // Start failed
 				_ = store.Close()
@@ -288,14 +270,110 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	for _, r := range rules {
 		n.rules[r.Name] = r
 	}
+	if err := n.setTransport(cfg, self, &ccfg); err != nil {
+		return nil, err
+	}
+	if p := cfg.Peer; p != nil {
+		if err := n.joinMembership(ctx, name, p, &ccfg); err != nil {
+			return nil, err
+		}
+	}
+	node, err := cluster.New(ccfg)
+	if err != nil {
+		n.abortStart(ccfg.Transport)
+		return nil, fmt.Errorf("limiter: %w", err)
+	}
+	n.attach(node)
+	if cfg.Peer != nil && cfg.Peer.Latency != nil {
+		n.latency = cfg.Peer.Latency
+		n.latency.Attach(node)
+	}
+	if p := n.persist; p != nil {
+		n.startPersister(node, p, log)
+	}
+	return n, nil
+}
+
+// checkStart refuses to start when ctx has ended (ctx.Err()) or when
+// both Peer and InProcess are set.
+func checkStart(ctx context.Context, cfg Config) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if cfg.Peer != nil && cfg.InProcess != nil {
+		return errors.New("limiter: both Peer and InProcess are set")
+	}
+	return nil
+}
+
+// nodeName is cfg.Name, or DefaultName when it is empty.
+func (cfg Config) nodeName() string {
+	if cfg.Name == "" {
+		return DefaultName
+	}
+	return cfg.Name
+}
+
+// multiNode reports whether the node is meant to have peers: Peer, or
+// InProcess with more than one member.
+func (cfg Config) multiNode() bool {
+	return cfg.Peer != nil || (cfg.InProcess != nil && len(cfg.InProcess.Members) > 1)
+}
+
+// logger is cfg.Logger, or a logger that discards when it is nil.
+func (cfg Config) logger() *slog.Logger {
+	if cfg.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return cfg.Logger
+}
+
+// abortStart undoes what Start set up before cluster.New failed: it shuts
+// gossip down and closes tr when the transport is grpcpeer's.
+func (n *Node) abortStart(tr cluster.Transport) {
+	if n.ms != nil {
+		_ = n.ms.Shutdown()
+	}
+	if n.tr != nil {
+		_ = tr.Close()
+	}
+}
+
+// openPersister opens the state file in cfg.StateDir for Start: the
+// states it restores go into ccfg.Restore, what it found into n.restore,
+// and n.persist is made (not yet running). It returns the store, which
+// Start closes if it fails. Errors: openState's.
+func (n *Node) openPersister(cfg Config, name string, rules []cluster.Rule, log *slog.Logger, ccfg *cluster.Config) (*statestore.Store, error) {
+	store, snap, info, err := openState(cfg, name, log)
+	if err != nil {
+		return nil, err
+	}
+	n.restore = info
+	if info.Found {
+		n.restore.Taken, n.restore.Age = snap.Taken, time.Since(snap.Taken)
+	}
+	ccfg.Restore = restoreStates(snap, name, rules, log)
+	interval := cfg.SnapshotInterval
+	if interval <= 0 {
+		interval = DefaultSnapshotInterval
+	}
+	n.persist = &persister{store: store, name: name, interval: interval, log: log, done: make(chan struct{})}
+	return store, nil
+}
+
+// setTransport sets ccfg's transport (and, for InProcess, its members):
+// an endpoint of cfg.InProcess.Network, a grpcpeer transport for cfg.Peer
+// (kept in n.tr, wrapped by Peer.WrapTransport if set), or an endpoint of
+// a network of its own for a lone node.
+func (n *Node) setTransport(cfg Config, self strategy.NodeID, ccfg *cluster.Config) error {
 	switch {
 	case cfg.InProcess != nil:
 		if cfg.InProcess.Network == nil {
-			return nil, errors.New("limiter: InProcess.Network is nil")
+			return errors.New("limiter: InProcess.Network is nil")
 		}
 		ep, err := cfg.InProcess.Network.Endpoint(self)
 		if err != nil {
-			return nil, fmt.Errorf("limiter: %w", err)
+			return fmt.Errorf("limiter: %w", err)
 		}
 		ccfg.Transport = ep
 		for _, m := range cfg.InProcess.Members {
@@ -305,7 +383,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		tr, err := grpcpeer.New(grpcpeer.Config{Self: self, ListenAddr: cfg.Peer.ListenAddr, TLS: cfg.Peer.TLS, SecretKey: cfg.Peer.SecretKey,
 			Logger: cfg.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("limiter: %w", err)
+			return fmt.Errorf("limiter: %w", err)
 		}
 		n.tr = tr
 		ccfg.Transport = tr
@@ -317,52 +395,45 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	default:
 		ep, err := cluster.NewMemNetwork().Endpoint(self)
 		if err != nil {
-			return nil, fmt.Errorf("limiter: %w", err)
+			return fmt.Errorf("limiter: %w", err)
 		}
 		ccfg.Transport = ep
 	}
-	if p := cfg.Peer; p != nil {
-		ms, joined, err := n.startMembership(ctx, name, p)
-		if err != nil {
-			_ = ccfg.Transport.Close()
-			return nil, err
-		}
-		n.ms = ms
-		if len(p.Join) > 0 {
-			// Reached a running cluster: a joiner; nobody answered: the
-			// founder of a new one.
-			ccfg.Join = joined
-		}
-		for id := range ms.Members() {
-			ccfg.Members = append(ccfg.Members, id)
-		}
-	}
-	node, err := cluster.New(ccfg)
+	return nil
+}
+
+// joinMembership starts gossip for p (startMembership) into n.ms and puts
+// the members it found into ccfg (and, with p.Join, whether it joined a
+// running cluster into ccfg.Join). On an error ccfg's transport is closed.
+func (n *Node) joinMembership(ctx context.Context, name string, p *PeerConfig, ccfg *cluster.Config) error {
+	ms, joined, err := n.startMembership(ctx, name, p)
 	if err != nil {
-		if n.ms != nil {
-			_ = n.ms.Shutdown()
-		}
-		if n.tr != nil {
-			_ = ccfg.Transport.Close()
-		}
-		return nil, fmt.Errorf("limiter: %w", err)
+		_ = ccfg.Transport.Close()
+		return err
 	}
-	n.attach(node)
-	if cfg.Peer != nil && cfg.Peer.Latency != nil {
-		n.latency = cfg.Peer.Latency
-		n.latency.Attach(node)
+	n.ms = ms
+	if len(p.Join) > 0 {
+		// Reached a running cluster: a joiner; nobody answered: the
+		// founder of a new one.
+		ccfg.Join = joined
 	}
-	if p := n.persist; p != nil {
-		n.restore.Keys = node.Restored()
-		if n.restore.Found {
-			log.Info("restored token buckets from the state file", "file", n.restore.File, "keys", n.restore.Keys,
-				"taken", n.restore.Taken.UTC().Format(time.RFC3339Nano), "age", n.restore.Age.Round(time.Millisecond))
-		} else {
-			log.Info("no saved state: starting with full buckets", "file", n.restore.File)
-		}
-		go p.run(node, n.stop)
+	for id := range ms.Members() {
+		ccfg.Members = append(ccfg.Members, id)
 	}
-	return n, nil
+	return nil
+}
+
+// startPersister logs what was restored from the state file and starts
+// p's snapshots of node.
+func (n *Node) startPersister(node *cluster.Node, p *persister, log *slog.Logger) {
+	n.restore.Keys = node.Restored()
+	if n.restore.Found {
+		log.Info("restored token buckets from the state file", "file", n.restore.File, "keys", n.restore.Keys,
+			"taken", n.restore.Taken.UTC().Format(time.RFC3339Nano), "age", n.restore.Age.Round(time.Millisecond))
+	} else {
+		log.Info("no saved state: starting with full buckets", "file", n.restore.File)
+	}
+	go p.run(node, n.stop)
 }
 
 // startMembership starts gossip for p and, with p.Join, joins the members

@@ -28,65 +28,87 @@ const rateForms = "(forms: 100/s, 6000/min, 1/3s, 2.5)"
 // else, a rate of 0 or below, or a period above bucket's 1e6 s.
 func ParseRate(s string) (bucket.Rate, error) {
 	t := strings.TrimSpace(s)
-	bad := func(why string) (bucket.Rate, error) {
-		if why != "" {
-			why = " (" + why + ")"
-		}
-		return bucket.Rate{}, fmt.Errorf("%q is not a rate%s %s", s, why, rateForms)
-	}
 	num, unit, slash := strings.Cut(t, "/")
 	if !slash {
-		f, err := strconv.ParseFloat(t, 64)
-		if err != nil || strings.ContainsAny(t, "xXpP_") || strings.EqualFold(t, "nan") || strings.Contains(strings.ToLower(t), "inf") {
-			return bad("")
-		}
-		if f <= 0 {
-			return bad("must be above 0")
-		}
-		r, err := bucket.PerSecond(f)
-		if err != nil {
-			return bad(err.Error())
-		}
-		return r, nil
+		return parseDecimalRate(s, t)
 	}
-	num, unit = strings.TrimSpace(num), strings.TrimSpace(unit)
+	return parseCountRate(s, strings.TrimSpace(num), strings.TrimSpace(unit))
+}
+
+// badRate is ParseRate's error for s, with why (if any) in parentheses.
+func badRate(s, why string) (bucket.Rate, error) {
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	return bucket.Rate{}, fmt.Errorf("%q is not a rate%s %s", s, why, rateForms)
+}
+
+// parseDecimalRate is ParseRate of the form "X" (t, s trimmed): X tokens
+// per second, a finite decimal number above 0.
+func parseDecimalRate(s, t string) (bucket.Rate, error) {
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || strings.ContainsAny(t, "xXpP_") || strings.EqualFold(t, "nan") || strings.Contains(strings.ToLower(t), "inf") {
+		return badRate(s, "")
+	}
+	if f <= 0 {
+		return badRate(s, "must be above 0")
+	}
+	r, err := bucket.PerSecond(f)
+	if err != nil {
+		return badRate(s, err.Error())
+	}
+	return r, nil
+}
+
+// parseCountRate is ParseRate of the forms "N/UNIT" and "N/DURATION"
+// (num and unit trimmed): the rate in lowest terms, valid for bucket and
+// at most 1e12 tokens/s.
+func parseCountRate(s, num, unit string) (bucket.Rate, error) {
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || strings.HasPrefix(num, "+") {
-		return bad("the count before '/' must be a whole number")
+		return badRate(s, "the count before '/' must be a whole number")
 	}
 	if n <= 0 {
-		return bad("must be above 0")
+		return badRate(s, "must be above 0")
 	}
-	var per time.Duration
-	switch strings.ToLower(unit) {
-	case "ms":
-		per = time.Millisecond
-	case "s", "sec", "second":
-		per = time.Second
-	case "m", "min", "minute":
-		per = time.Minute
-	case "h", "hr", "hour":
-		per = time.Hour
-	case "d", "day":
-		per = 24 * time.Hour
-	default:
-		d, err := time.ParseDuration(unit)
-		if err != nil || unit == "" || !(unit[0] >= '0' && unit[0] <= '9') {
-			return bad("")
-		}
-		if d <= 0 {
-			return bad("the period must be above 0")
-		}
-		per = d
+	per, why, ok := parsePeriod(unit)
+	if !ok {
+		return badRate(s, why)
 	}
 	r := bucket.Rate{Tokens: n, Per: per}.Reduced()
 	if err := r.Validate(); err != nil {
-		return bad(err.Error())
+		return badRate(s, err.Error())
 	}
 	if r.PerSec() > 1e12 {
-		return bad("above the supported 1e12 tokens/s")
+		return badRate(s, "above the supported 1e12 tokens/s")
 	}
 	return r, nil
+}
+
+// parsePeriod is the period after a rate's '/': a unit name (ms, s, m,
+// h, d and their long forms) or a Go duration starting with a digit and
+// above 0. Not ok: why it is not ("" when it is no period at all).
+func parsePeriod(unit string) (per time.Duration, why string, ok bool) {
+	switch strings.ToLower(unit) {
+	case "ms":
+		return time.Millisecond, "", true
+	case "s", "sec", "second":
+		return time.Second, "", true
+	case "m", "min", "minute":
+		return time.Minute, "", true
+	case "h", "hr", "hour":
+		return time.Hour, "", true
+	case "d", "day":
+		return 24 * time.Hour, "", true
+	}
+	d, err := time.ParseDuration(unit)
+	if err != nil || unit == "" || !(unit[0] >= '0' && unit[0] <= '9') {
+		return 0, "", false
+	}
+	if d <= 0 {
+		return 0, "the period must be above 0", false
+	}
+	return d, "", true
 }
 
 // FormatRate writes r as ParseRate reads it back exactly: "N/s", "N/m",

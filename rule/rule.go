@@ -140,19 +140,11 @@ func (r Rule) Validate() error {
 	return r.checkBucket()
 }
 
-// checkBucket is Validate without the name and key.
+// checkBucket is Validate without the name and key: the bucket, the
+// strategy, its partition and params, then a throwaway instance.
 func (r Rule) checkBucket() error {
-	if r.Rate.Tokens <= 0 {
-		return &FieldError{Field: "rate", Msg: "must be above 0"}
-	}
-	if err := r.Rate.Validate(); err != nil {
-		return &FieldError{Field: "rate", Msg: err.Error()}
-	}
-	if r.Burst < 1 {
-		return &FieldError{Field: "burst", Msg: fmt.Sprintf("%d is below 1 (a bucket must hold at least one token)", r.Burst)}
-	}
-	if _, err := bucket.New(r.Rate, r.Burst, 0); err != nil {
-		return &FieldError{Field: "burst", Msg: err.Error()}
+	if err := r.checkRateBurst(); err != nil {
+		return err
 	}
 	name := r.Strategy
 	if name == "" {
@@ -169,18 +161,58 @@ func (r Rule) checkBucket() error {
 	if err != nil {
 		return &FieldError{Field: "params", Msg: err.Error()}
 	}
-	values := params.Values()
-	mode := r.Partition
-	if v, ok := values[strategy.PartitionParam]; ok {
-		pmode, err := strategy.ParsePartitionMode(v)
-		if err != nil {
-			return &FieldError{Field: "params.partition", Param: strategy.PartitionParam, Msg: fmt.Sprintf("%q: want available or conserve", v)}
-		}
-		if r.Partition != strategy.PartitionAvailable && pmode != r.Partition {
-			return &FieldError{Field: "partition", Msg: fmt.Sprintf("%q and params.partition %q disagree", r.Partition, v)}
-		}
-		mode = pmode
+	mode, err := r.partitionMode(params.Values())
+	if err != nil {
+		return err
 	}
+	if err := checkParams(name, info, params); err != nil {
+		return err
+	}
+	params, _, _ = strategy.TakePartition(params) // checked above: mode
+	return r.checkInstance(name, info, params, mode)
+}
+
+// checkRateBurst checks the token bucket: a rate above 0 that bucket
+// takes, a burst of at least 1 that it can hold at that rate.
+func (r Rule) checkRateBurst() error {
+	if r.Rate.Tokens <= 0 {
+		return &FieldError{Field: "rate", Msg: "must be above 0"}
+	}
+	if err := r.Rate.Validate(); err != nil {
+		return &FieldError{Field: "rate", Msg: err.Error()}
+	}
+	if r.Burst < 1 {
+		return &FieldError{Field: "burst", Msg: fmt.Sprintf("%d is below 1 (a bucket must hold at least one token)", r.Burst)}
+	}
+	if _, err := bucket.New(r.Rate, r.Burst, 0); err != nil {
+		return &FieldError{Field: "burst", Msg: err.Error()}
+	}
+	return nil
+}
+
+// partitionMode is the rule's partition mode: Partition, or the partition
+// parameter among values, which must then be a mode and agree with a
+// Partition that is not the default.
+func (r Rule) partitionMode(values map[string]string) (strategy.PartitionMode, error) {
+	v, ok := values[strategy.PartitionParam]
+	if !ok {
+		return r.Partition, nil
+	}
+	pmode, err := strategy.ParsePartitionMode(v)
+	if err != nil {
+		return r.Partition, &FieldError{Field: "params.partition", Param: strategy.PartitionParam, Msg: fmt.Sprintf("%q: want available or conserve", v)}
+	}
+	if r.Partition != strategy.PartitionAvailable && pmode != r.Partition {
+		return r.Partition, &FieldError{Field: "partition", Msg: fmt.Sprintf("%q and params.partition %q disagree", r.Partition, v)}
+	}
+	return pmode, nil
+}
+
+// checkParams checks every parameter's name, and its name and type
+// against the declarations of the strategy name (info); the partition
+// parameter is partitionMode's.
+func checkParams(name string, info all.Info, params strategy.Params) error {
+	values := params.Values()
 	for _, k := range params.Names() {
 		v := values[k]
 		if err := CheckParamName(k); err != nil {
@@ -198,7 +230,13 @@ func (r Rule) checkBucket() error {
 			return &FieldError{Field: "params." + k, Param: k, Msg: err.Error()}
 		}
 	}
-	params, _, _ = strategy.TakePartition(params) // checked above: mode
+	return nil
+}
+
+// checkInstance makes a throwaway instance of the strategy name (info)
+// with params and the partition mode, and checks that the strategy
+// supports the mode.
+func (r Rule) checkInstance(name string, info all.Info, params strategy.Params, mode strategy.PartitionMode) error {
 	// A throwaway instance lets the strategy itself reject values out of
 	// their bounds or that disagree with each other, and any rate/burst it
 	// cannot split; names and types were checked against the declarations

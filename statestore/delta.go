@@ -106,6 +106,15 @@ func decodeDelta(v []byte) (rule string, st strategy.KeyState, tomb bool, err er
 	return string(r), st, false, err
 }
 
+// deltaRec is one record of the delta log: a put of st, or a delete
+// (tomb), for rule, at sequence seq.
+type deltaRec struct {
+	rule string
+	st   strategy.KeyState
+	tomb bool
+	seq  uint64
+}
+
 // applyDeltas applies the records of deltas, in sequence order, over the
 // base states in rules (sorted by key, as bbolt gives them): the records
 // are sorted by rule, key and sequence (the last of a key wins) and merged
@@ -113,13 +122,43 @@ func decodeDelta(v []byte) (rule string, st strategy.KeyState, tomb bool, err er
 // key. Errors name the record, or the rule whose base is out of order (a
 // damaged page).
 func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
-	type rec struct {
-		rule string
-		st   strategy.KeyState
-		tomb bool
-		seq  uint64
+	recs, err := readDeltas(deltas, rules)
+	if err != nil || len(recs) == 0 {
+		return err
 	}
-	var recs []rec
+	slices.SortFunc(recs, func(a, b deltaRec) int {
+		if c := strings.Compare(a.rule, b.rule); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.st.Key, b.st.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	for len(recs) > 0 {
+		name := recs[0].rule
+		n := 1
+		for n < len(recs) && recs[n].rule == name {
+			n++
+		}
+		rs := recs[:n]
+		recs = recs[n:]
+		out, err := mergeDeltas(name, rules[name].States, rs)
+		if err != nil {
+			return err
+		}
+		r := rules[name]
+		r.States = out
+		rules[name] = r
+	}
+	return nil
+}
+
+// readDeltas decodes the records of deltas in sequence order. Errors: a
+// key that is not a sequence number or out of order, a bucket, a record
+// that does not decode, or one for a rule not in rules.
+func readDeltas(deltas *bolt.Bucket, rules map[string]Rule) ([]deltaRec, error) {
+	var recs []deltaRec
 	var prev uint64
 	err := deltas.ForEach(func(k, v []byte) error {
 		if len(k) != 8 {
@@ -140,61 +179,50 @@ func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
 		if _, ok := rules[rule]; !ok {
 			return fmt.Errorf("deltas/%d: rule %q is not in the snapshot", seq, rule)
 		}
-		recs = append(recs, rec{rule, st, tomb, seq})
+		recs = append(recs, deltaRec{rule, st, tomb, seq})
 		return nil
 	})
-	if err != nil || len(recs) == 0 {
-		return err
+	return recs, err
+}
+
+// mergeDeltas merges rule name's records rs (sorted by key and sequence:
+// the last of a key wins) with its base states (sorted by key) into new
+// states sorted by key. Errors: the base is out of order.
+func mergeDeltas(name string, base []strategy.KeyState, rs []deltaRec) ([]strategy.KeyState, error) {
+	out := make([]strategy.KeyState, 0, len(base)+len(rs))
+	i := 0
+	var err error
+	for j := 0; j < len(rs); j++ {
+		if j+1 < len(rs) && rs[j+1].st.Key == rs[j].st.Key {
+			continue // a later record of the same key wins
+		}
+		key := rs[j].st.Key
+		if out, i, err = copyBase(out, base, i, name, key, false); err != nil {
+			return nil, err
+		}
+		if i < len(base) && base[i].Key == key {
+			i++ // replaced or deleted
+		}
+		if !rs[j].tomb {
+			out = append(out, rs[j].st)
+		}
 	}
-	slices.SortFunc(recs, func(a, b rec) int {
-		if c := strings.Compare(a.rule, b.rule); c != 0 {
-			return c
+	out, _, err = copyBase(out, base, i, name, "", true)
+	return out, err
+}
+
+// copyBase appends to out the base states from i on that are below key
+// (all of them when all), checking that they are in order, and returns
+// out and the index of the first state not copied. Errors name rule name
+// and the keys out of order.
+func copyBase(out, base []strategy.KeyState, i int, name, key string, all bool) ([]strategy.KeyState, int, error) {
+	for ; i < len(base) && (all || base[i].Key < key); i++ {
+		if i > 0 && base[i-1].Key >= base[i].Key {
+			return out, i, fmt.Errorf("rules/%q: key %q after %q, out of order", name, base[i].Key, base[i-1].Key)
 		}
-		if c := strings.Compare(a.st.Key, b.st.Key); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
-	for len(recs) > 0 {
-		name := recs[0].rule
-		n := 1
-		for n < len(recs) && recs[n].rule == name {
-			n++
-		}
-		rs := recs[:n]
-		recs = recs[n:]
-		base := rules[name].States
-		out := make([]strategy.KeyState, 0, len(base)+len(rs))
-		i := 0
-		for j := 0; j < len(rs); j++ {
-			if j+1 < len(rs) && rs[j+1].st.Key == rs[j].st.Key {
-				continue // a later record of the same key wins
-			}
-			key := rs[j].st.Key
-			for ; i < len(base) && base[i].Key < key; i++ {
-				if i > 0 && base[i-1].Key >= base[i].Key {
-					return fmt.Errorf("rules/%q: key %q after %q, out of order", name, base[i].Key, base[i-1].Key)
-				}
-				out = append(out, base[i])
-			}
-			if i < len(base) && base[i].Key == key {
-				i++ // replaced or deleted
-			}
-			if !rs[j].tomb {
-				out = append(out, rs[j].st)
-			}
-		}
-		for ; i < len(base); i++ {
-			if i > 0 && base[i-1].Key >= base[i].Key {
-				return fmt.Errorf("rules/%q: key %q after %q, out of order", name, base[i].Key, base[i-1].Key)
-			}
-			out = append(out, base[i])
-		}
-		r := rules[name]
-		r.States = out
-		rules[name] = r
+		out = append(out, base[i])
 	}
-	return nil
+	return out, i, nil
 }
 
 // index is what the file holds, as Save keeps it in memory to diff the

@@ -51,6 +51,12 @@ func checkFreelist(path string) error {
 	if size == 0 {
 		return nil
 	}
+	return checkPages(f, path, size)
+}
+
+// checkPages is checkFreelist of the open file f (path, size bytes, not
+// empty): its page size, the freelist of the meta page in use, its tree.
+func checkPages(f io.ReaderAt, path string, size int64) error {
 	pageSize := int64(os.Getpagesize())
 	if m, ok := readMeta(f, 0); ok {
 		pageSize = int64(m.pageSize)
@@ -58,19 +64,7 @@ func checkFreelist(path string) error {
 	if pageSize < 1024 || pageSize > 1<<20 {
 		return fmt.Errorf("%w %s: page size %d", ErrCorrupt, path, pageSize)
 	}
-	// Only the meta page bbolt will use (the valid one with the larger
-	// transaction id, as checkTree picks it): the other one's freelist
-	// page may have been reused since (bbolt frees the pages of the
-	// transaction before the last), and a process killed in the middle of
-	// a write leaves it overwritten (found by TestCrashMidSave: checking
-	// both refused a file bbolt opens as the last complete Save).
-	best, bestTx := int64(-1), uint64(0)
-	for i := int64(0); i < 2; i++ {
-		if m, ok := readMetaTree(f, i*pageSize); ok && (best < 0 || m.txid > bestTx) {
-			best, bestTx = i, m.txid
-		}
-	}
-	if best >= 0 {
+	if best := metaInUse(f, pageSize); best >= 0 {
 		if m, ok := readMeta(f, best*pageSize); ok && m.freelist != noFreelist {
 			if err := checkFreelistPage(f, size, pageSize, m.freelist); err != nil {
 				return fmt.Errorf("%w %s: meta page %d: %v", ErrCorrupt, path, best, err)
@@ -81,6 +75,23 @@ func checkFreelist(path string) error {
 		return fmt.Errorf("%w %s: %v", ErrCorrupt, path, err)
 	}
 	return nil
+}
+
+// metaInUse is the meta page bbolt will use (0 or 1; -1: neither is
+// valid): the valid one with the larger transaction id, as checkTree
+// picks it. Only its freelist is checked: the other one's freelist
+// page may have been reused since (bbolt frees the pages of the
+// transaction before the last), and a process killed in the middle of
+// a write leaves it overwritten (found by TestCrashMidSave: checking
+// both refused a file bbolt opens as the last complete Save).
+func metaInUse(f io.ReaderAt, pageSize int64) int64 {
+	best, bestTx := int64(-1), uint64(0)
+	for i := int64(0); i < 2; i++ {
+		if m, ok := readMetaTree(f, i*pageSize); ok && (best < 0 || m.txid > bestTx) {
+			best, bestTx = i, m.txid
+		}
+	}
+	return best
 }
 
 type metaPage struct {

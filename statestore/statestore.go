@@ -285,57 +285,15 @@ func (s *Store) compact(snap Snapshot) error {
 		if err := putMeta(meta, snap); err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketRules, bucketDeltas} {
-			if tx.Bucket(b) != nil {
-				if err := tx.DeleteBucket(b); err != nil {
-					return err
-				}
-			}
-		}
-		if meta.Bucket(bucketStrategies) != nil {
-			if err := meta.DeleteBucket(bucketStrategies); err != nil {
-				return err
-			}
-		}
-		strategies, err := meta.CreateBucket(bucketStrategies)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket(bucketDeltas); err != nil {
-			return err
-		}
-		rules, err := tx.CreateBucket(bucketRules)
+		rules, strategies, err := emptyBase(tx, meta)
 		if err != nil {
 			return err
 		}
 		var buf []byte
 		for _, name := range slices.Sorted(maps.Keys(snap.Rules)) {
-			r := snap.Rules[name]
-			rb, err := rules.CreateBucket([]byte(name))
-			if err != nil {
-				return fmt.Errorf("statestore: save rule %q: %w", name, err)
-			}
-			rb.FillPercent = 1 // keys are put in order: pack pages full
-			if err := strategies.Put([]byte(name), []byte(r.Strategy)); err != nil {
+			if buf, err = putRule(rules, strategies, idx, name, snap.Rules[name], buf); err != nil {
 				return err
 			}
-			ri := idx.rule(name, r.Strategy, len(r.States))
-			states := slices.Clone(r.States)
-			slices.SortFunc(states, func(a, b strategy.KeyState) int { return strings.Compare(a.Key, b.Key) })
-			for i, st := range states {
-				if err := st.Validate(); err != nil {
-					return fmt.Errorf("statestore: save rule %q: %w", name, err)
-				}
-				if i > 0 && states[i-1].Key == st.Key {
-					return fmt.Errorf("statestore: save rule %q: key %q twice", name, st.Key)
-				}
-				buf = appendState(buf[:0], st)
-				if err := rb.Put([]byte(st.Key), bytes.Clone(buf)); err != nil {
-					return fmt.Errorf("statestore: save rule %q key %q: %w", name, st.Key, err)
-				}
-				ri.keys[st.Key] = idx.hash(buf) | idx.mark
-			}
-			idx.baseKeys += len(states)
 		}
 		return nil
 	})
@@ -346,6 +304,68 @@ func (s *Store) compact(snap Snapshot) error {
 	s.idx = idx
 	s.last = SaveStats{Compacted: true, Records: idx.baseKeys}
 	return nil
+}
+
+// emptyBase replaces the rules, deltas and meta/strategies buckets with
+// empty ones and returns the new rules and strategies buckets.
+func emptyBase(tx *bolt.Tx, meta *bolt.Bucket) (rules, strategies *bolt.Bucket, err error) {
+	for _, b := range [][]byte{bucketRules, bucketDeltas} {
+		if tx.Bucket(b) != nil {
+			if err := tx.DeleteBucket(b); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if meta.Bucket(bucketStrategies) != nil {
+		if err := meta.DeleteBucket(bucketStrategies); err != nil {
+			return nil, nil, err
+		}
+	}
+	strategies, err = meta.CreateBucket(bucketStrategies)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := tx.CreateBucket(bucketDeltas); err != nil {
+		return nil, nil, err
+	}
+	rules, err = tx.CreateBucket(bucketRules)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rules, strategies, nil
+}
+
+// putRule writes rule name (r) into the base: its strategy into
+// strategies, its states sorted by key into a bucket of its own under
+// rules, and their hashes into idx. buf is scratch space, returned for
+// reuse. Errors: a state that fails Validate, a key twice, bbolt's.
+func putRule(rules, strategies *bolt.Bucket, idx *index, name string, r Rule, buf []byte) ([]byte, error) {
+	rb, err := rules.CreateBucket([]byte(name))
+	if err != nil {
+		return buf, fmt.Errorf("statestore: save rule %q: %w", name, err)
+	}
+	rb.FillPercent = 1 // keys are put in order: pack pages full
+	if err := strategies.Put([]byte(name), []byte(r.Strategy)); err != nil {
+		return buf, err
+	}
+	ri := idx.rule(name, r.Strategy, len(r.States))
+	states := slices.Clone(r.States)
+	slices.SortFunc(states, func(a, b strategy.KeyState) int { return strings.Compare(a.Key, b.Key) })
+	for i, st := range states {
+		if err := st.Validate(); err != nil {
+			return buf, fmt.Errorf("statestore: save rule %q: %w", name, err)
+		}
+		if i > 0 && states[i-1].Key == st.Key {
+			return buf, fmt.Errorf("statestore: save rule %q: key %q twice", name, st.Key)
+		}
+		buf = appendState(buf[:0], st)
+		if err := rb.Put([]byte(st.Key), bytes.Clone(buf)); err != nil {
+			return buf, fmt.Errorf("statestore: save rule %q key %q: %w", name, st.Key, err)
+		}
+		ri.keys[st.Key] = idx.hash(buf) | idx.mark
+	}
+	idx.baseKeys += len(states)
+	return buf, nil
 }
 
 // putMeta writes the version, node and time of snap into meta.
@@ -392,6 +412,9 @@ func (s *Store) Load() (snap Snapshot, found bool, err error) {
 	return snap, found, nil
 }
 
+// load is Load inside a read transaction, a damaged page's fault
+// recovered as an error (recoverDamage): meta, the base, then the delta
+// log. *snapp and *foundp are set even on an error.
 func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 	defer recoverDamage(&err)
 	var snap Snapshot
@@ -403,54 +426,75 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 			return nil
 		}
 		found = true
-		v, err := uvarint(meta.Get(keyVersion))
+		v, err := readVersion(meta)
 		if err != nil {
-			return fmt.Errorf("meta/version: %w", err)
+			return err
 		}
-		if v != Version && v != VersionSignedLevel && v != VersionUnsignedLevel {
-			return fmt.Errorf("meta/version: %d, want %d, %d or %d", v, Version, VersionSignedLevel, VersionUnsignedLevel)
-		}
-		signedLevel := v != VersionUnsignedLevel
 		taken, err := varint(meta.Get(keyTaken))
 		if err != nil {
 			return fmt.Errorf("meta/taken_unix_ns: %w", err)
 		}
 		snap = Snapshot{Node: string(meta.Get(keyNode)), Taken: time.Unix(0, taken), Rules: map[string]Rule{}}
-		rules, strategies := tx.Bucket(bucketRules), meta.Bucket(bucketStrategies)
-		if rules == nil || strategies == nil {
-			return errors.New("rules or meta/strategies: missing")
-		}
-		err = rules.ForEach(func(name, v []byte) error {
-			rb := rules.Bucket(name)
-			if rb == nil {
-				return fmt.Errorf("rules/%q: not a bucket", name)
-			}
-			r := Rule{Strategy: string(strategies.Get(name))}
-			err := rb.ForEach(func(k, v []byte) error {
-				st, err := decodeState(k, v, signedLevel)
-				if err != nil {
-					return fmt.Errorf("rules/%q: %w", name, err)
-				}
-				r.States = append(r.States, st)
-				return nil
-			})
-			snap.Rules[string(name)] = r
-			return err
-		})
-		if err != nil {
+		if err := readBase(tx, meta, v != VersionUnsignedLevel, snap.Rules); err != nil {
 			return err
 		}
-		deltas := tx.Bucket(bucketDeltas)
-		switch {
-		case v != Version && deltas != nil:
-			return fmt.Errorf("deltas: in a version %d file, which has none", v)
-		case v == Version && deltas == nil:
-			return errors.New("deltas: missing")
-		case deltas == nil:
-			return nil
-		}
-		return applyDeltas(deltas, snap.Rules)
+		return readDeltaLog(tx, v, snap.Rules)
 	})
+}
+
+// readVersion reads meta/version: Version, VersionSignedLevel or
+// VersionUnsignedLevel.
+func readVersion(meta *bolt.Bucket) (uint64, error) {
+	v, err := uvarint(meta.Get(keyVersion))
+	if err != nil {
+		return 0, fmt.Errorf("meta/version: %w", err)
+	}
+	if v != Version && v != VersionSignedLevel && v != VersionUnsignedLevel {
+		return 0, fmt.Errorf("meta/version: %d, want %d, %d or %d", v, Version, VersionSignedLevel, VersionUnsignedLevel)
+	}
+	return v, nil
+}
+
+// readBase reads the base's rules (their strategies from meta) into out,
+// each rule's states in key order; signedLevel is the levels' encoding
+// (decodeState).
+func readBase(tx *bolt.Tx, meta *bolt.Bucket, signedLevel bool, out map[string]Rule) error {
+	rules, strategies := tx.Bucket(bucketRules), meta.Bucket(bucketStrategies)
+	if rules == nil || strategies == nil {
+		return errors.New("rules or meta/strategies: missing")
+	}
+	return rules.ForEach(func(name, v []byte) error {
+		rb := rules.Bucket(name)
+		if rb == nil {
+			return fmt.Errorf("rules/%q: not a bucket", name)
+		}
+		r := Rule{Strategy: string(strategies.Get(name))}
+		err := rb.ForEach(func(k, v []byte) error {
+			st, err := decodeState(k, v, signedLevel)
+			if err != nil {
+				return fmt.Errorf("rules/%q: %w", name, err)
+			}
+			r.States = append(r.States, st)
+			return nil
+		})
+		out[string(name)] = r
+		return err
+	})
+}
+
+// readDeltaLog applies the delta log over rules (applyDeltas): required
+// in a version Version file, refused in older ones.
+func readDeltaLog(tx *bolt.Tx, v uint64, rules map[string]Rule) error {
+	deltas := tx.Bucket(bucketDeltas)
+	switch {
+	case v != Version && deltas != nil:
+		return fmt.Errorf("deltas: in a version %d file, which has none", v)
+	case v == Version && deltas == nil:
+		return errors.New("deltas: missing")
+	case deltas == nil:
+		return nil
+	}
+	return applyDeltas(deltas, rules)
 }
 
 // decodeState decodes key k's value v: the level a signed varint

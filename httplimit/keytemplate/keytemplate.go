@@ -87,50 +87,93 @@ func Parse(tmpl string) (Func, error) {
 	}, nil
 }
 
+// placeholder is the Func of the placeholder ph (the text between '{' and
+// '}'): a bare name (bareField) or KIND:ARG (fieldOf).
 func placeholder(ph string) (Func, error) {
 	kind, arg, hasArg := strings.Cut(ph, ":")
-	switch {
-	case kind == "client_addr" && !hasArg:
-		return clientAddr, nil
-	case kind == "method" && !hasArg:
-		return func(r *http.Request) (string, error) { return r.Method, nil }, nil
-	case kind == "header" && arg != "":
-		name := http.CanonicalHeaderKey(arg)
-		return func(r *http.Request) (string, error) {
-			v := r.Header.Get(name)
-			if v == "" {
-				return "", fmt.Errorf("header %s is missing", name)
-			}
-			return v, nil
-		}, nil
-	case kind == "path" && arg != "":
-		n, err := strconv.Atoi(arg)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a segment number (1, 2, ...)", arg)
-		}
-		return func(r *http.Request) (string, error) {
-			segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-			if n > len(segs) || segs[n-1] == "" {
-				return "", fmt.Errorf("path %q has no segment %d", r.URL.Path, n)
-			}
-			return segs[n-1], nil
-		}, nil
-	case kind == "jwt" && arg != "":
-		return func(r *http.Request) (string, error) { return jwtClaim(r, arg) }, nil
-	case kind == "query" && arg != "" || !hasArg && kind != "":
-		name := arg
-		if !hasArg {
-			name = kind
-		}
-		return func(r *http.Request) (string, error) {
-			v := r.URL.Query().Get(name)
-			if v == "" {
-				return "", fmt.Errorf("query parameter %s is missing", name)
-			}
-			return v, nil
-		}, nil
+	if !hasArg {
+		return bareField(kind)
 	}
-	return nil, errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method}, {query:NAME} or {NAME})")
+	return fieldOf(kind, arg)
+}
+
+// unknownPlaceholder is the error of a placeholder of no known form.
+func unknownPlaceholder() error {
+	return errors.New("unknown placeholder (known: {header:NAME}, {client_addr}, {path:N}, {jwt:CLAIM}, {method}, {query:NAME} or {NAME})")
+}
+
+// bareField is the Func of a placeholder without ':': {client_addr},
+// {method}, or {NAME}, the query parameter NAME.
+func bareField(name string) (Func, error) {
+	switch name {
+	case "client_addr":
+		return clientAddr, nil
+	case "method":
+		return func(r *http.Request) (string, error) { return r.Method, nil }, nil
+	case "":
+		return nil, unknownPlaceholder()
+	}
+	return queryParam(name), nil
+}
+
+// fieldOf is the Func of a placeholder KIND:ARG: {header:NAME},
+// {path:N}, {jwt:CLAIM} or {query:NAME}; ARG must not be empty.
+func fieldOf(kind, arg string) (Func, error) {
+	if arg == "" {
+		return nil, unknownPlaceholder()
+	}
+	switch kind {
+	case "header":
+		return header(arg), nil
+	case "path":
+		return pathSegment(arg)
+	case "jwt":
+		return func(r *http.Request) (string, error) { return jwtClaim(r, arg) }, nil
+	case "query":
+		return queryParam(arg), nil
+	}
+	return nil, unknownPlaceholder()
+}
+
+// header is {header:NAME}: the header's value; an error when it is
+// missing or empty.
+func header(arg string) Func {
+	name := http.CanonicalHeaderKey(arg)
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", fmt.Errorf("header %s is missing", name)
+		}
+		return v, nil
+	}
+}
+
+// pathSegment is {path:N}: the URL path's Nth segment (from 1); an error
+// when the request's path has none. Errors: N is not a number from 1.
+func pathSegment(arg string) (Func, error) {
+	n, err := strconv.Atoi(arg)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("%q is not a segment number (1, 2, ...)", arg)
+	}
+	return func(r *http.Request) (string, error) {
+		segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		if n > len(segs) || segs[n-1] == "" {
+			return "", fmt.Errorf("path %q has no segment %d", r.URL.Path, n)
+		}
+		return segs[n-1], nil
+	}, nil
+}
+
+// queryParam is {query:NAME} and {NAME}: the query parameter's value; an
+// error when it is missing or empty.
+func queryParam(name string) Func {
+	return func(r *http.Request) (string, error) {
+		v := r.URL.Query().Get(name)
+		if v == "" {
+			return "", fmt.Errorf("query parameter %s is missing", name)
+		}
+		return v, nil
+	}
 }
 
 func clientAddr(r *http.Request) (string, error) {
