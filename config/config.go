@@ -119,8 +119,15 @@ type File struct {
 // Node is this node's settings. Addresses are "host:port".
 type Node struct {
 	// Name is the node's id in the cluster (memberlist node name,
-	// strategy.NodeID); unique per cluster. Default: the host name.
+	// strategy.NodeID); unique per cluster. Default: the host name, or
+	// with Region "<region>.<host name>".
 	Name string
+	// Region is node.region ("": not set): when set, Name must start
+	// with Region + "." (the default name does). The strategies read a
+	// peer's region from its name, the text before the first '.'
+	// (topology.Of), so membership gossips a node's region with its
+	// name; with Region unset that prefix, if any, is the region.
+	Region string
 	// APIAddr is where clients reach the HTTP/JSON API (default
 	// DefaultAPIAddr).
 	APIAddr string

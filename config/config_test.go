@@ -589,3 +589,48 @@ func TestEnvoyMaxOverrides(t *testing.T) {
 		}
 	}
 }
+
+// node.region: the region is the name's text before its first '.' (the
+// strategies read a peer's region from its name); a default name takes
+// the region as prefix; a name in another region, or a bad region, is
+// refused naming the field.
+func TestNodeRegion(t *testing.T) {
+	rules := "rules:\n  - name: a\n    rate: 1/s\n"
+	f, err := Parse([]byte("node:\n  name: eu.n1\n  region: eu\n"+rules), "t.yaml")
+	if err != nil || f.Node.Region != "eu" || f.Node.Name != "eu.n1" {
+		t.Fatalf("name eu.n1, region eu: %+v, %v", f, err)
+	}
+	if f, err = Parse([]byte("node:\n  name: us.n2\n"+rules), "t.yaml"); err != nil || f.Node.Region != "" {
+		t.Fatalf("no node.region: %+v, %v (Region stays unset; the name carries it)", f, err)
+	}
+	if f, err = Parse([]byte("node:\n  region: ap\n"+rules), "t.yaml"); err != nil || !strings.HasPrefix(f.Node.Name, "ap.") || f.Node.Region != "ap" {
+		t.Fatalf("default name in region ap: %+v, %v", f, err)
+	}
+	for yaml, want := range map[string]string{
+		"node:\n  name: n1\n  region: eu\n":    `node.name: "n1" is not in node.region "eu"`,
+		"node:\n  name: us.n1\n  region: eu\n": `name it "eu.us.n1"`,
+		"node:\n  region: e.u\n":               "node.region",
+	} {
+		if _, err := Parse([]byte(yaml+rules), "t.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", yaml, err, want)
+		}
+	}
+}
+
+// Validate (what serve runs after a --name override) refuses a name
+// outside node.region.
+func TestNodeRegionValidate(t *testing.T) {
+	f := Default()
+	f.Node.Name, f.Node.Region = "eu.n1", "eu"
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f.Node.Name = "n1"
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), `name it "eu.n1"`) {
+		t.Errorf("name n1 in region eu: %v", err)
+	}
+	f.Node.Name, f.Node.Region = "e.u.n1", "e.u"
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "node.region") {
+		t.Errorf("region e.u: %v", err)
+	}
+}

@@ -37,7 +37,7 @@ func Marshal(f *File) ([]byte, error) {
 // marshalNode is the node: section of Marshal.
 func marshalNode(n Node) rawNode {
 	raw := rawNode{
-		Name: n.Name, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
+		Name: n.Name, Region: n.Region, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
 		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig,
 		HTTPRefusalStatus:              n.HTTPRefusalStatus,
 		EnvoyMaxOverridesPerDescriptor: n.EnvoyMaxOverridesPerDescriptor, EnvoyMaxOverrides: n.EnvoyMaxOverrides,

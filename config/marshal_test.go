@@ -19,7 +19,7 @@ import (
 func fullFile() *File {
 	return &File{
 		Node: Node{
-			Name: "n7", APIAddr: "127.0.0.1:18080", GRPCAddr: "127.0.0.1:18081",
+			Name: "eu.n7", Region: "eu", APIAddr: "127.0.0.1:18080", GRPCAddr: "127.0.0.1:18081",
 			APITLS:   &APITLS{CertFile: "/c.pem", KeyFile: "/k.pem", ClientCAFile: "/ca.pem"},
 			PeerAddr: "127.0.0.1:17947", GossipAddr: "127.0.0.1:17946", Join: []string{"127.0.0.1:27946", "127.0.0.1:37946"},
 			SecretKey: []byte("0123456789abcdef0123456789abcdef"), SecretKeyFile: "",

@@ -28,6 +28,7 @@ type rawFile struct {
 
 type rawNode struct {
 	Name          string      `yaml:"name,omitempty"`
+	Region        string      `yaml:"region,omitempty"`
 	APIAddr       string      `yaml:"api_addr,omitempty"`
 	GRPCAddr      string      `yaml:"grpc_addr,omitempty"`
 	APITLS        *rawAPITLS  `yaml:"api_tls,omitempty"`

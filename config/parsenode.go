@@ -7,6 +7,8 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/topology"
 )
 
 // node reads the node: section into n, one group of fields after the
@@ -34,14 +36,31 @@ func (p *parser) node(raw rawNode, n *Node) {
 // nodePath is the path (for lineOf) of a field under node:.
 func nodePath(k ...any) []any { return append([]any{"node"}, k...) }
 
-// nodeName reads node.name (default: the host name).
+// nodeName reads node.name (default: the host name, prefixed with
+// "<region>." when node.region is set) and node.region, which must be the
+// name's text before its first '.' (topology.Of: the strategies read a
+// peer's region from its name).
 func (p *parser) nodeName(raw rawNode, n *Node) {
 	n.Name = raw.Name
+	if raw.Region != "" {
+		if err := topology.CheckName(raw.Region); err != nil {
+			p.fail("node.region", nodePath("region"), "%v", err)
+			return
+		}
+		if n.Name == "" {
+			n.Name = raw.Region + "." + defaultNodeName()
+		}
+	}
 	if n.Name == "" {
 		n.Name = defaultNodeName()
 	}
 	if err := rule.CheckName(n.Name); err != nil {
 		p.fail("node.name", nodePath("name"), "%v", err)
+		return
+	}
+	n.Region = raw.Region
+	if raw.Region != "" && topology.Of(strategy.NodeID(n.Name)) != raw.Region {
+		p.fail("node.name", nodePath("name"), "%s", regionMismatch(n.Name, raw.Region))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/topology"
 )
 
 // checkDrainDelay checks node.drain_delay: within [0, MaxDrainDelay].
@@ -72,7 +74,21 @@ func validateNodeName(n Node) error {
 	if err := rule.CheckName(n.Name); err != nil {
 		return fmt.Errorf("node.name: %w", err)
 	}
+	if n.Region == "" {
+		return nil
+	}
+	if err := topology.CheckName(n.Region); err != nil {
+		return fmt.Errorf("node.region: %w", err)
+	}
+	if got := topology.Of(strategy.NodeID(n.Name)); got != n.Region {
+		return fmt.Errorf("node.name: %s", regionMismatch(n.Name, n.Region))
+	}
 	return nil
+}
+
+// regionMismatch is the error text of a node name outside node.region.
+func regionMismatch(name, region string) string {
+	return fmt.Sprintf("%q is not in node.region %q: a node's region is the part of its name before the first '.' (the strategies read a peer's region from its name); name it %q", name, region, region+"."+name)
 }
 
 // validateNodeAddrs checks the listen addresses and node.join.
