@@ -564,19 +564,30 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 	// with its demand's noise takes each unit freed, and the new one
 	// waits indefinitely: seen after an owner's crash,
 	// TestOwnerCrashTakeover). Ours.
-	for _, first := range []bool{true, false} {
-		blockedAt = minWake(blockedAt, sh.raisePass(a, now, units, burst, changed, first))
+	// Then the sent shares whose bursts are starved (below 1/starvedBurst
+	// of their targets), then the others, whose bursts are raised only
+	// beyond the cut's hysteresis (above): the reserve's tokens go where a
+	// burst is far too small (a light client's Poisson arrivals refused
+	// and its refill lost to a full bucket), not a token at a time to
+	// every burst whose target moves with the demand estimates (a raise
+	// hands the client only its fill ratio of the tokens paid). Ours.
+	for pass := range 3 {
+		blockedAt = minWake(blockedAt, sh.raisePass(a, now, units, burst, changed, pass))
 	}
 	return blockedAt
 }
 
-// raisePass is raise over the shares never sent (first) or the sent ones.
-func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, changed []bool, first bool) (blockedAt time.Duration) {
+// raisePass is raise over the shares never sent (pass 0), the sent ones
+// whose bursts are starved (1) or the other sent ones (2).
+func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, changed []bool, pass int) (blockedAt time.Duration) {
 	for i, s := range a.shares {
-		if !s.live || s.sent == first || s.pinned {
+		if !s.live || s.sent != (pass > 0) || s.pinned {
 			continue
 		}
-		if need := burst[i] - s.burst; need > 0 {
+		if starved := s.sent && s.burst*starvedBurst < burst[i]; (pass == 1) != starved && s.sent {
+			continue
+		}
+		if need := burst[i] - s.burst; need > 0 && (pass != 2 || above(burst[i], s.burst)) {
 			whole := int64(math.Floor(a.reserve.Tokens(now)))
 			give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
 			if give > 0 && a.reserve.AllowN(now, give) {
