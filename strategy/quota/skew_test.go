@@ -11,6 +11,11 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// poissonStart: newWorld's clients make their first requests at
+// exponential times (their rates), as the live test's Envoys do, instead
+// of 10 ms apart (TestSkewedFleetLoss sets it for one of its runs).
+var poissonStart bool
+
 // newWorld is a world of n nodes enforcing (r, b) with clients offering
 // the given rates, spread round-robin over the nodes.
 func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, params ...string) *world {
@@ -38,7 +43,11 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, par
 	}
 	for i, rate := range rates {
 		w.clients = append(w.clients, &client{node: w.ids[i%n], id: strategy.QuotaClient(i + 1), rate: rate})
-		w.at(event{at: time.Duration(i) * 10 * time.Millisecond, kind: 3, c: i})
+		first := time.Duration(i) * 10 * time.Millisecond
+		if poissonStart {
+			first = time.Duration(w.rng.ExpFloat64() / rate * float64(time.Second))
+		}
+		w.at(event{at: first, kind: 3, c: i})
 	}
 	w.nextClient = strategy.QuotaClient(len(rates)) // a client that moves to another node gets a new number
 	return w
