@@ -190,8 +190,11 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	if v > 0.001 {
 		t.Errorf("the fleet exceeded b + r*T by %.3f tokens in some window (the bound is exact while assignments apply within apply_lag = 1s)", v)
 	}
-	// Without a kill the model admits about 92% (strategy/quota
-	// TestSkewedFleet); a kill costs detection + takeover of nothing.
+	// Without a kill the model admits 94-96% (strategy/quota
+	// TestSkewedFleetLoss with the Envoys' Poisson starts; live 94.2-95.2%
+	// on this machine, docs/RLQS.md); a kill costs detection + takeover of
+	// nothing. The floor leaves room for a loaded machine (the 95%
+	// is reported, not asserted: it is within the runs' noise).
 	floor := 0.8
 	if r.killAt > 0 {
 		floor = 0.8 * (1 - (rlqsDetection+rlqsCrashTakeover).Seconds()/r.duration.Seconds())
