@@ -356,15 +356,33 @@ func (sh shape) split(a *alloc, wants []int64) (all, burst []int64) {
 	// but for the token in flight, a burst it cannot keep); a share at
 	// about its demand keeps the burst that its Poisson arrivals need
 	// (its loss to a full bucket is about demand/(2*burst) tokens/s).
+	// Only while some share is at about its demand (the ones that need a
+	// burst): when every share is saturated their weights are their units,
+	// else the noise of their demand estimates, doubled by the square,
+	// would reshuffle bursts that none of them keeps (20 saturated proxies
+	// of a key, docs/EVALUATION.md's tenant workload: 60% more bytes per
+	// request).
+	factors := make([]float64, len(all))
+	needy := false
+	for i, u := range all {
+		factors[i] = 1
+		if i >= len(a.shares) || a.shares[i].demand < 0 || !a.shares[i].live {
+			continue
+		}
+		if d := a.shares[i].demand * sh.fill.Seconds(); d > float64(u) {
+			factors[i] = (float64(u) / d) * (float64(u) / d)
+		}
+		if u > 0 && a.shares[i].demand*sh.fill.Seconds() <= 1.25*float64(u) {
+			needy = true
+		}
+	}
 	weights := make([]float64, len(all))
 	var sumW float64
 	var holders int64
 	for i, u := range all {
 		w := float64(u)
-		if i < len(a.shares) && a.shares[i].demand > 0 {
-			if d := a.shares[i].demand * sh.fill.Seconds(); d > float64(u) {
-				w *= (float64(u) / d) * (float64(u) / d)
-			}
+		if needy {
+			w *= factors[i]
 		}
 		weights[i] = w
 		sumW += w

@@ -43,8 +43,11 @@
 // (units / (d_i * S))^2 for a share held below its demand (saturated:
 // its bucket stays empty, a burst would idle there) and to units for the
 // others (a client at about its demand loses about d_i / (2 * burst)
-// tokens/s to a full bucket between its Poisson arrivals); units no one
-// takes keep their burst in the reserve. A key's first
+// tokens/s to a full bucket between its Poisson arrivals) — while some
+// client is at about its demand (at most 1.25 times its units), else all
+// in proportion to units (the noise of saturated clients' estimates
+// would reshuffle bursts that none of them keeps); units no one takes
+// keep their burst in the reserve. A key's first
 // client waits `gather` (100 ms) for its first assignment, so that the
 // first reports of its fellow clients (Envoy reports a bucket at its
 // first request) are divided at once instead of each newcomer cutting the
