@@ -59,7 +59,7 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, par
 // b + r*T exactly; the light clients get about their demand (max-min),
 // the heavy ones the rest. Admitted, of min(offered, r*T + b), with this
 // seed: 96.2% at 1 s reports, 96.0% at 5 s (seeds 1-10: 95.9-96.8% and
-// 94.6-96.3%; before bursts by need, sticky units and the
+// 94.5-96.2%; before bursts by need, sticky units and the
 // demand estimate's time constant: 93.2% and 95.2% with this seed,
 // 93.3-94.6% and 93.4-95.4% with the others). Where the rest goes:
 // TestSkewedFleetLoss. The floors below are those measurements less a
