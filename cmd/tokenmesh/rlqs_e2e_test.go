@@ -186,11 +186,15 @@ func runRLQS(t *testing.T, r rlqsRun) {
 		}
 		t.Logf("envoy %d offering %.0f/s: last assignment %s", i, rates[i], last)
 	}
+	logRLQSShares(t, rec, rates, r.report, r.duration)
 	if v > 0.001 {
 		t.Errorf("the fleet exceeded b + r*T by %.3f tokens in some window (the bound is exact while assignments apply within apply_lag = 1s)", v)
 	}
-	// Without a kill the model admits about 92% (strategy/quota
-	// TestSkewedFleet); a kill costs detection + takeover of nothing.
+	// Without a kill the model admits 94-96% (strategy/quota
+	// TestSkewedFleetLoss with the Envoys' Poisson starts; live 94.2-95.2%
+	// on this machine, docs/RLQS.md); a kill costs detection + takeover of
+	// nothing. The floor leaves room for a loaded machine (the 95%
+	// is reported, not asserted: it is within the runs' noise).
 	floor := 0.8
 	if r.killAt > 0 {
 		floor = 0.8 * (1 - (rlqsDetection+rlqsCrashTakeover).Seconds()/r.duration.Seconds())
@@ -220,6 +224,66 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	if len(late) > 0 {
 		t.Errorf("after the owner's kill, Envoys not assigned again within %v (-1: never): %s", within, strings.Join(late, ", "))
 	}
+}
+
+// logRLQSShares logs, per Envoy, what it admitted against the tokens its
+// assignments refilled (tokens_per_fill over the fill interval, from each
+// token bucket's arrival until the next assignment or its TTL's end: the
+// difference is what its bucket lost full, or what was left in it), the
+// token buckets it got new (full), changed and renewed, and when its first
+// came; and the fleet's admissions in the first report interval and the
+// rate no Envoy held (r*T less the refills: cuts held until their
+// release, the first assignments' wait, a kill). Where the tokens go,
+// live (the model's breakdown: strategy/quota TestSkewedFleetLoss).
+func logRLQSShares(t *testing.T, rec *proxy.Record, rates []float64, report, d time.Duration) {
+	var refills float64
+	for i := range rates {
+		var admitted int
+		for _, x := range rec.Decisions {
+			if x.Proxy == i && x.Allowed {
+				admitted++
+			}
+		}
+		var refill float64
+		var counts [3]int
+		first := time.Duration(-1)
+		var as []proxy.Assignment
+		for _, a := range rec.Assignments {
+			if a.Proxy == i {
+				as = append(as, a)
+			}
+		}
+		for j, a := range as {
+			if int(a.Effect) < len(counts) {
+				counts[a.Effect]++
+			}
+			tb := a.TokenBucket()
+			if tb == nil {
+				continue
+			}
+			if first < 0 {
+				first = a.At
+			}
+			end := min(a.At+a.TTL.Truncate(time.Second), d)
+			if j+1 < len(as) {
+				end = min(end, as[j+1].At)
+			}
+			if secs := tb.GetFillInterval().AsDuration().Truncate(time.Second).Seconds(); secs > 0 && end > a.At {
+				refill += float64(tb.GetTokensPerFill().GetValue()) / secs * (end - a.At).Seconds()
+			}
+		}
+		refills += refill
+		t.Logf("envoy %d offering %.0f/s: admitted %d, its assignments refilled %.0f; token buckets new %d, changed %d, renewed %d; the first at %v",
+			i, rates[i], admitted, refill, counts[envoymodel.NewTokenBucket], counts[envoymodel.ChangedTokenBucket], counts[envoymodel.RenewedTokenBucket], first.Round(time.Millisecond))
+	}
+	var early int
+	for _, x := range rec.Decisions {
+		if x.Allowed && x.At < report {
+			early++
+		}
+	}
+	t.Logf("admitted in the first report interval: %d of r*%v + b = %.0f; the rate no Envoy held: %.0f tokens of r*T = %.0f",
+		early, report, 100*report.Seconds()+100, 100*d.Seconds()-refills, 100*d.Seconds())
 }
 
 // staticRLQS is what the open-source RLQS servers do: every Envoy gets the

@@ -29,15 +29,30 @@
 // every report, and when a cut has applied or a renewal is due, the owner
 // water-fills U over the wants — ceil(d_i * headroom * S) for a client that
 // reported a demand d_i = (allowed + denied) / time_elapsed tokens/s (an
-// estimate over reports: smooth), at least 1, or, when those wants exceed
-// U (oversubscribed), d_i * S rounded to the nearest unit; all of U for a client whose demand is not known yet (Envoy's
-// first report has time_elapsed 0); and the demand of the requests
-// checked at the nodes for the reserve — and gives bursts in proportion to
-// units (at least 1 token a client while the burst lasts). A key's first
+// estimate over reports, weighing a report over elapsed 1 -
+// e^(-elapsed/2.5s): smooth), at least 1, or, when those wants exceed U
+// (oversubscribed), d_i * S rounded to the nearest unit; all of U for a
+// client whose demand is not known yet (Envoy's first report has
+// time_elapsed 0); and the demand of the requests checked at the nodes
+// for the reserve. A sent share that got its want keeps its units while
+// the want is within the cut's hysteresis of them (sticky: the noise of a
+// demand estimate moves no unit, and no other share is cut to pay for
+// it). Bursts go by need: every share with units gets 3 tokens first
+// (Envoy admits only from a whole token: a bucket of 1 loses its refill
+// whenever it is full), then the rest of b in proportion to units times
+// (units / (d_i * S))^2 for a share held below its demand (saturated:
+// its bucket stays empty, a burst would idle there) and to units for the
+// others (a client at about its demand loses about d_i / (2 * burst)
+// tokens/s to a full bucket between its Poisson arrivals) — while some
+// client is at about its demand (at most 1.25 times its units), else all
+// in proportion to units (the noise of saturated clients' estimates
+// would reshuffle bursts that none of them keeps); units no one takes
+// keep their burst in the reserve. A key's first
 // client waits `gather` (100 ms) for its first assignment, so that the
 // first reports of its fellow clients (Envoy reports a bucket at its
 // first request) are divided at once instead of each newcomer cutting the
-// ones before it.
+// ones before it. Where the tokens go, measured: docs/RLQS.md
+// (TestSkewedFleetLoss).
 //
 // Conservation, the invariant the bound rests on:
 //   - Rate: the units held by shares, plus the units of cuts not yet
@@ -50,11 +65,16 @@
 //     once its burst is paid (at least a token of it; the units follow the
 //     part paid); until then its target units stay in the reserve, whose
 //     refill pays it. First assignments are paid before the sent shares
-//     below their targets are raised, and a sent share whose burst is
-//     below a quarter of its target takes units up to four times the part
-//     paid (starvedBurst): with every unit held the reserve refills
-//     nothing, and a share paid a token at a time after a takeover kept a
-//     burst of 1 (ours; measured after an owner's kill, # Takeover).
+//     below their targets are raised, the bursts below half their targets
+//     (starved) before the other sent ones, whose bursts are raised only
+//     beyond the cut's hysteresis; a sent share whose burst is starved
+//     takes units up to twice the part paid (starvedBurst): with every
+//     unit held the reserve refills nothing, and a share paid a token at a
+//     time after a takeover kept a burst of 1 (ours; measured after an
+//     owner's kill, # Takeover), and a client that came after the others'
+//     first assignments kept one of 3-6 (the skewed fleet with its
+//     clients' first requests at Poisson times: 94.9 % of the ceiling at
+//     1 s reports with a quarter, 95.6 % with half; TestSkewedFleetLoss).
 //   - A cut (smaller units or burst) is sent at once; what it frees is
 //     counted as held until the client surely applied it: apply_lag after
 //     the client's node confirms it wrote the cut to the client's stream

@@ -27,6 +27,7 @@ type envoyBucket struct {
 	level   float64
 	last    time.Duration
 	expires time.Duration
+	acct    bucketAcct // where the tokens went (loss_test.go)
 }
 
 func (e *envoyBucket) rate() float64 {
@@ -35,7 +36,18 @@ func (e *envoyBucket) rate() float64 {
 
 func (e *envoyBucket) advance(now time.Duration) {
 	if e.has && now > e.last {
-		e.level = math.Min(float64(e.a.MaxTokens), e.level+e.rate()*(now-e.last).Seconds())
+		if e.last < e.expires && now > e.expires {
+			e.advance(e.expires) // the refill after the TTL is counted apart
+		}
+		in := e.rate() * (now - e.last).Seconds()
+		if e.last >= e.expires {
+			e.acct.expired += in // refilled after its TTL: unusable
+		} else {
+			e.acct.refill += in
+			level := math.Min(float64(e.a.MaxTokens), e.level+in)
+			e.acct.overflow += e.level + in - level
+			e.level = level
+		}
 	}
 	e.last = max(e.last, now)
 }
@@ -44,12 +56,21 @@ func (e *envoyBucket) apply(now time.Duration, a strategy.QuotaAssignment) {
 	e.advance(now)
 	if a.DenyAll() {
 		// a blanket rule: any token bucket dropped (the next one starts full)
+		if e.has {
+			e.acct.dropped += e.level
+		}
 		e.a, e.has = a, false
 		return
 	}
+	before := e.level
 	switch {
 	case !e.has || now >= e.expires:
+		if e.has {
+			e.acct.dropped += e.level
+		}
 		e.level = float64(a.MaxTokens) // first (or after expiry): full
+		e.acct.firstFill += e.level
+		before = e.level
 	case a.Same(e.a):
 	default:
 		if e.a.MaxTokens > 0 {
@@ -58,12 +79,21 @@ func (e *envoyBucket) apply(now time.Duration, a strategy.QuotaAssignment) {
 			e.level = float64(a.MaxTokens)
 		}
 	}
+	if d := e.level - before; d > 0 {
+		e.acct.ratioGain += d
+	} else {
+		e.acct.ratioLoss -= d
+	}
 	e.a, e.has, e.expires = a, true, now+a.TTL
 }
 
 func (e *envoyBucket) allow(now time.Duration) bool {
 	e.advance(now)
 	if !e.has || now >= e.expires || e.level < 1 {
+		if e.has && now >= e.expires && e.level > 0 {
+			e.acct.dropped += e.level // expired: its level is never used
+			e.level = 0
+		}
 		return false
 	}
 	e.level--
@@ -128,7 +158,8 @@ type world struct {
 	changeMax int
 	// takeovers adopted, over the nodes' lives (tally)
 	adoptedReplicas, adoptedHandovers int
-	froze                             int // allocations made frozen (Quota.frozeTakeovers)
+	froze                             int                     // allocations made frozen (Quota.frozeTakeovers)
+	sample                            func(now time.Duration) // after every event (loss_test.go)
 }
 
 // tally adds the live nodes' adoptions to the world's counts (a crashed
@@ -447,6 +478,9 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			w.at(event{at: now + max(gap, time.Millisecond), kind: 4})
 		}
 		w.check(now)
+		if w.sample != nil {
+			w.sample(now)
+		}
 	}
 }
 

@@ -11,6 +11,11 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
+// poissonStart: newWorld's clients make their first requests at
+// exponential times (their rates), as the live test's Envoys do, instead
+// of 10 ms apart (TestSkewedFleetLoss sets it for one of its runs).
+var poissonStart bool
+
 // newWorld is a world of n nodes enforcing (r, b) with clients offering
 // the given rates, spread round-robin over the nodes.
 func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, params ...string) *world {
@@ -38,7 +43,11 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, par
 	}
 	for i, rate := range rates {
 		w.clients = append(w.clients, &client{node: w.ids[i%n], id: strategy.QuotaClient(i + 1), rate: rate})
-		w.at(event{at: time.Duration(i) * 10 * time.Millisecond, kind: 3, c: i})
+		first := time.Duration(i) * 10 * time.Millisecond
+		if poissonStart {
+			first = time.Duration(w.rng.ExpFloat64() / rate * float64(time.Second))
+		}
+		w.at(event{at: first, kind: 3, c: i})
 	}
 	w.nextClient = strategy.QuotaClient(len(rates)) // a client that moves to another node gets a new number
 	return w
@@ -49,14 +58,13 @@ func newWorld(t *testing.T, n int, r, b int64, rates []float64, seed uint64, par
 // every 5 s (today's Envoy) and every 1 s. The fleet stays within
 // b + r*T exactly; the light clients get about their demand (max-min),
 // the heavy ones the rest. Admitted, of min(offered, r*T + b), with this
-// seed: 93.2% at 1 s reports, 95.2% at 5 s (seeds 1-3: 93.3-94.6% and
-// 94.0-95.4%; before gather, the demand estimate and rounding: 91.7% /
-// 93.1% with this seed). What is left: the first report interval, in
-// which no demand is known and the clients split equally (a light
-// client's unused share is lost), and a light client's bucket at about
-// its demand refuses some of its Poisson arrivals and overflows between
-// them. The floors below are those measurements less a margin, so a
-// change that loses efficiency fails here.
+// seed: 96.2% at 1 s reports, 96.0% at 5 s (seeds 1-10: 95.9-96.8% and
+// 94.5-96.2%; before bursts by need, sticky units and the
+// demand estimate's time constant: 93.2% and 95.2% with this seed,
+// 93.3-94.6% and 93.4-95.4% with the others). Where the rest goes:
+// TestSkewedFleetLoss. The floors below are those measurements less a
+// margin, so a change that loses efficiency fails here (the world is
+// deterministic for a seed).
 func TestSkewedFleet(t *testing.T) {
 	for _, report := range []time.Duration{time.Second, 5 * time.Second} {
 		t.Run(report.String(), func(t *testing.T) {
@@ -86,7 +94,7 @@ func TestSkewedFleet(t *testing.T) {
 			if v > 1e-6 {
 				t.Errorf("the fleet exceeded b + r*T by %.6f tokens", v)
 			}
-			floor := map[time.Duration]float64{time.Second: 0.92, 5 * time.Second: 0.94}[report]
+			floor := map[time.Duration]float64{time.Second: 0.955, 5 * time.Second: 0.95}[report]
 			if got < floor*ceiling {
 				t.Errorf("admitted %.0f, below %.0f%% of %.0f", got, 100*floor, ceiling)
 			}
