@@ -262,11 +262,13 @@ type RandomResult struct {
 	// failed with a deadline.
 	MaxLatency time.Duration
 	// Before is each node's process metrics after the start and before
-	// the load; After once the load stopped and Idle passed.
-	Before, After []ProcSample
-	Idle          time.Duration
-	StepErrors    []error
-	History       *History
+	// the load; Warm under the load just before the first fault (its
+	// connections and per-key state in place: the baseline of Grown);
+	// After once the load stopped and Idle passed.
+	Before, Warm, After []ProcSample
+	Idle                time.Duration
+	StepErrors          []error
+	History             *History
 }
 
 // RandomOptions is a random run's load and checking.
@@ -329,6 +331,18 @@ func RunRandom(ctx context.Context, c Nemesis, s Schedule, o RandomOptions) (Ran
 	defer cancel()
 	loadErr := make(chan error, 1)
 	go func() { loadErr <- Drive(runCtx, l, r.start, r.targets, res.History) }()
+	warmAt := min(5*time.Second, s.Duration/2)
+	if len(s.Faults) > 0 {
+		warmAt = s.Faults[0].Start
+	}
+	if d := time.Until(r.start.Add(warmAt)); d > 0 {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	res.Warm = sampleProcs(ctx, c, r.isDown)
 	for _, a := range s.actions() {
 		if d := time.Until(r.start.Add(a.at)); d > 0 {
 			select {
@@ -564,8 +578,8 @@ func ParseProcMetrics(text string) ProcSample {
 
 // Flat is the tolerance for "no growth after the load": a node's
 // goroutines Idle after the load at most GoroutinesAbs above its count
-// before the load, its RSS at most RSSFactor times its RSS before plus
-// RSSAbs bytes.
+// under the load before the first fault (RandomResult.Warm), its RSS at
+// most RSSFactor times that RSS plus RSSAbs bytes.
 type Flat struct {
 	GoroutinesAbs float64
 	RSSFactor     float64
@@ -577,12 +591,12 @@ type Flat struct {
 // which stays until it expires, and the heap the GC has not returned).
 var DefaultFlat = Flat{GoroutinesAbs: 20, RSSFactor: 1.5, RSSAbs: 32 << 20}
 
-// Grown lists the nodes whose After exceeds Before by more than f
-// allows (nodes with a sample missing are skipped).
+// Grown lists the nodes whose After exceeds Warm by more than f allows
+// (nodes with a sample missing are skipped).
 func (res *RandomResult) Grown(f Flat) []string {
 	var out []string
-	for i := range min(len(res.Before), len(res.After)) {
-		b, a := res.Before[i], res.After[i]
+	for i := range min(len(res.Warm), len(res.After)) {
+		b, a := res.Warm[i], res.After[i]
 		if !math.IsNaN(b.Goroutines) && !math.IsNaN(a.Goroutines) && a.Goroutines > b.Goroutines+f.GoroutinesAbs {
 			out = append(out, fmt.Sprintf("n%d: goroutines %.0f -> %.0f", i, b.Goroutines, a.Goroutines))
 		}

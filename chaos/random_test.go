@@ -120,7 +120,7 @@ func TestGrownAndProcMetrics(t *testing.T) {
 	if s.Goroutines != 42 || s.RSS != 10<<20 {
 		t.Fatalf("%+v", s)
 	}
-	res := RandomResult{Before: []ProcSample{{RSS: 10 << 20, Goroutines: 40}, {RSS: 10 << 20, Goroutines: 40}},
+	res := RandomResult{Warm: []ProcSample{{RSS: 10 << 20, Goroutines: 40}, {RSS: 10 << 20, Goroutines: 40}},
 		After: []ProcSample{{RSS: 20 << 20, Goroutines: 55}, {RSS: 60 << 20, Goroutines: 80}}}
 	g := res.Grown(DefaultFlat)
 	if len(g) != 2 || !strings.HasPrefix(g[0], "n1: goroutines") || !strings.HasPrefix(g[1], "n1: RSS") {
