@@ -50,8 +50,10 @@ type chaosFlags struct {
 	timeout    time.Duration
 }
 
-func newChaosCmd() *cobra.Command {
-	f := &chaosFlags{}
+func newChaosCmd() *cobra.Command { return newChaosCmdWith(&chaosFlags{}) }
+
+// newChaosCmdWith is newChaosCmd parsing into f (tests run the plan).
+func newChaosCmdWith(f *chaosFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos --random --seed N --duration D",
 		Short: "Run a randomized fault schedule (partitions, one-way cuts, flapping, kill -9, SIGSTOP) on a local cluster of real processes under load, and check every key's admissions",
@@ -249,9 +251,16 @@ func (f *chaosFlags) reproduce() string {
 var errChaosFailed = errors.New("chaos: check failed")
 
 func runChaosCmd(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer) error {
+	_, _, err := runChaosRandom(ctx, f, stdout, stderr)
+	return err
+}
+
+// runChaosRandom runs the command and returns its plan and results as
+// well (for the tests): err wraps errChaosFailed when the checks failed.
+func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer) (*chaosPlan, []chaos.RandomResult, error) {
 	p, err := f.plan()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	var errMu sync.Mutex
 	progress := &lockedWriter{w: stderr, mu: &errMu}
@@ -259,10 +268,10 @@ func runChaosCmd(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer) e
 	fmt.Fprintf(progress, "chaos: reproduce with: %s\n", f.reproduce())
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return err
+			return p, nil, err
 		}
 		if err := os.WriteFile(filepath.Join(f.out, "schedule.txt"), []byte(p.schedule.String()), 0o644); err != nil {
-			return err
+			return p, nil, err
 		}
 	}
 	results := make([]chaos.RandomResult, len(p.strategies))
@@ -280,17 +289,17 @@ func runChaosCmd(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer) e
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return p, results, err
 	}
 	report := chaosReport(f, p, results)
 	fmt.Fprint(stdout, report)
 	if f.out != "" {
 		if err := os.WriteFile(filepath.Join(f.out, "report.md"), []byte(report), 0o644); err != nil {
-			return err
+			return p, results, err
 		}
 		for i, s := range p.strategies {
 			if err := writeChaosHistory(filepath.Join(f.out, "history-"+s+".csv"), results[i].History); err != nil {
-				return err
+				return p, results, err
 			}
 		}
 	}
@@ -310,9 +319,9 @@ func runChaosCmd(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer) e
 		}
 	}
 	if len(fails) > 0 {
-		return fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
+		return p, results, fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
 	}
-	return nil
+	return p, results, nil
 }
 
 // lockedWriter serializes writes of whole lines to w.
