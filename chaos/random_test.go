@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -125,5 +126,42 @@ func TestGrownAndProcMetrics(t *testing.T) {
 	g := res.Grown(DefaultFlat)
 	if len(g) != 2 || !strings.HasPrefix(g[0], "n1: goroutines") || !strings.HasPrefix(g[1], "n1: RSS") {
 		t.Fatalf("grown: %q", g)
+	}
+}
+
+// recChk records which keys reached it.
+type recChk struct {
+	mu   *sync.Mutex
+	seen map[string]map[int]bool
+	i    int
+}
+
+func (r recChk) Check(_ context.Context, key string, _ int64) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[key] == nil {
+		r.seen[key] = map[int]bool{}
+	}
+	r.seen[key][r.i] = true
+	return true, nil
+}
+
+// Every key reaches every target, whatever the number of keys (20 keys on
+// 3 nodes once kept each key on one node).
+func TestDriveSpreadsEveryKey(t *testing.T) {
+	for _, keys := range []int{1, 2, 3, 20, 100} {
+		mu := &sync.Mutex{}
+		seen := map[string]map[int]bool{}
+		cs := []Checker{recChk{mu, seen, 0}, recChk{mu, seen, 1}, recChk{mu, seen, 2}}
+		var h History
+		l := Load{Keys: keys, PerKeyPerSec: 2000 / float64(keys), Duration: time.Second, MaxChecks: 12 * keys}
+		if err := Drive(context.Background(), l, time.Now(), func() ([]int, []Checker) { return []int{0, 1, 2}, cs }, &h); err != nil {
+			t.Fatal(err)
+		}
+		for k, nodes := range seen {
+			if len(nodes) != 3 {
+				t.Errorf("%d keys: key %s reached nodes %v only", keys, k, nodes)
+			}
+		}
 	}
 }
