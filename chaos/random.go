@@ -90,7 +90,9 @@ type ScheduleOptions struct {
 }
 
 // NewSchedule draws a schedule for n nodes and a load of length d from
-// seed: the same arguments give the same schedule.
+// seed: the same arguments give the same schedule. The kinds come in
+// shuffled rounds (every len(Kinds) faults hold each kind once); the node,
+// the lengths and the gaps are drawn uniformly.
 func NewSchedule(seed uint64, n int, d time.Duration, o ScheduleOptions) (Schedule, error) {
 	if n < 2 {
 		return Schedule{}, fmt.Errorf("chaos: a random run needs at least 2 nodes, got %d", n)
@@ -133,8 +135,14 @@ func NewSchedule(seed uint64, n int, d time.Duration, o ScheduleOptions) (Schedu
 	}
 	s := Schedule{Seed: seed, Nodes: n, Duration: d, Settle: o.Settle}
 	t := o.Warmup
+	var bag []FaultKind // a shuffled round of every kind: each len(kinds) faults draw each once
 	for {
-		f := Fault{Kind: kinds[rng.IntN(len(kinds))], Node: rng.IntN(n), Start: t}
+		if len(bag) == 0 {
+			bag = slices.Clone(kinds)
+			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		f := Fault{Kind: bag[0], Node: rng.IntN(n), Start: t}
+		bag = bag[1:]
 		length := between(o.MinFault, o.MaxFault)
 		if f.Kind == FaultFlap {
 			cuts := o.FlapMin + rng.IntN(o.FlapMaxCuts-o.FlapMin+1)
