@@ -92,7 +92,7 @@ The report (stdout; also report.md in --out):
   - per strategy: checks, tokens admitted, what one exact bucket per key would
     have admitted on the same sends (central), tokens lost (central minus
     admitted, per key, in the quiet windows), failed checks by error, latency
-    p50, p99 (the worst quiet window's) and max (whole run), the largest excess
+    p50 and p99 (each the worst quiet window's) and max (whole run), the largest excess
     of any key over b + r*T in any window during the whole run (information:
     during a fault a strategy admits what its split-brain and crash rules in
     docs/OPERATIONS.md allow, e.g. a cut node's side a whole envelope of its
@@ -242,6 +242,9 @@ func (f *chaosFlags) reproduce() string {
 	}
 	if f.netns {
 		b.WriteString(" --netns")
+	}
+	if f.checkFlat {
+		b.WriteString(" --check-flat")
 	}
 	return b.String()
 }
