@@ -48,6 +48,7 @@ type chaosFlags struct {
 	idle       time.Duration
 	checkFlat  bool
 	timeout    time.Duration
+	runBound   float64
 }
 
 func newChaosCmd() *cobra.Command { return newChaosCmdWith(&chaosFlags{}) }
@@ -108,7 +109,8 @@ The report (stdout; also report.md in --out):
   - the worst keys, and the command that reproduces the run.
 
 Exit status: 1 when a key went over b + r*T + --slack in a quiet window, a
-fault could not be applied, or (--check-flat) a node's goroutines or RSS grew
+fault could not be applied, (--max-excess-run) a key's excess during the
+whole run went beyond the bound given, or (--check-flat) a node's goroutines or RSS grew
 beyond the tolerance (after vs warm: goroutines +20, RSS 1.5x + 32 MiB); 2 for a bad command
 line. Progress (each fault as applied) goes to stderr.`,
 		Example: `  tokenmesh chaos --random --seed 1 --duration 2m
@@ -140,8 +142,9 @@ line. Progress (each fault as applied) goes to stderr.`,
 	fl.StringVar(&f.out, "out", "", "write report.md, schedule.txt, history-<strategy>.csv (every check: sent_ms, key, node, allowed, latency_us, error) and the nodes' configs and logs (<strategy>/) into DIR")
 	fl.StringVar(&f.binary, "binary", "", "tokenmesh binary the nodes run (default: this executable)")
 	fl.DurationVar(&f.idle, "idle", 10*time.Second, "wait after the load stops before sampling RSS and goroutines")
-	fl.BoolVar(&f.checkFlat, "check-flat", false, "also fail when a node's goroutines or RSS after the load exceed their level before it by more than the tolerance")
+	fl.BoolVar(&f.checkFlat, "check-flat", false, "also fail when a node's goroutines (+20) or RSS (1.5x + 32 MiB) --idle after the load exceed their level under the load before the first fault")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long a check waits for its answer")
+	fl.Float64Var(&f.runBound, "max-excess-run", 0, "also fail when a key's excess over b + r*T in any window of the whole run, faults included, exceeds TOKENS: the bound the strategy states for the faults drawn (e.g. b + r*(max-fault + 10 s of failure detection) for one node cut off under partition: available); 0: the whole run is reported, not checked")
 	return cmd
 }
 
@@ -175,7 +178,7 @@ func (f *chaosFlags) plan() (*chaosPlan, error) {
 		return nil, usageErr("--duration %v: want at least 10s", f.duration)
 	case f.maxFault < 2*time.Second:
 		return nil, usageErr("--max-fault %v: want at least 2s", f.maxFault)
-	case f.settle < 0 || f.slack < 0 || f.idle < 0 || f.timeout <= 0:
+	case f.settle < 0 || f.slack < 0 || f.idle < 0 || f.timeout <= 0 || f.runBound < 0:
 		return nil, usageErr("--settle, --slack, --idle and --timeout must not be negative (--timeout positive)")
 	}
 	p := &chaosPlan{params: map[string][]string{}}
@@ -246,6 +249,9 @@ func (f *chaosFlags) reproduce() string {
 	if f.checkFlat {
 		b.WriteString(" --check-flat")
 	}
+	if f.runBound > 0 {
+		fmt.Fprintf(&b, " --max-excess-run %g", f.runBound)
+	}
 	return b.String()
 }
 
@@ -314,6 +320,11 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 		}
 		for _, e := range r.StepErrors {
 			fails = append(fails, fmt.Sprintf("%s: fault not applied: %v", s, e))
+		}
+		if f.runBound > 0 && r.Whole.MaxViolation > f.runBound {
+			k := r.Whole.Keys[0]
+			fails = append(fails, fmt.Sprintf("%s: key %s %.2f tokens over b + r*T during the run (checks sent in [%v, %v]), beyond --max-excess-run %g",
+				s, k.Key, k.Violation, k.WorstFrom.Round(time.Millisecond), k.WorstTo.Round(time.Millisecond), f.runBound))
 		}
 		if f.checkFlat {
 			for _, g := range r.Grown(chaos.DefaultFlat) {
