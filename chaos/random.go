@@ -336,9 +336,14 @@ func RunRandom(ctx context.Context, c Nemesis, s Schedule, o RandomOptions) (Ran
 	}()
 	r.start = time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	loadErr := make(chan error, 1)
-	go func() { loadErr <- Drive(runCtx, l, r.start, r.targets, res.History) }()
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		loadErr <- Drive(runCtx, l, r.start, r.targets, res.History)
+	}()
+	// On every return the load has stopped and its checks have ended.
+	defer func() { cancel(); <-loadDone }()
 	warmAt := min(5*time.Second, s.Duration/2)
 	if len(s.Faults) > 0 {
 		warmAt = s.Faults[0].Start

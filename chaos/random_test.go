@@ -165,3 +165,24 @@ func TestDriveSpreadsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// A run ended early (its context) returns with the load stopped and the
+// paused node continued.
+func TestRunRandomCancelResumes(t *testing.T) {
+	env := Envelope{RatePerSec: 5, Burst: 5}
+	f := newFake(3, env)
+	s := Schedule{Seed: 1, Nodes: 3, Duration: 20 * time.Second, Settle: time.Second,
+		Faults: []Fault{{Kind: FaultPause, Node: 1, Start: 200 * time.Millisecond, End: 15 * time.Second}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := RunRandom(ctx, f, s, RandomOptions{Load: Load{Keys: 2, PerKeyPerSec: 20, MaxChecks: 1000}, Env: env})
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("err %v after %v, want the context's error at once", err, time.Since(start))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dead[1] {
+		t.Fatal("node 1 still paused after the run returned")
+	}
+}
