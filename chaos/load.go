@@ -131,8 +131,10 @@ func Drive(ctx context.Context, l Load, start time.Time, targets func() ([]int, 
 			continue
 		}
 		// Round-robin over targets, shifted per key pass so each key
-		// reaches every node.
-		j := (n + n/len(keys)) % len(cs)
+		// reaches every node: key k's p-th check goes to target (k + p)
+		// mod targets. (n + n/keys was not: with keys + 1 a multiple of
+		// the targets, 20 keys on 3 nodes, every key stayed on one node.)
+		j := (n%len(keys) + n/len(keys)) % len(cs)
 		select {
 		case sem <- struct{}{}:
 		default:

@@ -29,7 +29,7 @@ limiter and what it costs.`,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newSimCmd(), newExperimentCmd(), newPlanCmd(), newServeCmd(), newBenchCmd(), newReplayCmd(), newCertsCmd())
-	root.AddCommand(newVersionCmd(), newStrategiesCmd())
+	root.AddCommand(newVersionCmd(), newStrategiesCmd(), newChaosCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenmesh:", err)
 		if errors.Is(err, errUsage) {
