@@ -112,8 +112,14 @@ const (
 
 // File is a whole configuration: this node and its rules.
 type File struct {
-	Node  Node
-	Rules []Rule
+	Node Node
+	// Rules are the limits, each a rule.Rule: every key (as the client
+	// passes it for the rule) gets a token bucket of Rate and Burst,
+	// coordinated across the cluster by Strategy. Parse fills the
+	// defaults: Key DefaultKey, Burst rule.DefaultBurst(Rate), Strategy
+	// DefaultStrategy; params come from the YAML map as sorted
+	// "name=value" pairs, the partition parameter moved to Partition.
+	Rules []rule.Rule
 }
 
 // Node is this node's settings. Addresses are "host:port".
@@ -322,15 +328,6 @@ type APITLS struct {
 	CertFile, KeyFile, ClientCAFile string
 }
 
-// Rule is one rate limit: every key (as the client passes it for this rule)
-// gets a token bucket of Rate and Burst, coordinated across the cluster by
-// Strategy. It is rule.Rule, the type cluster, limiter and localcluster
-// share. Parse fills the defaults: Key DefaultKey, Burst
-// rule.DefaultBurst(Rate), Strategy DefaultStrategy; params come from the
-// YAML map as sorted "name=value" pairs, the partition parameter moved to
-// Partition.
-type Rule = rule.Rule
-
 // DefaultPartition is a rule's partition option when it sets none:
 // available. A crash looks like a partition to the survivors, and under
 // conserve they enforce (N-1)/N of the limit until the crashed member
@@ -453,7 +450,7 @@ func Parse(data []byte, name string) (*File, error) {
 
 // ClusterRule checks r as Validate does and returns it with the
 // defaults a file would get (Strategy DefaultStrategy, Key DefaultKey).
-func ClusterRule(r Rule) (cluster.Rule, error) {
+func ClusterRule(r rule.Rule) (cluster.Rule, error) {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
@@ -503,7 +500,7 @@ func Default() *File {
 			ProbeInterval:     DefaultProbeInterval,
 			DrainDelay:        DefaultDrainDelay,
 		},
-		Rules: []Rule{{
+		Rules: []rule.Rule{{
 			Name:     "default",
 			Key:      DefaultKey,
 			Rate:     bucket.Rate{Tokens: 10, Per: time.Second},

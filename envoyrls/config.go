@@ -397,10 +397,10 @@ func (c *Config) HasFixedWindow() bool {
 }
 
 // configRule is the limit's rule in config's terms.
-func (l *Limit) configRule() config.Rule {
+func (l *Limit) configRule() rule.Rule {
 	per := UnitDuration(l.Unit)
 	n := int64(l.RequestsPerUnit)
-	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
+	return rule.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: l.Strategy, Params: rule.Pairs(l.Params)}
 }
 

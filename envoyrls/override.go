@@ -248,7 +248,7 @@ func anyBaseName(domain string) string {
 // configured limit's rule (config.ClusterRule).
 func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (cluster.Rule, error) {
 	n, per := int64(o.RequestsPerUnit), o.Period()
-	cr := config.Rule{Name: name, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
+	cr := rule.Rule{Name: name, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: b.strategy, Params: rule.Pairs(b.params)}
 	if b.algorithm == AlgorithmFixedWindow {
 		params := maps.Clone(b.params)
