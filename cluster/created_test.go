@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // checkItem is CheckItem with a test deadline; it fails t on an error.
@@ -38,7 +40,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 		{"local ignores edge times", "local", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Rule{Name: "r", Rate: slow, Burst: 1, Strategy: tc.strategy}
+			r := rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: tc.strategy}
 			if tc.strategy == "owner" {
 				r.Params = []string{"hold=" + hold.String()}
 			}
@@ -69,7 +71,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 // (it takes no more than the tokens the bucket held all along since then),
 // and a negative one is refused with an error naming it, changing nothing.
 func TestCreatedAtClampedAndValidated(t *testing.T) {
-	r := Rule{Name: "r", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"hold=20ms"}}
+	r := rule.Rule{Name: "r", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"hold=20ms"}}
 	n := newCluster(t, 1, false, r).nodes["n0"]
 	now := time.Now()
 	future := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAtUnixNs: now.Add(time.Hour).UnixNano()}
@@ -104,7 +106,7 @@ func TestCreatedAtClampedAndValidated(t *testing.T) {
 }
 
 func TestArrivalAtClamps(t *testing.T) {
-	n := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "owner"}).nodes["n0"]
+	n := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "owner"}).nodes["n0"]
 	base := n.wallBase()
 	now := 10 * time.Second
 	for _, tc := range []struct {

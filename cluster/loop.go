@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -38,7 +39,7 @@ type event struct {
 	batch   *batch
 	frame   Frame
 	members []strategy.NodeID
-	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
+	inspect func(now time.Duration, rule rule.Rule, s strategy.Strategy)
 	peek    bool  // evInspect: Peek (the lent buckets stay lent)
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}

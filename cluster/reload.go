@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/all"
 )
@@ -43,7 +44,7 @@ func (c RulesChange) Empty() bool {
 
 // rulesUpdate is an evRules event's request and answer.
 type rulesUpdate struct {
-	rules  []Rule
+	rules  []rule.Rule
 	change RulesChange
 	err    error
 }
@@ -52,7 +53,7 @@ type rulesUpdate struct {
 // burst, strategy, partition mode and parameters (in order). SetRules
 // keeps the state of such a rule (comparing the new rule as New keeps
 // it: a partition= parameter counted as Partition).
-func SameRule(a, b Rule) bool {
+func SameRule(a, b rule.Rule) bool {
 	return a.Name == b.Name && a.Rate == b.Rate && a.Burst == b.Burst && a.Strategy == b.Strategy &&
 		a.Partition == b.Partition && slices.Equal(a.Params, b.Params)
 }
@@ -84,7 +85,7 @@ func SameRule(a, b Rule) bool {
 // Errors, with nothing changed: no rules, an empty or repeated name, an
 // unknown strategy, bad params or a rule the strategy refuses (naming the
 // rule), ctx.Err(), ErrClosed.
-func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) {
+func (n *Node) SetRules(ctx context.Context, rules []rule.Rule) (RulesChange, error) {
 	if len(rules) == 0 {
 		return RulesChange{}, errors.New("cluster: SetRules: no rules")
 	}
@@ -108,7 +109,7 @@ func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) 
 // normalize checks r as New does and returns it as New keeps it (the
 // partition mode taken from Params into Partition), with what its
 // strategy is built from (loop goroutine or any: it reads no node state).
-func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
+func normalize(r rule.Rule) (rule.Rule, all.Info, strategy.Params, error) {
 	info, err := all.Lookup(r.Strategy)
 	if err != nil {
 		return r, info, strategy.Params{}, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
@@ -135,7 +136,7 @@ func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 // newRule builds the state of r (normalized) for New and SetRules (loop
 // goroutine once the loop runs): its strategy, with the current members;
 // the caller sets its idx.
-func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
+func (n *Node) newRule(r rule.Rule, info all.Info, params strategy.Params) (*ruleState, error) {
 	cfg := strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -32,7 +33,7 @@ type RuleSnapshot struct {
 // package statestore).
 func (n *Node) Snapshot(ctx context.Context, reuse map[string]RuleSnapshot) (map[string]RuleSnapshot, error) {
 	out := map[string]RuleSnapshot{}
-	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
+	err := n.Inspect(ctx, func(now time.Duration, rule rule.Rule, s strategy.Strategy) {
 		sn, ok := s.(strategy.Snapshotter)
 		if !ok {
 			return

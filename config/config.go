@@ -56,7 +56,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/rule"
 )
 
@@ -450,7 +449,7 @@ func Parse(data []byte, name string) (*File, error) {
 
 // ClusterRule checks r as Validate does and returns it with the
 // defaults a file would get (Strategy DefaultStrategy, Key DefaultKey).
-func ClusterRule(r rule.Rule) (cluster.Rule, error) {
+func ClusterRule(r rule.Rule) (rule.Rule, error) {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
@@ -458,15 +457,15 @@ func ClusterRule(r rule.Rule) (cluster.Rule, error) {
 		r.Key = DefaultKey
 	}
 	if err := check(r); err != nil {
-		return cluster.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+		return rule.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	r.Params = slices.Clone(r.Params)
 	return r, nil
 }
 
 // ClusterRules converts every rule of f (see Rule.ClusterRule).
-func (f *File) ClusterRules() ([]cluster.Rule, error) {
-	out := make([]cluster.Rule, 0, len(f.Rules))
+func (f *File) ClusterRules() ([]rule.Rule, error) {
+	out := make([]rule.Rule, 0, len(f.Rules))
 	for _, r := range f.Rules {
 		cr, err := ClusterRule(r)
 		if err != nil {

@@ -490,7 +490,7 @@ func TestAPITimeouts(t *testing.T) {
 }
 
 // The partition option: available by default, conserve for the strategies
-// that implement it, carried to cluster.Rule.
+// that implement it, carried to rule.Rule.Partition.
 func TestPartitionOption(t *testing.T) {
 	f, err := Parse([]byte("rules:\n  - {name: a, rate: 1/s, strategy: gdrl, partition: conserve}\n  - {name: b, rate: 1/s, strategy: static}\n  - {name: c, rate: 1/s, strategy: owner, partition: available}\n  - {name: d, rate: 1/s, strategy: tbqueue, params: {partition: conserve, gossip: 100ms}}\n"), "t.yaml")
 	if err != nil {

@@ -91,7 +91,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
@@ -357,8 +356,8 @@ func (c *Config) Add(name string, data []byte) error {
 // unit) so that their windows are Unix-aligned like envoyproxy/ratelimit's.
 // Every node of a cluster must load the same files with the same epoch:
 // peers name rules in their frames.
-func (c *Config) Rules(epoch time.Time) []cluster.Rule {
-	var out []cluster.Rule
+func (c *Config) Rules(epoch time.Time) []rule.Rule {
+	var out []rule.Rule
 	for _, l := range c.Limits {
 		if l.Rule == "" {
 			continue

@@ -246,7 +246,7 @@ func anyBaseName(domain string) string {
 // overrideRule is the rule of override o on base b, for a node of time
 // base epoch (fixed_window's alignment, as Config.Rules), validated as a
 // configured limit's rule (config.ClusterRule).
-func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (cluster.Rule, error) {
+func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (rule.Rule, error) {
 	n, per := int64(o.RequestsPerUnit), o.Period()
 	cr := rule.Rule{Name: name, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: b.strategy, Params: rule.Pairs(b.params)}

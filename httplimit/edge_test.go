@@ -13,6 +13,7 @@ import (
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 func TestParseRequestStart(t *testing.T) {
@@ -147,7 +148,7 @@ func TestCheckersSendEdgeTime(t *testing.T) {
 	ctx := ContextWithEdgeTime(context.Background(), edge)
 	cc := &captureClient{}
 	node := &captureNode{}
-	rules := []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 3, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 3, Strategy: "owner"}}
 	for _, c := range []struct {
 		ctx  context.Context
 		want int64

@@ -59,6 +59,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Result is a Checker's verdict on one request.
@@ -156,8 +157,8 @@ type itemChecker interface {
 // CheckItem (as *cluster.Node does) decides through it, with the same
 // answers as a batch of one. The edge time ctx carries
 // (ContextWithEdgeTime) goes with the check (cluster.BatchItem.CreatedAtUnixNs).
-func Local(node batchChecker, rules []cluster.Rule) Checker {
-	byName := map[string]cluster.Rule{}
+func Local(node batchChecker, rules []rule.Rule) Checker {
+	byName := map[string]rule.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -100,7 +101,7 @@ func openState(cfg Config, name string, log *slog.Logger) (*statestore.Store, st
 
 // restoreStates is the snapshot's states by rule, for cluster.Config.Restore,
 // with a warning for every rule whose strategy or node changed.
-func restoreStates(snap statestore.Snapshot, name string, rules []cluster.Rule, log *slog.Logger) map[string][]strategy.KeyState {
+func restoreStates(snap statestore.Snapshot, name string, rules []rule.Rule, log *slog.Logger) map[string][]strategy.KeyState {
 	if snap.Node != "" && snap.Node != name {
 		log.Warn("state file was written by another node name; restoring it anyway", "file_node", snap.Node, "node", name)
 	}

@@ -1,7 +1,7 @@
 // Package rule is tokenmesh's one rule type: a limit the cluster enforces
 // per key, a token bucket of Rate and Burst coordinated by a named
 // strategy. The YAML configuration (package config) parses into it, the
-// node (cluster.Rule is this type) runs it, the embeddable library
+// node (cluster.Config.Rules) runs it, the embeddable library
 // (limiter.Config.Rules) takes it, and localcluster writes it into the
 // node configuration files it generates (through config.Marshal).
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -289,11 +290,11 @@ func TestFaulty(t *testing.T) {
 func TestOwnerClusterOverGRPC(t *testing.T) {
 	ids, trs, _ := mesh(t, 3, nil)
 	epoch := time.Now()
-	rule := cluster.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
+	r := rule.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
 		Params: []string{"hold=0s", "timeout=3s"}}
 	nodes := map[strategy.NodeID]*cluster.Node{}
 	for _, id := range ids {
-		n, err := cluster.New(cluster.Config{Self: id, Members: ids, Rules: []cluster.Rule{rule},
+		n, err := cluster.New(cluster.Config{Self: id, Members: ids, Rules: []rule.Rule{r},
 			Transport: cluster.NewFaulty(trs[id], 1), Seed: 7, Epoch: epoch})
 		if err != nil {
 			t.Fatal(err)

@@ -420,7 +420,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := cluster.New(cluster.Config{Self: "intruder", Members: []strategy.NodeID{"intruder", "n0", "n1", "n2"},
-		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
+		Rules:     []rule.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
 		Transport: tr, Epoch: daemon.ClusterEpoch})
 	if err != nil {
 		t.Fatal(err)
