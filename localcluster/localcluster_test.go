@@ -55,7 +55,7 @@ func TestCluster(t *testing.T) {
 	ctx := context.Background()
 	c, err := Start(ctx, Config{
 		Binary: binary, Nodes: 3, FaultInjection: true, Log: &log,
-		Rules: []Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}},
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestStartErrors(t *testing.T) {
 		t.Skip("starts real processes")
 	}
 	ctx := context.Background()
-	if _, err := Start(ctx, Config{Binary: binary, Nodes: 0, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}}); err == nil {
+	if _, err := Start(ctx, Config{Binary: binary, Nodes: 0, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}}); err == nil {
 		t.Error("Nodes 0: no error")
 	}
 	if _, err := Start(ctx, Config{Binary: binary, Nodes: 1}); err == nil {
@@ -191,12 +191,12 @@ func TestStartErrors(t *testing.T) {
 	}
 	// A config serve rejects: the error carries the node's log tail.
 	dir := t.TempDir()
-	_, err := Start(ctx, Config{Binary: binary, Nodes: 2, Dir: dir, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s"), Strategy: "nope"}}})
+	_, err := Start(ctx, Config{Binary: binary, Nodes: 2, Dir: dir, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s"), Strategy: "nope"}}})
 	if err == nil || !strings.Contains(err.Error(), "node n0") || !strings.Contains(err.Error(), "rules[0].strategy") {
 		t.Errorf("unknown strategy: %v", err)
 	}
 	// Without fault injection there is no Partition.
-	c, err := Start(ctx, Config{Binary: binary, Nodes: 1, Settle: -1, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
+	c, err := Start(ctx, Config{Binary: binary, Nodes: 1, Settle: -1, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

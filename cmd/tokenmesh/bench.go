@@ -451,7 +451,7 @@ func (f *benchFlags) spawnConfig(envoyDir string) (lc localcluster.Config, dir, 
 	}
 	strat := f.spawnStrategy()
 	lc = localcluster.Config{Binary: bin, Nodes: f.spawn,
-		Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
+		Rules: []rule.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
 	if (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && envoyDir == "" {
 		if envoyDir, err = f.writeSpawnEnvoyConfig(strat, rate, params); err != nil {
 			return lc, "", "", err

@@ -608,7 +608,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
 		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns,
-		Rules: []localcluster.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
+		Rules: []rule.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
 	})
 	if err != nil {
 		return nil, err
