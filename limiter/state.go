@@ -163,9 +163,9 @@ func (p *persister) save(node *cluster.Node) error {
 		return err
 	}
 	p.buf = states // Save is done with them before the next snapshot
-	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.Rule{}}
+	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.RuleState{}}
 	for rule, rs := range states {
-		snap.Rules[rule] = statestore.Rule{Strategy: rs.Strategy, States: rs.States}
+		snap.Rules[rule] = statestore.RuleState{Strategy: rs.Strategy, States: rs.States}
 	}
 	keys := snap.Keys()
 	if keys == 0 && p.lastEmpty {
