@@ -286,7 +286,7 @@ func hideRemainer(t *testing.T, n *Node, name string) {
 	}
 }
 
-// Decision.Remaining is -1 for a strategy that does not implement
+// CheckResult.Remaining is -1 for a strategy that does not implement
 // strategy.Remainer, from Check and CheckBatch alike, and for an
 // asynchronous decision; a Remainer's synchronous decisions report what
 // is left.

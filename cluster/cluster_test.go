@@ -90,7 +90,7 @@ func newCluster(t *testing.T, n int, faulty bool, rules ...rule.Rule) *testClust
 	return c
 }
 
-func check(t *testing.T, n *Node, rule, key string, tokens int64) Decision {
+func check(t *testing.T, n *Node, rule, key string, tokens int64) CheckResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

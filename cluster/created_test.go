@@ -10,7 +10,7 @@ import (
 )
 
 // checkItem is CheckItem with a test deadline; it fails t on an error.
-func checkItem(t *testing.T, n *Node, it BatchItem) Decision {
+func checkItem(t *testing.T, n *Node, it BatchItem) CheckResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -51,7 +51,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 				late.CreatedAtUnixNs = now.UnixNano()
 				early.CreatedAtUnixNs = now.Add(-20 * time.Millisecond).UnixNano()
 			}
-			first := make(chan Decision, 1)
+			first := make(chan CheckResult, 1)
 			go func() { first <- checkItem(t, n, late) }()
 			// The first check is in the node's ordering buffer (hold) long
 			// before it is decided; then the second one comes.

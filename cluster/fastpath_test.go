@@ -399,7 +399,7 @@ func TestFastPathLentBucketRace(t *testing.T) {
 				var err error
 				switch w % 3 {
 				case 0:
-					var d Decision
+					var d CheckResult
 					d, err = n.Check(ctx, "r", keys[k], 1)
 					ok = d.Allowed
 				case 1:

@@ -152,7 +152,7 @@ type ruleCounters struct {
 }
 
 type result struct {
-	d   Decision
+	d   CheckResult
 	err error
 }
 

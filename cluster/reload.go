@@ -203,7 +203,7 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 			ch.Removed = append(ch.Removed, rs.rule.Name)
 		}
 		for id, p := range rs.pending {
-			p.answer(result{d: Decision{Remaining: -1}, err: err})
+			p.answer(result{d: CheckResult{Remaining: -1}, err: err})
 			delete(rs.pending, id)
 			rs.c.pending.Add(-1)
 		}

@@ -136,9 +136,9 @@ func (c *captureNode) CheckBatch(context.Context, []cluster.BatchItem) ([]cluste
 	return nil, errors.New("not used: CheckItem is")
 }
 
-func (c *captureNode) CheckItem(_ context.Context, it cluster.BatchItem) (cluster.Decision, error) {
+func (c *captureNode) CheckItem(_ context.Context, it cluster.BatchItem) (cluster.CheckResult, error) {
 	c.it = it
-	return cluster.Decision{Allowed: true, Remaining: 1}, nil
+	return cluster.CheckResult{Allowed: true, Remaining: 1}, nil
 }
 
 // GRPC and Local send the context's edge time with the check, and none

@@ -148,7 +148,7 @@ type batchChecker interface {
 // itemChecker is *cluster.Node's CheckItem: one check without a batch's
 // allocations (its fast path decides in the caller's goroutine).
 type itemChecker interface {
-	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.CheckResult, error)
 }
 
 // Local is a Checker over an in-process node for rules, the node's rules
@@ -195,7 +195,7 @@ func localChecker(node batchChecker, lookup func(rule string) (perSec float64, b
 			return Result{}, fmt.Errorf("rule %q is not a rule of this node", rule)
 		}
 		var (
-			d   cluster.Decision
+			d   cluster.CheckResult
 			err error
 		)
 		it := cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, CreatedAtUnixNs: edgeUnixNs(ctx)}
@@ -208,7 +208,7 @@ func localChecker(node batchChecker, lookup func(rule string) (perSec float64, b
 				err = res[0].Err
 			}
 			if err == nil {
-				d = res[0].Decision
+				d = res[0].CheckResult
 			}
 		}
 		if err != nil {

@@ -293,11 +293,11 @@ func (s *Server) decideItem(ctx context.Context, t *ruleTable, it cluster.BatchI
 	ri.m.edgeLateness(it.CreatedAtUnixNs, start)
 	d, err := s.node.Cluster().CheckItem(ctx, it)
 	waited := time.Since(start)
-	r := cluster.BatchResult{Decision: d}
+	r := cluster.BatchResult{CheckResult: d}
 	if err != nil {
 		switch cerr := ctx.Err(); {
 		case cerr != nil && errors.Is(err, cerr), errors.Is(err, cluster.ErrRuleRemoved):
-			r = cluster.BatchResult{Decision: cluster.Decision{Remaining: -1}, Err: err}
+			r = cluster.BatchResult{CheckResult: cluster.CheckResult{Remaining: -1}, Err: err}
 		default:
 			return cluster.BatchResult{}, err
 		}

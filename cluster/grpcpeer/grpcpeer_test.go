@@ -309,7 +309,7 @@ func TestOwnerClusterOverGRPC(t *testing.T) {
 			break
 		}
 	}
-	check := func(n *cluster.Node) cluster.Decision {
+	check := func(n *cluster.Node) cluster.CheckResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -317,7 +317,7 @@ func TestOwnerFailover(t *testing.T) {
 			break
 		}
 	}
-	check := func(id strategy.NodeID) cluster.Decision {
+	check := func(id strategy.NodeID) cluster.CheckResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
