@@ -135,7 +135,7 @@ func TestCluster(t *testing.T) {
 	if st := faultStats(t, c.Nodes[0].API); len(st.Faults) != 0 {
 		t.Errorf("n0 after Heal still blocks %v", st.Faults)
 	}
-	if err := c.SetFaults(ctx, 0, Faults{Drop: 2}); err == nil || !strings.Contains(err.Error(), "drop") {
+	if err := c.SetFaults(ctx, 0, NodeFaults{Drop: 2}); err == nil || !strings.Contains(err.Error(), "drop") {
 		t.Errorf("SetFaults drop 2: %v, want a 400 naming drop", err)
 	}
 	if _, err := c.Metrics(ctx, 0); err != nil {
