@@ -126,7 +126,7 @@ func TestCheckBatchEmpty(t *testing.T) {
 func pendingCluster(t *testing.T) (c *testCluster, local, remote string) {
 	t.Helper()
 	c = newCluster(t, 2, true, ownerRule("timeout=10s"))
-	if err := c.faulty["n0"].SetFaults(Faults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
+	if err := c.faulty["n0"].SetFaults(FrameFaults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	return c, keyOwnedBy(t, "n0", c.ids), keyOwnedBy(t, "n1", c.ids)

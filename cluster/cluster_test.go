@@ -304,7 +304,7 @@ func TestOwnerUnderFaults(t *testing.T) {
 	c := newCluster(t, 3, true, rule.Rule{Name: "api", Rate: slow, Burst: 1000, Strategy: "owner",
 		Params: []string{"hold=0s", "timeout=2s", "retries=19", "fail_open=false"}})
 	for _, f := range c.faulty {
-		if err := f.SetFaults(Faults{Drop: 0.2, Duplicate: 0.3, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
+		if err := f.SetFaults(FrameFaults{Drop: 0.2, Duplicate: 0.3, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -471,7 +471,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("New: %v, want an error containing %q", err, tc.want)
 		}
 	}
-	if err := (&Faulty{}).SetFaults(Faults{Drop: 1.5}); err == nil {
+	if err := (&Faulty{}).SetFaults(FrameFaults{Drop: 1.5}); err == nil {
 		t.Error("Drop 1.5 accepted")
 	}
 	if err := ep.Send("zz", Frame{Rule: "r"}); err == nil || !strings.Contains(err.Error(), `"zz"`) {

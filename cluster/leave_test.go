@@ -70,7 +70,7 @@ func testLeaveHandsOverGDRL(t *testing.T, faulty bool) {
 		Params: []string{"interval=10ms", "idle=1s"}}
 	c := newCluster(t, 3, faulty, rule)
 	for _, f := range c.faulty {
-		if err := f.SetFaults(Faults{Drop: 0.2, Duplicate: 0.2, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
+		if err := f.SetFaults(FrameFaults{Drop: 0.2, Duplicate: 0.2, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -255,7 +255,7 @@ func TestQueueFullDrops(t *testing.T) {
 func TestFaulty(t *testing.T) {
 	_, trs, boxes := mesh(t, 2, nil)
 	f := cluster.NewFaulty(trs["n0"], 1)
-	if err := f.SetFaults(cluster.Faults{Duplicate: 1, Delay: 10 * time.Millisecond}); err != nil {
+	if err := f.SetFaults(cluster.FrameFaults{Duplicate: 1, Delay: 10 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Send("n1", cluster.Frame{Rule: "r", Payload: []byte("dup")}); err != nil {
@@ -270,7 +270,7 @@ func TestFaulty(t *testing.T) {
 		}
 		return n == 2
 	})
-	if err := f.SetFaults(cluster.Faults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
+	if err := f.SetFaults(cluster.FrameFaults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Send("n1", cluster.Frame{Rule: "r", Payload: []byte("blocked")})
