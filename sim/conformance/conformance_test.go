@@ -352,7 +352,7 @@ type swarmCase struct {
 	nodes  int
 	kind   string // "quiet": no fault at all; "lossy": network faults only; "faults": anything
 	sc     *sim.Scenario
-	faults conformance.Faults
+	faults conformance.FaultCounts
 	mode   strategy.PartitionMode
 }
 
