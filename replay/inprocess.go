@@ -85,7 +85,7 @@ func (p *InProcess) Bytes(context.Context) (msgs, bytes int64, err error) {
 	return msgs, bytes, nil
 }
 
-// Kill implements Faults: node stops, and the others drop it from their
+// Kill implements FaultInjector: node stops, and the others drop it from their
 // members.
 func (p *InProcess) Kill(node int) error {
 	p.mu.Lock()
@@ -111,12 +111,12 @@ func (p *InProcess) Kill(node int) error {
 	return nil
 }
 
-// Partition implements Faults: not supported in process.
+// Partition implements FaultInjector: not supported in process.
 func (p *InProcess) Partition(...[]int) error {
 	return errors.New("replay: partitions need a live cluster")
 }
 
-// Heal implements Faults: not supported in process.
+// Heal implements FaultInjector: not supported in process.
 func (p *InProcess) Heal() error { return errors.New("replay: partitions need a live cluster") }
 
 // Close stops every node.
