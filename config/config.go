@@ -56,6 +56,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/rule"
 )
 
@@ -82,11 +83,11 @@ const (
 	// members and the node.join addresses that are not members
 	// (membership.DefaultReconnectInterval): a healed partition is whole
 	// again within about this plus a join round trip.
-	DefaultReconnectInterval = 5 * time.Second
+	DefaultReconnectInterval = membership.DefaultReconnectInterval
 	// DefaultReconnectTimeout is how long a failed member is retried
 	// before it is forgotten (membership.DefaultReconnectTimeout, serf's
 	// default).
-	DefaultReconnectTimeout = 24 * time.Hour
+	DefaultReconnectTimeout = membership.DefaultReconnectTimeout
 )
 
 // Bounds of node.reconnect_interval and node.reconnect_timeout.
