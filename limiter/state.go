@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// DefaultSnapshotInterval is Config.SnapshotInterval when zero.
-const DefaultSnapshotInterval = time.Second
+// DefaultSnapshotInterval is Config.SnapshotInterval when zero (the
+// configuration file's default, config.DefaultSnapshotInterval: 1 s).
+const DefaultSnapshotInterval = config.DefaultSnapshotInterval
 
 // RestoreInfo says what Start restored from Config.StateDir.
 type RestoreInfo struct {
