@@ -9,7 +9,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 func checkBatch(t *testing.T, n *Node, items ...BatchItem) []BatchResult {
@@ -291,7 +291,7 @@ func hideRemainer(t *testing.T, n *Node, name string) {
 // asynchronous decision; a Remainer's synchronous decisions report what
 // is left.
 func TestDecisionRemaining(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			var params []string
 			if info.Name == "owner" {

@@ -13,7 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // slow refills one token per hour: within a test a bucket only drains.
@@ -499,7 +499,7 @@ func TestCloseIdempotent(t *testing.T) {
 // requests at every node, exchanges its messages without receive errors,
 // and stops.
 func TestEveryStrategyRuns(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			var params []string
 			if info.Name == "owner" {

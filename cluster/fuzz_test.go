@@ -15,7 +15,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // fuzzRules is one rule per registered strategy, named after it, with a
@@ -30,7 +30,7 @@ func fuzzRules() []rule.Rule {
 		"adaptive": {"step=5ms", "window=20ms", "min_mean=0", "significance=0"},
 	}
 	var rules []rule.Rule
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		rules = append(rules, rule.Rule{Name: info.Name, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 5,
 			Strategy: info.Name, Params: params[info.Name]})
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // ErrRuleRemoved is the error of a check of a rule that SetRules removed
@@ -109,8 +109,8 @@ func (n *Node) SetRules(ctx context.Context, rules []rule.Rule) (RulesChange, er
 // normalize checks r as New does and returns it as New keeps it (the
 // partition mode taken from Params into Partition), with what its
 // strategy is built from (loop goroutine or any: it reads no node state).
-func normalize(r rule.Rule) (rule.Rule, all.Info, strategy.Params, error) {
-	info, err := all.Lookup(r.Strategy)
+func normalize(r rule.Rule) (rule.Rule, registry.Info, strategy.Params, error) {
+	info, err := registry.Lookup(r.Strategy)
 	if err != nil {
 		return r, info, strategy.Params{}, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
@@ -136,7 +136,7 @@ func normalize(r rule.Rule) (rule.Rule, all.Info, strategy.Params, error) {
 // newRule builds the state of r (normalized) for New and SetRules (loop
 // goroutine once the loop runs): its strategy, with the current members;
 // the caller sets its idx.
-func (n *Node) newRule(r rule.Rule, info all.Info, params strategy.Params) (*ruleState, error) {
+func (n *Node) newRule(r rule.Rule, info registry.Info, params strategy.Params) (*ruleState, error) {
 	cfg := strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),

@@ -12,7 +12,7 @@ import (
 
 // RuleSnapshot is one rule's bucket states as Node.Snapshot takes them.
 type RuleSnapshot struct {
-	// Strategy is the rule's strategy (a name from strategy/all), the one
+	// Strategy is the rule's strategy (a name from strategy/registry), the one
 	// whose states these are.
 	Strategy string
 	// States' At is wall-clock time, nanoseconds since the Unix epoch.

@@ -63,7 +63,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // DefaultName is the node id used when Config.Name is empty.
@@ -884,7 +884,7 @@ func checkCentral(rules []rule.Rule, multi bool) error {
 		return nil
 	}
 	for _, r := range rules {
-		if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
+		if info, err := registry.Lookup(r.Strategy); err == nil && info.Centralized {
 			return fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's reference (one bucket for the whole cluster, run by the simulator as a single node); in a cluster every node would keep its own bucket and admit up to N times the limit: use owner for an exact limit", r.Name, r.Strategy)
 		}
 	}

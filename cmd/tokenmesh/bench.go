@@ -25,7 +25,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/loadgen"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rule"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 type benchFlags struct {
@@ -586,11 +586,11 @@ func (f *benchFlags) spawnParams() (map[string]string, error) {
 		return nil, nil
 	}
 	strat := f.spawnStrategy()
-	info, err := all.Lookup(strat)
+	info, err := registry.Lookup(strat)
 	if err != nil {
 		return nil, usageErr("--strategy: %v", err)
 	}
-	params, err := parseParamFlags(f.params, []all.Info{info})
+	params, err := parseParamFlags(f.params, []registry.Info{info})
 	if err != nil {
 		return nil, err
 	}

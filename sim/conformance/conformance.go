@@ -1,4 +1,4 @@
-// Package conformance checks every registered strategy (strategy/all)
+// Package conformance checks every registered strategy (strategy/registry)
 // against the contract of package strategy, through the simulator (sim):
 // one node decides exactly as central, a run is a function of its seed,
 // garbage peer frames and the read-only calls (Remaining, StateBytes,
