@@ -448,9 +448,10 @@ func Parse(data []byte, name string) (*File, error) {
 	return f, nil
 }
 
-// ClusterRule checks r as Validate does and returns it with the
-// defaults a file would get (Strategy DefaultStrategy, Key DefaultKey).
-func ClusterRule(r rule.Rule) (rule.Rule, error) {
+// CheckRule checks r as Validate does and returns it with the defaults
+// a file would get (Strategy DefaultStrategy, Key DefaultKey), its Params
+// a copy.
+func CheckRule(r rule.Rule) (rule.Rule, error) {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
@@ -464,11 +465,12 @@ func ClusterRule(r rule.Rule) (rule.Rule, error) {
 	return r, nil
 }
 
-// ClusterRules converts every rule of f (see Rule.ClusterRule).
-func (f *File) ClusterRules() ([]rule.Rule, error) {
+// CheckRules is CheckRule of every rule of f, in order; the first error
+// stops it.
+func (f *File) CheckRules() ([]rule.Rule, error) {
 	out := make([]rule.Rule, 0, len(f.Rules))
 	for _, r := range f.Rules {
-		cr, err := ClusterRule(r)
+		cr, err := CheckRule(r)
 		if err != nil {
 			return nil, err
 		}

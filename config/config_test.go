@@ -119,7 +119,7 @@ rules:
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
 			}
-			cr, err := ClusterRule(f.Rules[1])
+			cr, err := CheckRule(f.Rules[1])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,7 @@ func TestExampleLoads(t *testing.T) {
 	if len(f.Rules) != 3 || f.Node.Name != "n1" || len(f.Node.SecretKey) != 32 {
 		t.Errorf("unexpected example: %+v", f)
 	}
-	crs, err := f.ClusterRules()
+	crs, err := f.CheckRules()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestDefaultValidates(t *testing.T) {
 	if len(f.Rules) != 1 || f.Rules[0].Name != "default" || f.Rules[0].Burst != 20 {
 		t.Errorf("%+v", f.Rules)
 	}
-	if _, err := f.ClusterRules(); err != nil {
+	if _, err := f.CheckRules(); err != nil {
 		t.Fatal(err)
 	}
 	f.Node.ReconnectInterval, f.Node.ReconnectTimeout = 0, 0 // zero: the defaults
@@ -328,12 +328,12 @@ func TestLoadFiles(t *testing.T) {
 func TestClusterRuleRejectsInvalid(t *testing.T) {
 	r := Default().Rules[0]
 	r.Burst = 0
-	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "burst") {
+	if _, err := CheckRule(r); err == nil || !strings.Contains(err.Error(), "burst") {
 		t.Errorf("burst 0: %v", err)
 	}
 	r = Default().Rules[0]
 	r.Strategy = "nope"
-	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "strategy") {
+	if _, err := CheckRule(r); err == nil || !strings.Contains(err.Error(), "strategy") {
 		t.Errorf("strategy nope: %v", err)
 	}
 }
@@ -366,7 +366,7 @@ func FuzzParse(f *testing.F) {
 		if err := file.Validate(); err != nil {
 			t.Fatalf("parsed but does not validate: %v\n%s", err, data)
 		}
-		if _, err := file.ClusterRules(); err != nil {
+		if _, err := file.CheckRules(); err != nil {
 			t.Fatalf("parsed but does not convert: %v\n%s", err, data)
 		}
 	})
@@ -376,7 +376,7 @@ func ExampleParse() {
 	_, err := Parse([]byte("rules:\n  - name: api\n    rate: 10/fortnight\n"), "tokenmesh.yaml")
 	fmt.Println(err)
 	f, _ := Parse([]byte("rules:\n  - name: api\n    rate: 6000/min\n    burst: 200\n"), "tokenmesh.yaml")
-	r, _ := ClusterRule(f.Rules[0])
+	r, _ := CheckRule(f.Rules[0])
 	fmt.Println(r.Name, r.Rate, r.Burst, r.Strategy)
 	// Output:
 	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
@@ -496,7 +496,7 @@ func TestPartitionOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := f.ClusterRules()
+	rules, err := f.CheckRules()
 	if err != nil {
 		t.Fatal(err)
 	}

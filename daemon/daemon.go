@@ -277,7 +277,7 @@ func loadEnvoy(dir string) (*envoyrls.Config, error) {
 // limit on a node without a wall-clock time base (epoch zero: possible
 // on a reload only, Start picks the epoch for it).
 func ruleSet(f *config.File, envoy *envoyrls.Config, dir string, epoch time.Time) (RuleSet, error) {
-	rules, err := f.ClusterRules()
+	rules, err := f.CheckRules()
 	if err != nil {
 		return RuleSet{}, fmt.Errorf("rules: %w", err)
 	}

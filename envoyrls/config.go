@@ -372,7 +372,7 @@ func (c *Config) Rules(epoch time.Time) []rule.Rule {
 			params["align"] = (time.Duration(epoch.UnixNano()%int64(unit)+int64(unit)) % unit).String()
 			cr.Params = rule.Pairs(params)
 		}
-		r, _ := config.ClusterRule(cr) // validated when loaded
+		r, _ := config.CheckRule(cr) // validated when loaded
 		out = append(out, r)
 	}
 	return out
@@ -755,7 +755,7 @@ func (p *parser) descriptorFlags(fs map[string][2]*yaml.Node, f string) (shadow,
 
 // rateLimit reads a descriptor's rate_limit (at field; the descriptor's
 // path and tokenmesh extension x) into a Limit, with its rule checked
-// (config.ClusterRule) and its override base added; nil on an error.
+// (config.CheckRule) and its override base added; nil on an error.
 func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	fs := p.fields(n, field, "requests_per_unit", "unit", "unlimited", "name", "replaces")
 	if p.err != nil {
@@ -873,7 +873,7 @@ func (p *parser) limitRule(n *yaml.Node, field, path string, l *Limit) bool {
 		p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
 		return false
 	}
-	if _, err := config.ClusterRule(l.configRule()); err != nil {
+	if _, err := config.CheckRule(l.configRule()); err != nil {
 		p.fail(n, field, "as a tokenmesh rule: %v", err)
 		return false
 	}

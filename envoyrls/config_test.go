@@ -256,7 +256,7 @@ func TestRuleNameProperties(t *testing.T) {
 			t.Fatalf("unstable")
 		}
 		r := rule.Rule{Name: n, Rate: config.Default().Rules[0].Rate, Burst: 1, Strategy: "owner"}
-		if _, err := config.ClusterRule(r); err != nil {
+		if _, err := config.CheckRule(r); err != nil {
 			t.Fatalf("RuleName(%q) = %q: %v", path, n, err)
 		}
 		if path != other && n == RuleName(other) {
