@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 func checkBatch(t *testing.T, n *Node, items ...BatchItem) []BatchResult {
@@ -41,8 +42,8 @@ func waitPending(t *testing.T, n *Node, rule string, want int64) {
 // Items of a batch are decided in order: a key's burst is used up by the
 // earlier items, and later items of the same key see it.
 func TestCheckBatchOrder(t *testing.T) {
-	c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 5, Strategy: "local"},
-		Rule{Name: "o", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s"}})
+	c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 5, Strategy: "local"},
+		rule.Rule{Name: "o", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s"}})
 	n := c.nodes["n0"]
 	res := checkBatch(t, n,
 		BatchItem{Rule: "r", Key: "k", Tokens: 2}, BatchItem{Rule: "r", Key: "k", Tokens: 2}, BatchItem{Rule: "r", Key: "k", Tokens: 2}, // 4 of 5 used; 2 more do not fit
@@ -71,7 +72,7 @@ func TestCheckBatchOrder(t *testing.T) {
 // An invalid item fails the whole batch with an error naming its index,
 // and no item is decided.
 func TestCheckBatchInvalidItem(t *testing.T) {
-	c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 3, Strategy: "local"})
+	c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 3, Strategy: "local"})
 	n := c.nodes["n0"]
 	ok := BatchItem{Rule: "r", Key: "k", Tokens: 1}
 	cases := []struct {
@@ -101,7 +102,7 @@ func TestCheckBatchInvalidItem(t *testing.T) {
 }
 
 func TestCheckBatchEmpty(t *testing.T) {
-	c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 3, Strategy: "local"})
+	c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 3, Strategy: "local"})
 	n := c.nodes["n0"]
 	for _, items := range [][]BatchItem{nil, {}} {
 		res, err := n.CheckBatch(context.Background(), items)
@@ -125,7 +126,7 @@ func TestCheckBatchEmpty(t *testing.T) {
 func pendingCluster(t *testing.T) (c *testCluster, local, remote string) {
 	t.Helper()
 	c = newCluster(t, 2, true, ownerRule("timeout=10s"))
-	if err := c.faulty["n0"].SetFaults(Faults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
+	if err := c.faulty["n0"].SetFaults(FrameFaults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	return c, keyOwnedBy(t, "n0", c.ids), keyOwnedBy(t, "n1", c.ids)
@@ -262,13 +263,13 @@ func TestCheckBatchClose(t *testing.T) {
 // strategy.Remainer among them).
 type noRemainer struct{ strategy.Strategy }
 
-// hideRemainer makes rule of n run its strategy as a noRemainer. The swap
+// hideRemainer makes rule name of n run its strategy as a noRemainer. The swap
 // happens in the node's loop (Inspect), the only reader of the strategy.
-func hideRemainer(t *testing.T, n *Node, rule string) {
+func hideRemainer(t *testing.T, n *Node, name string) {
 	t.Helper()
-	err := n.Inspect(context.Background(), func(_ time.Duration, r Rule, s strategy.Strategy) {
-		if r.Name == rule {
-			n.rules[rule].s = noRemainer{s}
+	err := n.Inspect(context.Background(), func(_ time.Duration, r rule.Rule, s strategy.Strategy) {
+		if r.Name == name {
+			n.rules[name].s = noRemainer{s}
 			// The Host makes the calls: it gets the swapped strategy too
 			// (the same rules, each keeping its wake-ups).
 			ss, from := make([]strategy.Strategy, len(n.order)), make([]int, len(n.order))
@@ -285,19 +286,19 @@ func hideRemainer(t *testing.T, n *Node, rule string) {
 	}
 }
 
-// Decision.Remaining is -1 for a strategy that does not implement
+// CheckResult.Remaining is -1 for a strategy that does not implement
 // strategy.Remainer, from Check and CheckBatch alike, and for an
 // asynchronous decision; a Remainer's synchronous decisions report what
 // is left.
 func TestDecisionRemaining(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			var params []string
 			if info.Name == "owner" {
 				params = []string{"hold=0s"}
 			}
-			c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 30, Strategy: info.Name, Params: params},
-				Rule{Name: "hidden", Rate: slow, Burst: 30, Strategy: info.Name, Params: params})
+			c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 30, Strategy: info.Name, Params: params},
+				rule.Rule{Name: "hidden", Rate: slow, Burst: 30, Strategy: info.Name, Params: params})
 			n := c.nodes["n0"]
 			hideRemainer(t, n, "hidden")
 			if d := check(t, n, "hidden", "k", 1); d.Remaining != -1 {
@@ -311,7 +312,7 @@ func TestDecisionRemaining(t *testing.T) {
 			// The same strategy, not hidden: when it is a Remainer and
 			// knows the key, Remaining is what is left of the burst.
 			var isRemainer bool
-			if err := n.Inspect(context.Background(), func(_ time.Duration, r Rule, s strategy.Strategy) {
+			if err := n.Inspect(context.Background(), func(_ time.Duration, r rule.Rule, s strategy.Strategy) {
 				if r.Name == "r" {
 					_, isRemainer = s.(strategy.Remainer)
 				}

@@ -12,8 +12,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// Decision is the answer to one Check.
-type Decision struct {
+// CheckResult is the answer to one Check.
+type CheckResult struct {
 	Allowed bool
 	// Async is true when the strategy needed the network to decide (owner
 	// forwarding to the key's owner).
@@ -60,10 +60,10 @@ type BatchItem struct {
 // CreatedAtUnixNs counts (strategy.MaxCreatedAge, the simulator's bound too).
 const MaxCreatedAge = strategy.MaxCreatedAge
 
-// BatchResult is the outcome of one BatchItem: its Decision, or Err when
+// BatchResult is the outcome of one BatchItem: its CheckResult, or Err when
 // it could not be decided (ErrClosed; the batch's ctx ended first).
 type BatchResult struct {
-	Decision
+	CheckResult
 	Err error
 }
 
@@ -115,7 +115,7 @@ func (b *batch) abandon(err error) []BatchResult {
 	out := slices.Clone(b.results)
 	for i, ok := range b.decided {
 		if !ok {
-			out[i] = BatchResult{Decision: Decision{Remaining: -1}, Err: err}
+			out[i] = BatchResult{CheckResult: CheckResult{Remaining: -1}, Err: err}
 		}
 	}
 	return out
@@ -124,7 +124,7 @@ func (b *batch) abandon(err error) []BatchResult {
 // answer completes p with r.
 func (p pendingCheck) answer(r result) {
 	if p.batch != nil {
-		p.batch.finish(p.idx, BatchResult{Decision: r.d, Err: r.err})
+		p.batch.finish(p.idx, BatchResult{CheckResult: r.d, Err: r.err})
 		return
 	}
 	p.reply <- r
@@ -141,26 +141,26 @@ func (p pendingCheck) answer(r result) {
 // local, central, static, and owner for the keys this node owns) is
 // usually decided in the caller's goroutine from the key's allowance,
 // without the node's loop (fastpath.go).
-func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (Decision, error) {
+func (n *Node) Check(ctx context.Context, rule, key string, tokens int64) (CheckResult, error) {
 	return n.checkRule(ctx, (*n.rulesView.Load())[rule], rule, key, tokens, 0)
 }
 
 // CheckItem is Check of one BatchItem: in waiting mode when it.MaxWait >
 // 0 (as CheckWait), counted at it.CreatedAtUnixNs when set (see BatchItem).
 // Errors: CheckWait's, and a negative CreatedAtUnixNs (no state changes).
-func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
+func (n *Node) CheckItem(ctx context.Context, it BatchItem) (CheckResult, error) {
 	if it.CreatedAtUnixNs < 0 {
-		return Decision{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAtUnixNs)
+		return CheckResult{}, fmt.Errorf("cluster: rule %q: created at %d ns is negative", it.Rule, it.CreatedAtUnixNs)
 	}
 	if it.MaxWait == 0 && !it.Charge {
 		return n.checkRule(ctx, (*n.rulesView.Load())[it.Rule], it.Rule, it.Key, it.Tokens, it.CreatedAtUnixNs)
 	}
 	if it.MaxWait < 0 || it.MaxWait > MaxWait {
-		return Decision{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", it.Rule, it.MaxWait, MaxWait)
+		return CheckResult{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", it.Rule, it.MaxWait, MaxWait)
 	}
 	rs, err := n.validate(it.Rule, it.Key, it.Tokens)
 	if err != nil {
-		return Decision{}, err
+		return CheckResult{}, err
 	}
 	if it.Charge {
 		// A charge covered by the key's allowance is admitted and taken
@@ -176,7 +176,7 @@ func (n *Node) CheckItem(ctx context.Context, it BatchItem) (Decision, error) {
 
 // checkRule is Check with the rule looked up already (rs; nil when the
 // node has no such rule) and a BatchItem.CreatedAtUnixNs (0 for none).
-func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens, created int64) (Decision, error) {
+func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, tokens, created int64) (CheckResult, error) {
 	// The fast path: tokens of the key's allowance, in this goroutine. A
 	// key found in the allowances was validated when the loop granted
 	// them (an empty, over-long or non-UTF-8 key never is), so only the
@@ -188,37 +188,37 @@ func (n *Node) checkRule(ctx context.Context, rs *ruleState, rule, key string, t
 	}
 	rs, err := n.validate(rule, key, tokens)
 	if err != nil {
-		return Decision{}, err
+		return CheckResult{}, err
 	}
 	return n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: tokens, created: created})
 }
 
 // check hands the validated request ev to the loop and waits for its
 // decision (Check, CheckWait).
-func (n *Node) check(ctx context.Context, ev event) (Decision, error) {
+func (n *Node) check(ctx context.Context, ev event) (CheckResult, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, err
+		return CheckResult{}, err
 	}
 	reply := make(chan result, 1) // buffered: the loop never blocks on an abandoned check
 	ev.reply = reply
 	select {
 	case n.events <- ev:
 	case <-n.done:
-		return Decision{}, ErrClosed
+		return CheckResult{}, ErrClosed
 	case <-ctx.Done():
-		return Decision{}, ctx.Err()
+		return CheckResult{}, ctx.Err()
 	}
 	select {
 	case r := <-reply:
 		return r.d, r.err
 	case <-ctx.Done():
-		return Decision{}, ctx.Err()
+		return CheckResult{}, ctx.Err()
 	case <-n.stopped:
 		select {
 		case r := <-reply:
 			return r.d, r.err
 		default:
-			return Decision{}, ErrClosed
+			return CheckResult{}, ErrClosed
 		}
 	}
 }
@@ -249,7 +249,7 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 // ends. The input is validated as a whole first: an invalid item (see
 // Check) fails the call with an error naming its index ("item 3: ...")
 // and nothing is decided. Once the batch is handed over, each item gets
-// its own result: a Decision, or Err = ctx.Err() for items still
+// its own result: a CheckResult, or Err = ctx.Err() for items still
 // undecided when ctx ended (they may still be decided later), or
 // ErrClosed. A call error is returned only for invalid input, an empty
 // batch, or ctx or the node ending before the hand-over.
@@ -287,7 +287,7 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if rs.fast == nil || it.MaxWait > 0 {
 			break
 		}
-		var d Decision
+		var d CheckResult
 		var ok bool
 		if it.Charge {
 			d, ok = rs.fast.takeCovered(it.Key, it.Tokens) // a charge is not refused: only what the allowance covers
@@ -297,7 +297,7 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		if !ok {
 			break
 		}
-		b.results[b.first], b.decided[b.first] = BatchResult{Decision: d}, true
+		b.results[b.first], b.decided[b.first] = BatchResult{CheckResult: d}, true
 		b.left--
 	}
 	if b.left == 0 {

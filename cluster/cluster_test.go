@@ -11,8 +11,9 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // slow refills one token per hour: within a test a bucket only drains.
@@ -21,7 +22,7 @@ var slow = bucket.Rate{Tokens: 1, Per: time.Hour}
 type testCluster struct {
 	net    *MemNetwork
 	epoch  time.Time
-	rules  []Rule
+	rules  []rule.Rule
 	ids    []strategy.NodeID
 	nodes  map[strategy.NodeID]*Node
 	faulty map[strategy.NodeID]*Faulty
@@ -56,7 +57,7 @@ func mustSoloNode(tb testing.TB, cfg Config) *Node {
 
 // newCluster starts n nodes "n0".. on one MemNetwork with a shared epoch;
 // with faulty, every endpoint is wrapped in a Faulty transport.
-func newCluster(t *testing.T, n int, faulty bool, rules ...Rule) *testCluster {
+func newCluster(t *testing.T, n int, faulty bool, rules ...rule.Rule) *testCluster {
 	t.Helper()
 	net := NewMemNetwork()
 	epoch := time.Now()
@@ -89,7 +90,7 @@ func newCluster(t *testing.T, n int, faulty bool, rules ...Rule) *testCluster {
 	return c
 }
 
-func check(t *testing.T, n *Node, rule, key string, tokens int64) Decision {
+func check(t *testing.T, n *Node, rule, key string, tokens int64) CheckResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -113,8 +114,8 @@ func keyOwnedBy(t *testing.T, owner strategy.NodeID, members []strategy.NodeID) 
 	return ""
 }
 
-func ownerRule(params ...string) Rule {
-	return Rule{Name: "api", Rate: slow, Burst: 5, Strategy: "owner", Params: append([]string{"hold=0s"}, params...)}
+func ownerRule(params ...string) rule.Rule {
+	return rule.Rule{Name: "api", Rate: slow, Burst: 5, Strategy: "owner", Params: append([]string{"hold=0s"}, params...)}
 }
 
 func TestOwnerForwardsToOwner(t *testing.T) {
@@ -158,7 +159,7 @@ func TestOwnerForwardsToOwner(t *testing.T) {
 }
 
 func TestOwnerConcurrentChecks(t *testing.T) {
-	c := newCluster(t, 3, false, Rule{Name: "api", Rate: slow, Burst: 30, Strategy: "owner", Params: []string{"hold=0s", "timeout=2s"}})
+	c := newCluster(t, 3, false, rule.Rule{Name: "api", Rate: slow, Burst: 30, Strategy: "owner", Params: []string{"hold=0s", "timeout=2s"}})
 	key := keyOwnedBy(t, "n2", c.ids)
 	var mu sync.Mutex
 	allowed := 0
@@ -190,7 +191,7 @@ func TestOwnerConcurrentChecks(t *testing.T) {
 }
 
 func TestStaticShares(t *testing.T) {
-	c := newCluster(t, 3, false, Rule{Name: "s", Rate: slow, Burst: 9, Strategy: "static"})
+	c := newCluster(t, 3, false, rule.Rule{Name: "s", Rate: slow, Burst: 9, Strategy: "static"})
 	for _, id := range c.ids {
 		admitted := 0
 		for range 5 {
@@ -208,7 +209,7 @@ func TestStaticShares(t *testing.T) {
 }
 
 func TestGCounterConverges(t *testing.T) {
-	c := newCluster(t, 3, false, Rule{Name: "g", Rate: slow, Burst: 5, Strategy: "gcounter", Params: []string{"gossip=20ms"}})
+	c := newCluster(t, 3, false, rule.Rule{Name: "g", Rate: slow, Burst: 5, Strategy: "gcounter", Params: []string{"gossip=20ms"}})
 	n0, n1 := c.nodes["n0"], c.nodes["n1"]
 	for i := range 5 {
 		if !check(t, n0, "g", "k", 1).Allowed {
@@ -300,10 +301,10 @@ func TestNodeClosedMidRun(t *testing.T) {
 }
 
 func TestOwnerUnderFaults(t *testing.T) {
-	c := newCluster(t, 3, true, Rule{Name: "api", Rate: slow, Burst: 1000, Strategy: "owner",
+	c := newCluster(t, 3, true, rule.Rule{Name: "api", Rate: slow, Burst: 1000, Strategy: "owner",
 		Params: []string{"hold=0s", "timeout=2s", "retries=19", "fail_open=false"}})
 	for _, f := range c.faulty {
-		if err := f.SetFaults(Faults{Drop: 0.2, Duplicate: 0.3, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
+		if err := f.SetFaults(FrameFaults{Drop: 0.2, Duplicate: 0.3, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -389,7 +390,7 @@ func TestPartitionAndClosePending(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	c := newCluster(t, 2, false, ownerRule(), Rule{Name: "s", Rate: slow, Burst: 4, Strategy: "static"})
+	c := newCluster(t, 2, false, ownerRule(), rule.Rule{Name: "s", Rate: slow, Burst: 4, Strategy: "static"})
 	n0 := c.nodes["n0"]
 	ctx := context.Background()
 	cases := []struct {
@@ -446,20 +447,20 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := net.Endpoint("a"); err == nil {
 		t.Fatal("attached a twice")
 	}
-	good := Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "local"}
+	good := rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "local"}
 	cases := []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{Transport: ep, Rules: []Rule{good}}, "Self is empty"},
-		{Config{Self: "a", Rules: []Rule{good}}, "Transport is nil"},
+		{Config{Transport: ep, Rules: []rule.Rule{good}}, "Self is empty"},
+		{Config{Self: "a", Rules: []rule.Rule{good}}, "Transport is nil"},
 		{Config{Self: "a", Transport: ep}, "no rules"},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{good, good}}, `rule "r" is defined twice`},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "magic"}}}, `unknown strategy "magic"`},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "gcounter", Params: []string{"gossip=fast"}}}}, "gossip"},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "owner", Params: []string{"bogus=1"}}}}, "bogus"},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{{Name: "r", Rate: slow, Burst: -1, Strategy: "local"}}}, "burst -1"},
-		{Config{Self: "a", Transport: ep, Rules: []Rule{good}, Epoch: time.Now().Add(time.Hour)}, "Epoch"},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{good, good}}, `rule "r" is defined twice`},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "magic"}}}, `unknown strategy "magic"`},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "gcounter", Params: []string{"gossip=fast"}}}}, "gossip"},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: 1, Strategy: "owner", Params: []string{"bogus=1"}}}}, "bogus"},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: -1, Strategy: "local"}}}, "burst -1"},
+		{Config{Self: "a", Transport: ep, Rules: []rule.Rule{good}, Epoch: time.Now().Add(time.Hour)}, "Epoch"},
 	}
 	for _, tc := range cases {
 		n, err := New(tc.cfg)
@@ -470,7 +471,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("New: %v, want an error containing %q", err, tc.want)
 		}
 	}
-	if err := (&Faulty{}).SetFaults(Faults{Drop: 1.5}); err == nil {
+	if err := (&Faulty{}).SetFaults(FrameFaults{Drop: 1.5}); err == nil {
 		t.Error("Drop 1.5 accepted")
 	}
 	if err := ep.Send("zz", Frame{Rule: "r"}); err == nil || !strings.Contains(err.Error(), `"zz"`) {
@@ -479,7 +480,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestCloseIdempotent(t *testing.T) {
-	c := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "local"})
+	c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "local"})
 	n := c.nodes["n0"]
 	if !check(t, n, "r", "k", 1).Allowed {
 		t.Fatal("first request refused")
@@ -498,13 +499,13 @@ func TestCloseIdempotent(t *testing.T) {
 // requests at every node, exchanges its messages without receive errors,
 // and stops.
 func TestEveryStrategyRuns(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			var params []string
 			if info.Name == "owner" {
 				params = []string{"hold=1ms", "timeout=1s"}
 			}
-			c := newCluster(t, 3, false, Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 30, Strategy: info.Name, Params: params})
+			c := newCluster(t, 3, false, rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 30, Strategy: info.Name, Params: params})
 			admitted := 0
 			for i := range 30 {
 				n := c.nodes[c.ids[i%3]]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -16,21 +17,21 @@ import (
 func TestPartitionOptionAndExpected(t *testing.T) {
 	perSec := bucket.Rate{Tokens: 1, Per: time.Second}
 	all := []strategy.NodeID{"n0", "n1", "n2"}
-	newNode := func(rules []Rule) (*Node, error) { return soloNode(t, Config{Members: all, Rules: rules}) }
+	newNode := func(rules []rule.Rule) (*Node, error) { return soloNode(t, Config{Members: all, Rules: rules}) }
 	for _, tc := range []struct {
-		rule Rule
+		rule rule.Rule
 		want string
 	}{
-		{Rule{Name: "c", Rate: perSec, Burst: 9, Strategy: "local", Partition: strategy.PartitionConserve}, "local does not implement partition: conserve"},
-		{Rule{Name: "l", Rate: perSec, Burst: 9, Strategy: "local", Params: []string{"partition=conserve"}}, "local does not implement partition: conserve"},
-		{Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=sometimes"}}, `partition="sometimes": want available or conserve`},
-		{Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=available"}, Partition: strategy.PartitionConserve}, "disagree"},
+		{rule.Rule{Name: "c", Rate: perSec, Burst: 9, Strategy: "local", Partition: strategy.PartitionConserve}, "local does not implement partition: conserve"},
+		{rule.Rule{Name: "l", Rate: perSec, Burst: 9, Strategy: "local", Params: []string{"partition=conserve"}}, "local does not implement partition: conserve"},
+		{rule.Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=sometimes"}}, `partition="sometimes": want available or conserve`},
+		{rule.Rule{Name: "s", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=available"}, Partition: strategy.PartitionConserve}, "disagree"},
 	} {
-		if _, err := newNode([]Rule{tc.rule}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newNode([]rule.Rule{tc.rule}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rule %+v: error %v, want %q", tc.rule, err, tc.want)
 		}
 	}
-	n, err := newNode([]Rule{
+	n, err := newNode([]rule.Rule{
 		{Name: "field", Rate: perSec, Burst: 9, Strategy: "static", Partition: strategy.PartitionConserve},
 		{Name: "param", Rate: perSec, Burst: 9, Strategy: "static", Params: []string{"partition=conserve"}},
 		{Name: "avail", Rate: perSec, Burst: 9, Strategy: "static"},
@@ -40,7 +41,7 @@ func TestPartitionOptionAndExpected(t *testing.T) {
 	}
 	remaining := func() map[string]int64 {
 		out := map[string]int64{}
-		if err := n.Inspect(context.Background(), func(now time.Duration, r Rule, s strategy.Strategy) {
+		if err := n.Inspect(context.Background(), func(now time.Duration, r rule.Rule, s strategy.Strategy) {
 			out[r.Name], _ = s.(strategy.Remainer).Remaining(now, "fresh")
 		}); err != nil {
 			t.Fatal(err)

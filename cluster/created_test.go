@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // checkItem is CheckItem with a test deadline; it fails t on an error.
-func checkItem(t *testing.T, n *Node, it BatchItem) Decision {
+func checkItem(t *testing.T, n *Node, it BatchItem) CheckResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -38,7 +40,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 		{"local ignores edge times", "local", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Rule{Name: "r", Rate: slow, Burst: 1, Strategy: tc.strategy}
+			r := rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: tc.strategy}
 			if tc.strategy == "owner" {
 				r.Params = []string{"hold=" + hold.String()}
 			}
@@ -49,7 +51,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 				late.CreatedAtUnixNs = now.UnixNano()
 				early.CreatedAtUnixNs = now.Add(-20 * time.Millisecond).UnixNano()
 			}
-			first := make(chan Decision, 1)
+			first := make(chan CheckResult, 1)
 			go func() { first <- checkItem(t, n, late) }()
 			// The first check is in the node's ordering buffer (hold) long
 			// before it is decided; then the second one comes.
@@ -69,7 +71,7 @@ func TestCreatedAtOrdersOwnerRequests(t *testing.T) {
 // (it takes no more than the tokens the bucket held all along since then),
 // and a negative one is refused with an error naming it, changing nothing.
 func TestCreatedAtClampedAndValidated(t *testing.T) {
-	r := Rule{Name: "r", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"hold=20ms"}}
+	r := rule.Rule{Name: "r", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"hold=20ms"}}
 	n := newCluster(t, 1, false, r).nodes["n0"]
 	now := time.Now()
 	future := BatchItem{Rule: "r", Key: "k", Tokens: 1, CreatedAtUnixNs: now.Add(time.Hour).UnixNano()}
@@ -104,7 +106,7 @@ func TestCreatedAtClampedAndValidated(t *testing.T) {
 }
 
 func TestArrivalAtClamps(t *testing.T) {
-	n := newCluster(t, 1, false, Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "owner"}).nodes["n0"]
+	n := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 1, Strategy: "owner"}).nodes["n0"]
 	base := n.wallBase()
 	now := 10 * time.Second
 	for _, tc := range []struct {

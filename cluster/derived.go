@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -49,7 +50,7 @@ var ErrNotDerived = errors.New("cluster: the name names no derived rule")
 type Derived struct {
 	// Rule is the rule. Its Name is the name every node derives it from
 	// (Deriver(Rule.Name) returns this Derived).
-	Rule Rule
+	Rule rule.Rule
 	// Base groups the derived rules of one origin (for envoyrls, one
 	// descriptor of the Envoy config): EnsureDerived creates at most
 	// Config.MaxDerivedPerBase rules of one Base. Not empty.
@@ -132,10 +133,10 @@ func (n *Node) DerivedRules() int {
 
 // Rule returns the node's rule named name (configured or derived) and
 // whether it has one.
-func (n *Node) Rule(name string) (Rule, bool) {
+func (n *Node) Rule(name string) (rule.Rule, bool) {
 	rs, ok := (*n.rulesView.Load())[name]
 	if !ok {
-		return Rule{}, false
+		return rule.Rule{}, false
 	}
 	return rs.rule, true
 }
@@ -158,7 +159,7 @@ func (n *Node) derive(now time.Duration, d Derived, perBase bool) error {
 			return fmt.Errorf("%w: rule %q: this node holds %d derived rules of %q, its bound (Config.MaxDerivedPerBase)", ErrDerivedLimit, name, same, d.Base)
 		}
 	}
-	rules := make([]Rule, 0, len(n.order)+1)
+	rules := make([]rule.Rule, 0, len(n.order)+1)
 	for _, rs := range n.order {
 		rules = append(rules, rs.rule)
 	}

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // testDeriver derives "<base>~<burst>" from the rule named base among
 // rules: the same strategy and params, burst and rate the number (per
 // hour: no refill within a test), Base and Seed base.
-func testDeriver(rules ...Rule) Deriver {
+func testDeriver(rules ...rule.Rule) Deriver {
 	return func(name string) (Derived, error) {
 		base, n, ok := strings.Cut(name, "~")
 		b, err := strconv.ParseInt(n, 10, 64)
@@ -35,7 +36,7 @@ func testDeriver(rules ...Rule) Deriver {
 }
 
 // newDerivedCluster is newCluster with every node's Deriver, and bounds.
-func newDerivedCluster(t *testing.T, n, maxDerived, perBase int, rules ...Rule) *testCluster {
+func newDerivedCluster(t *testing.T, n, maxDerived, perBase int, rules ...rule.Rule) *testCluster {
 	t.Helper()
 	net := NewMemNetwork()
 	c := &testCluster{net: net, epoch: time.Now(), rules: rules, nodes: map[strategy.NodeID]*Node{}}
@@ -64,8 +65,8 @@ func newDerivedCluster(t *testing.T, n, maxDerived, perBase int, rules ...Rule) 
 
 func ensure(t *testing.T, n *Node, name string) error {
 	t.Helper()
-	d, err := testDeriver(Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}},
-		Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}})(name)
+	d, err := testDeriver(rule.Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}},
+		rule.Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}})(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +91,8 @@ func allowedOf(t *testing.T, node *Node, rule, key string, n int) int {
 // at the key's owner by the forwarded check's frame, and decided there
 // with its own burst; the level of the base rule's key is carried over.
 func TestDerivedRuleForwarded(t *testing.T) {
-	base := Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
-	c := newDerivedCluster(t, 3, 0, 0, base, Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}})
+	base := rule.Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
+	c := newDerivedCluster(t, 3, 0, 0, base, rule.Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}})
 	n0, n1 := c.nodes["n0"], c.nodes["n1"]
 	key := keyOwnedBy(t, "n1", c.ids)
 	var fresh, back string
@@ -156,8 +157,8 @@ func TestDerivedRuleForwarded(t *testing.T) {
 // base and MaxDerived in all, with ErrDerivedLimit, counted; nothing is
 // created then.
 func TestDerivedBounds(t *testing.T) {
-	base := Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
-	other := Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
+	base := rule.Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
+	other := rule.Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
 	c := newDerivedCluster(t, 1, 3, 2, base, other)
 	n0 := c.nodes["n0"]
 	for _, name := range []string{"base~1", "base~2"} {
@@ -182,7 +183,7 @@ func TestDerivedBounds(t *testing.T) {
 		t.Error("a refused derived rule exists")
 	}
 	// Bad bounds are refused at New.
-	if _, err := soloNode(t, Config{Rules: []Rule{base}, MaxDerived: -1}); err == nil {
+	if _, err := soloNode(t, Config{Rules: []rule.Rule{base}, MaxDerived: -1}); err == nil {
 		t.Error("MaxDerived -1 accepted")
 	}
 }
@@ -191,8 +192,8 @@ func TestDerivedBounds(t *testing.T) {
 // derives (with its buckets), drops one it no longer does, and a static
 // rule of the same name wins.
 func TestDerivedSetRules(t *testing.T) {
-	base := Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
-	other := Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
+	base := rule.Rule{Name: "base", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
+	other := rule.Rule{Name: "other", Rate: slow, Burst: 10, Strategy: "owner", Params: []string{"hold=0s"}}
 	c := newDerivedCluster(t, 1, 0, 0, base, other)
 	n0 := c.nodes["n0"]
 	for _, name := range []string{"base~3", "other~3"} {
@@ -207,7 +208,7 @@ func TestDerivedSetRules(t *testing.T) {
 	n0.SetDeriver(testDeriver(base))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ch, err := n0.SetRules(ctx, []Rule{base})
+	ch, err := n0.SetRules(ctx, []rule.Rule{base})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +219,8 @@ func TestDerivedSetRules(t *testing.T) {
 		t.Errorf("base~3 after the reload: %d of 2 allowed, want its last token (kept)", got)
 	}
 	// A static rule of a derived rule's name replaces it.
-	static := Rule{Name: "base~3", Rate: slow, Burst: 7, Strategy: "local"}
-	if _, err := n0.SetRules(ctx, []Rule{base, static}); err != nil {
+	static := rule.Rule{Name: "base~3", Rate: slow, Burst: 7, Strategy: "local"}
+	if _, err := n0.SetRules(ctx, []rule.Rule{base, static}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := n0.Rule("base~3"); r.Burst != 7 || n0.DerivedRules() != 0 {
@@ -230,7 +231,7 @@ func TestDerivedSetRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	n0.SetDeriver(nil)
-	if _, err := n0.SetRules(ctx, []Rule{base}); err != nil {
+	if _, err := n0.SetRules(ctx, []rule.Rule{base}); err != nil {
 		t.Fatal(err)
 	}
 	if n0.DerivedRules() != 0 || !slices.Equal(n0.Rules(), []string{"base"}) {

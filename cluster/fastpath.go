@@ -216,26 +216,26 @@ func newFastPath(s strategy.Strategy, clock func() time.Duration) *fastPath {
 // cover them (admitted or refused). ok is false when the loop must
 // decide: no entry, or an allowance closed or too small that no lent
 // bucket stands behind.
-func (f *fastPath) take(key string, tokens int64) (Decision, bool) {
+func (f *fastPath) take(key string, tokens int64) (CheckResult, bool) {
 	a := f.m.load(key)
 	if a == nil {
-		return Decision{}, false
+		return CheckResult{}, false
 	}
 	if c, ok := a.consume(tokens); ok {
 		rem := int64(-1)
 		if l := a.level.Load(); l >= 0 {
 			rem = l + c - tokens
 		}
-		return Decision{Allowed: true, Remaining: rem}, true
+		return CheckResult{Allowed: true, Remaining: rem}, true
 	}
 	if f.l == nil {
-		return Decision{}, false
+		return CheckResult{}, false
 	}
 	return f.refill(a, tokens)
 }
 
 // allow is take reduced to the admission, without carrying a whole
-// Decision through the fast path (RuleRef.Allow).
+// CheckResult through the fast path (RuleRef.Allow).
 func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
 	a := f.m.load(key)
 	if a == nil {
@@ -253,20 +253,20 @@ func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
 
 // takeCovered is take without the lent bucket's refill: tokens of key's
 // allowance only (a charge, which a refusal would not fit).
-func (f *fastPath) takeCovered(key string, tokens int64) (Decision, bool) {
+func (f *fastPath) takeCovered(key string, tokens int64) (CheckResult, bool) {
 	a := f.m.load(key)
 	if a == nil {
-		return Decision{}, false
+		return CheckResult{}, false
 	}
 	c, ok := a.consume(tokens)
 	if !ok {
-		return Decision{}, false
+		return CheckResult{}, false
 	}
 	rem := int64(-1)
 	if l := a.level.Load(); l >= 0 {
 		rem = l + c - tokens
 	}
-	return Decision{Allowed: true, Remaining: rem}, true
+	return CheckResult{Allowed: true, Remaining: rem}, true
 }
 
 // consume takes tokens out of the allowance with a compare-and-swap (any
@@ -290,18 +290,18 @@ func (a *fastEntry) consume(tokens int64) (before int64, ok bool) {
 // the counter filled again for the demand measured since its last fill
 // (strategy.LentBucket.Refill: exact). ok is false when the bucket is not
 // lent (any more): the loop decides.
-func (f *fastPath) refill(a *fastEntry, tokens int64) (Decision, bool) {
+func (f *fastPath) refill(a *fastEntry, tokens int64) (CheckResult, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.lent {
-		return Decision{}, false
+		return CheckResult{}, false
 	}
 	if c, ok := a.consume(tokens); ok { // filled by another check meanwhile
 		rem := int64(-1)
 		if !a.noRem {
 			rem = a.level.Load() + c - tokens
 		}
-		return Decision{Allowed: true, Remaining: rem}, true
+		return CheckResult{Allowed: true, Remaining: rem}, true
 	}
 	unused := max(a.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
 	now := f.clock()                   // after the swap: every token of the counter was taken before now
@@ -317,7 +317,7 @@ func (f *fastPath) refill(a *fastEntry, tokens int64) (Decision, bool) {
 		rem = left + g
 	}
 	a.tokens.Store(g)
-	return Decision{Allowed: allowed, Remaining: rem}, true
+	return CheckResult{Allowed: allowed, Remaining: rem}, true
 }
 
 // nextWant is the size to ask for at a key's next allowance: the tokens
@@ -635,7 +635,7 @@ func (n *Node) Ref(rule string) *RuleRef { return &RuleRef{n: n, name: rule} }
 
 // Check is Node.Check of the referenced rule: tokens of key, the same
 // decisions and errors.
-func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (Decision, error) {
+func (r *RuleRef) Check(ctx context.Context, key string, tokens int64) (CheckResult, error) {
 	return r.n.checkRule(ctx, r.rule(), r.name, key, tokens, 0)
 }
 
@@ -653,7 +653,7 @@ func (r *RuleRef) rule() *ruleState {
 
 // Allow is Check of the referenced rule reduced to the admission (the
 // decision's Allowed, or the error): what limiter.Limiter.AllowN needs,
-// without carrying a whole Decision through the fast path. A check the
+// without carrying a whole CheckResult through the fast path. A check the
 // fast path decides (an allowance, a lent bucket) reads the node's rules
 // and the key's entry and writes only the key's counter: nothing another
 // core writes on every call.

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -140,12 +141,12 @@ func TestFastPathClockEnvelope(t *testing.T) {
 		rate := bucket.Rate{Tokens: int64(rapid.SampledFrom([]int{1000, 2000, 5000, 20000}).Draw(rt, "rate_per_s")), Per: time.Second}
 		burst := int64(rapid.IntRange(8, 60).Draw(rt, "burst"))
 		strat := rapid.SampledFrom([]string{"owner", "local", "static"}).Draw(rt, "strategy")
-		rule := Rule{Name: "r", Rate: rate, Burst: burst, Strategy: strat}
+		r := rule.Rule{Name: "r", Rate: rate, Burst: burst, Strategy: strat}
 		if strat == "owner" {
-			rule.Params = []string{"hold=0s"}
+			r.Params = []string{"hold=0s"}
 		}
 		clk := &stepClock{t: time.Second}
-		n, err := soloNode(t, Config{Rules: []Rule{rule}, testClock: clk.now})
+		n, err := soloNode(t, Config{Rules: []rule.Rule{r}, testClock: clk.now})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -217,11 +218,11 @@ func TestFastPathClockEnvelope(t *testing.T) {
 				var err error
 				switch rapid.IntRange(0, 2).Draw(rt, "takeback") {
 				case 0:
-					err = n.Inspect(context.Background(), func(time.Duration, Rule, strategy.Strategy) {})
+					err = n.Inspect(context.Background(), func(time.Duration, rule.Rule, strategy.Strategy) {})
 				case 1:
 					_, err = n.Snapshot(context.Background(), nil)
 				case 2:
-					_, err = n.SetRules(context.Background(), []Rule{rule})
+					_, err = n.SetRules(context.Background(), []rule.Rule{r})
 				}
 				if err != nil {
 					rt.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -17,10 +18,10 @@ import (
 // every check.) The sweeps run in one Inspect call, in the loop
 // goroutine, so the node's own sweep timer cannot interleave.
 func TestFastPathIdleSweeps(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
 	var failure string
-	err := n.Peek(context.Background(), func(now time.Duration, _ Rule, _ strategy.Strategy) {
+	err := n.Peek(context.Background(), func(now time.Duration, _ rule.Rule, _ strategy.Strategy) {
 		rs := n.rules["r"]
 		a := rs.fast.keys["k"]
 		if a == nil {

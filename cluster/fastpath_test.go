@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -62,7 +63,7 @@ func envelope(r bucket.Rate, burst int64, d time.Duration) float64 {
 func TestFastPathConcurrentEnvelope(t *testing.T) {
 	for _, strat := range []string{"local", "static"} {
 		t.Run(strat, func(t *testing.T) {
-			n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: strat}}})
+			n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: strat}}})
 			admitted, checks, elapsed := hammer(t, n, "r", "hot", 8, 3000, 400*time.Millisecond)
 			if limit := envelope(fastRate, fastBurst, elapsed); float64(admitted) > limit {
 				t.Fatalf("admitted %d tokens in %v, above b + r*T = %.1f", admitted, elapsed, limit)
@@ -102,7 +103,7 @@ func drainAndGrant(t *testing.T, n *Node, rule, key string) int64 {
 // a node whose share halves admits at most its new share (no tokens of the
 // old split left in an allowance).
 func TestFastPathReSplit(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "static"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "static"}}})
 	drainAndGrant(t, n, "r", "k")
 	if err := n.SetMembers([]strategy.NodeID{"n0", "n1"}); err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestFastPathReSplit(t *testing.T) {
 // TestFastPathClose: a node closed with allowances open answers ErrClosed,
 // never an admission from an allowance (they are dropped at Close).
 func TestFastPathClose(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
@@ -139,9 +140,9 @@ func TestFastPathClose(t *testing.T) {
 // TestFastPathSetRules: a changed rule's allowances are closed with it, and
 // the new rule (burst 20) admits at most its own envelope.
 func TestFastPathSetRules(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
-	if _, err := n.SetRules(context.Background(), []Rule{{Name: "r", Rate: fastRate, Burst: 20, Strategy: "local"}}); err != nil {
+	if _, err := n.SetRules(context.Background(), []rule.Rule{{Name: "r", Rate: fastRate, Burst: 20, Strategy: "local"}}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -159,7 +160,7 @@ func TestFastPathSetRules(t *testing.T) {
 // TestFastPathLeave: after Leave every check goes through the strategy
 // (the allowances were returned and no new ones are granted).
 func TestFastPathLeave(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
 	if err := n.Leave(context.Background()); err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func TestFastPathLeave(t *testing.T) {
 // (the allowance's and the bucket's at its grant, decreasing), and bad
 // input is refused as before, even for a key with an allowance open.
 func TestFastPathRemainingAndBadInput(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: fastBurst, Strategy: "local"}}})
 	// One token per hour: no refill within the test, and no allowance
 	// (the cap is 0): every remaining is the loop's, exact.
 	prev := int64(fastBurst)
@@ -188,7 +189,7 @@ func TestFastPathRemainingAndBadInput(t *testing.T) {
 		}
 		prev = d.Remaining
 	}
-	m := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	m := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, m, "r", "k")
 	for range 5 {
 		d := check(t, m, "r", "k", 1)
@@ -210,7 +211,7 @@ func TestFastPathRemainingAndBadInput(t *testing.T) {
 // decided without the loop; a batch with an item it cannot cover sends
 // that item and the later ones to the loop, and every item is decided.
 func TestFastPathBatch(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	drainAndGrant(t, n, "r", "k")
 	before := n.Stats().Rules["r"].Requests
 	res := checkBatch(t, n, BatchItem{Rule: "r", Key: "k", Tokens: 1})
@@ -238,7 +239,7 @@ func TestFastPathBatch(t *testing.T) {
 // they admit at most b + r*T, and n0 took some on the fast path; n1 none
 // (it does not own the key).
 func TestFastPathOwnerCluster(t *testing.T) {
-	c := newCluster(t, 3, false, Rule{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "owner", Params: []string{"hold=0s"}})
+	c := newCluster(t, 3, false, rule.Rule{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "owner", Params: []string{"hold=0s"}})
 	key := keyOwnedBy(t, "n0", c.ids)
 	var wg sync.WaitGroup
 	var adm [2]int64
@@ -276,7 +277,7 @@ func TestFastPathOwnerCluster(t *testing.T) {
 // rule up again after SetRules (removed: an error; back: decided again, by
 // the new rule's strategy).
 func TestRuleRefFollowsReloads(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}, {Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}, {Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}})
 	ref := n.Ref("r")
 	ctx := context.Background()
 	for range 20 {
@@ -290,13 +291,13 @@ func TestRuleRefFollowsReloads(t *testing.T) {
 	if _, err := ref.Allow(ctx, "k", 0); err == nil {
 		t.Fatal("Allow of 0 tokens: no error")
 	}
-	if _, err := n.SetRules(ctx, []Rule{{Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}); err != nil {
+	if _, err := n.SetRules(ctx, []rule.Rule{{Name: "other", Rate: slow, Burst: 1, Strategy: "local"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ref.Allow(ctx, "k", 1); err == nil {
 		t.Fatal("Allow of a removed rule: no error")
 	}
-	if _, err := n.SetRules(ctx, []Rule{{Name: "r", Rate: slow, Burst: 2, Strategy: "local"}}); err != nil {
+	if _, err := n.SetRules(ctx, []rule.Rule{{Name: "r", Rate: slow, Burst: 2, Strategy: "local"}}); err != nil {
 		t.Fatal(err)
 	}
 	var adm int
@@ -319,7 +320,7 @@ func TestRuleRefFollowsReloads(t *testing.T) {
 // keys (fastMaxKeys, lowered to 100 here); checks of more keys are decided
 // in the loop, correctly.
 func TestFastPathKeyBound(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	n.fastMaxKeys = 100 // before the first check: the check's hand-over orders it before the loop's read
 	ref := n.Ref("r")
 	ctx := context.Background()
@@ -332,7 +333,7 @@ func TestFastPathKeyBound(t *testing.T) {
 	}
 	var kept int
 	// Peek's function runs in the loop goroutine, the owner of the table.
-	if err := n.Peek(ctx, func(time.Duration, Rule, strategy.Strategy) { kept = n.fastKept() }); err != nil {
+	if err := n.Peek(ctx, func(time.Duration, rule.Rule, strategy.Strategy) { kept = n.fastKept() }); err != nil {
 		t.Fatal(err)
 	}
 	if kept > 100 || kept == 0 {
@@ -345,7 +346,7 @@ func TestFastPathKeyBound(t *testing.T) {
 // filter's false positives, a few percent), also after the filter's
 // periods have turned over several times without any grant.
 func TestFastPathSeenTwice(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	ref := n.Ref("r")
 	ctx := context.Background()
 	deadline := time.Now().Add(350 * time.Millisecond) // three sweep periods and more
@@ -379,7 +380,7 @@ func TestFastPathSeenTwice(t *testing.T) {
 // the key is not starved, and checks were decided on the lent buckets,
 // refusals included, without the loop.
 func TestFastPathLentBucketRace(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: fastRate, Burst: fastBurst, Strategy: "local"}}})
 	keys := []string{"a", "b"}
 	var admitted [2]atomic.Int64
 	var checks atomic.Int64
@@ -398,7 +399,7 @@ func TestFastPathLentBucketRace(t *testing.T) {
 				var err error
 				switch w % 3 {
 				case 0:
-					var d Decision
+					var d CheckResult
 					d, err = n.Check(ctx, "r", keys[k], 1)
 					ok = d.Allowed
 				case 1:
@@ -427,12 +428,12 @@ func TestFastPathLentBucketRace(t *testing.T) {
 		for i := 0; !stop.Load(); i++ {
 			switch i % 3 {
 			case 0:
-				if err := n.Inspect(ctx, func(time.Duration, Rule, strategy.Strategy) {}); err != nil {
+				if err := n.Inspect(ctx, func(time.Duration, rule.Rule, strategy.Strategy) {}); err != nil {
 					t.Error(err)
 					return
 				}
 			case 1:
-				if err := n.Peek(ctx, func(now time.Duration, _ Rule, _ strategy.Strategy) { n.fastSweep(now) }); err != nil {
+				if err := n.Peek(ctx, func(now time.Duration, _ rule.Rule, _ strategy.Strategy) { n.fastSweep(now) }); err != nil {
 					t.Error(err)
 					return
 				}

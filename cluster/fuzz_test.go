@@ -13,14 +13,15 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // fuzzRules is one rule per registered strategy, named after it, with a
 // small rate and burst and short timers, so that a brief exchange makes
 // every strategy that talks send its messages.
-func fuzzRules() []Rule {
+func fuzzRules() []rule.Rule {
 	params := map[string][]string{
 		"owner":    {"hold=1ms", "timeout=100ms"},
 		"gcounter": {"gossip=5ms"},
@@ -28,9 +29,9 @@ func fuzzRules() []Rule {
 		"gdrl":     {"interval=5ms"},
 		"adaptive": {"step=5ms", "window=20ms", "min_mean=0", "significance=0"},
 	}
-	var rules []Rule
-	for _, info := range all.List() {
-		rules = append(rules, Rule{Name: info.Name, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 5,
+	var rules []rule.Rule
+	for _, info := range registry.List() {
+		rules = append(rules, rule.Rule{Name: info.Name, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 5,
 			Strategy: info.Name, Params: params[info.Name]})
 	}
 	return rules
@@ -53,7 +54,7 @@ func (r *recorder) Send(to strategy.NodeID, f Frame) error {
 // captureFrames runs a real two-node exchange (n0, n1) under rules and
 // returns the frames both nodes sent: meaningful payloads for the seed
 // corpus.
-func captureFrames(tb testing.TB, rules []Rule) []Frame {
+func captureFrames(tb testing.TB, rules []rule.Rule) []Frame {
 	tb.Helper()
 	net := NewMemNetwork()
 	ids := []strategy.NodeID{"n0", "n1"}
@@ -188,7 +189,7 @@ type fuzzNode struct {
 	ownKey string // a key n0 owns: owner decides it without the network
 }
 
-func newFuzzNode(tb testing.TB, rules []Rule) *fuzzNode {
+func newFuzzNode(tb testing.TB, rules []rule.Rule) *fuzzNode {
 	tb.Helper()
 	net := NewMemNetwork()
 	ids := []strategy.NodeID{"n0", "n1"}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -132,7 +133,7 @@ func ownerSync(t *testing.T, n *Node, key string) bool {
 // hold follows it (a parameter would win: see strategy/owner), and rules
 // added later are built with it.
 func TestNodeSetLatencyHint(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1000, Per: time.Second}, Burst: 1000, Strategy: "owner"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1000, Per: time.Second}, Burst: 1000, Strategy: "owner"}}})
 	if !ownerSync(t, n, "a") || n.LatencyHint() != 0 {
 		t.Fatalf("hint %v: owner with hint 0 decides its own keys at once", n.LatencyHint())
 	}
@@ -161,7 +162,7 @@ func TestNodeSetLatencyHint(t *testing.T) {
 // An attached estimator hands the node a hint that moved by more than
 // HintFactor, and not one that did not.
 func TestEstimatorAttach(t *testing.T) {
-	n := mustSoloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: 10, Strategy: "owner"}}})
+	n := mustSoloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: 10, Strategy: "owner"}}})
 	e := NewLatencyEstimator(time.Millisecond)
 	e.Attach(n)
 	waitHint := func(want time.Duration) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -19,7 +20,7 @@ func TestLeaseLiveStartAdmitsBurst(t *testing.T) {
 	net := NewMemNetwork()
 	epoch := time.Now().Add(-time.Second) // the nodes start at t = 1s
 	ids := []strategy.NodeID{"n0", "n1", "n2"}
-	rule := Rule{Name: "api", Rate: slow, Burst: 5, Strategy: "lease", Params: []string{"hold=0s", "timeout=2s"}}
+	r := rule.Rule{Name: "api", Rate: slow, Burst: 5, Strategy: "lease", Params: []string{"hold=0s", "timeout=2s"}}
 	eps := map[strategy.NodeID]Transport{}
 	for _, id := range ids {
 		ep, err := net.Endpoint(id)
@@ -30,7 +31,7 @@ func TestLeaseLiveStartAdmitsBurst(t *testing.T) {
 	}
 	nodes := map[strategy.NodeID]*Node{}
 	for _, id := range ids {
-		n, err := New(Config{Self: id, Members: ids, Rules: []Rule{rule}, Transport: eps[id], Seed: 7, Epoch: epoch, Join: true})
+		n, err := New(Config{Self: id, Members: ids, Rules: []rule.Rule{r}, Transport: eps[id], Seed: 7, Epoch: epoch, Join: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
@@ -29,7 +30,7 @@ func inspectGDRL(t *testing.T, n *Node, keys []string) gdrlView {
 	v := gdrlView{c: map[string]int64{}, b: map[string]int64{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
+	err := n.Inspect(ctx, func(now time.Duration, rule rule.Rule, s strategy.Strategy) {
 		g, ok := s.(*gdrl.GDRL)
 		if !ok {
 			t.Errorf("rule %s: strategy is %T", rule.Name, s)
@@ -65,11 +66,11 @@ func TestLeaveHandsOverGDRL(t *testing.T) {
 }
 
 func testLeaveHandsOverGDRL(t *testing.T, faulty bool) {
-	rule := Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 20, Strategy: "gdrl",
+	rule := rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 20, Strategy: "gdrl",
 		Params: []string{"interval=10ms", "idle=1s"}}
 	c := newCluster(t, 3, faulty, rule)
 	for _, f := range c.faulty {
-		if err := f.SetFaults(Faults{Drop: 0.2, Duplicate: 0.2, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
+		if err := f.SetFaults(FrameFaults{Drop: 0.2, Duplicate: 0.2, Delay: time.Millisecond, Jitter: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -38,7 +39,7 @@ type event struct {
 	batch   *batch
 	frame   Frame
 	members []strategy.NodeID
-	inspect func(now time.Duration, rule Rule, s strategy.Strategy)
+	inspect func(now time.Duration, rule rule.Rule, s strategy.Strategy)
 	peek    bool  // evInspect: Peek (the lent buckets stay lent)
 	left    *bool // evLeave's answer: every Leaver has left (set before done)
 	done    chan struct{}
@@ -277,7 +278,7 @@ func (n *Node) handle(ev event) {
 // closed first (fastCloseEntry); the loop's next calls are made at it.
 func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int64, maxWait time.Duration, created int64, charge bool, p pendingCheck) time.Duration {
 	if rs = n.current(rs); rs == nil { // the rule was removed since validate
-		p.answer(result{d: Decision{Remaining: -1}, err: ErrRuleRemoved})
+		p.answer(result{d: CheckResult{Remaining: -1}, err: ErrRuleRemoved})
 		return now
 	}
 	if rs.fast != nil {
@@ -324,7 +325,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
 			}
 		}
-		p.answer(result{d: Decision{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
+		p.answer(result{d: CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
 	})
 	return now
 }
@@ -348,7 +349,7 @@ func (ld loopDriver) Decided(rule int, d strategy.Decision) {
 	now := n.last
 	delete(rs.pending, d.RequestID)
 	rs.c.pending.Add(-1)
-	p.answer(result{d: Decision{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
+	p.answer(result{d: CheckResult{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
 }
 
 // Send hands a frame of rule to the transport, counted: at the end of the
@@ -413,7 +414,7 @@ func (n *Node) shutdown() {
 	n.fastCloseAll(n.last, false) // dropped: a Check from now on goes to the closed loop
 	for _, rs := range n.order {
 		for id, p := range rs.pending {
-			p.answer(result{d: Decision{Remaining: -1}, err: ErrClosed})
+			p.answer(result{d: CheckResult{Remaining: -1}, err: ErrClosed})
 			delete(rs.pending, id)
 			rs.c.pending.Add(-1)
 		}

@@ -49,18 +49,14 @@ const (
 // the checks still pending when it was closed.
 var ErrClosed = errors.New("cluster: node is closed")
 
-// Rule is one limit the cluster enforces per key: a token bucket (Rate,
-// Burst) coordinated by the named strategy. It is rule.Rule, the one rule
-// type config, limiter and localcluster share; the node reads Name, Rate,
-// Burst, Strategy, Params and Partition (not Key, which documents how the
-// clients form keys).
-type Rule = rule.Rule
-
 // Config is one node.
 type Config struct {
 	Self    strategy.NodeID   // this node's id; required
 	Members []strategy.NodeID // initial live members; Self is added if missing
-	Rules   []Rule
+	// Rules are the limits the node enforces per key; it reads a rule's
+	// Name, Rate, Burst, Strategy, Params and Partition (not Key, which
+	// documents how the clients form keys).
+	Rules []rule.Rule
 	// Transport reaches the peers. The node takes it over: it registers its
 	// receive callback and closes it in Close.
 	Transport Transport
@@ -156,13 +152,13 @@ type ruleCounters struct {
 }
 
 type result struct {
-	d   Decision
+	d   CheckResult
 	err error
 }
 
 type ruleState struct {
 	idx     int // the rule's index in order and in the Host
-	rule    Rule
+	rule    rule.Rule
 	s       strategy.Strategy
 	pending map[uint64]pendingCheck
 	c       ruleCounters
@@ -461,7 +457,7 @@ func (n *Node) call(ctx context.Context, ev event) error {
 // every key's exact level (a key's next check lends its bucket again,
 // through the loop); Peek does not take them back. Errors: ctx.Err(),
 // ErrClosed.
-func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
+func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule rule.Rule, s strategy.Strategy)) error {
 	return n.call(ctx, event{kind: evInspect, inspect: f})
 }
 
@@ -470,7 +466,7 @@ func (n *Node) Inspect(ctx context.Context, f func(now time.Duration, rule Rule,
 // one counts as spent, strategy.BucketLender). For reads that need no
 // key's level (memory, readiness, shares), at no cost to the fast path.
 // Errors: ctx.Err(), ErrClosed.
-func (n *Node) Peek(ctx context.Context, f func(now time.Duration, rule Rule, s strategy.Strategy)) error {
+func (n *Node) Peek(ctx context.Context, f func(now time.Duration, rule rule.Rule, s strategy.Strategy)) error {
 	return n.call(ctx, event{kind: evInspect, inspect: f, peek: true})
 }
 

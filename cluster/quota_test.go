@@ -19,8 +19,8 @@ import (
 // error naming it.
 func TestQuotaUsageReachesTheOwnerAndBack(t *testing.T) {
 	c := newCluster(t, 2, false,
-		Rule{Name: "q", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "quota"},
-		Rule{Name: "o", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "owner"})
+		rule.Rule{Name: "q", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "quota"},
+		rule.Rule{Name: "o", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "owner"})
 	key := keyOwnedBy(t, "n0", c.ids)
 	n1 := c.nodes["n1"]
 	var mu sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -18,7 +19,7 @@ const ReadyPoll = 5 * time.Millisecond
 // ready. Errors: ctx.Err(), ErrClosed (then ready is false).
 func (n *Node) Ready(ctx context.Context) (bool, error) {
 	ready := true
-	err := n.Peek(ctx, func(now time.Duration, _ Rule, s strategy.Strategy) {
+	err := n.Peek(ctx, func(now time.Duration, _ rule.Rule, s strategy.Strategy) {
 		if r, ok := s.(strategy.Readier); ok && !r.Ready(now) {
 			ready = false
 		}

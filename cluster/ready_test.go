@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // A gdrl node that joins is not ready until a member pays it its default
 // share; founders are ready at once; WaitReady ends with ctx or Close.
 func TestReadyJoiner(t *testing.T) {
-	g := Rule{Name: "g", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 20, Strategy: "gdrl"}
+	g := rule.Rule{Name: "g", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 20, Strategy: "gdrl"}
 	c := newCluster(t, 2, false, g)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -28,7 +29,7 @@ func TestReadyJoiner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lone, err := New(Config{Self: "j", Members: []strategy.NodeID{"j", "gone"}, Rules: []Rule{g}, Transport: ep, Epoch: c.epoch, Join: true})
+	lone, err := New(Config{Self: "j", Members: []strategy.NodeID{"j", "gone"}, Rules: []rule.Rule{g}, Transport: ep, Epoch: c.epoch, Join: true})
 	if err != nil {
 		t.Fatal(err)
 	}

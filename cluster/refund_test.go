@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // TestChargeAndRefundThroughNodes: on two owner nodes with overdraft
@@ -15,7 +17,7 @@ import (
 // checks of 1 are admitted there, the fourth refused. A strategy that
 // keeps no bucket per key refuses Refund with ErrNoRefund.
 func TestChargeAndRefundThroughNodes(t *testing.T) {
-	c := newCluster(t, 2, false, ownerRule("overdraft=true", "max_debt=10"), Rule{Name: "g", Rate: slow, Burst: 5, Strategy: "gcounter"})
+	c := newCluster(t, 2, false, ownerRule("overdraft=true", "max_debt=10"), rule.Rule{Name: "g", Rate: slow, Burst: 5, Strategy: "gcounter"})
 	key := keyOwnedBy(t, "n0", c.ids)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

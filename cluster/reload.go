@@ -14,8 +14,9 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // ErrRuleRemoved is the error of a check of a rule that SetRules removed
@@ -43,7 +44,7 @@ func (c RulesChange) Empty() bool {
 
 // rulesUpdate is an evRules event's request and answer.
 type rulesUpdate struct {
-	rules  []Rule
+	rules  []rule.Rule
 	change RulesChange
 	err    error
 }
@@ -52,7 +53,7 @@ type rulesUpdate struct {
 // burst, strategy, partition mode and parameters (in order). SetRules
 // keeps the state of such a rule (comparing the new rule as New keeps
 // it: a partition= parameter counted as Partition).
-func SameRule(a, b Rule) bool {
+func SameRule(a, b rule.Rule) bool {
 	return a.Name == b.Name && a.Rate == b.Rate && a.Burst == b.Burst && a.Strategy == b.Strategy &&
 		a.Partition == b.Partition && slices.Equal(a.Params, b.Params)
 }
@@ -84,7 +85,7 @@ func SameRule(a, b Rule) bool {
 // Errors, with nothing changed: no rules, an empty or repeated name, an
 // unknown strategy, bad params or a rule the strategy refuses (naming the
 // rule), ctx.Err(), ErrClosed.
-func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) {
+func (n *Node) SetRules(ctx context.Context, rules []rule.Rule) (RulesChange, error) {
 	if len(rules) == 0 {
 		return RulesChange{}, errors.New("cluster: SetRules: no rules")
 	}
@@ -108,8 +109,8 @@ func (n *Node) SetRules(ctx context.Context, rules []Rule) (RulesChange, error) 
 // normalize checks r as New does and returns it as New keeps it (the
 // partition mode taken from Params into Partition), with what its
 // strategy is built from (loop goroutine or any: it reads no node state).
-func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
-	info, err := all.Lookup(r.Strategy)
+func normalize(r rule.Rule) (rule.Rule, registry.Info, strategy.Params, error) {
+	info, err := registry.Lookup(r.Strategy)
 	if err != nil {
 		return r, info, strategy.Params{}, fmt.Errorf("cluster: rule %q: %w", r.Name, err)
 	}
@@ -135,7 +136,7 @@ func normalize(r Rule) (Rule, all.Info, strategy.Params, error) {
 // newRule builds the state of r (normalized) for New and SetRules (loop
 // goroutine once the loop runs): its strategy, with the current members;
 // the caller sets its idx.
-func (n *Node) newRule(r Rule, info all.Info, params strategy.Params) (*ruleState, error) {
+func (n *Node) newRule(r rule.Rule, info registry.Info, params strategy.Params) (*ruleState, error) {
 	cfg := strategy.Config{
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
@@ -202,7 +203,7 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 			ch.Removed = append(ch.Removed, rs.rule.Name)
 		}
 		for id, p := range rs.pending {
-			p.answer(result{d: Decision{Remaining: -1}, err: err})
+			p.answer(result{d: CheckResult{Remaining: -1}, err: err})
 			delete(rs.pending, id)
 			rs.c.pending.Add(-1)
 		}

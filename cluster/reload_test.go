@@ -8,9 +8,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
-func setRulesAll(t *testing.T, c *testCluster, rules ...Rule) RulesChange {
+func setRulesAll(t *testing.T, c *testCluster, rules ...rule.Rule) RulesChange {
 	t.Helper()
 	var ch RulesChange
 	for _, id := range c.ids {
@@ -29,9 +31,9 @@ func setRulesAll(t *testing.T, c *testCluster, rules ...Rule) RulesChange {
 // changed one starts full at its new burst, a removed one is gone, an
 // added one answers; a refused update changes nothing.
 func TestSetRulesKeepsUnchanged(t *testing.T) {
-	a := Rule{Name: "a", Rate: slow, Burst: 3, Strategy: "owner"}
-	b := Rule{Name: "b", Rate: slow, Burst: 2, Strategy: "owner"}
-	c := Rule{Name: "c", Rate: slow, Burst: 5, Strategy: "local"}
+	a := rule.Rule{Name: "a", Rate: slow, Burst: 3, Strategy: "owner"}
+	b := rule.Rule{Name: "b", Rate: slow, Burst: 2, Strategy: "owner"}
+	c := rule.Rule{Name: "c", Rate: slow, Burst: 5, Strategy: "local"}
 	cl := newCluster(t, 2, false, a, b, c)
 	n0 := cl.nodes["n0"]
 	// A key owned by the other node: checks are forwarded there.
@@ -50,7 +52,7 @@ func TestSetRulesKeepsUnchanged(t *testing.T) {
 
 	b2 := b
 	b2.Burst = 4
-	d := Rule{Name: "d", Rate: slow, Burst: 1, Strategy: "owner"}
+	d := rule.Rule{Name: "d", Rate: slow, Burst: 1, Strategy: "owner"}
 	ch := setRulesAll(t, cl, a, b2, d)
 	if !slices.Equal(ch.Kept, []string{"a"}) || !slices.Equal(ch.Changed, []string{"b"}) ||
 		!slices.Equal(ch.Removed, []string{"c"}) || !slices.Equal(ch.Added, []string{"d"}) || ch.Empty() {
@@ -83,7 +85,7 @@ func TestSetRulesKeepsUnchanged(t *testing.T) {
 	}
 
 	// Refused updates change nothing.
-	for _, bad := range [][]Rule{
+	for _, bad := range [][]rule.Rule{
 		nil,
 		{a, {Name: "e", Rate: slow, Burst: 1, Strategy: "nope"}},
 		{a, a},
@@ -111,9 +113,9 @@ func TestSetRulesKeepsUnchanged(t *testing.T) {
 // error, the kept gdrl rule (driven by wake-ups) keeps deciding, and no
 // more than its burst is admitted per key of the kept owner rule.
 func TestSetRulesUnderLoad(t *testing.T) {
-	kept := Rule{Name: "kept", Rate: slow, Burst: 50, Strategy: "owner"}
-	g := Rule{Name: "g", Rate: slow, Burst: 1000, Strategy: "gdrl"}
-	flip := Rule{Name: "flip", Rate: slow, Burst: 5, Strategy: "owner"}
+	kept := rule.Rule{Name: "kept", Rate: slow, Burst: 50, Strategy: "owner"}
+	g := rule.Rule{Name: "g", Rate: slow, Burst: 1000, Strategy: "gdrl"}
+	flip := rule.Rule{Name: "flip", Rate: slow, Burst: 5, Strategy: "owner"}
 	cl := newCluster(t, 3, false, kept, g, flip)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -145,9 +147,9 @@ func TestSetRulesUnderLoad(t *testing.T) {
 	for i := range 20 {
 		f := flip
 		f.Burst = int64(5 + i%3)
-		rules := []Rule{kept, g, f}
+		rules := []rule.Rule{kept, g, f}
 		if i%4 == 3 {
-			rules = []Rule{g, kept} // flip removed for a while, order changed
+			rules = []rule.Rule{g, kept} // flip removed for a while, order changed
 		}
 		setRulesAll(t, cl, rules...)
 	}
@@ -167,7 +169,7 @@ func TestSetRulesUnderLoad(t *testing.T) {
 // params is kept by an identical reload (compared as New keeps it) and
 // changed when its partition mode changes.
 func TestSetRulesPartition(t *testing.T) {
-	a := Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"partition=conserve"}}
+	a := rule.Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner", Params: []string{"partition=conserve"}}
 	cl := newCluster(t, 1, false, a)
 	n0 := cl.nodes["n0"]
 	if !check(t, n0, "a", "k", 2).Allowed {

@@ -6,12 +6,13 @@ import (
 	"math"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
 // RuleSnapshot is one rule's bucket states as Node.Snapshot takes them.
 type RuleSnapshot struct {
-	// Strategy is the rule's strategy (a name from strategy/all), the one
+	// Strategy is the rule's strategy (a name from strategy/registry), the one
 	// whose states these are.
 	Strategy string
 	// States' At is wall-clock time, nanoseconds since the Unix epoch.
@@ -32,7 +33,7 @@ type RuleSnapshot struct {
 // package statestore).
 func (n *Node) Snapshot(ctx context.Context, reuse map[string]RuleSnapshot) (map[string]RuleSnapshot, error) {
 	out := map[string]RuleSnapshot{}
-	err := n.Inspect(ctx, func(now time.Duration, rule Rule, s strategy.Strategy) {
+	err := n.Inspect(ctx, func(now time.Duration, rule rule.Rule, s strategy.Strategy) {
 		sn, ok := s.(strategy.Snapshotter)
 		if !ok {
 			return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -17,7 +18,7 @@ import (
 // Snapshotter) is not persisted.
 func TestSnapshotRestoreAcrossEpochs(t *testing.T) {
 	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
-	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"},
+	rules := []rule.Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"},
 		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
 		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
@@ -77,7 +78,7 @@ func restoreOf(snap map[string]RuleSnapshot) map[string][]strategy.KeyState {
 // restores a full burst, not an overflow.
 func TestRestoreRefillsForWallTime(t *testing.T) {
 	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
-	rules := []Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
+	rules := []rule.Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"}}
 	start := func(restore map[string][]strategy.KeyState) *Node {
 		return mustSoloNode(t, Config{Rules: rules, Restore: restore})
 	}
@@ -119,7 +120,7 @@ func TestRestoreRefillsForWallTime(t *testing.T) {
 // error naming the rule and the key.
 func TestRestoreRefusesInvalid(t *testing.T) {
 	bad := map[string][]strategy.KeyState{"r": {{Key: "k", Level: 7, Capacity: 5, TicksPerToken: 1, At: time.Duration(time.Now().UnixNano())}}}
-	_, err := soloNode(t, Config{Rules: []Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Restore: bad})
+	_, err := soloNode(t, Config{Rules: []rule.Rule{{Name: "r", Rate: slow, Burst: 5, Strategy: "local"}}, Restore: bad})
 	if err == nil {
 		t.Fatal("New accepted a level above capacity")
 	}
@@ -140,7 +141,7 @@ func BenchmarkSnapshot(b *testing.B) {
 				states[i] = strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Capacity: 5 * int64(time.Minute), TicksPerToken: int64(time.Minute), At: at}
 			}
 			n := mustSoloNode(b, Config{Restore: map[string][]strategy.KeyState{"r": states},
-				Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
+				Rules: []rule.Rule{{Name: "r", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "local"}}})
 			var snap map[string]RuleSnapshot
 			var err error
 			b.ResetTimer()

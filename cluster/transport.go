@@ -132,9 +132,9 @@ func (e *memEndpoint) Close() error {
 	return nil
 }
 
-// Faults are the network faults a Faulty transport injects into the frames
-// it sends. The zero value injects none.
-type Faults struct {
+// FrameFaults are the network faults a Faulty transport injects into the
+// frames it sends. The zero value injects none.
+type FrameFaults struct {
 	Drop      float64       // probability that a frame is lost, in [0, 1]
 	Duplicate float64       // probability that a frame not lost is sent twice, in [0, 1]
 	Delay     time.Duration // fixed extra delay of every frame, >= 0
@@ -145,7 +145,7 @@ type Faults struct {
 }
 
 // Validate reports the first field out of range.
-func (f Faults) Validate() error {
+func (f FrameFaults) Validate() error {
 	switch {
 	case !(f.Drop >= 0 && f.Drop <= 1):
 		return fmt.Errorf("faults: Drop %v is not a probability in [0, 1]", f.Drop)
@@ -178,7 +178,7 @@ type Faulty struct {
 
 	mu      sync.Mutex
 	rnd     *rand.Rand
-	faults  Faults
+	faults  FrameFaults
 	blocked map[strategy.NodeID]bool
 	stats   FaultStats
 	closed  bool
@@ -191,7 +191,7 @@ func NewFaulty(inner Transport, seed uint64) *Faulty {
 
 // SetFaults replaces the faults injected from now on. Errors: a field out
 // of range (the faults are then unchanged).
-func (t *Faulty) SetFaults(f Faults) error {
+func (t *Faulty) SetFaults(f FrameFaults) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}

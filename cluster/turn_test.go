@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -42,14 +43,14 @@ func (r *recordingTransport) count() int {
 func TestTurnOutbox(t *testing.T) {
 	tr := &recordingTransport{sent: map[strategy.NodeID][]string{}}
 	n, err := New(Config{Self: "n0", Transport: tr,
-		Rules: []Rule{{Name: "r", Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 10, Strategy: "local"}}})
+		Rules: []rule.Rule{{Name: "r", Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 10, Strategy: "local"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
 	before := tr.count() // what Start sent, outside a turn
 	var during int
-	err = n.Inspect(context.Background(), func(time.Duration, Rule, strategy.Strategy) {
+	err = n.Inspect(context.Background(), func(time.Duration, rule.Rule, strategy.Strategy) {
 		d := loopDriver{n}
 		for _, m := range []struct {
 			to strategy.NodeID

@@ -12,13 +12,13 @@ const MaxWait = time.Hour
 // CheckWait is Check in waiting mode (seed 000 §5.2; strategy.Waiter): the
 // rule's strategy may admit the request with a delay of at most maxWait
 // instead of refusing it, its tokens reserved in arrival order at the
-// key's bucket. Decision.Delay is then how long after the check reached
+// key's bucket. CheckResult.Delay is then how long after the check reached
 // this node the caller may proceed (the time the decision took to come
 // back already subtracted: 0 when it has passed). Strategies without
 // waiting mode (static, gdrl, adaptive, gcounter, tbqueue) decide a plain
 // check; lease grants waits only up to its parameter max_wait. maxWait 0
 // is Check. Errors: Check's, and a maxWait outside [0, MaxWait] (no state
 // changes).
-func (n *Node) CheckWait(ctx context.Context, rule, key string, tokens int64, maxWait time.Duration) (Decision, error) {
+func (n *Node) CheckWait(ctx context.Context, rule, key string, tokens int64, maxWait time.Duration) (CheckResult, error) {
 	return n.CheckItem(ctx, BatchItem{Rule: rule, Key: key, Tokens: tokens, MaxWait: maxWait})
 }

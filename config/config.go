@@ -56,7 +56,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/cluster/membership"
 	"github.com/tokenmesh/tokenmesh/rule"
 )
 
@@ -83,11 +83,11 @@ const (
 	// members and the node.join addresses that are not members
 	// (membership.DefaultReconnectInterval): a healed partition is whole
 	// again within about this plus a join round trip.
-	DefaultReconnectInterval = 5 * time.Second
+	DefaultReconnectInterval = membership.DefaultReconnectInterval
 	// DefaultReconnectTimeout is how long a failed member is retried
 	// before it is forgotten (membership.DefaultReconnectTimeout, serf's
 	// default).
-	DefaultReconnectTimeout = 24 * time.Hour
+	DefaultReconnectTimeout = membership.DefaultReconnectTimeout
 )
 
 // Bounds of node.reconnect_interval and node.reconnect_timeout.
@@ -112,8 +112,14 @@ const (
 
 // File is a whole configuration: this node and its rules.
 type File struct {
-	Node  Node
-	Rules []Rule
+	Node Node
+	// Rules are the limits, each a rule.Rule: every key (as the client
+	// passes it for the rule) gets a token bucket of Rate and Burst,
+	// coordinated across the cluster by Strategy. Parse fills the
+	// defaults: Key DefaultKey, Burst rule.DefaultBurst(Rate), Strategy
+	// DefaultStrategy; params come from the YAML map as sorted
+	// "name=value" pairs, the partition parameter moved to Partition.
+	Rules []rule.Rule
 }
 
 // Node is this node's settings. Addresses are "host:port".
@@ -322,15 +328,6 @@ type APITLS struct {
 	CertFile, KeyFile, ClientCAFile string
 }
 
-// Rule is one rate limit: every key (as the client passes it for this rule)
-// gets a token bucket of Rate and Burst, coordinated across the cluster by
-// Strategy. It is rule.Rule, the type cluster, limiter and localcluster
-// share. Parse fills the defaults: Key DefaultKey, Burst
-// rule.DefaultBurst(Rate), Strategy DefaultStrategy; params come from the
-// YAML map as sorted "name=value" pairs, the partition parameter moved to
-// Partition.
-type Rule = rule.Rule
-
 // DefaultPartition is a rule's partition option when it sets none:
 // available. A crash looks like a partition to the survivors, and under
 // conserve they enforce (N-1)/N of the limit until the crashed member
@@ -451,9 +448,10 @@ func Parse(data []byte, name string) (*File, error) {
 	return f, nil
 }
 
-// ClusterRule checks r as Validate does and returns it with the
-// defaults a file would get (Strategy DefaultStrategy, Key DefaultKey).
-func ClusterRule(r Rule) (cluster.Rule, error) {
+// CheckRule checks r as Validate does and returns it with the defaults
+// a file would get (Strategy DefaultStrategy, Key DefaultKey), its Params
+// a copy.
+func CheckRule(r rule.Rule) (rule.Rule, error) {
 	if r.Strategy == "" {
 		r.Strategy = DefaultStrategy
 	}
@@ -461,17 +459,18 @@ func ClusterRule(r Rule) (cluster.Rule, error) {
 		r.Key = DefaultKey
 	}
 	if err := check(r); err != nil {
-		return cluster.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+		return rule.Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	r.Params = slices.Clone(r.Params)
 	return r, nil
 }
 
-// ClusterRules converts every rule of f (see Rule.ClusterRule).
-func (f *File) ClusterRules() ([]cluster.Rule, error) {
-	out := make([]cluster.Rule, 0, len(f.Rules))
+// CheckRules is CheckRule of every rule of f, in order; the first error
+// stops it.
+func (f *File) CheckRules() ([]rule.Rule, error) {
+	out := make([]rule.Rule, 0, len(f.Rules))
 	for _, r := range f.Rules {
-		cr, err := ClusterRule(r)
+		cr, err := CheckRule(r)
 		if err != nil {
 			return nil, err
 		}
@@ -503,7 +502,7 @@ func Default() *File {
 			ProbeInterval:     DefaultProbeInterval,
 			DrainDelay:        DefaultDrainDelay,
 		},
-		Rules: []Rule{{
+		Rules: []rule.Rule{{
 			Name:     "default",
 			Key:      DefaultKey,
 			Rate:     bucket.Rate{Tokens: 10, Per: time.Second},

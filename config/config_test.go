@@ -119,7 +119,7 @@ rules:
 			if n.Name != "n-1" || len(n.Join) != 2 || len(n.SecretKey) != 32 || n.TLS == nil || n.TLS.CAFile != "ca.pem" {
 				t.Errorf("node: %+v", n)
 			}
-			cr, err := ClusterRule(f.Rules[1])
+			cr, err := CheckRule(f.Rules[1])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,7 @@ func TestExampleLoads(t *testing.T) {
 	if len(f.Rules) != 3 || f.Node.Name != "n1" || len(f.Node.SecretKey) != 32 {
 		t.Errorf("unexpected example: %+v", f)
 	}
-	crs, err := f.ClusterRules()
+	crs, err := f.CheckRules()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestDefaultValidates(t *testing.T) {
 	if len(f.Rules) != 1 || f.Rules[0].Name != "default" || f.Rules[0].Burst != 20 {
 		t.Errorf("%+v", f.Rules)
 	}
-	if _, err := f.ClusterRules(); err != nil {
+	if _, err := f.CheckRules(); err != nil {
 		t.Fatal(err)
 	}
 	f.Node.ReconnectInterval, f.Node.ReconnectTimeout = 0, 0 // zero: the defaults
@@ -328,12 +328,12 @@ func TestLoadFiles(t *testing.T) {
 func TestClusterRuleRejectsInvalid(t *testing.T) {
 	r := Default().Rules[0]
 	r.Burst = 0
-	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "burst") {
+	if _, err := CheckRule(r); err == nil || !strings.Contains(err.Error(), "burst") {
 		t.Errorf("burst 0: %v", err)
 	}
 	r = Default().Rules[0]
 	r.Strategy = "nope"
-	if _, err := ClusterRule(r); err == nil || !strings.Contains(err.Error(), "strategy") {
+	if _, err := CheckRule(r); err == nil || !strings.Contains(err.Error(), "strategy") {
 		t.Errorf("strategy nope: %v", err)
 	}
 }
@@ -366,7 +366,7 @@ func FuzzParse(f *testing.F) {
 		if err := file.Validate(); err != nil {
 			t.Fatalf("parsed but does not validate: %v\n%s", err, data)
 		}
-		if _, err := file.ClusterRules(); err != nil {
+		if _, err := file.CheckRules(); err != nil {
 			t.Fatalf("parsed but does not convert: %v\n%s", err, data)
 		}
 	})
@@ -376,7 +376,7 @@ func ExampleParse() {
 	_, err := Parse([]byte("rules:\n  - name: api\n    rate: 10/fortnight\n"), "tokenmesh.yaml")
 	fmt.Println(err)
 	f, _ := Parse([]byte("rules:\n  - name: api\n    rate: 6000/min\n    burst: 200\n"), "tokenmesh.yaml")
-	r, _ := ClusterRule(f.Rules[0])
+	r, _ := CheckRule(f.Rules[0])
 	fmt.Println(r.Name, r.Rate, r.Burst, r.Strategy)
 	// Output:
 	// tokenmesh.yaml:3: rules[0].rate: "10/fortnight" is not a rate (forms: 100/s, 6000/min, 1/3s, 2.5)
@@ -490,13 +490,13 @@ func TestAPITimeouts(t *testing.T) {
 }
 
 // The partition option: available by default, conserve for the strategies
-// that implement it, carried to cluster.Rule.
+// that implement it, carried to rule.Rule.Partition.
 func TestPartitionOption(t *testing.T) {
 	f, err := Parse([]byte("rules:\n  - {name: a, rate: 1/s, strategy: gdrl, partition: conserve}\n  - {name: b, rate: 1/s, strategy: static}\n  - {name: c, rate: 1/s, strategy: owner, partition: available}\n  - {name: d, rate: 1/s, strategy: tbqueue, params: {partition: conserve, gossip: 100ms}}\n"), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := f.ClusterRules()
+	rules, err := f.CheckRules()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // Marshal writes f as YAML that Parse reads back into f (the inverse of
 // Parse, for programs that generate node configurations, such as
-// localcluster): every field of Node and Rule, a field left at its zero
+// localcluster): every field of Node and rule.Rule, a field left at its zero
 // value omitted (so Parse gives it its default). The secret key is written
 // as secret_key_file when SecretKeyFile is set, as base64 secret_key
 // otherwise; snapshot_interval only with a state_dir (Parse refuses it
@@ -101,7 +101,7 @@ func marshalNodeTimers(n Node, raw *rawNode) {
 
 // marshalRule is one entry of Marshal's rules; errors: Params that do
 // not parse (strategy.ParseParams).
-func marshalRule(r Rule) (rawRule, error) {
+func marshalRule(r rule.Rule) (rawRule, error) {
 	params, err := strategy.ParseParams(r.Params)
 	if err != nil {
 		return rawRule{}, fmt.Errorf("config: rule %q: %w", r.Name, err)

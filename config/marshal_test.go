@@ -13,7 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// fullFile sets every field of Node and Rule to a value other than its
+// fullFile sets every field of Node and rule.Rule to a value other than its
 // zero value and its default, so that a field Marshal forgets fails the
 // round trip below (TestFullFileSetsEveryField keeps it full).
 func fullFile() *File {
@@ -29,7 +29,7 @@ func fullFile() *File {
 			MemoryLimit: 512 << 20, ReconnectInterval: 2 * time.Second, ReconnectTimeout: time.Hour, ProbeInterval: 300 * time.Millisecond, DrainDelay: 7 * time.Second,
 			EnvoyConfig: "/etc/envoy", EnvoyShadowMode: true, EnvoyMaxOverridesPerDescriptor: 4, EnvoyMaxOverrides: 100, LatencyHint: LatencyHint{Value: 3 * time.Millisecond}, HTTPRefusalStatus: http.StatusForbidden,
 		},
-		Rules: []Rule{
+		Rules: []rule.Rule{
 			{Name: "api", Key: "{header:x-api-key}", Rate: bucket.Rate{Tokens: 1, Per: 3 * time.Second}, Burst: 7,
 				Strategy: "gcounter", Params: []string{"gossip=20ms"}, Partition: strategy.PartitionConserve},
 			{Name: "b", Key: DefaultKey, Rate: bucket.Rate{Tokens: 1, Per: 333333333}, Burst: 1, Strategy: "owner", Params: []string{"hold=1ms", "timeout=2s"}},

@@ -159,9 +159,9 @@ func (i ruleAt) path(k ...any) []any { return append([]any{"rules", int(i)}, k..
 // rule reads rules[i]: its fields in the order their errors are checked
 // (the parser keeps the first), then, when they all read, the rule as a
 // whole (rule.Rule.Validate).
-func (p *parser) rule(i int, raw rawRule) Rule {
+func (p *parser) rule(i int, raw rawRule) rule.Rule {
 	at := ruleAt(i)
-	r := Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
+	r := rule.Rule{Name: raw.Name, Key: raw.Key, Strategy: raw.Strategy}
 	p.ruleName(at, r.Name)
 	if r.Key == "" {
 		r.Key = DefaultKey
@@ -251,7 +251,7 @@ func (p *parser) ruleParams(at ruleAt, raw rawRule) (strategy.PartitionMode, []s
 
 // ruleValidate checks the whole rule (rule.Rule.Validate), the error at
 // the field (or param) it names.
-func (p *parser) ruleValidate(at ruleAt, r Rule) {
+func (p *parser) ruleValidate(at ruleAt, r rule.Rule) {
 	err := r.Validate()
 	if err == nil {
 		return
@@ -269,7 +269,7 @@ func (p *parser) ruleValidate(at ruleAt, r Rule) {
 }
 
 // checkParamText checks one name: value of a rule's YAML params as text:
-// it must survive the trip into Rule.Params ("name=value" strings that
+// it must survive the trip into rule.Rule.Params ("name=value" strings that
 // strategy.ParseParams splits at a comma followed by NAME=).
 func checkParamText(k, v string) *checkError {
 	if err := rule.CheckParamName(k); err != nil {

@@ -198,7 +198,7 @@ func validateNodeMembership(n Node) error {
 }
 
 // validateRules checks the rules: at least one, names unique, each valid.
-func validateRules(rules []Rule) error {
+func validateRules(rules []rule.Rule) error {
 	if len(rules) == 0 {
 		return fmt.Errorf("rules: at least one rule is required")
 	}
@@ -223,7 +223,7 @@ func validateRules(rules []Rule) error {
 
 // check validates the rule as Validate does (rule.Rule.Validate and the
 // key template), with the field of the error.
-func check(r Rule) error {
+func check(r rule.Rule) error {
 	if err := r.Validate(); err != nil {
 		var fe *rule.FieldError
 		if errors.As(err, &fe) {

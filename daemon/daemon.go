@@ -22,6 +22,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -276,7 +277,7 @@ func loadEnvoy(dir string) (*envoyrls.Config, error) {
 // limit on a node without a wall-clock time base (epoch zero: possible
 // on a reload only, Start picks the epoch for it).
 func ruleSet(f *config.File, envoy *envoyrls.Config, dir string, epoch time.Time) (RuleSet, error) {
-	rules, err := f.ClusterRules()
+	rules, err := f.CheckRules()
 	if err != nil {
 		return RuleSet{}, fmt.Errorf("rules: %w", err)
 	}
@@ -302,7 +303,7 @@ func ruleSet(f *config.File, envoy *envoyrls.Config, dir string, epoch time.Time
 // appendEnvoyRules appends the rules derived from the envoy config to the
 // config file's rules; dup is the first name both have ("" when none:
 // only then is all of envoy appended).
-func appendEnvoyRules(rules, envoy []cluster.Rule) (all []cluster.Rule, dup string) {
+func appendEnvoyRules(rules, envoy []rule.Rule) (all []rule.Rule, dup string) {
 	have := make(map[string]bool, len(rules))
 	for _, x := range rules {
 		have[x.Name] = true
@@ -318,7 +319,7 @@ func appendEnvoyRules(rules, envoy []cluster.Rule) (all []cluster.Rule, dup stri
 
 // nodeConfig is the limiter.Config of d's node for rules; faulty is the
 // fault-injection transport once the node has started (Config.FaultInjection).
-func (d *Daemon) nodeConfig(rules []cluster.Rule, epoch time.Time) (limiter.Config, *faultHook, error) {
+func (d *Daemon) nodeConfig(rules []rule.Rule, epoch time.Time) (limiter.Config, *faultHook, error) {
 	n := d.cfg.File.Node
 	lc := limiter.Config{Name: n.Name, ClusterRules: rules, StateDir: n.StateDir, SnapshotInterval: n.SnapshotInterval,
 		DiscardBadState: d.cfg.DiscardBadState, Logger: d.cfg.Logger, Epoch: epoch,

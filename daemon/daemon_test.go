@@ -20,9 +20,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // loopbackNode is a node section on 127.0.0.1 port 0 everywhere.
@@ -343,11 +343,11 @@ func TestDaemonNoFileAndStartErrors(t *testing.T) {
 // The envoy config's rules follow the file's, in order; a name both have
 // is reported (Start and a reload refuse it).
 func TestAppendEnvoyRules(t *testing.T) {
-	all, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}}, []cluster.Rule{{Name: "rls.edge.ip"}, {Name: "rls.edge.path"}})
+	all, dup := appendEnvoyRules([]rule.Rule{{Name: "api"}}, []rule.Rule{{Name: "rls.edge.ip"}, {Name: "rls.edge.path"}})
 	if dup != "" || len(all) != 3 || all[0].Name != "api" || all[1].Name != "rls.edge.ip" || all[2].Name != "rls.edge.path" {
 		t.Errorf("no collision: %v %q", all, dup)
 	}
-	if _, dup := appendEnvoyRules([]cluster.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []cluster.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
+	if _, dup := appendEnvoyRules([]rule.Rule{{Name: "api"}, {Name: "rls.edge.ip"}}, []rule.Rule{{Name: "rls.edge.path"}, {Name: "rls.edge.ip"}}); dup != "rls.edge.ip" {
 		t.Errorf("collision reported as %q, want rls.edge.ip", dup)
 	}
 }

@@ -98,7 +98,7 @@ func withFaults(next http.Handler, f *cluster.Faulty) http.Handler {
 			bad(w, "body: more than one JSON value")
 			return
 		}
-		fl := cluster.Faults{Drop: req.Drop, Delay: time.Duration(req.DelayMS) * time.Millisecond}
+		fl := cluster.FrameFaults{Drop: req.Drop, Delay: time.Duration(req.DelayMS) * time.Millisecond}
 		for i, b := range req.Blocked {
 			if b == "" {
 				bad(w, fmt.Sprintf("blocked[%d]: is empty; want a node name", i))

@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/httplimit"
 	"github.com/tokenmesh/tokenmesh/internal/logthrottle"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -43,7 +43,7 @@ func newHTTPMode(api *server.Server, refusal int, log *slog.Logger) *httpMode {
 // set serves the HTTP mode for the rules of f (their key templates;
 // rules: the node's rules, f's among them), checked through the API
 // server so that they count in its metrics.
-func (m *httpMode) set(f *config.File, rules []cluster.Rule) {
+func (m *httpMode) set(f *config.File, rules []rule.Rule) {
 	eps := make([]httplimit.Endpoint, len(f.Rules))
 	for i, r := range f.Rules {
 		key := r.Key

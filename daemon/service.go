@@ -5,9 +5,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Service is a gRPC service served on the daemon's gRPC server beside its
@@ -37,7 +37,7 @@ type RuleSet struct {
 	// file as read again by a Reload (its node section is not applied).
 	File *config.File
 	// Rules is every rule of the node: File's, then the Envoy config's.
-	Rules []cluster.Rule
+	Rules []rule.Rule
 	// Envoy is the Envoy rate limit config (envoyproxy/ratelimit YAML);
 	// nil without one. Read at Start, and again by each Reload.
 	Envoy *envoyrls.Config

@@ -91,7 +91,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
@@ -357,8 +356,8 @@ func (c *Config) Add(name string, data []byte) error {
 // unit) so that their windows are Unix-aligned like envoyproxy/ratelimit's.
 // Every node of a cluster must load the same files with the same epoch:
 // peers name rules in their frames.
-func (c *Config) Rules(epoch time.Time) []cluster.Rule {
-	var out []cluster.Rule
+func (c *Config) Rules(epoch time.Time) []rule.Rule {
+	var out []rule.Rule
 	for _, l := range c.Limits {
 		if l.Rule == "" {
 			continue
@@ -373,7 +372,7 @@ func (c *Config) Rules(epoch time.Time) []cluster.Rule {
 			params["align"] = (time.Duration(epoch.UnixNano()%int64(unit)+int64(unit)) % unit).String()
 			cr.Params = rule.Pairs(params)
 		}
-		r, _ := config.ClusterRule(cr) // validated when loaded
+		r, _ := config.CheckRule(cr) // validated when loaded
 		out = append(out, r)
 	}
 	return out
@@ -397,10 +396,10 @@ func (c *Config) HasFixedWindow() bool {
 }
 
 // configRule is the limit's rule in config's terms.
-func (l *Limit) configRule() config.Rule {
+func (l *Limit) configRule() rule.Rule {
 	per := UnitDuration(l.Unit)
 	n := int64(l.RequestsPerUnit)
-	return config.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
+	return rule.Rule{Name: l.Rule, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: l.Strategy, Params: rule.Pairs(l.Params)}
 }
 
@@ -756,7 +755,7 @@ func (p *parser) descriptorFlags(fs map[string][2]*yaml.Node, f string) (shadow,
 
 // rateLimit reads a descriptor's rate_limit (at field; the descriptor's
 // path and tokenmesh extension x) into a Limit, with its rule checked
-// (config.ClusterRule) and its override base added; nil on an error.
+// (config.CheckRule) and its override base added; nil on an error.
 func (p *parser) rateLimit(n *yaml.Node, field, path string, x ext) *Limit {
 	fs := p.fields(n, field, "requests_per_unit", "unit", "unlimited", "name", "replaces")
 	if p.err != nil {
@@ -874,7 +873,7 @@ func (p *parser) limitRule(n *yaml.Node, field, path string, l *Limit) bool {
 		p.fail(n, field, "rule name %q of %q collides with the one of %q; rename a descriptor", l.Rule, path, other)
 		return false
 	}
-	if _, err := config.ClusterRule(l.configRule()); err != nil {
+	if _, err := config.CheckRule(l.configRule()); err != nil {
 		p.fail(n, field, "as a tokenmesh rule: %v", err)
 		return false
 	}

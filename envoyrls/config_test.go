@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // exampleYAML follows the examples of envoyproxy/ratelimit's README
@@ -254,8 +255,8 @@ func TestRuleNameProperties(t *testing.T) {
 		if n != RuleName(path) {
 			t.Fatalf("unstable")
 		}
-		r := config.Rule{Name: n, Rate: config.Default().Rules[0].Rate, Burst: 1, Strategy: "owner"}
-		if _, err := config.ClusterRule(r); err != nil {
+		r := rule.Rule{Name: n, Rate: config.Default().Rules[0].Rate, Burst: 1, Strategy: "owner"}
+		if _, err := config.CheckRule(r); err != nil {
 			t.Fatalf("RuleName(%q) = %q: %v", path, n, err)
 		}
 		if path != other && n == RuleName(other) {

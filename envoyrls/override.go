@@ -245,10 +245,10 @@ func anyBaseName(domain string) string {
 
 // overrideRule is the rule of override o on base b, for a node of time
 // base epoch (fixed_window's alignment, as Config.Rules), validated as a
-// configured limit's rule (config.ClusterRule).
-func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (cluster.Rule, error) {
+// configured limit's rule (config.CheckRule).
+func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (rule.Rule, error) {
 	n, per := int64(o.RequestsPerUnit), o.Period()
-	cr := config.Rule{Name: name, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
+	cr := rule.Rule{Name: name, Key: config.DefaultKey, Rate: bucket.Rate{Tokens: n, Per: per}.Reduced(),
 		Burst: n, Strategy: b.strategy, Params: rule.Pairs(b.params)}
 	if b.algorithm == AlgorithmFixedWindow {
 		params := maps.Clone(b.params)
@@ -258,7 +258,7 @@ func (b *overrideBase) overrideRule(name string, o Override, epoch time.Time) (c
 		params["align"] = (time.Duration(epoch.UnixNano()%int64(per)+int64(per)) % per).String()
 		cr.Params = rule.Pairs(params)
 	}
-	return config.ClusterRule(cr)
+	return config.CheckRule(cr)
 }
 
 // derived is the cluster.Derived of override o on base b.

@@ -53,7 +53,7 @@ type Checker interface {
 // either way).
 type SingleChecker interface {
 	Checker
-	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.CheckResult, error)
 }
 
 // RuleDeriver is a Checker that creates derived rules (*cluster.Node's
@@ -330,9 +330,9 @@ func (s *Service) decide(ctx context.Context, items []cluster.BatchItem, one *[1
 		err     error
 	)
 	if sc, ok := s.checker.(SingleChecker); ok && len(items) == 1 {
-		var d cluster.Decision
+		var d cluster.CheckResult
 		d, err = sc.CheckItem(ctx, items[0])
-		one[0].Decision, results = d, one[:]
+		one[0].CheckResult, results = d, one[:]
 	} else {
 		// CheckBatch may keep the items (a batch abandoned when ctx
 		// ends): hand it a copy off the stack.

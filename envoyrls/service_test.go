@@ -386,13 +386,13 @@ type singleFake struct {
 	singles int
 }
 
-func (f *singleFake) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error) {
+func (f *singleFake) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.CheckResult, error) {
 	f.singles++
 	res, err := f.CheckBatch(ctx, []cluster.BatchItem{it})
 	if err != nil {
-		return cluster.Decision{}, err
+		return cluster.CheckResult{}, err
 	}
-	return res[0].Decision, res[0].Err
+	return res[0].CheckResult, res[0].Err
 }
 
 // A SingleChecker's CheckItem decides requests of one check (and nothing

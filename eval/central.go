@@ -7,7 +7,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -22,7 +22,7 @@ import (
 // central row). allowed[i] is request i's. Errors: a rate or burst the bucket
 // rejects.
 func Central(trace *workload.Trace, rate bucket.Rate, burst int64) ([]bool, error) {
-	info, err := all.Lookup("central")
+	info, err := registry.Lookup("central")
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -29,7 +29,7 @@ import (
 // Options is one evaluation: one input, one cluster setup, several strategies.
 type Options struct {
 	Trace        *workload.Trace
-	Strategies   []all.Info // central first (all.ParseList puts it there)
+	Strategies   []registry.Info // central first (registry.ParseList puts it there)
 	Nodes        int
 	Rate         bucket.Rate
 	Burst        int64
@@ -335,7 +335,7 @@ func clientPath(opts Options, rep *Report) (client delayed, edge []time.Duration
 // simulate runs strategy s of opts in the simulator, behind the client
 // path (client, edge) if any and s is not centralized (delayedTrace:
 // then its outcomes are put back in trace order).
-func simulate(opts Options, s all.Info, client delayed, edge []time.Duration) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
+func simulate(opts Options, s registry.Info, client delayed, edge []time.Duration) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
 	assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
 	if err != nil {
 		return nil, cfg, false, err

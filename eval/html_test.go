@@ -11,7 +11,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // reproduceCmd is the command the test reports carry; its quote and < test
@@ -31,7 +31,7 @@ func htmlReport(t *testing.T) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := smallRun(t, "mix:duration=20s", strings.Join(all.Names(), ","), "roundrobin")
+	opts := smallRun(t, "mix:duration=20s", strings.Join(registry.Names(), ","), "roundrobin")
 	opts.Scenario, opts.ScenarioName = sc, "faults <1>.yaml"
 	rep, err := RunParallel(opts, 2)
 	if err != nil {
@@ -270,7 +270,7 @@ func TestWriteHTML(t *testing.T) {
 // Every registered strategy has a colour of its own.
 func TestStrategyColorsDistinct(t *testing.T) {
 	seen := map[string]string{}
-	for _, name := range all.Names() {
+	for _, name := range registry.Names() {
 		c := strategyColor(name)
 		if other, ok := seen[c]; ok {
 			t.Errorf("%s and %s share %s", other, name, c)

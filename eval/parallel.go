@@ -3,7 +3,7 @@ package eval
 import (
 	"sync"
 
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // RunParallel is Run(opts) with up to workers strategies simulated at once
@@ -33,7 +33,7 @@ func RunParallel(opts Options, workers int) (*Report, error) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			o := opts
-			o.Strategies = []all.Info{central, s}
+			o.Strategies = []registry.Info{central, s}
 			if opts.Progress != nil && i > 0 {
 				// central's own progress is reported by the first run only.
 				o.Progress = func(name string, done, total int) {

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // Plot sizes. The time plots are wide so that ~200 bins stay readable.
@@ -34,7 +34,7 @@ var (
 )
 
 // strategyPalette holds the strategies' colours, given in the registry's
-// order (all.Names, central left out: it is black): Okabe & Ito's
+// order (registry.Names, central left out: it is black): Okabe & Ito's
 // colour-blind safe set without black and yellow (unreadable on white),
 // then five of Paul Tol's "muted" scheme (wine, indigo, olive, green,
 // teal), which differ from those in lightness. It has a colour for every
@@ -57,14 +57,14 @@ var strategyPalette = []string{
 
 // strategyColor is name's colour, "#RRGGBB", the same in every plot (the
 // PNGs and report.html) and every report: black for central, the
-// reference; a registered strategy's by its place in all.Names; another
+// reference; a registered strategy's by its place in registry.Names; another
 // name's picked by a hash of it.
 func strategyColor(name string) string {
 	if name == "central" {
 		return "#000000"
 	}
 	i := 0
-	for _, n := range all.Names() {
+	for _, n := range registry.Names() {
 		if n == "central" {
 			continue
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // This file is the evaluation behind a tier of Envoy proxies (issue 23,
@@ -22,8 +22,8 @@ const ProxyStatic = "proxystatic"
 
 // ProxyStaticInfo is ProxyStatic as a strategy of Options.Strategies:
 // static's constructor and parameters under that name.
-func ProxyStaticInfo() all.Info {
-	s, err := all.Lookup("static")
+func ProxyStaticInfo() registry.Info {
+	s, err := registry.Lookup("static")
 	if err != nil {
 		panic(err) // static is registered
 	}
@@ -32,9 +32,9 @@ func ProxyStaticInfo() all.Info {
 	return s
 }
 
-// ParseStrategies is all.ParseList that also takes ProxyStatic (appended
-// last, once). Errors: all.ParseList's, and ProxyStatic listed twice.
-func ParseStrategies(list string) ([]all.Info, error) {
+// ParseStrategies is registry.ParseList that also takes ProxyStatic (appended
+// last, once). Errors: registry.ParseList's, and ProxyStatic listed twice.
+func ParseStrategies(list string) ([]registry.Info, error) {
 	var rest []string
 	static := 0
 	for _, name := range strings.Split(list, ",") {
@@ -47,7 +47,7 @@ func ParseStrategies(list string) ([]all.Info, error) {
 	if static > 1 {
 		return nil, fmt.Errorf("strategy %q is listed twice", ProxyStatic)
 	}
-	out, err := all.ParseList(strings.Join(rest, ","))
+	out, err := registry.ParseList(strings.Join(rest, ","))
 	if err != nil || static == 0 {
 		return out, err
 	}
@@ -89,7 +89,7 @@ func proxySetup(t sim.ProxyTier) *ProxySetup {
 // proxyTier is the proxy tier strategy s runs behind in opts: none for
 // central (the reference), the strategy at the proxies for ProxyStatic.
 // Errors: ProxyStatic without proxies.
-func proxyTier(opts Options, s all.Info) (sim.ProxyTier, error) {
+func proxyTier(opts Options, s registry.Info) (sim.ProxyTier, error) {
 	if s.Name == ProxyStatic && opts.Proxies.Proxies == 0 {
 		return sim.ProxyTier{}, fmt.Errorf("eval: %s is static at the proxies: it needs proxies (--proxies N)", ProxyStatic)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -45,11 +45,11 @@ func TestRunWithRegions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	central, _ := all.Lookup("central")
-	owner, _ := all.Lookup("owner")
+	central, _ := registry.Lookup("central")
+	owner, _ := registry.Lookup("owner")
 	lat := sim.Latency{Kind: "fixed", Min: time.Millisecond, Max: time.Millisecond, Mean: time.Millisecond}
 	wan := sim.Latency{Kind: "fixed", Min: 30 * time.Millisecond, Max: 30 * time.Millisecond, Mean: 30 * time.Millisecond}
-	opts := Options{Trace: g.Generate(1), Strategies: []all.Info{central, owner}, Nodes: 6, Rate: bucket.Rate{Tokens: 20, Per: time.Second},
+	opts := Options{Trace: g.Generate(1), Strategies: []registry.Info{central, owner}, Nodes: 6, Rate: bucket.Rate{Tokens: 20, Per: time.Second},
 		Burst: 20, Network: sim.Network{Latency: lat}, AssignPolicy: "roundrobin", Seed: 1}
 	plain, err := Run(opts)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -70,7 +70,7 @@ func jsonText(t *testing.T, rep *Report) string {
 	return b.String()
 }
 
-// smallRun is the Options of a run of the strategies (all.ParseList) over
+// smallRun is the Options of a run of the strategies (registry.ParseList) over
 // the generated workload spec, on 3 nodes of a 1 ms fixed-latency
 // network without loss, r = 1/s, b = 2, seed 1.
 func smallRun(t *testing.T, spec, strategies, assign string) Options {
@@ -79,7 +79,7 @@ func smallRun(t *testing.T, spec, strategies, assign string) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strats, err := all.ParseList(strategies)
+	strats, err := registry.ParseList(strategies)
 	if err != nil {
 		t.Fatal(err)
 	}

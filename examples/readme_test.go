@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // snippetMarker precedes each README code block that must build as written.
@@ -141,7 +141,7 @@ func TestReadmeStrategyTableComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range all.Names() {
+	for _, name := range registry.Names() {
 		if !strings.Contains(string(readme), "\n| `"+name+"` |") {
 			t.Errorf("README.md's strategy table has no row for %s", name)
 		}

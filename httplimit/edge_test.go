@@ -13,6 +13,7 @@ import (
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 func TestParseRequestStart(t *testing.T) {
@@ -135,9 +136,9 @@ func (c *captureNode) CheckBatch(context.Context, []cluster.BatchItem) ([]cluste
 	return nil, errors.New("not used: CheckItem is")
 }
 
-func (c *captureNode) CheckItem(_ context.Context, it cluster.BatchItem) (cluster.Decision, error) {
+func (c *captureNode) CheckItem(_ context.Context, it cluster.BatchItem) (cluster.CheckResult, error) {
 	c.it = it
-	return cluster.Decision{Allowed: true, Remaining: 1}, nil
+	return cluster.CheckResult{Allowed: true, Remaining: 1}, nil
 }
 
 // GRPC and Local send the context's edge time with the check, and none
@@ -147,7 +148,7 @@ func TestCheckersSendEdgeTime(t *testing.T) {
 	ctx := ContextWithEdgeTime(context.Background(), edge)
 	cc := &captureClient{}
 	node := &captureNode{}
-	rules := []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 3, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 3, Strategy: "owner"}}
 	for _, c := range []struct {
 		ctx  context.Context
 		want int64

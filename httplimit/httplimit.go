@@ -59,6 +59,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/httplimit/keytemplate"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Result is a Checker's verdict on one request.
@@ -147,7 +148,7 @@ type batchChecker interface {
 // itemChecker is *cluster.Node's CheckItem: one check without a batch's
 // allocations (its fast path decides in the caller's goroutine).
 type itemChecker interface {
-	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error)
+	CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.CheckResult, error)
 }
 
 // Local is a Checker over an in-process node for rules, the node's rules
@@ -156,8 +157,8 @@ type itemChecker interface {
 // CheckItem (as *cluster.Node does) decides through it, with the same
 // answers as a batch of one. The edge time ctx carries
 // (ContextWithEdgeTime) goes with the check (cluster.BatchItem.CreatedAtUnixNs).
-func Local(node batchChecker, rules []cluster.Rule) Checker {
-	byName := map[string]cluster.Rule{}
+func Local(node batchChecker, rules []rule.Rule) Checker {
+	byName := map[string]rule.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
 	}
@@ -194,7 +195,7 @@ func localChecker(node batchChecker, lookup func(rule string) (perSec float64, b
 			return Result{}, fmt.Errorf("rule %q is not a rule of this node", rule)
 		}
 		var (
-			d   cluster.Decision
+			d   cluster.CheckResult
 			err error
 		)
 		it := cluster.BatchItem{Rule: rule, Key: key, Tokens: hits, CreatedAtUnixNs: edgeUnixNs(ctx)}
@@ -207,7 +208,7 @@ func localChecker(node batchChecker, lookup func(rule string) (perSec float64, b
 				err = res[0].Err
 			}
 			if err == nil {
-				d = res[0].Decision
+				d = res[0].CheckResult
 			}
 		}
 		if err != nil {

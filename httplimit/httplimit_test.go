@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
@@ -22,7 +21,7 @@ import (
 
 // startNode starts an in-process single node with rule "api": burst 3,
 // one token a minute (no refill while the test runs).
-func startNode(t *testing.T) (*limiter.Node, []cluster.Rule) {
+func startNode(t *testing.T) (*limiter.Node, []rule.Rule) {
 	t.Helper()
 	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/min"), Burst: 3, Strategy: "owner"}}
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "t", Rules: rules})

@@ -63,7 +63,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // DefaultName is the node id used when Config.Name is empty.
@@ -159,7 +159,7 @@ type Config struct {
 	// the callers that set it before the two were one).
 	//
 	// Deprecated: use Rules.
-	ClusterRules []cluster.Rule
+	ClusterRules []rule.Rule
 	// Peer, when set, joins a networked cluster; InProcess, when set, an
 	// in-process one. Neither: a single node on its own (one in-process
 	// network endpoint, no peers). Setting both is an error.
@@ -213,7 +213,7 @@ type Config struct {
 // Node is a running tokenmesh node. Its methods are safe for concurrent use.
 type Node struct {
 	node    *cluster.Node
-	rules   map[string]cluster.Rule // replaced by SetRules, under rulesMu
+	rules   map[string]rule.Rule // replaced by SetRules, under rulesMu
 	rulesMu sync.RWMutex
 	tr      *grpcpeer.Transport
 	ms      *membership.Membership
@@ -254,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	ccfg := cluster.Config{Self: self, Rules: rules, Epoch: cfg.Epoch, Join: cfg.Join, LatencyHint: cfg.LatencyHint, Seed: cfg.Seed,
 		Derive: cfg.Derive, MaxDerived: cfg.MaxDerived, MaxDerivedPerBase: cfg.MaxDerivedPerBase}
-	n := &Node{rules: map[string]cluster.Rule{}, stop: make(chan struct{}), multi: multi}
+	n := &Node{rules: map[string]rule.Rule{}, stop: make(chan struct{}), multi: multi}
 	log := cfg.logger()
 	if cfg.StateDir != "" {
 		store, err := n.openPersister(cfg, name, rules, log, &ccfg)
@@ -343,7 +343,7 @@ func (n *Node) abortStart(tr cluster.Transport) {
 // states it restores go into ccfg.Restore, what it found into n.restore,
 // and n.persist is made (not yet running). It returns the store, which
 // Start closes if it fails. Errors: openState's.
-func (n *Node) openPersister(cfg Config, name string, rules []cluster.Rule, log *slog.Logger, ccfg *cluster.Config) (*statestore.Store, error) {
+func (n *Node) openPersister(cfg Config, name string, rules []rule.Rule, log *slog.Logger, ccfg *cluster.Config) (*statestore.Store, error) {
 	store, snap, info, err := openState(cfg, name, log)
 	if err != nil {
 		return nil, err
@@ -884,7 +884,7 @@ func checkCentral(rules []rule.Rule, multi bool) error {
 		return nil
 	}
 	for _, r := range rules {
-		if info, err := all.Lookup(r.Strategy); err == nil && info.Centralized {
+		if info, err := registry.Lookup(r.Strategy); err == nil && info.Centralized {
 			return fmt.Errorf("limiter: rule %q: strategy %q is the evaluator's reference (one bucket for the whole cluster, run by the simulator as a single node); in a cluster every node would keep its own bucket and admit up to N times the limit: use owner for an exact limit", r.Name, r.Strategy)
 		}
 	}

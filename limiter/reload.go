@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // SetRules replaces the running node's rules with rules (a reload: serve
@@ -25,7 +26,7 @@ import (
 // node with peers (networked, or in-process with more than one member:
 // the check Start makes), ctx.Err(), a closed node. Ours (an operations feature,
 // as cluster.Node.SetRules).
-func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.RulesChange, error) {
+func (n *Node) SetRules(ctx context.Context, rules []rule.Rule) (cluster.RulesChange, error) {
 	rules = withDefaults(rules)
 	if err := checkCentral(rules, n.multi); err != nil {
 		return cluster.RulesChange{}, err
@@ -34,7 +35,7 @@ func (n *Node) SetRules(ctx context.Context, rules []cluster.Rule) (cluster.Rule
 	if err != nil {
 		return ch, fmt.Errorf("limiter: %w", err)
 	}
-	byName := make(map[string]cluster.Rule, len(rules))
+	byName := make(map[string]rule.Rule, len(rules))
 	for _, r := range rules {
 		byName[r.Name] = r
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // TestSetRules: a reload keeps an unchanged rule's bucket, adds and drops
@@ -18,9 +18,9 @@ func TestSetRules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	slow := bucket.Rate{Tokens: 1, Per: time.Hour}
-	a := cluster.Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner"}
-	b := cluster.Rule{Name: "b", Rate: slow, Burst: 1, Strategy: "local"}
-	n, err := Start(ctx, Config{Name: "n", ClusterRules: []cluster.Rule{a, b}, StateDir: t.TempDir()})
+	a := rule.Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner"}
+	b := rule.Rule{Name: "b", Rate: slow, Burst: 1, Strategy: "local"}
+	n, err := Start(ctx, Config{Name: "n", ClusterRules: []rule.Rule{a, b}, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +32,8 @@ func TestSetRules(t *testing.T) {
 	if !la.Allow("k") || !la.Allow("k") || la.Allow("k") {
 		t.Fatal("a: want 2 allowed then a refusal")
 	}
-	c := cluster.Rule{Name: "c", Rate: slow, Burst: 3, Strategy: "owner"}
-	ch, err := n.SetRules(ctx, []cluster.Rule{c, a})
+	c := rule.Rule{Name: "c", Rate: slow, Burst: 3, Strategy: "owner"}
+	ch, err := n.SetRules(ctx, []rule.Rule{c, a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestSetRules(t *testing.T) {
 	if !lc.Allow("k") {
 		t.Error("c: refused its first token")
 	}
-	if _, err := n.SetRules(ctx, []cluster.Rule{a, {Name: "x", Rate: slow, Burst: 1, Strategy: "nope"}}); err == nil {
+	if _, err := n.SetRules(ctx, []rule.Rule{a, {Name: "x", Rate: slow, Burst: 1, Strategy: "nope"}}); err == nil {
 		t.Error("a reload with an unknown strategy was accepted")
 	}
 	if _, err := n.Limiter("c"); err != nil {

@@ -11,12 +11,15 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/config"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/statestore"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// DefaultSnapshotInterval is Config.SnapshotInterval when zero.
-const DefaultSnapshotInterval = time.Second
+// DefaultSnapshotInterval is Config.SnapshotInterval when zero (the
+// configuration file's default, config.DefaultSnapshotInterval: 1 s).
+const DefaultSnapshotInterval = config.DefaultSnapshotInterval
 
 // RestoreInfo says what Start restored from Config.StateDir.
 type RestoreInfo struct {
@@ -100,7 +103,7 @@ func openState(cfg Config, name string, log *slog.Logger) (*statestore.Store, st
 
 // restoreStates is the snapshot's states by rule, for cluster.Config.Restore,
 // with a warning for every rule whose strategy or node changed.
-func restoreStates(snap statestore.Snapshot, name string, rules []cluster.Rule, log *slog.Logger) map[string][]strategy.KeyState {
+func restoreStates(snap statestore.Snapshot, name string, rules []rule.Rule, log *slog.Logger) map[string][]strategy.KeyState {
 	if snap.Node != "" && snap.Node != name {
 		log.Warn("state file was written by another node name; restoring it anyway", "file_node", snap.Node, "node", name)
 	}
@@ -162,9 +165,9 @@ func (p *persister) save(node *cluster.Node) error {
 		return err
 	}
 	p.buf = states // Save is done with them before the next snapshot
-	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.Rule{}}
+	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.RuleState{}}
 	for rule, rs := range states {
-		snap.Rules[rule] = statestore.Rule{Strategy: rs.Strategy, States: rs.States}
+		snap.Rules[rule] = statestore.RuleState{Strategy: rs.Strategy, States: rs.States}
 	}
 	keys := snap.Keys()
 	if keys == 0 && p.lastEmpty {

@@ -21,9 +21,9 @@ import (
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/server"
 )
 
@@ -35,13 +35,13 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return serveRules(tb, []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}, nil, opts...)
+	return serveRules(tb, []rule.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}, nil, opts...)
 }
 
 // serveRules starts a single node with rules and serves its gRPC API (and
 // what register adds, when not nil) on 127.0.0.1:0 until the test ends;
 // it returns the address.
-func serveRules(tb testing.TB, rules []cluster.Rule, register func(*server.Server, *grpc.Server), opts ...grpc.ServerOption) string {
+func serveRules(tb testing.TB, rules []rule.Rule, register func(*server.Server, *grpc.Server), opts ...grpc.ServerOption) string {
 	tb.Helper()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// Faults are what SetFaults injects into one node's outgoing peer frames
+// NodeFaults are what SetFaults injects into one node's outgoing peer frames
 // (the JSON of POST /debug/faults).
-type Faults struct {
+type NodeFaults struct {
 	Blocked []string `json:"blocked"`  // node names whose frames are lost
 	Drop    float64  `json:"drop"`     // loss probability, [0, 1]
 	DelayMS int64    `json:"delay_ms"` // extra delay of every frame, ms
@@ -23,7 +23,7 @@ type Faults struct {
 
 // SetFaults replaces node i's faults (POST /debug/faults). Errors:
 // Config.FaultInjection off, node i not running, a non-200 answer.
-func (c *Cluster) SetFaults(ctx context.Context, i int, f Faults) error {
+func (c *Cluster) SetFaults(ctx context.Context, i int, f NodeFaults) error {
 	if !c.cfg.FaultInjection {
 		return errors.New("localcluster: fault injection is off (Config.FaultInjection)")
 	}
@@ -96,7 +96,7 @@ func (c *Cluster) Partition(groups ...[]int) error {
 		if !c.Alive(i) {
 			continue
 		}
-		f := Faults{Blocked: []string{}}
+		f := NodeFaults{Blocked: []string{}}
 		for _, j := range cut[i] {
 			f.Blocked = append(f.Blocked, c.node(j).Name)
 		}

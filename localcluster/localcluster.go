@@ -77,19 +77,13 @@ const (
 // its own address, so all use the same ones).
 var NamespacePorts = struct{ API, GRPC, Peer, Gossip int }{8080, 8081, 7947, 7946}
 
-// Rule is one rule of every node: rule.Rule, written into each node's
-// config file by config.Marshal. A zero Burst is config's default
-// (rule.DefaultBurst: the rate per second, rounded up); an empty
-// Strategy config's default (owner).
-type Rule = rule.Rule
-
 // Config is a cluster to start.
 type Config struct {
-	Binary         string // path of the tokenmesh binary
-	Nodes          int    // >= 1
-	Rules          []Rule
-	Dir            string // configs, addr files and logs go here; "" = a new temp dir removed by Stop
-	FaultInjection bool   // pass --fault-injection (enables Partition/Heal)
+	Binary         string      // path of the tokenmesh binary
+	Nodes          int         // >= 1
+	Rules          []rule.Rule // every node's, written into its config file by config.Marshal; a zero Burst or empty Strategy gets config's default (rule.DefaultBurst, owner)
+	Dir            string      // configs, addr files and logs go here; "" = a new temp dir removed by Stop
+	FaultInjection bool        // pass --fault-injection (enables Partition/Heal)
 	// SecretKey is the cluster's secret (16/24/32 bytes): it encrypts
 	// gossip and authenticates peer frames. Empty: Start draws a random
 	// 32-byte key (a multi-node serve refuses to start without one).
@@ -394,13 +388,13 @@ func (c *Cluster) waitMembers(ctx context.Context) error {
 // Tests use it to start extra processes by hand. With a nil secretKey the
 // node runs without one and says so (node.insecure: true), as an intruder
 // or a test about something else would.
-func NodeConfigYAML(name string, join []string, rules []Rule, secretKey []byte) ([]byte, error) {
+func NodeConfigYAML(name string, join []string, rules []rule.Rule, secretKey []byte) ([]byte, error) {
 	return config.Marshal(nodeConfigOf(name, join, rules, secretKey))
 }
 
 // nodeConfigOf is the config of a node named name (see NodeConfigYAML),
 // in config's own types: what config.Marshal writes and serve parses.
-func nodeConfigOf(name string, join []string, rules []Rule, secretKey []byte) *config.File {
+func nodeConfigOf(name string, join []string, rules []rule.Rule, secretKey []byte) *config.File {
 	f := &config.File{Node: config.Node{Name: name, APIAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		PeerAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Join: slices.Clone(join), SecretKey: slices.Clone(secretKey)}}
 	if len(secretKey) == 0 {

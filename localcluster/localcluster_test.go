@@ -55,7 +55,7 @@ func TestCluster(t *testing.T) {
 	ctx := context.Background()
 	c, err := Start(ctx, Config{
 		Binary: binary, Nodes: 3, FaultInjection: true, Log: &log,
-		Rules: []Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}},
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestCluster(t *testing.T) {
 	if st := faultStats(t, c.Nodes[0].API); len(st.Faults) != 0 {
 		t.Errorf("n0 after Heal still blocks %v", st.Faults)
 	}
-	if err := c.SetFaults(ctx, 0, Faults{Drop: 2}); err == nil || !strings.Contains(err.Error(), "drop") {
+	if err := c.SetFaults(ctx, 0, NodeFaults{Drop: 2}); err == nil || !strings.Contains(err.Error(), "drop") {
 		t.Errorf("SetFaults drop 2: %v, want a 400 naming drop", err)
 	}
 	if _, err := c.Metrics(ctx, 0); err != nil {
@@ -183,7 +183,7 @@ func TestStartErrors(t *testing.T) {
 		t.Skip("starts real processes")
 	}
 	ctx := context.Background()
-	if _, err := Start(ctx, Config{Binary: binary, Nodes: 0, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}}); err == nil {
+	if _, err := Start(ctx, Config{Binary: binary, Nodes: 0, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}}); err == nil {
 		t.Error("Nodes 0: no error")
 	}
 	if _, err := Start(ctx, Config{Binary: binary, Nodes: 1}); err == nil {
@@ -191,12 +191,12 @@ func TestStartErrors(t *testing.T) {
 	}
 	// A config serve rejects: the error carries the node's log tail.
 	dir := t.TempDir()
-	_, err := Start(ctx, Config{Binary: binary, Nodes: 2, Dir: dir, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s"), Strategy: "nope"}}})
+	_, err := Start(ctx, Config{Binary: binary, Nodes: 2, Dir: dir, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s"), Strategy: "nope"}}})
 	if err == nil || !strings.Contains(err.Error(), "node n0") || !strings.Contains(err.Error(), "rules[0].strategy") {
 		t.Errorf("unknown strategy: %v", err)
 	}
 	// Without fault injection there is no Partition.
-	c, err := Start(ctx, Config{Binary: binary, Nodes: 1, Settle: -1, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
+	c, err := Start(ctx, Config{Binary: binary, Nodes: 1, Settle: -1, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

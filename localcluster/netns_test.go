@@ -16,12 +16,12 @@ import (
 
 func TestStartPartitionedNeedsNamespaces(t *testing.T) {
 	_, err := Start(context.Background(), Config{Binary: binary, Nodes: 2, StartPartitioned: [][]int{{0}, {1}},
-		Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
+		Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
 	if err == nil || !strings.Contains(err.Error(), "Namespaces") {
 		t.Errorf("StartPartitioned without Namespaces: %v", err)
 	}
 	_, err = Start(context.Background(), Config{Binary: binary, Nodes: 2, Namespaces: true, StartPartitioned: [][]int{{0, 1}, {1}},
-		Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
+		Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
 	if err == nil || !strings.Contains(err.Error(), "two groups") {
 		t.Errorf("node 1 in two groups: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestNamespaces(t *testing.T) {
 	defer cancel()
 	var log lockedbuf.Buffer
 	c, err := Start(ctx, Config{Binary: binary, Nodes: 2, Namespaces: true, Settle: -1, Log: &log,
-		Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s"), Burst: 3}}})
+		Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s"), Burst: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // strategy take config's defaults), the join list, and the secret key or
 // insecure without one.
 func TestNodeConfigYAMLParses(t *testing.T) {
-	rules := []Rule{
+	rules := []rule.Rule{
 		{Name: "api", Rate: rule.MustRate("1/3s"), Burst: 5, Strategy: "gcounter", Params: []string{"gossip=20ms"}, Partition: strategy.PartitionConserve},
 		{Name: "b", Rate: rule.MustRate("2.5")},
 	}
@@ -30,7 +30,7 @@ func TestNodeConfigYAMLParses(t *testing.T) {
 	if f.Node.Name != "n3" || !reflect.DeepEqual(f.Node.Join, []string{"127.0.0.1:7946"}) || string(f.Node.SecretKey) != string(key) || f.Node.Insecure {
 		t.Errorf("node: %+v", f.Node)
 	}
-	want := []Rule{
+	want := []rule.Rule{
 		{Name: "api", Key: config.DefaultKey, Rate: rules[0].Rate, Burst: 5, Strategy: "gcounter", Params: []string{"gossip=20ms"}, Partition: strategy.PartitionConserve},
 		{Name: "b", Key: config.DefaultKey, Rate: rules[1].Rate, Burst: 3, Strategy: config.DefaultStrategy},
 	}

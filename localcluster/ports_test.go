@@ -59,7 +59,7 @@ func TestStartRedrawsTakenPort(t *testing.T) {
 		return ps, err
 	}
 	defer func() { drawPorts = pickPorts }()
-	c, err := Start(context.Background(), Config{Binary: binary, Nodes: 2, Settle: -1, Rules: []Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
+	c, err := Start(context.Background(), Config{Binary: binary, Nodes: 2, Settle: -1, Rules: []rule.Rule{{Name: "a", Rate: rule.MustRate("1/s")}}})
 	if err != nil {
 		t.Fatalf("a taken port was not drawn again: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -26,10 +27,10 @@ type InProcess struct {
 	killed []bool
 }
 
-// StartInProcess starts n nodes "n0".."n<n-1>" sharing one rule named rule
+// StartInProcess starts n nodes "n0".."n<n-1>" sharing one rule named ruleName
 // with rate ratePerSec tokens per (wall) second, burst, strategy and its
 // params ("name=value", unprefixed).
-func StartInProcess(ctx context.Context, n int, rule string, ratePerSec float64, burst int64, strat string, params []string) (*InProcess, error) {
+func StartInProcess(ctx context.Context, n int, ruleName string, ratePerSec float64, burst int64, strat string, params []string) (*InProcess, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("replay: %d nodes", n)
 	}
@@ -40,14 +41,14 @@ func StartInProcess(ctx context.Context, n int, rule string, ratePerSec float64,
 	}
 	rate, err := bucket.PerSecond(ratePerSec)
 	if err != nil {
-		return nil, fmt.Errorf("replay: rule %q: %w", rule, err)
+		return nil, fmt.Errorf("replay: rule %q: %w", ruleName, err)
 	}
 	epoch := time.Now()
-	p := &InProcess{rule: rule, killed: make([]bool, n)}
+	p := &InProcess{rule: ruleName, killed: make([]bool, n)}
 	for i := range n {
 		node, err := limiter.Start(ctx, limiter.Config{
 			Name:      members[i],
-			Rules:     []cluster.Rule{{Name: rule, Rate: rate, Burst: burst, Strategy: strat, Params: params}},
+			Rules:     []rule.Rule{{Name: ruleName, Rate: rate, Burst: burst, Strategy: strat, Params: params}},
 			InProcess: &limiter.InProcess{Network: net, Members: members},
 			Epoch:     epoch,
 			Seed:      uint64(i + 1),
@@ -84,7 +85,7 @@ func (p *InProcess) Bytes(context.Context) (msgs, bytes int64, err error) {
 	return msgs, bytes, nil
 }
 
-// Kill implements Faults: node stops, and the others drop it from their
+// Kill implements FaultInjector: node stops, and the others drop it from their
 // members.
 func (p *InProcess) Kill(node int) error {
 	p.mu.Lock()
@@ -110,12 +111,12 @@ func (p *InProcess) Kill(node int) error {
 	return nil
 }
 
-// Partition implements Faults: not supported in process.
+// Partition implements FaultInjector: not supported in process.
 func (p *InProcess) Partition(...[]int) error {
 	return errors.New("replay: partitions need a live cluster")
 }
 
-// Heal implements Faults: not supported in process.
+// Heal implements FaultInjector: not supported in process.
 func (p *InProcess) Heal() error { return errors.New("replay: partitions need a live cluster") }
 
 // Close stops every node.

@@ -177,7 +177,7 @@ func (l *LiveTarget) StateBytes(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// Kill implements Faults: it reads the node's counters, then kills it.
+// Kill implements FaultInjector: it reads the node's counters, then kills it.
 func (l *LiveTarget) Kill(i int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -218,10 +218,10 @@ func (l *LiveTarget) Restart(i int) error {
 	return nil
 }
 
-// Partition implements Faults.
+// Partition implements FaultInjector.
 func (l *LiveTarget) Partition(groups ...[]int) error { return l.c.Partition(groups...) }
 
-// Heal implements Faults.
+// Heal implements FaultInjector.
 func (l *LiveTarget) Heal() error { return l.c.Heal() }
 
 // SumCounter sums the samples of metric name (a counter, gauge or untyped

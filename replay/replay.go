@@ -45,9 +45,9 @@ type Target interface {
 	Bytes(ctx context.Context) (msgs, bytes int64, err error)
 }
 
-// Faults is implemented by targets that can inject failures; a replay with
+// FaultInjector is implemented by targets that can inject failures; a replay with
 // Events needs it.
-type Faults interface {
+type FaultInjector interface {
 	Kill(node int) error             // stop node at once (SIGKILL)
 	Partition(groups ...[]int) error // cut the data plane between groups
 	Heal() error                     // undo Partition

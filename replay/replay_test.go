@@ -313,7 +313,7 @@ func TestKillEveryNodeLeavesRequestsUndecided(t *testing.T) {
 	}
 }
 
-// noFaults is a Target without Faults.
+// noFaults is a Target without FaultInjector.
 type noFaults struct{ f *fakeTarget }
 
 func (n noFaults) Nodes() int { return n.f.Nodes() }

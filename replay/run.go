@@ -44,7 +44,7 @@ type Options struct {
 	AssignPolicy string
 	Seed         uint64
 	// Events are faults at trace times; they need a Target that implements
-	// Faults. Events after the last request are not applied.
+	// FaultInjector. Events after the last request are not applied.
 	Events []Event
 	// Central is central's decisions on Trace (eval.Central); nil: computed.
 	Central []bool
@@ -109,7 +109,7 @@ type Result struct {
 
 // Run replays opts.Trace against t and scores the decisions against
 // central's. Errors: bad options (events out of range or on a target
-// without Faults), a failed fault injection (it stops the replay) and
+// without FaultInjector), a failed fault injection (it stops the replay) and
 // ctx's end. A failure to read the traffic counters is reported in
 // Result.BytesError. A request whose Check fails is not an error of Run:
 // it is counted as undecided (and so rejected), like the simulator's
@@ -137,9 +137,9 @@ type runner struct {
 	ctx       context.Context
 	opts      Options
 	t         Target
-	faults    Faults    // nil: the target cannot inject faults
-	restarter Restarter // nil: the target cannot restart a node
-	n         int       // the target's nodes
+	faults    FaultInjector // nil: the target cannot inject faults
+	restarter Restarter     // nil: the target cannot restart a node
+	n         int           // the target's nodes
 	assign    workload.Assigner
 	events    []Event // opts.Events by time
 	reqs      []workload.Request
@@ -210,7 +210,7 @@ func newRunner(ctx context.Context, opts Options, t Target) (*runner, error) {
 	}
 	events := slices.Clone(opts.Events)
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
-	faults, _ := t.(Faults)
+	faults, _ := t.(FaultInjector)
 	restarter, _ := t.(Restarter)
 	if err := checkEvents(events, n, faults != nil, restarter != nil); err != nil {
 		return nil, err

@@ -1,12 +1,12 @@
 // Package rule is tokenmesh's one rule type: a limit the cluster enforces
 // per key, a token bucket of Rate and Burst coordinated by a named
 // strategy. The YAML configuration (package config) parses into it, the
-// node (cluster.Rule is this type) runs it, the embeddable library
+// node (cluster.Config.Rules) runs it, the embeddable library
 // (limiter.Config.Rules) takes it, and localcluster writes it into the
 // node configuration files it generates (through config.Marshal).
 //
 // The package is a leaf above the strategies: it imports bucket, strategy
-// and strategy/all (to check a rule's strategy and parameters against
+// and strategy/registry (to check a rule's strategy and parameters against
 // their declarations), nothing of the runtime, so config need not import
 // cluster to hold a rule. The shape is ours; the token bucket (rate r,
 // burst b) is the seeds' (seed 000 §2).
@@ -22,7 +22,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // Defaults of a rule's optional fields.
@@ -59,7 +59,7 @@ type Rule struct {
 	// Burst is the bucket's capacity in tokens, >= 1 (config and
 	// localcluster default it to DefaultBurst(Rate)).
 	Burst int64
-	// Strategy is a name from strategy/all ("": DefaultStrategy where a
+	// Strategy is a name from strategy/registry ("": DefaultStrategy where a
 	// rule is read from a file or built by limiter).
 	Strategy string
 	// Params are the strategy's parameters as "name=value" strings,
@@ -150,7 +150,7 @@ func (r Rule) checkBucket() error {
 	if name == "" {
 		name = DefaultStrategy
 	}
-	info, err := all.Lookup(name)
+	info, err := registry.Lookup(name)
 	if err != nil {
 		return &FieldError{Field: "strategy", Msg: err.Error()}
 	}
@@ -211,7 +211,7 @@ func (r Rule) partitionMode(values map[string]string) (strategy.PartitionMode, e
 // checkParams checks every parameter's name, and its name and type
 // against the declarations of the strategy name (info); the partition
 // parameter is partitionMode's.
-func checkParams(name string, info all.Info, params strategy.Params) error {
+func checkParams(name string, info registry.Info, params strategy.Params) error {
 	values := params.Values()
 	for _, k := range params.Names() {
 		v := values[k]
@@ -222,7 +222,7 @@ func checkParams(name string, info all.Info, params strategy.Params) error {
 			continue // checked above
 		}
 		// Names and types come from the strategy's declarations
-		// (all.Info.Params); bounds beyond the type are the constructor's.
+		// (registry.Info.Params); bounds beyond the type are the constructor's.
 		if _, ok := strategy.FindParam(info.Params, k); !ok {
 			return &FieldError{Field: "params", Param: k, Msg: strategy.CheckParam(name, info.Params, k, v).Error()}
 		}
@@ -236,7 +236,7 @@ func checkParams(name string, info all.Info, params strategy.Params) error {
 // checkInstance makes a throwaway instance of the strategy name (info)
 // with params and the partition mode, and checks that the strategy
 // supports the mode.
-func (r Rule) checkInstance(name string, info all.Info, params strategy.Params, mode strategy.PartitionMode) error {
+func (r Rule) checkInstance(name string, info registry.Info, params strategy.Params, mode strategy.PartitionMode) error {
 	// A throwaway instance lets the strategy itself reject values out of
 	// their bounds or that disagree with each other, and any rate/burst it
 	// cannot split; names and types were checked against the declarations

@@ -15,8 +15,8 @@ import (
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/envoyrls"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // The service layer's own cost per unbatched call, without gRPC: Check
@@ -33,7 +33,7 @@ func BenchmarkServiceCallCheck(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			rules := []cluster.Rule{{Name: "api", Rate: r, Burst: 1e9, Strategy: strat}}
+			rules := []rule.Rule{{Name: "api", Rate: r, Burst: 1e9, Strategy: strat}}
 			s := New(startTestNode(b, rules), rules)
 			reqs := make([]*tokenmeshv1.CheckRequest, benchKeys)
 			for i := range reqs {
@@ -92,7 +92,7 @@ func BenchmarkServiceCallHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rules := []cluster.Rule{{Name: "api", Rate: r, Burst: 1e9, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: r, Burst: 1e9, Strategy: "owner"}}
 	h := New(startTestNode(b, rules), rules).Handler()
 	bodies := make([]string, benchKeys)
 	for i := range bodies {

@@ -22,20 +22,20 @@ var ErrNoNode = errors.New("server: no node")
 // Unlike Check it does not wait for readiness (the HTTP mode's contract).
 // Errors: that, ErrNoNode, and the node's (ctx ended, the rule removed:
 // counted as not decided; input the node refuses, the node closed).
-func (s *Server) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.Decision, error) {
+func (s *Server) CheckItem(ctx context.Context, it cluster.BatchItem) (cluster.CheckResult, error) {
 	if s.node == nil {
-		return cluster.Decision{}, ErrNoNode
+		return cluster.CheckResult{}, ErrNoNode
 	}
 	t := s.tbl.Load()
 	if _, ok := t.byName[it.Rule]; !ok {
 		s.metrics.invalid.Inc()
-		return cluster.Decision{}, fmt.Errorf("rule %q: not a rule of this node", it.Rule)
+		return cluster.CheckResult{}, fmt.Errorf("rule %q: not a rule of this node", it.Rule)
 	}
 	r, err := s.decideItem(ctx, t, it)
 	if err != nil {
-		return cluster.Decision{}, err
+		return cluster.CheckResult{}, err
 	}
-	return r.Decision, r.Err
+	return r.CheckResult, r.Err
 }
 
 // CheckBatch is CheckItem for a batch (cluster.Node.CheckBatch), each

@@ -117,6 +117,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -177,7 +178,7 @@ func newMetrics(node nodeView) *metrics {
 }
 
 // forRule returns r's series (created at zero on first use).
-func (m *metrics) forRule(r cluster.Rule) *ruleMetrics {
+func (m *metrics) forRule(r rule.Rule) *ruleMetrics {
 	return &ruleMetrics{
 		allowed: m.decisions.WithLabelValues(r.Name, r.Strategy, "allowed"),
 		refused: m.decisions.WithLabelValues(r.Name, r.Strategy, "refused"),
@@ -189,7 +190,7 @@ func (m *metrics) forRule(r cluster.Rule) *ruleMetrics {
 
 // dropRule deletes the series of a rule the server no longer serves
 // (SetRules), so a removed rule leaves /metrics.
-func (m *metrics) dropRule(r cluster.Rule) {
+func (m *metrics) dropRule(r rule.Rule) {
 	for _, res := range []string{"allowed", "refused", "error"} {
 		m.decisions.DeleteLabelValues(r.Name, r.Strategy, res)
 	}
@@ -228,7 +229,7 @@ func (rm *ruleMetrics) count(r cluster.BatchResult, allowed bool, waited time.Du
 // (*cluster.Node plus the member count; a fake in tests).
 type nodeView interface {
 	Stats() cluster.Stats
-	Inspect(ctx context.Context, f func(now time.Duration, rule cluster.Rule, s strategy.Strategy)) error
+	Inspect(ctx context.Context, f func(now time.Duration, rule rule.Rule, s strategy.Strategy)) error
 	Members() int
 }
 
@@ -239,7 +240,7 @@ func (v limiterView) Stats() cluster.Stats { return v.n.Cluster().Stats() }
 
 // Inspect is the cluster node's Peek: the metrics read memory and shares,
 // no key's level, so the buckets lent to the fast path stay lent.
-func (v limiterView) Inspect(ctx context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+func (v limiterView) Inspect(ctx context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
 	return v.n.Cluster().Peek(ctx, f)
 }
 
@@ -420,7 +421,7 @@ func (c *nodeCollector) inspect() []ruleState {
 		rows      []ruleState
 		abandoned bool // the scrape stopped waiting: a late call updates c.last only
 	)
-	err := c.node.Inspect(ctx, func(_ time.Duration, rule cluster.Rule, s strategy.Strategy) {
+	err := c.node.Inspect(ctx, func(_ time.Duration, rule rule.Rule, s strategy.Strategy) {
 		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
 		if mr, ok := s.(strategy.MemoryReporter); ok {
 			row.stateBytes = mr.MemoryBytes()

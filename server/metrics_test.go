@@ -18,6 +18,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -192,7 +193,7 @@ func TestMetrics(t *testing.T) {
 // in the histogram; peer traffic shows in the peer counters.
 func TestMetricsUndecided(t *testing.T) {
 	net := cluster.NewMemNetwork()
-	rules := []cluster.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
+	rules := []rule.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules,
 		InProcess: &limiter.InProcess{Network: net, Members: []string{"n1", "n2"}}})
 	if err != nil {
@@ -263,12 +264,12 @@ func (f fakeShares) CapacityShares() (sum float64, n int) { return f.sum, f.keys
 
 type fakeView struct {
 	stats   cluster.Stats
-	inspect func(ctx context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error
+	inspect func(ctx context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error
 	members int
 }
 
 func (v fakeView) Stats() cluster.Stats { return v.stats }
-func (v fakeView) Inspect(ctx context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+func (v fakeView) Inspect(ctx context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
 	return v.inspect(ctx, f)
 }
 func (v fakeView) Members() int { return v.members }
@@ -294,9 +295,9 @@ func TestMetricsCapacityShares(t *testing.T) {
 			"g": {MessagesSent: 7, BytesSent: 700, MessagesReceived: 5, BytesReceived: 500, SendErrors: 1, ReceiveErrors: 2, Pending: 3},
 		}, InboxDropped: 9, UnknownRuleFrames: 11, BadSender: 13},
 		members: 4,
-		inspect: func(_ context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
-			f(0, cluster.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
-			f(0, cluster.Rule{Name: "empty"}, fakeShares{})
+		inspect: func(_ context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
+			f(0, rule.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
+			f(0, rule.Rule{Name: "empty"}, fakeShares{})
 			return nil
 		},
 	}
@@ -335,7 +336,7 @@ func TestMetricsCapacityShares(t *testing.T) {
 
 	// When the node does not answer Inspect, the state gauges are left out
 	// and the rest is still served.
-	view.inspect = func(ctx context.Context, _ func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+	view.inspect = func(ctx context.Context, _ func(time.Duration, rule.Rule, strategy.Strategy)) error {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("Inspect without a deadline")
 		}
@@ -354,11 +355,11 @@ func TestMetricsCapacityShares(t *testing.T) {
 	// Once read, the state gauges do not vanish from a scrape of a node
 	// too busy to answer: they keep the values last read.
 	busy := false
-	view.inspect = func(_ context.Context, f func(time.Duration, cluster.Rule, strategy.Strategy)) error {
+	view.inspect = func(_ context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
 		if busy {
 			return errors.New("busy")
 		}
-		f(0, cluster.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
+		f(0, rule.Rule{Name: "g"}, fakeShares{sum: 1.5, keys: 6})
 		return nil
 	}
 	m := newMetrics(view)
@@ -387,7 +388,7 @@ type refusingView struct {
 func (v refusingView) PeerRefusals() map[string]int64 { return v.refusals }
 
 func TestMetricsRefusedFrames(t *testing.T) {
-	noop := func(context.Context, func(time.Duration, cluster.Rule, strategy.Strategy)) error { return nil }
+	noop := func(context.Context, func(time.Duration, rule.Rule, strategy.Strategy)) error { return nil }
 	base := fakeView{stats: cluster.Stats{Rules: map[string]cluster.RuleStats{"a": {ReceiveErrors: 2}, "b": {ReceiveErrors: 3}}},
 		members: 3, inspect: noop}
 	view := refusingView{fakeView: base, refusals: map[string]int64{"bad_mac": 7, "replay": 4, "unknown_sender": 1}}

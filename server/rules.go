@@ -1,13 +1,11 @@
 package server
 
-import (
-	"github.com/tokenmesh/tokenmesh/cluster"
-)
+import "github.com/tokenmesh/tokenmesh/rule"
 
 // ruleTable is the rules a Server serves; replaced whole by SetRules, read
 // without locks (one table per call).
 type ruleTable struct {
-	rules  []cluster.Rule
+	rules  []rule.Rule
 	byName map[string]ruleInfo
 }
 
@@ -17,7 +15,7 @@ type ruleTable struct {
 // a rule the node lacks left out. A rule kept with the same name and
 // strategy keeps its metric series; the series of rules no longer served
 // are deleted. Calls in flight finish with the table they started with.
-func (s *Server) SetRules(rules []cluster.Rule) {
+func (s *Server) SetRules(rules []rule.Rule) {
 	s.rulesMu.Lock()
 	defer s.rulesMu.Unlock()
 	t := &ruleTable{byName: map[string]ruleInfo{}}
@@ -49,7 +47,7 @@ func (s *Server) SetRules(rules []cluster.Rule) {
 			continue // still the node's derived rule
 		}
 		if !static || ri.rule.Strategy != ds.strategy { // a configured rule of the same series keeps them
-			s.metrics.dropRule(cluster.Rule{Name: name, Strategy: ds.strategy})
+			s.metrics.dropRule(rule.Rule{Name: name, Strategy: ds.strategy})
 		}
 		delete(s.derived, name)
 	}
@@ -57,9 +55,9 @@ func (s *Server) SetRules(rules []cluster.Rule) {
 }
 
 // clusterRule is the node's rule of that name, configured or derived.
-func (s *Server) clusterRule(name string) (cluster.Rule, bool) {
+func (s *Server) clusterRule(name string) (rule.Rule, bool) {
 	if s.node == nil {
-		return cluster.Rule{}, false
+		return rule.Rule{}, false
 	}
 	return s.node.Cluster().Rule(name)
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
-	"github.com/tokenmesh/tokenmesh/cluster"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // TestServerSetRules: after the node's rules change, SetRules makes the
@@ -27,8 +27,8 @@ func TestServerSetRules(t *testing.T) {
 	if _, err := check("loc"); err != nil {
 		t.Fatal(err)
 	}
-	added := cluster.Rule{Name: "new", Rate: slow, Burst: 1, Strategy: "owner"}
-	next := []cluster.Rule{rules[0], added}
+	added := rule.Rule{Name: "new", Rate: slow, Burst: 1, Strategy: "owner"}
+	next := []rule.Rule{rules[0], added}
 	if _, err := node.SetRules(context.Background(), next); err != nil {
 		t.Fatal(err)
 	}

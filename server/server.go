@@ -77,6 +77,7 @@ import (
 	tokenmeshv1 "github.com/tokenmesh/tokenmesh/api/tokenmesh/v1"
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
+	"github.com/tokenmesh/tokenmesh/rule"
 )
 
 // Limits of one request.
@@ -91,7 +92,7 @@ const (
 
 // ruleInfo is what the API reports of a rule.
 type ruleInfo struct {
-	rule     cluster.Rule
+	rule     rule.Rule
 	perSec   float64 // tokens/s
 	rateZero bool
 	m        *ruleMetrics
@@ -132,7 +133,7 @@ type derivedSeries struct {
 // repeated name, is left out). The server reports ready until
 // SetReady(false); with a nil node it serves no rules and is never ready
 // (Check answers UNAVAILABLE, HTTP 503).
-func New(node *limiter.Node, rules []cluster.Rule) *Server {
+func New(node *limiter.Node, rules []rule.Rule) *Server {
 	s := &Server{node: node, health: health.NewServer()}
 	var view nodeView // nil without a node
 	if node != nil {
@@ -292,11 +293,11 @@ func (s *Server) decideItem(ctx context.Context, t *ruleTable, it cluster.BatchI
 	ri.m.edgeLateness(it.CreatedAtUnixNs, start)
 	d, err := s.node.Cluster().CheckItem(ctx, it)
 	waited := time.Since(start)
-	r := cluster.BatchResult{Decision: d}
+	r := cluster.BatchResult{CheckResult: d}
 	if err != nil {
 		switch cerr := ctx.Err(); {
 		case cerr != nil && errors.Is(err, cerr), errors.Is(err, cluster.ErrRuleRemoved):
-			r = cluster.BatchResult{Decision: cluster.Decision{Remaining: -1}, Err: err}
+			r = cluster.BatchResult{CheckResult: cluster.CheckResult{Remaining: -1}, Err: err}
 		default:
 			return cluster.BatchResult{}, err
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -33,8 +34,8 @@ var slow = bucket.Rate{Tokens: 1, Per: 100 * time.Second}
 
 // testRules is rule "api" (0.01/s, burst 3, owner) and rule "loc" (local,
 // burst 5).
-func testRules() []cluster.Rule {
-	return []cluster.Rule{
+func testRules() []rule.Rule {
+	return []rule.Rule{
 		{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s"}},
 		{Name: "loc", Rate: slow, Burst: 5, Strategy: "local"},
 	}
@@ -42,7 +43,7 @@ func testRules() []cluster.Rule {
 
 // startTestNode starts single-node limiter "n1" with rules, closed at the
 // end of the test.
-func startTestNode(t testing.TB, rules []cluster.Rule) *limiter.Node {
+func startTestNode(t testing.TB, rules []rule.Rule) *limiter.Node {
 	t.Helper()
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
@@ -416,7 +417,7 @@ func TestListRules(t *testing.T) {
 	rules := testRules()
 	node := startTestNode(t, rules)
 	// A rule the node lacks and a repeated name are left out.
-	s := New(node, append(rules, cluster.Rule{Name: "ghost", Rate: slow, Burst: 1, Strategy: "local"}, rules[0]))
+	s := New(node, append(rules, rule.Rule{Name: "ghost", Rate: slow, Burst: 1, Strategy: "local"}, rules[0]))
 
 	rec := do(s, "GET", "/v1/rules", "")
 	if rec.Code != http.StatusOK {
@@ -544,7 +545,7 @@ func TestNoNode(t *testing.T) {
 // allowed=false and its error; the other items are still decided.
 func TestUndecidedItem(t *testing.T) {
 	net := cluster.NewMemNetwork()
-	rules := []cluster.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
+	rules := []rule.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
 	members := []string{"n1", "n2"} // n2 never starts: forwards to it are lost
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules,
 		InProcess: &limiter.InProcess{Network: net, Members: members}})

@@ -13,7 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -76,7 +76,7 @@ func (g *rapidGen) next() uint64 {
 // run simulates s with the partition mode given as the generic parameter
 // (as --param s.partition=mode does) and returns the trace and outcomes.
 func (s splitRun) run(t *rapid.T, mode string) (*workload.Trace, *sim.Result) {
-	info, err := all.Lookup(s.strategy)
+	info, err := registry.Lookup(s.strategy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestPartitionParam(t *testing.T) {
 		t.Fatal(err)
 	}
 	runWith := func(name, param string) error {
-		info, err := all.Lookup(name)
+		info, err := registry.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -18,7 +18,7 @@ import (
 // round-robin, peers 1 ms apart.
 func runProxies(t *testing.T, tr *workload.Trace, name string, nodes int, r, b int64, tier sim.ProxyTier, sc *sim.Scenario) *sim.Result {
 	t.Helper()
-	info, err := all.Lookup(name)
+	info, err := registry.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}

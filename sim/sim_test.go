@@ -12,7 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
@@ -26,7 +26,7 @@ var (
 // run simulates the registered strategy name at 1 token/s, burst 5.
 func run(t testing.TB, tr *workload.Trace, name string, nodes int, net sim.Network, sc *sim.Scenario, params ...string) *sim.Result {
 	t.Helper()
-	info, err := all.Lookup(name)
+	info, err := registry.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestScenarioErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _ := all.Lookup("static")
+	info, _ := registry.Lookup("static")
 	assign, _ := workload.NewAssigner("hash", 1)
 	_, err = sim.Run(mustGen(t, "poisson:users=2,duration=2s", 1), sim.Config{Name: "static", New: info.New, Nodes: 3,
 		Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Network: fixed(0), Scenario: sc, Assign: assign})
@@ -189,12 +189,12 @@ func FuzzReadLatencySamples(f *testing.F) {
 
 var (
 	fuzzTrace *workload.Trace
-	fuzzOwner all.Info
+	fuzzOwner registry.Info
 )
 
 func FuzzParseScenario(f *testing.F) {
 	fuzzTrace = mustGen(f, "poisson:users=3,rate=5,duration=3s", 1)
-	fuzzOwner, _ = all.Lookup("owner")
+	fuzzOwner, _ = registry.Lookup("owner")
 	f.Add([]byte("detection: 1s\nevents:\n  - at: 2s\n    crash: [n1]\n  - at: 3s\n    heal: true\n"))
 	f.Add([]byte("network:\n  latency: exp:2ms\n  loss: 0.5\n"))
 	f.Add([]byte("events:\n  - at: 1s\n    partition: [[n0], [n1, n2]]\n"))
@@ -248,7 +248,7 @@ func FuzzParseScenario(f *testing.F) {
 
 func BenchmarkStatic(b *testing.B) {
 	tr := mustGen(b, "heavy:users=5000,rate=20000,duration=60s", 1)
-	info, _ := all.Lookup("static")
+	info, _ := registry.Lookup("static")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -296,7 +296,7 @@ func TestOwnerRetriesUnderLoss(t *testing.T) {
 
 func BenchmarkOwner(b *testing.B) {
 	tr := mustGen(b, "heavy:users=5000,rate=20000,duration=10s", 1)
-	info, _ := all.Lookup("owner")
+	info, _ := registry.Lookup("owner")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -328,7 +328,7 @@ func TestLocalDecisions(t *testing.T) {
 	if got := localShare(run(t, tr, "static", 4, fixed(time.Millisecond), nil)); got != 1 {
 		t.Fatalf("static: local share %v, want 1", got)
 	}
-	info, _ := all.Lookup("owner")
+	info, _ := registry.Lookup("owner")
 	res := simtest.Run(t, tr, "owner", info.New, simtest.Options{Nodes: 4, Net: fixed(time.Millisecond), Assign: "roundrobin"})
 	if got := localShare(res); got < 0.2 || got > 0.3 {
 		t.Fatalf("owner over 4 nodes, round-robin: local share %v, want about 1/4", got)
@@ -361,7 +361,7 @@ func TestEdgeTimesOrderOwner(t *testing.T) {
 		{"owner, no edge times", nil, []bool{true, false}, "owner"},
 		{"static on one node ignores edge times", edge, []bool{true, false}, "static"},
 	} {
-		info, err := all.Lookup(tc.strat)
+		info, err := registry.Lookup(tc.strat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +375,7 @@ func TestEdgeTimesOrderOwner(t *testing.T) {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	info, _ := all.Lookup("owner")
+	info, _ := registry.Lookup("owner")
 	assign, _ := workload.NewAssigner("hash", 1)
 	if _, err := sim.Run(tr, sim.Config{Name: "owner", New: info.New, Nodes: 1, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
 		Network: fixed(ms), Assign: assign, EdgeTimes: edge[:1]}); err == nil || !strings.Contains(err.Error(), "1 edge times for 2 requests") {

@@ -10,13 +10,13 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 func worldConfig(t *testing.T, name string, nodes int, sc *sim.Scenario) sim.Config {
 	t.Helper()
-	info, err := all.Lookup(name)
+	info, err := registry.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ type deltaRec struct {
 // with each rule's base in one pass. Each rule's states stay sorted by
 // key. Errors name the record, or the rule whose base is out of order (a
 // damaged page).
-func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
+func applyDeltas(deltas *bolt.Bucket, rules map[string]RuleState) error {
 	recs, err := readDeltas(deltas, rules)
 	if err != nil || len(recs) == 0 {
 		return err
@@ -157,7 +157,7 @@ func applyDeltas(deltas *bolt.Bucket, rules map[string]Rule) error {
 // readDeltas decodes the records of deltas in sequence order. Errors: a
 // key that is not a sequence number or out of order, a bucket, a record
 // that does not decode, or one for a rule not in rules.
-func readDeltas(deltas *bolt.Bucket, rules map[string]Rule) ([]deltaRec, error) {
+func readDeltas(deltas *bolt.Bucket, rules map[string]RuleState) ([]deltaRec, error) {
 	var recs []deltaRec
 	var prev uint64
 	err := deltas.ForEach(func(k, v []byte) error {

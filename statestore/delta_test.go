@@ -22,11 +22,11 @@ import (
 // sorted is snap with each rule's states sorted by key (as Load returns
 // them), nil states as empty.
 func sorted(snap Snapshot) Snapshot {
-	out := Snapshot{Node: snap.Node, Taken: snap.Taken, Rules: map[string]Rule{}}
+	out := Snapshot{Node: snap.Node, Taken: snap.Taken, Rules: map[string]RuleState{}}
 	for name, r := range snap.Rules {
 		states := slices.Clone(r.States)
 		slices.SortFunc(states, func(a, b strategy.KeyState) int { return strings.Compare(a.Key, b.Key) })
-		out.Rules[name] = Rule{Strategy: r.Strategy, States: states}
+		out.Rules[name] = RuleState{Strategy: r.Strategy, States: states}
 	}
 	return out
 }
@@ -123,7 +123,7 @@ func TestSaveWritesOnlyChanged(t *testing.T) {
 	}
 	sameSnapshot(t, got, snap)
 	// A rule added: a compaction.
-	snap.Rules["other"] = Rule{Strategy: "local", States: []strategy.KeyState{{Key: "k", Level: 1, Capacity: 2, TicksPerToken: 1}}}
+	snap.Rules["other"] = RuleState{Strategy: "local", States: []strategy.KeyState{{Key: "k", Level: 1, Capacity: 2, TicksPerToken: 1}}}
 	if err := s.Save(snap); err != nil {
 		t.Fatal(err)
 	}
@@ -220,9 +220,9 @@ func TestDeltaProperty(t *testing.T) {
 					}
 				}
 			}
-			snap := Snapshot{Node: "n", Taken: time.Unix(0, int64(step)), Rules: map[string]Rule{}}
+			snap := Snapshot{Node: "n", Taken: time.Unix(0, int64(step)), Rules: map[string]RuleState{}}
 			for name, keys := range cur {
-				r := Rule{Strategy: strategies[name]}
+				r := RuleState{Strategy: strategies[name]}
 				for _, st := range keys {
 					r.States = append(r.States, st)
 				}
@@ -437,7 +437,7 @@ func crashSnapshot(i int) Snapshot {
 		v := int64(i-k%100) / 100
 		states = append(states, strategy.KeyState{Key: fmt.Sprintf("k%06d", k), Level: v % 50, Capacity: 50, TicksPerToken: 1, At: time.Duration(v)})
 	}
-	return Snapshot{Node: "n", Taken: time.Unix(0, int64(i)), Rules: map[string]Rule{"api": {Strategy: "owner", States: states}}}
+	return Snapshot{Node: "n", Taken: time.Unix(0, int64(i)), Rules: map[string]RuleState{"api": {Strategy: "owner", States: states}}}
 }
 
 // TestCrashMidSave: a process killed (SIGKILL) while it saves snapshots

@@ -125,8 +125,8 @@ var (
 // that fails validation).
 var ErrCorrupt = errors.New("statestore: corrupt state file")
 
-// Rule is one rule's saved state.
-type Rule struct {
+// RuleState is one rule's saved state.
+type RuleState struct {
 	Strategy string
 	// States' At is wall-clock time, nanoseconds since the Unix epoch.
 	States []strategy.KeyState
@@ -136,7 +136,7 @@ type Rule struct {
 type Snapshot struct {
 	Node  string
 	Taken time.Time // wall clock
-	Rules map[string]Rule
+	Rules map[string]RuleState
 }
 
 // Keys is the number of key states in s.
@@ -339,7 +339,7 @@ func emptyBase(tx *bolt.Tx, meta *bolt.Bucket) (rules, strategies *bolt.Bucket, 
 // strategies, its states sorted by key into a bucket of its own under
 // rules, and their hashes into idx. buf is scratch space, returned for
 // reuse. Errors: a state that fails Validate, a key twice, bbolt's.
-func putRule(rules, strategies *bolt.Bucket, idx *index, name string, r Rule, buf []byte) ([]byte, error) {
+func putRule(rules, strategies *bolt.Bucket, idx *index, name string, r RuleState, buf []byte) ([]byte, error) {
 	rb, err := rules.CreateBucket([]byte(name))
 	if err != nil {
 		return buf, fmt.Errorf("statestore: save rule %q: %w", name, err)
@@ -434,7 +434,7 @@ func (s *Store) load(snapp *Snapshot, foundp *bool) (err error) {
 		if err != nil {
 			return fmt.Errorf("meta/taken_unix_ns: %w", err)
 		}
-		snap = Snapshot{Node: string(meta.Get(keyNode)), Taken: time.Unix(0, taken), Rules: map[string]Rule{}}
+		snap = Snapshot{Node: string(meta.Get(keyNode)), Taken: time.Unix(0, taken), Rules: map[string]RuleState{}}
 		if err := readBase(tx, meta, v != VersionUnsignedLevel, snap.Rules); err != nil {
 			return err
 		}
@@ -458,7 +458,7 @@ func readVersion(meta *bolt.Bucket) (uint64, error) {
 // readBase reads the base's rules (their strategies from meta) into out,
 // each rule's states in key order; signedLevel is the levels' encoding
 // (decodeState).
-func readBase(tx *bolt.Tx, meta *bolt.Bucket, signedLevel bool, out map[string]Rule) error {
+func readBase(tx *bolt.Tx, meta *bolt.Bucket, signedLevel bool, out map[string]RuleState) error {
 	rules, strategies := tx.Bucket(bucketRules), meta.Bucket(bucketStrategies)
 	if rules == nil || strategies == nil {
 		return errors.New("rules or meta/strategies: missing")
@@ -468,7 +468,7 @@ func readBase(tx *bolt.Tx, meta *bolt.Bucket, signedLevel bool, out map[string]R
 		if rb == nil {
 			return fmt.Errorf("rules/%q: not a bucket", name)
 		}
-		r := Rule{Strategy: string(strategies.Get(name))}
+		r := RuleState{Strategy: string(strategies.Get(name))}
 		err := rb.ForEach(func(k, v []byte) error {
 			st, err := decodeState(k, v, signedLevel)
 			if err != nil {
@@ -484,7 +484,7 @@ func readBase(tx *bolt.Tx, meta *bolt.Bucket, signedLevel bool, out map[string]R
 
 // readDeltaLog applies the delta log over rules (applyDeltas): required
 // in a version Version file, refused in older ones.
-func readDeltaLog(tx *bolt.Tx, v uint64, rules map[string]Rule) error {
+func readDeltaLog(tx *bolt.Tx, v uint64, rules map[string]RuleState) error {
 	deltas := tx.Bucket(bucketDeltas)
 	switch {
 	case v != Version && deltas != nil:

@@ -28,7 +28,7 @@ func sample(keys int) Snapshot {
 		states = append(states, strategy.KeyState{Key: fmt.Sprintf("tenant-%07d", i), Level: int64(i) % 300e9,
 			Capacity: 300e9, TicksPerToken: 60e9, At: time.Duration(taken.UnixNano()) - time.Duration(i)})
 	}
-	return Snapshot{Node: "n1", Taken: taken, Rules: map[string]Rule{
+	return Snapshot{Node: "n1", Taken: taken, Rules: map[string]RuleState{
 		"api":   {Strategy: "owner", States: states},
 		"empty": {Strategy: "static"},
 	}}

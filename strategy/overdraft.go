@@ -40,7 +40,7 @@ const (
 )
 
 // OverdraftStrategies names the strategies that implement overdraft, for
-// the error of the others (a test in strategy/all checks it against the
+// the error of the others (a test in strategy/registry checks it against the
 // registry).
 const OverdraftStrategies = "central, local, static, owner and lease"
 

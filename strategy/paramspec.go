@@ -27,11 +27,11 @@ const (
 
 // ParamSpec declares one parameter of a strategy: each strategy package
 // exports its list (var Params []strategy.ParamSpec, in its params.go),
-// and strategy/all's Info.Params refers to it. Config validation, the
+// and strategy/registry's Info.Params refers to it. Config validation, the
 // CLI's --param parsing and `tokenmesh strategies` read the declarations,
 // and so does the constructor: it reads typed values from ReadParams
 // (Values), so the declarations are the parser (ours; the seeds have no
-// configuration syntax). A test in strategy/all checks that every
+// configuration syntax). A test in strategy/registry checks that every
 // constructor reads every parameter it declares.
 type ParamSpec struct {
 	Name string    // as given after "strategy." (hold, on_timeout)

@@ -21,7 +21,7 @@ import (
 // or with the wrong type, or for the declared default of a parameter whose
 // default is a formula ("3*latency_hint + 100ms"; use the Or getters with
 // the computed default): such a constructor is wrong for every input, and
-// the test in strategy/all that builds each strategy with its defaults
+// the test in strategy/registry that builds each strategy with its defaults
 // finds it.
 type Values struct {
 	strategy string

@@ -451,7 +451,7 @@ func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*s
 	h.seq++ // a directory of its own per start
 	lc, err := localcluster.Start(ctx, localcluster.Config{Binary: h.f.tokenmesh, Nodes: nodes,
 		Dir:   filepath.Join(h.dir, fmt.Sprintf("tokenmesh-%s-%d-%d", strategy, nodes, h.seq)),
-		Rules: []localcluster.Rule{{Name: ruleName, Rate: rule.MustRate(h.f.limit.rate()), Burst: h.f.limit.burst, Strategy: strategy}}})
+		Rules: []rule.Rule{{Name: ruleName, Rate: rule.MustRate(h.f.limit.rate()), Burst: h.f.limit.burst, Strategy: strategy}}})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/internal/pki"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -254,7 +255,7 @@ func TestQueueFullDrops(t *testing.T) {
 func TestFaulty(t *testing.T) {
 	_, trs, boxes := mesh(t, 2, nil)
 	f := cluster.NewFaulty(trs["n0"], 1)
-	if err := f.SetFaults(cluster.Faults{Duplicate: 1, Delay: 10 * time.Millisecond}); err != nil {
+	if err := f.SetFaults(cluster.FrameFaults{Duplicate: 1, Delay: 10 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Send("n1", cluster.Frame{Rule: "r", Payload: []byte("dup")}); err != nil {
@@ -269,7 +270,7 @@ func TestFaulty(t *testing.T) {
 		}
 		return n == 2
 	})
-	if err := f.SetFaults(cluster.Faults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
+	if err := f.SetFaults(cluster.FrameFaults{Blocked: []strategy.NodeID{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Send("n1", cluster.Frame{Rule: "r", Payload: []byte("blocked")})
@@ -289,11 +290,11 @@ func TestFaulty(t *testing.T) {
 func TestOwnerClusterOverGRPC(t *testing.T) {
 	ids, trs, _ := mesh(t, 3, nil)
 	epoch := time.Now()
-	rule := cluster.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
+	r := rule.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
 		Params: []string{"hold=0s", "timeout=3s"}}
 	nodes := map[strategy.NodeID]*cluster.Node{}
 	for _, id := range ids {
-		n, err := cluster.New(cluster.Config{Self: id, Members: ids, Rules: []cluster.Rule{rule},
+		n, err := cluster.New(cluster.Config{Self: id, Members: ids, Rules: []rule.Rule{r},
 			Transport: cluster.NewFaulty(trs[id], 1), Seed: 7, Epoch: epoch})
 		if err != nil {
 			t.Fatal(err)
@@ -308,7 +309,7 @@ func TestOwnerClusterOverGRPC(t *testing.T) {
 			break
 		}
 	}
-	check := func(n *cluster.Node) cluster.Decision {
+	check := func(n *cluster.Node) cluster.CheckResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -267,7 +268,7 @@ func TestConfigErrors(t *testing.T) {
 func TestOwnerFailover(t *testing.T) {
 	ids := []strategy.NodeID{"n0", "n1", "n2"}
 	epoch := time.Now()
-	rule := cluster.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
+	r := rule.Rule{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Hour}, Burst: 5, Strategy: "owner",
 		Params: []string{"hold=0s", "timeout=2s"}}
 	nodes := map[strategy.NodeID]*cluster.Node{}
 	mems := map[strategy.NodeID]*Membership{}
@@ -278,7 +279,7 @@ func TestOwnerFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := cluster.New(cluster.Config{Self: id, Rules: []cluster.Rule{rule}, Transport: tr, Seed: 7, Epoch: epoch})
+		n, err := cluster.New(cluster.Config{Self: id, Rules: []rule.Rule{r}, Transport: tr, Seed: 7, Epoch: epoch})
 		if err != nil {
 			tr.Close()
 			t.Fatal(err)
@@ -316,7 +317,7 @@ func TestOwnerFailover(t *testing.T) {
 			break
 		}
 	}
-	check := func(id strategy.NodeID) cluster.Decision {
+	check := func(id strategy.NodeID) cluster.CheckResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

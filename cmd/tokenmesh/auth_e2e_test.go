@@ -23,7 +23,7 @@ import (
 // every node counts them in tokenmesh_peer_refused_frames_total{reason="bad_mac"}.
 func TestClusterE2EForgedFramesRefused(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	rules := []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "gcounter"}}
+	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "gcounter"}}
 	c := startCluster(t, localcluster.Config{Nodes: 3, SecretKey: key, Rules: rules})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

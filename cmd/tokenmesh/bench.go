@@ -25,7 +25,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/loadgen"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rule"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 type benchFlags struct {
@@ -451,7 +451,7 @@ func (f *benchFlags) spawnConfig(envoyDir string) (lc localcluster.Config, dir, 
 	}
 	strat := f.spawnStrategy()
 	lc = localcluster.Config{Binary: bin, Nodes: f.spawn,
-		Rules: []localcluster.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
+		Rules: []rule.Rule{{Name: f.rule, Rate: rate, Burst: f.limitBurst, Strategy: strat, Params: rule.Pairs(params)}}}
 	if (f.api == loadgen.APIRLS || f.api == loadgen.APIRLQS) && envoyDir == "" {
 		if envoyDir, err = f.writeSpawnEnvoyConfig(strat, rate, params); err != nil {
 			return lc, "", "", err
@@ -586,11 +586,11 @@ func (f *benchFlags) spawnParams() (map[string]string, error) {
 		return nil, nil
 	}
 	strat := f.spawnStrategy()
-	info, err := all.Lookup(strat)
+	info, err := registry.Lookup(strat)
 	if err != nil {
 		return nil, usageErr("--strategy: %v", err)
 	}
-	params, err := parseParamFlags(f.params, []all.Info{info})
+	params, err := parseParamFlags(f.params, []registry.Info{info})
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/cluster"
 	"github.com/tokenmesh/tokenmesh/limiter"
 	"github.com/tokenmesh/tokenmesh/loadgen"
 	"github.com/tokenmesh/tokenmesh/rule"
@@ -27,7 +26,7 @@ func benchServer(t *testing.T, rate float64, burst int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := []cluster.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}
 	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
 	if err != nil {
 		t.Fatal(err)

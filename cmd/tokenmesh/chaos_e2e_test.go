@@ -161,7 +161,7 @@ func TestChaosE2E(t *testing.T) {
 func runChaos(t *testing.T, sc chaos.Scenario, strategy string, env chaos.Envelope) chaos.Result {
 	t.Helper()
 	c := startCluster(t, localcluster.Config{Nodes: sc.Nodes, Namespaces: true,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate(fmt.Sprintf("%d/s", chaosRate)), Burst: chaosBurst, Strategy: strategy}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate(fmt.Sprintf("%d/s", chaosRate)), Burst: chaosBurst, Strategy: strategy}}})
 	if !c.Namespaced() {
 		t.Fatal("Namespaces requested and available, but the nodes run on 127.0.0.1")
 	}

@@ -105,7 +105,7 @@ func keysOwnedBy(owner string, n int, members ...[]string) []string {
 func TestClusterE2EDecisions(t *testing.T) {
 	// 1/m: no token refills while the test runs, however slow the machine.
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}})
 
 	allowed := 0
 	for k := range 10 {
@@ -146,7 +146,7 @@ func TestClusterE2ENodeCrash(t *testing.T) {
 	// A long forward timeout tells a forward to the dead node (1 s) from a
 	// decision by a live owner (milliseconds).
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "owner",
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("100/s"), Burst: 100, Strategy: "owner",
 			Params: []string{"timeout=1s"}}}})
 	keys := keysOwnedBy("n2", 4, []string{"n0", "n1", "n2"})
 
@@ -228,9 +228,9 @@ func metricShare(text, rule string) (sum float64, ok bool) {
 
 // gdrl: the capacity share of a crashed node comes back to the survivors.
 func TestClusterE2EGDRLShareReturns(t *testing.T) {
-	const rule = "g"
+	const ruleName = "g"
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: rule, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
+		Rules: []rule.Rule{{Name: ruleName, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
 	const key = "hot"
 
 	// Demand at every node, so that each holds about a third of the share.
@@ -239,7 +239,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 	var failures atomic.Int64
 	hammer := func(i int) {
 		for !stop.Load() && c.Alive(i) {
-			r, err := checkAt(c, i, 2*time.Second, rule, key, 1)
+			r, err := checkAt(c, i, 2*time.Second, ruleName, key, 1)
 			if err == nil && r.GetAllowed() {
 				admitted[i].Add(1)
 			}
@@ -279,7 +279,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 
 	ctx := context.Background()
 	if m, err := c.Metrics(ctx, 0); err == nil {
-		if _, ok := metricShare(m, rule); ok {
+		if _, ok := metricShare(m, ruleName); ok {
 			var sum float64
 			var shares []float64 // n0, n1
 			for time.Since(killed) < 20*time.Second {
@@ -289,7 +289,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 					if err != nil {
 						t.Fatalf("n%d /metrics: %v", i, err)
 					}
-					v, _ := metricShare(m, rule)
+					v, _ := metricShare(m, ruleName)
 					sum += v
 					shares = append(shares, v)
 				}
@@ -307,7 +307,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 				t.Logf("survivors' capacity shares %v sum to %.3f %v after the crash", shares, sum, time.Since(killed).Round(time.Millisecond))
 			}
 		} else {
-			t.Logf("n0 serves /metrics without tokenmesh_capacity_share_ratio{rule=%q}: rate check only", rule)
+			t.Logf("n0 serves /metrics without tokenmesh_capacity_share_ratio{rule=%q}: rate check only", ruleName)
 		}
 	} else {
 		t.Logf("no /metrics (%v): rate check only", err)
@@ -350,7 +350,7 @@ func TestClusterE2EGDRLShareReturns(t *testing.T) {
 // that is not a member change nothing.
 func TestClusterE2ENonMemberRefused(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	rules := []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5, Strategy: "owner"}}
 	c := startCluster(t, localcluster.Config{Nodes: 3, SecretKey: key, Rules: rules})
 
 	// A 4th process joining n0 without the key.
@@ -420,7 +420,7 @@ func TestClusterE2ENonMemberRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := cluster.New(cluster.Config{Self: "intruder", Members: []strategy.NodeID{"intruder", "n0", "n1", "n2"},
-		Rules:     []cluster.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
+		Rules:     []rule.Rule{{Name: "api", Rate: bucket.Rate{Tokens: 1, Per: time.Minute}, Burst: 5, Strategy: "owner", Params: []string{"timeout=200ms", "suspect=0s"}}}, // suspect=0s: every check is forwarded (no local answers after the first timeout)
 		Transport: tr, Epoch: daemon.ClusterEpoch})
 	if err != nil {
 		t.Fatal(err)
@@ -474,14 +474,14 @@ func TestServeFlagsHelp(t *testing.T) {
 // at once, without waiting for failure detection (5-8 s here, see
 // TestClusterE2ENodeCrash).
 func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
-	const rule, key = "g", "hot"
+	const ruleName, key = "g", "hot"
 	c := startCluster(t, localcluster.Config{Nodes: 3,
-		Rules: []localcluster.Rule{{Name: rule, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
+		Rules: []rule.Rule{{Name: ruleName, Rate: tenPerSec, Burst: 10, Strategy: "gdrl"}}})
 	// Demand everywhere for 3 s, so that every node holds a share of key.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		for i := range 3 {
-			if _, err := checkAt(c, i, 2*time.Second, rule, key, 1); err != nil {
+			if _, err := checkAt(c, i, 2*time.Second, ruleName, key, 1); err != nil {
 				t.Fatalf("check at n%d: %v", i, err)
 			}
 		}
@@ -494,9 +494,9 @@ func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
 			if err != nil {
 				t.Fatalf("n%d /metrics: %v", i, err)
 			}
-			v, ok := metricShare(m, rule)
+			v, ok := metricShare(m, ruleName)
 			if !ok {
-				t.Fatalf("n%d serves no tokenmesh_capacity_share_ratio{rule=%q}", i, rule)
+				t.Fatalf("n%d serves no tokenmesh_capacity_share_ratio{rule=%q}", i, ruleName)
 			}
 			sum += v
 			each = append(each, v)

@@ -67,7 +67,7 @@ func requireNetns(t *testing.T) {
 func startNamespaced(t *testing.T, n int, strategy string, startCut [][]int) *localcluster.Cluster {
 	t.Helper()
 	c := startCluster(t, localcluster.Config{Nodes: n, Namespaces: true, StartPartitioned: startCut, Settle: -1,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: strategy}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: strategy}}})
 	if !c.Namespaced() {
 		t.Fatal("Namespaces requested and available, but the nodes run on 127.0.0.1")
 	}
@@ -244,7 +244,7 @@ func TestHealE2EControlNoReconnect(t *testing.T) {
 		t.Skip("set TOKENMESH_HEAL_CONTROL=1 to run the control")
 	}
 	c := startCluster(t, localcluster.Config{Nodes: 3, Namespaces: true, Settle: -1, ReconnectInterval: 10 * time.Minute,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}}})
 	groups := [][]int{{0}, {1, 2}}
 	if err := c.Partition(groups...); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // every second: a sample within a few seconds) and, once it did, the hint
 // their strategies have: non-zero, at least the floor.
 func TestClusterE2ELatencyHintMeasured(t *testing.T) {
-	rules := []localcluster.Rule{{Name: "api", Rate: rule.MustRate("10/s"), Burst: 10, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("10/s"), Burst: 10, Strategy: "owner"}}
 	t.Setenv(envLatency, "auto") // the spawned serve processes inherit it
 	c := startCluster(t, localcluster.Config{Nodes: 2, Rules: rules})
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)

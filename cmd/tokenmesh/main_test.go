@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 var binary string
@@ -232,7 +232,7 @@ func TestStrategiesListsParams(t *testing.T) {
 		name, _, _ := strings.Cut(sec, ":")
 		sections[name] = sec
 	}
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		sec, ok := sections[info.Name]
 		if !ok {
 			t.Errorf("no section for %s in\n%s", info.Name, out)
@@ -431,7 +431,7 @@ func TestStrategiesFit120Columns(t *testing.T) {
 		}
 	}
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		for _, p := range info.Params {
 			if !strings.Contains(flat, strings.Join(strings.Fields(p.Doc), " ")) {
 				t.Errorf("%s.%s: its doc is not in the output", info.Name, p.Name)

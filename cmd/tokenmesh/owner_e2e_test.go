@@ -53,7 +53,7 @@ func TestClusterE2EOwnerCrashAndRollingRestart(t *testing.T) {
 		workers = 32
 	)
 	c := startCluster(t, localcluster.Config{Nodes: nodes,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: burst, Strategy: "owner"}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: burst, Strategy: "owner"}}})
 	keys := make([]string, nKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%d", i)

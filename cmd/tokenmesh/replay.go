@@ -25,7 +25,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -130,7 +130,7 @@ back to the data-plane cut with a warning.`,
 	fl := cmd.Flags()
 	f.traceFlags.add(fl, "trace file (required): ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
 	fl.IntVar(&f.nodes, "nodes", 3, "number of node processes")
-	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(all.Names()[1:], ", ")+")")
+	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(registry.Names()[1:], ", ")+")")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second of trace time, per key")
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
 	fl.StringVar(&f.assign, "assign", "roundrobin", assignHelp)
@@ -252,9 +252,9 @@ func parseReplayStrategies(list string) ([]string, error) {
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		if name == "central" {
-			return nil, usageErr("--strategy central: central is the reference, computed from the trace; name a coordination strategy (%s)", strings.Join(all.Names()[1:], ", "))
+			return nil, usageErr("--strategy central: central is the reference, computed from the trace; name a coordination strategy (%s)", strings.Join(registry.Names()[1:], ", "))
 		}
-		if _, err := all.Lookup(name); err != nil {
+		if _, err := registry.Lookup(name); err != nil {
 			return nil, usageErr("--strategy: %v", err)
 		}
 		if seen[name] {
@@ -269,9 +269,9 @@ func parseReplayStrategies(list string) ([]string, error) {
 // setParams parses the --param flags for p's strategies into p.paramList
 // and p.params.
 func (p *replayPlan) setParams(flags []string) error {
-	infos := make([]all.Info, 0, len(p.strategies))
+	infos := make([]registry.Info, 0, len(p.strategies))
 	for _, name := range p.strategies {
-		info, _ := all.Lookup(name) // checked by parseReplayStrategies
+		info, _ := registry.Lookup(name) // checked by parseReplayStrategies
 		infos = append(infos, info)
 	}
 	params, err := parseParamFlags(flags, infos)
@@ -608,7 +608,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
 		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns,
-		Rules: []localcluster.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
+		Rules: []rule.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
 	})
 	if err != nil {
 		return nil, err

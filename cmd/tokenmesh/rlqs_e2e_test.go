@@ -132,7 +132,7 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	}
 	const nodes = 3
 	c := startCluster(t, localcluster.Config{Nodes: nodes, ServeArgs: []string{"--envoy-config", dir}, ProbeInterval: rlqsProbe,
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 1}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 1}}})
 	var addrs []string
 	for _, n := range c.Nodes {
 		addrs = append(addrs, n.GRPC)

@@ -117,7 +117,7 @@ func startRLSCluster(t *testing.T, n int, files map[string]string) (*localcluste
 	dir := filepath.Join(t.TempDir(), "ratelimit")
 	writeEnvoyFiles(t, dir, files)
 	c := startCluster(t, localcluster.Config{Nodes: n, ServeArgs: []string{"--envoy-config", dir},
-		Rules: []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/m"), Burst: 5}}})
 	var cls []rlsv3.RateLimitServiceClient
 	for _, node := range c.Nodes {
 		cl, _ := dialRLS(t, node.GRPC)

@@ -26,7 +26,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -102,7 +102,7 @@ Input: --trace FILE (a ts_ms,key CSV, or a Common/Combined Log Format access
 log; plain or gzip), or --workload SPEC for a generated workload. With neither,
 a built-in mixed workload runs (Poisson, periodic, batch and heavy-hitter users).
 
-Strategies (` + strings.Join(all.Names(), ", ") + `):
+Strategies (` + strings.Join(registry.Names(), ", ") + `):
 ` + strategyHelp() + `
 Metrics: precision = rejections / central's rejections (thesis 002 §5.1.1);
 excess % = tokens admitted beyond central, per key, as % of central's admitted;
@@ -199,7 +199,7 @@ var assignHelp = "how requests are spread over the nodes: roundrobin (what a loa
 
 func strategyHelp() string {
 	var b strings.Builder
-	for _, s := range all.List() {
+	for _, s := range registry.List() {
 		fmt.Fprintf(&b, "  %-8s %s (%s)\n", s.Name, s.Summary, s.Source)
 	}
 	return b.String()
@@ -207,11 +207,11 @@ func strategyHelp() string {
 
 // parseParamFlags parses --param values (strategy.name=value), each
 // addressed to a known strategy and checked against its declared
-// parameters (all.Info.Params: name and type); errors name the flag. A
+// parameters (registry.Info.Params: name and type); errors name the flag. A
 // value may contain a comma unless NAME= follows it (strategy.ParseParams). The generic
 // partition=available|conserve (strategy.PartitionParam) may be given
 // without a strategy: it then applies to every strategy of strategies.
-func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, error) {
+func parseParamFlags(flags []string, strategies []registry.Info) (strategy.Params, error) {
 	params, err := strategy.ParseParams(flags)
 	if err != nil {
 		return params, usageErr("--param: %v", err)
@@ -238,7 +238,7 @@ func parseParamFlags(flags []string, strategies []all.Info) (strategy.Params, er
 	values := params.Values()
 	for _, name := range params.Names() {
 		s, pname, _ := strings.Cut(name, ".")
-		info, err := all.Lookup(s)
+		info, err := registry.Lookup(s)
 		if err != nil {
 			return params, usageErr("--param %s: %v", name, err)
 		}
@@ -544,7 +544,7 @@ func newProgress(mode string, w io.Writer, total int) *progressbar.ProgressBar {
 // requests injected so far over all runs (each run counts from 0 to the
 // trace's length), and its description names the strategies still running.
 // Safe for concurrent use by the parallel runs.
-func progressOf(bar *progressbar.ProgressBar, strategies []all.Info) func(name string, done, total int) {
+func progressOf(bar *progressbar.ProgressBar, strategies []registry.Info) func(name string, done, total int) {
 	var mu sync.Mutex
 	done := map[string]int{}
 	return func(name string, n, total int) {

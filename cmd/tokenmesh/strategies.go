@@ -10,7 +10,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 func newStrategiesCmd() *cobra.Command {
@@ -19,7 +19,7 @@ func newStrategiesCmd() *cobra.Command {
 		Use:   "strategies [NAME...]",
 		Short: "List the coordination strategies and their parameters (type, unit, default, doc)",
 		Long: `strategies prints, for each strategy (or only those named), what it is and a
-table of its parameters from their declarations (strategy/all, Info.Params):
+table of its parameters from their declarations (strategy/registry, Info.Params):
 name, type (duration, int, float, bool, string, or the values of an enum),
 unit, default and what it does. Defaults written as formulas depend on the
 latency hint (node.latency_hint; sim's --latency) or on other parameters.
@@ -40,11 +40,11 @@ too little room; --wide prints every parameter on one line.`,
   tokenmesh strategies owner lease
   tokenmesh strategies --wide`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			infos := all.List()
+			infos := registry.List()
 			if len(args) > 0 {
 				infos = infos[:0]
 				for _, a := range args {
-					info, err := all.Lookup(a)
+					info, err := registry.Lookup(a)
 					if err != nil {
 						return usageErr("%v", err)
 					}
@@ -70,7 +70,7 @@ const minDoc = 40
 // source, then a table of its declared parameters (and the generic
 // partition), every line within width columns (eval.Wrap; <= 0: one line
 // per parameter, however wide).
-func writeStrategies(w io.Writer, infos []all.Info, width int) error {
+func writeStrategies(w io.Writer, infos []registry.Info, width int) error {
 	bw := bufio.NewWriter(w)
 	for i, info := range infos {
 		if i > 0 {
@@ -125,8 +125,8 @@ func writeStrategies(w io.Writer, infos []all.Info, width int) error {
 }
 
 // restartLine says what a restart does to the strategy's state: kept
-// when it snapshots (all.Info.Snapshots), else lost.
-func restartLine(info all.Info) string {
+// when it snapshots (registry.Info.Snapshots), else lost.
+func restartLine(info registry.Info) string {
 	if info.Snapshots() {
 		return "  restart: keeps its bucket levels (snapshotted in node.state_dir)"
 	}

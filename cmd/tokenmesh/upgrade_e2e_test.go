@@ -170,7 +170,7 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		workers = 32
 	)
 	strategies := []string{"owner", "lease", "gdrl", "local"}
-	var rules []localcluster.Rule
+	var rules []rule.Rule
 	// local's rate is per node, and each node sees a third of a key's
 	// checks: at a fifth of the rate, a node's bucket is offered about
 	// four times what it refills.
@@ -180,7 +180,7 @@ func TestClusterE2EUpgradeRolling(t *testing.T) {
 		if r == 0 {
 			r = rate
 		}
-		rules = append(rules, localcluster.Rule{Name: s, Rate: rule.MustRate(fmt.Sprint(r)), Burst: burst, Strategy: s})
+		rules = append(rules, rule.Rule{Name: s, Rate: rule.MustRate(fmt.Sprint(r)), Burst: burst, Strategy: s})
 	}
 	logs := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -108,7 +108,7 @@ func replayTo(t *testing.T, addr, from string, frames []*transportpb.PeerFrame) 
 // versions the restarted n1 took them (its replay windows were empty).
 func TestClusterE2EReplayAfterRestartRefused(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	rules := []localcluster.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}}
+	rules := []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}}
 	c := startCluster(t, localcluster.Config{Nodes: 2, SecretKey: key, Rules: rules})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

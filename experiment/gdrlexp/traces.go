@@ -10,7 +10,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/experiment"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -27,9 +27,9 @@ type traceReport struct {
 // runTraces replays both real traces through sim.Run (eval.Run) with 10
 // nodes, rate 1, burst 10, hash assignment, 1 ms latency, seed 1.
 func runTraces(ctx experiment.Context) ([]traceReport, error) {
-	var infos []all.Info
+	var infos []registry.Info
 	for _, name := range []string{"central", "static", "owner", "gdrl"} {
-		s, err := all.Lookup(name)
+		s, err := registry.Lookup(name)
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -19,7 +19,7 @@ import (
 type Variant struct {
 	ID       string   `json:"id"`               // short name in tables and plots ("queue_freq_linf")
 	Label    string   `json:"label"`            // one-line description for the report
-	Strategy string   `json:"strategy"`         // registry name (strategy/all): central, gcounter or tbqueue
+	Strategy string   `json:"strategy"`         // registry name (strategy/registry): central, gcounter or tbqueue
 	Params   []string `json:"params,omitempty"` // the strategy's own parameters, unprefixed name=value
 }
 
@@ -82,7 +82,7 @@ type runOut struct {
 // runOne simulates v over tr on cl with seed (a 1 ms fixed latency, no loss,
 // the thesis' injector hash assignment).
 func runOne(tr *workload.Trace, v Variant, cl Cluster, seed uint64) (*runOut, error) {
-	info, err := all.Lookup(v.Strategy)
+	info, err := registry.Lookup(v.Strategy)
 	if err != nil {
 		return nil, err
 	}

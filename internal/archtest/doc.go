@@ -9,7 +9,7 @@
 //   - the metrics catalogue: the metrics a running node registers are the
 //     ones docs/API.md's tables and server/metrics.go's list name;
 //   - docs/OPERATIONS.md's list of the strategies that snapshot is the
-//     registry's (strategy/all, Info.Snapshots).
+//     registry's (strategy/registry, Info.Snapshots).
 //
 // The package has no code besides its tests; `go test ./internal/archtest`
 // runs them (make test does).

@@ -96,14 +96,14 @@ func isDriver(rel string) bool {
 }
 
 // isStrategy reports whether rel is one strategy's package: strategy/NAME
-// other than the interpreter (host), the registry (all) and the shared
+// other than the interpreter (host), the registry and the shared
 // helpers (internal/...).
 func isStrategy(rel string) bool {
 	name, ok := strings.CutPrefix(rel, "strategy/")
 	if !ok || strings.Contains(name, "/") {
 		return false
 	}
-	return name != "host" && name != "all" && name != "internal"
+	return name != "host" && name != "registry" && name != "internal"
 }
 
 // Nothing under strategy/ imports a driver (sim, cluster) or a package
@@ -135,7 +135,7 @@ func TestStrategiesImportNoDriver(t *testing.T) {
 }
 
 // No strategy imports another strategy's package: shared code goes to
-// strategy/internal/...; only the registry (strategy/all) imports them
+// strategy/internal/...; only the registry (strategy/registry) imports them
 // all.
 func TestNoStrategyImportsAnother(t *testing.T) {
 	for _, p := range packages(t) {

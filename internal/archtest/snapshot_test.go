@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // snapshotListRE finds docs/OPERATIONS.md's list of the strategies that
@@ -14,7 +14,7 @@ import (
 var snapshotListRE = regexp.MustCompile(`the strategies that snapshot: ([^;]+); the others start fresh: ([^;)]+)`)
 
 // docs/OPERATIONS.md ("Restart") names the strategies that snapshot and
-// those that start fresh as the registry has them (all.Info.Snapshots,
+// those that start fresh as the registry has them (registry.Info.Snapshots,
 // which `tokenmesh strategies` shows), every strategy in one of the two.
 func TestOperationsListsTheSnapshotters(t *testing.T) {
 	text := strings.Join(strings.Fields(readDoc(t, "docs/OPERATIONS.md")), " ")
@@ -23,7 +23,7 @@ func TestOperationsListsTheSnapshotters(t *testing.T) {
 		t.Fatalf("docs/OPERATIONS.md: no %q: the Restart item must name the strategies that snapshot, then those that start fresh", snapshotListRE)
 	}
 	var snapshot, fresh []string
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		if info.Snapshots() {
 			snapshot = append(snapshot, info.Name)
 		} else {
@@ -41,7 +41,7 @@ func TestOperationsListsTheSnapshotters(t *testing.T) {
 		slices.Sort(got)
 		want := slices.Sorted(slices.Values(c.want))
 		if !slices.Equal(got, want) {
-			t.Errorf("docs/OPERATIONS.md lists %s as %v; the registry (strategy/all, Info.Snapshots: implements strategy.Snapshotter) has %v",
+			t.Errorf("docs/OPERATIONS.md lists %s as %v; the registry (strategy/registry, Info.Snapshots: implements strategy.Snapshotter) has %v",
 				c.what, got, c.want)
 		}
 	}

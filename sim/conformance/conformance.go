@@ -1,4 +1,4 @@
-// Package conformance checks every registered strategy (strategy/all)
+// Package conformance checks every registered strategy (strategy/registry)
 // against the contract of package strategy, through the simulator (sim):
 // one node decides exactly as central, a run is a function of its seed,
 // garbage peer frames and the read-only calls (Remaining, StateBytes,
@@ -72,13 +72,13 @@ func (s Shifting) Assign(req *workload.Request, _ int, n int) int {
 	return int((h + uint64(req.Arrival/s.Every)) % uint64(n))
 }
 
-// Faults counts a scenario's events by kind.
-type Faults struct {
+// FaultCounts counts a scenario's events by kind.
+type FaultCounts struct {
 	Crashes, Restarts, Partitions, Heals int
 }
 
 // Events is the number of fault events.
-func (f Faults) Events() int { return f.Crashes + f.Restarts + f.Partitions + f.Heals }
+func (f FaultCounts) Events() int { return f.Crashes + f.Restarts + f.Partitions + f.Heals }
 
 // RandomScenario draws up to maxEvents fault events for a cluster of nodes
 // nodes ("n0".."n{nodes-1}") at times in [1 s, end): crashes of a live node
@@ -87,7 +87,7 @@ func (f Faults) Events() int { return f.Crashes + f.Restarts + f.Partitions + f.
 // applies. Detection is 200 ms-1 s with up to 500 ms of jitter; joins take
 // up to 300 ms. The network has loss, duplication and reordering with
 // probability 1/2 (each up to 5 %). The same seed gives the same scenario.
-func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.Scenario, Faults) {
+func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.Scenario, FaultCounts) {
 	rnd := rand.New(rand.NewPCG(seed, 0x7363656e))
 	sc := &sim.Scenario{
 		Detection:       200*time.Millisecond + time.Duration(rnd.Int64N(int64(800*time.Millisecond))),
@@ -98,7 +98,7 @@ func RandomScenario(seed uint64, nodes, maxEvents int, end time.Duration) (*sim.
 		loss, dup, reorder := rnd.Float64()*0.05, rnd.Float64()*0.05, rnd.Float64()*0.05
 		sc.Network = &sim.ScenarioNet{Latency: "uniform:1ms-5ms", Loss: &loss, Duplicate: &dup, Reorder: &reorder}
 	}
-	var f Faults
+	var f FaultCounts
 	alive := make([]bool, nodes)
 	for i := range alive {
 		alive[i] = true

@@ -18,7 +18,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -104,7 +104,7 @@ var contracts = map[string]contract{
 // TestEveryStrategyHasAContract fails when a strategy is registered
 // without an entry above, so that a new one cannot escape the suite.
 func TestEveryStrategyHasAContract(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		if _, ok := contracts[info.Name]; !ok {
 			t.Errorf("strategy %s has no contract in sim/conformance: add one from its package documentation", info.Name)
 		}
@@ -117,7 +117,7 @@ func fixed(d time.Duration) sim.Network {
 
 // run simulates info over tr with params, requests assigned to nodes at
 // random; newS, when set, replaces info.New.
-func run(t testing.TB, info all.Info, tr *workload.Trace, nodes int, sc *sim.Scenario, seed uint64, newS sim.Factory, params ...string) (*sim.Result, error) {
+func run(t testing.TB, info registry.Info, tr *workload.Trace, nodes int, sc *sim.Scenario, seed uint64, newS sim.Factory, params ...string) (*sim.Result, error) {
 	t.Helper()
 	assign, err := workload.NewAssigner("random", seed)
 	if err != nil {
@@ -127,7 +127,7 @@ func run(t testing.TB, info all.Info, tr *workload.Trace, nodes int, sc *sim.Sce
 }
 
 // runAssigned is run with the assignment of requests to nodes given.
-func runAssigned(t testing.TB, info all.Info, tr *workload.Trace, nodes int, sc *sim.Scenario, seed uint64, newS sim.Factory, assign workload.Assigner, params ...string) (*sim.Result, error) {
+func runAssigned(t testing.TB, info registry.Info, tr *workload.Trace, nodes int, sc *sim.Scenario, seed uint64, newS sim.Factory, assign workload.Assigner, params ...string) (*sim.Result, error) {
 	t.Helper()
 	if newS == nil {
 		newS = info.New
@@ -168,7 +168,7 @@ func TestOneNodeMatchesCentral(t *testing.T) {
 	if refused*10 < len(want) {
 		t.Fatalf("central refused %d of %d: the workload does not exercise the bucket", refused, len(want))
 	}
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		if !contracts[info.Name].bucket {
 			continue
 		}
@@ -259,7 +259,7 @@ func (s *recorded) SetExpected(now time.Duration, expected []strategy.NodeID, fx
 // byte for byte, the same wake-ups, under loss, duplication, reordering,
 // crashes, restarts and a partition; another seed gives another run.
 func TestDeterministic(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			once := func(seed uint64) (*sim.Result, uint64) {
 				tr := conformance.Workload(seed, 5, 20, 20*time.Second)
@@ -285,7 +285,7 @@ func TestDeterministic(t *testing.T) {
 
 // faultyScenario has every kind of fault: 5 % loss, duplication and
 // reordering, a crash and restart, a partition and its heal.
-func faultyScenario(info all.Info) *sim.Scenario {
+func faultyScenario(info registry.Info) *sim.Scenario {
 	loss, dup, reorder := 0.05, 0.05, 0.05
 	if info.Centralized { // one node: only the network model applies
 		return &sim.Scenario{Detection: time.Second, Network: &sim.ScenarioNet{Latency: "uniform:1ms-5ms", Loss: &loss, Duplicate: &dup, Reorder: &reorder}}
@@ -309,7 +309,7 @@ func faultyScenario(info all.Info) *sim.Scenario {
 // decide, send and ask for wake-ups exactly as its plain twin, through
 // faults of every kind. A frame that happens to decode is given to both.
 func TestGarbageAndReadOnlyCallsChangeNothing(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		t.Run(info.Name, func(t *testing.T) {
 			var twins []*conformance.Twin
 			n := uint64(0)
@@ -352,7 +352,7 @@ type swarmCase struct {
 	nodes  int
 	kind   string // "quiet": no fault at all; "lossy": network faults only; "faults": anything
 	sc     *sim.Scenario
-	faults conformance.Faults
+	faults conformance.FaultCounts
 	mode   strategy.PartitionMode
 }
 
@@ -457,7 +457,7 @@ func (c swarmCase) String() string {
 //
 // A failure prints the case and the command that replays it.
 func TestSwarm(t *testing.T) {
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		ct := contracts[info.Name]
 		modes := []strategy.PartitionMode{strategy.PartitionAvailable}
 		if ct.exact && !info.Centralized && isConserver(t, info) {
@@ -478,7 +478,7 @@ func TestSwarm(t *testing.T) {
 	}
 }
 
-func isConserver(t *testing.T, info all.Info) bool {
+func isConserver(t *testing.T, info registry.Info) bool {
 	s, err := info.New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0"}, Rate: rate, Burst: burst, Rand: rand.New(rand.NewPCG(1, 1))})
 	if err != nil {
 		t.Fatal(err)
@@ -487,7 +487,7 @@ func isConserver(t *testing.T, info all.Info) bool {
 	return ok
 }
 
-func swarmOne(t *testing.T, info all.Info, ct contract, c swarmCase) (err error) {
+func swarmOne(t *testing.T, info registry.Info, ct contract, c swarmCase) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
@@ -641,7 +641,7 @@ func faultBound(c swarmCase) (tokens int64, desc string) {
 // whole (r, b), goes beyond b + r*T on a workload offered above the rate,
 // while it stays within local's own bound N(r, b).
 func TestEnvelopeCheckSeesExcess(t *testing.T) {
-	info, err := all.Lookup("local")
+	info, err := registry.Lookup("local")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,12 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/sim/conformance"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // framesTo records the first frames node n0 receives in a simulated run of
 // info on 3 nodes: well-formed frames, the fuzzer's starting points.
-func framesTo(t testing.TB, info all.Info, most int) [][]byte {
+func framesTo(t testing.TB, info registry.Info, most int) [][]byte {
 	var got [][]byte
 	newS := func(cfg strategy.Config) (strategy.Strategy, error) {
 		s, err := info.New(cfg)
@@ -53,7 +53,7 @@ func (c *capture) SetExpected(now time.Duration, expected []strategy.NodeID, fx 
 // afterwards), one it accepts must be accepted alike by the twin, and no
 // frame may panic. Seeds: frames n0 received in a simulated run.
 func FuzzReceive(f *testing.F) {
-	list := all.List()
+	list := registry.List()
 	for i, info := range list {
 		for _, fr := range framesTo(f, info, 3) {
 			f.Add(uint8(i), fr)

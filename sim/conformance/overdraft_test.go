@@ -13,7 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -87,7 +87,7 @@ func drawOverdraftCase(t *rapid.T, centralized bool) overdraftCase {
 	return c
 }
 
-func (c overdraftCase) run(t interface{ Fatalf(string, ...any) }, info all.Info) *sim.Result {
+func (c overdraftCase) run(t interface{ Fatalf(string, ...any) }, info registry.Info) *sim.Result {
 	p, err := strategy.ParseParams([]string{"overdraft=true", fmt.Sprintf("max_debt=%d", c.maxDebt)})
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -174,11 +174,11 @@ func (c overdraftCase) envelope(name string, ok []bool) float64 {
 //   - owner, which decides as central with hold = the latency, takes
 //     exactly central's decisions.
 func TestOverdraftProperty(t *testing.T) {
-	central, err := all.Lookup("central")
+	central, err := registry.Lookup("central")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, info := range all.List() {
+	for _, info := range registry.List() {
 		if _, ok := strategy.FindParam(info.Params, strategy.OverdraftParam); !ok {
 			continue
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -81,7 +81,7 @@ func runCase(t interface {
 		t.Fatal(err)
 	}
 	tr := g.Generate(seed)
-	info, err := all.Lookup("owner")
+	info, err := registry.Lookup("owner")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-// Package all is the registry of coordination strategies: the names the CLI,
-// the simulator and the server accept, what each one is, and how to build it.
-package all
+// Package registry is the registry of coordination strategies: the names
+// the CLI, the simulator and the server accept, what each one is, and how
+// to build it.
+package registry
 
 import (
 	"fmt"
