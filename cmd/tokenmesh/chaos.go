@@ -21,7 +21,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/chaos"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rule"
-	"github.com/tokenmesh/tokenmesh/strategy/all"
+	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
 // chaosRule is the name of the one rule the chaos cluster serves.
@@ -182,12 +182,12 @@ func (f *chaosFlags) plan() (*chaosPlan, error) {
 		return nil, usageErr("--settle, --slack, --idle and --timeout must not be negative (--timeout positive)")
 	}
 	p := &chaosPlan{params: map[string][]string{}}
-	var infos []all.Info
+	var infos []registry.Info
 	for _, s := range f.strategies {
 		s = strings.TrimSpace(s)
-		info, err := all.Lookup(s)
+		info, err := registry.Lookup(s)
 		if err != nil || info.Centralized {
-			return nil, usageErr("--strategy %q: want a coordination strategy (%s)", s, strings.Join(all.Names()[1:], ", "))
+			return nil, usageErr("--strategy %q: want a coordination strategy (%s)", s, strings.Join(registry.Names()[1:], ", "))
 		}
 		for _, q := range p.strategies {
 			if q == s {
@@ -424,7 +424,7 @@ func (n *lcNemesis) Heal() error {
 }
 
 // OneWay makes every live node of from lose its peer frames to the nodes
-// of to (localcluster.Faults: the one place this command uses the type).
+// of to (localcluster.NodeFaults: the one place this command uses the type).
 func (n *lcNemesis) OneWay(from, to []int) error {
 	blocked := map[int][]string{}
 	for _, i := range from {
@@ -447,7 +447,7 @@ func (n *lcNemesis) setFaults(blocked func(i int) []string) error {
 		if b == nil {
 			b = []string{}
 		}
-		errs = append(errs, n.c.SetFaults(ctx, i, localcluster.Faults{Blocked: b}))
+		errs = append(errs, n.c.SetFaults(ctx, i, localcluster.NodeFaults{Blocked: b}))
 	}
 	return errors.Join(errs...)
 }
