@@ -51,6 +51,17 @@ type Quota struct {
 	records       map[string]*record
 	recordEntries int
 
+	// warm-up (warmup.go): the queries under way, by key; the keys this
+	// node answered "none" for, and the keys whose state it dropped, with
+	// when (marksFull: it could not remember one, at that time)
+	warming    map[string]*warmup
+	warmSeq    uint64
+	warmDue    time.Duration
+	answered   map[string]time.Duration
+	gone       map[string]time.Duration
+	marksFull  time.Duration
+	warmedFull int // keys started full after a warm-up (for tests)
+
 	// attached clients' side
 	clients map[strategy.QuotaClient]map[string]*attached
 	pending map[uint64]forward
@@ -111,7 +122,8 @@ func New(cfg strategy.Config) (*Quota, error) {
 		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)), maxSkew: v.Duration("max_skew"), abandon: v.Duration("abandon_idle"),
 		replicas: v.Int("replicas"), replicaWait: v.Duration("replica_wait"), replicaAge: v.Duration("replica_age"),
 		allocs: map[string]*alloc{}, records: map[string]*record{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
-		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{}}
+		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
+		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{}}
 	switch {
 	case q.ttl < time.Second || q.ttl%time.Second != 0:
 		return nil, fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)
@@ -142,10 +154,12 @@ func New(cfg strategy.Config) (*Quota, error) {
 func (q *Quota) FillInterval() time.Duration { return q.sh.fill }
 
 // Start records the start: a start after time 0 is a restart, after which
-// every key this node owns starts frozen (package doc, # Takeover).
+// every key this node owns is warmed up before its first decision, or
+// starts frozen (package doc, # Takeover).
 func (q *Quota) Start(now time.Duration, fx *strategy.Effects) {
 	q.startAt = now
 	q.restarted = now > 0
+	q.warmSeq = uint64(now) // a restarted node never reuses a query id
 }
 
 func (q *Quota) owner(key string) strategy.NodeID {
@@ -165,6 +179,11 @@ func (q *Quota) takeoverEnd(key string, now time.Duration) time.Duration {
 	var end time.Duration
 	if q.restarted && now < q.startAt+q.takeover+q.sh.fillTime() {
 		end = q.startAt + q.takeover
+	}
+	if t, ok := q.answered[key]; ok && now < t+q.markHorizon() {
+		// it answered a warm-up query for the key "none": the asker may
+		// decide the key from then on (warmup.go)
+		end = max(end, t+q.takeover)
 	}
 	for _, c := range q.changes {
 		if now >= c.at+q.takeover+q.sh.fillTime() {
@@ -210,6 +229,12 @@ func (q *Quota) allocFor(key string, now time.Duration) *alloc {
 func (q *Quota) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	o := q.owner(req.Key)
 	if o == q.self {
+		switch q.warm(now, req.Key, heldWork{id: req.ID, tokens: req.Tokens, arrival: req.Arrival}, fx) {
+		case warmHeld:
+			return strategy.Decision{}, false
+		case warmRefused:
+			return strategy.Decision{RequestID: req.ID}, true
+		}
 		return strategy.Decision{RequestID: req.ID, Allowed: q.decide(now, req.Key, req.Tokens, req.Arrival, fx)}, true
 	}
 	fx.Send(o, frame(&peerv1.QuotaForward{RequestId: req.ID, Key: req.Key, Tokens: req.Tokens, ArrivalNs: int64(req.Arrival)}))
@@ -286,6 +311,9 @@ func (q *Quota) sendUsage(now time.Duration, o strategy.NodeID, u strategy.Quota
 // created (adopting what it holds on a resync), its demand updated, and
 // the key rebalanced.
 func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.QuotaUsage, h *held, fx *strategy.Effects) {
+	if q.allocs[u.Key] == nil && q.warm(now, u.Key, heldWork{report: true, from: from, u: u, h: h}, fx) != warmNo {
+		return // held until the key's warm-up ends (or dropped: the client reports again)
+	}
 	a := q.allocFor(u.Key, now)
 	id := holderID{node: from, client: u.Client}
 	s := a.find(id)
@@ -591,6 +619,10 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		return q.onVerdict(from, b.Verdict, fx)
 	case *peerv1.QuotaMessage_Replica:
 		return q.onReplica(now, from, b.Replica, fx)
+	case *peerv1.QuotaMessage_StateQuery:
+		return q.onStateQuery(now, from, b.StateQuery, fx)
+	case *peerv1.QuotaMessage_State:
+		return q.onState(now, from, b.State, fx)
 	}
 	return nil
 }
@@ -608,7 +640,13 @@ func (q *Quota) onForward(now time.Duration, from strategy.NodeID, f *peerv1.Quo
 	}
 	ok := false
 	if q.owner(f.Key) == q.self {
-		ok = q.decide(now, f.Key, f.Tokens, max(arrival, now-q.timeout), fx)
+		at := max(arrival, now-q.timeout)
+		switch q.warm(now, f.Key, heldWork{id: f.RequestId, tokens: f.Tokens, arrival: at, from: from}, fx) {
+		case warmHeld:
+			return nil // answered at the warm-up's end
+		case warmNo:
+			ok = q.decide(now, f.Key, f.Tokens, at, fx)
+		}
 	}
 	fx.Send(from, frame(&peerv1.QuotaVerdict{RequestId: f.RequestId, Allowed: ok}))
 	return nil
@@ -643,6 +681,7 @@ func (q *Quota) Tick(now time.Duration, fx *strategy.Effects) {
 			delete(q.allocs, w.key)
 		}
 	}
+	q.warmTimers(now, fx)
 	if q.nextDue > 0 && q.nextDue <= now {
 		q.nextDue = 0
 		for _, id := range sortedKeys(q.pending) {
@@ -672,11 +711,14 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		q.changes = q.changes[1:]
 	}
 	q.sweepRecords(now)
+	q.pruneMarks(now)
+	q.warmMembersChanged(now, fx)
 	for _, key := range sortedKeys(q.allocs) {
 		a := q.allocs[key]
 		if o := q.owner(key); o != q.self {
 			q.handOver(now, key, a, o, fx)
 			delete(q.allocs, key)
+			q.markGone(key, now)
 			continue
 		}
 		for _, s := range a.shares {

@@ -90,8 +90,21 @@ func (q *Quota) successors(key string) []strategy.NodeID {
 // next time a replica is due (0: none).
 func (q *Quota) replicate(now time.Duration, key string, a *alloc, force bool, fx *strategy.Effects) time.Duration {
 	to := q.successors(key)
-	if len(to) == 0 || len(a.shares)+len(a.pending) > maxReplicaEntries {
+	if len(to) == 0 {
 		return 0
+	}
+	if len(a.shares)+len(a.pending) > maxReplicaEntries {
+		// Too large to replicate: the successors are told that this node
+		// holds the key (a warm-up query is answered "some"; warmup.go),
+		// at most every ttl/2.
+		if a.replBytes == nil || len(a.replBytes) > 0 || now >= a.replAt+q.renew {
+			a.replBytes, a.replAt = []byte{}, now
+			msg := frame(&peerv1.QuotaState{Key: key})
+			for _, n := range to {
+				fx.Send(n, msg)
+			}
+		}
+		return a.replAt + q.renew
 	}
 	m := q.replicaOf(key, a, now, false)
 	// What changed: the state without its time, reserve and demand
@@ -183,6 +196,7 @@ func (q *Quota) sweepRecords(now time.Duration) {
 	for k, r := range q.records {
 		if now-r.at > q.replicaAge {
 			q.dropRecord(k)
+			q.markGone(k, now) // a warm-up query for it is answered "some" (warmup.go)
 		}
 	}
 }

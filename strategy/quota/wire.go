@@ -117,6 +117,10 @@ func frame(body any) []byte {
 		m.Body = &peerv1.QuotaMessage_Ack{Ack: b}
 	case *peerv1.QuotaReplica:
 		m.Body = &peerv1.QuotaMessage_Replica{Replica: b}
+	case *peerv1.QuotaStateQuery:
+		m.Body = &peerv1.QuotaMessage_StateQuery{StateQuery: b}
+	case *peerv1.QuotaState:
+		m.Body = &peerv1.QuotaMessage_State{State: b}
 	default:
 		panic(fmt.Sprintf("quota: no frame for %T", body))
 	}
