@@ -59,6 +59,7 @@ type Quota struct {
 	warmDue    time.Duration
 	answered   map[string]time.Duration
 	gone       map[string]time.Duration
+	warmed     map[string]time.Duration // keys started full after a warm-up, and when
 	marksFull  time.Duration
 	warmedFull int // keys started full after a warm-up (for tests)
 
@@ -123,7 +124,8 @@ func New(cfg strategy.Config) (*Quota, error) {
 		replicas: v.Int("replicas"), replicaWait: v.Duration("replica_wait"), replicaAge: v.Duration("replica_age"),
 		allocs: map[string]*alloc{}, records: map[string]*record{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
-		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{}}
+		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{},
+		warmed: map[string]time.Duration{}}
 	switch {
 	case q.ttl < time.Second || q.ttl%time.Second != 0:
 		return nil, fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)

@@ -99,6 +99,13 @@ func (q *Quota) warm(now time.Duration, key string, w heldWork, fx *strategy.Eff
 		q.takeoverEnd(key, now) == 0 || q.answeredLately(key, now) || q.goneLately(key, now) || q.records[key] != nil {
 		return warmNo
 	}
+	if q.stillWarm(key, now) {
+		// warmed up here since the last view change, and dropped since as
+		// idle (full): it starts full again, without asking
+		q.allocs[key] = q.sh.newAlloc(now, 0)
+		q.warmedFull++
+		return warmNo
+	}
 	asked, covered := q.holdersOf(key, now)
 	if !covered {
 		// In some view the key's first nodes are all gone (or are this
@@ -149,6 +156,7 @@ func (q *Quota) endWarm(now time.Duration, key string, timedOut bool, fx *strate
 			!q.goneLately(key, now) && q.records[key] == nil {
 			q.allocs[key] = q.sh.newAlloc(now, 0)
 			q.warmedFull++
+			q.mark(q.warmed, key, now)
 		} else {
 			q.allocFor(key, now)
 		}
@@ -334,7 +342,7 @@ func (q *Quota) mark(m map[string]time.Duration, key string, now time.Duration) 
 // pruneMarks drops the marks older than markHorizon.
 func (q *Quota) pruneMarks(now time.Duration) {
 	h := q.markHorizon()
-	for _, m := range []map[string]time.Duration{q.answered, q.gone} {
+	for _, m := range []map[string]time.Duration{q.answered, q.gone, q.warmed} {
 		for k, t := range m {
 			if now >= t+h {
 				delete(m, k)
@@ -371,4 +379,16 @@ func (q *Quota) goneLately(key string, now time.Duration) bool {
 func (q *Quota) answeredLately(key string, now time.Duration) bool {
 	t, ok := q.answered[key]
 	return ok && now < t+q.markHorizon()
+}
+
+// stillWarm reports whether key started full here after a warm-up with no
+// view change since: its allocation has been here since (a view change
+// hands it over), so one dropped meanwhile was dropped as idle, full, and
+// the key may start full again.
+func (q *Quota) stillWarm(key string, now time.Duration) bool {
+	t, ok := q.warmed[key]
+	if !ok || now >= t+q.markHorizon() {
+		return false
+	}
+	return len(q.changes) == 0 || q.changes[len(q.changes)-1].at < t
 }
