@@ -247,7 +247,9 @@
 // allocation is too large to replicate); answering "none" it decides the
 // key, should it own it, as moved to it at the answer. When every node
 // asked said "none" the key starts with its reserve full, as one central
-// bucket would; an answer "some", no answer within timeout/2, or a view
+// bucket would (and starts full again without asking when its allocation,
+// dropped as idle, that is full, is made again with no view change
+// since); an answer "some", no answer within timeout/2, or a view
 // change after which the key's state may be nowhere (in some view its
 // first nodes are all gone, or are this node just started) leaves the
 // start as described above (adopted or frozen). Why the bound holds: an

@@ -336,36 +336,47 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			a.gatherUntil = now + gather
 		}
 		s = a.add(id)
-		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag &&
-			a.heldUnits+h.units <= q.sh.units && a.heldBurst+h.burst <= q.sh.burst {
-			// What the client holds from a previous owner: counted (and
-			// renewed as it is) from now on. Only while a renewal sent
-			// now surely reaches the client before it expires there: a
-			// renewal after the expiry would be a first assignment, which
-			// Envoy starts full, unpaid. One that expires sooner is left
-			// to expire (the takeover's freeze covers it) and the client
-			// starts again from a paid first assignment.
-			s.units, s.burst, s.sent = h.units, h.burst, true
-			s.sentAt, s.expires = now-q.renew, max(h.expires+q.applyLag, now)
-			a.heldUnits += s.units
-			a.heldBurst += s.burst
-			q.sh.resize(a, now)
-		}
+		q.countResync(a, s, h, now)
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
-		switch {
-		case u.Allowed+u.Denied > 0:
-			s.idleSince = 0
-		case s.idleSince == 0:
-			s.idleSince = max(now-u.Elapsed, 1)
-		}
-		if q.abandon > 0 && s.idleSince > 0 && now-s.idleSince >= q.abandon {
-			q.abandonShare(now, u.Key, a, s, fx)
-		}
+		q.measure(now, a, s, u, fx)
 	}
 	q.rebalance(now, u.Key, a, fx)
+}
+
+// countResync counts what the client of a new share s holds from a
+// previous owner (h; nil: nothing) and renews it as it is from now on. Only
+// while a renewal sent now surely reaches the client before it expires
+// there: a renewal after the expiry would be a first assignment, which
+// Envoy starts full, unpaid. One that expires sooner is left to expire
+// (the takeover's freeze covers it) and the client starts again from a
+// paid first assignment.
+func (q *Quota) countResync(a *alloc, s *share, h *held, now time.Duration) {
+	if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag &&
+		a.heldUnits+h.units <= q.sh.units && a.heldBurst+h.burst <= q.sh.burst {
+		s.units, s.burst, s.sent = h.units, h.burst, true
+		s.sentAt, s.expires = now-q.renew, max(h.expires+q.applyLag, now)
+		a.heldUnits += s.units
+		a.heldBurst += s.burst
+		q.sh.resize(a, now)
+	}
+}
+
+// measure takes a report's demand and idleness into s (a report over a
+// positive elapsed time), and takes back the share of a client idle for
+// abandon_idle.
+func (q *Quota) measure(now time.Duration, a *alloc, s *share, u strategy.QuotaUsage, fx *strategy.Effects) {
+	s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
+	switch {
+	case u.Allowed+u.Denied > 0:
+		s.idleSince = 0
+	case s.idleSince == 0:
+		s.idleSince = max(now-u.Elapsed, 1)
+	}
+	if q.abandon > 0 && s.idleSince > 0 && now-s.idleSince >= q.abandon {
+		q.abandonShare(now, u.Key, a, s, fx)
+	}
 }
 
 // abandonShare takes back the share of a client idle for abandon_idle: the

@@ -95,8 +95,7 @@ func (q *Quota) warm(now time.Duration, key string, w heldWork, fx *strategy.Eff
 		wu.held = append(wu.held, w)
 		return warmHeld
 	}
-	if q.replicas < 2 || q.allocs[key] != nil || q.owner(key) != q.self || len(q.warming) >= maxWarming ||
-		q.takeoverEnd(key, now) == 0 || q.answeredLately(key, now) || q.goneLately(key, now) || q.records[key] != nil {
+	if !q.mayWarm(key, now) {
 		return warmNo
 	}
 	if q.stillWarm(key, now) {
@@ -127,6 +126,15 @@ func (q *Quota) warm(now time.Duration, key string, w heldWork, fx *strategy.Eff
 	}
 	fx.WakeAt(wu.deadline)
 	return warmHeld
+}
+
+// mayWarm reports whether key may be warmed up: replicas on, this node
+// owns it, has no allocation of it and would start it frozen or not yet
+// refilled, has no replica of it, did not answer a query for it nor drop
+// its state lately, and has room for another warm-up.
+func (q *Quota) mayWarm(key string, now time.Duration) bool {
+	return q.replicas >= 2 && q.allocs[key] == nil && q.owner(key) == q.self && len(q.warming) < maxWarming &&
+		q.takeoverEnd(key, now) != 0 && !q.answeredLately(key, now) && !q.goneLately(key, now) && q.records[key] == nil
 }
 
 // sendQueries sends wu's query to every node asked that has not answered.
