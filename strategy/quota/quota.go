@@ -126,23 +126,8 @@ func New(cfg strategy.Config) (*Quota, error) {
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
 		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{},
 		warmed: map[string]time.Duration{}}
-	switch {
-	case q.ttl < time.Second || q.ttl%time.Second != 0:
-		return nil, fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)
-	case q.applyLag <= 0 || 2*q.applyLag >= q.ttl:
-		return nil, fmt.Errorf("quota: parameter apply_lag=%s must be positive and below ttl/2=%s (renewals must arrive before the TTL ends)", q.applyLag, q.ttl/2)
-	case math.IsNaN(q.headroom) || q.headroom < 1 || q.headroom > 100:
-		return nil, fmt.Errorf("quota: parameter headroom=%g must be within [1, 100]", q.headroom)
-	case q.timeout <= 0:
-		return nil, fmt.Errorf("quota: parameter timeout must be positive")
-	case q.abandon < 0:
-		return nil, fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
-	case q.replicas < 1 || q.replicas > maxReplicas:
-		return nil, fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
-	case q.replicaWait < 0 || q.replicaWait > q.ttl:
-		return nil, fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
-	case q.replicaAge < q.ttl/2:
-		return nil, fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
+	if err := q.checkParams(); err != nil {
+		return nil, err
 	}
 	q.renew = q.ttl / 2
 	// The previous owner's assignments have expired by then: it renews for
@@ -150,6 +135,29 @@ func New(cfg strategy.Config) (*Quota, error) {
 	// ttl from receipt, received within apply_lag.
 	q.takeover = q.ttl + q.applyLag + time.Second + q.maxSkew
 	return q, nil
+}
+
+// checkParams refuses parameters out of their ranges (params.go), named.
+func (q *Quota) checkParams() error {
+	switch {
+	case q.ttl < time.Second || q.ttl%time.Second != 0:
+		return fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)
+	case q.applyLag <= 0 || 2*q.applyLag >= q.ttl:
+		return fmt.Errorf("quota: parameter apply_lag=%s must be positive and below ttl/2=%s (renewals must arrive before the TTL ends)", q.applyLag, q.ttl/2)
+	case math.IsNaN(q.headroom) || q.headroom < 1 || q.headroom > 100:
+		return fmt.Errorf("quota: parameter headroom=%g must be within [1, 100]", q.headroom)
+	case q.timeout <= 0:
+		return fmt.Errorf("quota: parameter timeout must be positive")
+	case q.abandon < 0:
+		return fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
+	case q.replicas < 1 || q.replicas > maxReplicas:
+		return fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
+	case q.replicaWait < 0 || q.replicaWait > q.ttl:
+		return fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
+	case q.replicaAge < q.ttl/2:
+		return fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
+	}
+	return nil
 }
 
 // FillInterval is the fill interval of every assignment of this rule.
@@ -596,31 +604,14 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.QuotaMessage_Usage:
-		u, h, err := q.usageOf(now, b.Usage)
-		if err != nil {
-			return err
-		}
-		if q.owner(u.Key) != q.self {
-			return nil // views disagree: the sender will resync with the owner it sees next
-		}
-		q.ownerUsage(now, from, u, h, fx)
+		return q.onUsage(now, from, b.Usage, fx)
 	case *peerv1.QuotaMessage_Detach:
 		if err := checkKey("detach", b.Detach.Key); err != nil {
 			return err
 		}
 		q.ownerDetach(now, from, strategy.QuotaClient(b.Detach.Client), b.Detach.Key, fx)
 	case *peerv1.QuotaMessage_Assign:
-		as, err := q.assignmentOf(b.Assign)
-		if err != nil {
-			return err
-		}
-		if q.owner(as.Key) != from && !q.renewsHeld(now, from, as) {
-			// An owner whose view lags (frames are authenticated: it is a
-			// member's): not applied, not acknowledged (a cut it sent
-			// stays held there until the assignment it replaced expires).
-			return nil
-		}
-		q.assigned(now, from, as, fx)
+		return q.onAssign(now, from, b.Assign, fx)
 	case *peerv1.QuotaMessage_Forward:
 		return q.onForward(now, from, b.Forward, fx)
 	case *peerv1.QuotaMessage_Ack:
@@ -637,6 +628,37 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	case *peerv1.QuotaMessage_State:
 		return q.onState(now, from, b.State, fx)
 	}
+	return nil
+}
+
+// onUsage handles a client's report from its node, as the key's owner.
+// Errors: a report out of bounds (usageOf).
+func (q *Quota) onUsage(now time.Duration, from strategy.NodeID, m *peerv1.QuotaUsage, fx *strategy.Effects) error {
+	u, h, err := q.usageOf(now, m)
+	if err != nil {
+		return err
+	}
+	if q.owner(u.Key) != q.self {
+		return nil // views disagree: the sender will resync with the owner it sees next
+	}
+	q.ownerUsage(now, from, u, h, fx)
+	return nil
+}
+
+// onAssign hands an owner's assignment to its client attached here.
+// Errors: an assignment out of bounds (assignmentOf).
+func (q *Quota) onAssign(now time.Duration, from strategy.NodeID, m *peerv1.QuotaAssign, fx *strategy.Effects) error {
+	as, err := q.assignmentOf(m)
+	if err != nil {
+		return err
+	}
+	if q.owner(as.Key) != from && !q.renewsHeld(now, from, as) {
+		// An owner whose view lags (frames are authenticated: it is a
+		// member's): not applied, not acknowledged (a cut it sent
+		// stays held there until the assignment it replaced expires).
+		return nil
+	}
+	q.assigned(now, from, as, fx)
 	return nil
 }
 
@@ -751,6 +773,12 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			}
 		}
 	}
+	q.resyncClients(now, fx)
+}
+
+// resyncClients reports every client attached here whose key's owner
+// changed to the new owner, with what it holds.
+func (q *Quota) resyncClients(now time.Duration, fx *strategy.Effects) {
 	for _, c := range sortedKeys(q.clients) {
 		keys := q.clients[c]
 		for _, k := range sortedKeys(keys) {
