@@ -88,16 +88,25 @@ func (q *Quota) assignmentOf(m *peerv1.QuotaAssign) (strategy.QuotaAssignment, e
 		return a, fmt.Errorf("quota: abandon of %q with a token bucket (max_tokens %d, tokens_per_fill %d, fill %d s, ttl %d s)", m.Key, m.MaxTokens, m.TokensPerFill, m.FillIntervalS, m.TtlS)
 	case m.Abandon:
 		return a, nil
-	case m.MaxTokens < 0 || m.MaxTokens > q.sh.burst:
-		return a, fmt.Errorf("quota: assignment of %q: max_tokens %d outside [0, %d]", m.Key, m.MaxTokens, q.sh.burst)
-	case m.TokensPerFill < 0 || m.TokensPerFill > q.sh.units:
-		return a, fmt.Errorf("quota: assignment of %q: tokens_per_fill %d outside [0, %d]", m.Key, m.TokensPerFill, q.sh.units)
-	case a.FillInterval != q.sh.fill || m.FillIntervalS > maxFillSeconds:
-		return a, fmt.Errorf("quota: assignment of %q: fill interval %d s, this rule's is %v", m.Key, m.FillIntervalS, q.sh.fill)
-	case m.TtlS < 0 || m.TtlS > maxTTLSeconds:
-		return a, fmt.Errorf("quota: assignment of %q: ttl %d s outside [0, %d]", m.Key, m.TtlS, maxTTLSeconds)
 	}
-	return a, nil
+	return a, q.checkBucket(m)
+}
+
+// checkBucket refuses an assignment's token bucket beyond the key's burst
+// or units, of another fill interval, or with a TTL outside [0, 3600] s
+// (assignmentOf).
+func (q *Quota) checkBucket(m *peerv1.QuotaAssign) error {
+	switch {
+	case m.MaxTokens < 0 || m.MaxTokens > q.sh.burst:
+		return fmt.Errorf("quota: assignment of %q: max_tokens %d outside [0, %d]", m.Key, m.MaxTokens, q.sh.burst)
+	case m.TokensPerFill < 0 || m.TokensPerFill > q.sh.units:
+		return fmt.Errorf("quota: assignment of %q: tokens_per_fill %d outside [0, %d]", m.Key, m.TokensPerFill, q.sh.units)
+	case time.Duration(m.FillIntervalS)*time.Second != q.sh.fill || m.FillIntervalS > maxFillSeconds:
+		return fmt.Errorf("quota: assignment of %q: fill interval %d s, this rule's is %v", m.Key, m.FillIntervalS, q.sh.fill)
+	case m.TtlS < 0 || m.TtlS > maxTTLSeconds:
+		return fmt.Errorf("quota: assignment of %q: ttl %d s outside [0, %d]", m.Key, m.TtlS, maxTTLSeconds)
+	}
+	return nil
 }
 
 func frame(body any) []byte {
