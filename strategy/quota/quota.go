@@ -51,6 +51,18 @@ type Quota struct {
 	records       map[string]*record
 	recordEntries int
 
+	// warm-up (warmup.go): the queries under way, by key; the keys this
+	// node answered "none" for, and the keys whose state it dropped, with
+	// when (marksFull: it could not remember one, at that time)
+	warming    map[string]*warmup
+	warmSeq    uint64
+	warmDue    time.Duration
+	answered   map[string]time.Duration
+	gone       map[string]time.Duration
+	warmed     map[string]time.Duration // keys started full after a warm-up, and when
+	marksFull  time.Duration
+	warmedFull int // keys started full after a warm-up (for tests)
+
 	// attached clients' side
 	clients map[strategy.QuotaClient]map[string]*attached
 	pending map[uint64]forward
@@ -111,24 +123,11 @@ func New(cfg strategy.Config) (*Quota, error) {
 		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)), maxSkew: v.Duration("max_skew"), abandon: v.Duration("abandon_idle"),
 		replicas: v.Int("replicas"), replicaWait: v.Duration("replica_wait"), replicaAge: v.Duration("replica_age"),
 		allocs: map[string]*alloc{}, records: map[string]*record{}, wakes: minheap.New(func(a, b keyWake) bool { return a.at < b.at }),
-		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{}}
-	switch {
-	case q.ttl < time.Second || q.ttl%time.Second != 0:
-		return nil, fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)
-	case q.applyLag <= 0 || 2*q.applyLag >= q.ttl:
-		return nil, fmt.Errorf("quota: parameter apply_lag=%s must be positive and below ttl/2=%s (renewals must arrive before the TTL ends)", q.applyLag, q.ttl/2)
-	case math.IsNaN(q.headroom) || q.headroom < 1 || q.headroom > 100:
-		return nil, fmt.Errorf("quota: parameter headroom=%g must be within [1, 100]", q.headroom)
-	case q.timeout <= 0:
-		return nil, fmt.Errorf("quota: parameter timeout must be positive")
-	case q.abandon < 0:
-		return nil, fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
-	case q.replicas < 1 || q.replicas > maxReplicas:
-		return nil, fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
-	case q.replicaWait < 0 || q.replicaWait > q.ttl:
-		return nil, fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
-	case q.replicaAge < q.ttl/2:
-		return nil, fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
+		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
+		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{},
+		warmed: map[string]time.Duration{}}
+	if err := q.checkParams(); err != nil {
+		return nil, err
 	}
 	q.renew = q.ttl / 2
 	// The previous owner's assignments have expired by then: it renews for
@@ -138,14 +137,39 @@ func New(cfg strategy.Config) (*Quota, error) {
 	return q, nil
 }
 
+// checkParams refuses parameters out of their ranges (params.go), named.
+func (q *Quota) checkParams() error {
+	switch {
+	case q.ttl < time.Second || q.ttl%time.Second != 0:
+		return fmt.Errorf("quota: parameter ttl=%s must be whole seconds, at least 1s (Envoy reads whole seconds)", q.ttl)
+	case q.applyLag <= 0 || 2*q.applyLag >= q.ttl:
+		return fmt.Errorf("quota: parameter apply_lag=%s must be positive and below ttl/2=%s (renewals must arrive before the TTL ends)", q.applyLag, q.ttl/2)
+	case math.IsNaN(q.headroom) || q.headroom < 1 || q.headroom > 100:
+		return fmt.Errorf("quota: parameter headroom=%g must be within [1, 100]", q.headroom)
+	case q.timeout <= 0:
+		return fmt.Errorf("quota: parameter timeout must be positive")
+	case q.abandon < 0:
+		return fmt.Errorf("quota: parameter abandon_idle=%s must not be negative (0: never)", q.abandon)
+	case q.replicas < 1 || q.replicas > maxReplicas:
+		return fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
+	case q.replicaWait < 0 || q.replicaWait > q.ttl:
+		return fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
+	case q.replicaAge < q.ttl/2:
+		return fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
+	}
+	return nil
+}
+
 // FillInterval is the fill interval of every assignment of this rule.
 func (q *Quota) FillInterval() time.Duration { return q.sh.fill }
 
 // Start records the start: a start after time 0 is a restart, after which
-// every key this node owns starts frozen (package doc, # Takeover).
+// every key this node owns is warmed up before its first decision, or
+// starts frozen (package doc, # Takeover).
 func (q *Quota) Start(now time.Duration, fx *strategy.Effects) {
 	q.startAt = now
 	q.restarted = now > 0
+	q.warmSeq = uint64(now) // a restarted node never reuses a query id
 }
 
 func (q *Quota) owner(key string) strategy.NodeID {
@@ -165,6 +189,11 @@ func (q *Quota) takeoverEnd(key string, now time.Duration) time.Duration {
 	var end time.Duration
 	if q.restarted && now < q.startAt+q.takeover+q.sh.fillTime() {
 		end = q.startAt + q.takeover
+	}
+	if t, ok := q.answered[key]; ok && now < t+q.markHorizon() {
+		// it answered a warm-up query for the key "none": the asker may
+		// decide the key from then on (warmup.go)
+		end = max(end, t+q.takeover)
 	}
 	for _, c := range q.changes {
 		if now >= c.at+q.takeover+q.sh.fillTime() {
@@ -210,6 +239,12 @@ func (q *Quota) allocFor(key string, now time.Duration) *alloc {
 func (q *Quota) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	o := q.owner(req.Key)
 	if o == q.self {
+		switch q.warm(now, req.Key, heldWork{id: req.ID, tokens: req.Tokens, arrival: req.Arrival}, fx) {
+		case warmHeld:
+			return strategy.Decision{}, false
+		case warmRefused:
+			return strategy.Decision{RequestID: req.ID}, true
+		}
 		return strategy.Decision{RequestID: req.ID, Allowed: q.decide(now, req.Key, req.Tokens, req.Arrival, fx)}, true
 	}
 	fx.Send(o, frame(&peerv1.QuotaForward{RequestId: req.ID, Key: req.Key, Tokens: req.Tokens, ArrivalNs: int64(req.Arrival)}))
@@ -286,6 +321,9 @@ func (q *Quota) sendUsage(now time.Duration, o strategy.NodeID, u strategy.Quota
 // created (adopting what it holds on a resync), its demand updated, and
 // the key rebalanced.
 func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.QuotaUsage, h *held, fx *strategy.Effects) {
+	if q.allocs[u.Key] == nil && q.warm(now, u.Key, heldWork{report: true, from: from, u: u, h: h}, fx) != warmNo {
+		return // held until the key's warm-up ends (or dropped: the client reports again)
+	}
 	a := q.allocFor(u.Key, now)
 	id := holderID{node: from, client: u.Client}
 	s := a.find(id)
@@ -306,36 +344,47 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			a.gatherUntil = now + gather
 		}
 		s = a.add(id)
-		if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag &&
-			a.heldUnits+h.units <= q.sh.units && a.heldBurst+h.burst <= q.sh.burst {
-			// What the client holds from a previous owner: counted (and
-			// renewed as it is) from now on. Only while a renewal sent
-			// now surely reaches the client before it expires there: a
-			// renewal after the expiry would be a first assignment, which
-			// Envoy starts full, unpaid. One that expires sooner is left
-			// to expire (the takeover's freeze covers it) and the client
-			// starts again from a paid first assignment.
-			s.units, s.burst, s.sent = h.units, h.burst, true
-			s.sentAt, s.expires = now-q.renew, max(h.expires+q.applyLag, now)
-			a.heldUnits += s.units
-			a.heldBurst += s.burst
-			q.sh.resize(a, now)
-		}
+		q.countResync(a, s, h, now)
 	}
 	s.live = true
 	if u.Elapsed > 0 {
-		s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
-		switch {
-		case u.Allowed+u.Denied > 0:
-			s.idleSince = 0
-		case s.idleSince == 0:
-			s.idleSince = max(now-u.Elapsed, 1)
-		}
-		if q.abandon > 0 && s.idleSince > 0 && now-s.idleSince >= q.abandon {
-			q.abandonShare(now, u.Key, a, s, fx)
-		}
+		q.measure(now, a, s, u, fx)
 	}
 	q.rebalance(now, u.Key, a, fx)
+}
+
+// countResync counts what the client of a new share s holds from a
+// previous owner (h; nil: nothing) and renews it as it is from now on. Only
+// while a renewal sent now surely reaches the client before it expires
+// there: a renewal after the expiry would be a first assignment, which
+// Envoy starts full, unpaid. One that expires sooner is left to expire
+// (the takeover's freeze covers it) and the client starts again from a
+// paid first assignment.
+func (q *Quota) countResync(a *alloc, s *share, h *held, now time.Duration) {
+	if h != nil && (h.units > 0 || h.burst > 0) && h.expires > now+q.applyLag &&
+		a.heldUnits+h.units <= q.sh.units && a.heldBurst+h.burst <= q.sh.burst {
+		s.units, s.burst, s.sent = h.units, h.burst, true
+		s.sentAt, s.expires = now-q.renew, max(h.expires+q.applyLag, now)
+		a.heldUnits += s.units
+		a.heldBurst += s.burst
+		q.sh.resize(a, now)
+	}
+}
+
+// measure takes a report's demand and idleness into s (a report over a
+// positive elapsed time), and takes back the share of a client idle for
+// abandon_idle.
+func (q *Quota) measure(now time.Duration, a *alloc, s *share, u strategy.QuotaUsage, fx *strategy.Effects) {
+	s.demand = smooth(s.demand, float64(u.Allowed+u.Denied)/u.Elapsed.Seconds(), u.Elapsed)
+	switch {
+	case u.Allowed+u.Denied > 0:
+		s.idleSince = 0
+	case s.idleSince == 0:
+		s.idleSince = max(now-u.Elapsed, 1)
+	}
+	if q.abandon > 0 && s.idleSince > 0 && now-s.idleSince >= q.abandon {
+		q.abandonShare(now, u.Key, a, s, fx)
+	}
 }
 
 // abandonShare takes back the share of a client idle for abandon_idle: the
@@ -555,31 +604,14 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.QuotaMessage_Usage:
-		u, h, err := q.usageOf(now, b.Usage)
-		if err != nil {
-			return err
-		}
-		if q.owner(u.Key) != q.self {
-			return nil // views disagree: the sender will resync with the owner it sees next
-		}
-		q.ownerUsage(now, from, u, h, fx)
+		return q.onUsage(now, from, b.Usage, fx)
 	case *peerv1.QuotaMessage_Detach:
 		if err := checkKey("detach", b.Detach.Key); err != nil {
 			return err
 		}
 		q.ownerDetach(now, from, strategy.QuotaClient(b.Detach.Client), b.Detach.Key, fx)
 	case *peerv1.QuotaMessage_Assign:
-		as, err := q.assignmentOf(b.Assign)
-		if err != nil {
-			return err
-		}
-		if q.owner(as.Key) != from && !q.renewsHeld(now, from, as) {
-			// An owner whose view lags (frames are authenticated: it is a
-			// member's): not applied, not acknowledged (a cut it sent
-			// stays held there until the assignment it replaced expires).
-			return nil
-		}
-		q.assigned(now, from, as, fx)
+		return q.onAssign(now, from, b.Assign, fx)
 	case *peerv1.QuotaMessage_Forward:
 		return q.onForward(now, from, b.Forward, fx)
 	case *peerv1.QuotaMessage_Ack:
@@ -591,7 +623,42 @@ func (q *Quota) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 		return q.onVerdict(from, b.Verdict, fx)
 	case *peerv1.QuotaMessage_Replica:
 		return q.onReplica(now, from, b.Replica, fx)
+	case *peerv1.QuotaMessage_StateQuery:
+		return q.onStateQuery(now, from, b.StateQuery, fx)
+	case *peerv1.QuotaMessage_State:
+		return q.onState(now, from, b.State, fx)
 	}
+	return nil
+}
+
+// onUsage handles a client's report from its node, as the key's owner.
+// Errors: a report out of bounds (usageOf).
+func (q *Quota) onUsage(now time.Duration, from strategy.NodeID, m *peerv1.QuotaUsage, fx *strategy.Effects) error {
+	u, h, err := q.usageOf(now, m)
+	if err != nil {
+		return err
+	}
+	if q.owner(u.Key) != q.self {
+		return nil // views disagree: the sender will resync with the owner it sees next
+	}
+	q.ownerUsage(now, from, u, h, fx)
+	return nil
+}
+
+// onAssign hands an owner's assignment to its client attached here.
+// Errors: an assignment out of bounds (assignmentOf).
+func (q *Quota) onAssign(now time.Duration, from strategy.NodeID, m *peerv1.QuotaAssign, fx *strategy.Effects) error {
+	as, err := q.assignmentOf(m)
+	if err != nil {
+		return err
+	}
+	if q.owner(as.Key) != from && !q.renewsHeld(now, from, as) {
+		// An owner whose view lags (frames are authenticated: it is a
+		// member's): not applied, not acknowledged (a cut it sent
+		// stays held there until the assignment it replaced expires).
+		return nil
+	}
+	q.assigned(now, from, as, fx)
 	return nil
 }
 
@@ -608,7 +675,13 @@ func (q *Quota) onForward(now time.Duration, from strategy.NodeID, f *peerv1.Quo
 	}
 	ok := false
 	if q.owner(f.Key) == q.self {
-		ok = q.decide(now, f.Key, f.Tokens, max(arrival, now-q.timeout), fx)
+		at := max(arrival, now-q.timeout)
+		switch q.warm(now, f.Key, heldWork{id: f.RequestId, tokens: f.Tokens, arrival: at, from: from}, fx) {
+		case warmHeld:
+			return nil // answered at the warm-up's end
+		case warmNo:
+			ok = q.decide(now, f.Key, f.Tokens, at, fx)
+		}
 	}
 	fx.Send(from, frame(&peerv1.QuotaVerdict{RequestId: f.RequestId, Allowed: ok}))
 	return nil
@@ -643,6 +716,7 @@ func (q *Quota) Tick(now time.Duration, fx *strategy.Effects) {
 			delete(q.allocs, w.key)
 		}
 	}
+	q.warmTimers(now, fx)
 	if q.nextDue > 0 && q.nextDue <= now {
 		q.nextDue = 0
 		for _, id := range sortedKeys(q.pending) {
@@ -672,11 +746,14 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		q.changes = q.changes[1:]
 	}
 	q.sweepRecords(now)
+	q.pruneMarks(now)
+	q.warmMembersChanged(now, fx)
 	for _, key := range sortedKeys(q.allocs) {
 		a := q.allocs[key]
 		if o := q.owner(key); o != q.self {
 			q.handOver(now, key, a, o, fx)
 			delete(q.allocs, key)
+			q.markGone(key, now)
 			continue
 		}
 		for _, s := range a.shares {
@@ -696,6 +773,12 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 			}
 		}
 	}
+	q.resyncClients(now, fx)
+}
+
+// resyncClients reports every client attached here whose key's owner
+// changed to the new owner, with what it holds.
+func (q *Quota) resyncClients(now time.Duration, fx *strategy.Effects) {
 	for _, c := range sortedKeys(q.clients) {
 		keys := q.clients[c]
 		for _, k := range sortedKeys(keys) {

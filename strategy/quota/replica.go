@@ -90,8 +90,21 @@ func (q *Quota) successors(key string) []strategy.NodeID {
 // next time a replica is due (0: none).
 func (q *Quota) replicate(now time.Duration, key string, a *alloc, force bool, fx *strategy.Effects) time.Duration {
 	to := q.successors(key)
-	if len(to) == 0 || len(a.shares)+len(a.pending) > maxReplicaEntries {
+	if len(to) == 0 {
 		return 0
+	}
+	if len(a.shares)+len(a.pending) > maxReplicaEntries {
+		// Too large to replicate: the successors are told that this node
+		// holds the key (a warm-up query is answered "some"; warmup.go),
+		// at most every ttl/2.
+		if a.replBytes == nil || len(a.replBytes) > 0 || now >= a.replAt+q.renew {
+			a.replBytes, a.replAt = []byte{}, now
+			msg := frame(&peerv1.QuotaState{Key: key})
+			for _, n := range to {
+				fx.Send(n, msg)
+			}
+		}
+		return a.replAt + q.renew
 	}
 	m := q.replicaOf(key, a, now, false)
 	// What changed: the state without its time, reserve and demand
@@ -183,6 +196,7 @@ func (q *Quota) sweepRecords(now time.Duration) {
 	for k, r := range q.records {
 		if now-r.at > q.replicaAge {
 			q.dropRecord(k)
+			q.markGone(k, now) // a warm-up query for it is answered "some" (warmup.go)
 		}
 	}
 }
@@ -286,6 +300,28 @@ func (q *Quota) adopt(a *alloc, r *record, now, change time.Duration) *alloc {
 	if r.frozenUntil > now {
 		b.frozenUntil = r.frozenUntil
 	}
+	q.adoptShares(b, r, now)
+	b.pending = slices.Clone(r.pending)
+	b.countHeld()
+	// What a counts: its clients' reports since the change.
+	for _, x := range a.shares {
+		q.mergeReported(b, x, now)
+	}
+	for _, p := range a.pending {
+		b.pending = append(b.pending, p)
+		b.heldUnits += p.units
+		b.heldBurst += p.burst
+	}
+	if b.heldUnits > q.sh.units || b.heldBurst > q.sh.burst {
+		return nil
+	}
+	q.startReserve(b, r, now, change)
+	return b
+}
+
+// adoptShares adds r's shares to b: renewed at once, awaiting their
+// node's report, or counted until their expiry (adopt).
+func (q *Quota) adoptShares(b *alloc, r *record, now time.Duration) {
 	for _, rs := range r.shares {
 		s := *rs
 		s.live, s.await, s.denyAt = false, false, 0
@@ -304,7 +340,11 @@ func (q *Quota) adopt(a *alloc, r *record, now, change time.Duration) *alloc {
 		}
 		b.shares = append(b.shares, &s)
 	}
-	b.pending = slices.Clone(r.pending)
+}
+
+// countHeld sets b's held units and burst to its shares' and pending
+// releases'.
+func (b *alloc) countHeld() {
 	for _, s := range b.shares {
 		b.heldUnits += s.units
 		b.heldBurst += s.burst
@@ -313,56 +353,64 @@ func (q *Quota) adopt(a *alloc, r *record, now, change time.Duration) *alloc {
 		b.heldUnits += p.units
 		b.heldBurst += p.burst
 	}
-	// What a counts: its clients' reports since the change.
-	for _, x := range a.shares {
-		var h *held
-		if x.sent {
-			h = &held{units: x.units, burst: x.burst, expires: x.expires - q.applyLag}
-		}
-		y := b.find(x.id)
-		if y != nil && y.sent && (y.await || y.live) && x.live {
-			if q.confirm(b, y, h, now) {
-				if x.demand >= 0 {
-					y.demand = x.demand
-				}
-				continue
+}
+
+// mergeReported merges x, a share of the frozen allocation made from the
+// clients' reports since the change, into b (the adopted replica).
+func (q *Quota) mergeReported(b *alloc, x *share, now time.Duration) {
+	var h *held
+	if x.sent {
+		h = &held{units: x.units, burst: x.burst, expires: x.expires - q.applyLag}
+	}
+	y := b.find(x.id)
+	if y != nil && y.sent && (y.await || y.live) && x.live {
+		if q.confirm(b, y, h, now) {
+			if x.demand >= 0 {
+				y.demand = x.demand
 			}
-			y = nil // released; x starts anew below
-			h = nil
+			return
 		}
-		switch {
-		case y != nil:
-			// the replica knows it (not awaiting): what x holds beyond it
-			// is counted as a release until it expires
-			y.live = y.live || x.live
-			if h != nil {
-				b.pending = append(b.pending, release{at: x.expires, units: x.units, burst: x.burst, id: x.id, seq: math.MaxUint64})
-				b.heldUnits += x.units
-				b.heldBurst += x.burst
-			}
-		case !x.live && !x.sent:
-		case h != nil && x.live && x.expires > now+q.applyLag:
-			s := *x
-			b.insert(&s)
-			b.heldUnits += s.units
-			b.heldBurst += s.burst
-		case h != nil:
-			b.pending = append(b.pending, release{at: x.expires, units: x.units, burst: x.burst, id: x.id, seq: math.MaxUint64})
-			b.heldUnits += x.units
-			b.heldBurst += x.burst
-		default:
-			s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince}
-			b.insert(s)
+		y = nil // released; x starts anew below
+		h = nil
+	}
+	q.placeReported(b, x, y, h, now)
+}
+
+// placeReported counts x in b beside y, b's share of the same client
+// (nil: none, or released), h what x's client holds (nil: nothing).
+func (q *Quota) placeReported(b *alloc, x, y *share, h *held, now time.Duration) {
+	switch {
+	case y != nil:
+		// the replica knows it (not awaiting): what x holds beyond it
+		// is counted as a release until it expires
+		y.live = y.live || x.live
+		if h != nil {
+			b.holdRelease(x)
 		}
+	case !x.live && !x.sent:
+	case h != nil && x.live && x.expires > now+q.applyLag:
+		s := *x
+		b.insert(&s)
+		b.heldUnits += s.units
+		b.heldBurst += s.burst
+	case h != nil:
+		b.holdRelease(x)
+	default:
+		s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince}
+		b.insert(s)
 	}
-	for _, p := range a.pending {
-		b.pending = append(b.pending, p)
-		b.heldUnits += p.units
-		b.heldBurst += p.burst
-	}
-	if b.heldUnits > q.sh.units || b.heldBurst > q.sh.burst {
-		return nil
-	}
+}
+
+// holdRelease counts what x holds as a release until x expires.
+func (b *alloc) holdRelease(x *share) {
+	b.pending = append(b.pending, release{at: x.expires, units: x.units, burst: x.burst, id: x.id, seq: math.MaxUint64})
+	b.heldUnits += x.units
+	b.heldBurst += x.burst
+}
+
+// startReserve starts b's reserve: from a hand-over, r's whole tokens at
+// r's time, refilled since; from a crashed owner, empty at the change.
+func (q *Quota) startReserve(b *alloc, r *record, now, change time.Duration) {
 	start, level := change, int64(0)
 	if r.handover {
 		start, level = min(r.at, now), r.reserve
@@ -372,7 +420,6 @@ func (q *Quota) adopt(a *alloc, r *record, now, change time.Duration) *alloc {
 	b.reserve.AllowN(start, q.sh.burst-min(max(level, 0), q.sh.burst))
 	q.sh.resize(b, start)
 	b.slowedAt = now
-	return b
 }
 
 // insert adds s to a's shares in order (none of its id there).

@@ -88,16 +88,25 @@ func (q *Quota) assignmentOf(m *peerv1.QuotaAssign) (strategy.QuotaAssignment, e
 		return a, fmt.Errorf("quota: abandon of %q with a token bucket (max_tokens %d, tokens_per_fill %d, fill %d s, ttl %d s)", m.Key, m.MaxTokens, m.TokensPerFill, m.FillIntervalS, m.TtlS)
 	case m.Abandon:
 		return a, nil
-	case m.MaxTokens < 0 || m.MaxTokens > q.sh.burst:
-		return a, fmt.Errorf("quota: assignment of %q: max_tokens %d outside [0, %d]", m.Key, m.MaxTokens, q.sh.burst)
-	case m.TokensPerFill < 0 || m.TokensPerFill > q.sh.units:
-		return a, fmt.Errorf("quota: assignment of %q: tokens_per_fill %d outside [0, %d]", m.Key, m.TokensPerFill, q.sh.units)
-	case a.FillInterval != q.sh.fill || m.FillIntervalS > maxFillSeconds:
-		return a, fmt.Errorf("quota: assignment of %q: fill interval %d s, this rule's is %v", m.Key, m.FillIntervalS, q.sh.fill)
-	case m.TtlS < 0 || m.TtlS > maxTTLSeconds:
-		return a, fmt.Errorf("quota: assignment of %q: ttl %d s outside [0, %d]", m.Key, m.TtlS, maxTTLSeconds)
 	}
-	return a, nil
+	return a, q.checkBucket(m)
+}
+
+// checkBucket refuses an assignment's token bucket beyond the key's burst
+// or units, of another fill interval, or with a TTL outside [0, 3600] s
+// (assignmentOf).
+func (q *Quota) checkBucket(m *peerv1.QuotaAssign) error {
+	switch {
+	case m.MaxTokens < 0 || m.MaxTokens > q.sh.burst:
+		return fmt.Errorf("quota: assignment of %q: max_tokens %d outside [0, %d]", m.Key, m.MaxTokens, q.sh.burst)
+	case m.TokensPerFill < 0 || m.TokensPerFill > q.sh.units:
+		return fmt.Errorf("quota: assignment of %q: tokens_per_fill %d outside [0, %d]", m.Key, m.TokensPerFill, q.sh.units)
+	case time.Duration(m.FillIntervalS)*time.Second != q.sh.fill || m.FillIntervalS > maxFillSeconds:
+		return fmt.Errorf("quota: assignment of %q: fill interval %d s, this rule's is %v", m.Key, m.FillIntervalS, q.sh.fill)
+	case m.TtlS < 0 || m.TtlS > maxTTLSeconds:
+		return fmt.Errorf("quota: assignment of %q: ttl %d s outside [0, %d]", m.Key, m.TtlS, maxTTLSeconds)
+	}
+	return nil
 }
 
 func frame(body any) []byte {
@@ -117,6 +126,10 @@ func frame(body any) []byte {
 		m.Body = &peerv1.QuotaMessage_Ack{Ack: b}
 	case *peerv1.QuotaReplica:
 		m.Body = &peerv1.QuotaMessage_Replica{Replica: b}
+	case *peerv1.QuotaStateQuery:
+		m.Body = &peerv1.QuotaMessage_StateQuery{StateQuery: b}
+	case *peerv1.QuotaState:
+		m.Body = &peerv1.QuotaMessage_State{State: b}
 	default:
 		panic(fmt.Sprintf("quota: no frame for %T", body))
 	}
@@ -132,42 +145,19 @@ func frame(body any) []byte {
 // or shares and releases that together hold more than the key's units or
 // burst.
 func (q *Quota) recordOf(now time.Duration, from strategy.NodeID, m *peerv1.QuotaReplica) (*record, error) {
-	if err := checkKey("replica", m.Key); err != nil {
+	if err := q.checkReplica(now, m); err != nil {
 		return nil, err
 	}
 	at := time.Duration(m.AtNs)
 	horizon := at + q.ttl + q.applyLag + q.maxSkew
-	switch {
-	case time.Duration(m.FillIntervalS)*time.Second != q.sh.fill || m.Units != q.sh.units || m.Burst != q.sh.burst:
-		return nil, fmt.Errorf("quota: replica of %q: fill interval %d s, %d units, burst %d; this rule's are %v, %d, %d", m.Key, m.FillIntervalS, m.Units, m.Burst, q.sh.fill, q.sh.units, q.sh.burst)
-	case at < 0 || at > now+q.maxSkew:
-		return nil, fmt.Errorf("quota: replica of %q: time %v outside [0, now + max_skew = %v]", m.Key, at, now+q.maxSkew)
-	case m.ReserveTokens < 0 || m.ReserveTokens > q.sh.burst:
-		return nil, fmt.Errorf("quota: replica of %q: reserve of %d tokens outside [0, %d]", m.Key, m.ReserveTokens, q.sh.burst)
-	case m.FrozenUntilNs < 0 || time.Duration(m.FrozenUntilNs) > at+q.takeover+q.maxSkew:
-		return nil, fmt.Errorf("quota: replica of %q: frozen until %v, after its time + takeover (%v)", m.Key, time.Duration(m.FrozenUntilNs), at+q.takeover)
-	case len(m.Shares)+len(m.Pending) > maxReplicaEntries:
-		return nil, fmt.Errorf("quota: replica of %q: %d shares and releases, above the limit of %d", m.Key, len(m.Shares)+len(m.Pending), maxReplicaEntries)
-	}
 	r := &record{from: from, at: at, handover: m.Handover, reserve: m.ReserveTokens, frozenUntil: time.Duration(m.FrozenUntilNs)}
 	var units, burst int64
 	for _, x := range m.Shares {
-		id, err := q.holderOf(m.Key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+		s, err := q.shareOf(m.Key, at, horizon, x)
 		if err != nil {
 			return nil, err
 		}
-		s := &share{id: id, demand: x.Demand, units: x.TokensPerFill, burst: x.MaxTokens, sent: x.Sent, seq: x.Seq,
-			sentAt: time.Duration(x.SentAtNs), expires: time.Duration(x.ExpiresNs), idleSince: time.Duration(x.IdleSinceNs), live: x.Live}
-		switch {
-		case math.IsNaN(s.demand) || math.IsInf(s.demand, 0) || s.demand > float64(maxEnvoyTokens)*3600:
-			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: demand %g", m.Key, x.Client, x.Node, s.demand)
-		case s.sentAt < 0 || s.sentAt > at+q.maxSkew || s.idleSince < 0 || s.idleSince > at+q.maxSkew:
-			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: sent at %v, idle since %v, after the replica's time %v", m.Key, x.Client, x.Node, s.sentAt, s.idleSince, at)
-		case s.expires < 0 || s.expires > horizon:
-			return nil, fmt.Errorf("quota: replica of %q: client %d at %s: expiry %v after the replica's time + ttl + apply_lag (%v)", m.Key, x.Client, x.Node, s.expires, horizon-q.maxSkew)
-		}
-		s.demand = max(s.demand, -1)
-		if len(r.shares) > 0 && r.shares[len(r.shares)-1].id.compare(id) >= 0 {
+		if len(r.shares) > 0 && r.shares[len(r.shares)-1].id.compare(s.id) >= 0 {
 			return nil, fmt.Errorf("quota: replica of %q: shares not in (node, client) order or twice (client %d at %s)", m.Key, x.Client, x.Node)
 		}
 		r.shares = append(r.shares, s)
@@ -175,21 +165,73 @@ func (q *Quota) recordOf(now time.Duration, from strategy.NodeID, m *peerv1.Quot
 		burst += s.burst
 	}
 	for _, x := range m.Pending {
-		id, err := q.holderOf(m.Key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+		rel, err := q.releaseOf(m.Key, horizon, x)
 		if err != nil {
 			return nil, err
 		}
-		if a := time.Duration(x.AtNs); a < 0 || a > horizon {
-			return nil, fmt.Errorf("quota: replica of %q: release of client %d at %s at %v, after the replica's time + ttl + apply_lag (%v)", m.Key, x.Client, x.Node, a, horizon-q.maxSkew)
-		}
-		r.pending = append(r.pending, release{at: time.Duration(x.AtNs), units: x.TokensPerFill, burst: x.MaxTokens, id: id, seq: x.Seq})
-		units += x.TokensPerFill
-		burst += x.MaxTokens
+		r.pending = append(r.pending, rel)
+		units += rel.units
+		burst += rel.burst
 	}
 	if units > q.sh.units || burst > q.sh.burst {
 		return nil, fmt.Errorf("quota: replica of %q: shares and releases hold %d units and %d burst, above the key's %d and %d", m.Key, units, burst, q.sh.units, q.sh.burst)
 	}
 	return r, nil
+}
+
+// checkReplica checks a replica's key, geometry, time, reserve, takeover
+// and size (recordOf).
+func (q *Quota) checkReplica(now time.Duration, m *peerv1.QuotaReplica) error {
+	if err := checkKey("replica", m.Key); err != nil {
+		return err
+	}
+	at := time.Duration(m.AtNs)
+	switch {
+	case time.Duration(m.FillIntervalS)*time.Second != q.sh.fill || m.Units != q.sh.units || m.Burst != q.sh.burst:
+		return fmt.Errorf("quota: replica of %q: fill interval %d s, %d units, burst %d; this rule's are %v, %d, %d", m.Key, m.FillIntervalS, m.Units, m.Burst, q.sh.fill, q.sh.units, q.sh.burst)
+	case at < 0 || at > now+q.maxSkew:
+		return fmt.Errorf("quota: replica of %q: time %v outside [0, now + max_skew = %v]", m.Key, at, now+q.maxSkew)
+	case m.ReserveTokens < 0 || m.ReserveTokens > q.sh.burst:
+		return fmt.Errorf("quota: replica of %q: reserve of %d tokens outside [0, %d]", m.Key, m.ReserveTokens, q.sh.burst)
+	case m.FrozenUntilNs < 0 || time.Duration(m.FrozenUntilNs) > at+q.takeover+q.maxSkew:
+		return fmt.Errorf("quota: replica of %q: frozen until %v, after its time + takeover (%v)", m.Key, time.Duration(m.FrozenUntilNs), at+q.takeover)
+	case len(m.Shares)+len(m.Pending) > maxReplicaEntries:
+		return fmt.Errorf("quota: replica of %q: %d shares and releases, above the limit of %d", m.Key, len(m.Shares)+len(m.Pending), maxReplicaEntries)
+	}
+	return nil
+}
+
+// shareOf converts and checks one share of a replica taken at at (recordOf).
+func (q *Quota) shareOf(key string, at, horizon time.Duration, x *peerv1.QuotaReplicaShare) (*share, error) {
+	id, err := q.holderOf(key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+	if err != nil {
+		return nil, err
+	}
+	s := &share{id: id, demand: x.Demand, units: x.TokensPerFill, burst: x.MaxTokens, sent: x.Sent, seq: x.Seq,
+		sentAt: time.Duration(x.SentAtNs), expires: time.Duration(x.ExpiresNs), idleSince: time.Duration(x.IdleSinceNs), live: x.Live}
+	switch {
+	case math.IsNaN(s.demand) || math.IsInf(s.demand, 0) || s.demand > float64(maxEnvoyTokens)*3600:
+		return nil, fmt.Errorf("quota: replica of %q: client %d at %s: demand %g", key, x.Client, x.Node, s.demand)
+	case s.sentAt < 0 || s.sentAt > at+q.maxSkew || s.idleSince < 0 || s.idleSince > at+q.maxSkew:
+		return nil, fmt.Errorf("quota: replica of %q: client %d at %s: sent at %v, idle since %v, after the replica's time %v", key, x.Client, x.Node, s.sentAt, s.idleSince, at)
+	case s.expires < 0 || s.expires > horizon:
+		return nil, fmt.Errorf("quota: replica of %q: client %d at %s: expiry %v after the replica's time + ttl + apply_lag (%v)", key, x.Client, x.Node, s.expires, horizon-q.maxSkew)
+	}
+	s.demand = max(s.demand, -1)
+	return s, nil
+}
+
+// releaseOf converts and checks one pending release of a replica
+// (recordOf).
+func (q *Quota) releaseOf(key string, horizon time.Duration, x *peerv1.QuotaReplicaRelease) (release, error) {
+	id, err := q.holderOf(key, x.Node, x.Client, x.TokensPerFill, x.MaxTokens)
+	if err != nil {
+		return release{}, err
+	}
+	if a := time.Duration(x.AtNs); a < 0 || a > horizon {
+		return release{}, fmt.Errorf("quota: replica of %q: release of client %d at %s at %v, after the replica's time + ttl + apply_lag (%v)", key, x.Client, x.Node, a, horizon-q.maxSkew)
+	}
+	return release{at: time.Duration(x.AtNs), units: x.TokensPerFill, burst: x.MaxTokens, id: id, seq: x.Seq}, nil
 }
 
 // holderOf checks one share's or release's client and tokens in a replica.
