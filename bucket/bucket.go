@@ -2,7 +2,7 @@
 // tokenmesh strategy enforces: tokens are refilled at rate r up to the burst b,
 // and a request for n tokens conforms when n tokens are in the bucket.
 //
-// Source: Li et al., SRTM (seed 000) §1.1 and Appendix A: "the number of
+// Source: Li et al., SRTM §1.1 and Appendix A: "the number of
 // messages that can leave the token bucket in any time interval of duration
 // Δt is upper-bounded by b + r·Δt". Allow/AllowN drop non-conformant requests;
 // Reserve/ReserveN implement the waiting (shaping) mode of SRTM §5.2 and
@@ -281,7 +281,7 @@ func (b *Bucket) AllowN(now time.Duration, n int64) bool {
 // refill it never needed). A late decision takes only from
 // it, so it could have taken its tokens at now, the time it is counted at:
 // a late decision never uses refill that came after it, and admissions
-// stay within b + r*T counted at their own times. Ours (seed 003's owner
+// stay within b + r*T counted at their own times. Ours (the throttling article's owner
 // decides forwarded requests by arrival time; this is what makes a late
 // one exact).
 func (b *Bucket) spare(now time.Duration) int64 {

@@ -81,7 +81,7 @@ func (b *Bucket) CapacityTicks() int64 { return b.capacity }
 // time at, into b, keeping the more consumed of the two: both are refilled
 // to the later of at and b's last update, and b takes the lower level. It
 // never raises b's level, so merging any number of copies in any order
-// never admits more than the most consumed copy would (issue 11's rule).
+// never admits more than the most consumed copy would (the merge rule: the more consumed copy wins).
 //
 // Errors: ticks outside [-capacity, capacity] (a copy of a bucket with
 // this rate and burst never holds that), or a negative at; b is then

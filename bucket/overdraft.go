@@ -1,6 +1,6 @@
 package bucket
 
-// Overdraft (ours; issue 23 item 5, costs charged after the response): a
+// Overdraft (ours, costs charged after the response): a
 // charge, a cost known only after the work (an LLM response's tokens, sent
 // by Envoy's apply_on_stream_done with hits_addend), is taken whatever
 // the level, admitted or not, so that it is never lost (ChargeN). The

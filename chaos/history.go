@@ -2,7 +2,7 @@
 // processes and checks what they admitted: a History records every
 // decision a client saw, with the time it was sent, and Check measures, per
 // key, how far the admitted tokens in any window of length T exceed the
-// token bucket's envelope b + r*T (SRTM, seed 000, §1.1: "the number of
+// token bucket's envelope b + r*T (SRTM §1.1: "the number of
 // messages that can leave the token bucket in any time interval of
 // duration Δt is upper-bounded by b + r·Δt").
 //

@@ -1,7 +1,7 @@
 package cluster
 
 // Derived rules: rules a node creates on demand, by name, instead of from
-// its configuration (issue 23, item 5: Envoy's per-request limit override,
+// its configuration (Envoy's per-request limit override,
 // package envoyrls, makes one rule per descriptor and override). Ours.
 //
 // Every node derives the same rule from the same name (its Deriver is a

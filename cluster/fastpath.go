@@ -1,6 +1,6 @@
 package cluster
 
-// The local fast path (issue 14, part 1; issue 26, item 1). Ours. A rule
+// The local fast path . Ours. A rule
 // whose strategy is a strategy.Allowancer (local, central, static, owner
 // for its own keys) gets allowances: whole tokens of one key the strategy
 // took out of the key's bucket, in the loop, as if admitted then. Check
@@ -67,7 +67,7 @@ const (
 	// lasts at most. One sweep was too short: with 10,000 uniform keys at
 	// 40,000-60,000 checks/s a key is checked every 170-250 ms, so nearly
 	// every allowance was closed untouched before its key's next check,
-	// and about 90% of the checks went through the loop (issue 14, bench
+	// and about 90% of the checks went through the loop (bench
 	// notes in docs/PERFORMANCE.md, "Owner at 3 nodes and the fast path").
 	fastIdleSweeps = 5
 	// seenFilterMaxKeys is how many keys one seen-filter period records at

@@ -1,6 +1,6 @@
 package cluster
 
-// The live latency hint (issue 13, part 2): strategies derive timers from
+// The live latency hint : strategies derive timers from
 // strategy.Config.LatencyHint, the expected one-way peer latency (owner's
 // ordering buffer `hold` and forward `timeout`, lease's, adaptive's
 // `raise_after`, fixedwindow's `timeout`). The simulator passes its network
@@ -294,7 +294,7 @@ var descPeerLatency = prometheus.NewDesc("tokenmesh_peer_latency_seconds",
 // strategy.LatencyHinter, from the node's loop, and keeps it for rules
 // added later (SetRules); logged at Info with the old and the new value.
 // It returns once the strategies have it. Errors: a hint out of bounds,
-// ErrClosed, ctx.Err(). Ours (issue 13).
+// ErrClosed, ctx.Err(). Ours.
 func (n *Node) SetLatencyHint(ctx context.Context, hint time.Duration) error {
 	if hint < 0 || hint > MaxLatencyHint {
 		return fmt.Errorf("cluster: SetLatencyHint: %v outside [0, %v]", hint, MaxLatencyHint)

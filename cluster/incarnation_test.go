@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestRestartedForwarderIsCharged (issue 12, part 1): a forwarding node
+// TestRestartedForwarderIsCharged : a forwarding node
 // that restarts mid-traffic issues request ids its previous life never
 // used, so the owner, which still remembers the previous life's forwards,
 // decides and charges every new request instead of answering it with an

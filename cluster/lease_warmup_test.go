@@ -14,7 +14,7 @@ import (
 // cluster does) admits a key's burst at once, from any node, as one
 // central bucket would: lease's warm-up asks the other nodes, which hold
 // nothing of the key, instead of starting the key empty for takeover
-// (issue 16: before it, every check here was refused, the rate refilling
+// (before it, every check here was refused, the rate refilling
 // one token per hour).
 func TestLeaseLiveStartAdmitsBurst(t *testing.T) {
 	net := NewMemNetwork()

@@ -376,7 +376,7 @@ func New(cfg Config) (*Node, error) {
 // issued fewer than one request per nanosecond of the time between the two
 // starts (a node does not take 1e9 checks/s) and the wall clock did not
 // step back across the restart. A peer that remembers (origin, id) from
-// the previous life (owner's de-duplication of forwards, issue 12) thus
+// the previous life (owner's de-duplication of forwards) thus
 // never mistakes a new request for an old one. Ours.
 func (n *Node) Incarnation() uint64 { return max(uint64(n.start.UnixNano()), 1) }
 

@@ -1,6 +1,6 @@
 package cluster
 
-// Changing a running node's rules (issue 15, part 3: rules reloaded on
+// Changing a running node's rules (rules reloaded on
 // SIGHUP or on a change of the config file). Ours: tokenmesh's own
 // operations feature, not from a source document.
 

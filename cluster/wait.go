@@ -9,7 +9,7 @@ import (
 // max_wait of a peer's forward.
 const MaxWait = time.Hour
 
-// CheckWait is Check in waiting mode (seed 000 §5.2; strategy.Waiter): the
+// CheckWait is Check in waiting mode (SRTM §5.2; strategy.Waiter): the
 // rule's strategy may admit the request with a delay of at most maxWait
 // instead of refusing it, its tokens reserved in arrival order at the
 // key's bucket. CheckResult.Delay is then how long after the check reached

@@ -45,8 +45,8 @@
 // for tokenmesh only; without it, files are read as they are.
 //
 // The params of the strategies that keep a token bucket per key include
-// overdraft and max_debt (strategy.OverdraftSpecs; ours, issue 23 item
-// 5): with them a hits_addend of 1 or more is a charge, taken whatever is
+// overdraft and max_debt (strategy.OverdraftSpecs; ours):
+// with them a hits_addend of 1 or more is a charge, taken whatever is
 // left (Envoy's apply_on_stream_done hits: an LLM response's tokens), and
 // the key refuses checks (hits_addend 0) until the refill has repaid its
 // debt; the other strategies refuse them (docs/ENVOY.md, "Costs known

@@ -2,8 +2,7 @@ package envoyrls
 
 // A descriptor's own limit (RateLimitDescriptor.limit, Envoy's "limit
 // override", set by a rate limit action's `limit` from dynamic metadata):
-// decided against that limit instead of the configured one (issue 23,
-// item 5).
+// decided against that limit instead of the configured one.
 //
 // Theirs (envoyproxy/ratelimit, src/config/config_impl.go GetLimit, read,
 // not copied): a descriptor of a known domain that carries a limit is

@@ -3,7 +3,7 @@
 // centralized token bucket, and at what cost in messages, bytes, memory and
 // decision latency.
 //
-// The method is the thesis' (seed 002 §4.3.1): replay recorded requests
+// The method is the thesis' (the CRDT thesis §4.3.1): replay recorded requests
 // through the cluster, record every decision, and compare with a centralized
 // run that "will take the correct decision". Precision is the thesis'
 // metric (§5.1.1); excess admitted, false rejections and the envelope
@@ -42,7 +42,7 @@ type Options struct {
 	// Progress, if set, is told how far each strategy's run is.
 	Progress func(strategy string, done, total int)
 	// MaxWait > 0 runs every strategy, central included, in waiting mode
-	// (seed 000 §5.2; sim.Config.MaxWait) and adds each one's waiting
+	// (SRTM §5.2; sim.Config.MaxWait) and adds each one's waiting
 	// time distribution (Result.Wait).
 	MaxWait time.Duration
 	// ShortfallWindow > 0 adds each strategy's shortfall against central
@@ -131,8 +131,8 @@ type Result struct {
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
-// (seed 000 §5.2): the delay each admitted request was given before it may
-// proceed, the DRL penalty of seed 000 §2.1 (a request that waits is
+// (SRTM §5.2): the delay each admitted request was given before it may
+// proceed, the DRL penalty of SRTM §2.1 (a request that waits is
 // served late rather than refused). Percentiles are over all admitted
 // requests, those admitted at once counting 0; milliseconds.
 type WaitStats struct {

@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// This file renders a Report as report.html (ours, issue 29): one
+// This file renders a Report as report.html (ours): one
 // self-contained page, no script, no external asset, that a browser opens
 // from file://. It holds what report.md holds (the setup, the results
 // table as the terminal cuts it, into accuracy and cost, the metric

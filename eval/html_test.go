@@ -102,8 +102,8 @@ func text(n *html.Node) string {
 	return b.String()
 }
 
-// report.html parses as HTML and holds, self-contained, what the brief of
-// issue 29 asks: one <svg> per plot, one colour per strategy (the same in
+// report.html parses as HTML and holds, self-contained, what its brief
+// asks: one <svg> per plot, one colour per strategy (the same in
 // every plot and table, and no two alike), the fault events labelled in
 // every time plot, a row per strategy in the accuracy and the cost
 // table, the notes, the recommendation and the command that reproduces

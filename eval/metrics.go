@@ -75,7 +75,7 @@ func EnvelopeViolation(reqs []workload.Request, allowed []bool, ratePerSec float
 	return workload.EnvelopeExcess(reqs, allowed, ratePerSec, burst)
 }
 
-// Shortfall is a count-based measure of over-rejection (ours, issue 16):
+// Shortfall is a count-based measure of over-rejection (ours):
 // per key and per window of length window, the tokens central admitted
 // beyond the strategy's admitted tokens, summed over keys and windows:
 //

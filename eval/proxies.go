@@ -9,8 +9,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
 
-// This file is the evaluation behind a tier of Envoy proxies (issue 23,
-// item 3; Options.Proxies, sim.ProxyTier): every strategy but central (the
+// This file is the evaluation behind a tier of Envoy proxies (Options.Proxies,
+// sim.ProxyTier): every strategy but central (the
 // reference, one bucket, no proxies) runs behind the same proxies, and the
 // report counts their traffic to the nodes with the peers'.
 

@@ -11,7 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// This file is the evaluator's answer (issue 16): which strategy, with
+// This file is the evaluator's answer : which strategy, with
 // which parameters, meets given accuracy bounds at the lowest cost
 // (Recommend), and the notes every report carries so that a reader does
 // not over-read it: what the assignment policy flatters (AssignNote) and

@@ -11,8 +11,8 @@ import (
 	"github.com/tokenmesh/tokenmesh/topology"
 )
 
-// This file is the evaluation of a cluster that spans regions (issue 24,
-// item 3; Options.Regions, sim.Config.Regions): where each decision was
+// This file is the evaluation of a cluster that spans regions (Options.Regions,
+// sim.Config.Regions): where each decision was
 // taken (on the node, within the region, across the WAN), its latency's
 // tail, and the bytes that crossed between regions. Without regions the
 // report is what it was, byte for byte.

@@ -1,6 +1,6 @@
 package limiter
 
-// Benchmarks of one keyed decision in process (issue 14, part 1; issue
+// Benchmarks of one keyed decision in process (issue
 // 26, item 1): tokenmesh's Limiter.Allow against golang.org/x/time/rate's
 // limiters kept in a keyed map (the two ways Go users write it: a map
 // under a mutex, and a sync.Map), on 10k keys and on one hot key,
@@ -237,7 +237,7 @@ func BenchmarkLimiterAllowRefill(b *testing.B) {
 // BenchmarkLimiterAllowRefused is one Limiter.Allow per op on keys over
 // their limit (burst 1, one token an hour): every check is refused, by
 // local and static in the caller's goroutine from the key's lent bucket
-// (before issue 26, each refusal was a round trip through the node's
+// (before lent buckets, each refusal was a round trip through the node's
 // loop); against x/time/rate refusing. Run it with -cpu 1,2.
 func BenchmarkLimiterAllowRefused(b *testing.B) {
 	for _, s := range []string{"local", "static"} {

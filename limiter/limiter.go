@@ -16,7 +16,7 @@
 //     context and can fail (closed node, bad key, ctx ended). Allow reports
 //     an error as a refusal.
 //   - Reserve and Wait are real reservations under owner and lease
-//     (waiting mode, seed 000 §5.2): the key's owner reserves the tokens
+//     (waiting mode, SRTM §5.2): the key's owner reserves the tokens
 //     in arrival order and answers with the delay until they may be used
 //     (at most b/r for Reserve; for Wait, at most the time left until
 //     ctx's deadline; lease: at most its max_wait parameter, default 0,
@@ -751,7 +751,7 @@ func (r *Reservation) Cancel() {}
 
 // Reserve asks for n tokens of key now and reports the outcome as a
 // Reservation. Under owner and lease it is a real reservation (waiting
-// mode, seed 000 §5.2; cluster.Node.CheckWait): the key's owner reserves
+// mode, SRTM §5.2; cluster.Node.CheckWait): the key's owner reserves
 // the tokens in arrival order when its bucket holds them within b/r (the
 // time the rate refills one burst; lease: within its max_wait parameter),
 // and the Reservation is Allowed with the Delay until they may be used.

@@ -8,7 +8,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster"
 )
 
-// Reserve-then-settle (ours; issue 23 item 5): a caller that learns the
+// Reserve-then-settle (ours): a caller that learns the
 // cost of its work only afterwards (an LLM call's tokens) reserves an
 // estimate with Reserve, does the work when the Reservation is Allowed,
 // and settles the actual cost with Settle: the difference is charged

@@ -2,8 +2,8 @@ package loadgen
 
 // Key choice (uniform or Zipf) and the per-key account of admissions
 // against a token bucket's envelope (Options.RecordAdmissions,
-// WindowExcess): issue 26, peers on realistic keys with accuracy in the
-// same table.
+// WindowExcess): peers on realistic keys, with accuracy in the same
+// table.
 
 import (
 	"math"

@@ -4,7 +4,7 @@
 // owned move, each to its next node in rank order; when one joins, it takes
 // only the keys it now ranks first for.
 //
-// Source: "Throttling in Distributed Systems" (seed 003): consistent hashing
+// Source: "Throttling in Distributed Systems" (the throttling article): consistent hashing
 // to a designated server per tenant, improved by rendezvous hashing that
 // selects K servers per tenant. The weight function (FNV-1a of the key,
 // mixed with the node's hash by the splitmix64 finaliser) is ours.
@@ -75,7 +75,7 @@ func Rank(dst []strategy.NodeID, key string, members []strategy.NodeID, k int) [
 	for _, m := range members {
 		ws = append(ws, nw{m, Weight(kh, m)})
 	}
-	// Selection of the top k; k is small (the K of seed 003).
+	// Selection of the top k; k is small (the K of the throttling article).
 	k = min(k, len(ws))
 	for i := 0; i < k; i++ {
 		best := i

@@ -9,7 +9,7 @@
 // and strategy/registry (to check a rule's strategy and parameters against
 // their declarations), nothing of the runtime, so config need not import
 // cluster to hold a rule. The shape is ours; the token bucket (rate r,
-// burst b) is the seeds' (seed 000 §2).
+// burst b) is the seeds' (SRTM §2).
 package rule
 
 import (

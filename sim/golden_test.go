@@ -24,7 +24,7 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/scenario-
 // was written with -update-golden by 0847d67 (the commit before it) and
 // again by 10e06b3, when sim.Result gained the waiting-mode fields, and
 // for gdrl's lines when its records gained the fields that close the
-// property tests' seeds 79 and 90 (issue 28; merge of gdrlseeds: the
+// property tests' seeds 79 and 90 (merge of gdrlseeds: the
 // admitted and refused counts of every scenario unchanged, peer messages
 // and bytes changed, e.g. crash-hot-owner 1,060,150 -> 1,060,168
 // messages), and for partition-3nodes' owner line when the on_timeout=local

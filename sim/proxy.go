@@ -21,7 +21,7 @@ import (
 )
 
 // ProxyTier is a tier of Envoy proxies between the trace and the cluster
-// (Config.Proxies; issue 23): Config.Assign spreads the requests over the
+// (Config.Proxies): Config.Assign spreads the requests over the
 // proxies instead of the nodes, and each proxy i is attached to node
 // i mod Nodes. What a proxy does depends on the rule's strategy:
 //

@@ -12,7 +12,7 @@ import (
 )
 
 // This file is the simulator's side of a cluster that spans regions
-// (issue 24; Config.Regions).
+// (Config.Regions).
 //
 //   - Nodes: the regions' nodes in order, named "<region>.n<i>" with i
 //     the node's index in the whole cluster (topology.NodeID): a strategy

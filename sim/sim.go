@@ -5,7 +5,7 @@
 // node crashes and restarts at given times (Scenario). The same trace,
 // configuration and seed give the same Result, bit for bit.
 //
-// It plays the role of the thesis' test framework (seed 002 §4.3.1): an
+// It plays the role of the thesis' test framework (the CRDT thesis §4.3.1): an
 // injector assigns each recorded request to a node and records the node's
 // decision; unlike the thesis' injector, which sleeps in real time and
 // corrects for oversleeping, virtual time makes every run exact and fast.
@@ -129,7 +129,7 @@ type Config struct {
 	// Progress, if set, is called now and then with requests injected so
 	// far and the total.
 	Progress func(done, total int)
-	// MaxWait > 0 runs every request in waiting mode (seed 000 §5.2) with
+	// MaxWait > 0 runs every request in waiting mode (SRTM §5.2) with
 	// this max_wait, on strategies that implement strategy.Waiter; others
 	// get plain requests. Outcome.Delay holds each admitted request's wait.
 	MaxWait time.Duration
@@ -149,8 +149,8 @@ type Config struct {
 	// cluster (ProxyTier); the zero value, no proxies, is the run as
 	// before the tier existed, bit for bit.
 	Proxies ProxyTier
-	// Regions, when not empty, spreads the nodes over regions (issue 24;
-	// regions.go): their counts must sum to Nodes; node i is named
+	// Regions, when not empty, spreads the nodes over regions
+	// (regions.go): their counts must sum to Nodes; node i is named
 	// "<region>.n<i>" (topology.NodeID), so that a strategy can read a
 	// peer's region from its name (topology.Of); a message between regions
 	// takes Network's WAN latency and loss; scenario events may name

@@ -1,6 +1,6 @@
 // Package srtm plans how a topic's publishers are spread over message brokers
 // and how its token bucket (r, b) is split into sub-token buckets (r_l, b_l),
-// after Li et al., "SRTM" (seed 000).
+// after Li et al., "SRTM".
 //
 // Two halves:
 //

@@ -3,7 +3,7 @@
 // the node saves a snapshot periodically and at graceful shutdown, and
 // restores it at start, refilled for the wall time that passed.
 //
-// Ours, not a source document's: seeds 002 and 003 keep limiter state in
+// Ours, not a source document's: the CRDT thesis and the throttling article keep limiter state in
 // memory only; envoy's ratelimit service keeps its counters in Redis,
 // which is what users expect to survive a limiter restart.
 //

@@ -1,7 +1,7 @@
 package strategy
 
-// Allowances: the local fast path of issue 14 (part 1). Ours, not a source
-// document's: seed 000 §1.1's bucket is kept exact while part of its
+// Allowances: the local fast path. Ours, not a source
+// document's: SRTM §1.1's bucket is kept exact while part of its
 // tokens sit in the driver's hands.
 
 import (

@@ -1,6 +1,6 @@
 package strategy
 
-// Lent buckets: the fast path without the driver's loop (issue 26, item
+// Lent buckets: the fast path without the driver's loop (item
 // 1). Ours. An allowance (Allowancer) is a few tokens of a key's bucket;
 // when they run out, the driver's next check of the key goes through its
 // loop to the strategy (return, decide, grant again). A strategy that

@@ -8,7 +8,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 )
 
-// Overdraft (ours; issue 23 item 5): costs charged after the response.
+// Overdraft (ours): costs charged after the response.
 // An AI gateway behind Envoy checks a tenant before an LLM call and, once
 // the response is done (apply_on_stream_done), sends a ShouldRateLimit
 // whose hits_addend is the tokens the response used. A plain token bucket

@@ -90,7 +90,7 @@ func (fx *Effects) Decide(id uint64, allowed bool) {
 }
 
 // DecideAfter completes an earlier pending request in waiting mode (Waiter,
-// seed 000 §5.2): allowed after delay (a duration counted from the
+// SRTM §5.2): allowed after delay (a duration counted from the
 // request's arrival; 0 for a refusal).
 func (fx *Effects) DecideAfter(id uint64, allowed bool, delay time.Duration) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed, Delay: delay})
@@ -186,7 +186,7 @@ type Config struct {
 // overrides: cluster's derived rules). It is called from within the
 // strategy's own calls (Request, Receive, ...), with their time: it must
 // not call this strategy back, and it must depend only on the state of the
-// node's other rules (deterministic given the same inputs). Ours (issue 23).
+// node's other rules (deterministic given the same inputs). Ours .
 type KeySeeder func(now time.Duration, key string) (KeyState, bool)
 
 // KeyLeveler is implemented by strategies that keep a bucket per key at
@@ -286,7 +286,7 @@ type ShareReporter interface {
 // when Snapshot emits it and Restore takes it. The driver converts it to
 // and from the wall clock (cluster: nanoseconds since the Unix epoch), so
 // a snapshot survives a restart whose epoch differs. Ours: the bucket's
-// state of seed 000 §1.1 (level and last update), exported.
+// state of SRTM §1.1 (level and last update), exported.
 type KeyState struct {
 	Key           string
 	Level         int64 // ticks, MinKeyStateLevel <= Level <= Capacity; below 0: a debt, or tokens reserved ahead
@@ -367,8 +367,8 @@ type MemoryReporter interface {
 
 // PartitionMode is a rule's split-brain rule: what a side of a partition
 // (or the survivors of a crash, which look the same to them) may admit for
-// the keys it cannot coordinate with the members it lost. Ours (issue 11);
-// conserve applies the static split of seed 000 §1.2 (sum r_l = r,
+// the keys it cannot coordinate with the members it lost. Ours ;
+// conserve applies the static split of SRTM §1.2 (sum r_l = r,
 // sum b_l = b) to the sides of a partition.
 type PartitionMode uint8
 
@@ -490,7 +490,7 @@ func CheckPartition(name string, s Strategy, mode PartitionMode) error {
 	return nil
 }
 
-// Waiter is implemented by strategies that answer in waiting mode (seed 000
+// Waiter is implemented by strategies that answer in waiting mode (SRTM
 // §5.2, SRTM's shaping mode; Appendix A eq. (2)): instead of refusing a
 // request the bucket cannot serve now, the node holding the key's bucket
 // reserves its tokens in arrival order (bucket.ReserveN, FCFS) and admits
@@ -514,7 +514,7 @@ type Waiter interface {
 
 // ArrivalOrderer is implemented by strategies whose Request decides req as
 // of req.Arrival also when that is well before now: they order a key's
-// requests by arrival in an ordering buffer (owner's `hold`, seed 003's
+// requests by arrival in an ordering buffer (owner's `hold`, the throttling article's
 // designated server deciding forwards in arrival order) and
 // serve a request decided after its turn only from the tokens its bucket
 // held all along since its arrival (bucket.Bucket's late decisions), so
@@ -541,7 +541,7 @@ func EdgeArrival(created, now time.Duration) time.Duration {
 	return min(max(created, now-MaxCreatedAge, 0), now)
 }
 
-// ReserveWithin is the waiting-mode decision on one bucket (seed 000 §5.2):
+// ReserveWithin is the waiting-mode decision on one bucket (SRTM §5.2):
 // it reserves n tokens at time at (bucket.ReserveN, FCFS) when the wait
 // until the bucket holds them is at most maxWait, and reports that wait;
 // otherwise it takes nothing and reports false. maxWait 0 is AllowN.

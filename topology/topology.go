@@ -1,4 +1,4 @@
-// Package topology describes a cluster that spans regions (issue 24): the
+// Package topology describes a cluster that spans regions : the
 // regions and their node counts, as `tokenmesh sim --regions eu:10,us:10`
 // gives them, and the convention by which a node's region travels in its
 // strategy.NodeID.

@@ -1,6 +1,6 @@
 package main
 
-// --keys-dist, --limit and --burst (issue 26, item 2): the keys the load
+// --keys-dist, --limit and --burst : the keys the load
 // generator draws, the limit every system is given, and the offered load
 // that puts the hottest key above it.
 
@@ -38,7 +38,7 @@ const distForms = "want uniform, zipf[:s=S,n=N] or tenants[:N], e.g. zipf:s=1.1,
 // keysDist is a parsed --keys-dist.
 //
 //   - uniform: --keys keys ("k0".."k{n-1}") drawn uniformly (the default,
-//     the harness before issue 26);
+//     the harness before realistic keys);
 //   - zipf:s=S,n=N: N keys, key i (from 0) drawn with probability
 //     proportional to (i+1)^-S (loadgen.Options.ZipfS), "k0" the hottest;
 //     s 0 < S <= 10, default 1.1; n 2..10^7, default 100000;
@@ -200,7 +200,7 @@ func (d keysDist) apply(o *loadgen.Options, uniformKeys int) {
 	}
 }
 
-// The default limit: every check admitted (the harness before issue 26).
+// The default limit: every check admitted (the harness before realistic keys).
 const unlimited = 1_000_000_000
 
 // limitSpec is --limit and --burst: the token bucket (r tokens/s, burst b)

@@ -200,7 +200,7 @@ func TestGubernatorModes(t *testing.T) {
 
 // With --limit the table adds the excess columns, the worst over rounds,
 // and says whether each system kept the limit; without, it is the table
-// of before issue 26.
+// of before realistic keys.
 func TestPrintTableExcess(t *testing.T) {
 	d, _ := parseKeysDist("tenants:20")
 	f := &flags{workers: 32, batch: 1, keys: 10000, rounds: 2, duration: time.Second, dist: d,

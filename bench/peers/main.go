@@ -1,4 +1,4 @@
-// Command peers is `make bench-peers` (issue 14, part 3): tokenmesh and the
+// Command peers is `make bench-peers` : tokenmesh and the
 // rate limiters a user would pick instead, on one harness. Every server
 // runs on 127.0.0.1 as a process of its own, started here and stopped here
 // by PID (SIGTERM, then SIGKILL after 5 s; on Linux the kernel kills them
@@ -39,7 +39,7 @@
 // the measured run; and the load generator's own), with tokenmesh's
 // checks/s over each system's.
 //
-// Realistic keys and limits (issue 26): --keys-dist picks the keys (uniform
+// Realistic keys and limits : --keys-dist picks the keys (uniform
 // over --keys, the default; zipf:s=S,n=N; tenants:N, N hot keys carrying
 // all the load, as the simulator's tenants workload), and --limit R/s
 // --burst B gives every system a per-key token bucket in its own terms
@@ -466,7 +466,7 @@ func (h *harness) tokenmesh(ctx context.Context, nodes int, strategy string) (*s
 }
 
 // gubernatorName is the row of a Gubernator mode (exact: the harness's
-// "gubernator" before issue 26).
+// "gubernator" before the modes were named).
 func gubernatorName(mode string) string {
 	if mode == "global" {
 		return "gubernator global"

@@ -182,7 +182,7 @@ func TestPartitionHeals(t *testing.T) {
 }
 
 // TestPartitionWithoutReconnectStaysSplit is the control: without the
-// reconnect loop (the bug of issue 11) the sides do not merge, so
+// reconnect loop (the bug it fixed: split sides that never merged) the sides do not merge, so
 // TestPartitionHeals measures the loop and not memberlist.
 func TestPartitionWithoutReconnectStaysSplit(t *testing.T) {
 	if ok, d := splitHeal(t, -1, 2*time.Second); ok {

@@ -210,7 +210,7 @@ func TestBenchRLSSpawn(t *testing.T) {
 	}
 }
 
-// Issue 14, part 4: a gdrl cluster that reports ready refuses nothing
+// Readiness: a gdrl cluster that reports ready refuses nothing
 // under a limit it cannot reach, even with the load right after it formed
 // (no settle, no warm-up). The joiners report ready only once they hold
 // their default share; before that, about a sixth of the first seconds'

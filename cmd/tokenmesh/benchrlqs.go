@@ -26,7 +26,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/quota"
 )
 
-// rlqsFlags are bench's --api rlqs flags (issue 23): a fleet of emulated
+// rlqsFlags are bench's --api rlqs flags : a fleet of emulated
 // Envoys (rlqs/proxy) instead of workers. The fallback flags have the
 // names and defaults of `tokenmesh sim --proxies` (proxyFlags).
 type rlqsFlags struct {

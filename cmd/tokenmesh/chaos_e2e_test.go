@@ -17,7 +17,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 )
 
-// The chaos suite (issue 11, part 5): real `serve` processes, each in its
+// The chaos suite : real `serve` processes, each in its
 // own network namespace, under a bounded load (keys offered 3x their rate,
 // spread round-robin over the live nodes), while a scenario partitions,
 // heals, kills and restarts them. Every decision is recorded and checked

@@ -43,7 +43,7 @@ func filterNodeLines(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestChaosRandomE2E is issue 28's randomized fault run in `make test`:
+// TestChaosRandomE2E is the randomized fault run in `make test`:
 // `tokenmesh chaos --random` at seed 1 for 2 minutes (faults of 2-8 s),
 // owner, lease and gdrl in parallel (three clusters of 3 nodes, 300
 // checks/s each, under one schedule: a partition, a one-way cut, flapping,

@@ -21,7 +21,7 @@ func experiments() []experiment.Experiment {
 		srtmexp.Penalty(), srtmexp.Concentration(), srtmexp.Correlation()}
 }
 
-// sourcesNote says what the citations of the help texts ("seed 001
+// sourcesNote says what the citations of the help texts ("GDRL
 // §III-A", "thesis 002") point to.
 const sourcesNote = `000-004 (seed 000, thesis 002, ...) are the five source documents, by number and
 section: docs/SOURCES.md names them (authors, titles) and what each is used for.

@@ -15,7 +15,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rule"
 )
 
-// Issue 11: real partitions of real processes. Every node runs in its
+// Real partitions of real processes. Every node runs in its
 // own network namespace (internal/netns), Partition cuts gossip and peer
 // traffic together, and after the heal every node must see every member
 // again within healDeadline.
@@ -150,7 +150,7 @@ func partitionHeal(t *testing.T, c *localcluster.Cluster, groups [][]int) time.D
 	}
 	t.Logf("partition %v seen by every node %v after the cut", groups, time.Since(cut).Round(100*time.Millisecond))
 	// TOKENMESH_HEAL_HOLD=30s holds the partition that long (from the
-	// cut), as in issue 11's report; default: heal once it is seen.
+	// cut), as in docs/CHAOS.md; default: heal once it is seen.
 	var hold time.Duration
 	if v := os.Getenv("TOKENMESH_HEAL_HOLD"); v != "" {
 		var err error
@@ -236,7 +236,7 @@ func TestHealE2EFoundedApart(t *testing.T) {
 
 // The control, run with TOKENMESH_HEAL_CONTROL=1 (about 40 s): with the
 // reconnects practically off (node.reconnect_interval 10m) the sides of a
-// healed partition stay apart, as in issue 11, so the tests above measure
+// healed partition stay apart, as before the reconnect loop, so the tests above measure
 // the reconnects and not memberlist.
 func TestHealE2EControlNoReconnect(t *testing.T) {
 	requireNetns(t)

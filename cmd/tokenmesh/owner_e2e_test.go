@@ -1,7 +1,7 @@
 package main
 
 // End-to-end test of owner's crash, restart and rolling-restart behaviour
-// on real `tokenmesh serve` processes (issue 12): replicas, the local
+// on real `tokenmesh serve` processes : replicas, the local
 // fallback during the failure detector's window, hand-over on leave and
 // return.
 
@@ -40,7 +40,7 @@ type ownerCheck struct {
 // and restarted 10 s later; then every node in turn is stopped with
 // SIGTERM and restarted (a rolling restart). Per key, the admitted tokens
 // in every window of length T stay within b + r*T + 1 token over the
-// whole run (before issue 12 a crash cost 45 of 100 keys ~3 bursts each
+// whole run (before replicas a crash cost 45 of 100 keys ~3 bursts each
 // and every restart handed out fresh bursts). The p50/p99 latency of the
 // dead node's keys during the detection window is logged.
 func TestClusterE2EOwnerCrashAndRollingRestart(t *testing.T) {

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end test of Envoy's Rate Limit Quota Service on real `tokenmesh
-// serve` processes (issue 23): a fleet of emulated Envoys (rlqs/proxy,
+// serve` processes : a fleet of emulated Envoys (rlqs/proxy,
 // deciding as Envoy's rate_limit_quota filter does, rlqs/envoymodel) holds
 // leases of one global bucket, decides every request locally, and the fleet
 // stays within b + r*T while the owner of the bucket is killed.

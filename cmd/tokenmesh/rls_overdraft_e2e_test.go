@@ -1,6 +1,6 @@
 package main
 
-// The measured target of issue 23 item 5 (costs charged after the
+// The measured target of overdraft (costs charged after the
 // response), on real serve processes through Envoy's RLS API.
 
 import (

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests of the Envoy config's reload and of the global shadow
-// mode on real serve processes (issue 23).
+// mode on real serve processes .
 
 import (
 	"context"

@@ -265,7 +265,7 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	}
 }
 
-// TestPlainNumber: rates print without exponents (issue 15, part 5).
+// TestPlainNumber: rates print without exponents .
 func TestPlainNumber(t *testing.T) {
 	for _, c := range []struct {
 		v    float64
@@ -278,7 +278,7 @@ func TestPlainNumber(t *testing.T) {
 }
 
 // TestExperimentListsWithoutName: `tokenmesh experiment` with no name
-// lists the experiments and exits 0 (issue 15, part 5).
+// lists the experiments and exits 0 .
 func TestExperimentListsWithoutName(t *testing.T) {
 	stdout, stderr, code := tokenmesh(t, "experiment")
 	if code != 0 || !strings.Contains(stdout, "Experiments") || !strings.Contains(stdout, "gdrl-ring") {

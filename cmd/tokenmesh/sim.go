@@ -116,7 +116,7 @@ per key and per window of D, central's admitted tokens beyond the
 strategy's, summed, as % of central's admitted (JSON shortfall_tokens,
 shortfall_pct): over-rejection counted in tokens, not in which requests.
 
---regions eu:10,us:10,ap:10 spreads the cluster over regions (issue 24; the
+--regions eu:10,us:10,ap:10 spreads the cluster over regions (the
 sum is the cluster's size, so --nodes may be left out): nodes are named
 <region>.n<i> (eu.n0 .. eu.n9, us.n10 .., where a strategy can read a
 peer's region from its name), --latency and --loss are the links within a

@@ -11,7 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 )
 
-// proxyFlags are sim's proxy tier flags (issue 23; sim.ProxyTier,
+// proxyFlags are sim's proxy tier flags (sim.ProxyTier,
 // eval.Options.Proxies): --proxies, --report-interval, --proxy-hop,
 // --no-assignment-behavior, --expired-assignment-behavior.
 type proxyFlags struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/topology"
 )
 
-// regionFlags are sim's flags of a cluster that spans regions (issue 24):
+// regionFlags are sim's flags of a cluster that spans regions :
 // --regions, --wan-latency, --wan-loss.
 type regionFlags struct {
 	regions    string

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end test of a rolling upgrade (issue 28): a cluster of the
+// End-to-end test of a rolling upgrade : a cluster of the
 // previous build, built from git, replaced node by node with this build
 // under load.
 

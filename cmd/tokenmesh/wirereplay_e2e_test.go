@@ -98,7 +98,7 @@ func replayTo(t *testing.T, addr, from string, frames []*transportpb.PeerFrame) 
 	return out
 }
 
-// TestClusterE2EReplayAfterRestartRefused (issue 28): frames a member
+// TestClusterE2EReplayAfterRestartRefused : frames a member
 // holding the key sent to n1 are recorded on the wire (a tap between it
 // and n1's peer port); replayed to the same n1 they are refused as
 // replays; n1 is killed (-9) and restarted, and the recorded frames

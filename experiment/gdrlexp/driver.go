@@ -1,4 +1,4 @@
-// Package gdrlexp reproduces the evaluation of seed 001 (GDRL, §III of the
+// Package gdrlexp reproduces the evaluation of GDRL (§III of the
 // paper, Figs. 3-7) with the gdrl strategy: the ring of 10 nodes with
 // Poisson demand (gdrl-ring), demands that change abruptly and linearly
 // (gdrl-dynamic) and random d-regular graphs of 10 to 1000 nodes

@@ -57,7 +57,7 @@ type dynReport struct {
 	Plots      []string       `json:"plots"`
 }
 
-// Dynamic is gdrl-dynamic: seed 001 §III-B, Figs. 5-6.
+// Dynamic is gdrl-dynamic: GDRL §III-B, Figs. 5-6.
 func Dynamic() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "gdrl-dynamic",

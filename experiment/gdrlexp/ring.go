@@ -99,7 +99,7 @@ func runRing(seed uint64, k int, noiseBand float64) (*ringRun, error) {
 	return r, nil
 }
 
-// Ring is gdrl-ring: seed 001 §III-A, Figs. 3-4.
+// Ring is gdrl-ring: GDRL §III-A, Figs. 3-4.
 func Ring() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "gdrl-ring",

@@ -90,7 +90,7 @@ type scaleReport struct {
 	Plots      []string       `json:"plots"`
 }
 
-// Scale is gdrl-scale: seed 001 §III-C, Fig. 7.
+// Scale is gdrl-scale: GDRL §III-C, Fig. 7.
 func Scale() experiment.Experiment {
 	return experiment.Experiment{
 		Name:    "gdrl-scale",

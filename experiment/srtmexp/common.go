@@ -1,4 +1,4 @@
-// Package srtmexp reproduces SRTM's evaluation (seed 000, §6) on the srtm
+// Package srtmexp reproduces SRTM's evaluation (§6) on the srtm
 // package's broker model (srtm.Simulate): the DRL penalty (Fig. 6), the
 // concentration and max-min principles (Figs. 7-8) and correlation-aware
 // assignment (Figs. 9-11). The brokers are a discrete-event model, not NSQ:

@@ -2,7 +2,7 @@ package thesis
 
 import "fmt"
 
-// CmpRow is one number seed 002 ch. 5 gives (a precision or a ratio of
+// CmpRow is one number the CRDT thesis ch. 5 gives (a precision or a ratio of
 // them), beside ours for the same data set and variants.
 type CmpRow struct {
 	DataSet    string             `json:"data_set"`

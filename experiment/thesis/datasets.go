@@ -10,7 +10,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// The thesis' data sets (seed 002 §4.3.4) are Spotify traffic that is not
+// The thesis' data sets (the CRDT thesis §4.3.4) are Spotify traffic that is not
 // public; these generators build analogs from their descriptions. Where the
 // text is vague the choice made here is stated at the generator and in the
 // report (assumptions). Every generator is deterministic per seed.
@@ -23,10 +23,10 @@ import (
 //   - Every request asks for 1 token.
 
 // DefaultCapacity is our value of the thesis' confidential capacity c, in
-// tokens (seed 002 Table 4.1).
+// tokens (the CRDT thesis Table 4.1).
 const DefaultCapacity = 100
 
-// RefillFraction is the refill rate as a fraction of c per second (seed 002
+// RefillFraction is the refill rate as a fraction of c per second (the CRDT thesis
 // Table 4.1): the refill rate is RefillFraction*c tokens/s.
 const RefillFraction = 0.001
 
@@ -114,7 +114,7 @@ const (
 var BSubsets = []BSubset{Extreme, Substantial, Barely, NotLimited}
 
 // BRequestsC is each rate-limited subset's request count in units of c
-// (seed 002 §5.2.1-5.2.3); NotLimited has none (see GenerateB).
+// (the CRDT thesis §5.2.1-5.2.3); NotLimited has none (see GenerateB).
 var BRequestsC = map[BSubset]float64{Extreme: 21.5, Substantial: 3.2, Barely: 1.1}
 
 // BDuration is the span of each subset: one minute, two for not rate-limited.

@@ -13,7 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// Variant is one strategy with its parameters, as compared in seed 002
+// Variant is one strategy with its parameters, as compared in the CRDT thesis
 // §4.3 and ch. 5 (the thesis' token-bucket counter and token-bucket queue
 // with frequency analysis and LINF) or as ours.
 type Variant struct {
@@ -60,7 +60,7 @@ var cVariants = []Variant{VCentral, VCounter, VQueueFreqLinf, VBestQueue, VBestC
 // dVariants are run on data set D for every gossip interval.
 var dVariants = []Variant{VCentral, VCounter, VQueue, VQueueFreqLinf, VBestQueue}
 
-// Cluster is the simulated setup of a run (seed 002 §4.3, Tables 4.1-4.3).
+// Cluster is the simulated setup of a run (the CRDT thesis §4.3, Tables 4.1-4.3).
 type Cluster struct {
 	Nodes  int           // cluster size, nodes
 	Rate   bucket.Rate   // refill rate of every key's bucket, tokens per Rate.Per
@@ -119,7 +119,7 @@ func runOne(tr *workload.Trace, v Variant, cl Cluster, seed uint64) (*runOut, er
 }
 
 // Row is one variant's numbers on one data set, each averaged over seeds
-// (precision as seed 002 §4.3.3 defines it: rejections relative to a central
+// (precision as the CRDT thesis §4.3.3 defines it: rejections relative to a central
 // bucket's).
 type Row struct {
 	Variant           string   `json:"variant"`                   // Variant.ID
@@ -137,7 +137,7 @@ type Row struct {
 	StateBytesPeak    float64  `json:"state_bytes_peak"`          // per-node state size, bytes, peak
 }
 
-// DataSet is the outcome of one data set of seed 002 §4.3.4 (or real trace,
+// DataSet is the outcome of one data set of the CRDT thesis §4.3.4 (or real trace,
 // or data set D at one gossip interval).
 type DataSet struct {
 	ID         string  `json:"id"`           // "A", "B/<subset>", "C", "D/<gossip>", "select" or "trace/<file>"

@@ -1,6 +1,6 @@
 // Package thesis reproduces the evaluation of Henriksson & Bennhage,
 // "Trading performance for precision in a CRDT-based rate-limiting system"
-// (seed 002, §4.3 and ch. 5): the token-bucket counter (strategy gcounter)
+// (the CRDT thesis, §4.3 and ch. 5): the token-bucket counter (strategy gcounter)
 // against the token-bucket queue (strategy tbqueue) with and without
 // frequency analysis and LINF gossip, on analogs of the thesis' data sets A-D
 // (datasets.go) with the defaults of Tables 4.1-4.3, and on two real public
@@ -19,7 +19,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
-// Experiment returns the reproduction of seed 002 §4.3 and ch. 5: the
+// Experiment returns the reproduction of the CRDT thesis §4.3 and ch. 5: the
 // token-bucket counter (G-Counter) against the token-bucket queue with
 // frequency analysis and LINF, on data sets A-D and the real traces. Its
 // Run writes report.md, the plots and report.json to Context.Out.

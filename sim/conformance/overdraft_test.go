@@ -153,7 +153,7 @@ func (c overdraftCase) envelope(name string, ok []bool) float64 {
 	return worst
 }
 
-// TestOverdraftProperty (issue 23 item 5), on every strategy that
+// TestOverdraftProperty , on every strategy that
 // implements overdraft, over random clusters of 1 to 5 nodes (fixed 1 ms
 // latency, no loss) and random charges of up to three bursts:
 //

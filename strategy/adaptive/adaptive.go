@@ -2,7 +2,7 @@
 // buckets per key, as `static`, re-split periodically by a TB Adaptor in
 // proportion to where each key's traffic is.
 //
-// Source: SRTM (seed 000) §5.4, the TB Adaptor: "every broker periodically
+// Source: SRTM §5.4, the TB Adaptor: "every broker periodically
 // reports to the TB Adaptor the rate and burst statistics of its topics ...
 // a per-topic 10s history window that tracks the average message rate and
 // maximum backlog over that window in 1s increments. The TB Adaptor adjusts

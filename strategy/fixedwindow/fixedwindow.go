@@ -16,7 +16,7 @@
 // numbers envoyproxy/ratelimit users see today (envoyrls, algorithm:
 // fixed_window); rules keep the token bucket otherwise.
 //
-// Ours: the placement and forwarding of owner (seed 003, rendezvous
+// Ours: the placement and forwarding of owner (the throttling article, rendezvous
 // hashing of the key over the live members; owner's wire messages,
 // OwnerForward/OwnerVerdict of api/peer/v1/owner.proto, since frames are
 // per rule), simplified: no ordering buffer (a request is counted when it

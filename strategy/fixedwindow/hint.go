@@ -11,7 +11,7 @@ import (
 // 3*hint + 100ms, unless the timeout parameter set it. Forwards in flight
 // keep their deadline; a new forward's deadline is never before the last
 // one's (deadlineAt), so the deadline list stays sorted when the timeout
-// shrinks. Ours (issue 13).
+// shrinks. Ours .
 func (f *FixedWindow) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	if f.timeoutSet {
 		return

@@ -2,7 +2,7 @@
 // bucket per key on a G-Counter of consumed tokens, kept consistent by delta
 // states sent by flat gossip.
 //
-// Source: Henriksson & Bennhage (seed 002), ch. 3, §3.1, listings 3.1-3.4,
+// Source: Henriksson & Bennhage (the CRDT thesis), ch. 3, §3.1, listings 3.1-3.4,
 // and Table 4.1 for the gossip interval. From the thesis:
 //   - Per key, a bucket of three values: the token counter, a G-Counter
 //     (node -> tokens that node admitted; the consumed tokens are its sum);
@@ -55,7 +55,7 @@
 // forgets a key: its local state "will increase in size or remain the same,
 // depending on if new users send requests" (§5.2.5), and it grows with
 // every user in data set C, where the queue, which forgets, used 86% less
-// memory (§5.3, Figure 5.13; seed 002). A G-Counter slot cannot simply be
+// memory (§5.3, Figure 5.13; the CRDT thesis). A G-Counter slot cannot simply be
 // dropped: a node that forgot a key would count its own slot again from 0,
 // and the merge (max per slot) would hide its new admissions behind its old
 // count. So
@@ -164,7 +164,7 @@ import (
 // Name is the strategy's name in the registry and in errors.
 const Name = "gcounter"
 
-// DefaultGossip is the gossip interval of the thesis' Table 4.1 (seed 002).
+// DefaultGossip is the gossip interval of the thesis' Table 4.1 (the CRDT thesis).
 const DefaultGossip = 300 * time.Millisecond
 
 // DefaultIdle is how long a key stays unchanged (and full) before it
@@ -178,7 +178,7 @@ const maxConsumed = math.MaxInt64 / 4
 
 // GCounter is one node of the gcounter strategy: per key a token bucket on a
 // G-Counter of consumed tokens, and one delta state (changed keys) per
-// neighbour (seed 002 §3.1). Not safe for concurrent use.
+// neighbour (the CRDT thesis §3.1). Not safe for concurrent use.
 type GCounter struct {
 	self        strategy.NodeID
 	selfUTF8    bool // self is valid UTF-8 (see encode)

@@ -11,7 +11,7 @@
 // # What is the papers'
 //
 //   - The update C_i <- C_i + eta * (q_i - q_j) between neighbours i and j,
-//     in the asynchronous pairwise form of seed 001, Appendix, Theorem 2 (one
+//     in the asynchronous pairwise form of GDRL, Appendix, Theorem 2 (one
 //     edge at a time), which keeps sum C_i = C (Lemma 1, eq. (8)): whatever
 //     one node gains its neighbour loses.
 //   - The 1/N rule for the initial shares (001 Fig. 1, eq. (6); 004 §2.2).
@@ -339,7 +339,7 @@
 // if it had applied that inheritance's fence, and reconciles the credits
 // passed on (found by TestConserveSplitNeverAboveC, seed 79 at 300 checks:
 // two inheritances given up twice, C - 52% for good). An incarnation that never comes back (it
-// crashed during the split and never restarts, issue 11) is treated the
+// crashed during the split and never restarts) is treated the
 // same once it has stayed out of the heir's view for 20 retransmit
 // intervals since the heir's view last changed: nothing else would ever
 // tell its two heirs of each other. The wait lets an incarnation that is

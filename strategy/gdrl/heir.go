@@ -41,7 +41,7 @@ func heirRanks(va, vb uint64) bool { return va < vb }
 // fence), and also once it has been out of this node's view for
 // heirGrace since the view last changed, with no fence of tb in flight to
 // it. The second case is a node that crashed during a netsplit on the side
-// away from its old heir and never comes back (issue 11): its buddy across
+// away from its old heir and never comes back : its buddy across
 // the cut took its record at the split, its new buddy on its own side took
 // a later version when it crashed, and nothing else would ever tell the
 // two heirs of each other, so its share stayed counted twice. The grace

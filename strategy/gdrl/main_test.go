@@ -17,7 +17,7 @@ import (
 // failed before them). TestConserveSplitNeverAboveC at seeds 61 to 93
 // passed 31 of 33; 79 (two inheritances given up twice, C - 52%) and 90
 // (a stale record inherited under conserve, C + 452,447) failed, and pass
-// since issue 28 (doc.go, "Split brain"; TestSplitBrainCopyFencedIntoLaterHeir,
+// since the records gained the fields that close them (doc.go, "Split brain"; TestSplitBrainCopyFencedIntoLaterHeir,
 // TestConserveHeldRecordOfCrashedHolder). At -rapid.checks=3000 seed 79
 // then found two more (TestSplitBrainRetiredCopyOfCrashedHeir,
 // TestConserveHeldRecordOfDeadHolderInheritedOnce); after their fixes

@@ -7,13 +7,13 @@ import (
 )
 
 // ReadyWait bounds how long a joining node reports not ready while it
-// waits for its default share (Ready; ours, issue 14): a node that no
+// waits for its default share (Ready; ours): a node that no
 // member pays (alone in its view, or every member below its split) is
 // ready after it and refuses what its zero share cannot admit, as before.
 const ReadyWait = 5 * time.Second
 
 // Ready reports whether this node can decide with a share of the rule
-// (strategy.Readier; ours, issue 14). A founding member (started at time
+// (strategy.Readier; ours). A founding member (started at time
 // 0) holds its 1/N split from Start. A node that joins starts with a zero
 // default share (004 §3.3) and gets its split only when a member answers
 // its ask (default-share balancing, see the package comment), a moment

@@ -532,7 +532,7 @@ func TestSplitBrainAbsorbedCreditApplied(t *testing.T) {
 	})
 }
 
-// The conformance swarm's seed 7495 (issue 11), in its simplest form: five
+// The conformance swarm's seed 7495 , in its simplest form: five
 // nodes, n0,n4 | n1,n2,n3. n1 (n0's buddy) inherits n0's record at the
 // split; n0 replicates to n4 from then on and crashes during the split,
 // so n4 inherits a later record of it. n0 never restarts, so no newer

@@ -13,7 +13,7 @@
 // time and a simulated network; the live runtime (package cluster) in the
 // wall clock, a goroutine and a transport. This is the shape of etcd's
 // raft package, where a Node is driven by its caller's Ready loop
-// (docs/ARCHITECTURE.md, "The contract"); the package is ours (issue 13).
+// (docs/ARCHITECTURE.md, "The contract"); the package is ours .
 //
 // # The driver's contract
 //
@@ -171,7 +171,7 @@ func (h *Host) Start(now time.Duration, rule int) {
 }
 
 // Request hands req to rule's strategy at now; maxWait > 0 asks a
-// strategy.Waiter for waiting mode (seed 000 §5.2), others decide a plain
+// strategy.Waiter for waiting mode (SRTM §5.2), others decide a plain
 // request. It returns the decision when the strategy decided at once;
 // otherwise decided is false and the decision comes later through
 // Driver.Decided. The caller picks req.ID (NextRequestID, or its own

@@ -20,7 +20,7 @@ import (
 // request, ask and release; a shorter hold decides at once, in (arrival,
 // ID) order, those now past their turn, a longer one makes them wait
 // longer. Grants, asks and forwards in flight keep the deadlines they were
-// given. Ours (issue 13).
+// given. Ours .
 func (l *Lease) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	hint = max(hint, 0)
 	if !l.hinted.HoldSet {

@@ -59,7 +59,7 @@ func (l *Lease) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 	return l.RequestWait(now, req, 0, fx)
 }
 
-// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2;
+// RequestWait is Request in waiting mode (strategy.Waiter, SRTM §5.2;
 // ours for leases): a leased token admits at once (delay 0); the owner's
 // dry hint refuses locally only when it lasts beyond arrival + maxWait (no
 // wait within maxWait could be enough without a return); any other request

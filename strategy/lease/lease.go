@@ -6,7 +6,7 @@
 // in `owner`.
 //
 // Sources, and what is ours:
-//   - The owner is seed 003's designated server ("Throttling in Distributed
+//   - The owner is the throttling article's designated server ("Throttling in Distributed
 //     Systems": direct a tenant's traffic to one server found by consistent
 //     hashing, so its local view is the global view), found as in
 //     strategy/owner (rendezvous.Owner). Forwarded requests carry their
@@ -15,7 +15,7 @@
 //     and the table of remembered forwards are shared with it,
 //     strategy/internal/forwarding and dedupe; the ordering buffer is
 //     lease's own, as it also orders asks and lease releases).
-//   - Leases are the exactly conserved capacity transfers of seeds 001/004
+//   - Leases are the exactly conserved capacity transfers of GDRL and Ramsden
 //     (GDRL: a share moves from one node to another with nothing created or
 //     lost on the way), applied to tokens instead of rates: a grant moves
 //     whole tokens from the owner's bucket to a holder, and the owner's
@@ -213,7 +213,7 @@
 //     sync interval (TestEnvelopeUnderFaults checks b + r*(max_wait + 2
 //     sync + latency) per crash with up to 30% loss); owner states "one
 //     burst per crash" for the same window. Ours; the replica set is
-//     owner's (seed 003's K servers per tenant from rendezvous order).
+//     owner's (the throttling article's K servers per tenant from rendezvous order).
 //   - Owner, warm-up (replicas >= 2; warmup.go; modelled on owner's
 //     warm-up and its OwnerLevelQuery, the lease-specific parts ours): a
 //     node about to start a key it owns conservatively (it restarted, or
@@ -290,14 +290,14 @@
 //     timed-out request's arrival (strategy.FallbackStart; together at
 //     most one more envelope while the owner is unreachable).
 //
-// Overdraft (the parameters overdraft and max_debt; ours, issue 23 item
-// 5): a charge is taken at the key's owner, into its pool, down to a debt
+// Overdraft (the parameters overdraft and max_debt; ours): a
+// charge is taken at the key's owner, into its pool, down to a debt
 // of max_debt, or from a holder's lease that holds all of it; the owner
 // grants no lease while in debt (overdraft.go has the details and what a
 // timed-out charge costs).
 //
 // The parameters are listed in the "# Parameters" section below (declared
-// in Params, params.go). max_wait's waits are RequestWait's (seed 000
+// in Params, params.go). max_wait's waits are RequestWait's (SRTM
 // §5.2): checks with a max wait are decided as plain requests while it is
 // 0; reservations, like leases, die with a crashed owner and must have
 // passed before a new owner's bucket refills, hence takeover's default.

@@ -38,7 +38,7 @@
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
 //   - max_wait (duration, default 0): the longest wait waiting mode grants
-//     (seed 000 §5.2), at most 1h; 0 turns waiting mode off. It adds to
+//     (SRTM §5.2), at most 1h; 0 turns waiting mode off. It adds to
 //     takeover's default.
 //   - replicas (int, default 2): the key's first K nodes in rendezvous order
 //     hold its owner's state (level and lent tokens), shipped every sync, so
@@ -90,7 +90,7 @@ var Params = append([]strategy.ParamSpec{
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "max_wait", Type: strategy.ParamDuration, Default: "0", Example: "100ms",
-		Doc: "the longest wait waiting mode grants (seed 000 §5.2), at most 1h; 0 turns waiting mode off. It adds to takeover's default."},
+		Doc: "the longest wait waiting mode grants (SRTM §5.2), at most 1h; 0 turns waiting mode off. It adds to takeover's default."},
 	{Name: "replicas", Type: strategy.ParamInt, Default: "2", Example: "3",
 		Doc: "the key's first K nodes in rendezvous order hold its owner's state (level and lent tokens), shipped every sync, so that the node that takes the key over continues from it (or from what its warm-up asks them for); 1 turns replicas and warm-up off (every takeover starts empty); at least 1."},
 	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",

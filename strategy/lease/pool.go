@@ -73,7 +73,7 @@ func (s shape) full(p *pool, now time.Duration) bool { return s.lp().Full(&p.Poo
 func (s shape) fillTime(p *pool) time.Duration { return s.lp().FillTime(&p.Pool) }
 
 // reserve takes n tokens at time at (advanced to at before) in waiting mode
-// (seed 000 §5.2, bucket.Bucket.ReserveN's FCFS reservation): when the wait
+// (SRTM §5.2, bucket.Bucket.ReserveN's FCFS reservation): when the wait
 // until p holds them is at most maxWait, the level goes down by n tokens,
 // possibly below 0, and the wait counted from at is returned; otherwise
 // nothing is taken. A decision made late (p.Last after at) counts the wait

@@ -79,7 +79,7 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 }
 
 // TestEnvelopeWaitingUnderFaults is TestEnvelopeUnderFaults in waiting
-// mode (RequestWait, seed 000 §5.2) with a random max wait: the owners'
+// mode (RequestWait, SRTM §5.2) with a random max wait: the owners'
 // levels stay above -r*maxWait and, with the leases, within the burst after
 // every call; every admitted request waits at most maxWait; and the tokens
 // counted when they proceed (arrival + delay) stay within b + r*T.

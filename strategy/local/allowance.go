@@ -11,7 +11,7 @@ import (
 // (strategy.Allowancer), at most strategy.AllowanceCap of the rule, valid
 // for strategy.AllowanceValidity. Every request of local and central is
 // decided from this node's bucket, so every key can be granted. Ours
-// (issue 14's fast path; seed 002 §4.3.1's one bucket, kept exact).
+// (the fast path; the CRDT thesis §4.3.1's one bucket, kept exact).
 func (l *Local) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
 	return l.lend.Grant(l.table, now, key, want, strategy.AllowanceCap(l.table.Shape()))
 }
@@ -27,7 +27,7 @@ var _ strategy.Allowancer = (*Local)(nil)
 // Lend hands the driver key's whole (r, b) bucket
 // (strategy.BucketLender): every request of local and central is decided
 // from it alone, so the driver can decide them as well, refilling it with
-// its own clock, until it reclaims it. Ours (issue 26's fast path).
+// its own clock, until it reclaims it. Ours (the fast path).
 func (l *Local) Lend(now time.Duration, key string, fx *strategy.Effects) (bucket.Bucket, bool) {
 	return l.lend.Lend(l.table, now, key)
 }

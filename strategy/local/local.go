@@ -1,8 +1,8 @@
 // Package local implements the `local` strategy (every node enforces the
-// full (r, b) alone, with no coordination: the "no DRL" baseline of seed 003,
+// full (r, b) alone, with no coordination: the "no DRL" baseline of the throttling article,
 // which admits up to N times the limit) and, on a single node, `central`: one
 // bucket per key for the whole cluster, the ground truth every other strategy
-// is measured against (seed 002 §4.3.1: "a centralized system ... will take
+// is measured against (the CRDT thesis §4.3.1: "a centralized system ... will take
 // the correct decision").
 //
 // Partitions: local has no coordination to lose, so a partition changes
@@ -91,7 +91,7 @@ func (l *Local) Refund(now time.Duration, id uint64, key string, tokens int64, f
 	l.lend.Clamp(l.table, now, key)
 }
 
-// RequestWait decides req in waiting mode (strategy.Waiter, seed 000
+// RequestWait decides req in waiting mode (strategy.Waiter, SRTM
 // §5.2): the tokens are reserved in this node's bucket for req.Key when the
 // wait is at most maxWait, and the decision carries that wait. Under
 // overdraft a charge is Request (taken at once, no wait).

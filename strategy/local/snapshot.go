@@ -7,7 +7,7 @@ import (
 )
 
 // Snapshot emits this node's (r, b) bucket of every key that is not full
-// at now (strategy.Snapshotter). Ours: seed 002 and 003 keep no state
+// at now (strategy.Snapshotter). Ours: the CRDT thesis and 003 keep no state
 // across restarts; envoy ratelimit keeps its counters in Redis.
 //
 // With allowances open (strategy.Allowancer) their tokens count as spent:

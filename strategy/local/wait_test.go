@@ -9,7 +9,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/local"
 )
 
-// TestRequestWaitReserves: in waiting mode (seed 000 §5.2) a node's
+// TestRequestWaitReserves: in waiting mode (SRTM §5.2) a node's
 // (r, b) = (1 token/s, 2) bucket admits the burst at once, then one token
 // per second of wait, first come first served, and refuses a request
 // whose wait would exceed maxWait without reserving anything for it.

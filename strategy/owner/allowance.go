@@ -10,8 +10,8 @@ import (
 // Grant hands the driver up to want whole tokens of key's bucket
 // (strategy.Allowancer), at most strategy.AllowanceCap of the rule, valid
 // for strategy.AllowanceValidity, when this node would decide a request
-// for key at once from that bucket alone; otherwise 0. Ours (issue 14's
-// fast path on seed 002's one deciding node per key). Nothing is granted
+// for key at once from that bucket alone; otherwise 0. Ours (the
+// fast path on the CRDT thesis' one deciding node per key). Nothing is granted
 //   - for a key another node owns (rendezvous), or under split > 1 (a
 //     request's sub-bucket depends on its ID);
 //   - with an ordering buffer (hold > 0: requests are decided in

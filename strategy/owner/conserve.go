@@ -9,7 +9,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
-// Split brain under `partition: conserve` (issue 11; ours).
+// Split brain under `partition: conserve` (ours).
 //
 // A node that sees k of the last agreed N members (strategy.Conserver:
 // the live ones plus those that failed less than reconnect_timeout ago)

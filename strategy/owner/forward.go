@@ -29,7 +29,7 @@ func (o *Owner) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 // forwarded ones, and a late one takes only tokens held since its arrival.
 func (o *Owner) OrdersByArrival() {}
 
-// RequestWait is Request in waiting mode (strategy.Waiter, seed 000 §5.2):
+// RequestWait is Request in waiting mode (strategy.Waiter, SRTM §5.2):
 // the key's owner reserves req's tokens in (arrival, ID) order, after its
 // ordering buffer, with strategy.ReserveWithin, and admits req with the
 // wait until its tokens are there when that wait is at most maxWait

@@ -17,7 +17,7 @@ import (
 // shorter hold decides at once, in (arrival, ID) order, those now past
 // their turn, a longer one makes them wait longer (a wake-up is asked for
 // every entry's new turn). Forwards in flight keep the deadline they were sent with.
-// Ours (issue 13).
+// Ours .
 func (o *Owner) SetLatencyHint(now time.Duration, hint time.Duration, fx *strategy.Effects) {
 	hint = max(hint, 0)
 	if !o.hinted.HoldSet {

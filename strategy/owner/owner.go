@@ -6,7 +6,7 @@
 // that it survives the primary's crash, and it moves with ownership when
 // membership changes.
 //
-// Source: "Throttling in Distributed Systems" (seed 003): direct all of a
+// Source: "Throttling in Distributed Systems" (the throttling article): direct all of a
 // tenant's traffic to one designated server, found by consistent (here
 // rendezvous) hashing, so that its local view is the global view; rendezvous
 // hashing selects K servers per tenant, each with a per-server quota, and
@@ -96,7 +96,7 @@
 //     leave, and a decision not shipped would be counted twice.
 //
 // Overdraft (strategy.Overdraft, the parameters overdraft and max_debt;
-// ours, issue 23 item 5): a charge (strategy.Request.Charge, a cost known
+// ours): a charge (strategy.Request.Charge, a cost known
 // after the response) is decided at the key's primary like any request
 // (OwnerForward.post_hoc) but taken whatever its bucket holds, down to a
 // debt of max_debt (each sub-bucket its share under split), and answered

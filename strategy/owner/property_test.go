@@ -106,7 +106,7 @@ func runCase(t interface {
 	return eval.EnvelopeViolation(tr.Requests, simtest.Allowed(res), rate.PerSec(), burst)
 }
 
-// TestCrashRestartEnvelopeProperty (issue 12, part 6): under random
+// TestCrashRestartEnvelopeProperty : under random
 // crashes and restarts of any nodes (failure detection 0.1-2 s) on a
 // network losing up to 5% of messages, owner with its defaults (2
 // replicas, on_timeout=local) keeps every key's admitted tokens in every
@@ -150,7 +150,7 @@ func TestPartitionHealEnvelopeProperty(t *testing.T) {
 
 // TestOwnerCrashOldVersusNew is the case rapid shrank the crash property
 // to for the old owner (replicas=1, on_timeout=admit, its behaviour before
-// issue 12): 2 nodes, n1 crashes at 15 s for 600 ms, detection 700 ms. The
+// replicas): 2 nodes, n1 crashes at 15 s for 600 ms, detection 700 ms. The
 // old owner exceeds the bound (the next owner starts full and the dead
 // owner's keys are admitted unlimited until detection); the defaults stay
 // within it.
@@ -166,7 +166,7 @@ func TestOwnerCrashOldVersusNew(t *testing.T) {
 	}
 }
 
-// TestSplitWithinEnvelope (owner.split, seed 003's K servers with
+// TestSplitWithinEnvelope (owner.split, the throttling article's K servers with
 // per-server quotas): each key's (r, b) is split over K sub-buckets of
 // (r/K, b_i) with sum b_i = b, each on its own owner; requests go to the
 // sub-buckets by request id. The sum of the sub-buckets never admits more

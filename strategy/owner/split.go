@@ -9,7 +9,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
-// Split (parameter split=K, seed 003's per-server quotas; see the package
+// Split (parameter split=K, the throttling article's per-server quotas; see the package
 // doc): each key's (r, b) is split over K sub-buckets, each a sub-key with
 // its own owner and table.
 

@@ -8,13 +8,13 @@
 // holds, so RLS and RLQS checks of one key draw on the same bucket.
 //
 // Sources, and what is ours:
-//   - The owner is seed 003's designated server ("Throttling in Distributed
+//   - The owner is the throttling article's designated server ("Throttling in Distributed
 //     Systems": one server per tenant found by consistent hashing, whose
 //     local view is the global view), found as in strategy/owner.
 //   - A share is an exactly conserved capacity transfer of GDRL (seeds
 //     001/004: a node's share of the rate and burst moves, nothing is
 //     created on the way), made to a client instead of a node; sizing the
-//     shares max-min fairly by demand is SRTM's Step (2) (seed 000 §4.2,
+//     shares max-min fairly by demand is SRTM's Step (2) (SRTM §4.2,
 //     max-min quota) over the clients. Everything about Envoy's behaviour
 //     and the bound below is ours.
 //
@@ -126,7 +126,7 @@
 // # Takeover
 //
 // Replication (replica.go). Ours; the replica set (the key's next nodes in
-// rendezvous order, seed 003's K servers per tenant) and a successor that
+// rendezvous order, the throttling article's K servers per tenant) and a successor that
 // continues from the replicated state instead of starting anew are
 // strategy/owner's and strategy/lease's; what is replicated, the
 // confirmation of the clients' assignments, the reserve's start and the

@@ -1,4 +1,4 @@
-// Package regionlease implements the `regionlease` strategy (issue 24, item
+// Package regionlease implements the `regionlease` strategy (item
 // 2, first cut): lease on two tiers, so that a cluster spread over regions
 // decides a hot key on the node, a warm key within the region, and crosses
 // the WAN only between a region's owner of the key and the key's global
@@ -31,10 +31,10 @@
 //     lease's protocol without its ordering buffer, replicas or warm-up.
 //
 // What is ours and what comes from the sources: the designated server of
-// seed 003 ("Throttling in Distributed Systems": a tenant's traffic
+// The throttling article ("Throttling in Distributed Systems": a tenant's traffic
 // directed to one server found by consistent hashing) is the global owner,
 // and, per region, the regional owner; the leases are strategy/lease's own
-// design (its exactly conserved transfers of tokens, after seeds 001/004's
+// design (its exactly conserved transfers of tokens, after GDRL and Ramsden's
 // conserved capacity transfers, its pool, its demand window, dry hint,
 // spent reports and returns; the pool is shared with lease in
 // strategy/internal/leasepool). The second tier

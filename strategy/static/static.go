@@ -2,8 +2,8 @@
 // fixed sub-token bucket (r/N, b/N) per key, with N the number of live
 // members, and no messages at all.
 //
-// Sources: SRTM (seed 000) §1.2, the static split into sub-token buckets
-// with sum r_l = r and sum b_l = b; seed 004 §1.2 and seed 003, the per-server
+// Sources: SRTM §1.2, the static split into sub-token buckets
+// with sum r_l = r and sum b_l = b; Ramsden §1.2 and the throttling article, the per-server
 // share R/N, whose flaw both name: unless the load balancer spreads each
 // key's requests evenly, a node runs out while others sit on unused share.
 //

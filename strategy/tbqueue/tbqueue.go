@@ -3,7 +3,7 @@
 // admitted request (by default one per node and instant, see coalesce),
 // kept consistent by delta states sent by gossip.
 //
-// Source: Henriksson & Bennhage (seed 002), ch. 4. From the thesis:
+// Source: Henriksson & Bennhage (the CRDT thesis), ch. 4. From the thesis:
 //   - §4.1.2, §4.2.1, eq. (4.2): a request is admitted when the key's queue
 //     holds fewer than capacity (= Config.Burst) live elements; the new
 //     element is born now and dies 1/rate after the queue's last element
@@ -179,17 +179,17 @@ const Name = "tbqueue"
 
 // Defaults from the thesis' Tables 4.1 and 4.2.
 const (
-	// DefaultGossip is the gossip interval (seed 002 Table 4.1).
+	// DefaultGossip is the gossip interval (the CRDT thesis Table 4.1).
 	DefaultGossip = 300 * time.Millisecond
 	// DefaultFrequencyThreshold is the frequency analysis threshold on the
-	// mean interval between a window's times-of-birth (seed 002 §4.2.3,
+	// mean interval between a window's times-of-birth (the CRDT thesis §4.2.3,
 	// Table 4.2).
 	DefaultFrequencyThreshold = 2400 * time.Millisecond
 )
 
 // TBQueue is one node of the tbqueue strategy: per key a token-bucket queue
 // of (time-of-birth, time-of-death) elements and one delta state per
-// neighbour (seed 002 ch. 4). Not safe for concurrent use.
+// neighbour (the CRDT thesis ch. 4). Not safe for concurrent use.
 type TBQueue struct {
 	self     strategy.NodeID
 	clock    clock

@@ -6,7 +6,7 @@
 
 // Peer messages of the `gcounter` strategy: the replicated token bucket on a
 // G-Counter of consumed tokens, with delta states sent by flat gossip
-// (seed 002, Henriksson & Bennhage, ch. 3, listings 3.1-3.4).
+// (the CRDT thesis, Henriksson & Bennhage, ch. 3, listings 3.1-3.4).
 
 package peerv1
 

@@ -4,8 +4,8 @@
 // 	protoc        v3.21.12
 // source: peer/v1/gdrl.proto
 
-// Peer messages of the `gdrl` strategy (seed 001, Generalized Distributed
-// Rate Limiting; seed 004, its fault-tolerant implementation): neighbours
+// Peer messages of the `gdrl` strategy (GDRL, Generalized Distributed
+// Rate Limiting; Ramsden, its fault-tolerant implementation): neighbours
 // exchange performance indicators and move capacity shares between them in
 // transfers that are never lost or counted twice, and every node replicates
 // its shares to a best buddy that inherits them when the node leaves.

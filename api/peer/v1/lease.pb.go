@@ -4,9 +4,9 @@
 // 	protoc        v3.21.12
 // source: peer/v1/lease.proto
 
-// Peer messages of the `lease` strategy (ours; it combines seed 003's key
+// Peer messages of the `lease` strategy (ours; it combines the throttling article's key
 // owner, chosen by rendezvous hashing, with the exactly conserved transfers
-// of seeds 001/004): the owner holds the key's bucket and leases whole
+// of GDRL and Ramsden): the owner holds the key's bucket and leases whole
 // tokens out of it to the nodes with demand for the key; requests that find
 // no leased token are forwarded to the owner as in `owner`.
 
@@ -342,7 +342,7 @@ type LeaseForward struct {
 	Key         string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	ExtraTokens int64                  `protobuf:"varint,3,opt,name=extra_tokens,json=extraTokens,proto3" json:"extra_tokens,omitempty"`
 	ArrivalNs   int64                  `protobuf:"varint,4,opt,name=arrival_ns,json=arrivalNs,proto3" json:"arrival_ns,omitempty"`
-	// max_wait_ns > 0 asks for waiting mode (seed 000 §5.2): the owner
+	// max_wait_ns > 0 asks for waiting mode (SRTM §5.2): the owner
 	// reserves the tokens in arrival order and admits with a delay
 	// (LeaseVerdict.delay_ns) when the wait is at most max_wait_ns.
 	MaxWaitNs int64 `protobuf:"varint,5,opt,name=max_wait_ns,json=maxWaitNs,proto3" json:"max_wait_ns,omitempty"`

@@ -4,7 +4,7 @@
 // 	protoc        v3.21.12
 // source: peer/v1/owner.proto
 
-// Peer messages of the `owner` strategy (seed 003: the key's designated
+// Peer messages of the `owner` strategy (the throttling article: the key's designated
 // server, chosen by rendezvous hashing; other nodes forward to it).
 
 package peerv1
@@ -261,7 +261,7 @@ type OwnerForward struct {
 	// the sender's restarts; the owner de-duplicates by (sender, request_id,
 	// key).
 	Charge bool `protobuf:"varint,5,opt,name=charge,proto3" json:"charge,omitempty"`
-	// max_wait_ns > 0 asks for waiting mode (seed 000 §5.2): the owner
+	// max_wait_ns > 0 asks for waiting mode (SRTM §5.2): the owner
 	// reserves the tokens in arrival order and admits the request with a
 	// delay (OwnerVerdict.delay_ns) when the wait is at most max_wait_ns.
 	MaxWaitNs int64 `protobuf:"varint,6,opt,name=max_wait_ns,json=maxWaitNs,proto3" json:"max_wait_ns,omitempty"`

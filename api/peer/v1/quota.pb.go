@@ -5,7 +5,7 @@
 // source: peer/v1/quota.proto
 
 // Peer messages of the `quota` strategy (ours): the key's owner, chosen by
-// rendezvous hashing (seed 003's designated server), divides the key's
+// rendezvous hashing (the throttling article's designated server), divides the key's
 // (r, b) among quota clients (Envoy proxies over RLQS, attached to any node)
 // by their reported demand; each client enforces its share locally as a
 // token bucket. Requests checked at a node (RLS, tokenmesh.v1) are decided

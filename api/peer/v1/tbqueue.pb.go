@@ -5,7 +5,7 @@
 // source: peer/v1/tbqueue.proto
 
 // Peer messages of the `tbqueue` strategy: the token-bucket queue of
-// (time-of-birth, time-of-death) elements with delta states (seed 002,
+// (time-of-birth, time-of-death) elements with delta states (the CRDT thesis,
 // Henriksson & Bennhage, ch. 4, §4.2.1, listings 4.1-4.4).
 
 package peerv1

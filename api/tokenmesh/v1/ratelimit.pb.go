@@ -89,7 +89,7 @@ type CheckItem struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// hits is the number of tokens asked for, 1 to 1,000,000,000.
 	Hits int64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
-	// max_wait_ms > 0 asks for waiting mode (seed 000 §5.2): under the
+	// max_wait_ms > 0 asks for waiting mode (SRTM §5.2): under the
 	// strategies that have it (owner; lease up to its max_wait parameter)
 	// the key's owner reserves the tokens in arrival order and allows the
 	// check with wait_ms to wait when that is at most max_wait_ms, instead

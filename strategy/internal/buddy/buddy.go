@@ -1,5 +1,5 @@
 // Package buddy picks the member that catches a newcomer up (gcounter's and
-// tbqueue's catch_up, seed 002 §3.5/§5.5: a node that joins or restarts is
+// tbqueue's catch_up, the CRDT thesis §3.5/§5.5: a node that joins or restarts is
 // sent the full state by one established member, not by all of them). Ours:
 // the rule (the first established member after the newcomer in NodeID
 // order, wrapping) and that a node always counts itself.

@@ -1,5 +1,5 @@
 // Package forwarding keeps what a node knows of a request it forwarded to
-// the key's owner (seed 003's designated server, found by rendezvous
+// the key's owner (the throttling article's designated server, found by rendezvous
 // hashing) until the verdict comes: where it went, when to send it again
 // and when to stop waiting. owner, lease and fixedwindow share it; each
 // sends its own wire message and keeps its own timers.
