@@ -211,12 +211,9 @@ func (d *DRL) endInterval(at time.Duration, fx *strategy.Effects) {
 // split evenly over the live members plus the rest by weight.
 func (d *DRL) share(now time.Duration, k *keyState) int64 {
 	n := float64(max(len(d.members), 1))
-	var w, total float64
-	w = k.demand
-	total = d.total(now, k)
 	frac := 1 / n
-	if total > 0 {
-		frac = d.floor/n + (1-d.floor)*w/total
+	if total := d.total(now, k); total > 0 {
+		frac = d.floor/n + (1-d.floor)*k.demand/total
 	}
 	return min(int64(math.Floor(frac*float64(d.units))), d.units)
 }
