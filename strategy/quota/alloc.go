@@ -330,73 +330,40 @@ func (sh shape) targets(a *alloc, now time.Duration, headroom float64) (units, b
 // all (the reserve's last) and the shares' bursts.
 func (sh shape) split(a *alloc, wants []int64) (all, burst []int64) {
 	wants = slices.Clone(wants)
-	all = waterFill(sh.units, wants)
-	{
-		// A sent share that got its want keeps the units it holds while
-		// its want is within the cut's hysteresis of them (above, both
-		// ways): the noise of a demand estimate moves no unit, and the
-		// others are not cut to pay for it (a cut's units refill nobody
-		// until its release).
-		again := false
-		for i, s := range a.shares {
-			if s.live && s.sent && !s.pinned && all[i] == wants[i] && all[i] != s.units &&
-				!above(s.units, all[i]) && !above(all[i], s.units) {
-				wants[i] = s.units
-				again = true
-			}
-		}
-		if again {
-			all = waterFill(sh.units, wants)
+	all = sh.keepUnits(a, wants, waterFill(sh.units, wants))
+	return all, sh.burstsByNeed(a, all)
+}
+
+// keepUnits is all (the water-fill of wants), filled again where a sent
+// share that got its want keeps the units it holds while its want is
+// within the cut's hysteresis of them (above, both ways): the noise of a
+// demand estimate moves no unit, and the others are not cut to pay for it
+// (a cut's units refill nobody until its release). It rewrites those
+// shares' wants.
+func (sh shape) keepUnits(a *alloc, wants, all []int64) []int64 {
+	again := false
+	for i, s := range a.shares {
+		if s.live && s.sent && !s.pinned && all[i] == wants[i] && all[i] != s.units &&
+			!above(s.units, all[i]) && !above(all[i], s.units) {
+			wants[i] = s.units
+			again = true
 		}
 	}
+	if again {
+		return waterFill(sh.units, wants)
+	}
+	return all
+}
+
+// burstsByNeed is the shares' bursts for the units all (the reserve's
+// last), in tokens, summing to at most the key's burst: every share with
+// units gets minBurst first (while the burst lasts), the rest is divided
+// by needWeights, and a share with units left at 0 gets 1 while the burst
+// lasts.
+func (sh shape) burstsByNeed(a *alloc, all []int64) []int64 {
 	units := all[:len(a.shares)]
-	burst = make([]int64, len(a.shares))
-	// Bursts by need: a share's weight is its units, times (units/want)^2
-	// for a share held below its demand (saturated: its bucket is empty
-	// but for the token in flight, a burst it cannot keep); a share at
-	// about its demand keeps the burst that its Poisson arrivals need
-	// (its loss to a full bucket is about demand/(2*burst) tokens/s).
-	// Only while some share is at about its demand (the ones that need a
-	// burst): when every share is saturated their weights are their units,
-	// else the noise of their demand estimates, doubled by the square,
-	// would reshuffle bursts that none of them keeps (20 saturated proxies
-	// of a key, docs/EVALUATION.md's tenant workload: 60% more bytes per
-	// request).
-	factors := make([]float64, len(all))
-	needy := false
-	for i, u := range all {
-		factors[i] = 1
-		if i >= len(a.shares) || a.shares[i].demand < 0 || !a.shares[i].live {
-			continue
-		}
-		if d := a.shares[i].demand * sh.fill.Seconds(); d > float64(u) {
-			factors[i] = (float64(u) / d) * (float64(u) / d)
-		}
-		if u > 0 && a.shares[i].demand*sh.fill.Seconds() <= 1.25*float64(u) {
-			needy = true
-		}
-	}
-	weights := make([]float64, len(all))
-	var sumW float64
-	var holders int64
-	for i, u := range all {
-		w := float64(u)
-		if needy {
-			w *= factors[i]
-		}
-		weights[i] = w
-		sumW += w
-		if u > 0 {
-			holders++
-		}
-	}
-	// Units no one takes weigh as they are: their burst stays in the
-	// reserve (for the requests checked at the nodes).
-	var given int64
-	for _, u := range all {
-		given += u
-	}
-	sumW += float64(max(sh.units-given, 0))
+	burst := make([]int64, len(a.shares))
+	weights, sumW, holders := sh.needWeights(a, all)
 	base := int64(0)
 	if holders > 0 {
 		base = min(minBurst, sh.burst/holders)
@@ -420,7 +387,55 @@ func (sh shape) split(a *alloc, wants []int64) (all, burst []int64) {
 			used++
 		}
 	}
-	return all, burst
+	return burst
+}
+
+// needWeights is each of all's weight in the burst's division, their sum
+// (with the units no one takes, whose burst stays in the reserve for the
+// requests checked at the nodes) and how many hold units. Bursts by need:
+// a share's weight is its units, times (units/want)^2 for a share held
+// below its demand (saturated: its bucket is empty but for the token in
+// flight, a burst it cannot keep); a share at about its demand keeps the
+// burst that its Poisson arrivals need (its loss to a full bucket is
+// about demand/(2*burst) tokens/s). Only while some share is at about its
+// demand (the ones that need a burst): when every share is saturated
+// their weights are their units, else the noise of their demand
+// estimates, doubled by the square, would reshuffle bursts that none of
+// them keeps (20 saturated proxies of a key, docs/EVALUATION.md's tenant
+// workload: 60% more bytes per request).
+func (sh shape) needWeights(a *alloc, all []int64) (weights []float64, sumW float64, holders int64) {
+	factors := make([]float64, len(all))
+	needy := false
+	for i, u := range all {
+		factors[i] = 1
+		if i >= len(a.shares) || a.shares[i].demand < 0 || !a.shares[i].live {
+			continue
+		}
+		if d := a.shares[i].demand * sh.fill.Seconds(); d > float64(u) {
+			factors[i] = (float64(u) / d) * (float64(u) / d)
+		}
+		if u > 0 && a.shares[i].demand*sh.fill.Seconds() <= 1.25*float64(u) {
+			needy = true
+		}
+	}
+	weights = make([]float64, len(all))
+	for i, u := range all {
+		w := float64(u)
+		if needy {
+			w *= factors[i]
+		}
+		weights[i] = w
+		sumW += w
+		if u > 0 {
+			holders++
+		}
+	}
+	var given int64
+	for _, u := range all {
+		given += u
+	}
+	sumW += float64(max(sh.units-given, 0))
+	return weights, sumW, holders
 }
 
 // minBurst is the burst a share with units gets first (while the key's
