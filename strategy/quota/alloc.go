@@ -49,6 +49,17 @@ type share struct {
 	// see the previous one, and then applies identical renewals only:
 	// Quota.renewsHeld)
 	pinned bool
+	// pinnedUntil is, for a pinned share, the earliest time the client's
+	// assignment may expire: the previous owner's last send plus ttl (the
+	// client received it after that send, and its TTL counts from the
+	// receipt). A pinned renewal does not move it: the client's node drops
+	// a renewal from a node it does not yet see as a member, so the owner
+	// cannot know that one arrived. A pinned share is renewed only while a
+	// renewal surely reaches the client before pinnedUntil; after that it
+	// awaits its node's report (confirm), for a renewal that came after
+	// the client's assignment expired would start a full token bucket,
+	// unpaid.
+	pinnedUntil time.Duration
 }
 
 // release is capacity a cut gave up, counted as held until at: the
@@ -550,7 +561,7 @@ func (sh shape) rebalance(a *alloc, now time.Duration, headroom float64, applyLa
 		blockedAt = sh.raise(a, now, units, burst, changed)
 	}
 	sh.resize(a, now)
-	a.wake = minWake(blockedAt, sh.sendDue(a, now, ttl+applyLag, renewEvery, changed, send))
+	a.wake = minWake(blockedAt, sh.sendDue(a, now, ttl, applyLag, renewEvery, changed, send))
 	for _, r := range a.pending {
 		a.wake = minWake(a.wake, r.at)
 	}
@@ -685,10 +696,16 @@ const starvedBurst = 2
 
 // sendDue sends every live share whose assignment changed, is new (its
 // burst paid and a unit given), or is due for renewal (renewEvery after
-// the last send); valid is how long a sent assignment is surely held
-// (ttl + apply_lag). It returns the next renewal or expiry to wake for.
-func (sh shape) sendDue(a *alloc, now, valid, renewEvery time.Duration, changed []bool, send func(s *share, deny bool)) (wake time.Duration) {
+// the last send); a sent assignment is surely held for ttl + applyLag
+// after it is sent. A pinned share whose renewal might reach its client
+// after pinnedUntil is not renewed: it awaits its node's report (confirm).
+// It returns the next renewal or expiry to wake for.
+func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, changed []bool, send func(s *share, deny bool)) (wake time.Duration) {
+	valid := ttl + applyLag
 	for i, s := range a.shares {
+		if s.live && s.pinned && now >= s.sentAt+renewEvery && now+applyLag >= s.pinnedUntil {
+			s.live, s.pinned, s.await = false, false, true
+		}
 		if !s.live {
 			if s.sent {
 				wake = minWake(wake, s.expires)

@@ -162,7 +162,16 @@
 //     nor raised, until its node reports to the new owner (a changed
 //     assignment would be dropped by a node that still sees the dead owner,
 //     and the next one could reach the client after its old one expired:
-//     the property test found it). Any other share waits for its node's report:
+//     the property test found it). A node that does not yet see the new
+//     owner as a member (it restarted and rejoined, say) drops its
+//     renewals, so only the previous owner's last send counts: the share
+//     is renewed only while a renewal surely reaches the client before
+//     that send + ttl, then waits for its node's report like the others,
+//     and its node's first report to the new owner is taken as a
+//     confirmation (share.pinnedUntil; the property test found a renewal
+//     that reached its client 0.4 ms after the expiry, after one dropped
+//     in a hand-over to a node that had just restarted). Any other share
+//     waits for its node's report:
 //     renewed if the client holds the replica's assignment long enough,
 //     else released (the larger of the two, until both have surely
 //     expired) and the client starts anew from a paid first assignment

@@ -327,9 +327,11 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 	a := q.allocFor(u.Key, now)
 	id := holderID{node: from, client: u.Client}
 	s := a.find(id)
-	if s != nil && s.await {
+	if s != nil && (s.await || s.pinned) {
 		// adopted from a replica: renewed if the client holds its
-		// assignment, else released and started anew (confirm)
+		// assignment, else released and started anew (confirm); a pinned
+		// share too, for its node may have dropped the renewals sent
+		// before it saw this node (share.pinnedUntil)
 		if !q.confirm(a, s, h, now) {
 			s, h = nil, nil
 		}

@@ -56,8 +56,14 @@ func (q *Quota) replicaOf(key string, a *alloc, now time.Duration, handover bool
 		m.FrozenUntilNs = int64(a.frozenUntil)
 	}
 	for _, s := range a.shares {
+		sentAt := s.sentAt
+		if s.pinned {
+			// its renewals may have been dropped (share.pinnedUntil): the
+			// send the client surely received
+			sentAt = s.pinnedUntil - q.ttl
+		}
 		m.Shares = append(m.Shares, &peerv1.QuotaReplicaShare{Node: string(s.id.node), Client: uint64(s.id.client),
-			TokensPerFill: s.units, MaxTokens: s.burst, Sent: s.sent, Seq: s.seq, SentAtNs: int64(s.sentAt),
+			TokensPerFill: s.units, MaxTokens: s.burst, Sent: s.sent, Seq: s.seq, SentAtNs: int64(sentAt),
 			ExpiresNs: int64(s.expires), Demand: s.demand, Live: s.live || s.await, IdleSinceNs: int64(s.idleSince)})
 	}
 	for _, r := range a.pending {
@@ -331,7 +337,7 @@ func (q *Quota) adoptShares(b *alloc, r *record, now time.Duration) {
 			// assignment (valid ttl from its receipt, after sentAt)
 			// expires, and its node applies it even before it sees the
 			// crash (renewsHeld)
-			s.live, s.pinned = true, true
+			s.live, s.pinned, s.pinnedUntil = true, true, s.sentAt+q.ttl
 			s.sentAt = min(s.sentAt, now-q.renew)
 		} else if s.sent {
 			s.await = rs.live && member
