@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
@@ -26,6 +27,20 @@ import (
 // saw every admission of their side, merge by the more consumed level as
 // under available. Ours too is the price: while a crashed member is
 // expected, the survivors enforce (N-1)/N of the limit (docs/OPERATIONS.md).
+//
+// The detection window and the heal (ours, found by the simulator's
+// TestConserveOwnerWholeRun and issue 28's live run, up to 7 tokens over
+// b + r*T): the owner across a cut decides from the whole bucket until its
+// own detector sees the cut, so (1) on_timeout defaults to reject under
+// conserve (the r/N fallback of every forwarder added to it); (2) a key a
+// side took over (takenOver) is refused until conserve_delay after the side
+// saw the cut and starts empty then, whatever level it held; (3) a forward
+// reaches only the owner in the receiver's view (a receiver that has not
+// seen the cut decided it from the whole bucket); (4) as the conserve
+// buckets are dropped, each key's bucket is capped at its conserve
+// bucket's tokens (capLevels), so the heal's merge creates none. Every
+// window, detection and heal included, then stays within b + r*T + 1 while
+// the sides see the cut within conserve_delay of each other.
 //
 // A scaled (r, b) whose rate cannot be represented exactly
 // (bucket.Rate.Validate) refuses every request of the view: conservative.
@@ -51,11 +66,12 @@ func (o *Owner) rescale(now time.Duration) {
 	if r, b, err := o.localShare(); err == nil {
 		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
 	}
+	o.capLevels(now)
 	if k >= n {
 		o.scaled = nil
 		return
 	}
-	o.scaled = make([]*buckets.Table, len(o.tables))
+	o.scaled, o.scaledAt = make([]*buckets.Table, len(o.tables)), now
 	for i := range o.tables {
 		burst, _ := bucket.SplitBurst(o.burst, o.split, i) // validated in New
 		rate := o.rate
@@ -67,6 +83,35 @@ func (o *Owner) rescale(now time.Duration) {
 			t, _ = buckets.New(bucket.Rate{}, 0) // refuses everything
 		}
 		o.scaled[i] = t
+	}
+}
+
+// capLevels lowers, as the conserve buckets are dropped (the heal, or a
+// new k/N), the bucket of every key decided under them to that conserve
+// bucket's whole tokens. The key's bucket refilled at the whole rate r
+// while this side admitted from its share k/N only, so it holds more than
+// this side may hand out (or was swept once full, and would be made again
+// full): kept, the merge at the heal (by the more
+// consumed level) took a full bucket from two sides that had each spent
+// their share, and every node admitted a fresh burst (the simulator's
+// partition-3nodes scenario on wrccdc: 15 tokens in the 6 s after the
+// heal; live, 2-3 tokens over b + r*T per key, issue 28's run). After the
+// cap, the merge gives at most the smaller side's conserve level, which
+// is at most what the sides hold together (their conserve buckets add up
+// to one bucket): the heal creates no tokens. A key this side did not
+// decide during the split keeps its level: the other side's merge caps it.
+// Ours.
+func (o *Owner) capLevels(now time.Duration) {
+	for i, t := range o.scaled {
+		for _, key := range t.SortedKeys() {
+			sb, _ := t.Lookup(key)
+			// (a key's bucket that refilled to the burst was swept: made
+			// again, full, and capped)
+			b := o.tables[i].Get(key, now)
+			if have, share := buckets.Whole(*b, now), buckets.Whole(*sb, now); have > share {
+				b.Debit(now, have-share)
+			}
+		}
 	}
 }
 
@@ -82,6 +127,9 @@ func (o *Owner) rescale(now time.Duration) {
 // (bucket.Bucket.ChargeN), down to the key's share of max_debt (the
 // conserve bucket: k/N of it, at least 1), and it does not wait.
 func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.Duration, charge bool) (time.Duration, bool) {
+	if o.scaled != nil && o.takenOver(key) && at < o.conserveFrom() {
+		return 0, false // conserveBucket: the other side may still decide it in full
+	}
 	b := o.bucketFor(key, at)
 	if o.od.On && charge {
 		return 0, o.charge(key, b, at, tokens)
@@ -100,12 +148,38 @@ func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.D
 	return 0, b.AllowN(at, tokens)
 }
 
+// takenOver reports whether this node did not own key in the last agreed
+// view (o.expected): it decides the key under conserve only because the
+// cut took its owner away, and the level it holds for it, if any, is a
+// replica's.
+func (o *Owner) takenOver(key string) bool {
+	return rendezvous.Owner(key, o.expected) != o.self
+}
+
+// conserveFrom is when a side that took a key over starts earning its
+// share of the key's rate: conserve_delay after it saw members missing.
+func (o *Owner) conserveFrom() time.Duration { return o.scaledAt + o.conserveDelay }
+
 // conserveBucket is key's conserve bucket (o.scaled is not nil), made at
 // k/N of what b, the key's bucket, holds at at when there is none.
 func (o *Owner) conserveBucket(key string, b *bucket.Bucket, at time.Duration) *bucket.Bucket {
 	t := o.scaled[o.subOf(key)]
 	sb, ok := t.Lookup(key)
 	if !ok {
+		if o.takenOver(key) {
+			// The key's owner is on the other side of the cut (or crashed),
+			// where it decides from the whole bucket until its own failure
+			// detector sees the cut, perhaps draining it: this side holds
+			// no part of the key's level, only its share of the rate from
+			// conserve_delay after it saw the cut (the spread between the
+			// sides' detectors). A replica's level here is as of the cut,
+			// refilled since as if nobody had spent it, and a key with no
+			// level would start full: taken as they were, the side that
+			// lost the owner added k/N of a burst and of the detection
+			// window's refill (the simulator's partition-3nodes scenario
+			// on wrccdc: 3.3 tokens beyond b + r*T; TestConserveOwnerWholeRun).
+			_ = b.MergeLevel(0, min(o.conserveFrom(), at)) // 0 is within bounds; allow waits for conserveFrom, a charge (overdraft) does not
+		}
 		sb = t.Get(key, at)
 		// Start at k/N of what the key's bucket holds now.
 		main := buckets.Whole(*b, at)

@@ -48,62 +48,96 @@ func admitted(o *Owner, key string, now time.Duration, n int, id *uint64) int {
 	return got
 }
 
-// Alone on its side of a partition, n0 (1 of 3 expected) admits a third
-// of the burst and a third of the rate under conserve, the whole of both
-// under available; once the others are back (or no longer expected) the
-// key's own bucket decides again, and it remembers what the side took.
+// Alone on its side of a partition, n0 (1 of 3 expected), the owner of
+// key "e" in the last agreed view, admits a third of the burst and a third
+// of the rate under conserve, the whole of both under available; once the
+// others are no longer expected its key's bucket decides again, from no
+// more than what the side had left of its share (capLevels: the other
+// side may have spent its own).
 func TestConserveScalesTheSide(t *testing.T) {
 	alone := []strategy.NodeID{"n0"}
 	for _, tc := range []struct {
-		mode            strategy.PartitionMode
-		atCut, after10s int
+		mode                     strategy.PartitionMode
+		atCut, after10s, dropped int
 	}{
-		{strategy.PartitionAvailable, 9, 9},
-		{strategy.PartitionConserve, 3, 3}, // burst 9/3; 10 s at 1/3 token/s, capped at 3
+		{strategy.PartitionAvailable, 9, 9, 9},
+		// burst 9/3; 10 s at 1/3 token/s, capped at 3; at 21 s the side's
+		// conserve bucket holds 3.67, and the key's bucket is capped to 3
+		{strategy.PartitionConserve, 3, 3, 3},
 	} {
 		o := conserveNode(t, tc.mode)
 		var id uint64
 		fx := &strategy.Effects{}
 		o.SetMembers(time.Second, alone, fx)
 		o.SetExpected(time.Second, members, fx)
-		if got := admitted(o, "k", time.Second, 20, &id); got != tc.atCut {
+		if got := admitted(o, "e", time.Second, 20, &id); got != tc.atCut {
 			t.Errorf("%v: admitted %d at the cut, want %d", tc.mode, got, tc.atCut)
 		}
-		if got := admitted(o, "k", 11*time.Second, 20, &id); got != tc.after10s {
+		if got := admitted(o, "e", 11*time.Second, 20, &id); got != tc.after10s {
 			t.Errorf("%v: admitted %d 10 s later, want %d", tc.mode, got, tc.after10s)
 		}
 		// The others are no longer expected (reconnect_timeout): n0 is the
-		// whole cluster and decides on the key's bucket, which refilled
-		// for 10 s since.
+		// whole cluster and decides on the key's bucket.
 		o.SetExpected(21*time.Second, alone, fx)
 		if o.scaled != nil && tc.mode == strategy.PartitionConserve {
 			t.Fatal("conserve buckets kept while k == N")
 		}
-		// The key's bucket saw every admission (6 of 9 under conserve
-		// by 11 s, refilled to 9 by 21 s).
-		if got := admitted(o, "k", 21*time.Second, 20, &id); got != 9 {
-			t.Errorf("%v: admitted %d after the others were dropped, want 9", tc.mode, got)
+		if got := admitted(o, "e", 21*time.Second, 20, &id); got != tc.dropped {
+			t.Errorf("%v: admitted %d after the others were dropped, want %d", tc.mode, got, tc.dropped)
 		}
 	}
 }
 
 // TestConserveChargesTheKeysBucket: what a side admits under conserve is
-// taken from the key's own bucket too (the one replicated and merged at
-// the heal), so when the missing members stop being expected the node
-// continues from what is left of it, not from a full bucket: 3 of 9 taken
-// at the cut leave 6 (TestConserveScalesTheSide cannot tell, its bucket
-// refills to the burst before it looks).
+// taken from the key's own bucket too, and when the conserve buckets are
+// dropped the key's bucket holds no more than the side's conserve bucket
+// (capLevels): 3 of 9 taken at the cut leave the side 0 of its 3, so the
+// key's bucket (6 left) is capped to 0 — the other side may have spent its
+// 6. Before capLevels the node went on from 6, and at a heal each side's
+// key bucket, refilled at the whole rate, merged into a fresh burst.
 func TestConserveChargesTheKeysBucket(t *testing.T) {
 	o := conserveNode(t, strategy.PartitionConserve)
 	var id uint64
 	fx := &strategy.Effects{}
 	o.SetMembers(time.Second, []strategy.NodeID{"n0"}, fx)
 	o.SetExpected(time.Second, members, fx)
-	if got := admitted(o, "k", time.Second, 20, &id); got != 3 {
+	if got := admitted(o, "e", time.Second, 20, &id); got != 3 {
 		t.Fatalf("admitted %d at the cut, want 3 (a third of the burst)", got)
 	}
 	o.SetExpected(time.Second, []strategy.NodeID{"n0"}, fx)
-	if got := admitted(o, "k", time.Second, 20, &id); got != 6 {
-		t.Fatalf("admitted %d once the others were dropped, want 6 (9 less the 3 the side took)", got)
+	if got := admitted(o, "e", time.Second, 20, &id); got != 0 {
+		t.Fatalf("admitted %d once the others were dropped, want 0 (the side's share was spent)", got)
+	}
+	if got := admitted(o, "e", 4*time.Second, 20, &id); got != 3 {
+		t.Fatalf("admitted %d 3 s later, want 3 (refilled at the whole rate from 0)", got)
+	}
+}
+
+// TestConserveTakenOverStartsEmpty: n0, alone on its side, takes over key
+// "k" (owned by n2 in the last agreed view). The other side's owner may
+// decide it in full until its own detector sees the cut, so n0 refuses it
+// until conserve_delay (default 2 s) after it saw the cut, then earns its
+// share of the rate from there: empty at 3 s, 1/3 token/s, whatever level
+// it held (a replica's is as of the cut). Before, it started at a third of
+// a full bucket.
+func TestConserveTakenOverStartsEmpty(t *testing.T) {
+	o := conserveNode(t, strategy.PartitionConserve)
+	var id uint64
+	fx := &strategy.Effects{}
+	o.SetMembers(time.Second, []strategy.NodeID{"n0"}, fx)
+	o.SetExpected(time.Second, members, fx)
+	for _, tc := range []struct {
+		at   time.Duration
+		want int
+	}{
+		{time.Second, 0},
+		{2900 * time.Millisecond, 0},
+		{3 * time.Second, 0},  // conserve_delay after the cut: empty
+		{9 * time.Second, 2},  // 6 s at 1/3 token/s
+		{12 * time.Second, 1}, // 3 s more
+	} {
+		if got := admitted(o, "k", tc.at, 20, &id); got != tc.want {
+			t.Errorf("at %v: admitted %d, want %d", tc.at, got, tc.want)
+		}
 	}
 }

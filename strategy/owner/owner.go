@@ -216,6 +216,8 @@ type Owner struct {
 	expected       []strategy.NodeID
 	scaleK, scaleN int
 	scaled         []*buckets.Table
+	scaledAt       time.Duration // when scaled was made (this node saw members missing)
+	conserveDelay  time.Duration // parameter conserve_delay
 
 	hold       time.Duration
 	timeout    time.Duration
@@ -308,6 +310,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	}
 	o.suspectFor = v.Duration("suspect")
 	o.warmup = v.Duration("warmup")
+	o.conserveDelay = v.Duration("conserve_delay")
 	o.slack = v.Duration("slack")
 	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
@@ -324,6 +327,12 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, err
 	}
 	o.conserve = cfg.Partition == strategy.PartitionConserve
+	if o.conserve && !v.Has("on_timeout") && !v.Has("fail_open") {
+		// The fallback would admit r/N per forwarder while a cut is not
+		// yet detected, beside the owner's whole bucket on the other side:
+		// beyond this side's share (conserve.go).
+		o.onTimeout = strategy.TimeoutReject
+	}
 	o.expected = slices.Clone(o.members)
 	if o.local, err = o.localTable(); err != nil {
 		return nil, err

@@ -21,6 +21,10 @@
 //     >= 1); 1 keeps it on the primary only.
 //   - sync (duration, default max(hold, 10ms)): how often the primary ships
 //     changed levels to the replicas; positive.
+//   - conserve_delay (duration, default 2s): under partition: conserve, how
+//     long after seeing members missing a node starts deciding a key whose
+//     owner it lost (the spread between the sides' failure detectors: the
+//     other side may decide the key in full until it sees the cut).
 //   - warmup (duration, default 1s): after joining or a membership change, how
 //     long a key without a level is first asked of its possible holders.
 //   - slack (duration, default 1s): how far in the future a peer's level may
@@ -63,6 +67,8 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "the nodes holding each key's level (K >= 1); 1 keeps it on the primary only."},
 	{Name: "sync", Type: strategy.ParamDuration, Default: "max(hold, 10ms)", Example: "20ms",
 		Doc: "how often the primary ships changed levels to the replicas; positive."},
+	{Name: "conserve_delay", Type: strategy.ParamDuration, Default: "2s", Example: "3s",
+		Doc: "under partition: conserve, how long after seeing members missing a node starts deciding a key whose owner it lost (the spread between the sides' failure detectors: the other side may decide the key in full until it sees the cut)."},
 	{Name: "warmup", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
 		Doc: "after joining or a membership change, how long a key without a level is first asked of its possible holders."},
 	{Name: "slack", Type: strategy.ParamDuration, Default: "1s", Example: "2s",

@@ -79,6 +79,20 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
+		if o.conserve && q.origin != "" && !q.charge && !o.owns(q.key) {
+			// Under conserve a forward reaches only the owner in this
+			// node's view: the views disagree, and the sender may see a
+			// cut this node does not see yet, so deciding it here would
+			// hand out the whole bucket beside the side that owns the key
+			// now (TestConserveOwnerWholeRun: 1.3 tokens over b + r*T).
+			// Refused; under available the receiver decides, as views
+			// disagree at every change. (A charge, overdraft's, is taken.)
+			if v != nil {
+				v.decided = true
+			}
+			sendVerdict(q.origin, q.id, false, 0, fx)
+			continue
+		}
 		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
 		charged := allowed || (o.od.On && q.charge) // under overdraft a charge is taken, refused or not
 		if charged {
