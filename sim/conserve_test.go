@@ -19,7 +19,7 @@ import (
 )
 
 // conserveStrategies are the strategies that implement partition: conserve.
-var conserveStrategies = []string{"static", "adaptive", "gdrl", "gcounter", "tbqueue", "owner"}
+var conserveStrategies = []string{"static", "adaptive", "gdrl", "gcounter", "tbqueue", "owner", "lease"}
 
 // splitRun is one partition scenario of the property test.
 type splitRun struct {
@@ -278,8 +278,8 @@ func TestExpectedMembersInSim(t *testing.T) {
 	}
 }
 
-// TestConserveOwnerWholeRun: owner under partition: conserve (its default
-// on_timeout=reject there) keeps every key within b + r*T + 1 in every
+// TestConserveOwnerWholeRun: owner and lease under partition: conserve
+// (their default on_timeout=reject there) keep every key within b + r*T + 1 in every
 // window of the whole run, the cut's detection and the heal included: no
 // fallback admits while the cut is undetected, a key the side has no
 // level for starts empty at the cut, and the heal's merge starts from
@@ -289,7 +289,12 @@ func TestExpectedMembersInSim(t *testing.T) {
 func TestConserveOwnerWholeRun(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := drawSplit(t)
-		s.strategy = "owner"
+		s.strategy = rapid.SampledFrom([]string{"owner", "lease"}).Draw(t, "whole_run_strategy")
+		if s.strategy == "lease" && rapid.Bool().Draw(t, "hot") {
+			// hot enough that holders take leases (min_lease 4 tokens a
+			// period of 250 ms), and hold some across the cut
+			s.ratePerS = int64(rapid.IntRange(20, 60).Draw(t, "hot_rate"))
+		}
 		tr, res := s.run(t, "conserve")
 		byKey := map[string][]int{}
 		for i, r := range tr.Requests {
@@ -302,8 +307,8 @@ func TestConserveOwnerWholeRun(t *testing.T) {
 				reqs[j], allowed[j] = tr.Requests[i], res.Outcomes[i].Decided && res.Outcomes[i].Allowed
 			}
 			if v := eval.EnvelopeViolation(reqs, allowed, float64(s.ratePerS), s.burst); v > 1 {
-				t.Fatalf("%d nodes, side %v, r=%d b=%d, split [%v, %v), detection %v + %v: key %s exceeded b + r*T by %.3f tokens in some window (bound 1)",
-					s.nodes, s.side, s.ratePerS, s.burst, s.split, s.heal, s.detection, s.jitter, key, v)
+				t.Fatalf("%s, %d nodes, side %v, r=%d b=%d, split [%v, %v), detection %v + %v: key %s exceeded b + r*T by %.3f tokens in some window (bound 1)",
+					s.strategy, s.nodes, s.side, s.ratePerS, s.burst, s.split, s.heal, s.detection, s.jitter, key, v)
 			}
 		}
 	})

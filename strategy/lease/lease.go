@@ -289,6 +289,8 @@
 //     with local (r/N, b/N) buckets that start empty at the first
 //     timed-out request's arrival (strategy.FallbackStart; together at
 //     most one more envelope while the owner is unreachable).
+//     Under `partition: conserve` (conserve.go) none of this exceeds the
+//     envelope: each side decides from its share of one bucket.
 //
 // Overdraft (the parameters overdraft and max_debt; ours): a
 // charge is taken at the key's owner, into its pool, down to a debt
@@ -384,6 +386,9 @@ type Lease struct {
 	// ticks, the deepest a pool's level goes (0 without overdraft).
 	od        strategy.Overdraft
 	debtTicks int64
+
+	// partition: conserve (conserve.go)
+	cons conserveState
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -457,6 +462,10 @@ func New(cfg strategy.Config) (*Lease, error) {
 	l.syncEvery = v.DurationOr("sync", strategy.DefaultSync(l.hold))
 	if l.onTimeout, err = strategy.ReadOnTimeout(v); err != nil {
 		return nil, err
+	}
+	l.cons = conserveState{on: cfg.Partition == strategy.PartitionConserve, delay: v.Duration("conserve_delay"), expected: slices.Clone(l.members)}
+	if l.cons.on && !v.Has("on_timeout") && !v.Has("fail_open") {
+		l.onTimeout = strategy.TimeoutReject // conserve.go
 	}
 	if l.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
@@ -636,6 +645,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 // sweep forgets full pools without leases and holdings with nothing left
 // to remember.
 func (l *Lease) sweep(now time.Duration) {
+	l.sweepConserve(now)
 	queuedKeys := map[string]bool{}
 	for _, q := range l.queue.Items() {
 		queuedKeys[q.key] = true
@@ -695,6 +705,9 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	l.changes = append(l.changes, change{at: now, prev: slices.Clone(l.members)})
 	l.members = append(l.members[:0], members...)
 	l.resplitLocal(now)
+	if l.cons.on {
+		l.rescale(now, fx) // before any pool is shipped (capPools)
+	}
 	// A key that moved away loses its bucket here: if it comes back, it
 	// starts again empty (the other owner may have spent it meanwhile). So
 	// does a key that moves here while this node holds a bucket for it

@@ -20,8 +20,9 @@ type grantRec struct {
 	tokens     int64
 	expires    time.Duration
 	emptyUntil time.Duration
-	released   bool // expired or returned: no longer counted in the pool's leases
-	returned   bool // a return was credited
+	released   bool   // expired or returned: no longer counted in the pool's leases
+	returned   bool   // a return was credited
+	consGen    uint64 // under conserve, the view of conserve buckets it was taken from too (0: none)
 }
 
 type grantExp struct {
@@ -104,6 +105,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				g.released, g.returned = true, true
 				l.sh.advance(g.pool, q.arrival)
 				l.sh.release(g.pool, g.tokens, q.tokens)
+				l.conserveRefund(q.key, g, q.arrival, q.tokens)
 				l.markDirty(now, q.key, fx)
 			}
 			continue
@@ -137,6 +139,11 @@ func (l *Lease) decide(now time.Duration, p *pool, q queued, fx *strategy.Effect
 	var allowed bool
 	var delay time.Duration
 	switch {
+	case l.conserveBlocked(q):
+		// under conserve: not the owner in this view, or a key taken over
+		// before conserve_delay (conserve.go)
+	case l.cons.buckets != nil:
+		allowed = l.decideConserved(p, q)
 	case l.od.On && q.charge:
 		allowed = l.sh.charge(p, q.arrival, q.tokens, l.debtTicks)
 	case q.maxWait > 0:
@@ -176,6 +183,12 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		return 0
 	}
 	whole := l.sh.whole(p, q.arrival)
+	switch {
+	case l.conserveBlocked(q):
+		whole = 0 // under conserve (conserve.go): nothing to grant here
+	case l.cons.buckets != nil:
+		whole = min(whole, l.conserveWhole(p, q))
+	}
 	g := &grantRec{pool: p, expires: q.sent + l.ttl}
 	if n, turn, ok := l.share(p, q, whole); ok {
 		// Contended: the holder's fair share, and its next turn.
@@ -191,6 +204,10 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		}
 	}
 	l.sh.lend(p, g.tokens)
+	if l.cons.buckets != nil && g.tokens > 0 {
+		l.conserveTake(p, q, g.tokens)
+		g.consGen = l.cons.gen
+	}
 	if g.tokens > 0 {
 		p.LentUntil = max(p.LentUntil, g.expires)
 	}

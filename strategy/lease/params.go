@@ -35,6 +35,10 @@
 //     trusted replicated state and a failed warm-up) keeps its bucket empty,
 //     and how long a node that answered a warm-up query decides the key as
 //     moved to it; at least ttl + max_wait.
+//   - conserve_delay (duration, default 2s): under partition: conserve, how
+//     long after seeing members missing a node starts deciding a key whose
+//     owner it lost (the spread between the sides' failure detectors: the
+//     other side may decide the key in full until it sees the cut).
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
 //   - max_wait (duration, default 0): the longest wait waiting mode grants
@@ -87,6 +91,8 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "the demand measurement window; positive."},
 	{Name: "takeover", Type: strategy.ParamDuration, Default: "ttl + 1s + max_wait", Example: "3s",
 		Doc: "how long a node that takes over a key with no state to continue from (replicas=1, or no trusted replicated state and a failed warm-up) keeps its bucket empty, and how long a node that answered a warm-up query decides the key as moved to it; at least ttl + max_wait."},
+	{Name: "conserve_delay", Type: strategy.ParamDuration, Default: "2s", Example: "3s",
+		Doc: "under partition: conserve, how long after seeing members missing a node starts deciding a key whose owner it lost (the spread between the sides' failure detectors: the other side may decide the key in full until it sees the cut)."},
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "max_wait", Type: strategy.ParamDuration, Default: "0", Example: "100ms",
