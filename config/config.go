@@ -238,6 +238,13 @@ type Node struct {
 	// For a soft launch of new limits. Without EnvoyConfig it does nothing.
 	// Read at start only, as every node setting.
 	EnvoyShadowMode bool
+	// EnvoyStrategy (node.envoy_strategy) is the strategy of the limits of
+	// EnvoyConfig's files whose tokenmesh extension names none; "" is
+	// DefaultStrategy (owner). quota makes envoyproxy/ratelimit's files as
+	// they are serve RLQS (docs/RLQS.md). A known strategy name; every
+	// node of a cluster must have the same. Read at start only, as every
+	// node setting (the files it applies to are reloaded).
+	EnvoyStrategy string
 	// EnvoyMaxOverridesPerDescriptor (node.envoy_max_overrides_per_descriptor)
 	// bounds the distinct limit overrides (RateLimitDescriptor.limit) of one
 	// Envoy descriptor this node makes rules for (cluster.Config.

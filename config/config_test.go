@@ -418,6 +418,21 @@ func TestEnvoyShadowModeField(t *testing.T) {
 	}
 }
 
+// node.envoy_strategy: "" (owner) by default, a known strategy name, and
+// an unknown one refused naming the field and the strategies there are.
+func TestEnvoyStrategyField(t *testing.T) {
+	for in, want := range map[string]string{"": "", "  envoy_strategy: quota\n": "quota", "  envoy_strategy: owner\n": "owner"} {
+		f, err := Parse([]byte("node:\n  name: a\n"+in+"rules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+		if err != nil || f.Node.EnvoyStrategy != want {
+			t.Errorf("%q: %v, %v; want %q", in, f, err, want)
+		}
+	}
+	_, err := Parse([]byte("node:\n  name: a\n  envoy_strategy: qouta\nrules: [{name: r, rate: 1/s}]\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "node.envoy_strategy") || !strings.Contains(err.Error(), `"qouta"`) || !strings.Contains(err.Error(), "quota") {
+		t.Errorf("envoy_strategy: qouta: %v; want an error naming the field, the value and the known strategies", err)
+	}
+}
+
 func TestParseBytes(t *testing.T) {
 	good := map[string]int64{"0": 0, "512MiB": 512 << 20, "2GiB": 2 << 30, "300MB": 300e6, "1 KiB": 1024, "17B": 17, "536870912": 536870912}
 	for in, want := range good {

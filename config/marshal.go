@@ -38,7 +38,7 @@ func Marshal(f *File) ([]byte, error) {
 func marshalNode(n Node) rawNode {
 	raw := rawNode{
 		Name: n.Name, Region: n.Region, APIAddr: n.APIAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr, GossipAddr: n.GossipAddr,
-		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig,
+		Join: slices.Clone(n.Join), StateDir: n.StateDir, EnvoyConfig: n.EnvoyConfig, EnvoyStrategy: n.EnvoyStrategy,
 		HTTPRefusalStatus:              n.HTTPRefusalStatus,
 		EnvoyMaxOverridesPerDescriptor: n.EnvoyMaxOverridesPerDescriptor, EnvoyMaxOverrides: n.EnvoyMaxOverrides,
 	}

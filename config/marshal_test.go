@@ -27,7 +27,7 @@ func fullFile() *File {
 			StateDir: "/var/lib/tm", SnapshotInterval: 250 * time.Millisecond, Insecure: true,
 			APITimeouts: APITimeouts{ReadHeader: time.Second, Read: 2 * time.Second, Write: 3 * time.Second, Idle: 4 * time.Second},
 			MemoryLimit: 512 << 20, ReconnectInterval: 2 * time.Second, ReconnectTimeout: time.Hour, ProbeInterval: 300 * time.Millisecond, DrainDelay: 7 * time.Second,
-			EnvoyConfig: "/etc/envoy", EnvoyShadowMode: true, EnvoyMaxOverridesPerDescriptor: 4, EnvoyMaxOverrides: 100, LatencyHint: LatencyHint{Value: 3 * time.Millisecond}, HTTPRefusalStatus: http.StatusForbidden,
+			EnvoyConfig: "/etc/envoy", EnvoyStrategy: "quota", EnvoyShadowMode: true, EnvoyMaxOverridesPerDescriptor: 4, EnvoyMaxOverrides: 100, LatencyHint: LatencyHint{Value: 3 * time.Millisecond}, HTTPRefusalStatus: http.StatusForbidden,
 		},
 		Rules: []rule.Rule{
 			{Name: "api", Key: "{header:x-api-key}", Rate: bucket.Rate{Tokens: 1, Per: 3 * time.Second}, Burst: 7,

@@ -51,6 +51,7 @@ type rawNode struct {
 	DrainDelay        string `yaml:"drain_delay,omitempty"`
 	EnvoyConfig       string `yaml:"envoy_config,omitempty"`
 	EnvoyShadowMode   *bool  `yaml:"envoy_shadow_mode,omitempty"`
+	EnvoyStrategy     string `yaml:"envoy_strategy,omitempty"`
 	// The bounds on Envoy limit overrides; 0 or absent: the default.
 	EnvoyMaxOverridesPerDescriptor int    `yaml:"envoy_max_overrides_per_descriptor,omitempty"`
 	EnvoyMaxOverrides              int    `yaml:"envoy_max_overrides,omitempty"`

@@ -125,6 +125,10 @@ func (p *parser) nodeSecretKey(raw rawNode, n *Node) {
 func (p *parser) nodeEnvoy(raw rawNode, n *Node) {
 	n.StateDir = raw.StateDir
 	n.EnvoyConfig = raw.EnvoyConfig
+	n.EnvoyStrategy = raw.EnvoyStrategy
+	if err := validateNodeEnvoyStrategy(*n); err != nil {
+		p.fail("node.envoy_strategy", nodePath("envoy_strategy"), "%s", strings.TrimPrefix(err.Error(), "node.envoy_strategy: "))
+	}
 	if raw.EnvoyShadowMode != nil {
 		n.EnvoyShadowMode = *raw.EnvoyShadowMode
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rule"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/topology"
@@ -61,6 +62,7 @@ func (n Node) validate() error {
 		validateNodeAPITLS,
 		validateNodeSnapshot,
 		validateNodeMembership,
+		validateNodeEnvoyStrategy,
 	} {
 		if err := check(n); err != nil {
 			return err
@@ -235,6 +237,20 @@ func check(r rule.Rule) error {
 		if err := checkKey(r.Key); err != nil {
 			return &checkError{field: "key", msg: err.Error()}
 		}
+	}
+	return nil
+}
+
+// validateNodeEnvoyStrategy checks node.envoy_strategy: "" or a known
+// strategy (the error lists them).
+func validateNodeEnvoyStrategy(n Node) error {
+	if n.EnvoyStrategy == "" {
+		return nil
+	}
+	r := rule.Rule{Name: "envoy_strategy", Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Strategy: n.EnvoyStrategy}
+	var fe *rule.FieldError
+	if err := r.Validate(); errors.As(err, &fe) && fe.Field == "strategy" {
+		return fmt.Errorf("node.envoy_strategy: %s", fe.Msg)
 	}
 	return nil
 }

@@ -121,6 +121,7 @@ type Daemon struct {
 	rulesMu  sync.RWMutex
 	rules    RuleSet
 	envoyDir string            // the Envoy config directory ("" none), Start's
+	envoyStr string            // node.envoy_strategy at Start (the default strategy of its files)
 	epoch    time.Time         // the node's time base (limiter.Config.Epoch)
 	rls      *envoyrls.Service // Envoy's RLS; nil without an Envoy config
 
@@ -185,6 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		// Before the files are read: a change meanwhile is reloaded.
 		d.envoySum = envoyrls.Digest(d.envoyDir)
 	}
+	d.envoyStr = f.Node.EnvoyStrategy
 	rs, epoch, err := startRules(f, d.envoyDir, cfg.Networked)
 	if err != nil {
 		return nil, err
@@ -244,7 +246,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 // none), and the node's time base: ClusterEpoch when networked or for
 // Envoy fixed_window limits, else zero (the node's start).
 func startRules(f *config.File, envoyDir string, networked bool) (RuleSet, time.Time, error) {
-	envoy, err := loadEnvoy(envoyDir)
+	envoy, err := loadEnvoy(envoyDir, f.Node.EnvoyStrategy)
 	if err != nil {
 		return RuleSet{}, time.Time{}, err
 	}
@@ -258,13 +260,14 @@ func startRules(f *config.File, envoyDir string, networked bool) (RuleSet, time.
 	return rs, epoch, err
 }
 
-// loadEnvoy reads the Envoy config in dir (nil for ""); errors are
-// "envoy config: FILE:LINE: FIELD: ...".
-func loadEnvoy(dir string) (*envoyrls.Config, error) {
+// loadEnvoy reads the Envoy config in dir (nil for ""), its limits
+// without a strategy of their own under defaultStrategy (node.envoy_strategy;
+// "": owner); errors are "envoy config: FILE:LINE: FIELD: ...".
+func loadEnvoy(dir, defaultStrategy string) (*envoyrls.Config, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	envoy, err := envoyrls.LoadDir(dir)
+	envoy, err := envoyrls.LoadDirWith(dir, envoyrls.LoadOptions{DefaultStrategy: defaultStrategy})
 	if err != nil {
 		return nil, fmt.Errorf("envoy config: %w", err)
 	}
@@ -442,7 +445,12 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
 		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
 		d.rls.SetEpoch(d.epoch)                     // limit overrides of fixed_window limits align as Rules
-		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir)
+		strat := d.envoyStr
+		if strat == "" {
+			strat = config.DefaultStrategy
+		}
+		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir,
+			"default_strategy", strat)
 		if f.Node.EnvoyShadowMode {
 			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",
 				"dir", rs.EnvoyDir)

@@ -118,7 +118,7 @@ func (d *Daemon) apply(ctx context.Context, trigger string) (RuleSet, error) {
 			return RuleSet{}, err
 		}
 	}
-	envoy, err := loadEnvoy(d.envoyDir)
+	envoy, err := loadEnvoy(d.envoyDir, d.envoyStr)
 	if err != nil {
 		return RuleSet{}, err
 	}

@@ -208,6 +208,11 @@ type Domain struct {
 
 // Config is a loaded directory: domains by name and every limit.
 type Config struct {
+	// DefaultStrategy is the strategy of a limit whose file's tokenmesh
+	// extension names none (node.envoy_strategy); "" is
+	// config.DefaultStrategy (owner). Set before Add (LoadDirWith).
+	DefaultStrategy string
+
 	Domains map[string]*Domain
 	// Limits lists every descriptor limit, in file order (files sorted by
 	// name).
@@ -227,7 +232,20 @@ type Config struct {
 // in two files is refused (envoyproxy/ratelimit's default,
 // MERGE_DOMAIN_CONFIG off). An empty directory is an error. Errors are
 // *Error, naming the file and the field.
-func LoadDir(dir string) (*Config, error) {
+func LoadDir(dir string) (*Config, error) { return LoadDirWith(dir, LoadOptions{}) }
+
+// LoadOptions are what a node sets for every file of its Envoy config.
+type LoadOptions struct {
+	// DefaultStrategy is Config.DefaultStrategy: the strategy of the
+	// limits of files without a tokenmesh extension that names one (quota
+	// serves RLQS from envoyproxy/ratelimit's files as they are); ""
+	// is owner. Not checked here: a name no strategy has is refused by the
+	// rules' check (config.CheckRule), naming the limit.
+	DefaultStrategy string
+}
+
+// LoadDirWith is LoadDir with o applied to every file.
+func LoadDirWith(dir string, o LoadOptions) (*Config, error) {
 	files, err := configFiles(dir)
 	if err != nil {
 		return nil, err
@@ -235,7 +253,7 @@ func LoadDir(dir string) (*Config, error) {
 	if len(files) == 0 {
 		return nil, &Error{File: dir, Msg: "holds no *.yaml or *.yml file (want envoy ratelimit config files: domain: and descriptors:)"}
 	}
-	c := &Config{Domains: map[string]*Domain{}}
+	c := &Config{Domains: map[string]*Domain{}, DefaultStrategy: o.DefaultStrategy}
 	for _, f := range files {
 		fi, err := os.Stat(f)
 		if err != nil {
@@ -326,7 +344,10 @@ func (c *Config) Add(name string, data []byte) error {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return &Error{File: name, Msg: "more than one YAML document (want one)"}
 	}
-	p := &parser{file: name, names: map[string]string{}, bases: map[string]*overrideBase{}}
+	p := &parser{file: name, names: map[string]string{}, bases: map[string]*overrideBase{}, defStrategy: c.DefaultStrategy}
+	if p.defStrategy == "" {
+		p.defStrategy = config.DefaultStrategy
+	}
 	for _, l := range c.Limits {
 		if l.Rule != "" {
 			p.names[l.Rule] = l.Path
@@ -452,13 +473,14 @@ type ext struct {
 }
 
 type parser struct {
-	file       string
-	err        *Error
-	domain     string
-	domainLine int
-	limits     []*Limit
-	names      map[string]string        // rule name -> path, to refuse collisions
-	bases      map[string]*overrideBase // override base name -> base, likewise
+	defStrategy string // a limit's strategy without an extension naming one (Config.DefaultStrategy)
+	file        string
+	err         *Error
+	domain      string
+	domainLine  int
+	limits      []*Limit
+	names       map[string]string        // rule name -> path, to refuse collisions
+	bases       map[string]*overrideBase // override base name -> base, likewise
 }
 
 // addBase records the override base of path (a limit's, or a domain's
@@ -589,7 +611,7 @@ func (p *parser) parseFile(doc *yaml.Node) *Domain {
 		p.fail(kv[1], "domain", "is empty")
 	}
 	p.domain = d.Name
-	x := ext{strategy: config.DefaultStrategy, algorithm: AlgorithmTokenBucket}
+	x := ext{strategy: p.defStrategy, algorithm: AlgorithmTokenBucket}
 	if t, ok := fs["tokenmesh"]; ok {
 		x = p.ext(t[1], "tokenmesh", x)
 	}

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -347,6 +348,42 @@ descriptors:
 	} {
 		if _, err := Parse("fw.yaml", []byte(x.yaml)); err == nil || !strings.Contains(err.Error(), x.want) {
 			t.Errorf("%q: %v, want %q", x.yaml, err, x.want)
+		}
+	}
+}
+
+// LoadDirWith's DefaultStrategy (node.envoy_strategy) is the strategy of
+// every limit whose file's extension names none, at the top or on a
+// descriptor; a strategy the file names wins.
+func TestLoadDirDefaultStrategy(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"plain.yaml": "domain: plain\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+		"mixed.yaml": "domain: mixed\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10}\n    tokenmesh: {strategy: lease}\n",
+		"top.yaml":   "domain: top\ntokenmesh: {strategy: local}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		def  string
+		want map[string]string // limit path -> strategy
+	}{
+		{"", map[string]string{"plain.k": "owner", "mixed.a": "owner", "mixed.b": "lease", "top.k": "local"}},
+		{"quota", map[string]string{"plain.k": "quota", "mixed.a": "quota", "mixed.b": "lease", "top.k": "local"}},
+	} {
+		c, err := LoadDirWith(dir, LoadOptions{DefaultStrategy: tc.def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, l := range c.Limits {
+			got[l.Path] = l.Strategy
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("DefaultStrategy %q: strategies %v, want %v", tc.def, got, tc.want)
 		}
 	}
 }

@@ -77,3 +77,50 @@ func TestServiceOnDaemon(t *testing.T) {
 		t.Fatalf("the domain added by the reload: %v, %v; want its unlimited bucket's ALLOW_ALL", r, err)
 	}
 }
+
+// A file as envoyproxy/ratelimit has it (no tokenmesh extension) serves
+// RLQS when the node's node.envoy_strategy is quota: the first report of a
+// bucket gets a token bucket (or the blanket rule that precedes a paid
+// first assignment); with the default (owner) the same report is answered
+// nothing (the stream's Recv times out).
+func TestFileAsItIsServesRLQSWithNodeStrategy(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		strategy string
+		answered bool
+	}{{"quota", true}, {"", false}} {
+		f := config.Default()
+		f.Node.APIAddr, f.Node.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
+		f.Node.EnvoyStrategy = tc.strategy
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		d, err := daemon.Start(ctx, daemon.Config{File: f, EnvoyDir: dir, Services: []daemon.Service{Service()}})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(sctx, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(usage("edge", map[string]string{"k": "v"}, 0, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		got := err == nil && len(r.GetBucketAction()) > 0 && r.GetBucketAction()[0].GetQuotaAssignmentAction() != nil
+		if got != tc.answered {
+			t.Errorf("node.envoy_strategy %q: answer %v, %v; want answered %v", tc.strategy, r, err, tc.answered)
+		}
+		scancel()
+		conn.Close()
+		d.Shutdown(ctx)
+		cancel()
+	}
+}

@@ -28,6 +28,7 @@ const (
 	envJoin       = "TOKENMESH_JOIN"
 	envLatency    = "TOKENMESH_LATENCY_HINT"
 	envShadow     = "TOKENMESH_ENVOY_SHADOW_MODE"
+	envEnvoyStrat = "TOKENMESH_ENVOY_STRATEGY"
 )
 
 // nodeFlags are serve's flags for the common node settings, over the YAML.
@@ -37,6 +38,7 @@ type nodeFlags struct {
 	logFormat, logLevel                           string
 	latencyHint                                   string
 	envoyShadowMode                               bool
+	envoyStrategy                                 string
 }
 
 // add defines the flags on cmd.
@@ -50,6 +52,7 @@ func (o *nodeFlags) add(cmd *cobra.Command) {
 	fl.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another member; repeat the flag or give a comma list (env "+envJoin+", a comma list; over node.join)")
 	fl.StringVar(&o.latencyHint, "latency-hint", "", "one-way peer latency the strategies derive their timers from (owner's hold, ...): a duration such as 2ms (default 0s) or auto (measured from gossip probes) (env "+envLatency+"; over node.latency_hint)")
 	fl.BoolVar(&o.envoyShadowMode, "envoy-shadow-mode", false, "Envoy RLS global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every check decided and counted, none refused (env "+envShadow+": true or false; over node.envoy_shadow_mode)")
+	fl.StringVar(&o.envoyStrategy, "envoy-strategy", "", "the strategy of --envoy-config's limits whose file names none (tokenmesh: {strategy: ...}); quota serves Envoy's RLQS from envoyproxy/ratelimit's files as they are (docs/RLQS.md); default owner (env "+envEnvoyStrat+"; over node.envoy_strategy)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value lines) or json (one object a line) (env "+envLogFormat+")")
 	fl.StringVar(&o.logLevel, "log-level", "info", "least severe log level written: debug, info, warn or error (env "+envLogLevel+")")
 }
@@ -112,6 +115,7 @@ func (o *nodeFlags) apply(cmd *cobra.Command, f *config.File) (applied []string,
 		{"latency-hint", o.latencyHint, envLatency, "node.latency_hint", false, func(v string) {
 			n.LatencyHint, setErr = config.ParseLatencyHint(v)
 		}},
+		{"envoy-strategy", o.envoyStrategy, envEnvoyStrat, "node.envoy_strategy", false, func(v string) { n.EnvoyStrategy = v }},
 		{"envoy-shadow-mode", strconv.FormatBool(o.envoyShadowMode), envShadow, "node.envoy_shadow_mode", false, func(v string) {
 			var err error
 			if n.EnvoyShadowMode, err = strconv.ParseBool(v); err != nil {

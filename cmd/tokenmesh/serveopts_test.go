@@ -82,6 +82,30 @@ func TestEnvoyShadowModeFlag(t *testing.T) {
 	}
 }
 
+// --envoy-strategy and TOKENMESH_ENVOY_STRATEGY set node.envoy_strategy,
+// the flag over the variable over the YAML.
+func TestEnvoyStrategyFlag(t *testing.T) {
+	f, err := config.Parse([]byte("node:\n  name: n\n  envoy_strategy: lease\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o nodeFlags
+	cmd := &cobra.Command{Use: "serve"}
+	o.add(cmd)
+	t.Setenv(envEnvoyStrat, "owner")
+	if applied, _, err := o.apply(cmd, f); err != nil || f.Node.EnvoyStrategy != "owner" ||
+		!slices.Contains(applied, "node.envoy_strategy from "+envEnvoyStrat) {
+		t.Fatalf("%s=owner over the YAML's lease: %q, applied %q, %v", envEnvoyStrat, f.Node.EnvoyStrategy, applied, err)
+	}
+	if err := cmd.ParseFlags([]string{"--envoy-strategy", "quota"}); err != nil {
+		t.Fatal(err)
+	}
+	if applied, _, err := o.apply(cmd, f); err != nil || f.Node.EnvoyStrategy != "quota" ||
+		!slices.Contains(applied, "node.envoy_strategy from --envoy-strategy") {
+		t.Fatalf("--envoy-strategy quota over %s=owner: %q, applied %q, %v", envEnvoyStrat, f.Node.EnvoyStrategy, applied, err)
+	}
+}
+
 func TestNodeFlagsPrecedence(t *testing.T) {
 	f, err := config.Parse([]byte("node:\n  name: yaml-name\n  api_addr: 127.0.0.1:1001\n  grpc_addr: 127.0.0.1:1002\nrules:\n  - name: r\n    rate: 1/s\n"), "t.yaml")
 	if err != nil {
