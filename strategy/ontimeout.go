@@ -84,3 +84,17 @@ func FallbackStart(now time.Duration, req Request) time.Duration {
 	}
 	return req.Arrival
 }
+
+// ConserveOnTimeout is the on_timeout of a strategy read as m from v: under
+// partition: conserve (conserve true) without on_timeout or fail_open set,
+// TimeoutReject; m otherwise. The local fallback would admit r/N per
+// forwarder while a cut is not yet detected, beside the owner's whole
+// bucket on the other side: beyond this side's share (strategy/owner's
+// conserve.go). A rule that sets on_timeout=local keeps it, with that
+// bound.
+func ConserveOnTimeout(m OnTimeout, conserve bool, v *Values) OnTimeout {
+	if conserve && !v.Has("on_timeout") && !v.Has("fail_open") {
+		return TimeoutReject
+	}
+	return m
+}

@@ -464,9 +464,7 @@ func New(cfg strategy.Config) (*Lease, error) {
 		return nil, err
 	}
 	l.cons = conserveState{on: cfg.Partition == strategy.PartitionConserve, delay: v.Duration("conserve_delay"), expected: slices.Clone(l.members)}
-	if l.cons.on && !v.Has("on_timeout") && !v.Has("fail_open") {
-		l.onTimeout = strategy.TimeoutReject // conserve.go
-	}
+	l.onTimeout = strategy.ConserveOnTimeout(l.onTimeout, l.cons.on, v)
 	if l.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
 	}

@@ -327,12 +327,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 		return nil, err
 	}
 	o.conserve = cfg.Partition == strategy.PartitionConserve
-	if o.conserve && !v.Has("on_timeout") && !v.Has("fail_open") {
-		// The fallback would admit r/N per forwarder while a cut is not
-		// yet detected, beside the owner's whole bucket on the other side:
-		// beyond this side's share (conserve.go).
-		o.onTimeout = strategy.TimeoutReject
-	}
+	o.onTimeout = strategy.ConserveOnTimeout(o.onTimeout, o.conserve, v)
 	o.expected = slices.Clone(o.members)
 	if o.local, err = o.localTable(); err != nil {
 		return nil, err

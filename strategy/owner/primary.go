@@ -79,18 +79,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
-		if o.conserve && q.origin != "" && !q.charge && !o.owns(q.key) {
-			// Under conserve a forward reaches only the owner in this
-			// node's view: the views disagree, and the sender may see a
-			// cut this node does not see yet, so deciding it here would
-			// hand out the whole bucket beside the side that owns the key
-			// now (TestConserveOwnerWholeRun: 1.3 tokens over b + r*T).
-			// Refused; under available the receiver decides, as views
-			// disagree at every change. (A charge, overdraft's, is taken.)
-			if v != nil {
-				v.decided = true
-			}
-			sendVerdict(q.origin, q.id, false, 0, fx)
+		if o.refuseNotOwned(q, v, fx) {
 			continue
 		}
 		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
@@ -108,6 +97,25 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		sendVerdict(q.origin, q.id, allowed, delay, fx)
 	}
+}
+
+// refuseNotOwned refuses, under conserve, a forward q for a key this node
+// does not own in its view (v: its record, nil if none), and reports
+// whether it did. A forward reaches only the owner in this node's view:
+// the views disagree, and the sender may see a cut this node does not see
+// yet, so deciding it here would hand out the whole bucket beside the side
+// that owns the key now (TestConserveOwnerWholeRun: 1.3 tokens over b +
+// r*T). Under available the receiver decides, as views disagree at every
+// change. A charge (overdraft's) is taken.
+func (o *Owner) refuseNotOwned(q queued, v *verdict, fx *strategy.Effects) bool {
+	if !o.conserve || q.origin == "" || q.charge || o.owns(q.key) {
+		return false
+	}
+	if v != nil {
+		v.decided = true
+	}
+	sendVerdict(q.origin, q.id, false, 0, fx)
+	return true
 }
 
 func sendVerdict(to strategy.NodeID, id uint64, allowed bool, delay time.Duration, fx *strategy.Effects) {

@@ -694,6 +694,14 @@ func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, cha
 // -> 91.7 %.
 const starvedBurst = 2
 
+// unpinIfLate makes a pinned share due for renewal await its node's report
+// instead when the renewal might reach the client after pinnedUntil.
+func (s *share) unpinIfLate(now, applyLag, renewEvery time.Duration) {
+	if s.live && s.pinned && now >= s.sentAt+renewEvery && now+applyLag >= s.pinnedUntil {
+		s.live, s.pinned, s.await = false, false, true
+	}
+}
+
 // sendDue sends every live share whose assignment changed, is new (its
 // burst paid and a unit given), or is due for renewal (renewEvery after
 // the last send); a sent assignment is surely held for ttl + applyLag
@@ -703,9 +711,7 @@ const starvedBurst = 2
 func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, changed []bool, send func(s *share, deny bool)) (wake time.Duration) {
 	valid := ttl + applyLag
 	for i, s := range a.shares {
-		if s.live && s.pinned && now >= s.sentAt+renewEvery && now+applyLag >= s.pinnedUntil {
-			s.live, s.pinned, s.await = false, false, true
-		}
+		s.unpinIfLate(now, applyLag, renewEvery)
 		if !s.live {
 			if s.sent {
 				wake = minWake(wake, s.expires)
