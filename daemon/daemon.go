@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -445,12 +446,8 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
 		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
 		d.rls.SetEpoch(d.epoch)                     // limit overrides of fixed_window limits align as Rules
-		strat := d.envoyStr
-		if strat == "" {
-			strat = config.DefaultStrategy
-		}
 		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir,
-			"default_strategy", strat)
+			"default_strategy", cmp.Or(d.envoyStr, config.DefaultStrategy))
 		if f.Node.EnvoyShadowMode {
 			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",
 				"dir", rs.EnvoyDir)
