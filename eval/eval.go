@@ -128,6 +128,12 @@ type Result struct {
 	// Regions is where the decisions were taken and what crossed between
 	// regions, with Options.Regions (absent otherwise).
 	Regions *RegionCosts `json:"regions,omitempty"`
+	// Convergence is the strategy's convergence times after the run's
+	// faults and the trace's demand changes (the CRDT thesis §3.5;
+	// convergence.go has the definitions, Setup.Convergence the spec and
+	// the event counts). Set by Run (every sim report); absent in a
+	// replay's.
+	Convergence *ConvergenceStats `json:"convergence,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -194,6 +200,9 @@ type Setup struct {
 	// Topology is Options.Regions and the links between them, absent
 	// without regions.
 	Topology *TopologySetup `json:"topology,omitempty"`
+	// Convergence is how the convergence times of the results were
+	// measured (DefaultConvergence) and on how many events; set by Run.
+	Convergence *ConvergenceSetup `json:"convergence,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -260,6 +269,9 @@ func Run(opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	spec := DefaultConvergence
+	faults, demand, late := ConvergenceEvents(reqs, opts.Scenario, opts.Rate.PerSec(), spec)
+	rep.Setup.Convergence = convergenceSetup(spec, len(faults), len(demand), late)
 	var central []bool
 	for _, s := range opts.Strategies {
 		res, cfg, delayedTrace, err := simulate(opts, s, client, edge)
@@ -282,6 +294,7 @@ func Run(opts Options) (*Report, error) {
 		if opts.ShortfallWindow > 0 {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 		}
+		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}

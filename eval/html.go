@@ -41,6 +41,8 @@ type htmlPage struct {
 	Defs           []htmlDef
 	Wait           *htmlTable
 	WaitLegend     string
+	Conv           *htmlTable // convergence times (convergenceTable)
+	ConvLegend     string
 	Plots          []htmlPlot
 	Notes          []string
 }
@@ -98,6 +100,13 @@ func newHTMLPage(rep *Report) htmlPage {
 			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
 		}
 		p.Wait, p.WaitLegend = t, waitLegend
+	}
+	if ch, cr := convergenceTable(rep); len(cr) > 0 {
+		t := &htmlTable{Title: "Convergence time", Header: ch}
+		for _, row := range cr {
+			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
+		}
+		p.Conv, p.ConvLegend = t, convergenceLegend(rep)
 	}
 	return p
 }
@@ -187,6 +196,7 @@ li{margin:4px 0}
 {{range .Defs}}<dt>{{.Term}}</dt><dd>{{.Text}}</dd>
 {{end}}</dl>
 {{with .Wait}}{{template "table" .}}<p>{{$.WaitLegend}}.</p>
+{{end}}{{with .Conv}}{{template "table" .}}<p>{{$.ConvLegend}}.</p>
 {{end}}
 <h2 id="plots">Plots</h2>
 {{range .Plots}}<figure>

@@ -200,12 +200,13 @@ func TestWriteHTML(t *testing.T) {
 		}
 	}
 
-	// The accuracy and the cost table, a row per strategy in each.
+	// The accuracy and the cost table, then the convergence times, a row
+	// per strategy in each.
 	tables := elements(doc, func(n *html.Node) bool { return n.Data == "table" && attr(n, "class") == "results" })
-	if len(tables) != 2 {
-		t.Fatalf("%d results tables, want 2 (accuracy, cost)", len(tables))
+	if len(tables) != 3 {
+		t.Fatalf("%d results tables, want 3 (accuracy, cost, convergence)", len(tables))
 	}
-	for i, want := range []string{"excess %", "bytes"} {
+	for i, want := range []string{"excess %", "bytes", "demand ch."} {
 		var head []string
 		for _, th := range elements(tables[i], tag("th")) {
 			head = append(head, text(th))
