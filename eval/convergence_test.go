@@ -44,7 +44,7 @@ func TestConvergenceTimeKnown(t *testing.T) {
 	// central against itself: 0 after every event, up to the rounding to
 	// the next bin (35.5 s -> 36 s).
 	for i, d := range ConvergenceTimes(reqs, central, central, events, spec) {
-		if want := (events[i]+time.Second-1).Truncate(time.Second) - events[i]; d != want {
+		if want := (events[i] + time.Second - 1).Truncate(time.Second) - events[i]; d != want {
 			t.Errorf("central against itself, event at %v: %v, want %v", events[i], d, want)
 		}
 	}
