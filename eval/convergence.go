@@ -115,6 +115,10 @@ type ConvergenceStats struct {
 	DeviationP50Pct float64 `json:"deviation_p50_pct"`
 	DeviationP90Pct float64 `json:"deviation_p90_pct"`
 	WithinPct       float64 `json:"within_pct"`
+	// JFI is Jain's fairness index of the strategy's performance
+	// indicators and its convergence (jfi.go; GDRL eq. (16)), for a
+	// strategy that has indicators (gdrl); absent otherwise.
+	JFI *JFIStats `json:"jfi,omitempty"`
 }
 
 // Never is what ConvergenceTimes returns for an event after which the run

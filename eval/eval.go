@@ -274,7 +274,8 @@ func Run(opts Options) (*Report, error) {
 	rep.Setup.Convergence = convergenceSetup(spec, len(faults), len(demand), late)
 	var central []bool
 	for _, s := range opts.Strategies {
-		res, cfg, delayedTrace, err := simulate(opts, s, client, edge)
+		jfi := &jfiSampler{step: time.Second} // sim's default SampleEvery
+		res, cfg, delayedTrace, err := simulate(opts, s, client, edge, jfi.observe)
 		if err != nil {
 			return nil, err
 		}
@@ -295,6 +296,7 @@ func Run(opts Options) (*Report, error) {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 		}
 		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
+		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold)
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}
@@ -348,7 +350,9 @@ func clientPath(opts Options, rep *Report) (client delayed, edge []time.Duration
 // simulate runs strategy s of opts in the simulator, behind the client
 // path (client, edge) if any and s is not centralized (delayedTrace:
 // then its outcomes are put back in trace order).
-func simulate(opts Options, s registry.Info, client delayed, edge []time.Duration) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
+// observe, when not nil, is the run's sim.Config.Observe (not for a
+// centralized strategy: one node has nothing to compare).
+func simulate(opts Options, s registry.Info, client delayed, edge []time.Duration, observe func(time.Duration, []strategy.Strategy)) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
 	assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
 	if err != nil {
 		return nil, cfg, false, err
@@ -360,6 +364,8 @@ func simulate(opts Options, s registry.Info, client delayed, edge []time.Duratio
 	}
 	if s.Centralized {
 		cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
+	} else {
+		cfg.Observe = observe
 	}
 	if cfg.Proxies, err = proxyTier(opts, s); err != nil {
 		return nil, cfg, false, err

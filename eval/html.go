@@ -43,6 +43,7 @@ type htmlPage struct {
 	WaitLegend     string
 	Conv           *htmlTable // convergence times (convergenceTable)
 	ConvLegend     string
+	JFI            *htmlTable // gdrl's JFI (jfiTable)
 	Plots          []htmlPlot
 	Notes          []string
 }
@@ -107,6 +108,13 @@ func newHTMLPage(rep *Report) htmlPage {
 			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
 		}
 		p.Conv, p.ConvLegend = t, convergenceLegend(rep)
+	}
+	if jh, jr := jfiTable(rep); len(jr) > 0 {
+		t := &htmlTable{Title: "Fairness of the performance indicators (JFI)", Header: jh}
+		for _, row := range jr {
+			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
+		}
+		p.JFI = t
 	}
 	return p
 }
@@ -197,6 +205,7 @@ li{margin:4px 0}
 {{end}}</dl>
 {{with .Wait}}{{template "table" .}}<p>{{$.WaitLegend}}.</p>
 {{end}}{{with .Conv}}{{template "table" .}}<p>{{$.ConvLegend}}.</p>
+{{end}}{{with .JFI}}{{template "table" .}}<p>` + jfiLegend + `.</p>
 {{end}}
 <h2 id="plots">Plots</h2>
 {{range .Plots}}<figure>
