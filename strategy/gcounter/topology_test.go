@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/eval"
+	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/strattest"
@@ -107,5 +108,42 @@ func TestTopologyRingRelays(t *testing.T) {
 	res := run(t, tr, "gcounter", runOpts{Nodes: 6, Assigner: toNode{split: 5}, Params: []string{"gossip=1h", "idle=0", "topology=ring"}})
 	if c := eval.Compare(tr.Requests, allowed(res), central); c.ExcessAdmitted == 0 {
 		t.Errorf("a slow ring admitted no excess: the relay test shows nothing (%v, central %v)", allowed(res), central)
+	}
+}
+
+// toN1After sends the requests before index split to n0 and the rest to n1.
+type toN1After struct{ split int }
+
+func (a toN1After) Assign(_ *workload.Request, i, n int) int {
+	if i < a.split {
+		return 0
+	}
+	return 1
+}
+
+// Catch-up on a ring reaches a newcomer that is not its buddy's ring
+// neighbour: n1 and n2 crash before they hear of n0's burst and restart
+// together, so n1's buddy is n3 (n2 is new too), and n3's ring neighbours
+// are n2 and n4. With catch_up n3 still sends n1 the full state, and n1
+// admits 1 of 5 at 1.5 s, as central does; without it all 5.
+func TestTopologyRingCatchUp(t *testing.T) {
+	tr := &workload.Trace{Name: "restart"}
+	for i := 0; i < 5; i++ {
+		tr.Requests = append(tr.Requests, workload.Request{Arrival: time.Duration(i) * time.Millisecond, Key: "k", Tokens: 1})
+	}
+	for i := 0; i < 5; i++ {
+		tr.Requests = append(tr.Requests, workload.Request{Arrival: 1500*time.Millisecond + time.Duration(i)*time.Millisecond, Key: "k", Tokens: 1})
+	}
+	sc, err := sim.ParseScenario([]byte("detection: 100ms\nevents:\n  - at: 5ms\n    crash: [n1, n2]\n  - at: 1s\n    restart: [n1, n2]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	central := allowed(run(t, tr, "central", runOpts{}))
+	o := runOpts{Nodes: 6, Scenario: sc, Assigner: toN1After{split: 5}, Params: []string{"gossip=50ms", "topology=ring"}}
+	plain := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
+	o.Params = append(o.Params, "catch_up=true")
+	caught := eval.Compare(tr.Requests, allowed(run(t, tr, "gcounter", o)), central)
+	if plain.ExcessAdmitted != 4 || caught.ExcessAdmitted != 0 {
+		t.Fatalf("excess: plain %d (want 4), catch_up %d (want 0)", plain.ExcessAdmitted, caught.ExcessAdmitted)
 	}
 }
