@@ -41,9 +41,14 @@ import (
 //     of the trace cannot be measured: ConvergenceEvents leaves it out and
 //     counts it (ConvergenceSetup.Late).
 //   - After an event at time e, the convergence time is t_j - e for the
-//     first bin j with t_j = origin + j*Bin >= e at which the cluster has
-//     converged: 0 up to one bin's rounding when it never left the
-//     tolerance. None: it never converged before the trace ended.
+//     first bin j at which the cluster has converged, at or after the
+//     first window out of tolerance that starts within Horizon (30 s) of
+//     the event (t_j = origin + j*Bin >= e): an event's effect on the
+//     decisions may show only after a failure detector's delay or a few
+//     gossip rounds, and is measured from there. Without such a window it
+//     is the first bin at or after e at which the cluster has converged: 0
+//     up to one bin's rounding. None: it never converged before the trace
+//     ended.
 //
 // Events (ConvergenceEvents):
 //
@@ -64,11 +69,12 @@ type ConvergenceSpec struct {
 	Tolerance    float64       // 0.01: within 1% of central's admitted tokens in the window
 	DemandWindow time.Duration // the windows offered tokens are compared over (10 s), a multiple of Bin
 	DemandFactor float64       // 2: a change is a doubling or a halving ...
+	Horizon      time.Duration // how long after an event its effect may first show (30 s), a multiple of Bin
 }
 
 // DefaultConvergence is the spec every sim report uses.
 var DefaultConvergence = ConvergenceSpec{Bin: time.Second, Window: 10 * time.Second, Hold: 10 * time.Second,
-	Tolerance: 0.01, DemandWindow: 10 * time.Second, DemandFactor: 2}
+	Tolerance: 0.01, DemandWindow: 10 * time.Second, DemandFactor: 2, Horizon: 30 * time.Second}
 
 // ConvergenceSetup is the spec and the events a report's convergence times
 // were measured on (Setup.Convergence).
@@ -79,6 +85,7 @@ type ConvergenceSetup struct {
 	TolerancePct  float64 `json:"tolerance_pct"`
 	DemandWindowS float64 `json:"demand_window_s"`
 	DemandFactor  float64 `json:"demand_factor"`
+	HorizonS      float64 `json:"horizon_s"`
 	// FaultEvents and DemandChanges count the events measured (the same
 	// for every strategy: they are the scenario's and the trace's); Late
 	// the events of either kind too close to the trace's end to measure
@@ -238,29 +245,41 @@ func ConvergenceTimes(reqs []workload.Request, allowed, central []bool, events [
 		return out
 	}
 	origin := firstArrival(reqs)
-	next, _ := convergedFrom(reqs, allowed, central, spec, origin)
-	return timesAfter(next, origin, events, spec.Bin)
+	next, bad, _ := convergedFrom(reqs, allowed, central, spec, origin)
+	return timesAfter(next, bad, origin, events, spec)
 }
 
-// timesAfter is ConvergenceTimes from convergedFrom's next.
-func timesAfter(next []int, origin time.Duration, events []time.Duration, bin time.Duration) []time.Duration {
+// timesAfter is ConvergenceTimes from convergedFrom's next and bad: from
+// the first window out of tolerance that starts within Horizon of the
+// event (or from the event when there is none), the first window start at
+// which the cluster has converged.
+func timesAfter(next, bad []int, origin time.Duration, events []time.Duration, spec ConvergenceSpec) []time.Duration {
 	out := make([]time.Duration, len(events))
+	hz := int64(spec.Horizon / spec.Bin)
 	for i, e := range events {
-		j := firstBin(origin, e, bin)
-		if j >= int64(len(next)) || next[j] < 0 {
+		j := firstBin(origin, e, spec.Bin)
+		if j >= int64(len(next)) {
 			out[i] = Never
 			continue
 		}
-		out[i] = origin + time.Duration(next[j])*bin - e
+		if b := int64(bad[j]); b < int64(len(next)) && b < j+hz {
+			j = b // the event's effect shows here: converge after it
+		}
+		if next[j] < 0 {
+			out[i] = Never
+			continue
+		}
+		out[i] = origin + time.Duration(next[j])*spec.Bin - e
 	}
 	return out
 }
 
 // convergedFrom returns, for every window start j, the first window start
-// j' >= j at which the cluster has converged (-1: none), and the relative
-// deviation sum_k |A_k - C_k| / sum_k C_k of every window where central
-// admitted something, in window order.
-func convergedFrom(reqs []workload.Request, allowed, central []bool, spec ConvergenceSpec, origin time.Duration) (next []int, devs []float64) {
+// j' >= j at which the cluster has converged (next; -1: none) and the
+// first window j' >= j out of tolerance (bad; len(bad): none), and the
+// relative deviation sum_k |A_k - C_k| / sum_k C_k of every window where
+// central admitted something, in window order.
+func convergedFrom(reqs []workload.Request, allowed, central []bool, spec ConvergenceSpec, origin time.Duration) (next, bad []int, devs []float64) {
 	nbins := 0
 	for _, r := range reqs {
 		nbins = max(nbins, int((r.Arrival-origin)/spec.Bin)+1)
@@ -328,13 +347,19 @@ func convergedFrom(reqs []workload.Request, allowed, central []bool, spec Conver
 	}
 	next = make([]int, nw+1)
 	next[nw] = -1
+	bad = make([]int, nw+1)
+	bad[nw] = nw
 	for j := nw - 1; j >= 0; j-- {
 		next[j] = next[j+1]
 		if run[j] >= hb {
 			next[j] = j
 		}
+		bad[j] = bad[j+1]
+		if !within[j] {
+			bad[j] = j
+		}
 	}
-	return next[:nw], devs
+	return next[:nw], bad[:nw], devs
 }
 
 func abs64(v int64) int64 {
@@ -389,10 +414,10 @@ func Convergence(reqs []workload.Request, allowed, central []bool, faults, deman
 			Demand: convergenceDist(ConvergenceTimes(reqs, allowed, central, demand, spec))}
 	}
 	origin := firstArrival(reqs)
-	next, devs := convergedFrom(reqs, allowed, central, spec, origin)
+	next, bad, devs := convergedFrom(reqs, allowed, central, spec, origin)
 	st := &ConvergenceStats{
-		Faults: convergenceDist(timesAfter(next, origin, faults, spec.Bin)),
-		Demand: convergenceDist(timesAfter(next, origin, demand, spec.Bin)),
+		Faults: convergenceDist(timesAfter(next, bad, origin, faults, spec)),
+		Demand: convergenceDist(timesAfter(next, bad, origin, demand, spec)),
 	}
 	if len(devs) > 0 {
 		slices.Sort(devs)
@@ -415,7 +440,7 @@ func Convergence(reqs []workload.Request, allowed, central []bool, faults, deman
 func convergenceSetup(spec ConvergenceSpec, faults, demand, late int) *ConvergenceSetup {
 	return &ConvergenceSetup{BinS: spec.Bin.Seconds(), WindowS: spec.Window.Seconds(), HoldS: spec.Hold.Seconds(),
 		TolerancePct: round(100*spec.Tolerance, 4), DemandWindowS: spec.DemandWindow.Seconds(),
-		DemandFactor: spec.DemandFactor, FaultEvents: faults, DemandChanges: demand, Late: late}
+		DemandFactor: spec.DemandFactor, HorizonS: spec.Horizon.Seconds(), FaultEvents: faults, DemandChanges: demand, Late: late}
 }
 
 // convSeconds formats a convergence percentile: seconds, or "never".
@@ -460,7 +485,8 @@ func convergenceLegend(rep *Report) string {
 		num(s.DemandWindowS) + " s window in which some key's offered tokens at least doubled or halved, by more than rate x " +
 		num(s.DemandWindowS) + " s), the time until the admitted tokens per key over a sliding " + num(s.WindowS) +
 		" s window are within " + num(s.TolerancePct) + "% of central's (sum over keys of |strategy - central| <= " +
-		num(s.TolerancePct) + "% of central's) and stay so for " + num(s.HoldS) + " s, in seconds (" + num(s.BinS) +
+		num(s.TolerancePct) + "% of central's) and stay so for " + num(s.HoldS) + " s, counted from the first window out of it within " +
+		num(s.HorizonS) + " s of the event if any (the event's effect), in seconds (" + num(s.BinS) +
 		" s resolution); never: not before the trace ended (percentiles count those as longest); dev.: that deviation over every window where central admitted something, within %: the share of those windows within " +
 		num(s.TolerancePct) + "%"
 }

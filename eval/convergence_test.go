@@ -23,9 +23,12 @@ func steady(span time.Duration) (reqs []workload.Request, central []bool) {
 
 // A strategy that refuses everything in [30 s, 50 s) of a 120 s trace and
 // agrees with central elsewhere: the 10 s windows starting at 21..49 s
-// overlap the outage, so from any event in (20 s, 50 s] the cluster has
-// converged at 50 s (the windows 50..59 are within), and from 0-11 s it
-// had converged at once (windows 0..9 through 11..20 are within).
+// overlap the outage, and from 50 s on the cluster has converged (windows
+// 50..59 are within). From any event in (-9 s, 50 s] the first window out
+// of tolerance within the 30 s horizon is 21 s (or the event's own), so
+// the cluster converges at 50 s; from 50 s on at once. With a 20 s
+// horizon, an event at 0 s sees no window out of tolerance before 20 s,
+// and the cluster had converged at once (windows 0..9 are within).
 func TestConvergenceTimeKnown(t *testing.T) {
 	reqs, central := steady(120 * time.Second)
 	allowed := make([]bool, len(reqs))
@@ -34,12 +37,17 @@ func TestConvergenceTimeKnown(t *testing.T) {
 	}
 	spec := DefaultConvergence
 	events := []time.Duration{0, 11 * time.Second, 12 * time.Second, 30 * time.Second, 35500 * time.Millisecond, 50 * time.Second, 100 * time.Second}
-	want := []time.Duration{0, 0, 38 * time.Second, 20 * time.Second, 14500 * time.Millisecond, 0, 0}
+	want := []time.Duration{50 * time.Second, 39 * time.Second, 38 * time.Second, 20 * time.Second, 14500 * time.Millisecond, 0, 0}
 	got := ConvergenceTimes(reqs, allowed, central, events, spec)
 	for i := range events {
 		if got[i] != want[i] {
 			t.Errorf("event at %v: convergence time %v, want %v", events[i], got[i], want[i])
 		}
+	}
+	short := spec
+	short.Horizon = 20 * time.Second
+	if got := ConvergenceTimes(reqs, allowed, central, []time.Duration{0, 2 * time.Second}, short); got[0] != 0 || got[1] != 48*time.Second {
+		t.Errorf("horizon 20 s: got %v, want [0s 48s]", got)
 	}
 	// central against itself: 0 after every event, up to the rounding to
 	// the next bin (35.5 s -> 36 s).
@@ -59,9 +67,11 @@ func TestConvergenceNeverAndTolerance(t *testing.T) {
 	for i, r := range reqs {
 		allowed[i] = r.Arrival < 60*time.Second
 	}
-	got := ConvergenceTimes(reqs, allowed, central, []time.Duration{10 * time.Second, 60 * time.Second}, DefaultConvergence)
-	if got[0] != 0 || got[1] != Never {
-		t.Fatalf("got %v, want [0 Never]", got)
+	// The windows out of tolerance start at 51 s: beyond 10 s's 30 s
+	// horizon, within 25 s's.
+	got := ConvergenceTimes(reqs, allowed, central, []time.Duration{10 * time.Second, 25 * time.Second, 60 * time.Second}, DefaultConvergence)
+	if got[0] != 0 || got[1] != Never || got[2] != Never {
+		t.Fatalf("got %v, want [0 Never Never]", got)
 	}
 	for _, c := range []struct {
 		every int // one refusal every this many requests
@@ -98,7 +108,8 @@ func TestConvergenceKeysDoNotCancel(t *testing.T) {
 func TestConvergenceMatchesBruteForce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		spec := ConvergenceSpec{Bin: time.Second, Window: time.Duration(rapid.IntRange(1, 4).Draw(t, "window_s")) * time.Second,
-			Hold: time.Duration(rapid.IntRange(1, 4).Draw(t, "hold_s")) * time.Second, Tolerance: 0.1}
+			Hold: time.Duration(rapid.IntRange(1, 4).Draw(t, "hold_s")) * time.Second, Tolerance: 0.1,
+			Horizon: time.Duration(rapid.IntRange(0, 5).Draw(t, "horizon_s")) * time.Second}
 		n := rapid.IntRange(1, 80).Draw(t, "n")
 		reqs := make([]workload.Request, n)
 		allowed, central := make([]bool, n), make([]bool, n)
@@ -146,6 +157,13 @@ func TestConvergenceMatchesBruteForce(t *testing.T) {
 			j := 0
 			if e > origin {
 				j = int(math.Ceil(float64(e-origin) / float64(time.Second)))
+			}
+			hz := int(spec.Horizon / time.Second)
+			for b := j; b < j+hz && b+wb-1 <= last; b++ {
+				if !within(b) {
+					j = b // the first window out of tolerance within the horizon
+					break
+				}
 			}
 			want := Never
 			for ; j <= last; j++ {

@@ -296,7 +296,7 @@ func Run(opts Options) (*Report, error) {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 		}
 		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
-		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold)
+		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold, spec.Horizon)
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}

@@ -21,9 +21,10 @@ import (
 // of virtual time), for the keys some live node holds an explicit share of,
 // and the cluster's JFI at that sample is the mean over those keys (a
 // sample with no such key has none). The JFI convergence time after an
-// event is the time from it to the first sample at or after it from which
-// the JFI stays at or above JFIThreshold for Hold (ConvergenceSpec, 10 s)
-// of samples, as for the admitted rate (convergence.go).
+// event is the time from it to the first sample from which the JFI stays
+// at or above JFIThreshold for Hold (ConvergenceSpec, 10 s), at or after
+// the first sample below the threshold within Horizon (30 s) of the event,
+// as for the admitted rate (convergence.go).
 
 // JFIThreshold is the JFI at which the indicators count as equal: 0.99, as
 // experiment/gdrlexp reads GDRL's Fig. 6 ("converge to the region very
@@ -108,7 +109,7 @@ type JFIStats struct {
 }
 
 // stats summarises the samples against the events; nil without samples.
-func (j *jfiSampler) stats(faults, demand []time.Duration, hold time.Duration) *JFIStats {
+func (j *jfiSampler) stats(faults, demand []time.Duration, hold, horizon time.Duration) *JFIStats {
 	n := len(j.samples)
 	if n == 0 {
 		return nil
@@ -122,16 +123,18 @@ func (j *jfiSampler) stats(faults, demand []time.Duration, hold time.Duration) *
 	st.Mean = round(st.Mean/float64(n), 4)
 	slices.Sort(vals)
 	st.P10 = round(vals[min(max(int(math.Ceil(0.1*float64(n))), 1), n)-1], 4)
-	st.AfterFaults = convergenceDist(j.timesAfter(faults, hold))
-	st.AfterDemand = convergenceDist(j.timesAfter(demand, hold))
+	st.AfterFaults = convergenceDist(j.timesAfter(faults, hold, horizon))
+	st.AfterDemand = convergenceDist(j.timesAfter(demand, hold, horizon))
 	return st
 }
 
-// timesAfter returns, per event, the time from it to the first sample at or
-// after it, at t, from which every sample in [t, t+hold) is at or above
-// JFIThreshold, or Never; the last sample counts for one step. Samples
-// are in time order.
-func (j *jfiSampler) timesAfter(events []time.Duration, hold time.Duration) []time.Duration {
+// timesAfter returns, per event, the time from it to the first sample, at
+// t, from which every sample in [t, t+hold) is at or above JFIThreshold,
+// at or after the first sample below it within horizon of the event (the
+// event's own effect; ConvergenceSpec.Horizon), or at or after the event
+// when there is none; Never if there is no such sample. The last sample
+// counts for one step. Samples are in time order.
+func (j *jfiSampler) timesAfter(events []time.Duration, hold, horizon time.Duration) []time.Duration {
 	n := len(j.samples)
 	// next[i]: the first sample i' >= i from which the samples stay at or
 	// above the threshold for hold.
@@ -170,6 +173,9 @@ func (j *jfiSampler) timesAfter(events []time.Duration, hold time.Duration) []ti
 			}
 			return 0
 		})
+		if i < n && run[i] < n && j.samples[run[i]].at < e+horizon {
+			i = run[i] // the first sample below the threshold within the horizon
+		}
 		if i >= n || next[i] < 0 {
 			out[k] = Never
 			continue

@@ -57,9 +57,9 @@ func TestJFISamplerObserve(t *testing.T) {
 }
 
 // JFI convergence on a known series: one sample a second, below the
-// threshold in [20 s, 35 s): from an event at 20 s it is back at 35 s
-// and stays 10 s; an event at 12 s finds [12 s, 22 s) broken too; a
-// series that ends below it never converges.
+// threshold in [20 s, 35 s): it is back at 35 s and stays 10 s. From an
+// event up to 30 s (the horizon) before 20 s the drop counts as the
+// event's; an event at 51 s has less than the 10 s hold left: never.
 func TestJFIConvergenceKnown(t *testing.T) {
 	j := &jfiSampler{step: time.Second}
 	for s := 0; s < 60; s++ {
@@ -69,12 +69,15 @@ func TestJFIConvergenceKnown(t *testing.T) {
 		}
 		j.samples = append(j.samples, jfiSample{time.Duration(s) * time.Second, v})
 	}
-	got := j.timesAfter([]time.Duration{0, 10 * time.Second, 11 * time.Second, 20 * time.Second, 20500 * time.Millisecond, 50 * time.Second, 51 * time.Second}, 10*time.Second)
-	want := []time.Duration{0, 0, 24 * time.Second, 15 * time.Second, 14500 * time.Millisecond, 0, Never}
+	got := j.timesAfter([]time.Duration{0, 10 * time.Second, 11 * time.Second, 20 * time.Second, 20500 * time.Millisecond, 50 * time.Second, 51 * time.Second}, 10*time.Second, 30*time.Second)
+	want := []time.Duration{35 * time.Second, 25 * time.Second, 24 * time.Second, 15 * time.Second, 14500 * time.Millisecond, 0, Never}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	st := j.stats([]time.Duration{20 * time.Second}, nil, 10*time.Second)
+	if got := j.timesAfter([]time.Duration{0}, 10*time.Second, 20*time.Second); got[0] != 0 {
+		t.Fatalf("horizon 20 s, event at 0: %v, want 0 (the drop at 20 s is not its)", got[0])
+	}
+	st := j.stats([]time.Duration{20 * time.Second}, nil, 10*time.Second, 30*time.Second)
 	if st.Samples != 60 || st.Mean != round((45+15*0.5)/60, 4) || st.P10 != 0.5 || *st.AfterFaults.MedianS != 15 {
 		t.Fatalf("stats %+v", st)
 	}
