@@ -209,4 +209,4 @@ func jfiTable(rep *Report) (header []string, rows [][]string) {
 }
 
 // jfiLegend explains the JFI table.
-const jfiLegend = "Jain's fairness index of the nodes' performance indicators (GDRL eq. (16); 1 = every node's indicator equal), per key over the live nodes at every second, averaged over the keys some node holds a share of; mean and 10th percentile over the samples, and after each fault and demand change the seconds until it is >= 0.99 and stays so for the hold (never: not before the samples ended)"
+const jfiLegend = "Jain's fairness index of the nodes' performance indicators (GDRL eq. (16); 1 = every node's indicator equal), per key over the live nodes at every second, averaged over the keys some node holds a share of; mean and 10th percentile over the samples, and after each fault and demand change the seconds until it is >= 0.99 and stays so for the hold, counted from its first drop below 0.99 within the horizon of the event if any (never: not before the samples ended)"
