@@ -128,6 +128,12 @@ type Result struct {
 	// Regions is where the decisions were taken and what crossed between
 	// regions, with Options.Regions (absent otherwise).
 	Regions *RegionCosts `json:"regions,omitempty"`
+	// Convergence is the strategy's convergence times after the run's
+	// faults and the trace's demand changes (the CRDT thesis §3.5;
+	// convergence.go has the definitions, Setup.Convergence the spec and
+	// the event counts). Set by Run (every sim report); absent in a
+	// replay's.
+	Convergence *ConvergenceStats `json:"convergence,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -194,6 +200,9 @@ type Setup struct {
 	// Topology is Options.Regions and the links between them, absent
 	// without regions.
 	Topology *TopologySetup `json:"topology,omitempty"`
+	// Convergence is how the convergence times of the results were
+	// measured (DefaultConvergence) and on how many events; set by Run.
+	Convergence *ConvergenceSetup `json:"convergence,omitempty"`
 }
 
 // Fault is one scenario event of the report: at AtSec seconds of trace time,
@@ -260,9 +269,13 @@ func Run(opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	spec := DefaultConvergence
+	faults, demand, late := ConvergenceEvents(reqs, opts.Scenario, opts.Rate.PerSec(), spec)
+	rep.Setup.Convergence = convergenceSetup(spec, len(faults), len(demand), late)
 	var central []bool
 	for _, s := range opts.Strategies {
-		res, cfg, delayedTrace, err := simulate(opts, s, client, edge)
+		jfi := &jfiSampler{step: time.Second} // sim's default SampleEvery
+		res, cfg, delayedTrace, err := simulate(opts, s, client, edge, jfi.observe)
 		if err != nil {
 			return nil, err
 		}
@@ -282,6 +295,8 @@ func Run(opts Options) (*Report, error) {
 		if opts.ShortfallWindow > 0 {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 		}
+		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
+		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold, spec.Horizon)
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}
@@ -335,7 +350,9 @@ func clientPath(opts Options, rep *Report) (client delayed, edge []time.Duration
 // simulate runs strategy s of opts in the simulator, behind the client
 // path (client, edge) if any and s is not centralized (delayedTrace:
 // then its outcomes are put back in trace order).
-func simulate(opts Options, s registry.Info, client delayed, edge []time.Duration) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
+// observe, when not nil, is the run's sim.Config.Observe (not for a
+// centralized strategy: one node has nothing to compare).
+func simulate(opts Options, s registry.Info, client delayed, edge []time.Duration, observe func(time.Duration, []strategy.Strategy)) (res *sim.Result, cfg sim.Config, delayedTrace bool, err error) {
 	assign, err := workload.NewAssigner(opts.AssignPolicy, opts.Seed)
 	if err != nil {
 		return nil, cfg, false, err
@@ -347,6 +364,8 @@ func simulate(opts Options, s registry.Info, client delayed, edge []time.Duratio
 	}
 	if s.Centralized {
 		cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
+	} else {
+		cfg.Observe = observe
 	}
 	if cfg.Proxies, err = proxyTier(opts, s); err != nil {
 		return nil, cfg, false, err

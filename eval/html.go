@@ -41,6 +41,9 @@ type htmlPage struct {
 	Defs           []htmlDef
 	Wait           *htmlTable
 	WaitLegend     string
+	Conv           *htmlTable // convergence times (convergenceTable)
+	ConvLegend     string
+	JFI            *htmlTable // gdrl's JFI (jfiTable)
 	Plots          []htmlPlot
 	Notes          []string
 }
@@ -98,6 +101,20 @@ func newHTMLPage(rep *Report) htmlPage {
 			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
 		}
 		p.Wait, p.WaitLegend = t, waitLegend
+	}
+	if ch, cr := convergenceTable(rep); len(cr) > 0 {
+		t := &htmlTable{Title: "Convergence time", Header: ch}
+		for _, row := range cr {
+			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
+		}
+		p.Conv, p.ConvLegend = t, convergenceLegend(rep)
+	}
+	if jh, jr := jfiTable(rep); len(jr) > 0 {
+		t := &htmlTable{Title: "Fairness of the performance indicators (JFI)", Header: jh}
+		for _, row := range jr {
+			t.Rows = append(t.Rows, htmlRow{Strategy: row[0], Color: strategyColor(row[0]), Cells: row[1:]})
+		}
+		p.JFI = t
 	}
 	return p
 }
@@ -187,6 +204,8 @@ li{margin:4px 0}
 {{range .Defs}}<dt>{{.Term}}</dt><dd>{{.Text}}</dd>
 {{end}}</dl>
 {{with .Wait}}{{template "table" .}}<p>{{$.WaitLegend}}.</p>
+{{end}}{{with .Conv}}{{template "table" .}}<p>{{$.ConvLegend}}.</p>
+{{end}}{{with .JFI}}{{template "table" .}}<p>` + jfiLegend + `.</p>
 {{end}}
 <h2 id="plots">Plots</h2>
 {{range .Plots}}<figure>

@@ -200,12 +200,17 @@ func TestWriteHTML(t *testing.T) {
 		}
 	}
 
-	// The accuracy and the cost table, a row per strategy in each.
+	// The accuracy and the cost table, then the convergence times, a row
+	// per strategy in each (and gdrl's JFI, when it ran).
 	tables := elements(doc, func(n *html.Node) bool { return n.Data == "table" && attr(n, "class") == "results" })
-	if len(tables) != 2 {
-		t.Fatalf("%d results tables, want 2 (accuracy, cost)", len(tables))
+	wantTables := 3
+	if slices.ContainsFunc(rep.Results, func(r Result) bool { return r.Strategy == "gdrl" }) {
+		wantTables = 4
 	}
-	for i, want := range []string{"excess %", "bytes"} {
+	if len(tables) != wantTables {
+		t.Fatalf("%d results tables, want %d (accuracy, cost, convergence, gdrl's JFI)", len(tables), wantTables)
+	}
+	for i, want := range []string{"excess %", "bytes", "demand ch."} {
 		var head []string
 		for _, th := range elements(tables[i], tag("th")) {
 			head = append(head, text(th))

@@ -386,6 +386,30 @@ func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 		fmt.Fprintln(bw)
 		writeWrapped(bw, "  "+waitLegend, width, "  ")
 	}
+	if ch, cr := convergenceTable(rep); len(cr) > 0 {
+		fmt.Fprintln(bw)
+		cg := make([]int, len(ch))
+		for i := range cg {
+			cg[i] = 1 + min(i, 11)/6 // faults, demand changes and deviation, then cut between them
+		}
+		if err := writeTableFit(bw, ch, cr, cg, width); err != nil {
+			return err
+		}
+		fmt.Fprintln(bw)
+		writeWrapped(bw, "  "+convergenceLegend(rep), width, "  ")
+	}
+	if jh, jr := jfiTable(rep); len(jr) > 0 {
+		fmt.Fprintln(bw)
+		jg := make([]int, len(jh))
+		for i := range jg {
+			jg[i] = 1 + min(i, 9)/4 // the JFI, after faults, after demand changes
+		}
+		if err := writeTableFit(bw, jh, jr, jg, width); err != nil {
+			return err
+		}
+		fmt.Fprintln(bw)
+		writeWrapped(bw, "  "+jfiLegend, width, "  ")
+	}
 	fmt.Fprintln(bw)
 	for _, n := range reportNotes(rep) {
 		writeWrapped(bw, "note: "+n, width, "      ")
@@ -596,6 +620,16 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprint(bw, "\n## Waiting time\n\n")
 		writeMDTable(bw, wh, wr, false)
 		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
+	}
+	if ch, cr := convergenceTable(rep); len(cr) > 0 {
+		fmt.Fprint(bw, "\n## Convergence time\n\n")
+		writeMDTable(bw, ch, cr, false)
+		fmt.Fprintf(bw, "\n%s.\n", convergenceLegend(rep))
+	}
+	if jh, jr := jfiTable(rep); len(jr) > 0 {
+		fmt.Fprint(bw, "\n## Fairness of the performance indicators (JFI)\n\n")
+		writeMDTable(bw, jh, jr, false)
+		fmt.Fprintf(bw, "\n%s.\n", jfiLegend)
 	}
 
 	fmt.Fprint(bw, "\n## Notes\n\n")

@@ -160,6 +160,14 @@ type Config struct {
 	// a WAN link (Outcome.WAN). Nil: one region, the run as before, bit
 	// for bit. Not with Proxies.
 	Regions []topology.Region
+	// Observe, when set, is called at every state sample (every
+	// SampleEvery of virtual time from 0, while requests remain to be
+	// injected or decisions are pending) with the time and the live
+	// nodes' strategies, in node order: a read-only look for a measure
+	// (eval's JFI of gdrl's performance indicators). It must change
+	// nothing: it is not part of the run, which takes the same decisions
+	// with it or without it.
+	Observe func(now time.Duration, live []strategy.Strategy)
 }
 
 // Outcome is what happened to one request.
@@ -670,4 +678,11 @@ func (r *runner) sample() {
 	}
 	r.stateSum += float64(sum) / float64(len(r.alive))
 	r.statSamples++
+	if r.cfg.Observe != nil {
+		live := make([]strategy.Strategy, len(r.alive))
+		for k, i := range r.alive {
+			live[k] = r.nodes[i].s
+		}
+		r.cfg.Observe(r.now, live)
+	}
 }

@@ -42,6 +42,13 @@
 //     bucket for the key (a join of every update the thesis would have
 //     merged into the delta state, so never less information).
 //   - An empty delta state sends nothing (no empty message).
+//   - topology (§5.5 leaves topologies other than fully connected open;
+//     strategy/internal/gossipgraph): the neighbours above are the
+//     topology's, every other member by default (full, the thesis' Table
+//     4.1); ring keeps the predecessor and successor in NodeID order, and
+//     random:d sends d neighbours drawn at random their delta states each
+//     round instead of one. Catch-up reaches every newcomer, a neighbour
+//     or not.
 //   - catch_up (§5.5: the thesis does not handle nodes that rejoin): when
 //     SetMembers shows a new member, one established member (the first one
 //     after it in sorted order) sends it the full state. With catch_up each
@@ -159,6 +166,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buddy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/gossipgraph"
 )
 
 // Name is the strategy's name in the registry and in errors.
@@ -190,9 +198,11 @@ type GCounter struct {
 	idle        time.Duration // 0: keys never expire
 	catchUp     bool
 	rnd         *rand.Rand
+	topo        gossipgraph.Topology // the topology parameter
+	picks       []strategy.NodeID    // the peers of a gossip round (reused)
 
 	members    []strategy.NodeID // sorted, self included
-	neighbours []strategy.NodeID // members other than self, sorted
+	neighbours []strategy.NodeID // the topology's neighbours among members, sorted
 	state      map[string]*bucketState
 
 	// partition: conserve: the node sees scaleK of the scaleN last agreed
@@ -263,6 +273,9 @@ func New(cfg strategy.Config) (*GCounter, error) {
 		return nil, fmt.Errorf("%s: parameter gossip must be positive", Name)
 	}
 	g.catchUp = v.Bool("catch_up")
+	if g.topo, err = gossipgraph.Parse(v.String("topology")); err != nil {
+		return nil, fmt.Errorf("%s: parameter %w", Name, err)
+	}
 	g.idle = v.Duration("idle")
 	if g.idle < 0 || (g.idle > 0 && g.idle < 10*g.gossip) {
 		return nil, fmt.Errorf("%s: parameter idle %v must be 0 (no expiry) or at least 10 gossip intervals (%v)", Name, g.idle, 10*g.gossip)
@@ -535,14 +548,16 @@ func (g *GCounter) gossipOnce(fx *strategy.Effects) {
 	if !pending {
 		return // nothing to send anywhere: no draw
 	}
-	nb := g.neighbours[g.rnd.IntN(len(g.neighbours))]
-	keys := g.delta[nb]
-	if len(keys) == 0 {
-		return
+	g.picks = g.topo.Pick(g.rnd, g.neighbours, g.picks)
+	for _, nb := range g.picks {
+		keys := g.delta[nb]
+		if len(keys) == 0 {
+			continue
+		}
+		fx.Send(nb, g.encode(sortedKeys(keys), false))
+		g.dropPending(keys)
+		clear(keys)
 	}
-	fx.Send(nb, g.encode(sortedKeys(keys), false))
-	g.dropPending(keys)
-	clear(keys)
 }
 
 // addPending adds key, whose bucket is b, to the delta state keys.
@@ -584,8 +599,8 @@ func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 	if !g.catchUp || len(g.state) == 0 {
 		return
 	}
-	for _, nb := range g.neighbours {
-		if !slices.Contains(old, nb) && buddy.Of(g.self, nb, g.members, old) == g.self {
+	for _, nb := range g.members { // every newcomer, a neighbour or not (topology)
+		if nb != g.self && !slices.Contains(old, nb) && buddy.Of(g.self, nb, g.members, old) == g.self {
 			fx.Send(nb, g.encode(g.allKeys(), true))
 		}
 	}
@@ -595,12 +610,7 @@ func (g *GCounter) setMembers(members []strategy.NodeID) {
 	g.members = slices.Clone(members)
 	slices.Sort(g.members)
 	g.members = slices.Compact(g.members)
-	g.neighbours = g.neighbours[:0]
-	for _, m := range g.members {
-		if m != g.self {
-			g.neighbours = append(g.neighbours, m)
-		}
-	}
+	g.neighbours = g.topo.Neighbours(g.self, g.members)
 	for nb := range g.delta {
 		if !slices.Contains(g.neighbours, nb) {
 			g.dropPending(g.delta[nb])

@@ -10,9 +10,18 @@
 //   - idle (duration, default 10m): ours: a key unchanged for idle and full is
 //     dropped and re-created with a new generation; 0 keeps every key forever
 //     (the thesis); otherwise at least 10 gossip intervals.
+//   - topology (string, default full): the gossip topology: full (every other
+//     member is a neighbour, one at random per round: the thesis, Table 4.1),
+//     ring (the predecessor and successor in NodeID order, one of them at
+//     random per round: GDRL's ring, 001 §III-A) or random:d (d distinct
+//     members at random per round, each sent its delta state; random:1 draws
+//     as full does); the thesis §5.5 leaves topologies other than full open.
 package gcounter
 
-import "github.com/tokenmesh/tokenmesh/strategy"
+import (
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/gossipgraph"
+)
 
 // Params declares gcounter's parameters (strategy.ParamSpec), read by
 // config validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams).
@@ -23,4 +32,5 @@ var Params = []strategy.ParamSpec{
 		Doc: "ours: full-state catch-up for members that join or rejoin, and per-instance G-Counter slots."},
 	{Name: "idle", Type: strategy.ParamDuration, Default: "10m", Example: "1m",
 		Doc: "ours: a key unchanged for idle and full is dropped and re-created with a new generation; 0 keeps every key forever (the thesis); otherwise at least 10 gossip intervals."},
+	{Name: "topology", Type: strategy.ParamString, Default: gossipgraph.Full, Example: gossipgraph.Ring, Doc: gossipgraph.Doc},
 }

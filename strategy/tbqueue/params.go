@@ -30,9 +30,19 @@
 //   - coalesce (bool, default true): ours: the requests a node admits for a
 //     key at one instant are one element; false is the thesis' one element per
 //     request.
+//   - topology (string, default full): the gossip topology: full (every other
+//     member is a neighbour, one at random per round: the thesis, Table 4.1),
+//     ring (the predecessor and successor in NodeID order, one of them at
+//     random per round: GDRL's ring, 001 §III-A) or random:d (d distinct
+//     members at random per round, each sent its delta state; random:1 draws
+//     as full does); the thesis §5.5 leaves topologies other than full open.
+//     Not random:d with linf.
 package tbqueue
 
-import "github.com/tokenmesh/tokenmesh/strategy"
+import (
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/gossipgraph"
+)
 
 // Params declares tbqueue's parameters (strategy.ParamSpec), read by config
 // validation, --param and `tokenmesh strategies`; New reads them (strategy.ReadParams). The
@@ -58,4 +68,5 @@ var Params = []strategy.ParamSpec{
 		Doc: "listing 4.2's into_local_state=false: equal elements do not collapse in delta states; not with unique_ids."},
 	{Name: "coalesce", Type: strategy.ParamBool, Default: "true", Example: "false",
 		Doc: "ours: the requests a node admits for a key at one instant are one element; false is the thesis' one element per request."},
+	{Name: "topology", Type: strategy.ParamString, Default: gossipgraph.Full, Example: gossipgraph.Ring, Doc: gossipgraph.Doc + " Not random:d with linf."},
 }

@@ -21,7 +21,13 @@
 //     received (listing 4.4); an empty queue drops its key.
 //   - Flat gossip: every gossip interval (default 300 ms, Table 4.1) the
 //     delta state of one neighbour chosen uniformly at random is sent and
-//     cleared. Delta states are not refilled before sending: elements past
+//     cleared. The neighbours are every other member (Table 4.1: fully
+//     connected) unless the topology parameter says otherwise (ours, §5.5
+//     leaves it open; strategy/internal/gossipgraph): ring keeps the
+//     predecessor and successor in NodeID order, random:d sends d
+//     neighbours drawn at random their delta states each round (not with
+//     linf); frequency analysis and LINF work on the topology's
+//     neighbours, and catch-up reaches every newcomer. Delta states are not refilled before sending: elements past
 //     their time-of-death are still propagated (§5.4).
 //   - frequency_analysis (§4.2.3, listing 4.5): after admitting a request,
 //     for each neighbour whose delta state holds at least window elements
@@ -171,6 +177,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buddy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/gossipgraph"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/peerbound"
 )
 
@@ -207,9 +214,11 @@ type TBQueue struct {
 	coalesce   bool // one element per key, node and instant (false: the thesis' one per request)
 	sweepEvery time.Duration
 	rnd        *rand.Rand
+	topo       gossipgraph.Topology // the topology parameter
+	picks      []strategy.NodeID    // the peers of a gossip round (reused)
 
 	members    []strategy.NodeID // sorted, self included
-	neighbours []strategy.NodeID // members other than self, sorted
+	neighbours []strategy.NodeID // the topology's neighbours among members, sorted
 	local      map[string][]elem
 	delta      map[strategy.NodeID]map[string][]elem
 	queued     map[strategy.NodeID]int // elements in each delta state (LINF)
@@ -248,6 +257,12 @@ func New(cfg strategy.Config) (*TBQueue, error) {
 		return nil, fmt.Errorf("%s: parameter window=%d is negative", Name, q.window)
 	}
 	q.linf = v.Bool("linf")
+	if q.topo, err = gossipgraph.Parse(v.String("topology")); err != nil {
+		return nil, fmt.Errorf("%s: parameter %w", Name, err)
+	}
+	if q.linf && q.topo.Kind == gossipgraph.Random {
+		return nil, fmt.Errorf("%s: linf picks the one least informed neighbour per round, topology %s picks %d at random: choose one", Name, q.topo, q.topo.D)
+	}
 	q.unique = v.Bool("unique_ids")
 	q.margin = v.Duration("safe_margin")
 	q.catchUp = v.Bool("catch_up")
@@ -542,7 +557,6 @@ func (q *TBQueue) gossipOnce(fx *strategy.Effects) {
 	if total == 0 {
 		return
 	}
-	var nb strategy.NodeID
 	if q.linf {
 		best, ties := -1, []strategy.NodeID(nil)
 		for _, m := range q.neighbours {
@@ -553,20 +567,23 @@ func (q *TBQueue) gossipOnce(fx *strategy.Effects) {
 				ties = append(ties, m)
 			}
 		}
-		nb = ties[0]
+		nb := ties[0]
 		if len(ties) > 1 {
 			nb = ties[q.rnd.IntN(len(ties))]
 		}
+		q.picks = append(q.picks[:0], nb)
 	} else {
-		nb = q.neighbours[q.rnd.IntN(len(q.neighbours))]
+		q.picks = q.topo.Pick(q.rnd, q.neighbours, q.picks)
 	}
-	dm := q.delta[nb]
-	if len(dm) == 0 {
-		return
+	for _, nb := range q.picks {
+		dm := q.delta[nb]
+		if len(dm) == 0 {
+			continue
+		}
+		fx.Send(nb, q.encode(slices.Sorted(maps.Keys(dm)), dm, false))
+		clear(dm)
+		q.queued[nb] = 0
 	}
-	fx.Send(nb, q.encode(slices.Sorted(maps.Keys(dm)), dm, false))
-	clear(dm)
-	q.queued[nb] = 0
 }
 
 // sweep drops keys whose elements have all been gone for a sweep interval.
@@ -604,8 +621,8 @@ func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *s
 	if !q.catchUp || len(q.local) == 0 {
 		return
 	}
-	for _, nb := range q.neighbours {
-		if !slices.Contains(old, nb) && buddy.Of(q.self, nb, q.members, old) == q.self {
+	for _, nb := range q.members { // every newcomer, a neighbour or not (topology)
+		if nb != q.self && !slices.Contains(old, nb) && buddy.Of(q.self, nb, q.members, old) == q.self {
 			fx.Send(nb, q.encode(slices.Sorted(maps.Keys(q.local)), q.local, true))
 		}
 	}
@@ -619,12 +636,7 @@ func (q *TBQueue) setMembers(members []strategy.NodeID) {
 		q.members = append(q.members, q.self) // for window = capacity / number of nodes
 		slices.Sort(q.members)
 	}
-	q.neighbours = q.neighbours[:0]
-	for _, m := range q.members {
-		if m != q.self {
-			q.neighbours = append(q.neighbours, m)
-		}
-	}
+	q.neighbours = q.topo.Neighbours(q.self, q.members)
 	for nb := range q.delta {
 		if !slices.Contains(q.neighbours, nb) {
 			delete(q.delta, nb)
