@@ -16,7 +16,8 @@ import (
 func StreamWorkers() int { return max(64, 16*goruntime.NumCPU()) }
 
 // GRPCServerOptions are the options `tokenmesh serve` builds its gRPC API
-// server with (besides credentials): the stream worker pool.
+// server with (besides credentials): the stream worker pool, and
+// INVALID_ARGUMENT for a request that does not decode (grpccodec.go).
 func GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.NumStreamWorkers(uint32(StreamWorkers()))}
+	return append([]grpc.ServerOption{grpc.NumStreamWorkers(uint32(StreamWorkers()))}, badRequestOptions()...)
 }
