@@ -422,9 +422,11 @@ func (c *nodeCollector) inspect() []ruleState {
 		abandoned bool // the scrape stopped waiting: a late call updates c.last only
 	)
 	err := c.node.Inspect(ctx, func(_ time.Duration, rule rule.Rule, s strategy.Strategy) {
-		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
+		row := ruleState{rule: rule.Name}
 		if mr, ok := s.(strategy.MemoryReporter); ok {
-			row.stateBytes = mr.MemoryBytes()
+			row.stateBytes = mr.MemoryBytes() // kept incrementally: no key walked
+		} else {
+			row.stateBytes = s.StateBytes() // may walk every key (the strategies without an estimate)
 		}
 		if sr, ok := s.(strategy.ShareReporter); ok {
 			row.shares = true
