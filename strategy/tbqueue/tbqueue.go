@@ -222,6 +222,8 @@ type TBQueue struct {
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
+
+	mem memory // heap accounting for MemoryBytes (memory.go)
 }
 
 // New builds a node with the parameters declared in Params (params.go:
@@ -582,6 +584,7 @@ func (q *TBQueue) sweep(now time.Duration) {
 	for k, qu := range q.local {
 		if idle(qu) {
 			delete(q.local, k)
+			q.mem.setQueue(k, qu, nil, true)
 		}
 	}
 	for _, nb := range q.neighbours {
@@ -591,6 +594,7 @@ func (q *TBQueue) sweep(now time.Duration) {
 			}
 		}
 	}
+	q.shrinkMaps()
 }
 
 // SetMembers updates the neighbours: a member that left loses its delta
@@ -640,6 +644,8 @@ func (q *TBQueue) setMembers(members []strategy.NodeID) {
 }
 
 func (q *TBQueue) setLocal(key string, qu []elem) {
+	old, had := q.local[key]
+	q.mem.setQueue(key, old, qu, had)
 	if len(qu) == 0 {
 		delete(q.local, key)
 		return
@@ -656,6 +662,7 @@ func sameQueue(a, b []elem) bool {
 // setDelta replaces nb's delta state of key, keeping the LINF count exact.
 func (q *TBQueue) setDelta(nb strategy.NodeID, key string, qu []elem) {
 	dm := q.delta[nb]
+	q.mem.setDelta(nb, len(dm) == 0, dm[key], qu)
 	q.queued[nb] += len(qu) - len(dm[key])
 	if len(qu) == 0 {
 		delete(dm, key)
