@@ -126,6 +126,9 @@ func (k *Keys) Remove(key string) {
 	k.keyAlloc -= Alloc(len(key))
 }
 
+// KeyAlloc is the heap the key strings take, bytes.
+func (k *Keys) KeyAlloc() int { return k.keyAlloc }
+
 // Len is the number of entries counted.
 func (k *Keys) Len() int { return k.n }
 
