@@ -126,6 +126,9 @@ func (k *Keys) Remove(key string) {
 	k.keyAlloc -= Alloc(len(key))
 }
 
+// Peak is the most entries counted since the map was built (Rebuilt).
+func (k *Keys) Peak() int { return k.peak }
+
 // KeyAlloc is the heap the key strings take, bytes.
 func (k *Keys) KeyAlloc() int { return k.keyAlloc }
 
