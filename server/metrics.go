@@ -68,8 +68,10 @@ package server
 // most; when the node does not answer in time, the values last read):
 //
 //	tokenmesh_state_bytes{rule}                      gauge of the heap the strategy's state takes, bytes
-//	                                                 (strategy.MemoryReporter: local, static, owner);
-//	                                                 other strategies: the size of its wire encoding
+//	                                                 (strategy.MemoryReporter, kept incrementally: local,
+//	                                                 central, static, owner, gcounter, tbqueue, gdrl,
+//	                                                 adaptive); other strategies: the size of its wire
+//	                                                 encoding (StateBytes, a walk of its keys)
 //	tokenmesh_keys{rule}                             gauge of keys holding a capacity share
 //	tokenmesh_capacity_share_ratio{rule}             gauge of this node's mean share of a key's
 //	                                                 rate (0..1); only for strategies that split
