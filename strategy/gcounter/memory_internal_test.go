@@ -71,3 +71,27 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 	}
 	runtime.KeepAlive(names)
 }
+
+// BenchmarkScrapeRead is what a /metrics scrape costs the node's loop for
+// one gcounter rule of 100k keys (TOKENMESH_MEMKEYS): the wire size it
+// read before (StateBytes, a walk of every key) against the heap estimate
+// it reads now (MemoryBytes, kept incrementally).
+func BenchmarkScrapeRead(b *testing.B) {
+	keys := memtest.Keys(b)
+	g := newNode(b, "a", []string{"a"})
+	fx := &strategy.Effects{}
+	for i, k := range memtest.Names(keys) {
+		g.Request(0, strategy.Request{ID: uint64(i), Key: k, Tokens: 1}, fx)
+		fx.Reset()
+	}
+	b.Run("StateBytes", func(b *testing.B) {
+		for b.Loop() {
+			_ = g.StateBytes()
+		}
+	})
+	b.Run("MemoryBytes", func(b *testing.B) {
+		for b.Loop() {
+			_ = g.MemoryBytes()
+		}
+	})
+}
