@@ -70,8 +70,9 @@ package server
 //	tokenmesh_state_bytes{rule}                      gauge of the heap the strategy's state takes, bytes
 //	                                                 (strategy.MemoryReporter, kept incrementally: local,
 //	                                                 central, static, owner, gcounter, tbqueue, gdrl,
-//	                                                 adaptive, fixed_window); other strategies: the size of its wire
-//	                                                 encoding (StateBytes, a walk of its keys)
+//	                                                 adaptive, fixed_window, grd, fps); lease, regionlease
+//	                                                 and quota: the size of its wire encoding
+//	                                                 (StateBytes, a walk of its keys)
 //	tokenmesh_keys{rule}                             gauge of keys holding a capacity share
 //	tokenmesh_capacity_share_ratio{rule}             gauge of this node's mean share of a key's
 //	                                                 rate (0..1); only for strategies that split

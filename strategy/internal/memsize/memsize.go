@@ -60,6 +60,9 @@ const (
 	Pointer = 8
 	// SliceHeader is the bytes a slice takes in a struct or map slot.
 	SliceHeader = 24
+	// MapHeader is the heap a map value itself takes (internal/runtime/maps.Map),
+	// besides its tables: what a map held in each of many structs adds.
+	MapHeader = 48
 )
 
 // Slots is the number of slots a map holds after it held peak entries
