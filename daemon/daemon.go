@@ -415,6 +415,13 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 			}
 		}()
 	}
+	// The memory of expired keys goes back to the OS within
+	// MemoryReturnInterval of their expiry (memreturn.go).
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		d.returnMemory(bg)
+	}()
 	if err := d.node.RegisterHintMetrics(d.api.Registry()); err != nil {
 		return fmt.Errorf("latency hint metrics: %w", err)
 	}

@@ -34,6 +34,11 @@
 // joined holds its default share), and from the start of Shutdown on.
 // node.memory_limit is the process's business (runtime/debug.SetMemoryLimit):
 // the daemon does not set it; neither does it set slog's default logger.
+// It does return the memory of expired keys to the OS: every
+// MemoryReturnInterval it reads the rules' heap estimates
+// (strategy.MemoryReporter) and calls debug.FreeOSMemory once after they
+// fell by MemoryReturnMin and to half of their peak (an idle Go process
+// otherwise keeps the pages for minutes).
 //
 // # Reloads
 //

@@ -68,8 +68,11 @@ package server
 // most; when the node does not answer in time, the values last read):
 //
 //	tokenmesh_state_bytes{rule}                      gauge of the heap the strategy's state takes, bytes
-//	                                                 (strategy.MemoryReporter: local, static, owner);
-//	                                                 other strategies: the size of its wire encoding
+//	                                                 (strategy.MemoryReporter, kept incrementally: local,
+//	                                                 central, static, owner, gcounter, tbqueue, gdrl,
+//	                                                 adaptive, fixed_window, grd, fps); lease, regionlease
+//	                                                 and quota: the size of its wire encoding
+//	                                                 (StateBytes, a walk of its keys)
 //	tokenmesh_keys{rule}                             gauge of keys holding a capacity share
 //	tokenmesh_capacity_share_ratio{rule}             gauge of this node's mean share of a key's
 //	                                                 rate (0..1); only for strategies that split
@@ -422,9 +425,11 @@ func (c *nodeCollector) inspect() []ruleState {
 		abandoned bool // the scrape stopped waiting: a late call updates c.last only
 	)
 	err := c.node.Inspect(ctx, func(_ time.Duration, rule rule.Rule, s strategy.Strategy) {
-		row := ruleState{rule: rule.Name, stateBytes: s.StateBytes()}
+		row := ruleState{rule: rule.Name}
 		if mr, ok := s.(strategy.MemoryReporter); ok {
-			row.stateBytes = mr.MemoryBytes()
+			row.stateBytes = mr.MemoryBytes() // kept incrementally: no key walked
+		} else {
+			row.stateBytes = s.StateBytes() // may walk every key (the strategies without an estimate)
 		}
 		if sr, ok := s.(strategy.ShareReporter); ok {
 			row.shares = true

@@ -494,3 +494,32 @@ func TestEdgeLatenessMetric(t *testing.T) {
 		}
 	}
 }
+
+// fakeMemory is a strategy with a heap estimate whose wire size would
+// walk every key: the scrape must not ask for it.
+type fakeMemory struct {
+	strategy.Strategy // nil: only the methods below are called
+	walked            *int
+}
+
+func (f fakeMemory) StateBytes() int  { *f.walked++; return 1 }
+func (f fakeMemory) MemoryBytes() int { return 4096 }
+
+// TestMetricsStateBytesNoWalk: a strategy.MemoryReporter's state_bytes is
+// its MemoryBytes (kept incrementally), and its StateBytes (a walk of
+// every key, 90-135 ms at 1M gcounter keys in the node's loop: issue 28)
+// is not called by a scrape.
+func TestMetricsStateBytesNoWalk(t *testing.T) {
+	walked := 0
+	view := fakeView{members: 1, inspect: func(_ context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
+		f(0, rule.Rule{Name: "m"}, fakeMemory{walked: &walked})
+		return nil
+	}}
+	fams := gatherFake(t, view)
+	if got := value(t, fams, "tokenmesh_state_bytes", "rule=m"); got != 4096 {
+		t.Errorf("tokenmesh_state_bytes{rule=m} = %v, want MemoryBytes 4096", got)
+	}
+	if walked != 0 {
+		t.Errorf("the scrape called StateBytes %d times on a strategy.MemoryReporter", walked)
+	}
+}

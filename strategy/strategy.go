@@ -266,10 +266,12 @@ type Leaver interface {
 
 // ShareReporter is implemented by strategies that split each key's rate
 // into per-node capacity shares (gdrl, static, adaptive), for metrics.
+// Read in the node's loop at every scrape: kept as shares change, never
+// a walk of the keys.
 type ShareReporter interface {
 	// CapacityShares is the sum over the keys this node holds of its
 	// capacity share as a fraction of the rule's rate (0..1 each), and the
-	// number of those keys. The mean share is sum/keys.
+	// number of those keys. The mean share is sum/keys. O(1).
 	CapacityShares() (sum float64, keys int)
 }
 
@@ -356,12 +358,17 @@ type Snapshotter interface {
 }
 
 // MemoryReporter is implemented by strategies that can estimate the Go
-// heap their state takes at this node (the buckets of local, static and
-// owner, with Go's map, string and allocation overheads). The live
-// runtime exports it as tokenmesh_state_bytes; StateBytes stays the wire
+// heap their state takes at this node (local, central, static, owner,
+// gcounter, tbqueue, gdrl, adaptive, fixed_window, grd, fps: their maps,
+// structs, slices and key strings, with Go's map and allocation
+// overheads; package strategy/internal/memsize). The live runtime exports it as
+// tokenmesh_state_bytes, read in the node's loop at every scrape, so it
+// must not walk the keys: implementations keep their counts as keys are
+// created, grown and dropped (O(1) per change). StateBytes stays the wire
 // size, the evaluator's metric comparable across strategies. Ours.
 type MemoryReporter interface {
-	// MemoryBytes is the estimated heap taken by this rule's state, bytes.
+	// MemoryBytes is the estimated heap taken by this rule's state, bytes;
+	// O(1) or O(members), never O(keys).
 	MemoryBytes() int
 }
 

@@ -161,6 +161,8 @@ type Adaptive struct {
 	// adaptor state
 	reports  map[strategy.NodeID]*peerv1.AdaptiveReport
 	lastSent uint64
+
+	mem memory // heap and share accounting for MemoryBytes and CapacityShares (memory.go)
 }
 
 type share struct {
@@ -332,6 +334,7 @@ func (a *Adaptive) get(key string, now time.Duration) *keyState {
 		ks.ring[i].idx = -1
 	}
 	a.keys[key] = ks
+	a.keyAdded(key)
 	return ks
 }
 
@@ -400,14 +403,17 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 		// (a new full bucket is the same). Its virtual backlog is not
 		// checked: a new key starts with none.
 		if ks.b.Full(now) {
+			a.keyDropped(k)
 			delete(a.keys, k)
 		}
 	}
+	a.shrinkKeys()
 	if a.units == 0 {
 		return // the rate cannot be split finer than static: no adaptation
 	}
 	if a.adaptor() == a.self {
 		a.reports[a.self] = rep
+		a.mem.holdReport(a.self, rep, false)
 		a.resplit(now, fx)
 		return
 	}
@@ -580,6 +586,7 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 	for k := range immediate {
 		a.refresh(now, k)
 	}
+	a.recountShares()
 	a.pending, a.pendAt = target, now+a.raiseAfter
 	fx.WakeAt(a.pendAt)
 }
@@ -594,6 +601,7 @@ func (a *Adaptive) applyPending(now time.Duration) {
 	for k := range a.shares {
 		a.refresh(now, k)
 	}
+	a.recountShares()
 }
 
 // refresh sets key's bucket (if any) to its applied share.
@@ -636,18 +644,10 @@ func (a *Adaptive) Remaining(now time.Duration, key string) (int64, bool) {
 // (r/N for keys on the static split), and the number of those keys
 // (strategy.ShareReporter). A pending epoch's increases count once
 // applied. With a zero rate the burst share is reported instead.
+//
+// Kept as keys and shares change (memory.go), so it walks no key.
 func (a *Adaptive) CapacityShares() (sum float64, keys int) {
-	total := a.rate.PerSec()
-	for k := range a.keys {
-		r, b := a.shareOf(k)
-		switch {
-		case total > 0:
-			sum += r.PerSec() / total
-		case a.burst > 0:
-			sum += float64(b) / float64(a.burst)
-		}
-	}
-	return sum, len(a.keys)
+	return a.mem.shareSum, len(a.keys)
 }
 
 var (
@@ -674,6 +674,7 @@ func (a *Adaptive) SetExpected(now time.Duration, expected []strategy.NodeID, fx
 	for k := range a.keys {
 		a.refresh(now, k)
 	}
+	a.recountShares()
 }
 
 // rateLess reports x < y for non-negative rates.

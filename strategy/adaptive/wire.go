@@ -42,6 +42,7 @@ func (a *Adaptive) Receive(now time.Duration, from strategy.NodeID, payload []by
 			return nil
 		}
 		a.reports[from] = b.Report
+		a.mem.holdReport(from, b.Report, true)
 		return nil
 	case *peerv1.AdaptiveMessage_Shares:
 		if b.Shares == nil {
@@ -161,6 +162,7 @@ func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 	for k := range a.keys {
 		a.refresh(now, k)
 	}
+	a.recountShares()
 }
 
 // conserveCap, under conserve while members are missing (k < N), lowers

@@ -69,6 +69,7 @@ type DRL struct {
 	unitRate bucket.Rate // r/units
 	members  []strategy.NodeID
 	keys     map[string]*keyState
+	mem      memory        // heap accounting for MemoryBytes (memory.go)
 	seq      uint64        // intervals ended
 	next     time.Duration // end of the current interval
 }
@@ -121,6 +122,7 @@ func (d *DRL) key(key string) *keyState {
 	if k == nil {
 		k = &keyState{}
 		d.keys[key] = k
+		d.mem.keys.Add(key)
 	}
 	return k
 }
@@ -136,6 +138,7 @@ func (d *DRL) Request(now time.Duration, req strategy.Request, fx *strategy.Effe
 	}
 	if k.bucket == nil {
 		k.bucket = d.newBucket(now, k)
+		d.mem.buckets++
 	}
 	return strategy.Decision{RequestID: req.ID, Allowed: k.bucket.AllowN(req.Arrival, req.Tokens)}, true
 }
@@ -202,8 +205,10 @@ func (d *DRL) endInterval(at time.Duration, fx *strategy.Effects) {
 		}
 		if k.demand == 0 && len(k.peers) == 0 && (k.bucket == nil || k.bucket.Full(at)) {
 			delete(d.keys, name)
+			d.dropped(name, k)
 		}
 	}
+	d.shrinkKeys()
 	d.report(fx)
 }
 

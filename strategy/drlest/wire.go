@@ -65,8 +65,10 @@ func (d *DRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, f
 		k := d.key(e.Key)
 		if k.peers == nil {
 			k.peers = map[strategy.NodeID]peerDemand{}
+			d.mem.peerMaps++
 		}
 		k.peers[from] = peerDemand{perSec: float64(e.MilliTokensPerS) / 1000, at: now}
+		d.mem.peerPeak = max(d.mem.peerPeak, len(k.peers))
 	}
 	return nil
 }

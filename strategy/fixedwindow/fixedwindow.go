@@ -47,6 +47,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -74,6 +75,7 @@ type FixedWindow struct {
 
 	counts   map[string]*counter
 	keyBytes int
+	mem      memsize.Keys                   // the counts map's keys and peak, for MemoryBytes (memory.go)
 	pending  map[uint64]*forwarding.Pending // no retransmission: Owner and Deadline only
 	// deadlines holds forwarded request IDs in deadline order (now never
 	// decreases and deadlineAt never goes back, so appending keeps it sorted).
@@ -151,6 +153,7 @@ func (f *FixedWindow) count(now time.Duration, key string, tokens int64) bool {
 		c = &counter{}
 		f.counts[key] = c
 		f.keyBytes += len(key)
+		f.mem.Add(key)
 	}
 	if c.win != win {
 		c.win, c.count = win, 0
@@ -242,8 +245,10 @@ func (f *FixedWindow) Tick(now time.Duration, fx *strategy.Effects) {
 			if c.win < win {
 				delete(f.counts, k)
 				f.keyBytes -= len(k)
+				f.mem.Remove(k)
 			}
 		}
+		f.shrinkCounts()
 		f.nextSweep = f.WindowEnd(now)
 		fx.WakeAt(f.nextSweep)
 	}

@@ -216,6 +216,8 @@ type GCounter struct {
 	nextSweep  time.Duration
 
 	names map[string]strategy.NodeID // node names of decoded slots, shared (decodeMessage)
+
+	mem memory // heap accounting for MemoryBytes (memory.go)
 }
 
 // entry is one slot of a G-Counter.
@@ -385,13 +387,16 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	if !ok {
 		b = &bucketState{gen: g.generation(now), limit: g.scaledCapacity(), refill: req.Arrival}
 		g.state[req.Key] = b
+		g.mem.added(req.Key, b)
 	}
 	b.touched = now
 	g.refill(b, req.Arrival)
 	if b.consumed+n > b.limit {
 		return d, true
 	}
+	slots := cap(b.counter)
 	b.add(entry{node: g.self, incarnation: g.incarnation, consumed: n})
+	g.mem.resized(slots, cap(b.counter))
 	for _, nb := range g.neighbours {
 		addPending(g.delta[nb], req.Key, b)
 	}
@@ -475,9 +480,12 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 		local, ok := g.state[key]
 		changed := true
 		if ok {
+			slots := cap(local.counter)
 			changed = local.merge(b)
+			g.mem.resized(slots, cap(local.counter))
 		} else {
 			g.state[key] = b
+			g.mem.added(key, b)
 			local = b
 		}
 		g.clamp(local) // conserve: a merged limit is held to this side's capacity
@@ -524,8 +532,10 @@ func (g *GCounter) sweep(now time.Duration) int {
 			continue
 		}
 		delete(g.state, k)
+		g.mem.dropped(k, b)
 		dropped++
 	}
+	g.shrinkState()
 	return dropped
 }
 

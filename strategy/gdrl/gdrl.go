@@ -135,6 +135,8 @@ type GDRL struct {
 	// reconciled (see onFenced), each once.
 	proxiesDone map[proxyKey]bool
 
+	mem memory // heap and share accounting for MemoryBytes and CapacityShares (memory.go)
+
 	nextTick time.Duration
 	tickReq  time.Duration // the interval tick last asked for with WakeAt
 	wakeReq  time.Duration // the earlier wake-up last asked for (retransmissions)
@@ -501,6 +503,7 @@ func (g *GDRL) initState(cfg strategy.Config) {
 	g.shares = map[string]*share{}
 	g.seen = map[string]time.Duration{}
 	g.changed = map[string]uint64{}
+	g.mem = memory{}
 	g.applied = filters{}
 	g.seqTo = map[srcKey]uint64{}
 	g.held = map[strategy.NodeID]*heldRecord{}

@@ -198,10 +198,7 @@ func (g *GDRL) CapacityShares() (sum float64, keys int) {
 	if g.totalC <= 0 {
 		return 0, len(g.shares)
 	}
-	for _, sh := range g.shares {
-		sum += float64(sh.c) / float64(g.totalC)
-	}
-	return sum, len(g.shares)
+	return float64(g.mem.sumC) / float64(g.totalC), len(g.shares) // kept as shares change (memory.go): no walk
 }
 
 var (

@@ -79,6 +79,9 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 		sh.reqTokens += req.Tokens
 	}
 	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
+	if _, ok := g.seen[req.Key]; !ok {
+		g.seenAdded(req.Key)
+	}
 	g.seen[req.Key] = sh.lastActive
 	d.Allowed = req.Tokens <= g.cfg.Burst && sh.bkt.AllowN(req.Arrival, req.Tokens*g.perToken)
 	g.flush(now, fx)

@@ -237,8 +237,10 @@ func (g *GDRL) onRecordAck(now time.Duration, from strategy.NodeID, fromInc uint
 		for k, v := range g.changed {
 			if v <= g.acked {
 				delete(g.changed, k)
+				g.mem.changed.Remove(k)
 			}
 		}
+		g.shrinkChanged()
 		if g.acked < g.version && g.acked >= g.sentVer {
 			g.sendRecord(now, fx) // what accumulated while the last one was in flight
 		}

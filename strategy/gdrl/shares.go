@@ -42,6 +42,7 @@ func (g *GDRL) materialize(key string, now time.Duration) *share {
 	}
 	sh := &share{c: g.dc, b: g.db, bkt: g.newBucket(g.dc, g.db, now)}
 	g.shares[key] = sh
+	g.shareAdded(key, sh)
 	return sh
 }
 
@@ -66,6 +67,7 @@ func (g *GDRL) adjust(key string, dc, db int64, now time.Duration) {
 	}
 	sh := g.materialize(key, now)
 	sh.c += dc
+	g.mem.sumC += dc
 	sh.b += db
 	_ = sh.bkt.SetRate(now, g.rateOf(sh.c), g.burstOf(sh.b)) // valid by construction
 	g.touch(key)
@@ -117,6 +119,9 @@ func (g *GDRL) mark(part int) {
 
 // touch marks key as changed in the record version being built.
 func (g *GDRL) touch(key string) {
+	if _, ok := g.changed[key]; !ok {
+		g.mem.changed.Add(key)
+	}
 	g.changed[key] = g.version + 1
 	g.dirty = true
 }
@@ -129,6 +134,7 @@ func (g *GDRL) closeInterval(now time.Duration) {
 	for k, at := range g.seen {
 		if now-at >= seenFactor*g.idle {
 			delete(g.seen, k)
+			g.seenDropped(k)
 		}
 	}
 	secs := g.interval.Seconds()
@@ -151,9 +157,11 @@ func (g *GDRL) closeInterval(now time.Duration) {
 		}
 		if !g.active(sh, now) && sh.c == g.dc && sh.b == g.db && sh.bkt.Full(now) {
 			delete(g.shares, k)
+			g.shareDropped(k, sh)
 			g.touch(k) // replicated as removed
 		}
 	}
+	g.shrinkMaps()
 }
 
 // active reports whether sh was requested within the idle window.

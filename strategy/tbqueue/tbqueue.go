@@ -231,6 +231,8 @@ type TBQueue struct {
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
+
+	mem memory // heap accounting for MemoryBytes (memory.go)
 }
 
 // New builds a node with the parameters declared in Params (params.go:
@@ -599,6 +601,7 @@ func (q *TBQueue) sweep(now time.Duration) {
 	for k, qu := range q.local {
 		if idle(qu) {
 			delete(q.local, k)
+			q.mem.setQueue(k, qu, nil, true)
 		}
 	}
 	for _, nb := range q.neighbours {
@@ -608,6 +611,7 @@ func (q *TBQueue) sweep(now time.Duration) {
 			}
 		}
 	}
+	q.shrinkMaps()
 }
 
 // SetMembers updates the neighbours: a member that left loses its delta
@@ -652,6 +656,8 @@ func (q *TBQueue) setMembers(members []strategy.NodeID) {
 }
 
 func (q *TBQueue) setLocal(key string, qu []elem) {
+	old, had := q.local[key]
+	q.mem.setQueue(key, old, qu, had)
 	if len(qu) == 0 {
 		delete(q.local, key)
 		return
@@ -668,6 +674,7 @@ func sameQueue(a, b []elem) bool {
 // setDelta replaces nb's delta state of key, keeping the LINF count exact.
 func (q *TBQueue) setDelta(nb strategy.NodeID, key string, qu []elem) {
 	dm := q.delta[nb]
+	q.mem.setDelta(nb, len(dm) == 0, dm[key], qu)
 	q.queued[nb] += len(qu) - len(dm[key])
 	if len(qu) == 0 {
 		delete(dm, key)

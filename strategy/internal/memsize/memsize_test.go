@@ -1,0 +1,90 @@
+package memsize
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
+)
+
+func TestAlloc(t *testing.T) {
+	for _, c := range []struct{ n, want int }{{0, 0}, {1, 8}, {8, 8}, {9, 16}, {17, 24}, {33, 48}, {88, 96}, {257, 288},
+		{25600, 27264}, {32768, 32768}, {32769, 40960}} {
+		if got := Alloc(c.n); got != c.want {
+			t.Errorf("Alloc(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+func TestSlots(t *testing.T) {
+	for _, c := range []struct{ peak, want int }{{0, 0}, {1, 8}, {8, 8}, {9, 16}, {14, 16}, {15, 32}, {896, 1024}, {897, 2048}, {100_000, 131072}} {
+		if got := Slots(c.peak); got != c.want {
+			t.Errorf("Slots(%d) = %d, want %d", c.peak, got, c.want)
+		}
+	}
+}
+
+// TestMapMatchesHeap holds Map to the heap real maps take: a set and a
+// map of pointers, small to 100k entries, within 10%.
+func TestMapMatchesHeap(t *testing.T) {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	type v struct{ a, b int64 }
+	p := &v{}
+	for _, n := range []int{1000, 5000, 30_000, 100_000} {
+		var set map[string]struct{}
+		var ptr map[string]*v
+		gSet := memtest.Growth(func() {
+			set = map[string]struct{}{}
+			for _, k := range keys[:n] {
+				set[k] = struct{}{}
+			}
+		})
+		gPtr := memtest.Growth(func() {
+			ptr = map[string]*v{}
+			for _, k := range keys[:n] {
+				ptr[k] = p
+			}
+		})
+		for _, c := range []struct {
+			what   string
+			growth float64
+			est    int
+		}{{"map[string]struct{}", gSet, Map(n, StringHeader+Pointer)}, {"map[string]*T", gPtr, Map(n, StringHeader+Pointer)}} {
+			r := float64(c.est) / c.growth
+			t.Logf("%d entries, %s: heap %.0f B, Map %d B (ratio %.3f)", n, c.what, c.growth, c.est, r)
+			if r < 0.9 || r > 1.1 {
+				t.Errorf("%d entries, %s: Map %d B is %.2f times the heap %.0f B", n, c.what, c.est, r, c.growth)
+			}
+		}
+		runtime.KeepAlive(set)
+		runtime.KeepAlive(ptr)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	var k Keys
+	for i := range 2000 {
+		k.Add("key-" + strconv.Itoa(i))
+	}
+	if k.Len() != 2000 || k.ShouldRebuild() {
+		t.Fatalf("after 2000 adds: len %d, rebuild %v", k.Len(), k.ShouldRebuild())
+	}
+	full := k.Bytes(24, 48)
+	for i := range 1600 {
+		k.Remove("key-" + strconv.Itoa(i))
+	}
+	if !k.ShouldRebuild() {
+		t.Fatalf("400 of a peak of 2000: want a rebuild")
+	}
+	if k.Bytes(24, 48) <= Map(2000, 24)+400*48 || k.Bytes(24, 48) >= full {
+		t.Errorf("before the rebuild the slots of the peak count: %d (full %d)", k.Bytes(24, 48), full)
+	}
+	k.Rebuilt()
+	if k.ShouldRebuild() || k.Bytes(24, 48) != Map(400, 24)+400*48+400*8 {
+		t.Errorf("after the rebuild: %d B, want %d", k.Bytes(24, 48), Map(400, 24)+400*48+400*8)
+	}
+}
