@@ -1,0 +1,435 @@
+// Package concurrency implements the `concurrency` strategy: at most N
+// requests of a key in flight across the whole cluster, the
+// "concurrency" half of the throttling article's "throttling concurrency
+// or RPS" (seed 003). An admitted request holds a permit (an id and an
+// expiry) until it is released (strategy.Releaser) or lapses after
+// permit_ttl: a holder that crashed or never released gives its slot
+// back by then.
+//
+// Design (ours, on the article's designated server): the key's owner,
+// picked by rendezvous hashing over the live members as in `owner`, holds
+// the key's permits: a table of (id, weight, expiry). A key is a token
+// bucket of rate 0 and burst N whose tokens come back on release or at
+// expiry. Other nodes forward an acquire to the owner and wait up to
+// timeout for its verdict (refusing when none comes; a verdict that comes
+// later is released at once); they forward releases to it.
+//
+// Safety across crashes and membership changes. A node's table is lost
+// when it crashes, and a node that becomes a key's owner cannot know the
+// permits its former owner handed out. So a node grants a permit of key
+// at now only if it has been key's owner in every view of the members it
+// held during [now - permit_ttl, now], and it started at least
+// permit_ttl ago: by then every permit any other node granted as the
+// key's owner has lapsed. A node that is not the owner in its own view
+// refuses forwarded acquires. Hence, per key:
+//
+//   - while the live nodes' views differ at most in dead nodes (a crash,
+//     detected at different times, as long as no partition, false
+//     suspicion or unseen join is in play), in flight <= N: all live
+//     views name the same live owner (or a dead one, which grants
+//     nothing), and that owner took over only after a permit_ttl in
+//     which the old owner's permits lapsed;
+//   - during a split (a partition, or views that disagree on a live
+//     member: a join not yet seen everywhere), each side whose view names
+//     itself the owner grants up to N: in flight <= s*N for s such nodes
+//     (s <= the number of sides), and so until permit_ttl after the
+//     views agree again (the permits granted during the split lapse);
+//     then N again.
+//
+// The price: after a membership change, the keys that moved are refused
+// for permit_ttl, and a node refuses every key for permit_ttl after it
+// starts (PartitionAvailable only; conserve does not apply: a side
+// cannot know what the other side's owner granted).
+//
+// Hot keys are decided at their owner (one round trip from other nodes);
+// leasing permits to nodes as `lease` leases tokens is not implemented.
+package concurrency
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Name is the strategy's name in the registry and in rules.
+const Name = "concurrency"
+
+// MaxTTL bounds permit_ttl.
+const MaxTTL = time.Hour
+
+// maxViews bounds the views of the members a node remembers (those of the
+// last permit_ttl); on more, it forgets them and refuses every key for
+// permit_ttl, which is as safe.
+const maxViews = 256
+
+// Concurrency is one node's state machine for a concurrency rule.
+type Concurrency struct {
+	self    strategy.NodeID
+	members []strategy.NodeID // live members, sorted, self included
+	limit   int64             // N
+	ttl     time.Duration
+	timeout time.Duration
+	rng     *rand.Rand
+
+	blockedUntil time.Duration // no grant before: Start + ttl, or after forgetting views
+	views        []view        // the views of the last ttl, oldest first; the last is current
+
+	keys      map[string]*keyPermits // the keys this node granted permits of
+	pending   map[uint64]*forward    // acquires forwarded to an owner, by request id
+	nextSweep time.Duration          // 0: none scheduled
+}
+
+// view is a set of live members and when this node began to hold it.
+type view struct {
+	since   time.Duration
+	members []strategy.NodeID
+}
+
+// keyPermits are the live permits of one key at its owner.
+type keyPermits struct {
+	held    int64 // sum of the weights
+	permits map[uint64]permit
+}
+
+type permit struct {
+	weight  int64
+	expires time.Duration
+}
+
+// forward is an acquire sent to the key's owner.
+type forward struct {
+	req      strategy.Request
+	owner    strategy.NodeID
+	deadline time.Duration
+}
+
+// New builds a node. N is the parameter limit (default the rule's burst).
+// Errors: an invalid Config, an unknown parameter or one of the wrong
+// type, limit < 1, permit_ttl not in (0, 1h], timeout not positive.
+func New(cfg strategy.Config) (*Concurrency, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := strategy.ReadParams(Name, Params, cfg.Params)
+	if err != nil {
+		return nil, err
+	}
+	c := &Concurrency{
+		self:    cfg.Self,
+		limit:   int64(v.IntOr("limit", int(min(cfg.Burst, int64(1)<<31)))),
+		ttl:     v.Duration("permit_ttl"),
+		timeout: v.DurationOr("timeout", strategy.HintTimeout(cfg.LatencyHint)),
+		rng:     cfg.Rand,
+		keys:    map[string]*keyPermits{},
+		pending: map[uint64]*forward{},
+	}
+	switch {
+	case c.limit < 1:
+		return nil, fmt.Errorf("concurrency: limit %d: want at least 1 permit in flight per key", c.limit)
+	case c.ttl <= 0 || c.ttl > MaxTTL:
+		return nil, fmt.Errorf("concurrency: permit_ttl %v: want a duration in (0, %v]", c.ttl, MaxTTL)
+	case c.timeout <= 0:
+		return nil, fmt.Errorf("concurrency: timeout %v: want a positive duration", c.timeout)
+	}
+	c.members = sortedWith(cfg.Members, cfg.Self)
+	return c, nil
+}
+
+// sortedWith is members sorted, without duplicates, self included.
+func sortedWith(members []strategy.NodeID, self strategy.NodeID) []strategy.NodeID {
+	m := append(slices.Clone(members), self)
+	slices.Sort(m)
+	return slices.Compact(m)
+}
+
+// Limit is N, the most permits (weights) of a key in flight.
+func (c *Concurrency) Limit() int64 { return c.limit }
+
+// TTL is permit_ttl.
+func (c *Concurrency) TTL() time.Duration { return c.ttl }
+
+// Start begins the node's first view; it grants nothing before now +
+// permit_ttl (it may be a restart: the permits it granted before are
+// unknown to it).
+func (c *Concurrency) Start(now time.Duration, fx *strategy.Effects) {
+	c.blockedUntil = now + c.ttl
+	c.views = []view{{since: now, members: c.members}}
+}
+
+// SetMembers starts a new view. Acquires forwarded to a node that left
+// the view are refused at once.
+func (c *Concurrency) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	m := sortedWith(members, c.self)
+	if slices.Equal(m, c.members) {
+		return
+	}
+	c.members = m
+	c.trimViews(now)
+	if len(c.views) >= maxViews {
+		c.views = c.views[:0]
+		c.blockedUntil = max(c.blockedUntil, now+c.ttl)
+	}
+	c.views = append(c.views, view{since: now, members: m})
+	var gone []uint64
+	for id, f := range c.pending {
+		if !slices.Contains(m, f.owner) {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		delete(c.pending, id)
+		fx.Decide(id, false)
+	}
+}
+
+// trimViews forgets the views that ended before now - ttl (the current
+// one never ends).
+func (c *Concurrency) trimViews(now time.Duration) {
+	i := 0
+	for i+1 < len(c.views) && c.views[i+1].since <= now-c.ttl {
+		i++
+	}
+	c.views = c.views[i:]
+}
+
+// owns reports whether this node may grant permits of key at now: it
+// started (or forgot its views) permit_ttl ago and was key's owner in
+// every view it held during [now - ttl, now].
+func (c *Concurrency) owns(now time.Duration, key string) bool {
+	if now < c.blockedUntil {
+		return false
+	}
+	c.trimViews(now)
+	for _, v := range c.views {
+		if rendezvous.Owner(key, v.members) != c.self {
+			return false
+		}
+	}
+	return true
+}
+
+// grant decides an acquire of weight for key at now at this node as the
+// owner: a permit id, or 0 when refused (not the owner, or no room).
+func (c *Concurrency) grant(now time.Duration, key string, weight int64, fx *strategy.Effects) uint64 {
+	if weight < 1 || weight > c.limit || !c.owns(now, key) {
+		return 0
+	}
+	kp := c.keys[key]
+	if kp == nil {
+		kp = &keyPermits{permits: map[uint64]permit{}}
+		c.keys[key] = kp
+	}
+	kp.expire(now)
+	if kp.held+weight > c.limit {
+		return 0
+	}
+	id := c.rng.Uint64()
+	for id == 0 || kp.has(id) {
+		id = c.rng.Uint64()
+	}
+	kp.permits[id] = permit{weight: weight, expires: now + c.ttl}
+	kp.held += weight
+	c.scheduleSweep(now, fx)
+	return id
+}
+
+func (kp *keyPermits) has(id uint64) bool { _, ok := kp.permits[id]; return ok }
+
+// expire frees the permits that lapsed by now.
+func (kp *keyPermits) expire(now time.Duration) {
+	for id, p := range kp.permits {
+		if p.expires <= now {
+			kp.held -= p.weight
+			delete(kp.permits, id)
+		}
+	}
+}
+
+// free releases permit id if held.
+func (kp *keyPermits) free(id uint64) {
+	if p, ok := kp.permits[id]; ok {
+		kp.held -= p.weight
+		delete(kp.permits, id)
+	}
+}
+
+// scheduleSweep asks for a sweep of lapsed permits a ttl from now, unless
+// one is scheduled.
+func (c *Concurrency) scheduleSweep(now time.Duration, fx *strategy.Effects) {
+	if c.nextSweep == 0 {
+		c.nextSweep = now + c.ttl
+		fx.WakeAt(c.nextSweep)
+	}
+}
+
+// Request acquires a permit of req.Tokens slots (its weight) for req.Key:
+// at once at the key's owner, otherwise after a round trip to it (or
+// refused after timeout). An admitted Decision carries the permit's id
+// and its expiry, req.Arrival + permit_ttl (at most the owner's own
+// expiry, which counts from its later decision). Refused at once: weight
+// above the limit, a key that no peer message can carry.
+func (c *Concurrency) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	refuse := strategy.Decision{RequestID: req.ID}
+	if req.Tokens < 1 || req.Tokens > c.limit || checkKey(req.Key) != nil {
+		return refuse, true
+	}
+	owner := rendezvous.Owner(req.Key, c.members)
+	if owner == c.self {
+		id := c.grant(now, req.Key, req.Tokens, fx)
+		if id == 0 {
+			return refuse, true
+		}
+		return strategy.Decision{RequestID: req.ID, Allowed: true, Permit: id, Expires: req.Arrival + c.ttl}, true
+	}
+	f := &forward{req: req, owner: owner, deadline: now + c.timeout}
+	c.pending[req.ID] = f
+	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
+		RequestId: req.ID, Key: req.Key, Weight: req.Tokens}}}))
+	fx.WakeAt(f.deadline)
+	return strategy.Decision{}, false
+}
+
+// Release gives permit of key back: freed here if this node holds it,
+// and sent to the key's owner when that is another node (a release lost
+// on the way leaves the permit to lapse at its expiry).
+func (c *Concurrency) Release(now time.Duration, key string, permit uint64, fx *strategy.Effects) {
+	if permit == 0 || checkKey(key) != nil {
+		return
+	}
+	if kp := c.keys[key]; kp != nil {
+		kp.free(permit)
+	}
+	if owner := rendezvous.Owner(key, c.members); owner != c.self {
+		fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
+			Key: key, Permit: permit}}}))
+	}
+}
+
+// Receive handles a peer's acquire (decided as the owner, answered with
+// a verdict), verdict (completes the forwarded request; a verdict for a
+// request no longer waiting has its permit released) or release.
+// Errors (no state changed): a payload that does not decode or is out of
+// bounds (decode), a verdict from a node the request was not sent to.
+func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	m, err := c.decode(from, payload)
+	if err != nil {
+		return err
+	}
+	switch b := m.Body.(type) {
+	case *peerv1.ConcurrencyMessage_Acquire:
+		a := b.Acquire
+		id := c.grant(now, a.Key, a.Weight, fx)
+		fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
+			RequestId: a.RequestId, Key: a.Key, Granted: id != 0, Permit: id}}}))
+	case *peerv1.ConcurrencyMessage_Verdict:
+		v := b.Verdict
+		f := c.pending[v.RequestId]
+		if f == nil || f.req.Key != v.Key {
+			if v.Granted { // late (refused already) or duplicate: give it back
+				fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
+					Key: v.Key, Permit: v.Permit}}}))
+			}
+			return nil
+		}
+		if from != f.owner {
+			return fmt.Errorf("concurrency: verdict for request %d from %s, but it was sent to %s", v.RequestId, from, f.owner)
+		}
+		delete(c.pending, v.RequestId)
+		if v.Granted {
+			fx.DecidePermit(v.RequestId, v.Permit, f.req.Arrival+c.ttl)
+		} else {
+			fx.Decide(v.RequestId, false)
+		}
+	case *peerv1.ConcurrencyMessage_Release:
+		if kp := c.keys[b.Release.Key]; kp != nil {
+			kp.free(b.Release.Permit)
+		}
+	}
+	return nil
+}
+
+// Tick refuses the forwarded acquires whose timeout passed and sweeps
+// lapsed permits.
+func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
+	var late []uint64
+	for id, f := range c.pending {
+		if f.deadline <= now {
+			late = append(late, id)
+		}
+	}
+	slices.Sort(late)
+	for _, id := range late {
+		delete(c.pending, id)
+		fx.Decide(id, false)
+	}
+	if c.nextSweep != 0 && c.nextSweep <= now {
+		c.nextSweep = 0
+		for k, kp := range c.keys {
+			kp.expire(now)
+			if len(kp.permits) == 0 {
+				delete(c.keys, k)
+			}
+		}
+		if len(c.keys) > 0 {
+			c.scheduleSweep(now, fx)
+		}
+		c.trimViews(now)
+	}
+}
+
+// Remaining is N minus the weights of key's live permits when this node
+// is key's owner (false otherwise).
+func (c *Concurrency) Remaining(now time.Duration, key string) (int64, bool) {
+	if rendezvous.Owner(key, c.members) != c.self {
+		return 0, false
+	}
+	kp := c.keys[key]
+	if kp == nil {
+		return c.limit, true
+	}
+	var held int64
+	for _, p := range kp.permits {
+		if p.expires > now {
+			held += p.weight
+		}
+	}
+	return c.limit - held, true
+}
+
+// InFlight is the weights of key's live permits at now held at this node
+// (as the key's owner, or from before it lost the key).
+func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
+	kp := c.keys[key]
+	if kp == nil {
+		return 0
+	}
+	var held int64
+	for _, p := range kp.permits {
+		if p.expires > now {
+			held += p.weight
+		}
+	}
+	return held
+}
+
+// StateBytes is the size of the permit tables: per key its length, per
+// permit 24 bytes (id, weight, expiry); plus 24 bytes per pending forward.
+func (c *Concurrency) StateBytes() int {
+	n := 24 * len(c.pending)
+	for k, kp := range c.keys {
+		n += len(k) + 24*len(kp.permits)
+	}
+	return n
+}
+
+var (
+	_ strategy.Strategy = (*Concurrency)(nil)
+	_ strategy.Releaser = (*Concurrency)(nil)
+	_ strategy.Remainer = (*Concurrency)(nil)
+)
