@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// Concurrency limits (strategy concurrency; the throttling article's
+// "concurrency" limit, seed 003): Acquire takes a permit of a key, Release
+// gives it back, and a permit never released lapses at its expiry.
+
+// ErrNoPermits is wrapped by Acquire and Release for a rule whose strategy
+// hands out no permits (it does not implement strategy.Releaser: every
+// strategy but concurrency).
+var ErrNoPermits = errors.New("cluster: the rule's strategy hands out no permits (use a rule of strategy concurrency)")
+
+// Permit is a granted permit: ID (not 0) for Release, and when it lapses
+// by itself (wall clock): the holder must be done by Expires.
+type Permit struct {
+	ID      uint64
+	Expires time.Time
+}
+
+// Acquire asks for a permit of weight slots (usually 1) of key under rule,
+// a rule of strategy concurrency, and blocks until the key's owner
+// decides or ctx ends. It returns the permit and true when granted, a zero
+// Permit and false when key already has its limit in flight (or the node
+// cannot grant it now: the key's owner was unreachable within the rule's
+// timeout, or took the key over less than permit_ttl ago). Errors:
+// Check's for the rule, key and weight, ErrNoPermits (wrapped, naming the
+// rule and strategy), ctx.Err() (a permit granted after ctx ended is
+// never returned and lapses at its expiry), ErrClosed.
+func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (Permit, bool, error) {
+	rs, err := n.validate(rule, key, weight)
+	if err != nil {
+		return Permit{}, false, err
+	}
+	if _, ok := rs.s.(strategy.Releaser); !ok {
+		return Permit{}, false, fmt.Errorf("%w: rule %q, strategy %s", ErrNoPermits, rule, rs.rule.Strategy)
+	}
+	r, err := n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: weight})
+	if err != nil || !r.Allowed {
+		return Permit{}, false, err
+	}
+	return Permit{ID: r.Permit, Expires: r.PermitExpires}, true, nil
+}
+
+// Release gives back permit of key under rule (a rule of strategy
+// concurrency), at this node or at the key's owner (one peer message, not
+// retransmitted: a release lost on the way leaves the permit to lapse at
+// its expiry). Releasing a permit that is unknown, released already or
+// lapsed changes nothing. It returns once the strategy has the release in
+// hand. Errors: Check's for the rule and key, permit 0, ErrNoPermits
+// (wrapped), ctx.Err(), ErrClosed.
+func (n *Node) Release(ctx context.Context, rule, key string, permit uint64) error {
+	rs, err := n.validate(rule, key, 1)
+	if err != nil {
+		return err
+	}
+	if permit == 0 {
+		return fmt.Errorf("cluster: rule %q: permit 0 (no permit has id 0)", rule)
+	}
+	if _, ok := rs.s.(strategy.Releaser); !ok {
+		return fmt.Errorf("%w: rule %q, strategy %s", ErrNoPermits, rule, rs.rule.Strategy)
+	}
+	return n.call(ctx, event{kind: evRelease, rule: rs, key: key, permit: permit})
+}
+
+// handleRelease hands ev's release to its rule's strategy (loop goroutine).
+func (n *Node) handleRelease(now time.Duration, ev event) {
+	rs := n.current(ev.rule)
+	if rs == nil {
+		return // the rule was removed since validate
+	}
+	r, ok := rs.s.(strategy.Releaser)
+	if !ok {
+		return // replaced by a strategy without permits
+	}
+	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) {
+		r.Release(now, ev.key, ev.permit, fx)
+	})
+}
+
+// withPermit adds d's permit to r: its id and its expiry on the wall
+// clock (d.Expires is strategy time; now the loop's time of the call).
+func withPermit(r CheckResult, now time.Duration, d strategy.Decision) CheckResult {
+	if d.Permit != 0 {
+		r.Permit, r.PermitExpires = d.Permit, time.Now().Add(d.Expires-now)
+	}
+	return r
+}

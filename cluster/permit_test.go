@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
+)
+
+// TestAcquireRelease: on three nodes, a concurrency rule of limit 3: no
+// permit within permit_ttl of the start; then 12 concurrent acquires of
+// one key spread over the nodes get exactly 3 permits, distinct, expiring
+// about permit_ttl from now; releasing one (at another node than the one
+// that acquired it) lets exactly one more in; a permit never released
+// lapses. Acquire under a strategy without permits is ErrNoPermits.
+func TestAcquireRelease(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	c := newCluster(t, 3, false, rule.Rule{Name: "c", Rate: slow, Burst: 1, Strategy: "concurrency", Params: []string{"limit=3", "permit_ttl=400ms", "timeout=1s"}},
+		ownerRule())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, ok, err := c.nodes["n0"].Acquire(ctx, "c", "k", 1); err != nil || ok {
+		t.Fatalf("acquire right after the start: granted %v, %v; want refused", ok, err)
+	}
+	time.Sleep(ttl + 50*time.Millisecond)
+	var mu sync.Mutex
+	var got []Permit
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, ok, err := c.nodes[c.ids[i%3]].Acquire(ctx, "c", "k", 1)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				got = append(got, p)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != 3 {
+		t.Fatalf("%d permits granted of 12 acquires, want the limit 3", len(got))
+	}
+	seen := map[uint64]bool{}
+	for _, p := range got {
+		if p.ID == 0 || seen[p.ID] || time.Until(p.Expires) > ttl || time.Until(p.Expires) < ttl/2 {
+			t.Fatalf("permits %+v: want distinct non-zero ids expiring within %v", got, ttl)
+		}
+		seen[p.ID] = true
+	}
+	if err := c.nodes["n2"].Release(ctx, "c", "k", got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, ok, err := c.nodes["n1"].Acquire(ctx, "c", "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the release never reached the owner")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); ok {
+		t.Fatal("a fourth permit granted after one release")
+	}
+	time.Sleep(ttl)
+	if _, ok, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); !ok {
+		t.Fatal("refused after every permit lapsed")
+	}
+	if _, _, err := c.nodes["n0"].Acquire(ctx, "api", "k", 1); !errors.Is(err, ErrNoPermits) {
+		t.Fatalf("Acquire under owner: %v, want ErrNoPermits", err)
+	}
+	if err := c.nodes["n0"].Release(ctx, "c", "k", 0); err == nil {
+		t.Fatal("Release of permit 0 accepted")
+	}
+}
