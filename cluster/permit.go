@@ -25,28 +25,52 @@ type Permit struct {
 	Expires time.Time
 }
 
+// AcquireResult is the decision on an Acquire.
+type AcquireResult struct {
+	Granted bool
+	Permit  Permit // zero when not granted
+	// Limit is the rule's N, the most permits (weights) of a key in
+	// flight across the cluster.
+	Limit int64
+	// Remaining is Limit minus the key's permits in flight after the
+	// decision when this node is the key's owner (it decided); -1 when
+	// unknown (decided at another node).
+	Remaining int64
+}
+
+// limiter is what Acquire reads of a Releaser: its N (concurrency's Limit).
+type limiter interface{ Limit() int64 }
+
 // Acquire asks for a permit of weight slots (usually 1) of key under rule,
 // a rule of strategy concurrency, and blocks until the key's owner
-// decides or ctx ends. It returns the permit and true when granted, a zero
-// Permit and false when key already has its limit in flight (or the node
-// cannot grant it now: the key's owner was unreachable within the rule's
-// timeout, or took the key over less than permit_ttl ago). Errors:
-// Check's for the rule, key and weight, ErrNoPermits (wrapped, naming the
-// rule and strategy), ctx.Err() (a permit granted after ctx ended is
-// never returned and lapses at its expiry), ErrClosed.
-func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (Permit, bool, error) {
+// decides or ctx ends. Granted false when key already has its limit in
+// flight, or the node cannot grant it now (the key's owner was
+// unreachable within the rule's timeout, or took the key over less than
+// permit_ttl ago). Errors: Check's for the rule, key and weight,
+// ErrNoPermits (wrapped, naming the rule and strategy), ctx.Err() (a
+// permit granted after ctx ended is never returned and lapses at its
+// expiry), ErrClosed.
+func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (AcquireResult, error) {
 	rs, err := n.validate(rule, key, weight)
 	if err != nil {
-		return Permit{}, false, err
+		return AcquireResult{}, err
 	}
 	if _, ok := rs.s.(strategy.Releaser); !ok {
-		return Permit{}, false, fmt.Errorf("%w: rule %q, strategy %s", ErrNoPermits, rule, rs.rule.Strategy)
+		return AcquireResult{}, fmt.Errorf("%w: rule %q, strategy %s", ErrNoPermits, rule, rs.rule.Strategy)
+	}
+	out := AcquireResult{Remaining: -1}
+	if l, ok := rs.s.(limiter); ok {
+		out.Limit = l.Limit()
 	}
 	r, err := n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: weight})
-	if err != nil || !r.Allowed {
-		return Permit{}, false, err
+	if err != nil {
+		return AcquireResult{}, err
 	}
-	return Permit{ID: r.Permit, Expires: r.PermitExpires}, true, nil
+	out.Remaining = r.Remaining
+	if r.Allowed && r.Permit != 0 {
+		out.Granted, out.Permit = true, Permit{ID: r.Permit, Expires: r.PermitExpires}
+	}
+	return out, nil
 }
 
 // Release gives back permit of key under rule (a rule of strategy

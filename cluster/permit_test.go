@@ -22,8 +22,8 @@ func TestAcquireRelease(t *testing.T) {
 		ownerRule())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, ok, err := c.nodes["n0"].Acquire(ctx, "c", "k", 1); err != nil || ok {
-		t.Fatalf("acquire right after the start: granted %v, %v; want refused", ok, err)
+	if r, err := c.nodes["n0"].Acquire(ctx, "c", "k", 1); err != nil || r.Granted || r.Limit != 3 {
+		t.Fatalf("acquire right after the start: %+v, %v; want refused, limit 3", r, err)
 	}
 	time.Sleep(ttl + 50*time.Millisecond)
 	var mu sync.Mutex
@@ -33,13 +33,13 @@ func TestAcquireRelease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, ok, err := c.nodes[c.ids[i%3]].Acquire(ctx, "c", "k", 1)
+			r, err := c.nodes[c.ids[i%3]].Acquire(ctx, "c", "k", 1)
 			if err != nil {
 				t.Error(err)
 			}
-			if ok {
+			if r.Granted {
 				mu.Lock()
-				got = append(got, p)
+				got = append(got, r.Permit)
 				mu.Unlock()
 			}
 		}()
@@ -60,11 +60,11 @@ func TestAcquireRelease(t *testing.T) {
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		_, ok, err := c.nodes["n1"].Acquire(ctx, "c", "k", 1)
+		r, err := c.nodes["n1"].Acquire(ctx, "c", "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
+		if r.Granted {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -72,14 +72,14 @@ func TestAcquireRelease(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, ok, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); ok {
+	if r, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); r.Granted {
 		t.Fatal("a fourth permit granted after one release")
 	}
 	time.Sleep(ttl)
-	if _, ok, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); !ok {
+	if r, _ := c.nodes["n0"].Acquire(ctx, "c", "k", 1); !r.Granted {
 		t.Fatal("refused after every permit lapsed")
 	}
-	if _, _, err := c.nodes["n0"].Acquire(ctx, "api", "k", 1); !errors.Is(err, ErrNoPermits) {
+	if _, err := c.nodes["n0"].Acquire(ctx, "api", "k", 1); !errors.Is(err, ErrNoPermits) {
 		t.Fatalf("Acquire under owner: %v, want ErrNoPermits", err)
 	}
 	if err := c.nodes["n0"].Release(ctx, "c", "k", 0); err == nil {
