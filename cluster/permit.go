@@ -38,8 +38,8 @@ type AcquireResult struct {
 	Remaining int64
 }
 
-// limiter is what Acquire reads of a Releaser: its N (concurrency's Limit).
-type limiter interface{ Limit() int64 }
+// limitReporter is what Acquire reads of a Releaser: its N (concurrency's Limit).
+type limitReporter interface{ Limit() int64 }
 
 // Acquire asks for a permit of weight slots (usually 1) of key under rule,
 // a rule of strategy concurrency, and blocks until the key's owner
@@ -59,7 +59,7 @@ func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (Acq
 		return AcquireResult{}, fmt.Errorf("%w: rule %q, strategy %s", ErrNoPermits, rule, rs.rule.Strategy)
 	}
 	out := AcquireResult{Remaining: -1}
-	if l, ok := rs.s.(limiter); ok {
+	if l, ok := rs.s.(limitReporter); ok {
 		out.Limit = l.Limit()
 	}
 	r, err := n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: weight})
