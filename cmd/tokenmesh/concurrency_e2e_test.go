@@ -99,6 +99,7 @@ func TestConcurrencyE2EKill(t *testing.T) {
 	var (
 		mu                                sync.Mutex
 		held                              []heldPermit
+		acqLat, relLat                    []time.Duration // of granted acquires and their releases
 		ops, granted, refused, errs, rels atomic.Int64
 		wg                                sync.WaitGroup
 	)
@@ -106,6 +107,7 @@ func TestConcurrencyE2EKill(t *testing.T) {
 		defer wg.Done()
 		i := pick()
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		sent := time.Since(start)
 		r, err := clients[i].Acquire(actx, &tokenmeshv1.AcquireRequest{Rule: "conc", Key: key})
 		acancel()
 		got := time.Since(start)
@@ -129,6 +131,9 @@ func TestConcurrencyE2EKill(t *testing.T) {
 			rels.Add(1)
 		}
 		rcancel()
+		mu.Lock()
+		acqLat, relLat = append(acqLat, got-sent), append(relLat, time.Since(start)-done)
+		mu.Unlock()
 	}
 	var gens sync.WaitGroup
 	for k, key := range keys {
@@ -200,12 +205,21 @@ func TestConcurrencyE2EKill(t *testing.T) {
 	fault := use(killed, killed+recovery)
 	after := use(killed+recovery, end)
 	whole := use(warm, end)
+	pct := func(ds []time.Duration, q float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[int(q*float64(len(ds)-1))].Round(10 * time.Microsecond)
+	}
 	summary := fmt.Sprintf("concurrency e2e: %d nodes, %d keys, N=%d, holds %v-%v, offered %dx (an acquire every %v per key), n2 killed at %v, load %v\n"+
 		"  acquires %d: granted %d, refused %d, errors %d; releases answered %d\n"+
+		"  granted acquire round trip p50 %v p99 %v; release round trip p50 %v p99 %v\n"+
 		"  max in flight per key (clients' log): %d (key %s), limit %d\n"+
 		"  capacity used: before the kill %.1f%%, kill to +%v %.1f%%, after %.1f%%, whole run %.1f%%\n",
 		nodes, nKeys, limit, minHold, maxHold, offered, every.Round(time.Microsecond), killed.Round(time.Millisecond), end.Round(time.Millisecond),
-		ops.Load(), granted.Load(), refused.Load(), errs.Load(), rels.Load(), worst, worstKey, limit,
+		ops.Load(), granted.Load(), refused.Load(), errs.Load(), rels.Load(),
+		pct(acqLat, 0.5), pct(acqLat, 0.99), pct(relLat, 0.5), pct(relLat, 0.99), worst, worstKey, limit,
 		100*before, recovery, 100*fault, 100*after, 100*whole)
 	t.Log(summary)
 	if p := os.Getenv("TOKENMESH_CONC_OUT"); p != "" {
