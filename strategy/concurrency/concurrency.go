@@ -202,11 +202,20 @@ func (c *Concurrency) trimViews(now time.Duration) {
 // started (or forgot its views) permit_ttl ago and was key's owner in
 // every view it held during [now - ttl, now].
 func (c *Concurrency) owns(now time.Duration, key string) bool {
+	c.trimViews(now)
+	return c.mayGrant(now, key)
+}
+
+// mayGrant is owns without forgetting old views (it changes nothing):
+// the views that ended before now - ttl are skipped.
+func (c *Concurrency) mayGrant(now time.Duration, key string) bool {
 	if now < c.blockedUntil {
 		return false
 	}
-	c.trimViews(now)
-	for _, v := range c.views {
+	for i, v := range c.views {
+		if i+1 < len(c.views) && c.views[i+1].since <= now-c.ttl {
+			continue // ended before the window
+		}
 		if rendezvous.Owner(key, v.members) != c.self {
 			return false
 		}
@@ -384,10 +393,14 @@ func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
 }
 
 // Remaining is N minus the weights of key's live permits when this node
-// is key's owner (false otherwise).
+// is key's owner (false otherwise); 0 while it may not grant the key
+// (within permit_ttl of its start or of taking the key over).
 func (c *Concurrency) Remaining(now time.Duration, key string) (int64, bool) {
 	if rendezvous.Owner(key, c.members) != c.self {
 		return 0, false
+	}
+	if !c.mayGrant(now, key) {
+		return 0, true
 	}
 	kp := c.keys[key]
 	if kp == nil {

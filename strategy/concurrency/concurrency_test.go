@@ -49,6 +49,9 @@ func TestOwnerGrantsUpToLimitAndReleases(t *testing.T) {
 	if d := req(500*time.Millisecond, 1); d.Allowed {
 		t.Fatalf("granted %+v within permit_ttl of the start", d)
 	}
+	if r, ok := s.Remaining(500*time.Millisecond, "k"); !ok || r != 0 {
+		t.Fatalf("remaining %d (%v) within permit_ttl of the start, want 0", r, ok)
+	}
 	now := time.Second
 	a, b := req(now, 2), req(now, 3)
 	if !a.Allowed || !b.Allowed || a.Permit == 0 || a.Permit == b.Permit || a.Expires != now+time.Second {
