@@ -41,8 +41,10 @@
 // starts (PartitionAvailable only; conserve does not apply: a side
 // cannot know what the other side's owner granted).
 //
-// Hot keys are decided at their owner (one round trip from other nodes);
-// leasing permits to nodes as `lease` leases tokens is not implemented.
+// Hot keys (parameter lease = K > 0; lease.go): a node that forwarded K
+// acquires of a key within lease_ttl leases up to K slots from its owner
+// and grants the key's permits itself, as `lease` leases tokens; the
+// takeover wait above becomes permit_ttl + lease_ttl. Off by default.
 package concurrency
 
 import (
@@ -75,6 +77,11 @@ type Concurrency struct {
 	ttl     time.Duration
 	timeout time.Duration
 	rng     *rand.Rand
+	// leases (lease.go): K slots per lease (0: off), a lease's length,
+	// and the takeover window, permit_ttl + lease_ttl.
+	leaseSlots int64
+	leaseTTL   time.Duration
+	window     time.Duration
 
 	blockedUntil time.Duration // no grant before: Start + ttl, or after forgetting views
 	views        []view        // the views of the last ttl, oldest first; the last is current
@@ -82,6 +89,13 @@ type Concurrency struct {
 	keys      map[string]*keyPermits // the keys this node granted permits of
 	pending   map[uint64]*forward    // acquires forwarded to an owner, by request id
 	nextSweep time.Duration          // 0: none scheduled
+
+	granted map[uint64]grantedVia // forwarded acquires granted, by request id, until their expiry
+
+	leases  map[string][]*lease  // leases this node holds, by key
+	asks    map[string]*leaseAsk // outstanding lease asks, by key
+	hot     map[string]*hotCount // forwarded acquires per key in the current window
+	nextAsk uint64
 }
 
 // view is a set of live members and when this node began to hold it.
@@ -92,12 +106,20 @@ type view struct {
 
 // keyPermits are the live permits of one key at its owner.
 type keyPermits struct {
-	held    int64 // sum of the weights
+	held    int64 // sum of the weights and of the leases' slots
 	permits map[uint64]permit
+	leases  map[uint64]*ownerLease // granted to other nodes (lease.go)
 }
 
 type permit struct {
 	weight  int64
+	expires time.Duration
+}
+
+// grantedVia is the permit a forwarded acquire was granted, kept until
+// it expires so that a duplicate of its verdict is told from a late grant.
+type grantedVia struct {
+	permit  uint64
 	expires time.Duration
 }
 
@@ -127,7 +149,13 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 		rng:     cfg.Rand,
 		keys:    map[string]*keyPermits{},
 		pending: map[uint64]*forward{},
+		granted: map[uint64]grantedVia{},
+		leases:  map[string][]*lease{},
+		asks:    map[string]*leaseAsk{},
+		hot:     map[string]*hotCount{},
 	}
+	c.leaseSlots = int64(v.Int("lease"))
+	c.leaseTTL = v.Duration("lease_ttl")
 	switch {
 	case c.limit < 1:
 		return nil, fmt.Errorf("concurrency: limit %d: want at least 1 permit in flight per key", c.limit)
@@ -135,6 +163,14 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 		return nil, fmt.Errorf("concurrency: permit_ttl %v: want a duration in (0, %v]", c.ttl, MaxTTL)
 	case c.timeout <= 0:
 		return nil, fmt.Errorf("concurrency: timeout %v: want a positive duration", c.timeout)
+	case c.leaseSlots < 0 || c.leaseSlots > c.limit:
+		return nil, fmt.Errorf("concurrency: lease %d: want 0 (off) to the limit %d slots", c.leaseSlots, c.limit)
+	case c.leaseTTL <= 0 || c.leaseTTL > MaxTTL:
+		return nil, fmt.Errorf("concurrency: lease_ttl %v: want a duration in (0, %v]", c.leaseTTL, MaxTTL)
+	}
+	c.window = c.ttl
+	if c.leaseSlots > 0 {
+		c.window += c.leaseTTL
 	}
 	c.members = sortedWith(cfg.Members, cfg.Self)
 	return c, nil
@@ -157,7 +193,7 @@ func (c *Concurrency) TTL() time.Duration { return c.ttl }
 // permit_ttl (it may be a restart: the permits it granted before are
 // unknown to it).
 func (c *Concurrency) Start(now time.Duration, fx *strategy.Effects) {
-	c.blockedUntil = now + c.ttl
+	c.blockedUntil = now + c.window
 	c.views = []view{{since: now, members: c.members}}
 }
 
@@ -172,9 +208,10 @@ func (c *Concurrency) SetMembers(now time.Duration, members []strategy.NodeID, f
 	c.trimViews(now)
 	if len(c.views) >= maxViews {
 		c.views = c.views[:0]
-		c.blockedUntil = max(c.blockedUntil, now+c.ttl)
+		c.blockedUntil = max(c.blockedUntil, now+c.window)
 	}
 	c.views = append(c.views, view{since: now, members: m})
+	c.endMovedLeases(now, fx)
 	var gone []uint64
 	for id, f := range c.pending {
 		if !slices.Contains(m, f.owner) {
@@ -192,7 +229,7 @@ func (c *Concurrency) SetMembers(now time.Duration, members []strategy.NodeID, f
 // one never ends).
 func (c *Concurrency) trimViews(now time.Duration) {
 	i := 0
-	for i+1 < len(c.views) && c.views[i+1].since <= now-c.ttl {
+	for i+1 < len(c.views) && c.views[i+1].since <= now-c.window {
 		i++
 	}
 	c.views = c.views[i:]
@@ -213,7 +250,7 @@ func (c *Concurrency) mayGrant(now time.Duration, key string) bool {
 		return false
 	}
 	for i, v := range c.views {
-		if i+1 < len(c.views) && c.views[i+1].since <= now-c.ttl {
+		if i+1 < len(c.views) && c.views[i+1].since <= now-c.window {
 			continue // ended before the window
 		}
 		if rendezvous.Owner(key, v.members) != c.self {
@@ -229,11 +266,7 @@ func (c *Concurrency) grant(now time.Duration, key string, weight int64, fx *str
 	if weight < 1 || weight > c.limit || !c.owns(now, key) {
 		return 0
 	}
-	kp := c.keys[key]
-	if kp == nil {
-		kp = &keyPermits{permits: map[uint64]permit{}}
-		c.keys[key] = kp
-	}
+	kp := c.table(key)
 	kp.expire(now)
 	if kp.held+weight > c.limit {
 		return 0
@@ -248,9 +281,19 @@ func (c *Concurrency) grant(now time.Duration, key string, weight int64, fx *str
 	return id
 }
 
+// table is key's permit table, made when missing.
+func (c *Concurrency) table(key string) *keyPermits {
+	kp := c.keys[key]
+	if kp == nil {
+		kp = &keyPermits{permits: map[uint64]permit{}}
+		c.keys[key] = kp
+	}
+	return kp
+}
+
 func (kp *keyPermits) has(id uint64) bool { _, ok := kp.permits[id]; return ok }
 
-// expire frees the permits that lapsed by now.
+// expire frees the permits and the leases' slots that lapsed by now.
 func (kp *keyPermits) expire(now time.Duration) {
 	for id, p := range kp.permits {
 		if p.expires <= now {
@@ -258,14 +301,22 @@ func (kp *keyPermits) expire(now time.Duration) {
 			delete(kp.permits, id)
 		}
 	}
+	for id, l := range kp.leases {
+		if l.until <= now {
+			kp.held -= l.slots
+			delete(kp.leases, id)
+		}
+	}
 }
 
-// free releases permit id if held.
-func (kp *keyPermits) free(id uint64) {
-	if p, ok := kp.permits[id]; ok {
+// free releases permit id if held (true).
+func (kp *keyPermits) free(id uint64) bool {
+	p, ok := kp.permits[id]
+	if ok {
 		kp.held -= p.weight
 		delete(kp.permits, id)
 	}
+	return ok
 }
 
 // scheduleSweep asks for a sweep of lapsed permits a ttl from now, unless
@@ -296,11 +347,15 @@ func (c *Concurrency) Request(now time.Duration, req strategy.Request, fx *strat
 		}
 		return strategy.Decision{RequestID: req.ID, Allowed: true, Permit: id, Expires: req.Arrival + c.ttl}, true
 	}
+	if d, ok := c.grantLeased(now, req, fx); ok {
+		return d, true
+	}
 	f := &forward{req: req, owner: owner, deadline: now + c.timeout}
 	c.pending[req.ID] = f
 	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 		RequestId: req.ID, Key: req.Key, Weight: req.Tokens}}}))
 	fx.WakeAt(f.deadline)
+	c.noteHot(now, req.Key, owner, fx)
 	return strategy.Decision{}, false
 }
 
@@ -311,10 +366,15 @@ func (c *Concurrency) Release(now time.Duration, key string, permit uint64, fx *
 	if permit == 0 || checkKey(key) != nil {
 		return
 	}
-	if kp := c.keys[key]; kp != nil {
-		kp.free(permit)
+	if c.freeLeased(now, key, permit, fx) {
+		return
 	}
-	if owner := rendezvous.Owner(key, c.members); owner != c.self {
+	if kp := c.keys[key]; kp != nil && kp.free(permit) {
+		return
+	}
+	if owner := rendezvous.Owner(key, c.members); owner == c.self {
+		c.passRelease(key, permit, c.self, fx)
+	} else {
 		fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
 			Key: key, Permit: permit}}}))
 	}
@@ -340,7 +400,10 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 		v := b.Verdict
 		f := c.pending[v.RequestId]
 		if f == nil || f.req.Key != v.Key {
-			if v.Granted { // late (refused already) or duplicate: give it back
+			if g, ok := c.granted[v.RequestId]; ok && g.permit == v.Permit {
+				return nil // a duplicate of the verdict that granted it: the permit is in use
+			}
+			if v.Granted { // late (refused already) or a second grant: give it back
 				fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
 					Key: v.Key, Permit: v.Permit}}}))
 			}
@@ -351,16 +414,50 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 		}
 		delete(c.pending, v.RequestId)
 		if v.Granted {
+			c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: f.req.Arrival + c.ttl}
+			c.scheduleSweep(now, fx)
 			fx.DecidePermit(v.RequestId, v.Permit, f.req.Arrival+c.ttl)
 		} else {
 			fx.Decide(v.RequestId, false)
 		}
 	case *peerv1.ConcurrencyMessage_Release:
-		if kp := c.keys[b.Release.Key]; kp != nil {
-			kp.free(b.Release.Permit)
+		r := b.Release
+		if c.freeLeased(now, r.Key, r.Permit, fx) {
+			return nil
 		}
+		if kp := c.keys[r.Key]; kp != nil && kp.free(r.Permit) {
+			return nil
+		}
+		if rendezvous.Owner(r.Key, c.members) == c.self {
+			c.passRelease(r.Key, r.Permit, from, fx)
+		}
+	case *peerv1.ConcurrencyMessage_LeaseAsk:
+		a := b.LeaseAsk
+		id, slots := c.grantLease(now, from, a.Key, a.Slots, fx)
+		fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseGrant{LeaseGrant: &peerv1.ConcurrencyLeaseGrant{
+			RequestId: a.RequestId, Key: a.Key, Lease: id, Slots: slots}}}))
+	case *peerv1.ConcurrencyMessage_LeaseGrant:
+		c.onLeaseGrant(now, from, b.LeaseGrant, fx)
+	case *peerv1.ConcurrencyMessage_LeaseReturn:
+		c.onReturn(from, b.LeaseReturn)
 	}
 	return nil
+}
+
+// passRelease passes a release of a permit this owner does not hold to
+// the key's lessees (one of their leases granted it), but from.
+func (c *Concurrency) passRelease(key string, permit uint64, from strategy.NodeID, fx *strategy.Effects) {
+	kp := c.keys[key]
+	if kp == nil {
+		return
+	}
+	for _, n := range kp.lessees(from) {
+		if n == c.self {
+			continue
+		}
+		fx.Send(n, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
+			Key: key, Permit: permit}}}))
+	}
 }
 
 // Tick refuses the forwarded acquires whose timeout passed and sweeps
@@ -377,15 +474,21 @@ func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
 		delete(c.pending, id)
 		fx.Decide(id, false)
 	}
+	c.sweepLeases(now, fx)
 	if c.nextSweep != 0 && c.nextSweep <= now {
 		c.nextSweep = 0
 		for k, kp := range c.keys {
 			kp.expire(now)
-			if len(kp.permits) == 0 {
+			if len(kp.permits) == 0 && len(kp.leases) == 0 {
 				delete(c.keys, k)
 			}
 		}
-		if len(c.keys) > 0 {
+		for id, g := range c.granted {
+			if g.expires <= now {
+				delete(c.granted, id)
+			}
+		}
+		if len(c.keys) > 0 || len(c.leases) > 0 || len(c.granted) > 0 {
 			c.scheduleSweep(now, fx)
 		}
 		c.trimViews(now)
@@ -406,17 +509,12 @@ func (c *Concurrency) Remaining(now time.Duration, key string) (int64, bool) {
 	if kp == nil {
 		return c.limit, true
 	}
-	var held int64
-	for _, p := range kp.permits {
-		if p.expires > now {
-			held += p.weight
-		}
-	}
-	return c.limit - held, true
+	return c.limit - c.InFlight(now, key), true
 }
 
-// InFlight is the weights of key's live permits at now held at this node
-// (as the key's owner, or from before it lost the key).
+// InFlight is the weights of key's live permits and the slots of its live
+// leases at now in this node's table (as the key's owner, or from before
+// it lost the key). It changes nothing.
 func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
 	kp := c.keys[key]
 	if kp == nil {
@@ -428,15 +526,26 @@ func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
 			held += p.weight
 		}
 	}
+	for _, l := range kp.leases {
+		if l.until > now {
+			held += l.slots
+		}
+	}
 	return held
 }
 
 // StateBytes is the size of the permit tables: per key its length, per
 // permit 24 bytes (id, weight, expiry); plus 24 bytes per pending forward.
 func (c *Concurrency) StateBytes() int {
-	n := 24 * len(c.pending)
+	n := 24*(len(c.pending)+len(c.asks)) + 16*len(c.granted)
 	for k, kp := range c.keys {
-		n += len(k) + 24*len(kp.permits)
+		n += len(k) + 24*(len(kp.permits)+len(kp.leases))
+	}
+	for k, ls := range c.leases {
+		n += len(k)
+		for _, l := range ls {
+			n += 40 + 24*len(l.permits)
+		}
 	}
 	return n
 }

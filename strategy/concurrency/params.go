@@ -11,6 +11,15 @@
 //     comes back after it); also how long a node refuses the keys it takes
 //     over (after it starts or its view of the members changes) so that the
 //     permits of their former owner have lapsed; positive, at most 1h.
+//   - lease (int, permits, default 0): K > 0 leases permits to nodes where a
+//     key is hot: a node that forwarded K acquires of a key within lease_ttl
+//     asks its owner for a lease of up to K slots and grants the key's permits
+//     itself from it until lease_ttl after it asked, with no round trip; the
+//     owner counts the slots until lease_ttl + permit_ttl (less those
+//     returned). It lengthens the takeover wait to permit_ttl + lease_ttl. 0
+//     (off) to limit.
+//   - lease_ttl (duration, default 1s): how long a lessee grants from a lease
+//     (from its ask); also the hot window. Positive, at most 1h.
 //   - timeout (duration, default 3*latency_hint + 100ms): how long a node
 //     waits for the owner's verdict on a forwarded acquire before it refuses
 //     the request (a verdict that comes later is released at once); positive.
@@ -26,6 +35,10 @@ var Params = []strategy.ParamSpec{
 		Doc: "N, the most requests of a key in flight across the cluster (the sum of the weights of its live permits); at least 1. The rule's rate is not used."},
 	{Name: "permit_ttl", Type: strategy.ParamDuration, Default: "10s", Example: "2s",
 		Doc: "how long a permit lives when it is not released: a holder must be done within it (a crashed holder's permit comes back after it); also how long a node refuses the keys it takes over (after it starts or its view of the members changes) so that the permits of their former owner have lapsed; positive, at most 1h."},
+	{Name: "lease", Type: strategy.ParamInt, Unit: "permits", Default: "0", Example: "4",
+		Doc: "K > 0 leases permits to nodes where a key is hot: a node that forwarded K acquires of a key within lease_ttl asks its owner for a lease of up to K slots and grants the key's permits itself from it until lease_ttl after it asked, with no round trip; the owner counts the slots until lease_ttl + permit_ttl (less those returned). It lengthens the takeover wait to permit_ttl + lease_ttl. 0 (off) to limit."},
+	{Name: "lease_ttl", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
+		Doc: "how long a lessee grants from a lease (from its ask); also the hot window. Positive, at most 1h."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
 		Doc: "how long a node waits for the owner's verdict on a forwarded acquire before it refuses the request (a verdict that comes later is released at once); positive."},
 }

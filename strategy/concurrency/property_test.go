@@ -22,7 +22,7 @@ import (
 // its own time, message loss, duplication and reordering are not splits.
 
 const (
-	propN   = 2
+	propN   = 3
 	propTTL = 100 * time.Millisecond
 )
 
@@ -52,11 +52,18 @@ type propCluster struct {
 	seed      uint64
 	split     bool          // a split happened in this run
 	lastSplit time.Duration // the last time one was in progress
+	params    []string
+	window    time.Duration // permit_ttl, plus lease_ttl with leases
 }
 
-func newPropCluster(t *rapid.T, n int) *propCluster {
+func newPropCluster(t *rapid.T, n int, lease int) *propCluster {
 	c := &propCluster{t: t, nodes: map[strategy.NodeID]*Concurrency{}, views: map[strategy.NodeID][]strategy.NodeID{},
-		group: map[strategy.NodeID]int{}, reqKey: map[uint64]propHold{}}
+		group: map[strategy.NodeID]int{}, reqKey: map[uint64]propHold{}, window: propTTL,
+		params: []string{"permit_ttl=100ms", "timeout=60ms"}}
+	if lease > 0 {
+		c.params = append(c.params, fmt.Sprintf("lease=%d", lease), "lease_ttl=60ms")
+		c.window += 60 * time.Millisecond
+	}
 	for i := range n {
 		c.ids = append(c.ids, strategy.NodeID(fmt.Sprintf("n%d", i)))
 	}
@@ -69,7 +76,7 @@ func newPropCluster(t *rapid.T, n int) *propCluster {
 func (c *propCluster) start(id strategy.NodeID, members []strategy.NodeID) {
 	c.seed++
 	s, err := New(strategy.Config{Self: id, Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: propN,
-		Rand: rand.New(rand.NewPCG(c.seed, 7)), Params: mustParams(c.t, "permit_ttl=100ms", "timeout=30ms")})
+		Rand: rand.New(rand.NewPCG(c.seed, 7)), Params: mustParams(c.t, c.params...)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -121,6 +128,11 @@ func (c *propCluster) decided(d strategy.Decision) {
 	if d.Permit == 0 || d.Expires > c.now+propTTL || d.Expires <= c.now-propTTL {
 		c.t.Fatalf("admitted request %d: permit %d expires %v at now %v", d.RequestID, d.Permit, d.Expires, c.now)
 	}
+	for _, h := range c.held {
+		if h.key == r.key && h.permit == d.Permit && h.expires > c.now {
+			c.t.Fatalf("permit %d of %q granted twice", d.Permit, r.key)
+		}
+	}
 	c.held = append(c.held, propHold{key: r.key, permit: d.Permit, weight: r.weight, expires: d.Expires})
 }
 
@@ -154,7 +166,7 @@ func (c *propCluster) check(keys []string) {
 		c.split, c.lastSplit = true, c.now
 	}
 	bound := int64(propN)
-	if c.split && c.now < c.lastSplit+propTTL {
+	if c.split && c.now < c.lastSplit+c.window {
 		bound = propN * int64(len(c.ids))
 	}
 	for _, k := range keys {
@@ -186,15 +198,15 @@ func TestPropertyInFlightBound(t *testing.T) {
 func propInFlightBound(t *rapid.T) {
 	{
 		partitions := rapid.Bool().Draw(t, "partitions")
-		c := newPropCluster(t, rapid.IntRange(2, 3).Draw(t, "nodes"))
+		c := newPropCluster(t, rapid.IntRange(2, 3).Draw(t, "nodes"), rapid.IntRange(0, propN).Draw(t, "lease"))
 		keys := []string{"a", "b"}
-		steps := rapid.IntRange(50, 400).Draw(t, "steps")
+		steps := rapid.IntRange(200, 500).Draw(t, "steps")
 		for range steps {
 			var fx strategy.Effects
 			alive := c.alive()
-			switch op := rapid.IntRange(0, 10).Draw(t, "op"); op {
-			case 0: // time passes; every live node is ticked
-				c.now += time.Duration(rapid.IntRange(0, 40).Draw(t, "ms")) * time.Millisecond
+			switch op := rapid.IntRange(-2, 13).Draw(t, "op"); op {
+			case -2, -1, 0: // time passes; every live node is ticked
+				c.now += time.Duration(rapid.IntRange(0, 20).Draw(t, "ms")) * time.Millisecond
 				for _, id := range alive {
 					fx.Reset()
 					c.nodes[id].Tick(c.now, &fx)
@@ -214,7 +226,7 @@ func propInFlightBound(t *rapid.T) {
 					c.decided(d)
 				}
 				c.apply(id, &fx)
-			case 3: // a client releases (at a random live node)
+			case 3, 12, 13: // a client releases (at a random live node)
 				if len(c.held) == 0 || len(alive) == 0 {
 					continue
 				}
@@ -224,13 +236,13 @@ func propInFlightBound(t *rapid.T) {
 				id := rapid.SampledFrom(alive).Draw(t, "release_at")
 				c.nodes[id].Release(c.now, h.key, h.permit, &fx)
 				c.apply(id, &fx)
-			case 4, 5: // deliver a message (lost if its ends are cut apart or down)
+			case 4, 5, 6: // deliver one of the 4 oldest messages (lost if its ends are cut apart or down)
 				if len(c.net) == 0 {
 					continue
 				}
-				i := rapid.IntRange(0, len(c.net)-1).Draw(t, "msg")
+				i := rapid.IntRange(0, min(len(c.net)-1, 3)).Draw(t, "msg")
 				m := c.net[i]
-				if !rapid.Bool().Draw(t, "duplicate") {
+				if rapid.IntRange(0, 3).Draw(t, "duplicate") > 0 {
 					c.net = slices.Delete(c.net, i, i+1)
 				}
 				if s := c.nodes[m.to]; s != nil && c.group[m.from] == c.group[m.to] {
@@ -239,18 +251,18 @@ func propInFlightBound(t *rapid.T) {
 					}
 					c.apply(m.to, &fx)
 				}
-			case 6: // a message is lost
+			case 7: // a message is lost
 				if len(c.net) > 0 {
 					i := rapid.IntRange(0, len(c.net)-1).Draw(t, "lost")
 					c.net = slices.Delete(c.net, i, i+1)
 				}
-			case 7: // crash (kill -9): its state and its clients' pending requests are gone
+			case 8: // crash (kill -9): its state and its clients' pending requests are gone
 				if len(alive) == 0 {
 					continue
 				}
 				id := rapid.SampledFrom(alive).Draw(t, "crash")
 				c.nodes[id] = nil
-			case 8: // restart a node that is down, with the view of its side
+			case 9: // restart a node that is down, with the view of its side
 				var down []strategy.NodeID
 				for _, id := range c.ids {
 					if c.nodes[id] == nil {
@@ -262,7 +274,7 @@ func propInFlightBound(t *rapid.T) {
 				}
 				id := rapid.SampledFrom(down).Draw(t, "restart")
 				c.start(id, c.reachable(id))
-			case 9: // a node's failure detector catches up with what it can reach
+			case 10: // a node's failure detector catches up with what it can reach
 				if len(alive) == 0 {
 					continue
 				}
@@ -270,7 +282,7 @@ func propInFlightBound(t *rapid.T) {
 				c.views[id] = c.reachable(id)
 				c.nodes[id].SetMembers(c.now, c.views[id], &fx)
 				c.apply(id, &fx)
-			case 10: // partition or heal
+			case 11: // partition or heal
 				if !partitions {
 					continue
 				}

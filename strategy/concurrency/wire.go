@@ -19,7 +19,10 @@ const MaxKeyBytes = strategy.MaxKeyStateBytes
 // the message kind, the field and its value: a payload that does not
 // decode, no body, an empty, over-long or non-UTF-8 key, an acquire's
 // weight outside [1, limit], a granted verdict without a permit or a
-// refused one with a permit, a release of permit 0.
+// refused one with a permit, a release of permit 0, a lease ask's slots
+// outside [1, limit], a lease grant with a lease but no slots (or the
+// reverse) or above limit, a lease return without a lease or with slots
+// outside [1, limit].
 func (c *Concurrency) decode(from strategy.NodeID, payload []byte) (*peerv1.ConcurrencyMessage, error) {
 	var m peerv1.ConcurrencyMessage
 	if err := proto.Unmarshal(payload, &m); err != nil {
@@ -47,6 +50,30 @@ func (c *Concurrency) decode(from strategy.NodeID, payload []byte) (*peerv1.Conc
 		}
 		if b.Release.Permit == 0 {
 			return nil, fmt.Errorf("concurrency: release from %s: key %q: permit 0 (no permit has id 0)", from, b.Release.Key)
+		}
+	case *peerv1.ConcurrencyMessage_LeaseAsk:
+		a := b.LeaseAsk
+		if err := checkKey(a.Key); err != nil {
+			return nil, fmt.Errorf("concurrency: lease ask from %s: %w", from, err)
+		}
+		if a.Slots < 1 || a.Slots > c.limit {
+			return nil, fmt.Errorf("concurrency: lease ask from %s: key %q: slots %d outside [1, limit %d]", from, a.Key, a.Slots, c.limit)
+		}
+	case *peerv1.ConcurrencyMessage_LeaseGrant:
+		g := b.LeaseGrant
+		if err := checkKey(g.Key); err != nil {
+			return nil, fmt.Errorf("concurrency: lease grant from %s: %w", from, err)
+		}
+		if g.Slots < 0 || g.Slots > c.limit || (g.Lease == 0) != (g.Slots == 0) {
+			return nil, fmt.Errorf("concurrency: lease grant from %s: key %q: lease %d with slots %d (a grant has a lease and 1 to limit %d slots, a refusal neither)", from, g.Key, g.Lease, g.Slots, c.limit)
+		}
+	case *peerv1.ConcurrencyMessage_LeaseReturn:
+		r := b.LeaseReturn
+		if err := checkKey(r.Key); err != nil {
+			return nil, fmt.Errorf("concurrency: lease return from %s: %w", from, err)
+		}
+		if r.Lease == 0 || r.Slots < 1 || r.Slots > c.limit {
+			return nil, fmt.Errorf("concurrency: lease return from %s: key %q: lease %d, slots %d (want a lease and 1 to limit %d slots)", from, r.Key, r.Lease, r.Slots, c.limit)
 		}
 	default:
 		return nil, fmt.Errorf("concurrency: message from %s has no body", from)
