@@ -18,16 +18,19 @@ func FuzzReceive(f *testing.F) {
 		{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{RequestId: 1, Key: "k", Weight: 9}}},
 		{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{RequestId: 2, Key: "k", Granted: true, Permit: 5}}},
 		{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{Key: "k", Permit: 5}}},
+		{Body: &peerv1.ConcurrencyMessage_LeaseAsk{LeaseAsk: &peerv1.ConcurrencyLeaseAsk{RequestId: 3, Key: "k", Slots: 1}}},
+		{Body: &peerv1.ConcurrencyMessage_LeaseGrant{LeaseGrant: &peerv1.ConcurrencyLeaseGrant{RequestId: 1, Key: "k", Lease: 9, Slots: 1}}},
+		{Body: &peerv1.ConcurrencyMessage_LeaseReturn{LeaseReturn: &peerv1.ConcurrencyLeaseReturn{Key: "k", Lease: 9, Slots: 1}}},
 		{},
 	} {
 		f.Add(encode(m))
 	}
 	f.Add([]byte{0xff, 0x01})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		s := newNode(t, "n0", []strategy.NodeID{"n0"}, "limit=2", "permit_ttl=1s")
+		s := newNode(t, "n0", []strategy.NodeID{"n0"}, "limit=2", "permit_ttl=1s", "lease=1", "lease_ttl=500ms")
 		var fx strategy.Effects
 		s.Start(0, &fx)
-		now := 2 * time.Second
+		now := 3 * time.Second
 		if d, _ := s.Request(now, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: now}, &fx); !d.Allowed {
 			t.Fatal("setup: refused")
 		}
@@ -57,6 +60,9 @@ func TestReceiveRefusesOutOfBounds(t *testing.T) {
 		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{Key: "", Weight: 1}}}, "empty key"},
 		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{Key: "k", Granted: true}}}, "granted true with permit 0"},
 		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{Key: "k"}}}, "permit 0"},
+		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseAsk{LeaseAsk: &peerv1.ConcurrencyLeaseAsk{Key: "k", Slots: 3}}}, "slots 3 outside [1, limit 2]"},
+		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseGrant{LeaseGrant: &peerv1.ConcurrencyLeaseGrant{Key: "k", Lease: 4}}}, "lease 4 with slots 0"},
+		{&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseReturn{LeaseReturn: &peerv1.ConcurrencyLeaseReturn{Key: "k", Slots: 1}}}, "lease 0, slots 1"},
 	} {
 		err := s.Receive(0, "n1", encode(tc.m), &fx)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
