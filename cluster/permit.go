@@ -51,6 +51,19 @@ type limitReporter interface{ Limit() int64 }
 // permit granted after ctx ended is never returned and lapses at its
 // expiry), ErrClosed.
 func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (AcquireResult, error) {
+	return n.AcquireWait(ctx, rule, key, weight, 0)
+}
+
+// AcquireWait is Acquire in waiting mode: with maxWait > 0 (at most
+// MaxWait), an acquire that finds key at its limit waits in the key's
+// queue at its owner, first come first served, and is granted as soon as a
+// permit of the key is released or lapses, or refused once maxWait has
+// passed (strategy.Waiter). Errors: Acquire's, and maxWait outside [0,
+// MaxWait].
+func (n *Node) AcquireWait(ctx context.Context, rule, key string, weight int64, maxWait time.Duration) (AcquireResult, error) {
+	if maxWait < 0 || maxWait > MaxWait {
+		return AcquireResult{}, fmt.Errorf("cluster: rule %q: max wait %v outside [0, %v]", rule, maxWait, MaxWait)
+	}
 	rs, err := n.validate(rule, key, weight)
 	if err != nil {
 		return AcquireResult{}, err
@@ -62,7 +75,7 @@ func (n *Node) Acquire(ctx context.Context, rule, key string, weight int64) (Acq
 	if l, ok := rs.s.(limitReporter); ok {
 		out.Limit = l.Limit()
 	}
-	r, err := n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: weight})
+	r, err := n.check(ctx, event{kind: evRequest, rule: rs, key: key, tokens: weight, maxWait: maxWait})
 	if err != nil {
 		return AcquireResult{}, err
 	}

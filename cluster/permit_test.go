@@ -86,3 +86,41 @@ func TestAcquireRelease(t *testing.T) {
 		t.Fatal("Release of permit 0 accepted")
 	}
 }
+
+// TestAcquireWait: limit 1 on two nodes: an acquire that waits (at the
+// node that does not own the key) gets the permit once the holder
+// releases it, well before its max wait; without a wait it is refused.
+func TestAcquireWait(t *testing.T) {
+	c := newCluster(t, 2, false, rule.Rule{Name: "c", Rate: slow, Burst: 1, Strategy: "concurrency", Params: []string{"limit=1", "permit_ttl=300ms", "timeout=1s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	time.Sleep(350 * time.Millisecond)
+	key := keyOwnedBy(t, "n0", c.ids)
+	held, err := c.nodes["n0"].Acquire(ctx, "c", key, 1)
+	if err != nil || !held.Granted {
+		t.Fatalf("first acquire: %+v %v", held, err)
+	}
+	if r, err := c.nodes["n1"].Acquire(ctx, "c", key, 1); err != nil || r.Granted {
+		t.Fatalf("acquire without a wait on a full key: %+v %v, want refused", r, err)
+	}
+	done := make(chan AcquireResult, 1)
+	start := time.Now()
+	go func() {
+		r, err := c.nodes["n1"].AcquireWait(ctx, "c", key, 1, 5*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := c.nodes["n0"].Release(ctx, "c", key, held.Permit.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if !r.Granted || time.Since(start) > 2*time.Second {
+		t.Fatalf("waiting acquire: %+v after %v, want granted soon after the release", r, time.Since(start))
+	}
+	if _, err := c.nodes["n1"].AcquireWait(ctx, "c", key, 1, -time.Second); err == nil {
+		t.Fatal("a negative max wait accepted")
+	}
+}

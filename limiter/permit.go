@@ -38,7 +38,16 @@ const ReleaseTimeout = 5 * time.Second
 // key, ctx.Err() (a permit granted after ctx ended lapses at its expiry),
 // cluster.ErrClosed. release is nil whenever err is not.
 func (l *Limiter) Acquire(ctx context.Context, key string) (release func(), err error) {
-	r, err := l.node.Acquire(ctx, l.rule, key, 1)
+	return l.AcquireWait(ctx, key, 0)
+}
+
+// AcquireWait is Acquire that, when key is at its limit, waits up to
+// maxWait (at most cluster.MaxWait, an hour) in the key's queue at its
+// owner, first come first served, for a permit to be released or lapse.
+// Errors: Acquire's (ErrConcurrencyLimit when the wait ended without a
+// permit), and maxWait outside [0, cluster.MaxWait].
+func (l *Limiter) AcquireWait(ctx context.Context, key string, maxWait time.Duration) (release func(), err error) {
+	r, err := l.node.AcquireWait(ctx, l.rule, key, 1, maxWait)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,7 +17,8 @@ import (
 // ratelimit.proto): a permit of key under a rule of strategy
 // concurrency, through the node's cluster.Node.Acquire. Errors:
 // INVALID_ARGUMENT naming the field (an empty or unknown rule, an empty or
-// over-long key, weight outside 0..MaxHits, 0 meaning 1; a rule whose
+// over-long key, weight outside 0..MaxHits, 0 meaning 1; max_wait_ms
+// outside 0..3,600,000; a rule whose
 // strategy hands out no permits), UNAVAILABLE while the node is not ready
 // or when it closed, the ctx's code when the call's ctx ended.
 func (s *Server) Acquire(ctx context.Context, req *tokenmeshv1.AcquireRequest) (*tokenmeshv1.AcquireResponse, error) {
@@ -34,7 +36,11 @@ func (s *Server) Acquire(ctx context.Context, req *tokenmeshv1.AcquireRequest) (
 		s.metrics.invalid.Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "weight: %d must be between 1 and %d (0 for 1)", req.GetWeight(), MaxHits)
 	}
-	r, err := s.node.Cluster().Acquire(ctx, req.GetRule(), req.GetKey(), weight)
+	if w := req.GetMaxWaitMs(); w < 0 || w > cluster.MaxWait.Milliseconds() {
+		s.metrics.invalid.Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "max_wait_ms: %d must be between 0 and %d", w, cluster.MaxWait.Milliseconds())
+	}
+	r, err := s.node.Cluster().AcquireWait(ctx, req.GetRule(), req.GetKey(), weight, time.Duration(req.GetMaxWaitMs())*time.Millisecond)
 	if err != nil {
 		return nil, permitError(ctx, err, s)
 	}

@@ -109,6 +109,7 @@ type keyPermits struct {
 	held    int64 // sum of the weights and of the leases' slots
 	permits map[uint64]permit
 	leases  map[uint64]*ownerLease // granted to other nodes (lease.go)
+	waiters []*waiter              // acquires waiting for a slot, in arrival order (wait.go)
 }
 
 type permit struct {
@@ -128,6 +129,7 @@ type forward struct {
 	req      strategy.Request
 	owner    strategy.NodeID
 	deadline time.Duration
+	maxWait  time.Duration // waiting mode (wait.go); 0: none
 }
 
 // New builds a node. N is the parameter limit (default the rule's burst).
@@ -212,6 +214,7 @@ func (c *Concurrency) SetMembers(now time.Duration, members []strategy.NodeID, f
 	}
 	c.views = append(c.views, view{since: now, members: m})
 	c.endMovedLeases(now, fx)
+	c.serveAllWaiters(now, fx) // the keys this node no longer owns refuse their queues
 	var gone []uint64
 	for id, f := range c.pending {
 		if !slices.Contains(m, f.owner) {
@@ -370,6 +373,7 @@ func (c *Concurrency) Release(now time.Duration, key string, permit uint64, fx *
 		return
 	}
 	if kp := c.keys[key]; kp != nil && kp.free(permit) {
+		c.serveWaiters(now, key, fx)
 		return
 	}
 	if owner := rendezvous.Owner(key, c.members); owner == c.self {
@@ -393,7 +397,19 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 	switch b := m.Body.(type) {
 	case *peerv1.ConcurrencyMessage_Acquire:
 		a := b.Acquire
+		if a.MaxWaitNs > 0 && len(c.queue(a.Key)) > 0 {
+			// Behind the acquires already waiting.
+			if c.enqueue(now, a.Key, waiter{from: from, id: a.RequestId, weight: a.Weight, received: now, deadline: now + time.Duration(a.MaxWaitNs)}, fx) {
+				return nil
+			}
+			fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
+				RequestId: a.RequestId, Key: a.Key}}}))
+			return nil
+		}
 		id := c.grant(now, a.Key, a.Weight, fx)
+		if id == 0 && a.MaxWaitNs > 0 && c.enqueue(now, a.Key, waiter{from: from, id: a.RequestId, weight: a.Weight, received: now, deadline: now + time.Duration(a.MaxWaitNs)}, fx) {
+			return nil
+		}
 		fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
 			RequestId: a.RequestId, Key: a.Key, Granted: id != 0, Permit: id}}}))
 	case *peerv1.ConcurrencyMessage_Verdict:
@@ -412,11 +428,17 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 		if from != f.owner {
 			return fmt.Errorf("concurrency: verdict for request %d from %s, but it was sent to %s", v.RequestId, from, f.owner)
 		}
+		if v.WaitedNs > int64(f.maxWait) {
+			return fmt.Errorf("concurrency: verdict for request %d from %s: waited_ns %d above the request's max wait %v", v.RequestId, from, v.WaitedNs, f.maxWait)
+		}
 		delete(c.pending, v.RequestId)
 		if v.Granted {
-			c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: f.req.Arrival + c.ttl}
+			// The owner's expiry is its grant + permit_ttl, at least the
+			// acquire's arrival here + its wait there + permit_ttl.
+			expires := f.req.Arrival + time.Duration(v.WaitedNs) + c.ttl
+			c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: expires}
 			c.scheduleSweep(now, fx)
-			fx.DecidePermit(v.RequestId, v.Permit, f.req.Arrival+c.ttl)
+			fx.DecidePermit(v.RequestId, v.Permit, expires)
 		} else {
 			fx.Decide(v.RequestId, false)
 		}
@@ -426,6 +448,7 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 			return nil
 		}
 		if kp := c.keys[r.Key]; kp != nil && kp.free(r.Permit) {
+			c.serveWaiters(now, r.Key, fx)
 			return nil
 		}
 		if rendezvous.Owner(r.Key, c.members) == c.self {
@@ -440,6 +463,7 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 		c.onLeaseGrant(now, from, b.LeaseGrant, fx)
 	case *peerv1.ConcurrencyMessage_LeaseReturn:
 		c.onReturn(from, b.LeaseReturn)
+		c.serveWaiters(now, b.LeaseReturn.Key, fx)
 	}
 	return nil
 }
@@ -475,11 +499,12 @@ func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
 		fx.Decide(id, false)
 	}
 	c.sweepLeases(now, fx)
+	c.serveAllWaiters(now, fx)
 	if c.nextSweep != 0 && c.nextSweep <= now {
 		c.nextSweep = 0
 		for k, kp := range c.keys {
 			kp.expire(now)
-			if len(kp.permits) == 0 && len(kp.leases) == 0 {
+			if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
 				delete(c.keys, k)
 			}
 		}
@@ -539,7 +564,7 @@ func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
 func (c *Concurrency) StateBytes() int {
 	n := 24*(len(c.pending)+len(c.asks)) + 16*len(c.granted)
 	for k, kp := range c.keys {
-		n += len(k) + 24*(len(kp.permits)+len(kp.leases))
+		n += len(k) + 24*(len(kp.permits)+len(kp.leases)) + 40*len(kp.waiters)
 	}
 	for k, ls := range c.leases {
 		n += len(k)

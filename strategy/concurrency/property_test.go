@@ -226,7 +226,8 @@ func propInFlightBound(t *rapid.T) {
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				w := int64(rapid.IntRange(1, 2).Draw(t, "weight"))
 				c.reqKey[c.nextReq] = propHold{key: key, weight: w}
-				d, ok := c.nodes[id].Request(c.now, strategy.Request{ID: c.nextReq, Key: key, Tokens: w, Arrival: c.now}, &fx)
+				wait := []time.Duration{0, 0, 30 * time.Millisecond, 80 * time.Millisecond}[rapid.IntRange(0, 3).Draw(t, "wait")]
+				d, ok := c.nodes[id].RequestWait(c.now, strategy.Request{ID: c.nextReq, Key: key, Tokens: w, Arrival: c.now}, wait, &fx)
 				if ok {
 					c.decided(d)
 				}

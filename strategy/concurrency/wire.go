@@ -18,7 +18,7 @@ const MaxKeyBytes = strategy.MaxKeyStateBytes
 // change state (api/peer/v1/concurrency.proto). Errors name the sender,
 // the message kind, the field and its value: a payload that does not
 // decode, no body, an empty, over-long or non-UTF-8 key, an acquire's
-// weight outside [1, limit], a granted verdict without a permit or a
+// weight outside [1, limit] or max_wait_ns outside [0, MaxWait], a granted verdict without a permit or a
 // refused one with a permit, a release of permit 0, a lease ask's slots
 // outside [1, limit], a lease grant with a lease but no slots (or the
 // reverse) or above limit, a lease return without a lease or with slots
@@ -36,10 +36,16 @@ func (c *Concurrency) decode(from strategy.NodeID, payload []byte) (*peerv1.Conc
 		if w := b.Acquire.Weight; w < 1 || w > c.limit {
 			return nil, fmt.Errorf("concurrency: acquire from %s: key %q: weight %d outside [1, limit %d]", from, b.Acquire.Key, w, c.limit)
 		}
+		if w := b.Acquire.MaxWaitNs; w < 0 || w > int64(MaxWait) {
+			return nil, fmt.Errorf("concurrency: acquire from %s: key %q: max_wait_ns %d outside [0, %v]", from, b.Acquire.Key, w, MaxWait)
+		}
 	case *peerv1.ConcurrencyMessage_Verdict:
 		v := b.Verdict
 		if err := checkKey(v.Key); err != nil {
 			return nil, fmt.Errorf("concurrency: verdict from %s: %w", from, err)
+		}
+		if v.WaitedNs < 0 || (v.WaitedNs > 0 && !v.Granted) {
+			return nil, fmt.Errorf("concurrency: verdict from %s: key %q: waited_ns %d (not negative, 0 on a refusal)", from, v.Key, v.WaitedNs)
 		}
 		if v.Granted != (v.Permit != 0) {
 			return nil, fmt.Errorf("concurrency: verdict from %s: key %q: granted %v with permit %d (a grant has a permit, a refusal none)", from, v.Key, v.Granted, v.Permit)
