@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,13 +35,16 @@ type heldPermit struct {
 // TestConcurrencyE2EKill: 3 nodes, a concurrency rule of limit N = 10
 // (permit_ttl 2s), 20 keys each offered 3x its capacity: an acquire every
 // 1/(3 N / mean hold) (4.2 ms) per key, spread round robin over the live
-// nodes, each granted permit held 50 to 200 ms (uniform) then released.
+// nodes, waiting up to 100 ms at the key's owner when the key is full
+// (max_wait_ms; TOKENMESH_CONC_WAIT=0 for drop mode), each granted permit
+// held 50 to 200 ms (uniform) then released.
 // n2 is killed with SIGKILL 10 s into the load, which runs 35 s. From the
 // clients' own log of (acquire answered, release sent), per key the
 // permits in flight never exceed N at any instant over the whole run; the
 // capacity used (in-flight time over N x keys x time) is at least 95%
-// before the kill and after recovery (from kill + 15 s: detection, then
-// permit_ttl of refusals for the moved keys); the fault window's use is
+// before the kill (from 2 s: clients connect and queues fill) and after
+// recovery (from kill + 15 s: detection, then permit_ttl of refusals for
+// the moved keys); the fault window's use and a per-second series are
 // logged. TOKENMESH_CONC_OUT, when set, receives the numbers.
 func TestConcurrencyE2EKill(t *testing.T) {
 	const (
@@ -56,6 +60,17 @@ func TestConcurrencyE2EKill(t *testing.T) {
 		runFor   = 35 * time.Second
 		maxOps   = 400_000 // bounds the load in count, besides runFor
 	)
+	// Waiting mode (max_wait_ms) by default: a refused acquire would leave
+	// its slot idle until the next arrival; TOKENMESH_CONC_WAIT=0 runs drop
+	// mode (each acquire answered at once).
+	maxWait := 100 * time.Millisecond
+	if v := os.Getenv("TOKENMESH_CONC_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TOKENMESH_CONC_WAIT=%q: %v", v, err)
+		}
+		maxWait = d
+	}
 	c := startCluster(t, localcluster.Config{Nodes: nodes, ProbeInterval: 250 * time.Millisecond,
 		Rules: []rule.Rule{{Name: "conc", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "concurrency",
 			Params: []string{fmt.Sprintf("limit=%d", limit), "permit_ttl=" + ttl.String()}}}})
@@ -108,7 +123,7 @@ func TestConcurrencyE2EKill(t *testing.T) {
 		i := pick()
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 		sent := time.Since(start)
-		r, err := clients[i].Acquire(actx, &tokenmeshv1.AcquireRequest{Rule: "conc", Key: key})
+		r, err := clients[i].Acquire(actx, &tokenmeshv1.AcquireRequest{Rule: "conc", Key: key, MaxWaitMs: maxWait.Milliseconds()})
 		acancel()
 		got := time.Since(start)
 		switch {
@@ -200,11 +215,15 @@ func TestConcurrencyE2EKill(t *testing.T) {
 		}
 		return float64(sum) / (float64(b-a) * limit * nKeys)
 	}
-	warm := 500 * time.Millisecond // the first permits are being taken
+	warm := 2 * time.Second // clients connect, queues fill (the per-second series shows it)
 	before := use(warm, killed)
 	fault := use(killed, killed+recovery)
 	after := use(killed+recovery, end)
 	whole := use(warm, end)
+	var perSec []string // capacity used in each second of the load, %
+	for a := time.Duration(0); a+time.Second <= end; a += time.Second {
+		perSec = append(perSec, fmt.Sprintf("%.0f", 100*use(a, a+time.Second)))
+	}
 	pct := func(ds []time.Duration, q float64) time.Duration {
 		if len(ds) == 0 {
 			return 0
@@ -212,15 +231,16 @@ func TestConcurrencyE2EKill(t *testing.T) {
 		slices.Sort(ds)
 		return ds[int(q*float64(len(ds)-1))].Round(10 * time.Microsecond)
 	}
-	summary := fmt.Sprintf("concurrency e2e: %d nodes, %d keys, N=%d, holds %v-%v, offered %dx (an acquire every %v per key), n2 killed at %v, load %v\n"+
+	summary := fmt.Sprintf("concurrency e2e: %d nodes, %d keys, N=%d, holds %v-%v, offered %dx (an acquire every %v per key, max wait %v), n2 killed at %v, load %v\n"+
 		"  acquires %d: granted %d, refused %d, errors %d; releases answered %d\n"+
 		"  granted acquire round trip p50 %v p99 %v; release round trip p50 %v p99 %v\n"+
 		"  max in flight per key (clients' log): %d (key %s), limit %d\n"+
-		"  capacity used: before the kill %.1f%%, kill to +%v %.1f%%, after %.1f%%, whole run %.1f%%\n",
-		nodes, nKeys, limit, minHold, maxHold, offered, every.Round(time.Microsecond), killed.Round(time.Millisecond), end.Round(time.Millisecond),
+		"  capacity used: before the kill %.1f%%, kill to +%v %.1f%%, after %.1f%%, whole run %.1f%%\n"+
+		"  per second (%%): %s\n",
+		nodes, nKeys, limit, minHold, maxHold, offered, every.Round(time.Microsecond), maxWait, killed.Round(time.Millisecond), end.Round(time.Millisecond),
 		ops.Load(), granted.Load(), refused.Load(), errs.Load(), rels.Load(),
 		pct(acqLat, 0.5), pct(acqLat, 0.99), pct(relLat, 0.5), pct(relLat, 0.99), worst, worstKey, limit,
-		100*before, recovery, 100*fault, 100*after, 100*whole)
+		100*before, recovery, 100*fault, 100*after, 100*whole, strings.Join(perSec, " "))
 	t.Log(summary)
 	if p := os.Getenv("TOKENMESH_CONC_OUT"); p != "" {
 		if err := os.WriteFile(p, []byte(summary), 0o644); err != nil {
