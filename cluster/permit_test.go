@@ -25,7 +25,7 @@ func TestAcquireRelease(t *testing.T) {
 	if r, err := c.nodes["n0"].Acquire(ctx, "c", "k", 1); err != nil || r.Granted || r.Limit != 3 {
 		t.Fatalf("acquire right after the start: %+v, %v; want refused, limit 3", r, err)
 	}
-	time.Sleep(ttl + 50*time.Millisecond)
+	time.Sleep(2*ttl + 50*time.Millisecond) // permit_ttl, then join_wait (default: permit_ttl)
 	var mu sync.Mutex
 	var got []Permit
 	var wg sync.WaitGroup
@@ -94,7 +94,7 @@ func TestAcquireWait(t *testing.T) {
 	c := newCluster(t, 2, false, rule.Rule{Name: "c", Rate: slow, Burst: 1, Strategy: "concurrency", Params: []string{"limit=1", "permit_ttl=300ms", "timeout=1s"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(650 * time.Millisecond) // permit_ttl + join_wait
 	key := keyOwnedBy(t, "n0", c.ids)
 	held, err := c.nodes["n0"].Acquire(ctx, "c", key, 1)
 	if err != nil || !held.Granted {

@@ -92,7 +92,7 @@ func TestUnaryRateOverGRPC(t *testing.T) {
 // handler returned, a call passes again.
 func TestUnaryConcurrencyReleasesWhenHandlerReturns(t *testing.T) {
 	n := startNode(t)
-	time.Sleep(60 * time.Millisecond) // no permit within permit_ttl of the start
+	time.Sleep(110 * time.Millisecond) // no permit within permit_ttl + join_wait of the start
 	lim, err := New(Options{Rule: "conc", Key: "{header:x-tenant}", Checker: httplimit.LocalNode(n), Concurrency: true})
 	if err != nil {
 		t.Fatal(err)

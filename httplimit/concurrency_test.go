@@ -26,7 +26,7 @@ func TestConcurrencyReleasesWhenHandlerReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	time.Sleep(60 * time.Millisecond) // no permit within permit_ttl of the start
+	time.Sleep(110 * time.Millisecond) // no permit within permit_ttl + join_wait of the start
 	mw, err := New(Options{Rule: "conc", Key: "{header:x-tenant}", Checker: LocalNode(node), Concurrency: true})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ func TestAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	time.Sleep(60 * time.Millisecond) // no permit within permit_ttl of the start
+	time.Sleep(110 * time.Millisecond) // no permit within permit_ttl + join_wait of the start
 	l, err := n.Limiter("conc")
 	if err != nil {
 		t.Fatal(err)

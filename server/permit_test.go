@@ -22,7 +22,7 @@ func permitServer(t *testing.T) *Server {
 	t.Helper()
 	rules := append(testRules(), rule.Rule{Name: "conc", Rate: slow, Burst: 1, Strategy: "concurrency", Params: []string{"limit=2", "permit_ttl=50ms"}})
 	s := New(startTestNode(t, rules), rules)
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(110 * time.Millisecond) // permit_ttl + join_wait (default: permit_ttl)
 	return s
 }
 

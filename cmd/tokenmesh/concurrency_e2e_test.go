@@ -74,7 +74,7 @@ func TestConcurrencyE2EKill(t *testing.T) {
 	c := startCluster(t, localcluster.Config{Nodes: nodes, ProbeInterval: 250 * time.Millisecond,
 		Rules: []rule.Rule{{Name: "conc", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "concurrency",
 			Params: []string{fmt.Sprintf("limit=%d", limit), "permit_ttl=" + ttl.String()}}}})
-	time.Sleep(ttl + 500*time.Millisecond) // a node grants nothing for permit_ttl after it starts or its keys move
+	time.Sleep(2*ttl + 500*time.Millisecond) // a node grants nothing for permit_ttl + join_wait (default permit_ttl) after it starts
 
 	keys := make([]string, nKeys)
 	deadKeys := 0

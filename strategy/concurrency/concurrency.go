@@ -37,9 +37,16 @@
 //     then N again.
 //
 // The price: after a membership change, the keys that moved are refused
-// for permit_ttl, and a node refuses every key for permit_ttl after it
-// starts (PartitionAvailable only; conserve does not apply: a side
-// cannot know what the other side's owner granted).
+// for permit_ttl, and a node refuses every key for permit_ttl + join_wait
+// after it starts (PartitionAvailable only; conserve does not apply: a
+// side cannot know what the other side's owner granted). The bound is
+// checked by TestPropertyInFlightBound; docs/CONCURRENCY.md has the
+// measurements.
+//
+// A node that starts waits join_wait more (default permit_ttl, + lease_ttl
+// with leases): its peers, until they see it (back), still grant its keys
+// as their owner; a restart or join every peer sees within join_wait is
+// no split.
 //
 // Hot keys (parameter lease = K > 0; lease.go): a node that forwarded K
 // acquires of a key within lease_ttl leases up to K slots from its owner
@@ -82,6 +89,7 @@ type Concurrency struct {
 	leaseSlots int64
 	leaseTTL   time.Duration
 	window     time.Duration
+	startWait  time.Duration // more wait after a start, for the peers to see this node (join_wait)
 
 	blockedUntil time.Duration // no grant before: Start + ttl, or after forgetting views
 	views        []view        // the views of the last ttl, oldest first; the last is current
@@ -158,6 +166,7 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 	}
 	c.leaseSlots = int64(v.Int("lease"))
 	c.leaseTTL = v.Duration("lease_ttl")
+	c.startWait = v.DurationOr("join_wait", -1) // -1: the default, W (below)
 	switch {
 	case c.limit < 1:
 		return nil, fmt.Errorf("concurrency: limit %d: want at least 1 permit in flight per key", c.limit)
@@ -173,6 +182,12 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 	c.window = c.ttl
 	if c.leaseSlots > 0 {
 		c.window += c.leaseTTL
+	}
+	if c.startWait == -1 {
+		c.startWait = c.window
+	}
+	if c.startWait < 0 || c.startWait > MaxTTL {
+		return nil, fmt.Errorf("concurrency: join_wait %v: want a duration in [0, %v]", c.startWait, MaxTTL)
 	}
 	c.members = sortedWith(cfg.Members, cfg.Self)
 	return c, nil
@@ -191,11 +206,12 @@ func (c *Concurrency) Limit() int64 { return c.limit }
 // TTL is permit_ttl.
 func (c *Concurrency) TTL() time.Duration { return c.ttl }
 
-// Start begins the node's first view; it grants nothing before now +
-// permit_ttl (it may be a restart: the permits it granted before are
-// unknown to it).
+// Start begins the node's first view; it grants nothing before now + W
+// (it may be a restart: the permits it granted before are unknown to it)
+// + join_wait (the peers, until they see it back, still grant its keys as
+// their owner; those permits lapse W after they do).
 func (c *Concurrency) Start(now time.Duration, fx *strategy.Effects) {
-	c.blockedUntil = now + c.window
+	c.blockedUntil = now + c.window + c.startWait
 	c.views = []view{{since: now, members: c.members}}
 }
 

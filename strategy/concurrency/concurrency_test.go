@@ -2,6 +2,7 @@ package concurrency
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,13 @@ import (
 
 var three = []strategy.NodeID{"n0", "n1", "n2"}
 
+// newNode builds a node; join_wait is 0 unless params set it (the tests
+// count the start's wait as permit_ttl).
 func newNode(t *testing.T, self strategy.NodeID, members []strategy.NodeID, params ...string) *Concurrency {
 	t.Helper()
+	if !slices.ContainsFunc(params, func(p string) bool { return strings.HasPrefix(p, "join_wait=") }) {
+		params = append([]string{"join_wait=0s"}, params...)
+	}
 	s, err := New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
 		Rand: rand.New(rand.NewPCG(1, uint64(len(self)))), Params: mustParams(t, params...)})
 	if err != nil {
@@ -95,6 +101,31 @@ func TestTakeoverWaitsForTTL(t *testing.T) {
 	d, ok = s.Request(crash+time.Second, strategy.Request{ID: 2, Key: key, Tokens: 1, Arrival: crash + time.Second}, &fx)
 	if !ok || !d.Allowed {
 		t.Fatalf("new owner refused %+v (decided %v) permit_ttl after taking the key over", d, ok)
+	}
+}
+
+// TestJoinWait: by default a node that starts waits permit_ttl twice: once
+// for its own former permits, once for those its peers grant as its keys'
+// owner until they see it back.
+func TestJoinWait(t *testing.T) {
+	s := newNode(t, "n0", []strategy.NodeID{"n0"}, "permit_ttl=1s", "join_wait=1s")
+	var fx strategy.Effects
+	s.Start(0, &fx)
+	for _, tc := range []struct {
+		at   time.Duration
+		want bool
+	}{{time.Second, false}, {2*time.Second - 1, false}, {2 * time.Second, true}} {
+		if d, _ := s.Request(tc.at, strategy.Request{ID: 1, Key: "k", Tokens: 1, Arrival: tc.at}, &fx); d.Allowed != tc.want {
+			t.Errorf("at %v: allowed %v, want %v", tc.at, d.Allowed, tc.want)
+		}
+	}
+	d, err := New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0"}, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1,
+		Rand: rand.New(rand.NewPCG(1, 1)), Params: mustParams(t, "permit_ttl=1s", "lease=1", "lease_ttl=500ms")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.startWait != 1500*time.Millisecond {
+		t.Errorf("default join_wait with leases %v, want permit_ttl + lease_ttl = 1.5s", d.startWait)
 	}
 }
 

@@ -20,6 +20,13 @@
 //     (off) to limit.
 //   - lease_ttl (duration, default 1s): how long a lessee grants from a lease
 //     (from its ask); also the hot window. Positive, at most 1h.
+//   - join_wait (duration, default permit_ttl (+ lease_ttl with leases)): how
+//     much longer than permit_ttl (+ lease_ttl) a node that starts waits
+//     before it grants: the peers, until their failure detector sees it
+//     (back), still grant its keys as their owner, and those permits lapse
+//     permit_ttl after they see it. With the default, a restart or join seen
+//     by every peer within permit_ttl never takes a key above N; 0 leaves the
+//     split of a restart (up to 2N for permit_ttl). In [0, 1h].
 //   - timeout (duration, default 3*latency_hint + 100ms): how long a node
 //     waits for the owner's verdict on a forwarded acquire before it refuses
 //     the request (a verdict that comes later is released at once); positive.
@@ -39,6 +46,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "K > 0 leases permits to nodes where a key is hot: a node that forwarded K acquires of a key within lease_ttl asks its owner for a lease of up to K slots and grants the key's permits itself from it until lease_ttl after it asked, with no round trip; the owner counts the slots until lease_ttl + permit_ttl (less those returned). It lengthens the takeover wait to permit_ttl + lease_ttl. 0 (off) to limit."},
 	{Name: "lease_ttl", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
 		Doc: "how long a lessee grants from a lease (from its ask); also the hot window. Positive, at most 1h."},
+	{Name: "join_wait", Type: strategy.ParamDuration, Default: "permit_ttl (+ lease_ttl with leases)", Example: "0s",
+		Doc: "how much longer than permit_ttl (+ lease_ttl) a node that starts waits before it grants: the peers, until their failure detector sees it (back), still grant its keys as their owner, and those permits lapse permit_ttl after they see it. With the default, a restart or join seen by every peer within permit_ttl never takes a key above N; 0 leaves the split of a restart (up to 2N for permit_ttl). In [0, 1h]."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "300ms",
 		Doc: "how long a node waits for the owner's verdict on a forwarded acquire before it refuses the request (a verdict that comes later is released at once); positive."},
 }
