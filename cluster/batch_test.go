@@ -297,8 +297,14 @@ func TestDecisionRemaining(t *testing.T) {
 			if info.Name == "owner" {
 				params = []string{"hold=0s"}
 			}
+			if info.Name == "concurrency" {
+				params = []string{"permit_ttl=1ms"} // it grants nothing for permit_ttl after its start
+			}
 			c := newCluster(t, 1, false, rule.Rule{Name: "r", Rate: slow, Burst: 30, Strategy: info.Name, Params: params},
 				rule.Rule{Name: "hidden", Rate: slow, Burst: 30, Strategy: info.Name, Params: params})
+			if info.Name == "concurrency" {
+				time.Sleep(5 * time.Millisecond)
+			}
 			n := c.nodes["n0"]
 			hideRemainer(t, n, "hidden")
 			if d := check(t, n, "hidden", "k", 1); d.Remaining != -1 {

@@ -33,6 +33,13 @@ type CheckResult struct {
 	// reservation, how long after the check reached the node the caller
 	// may proceed; 0 otherwise.
 	Delay time.Duration
+	// Permit is, under a rule whose strategy hands out permits
+	// (strategy.Releaser: concurrency) and when Allowed, the permit's id
+	// (not 0), for Release; 0 otherwise.
+	Permit uint64
+	// PermitExpires is when Permit lapses by itself (wall clock); zero
+	// without a permit.
+	PermitExpires time.Time
 }
 
 // BatchItem is one check of a CheckBatch: Tokens tokens of Key under the

@@ -505,7 +505,13 @@ func TestEveryStrategyRuns(t *testing.T) {
 			if info.Name == "owner" {
 				params = []string{"hold=1ms", "timeout=1s"}
 			}
+			if info.Name == "concurrency" {
+				params = []string{"permit_ttl=1ms", "timeout=1s"} // it grants nothing for permit_ttl after its start
+			}
 			c := newCluster(t, 3, false, rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 30, Strategy: info.Name, Params: params})
+			if info.Name == "concurrency" {
+				time.Sleep(5 * time.Millisecond)
+			}
 			admitted := 0
 			for i := range 30 {
 				n := c.nodes[c.ids[i%3]]

@@ -20,11 +20,12 @@ const (
 	evExpected
 	evInspect
 	evLeave
-	evRules  // SetRules (reload.go)
-	evHint   // SetLatencyHint (hint.go)
-	evQuota  // QuotaUsage, QuotaDetach (quota.go)
-	evRefund // Refund (refund.go)
-	evDerive // EnsureDerived (derived.go)
+	evRules   // SetRules (reload.go)
+	evHint    // SetLatencyHint (hint.go)
+	evQuota   // QuotaUsage, QuotaDetach (quota.go)
+	evRefund  // Refund (refund.go)
+	evDerive  // EnsureDerived (derived.go)
+	evRelease // Release (permit.go)
 )
 
 type event struct {
@@ -48,6 +49,7 @@ type event struct {
 	hint   time.Duration // evHint (hint.go)
 	quota  *quotaCall    // evQuota (quota.go)
 	derive *deriveCall   // evDerive (derived.go)
+	permit uint64        // evRelease (permit.go)
 }
 
 // deliver is the transport's receive callback: it queues the frame for the
@@ -234,6 +236,9 @@ func (n *Node) handle(ev event) {
 	case evRefund:
 		n.handleRefund(now, ev)
 		close(ev.done)
+	case evRelease:
+		n.handleRelease(now, ev)
+		close(ev.done)
 	case evExpected:
 		if !slices.Equal(ev.members, n.expected) {
 			now = n.fastCloseAll(now, true)
@@ -325,7 +330,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
 			}
 		}
-		p.answer(result{d: CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}})
+		p.answer(result{d: withPermit(CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}, now, d)})
 	})
 	return now
 }
@@ -349,7 +354,7 @@ func (ld loopDriver) Decided(rule int, d strategy.Decision) {
 	now := n.last
 	delete(rs.pending, d.RequestID)
 	rs.c.pending.Add(-1)
-	p.answer(result{d: CheckResult{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}})
+	p.answer(result{d: withPermit(CheckResult{Allowed: d.Allowed, Async: true, Wait: now - p.arrival, Remaining: -1, Delay: max(d.Delay-(now-p.arrival), 0)}, now, d)})
 }
 
 // Send hands a frame of rule to the transport, counted: at the end of the

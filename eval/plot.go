@@ -53,6 +53,7 @@ var strategyPalette = []string{
 	"#44AA99", // teal
 	"#CC6677", // rose
 	"#DDCC77", // sand
+	"#AA4499", // purple (Tol's muted too)
 }
 
 // strategyColor is name's colour, "#RRGGBB", the same in every plot (the

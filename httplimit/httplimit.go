@@ -162,10 +162,10 @@ func Local(node batchChecker, rules []rule.Rule) Checker {
 	for _, r := range rules {
 		byName[r.Name] = r
 	}
-	return localChecker(node, func(rule string) (float64, int64, bool) {
+	return withAcquire(localChecker(node, func(rule string) (float64, int64, bool) {
 		r, ok := byName[rule]
 		return r.Rate.PerSec(), r.Burst, ok
-	})
+	}), node)
 }
 
 // LocalNode is a Checker over an in-process limiter.Node (the embedded
@@ -176,13 +176,13 @@ func Local(node batchChecker, rules []rule.Rule) Checker {
 //	node, _ := limiter.Start(ctx, limiter.Config{Rules: rules})
 //	mw, _ := httplimit.New(httplimit.Options{Rule: "api", Checker: httplimit.LocalNode(node)})
 func LocalNode(node *limiter.Node) Checker {
-	return localChecker(node.Cluster(), func(rule string) (float64, int64, bool) {
+	return withAcquire(localChecker(node.Cluster(), func(rule string) (float64, int64, bool) {
 		lim, err := node.Limiter(rule)
 		if err != nil {
 			return 0, 0, false
 		}
 		return lim.Limit(), lim.Burst(), true
-	})
+	}), node.Cluster())
 }
 
 // localChecker is Local and LocalNode: lookup gives a rule's rate (tokens
@@ -275,6 +275,12 @@ type Options struct {
 	// header that does not parse is ignored (the time of receipt is used)
 	// and handed to OnEdgeHeaderError.
 	EdgeHeader string
+	// Concurrency, when true, limits requests in flight instead of their
+	// rate: Rule is a rule of strategy concurrency, each request acquires
+	// a permit of its key (Hits is not used) and releases it when the
+	// wrapped handler returns (concurrency.go). The Checker must be an
+	// Acquirer (GRPC, Local over a *cluster.Node, LocalNode).
+	Concurrency bool
 	// OnEdgeHeaderError, when set, is called with each request whose
 	// EdgeHeader does not parse and the error naming why (for a log line
 	// or a counter); nil: such headers are ignored silently.
@@ -314,6 +320,9 @@ func New(opts Options) (*Middleware, error) {
 	if opts.RefusalStatus < 400 || opts.RefusalStatus > 499 {
 		return nil, fmt.Errorf("httplimit: Options.RefusalStatus: %d is not a 4xx status", opts.RefusalStatus)
 	}
+	if _, ok := opts.Checker.(Acquirer); opts.Concurrency && !ok {
+		return nil, fmt.Errorf("httplimit: Options.Concurrency: the Checker %T cannot acquire permits (use GRPC, Local over a *cluster.Node, or LocalNode)", opts.Checker)
+	}
 	kf, err := ParseKey(opts.Key)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: Options.Key: %w", err)
@@ -339,8 +348,19 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			m.opts.OnEdgeHeaderError(r, herr)
 		}
 		ctx, cancel := context.WithTimeout(ContextWithEdgeTime(r.Context(), edge), m.opts.Timeout)
-		res, err := m.opts.Checker.Check(ctx, m.opts.Rule, key, m.opts.Hits)
+		var (
+			res     Result
+			release func()
+		)
+		if m.opts.Concurrency {
+			res, release, err = m.opts.Checker.(Acquirer).Acquire(ctx, m.opts.Rule, key)
+		} else {
+			res, err = m.opts.Checker.Check(ctx, m.opts.Rule, key, m.opts.Hits)
+		}
 		cancel()
+		if release != nil {
+			defer release() // the permit is held while next serves the request
+		}
 		if err != nil {
 			if m.opts.FailClosed {
 				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)

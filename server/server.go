@@ -481,7 +481,7 @@ func writeStatus(_ context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w 
 }
 
 // endpoints lists the HTTP API for routing errors.
-const endpoints = "POST /v1/check, GET /v1/rules, GET /healthz, GET /readyz, GET /metrics"
+const endpoints = "POST /v1/check, GET /v1/rules, POST /v1/acquire, POST /v1/release, GET /healthz, GET /readyz, GET /metrics"
 
 // routingError answers a request no route matches: 404 for an unknown
 // path, 405 for a known path with the wrong method, each naming the

@@ -168,7 +168,19 @@ type Config struct {
 	// nothing: it is not part of the run, which takes the same decisions
 	// with it or without it.
 	Observe func(now time.Duration, live []strategy.Strategy)
+	// Hold, when its Max is above 0, runs the trace as requests that hold
+	// what they are granted for a service time: under a strategy that
+	// hands out permits (strategy.Releaser: concurrency) the node that
+	// received an admitted request releases its permit Hold later, a
+	// duration drawn uniformly in [Min, Max] (seeded by Seed); the outcome
+	// records when the permit was held (Outcome.HeldFrom, HeldUntil). The
+	// zero value: no holds, the run as before, bit for bit. Ours (the
+	// throttling article's "concurrency" limit, seed 003).
+	Hold Hold
 }
+
+// Hold is a service-time distribution: uniform in [Min, Max].
+type Hold struct{ Min, Max time.Duration }
 
 // Outcome is what happened to one request.
 type Outcome struct {
@@ -191,6 +203,11 @@ type Outcome struct {
 	// messages sent from Receive calls; regions.go). A decision neither
 	// Local nor WAN waited for messages within the region only.
 	WAN bool
+	// HeldFrom and HeldUntil are, with Config.Hold and a permit granted
+	// (strategy.Decision.Permit), when the request held it: from its
+	// decision to its release or its expiry, whichever came first
+	// (virtual time). Both 0 otherwise.
+	HeldFrom, HeldUntil time.Duration
 }
 
 // Result is everything a run measured.
@@ -233,6 +250,7 @@ const (
 	prioProxyTimer // a proxy's report timer, or a wake-up of a strategy at a proxy
 	prioWake
 	prioSample
+	prioRelease // a request's hold ends: its node releases its permit (Config.Hold)
 )
 
 type event struct {
@@ -246,6 +264,8 @@ type event struct {
 	epoch   uint32 // node's incarnation (prioWake); the heal's generation (prioReconnect)
 	scen    int32  // scenario event index
 	payload []byte
+	// payloadID is prioRelease's request index.
+	payloadID uint64
 }
 
 // eventBefore orders the event queue by (time, priority, sequence).
@@ -295,8 +315,10 @@ type runner struct {
 	inCall           int8     // what the node is doing in the call whose effects apply carries out (prio*)
 	statSamples      int
 	stateSum         float64
-	topo             *topo // Config.Regions' links and assignment; nil without regions
-	wanCall          bool  // the call in progress handles a WAN-tainted delivery (event.wan)
+	topo             *topo      // Config.Regions' links and assignment; nil without regions
+	wanCall          bool       // the call in progress handles a WAN-tainted delivery (event.wan)
+	holdRnd          *rand.Rand // Config.Hold's draws; nil without holds
+	permits          []uint64   // with Config.Hold: each request's permit (0: none)
 }
 
 // Run simulates cfg over trace: NewWorld, then World.Finish. Errors: an
@@ -326,6 +348,10 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		receivedBy: make([]int32, len(trace.Requests)),
 	}
 	var err error
+	if cfg.Hold.Max > 0 {
+		r.holdRnd = rand.New(rand.NewPCG(cfg.Seed, 0x686f6c64))
+		r.permits = make([]uint64, len(trace.Requests))
+	}
 	if r.topo, err = newTopo(cfg, trace); err != nil {
 		return nil, err
 	}
@@ -354,6 +380,9 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 func checkConfig(trace *workload.Trace, cfg Config) error {
 	if cfg.Nodes < 1 {
 		return fmt.Errorf("sim: %d nodes; need at least 1", cfg.Nodes)
+	}
+	if cfg.Hold.Min < 0 || cfg.Hold.Max < cfg.Hold.Min {
+		return fmt.Errorf("sim: hold [%v, %v]: want 0 <= min <= max", cfg.Hold.Min, cfg.Hold.Max)
 	}
 	if cfg.New == nil || cfg.Assign == nil {
 		return fmt.Errorf("sim: config needs a strategy factory and an assigner")
@@ -548,6 +577,31 @@ func (r *runner) record(d strategy.Decision, local, wan bool) {
 	}
 	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay,
 		WAN: wan && !local}
+	if r.holdRnd != nil && d.Allowed && d.Permit != 0 {
+		hold := r.cfg.Hold.Min
+		if span := r.cfg.Hold.Max - r.cfg.Hold.Min; span > 0 {
+			hold += time.Duration(r.holdRnd.Int64N(int64(span) + 1))
+		}
+		o := &r.res.Outcomes[d.RequestID]
+		o.HeldFrom, o.HeldUntil = r.now, min(r.now+hold, d.Expires)
+		r.permits[d.RequestID] = d.Permit
+		r.push(event{at: r.now + hold, prio: prioRelease, node: r.receivedBy[d.RequestID], payloadID: d.RequestID})
+	}
+}
+
+// release ends request id's hold: its node, if up, releases the permit
+// (a node that crashed meanwhile takes its release with it: the permit
+// lapses at its expiry).
+func (r *runner) release(e event, id uint64) {
+	n := r.nodes[e.node]
+	rel, ok := n.s.(strategy.Releaser)
+	if !n.alive || !ok {
+		return
+	}
+	key := r.trace.Requests[id].Key
+	permit := r.permits[id]
+	r.inCall = prioRelease
+	n.h.Do(r.now, 0, func(_ strategy.Strategy, fx *strategy.Effects) { rel.Release(r.now, key, permit, fx) })
 }
 
 // simDriver is node i's host.Driver: virtual time around the Host. The
@@ -630,6 +684,8 @@ func (r *runner) step(e event) {
 		n.h.Tick(r.now, 0)
 	case prioMembership:
 		r.membership(e)
+	case prioRelease:
+		r.release(e, e.payloadID)
 	case prioScenario:
 		r.scenario(r.cfg.Scenario.Events[e.scen])
 	case prioReconnect:

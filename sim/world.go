@@ -45,9 +45,10 @@ const (
 	EventSample                      // the state sizes were sampled
 	EventInjected                    // a fault injected with Crash, Restart, Partition or Heal
 	EventProxy                       // a message between proxy Event.Node and its node arrived, or the proxy's timer fired (Config.Proxies)
+	EventRelease                     // Event.Node released the permit of request Event.Request at the end of its hold (Config.Hold)
 )
 
-var eventKindNames = [...]string{"deliver", "membership", "scenario", "reconnect", "request", "wake", "sample", "injected", "proxy"}
+var eventKindNames = [...]string{"deliver", "membership", "scenario", "reconnect", "request", "wake", "sample", "injected", "proxy", "release"}
 
 func (k EventKind) String() string {
 	if k < 0 || int(k) >= len(eventKindNames) {
@@ -318,6 +319,8 @@ func (w *World) stepQueued() {
 		ev.Kind = EventSample
 	case prioProxy, prioProxyTimer:
 		ev.Kind, ev.Node = EventProxy, r.px.all[e.node].name
+	case prioRelease:
+		ev.Kind, ev.Node, ev.Request = EventRelease, r.nodes[e.node].id, int(e.payloadID)
 	}
 	w.after(ev)
 }

@@ -57,6 +57,14 @@ type Decision struct {
 	// arrival an admitted request may proceed: its tokens are reserved
 	// for then. 0 outside waiting mode and for refusals.
 	Delay time.Duration
+	// Permit is, for an admitted request of a strategy that hands out
+	// permits (Releaser: concurrency), the permit's id (not 0), to be
+	// given back with Releaser.Release; 0 otherwise.
+	Permit uint64
+	// Expires is when Permit lapses by itself (strategy time of the node
+	// that took the request; a holder must be done by then); 0 without a
+	// permit.
+	Expires time.Duration
 }
 
 // Message is a peer message a strategy asks its driver to send. Payload is
@@ -94,6 +102,13 @@ func (fx *Effects) Decide(id uint64, allowed bool) {
 // request's arrival; 0 for a refusal).
 func (fx *Effects) DecideAfter(id uint64, allowed bool, delay time.Duration) {
 	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: allowed, Delay: delay})
+}
+
+// DecidePermit completes an earlier pending request with a granted
+// permit (Releaser): id the request, permit its id (not 0), expires when
+// it lapses (absolute strategy time).
+func (fx *Effects) DecidePermit(id, permit uint64, expires time.Duration) {
+	fx.Decisions = append(fx.Decisions, Decision{RequestID: id, Allowed: true, Permit: permit, Expires: expires})
 }
 
 // TakeDecision removes the decision on request id from fx.Decisions and
@@ -239,6 +254,17 @@ type Remainer interface {
 	// (for strategies that split the limit, the node's own share), and
 	// false when the node has no view of key (it is decided elsewhere).
 	Remaining(now time.Duration, key string) (tokens int64, ok bool)
+}
+
+// Releaser is implemented by strategies whose admitted requests hold a
+// permit until released (concurrency: at most N requests of a key in
+// flight, the throttling article's "concurrency" limit): every Decision
+// that admits carries a Permit and its Expires. Release gives the permit
+// back before it expires; a permit never released lapses at Expires. A
+// release of a permit that is unknown, already released or expired
+// changes nothing (releases are idempotent). Ours.
+type Releaser interface {
+	Release(now time.Duration, key string, permit uint64, fx *Effects)
 }
 
 // Readier is implemented by strategies whose node, once started, may need

@@ -84,6 +84,10 @@ type contract struct {
 //     drlest/doc.go): none of the envelope checks apply.
 //   - fps: sub-token buckets whose rates are estimates up to an interval
 //     old: no exact bound (drlest/doc.go).
+//   - concurrency: not a token bucket but a limit on permits in flight
+//     (rate 0, burst N, permits back on release or expiry); the envelope
+//     checks do not apply. Its bound (N in flight, s*N during a split) is
+//     checked by its own property test (strategy/concurrency).
 var contracts = map[string]contract{
 	"central":     {bucket: true, exact: true, exactUnderLoss: true},
 	"local":       {bucket: true},
@@ -99,6 +103,7 @@ var contracts = map[string]contract{
 	"fixedwindow": {},
 	"grd":         {},
 	"fps":         {bucket: true},
+	"concurrency": {},
 }
 
 // TestEveryStrategyHasAContract fails when a strategy is registered

@@ -13,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/adaptive"
+	"github.com/tokenmesh/tokenmesh/strategy/concurrency"
 	"github.com/tokenmesh/tokenmesh/strategy/drlest"
 	"github.com/tokenmesh/tokenmesh/strategy/fixedwindow"
 	"github.com/tokenmesh/tokenmesh/strategy/gcounter"
@@ -76,6 +77,8 @@ var registry = []Info{
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return drlest.New(drlest.GRD, cfg) }},
 	{Name: "fps", Params: drlest.Params, Summary: "Flow Proportional Share, an estimation-based baseline: every node sends its per-key demand estimate to all and sets its sub-token bucket to its demand's share of (r, b) every interval", Source: "GDRL §I-C (Raghavan et al. 2007)",
 		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return drlest.New(drlest.FPS, cfg) }},
+	{Name: concurrency.Name, Params: concurrency.Params, Summary: "at most N requests of a key in flight across the cluster: the key's owner (rendezvous) holds its permits (id, expiry), given back by release or lapsing after permit_ttl; a node refuses the keys it takes over for permit_ttl", Source: "003 (concurrency; ours)",
+		NotInAll: true, New: func(cfg strategy.Config) (strategy.Strategy, error) { return concurrency.New(cfg) }},
 }
 
 // CheckParams checks the strategy's parameters p (unprefixed, as

@@ -6,6 +6,8 @@
 //
 //   POST /v1/check  CheckRequest  -> CheckResponse
 //   GET  /v1/rules  (no body)     -> ListRulesResponse
+//   POST /v1/acquire AcquireRequest -> AcquireResponse
+//   POST /v1/release ReleaseRequest -> ReleaseResponse
 //
 // In JSON, field names are as written here (snake_case) and 64-bit integers
 // are strings on output ("burst": "20"); numbers are accepted on input.
@@ -33,6 +35,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RateLimitService_Check_FullMethodName     = "/tokenmesh.v1.RateLimitService/Check"
 	RateLimitService_ListRules_FullMethodName = "/tokenmesh.v1.RateLimitService/ListRules"
+	RateLimitService_Acquire_FullMethodName   = "/tokenmesh.v1.RateLimitService/Acquire"
+	RateLimitService_Release_FullMethodName   = "/tokenmesh.v1.RateLimitService/Release"
 )
 
 // RateLimitServiceClient is the client API for RateLimitService service.
@@ -54,6 +58,22 @@ type RateLimitServiceClient interface {
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 	// ListRules returns the node's rules, in configuration order.
 	ListRules(ctx context.Context, in *ListRulesRequest, opts ...grpc.CallOption) (*ListRulesResponse, error)
+	// Acquire asks for a permit of key under a rule of strategy concurrency
+	// (at most the rule's limit N of a key in flight across the cluster; the
+	// throttling article's "concurrency" limit). Granted: a permit id and
+	// its expiry; the caller must Release it when done, and be done by the
+	// expiry (a permit never released lapses then). Refused (granted false)
+	// when N are in flight, the key's owner did not answer in time, or took
+	// the key over less than permit_ttl ago. INVALID_ARGUMENT naming the
+	// field for an empty or unknown rule, an empty or over-long key, weight
+	// outside 1..1,000,000,000, or a rule whose strategy hands out no
+	// permits; UNAVAILABLE while the node is not ready.
+	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// Release gives a permit back (at the key's owner; a release lost on the
+	// way leaves it to lapse at its expiry). Releasing an unknown, released
+	// or lapsed permit succeeds and changes nothing. INVALID_ARGUMENT as
+	// Acquire's, and for permit 0.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 }
 
 type rateLimitServiceClient struct {
@@ -84,6 +104,26 @@ func (c *rateLimitServiceClient) ListRules(ctx context.Context, in *ListRulesReq
 	return out, nil
 }
 
+func (c *rateLimitServiceClient) Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimitServiceClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimitServiceServer is the server API for RateLimitService service.
 // All implementations must embed UnimplementedRateLimitServiceServer
 // for forward compatibility.
@@ -103,6 +143,22 @@ type RateLimitServiceServer interface {
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	// ListRules returns the node's rules, in configuration order.
 	ListRules(context.Context, *ListRulesRequest) (*ListRulesResponse, error)
+	// Acquire asks for a permit of key under a rule of strategy concurrency
+	// (at most the rule's limit N of a key in flight across the cluster; the
+	// throttling article's "concurrency" limit). Granted: a permit id and
+	// its expiry; the caller must Release it when done, and be done by the
+	// expiry (a permit never released lapses then). Refused (granted false)
+	// when N are in flight, the key's owner did not answer in time, or took
+	// the key over less than permit_ttl ago. INVALID_ARGUMENT naming the
+	// field for an empty or unknown rule, an empty or over-long key, weight
+	// outside 1..1,000,000,000, or a rule whose strategy hands out no
+	// permits; UNAVAILABLE while the node is not ready.
+	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// Release gives a permit back (at the key's owner; a release lost on the
+	// way leaves it to lapse at its expiry). Releasing an unknown, released
+	// or lapsed permit succeeds and changes nothing. INVALID_ARGUMENT as
+	// Acquire's, and for permit 0.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }
 
@@ -118,6 +174,12 @@ func (UnimplementedRateLimitServiceServer) Check(context.Context, *CheckRequest)
 }
 func (UnimplementedRateLimitServiceServer) ListRules(context.Context, *ListRulesRequest) (*ListRulesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRules not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedRateLimitServiceServer) mustEmbedUnimplementedRateLimitServiceServer() {}
 func (UnimplementedRateLimitServiceServer) testEmbeddedByValue()                          {}
@@ -176,6 +238,42 @@ func _RateLimitService_ListRules_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimitService_Acquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Acquire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Acquire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimitService_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimitService_ServiceDesc is the grpc.ServiceDesc for RateLimitService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -190,6 +288,14 @@ var RateLimitService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRules",
 			Handler:    _RateLimitService_ListRules_Handler,
+		},
+		{
+			MethodName: "Acquire",
+			Handler:    _RateLimitService_Acquire_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _RateLimitService_Release_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
