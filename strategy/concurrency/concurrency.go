@@ -577,6 +577,9 @@ func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
 
 // StateBytes is the size of the permit tables: per key its length, per
 // permit 24 bytes (id, weight, expiry); plus 24 bytes per pending forward.
+// (Not a strategy.MemoryReporter: a scrape walks the keys with permits
+// held or awaited, which a concurrency limit bounds; strategy/registry's
+// TestMemoryReporters lists it.)
 func (c *Concurrency) StateBytes() int {
 	n := 24*(len(c.pending)+len(c.asks)) + 16*len(c.granted)
 	for k, kp := range c.keys {
