@@ -13,7 +13,9 @@
 // the selector round-robins over them. Theirs: the designated server, the
 // K servers from rendezvous order, and that per-server-quota form
 // (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
-// owner, chosen by request ID). Ours: `replicas=K`, where the first K
+// owner, chosen by request ID; with `split_placement=distinct` sub-bucket i
+// is owned by the key's i-th node in rendezvous order, so the K owners are
+// the key's first K servers, split.go). Ours: `replicas=K`, where the first K
 // servers hold copies of one bucket and only the first decides. The
 // fallback to a local threshold when the owner cannot be reached is Alibaba
 // Sentinel's cluster mode (a token server with local fallback).
@@ -149,7 +151,6 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
@@ -199,7 +200,12 @@ type Owner struct {
 	// (r/K, b_i); tables[0] is table. With split 1, tables is {table}.
 	split  int
 	tables []*buckets.Table
-	caps   []int64 // tables[i]'s burst in ticks: the bound of a peer's level
+	// distinct is split_placement=distinct (split.go): sub-bucket i is
+	// owned by the i-th node of the key's rendezvous order, not by the
+	// sub-key's own pick; rankAll is its scratch for rendezvous.Rank.
+	distinct bool
+	rankAll  []strategy.NodeID
+	caps     []int64 // tables[i]'s burst in ticks: the bound of a peer's level
 	// floors[i] is the lowest level of tables[i] a peer may ship (minus
 	// the larger of the burst and the overdraft's debt, in ticks), debts[i]
 	// sub-bucket i's share of max_debt in tokens (0 without overdraft).
@@ -315,6 +321,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
+	o.distinct = v.Enum("split_placement") == placementDistinct
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
 	}
@@ -415,9 +422,10 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(o.nextSweep)
 }
 
-// primary is key's deciding node in this node's view.
+// primary is key's deciding node in this node's view (a sub-key's under
+// split_placement=distinct: placement, split.go).
 func (o *Owner) primary(key string) strategy.NodeID {
-	return rendezvous.Owner(key, o.members)
+	return o.ownerIn(key, o.members)
 }
 
 // owns reports whether this node owns key in its current view.

@@ -32,6 +32,12 @@
 //   - split (int, sub-buckets, default 1): each key's (r, b) is split over K
 //     in [1, 64] sub-buckets, each owned on its own; every node of a rule must
 //     use the same split.
+//   - split_placement (independent | distinct, default independent): with
+//     split > 1, where the sub-buckets are owned: independent places each
+//     sub-key by its own rendezvous pick (two can share a node), distinct puts
+//     sub-bucket i on the i-th node of the key's rendezvous order, so K <= N
+//     sub-buckets sit on K distinct nodes (the throttling article's K servers
+//     per tenant); every node of a rule must use the same placement.
 //   - overdraft (bool, default false): charges (costs known after the
 //     response: Envoy's apply_on_stream_done hits, limiter's Settle) are taken
 //     whatever the key's level, which goes below zero (a debt, at most
@@ -75,4 +81,6 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "how far in the future a peer's level may be valid (clock skew) before it is refused."},
 	{Name: "split", Type: strategy.ParamInt, Unit: "sub-buckets", Default: "1", Example: "4",
 		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split."},
+	{Name: "split_placement", Type: strategy.ParamEnum, Enum: []string{placementIndependent, placementDistinct}, Default: placementIndependent, Example: placementDistinct,
+		Doc: "with split > 1, where the sub-buckets are owned: independent places each sub-key by its own rendezvous pick (two can share a node), distinct puts sub-bucket i on the i-th node of the key's rendezvous order, so K <= N sub-buckets sit on K distinct nodes (the throttling article's K servers per tenant); every node of a rule must use the same placement."},
 }, slices.Clone(strategy.OverdraftSpecs)...)

@@ -6,12 +6,48 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
 // Split (parameter split=K, the throttling article's per-server quotas; see the package
 // doc): each key's (r, b) is split over K sub-buckets, each a sub-key with
 // its own owner and table.
+//
+// Placement (parameter split_placement): the throttling article selects "K
+// (rather than just one) servers to handle a tenant's traffic" by
+// rendezvous hashing, i.e. the tenant's first K servers in rendezvous
+// order, and spreads the tenant's requests over them.
+//   - independent (the default, the placement of every build before it):
+//     sub-key i is placed like any key, rendezvous.Owner(key+"\x00"+i), so
+//     the K picks are independent and two sub-buckets of a key share a node
+//     with probability 1 - (N-1)!/((N-K)! N^(K-1)) (K=4 of N=10: 50%);
+//     the node holding two of them decides 2/K of the key's requests.
+//   - distinct: sub-bucket i is owned by node i mod N of the key's
+//     rendezvous order (rendezvous.Rank of the key itself) and replicated
+//     on the nodes after it in that order, so the K sub-buckets sit on K
+//     distinct nodes when K <= N (and K > N spreads them evenly, each node
+//     floor(K/N) or ceil(K/N)). When a node leaves, each sub-bucket ranked at
+//     or after it moves one place down the order, to the next node, which
+//     holds its replica (replicas >= 2); a join moves those at or after the
+//     joiner's rank one place up, to a node that gets the level by the
+//     usual hand-over and warm-up. So a membership change moves about
+//     K^2/(2N) sub-buckets of a key where independent picks move K/N: the
+//     price of the distinct nodes, paid only at membership changes.
+//
+// Wire: the sub-key names are the same under both placements, so a peer of
+// either placement accepts the other's forwards and levels. But while nodes
+// disagree on the placement (a config rollout that changes it), a sub-key
+// has two owners, each deciding from its own level of (r/K, b_i): under
+// partition: available a key can admit up to twice its envelope b + r*T over
+// that window (as during a partition; the replica merges keep the more
+// consumed level wherever the two meet, which does not bound it), and under
+// conserve the node that does not own a forwarded sub-key in its view
+// refuses it (false rejections instead). That is why the new placement is a
+// parameter value and not the new behaviour of split: a build upgrade with
+// unchanged parameters places exactly as before, and an operator changes
+// split_placement like split itself, knowing the window.
 
 // maxSplit bounds the split parameter.
 const maxSplit = 64
@@ -61,4 +97,54 @@ func (o *Owner) sortedKeys() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Values of split_placement (see Placement above).
+const (
+	placementIndependent = "independent"
+	placementDistinct    = "distinct"
+)
+
+// placement is the first n nodes among members that hold key's level, in
+// the order they take over as its primary: rendezvous order of key itself,
+// or, for a sub-key under split_placement=distinct, the nodes of its parent
+// key's rendezvous order from the sub-bucket's index on, wrapping around.
+// The result is o.rank, valid until the next call.
+func (o *Owner) placement(key string, members []strategy.NodeID, n int) []strategy.NodeID {
+	parent, i, ok := o.distinctSub(key)
+	if !ok {
+		o.rank = rendezvous.Rank(o.rank[:0], key, members, n)
+		return o.rank
+	}
+	o.rankAll = rendezvous.Rank(o.rankAll[:0], parent, members, len(members))
+	o.rank = o.rank[:0]
+	for j := range min(n, len(o.rankAll)) {
+		o.rank = append(o.rank, o.rankAll[(i+j)%len(o.rankAll)])
+	}
+	return o.rank
+}
+
+// ownerIn is key's primary among members ("" when there are none).
+func (o *Owner) ownerIn(key string, members []strategy.NodeID) strategy.NodeID {
+	if _, _, ok := o.distinctSub(key); !ok {
+		return rendezvous.Owner(key, members)
+	}
+	if p := o.placement(key, members, 1); len(p) > 0 {
+		return p[0]
+	}
+	return ""
+}
+
+// distinctSub is, under split_placement=distinct, key's parent key and
+// sub-bucket index; ok is false otherwise (no split, independent
+// placement, or a key without a valid index: placed as itself).
+func (o *Owner) distinctSub(key string) (parent string, i int, ok bool) {
+	if !o.distinct || o.split == 1 {
+		return "", 0, false
+	}
+	i, err := o.subIndex(key)
+	if err != nil {
+		return "", 0, false
+	}
+	return key[:strings.LastIndexByte(key, 0)], i, true
 }
