@@ -321,6 +321,14 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
+	if v.Has("server_quota") {
+		if v.Has("split") {
+			return nil, fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota))")
+		}
+		if o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota")); err != nil {
+			return nil, err
+		}
+	}
 	o.distinct = v.Enum("split_placement") == placementDistinct
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err

@@ -2,10 +2,12 @@ package owner
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
@@ -97,6 +99,28 @@ func (o *Owner) sortedKeys() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// quotaSplit is the split of a key whose rate is r under the parameter
+// server_quota (tokens/s a node should decide per key): K = ceil(r /
+// quota), at least 1. The throttling article's preset variant: "preset an
+// RPS limit per server per tenant ... the tenant is allowed to send 400 RPS
+// and RPS limit per server per tenant is 100, then the selector knows it
+// should have K = 400 / 100 = 4". Its limitation (a tenant's limit only in
+// increments of the quota) is not ours: each sub-bucket gets r/K <= quota,
+// the article's second method (the per-server limit propagated as R/K).
+// K is the rule's, from its configured rate, so every node computes the same.
+// Errors: a quota not positive and finite, or K above maxSplit.
+func quotaSplit(r bucket.Rate, quota float64) (int, error) {
+	if !(quota > 0) || math.IsInf(quota, 0) {
+		return 0, fmt.Errorf("owner: parameter server_quota=%g must be positive and finite", quota)
+	}
+	// The tolerance keeps 400/100 at 4 whatever the rounding of PerSec.
+	k := math.Ceil(r.PerSec()/quota - 1e-9)
+	if k > maxSplit {
+		return 0, fmt.Errorf("owner: parameter server_quota=%g: rate %g/s needs %g sub-buckets, above split's maximum %d", quota, r.PerSec(), k, maxSplit)
+	}
+	return max(int(k), 1), nil
 }
 
 // Values of split_placement (see Placement above).

@@ -137,3 +137,42 @@ func TestDistinctReplicaTakesOver(t *testing.T) {
 		}
 	}
 }
+
+// TestServerQuotaSetsSplit: the throttling article's example, a tenant
+// allowed 400 RPS with a per-server quota of 100, gets K = 4; 320 RPS gets 4
+// sub-buckets of 80 (the article's second method); a quota above the rate
+// gives 1; bad quotas, K above maxSplit and server_quota with split are
+// errors.
+func TestServerQuotaSetsSplit(t *testing.T) {
+	for _, c := range []struct {
+		rate  int64
+		quota string
+		want  int // 0: an error
+	}{
+		{400, "100", 4}, {320, "100", 4}, {100, "100", 1}, {50, "100", 1}, {401, "100", 5},
+		{1000, "15.625", 64}, {1000, "15", 0}, {400, "0", 0}, {400, "-1", 0}, {400, "+Inf", 0},
+	} {
+		p, err := strategy.ParseParams([]string{"server_quota=" + c.quota})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: c.rate, Per: time.Second}, Burst: 1000,
+			Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
+		switch {
+		case c.want == 0 && err == nil:
+			t.Errorf("rate %d, server_quota=%s: accepted with split %d, want an error", c.rate, c.quota, o.split)
+		case c.want != 0 && err != nil:
+			t.Errorf("rate %d, server_quota=%s: %v", c.rate, c.quota, err)
+		case c.want != 0 && o.split != c.want:
+			t.Errorf("rate %d, server_quota=%s: split %d, want %d", c.rate, c.quota, o.split, c.want)
+		}
+	}
+	p, err := strategy.ParseParams([]string{"server_quota=100", "split=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 400, Per: time.Second}, Burst: 100,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond}); err == nil {
+		t.Fatal("split and server_quota together accepted")
+	}
+}
