@@ -35,8 +35,12 @@ import (
 //     holds its replica (replicas >= 2); a join moves those at or after the
 //     joiner's rank one place up, to a node that gets the level by the
 //     usual hand-over and warm-up. So a membership change moves about
-//     K^2/(2N) sub-buckets of a key where independent picks move K/N: the
-//     price of the distinct nodes, paid only at membership changes.
+//     K(K+1)/(2N) sub-buckets of a key where independent picks move K/N: the
+//     price of the distinct nodes, paid only at membership changes. Each
+//     move is an ownership change like a key's own (views that differ
+//     during detection route it to both nodes; hand-over, warm-up and the
+//     merge rule apply), so the property bounds hold as they are
+//     (TestSplitDistinctWithinEnvelope, with crashes and loss).
 //
 // Wire: the sub-key names are the same under both placements, so a peer of
 // either placement accepts the other's forwards and levels. But while nodes
