@@ -200,12 +200,7 @@ type Owner struct {
 	// (r/K, b_i); tables[0] is table. With split 1, tables is {table}.
 	split  int
 	tables []*buckets.Table
-	// distinct is split_placement=distinct (split.go): sub-bucket i is
-	// owned by the i-th node of the key's rendezvous order, not by the
-	// sub-key's own pick; rankAll is its scratch for rendezvous.Rank.
-	distinct bool
-	rankAll  []strategy.NodeID
-	caps     []int64 // tables[i]'s burst in ticks: the bound of a peer's level
+	caps   []int64 // tables[i]'s burst in ticks: the bound of a peer's level
 	// floors[i] is the lowest level of tables[i] a peer may ship (minus
 	// the larger of the burst and the overdraft's debt, in ticks), debts[i]
 	// sub-bucket i's share of max_debt in tokens (0 without overdraft).
@@ -273,6 +268,12 @@ type Owner struct {
 	sweepEvery time.Duration
 	nextSweep  time.Duration
 	rank       []strategy.NodeID // scratch for rendezvous.Rank
+
+	// distinct is split_placement=distinct (split.go): sub-bucket i is
+	// owned by the i-th node of the key's rendezvous order, not by the
+	// sub-key's own pick; rankAll is its scratch for rendezvous.Rank.
+	distinct bool
+	rankAll  []strategy.NodeID
 
 	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }

@@ -144,23 +144,39 @@ func (o *Owner) placement(key string, members []strategy.NodeID, n int) []strate
 		o.rank = rendezvous.Rank(o.rank[:0], key, members, n)
 		return o.rank
 	}
-	o.rankAll = rendezvous.Rank(o.rankAll[:0], parent, members, len(members))
 	o.rank = o.rank[:0]
-	for j := range min(n, len(o.rankAll)) {
-		o.rank = append(o.rank, o.rankAll[(i+j)%len(o.rankAll)])
+	m := len(members)
+	order := o.parentOrder(parent, i, members, n)
+	for j := range min(n, m) {
+		o.rank = append(o.rank, order[(i%m+j)%m])
 	}
 	return o.rank
 }
 
-// ownerIn is key's primary among members ("" when there are none).
+// parentOrder is (in o.rankAll) as much of parent's rendezvous order among
+// members as sub-bucket i's first n holders need: the first i mod N + n
+// nodes, or all N when they wrap around.
+func (o *Owner) parentOrder(parent string, i int, members []strategy.NodeID, n int) []strategy.NodeID {
+	m := len(members)
+	if m == 0 {
+		return nil
+	}
+	o.rankAll = rendezvous.Rank(o.rankAll[:0], parent, members, min(i%m+n, m))
+	return o.rankAll
+}
+
+// ownerIn is key's primary among members ("" when there are none). It does
+// not touch o.rank, so a caller may hold placement's result across it.
 func (o *Owner) ownerIn(key string, members []strategy.NodeID) strategy.NodeID {
-	if _, _, ok := o.distinctSub(key); !ok {
+	parent, i, ok := o.distinctSub(key)
+	if !ok {
 		return rendezvous.Owner(key, members)
 	}
-	if p := o.placement(key, members, 1); len(p) > 0 {
-		return p[0]
+	order := o.parentOrder(parent, i, members, 1)
+	if len(order) == 0 {
+		return ""
 	}
-	return ""
+	return order[i%len(members)]
 }
 
 // distinctSub is, under split_placement=distinct, key's parent key and

@@ -176,3 +176,38 @@ func TestServerQuotaSetsSplit(t *testing.T) {
 		t.Fatal("split and server_quota together accepted")
 	}
 }
+
+// TestDistinctPlacementMatchesFullRank: placement ranks only as much of
+// the key's order as it needs; it equals the full order read from the
+// sub-bucket's index on, wrapping around, for any number of members, split
+// and holders (also more than the members).
+func TestDistinctPlacementMatchesFullRank(t *testing.T) {
+	for nm := 1; nm <= 12; nm++ {
+		ms := tenNodes()
+		for len(ms) < nm {
+			ms = append(ms, strategy.NodeID(fmt.Sprintf("n%d", len(ms))))
+		}
+		ms = ms[:nm]
+		for _, k := range []int{2, 3, 7, 13} {
+			o := splitNode(t, ms[0], ms, k, "distinct")
+			for j := range 20 {
+				key := fmt.Sprintf("key%d", j)
+				full := rendezvous.Rank(nil, key, ms, nm)
+				for i := range k {
+					for n := 1; n <= 4; n++ {
+						var want []strategy.NodeID
+						for x := range min(n, nm) {
+							want = append(want, full[(i+x)%nm])
+						}
+						if got := o.placement(subKey(key, i), ms, n); !slices.Equal(got, want) {
+							t.Fatalf("%d members, split %d, %q, %d holders: %v, want %v", nm, k, subKey(key, i), n, got, want)
+						}
+						if got := o.ownerIn(subKey(key, i), ms); got != want[0] {
+							t.Fatalf("%d members, split %d, %q: owner %s, want %s", nm, k, subKey(key, i), got, want[0])
+						}
+					}
+				}
+			}
+		}
+	}
+}
