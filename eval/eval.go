@@ -134,6 +134,11 @@ type Result struct {
 	// the event counts). Set by Run (every sim report); absent in a
 	// replay's.
 	Convergence *ConvergenceStats `json:"convergence,omitempty"`
+	// HotServer is the hot-server measure of the run (HotServer: max over
+	// nodes of the decisions each took / mean over nodes, the throttling
+	// article's "hot server"). Set by Run (every sim report); absent in a
+	// replay's. Last, so that the older fields keep their bytes.
+	HotServer *HotServerStats `json:"hot_server,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -297,6 +302,8 @@ func Run(opts Options) (*Report, error) {
 		}
 		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
 		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold, spec.Horizon)
+		hot := HotServer(res.Outcomes, res.NodeNames)
+		r.HotServer = &hot
 		rep.Results = append(rep.Results, r)
 		rep.Series.add(s.Name, reqs, allowed)
 	}

@@ -55,6 +55,9 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 	if rep.Setup.Topology != nil {
 		defs = append(defs, regionDefs...)
 	}
+	if hasHotServer(rep) {
+		defs = append(defs, metricDef{"hot srv", "the hot-server measure (the throttling article's \"hot server\"): max over nodes of the requests a node decided / mean over nodes; a forwarded request counts at the node whose verdict decided it; 1 = even, N = one node of N decided everything"})
+	}
 	if undecided {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
 	}
@@ -72,7 +75,7 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		}
 		cols = nil
 	}
-	for _, c := range resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil) {
+	for _, c := range resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil, hasHotServer(rep)) {
 		var who []string
 		for _, r := range rep.Results {
 			if c.json != "" && slices.Contains(r.NotMeasured, c.json) {
@@ -109,8 +112,8 @@ type column struct {
 }
 
 // resultColumns are the results table's columns, in order; the undecided,
-// shortfall, proxy and region columns only when asked for.
-func resultColumns(undecided, shortfall, proxies, regions bool) []column {
+// shortfall, proxy, region and hot-server columns only when asked for.
+func resultColumns(undecided, shortfall, proxies, regions, hot bool) []column {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	cols := []column{
 		{"strategy", "", 0, func(r Result) string { return r.Strategy }},
@@ -138,6 +141,14 @@ func resultColumns(undecided, shortfall, proxies, regions bool) []column {
 	}
 	if regions {
 		cols = append(cols, regionColumns()...)
+	}
+	if hot {
+		cols = append(cols, column{"hot srv", "hot_server", 2, func(r Result) string {
+			if r.HotServer == nil {
+				return ""
+			}
+			return f(r.HotServer.MaxOverMean, 2)
+		}})
 	}
 	if undecided {
 		cols = append(cols, column{"undecided", "undecided", 1, func(r Result) string { return strconv.Itoa(r.Undecided) }})
@@ -167,7 +178,7 @@ func resultTable(rep *Report) (header []string, rows [][]string, groups []int, u
 			shortfall = true
 		}
 	}
-	cols := resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil)
+	cols := resultColumns(undecided, shortfall, rep.Setup.Proxies != nil, rep.Setup.Topology != nil, hasHotServer(rep))
 	for _, c := range cols {
 		header = append(header, c.header)
 		groups = append(groups, c.group)

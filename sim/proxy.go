@@ -318,7 +318,7 @@ func (r *runner) proxyRequest(i int, req *workload.Request) {
 	switch px.mode {
 	case proxyRLQS:
 		allowed, initial := p.model.Request(r.now, px.bucket(req.Key).id)
-		r.res.Outcomes[i] = Outcome{Allowed: allowed, Decided: true, Local: true}
+		r.res.Outcomes[i] = Outcome{Allowed: allowed, Decided: true, Local: true, Node: -1}
 		if initial != nil {
 			r.sendReport(pi, initial)
 		}
@@ -339,7 +339,7 @@ func (r *runner) proxyRequest(i int, req *workload.Request) {
 		}
 		p.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 			if ok {
-				r.record(d, true, false)
+				r.record(d, true, false, -1)
 			} else {
 				r.pendingDecisions++
 			}
@@ -516,7 +516,7 @@ type proxyDriver struct {
 func (pd proxyDriver) Decided(_ int, d strategy.Decision) {
 	r := pd.r
 	if d.RequestID < uint64(len(r.res.Outcomes)) && !r.res.Outcomes[d.RequestID].Decided {
-		r.record(d, true, false)
+		r.record(d, true, false, -1)
 		r.pendingDecisions--
 	}
 }

@@ -208,6 +208,15 @@ type Outcome struct {
 	// decision to its release or its expiry, whichever came first
 	// (virtual time). Both 0 otherwise.
 	HeldFrom, HeldUntil time.Duration
+	// Node is the node that decided the request, by its index in
+	// Result.NodeNames: the node whose own call (a request, a wake-up, a
+	// membership change) took the decision, or, for a decision taken on
+	// the delivery of a peer's message, that message's sender, whose answer
+	// the request waited for (an owner's verdict, a lease's grant). -1
+	// for a decision at a proxy (Config.Proxies). Meaningful only when
+	// Decided. The hot-server measure counts decisions by it (the
+	// throttling article's "hot server"; eval.HotServer).
+	Node int32
 }
 
 // Result is everything a run measured.
@@ -238,6 +247,8 @@ type Result struct {
 	// Bytes. 0 without regions.
 	WANMessages int64
 	WANBytes    int64
+	// NodeNames are the cluster's nodes by index (Outcome.Node).
+	NodeNames []string
 }
 
 const (
@@ -317,6 +328,7 @@ type runner struct {
 	stateSum         float64
 	topo             *topo      // Config.Regions' links and assignment; nil without regions
 	wanCall          bool       // the call in progress handles a WAN-tainted delivery (event.wan)
+	fromCall         int32      // the sender of the message the call in progress handles (prioDeliver)
 	holdRnd          *rand.Rand // Config.Hold's draws; nil without holds
 	permits          []uint64   // with Config.Hold: each request's permit (0: none)
 }
@@ -435,6 +447,7 @@ func (r *runner) addNodes() error {
 			members[i] = topology.NodeID(cfg.Regions[r.topo.region[i]].Name, i)
 		}
 		r.byName[string(members[i])] = i
+		r.res.NodeNames = append(r.res.NodeNames, string(members[i]))
 	}
 	if err := cfg.Scenario.checkIn(r.byName, cfg.Regions); err != nil {
 		return err
@@ -556,18 +569,19 @@ func (r *runner) injectAt(i, ni int) {
 	// out (then), as the decisions among them may be this one's.
 	n.h.RequestThen(r.now, 0, sreq, r.cfg.MaxWait, func(_ strategy.Strategy, d strategy.Decision, ok bool, _ *strategy.Effects) {
 		if ok {
-			r.record(d, true, false)
+			r.record(d, true, false, int32(ni))
 		} else {
 			r.pendingDecisions++
 		}
 	})
 }
 
-// record sets the outcome of request d.RequestID, decided now; local: by
-// the node that received it without waiting for a peer, or at its proxy.
+// record sets the outcome of request d.RequestID, decided now by node (its
+// index; -1 at a proxy); local: by the node that received it without
+// waiting for a peer, or at its proxy.
 // Behind per-request RLS proxies the answer takes a hop back to the proxy
 // (counted), and no decision is local (the proxy waited for its node).
-func (r *runner) record(d strategy.Decision, local, wan bool) {
+func (r *runner) record(d strategy.Decision, local, wan bool, node int32) {
 	lat := r.now - r.trace.Requests[d.RequestID].Arrival
 	if r.px != nil && r.px.mode == proxyRLS {
 		lat += r.px.cfg.Hop
@@ -576,7 +590,7 @@ func (r *runner) record(d strategy.Decision, local, wan bool) {
 		r.res.ProxyBytes += r.px.rlsResp
 	}
 	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay,
-		WAN: wan && !local}
+		WAN: wan && !local, Node: node}
 	if r.holdRnd != nil && d.Allowed && d.Permit != 0 {
 		hold := r.cfg.Hold.Min
 		if span := r.cfg.Hold.Max - r.cfg.Hold.Min; span > 0 {
@@ -624,7 +638,11 @@ func (sd simDriver) Decided(_ int, d strategy.Decision) {
 		return
 	}
 	local := (r.inCall == prioWake || r.inCall == prioRequest) && r.receivedBy[d.RequestID] == int32(sd.i)
-	r.record(d, local, r.inCall == prioDeliver && r.wanCall)
+	node := int32(sd.i)
+	if r.inCall == prioDeliver {
+		node = r.fromCall
+	}
+	r.record(d, local, r.inCall == prioDeliver && r.wanCall, node)
 	r.pendingDecisions--
 }
 
@@ -709,7 +727,7 @@ func (r *runner) deliver(e event) {
 		r.res.MessagesLost++
 		return
 	}
-	r.inCall = prioDeliver
+	r.inCall, r.fromCall = prioDeliver, e.from
 	if err := n.h.Receive(r.now, 0, r.nodes[e.from].id, e.payload); err != nil {
 		r.res.ReceiveErrors++
 	}

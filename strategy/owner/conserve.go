@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
@@ -153,7 +152,7 @@ func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.D
 // cut took its owner away, and the level it holds for it, if any, is a
 // replica's.
 func (o *Owner) takenOver(key string) bool {
-	return rendezvous.Owner(key, o.expected) != o.self
+	return o.ownerIn(key, o.expected) != o.self
 }
 
 // conserveFrom is when a side that took a key over starts earning its

@@ -13,7 +13,9 @@
 // the selector round-robins over them. Theirs: the designated server, the
 // K servers from rendezvous order, and that per-server-quota form
 // (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
-// owner, chosen by request ID). Ours: `replicas=K`, where the first K
+// owner, chosen by request ID; with `split_placement=distinct` sub-bucket i
+// is owned by the key's i-th node in rendezvous order, so the K owners are
+// the key's first K servers, split.go). Ours: `replicas=K`, where the first K
 // servers hold copies of one bucket and only the first decides. The
 // fallback to a local threshold when the owner cannot be reached is Alibaba
 // Sentinel's cluster mode (a token server with local fallback).
@@ -149,7 +151,6 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
@@ -268,6 +269,12 @@ type Owner struct {
 	nextSweep  time.Duration
 	rank       []strategy.NodeID // scratch for rendezvous.Rank
 
+	// distinct is split_placement=distinct (split.go): sub-bucket i is
+	// owned by the i-th node of the key's rendezvous order, not by the
+	// sub-key's own pick; rankAll is its scratch for rendezvous.Rank.
+	distinct bool
+	rankAll  []strategy.NodeID
+
 	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
@@ -315,6 +322,15 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
 		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
 	}
+	if v.Has("server_quota") {
+		if v.Has("split") {
+			return nil, fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota))")
+		}
+		if o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota")); err != nil {
+			return nil, err
+		}
+	}
+	o.distinct = v.Enum("split_placement") == placementDistinct
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
 	}
@@ -415,9 +431,10 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	fx.WakeAt(o.nextSweep)
 }
 
-// primary is key's deciding node in this node's view.
+// primary is key's deciding node in this node's view (a sub-key's under
+// split_placement=distinct: placement, split.go).
 func (o *Owner) primary(key string) strategy.NodeID {
-	return rendezvous.Owner(key, o.members)
+	return o.ownerIn(key, o.members)
 }
 
 // owns reports whether this node owns key in its current view.

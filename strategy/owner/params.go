@@ -32,6 +32,17 @@
 //   - split (int, sub-buckets, default 1): each key's (r, b) is split over K
 //     in [1, 64] sub-buckets, each owned on its own; every node of a rule must
 //     use the same split.
+//   - server_quota (float, tokens/s): the throttling article's preset
+//     per-server quota: sets split to K = ceil(rate / server_quota) (at most
+//     64), so each of a key's K sub-buckets decides at most server_quota
+//     tokens/s; K comes from the rule's rate, not from measured traffic; an
+//     error together with split.
+//   - split_placement (independent | distinct, default independent): with
+//     split > 1, where the sub-buckets are owned: independent places each
+//     sub-key by its own rendezvous pick (two can share a node), distinct puts
+//     sub-bucket i on the i-th node of the key's rendezvous order, so K <= N
+//     sub-buckets sit on K distinct nodes (the throttling article's K servers
+//     per tenant); every node of a rule must use the same placement.
 //   - overdraft (bool, default false): charges (costs known after the
 //     response: Envoy's apply_on_stream_done hits, limiter's Settle) are taken
 //     whatever the key's level, which goes below zero (a debt, at most
@@ -75,4 +86,8 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "how far in the future a peer's level may be valid (clock skew) before it is refused."},
 	{Name: "split", Type: strategy.ParamInt, Unit: "sub-buckets", Default: "1", Example: "4",
 		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split."},
+	{Name: "server_quota", Type: strategy.ParamFloat, Unit: "tokens/s", Example: "100",
+		Doc: "the throttling article's preset per-server quota: sets split to K = ceil(rate / server_quota) (at most 64), so each of a key's K sub-buckets decides at most server_quota tokens/s; K comes from the rule's rate, not from measured traffic; an error together with split."},
+	{Name: "split_placement", Type: strategy.ParamEnum, Enum: []string{placementIndependent, placementDistinct}, Default: placementIndependent, Example: placementDistinct,
+		Doc: "with split > 1, where the sub-buckets are owned: independent places each sub-key by its own rendezvous pick (two can share a node), distinct puts sub-bucket i on the i-th node of the key's rendezvous order, so K <= N sub-buckets sit on K distinct nodes (the throttling article's K servers per tenant); every node of a rule must use the same placement."},
 }, slices.Clone(strategy.OverdraftSpecs)...)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
@@ -123,10 +122,10 @@ func (o *Owner) sendLevels(p strategy.NodeID, ls []*peerv1.OwnerLevel, ack bool,
 	}
 }
 
-// replicasOf returns key's first K nodes in rendezvous order among members.
+// replicasOf returns key's first K nodes in rendezvous order among members
+// (a sub-key's under split_placement=distinct: placement, split.go).
 func (o *Owner) replicasOf(key string, members []strategy.NodeID) []strategy.NodeID {
-	o.rank = rendezvous.Rank(o.rank[:0], key, members, o.replicas)
-	return o.rank
+	return o.placement(key, members, o.replicas)
 }
 
 // syncDirty ships the levels of the keys decided here since the last
