@@ -607,6 +607,7 @@ func (l *Lease) oneToken() time.Duration {
 // and returns, ends expired leases (holder: return the unused tokens;
 // owner: release them), and sweeps idle state.
 func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
+	l.healDue(now, fx)
 	l.decideDue(now, fx)
 	for l.timers.Len() > 0 && l.timers.Peek().at <= now {
 		t := l.timers.Pop()

@@ -98,6 +98,7 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 // decideDue decides, in (arrival, ID) order, every queued request and ask
 // whose hold has passed.
 func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
+	l.healDue(now, fx)
 	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
 		q := l.queue.Pop()
 		if q.spent {
@@ -105,7 +106,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 				g.released, g.returned = true, true
 				l.sh.advance(g.pool, q.arrival)
 				l.sh.release(g.pool, g.tokens, q.tokens)
-				l.conserveRefund(q.key, g, q.arrival, q.tokens)
+				l.conserveRelease(q.key, g, q.arrival, q.tokens)
 				l.markDirty(now, q.key, fx)
 			}
 			continue
@@ -205,7 +206,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 	}
 	l.sh.lend(p, g.tokens)
 	if l.cons.buckets != nil && g.tokens > 0 {
-		l.conserveTake(p, q, g.tokens)
+		l.conserveLend(p, q, g.tokens)
 		g.consGen = l.cons.gen
 	}
 	if g.tokens > 0 {
@@ -416,6 +417,7 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
 			l.sh.release(g.pool, g.tokens, 0)
+			l.conserveRelease(e.id.key, g, e.at, 0)
 			if g.pool.Leased > 0 || g.pool.Inherited > 0 || g.expires < g.pool.LentUntil {
 				// A replica's state counts the lent tokens until the
 				// latest expiry: only the release of the last one (none

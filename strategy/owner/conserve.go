@@ -49,18 +49,52 @@ import (
 func (o *Owner) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	o.expected = slices.Clone(expected)
 	if o.conserve {
-		o.rescale(now)
+		o.rescale(now, fx)
 	}
 }
 
 // rescale sets the conserve buckets for the current k of N: none when
 // this node sees every expected member, fresh (empty tables, filled
-// lazily by conserveAllow) when k/N changed.
-func (o *Owner) rescale(now time.Duration) {
+// lazily by conserveAllow) when k/N changed. A larger share (members
+// back: the heal) waits conserve_delay (healDue): the other side may not
+// see the heal yet and decides its share meanwhile, so this side keeps
+// deciding under its conserve buckets, its keys' buckets capped to them
+// at once (TestConserveOwnerWholeRun: the side that saw the heal first
+// decided at the whole rate beside the other's half, 1.8 tokens over at
+// 56/s). A smaller one applies at once.
+func (o *Owner) rescale(now time.Duration, fx *strategy.Effects) {
 	k, n, _ := strategy.ConserveScale(o.self, o.members, o.expected)
 	if k == o.scaleK && n == o.scaleN {
 		return
 	}
+	if o.scaled != nil && k*o.scaleN > o.scaleK*n {
+		o.capLevels(now)
+		if o.healAt == 0 {
+			o.healAt = now + o.conserveDelay
+			fx.WakeAt(o.healAt)
+		}
+		return
+	}
+	o.applyScale(now, k, n)
+}
+
+// healDue applies a heal's rescale once conserve_delay has passed since
+// this node saw it (rescale).
+func (o *Owner) healDue(now time.Duration) {
+	if o.healAt == 0 || now < o.healAt {
+		return
+	}
+	o.healAt = 0
+	k, n, _ := strategy.ConserveScale(o.self, o.members, o.expected)
+	if k != o.scaleK || n != o.scaleN {
+		o.applyScale(now, k, n)
+	}
+}
+
+// applyScale makes the conserve buckets of k of n (none when k >= n),
+// capping the keys' buckets at the ones it drops.
+func (o *Owner) applyScale(now time.Duration, k, n int) {
+	o.healAt = 0
 	o.scaleK, o.scaleN = k, n
 	if r, b, err := o.localShare(); err == nil {
 		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
@@ -126,6 +160,7 @@ func (o *Owner) capLevels(now time.Duration) {
 // (bucket.Bucket.ChargeN), down to the key's share of max_debt (the
 // conserve bucket: k/N of it, at least 1), and it does not wait.
 func (o *Owner) allow(key string, at time.Duration, tokens int64, maxWait time.Duration, charge bool) (time.Duration, bool) {
+	o.healDue(at)
 	if o.scaled != nil && o.takenOver(key) && at < o.conserveFrom() {
 		return 0, false // conserveBucket: the other side may still decide it in full
 	}

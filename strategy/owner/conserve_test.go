@@ -77,12 +77,17 @@ func TestConserveScalesTheSide(t *testing.T) {
 			t.Errorf("%v: admitted %d 10 s later, want %d", tc.mode, got, tc.after10s)
 		}
 		// The others are no longer expected (reconnect_timeout): n0 is the
-		// whole cluster and decides on the key's bucket.
+		// whole cluster and decides on the key's bucket, conserve_delay (2
+		// s) later: a larger share waits for the other side to see it too.
 		o.SetExpected(21*time.Second, alone, fx)
-		if o.scaled != nil && tc.mode == strategy.PartitionConserve {
-			t.Fatal("conserve buckets kept while k == N")
+		if tc.mode == strategy.PartitionConserve && (o.scaled == nil || o.healAt != 23*time.Second) {
+			t.Fatalf("conserve buckets dropped at once (heal at %v), want them kept until 23s", o.healAt)
 		}
-		if got := admitted(o, "e", 21*time.Second, 20, &id); got != tc.dropped {
+		o.Tick(23*time.Second, fx)
+		if o.scaled != nil && tc.mode == strategy.PartitionConserve {
+			t.Fatal("conserve buckets kept after conserve_delay while k == N")
+		}
+		if got := admitted(o, "e", 23*time.Second, 20, &id); got != tc.dropped {
 			t.Errorf("%v: admitted %d after the others were dropped, want %d", tc.mode, got, tc.dropped)
 		}
 	}
@@ -108,8 +113,14 @@ func TestConserveChargesTheKeysBucket(t *testing.T) {
 	if got := admitted(o, "e", time.Second, 20, &id); got != 0 {
 		t.Fatalf("admitted %d once the others were dropped, want 0 (the side's share was spent)", got)
 	}
-	if got := admitted(o, "e", 4*time.Second, 20, &id); got != 3 {
-		t.Fatalf("admitted %d 3 s later, want 3 (refilled at the whole rate from 0)", got)
+	// The conserve bucket decides until conserve_delay (2 s) has passed:
+	// at 4 s it holds 1 (3 s at 1/3 token/s), and the key's bucket is
+	// capped to that as it is dropped; then the whole rate refills it.
+	if got := admitted(o, "e", 4*time.Second, 20, &id); got != 1 {
+		t.Fatalf("admitted %d at 4 s, want 1 (the side's share refilled since 1 s)", got)
+	}
+	if got := admitted(o, "e", 7*time.Second, 20, &id); got != 3 {
+		t.Fatalf("admitted %d at 7 s, want 3 (refilled at the whole rate since 4 s)", got)
 	}
 }
 

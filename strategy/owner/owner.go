@@ -218,6 +218,7 @@ type Owner struct {
 	scaleK, scaleN int
 	scaled         []*buckets.Table
 	scaledAt       time.Duration // when scaled was made (this node saw members missing)
+	healAt         time.Duration // when a heal this node saw drops its conserve buckets (rescale); 0: none pending
 	conserveDelay  time.Duration // parameter conserve_delay
 
 	hold       time.Duration
@@ -485,6 +486,7 @@ func (o *Owner) others() []strategy.NodeID {
 // times out forwarded ones, ships changed levels to replicas, forgets old
 // forward IDs and charges, and sweeps idle buckets.
 func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
+	o.healDue(now)
 	o.decideDue(now, fx)
 	o.fetchTimeouts(now, fx)
 	o.forwardTimeouts(now, fx)
@@ -530,7 +532,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
 	}
 	if o.conserve {
-		o.rescale(now)
+		o.rescale(now, fx)
 	}
 	keys := o.sortedKeys()
 	o.shipLevels(keys, func(k string) []strategy.NodeID { return o.replicasOf(k, o.members) }, false, fx)
