@@ -152,6 +152,37 @@ func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.E
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
 
+// RequestWait decides req in waiting mode (strategy.Waiter; SRTM §5.2,
+// the shaping mode, and Appendix A eq. (2)): the tokens are reserved in
+// this node's sub-token bucket (r/N, b_i) for req.Key, first come first
+// served (bucket.ReserveN), when the wait until that bucket holds them
+// is at most maxWait, and the decision carries that wait; otherwise the
+// request is refused and nothing is reserved. This is the DRL penalty of
+// SRTM §2.1 (Proposition 1) measured: a node's bucket refills at r/N, so
+// a request that finds it empty waits N times longer than at one
+// (r, b) bucket. The level goes below 0 by at most maxWait*r/N tokens
+// (the reservations not yet due), and a re-split keeps that debt in
+// tokens (bucket.Bucket.SetRate), so the node admits nothing new until
+// its new share has repaid it. Under overdraft a charge is Request
+// (taken at once, no wait).
+//
+// Membership changes (ours): a reservation's delay was computed at the
+// rate r/N of its time. When a node joins, the other nodes' rates fall to
+// r/(N+1) at once while their reservations are still due at the times
+// promised, so the cluster may pass tokens beyond b + r*T by at most
+// r*maxWait/(N+1) over the reservations due after the join; a crashed
+// node's due reservations (its clients proceed) use refill its
+// survivors take at once: at most r*maxWait/N. With a fixed membership
+// the envelope holds exactly (TestWaitingEnvelope).
+func (s *Static) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	if s.od.On && req.Charge {
+		return s.Request(now, req, fx)
+	}
+	s.lend.Clamp(s.table, req.Arrival, req.Key)
+	delay, ok := strategy.ReserveWithin(s.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
+}
+
 // Refund gives back tokens of key to this node's sub-token bucket at now,
 // capped at its share b_i less the tokens lent to the driver's fast path
 // (strategy.Refunder).
@@ -248,4 +279,5 @@ var (
 	_ strategy.ShareReporter = (*Static)(nil)
 	_ strategy.Conserver     = (*Static)(nil)
 	_ strategy.Refunder      = (*Static)(nil)
+	_ strategy.Waiter        = (*Static)(nil)
 )
