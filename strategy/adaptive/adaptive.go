@@ -365,9 +365,11 @@ func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy
 //
 // Re-splits with reservations (ours): a reservation's delay counts on
 // refill at the share the node held when it reserved; the level goes
-// below 0 by at most max_wait's worth of it, and every re-split keeps
-// that debt (bucket.Bucket.SetRate), so the node admits nothing new until
-// its new share has repaid it. An epoch's decreases apply at once and its
+// below 0 by at most max_wait's worth of it. Every re-split keeps the
+// reservations due when promised (bucket.Bucket.SetRateKeepingDue): a
+// decrease keeps the debt in tokens, so the node admits nothing new until
+// its new share has repaid it, and a raise does not repay it before the
+// last reservation is due. An epoch's decreases apply at once and its
 // increases raise_after + max_wait later: every reservation a node made
 // before lowering its share is due before any node raises its own (as
 // long as the spread of the epoch's latencies is below raise_after, the
@@ -659,7 +661,9 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 	if ks.b.Rate() == r && ks.b.Burst() == b {
 		return
 	}
-	if ks.b.SetRate(now, r, b) == nil {
+	// A raise keeps waiting mode's reservations due when promised (a
+	// level >= 0 re-rates as SetRate).
+	if ks.b.SetRateKeepingDue(now, r, b) == nil {
 		// Drain the virtual backlog at the old rate up to now first.
 		t := max(now, ks.qAt)
 		ks.q = max(0, ks.q-ks.rPerS*(t-ks.qAt).Seconds())

@@ -51,4 +51,3 @@ func TestRequestWaitReserves(t *testing.T) {
 		t.Fatalf("raises pending until %v, want raise_after + max_wait = %v", a.pendAt, want)
 	}
 }
-

@@ -69,6 +69,11 @@ type Static struct {
 	// (split as the burst, bucket.SplitBurst), in tokens.
 	od   strategy.Overdraft
 	debt int64
+	// reserved: RequestWait has reserved ahead (waiting mode), so a
+	// negative level may be reservations still to proceed, and a
+	// re-split keeps them due when they were promised
+	// (bucket.Bucket.SetRateKeepingDue).
+	reserved bool
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
@@ -161,9 +166,11 @@ func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.E
 // SRTM §2.1 (Proposition 1) measured: a node's bucket refills at r/N, so
 // a request that finds it empty waits N times longer than at one
 // (r, b) bucket. The level goes below 0 by at most maxWait*r/N tokens
-// (the reservations not yet due), and a re-split keeps that debt in
-// tokens (bucket.Bucket.SetRate), so the node admits nothing new until
-// its new share has repaid it. Under overdraft a charge is Request
+// (the reservations not yet due). A re-split keeps the reservations due
+// when promised (bucket.Bucket.SetRateKeepingDue): a lower share keeps
+// the debt in tokens, so the node admits nothing new until the new share
+// has repaid it, and a higher one does not repay it before the last
+// reservation is due. Under overdraft a charge is Request
 // (taken at once, no wait).
 //
 // Membership changes (ours): a reservation's delay was computed at the
@@ -180,6 +187,7 @@ func (s *Static) RequestWait(now time.Duration, req strategy.Request, maxWait ti
 	}
 	s.lend.Clamp(s.table, req.Arrival, req.Key)
 	delay, ok := strategy.ReserveWithin(s.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
+	s.reserved = s.reserved || delay > 0
 	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
 }
 
@@ -246,7 +254,11 @@ func (s *Static) resplit(now time.Duration) {
 		return
 	}
 	s.lend.ClampAll(s.table, now)
-	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+	if s.reserved {
+		_ = s.table.SetRateKeepingDue(now, r, b) // a raise repays no reservation early
+	} else {
+		_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+	}
 	s.members = len(split)
 	s.debt = s.debtShare(split)
 	s.lend.ClampAll(s.table, now) // the new b_i less what is held (none when the driver returned first)

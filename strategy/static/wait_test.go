@@ -18,7 +18,8 @@ import (
 // its burst at once, then one token per second of wait (the DRL penalty of
 // SRTM §2.1: the wait is at r/N, twice central's), first come first
 // served, and refuses a request whose wait would exceed maxWait without
-// reserving anything. A re-split to one member keeps the debt in tokens.
+// reserving anything. A re-split to one member keeps the reservation due
+// when promised.
 func TestRequestWaitReserves(t *testing.T) {
 	s, err := static.New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0", "n1"},
 		Rate: bucket.Rate{Tokens: 2, Per: time.Second}, Burst: 4, Rand: rand.New(rand.NewPCG(1, 1))})
@@ -41,11 +42,13 @@ func TestRequestWaitReserves(t *testing.T) {
 			t.Fatalf("request %d: decided %v, allowed %v after %v; want allowed %v after %v", i, decided, d.Allowed, d.Delay, want.allowed, want.delay)
 		}
 	}
-	// n1 leaves at 0: n0 holds (2/s, 4) with a debt of 1 token, repaid
-	// in 0.5 s; the next token is there 0.5 s later, at 1 s.
+	// n1 leaves at 0: n0 holds (2/s, 4). The reservation is still due at
+	// 1 s (bucket.Bucket.SetRateKeepingDue: the debt becomes 2 tokens at
+	// 2/s; SetRate's 1 token would let a request proceed at 0.5 s, before
+	// the reserved one), and the next token comes 0.5 s after that.
 	s.SetMembers(0, []strategy.NodeID{"n0"}, &fx)
-	if d, _ := s.RequestWait(0, strategy.Request{ID: 9, Key: "k", Tokens: 1}, maxWait, &fx); !d.Allowed || d.Delay != time.Second {
-		t.Fatalf("after the re-split: allowed %v after %v, want allowed after 1s (the debt kept)", d.Allowed, d.Delay)
+	if d, _ := s.RequestWait(0, strategy.Request{ID: 9, Key: "k", Tokens: 1}, maxWait, &fx); !d.Allowed || d.Delay != 1500*time.Millisecond {
+		t.Fatalf("after the re-split: allowed %v after %v, want allowed after 1.5s (the reservation still due at 1 s)", d.Allowed, d.Delay)
 	}
 	// maxWait 0 is Request: refused, no wait.
 	if d, _ := s.RequestWait(0, strategy.Request{ID: 10, Key: "k", Tokens: 1}, 0, &fx); d.Allowed || d.Delay != 0 {
