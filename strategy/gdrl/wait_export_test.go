@@ -15,7 +15,9 @@ func (g *GDRL) PayForTest(now time.Duration, to string, key string, c, b int64) 
 }
 
 // AddTokensForTest is addTokens (export for the waiting-mode tests).
-func (g *GDRL) AddTokensForTest(key string, tokens int64, now time.Duration) { g.addTokens(key, tokens, now) }
+func (g *GDRL) AddTokensForTest(key string, tokens int64, now time.Duration) {
+	g.addTokens(key, tokens, now)
+}
 
 // UnitForTest is the bucket's unit (units per bucket token).
 func (g *GDRL) UnitForTest() int64 { return g.unit }
