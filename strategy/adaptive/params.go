@@ -19,12 +19,10 @@
 //   - units (int, default 1000): the rate's resolution, in [1, 1000000];
 //     reduced (down to N) when r/units is below the bucket package's
 //     resolution.
-//   - max_wait (duration, default 0): the longest wait waiting mode
-//     (RequestWait, SRTM §5.2) grants; 0 turns waiting mode off (a check
-//     with a max wait is decided as a plain one). It lengthens every
-//     epoch's raise_after by as much, so that a node's reservations
-//     computed at its old share are due before any other node raises its
-//     share (see RequestWait). At most 1h.
+//   - max_wait (duration, default 0): the longest wait waiting mode (SRTM
+//     §5.2) grants; 0 turns it off. It lengthens every epoch's raise_after by
+//     as much, so that reservations made at a node's old share are due before
+//     another node raises its share; at most 1h.
 package adaptive
 
 import "github.com/tokenmesh/tokenmesh/strategy"
