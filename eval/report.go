@@ -385,6 +385,9 @@ func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 		}
 		fmt.Fprintln(bw)
 		writeWrapped(bw, "  "+waitLegend, width, "  ")
+		for _, l := range md1Lines(rep) {
+			writeWrapped(bw, "  "+l, width, "  ")
+		}
 	}
 	fmt.Fprintln(bw)
 	for _, n := range reportNotes(rep) {
@@ -596,6 +599,9 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprint(bw, "\n## Waiting time\n\n")
 		writeMDTable(bw, wh, wr, false)
 		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
+		for _, l := range md1Lines(rep) {
+			fmt.Fprintf(bw, "\n%s\n", l)
+		}
 	}
 
 	fmt.Fprint(bw, "\n## Notes\n\n")
