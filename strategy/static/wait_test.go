@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/static"
@@ -64,8 +65,8 @@ func TestWaitingEnvelope(t *testing.T) {
 	f := func(cfg strategy.Config) (strategy.Strategy, error) { return static.New(cfg) }
 	rapid.Check(t, func(t *rapid.T) {
 		w := simtest.WaitingEnvelope(t, "static", f, nil)
-		if w.Violation > 1e-9 {
-			t.Fatalf("%d nodes, (%v, %d), max wait %v: admitted tokens when they proceed exceed b + r*T by %.4f (%d waited)", w.Nodes, w.Rate, w.Burst, w.MaxWait, w.Violation, w.Waited)
+		if w.Violation(eval.EnvelopeViolation) > 1e-9 {
+			t.Fatalf("%d nodes, (%v, %d), max wait %v: admitted tokens when they proceed exceed b + r*T by %.4f (%d waited)", w.Nodes, w.Rate, w.Burst, w.MaxWait, w.Violation(eval.EnvelopeViolation), w.Waited)
 		}
 	})
 }
