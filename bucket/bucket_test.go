@@ -357,3 +357,36 @@ func BenchmarkReserve(b *testing.B) {
 		bk.ReserveN(now, 1)
 	}
 }
+
+// SetRateKeepingDue: a reservation due in 1 s at 1 token/s is still due
+// in 1 s after the rate doubles (the debt doubles; SetRate would repay it
+// in 0.5 s), and after the rate halves the debt stays one token (2 s).
+func TestSetRateKeepingDue(t *testing.T) {
+	one := Rate{Tokens: 1, Per: time.Second}
+	b := MustNew(one, 1, 0)
+	b.AllowN(0, 1)
+	if d, ok := b.ReserveN(0, 1); !ok || d != time.Second {
+		t.Fatalf("reserve: %v %v, want 1s", d, ok)
+	}
+	up := b
+	if err := up.SetRateKeepingDue(0, Rate{Tokens: 2, Per: time.Second}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := up.Tokens(0); got != -2 {
+		t.Fatalf("doubled rate: level %v, want -2 (due at 1 s still)", got)
+	}
+	if d, _ := up.DelayN(0, 1); d != 1500*time.Millisecond {
+		t.Fatalf("doubled rate: next token after %v, want 1.5s", d)
+	}
+	down := b
+	if err := down.SetRateKeepingDue(0, Rate{Tokens: 1, Per: 2 * time.Second}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := down.Tokens(0); got != -1 {
+		t.Fatalf("halved rate: level %v, want -1 (the debt in tokens)", got)
+	}
+	full := MustNew(one, 3, 0)
+	if err := full.SetRateKeepingDue(0, Rate{Tokens: 5, Per: time.Second}, 2); err != nil || full.Tokens(0) != 2 {
+		t.Fatalf("no debt: level %v (%v), want SetRate's 2", full.Tokens(0), err)
+	}
+}

@@ -15,8 +15,9 @@ const MaxWait = time.Hour
 // key's bucket. CheckResult.Delay is then how long after the check reached
 // this node the caller may proceed (the time the decision took to come
 // back already subtracted: 0 when it has passed). Strategies without
-// waiting mode (static, gdrl, adaptive, gcounter, tbqueue) decide a plain
-// check; lease grants waits only up to its parameter max_wait. maxWait 0
+// waiting mode (gcounter, tbqueue, regionlease: strategy.CheckWait says
+// why) decide a plain check; lease and adaptive grant waits only up to
+// their parameter max_wait. maxWait 0
 // is Check. Errors: Check's, and a maxWait outside [0, MaxWait] (no state
 // changes).
 func (n *Node) CheckWait(ctx context.Context, rule, key string, tokens int64, maxWait time.Duration) (CheckResult, error) {

@@ -157,6 +157,9 @@ type WaitStats struct {
 	P90Ms       float64 `json:"p90_ms"`
 	P99Ms       float64 `json:"p99_ms"`
 	MaxMs       float64 `json:"max_ms"`
+	// MD1 sets the mean wait beside SRTM's M/D/1 prediction (Prop. 1,
+	// eq. (1); MD1Comparison) for central and static; absent for others.
+	MD1 *MD1Comparison `json:"md1,omitempty"`
 }
 
 // Input describes what was replayed.
@@ -431,6 +434,9 @@ func costs(r *Result, opts Options, res *sim.Result, lat []time.Duration, allowe
 	}
 	if opts.MaxWait > 0 {
 		r.Wait = waitStats(res.Outcomes, res.WaitingMode)
+		if res.WaitingMode {
+			r.Wait.MD1 = md1Compare(r.Strategy, reqs, res.Outcomes, opts.Rate, opts.Burst, opts.Nodes)
+		}
 		// A request admitted with a delay takes its tokens when it
 		// proceeds: the envelope counts it then.
 		served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)

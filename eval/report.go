@@ -396,6 +396,9 @@ func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 		}
 		fmt.Fprintln(bw)
 		writeWrapped(bw, "  "+waitLegend, width, "  ")
+		for _, l := range md1Lines(rep) {
+			writeWrapped(bw, "  "+l, width, "  ")
+		}
 	}
 	if ch, cr := convergenceTable(rep); len(cr) > 0 {
 		fmt.Fprintln(bw)
@@ -631,6 +634,9 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		fmt.Fprint(bw, "\n## Waiting time\n\n")
 		writeMDTable(bw, wh, wr, false)
 		fmt.Fprintf(bw, "\n%s.\n", waitLegend)
+		for _, l := range md1Lines(rep) {
+			fmt.Fprintf(bw, "\n%s\n", l)
+		}
 	}
 	if ch, cr := convergenceTable(rep); len(cr) > 0 {
 		fmt.Fprint(bw, "\n## Convergence time\n\n")

@@ -10,15 +10,17 @@ import (
 
 // Waiting mode (000 §5.2): on a fixed-latency network without loss, owner
 // and lease reserve in arrival order exactly as central does, so they
-// admit what central in waiting mode admits, with the same waits; a
-// strategy without waiting mode reports so and never delays; a run
-// without MaxWait has no waiting fields in its JSON.
+// admit what central in waiting mode admits, with the same waits; static
+// reserves in its sub-token buckets within the envelope, with SRTM's
+// M/D/1 prediction beside its mean wait; a strategy without waiting mode
+// (gcounter) reports so and never delays; a run without MaxWait has no
+// waiting fields in its JSON.
 func TestWaitingModeMatchesCentral(t *testing.T) {
 	params, err := strategy.ParseParams([]string{"lease.max_wait=500ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := smallRun(t, "poisson:users=3,rate=5,duration=20s", "owner,lease,static", "roundrobin")
+	opts := smallRun(t, "poisson:users=3,rate=5,duration=20s", "owner,lease,static,gcounter", "roundrobin")
 	opts.Params = params
 	plain, err := Run(opts)
 	if err != nil {
@@ -49,8 +51,17 @@ func TestWaitingModeMatchesCentral(t *testing.T) {
 				t.Errorf("%s: wait %+v, central's %+v", r.Strategy, r.Wait, central.Wait)
 			}
 		case "static":
+			if r.Wait == nil || !r.Wait.WaitingMode || r.Wait.Waited == 0 || r.Wait.MaxMs > 500 || r.EnvelopeViolationTokens != 0 || r.ExcessAdmitted != 0 {
+				t.Errorf("static in waiting mode: wait %+v, envelope %v, excess %d", r.Wait, r.EnvelopeViolationTokens, r.ExcessAdmitted)
+			}
+			// The 3 keys are offered above r (5/s): no finite M/D/1 mean
+			// (TestMD1 tests the prediction itself).
+			if m := r.Wait.MD1; m == nil || m.Buckets != "(r/N, b_i)" || m.Keys+m.UnstableKeys != 3 || m.UnstableKeys != 3 {
+				t.Errorf("static: M/D/1 comparison %+v, want (r/N, b_i) with the 3 keys unstable", m)
+			}
+		case "gcounter":
 			if r.Wait == nil || r.Wait.WaitingMode || r.Wait.Waited != 0 {
-				t.Errorf("static has no waiting mode: wait %+v", r.Wait)
+				t.Errorf("gcounter has no waiting mode: wait %+v", r.Wait)
 			}
 		}
 	}

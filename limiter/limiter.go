@@ -755,7 +755,10 @@ func (r *Reservation) Cancel() {}
 // the tokens in arrival order when its bucket holds them within b/r (the
 // time the rate refills one burst; lease: within its max_wait parameter),
 // and the Reservation is Allowed with the Delay until they may be used.
-// Under the other strategies, and beyond that wait, it is AllowN: Allowed
+// Under local, static, gdrl and adaptive (with its max_wait parameter) the
+// node's bucket or sub-token bucket reserves them the same way. Under
+// gcounter, tbqueue and regionlease (strategy.CheckWait says why), and
+// beyond that wait, it is AllowN: Allowed
 // (Delay 0) when admitted now; otherwise OK with a Delay after which to
 // try again (see DelayFrom). Not OK when n exceeds the burst (then the
 // cluster is not asked) or when refused under a rate of 0. Errors are

@@ -530,11 +530,15 @@ func CheckPartition(name string, s Strategy, mode PartitionMode) error {
 // it with a delay when that delay is at most maxWait; the client waits
 // Decision.Delay after the arrival before proceeding. The waiting time is
 // the DRL penalty of 000 §2.1. Implemented by local and central (one
-// bucket), owner and lease (the key's owner reserves); strategies that
-// split the limit (static, gdrl, adaptive) or replicate counters
-// (gcounter, tbqueue) have no single bucket to reserve in and do not
-// implement it: their drivers decide a check with max_wait as a plain
-// Request (no wait, refusals as usual).
+// bucket), owner and lease (the key's owner reserves), and static, gdrl
+// and adaptive, which reserve in the node's sub-token bucket (the DRL
+// penalty of Proposition 1 made a measured wait; each keeps its
+// reservations due when promised across re-splits and transfers, see
+// their RequestWait). gcounter and tbqueue, whose state every node spends
+// from its own view, do not implement it and say why (WaitRefuser,
+// CheckWait); their drivers decide a check with max_wait as a plain
+// Request (no wait, refusals as usual), and the simulator refuses
+// --max-wait with one of them named.
 type Waiter interface {
 	// RequestWait is Request in waiting mode. maxWait > 0 is the longest
 	// wait the client accepts (duration); 0 makes it exactly Request.

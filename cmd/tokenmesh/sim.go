@@ -49,6 +49,7 @@ type simFlags struct {
 	parallel                 int
 	cpuprofile               string
 	maxWait                  time.Duration
+	waitNotes                []string // strategies "all" brought in that have no waiting mode (checkWaiting)
 	shortfallWindow          time.Duration
 	recommendFlags
 	tableFlags
@@ -131,9 +132,14 @@ p999 ms and WAN B/req. The tenants workload follows the sun with follow=D
 0) is offered in region (k + floor(t/D)) mod R, its requests spread over
 that region's live nodes by --assign, and moves to the next region every D.
 
---max-wait D runs every request in waiting mode (000 §5.2): central, owner
-and lease reserve tokens in arrival order and admit with a delay up to D;
-the report adds each strategy's waiting time distribution.
+--max-wait D runs every request in waiting mode (000 §5.2): central, local,
+static, owner, gdrl, adaptive and lease reserve tokens in arrival order and
+admit with a delay up to D (lease and adaptive up to their max_wait, which
+--max-wait sets when not given); the report adds each strategy's waiting
+time distribution and, for static, SRTM's M/D/1 prediction of its mean wait
+(Prop. 1, eq. (1)). gcounter, tbqueue and regionlease have no waiting mode:
+naming one in --strategies with --max-wait is refused, saying why; under
+all they decide plain checks and stderr says so.
 
 Requests are spread round-robin over the nodes (--assign), as a load
 balancer spreads them; --assign hash is the thesis' injector (002 §4.3.1),
@@ -185,7 +191,7 @@ on it.
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
-	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, owner and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution (0: off)")
+	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, static, owner, gdrl, adaptive and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution; gcounter, tbqueue and regionlease have none (0: off)")
 	f.recommendFlags.add(fl)
 	f.tableFlags.add(fl)
 	f.proxyFlags.add(fl)
@@ -251,21 +257,6 @@ func parseParamFlags(flags []string, strategies []registry.Info) (strategy.Param
 	return params, nil
 }
 
-// withLeaseMaxWait adds lease.max_wait=maxWait to params when waiting mode
-// is on and the parameter is not given: lease grants waits only up to its
-// max_wait (default 0, off).
-func withLeaseMaxWait(params []string, maxWait time.Duration) []string {
-	if maxWait <= 0 {
-		return params
-	}
-	for _, p := range params {
-		if strings.HasPrefix(p, "lease.max_wait=") {
-			return params
-		}
-	}
-	return append(slices.Clone(params), "lease.max_wait="+maxWait.String())
-}
-
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -294,8 +285,11 @@ func (f *simFlags) options() (eval.Options, error) {
 	if err != nil {
 		return o, err
 	}
-	params, err := parseParamFlags(withLeaseMaxWait(f.params, f.maxWait), strategies)
+	params, err := parseParamFlags(withMaxWaitParams(f.params, f.maxWait), strategies)
 	if err != nil {
+		return o, err
+	}
+	if f.waitNotes, err = checkWaiting(f.strategies, strategies, f.maxWait); err != nil {
 		return o, err
 	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
@@ -402,6 +396,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	f.warnInput(stderr, opts)
+	warnWaiting(stderr, f.waitNotes)
 	if f.cpuprofile != "" {
 		stop, err := startSimProfile(f.cpuprofile)
 		if err != nil {

@@ -146,6 +146,9 @@ type Adaptive struct {
 	unitRate     bucket.Rate // rate / units
 
 	raiseAfterSet bool // by the raise_after parameter: SetLatencyHint (hint.go) leaves it
+	// maxWait is the parameter max_wait: the longest wait RequestWait
+	// grants (0: waiting mode off), added to every epoch's raise_after.
+	maxWait time.Duration
 
 	defRate  bucket.Rate // the static split
 	defBurst int64
@@ -243,6 +246,9 @@ func (a *Adaptive) readParams(v *strategy.Values, cfg strategy.Config) (int, err
 	}
 	a.raiseAfter = v.DurationOr("raise_after", max(4*cfg.LatencyHint, 10*time.Millisecond))
 	a.raiseAfterSet = v.Has("raise_after")
+	if a.maxWait = v.Duration("max_wait"); a.maxWait < 0 || a.maxWait > time.Hour {
+		return 0, fmt.Errorf("adaptive: parameter max_wait=%v must be in [0, 1h]", a.maxWait)
+	}
 	units := v.Int("units")
 	if units < 1 || units > 1_000_000 {
 		return 0, fmt.Errorf("adaptive: parameter units=%d must be in [1, 1000000]", units)
@@ -344,6 +350,50 @@ func (a *Adaptive) get(key string, now time.Duration) *keyState {
 // current step and the virtual backlog's peak (see the package
 // documentation).
 func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	ks := a.offer(req)
+	ok := ks.b.AllowN(req.Arrival, req.Tokens)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+}
+
+// RequestWait decides req in waiting mode (strategy.Waiter; SRTM §5.2,
+// the shaping mode, Appendix A eq. (2)): req.Tokens are reserved in the
+// key's sub-token bucket (r_l, b_l), first come first served
+// (bucket.ReserveN), when the wait until it holds them is at most the
+// smaller of maxWait and the parameter max_wait, and the decision
+// carries that wait; otherwise the request is refused and nothing is
+// reserved. The request is counted in the history window as Request
+// counts it (offered tokens and virtual backlog). The wait is the DRL
+// penalty of SRTM §2.1 (Proposition 1) measured at this node's share.
+// With max_wait 0 (the default) it is Request.
+//
+// Re-splits with reservations (ours): a reservation's delay counts on
+// refill at the share the node held when it reserved; the level goes
+// below 0 by at most max_wait's worth of it. Every re-split keeps the
+// reservations due when promised (bucket.Bucket.SetRateKeepingDue): a
+// decrease keeps the debt in tokens, so the node admits nothing new until
+// its new share has repaid it, and a raise does not repay it before the
+// last reservation is due. An epoch's decreases apply at once and its
+// increases raise_after + max_wait later: every reservation a node made
+// before lowering its share is due before any node raises its own (as
+// long as the spread of the epoch's latencies is below raise_after, the
+// condition without waiting mode too), so sum r_l stays within r over the
+// refill the reservations count on. Membership changes re-split at once
+// (see the package documentation), and there a node's reservations due
+// after the change may pass up to (r_l - r_l')*max_wait tokens beyond its
+// new share r_l'.
+func (a *Adaptive) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	if maxWait = min(maxWait, a.maxWait); maxWait <= 0 {
+		return a.Request(now, req, fx)
+	}
+	ks := a.offer(req)
+	delay, ok := strategy.ReserveWithin(&ks.b, req.Arrival, req.Tokens, maxWait)
+	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
+}
+
+// offer returns req.Key's state, counting req.Tokens (when positive) in
+// its history window: tokens offered in the current step and the virtual
+// backlog's peak.
+func (a *Adaptive) offer(req strategy.Request) *keyState {
 	ks := a.get(req.Key, req.Arrival)
 	if req.Tokens > 0 {
 		t := max(req.Arrival, ks.qAt)
@@ -358,8 +408,7 @@ func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy
 		s.offered += req.Tokens
 		s.peak = max(s.peak, ks.q)
 	}
-	ok := ks.b.AllowN(req.Arrival, req.Tokens)
-	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
+	return ks
 }
 
 // stat is key's window statistics at now; ok is false when it saw no traffic.
@@ -587,7 +636,9 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 		a.refresh(now, k)
 	}
 	a.recountShares()
-	a.pending, a.pendAt = target, now+a.raiseAfter
+	// max_wait: reservations made at the shares just lowered are due
+	// before any node raises (RequestWait).
+	a.pending, a.pendAt = target, now+a.raiseAfter+a.maxWait
 	fx.WakeAt(a.pendAt)
 }
 
@@ -618,7 +669,9 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 	if ks.b.Rate() == r && ks.b.Burst() == b {
 		return
 	}
-	if ks.b.SetRate(now, r, b) == nil {
+	// A raise keeps waiting mode's reservations due when promised (a
+	// level >= 0 re-rates as SetRate).
+	if ks.b.SetRateKeepingDue(now, r, b) == nil {
 		// Drain the virtual backlog at the old rate up to now first.
 		t := max(now, ks.qAt)
 		ks.q = max(0, ks.q-ks.rPerS*(t-ks.qAt).Seconds())
@@ -654,6 +707,7 @@ var (
 	_ strategy.Remainer      = (*Adaptive)(nil)
 	_ strategy.ShareReporter = (*Adaptive)(nil)
 	_ strategy.Conserver     = (*Adaptive)(nil)
+	_ strategy.Waiter        = (*Adaptive)(nil)
 )
 
 // SetExpected records the last agreed members (strategy.Conserver; ours,

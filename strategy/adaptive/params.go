@@ -19,6 +19,10 @@
 //   - units (int, default 1000): the rate's resolution, in [1, 1000000];
 //     reduced (down to N) when r/units is below the bucket package's
 //     resolution.
+//   - max_wait (duration, default 0): the longest wait waiting mode (SRTM
+//     §5.2) grants; 0 turns it off. It lengthens every epoch's raise_after by
+//     as much, so that reservations made at a node's old share are due before
+//     another node raises its share; at most 1h.
 package adaptive
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -40,4 +44,6 @@ var Params = []strategy.ParamSpec{
 		Doc: "how long after an epoch's decreases its increases are applied."},
 	{Name: "units", Type: strategy.ParamInt, Default: "1000", Example: "100",
 		Doc: "the rate's resolution, in [1, 1000000]; reduced (down to N) when r/units is below the bucket package's resolution."},
+	{Name: "max_wait", Type: strategy.ParamDuration, Default: "0", Example: "1s",
+		Doc: "the longest wait waiting mode (SRTM §5.2) grants; 0 turns it off. It lengthens every epoch's raise_after by as much, so that reservations made at a node's old share are due before another node raises its share; at most 1h."},
 }

@@ -88,6 +88,57 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 	return d, true
 }
 
+// RequestWait decides req in waiting mode (strategy.Waiter; SRTM §5.2,
+// the shaping mode, Appendix A eq. (2)): req.Tokens are reserved in the
+// key's local token bucket (C_i, B_i), first come first served
+// (bucket.ReserveN), when the wait until it holds them is at most
+// maxWait, and the decision carries that wait; otherwise the request is
+// refused and nothing is reserved. The tokens count as demand as in
+// Request. The wait is the DRL penalty of SRTM §2.1 (Proposition 1) at
+// this node's capacity share C_i.
+//
+// Transfers with reservations (ours): the level goes below 0 by at most
+// C_i*maxWait (the reservations not yet due), and those reservations
+// count on refill at C_i until they are due. So a node whose bucket for a
+// key is in debt pays none of that key's capacity or burst in a transfer
+// (pay) until the refill has repaid the debt (at most maxWait later): it
+// never gives away tokens it does not have nor the rate its reservations
+// count on, and sum C_i = C holds as before. A node receiving tokens
+// while in debt drops them (addTokens), and capacity it receives does
+// not repay the debt before its last reservation is due
+// (bucket.Bucket.SetRateKeepingDue). A crash or a leave
+// hands a node's shares to its heir at once: the reservations it made
+// that are due after that (its clients proceed) pass up to C_i*maxWait
+// tokens beyond the envelope.
+func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	if maxWait <= 0 {
+		return g.Request(now, req, fx)
+	}
+	d := strategy.Decision{RequestID: req.ID, Allowed: true}
+	if req.Tokens <= 0 {
+		return d, true
+	}
+	sh := g.materialize(req.Key, now)
+	if sh.reqTokens < 1<<62-req.Tokens {
+		sh.reqTokens += req.Tokens
+	}
+	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
+	g.seen[req.Key] = sh.lastActive
+	d.Allowed = false
+	if req.Tokens <= g.cfg.Burst {
+		d.Delay, d.Allowed = strategy.ReserveWithin(&sh.bkt, req.Arrival, req.Tokens*g.perToken, maxWait)
+	}
+	g.flush(now, fx)
+	return d, true
+}
+
+// inDebt reports whether key's bucket holds reservations not yet due
+// (its level is below 0 at now: RequestWait).
+func (g *GDRL) inDebt(key string, now time.Duration) bool {
+	sh := g.shares[key]
+	return sh != nil && sh.bkt.Tokens(now) < 0
+}
+
 // Tick closes an update interval when one is due (demand estimates, idle
 // keys, one probe) and retransmits what has waited for `retransmit`.
 func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {

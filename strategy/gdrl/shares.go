@@ -69,7 +69,9 @@ func (g *GDRL) adjust(key string, dc, db int64, now time.Duration) {
 	sh.c += dc
 	g.mem.sumC += dc
 	sh.b += db
-	_ = sh.bkt.SetRate(now, g.rateOf(sh.c), g.burstOf(sh.b)) // valid by construction
+	// Valid by construction; a raise keeps waiting mode's reservations
+	// due when promised (a level >= 0 re-rates as SetRate).
+	_ = sh.bkt.SetRateKeepingDue(now, g.rateOf(sh.c), g.burstOf(sh.b))
 	g.touch(key)
 }
 
@@ -96,10 +98,15 @@ func (g *GDRL) shrink(key string, c, b int64, now time.Duration) (tokens int64) 
 }
 
 // addTokens puts tokens (units, rounded down to the bucket's resolution)
-// into key's bucket, up to its burst.
+// into key's bucket, up to its burst. A bucket in debt (waiting mode's
+// reservations, RequestWait) takes none: its level is back at 0 when its
+// last reservation is due, and tokens added would let it admit new
+// requests at once while earlier ones are still to proceed (more than its
+// burst when counted at proceed times). The tokens are dropped: never
+// created, as a payer's tokens above a reduced burst are.
 func (g *GDRL) addTokens(key string, tokens int64, now time.Duration) {
 	sh := g.shares[key]
-	if sh == nil || tokens <= 0 {
+	if sh == nil || tokens <= 0 || sh.bkt.Tokens(now) < 0 {
 		return
 	}
 	burst := g.burstOf(sh.b)

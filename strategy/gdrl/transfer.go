@@ -31,6 +31,12 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 	}
 	var out []item
 	for _, it := range items {
+		if g.inDebt(it.key, now) {
+			// Waiting mode: its reservations count on this share's refill
+			// until they are due (RequestWait). Evaluated again next probe.
+			delete(g.sent[to], it.key)
+			continue
+		}
 		// At most (C, B) per key: what a peer accepts in a transfer. A
 		// node may hold more than C during a split brain (see "Split
 		// brain" in the package documentation); the rest moves later.

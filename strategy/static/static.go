@@ -69,6 +69,11 @@ type Static struct {
 	// (split as the burst, bucket.SplitBurst), in tokens.
 	od   strategy.Overdraft
 	debt int64
+	// reserved: RequestWait has reserved ahead (waiting mode), so a
+	// negative level may be reservations still to proceed, and a
+	// re-split keeps them due when they were promised
+	// (bucket.Bucket.SetRateKeepingDue).
+	reserved bool
 }
 
 // New builds a node. Errors: an invalid Config, Self not among Members, or
@@ -152,6 +157,40 @@ func (s *Static) Request(now time.Duration, req strategy.Request, fx *strategy.E
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
 
+// RequestWait decides req in waiting mode (strategy.Waiter; SRTM §5.2,
+// the shaping mode, and Appendix A eq. (2)): the tokens are reserved in
+// this node's sub-token bucket (r/N, b_i) for req.Key, first come first
+// served (bucket.ReserveN), when the wait until that bucket holds them
+// is at most maxWait, and the decision carries that wait; otherwise the
+// request is refused and nothing is reserved. This is the DRL penalty of
+// SRTM §2.1 (Proposition 1) measured: a node's bucket refills at r/N, so
+// a request that finds it empty waits N times longer than at one
+// (r, b) bucket. The level goes below 0 by at most maxWait*r/N tokens
+// (the reservations not yet due). A re-split keeps the reservations due
+// when promised (bucket.Bucket.SetRateKeepingDue): a lower share keeps
+// the debt in tokens, so the node admits nothing new until the new share
+// has repaid it, and a higher one does not repay it before the last
+// reservation is due. Under overdraft a charge is Request
+// (taken at once, no wait).
+//
+// Membership changes (ours): a reservation's delay was computed at the
+// rate r/N of its time. When a node joins, the other nodes' rates fall to
+// r/(N+1) at once while their reservations are still due at the times
+// promised, so the cluster may pass tokens beyond b + r*T by at most
+// r*maxWait/(N+1) over the reservations due after the join; a crashed
+// node's due reservations (its clients proceed) use refill its
+// survivors take at once: at most r*maxWait/N. With a fixed membership
+// the envelope holds exactly (TestWaitingEnvelope).
+func (s *Static) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	if s.od.On && req.Charge {
+		return s.Request(now, req, fx)
+	}
+	s.lend.Clamp(s.table, req.Arrival, req.Key)
+	delay, ok := strategy.ReserveWithin(s.table.Get(req.Key, req.Arrival), req.Arrival, req.Tokens, maxWait)
+	s.reserved = s.reserved || delay > 0
+	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
+}
+
 // Refund gives back tokens of key to this node's sub-token bucket at now,
 // capped at its share b_i less the tokens lent to the driver's fast path
 // (strategy.Refunder).
@@ -215,7 +254,11 @@ func (s *Static) resplit(now time.Duration) {
 		return
 	}
 	s.lend.ClampAll(s.table, now)
-	_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+	if s.reserved {
+		_ = s.table.SetRateKeepingDue(now, r, b) // a raise repays no reservation early
+	} else {
+		_ = s.table.SetRate(now, r, b) // r, b derive from a validated (rate, burst)
+	}
 	s.members = len(split)
 	s.debt = s.debtShare(split)
 	s.lend.ClampAll(s.table, now) // the new b_i less what is held (none when the driver returned first)
@@ -248,4 +291,5 @@ var (
 	_ strategy.ShareReporter = (*Static)(nil)
 	_ strategy.Conserver     = (*Static)(nil)
 	_ strategy.Refunder      = (*Static)(nil)
+	_ strategy.Waiter        = (*Static)(nil)
 )

@@ -1,0 +1,59 @@
+package eval
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+)
+
+// The M/D/1 work distribution (Erlang's formula) against a Lindley
+// recursion of an M/D/1 queue, and eq. (1) of SRTM §2.1 against Poisson
+// arrivals into a shaping bucket (bucket.ReserveN with no bound on the
+// wait): for b = 1 eq. (1) is the M/D/1 mean wait rho/(2r(1 - rho)).
+func TestMD1(t *testing.T) {
+	if got := MD1WorkAbove(0.3, 0); math.Abs(got-0.3) > 1e-12 {
+		t.Fatalf("P(U > 0) at rho 0.3 = %v, want rho", got)
+	}
+	if w, ok := MD1TokenBucketWait(0.5, 1, 1); !ok || math.Abs(w-0.5) > 1e-12 {
+		t.Fatalf("E[T] at lambda 0.5, (1, 1) = %v %v, want 0.5 s", w, ok)
+	}
+	if _, ok := MD1TokenBucketWait(1, 1, 3); ok {
+		t.Fatal("a mean wait at lambda = r")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const rho, n = 0.7, 400_000
+	var u float64 // unfinished work found by an arrival, in service times
+	above := map[float64]int{0: 0, 1.5: 0, 3: 0}
+	for range n {
+		u = max(u-rng.ExpFloat64()/rho, 0) // drains at 1 between arrivals
+		for x := range above {
+			if u > x {
+				above[x]++
+			}
+		}
+		u++ // the arrival's own service time
+	}
+	for x, c := range above {
+		if got, want := float64(c)/n, MD1WorkAbove(rho, x); math.Abs(got-want) > 0.01 {
+			t.Errorf("P(U > %v) at rho %v: simulated %.4f, formula %.4f", x, rho, got, want)
+		}
+	}
+	// Poisson arrivals at 0.6/s into (1/s, 1): mean delay 0.6/(2*0.4) = 0.75 s.
+	b := bucket.MustNew(bucket.Rate{Tokens: 1, Per: time.Second}, 1, 0)
+	var at, sum time.Duration
+	for range n {
+		at += time.Duration(rng.ExpFloat64() / 0.6 * float64(time.Second))
+		d, ok := b.ReserveN(at, 1)
+		if !ok {
+			t.Fatal("refused")
+		}
+		sum += d
+	}
+	want, _ := MD1TokenBucketWait(0.6, 1, 1)
+	if got := (sum / n).Seconds(); math.Abs(got-want)/want > 0.03 {
+		t.Fatalf("shaping bucket (1/s, 1) at 0.6/s: mean delay %.4f s, eq. (1) %.4f s", got, want)
+	}
+}
