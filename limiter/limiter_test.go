@@ -58,10 +58,10 @@ func TestAllowExhaustsBurst(t *testing.T) {
 	}
 }
 
-// Reserve under a strategy without waiting mode (gdrl): a refusal with a
-// retry estimate.
+// Reserve under a strategy without waiting mode (gcounter; gdrl has one
+// now): a refusal with a retry estimate.
 func TestAllowNAndReserve(t *testing.T) {
-	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(10), Burst: 4, Strategy: "gdrl"})
+	n := startSingle(t, rule.Rule{Name: "api", Rate: perSec(10), Burst: 4, Strategy: "gcounter"})
 	l := limiterFor(t, n, "api")
 	ctx := context.Background()
 	if ok, err := l.AllowN(ctx, "k", 3); !ok || err != nil {
