@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
 )
 
 // Jain's fairness index of gdrl's performance indicators: GDRL's measure of
@@ -39,18 +40,9 @@ type indicatorSource interface {
 }
 
 // JFI is Jain's fairness index of q (GDRL eq. (16)); 1 for an empty or
-// all-zero vector (nothing is unequal).
-func JFI(q []float64) float64 {
-	var s, s2 float64
-	for _, x := range q {
-		s += x
-		s2 += x * x
-	}
-	if len(q) == 0 || s2 == 0 {
-		return 1
-	}
-	return s * s / (float64(len(q)) * s2)
-}
+// all-zero vector (nothing is unequal): gdrl.JFI, the one the strategy
+// and the GDRL experiments use.
+func JFI(q []float64) float64 { return gdrl.JFI(q) }
 
 // jfiSample is the cluster's JFI at one sample.
 type jfiSample struct {
