@@ -412,64 +412,11 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 	}
 	switch b := m.Body.(type) {
 	case *peerv1.ConcurrencyMessage_Acquire:
-		a := b.Acquire
-		if a.MaxWaitNs > 0 && len(c.queue(a.Key)) > 0 {
-			// Behind the acquires already waiting.
-			if c.enqueue(now, a.Key, waiter{from: from, id: a.RequestId, weight: a.Weight, received: now, deadline: now + time.Duration(a.MaxWaitNs)}, fx) {
-				return nil
-			}
-			fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
-				RequestId: a.RequestId, Key: a.Key}}}))
-			return nil
-		}
-		id := c.grant(now, a.Key, a.Weight, fx)
-		if id == 0 && a.MaxWaitNs > 0 && c.enqueue(now, a.Key, waiter{from: from, id: a.RequestId, weight: a.Weight, received: now, deadline: now + time.Duration(a.MaxWaitNs)}, fx) {
-			return nil
-		}
-		fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
-			RequestId: a.RequestId, Key: a.Key, Granted: id != 0, Permit: id}}}))
+		c.onAcquire(now, from, b.Acquire, fx)
 	case *peerv1.ConcurrencyMessage_Verdict:
-		v := b.Verdict
-		f := c.pending[v.RequestId]
-		if f == nil || f.req.Key != v.Key {
-			if g, ok := c.granted[v.RequestId]; ok && g.permit == v.Permit {
-				return nil // a duplicate of the verdict that granted it: the permit is in use
-			}
-			if v.Granted { // late (refused already) or a second grant: give it back
-				fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
-					Key: v.Key, Permit: v.Permit}}}))
-			}
-			return nil
-		}
-		if from != f.owner {
-			return fmt.Errorf("concurrency: verdict for request %d from %s, but it was sent to %s", v.RequestId, from, f.owner)
-		}
-		if v.WaitedNs > int64(f.maxWait) {
-			return fmt.Errorf("concurrency: verdict for request %d from %s: waited_ns %d above the request's max wait %v", v.RequestId, from, v.WaitedNs, f.maxWait)
-		}
-		delete(c.pending, v.RequestId)
-		if v.Granted {
-			// The owner's expiry is its grant + permit_ttl, at least the
-			// acquire's arrival here + its wait there + permit_ttl.
-			expires := f.req.Arrival + time.Duration(v.WaitedNs) + c.ttl
-			c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: expires}
-			c.scheduleSweep(now, fx)
-			fx.DecidePermit(v.RequestId, v.Permit, expires)
-		} else {
-			fx.Decide(v.RequestId, false)
-		}
+		return c.onVerdict(now, from, b.Verdict, fx)
 	case *peerv1.ConcurrencyMessage_Release:
-		r := b.Release
-		if c.freeLeased(now, r.Key, r.Permit, fx) {
-			return nil
-		}
-		if kp := c.keys[r.Key]; kp != nil && kp.free(r.Permit) {
-			c.serveWaiters(now, r.Key, fx)
-			return nil
-		}
-		if rendezvous.Owner(r.Key, c.members) == c.self {
-			c.passRelease(r.Key, r.Permit, from, fx)
-		}
+		c.onRelease(now, from, b.Release, fx)
 	case *peerv1.ConcurrencyMessage_LeaseAsk:
 		a := b.LeaseAsk
 		id, slots := c.grantLease(now, from, a.Key, a.Slots, fx)
@@ -482,6 +429,79 @@ func (c *Concurrency) Receive(now time.Duration, from strategy.NodeID, payload [
 		c.serveWaiters(now, b.LeaseReturn.Key, fx)
 	}
 	return nil
+}
+
+// onAcquire decides a peer's acquire as the key's owner: granted, queued
+// behind the acquires already waiting (or when refused, if it may wait),
+// or refused; a grant or refusal is answered with a verdict.
+func (c *Concurrency) onAcquire(now time.Duration, from strategy.NodeID, a *peerv1.ConcurrencyAcquire, fx *strategy.Effects) {
+	w := waiter{from: from, id: a.RequestId, weight: a.Weight, received: now, deadline: now + time.Duration(a.MaxWaitNs)}
+	var id uint64
+	if a.MaxWaitNs > 0 && len(c.queue(a.Key)) > 0 {
+		// Behind the acquires already waiting.
+		if c.enqueue(now, a.Key, w, fx) {
+			return
+		}
+	} else {
+		id = c.grant(now, a.Key, a.Weight, fx)
+		if id == 0 && a.MaxWaitNs > 0 && c.enqueue(now, a.Key, w, fx) {
+			return
+		}
+	}
+	fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: &peerv1.ConcurrencyVerdict{
+		RequestId: a.RequestId, Key: a.Key, Granted: id != 0, Permit: id}}}))
+}
+
+// onVerdict completes a request this node forwarded; a verdict for a
+// request no longer waiting has its permit given back (unless it repeats
+// the grant in use). Errors: a verdict from a node the request was not
+// sent to, or a wait above the request's max wait.
+func (c *Concurrency) onVerdict(now time.Duration, from strategy.NodeID, v *peerv1.ConcurrencyVerdict, fx *strategy.Effects) error {
+	f := c.pending[v.RequestId]
+	if f == nil || f.req.Key != v.Key {
+		if g, ok := c.granted[v.RequestId]; ok && g.permit == v.Permit {
+			return nil // a duplicate of the verdict that granted it: the permit is in use
+		}
+		if v.Granted { // late (refused already) or a second grant: give it back
+			fx.Send(from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Release{Release: &peerv1.ConcurrencyRelease{
+				Key: v.Key, Permit: v.Permit}}}))
+		}
+		return nil
+	}
+	if from != f.owner {
+		return fmt.Errorf("concurrency: verdict for request %d from %s, but it was sent to %s", v.RequestId, from, f.owner)
+	}
+	if v.WaitedNs > int64(f.maxWait) {
+		return fmt.Errorf("concurrency: verdict for request %d from %s: waited_ns %d above the request's max wait %v", v.RequestId, from, v.WaitedNs, f.maxWait)
+	}
+	delete(c.pending, v.RequestId)
+	if !v.Granted {
+		fx.Decide(v.RequestId, false)
+		return nil
+	}
+	// The owner's expiry is its grant + permit_ttl, at least the
+	// acquire's arrival here + its wait there + permit_ttl.
+	expires := f.req.Arrival + time.Duration(v.WaitedNs) + c.ttl
+	c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: expires}
+	c.scheduleSweep(now, fx)
+	fx.DecidePermit(v.RequestId, v.Permit, expires)
+	return nil
+}
+
+// onRelease frees a permit: one of this node's leases, one this owner
+// granted (serving the waiters), or, at the owner, passed on to the
+// key's lessees.
+func (c *Concurrency) onRelease(now time.Duration, from strategy.NodeID, r *peerv1.ConcurrencyRelease, fx *strategy.Effects) {
+	if c.freeLeased(now, r.Key, r.Permit, fx) {
+		return
+	}
+	if kp := c.keys[r.Key]; kp != nil && kp.free(r.Permit) {
+		c.serveWaiters(now, r.Key, fx)
+		return
+	}
+	if rendezvous.Owner(r.Key, c.members) == c.self {
+		c.passRelease(r.Key, r.Permit, from, fx)
+	}
 }
 
 // passRelease passes a release of a permit this owner does not hold to

@@ -28,63 +28,102 @@ func (c *Concurrency) decode(from strategy.NodeID, payload []byte) (*peerv1.Conc
 	if err := proto.Unmarshal(payload, &m); err != nil {
 		return nil, fmt.Errorf("concurrency: message from %s does not decode: %w", from, err)
 	}
+	var kind string
+	var err error
 	switch b := m.Body.(type) {
 	case *peerv1.ConcurrencyMessage_Acquire:
-		if err := checkKey(b.Acquire.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: acquire from %s: %w", from, err)
-		}
-		if w := b.Acquire.Weight; w < 1 || w > c.limit {
-			return nil, fmt.Errorf("concurrency: acquire from %s: key %q: weight %d outside [1, limit %d]", from, b.Acquire.Key, w, c.limit)
-		}
-		if w := b.Acquire.MaxWaitNs; w < 0 || w > int64(MaxWait) {
-			return nil, fmt.Errorf("concurrency: acquire from %s: key %q: max_wait_ns %d outside [0, %v]", from, b.Acquire.Key, w, MaxWait)
-		}
+		kind, err = "acquire", c.checkAcquire(b.Acquire)
 	case *peerv1.ConcurrencyMessage_Verdict:
-		v := b.Verdict
-		if err := checkKey(v.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: verdict from %s: %w", from, err)
-		}
-		if v.WaitedNs < 0 || (v.WaitedNs > 0 && !v.Granted) {
-			return nil, fmt.Errorf("concurrency: verdict from %s: key %q: waited_ns %d (not negative, 0 on a refusal)", from, v.Key, v.WaitedNs)
-		}
-		if v.Granted != (v.Permit != 0) {
-			return nil, fmt.Errorf("concurrency: verdict from %s: key %q: granted %v with permit %d (a grant has a permit, a refusal none)", from, v.Key, v.Granted, v.Permit)
-		}
+		kind, err = "verdict", checkVerdict(b.Verdict)
 	case *peerv1.ConcurrencyMessage_Release:
-		if err := checkKey(b.Release.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: release from %s: %w", from, err)
-		}
-		if b.Release.Permit == 0 {
-			return nil, fmt.Errorf("concurrency: release from %s: key %q: permit 0 (no permit has id 0)", from, b.Release.Key)
-		}
+		kind, err = "release", checkRelease(b.Release)
 	case *peerv1.ConcurrencyMessage_LeaseAsk:
-		a := b.LeaseAsk
-		if err := checkKey(a.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: lease ask from %s: %w", from, err)
-		}
-		if a.Slots < 1 || a.Slots > c.limit {
-			return nil, fmt.Errorf("concurrency: lease ask from %s: key %q: slots %d outside [1, limit %d]", from, a.Key, a.Slots, c.limit)
-		}
+		kind, err = "lease ask", c.checkLeaseAsk(b.LeaseAsk)
 	case *peerv1.ConcurrencyMessage_LeaseGrant:
-		g := b.LeaseGrant
-		if err := checkKey(g.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: lease grant from %s: %w", from, err)
-		}
-		if g.Slots < 0 || g.Slots > c.limit || (g.Lease == 0) != (g.Slots == 0) {
-			return nil, fmt.Errorf("concurrency: lease grant from %s: key %q: lease %d with slots %d (a grant has a lease and 1 to limit %d slots, a refusal neither)", from, g.Key, g.Lease, g.Slots, c.limit)
-		}
+		kind, err = "lease grant", c.checkLeaseGrant(b.LeaseGrant)
 	case *peerv1.ConcurrencyMessage_LeaseReturn:
-		r := b.LeaseReturn
-		if err := checkKey(r.Key); err != nil {
-			return nil, fmt.Errorf("concurrency: lease return from %s: %w", from, err)
-		}
-		if r.Lease == 0 || r.Slots < 1 || r.Slots > c.limit {
-			return nil, fmt.Errorf("concurrency: lease return from %s: key %q: lease %d, slots %d (want a lease and 1 to limit %d slots)", from, r.Key, r.Lease, r.Slots, c.limit)
-		}
+		kind, err = "lease return", c.checkLeaseReturn(b.LeaseReturn)
 	default:
 		return nil, fmt.Errorf("concurrency: message from %s has no body", from)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: %s from %s: %w", kind, from, err)
+	}
 	return &m, nil
+}
+
+// checkAcquire: a key (checkKey), a weight in [1, limit], max_wait_ns in
+// [0, MaxWait].
+func (c *Concurrency) checkAcquire(a *peerv1.ConcurrencyAcquire) error {
+	if err := checkKey(a.Key); err != nil {
+		return err
+	}
+	if w := a.Weight; w < 1 || w > c.limit {
+		return fmt.Errorf("key %q: weight %d outside [1, limit %d]", a.Key, w, c.limit)
+	}
+	if w := a.MaxWaitNs; w < 0 || w > int64(MaxWait) {
+		return fmt.Errorf("key %q: max_wait_ns %d outside [0, %v]", a.Key, w, MaxWait)
+	}
+	return nil
+}
+
+// checkVerdict: a key, waited_ns not negative and 0 on a refusal, a
+// permit exactly when granted.
+func checkVerdict(v *peerv1.ConcurrencyVerdict) error {
+	if err := checkKey(v.Key); err != nil {
+		return err
+	}
+	if v.WaitedNs < 0 || (v.WaitedNs > 0 && !v.Granted) {
+		return fmt.Errorf("key %q: waited_ns %d (not negative, 0 on a refusal)", v.Key, v.WaitedNs)
+	}
+	if v.Granted != (v.Permit != 0) {
+		return fmt.Errorf("key %q: granted %v with permit %d (a grant has a permit, a refusal none)", v.Key, v.Granted, v.Permit)
+	}
+	return nil
+}
+
+// checkRelease: a key and a permit other than 0.
+func checkRelease(r *peerv1.ConcurrencyRelease) error {
+	if err := checkKey(r.Key); err != nil {
+		return err
+	}
+	if r.Permit == 0 {
+		return fmt.Errorf("key %q: permit 0 (no permit has id 0)", r.Key)
+	}
+	return nil
+}
+
+// checkLeaseAsk: a key and slots in [1, limit].
+func (c *Concurrency) checkLeaseAsk(a *peerv1.ConcurrencyLeaseAsk) error {
+	if err := checkKey(a.Key); err != nil {
+		return err
+	}
+	if a.Slots < 1 || a.Slots > c.limit {
+		return fmt.Errorf("key %q: slots %d outside [1, limit %d]", a.Key, a.Slots, c.limit)
+	}
+	return nil
+}
+
+// checkLeaseGrant: a key, and a lease with 1 to limit slots or neither.
+func (c *Concurrency) checkLeaseGrant(g *peerv1.ConcurrencyLeaseGrant) error {
+	if err := checkKey(g.Key); err != nil {
+		return err
+	}
+	if g.Slots < 0 || g.Slots > c.limit || (g.Lease == 0) != (g.Slots == 0) {
+		return fmt.Errorf("key %q: lease %d with slots %d (a grant has a lease and 1 to limit %d slots, a refusal neither)", g.Key, g.Lease, g.Slots, c.limit)
+	}
+	return nil
+}
+
+// checkLeaseReturn: a key, a lease and slots in [1, limit].
+func (c *Concurrency) checkLeaseReturn(r *peerv1.ConcurrencyLeaseReturn) error {
+	if err := checkKey(r.Key); err != nil {
+		return err
+	}
+	if r.Lease == 0 || r.Slots < 1 || r.Slots > c.limit {
+		return fmt.Errorf("key %q: lease %d, slots %d (want a lease and 1 to limit %d slots)", r.Key, r.Lease, r.Slots, c.limit)
+	}
+	return nil
 }
 
 // checkKey refuses an empty, over-long (above MaxKeyBytes) or non-UTF-8
