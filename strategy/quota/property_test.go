@@ -160,6 +160,7 @@ type world struct {
 	adoptedReplicas, adoptedHandovers int
 	froze                             int                     // allocations made frozen (Quota.frozeTakeovers)
 	crashed                           []crashed               // the crashes, in time order
+	statesLost                        int                     // crashes that took the last node holding the key's state (stateAnywhere)
 	sample                            func(now time.Duration) // after every event (loss_test.go)
 }
 
@@ -319,10 +320,21 @@ func envelope(at []time.Duration, r float64, b int64) float64 {
 // stay within
 // b + r*T in every window (Envoy's float refill: 1e-6), and the owner's
 // units and burst are conserved after every event.
-func TestEnvelopeWithClients(t *testing.T) {
+func TestEnvelopeWithClients(t *testing.T) { envelopeWithClients(t) }
+
+// TestEnvelopeWithClientsRenewEvery: the same with renewals (and replicas)
+// every 300 ms instead of ttl/2: more pinned shares a successor renews at
+// once after a crash.
+func TestEnvelopeWithClientsRenewEvery(t *testing.T) {
+	envelopeWithClients(t, "renew_every=300ms")
+}
+
+// envelopeWithClients is TestEnvelopeWithClients with extra params for
+// every node.
+func envelopeWithClients(t *testing.T, extra ...string) {
 	var adoptions struct{ runs, replicas, handovers, froze, warmed, lost, lostOver int }
 	defer func() {
-		t.Logf("%d runs: %d takeovers from a crashed owner's replica, %d from a hand-over; %d allocations made frozen (by the replicas=1 runs too); %d keys started full after a warm-up (live nodes); %d runs in which all the key's holders crashed within ttl (bound + b + r*(ttl + apply_lag) each; %d of them beyond b + r*T)",
+		t.Logf("%d runs: %d takeovers from a crashed owner's replica, %d from a hand-over; %d allocations made frozen (by the replicas=1 runs too); %d keys started full after a warm-up (live nodes); %d runs in which all the key's holders crashed within ttl or the last node holding its state crashed (bound + b + r*(ttl + apply_lag) each; %d of them beyond b + r*T)",
 			adoptions.runs, adoptions.replicas, adoptions.handovers, adoptions.froze, adoptions.warmed, adoptions.lost, adoptions.lostOver)
 	}()
 	rapid.Check(t, func(rt *rapid.T) {
@@ -342,7 +354,7 @@ func TestEnvelopeWithClients(t *testing.T) {
 		// owner's replica (a crash) or hand-over (a restart, a view
 		// change), replica_wait the longest peer hop
 		replicas := rapid.IntRange(1, 3).Draw(rt, "replicas")
-		params, err := strategy.ParseParams([]string{fmt.Sprintf("replicas=%d", replicas), "replica_wait=200ms"})
+		params, err := strategy.ParseParams(append([]string{fmt.Sprintf("replicas=%d", replicas), "replica_wait=200ms"}, extra...))
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -387,13 +399,17 @@ func TestEnvelopeWithClients(t *testing.T) {
 		w.changeMax = 3 * int(ratePerSec)
 		w.run(key, horizon, report, plainRate, func(format string, args ...any) { rt.Fatalf(format, args...) })
 		// Exact, but for b + r*(ttl + apply_lag) per time all the key's
-		// holders crashed within ttl of each other (lostAll): the warm-up
+		// holders crashed within ttl of each other (lostAll), or a crash
+		// took the last live node holding its state (statesLost): the warm-up
 		// then starts the key full, as at a cluster's start, beside what
 		// the old owner admitted before its death and its clients until
 		// their assignments expire (two histories within b + r*T each,
 		// overlapping by at most ttl + apply_lag).
 		q0 := w.nodes[w.ids[0]]
-		lost := lostAll(w.crashed, replicas, nNodes, q0.ttl)
+		// or the crash of the last live node that held any state of the
+		// key, whenever the others crashed (the warm-up asks, finds
+		// nothing, starts it full)
+		lost := max(lostAll(w.crashed, replicas, nNodes, q0.ttl), w.statesLost)
 		allowed := float64(lost) * (float64(burstTok) + float64(ratePerSec)*(q0.ttl+q0.applyLag).Seconds())
 		if v := envelope(w.admitted, float64(ratePerSec), burstTok); v > 1e-6+allowed {
 			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens, %d lost states allowing %.1f (rate %d/s, burst %d, %d clients, hop %v, push %v, replicas %d, %d replicas and %d hand-overs adopted)",
@@ -462,7 +478,11 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 				e.to = rendezvous.Owner(key, w.live())
 				w.at(event{at: e.restartAt, kind: 7, to: e.to})
 			}
+			held := w.stateAnywhere(key, now)
 			w.crash(now, e.to)
+			if held && !w.stateAnywhere(key, now) && w.nodes[w.ids[0]].replicas >= 2 {
+				w.statesLost++
+			}
 		case 6:
 			if !w.down[e.to] {
 				// the failure detector converges on the truth: the view is
@@ -533,6 +553,22 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			w.sample(now)
 		}
 	}
+}
+
+// stateAnywhere reports whether a live node holds something of key that
+// makes it answer a warm-up query "some" (Quota.onStateQuery): an
+// allocation, a replica, a warm-up of its own, or a mark of state dropped
+// lately. When a crash takes the last of these, the key's next owner
+// starts it full (the package doc's "Not covered" case; with replicas 1
+// there is no warm-up: the next owner freezes the key).
+func (w *world) stateAnywhere(key string, now time.Duration) bool {
+	for _, id := range w.live() {
+		n := w.nodes[id]
+		if n.allocs[key] != nil || n.records[key] != nil || n.warming[key] != nil || n.goneLately(key, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // live is the nodes up, sorted.

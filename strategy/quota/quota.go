@@ -21,7 +21,7 @@ type Quota struct {
 	sh       shape
 	ttl      time.Duration
 	applyLag time.Duration
-	renew    time.Duration
+	renew    time.Duration // renew_every
 	headroom float64
 	timeout  time.Duration
 	maxSkew  time.Duration
@@ -126,16 +126,20 @@ func New(cfg strategy.Config) (*Quota, error) {
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
 		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{},
 		warmed: map[string]time.Duration{}}
+	q.renew = v.DurationOr("renew_every", q.ttl/2)
 	if err := q.checkParams(); err != nil {
 		return nil, err
 	}
-	q.renew = q.ttl / 2
 	// The previous owner's assignments have expired by then: it renews for
 	// at most a failure detector's delay (1 s) after the change, each valid
 	// ttl from receipt, received within apply_lag.
 	q.takeover = q.ttl + q.applyLag + time.Second + q.maxSkew
 	return q, nil
 }
+
+// minRenew is the shortest renew_every: a renewal every 50 ms per client and
+// key is already 20 stream messages a second.
+const minRenew = 50 * time.Millisecond
 
 // checkParams refuses parameters out of their ranges (params.go), named.
 func (q *Quota) checkParams() error {
@@ -154,8 +158,10 @@ func (q *Quota) checkParams() error {
 		return fmt.Errorf("quota: parameter replicas=%d must be within [1, %d] (1: no replicas)", q.replicas, maxReplicas)
 	case q.replicaWait < 0 || q.replicaWait > q.ttl:
 		return fmt.Errorf("quota: parameter replica_wait=%s must be within [0, ttl=%s]", q.replicaWait, q.ttl)
-	case q.replicaAge < q.ttl/2:
-		return fmt.Errorf("quota: parameter replica_age=%s must be at least ttl/2=%s (the owner replicates that often)", q.replicaAge, q.ttl/2)
+	case q.renew < minRenew || q.renew > q.ttl/2:
+		return fmt.Errorf("quota: parameter renew_every=%s must be within [%s, ttl/2=%s] (a renewal must arrive before the TTL ends)", q.renew, minRenew, q.ttl/2)
+	case q.replicaAge < q.renew:
+		return fmt.Errorf("quota: parameter replica_age=%s must be at least renew_every=%s (the owner replicates that often)", q.replicaAge, q.renew)
 	}
 	return nil
 }

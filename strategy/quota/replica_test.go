@@ -57,15 +57,24 @@ func (w *world) reassigned(key string, from, until, report time.Duration, fail f
 // + max_skew. The fleet stays within b + r*T exactly either way; the
 // clients of the surviving nodes are assigned again when their node sees
 // the crash (with replicas), and the clients of the killed node once
-// their old shares, still counted, have expired or been cut around.
+// their old shares, still counted, have expired or been cut around. With
+// renew_every=500ms (a third run) every client of a surviving node holds a
+// renewal recent enough that the successor renews it at once.
 func TestOwnerCrashTakeover(t *testing.T) {
 	const key, crash, detect = "tenant", 20 * time.Second, 1500 * time.Millisecond
 	for _, report := range []time.Duration{time.Second, 5 * time.Second} {
 		worst := map[int]time.Duration{}
-		for _, replicas := range []int{1, 2} {
-			t.Run(fmt.Sprintf("report_%v_replicas_%d", report, replicas), func(t *testing.T) {
+		// variant 3: replicas 2 renewed every 500 ms instead of ttl/2
+		for _, variant := range []int{1, 2, 3} {
+			replicas, params := min(variant, 2), []string{"ttl=3s", "apply_lag=1s"}
+			name := fmt.Sprintf("report_%v_replicas_%d", report, replicas)
+			if variant == 3 {
+				params = append(params, "renew_every=500ms")
+				name += "_renew_every_500ms"
+			}
+			t.Run(name, func(t *testing.T) {
 				rates := []float64{150, 150, 10, 10, 10, 10}
-				w := newWorld(t, 3, 100, 100, rates, 7, fmt.Sprintf("replicas=%d", replicas), "ttl=3s", "apply_lag=1s")
+				w := newWorld(t, 3, 100, 100, rates, 7, append(params, fmt.Sprintf("replicas=%d", replicas))...)
 				w.run(key, crash, report, 0, t.Fatalf)
 				owner := rendezvous.Owner(key, w.ids)
 				var onOwner []int
@@ -83,7 +92,7 @@ func TestOwnerCrashTakeover(t *testing.T) {
 					if d < 0 {
 						d = time.Hour
 					}
-					worst[replicas] = max(worst[replicas], d)
+					worst[variant] = max(worst[variant], d)
 				}
 				var held []string
 				for i, c := range w.clients {
@@ -102,8 +111,27 @@ func TestOwnerCrashTakeover(t *testing.T) {
 				if w.adoptedReplicas != 1 {
 					t.Errorf("%d replicas adopted, want 1", w.adoptedReplicas)
 				}
-				if worst[2] > detect+2*time.Second || (worst[1] > 0 && worst[2] >= worst[1]) {
-					t.Errorf("a client assigned again %v after the crash, want within detection + 2 s and sooner than without replicas (%v)", worst[2], worst[1])
+				if variant == 3 {
+					// renewed every 500 ms: every client of a surviving node
+					// holds an assignment the successor can renew as soon as
+					// it adopts the replica (detection + replica_wait); the
+					// crashed node's own clients come back as new clients
+					// (RLQS carries no client identity), paid once their
+					// old assignments have surely ended (ttl + apply_lag
+					// after their last renewal)
+					for i, d := range got {
+						want := detect + 200*time.Millisecond
+						if containsInt(onOwner, i) {
+							want = 3*time.Second + time.Second + time.Second
+						}
+						if d < 0 || d > want {
+							t.Errorf("client %d assigned again %v after the crash, want within %v", i+1, d, want)
+						}
+					}
+					return
+				}
+				if worst[variant] > detect+2*time.Second || (worst[1] > 0 && worst[variant] >= worst[1]) {
+					t.Errorf("a client assigned again %v after the crash, want within detection + 2 s and sooner than without replicas (%v)", worst[variant], worst[1])
 				}
 			})
 		}
