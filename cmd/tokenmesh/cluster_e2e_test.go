@@ -28,6 +28,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/cluster/grpcpeer"
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/daemon"
+	"github.com/tokenmesh/tokenmesh/internal/e2e"
 	"github.com/tokenmesh/tokenmesh/internal/lockedbuf"
 	"github.com/tokenmesh/tokenmesh/localcluster"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
@@ -39,43 +40,12 @@ import (
 // end of the test; the nodes' output is logged when the test fails.
 func startCluster(t *testing.T, cfg localcluster.Config) *localcluster.Cluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a cluster of real processes")
-	}
-	logs := &lockedbuf.Buffer{}
-	cfg.Binary, cfg.Log = binary, logs
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	start := time.Now()
-	c, err := localcluster.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("starting %d nodes: %v", cfg.Nodes, err)
-	}
-	t.Logf("%d nodes ready in %v", cfg.Nodes, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("node output:\n%s", logs.String())
-		}
-	})
-	return c
+	return e2e.StartCluster(t, binary, cfg)
 }
 
 // checkAt asks node i for hits of (rule, key) over gRPC.
 func checkAt(c *localcluster.Cluster, i int, timeout time.Duration, rule, key string, hits int64) (*tokenmeshv1.CheckResult, error) {
-	cl, err := c.Client(i)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	resp, err := cl.Check(ctx, &tokenmeshv1.CheckRequest{Checks: []*tokenmeshv1.CheckItem{{Rule: rule, Key: key, Hits: hits}}})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResults()[0], nil
+	return e2e.CheckAt(c, i, timeout, rule, key, hits)
 }
 
 // keysOwnedBy returns n keys whose rendezvous owner among members is
@@ -523,15 +493,7 @@ func TestClusterE2EGDRLGracefulLeave(t *testing.T) {
 }
 
 // metricValue is the value of an unlabelled metric in Prometheus text.
-func metricValue(text, name string) (float64, bool) {
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
+func metricValue(text, name string) (float64, bool) { return e2e.MetricValue(text, name) }
 
 // tenPerSec is the gdrl tests' rate (their rule variable hides package rule).
 var tenPerSec = rule.MustRate("10/s")

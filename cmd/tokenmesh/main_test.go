@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenmesh/tokenmesh/internal/e2e"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/registry"
 )
@@ -19,16 +20,13 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tokenmesh-e2e")
+	b, cleanup, err := e2e.Build()
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "tokenmesh")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		panic("go build: " + err.Error() + "\n" + string(out))
-	}
+	binary = b
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

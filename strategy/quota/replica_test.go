@@ -50,7 +50,7 @@ func (w *world) reassigned(key string, from, until, report time.Duration, fail f
 
 // The owner of the skewed fleet's key is killed at 20 s and the others see
 // it gone 1.5 s later (memberlist at a 250 ms probe interval, as in
-// cmd/tokenmesh's TestRLQSClusterE2E). With replicas (the default 2) the
+// chaos/livetest's TestRLQSClusterE2E). With replicas (the default 2) the
 // successor adopts the owner's replica replica_wait after it sees the
 // crash and renews every client whose node reports it still holds its
 // assignment; without (replicas=1) it freezes the key for ttl + apply_lag

@@ -1,4 +1,4 @@
-package main
+package livetest
 
 // End-to-end test of owner's crash, restart and rolling-restart behaviour
 // on real `tokenmesh serve` processes : replicas, the local

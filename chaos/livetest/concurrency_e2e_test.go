@@ -1,4 +1,4 @@
-package main
+package livetest
 
 // End-to-end test of the concurrency strategy (at most N requests of a key
 // in flight across the cluster; the throttling article's "concurrency"

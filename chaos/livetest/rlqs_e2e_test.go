@@ -1,4 +1,4 @@
-package main
+package livetest
 
 // End-to-end test of Envoy's Rate Limit Quota Service on real `tokenmesh
 // serve` processes : a fleet of emulated Envoys (rlqs/proxy,
