@@ -38,11 +38,16 @@ import (
 // by the quota strategy. apply_lag is 1 s, not the default 500 ms: the
 // bound assumes every assignment applied within it, and this machine may
 // be loaded by a parallel build (ttl 3 s keeps renewals ahead of it).
+// renew_every 500 ms instead of ttl/2: after the owner's kill its successor
+// renews every Envoy of a surviving node as soon as it sees the kill
+// (2026-12-06, A-B-A-B on a loaded machine: those Envoys assigned again
+// 1.36-1.42 s after the kill against 1.34-2.81 s at ttl/2; 89.4 % and 88.5
+// % of the ceiling against 87.3 % and 87.4 %).
 const rlqsLimits = `domain: edge
 descriptors:
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 100}
-    tokenmesh: {strategy: quota, params: {apply_lag: 1s, ttl: 3s}}
+    tokenmesh: {strategy: quota, params: {apply_lag: 1s, ttl: 3s, renew_every: 500ms}}
 `
 
 // denyUnassigned are the Envoys' bucket settings under which the bound
