@@ -86,7 +86,7 @@ func TestClusterRegions(t *testing.T) {
 	// 3*hint + 100ms): a forward waits for its verdict.
 	c, err := Start(context.Background(), Config{Binary: binary, Nodes: 3, Regions: regions, FaultInjection: true, Log: &log,
 		ServeArgs: []string{"--latency-hint", "30ms"},
-		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1000/s"), Burst: 1000, Strategy: "owner"}}})
+		Rules:     []rule.Rule{{Name: "api", Rate: rule.MustRate("1000/s"), Burst: 1000, Strategy: "owner"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
