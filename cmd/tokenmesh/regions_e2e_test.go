@@ -286,6 +286,9 @@ type regionSummary struct {
 
 func summarize(t *testing.T, c *localcluster.Cluster, label, ruleName string, recs []regionCheck, skipped int64) regionSummary {
 	t.Helper()
+	if len(recs) == 0 {
+		t.Fatalf("%s: no checks were sent", label)
+	}
 	s := regionSummary{checks: len(recs), skipped: int(skipped), perRegion: map[string]int{}}
 	var lats []time.Duration
 	offered := make([]int, regionKeys)
