@@ -156,6 +156,13 @@ func TestOwnerForwardsToOwner(t *testing.T) {
 	if got := c.nodes["n1"].Stats().Rules["api"].MessagesReceived; got != 7 {
 		t.Fatalf("owner received %d forwards, want 7", got)
 	}
+	// Deferred counts the forwarded checks, not those decided on the node.
+	if st.Requests != 7 || st.Deferred != 6 {
+		t.Fatalf("n0: %d requests, %d deferred; want 7 and the 6 forwarded", st.Requests, st.Deferred)
+	}
+	if st := c.nodes["n1"].Stats().Rules["api"]; st.Requests != 1 || st.Deferred != 0 {
+		t.Fatalf("owner n1: %d requests, %d deferred; want 1 decided at once", st.Requests, st.Deferred)
+	}
 }
 
 func TestOwnerConcurrentChecks(t *testing.T) {

@@ -313,6 +313,7 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 			p.arrival = now
 			rs.pending[id] = p
 			rs.c.pending.Add(1)
+			rs.c.deferred.Add(1)
 			return
 		}
 		var granted, left int64

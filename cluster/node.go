@@ -120,6 +120,12 @@ type RuleStats struct {
 	ReceiveErrors    int64 // payloads the strategy refused
 	Requests         int64 // checks handed to the strategy (not those decided on the fast path)
 	Pending          int64 // checks waiting for an async decision now
+	// Deferred counts the checks the strategy did not decide at once
+	// (of Requests): forwarded to another node (an owner, a regional
+	// owner) or held (an ordering buffer, a lease on its way), each
+	// counted once when it starts to wait. Requests - Deferred were
+	// decided on the node at once.
+	Deferred int64
 	// The fast path (strategy.Allowancer): allowances granted by the
 	// loop (buckets lent included), their tokens, and the tokens given
 	// back unused. Tokens granted less returned (less those in allowances
@@ -148,6 +154,7 @@ type Stats struct {
 type ruleCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Int64
 	sendErrs, recvErrs, requests, pending    atomic.Int64
+	deferred                                 atomic.Int64
 	grants, granted, returned, lent          atomic.Int64 // the fast path's (fastpath.go)
 }
 
@@ -534,7 +541,7 @@ func (n *Node) Stats() Stats {
 			MessagesSent: c.msgsSent.Load(), BytesSent: c.bytesSent.Load(),
 			MessagesReceived: c.msgsRecv.Load(), BytesReceived: c.bytesRecv.Load(),
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
-			Requests: c.requests.Load(), Pending: c.pending.Load(),
+			Requests: c.requests.Load(), Pending: c.pending.Load(), Deferred: c.deferred.Load(),
 			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
 			BucketsLent: c.lent.Load(),
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/topology"
 )
 
 // Frame is one peer message on the wire: a strategy's payload for one rule.
@@ -132,29 +133,50 @@ func (e *memEndpoint) Close() error {
 	return nil
 }
 
+// MaxFaultDelay bounds each delay of FrameFaults (Delay, Jitter,
+// WANDelay, WANJitter): one hour, far beyond any test's wish, so that a
+// typo (a count of nanoseconds given as a duration) is refused.
+const MaxFaultDelay = time.Hour
+
 // FrameFaults are the network faults a Faulty transport injects into the
 // frames it sends. The zero value injects none.
 type FrameFaults struct {
 	Drop      float64       // probability that a frame is lost, in [0, 1]
 	Duplicate float64       // probability that a frame not lost is sent twice, in [0, 1]
-	Delay     time.Duration // fixed extra delay of every frame, >= 0
-	Jitter    time.Duration // extra delay drawn uniformly from [0, Jitter) per copy (reorders frames), >= 0
+	Delay     time.Duration // fixed extra delay of every frame, in [0, MaxFaultDelay]
+	Jitter    time.Duration // extra delay drawn uniformly from [0, Jitter) per copy (reorders frames), in [0, MaxFaultDelay]
+	// WANDelay is a fixed extra delay, in [0, MaxFaultDelay], of every
+	// frame to a peer in another region than the sender's (regions read
+	// from the node names with topology.Of: "eu.n0" is in eu, "n0" in the
+	// region ""), added to Delay and Jitter: the wide-area link between
+	// data centres, emulated in-process. Frames inside a region get none.
+	WANDelay time.Duration
+	// WANJitter is an extra delay of such a cross-region frame, drawn
+	// uniformly from [0, WANJitter) per copy, in [0, MaxFaultDelay].
+	WANJitter time.Duration
 	// Blocked peers are cut off: frames to them are lost. A partition is
 	// both sides blocking each other (see Partition).
 	Blocked []strategy.NodeID
 }
 
-// Validate reports the first field out of range.
+// Validate reports the first field out of range, naming it.
 func (f FrameFaults) Validate() error {
 	switch {
 	case !(f.Drop >= 0 && f.Drop <= 1):
 		return fmt.Errorf("faults: Drop %v is not a probability in [0, 1]", f.Drop)
 	case !(f.Duplicate >= 0 && f.Duplicate <= 1):
 		return fmt.Errorf("faults: Duplicate %v is not a probability in [0, 1]", f.Duplicate)
-	case f.Delay < 0:
-		return fmt.Errorf("faults: Delay %v is negative", f.Delay)
-	case f.Jitter < 0:
-		return fmt.Errorf("faults: Jitter %v is negative", f.Jitter)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Delay", f.Delay}, {"Jitter", f.Jitter}, {"WANDelay", f.WANDelay}, {"WANJitter", f.WANJitter}} {
+		switch {
+		case d.v < 0:
+			return fmt.Errorf("faults: %s %v is negative", d.name, d.v)
+		case d.v > MaxFaultDelay:
+			return fmt.Errorf("faults: %s %v is more than %v", d.name, d.v, MaxFaultDelay)
+		}
 	}
 	return nil
 }
@@ -166,6 +188,7 @@ type FaultStats struct {
 	Blocked    int64 // lost to a blocked peer
 	Duplicated int64 // sent twice
 	Delayed    int64 // copies sent after a delay
+	WANDelayed int64 // copies sent after a WAN delay (to a peer in another region; counted in Delayed too)
 }
 
 // Faulty wraps a Transport and injects faults into the frames sent through
@@ -174,7 +197,8 @@ type FaultStats struct {
 // make the same choices. Faults apply to outgoing frames only; wrap every
 // node's transport to fault every link.
 type Faulty struct {
-	inner Transport
+	inner  Transport
+	region string // the sender's region (topology.Of of its name), for WANDelay
 
 	mu      sync.Mutex
 	rnd     *rand.Rand
@@ -184,9 +208,18 @@ type Faulty struct {
 	closed  bool
 }
 
-// NewFaulty wraps inner with no faults yet (see SetFaults).
+// NewFaulty wraps inner with no faults yet (see SetFaults), for a sender
+// without a name: its region is "" (see NewFaultyNode).
 func NewFaulty(inner Transport, seed uint64) *Faulty {
-	return &Faulty{inner: inner, rnd: rand.New(rand.NewPCG(seed, 0x6661756c74)), blocked: map[strategy.NodeID]bool{}}
+	return NewFaultyNode(inner, "", seed)
+}
+
+// NewFaultyNode wraps the transport inner of the node named self with no
+// faults yet (see SetFaults). The sender's region, topology.Of(self),
+// decides which frames FrameFaults.WANDelay delays: those to peers of
+// another region.
+func NewFaultyNode(inner Transport, self strategy.NodeID, seed uint64) *Faulty {
+	return &Faulty{inner: inner, region: topology.Of(self), rnd: rand.New(rand.NewPCG(seed, 0x6661756c74)), blocked: map[strategy.NodeID]bool{}}
 }
 
 // SetFaults replaces the faults injected from now on. Errors: a field out
@@ -238,11 +271,22 @@ func (t *Faulty) Send(to strategy.NodeID, f Frame) error {
 		copies = 2
 		t.stats.Duplicated++
 	}
+	wan := (fl.WANDelay > 0 || fl.WANJitter > 0) && topology.Of(to) != t.region
 	var delays [2]time.Duration
 	for i := range copies {
 		delays[i] = fl.Delay
 		if fl.Jitter > 0 {
 			delays[i] += time.Duration(t.rnd.Int64N(int64(fl.Jitter)))
+		}
+		if wan {
+			w := fl.WANDelay
+			if fl.WANJitter > 0 {
+				w += time.Duration(t.rnd.Int64N(int64(fl.WANJitter)))
+			}
+			if w > 0 {
+				delays[i] += w
+				t.stats.WANDelayed++
+			}
 		}
 		if delays[i] > 0 {
 			t.stats.Delayed++

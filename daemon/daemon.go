@@ -347,7 +347,7 @@ func (d *Daemon) nodeConfig(rules []rule.Rule, epoch time.Time) (limiter.Config,
 			}
 		}
 		if d.cfg.FaultInjection {
-			faulty = &faultHook{seed: faultSeed(n.Name)}
+			faulty = &faultHook{name: n.Name, seed: faultSeed(n.Name)}
 			lc.Peer.WrapTransport = faulty.wrap
 		}
 	}

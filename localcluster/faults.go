@@ -19,10 +19,77 @@ type NodeFaults struct {
 	Blocked []string `json:"blocked"`  // node names whose frames are lost
 	Drop    float64  `json:"drop"`     // loss probability, [0, 1]
 	DelayMS int64    `json:"delay_ms"` // extra delay of every frame, ms
+	// WANDelayMS is an extra delay, ms, of every frame to a node of
+	// another region (Config.Regions), on top of DelayMS; WANJitterMS adds
+	// to each such frame a delay drawn uniformly from [0, WANJitterMS) ms.
+	// Omitted from the JSON when 0, so that a binary that predates them
+	// takes the rest.
+	WANDelayMS  int64 `json:"wan_delay_ms,omitempty"`
+	WANJitterMS int64 `json:"wan_jitter_ms,omitempty"`
 }
 
-// SetFaults replaces node i's faults (POST /debug/faults). Errors:
-// Config.FaultInjection off, node i not running, a non-200 answer.
+// MaxWANDelay bounds SetWANDelay's delay and jitter (the node's bound on
+// wan_delay_ms, cluster.MaxFaultDelay).
+const MaxWANDelay = time.Hour
+
+// SetWANDelay makes every live node delay each peer frame to a node of
+// another region by delay plus a draw from [0, jitter), both whole
+// milliseconds in [0, MaxWANDelay] (0, 0: no WAN delay): the latency
+// between data centres, emulated in each node's faulty transport (frames
+// inside a region are not delayed). The cluster remembers it: Partition
+// (without namespaces) and Restart keep it. Errors: Config.FaultInjection
+// off, a delay out of range or not whole milliseconds, a node that refused
+// it (the others keep theirs).
+func (c *Cluster) SetWANDelay(ctx context.Context, delay, jitter time.Duration) error {
+	if !c.cfg.FaultInjection {
+		return errors.New("localcluster: SetWANDelay needs Config.FaultInjection")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"delay", delay}, {"jitter", jitter}} {
+		switch {
+		case d.v < 0 || d.v > MaxWANDelay:
+			return fmt.Errorf("localcluster: SetWANDelay: %s %v is not between 0 and %v", d.name, d.v, MaxWANDelay)
+		case d.v%time.Millisecond != 0:
+			return fmt.Errorf("localcluster: SetWANDelay: %s %v is not a whole number of milliseconds", d.name, d.v)
+		}
+	}
+	c.mu.Lock()
+	c.wan = NodeFaults{WANDelayMS: delay.Milliseconds(), WANJitterMS: jitter.Milliseconds()}
+	c.mu.Unlock()
+	var errs []error
+	for i := range c.Nodes {
+		if c.Alive(i) {
+			errs = append(errs, c.SetFaults(ctx, i, c.keptFaults(i)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WANDelay is the WAN delay and jitter the last SetWANDelay set.
+func (c *Cluster) WANDelay() (delay, jitter time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Duration(c.wan.WANDelayMS) * time.Millisecond, time.Duration(c.wan.WANJitterMS) * time.Millisecond
+}
+
+// keptFaults are the faults the cluster keeps on node i: the WAN delay
+// and the peers Partition blocked (without namespaces).
+func (c *Cluster) keptFaults(i int) NodeFaults {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.wan
+	f.Blocked = []string{}
+	if i < len(c.blocked) {
+		f.Blocked = append(f.Blocked, c.blocked[i]...)
+	}
+	return f
+}
+
+// SetFaults replaces node i's faults (POST /debug/faults), the WAN delay
+// included (SetWANDelay and Partition set the remembered one again).
+// Errors: Config.FaultInjection off, node i not running, a non-200 answer.
 func (c *Cluster) SetFaults(ctx context.Context, i int, f NodeFaults) error {
 	if !c.cfg.FaultInjection {
 		return errors.New("localcluster: fault injection is off (Config.FaultInjection)")
@@ -31,7 +98,7 @@ func (c *Cluster) SetFaults(ctx context.Context, i int, f NodeFaults) error {
 		return err
 	}
 	if !c.Alive(i) {
-		return fmt.Errorf("localcluster: node n%d is not running", i)
+		return fmt.Errorf("localcluster: node %s is not running", c.name(i))
 	}
 	if f.Blocked == nil {
 		f.Blocked = []string{}
@@ -47,12 +114,12 @@ func (c *Cluster) SetFaults(ctx context.Context, i int, f NodeFaults) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("localcluster: n%d: POST /debug/faults: %w", i, err)
+		return fmt.Errorf("localcluster: %s: POST /debug/faults: %w", c.name(i), err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("localcluster: n%d: POST /debug/faults: %s: %s", i, resp.Status, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("localcluster: %s: POST /debug/faults: %s: %s", c.name(i), resp.Status, strings.TrimSpace(string(msg)))
 	}
 	return nil
 }
@@ -72,8 +139,9 @@ func (c *Cluster) node(i int) Addrs {
 // the membership's reconnects merge the sides again.
 //
 // Otherwise it cuts the data plane only: every live node blocks the nodes
-// outside its own group, with no other fault. Gossip still flows, so
-// every node still counts the others as live members.
+// outside its own group, with no other fault but the WAN delay
+// (SetWANDelay), which it keeps. Gossip still flows, so every node still
+// counts the others as live members.
 //
 // Errors: neither mode available (Config.FaultInjection off without
 // namespaces), an index out of range or in two groups, a failed route
@@ -89,6 +157,15 @@ func (c *Cluster) Partition(groups ...[]int) error {
 		return errors.New("localcluster: Partition needs Config.FaultInjection (or Config.Namespaces)")
 	}
 	cut := cutOff(groups, len(c.Nodes))
+	blocked := make([][]string, len(c.Nodes))
+	for i := range c.Nodes {
+		for _, j := range cut[i] {
+			blocked[i] = append(blocked[i], c.node(j).Name)
+		}
+	}
+	c.mu.Lock()
+	c.blocked = blocked
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
@@ -96,11 +173,7 @@ func (c *Cluster) Partition(groups ...[]int) error {
 		if !c.Alive(i) {
 			continue
 		}
-		f := NodeFaults{Blocked: []string{}}
-		for _, j := range cut[i] {
-			f.Blocked = append(f.Blocked, c.node(j).Name)
-		}
-		if err := c.SetFaults(ctx, i, f); err != nil {
+		if err := c.SetFaults(ctx, i, c.keptFaults(i)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -21,6 +21,13 @@
 // data plane only (the strategies' peer frames): gossip still flows, so
 // every node still sees the blocked ones as live members.
 //
+// Regions: with Config.Regions node i is named "<region>.n<i>" and runs
+// with node.region set (the strategies read a peer's region from its
+// name), and SetWANDelay (FaultInjection needed) delays every peer frame
+// between two regions, as a WAN between data centres would; frames inside
+// a region keep the loopback's latency. Partition and Heal keep that
+// delay.
+//
 // Namespaces: with Config.Namespaces (root and iproute2 needed, see
 // internal/netns), every node runs in its own network namespace (host
 // n<i> at 10.251.0.<i+1>, all on one bridge inside the lab's namespaces;
@@ -61,6 +68,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/config"
 	"github.com/tokenmesh/tokenmesh/internal/netns"
 	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/topology"
 )
 
 // Defaults of Config's zero fields.
@@ -117,6 +125,11 @@ type Config struct {
 	// ProbeInterval, when set, is every node's node.probe_interval (the
 	// failure detector's period); zero: the config default.
 	ProbeInterval time.Duration
+	// Regions, when set, is each node's region (node.region), one per
+	// node (len(Regions) == Nodes), each a topology region name (letters,
+	// digits, '_', '-'): node i is then named "<Regions[i]>.n<i>"
+	// ("eu.n0"). Empty: no regions, nodes named "n<i>".
+	Regions []string
 }
 
 // Addrs is the bound addresses of one node, "host:port".
@@ -131,8 +144,8 @@ type Addrs struct {
 // Cluster is a running local cluster. Its methods are safe for concurrent
 // use.
 type Cluster struct {
-	// Nodes are the nodes, Nodes[i] named "n<i>"; a killed node keeps its
-	// entry.
+	// Nodes are the nodes, Nodes[i] named "n<i>" (with Config.Regions,
+	// "<region>.n<i>"); a killed node keeps its entry.
 	Nodes []Addrs
 
 	cfg    Config
@@ -148,6 +161,11 @@ type Cluster struct {
 	conns   map[int]*grpc.ClientConn
 	stopped bool
 	groups  [][]int // the partition in place (namespace mode), nil: none
+	// Fault-injection state that Partition, SetWANDelay and Restart
+	// carry over (faults.go): the WAN delay in force on every node, and
+	// each node's blocked peers under Partition without namespaces.
+	wan     NodeFaults // only WANDelayMS, WANJitterMS
+	blocked [][]string // per node; nil: none
 }
 
 // proc is one serve process.
@@ -175,6 +193,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(cfg.Rules) == 0 {
 		return nil, errors.New("localcluster: Config.Rules is empty")
 	}
+	if err := checkRegions(cfg.Regions, cfg.Nodes); err != nil {
+		return nil, err
+	}
+	cfg.Regions = slices.Clone(cfg.Regions)
 	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
 		return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", k)
 	}
@@ -251,6 +273,35 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// checkRegions checks Config.Regions for n nodes: none, or one valid
+// region name per node.
+func checkRegions(regions []string, n int) error {
+	if len(regions) == 0 {
+		return nil
+	}
+	if len(regions) != n {
+		return fmt.Errorf("localcluster: Config.Regions has %d entries for %d nodes; want one region per node (or none)", len(regions), n)
+	}
+	for i, r := range regions {
+		if err := topology.CheckName(r); err != nil {
+			return fmt.Errorf("localcluster: Config.Regions[%d]: region name %v", i, err)
+		}
+	}
+	return nil
+}
+
+// NodeName is the name of node i of a cluster with regions (Config.Regions,
+// nil: none): "<regions[i]>.n<i>", or "n<i>".
+func NodeName(regions []string, i int) string {
+	if i >= 0 && i < len(regions) {
+		return fmt.Sprintf("%s.n%d", regions[i], i)
+	}
+	return fmt.Sprintf("n%d", i)
+}
+
+// name is node i's name (NodeName).
+func (c *Cluster) name(i int) string { return NodeName(c.cfg.Regions, i) }
 
 // warn writes msg to Config.Log, or to stderr.
 func (c *Cluster) warn(msg string) {
@@ -411,9 +462,12 @@ func nodeConfigOf(name string, join []string, rules []rule.Rule, secretKey []byt
 
 // spawn writes node i's config and starts its process.
 func (c *Cluster) spawn(i int, join []string) error {
-	name := fmt.Sprintf("n%d", i)
+	name := c.name(i)
 	c.Nodes[i].Name = name
 	nc := nodeConfigOf(name, join, c.cfg.Rules, c.cfg.SecretKey)
+	if len(c.cfg.Regions) > 0 {
+		nc.Node.Region = c.cfg.Regions[i]
+	}
 	switch {
 	case c.lab != nil:
 		nc.Node.APIAddr = c.nsAddr(i, NamespacePorts.API)
@@ -578,7 +632,7 @@ func (c *Cluster) waitServing(ctx context.Context, i int) error {
 
 // nodeErr is an error about node i with its log tail.
 func (c *Cluster) nodeErr(i int, msg string) error {
-	name, t := fmt.Sprintf("n%d", i), ""
+	name, t := c.name(i), ""
 	if p := c.proc(i); p != nil {
 		t = p.tail.String()
 	}
@@ -618,7 +672,7 @@ func (c *Cluster) conn(i int) (*grpc.ClientConn, error) {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.DialOptions()...)
 	cc, err := grpc.NewClient("passthrough:///"+c.Nodes[i].GRPC, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("localcluster: dialling n%d: %w", i, err)
+		return nil, fmt.Errorf("localcluster: dialling %s: %w", c.Nodes[i].Name, err)
 	}
 	c.conns[i] = cc
 	return cc, nil
@@ -672,15 +726,15 @@ func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %w", i, err)
+		return "", fmt.Errorf("localcluster: %s: GET /metrics: %w", c.name(i), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %w", i, err)
+		return "", fmt.Errorf("localcluster: %s: GET /metrics: %w", c.name(i), err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("localcluster: n%d: GET /metrics: %s", i, resp.Status)
+		return "", fmt.Errorf("localcluster: %s: GET /metrics: %s", c.name(i), resp.Status)
 	}
 	return string(b), nil
 }

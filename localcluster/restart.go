@@ -9,7 +9,8 @@ import (
 // the same name and config, on the addresses it had: memberlist refuses a
 // dead member's name from a new address for a while), joining the gossip address of
 // the first other live node, and returns once it serves and every node
-// reports all the cluster's nodes as members. Errors: node i is still
+// reports all the cluster's nodes as members; the WAN delay and the
+// partition in place (SetWANDelay, Partition) are set on it again. Errors: node i is still
 // running, no other node is live to join, or the restarted node fails to
 // come up within ctx (its log tail is in the error; it is killed).
 func (c *Cluster) Restart(ctx context.Context, i int) error {
@@ -17,7 +18,7 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 		return err
 	}
 	if c.Alive(i) {
-		return fmt.Errorf("localcluster: Restart(%d): node n%d is still running", i, i)
+		return fmt.Errorf("localcluster: Restart(%d): node %s is still running", i, c.name(i))
 	}
 	var join []string
 	for j := range c.Nodes {
@@ -47,6 +48,13 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 	}
 	if err := c.waitMembers(ctx); err != nil {
 		return fail(err)
+	}
+	// The faults the cluster keeps (the WAN delay, a Partition's blocked
+	// peers without namespaces) apply to the new process too.
+	if f := c.keptFaults(i); c.cfg.FaultInjection && (f.WANDelayMS != 0 || f.WANJitterMS != 0 || len(f.Blocked) > 0) {
+		if err := c.SetFaults(ctx, i, f); err != nil {
+			return err
+		}
 	}
 	return nil
 }

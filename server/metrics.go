@@ -40,6 +40,9 @@ package server
 //	tokenmesh_peer_send_errors_total{rule}           counter of frames the transport refused
 //	tokenmesh_peer_receive_errors_total{rule}        counter of payloads the strategy refused
 //	tokenmesh_pending_checks{rule}                   gauge of checks waiting for the network
+//	tokenmesh_deferred_checks_total{rule}            counter of checks the strategy did not decide at
+//	                                                 once (forwarded, or held for an ordering buffer
+//	                                                 or a lease): the rest were decided on the node
 //	tokenmesh_inbox_dropped_total                    counter of peer frames dropped (inbox full)
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
@@ -305,6 +308,8 @@ var (
 		"Peer payloads of a rule its strategy refused.", []string{"rule"}, nil)
 	descPending = prometheus.NewDesc("tokenmesh_pending_checks",
 		"Checks of a rule waiting for an asynchronous (network) decision.", []string{"rule"}, nil)
+	descDeferred = prometheus.NewDesc("tokenmesh_deferred_checks_total",
+		"Checks of a rule its strategy did not decide at once on this node (forwarded to an owner or regional owner, or held for an ordering buffer or a lease); the others were decided on the node.", []string{"rule"}, nil)
 	descInboxDropped = prometheus.NewDesc("tokenmesh_inbox_dropped_total",
 		"Peer frames dropped because the node's event inbox was full.", nil, nil)
 	descUnknownRule = prometheus.NewDesc("tokenmesh_peer_unknown_rule_frames_total",
@@ -337,7 +342,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descDeferred, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -367,6 +372,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSendErrors, rs.SendErrors, rule)
 		counter(descReceiveErrors, rs.ReceiveErrors, rule)
 		gauge(descPending, float64(rs.Pending), rule)
+		counter(descDeferred, rs.Deferred, rule)
 	}
 	counter(descInboxDropped, st.InboxDropped)
 	counter(descUnknownRule, st.UnknownRuleFrames)
