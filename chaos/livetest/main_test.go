@@ -2,7 +2,8 @@
 // processes: the chaos scenarios (partitions, kill -9, restarts; each node
 // in its own network namespace), the partition-and-heal tests, and the
 // kill -9 of a key's owner under owner, concurrency and RLQS (Envoy's quota
-// service with emulated Envoys). It has only tests. They run beside
+// service with emulated Envoys), and regions (a WAN emulated between them,
+// and a cut). It has only tests. They run beside
 // cmd/tokenmesh's end-to-end tests in `make test` (go test runs packages
 // side by side, and both are mostly waiting on wall time), which is why
 // they are a package of their own: one package took 10 minutes.

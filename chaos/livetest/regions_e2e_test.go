@@ -1,4 +1,4 @@
-package main
+package livetest
 
 // End-to-end tests of a cluster spread over regions (issue 24, the live
 // side): 3 regions of 2 real `tokenmesh serve` processes each, named
