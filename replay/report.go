@@ -21,8 +21,13 @@ type Live struct {
 	LateAfterMs float64 `json:"late_after_ms"`
 	// EdgeTimes: each request carried its due time as the time it reached
 	// the edge (Options.EdgeTimes); false: the nodes stamped it on arrival.
-	EdgeTimes bool      `json:"edge_times"`
-	Runs      []RunInfo `json:"runs"`
+	EdgeTimes bool `json:"edge_times"`
+	// Regions are the nodes' regions as --regions reads them ("eu:1,us:1";
+	// empty: none) and WANLatency the delay of a peer frame between
+	// regions, wall time, as --wan-latency reads it.
+	Regions    string    `json:"regions,omitempty"`
+	WANLatency string    `json:"wan_latency,omitempty"`
+	Runs       []RunInfo `json:"runs"`
 }
 
 // RunInfo is one strategy's replay facts.
@@ -94,8 +99,15 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 	if live.EdgeTimes {
 		stamps = "edge times sent"
 	}
-	setup.Scenario = fmt.Sprintf("live %s cluster of %d nodes at speed %gx%s, %s (central simulated); %s",
-		live.Cluster, live.Nodes, live.Speed, cut, stamps, strings.Join(notes, "; "))
+	where := ""
+	if live.Regions != "" {
+		where = " in regions " + live.Regions
+		if live.WANLatency != "" {
+			where += " (" + live.WANLatency + " between them)"
+		}
+	}
+	setup.Scenario = fmt.Sprintf("live %s cluster of %d nodes%s at speed %gx%s, %s (central simulated); %s",
+		live.Cluster, live.Nodes, where, live.Speed, cut, stamps, strings.Join(notes, "; "))
 	rep.Setup = setup
 	return rep
 }

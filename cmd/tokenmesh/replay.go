@@ -37,6 +37,7 @@ type replayFlags struct {
 	reportFlags
 	recommendFlags
 	tableFlags
+	regionFlags       replayRegionFlags
 	nodes             int
 	strategies        string
 	rate              float64
@@ -111,6 +112,11 @@ each fault was applied and how long each node took to log the membership
 changes it calls for (wall seconds, and trace seconds at --speed): the
 simulator describes a replay at speed S with those delays, and the strategy
 timers, multiplied by S (docs/REPLAY.md).
+With --regions (NAME:NODES,..., as sim's) node i is named <region>.n<i>, so
+region-aware strategies (regionlease) run their tiers, and --wan-latency
+delays every peer frame between regions in the nodes (fault injection; gossip
+is not delayed): 30ms, or uniform:30ms-40ms, wall time. The simulator of the
+same run takes --wan-latency times --speed (docs/REPLAY.md).
 With --netns (root and iproute2), every node runs in its own network namespace
 and a partition cuts gossip and peer traffic together, as a real network
 partition does: each side then declares the other failed, and after --heal the
@@ -119,7 +125,8 @@ back to the data-plane cut with a warning.`,
 		Example: `  tokenmesh replay --trace ../shared/data/traces/wrccdc-2018-dns.csv.gz --strategy owner --speed 10 --duration 120s
   tokenmesh replay --trace access.log --nodes 5 --rate 10 --burst 20 --strategy owner,gdrl --json
   tokenmesh replay --trace t.csv --strategy owner --kill 1@30s --partition "0|2@60s" --heal 90s --keep-logs logs/
-  tokenmesh replay --trace t.csv --strategy owner --netns --scenario examples/scenarios/crash-restart-3nodes.yaml`,
+  tokenmesh replay --trace t.csv --strategy owner --netns --scenario examples/scenarios/crash-restart-3nodes.yaml
+  tokenmesh replay --trace t.csv --strategy regionlease,lease --regions eu:1,us:1,ap:1 --wan-latency 30ms --speed 10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -130,6 +137,7 @@ back to the data-plane cut with a warning.`,
 	fl := cmd.Flags()
 	f.traceFlags.add(fl, "trace file (required): ts_ms,key CSV or Common/Combined Log Format access log, plain or gzip")
 	fl.IntVar(&f.nodes, "nodes", 3, "number of node processes")
+	f.regionFlags.add(fl)
 	fl.StringVar(&f.strategies, "strategy", "owner", "strategy to run, or a comma-separated list run one after the other, each on a fresh cluster ("+strings.Join(registry.Names()[1:], ", ")+")")
 	fl.Float64Var(&f.rate, "rate", 1, "token bucket rate r, in tokens per second of trace time, per key")
 	fl.Int64Var(&f.burst, "burst", 10, "token bucket burst b, in tokens, per key")
@@ -162,8 +170,9 @@ type replayPlan struct {
 	paramList  strategy.Params              // the same, as parsed
 	rate       bucket.Rate
 	events     []replay.Event
-	faults     bool // partitions: start with fault injection
+	faults     bool // partitions or a WAN delay: start with fault injection
 	binary     string
+	regions    replayRegions
 }
 
 // plan checks the flags (every error names its flag) and reads the trace.
@@ -185,6 +194,10 @@ func (f *replayFlags) plan() (*replayPlan, error) {
 	if err := p.setParams(f.params); err != nil {
 		return nil, err
 	}
+	if p.regions, err = f.regionFlags.plan(&f.nodes); err != nil {
+		return nil, err
+	}
+	p.faults = p.regions.wanDelay > 0 || p.regions.wanJitter > 0
 	if err := f.flagEvents(p); err != nil {
 		return nil, err
 	}
@@ -450,6 +463,7 @@ func (f *replayFlags) cutDuration(tr *workload.Trace) error {
 }
 
 func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
+	f.regionFlags.nodesSet = cmd.Flags().Changed("nodes")
 	p, err := f.plan()
 	if err != nil {
 		return err
@@ -481,7 +495,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	}
 	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
 		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond),
-		EdgeTimes: f.edgeTimes}
+		EdgeTimes: f.edgeTimes, Regions: f.regionFlags.regions, WANLatency: f.regionFlags.wanLatency}
 	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
 	rep := replay.NewReport(p.trace, setup, live, central, runs)
 	if f.recommend {
@@ -607,7 +621,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 		return nil, fmt.Errorf("replay: the rule's rate at --speed %v: %w", f.speed, err)
 	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
-		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns,
+		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns, Regions: p.regions.names,
 		Rules: []rule.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
 	})
 	if err != nil {
@@ -618,6 +632,11 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 			fmt.Fprintf(stderr, "tokenmesh: stopping the %s cluster: %v\n", s, err)
 		}
 	}()
+	if p.faults && (p.regions.wanDelay > 0 || p.regions.wanJitter > 0) {
+		if err := cl.SetWANDelay(ctx, p.regions.wanDelay, p.regions.wanJitter); err != nil {
+			return nil, fmt.Errorf("replay: --wan-latency: %w", err)
+		}
+	}
 	addrs := make([]string, len(cl.Nodes))
 	for i, n := range cl.Nodes {
 		addrs[i] = n.GRPC
