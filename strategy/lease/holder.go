@@ -26,6 +26,8 @@ type holding struct {
 	leases        []held
 	seq           uint64 // last ask's seq
 	asking        bool
+	accPeak       uint16 // the most entries accepted has held (memory.go: its slots)
+	memBytes      int32  // the heap of its maps and slices counted in Lease.mem (memory.go), bytes
 	askTo         strategy.NodeID
 	askAt         time.Duration // when the current ask was first sent
 	askTokens     int64
@@ -123,6 +125,7 @@ func (l *Lease) holding(key string) *holding {
 	if h == nil {
 		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}}
 		l.keys[key] = h
+		l.newHolding(key, h)
 	}
 	return h
 }
@@ -211,14 +214,15 @@ func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy
 		return false
 	})
 	h.askDeadline = now + l.timeout
+	delete(h.sentTo, h.seq-8) // before the insert: the map never holds more than 8 (one group)
 	h.sentTo[h.seq] = owner
-	delete(h.sentTo, h.seq-8)
+	l.holdingChanged(h)
 	l.sendAsk(now, key, h, fx)
 }
 
 func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
 	h.askNext = min(now+l.retryEvery, h.askDeadline)
-	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
+	l.pushTimer(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
@@ -234,7 +238,7 @@ func (l *Lease) sendSpent(owner strategy.NodeID, key string, seq uint64, fx *str
 
 func (l *Lease) forward(now time.Duration, p *forwarding.Pending, owner strategy.NodeID, fx *strategy.Effects) {
 	next := p.SendTo(now, owner, l.retryEvery)
-	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
+	l.pushTimer(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
 	fx.Send(owner, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{
 		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival), MaxWaitNs: int64(p.MaxWait), PostHoc: p.Req.Charge}}}))
@@ -299,14 +303,15 @@ func (l *Lease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1.Lease
 		h.nextAskAt = until - l.lead
 		// Ask again then, before the hint ends, without waiting for a
 		// request to come after it.
-		l.timers.Push(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
+		l.pushTimer(timer{at: max(h.nextAskAt, now), kind: timerRenew, key: g.Key})
 		fx.WakeAt(max(h.nextAskAt, now))
 	}
 	if g.Tokens > 0 && expires > now {
 		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
-		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
+		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
 		fx.WakeAt(expires)
 	}
+	l.holdingChanged(h)
 	return nil
 }
 
@@ -377,7 +382,7 @@ func (l *Lease) returnTimer(now time.Duration, t timer, fx *strategy.Effects) {
 func (l *Lease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
 	r := l.returns[id]
 	r.next = min(now+l.retryEvery, r.deadline)
-	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
+	l.pushTimer(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
 	fx.WakeAt(r.next)
 	fx.Send(id.node, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{
 		Key: id.key, Seq: id.seq, Unused: r.unused}}}))

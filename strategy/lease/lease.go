@@ -389,6 +389,8 @@ type Lease struct {
 
 	// partition: conserve (conserve.go)
 	cons conserveState
+
+	mem memory // heap accounting for MemoryBytes (memory.go)
 }
 
 // grantID names one lease: holder (at the owner) or owner (at the holder),
@@ -610,7 +612,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	l.healDue(now, fx)
 	l.decideDue(now, fx)
 	for l.timers.Len() > 0 && l.timers.Peek().at <= now {
-		t := l.timers.Pop()
+		t := l.popTimer()
 		switch t.kind {
 		case timerForward:
 			l.forwardTimer(now, t, fx)
@@ -659,7 +661,7 @@ func (l *Lease) sweep(now time.Duration) {
 			continue
 		}
 		if cp := *p; l.sh.full(&cp, at) {
-			delete(l.pools, k)
+			l.dropPool(k)
 		}
 	}
 	for k, r := range l.records {
@@ -667,17 +669,18 @@ func (l *Lease) sweep(now time.Duration) {
 		// pool (fill time + sweepLag after the state; a busy key is shipped
 		// again before); without one a takeover starts conservatively.
 		if p := r.asPool(); r.at+l.fillTime+l.sweepLag <= now && l.sh.full(p, now) {
-			delete(l.records, k)
+			l.dropRecord(k)
 		}
 	}
 	for k, g := range l.gave {
 		// After takeover + fill time a conservative start is full and a
 		// state given up has refilled, its leases ended.
 		if g.at+l.takeover+l.fillTime < now { // g.at is never before g.answeredAt
-			delete(l.gave, k)
+			l.dropGave(k)
 		}
 	}
 	l.sweepHoldings(now)
+	l.shrinkMaps()
 }
 
 // sweepHoldings forgets the accepted grants past their expiry, and the
@@ -693,7 +696,7 @@ func (l *Lease) sweepHoldings(now time.Duration) {
 		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.ttl {
 			continue
 		}
-		delete(l.keys, k)
+		l.dropHolding(k, h)
 	}
 }
 
@@ -718,7 +721,7 @@ func (l *Lease) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		case l.owner(key) == l.self:
 			l.adopt(key, now)
 		case !slices.Contains(l.replicasOf(key, l.members), l.self):
-			delete(l.records, key)
+			l.dropRecord(key)
 		}
 	}
 	for _, id := range forwarding.Orphaned(l.pending, members) {
@@ -766,14 +769,14 @@ func (l *Lease) shipPools(now time.Duration, prev []strategy.NodeID, fx *strateg
 				if slices.Contains(to, l.self) {
 					own := s
 					own.from = l.self
-					l.records[key] = &own
+					l.setRecord(key, &own)
 				}
 				s.handover = true
 				l.addShip(out, key, s, to)
 			}
 		}
-		delete(l.pools, key)
-		delete(l.dirty, key)
+		l.dropPool(key)
+		l.dropDirty(key)
 	}
 	l.sendShips(out, fx)
 }

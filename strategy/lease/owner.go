@@ -89,9 +89,9 @@ func (l *Lease) pool(key string, now time.Duration) *pool {
 			l.sh.advance(q, t)
 			l.mergeInto(p, q)
 		}
-		delete(l.records, key)
+		l.dropRecord(key)
 	}
-	l.pools[key] = p
+	l.setPool(key, p)
 	return p
 }
 
@@ -213,6 +213,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		p.LentUntil = max(p.LentUntil, g.expires)
 	}
 	l.grants[id] = g
+	l.mem.grants.Add(id.key)
 	l.gexpiry.Push(grantExp{at: g.expires, id: id})
 	l.gexpiry.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(g.expires)
@@ -254,6 +255,7 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 				delete(p.askers, id) // no ask within ttl: its demand is gone
 			}
 		}
+		l.askersChanged(p)
 	}
 	asked := q.tokens
 	for id, a := range p.askers {
@@ -411,6 +413,7 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 		}
 		if e.end {
 			delete(l.grants, e.id)
+			l.mem.grants.Remove(e.id.key)
 			continue
 		}
 		if !g.released {

@@ -13,7 +13,8 @@ import (
 // keeps of it.
 type pool struct {
 	leasepool.Pool
-	conservative bool // made empty for a takeover (pool, owner.go)
+	conservative bool  // made empty for a takeover (pool, owner.go)
+	askMem       int32 // the heap of askers counted in Lease.mem (memory.go), bytes
 	// askers is each holder's latest ask within ttl (share, owner.go):
 	// the demand the pool is asked for; not shipped to replicas.
 	askers map[strategy.NodeID]askRec

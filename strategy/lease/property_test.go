@@ -29,6 +29,11 @@ func (r *registry) check(now time.Duration) {
 	if err := lease.ConservedWaiting(r.nodes, r.burst, r.maxWait, now); err != nil {
 		r.fail("%v", err)
 	}
+	for _, n := range r.nodes { // MemoryBytes' counts, kept as the state changed, against a recount
+		if err := n.CheckMemory(); err != nil {
+			r.fail("at %v: %v", now, err)
+		}
+	}
 }
 
 // checked is a Lease that, after every call, checks the conservation

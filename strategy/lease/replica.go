@@ -72,7 +72,7 @@ func (l *Lease) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 	if l.replicas < 2 {
 		return
 	}
-	l.dirty[key] = true
+	l.setDirty(key)
 	if l.syncAt < 0 {
 		l.syncAt = now + l.syncEvery
 		fx.WakeAt(l.syncAt)
@@ -86,8 +86,13 @@ func (l *Lease) syncDirty(now time.Duration, fx *strategy.Effects) {
 	keys := make([]string, 0, len(l.dirty))
 	for k := range l.dirty {
 		keys = append(keys, k)
+		l.mem.dirty.Remove(k)
 	}
 	clear(l.dirty)
+	if l.mem.dirty.ShouldRebuild() { // a cleared map keeps its slots: give them back
+		l.dirty = map[string]bool{}
+		l.mem.dirty.Rebuilt()
+	}
 	slices.Sort(keys)
 	out := map[strategy.NodeID][]ship{}
 	for _, k := range keys {
@@ -169,7 +174,7 @@ func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peer
 		if r := l.records[s.Key]; r != nil {
 			l.mergeRecord(r, in)
 		} else {
-			l.records[s.Key] = &in
+			l.setRecord(s.Key, &in)
 		}
 		if l.owner(s.Key) == l.self {
 			l.adopt(s.Key, now)
@@ -224,9 +229,10 @@ func (l *Lease) adopt(key string, now time.Duration) {
 	case p == nil && !l.trusted(r):
 		return // pool() decides when the key is first used
 	case p == nil:
-		l.pools[key] = r.asPool()
+		l.setPool(key, r.asPool())
 	case l.trusted(r) && p.untouched(now):
-		*p = *r.asPool() // in place: grant records of 0 tokens point to it
+		l.mem.askers -= int(p.askMem) // the askers go with the old state
+		*p = *r.asPool()              // in place: grant records of 0 tokens point to it
 	default:
 		q := r.asPool()
 		t := max(p.Last, q.Last, now)
@@ -234,7 +240,7 @@ func (l *Lease) adopt(key string, now time.Duration) {
 		l.sh.advance(q, t)
 		l.mergeInto(p, q)
 	}
-	delete(l.records, key)
+	l.dropRecord(key)
 }
 
 // untouched reports whether p is a conservative start that nothing has

@@ -148,9 +148,9 @@ func (l *Lease) startFrom(key string) bool {
 	p := &pool{Pool: leasepool.Pool{Level: l.sh.burst * l.sh.per}}
 	if r := l.records[key]; r != nil {
 		l.mergeAt(p, r.asPool())
-		delete(l.records, key)
+		l.dropRecord(key)
 	}
-	l.pools[key] = p
+	l.setPool(key, p)
 	return false
 }
 
@@ -237,7 +237,7 @@ func (l *Lease) sendQueries(now time.Duration, key string, f *fetch, fx *strateg
 		}
 	}
 	f.next = min(now+l.retryEvery, f.deadline)
-	l.timers.Push(timer{at: f.next, kind: timerFetch, key: key, seq: f.id})
+	l.pushTimer(timer{at: f.next, kind: timerFetch, key: key, seq: f.id})
 	fx.WakeAt(f.next)
 }
 
@@ -265,7 +265,7 @@ func (l *Lease) fetched(now time.Duration, key string, timedOut bool, fx *strate
 	p := f.acc
 	if r := l.records[key]; r != nil {
 		l.mergeAt(p, r.asPool())
-		delete(l.records, key)
+		l.dropRecord(key)
 	}
 	movedAt, _, answered := l.moveOf(key, now)
 	if timedOut || answered || l.owner(key) != l.self {
@@ -277,7 +277,7 @@ func (l *Lease) fetched(now time.Duration, key string, timedOut bool, fx *strate
 		l.mergeAt(old, p)
 		p = old
 	}
-	l.pools[key] = p
+	l.setPool(key, p)
 	for _, q := range f.waiting {
 		l.queue.Push(q)
 	}
@@ -298,8 +298,8 @@ func (l *Lease) answer(now time.Duration, from strategy.NodeID, qr *peerv1.Lease
 			own.from = l.self
 			st = &own
 		}
-		delete(l.pools, qr.Key)
-		delete(l.dirty, qr.Key)
+		l.dropPool(qr.Key)
+		l.dropDirty(qr.Key)
 	}
 	if r := l.records[qr.Key]; r != nil {
 		st = l.mergeRecords(st, r)
@@ -314,7 +314,7 @@ func (l *Lease) answer(now time.Duration, from strategy.NodeID, qr *peerv1.Lease
 	}
 	if g == nil {
 		g = &gave{}
-		l.gave[qr.Key] = g
+		l.setGave(qr.Key, g)
 	}
 	g.state, g.at, g.answered, g.answeredAt = st, now, true, now
 	a := &peerv1.LeaseState{Key: qr.Key, Id: qr.Id, None: st == nil}
@@ -333,7 +333,7 @@ func (l *Lease) gaveUp(key string, s record, now time.Duration) {
 	g := l.gave[key]
 	if g == nil {
 		g = &gave{}
-		l.gave[key] = g
+		l.setGave(key, g)
 	}
 	s.from = l.self
 	g.state, g.at = l.mergeRecords(g.state, &s), now

@@ -106,6 +106,7 @@ type alloc struct {
 	// replBytes and replAt are the last replica sent (its encoding without
 	// time and reserve, to send only changes; and when).
 	adopted   bool
+	memBytes  int32 // the heap of its shares and slices counted in Quota.mem (memory.go), bytes
 	adoptAt   time.Duration
 	replBytes []byte
 	replAt    time.Duration
@@ -528,6 +529,7 @@ func (sh shape) settle(a *alloc, now time.Duration) {
 		}
 		shares = append(shares, s)
 	}
+	clear(a.shares[len(shares):]) // the dropped shares' pointers: let them be collected
 	a.shares = shares
 	if changed || (a.frozenUntil > 0 && now >= a.frozenUntil) {
 		if now >= a.frozenUntil {

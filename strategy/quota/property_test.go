@@ -230,6 +230,11 @@ func (w *world) at(e event) {
 }
 
 func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Effects) {
+	if n := w.nodes[self]; n != nil { // MemoryBytes' counts, kept as the state changed, against a recount
+		if err := n.CheckMemory(); err != nil {
+			w.t.Fatalf("at %v: %v", now, err)
+		}
+	}
 	for _, m := range fx.Messages {
 		w.at(event{at: now + w.hop, kind: 0, from: self, to: m.To, data: m.Payload})
 	}

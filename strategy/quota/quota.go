@@ -12,6 +12,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
 
 // Quota is one node of the quota strategy (package doc).
@@ -67,6 +68,8 @@ type Quota struct {
 	clients map[strategy.QuotaClient]map[string]*attached
 	pending map[uint64]forward
 	nextDue time.Duration // the earliest pending deadline asked for
+
+	mem memory // heap accounting for MemoryBytes (memory.go)
 }
 
 type change struct {
@@ -126,6 +129,7 @@ func New(cfg strategy.Config) (*Quota, error) {
 		clients: map[strategy.QuotaClient]map[string]*attached{}, pending: map[uint64]forward{},
 		warming: map[string]*warmup{}, answered: map[string]time.Duration{}, gone: map[string]time.Duration{},
 		warmed: map[string]time.Duration{}}
+	q.mem.clients = map[strategy.QuotaClient]*memsize.Keys{}
 	q.renew = v.DurationOr("renew_every", q.ttl/2)
 	if err := q.checkParams(); err != nil {
 		return nil, err
@@ -229,7 +233,7 @@ func (q *Quota) allocFor(key string, now time.Duration) *alloc {
 		return a
 	}
 	a := q.sh.newAlloc(now, q.takeoverEnd(key, now))
-	q.allocs[key] = a
+	q.setAlloc(key, a)
 	if b := q.tryAdopt(key, a, now); b != nil {
 		return b
 	}
@@ -293,6 +297,9 @@ func (q *Quota) Usage(now time.Duration, u strategy.QuotaUsage, fx *strategy.Eff
 	}
 	at := keys[u.Key]
 	if at == nil || at.abandoned {
+		if at == nil {
+			q.attachedKey(u.Client, u.Key)
+		}
 		at = &attached{}
 		keys[u.Key] = at
 	}
@@ -490,6 +497,7 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 
 // schedule asks for a wake-up at a's next work.
 func (q *Quota) schedule(key string, a *alloc, fx *strategy.Effects) {
+	q.allocChanged(a)
 	if a.wake > 0 {
 		q.wakes.Push(keyWake{at: a.wake, key: key})
 		fx.WakeAt(a.wake)
@@ -565,9 +573,13 @@ func (q *Quota) ownerAck(now time.Duration, from strategy.NodeID, client strateg
 
 // forget drops what this node keeps of client's key.
 func (q *Quota) forget(client strategy.QuotaClient, key string) {
-	delete(q.clients[client], key)
+	if _, ok := q.clients[client][key]; ok {
+		delete(q.clients[client], key)
+		q.detachedKey(client, key)
+	}
 	if len(q.clients[client]) == 0 {
 		delete(q.clients, client)
+		q.droppedClient(client)
 	}
 }
 
@@ -581,6 +593,7 @@ func (q *Quota) Detach(now time.Duration, client strategy.QuotaClient, key strin
 		}
 		o := keys[k].owner
 		delete(keys, k)
+		q.detachedKey(client, k)
 		if o == q.self {
 			q.ownerDetach(now, q.self, client, k, fx)
 		} else if o != "" {
@@ -589,6 +602,7 @@ func (q *Quota) Detach(now time.Duration, client strategy.QuotaClient, key strin
 	}
 	if len(keys) == 0 {
 		delete(q.clients, client)
+		q.droppedClient(client)
 	}
 }
 
@@ -721,9 +735,10 @@ func (q *Quota) Tick(now time.Duration, fx *strategy.Effects) {
 		}
 		q.rebalance(now, w.key, a, fx)
 		if q.sh.idle(a, now) {
-			delete(q.allocs, w.key)
+			q.dropAlloc(w.key)
 		}
 	}
+	q.shrinkAllocs()
 	q.warmTimers(now, fx)
 	if q.nextDue > 0 && q.nextDue <= now {
 		q.nextDue = 0
@@ -760,7 +775,7 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		a := q.allocs[key]
 		if o := q.owner(key); o != q.self {
 			q.handOver(now, key, a, o, fx)
-			delete(q.allocs, key)
+			q.dropAlloc(key)
 			q.markGone(key, now)
 			continue
 		}

@@ -179,6 +179,8 @@ func (q *Quota) onReplica(now time.Duration, from strategy.NodeID, m *peerv1.Quo
 	q.dropRecord(m.Key)
 	q.records[m.Key] = r
 	q.recordEntries += r.entries()
+	q.mem.records.Add(m.Key)
+	q.mem.recordExtra += recordBytes(r)
 	if q.owner(m.Key) != q.self {
 		return nil
 	}
@@ -205,12 +207,18 @@ func (q *Quota) sweepRecords(now time.Duration) {
 			q.markGone(k, now) // a warm-up query for it is answered "some" (warmup.go)
 		}
 	}
+	if q.mem.records.ShouldRebuild() { // a Go map keeps its largest size's slots: give them back
+		q.records = rebuildMap(q.records)
+		q.mem.records.Rebuilt()
+	}
 }
 
 // dropRecord forgets key's record, if any.
 func (q *Quota) dropRecord(key string) {
 	if r := q.records[key]; r != nil {
 		q.recordEntries -= r.entries()
+		q.mem.records.Remove(key)
+		q.mem.recordExtra -= recordBytes(r)
 		delete(q.records, key)
 	}
 }
@@ -273,7 +281,7 @@ func (q *Quota) tryAdopt(key string, a *alloc, now time.Duration) *alloc {
 		return nil // it does not fit beside what a counts: a stays frozen
 	}
 	q.dropRecord(key)
-	q.allocs[key] = b
+	q.setAlloc(key, b)
 	b.wake = now
 	if r.handover {
 		q.adoptedHandovers++

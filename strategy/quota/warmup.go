@@ -8,6 +8,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
 
 // Warm-up (package doc, # Takeover; after strategy/lease's warmup.go): a
@@ -101,7 +102,7 @@ func (q *Quota) warm(now time.Duration, key string, w heldWork, fx *strategy.Eff
 	if q.stillWarm(key, now) {
 		// warmed up here since the last view change, and dropped since as
 		// idle (full): it starts full again, without asking
-		q.allocs[key] = q.sh.newAlloc(now, 0)
+		q.setAlloc(key, q.sh.newAlloc(now, 0))
 		q.warmedFull++
 		return warmNo
 	}
@@ -112,7 +113,7 @@ func (q *Quota) warm(now time.Duration, key string, w heldWork, fx *strategy.Eff
 		return warmNo
 	}
 	if len(asked) == 0 {
-		q.allocs[key] = q.sh.newAlloc(now, 0)
+		q.setAlloc(key, q.sh.newAlloc(now, 0))
 		q.warmedFull++
 		return warmNo
 	}
@@ -162,9 +163,9 @@ func (q *Quota) endWarm(now time.Duration, key string, timedOut bool, fx *strate
 	if own && q.allocs[key] == nil {
 		if !timedOut && !wu.some && len(wu.got) == len(wu.asked) && !q.answeredLately(key, now) &&
 			!q.goneLately(key, now) && q.records[key] == nil {
-			q.allocs[key] = q.sh.newAlloc(now, 0)
+			q.setAlloc(key, q.sh.newAlloc(now, 0))
 			q.warmedFull++
-			q.mark(q.warmed, key, now)
+			q.mark(q.warmed, &q.mem.warmed, key, now)
 		} else {
 			q.allocFor(key, now)
 		}
@@ -296,7 +297,7 @@ func (q *Quota) onStateQuery(now time.Duration, from strategy.NodeID, m *peerv1.
 		return err
 	}
 	none := q.allocs[m.Key] == nil && q.records[m.Key] == nil && q.warming[m.Key] == nil && !q.goneLately(m.Key, now) &&
-		q.mark(q.answered, m.Key, now)
+		q.mark(q.answered, &q.mem.answered, m.Key, now)
 	fx.Send(from, frame(&peerv1.QuotaState{Key: m.Key, Id: m.Id, None: none}))
 	return nil
 }
@@ -334,29 +335,38 @@ func (q *Quota) onState(now time.Duration, from strategy.NodeID, m *peerv1.Quota
 	return nil
 }
 
-// mark records key in m at now; false when m is full of marks that still
-// matter.
-func (q *Quota) mark(m map[string]time.Duration, key string, now time.Duration) bool {
-	if _, ok := m[key]; !ok && len(m) >= maxMarks {
+// mark records key in m (counted in k) at now; false when m is full of
+// marks that still matter.
+func (q *Quota) mark(m map[string]time.Duration, k *memsize.Keys, key string, now time.Duration) bool {
+	_, ok := m[key]
+	if !ok && len(m) >= maxMarks {
 		q.pruneMarks(now)
 		if len(m) >= maxMarks {
 			return false
 		}
 	}
 	m[key] = now
+	if !ok {
+		k.Add(key)
+	}
 	return true
 }
 
 // pruneMarks drops the marks older than markHorizon.
 func (q *Quota) pruneMarks(now time.Duration) {
 	h := q.markHorizon()
-	for _, m := range []map[string]time.Duration{q.answered, q.gone, q.warmed} {
-		for k, t := range m {
+	for _, m := range []struct {
+		m map[string]time.Duration
+		k *memsize.Keys
+	}{{q.answered, &q.mem.answered}, {q.gone, &q.mem.gone}, {q.warmed, &q.mem.warmed}} {
+		for k, t := range m.m {
 			if now >= t+h {
-				delete(m, k)
+				delete(m.m, k)
+				m.k.Remove(k)
 			}
 		}
 	}
+	q.shrinkMarks()
 	if q.marksFull > 0 && now >= q.marksFull+h {
 		q.marksFull = 0
 	}
@@ -366,7 +376,7 @@ func (q *Quota) pruneMarks(now time.Duration) {
 // "some" for it for markHorizon); when it cannot, it answers "some" for
 // every key until then.
 func (q *Quota) markGone(key string, now time.Duration) {
-	if !q.mark(q.gone, key, now) {
+	if !q.mark(q.gone, &q.mem.gone, key, now) {
 		q.marksFull = now
 	}
 }
