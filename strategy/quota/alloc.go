@@ -771,6 +771,27 @@ func minWake(a, b time.Duration) time.Duration {
 	return min(a, b)
 }
 
+// idleCheck is when an allocation that holds no share, release or held
+// capacity, but is not idle yet (its reserve refilling, a takeover's
+// freeze, plain requests in the demand window), may have become idle: the
+// reserve full, the freeze over, or two demand windows on (0: it holds
+// shares, or nothing later will make it idle by itself). Without this
+// wake nothing would look at such an allocation again until the key's
+// next use, and it would stay in memory for good (found measuring
+// MemoryBytes: 100k keys kept 28 MB after their clients left).
+func (sh shape) idleCheck(a *alloc, now time.Duration) time.Duration {
+	if len(a.shares) > 0 || len(a.pending) > 0 || a.heldUnits > 0 || a.heldBurst > 0 {
+		return 0
+	}
+	at := now + 2*sh.window
+	if a.frozenUntil > now {
+		at = max(at, a.frozenUntil)
+	} else if d, ok := a.reserve.DelayN(now, sh.burst); ok {
+		at = max(at, now+d)
+	}
+	return at
+}
+
 // idle reports whether a holds nothing worth keeping at now: no share, no
 // pending release, a full reserve at the full rate, not frozen.
 func (sh shape) idle(a *alloc, now time.Duration) bool {

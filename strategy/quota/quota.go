@@ -488,6 +488,7 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 	})
 	if !q.sh.idle(a, now) {
 		a.wake = minWake(a.wake, q.replicate(now, key, a, false, fx))
+		a.wake = minWake(a.wake, q.sh.idleCheck(a, now))
 	}
 	if a.adoptAt > now {
 		a.wake = minWake(a.wake, a.adoptAt)
