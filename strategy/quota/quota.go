@@ -473,6 +473,12 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 			a = b
 		}
 	}
+	// The assignments of this node's own clients are handed over after the
+	// allocation's pass: handing one to a client detached meanwhile detaches
+	// its share, which runs the key's allocation again, and must not while
+	// this pass walks the shares (the property test found the inner pass
+	// settling shares under the outer one's feet).
+	var local []strategy.QuotaAssignment
 	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share, deny bool) {
 		as := strategy.QuotaAssignment{Client: s.id.client, Key: key, MaxTokens: s.burst, TokensPerFill: s.units,
 			FillInterval: q.sh.fill, TTL: q.ttl, Seq: s.seq}
@@ -480,7 +486,7 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 			as.MaxTokens, as.TokensPerFill = 0, 0 // DENY_ALL (strategy.QuotaAssignment.DenyAll)
 		}
 		if s.id.node == q.self {
-			q.assigned(now, q.self, as, fx)
+			local = append(local, as)
 			return
 		}
 		fx.Send(s.id.node, frame(&peerv1.QuotaAssign{Key: key, Client: uint64(s.id.client), MaxTokens: as.MaxTokens,
@@ -494,6 +500,9 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 		a.wake = minWake(a.wake, a.adoptAt)
 	}
 	q.schedule(key, a, fx)
+	for _, as := range local {
+		q.assigned(now, q.self, as, fx)
+	}
 }
 
 // schedule asks for a wake-up at a's next work.
