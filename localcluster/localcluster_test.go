@@ -106,7 +106,9 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	if allowed != 5 {
-		t.Errorf("%d of 9 checks of one key allowed across 3 nodes, want the burst 5", allowed)
+		// (seen once, 0 of 9, on a machine at a load average of 9-10;
+		// the nodes' output says what they decided and why)
+		t.Errorf("%d of 9 checks of one key allowed across 3 nodes, want the burst 5; the nodes' output:\n%s", allowed, log.String())
 	}
 
 	// Partition cuts n2 off: a key n2 owns, checked at n0, is forwarded
