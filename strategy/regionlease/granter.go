@@ -73,7 +73,7 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 			l.sendVerdict(from, f.RequestId, f.Relay, v.allowed, v.emptyFor, fx)
 			return
 		}
-		p := l.pool(f.Key, now)
+		p := l.ownPool(now, f.Key, fx)
 		l.sh.Advance(p, now)
 		v := &verdict{decided: true, allowed: l.sh.Take(p, arr, n)}
 		if !v.allowed {
@@ -194,7 +194,7 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 	}
 	var g *grantRec
 	if gl, _ := l.global(a.Key); gl == l.self {
-		g = l.grantPool(now, at, from, a)
+		g = l.grantPool(now, at, from, a, fx)
 	} else {
 		g = l.grantStock(now, at, from, a, fx)
 	}
@@ -205,15 +205,21 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 	l.sendGrant(id, g, fx)
 }
 
-func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk) *grantRec {
+// grantPool lends out of the pool, when the key's replicas hold a fence
+// that covers the lease (fenced); else it grants 0 tokens with no dry
+// hint, and the holder asks again a little later.
+func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	ttl, period := l.ttl, l.period
 	if topology.Of(from) != l.region {
 		ttl, period = l.rttl, l.rperiod
 	}
-	p := l.pool(a.Key, now)
+	p := l.ownPool(now, a.Key, fx)
 	l.sh.Advance(p, now)
 	whole := l.sh.Whole(p, at)
 	n := min(a.Tokens, whole)
+	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
+		return &grantRec{pool: p, expires: at + ttl}
+	}
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
 	if n < a.Tokens && n == whole {
 		// Dry: the bucket's refill until the hint ends is for the other

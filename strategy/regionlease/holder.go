@@ -102,7 +102,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	}
 	to, region := l.upstream(req.Key)
 	if g, _ := l.global(req.Key); g == l.self {
-		p := l.pool(req.Key, now)
+		p := l.ownPool(now, req.Key, fx)
 		l.sh.Advance(p, now)
 		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.Take(p, req.Arrival, req.Tokens)}, true
 	}

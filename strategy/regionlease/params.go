@@ -35,6 +35,12 @@
 //     then; at least region_ttl.
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
+//   - replicas (int, default 1): the global owner lends a key's tokens only
+//     under a fence (no lease ends after it) acknowledged by the key's first K
+//     successors in rendezvous order, and by the first successor in another
+//     region when none of them is; the successor that takes the key over after
+//     a crash refills from that fence instead of waiting the whole takeover; 0
+//     turns replicas off (every takeover waits takeover); 0 to 8.
 package regionlease
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -70,4 +76,6 @@ var Params = []strategy.ParamSpec{
 		Doc: "how long a node that becomes a key's global owner (a membership change, a restart) keeps the key's bucket empty: every lease the previous owner granted has ended by then; at least region_ttl."},
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
+	{Name: "replicas", Type: strategy.ParamInt, Default: "1", Example: "2",
+		Doc: "the global owner lends a key's tokens only under a fence (no lease ends after it) acknowledged by the key's first K successors in rendezvous order, and by the first successor in another region when none of them is; the successor that takes the key over after a crash refills from that fence instead of waiting the whole takeover; 0 turns replicas off (every takeover waits takeover); 0 to 8."},
 }

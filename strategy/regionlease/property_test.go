@@ -24,11 +24,17 @@ type registry struct {
 	all     []*regionlease.RegionLease
 	burst   int64
 	fail    func(format string, args ...any)
+	extra   func(now time.Duration) error // another check after every call, if set
 }
 
 func (r *registry) check(now time.Duration) {
 	if err := regionlease.Conserved(r.current, r.all, r.burst, now); err != nil {
 		r.fail("%v", err)
+	}
+	if r.extra != nil {
+		if err := r.extra(now); err != nil {
+			r.fail("%v", err)
+		}
 	}
 }
 

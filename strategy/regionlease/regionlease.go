@@ -43,6 +43,13 @@ type RegionLease struct {
 	grants map[grantID]*grantRec // leases this node granted (from a pool or from its stock)
 	gexp   *minheap.Heap[grantExp]
 	gseen  *dedupe.Table[fwdID, *verdict] // forwards decided here
+	// replicas (replica.go): the fences this node's replicas acknowledged,
+	// per key it owns globally; the fences it holds from other owners
+	replicas int
+	ahead    time.Duration // a fence reaches region_ttl + 2*ahead from its shipping; renewed below region_ttl + ahead
+	gfences  map[string]map[strategy.NodeID]*fenceHolder
+	fences   map[string]map[strategy.NodeID]time.Duration
+	nfences  int
 
 	// every node: its holding of each key (leases from its upstream; at a
 	// regional owner, the region's stock), its forwarded requests, its
@@ -106,6 +113,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
 		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
 		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
+		gfences: map[string]map[strategy.NodeID]*fenceHolder{}, fences: map[string]map[strategy.NodeID]time.Duration{},
 	}
 	if err := l.readParams(v, hint); err != nil {
 		return nil, err
@@ -137,6 +145,7 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.maxSkew = v.Duration("max_skew")
 	l.admitOnTimeout = v.Enum("on_timeout") == "admit"
 	retries, minLease := v.Int("retries"), v.Int("min_lease")
+	l.replicas = v.Int("replicas")
 	switch {
 	case l.period <= 0, l.rperiod <= 0, l.window <= 0, l.timeout <= 0:
 		return fmt.Errorf("regionlease: parameters period, region_period, window and timeout must be positive")
@@ -152,12 +161,15 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 		return fmt.Errorf("regionlease: parameter retries=%d is negative", retries)
 	case minLease < 1:
 		return fmt.Errorf("regionlease: parameter min_lease=%d must be at least 1", minLease)
+	case l.replicas < 0 || l.replicas > maxReplicas:
+		return fmt.Errorf("regionlease: parameter replicas=%d outside [0, %d]", l.replicas, maxReplicas)
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
 	l.lead = min(2*lan, l.ttl/4)
 	l.rlead = min(2*hint, l.rttl/4)
 	l.rtt = 2 * hint
+	l.ahead = max(l.takeover-l.rttl, l.timeout)
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {
 		return fmt.Errorf("regionlease: parameter idle must be positive")
@@ -307,6 +319,7 @@ func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *str
 			delete(l.pools, key) // its grants stay counted nowhere: they end by themselves
 		}
 	}
+	l.dropFences()
 	for _, id := range forwarding.Orphaned(l.pending, l.live) {
 		p := l.pending[id]
 		if to, _ := l.upstream(p.Req.Key); to != "" {
@@ -322,34 +335,43 @@ func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *str
 
 // moveOf reports whether key's global ownership came to this node lately
 // (a restart, a change, or a peer that sends it the key while its own view
-// says otherwise), and when: its pool then starts conservatively.
+// says otherwise), and from when its pool, empty, refills: the move +
+// takeover, or, for a change that moved the key from an owner whose fence
+// of the key this node holds (replica.go), the later of the change and
+// the fence.
 func (l *RegionLease) moveOf(key string, now time.Duration) (time.Duration, bool) {
-	var at time.Duration
+	var from time.Duration
 	moved := false
 	if l.restarted {
-		moved, at = true, l.restartAt
+		moved, from = true, l.restartAt+l.takeover
 	}
 	for _, c := range l.changes {
-		if o := rendezvous.Owner(key, c.prev); o != l.self {
-			moved, at = true, max(at, c.at)
+		o := rendezvous.Owner(key, c.prev)
+		if o == l.self {
+			continue
+		}
+		moved = true
+		if f, ok := l.fenceOf(key, o); ok && o != "" {
+			from = max(from, c.at, f)
+		} else {
+			from = max(from, c.at+l.takeover)
 		}
 	}
 	if g, _ := l.global(key); g != l.self {
-		moved, at = true, max(at, now)
+		moved, from = true, max(from, now+l.takeover)
 	}
-	return at, moved
+	return from, moved
 }
 
 // pool returns key's bucket at this node as global owner, creating it:
-// full, or, when the key moved here, empty and refilling from the move +
-// takeover.
+// full, or, when the key moved here, empty and refilling from moveOf.
 func (l *RegionLease) pool(key string, now time.Duration) *pool {
 	if p := l.pools[key]; p != nil {
 		return p
 	}
 	p := &pool{Level: l.sh.Burst * l.sh.Per}
-	if at, moved := l.moveOf(key, now); moved {
-		p = &pool{Level: 0, Last: at + l.takeover}
+	if from, moved := l.moveOf(key, now); moved {
+		p = &pool{Level: 0, Last: from}
 	}
 	l.pools[key] = p
 	return p
@@ -358,6 +380,7 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 // sweep forgets full pools without leases, and holdings with nothing left
 // to remember.
 func (l *RegionLease) sweep(now time.Duration) {
+	l.sweepFences(now)
 	at := now - l.sweepLag
 	for k, p := range l.pools {
 		if p.Last > at {
@@ -388,7 +411,7 @@ func (l *RegionLease) sweep(now time.Duration) {
 // StateBytes counts pools, lease records, holdings, relays and pending
 // forwards.
 func (l *RegionLease) StateBytes() int {
-	const perPool, perGrant, perHolding, perLease, perRequest, perSeen = 24, 40, 64, 48, 40, 16
+	const perPool, perGrant, perHolding, perLease, perRequest, perSeen, perFence = 24, 40, 64, 48, 40, 16, 40
 	n := 0
 	for k := range l.pools {
 		n += perPool + len(k)
@@ -404,6 +427,12 @@ func (l *RegionLease) StateBytes() int {
 	}
 	for _, r := range l.relays {
 		n += perRequest + len(r.key)
+	}
+	for k, fs := range l.gfences {
+		n += len(k) + len(fs)*perFence
+	}
+	for k, fs := range l.fences {
+		n += len(k) + len(fs)*perFence
 	}
 	return n + (l.gseen.Len()+l.rseen.Len())*perSeen + len(l.returns)*perGrant
 }

@@ -55,6 +55,10 @@ func TestReceiveRefusesOutOfBounds(t *testing.T) {
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{Key: "k", Seq: 1, Unused: -1}}}, "-1 unused tokens"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Used{Used: &peerv1.RegionLeaseUsed{Key: "k", Seq: 1, Used: 11}}}, "used report"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Verdict{Verdict: &peerv1.RegionLeaseVerdict{RequestId: 1, EmptyForUs: 1 << 60}}}, "dry hint"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Replica{Replica: &peerv1.RegionLeaseReplica{Key: "k", FenceNs: int64(time.Hour)}}}, "replica from us.n2: fence 1h0m0s outside"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Replica{Replica: &peerv1.RegionLeaseReplica{Key: "k", FenceNs: -1}}}, "replica from us.n2: fence -1ns outside"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Replica{Replica: &peerv1.RegionLeaseReplica{FenceNs: 1}}}, "key of 0 bytes"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_ReplicaAck{ReplicaAck: &peerv1.RegionLeaseReplicaAck{Key: "k", FenceNs: int64(time.Hour)}}}, "replica acknowledgement from us.n2: fence"},
 	}
 	before := l.StateBytes()
 	for _, c := range cases {
@@ -183,3 +187,119 @@ func TestCutConserve(t *testing.T) {
 type byIndex struct{}
 
 func (byIndex) Assign(_ *workload.Request, i, n int) int { return i % n }
+
+// The global owner's crash with replicas (the default, 1) and without
+// (replicas=0): the key's successor refills from the fence its old owner
+// left with it (every lease of the old owner has ended by then) instead of
+// waiting the whole takeover, so it admits more after the crash; both keep
+// the envelope exactly (no tokens created).
+func TestReplicaTakeover(t *testing.T) {
+	rate, err := bucket.PerSecond(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const burst = 100
+	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := g.Generate(7)
+	lat, _ := sim.ParseLatency("1ms")
+	wan, _ := sim.ParseLatency("exp:60ms+20ms")
+	admitted := map[string]int{}
+	for _, replicas := range []string{"0", "1"} {
+		sc := &sim.Scenario{Detection: time.Second, JoinDelay: 200 * time.Millisecond, Events: []sim.ScenarioEvent{
+			{At: 5 * time.Second, CrashOwnerOfHottest: 3}}}
+		params, err := strategy.ParseParams([]string{"replicas=" + replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
+			Rate: rate, Burst: burst, Params: params, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
+			Scenario: sc, New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed := make([]bool, len(tr.Requests))
+		for i, o := range res.Outcomes {
+			allowed[i] = o.Decided && o.Allowed
+			if allowed[i] && tr.Requests[i].Arrival >= 5*time.Second && tr.Requests[i].Arrival < 12*time.Second {
+				admitted[replicas]++
+			}
+		}
+		if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+			t.Fatalf("replicas=%s: %.3f tokens beyond b + r*T", replicas, v)
+		}
+		if res.ReceiveErrors != 0 {
+			t.Fatalf("replicas=%s: %d receive errors", replicas, res.ReceiveErrors)
+		}
+	}
+	t.Logf("admitted 5-12 s (crash at 5 s, detection 1 s): replicas=0 %d, replicas=1 %d", admitted["0"], admitted["1"])
+	if admitted["1"] <= admitted["0"] {
+		t.Errorf("replicas=1 admitted %d after the crash, replicas=0 %d: want more", admitted["1"], admitted["0"])
+	}
+}
+
+// Issue 24's 60 s cut (examples/scenarios/regions-cut-ap.yaml's failure
+// detection, 5 s + U[0, 1 s], reconnect every 5 s, joins within 1 s) of
+// region ap from eu and us, under partition: conserve, on 3 tenant keys
+// each offered 3x its rate over 6 nodes: the envelope holds exactly over
+// the run (during the cut and after the heal), ap admits nothing once its
+// leases have ended, and after the heal ap's admitted tokens per second
+// come back to their level before the cut within 15 s.
+func TestCut60sConserve(t *testing.T) {
+	rate, err := bucket.PerSecond(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const burst = 100
+	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=90s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := g.Generate(7)
+	lat, _ := sim.ParseLatency("1ms")
+	wan, _ := sim.ParseLatency("exp:60ms+20ms")
+	const cut, heal = 5 * time.Second, 65 * time.Second
+	sc := &sim.Scenario{Detection: 5 * time.Second, DetectionJitter: time.Second, ReconnectInterval: 5 * time.Second, JoinDelay: time.Second,
+		Events: []sim.ScenarioEvent{{At: cut, Cut: []string{"ap"}}, {At: heal, Heal: true}}}
+	res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
+		Rate: rate, Burst: burst, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
+		Scenario: sc, Partition: strategy.PartitionConserve,
+		New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := make([]bool, len(tr.Requests))
+	perSec := make([]int64, 91) // ap's admitted tokens per second
+	for i, o := range res.Outcomes {
+		allowed[i] = o.Decided && o.Allowed
+		if allowed[i] && i%6 >= 4 {
+			perSec[tr.Requests[i].Arrival/time.Second] += tr.Requests[i].Tokens
+		}
+	}
+	if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+		t.Fatalf("%.3f tokens beyond b + r*T", v)
+	}
+	var before int64
+	for s := 1; s < 5; s++ {
+		before += perSec[s]
+	}
+	before /= 4
+	for s := 8; s < 65; s++ { // after the views saw the cut and ap's leases ended
+		if perSec[s] != 0 {
+			t.Errorf("ap admitted %d tokens in second %d, during the cut after its leases ended", perSec[s], s)
+		}
+	}
+	back := -1
+	for s := 65; s < 90; s++ {
+		if perSec[s] >= before*9/10 {
+			back = s
+			break
+		}
+	}
+	t.Logf("ap's admitted tokens per second: %d before the cut (mean of seconds 1-4), %v from second 60 to 89; back to 90%% of it in second %d", before, perSec[60:90], back)
+	if back < 0 || time.Duration(back)*time.Second >= heal+15*time.Second {
+		t.Errorf("ap's admitted tokens per second not back to 90%% of %d within 15 s of the heal (second %d)", before, back)
+	}
+}

@@ -46,7 +46,8 @@ func checkKey(from strategy.NodeID, key string) error {
 // grant's tokens outside [0, burst], end beyond now + region_ttl +
 // max_skew or dry hint beyond now + a day; a return's unused tokens or a
 // used report's tokens outside [0, burst]; a verdict's dry hint beyond a
-// day.
+// day; a replica's fence (or its acknowledgement's) outside [0, now +
+// region_ttl + 2*max(takeover - region_ttl, timeout) + max_skew].
 func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv1.RegionLeaseMessage) error {
 	ahead := int64(now + l.maxSkew)
 	switch b := m.Body.(type) {
@@ -66,6 +67,23 @@ func (l *RegionLease) validate(now time.Duration, from strategy.NodeID, m *peerv
 		return checkKey(from, b.ReturnAck.Key)
 	case *peerv1.RegionLeaseMessage_Used:
 		return l.checkTokens("used report", "tokens", from, b.Used.Key, b.Used.Used)
+	case *peerv1.RegionLeaseMessage_Replica:
+		return l.checkFence("replica", from, b.Replica.Key, b.Replica.FenceNs, now)
+	case *peerv1.RegionLeaseMessage_ReplicaAck:
+		return l.checkFence("replica acknowledgement", from, b.ReplicaAck.Key, b.ReplicaAck.FenceNs, now)
+	}
+	return nil
+}
+
+// checkFence: the key, and a fence in [0, now + region_ttl + 2*ahead +
+// max_skew] (ahead = max(takeover - region_ttl, timeout): the farthest an
+// honest owner ships).
+func (l *RegionLease) checkFence(kind string, from strategy.NodeID, key string, fence int64, now time.Duration) error {
+	if err := checkKey(from, key); err != nil {
+		return err
+	}
+	if limit := now + l.rttl + 2*l.ahead + l.maxSkew; fence < 0 || fence > int64(limit) {
+		return errorf("%s from %s: fence %v outside [0, now + region_ttl + 2*max(takeover - region_ttl, timeout) + max_skew = %v]", kind, from, time.Duration(fence), limit)
 	}
 	return nil
 }
@@ -149,6 +167,10 @@ func (l *RegionLease) dispatch(now time.Duration, from strategy.NodeID, m *peerv
 		l.onReturnAck(from, b.ReturnAck)
 	case *peerv1.RegionLeaseMessage_Used:
 		l.onUsed(now, from, b.Used)
+	case *peerv1.RegionLeaseMessage_Replica:
+		l.onReplica(from, b.Replica, fx)
+	case *peerv1.RegionLeaseMessage_ReplicaAck:
+		l.onReplicaAck(from, b.ReplicaAck)
 	}
 	return nil
 }
