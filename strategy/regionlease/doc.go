@@ -25,8 +25,8 @@
 //     request of an overloaded key across the WAN is what owner does),
 //     and otherwise relays it to G (a cold key, or a first ask sized on
 //     little demand) and passes G's verdict back.
-//   - Without regions (node ids with no '.', as the live cluster names
-//     nodes today) every node is in the one region "", whose regional
+//   - Without regions (node ids with no '.': a live node without
+//     node.region) every node is in the one region "", whose regional
 //     owner is the global owner: regionlease is then one tier of leases,
 //     lease's protocol without its ordering buffer or warm-up.
 //
@@ -185,6 +185,9 @@
 //     failure detection (the key is decided nowhere but from the regions'
 //     leases) + b/r, without the takeover wait; a restart still costs
 //     takeover; never excess (docs/EVALUATION.md).
-//   - The live cluster names nodes without a region today, so live it is
-//     one tier (see above); nothing reads a latency per region there.
+//   - Live, a node's region is its name's prefix (node.region: eu.n0), so
+//     the two tiers run there as in the simulator; the WAN is emulated in
+//     tests by the nodes' fault injection (chaos/livetest TestRegionsE2E,
+//     `tokenmesh replay --regions --wan-latency`; docs/OPERATIONS.md
+//     "Several regions"). Nothing reads a latency per region.
 package regionlease
