@@ -277,7 +277,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("plan --help lacks %q", want)
 		}
 	}
-	for _, args := range [][]string{{"--policy", "greedy"}, {"--simulate", "--stop-within", "1"}, {"--simulate", "--stop-within", "-0.1"}} {
+	for _, args := range [][]string{{"--policy", "greedy"}, {"--simulate", "--stop-within", "1"}, {"--simulate", "--stop-within", "-0.1"}, {"--stop-within", "0.1"}} {
 		_, errOut, code := tokenmesh(t, append([]string{"plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml"}, args...)...)
 		if code == 0 || !strings.Contains(errOut, args[len(args)-2]) {
 			t.Errorf("plan %v: exit %d, stderr %q", args, code, errOut)

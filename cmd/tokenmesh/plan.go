@@ -80,6 +80,9 @@ plan and p50/p95/p99 per broker.`,
 				return usageErr("--stop-within %v: want a fraction of the SLO in [0, 1) (footnote 11: 0.2; 0 = the exact boundary)", stopWithin)
 			}
 			if !simulate {
+				if cmd.Flags().Changed("stop-within") {
+					return usageErr("--stop-within tunes online fitting: give --simulate too")
+				}
 				res, err := srtm.Plan(brokers, topic, srtm.Policy(policy))
 				if err != nil {
 					return err
