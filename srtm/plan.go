@@ -47,16 +47,21 @@ type Topic struct {
 }
 
 // Policy selects how Plan and Fit choose brokers and quotas (SRTM 000
-// §4.2 Steps (1)-(2) and the baselines of §6); "" means Concentration.
+// §4.2 Steps (1)-(2) and the baselines of §6); "" means MaxMin, the
+// paper's Load Distributor.
 type Policy string
 
 const (
-	// Concentration (SRTM §3 and §4.2 Step (1)): the fewest brokers, taken
-	// in decreasing rcap order, each filled up to its rcap in that order;
-	// the last one takes the remainder. The default.
+	// Concentration (ours): the fewest brokers of §4.2 Step (1), taken in
+	// decreasing rcap order, each filled up to its rcap in that order; the
+	// last one takes the remainder. It is neither the paper's Step (2) nor
+	// its Conc baseline (ConcentrationEqual), and the small residual share
+	// it can leave on the last broker is the weakness §6.3 says max-min
+	// exists to avoid (higher DRL penalty, Fig. 8). Kept as a named option.
 	Concentration Policy = "concentration"
-	// MaxMin (§4.2 Steps (1)-(2)): the same fewest brokers, with quotas
-	// min(rcap, rate/k) (see Plan). This is SRTM's Load Distributor.
+	// MaxMin (the paper's §4.2 Steps (1)-(2)): the same fewest brokers, with
+	// quotas min(rcap, rate/k), water-filled (see Plan). This is SRTM's
+	// Load Distributor and the default.
 	MaxMin Policy = "maxmin"
 	// LoadBalance is the paper's LB baseline (§6): the topic is spread over
 	// every broker with residual capacity, max-min fairly.
@@ -109,7 +114,7 @@ const maxPer = 1e6 * time.Second
 // the brokers not yet capped (water-filling), which is the max-min fair
 // allocation the paper aims for and places all of r. (b) "concentration"
 // fills the same k brokers greedily and "lb" water-fills over all brokers
-// (see the Policy constants); "" means Concentration. (c) Arithmetic is
+// (see the Policy constants); "" means MaxMin. (c) Arithmetic is
 // exact: r is converted with bucket.PerSecond into Tokens/Per and cut into
 // Tokens*M integer units of one token per Per*M (M a power of ten, see
 // topicUnits; typically a unit is 1e-6 of r or finer); rcaps are rounded
@@ -131,7 +136,7 @@ const maxPer = 1e6 * time.Second
 // number of brokers needed (every sub-token bucket needs a token).
 func Plan(brokers []Broker, topic Topic, policy Policy) (PlanResult, error) {
 	if policy == "" {
-		policy = Concentration
+		policy = MaxMin
 	}
 	if err := validate(brokers, topic, policy); err != nil {
 		return PlanResult{}, err

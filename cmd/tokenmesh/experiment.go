@@ -18,7 +18,7 @@ import (
 // order --help shows them.
 func experiments() []experiment.Experiment {
 	return []experiment.Experiment{thesis.Experiment(), gdrlexp.Ring(), gdrlexp.Dynamic(), gdrlexp.Scale(),
-		srtmexp.Penalty(), srtmexp.Concentration(), srtmexp.Correlation()}
+		srtmexp.Penalty(), srtmexp.Concentration(), srtmexp.Correlation(), srtmexp.Table1()}
 }
 
 // sourcesNote says what the citations of the help texts ("GDRL

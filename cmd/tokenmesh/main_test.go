@@ -264,8 +264,24 @@ func TestStrategiesListsParams(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	out, errOut, code := tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml")
-	if code != 0 || !strings.Contains(out, "broker-4") || !strings.Contains(out, "policy concentration") {
-		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "broker-4") || !strings.Contains(out, "policy maxmin") {
+		t.Fatalf("default is SRTM's max-min: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml", "--policy", "concentration")
+	if code != 0 || !strings.Contains(out, "policy concentration") {
+		t.Fatalf("--policy concentration: exit %d\n%s%s", code, out, errOut)
+	}
+	help, _, _ := tokenmesh(t, "plan", "--help")
+	for _, want := range []string{"maxmin         the paper's", "concentration  ours", "--stop-within", "footnote 11"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("plan --help lacks %q", want)
+		}
+	}
+	for _, args := range [][]string{{"--policy", "greedy"}, {"--simulate", "--stop-within", "1"}, {"--simulate", "--stop-within", "-0.1"}, {"--stop-within", "0.1"}} {
+		_, errOut, code := tokenmesh(t, append([]string{"plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml"}, args...)...)
+		if code == 0 || !strings.Contains(errOut, args[len(args)-2]) {
+			t.Errorf("plan %v: exit %d, stderr %q", args, code, errOut)
+		}
 	}
 	dir := t.TempDir()
 	small := filepath.Join(dir, "small.yaml")
@@ -282,7 +298,7 @@ func TestPlan(t *testing.T) {
 
 func TestPlanSimulate(t *testing.T) {
 	out, errOut, code := tokenmesh(t, "plan", "--brokers", "../../examples/srtm/brokers.yaml", "--topic", "../../examples/srtm/topic.yaml", "--simulate")
-	if code != 0 || !strings.Contains(out, "online fitting") || !strings.Contains(out, "p99") || !strings.Contains(out, "all") {
+	if code != 0 || !strings.Contains(out, "online fitting") || !strings.Contains(out, "measurement rounds per iteration") || !strings.Contains(out, "p99") || !strings.Contains(out, "all") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 }

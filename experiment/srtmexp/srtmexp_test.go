@@ -46,3 +46,32 @@ func TestConcentrationQuick(t *testing.T) {
 func TestCorrelationQuick(t *testing.T) {
 	runQuick(t, Correlation(), "fig9_poisson_p99.png", "fig11_poisson_brokers.png")
 }
+
+func TestTable1Quick(t *testing.T) {
+	runQuick(t, Table1())
+}
+
+// The committed Table 1 report is what the code produces (it has no wall
+// time): regenerate it with the command its header gives.
+func TestTable1Committed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the full experiment (about 10 s of CPU)")
+	}
+	dir := t.TempDir()
+	if err := Table1().Run(experiment.Context{Out: dir, Seeds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"report.md", "report.json"} {
+		got, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join("..", "..", "docs", "results", "srtm-table1", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("docs/results/srtm-table1/%s differs from what the code produces: regenerate it with `tokenmesh experiment srtm-table1 --seeds 5 --out docs/results/srtm-table1`", f)
+		}
+	}
+}
