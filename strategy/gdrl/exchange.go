@@ -27,7 +27,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	}
 	nb := g.neighbours[g.nextNb%len(g.neighbours)]
 	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
-	sent := g.sentTo(nb)
+	sent := g.sentTo(nb, now)
 	if len(g.shares) == 0 {
 		return
 	}
@@ -35,7 +35,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
 	for _, k := range g.sortedKeys() {
 		s := g.shareMsg(k, now)
-		if !g.toProbe(now, k, s, sent) {
+		if !g.toProbe(now, nb, k, s, sent) {
 			continue
 		}
 		keys = append(keys, k)
@@ -53,7 +53,8 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
 		s := msgs[k]
-		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
+		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now,
+			wait: g.resendWait(g.mySide(k, now), sent[k])}
 		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
 			p.Empty = append(p.Empty, k)
 		} else {
@@ -66,7 +67,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 // sentTo returns what was last sent to neighbour nb per key, after
 // forgetting what was sent to nodes that are no longer neighbours and to
 // nb of keys this node holds no explicit share of any more.
-func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
+func (g *GDRL) sentTo(nb strategy.NodeID, now time.Duration) map[string]sentKey {
 	if g.sent == nil {
 		g.sent = map[strategy.NodeID]map[string]sentKey{}
 	}
@@ -85,19 +86,33 @@ func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
 			delete(sent, k)
 		}
 	}
+	g.forgetHeard(now)
 	return sent
 }
 
-// toProbe reports whether a probe to a neighbour lists key k, whose inputs
-// are s now (see probe): not when it is idle at the default share (then
-// forgotten from sent), nor when what was sent of it is recent and not
-// materially different.
-func (g *GDRL) toProbe(now time.Duration, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
-	if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
+// toProbe reports whether a probe to neighbour nb lists key k, whose
+// inputs are s now (see probe): always when a payment held back asked for
+// it (sentKey.again); not when this end is not live (see quiet.go: then
+// forgotten from sent), nor when this end could move the key only by its
+// own evidence and nb is known to see the key, nor when what was sent of
+// it is recent and not materially different.
+func (g *GDRL) toProbe(now time.Duration, nb strategy.NodeID, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
+	old, ok := sent[k]
+	if ok && old.again {
+		return true
+	}
+	me := g.mySide(k, now)
+	if !g.live(me) {
 		delete(sent, k)
 		return false
 	}
-	if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+	if g.evidenceOnly(me) {
+		if g.sees(nb, k, now) {
+			return false // only skewed could move it, and nb sees the key
+		}
+		return !ok || now-old.at >= old.wait
+	}
+	if ok && now-old.at < g.refresh && !old.differs(s) {
 		return false
 	}
 	return true
@@ -110,6 +125,8 @@ type sentKey struct {
 	recent        float32
 	active, seen  bool
 	at            time.Duration
+	again         bool          // probe the key again whatever its inputs (probeAgain)
+	wait          time.Duration // resend after this long without a change (resendWait)
 }
 
 // differs reports whether s is materially different from what was sent:
@@ -134,6 +151,7 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 	}
 	theirs := map[string]*peerv1.GdrlShare{}
 	var keys []string
+	g.hear(now, from, fromInc, p.Shares)
 	for _, s := range p.Shares {
 		theirs[s.Key] = s
 		keys = append(keys, s.Key)
@@ -172,6 +190,7 @@ func (g *GDRL) answerProbe(now time.Duration, from strategy.NodeID, fromInc uint
 		g.pay(now, from, fromInc, pay)
 	}
 	if len(ask.Shares) > 0 {
+		g.capacityMoved() // the prober owes: it pays on the ask
 		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
 	}
 }
@@ -183,6 +202,7 @@ func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a 
 	if a.ToInc != g.inc || !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
+	g.hear(now, from, fromInc, a.Shares)
 	var pay []item
 	for _, s := range a.Shares {
 		c, b := g.flow(theirSide(from, a.DefaultCapacity, a.DefaultBurst, s), g.mySide(s.Key, now))

@@ -56,6 +56,7 @@ type GDRL struct {
 	idle       time.Duration
 	retransmit time.Duration
 	maxKeys    int
+	maxGap     int // max_probe_gap in intervals, >= 1
 	noiseBand  float64
 	evidence   float64
 
@@ -73,6 +74,10 @@ type GDRL struct {
 	neighbours []strategy.NodeID
 	nextNb     int
 	sent       map[strategy.NodeID]map[string]sentKey // per neighbour: inputs last probed
+	heard      map[strategy.NodeID]*heardFrom         // per neighbour: keys it certainly sees (quiet.go)
+	probeGap   int                                    // intervals between probes while nothing moves (quiet.go)
+	probeWait  int                                    // intervals until the next probe
+	moved      bool                                   // capacity moved since the last probe
 	refresh    time.Duration
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
@@ -159,6 +164,11 @@ type share struct {
 	reqTokens  int64 // tokens requested in the current interval
 	lastActive time.Duration
 	everActive bool
+	// inRecord: the key has been in a record sent to the buddy (touched,
+	// or in a full record) since this share was made explicit; a share
+	// that never was is at the default share in the buddy's copy and is
+	// dropped without replicating the removal.
+	inRecord bool
 }
 
 type peerInfo struct {
@@ -376,7 +386,11 @@ const (
 //   - max_keys (>= 1, default 1024): the most keys one probe carries.
 //   - refresh (duration > 0, default 50 intervals): a key whose inputs did
 //     not change is probed to a neighbour again after this long (lost
-//     probes, see probe).
+//     probes, see probe); a key probed for its evidence alone waits twice
+//     as long as the previous time, up to 8 idle windows (resendWait).
+//   - max_probe_gap (duration >= interval, default 128 intervals): the
+//     longest gap between a node's probes while no capacity moves at it
+//     (probeDue; ours).
 //
 // Errors: an invalid Config, Self not among Members, a bad or unknown
 // parameter (the error names it), or a rate or burst above about 7.2e10
@@ -440,8 +454,8 @@ func (g *GDRL) readExchange(v *strategy.Values, cfg strategy.Config) error {
 	return nil
 }
 
-// readTimers reads and checks idle, retransmit, refresh, max_keys,
-// noise_band and evidence (after readExchange: the defaults follow the
+// readTimers reads and checks idle, retransmit, refresh, max_probe_gap,
+// max_keys, noise_band and evidence (after readExchange: the defaults follow the
 // interval).
 func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	g.idle = v.Duration("idle")
@@ -453,6 +467,11 @@ func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	if g.refresh <= 0 {
 		return fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
+	gap := v.DurationOr("max_probe_gap", 128*g.interval)
+	if gap < g.interval {
+		return fmt.Errorf("gdrl: parameter max_probe_gap=%v: want at least the interval %v", gap, g.interval)
+	}
+	g.maxGap = int(min(gap/g.interval, 1<<20))
 	g.maxKeys = v.Int("max_keys")
 	if g.maxKeys < 1 {
 		return fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)

@@ -30,7 +30,14 @@
 //   - max_keys (int, keys, default 1024): the most keys one probe carries; >=
 //     1.
 //   - refresh (duration, default 50*interval): a key whose inputs did not
-//     change is probed to a neighbour again after this long; positive.
+//     change is probed to a neighbour again after this long (a key probed
+//     for its evidence alone: after twice as long as the previous time, up
+//     to 8 idle windows); positive.
+//   - max_probe_gap (duration, default 128*interval): the longest gap
+//     between a node's probes while no capacity moves at it: the gap
+//     doubles from one interval after every probe, and is back to one
+//     interval once capacity moves (ours); at least interval (interval: a
+//     probe every interval).
 package gdrl
 
 import "github.com/tokenmesh/tokenmesh/strategy"
@@ -62,5 +69,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "max_keys", Type: strategy.ParamInt, Unit: "keys", Default: "1024", Example: "64",
 		Doc: "the most keys one probe carries; >= 1."},
 	{Name: "refresh", Type: strategy.ParamDuration, Default: "50*interval", Example: "1s",
-		Doc: "a key whose inputs did not change is probed to a neighbour again after this long; positive."},
+		Doc: "a key whose inputs did not change is probed to a neighbour again after this long (a key probed for its evidence alone: after twice as long as the previous time, up to 8 idle windows); positive."},
+	{Name: "max_probe_gap", Type: strategy.ParamDuration, Default: "128*interval", Example: "1s",
+		Doc: "the longest gap between a node's probes while no capacity moves at it: the gap doubles from one interval after every probe, and is back to one interval once capacity moves (ours); at least interval (interval: a probe every interval)."},
 }

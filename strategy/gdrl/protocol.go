@@ -170,7 +170,9 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 func (g *GDRL) closeTick(now time.Duration, fx *strategy.Effects) {
 	g.closeInterval(now)
 	if !g.leaving {
-		g.probe(now, fx)
+		if g.probeDue() {
+			g.probe(now, fx)
+		}
 		g.askDefault(fx)
 	}
 	for g.nextTick <= now {
