@@ -53,7 +53,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
 		s := msgs[k]
-		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now,
+		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, ind: s.Indicator, active: s.Active, seen: s.Seen, at: now,
 			wait: g.resendWait(g.mySide(k, now), sent[k])}
 		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
 			p.Empty = append(p.Empty, k)
@@ -123,6 +123,7 @@ type sentKey struct {
 	c, b          int64
 	demand, noise float32
 	recent        float32
+	ind           float32 // the measured indicator (discard, utilisation)
 	active, seen  bool
 	at            time.Duration
 	again         bool          // probe the key again whatever its inputs (probeAgain)
@@ -131,13 +132,15 @@ type sentKey struct {
 
 // differs reports whether s is materially different from what was sent:
 // other shares or activity, a demand estimate up by a fifth or down by
-// half, a noise estimate doubled or halved. (A falling demand only makes
+// half, a noise estimate doubled or halved, a measured indicator off by
+// 0.05. (A falling demand only makes
 // the node give capacity away, which may wait.)
 func (o sentKey) differs(s *peerv1.GdrlShare) bool {
 	return o.c != s.Capacity || o.b != s.Burst || o.active != s.Active || o.seen != s.Seen ||
 		s.Demand > 1.2*o.demand || s.Demand < 0.5*o.demand ||
 		s.Noise > 2*o.noise || s.Noise < 0.5*o.noise ||
-		s.Recent > 1.2*o.recent || s.Recent < 0.5*o.recent
+		s.Recent > 1.2*o.recent || s.Recent < 0.5*o.recent ||
+		s.Indicator > o.ind+0.05 || s.Indicator < o.ind-0.05
 }
 
 // onProbe answers a neighbour's probe: per key, the pairwise update (001
@@ -227,6 +230,7 @@ func (g *GDRL) mySide(key string, now time.Duration) side {
 			me.demand = float64(float32(sh.demand)) // as the peer sees it
 			me.noise = float64(float32(g.noise(sh)))
 			me.recent = float64(float32(g.recent(sh)))
+			me.ind = float64(float32(g.measured(sh)))
 		}
 	}
 	return me
@@ -240,6 +244,7 @@ func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 		them.c, them.b, them.active = s.Capacity, s.Burst, s.Active
 		if s.Active {
 			them.demand, them.noise, them.recent = float64(s.Demand), float64(s.Noise), float64(s.Recent)
+			them.ind = float64(s.Indicator)
 		}
 	}
 	return them
@@ -248,5 +253,6 @@ func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 // shareMsg is key's indicator inputs at this node.
 func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 	me := g.mySide(key, now)
-	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Recent: float32(me.recent), Active: me.active, Seen: me.seen}
+	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Recent: float32(me.recent), Active: me.active, Seen: me.seen,
+		Indicator: float32(me.ind)}
 }

@@ -29,6 +29,27 @@ const maxTotalUnits = 1 << 56
 const (
 	IndicatorSpare = "spare" // spare bandwidth q = lambda - C, micro-tokens/s (001 eq. (14))
 	IndicatorFill  = "fill"  // fill ratio S/D (004 eq. (1)), used as q = -S/D, dimensionless
+	// IndicatorDiscard is the discard rate (001 §I-A: q_i = f(D_i, C_i),
+	// "discard rate"): q = R/lambda, the tokens refused at the node per
+	// second over the tokens requested per second, both low-pass filtered
+	// with alpha per interval (001 §III-A), the demand floored as fill's,
+	// in [0, 1], dimensionless. Assumption 1 (q_i decreasing in C_i): a
+	// larger share refuses fewer tokens of the same demand, so q does not
+	// increase with C_i; it is flat at 0 once C_i covers the demand
+	// (nothing refused), where the update moves nothing either way, and
+	// it is measured, so it follows a share change only through the
+	// filter (a lag of about 1/alpha intervals). See indicators.go.
+	IndicatorDiscard = "discard"
+	// IndicatorUtilisation is the utilisation (001 §I-A, "utilisation"):
+	// q = A/C_i, the tokens admitted at the node per second (low-pass
+	// filtered with alpha per interval) over its capacity share (floored
+	// as fill's demand), capped at 1, dimensionless. Assumption 1: the
+	// admitted rate is at most about C_i and at most the demand, so q ~
+	// min(lambda/C_i, 1) does not increase with C_i; it is flat at 1 while
+	// the share is below the demand, where two saturated nodes look equal
+	// whatever their demands (the update cannot tell which needs more: it
+	// moves capacity only from nodes with spare share). See indicators.go.
+	IndicatorUtilisation = "utilisation"
 )
 
 // Communication graph names: the values of the graph parameter (see New
@@ -161,7 +182,10 @@ type share struct {
 	intervals  int64   // intervals closed since the first request
 	events     float64 // a filter over 1 per interval with requests, 0 without (see recent)
 	hasDemand  bool
-	reqTokens  int64 // tokens requested in the current interval
+	reqTokens  int64   // tokens requested in the current interval
+	refTokens  int64   // of those, tokens refused (discard, utilisation)
+	refused    float64 // filtered refused tokens, units per second (discard)
+	admitted   float64 // filtered admitted tokens, units per second (utilisation)
 	lastActive time.Duration
 	everActive bool
 	// inRecord: the key has been in a record sent to the buddy (touched,
@@ -360,9 +384,10 @@ const (
 //     the demand estimate's noise handled by noise_band and evidence, and
 //     the delays by acknowledged transfers (retransmit) instead of the
 //     separation of time scales.
-//   - indicator (fill | spare, default fill): the performance indicator,
-//     fill ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq.
-//     (14)).
+//   - indicator (fill | spare | discard | utilisation, default fill): the
+//     performance indicator, fill ratio S/D (004 eq. (1)), spare bandwidth
+//     lambda - C (001 eq. (14)), discard rate or utilisation (001 §I-A;
+//     IndicatorDiscard, IndicatorUtilisation).
 //   - eta (number in (0, 1/(2d)], default 1/(2d) for the graph's degree d,
 //     001 eq. (15); for fill, scaled by the pair's smaller demand): the
 //     gain; above the stability bound it is refused.
@@ -429,8 +454,8 @@ func (g *GDRL) readExchange(v *strategy.Values, cfg strategy.Config) error {
 		return fmt.Errorf("gdrl: parameter interval must be positive")
 	}
 	g.indicator = v.Enum("indicator")
-	if g.indicator != IndicatorSpare && g.indicator != IndicatorFill {
-		return fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
+	if !slices.Contains(Indicators, g.indicator) {
+		return fmt.Errorf("gdrl: parameter indicator=%q: want one of %v", g.indicator, Indicators)
 	}
 	g.eta = v.FloatOr("eta", -1)
 	if g.eta == -1 {
@@ -697,9 +722,14 @@ func (g *GDRL) Demand(key string) float64 {
 
 // Indicator returns this node's performance indicator q_i for key: spare
 // bandwidth lambda_i - C_i in units (micro-tokens per second, 001 eq.
-// (14)), or the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
-// demand floored, see the package documentation).
+// (14)), the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
+// demand floored, see the package documentation), or the measured discard
+// rate or utilisation in [0, 1] (001 §I-A; 0 for a key it holds no
+// explicit share of).
 func (g *GDRL) Indicator(key string) float64 {
+	if g.measuredIndicator() {
+		return g.measured(g.shares[key])
+	}
 	return g.indicatorOf(g.CapacityShare(key), g.Demand(key))
 }
 

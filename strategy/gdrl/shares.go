@@ -151,12 +151,15 @@ func (g *GDRL) closeInterval(now time.Duration) {
 	for _, k := range g.sortedKeys() {
 		sh := g.shares[k]
 		sample := float64(sh.reqTokens) * UnitsPerToken / secs
-		sh.reqTokens = 0
+		refused := float64(sh.refTokens) * UnitsPerToken / secs
+		sh.reqTokens, sh.refTokens = 0, 0
 		if sh.hasDemand || sample > 0 {
 			// Started from zero, not from the first sample: a sparse key's
 			// first request is not a rate of one token per interval.
 			sh.demand = (1-g.alpha)*sh.demand + g.alpha*sample
 			sh.demandSq = (1-g.alpha)*sh.demandSq + g.alpha*sample*sample
+			sh.refused = (1-g.alpha)*sh.refused + g.alpha*refused
+			sh.admitted = (1-g.alpha)*sh.admitted + g.alpha*(sample-refused)
 			sh.hasDemand = true
 			sh.intervals++
 			ev := 0.0
@@ -189,6 +192,7 @@ type side struct {
 	demand float64 // units per second
 	noise  float64 // standard error of demand
 	recent float64 // intervals with requests within the idle window
+	ind    float64 // the measured indicator (discard, utilisation), for active keys
 	active bool
 	seen   bool // requested within seenFactor idle windows
 }
@@ -204,6 +208,8 @@ func (g *GDRL) noise(sh *share) float64 {
 	return math.Sqrt(g.alpha / (2 - g.alpha) * v)
 }
 
+// indicatorOf is the modelled indicator (fill or spare) of a share c with
+// demand estimate demand; the measured ones are measured.
 func (g *GDRL) indicatorOf(c int64, demand float64) float64 {
 	if g.indicator == IndicatorFill {
 		return -float64(c) / math.Max(demand, g.demandFloor)
@@ -238,6 +244,8 @@ func (g *GDRL) flow(i, j side) (c, b int64) {
 		di, dj := math.Max(i.demand, g.demandFloor), math.Max(j.demand, g.demandFloor)
 		f = eta * math.Min(di, dj) * (float64(j.c)/dj - float64(i.c)/di)
 		sigma = eta * math.Min(di, dj) * math.Hypot(float64(i.c)*i.noise/(di*di), float64(j.c)*j.noise/(dj*dj))
+	} else if g.measuredIndicator() {
+		f, sigma = g.measuredFlow(i, j, eta)
 	} else {
 		f = eta * (g.indicatorOf(i.c, i.demand) - g.indicatorOf(j.c, j.demand))
 		sigma = eta * math.Hypot(i.noise, j.noise)
