@@ -9,9 +9,9 @@
 //     within a second.
 //   - indicator (fill | spare | discard | utilisation, default fill): the
 //     performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth
-//     lambda - C (001 eq. (14)), discard rate (refused over requested
-//     tokens, filtered) or utilisation (admitted tokens over the capacity
-//     share, filtered) (001 §I-A).
+//     lambda - C (001 eq. (14)), discard rate (refused over requested tokens,
+//     filtered) or utilisation (admitted tokens over the capacity share,
+//     filtered) (001 §I-A).
 //   - eta (float, default 1/(2*d) for the graph's degree d): the gain (001 eq.
 //     (15)), in (0, 1/(2d)]: above the stability bound 1/(2d) of Theorem 1 it
 //     is refused; for fill, scaled by the pair's smaller demand.
@@ -33,14 +33,13 @@
 //   - max_keys (int, keys, default 1024): the most keys one probe carries; >=
 //     1.
 //   - refresh (duration, default 50*interval): a key whose inputs did not
-//     change is probed to a neighbour again after this long (a key probed
-//     for its evidence alone: after twice as long as the previous time, up
-//     to 8 idle windows); positive.
-//   - max_probe_gap (duration, default 128*interval): the longest gap
-//     between a node's probes while no capacity moves at it: the gap
-//     doubles from one interval after every probe, and is back to one
-//     interval once capacity moves (ours); at least interval (interval: a
-//     probe every interval).
+//     change is probed to a neighbour again after this long (a key probed for
+//     its evidence alone: after twice as long as the previous time, up to 8
+//     idle windows); positive.
+//   - max_probe_gap (duration, default 128*interval): the longest gap between
+//     a node's probes while no capacity moves at it: the gap doubles from one
+//     interval after every probe, and is back to one interval once capacity
+//     moves (ours); at least interval (interval: a probe every interval).
 package gdrl
 
 import "github.com/tokenmesh/tokenmesh/strategy"
