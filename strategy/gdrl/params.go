@@ -4,9 +4,11 @@
 // params or --param STRATEGY.NAME=value; the generic partition too.
 //
 //   - interval (duration, default 100ms): the update interval between a node's
-//     exchanges; positive. 001 §IV takes several seconds (indicators well
-//     estimated, delays negligible); ours is shorter, for tenants that burst
-//     within a second.
+//     exchanges; positive. A departure from 001 §IV, which takes several
+//     seconds (indicators well estimated, delays negligible): ours is shorter,
+//     for tenants that burst within a second (noise_band and evidence handle
+//     the estimates' noise; while nothing moves, probes back off to
+//     max_probe_gap).
 //   - indicator (fill | spare | discard | utilisation, default fill): the
 //     performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth
 //     lambda - C (001 eq. (14)), discard rate (refused over requested tokens,
@@ -49,7 +51,7 @@ import "github.com/tokenmesh/tokenmesh/strategy"
 // tells more of each).
 var Params = []strategy.ParamSpec{
 	{Name: "interval", Type: strategy.ParamDuration, Default: "100ms", Example: "50ms",
-		Doc: "the update interval between a node's exchanges; positive. 001 §IV takes several seconds (indicators well estimated, delays negligible); ours is shorter, for tenants that burst within a second."},
+		Doc: "the update interval between a node's exchanges; positive. A departure from 001 §IV, which takes several seconds (indicators well estimated, delays negligible): ours is shorter, for tenants that burst within a second (noise_band and evidence handle the estimates' noise; while nothing moves, probes back off to max_probe_gap)."},
 	{Name: "indicator", Type: strategy.ParamEnum, Enum: Indicators, Default: IndicatorFill, Example: IndicatorSpare,
 		Doc: "the performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth lambda - C (001 eq. (14)), discard rate (refused over requested tokens, filtered) or utilisation (admitted tokens over the capacity share, filtered) (001 §I-A)."},
 	{Name: "eta", Type: strategy.ParamFloat, Default: "1/(2*d) for the graph's degree d", Example: "0.2",
