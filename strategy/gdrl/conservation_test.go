@@ -216,7 +216,7 @@ func drawRun(t *rapid.T) *conservationRun {
 			minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
 		},
 		graph:     rapid.SampledFrom([]string{"ring", "full", "regular"}).Draw(t, "graph"),
-		indicator: rapid.SampledFrom([]string{"spare", "fill"}).Draw(t, "indicator"),
+		indicator: rapid.SampledFrom([]string{"spare", "fill", "discard", "utilisation"}).Draw(t, "indicator"),
 		maxKeys:   rapid.SampledFrom([]int{1, 2, 1024}).Draw(t, "maxKeys"),
 		rate:      bucket.Rate{Tokens: int64(rapid.IntRange(1, 1000).Draw(t, "rate")), Per: time.Second},
 		burst:     int64(rapid.IntRange(1, 50).Draw(t, "burst")),

@@ -18,6 +18,12 @@
 //   - Two performance indicators: spare bandwidth q_i = lambda_i - C_i with a
 //     low-pass demand estimate lambda_i (001 eq. (14) and the filter with
 //     parameter alpha, §III-A), and the fill ratio S_i/D_i (004 §2.2, eq. (1)).
+//     Two more of those 001 §I-A names (q_i = f(D_i, C_i)): the discard
+//     rate and the utilisation (their measurement, filtering and scaling
+//     are ours: indicators.go, IndicatorDiscard, IndicatorUtilisation).
+//   - That the update moves nothing when the indicators are equal (001
+//     eq. (3)): the ground for sending nothing then (see "Quiet when
+//     balanced" below, which is ours).
 //   - The default gain eta = 1/(2d) (001 eq. (15)).
 //   - Jain's fairness index of the indicators (001 eq. (16)), see JFI.
 //   - Communication graphs: the ring (d = 2, 001 Fig. 2, 004 §2.3's choice),
@@ -32,6 +38,17 @@
 //     §3.1).
 //
 // # What is ours
+//
+// The update interval (a departure from 001 §IV). 001 §IV ("Communication
+// delays") argues for an update interval of several seconds, so that the
+// indicators are well estimated and message delays are negligible beside
+// it; our default `interval` is 100 ms, because a rate limiter's tenants
+// burst within a second and a share that follows them seconds late has
+// refused their burst already. The demand estimate's noise is handled by
+// noise_band and evidence instead, and the delays by acknowledged
+// transfers (retransmit). While no capacity moves, a node's probes back
+// off to `max_probe_gap` (default 128 intervals, 12.8 s: the paper's time
+// scale), and back to every interval as soon as capacity moves.
 //
 // Units. Capacity is counted in micro-tokens per second and burst in
 // micro-tokens (UnitsPerToken), as int64, so every sum is exact. The rule's
@@ -114,6 +131,27 @@
 // responder's end travels in its own probes; a payment held back by stop
 // and wait marks the keys to be probed again.
 //
+// Quiet when balanced (ours; quiet.go). The update moves nothing when the
+// pair's indicators are equal, and with the fill indicator a key's flow
+// is not zero only when one end holds other than its default share or
+// has evidence of its own that the key's demand is skewed towards it
+// (active in enough intervals, or a joiner's demand). So a node lists a
+// key in a probe only while its own end is live in that sense (with spare
+// and the measured indicators: active or away from the default share),
+// and a key live by its evidence alone (at the default share) not to a
+// neighbour that listed the key as active within the last 8 idle windows
+// (it sees the key then, so skew cannot hold), and otherwise again only
+// after twice the previous wait (from `refresh` up to 8 idle windows):
+// whichever end is live sends, and the responder computes the update from
+// both ends' inputs. And a node probes every interval only while capacity
+// moves at it (a transfer paid or credited, an ask sent, a payment held
+// back); otherwise the gap between its probes doubles, up to
+// `max_probe_gap`. A key's explicit share that was never in a record sent
+// to the buddy (taken by requests only) is dropped without a record: the
+// buddy's copy holds it at the default share already. Measured on zanbil
+// (10 nodes, round robin, docs/EVALUATION.md): 331,548 messages before,
+// the same decisions.
+//
 // Flow per key, from j to i (negative: from i to j):
 //   - fill (the default): eta * min(D_i, D_j) * (S_j/D_j - S_i/D_i), with
 //     D = max(lambda, D_min) and D_min = C/(1000 N). 004 eq. (2) as printed
@@ -128,6 +166,16 @@
 //     lambda_i - C_i, so a key below its rate keeps (C - lambda)(N-1)/N on
 //     nodes that never see it, where a token bucket cannot use it.
 //   - spare: eta * (q_i - q_j), q = lambda - C (001 eq. (14), Theorem 2).
+//   - discard and utilisation: eta * s * (q_i - q_j) with the measured
+//     indicator q and a scale s (the pair's smaller demand, or smaller
+//     share), see indicators.go; no evidence asked for, as spare.
+//   - A pair where both ends see the key relaxes towards the default
+//     shares (below), except that an end with evidence of its own gives of
+//     its surplus only what cancels the other end's deficit (relaxSeen,
+//     ours): its surplus came by evidence against its other neighbour, and
+//     spread to nodes at their default share it was taken from that
+//     neighbour again, a circulation around the ring that cost one
+//     transfer per pair and interval while the evidence held.
 //   - Evidence (ours, fill only). Requests spread over the nodes by hash of
 //     key and time give every node the same demand in expectation, and then
 //     the 1/N split is the right one: a flow towards the node that happened

@@ -27,7 +27,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	}
 	nb := g.neighbours[g.nextNb%len(g.neighbours)]
 	g.nextNb = (g.nextNb + 1) % len(g.neighbours)
-	sent := g.sentTo(nb)
+	sent := g.sentTo(nb, now)
 	if len(g.shares) == 0 {
 		return
 	}
@@ -35,7 +35,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	msgs := map[string]*peerv1.GdrlShare{} // per listed key: its inputs now
 	for _, k := range g.sortedKeys() {
 		s := g.shareMsg(k, now)
-		if !g.toProbe(now, k, s, sent) {
+		if !g.toProbe(now, nb, k, s, sent) {
 			continue
 		}
 		keys = append(keys, k)
@@ -53,7 +53,8 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 	p := &peerv1.GdrlProbe{DefaultCapacity: g.dc, DefaultBurst: g.db}
 	for _, k := range keys {
 		s := msgs[k]
-		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, active: s.Active, seen: s.Seen, at: now}
+		sent[k] = sentKey{c: s.Capacity, b: s.Burst, demand: s.Demand, noise: s.Noise, recent: s.Recent, ind: s.Indicator, active: s.Active, seen: s.Seen, at: now,
+			wait: g.resendWait(g.mySide(k, now), sent[k])}
 		if s.Capacity == 0 && s.Burst == 0 && !s.Active {
 			p.Empty = append(p.Empty, k)
 		} else {
@@ -66,7 +67,7 @@ func (g *GDRL) probe(now time.Duration, fx *strategy.Effects) {
 // sentTo returns what was last sent to neighbour nb per key, after
 // forgetting what was sent to nodes that are no longer neighbours and to
 // nb of keys this node holds no explicit share of any more.
-func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
+func (g *GDRL) sentTo(nb strategy.NodeID, now time.Duration) map[string]sentKey {
 	if g.sent == nil {
 		g.sent = map[strategy.NodeID]map[string]sentKey{}
 	}
@@ -85,19 +86,33 @@ func (g *GDRL) sentTo(nb strategy.NodeID) map[string]sentKey {
 			delete(sent, k)
 		}
 	}
+	g.forgetHeard(now)
 	return sent
 }
 
-// toProbe reports whether a probe to a neighbour lists key k, whose inputs
-// are s now (see probe): not when it is idle at the default share (then
-// forgotten from sent), nor when what was sent of it is recent and not
-// materially different.
-func (g *GDRL) toProbe(now time.Duration, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
-	if !s.Active && s.Capacity == g.dc && s.Burst == g.db {
+// toProbe reports whether a probe to neighbour nb lists key k, whose
+// inputs are s now (see probe): always when a payment held back asked for
+// it (sentKey.again); not when this end is not live (see quiet.go: then
+// forgotten from sent), nor when this end could move the key only by its
+// own evidence and nb is known to see the key, nor when what was sent of
+// it is recent and not materially different.
+func (g *GDRL) toProbe(now time.Duration, nb strategy.NodeID, k string, s *peerv1.GdrlShare, sent map[string]sentKey) bool {
+	old, ok := sent[k]
+	if ok && old.again {
+		return true
+	}
+	me := g.mySide(k, now)
+	if !g.live(me) {
 		delete(sent, k)
 		return false
 	}
-	if old, ok := sent[k]; ok && now-old.at < g.refresh && !old.differs(s) {
+	if g.evidenceOnly(me) {
+		if g.sees(nb, k, now) {
+			return false // only skewed could move it, and nb sees the key
+		}
+		return !ok || now-old.at >= old.wait
+	}
+	if ok && now-old.at < g.refresh && !old.differs(s) {
 		return false
 	}
 	return true
@@ -108,19 +123,24 @@ type sentKey struct {
 	c, b          int64
 	demand, noise float32
 	recent        float32
+	ind           float32 // the measured indicator (discard, utilisation)
 	active, seen  bool
 	at            time.Duration
+	again         bool          // probe the key again whatever its inputs (probeAgain)
+	wait          time.Duration // resend after this long without a change (resendWait)
 }
 
 // differs reports whether s is materially different from what was sent:
 // other shares or activity, a demand estimate up by a fifth or down by
-// half, a noise estimate doubled or halved. (A falling demand only makes
+// half, a noise estimate doubled or halved, a measured indicator off by
+// 0.05. (A falling demand only makes
 // the node give capacity away, which may wait.)
 func (o sentKey) differs(s *peerv1.GdrlShare) bool {
 	return o.c != s.Capacity || o.b != s.Burst || o.active != s.Active || o.seen != s.Seen ||
 		s.Demand > 1.2*o.demand || s.Demand < 0.5*o.demand ||
 		s.Noise > 2*o.noise || s.Noise < 0.5*o.noise ||
-		s.Recent > 1.2*o.recent || s.Recent < 0.5*o.recent
+		s.Recent > 1.2*o.recent || s.Recent < 0.5*o.recent ||
+		s.Indicator > o.ind+0.05 || s.Indicator < o.ind-0.05
 }
 
 // onProbe answers a neighbour's probe: per key, the pairwise update (001
@@ -134,6 +154,7 @@ func (g *GDRL) onProbe(now time.Duration, from strategy.NodeID, fromInc uint64, 
 	}
 	theirs := map[string]*peerv1.GdrlShare{}
 	var keys []string
+	g.hear(now, from, fromInc, p.Shares)
 	for _, s := range p.Shares {
 		theirs[s.Key] = s
 		keys = append(keys, s.Key)
@@ -172,6 +193,7 @@ func (g *GDRL) answerProbe(now time.Duration, from strategy.NodeID, fromInc uint
 		g.pay(now, from, fromInc, pay)
 	}
 	if len(ask.Shares) > 0 {
+		g.capacityMoved() // the prober owes: it pays on the ask
 		fx.Send(from, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Ask{Ask: ask}}))
 	}
 }
@@ -183,6 +205,7 @@ func (g *GDRL) onAsk(now time.Duration, from strategy.NodeID, fromInc uint64, a 
 	if a.ToInc != g.inc || !g.inView(from) || from == g.self || g.leaving {
 		return
 	}
+	g.hear(now, from, fromInc, a.Shares)
 	var pay []item
 	for _, s := range a.Shares {
 		c, b := g.flow(theirSide(from, a.DefaultCapacity, a.DefaultBurst, s), g.mySide(s.Key, now))
@@ -207,6 +230,7 @@ func (g *GDRL) mySide(key string, now time.Duration) side {
 			me.demand = float64(float32(sh.demand)) // as the peer sees it
 			me.noise = float64(float32(g.noise(sh)))
 			me.recent = float64(float32(g.recent(sh)))
+			me.ind = float64(float32(g.measured(sh)))
 		}
 	}
 	return me
@@ -220,6 +244,7 @@ func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 		them.c, them.b, them.active = s.Capacity, s.Burst, s.Active
 		if s.Active {
 			them.demand, them.noise, them.recent = float64(s.Demand), float64(s.Noise), float64(s.Recent)
+			them.ind = float64(s.Indicator)
 		}
 	}
 	return them
@@ -228,5 +253,6 @@ func theirSide(id strategy.NodeID, dc, db int64, s *peerv1.GdrlShare) side {
 // shareMsg is key's indicator inputs at this node.
 func (g *GDRL) shareMsg(key string, now time.Duration) *peerv1.GdrlShare {
 	me := g.mySide(key, now)
-	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Recent: float32(me.recent), Active: me.active, Seen: me.seen}
+	return &peerv1.GdrlShare{Key: key, Capacity: me.c, Burst: me.b, Demand: float32(me.demand), Noise: float32(me.noise), Recent: float32(me.recent), Active: me.active, Seen: me.seen,
+		Indicator: float32(me.ind)}
 }

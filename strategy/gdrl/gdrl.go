@@ -29,6 +29,27 @@ const maxTotalUnits = 1 << 56
 const (
 	IndicatorSpare = "spare" // spare bandwidth q = lambda - C, micro-tokens/s (001 eq. (14))
 	IndicatorFill  = "fill"  // fill ratio S/D (004 eq. (1)), used as q = -S/D, dimensionless
+	// IndicatorDiscard is the discard rate (001 §I-A: q_i = f(D_i, C_i),
+	// "discard rate"): q = R/lambda, the tokens refused at the node per
+	// second over the tokens requested per second, both low-pass filtered
+	// with alpha per interval (001 §III-A), the demand floored as fill's,
+	// in [0, 1], dimensionless. Assumption 1 (q_i decreasing in C_i): a
+	// larger share refuses fewer tokens of the same demand, so q does not
+	// increase with C_i; it is flat at 0 once C_i covers the demand
+	// (nothing refused), where the update moves nothing either way, and
+	// it is measured, so it follows a share change only through the
+	// filter (a lag of about 1/alpha intervals). See indicators.go.
+	IndicatorDiscard = "discard"
+	// IndicatorUtilisation is the utilisation (001 §I-A, "utilisation"):
+	// q = A/C_i, the tokens admitted at the node per second (low-pass
+	// filtered with alpha per interval) over its capacity share (floored
+	// as fill's demand), capped at 1, dimensionless. Assumption 1: the
+	// admitted rate is at most about C_i and at most the demand, so q ~
+	// min(lambda/C_i, 1) does not increase with C_i; it is flat at 1 while
+	// the share is below the demand, where two saturated nodes look equal
+	// whatever their demands (the update cannot tell which needs more: it
+	// moves capacity only from nodes with spare share). See indicators.go.
+	IndicatorUtilisation = "utilisation"
 )
 
 // Communication graph names: the values of the graph parameter (see New
@@ -56,6 +77,7 @@ type GDRL struct {
 	idle       time.Duration
 	retransmit time.Duration
 	maxKeys    int
+	maxGap     int // max_probe_gap in intervals, >= 1
 	noiseBand  float64
 	evidence   float64
 
@@ -73,6 +95,10 @@ type GDRL struct {
 	neighbours []strategy.NodeID
 	nextNb     int
 	sent       map[strategy.NodeID]map[string]sentKey // per neighbour: inputs last probed
+	heard      map[strategy.NodeID]*heardFrom         // per neighbour: keys it certainly sees (quiet.go)
+	probeGap   int                                    // intervals between probes while nothing moves (quiet.go)
+	probeWait  int                                    // intervals until the next probe
+	moved      bool                                   // capacity moved since the last probe
 	refresh    time.Duration
 	cursor     string // probe rotation when keys exceed max_keys
 	peers      map[strategy.NodeID]*peerInfo
@@ -156,9 +182,17 @@ type share struct {
 	intervals  int64   // intervals closed since the first request
 	events     float64 // a filter over 1 per interval with requests, 0 without (see recent)
 	hasDemand  bool
-	reqTokens  int64 // tokens requested in the current interval
+	reqTokens  int64   // tokens requested in the current interval
+	refTokens  int64   // of those, tokens refused (discard, utilisation)
+	refused    float64 // filtered refused tokens, units per second (discard)
+	admitted   float64 // filtered admitted tokens, units per second (utilisation)
 	lastActive time.Duration
 	everActive bool
+	// inRecord: the key has been in a record sent to the buddy (touched,
+	// or in a full record) since this share was made explicit; a share
+	// that never was is at the default share in the buddy's copy and is
+	// dropped without replicating the removal.
+	inRecord bool
 }
 
 type peerInfo struct {
@@ -350,9 +384,10 @@ const (
 //     the demand estimate's noise handled by noise_band and evidence, and
 //     the delays by acknowledged transfers (retransmit) instead of the
 //     separation of time scales.
-//   - indicator (fill | spare, default fill): the performance indicator,
-//     fill ratio S/D (004 eq. (1)) or spare bandwidth lambda - C (001 eq.
-//     (14)).
+//   - indicator (fill | spare | discard | utilisation, default fill): the
+//     performance indicator, fill ratio S/D (004 eq. (1)), spare bandwidth
+//     lambda - C (001 eq. (14)), discard rate or utilisation (001 §I-A;
+//     IndicatorDiscard, IndicatorUtilisation).
 //   - eta (number in (0, 1/(2d)], default 1/(2d) for the graph's degree d,
 //     001 eq. (15); for fill, scaled by the pair's smaller demand): the
 //     gain; above the stability bound it is refused.
@@ -376,7 +411,11 @@ const (
 //   - max_keys (>= 1, default 1024): the most keys one probe carries.
 //   - refresh (duration > 0, default 50 intervals): a key whose inputs did
 //     not change is probed to a neighbour again after this long (lost
-//     probes, see probe).
+//     probes, see probe); a key probed for its evidence alone waits twice
+//     as long as the previous time, up to 8 idle windows (resendWait).
+//   - max_probe_gap (duration >= interval, default 128 intervals): the
+//     longest gap between a node's probes while no capacity moves at it
+//     (probeDue; ours).
 //
 // Errors: an invalid Config, Self not among Members, a bad or unknown
 // parameter (the error names it), or a rate or burst above about 7.2e10
@@ -415,8 +454,8 @@ func (g *GDRL) readExchange(v *strategy.Values, cfg strategy.Config) error {
 		return fmt.Errorf("gdrl: parameter interval must be positive")
 	}
 	g.indicator = v.Enum("indicator")
-	if g.indicator != IndicatorSpare && g.indicator != IndicatorFill {
-		return fmt.Errorf("gdrl: parameter indicator=%q: want %s or %s", g.indicator, IndicatorSpare, IndicatorFill)
+	if !slices.Contains(Indicators, g.indicator) {
+		return fmt.Errorf("gdrl: parameter indicator=%q: want one of %v", g.indicator, Indicators)
 	}
 	g.eta = v.FloatOr("eta", -1)
 	if g.eta == -1 {
@@ -440,8 +479,8 @@ func (g *GDRL) readExchange(v *strategy.Values, cfg strategy.Config) error {
 	return nil
 }
 
-// readTimers reads and checks idle, retransmit, refresh, max_keys,
-// noise_band and evidence (after readExchange: the defaults follow the
+// readTimers reads and checks idle, retransmit, refresh, max_probe_gap,
+// max_keys, noise_band and evidence (after readExchange: the defaults follow the
 // interval).
 func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	g.idle = v.Duration("idle")
@@ -453,6 +492,11 @@ func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	if g.refresh <= 0 {
 		return fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
+	gap := v.DurationOr("max_probe_gap", 128*g.interval)
+	if gap < g.interval {
+		return fmt.Errorf("gdrl: parameter max_probe_gap=%v: want at least the interval %v", gap, g.interval)
+	}
+	g.maxGap = int(min(gap/g.interval, 1<<20))
 	g.maxKeys = v.Int("max_keys")
 	if g.maxKeys < 1 {
 		return fmt.Errorf("gdrl: parameter max_keys=%d: want at least 1", g.maxKeys)
@@ -678,9 +722,14 @@ func (g *GDRL) Demand(key string) float64 {
 
 // Indicator returns this node's performance indicator q_i for key: spare
 // bandwidth lambda_i - C_i in units (micro-tokens per second, 001 eq.
-// (14)), or the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
-// demand floored, see the package documentation).
+// (14)), the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
+// demand floored, see the package documentation), or the measured discard
+// rate or utilisation in [0, 1] (001 §I-A; 0 for a key it holds no
+// explicit share of).
 func (g *GDRL) Indicator(key string) float64 {
+	if g.measuredIndicator() {
+		return g.measured(g.shares[key])
+	}
 	return g.indicatorOf(g.CapacityShare(key), g.Demand(key))
 }
 

@@ -103,6 +103,9 @@ func (g *GDRL) MemoryBytes() int {
 	for _, sent := range g.sent {
 		n += memsize.Map(len(sent), sentSlot)
 	}
+	for _, h := range g.heard {
+		n += memsize.Map(len(h.until), seenSlot)
+	}
 	meanKey := 0
 	if k := g.mem.shares.Len(); k > 0 {
 		meanKey = g.mem.shares.KeyAlloc() / k

@@ -84,6 +84,7 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 	}
 	g.seen[req.Key] = sh.lastActive
 	d.Allowed = req.Tokens <= g.cfg.Burst && sh.bkt.AllowN(req.Arrival, req.Tokens*g.perToken)
+	g.countRefused(sh, req.Tokens, d.Allowed)
 	g.flush(now, fx)
 	return d, true
 }
@@ -128,6 +129,7 @@ func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time
 	if req.Tokens <= g.cfg.Burst {
 		d.Delay, d.Allowed = strategy.ReserveWithin(&sh.bkt, req.Arrival, req.Tokens*g.perToken, maxWait)
 	}
+	g.countRefused(sh, req.Tokens, d.Allowed)
 	g.flush(now, fx)
 	return d, true
 }
@@ -170,7 +172,9 @@ func (g *GDRL) Tick(now time.Duration, fx *strategy.Effects) {
 func (g *GDRL) closeTick(now time.Duration, fx *strategy.Effects) {
 	g.closeInterval(now)
 	if !g.leaving {
-		g.probe(now, fx)
+		if g.probeDue() {
+			g.probe(now, fx)
+		}
 		g.askDefault(fx)
 	}
 	for g.nextTick <= now {

@@ -140,6 +140,11 @@ func (g *GDRL) nextRetransmit(now time.Duration) time.Duration {
 
 func (g *GDRL) sendRecord(now time.Duration, fx *strategy.Effects) {
 	g.recordSent, g.sentVer = now, g.version
+	if g.acked == 0 { // a full record: every explicit share is in it
+		for _, sh := range g.shares {
+			sh.inRecord = true
+		}
+	}
 	fx.Send(g.buddy, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Record{Record: g.recordMsg(g.acked)}}))
 }
 

@@ -25,7 +25,7 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 		// Stop and wait: send these keys again in the next probe to the
 		// payee, so that the pair evaluates them again.
 		for _, it := range items {
-			delete(g.sent[to], it.key)
+			g.probeAgain(to, it.key)
 		}
 		return
 	}
@@ -34,7 +34,7 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 		if g.inDebt(it.key, now) {
 			// Waiting mode: its reservations count on this share's refill
 			// until they are due (RequestWait). Evaluated again next probe.
-			delete(g.sent[to], it.key)
+			g.probeAgain(to, it.key)
 			continue
 		}
 		// At most (C, B) per key: what a peer accepts in a transfer. A
@@ -57,6 +57,7 @@ func (g *GDRL) pay(now time.Duration, to strategy.NodeID, toInc uint64, items []
 // numbered next on that link; it is released once the buddy holds a
 // record that includes it (gate).
 func (g *GDRL) queueTransfer(to strategy.NodeID, toInc uint64, items []item) {
+	g.capacityMoved()
 	link := srcKey{to, toInc}
 	g.seqTo[link]++
 	g.outbox = append(g.outbox, &transfer{
@@ -297,6 +298,7 @@ func (g *GDRL) credit(now time.Duration, table filters, part int, id TransferID,
 	if !table.accept(id) {
 		return false
 	}
+	g.capacityMoved()
 	g.addItems(items, 1, now)
 	g.mark(part)
 	return true

@@ -378,6 +378,9 @@ func (c checker) shares(what string, ss []*peerv1.GdrlShare) error {
 				return c.bad("%s: key %q demand %v ± %v", what, s.Key, s.Demand, s.Noise)
 			}
 		}
+		if x := float64(s.Indicator); math.IsNaN(x) || x < 0 || x > 1 {
+			return c.bad("%s: key %q indicator %v outside [0, 1]", what, s.Key, s.Indicator)
+		}
 	}
 	return nil
 }
