@@ -274,16 +274,9 @@ func (t *Faulty) Send(to strategy.NodeID, f Frame) error {
 	wan := (fl.WANDelay > 0 || fl.WANJitter > 0) && topology.Of(to) != t.region
 	var delays [2]time.Duration
 	for i := range copies {
-		delays[i] = fl.Delay
-		if fl.Jitter > 0 {
-			delays[i] += time.Duration(t.rnd.Int64N(int64(fl.Jitter)))
-		}
+		delays[i] = t.delay(fl.Delay, fl.Jitter)
 		if wan {
-			w := fl.WANDelay
-			if fl.WANJitter > 0 {
-				w += time.Duration(t.rnd.Int64N(int64(fl.WANJitter)))
-			}
-			if w > 0 {
+			if w := t.delay(fl.WANDelay, fl.WANJitter); w > 0 {
 				delays[i] += w
 				t.stats.WANDelayed++
 			}
@@ -313,6 +306,15 @@ func (t *Faulty) Send(to strategy.NodeID, f Frame) error {
 		})
 	}
 	return err
+}
+
+// delay is fixed plus a draw uniform in [0, jitter) (none when jitter is
+// 0), for one copy of a frame. Called with t.mu held (t.rnd).
+func (t *Faulty) delay(fixed, jitter time.Duration) time.Duration {
+	if jitter > 0 {
+		fixed += time.Duration(t.rnd.Int64N(int64(jitter)))
+	}
+	return fixed
 }
 
 // Listen registers recv with the wrapped transport.
