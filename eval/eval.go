@@ -45,6 +45,11 @@ type Options struct {
 	// (SRTM §5.2; sim.Config.MaxWait) and adds each one's waiting
 	// time distribution (Result.Wait).
 	MaxWait time.Duration
+	// Hold, when its Max is above 0, runs every strategy's admitted
+	// requests as holding what they were granted for a service time
+	// (sim.Config.Hold): a concurrency limit's permits are released then;
+	// each result gets Holds. The zero value: no holds.
+	Hold sim.Hold
 	// ShortfallWindow > 0 adds each strategy's shortfall against central
 	// over windows of this length (Shortfall; Result.ShortfallTokens and
 	// ShortfallPct, Setup.ShortfallWindowS); 0 leaves it out, and the
@@ -139,6 +144,9 @@ type Result struct {
 	// article's "hot server"). Set by Run (every sim report); absent in a
 	// replay's. Last, so that the older fields keep their bytes.
 	HotServer *HotServerStats `json:"hot_server,omitempty"`
+	// Holds are the run's permits with Options.Hold (a concurrency limit);
+	// absent otherwise. Last, so that the older fields keep their bytes.
+	Holds *HoldStats `json:"holds,omitempty"`
 }
 
 // WaitStats is one strategy's waiting time distribution in waiting mode
@@ -370,7 +378,7 @@ func simulate(opts Options, s registry.Info, client delayed, edge []time.Duratio
 	cfg = sim.Config{
 		Name: s.Name, New: s.New, Nodes: opts.Nodes, Rate: opts.Rate, Burst: opts.Burst,
 		Params: opts.Params.For(s.Name), Network: opts.Network, Scenario: opts.Scenario,
-		Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait, Regions: opts.Regions,
+		Assign: assign, Seed: opts.Seed, MaxWait: opts.MaxWait, Regions: opts.Regions, Hold: opts.Hold,
 	}
 	if s.Centralized {
 		cfg.Nodes, cfg.Scenario, cfg.Regions = 1, nil, nil
@@ -441,6 +449,9 @@ func costs(r *Result, opts Options, res *sim.Result, lat []time.Duration, allowe
 		// proceeds: the envelope counts it then.
 		served, servedAllowed := servedOrder(reqs, allowed, res.Outcomes)
 		r.EnvelopeViolationTokens = round(EnvelopeViolation(served, servedAllowed, opts.Rate.PerSec(), opts.Burst), 4)
+	}
+	if opts.Hold.Max > 0 {
+		r.Holds = holdStats(reqs, res.Outcomes)
 	}
 	r.Messages, r.Bytes, r.MessagesLost = res.Messages, res.Bytes, res.MessagesLost
 	r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)

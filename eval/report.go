@@ -400,6 +400,18 @@ func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 			writeWrapped(bw, "  "+l, width, "  ")
 		}
 	}
+	if hh, hr := holdTable(rep); len(hr) > 0 {
+		fmt.Fprintln(bw)
+		hg := make([]int, len(hh))
+		for i := range hg {
+			hg[i] = i
+		}
+		if err := writeTableFit(bw, hh, hr, hg, width); err != nil {
+			return err
+		}
+		fmt.Fprintln(bw)
+		writeWrapped(bw, "  "+holdLegend, width, "  ")
+	}
 	if ch, cr := convergenceTable(rep); len(cr) > 0 {
 		fmt.Fprintln(bw)
 		cg := make([]int, len(ch))
@@ -637,6 +649,11 @@ func WriteMarkdown(w io.Writer, rep *Report, plots []string) error {
 		for _, l := range md1Lines(rep) {
 			fmt.Fprintf(bw, "\n%s\n", l)
 		}
+	}
+	if hh, hr := holdTable(rep); len(hr) > 0 {
+		fmt.Fprint(bw, "\n## Permits held\n\n")
+		writeMDTable(bw, hh, hr, false)
+		fmt.Fprintf(bw, "\n%s.\n", holdLegend)
 	}
 	if ch, cr := convergenceTable(rep); len(cr) > 0 {
 		fmt.Fprint(bw, "\n## Convergence time\n\n")

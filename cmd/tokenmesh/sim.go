@@ -49,6 +49,7 @@ type simFlags struct {
 	parallel                 int
 	cpuprofile               string
 	maxWait                  time.Duration
+	hold                     string
 	waitNotes                []string // strategies "all" brought in that have no waiting mode (checkWaiting)
 	shortfallWindow          time.Duration
 	recommendFlags
@@ -141,6 +142,14 @@ time distribution and, for static, SRTM's M/D/1 prediction of its mean wait
 naming one in --strategies with --max-wait is refused, saying why; under
 all they decide plain checks and stderr says so.
 
+--hold DIST (100ms, or uniform:50ms-200ms) runs the trace as requests that
+hold what they are granted for a service time drawn from DIST: under the
+concurrency strategy (at most --param concurrency.limit=N in flight per key)
+each admitted request's permit is released after its hold; the report adds
+each strategy's permits: the most in flight for one key at once (N bounds
+it), the mean in flight per key and the mean hold. A rate limit grants no
+permit and is unaffected.
+
 Requests are spread round-robin over the nodes (--assign), as a load
 balancer spreads them; --assign hash is the thesis' injector (002 §4.3.1),
 which flatters the strategies that decide from a node's own view. Every
@@ -191,6 +200,7 @@ on it.
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
+	fl.StringVar(&f.hold, "hold", "", "service time of every admitted request, fixed (100ms) or uniform:50ms-200ms: a concurrency limit's permits are held that long, and the report adds the permits in flight per key (empty: none)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, static, owner, gdrl, adaptive and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution; gcounter, tbqueue and regionlease have none (0: off)")
 	f.recommendFlags.add(fl)
 	f.tableFlags.add(fl)
@@ -292,9 +302,13 @@ func (f *simFlags) options() (eval.Options, error) {
 	if f.waitNotes, err = checkWaiting(f.strategies, strategies, f.maxWait); err != nil {
 		return o, err
 	}
+	hold, err := parseHold(f.hold)
+	if err != nil {
+		return o, err
+	}
 	o = eval.Options{Strategies: strategies, Nodes: f.nodes, Rate: rate, Burst: f.burst, Params: params,
 		Network: net, AssignPolicy: f.assign, Seed: f.seed, MaxWait: f.maxWait,
-		ShortfallWindow: f.shortfallWindow}
+		ShortfallWindow: f.shortfallWindow, Hold: hold}
 	if err := f.setClientLatency(&o); err != nil {
 		return o, err
 	}
