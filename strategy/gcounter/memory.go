@@ -62,11 +62,7 @@ func (m *memory) resized(before, after int) {
 // nothing sent depends on it (sortedKeys), so this changes no outcome.
 func (g *GCounter) shrinkState() {
 	if g.mem.keys.ShouldRebuild() {
-		m := make(map[string]*bucketState, len(g.state))
-		for k, b := range g.state {
-			m[k] = b
-		}
-		g.state = m
+		g.state = memsize.Rebuild(g.state)
 		g.mem.keys.Rebuilt()
 	}
 	for nb, keys := range g.delta {

@@ -142,62 +142,22 @@ func (l *Lease) dropHolding(key string, h *holding) {
 }
 
 // setRecord puts r as key's replicated state, counting a new key.
-func (l *Lease) setRecord(key string, r *record) {
-	if l.records[key] == nil {
-		l.mem.records.Add(key)
-	}
-	l.records[key] = r
-}
+func (l *Lease) setRecord(key string, r *record) { memsize.Put(l.records, &l.mem.records, key, r) }
 
 // dropRecord deletes key's replicated state, if any.
-func (l *Lease) dropRecord(key string) {
-	if l.records[key] != nil {
-		l.mem.records.Remove(key)
-		delete(l.records, key)
-	}
-}
+func (l *Lease) dropRecord(key string) { memsize.Delete(l.records, &l.mem.records, key) }
 
 // setGave puts g as what this node gave up of key (a new entry).
-func (l *Lease) setGave(key string, g *gave) {
-	if l.gave[key] == nil {
-		l.mem.gave.Add(key)
-	}
-	l.gave[key] = g
-}
+func (l *Lease) setGave(key string, g *gave) { memsize.Put(l.gave, &l.mem.gave, key, g) }
 
 // dropGave deletes what this node gave up of key, if anything.
-func (l *Lease) dropGave(key string) {
-	if l.gave[key] != nil {
-		l.mem.gave.Remove(key)
-		delete(l.gave, key)
-	}
-}
+func (l *Lease) dropGave(key string) { memsize.Delete(l.gave, &l.mem.gave, key) }
 
 // setDirty marks key dirty (replica.go), counting a new entry.
-func (l *Lease) setDirty(key string) {
-	if !l.dirty[key] {
-		l.mem.dirty.Add(key)
-		l.dirty[key] = true
-	}
-}
+func (l *Lease) setDirty(key string) { memsize.Put(l.dirty, &l.mem.dirty, key, true) }
 
 // dropDirty unmarks key, if marked.
-func (l *Lease) dropDirty(key string) {
-	if l.dirty[key] {
-		l.mem.dirty.Remove(key)
-		delete(l.dirty, key)
-	}
-}
-
-// rebuildMap copies m into a new map sized for its entries (a Go map keeps
-// the slots of its largest size after deletes).
-func rebuildMap[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
+func (l *Lease) dropDirty(key string) { memsize.Delete(l.dirty, &l.mem.dirty, key) }
 
 // shrinkMaps copies the per-key maps (pools, keys, records, gave, grants) into new
 // ones when the sweep left one under a quarter of its peak
@@ -208,23 +168,23 @@ func rebuildMap[K comparable, V any](m map[K]V) map[K]V {
 // changes no outcome.
 func (l *Lease) shrinkMaps() {
 	if l.mem.pools.ShouldRebuild() {
-		l.pools = rebuildMap(l.pools)
+		l.pools = memsize.Rebuild(l.pools)
 		l.mem.pools.Rebuilt()
 	}
 	if l.mem.holdings.ShouldRebuild() {
-		l.keys = rebuildMap(l.keys)
+		l.keys = memsize.Rebuild(l.keys)
 		l.mem.holdings.Rebuilt()
 	}
 	if l.mem.records.ShouldRebuild() {
-		l.records = rebuildMap(l.records)
+		l.records = memsize.Rebuild(l.records)
 		l.mem.records.Rebuilt()
 	}
 	if l.mem.gave.ShouldRebuild() {
-		l.gave = rebuildMap(l.gave)
+		l.gave = memsize.Rebuild(l.gave)
 		l.mem.gave.Rebuilt()
 	}
 	if l.mem.grants.ShouldRebuild() {
-		l.grants = rebuildMap(l.grants)
+		l.grants = memsize.Rebuild(l.grants)
 		l.mem.grants.Rebuilt()
 	}
 	l.timers = shrinkHeap(l.timers, timerLess)

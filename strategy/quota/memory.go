@@ -137,16 +137,6 @@ func (q *Quota) droppedClient(client strategy.QuotaClient) {
 	}
 }
 
-// rebuildMap copies m into a new map sized for its entries (a Go map keeps
-// the slots of its largest size after deletes).
-func rebuildMap[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 // shrinkAllocs copies the allocs map into a new one when dropping idle
 // allocations left it under a quarter of its peak
 // (memsize.Keys.ShouldRebuild), and the wakes heap into a new array when
@@ -156,7 +146,7 @@ func rebuildMap[K comparable, V any](m map[K]V) map[K]V {
 // by sortedKeys, so this changes no outcome.
 func (q *Quota) shrinkAllocs() {
 	if q.mem.allocs.ShouldRebuild() {
-		q.allocs = rebuildMap(q.allocs)
+		q.allocs = memsize.Rebuild(q.allocs)
 		q.mem.allocs.Rebuilt()
 	}
 	if items := q.wakes.Items(); cap(items) >= 1024 && len(items) < cap(items)/4 {
@@ -175,15 +165,15 @@ func keyWakeLess(a, b keyWake) bool { return a.at < b.at }
 // under a quarter of its peak.
 func (q *Quota) shrinkMarks() {
 	if q.mem.answered.ShouldRebuild() {
-		q.answered = rebuildMap(q.answered)
+		q.answered = memsize.Rebuild(q.answered)
 		q.mem.answered.Rebuilt()
 	}
 	if q.mem.gone.ShouldRebuild() {
-		q.gone = rebuildMap(q.gone)
+		q.gone = memsize.Rebuild(q.gone)
 		q.mem.gone.Rebuilt()
 	}
 	if q.mem.warmed.ShouldRebuild() {
-		q.warmed = rebuildMap(q.warmed)
+		q.warmed = memsize.Rebuild(q.warmed)
 		q.mem.warmed.Rebuilt()
 	}
 }

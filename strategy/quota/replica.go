@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -208,7 +209,7 @@ func (q *Quota) sweepRecords(now time.Duration) {
 		}
 	}
 	if q.mem.records.ShouldRebuild() { // a Go map keeps its largest size's slots: give them back
-		q.records = rebuildMap(q.records)
+		q.records = memsize.Rebuild(q.records)
 		q.mem.records.Rebuilt()
 	}
 }

@@ -209,26 +209,10 @@ func cutsRun(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sim.Run(trace, sim.Config{
-		Name: "regionlease", Nodes: len(names), Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
+	allowed := runChecked(t, reg, trace, sim.Config{
+		Nodes: len(names), Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
 		Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), Partition: strategy.PartitionConserve,
-		New: func(cfg strategy.Config) (strategy.Strategy, error) {
-			l, err := regionlease.New(cfg)
-			if err != nil {
-				return nil, err
-			}
-			reg.current[cfg.Self] = l
-			reg.all = append(reg.all, l)
-			return checked{l, cfg.Self, reg}, nil
-		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := make([]bool, len(reqs))
-	for i, o := range res.Outcomes {
-		allowed[i] = o.Decided && o.Allowed
-	}
 	if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 1e-9 {
 		t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens (cuts %v)", v, cuts)
 	}

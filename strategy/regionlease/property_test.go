@@ -193,27 +193,37 @@ func envelopeRun(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sim.Run(trace, sim.Config{
-		Name: "regionlease", Nodes: nodes, Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
+	allowed := runChecked(t, reg, trace, sim.Config{
+		Nodes: nodes, Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
 		Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), Partition: mode,
-		New: func(cfg strategy.Config) (strategy.Strategy, error) {
-			l, err := regionlease.New(cfg)
-			if err != nil {
-				return nil, err
-			}
-			reg.current[cfg.Self] = l
-			reg.all = append(reg.all, l)
-			return checked{l, cfg.Self, reg}, nil
-		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := make([]bool, len(reqs))
-	for i, o := range res.Outcomes {
-		allowed[i] = o.Decided && o.Allowed
-	}
 	if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 1e-9 {
 		t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens (partition %s)", v, mode)
 	}
+}
+
+// runChecked runs trace through cfg with every node's regionlease wrapped
+// in checked (reg's invariants after every call; Name and New are set
+// here) and returns whether each request was admitted. A run error fails
+// t.
+func runChecked(t *rapid.T, reg *registry, trace *workload.Trace, cfg sim.Config) []bool {
+	cfg.Name = "regionlease"
+	cfg.New = func(c strategy.Config) (strategy.Strategy, error) {
+		l, err := regionlease.New(c)
+		if err != nil {
+			return nil, err
+		}
+		reg.current[c.Self] = l
+		reg.all = append(reg.all, l)
+		return checked{l, c.Self, reg}, nil
+	}
+	res, err := sim.Run(trace, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := make([]bool, len(res.Outcomes))
+	for i, o := range res.Outcomes {
+		allowed[i] = o.Decided && o.Allowed
+	}
+	return allowed
 }

@@ -156,3 +156,31 @@ func (k *Keys) Rebuilt() { k.peak = k.n }
 func (k *Keys) Bytes(slotBytes, entryAlloc int) int {
 	return Map(k.peak, slotBytes) + k.n*Alloc(entryAlloc) + k.keyAlloc
 }
+
+// Put sets m[key] = v and counts key in k when m did not hold it (a
+// replaced value is not counted again).
+func Put[V any](m map[string]V, k *Keys, key string, v V) {
+	if _, ok := m[key]; !ok {
+		k.Add(key)
+	}
+	m[key] = v
+}
+
+// Delete deletes key from m and from k's count, if m holds it.
+func Delete[V any](m map[string]V, k *Keys, key string) {
+	if _, ok := m[key]; ok {
+		k.Remove(key)
+		delete(m, key)
+	}
+}
+
+// Rebuild copies m into a new map sized for its entries: a Go map keeps
+// the slots of its largest size after deletes (see Keys.ShouldRebuild).
+// maps.Clone keeps them too.
+func Rebuild[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -88,3 +88,25 @@ func TestKeys(t *testing.T) {
 		t.Errorf("after the rebuild: %d B, want %d", k.Bytes(24, 48), Map(400, 24)+400*48+400*8)
 	}
 }
+
+// Put counts a key once however often it is set, Delete uncounts it once
+// and ignores a key the map does not hold, and Rebuild keeps every entry.
+func TestPutDeleteRebuild(t *testing.T) {
+	m := map[string]int{}
+	var k Keys
+	Put(m, &k, "alpha", 1)
+	Put(m, &k, "alpha", 2)
+	Put(m, &k, "b", 3)
+	if k.Len() != 2 || m["alpha"] != 2 || k.KeyAlloc() != Alloc(5)+Alloc(1) {
+		t.Fatalf("after puts: %d counted, keyAlloc %d, map %v", k.Len(), k.KeyAlloc(), m)
+	}
+	Delete(m, &k, "missing")
+	Delete(m, &k, "b")
+	Delete(m, &k, "b")
+	if k.Len() != 1 || len(m) != 1 || k.KeyAlloc() != Alloc(5) {
+		t.Fatalf("after deletes: %d counted, keyAlloc %d, map %v", k.Len(), k.KeyAlloc(), m)
+	}
+	if r := Rebuild(m); len(r) != 1 || r["alpha"] != 2 {
+		t.Fatalf("Rebuild: %v", r)
+	}
+}
