@@ -323,6 +323,31 @@ func waitTable(rep *Report) (header []string, rows [][]string) {
 // waitLegend explains the waiting time table.
 const waitLegend = "waiting time (the DRL penalty of 000 §2.1): the delay after arrival before an admitted request may proceed, its tokens reserved in arrival order; percentiles over all admitted requests (0 for those admitted at once); strategies without waiting mode refuse instead"
 
+// columnGroups is the group of each of n columns, by group(i), for
+// writeTableFit.
+func columnGroups(n int, group func(i int) int) []int {
+	g := make([]int, n)
+	for i := range g {
+		g[i] = group(i)
+	}
+	return g
+}
+
+// writeSideTable writes one of the tables after the main one: a blank
+// line, the table (cut between its column groups at width, as
+// writeTableFit), a blank line and each legend line wrapped and indented.
+func writeSideTable(bw *bufio.Writer, header []string, rows [][]string, groups []int, width int, legend ...string) error {
+	fmt.Fprintln(bw)
+	if err := writeTableFit(bw, header, rows, groups, width); err != nil {
+		return err
+	}
+	fmt.Fprintln(bw)
+	for _, l := range legend {
+		writeWrapped(bw, "  "+l, width, "  ")
+	}
+	return nil
+}
+
 // writeAligned writes rows under header as a right-aligned text table, the
 // first column left-aligned: tabwriter aligns every column the same way,
 // so the first column's cells are padded to one width.
@@ -386,55 +411,29 @@ func WriteTableWidth(w io.Writer, rep *Report, width int) error {
 		writeWrapped(bw, fmt.Sprintf("  %-15s %s", d.term, d.text), width, strings.Repeat(" ", 18))
 	}
 	if wh, wr := waitTable(rep); len(wr) > 0 {
-		fmt.Fprintln(bw)
-		wg := make([]int, len(wh))
-		for i := range wg {
-			wg[i] = i
-		}
-		if err := writeTableFit(bw, wh, wr, wg, width); err != nil {
+		legend := []string{waitLegend}
+		if err := writeSideTable(bw, wh, wr, columnGroups(len(wh), func(i int) int { return i }), width, append(legend, md1Lines(rep)...)...); err != nil {
 			return err
-		}
-		fmt.Fprintln(bw)
-		writeWrapped(bw, "  "+waitLegend, width, "  ")
-		for _, l := range md1Lines(rep) {
-			writeWrapped(bw, "  "+l, width, "  ")
 		}
 	}
 	if hh, hr := holdTable(rep); len(hr) > 0 {
-		fmt.Fprintln(bw)
-		hg := make([]int, len(hh))
-		for i := range hg {
-			hg[i] = i
-		}
-		if err := writeTableFit(bw, hh, hr, hg, width); err != nil {
+		if err := writeSideTable(bw, hh, hr, columnGroups(len(hh), func(i int) int { return i }), width, holdLegend); err != nil {
 			return err
 		}
-		fmt.Fprintln(bw)
-		writeWrapped(bw, "  "+holdLegend, width, "  ")
 	}
 	if ch, cr := convergenceTable(rep); len(cr) > 0 {
-		fmt.Fprintln(bw)
-		cg := make([]int, len(ch))
-		for i := range cg {
-			cg[i] = 1 + min(i, 11)/6 // faults, demand changes and deviation, then cut between them
-		}
-		if err := writeTableFit(bw, ch, cr, cg, width); err != nil {
+		// faults, demand changes and deviation, then cut between them
+		groups := columnGroups(len(ch), func(i int) int { return 1 + min(i, 11)/6 })
+		if err := writeSideTable(bw, ch, cr, groups, width, convergenceLegend(rep)); err != nil {
 			return err
 		}
-		fmt.Fprintln(bw)
-		writeWrapped(bw, "  "+convergenceLegend(rep), width, "  ")
 	}
 	if jh, jr := jfiTable(rep); len(jr) > 0 {
-		fmt.Fprintln(bw)
-		jg := make([]int, len(jh))
-		for i := range jg {
-			jg[i] = 1 + min(i, 9)/4 // the JFI, after faults, after demand changes
-		}
-		if err := writeTableFit(bw, jh, jr, jg, width); err != nil {
+		// the JFI, after faults, after demand changes
+		groups := columnGroups(len(jh), func(i int) int { return 1 + min(i, 9)/4 })
+		if err := writeSideTable(bw, jh, jr, groups, width, jfiLegend); err != nil {
 			return err
 		}
-		fmt.Fprintln(bw)
-		writeWrapped(bw, "  "+jfiLegend, width, "  ")
 	}
 	fmt.Fprintln(bw)
 	for _, n := range reportNotes(rep) {
