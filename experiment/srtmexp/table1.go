@@ -230,54 +230,18 @@ func roundsCell(xs []float64, k int) string {
 	return ""
 }
 
+// table1Report writes the srtm-table1 report (report.md and report.json
+// under ctx.Out): the mean rounds per iteration and group beside the
+// paper's, every run, the claims and where ours differs, and a summary on
+// ctx.Stdout. S is the number of seeds and dur one measurement's simulated
+// length. Errors: the report cannot be written.
 func table1Report(ctx experiment.Context, S int, dur time.Duration, rows []table1Row, runs []table1Run, claims []claim) error {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# srtm-table1: load distribution latency (SRTM §6.5, Table 1)\n\n")
 	fmt.Fprintf(&md, "Regenerate with `tokenmesh experiment srtm-table1 --seeds %d --out docs/results/srtm-table1` (deterministic: the same seeds give the same file).\n\n", S)
 	fmt.Fprintf(&md, "Model, not NSQ: 6 idle brokers, FIFO single server with deterministic service 1/(1.25 mcap), mcap = %d msg/s (as srtm-correlation). A new topic of 1,000 publishers, 10 msg/s, batch 10, in perfectly synchronised correlation groups; r = 1.1 x message rate, b = smallest with zero access delay for 99%% of the measured messages of the run's own trace. Placement: srtm.Fit with max-min quotas and correlation-aware assignment, SLO 1 ms, footnote 11's stop rule (stop within 20%% below the SLO); each measurement (a paper 'round' of 60 s) is a %v run of srtm.ModelP99. A column k is iteration k; its entry the rounds of that iteration (the brokers of an iteration search in parallel, footnote 6: the most rounds of any of them), averaged over the runs that reached it (n); the rounds column averages all runs, including those that ran out of brokers (their rounds until then). Time = rounds x 60 s, the paper's round length; the paper's times are 2-4 s per round longer (its migration and setup, which the model has no counterpart for). %d seed(s)%s.\n\n", corrMCap, dur, S, quickNote(ctx))
-	for _, a := range []string{string(srtm.Poisson), string(srtm.Periodic)} {
-		var these []table1Row
-		for _, r := range rows {
-			if r.Arrival == a {
-				these = append(these, r)
-			}
-		}
-		if len(these) == 0 {
-			continue
-		}
-		fmt.Fprintf(&md, "## %s publishers\n\n| group | | k = 1 | k = 2 | k = 3 | k = 4 | k = 5 | k = 6 | rounds | time (s) | SLO met | ran out of brokers |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", a)
-		for _, r := range these {
-			fmt.Fprintf(&md, "| %d | ours | ", r.Group)
-			for k := range 6 {
-				c := roundsCell(r.Rounds, k)
-				if c != "" && k < len(r.Reached) && r.Reached[k] < r.Runs {
-					c += fmt.Sprintf(" (n=%d)", r.Reached[k])
-				}
-				fmt.Fprintf(&md, "%s | ", c)
-			}
-			fmt.Fprintf(&md, "%.1f | %.0f | %d/%d | %d/%d |\n", r.TotalMean, r.TimeMeanSec, r.Met, r.Runs, r.RanOut, r.Runs)
-			fmt.Fprintf(&md, "| | paper | ")
-			sum := 0
-			for k := range 6 {
-				if k < len(r.PaperRounds) {
-					fmt.Fprintf(&md, "%d | ", r.PaperRounds[k])
-					sum += r.PaperRounds[k]
-				} else {
-					fmt.Fprintf(&md, " | ")
-				}
-			}
-			fmt.Fprintf(&md, "%d | %d | | |\n", sum, r.PaperSec)
-		}
-		fmt.Fprintf(&md, "\n")
-	}
-	fmt.Fprintf(&md, "## Runs\n\n| arrival | group | seed | b | rounds per iteration | rounds | brokers | p99 ms | SLO met | note |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range runs {
-		note, p99, brokers := "", fmt.Sprintf("%.3f", r.P99ms), fmt.Sprint(r.Brokers)
-		if r.RanOut != "" {
-			note, p99, brokers = "ran out of the 6 brokers", "-", "-"
-		}
-		fmt.Fprintf(&md, "| %s | %d | %d | %d | %v | %d | %s | %s | %v | %s |\n", r.Arrival, r.Group, r.Seed, r.Burst, r.Rounds, r.Total, brokers, p99, r.Met, note)
-	}
+	writeTable1Rows(&md, rows)
+	writeTable1Runs(&md, runs)
 	fmt.Fprintf(&md, "\n## Claims\n\n")
 	writeClaims(&md, claims)
 	fmt.Fprintf(&md, "\n## Where ours differs from the paper, and why\n\n")
@@ -300,4 +264,58 @@ func table1Report(ctx experiment.Context, S int, dur time.Duration, rows []table
 		}
 	}
 	return nil
+}
+
+// writeTable1Rows writes, per arrival kind, the table of mean rounds per
+// iteration k = 1..6 for each group size, ours (with the runs that reached
+// iteration k when not all did) above the paper's.
+func writeTable1Rows(md *strings.Builder, rows []table1Row) {
+	for _, a := range []string{string(srtm.Poisson), string(srtm.Periodic)} {
+		var these []table1Row
+		for _, r := range rows {
+			if r.Arrival == a {
+				these = append(these, r)
+			}
+		}
+		if len(these) == 0 {
+			continue
+		}
+		fmt.Fprintf(md, "## %s publishers\n\n| group | | k = 1 | k = 2 | k = 3 | k = 4 | k = 5 | k = 6 | rounds | time (s) | SLO met | ran out of brokers |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", a)
+		for _, r := range these {
+			fmt.Fprintf(md, "| %d | ours | ", r.Group)
+			for k := range 6 {
+				c := roundsCell(r.Rounds, k)
+				if c != "" && k < len(r.Reached) && r.Reached[k] < r.Runs {
+					c += fmt.Sprintf(" (n=%d)", r.Reached[k])
+				}
+				fmt.Fprintf(md, "%s | ", c)
+			}
+			fmt.Fprintf(md, "%.1f | %.0f | %d/%d | %d/%d |\n", r.TotalMean, r.TimeMeanSec, r.Met, r.Runs, r.RanOut, r.Runs)
+			fmt.Fprintf(md, "| | paper | ")
+			sum := 0
+			for k := range 6 {
+				if k < len(r.PaperRounds) {
+					fmt.Fprintf(md, "%d | ", r.PaperRounds[k])
+					sum += r.PaperRounds[k]
+				} else {
+					fmt.Fprintf(md, " | ")
+				}
+			}
+			fmt.Fprintf(md, "%d | %d | | |\n", sum, r.PaperSec)
+		}
+		fmt.Fprintf(md, "\n")
+	}
+}
+
+// writeTable1Runs writes the table of every run: its bucket, rounds per
+// iteration, brokers and p99, or that it ran out of brokers.
+func writeTable1Runs(md *strings.Builder, runs []table1Run) {
+	fmt.Fprintf(md, "## Runs\n\n| arrival | group | seed | b | rounds per iteration | rounds | brokers | p99 ms | SLO met | note |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		note, p99, brokers := "", fmt.Sprintf("%.3f", r.P99ms), fmt.Sprint(r.Brokers)
+		if r.RanOut != "" {
+			note, p99, brokers = "ran out of the 6 brokers", "-", "-"
+		}
+		fmt.Fprintf(md, "| %s | %d | %d | %d | %v | %d | %s | %s | %v | %s |\n", r.Arrival, r.Group, r.Seed, r.Burst, r.Rounds, r.Total, brokers, p99, r.Met, note)
+	}
 }
