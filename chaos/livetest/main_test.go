@@ -22,16 +22,7 @@ import (
 // binary is the tokenmesh command built for this package's tests.
 var binary string
 
-func TestMain(m *testing.M) {
-	b, cleanup, err := e2e.Build()
-	if err != nil {
-		panic(err)
-	}
-	binary = b
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(e2e.Main(m, &binary)) }
 
 // startCluster starts a local cluster of the test binary, stopped at the
 // end of the test; the nodes' output is logged when the test fails.

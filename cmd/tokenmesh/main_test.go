@@ -19,16 +19,7 @@ import (
 
 var binary string
 
-func TestMain(m *testing.M) {
-	b, cleanup, err := e2e.Build()
-	if err != nil {
-		panic(err)
-	}
-	binary = b
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(e2e.Main(m, &binary)) }
 
 // tokenmesh runs the binary and returns stdout, stderr and the exit code.
 func tokenmesh(t *testing.T, args ...string) (string, string, int) {

@@ -632,7 +632,7 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 			fmt.Fprintf(stderr, "tokenmesh: stopping the %s cluster: %v\n", s, err)
 		}
 	}()
-	if p.faults && (p.regions.wanDelay > 0 || p.regions.wanJitter > 0) {
+	if p.regions.wanDelay > 0 || p.regions.wanJitter > 0 { // (fault injection is on then: plan)
 		if err := cl.SetWANDelay(ctx, p.regions.wanDelay, p.regions.wanJitter); err != nil {
 			return nil, fmt.Errorf("replay: --wan-latency: %w", err)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -27,10 +26,9 @@ func (f *replayRegionFlags) add(fl *pflag.FlagSet) {
 
 // replayRegions is what the region flags decided.
 type replayRegions struct {
-	names         []string      // node i's region; nil without --regions
-	wanDelay      time.Duration // fixed part of the WAN delay
-	wanJitter     time.Duration // uniform extra, [0, wanJitter)
-	describeFlags string        // for the setup line: "--regions ... --wan-latency ..."
+	names     []string      // node i's region; nil without --regions
+	wanDelay  time.Duration // fixed part of the WAN delay
+	wanJitter time.Duration // uniform extra, [0, wanJitter)
 }
 
 // plan checks the region flags against --nodes (nodes) and returns the
@@ -58,30 +56,36 @@ func (f *replayRegionFlags) plan(nodes *int) (replayRegions, error) {
 		}
 	}
 	*nodes = sum
-	out.describeFlags = "--regions " + topology.Format(regions)
-	if f.wanLatency == "" {
-		return out, nil
+	if f.wanLatency != "" {
+		out.wanDelay, out.wanJitter, err = parseWANLatency(f.wanLatency)
 	}
-	l, err := sim.ParseLatency(f.wanLatency)
+	return out, err
+}
+
+// parseWANLatency reads --wan-latency as the nodes' fault injection takes
+// it: a fixed delay (30ms) or uniform:MIN-MAX (MIN plus a jitter below
+// MAX - MIN), whole milliseconds, at most a minute each. Errors name the
+// flag and the forms.
+func parseWANLatency(s string) (delay, jitter time.Duration, err error) {
+	l, err := sim.ParseLatency(s)
 	if err != nil {
-		return out, usageErr("--wan-latency: %v", err)
+		return 0, 0, usageErr("--wan-latency: %v", err)
 	}
 	switch l.Kind {
 	case "fixed":
-		out.wanDelay = l.Mean
+		delay = l.Mean
 	case "uniform":
-		out.wanDelay, out.wanJitter = l.Min, l.Max-l.Min
+		delay, jitter = l.Min, l.Max-l.Min
 	default:
-		return out, usageErr("--wan-latency %s: the live nodes delay a frame by a fixed time plus a uniform jitter; give 30ms or uniform:30ms-40ms (sim takes %s)", f.wanLatency, l.Kind)
+		return 0, 0, usageErr("--wan-latency %s: the live nodes delay a frame by a fixed time plus a uniform jitter; give 30ms or uniform:30ms-40ms (sim takes %s)", s, l.Kind)
 	}
-	for _, d := range []time.Duration{out.wanDelay, out.wanJitter} {
+	for _, d := range []time.Duration{delay, jitter} {
 		if d%time.Millisecond != 0 {
-			return out, usageErr("--wan-latency %s: the nodes take whole milliseconds", f.wanLatency)
+			return 0, 0, usageErr("--wan-latency %s: the nodes take whole milliseconds", s)
 		}
 		if d > time.Minute {
-			return out, usageErr("--wan-latency %s: more than a minute between regions", f.wanLatency)
+			return 0, 0, usageErr("--wan-latency %s: more than a minute between regions", s)
 		}
 	}
-	out.describeFlags += fmt.Sprintf(" --wan-latency %s", f.wanLatency)
-	return out, nil
+	return delay, jitter, nil
 }

@@ -100,3 +100,16 @@ func MetricValue(text, name string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// Main is a test package's TestMain body: it builds the tokenmesh binary
+// into *binary (Build; a failed build panics with go build's output), runs
+// m's tests, removes the binary and returns m.Run's code for os.Exit.
+func Main(m *testing.M, binary *string) int {
+	b, cleanup, err := Build()
+	if err != nil {
+		panic(err)
+	}
+	defer cleanup()
+	*binary = b
+	return m.Run()
+}
