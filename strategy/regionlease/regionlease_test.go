@@ -122,31 +122,12 @@ func TestNoRegionsIsOneTier(t *testing.T) {
 // the envelope holds exactly over the whole run, and the cut region
 // admits again after the heal.
 func TestCutConserve(t *testing.T) {
-	rate, err := bucket.PerSecond(100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const burst = 100
-	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=30s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := g.Generate(7)
-	lat, _ := sim.ParseLatency("1ms")
-	wan, _ := sim.ParseLatency("exp:60ms+20ms")
 	sc := &sim.Scenario{Detection: time.Second, JoinDelay: 200 * time.Millisecond, Events: []sim.ScenarioEvent{
 		{At: 5 * time.Second, Cut: []string{"ap"}}, {At: 20 * time.Second, Heal: true}}}
-	res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
-		Rate: rate, Burst: burst, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
-		Scenario: sc, Partition: strategy.PartitionConserve,
-		New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := make([]bool, len(tr.Requests))
+	tr, res := threeRegions(t, "30s", sc, strategy.Params{}, strategy.PartitionConserve)
+	allowed := admittedOf(res)
 	var apDuring, apAfter int
-	for i, o := range res.Outcomes {
-		allowed[i] = o.Decided && o.Allowed
+	for i := range res.Outcomes {
 		if !allowed[i] || i%6 < 4 { // ap.n4, ap.n5
 			continue
 		}
@@ -157,7 +138,7 @@ func TestCutConserve(t *testing.T) {
 			apAfter++
 		}
 	}
-	if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+	if v := eval.EnvelopeViolation(tr.Requests, allowed, regionRate, regionBurst); v > 0 {
 		t.Fatalf("%.3f tokens beyond b + r*T", v)
 	}
 	var per [3][3]int // region (eu, us, ap) x before the cut, during, after the heal
@@ -183,6 +164,47 @@ func TestCutConserve(t *testing.T) {
 	}
 }
 
+// regionRate and regionBurst are threeRegions' rule: 100 tokens/s, burst
+// 100 tokens.
+const regionRate, regionBurst = 100, 100
+
+// threeRegions is the cut and crash tests' run: 3 tenant keys each
+// offered 300 requests/s (3x the rate) for duration over 3 regions of 2
+// nodes (eu, us, ap; 1 ms inside a region, exp:60ms+20ms between, 1%
+// loss both), request i at node i mod 6, seed 3, the scenario sc, params
+// and partition mode. It returns the trace (seed 7) and the result; a run
+// error fails t.
+func threeRegions(t *testing.T, duration string, sc *sim.Scenario, params strategy.Params, mode strategy.PartitionMode) (*workload.Trace, *sim.Result) {
+	t.Helper()
+	rate, err := bucket.PerSecond(regionRate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=" + duration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := g.Generate(7)
+	lat, _ := sim.ParseLatency("1ms")
+	wan, _ := sim.ParseLatency("exp:60ms+20ms")
+	res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
+		Rate: rate, Burst: regionBurst, Params: params, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
+		Scenario: sc, Partition: mode, New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, res
+}
+
+// admittedOf is whether each request of res was decided and admitted.
+func admittedOf(res *sim.Result) []bool {
+	allowed := make([]bool, len(res.Outcomes))
+	for i, o := range res.Outcomes {
+		allowed[i] = o.Decided && o.Allowed
+	}
+	return allowed
+}
+
 // byIndex sends request i to node i mod n.
 type byIndex struct{}
 
@@ -194,18 +216,6 @@ func (byIndex) Assign(_ *workload.Request, i, n int) int { return i % n }
 // waiting the whole takeover, so it admits more after the crash; both keep
 // the envelope exactly (no tokens created).
 func TestReplicaTakeover(t *testing.T) {
-	rate, err := bucket.PerSecond(100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const burst = 100
-	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=20s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := g.Generate(7)
-	lat, _ := sim.ParseLatency("1ms")
-	wan, _ := sim.ParseLatency("exp:60ms+20ms")
 	admitted := map[string]int{}
 	for _, replicas := range []string{"0", "1"} {
 		sc := &sim.Scenario{Detection: time.Second, JoinDelay: 200 * time.Millisecond, Events: []sim.ScenarioEvent{
@@ -214,20 +224,14 @@ func TestReplicaTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
-			Rate: rate, Burst: burst, Params: params, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
-			Scenario: sc, New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		allowed := make([]bool, len(tr.Requests))
-		for i, o := range res.Outcomes {
-			allowed[i] = o.Decided && o.Allowed
+		tr, res := threeRegions(t, "20s", sc, params, strategy.PartitionAvailable)
+		allowed := admittedOf(res)
+		for i := range res.Outcomes {
 			if allowed[i] && tr.Requests[i].Arrival >= 5*time.Second && tr.Requests[i].Arrival < 12*time.Second {
 				admitted[replicas]++
 			}
 		}
-		if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+		if v := eval.EnvelopeViolation(tr.Requests, allowed, regionRate, regionBurst); v > 0 {
 			t.Fatalf("replicas=%s: %.3f tokens beyond b + r*T", replicas, v)
 		}
 		if res.ReceiveErrors != 0 {
@@ -248,37 +252,18 @@ func TestReplicaTakeover(t *testing.T) {
 // leases have ended, and after the heal ap's admitted tokens per second
 // come back to their level before the cut within 15 s.
 func TestCut60sConserve(t *testing.T) {
-	rate, err := bucket.PerSecond(100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const burst = 100
-	g, err := workload.ParseGenerator("tenants:users=3,rate=300,duration=90s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := g.Generate(7)
-	lat, _ := sim.ParseLatency("1ms")
-	wan, _ := sim.ParseLatency("exp:60ms+20ms")
 	const cut, heal = 5 * time.Second, 65 * time.Second
 	sc := &sim.Scenario{Detection: 5 * time.Second, DetectionJitter: time.Second, ReconnectInterval: 5 * time.Second, JoinDelay: time.Second,
 		Events: []sim.ScenarioEvent{{At: cut, Cut: []string{"ap"}}, {At: heal, Heal: true}}}
-	res, err := sim.Run(tr, sim.Config{Name: "regionlease", Nodes: 6, Regions: []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}},
-		Rate: rate, Burst: burst, Network: sim.Network{Latency: lat, WANLatency: wan, Loss: 0.01, WANLoss: 0.01}, Assign: byIndex{}, Seed: 3,
-		Scenario: sc, Partition: strategy.PartitionConserve,
-		New: func(cfg strategy.Config) (strategy.Strategy, error) { return regionlease.New(cfg) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := make([]bool, len(tr.Requests))
+	tr, res := threeRegions(t, "90s", sc, strategy.Params{}, strategy.PartitionConserve)
+	allowed := admittedOf(res)
 	perSec := make([]int64, 91) // ap's admitted tokens per second
-	for i, o := range res.Outcomes {
-		allowed[i] = o.Decided && o.Allowed
+	for i := range res.Outcomes {
 		if allowed[i] && i%6 >= 4 {
 			perSec[tr.Requests[i].Arrival/time.Second] += tr.Requests[i].Tokens
 		}
 	}
-	if v := eval.EnvelopeViolation(tr.Requests, allowed, rate.PerSec(), burst); v > 0 {
+	if v := eval.EnvelopeViolation(tr.Requests, allowed, regionRate, regionBurst); v > 0 {
 		t.Fatalf("%.3f tokens beyond b + r*T", v)
 	}
 	var before int64
