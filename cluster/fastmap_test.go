@@ -89,10 +89,17 @@ func TestFastMapConcurrentReaders(t *testing.T) {
 
 // TestFastEntryLayout: an entry is 192 bytes (a size class of the Go
 // allocator that is a multiple of the cache line, so entries start on
-// line boundaries) and what every check reads, the key and the counter,
-// is in its first line, apart from what refills and the loop write.
+// line boundaries) and what every check reads, the key, the level and
+// the counters' slice, is in its first line, apart from what refills and
+// the loop write; a counter (fastShard) is one cache line.
 func TestFastEntryLayout(t *testing.T) {
+	if s := unsafe.Sizeof(fastShard{}); s != 64 {
+		t.Errorf("fastShard is %d bytes, want 64", s)
+	}
 	var e fastEntry
+	if o := unsafe.Offsetof(e.mask); o >= 64 {
+		t.Errorf("fastEntry.mask at offset %d, want in the first cache line", o)
+	}
 	if s := unsafe.Sizeof(e); s != 192 {
 		t.Errorf("fastEntry is %d bytes, want 192", s)
 	}

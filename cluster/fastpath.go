@@ -16,7 +16,12 @@ package cluster
 // and is decided there, admitted or refused, without the loop. Only the
 // first checks of a key, and those after its bucket went back (idle, a
 // reload or membership change, an Inspect, a wait, a charge, a refund),
-// cross to the loop.
+// cross to the loop. A lent bucket's allowance is split into one counter
+// per P (fastShard, procid.go): a check takes from its own P's counter
+// and refills only that one, so checks of one key on several cores write
+// separate cache lines (docs/PERFORMANCE.md, "Per-P counters"); a refill
+// that the bucket cannot cover takes the other Ps' counters back first,
+// so a key is refused only when none holds a token.
 //
 // Under the other Allowancers (owner) a check the allowance cannot cover
 // goes through the loop as before, which first returns the key's
@@ -88,21 +93,24 @@ const (
 	fastMaxKeys = 1 << 16
 )
 
-// fastEntry is one key's allowance (and lent bucket). Entries are 192
-// bytes, a multiple of the cache line, so the allocator lays them out on
-// line boundaries: the first line holds what every check of the key reads
-// (the key, the counter, the level), which no check of another key
-// writes; the rest is written when the counter runs out (under mu) or by
-// the loop.
+// fastEntry is one key's allowance (and lent bucket). Its first cache
+// line holds what every check of the key reads (the key, the level, the
+// counters' slice), which checks never write; the counters are per P
+// (fastShard: a line each, in an array of their own), so checks on two
+// cores write two lines, each written by one core only. Entries are 192
+// bytes, a multiple of the cache line: the allocator lays them out on
+// line boundaries. The rest of the entry is written when a counter runs
+// out (under mu) or by the loop.
 type fastEntry struct {
 	key    string       // written once, before the entry is published
-	tokens atomic.Int64 // tokens left; allowanceClosed when closed
-	level  atomic.Int64 // the key's whole tokens beside the counter at its last fill; -1 unknown
-	_      [32]byte
+	level  atomic.Int64 // the key's whole tokens beside the counters at the last fill; -1 unknown
+	shards []fastShard  // written once, before the entry is published: one per P (lent bucket) or one
+	mask   int          // len(shards) - 1 (a power of two minus one)
+	_      [8]byte
 
 	// A lent bucket (strategy.BucketLender): the checks that refill it and
 	// the loop (which opens and closes it) hold mu. Under a lender the
-	// demand fields below (granted, grantedAt, want) are under mu too.
+	// counters' demand fields (fastShard) are under mu too.
 	mu    sync.Mutex
 	lent  bool          // lb is the key's bucket, lent: a check the counter cannot cover refills here
 	noRem bool          // the strategy is no strategy.Remainer: decisions report Remaining -1
@@ -115,14 +123,49 @@ type fastEntry struct {
 	seenFills uint32
 	lb        strategy.LentBucket
 
-	granted   int64         // tokens of the counter at its last fill (grant or refill)
-	grantedAt time.Duration // when it was filled
-	want      int64         // the size to ask for at the next fill
-
 	// Loop goroutine only.
 	until time.Duration // valid until (the strategy's Grant; never for a lent bucket)
-	seen  int64         // tokens at the last sweep: unchanged means untouched
+	seen  int64         // tokens of the counters at the last sweep: unchanged means untouched
 	most  int64         // under mu: the lent bucket's strategy.AllowanceCap, the largest allowance
+	_     [24]byte      // to 192 bytes
+}
+
+// fastShard is one counter of a key's allowance: the tokens that checks
+// on one P (or on every P, for a plain allowance) take without a lock,
+// and the demand measured over its last fill. A cache line of its own.
+type fastShard struct {
+	tokens    atomic.Int64  // tokens left; allowanceClosed when closed
+	granted   int64         // tokens at its last fill (grant or refill), not settled yet
+	grantedAt time.Duration // when it was filled
+	want      int64         // the size to ask for at its next fill
+	_         [32]byte
+}
+
+// newFastEntry is a closed entry of key with shards counters (1 for a
+// plain allowance; fastShards() for a lent bucket).
+func newFastEntry(key string, shards int) *fastEntry {
+	a := &fastEntry{key: key, shards: make([]fastShard, shards), mask: shards - 1}
+	for i := range a.shards {
+		a.shards[i].want = fastFirstWant
+		a.shards[i].tokens.Store(allowanceClosed)
+	}
+	return a
+}
+
+// shard is the counter that checks on P p use.
+func (a *fastEntry) shard(p int) *fastShard { return &a.shards[p&a.mask] }
+
+// isOpen reports whether the allowance is open (its counters hold 0 or
+// more tokens).
+func (a *fastEntry) isOpen() bool { return a.shards[0].tokens.Load() >= 0 }
+
+// held is the tokens the counters hold now (0 when closed).
+func (a *fastEntry) held() int64 {
+	var t int64
+	for i := range a.shards {
+		t += max(a.shards[i].tokens.Load(), 0)
+	}
+	return t
 }
 
 // lentForever is a lent bucket's validity: it goes back when idle or
@@ -135,6 +178,10 @@ type fastPath struct {
 	l     strategy.BucketLender // a itself when it lends buckets; nil otherwise
 	clock func() time.Duration  // the driver's clock for refills (Node.clock)
 	m     *fastMap              // read by Check, written by the loop
+	// shards is the counters per key: one per P (fastShards) under a
+	// lender, whose checks refill in their own goroutine; one under a
+	// plain Allowancer, whose counter only the loop fills.
+	shards int
 
 	// Loop goroutine only: the same entries as m, how many are open, and
 	// the keys checked recently (a key gets its first allowance at its
@@ -208,20 +255,31 @@ func newFastPath(s strategy.Strategy, clock func() time.Duration) *fastPath {
 		return nil
 	}
 	l, _ := s.(strategy.BucketLender)
-	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), keys: map[string]*fastEntry{}}
+	shards := 1
+	if l != nil {
+		shards = fastShards()
+	}
+	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), shards: shards, keys: map[string]*fastEntry{}}
 }
 
 // take decides tokens of key on the fast path (any goroutine): from the
-// key's allowance, or from its lent bucket when the allowance cannot
-// cover them (admitted or refused). ok is false when the loop must
-// decide: no entry, or an allowance closed or too small that no lent
-// bucket stands behind.
+// key's allowance (the caller's P's counter), or from its lent bucket
+// when the counter cannot cover them (admitted or refused). ok is false
+// when the loop must decide: no entry, or an allowance closed or too
+// small that no lent bucket stands behind. Remaining is the key's level
+// at the last fill of any counter plus this counter's tokens: other Ps'
+// counters are not counted (a hint, as the header it feeds).
 func (f *fastPath) take(key string, tokens int64) (CheckResult, bool) {
 	a := f.m.load(key)
 	if a == nil {
 		return CheckResult{}, false
 	}
-	if c, ok := a.consume(tokens); ok {
+	return f.takeOn(a, a.proc(), tokens)
+}
+
+// takeOn is take of a's key on P p.
+func (f *fastPath) takeOn(a *fastEntry, p int, tokens int64) (CheckResult, bool) {
+	if c, ok := a.shard(p).consume(tokens); ok {
 		rem := int64(-1)
 		if l := a.level.Load(); l >= 0 {
 			rem = l + c - tokens
@@ -231,7 +289,7 @@ func (f *fastPath) take(key string, tokens int64) (CheckResult, bool) {
 	if f.l == nil {
 		return CheckResult{}, false
 	}
-	return f.refill(a, tokens)
+	return f.refill(a, p, tokens)
 }
 
 // allow is take reduced to the admission, without carrying a whole
@@ -241,14 +299,24 @@ func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
 	if a == nil {
 		return false, false
 	}
-	if _, ok := a.consume(tokens); ok {
+	p := a.proc()
+	if _, ok := a.shard(p).consume(tokens); ok {
 		return true, true
 	}
 	if f.l == nil {
 		return false, false
 	}
-	d, ok := f.refill(a, tokens)
+	d, ok := f.refill(a, p, tokens)
 	return d.Allowed, ok
+}
+
+// proc is the caller's P (procID) when a has a counter per P, else 0
+// (no P read).
+func (a *fastEntry) proc() int {
+	if a.mask == 0 {
+		return 0
+	}
+	return procID()
 }
 
 // takeCovered is take without the lent bucket's refill: tokens of key's
@@ -258,7 +326,7 @@ func (f *fastPath) takeCovered(key string, tokens int64) (CheckResult, bool) {
 	if a == nil {
 		return CheckResult{}, false
 	}
-	c, ok := a.consume(tokens)
+	c, ok := a.shard(a.proc()).consume(tokens)
 	if !ok {
 		return CheckResult{}, false
 	}
@@ -269,55 +337,92 @@ func (f *fastPath) takeCovered(key string, tokens int64) (CheckResult, bool) {
 	return CheckResult{Allowed: true, Remaining: rem}, true
 }
 
-// consume takes tokens out of the allowance with a compare-and-swap (any
+// consume takes tokens out of the counter with a compare-and-swap (any
 // goroutine): its tokens before the take, ok false (nothing taken) when
 // it is closed or holds fewer tokens.
-func (a *fastEntry) consume(tokens int64) (before int64, ok bool) {
+func (s *fastShard) consume(tokens int64) (before int64, ok bool) {
 	for {
-		c := a.tokens.Load()
+		c := s.tokens.Load()
 		if c < tokens {
 			return 0, false
 		}
-		if a.tokens.CompareAndSwap(c, c-tokens) {
+		if s.tokens.CompareAndSwap(c, c-tokens) {
 			return c, true
 		}
 	}
 }
 
-// refill decides tokens of a's key from its lent bucket (any goroutine):
-// under a's mutex, the counter is taken (its unused tokens go back into
-// the bucket), the clock read, the request decided from the bucket and
-// the counter filled again for the demand measured since its last fill
-// (strategy.LentBucket.Refill: exact). ok is false when the bucket is not
-// lent (any more): the loop decides.
-func (f *fastPath) refill(a *fastEntry, tokens int64) (CheckResult, bool) {
+// refill decides tokens of a's key from its lent bucket (any goroutine,
+// on P p): under a's mutex, p's counter is taken (its unused tokens go
+// back into the bucket), the clock read, the request decided from the
+// bucket and the counter filled again for the demand measured since its
+// last fill (strategy.LentBucket.Settle and Decide: exact). When the
+// bucket cannot cover the request, the other Ps' counters are taken back
+// first (their tokens go back too, settled at a clock read after they
+// were taken), so a key is not refused while tokens of it sit in another
+// P's counter. ok is false when the bucket is not lent (any more): the
+// loop decides.
+func (f *fastPath) refill(a *fastEntry, p int, tokens int64) (CheckResult, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.lent {
 		return CheckResult{}, false
 	}
-	if c, ok := a.consume(tokens); ok { // filled by another check meanwhile
+	s := a.shard(p)
+	if c, ok := s.consume(tokens); ok { // filled by another check meanwhile
 		rem := int64(-1)
 		if !a.noRem {
 			rem = a.level.Load() + c - tokens
 		}
 		return CheckResult{Allowed: true, Remaining: rem}, true
 	}
-	unused := max(a.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
+	unused := max(s.tokens.Swap(0), 0) // checks take nothing from 0 until the Store below
 	now := f.clock()                   // after the swap: every token of the counter was taken before now
 	if a.most > 0 {                    // else no allowance can hold a token: nothing to size
-		a.want = nextWant(a.granted, unused, now-a.grantedAt)
+		s.want = nextWant(s.granted, unused, now-s.grantedAt)
 	}
-	allowed, g, left := a.lb.Refill(now, unused, tokens, a.want, a.most)
-	a.granted, a.grantedAt = g, now
+	a.lb.Settle(now, s.granted, unused)
+	s.granted = 0
+	if a.mask > 0 && a.lb.Whole(now) < tokens {
+		now = f.settleOthers(a, s)
+	}
+	allowed, g, left := a.lb.Decide(now, tokens, s.want, a.most)
+	s.granted, s.grantedAt = g, now
 	a.fills.Add(1)
 	rem := int64(-1)
 	if !a.noRem {
 		a.level.Store(left)
 		rem = left + g
 	}
-	a.tokens.Store(g)
+	s.tokens.Store(g)
 	return CheckResult{Allowed: allowed, Remaining: rem}, true
+}
+
+// settleOthers takes the tokens of a's counters other than s back into
+// its lent bucket (under a's mutex): every counter is emptied first, then
+// the clock is read (no token of them is consumed later) and each is
+// settled at that time, which it returns. Their demand is measured for
+// their next fill.
+func (f *fastPath) settleOthers(a *fastEntry, s *fastShard) time.Duration {
+	var unused [fastMaxShards]int64
+	for i := range a.shards {
+		if o := &a.shards[i]; o != s {
+			unused[i] = max(o.tokens.Swap(0), 0)
+		}
+	}
+	now := f.clock()
+	for i := range a.shards {
+		o := &a.shards[i]
+		if o == s || o.granted == 0 {
+			continue
+		}
+		if a.most > 0 {
+			o.want = nextWant(o.granted, unused[i], now-o.grantedAt)
+		}
+		a.lb.Settle(now, o.granted, unused[i])
+		o.granted = 0
+	}
+	return now
 }
 
 // nextWant is the size to ask for at a key's next allowance: the tokens
@@ -367,13 +472,14 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 	if rs.fast.l != nil {
 		return n.fastReclaim(now, rs, key, a, give)
 	}
-	left := a.tokens.Swap(allowanceClosed)
+	s := &a.shards[0] // a plain allowance has one counter
+	left := s.tokens.Swap(allowanceClosed)
 	if left < 0 {
 		return now // closed already
 	}
 	now = max(n.now(), now) // after the swap: no token of the counter is consumed later
 	rs.fast.open--
-	a.want = nextWant(a.granted, left, now-a.grantedAt)
+	s.want = nextWant(s.granted, left, now-s.grantedAt)
 	if !give {
 		left = 0
 	}
@@ -393,22 +499,33 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 // (fastCloseEntry), or now when the bucket was not lent.
 func (n *Node) fastReclaim(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
 	a.mu.Lock()
-	left := a.tokens.Swap(allowanceClosed)
+	var unused [fastMaxShards]int64
+	left := int64(0)
+	for i := range a.shards {
+		unused[i] = max(a.shards[i].tokens.Swap(allowanceClosed), 0)
+		left += unused[i]
+	}
 	if !a.lent {
 		a.mu.Unlock()
 		return now // closed already
 	}
-	now = max(n.now(), now) // after the swap, under a's mutex
-	b := a.lb.Close(now, max(left, 0))
+	now = max(n.now(), now) // after the swaps, under a's mutex
+	b := a.lb.Close(now, left)
 	a.lent = false
-	a.want = nextWant(a.granted, left, now-a.grantedAt)
+	for i := range a.shards {
+		s := &a.shards[i]
+		if s.granted > 0 {
+			s.want = nextWant(s.granted, unused[i], now-s.grantedAt)
+		}
+		s.granted = 0
+	}
 	a.mu.Unlock()
 	rs.fast.open--
 	if !give {
 		return now
 	}
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.l.Reclaim(now, key, b, fx) })
-	rs.c.returned.Add(max(left, 0))
+	rs.c.returned.Add(left)
 	return now
 }
 
@@ -468,15 +585,14 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 		if !f.seen.twice(key) || len(f.keys) >= n.fastMaxKeys {
 			return 0, 0, false
 		}
-		a = &fastEntry{key: key}
-		a.want = fastFirstWant
-		a.tokens.Store(allowanceClosed)
+		a = newFastEntry(key, f.shards)
 	}
-	if a.tokens.Load() >= 0 {
+	if a.isOpen() {
 		return 0, 0, false // open already (the caller closes first)
 	}
 	var g int64
 	until := lentForever
+	s := &a.shards[0] // the first fill goes to counter 0; the others fill at their first check
 	if f.l != nil {
 		b, ok := f.l.Lend(now, key, fx)
 		if !ok {
@@ -487,28 +603,31 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 		a.lb = strategy.NewLentBucket(b)
 		a.lent, a.noRem = true, !known
 		a.most = strategy.AllowanceCap(a.lb.Shape())
-		g, left = a.lb.Grant(now, 0, a.want, a.most)
-		a.granted, a.grantedAt = g, now
+		g, left = a.lb.Grant(now, 0, s.want, a.most)
+		s.granted, s.grantedAt = g, now
 		a.level.Store(-1)
 		if known {
 			a.level.Store(left)
 		}
-		a.tokens.Store(g) // open: Check may take (and refill) from now on
+		for i := range a.shards[1:] {
+			a.shards[1+i].tokens.Store(0) // open, empty: a check refills it
+		}
+		s.tokens.Store(g) // open: Check may take (and refill) from now on
 		a.mu.Unlock()
 		rs.c.lent.Add(1)
 		lent = true
 	} else {
-		g, until = f.a.Grant(now, key, a.want, fx) // the Host carries fx out after the request's call
+		g, until = f.a.Grant(now, key, s.want, fx) // the Host carries fx out after the request's call
 		if g <= 0 {
 			return 0, 0, false
 		}
-		a.granted, a.grantedAt = g, now
+		s.granted, s.grantedAt = g, now
 		lvl := int64(-1)
 		if v, known := n.h.Remaining(now, rs.idx, key); known {
 			lvl = v
 		}
 		a.level.Store(lvl)
-		a.tokens.Store(g) // open: Check may take from now on
+		s.tokens.Store(g) // open: Check may take from now on
 	}
 	if f.keys[key] == nil {
 		f.keys[key] = a
@@ -549,17 +668,17 @@ func (n *Node) fastSweep(now time.Duration) {
 		}
 		f.seen.sweep()
 		for k, a := range f.keys {
-			left, fills := a.tokens.Load(), a.fills.Load()
-			if left >= 0 && left == a.seen && fills == a.seenFills {
+			open, left, fills := a.isOpen(), a.held(), a.fills.Load()
+			if open && left == a.seen && fills == a.seenFills {
 				a.quiet++
 			} else {
 				a.quiet = 0
 			}
 			switch {
-			case left < 0 && a.idle:
+			case !open && a.idle:
 				delete(f.keys, k)
 				f.m.delete(k)
-			case left < 0:
+			case !open:
 				a.idle = true
 			case now >= a.until || a.quiet >= fastIdleSweeps:
 				now = n.fastCloseEntry(now, rs, k, a, true)

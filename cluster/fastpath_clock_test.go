@@ -181,7 +181,7 @@ func TestFastPathClockEnvelope(t *testing.T) {
 		fast := 0
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for range steps {
-			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+			switch rapid.IntRange(0, 6).Draw(rt, "op") {
 			case 0: // time passes
 				dt := rapid.SampledFrom([]time.Duration{0, 100 * time.Microsecond, time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond}).Draw(rt, "dt")
 				clk.set(clk.get() + dt)
@@ -195,7 +195,7 @@ func TestFastPathClockEnvelope(t *testing.T) {
 				}
 			case 3: // a check the allowance cannot cover, racing a check of it in another goroutine
 				a := fm.load(key)
-				if a == nil || a.tokens.Load() <= 0 {
+				if a == nil || a.held() <= 0 {
 					break
 				}
 				gap := rapid.SampledFrom([]time.Duration{time.Microsecond, 100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond}).Draw(rt, "gap")
@@ -204,15 +204,16 @@ func TestFastPathClockEnvelope(t *testing.T) {
 					// In the loop, right after its clock read: the time
 					// moves on, another goroutine's check takes tokens.
 					clk.set(read + gap)
+					s := &a.shards[rapid.IntRange(0, a.mask).Draw(rt, "counter")]
 					for ; c > 0; c-- {
-						if _, ok := a.consume(c); ok {
+						if _, ok := s.consume(c); ok {
 							admit(read+gap, c)
 							fast++
 							break
 						}
 					}
 				})
-				chk(max(a.tokens.Load(), 0) + int64(rapid.IntRange(1, 3).Draw(rt, "extra")))
+				chk(a.held() + int64(rapid.IntRange(1, 3).Draw(rt, "extra")))
 				clk.arm(nil)
 			case 5: // the lent buckets go back: Inspect, Snapshot, a reload that keeps the rule
 				var err error
@@ -228,9 +229,20 @@ func TestFastPathClockEnvelope(t *testing.T) {
 					rt.Fatal(err)
 				}
 				fm = (*n.rulesView.Load())["r"].fast.m
+			case 6: // a check on another P (its own counter of a lent bucket)
+				a := fm.load(key)
+				if a == nil {
+					break
+				}
+				tokens := int64(rapid.IntRange(1, 3).Draw(rt, "tokens"))
+				at := clk.get()
+				if d, ok := (*n.rulesView.Load())["r"].fast.takeOn(a, rapid.IntRange(0, fastMaxShards-1).Draw(rt, "p"), tokens); ok && d.Allowed {
+					admit(at, tokens)
+					fast++
+				}
 			case 4: // a check the allowance covers, on the fast path
 				a := fm.load(key)
-				if a == nil || a.tokens.Load() <= 0 {
+				if a == nil || a.held() <= 0 {
 					break
 				}
 				before := n.Stats().Rules["r"].Requests

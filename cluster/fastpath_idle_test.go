@@ -28,7 +28,7 @@ func TestFastPathIdleSweeps(t *testing.T) {
 			failure = "no allowance for k"
 			return
 		}
-		open := func() bool { return a.tokens.Load() >= 0 }
+		open := a.isOpen
 		if !open() {
 			failure = "the allowance of k is closed before the sweeps"
 			return

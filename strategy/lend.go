@@ -80,9 +80,41 @@ func (l *LentBucket) Shape() (bucket.Rate, int64) { return l.b.Rate(), l.b.Burst
 // is the whole tokens the bucket holds beside the new allowance.
 func (l *LentBucket) Refill(now time.Duration, unused, n, want, most int64) (allowed bool, grant, left int64) {
 	l.settle(now, unused)
+	return l.Decide(now, n, want, most)
+}
+
+// Settle settles one of several counters the tokens handed out were
+// split over (the driver's per-P counters of one key): of the tokens held,
+// handed were handed to that counter (at most Held; more is taken as
+// Held), and unused of them (what it still holds, taken from it by the
+// caller at a time not after now) go back; the others count as admitted.
+// The tokens of the other counters stay held: level + held <= burst
+// still. Settle(now, Held(), unused) is Refill's settling.
+func (l *LentBucket) Settle(now time.Duration, handed, unused int64) {
+	handed = min(max(handed, 0), l.held)
+	returnHeld(&l.b, now, l.held, min(max(unused, 0), handed))
+	l.held -= handed
+}
+
+// Decide decides a request of n tokens (n >= 1) at now from the bucket
+// as Refill does after settling, and hands out up to min(want, most)
+// whole tokens more as a new allowance (grant), held beside any the
+// other counters hold. left is the whole tokens the bucket holds beside
+// them.
+func (l *LentBucket) Decide(now time.Duration, n, want, most int64) (allowed bool, grant, left int64) {
+	clampHeld(&l.b, now, l.held)
 	allowed = l.b.AllowN(now, n)
 	grant = l.handOut(now, min(want, most))
 	return allowed, grant, l.whole(now)
+}
+
+// Whole is the whole tokens the bucket holds at now beside the tokens
+// handed out (at least 0), on a copy.
+func (l *LentBucket) Whole(now time.Duration) int64 {
+	cp := l.b
+	clampHeld(&cp, now, l.held)
+	level, _, per := cp.LevelAt(now)
+	return max(level/per, 0)
 }
 
 // Grant settles the allowance at now as Refill does and hands out up to
