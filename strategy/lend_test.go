@@ -26,7 +26,9 @@ type lender interface {
 // TestLentBucketEnvelope: whatever the driver does with a lent bucket
 // within the contract (lend; refill and decide from it with its own clock,
 // which may run ahead of the loop's; consume any part of the allowance
-// its counter holds; close it and give it back before deciding the key on
+// its counters hold, the allowance split over two counters as the
+// driver's per-P counters are, each settled on its own (Settle, Decide)
+// or with the other; close it and give it back before deciding the key on
 // the strategy, closing it at its clock; drop it), the admissions of every key in every window of
 // length T stay within b + r*T of the node's bucket (local: (r, b);
 // static: its share). Admissions are counted at the time they were
@@ -73,7 +75,11 @@ func TestLentBucketEnvelope(t *testing.T) {
 		s.Start(now, &fx)
 		keys := []string{"a", "b"}
 		lent := map[string]*strategy.LentBucket{} // the driver's lent buckets
-		counter := map[string]int64{}             // each one's allowance left
+		// Each one's allowance is split over two counters (the driver's
+		// per-P counters): the tokens each holds, and the tokens handed to
+		// it at its last fill (not settled yet).
+		counter := map[string]*[2]int64{}
+		handed := map[string]*[2]int64{}
 		dropped := map[string]bool{}              // lent and dropped: lent for good
 		adm := map[string][]admission{}
 		closeLent := func(k string, give bool) {
@@ -81,14 +87,15 @@ func TestLentBucketEnvelope(t *testing.T) {
 				// Closed at the driver's clock, read once the counter is
 				// taken (no token of it is consumed later), and given
 				// back at the loop's now, which may be earlier.
-				b := lb.Close(clock, counter[k])
+				c := counter[k]
+				b := lb.Close(clock, c[0]+c[1])
 				if give {
 					s.Reclaim(now, k, b, &fx)
 				} else {
 					dropped[k] = true
 				}
 				delete(lent, k)
-				counter[k] = 0
+				counter[k], handed[k] = &[2]int64{}, &[2]int64{}
 			}
 		}
 		var id uint64
@@ -128,26 +135,42 @@ func TestLentBucketEnvelope(t *testing.T) {
 				lb := strategy.NewLentBucket(b)
 				want := int64(rapid.IntRange(0, 30).Draw(t, "want"))
 				g, _ := lb.Grant(now, 0, want, int64(rapid.IntRange(0, 30).Draw(t, "most")))
-				lent[k], counter[k] = &lb, g
-			case 4: // a check the counter covers
-				if c := counter[k]; c > 0 {
-					n := rapid.Int64Range(1, c).Draw(t, "consume")
-					counter[k] -= n
-					adm[k] = append(adm[k], admission{clock, n})
+				lent[k], counter[k], handed[k] = &lb, &[2]int64{g, 0}, &[2]int64{g, 0}
+			case 4: // a check one counter covers
+				if c := counter[k]; c != nil {
+					i := rapid.IntRange(0, 1).Draw(t, "counter")
+					if c[i] > 0 {
+						n := rapid.Int64Range(1, c[i]).Draw(t, "consume")
+						c[i] -= n
+						adm[k] = append(adm[k], admission{clock, n})
+					}
 				}
-			case 5, 6: // a check the counter does not cover: the driver refills and decides
+			case 5, 6: // a check a counter does not cover: the driver refills it (and maybe the other) and decides
 				lb := lent[k]
 				if lb == nil {
 					break
 				}
-				n := counter[k] + int64(rapid.IntRange(1, 4).Draw(t, "tokens"))
-				u := counter[k]
-				counter[k] = 0
-				allowed, g, left := lb.Refill(clock, u, n, int64(rapid.IntRange(0, 30).Draw(t, "want")), int64(rapid.IntRange(0, 30).Draw(t, "most")))
-				if g < 0 || left < 0 || left+g > shareBurst || lb.Held() != g {
-					t.Fatalf("Refill = %v, %d, %d (held %d, burst %d)", allowed, g, left, lb.Held(), shareBurst)
+				c, h := counter[k], handed[k]
+				i := rapid.IntRange(0, 1).Draw(t, "counter")
+				n := c[i] + int64(rapid.IntRange(1, 4).Draw(t, "tokens"))
+				var allowed bool
+				var g, left int64
+				want, most := int64(rapid.IntRange(0, 30).Draw(t, "want")), int64(rapid.IntRange(0, 30).Draw(t, "most"))
+				if h[1-i] == 0 && rapid.Bool().Draw(t, "whole") {
+					// One counter: Refill settles all that is held.
+					allowed, g, left = lb.Refill(clock, c[i], n, want, most)
+				} else {
+					lb.Settle(clock, h[i], c[i])
+					if rapid.Bool().Draw(t, "settle_other") { // the other counter too (fastPath.settleOthers)
+						lb.Settle(clock, h[1-i], c[1-i])
+						c[1-i], h[1-i] = 0, 0
+					}
+					allowed, g, left = lb.Decide(clock, n, want, most)
 				}
-				counter[k] = g
+				c[i], h[i] = g, g
+				if g < 0 || left < 0 || left+h[0]+h[1] > shareBurst || lb.Held() != h[0]+h[1] {
+					t.Fatalf("refill = %v, %d, %d (held %d, counters handed %v, burst %d)", allowed, g, left, lb.Held(), *h, shareBurst)
+				}
 				if allowed {
 					adm[k] = append(adm[k], admission{clock, n})
 				}
