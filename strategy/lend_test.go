@@ -80,7 +80,7 @@ func TestLentBucketEnvelope(t *testing.T) {
 		// it at its last fill (not settled yet).
 		counter := map[string]*[2]int64{}
 		handed := map[string]*[2]int64{}
-		dropped := map[string]bool{}              // lent and dropped: lent for good
+		dropped := map[string]bool{} // lent and dropped: lent for good
 		adm := map[string][]admission{}
 		closeLent := func(k string, give bool) {
 			if lb := lent[k]; lb != nil {
