@@ -452,6 +452,9 @@ func costs(r *Result, opts Options, res *sim.Result, lat []time.Duration, allowe
 	}
 	if opts.Hold.Max > 0 {
 		r.Holds = holdStats(reqs, res.Outcomes)
+		if r.Holds.Permits > 0 {
+			compareSemaphore(r.Holds, reqs, sim.DrawHolds(opts.Hold, opts.Seed, len(reqs)), holdLimit(opts, r.Strategy), allowed)
+		}
 	}
 	r.Messages, r.Bytes, r.MessagesLost = res.Messages, res.Bytes, res.MessagesLost
 	r.StateBytesPeak, r.StateBytesMean = res.StateBytesPeak, round(res.StateBytesMean, 1)

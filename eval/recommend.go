@@ -67,7 +67,8 @@ func falseRejectionsPct(r Result, centralAdmitted int) float64 {
 }
 
 // Recommend picks, among rep's strategies other than central (the
-// reference, one bucket for the whole cluster), those within b, and of
+// reference, one bucket for the whole cluster) and the concurrency limits
+// (compared with their own exact reference, HoldStats), those within b, and of
 // them the cheapest: fewest peer bytes per request, then the lowest p99
 // and p50 decision latency, then name. When none is within b it names the
 // closest: the one whose worst ratio of metric to bound is smallest (a
@@ -80,11 +81,16 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 		return rec
 	}
 	centralAdmitted := rep.Results[0].Admitted
+	rated := slices.DeleteFunc(slices.Clone(rep.Results[1:]), permitLimit)
+	if len(rated) == 0 {
+		rec.Line = "recommendation: none: every strategy run besides central is a concurrency limit, which central's bucket does not measure; compare it with the exact semaphore in the permits table (used %, missed, extra)"
+		return rec
+	}
 	bounds := fmt.Sprintf("excess <= %s%%, false rejections <= %s%% of central's admitted, envelope violation <= %s tokens",
 		num(b.MaxExcessPct), num(b.MaxFalseRejectionsPct), num(b.MaxEnvelopeTokens))
 	var ok []Result
 	var names []string
-	for _, r := range rep.Results[1:] {
+	for _, r := range rated {
 		names = append(names, r.Strategy)
 		if r.ExcessAdmittedPct <= b.MaxExcessPct && falseRejectionsPct(r, centralAdmitted) <= b.MaxFalseRejectionsPct &&
 			r.EnvelopeViolationTokens <= b.MaxEnvelopeTokens {
@@ -120,8 +126,8 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 			best.Strategy, shown, bounds, len(ok), describe(best))
 		return rec
 	}
-	closest, dist := rep.Results[1], -1.0
-	for _, r := range rep.Results[1:] {
+	closest, dist := rated[0], -1.0
+	for _, r := range rated {
 		d := max(ratio(r.ExcessAdmittedPct, b.MaxExcessPct), ratio(falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct),
 			ratio(r.EnvelopeViolationTokens, b.MaxEnvelopeTokens))
 		if dist < 0 || d < dist {
@@ -133,6 +139,11 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 		strings.Join(names, ", "), bounds, closest.Strategy, describe(closest))
 	return rec
 }
+
+// permitLimit reports whether r is a concurrency limit's (it held permits
+// and has the exact semaphore beside it, HoldStats): Recommend leaves it
+// out, since its bounds are central's bucket's.
+func permitLimit(r Result) bool { return r.Holds != nil && r.Holds.Limit > 0 }
 
 // ratio is v as a multiple of bound (1 = at the bound); a bound of 0
 // makes any v > 0 far (1e12) and v <= 0 at 0.

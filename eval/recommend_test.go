@@ -35,6 +35,17 @@ func TestRecommend(t *testing.T) {
 	if rec.Strategy != "" || rec.Closest != "owner" || !strings.HasPrefix(rec.Line, "recommendation: none of owner, lease, static, gcounter meets") {
 		t.Fatalf("got %+v, want none, closest owner", rec)
 	}
+	// A concurrency limit (permits, with its semaphore beside it) is not
+	// measured against central's bucket: left out, and alone it is named.
+	conc := Result{Strategy: "concurrency", Admitted: 5000, ExcessAdmittedPct: 400, Holds: &HoldStats{Permits: 900, Limit: 10}}
+	rep.Results = append(rep.Results, conc)
+	if rec := Recommend(rep, b, params); strings.Contains(rec.Line, "concurrency") {
+		t.Errorf("a concurrency limit in the rate recommendation: %+v", rec)
+	}
+	rep.Results = []Result{rep.Results[0], conc}
+	if rec := Recommend(rep, b, params); rec.Strategy != "" || !strings.Contains(rec.Line, "exact semaphore") {
+		t.Errorf("concurrency alone: %+v, want no pick and the semaphore named", rec)
+	}
 }
 
 func TestNotes(t *testing.T) {

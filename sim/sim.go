@@ -182,6 +182,27 @@ type Config struct {
 // Hold is a service-time distribution: uniform in [Min, Max].
 type Hold struct{ Min, Max time.Duration }
 
+// DrawHolds draws n service times from h with seed: the i-th is request
+// i's (in trace order), whichever strategy runs and whatever it decides,
+// so that every strategy and the exact reference of a concurrency limit
+// (eval's semaphore) hold a request for the same time. nil when h.Max is
+// not above 0.
+func DrawHolds(h Hold, seed uint64, n int) []time.Duration {
+	if h.Max <= 0 {
+		return nil
+	}
+	rnd := rand.New(rand.NewPCG(seed, 0x686f6c64))
+	out := make([]time.Duration, n)
+	span := h.Max - h.Min
+	for i := range out {
+		out[i] = h.Min
+		if span > 0 {
+			out[i] += time.Duration(rnd.Int64N(int64(span) + 1))
+		}
+	}
+	return out
+}
+
 // Outcome is what happened to one request.
 type Outcome struct {
 	Allowed bool
@@ -329,7 +350,7 @@ type runner struct {
 	topo             *topo      // Config.Regions' links and assignment; nil without regions
 	wanCall          bool       // the call in progress handles a WAN-tainted delivery (event.wan)
 	fromCall         int32      // the sender of the message the call in progress handles (prioDeliver)
-	holdRnd          *rand.Rand // Config.Hold's draws; nil without holds
+	holds            []time.Duration // Config.Hold's draws, one per request (DrawHolds); nil without holds
 	permits          []uint64   // with Config.Hold: each request's permit (0: none)
 }
 
@@ -361,7 +382,7 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 	}
 	var err error
 	if cfg.Hold.Max > 0 {
-		r.holdRnd = rand.New(rand.NewPCG(cfg.Seed, 0x686f6c64))
+		r.holds = DrawHolds(cfg.Hold, cfg.Seed, len(trace.Requests))
 		r.permits = make([]uint64, len(trace.Requests))
 	}
 	if r.topo, err = newTopo(cfg, trace); err != nil {
@@ -591,11 +612,8 @@ func (r *runner) record(d strategy.Decision, local, wan bool, node int32) {
 	}
 	r.res.Outcomes[d.RequestID] = Outcome{Allowed: d.Allowed, Decided: true, Latency: lat, Local: local, Delay: d.Delay,
 		WAN: wan && !local, Node: node}
-	if r.holdRnd != nil && d.Allowed && d.Permit != 0 {
-		hold := r.cfg.Hold.Min
-		if span := r.cfg.Hold.Max - r.cfg.Hold.Min; span > 0 {
-			hold += time.Duration(r.holdRnd.Int64N(int64(span) + 1))
-		}
+	if r.holds != nil && d.Allowed && d.Permit != 0 {
+		hold := r.holds[d.RequestID]
 		o := &r.res.Outcomes[d.RequestID]
 		o.HeldFrom, o.HeldUntil = r.now, min(r.now+hold, d.Expires)
 		r.permits[d.RequestID] = d.Permit

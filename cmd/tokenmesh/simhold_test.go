@@ -45,6 +45,10 @@ func TestSimHoldConcurrency(t *testing.T) {
 				Permits     int     `json:"permits"`
 				MaxInFlight int     `json:"max_in_flight"`
 				Mean        float64 `json:"mean_in_flight"`
+				Limit       int64   `json:"limit"`
+				RefPermits  int     `json:"reference_permits"`
+				UsedPct     float64 `json:"used_pct"`
+				Missed      int     `json:"missed"`
 			} `json:"holds"`
 		} `json:"results"`
 	}
@@ -59,6 +63,14 @@ func TestSimHoldConcurrency(t *testing.T) {
 			t.Errorf("central (a rate limit) held %d permits", r.Holds.Permits)
 		case r.Strategy == "concurrency" && (r.Holds.Permits == 0 || r.Holds.MaxInFlight > 5 || r.Holds.MaxInFlight < 1):
 			t.Errorf("concurrency: %+v, want permits held, at most 5 per key at once", *r.Holds)
+		case r.Strategy == "concurrency" && (r.Holds.Limit != 5 || r.Holds.RefPermits < r.Holds.Permits/2 ||
+			r.Holds.UsedPct <= 0 || r.Holds.Missed < 0):
+			// The semaphore sees every request at once; the strategy
+			// decides after a peer's hop, so it may admit a little more
+			// or less, never twice as much.
+			t.Errorf("concurrency: %+v, want the semaphore of N = 5 beside it", *r.Holds)
+		case r.Strategy == "central" && r.Holds.Limit != 0:
+			t.Errorf("central: a semaphore reference beside a rate limit: %+v", *r.Holds)
 		}
 	}
 	out, errOut, code = tokenmesh(t, args...)
