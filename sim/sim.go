@@ -347,11 +347,11 @@ type runner struct {
 	inCall           int8     // what the node is doing in the call whose effects apply carries out (prio*)
 	statSamples      int
 	stateSum         float64
-	topo             *topo      // Config.Regions' links and assignment; nil without regions
-	wanCall          bool       // the call in progress handles a WAN-tainted delivery (event.wan)
-	fromCall         int32      // the sender of the message the call in progress handles (prioDeliver)
+	topo             *topo           // Config.Regions' links and assignment; nil without regions
+	wanCall          bool            // the call in progress handles a WAN-tainted delivery (event.wan)
+	fromCall         int32           // the sender of the message the call in progress handles (prioDeliver)
 	holds            []time.Duration // Config.Hold's draws, one per request (DrawHolds); nil without holds
-	permits          []uint64   // with Config.Hold: each request's permit (0: none)
+	permits          []uint64        // with Config.Hold: each request's permit (0: none)
 }
 
 // Run simulates cfg over trace: NewWorld, then World.Finish. Errors: an
