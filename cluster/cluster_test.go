@@ -102,7 +102,7 @@ func check(t *testing.T, n *Node, rule, key string, tokens int64) CheckResult {
 }
 
 // keyOwnedBy returns a key whose rendezvous owner among members is owner.
-func keyOwnedBy(t *testing.T, owner strategy.NodeID, members []strategy.NodeID) string {
+func keyOwnedBy(t testing.TB, owner strategy.NodeID, members []strategy.NodeID) string {
 	t.Helper()
 	for i := range 1000 {
 		k := fmt.Sprintf("key-%d", i)

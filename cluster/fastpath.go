@@ -106,7 +106,10 @@ type fastEntry struct {
 	level  atomic.Int64 // the key's whole tokens beside the counters at the last fill; -1 unknown
 	shards []fastShard  // written once, before the entry is published: one per P (lent bucket) or one
 	mask   int          // len(shards) - 1 (a power of two minus one)
-	_      [8]byte
+	// deadline is, under a strategy.ExpiringAllowancer, the until of the
+	// open allowance (a time on the node's clock, ns): no token of it is
+	// consumed once the clock reads it. 0: none (the others').
+	deadline atomic.Int64
 
 	// A lent bucket (strategy.BucketLender): the checks that refill it and
 	// the loop (which opens and closes it) hold mu. Under a lender the
@@ -178,6 +181,9 @@ type fastPath struct {
 	l     strategy.BucketLender // a itself when it lends buckets; nil otherwise
 	clock func() time.Duration  // the driver's clock for refills (Node.clock)
 	m     *fastMap              // read by Check, written by the loop
+	// expiring is true under a strategy.ExpiringAllowancer: checks read
+	// the clock against each allowance's deadline.
+	expiring bool
 	// shards is the counters per key: one per P (fastShards) under a
 	// lender, whose checks refill in their own goroutine; one under a
 	// plain Allowancer, whose counter only the loop fills.
@@ -259,7 +265,8 @@ func newFastPath(s strategy.Strategy, clock func() time.Duration) *fastPath {
 	if l != nil {
 		shards = fastShards()
 	}
-	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), shards: shards, keys: map[string]*fastEntry{}}
+	_, expiring := s.(strategy.ExpiringAllowancer)
+	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), shards: shards, expiring: expiring, keys: map[string]*fastEntry{}}
 }
 
 // take decides tokens of key on the fast path (any goroutine): from the
@@ -279,7 +286,7 @@ func (f *fastPath) take(key string, tokens int64) (CheckResult, bool) {
 
 // takeOn is take of a's key on P p.
 func (f *fastPath) takeOn(a *fastEntry, p int, tokens int64) (CheckResult, bool) {
-	if c, ok := a.shard(p).consume(tokens); ok {
+	if c, ok := f.consume(a, p, tokens); ok {
 		rem := int64(-1)
 		if l := a.level.Load(); l >= 0 {
 			rem = l + c - tokens
@@ -300,7 +307,7 @@ func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
 		return false, false
 	}
 	p := a.proc()
-	if _, ok := a.shard(p).consume(tokens); ok {
+	if _, ok := f.consume(a, p, tokens); ok {
 		return true, true
 	}
 	if f.l == nil {
@@ -326,7 +333,7 @@ func (f *fastPath) takeCovered(key string, tokens int64) (CheckResult, bool) {
 	if a == nil {
 		return CheckResult{}, false
 	}
-	c, ok := a.shard(a.proc()).consume(tokens)
+	c, ok := f.consume(a, a.proc(), tokens)
 	if !ok {
 		return CheckResult{}, false
 	}
@@ -335,6 +342,30 @@ func (f *fastPath) takeCovered(key string, tokens int64) (CheckResult, bool) {
 		rem = l + c - tokens
 	}
 	return CheckResult{Allowed: true, Remaining: rem}, true
+}
+
+// consume takes tokens out of a's counter on P p (any goroutine): before
+// a deadline (strategy.ExpiringAllowancer) only while the clock reads
+// before it. If another allowance (another deadline) replaced the one
+// whose deadline was read before the take succeeded, the take counts only
+// when that one is valid at the time read too; else the tokens taken are
+// dropped (spent: safe) and the loop decides.
+func (f *fastPath) consume(a *fastEntry, p int, tokens int64) (before int64, ok bool) {
+	d := a.deadline.Load()
+	if d == 0 {
+		return a.shard(p).consume(tokens)
+	}
+	now := f.clock()
+	if now >= time.Duration(d) {
+		return 0, false
+	}
+	c, ok := a.shard(p).consume(tokens)
+	if ok {
+		if d2 := a.deadline.Load(); d2 != d && now >= time.Duration(d2) {
+			return 0, false
+		}
+	}
+	return c, ok
 }
 
 // consume takes tokens out of the counter with a compare-and-swap (any
@@ -627,6 +658,9 @@ func (n *Node) fastGrant(now time.Duration, rs *ruleState, key string, fx *strat
 			lvl = v
 		}
 		a.level.Store(lvl)
+		if f.expiring {
+			a.deadline.Store(int64(max(until, 1))) // before the tokens: a check that sees them sees it
+		}
 		s.tokens.Store(g) // open: Check may take from now on
 	}
 	if f.keys[key] == nil {

@@ -14,7 +14,7 @@ func ExampleLimiter_Wait() {
 	// A single in-process node; add Peer to join a cluster.
 	node, err := limiter.Start(ctx, limiter.Config{
 		Name:  "example",
-		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("100/s"), Burst: 2, Strategy: "owner"}},
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("5/s"), Burst: 2, Strategy: "owner"}},
 	})
 	if err != nil {
 		panic(err)
@@ -24,9 +24,10 @@ func ExampleLimiter_Wait() {
 	if err != nil {
 		panic(err)
 	}
-	// The burst admits two requests of "alice" at once; the third is refused.
+	// The burst admits two requests of "alice" at once; the third is
+	// refused (unless 200 ms, a token's refill, passed in between).
 	fmt.Println(lim.Allow("alice"), lim.Allow("alice"), lim.Allow("alice"))
-	// Wait blocks until the rule's rate (100/s) has refilled a token.
+	// Wait blocks until the rule's rate (5/s) has refilled a token.
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := lim.Wait(ctx, "alice", 1); err != nil {

@@ -52,6 +52,19 @@ type Allowancer interface {
 	Return(now time.Duration, key string, unused int64, fx *Effects)
 }
 
+// ExpiringAllowancer is an Allowancer whose allowances must not be
+// consumed at or after the until its Grant returned (lease: the tokens are
+// part of a lease its owner releases then). The driver reads its clock
+// before every consumption of such an allowance (a few tens of
+// nanoseconds) instead of relying on its sweep to close the allowance
+// some time after until.
+type ExpiringAllowancer interface {
+	Allowancer
+	// AllowancesExpire marks the strategy as one whose allowances expire
+	// at their until (it is never called).
+	AllowancesExpire()
+}
+
 // AllowanceWindow is how much of the rule's rate one allowance may hold
 // at most: an allowance never holds more than the refill of this long
 // (nor more than a quarter of the burst; see AllowanceCap).

@@ -40,6 +40,7 @@ type holding struct {
 	nextAskAt     time.Duration
 	lastRequestAt time.Duration
 	lastArrival   time.Duration // of the last request counted in the demand
+	allow         allowance     // the driver's open allowance of the key (allowance.go); tokens 0: none
 }
 
 type held struct {
@@ -118,6 +119,12 @@ func (l *Lease) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	l.pending[req.ID] = p
 	l.forward(now, p, l.owner(req.Key), fx)
 	return strategy.Decision{}, false
+}
+
+// allowFrom reports whether ls backs the driver's open allowance of h's
+// key (its tokens are out, not used: the lease is not spent yet).
+func (h *holding) allowFrom(ls held) bool {
+	return h.allow.tokens > 0 && h.allow.seq == ls.seq && h.allow.from == ls.from
 }
 
 func (l *Lease) holding(key string) *holding {
@@ -207,7 +214,7 @@ func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy
 	// forget them: nothing is left to return).
 	h.askSpent = h.askSpent[:0]
 	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
-		if ls.tokens == 0 && ls.from == owner && len(h.askSpent) < maxSpent {
+		if ls.tokens == 0 && ls.from == owner && len(h.askSpent) < maxSpent && !h.allowFrom(ls) {
 			h.askSpent = append(h.askSpent, ls.seq)
 			return true
 		}

@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rule"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// BenchmarkHolderCheck is one Check per op of a hot key at a node that
+// does not own it, on a 3-node in-process cluster (MemNetwork), under a
+// limit the checks never reach (1e9/s, burst 1e9): lease decides from the
+// node's leases (with its allowances on the fast path since lease is a
+// strategy.Allowancer, through the node's loop before), owner forwards
+// every check to the key's owner. Run it with -cpu 1,2:
+//
+//	go test -run '^$' -bench HolderCheck -cpu 1,2 ./cluster
+func BenchmarkHolderCheck(b *testing.B) {
+	for _, strat := range []string{"lease", "owner"} {
+		b.Run("strategy="+strat, func(b *testing.B) {
+			r := rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 1e9, Per: 1e9}, Burst: 1e9, Strategy: strat, Params: []string{"hold=0s"}}
+			c := newBenchCluster(b, r)
+			key := keyOwnedBy(b, "n0", c.ids)
+			n := c.nodes["n1"]
+			ctx := context.Background()
+			for range 2000 { // warm up: leases granted, allowances open
+				if _, err := n.Check(ctx, "r", key, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, err := n.Check(ctx, "r", key, 1); err != nil || !d.Allowed {
+						b.Errorf("check: %v, allowed %v", err, d.Allowed)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// newBenchCluster is newCluster for a benchmark: 3 nodes on one MemNetwork.
+func newBenchCluster(b *testing.B, rules ...rule.Rule) *testCluster {
+	b.Helper()
+	net := NewMemNetwork()
+	c := &testCluster{net: net, rules: rules, nodes: map[strategy.NodeID]*Node{}}
+	c.ids = []strategy.NodeID{"n0", "n1", "n2"}
+	eps := map[strategy.NodeID]Transport{}
+	for _, id := range c.ids {
+		ep, err := net.Endpoint(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		eps[id] = ep
+	}
+	for _, id := range c.ids {
+		node, err := New(Config{Self: id, Members: c.ids, Rules: rules, Transport: eps[id], Seed: 7})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.nodes[id] = node
+		b.Cleanup(func() { node.Close() })
+	}
+	return c
+}
