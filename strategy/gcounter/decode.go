@@ -285,8 +285,8 @@ func (g *GCounter) checkLimit(now time.Duration, pb *wireBucket, b *bucketState)
 }
 
 // checkSinceGeneration checks a decoded bucket against what the rule
-// allows since its generation began: a generation not after now, and the
-// limit and every slot at most the burst plus the refill since.
+// allows since its generation began: a generation not after now, and
+// every slot at most the burst plus the refill since.
 func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucketState) error {
 	// The key's life began at its generation's start: nobody can have
 	// consumed (or been allowed) more than its burst plus its refill since.
@@ -300,10 +300,11 @@ func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucket
 		}
 		genStart = time.Duration(b.gen) * g.idle
 	}
+	// The limit has no time bound of its own: forgive raises it to
+	// consumed - capacity, so a real limit may be anywhere up to
+	// consumed + capacity (checkLimit), and a limit is worth nothing
+	// beyond the consumption it comes with. The slots are bounded.
 	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
-	if b.limit > bound {
-		return fmt.Errorf("key %q: limit %d above the %d tokens the rule allows since generation %d", key, b.limit, bound, b.gen)
-	}
 	for _, e := range b.counter {
 		if e.consumed > bound {
 			return fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", key, e.node, e.consumed, bound, b.gen)

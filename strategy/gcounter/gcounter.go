@@ -414,8 +414,12 @@ func (g *GCounter) generation(now time.Duration) int64 {
 }
 
 // refill raises b's limit to now at the refill rate, never above
-// consumed + capacity (the token-bucket semantic; see the package comment).
+// consumed + capacity (the token-bucket semantic; see the package comment),
+// and never leaves it below consumed - capacity: a debt beyond one burst
+// (what the sides of a split admitted, merged at the heal) is forgiven
+// (forgive; ours, see "Partitions" in the package comment).
 func (g *GCounter) refill(b *bucketState, now time.Duration) {
+	g.forgive(b)
 	if now <= b.refill {
 		return
 	}
@@ -451,6 +455,19 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 	b.frac = int64(r)
 }
 
+// forgive raises b's limit to consumed - capacity (Config.Burst, the
+// whole burst even while conserve scales it) when it is below: a key is
+// never more than one burst in debt, so it refuses outright for at most
+// burst/rate after a merge. Raising the limit is an inflation of the
+// replicated state like a refill (the merge is unchanged); the tokens
+// forgiven are the excess the merged sides admitted beyond one burst
+// (ours; see "Partitions" in the package comment).
+func (g *GCounter) forgive(b *bucketState) {
+	if floor := b.consumed - g.capacity; b.limit < floor {
+		b.limit, b.frac, b.size = floor, 0, 0
+	}
+}
+
 // Receive merges a delta state (listing 3.3) and adds the keys it changed to
 // the delta states of the neighbours other than from. A full state
 // (catch-up) is merged without being passed on. Errors: an undecodable
@@ -460,7 +477,8 @@ func (g *GCounter) refill(b *bucketState, now time.Duration) {
 // or a limit above consumed + capacity; and values the rule cannot have
 // produced by now (ours, peerbound): a generation after now (or any but 0
 // with expiry off), a refill timestamp after now, or a slot's consumed
-// tokens or the limit above burst + rate * (now - the generation's start),
+// tokens above burst + rate * (now - the generation's start) (the limit has
+// no time bound since forgive: see checkSinceGeneration),
 // each with peerbound.ClockSkew of slack. Errors change no state.
 func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	m, err := g.decodeMessage(payload)
