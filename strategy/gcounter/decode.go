@@ -306,8 +306,33 @@ func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucket
 	// beyond the consumption it comes with. The slots are bounded.
 	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
 	for _, e := range b.counter {
+		if e.node == foldName {
+			continue // the sum of many slots (checkFold)
+		}
 		if e.consumed > bound {
 			return fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", key, e.node, e.consumed, bound, b.gen)
+		}
+	}
+	return g.checkFold(now, key, b)
+}
+
+// checkFold checks a decoded bucket's fold (fold.go): no segment of a
+// period, nor a base of an epoch, after now's period (with
+// peerbound.ClockSkew of slack), which would never be folded. The base,
+// a sum of slots, has no bound of its own beyond the consumed tokens'
+// (checkSlots): a debt it makes is held to one burst (forgive). With fold
+// off the names are not read.
+func (g *GCounter) checkFold(now time.Duration, key string, b *bucketState) error {
+	if g.fold <= 0 {
+		return nil
+	}
+	last := g.period(now + peerbound.ClockSkew)
+	for _, e := range b.counter {
+		if e.node == foldName && int64(e.incarnation) > last {
+			return fmt.Errorf("key %q: fold epoch %d after now's period %d", key, e.incarnation, last)
+		}
+		if p, ok := segmentPeriod(e.node); ok && p > last {
+			return fmt.Errorf("key %q: slot %q of a period after now's %d", key, e.node, last)
 		}
 	}
 	return nil

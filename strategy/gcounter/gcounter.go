@@ -197,6 +197,7 @@ type GCounter struct {
 	gossip      time.Duration
 	idle        time.Duration // 0: keys never expire
 	catchUp     bool
+	fold        time.Duration // 0: slots never folded (fold.go)
 	rnd         *rand.Rand
 	topo        gossipgraph.Topology // the topology parameter
 	picks       []strategy.NodeID    // the peers of a gossip round (reused)
@@ -214,6 +215,13 @@ type GCounter struct {
 
 	nextGossip time.Duration
 	nextSweep  time.Duration
+	nextFold   time.Duration
+
+	// fold (fold.go): this period's segment name, and since when this
+	// node has seen every expected member (-1: not now).
+	segPeriod int64
+	segName   strategy.NodeID
+	fullSince time.Duration
 
 	names map[string]strategy.NodeID // node names of decoded slots, shared (decodeMessage)
 
@@ -282,6 +290,10 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	if g.idle < 0 || (g.idle > 0 && g.idle < 10*g.gossip) {
 		return nil, fmt.Errorf("%s: parameter idle %v must be 0 (no expiry) or at least 10 gossip intervals (%v)", Name, g.idle, 10*g.gossip)
 	}
+	g.fold = v.Duration("fold")
+	if g.fold < 0 || (g.fold > 0 && g.fold < max(minFold, 10*g.gossip)) {
+		return nil, fmt.Errorf("%s: parameter fold %v must be 0 (no folding) or at least %v and 10 gossip intervals (%v)", Name, g.fold, minFold, 10*g.gossip)
+	}
 	if _, err := bucket.New(cfg.Rate, cfg.Burst, 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -298,6 +310,7 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	g.expected = slices.Clone(cfg.Members)
 	g.setMembers(cfg.Members)
 	g.scaleK, g.scaleN = 1, 1
+	g.fullView(0)
 	return g, nil
 }
 
@@ -333,6 +346,7 @@ func (g *GCounter) clamp(b *bucketState) {
 // burst again. Under available it only records them.
 func (g *GCounter) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
 	g.expected = slices.Clone(expected)
+	g.fullView(now)
 	g.rescale(now)
 }
 
@@ -366,6 +380,7 @@ var _ strategy.Conserver = (*GCounter)(nil)
 func (g *GCounter) Start(now time.Duration, fx *strategy.Effects) {
 	g.nextGossip = now + gossipPhase(g.rnd, g.gossip)
 	g.nextSweep = now + g.idle/10
+	g.nextFold = now + g.fold/10
 	fx.WakeAt(g.nextGossip)
 }
 
@@ -395,7 +410,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 		return d, true
 	}
 	slots := cap(b.counter)
-	b.add(entry{node: g.self, incarnation: g.incarnation, consumed: n})
+	b.add(entry{node: g.selfSlot(now), incarnation: g.incarnation, consumed: n})
 	g.mem.resized(slots, cap(b.counter))
 	for _, nb := range g.neighbours {
 		addPending(g.delta[nb], req.Key, b)
@@ -499,6 +514,9 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 		changed := true
 		if ok {
 			slots := cap(local.counter)
+			if g.fold > 0 {
+				alignFold(local, b) // representation only: changes no count
+			}
 			changed = local.merge(b)
 			g.mem.resized(slots, cap(local.counter))
 		} else {
@@ -534,6 +552,10 @@ func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
 	if g.idle > 0 && now >= g.nextSweep {
 		g.sweep(now)
 		g.nextSweep = now + g.idle/10
+	}
+	if g.fold > 0 && now >= g.nextFold {
+		g.foldAll(now)
+		g.nextFold = now + g.fold/10
 	}
 	for g.nextGossip <= now {
 		g.nextGossip += g.gossip
@@ -623,6 +645,7 @@ func (g *GCounter) allKeys() []string { return sortedKeys(g.state) }
 func (g *GCounter) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	old := g.members
 	g.setMembers(members)
+	g.fullView(now)
 	g.rescale(now)
 	if !g.catchUp || len(g.state) == 0 {
 		return
