@@ -189,6 +189,7 @@ func (g *GCounter) fullView(now time.Duration) {
 		g.fullSince = -1
 	case g.fullSince < 0:
 		g.fullSince = now
+		g.healAt = now
 	}
 }
 
