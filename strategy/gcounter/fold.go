@@ -60,12 +60,16 @@ import (
 // on some copies and not others, merged in any order; TestFoldBounded the
 // slots per key under churn.
 //
-// Versions. A node without fold reads every slot as a slot: it never
-// refuses a folded bucket, and never counts less than a folding node (the
-// base and the segments are ordinary slots); but it keeps the segments it
-// had and adds the base, so it counts them twice, and its key is in debt
-// by them (forgive holds that to one burst). Turn fold on once every node
-// runs a build that knows it.
+// Versions. No field is new: the base and the segments are ordinary
+// slots, which a build from before fold decodes and counts (never less
+// than a folding node does). But it keeps the segments it had and adds the
+// base, so it counts them twice (a debt on the key, repaid at the rate),
+// and it holds the base to its bound for one slot, burst + rate x (now -
+// the generation's start + 10 s): a base passes that once the cluster has
+// admitted more than rate x (fold + 10 s) beyond b + r*T for the key
+// (gossip lag, splits), and that build then refuses the frame. So turn
+// fold on only once every node runs a build that knows it. This build
+// with fold off reads folded buckets without error (TestFoldReadWithoutFold).
 
 // foldName is the base slot's node name; node names do not begin with a
 // NUL byte.
