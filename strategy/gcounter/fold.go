@@ -198,13 +198,15 @@ func (g *GCounter) fullView(now time.Duration) {
 }
 
 // foldAll folds every key to epoch period(now) - 2 when this node has seen
-// every expected member for a whole fold period, and returns how many
-// buckets changed.
+// every expected member for a whole fold period, once per epoch (a pass
+// walks every key: a bucket merged later with older segments is folded at
+// the next epoch's pass), and returns how many buckets changed.
 func (g *GCounter) foldAll(now time.Duration) int {
 	e := g.period(now) - 2
-	if e < 0 || g.fullSince < 0 || now-g.fullSince < g.fold {
+	if e < 0 || e <= g.foldedTo || g.fullSince < 0 || now-g.fullSince < g.fold {
 		return 0
 	}
+	g.foldedTo = e
 	n := 0
 	for _, b := range g.state {
 		if b.foldTo(e) {

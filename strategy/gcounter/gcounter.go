@@ -262,6 +262,7 @@ type GCounter struct {
 	segName   strategy.NodeID
 	fullSince time.Duration
 	healAt    time.Duration // the last time the view became full again (-1: never)
+	foldedTo  int64         // the epoch of the last foldAll pass (-1: none)
 
 	names map[string]strategy.NodeID // node names of decoded slots, shared (decodeMessage)
 
@@ -351,7 +352,7 @@ func New(cfg strategy.Config) (*GCounter, error) {
 	g.setMembers(cfg.Members)
 	g.scaleK, g.scaleN = 1, 1
 	g.fullView(0)
-	g.healAt = -1
+	g.healAt, g.foldedTo = -1, -1
 	return g, nil
 }
 
