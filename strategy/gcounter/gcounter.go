@@ -156,8 +156,8 @@
 // are repaid at the rate as before: burst/rate is then not a bound.
 // Forgiving on every merge instead cost excess without any fault
 // (wrccdc, 3 nodes, default assignment: 14.59% -> 15.10%); within the
-// window it costs none
-// (14.59%).
+// window it costs none (14.59%; docs/EVALUATION.md, "gcounter after a
+// heal").
 // Under `partition: conserve` (strategy.Conserver) a node that sees k of
 // the last agreed N members refills each key's limit at k/N of the rate
 // and caps it at consumed + floor(k/N * burst), applied at the view change
