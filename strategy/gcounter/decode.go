@@ -285,8 +285,8 @@ func (g *GCounter) checkLimit(now time.Duration, pb *wireBucket, b *bucketState)
 }
 
 // checkSinceGeneration checks a decoded bucket against what the rule
-// allows since its generation began: a generation not after now, and the
-// limit and every slot at most the burst plus the refill since.
+// allows since its generation began: a generation not after now, and
+// every slot at most the burst plus the refill since.
 func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucketState) error {
 	// The key's life began at its generation's start: nobody can have
 	// consumed (or been allowed) more than its burst plus its refill since.
@@ -300,13 +300,39 @@ func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucket
 		}
 		genStart = time.Duration(b.gen) * g.idle
 	}
+	// The limit has no time bound of its own: forgive raises it to
+	// consumed - capacity, so a real limit may be anywhere up to
+	// consumed + capacity (checkLimit), and a limit is worth nothing
+	// beyond the consumption it comes with. The slots are bounded.
 	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
-	if b.limit > bound {
-		return fmt.Errorf("key %q: limit %d above the %d tokens the rule allows since generation %d", key, b.limit, bound, b.gen)
-	}
 	for _, e := range b.counter {
+		if e.node == foldName {
+			continue // the sum of many slots (checkFold)
+		}
 		if e.consumed > bound {
 			return fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", key, e.node, e.consumed, bound, b.gen)
+		}
+	}
+	return g.checkFold(now, key, b)
+}
+
+// checkFold checks a decoded bucket's fold (fold.go): no segment of a
+// period, nor a base of an epoch, after now's period (with
+// peerbound.ClockSkew of slack), which would never be folded. The base,
+// a sum of slots, has no bound of its own beyond the consumed tokens'
+// (checkSlots): a debt it makes is held to one burst (forgive). With fold
+// off the names are not read.
+func (g *GCounter) checkFold(now time.Duration, key string, b *bucketState) error {
+	if g.fold <= 0 {
+		return nil
+	}
+	last := g.period(now + peerbound.ClockSkew)
+	for _, e := range b.counter {
+		if e.node == foldName && int64(e.incarnation) > last {
+			return fmt.Errorf("key %q: fold epoch %d after now's period %d", key, e.incarnation, last)
+		}
+		if p, ok := segmentPeriod(e.node); ok && p > last {
+			return fmt.Errorf("key %q: slot %q of a period after now's %d", key, e.node, last)
 		}
 	}
 	return nil

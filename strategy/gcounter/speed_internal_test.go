@@ -219,6 +219,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 'k', 0x58, 0x01})        // a bucket, then an unknown field 11
 	f.Add([]byte{0x0a, 0x05, 0x12, 0x03, 0x0a, 0x01, 0xff})       // a slot whose node is not UTF-8
 	f.Add([]byte{0x0a, 0x04, 0x18, 0x01, 0x18, 0x02, 0x10, 0x01}) // limit twice (the last wins), full
+	f.Add(foldedPayload(f))                                       // a base slot and segments (fold.go)
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		d := newNode(t, "b", []string{"a", "b", "c"})
 		want, werr := decodeProto(payload)
