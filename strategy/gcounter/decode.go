@@ -306,8 +306,16 @@ func (g *GCounter) checkSinceGeneration(now time.Duration, key string, b *bucket
 	// beyond the consumption it comes with. The slots are bounded.
 	bound := peerbound.Tokens(g.rate, g.capacity, genStart, now)
 	for _, e := range b.counter {
-		if e.node == foldName {
-			continue // the sum of many slots (checkFold)
+		if e.node == foldName && g.fold > 0 {
+			// The sum of many slots, one per node and fold period of the
+			// generation: at most the bound per member ever seen, of
+			// which this node knows its current members (and as many
+			// again for those that left; checkFold checks its epoch).
+			// With fold off the name is a slot like any other.
+			if slots := 2 * int64(max(len(g.members), 1)); e.consumed/slots > bound { // (divided: no overflow)
+				return fmt.Errorf("key %q: fold base consumed %d, above %d slots of %d tokens (what the rule allows since generation %d)", key, e.consumed, slots, bound, b.gen)
+			}
+			continue
 		}
 		if e.consumed > bound {
 			return fmt.Errorf("key %q: slot %s consumed %d, above the %d tokens the rule allows since generation %d", key, e.node, e.consumed, bound, b.gen)

@@ -464,6 +464,10 @@ func TestReceiveRefusesOutOfBounds(t *testing.T) {
 			"consumed > rule": one(&peerv1.GCounterBucket{Key: "k", Generation: gen, Counter: slot(bound + 1), RefillNs: int64(now)}),
 			"future refill":   one(&peerv1.GCounterBucket{Key: "k", Generation: gen, RefillNs: int64(now + peerbound.ClockSkew + time.Second)}),
 			"future gen":      one(&peerv1.GCounterBucket{Key: "k", Generation: gen + 1000}),
+			// fold is off: a slot named as a fold base is a slot like any
+			// other, bounded (with fold on, by every member's slots).
+			"fold base > rule": one(&peerv1.GCounterBucket{Key: "k", Generation: gen, RefillNs: int64(now),
+				Counter: []*peerv1.GCounterEntry{{Node: string(foldName), Consumed: bound + 1}}}),
 		}
 		before, sb := fullState(g), g.StateBytes()
 		rem, _ := g.Remaining(now, "k")
