@@ -54,6 +54,12 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 							continue
 						}
 						held += ls.tokens
+						if hk.allowFrom(ls) {
+							// The driver's allowance out of this lease
+							// (allowance.go): its tokens left the lease
+							// and may still be taken.
+							held += hk.allow.tokens
+						}
 					}
 				}
 			}
