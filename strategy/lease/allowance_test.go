@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -13,17 +12,7 @@ import (
 // strategy.AllowanceCap, 5 ms of refill, a quarter of the burst of 20).
 func fastNode(t *testing.T, self strategy.NodeID) *Lease {
 	t.Helper()
-	p, err := strategy.ParseParams([]string{"hold=0s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 1000, Per: time.Second}, Burst: 20,
-		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Start(0, &strategy.Effects{})
-	return l
+	return newNodeAt(t, self, bucket.Rate{Tokens: 1000, Per: time.Second})
 }
 
 // leaseOf gives holder a lease of tokens of key from owner at now (an ask

@@ -20,11 +20,17 @@ var members = []strategy.NodeID{"n0", "n1", "n2"}
 // newNode builds a node with rate 10/s, burst 20, latency hint 1ms, hold 0.
 func newNode(t testing.TB, self strategy.NodeID, params ...string) *Lease {
 	t.Helper()
+	return newNodeAt(t, self, bucket.Rate{Tokens: 10, Per: time.Second}, params...)
+}
+
+// newNodeAt is newNode at rate.
+func newNodeAt(t testing.TB, self strategy.NodeID, rate bucket.Rate, params ...string) *Lease {
+	t.Helper()
 	p, err := strategy.ParseParams(append([]string{"hold=0s"}, params...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 20,
+	l, err := New(strategy.Config{Self: self, Members: members, Rate: rate, Burst: 20,
 		Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
