@@ -190,10 +190,11 @@ func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want
 }
 
 // BenchmarkLimiterAllow is one Limiter.Allow per op, sequential: local and
-// static are decided on the fast path (an allowance), owner through the
-// node's event loop (the cost before the fast path), against x/time/rate.
+// static are decided on the fast path (a lent bucket), owner and lease
+// from allowances of the key's bucket or pool (at one node every key is
+// the node's own), against x/time/rate.
 func BenchmarkLimiterAllow(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner"} {
+	for _, s := range []string{"local", "static", "owner", "lease"} {
 		benchLimiter(b, s, false)
 	}
 	benchXRate(b, false)
@@ -202,7 +203,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 // BenchmarkLimiterAllowParallel is BenchmarkLimiterAllow under
 // b.RunParallel (GOMAXPROCS goroutines: run it with -cpu 2).
 func BenchmarkLimiterAllowParallel(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner"} {
+	for _, s := range []string{"local", "static", "owner", "lease"} {
 		benchLimiter(b, s, true)
 	}
 	benchXRate(b, true)

@@ -24,8 +24,14 @@ import (
 // strategy.ExpiringAllowancer, so the driver reads its clock before every
 // consumption and takes nothing at or after it.
 //
-// Nothing is granted at a key's owner (its requests are ordered in the
-// owner's buffer: owner.go), for a key with no unexpired lease holding a
+// At the key's owner the allowance is lent out of the key's pool as a
+// lease to the node itself would be (leasepool's Lend and Release: the
+// pool's level plus every lease, this one included, stay within the
+// burst, and replicas see its tokens as lent until it ends), valid for
+// strategy.AllowanceValidity; only when the owner decides its requests
+// at once (hold 0: no ordering buffer to keep), outside partition:
+// conserve, and for a key whose pool exists and is not being warmed up.
+// Nothing is granted for a key with no such pool or lease holding a
 // token, or while an allowance of the key is open.
 
 // allowance is a holding's open allowance: the lease its tokens came from
@@ -42,8 +48,11 @@ type allowance struct {
 // holds no such lease, or has an allowance of key open already.
 func (l *Lease) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
 	most := strategy.AllowanceCap(l.rate, l.sh.burst)
-	if want <= 0 || most <= 0 || l.owner(key) == l.self {
+	if want <= 0 || most <= 0 {
 		return 0, now
+	}
+	if l.owner(key) == l.self {
+		return l.grantOwn(now, key, min(want, most), fx)
 	}
 	h := l.keys[key]
 	if h == nil || h.allow.tokens > 0 {
@@ -74,6 +83,10 @@ func (l *Lease) Grant(now time.Duration, key string, want int64, fx *strategy.Ef
 // if the demand warrants one (maybeAsk). A key with no allowance open is
 // ignored.
 func (l *Lease) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
+	if p := l.pools[key]; p != nil && p.own > 0 {
+		l.returnOwn(now, key, p, unused, fx)
+		return
+	}
 	h := l.keys[key]
 	if h == nil || h.allow.tokens <= 0 {
 		return
@@ -101,6 +114,35 @@ func (l *Lease) Return(now time.Duration, key string, unused int64, fx *strategy
 		h.lastArrival, h.lastRequestAt = now, now
 	}
 	l.maybeAsk(now, key, h, fx)
+}
+
+// grantOwn is Grant at key's owner: up to want whole tokens lent out of
+// key's pool at now, valid for strategy.AllowanceValidity.
+func (l *Lease) grantOwn(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
+	p := l.pools[key]
+	if p == nil || p.own > 0 || l.hold > 0 || l.cons.on || l.fetching[key] != nil {
+		return 0, now
+	}
+	l.sh.advance(p, now)
+	g := min(want, l.sh.whole(p, now))
+	if g <= 0 {
+		return 0, now
+	}
+	until := now + strategy.AllowanceValidity
+	l.sh.lend(p, g)
+	p.own = g
+	p.LentUntil = max(p.LentUntil, until)
+	l.markDirty(now, key, fx)
+	return g, until
+}
+
+// returnOwn is Return at key's owner: the allowance's lease of p ends at
+// now, unused of its tokens back into the level (leasepool's Release).
+func (l *Lease) returnOwn(now time.Duration, key string, p *pool, unused int64, fx *strategy.Effects) {
+	l.sh.advance(p, now)
+	l.sh.release(p, p.own, min(max(unused, 0), p.own))
+	p.own = 0
+	l.markDirty(now, key, fx)
 }
 
 // AllowancesExpire marks lease's allowances as valid only until their

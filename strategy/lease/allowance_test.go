@@ -47,11 +47,12 @@ func leaseOf(t *testing.T, owner, holder *Lease, key string, tokens int64, now t
 	return h.seq
 }
 
-// TestAllowanceFromLease: a holder hands the driver tokens of its lease
+// TestAllowanceFromLease: the key's owner lends the driver tokens of its
+// pool and takes the unused back; a holder hands the driver tokens of its lease
 // (Grant: at most strategy.AllowanceCap, valid until the lease's expiry),
 // takes back the unused ones (Return), counts the used ones as the key's
 // demand and reports the lease spent once the allowance used it up; it
-// grants nothing for a key it owns, while an allowance is open, or once
+// grants nothing while an allowance is open, or once
 // the lease expired, and a return after the expiry puts nothing back.
 func TestAllowanceFromLease(t *testing.T) {
 	key := keyOwnedBy("n0")
@@ -61,8 +62,20 @@ func TestAllowanceFromLease(t *testing.T) {
 	h := holder.keys[key]
 	expires := h.leases[0].expires
 
+	// At the owner the allowance is lent out of the pool, and given back.
+	lvl0, leased0, _ := owner.Audit(now, key)
+	if g, until := owner.Grant(now, key, 4, &strategy.Effects{}); g != 4 || until != now+strategy.AllowanceValidity {
+		t.Errorf("the key's owner granted %d until %v; want 4 until %v", g, until, now+strategy.AllowanceValidity)
+	}
+	if lvl, leased, _ := owner.Audit(now, key); leased != leased0+4 || lvl != lvl0-4*owner.sh.per {
+		t.Errorf("owner's pool with the allowance out: level %d leased %d; want %d and %d", lvl, leased, lvl0-4*owner.sh.per, leased0+4)
+	}
 	if g, _ := owner.Grant(now, key, 4, &strategy.Effects{}); g != 0 {
-		t.Errorf("the key's owner granted an allowance of %d; want 0 (its requests are ordered)", g)
+		t.Errorf("a second allowance at the owner: %d; want 0", g)
+	}
+	owner.Return(now, key, 3, &strategy.Effects{}) // 1 used
+	if lvl, leased, _ := owner.Audit(now, key); leased != leased0 || lvl != lvl0-owner.sh.per {
+		t.Errorf("owner's pool after the return: level %d leased %d; want %d and %d", lvl, leased, lvl0-owner.sh.per, leased0)
 	}
 	g, until := holder.Grant(now, key, 100, &strategy.Effects{})
 	if g != 5 || until != expires {

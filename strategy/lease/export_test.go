@@ -38,7 +38,7 @@ func ConservedWaiting(nodes map[strategy.NodeID]*Lease, burst int64, maxWait, no
 			if floor := -o.sh.tokensPerNs * int64(maxWait); cp.Level < floor || cp.Leased < 0 {
 				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.Level, cp.Leased)
 			}
-			var held int64
+			held := p.own // the driver's allowance at the owner (allowance.go)
 			for hid, h := range nodes {
 				if hk := h.keys[key]; hk != nil {
 					for _, ls := range hk.leases {

@@ -18,6 +18,9 @@ type pool struct {
 	// askers is each holder's latest ask within ttl (share, owner.go):
 	// the demand the pool is asked for; not shipped to replicas.
 	askers map[strategy.NodeID]askRec
+	// own is the tokens of the driver's allowance at this node, the key's
+	// owner, lent out of the pool (allowance.go); 0: none open.
+	own int64
 }
 
 // askRec is a holder's latest ask of a pool: its tokens and time.

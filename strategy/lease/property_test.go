@@ -279,6 +279,10 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 			maxWait = time.Duration(rapid.IntRange(1, 2000).Draw(t, "max_wait_ms")) * time.Millisecond
 			settings = append(settings, "max_wait="+maxWait.String())
 		}
+		if allow {
+			// No ordering buffer: the key's owner lends allowances too.
+			settings = append(settings, "hold=0s")
+		}
 		params, err := strategy.ParseParams(settings)
 		if err != nil {
 			t.Fatal(err)
