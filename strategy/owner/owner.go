@@ -276,6 +276,9 @@ type Owner struct {
 	distinct bool
 	rankAll  []strategy.NodeID
 
+	// auto is split=auto's state (autosplit.go); nil otherwise.
+	auto *autoSplit
+
 	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
@@ -320,27 +323,27 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.warmup = v.Duration("warmup")
 	o.conserveDelay = v.Duration("conserve_delay")
 	o.slack = v.Duration("slack")
-	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
-		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
+	auto, err := o.readSplit(v, cfg)
+	if err != nil {
+		return nil, err
 	}
-	if v.Has("server_quota") {
-		if v.Has("split") {
-			return nil, fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota))")
-		}
-		if o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota")); err != nil {
-			return nil, err
-		}
-	}
-	o.distinct = v.Enum("split_placement") == placementDistinct
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
+	}
+	if auto && (o.od.On || cfg.Partition == strategy.PartitionConserve) {
+		return nil, fmt.Errorf("owner: parameter split=auto does not support overdraft nor partition: conserve")
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.hinted = strategy.ReadForwardTimers(v, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
-	if err := o.splitTables(cfg); err != nil {
+	if auto {
+		err = o.autoTables(cfg)
+	} else {
+		err = o.splitTables(cfg)
+	}
+	if err != nil {
 		return nil, err
 	}
 	o.conserve = cfg.Partition == strategy.PartitionConserve
@@ -405,12 +408,16 @@ func (o *Owner) localShare() (bucket.Rate, int64, error) {
 	if o.conserve { // over the last agreed members, not the live ones
 		_, n, split = strategy.ConserveScale(o.self, o.members, o.expected)
 	}
-	r, err := o.rate.Div(int64(n * o.split))
+	subs := o.split
+	if o.auto != nil {
+		subs = 1 // the fallback bucket is the parent key's (fallback)
+	}
+	r, err := o.rate.Div(int64(n * subs))
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
 	i := max(slices.Index(split, o.self), 0)
-	sub, err := bucket.SplitBurst(o.burst, o.split, 0) // the largest sub-burst
+	sub, err := bucket.SplitBurst(o.burst, subs, 0) // the largest sub-burst
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
@@ -427,6 +434,9 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
 		o.prevMembers = o.others()
+		if o.auto != nil {
+			o.auto.unknown = true // it may have missed split rounds
+		}
 	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
@@ -472,7 +482,7 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	case *peerv1.OwnerMessage_Refund:
 		o.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
-		o.onLevelsAck(from, b.LevelsAck)
+		o.onLevelsAck(now, from, b.LevelsAck, fx)
 	}
 	return nil
 }
@@ -492,6 +502,10 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.forwardTimeouts(now, fx)
 	o.seen.Expire(now, fx)
 	o.expireCharges(now, fx)
+	if o.auto != nil {
+		o.autoEvaluate(now, fx)
+		o.autoResend(now, fx)
+	}
 	if o.syncAt >= 0 && now >= o.syncAt {
 		o.syncDirty(fx)
 	}
@@ -554,6 +568,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		}
 	}
 	o.rerouteCharges(now, fx)
+	o.autoMembers(now, fx)
 }
 
 // StateBytes counts the buckets this node holds (as primary, replica or

@@ -51,7 +51,14 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 // bucketFor returns key's bucket for a decision at time at, creating a
 // full one if there is none.
 func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
-	b := o.tab(key).Get(key, at)
+	t := o.tab(key)
+	b, ok := t.Lookup(key)
+	if !ok {
+		b = t.Get(key, at)
+		if o.auto != nil {
+			o.autoNewBucket(key, b)
+		}
+	}
 	if o.lend.Held.Len() > 0 {
 		o.lend.Held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
 	}
@@ -79,7 +86,10 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
-		if o.refuseNotOwned(q, v, fx) {
+		if o.auto != nil && !q.refund {
+			o.autoMeasure(now, q.key, q.tokens, fx)
+		}
+		if o.refuseNotOwned(q, v, fx) || o.autoRefuse(q, v, fx) {
 			continue
 		}
 		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
