@@ -145,47 +145,62 @@ type autoSplit struct {
 // autoIdx is the index in o.tables of sub-bucket i of split K.
 func autoIdx(k, i int) int { return k*(k-1)/2 + i }
 
-// readSplit reads split, server_quota and split_placement: the split K
-// (maxSplit under auto) and whether it is auto. Errors: a split that is
-// neither auto nor an int in [1, maxSplit], auto without server_quota or
-// with split_placement=independent, server_quota with a numeric split,
-// and quotaSplit's.
-func (o *Owner) readSplit(v *strategy.Values, cfg strategy.Config) (bool, error) {
-	s := v.String("split")
-	auto := s == "auto"
-	if !auto {
-		n, err := fmt.Sscanf(s, "%d", &o.split)
-		if err != nil || n != 1 || fmt.Sprint(o.split) != s || o.split < 1 || o.split > maxSplit {
-			return false, fmt.Errorf("owner: parameter split=%s must be auto or an int in [1, %d]", s, maxSplit)
-		}
-	}
+// readSplit reads split, server_quota and split_placement: o.split (K,
+// or maxSplit under auto), o.distinct and, under auto, o.auto (readAuto).
+// Errors: a split that is neither auto nor an int in [1, maxSplit],
+// server_quota with a numeric split, readAuto's and quotaSplit's.
+func (o *Owner) readSplit(v *strategy.Values, cfg strategy.Config) error {
 	o.distinct = v.Enum("split_placement") == placementDistinct
-	switch {
-	case auto && !v.Has("server_quota"):
-		return false, fmt.Errorf("owner: parameter split=auto needs server_quota (tokens/s a node should decide per key)")
-	case auto && v.Has("split_placement") && !o.distinct:
-		return false, fmt.Errorf("owner: parameter split=auto places sub-buckets on distinct nodes: split_placement=%s is not supported", v.Enum("split_placement"))
-	case auto:
-		q := v.Float("server_quota")
-		if !(q > 0) || math.IsInf(q, 0) {
-			return false, fmt.Errorf("owner: parameter server_quota=%g must be positive and finite", q)
-		}
-		o.split, o.distinct = maxSplit, true
-		o.auto = &autoSplit{quota: q, window: v.Duration("split_window"), keys: map[string]*autoKey{},
-			measured: map[string]int64{}, evalAt: -1, rounds: map[string]*autoRound{}, sent: map[uint64]*autoSent{}, resendAt: -1}
-		if o.auto.window <= 0 {
-			return false, fmt.Errorf("owner: parameter split_window must be positive")
-		}
-		return true, nil
-	case v.Has("server_quota"):
-		if v.Has("split") {
-			return false, fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota)), or split=auto")
-		}
-		var err error
-		o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota"))
-		return false, err
+	s := v.String("split")
+	if s == "auto" {
+		return o.readAuto(v)
 	}
-	return false, nil
+	n, err := fmt.Sscanf(s, "%d", &o.split)
+	if err != nil || n != 1 || fmt.Sprint(o.split) != s || o.split < 1 || o.split > maxSplit {
+		return fmt.Errorf("owner: parameter split=%s must be auto or an int in [1, %d]", s, maxSplit)
+	}
+	if !v.Has("server_quota") {
+		return nil
+	}
+	if v.Has("split") {
+		return fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota)), or split=auto")
+	}
+	o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota"))
+	return err
+}
+
+// readAuto sets up split=auto. Errors: no server_quota, or one not
+// positive and finite; split_placement=independent; a split_window not
+// positive.
+func (o *Owner) readAuto(v *strategy.Values) error {
+	q := v.Float("server_quota")
+	switch {
+	case !v.Has("server_quota"):
+		return fmt.Errorf("owner: parameter split=auto needs server_quota (tokens/s a node should decide per key)")
+	case v.Has("split_placement") && !o.distinct:
+		return fmt.Errorf("owner: parameter split=auto places sub-buckets on distinct nodes: split_placement=%s is not supported", v.Enum("split_placement"))
+	case !(q > 0) || math.IsInf(q, 0):
+		return fmt.Errorf("owner: parameter server_quota=%g must be positive and finite", q)
+	case v.Duration("split_window") <= 0:
+		return fmt.Errorf("owner: parameter split_window must be positive")
+	}
+	o.split, o.distinct = maxSplit, true
+	o.auto = &autoSplit{quota: q, window: v.Duration("split_window"), keys: map[string]*autoKey{},
+		measured: map[string]int64{}, evalAt: -1, rounds: map[string]*autoRound{}, sent: map[uint64]*autoSent{}, resendAt: -1}
+	return nil
+}
+
+// makeTables makes the sub-bucket tables: split=auto's (autoTables) or a
+// fixed split's (splitTables). Errors: theirs, and split=auto with
+// overdraft or partition: conserve (not supported).
+func (o *Owner) makeTables(cfg strategy.Config) error {
+	if o.auto == nil {
+		return o.splitTables(cfg)
+	}
+	if o.od.On || cfg.Partition == strategy.PartitionConserve {
+		return fmt.Errorf("owner: parameter split=auto does not support overdraft nor partition: conserve")
+	}
+	return o.autoTables(cfg)
 }
 
 // autoTables makes the tables of split=auto: for every K in [1, maxK]
@@ -328,6 +343,17 @@ func (o *Owner) autoWake(now time.Duration, fx *strategy.Effects) {
 		o.auto.evalAt = now + o.auto.window
 		fx.WakeAt(o.auto.evalAt)
 	}
+}
+
+// autoGate, under split=auto, counts q's tokens for its key's measure
+// (autoMeasure) and refuses it when its sub-bucket does not decide here
+// (autoRefuse), reporting whether it did.
+func (o *Owner) autoGate(now time.Duration, q queued, v *verdict, fx *strategy.Effects) bool {
+	if o.auto == nil || q.refund {
+		return false
+	}
+	o.autoMeasure(now, q.key, q.tokens, fx)
+	return o.autoRefuse(q, v, fx)
 }
 
 // autoRefuse refuses q when its sub-bucket does not decide here (at or

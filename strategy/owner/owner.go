@@ -323,27 +323,18 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.warmup = v.Duration("warmup")
 	o.conserveDelay = v.Duration("conserve_delay")
 	o.slack = v.Duration("slack")
-	auto, err := o.readSplit(v, cfg)
-	if err != nil {
+	if err := o.readSplit(v, cfg); err != nil {
 		return nil, err
 	}
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
-	}
-	if auto && (o.od.On || cfg.Partition == strategy.PartitionConserve) {
-		return nil, fmt.Errorf("owner: parameter split=auto does not support overdraft nor partition: conserve")
 	}
 	o.retryEvery = o.timeout / time.Duration(retries+1)
 	o.hinted = strategy.ReadForwardTimers(v, retries)
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
-	if auto {
-		err = o.autoTables(cfg)
-	} else {
-		err = o.splitTables(cfg)
-	}
-	if err != nil {
+	if err := o.makeTables(cfg); err != nil {
 		return nil, err
 	}
 	o.conserve = cfg.Partition == strategy.PartitionConserve

@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // TestSplitDistinctWithinEnvelope is TestSplitWithinEnvelope under
@@ -22,6 +23,45 @@ func TestSplitDistinctWithinEnvelope(t *testing.T) {
 		v := runCase(t, c, rate, burst, rapid.Uint64().Draw(t, "seed"), fmt.Sprintf("split=%d", k), "split_placement=distinct")
 		if bound := c.bound(burst); v > bound {
 			t.Fatalf("split=%d distinct: envelope violated by %.3f tokens with %d crashes (bound %v)", k, v, c.crashes, bound)
+		}
+	})
+}
+
+// phasedTrace is a heavy workload (4 keys, Zipf) whose total rate changes
+// every phase: phase i offers rates[i] requests/s for phase.
+func phasedTrace(t interface{ Fatal(...any) }, rates []int, phase time.Duration, seed uint64) *workload.Trace {
+	out := &workload.Trace{Name: "phased"}
+	for i, r := range rates {
+		g, err := workload.ParseGenerator(fmt.Sprintf("heavy:users=4,rate=%d,duration=%v", r, phase))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range g.Generate(seed + uint64(i)).Requests {
+			q.Arrival += time.Duration(i) * phase
+			out.Requests = append(out.Requests, q)
+		}
+	}
+	return out
+}
+
+// TestSplitAutoWithinEnvelope (split=auto, autosplit.go): under demand
+// that changes every few seconds (so K grows and shrinks: quotas of 0.5-2
+// tokens/s against keys offered up to ~20/s), random crashes with
+// restarts and up to 5% loss, every key's admitted tokens in every window
+// stay within b + r*T plus the bound the split tests state (one burst per
+// crash, one when messages are lost), and no peer message is refused: a
+// re-split and the nodes' brief disagreement on K create no tokens.
+func TestSplitAutoWithinEnvelope(t *testing.T) {
+	rate, burst := bucket.Rate{Tokens: 2, Per: time.Second}, int64(5)
+	rapid.Check(t, func(t *rapid.T) {
+		c := drawCase(t, false)
+		rates := rapid.SliceOfN(rapid.SampledFrom([]int{1, 4, 12, 30}), 4, 4).Draw(t, "phase_rates")
+		quota := rapid.SampledFrom([]string{"0.5", "1", "2"}).Draw(t, "server_quota")
+		window := rapid.SampledFrom([]string{"200ms", "500ms", "1s"}).Draw(t, "split_window")
+		tr := phasedTrace(t, rates, 5*time.Second, rapid.Uint64().Draw(t, "seed"))
+		v := runTrace(t, c, tr, rate, burst, "split=auto", "server_quota="+quota, "split_window="+window)
+		if bound := c.bound(burst); v > bound {
+			t.Fatalf("split=auto: envelope violated by %.3f tokens with %d crashes (bound %v)", v, c.crashes, bound)
 		}
 	})
 }
