@@ -32,7 +32,9 @@ import (
 // request ID, so the key's offered rate is that count times the live
 // sub-buckets, per second. K grows to ceil(rate / server_quota) when that
 // is above K, and shrinks to ceil(rate / (3/4 server_quota)) when that is
-// below K (hysteresis: between (3/4)(K-1) and K quotas K stays), bounded
+// below K for the rate of this window and of the one before (hysteresis:
+// between (3/4)(K-1) and K quotas K stays, and one quiet window does not
+// shrink it), bounded
 // to [1, min(64, live nodes, burst)] (a sub-bucket needs a burst of at
 // least one token).
 //
@@ -134,8 +136,10 @@ type autoSplit struct {
 	baseCap  int64         // the key's burst in wire ticks
 	unknown  bool          // started after time 0: an unknown key is (maxK, 1)
 	keys     map[string]*autoKey
-	measured map[string]int64 // tokens offered to sub-bucket 0 here this window
-	evalAt   time.Duration    // the next measurement; -1: none
+	measured map[string]int64   // tokens offered to sub-bucket 0 here this window
+	last     map[string]float64 // the key's rate measured the window before (tokens/s)
+	next     map[string]float64 // this window's, to be last
+	evalAt   time.Duration      // the next measurement; -1: none
 	rounds   map[string]*autoRound
 	sent     map[uint64]*autoSent
 	resendAt time.Duration // -1: none
@@ -186,7 +190,7 @@ func (o *Owner) readAuto(v *strategy.Values) error {
 	}
 	o.split, o.distinct = maxSplit, true
 	o.auto = &autoSplit{quota: q, window: v.Duration("split_window"), keys: map[string]*autoKey{},
-		measured: map[string]int64{}, evalAt: -1, rounds: map[string]*autoRound{}, sent: map[uint64]*autoSent{}, resendAt: -1}
+		measured: map[string]int64{}, last: map[string]float64{}, next: map[string]float64{}, evalAt: -1, rounds: map[string]*autoRound{}, sent: map[uint64]*autoSent{}, resendAt: -1}
 	return nil
 }
 
@@ -297,6 +301,23 @@ func (o *Owner) autoNewBucket(key string, b *bucket.Bucket) {
 	}
 }
 
+// autoAnswer is the level, in wire ticks, this node answers a warm-up's
+// query for sub-key key with (table sub, ticks its level when it holds
+// one): that level, or, when it holds none, the level of a sub-bucket it
+// would create now: full, or empty at the key's last re-split here
+// (autoNewBucket), so that a sub-bucket new since a re-split is not
+// handed over full.
+func (o *Owner) autoAnswer(now time.Duration, key string, sub int, ticks int64, t *buckets.Table) int64 {
+	if _, ok := t.Lookup(key); !ok {
+		rate, burst := t.Shape()
+		b := bucket.MustNew(rate, burst, now) // the table's shape, validated
+		o.autoNewBucket(key, &b)
+		ticks, _ = b.Level() // as of now
+		ticks = min(ticks, b.CapacityTicks())
+	}
+	return o.toWire(sub, ticks)
+}
+
 // setAutoState records key's new state at now and moves the sub-buckets
 // this node holds to the tables of the new K (Re-split).
 func (o *Owner) setAutoState(now time.Duration, key string, st autoKey) {
@@ -378,12 +399,14 @@ func (o *Owner) autoRefuse(q queued, v *verdict, fx *strategy.Effects) bool {
 	return true
 }
 
-// autoTarget is the K for a key measured at rate tokens/s with state st,
-// among n live members (see Measure).
-func (o *Owner) autoTarget(st autoKey, rate float64, n int) int {
+// autoTarget is the K for a key measured at rate tokens/s this window and
+// last the window before, with state st, among n live members (see
+// Measure): K grows on this window's rate, shrinks only when both windows
+// are low.
+func (o *Owner) autoTarget(st autoKey, rate, last float64, n int) int {
 	most := max(min(o.auto.maxK, n), 1)
 	up := int(math.Ceil(rate/o.auto.quota - 1e-9))
-	down := int(math.Ceil(rate/(autoShrink*o.auto.quota) - 1e-9))
+	down := int(math.Ceil(max(rate, last)/(autoShrink*o.auto.quota) - 1e-9))
 	k := st.k
 	switch {
 	case up > k:
@@ -420,7 +443,8 @@ func (o *Owner) autoEvaluate(now time.Duration, fx *strategy.Effects) {
 		}
 		st := o.autoState(k)
 		rate := float64(a.measured[k]) * float64(st.live) / a.window.Seconds()
-		target := o.autoTarget(st, rate, len(o.members))
+		target := o.autoTarget(st, rate, a.last[k], len(o.members))
+		a.next[k] = rate
 		if a.rounds[k] == nil && (target != st.k || st.live < st.k) {
 			o.startRound(now, k, target, fx)
 		}
@@ -429,6 +453,8 @@ func (o *Owner) autoEvaluate(now time.Duration, fx *strategy.Effects) {
 		}
 	}
 	clear(a.measured)
+	a.last, a.next = a.next, a.last
+	clear(a.next)
 }
 
 // startRound starts a round to K k for key: prepare here, then at every

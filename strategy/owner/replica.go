@@ -67,6 +67,9 @@ func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv
 		b, ok := t.Lookup(l.Key)
 		if !ok {
 			b = t.Get(l.Key, min(at, now))
+			if o.auto != nil {
+				o.autoNewBucket(l.Key, b) // none held here: new since the last re-split, empty
+			}
 		}
 		ticks := l.LevelTicks
 		if o.auto != nil {

@@ -95,7 +95,7 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 			l.LevelTicks, l.AtNs = ticks, int64(at)
 		}
 		if o.auto != nil {
-			l.LevelTicks = o.toWire(sub, l.LevelTicks)
+			l.LevelTicks = o.autoAnswer(now, k, sub, l.LevelTicks, o.tables[sub])
 		}
 		ls = append(ls, l)
 	}
