@@ -155,9 +155,10 @@ func autoIdx(k, i int) int { return k*(k-1)/2 + i }
 // server_quota with a numeric split, readAuto's and quotaSplit's.
 func (o *Owner) readSplit(v *strategy.Values, cfg strategy.Config) error {
 	o.distinct = v.Enum("split_placement") == placementDistinct
+	window := v.Duration("split_window") // read always: only auto uses it
 	s := v.String("split")
 	if s == "auto" {
-		return o.readAuto(v)
+		return o.readAuto(v, window)
 	}
 	n, err := fmt.Sscanf(s, "%d", &o.split)
 	if err != nil || n != 1 || fmt.Sprint(o.split) != s || o.split < 1 || o.split > maxSplit {
@@ -176,20 +177,21 @@ func (o *Owner) readSplit(v *strategy.Values, cfg strategy.Config) error {
 // readAuto sets up split=auto. Errors: no server_quota, or one not
 // positive and finite; split_placement=independent; a split_window not
 // positive.
-func (o *Owner) readAuto(v *strategy.Values) error {
+func (o *Owner) readAuto(v *strategy.Values, window time.Duration) error {
+	if !v.Has("server_quota") {
+		return fmt.Errorf("owner: parameter split=auto needs server_quota (tokens/s a node should decide per key)")
+	}
 	q := v.Float("server_quota")
 	switch {
-	case !v.Has("server_quota"):
-		return fmt.Errorf("owner: parameter split=auto needs server_quota (tokens/s a node should decide per key)")
 	case v.Has("split_placement") && !o.distinct:
 		return fmt.Errorf("owner: parameter split=auto places sub-buckets on distinct nodes: split_placement=%s is not supported", v.Enum("split_placement"))
 	case !(q > 0) || math.IsInf(q, 0):
 		return fmt.Errorf("owner: parameter server_quota=%g must be positive and finite", q)
-	case v.Duration("split_window") <= 0:
+	case window <= 0:
 		return fmt.Errorf("owner: parameter split_window must be positive")
 	}
 	o.split, o.distinct = maxSplit, true
-	o.auto = &autoSplit{quota: q, window: v.Duration("split_window"), keys: map[string]*autoKey{},
+	o.auto = &autoSplit{quota: q, window: window, keys: map[string]*autoKey{},
 		measured: map[string]int64{}, last: map[string]float64{}, next: map[string]float64{}, evalAt: -1, rounds: map[string]*autoRound{}, sent: map[uint64]*autoSent{}, resendAt: -1}
 	return nil
 }

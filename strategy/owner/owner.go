@@ -15,7 +15,10 @@
 // (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
 // owner, chosen by request ID; with `split_placement=distinct` sub-bucket i
 // is owned by the key's i-th node in rendezvous order, so the K owners are
-// the key's first K servers, split.go). Ours: `replicas=K`, where the first K
+// the key's first K servers, split.go; `split=auto` with `server_quota`:
+// K for each key from its measured rate, K = ceil(rate / quota), agreed
+// in two-phase rounds its first node runs, re-split without creating
+// tokens, autosplit.go). Ours: `replicas=K`, where the first K
 // servers hold copies of one bucket and only the first decides. The
 // fallback to a local threshold when the owner cannot be reached is Alibaba
 // Sentinel's cluster mode (a token server with local fallback).
