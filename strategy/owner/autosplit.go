@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,10 +111,17 @@ type autoKey struct {
 
 // autoRound is a round the coordinator runs for one key.
 type autoRound struct {
-	k      int
-	epoch  int64
-	commit bool              // phase: false prepare, true commit
-	await  []strategy.NodeID // members that have not acknowledged the phase
+	k     int
+	epoch int64
+	// When the round grows the key from a committed K (from): the tokens
+	// (wire ticks) each new sub-bucket i in [from, k) starts with at
+	// grantAt (the commit), out of those sub-bucket 0 lost to its smaller
+	// burst at the prepare.
+	from    int
+	grant   int64
+	grantAt time.Duration
+	commit  bool              // phase: false prepare, true commit
+	await   []strategy.NodeID // members that have not acknowledged the phase
 }
 
 // autoSent is a round message waiting for its acknowledgement.
@@ -466,8 +474,19 @@ func (o *Owner) startRound(now time.Duration, key string, k int, fx *strategy.Ef
 	st := o.autoState(key)
 	epoch := max(int64(now), st.epoch+1, a.epoch+1)
 	a.epoch = epoch
-	o.applyPrepare(now, key, k, epoch, o.self)
-	r := &autoRound{k: k, epoch: epoch, await: o.others()}
+	r := &autoRound{k: k, epoch: epoch, from: st.k}
+	if k > st.k && st.live == st.k {
+		// Growing: the tokens sub-bucket 0 loses to its smaller burst
+		// feed the new sub-buckets (Re-split).
+		sub0 := subKey(key, 0)
+		before := o.toWire(o.subOf(sub0), o.bucketLevel(sub0, now))
+		o.applyPrepare(now, key, k, epoch, o.self)
+		after := o.toWire(o.subOf(sub0), o.bucketLevel(sub0, now))
+		r.grant = max(before-after-1, 0) / int64(k-st.k) // -1: the two roundings down
+	} else {
+		o.applyPrepare(now, key, k, epoch, o.self)
+	}
+	r.await = o.others()
 	a.rounds[key] = r
 	o.sendPhase(now, key, r, fx)
 }
@@ -481,7 +500,11 @@ func (o *Owner) sendPhase(now time.Duration, key string, r *autoRound, fx *strat
 			delete(o.auto.rounds, key)
 			return
 		}
-		o.applyCommit(now, key, r.k, r.epoch, o.self)
+		// The new sub-buckets refill from now, when every member has
+		// lowered its rate to r/k (prepare acknowledged), not from the
+		// prepare: before, the live ones may still refill at r/from.
+		r.grantAt = now
+		o.applyCommit(now, key, r.k, r.epoch, o.self, r.grantOf())
 		r.commit = true
 		r.await = o.others()
 	}
@@ -497,8 +520,11 @@ func (o *Owner) sendRound(now time.Duration, m strategy.NodeID, key string, r *a
 		tag = "c"
 	}
 	o.nextSeq++
-	msg := wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{
-		Seq: o.nextSeq, Levels: []*peerv1.OwnerLevel{{Key: key + "\x00" + tag, LevelTicks: int64(r.k), AtNs: r.epoch}}}}})
+	ls := []*peerv1.OwnerLevel{{Key: key + "\x00" + tag, LevelTicks: int64(r.k), AtNs: r.epoch}}
+	if r.commit && r.grant > 0 {
+		ls = append(ls, &peerv1.OwnerLevel{Key: key + "\x00g" + strconv.Itoa(r.from), LevelTicks: r.grant, AtNs: int64(r.grantAt)})
+	}
+	msg := wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Levels{Levels: &peerv1.OwnerLevels{Seq: o.nextSeq, Levels: ls}}})
 	o.auto.sent[o.nextSeq] = &autoSent{to: m, key: key, epoch: r.epoch, commit: r.commit, msg: msg}
 	fx.Send(m, msg)
 	if o.auto.resendAt < 0 {
@@ -588,23 +614,82 @@ func (o *Owner) applyPrepare(now time.Duration, key string, k int, epoch int64, 
 	return true
 }
 
+// autoGrant is the level a commit gives the new sub-buckets [from, K):
+// ticks (wire) at time at; the zero grant gives none.
+type autoGrant struct {
+	from  int
+	ticks int64
+	at    time.Duration
+}
+
+func (r *autoRound) grantOf() autoGrant {
+	return autoGrant{from: r.from, ticks: r.grant, at: r.grantAt}
+}
+
 // applyCommit applies commit(k) of round (epoch, from) if it is the round
-// this node last prepared: (K, live) = (k, k). Any other commit changes
+// this node last prepared: (K, live) = (k, k), and each new sub-bucket
+// this node owns starts from g (feedNew). Any other commit changes
 // nothing (always acknowledged: only the prepares' acknowledgements
 // matter).
-func (o *Owner) applyCommit(now time.Duration, key string, k int, epoch int64, from strategy.NodeID) {
+func (o *Owner) applyCommit(now time.Duration, key string, k int, epoch int64, from strategy.NodeID, g autoGrant) {
 	st := o.autoState(key)
 	if roundCmp(epoch, from, st.epoch, st.from) != 0 || st.prepK != k {
 		return
 	}
 	st.k, st.live = k, k
 	o.setAutoState(now, key, st)
+	if g.ticks > 0 {
+		o.feedNew(now, key, k, g)
+	}
 }
 
-// isRound reports whether ls is a round message (one entry, key ending in
-// NUL "p" or NUL "c").
+// feedNew gives each sub-bucket i in [g.from, k) of key that this node
+// owns in its view the grant's level at g.at, refilled since (capped at
+// its burst; merged with the level it holds, keeping the lower), instead
+// of an empty start. The coordinator took those tokens out of its own
+// sub-bucket 0 at its prepare (startRound), so the key's total does not
+// grow; from g.at (the coordinator's commit, when every member has
+// lowered its rate to r/k) the new sub-buckets refill at r/k, the rate
+// the restricted live ones leave unused until this commit reaches them.
+func (o *Owner) feedNew(now time.Duration, key string, k int, g autoGrant) {
+	for i := g.from; i < k; i++ {
+		sk := subKey(key, i)
+		if o.ownerIn(sk, o.members) != o.self {
+			continue
+		}
+		sub := autoIdx(k, i)
+		t := o.tables[sub]
+		b, ok := t.Lookup(sk)
+		if !ok {
+			b = t.Get(sk, now)
+		}
+		_ = b.MergeLevelAt(now, o.fromWire(sub, g.ticks), g.at) // within [floor, burst] (fromWire), g.at >= 0
+	}
+}
+
+// bucketLevel is sub-key key's level in ticks of its table at now (a
+// bucket made, as bucketFor does, when this node holds none).
+func (o *Owner) bucketLevel(key string, now time.Duration) int64 {
+	b := o.bucketFor(key, now)
+	level, _, _ := b.LevelAt(now)
+	return level
+}
+
+// grantIn is a commit's grant: its second entry, parent + NUL "g" + the
+// K it grows from (checkRound checked it), or none.
+func grantIn(ls *peerv1.OwnerLevels) autoGrant {
+	if len(ls.Levels) < 2 {
+		return autoGrant{}
+	}
+	g := ls.Levels[1]
+	from, _ := strconv.Atoi(g.Key[strings.LastIndexByte(g.Key, 0)+2:])
+	return autoGrant{from: from, ticks: g.LevelTicks, at: time.Duration(g.AtNs)}
+}
+
+// isRound reports whether ls is a round message (a first entry whose key
+// ends in NUL "p" or NUL "c"; a commit may carry a grant as a second).
 func isRound(ls *peerv1.OwnerLevels) bool {
-	if len(ls.Levels) != 1 {
+	if len(ls.Levels) < 1 || len(ls.Levels) > 2 {
 		return false
 	}
 	k := ls.Levels[0].Key
@@ -612,9 +697,14 @@ func isRound(ls *peerv1.OwnerLevels) bool {
 }
 
 // checkRound checks a round message: K in [1, maxSplit], a seq, an epoch
-// not negative.
-func checkRound(from strategy.NodeID, ls *peerv1.OwnerLevels) error {
+// not negative, and a commit's grant (checkGrant).
+func (o *Owner) checkRound(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels) error {
 	l := ls.Levels[0]
+	if len(ls.Levels) == 2 {
+		if err := o.checkGrant(now, from, l, ls.Levels[1]); err != nil {
+			return err
+		}
+	}
 	switch {
 	case l.LevelTicks < 1 || l.LevelTicks > maxSplit:
 		return fmt.Errorf("owner: split round from %s: key %q: K %d outside [1, %d]", from, l.Key, l.LevelTicks, maxSplit)
@@ -622,6 +712,24 @@ func checkRound(from strategy.NodeID, ls *peerv1.OwnerLevels) error {
 		return fmt.Errorf("owner: split round from %s: key %q: negative epoch %d", from, l.Key, l.AtNs)
 	case ls.Seq == 0:
 		return fmt.Errorf("owner: split round from %s: key %q: no seq", from, l.Key)
+	}
+	return nil
+}
+
+// checkGrant checks a commit's grant g: key parent + NUL "g" + a K it
+// grows from in [1, the commit's K), a level in [0, the key's burst] in
+// wire ticks, a time not negative nor more than slack after now.
+func (o *Owner) checkGrant(now time.Duration, from strategy.NodeID, c, g *peerv1.OwnerLevel) error {
+	parent := c.Key[:len(c.Key)-2]
+	rest, ok := strings.CutPrefix(g.Key, parent+"\x00g")
+	k, err := strconv.Atoi(rest)
+	switch {
+	case c.Key[len(c.Key)-1] != 'c' || !ok || err != nil || strconv.Itoa(k) != rest || k < 1 || int64(k) >= c.LevelTicks:
+		return fmt.Errorf("owner: split round from %s: key %q: not a commit with a grant (%q)", from, c.Key, g.Key)
+	case g.LevelTicks < 0 || g.LevelTicks > o.auto.baseCap:
+		return fmt.Errorf("owner: split round from %s: key %q: grant %d ticks outside [0, %d]", from, c.Key, g.LevelTicks, o.auto.baseCap)
+	case g.AtNs < 0 || time.Duration(g.AtNs) > now+o.slack:
+		return fmt.Errorf("owner: split round from %s: key %q: grant time %d outside [0, now+slack]", from, c.Key, g.AtNs)
 	}
 	return nil
 }
@@ -637,7 +745,7 @@ func (o *Owner) receiveRound(now time.Duration, from strategy.NodeID, ls *peerv1
 			return
 		}
 	} else {
-		o.applyCommit(now, key, k, l.AtNs, from)
+		o.applyCommit(now, key, k, l.AtNs, from, grantIn(ls))
 	}
 	fx.Send(from, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_LevelsAck{LevelsAck: &peerv1.OwnerLevelsAck{Seq: ls.Seq}}}))
 }

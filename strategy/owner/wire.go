@@ -100,7 +100,7 @@ func (o *Owner) checkLevels(now time.Duration, from strategy.NodeID, ls *peerv1.
 		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
 	}
 	if o.auto != nil && isRound(ls) {
-		return checkRound(from, ls)
+		return o.checkRound(now, from, ls)
 	}
 	for i, l := range ls.Levels {
 		if l.Key == "" {
