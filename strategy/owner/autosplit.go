@@ -144,6 +144,7 @@ type autoSplit struct {
 	baseCap  int64         // the key's burst in wire ticks
 	unknown  bool          // started after time 0: an unknown key is (maxK, 1)
 	keys     map[string]*autoKey
+	local    []*buckets.Table   // on_timeout=local fallback tables by K (autoLocalTables); [0] unused
 	measured map[string]int64   // tokens offered to sub-bucket 0 here this window
 	last     map[string]float64 // the key's rate measured the window before (tokens/s)
 	next     map[string]float64 // this window's, to be last
@@ -254,6 +255,42 @@ func (o *Owner) autoTables(cfg strategy.Config) error {
 	add(rate, 0)
 	o.table = o.tables[0]
 	return nil
+}
+
+// autoLocalTables makes split=auto's on_timeout=local fallback tables:
+// for every K in [1, maxK], (r/(N K), this node's share of the largest
+// sub-burst), as a fixed split=K has (localShare). Errors: a rate below
+// the resolution.
+func (o *Owner) autoLocalTables() error {
+	if o.auto == nil {
+		return nil
+	}
+	o.auto.local = make([]*buckets.Table, o.auto.maxK+1)
+	for k := 1; k <= o.auto.maxK; k++ {
+		r, b, err := o.localShareOf(k)
+		if err != nil {
+			return err
+		}
+		if o.auto.local[k], err = buckets.New(r, b); err != nil {
+			return fmt.Errorf("owner: local fallback: %w", err)
+		}
+	}
+	return nil
+}
+
+// autoLocalOf is the fallback table of a sub-key under split=auto: the
+// one of this node's K for its key. A forwarder answers only for the
+// sub-bucket whose owner does not answer, at r/(N K) (the N-1 forwarders
+// together at most its rate r/K: the invariant's K_n >= K*), while the
+// key's other sub-buckets keep deciding; a table of the whole key's r/N
+// let the forwarders of a crashed sub-bucket 0 admit up to r besides them
+// (TestSplitAutoCoordinatorCrash).
+func (o *Owner) autoLocalOf(key string) *buckets.Table {
+	parent, _, ok := splitKey(key)
+	if !ok {
+		return o.auto.local[o.auto.maxK]
+	}
+	return o.auto.local[min(o.autoState(parent).k, o.auto.maxK)]
 }
 
 // autoState is this node's (K, live) for key (the parent key): recorded,

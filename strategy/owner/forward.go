@@ -123,17 +123,17 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 		}
 		return false
 	default:
-		key := req.Key
-		if o.auto != nil { // one fallback bucket per key, whatever the sub-bucket
-			key, _, _ = splitKey(key)
+		key, t := req.Key, o.local
+		if o.auto != nil { // the sub-bucket's share at this node's K for the key
+			t = o.autoLocalOf(key)
 		}
-		b, ok := o.local.Lookup(key)
+		b, ok := t.Lookup(key)
 		if !ok {
 			// Empty at the first fallback's arrival: the owner may have
 			// drained the key just before it stopped answering, which is
 			// before the request came; a full local bucket would add
 			// (N-1)/N of a burst at once (see strategy.FallbackStart).
-			b = o.local.Get(key, now)
+			b = t.Get(key, now)
 			_ = b.MergeLevel(0, strategy.FallbackStart(now, req)) // 0 is within bounds, the start >= 0
 		}
 		if o.od.On && req.Charge {

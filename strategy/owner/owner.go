@@ -346,6 +346,9 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if o.local, err = o.localTable(); err != nil {
 		return nil, err
 	}
+	if err := o.autoLocalTables(); err != nil {
+		return nil, err
+	}
 	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	return o, nil
 }
@@ -386,6 +389,22 @@ func (o *Owner) splitTables(cfg strategy.Config) error {
 	return nil
 }
 
+// setLocalRates sets the fallback tables' rates and bursts for the
+// current membership (split=auto: one table per K, autoLocal).
+func (o *Owner) setLocalRates(now time.Duration) {
+	if r, b, err := o.localShare(); err == nil {
+		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
+	}
+	if o.auto == nil {
+		return
+	}
+	for k := 1; k < len(o.auto.local); k++ {
+		if r, b, err := o.localShareOf(k); err == nil {
+			_ = o.auto.local[k].SetRate(now, r, b) // validated as above
+		}
+	}
+}
+
 // localTable builds the fallback table for the current membership: rate
 // r/N and this node's exact share of the burst.
 func (o *Owner) localTable() (*buckets.Table, error) {
@@ -397,14 +416,15 @@ func (o *Owner) localTable() (*buckets.Table, error) {
 }
 
 func (o *Owner) localShare() (bucket.Rate, int64, error) {
+	return o.localShareOf(o.split)
+}
+
+// localShareOf is localShare for sub-buckets of a key split subs ways.
+func (o *Owner) localShareOf(subs int) (bucket.Rate, int64, error) {
 	n := max(len(o.members), 1)
 	split := o.members
 	if o.conserve { // over the last agreed members, not the live ones
 		_, n, split = strategy.ConserveScale(o.self, o.members, o.expected)
-	}
-	subs := o.split
-	if o.auto != nil {
-		subs = 1 // the fallback bucket is the parent key's (fallback)
 	}
 	r, err := o.rate.Div(int64(n * subs))
 	if err != nil {
@@ -512,6 +532,11 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 			t.Sweep(now - o.hold)
 		}
 		o.local.Sweep(now)
+		if o.auto != nil {
+			for _, t := range o.auto.local[1:] {
+				t.Sweep(now)
+			}
+		}
 		o.nextSweep = now + o.sweepEvery
 		fx.WakeAt(o.nextSweep)
 	}
@@ -536,9 +561,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	o.clampAll(now) // the driver returned its allowances first; held tokens stay spent
 	o.changedAt = now
 	clear(o.suspect)
-	if r, b, err := o.localShare(); err == nil {
-		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
-	}
+	o.setLocalRates(now)
 	if o.conserve {
 		o.rescale(now, fx)
 	}
@@ -570,6 +593,11 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 func (o *Owner) StateBytes() int {
 	const perRequest = 40 // id, arrival, tokens, deadline as varints, plus the key
 	n := o.local.StateBytes()
+	if o.auto != nil {
+		for _, t := range o.auto.local[1:] {
+			n += t.StateBytes()
+		}
+	}
 	for _, t := range o.tables {
 		n += t.StateBytes()
 	}

@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -64,4 +65,28 @@ func TestSplitAutoWithinEnvelope(t *testing.T) {
 			t.Fatalf("split=auto: envelope violated by %.3f tokens with %d crashes (bound %v)", v, c.crashes, bound)
 		}
 	})
+}
+
+// TestSplitAutoCoordinatorCrash: the owner of the hottest key (its
+// sub-bucket 0, and the coordinator of its K) crashes and the others see
+// it only 5 s later. Meanwhile the forwarders answer sub-bucket 0's
+// requests by on_timeout=local, and the key's other sub-buckets keep
+// deciding: the fallback must stand for sub-bucket 0 alone (r/(N K) per
+// forwarder), not for the whole key (r/N), or the key admits up to twice
+// its rate for the detection window (584 tokens over b + r*T at 10 nodes
+// and 200/s before the fix). The bound is the split tests' one burst per
+// crash.
+func TestSplitAutoCoordinatorCrash(t *testing.T) {
+	rate, burst := bucket.Rate{Tokens: 20, Per: time.Second}, int64(20)
+	g, err := workload.ParseGenerator("heavy:users=4,rate=200,duration=20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := faultCase{nodes: 5, crashes: 1, scenario: &sim.Scenario{Detection: 5 * time.Second,
+		Events: []sim.ScenarioEvent{{At: 8 * time.Second, CrashOwnerOfHottest: 1}}}}
+	v := runTrace(t, c, g.Generate(1), rate, burst, "split=auto", "server_quota=10")
+	t.Logf("envelope violation %.3f tokens (bound %v)", v, c.bound(burst))
+	if v > c.bound(burst) {
+		t.Fatalf("envelope violated by %.3f tokens, bound %v", v, c.bound(burst))
+	}
 }
