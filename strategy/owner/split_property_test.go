@@ -46,22 +46,40 @@ func phasedTrace(t interface{ Fatal(...any) }, rates []int, phase time.Duration,
 }
 
 // TestSplitAutoWithinEnvelope (split=auto, autosplit.go): under demand
-// that changes every few seconds (so K grows and shrinks: quotas of 0.5-2
-// tokens/s against keys offered up to ~20/s), random crashes with
+// that changes every few seconds (so K grows and shrinks: quotas of 1/4 to
+// one rate against keys offered up to ~10 rates), random crashes with
 // restarts and up to 5% loss, every key's admitted tokens in every window
 // stay within b + r*T plus the bound the split tests state (one burst per
-// crash, one when messages are lost), and no peer message is refused: a
-// re-split and the nodes' brief disagreement on K create no tokens.
+// crash, one when messages are lost; at 20/s plus the plain owner's own
+// violation in the same case), and no peer message is refused: a re-split
+// and the nodes' brief disagreement on K create no tokens.
 func TestSplitAutoWithinEnvelope(t *testing.T) {
-	rate, burst := bucket.Rate{Tokens: 2, Per: time.Second}, int64(5)
+	burst := int64(5)
 	rapid.Check(t, func(t *rapid.T) {
 		c := drawCase(t, false)
+		// The key's rate (2 or 20 tokens/s) scales the demand and the
+		// quota: at 20/s a detection window's wrong fallback share is
+		// several bursts.
+		scale := rapid.SampledFrom([]int{1, 10}).Draw(t, "scale")
+		rate := bucket.Rate{Tokens: int64(2 * scale), Per: time.Second}
 		rates := rapid.SliceOfN(rapid.SampledFrom([]int{1, 4, 12, 30}), 4, 4).Draw(t, "phase_rates")
-		quota := rapid.SampledFrom([]string{"0.5", "1", "2"}).Draw(t, "server_quota")
+		for i := range rates {
+			rates[i] *= scale
+		}
+		quota := rapid.SampledFrom([]float64{0.5, 1, 2}).Draw(t, "server_quota") * float64(scale)
 		window := rapid.SampledFrom([]string{"200ms", "500ms", "1s"}).Draw(t, "split_window")
 		tr := phasedTrace(t, rates, 5*time.Second, rapid.Uint64().Draw(t, "seed"))
-		v := runTrace(t, c, tr, rate, burst, "split=auto", "server_quota="+quota, "split_window="+window)
-		if bound := c.bound(burst); v > bound {
+		v := runTrace(t, c, tr, rate, burst, "split=auto", fmt.Sprintf("server_quota=%g", quota), "split_window="+window)
+		bound := c.bound(burst)
+		if scale > 1 {
+			// At 20/s the plain owner (split=1) itself exceeds the
+			// split tests' bound in some crash cases (the refill of
+			// a detection window, and a key whose replicas all crashed),
+			// so split=auto is held to the plain owner's violation in
+			// the same case plus that bound.
+			bound += runTrace(t, c, tr, rate, burst)
+		}
+		if v > bound {
 			t.Fatalf("split=auto: envelope violated by %.3f tokens with %d crashes (bound %v)", v, c.crashes, bound)
 		}
 	})
