@@ -91,6 +91,14 @@ import (
 // converted from and to each node's sub-bucket ticks, because the
 // sender's and receiver's K may differ.
 //
+// Fallback (on_timeout=local): a forwarder answers a sub-bucket whose
+// owner does not answer from a bucket of that sub-key at (r/(N K), its
+// share of the largest sub-burst), K its own for the key (autoLocalOf),
+// as a fixed split=K does: the other sub-buckets keep deciding meanwhile.
+//
+// Memory: a node keeps (K, live) for every key a round has touched, also
+// once it is back to (1, 1) (its epoch orders later rounds); not swept.
+//
 // Limits (ours, refused in New or stated): split=auto with overdraft or
 // partition: conserve is refused; waiting mode decides without waiting
 // (capWait is 0); a fallback admission's charge that reaches a node where

@@ -210,3 +210,42 @@ func TestResplitCreatesNoTokens(t *testing.T) {
 		}
 	})
 }
+
+// TestSplitAutoParams: split=auto needs server_quota, places on distinct
+// nodes (split_placement=independent refused), refuses overdraft and
+// partition: conserve and a split_window not positive; split is auto or
+// an int in [1, 64]; server_quota with a numeric split stays an error.
+func TestSplitAutoParams(t *testing.T) {
+	for _, c := range []struct {
+		params    []string
+		partition strategy.PartitionMode
+		ok        bool
+	}{
+		{[]string{"split=auto", "server_quota=5"}, strategy.PartitionAvailable, true},
+		{[]string{"split=auto", "server_quota=5", "split_placement=distinct", "split_window=100ms"}, strategy.PartitionAvailable, true},
+		{[]string{"split=auto"}, strategy.PartitionAvailable, false},
+		{[]string{"split=auto", "server_quota=0"}, strategy.PartitionAvailable, false},
+		{[]string{"split=auto", "server_quota=5", "split_placement=independent"}, strategy.PartitionAvailable, false},
+		{[]string{"split=auto", "server_quota=5", "overdraft=true"}, strategy.PartitionAvailable, false},
+		{[]string{"split=auto", "server_quota=5"}, strategy.PartitionConserve, false},
+		{[]string{"split=auto", "server_quota=5", "split_window=0s"}, strategy.PartitionAvailable, false},
+		{[]string{"split=Auto", "server_quota=5"}, strategy.PartitionAvailable, false},
+		{[]string{"split=04"}, strategy.PartitionAvailable, false},
+		{[]string{"split=65"}, strategy.PartitionAvailable, false},
+		{[]string{"split=4", "server_quota=5"}, strategy.PartitionAvailable, false},
+		{[]string{"split=4"}, strategy.PartitionAvailable, true},
+	} {
+		p, err := strategy.ParseParams(c.params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := New(strategy.Config{Self: "n0", Members: tenNodes(), Rate: autoRate, Burst: autoBurst, Partition: c.partition,
+			Rand: rand.New(rand.NewPCG(1, 2)), Params: p, LatencyHint: time.Millisecond})
+		if (err == nil) != c.ok {
+			t.Errorf("%v (partition %v): error %v, want ok=%v", c.params, c.partition, err, c.ok)
+		}
+		if err == nil && slices.Contains(c.params, "split=auto") && (o.auto == nil || !o.distinct || o.auto.maxK != int(autoBurst)) {
+			t.Errorf("%v: not set up as auto on distinct nodes with maxK = burst %d", c.params, autoBurst)
+		}
+	}
+}
