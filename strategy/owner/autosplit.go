@@ -76,16 +76,22 @@ import (
 // (bucket.SetRate: the level never grows); those at i >= K' are dropped
 // (their tokens are lost, not handed over); a sub-bucket this node creates
 // after the change starts empty at the change and refills at r/K' (not
-// full, as a key's first bucket is). So a re-split never creates tokens:
-// the key's total level after it is at most what it was, and a shrink
-// drains the removed sub-buckets' tokens (at most one burst of false
-// rejections per change, which the hysteresis keeps rare).
+// full, as a key's first bucket is; also when a warm-up or a replica
+// merge asks for one it does not hold: autoAnswer, receiveLevels). A
+// growing round from a committed K feeds its new sub-buckets instead: the
+// tokens the coordinator's sub-bucket 0 loses to its smaller burst at the
+// prepare are split among them in the commit (feedNew). So a re-split
+// never creates tokens: the key's total level after it is at most what it
+// was, and a shrink drains the removed sub-buckets' tokens (at most one
+// burst of false rejections per change, which the hysteresis keeps rare).
 //
 // Wire. api/peer/v1 has no message for a split round and this change does
 // not touch it: a round travels as an OwnerLevels of one entry whose key
 // is the parent key + NUL + "p" (prepare) or "c" (commit), level_ticks K
 // and at_ns the epoch, with a seq its receiver acknowledges
-// (OwnerLevelsAck), as a leave shipment is. A sub-key ends in NUL and
+// (OwnerLevelsAck), as a leave shipment is; a growing commit adds its
+// grant as a second entry, parent + NUL + "g" + the K it grows from,
+// level_ticks the grant in wire ticks, at_ns its time (feedNew). A sub-key ends in NUL and
 // decimal digits, so no sub-key is read as a round. Under split=auto a
 // level on the wire is in ticks of the key's whole rate (1/Per of r),
 // converted from and to each node's sub-bucket ticks, because the
