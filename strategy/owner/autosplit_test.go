@@ -84,8 +84,37 @@ func (n *autoNet) check(key string) {
 	}
 }
 
+// changeMembers removes a member (when more than 2 remain) or adds back
+// one that left, as a fresh node started now, and gives every member the
+// new view at once (ranks shift: a sub-bucket moves to the next node).
+func (n *autoNet) changeMembers() {
+	var gone []strategy.NodeID
+	for m := range n.nodes {
+		if !slices.Contains(n.members, m) {
+			gone = append(gone, m)
+		}
+	}
+	slices.Sort(gone)
+	if len(gone) > 0 && (len(n.members) <= 2 || rapid.Bool().Draw(n.t, "join")) {
+		back := rapid.SampledFrom(gone).Draw(n.t, "joiner")
+		n.members = append(n.members, back)
+		slices.Sort(n.members)
+		n.nodes[back] = n.newNode(back, n.now)
+	} else if len(n.members) > 2 {
+		leaver := rapid.SampledFrom(n.members).Draw(n.t, "leaver")
+		n.members = slices.DeleteFunc(slices.Clone(n.members), func(m strategy.NodeID) bool { return m == leaver })
+	} else {
+		return
+	}
+	for _, m := range n.members {
+		fx := &strategy.Effects{}
+		n.nodes[m].SetMembers(n.now, slices.Clone(n.members), fx)
+		n.take(m, fx)
+	}
+}
+
 func (n *autoNet) step(key string) {
-	switch rapid.IntRange(0, 9).Draw(n.t, "action") {
+	switch rapid.IntRange(0, 10).Draw(n.t, "action") {
 	case 0, 1, 2: // requests at one node
 		self := rapid.SampledFrom(n.members).Draw(n.t, "at")
 		for range rapid.IntRange(1, 30).Draw(n.t, "requests") {
@@ -104,6 +133,8 @@ func (n *autoNet) step(key string) {
 	case 5: // a restart: a fresh node, started now (it may have missed rounds)
 		self := rapid.SampledFrom(n.members).Draw(n.t, "restart")
 		n.nodes[self] = n.newNode(self, n.now)
+	case 6: // a membership change every node sees at once: one leaves or a fresh one joins
+		n.changeMembers()
 	default: // deliver, lose or duplicate one message, in any order
 		if len(n.inbox) == 0 {
 			return
@@ -118,6 +149,9 @@ func (n *autoNet) step(key string) {
 		default:
 			n.inbox = slices.Delete(n.inbox, i, i+1)
 		}
+		if !slices.Contains(n.members, m.to) {
+			return // to a node that left
+		}
 		fx := &strategy.Effects{}
 		if err := n.nodes[m.to].Receive(n.now, m.from, m.payload, fx); err != nil {
 			n.t.Fatalf("%s from %s: %v", m.to, m.from, err)
@@ -128,7 +162,9 @@ func (n *autoNet) step(key string) {
 
 // TestAutoSplitAgreementProperty: whatever the order in which round
 // messages arrive, lost, duplicated, or met by restarted nodes that
-// missed rounds, the nodes' (K, live) for a key never let the live
+// missed rounds, and across membership changes every node sees at once
+// (a leave shifts the ranks; a fresh node joins), the nodes' (K, live)
+// for a key never let the live
 // sub-buckets hold more than the key's rate and burst (the invariant of
 // autosplit.go's Agreement), while K does change (maxK over the runs).
 func TestAutoSplitAgreementProperty(t *testing.T) {
