@@ -43,9 +43,7 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	if o.od.On && req.Charge {
 		maxWait = 0 // overdraft: a charge is taken at once, it does not wait
 	}
-	if o.split > 1 {
-		req.Key = subKey(req.Key, int(req.ID%uint64(o.split)))
-	}
+	req.Key = o.routeKey(req.Key, req.ID)
 	if o.hold > 0 || !o.owns(req.Key) {
 		if allowed, decided := o.route(now, req, maxWait, fx); decided {
 			return strategy.Decision{RequestID: req.ID, Allowed: allowed}, true
@@ -59,12 +57,25 @@ func (o *Owner) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	return fx.TakeDecision(req.ID)
 }
 
+// routeKey is the (sub-)key a request of key with ID id goes to: key
+// itself, or under split sub-bucket id mod K (split=auto: mod the
+// sub-buckets live in this node's state).
+func (o *Owner) routeKey(key string, id uint64) string {
+	switch {
+	case o.auto != nil:
+		return subKey(key, int(id%uint64(o.autoLive(key))))
+	case o.split > 1:
+		return subKey(key, int(id%uint64(o.split)))
+	}
+	return key
+}
+
 // capWait bounds a max wait to [0, the time the rule's rate takes to
 // refill one burst]: a reservation then leaves the level at or above
 // -burst, the bound within which replicas accept a peer's level.
 func (o *Owner) capWait(maxWait time.Duration) time.Duration {
 	maxWait = max(maxWait, 0)
-	if maxWait == 0 || o.rate.Tokens == 0 {
+	if maxWait == 0 || o.rate.Tokens == 0 || o.auto != nil {
 		return 0
 	}
 	return min(maxWait, buckets.FillTime(o.rate, o.burst), MaxWait)
@@ -112,13 +123,17 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 		}
 		return false
 	default:
-		b, ok := o.local.Lookup(req.Key)
+		key, t := req.Key, o.local
+		if o.auto != nil { // the sub-bucket's share at this node's K for the key
+			t = o.autoLocalOf(key)
+		}
+		b, ok := t.Lookup(key)
 		if !ok {
 			// Empty at the first fallback's arrival: the owner may have
 			// drained the key just before it stopped answering, which is
 			// before the request came; a full local bucket would add
 			// (N-1)/N of a burst at once (see strategy.FallbackStart).
-			b = o.local.Get(req.Key, now)
+			b = t.Get(key, now)
 			_ = b.MergeLevel(0, strategy.FallbackStart(now, req)) // 0 is within bounds, the start >= 0
 		}
 		if o.od.On && req.Charge {

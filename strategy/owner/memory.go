@@ -16,6 +16,11 @@ const (
 // as StateBytes counts them) and the requests it holds, with their keys.
 func (o *Owner) MemoryBytes() int {
 	n := o.local.MemoryBytes()
+	if o.auto != nil {
+		for _, t := range o.auto.local[1:] {
+			n += t.MemoryBytes()
+		}
+	}
 	for _, t := range o.tables {
 		n += t.MemoryBytes()
 	}

@@ -18,9 +18,7 @@ func (o *Owner) Refund(now time.Duration, id uint64, key string, tokens int64, f
 	if tokens <= 0 || key == "" {
 		return
 	}
-	if o.split > 1 {
-		key = subKey(key, int(id%uint64(o.split)))
-	}
+	key = o.routeKey(key, id)
 	owner := o.primary(key)
 	if owner == o.self || owner == "" {
 		o.enqueue(now, queued{arrival: now, id: id, key: key, tokens: tokens, refund: true}, fx)

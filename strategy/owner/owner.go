@@ -15,7 +15,10 @@
 // (`split=K`: K sub-buckets of (r/K, b_i), sum b_i = b, each with its own
 // owner, chosen by request ID; with `split_placement=distinct` sub-bucket i
 // is owned by the key's i-th node in rendezvous order, so the K owners are
-// the key's first K servers, split.go). Ours: `replicas=K`, where the first K
+// the key's first K servers, split.go; `split=auto` with `server_quota`:
+// K for each key from its measured rate, K = ceil(rate / quota), agreed
+// in two-phase rounds its first node runs, re-split without creating
+// tokens, autosplit.go). Ours: `replicas=K`, where the first K
 // servers hold copies of one bucket and only the first decides. The
 // fallback to a local threshold when the owner cannot be reached is Alibaba
 // Sentinel's cluster mode (a token server with local fallback).
@@ -276,6 +279,9 @@ type Owner struct {
 	distinct bool
 	rankAll  []strategy.NodeID
 
+	// auto is split=auto's state (autosplit.go); nil otherwise.
+	auto *autoSplit
+
 	lend buckets.Lender // tokens lent to the driver's fast path (allowance.go)
 }
 
@@ -320,18 +326,9 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.warmup = v.Duration("warmup")
 	o.conserveDelay = v.Duration("conserve_delay")
 	o.slack = v.Duration("slack")
-	if o.split = v.Int("split"); o.split < 1 || o.split > maxSplit {
-		return nil, fmt.Errorf("owner: parameter split=%d must be in [1, %d]", o.split, maxSplit)
+	if err := o.readSplit(v, cfg); err != nil {
+		return nil, err
 	}
-	if v.Has("server_quota") {
-		if v.Has("split") {
-			return nil, fmt.Errorf("owner: parameters split and server_quota: give one (server_quota sets split to ceil(rate / server_quota))")
-		}
-		if o.split, err = quotaSplit(cfg.Rate, v.Float("server_quota")); err != nil {
-			return nil, err
-		}
-	}
-	o.distinct = v.Enum("split_placement") == placementDistinct
 	if o.od, err = strategy.ReadOverdraft(v, cfg.Rate, cfg.Burst); err != nil {
 		return nil, err
 	}
@@ -340,13 +337,16 @@ func New(cfg strategy.Config) (*Owner, error) {
 	o.seen = dedupe.New[forwardID, *verdict](2*o.timeout + o.hold + 4*cfg.LatencyHint)
 	o.chargeTTL = chargeTTL(o.timeout)
 	o.resend = o.timeout
-	if err := o.splitTables(cfg); err != nil {
+	if err := o.makeTables(cfg); err != nil {
 		return nil, err
 	}
 	o.conserve = cfg.Partition == strategy.PartitionConserve
 	o.onTimeout = strategy.ConserveOnTimeout(o.onTimeout, o.conserve, v)
 	o.expected = slices.Clone(o.members)
 	if o.local, err = o.localTable(); err != nil {
+		return nil, err
+	}
+	if err := o.autoLocalTables(); err != nil {
 		return nil, err
 	}
 	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
@@ -389,6 +389,22 @@ func (o *Owner) splitTables(cfg strategy.Config) error {
 	return nil
 }
 
+// setLocalRates sets the fallback tables' rates and bursts for the
+// current membership (split=auto: one table per K, autoLocal).
+func (o *Owner) setLocalRates(now time.Duration) {
+	if r, b, err := o.localShare(); err == nil {
+		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
+	}
+	if o.auto == nil {
+		return
+	}
+	for k := 1; k < len(o.auto.local); k++ {
+		if r, b, err := o.localShareOf(k); err == nil {
+			_ = o.auto.local[k].SetRate(now, r, b) // validated as above
+		}
+	}
+}
+
 // localTable builds the fallback table for the current membership: rate
 // r/N and this node's exact share of the burst.
 func (o *Owner) localTable() (*buckets.Table, error) {
@@ -400,17 +416,22 @@ func (o *Owner) localTable() (*buckets.Table, error) {
 }
 
 func (o *Owner) localShare() (bucket.Rate, int64, error) {
+	return o.localShareOf(o.split)
+}
+
+// localShareOf is localShare for sub-buckets of a key split subs ways.
+func (o *Owner) localShareOf(subs int) (bucket.Rate, int64, error) {
 	n := max(len(o.members), 1)
 	split := o.members
 	if o.conserve { // over the last agreed members, not the live ones
 		_, n, split = strategy.ConserveScale(o.self, o.members, o.expected)
 	}
-	r, err := o.rate.Div(int64(n * o.split))
+	r, err := o.rate.Div(int64(n * subs))
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
 	i := max(slices.Index(split, o.self), 0)
-	sub, err := bucket.SplitBurst(o.burst, o.split, 0) // the largest sub-burst
+	sub, err := bucket.SplitBurst(o.burst, subs, 0) // the largest sub-burst
 	if err != nil {
 		return bucket.Rate{}, 0, fmt.Errorf("owner: local fallback: %w", err)
 	}
@@ -427,6 +448,9 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
 		o.prevMembers = o.others()
+		if o.auto != nil {
+			o.auto.unknown = true // it may have missed split rounds
+		}
 	}
 	o.nextSweep = now + o.sweepEvery
 	fx.WakeAt(o.nextSweep)
@@ -472,7 +496,7 @@ func (o *Owner) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	case *peerv1.OwnerMessage_Refund:
 		o.receiveRefund(now, from, b.Refund, fx)
 	case *peerv1.OwnerMessage_LevelsAck:
-		o.onLevelsAck(from, b.LevelsAck)
+		o.onLevelsAck(now, from, b.LevelsAck, fx)
 	}
 	return nil
 }
@@ -492,6 +516,10 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.forwardTimeouts(now, fx)
 	o.seen.Expire(now, fx)
 	o.expireCharges(now, fx)
+	if o.auto != nil {
+		o.autoEvaluate(now, fx)
+		o.autoResend(now, fx)
+	}
 	if o.syncAt >= 0 && now >= o.syncAt {
 		o.syncDirty(fx)
 	}
@@ -504,6 +532,11 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 			t.Sweep(now - o.hold)
 		}
 		o.local.Sweep(now)
+		if o.auto != nil {
+			for _, t := range o.auto.local[1:] {
+				t.Sweep(now)
+			}
+		}
 		o.nextSweep = now + o.sweepEvery
 		fx.WakeAt(o.nextSweep)
 	}
@@ -528,9 +561,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	o.clampAll(now) // the driver returned its allowances first; held tokens stay spent
 	o.changedAt = now
 	clear(o.suspect)
-	if r, b, err := o.localShare(); err == nil {
-		_ = o.local.SetRate(now, r, b) // validated by localShare's Div and SplitBurst
-	}
+	o.setLocalRates(now)
 	if o.conserve {
 		o.rescale(now, fx)
 	}
@@ -554,6 +585,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		}
 	}
 	o.rerouteCharges(now, fx)
+	o.autoMembers(now, fx)
 }
 
 // StateBytes counts the buckets this node holds (as primary, replica or
@@ -561,6 +593,11 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 func (o *Owner) StateBytes() int {
 	const perRequest = 40 // id, arrival, tokens, deadline as varints, plus the key
 	n := o.local.StateBytes()
+	if o.auto != nil {
+		for _, t := range o.auto.local[1:] {
+			n += t.StateBytes()
+		}
+	}
 	for _, t := range o.tables {
 		n += t.StateBytes()
 	}

@@ -29,14 +29,22 @@
 //     long a key without a level is first asked of its possible holders.
 //   - slack (duration, default 1s): how far in the future a peer's level may
 //     be valid (clock skew) before it is refused.
-//   - split (int, sub-buckets, default 1): each key's (r, b) is split over K
-//     in [1, 64] sub-buckets, each owned on its own; every node of a rule must
-//     use the same split.
+//   - split (string, sub-buckets, default 1): each key's (r, b) is split over
+//     K in [1, 64] sub-buckets, each owned on its own; every node of a rule
+//     must use the same split. auto: K follows each key's measured rate, K =
+//     ceil(rate / server_quota) in [1, min(64, live nodes, burst)], on the
+//     key's first K nodes in rendezvous order (autosplit.go; needs
+//     server_quota, implies split_placement=distinct).
 //   - server_quota (float, tokens/s): the throttling article's preset
 //     per-server quota: sets split to K = ceil(rate / server_quota) (at most
 //     64), so each of a key's K sub-buckets decides at most server_quota
 //     tokens/s; K comes from the rule's rate, not from measured traffic; an
-//     error together with split.
+//     error together with a numeric split. With split=auto: the quota of
+//     offered tokens/s per node that sets each key's K from its measured rate.
+//   - split_window (duration, default 1s): with split=auto, how often a key's
+//     first node measures its offered rate and may change K (up when the rate
+//     exceeds K*server_quota, down when it is at most 3/4 of
+//     (K-1)*server_quota in this window and the one before).
 //   - split_placement (independent | distinct, default independent): with
 //     split > 1, where the sub-buckets are owned: independent places each
 //     sub-key by its own rendezvous pick (two can share a node), distinct puts
@@ -84,10 +92,12 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "after joining or a membership change, how long a key without a level is first asked of its possible holders."},
 	{Name: "slack", Type: strategy.ParamDuration, Default: "1s", Example: "2s",
 		Doc: "how far in the future a peer's level may be valid (clock skew) before it is refused."},
-	{Name: "split", Type: strategy.ParamInt, Unit: "sub-buckets", Default: "1", Example: "4",
-		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split."},
+	{Name: "split", Type: strategy.ParamString, Unit: "sub-buckets", Default: "1", Example: "4",
+		Doc: "each key's (r, b) is split over K in [1, 64] sub-buckets, each owned on its own; every node of a rule must use the same split. auto: K follows each key's measured rate, K = ceil(rate / server_quota) in [1, min(64, live nodes, burst)], on the key's first K nodes in rendezvous order (autosplit.go; needs server_quota, implies split_placement=distinct)."},
 	{Name: "server_quota", Type: strategy.ParamFloat, Unit: "tokens/s", Example: "100",
-		Doc: "the throttling article's preset per-server quota: sets split to K = ceil(rate / server_quota) (at most 64), so each of a key's K sub-buckets decides at most server_quota tokens/s; K comes from the rule's rate, not from measured traffic; an error together with split."},
+		Doc: "the throttling article's preset per-server quota: sets split to K = ceil(rate / server_quota) (at most 64), so each of a key's K sub-buckets decides at most server_quota tokens/s; K comes from the rule's rate, not from measured traffic; an error together with a numeric split. With split=auto: the quota of offered tokens/s per node that sets each key's K from its measured rate."},
+	{Name: "split_window", Type: strategy.ParamDuration, Default: "1s", Example: "500ms",
+		Doc: "with split=auto, how often a key's first node measures its offered rate and may change K (up when the rate exceeds K*server_quota, down when it is at most 3/4 of (K-1)*server_quota in this window and the one before)."},
 	{Name: "split_placement", Type: strategy.ParamEnum, Enum: []string{placementIndependent, placementDistinct}, Default: placementIndependent, Example: placementDistinct,
 		Doc: "with split > 1, where the sub-buckets are owned: independent places each sub-key by its own rendezvous pick (two can share a node), distinct puts sub-bucket i on the i-th node of the key's rendezvous order, so K <= N sub-buckets sit on K distinct nodes (the throttling article's K servers per tenant); every node of a rule must use the same placement."},
 }, slices.Clone(strategy.OverdraftSpecs)...)

@@ -51,7 +51,14 @@ func (o *Owner) enqueue(now time.Duration, q queued, fx *strategy.Effects) {
 // bucketFor returns key's bucket for a decision at time at, creating a
 // full one if there is none.
 func (o *Owner) bucketFor(key string, at time.Duration) *bucket.Bucket {
-	b := o.tab(key).Get(key, at)
+	t := o.tab(key)
+	b, ok := t.Lookup(key)
+	if !ok {
+		b = t.Get(key, at)
+		if o.auto != nil {
+			o.autoNewBucket(key, b)
+		}
+	}
 	if o.lend.Held.Len() > 0 {
 		o.lend.Held.Clamp(b, at, key) // the tokens in the driver's allowance are spent
 	}
@@ -67,10 +74,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		if q.refund {
-			o.credit(q.key, q.arrival, q.tokens)
-			if o.owns(q.key) {
-				o.markDirty(now, q.key, fx)
-			}
+			o.creditQueued(now, q, fx)
 			continue
 		}
 		v, _ := o.seen.Get(forwardID{q.origin, q.id, q.key})
@@ -79,7 +83,7 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 			sendVerdict(q.origin, q.id, true, 0, fx)
 			continue
 		}
-		if o.refuseNotOwned(q, v, fx) {
+		if o.refuse(now, q, v, fx) {
 			continue
 		}
 		delay, allowed := o.allow(q.key, q.arrival, q.tokens, q.maxWait, q.charge)
@@ -97,6 +101,22 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		sendVerdict(q.origin, q.id, allowed, delay, fx)
 	}
+}
+
+// creditQueued credits a refund q at its turn (and ships the level
+// where this node owns the key).
+func (o *Owner) creditQueued(now time.Duration, q queued, fx *strategy.Effects) {
+	o.credit(q.key, q.arrival, q.tokens)
+	if o.owns(q.key) {
+		o.markDirty(now, q.key, fx)
+	}
+}
+
+// refuse refuses q at its turn, and reports whether it did, when this
+// node may not decide it: refuseNotOwned (conserve), autoGate
+// (split=auto, which also measures q).
+func (o *Owner) refuse(now time.Duration, q queued, v *verdict, fx *strategy.Effects) bool {
+	return o.refuseNotOwned(q, v, fx) || o.autoGate(now, q, v, fx)
 }
 
 // refuseNotOwned refuses, under conserve, a forward q for a key this node

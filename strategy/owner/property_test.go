@@ -80,7 +80,15 @@ func runCase(t interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := g.Generate(seed)
+	return runTrace(t, c, g.Generate(seed), rate, burst, params...)
+}
+
+// runTrace runs owner with params over tr in case c and returns the
+// envelope violation; a refused peer message fails t.
+func runTrace(t interface {
+	Fatal(...any)
+	Fatalf(string, ...any)
+}, c faultCase, tr *workload.Trace, rate bucket.Rate, burst int64, params ...string) float64 {
 	info, err := registry.Lookup("owner")
 	if err != nil {
 		t.Fatal(err)

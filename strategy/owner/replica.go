@@ -39,7 +39,10 @@ func (o *Owner) markDirty(now time.Duration, key string, fx *strategy.Effects) {
 
 // onLevelsAck forgets the leave shipment a levels acknowledgement from its
 // receiver names.
-func (o *Owner) onLevelsAck(from strategy.NodeID, a *peerv1.OwnerLevelsAck) {
+func (o *Owner) onLevelsAck(now time.Duration, from strategy.NodeID, a *peerv1.OwnerLevelsAck, fx *strategy.Effects) {
+	if o.autoAck(now, from, a.Seq, fx) {
+		return
+	}
 	if o.ackTo[a.Seq] == from {
 		delete(o.unacked, a.Seq)
 		delete(o.ackTo, a.Seq)
@@ -50,14 +53,29 @@ func (o *Owner) onLevelsAck(from strategy.NodeID, a *peerv1.OwnerLevelsAck) {
 // bucket (the more consumed one is kept), ends the warm-ups waiting for
 // the sender, and acknowledges a leave shipment (seq != 0).
 func (o *Owner) receiveLevels(now time.Duration, from strategy.NodeID, ls *peerv1.OwnerLevels, fx *strategy.Effects) {
+	if o.auto != nil && isRound(ls) {
+		o.receiveRound(now, from, ls, fx)
+		return
+	}
 	for _, l := range ls.Levels {
 		at := time.Duration(l.AtNs)
-		t := o.tab(l.Key)
+		sub := o.subOf(l.Key)
+		if o.auto != nil && sub == o.auto.void {
+			continue // beyond this node's K: not a sub-bucket it keeps
+		}
+		t := o.tables[sub]
 		b, ok := t.Lookup(l.Key)
 		if !ok {
 			b = t.Get(l.Key, min(at, now))
+			if o.auto != nil {
+				o.autoNewBucket(l.Key, b) // none held here: new since the last re-split, empty
+			}
 		}
-		_ = b.MergeLevelAtFloor(now, l.LevelTicks, at, o.floors[o.subOf(l.Key)]) // validated above; a sender ahead of this clock is taken at now
+		ticks := l.LevelTicks
+		if o.auto != nil {
+			ticks = o.fromWire(sub, ticks)
+		}
+		_ = b.MergeLevelAtFloor(now, ticks, at, o.floors[sub]) // validated above; a sender ahead of this clock is taken at now
 		if o.owns(l.Key) {
 			o.markDirty(now, l.Key, fx)
 		}
@@ -88,6 +106,9 @@ func (o *Owner) shipLevels(keys []string, to func(key string) []strategy.NodeID,
 		}
 		o.clampRaw(b, k)
 		ticks, at := b.Level()
+		if o.auto != nil {
+			ticks = o.toWire(o.subOf(k), ticks)
+		}
 		for _, p := range to(k) {
 			if p == o.self {
 				continue

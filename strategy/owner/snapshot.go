@@ -53,7 +53,8 @@ func (o *Owner) Restore(now time.Duration, states []strategy.KeyState) error {
 			return fmt.Errorf("state %d: key %q is given twice", i, s.Key)
 		}
 		seen[s.Key] = struct{}{}
-		if sub, err := o.subIndex(s.Key); err == nil {
+		if _, err := o.subIndex(s.Key); err == nil {
+			sub := o.subOf(s.Key) // the sub-bucket's table (split=auto: of this node's K)
 			per[sub] = append(per[sub], s)
 		}
 	}

@@ -85,6 +85,9 @@ func (o *Owner) subIndex(key string) (int, error) {
 // subOf is the index of key's (sub-)bucket table; key is one subIndex
 // accepts (0 otherwise).
 func (o *Owner) subOf(key string) int {
+	if o.auto != nil {
+		return o.autoTab(key)
+	}
 	i, _ := o.subIndex(key)
 	return i
 }

@@ -94,6 +94,9 @@ func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.
 			ticks, at := b.Level()
 			l.LevelTicks, l.AtNs = ticks, int64(at)
 		}
+		if o.auto != nil {
+			l.LevelTicks = o.autoAnswer(now, k, sub, l.LevelTicks, o.tables[sub])
+		}
 		ls = append(ls, l)
 	}
 	o.sendLevels(from, ls, false, fx)

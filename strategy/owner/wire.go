@@ -99,6 +99,9 @@ func (o *Owner) checkLevels(now time.Duration, from strategy.NodeID, ls *peerv1.
 	if len(ls.Levels) > maxLevelsAccepted {
 		return fmt.Errorf("owner: levels from %s: %d levels, more than the %d accepted in one message", from, len(ls.Levels), maxLevelsAccepted)
 	}
+	if o.auto != nil && isRound(ls) {
+		return o.checkRound(now, from, ls)
+	}
 	for i, l := range ls.Levels {
 		if l.Key == "" {
 			return fmt.Errorf("owner: levels from %s: level %d has an empty key", from, i)
@@ -107,7 +110,7 @@ func (o *Owner) checkLevels(now time.Duration, from strategy.NodeID, ls *peerv1.
 		if err != nil {
 			return fmt.Errorf("owner: levels from %s: %w", from, err)
 		}
-		capTicks, floor := o.caps[sub], o.floors[sub]
+		capTicks, floor := o.levelBounds(sub)
 		switch {
 		case l.LevelTicks < floor || l.LevelTicks > capTicks:
 			return fmt.Errorf("owner: levels from %s: key %q: level %d ticks is outside [%d, %d] (minus the burst or the overdraft's max_debt, and the burst, in ticks)", from, l.Key, l.LevelTicks, floor, capTicks)
@@ -118,6 +121,17 @@ func (o *Owner) checkLevels(now time.Duration, from strategy.NodeID, ls *peerv1.
 		}
 	}
 	return nil
+}
+
+// levelBounds is the [floor, burst] in ticks of a peer's level of
+// sub-bucket sub; under split=auto, of the whole key in the wire's ticks
+// (the sender's K may differ from this node's; fromWire keeps the level
+// within the receiving sub-bucket's bounds).
+func (o *Owner) levelBounds(sub int) (capTicks, floor int64) {
+	if o.auto != nil {
+		return o.auto.baseCap, -o.auto.baseCap
+	}
+	return o.caps[sub], o.floors[sub]
 }
 
 // checkRefund checks a refund (overdraft.go): an empty or invalid key,
