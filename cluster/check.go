@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -242,6 +243,8 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 		return nil, fmt.Errorf("cluster: rule %q: key is %d bytes, above the limit of %d", rule, len(key), MaxKeyBytes)
 	case !utf8.ValidString(key):
 		return nil, fmt.Errorf("cluster: rule %q: key is not valid UTF-8 (peer messages carry keys as protobuf strings)", rule)
+	case strings.IndexByte(key, 0) >= 0:
+		return nil, fmt.Errorf("cluster: rule %q: key contains a NUL byte (reserved: strategies name sub-keys with it, owner's split)", rule)
 	case tokens <= 0:
 		return nil, fmt.Errorf("cluster: rule %q: tokens %d must be positive", rule, tokens)
 	case tokens > n.maxTokens:

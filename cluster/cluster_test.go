@@ -408,6 +408,7 @@ func TestBadInput(t *testing.T) {
 		{"nope", "k", 1, `rule "nope" is not defined`},
 		{"s", "", 1, "key is empty"},
 		{"s", strings.Repeat("x", MaxKeyBytes+1), 1, "key is 4097 bytes"},
+		{"s", "tenant\x00p", 1, "key contains a NUL byte"},
 		{"s", "k", 0, "tokens 0 must be positive"},
 		{"s", "k", -3, "tokens -3 must be positive"},
 		{"s", "k", DefaultMaxTokens + 1, "above the limit"},
