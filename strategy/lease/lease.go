@@ -298,6 +298,13 @@
 // grants no lease while in debt (overdraft.go has the details and what a
 // timed-out charge costs).
 //
+// The live driver's fast path (allowance.go; ours): lease is a
+// strategy.ExpiringAllowancer. A holder hands the driver tokens of its
+// fullest lease, valid until the lease's expiry, and a key's owner (with
+// hold 0) tokens lent out of its pool as a lease to itself; the driver
+// admits checks from them in the caller's goroutine, and the unused come
+// back. Nothing above changes: an allowance is a part of a lease.
+//
 // The parameters are listed in the "# Parameters" section below (declared
 // in Params, params.go). max_wait's waits are RequestWait's (SRTM
 // §5.2): checks with a max wait are decided as plain requests while it is
