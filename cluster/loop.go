@@ -186,39 +186,11 @@ func (n *Node) handle(ev event) {
 	case evRequest:
 		n.request(now, ev.rule, ev.key, ev.tokens, ev.maxWait, ev.created, ev.charge, pendingCheck{reply: ev.reply})
 	case evBatch:
-		// One instant for the whole batch (its items arrive together),
-		// unless an item closed a plain allowance, which moves the
-		// loop's time on (fastCloseEntry).
-		for i, it := range ev.batch.items {
-			if i < ev.batch.first {
-				continue // decided on the fast path
-			}
-			now = n.request(now, ev.batch.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: ev.batch, idx: i})
-		}
+		n.handleBatch(now, ev.batch)
 	case evFrame:
-		rs, ok := n.rules[ev.frame.Rule]
-		if !ok {
-			// A derived rule this node does not have yet (derived.go).
-			if rs = n.deriveFrame(now, ev.frame.Rule); rs == nil {
-				n.unknownRule.Add(1)
-				return
-			}
-			now = n.last // deriving closed the allowances first, which may move the loop's time on (fastCloseEntry)
-		}
-		rs.c.msgsRecv.Add(1)
-		rs.c.bytesRecv.Add(int64(len(ev.frame.Payload)))
-		if err := n.h.Receive(now, rs.idx, ev.frame.From, ev.frame.Payload); err != nil {
-			rs.c.recvErrs.Add(1)
-			n.logRefused(ev.frame, err)
-		}
+		n.handleFrame(now, ev.frame)
 	case evMembers:
-		if !slices.Equal(ev.members, n.members) {
-			now = n.fastCloseAll(now, true) // allowances are given back before a re-split
-			n.members = ev.members
-			for _, rs := range n.order {
-				n.h.SetMembers(now, rs.idx, ev.members)
-			}
-		}
+		n.handleMembers(now, ev.members)
 		close(ev.done)
 	case evRules:
 		now = n.fastCloseAll(now, true) // kept rules get their tokens back; the others' go with them
@@ -240,36 +212,96 @@ func (n *Node) handle(ev event) {
 		n.handleRelease(now, ev)
 		close(ev.done)
 	case evExpected:
-		if !slices.Equal(ev.members, n.expected) {
-			now = n.fastCloseAll(now, true)
-			n.expected = ev.members
-			for _, rs := range n.order {
-				n.h.SetExpected(now, rs.idx, ev.members)
-			}
-		}
+		n.handleExpected(now, ev.members)
 		close(ev.done)
 	case evLeave, evInspect:
-		if ev.kind == evLeave {
-			// Leaving: the allowances go back and no new ones are granted,
-			// so every decision from now on is the strategy's own.
-			now = n.fastCloseAll(now, true)
-			n.leaving = true
-		}
-		if ev.inspect != nil && !ev.peek {
-			now = n.fastReclaimAll(now) // f reads exact levels
-		}
-		for _, rs := range n.order {
-			if ev.inspect != nil {
-				ev.inspect(now, rs.rule, rs.s)
-			}
-			if ev.kind == evLeave {
-				n.h.Leave(now, rs.idx)
-			}
-		}
-		if ev.left != nil {
-			*ev.left = n.h.Left()
-		}
+		n.handleLeaveInspect(now, ev)
 		close(ev.done)
+	}
+}
+
+// handleBatch decides a batch's items the fast path left (from its
+// first on) at one instant (its items arrive together), unless an item
+// closed a plain allowance, which moves the loop's time on
+// (fastCloseEntry).
+func (n *Node) handleBatch(now time.Duration, b *batch) {
+	for i, it := range b.items {
+		if i < b.first {
+			continue // decided on the fast path
+		}
+		now = n.request(now, b.rules[i], it.Key, it.Tokens, it.MaxWait, it.CreatedAtUnixNs, it.Charge, pendingCheck{batch: b, idx: i})
+	}
+}
+
+// handleFrame hands a peer frame to its rule's strategy; a frame of a
+// derived rule this node does not have yet derives it first (derived.go),
+// and one of no rule is counted and dropped.
+func (n *Node) handleFrame(now time.Duration, f Frame) {
+	rs, ok := n.rules[f.Rule]
+	if !ok {
+		if rs = n.deriveFrame(now, f.Rule); rs == nil {
+			n.unknownRule.Add(1)
+			return
+		}
+		now = n.last // deriving closed the allowances first, which may move the loop's time on (fastCloseEntry)
+	}
+	rs.c.msgsRecv.Add(1)
+	rs.c.bytesRecv.Add(int64(len(f.Payload)))
+	if err := n.h.Receive(now, rs.idx, f.From, f.Payload); err != nil {
+		rs.c.recvErrs.Add(1)
+		n.logRefused(f, err)
+	}
+}
+
+// handleMembers gives every strategy the new live members, when they
+// changed, after the allowances went back (before a re-split).
+func (n *Node) handleMembers(now time.Duration, members []strategy.NodeID) {
+	if slices.Equal(members, n.members) {
+		return
+	}
+	now = n.fastCloseAll(now, true)
+	n.members = members
+	for _, rs := range n.order {
+		n.h.SetMembers(now, rs.idx, members)
+	}
+}
+
+// handleExpected gives every strategy the new expected members, when they
+// changed, after the allowances went back.
+func (n *Node) handleExpected(now time.Duration, members []strategy.NodeID) {
+	if slices.Equal(members, n.expected) {
+		return
+	}
+	now = n.fastCloseAll(now, true)
+	n.expected = members
+	for _, rs := range n.order {
+		n.h.SetExpected(now, rs.idx, members)
+	}
+}
+
+// handleLeaveInspect runs a Leave (the allowances go back and no new ones
+// are granted, so every decision from now on is the strategy's own) or an
+// Inspect (after the lent buckets came back, unless it only peeks, so
+// that it reads exact levels) over every rule.
+func (n *Node) handleLeaveInspect(now time.Duration, ev event) {
+	leave := ev.kind == evLeave
+	if leave {
+		now = n.fastCloseAll(now, true)
+		n.leaving = true
+	}
+	if ev.inspect != nil && !ev.peek {
+		now = n.fastReclaimAll(now)
+	}
+	for _, rs := range n.order {
+		if ev.inspect != nil {
+			ev.inspect(now, rs.rule, rs.s)
+		}
+		if leave {
+			n.h.Leave(now, rs.idx)
+		}
+	}
+	if ev.left != nil {
+		*ev.left = n.h.Left()
 	}
 }
 
