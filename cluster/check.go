@@ -268,49 +268,14 @@ func (n *Node) validate(rule, key string, tokens int64) (*ruleState, error) {
 // in the caller's goroutine, in order, up to the first one it does not
 // cover; that one and every later item go to the loop as one event.
 func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
-	if len(items) == 0 {
-		return nil, errors.New("cluster: CheckBatch: no items")
-	}
-	b := &batch{items: items, rules: make([]*ruleState, len(items)), results: make([]BatchResult, len(items)),
-		decided: make([]bool, len(items)), left: len(items), done: make(chan struct{})}
-	for i, it := range items {
-		rs, err := n.validate(it.Rule, it.Key, it.Tokens)
-		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
-		}
-		if it.MaxWait < 0 || it.MaxWait > MaxWait {
-			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
-		}
-		if it.CreatedAtUnixNs < 0 {
-			return nil, fmt.Errorf("item %d: rule %q: created at %d ns is negative", i, it.Rule, it.CreatedAtUnixNs)
-		}
-		b.rules[i] = rs
+	b, err := n.newBatch(items)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// The fast path, in order: the items up to the first one an allowance
-	// cannot cover are decided here; that one and the rest go to the loop
-	// (so the batch is still decided in order).
-	for ; b.first < len(items); b.first++ {
-		it, rs := items[b.first], b.rules[b.first]
-		if rs.fast == nil || it.MaxWait > 0 {
-			break
-		}
-		var d CheckResult
-		var ok bool
-		if it.Charge {
-			d, ok = rs.fast.takeCovered(it.Key, it.Tokens) // a charge is not refused: only what the allowance covers
-		} else {
-			d, ok = rs.fast.take(it.Key, it.Tokens)
-		}
-		if !ok {
-			break
-		}
-		b.results[b.first], b.decided[b.first] = BatchResult{CheckResult: d}, true
-		b.left--
-	}
-	if b.left == 0 {
+	if b.takeFast(); b.left == 0 {
 		return b.results, nil
 	}
 	select {
@@ -332,5 +297,54 @@ func (n *Node) CheckBatch(ctx context.Context, items []BatchItem) ([]BatchResult
 		default:
 			return b.abandon(ErrClosed), nil
 		}
+	}
+}
+
+// newBatch validates items (each as Check does, and its max wait and
+// creation time) and returns them as a batch to decide; errors name the
+// first bad item.
+func (n *Node) newBatch(items []BatchItem) (*batch, error) {
+	if len(items) == 0 {
+		return nil, errors.New("cluster: CheckBatch: no items")
+	}
+	b := &batch{items: items, rules: make([]*ruleState, len(items)), results: make([]BatchResult, len(items)),
+		decided: make([]bool, len(items)), left: len(items), done: make(chan struct{})}
+	for i, it := range items {
+		rs, err := n.validate(it.Rule, it.Key, it.Tokens)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if it.MaxWait < 0 || it.MaxWait > MaxWait {
+			return nil, fmt.Errorf("item %d: rule %q: max wait %v outside [0, %v]", i, it.Rule, it.MaxWait, MaxWait)
+		}
+		if it.CreatedAtUnixNs < 0 {
+			return nil, fmt.Errorf("item %d: rule %q: created at %d ns is negative", i, it.Rule, it.CreatedAtUnixNs)
+		}
+		b.rules[i] = rs
+	}
+	return b, nil
+}
+
+// takeFast decides b's items on the fast path, in order: those up to the
+// first one an allowance cannot cover (b.first on return); that one and
+// the rest go to the loop, so the batch is still decided in order.
+func (b *batch) takeFast() {
+	for ; b.first < len(b.items); b.first++ {
+		it, rs := b.items[b.first], b.rules[b.first]
+		if rs.fast == nil || it.MaxWait > 0 {
+			return
+		}
+		var d CheckResult
+		var ok bool
+		if it.Charge {
+			d, ok = rs.fast.takeCovered(it.Key, it.Tokens) // a charge is not refused: only what the allowance covers
+		} else {
+			d, ok = rs.fast.take(it.Key, it.Tokens)
+		}
+		if !ok {
+			return
+		}
+		b.results[b.first], b.decided[b.first] = BatchResult{CheckResult: d}, true
+		b.left--
 	}
 }
