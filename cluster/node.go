@@ -278,27 +278,9 @@ func (n *Node) logRefused(f Frame, err error) {
 // strategy, a strategy that refuses the rule (bad rate, burst or params),
 // or an Epoch after now.
 func New(cfg Config) (*Node, error) {
-	if cfg.Self == "" {
-		return nil, fmt.Errorf("cluster: config: Self is empty")
-	}
-	if cfg.Transport == nil {
-		return nil, fmt.Errorf("cluster: config: Transport is nil")
-	}
-	if len(cfg.Rules) == 0 {
-		return nil, fmt.Errorf("cluster: config: no rules")
-	}
-	if cfg.MaxTokens < 0 {
-		return nil, fmt.Errorf("cluster: config: MaxTokens %d is negative", cfg.MaxTokens)
-	}
-	if cfg.MaxTokens == 0 {
-		cfg.MaxTokens = DefaultMaxTokens
-	}
-	if cfg.Inbox <= 0 {
-		cfg.Inbox = DefaultInbox
-	}
-	if cfg.MaxDerived < 0 || cfg.MaxDerived > MaxDerivedLimit || cfg.MaxDerivedPerBase < 0 || cfg.MaxDerivedPerBase > MaxDerivedLimit {
-		return nil, fmt.Errorf("cluster: config: MaxDerived %d and MaxDerivedPerBase %d must be in [0, %d] (0: the default)",
-			cfg.MaxDerived, cfg.MaxDerivedPerBase, MaxDerivedLimit)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	members, err := normMembers(cfg.Self, cfg.Members)
 	if err != nil {
@@ -327,24 +309,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Join {
 		startAt = now
 	}
-	for i, r := range cfg.Rules {
-		if r.Name == "" {
-			return nil, fmt.Errorf("cluster: rule %d: name is empty", i)
-		}
-		if _, dup := n.rules[r.Name]; dup {
-			return nil, fmt.Errorf("cluster: rule %q is defined twice", r.Name)
-		}
-		r, info, params, err := normalize(r)
-		if err != nil {
-			return nil, err
-		}
-		rs, err := n.newRule(r, info, params)
-		if err != nil {
-			return nil, err
-		}
-		rs.idx = i
-		n.rules[r.Name] = rs
-		n.order = append(n.order, rs)
+	if err := n.addRules(cfg.Rules); err != nil {
+		return nil, err
 	}
 	// A channel timer the loop selects on (no goroutine per expiry, as
 	// time.AfterFunc would start).
@@ -374,6 +340,56 @@ func New(cfg Config) (*Node, error) {
 	n.transport.Listen(n.deliver)
 	go n.loop()
 	return n, nil
+}
+
+// withDefaults checks cfg's required fields and bounds and fills in the
+// defaults of MaxTokens, Inbox (errors name the field).
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case cfg.Self == "":
+		return cfg, fmt.Errorf("cluster: config: Self is empty")
+	case cfg.Transport == nil:
+		return cfg, fmt.Errorf("cluster: config: Transport is nil")
+	case len(cfg.Rules) == 0:
+		return cfg, fmt.Errorf("cluster: config: no rules")
+	case cfg.MaxTokens < 0:
+		return cfg, fmt.Errorf("cluster: config: MaxTokens %d is negative", cfg.MaxTokens)
+	case cfg.MaxDerived < 0 || cfg.MaxDerived > MaxDerivedLimit || cfg.MaxDerivedPerBase < 0 || cfg.MaxDerivedPerBase > MaxDerivedLimit:
+		return cfg, fmt.Errorf("cluster: config: MaxDerived %d and MaxDerivedPerBase %d must be in [0, %d] (0: the default)",
+			cfg.MaxDerived, cfg.MaxDerivedPerBase, MaxDerivedLimit)
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	if cfg.Inbox <= 0 {
+		cfg.Inbox = DefaultInbox
+	}
+	return cfg, nil
+}
+
+// addRules makes the state of each of rules (named, once each,
+// normalized), in order: their index is their position.
+func (n *Node) addRules(rules []rule.Rule) error {
+	for i, r := range rules {
+		if r.Name == "" {
+			return fmt.Errorf("cluster: rule %d: name is empty", i)
+		}
+		if _, dup := n.rules[r.Name]; dup {
+			return fmt.Errorf("cluster: rule %q is defined twice", r.Name)
+		}
+		r, info, params, err := normalize(r)
+		if err != nil {
+			return err
+		}
+		rs, err := n.newRule(r, info, params)
+		if err != nil {
+			return err
+		}
+		rs.idx = i
+		n.rules[r.Name] = rs
+		n.order = append(n.order, rs)
+	}
+	return nil
 }
 
 // Incarnation identifies this run of the node: the wall-clock start time
