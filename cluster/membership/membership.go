@@ -241,30 +241,16 @@ type failedMember struct {
 // ReconnectTimeout, a Seeds entry that is not "host:port", a bind
 // failure, a join that reached none of cfg.Join.
 func New(cfg Config) (*Membership, error) {
-	if cfg.NodeName == "" {
-		return nil, errors.New("membership: NodeName is empty")
-	}
-	if len(cfg.PeerAddr) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("membership: PeerAddr is longer than %d bytes", memberlist.MetaMaxSize)
-	}
-	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
-		return nil, fmt.Errorf("membership: SecretKey is %d bytes, want 16, 24 or 32", k)
-	}
-	if cfg.ReconnectTimeout < 0 {
-		return nil, fmt.Errorf("membership: ReconnectTimeout %v is negative", cfg.ReconnectTimeout)
-	}
-	for _, s := range cfg.Seeds {
-		if _, _, err := net.SplitHostPort(s); err != nil {
-			return nil, fmt.Errorf("membership: seed %q: %w", s, err)
-		}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	m := &Membership{
 		onChange:          cfg.OnChange,
 		onExpected:        cfg.OnExpected,
 		log:               cfg.Log,
 		self:              strategy.NodeID(cfg.NodeName),
-		reconnectInterval: cfg.ReconnectInterval,
-		reconnectTimeout:  cfg.ReconnectTimeout,
+		reconnectInterval: cmp.Or(cfg.ReconnectInterval, DefaultReconnectInterval),
+		reconnectTimeout:  cmp.Or(cfg.ReconnectTimeout, DefaultReconnectTimeout),
 		seeds:             slices.Clone(cfg.Seeds),
 		members:           map[strategy.NodeID]string{},
 		wire:              map[strategy.NodeID]uint32{},
@@ -277,6 +263,61 @@ func New(cfg Config) (*Membership, error) {
 		done:              make(chan struct{}),
 		stopped:           make(chan struct{}),
 	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	m.log = m.log.With("member", cfg.NodeName)
+	mc := cfg.memberlistConfig()
+	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
+	mc.Events = &events{m: m}
+	mc.Conflict = &conflicts{m: m}
+
+	go m.deliver()
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		close(m.done)
+		<-m.stopped
+		return nil, fmt.Errorf("membership: %w", err)
+	}
+	m.ml = ml
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil {
+			_ = m.Shutdown()
+			return nil, fmt.Errorf("membership: join: %w", err)
+		}
+	}
+	if m.reconnectInterval > 0 {
+		go m.reconnect()
+	}
+	return m, nil
+}
+
+// check checks cfg's fields (New's errors but the bind's and the join's).
+func (cfg Config) check() error {
+	if cfg.NodeName == "" {
+		return errors.New("membership: NodeName is empty")
+	}
+	if len(cfg.PeerAddr) > memberlist.MetaMaxSize {
+		return fmt.Errorf("membership: PeerAddr is longer than %d bytes", memberlist.MetaMaxSize)
+	}
+	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
+		return fmt.Errorf("membership: SecretKey is %d bytes, want 16, 24 or 32", k)
+	}
+	if cfg.ReconnectTimeout < 0 {
+		return fmt.Errorf("membership: ReconnectTimeout %v is negative", cfg.ReconnectTimeout)
+	}
+	for _, s := range cfg.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return fmt.Errorf("membership: seed %q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// memberlistConfig is memberlist's LAN configuration with cfg's name,
+// addresses, key, timings, versions, RTT hook, logger and transport (the
+// delegates that need the Membership are New's).
+func (cfg Config) memberlistConfig() *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.NodeName
 	if cfg.BindAddr != "" {
@@ -288,6 +329,29 @@ func New(cfg Config) (*Membership, error) {
 	if len(cfg.SecretKey) > 0 {
 		mc.SecretKey = slices.Clone(cfg.SecretKey)
 	}
+	cfg.setTimings(mc)
+	if cfg.transport != nil {
+		mc.Transport = cfg.transport
+		if nt, ok := cfg.transport.(interface{ GetAutoBindPort() int }); ok && cfg.BindPort == 0 {
+			mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
+		}
+	}
+	// Minimum and current stay 0 (see "Wire versions" above).
+	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, cfg.WireVersion
+	if cfg.OnRTT != nil {
+		mc.Ping = &pings{on: cfg.OnRTT}
+	}
+	if cfg.Logger != nil {
+		mc.Logger = cfg.Logger
+	} else {
+		mc.LogOutput = io.Discard
+	}
+	return mc
+}
+
+// setTimings sets mc's probe, gossip, TCP, suspicion and reclaim times
+// from cfg (each kept at memberlist's LAN value when cfg's is 0).
+func (cfg Config) setTimings(mc *memberlist.Config) {
 	setDur(&mc.ProbeInterval, cfg.ProbeInterval)
 	setDur(&mc.ProbeTimeout, cfg.ProbeTimeout)
 	if cfg.ProbeTimeout == 0 && mc.ProbeTimeout > mc.ProbeInterval/2 {
@@ -313,54 +377,6 @@ func New(cfg Config) (*Membership, error) {
 		// And how long the dead are still gossiped to (LAN: 30s).
 		mc.GossipToTheDeadTime = 30 * cfg.ProbeInterval
 	}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
-	}
-	m.log = m.log.With("member", cfg.NodeName)
-	if m.reconnectInterval == 0 {
-		m.reconnectInterval = DefaultReconnectInterval
-	}
-	if m.reconnectTimeout == 0 {
-		m.reconnectTimeout = DefaultReconnectTimeout
-	}
-	if cfg.transport != nil {
-		mc.Transport = cfg.transport
-		if nt, ok := cfg.transport.(interface{ GetAutoBindPort() int }); ok && cfg.BindPort == 0 {
-			mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
-		}
-	}
-	mc.Delegate = &delegate{meta: []byte(cfg.PeerAddr), m: m}
-	// Minimum and current stay 0 (see "Wire versions" above).
-	mc.DelegateProtocolMin, mc.DelegateProtocolVersion, mc.DelegateProtocolMax = 0, 0, cfg.WireVersion
-	mc.Events = &events{m: m}
-	mc.Conflict = &conflicts{m: m}
-	if cfg.OnRTT != nil {
-		mc.Ping = &pings{on: cfg.OnRTT}
-	}
-	if cfg.Logger != nil {
-		mc.Logger = cfg.Logger
-	} else {
-		mc.LogOutput = io.Discard
-	}
-
-	go m.deliver()
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		close(m.done)
-		<-m.stopped
-		return nil, fmt.Errorf("membership: %w", err)
-	}
-	m.ml = ml
-	if len(cfg.Join) > 0 {
-		if _, err := ml.Join(cfg.Join); err != nil {
-			_ = m.Shutdown()
-			return nil, fmt.Errorf("membership: join: %w", err)
-		}
-	}
-	if m.reconnectInterval > 0 {
-		go m.reconnect()
-	}
-	return m, nil
 }
 
 func setDur(dst *time.Duration, v time.Duration) {
