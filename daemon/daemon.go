@@ -149,40 +149,12 @@ type Daemon struct {
 // ...", "envoy config: ...", "starting node \"n1\": ...", "service rlqs:
 // ..."; on error everything started is stopped again.
 func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	d, err := newDaemon(cfg)
+	if err != nil {
+		return nil, err
+	}
 	f := cfg.File
-	switch {
-	case f == nil:
-		return nil, errors.New("daemon: Config.File is nil")
-	case cfg.FaultInjection && !cfg.Networked:
-		return nil, errors.New("daemon: FaultInjection needs a networked node (Config.Networked)")
-	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), nodeConf: f.Node, scheme: "http"}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
-	// Errors in the config name the file (the field is in err).
-	inFile := func(err error) error {
-		if cfg.ConfigPath != "" {
-			return fmt.Errorf("%s: %w", cfg.ConfigPath, err)
-		}
-		return err
-	}
-	if err := f.Validate(); err != nil {
-		return nil, inFile(err)
-	}
-	if cfg.Networked {
-		if err := f.Node.CheckPeerSecurity(); err != nil {
-			return nil, inFile(err)
-		}
-		if f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
-			d.log.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
-				"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
-		}
-	}
-	d.envoyDir = cfg.EnvoyDir
-	if d.envoyDir == "" {
-		d.envoyDir = f.Node.EnvoyConfig
-	}
+	d.envoyDir = cmp.Or(cfg.EnvoyDir, f.Node.EnvoyConfig)
 	if d.envoyDir != "" {
 		// Before the files are read: a change meanwhile is reloaded.
 		d.envoySum = envoyrls.Digest(d.envoyDir)
@@ -214,19 +186,10 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.listen(apiTLS); err != nil {
 		return nil, err
 	}
-	startTimeout := cfg.StartTimeout
-	if startTimeout <= 0 {
-		startTimeout = DefaultStartTimeout
-	}
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
-	d.node, err = limiter.Start(sctx, lc)
-	cancel()
-	if err != nil {
+	if err := d.startNode(ctx, lc); err != nil {
 		d.closeListeners()
-		return nil, fmt.Errorf("starting node %q: %w", f.Node.Name, err)
+		return nil, err
 	}
-	d.addrs = Addrs{Name: f.Node.Name, API: d.ln.Addr().String(), GRPC: d.gln.Addr().String(),
-		Peer: d.node.PeerAddr(), Gossip: d.node.GossipAddr()}
 	if err := d.build(apiTLS, faulty); err != nil {
 		d.closeListeners()
 		_ = d.node.Close()
@@ -241,6 +204,62 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.serve()
 	return d, nil
+}
+
+// newDaemon checks cfg and its file (errors name the file; a networked
+// node's peer security is checked, and its absence on a multi-node
+// cluster logged) and returns the daemon to start.
+func newDaemon(cfg Config) (*Daemon, error) {
+	f := cfg.File
+	switch {
+	case f == nil:
+		return nil, errors.New("daemon: Config.File is nil")
+	case cfg.FaultInjection && !cfg.Networked:
+		return nil, errors.New("daemon: FaultInjection needs a networked node (Config.Networked)")
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), nodeConf: f.Node, scheme: "http"}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	// Errors in the config name the file (the field is in err).
+	inFile := func(err error) error {
+		if cfg.ConfigPath != "" {
+			return fmt.Errorf("%s: %w", cfg.ConfigPath, err)
+		}
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, inFile(err)
+	}
+	if cfg.Networked {
+		if err := f.Node.CheckPeerSecurity(); err != nil {
+			return nil, inFile(err)
+		}
+		if f.Node.MultiNode() && len(f.Node.SecretKey) == 0 && f.Node.TLS == nil {
+			d.log.Warn("peer security is OFF (node.insecure: true): peer frames are neither authenticated nor encrypted; any process that reaches node.peer_addr can speak for any member. Set node.secret_key or node.tls",
+				"node", f.Node.Name, "peer_addr", f.Node.PeerAddr)
+		}
+	}
+	return d, nil
+}
+
+// startNode starts the node of lc within the config's start timeout and
+// records the addresses it bound.
+func (d *Daemon) startNode(ctx context.Context, lc limiter.Config) error {
+	startTimeout := d.cfg.StartTimeout
+	if startTimeout <= 0 {
+		startTimeout = DefaultStartTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	node, err := limiter.Start(sctx, lc)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("starting node %q: %w", d.cfg.File.Node.Name, err)
+	}
+	d.node = node
+	d.addrs = Addrs{Name: d.cfg.File.Node.Name, API: d.ln.Addr().String(), GRPC: d.gln.Addr().String(),
+		Peer: d.node.PeerAddr(), Gossip: d.node.GossipAddr()}
+	return nil
 }
 
 // startRules are the rules of f and of the Envoy config in envoyDir (""
@@ -392,6 +411,50 @@ func (d *Daemon) closeListeners() {
 // readiness wait, registers the services and starts the config watcher.
 // On error, the services registered are shut down and the readiness wait
 // ended.
+// startBackground starts the daemon's background work, until bg ends:
+// readiness (not ready until every strategy is: a gdrl joiner holds its
+// default share, and a check decided before would be refused for lack of
+// a share) and returning the memory of expired keys to the OS within
+// MemoryReturnInterval of their expiry (memreturn.go).
+func (d *Daemon) startBackground(bg context.Context) {
+	if ok, err := d.node.Ready(bg); err == nil && !ok {
+		d.api.SetReady(false)
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			if d.node.WaitReady(bg) == nil {
+				d.api.SetReady(true)
+			}
+		}()
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		d.returnMemory(bg)
+	}()
+}
+
+// registerRLS registers Envoy's RLS on the gRPC server when the daemon
+// has Envoy limits (shadow mode and the epoch set, logged), and warns of
+// a shadow mode set without them.
+func (d *Daemon) registerRLS() {
+	f, rs := d.cfg.File, d.rules
+	switch {
+	case rs.Envoy != nil:
+		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
+		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
+		d.rls.SetEpoch(d.epoch)                     // limit overrides of fixed_window limits align as Rules
+		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir,
+			"default_strategy", cmp.Or(d.envoyStr, config.DefaultStrategy))
+		if f.Node.EnvoyShadowMode {
+			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",
+				"dir", rs.EnvoyDir)
+		}
+	case f.Node.EnvoyShadowMode:
+		d.log.Warn("node.envoy_shadow_mode is set but there is no Envoy config (node.envoy_config, --envoy-config): it does nothing")
+	}
+}
+
 func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	f, rs := d.cfg.File, d.rules
 	d.api = server.New(d.node, rs.Rules)
@@ -403,25 +466,7 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 			d.bg.Wait()
 		}
 	}()
-	// Not ready until every strategy is (a gdrl joiner holds its default
-	// share): a check decided before would be refused for lack of a share.
-	if ok, err := d.node.Ready(bg); err == nil && !ok {
-		d.api.SetReady(false)
-		d.bg.Add(1)
-		go func() {
-			defer d.bg.Done()
-			if d.node.WaitReady(bg) == nil {
-				d.api.SetReady(true)
-			}
-		}()
-	}
-	// The memory of expired keys goes back to the OS within
-	// MemoryReturnInterval of their expiry (memreturn.go).
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		d.returnMemory(bg)
-	}()
+	d.startBackground(bg)
 	if err := d.node.RegisterHintMetrics(d.api.Registry()); err != nil {
 		return fmt.Errorf("latency hint metrics: %w", err)
 	}
@@ -448,20 +493,7 @@ func (d *Daemon) build(apiTLS *tls.Config, faulty *faultHook) (err error) {
 	}
 	d.gs = grpc.NewServer(gopts...)
 	d.api.RegisterGRPC(d.gs)
-	switch {
-	case rs.Envoy != nil:
-		d.rls = d.api.RegisterRLS(d.gs, rs.Envoy)
-		d.rls.SetShadowMode(f.Node.EnvoyShadowMode) // node settings are read at start only
-		d.rls.SetEpoch(d.epoch)                     // limit overrides of fixed_window limits align as Rules
-		d.log.Info("envoy RLS loaded", "domains", len(rs.Envoy.Domains), "limits", len(rs.Envoy.Limits), "dir", rs.EnvoyDir,
-			"default_strategy", cmp.Or(d.envoyStr, config.DefaultStrategy))
-		if f.Node.EnvoyShadowMode {
-			d.log.Warn("envoy RLS: global shadow mode on (node.envoy_shadow_mode): every check is decided and counted, none is refused",
-				"dir", rs.EnvoyDir)
-		}
-	case f.Node.EnvoyShadowMode:
-		d.log.Warn("node.envoy_shadow_mode is set but there is no Envoy config (node.envoy_config, --envoy-config): it does nothing")
-	}
+	d.registerRLS()
 	for i, s := range d.cfg.Services {
 		if err := s.Register(d.gs, d); err != nil {
 			d.shutdownServices(context.Background(), d.cfg.Services[:i])
