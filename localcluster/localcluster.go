@@ -184,79 +184,19 @@ type proc struct {
 // returns an error with the failing node's log tail. ctx bounds the start
 // only; the nodes run until Stop (or Kill/Terminate).
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	if cfg.Binary == "" {
-		return nil, errors.New("localcluster: Config.Binary is empty")
-	}
-	if cfg.Nodes < 1 {
-		return nil, fmt.Errorf("localcluster: Config.Nodes %d: want at least 1", cfg.Nodes)
-	}
-	if len(cfg.Rules) == 0 {
-		return nil, errors.New("localcluster: Config.Rules is empty")
-	}
-	if err := checkRegions(cfg.Regions, cfg.Nodes); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
-	cfg.Regions = slices.Clone(cfg.Regions)
-	if k := len(cfg.SecretKey); k != 0 && k != 16 && k != 24 && k != 32 {
-		return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", k)
-	}
-	if len(cfg.SecretKey) == 0 {
-		cfg.SecretKey = make([]byte, 32)
-		if _, err := cryptorand.Read(cfg.SecretKey); err != nil {
-			return nil, fmt.Errorf("localcluster: drawing a secret key: %w", err)
-		}
-	}
-	if cfg.StartTimeout <= 0 {
-		cfg.StartTimeout = DefaultStartTimeout
-	}
-	if cfg.Settle == 0 {
-		cfg.Settle = DefaultSettle
-	}
-	bin, err := filepath.Abs(cfg.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("localcluster: Binary: %w", err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("localcluster: Binary: %w", err)
-	}
-	cfg.Binary = bin
 	c := &Cluster{cfg: cfg, logMu: &sync.Mutex{}, http: &http.Client{Timeout: 5 * time.Second},
 		Nodes: make([]Addrs, cfg.Nodes), procs: make([]*proc, cfg.Nodes), conns: map[int]*grpc.ClientConn{}}
-	if len(cfg.StartPartitioned) > 0 && !cfg.Namespaces {
-		return nil, errors.New("localcluster: StartPartitioned needs Config.Namespaces")
-	}
-	if err := checkGroups(cfg.StartPartitioned, cfg.Nodes); err != nil {
+	if err := c.makeDir(); err != nil {
 		return nil, err
 	}
-	if cfg.Dir == "" {
-		if c.dir, err = os.MkdirTemp("", "tokenmesh-localcluster-"); err != nil {
-			return nil, fmt.Errorf("localcluster: %w", err)
-		}
-		c.ownDir = true
-	} else {
-		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("localcluster: Dir: %w", err)
-		}
-		c.dir = cfg.Dir
-	}
 	if cfg.Namespaces {
-		if err := netns.Available(); err != nil {
-			if len(cfg.StartPartitioned) > 0 {
-				_ = c.Stop()
-				return nil, fmt.Errorf("localcluster: StartPartitioned: %w", err)
-			}
-			c.warn(fmt.Sprintf("localcluster: WARNING: no network namespaces (%v): nodes on 127.0.0.1, Partition cuts the data plane only (gossip keeps flowing)", err))
-			c.cfg.FaultInjection = true
-		} else {
-			lctx, lcancel := context.WithTimeout(ctx, cfg.StartTimeout)
-			c.lab, err = netns.New(lctx, cfg.Nodes)
-			lcancel()
-			if err != nil {
-				_ = c.Stop()
-				return nil, fmt.Errorf("localcluster: %w", err)
-			}
-			dial := c.lab.DialContext
-			c.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial}}
+		if err := c.openLab(ctx); err != nil {
+			_ = c.Stop()
+			return nil, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
@@ -272,6 +212,105 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// withDefaults checks cfg (errors name the field) and fills in its
+// defaults: a secret key drawn at random, the start timeout, the settle
+// time, the binary's absolute path.
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case cfg.Binary == "":
+		return cfg, errors.New("localcluster: Config.Binary is empty")
+	case cfg.Nodes < 1:
+		return cfg, fmt.Errorf("localcluster: Config.Nodes %d: want at least 1", cfg.Nodes)
+	case len(cfg.Rules) == 0:
+		return cfg, errors.New("localcluster: Config.Rules is empty")
+	}
+	if err := checkRegions(cfg.Regions, cfg.Nodes); err != nil {
+		return cfg, err
+	}
+	cfg.Regions = slices.Clone(cfg.Regions)
+	var err error
+	if cfg.SecretKey, err = secretKey(cfg.SecretKey); err != nil {
+		return cfg, err
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
+	if cfg.Binary, err = filepath.Abs(cfg.Binary); err != nil {
+		return cfg, fmt.Errorf("localcluster: Binary: %w", err)
+	}
+	if _, err := os.Stat(cfg.Binary); err != nil {
+		return cfg, fmt.Errorf("localcluster: Binary: %w", err)
+	}
+	if len(cfg.StartPartitioned) > 0 && !cfg.Namespaces {
+		return cfg, errors.New("localcluster: StartPartitioned needs Config.Namespaces")
+	}
+	if err := checkGroups(cfg.StartPartitioned, cfg.Nodes); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// secretKey is key when it has a valid length (16, 24 or 32 bytes), or 32
+// random bytes for none.
+func secretKey(key []byte) ([]byte, error) {
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	case 0:
+		key = make([]byte, 32)
+		if _, err := cryptorand.Read(key); err != nil {
+			return nil, fmt.Errorf("localcluster: drawing a secret key: %w", err)
+		}
+		return key, nil
+	}
+	return nil, fmt.Errorf("localcluster: Config.SecretKey is %d bytes; want 16, 24 or 32", len(key))
+}
+
+// makeDir makes the cluster's directory: Config.Dir, or a temporary one
+// of its own (removed by Stop).
+func (c *Cluster) makeDir() error {
+	if c.cfg.Dir != "" {
+		if err := os.MkdirAll(c.cfg.Dir, 0o755); err != nil {
+			return fmt.Errorf("localcluster: Dir: %w", err)
+		}
+		c.dir = c.cfg.Dir
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "tokenmesh-localcluster-")
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	c.dir, c.ownDir = dir, true
+	return nil
+}
+
+// openLab makes the nodes' network namespaces (Config.Namespaces) and
+// dials through them; without namespaces on this machine it warns and
+// falls back to loopback with fault injection (an error if the cluster
+// must start partitioned).
+func (c *Cluster) openLab(ctx context.Context) error {
+	if err := netns.Available(); err != nil {
+		if len(c.cfg.StartPartitioned) > 0 {
+			return fmt.Errorf("localcluster: StartPartitioned: %w", err)
+		}
+		c.warn(fmt.Sprintf("localcluster: WARNING: no network namespaces (%v): nodes on 127.0.0.1, Partition cuts the data plane only (gossip keeps flowing)", err))
+		c.cfg.FaultInjection = true
+		return nil
+	}
+	lctx, lcancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
+	defer lcancel()
+	lab, err := netns.New(lctx, c.cfg.Nodes)
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	c.lab = lab
+	c.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.lab.DialContext}}
+	return nil
 }
 
 // checkRegions checks Config.Regions for n nodes: none, or one valid
