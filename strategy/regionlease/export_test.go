@@ -168,13 +168,14 @@ func ConservedKeys(current map[strategy.NodeID]*RegionLease, down func(strategy.
 	return nil
 }
 
-// FloatParts is, for diagnostics, one key's tokens at one node: the whole
+// FloatParts is, for tests, one key's tokens at one node: the whole
 // tokens of its pool (as global owner) and the pool's leased count, the
-// tokens in its region-tier leases (a regional owner's stock, not lent
-// on) and those lent on, and the tokens in node-tier leases.
+// tokens in its unexpired region-tier leases (a regional owner's stock,
+// not lent on) and those lent on from them, and the tokens in its
+// unexpired node-tier leases.
 type FloatParts struct{ Level, Leased, Stock, Lent, Node int64 }
 
-// FloatByKey is, for diagnostics, FloatParts per key at now.
+// FloatByKey is, for tests, FloatParts per key at now.
 func (l *RegionLease) FloatByKey(now time.Duration) map[string]FloatParts {
 	out := map[string]FloatParts{}
 	for k, p := range l.pools {

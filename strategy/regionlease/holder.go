@@ -324,7 +324,9 @@ func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *str
 }
 
 func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
-	next := p.SendTo(now, to, l.retryFor(to))
+	// The WAN's interval even inside the region: a regional owner may
+	// relay the request across the WAN, and a forward has no acknowledgement.
+	next := p.SendTo(now, to, l.retryEvery)
 	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
 	fx.Send(to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{

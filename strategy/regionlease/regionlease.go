@@ -441,12 +441,14 @@ func (l *RegionLease) StateBytes() int {
 	return n + (l.gseen.Len()+l.rseen.Len())*perSeen + len(l.returns)*perGrant
 }
 
-// retryFor is how long this node waits before sending a message to peer
-// again: lanRetry inside its region, retryEvery across the WAN. Ours: with
-// the WAN's interval inside the region (185 ms on exp:60ms+20ms), a lost
-// ask or grant left a node without a lease, and a lost grant's tokens
-// unused until the lease ended at its granter (a node's lease lasts
-// ttl, 200 ms by default), so the tokens were lost.
+// retryFor is how long this node waits before sending an ask or a return
+// to peer again: lanRetry inside its region, retryEvery across the WAN.
+// Ours: with the WAN's interval inside the region (185 ms on
+// exp:60ms+20ms), a lost ask or grant left a node without a lease, and a
+// lost grant's tokens unused until the lease ended at its granter (a
+// node's lease lasts ttl, 200 ms by default): those tokens were lost.
+// Forwards keep retryEvery (a regional owner may relay them across the
+// WAN; a retry every lanRetry multiplied the messages on zanbil by two).
 func (l *RegionLease) retryFor(peer strategy.NodeID) time.Duration {
 	if topology.Of(peer) == l.region {
 		return l.lanRetry
