@@ -167,3 +167,39 @@ func ConservedKeys(current map[strategy.NodeID]*RegionLease, down func(strategy.
 	}
 	return nil
 }
+
+// FloatParts is, for tests, one key's tokens at one node: the whole
+// tokens of its pool (as global owner) and the pool's leased count, the
+// tokens in its unexpired region-tier leases (a regional owner's stock,
+// not lent on) and those lent on from them, and the tokens in its
+// unexpired node-tier leases.
+type FloatParts struct{ Level, Leased, Stock, Lent, Node int64 }
+
+// FloatByKey is, for tests, FloatParts per key at now.
+func (l *RegionLease) FloatByKey(now time.Duration) map[string]FloatParts {
+	out := map[string]FloatParts{}
+	for k, p := range l.pools {
+		cp := *p
+		l.sh.Advance(&cp, now)
+		f := out[k]
+		f.Level += cp.Level / l.sh.Per
+		f.Leased += cp.Leased
+		out[k] = f
+	}
+	for k, h := range l.keys {
+		f := out[k]
+		for _, ls := range h.leases {
+			if ls.expires <= now {
+				continue
+			}
+			if ls.region {
+				f.Stock += ls.tokens
+				f.Lent += ls.lent
+			} else {
+				f.Node += ls.tokens
+			}
+		}
+		out[k] = f
+	}
+	return out
+}

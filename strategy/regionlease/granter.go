@@ -103,17 +103,7 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 	}
 	l.used(now, f.Key, h, fx)
 	defer l.maybeAsk(now, f.Key, h, fx)
-	v := &verdict{}
-	switch {
-	case l.takeLeased(now, f.Key, h, arr, n, fx):
-		v.decided, v.allowed = true, true
-	case arr < h.emptyUntil:
-		v.decided, v.emptyFor = true, uint64((h.emptyUntil-arr)/time.Microsecond)
-	case !live, l.hot(now, h):
-		// Cut off from the global owner (conserve), or the region lives
-		// on leases: only what the region holds.
-		v.decided = true
-	}
+	v := l.fromStock(now, f.Key, h, arr, n, live, fx)
 	l.rseen.Add(now, fid, v, fx)
 	if v.decided {
 		l.sendVerdict(from, f.RequestId, false, v.allowed, v.emptyFor, fx)
@@ -123,6 +113,28 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 	r := &relay{origin: from, originID: f.RequestId, key: f.Key, tokens: n, arrival: arr, to: g, deadline: now + l.timeout}
 	l.relays[l.relaySeq] = r
 	l.sendRelay(now, l.relaySeq, r, fx)
+}
+
+// fromStock is a regional owner's verdict on a forward of n tokens that
+// arrived at arr: allowed from the stock; refused by the global owner's
+// dry hint; refused when cut off from the global owner (conserve) or when
+// the region lives on leases (hot), with, for a live region, a dry hint
+// until its next stock is due (stockDue: the sender refuses on the node
+// until then); else undecided (to relay).
+func (l *RegionLease) fromStock(now time.Duration, key string, h *holding, arr time.Duration, n int64, live bool, fx *strategy.Effects) *verdict {
+	v := &verdict{}
+	switch {
+	case l.takeLeased(now, key, h, arr, n, fx):
+		v.decided, v.allowed = true, true
+	case arr < h.emptyUntil:
+		v.decided, v.emptyFor = true, uint64((h.emptyUntil-arr)/time.Microsecond)
+	case !live, l.hot(now, h):
+		v.decided = true
+		if due := l.stockDue(now, h); live && due > arr {
+			v.emptyFor = uint64((due - arr) / time.Microsecond)
+		}
+	}
+	return v
 }
 
 func (l *RegionLease) sendRelay(now time.Duration, id uint64, r *relay, fx *strategy.Effects) {
@@ -207,15 +219,26 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 
 // grantPool lends out of the pool, when the key's replicas hold a fence
 // that covers the lease (fenced); else it grants 0 tokens with no dry
-// hint, and the holder asks again a little later.
+// hint, and the holder asks again a little later. It lends what the pool
+// holds now, the refill since the ask was sent included: the holder uses
+// a token only for a request that arrives after it received the lease
+// (takeLeased), so every token lent was in the level before any request
+// that takes it (ours; a grant that lent only what the pool held since
+// the ask, as lease's ordered grants do, left the refill of the ask's WAN
+// crossing, about 70 tokens per key at 1000/s, in the global level).
+// When the pool is dry, the hint (a holder asks again lead before it
+// ends) is at most period for a node of this region and, for a region,
+// at most rlead: the regional owner asks again as the grant reaches it,
+// once per WAN round trip, instead of leaving the refill of
+// region_period - rlead in the global owner's bucket.
 func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
-	ttl, period := l.ttl, l.period
+	ttl, period, hint := l.ttl, l.period, l.period
 	if topology.Of(from) != l.region {
-		ttl, period = l.rttl, l.rperiod
+		ttl, period, hint = l.rttl, l.rperiod, l.rlead
 	}
 	p := l.ownPool(now, a.Key, fx)
 	l.sh.Advance(p, now)
-	whole := l.sh.Whole(p, at)
+	whole := l.sh.Whole(p, now)
 	n := min(a.Tokens, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
 		return &grantRec{pool: p, expires: at + ttl}
@@ -224,16 +247,20 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	if n < a.Tokens && n == whole {
 		// Dry: the bucket's refill until the hint ends is for the other
 		// holders' next asks (lease's dry hint).
-		g.emptyUntil = at + min(period, l.sh.FillTime(p))
+		g.emptyUntil = at + min(period, l.sh.FillTime(p), hint)
 	}
 	l.sh.Lend(p, n)
 	return g
 }
 
-// grantStock lends a node of the region tokens of the stock lease that
-// ends last, for ttl from the ask but never beyond that lease's end here:
-// the node has stopped using it by the time this node returns the stock
-// lease's unused tokens to the global owner.
+// grantStock lends a node of the region tokens of one stock lease (the
+// one that ends last among those that cover the ask, else the one with
+// the most tokens: betterParent), for ttl from the ask but never beyond
+// that lease's end here: the node has stopped using it by the time this
+// node returns the stock lease's unused tokens to the global owner. A
+// grant short of the ask carries a dry hint only when the stock is empty:
+// the global owner's, or, while the region is hot, until the next stock
+// grant is due (stockDue).
 func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	h := l.holding(a.Key)
 	h.reports[from] = report{mtps: a.DemandMtps, at: now}
@@ -242,7 +269,7 @@ func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a 
 	var best *held
 	for i := range h.leases {
 		ls := &h.leases[i]
-		if ls.tokens > 0 && ls.expires-l.lead > now && (best == nil || ls.expires > best.expires) {
+		if ls.tokens > 0 && ls.expires-l.lead > now && (best == nil || betterParent(ls, best, a.Tokens)) {
 			best = ls
 		}
 	}
@@ -255,10 +282,30 @@ func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a 
 		best.lent += g.tokens
 		best.subs++
 	}
-	if g.tokens < a.Tokens && h.emptyUntil > now {
-		g.emptyUntil = h.emptyUntil
+	if g.tokens < a.Tokens && h.available(now+l.lead) == 0 {
+		if h.emptyUntil > now {
+			g.emptyUntil = h.emptyUntil
+		}
+		if _, live := l.global(a.Key); live && l.hot(now, h) {
+			g.emptyUntil = max(g.emptyUntil, l.stockDue(now, h))
+		}
 	}
 	return g
+}
+
+// betterParent reports whether stock lease a serves an ask of n tokens
+// better than b: one that covers the ask over one that does not; among
+// those that do, the one that ends last; among those that do not, the one
+// with more tokens.
+func betterParent(a, b *held, n int64) bool {
+	ac, bc := a.tokens >= n, b.tokens >= n
+	if ac != bc {
+		return ac
+	}
+	if ac {
+		return a.expires > b.expires
+	}
+	return a.tokens > b.tokens
 }
 
 func (l *RegionLease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {

@@ -227,6 +227,20 @@ func (l *RegionLease) hot(now time.Duration, h *holding) bool {
 	return h.dry && now < h.dryAt+l.rttl
 }
 
+// stockDue is, at a regional owner whose stock is empty while the global
+// owner's bucket is dry (hot), when its stock is next expected to hold
+// tokens: its ask in flight's time, or its next ask's, plus the measured
+// round trip (wanRTT); at least lanRetry from now. Its nodes are told to
+// refuse until then on the node, and to ask again then, rather than
+// forward each request here to be refused (ours).
+func (l *RegionLease) stockDue(now time.Duration, h *holding) time.Duration {
+	at := max(h.nextAskAt, now)
+	if h.asking {
+		at = h.askAt
+	}
+	return max(at+l.wanRTT, now+l.lanRetry)
+}
+
 // available is the tokens h's unexpired leases hold at now (not lent out).
 func (h *holding) available(now time.Duration) int64 {
 	var n int64
@@ -271,11 +285,15 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 		return
 	}
 	n := min(int64(want), l.sh.Burst)
-	low := float64(n) / 2
+	// A node asks when its leases would run out within a few round trips
+	// to its regional owner (4*lead = 8*lan_latency; one token at least),
+	// not at half its lease: what it holds beyond that is float, tokens
+	// parked on the node while others refuse.
+	low := max(1, d*(4*l.lead).Seconds())
 	if region {
 		// Ask a round trip ahead at least: the stock must not run out
 		// while the ask crosses the WAN.
-		low = max(low, d*l.rtt.Seconds())
+		low = max(float64(n)/2, d*l.rtt.Seconds())
 	}
 	if float64(h.available(now)) >= low {
 		return
@@ -298,7 +316,7 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 }
 
 func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
-	h.askNext = min(now+l.retryEvery, h.askDeadline)
+	h.askNext = min(now+l.retryFor(h.askTo), h.askDeadline)
 	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
@@ -306,6 +324,8 @@ func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *str
 }
 
 func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
+	// The WAN's interval even inside the region: a regional owner may
+	// relay the request across the WAN, and a forward has no acknowledgement.
 	next := p.SendTo(now, to, l.retryEvery)
 	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
@@ -342,6 +362,9 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	h.accepted[g.Seq] = expires
 	if g.Seq == h.seq {
 		h.asking = false
+		if h.askRegion {
+			l.wanRTT += (now - h.askAt - l.wanRTT) / 8
+		}
 	}
 	l.scheduleAsk(now, h, g, lead, fx)
 	if h.askRegion && g.Tokens < h.askTokens && until > now {
@@ -496,7 +519,7 @@ func (l *RegionLease) returnTimer(now time.Duration, t timer, fx *strategy.Effec
 
 func (l *RegionLease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
 	r := l.returns[id]
-	r.next = min(now+l.retryEvery, r.deadline)
+	r.next = min(now+l.retryFor(id.node), r.deadline)
 	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
 	fx.WakeAt(r.next)
 	fx.Send(id.node, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{

@@ -30,8 +30,10 @@ type RegionLease struct {
 	period, ttl, rperiod, rttl time.Duration
 	window, timeout, takeover  time.Duration
 	maxSkew, retryEvery        time.Duration
+	lanRetry                   time.Duration // retransmission interval inside the region (4*lan_latency, at most retryEvery)
 	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
 	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
+	wanRTT                     time.Duration // measured: a moving average (1/8) of the time a region's ask took to be granted, from rtt
 	idle                       time.Duration // a holder returns its leases of a key unused for this long
 	minLease                   int64
 	admitOnTimeout             bool
@@ -166,9 +168,11 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	}
 	l.minLease = int64(minLease)
 	l.retryEvery = l.timeout / time.Duration(retries+1)
+	l.lanRetry = min(l.retryEvery, max(4*lan, time.Millisecond))
 	l.lead = min(2*lan, l.ttl/4)
 	l.rlead = min(2*hint, l.rttl/4)
 	l.rtt = 2 * hint
+	l.wanRTT = l.rtt
 	l.ahead = max(l.takeover-l.rttl, l.timeout)
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {
@@ -435,6 +439,21 @@ func (l *RegionLease) StateBytes() int {
 		n += len(k) + len(fs)*perFence
 	}
 	return n + (l.gseen.Len()+l.rseen.Len())*perSeen + len(l.returns)*perGrant
+}
+
+// retryFor is how long this node waits before sending an ask or a return
+// to peer again: lanRetry inside its region, retryEvery across the WAN.
+// Ours: with the WAN's interval inside the region (185 ms on
+// exp:60ms+20ms), a lost ask or grant left a node without a lease, and a
+// lost grant's tokens unused until the lease ended at its granter (a
+// node's lease lasts ttl, 200 ms by default): those tokens were lost.
+// Forwards keep retryEvery (a regional owner may relay them across the
+// WAN; a retry every lanRetry multiplied the messages on zanbil by two).
+func (l *RegionLease) retryFor(peer strategy.NodeID) time.Duration {
+	if topology.Of(peer) == l.region {
+		return l.lanRetry
+	}
+	return l.retryEvery
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

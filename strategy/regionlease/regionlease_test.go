@@ -288,3 +288,76 @@ func TestCut60sConserve(t *testing.T) {
 		t.Errorf("ap's admitted tokens per second not back to 90%% of %d within 15 s of the heal (second %d)", before, back)
 	}
 }
+
+// A region's ask lent what the global owner's bucket holds when the ask
+// arrives, the refill during its WAN crossing included: the region uses a
+// token only for a request that arrives after it received the lease, so
+// the envelope does not need the tokens to have been in the bucket since
+// the ask was sent (what an earlier version lent, which left that refill,
+// ~70 tokens per key at 1000/s on exp:60ms+20ms, in the bucket).
+func TestGrantLendsTheCrossingsRefill(t *testing.T) {
+	members := []strategy.NodeID{"eu.n0", "us.n1"}
+	params, err := strategy.ParseParams([]string{"replicas=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(self strategy.NodeID) *regionlease.RegionLease {
+		l, err := regionlease.New(strategy.Config{Self: self, Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+			Burst: 10, Params: params, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fx strategy.Effects
+		l.Start(0, &fx)
+		return l
+	}
+	// A key whose global owner is eu.n0: eu.n0 decides it at once.
+	g := build("eu.n0")
+	var key string
+	for i := 0; key == ""; i++ {
+		k := "k" + string(rune('a'+i))
+		var fx strategy.Effects
+		if _, ok := g.Request(time.Millisecond, strategy.Request{ID: uint64(i + 1), Key: k, Tokens: 1, Arrival: time.Millisecond}, &fx); ok {
+			key = k
+		}
+	}
+	// Drain the bucket at 1 s: 9 tokens left after the first request, and
+	// ~9.9 refilled; take until refused.
+	now := time.Second
+	for id := uint64(100); ; id++ {
+		var fx strategy.Effects
+		d, ok := g.Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
+		if !ok {
+			t.Fatalf("the global owner did not decide its own key")
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	// us.n1's ask, sent at 1 s, arrives 70 ms later: 7 tokens refilled.
+	ask, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
+		Key: key, Seq: 1, Tokens: 10, AskedAtNs: int64(now), DemandMtps: 200_000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx strategy.Effects
+	if err := g.Receive(now+70*time.Millisecond, "us.n1", ask, &fx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.Messages) != 1 {
+		t.Fatalf("%d messages, want one grant", len(fx.Messages))
+	}
+	var m peerv1.RegionLeaseMessage
+	if err := proto.Unmarshal(fx.Messages[0].Payload, &m); err != nil {
+		t.Fatal(err)
+	}
+	grant := m.GetGrant()
+	if grant == nil || grant.Tokens != 7 {
+		t.Fatalf("answer %v, want a grant of the 7 tokens refilled since the ask was sent", &m)
+	}
+	// Lent, not created: the bucket has nothing left to take.
+	fx.Reset()
+	if d, _ := g.Request(now+70*time.Millisecond, strategy.Request{ID: 999, Key: key, Tokens: 1, Arrival: now + 70*time.Millisecond}, &fx); d.Allowed {
+		t.Fatal("the bucket admitted a token it had lent")
+	}
+}
