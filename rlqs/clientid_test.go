@@ -43,8 +43,10 @@ func (n *recNode) QuotaUsage(_ context.Context, rule string, u strategy.QuotaUsa
 	return nil
 }
 
-func (n *recNode) QuotaDetach(context.Context, string, strategy.QuotaClient, string) error { return nil }
-func (n *recNode) QuotaDelivered(context.Context, string, strategy.QuotaAssignment) error  { return nil }
+func (n *recNode) QuotaDetach(context.Context, string, strategy.QuotaClient, string) error {
+	return nil
+}
+func (n *recNode) QuotaDelivered(context.Context, string, strategy.QuotaAssignment) error { return nil }
 
 func (n *recNode) ids() []string {
 	n.mu.Lock()
