@@ -53,11 +53,22 @@ type memory struct {
 }
 
 // allocExtraBytes is the heap of a's own slices and shares, bytes: the
-// shares' pointer array and one *share each, the pending releases' array
-// and the last replica's encoding.
+// shares' pointer array and one *share each (with its client id, if any:
+// one string each, at most strategy.MaxQuotaClientIDBytes), the pending
+// releases' array and the last replica's encoding.
 func allocExtraBytes(a *alloc) int {
-	return memsize.Alloc(cap(a.shares)*memsize.Pointer) + len(a.shares)*memsize.Alloc(shareAlloc) +
+	return memsize.Alloc(cap(a.shares)*memsize.Pointer) + len(a.shares)*memsize.Alloc(shareAlloc) + cidBytes(a.shares) +
 		memsize.Alloc(cap(a.pending)*releaseBytes) + memsize.Alloc(cap(a.replBytes))
+}
+
+// cidBytes is the heap of the shares' client ids, bytes (an id of a local
+// client shares its stream's string: counted anyway, an over-estimate).
+func cidBytes(shares []*share) int {
+	n := 0
+	for _, s := range shares {
+		n += memsize.Alloc(len(s.cid))
+	}
+	return n
 }
 
 // setAlloc puts a as key's allocation, counting a new key (an allocation
@@ -96,7 +107,7 @@ func (q *Quota) allocChanged(a *alloc) {
 // are not changed once kept: a newer one replaces them).
 func recordBytes(r *record) int {
 	return memsize.Alloc(recordAlloc) + memsize.Alloc(cap(r.shares)*memsize.Pointer) + len(r.shares)*memsize.Alloc(shareAlloc) +
-		memsize.Alloc(cap(r.pending)*releaseBytes)
+		cidBytes(r.shares) + memsize.Alloc(cap(r.pending)*releaseBytes)
 }
 
 // clientMapBytes is the heap of a client's keys map, bytes: its header,
