@@ -297,7 +297,7 @@
 // Envoy keeps its buckets in a cache keyed by bucket id, independent of
 // the stream, so the Envoy still holds its old token bucket meanwhile. A
 // client may name itself (strategy.QuotaUsage.ID: RLQS's
-// tokenmesh-client-id header, set per Envoy in grpc_service.
+// tokenmesh-client-id header, set per Envoy in its grpc_service's
 // initial_metadata): its share (units and burst) is replicated with the
 // id and, for a share with an id, the time of the owner's latest send
 // whose write the client's node confirmed (ackedAt; an acknowledged send
@@ -320,6 +320,7 @@
 //     > now + apply_lag (the client received that send after ackedAt and
 //     holds an assignment until at least then + ttl; after an expiry Envoy
 //     would start the resend full, unpaid).
+//
 // Then the share resizes as any (a changed bucket keeps the fill ratio: a
 // cut hands nothing, a raise is paid). A claim's DENY_ALL is withheld —
 // a blanket rule would replace the Envoy's token bucket, and the token
