@@ -26,6 +26,15 @@
 // tokenmesh_rlqs_refused_total{code="empty_bucket_id"}, not a reason to
 // end the stream.
 //
+// A stream may name its client: the tokenmesh-client-id header
+// (quotamsg.ClientIDHeader; one value of at most
+// strategy.MaxQuotaClientIDBytes of UTF-8, else InvalidArgument), which
+// operators set per Envoy in the filter's grpc_service.initial_metadata.
+// It goes with every report (strategy.QuotaUsage.ID): the quota strategy
+// lets a new stream with the id of a share whose node left take that share
+// over (strategy/quota, # Client ids), and Drain does not expire such a
+// stream's buckets.
+//
 // Ours: the package; the protocol is Envoy's (api/envoy/service/
 // rate_limit_quota/v3/rlqs.proto).
 package rlqs
