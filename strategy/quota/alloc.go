@@ -735,8 +735,10 @@ func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, 
 			}
 			continue
 		}
-		if !s.sent && s.holdDeny > now && s.denyAt == 0 {
-			wake = minWake(wake, s.holdDeny) // a claim: no DENY_ALL yet (clientid.go)
+		if !s.sent && (s.burst == 0 || s.units == 0) && s.holdDeny > now && s.denyAt == 0 {
+			// a claim: no DENY_ALL yet (clientid.go); a first token
+			// bucket paid meanwhile is sent (below)
+			wake = minWake(wake, s.holdDeny)
 			continue
 		}
 		if !s.sent && (s.burst == 0 || s.units == 0) {

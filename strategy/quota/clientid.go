@@ -48,7 +48,8 @@ func (s *share) isClaim(now time.Duration) bool {
 // takeOvers lets every claim of a take over the share of its id, when
 // that is safe now (donor), and withholds the DENY_ALL of a claim whose
 // donor may become safe soon (its node not yet seen gone, or a replica to
-// adopt awaited).
+// adopt awaited); a first token bucket paid meanwhile is sent all the same
+// (shape.sendDue), and ends the claim.
 func (q *Quota) takeOvers(a *alloc, now time.Duration) {
 	for _, c := range slices.Clone(a.shares) {
 		if !c.isClaim(now) {

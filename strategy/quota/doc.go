@@ -327,7 +327,11 @@
 // bucket after it would start full — while a replica is awaited or the
 // share of its id may yet become free (its node not yet seen gone, its
 // assignment still in time), at most ttl; the claim then starts as a new
-// client (a DENY_ALL, a paid first assignment). Meanwhile its Envoy
+// client (a DENY_ALL, a paid first assignment). A first token bucket paid
+// meanwhile (the reserve pays it as any new client's) is sent, and the
+// claim is a new client from then on (paid: safe whatever the Envoy
+// holds; the share of its id is counted until it expires, as without
+// ids). Meanwhile its Envoy
 // decides from the bucket it holds (or, if it has none, from its
 // expired_assignment_behavior, outside the bound as always).
 //
