@@ -358,7 +358,7 @@
 // roughly renew_every + failure detection + replica_wait + apply_lag <
 // ttl (TestOwnerCrashTakeoverClientIDs: ttl 4 s, apply_lag 1 s,
 // renew_every 500 ms, detection 1.5 s: the killed owner's own clients
-// assigned again 1.60 s after the kill, renewed, against 2.88-3.00 s
+// assigned again 1.60 s after the kill, renewed, against 2.88-3.02 s
 // without ids; at ttl 3 s one of the two misses the window). A node that
 // shuts down (the RLQS server's Drain) no longer expires the buckets of
 // streams with an id: their next streams take the shares over.

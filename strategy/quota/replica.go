@@ -412,8 +412,10 @@ func (q *Quota) placeReported(b *alloc, x, y *share, h *held, now time.Duration)
 	case h != nil:
 		b.holdRelease(x)
 	default:
-		s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince,
-			cid: x.cid, claimUntil: x.claimUntil, denyAt: x.denyAt, seq: x.seq}
+		s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince, cid: x.cid}
+		if x.denyAt == 0 {
+			s.claimUntil = x.claimUntil // still a claim (clientid.go): no DENY_ALL sent to it
+		}
 		b.insert(s)
 	}
 }
