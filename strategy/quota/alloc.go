@@ -735,23 +735,8 @@ func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, 
 			}
 			continue
 		}
-		if !s.sent && (s.burst == 0 || s.units == 0) && s.holdDeny > now && s.denyAt == 0 {
-			// a claim: no DENY_ALL yet (clientid.go); a first token
-			// bucket paid meanwhile is sent (below)
-			wake = minWake(wake, s.holdDeny)
-			continue
-		}
 		if !s.sent && (s.burst == 0 || s.units == 0) {
-			// A first token bucket needs its burst paid and a unit; until
-			// then a DENY_ALL blanket rule, renewed, so that the client's
-			// no_assignment_behavior (Envoy's default: ALLOW_ALL) never
-			// decides while its share is withheld.
-			if s.denyAt == 0 || now >= s.denyAt+renewEvery {
-				s.denyAt = now
-				s.seq++
-				send(s, true)
-			}
-			wake = minWake(wake, s.denyAt+renewEvery)
+			wake = minWake(wake, s.denyDue(now, renewEvery, send))
 			continue
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
@@ -762,6 +747,24 @@ func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, 
 		wake = minWake(wake, s.sentAt+renewEvery)
 	}
 	return wake
+}
+
+// denyDue sends s, a share whose first token bucket is not paid yet (its
+// burst or its unit), a DENY_ALL blanket rule when one is due (renewed
+// every renewEvery), so that the client's no_assignment_behavior (Envoy's
+// default: ALLOW_ALL) never decides while its share is withheld; but none
+// to a claim while its DENY_ALL is withheld (clientid.go). It returns when
+// to look again.
+func (s *share) denyDue(now, renewEvery time.Duration, send func(s *share, deny bool)) time.Duration {
+	if s.holdDeny > now && s.denyAt == 0 {
+		return s.holdDeny
+	}
+	if s.denyAt == 0 || now >= s.denyAt+renewEvery {
+		s.denyAt = now
+		s.seq++
+		send(s, true)
+	}
+	return s.denyAt + renewEvery
 }
 
 // ack takes node's confirmation that it wrote assignment seq (and every

@@ -129,3 +129,58 @@ func (q *Quota) takeOver(a *alloc, d, c *share, now time.Duration) {
 
 // maxTakeoverLog bounds Quota.takeovers (kept for tests).
 const maxTakeoverLog = 64
+
+// earlyUsage is a report with a client id from a node that sees this node
+// as the key's owner before this node does (their views disagree for up to
+// a failure detector's delay after a change). Without an id such a report
+// is dropped (its node resyncs with the owner it sees next, and the
+// client's next report comes a report interval later); a claim's report is
+// kept and handled if this node comes to own the key soon: after an
+// owner's kill the new owner may see the kill after the killed node's
+// Envoys' new nodes, whose resyncs would be lost, and those Envoys would
+// take their shares over a report interval later, perhaps too late.
+type earlyUsage struct {
+	at   time.Duration
+	from strategy.NodeID
+	u    strategy.QuotaUsage
+	h    *held
+}
+
+// maxEarly bounds the early reports kept; earlyFor is how long one is kept
+// (views converge within a failure detector's delay, 1 s, and max_skew).
+const (
+	maxEarly = 256
+	earlyFor = time.Second
+)
+
+// keepEarly keeps a report with a client id that came before this node
+// sees itself as its key's owner (earlyUsage); others, and any beyond
+// maxEarly, are dropped.
+func (q *Quota) keepEarly(now time.Duration, from strategy.NodeID, u strategy.QuotaUsage, h *held) {
+	if u.ID == "" {
+		return
+	}
+	q.early = slices.DeleteFunc(q.early, func(e earlyUsage) bool { return now >= e.at+earlyFor+q.maxSkew })
+	if len(q.early) < maxEarly {
+		q.early = append(q.early, earlyUsage{at: now, from: from, u: u, h: h})
+	}
+}
+
+// replayEarly handles, after a view change, the early reports whose key
+// this node now owns, from nodes still members, and drops the stale ones.
+func (q *Quota) replayEarly(now time.Duration, fx *strategy.Effects) {
+	if len(q.early) == 0 {
+		return
+	}
+	early := q.early
+	q.early = nil
+	for _, e := range early {
+		switch {
+		case now >= e.at+earlyFor+q.maxSkew:
+		case q.owner(e.u.Key) == q.self && slices.Contains(q.members, e.from):
+			q.ownerUsage(now, e.from, e.u, e.h, fx)
+		default:
+			q.early = append(q.early, e)
+		}
+	}
+}

@@ -11,14 +11,15 @@ import (
 
 // Heap sizes of quota's state (64-bit Go), from the structures themselves.
 var (
-	allocAlloc    = int(unsafe.Sizeof(alloc{}))    // a key's *alloc at its owner
-	shareAlloc    = int(unsafe.Sizeof(share{}))    // a client's *share
-	releaseBytes  = int(unsafe.Sizeof(release{}))  // an entry of a pending slice
-	recordAlloc   = int(unsafe.Sizeof(record{}))   // a replicated allocation (*record)
-	attachedAlloc = int(unsafe.Sizeof(attached{})) // an attached client's key (*attached)
-	warmupAlloc   = int(unsafe.Sizeof(warmup{}))   // a warm-up under way (*warmup)
-	heldWorkBytes = int(unsafe.Sizeof(heldWork{})) // a request or report a warm-up holds
-	keyWakeBytes  = int(unsafe.Sizeof(keyWake{}))  // an entry of the wakes heap
+	allocAlloc    = int(unsafe.Sizeof(alloc{}))                              // a key's *alloc at its owner
+	shareAlloc    = int(unsafe.Sizeof(share{}))                              // a client's *share
+	releaseBytes  = int(unsafe.Sizeof(release{}))                            // an entry of a pending slice
+	recordAlloc   = int(unsafe.Sizeof(record{}))                             // a replicated allocation (*record)
+	attachedAlloc = int(unsafe.Sizeof(attached{}))                           // an attached client's key (*attached)
+	warmupAlloc   = int(unsafe.Sizeof(warmup{}))                             // a warm-up under way (*warmup)
+	heldWorkBytes = int(unsafe.Sizeof(heldWork{}))                           // a request or report a warm-up holds
+	keyWakeBytes  = int(unsafe.Sizeof(keyWake{}))                            // an entry of the wakes heap
+	earlyBytes    = int(unsafe.Sizeof(earlyUsage{}) + unsafe.Sizeof(held{})) // an early report (clientid.go) and what it holds
 
 	pendingSlot = int(unsafe.Sizeof(struct {
 		k uint64
@@ -217,6 +218,7 @@ func (q *Quota) MemoryBytes() int {
 	n += memsize.Map(len(q.clients), clientSlot) + m.clientBytes
 	n += memsize.Map(len(q.pending), pendingSlot)
 	n += memsize.Map(len(q.warming), keySlot) + len(q.warming)*warmupBytes
+	n += memsize.Alloc(cap(q.early) * earlyBytes) // their keys and ids: the decoded messages' strings, not counted
 	return n + memsize.Alloc(cap(q.wakes.Items())*keyWakeBytes)
 }
 

@@ -39,8 +39,10 @@ type Quota struct {
 	adoptedReplicas, adoptedHandovers int
 	frozeTakeovers                    int // allocations made frozen, nothing to adopt yet
 	// shares taken over by a client id's claim, the latest (clientid.go;
-	// for tests)
+	// for tests); reports with a client id that came before this node saw
+	// itself as their key's owner
 	takeovers []takeover
+	early     []earlyUsage
 
 	startAt   time.Duration
 	restarted bool
@@ -680,7 +682,11 @@ func (q *Quota) onUsage(now time.Duration, from strategy.NodeID, m *peerv1.Quota
 		return err
 	}
 	if q.owner(u.Key) != q.self {
-		return nil // views disagree: the sender will resync with the owner it sees next
+		// views disagree: the sender will resync with the owner it sees
+		// next; a report with a client id is kept a while, in case this
+		// node comes to own the key (clientid.go)
+		q.keepEarly(now, from, u, h)
+		return nil
 	}
 	q.ownerUsage(now, from, u, h, fx)
 	return nil
@@ -816,6 +822,7 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		}
 	}
 	q.resyncClients(now, fx)
+	q.replayEarly(now, fx)
 }
 
 // resyncClients reports every client attached here whose key's owner
