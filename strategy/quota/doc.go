@@ -361,7 +361,13 @@
 // assigned again 1.60 s after the kill, renewed, against 2.88-3.02 s
 // without ids; at ttl 3 s one of the two misses the window). A node that
 // shuts down (the RLQS server's Drain) no longer expires the buckets of
-// streams with an id: their next streams take the shares over.
+// streams with an id: their next streams take the shares over. A report
+// with an id from a node that sees this node as the key's owner before
+// this node does (after an owner's kill, the killed node's Envoys' new
+// nodes may see it first) is kept, at most 256 for 1 s + max_skew, and
+// handled at this node's view change if it then owns the key, instead of
+// dropped (the client's next report would come a report interval later);
+// reports without an id are dropped as before.
 //
 // Requests checked at a node that does not own the key are forwarded to
 // the owner and refused when no verdict comes within timeout (no local
