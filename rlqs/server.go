@@ -313,7 +313,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 		case err := <-errc:
 			if code := status.Code(err); err != nil && code != codes.Canceled {
 				s.m.refused.WithLabelValues(code.String()).Inc()
-				s.log.Warn("rlqs: stream ended", "client", uint64(st.client), "domain", st.domain, "error", err.Error())
+				s.log.Warn("rlqs: stream ended", "client", uint64(st.client), "client_id", st.id, "domain", st.domain, "error", err.Error())
 			}
 			return err
 		case r := <-st.out:
