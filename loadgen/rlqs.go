@@ -71,6 +71,9 @@ type RLQSOptions struct {
 	// Envoy's default), Expired after an assignment's TTL ran out
 	// unrenewed, for the rest of the run (expired_assignment_behavior).
 	NoAssignment, Expired typev3.RateLimitStrategy_BlanketRule
+	// ClientIDs makes each proxy name itself on its streams (the
+	// tokenmesh-client-id header, proxy.Config.ClientIDs).
+	ClientIDs bool
 	// Limit, when known, is every key's limit at the servers: the result
 	// then holds the fleet's admissions to b + r*T.
 	Limit *RLQSLimit
@@ -111,6 +114,7 @@ type RLQSResult struct {
 	ReportIntervalSec float64  `json:"report_interval_s"`
 	NoAssignment      string   `json:"no_assignment_behavior"`
 	Expired           string   `json:"expired_assignment_behavior"`
+	ClientIDs         bool     `json:"client_ids"`
 	// ElapsedSec is the time the load was offered: Duration, or less when
 	// interrupted.
 	ElapsedSec float64 `json:"elapsed_s"`
@@ -294,7 +298,7 @@ func RunRLQS(ctx context.Context, o RLQSOptions) (*RLQSResult, error) {
 	cpu := processCPU() - cpu0
 
 	r := &RLQSResult{Targets: slices.Clone(o.Targets), Domain: o.Domain, DescriptorKey: entry, Keys: keys, HotKey: o.HotKey,
-		ReportIntervalSec: report.Seconds(), NoAssignment: o.NoAssignment.String(), Expired: o.Expired.String(),
+		ReportIntervalSec: report.Seconds(), NoAssignment: o.NoAssignment.String(), Expired: o.Expired.String(), ClientIDs: o.ClientIDs,
 		ElapsedSec: o.Duration.Seconds(), WallSec: wall.Seconds(), Limit: o.Limit}
 	if ctx.Err() != nil {
 		r.ElapsedSec = min(wall, o.Duration).Seconds()
@@ -324,7 +328,7 @@ func (o *RLQSOptions) fleetConfig(entry string, keys int, report time.Duration) 
 	for i := range ids {
 		ids[i] = envoymodel.NewBucketID(map[string]string{entry: prefix + strconv.Itoa(i)})
 	}
-	cfg := proxy.Config{Proxies: len(o.Rates), Addrs: slices.Clone(o.Targets), Spread: true, Seed: o.Seed, TLS: o.TLS,
+	cfg := proxy.Config{Proxies: len(o.Rates), Addrs: slices.Clone(o.Targets), Spread: true, Seed: o.Seed, TLS: o.TLS, ClientIDs: o.ClientIDs,
 		Model: envoymodel.Config{Domain: o.Domain, ReportInterval: report,
 			Settings: envoymodel.BlanketSettings(report, o.NoAssignment, o.Expired, expiredFor)}}
 	for i, rate := range o.Rates {

@@ -20,8 +20,9 @@ const DrainFlush = 200 * time.Millisecond
 // assignments on the streams, a reload hands the server the config in
 // force (the Envoy files read again), and Shutdown sends every
 // assigned bucket TTL 0 (its Envoy falls back instead of holding a share
-// no node renews), then ends the streams so that their Envoys reconnect
-// elsewhere, before the node drains.
+// no node renews; but a stream with a client id, whose share its next
+// stream takes over: Server.Drain), then ends the streams so that their
+// Envoys reconnect elsewhere, before the node drains.
 func Service() daemon.Service {
 	var srv *Server
 	return daemon.ServiceFuncs{

@@ -26,6 +26,15 @@
 // tokenmesh_rlqs_refused_total{code="empty_bucket_id"}, not a reason to
 // end the stream.
 //
+// A stream may name its client: the tokenmesh-client-id header
+// (quotamsg.ClientIDHeader; one value of at most
+// strategy.MaxQuotaClientIDBytes of UTF-8, else InvalidArgument), which
+// operators set per Envoy in the filter's grpc_service.initial_metadata.
+// It goes with every report (strategy.QuotaUsage.ID): the quota strategy
+// lets a new stream with the id of a share whose node left take that share
+// over (strategy/quota, # Client ids), and Drain does not expire such a
+// stream's buckets.
+//
 // Ours: the package; the protocol is Envoy's (api/envoy/service/
 // rate_limit_quota/v3/rlqs.proto).
 package rlqs
@@ -38,12 +47,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -98,6 +109,7 @@ type Server struct {
 
 type stream struct {
 	client   strategy.QuotaClient
+	id       string // the client's id (quotamsg.ClientIDHeader); "" none
 	domain   string
 	out      chan outMsg
 	full     chan struct{} // closed when out overflowed
@@ -227,7 +239,9 @@ func (st *stream) send(r outMsg) {
 // Drain sends every bucket of every open stream an assignment with TTL 0,
 // so that their Envoys fall back to their expired_assignment_behavior
 // instead of holding shares this node can no longer renew (before the
-// node leaves). It returns the number of buckets expired.
+// node leaves), but the streams with a client id (quotamsg.ClientIDHeader),
+// whose shares their next streams take over. It returns the number of
+// buckets expired.
 func (s *Server) Drain() int {
 	s.mu.Lock()
 	streams := make([]*stream, 0, len(s.streams))
@@ -237,6 +251,14 @@ func (s *Server) Drain() int {
 	s.mu.Unlock()
 	n := 0
 	for _, st := range streams {
+		if st.id != "" {
+			// A client with an id keeps its assignments: on its next
+			// stream (at another node) the key's owner sends them again
+			// as they are, once this node has left (strategy/quota #
+			// Client ids); an expiry here would make that resend a first
+			// token bucket, which Envoy starts full.
+			continue
+		}
 		st.mu.Lock()
 		for _, b := range st.buckets {
 			if b.rule != "" && b.assigned {
@@ -258,13 +280,10 @@ func (s *Server) Close() { s.once.Do(func() { close(s.closing) }) }
 // StreamRateLimitQuotas serves one Envoy's stream.
 func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	ctx := gs.Context()
-	select {
-	case <-s.closing:
-		return status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
-	default:
+	st, err := s.newStream(ctx)
+	if err != nil {
+		return err
 	}
-	st := &stream{client: s.node.NewQuotaClient(), out: make(chan outMsg, outQueue), full: make(chan struct{}),
-		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}
 	s.mu.Lock()
 	s.streams[st.client] = st
 	s.mu.Unlock()
@@ -294,7 +313,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 		case err := <-errc:
 			if code := status.Code(err); err != nil && code != codes.Canceled {
 				s.m.refused.WithLabelValues(code.String()).Inc()
-				s.log.Warn("rlqs: stream ended", "client", uint64(st.client), "domain", st.domain, "error", err.Error())
+				s.log.Warn("rlqs: stream ended", "client", uint64(st.client), "client_id", st.id, "domain", st.domain, "error", err.Error())
 			}
 			return err
 		case r := <-st.out:
@@ -321,6 +340,24 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLi
 			return err
 		}
 	}
+}
+
+// newStream is a new stream's state: a new quota client of the node, with
+// the client id of the stream's metadata. Errors: the server is closing
+// (Unavailable), a bad client id header (clientID; counted).
+func (s *Server) newStream(ctx context.Context) (*stream, error) {
+	select {
+	case <-s.closing:
+		return nil, status.Error(codes.Unavailable, "rlqs: the node is shutting down; connect to another node")
+	default:
+	}
+	id, err := clientID(ctx)
+	if err != nil {
+		s.m.refused.WithLabelValues(codes.InvalidArgument.String()).Inc()
+		return nil, err
+	}
+	return &stream{client: s.node.NewQuotaClient(), id: id, out: make(chan outMsg, outQueue), full: make(chan struct{}),
+		buckets: map[string]*bucket{}, byKey: map[ruleKey]*bucket{}}, nil
 }
 
 // write sends r on the stream and, for an assignment, confirms it to the
@@ -421,7 +458,9 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if u.NumRequestsAllowed > strategy.MaxQuotaReport || u.NumRequestsDenied > strategy.MaxQuotaReport {
 		return status.Errorf(codes.InvalidArgument, "num_requests_allowed %d / denied %d above %d", u.NumRequestsAllowed, u.NumRequestsDenied, int64(strategy.MaxQuotaReport))
 	}
-	err := s.node.QuotaUsage(ctx, b.rule, quotamsg.Usage(st.client, b.key, u))
+	qu := quotamsg.Usage(st.client, b.key, u)
+	qu.ID = st.id
+	err := s.node.QuotaUsage(ctx, b.rule, qu)
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
@@ -452,6 +491,24 @@ func (s *Server) logUnserved(domain string, b *bucket, err error) {
 	}
 	s.log.Warn("rlqs: bucket not served", "domain", domain, "bucket", b.canon, "rule", b.rule, "error", err.Error(),
 		"hint", hint, "suppressed_since_last_line", suppressed)
+}
+
+// clientID is the stream's client id: the one value of
+// quotamsg.ClientIDHeader in its metadata, "" without the header. Errors
+// (InvalidArgument): the header more than once, or a value longer than
+// strategy.MaxQuotaClientIDBytes or not valid UTF-8.
+func clientID(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(quotamsg.ClientIDHeader)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", status.Errorf(codes.InvalidArgument, "rlqs: %d values of the %s header; give one per stream", len(vs), quotamsg.ClientIDHeader)
+	case len(vs[0]) > strategy.MaxQuotaClientIDBytes || !utf8.ValidString(vs[0]):
+		return "", status.Errorf(codes.InvalidArgument, "rlqs: the %s header has %d bytes (at most %d of UTF-8)", quotamsg.ClientIDHeader, len(vs[0]), strategy.MaxQuotaClientIDBytes)
+	}
+	return vs[0], nil
 }
 
 // canonical is a bucket id as one string (envoymodel.BucketID's key, the

@@ -21,7 +21,17 @@ type QuotaUsage struct {
 	Allowed int64
 	Denied  int64
 	Elapsed time.Duration
+	// ID is the client's own identity, the same on every stream it opens
+	// (RLQS: the stream's tokenmesh-client-id header, which operators set
+	// per Envoy through grpc_service.initial_metadata); "" when it sent
+	// none. A strategy may treat a new stream with the ID of a client whose
+	// stream ended as that client (strategy/quota # Client ids). At most
+	// MaxQuotaClientIDBytes bytes of UTF-8.
+	ID string
 }
+
+// MaxQuotaClientIDBytes bounds QuotaUsage.ID.
+const MaxQuotaClientIDBytes = 128
 
 // MaxQuotaReport bounds Allowed and Denied of one report (2^40 requests),
 // so that demand arithmetic on peer input cannot overflow.
@@ -31,8 +41,9 @@ const MaxQuotaReport = 1 << 40
 const MaxQuotaElapsed = 24 * time.Hour
 
 // Validate reports a zero client, a key that is empty, longer than
-// MaxKeyStateBytes or not valid UTF-8, counts outside [0, MaxQuotaReport]
-// or an Elapsed outside [0, MaxQuotaElapsed].
+// MaxKeyStateBytes or not valid UTF-8, counts outside [0, MaxQuotaReport],
+// an Elapsed outside [0, MaxQuotaElapsed], or an ID longer than
+// MaxQuotaClientIDBytes or not valid UTF-8.
 func (u QuotaUsage) Validate() error {
 	switch {
 	case u.Client == 0:
@@ -47,6 +58,8 @@ func (u QuotaUsage) Validate() error {
 		return fmt.Errorf("quota usage of %q: allowed %d, denied %d outside [0, %d]", u.Key, u.Allowed, u.Denied, int64(MaxQuotaReport))
 	case u.Elapsed < 0 || u.Elapsed > MaxQuotaElapsed:
 		return fmt.Errorf("quota usage of %q: elapsed %v outside [0, %v]", u.Key, u.Elapsed, MaxQuotaElapsed)
+	case len(u.ID) > MaxQuotaClientIDBytes || !utf8.ValidString(u.ID):
+		return fmt.Errorf("quota usage of %q: client id of %d bytes above %d or not valid UTF-8", u.Key, len(u.ID), MaxQuotaClientIDBytes)
 	}
 	return nil
 }

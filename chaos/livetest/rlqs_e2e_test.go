@@ -50,6 +50,23 @@ descriptors:
     tokenmesh: {strategy: quota, params: {apply_lag: 1s, ttl: 3s, renew_every: 500ms}}
 `
 
+// rlqsTTL is rlqsLimits' ttl; rlqsIDsTTL the ttl of the runs whose Envoys
+// name themselves (rlqsRun.ids): a share is sent again to its returning
+// Envoy only while its last acknowledged assignment (at most renew_every
+// before the kill) is valid when the resend arrives, so ttl must exceed
+// renew_every + detection + replica_wait + apply_lag: 0.5 + about 1.5 +
+// 0.1 + 1 s here (at 3 s a returning Envoy misses the window about half the
+// time: strategy/quota TestOwnerCrashTakeoverClientIDs).
+const (
+	rlqsTTL    = 3 * time.Second
+	rlqsIDsTTL = 4 * time.Second
+)
+
+// limitsWithTTL is rlqsLimits with the quota rule's ttl set to ttl.
+func limitsWithTTL(ttl time.Duration) string {
+	return strings.Replace(rlqsLimits, "ttl: 3s", fmt.Sprintf("ttl: %v", ttl), 1)
+}
+
 // denyUnassigned are the Envoys' bucket settings under which the bound
 // holds: no admission without an assignment (no_assignment_behavior
 // DENY_ALL; an expired assignment falls back to it, as Envoy does when
@@ -62,13 +79,13 @@ func denyUnassigned(report time.Duration) *rlqfilterv3.RateLimitQuotaBucketSetti
 				FallbackRateLimit: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}}}}
 }
 
-// rlqsTakeover is the quota strategy's takeover with rlqsLimits' params:
-// ttl 3 s + apply_lag 1 s + 1 s + max_skew 100 ms.
-const rlqsTakeover = 5100 * time.Millisecond
+// rlqsTakeover is the quota strategy's takeover with rlqsLimits' params
+// and ttl: ttl + apply_lag 1 s + 1 s + max_skew 100 ms (5.1 s at ttl 3 s).
+func rlqsTakeover(ttl time.Duration) time.Duration { return ttl + 2100*time.Millisecond }
 
 // rlqsCrashTakeover is the takeover when the previous owner left the view
 // (a kill): no failure detector's delay to wait for, 1 s less.
-const rlqsCrashTakeover = rlqsTakeover - time.Second
+func rlqsCrashTakeover(ttl time.Duration) time.Duration { return rlqsTakeover(ttl) - time.Second }
 
 // rlqsProbe is the nodes' node.probe_interval: failure detection in about
 // 6 of them (1.5 s) instead of the default's 6 s.
@@ -84,6 +101,24 @@ type rlqsRun struct {
 	report   time.Duration // the Envoys' report interval
 	duration time.Duration
 	killAt   time.Duration // 0: no kill; else kill -9 of the bucket's owner then
+	// ids: every Envoy names itself (the tokenmesh-client-id header), at
+	// ttl rlqsIDsTTL; ttl: the quota rule's ttl (0: rlqsTTL)
+	ids bool
+	ttl time.Duration
+}
+
+func (r rlqsRun) name() string {
+	name := fmt.Sprintf("report_%v", r.report)
+	if r.killAt > 0 {
+		name += "_kill"
+	}
+	if r.ttl != 0 && r.ttl != rlqsTTL {
+		name += fmt.Sprintf("_ttl_%v", r.ttl)
+	}
+	if r.ids {
+		name += "_ids"
+	}
+	return name
 }
 
 // TestRLQSClusterE2E: 3 serve nodes, 6 emulated Envoys (2 at 150/s, 4 at
@@ -101,15 +136,31 @@ type rlqsRun struct {
 // freeze for ttl + apply_lag + max_skew (rlqsCrashTakeover), the bound
 // kept below. The fleet starts once the keys' takeover after the nodes'
 // joins has passed (a node that starts owning a key freezes it; the
-// cluster's own start is such a change). TOKENMESH_RLQS=full runs the
-// issue's 60 s runs instead: reports every 5 s and every 1 s, without and
-// with the kill at 20 s.
+// cluster's own start is such a change). A second run gives every Envoy a
+// client id (the tokenmesh-client-id header, as grpc_service.initial_metadata
+// would) at ttl 4 s: the killed node's own Envoys, which reconnect to
+// another node, take their shares over there (sent again as they were:
+// Envoy renews them) instead of waiting as new clients until their old
+// shares have surely expired (strategy/quota # Client ids).
+// TOKENMESH_RLQS=full runs the issue's 60 s runs instead: reports every 5 s
+// and every 1 s, without and with the kill at 20 s; TOKENMESH_RLQS=ids runs
+// the kill without and with ids at ttl 4 s, twice (A-B-A-B).
 func TestRLQSClusterE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	runs := []rlqsRun{{report: time.Second, duration: 30 * time.Second, killAt: 10 * time.Second}}
-	if os.Getenv("TOKENMESH_RLQS") == "full" {
+	runs := []rlqsRun{{report: time.Second, duration: 30 * time.Second, killAt: 10 * time.Second},
+		{report: time.Second, duration: 30 * time.Second, killAt: 10 * time.Second, ids: true, ttl: rlqsIDsTTL}}
+	switch os.Getenv("TOKENMESH_RLQS") {
+	case "ids":
+		// A-B-A-B: the kill without and with client ids, at the same ttl
+		runs = nil
+		for range 2 {
+			for _, ids := range []bool{false, true} {
+				runs = append(runs, rlqsRun{report: time.Second, duration: 30 * time.Second, killAt: 10 * time.Second, ids: ids, ttl: rlqsIDsTTL})
+			}
+		}
+	case "full":
 		runs = nil
 		for _, report := range []time.Duration{5 * time.Second, time.Second} {
 			runs = append(runs, rlqsRun{report: report, duration: time.Minute}, rlqsRun{report: report, duration: time.Minute, killAt: 20 * time.Second})
@@ -119,11 +170,7 @@ func TestRLQSClusterE2E(t *testing.T) {
 		t.Run("static", func(t *testing.T) { runStaticRLQS(t, time.Minute) })
 	}
 	for _, r := range runs {
-		name := fmt.Sprintf("report_%v", r.report)
-		if r.killAt > 0 {
-			name += "_kill"
-		}
-		t.Run(name, func(t *testing.T) { runRLQS(t, r) })
+		t.Run(r.name(), func(t *testing.T) { runRLQS(t, r) })
 	}
 }
 
@@ -132,7 +179,10 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rlqsLimits), 0o644); err != nil {
+	if r.ttl == 0 {
+		r.ttl = rlqsTTL
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(limitsWithTTL(r.ttl)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const nodes = 3
@@ -142,16 +192,16 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	for _, n := range c.Nodes {
 		addrs = append(addrs, n.GRPC)
 	}
-	// the keys' takeover after the joins: ttl 3 s + apply_lag 1 s + 1 s +
+	// the keys' takeover after the joins: ttl + apply_lag 1 s + 1 s +
 	// max_skew 100 ms
-	time.Sleep(rlqsTakeover)
+	time.Sleep(rlqsTakeover(r.ttl))
 	const key = "acme"
 	owner := slices.Index([]strategy.NodeID{"n0", "n1", "n2"}, rendezvous.Owner(key, []strategy.NodeID{"n0", "n1", "n2"}))
 	bucket := envoymodel.NewBucketID(map[string]string{"tenant": key})
 	rates, loads := skewedLoads(bucket, r.duration)
 	ctx, cancel := context.WithTimeout(context.Background(), r.duration+time.Minute)
 	defer cancel()
-	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: addrs, Spread: true, Seed: 1,
+	fleet, err := proxy.Start(ctx, proxy.Config{Proxies: len(rates), Addrs: addrs, Spread: true, Seed: 1, ClientIDs: r.ids,
 		Model: envoymodel.Config{Domain: "edge", Settings: denyUnassigned(r.report), ReportInterval: r.report}, Loads: loads})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +252,7 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	// is reported, not asserted: it is within the runs' noise).
 	floor := 0.8
 	if r.killAt > 0 {
-		floor = 0.8 * (1 - (rlqsDetection+rlqsCrashTakeover).Seconds()/r.duration.Seconds())
+		floor = 0.8 * (1 - (rlqsDetection+rlqsCrashTakeover(r.ttl)).Seconds()/r.duration.Seconds())
 	}
 	if float64(admitted) < floor*ceiling {
 		t.Errorf("admitted %d, below %.0f%% of the ceiling %.0f", admitted, 100*floor, ceiling)
@@ -210,25 +260,87 @@ func runRLQS(t *testing.T, r rlqsRun) {
 	if r.killAt == 0 {
 		return
 	}
-	within := rlqsDetection + rlqsCrashTakeover + 2*r.report
-	var late, again []string
-	for i := range rates {
-		got := time.Duration(-1)
-		for _, a := range rec.Assignments {
-			if a.Proxy == i && a.At > killed && a.TokenBucket() != nil {
-				got = a.At - killed
-				break
-			}
+	checkAssignedAgain(t, rec, r, len(rates), owner, killed)
+}
+
+// checkAssignedAgain logs, per Envoy, how long after the kill it applied a
+// token bucket again and what that did to its bucket (renewed: the share
+// it held, sent again; changed: resized, its fill ratio kept; new: a first
+// token bucket, after a DENY_ALL), and fails when one took longer than
+// failure detection, the new owner's takeover and two report intervals.
+// With client ids, the killed node's own Envoys (Spread: Envoy i started
+// at node i mod 3) take their shares over on their new streams (1.4-1.6 s
+// after the kill here, load 3-6) if the successor sees the kill in time
+// (their last acknowledged assignment still valid when the resend arrives:
+// about 2.5 s at ttl 4 s): whenever every surviving node's Envoy was
+// renewed within takeoverSeen of the kill (the successor saw it that
+// soon), each of them must have taken its share over (no new bucket)
+// within detection + replica_wait + two report intervals. A slower failure
+// detector (a loaded machine) lets them miss that window; they then wait
+// as without ids, logged, held to the bound without ids.
+func checkAssignedAgain(t *testing.T, rec *proxy.Record, r rlqsRun, n, killedNode int, killed time.Duration) {
+	within := rlqsDetection + rlqsCrashTakeover(r.ttl) + 2*r.report
+	got := make([]againAt, n)
+	seenSoon := true // every surviving node's Envoy renewed within takeoverSeen
+	var late, all, own []string
+	for i := range n {
+		got[i] = firstAfter(rec, i, killed)
+		desc := fmt.Sprintf("envoy %d: %v %v", i, got[i].at.Round(time.Millisecond), got[i].effect)
+		if i%3 == killedNode {
+			desc += " (its node killed)"
+			own = append(own, fmt.Sprintf("%v %v", got[i].at.Round(time.Millisecond), got[i].effect))
+		} else if got[i].at < 0 || got[i].at > takeoverSeen || got[i].effect != envoymodel.RenewedTokenBucket {
+			seenSoon = false
 		}
-		again = append(again, fmt.Sprintf("envoy %d: %v", i, got.Round(time.Millisecond)))
-		if got < 0 || got > within {
-			late = append(late, fmt.Sprintf("envoy %d: %v", i, got))
+		all = append(all, desc)
+		if got[i].at < 0 || got[i].at > within {
+			late = append(late, fmt.Sprintf("envoy %d: %v (want within %v)", i, got[i].at, within))
 		}
 	}
-	t.Logf("assigned again after the kill: %s", strings.Join(again, ", "))
+	t.Logf("assigned again after the kill: %s", strings.Join(all, ", "))
+	t.Logf("the killed node's own Envoys assigned again after %s (client ids %v, ttl %v; the survivors all renewed within %v: %v)",
+		strings.Join(own, ", "), r.ids, r.ttl, takeoverSeen, seenSoon)
+	if r.ids && seenSoon {
+		late = append(late, notTakenOver(got, killedNode, rlqsDetection+100*time.Millisecond+2*r.report)...)
+	}
 	if len(late) > 0 {
-		t.Errorf("after the owner's kill, Envoys not assigned again within %v (-1: never): %s", within, strings.Join(late, ", "))
+		t.Errorf("after the owner's kill, Envoys not assigned again in time (-1: never): %s", strings.Join(late, ", "))
 	}
+}
+
+// takeoverSeen: when every surviving node's Envoy was renewed within it of
+// the kill, the successor saw the kill in time for the killed node's
+// Envoys with client ids to take their shares over (checkAssignedAgain).
+const takeoverSeen = 2 * time.Second
+
+// againAt is when an Envoy first applied a token bucket after the kill
+// (-1: never) and what that did to its bucket.
+type againAt struct {
+	at     time.Duration
+	effect envoymodel.Effect
+}
+
+// firstAfter is Envoy i's first token bucket after killed.
+func firstAfter(rec *proxy.Record, i int, killed time.Duration) againAt {
+	for _, a := range rec.Assignments {
+		if a.Proxy == i && a.At > killed && a.TokenBucket() != nil {
+			return againAt{a.At - killed, a.Effect}
+		}
+	}
+	return againAt{at: -1}
+}
+
+// notTakenOver names the killed node's Envoys (i mod 3 == killedNode) that
+// did not take their shares over (a new bucket, or none) within limit.
+func notTakenOver(got []againAt, killedNode int, limit time.Duration) []string {
+	var out []string
+	for i, g := range got {
+		if i%3 == killedNode && (g.at < 0 || g.at > limit || g.effect == envoymodel.NewTokenBucket) {
+			out = append(out, fmt.Sprintf("envoy %d (its node killed, with a client id, the successor saw the kill by %v): %v %v (want its share taken over within %v)",
+				i, takeoverSeen, g.at, g.effect, limit))
+		}
+	}
+	return out
 }
 
 // logRLQSShares logs, per Envoy, what it admitted against the tokens its

@@ -340,6 +340,7 @@ func TestBenchRLQSBadFlags(t *testing.T) {
 		{[]string{"--api", "rlqs", "--target", dead, "--envoy-config", "/nonexistent/dir"}, "--envoy-config /nonexistent/dir", 2},
 		{[]string{"--param", "quota.ttl=3s"}, "--param: only with --spawn N", 2},
 		{[]string{"--proxies", "3"}, "--proxies: only with --api rlqs", 2},
+		{[]string{"--client-ids"}, "--client-ids: only with --api rlqs", 2},
 		{[]string{"--api", "rls", "--report-interval", "1s"}, "--report-interval: only with --api rlqs", 2},
 		{[]string{"--api", "rlqs", "--target", dead, "--duration", "1s"}, "--target " + dead + ": no gRPC server answers there", 1},
 	} {
@@ -355,7 +356,8 @@ func TestBenchRLQSBadFlags(t *testing.T) {
 // every Envoy gets an assignment, the fleet admits no more than
 // min(offered, r*T + b), the counts add up. The quota params are the
 // e2e test's (apply_lag 1s, ttl 3s: the bound assumes every assignment
-// applied within apply_lag, and this machine may be loaded).
+// applied within apply_lag, and this machine may be loaded); the proxies
+// name themselves (--client-ids: the tokenmesh-client-id header).
 func TestBenchRLQSSpawn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster (about 20s)")
@@ -363,10 +365,13 @@ func TestBenchRLQSSpawn(t *testing.T) {
 	out, errOut, code := tokenmesh(t, "bench", "--api", "rlqs", "--spawn", "3", "--proxy-rates", "150,150,10,10,10,10",
 		"--limit-rate", "100/s", "--limit-burst", "100", "--duration", "6s", "--report-interval", "1s",
 		"--no-assignment-behavior", "DENY_ALL", "--param", "quota.apply_lag=1s", "--param", "quota.ttl=3s",
-		"--rls-hop", "300ms", "--json", "--progress", "never")
+		"--rls-hop", "300ms", "--client-ids", "--json", "--progress", "never")
 	var r loadgen.RLQSResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
 		t.Fatalf("exit %d, %v: %s %s", code, err, out, errOut)
+	}
+	if !r.ClientIDs {
+		t.Errorf("result %+v: want client_ids (--client-ids: the proxies name themselves)", r)
 	}
 	if !strings.Contains(errOut, "quota's takeover after the joins (5.1s)") {
 		t.Errorf("stderr %q: want the wait for quota's takeover (ttl 3s + apply_lag 1s + 1s + max_skew 100ms)", errOut)

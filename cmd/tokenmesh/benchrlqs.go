@@ -35,6 +35,7 @@ type rlqsFlags struct {
 	reportInterval        time.Duration
 	noAssignment, expired string
 	rlsHop                time.Duration
+	clientIDs             bool
 }
 
 // Defaults of the --api rlqs flags.
@@ -49,7 +50,7 @@ const (
 )
 
 // rlqsOnlyFlags are the flags that mean something with --api rlqs only.
-var rlqsOnlyFlags = []string{"proxies", "proxy-rates", "report-interval", "no-assignment-behavior", "expired-assignment-behavior", "rls-hop"}
+var rlqsOnlyFlags = []string{"proxies", "proxy-rates", "report-interval", "no-assignment-behavior", "expired-assignment-behavior", "rls-hop", "client-ids"}
 
 // add defines the --api rlqs flags on fl.
 func (f *rlqsFlags) add(fl *pflag.FlagSet) {
@@ -58,6 +59,7 @@ func (f *rlqsFlags) add(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.reportInterval, "report-interval", envoymodel.EnvoyReportInterval, "with --api rlqs: the proxies' usage report interval (today's Envoy: 5s whatever its config says); whole seconds, at least 1s")
 	fl.StringVar(&f.noAssignment, "no-assignment-behavior", string(sim.AllowAll), "with --api rlqs: what a proxy does for a bucket before its first assignment: ALLOW_ALL (Envoy's default) or DENY_ALL")
 	fl.StringVar(&f.expired, "expired-assignment-behavior", string(sim.DenyAll), "with --api rlqs: what a proxy does for a bucket after its assignment expired unrenewed: DENY_ALL (under which quota's bound holds) or ALLOW_ALL")
+	fl.BoolVar(&f.clientIDs, "client-ids", false, "with --api rlqs: proxy i names itself envoy-i in the tokenmesh-client-id header of its streams (Envoy's grpc_service.initial_metadata), so that a proxy failing over to another node keeps its share (docs/RLQS.md)")
 	fl.DurationVar(&f.rlsHop, "rls-hop", defaultRLSHop, "with --api rlqs: after the run, time ShouldRateLimit calls (one at a time) to the same nodes for this long: the per-request hop RLQS replaces (0: none)")
 }
 
@@ -339,7 +341,7 @@ func blanketRule(v string) typev3.RateLimitStrategy_BlanketRule {
 func runBenchRLQS(ctx context.Context, f *benchFlags, stdout, stderr io.Writer, o loadgen.Options, limit *loadgen.RLQSLimit, why string) error {
 	ro := loadgen.RLQSOptions{Targets: o.Targets, Domain: f.domain, DescriptorKey: f.descKey, Rates: f.proxyRates(),
 		Keys: len(f.rlqsKeys()), HotKey: f.hotKey, Duration: f.duration, ReportInterval: f.rlqs.reportInterval,
-		NoAssignment: blanketRule(f.rlqs.noAssignment), Expired: blanketRule(f.rlqs.expired), Limit: limit,
+		NoAssignment: blanketRule(f.rlqs.noAssignment), Expired: blanketRule(f.rlqs.expired), ClientIDs: f.rlqs.clientIDs, Limit: limit,
 		Seed: f.seed, TLS: o.TLS, RLSHop: f.rlqs.rlsHop}
 	if bar := newProgress(f.progress, stderr, int((ro.Duration + ro.RLSHop).Milliseconds())); bar != nil {
 		ro.Progress = func(done time.Duration) { _ = bar.Set(int(done.Milliseconds())) }

@@ -84,7 +84,16 @@ type Config struct {
 	// MaxBackoff bounds gRPC's reconnect backoff on a connection whose
 	// server went away (it starts at a tenth of it); 0 means 1 s.
 	MaxBackoff time.Duration
+	// ClientIDs, when set, makes proxy i send ClientID(i) in the
+	// tokenmesh-client-id header (quotamsg.ClientIDHeader) of every stream
+	// it opens, as an Envoy does whose grpc_service.initial_metadata sets
+	// it: the server then treats its next stream, after a failover, as the
+	// same client (strategy/quota # Client ids).
+	ClientIDs bool
 }
+
+// ClientID is proxy i's client id when Config.ClientIDs is set.
+func ClientID(i int) string { return fmt.Sprintf("envoy-%d", i) }
 
 func (cfg *Config) validate() error {
 	switch {

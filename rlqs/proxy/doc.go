@@ -25,7 +25,9 @@
 // which server a new stream goes to (the next address in Config.Addrs; in
 // Envoy the RLQS cluster's load balancer picks a host), the bound on each
 // attempt (Config.ConnectTimeout) and on gRPC's reconnect backoff
-// (Config.MaxBackoff), and the offered load (Load: Poisson or uniform
+// (Config.MaxBackoff), the client id each proxy may send on every stream
+// (Config.ClientIDs: the tokenmesh-client-id header, which an Envoy sends
+// when its grpc_service.initial_metadata sets it), and the offered load (Load: Poisson or uniform
 // arrivals on one bucket or drawn uniformly from several, bounded in count
 // and time, so a fleet stops by itself: Wait).
 package proxy

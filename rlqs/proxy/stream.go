@@ -10,7 +10,10 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tokenmesh/tokenmesh/rlqs/quotamsg"
 )
 
 // stream is one open StreamRateLimitQuotas call.
@@ -83,6 +86,10 @@ func (p *emulated) open(ctx context.Context) *stream {
 	err := ready(ctx, conn, p.f.cfg.ConnectTimeout)
 	if err == nil {
 		sctx, cancel := context.WithCancel(ctx)
+		if p.f.cfg.ClientIDs {
+			// Envoy's grpc_service.initial_metadata: on every stream
+			sctx = metadata.AppendToOutgoingContext(sctx, quotamsg.ClientIDHeader, ClientID(p.idx))
+		}
 		var call grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
 		call, err = rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(sctx)
 		if err == nil {

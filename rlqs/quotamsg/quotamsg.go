@@ -59,3 +59,10 @@ func Usage(client strategy.QuotaClient, key string, u *rlqsv3.RateLimitQuotaUsag
 	return strategy.QuotaUsage{Client: client, Key: key, Allowed: int64(u.GetNumRequestsAllowed()), Denied: int64(u.GetNumRequestsDenied()),
 		Elapsed: u.GetTimeElapsed().AsDuration()}
 }
+
+// ClientIDHeader is the gRPC metadata header (an HTTP/2 header) that names
+// an RLQS client: operators set it per Envoy in the rate_limit_quota
+// filter's grpc_service.initial_metadata (e.g. to the Envoy's node id), and
+// tokenmesh treats a new stream with the id as the client that had it
+// (strategy/quota, # Client ids). Ours.
+const ClientIDHeader = "tokenmesh-client-id"

@@ -60,6 +60,21 @@ type share struct {
 	// the client's assignment expired would start a full token bucket,
 	// unpaid.
 	pinnedUntil time.Duration
+
+	// Client ids (clientid.go). cid is the client's own id ("" none).
+	// ackedAt, for a share with a cid, is when the owner sent the latest
+	// token bucket whose write its node confirmed (0: none): the client
+	// holds an assignment until at least ackedAt + ttl. claimUntil > 0
+	// marks a claim: a new share whose first report carried a cid and
+	// time_elapsed > 0 (its Envoy holds the bucket) and nothing held, which
+	// may take over the share of its id until then; holdDeny is until when
+	// its DENY_ALL is withheld meanwhile (a blanket rule would replace the
+	// bucket its Envoy holds, and the token bucket after it would start
+	// full).
+	cid        string
+	ackedAt    time.Duration
+	claimUntil time.Duration
+	holdDeny   time.Duration
 }
 
 // release is capacity a cut gave up, counted as held until at: the
@@ -721,16 +736,7 @@ func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, 
 			continue
 		}
 		if !s.sent && (s.burst == 0 || s.units == 0) {
-			// A first token bucket needs its burst paid and a unit; until
-			// then a DENY_ALL blanket rule, renewed, so that the client's
-			// no_assignment_behavior (Envoy's default: ALLOW_ALL) never
-			// decides while its share is withheld.
-			if s.denyAt == 0 || now >= s.denyAt+renewEvery {
-				s.denyAt = now
-				s.seq++
-				send(s, true)
-			}
-			wake = minWake(wake, s.denyAt+renewEvery)
+			wake = minWake(wake, s.denyDue(now, renewEvery, send))
 			continue
 		}
 		if changed[i] || !s.sent || now >= s.sentAt+renewEvery {
@@ -743,10 +749,34 @@ func (sh shape) sendDue(a *alloc, now, ttl, applyLag, renewEvery time.Duration, 
 	return wake
 }
 
+// denyDue sends s, a share whose first token bucket is not paid yet (its
+// burst or its unit), a DENY_ALL blanket rule when one is due (renewed
+// every renewEvery), so that the client's no_assignment_behavior (Envoy's
+// default: ALLOW_ALL) never decides while its share is withheld; but none
+// to a claim while its DENY_ALL is withheld (clientid.go). It returns when
+// to look again.
+func (s *share) denyDue(now, renewEvery time.Duration, send func(s *share, deny bool)) time.Duration {
+	if s.holdDeny > now && s.denyAt == 0 {
+		return s.holdDeny
+	}
+	if s.denyAt == 0 || now >= s.denyAt+renewEvery {
+		s.denyAt = now
+		s.seq++
+		send(s, true)
+	}
+	return s.denyAt + renewEvery
+}
+
 // ack takes node's confirmation that it wrote assignment seq (and every
 // earlier one) of client to the client's stream at or before now: the
-// releases of those cuts come apply_lag after now (if not earlier).
-func (a *alloc) ack(id holderID, seq uint64, now, applyLag time.Duration) (changed bool) {
+// releases of those cuts come apply_lag after now (if not earlier)
+// (changed); and, for a share with a client id, its last token bucket is
+// the client's surely (acked: share.ackedAt moved).
+func (a *alloc) ack(id holderID, seq uint64, now, applyLag time.Duration) (changed, acked bool) {
+	if s := a.find(id); s != nil && s.cid != "" && s.sent && seq >= s.seq && s.sentAt > s.ackedAt {
+		s.ackedAt = s.sentAt // clientid.go: the client holds it until at least then + ttl
+		acked = true
+	}
 	for i := range a.pending {
 		r := &a.pending[i]
 		if r.id == id && r.seq <= seq && r.at > now+applyLag {
@@ -757,7 +787,7 @@ func (a *alloc) ack(id holderID, seq uint64, now, applyLag time.Duration) (chang
 	if changed {
 		a.wake = minWake(a.wake, now+applyLag)
 	}
-	return changed
+	return changed, acked
 }
 
 // minWake is the earlier of two wake-up times, 0 meaning none.

@@ -288,6 +288,87 @@
 // TestWarmupLiveStart: 25 checks of a key at once after a live start, 20
 // admitted (the burst) where 0 were.
 //
+// # Client ids
+//
+// Ours (clientid.go). RLQS carries no client identity: an Envoy whose
+// node died reconnects to another node as a new client, which waits until
+// its old share has surely expired and its first assignment is paid
+// (ttl + apply_lag after the last renewal, then the reserve's refill).
+// Envoy keeps its buckets in a cache keyed by bucket id, independent of
+// the stream, so the Envoy still holds its old token bucket meanwhile. A
+// client may name itself (strategy.QuotaUsage.ID: RLQS's
+// tokenmesh-client-id header, set per Envoy in its grpc_service's
+// initial_metadata): its share (units and burst) is replicated with the
+// id and, for a share with an id, the time of the owner's latest send
+// whose write the client's node confirmed (ackedAt; an acknowledged send
+// of such a share is replicated at once, one more replica per renewal).
+// A new stream's first report for the key that carries an id and
+// time_elapsed > 0 (its Envoy holds the bucket: Envoy's first report of a
+// bucket has 0, so a restarted Envoy, with a new cache, is a new client),
+// with nothing held at its node, is a claim. The owner moves to the claim
+// the share of its id — the share, not a copy — and sends it again as it
+// is (an identical token bucket: Envoy renews its TTL, no token) at once,
+// when that share is
+//   - the only other share of the id in the key's allocation (two are
+//     ambiguous: neither is taken, the claim is a new client),
+//   - sent, and no longer renewed (not live, not awaiting or pinned),
+//   - of a node gone from this node's view (a crash, a drain or a
+//     partition; a stream that merely ends does not free a share, so that
+//     streams opened and ended at will cannot hand an id's share around),
+//   - acknowledged recently enough that the resend surely reaches the
+//     client before the assignment it holds expires there: ackedAt + ttl
+//     > now + apply_lag (the client received that send after ackedAt and
+//     holds an assignment until at least then + ttl; after an expiry Envoy
+//     would start the resend full, unpaid).
+//
+// Then the share resizes as any (a changed bucket keeps the fill ratio: a
+// cut hands nothing, a raise is paid). A claim's DENY_ALL is withheld —
+// a blanket rule would replace the Envoy's token bucket, and the token
+// bucket after it would start full — while a replica is awaited or the
+// share of its id may yet become free (its node not yet seen gone, its
+// assignment still in time), at most ttl; the claim then starts as a new
+// client (a DENY_ALL, a paid first assignment). A first token bucket paid
+// meanwhile (the reserve pays it as any new client's) is sent, and the
+// claim is a new client from then on (paid: safe whatever the Envoy
+// holds; the share of its id is counted until it expires, as without
+// ids). Meanwhile its Envoy
+// decides from the bucket it holds (or, if it has none, from its
+// expired_assignment_behavior, outside the bound as always).
+//
+// The bound with ids: b + r*T exactly, under the assumptions above, when
+// no two Envoy processes that claim a bucket share an id: the share taken
+// over is the claimant's own, still held (any token bucket it was sent
+// was paid: counted in the share), and it is counted once. A shared or
+// forged id (two Envoys configured alike), or an Envoy restarted under its
+// predecessor's id whose first report of the bucket was lost (its stream
+// down at its first request, so that its first report that arrives has
+// time_elapsed > 0), may let another process take a share over: each such
+// takeover adds at most 2*b_i + u_i/S*(ttl + apply_lag) tokens for the
+// share's burst b_i and units u_i (the taker's bucket may start full, and
+// the holder's still hold b_i and refill until its assignment expires),
+// once per departure of the share's node, and only for an id that no other
+// share of the key carries then. The property test
+// (TestEnvelopeWithClientIDs) runs Envoys with unique, shared and
+// restarted ids and checks the envelope with exactly that allowance per
+// takeover by another process, and that every takeover by the share's own
+// process reaches a bucket unexpired.
+//
+// When it helps: a returning client is renewed at once only if its last
+// acknowledged assignment is still valid when the resend arrives, i.e.
+// roughly renew_every + failure detection + replica_wait + apply_lag <
+// ttl (TestOwnerCrashTakeoverClientIDs: ttl 4 s, apply_lag 1 s,
+// renew_every 500 ms, detection 1.5 s: the killed owner's own clients
+// assigned again 1.60 s after the kill, renewed, against 2.88-3.02 s
+// without ids; at ttl 3 s one of the two misses the window). A node that
+// shuts down (the RLQS server's Drain) no longer expires the buckets of
+// streams with an id: their next streams take the shares over. A report
+// with an id from a node that sees this node as the key's owner before
+// this node does (after an owner's kill, the killed node's Envoys' new
+// nodes may see it first) is kept, at most 256 for 1 s + max_skew, and
+// handled at this node's view change if it then owns the key, instead of
+// dropped (the client's next report would come a report interval later);
+// reports without an id are dropped as before.
+//
 // Requests checked at a node that does not own the key are forwarded to
 // the owner and refused when no verdict comes within timeout (no local
 // fallback: the envelope holds exactly).

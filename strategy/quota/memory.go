@@ -11,14 +11,15 @@ import (
 
 // Heap sizes of quota's state (64-bit Go), from the structures themselves.
 var (
-	allocAlloc    = int(unsafe.Sizeof(alloc{}))    // a key's *alloc at its owner
-	shareAlloc    = int(unsafe.Sizeof(share{}))    // a client's *share
-	releaseBytes  = int(unsafe.Sizeof(release{}))  // an entry of a pending slice
-	recordAlloc   = int(unsafe.Sizeof(record{}))   // a replicated allocation (*record)
-	attachedAlloc = int(unsafe.Sizeof(attached{})) // an attached client's key (*attached)
-	warmupAlloc   = int(unsafe.Sizeof(warmup{}))   // a warm-up under way (*warmup)
-	heldWorkBytes = int(unsafe.Sizeof(heldWork{})) // a request or report a warm-up holds
-	keyWakeBytes  = int(unsafe.Sizeof(keyWake{}))  // an entry of the wakes heap
+	allocAlloc    = int(unsafe.Sizeof(alloc{}))                              // a key's *alloc at its owner
+	shareAlloc    = int(unsafe.Sizeof(share{}))                              // a client's *share
+	releaseBytes  = int(unsafe.Sizeof(release{}))                            // an entry of a pending slice
+	recordAlloc   = int(unsafe.Sizeof(record{}))                             // a replicated allocation (*record)
+	attachedAlloc = int(unsafe.Sizeof(attached{}))                           // an attached client's key (*attached)
+	warmupAlloc   = int(unsafe.Sizeof(warmup{}))                             // a warm-up under way (*warmup)
+	heldWorkBytes = int(unsafe.Sizeof(heldWork{}))                           // a request or report a warm-up holds
+	keyWakeBytes  = int(unsafe.Sizeof(keyWake{}))                            // an entry of the wakes heap
+	earlyBytes    = int(unsafe.Sizeof(earlyUsage{}) + unsafe.Sizeof(held{})) // an early report (clientid.go) and what it holds
 
 	pendingSlot = int(unsafe.Sizeof(struct {
 		k uint64
@@ -53,11 +54,22 @@ type memory struct {
 }
 
 // allocExtraBytes is the heap of a's own slices and shares, bytes: the
-// shares' pointer array and one *share each, the pending releases' array
-// and the last replica's encoding.
+// shares' pointer array and one *share each (with its client id, if any:
+// one string each, at most strategy.MaxQuotaClientIDBytes), the pending
+// releases' array and the last replica's encoding.
 func allocExtraBytes(a *alloc) int {
-	return memsize.Alloc(cap(a.shares)*memsize.Pointer) + len(a.shares)*memsize.Alloc(shareAlloc) +
+	return memsize.Alloc(cap(a.shares)*memsize.Pointer) + len(a.shares)*memsize.Alloc(shareAlloc) + cidBytes(a.shares) +
 		memsize.Alloc(cap(a.pending)*releaseBytes) + memsize.Alloc(cap(a.replBytes))
+}
+
+// cidBytes is the heap of the shares' client ids, bytes (an id of a local
+// client shares its stream's string: counted anyway, an over-estimate).
+func cidBytes(shares []*share) int {
+	n := 0
+	for _, s := range shares {
+		n += memsize.Alloc(len(s.cid))
+	}
+	return n
 }
 
 // setAlloc puts a as key's allocation, counting a new key (an allocation
@@ -96,7 +108,7 @@ func (q *Quota) allocChanged(a *alloc) {
 // are not changed once kept: a newer one replaces them).
 func recordBytes(r *record) int {
 	return memsize.Alloc(recordAlloc) + memsize.Alloc(cap(r.shares)*memsize.Pointer) + len(r.shares)*memsize.Alloc(shareAlloc) +
-		memsize.Alloc(cap(r.pending)*releaseBytes)
+		cidBytes(r.shares) + memsize.Alloc(cap(r.pending)*releaseBytes)
 }
 
 // clientMapBytes is the heap of a client's keys map, bytes: its header,
@@ -206,6 +218,7 @@ func (q *Quota) MemoryBytes() int {
 	n += memsize.Map(len(q.clients), clientSlot) + m.clientBytes
 	n += memsize.Map(len(q.pending), pendingSlot)
 	n += memsize.Map(len(q.warming), keySlot) + len(q.warming)*warmupBytes
+	n += memsize.Alloc(cap(q.early) * earlyBytes) // their keys and ids: the decoded messages' strings, not counted
 	return n + memsize.Alloc(cap(q.wakes.Items())*keyWakeBytes)
 }
 

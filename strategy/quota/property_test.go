@@ -162,6 +162,61 @@ type world struct {
 	crashed                           []crashed               // the crashes, in time order
 	statesLost                        int                     // crashes that took the last node holding the key's state (stateAnywhere)
 	sample                            func(now time.Duration) // after every event (loss_test.go)
+	// holders maps every (node, client) a client had to its index in
+	// clients; takeovers are the shares the nodes let a client id's claim
+	// take over (clientid.go), collected after every event
+	holders   map[holderID]envoyProc
+	takeovers []takeover
+}
+
+// envoyProc is one Envoy process: a client's index and its restarts
+// before (one bucket cache).
+type envoyProc struct{ client, gen int }
+
+// wrongTakeovers is what the takeovers of shares by a client id's claim
+// may add beyond b + r*T (the package doc, # Client ids): for each one by
+// another Envoy process than the share's holder (two clients with one id,
+// or an Envoy restarted with its predecessor's), the share's burst twice
+// (the taker's bucket may start full, the holder's may still hold it) and
+// its rate until the holder's assignment has surely expired (ttl +
+// apply_lag); and how many there were.
+func (w *world) wrongTakeovers(q *Quota) (tokens float64, n int) {
+	for _, t := range w.takeovers {
+		if w.holders[t.from] != w.holders[t.to] {
+			n++
+			tokens += 2*float64(t.burst) + float64(t.units)/q.sh.fill.Seconds()*(q.ttl+q.applyLag).Seconds()
+		}
+	}
+	return tokens, n
+}
+
+// collectTakeovers checks (checkTakeovers) and keeps the takeovers node
+// self made.
+func (w *world) collectTakeovers(now time.Duration, self strategy.NodeID) {
+	if n := w.nodes[self]; n != nil && len(n.takeovers) > 0 {
+		w.checkTakeovers(now, n.takeovers)
+		w.takeovers = append(w.takeovers, n.takeovers...)
+		n.takeovers = n.takeovers[:0]
+	}
+}
+
+// checkTakeovers checks that a share taken over at now by its own Envoy
+// (the same process) reaches it while the token bucket it holds is
+// unexpired (the resend arrives a hop and a push later): Envoy then only
+// renews it (or keeps its fill ratio), else it would start the resend
+// full, unpaid.
+func (w *world) checkTakeovers(now time.Duration, ts []takeover) {
+	for _, t := range ts {
+		p, ok := w.holders[t.to]
+		if !ok || p != w.holders[t.from] {
+			continue
+		}
+		c := w.clients[p.client]
+		if arrive := now + w.hop + w.push; !c.b.has || c.b.expires <= arrive {
+			w.t.Fatalf("at %v: client %d's share taken over (from %v to %v), its bucket (has %v) expires at %v, before the resend arrives at %v",
+				now, p.client+1, t.from, t.to, c.b.has, c.b.expires, arrive)
+		}
+	}
 }
 
 // crashed is a node's crash, at a time.
@@ -221,6 +276,16 @@ type client struct {
 	broken          bool          // its node crashed: a new stream at the next report
 	abandoned       bool          // told to forget the key: reports again at its next request
 	assignedAt      time.Duration // when it last applied a token bucket
+	// cid is the client's own id (strategy.QuotaUsage.ID; "" none): sent
+	// with every report. A client with an id keeps reporting time_elapsed
+	// since its last report on a new stream, as Envoy does (its bucket
+	// cache outlives the stream).
+	cid string
+	// restartAt > 0: its Envoy restarts then (its buckets and stream lost;
+	// a new process with the same id, whose first report of the bucket has
+	// time_elapsed 0)
+	restartAt time.Duration
+	gen       int // its Envoy's restarts so far (a new bucket cache each)
 }
 
 func (w *world) at(e event) {
@@ -235,6 +300,7 @@ func (w *world) effects(now time.Duration, self strategy.NodeID, fx *strategy.Ef
 			w.t.Fatalf("at %v: %v", now, err)
 		}
 	}
+	w.collectTakeovers(now, self)
 	for _, m := range fx.Messages {
 		w.at(event{at: now + w.hop, kind: 0, from: self, to: m.To, data: m.Payload})
 	}
@@ -325,20 +391,36 @@ func envelope(at []time.Duration, r float64, b int64) float64 {
 // stay within
 // b + r*T in every window (Envoy's float refill: 1e-6), and the owner's
 // units and burst are conserved after every event.
-func TestEnvelopeWithClients(t *testing.T) { envelopeWithClients(t) }
+func TestEnvelopeWithClients(t *testing.T) { envelopeWithClients(t, false) }
 
 // TestEnvelopeWithClientsRenewEvery: the same with renewals (and replicas)
 // every 300 ms instead of ttl/2: more pinned shares a successor renews at
 // once after a crash.
 func TestEnvelopeWithClientsRenewEvery(t *testing.T) {
-	envelopeWithClients(t, "renew_every=300ms")
+	envelopeWithClients(t, false, "renew_every=300ms")
+}
+
+// TestEnvelopeWithClientIDs: the same world, every client naming itself
+// (strategy.QuotaUsage.ID) and reporting time_elapsed since its last report
+// on a new stream, as Envoy does; in some runs two or three clients share
+// an id (duplicated or forged), and some Envoys restart (a new process with
+// its predecessor's id and no bucket). A new stream's claim takes over the
+// share of its id when its node left the view (clientid.go). The bound:
+// b + r*T exactly, plus, per takeover by another Envoy process than the
+// share's holder (only possible with a shared id or a restart), twice the
+// share's burst and its rate for ttl + apply_lag (world.wrongTakeovers);
+// runs with unique ids and no restart allow nothing.
+func TestEnvelopeWithClientIDs(t *testing.T) {
+	envelopeWithClients(t, true, "ttl=4s", "renew_every=500ms")
 }
 
 // envelopeWithClients is TestEnvelopeWithClients with extra params for
-// every node.
-func envelopeWithClients(t *testing.T, extra ...string) {
+// every node; ids gives the clients ids (TestEnvelopeWithClientIDs).
+func envelopeWithClients(t *testing.T, ids bool, extra ...string) {
 	var adoptions struct{ runs, replicas, handovers, froze, warmed, lost, lostOver int }
+	var taken takenTally
 	defer func() {
+		taken.log(t)
 		t.Logf("%d runs: %d takeovers from a crashed owner's replica, %d from a hand-over; %d allocations made frozen (by the replicas=1 runs too); %d keys started full after a warm-up (live nodes); %d runs in which all the key's holders crashed within ttl or the last node holding its state crashed (bound + b + r*(ttl + apply_lag) each; %d of them beyond b + r*T)",
 			adoptions.runs, adoptions.replicas, adoptions.handovers, adoptions.froze, adoptions.warmed, adoptions.lost, adoptions.lostOver)
 	}()
@@ -384,6 +466,9 @@ func envelopeWithClients(t *testing.T, extra ...string) {
 			w.clients = append(w.clients, c)
 			w.at(event{at: time.Duration(rapid.IntRange(0, 3000).Draw(rt, fmt.Sprint("start", i))) * time.Millisecond, kind: 3, c: i})
 		}
+		if ids {
+			drawIDs(rt, w.clients)
+		}
 		w.nextClient = strategy.QuotaClient(nClients)
 		for i := range rapid.IntRange(0, 3).Draw(rt, "crashes") {
 			var id strategy.NodeID // "": the key's owner at the time (a takeover)
@@ -416,10 +501,12 @@ func envelopeWithClients(t *testing.T, extra ...string) {
 		// nothing, starts it full)
 		lost := max(lostAll(w.crashed, replicas, nNodes, q0.ttl), w.statesLost)
 		allowed := float64(lost) * (float64(burstTok) + float64(ratePerSec)*(q0.ttl+q0.applyLag).Seconds())
-		if v := envelope(w.admitted, float64(ratePerSec), burstTok); v > 1e-6+allowed {
-			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens, %d lost states allowing %.1f (rate %d/s, burst %d, %d clients, hop %v, push %v, replicas %d, %d replicas and %d hand-overs adopted)",
-				len(w.admitted), v, lost, allowed, ratePerSec, burstTok, nClients, w.hop, w.push, replicas, w.adoptedReplicas, w.adoptedHandovers)
+		wrongTokens, wrong := w.wrongTakeovers(q0)
+		if v := envelope(w.admitted, float64(ratePerSec), burstTok); v > 1e-6+allowed+wrongTokens {
+			rt.Fatalf("%d admissions exceed b + r*T by %.6f tokens, %d lost states and %d takeovers by another Envoy allowing %.1f (rate %d/s, burst %d, %d clients, hop %v, push %v, replicas %d, %d replicas and %d hand-overs adopted)",
+				len(w.admitted), v, lost, wrong, allowed+wrongTokens, ratePerSec, burstTok, nClients, w.hop, w.push, replicas, w.adoptedReplicas, w.adoptedHandovers)
 		}
+		taken.add(w, wrong, envelope(w.admitted, float64(ratePerSec), burstTok) > 1e-6+allowed)
 		if lost > 0 {
 			adoptions.lost++
 			if envelope(w.admitted, float64(ratePerSec), burstTok) > 1e-6 {
@@ -435,6 +522,44 @@ func envelopeWithClients(t *testing.T, extra ...string) {
 		adoptions.froze += w.froze
 		adoptions.runs++
 	})
+}
+
+// takenTally counts, over runs, the shares taken over by their own Envoy
+// (right) and by another Envoy process (wrong), and the runs with wrong
+// ones beyond the bound without them (wrongOver).
+type takenTally struct{ runs, right, wrong, wrongOver int }
+
+// log logs the tally of runs that made takeovers (none without ids).
+func (t *takenTally) log(tb testing.TB) {
+	if t.right+t.wrong > 0 {
+		tb.Logf("client ids: %d runs; %d shares taken over by their own Envoy on a new stream, %d by another Envoy process with the same id (%d runs with them beyond b + r*T)",
+			t.runs, t.right, t.wrong, t.wrongOver)
+	}
+}
+
+func (t *takenTally) add(w *world, wrong int, over bool) {
+	t.runs++
+	t.wrong += wrong
+	t.right += len(w.takeovers) - wrong
+	if wrong > 0 && over {
+		t.wrongOver++
+	}
+}
+
+// drawIDs gives every client an id: its own, or in some runs one of
+// fewer ids (shared: duplicated or forged), and makes some Envoys restart
+// (a new process with the same id).
+func drawIDs(rt *rapid.T, clients []*client) {
+	distinct := len(clients)
+	if rapid.Bool().Draw(rt, "shared_ids") {
+		distinct = rapid.IntRange(1, len(clients)).Draw(rt, "distinct_ids")
+	}
+	for i, c := range clients {
+		c.cid = fmt.Sprintf("envoy-%d", i%distinct)
+		if rapid.IntRange(0, 3).Draw(rt, fmt.Sprint("envoy_restart", i)) == 0 {
+			c.restartAt = time.Duration(rapid.IntRange(1000, 30000).Draw(rt, fmt.Sprint("envoy_restart_at", i))) * time.Millisecond
+		}
+	}
 }
 
 // run drives the world until horizon: clients report every report
@@ -499,21 +624,14 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			w.restart(now, e.to, fail)
 		case 3:
 			c := w.clients[e.c]
-			if (w.down[c.node] || c.broken) && (!c.reported || now-c.lastReport >= report) {
-				// its stream broke: Envoy opens a new one, to another node,
-				// at its next report (a new client there; its buckets stay)
-				live := w.live()
-				if len(live) == 0 {
-					break
-				}
-				w.nextClient++
-				c.node, c.id, c.reported, c.broken = live[w.rng.IntN(len(live))], w.nextClient, false, false
+			if !w.restream(now, e.c, report) {
+				break
 			}
 			if c.abandoned && c.rate > 0 {
 				c.abandoned, c.reported, c.allowed, c.denied = false, false, 0, 0
 			}
 			if !c.abandoned && (!c.reported || now-c.lastReport >= report) {
-				u := strategy.QuotaUsage{Client: c.id, Key: key, Allowed: c.allowed, Denied: c.denied}
+				u := strategy.QuotaUsage{Client: c.id, Key: key, Allowed: c.allowed, Denied: c.denied, ID: c.cid}
 				if c.reported {
 					u.Elapsed = now - c.lastReport
 				}
@@ -558,6 +676,41 @@ func (w *world) run(key string, horizon, report time.Duration, plainRate float64
 			w.sample(now)
 		}
 	}
+}
+
+// restream opens client i's new stream when its old one broke (at its
+// next report: Envoy opens a new one, to another node, a new client there;
+// its buckets stay) or its Envoy restarts (a new process with the same id
+// and no bucket: its stream ends, and its first report of the bucket has
+// time_elapsed 0), and records which Envoy process holds the client's
+// (node, client). false: no node is up.
+func (w *world) restream(now time.Duration, i int, report time.Duration) bool {
+	c := w.clients[i]
+	live := w.live()
+	if len(live) == 0 {
+		return false
+	}
+	if (w.down[c.node] || c.broken) && (!c.reported || now-c.lastReport >= report) {
+		w.nextClient++
+		c.node, c.id, c.broken = live[w.rng.IntN(len(live))], w.nextClient, false
+		c.reported = c.reported && c.cid != "" // Envoy reports time_elapsed since its last report (the world's clients without an id: 0)
+	}
+	if c.restartAt > 0 && now >= c.restartAt {
+		if !w.down[c.node] && !c.broken {
+			var fx strategy.Effects
+			w.nodes[c.node].Detach(now, c.id, "", &fx)
+			w.effects(now, c.node, &fx)
+		}
+		c.gen++
+		w.nextClient++
+		c.node, c.id, c.broken, c.reported, c.restartAt = live[w.rng.IntN(len(live))], w.nextClient, false, false, 0
+		c.b, c.allowed, c.denied = envoyBucket{}, 0, 0
+	}
+	if w.holders == nil {
+		w.holders = map[holderID]envoyProc{}
+	}
+	w.holders[holderID{node: c.node, client: c.id}] = envoyProc{i, c.gen}
+	return true
 }
 
 // stateAnywhere reports whether a live node holds something of key that

@@ -38,6 +38,11 @@ type Quota struct {
 	// hand-over (counts, for tests)
 	adoptedReplicas, adoptedHandovers int
 	frozeTakeovers                    int // allocations made frozen, nothing to adopt yet
+	// shares taken over by a client id's claim, the latest (clientid.go;
+	// for tests); reports with a client id that came before this node saw
+	// itself as their key's owner
+	takeovers []takeover
+	early     []earlyUsage
 
 	startAt   time.Duration
 	restarted bool
@@ -323,7 +328,7 @@ func (q *Quota) sendUsage(now time.Duration, o strategy.NodeID, u strategy.Quota
 		q.ownerUsage(now, q.self, u, h, fx)
 		return
 	}
-	m := &peerv1.QuotaUsage{Key: u.Key, Client: uint64(u.Client), Allowed: u.Allowed, Denied: u.Denied, ElapsedNs: int64(u.Elapsed)}
+	m := &peerv1.QuotaUsage{Key: u.Key, Client: uint64(u.Client), Allowed: u.Allowed, Denied: u.Denied, ElapsedNs: int64(u.Elapsed), ClientId: u.ID}
 	if h != nil {
 		m.Resync, m.HeldTokensPerFill, m.HeldMaxTokens, m.HeldExpiresNs = true, h.units, h.burst, int64(h.expires)
 	}
@@ -359,6 +364,7 @@ func (q *Quota) ownerUsage(now time.Duration, from strategy.NodeID, u strategy.Q
 			a.gatherUntil = now + gather
 		}
 		s = a.add(id)
+		q.claim(s, u, h, now)
 		q.countResync(a, s, h, now)
 	}
 	s.live = true
@@ -479,6 +485,7 @@ func (q *Quota) rebalance(now time.Duration, key string, a *alloc, fx *strategy.
 	// this pass walks the shares (the property test found the inner pass
 	// settling shares under the outer one's feet).
 	var local []strategy.QuotaAssignment
+	q.takeOvers(a, now)
 	q.sh.rebalance(a, now, q.headroom, q.applyLag, q.ttl, q.renew, func(s *share, deny bool) {
 		as := strategy.QuotaAssignment{Client: s.id.client, Key: key, MaxTokens: s.burst, TokensPerFill: s.units,
 			FillInterval: q.sh.fill, TTL: q.ttl, Seq: s.seq}
@@ -575,7 +582,11 @@ func (q *Quota) ownerAck(now time.Duration, from strategy.NodeID, client strateg
 	if a == nil {
 		return
 	}
-	if a.ack(holderID{node: from, client: client}, seq, now, q.applyLag) {
+	if changed, acked := a.ack(holderID{node: from, client: client}, seq, now, q.applyLag); changed || acked {
+		// (an acknowledged token bucket of a client with an id is
+		// replicated at once: a successor renews the client's share on
+		// its next stream only while that surely arrives in time,
+		// clientid.go)
 		q.replicate(now, key, a, false, fx)
 		q.schedule(key, a, fx)
 	}
@@ -671,7 +682,11 @@ func (q *Quota) onUsage(now time.Duration, from strategy.NodeID, m *peerv1.Quota
 		return err
 	}
 	if q.owner(u.Key) != q.self {
-		return nil // views disagree: the sender will resync with the owner it sees next
+		// views disagree: the sender will resync with the owner it sees
+		// next; a report with a client id is kept a while, in case this
+		// node comes to own the key (clientid.go)
+		q.keepEarly(now, from, u, h)
+		return nil
 	}
 	q.ownerUsage(now, from, u, h, fx)
 	return nil
@@ -807,6 +822,7 @@ func (q *Quota) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 		}
 	}
 	q.resyncClients(now, fx)
+	q.replayEarly(now, fx)
 }
 
 // resyncClients reports every client attached here whose key's owner

@@ -65,7 +65,8 @@ func (q *Quota) replicaOf(key string, a *alloc, now time.Duration, handover bool
 		}
 		m.Shares = append(m.Shares, &peerv1.QuotaReplicaShare{Node: string(s.id.node), Client: uint64(s.id.client),
 			TokensPerFill: s.units, MaxTokens: s.burst, Sent: s.sent, Seq: s.seq, SentAtNs: int64(sentAt),
-			ExpiresNs: int64(s.expires), Demand: s.demand, Live: s.live || s.await, IdleSinceNs: int64(s.idleSince)})
+			ExpiresNs: int64(s.expires), Demand: s.demand, Live: s.live || s.await, IdleSinceNs: int64(s.idleSince),
+			ClientId: s.cid, AckedSentAtNs: int64(min(s.ackedAt, sentAt))})
 	}
 	for _, r := range a.pending {
 		m.Pending = append(m.Pending, &peerv1.QuotaReplicaRelease{Node: string(r.id.node), Client: uint64(r.id.client),
@@ -411,7 +412,10 @@ func (q *Quota) placeReported(b *alloc, x, y *share, h *held, now time.Duration)
 	case h != nil:
 		b.holdRelease(x)
 	default:
-		s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince}
+		s := &share{id: x.id, demand: x.demand, live: x.live, idleSince: x.idleSince, cid: x.cid}
+		if x.denyAt == 0 {
+			s.claimUntil = x.claimUntil // still a claim (clientid.go): no DENY_ALL sent to it
+		}
 		b.insert(s)
 	}
 }

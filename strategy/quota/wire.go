@@ -52,7 +52,7 @@ func checkKey(what, key string) error {
 // now + ttl + max_skew.
 func (q *Quota) usageOf(now time.Duration, m *peerv1.QuotaUsage) (strategy.QuotaUsage, *held, error) {
 	u := strategy.QuotaUsage{Client: strategy.QuotaClient(m.Client), Key: m.Key, Allowed: m.Allowed, Denied: m.Denied,
-		Elapsed: time.Duration(m.ElapsedNs)}
+		Elapsed: time.Duration(m.ElapsedNs), ID: m.ClientId}
 	if err := u.Validate(); err != nil {
 		return u, nil, fmt.Errorf("quota: %w", err)
 	}
@@ -141,7 +141,10 @@ func frame(body any) []byte {
 // a time after now + max_skew, a reserve outside [0, burst], more than
 // maxReplicaEntries shares and releases, a share or release with an empty
 // or over-long node, client 0, tokens outside the key's units or burst, or
-// a time after the replica's + ttl + apply_lag + max_skew, a share twice,
+// a time after the replica's + ttl + apply_lag + max_skew, a client id
+// over strategy.MaxQuotaClientIDBytes or not UTF-8, an acknowledged send
+// after the share's last send (or without a client id or token bucket), a
+// share twice,
 // or shares and releases that together hold more than the key's units or
 // burst.
 func (q *Quota) recordOf(now time.Duration, from strategy.NodeID, m *peerv1.QuotaReplica) (*record, error) {
@@ -208,7 +211,11 @@ func (q *Quota) shareOf(key string, at, horizon time.Duration, x *peerv1.QuotaRe
 		return nil, err
 	}
 	s := &share{id: id, demand: x.Demand, units: x.TokensPerFill, burst: x.MaxTokens, sent: x.Sent, seq: x.Seq,
-		sentAt: time.Duration(x.SentAtNs), expires: time.Duration(x.ExpiresNs), idleSince: time.Duration(x.IdleSinceNs), live: x.Live}
+		sentAt: time.Duration(x.SentAtNs), expires: time.Duration(x.ExpiresNs), idleSince: time.Duration(x.IdleSinceNs), live: x.Live,
+		cid: x.ClientId, ackedAt: time.Duration(x.AckedSentAtNs)}
+	if err := checkClientID(key, x, s); err != nil {
+		return nil, err
+	}
 	switch {
 	case math.IsNaN(s.demand) || math.IsInf(s.demand, 0) || s.demand > float64(maxEnvoyTokens)*3600:
 		return nil, fmt.Errorf("quota: replica of %q: client %d at %s: demand %g", key, x.Client, x.Node, s.demand)
@@ -219,6 +226,20 @@ func (q *Quota) shareOf(key string, at, horizon time.Duration, x *peerv1.QuotaRe
 	}
 	s.demand = max(s.demand, -1)
 	return s, nil
+}
+
+// checkClientID checks a replica share's client id and acknowledged send
+// (shareOf): an id of at most strategy.MaxQuotaClientIDBytes of UTF-8, an
+// acknowledged send no later than the last send, and only for a share
+// with an id and a token bucket sent.
+func checkClientID(key string, x *peerv1.QuotaReplicaShare, s *share) error {
+	switch {
+	case len(s.cid) > strategy.MaxQuotaClientIDBytes || !utf8.ValidString(s.cid):
+		return fmt.Errorf("quota: replica of %q: client %d at %s: client id of %d bytes above %d or not UTF-8", key, x.Client, x.Node, len(s.cid), strategy.MaxQuotaClientIDBytes)
+	case s.ackedAt < 0 || s.ackedAt > s.sentAt || (s.ackedAt > 0 && (s.cid == "" || !s.sent)):
+		return fmt.Errorf("quota: replica of %q: client %d at %s: acknowledged send at %v, after its last send %v or without a client id or token bucket", key, x.Client, x.Node, s.ackedAt, s.sentAt)
+	}
+	return nil
 }
 
 // releaseOf converts and checks one pending release of a replica
