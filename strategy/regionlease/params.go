@@ -14,7 +14,10 @@
 //     validity from its ask; at least region_period and at least ttl.
 //   - lan_latency (duration, default min(latency_hint, 5ms)): the one-way
 //     latency inside a region (the latency hint is the WAN's): a node stops
-//     using a lease 2*lan_latency before its end and returns the rest.
+//     using a lease 2*lan_latency before its end and returns the rest, asks
+//     again when its leases would run out within 8*lan_latency (at most ttl),
+//     and resends an unanswered ask or return inside its region every
+//     4*lan_latency.
 //   - idle (duration, default 250ms): a node (or regional owner) returns its
 //     unlent leases of a key that saw no request (forward, ask) for this long:
 //     when a tenant's load leaves a region, what it held goes back; positive.
@@ -59,7 +62,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "region_ttl", Type: strategy.ParamDuration, Default: "3*region_period", Example: "2s",
 		Doc: "a region's lease validity from its ask; at least region_period and at least ttl."},
 	{Name: "lan_latency", Type: strategy.ParamDuration, Default: "min(latency_hint, 5ms)", Example: "1ms",
-		Doc: "the one-way latency inside a region (the latency hint is the WAN's): a node stops using a lease 2*lan_latency before its end and returns the rest."},
+		Doc: "the one-way latency inside a region (the latency hint is the WAN's): a node stops using a lease 2*lan_latency before its end and returns the rest, asks again when its leases would run out within 8*lan_latency (at most ttl), and resends an unanswered ask or return inside its region every 4*lan_latency."},
 	{Name: "idle", Type: strategy.ParamDuration, Default: "250ms", Example: "1s",
 		Doc: "a node (or regional owner) returns its unlent leases of a key that saw no request (forward, ask) for this long: when a tenant's load leaves a region, what it held goes back; positive."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "500ms",
