@@ -2,10 +2,13 @@ package lease
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // Conserved checks, for tests, the invariant the envelope rests on: for
@@ -85,4 +88,35 @@ func (l *Lease) Audit(now time.Duration, key string) (levelTicks, leased int64, 
 	cp := *p
 	l.sh.advance(&cp, now)
 	return cp.Level, cp.Leased, true
+}
+
+// ExactEnvelopeExcess is, for tests, eval.EnvelopeViolation in integers:
+// the largest excess over b + r*T of the tokens admitted for one key in
+// any interval [t, t+T], over all keys, in ticks of rate (rate.Per ticks
+// a token, rate.Tokens ticks refilled per ns: a nanosecond's refill is
+// resolved, where the float check rounds away 1e-6 tokens), and where.
+// reqs must be sorted by arrival; at most 0 when every key conforms. For
+// admissions t_1 <= ... <= t_n of prefix sums S_k, the excess over
+// [t_i, t_j] is (S_j - S_{i-1} - b)*Per - (t_j - t_i)*Tokens ticks (one
+// pass, keeping the minimum of S_{i-1}*Per - t_i*Tokens). Int64 holds it
+// for spans up to ~2^63 / Tokens ns and sums up to ~2^63 / Per tokens.
+func ExactEnvelopeExcess(reqs []workload.Request, rate bucket.Rate, burst int64) (ticks int64, key string, at time.Duration) {
+	type state struct{ sum, minPre int64 }
+	keys := map[string]*state{}
+	ticks = math.MinInt64
+	per := int64(rate.Per)
+	for _, r := range reqs {
+		st := keys[r.Key]
+		if st == nil {
+			st = &state{minPre: math.MaxInt64}
+			keys[r.Key] = st
+		}
+		t := int64(r.Arrival) * rate.Tokens
+		st.minPre = min(st.minPre, st.sum*per-t)
+		st.sum += r.Tokens
+		if v := (st.sum-burst)*per - t - st.minPre; v > ticks {
+			ticks, key, at = v, r.Key, r.Arrival
+		}
+	}
+	return ticks, key, at
 }

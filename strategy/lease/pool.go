@@ -82,6 +82,17 @@ func (s shape) fillTime(p *pool) time.Duration { return s.lp().FillTime(&p.Pool)
 // possibly below 0, and the wait counted from at is returned; otherwise
 // nothing is taken. A decision made late (p.Last after at) counts the wait
 // from p.Last, where the level is known, plus the lateness.
+//
+// The wait is rounded up to the nanosecond, so the request proceeds up to
+// one nanosecond after p would have held its tokens. When they are p's
+// whole capacity (n = burst - leased), p would have been full for that
+// fraction of a nanosecond and refilled nothing more (ours): capAtWait
+// drops what the level would refill beyond the capacity by then, which
+// the negative level would otherwise keep (Refill caps only a level at
+// or above the capacity). Without it, a request taking the whole capacity
+// leaves up to tokensPerNs-1 ticks (r * 1 ns) that a bucket of that
+// capacity would not hold: b + r*T exceeded by 1.352e-6 tokens at
+// 1,688/s, burst 4 (TestReserveWholeCapacityRounding).
 func (s shape) reserve(p *pool, at time.Duration, n int64, maxWait time.Duration) (time.Duration, bool) {
 	if n <= 0 || n > s.burst {
 		return 0, false
@@ -95,15 +106,30 @@ func (s shape) reserve(p *pool, at time.Duration, n int64, maxWait time.Duration
 		return 0, false
 	}
 	deficit := cost - p.Level
-	wait := time.Duration((deficit + s.tokensPerNs - 1) / s.tokensPerNs)
+	fromLast := (deficit + s.tokensPerNs - 1) / s.tokensPerNs // ns after p.Last; <= 0 only for a late decision
+	wait := time.Duration(fromLast)
 	if late := p.Last - at; late > 0 {
 		wait += late
 	}
 	if wait > maxWait {
 		return 0, false
 	}
+	s.capAtWait(p, fromLast)
 	p.Level -= cost
 	return wait, true
+}
+
+// capAtWait lowers p's level so that, refilled for fromLast ns from
+// p.Last, it reaches at most the capacity: the refill a bucket capped at
+// the capacity would have lost by then (reserve). fromLast*tokensPerNs is
+// at most a deficit plus tokensPerNs, which does not overflow.
+func (s shape) capAtWait(p *pool, fromLast int64) {
+	if fromLast <= 0 {
+		return // proceeds at or before p.Last: the level is already capped
+	}
+	if c := s.capacity(p) - fromLast*s.tokensPerNs; p.Level > c {
+		p.Level = c
+	}
 }
 
 // charge decides n tokens at time at (advanced to at before; see spare)
