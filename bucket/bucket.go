@@ -337,6 +337,17 @@ func (b *Bucket) ReserveN(now time.Duration, n int64) (delay time.Duration, ok b
 		return 0, false
 	}
 	d := b.wait(now, cost)
+	// The request proceeds at b.last + ns, ns = d less the lateness: a
+	// whole nanosecond, rounded up from the instant the bucket holds cost.
+	// A bucket that would be full before then loses the refill beyond its
+	// capacity (under one nanosecond's); the level, going negative, is
+	// never capped by advance again, so it is capped here, or the next
+	// reservations would proceed up to a nanosecond early (a rounding
+	// excess over b + r*T of under r*1ns). Ours.
+	// (ns*tokens is under cost - level + tokens, wait's own sum: no overflow.)
+	if ns := int64(d) - max(int64(b.last-now), 0); ns > 0 {
+		b.level = min(b.level, b.capacity-ns*b.tokens)
+	}
 	b.level -= cost
 	return d, true
 }
