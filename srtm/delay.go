@@ -79,14 +79,30 @@ func (q *gd1) arrive(a time.Duration) time.Duration {
 	excess := q.u - q.limit
 	if late > 0 {
 		if excess > 0 || spareLate > -excess/q.tokens { // spareLate*tokens > -excess: not spared since a
-			return time.Duration(late + ceilDiv(excess, q.tokens))
+			ns := ceilDiv(excess, q.tokens)
+			q.rounded(ns)
+			return time.Duration(late + ns)
 		}
 		return 0 // the tokens were there throughout: no wait
 	}
 	if excess <= 0 {
 		return 0
 	}
-	return time.Duration((excess-1)/q.tokens + 1)
+	ns := (excess-1)/q.tokens + 1
+	q.rounded(ns)
+	return time.Duration(ns)
+}
+
+// rounded accounts for a message that waits ns whole nanoseconds from the
+// last arrival (rounded up from the instant its token is there): a bucket
+// full before then loses the refill beyond the burst meanwhile, so the
+// work the message leaves behind is at least ns of refill plus its own
+// token (bucket.Bucket.ReserveN's cap, which keeps every window within
+// b + r*T; ours, the paper's delays are real numbers).
+func (q *gd1) rounded(ns int64) {
+	if ns > 0 {
+		q.u = max(q.u, ns*q.tokens+q.per)
+	}
 }
 
 // drain lowers the backlog u by dt ticks of refill, to 0 at least.
