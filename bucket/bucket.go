@@ -414,8 +414,14 @@ func (b *Bucket) SetRate(now time.Duration, r Rate, burst int64) error {
 	return nil
 }
 
-// rescale converts v ticks of size 1/from token into ticks of size 1/to,
-// rounding towards minus infinity, without overflow for in-range results.
+// Rescale converts v ticks of size 1/from token into ticks of size 1/to
+// (from, to > 0), rounding towards minus infinity, without overflow for
+// in-range results; a result beyond ±MaxInt64/2 is clamped there. For
+// strategies that carry levels between buckets of different ticks (owner's
+// split=auto: sub-buckets of another K).
+func Rescale(v, from, to int64) int64 { return rescale(v, from, to) }
+
+// rescale is Rescale.
 func rescale(v, from, to int64) int64 {
 	if from == to {
 		return v

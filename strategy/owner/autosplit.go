@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -842,29 +841,5 @@ func (o *Owner) fromWire(sub int, ticks int64) int64 {
 }
 
 // rescaleTicks converts v ticks of 1/from token to ticks of 1/to token,
-// rounding towards minus infinity (bucket's rescale).
-func rescaleTicks(v, from, to int64) int64 {
-	if from == to {
-		return v
-	}
-	neg := v < 0
-	u := uint64(v)
-	if neg {
-		u = uint64(-v)
-	}
-	hi, lo := bits.Mul64(u, uint64(to))
-	if hi >= uint64(from) {
-		if neg {
-			return math.MinInt64 / 2
-		}
-		return math.MaxInt64 / 2
-	}
-	q, rem := bits.Div64(hi, lo, uint64(from))
-	if neg {
-		if rem != 0 {
-			q++
-		}
-		return -int64(q)
-	}
-	return int64(q)
-}
+// rounding towards minus infinity (bucket.Rescale).
+func rescaleTicks(v, from, to int64) int64 { return bucket.Rescale(v, from, to) }
