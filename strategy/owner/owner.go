@@ -108,7 +108,9 @@
 //     that owner; and a peer's warm-up query for a key this node routes to
 //     another owner marks that peer as deciding the key, so that this
 //     node's fallback admissions for it are charged to that peer too (the
-//     owner it names may be dead). Before, at 5 tokens/s, b = 1, a node
+//     owner it names may be dead); and a node that decides a key's
+//     forwards for another owner answers its own fallbacks for the key
+//     from the same bucket, not from a second (r/N, b/N) one. Before, at 5 tokens/s, b = 1, a node
 //     restarted within a detection decided beside the old owner: 1.63
 //     tokens over b + r*T with one crash (TestRestartShrunkCases).
 //   - Leave (strategy.Leaver): on Leave the node ships every level it holds
@@ -318,6 +320,9 @@ type Owner struct {
 	// claims are the peers deciding a key this node's view gives to
 	// another owner, by key (restart.go, noteClaim).
 	claims map[string]claim
+	// acting holds, by key, until when this node decides the forwards of
+	// a key another node owns in its view (restart.go, noteActing).
+	acting map[string]time.Duration
 }
 
 // New builds a node with the parameters declared in Params (params.go:
@@ -603,6 +608,7 @@ func (o *Owner) SetMembers(now time.Duration, members []strategy.NodeID, fx *str
 	o.changedAt = now
 	o.restartMembers(o.prevMembers)
 	clear(o.claims)
+	clear(o.acting)
 	clear(o.suspect)
 	o.setLocalRates(now)
 	if o.conserve {

@@ -118,7 +118,11 @@ func (o *Owner) decideDue(now time.Duration, fx *strategy.Effects) {
 // is refused, refuseNotOwned).
 func (o *Owner) chargeNotOwned(now time.Duration, q queued, charged bool, fx *strategy.Effects) {
 	owner := o.primary(q.key)
-	if !charged || owner == o.self || owner == "" || owner == q.origin {
+	if owner == o.self || owner == "" || owner == q.origin {
+		return
+	}
+	o.noteActing(now, q.key)
+	if !charged {
 		return
 	}
 	o.addCharge(now, strategy.Request{ID: q.id, Key: q.key, Tokens: q.tokens, Arrival: q.arrival, Charge: q.charge}, owner, fx)

@@ -107,10 +107,13 @@ func TestDoubleCrashEnvelopeProperty(t *testing.T) {
 // peer that saw it all along (2: 7.633 tokens over b + r*T with the first
 // form of the deferral, before shipToDeferring), a node that did not see
 // a restarted owner sending its key to a third node that decided it
-// beside the owner (4), and fallback admissions charged to a crashed
-// owner while a restarted node decided the key (5). Envelope violation
-// before restart.go (b805607): 1.630 (bound 1), 0.411 (4), 4.833 (3),
-// 2.098 (2), 4.406 (4) tokens.
+// beside the owner (4), fallback admissions charged to a crashed owner
+// while a restarted node decided the key (5), and a node deciding a
+// key's forwards from its bucket and its own requests for the key from
+// its fallback bucket (6: 7.500 tokens over b + r*T, bound 6, before
+// fallbackActing). Envelope violation before restart.go (b805607): 1.630
+// (bound 1), 0.411 (4), 4.833 (3), 2.098 (2), 4.406 (4), 22.450 (6)
+// tokens.
 func TestRestartShrunkCases(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	for i, tc := range []struct {
@@ -131,6 +134,8 @@ func TestRestartShrunkCases(t *testing.T) {
 			{At: ms(300), Restart: []string{"n1"}}}, 2, 9, nil},
 		{34, 2, 3, ms(900), []sim.ScenarioEvent{{At: ms(100), Crash: []string{"n1", "n2"}}, {At: ms(200), Restart: []string{"n2"}},
 			{At: ms(1000), Restart: []string{"n1"}}}, 2, 0, nil},
+		{50, 3, 3, ms(1800), []sim.ScenarioEvent{{At: ms(100), Crash: []string{"n0", "n1"}}, {At: ms(200), Restart: []string{"n0"}},
+			{At: ms(900), Restart: []string{"n1"}}}, 2, 31, nil},
 	} {
 		rate := bucket.Rate{Tokens: tc.rate, Per: time.Second}
 		c := faultCase{nodes: tc.nodes, crashes: tc.crashes, scenario: &sim.Scenario{Detection: tc.detection, Events: tc.events}}

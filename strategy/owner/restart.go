@@ -191,3 +191,42 @@ func (o *Owner) chargeClaimant(now time.Duration, c *charge, owner strategy.Node
 	}
 	fx.Send(cl.node, chargeMessage(c))
 }
+
+// noteActing remembers that this node decided a forward for key, which
+// another node owns in its view (chargeNotOwned): its senders route key
+// here, so this node's bucket of key is in use as the key's, for one
+// suspicion.
+func (o *Owner) noteActing(now time.Duration, key string) {
+	if o.acting == nil {
+		o.acting = map[string]time.Duration{}
+	}
+	if _, ok := o.acting[key]; ok || len(o.acting) < maxClaims {
+		o.acting[key] = now + max(o.suspectFor, o.timeout)
+	}
+}
+
+// fallbackActing answers req by on_timeout=local from key's own bucket,
+// not from the (r/N, b/N) fallback bucket, while this node decides the
+// key's forwards for its suspected owner (noteActing: peers that do not
+// see that owner route the key here), and charges it to the owner (taken
+// here already); ok is false otherwise. Two buckets here would admit
+// r + r/N. Measured: r = 50/s, b = 3, 3 nodes, n0 and n1 down at 0.1 s,
+// n0 back at 0.2 s (seeing n1 dead), n1 at 0.9 s, detection 1.8 s: n2
+// decided n0's forwards of u0001 (owner n1) from its replica bucket and
+// its own requests for u0001 from its fallback bucket, 7.5 tokens over
+// b + r*T, bound 6 (TestRestartShrunkCases, case 6).
+func (o *Owner) fallbackActing(now time.Duration, req strategy.Request, owner strategy.NodeID, fx *strategy.Effects) (allowed, ok bool) {
+	until, acting := o.acting[req.Key]
+	if !acting || now >= until || o.auto != nil || (o.od.On && req.Charge) {
+		return false, false
+	}
+	b, held := o.tab(req.Key).Lookup(req.Key)
+	if !held {
+		return false, false
+	}
+	if allowed = b.AllowN(now, req.Tokens); allowed {
+		o.addCharge(now, req, owner, fx)
+		o.charges[req.ID].taken = true
+	}
+	return allowed, true
+}
