@@ -488,7 +488,7 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
 		o.prevMembers = o.others()
-		o.rs = restartState{seenBy: map[strategy.NodeID]bool{}}
+		o.rs = restartState{startedAt: now, seenBy: map[strategy.NodeID]bool{}}
 		o.restartSeenAll()
 		if o.auto != nil {
 			o.auto.unknown = true // it may have missed split rounds
