@@ -21,6 +21,10 @@ type charge struct {
 	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
 	sentAt time.Duration     // the last send
 	until  time.Duration
+	// taken: this node's bucket took the tokens already (a forward it
+	// decided for another owner, chargeNotOwned), so the charge is
+	// dropped, not debited, when this node becomes the key's owner.
+	taken bool
 }
 
 type chargeAt struct {
@@ -40,6 +44,7 @@ func (o *Owner) addCharge(now time.Duration, req strategy.Request, owner strateg
 	}
 	o.chargeOrder = append(o.chargeOrder, chargeAt{until: c.until, id: req.ID})
 	o.sendCharge(now, c, owner, fx)
+	o.chargeClaimant(now, c, owner, fx)
 }
 
 func (o *Owner) dropOldestCharge() {
@@ -106,9 +111,14 @@ func (o *Owner) sendCharge(now time.Duration, c *charge, owner strategy.NodeID, 
 	if !slices.Contains(c.sentTo, owner) {
 		c.sentTo = append(c.sentTo, owner)
 	}
-	fx.Send(owner, wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
+	fx.Send(owner, chargeMessage(c))
+}
+
+// chargeMessage is c as sent to an owner.
+func chargeMessage(c *charge) []byte {
+	return wire.MustMarshal(&peerv1.OwnerMessage{Body: &peerv1.OwnerMessage_Forward{Forward: &peerv1.OwnerForward{
 		RequestId: c.req.ID, Key: c.req.Key, Tokens: c.req.Tokens, ArrivalNs: int64(c.req.Arrival), Charge: true,
-	}}}))
+	}}})
 }
 
 // expireCharges forgets the fallback admissions not acknowledged within
@@ -136,8 +146,10 @@ func (o *Owner) rerouteCharges(now time.Duration, fx *strategy.Effects) {
 			continue
 		}
 		if owner == o.self || owner == "" {
-			o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
-			o.markDirty(now, c.req.Key, fx)
+			if !c.taken {
+				o.debit(c.req.Key, c.req.Arrival, c.req.Tokens)
+				o.markDirty(now, c.req.Key, fx)
+			}
 			o.dropCharge(id)
 			continue
 		}

@@ -123,6 +123,9 @@ func (o *Owner) fallback(now time.Duration, req strategy.Request, owner strategy
 		}
 		return false
 	default:
+		if allowed, ok := o.fallbackActing(now, req, owner, fx); ok {
+			return allowed
+		}
 		key, t := req.Key, o.local
 		if o.auto != nil { // the sub-bucket's share at this node's K for the key
 			t = o.autoLocalOf(key)

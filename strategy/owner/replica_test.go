@@ -271,6 +271,18 @@ func TestSuspectLocalAndCharge(t *testing.T) {
 // level they hold, not from a fresh burst. Without answers by the timeout
 // the key starts empty as of the start. After the warm-up a new key
 // starts full.
+// seenBy has peers show o they see it (each ships it another key's
+// level, as at a hand-over), so that o, started late, decides the keys it
+// owns instead of deferring them (restart.go).
+func seenBy(t *testing.T, o *Owner, at time.Duration, peers ...strategy.NodeID) {
+	t.Helper()
+	for _, p := range peers {
+		if err := o.Receive(at, p, levels(0, &peerv1.OwnerLevel{Key: "handed-over", LevelTicks: 0, AtNs: int64(at)}), &strategy.Effects{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestWarmupFetchesLevels(t *testing.T) {
 	key := keyOwnedBy("n0")
 	start := 10 * time.Second
@@ -285,6 +297,7 @@ func TestWarmupFetchesLevels(t *testing.T) {
 			t.Fatal(err)
 		}
 		o.Start(start, &strategy.Effects{})
+		seenBy(t, o, start, "n1", "n2")
 		return o
 	}
 	at := start + 500*time.Millisecond

@@ -87,6 +87,7 @@ func (o *Owner) fetched(now time.Duration, key string, timedOut bool, fx *strate
 func (o *Owner) receiveQuery(now time.Duration, from strategy.NodeID, q *peerv1.OwnerLevelQuery, fx *strategy.Effects) {
 	ls := make([]*peerv1.OwnerLevel, 0, len(q.Keys))
 	for _, k := range q.Keys {
+		o.noteClaim(now, from, k)
 		sub := o.subOf(k)
 		l := &peerv1.OwnerLevel{Key: k, LevelTicks: o.caps[sub], AtNs: int64(now)} // none held: full
 		if b, ok := o.tables[sub].Lookup(k); ok {
