@@ -141,6 +141,7 @@ func (n *Node) newRule(r rule.Rule, info registry.Info, params strategy.Params) 
 		Self: n.self, Members: slices.Clone(n.members), Rate: r.Rate, Burst: r.Burst,
 		Rand:   rand.New(rand.NewPCG(n.seed, rendezvous.HashString(string(n.self)+"\x00"+r.Name))),
 		Params: params, LatencyHint: n.LatencyHint(), Partition: r.Partition,
+		Added: n.h != nil, // the host exists once New made the node's own rules
 	}
 	if _, derived := n.derived[r.Name]; derived || n.deriver.Load() != nil {
 		// A key's level carries over between the rules of a family

@@ -191,6 +191,13 @@ type Config struct {
 	// static: KeyLeveler) creates it, instead of full (KeySeeder). nil: full
 	// (the simulator's case).
 	Seed KeySeeder
+	// Added is true for a rule added to a running node (a reload, an
+	// Envoy descriptor's derived rule): its Start's time is not the
+	// node's start, and its peers may have seen this node for long. false
+	// for the rules a node starts with (and in the simulator, whose nodes
+	// start or restart with their rules). owner defers a restarted node's
+	// keys (restart.go) only for rules it started with.
+	Added bool
 }
 
 // KeySeeder returns the level a new bucket of key starts from at now, as a

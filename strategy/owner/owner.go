@@ -227,6 +227,9 @@ const (
 
 // Owner is one node of the owner strategy.
 type Owner struct {
+	// added: the rule was added to a running node (strategy.Config.Added):
+	// Start's time is not the node's start, so no restart deferral.
+	added   bool
 	self    strategy.NodeID
 	members []strategy.NodeID
 	rate    bucket.Rate
@@ -339,7 +342,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst,
+	o := &Owner{self: cfg.Self, members: slices.Clone(cfg.Members), rate: cfg.Rate, burst: cfg.Burst, added: cfg.Added,
 		pending: map[uint64]*forwarding.Pending{}, queue: minheap.New(queuedLess), timeouts: minheap.New(deadlineLess),
 		dirty: map[string]bool{}, syncAt: -1, suspect: map[strategy.NodeID]time.Duration{},
 		charges: map[uint64]*charge{}, chargesTo: map[strategy.NodeID]map[uint64]bool{}, flushedAt: map[strategy.NodeID]time.Duration{}, changedAt: -1, fetching: map[string]*fetch{}, unacked: map[uint64]*peerv1.OwnerMessage{}, ackTo: map[uint64]strategy.NodeID{}}
@@ -494,8 +497,10 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 	if now > 0 {
 		o.changedAt = now
 		o.prevMembers = o.others()
-		o.rs = restartState{startedAt: now, seenBy: map[strategy.NodeID]bool{}}
-		o.restartSeenAll()
+		if !o.added {
+			o.rs = restartState{startedAt: now, seenBy: map[strategy.NodeID]bool{}}
+			o.restartSeenAll()
+		}
 		if o.auto != nil {
 			o.auto.unknown = true // it may have missed split rounds
 		}

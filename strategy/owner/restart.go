@@ -31,7 +31,10 @@ import (
 // the node it defers to (chargeNotOwned). Left: with failure detectors
 // that see the join at different times (jitter), a node that sees the
 // started node may route to it while the one it defers to does not, and
-// for that spread both decide (charged, but after the fact).
+// for that spread both decide (charged, but after the fact). A rule added
+// to a running node (strategy.Config.Added: a reload, a derived rule) is
+// not deferred: its node's peers see it already (a derived rule made
+// within one detection of a restart is the exception, not handled).
 
 // restartState is a started node's view of which peers see it: seenBy
 // nil means every member does (a node started at time 0, or once every

@@ -1,9 +1,11 @@
 package owner
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
@@ -39,4 +41,26 @@ func TestRestartDefersToOldOwner(t *testing.T) {
 	if d, ok := fresh.Request(0, strategy.Request{ID: 3, Key: key, Tokens: 1}, fx); !ok || !d.Allowed {
 		t.Fatalf("a node started at 0: %v %v, want its key decided at once", d, ok)
 	}
+
+	// A rule added to a running node (strategy.Config.Added: a reload, a
+	// derived rule) is no restart: its keys are not deferred (the merge of
+	// the deferral first broke cluster's TestDerivedRuleForwarded).
+	added, err := New(strategy.Config{Self: "n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 2,
+		Rand: rand.New(rand.NewPCG(1, 2)), Params: mustParams(t, "hold=0s"), LatencyHint: time.Millisecond, Added: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added.Start(start, &strategy.Effects{})
+	if alt := added.deferTo(key); alt != "" {
+		t.Fatalf("an added rule defers %q to %s", key, alt)
+	}
+}
+
+func mustParams(t *testing.T, params ...string) strategy.Params {
+	t.Helper()
+	p, err := strategy.ParseParams(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
