@@ -94,15 +94,7 @@ func (a *Adaptive) keyDropped(key string) {
 // quarter of its peak (a Go map keeps the slots of its largest size).
 // Nothing depends on the map's order (Tick sorts the keys).
 func (a *Adaptive) shrinkKeys() {
-	if !a.mem.keys.ShouldRebuild() {
-		return
-	}
-	m := make(map[string]*keyState, len(a.keys))
-	for k, ks := range a.keys {
-		m[k] = ks
-	}
-	a.keys = m
-	a.mem.keys.Rebuilt()
+	a.keys = memsize.Shrink(a.keys, &a.mem.keys)
 }
 
 // MemoryBytes estimates the Go heap this node's adaptive state takes, in

@@ -32,15 +32,7 @@ type memory struct {
 // quarter of its peak (a Go map keeps the slots of its largest size).
 // Nothing depends on its order (keys are sorted where it matters).
 func (d *DRL) shrinkKeys() {
-	if !d.mem.keys.ShouldRebuild() {
-		return
-	}
-	m := make(map[string]*keyState, len(d.keys))
-	for k, ks := range d.keys {
-		m[k] = ks
-	}
-	d.keys = m
-	d.mem.keys.Rebuilt()
+	d.keys = memsize.Shrink(d.keys, &d.mem.keys)
 }
 
 // dropped counts key, just deleted, whose state was k.

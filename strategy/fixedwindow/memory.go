@@ -25,15 +25,7 @@ const (
 // sweep left it under a quarter of its peak (a Go map keeps the slots of
 // its largest size). Nothing depends on its order.
 func (f *FixedWindow) shrinkCounts() {
-	if !f.mem.ShouldRebuild() {
-		return
-	}
-	m := make(map[string]*counter, len(f.counts))
-	for k, c := range f.counts {
-		m[k] = c
-	}
-	f.counts = m
-	f.mem.Rebuilt()
+	f.counts = memsize.Shrink(f.counts, &f.mem)
 }
 
 // MemoryBytes estimates the Go heap this node's fixedwindow state takes,

@@ -61,10 +61,7 @@ func (m *memory) resized(before, after int) {
 // same reason. Iteration order is Go's random order either way, and
 // nothing sent depends on it (sortedKeys), so this changes no outcome.
 func (g *GCounter) shrinkState() {
-	if g.mem.keys.ShouldRebuild() {
-		g.state = memsize.Rebuild(g.state)
-		g.mem.keys.Rebuilt()
-	}
+	g.state = memsize.Shrink(g.state, &g.mem.keys)
 	for nb, keys := range g.delta {
 		if len(keys) == 0 {
 			g.delta[nb] = map[string]struct{}{}

@@ -54,36 +54,14 @@ func (g *GDRL) seenDropped(key string) { g.mem.seen.Remove(key) }
 // largest size after deletes). Nothing depends on their order
 // (sortedKeys), so no outcome changes.
 func (g *GDRL) shrinkMaps() {
-	if g.mem.shares.ShouldRebuild() {
-		m := make(map[string]*share, len(g.shares))
-		for k, sh := range g.shares {
-			m[k] = sh
-		}
-		g.shares = m
-		g.mem.shares.Rebuilt()
-	}
-	if g.mem.seen.ShouldRebuild() {
-		m := make(map[string]time.Duration, len(g.seen))
-		for k, at := range g.seen {
-			m[k] = at
-		}
-		g.seen = m
-		g.mem.seen.Rebuilt()
-	}
+	g.shares = memsize.Shrink(g.shares, &g.mem.shares)
+	g.seen = memsize.Shrink(g.seen, &g.mem.seen)
 }
 
 // shrinkChanged copies the changed map into a new one when the buddy's
 // acknowledgement left it under a quarter of its peak.
 func (g *GDRL) shrinkChanged() {
-	if !g.mem.changed.ShouldRebuild() {
-		return
-	}
-	m := make(map[string]uint64, len(g.changed))
-	for k, v := range g.changed {
-		m[k] = v
-	}
-	g.changed = m
-	g.mem.changed.Rebuilt()
+	g.changed = memsize.Shrink(g.changed, &g.mem.changed)
 }
 
 // MemoryBytes estimates the Go heap this node's gdrl state takes, in

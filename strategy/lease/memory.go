@@ -167,26 +167,11 @@ func (l *Lease) dropDirty(key string) { memsize.Delete(l.dirty, &l.mem.dirty, ke
 // walk of these maps whose order could matter goes by sortedKeys, so this
 // changes no outcome.
 func (l *Lease) shrinkMaps() {
-	if l.mem.pools.ShouldRebuild() {
-		l.pools = memsize.Rebuild(l.pools)
-		l.mem.pools.Rebuilt()
-	}
-	if l.mem.holdings.ShouldRebuild() {
-		l.keys = memsize.Rebuild(l.keys)
-		l.mem.holdings.Rebuilt()
-	}
-	if l.mem.records.ShouldRebuild() {
-		l.records = memsize.Rebuild(l.records)
-		l.mem.records.Rebuilt()
-	}
-	if l.mem.gave.ShouldRebuild() {
-		l.gave = memsize.Rebuild(l.gave)
-		l.mem.gave.Rebuilt()
-	}
-	if l.mem.grants.ShouldRebuild() {
-		l.grants = memsize.Rebuild(l.grants)
-		l.mem.grants.Rebuilt()
-	}
+	l.pools = memsize.Shrink(l.pools, &l.mem.pools)
+	l.keys = memsize.Shrink(l.keys, &l.mem.holdings)
+	l.records = memsize.Shrink(l.records, &l.mem.records)
+	l.gave = memsize.Shrink(l.gave, &l.mem.gave)
+	l.grants = memsize.Shrink(l.grants, &l.mem.grants)
 	l.timers = shrinkHeap(l.timers, timerLess)
 	l.gexpiry = shrinkHeap(l.gexpiry, grantExpLess)
 	l.queue = shrinkHeap(l.queue, queuedLess)

@@ -157,10 +157,7 @@ func (q *Quota) droppedClient(client strategy.QuotaClient) {
 // iteration order, and every walk of allocs whose order could matter goes
 // by sortedKeys, so this changes no outcome.
 func (q *Quota) shrinkAllocs() {
-	if q.mem.allocs.ShouldRebuild() {
-		q.allocs = memsize.Rebuild(q.allocs)
-		q.mem.allocs.Rebuilt()
-	}
+	q.allocs = memsize.Shrink(q.allocs, &q.mem.allocs)
 	if items := q.wakes.Items(); cap(items) >= 1024 && len(items) < cap(items)/4 {
 		h := minheap.New(keyWakeLess)
 		for _, w := range items {
@@ -176,18 +173,9 @@ func keyWakeLess(a, b keyWake) bool { return a.at < b.at }
 // shrinkMarks copies a marks map into a new one when pruning left it
 // under a quarter of its peak.
 func (q *Quota) shrinkMarks() {
-	if q.mem.answered.ShouldRebuild() {
-		q.answered = memsize.Rebuild(q.answered)
-		q.mem.answered.Rebuilt()
-	}
-	if q.mem.gone.ShouldRebuild() {
-		q.gone = memsize.Rebuild(q.gone)
-		q.mem.gone.Rebuilt()
-	}
-	if q.mem.warmed.ShouldRebuild() {
-		q.warmed = memsize.Rebuild(q.warmed)
-		q.mem.warmed.Rebuilt()
-	}
+	q.answered = memsize.Shrink(q.answered, &q.mem.answered)
+	q.gone = memsize.Shrink(q.gone, &q.mem.gone)
+	q.warmed = memsize.Shrink(q.warmed, &q.mem.warmed)
 }
 
 // MemoryBytes estimates the Go heap this node's quota state takes, in

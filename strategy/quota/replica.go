@@ -209,10 +209,7 @@ func (q *Quota) sweepRecords(now time.Duration) {
 			q.markGone(k, now) // a warm-up query for it is answered "some" (warmup.go)
 		}
 	}
-	if q.mem.records.ShouldRebuild() { // a Go map keeps its largest size's slots: give them back
-		q.records = memsize.Rebuild(q.records)
-		q.mem.records.Rebuilt()
-	}
+	q.records = memsize.Shrink(q.records, &q.mem.records)
 }
 
 // dropRecord forgets key's record, if any.

@@ -57,14 +57,7 @@ func (m *memory) setDelta(nb strategy.NodeID, empty bool, old, qu []elem) {
 // slots of its largest size. Iteration order is random either way and
 // nothing sent depends on it (keys are sorted), so no outcome changes.
 func (q *TBQueue) shrinkMaps() {
-	if q.mem.keys.ShouldRebuild() {
-		m := make(map[string][]elem, len(q.local))
-		for k, qu := range q.local {
-			m[k] = qu
-		}
-		q.local = m
-		q.mem.keys.Rebuilt()
-	}
+	q.local = memsize.Shrink(q.local, &q.mem.keys)
 	for nb, dm := range q.delta {
 		if len(dm) == 0 {
 			q.delta[nb] = map[string][]elem{}

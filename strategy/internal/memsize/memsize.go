@@ -174,6 +174,17 @@ func Delete[V any](m map[string]V, k *Keys, key string) {
 	}
 }
 
+// Shrink is m rebuilt (Rebuild) when k, the count of m's keys, says its
+// slots are mostly empty (Keys.ShouldRebuild), with k told (Rebuilt);
+// else m itself.
+func Shrink[K comparable, V any](m map[K]V, k *Keys) map[K]V {
+	if !k.ShouldRebuild() {
+		return m
+	}
+	k.Rebuilt()
+	return Rebuild(m)
+}
+
 // Rebuild copies m into a new map sized for its entries: a Go map keeps
 // the slots of its largest size after deletes (see Keys.ShouldRebuild).
 // maps.Clone keeps them too.

@@ -1,6 +1,7 @@
 package memsize
 
 import (
+	"reflect"
 	"runtime"
 	"strconv"
 	"testing"
@@ -119,5 +120,29 @@ func TestPutDeleteRebuild(t *testing.T) {
 	}
 	if r := Rebuild(m); len(r) != 1 || r["alpha"] != 2 {
 		t.Fatalf("Rebuild: %v", r)
+	}
+}
+
+// Shrink leaves a map whose slots are in use as it is (the same map), and
+// rebuilds one that fell under a quarter of its peak: the same entries,
+// its count told (no rebuild asked for after).
+func TestShrink(t *testing.T) {
+	m := map[string]int{}
+	var k Keys
+	for i := range 100 {
+		Put(m, &k, "key-"+strconv.Itoa(i), i)
+	}
+	if got := Shrink(m, &k); reflect.ValueOf(got).Pointer() != reflect.ValueOf(m).Pointer() {
+		t.Fatal("a full map was rebuilt")
+	}
+	for i := range 90 {
+		Delete(m, &k, "key-"+strconv.Itoa(i))
+	}
+	got := Shrink(m, &k)
+	if reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer() || len(got) != 10 || got["key-95"] != 95 {
+		t.Fatalf("10 of a peak of 100: want a new map with the 10 entries, got %d entries (same map: %v)", len(got), reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer())
+	}
+	if k.ShouldRebuild() {
+		t.Error("after Shrink the count still asks for a rebuild")
 	}
 }
