@@ -129,18 +129,18 @@ func TestPutDeleteRebuild(t *testing.T) {
 func TestShrink(t *testing.T) {
 	m := map[string]int{}
 	var k Keys
-	for i := range 100 {
+	for i := range 2000 {
 		Put(m, &k, "key-"+strconv.Itoa(i), i)
 	}
 	if got := Shrink(m, &k); reflect.ValueOf(got).Pointer() != reflect.ValueOf(m).Pointer() {
 		t.Fatal("a full map was rebuilt")
 	}
-	for i := range 90 {
+	for i := range 1990 {
 		Delete(m, &k, "key-"+strconv.Itoa(i))
 	}
 	got := Shrink(m, &k)
-	if reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer() || len(got) != 10 || got["key-95"] != 95 {
-		t.Fatalf("10 of a peak of 100: want a new map with the 10 entries, got %d entries (same map: %v)", len(got), reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer())
+	if reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer() || len(got) != 10 || got["key-1995"] != 1995 {
+		t.Fatalf("10 of a peak of 2,000: want a new map with the 10 entries, got %d entries (same map: %v)", len(got), reflect.ValueOf(got).Pointer() == reflect.ValueOf(m).Pointer())
 	}
 	if k.ShouldRebuild() {
 		t.Error("after Shrink the count still asks for a rebuild")
