@@ -8,7 +8,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/sim"
@@ -176,20 +175,7 @@ func cutsRun(t *rapid.T) {
 		sc.ReconnectTimeout = longest + settle + time.Duration(rapid.IntRange(1, 10000).Draw(t, "reconnect_timeout_extra_ms"))*time.Millisecond
 	}
 
-	rate, err := bucket.PerSecond(float64(ratePerSec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	period := rapid.IntRange(20, 400).Draw(t, "period_ms")
-	settings := []string{
-		"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
-		"period=" + fmt.Sprint(period) + "ms",
-		"region_period=" + fmt.Sprint(period+rapid.IntRange(0, 1000).Draw(t, "region_period_extra_ms")) + "ms",
-	}
-	params, err := strategy.ParseParams(settings)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rate, params := drawRule(t, ratePerSec)
 	// down reports whether the scenario has node id crashed at now (a
 	// call at the crash's own instant may still be its last: it is then
 	// not checked, which only makes the check looser at that instant).

@@ -174,20 +174,7 @@ func envelopeRun(t *rapid.T) {
 	}
 	slices.SortStableFunc(sc.Events, func(a, b sim.ScenarioEvent) int { return int(a.At - b.At) })
 
-	rate, err := bucket.PerSecond(float64(ratePerSec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	period := rapid.IntRange(20, 400).Draw(t, "period_ms")
-	settings := []string{
-		"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
-		"period=" + fmt.Sprint(period) + "ms",
-		"region_period=" + fmt.Sprint(period+rapid.IntRange(0, 1000).Draw(t, "region_period_extra_ms")) + "ms",
-	}
-	params, err := strategy.ParseParams(settings)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rate, params := drawRule(t, ratePerSec)
 	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, fail: t.Fatalf}
 	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
 	if err != nil {
@@ -226,4 +213,26 @@ func runChecked(t *rapid.T, reg *registry, trace *workload.Trace, cfg sim.Config
 		allowed[i] = o.Decided && o.Allowed
 	}
 	return allowed
+}
+
+// drawRule is the rule's rate (ratePerSec tokens/s) and drawn parameters
+// for a property run: period 20-400 ms, min_lease 1-4, region_period the
+// period plus 0-1,000 ms (the draws in this order, as the committed fail
+// files recorded them).
+func drawRule(t *rapid.T, ratePerSec int) (bucket.Rate, strategy.Params) {
+	rate, err := bucket.PerSecond(float64(ratePerSec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	period := rapid.IntRange(20, 400).Draw(t, "period_ms")
+	settings := []string{
+		"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
+		"period=" + fmt.Sprint(period) + "ms",
+		"region_period=" + fmt.Sprint(period+rapid.IntRange(0, 1000).Draw(t, "region_period_extra_ms")) + "ms",
+	}
+	params, err := strategy.ParseParams(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rate, params
 }
