@@ -114,20 +114,7 @@ func mergeFolded(a, b *bucketState) *bucketState {
 // changes a copy's count.
 func TestFoldMergeLaws(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		ws := drawWriters(t)
-		var reps []*bucketState
-		latest := make([]int, len(ws))
-		for r := range 3 {
-			b, known := foldReplica(t, ws, fmt.Sprintf("r%d", r), true)
-			reps = append(reps, b)
-			for i := range latest {
-				latest[i] = max(latest[i], known[i])
-			}
-		}
-		var want int64
-		for i, w := range ws {
-			want += sum(w.snapshot(latest[i]))
-		}
+		reps, want := foldedReplicas(t, true)
 		a, b, c := reps[0], reps[1], reps[2]
 		if !mergeFolded(a, b).equal(mergeFolded(b, a)) {
 			t.Fatal("not commutative")
@@ -151,26 +138,32 @@ func TestFoldMergeLaws(t *testing.T) {
 	})
 }
 
+// foldedReplicas draws writers and three copies of their bucket, folded
+// (foldReplica: with or without the precondition, exact), and returns them
+// with the tokens of the writers' latest prefixes the copies know of.
+func foldedReplicas(t *rapid.T, exact bool) (reps []*bucketState, want int64) {
+	ws := drawWriters(t)
+	latest := make([]int, len(ws))
+	for r := range 3 {
+		b, known := foldReplica(t, ws, fmt.Sprintf("r%d", r), exact)
+		reps = append(reps, b)
+		for i := range latest {
+			latest[i] = max(latest[i], known[i])
+		}
+	}
+	for i, w := range ws {
+		want += sum(w.snapshot(latest[i]))
+	}
+	return reps, want
+}
+
 // Without the precondition (copies folded to any epoch, knowing stale
 // counts of what they fold), a merge still never counts a token twice: its
 // count is at most the tokens of the writers' latest known prefixes (it
 // may lose the tokens a folder had not heard of).
 func TestFoldNeverCountsTwice(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		ws := drawWriters(t)
-		var reps []*bucketState
-		latest := make([]int, len(ws))
-		for r := range 3 {
-			b, known := foldReplica(t, ws, fmt.Sprintf("r%d", r), false)
-			reps = append(reps, b)
-			for i := range latest {
-				latest[i] = max(latest[i], known[i])
-			}
-		}
-		var want int64
-		for i, w := range ws {
-			want += sum(w.snapshot(latest[i]))
-		}
+		reps, want := foldedReplicas(t, false)
 		got := mergeFolded(mergeFolded(reps[0], reps[1]), reps[2])
 		if got.consumed > want {
 			t.Fatalf("merged count %d above the %d tokens admitted", got.consumed, want)
