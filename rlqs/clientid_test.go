@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -10,10 +9,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tokenmesh/tokenmesh/envoyrls"
@@ -73,28 +69,7 @@ func TestStreamClientID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	srv.Register(g)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	open := func(kv ...string) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		t.Cleanup(cancel)
-		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(metadata.AppendToOutgoingContext(ctx, kv...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	open := listen(t, srv)
 	withID, without := open(quotamsg.ClientIDHeader, "envoy-7"), open()
 	for _, st := range []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient{withID, without} {
 		if err := st.Send(usage("edge", map[string]string{"tenant": "acme"}, time.Second, 3, 0)); err != nil {

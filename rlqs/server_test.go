@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -62,6 +63,15 @@ func serveLog(t *testing.T, log *slog.Logger) (*Server, func() rlqsv3.RateLimitQ
 		t.Fatal(err)
 	}
 	node.SetQuotaSink(srv.Assigned)
+	streams := listen(t, srv)
+	return srv, func() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient { return streams() }
+}
+
+// listen serves srv on a gRPC server on 127.0.0.1:0 (stopped at the
+// test's end) and returns a factory of client streams to it, each with
+// the metadata kv (pairs) and a 10 s deadline.
+func listen(t *testing.T, srv *Server) func(kv ...string) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
+	t.Helper()
 	g := grpc.NewServer()
 	srv.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,10 +85,10 @@ func serveLog(t *testing.T, log *slog.Logger) (*Server, func() rlqsv3.RateLimitQ
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return srv, func() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
+	return func(kv ...string) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		t.Cleanup(cancel)
-		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(metadata.AppendToOutgoingContext(ctx, kv...))
 		if err != nil {
 			t.Fatal(err)
 		}
