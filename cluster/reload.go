@@ -161,54 +161,16 @@ func (n *Node) newRule(r rule.Rule, info registry.Info, params strategy.Params) 
 
 // setRules carries out u in the loop goroutine (see SetRules).
 func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
-	var ch RulesChange
-	order := make([]*ruleState, 0, len(u.rules))
-	var fresh []*ruleState
-	for _, r := range u.rules {
-		r, info, params, err := normalize(r)
-		if err != nil {
-			u.err = err
-			return // nothing changed yet
-		}
-		old, ok := n.rules[r.Name]
-		if ok && SameRule(old.rule, r) {
-			order = append(order, old)
-			ch.Kept = append(ch.Kept, r.Name)
-			continue
-		}
-		rs, err := n.newRule(r, info, params)
-		if err != nil {
-			u.err = err
-			return // nothing changed yet
-		}
-		order = append(order, rs)
-		fresh = append(fresh, rs)
-		if ok {
-			ch.Changed = append(ch.Changed, r.Name)
-		} else {
-			ch.Added = append(ch.Added, r.Name)
-		}
+	order, fresh, ch, err := n.planRules(u.rules)
+	if err != nil {
+		u.err = err
+		return // nothing changed yet
 	}
 	byName := make(map[string]*ruleState, len(order))
 	for _, rs := range order {
 		byName[rs.rule.Name] = rs
 	}
-	// The old rules that go: fail what they still wait for.
-	for _, rs := range n.order {
-		if byName[rs.rule.Name] == rs {
-			continue
-		}
-		err := ErrRuleChanged
-		if byName[rs.rule.Name] == nil {
-			err = ErrRuleRemoved
-			ch.Removed = append(ch.Removed, rs.rule.Name)
-		}
-		for id, p := range rs.pending {
-			p.answer(result{d: CheckResult{Remaining: -1}, err: err})
-			delete(rs.pending, id)
-			rs.c.pending.Add(-1)
-		}
-	}
+	ch.Removed = n.failGoing(byName)
 	// Wake-ups name rules by index: carry the kept rules' over to their
 	// new index, drop the others'.
 	oldOrder := n.order
@@ -247,6 +209,61 @@ func (n *Node) setRules(now time.Duration, u *rulesUpdate) {
 		n.h.SetExpected(now, rs.idx, n.expected)
 	}
 	u.change = ch
+}
+
+// planRules is the node's rules after a reload to rules, in their order:
+// a rule the node has unchanged (SameRule) is kept, any other made anew
+// (fresh, to start); ch says which were kept, changed and added. An error
+// (a rule that does not normalize, or whose strategy refuses it) changes
+// nothing.
+func (n *Node) planRules(rules []rule.Rule) (order, fresh []*ruleState, ch RulesChange, err error) {
+	order = make([]*ruleState, 0, len(rules))
+	for _, r := range rules {
+		r, info, params, err := normalize(r)
+		if err != nil {
+			return nil, nil, ch, err
+		}
+		old, ok := n.rules[r.Name]
+		if ok && SameRule(old.rule, r) {
+			order = append(order, old)
+			ch.Kept = append(ch.Kept, r.Name)
+			continue
+		}
+		rs, err := n.newRule(r, info, params)
+		if err != nil {
+			return nil, nil, ch, err
+		}
+		order = append(order, rs)
+		fresh = append(fresh, rs)
+		if ok {
+			ch.Changed = append(ch.Changed, r.Name)
+		} else {
+			ch.Added = append(ch.Added, r.Name)
+		}
+	}
+	return order, fresh, ch, nil
+}
+
+// failGoing fails what the node's rules that are not in byName (the new
+// rules) still wait for: ErrRuleRemoved for a rule gone, ErrRuleChanged
+// for one replaced. It returns the names of the rules gone.
+func (n *Node) failGoing(byName map[string]*ruleState) (removed []string) {
+	for _, rs := range n.order {
+		if byName[rs.rule.Name] == rs {
+			continue
+		}
+		err := ErrRuleChanged
+		if byName[rs.rule.Name] == nil {
+			err = ErrRuleRemoved
+			removed = append(removed, rs.rule.Name)
+		}
+		for id, p := range rs.pending {
+			p.answer(result{d: CheckResult{Remaining: -1}, err: err})
+			delete(rs.pending, id)
+			rs.c.pending.Add(-1)
+		}
+	}
+	return removed
 }
 
 // current returns the rule state that now serves rs's rule (loop
