@@ -249,47 +249,12 @@ func (t *Faulty) Stats() FaultStats {
 // Send applies the faults to f and sends what survives. Injected losses are
 // silent (nil error), as on a real network.
 func (t *Faulty) Send(to strategy.NodeID, f Frame) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return ErrTransportClosed
+	delays, err := t.plan(to)
+	if err != nil || len(delays) == 0 {
+		return err
 	}
-	t.stats.Sent++
-	if t.blocked[to] {
-		t.stats.Blocked++
-		t.mu.Unlock()
-		return nil
-	}
-	fl := t.faults
-	if fl.Drop > 0 && t.rnd.Float64() < fl.Drop {
-		t.stats.Dropped++
-		t.mu.Unlock()
-		return nil
-	}
-	copies := 1
-	if fl.Duplicate > 0 && t.rnd.Float64() < fl.Duplicate {
-		copies = 2
-		t.stats.Duplicated++
-	}
-	wan := (fl.WANDelay > 0 || fl.WANJitter > 0) && topology.Of(to) != t.region
-	var delays [2]time.Duration
-	for i := range copies {
-		delays[i] = t.delay(fl.Delay, fl.Jitter)
-		if wan {
-			if w := t.delay(fl.WANDelay, fl.WANJitter); w > 0 {
-				delays[i] += w
-				t.stats.WANDelayed++
-			}
-		}
-		if delays[i] > 0 {
-			t.stats.Delayed++
-		}
-	}
-	t.mu.Unlock()
-
 	f.Payload = append([]byte(nil), f.Payload...) // the caller may reuse its buffer once Send returns
-	var err error
-	for _, d := range delays[:copies] {
+	for _, d := range delays {
 		if d <= 0 {
 			if e := t.inner.Send(to, f); e != nil && err == nil {
 				err = e
@@ -306,6 +271,47 @@ func (t *Faulty) Send(to strategy.NodeID, f Frame) error {
 		})
 	}
 	return err
+}
+
+// plan draws the faults of one frame to to, counting them: the delay of
+// each copy to send (none for a frame blocked or dropped; two for a
+// duplicate), or ErrTransportClosed.
+func (t *Faulty) plan(to strategy.NodeID) ([]time.Duration, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrTransportClosed
+	}
+	t.stats.Sent++
+	if t.blocked[to] {
+		t.stats.Blocked++
+		return nil, nil
+	}
+	fl := t.faults
+	if fl.Drop > 0 && t.rnd.Float64() < fl.Drop {
+		t.stats.Dropped++
+		return nil, nil
+	}
+	copies := 1
+	if fl.Duplicate > 0 && t.rnd.Float64() < fl.Duplicate {
+		copies = 2
+		t.stats.Duplicated++
+	}
+	wan := (fl.WANDelay > 0 || fl.WANJitter > 0) && topology.Of(to) != t.region
+	delays := make([]time.Duration, copies)
+	for i := range delays {
+		delays[i] = t.delay(fl.Delay, fl.Jitter)
+		if wan {
+			if w := t.delay(fl.WANDelay, fl.WANJitter); w > 0 {
+				delays[i] += w
+				t.stats.WANDelayed++
+			}
+		}
+		if delays[i] > 0 {
+			t.stats.Delayed++
+		}
+	}
+	return delays, nil
 }
 
 // delay is fixed plus a draw uniform in [0, jitter) (none when jitter is

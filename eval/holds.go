@@ -43,7 +43,7 @@ type HoldStats struct {
 	// for). It is to a concurrency limit what central's bucket is to a
 	// rate limit. Absent (0) for a strategy that grants no permit.
 
-	// Limit is N: the strategy's limit parameter, else the rule's burst.
+	// Limit is N, permits: the strategy's limit parameter, else the rule's burst.
 	Limit int64 `json:"limit,omitempty"`
 	// ReferencePermits is the requests the semaphore admitted.
 	ReferencePermits int `json:"reference_permits,omitempty"`
