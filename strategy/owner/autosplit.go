@@ -3,6 +3,7 @@ package owner
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -617,12 +618,7 @@ func (o *Owner) autoResend(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	a.resendAt = -1
-	seqs := make([]uint64, 0, len(a.sent))
-	for s := range a.sent {
-		seqs = append(seqs, s)
-	}
-	slices.Sort(seqs)
-	for _, seq := range seqs {
+	for _, seq := range slices.Sorted(maps.Keys(a.sent)) {
 		s := a.sent[seq]
 		if _, ok := o.current(s); !ok {
 			delete(a.sent, seq)
@@ -810,12 +806,7 @@ func (o *Owner) autoMembers(now time.Duration, fx *strategy.Effects) {
 	if a == nil {
 		return
 	}
-	keys := make([]string, 0, len(a.keys))
-	for k := range a.keys {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(a.keys)) {
 		st := a.keys[k]
 		if o.ownerIn(subKey(k, 0), o.members) != o.self {
 			delete(a.rounds, k)
