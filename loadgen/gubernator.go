@@ -122,6 +122,7 @@ type gubResponse struct {
 	items, over, errs int
 	firstError        string
 	admitted          []bool // per item: UNDER_LIMIT without error (reused across calls)
+	erred             []bool // per item: error set (reused across calls)
 }
 
 // decodeGubResponse reads GetRateLimitsResp (field 1: RateLimitResp,
@@ -129,7 +130,7 @@ type gubResponse struct {
 // OVER_LIMIT) and error (field 5). Malformed input is an error; unknown
 // fields are skipped.
 func decodeGubResponse(b []byte, g *gubResponse) error {
-	*g = gubResponse{admitted: g.admitted[:0]}
+	*g = gubResponse{admitted: g.admitted[:0], erred: g.erred[:0]}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -180,6 +181,7 @@ func (g *gubResponse) decodeItem(b []byte) error {
 		b = b[n:]
 	}
 	g.admitted = append(g.admitted, len(errMsg) == 0 && status == 0)
+	g.erred = append(g.erred, len(errMsg) > 0)
 	switch {
 	case len(errMsg) > 0:
 		g.errs++

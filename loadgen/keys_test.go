@@ -142,6 +142,28 @@ func TestRecordAdmissions(t *testing.T) {
 	if e := WindowExcess(res.Admissions, 100, 10, 100*time.Millisecond); e.Worst > 1 {
 		t.Errorf("one exact node: %+v", e)
 	}
+	// Answered: every decided check, admitted or refused, the warmup's
+	// with At < 0; the measured ones match the counts
+	var measured, admitted int64
+	for _, a := range res.Answered {
+		if a.At >= 0 {
+			measured++
+			if a.Admitted {
+				admitted++
+			}
+		}
+	}
+	if measured != res.Allowed+res.Refused || admitted != res.Allowed || int64(len(res.Answered)) <= measured {
+		t.Errorf("answered: %d (%d measured, %d admitted) for %d allowed, %d refused, and the warmup's", len(res.Answered), measured, admitted, res.Allowed, res.Refused)
+	}
+	// one exact node against the exact replay on the load generator's
+	// clock: a few tokens of timing (what moves across a refill while an
+	// answer travels; generous for a loaded machine), no more
+	s, err := Shortfall(res.Answered, 100, 10)
+	t.Logf("one exact node against the exact replay: %+v", s)
+	if err != nil || s.Exact == 0 || float64(s.Missed+s.Extra) > 3+0.25*float64(s.Exact) {
+		t.Errorf("one exact node: %+v, %v", s, err)
+	}
 	if r, err := Run(context.Background(), Options{Targets: []string{addr}, Rule: "api", Concurrency: 2, Batch: 1,
 		Keys: 3, Duration: 100 * time.Millisecond}); err != nil || r.Admissions != nil {
 		t.Errorf("without RecordAdmissions: %d admissions, %v", len(r.Admissions), err)

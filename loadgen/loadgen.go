@@ -106,7 +106,10 @@ type Options struct {
 	ZipfS float64
 	// RecordAdmissions makes Result.Admissions list every admitted check
 	// of the measured Duration, for a per-key account against the limit
-	// (WindowExcess). It costs an append per admitted check.
+	// (WindowExcess), and Result.Answered every answered check of the
+	// warmup and the measured Duration, admitted or refused, for the
+	// account of what an exact bucket would have admitted (Shortfall). It
+	// costs an append or two per check.
 	RecordAdmissions bool
 	// KeyPrefix starts every key name; "": "k".
 	KeyPrefix string
@@ -147,7 +150,11 @@ type Result struct {
 	RuleRate  float64 `json:"rule_limit_per_s"`
 	RuleBurst int64   `json:"rule_burst"`
 
-	Elapsed     time.Duration `json:"-"`
+	// MeasureStart is the wall-clock time the measured Duration began
+	// (the origin of Admissions' and Answered's At), to place two runs'
+	// logs on one time line.
+	MeasureStart time.Time     `json:"-"`
+	Elapsed      time.Duration `json:"-"`
 	ElapsedSec  float64       `json:"elapsed_s"`
 	RPCs        int64         `json:"rpcs"`        // calls answered OK
 	FailedRPCs  int64         `json:"failed_rpcs"` // calls that failed (their checks are not counted below)
@@ -173,6 +180,12 @@ type Result struct {
 	// Admissions are the admitted checks of the measured Duration, with
 	// Options.RecordAdmissions (in no particular order); see WindowExcess.
 	Admissions []Admission `json:"-"`
+	// Answered are the checks answered (admitted or refused, not failed)
+	// in the warmup and the measured Duration, with
+	// Options.RecordAdmissions, in no particular order; At is from the
+	// start of the measured Duration (negative in the warmup). See
+	// Shortfall.
+	Answered []Answered `json:"-"`
 }
 
 // LatencyMS is the latency percentiles in milliseconds.
@@ -285,6 +298,7 @@ type workerStats struct {
 	hist                                 *hdrhistogram.Histogram
 	samples                              []string
 	admissions                           []Admission
+	answered                             []Answered
 }
 
 func (s *workerStats) sample(msg string) {
@@ -344,6 +358,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	r := &Result{Targets: slices.Clone(o.Targets), Rule: o.resultRule(), Concurrency: o.Concurrency, Batch: o.Batch,
 		Keys: keys, HotKey: o.HotKey, Hits: o.Hits, Rate: o.Rate, RuleRate: ruleRate, RuleBurst: ruleBurst}
+	r.MeasureStart = measureStart
 	r.Elapsed = min(cw.stopped.Sub(measureStart), o.Duration)
 	if r.Elapsed < 0 {
 		r.Elapsed = 0
@@ -451,6 +466,7 @@ func (r *Result) merge(stats []workerStats) *hdrhistogram.Histogram {
 			hist.Merge(s.hist)
 		}
 		r.Admissions = append(r.Admissions, s.admissions...)
+		r.Answered = append(r.Answered, s.answered...)
 		for _, m := range s.samples {
 			if len(r.ErrorSample) < maxErrorSamples && !slices.Contains(r.ErrorSample, m) {
 				r.ErrorSample = append(r.ErrorSample, m)

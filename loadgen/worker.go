@@ -38,6 +38,9 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 			ti = 0
 		}
 		if done.Before(measureStart) {
+			if o.RecordAdmissions && err == nil {
+				c.record(&st, done.Sub(measureStart), o.Hits, false)
+			}
 			continue
 		}
 		if done.After(end) {
@@ -57,8 +60,8 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 			st.sample(bad)
 			continue
 		}
-		if o.RecordAdmissions && allowed > 0 {
-			c.record(&st, done.Sub(measureStart), o.Hits)
+		if o.RecordAdmissions {
+			c.record(&st, done.Sub(measureStart), o.Hits, true)
 		}
 		st.rpcs++
 		st.allowed += allowed
@@ -162,25 +165,32 @@ func (c *caller) tally(batch int, st *workerStats) (allowed, refused, errs int64
 	}
 }
 
-// record adds the answer's admissions, at at, of hits tokens each, to st.
-func (c *caller) record(st *workerStats, at time.Duration, hits int64) {
+// record adds the answer's checks, at at, of hits tokens each, to st's
+// answered checks, and with measured its admitted ones to st's
+// admissions too. A check answered with an error (not a decision) is
+// left out of both.
+func (c *caller) record(st *workerStats, at time.Duration, hits int64, measured bool) {
+	add := func(key string, admitted bool) {
+		st.answered = append(st.answered, Answered{At: at, Key: key, Tokens: hits, Admitted: admitted})
+		if admitted && measured {
+			st.admissions = append(st.admissions, Admission{At: at, Key: key, Tokens: hits})
+		}
+	}
 	switch {
 	case c.greq != nil:
 		for i, ok := range c.gresp.admitted {
-			if ok {
-				st.admissions = append(st.admissions, Admission{At: at, Key: c.greq.keys[i], Tokens: hits})
+			if !c.gresp.erred[i] {
+				add(c.greq.keys[i], ok)
 			}
 		}
 	case c.rreq != nil:
 		for i, s := range c.rresp.GetStatuses() {
-			if s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-				st.admissions = append(st.admissions, Admission{At: at, Key: c.rreq.entries[i].Value, Tokens: hits})
-			}
+			add(c.rreq.entries[i].Value, s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT)
 		}
 	default:
 		for i, res := range c.resp.GetResults() {
-			if res.GetAllowed() {
-				st.admissions = append(st.admissions, Admission{At: at, Key: c.req.items[i].Key, Tokens: hits})
+			if res.GetError() == "" {
+				add(c.req.items[i].Key, res.GetAllowed())
 			}
 		}
 	}

@@ -63,7 +63,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tokenmesh/tokenmesh/rule"
 	"io"
 	"net"
 	"net/http"
@@ -76,6 +75,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/rule"
 
 	"github.com/tokenmesh/tokenmesh/loadgen"
 	"github.com/tokenmesh/tokenmesh/localcluster"
@@ -100,7 +101,7 @@ type flags struct {
 	gubernatorBin, ratelimitBin string
 	redisBin, redisrateBin      string
 	floorBin                    string
-	dist                        keysDist
+	dist                        loadgen.KeysDist
 	limit                       limitSpec
 	window                      time.Duration
 	overload                    float64
@@ -195,11 +196,11 @@ func (f *flags) parseRaw(raw rawFlags) {
 	if f.strategiesN, err = strategyList("--strategies-3", *raw.strategiesN); err != nil {
 		fatalf("%v", err)
 	}
-	if f.dist, err = parseKeysDist(*raw.distSpec); err != nil {
+	if f.dist, err = loadgen.ParseKeysDist(*raw.distSpec); err != nil {
 		fatalf("%v", err)
 	}
 	flag.Visit(func(fl *flag.Flag) {
-		if fl.Name == "keys" && f.dist.kind != distUniform {
+		if fl.Name == "keys" && f.dist.Kind != loadgen.DistUniform {
 			fatalf("--keys is for --keys-dist uniform; %s sets its own keys", f.dist)
 		}
 	})
@@ -290,7 +291,32 @@ type run struct {
 	serverCPUus, clientCPUus float64 // per check
 	allowedPct               float64
 	failed                   int64
-	excess                   loadgen.Excess // with --limit
+	excess                   loadgen.Excess          // with --limit
+	shortfall                loadgen.ShortfallResult // with --limit
+}
+
+// shortfall is what res's system admitted against one exact bucket per
+// key (loadgen.Shortfall) over the warmup run's checks and res's, the
+// warmup's placed before res's on one time line (the buckets drain in the
+// warmup as the system's do).
+func shortfall(warm, res *loadgen.Result, l limitSpec) (loadgen.ShortfallResult, error) {
+	ans := res.Answered
+	if len(warm.Answered) > 0 {
+		shift := warm.MeasureStart.Sub(res.MeasureStart)
+		ans = make([]loadgen.Answered, 0, len(warm.Answered)+len(res.Answered))
+		for _, a := range warm.Answered {
+			if a.At >= 0 { // the warmup run's own warmup (none) stays out
+				a.At += shift
+				ans = append(ans, a)
+			}
+		}
+		ans = append(ans, res.Answered...)
+	}
+	s, err := loadgen.Shortfall(ans, float64(l.perS), l.burst)
+	if err != nil {
+		return s, fmt.Errorf("shortfall against the exact bucket: %w", err)
+	}
+	return s, nil
 }
 
 type row struct {
@@ -740,8 +766,8 @@ func (h *harness) runOnce(ctx context.Context, st starter, n, r, i int) (run, er
 	}
 	fmt.Fprintf(os.Stderr, "%.0f checks/s, p99 %.2f ms, server %.1f us/check", res.checksPerS, res.p99ms, res.serverCPUus)
 	if h.f.limit.set {
-		fmt.Fprintf(os.Stderr, ", admitted %.2f%%, excess worst %.1f sum %.0f sliding %.1f", res.allowedPct,
-			res.excess.Worst, res.excess.Sum, res.excess.Sliding)
+		fmt.Fprintf(os.Stderr, ", admitted %.2f%%, excess worst %.1f sum %.0f sliding %.1f, missed %.2f%% of the exact bucket's", res.allowedPct,
+			res.excess.Worst, res.excess.Sum, res.excess.Sliding, res.shortfall.MissedPct())
 	}
 	fmt.Fprintln(os.Stderr)
 	return res, nil
@@ -750,16 +776,18 @@ func (h *harness) runOnce(ctx context.Context, st starter, n, r, i int) (run, er
 func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, error) {
 	o := loadgen.Options{Targets: s.targets, Concurrency: h.f.workers, Batch: h.f.batch,
 		Seed: seed, DialTimeout: 5 * time.Second}
-	h.f.dist.apply(&o, h.f.keys)
+	h.f.dist.Apply(&o, h.f.keys)
 	if h.f.limit.set {
 		o.Rate = h.f.offeredPerS / float64(h.f.batch) // calls/s
 		o.RecordAdmissions = true
 	}
 	s.opts(&o)
+	warm := &loadgen.Result{}
 	if h.f.warmup > 0 {
 		w := o
-		w.Duration, w.RecordAdmissions = h.f.warmup, false
-		if _, err := loadgen.Run(ctx, w); err != nil {
+		w.Duration = h.f.warmup
+		var err error
+		if warm, err = loadgen.Run(ctx, w); err != nil {
 			return run{}, fmt.Errorf("warmup: %w", err)
 		}
 	}
@@ -785,6 +813,9 @@ func (h *harness) measure(ctx context.Context, s *system, seed uint64) (run, err
 		clientCPUus: res.ProcessCPU.Seconds() * 1e6 / float64(res.Checks)}
 	if h.f.limit.set {
 		out.excess = loadgen.WindowExcess(res.Admissions, float64(h.f.limit.perS), h.f.limit.burst, h.f.window)
+		if out.shortfall, err = shortfall(warm, res, h.f.limit); err != nil {
+			return run{}, err
+		}
 	}
 	if res.FailedRPCs > 0 || res.Errors > 0 || (res.Refused > 0 && !h.f.limit.set) {
 		fmt.Fprintf(os.Stderr, "(%d failed calls, %d of %d checks refused, %d check errors: %v) ", res.FailedRPCs,

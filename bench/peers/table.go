@@ -80,6 +80,10 @@ func printTable(w io.Writer, f *flags, rows []row) {
 			"worst window excess: max over keys and windows; excess sum: over keys and windows; keys over: keys with a window above; sliding excess: the same over any interval T' against b + r*T' (loadgen.WindowExcess; workload.EnvelopeExcess); "+
 			"each the largest over rounds. limit kept: worst window and sliding excess both at most %d token (a call's latency moves an admission across a window's edge).\n",
 			f.limit.burst, f.limit.perS, f.window, float64(f.limit.burst)+float64(f.limit.perS)*f.window.Seconds(), keptSlack)
+		fmt.Fprintf(w, "missed %% / extra %%: the same checks (the warmup's and the run's, at their answers' times) replayed per key through one exact token bucket (b %d, r %d/s, full at the key's first check): "+
+			"tokens it admitted that the system refused (refusals below the limit), and tokens the system admitted that it refused, summed over keys, as a share of what the exact bucket admitted in the measured run (loadgen.Shortfall); medians over rounds. "+
+			"An exact system shows a little of both: the answers' times are the load generator's, not the decisions'.\n",
+			f.limit.burst, f.limit.perS)
 	}
 	if len(floor) > 0 {
 		fmt.Fprintln(w, "\nfloor: tokenmesh.v1 answered by grpc-go with no limiter (bench/peers/floor); \"floor / this\" is the most any limiter served through grpc-go could show against that system on this load generator and machine.")
@@ -89,7 +93,7 @@ func printTable(w io.Writer, f *flags, rows []row) {
 // printHead prints the setup line and the table's header.
 func printHead(w io.Writer, f *flags) {
 	keys := fmt.Sprintf("%d uniform keys", f.keys)
-	if f.dist.kind != distUniform {
+	if f.dist.Kind != loadgen.DistUniform {
 		keys = fmt.Sprintf("keys %s", f.dist)
 	}
 	lim := "limit 10^9/s"
@@ -102,8 +106,8 @@ func printHead(w io.Writer, f *flags) {
 	head := "| nodes | system | checks/s | p50 ms | p99 ms | server CPU us/check | loadgen CPU us/check | admitted % | tokenmesh / this (checks/s) | floor / this (checks/s) |"
 	sep := "|---|---|---|---|---|---|---|---|---|---|"
 	if f.limit.set {
-		head += " worst window excess | excess sum | keys over | sliding excess | limit kept |"
-		sep += "---|---|---|---|---|"
+		head += " worst window excess | excess sum | keys over | sliding excess | limit kept | missed % | extra % |"
+		sep += "---|---|---|---|---|---|---|"
 	}
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, sep)
@@ -142,7 +146,9 @@ func printRow(w io.Writer, f *flags, r row, ref, floor float64) {
 		if e.Worst > keptSlack || e.Sliding > keptSlack {
 			kept = "no"
 		}
-		fmt.Fprintf(w, " %.1f | %.0f | %d | %.1f | %s |", e.Worst, e.Sum, e.Keys, e.Sliding, kept)
+		fmt.Fprintf(w, " %.1f | %.0f | %d | %.1f | %s | %.2f | %.2f |", e.Worst, e.Sum, e.Keys, e.Sliding, kept,
+			med(r.runs, func(x run) float64 { return x.shortfall.MissedPct() }),
+			med(r.runs, func(x run) float64 { return x.shortfall.ExtraPct() }))
 	}
 	fmt.Fprintln(w)
 }

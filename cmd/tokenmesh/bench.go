@@ -35,6 +35,8 @@ type benchFlags struct {
 	conns       int
 	batch       int
 	keys        int
+	keysDist    string
+	accuracy    bool
 	hotKey      bool
 	hits        int64
 	duration    time.Duration
@@ -152,6 +154,8 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.IntVar(&f.batch, "batch", 1, fmt.Sprintf("checks per call, 1 to %d", loadgen.MaxBatch))
 	fl.IntVar(&f.keys, "keys", 10000, "distinct keys, drawn uniformly (with --api rlqs the default is 1)")
 	fl.BoolVar(&f.hotKey, "hot-key", false, "every check uses one key (ignores --keys)")
+	fl.StringVar(&f.keysDist, "keys-dist", loadgen.DistUniform, "key distribution: uniform (--keys keys), zipf[:s=1.1,n=100000] (key i drawn with probability proportional to (i+1)^-s), tenants[:20] (N tenant keys drawn uniformly)")
+	fl.BoolVar(&f.accuracy, "accuracy", false, "record every answer and report, per key, the excess over b + r x T (1 s windows and any interval) and the tokens one exact token bucket per key would have admitted that the targets refused (missed) or refused that they admitted (extra); needs the rule's limit from the first target")
 	fl.Int64Var(&f.hits, "hits", 1, "tokens each check asks for")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time")
 	fl.DurationVar(&f.warmup, "warmup", time.Second, "unrecorded time before the measurement")
@@ -241,13 +245,41 @@ func (f *benchFlags) options(cmd *cobra.Command) (loadgen.Options, error) {
 	if err := f.checkSpawnFlags(tlsConf); err != nil {
 		return o, err
 	}
+	dist, err := f.keysDistribution(cmd)
+	if err != nil {
+		return o, err
+	}
 	o = loadgen.Options{Targets: targets, Rule: f.rule, Concurrency: f.concurrency, ConnsPerTarget: f.conns,
-		Batch: f.batch, Keys: f.keys, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
-		Rate: f.rate, Seed: f.seed, TLS: tlsConf, API: f.api, Domain: f.domain, DescriptorKey: f.descKey}
+		Batch: f.batch, HotKey: f.hotKey, Hits: f.hits, Duration: f.duration, Warmup: f.warmup,
+		Rate: f.rate, Seed: f.seed, TLS: tlsConf, API: f.api, Domain: f.domain, DescriptorKey: f.descKey,
+		RecordAdmissions: f.accuracy}
+	dist.Apply(&o, f.keys)
 	if err := f.checkTargetAddrs(o); err != nil {
 		return o, err
 	}
 	return o, nil
+}
+
+// keysDistribution parses --keys-dist, which --keys (uniform keys only),
+// --hot-key and --api rlqs leave no room for, and --accuracy (not with
+// --api rlqs or --burst-test, which report their own account).
+func (f *benchFlags) keysDistribution(cmd *cobra.Command) (loadgen.KeysDist, error) {
+	d, err := loadgen.ParseKeysDist(f.keysDist)
+	switch {
+	case err != nil:
+		return d, usageErr("%v", err)
+	case f.accuracy && (f.api == loadgen.APIRLQS || f.burstTest):
+		return d, usageErr("--accuracy: not with --api rlqs or --burst-test (they report the limit's account themselves)")
+	case d.Kind == loadgen.DistUniform:
+		return d, nil
+	case cmd.Flags().Changed("keys"):
+		return d, usageErr("--keys is for --keys-dist uniform; %s sets its own keys", d)
+	case f.hotKey:
+		return d, usageErr("--hot-key and --keys-dist %s: choose one", d)
+	case f.api == loadgen.APIRLQS:
+		return d, usageErr("--keys-dist %s: only uniform keys with --api rlqs", d)
+	}
+	return d, nil
 }
 
 // checkTargetFlags checks --settle, --spawn against --target (targets,
@@ -562,11 +594,62 @@ func (f *benchFlags) runLoad(ctx context.Context, o loadgen.Options, out, stderr
 	if err != nil {
 		fmt.Fprintf(stderr, "interrupted (%v): results so far\n", err)
 	}
+	var acc *benchAccuracy
+	if f.accuracy {
+		if acc, err = accuracyOf(res); err != nil {
+			return err
+		}
+	}
 	if f.json {
-		return writeJSON(out, res)
+		return writeJSON(out, benchOutput{Result: res, Accuracy: acc})
 	}
 	writeBenchTable(out, res)
+	if acc != nil {
+		writeAccuracy(out, res, acc)
+	}
 	return nil
+}
+
+// benchOutput is bench's JSON: the load generator's result, and with
+// --accuracy the limit's account.
+type benchOutput struct {
+	*loadgen.Result
+	Accuracy *benchAccuracy `json:"accuracy,omitempty"`
+}
+
+// benchAccuracy is --accuracy's account of the run's admissions against
+// the rule's limit (r, b) per key.
+type benchAccuracy struct {
+	// Excess over b + r*T in 1 s windows and over any interval
+	// (loadgen.WindowExcess).
+	Excess loadgen.Excess `json:"excess"`
+	// Shortfall against one exact bucket per key over the same checks
+	// (loadgen.Shortfall).
+	Shortfall loadgen.ShortfallResult `json:"shortfall"`
+	MissedPct float64                 `json:"missed_pct"`
+	ExtraPct  float64                 `json:"extra_pct"`
+}
+
+// accuracyOf is res's benchAccuracy; an error when the first target did
+// not report the rule's limit.
+func accuracyOf(res *loadgen.Result) (*benchAccuracy, error) {
+	if res.RuleRate <= 0 || res.RuleBurst < 1 {
+		return nil, fmt.Errorf("--accuracy: the first target reported no limit for rule %q (rate %v/s, burst %d): nothing to measure against", res.Rule, res.RuleRate, res.RuleBurst)
+	}
+	s, err := loadgen.Shortfall(res.Answered, res.RuleRate, res.RuleBurst)
+	if err != nil {
+		return nil, fmt.Errorf("--accuracy: %w", err)
+	}
+	return &benchAccuracy{Excess: loadgen.WindowExcess(res.Admissions, res.RuleRate, res.RuleBurst, time.Second),
+		Shortfall: s, MissedPct: s.MissedPct(), ExtraPct: s.ExtraPct()}, nil
+}
+
+// writeAccuracy prints acc under the table.
+func writeAccuracy(w io.Writer, res *loadgen.Result, acc *benchAccuracy) {
+	e, s := acc.Excess, acc.Shortfall
+	fmt.Fprintf(w, "accuracy against one exact token bucket per key (%s/s, burst %d), on this client's clock:\n", plainNumber(res.RuleRate), res.RuleBurst)
+	fmt.Fprintf(w, "  excess over b + r x T: worst 1 s window %.1f tokens (%d keys over, %.0f in all), any interval %.1f\n", e.Worst, e.Keys, e.Sum, e.Sliding)
+	fmt.Fprintf(w, "  exact bucket admits %d tokens: missed %d (%.2f%%, %d keys), extra %d (%.2f%%)\n", s.Exact, s.Missed, acc.MissedPct, s.KeysMissed, s.Extra, acc.ExtraPct)
 }
 
 // spawnStrategy is the spawned rule's strategy: quota with --api rlqs

@@ -72,6 +72,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key", 2},
 		{[]string{"--spawn", "1", "--tls"}, "--spawn and --tls", 2},
 		{[]string{"--burst-test", "--burst-window", "0s"}, "--burst-window 0s", 2},
+		{[]string{"--keys-dist", "pareto"}, `--keys-dist "pareto": unknown distribution`, 2},
+		{[]string{"--keys-dist", "zipf", "--keys", "5"}, "--keys is for --keys-dist uniform", 2},
+		{[]string{"--keys-dist", "tenants:3", "--hot-key"}, "--hot-key and --keys-dist tenants:3", 2},
+		{[]string{"--keys-dist", "tenants:3", "--api", "rlqs"}, "only uniform keys with --api rlqs", 2},
+		{[]string{"--accuracy", "--burst-test"}, "--accuracy: not with --api rlqs or --burst-test", 2},
 		{[]string{"--target", dead, "--duration", "100ms"}, "--target " + dead + ": no tokenmesh gRPC API answers there (is `tokenmesh serve` running", 1},
 	} {
 		_, errOut, code := tokenmesh(t, append([]string{"bench"}, c.args...)...)
@@ -128,6 +133,53 @@ func TestBenchJSONAndTable(t *testing.T) {
 	_, errOut, code = tokenmesh(t, "bench", "--target", addr, "--rule", "nope", "--duration", "100ms")
 	if code == 0 || !strings.Contains(errOut, `--target `+addr+`: rule "nope" is not a rule of this node (it has: api)`) {
 		t.Errorf("unknown rule: exit %d, %q", code, errOut)
+	}
+}
+
+// --keys-dist and --accuracy against one exact node (an owner rule of
+// 100/s, burst 20, offered 400 checks/s over 4 tenant keys): the keys are
+// the tenants, nothing exceeds b + r*T, and against the exact replay on
+// the client's clock little is missed or extra (timing: the answers'
+// times, not the node's decisions); the JSON carries the same account.
+func TestBenchAccuracy(t *testing.T) {
+	addr := benchServer(t, 100, 20)
+	args := []string{"bench", "--target", addr, "--rule", "api", "--keys-dist", "tenants:4", "--rate", "400",
+		"--duration", "2s", "--warmup", "200ms", "--accuracy", "--progress", "never"}
+	out, errOut, code := tokenmesh(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Keys     int `json:"keys"`
+		Accuracy struct {
+			Excess struct {
+				Worst   float64 `json:"worst_window_excess"`
+				Sliding float64 `json:"sliding_excess"`
+			}
+			Shortfall struct {
+				Exact    int64 `json:"exact_admitted"`
+				Admitted int64
+				Missed   int64
+				Extra    int64
+			}
+			MissedPct float64 `json:"missed_pct"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	a := r.Accuracy
+	t.Logf("keys %d, accuracy %+v", r.Keys, a)
+	// 4 keys at 100/s over 2 s: about 800 exact (1 token of slack a key
+	// for a window's edge; a loaded machine's stalls move the rest)
+	if r.Keys != 4 || a.Shortfall.Exact < 400 || a.Excess.Worst > 1 || a.Excess.Sliding > 1 ||
+		float64(a.Shortfall.Missed+a.Shortfall.Extra) > 0.05*float64(a.Shortfall.Exact)+8 {
+		t.Errorf("one exact node: %+v\n%s", r, out)
+	}
+	out, errOut, code = tokenmesh(t, args...)
+	if code != 0 || !strings.Contains(out, "accuracy against one exact token bucket per key (100/s, burst 20)") ||
+		!strings.Contains(out, "exact bucket admits") || !strings.Contains(out, "excess over b + r x T") {
+		t.Errorf("table: exit %d, %s\n%s", code, out, errOut)
 	}
 }
 
