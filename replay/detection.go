@@ -40,7 +40,8 @@ type MembershipChange struct {
 
 // ParseMembershipLog reads the membership changes of a node's log
 // (log/slog text lines: time=RFC3339 ... msg="membership: member joined"
-// ... node=nK ...). Lines it does not recognise are skipped.
+// ... node=nK ..., or node=<region>.nK in a cluster spread over regions).
+// Lines it does not recognise are skipped.
 func ParseMembershipLog(log string) []MembershipChange {
 	var out []MembershipChange
 	sc := bufio.NewScanner(strings.NewReader(log))
@@ -64,6 +65,9 @@ func ParseMembershipLog(log string) []MembershipChange {
 			continue
 		}
 		name, ok := field(line, "node")
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			name = name[i+1:] // <region>.n<K> with regions (topology.NodeID): K is the node's index
+		}
 		if !ok || !strings.HasPrefix(name, "n") {
 			continue
 		}

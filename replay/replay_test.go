@@ -700,3 +700,34 @@ func TestKillWaitsForInflightRequests(t *testing.T) {
 		t.Errorf("kills %+v, want node 1 once", f.kills)
 	}
 }
+
+// ParseMembershipLog reads the membership lines of a node's slog text
+// log, with plain node names (n2) and with a region's (ap.n2, `replay
+// --regions`), and skips the rest. Before, region names were skipped, so
+// a replay with --regions reported that no node saw any fault.
+func TestParseMembershipLog(t *testing.T) {
+	log := strings.Join([]string{
+		`time=2026-12-06T12:37:18.685Z level=INFO msg="membership: member failed" node=n2 gossip=10.0.0.3:7946`,
+		`time=2026-12-06T12:37:19.000Z level=INFO msg="membership: member left" node=ap.n2 gossip=10.0.0.3:7946`,
+		`time=2026-12-06T12:37:20.5Z level=INFO msg="membership: member joined" node=eu.n0 gossip=10.0.0.1:7946 peer=10.0.0.1:9000`,
+		`time=2026-12-06T12:37:21Z level=INFO msg="serving" node=n1`,
+		`time=2026-12-06T12:37:22Z level=INFO msg="membership: member joined" node=x1 gossip=a`,
+		`time=bad level=INFO msg="membership: member joined" node=n1 gossip=a`,
+	}, "\n")
+	got := ParseMembershipLog(log)
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	want := []MembershipChange{
+		{At: at("2026-12-06T12:37:18.685Z"), Node: 2},
+		{At: at("2026-12-06T12:37:19Z"), Node: 2},
+		{At: at("2026-12-06T12:37:20.5Z"), Joined: true, Node: 0},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/topology"
 	"github.com/tokenmesh/tokenmesh/workload"
 )
 
@@ -48,7 +49,7 @@ events:
     partition: [[n0, n1, n2, n3]]
   - at: 60s
     crash: [n1, n2]
-`), tr, 4)
+`), tr, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +79,12 @@ func TestFromScenarioErrors(t *testing.T) {
 		{"events:\n  - at: 1s\n    partition: [[x], [n1]]\n", `unknown node "x"`},
 		{"events:\n  - at: 1s\n    partition: [[n1], [n1]]\n", "two partition groups"},
 	} {
-		_, err := FromScenario(scenario(t, c.yaml), tr, 3)
+		_, err := FromScenario(scenario(t, c.yaml), tr, 3, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
 		}
 	}
-	if ev, err := FromScenario(nil, tr, 3); ev != nil || err != nil {
+	if ev, err := FromScenario(nil, tr, 3, nil); ev != nil || err != nil {
 		t.Errorf("nil scenario: %v, %v", ev, err)
 	}
 }
@@ -98,7 +99,7 @@ func TestFromExampleScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev, err := FromScenario(sc, &workload.Trace{}, 3)
+		ev, err := FromScenario(sc, &workload.Trace{}, 3, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
@@ -140,7 +141,7 @@ events:
     crash: [n1]
   - at: 40s
     restart: [n1]
-`), &workload.Trace{}, 3)
+`), &workload.Trace{}, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +158,64 @@ events:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := FromScenario(sc, &workload.Trace{}, 3)
+	ev, err := FromScenario(sc, &workload.Trace{}, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(ev, []Event{{At: 300 * time.Second, Kind: Kill, Node: 1}, {At: 420 * time.Second, Kind: Restart, Node: 1}}) {
 		t.Fatalf("crash-restart-3nodes.yaml maps to %v", ev)
+	}
+}
+
+// With regions, nodes are named <region>.n<i>, a cut puts each region
+// listed on its own side (the others together) and a partition group may
+// name regions, as in the simulator; a scenario naming regions without
+// them, an unknown region or one twice is refused. Before, a cut was
+// skipped without a word (the live replay ran without the simulated cut)
+// and a region's node names were refused.
+func TestFromScenarioRegions(t *testing.T) {
+	regions := []topology.Region{{Name: "eu", Nodes: 2}, {Name: "us", Nodes: 2}, {Name: "ap", Nodes: 2}}
+	got, err := FromScenario(scenario(t, `
+events:
+  - at: 3s
+    cut: [ap]
+  - at: 13s
+    heal: true
+  - at: 20s
+    cut: [eu, ap]
+  - at: 30s
+    partition: [[eu, us.n2], [ap.n4]]
+  - at: 40s
+    crash: [us.n3]
+`), &workload.Trace{}, 6, regions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{At: 3 * time.Second, Kind: Partition, Groups: [][]int{{4, 5}, {0, 1, 2, 3}}},
+		{At: 13 * time.Second, Kind: Heal},
+		{At: 20 * time.Second, Kind: Partition, Groups: [][]int{{0, 1}, {4, 5}, {2, 3}}},
+		{At: 30 * time.Second, Kind: Partition, Groups: [][]int{{0, 1, 2}, {4}, {3, 5}}},
+		{At: 40 * time.Second, Kind: Kill, Node: 3},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events\n%v\nwant\n%v", got, want)
+	}
+	for _, c := range []struct {
+		yaml    string
+		regions []topology.Region
+		want    string
+	}{
+		{"events:\n  - at: 1s\n    cut: [ap]\n", nil, "the cluster has none (--regions)"},
+		{"events:\n  - at: 1s\n    cut: [mars]\n", regions, `unknown region "mars"`},
+		{"events:\n  - at: 1s\n    cut: [ap, ap]\n", regions, "listed twice"},
+		{"events:\n  - at: 1s\n    crash: [n1]\n", regions, `unknown node "n1" (the cluster has eu.n0..ap.n5)`},
+		{"events:\n  - at: 1s\n    partition: [[eu], [eu.n1]]\n", regions, "node eu.n1 is in two partition groups"},
+		{"events:\n  - at: 1s\n    heal: true\n", regions[:2], "regions eu,us have 4 nodes, the cluster 6"},
+	} {
+		_, err := FromScenario(scenario(t, c.yaml), &workload.Trace{}, 6, c.regions)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want it to say %q", c.yaml, err, c.want)
+		}
 	}
 }

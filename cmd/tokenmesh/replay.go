@@ -416,7 +416,7 @@ func (f *replayFlags) scenarioEvents(p *replayPlan, tr *workload.Trace) error {
 	if err != nil {
 		return usageErr("--scenario: %v", err)
 	}
-	evs, err := replay.FromScenario(sc, tr, f.nodes)
+	evs, err := replay.FromScenario(sc, tr, f.nodes, p.regions.regions)
 	if err != nil {
 		return usageErr("--scenario %s: %v", f.scenario, err)
 	}

@@ -26,9 +26,10 @@ func (f *replayRegionFlags) add(fl *pflag.FlagSet) {
 
 // replayRegions is what the region flags decided.
 type replayRegions struct {
-	names     []string      // node i's region; nil without --regions
-	wanDelay  time.Duration // fixed part of the WAN delay
-	wanJitter time.Duration // uniform extra, [0, wanJitter)
+	regions   []topology.Region // --regions; nil without
+	names     []string          // node i's region; nil without --regions
+	wanDelay  time.Duration     // fixed part of the WAN delay
+	wanJitter time.Duration     // uniform extra, [0, wanJitter)
 }
 
 // plan checks the region flags against --nodes (nodes) and returns the
@@ -50,6 +51,7 @@ func (f *replayRegionFlags) plan(nodes *int) (replayRegions, error) {
 	if f.nodesSet && *nodes != sum {
 		return out, usageErr("--nodes %d and --regions %s (%d nodes) disagree: give --regions alone (its sum is the cluster's size), or the same count", *nodes, f.regions, sum)
 	}
+	out.regions = regions
 	for _, r := range regions {
 		for range r.Nodes {
 			out.names = append(out.names, r.Name)
