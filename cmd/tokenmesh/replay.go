@@ -657,38 +657,43 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 		return nil, err
 	}
 	reportHints(ctx, stderr, s, cl, f.nodes)
-	reportDetection(stderr, s, f.speed, cl.Dir(), f.nodes, res)
+	names := make([]string, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		names[i] = n.Name
+	}
+	reportDetection(stderr, s, f.speed, cl.Dir(), names, res)
 	return res, nil
 }
 
 // reportDetection prints, on stderr, the wall time each fault was applied
 // and how long each live node took to log the membership changes it calls
-// for (replay.MeasureDetection on the nodes' logs in dir), in wall seconds
+// for (replay.MeasureDetection on the nodes' logs in dir, names[i] node
+// i's name: n<i>, or with regions <region>.n<i>), in wall seconds
 // and in trace seconds (times speed): what the simulator's scenario model
 // (detection, detection_jitter, reconnect_interval, join_delay) must say
 // to describe this replay.
-func reportDetection(w io.Writer, strategy string, speed float64, dir string, nodes int, res *replay.Result) {
+func reportDetection(w io.Writer, strategy string, speed float64, dir string, names []string, res *replay.Result) {
 	if len(res.Applied) == 0 {
 		return
 	}
 	for i, e := range res.Applied {
 		fmt.Fprintf(w, "tokenmesh: %s: %s applied at %s\n", strategy, e, res.EventTimes[i].UTC().Format("15:04:05.000"))
 	}
-	logs := make([]string, nodes)
+	logs := make([]string, len(names))
 	for i := range logs {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("n%d.log", i)))
+		b, err := os.ReadFile(filepath.Join(dir, names[i]+".log"))
 		if err == nil {
 			logs[i] = string(b)
 		}
 	}
-	ds, err := replay.MeasureDetection(nodes, res.Applied, res.EventTimes, logs)
+	ds, err := replay.MeasureDetection(len(names), res.Applied, res.EventTimes, logs)
 	if err != nil {
 		fmt.Fprintf(w, "tokenmesh: %s: detection not measured: %v\n", strategy, err)
 		return
 	}
 	for _, d := range ds {
-		fmt.Fprintf(w, "tokenmesh: %s: detection: n%d saw %d of %d membership changes of %s, first after %.2fs, last after %.2fs wall (%.1fs, %.1fs of trace at speed %g)\n",
-			strategy, d.Observer, d.Seen, d.Expected, d.Event, d.First.Seconds(), d.Last.Seconds(), d.First.Seconds()*speed, d.Last.Seconds()*speed, speed)
+		fmt.Fprintf(w, "tokenmesh: %s: detection: %s saw %d of %d membership changes of %s, first after %.2fs, last after %.2fs wall (%.1fs, %.1fs of trace at speed %g)\n",
+			strategy, names[d.Observer], d.Seen, d.Expected, d.Event, d.First.Seconds(), d.Last.Seconds(), d.First.Seconds()*speed, d.Last.Seconds()*speed, speed)
 	}
 }
 
