@@ -30,7 +30,13 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/scenario-
 // messages), and for partition-3nodes' owner line when the on_timeout=local
 // fallback bucket began starting empty at the first timed-out request's
 // arrival instead of at its timeout (strategy.FallbackStart: every
-// outcome the same, the mean state size 359.72 -> 359.67 bytes); each
+// outcome the same, the mean state size 359.72 -> 359.67 bytes), for
+// owner's lines when a late decision began taking only the tokens held
+// since its time (eb3c38f: a few requests decided differently, the same
+// totals), for gdrl's when it went quiet on balanced shares (1b270cf:
+// fewer messages, e.g. crash-hot-owner 1,060,168 -> 70,125) and for
+// three owner lines when a restarted node began deferring its keys to
+// the others (a650984); each
 // line is the sha256 of goldenJSON(result), which encodes the fields
 // sim.Result and sim.Outcome had then, so that a field added later does
 // not change every hash while any change to those fields' values does.
