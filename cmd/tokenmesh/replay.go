@@ -115,8 +115,10 @@ timers, multiplied by S (docs/REPLAY.md).
 With --regions (NAME:NODES,..., as sim's) node i is named <region>.n<i>, so
 region-aware strategies (regionlease) run their tiers, and --wan-latency
 delays every peer frame between regions in the nodes (fault injection; gossip
-is not delayed): 30ms, or uniform:30ms-40ms, wall time. The simulator of the
-same run takes --wan-latency times --speed (docs/REPLAY.md).
+is not delayed): 30ms, or uniform:30ms-40ms, wall time; the nodes then get
+its largest delay as their --latency-hint, as the simulator tells every
+strategy the WAN's latency. The simulator of the same run takes
+--wan-latency times --speed (docs/REPLAY.md).
 With --netns (root and iproute2), every node runs in its own network namespace
 and a partition cuts gossip and peer traffic together, as a real network
 partition does: each side then declares the other failed, and after --heal the
@@ -620,9 +622,17 @@ func replayOne(ctx context.Context, f *replayFlags, p *replayPlan, s string, opt
 	if err != nil {
 		return nil, fmt.Errorf("replay: the rule's rate at --speed %v: %w", f.speed, err)
 	}
+	var serveArgs []string
+	if hint := p.regions.wanDelay + p.regions.wanJitter; hint > 0 {
+		// As the simulator tells every strategy the largest link latency
+		// (the WAN's): the nodes' default hint is 0 s, and the WAN delay
+		// added in their fault injection is not seen by gossip probes.
+		serveArgs = []string{"--latency-hint", hint.String()}
+	}
 	cl, err := localcluster.Start(ctx, localcluster.Config{
 		Binary: p.binary, Nodes: f.nodes, Dir: dir, FaultInjection: p.faults, Namespaces: f.netns, Regions: p.regions.names,
-		Rules: []rule.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
+		Rules:     []rule.Rule{{Name: replayRule, Rate: rate, Burst: f.burst, Strategy: s, Params: rule.Pairs(p.params[s])}},
+		ServeArgs: serveArgs,
 	})
 	if err != nil {
 		return nil, err
