@@ -155,17 +155,17 @@ type Result struct {
 	// logs on one time line.
 	MeasureStart time.Time     `json:"-"`
 	Elapsed      time.Duration `json:"-"`
-	ElapsedSec  float64       `json:"elapsed_s"`
-	RPCs        int64         `json:"rpcs"`        // calls answered OK
-	FailedRPCs  int64         `json:"failed_rpcs"` // calls that failed (their checks are not counted below)
-	Checks      int64         `json:"checks"`      // = Allowed + Refused + Errors
-	Allowed     int64         `json:"allowed"`
-	Refused     int64         `json:"refused"`      // not allowed, no error
-	Errors      int64         `json:"check_errors"` // not allowed, error set (undecided, hits above burst)
-	ChecksPerS  float64       `json:"checks_per_s"`
-	RPCsPerS    float64       `json:"rpcs_per_s"`
-	AllowedPct  float64       `json:"allowed_pct"` // of Checks
-	ErrorSample []string      `json:"error_samples,omitempty"`
+	ElapsedSec   float64       `json:"elapsed_s"`
+	RPCs         int64         `json:"rpcs"`        // calls answered OK
+	FailedRPCs   int64         `json:"failed_rpcs"` // calls that failed (their checks are not counted below)
+	Checks       int64         `json:"checks"`      // = Allowed + Refused + Errors
+	Allowed      int64         `json:"allowed"`
+	Refused      int64         `json:"refused"`      // not allowed, no error
+	Errors       int64         `json:"check_errors"` // not allowed, error set (undecided, hits above burst)
+	ChecksPerS   float64       `json:"checks_per_s"`
+	RPCsPerS     float64       `json:"rpcs_per_s"`
+	AllowedPct   float64       `json:"allowed_pct"` // of Checks
+	ErrorSample  []string      `json:"error_samples,omitempty"`
 
 	// Latency of answered calls, send (the scheduled send, open loop) to answer.
 	P50, P90, P99, P999, Max time.Duration `json:"-"`
