@@ -374,7 +374,17 @@
 // incarnation itself would have; nothing more if the incarnation had given
 // that inheritance up itself before the later record (a record names the
 // inheritances of its incarnation given up, GdrlRecord.given_up, so that a
-// stale copy of the earlier tombstone is not given up twice). The later
+// stale copy of the earlier tombstone is not given up twice). A member's
+// answer that it holds none can be late (held back until its buddy holds
+// its record, or reordered) and arrive after it inherited: so a member
+// whose own query showed a later tombstone is fenced into whatever answers
+// to queries say, an answer to that fence that absorbs nothing makes the
+// heir ask the member again rather than conclude (an answer does not say
+// whether it answers the query or the fence), and a late answer that the
+// member absorbed that inheritance drops the tombstone as the fence's
+// answer would (found by TestConserveSplitNeverAboveC at 1,000 checks,
+// under conserve: the earlier heir took a late "none" at its word and
+// never fenced into the later one, C + C/6 for good). The later
 // tombstone keeps that give-up (GdrlAbsorbed, with the credits it gave up
 // or passed on), carries it in records and into a still later heir it
 // fences into, and names it in its fences: the incarnation may be alive

@@ -251,11 +251,11 @@ func (g *GDRL) creditedAfter(id TransferID, version uint64) bool {
 // onFenced: this incarnation was declared dead and inherited by from, but
 // is alive. It gives up what was inherited, and the transfers the heir
 // credited on its behalf that it credited too, once per fence.
-func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced) {
+func (g *GDRL) onFenced(now time.Duration, from strategy.NodeID, f *peerv1.GdrlFenced, fx *strategy.Effects) {
 	if f.Node != "" && (strategy.NodeID(f.Node) != g.self || f.Inc != g.inc) {
 		// Between heirs (this node may hold a tombstone of its own
 		// earlier incarnation, inherited with a ward's record).
-		g.onHeirFence(now, from, f)
+		g.onHeirFence(now, from, f, fx)
 		return
 	}
 	ack := &peerv1.GdrlFenceAck{Inc: f.Inc, Version: f.Version}

@@ -277,12 +277,17 @@ type tombstone struct {
 	fencing   bool
 	fenceSent time.Duration
 	// Split brain (see heir.go): the members that answered they hold no
-	// later tombstone of the same incarnation, when they were last asked,
-	// and the member this tombstone's fence is in flight to.
+	// later tombstone of the same incarnation, when they were last asked;
+	// the members whose own query showed that they hold a later one
+	// (heirLater: an answer to a query does not overrule it, as it may
+	// have been made before; see onHeirFenceAck), until a fence into
+	// one is answered; and the member this tombstone's fence is in
+	// flight to. All local.
 	// at is the first version of this node's record that holds this
 	// tombstone (0: it came with a record received whole).
 	at          uint64
 	heirAsked   map[strategy.NodeID]bool
+	heirLater   map[strategy.NodeID]bool
 	heirQueried time.Duration
 	heirTarget  strategy.NodeID
 	heirSent    time.Duration

@@ -300,6 +300,11 @@ func (g *GDRL) fenceReturned(now time.Duration, fx *strategy.Effects) {
 				delete(tb.heirAsked, n) // ask it again when it is back: it may have inherited meanwhile
 			}
 		}
+		for n := range tb.heirLater {
+			if !g.inView(n) {
+				delete(tb.heirLater, n) // likewise: it may have been fenced out of it meanwhile
+			}
+		}
 	}
 }
 
@@ -371,7 +376,7 @@ func (g *GDRL) Receive(now time.Duration, from strategy.NodeID, payload []byte, 
 	case *peerv1.GdrlMessage_TransferAck:
 		g.onTransferAck(now, from, m.Inc, b.TransferAck, fx)
 	case *peerv1.GdrlMessage_Fenced:
-		g.onFenced(now, from, b.Fenced)
+		g.onFenced(now, from, b.Fenced, fx)
 	case *peerv1.GdrlMessage_FenceAck:
 		g.onFenceAck(now, from, b.FenceAck, fx)
 	default:

@@ -668,3 +668,28 @@ func TestSplitBrainRetiredCopyOfCrashedHeir(t *testing.T) {
 		}
 	}
 }
+
+// A run rapid found with `make soak` (TestConserveSplitNeverAboveC at
+// 1,000 checks, its 174th run, seed 31863400 of the harness, under
+// `partition: conserve`): 6 nodes, buddies n0->n1->...->n5->n0. A first
+// split n1,n2,n4 | n0,n3,n5: n2, whose buddy n3 is across the cut,
+// replicates to n4 from then on, while n3 keeps n2's record as of version
+// 1 (under conserve nobody inherits an expected member). The split heals
+// at 8.74 s and a second one, n1,n2,n5 | n0,n3,n4, starts in the same
+// instant; n2 crashes 6 ms later, before it sees n3 again (no hello told
+// n3 that its record is stale), and restarts at 9.11 s after the second
+// heal. At its hello n3 inherits version 1 and n4 version 18: one default
+// share (C/6) counted by two heirs until n3 fences into n4. n3's tombstone
+// asked the members whether one holds a later tombstone of n2 at 9.20 s;
+// n4 had not inherited yet and answered no, but its answer went out only
+// once n4's buddy held its record, at 9.25 s, after n4 had inherited and
+// its own query had told n3 that n4 ranks higher. n3 took the late answer
+// at its word and never asked n4 again, and n4 (the later heir) waits for
+// the earlier one to fence into it: sum C_i = C + 1,666,667 for good. Now
+// a member whose query showed a later tombstone is fenced into, whatever
+// answers to queries say (heirLater); an answer to that fence that
+// absorbs nothing makes the tombstone ask again rather than conclude; and
+// a late Absorbed answer drops the tombstone.
+func TestConserveLateNoLaterHeirAnswer(t *testing.T) {
+	replaySplitRun(t, []int{6, 2, 1, 1, 0, 185, 41, 2, 3, 1, 0, 2, 1, 2, 0, 1, 2, 4, 1, 3, 4, 0, 3, 4, 0, 716, 2, 8028, 2, 1, 0, 0, 1, 0, 1, 1, 1, 5, 2141, 0, 201, 3, 2, 0, 0, 2, 2, 0, 2, 10, 5, 32, 6, 2, 36, 728}, 31863400)
+}
