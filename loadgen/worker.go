@@ -39,7 +39,10 @@ func runWorker(ctx context.Context, o *Options, w int, conns [][]*grpc.ClientCon
 		}
 		if done.Before(measureStart) {
 			if o.RecordAdmissions && err == nil {
-				c.record(&st, done.Sub(measureStart), o.Hits, false)
+				var scratch workerStats // the warmup's counts are not kept
+				if _, _, _, bad := c.tally(o.Batch, &scratch); bad == "" {
+					c.record(&st, done.Sub(measureStart), o.Hits, false)
+				}
 			}
 			continue
 		}
