@@ -18,9 +18,10 @@
 //   - Two performance indicators: spare bandwidth q_i = lambda_i - C_i with a
 //     low-pass demand estimate lambda_i (001 eq. (14) and the filter with
 //     parameter alpha, §III-A), and the fill ratio S_i/D_i (004 §2.2, eq. (1)).
-//     Two more of those 001 §I-A names (q_i = f(D_i, C_i)): the discard
-//     rate and the utilisation (their measurement, filtering and scaling
-//     are ours: indicators.go, IndicatorDiscard, IndicatorUtilisation).
+//     The three others 001 §I-A names (q_i = f(D_i, C_i)): the discard
+//     rate, the utilisation and the mean response time (their
+//     measurement, filtering and scaling are ours: indicators.go,
+//     IndicatorDiscard, IndicatorUtilisation, IndicatorResponse).
 //   - That the update moves nothing when the indicators are equal (001
 //     eq. (3)): the ground for sending nothing then (see "Quiet when
 //     balanced" below, which is ours).

@@ -160,6 +160,7 @@ func (g *GDRL) closeInterval(now time.Duration) {
 			sh.demandSq = (1-g.alpha)*sh.demandSq + g.alpha*sample*sample
 			sh.refused = (1-g.alpha)*sh.refused + g.alpha*refused
 			sh.admitted = (1-g.alpha)*sh.admitted + g.alpha*(sample-refused)
+			g.closeWait(sh)
 			sh.hasDemand = true
 			sh.intervals++
 			ev := 0.0
