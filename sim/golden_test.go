@@ -31,11 +31,14 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/scenario-
 // fallback bucket began starting empty at the first timed-out request's
 // arrival instead of at its timeout (strategy.FallbackStart: every
 // outcome the same, the mean state size 359.72 -> 359.67 bytes), and
-// for gdrl's lines when founding members stopped sending hellos (branch
-// gdrlquiet: fewer messages, and a few decisions changed, e.g.
-// crash-hot-owner 9,939 -> 10,016 admitted, 5,615 -> 5,534 false
-// rejections; partition 10,849 -> 10,853 admitted, worst envelope window
-// 2.99 -> 1.99 tokens; not traced to their cause); each
+// for gdrl's lines when founding members stopped sending hellos, its
+// relaxation stopped moving units backward along the ring and
+// max_probe_gap went to 512 intervals (branch gdrlquiet: fewer messages,
+// e.g. crash-hot-owner 70,125 -> 32,800, and a few decisions changed:
+// crash-hot-owner 9,939 -> 10,015 admitted, crash-restart-3nodes 13,669
+// -> 13,667, partition 10,849 -> 10,855 with its worst envelope window
+// 2.99 -> 1.99 tokens, partition-3nodes' 76.39 -> 76.41; loss-5pct's
+// decisions unchanged); each
 // line is the sha256 of goldenJSON(result), which encodes the fields
 // sim.Result and sim.Outcome had then, so that a field added later does
 // not change every hash while any change to those fields' values does.

@@ -439,7 +439,7 @@ const (
 //     not change is probed to a neighbour again after this long (lost
 //     probes, see probe); a key probed for its evidence alone waits twice
 //     as long as the previous time, up to 8 idle windows (resendWait).
-//   - max_probe_gap (duration >= interval, default 128 intervals): the
+//   - max_probe_gap (duration >= interval, default 512 intervals): the
 //     longest gap between a node's probes while no capacity moves at it
 //     (probeDue; ours).
 //
@@ -518,7 +518,7 @@ func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	if g.refresh <= 0 {
 		return fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
-	gap := v.DurationOr("max_probe_gap", 128*g.interval)
+	gap := v.DurationOr("max_probe_gap", 512*g.interval)
 	if gap < g.interval {
 		return fmt.Errorf("gdrl: parameter max_probe_gap=%v: want at least the interval %v", gap, g.interval)
 	}

@@ -40,7 +40,7 @@
 //     change is probed to a neighbour again after this long (a key probed for
 //     its evidence alone: after twice as long as the previous time, up to 8
 //     idle windows); positive.
-//   - max_probe_gap (duration, default 128*interval): the longest gap between
+//   - max_probe_gap (duration, default 512*interval): the longest gap between
 //     a node's probes while no capacity moves at it: the gap doubles from one
 //     interval after every probe, and is back to one interval once capacity
 //     moves (ours); at least interval (interval: a probe every interval).
@@ -76,6 +76,6 @@ var Params = []strategy.ParamSpec{
 		Doc: "the most keys one probe carries; >= 1."},
 	{Name: "refresh", Type: strategy.ParamDuration, Default: "50*interval", Example: "1s",
 		Doc: "a key whose inputs did not change is probed to a neighbour again after this long (a key probed for its evidence alone: after twice as long as the previous time, up to 8 idle windows); positive."},
-	{Name: "max_probe_gap", Type: strategy.ParamDuration, Default: "128*interval", Example: "1s",
+	{Name: "max_probe_gap", Type: strategy.ParamDuration, Default: "512*interval", Example: "1s",
 		Doc: "the longest gap between a node's probes while no capacity moves at it: the gap doubles from one interval after every probe, and is back to one interval once capacity moves (ours); at least interval (interval: a probe every interval)."},
 }
