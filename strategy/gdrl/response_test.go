@@ -93,3 +93,30 @@ func TestResponseMeasuresWait(t *testing.T) {
 		}
 	})
 }
+
+// TestResponsePlainCheck: for plain checks the response indicator counts
+// the wait a reservation would have had: with (1/s, 1) alone, two
+// one-token checks at 0 are admitted (0 s) and refused (1 s to the next
+// token): a mean of 0.5 s, 0.01 s after the filter (alpha 0.02).
+func TestResponsePlainCheck(t *testing.T) {
+	params, err := strategy.ParseParams([]string{"indicator=response"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gdrl.New(strategy.Config{Self: "n0", Members: []strategy.NodeID{"n0"},
+		Rate: bucket.Rate{Tokens: 1, Per: time.Second}, Burst: 1, Rand: rand.New(rand.NewPCG(1, 1)), Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx strategy.Effects
+	g.Start(0, &fx)
+	for i, want := range []bool{true, false} {
+		if d, _ := g.Request(0, strategy.Request{ID: uint64(i), Key: "k", Tokens: 1}, &fx); d.Allowed != want {
+			t.Fatalf("check %d: allowed %v, want %v", i, d.Allowed, want)
+		}
+	}
+	g.Tick(time.Second, &fx)
+	if q := g.Indicator("k"); q < 0.01-1e-12 || q > 0.01+1e-12 {
+		t.Fatalf("response %v s, want 0.01", q)
+	}
+}

@@ -193,7 +193,7 @@ type side struct {
 	demand float64 // units per second
 	noise  float64 // standard error of demand
 	recent float64 // intervals with requests within the idle window
-	ind    float64 // the measured indicator (discard, utilisation), for active keys
+	ind    float64 // the measured indicator (discard, utilisation, response), for active keys
 	active bool
 	seen   bool // requested within seenFactor idle windows
 }
