@@ -18,9 +18,10 @@
 //   - Two performance indicators: spare bandwidth q_i = lambda_i - C_i with a
 //     low-pass demand estimate lambda_i (001 eq. (14) and the filter with
 //     parameter alpha, §III-A), and the fill ratio S_i/D_i (004 §2.2, eq. (1)).
-//     Two more of those 001 §I-A names (q_i = f(D_i, C_i)): the discard
-//     rate and the utilisation (their measurement, filtering and scaling
-//     are ours: indicators.go, IndicatorDiscard, IndicatorUtilisation).
+//     The three others 001 §I-A names (q_i = f(D_i, C_i)): the discard
+//     rate, the utilisation and the mean response time (their
+//     measurement, filtering and scaling are ours: indicators.go,
+//     IndicatorDiscard, IndicatorUtilisation, IndicatorResponse).
 //   - That the update moves nothing when the indicators are equal (001
 //     eq. (3)): the ground for sending nothing then (see "Quiet when
 //     balanced" below, which is ours).
@@ -47,8 +48,11 @@
 // refused their burst already. The demand estimate's noise is handled by
 // noise_band and evidence instead, and the delays by acknowledged
 // transfers (retransmit). While no capacity moves, a node's probes back
-// off to `max_probe_gap` (default 128 intervals, 12.8 s: the paper's time
-// scale), and back to every interval as soon as capacity moves.
+// off to `max_probe_gap` (default 512 intervals, 51.2 s: a few of the
+// paper's update intervals), and back to every interval as soon as
+// capacity moves. (128 intervals, the earlier default, left sprayed
+// wrccdc at 2.5 messages per 100 requests; 512 brings it to 0.8, with the
+// same decisions on sprayed and sticky traffic: docs/EVALUATION.md.)
 //
 // Units. Capacity is counted in micro-tokens per second and burst in
 // micro-tokens (UnitsPerToken), as int64, so every sum is exact. The rule's
@@ -150,7 +154,10 @@
 // to the buddy (taken by requests only) is dropped without a record: the
 // buddy's copy holds it at the default share already. Measured on zanbil
 // (10 nodes, round robin, docs/EVALUATION.md): 331,548 messages before,
-// the same decisions.
+// 4,056 after, and 530 (0.5 per 100 requests; wrccdc 208, 0.8 per 100)
+// once founding members stopped saying hello, relaxation stopped moving
+// units backward along the ring and max_probe_gap went to 512 intervals;
+// static's decisions throughout.
 //
 // Flow per key, from j to i (negative: from i to j):
 //   - fill (the default): eta * min(D_i, D_j) * (S_j/D_j - S_i/D_i), with
@@ -200,9 +207,15 @@
 //     whole grains: 1% of the 1/N capacity share, whole burst tokens);
 //     below two grains, deviations of opposite signs cancel (the smaller
 //     entirely) and along the member ring a surplus moves forward whole and
-//     a deficit backward whole until they meet. The deviations sum to zero,
-//     so an idle key settles at its default shares everywhere in a few
-//     transfers per node, goes back to implicit and costs nothing.
+//     a deficit backward whole until they meet; the halving never moves
+//     units backward along the ring (from a node to its predecessor)
+//     unless from a surplus into a deficit (ours, againstRing: otherwise
+//     it undid the forward move, and a surplus whose successor's deficit
+//     could not be relaxed passed back and forth between two nodes, five
+//     transfers a second: 152 transfers for one key on sprayed zanbil).
+//     The deviations sum to zero, so an idle key settles at its default
+//     shares everywhere in a few transfers per node, goes back to implicit
+//     and costs nothing.
 //   - A flow smaller than `noise_band` standard errors of its own noise
 //     (from the demand estimates' standard errors) is not made: pairs do not
 //     chase the noise of sparse demand.

@@ -171,17 +171,17 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{DefaultCapacity: -2*totalC - 1}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2*totalB + 1}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 1 << 57}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2*totalC + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2*totalC + 1}}}}},
 		// Give-ups by a later heir (GdrlAbsorbed): without a version or a
 		// giver, credits only with amounts, amounts beyond the bounds, a
 		// bad transfer.
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{By: "n2", ByInc: 1}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, ByInc: 1}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2"}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, CreditsOnly: true, DefaultCapacity: 1}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, DefaultCapacity: 2*totalC + 1}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Burst: -2*totalB - 1}}}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{By: "n2", ByInc: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, ByInc: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2"}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, CreditsOnly: true, DefaultCapacity: 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, DefaultCapacity: 2*totalC + 1}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Burst: -2*totalB - 1}}}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
 			GivenUp: []*peerv1.GdrlTransfer{{Id: &peerv1.GdrlTransferId{Src: "n1", SrcInc: 1, Seq: 1, Dst: "n0", DstInc: 1}, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: -1}}}}}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Tombstones: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
 			Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1, Passed: []*peerv1.GdrlTransfer{{Items: items0}}}}}}}}},
@@ -191,6 +191,8 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1, DefaultBurst: 2*totalB + 1}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, Draining: []*peerv1.GdrlTombstone{{Node: "n3", Inc: 5, Version: 1,
 			OnBehalf: []*peerv1.GdrlTransfer{{Items: items0}}}}}}},
+		// A fence of version 0 (no tombstone is taken at version 0).
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 5}}},
 		// Inheritances given up at version 0 (GdrlRecord.given_up,
 		// GdrlTombstone.given_up).
 		{Inc: 1, Body: &peerv1.GdrlMessage_Record{Record: &peerv1.GdrlRecord{Version: 1, GivenUp: []uint64{2, 0}}}},
@@ -222,8 +224,8 @@ func TestReceiveErrors(t *testing.T) {
 		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{Shares: []*peerv1.GdrlShare{{Key: "a", Capacity: 2 * totalC}}}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Probe{Probe: &peerv1.GdrlProbe{DefaultCapacity: -2 * totalC}}},
 		{Inc: 1, Body: &peerv1.GdrlMessage_Ask{Ask: &peerv1.GdrlAsk{Shares: []*peerv1.GdrlShare{{Key: "a", Burst: 2 * totalB}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2 * totalC}}}}},
-		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Items: []*peerv1.GdrlItem{{Key: "a", Capacity: 2 * totalC}}}}},
+		{Inc: 1, Body: &peerv1.GdrlMessage_Fenced{Fenced: &peerv1.GdrlFenced{Inc: 1, Version: 1, Absorbed: []*peerv1.GdrlAbsorbed{{Version: 1, By: "n2", ByInc: 1,
 			DefaultCapacity: -2 * totalC, Items: []*peerv1.GdrlItem{{Key: "a", Burst: 2 * totalB}}}}}}},
 	}
 	for i, m := range edge {

@@ -50,6 +50,28 @@ const (
 	// whatever their demands (the update cannot tell which needs more: it
 	// moves capacity only from nodes with spare share). See indicators.go.
 	IndicatorUtilisation = "utilisation"
+	// IndicatorResponse is the mean response time (001 §I-A, "mean
+	// response time"): q = the mean, over the requests of the key at the
+	// node, of the wait a reservation of the request's tokens needs at the
+	// node's bucket (C_i, B_i) at its arrival, in seconds, low-pass
+	// filtered with alpha per interval with requests, each wait capped at
+	// `idle`. In waiting mode (strategy.Waiter, a rule with max_wait; SRTM
+	// §5.2) that is exactly an admitted request's wait in this node's
+	// queue, its response time (and for a request refused because it
+	// would wait beyond max_wait, the wait it would have needed); for a
+	// plain check it is the wait the request would have had had it
+	// reserved (bucket.Bucket.DelayN: 0 when admitted, the deficit over
+	// the refill rate C_i when refused). Assumption 1 (q_i decreasing in
+	// C_i): in waiting mode with no refusal, for the same requests a
+	// larger C_i refills the same reservations faster from the same
+	// burst, so every wait is at most as long (TestResponseDecreasingInShare
+	// checks it); for plain checks the wait of one request at a given
+	// level is decreasing in C_i, but a larger share also admits more of
+	// the earlier requests, leaving less for the later ones, so the
+	// decrease holds only on average, not request by request. Ours: the
+	// definition for refused requests and plain checks, the cap, the
+	// scaling (indicators.go).
+	IndicatorResponse = "response"
 )
 
 // Communication graph names: the values of the graph parameter (see New
@@ -186,6 +208,9 @@ type share struct {
 	refTokens  int64   // of those, tokens refused (discard, utilisation)
 	refused    float64 // filtered refused tokens, units per second (discard)
 	admitted   float64 // filtered admitted tokens, units per second (utilisation)
+	waitSum    float64 // waits of this interval's requests, seconds (response)
+	waitN      int64   // this interval's requests with a wait counted (response)
+	response   float64 // filtered mean wait, seconds (response)
 	lastActive time.Duration
 	everActive bool
 	// inRecord: the key has been in a record sent to the buddy (touched,
@@ -389,10 +414,11 @@ const (
 //     the demand estimate's noise handled by noise_band and evidence, and
 //     the delays by acknowledged transfers (retransmit) instead of the
 //     separation of time scales.
-//   - indicator (fill | spare | discard | utilisation, default fill): the
-//     performance indicator, fill ratio S/D (004 eq. (1)), spare bandwidth
-//     lambda - C (001 eq. (14)), discard rate or utilisation (001 §I-A;
-//     IndicatorDiscard, IndicatorUtilisation).
+//   - indicator (fill | spare | discard | utilisation | response, default
+//     fill): the performance indicator, fill ratio S/D (004 eq. (1)), spare
+//     bandwidth lambda - C (001 eq. (14)), discard rate, utilisation or mean
+//     response time (001 §I-A; IndicatorDiscard, IndicatorUtilisation,
+//     IndicatorResponse).
 //   - eta (number in (0, 1/(2d)], default 1/(2d) for the graph's degree d,
 //     001 eq. (15); for fill, scaled by the pair's smaller demand): the
 //     gain; above the stability bound it is refused.
@@ -418,7 +444,7 @@ const (
 //     not change is probed to a neighbour again after this long (lost
 //     probes, see probe); a key probed for its evidence alone waits twice
 //     as long as the previous time, up to 8 idle windows (resendWait).
-//   - max_probe_gap (duration >= interval, default 128 intervals): the
+//   - max_probe_gap (duration >= interval, default 512 intervals): the
 //     longest gap between a node's probes while no capacity moves at it
 //     (probeDue; ours).
 //
@@ -497,7 +523,7 @@ func (g *GDRL) readTimers(v *strategy.Values, cfg strategy.Config) error {
 	if g.refresh <= 0 {
 		return fmt.Errorf("gdrl: parameter refresh must be positive")
 	}
-	gap := v.DurationOr("max_probe_gap", 128*g.interval)
+	gap := v.DurationOr("max_probe_gap", 512*g.interval)
 	if gap < g.interval {
 		return fmt.Errorf("gdrl: parameter max_probe_gap=%v: want at least the interval %v", gap, g.interval)
 	}
@@ -729,8 +755,8 @@ func (g *GDRL) Demand(key string) float64 {
 // bandwidth lambda_i - C_i in units (micro-tokens per second, 001 eq.
 // (14)), the fill ratio as -S_i/D_i, dimensionless (004 eq. (1); the
 // demand floored, see the package documentation), or the measured discard
-// rate or utilisation in [0, 1] (001 §I-A; 0 for a key it holds no
-// explicit share of).
+// rate or utilisation in [0, 1] or mean response time in seconds (001
+// §I-A; 0 for a key it holds no explicit share of).
 func (g *GDRL) Indicator(key string) float64 {
 	if g.measuredIndicator() {
 		return g.measured(g.shares[key])

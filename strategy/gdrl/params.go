@@ -9,11 +9,13 @@
 //     for tenants that burst within a second (noise_band and evidence handle
 //     the estimates' noise; while nothing moves, probes back off to
 //     max_probe_gap).
-//   - indicator (fill | spare | discard | utilisation, default fill): the
-//     performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth
-//     lambda - C (001 eq. (14)), discard rate (refused over requested tokens,
-//     filtered) or utilisation (admitted tokens over the capacity share,
-//     filtered) (001 §I-A).
+//   - indicator (fill | spare | discard | utilisation | response, default
+//     fill): the performance indicator: fill ratio S/D (004 eq. (1)), spare
+//     bandwidth lambda - C (001 eq. (14)), discard rate (refused over
+//     requested tokens, filtered), utilisation (admitted tokens over the
+//     capacity share, filtered) or mean response time (seconds: the wait a
+//     reservation of each request needs at the node's bucket, its wait in
+//     waiting mode, filtered) (001 §I-A).
 //   - eta (float, default 1/(2*d) for the graph's degree d): the gain (001 eq.
 //     (15)), in (0, 1/(2d)]: above the stability bound 1/(2d) of Theorem 1 it
 //     is refused; for fill, scaled by the pair's smaller demand.
@@ -38,7 +40,7 @@
 //     change is probed to a neighbour again after this long (a key probed for
 //     its evidence alone: after twice as long as the previous time, up to 8
 //     idle windows); positive.
-//   - max_probe_gap (duration, default 128*interval): the longest gap between
+//   - max_probe_gap (duration, default 512*interval): the longest gap between
 //     a node's probes while no capacity moves at it: the gap doubles from one
 //     interval after every probe, and is back to one interval once capacity
 //     moves (ours); at least interval (interval: a probe every interval).
@@ -53,7 +55,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "interval", Type: strategy.ParamDuration, Default: "100ms", Example: "50ms",
 		Doc: "the update interval between a node's exchanges; positive. A departure from 001 §IV, which takes several seconds (indicators well estimated, delays negligible): ours is shorter, for tenants that burst within a second (noise_band and evidence handle the estimates' noise; while nothing moves, probes back off to max_probe_gap)."},
 	{Name: "indicator", Type: strategy.ParamEnum, Enum: Indicators, Default: IndicatorFill, Example: IndicatorSpare,
-		Doc: "the performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth lambda - C (001 eq. (14)), discard rate (refused over requested tokens, filtered) or utilisation (admitted tokens over the capacity share, filtered) (001 §I-A)."},
+		Doc: "the performance indicator: fill ratio S/D (004 eq. (1)), spare bandwidth lambda - C (001 eq. (14)), discard rate (refused over requested tokens, filtered), utilisation (admitted tokens over the capacity share, filtered) or mean response time (seconds: the wait a reservation of each request needs at the node's bucket, its wait in waiting mode, filtered) (001 §I-A)."},
 	{Name: "eta", Type: strategy.ParamFloat, Default: "1/(2*d) for the graph's degree d", Example: "0.2",
 		Doc: "the gain (001 eq. (15)), in (0, 1/(2d)]: above the stability bound 1/(2d) of Theorem 1 it is refused; for fill, scaled by the pair's smaller demand."},
 	{Name: "alpha", Type: strategy.ParamFloat, Default: "0.02", Example: "0.1",
@@ -74,6 +76,6 @@ var Params = []strategy.ParamSpec{
 		Doc: "the most keys one probe carries; >= 1."},
 	{Name: "refresh", Type: strategy.ParamDuration, Default: "50*interval", Example: "1s",
 		Doc: "a key whose inputs did not change is probed to a neighbour again after this long (a key probed for its evidence alone: after twice as long as the previous time, up to 8 idle windows); positive."},
-	{Name: "max_probe_gap", Type: strategy.ParamDuration, Default: "128*interval", Example: "1s",
+	{Name: "max_probe_gap", Type: strategy.ParamDuration, Default: "512*interval", Example: "1s",
 		Doc: "the longest gap between a node's probes while no capacity moves at it: the gap doubles from one interval after every probe, and is back to one interval once capacity moves (ours); at least interval (interval: a probe every interval)."},
 }

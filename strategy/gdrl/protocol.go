@@ -38,8 +38,13 @@ func splitUnits(total int64, n, i int) int64 {
 
 // Start starts the node. A node started at time 0 is a founding member and
 // takes its 1/N share of every key; a node started later joins with none
-// (004 §3.3). It announces its incarnation to every member and sends its
-// first record to its buddy.
+// (004 §3.3). A node started later announces its incarnation to every
+// member (a hello, see sendHellos: a member may hold the record of its
+// previous incarnation); a founding member has no previous incarnation
+// (founding members are started at time 0 and nothing else, see
+// "Keys and the 1/N rule"), so it sends none (ours: 180 of wrccdc's 852
+// messages at 10 nodes were the founders' hellos and their
+// acknowledgements). Every node sends its first record to its buddy.
 func (g *GDRL) Start(now time.Duration, fx *strategy.Effects) {
 	if g.started {
 		return
@@ -57,7 +62,7 @@ func (g *GDRL) Start(now time.Duration, fx *strategy.Effects) {
 	}
 	g.setBuddy(successor(g.members, g.self))
 	for _, m := range g.members {
-		if m != g.self {
+		if m != g.self && now != 0 {
 			g.helloTo[m] = true
 		}
 	}
@@ -83,6 +88,10 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 		g.seenAdded(req.Key)
 	}
 	g.seen[req.Key] = sh.lastActive
+	if g.indicator == IndicatorResponse {
+		wait, ok := sh.bkt.DelayN(req.Arrival, req.Tokens*g.perToken)
+		g.countWait(sh, wait, ok && req.Tokens <= g.cfg.Burst)
+	}
 	d.Allowed = req.Tokens <= g.cfg.Burst && sh.bkt.AllowN(req.Arrival, req.Tokens*g.perToken)
 	g.countRefused(sh, req.Tokens, d.Allowed)
 	g.flush(now, fx)
@@ -129,6 +138,7 @@ func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time
 	if req.Tokens <= g.cfg.Burst {
 		d.Delay, d.Allowed = strategy.ReserveWithin(&sh.bkt, req.Arrival, req.Tokens*g.perToken, maxWait)
 	}
+	g.countReserved(sh, req, d)
 	g.countRefused(sh, req.Tokens, d.Allowed)
 	g.flush(now, fx)
 	return d, true
@@ -268,7 +278,8 @@ func (g *GDRL) helloNewcomers() {
 		// into view: it may hold the record of this node's previous
 		// incarnation (under conserve it did not inherit it when that
 		// incarnation failed), and nothing else may tell it of the restart.
-		if g.conserve && m != g.self && !g.helloAcked[m] {
+		// A founding member (started at 0) has no previous incarnation.
+		if g.conserve && g.startAt != 0 && m != g.self && !g.helloAcked[m] {
 			g.helloTo[m] = true
 		}
 	}

@@ -160,6 +160,7 @@ func (g *GDRL) closeInterval(now time.Duration) {
 			sh.demandSq = (1-g.alpha)*sh.demandSq + g.alpha*sample*sample
 			sh.refused = (1-g.alpha)*sh.refused + g.alpha*refused
 			sh.admitted = (1-g.alpha)*sh.admitted + g.alpha*(sample-refused)
+			g.closeWait(sh)
 			sh.hasDemand = true
 			sh.intervals++
 			ev := 0.0
@@ -192,7 +193,7 @@ type side struct {
 	demand float64 // units per second
 	noise  float64 // standard error of demand
 	recent float64 // intervals with requests within the idle window
-	ind    float64 // the measured indicator (discard, utilisation), for active keys
+	ind    float64 // the measured indicator (discard, utilisation, response), for active keys
 	active bool
 	seen   bool // requested within seenFactor idle windows
 }
@@ -352,7 +353,8 @@ func (g *GDRL) eventAlpha() float64 {
 // and a deficit backward, so that they meet and cancel. The deviations of a
 // key sum to zero, so an idle key settles at its default shares everywhere
 // in a few exchanges per node, each moving a whole remainder, not a unit at
-// a time.
+// a time. Between ring neighbours the halving moves units backward only
+// from a surplus into a deficit (againstRing).
 func (g *GDRL) relax(i, j side) (c, b int64) {
 	return g.relaxOne(i.id, j.id, i.c-i.dc, j.c-j.dc, g.capGrain()), g.relaxOne(i.id, j.id, i.b-i.db, j.b-j.db, UnitsPerToken)
 }
@@ -392,7 +394,9 @@ func (g *GDRL) relaxSeen(i, j side) (c, b int64) {
 // what moves from j to i.
 func (g *GDRL) relaxOne(i, j strategy.NodeID, di, dj, grain int64) int64 {
 	if d := dj - di; d >= 2*grain || d <= -2*grain {
-		return d / 2 / grain * grain // diffusion: half the difference, in whole grains
+		if x := d / 2 / grain * grain; !g.againstRing(i, j, di, dj, x) {
+			return x // diffusion: half the difference, in whole grains
+		}
 	}
 	switch {
 	case di < 0 && dj > 0:
@@ -402,6 +406,13 @@ func (g *GDRL) relaxOne(i, j strategy.NodeID, di, dj, grain int64) int64 {
 	case di == 0 && dj == 0:
 		return 0
 	}
+	return g.relaxWhole(i, j, di, dj)
+}
+
+// relaxWhole is relaxOne for deviations di and dj that neither halve nor
+// cancel: along the member ring a surplus moves forward whole and a
+// deficit backward whole; what moves from j to i.
+func (g *GDRL) relaxWhole(i, j strategy.NodeID, di, dj int64) int64 {
 	if successor(g.members, j) == i { // j -> i is forward
 		if dj > 0 {
 			return dj // (di >= 0) the surplus moves on
@@ -419,6 +430,29 @@ func (g *GDRL) relaxOne(i, j strategy.NodeID, di, dj, grain int64) int64 {
 		}
 	}
 	return 0
+}
+
+// againstRing reports whether diffusion moving x from j to i (negative:
+// from i to j) between ring neighbours moves units backward along the
+// member ring, from a node to its predecessor, other than from a surplus
+// into a deficit (ours). relaxOne moves a surplus forward whole and a
+// deficit backward whole (units forward), so diffusion backward into a
+// node at or above its default share, or out of one at or below it,
+// undoes that move and the pair passes the same units back and forth:
+// found on sprayed traffic (zanbil, 10 nodes, round robin), where a key's
+// surplus at a node whose successor's deficit cannot be relaxed (the key
+// active at one end and unseen at the other moves nothing) circulated
+// between that node and its predecessor, about five transfers a second
+// for as long as the key stayed active (152 transfers for one key).
+func (g *GDRL) againstRing(i, j strategy.NodeID, di, dj, x int64) bool {
+	fwdJI, fwdIJ := successor(g.members, j) == i, successor(g.members, i) == j
+	switch {
+	case x > 0 && fwdIJ && !fwdJI: // j -> i is backward
+		return !(dj > 0 && di < 0)
+	case x < 0 && fwdJI && !fwdIJ: // i -> j is backward
+		return !(di > 0 && dj < 0)
+	}
+	return false
 }
 
 // burstFlow is the burst that moves from j to i with a capacity flow c: the

@@ -478,6 +478,14 @@ func (c checker) fenced(f *peerv1.GdrlFenced) error {
 	if f.Inc == 0 {
 		return c.bad("fence for incarnation 0")
 	}
+	// A tombstone is taken at the version of a record, never 0 (records
+	// at version 0 are refused): a fence at version 0 was given up as
+	// such and listed in the node's records (GdrlRecord.given_up), which
+	// every buddy then refused, so that the node lost its replica (found
+	// by TestGarbageAndReadOnlyCallsChangeNothing: a mutated frame).
+	if f.Version == 0 {
+		return c.bad("fence of version 0")
+	}
 	if err := c.wide("fence default", f.DefaultCapacity, f.DefaultBurst); err != nil {
 		return err
 	}
