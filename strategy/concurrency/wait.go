@@ -53,7 +53,7 @@ func (c *Concurrency) RequestWait(now time.Duration, req strategy.Request, maxWa
 			return d, true
 		}
 		f := &forward{req: req, owner: owner, deadline: now + maxWait + c.timeout, maxWait: maxWait}
-		c.pending[req.ID] = f
+		putID(c.pending, &c.mem.pending, req.ID, f)
 		fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 			RequestId: req.ID, Key: req.Key, Weight: req.Tokens, MaxWaitNs: int64(maxWait)}}}))
 		fx.WakeAt(f.deadline)
@@ -89,6 +89,7 @@ func (c *Concurrency) enqueue(now time.Duration, key string, w waiter, fx *strat
 		return false
 	}
 	kp.waiters = append(kp.waiters, &w)
+	c.kpChanged(kp)
 	fx.WakeAt(w.deadline)
 	c.scheduleSweep(now, fx)
 	return true
@@ -103,6 +104,7 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 		return
 	}
 	kp.expire(now)
+	defer c.kpChanged(kp)
 	owns := c.owns(now, key)
 	kp.waiters = slices.DeleteFunc(kp.waiters, func(w *waiter) bool {
 		if w.deadline <= now || !owns {
@@ -127,6 +129,14 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 		kp.waiters = nil
 		return
 	}
+	if next := kp.nextExpiry(); next > now {
+		fx.WakeAt(next)
+	}
+}
+
+// nextExpiry is the earliest expiry of kp's permits and leases granted, -1
+// for none.
+func (kp *keyPermits) nextExpiry() time.Duration {
 	next := time.Duration(-1)
 	for _, p := range kp.permits {
 		if next < 0 || p.expires < next {
@@ -138,9 +148,7 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 			next = l.until
 		}
 	}
-	if next > now {
-		fx.WakeAt(next)
-	}
+	return next
 }
 
 // answerWaiter answers a queued acquire at now: permit 0 refuses it. A

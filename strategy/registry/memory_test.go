@@ -10,7 +10,7 @@ import (
 // wireSizeOnly are the strategies whose tokenmesh_state_bytes is still the
 // wire size, computed by a walk of their keys in the node's loop at every
 // scrape (docs/API.md, "Metrics"; docs/PERFORMANCE.md, issue 28 item 5).
-var wireSizeOnly = []string{"regionlease", "concurrency"}
+var wireSizeOnly = []string{"regionlease"}
 
 // TestMemoryReporters: every strategy reports its heap with an estimate
 // kept as its keys change (strategy.MemoryReporter), so that a scrape walks
