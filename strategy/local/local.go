@@ -23,14 +23,15 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Local is one node enforcing the whole (r, b) per key from its own memory.
 type Local struct {
 	name  string
 	table *buckets.Table
-	sweep buckets.Sweeper // the sweeps of full buckets, in steps
-	lend  buckets.Lender  // tokens lent to the driver's fast path (allowance.go)
+	sweep keyorder.Sweeper // the sweeps of full buckets, in steps
+	lend  buckets.Lender   // tokens lent to the driver's fast path (allowance.go)
 	od    strategy.Overdraft
 }
 
@@ -54,7 +55,7 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 		return nil, err
 	}
 	t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
-	return &Local{name: name, table: t, sweep: buckets.Sweeper{Every: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, od: od}, nil
+	return &Local{name: name, table: t, sweep: keyorder.Sweeper{Every: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, od: od}, nil
 }
 
 // Start schedules the first sweep of idle (full) buckets.
@@ -108,13 +109,13 @@ func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 }
 
 // Tick drops the buckets that have refilled to their burst (they equal new
-// ones) when a sweep is due: a step of buckets.SweepBudget keys per tick
-// (buckets.Sweeper), and schedules the next.
+// ones) when a sweep is due: a step of keyorder.Budget keys per tick
+// (keyorder.Sweeper), and schedules the next.
 func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
 	l.sweep.Step(now, fx, 1, func() {
 		l.lend.ClampAll(l.table, now) // a bucket with tokens held is not full: not swept
 	}, func(int) bool {
-		return l.table.SweepStep(now, buckets.SweepBudget, l.lend.Keeper())
+		return l.table.SweepStep(now, keyorder.Budget, l.lend.Keeper())
 	})
 }
 

@@ -194,6 +194,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -308,7 +309,7 @@ type Owner struct {
 	ackTo   map[uint64]strategy.NodeID
 	resend  time.Duration
 
-	sweep buckets.Sweeper   // the sweeps of full buckets, in steps (sweepStep)
+	sweep keyorder.Sweeper  // the sweeps of full buckets, in steps (sweepStep)
 	rank  []strategy.NodeID // scratch for rendezvous.Rank
 
 	// distinct is split_placement=distinct (split.go): sub-bucket i is
@@ -590,7 +591,7 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	}, func(i int) bool { return o.sweepStep(now, i) })
 }
 
-// sweepStep is a step of the sweep of full buckets (buckets.Sweeper) in
+// sweepStep is a step of the sweep of full buckets (keyorder.Sweeper) in
 // table i of, in turn, the sub-bucket tables (full at now - hold: the
 // ordering buffer may still decide requests from before now), the
 // on_timeout=local fallback table and the auto split's other fallback
@@ -602,12 +603,12 @@ func (o *Owner) sweepStep(now time.Duration, i int) bool {
 		if t == o.table {
 			keep = o.lend.Keeper()
 		}
-		return t.SweepStep(now-o.hold, buckets.SweepBudget, keep)
+		return t.SweepStep(now-o.hold, keyorder.Budget, keep)
 	}
 	if i -= len(o.tables); i == 0 {
-		return o.local.SweepStep(now, buckets.SweepBudget, nil)
+		return o.local.SweepStep(now, keyorder.Budget, nil)
 	}
-	return o.auto.local[i].SweepStep(now, buckets.SweepBudget, nil)
+	return o.auto.local[i].SweepStep(now, keyorder.Budget, nil)
 }
 
 // SetMembers ships every level this node holds to the key's new first K

@@ -50,6 +50,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Static is one node holding sub-token buckets (r/N, b_i) per key.
@@ -62,7 +63,7 @@ type Static struct {
 	conserve bool
 	live     []strategy.NodeID // SetMembers' view, sorted
 	expected []strategy.NodeID // SetExpected's last agreed members
-	sweep    buckets.Sweeper   // the sweeps of full buckets, in steps
+	sweep    keyorder.Sweeper  // the sweeps of full buckets, in steps
 	lend     buckets.Lender    // tokens lent to the driver's fast path (allowance.go)
 	// od is the rule's overdraft; debt this node's share of its max_debt
 	// (split as the burst, bucket.SplitBurst), in tokens.
@@ -207,13 +208,13 @@ func (s *Static) Receive(now time.Duration, from strategy.NodeID, payload []byte
 }
 
 // Tick drops the sub-token buckets that have refilled to their burst when a
-// sweep is due: a step of buckets.SweepBudget keys per tick
-// (buckets.Sweeper), and schedules the next.
+// sweep is due: a step of keyorder.Budget keys per tick
+// (keyorder.Sweeper), and schedules the next.
 func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
 	s.sweep.Step(now, fx, 1, func() {
 		s.lend.ClampAll(s.table, now) // a bucket with tokens held is not full: not swept
 	}, func(int) bool {
-		return s.table.SweepStep(now, buckets.SweepBudget, s.lend.Keeper())
+		return s.table.SweepStep(now, keyorder.Budget, s.lend.Keeper())
 	})
 }
 

@@ -7,11 +7,11 @@ package buckets
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // bucketStateBytes is the encoded size of one bucket's state besides its
@@ -29,16 +29,13 @@ type Table struct {
 	keyBytes int // sum of the keys' lengths
 	keyAlloc int // sum of the keys' heap allocations (allocBytes)
 	peak     int // the most keys m has held: a Go map never shrinks
-	// order holds every key of m once, in no particular order: a sweep
-	// walks it from cursor (sweep.go), so that a pass can stop after a
-	// number of keys and go on at the next call (a Go map's iteration
-	// cannot be resumed). order[:cursor] are the keys the pass under way
-	// has visited.
-	order  []string
-	cursor int
+	// order holds every key of m once: a sweep walks it (sweep.go), so
+	// that a pass can stop after a number of keys and go on at the next
+	// call (a Go map's iteration cannot be resumed).
+	order keyorder.Order
 }
 
-// entry is a key's bucket and the index of its key in Table.order.
+// entry is a key's bucket and the position of its key in Table.order.
 type entry struct {
 	b   bucket.Bucket
 	pos int
@@ -93,8 +90,7 @@ func (t *Table) SetRate(now time.Duration, rate bucket.Rate, burst int64) error 
 
 // add puts key's new entry e in the table and accounts for it.
 func (t *Table) add(key string, e *entry) {
-	e.pos = len(t.order)
-	t.order = append(t.order, key)
+	e.pos = t.order.Add(key)
 	t.m[key] = e
 	t.keyBytes += len(key)
 	t.keyAlloc += allocBytes(len(key))
@@ -104,12 +100,8 @@ func (t *Table) add(key string, e *entry) {
 // shrink rebuilds the map when it holds under a quarter of its peak: a Go
 // map keeps the slots of its largest size after deletes, so without it
 // a million expired keys would keep ~50 MB of empty slots for the
-// process's life (docs/PERFORMANCE.md); and the order's array likewise
-// under a quarter of its capacity.
+// process's life (docs/PERFORMANCE.md).
 func (t *Table) shrink() {
-	if cap(t.order) >= 1024 && len(t.order) < cap(t.order)/4 {
-		t.order = slices.Clone(t.order)
-	}
 	if t.peak < 1024 || len(t.m) >= t.peak/4 {
 		return
 	}
@@ -140,8 +132,6 @@ const (
 	// bucketAllocBytes is an entry, a bucket.Bucket (40 B) and its key's
 	// index in the order (8 B), in Go's 48-byte size class.
 	bucketAllocBytes = 48
-	// orderSlotBytes is a key's string header in the order's array.
-	orderSlotBytes = 16
 )
 
 // MemoryBytes estimates the Go heap the table takes, in bytes: the map's
@@ -160,7 +150,7 @@ func (t *Table) MemoryBytes() int {
 			slots *= 2
 		}
 	}
-	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + cap(t.order)*orderSlotBytes + t.keyAlloc
+	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + t.order.Bytes() + t.keyAlloc
 }
 
 // allocBytes approximates the heap allocation of an n-byte string: Go's

@@ -8,15 +8,17 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // checkOrder is the sweep's bookkeeping checked against the map: every
 // key once in order, at its entry's pos, and the cursor within it.
 func checkOrder(t *Table) error {
-	if len(t.order) != len(t.m) || t.cursor < 0 || t.cursor > len(t.order) {
-		return fmt.Errorf("%d keys in order, %d in the map, cursor %d", len(t.order), len(t.m), t.cursor)
+	if t.order.Len() != len(t.m) || t.order.Cursor() < 0 || t.order.Cursor() > t.order.Len() {
+		return fmt.Errorf("%d keys in order, %d in the map, cursor %d", t.order.Len(), len(t.m), t.order.Cursor())
 	}
-	for i, k := range t.order {
+	for i := range t.order.Len() {
+		k := t.order.Key(i)
 		e, ok := t.m[k]
 		if !ok || e.pos != i {
 			return fmt.Errorf("order[%d] = %q: in the map %v, its pos %d", i, k, ok, e.pos)
@@ -123,7 +125,7 @@ func (m *sweepModel) step(rt *rapid.T) {
 }
 
 // TestSweepDropsEveryFullKey: a table of 10,000 keys swept in steps of 64
-// keys as a strategy does it (Sweeper, a step per SweepStepEvery): the
+// keys as a strategy does it (keyorder.Sweeper, a step per keyorder.StepEvery): the
 // keys whose buckets were emptied stay until they are full; every key is
 // gone within one pass (157 steps) once all are full; none before.
 func TestSweepDropsEveryFullKey(t *testing.T) {
@@ -136,16 +138,16 @@ func TestSweepDropsEveryFullKey(t *testing.T) {
 	}
 	steps := 0
 	for ; steps < 1000 && tb.Len() > 0; steps++ {
-		now := time.Duration(steps) * SweepStepEvery
+		now := time.Duration(steps) * keyorder.StepEvery
 		n := tb.Len()
 		tb.SweepStep(now, 64, nil)
 		if now < time.Second && tb.Len() != n {
 			t.Fatalf("at %v: %d keys dropped before their buckets were full", now, n-tb.Len())
 		}
 	}
-	full := int(time.Second / SweepStepEvery)
+	full := int(time.Second / keyorder.StepEvery)
 	if tb.Len() != 0 || steps > full+10_000/64+2 {
 		t.Fatalf("%d keys left after %d steps (full at step %d; a pass is %d steps)", tb.Len(), steps, full, 10_000/64+1)
 	}
-	t.Logf("every key dropped %d steps (%v) after the buckets were full", steps-full, time.Duration(steps-full)*SweepStepEvery)
+	t.Logf("every key dropped %d steps (%v) after the buckets were full", steps-full, time.Duration(steps-full)*keyorder.StepEvery)
 }
