@@ -8,6 +8,7 @@ package buckets
 import (
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -129,10 +130,12 @@ const (
 	// mapMaxLoad is the share of a map's slots in use before it grows
 	// (7/8); it then doubles, so slots are a power of two.
 	mapMaxLoadNum, mapMaxLoadDen = 7, 8
-	// bucketAllocBytes is an entry, a bucket.Bucket (40 B) and its key's
-	// index in the order (8 B), in Go's 48-byte size class.
-	bucketAllocBytes = 48
 )
+
+// bucketAllocBytes is an entry, a bucket.Bucket (48 B) and its key's
+// place in the order (8 B), in Go's 64-byte size class (the bucket alone
+// took the 48-byte one before the sweep's order).
+var bucketAllocBytes = allocBytes(int(unsafe.Sizeof(entry{})))
 
 // MemoryBytes estimates the Go heap the table takes, in bytes: the map's
 // slots (sized by the most keys it has held since it last shrank: Go maps
