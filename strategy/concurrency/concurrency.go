@@ -104,6 +104,9 @@ type Concurrency struct {
 	asks    map[string]*leaseAsk // outstanding lease asks, by key
 	hot     map[string]*hotCount // forwarded acquires per key in the current window
 	nextAsk uint64
+	// waiting holds the keys whose permit table has acquires queued
+	// (wait.go), so that a Tick serves them without a walk of every key.
+	waiting map[string]struct{}
 
 	mem memory // heap accounting (memory.go)
 }
@@ -169,6 +172,7 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 		leases:  map[string][]*lease{},
 		asks:    map[string]*leaseAsk{},
 		hot:     map[string]*hotCount{},
+		waiting: map[string]struct{}{},
 	}
 	c.leaseSlots = int64(v.Int("lease"))
 	c.leaseTTL = v.Duration("lease_ttl")

@@ -39,6 +39,7 @@ type memory struct {
 	leases    memsize.Keys // the leases map (leases held, by key)
 	leaseMem  int          // the leases held: their slices' arrays, *lease and permits maps, bytes
 	asks, hot memsize.Keys // the asks and hot maps
+	waiting   memsize.Keys // the waiting set (its key strings are the permit tables')
 }
 
 // putID sets m[id] = v, counting a new entry in k.
@@ -134,6 +135,7 @@ func (c *Concurrency) shrinkMaps() {
 	c.leases = memsize.Shrink(c.leases, &c.mem.leases)
 	c.asks = memsize.Shrink(c.asks, &c.mem.asks)
 	c.hot = memsize.Shrink(c.hot, &c.mem.hot)
+	c.waiting = memsize.Shrink(c.waiting, &c.mem.waiting)
 }
 
 // MemoryBytes estimates the Go heap this node's concurrency state takes,
@@ -144,7 +146,8 @@ func (c *Concurrency) shrinkMaps() {
 // queue; as a node that forwards, the pending acquires (map and a
 // *forward each) and the granted map; with leases, the leases held per
 // key (the map, each key's slice array, a *lease each with its permits
-// map), the asks out and the hot counts; and the key strings of keys,
+// map), the asks out and the hot counts; the set of keys with acquires
+// waiting; and the key strings of keys,
 // leases, asks and hot (each its own allocation, as a key decoded from a
 // request or message is; one shared between them is counted twice). Not
 // counted: the strings a pending acquire shares with its request, the
@@ -156,6 +159,7 @@ func (c *Concurrency) MemoryBytes() int {
 	n := m.keys.Bytes(keySlot, keyPermitsAlloc) + m.kpMaps
 	n += m.pending.Bytes(idSlot, forwardAlloc) + m.granted.Bytes(grantedSlot, 0)
 	n += m.leases.Bytes(leasesSlot, 0) + m.leaseMem
+	n += m.waiting.Bytes(keySlot, 0) // map[string]struct{}: a zero-size value is padded to a pointer
 	return n + m.asks.Bytes(keySlot, askAlloc) + m.hot.Bytes(keySlot, hotAlloc)
 }
 

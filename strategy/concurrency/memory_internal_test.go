@@ -197,6 +197,8 @@ func (c *Concurrency) CheckMemory() error {
 		{"leases", m.leases.Len(), len(c.leases)},
 		{"asks", m.asks.Len(), len(c.asks)},
 		{"hot", m.hot.Len(), len(c.hot)},
+		{"waiting", m.waiting.Len(), len(c.waiting)},
+		{"keys with waiters", len(c.waiting), sumWaiting(c)},
 		{"permit tables", m.kpMaps, kpMaps},
 		{"leases held", m.leaseMem, leaseMem},
 	} {
@@ -205,4 +207,19 @@ func (c *Concurrency) CheckMemory() error {
 		}
 	}
 	return nil
+}
+
+// sumWaiting is the number of permit tables with waiters, all of them in
+// waiting (-1 when one is not).
+func sumWaiting(c *Concurrency) int {
+	n := 0
+	for k, kp := range c.keys {
+		if len(kp.waiters) > 0 {
+			if _, ok := c.waiting[k]; !ok {
+				return -1
+			}
+			n++
+		}
+	}
+	return n
 }
