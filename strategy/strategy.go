@@ -392,7 +392,7 @@ type Snapshotter interface {
 
 // MemoryReporter is implemented by strategies that can estimate the Go
 // heap their state takes at this node (local, central, static, owner,
-// gcounter, tbqueue, gdrl, adaptive, fixed_window, grd, fps, lease, quota: their maps,
+// gcounter, tbqueue, gdrl, adaptive, fixed_window, grd, fps, lease, quota, concurrency, regionlease: their maps,
 // structs, slices and key strings, with Go's map and allocation
 // overheads; package strategy/internal/memsize). The live runtime exports it as
 // tokenmesh_state_bytes, read in the node's loop at every scrape, so it

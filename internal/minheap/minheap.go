@@ -3,6 +3,8 @@
 // interfaces, so pushing a struct does not allocate once the slice has grown.
 package minheap
 
+import "slices"
+
 // Heap is a min-heap of T. The zero Heap is not usable; use New.
 type Heap[T any] struct {
 	items []T
@@ -57,5 +59,15 @@ func (h *Heap[T]) Pop() T {
 		}
 		h.items[i], h.items[m] = h.items[m], h.items[i]
 		i = m
+	}
+}
+
+// Shrink moves the items into a new array sized for them when they fill
+// under a quarter of the current one (of at least 1,024): a slice keeps
+// its capacity as items are popped. The items keep their order, which is
+// heap order, so nothing pops in another order.
+func (h *Heap[T]) Shrink() {
+	if cap(h.items) >= 1024 && len(h.items) < cap(h.items)/4 {
+		h.items = slices.Clone(h.items)
 	}
 }

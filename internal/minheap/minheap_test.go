@@ -49,3 +49,30 @@ func TestDrainIsSorted(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// TestShrinkKeepsOrder: after most items are popped, Shrink gives a
+// smaller array and the rest still pop in sorted order; a heap that fills
+// a quarter of its array or more, or is small, keeps its array.
+func TestShrinkKeepsOrder(t *testing.T) {
+	h := New(func(a, b int) bool { return a < b })
+	for i := range 4096 {
+		h.Push((i * 7919) % 4096)
+	}
+	before := cap(h.Items())
+	h.Shrink()
+	if cap(h.Items()) != before {
+		t.Fatalf("a full heap's array changed from %d to %d", before, cap(h.Items()))
+	}
+	for range 4000 {
+		h.Pop()
+	}
+	h.Shrink()
+	if c := cap(h.Items()); c >= before/4 {
+		t.Fatalf("after 4000 pops, Shrink kept capacity %d (was %d)", c, before)
+	}
+	for want := 4000; want < 4096; want++ {
+		if got := h.Pop(); got != want {
+			t.Fatalf("after Shrink popped %d, want %d", got, want)
+		}
+	}
+}

@@ -104,6 +104,11 @@ type Concurrency struct {
 	asks    map[string]*leaseAsk // outstanding lease asks, by key
 	hot     map[string]*hotCount // forwarded acquires per key in the current window
 	nextAsk uint64
+	// waiting holds the keys whose permit table has acquires queued
+	// (wait.go), so that a Tick serves them without a walk of every key.
+	waiting map[string]struct{}
+
+	mem memory // heap accounting (memory.go)
 }
 
 // view is a set of live members and when this node began to hold it.
@@ -118,6 +123,10 @@ type keyPermits struct {
 	permits map[uint64]permit
 	leases  map[uint64]*ownerLease // granted to other nodes (lease.go)
 	waiters []*waiter              // acquires waiting for a slot, in arrival order (wait.go)
+	// heap accounting (memory.go): the bytes counted for the maps and
+	// queue above, and the most entries the maps held (their slots)
+	mem                 int32
+	permPeak, leasePeak int32
 }
 
 type permit struct {
@@ -163,6 +172,7 @@ func New(cfg strategy.Config) (*Concurrency, error) {
 		leases:  map[string][]*lease{},
 		asks:    map[string]*leaseAsk{},
 		hot:     map[string]*hotCount{},
+		waiting: map[string]struct{}{},
 	}
 	c.leaseSlots = int64(v.Int("lease"))
 	c.leaseTTL = v.Duration("lease_ttl")
@@ -239,7 +249,7 @@ func (c *Concurrency) SetMembers(now time.Duration, members []strategy.NodeID, f
 	}
 	slices.Sort(gone)
 	for _, id := range gone {
-		delete(c.pending, id)
+		dropID(c.pending, &c.mem.pending, id)
 		fx.Decide(id, false)
 	}
 }
@@ -296,6 +306,7 @@ func (c *Concurrency) grant(now time.Duration, key string, weight int64, fx *str
 	}
 	kp.permits[id] = permit{weight: weight, expires: now + c.ttl}
 	kp.held += weight
+	c.kpChanged(kp)
 	c.scheduleSweep(now, fx)
 	return id
 }
@@ -306,6 +317,8 @@ func (c *Concurrency) table(key string) *keyPermits {
 	if kp == nil {
 		kp = &keyPermits{permits: map[uint64]permit{}}
 		c.keys[key] = kp
+		c.mem.keys.Add(key)
+		c.kpChanged(kp)
 	}
 	return kp
 }
@@ -370,7 +383,7 @@ func (c *Concurrency) Request(now time.Duration, req strategy.Request, fx *strat
 		return d, true
 	}
 	f := &forward{req: req, owner: owner, deadline: now + c.timeout}
-	c.pending[req.ID] = f
+	putID(c.pending, &c.mem.pending, req.ID, f)
 	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 		RequestId: req.ID, Key: req.Key, Weight: req.Tokens}}}))
 	fx.WakeAt(f.deadline)
@@ -389,6 +402,7 @@ func (c *Concurrency) Release(now time.Duration, key string, permit uint64, fx *
 		return
 	}
 	if kp := c.keys[key]; kp != nil && kp.free(permit) {
+		c.kpChanged(kp)
 		c.serveWaiters(now, key, fx)
 		return
 	}
@@ -474,7 +488,7 @@ func (c *Concurrency) onVerdict(now time.Duration, from strategy.NodeID, v *peer
 	if v.WaitedNs > int64(f.maxWait) {
 		return fmt.Errorf("concurrency: verdict for request %d from %s: waited_ns %d above the request's max wait %v", v.RequestId, from, v.WaitedNs, f.maxWait)
 	}
-	delete(c.pending, v.RequestId)
+	dropID(c.pending, &c.mem.pending, v.RequestId)
 	if !v.Granted {
 		fx.Decide(v.RequestId, false)
 		return nil
@@ -482,7 +496,7 @@ func (c *Concurrency) onVerdict(now time.Duration, from strategy.NodeID, v *peer
 	// The owner's expiry is its grant + permit_ttl, at least the
 	// acquire's arrival here + its wait there + permit_ttl.
 	expires := f.req.Arrival + time.Duration(v.WaitedNs) + c.ttl
-	c.granted[v.RequestId] = grantedVia{permit: v.Permit, expires: expires}
+	putID(c.granted, &c.mem.granted, v.RequestId, grantedVia{permit: v.Permit, expires: expires})
 	c.scheduleSweep(now, fx)
 	fx.DecidePermit(v.RequestId, v.Permit, expires)
 	return nil
@@ -496,6 +510,7 @@ func (c *Concurrency) onRelease(now time.Duration, from strategy.NodeID, r *peer
 		return
 	}
 	if kp := c.keys[r.Key]; kp != nil && kp.free(r.Permit) {
+		c.kpChanged(kp)
 		c.serveWaiters(now, r.Key, fx)
 		return
 	}
@@ -531,28 +546,37 @@ func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
 	}
 	slices.Sort(late)
 	for _, id := range late {
-		delete(c.pending, id)
+		dropID(c.pending, &c.mem.pending, id)
 		fx.Decide(id, false)
 	}
 	c.sweepLeases(now, fx)
 	c.serveAllWaiters(now, fx)
 	if c.nextSweep != 0 && c.nextSweep <= now {
 		c.nextSweep = 0
-		for k, kp := range c.keys {
-			kp.expire(now)
-			if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
-				delete(c.keys, k)
-			}
-		}
-		for id, g := range c.granted {
-			if g.expires <= now {
-				delete(c.granted, id)
-			}
-		}
+		c.sweep(now)
 		if len(c.keys) > 0 || len(c.leases) > 0 || len(c.granted) > 0 {
 			c.scheduleSweep(now, fx)
 		}
 		c.trimViews(now)
+	}
+	c.shrinkMaps()
+}
+
+// sweep frees the lapsed permits and leases' slots of every key, forgets
+// the tables left empty and the granted forwards that expired.
+func (c *Concurrency) sweep(now time.Duration) {
+	for k, kp := range c.keys {
+		kp.expire(now)
+		if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
+			c.dropTable(k, kp)
+		} else {
+			c.kpChanged(kp)
+		}
+	}
+	for id, g := range c.granted {
+		if g.expires <= now {
+			dropID(c.granted, &c.mem.granted, id)
+		}
 	}
 }
 
@@ -597,9 +621,7 @@ func (c *Concurrency) InFlight(now time.Duration, key string) int64 {
 
 // StateBytes is the size of the permit tables: per key its length, per
 // permit 24 bytes (id, weight, expiry); plus 24 bytes per pending forward.
-// (Not a strategy.MemoryReporter: a scrape walks the keys with permits
-// held or awaited, which a concurrency limit bounds; strategy/registry's
-// TestMemoryReporters lists it.)
+// It walks every key: /metrics reads MemoryBytes (memory.go) instead.
 func (c *Concurrency) StateBytes() int {
 	n := 24*(len(c.pending)+len(c.asks)) + 16*len(c.granted)
 	for k, kp := range c.keys {

@@ -7,6 +7,7 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
 
 // Leased permits (parameter lease = K > 0; ours, after `lease`, which
@@ -36,6 +37,9 @@ type lease struct {
 	used    int64         // by the live permits below
 	end     time.Duration // no grant from it at or after end
 	permits map[uint64]permit
+	// heap accounting (memory.go): the bytes counted for this lease, the
+	// most entries its permits map held
+	mem, permPeak int32
 }
 
 // ownerLease is a lease the owner granted.
@@ -76,6 +80,7 @@ func (c *Concurrency) grantLeased(now time.Duration, req strategy.Request, fx *s
 		}
 		l.permits[id] = permit{weight: req.Tokens, expires: req.Arrival + c.ttl}
 		l.used += req.Tokens
+		c.leaseChanged(l)
 		c.scheduleSweep(now, fx)
 		return strategy.Decision{RequestID: req.ID, Allowed: true, Permit: id, Expires: req.Arrival + c.ttl}, true
 	}
@@ -91,7 +96,7 @@ func (c *Concurrency) noteHot(now time.Duration, key string, owner strategy.Node
 	h := c.hot[key]
 	if h == nil || now-h.since >= c.leaseTTL {
 		h = &hotCount{since: now}
-		c.hot[key] = h
+		memsize.Put(c.hot, &c.mem.hot, key, h)
 	}
 	h.n++
 	if h.n < c.leaseSlots || c.asks[key] != nil {
@@ -99,7 +104,7 @@ func (c *Concurrency) noteHot(now time.Duration, key string, owner strategy.Node
 	}
 	c.nextAsk++
 	a := &leaseAsk{id: c.nextAsk, owner: owner, sent: now, deadline: now + c.timeout}
-	c.asks[key] = a
+	memsize.Put(c.asks, &c.mem.asks, key, a)
 	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseAsk{LeaseAsk: &peerv1.ConcurrencyLeaseAsk{
 		RequestId: a.id, Key: key, Slots: c.leaseSlots}}}))
 	fx.WakeAt(a.deadline)
@@ -127,6 +132,7 @@ func (c *Concurrency) grantLease(now time.Duration, from strategy.NodeID, key st
 	}
 	kp.leases[id] = &ownerLease{node: from, slots: g, until: now + c.leaseTTL + c.ttl}
 	kp.held += g
+	c.kpChanged(kp)
 	c.scheduleSweep(now, fx)
 	return id, g
 }
@@ -146,11 +152,13 @@ func (c *Concurrency) onLeaseGrant(now time.Duration, from strategy.NodeID, g *p
 		}
 		return
 	}
-	delete(c.asks, g.Key)
+	memsize.Delete(c.asks, &c.mem.asks, g.Key)
 	if g.Lease == 0 {
 		return
 	}
-	c.leases[g.Key] = append(c.leases[g.Key], &lease{id: g.Lease, owner: from, slots: g.Slots, end: a.sent + c.leaseTTL, permits: map[uint64]permit{}})
+	l := &lease{id: g.Lease, owner: from, slots: g.Slots, end: a.sent + c.leaseTTL, permits: map[uint64]permit{}}
+	c.setLeases(g.Key, append(c.leases[g.Key], l))
+	c.leaseChanged(l)
 	fx.WakeAt(a.sent + c.leaseTTL)
 	c.scheduleSweep(now, fx)
 }
@@ -173,6 +181,7 @@ func (c *Concurrency) onReturn(from strategy.NodeID, r *peerv1.ConcurrencyLeaseR
 		if l.slots == 0 {
 			delete(kp.leases, r.Lease)
 		}
+		c.kpChanged(kp)
 	}
 }
 
@@ -217,21 +226,27 @@ func (c *Concurrency) sweepLeases(now time.Duration, fx *strategy.Effects) {
 		for _, l := range ls {
 			c.expireLease(now, k, l, fx)
 		}
-		ls = slices.DeleteFunc(ls, func(l *lease) bool { return now >= l.end && l.slots == 0 })
+		ls = slices.DeleteFunc(ls, func(l *lease) bool {
+			if now >= l.end && l.slots == 0 {
+				c.mem.leaseMem -= int(l.mem)
+				return true
+			}
+			return false
+		})
 		if len(ls) == 0 {
-			delete(c.leases, k)
+			c.dropLeases(k)
 		} else {
-			c.leases[k] = ls
+			c.setLeases(k, ls)
 		}
 	}
 	for k, a := range c.asks {
 		if a.deadline <= now {
-			delete(c.asks, k)
+			memsize.Delete(c.asks, &c.mem.asks, k)
 		}
 	}
 	for k, h := range c.hot {
 		if now-h.since >= c.leaseTTL {
-			delete(c.hot, k)
+			memsize.Delete(c.hot, &c.mem.hot, k)
 		}
 	}
 }

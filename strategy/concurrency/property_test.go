@@ -185,6 +185,9 @@ func (c *propCluster) check(keys []string) {
 				c.t.Fatalf("node %s holds %d permits of %q, above N = %d", id, f, k, c.limit)
 			}
 		}
+		if err := s.CheckMemory(); err != nil {
+			c.t.Fatal(err)
+		}
 	}
 }
 

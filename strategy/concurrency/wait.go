@@ -1,6 +1,7 @@
 package concurrency
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -53,7 +54,7 @@ func (c *Concurrency) RequestWait(now time.Duration, req strategy.Request, maxWa
 			return d, true
 		}
 		f := &forward{req: req, owner: owner, deadline: now + maxWait + c.timeout, maxWait: maxWait}
-		c.pending[req.ID] = f
+		putID(c.pending, &c.mem.pending, req.ID, f)
 		fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 			RequestId: req.ID, Key: req.Key, Weight: req.Tokens, MaxWaitNs: int64(maxWait)}}}))
 		fx.WakeAt(f.deadline)
@@ -89,6 +90,11 @@ func (c *Concurrency) enqueue(now time.Duration, key string, w waiter, fx *strat
 		return false
 	}
 	kp.waiters = append(kp.waiters, &w)
+	c.kpChanged(kp)
+	if _, ok := c.waiting[key]; !ok {
+		c.waiting[key] = struct{}{}
+		c.mem.waiting.Add("") // its key string is the permit table's
+	}
 	fx.WakeAt(w.deadline)
 	c.scheduleSweep(now, fx)
 	return true
@@ -100,9 +106,11 @@ func (c *Concurrency) enqueue(now time.Duration, key string, w waiter, fx *strat
 func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.Effects) {
 	kp := c.keys[key]
 	if kp == nil || len(kp.waiters) == 0 {
+		c.doneWaiting(key)
 		return
 	}
 	kp.expire(now)
+	defer c.kpChanged(kp)
 	owns := c.owns(now, key)
 	kp.waiters = slices.DeleteFunc(kp.waiters, func(w *waiter) bool {
 		if w.deadline <= now || !owns {
@@ -125,8 +133,17 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 	}
 	if len(kp.waiters) == 0 {
 		kp.waiters = nil
+		c.doneWaiting(key)
 		return
 	}
+	if next := kp.nextExpiry(); next > now {
+		fx.WakeAt(next)
+	}
+}
+
+// nextExpiry is the earliest expiry of kp's permits and leases granted, -1
+// for none.
+func (kp *keyPermits) nextExpiry() time.Duration {
 	next := time.Duration(-1)
 	for _, p := range kp.permits {
 		if next < 0 || p.expires < next {
@@ -138,9 +155,7 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 			next = l.until
 		}
 	}
-	if next > now {
-		fx.WakeAt(next)
-	}
+	return next
 }
 
 // answerWaiter answers a queued acquire at now: permit 0 refuses it. A
@@ -162,18 +177,23 @@ func (c *Concurrency) answerWaiter(now time.Duration, w *waiter, key string, per
 	fx.Send(w.from, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Verdict{Verdict: v}}))
 }
 
-// serveAllWaiters is serveWaiters for every key with a queue, in key
-// order.
+// serveAllWaiters is serveWaiters for every key with a queue (waiting),
+// in key order: O(keys with a queue), not O(keys) (ours, issue 28: it
+// walked every permit table at every Tick).
 func (c *Concurrency) serveAllWaiters(now time.Duration, fx *strategy.Effects) {
-	var keys []string
-	for k, kp := range c.keys {
-		if len(kp.waiters) > 0 {
-			keys = append(keys, k)
-		}
+	if len(c.waiting) == 0 {
+		return
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(c.waiting)) {
 		c.serveWaiters(now, k, fx)
+	}
+}
+
+// doneWaiting takes key out of waiting (its queue is empty).
+func (c *Concurrency) doneWaiting(key string) {
+	if _, ok := c.waiting[key]; ok {
+		delete(c.waiting, key)
+		c.mem.waiting.Remove("")
 	}
 }
 

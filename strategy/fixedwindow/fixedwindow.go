@@ -47,6 +47,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
@@ -58,6 +59,7 @@ const Name = "fixedwindow"
 type counter struct {
 	win   int64
 	count int64
+	pos   int // the key's place in FixedWindow.order (the sweep's)
 }
 
 // FixedWindow is one node of the fixedwindow strategy.
@@ -81,6 +83,8 @@ type FixedWindow struct {
 	// decreases and deadlineAt never goes back, so appending keeps it sorted).
 	deadlines []uint64
 	nextSweep time.Duration
+	order     keyorder.Order // the counts' keys, for the sweep's steps
+	sweeping  bool           // a sweep's pass is under way
 }
 
 // New builds a node (see the package documentation for the parameters).
@@ -152,6 +156,7 @@ func (f *FixedWindow) count(now time.Duration, key string, tokens int64) bool {
 	if c == nil {
 		c = &counter{}
 		f.counts[key] = c
+		c.pos = f.order.Add(key)
 		f.keyBytes += len(key)
 		f.mem.Add(key)
 	}
@@ -239,20 +244,53 @@ func (f *FixedWindow) Tick(now time.Duration, fx *strategy.Effects) {
 		fx.Decide(id, f.failOpen)
 	}
 	f.deadlines = f.deadlines[n:]
-	if now >= f.nextSweep {
-		win := f.windowAt(now)
-		for k, c := range f.counts {
-			if c.win < win {
-				delete(f.counts, k)
-				f.keyBytes -= len(k)
-				f.mem.Remove(k)
-			}
-		}
-		f.shrinkCounts()
-		f.nextSweep = f.WindowEnd(now)
-		fx.WakeAt(f.nextSweep)
+	if !f.sweeping && now < f.nextSweep {
+		return
 	}
+	if !f.sweeping {
+		f.sweeping, f.nextSweep = true, f.WindowEnd(now)
+	}
+	if !f.sweepStep(now, keyorder.Budget) {
+		fx.WakeAt(now + keyorder.StepEvery)
+		return
+	}
+	f.sweeping = false
+	fx.WakeAt(max(f.nextSweep, now+keyorder.StepEvery))
 }
+
+// sweepStep visits the next keys of the sweep's pass under way, at most
+// budget (keyorder.Order: the pass goes on at the next call), drops each
+// whose counter is of a window before now's, and reports whether the pass
+// is over (the counts map then rebuilt if it shrank under a quarter of
+// its peak). Ours (issue 28: a sweep of 1M keys in one go held the loop
+// for 0.4 s of CPU). A counter of an ended window counts nothing (count
+// starts a new one), so dropping it later changes no decision.
+func (f *FixedWindow) sweepStep(now time.Duration, budget int) bool {
+	win := f.windowAt(now)
+	for range budget {
+		k, ok := f.order.Next()
+		if !ok {
+			break
+		}
+		if c := f.counts[k]; c.win < win {
+			delete(f.counts, k)
+			f.order.Remove(c.pos, f.moved)
+			f.keyBytes -= len(k)
+			f.mem.Remove(k)
+			continue
+		}
+		f.order.Visited()
+	}
+	if _, ok := f.order.Next(); ok {
+		return false
+	}
+	f.order.EndPass()
+	f.shrinkCounts()
+	return true
+}
+
+// moved records that key's place in the order is now pos.
+func (f *FixedWindow) moved(key string, pos int) { f.counts[key].pos = pos }
 
 // SetMembers re-routes, in request ID order, the forwards whose owner left.
 func (f *FixedWindow) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {

@@ -35,7 +35,7 @@ func (f *FixedWindow) shrinkCounts() {
 // for (their slots, structs and keys; as many as are in flight). No key
 // counted is walked.
 func (f *FixedWindow) MemoryBytes() int {
-	n := f.mem.Bytes(countsSlot, counterAlloc) + memsize.Map(len(f.pending), pendingSlot)
+	n := f.mem.Bytes(countsSlot, counterAlloc) + f.order.Bytes() + memsize.Map(len(f.pending), pendingSlot)
 	for _, p := range f.pending {
 		n += memsize.Alloc(pendingAlloc) + memsize.Alloc(len(p.Req.Key))
 	}

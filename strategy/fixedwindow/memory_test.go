@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
 )
 
 // TestMemoryBytesMatchesHeap holds MemoryBytes (tokenmesh_state_bytes) to
 // the live heap a single node's counters grow by: 100k keys
 // (TOKENMESH_MEMKEYS) counted in one window; then the next window's sweep
-// drops them and the heap must fall back (the counts map rebuilt).
+// (in steps) drops them and the heap must fall back (the counts map rebuilt).
 func TestMemoryBytesMatchesHeap(t *testing.T) {
 	keys := memtest.Keys(t)
 	names := memtest.Names(keys)
@@ -30,8 +31,12 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 	memtest.Compare(t, "requests", f.MemoryBytes(), growth)
 	peak := f.MemoryBytes()
 	shrunk := memtest.Growth(func() {
-		f.Tick(time.Minute, fx) // a later window: every counter swept
-		fx.Reset()
+		// A later window: every counter swept, in steps of
+		// keyorder.Budget keys, a step every keyorder.StepEvery.
+		for now := time.Minute; now < time.Minute+10*time.Second; now += keyorder.StepEvery {
+			f.Tick(now, fx)
+			fx.Reset()
+		}
 	})
 	t.Logf("after the window: %d keys, MemoryBytes %d (was %d), heap %s", len(f.counts), f.MemoryBytes(), peak, memtest.Sprint(shrunk))
 	if len(f.counts) != 0 {

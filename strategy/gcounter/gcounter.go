@@ -206,6 +206,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buddy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/gossipgraph"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Name is the strategy's name in the registry and in errors.
@@ -253,7 +254,8 @@ type GCounter struct {
 	delta          map[strategy.NodeID]map[string]struct{} // per neighbour, the keys changed since the last message
 
 	nextGossip time.Duration
-	nextSweep  time.Duration
+	sweeper    keyorder.Sweeper // the sweeps of idle keys, in steps (sweepStep)
+	order      keyorder.Order   // the state's keys, for the sweep's steps
 	nextFold   time.Duration
 
 	// fold (fold.go): this period's segment name, and since when this
@@ -303,6 +305,7 @@ type bucketState struct {
 	// pending counts the neighbours' delta states that hold this key
 	// (local only), so that StateBytes need not look every delta key up.
 	pending int
+	pos     int // local only: the key's place in GCounter.order (the sweep's)
 }
 
 // New builds a node with the parameters declared in Params (params.go:
@@ -421,7 +424,10 @@ var _ strategy.Conserver = (*GCounter)(nil)
 // (0, gossip] with Config.Rand (ours; see gossipPhase).
 func (g *GCounter) Start(now time.Duration, fx *strategy.Effects) {
 	g.nextGossip = now + gossipPhase(g.rnd, g.gossip)
-	g.nextSweep = now + g.idle/10
+	if g.idle > 0 {
+		g.sweeper.Every = g.idle / 10
+		g.sweeper.Start(now, fx)
+	}
 	g.nextFold = now + g.fold/10
 	fx.WakeAt(g.nextGossip)
 }
@@ -443,8 +449,7 @@ func (g *GCounter) Request(now time.Duration, req strategy.Request, fx *strategy
 	b, ok := g.state[req.Key]
 	if !ok {
 		b = &bucketState{gen: g.generation(now), limit: g.scaledCapacity(), refill: req.Arrival}
-		g.state[req.Key] = b
-		g.mem.added(req.Key, b)
+		g.addKey(req.Key, b)
 	}
 	b.touched = now
 	g.refill(b, req.Arrival)
@@ -580,8 +585,7 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 			changed = local.merge(b)
 			g.mem.resized(slots, cap(local.counter))
 		} else {
-			g.state[key] = b
-			g.mem.added(key, b)
+			g.addKey(key, b)
 			local = b
 		}
 		g.clamp(local) // conserve: a merged limit is held to this side's capacity
@@ -605,14 +609,13 @@ func (g *GCounter) Receive(now time.Duration, from strategy.NodeID, payload []by
 // gossiping it sweeps the idle keys when idle/10 has passed since the last
 // sweep.
 func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
+	if g.idle > 0 {
+		g.sweeper.Step(now, fx, 1, nil, func(int) bool { return g.sweepStep(now, keyorder.Budget) })
+	}
 	if now < g.nextGossip {
 		return
 	}
 	g.gossipOnce(fx)
-	if g.idle > 0 && now >= g.nextSweep {
-		g.sweep(now)
-		g.nextSweep = now + g.idle/10
-	}
 	if g.fold > 0 && now >= g.nextFold {
 		g.foldAll(now)
 		g.nextFold = now + g.fold/10
@@ -624,20 +627,61 @@ func (g *GCounter) Tick(now time.Duration, fx *strategy.Effects) {
 }
 
 // sweep drops the keys unchanged for idle, full at now and in no pending
-// delta state, and returns how many it dropped.
+// delta state, all in one call, and returns how many it dropped (a pass
+// under way starts over).
 func (g *GCounter) sweep(now time.Duration) int {
-	dropped := 0
-	for k, b := range g.state {
-		if now-b.touched < g.idle || !g.full(b, now) || b.pending > 0 {
+	n := len(g.state)
+	g.order.Restart()
+	g.sweepStep(now, math.MaxInt)
+	return n - len(g.state)
+}
+
+// sweepStep visits the next keys of the sweep's pass under way, at most
+// budget (keyorder.Order: the pass goes on at the next call), and drops
+// each unchanged for idle, full at now and in no pending delta state; it
+// reports whether the pass is over (every key held at its start or added
+// since visited; the state map rebuilt if it shrank under a quarter of
+// its peak). Ours (issue 28: a sweep of 1M keys in one go held the loop
+// for 120 ms of CPU). A key is dropped at its visit if it is idle and
+// full then, as the sweep in one go dropped it at its time: later, never
+// earlier.
+func (g *GCounter) sweepStep(now time.Duration, budget int) bool {
+	for range budget {
+		k, ok := g.order.Next()
+		if !ok {
+			break
+		}
+		if b := g.state[k]; now-b.touched >= g.idle && g.full(b, now) && b.pending == 0 {
+			g.dropKey(k, b) // the last key moves to the cursor: visited next
 			continue
 		}
-		delete(g.state, k)
-		g.mem.dropped(k, b)
-		dropped++
+		g.order.Visited()
 	}
+	if _, ok := g.order.Next(); ok {
+		return false
+	}
+	g.order.EndPass()
 	g.shrinkState()
-	return dropped
+	return true
 }
+
+// addKey puts key's new bucket b in the state, the order and the count.
+func (g *GCounter) addKey(key string, b *bucketState) {
+	g.state[key] = b
+	b.pos = g.order.Add(key)
+	g.mem.added(key, b)
+}
+
+// dropKey deletes key, whose bucket is b, from the state, the order and
+// the count.
+func (g *GCounter) dropKey(key string, b *bucketState) {
+	delete(g.state, key)
+	g.order.Remove(b.pos, g.movedKey)
+	g.mem.dropped(key, b)
+}
+
+// movedKey records that key's place in the order is now pos.
+func (g *GCounter) movedKey(key string, pos int) { g.state[key].pos = pos }
 
 // full reports whether b has refilled to consumed + capacity at now (on a
 // copy: b is not changed).

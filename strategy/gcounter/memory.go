@@ -72,13 +72,14 @@ func (g *GCounter) shrinkState() {
 // MemoryBytes estimates the Go heap this node's gcounter state takes, in
 // bytes (strategy.MemoryReporter; ours): the state map's slots (sized by
 // its peak since it was last rebuilt), one bucketState allocation and one
-// counter slice per key, the keys' strings, and the neighbours' delta
+// counter slice per key, the keys' strings, the sweep's order of the keys
+// (its array's capacity), and the neighbours' delta
 // states (their current keys: an emptied one is replaced at the next
 // sweep). Node names are interned and not counted. O(neighbours): no key
 // is walked. Measured within 20% of the heap growth at 100k keys
 // (TestMemoryBytesMatchesHeap).
 func (g *GCounter) MemoryBytes() int {
-	n := g.mem.keys.Bytes(stateSlotBytes, bucketAllocBytes) + g.mem.counterAlloc
+	n := g.mem.keys.Bytes(stateSlotBytes, bucketAllocBytes) + g.mem.counterAlloc + g.order.Bytes()
 	for _, keys := range g.delta {
 		n += memsize.Map(len(keys), deltaSlotBytes)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
 )
 
@@ -55,8 +56,12 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 			}
 			peak := g.MemoryBytes()
 			shrunk := memtest.Growth(func() {
-				g.Tick(time.Minute, fx) // past idle, full again: swept
-				fx.Reset()
+				// Past idle, full again: swept, in steps of
+				// keyorder.Budget keys, a step every keyorder.StepEvery.
+				for now := time.Minute; now < time.Minute+10*time.Second; now += keyorder.StepEvery {
+					g.Tick(now, fx)
+					fx.Reset()
+				}
 			})
 			t.Logf("after expiry: %d keys, MemoryBytes %d (was %d), heap %s", len(g.state), g.MemoryBytes(), peak, memtest.Sprint(shrunk))
 			if len(g.state) != 0 {

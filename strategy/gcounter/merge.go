@@ -29,9 +29,9 @@ func (b *bucketState) merge(src *bucketState) bool {
 	case src.gen < b.gen:
 		return false
 	case src.gen > b.gen:
-		touched, pending := b.touched, b.pending
+		touched, pending, pos := b.touched, b.pending, b.pos // local only
 		*b = *src.clone()
-		b.touched, b.pending, b.size = touched, pending, 0
+		b.touched, b.pending, b.size, b.pos = touched, pending, 0, pos
 		return true
 	}
 	changed := false

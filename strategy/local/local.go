@@ -23,16 +23,16 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Local is one node enforcing the whole (r, b) per key from its own memory.
 type Local struct {
-	name       string
-	table      *buckets.Table
-	sweepEvery time.Duration
-	nextSweep  time.Duration
-	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
-	od         strategy.Overdraft
+	name  string
+	table *buckets.Table
+	sweep keyorder.Sweeper // the sweeps of full buckets, in steps
+	lend  buckets.Lender   // tokens lent to the driver's fast path (allowance.go)
+	od    strategy.Overdraft
 }
 
 // New builds a node. name is "local" or "central" (for error messages).
@@ -55,13 +55,12 @@ func New(name string, cfg strategy.Config) (*Local, error) {
 		return nil, err
 	}
 	t.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
-	return &Local{name: name, table: t, sweepEvery: buckets.SweepInterval(cfg.Rate, cfg.Burst), od: od}, nil
+	return &Local{name: name, table: t, sweep: keyorder.Sweeper{Every: buckets.SweepInterval(cfg.Rate, cfg.Burst)}, od: od}, nil
 }
 
 // Start schedules the first sweep of idle (full) buckets.
 func (l *Local) Start(now time.Duration, fx *strategy.Effects) {
-	l.nextSweep = now + l.sweepEvery
-	fx.WakeAt(l.nextSweep)
+	l.sweep.Start(now, fx)
 }
 
 // Request decides at once from this node's bucket for req.Key, at req.Arrival:
@@ -110,15 +109,14 @@ func (l *Local) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 }
 
 // Tick drops the buckets that have refilled to their burst (they equal new
-// ones) when a sweep is due, and schedules the next.
+// ones) when a sweep is due: a step of keyorder.Budget keys per tick
+// (keyorder.Sweeper), and schedules the next.
 func (l *Local) Tick(now time.Duration, fx *strategy.Effects) {
-	if now < l.nextSweep {
-		return
-	}
-	l.lend.ClampAll(l.table, now) // a bucket with tokens held is not full: not swept
-	l.table.Sweep(now)
-	l.nextSweep = now + l.sweepEvery
-	fx.WakeAt(l.nextSweep)
+	l.sweep.Step(now, fx, 1, func() {
+		l.lend.ClampAll(l.table, now) // a bucket with tokens held is not full: not swept
+	}, func(int) bool {
+		return l.table.SweepStep(now, keyorder.Budget, l.lend.Keeper())
+	})
 }
 
 // SetMembers does nothing: each node enforces the whole (r, b) whatever the membership.

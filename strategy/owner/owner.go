@@ -194,6 +194,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // MaxWait bounds the max_wait a peer may ask for in a forward (an hour):
@@ -308,9 +309,8 @@ type Owner struct {
 	ackTo   map[uint64]strategy.NodeID
 	resend  time.Duration
 
-	sweepEvery time.Duration
-	nextSweep  time.Duration
-	rank       []strategy.NodeID // scratch for rendezvous.Rank
+	sweep keyorder.Sweeper  // the sweeps of full buckets, in steps (sweepStep)
+	rank  []strategy.NodeID // scratch for rendezvous.Rank
 
 	// distinct is split_placement=distinct (split.go): sub-bucket i is
 	// owned by the i-th node of the key's rendezvous order, not by the
@@ -398,7 +398,7 @@ func New(cfg strategy.Config) (*Owner, error) {
 	if err := o.autoLocalTables(); err != nil {
 		return nil, err
 	}
-	o.sweepEvery = buckets.SweepInterval(cfg.Rate, cfg.Burst)
+	o.sweep.Every = buckets.SweepInterval(cfg.Rate, cfg.Burst)
 	return o, nil
 }
 
@@ -505,8 +505,7 @@ func (o *Owner) Start(now time.Duration, fx *strategy.Effects) {
 			o.auto.unknown = true // it may have missed split rounds
 		}
 	}
-	o.nextSweep = now + o.sweepEvery
-	fx.WakeAt(o.nextSweep)
+	o.sweep.Start(now, fx)
 }
 
 // primary is key's deciding node in this node's view (a sub-key's under
@@ -583,20 +582,33 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	if o.leaving && len(o.unacked) > 0 && now >= o.resend {
 		o.resendUnacked(now, fx)
 	}
-	if now >= o.nextSweep {
-		o.clampAll(now - o.hold) // a bucket with tokens held is not full: not swept
-		for _, t := range o.tables {
-			t.Sweep(now - o.hold)
-		}
-		o.local.Sweep(now)
-		if o.auto != nil {
-			for _, t := range o.auto.local[1:] {
-				t.Sweep(now)
-			}
-		}
-		o.nextSweep = now + o.sweepEvery
-		fx.WakeAt(o.nextSweep)
+	n := len(o.tables) + 1
+	if o.auto != nil {
+		n += len(o.auto.local) - 1
 	}
+	o.sweep.Step(now, fx, n, func() {
+		o.clampAll(now - o.hold) // a bucket with tokens held is not full: not swept
+	}, func(i int) bool { return o.sweepStep(now, i) })
+}
+
+// sweepStep is a step of the sweep of full buckets (keyorder.Sweeper) in
+// table i of, in turn, the sub-bucket tables (full at now - hold: the
+// ordering buffer may still decide requests from before now), the
+// on_timeout=local fallback table and the auto split's other fallback
+// tables (full at now). A key with tokens held by the driver is kept.
+func (o *Owner) sweepStep(now time.Duration, i int) bool {
+	if i < len(o.tables) {
+		t := o.tables[i]
+		var keep func(string) bool
+		if t == o.table {
+			keep = o.lend.Keeper()
+		}
+		return t.SweepStep(now-o.hold, keyorder.Budget, keep)
+	}
+	if i -= len(o.tables); i == 0 {
+		return o.local.SweepStep(now, keyorder.Budget, nil)
+	}
+	return o.auto.local[i].SweepStep(now, keyorder.Budget, nil)
 }
 
 // SetMembers ships every level this node holds to the key's new first K

@@ -111,7 +111,7 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 	}
 	l.relaySeq++
 	r := &relay{origin: from, originID: f.RequestId, key: f.Key, tokens: n, arrival: arr, to: g, deadline: now + l.timeout}
-	l.relays[l.relaySeq] = r
+	putID(l.relays, &l.mem.relays, l.relaySeq, "", r)
 	l.sendRelay(now, l.relaySeq, r, fx)
 }
 
@@ -139,7 +139,7 @@ func (l *RegionLease) fromStock(now time.Duration, key string, h *holding, arr t
 
 func (l *RegionLease) sendRelay(now time.Duration, id uint64, r *relay, fx *strategy.Effects) {
 	r.next = min(now+l.retryEvery, r.deadline)
-	l.timers.Push(timer{at: r.next, kind: timerRelay, id: id})
+	l.pushTimer(timer{at: r.next, kind: timerRelay, id: id})
 	fx.WakeAt(r.next)
 	fx.Send(r.to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{
 		RequestId: id, Key: r.key, ExtraTokens: r.tokens - 1, ArrivalNs: int64(r.arrival), Relay: true}}}))
@@ -156,7 +156,7 @@ func (l *RegionLease) relayTimer(now time.Duration, t timer, fx *strategy.Effect
 		l.sendRelay(now, t.id, r, fx)
 		return
 	}
-	delete(l.relays, t.id)
+	dropID(l.relays, &l.mem.relays, t.id, "")
 }
 
 // onRelayVerdict passes the global owner's verdict on to the node the
@@ -170,7 +170,7 @@ func (l *RegionLease) onRelayVerdict(now time.Duration, from strategy.NodeID, v 
 	if r.to != from {
 		return errorf("relayed verdict for %d from %s, but the relay went to %s", v.RequestId, from, r.to)
 	}
-	delete(l.relays, v.RequestId)
+	dropID(l.relays, &l.mem.relays, v.RequestId, "")
 	if !v.Allowed {
 		h := l.holding(r.key)
 		h.dry, h.dryAt = true, now
@@ -210,7 +210,7 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 	} else {
 		g = l.grantStock(now, at, from, a, fx)
 	}
-	l.grants[id] = g
+	putID(l.grants, &l.mem.grants, id, id.key, g)
 	l.gexp.Push(grantExp{at: g.expires, id: id})
 	l.gexp.Push(grantExp{at: max(g.expires, now) + l.timeout + l.maxSkew, id: id, end: true})
 	fx.WakeAt(max(g.expires, now))
@@ -264,6 +264,7 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	h := l.holding(a.Key)
 	h.reports[from] = report{mtps: a.DemandMtps, at: now}
+	l.holdingChanged(h)
 	l.used(now, a.Key, h, fx)
 	defer l.maybeAsk(now, a.Key, h, fx)
 	var best *held
@@ -392,7 +393,7 @@ func (l *RegionLease) expireGrants(now time.Duration, fx *strategy.Effects) {
 		e := l.gexp.Pop()
 		if e.end {
 			if g := l.grants[e.id]; g != nil && g.expires+l.timeout+l.maxSkew <= e.at {
-				delete(l.grants, e.id)
+				dropID(l.grants, &l.mem.grants, e.id, e.id.key)
 			}
 			continue
 		}

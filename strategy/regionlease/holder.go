@@ -54,6 +54,11 @@ type holding struct {
 	// (at a regional owner): the region's demand is their sum plus what
 	// this node sees itself.
 	reports map[strategy.NodeID]report
+
+	// heap accounting (memory.go): the bytes counted for the maps and
+	// slices above, and the most entries each map held (its slots)
+	mem                        int32
+	sentPeak, accPeak, repPeak uint16
 }
 
 type report struct {
@@ -118,7 +123,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 		return refuse, true
 	}
 	p := &forwarding.Pending{Req: req, Deadline: now + l.timeout}
-	l.pending[req.ID] = p
+	putID(l.pending, &l.mem.pending, req.ID, "", p)
 	l.forward(now, p, to, fx)
 	return strategy.Decision{}, false
 }
@@ -173,6 +178,8 @@ func (l *RegionLease) holding(key string) *holding {
 	if h == nil {
 		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}, reports: map[strategy.NodeID]report{}}
 		l.keys[key] = h
+		l.mem.holdings.Add(key)
+		l.holdingChanged(h)
 	}
 	return h
 }
@@ -312,12 +319,13 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 	h.askDeadline = now + l.timeout
 	h.sentTo[h.seq] = to
 	delete(h.sentTo, h.seq-8)
+	l.holdingChanged(h)
 	l.sendAsk(now, key, h, fx)
 }
 
 func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
 	h.askNext = min(now+l.retryFor(h.askTo), h.askDeadline)
-	l.timers.Push(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
+	l.pushTimer(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
 		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent}}}))
@@ -327,7 +335,7 @@ func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strat
 	// The WAN's interval even inside the region: a regional owner may
 	// relay the request across the WAN, and a forward has no acknowledgement.
 	next := p.SendTo(now, to, l.retryEvery)
-	l.timers.Push(timer{at: next, kind: timerForward, id: p.Req.ID})
+	l.pushTimer(timer{at: next, kind: timerForward, id: p.Req.ID})
 	fx.WakeAt(next)
 	fx.Send(to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{
 		RequestId: p.Req.ID, Key: p.Req.Key, ExtraTokens: p.Req.Tokens - 1, ArrivalNs: int64(p.Req.Arrival)}}}))
@@ -372,9 +380,10 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	}
 	if g.Tokens > 0 && expires > now {
 		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
-		l.timers.Push(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
+		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
 		fx.WakeAt(expires)
 	}
+	l.holdingChanged(h)
 	return nil
 }
 
@@ -391,7 +400,7 @@ func (l *RegionLease) scheduleAsk(now time.Duration, h *holding, g *peerv1.Regio
 		h.nextAskAt = now + l.retryEvery/2
 	}
 	if h.nextAskAt > now {
-		l.timers.Push(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
+		l.pushTimer(timer{at: h.nextAskAt, kind: timerRenew, key: g.Key})
 		fx.WakeAt(h.nextAskAt)
 	}
 }
@@ -409,7 +418,7 @@ func (l *RegionLease) onVerdict(now time.Duration, from strategy.NodeID, v *peer
 	if err := p.CheckFrom(from); err != nil {
 		return errorf("%v", err)
 	}
-	delete(l.pending, v.RequestId)
+	dropID(l.pending, &l.mem.pending, v.RequestId, "")
 	fx.Decide(v.RequestId, v.Allowed)
 	if !v.Allowed && v.EmptyForUs > 0 {
 		h := l.holding(p.Req.Key)
@@ -427,7 +436,7 @@ func (l *RegionLease) forwardTimer(now time.Duration, t timer, fx *strategy.Effe
 		l.forward(now, p, p.Owner, fx)
 		return
 	}
-	delete(l.pending, t.id)
+	dropID(l.pending, &l.mem.pending, t.id, "")
 	fx.Decide(t.id, l.admitOnTimeout)
 }
 
@@ -463,7 +472,7 @@ func (l *RegionLease) leaseTimer(now time.Duration, t timer, fx *strategy.Effect
 func (l *RegionLease) giveBack(now time.Duration, key string, ls held, fx *strategy.Effects) {
 	if ls.tokens > 0 && ls.from != l.self {
 		id := grantID{ls.from, key, ls.seq}
-		l.returns[id] = &returning{unused: ls.tokens, deadline: now + l.timeout}
+		putID(l.returns, &l.mem.returns, id, "", &returning{unused: ls.tokens, deadline: now + l.timeout})
 		l.sendReturn(now, id, fx)
 	}
 }
@@ -474,7 +483,7 @@ func (l *RegionLease) used(now time.Duration, key string, h *holding, fx *strate
 	h.lastRequestAt = now
 	if !h.idleSet {
 		h.idleSet = true
-		l.timers.Push(timer{at: now + l.idle, kind: timerIdle, key: key})
+		l.pushTimer(timer{at: now + l.idle, kind: timerIdle, key: key})
 		fx.WakeAt(now + l.idle)
 	}
 }
@@ -490,7 +499,7 @@ func (l *RegionLease) idleTimer(now time.Duration, t timer, fx *strategy.Effects
 		return
 	}
 	if at := h.lastRequestAt + l.idle; at > now {
-		l.timers.Push(timer{at: at, kind: timerIdle, key: t.key})
+		l.pushTimer(timer{at: at, kind: timerIdle, key: t.key})
 		fx.WakeAt(at)
 		return
 	}
@@ -511,7 +520,7 @@ func (l *RegionLease) returnTimer(now time.Duration, t timer, fx *strategy.Effec
 		return
 	}
 	if now >= r.deadline || !slices.Contains(l.live, t.node) {
-		delete(l.returns, id)
+		dropID(l.returns, &l.mem.returns, id, "")
 		return
 	}
 	l.sendReturn(now, id, fx)
@@ -520,14 +529,14 @@ func (l *RegionLease) returnTimer(now time.Duration, t timer, fx *strategy.Effec
 func (l *RegionLease) sendReturn(now time.Duration, id grantID, fx *strategy.Effects) {
 	r := l.returns[id]
 	r.next = min(now+l.retryFor(id.node), r.deadline)
-	l.timers.Push(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
+	l.pushTimer(timer{at: r.next, kind: timerReturn, key: id.key, seq: id.seq, node: id.node})
 	fx.WakeAt(r.next)
 	fx.Send(id.node, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Return{Return: &peerv1.RegionLeaseReturn{
 		Key: id.key, Seq: id.seq, Unused: r.unused}}}))
 }
 
 func (l *RegionLease) onReturnAck(from strategy.NodeID, a *peerv1.RegionLeaseReturnAck) {
-	delete(l.returns, grantID{from, a.Key, a.Seq})
+	dropID(l.returns, &l.mem.returns, grantID{from, a.Key, a.Seq}, "")
 }
 
 // timer kinds

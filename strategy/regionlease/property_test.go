@@ -31,6 +31,14 @@ func (r *registry) check(now time.Duration) {
 	if err := regionlease.Conserved(r.current, r.all, r.burst, now); err != nil {
 		r.fail("%v", err)
 	}
+	for _, n := range r.current {
+		if n == nil {
+			continue
+		}
+		if err := n.CheckMemory(); err != nil {
+			r.fail("%v", err)
+		}
+	}
 	if r.extra != nil {
 		if err := r.extra(now); err != nil {
 			r.fail("%v", err)

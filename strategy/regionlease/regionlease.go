@@ -69,6 +69,8 @@ type RegionLease struct {
 	restarted bool
 	restartAt time.Duration
 	seqBase   uint64
+
+	mem memory // heap accounting (memory.go)
 }
 
 type change struct {
@@ -265,7 +267,7 @@ func (l *RegionLease) Receive(now time.Duration, from strategy.NodeID, payload [
 // and returns; the end of leases held and granted; the sweep.
 func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 	for l.timers.Len() > 0 && l.timers.Peek().at <= now {
-		t := l.timers.Pop()
+		t := l.popTimer()
 		switch t.kind {
 		case timerForward:
 			l.forwardTimer(now, t, fx)
@@ -320,7 +322,7 @@ func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *str
 	l.changes = append(l.changes, change{at: now, prev: prev})
 	for _, key := range sortedKeys(l.pools) {
 		if g, _ := l.global(key); g != l.self {
-			delete(l.pools, key) // its grants stay counted nowhere: they end by themselves
+			l.dropPool(key) // its grants stay counted nowhere: they end by themselves
 		}
 	}
 	l.dropFences()
@@ -377,7 +379,7 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 	if from, moved := l.moveOf(key, now); moved {
 		p = &pool{Level: 0, Last: from}
 	}
-	l.pools[key] = p
+	l.setPool(key, p)
 	return p
 }
 
@@ -391,7 +393,7 @@ func (l *RegionLease) sweep(now time.Duration) {
 			continue
 		}
 		if cp := *p; l.sh.Full(&cp, at) {
-			delete(l.pools, k)
+			l.dropPool(k)
 		}
 	}
 	for k, h := range l.keys {
@@ -408,8 +410,9 @@ func (l *RegionLease) sweep(now time.Duration) {
 		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
 			continue
 		}
-		delete(l.keys, k)
+		l.dropHolding(k, h)
 	}
+	l.shrinkMaps()
 }
 
 // StateBytes counts pools, lease records, holdings, relays and pending

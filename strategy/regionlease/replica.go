@@ -91,6 +91,7 @@ func (l *RegionLease) fenced(now time.Duration, key string, end time.Duration, f
 	if fs == nil {
 		fs = map[strategy.NodeID]*fenceHolder{}
 		l.gfences[key] = fs
+		l.mem.gfences.Add("")
 	}
 	ok := true
 	for _, r := range reps {
@@ -98,6 +99,7 @@ func (l *RegionLease) fenced(now time.Duration, key string, end time.Duration, f
 		if f == nil {
 			f = &fenceHolder{first: -1, shipAt: -l.retryEvery}
 			fs[r] = f
+			l.mem.fenceRec++
 		}
 		if (f.acked < end || f.acked < now+l.rttl+l.ahead) && now >= f.shipAt+l.retryEvery {
 			f.shipped = max(f.shipped, now+l.rttl+2*l.ahead)
@@ -137,6 +139,7 @@ func (l *RegionLease) onReplica(from strategy.NodeID, r *peerv1.RegionLeaseRepli
 		}
 		fs = map[strategy.NodeID]time.Duration{}
 		l.fences[r.Key] = fs
+		l.mem.fences.Add(r.Key)
 	}
 	if _, ok := fs[from]; !ok {
 		if l.nfences >= maxFences {
@@ -176,6 +179,7 @@ func (l *RegionLease) dropFences() {
 			}
 		}
 		if len(fs) == 0 {
+			l.mem.fences.Remove(key)
 			delete(l.fences, key)
 		}
 	}
@@ -199,6 +203,7 @@ func (l *RegionLease) sweepFences(now time.Duration) {
 			}
 		}
 		if len(fs) == 0 {
+			l.mem.fences.Remove(key)
 			delete(l.fences, key)
 		}
 	}
@@ -213,9 +218,11 @@ func (l *RegionLease) sweepFences(now time.Duration) {
 		for r, f := range fs {
 			if f.shipped+keep < now {
 				delete(fs, r)
+				l.mem.fenceRec--
 			}
 		}
 		if len(fs) == 0 {
+			l.mem.gfences.Remove("")
 			delete(l.gfences, key)
 		}
 	}

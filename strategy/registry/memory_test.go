@@ -9,8 +9,9 @@ import (
 
 // wireSizeOnly are the strategies whose tokenmesh_state_bytes is still the
 // wire size, computed by a walk of their keys in the node's loop at every
-// scrape (docs/API.md, "Metrics"; docs/PERFORMANCE.md, issue 28 item 5).
-var wireSizeOnly = []string{"regionlease", "concurrency"}
+// scrape (docs/API.md, "Metrics"; docs/PERFORMANCE.md, issue 28 item 5):
+// none since regionlease and concurrency keep their estimates too.
+var wireSizeOnly = []string{}
 
 // TestMemoryReporters: every strategy reports its heap with an estimate
 // kept as its keys change (strategy.MemoryReporter), so that a scrape walks

@@ -50,21 +50,21 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Static is one node holding sub-token buckets (r/N, b_i) per key.
 type Static struct {
-	self       strategy.NodeID
-	rate       bucket.Rate
-	burst      int64
-	table      *buckets.Table
-	members    int // N of the current split
-	conserve   bool
-	live       []strategy.NodeID // SetMembers' view, sorted
-	expected   []strategy.NodeID // SetExpected's last agreed members
-	sweepEvery time.Duration
-	nextSweep  time.Duration
-	lend       buckets.Lender // tokens lent to the driver's fast path (allowance.go)
+	self     strategy.NodeID
+	rate     bucket.Rate
+	burst    int64
+	table    *buckets.Table
+	members  int // N of the current split
+	conserve bool
+	live     []strategy.NodeID // SetMembers' view, sorted
+	expected []strategy.NodeID // SetExpected's last agreed members
+	sweep    keyorder.Sweeper  // the sweeps of full buckets, in steps
+	lend     buckets.Lender    // tokens lent to the driver's fast path (allowance.go)
 	// od is the rule's overdraft; debt this node's share of its max_debt
 	// (split as the burst, bucket.SplitBurst), in tokens.
 	od   strategy.Overdraft
@@ -102,7 +102,7 @@ func New(cfg strategy.Config) (*Static, error) {
 	s.table.SetSeed(cfg.Seed) // a new key's level (the live driver's derived rules)
 	s.members = len(cfg.Members)
 	s.debt = s.debtShare(cfg.Members)
-	s.sweepEvery = buckets.SweepInterval(r, b)
+	s.sweep.Every = buckets.SweepInterval(r, b)
 	return s, nil
 }
 
@@ -136,8 +136,7 @@ func (s *Static) debtShare(members []strategy.NodeID) int64 {
 
 // Start schedules the first sweep of idle (full) buckets.
 func (s *Static) Start(now time.Duration, fx *strategy.Effects) {
-	s.nextSweep = now + s.sweepEvery
-	fx.WakeAt(s.nextSweep)
+	s.sweep.Start(now, fx)
 }
 
 // Request decides at once from this node's sub-token bucket (r/N, b_i) for
@@ -209,15 +208,14 @@ func (s *Static) Receive(now time.Duration, from strategy.NodeID, payload []byte
 }
 
 // Tick drops the sub-token buckets that have refilled to their burst when a
-// sweep is due, and schedules the next.
+// sweep is due: a step of keyorder.Budget keys per tick
+// (keyorder.Sweeper), and schedules the next.
 func (s *Static) Tick(now time.Duration, fx *strategy.Effects) {
-	if now < s.nextSweep {
-		return
-	}
-	s.lend.ClampAll(s.table, now) // a bucket with tokens held is not full: not swept
-	s.table.Sweep(now)
-	s.nextSweep = now + s.sweepEvery
-	fx.WakeAt(s.nextSweep)
+	s.sweep.Step(now, fx, 1, func() {
+		s.lend.ClampAll(s.table, now) // a bucket with tokens held is not full: not swept
+	}, func(int) bool {
+		return s.table.SweepStep(now, keyorder.Budget, s.lend.Keeper())
+	})
 }
 
 // SetMembers re-splits (r, b) over the new member count: the live members

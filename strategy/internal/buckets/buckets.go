@@ -8,9 +8,11 @@ package buckets
 import (
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // bucketStateBytes is the encoded size of one bucket's state besides its
@@ -24,10 +26,20 @@ type Table struct {
 	seed     strategy.KeySeeder // SetSeed
 	rate     bucket.Rate
 	burst    int64
-	m        map[string]*bucket.Bucket
+	m        map[string]*entry
 	keyBytes int // sum of the keys' lengths
 	keyAlloc int // sum of the keys' heap allocations (allocBytes)
 	peak     int // the most keys m has held: a Go map never shrinks
+	// order holds every key of m once: a sweep walks it (sweep.go), so
+	// that a pass can stop after a number of keys and go on at the next
+	// call (a Go map's iteration cannot be resumed).
+	order keyorder.Order
+}
+
+// entry is a key's bucket and the position of its key in Table.order.
+type entry struct {
+	b   bucket.Bucket
+	pos int
 }
 
 // New returns an empty table. Errors as bucket.New.
@@ -35,25 +47,24 @@ func New(rate bucket.Rate, burst int64) (*Table, error) {
 	if _, err := bucket.New(rate, burst, 0); err != nil {
 		return nil, err
 	}
-	return &Table{rate: rate, burst: burst, m: map[string]*bucket.Bucket{}}, nil
+	return &Table{rate: rate, burst: burst, m: map[string]*entry{}}, nil
 }
 
 // Get returns key's bucket, creating one at now if there is none: full,
 // or at the level the table's KeySeeder gives (SetSeed), rescaled to the
 // table's ticks and capped at its burst.
 func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
-	if b, ok := t.m[key]; ok {
-		return b
+	if e, ok := t.m[key]; ok {
+		return &e.b
 	}
-	b := bucket.MustNew(t.rate, t.burst, now) // parameters validated in New
+	e := &entry{b: bucket.MustNew(t.rate, t.burst, now)} // parameters validated in New
 	if t.seed != nil {
 		if st, ok := t.seed(now, key); ok && st.Validate() == nil {
-			_ = b.SetLevel(now, st.Level, st.TicksPerToken) // validated: level >= 0, ticks per token > 0
+			_ = e.b.SetLevel(now, st.Level, st.TicksPerToken) // validated: level >= 0, ticks per token > 0
 		}
 	}
-	t.m[key] = &b
-	t.added(key)
-	return &b
+	t.add(key, e)
+	return &e.b
 }
 
 // SetSeed sets where Get takes the level of the buckets it creates (nil:
@@ -72,29 +83,16 @@ func (t *Table) SetRate(now time.Duration, rate bucket.Rate, burst int64) error 
 		return err
 	}
 	t.rate, t.burst = rate, burst
-	for _, b := range t.m {
-		_ = b.SetRate(now, rate, burst) // cannot fail: validated above
+	for _, e := range t.m {
+		_ = e.b.SetRate(now, rate, burst) // cannot fail: validated above
 	}
 	return nil
 }
 
-// Sweep drops the buckets that are full at now and returns how many it dropped.
-func (t *Table) Sweep(now time.Duration) int {
-	n := 0
-	for k, b := range t.m {
-		if b.Full(now) {
-			delete(t.m, k)
-			t.keyBytes -= len(k)
-			t.keyAlloc -= allocBytes(len(k))
-			n++
-		}
-	}
-	t.shrink()
-	return n
-}
-
-// added accounts for a new key.
-func (t *Table) added(key string) {
+// add puts key's new entry e in the table and accounts for it.
+func (t *Table) add(key string, e *entry) {
+	e.pos = t.order.Add(key)
+	t.m[key] = e
 	t.keyBytes += len(key)
 	t.keyAlloc += allocBytes(len(key))
 	t.peak = max(t.peak, len(t.m))
@@ -108,9 +106,9 @@ func (t *Table) shrink() {
 	if t.peak < 1024 || len(t.m) >= t.peak/4 {
 		return
 	}
-	m := make(map[string]*bucket.Bucket, len(t.m))
-	for k, b := range t.m {
-		m[k] = b
+	m := make(map[string]*entry, len(t.m))
+	for k, e := range t.m {
+		m[k] = e
 	}
 	t.m, t.peak = m, len(m)
 }
@@ -132,14 +130,18 @@ const (
 	// mapMaxLoad is the share of a map's slots in use before it grows
 	// (7/8); it then doubles, so slots are a power of two.
 	mapMaxLoadNum, mapMaxLoadDen = 7, 8
-	// bucketAllocBytes is a bucket.Bucket (40 B) in Go's 48-byte size class.
-	bucketAllocBytes = 48
 )
+
+// bucketAllocBytes is an entry, a bucket.Bucket (48 B) and its key's
+// place in the order (8 B), in Go's 64-byte size class (the bucket alone
+// took the 48-byte one before the sweep's order).
+var bucketAllocBytes = allocBytes(int(unsafe.Sizeof(entry{})))
 
 // MemoryBytes estimates the Go heap the table takes, in bytes: the map's
 // slots (sized by the most keys it has held since it last shrank: Go maps
-// do not shrink on delete), one bucket allocation per key and the keys'
-// strings rounded up to Go's allocation size classes. Measured within 15%
+// do not shrink on delete), one bucket allocation per key, the sweep's
+// order of the keys (its array's capacity) and the keys' strings rounded
+// up to Go's allocation size classes. Measured within 15%
 // of the heap growth at 100k and 1M keys (TestMemoryBytesMatchesHeap).
 // Ours; StateBytes is the wire size.
 func (t *Table) MemoryBytes() int {
@@ -151,7 +153,7 @@ func (t *Table) MemoryBytes() int {
 			slots *= 2
 		}
 	}
-	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + t.keyAlloc
+	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + t.order.Bytes() + t.keyAlloc
 }
 
 // allocBytes approximates the heap allocation of an n-byte string: Go's
@@ -219,8 +221,8 @@ func Whole(b bucket.Bucket, now time.Duration) int64 {
 // burst when the table holds no bucket for key (a new one is full). It
 // changes nothing: no bucket is created.
 func (t *Table) Remaining(key string, now time.Duration) int64 {
-	if b, ok := t.m[key]; ok {
-		return Whole(*b, now)
+	if e, ok := t.m[key]; ok {
+		return Whole(e.b, now)
 	}
 	return t.burst
 }

@@ -15,8 +15,8 @@ func (t *Table) SetRateKeepingDue(now time.Duration, rate bucket.Rate, burst int
 		return err
 	}
 	t.rate, t.burst = rate, burst
-	for _, b := range t.m {
-		_ = b.SetRateKeepingDue(now, rate, burst) // cannot fail: validated above
+	for _, e := range t.m {
+		_ = e.b.SetRateKeepingDue(now, rate, burst) // cannot fail: validated above
 	}
 	return nil
 }

@@ -49,6 +49,17 @@ func (l *Lender) Clamp(t *Table, now time.Duration, key string) {
 	}
 }
 
+// Keeper is, for a sweep (Table.SweepStep), whether it must keep a key's
+// bucket though it looks full: tokens of it are held by the driver (the
+// keys ClampAll clamps, so that the old sweep in one go never saw them
+// full); nil when no key has tokens held.
+func (l *Lender) Keeper() func(key string) bool {
+	if l.Held.Len() == 0 {
+		return nil
+	}
+	return func(key string) bool { return l.Held.Held(key) > 0 }
+}
+
 // ClampAll clamps every key with tokens lent (before a sweep, a re-split
 // or a snapshot, which read or change every bucket).
 func (l *Lender) ClampAll(t *Table, now time.Duration) {

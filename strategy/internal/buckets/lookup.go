@@ -9,17 +9,18 @@ import (
 // Lookup returns key's bucket and true, or nil and false when the table
 // holds none (Get would create a full one). It creates nothing.
 func (t *Table) Lookup(key string) (*bucket.Bucket, bool) {
-	b, ok := t.m[key]
-	return b, ok
+	e, ok := t.m[key]
+	if !ok {
+		return nil, false
+	}
+	return &e.b, true
 }
 
 // Delete drops key's bucket, if any, and its share of StateBytes and
 // MemoryBytes.
 func (t *Table) Delete(key string) {
-	if _, ok := t.m[key]; ok {
-		delete(t.m, key)
-		t.keyBytes -= len(key)
-		t.keyAlloc -= allocBytes(len(key))
+	if e, ok := t.m[key]; ok {
+		t.drop(key, e)
 	}
 }
 

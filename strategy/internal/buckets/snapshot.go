@@ -23,7 +23,8 @@ import (
 // keeps it (Import). A bucket of burst 0 is not exported: it admits
 // nothing, debt or not.
 func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(strategy.KeyState)) {
-	for k, b := range t.m {
+	for k, e := range t.m {
+		b := &e.b
 		level, capacity, per := b.LevelAt(now)
 		if level >= capacity || capacity <= 0 || (keep != nil && !keep(k)) {
 			continue
@@ -65,14 +66,13 @@ func (t *Table) Import(now time.Duration, states []strategy.KeyState, maxDebt fu
 		}
 		_ = b.SetLevelFloor(at, s.Level, s.TicksPerToken, b.FloorTicks(debt)) // validated above
 		if old, ok := t.m[s.Key]; ok {
-			*old = b
+			old.b = b
 			continue
 		}
 		if b.Full(now) {
 			continue
 		}
-		t.m[s.Key] = &b
-		t.added(s.Key)
+		t.add(s.Key, &entry{b: b})
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ type Table[K comparable, V any] struct {
 	ttl   time.Duration
 	m     map[K]V
 	order []entry[K] // by expiry time, oldest first
+	peak  int        // the most entries m held since it was made or shrunk (MemoryBytes)
 }
 
 type entry[K comparable] struct {
@@ -45,6 +46,7 @@ func (t *Table[K, V]) Get(id K) (V, bool) {
 // the next ones). id must not be remembered already (Get first).
 func (t *Table[K, V]) Add(now time.Duration, id K, v V, fx *strategy.Effects) {
 	t.m[id] = v
+	t.peak = max(t.peak, len(t.m))
 	t.order = append(t.order, entry[K]{at: now + t.ttl, id: id})
 	if len(t.order) == 1 {
 		fx.WakeAt(now + t.ttl)
@@ -61,6 +63,9 @@ func (t *Table[K, V]) Expire(now time.Duration, fx *strategy.Effects) {
 		n++
 	}
 	t.order = t.order[n:]
+	if len(t.order) == 0 {
+		t.order = nil // its array given back (a slice cut from the front keeps it)
+	}
 	if n > 0 && len(t.order) > 0 {
 		fx.WakeAt(t.order[0].at)
 	}
