@@ -157,8 +157,8 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		return
 	}
 	total := ps.own.demand(now, l.window, l.minLease)
-	for _, a := range ps.askers {
-		if a.at+l.window > now {
+	for _, n := range sortedNodes(ps.askers) { // in order: the sum is the same on every run
+		if a := ps.askers[n]; a.at+l.window > now {
 			total += float64(a.mtps) / 1000
 		}
 	}
