@@ -77,6 +77,7 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 		l.sh.Advance(p, now)
 		v := &verdict{decided: true, allowed: l.sh.Take(p, arr, n)}
 		if !v.allowed {
+			l.noteDry(now, f.Key, fx)
 			if until := l.sh.UntilOne(p, arr); until > arr {
 				v.emptyFor = uint64(min(until-arr, l.takeover+l.fillTime, maxHint) / time.Microsecond)
 			}
@@ -238,6 +239,7 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	}
 	p := l.ownPool(now, a.Key, fx)
 	l.sh.Advance(p, now)
+	l.noteAsk(now, from, a)
 	whole := l.sh.Whole(p, now)
 	n := min(a.Tokens, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
@@ -248,8 +250,13 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		// Dry: the bucket's refill until the hint ends is for the other
 		// holders' next asks (lease's dry hint).
 		g.emptyUntil = at + min(period, l.sh.FillTime(p), hint)
+		l.noteDry(now, a.Key, fx)
 	}
 	l.sh.Lend(p, n)
+	if n > 0 && l.pushEvery > 0 && topology.Of(from) != l.region {
+		ps := l.pushOf(a.Key)
+		ps.out[from] = append(ps.out[from], a.Seq)
+	}
 	return g
 }
 
@@ -338,9 +345,7 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 	}
 	g.released = true
 	if g.pool != nil {
-		left := g.tokens - g.used
-		l.sh.Advance(g.pool, now)
-		l.sh.Release(g.pool, left, min(unused, left))
+		l.releasePool(now, id, g, unused)
 		return
 	}
 	h := l.keys[id.key]
@@ -368,6 +373,19 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 			return
 		}
 	}
+}
+
+// releasePool ends a lease granted (or pushed) out of a pool: its tokens
+// not reported used leave the leased count, unused of them back into the
+// level; a holder that gave tokens back gets no more pushes until it asks
+// (notePushIdle).
+func (l *RegionLease) releasePool(now time.Duration, id grantID, g *grantRec, unused int64) {
+	if unused > 0 {
+		l.notePushIdle(id)
+	}
+	left := g.tokens - g.used
+	l.sh.Advance(g.pool, now)
+	l.sh.Release(g.pool, left, min(unused, left))
 }
 
 // onUsed takes a holder's report of the tokens it has used of a lease

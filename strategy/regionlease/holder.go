@@ -49,6 +49,9 @@ type holding struct {
 	// each request across the WAN (hot).
 	dryAt time.Duration
 	dry   bool
+	// pushAt is when the last pushed grant came (push.go), pushGap a
+	// moving average (1/8) of the time between pushes.
+	pushAt, pushGap time.Duration
 
 	// reports are the demands the region's nodes reported in their asks
 	// (at a regional owner): the region's demand is their sum plus what
@@ -109,7 +112,12 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	if g, _ := l.global(req.Key); g == l.self {
 		p := l.ownPool(now, req.Key, fx)
 		l.sh.Advance(p, now)
-		return strategy.Decision{RequestID: req.ID, Allowed: l.sh.Take(p, req.Arrival, req.Tokens)}, true
+		l.noteOwn(req.Key, req)
+		ok := l.sh.Take(p, req.Arrival, req.Tokens)
+		if !ok {
+			l.noteDry(now, req.Key, fx)
+		}
+		return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 	}
 	h := l.holding(req.Key)
 	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
@@ -245,7 +253,11 @@ func (l *RegionLease) stockDue(now time.Duration, h *holding) time.Duration {
 	if h.asking {
 		at = h.askAt
 	}
-	return max(at+l.wanRTT, now+l.lanRetry)
+	due := at + l.wanRTT
+	if p := l.pushDue(now, h); p > 0 {
+		due = min(due, p)
+	}
+	return max(due, now+l.lanRetry)
 }
 
 // available is the tokens h's unexpired leases hold at now (not lent out).
@@ -264,8 +276,8 @@ func (h *holding) available(now time.Duration) int64 {
 // report none) plus the demands its nodes reported within the window.
 func (l *RegionLease) regionDemand(now time.Duration, h *holding) float64 {
 	d := h.demand(now, l.window, l.minLease)
-	for _, r := range h.reports {
-		if r.at+l.window > now {
+	for _, n := range sortedNodes(h.reports) { // in order: the same sum on every run
+		if r := h.reports[n]; r.at+l.window > now {
 			d += float64(r.mtps) / 1000
 		}
 	}
@@ -328,7 +340,7 @@ func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *str
 	l.pushTimer(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
-		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent}}}))
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent, TakesPush: h.askRegion}}}))
 }
 
 func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
@@ -548,6 +560,7 @@ const (
 	timerRenew
 	timerReturn
 	timerIdle
+	timerPush
 )
 
 type timer struct {

@@ -38,6 +38,11 @@
 //     then; at least region_ttl.
 //   - max_skew (duration, default 100ms): how far in the future a peer's time
 //     (arrival, ask) may lie; beyond it the message is refused.
+//   - push_every (duration, default latency_hint/8): while a key is contended
+//     (its bucket was dry within region_ttl), its global owner pushes, this
+//     often, the whole tokens of its bucket to the other regions' regional
+//     owners that take pushes, each its share by the demand it reported,
+//     without waiting for their asks; 0 turns pushes off; not negative.
 //   - replicas (int, default 1): the global owner lends a key's tokens only
 //     under a fence (no lease ends after it) acknowledged by the key's first K
 //     successors in rendezvous order, and by the first successor in another
@@ -79,6 +84,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "how long a node that becomes a key's global owner (a membership change, a restart) keeps the key's bucket empty: every lease the previous owner granted has ended by then; at least region_ttl."},
 	{Name: "max_skew", Type: strategy.ParamDuration, Default: "100ms", Example: "200ms",
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
+	{Name: "push_every", Type: strategy.ParamDuration, Default: "latency_hint/8", Example: "20ms",
+		Doc: "while a key is contended (its bucket was dry within region_ttl), its global owner pushes, this often, the whole tokens of its bucket to the other regions' regional owners that take pushes, each its share by the demand it reported, without waiting for their asks; 0 turns pushes off; not negative."},
 	{Name: "replicas", Type: strategy.ParamInt, Default: "1", Example: "2",
 		Doc: "the global owner lends a key's tokens only under a fence (no lease ends after it) acknowledged by the key's first K successors in rendezvous order, and by the first successor in another region when none of them is; the successor that takes the key over after a crash refills from that fence instead of waiting the whole takeover; 0 turns replicas off (every takeover waits takeover); 0 to 8."},
 }

@@ -52,6 +52,11 @@ type RegionLease struct {
 	gfences  map[string]map[strategy.NodeID]*fenceHolder
 	fences   map[string]map[strategy.NodeID]time.Duration
 	nfences  int
+	// pushed grants (push.go): per key it owns globally, the demands its
+	// askers reported and whether it is contended
+	pushes    map[string]*pushState
+	pushEvery time.Duration // 0: no pushes
+	pushSeq   uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
 	// regional owner, the region's stock), its forwarded requests, its
@@ -117,7 +122,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
 		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
 		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
-		gfences: map[string]map[strategy.NodeID]*fenceHolder{}, fences: map[string]map[strategy.NodeID]time.Duration{},
+		gfences: map[string]map[strategy.NodeID]*fenceHolder{}, pushes: map[string]*pushState{}, fences: map[string]map[strategy.NodeID]time.Duration{},
 	}
 	if err := l.readParams(v, hint); err != nil {
 		return nil, err
@@ -176,6 +181,10 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.rtt = 2 * hint
 	l.wanRTT = l.rtt
 	l.ahead = max(l.takeover-l.rttl, l.timeout)
+	l.pushEvery = v.DurationOr("push_every", hint/8)
+	if l.pushEvery < 0 {
+		return fmt.Errorf("regionlease: parameter push_every must not be negative")
+	}
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {
 		return fmt.Errorf("regionlease: parameter idle must be positive")
@@ -193,6 +202,7 @@ func (l *RegionLease) Start(now time.Duration, fx *strategy.Effects) {
 	}
 	l.seqBase = uint64(now)
 	l.relaySeq = uint64(now)
+	l.pushSeq = uint64(now)
 	l.nextSweep = now + l.sweepEvery
 	fx.WakeAt(l.nextSweep)
 }
@@ -285,6 +295,8 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			l.returnTimer(now, t, fx)
 		case timerIdle:
 			l.idleTimer(now, t, fx)
+		case timerPush:
+			l.pushTimer(now, t, fx)
 		}
 	}
 	l.expireGrants(now, fx)
@@ -387,6 +399,7 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 // to remember.
 func (l *RegionLease) sweep(now time.Duration) {
 	l.sweepFences(now)
+	l.sweepPushes(now)
 	at := now - l.sweepLag
 	for k, p := range l.pools {
 		if p.Last > at {
@@ -434,6 +447,9 @@ func (l *RegionLease) StateBytes() int {
 	}
 	for _, r := range l.relays {
 		n += perRequest + len(r.key)
+	}
+	for k, ps := range l.pushes {
+		n += perPool + len(k) + len(ps.askers)*perSeen
 	}
 	for k, fs := range l.gfences {
 		n += len(k) + len(fs)*perFence

@@ -135,6 +135,10 @@ func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *pee
 		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
 	case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
 		return errorf("grant from %s: dry hint %v outside [0, now + %v]", from, time.Duration(g.EmptyUntilNs), maxHint)
+	case g.PrevTokens < 0 || g.PrevTokens > l.sh.Burst:
+		return errorf("grant from %s: previous push of %d tokens outside [0, burst %d]", from, g.PrevTokens, l.sh.Burst)
+	case g.PrevExpiresNs < 0 || g.PrevExpiresNs > int64(now+l.rttl+l.maxSkew):
+		return errorf("grant from %s: previous push's end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.PrevExpiresNs))
 	}
 	return nil
 }
@@ -160,6 +164,10 @@ func (l *RegionLease) dispatch(now time.Duration, from strategy.NodeID, m *peerv
 	case *peerv1.RegionLeaseMessage_Ask:
 		l.onAsk(now, from, b.Ask, fx)
 	case *peerv1.RegionLeaseMessage_Grant:
+		if b.Grant.Pushed {
+			l.onPush(now, from, b.Grant, fx)
+			return nil
+		}
 		return l.onGrant(now, from, b.Grant, fx)
 	case *peerv1.RegionLeaseMessage_Return:
 		l.onReturn(now, from, b.Return, fx)

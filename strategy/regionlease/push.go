@@ -1,0 +1,257 @@
+package regionlease
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
+	"github.com/tokenmesh/tokenmesh/topology"
+)
+
+// Pushed grants (ours; issue 24): while a key is contended (its global
+// owner G said "dry" within region_ttl: a grant short of an ask, or a
+// refusal of its own), G pushes, every push_every, the whole tokens its
+// bucket holds to the regional owners of the other regions, each its
+// share by measured demand (the demand each region reported in its last
+// ask, against the sum of every region's and of G's own region's), without
+// waiting for their asks. What G's own region's share and the share of
+// regions that do not take pushes stay in the bucket for their asks. A
+// push is a lease like a grant: its tokens leave the level when it is
+// sent (Lend), so the level plus every token in leases stays within b
+// exactly as for a grant; it lasts region_ttl from G's send time (the
+// holder stops using it rlead earlier), under the key's fence
+// (replica.go); a push lost on the WAN is a lease that ends unused at G,
+// as a lost grant. Before pushes a region's supply came once per WAN round
+// trip, in the chunk of refill its ask found; pushes bring it every
+// push_every, one WAN one-way delay after the refill.
+//
+// Compatibility: G pushes only to an asker whose ask set takes_push (a
+// node of a build without pushes never sets it, and would drop a grant it
+// did not ask for), and a G of such a build ignores the field and never
+// pushes. A mixed cluster therefore runs pushes between new nodes only:
+// a region whose regional owner is of the old build gets no pushes (its
+// demand still counts in the split, so its share stays in G's bucket for
+// its asks), and an old G pushes to no one.
+
+// pushSeqBit marks a pushed lease's seq (G's own counter): an asker's seq
+// (its start time in ns plus its asks) never has it.
+const pushSeqBit = 1 << 63
+
+// pushState is what a global owner knows of a key for its pushes.
+type pushState struct {
+	askers map[strategy.NodeID]asker    // the demand in each asker's last ask
+	last   map[strategy.NodeID]uint64   // the seq of the last push to each holder (sent again with the next)
+	out    map[strategy.NodeID][]uint64 // the seqs of the leases granted or pushed to each remote asker, not yet seen ended
+	own    holding                      // G's own requests of the key (count and demand only)
+	dryAt  time.Duration                // G last said its bucket was dry (dry set)
+	dry    bool
+	armed  bool // a push timer is set
+}
+
+type asker struct {
+	mtps   uint64
+	at     time.Duration
+	remote bool // a regional owner of another region
+	push   bool // takes pushed grants
+}
+
+func (l *RegionLease) pushOf(key string) *pushState {
+	ps := l.pushes[key]
+	if ps == nil {
+		ps = &pushState{askers: map[strategy.NodeID]asker{}, last: map[strategy.NodeID]uint64{}, out: map[strategy.NodeID][]uint64{}}
+		l.pushes[key] = ps
+	}
+	return ps
+}
+
+// noteAsk records, at the global owner, the demand an ask reports.
+func (l *RegionLease) noteAsk(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk) {
+	if l.pushEvery <= 0 {
+		return
+	}
+	remote := topology.Of(from) != l.region
+	l.pushOf(a.Key).askers[from] = asker{mtps: a.DemandMtps, at: now, remote: remote, push: remote && a.TakesPush}
+}
+
+// outstanding is, at the global owner, the tokens of key's unended leases
+// to holder n not reported used (what n may still hold or have lent on);
+// it forgets the ended ones.
+func (l *RegionLease) outstanding(now time.Duration, key string, n strategy.NodeID, ps *pushState) int64 {
+	var sum int64
+	ps.out[n] = slices.DeleteFunc(ps.out[n], func(seq uint64) bool {
+		g := l.grants[grantID{n, key, seq}]
+		if g == nil || g.released || g.expires <= now {
+			return true
+		}
+		sum += g.tokens - g.used
+		return false
+	})
+	return sum
+}
+
+// notePushIdle stops the pushes of a key to a holder that returned
+// unused tokens of a lease of it (idle, or left over at the lease's end:
+// it held more than it used) until it asks again.
+func (l *RegionLease) notePushIdle(id grantID) {
+	if ps := l.pushes[id.key]; ps != nil {
+		if a, ok := ps.askers[id.node]; ok {
+			a.push = false
+			ps.askers[id.node] = a
+		}
+	}
+}
+
+// noteOwn counts a request of key decided at its global owner.
+func (l *RegionLease) noteOwn(key string, req strategy.Request) {
+	if l.pushEvery <= 0 {
+		return
+	}
+	h := &l.pushOf(key).own
+	h.count(req.Arrival, req.Tokens, h.cur+h.prev == 0 || req.Arrival != h.lastArrival, l.window)
+	h.lastArrival = req.Arrival
+}
+
+// noteDry records that the global owner's bucket of key was dry at now,
+// and arms the key's push timer.
+func (l *RegionLease) noteDry(now time.Duration, key string, fx *strategy.Effects) {
+	if l.pushEvery <= 0 {
+		return
+	}
+	ps := l.pushOf(key)
+	ps.dry, ps.dryAt = true, now
+	if !ps.armed {
+		ps.armed = true
+		l.timers.Push(timer{at: now + l.pushEvery, kind: timerPush, key: key})
+		fx.WakeAt(now + l.pushEvery)
+	}
+}
+
+// pushTimer pushes key's stock to the regions while the key is contended,
+// and arms the next push.
+func (l *RegionLease) pushTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	ps := l.pushes[t.key]
+	if ps == nil {
+		return
+	}
+	ps.armed = false
+	g, _ := l.global(t.key)
+	if g != l.self || !ps.dry || now >= ps.dryAt+l.rttl || l.pools[t.key] == nil {
+		return
+	}
+	l.push(now, t.key, ps, fx)
+	ps.armed = true
+	l.timers.Push(timer{at: now + l.pushEvery, kind: timerPush, key: t.key})
+	fx.WakeAt(now + l.pushEvery)
+}
+
+// push lends each remote regional owner that takes pushes its share of
+// the pool's whole tokens by the demands reported within the window.
+func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *strategy.Effects) {
+	p := l.pools[key]
+	l.sh.Advance(p, now)
+	whole := l.sh.Whole(p, now)
+	if whole <= 0 {
+		return
+	}
+	total := ps.own.demand(now, l.window, l.minLease)
+	for _, n := range sortedNodes(ps.askers) { // in order: the sum is the same on every run
+		if a := ps.askers[n]; a.at+l.window > now {
+			total += float64(a.mtps) / 1000
+		}
+	}
+	if total <= 0 || !l.fenced(now, key, now+l.rttl, fx) {
+		return
+	}
+	for _, n := range sortedNodes(ps.askers) {
+		a := ps.askers[n]
+		if !a.push || a.at+l.window <= now {
+			continue
+		}
+		share := int64(float64(whole) * float64(a.mtps) / 1000 / total)
+		share = min(share, int64(float64(a.mtps)/1000*(l.rperiod/2).Seconds())-l.outstanding(now, key, n, ps))
+		if share < l.minLease {
+			continue
+		}
+		l.pushSeq++
+		id := grantID{n, key, l.pushSeq | pushSeqBit}
+		g := &grantRec{pool: p, tokens: share, expires: now + l.rttl}
+		l.sh.Lend(p, share)
+		l.grants[id] = g
+		l.gexp.Push(grantExp{at: g.expires, id: id})
+		l.gexp.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
+		fx.WakeAt(g.expires)
+		m := &peerv1.RegionLeaseGrant{Key: key, Seq: id.seq, Tokens: share, ExpiresNs: int64(g.expires), Pushed: true}
+		if prev := l.grants[grantID{n, key, ps.last[n]}]; prev != nil && !prev.released && prev.expires > now {
+			m.PrevSeq, m.PrevTokens, m.PrevExpiresNs = ps.last[n], prev.tokens, int64(prev.expires)
+		}
+		ps.last[n] = id.seq
+		ps.out[n] = append(ps.out[n], id.seq)
+		fx.Send(n, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: m}}))
+	}
+}
+
+// onPush takes a pushed lease at a regional owner: only from the key's
+// global owner while this node is the key's regional owner (else it is
+// dropped and ends unused at its granter), once per seq, used until its
+// end there (at most region_ttl from now) less rlead.
+func (l *RegionLease) onPush(now time.Duration, from strategy.NodeID, g *peerv1.RegionLeaseGrant, fx *strategy.Effects) {
+	if to, region := l.upstream(g.Key); to != from || !region || g.Seq&pushSeqBit == 0 {
+		return
+	}
+	h := l.holding(g.Key)
+	if g.PrevSeq&pushSeqBit != 0 {
+		l.takePush(now, from, g.Key, h, g.PrevSeq, g.PrevTokens, time.Duration(g.PrevExpiresNs), fx)
+	}
+	if !l.takePush(now, from, g.Key, h, g.Seq, g.Tokens, time.Duration(g.ExpiresNs), fx) {
+		return
+	}
+	if h.pushAt > 0 {
+		h.pushGap += (min(now-h.pushAt, l.rttl) - h.pushGap) / 8
+	} else {
+		h.pushGap = l.pushEvery
+	}
+	h.pushAt = now
+}
+
+// takePush takes one pushed lease (seq, tokens, end at the granter) once;
+// false if it had been taken.
+func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key string, h *holding, seq uint64, tokens int64, end time.Duration, fx *strategy.Effects) bool {
+	if _, dup := h.accepted[seq]; dup {
+		return false
+	}
+	expires := min(end, now+l.rttl) - l.rlead
+	h.accepted[seq] = expires
+	if tokens > 0 && expires > now {
+		h.leases = append(h.leases, held{seq: seq, from: from, tokens: tokens, expires: expires, since: now, region: true, granted: tokens})
+		l.timers.Push(timer{at: expires, kind: timerLease, key: key, seq: seq, node: from})
+		fx.WakeAt(expires)
+	}
+	return true
+}
+
+// pushDue is, at a regional owner that receives pushes, when the next one
+// is expected (the last one's time plus the measured gap), or 0 when no
+// push came within two gaps.
+func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
+	if h.pushAt == 0 || now >= h.pushAt+2*h.pushGap {
+		return 0
+	}
+	return h.pushAt + h.pushGap
+}
+
+// sweepPushes forgets the push state of keys not contended for a window
+// past region_ttl and without an armed timer.
+func (l *RegionLease) sweepPushes(now time.Duration) {
+	for k, ps := range l.pushes {
+		if !ps.armed && now >= ps.dryAt+l.rttl+2*l.window {
+			delete(l.pushes, k)
+		}
+	}
+}
+
+func sortedNodes[V any](m map[strategy.NodeID]V) []strategy.NodeID {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,251 @@
+package regionlease_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
+)
+
+// wan is a two-node network for the push tests: every message takes
+// oneWay; drop, when set, loses the messages it reports true for.
+type wan struct {
+	t      *testing.T
+	nodes  map[strategy.NodeID]*regionlease.RegionLease
+	all    []*regionlease.RegionLease
+	oneWay time.Duration
+	queue  []wanMsg
+	drop   func(from strategy.NodeID, m *peerv1.RegionLeaseMessage) bool
+	seen   func(at time.Duration, from, to strategy.NodeID, m *peerv1.RegionLeaseMessage)
+}
+
+type wanMsg struct {
+	at       time.Duration
+	from, to strategy.NodeID
+	payload  []byte
+}
+
+func (w *wan) send(now time.Duration, from strategy.NodeID, fx *strategy.Effects) {
+	for _, m := range fx.Messages {
+		var pm peerv1.RegionLeaseMessage
+		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
+			w.t.Fatal(err)
+		}
+		if w.drop != nil && w.drop(from, &pm) {
+			continue
+		}
+		w.queue = append(w.queue, wanMsg{at: now + w.oneWay, from: from, to: m.To, payload: m.Payload})
+	}
+	fx.Reset()
+}
+
+// step delivers the messages due at now, ticks every node, and checks the
+// envelope's invariant (Conserved).
+func (w *wan) step(now time.Duration) {
+	var fx strategy.Effects
+	var due []wanMsg
+	rest := w.queue[:0:0]
+	for _, m := range w.queue {
+		if m.at > now {
+			rest = append(rest, m)
+		} else {
+			due = append(due, m)
+		}
+	}
+	w.queue = rest
+	for _, m := range due {
+		if w.seen != nil {
+			var pm peerv1.RegionLeaseMessage
+			_ = proto.Unmarshal(m.payload, &pm)
+			w.seen(now, m.from, m.to, &pm)
+		}
+		if err := w.nodes[m.to].Receive(now, m.from, m.payload, &fx); err != nil {
+			w.t.Fatal(err)
+		}
+		w.send(now, m.to, &fx)
+	}
+	for _, id := range []strategy.NodeID{"eu.n0", "us.n1"} {
+		w.nodes[id].Tick(now, &fx)
+		w.send(now, id, &fx)
+	}
+	if err := regionlease.Conserved(w.nodes, w.all, 10, now); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// pushSetup builds the global owner eu.n0 and the regional owner us.n1
+// (70 ms apart; rate 100/s, burst 10, replicas=0) and a key eu.n0 owns,
+// whose bucket eu.n0 has drained at 1 s.
+func pushSetup(t *testing.T, params ...string) (*wan, string) {
+	t.Helper()
+	members := []strategy.NodeID{"eu.n0", "us.n1"}
+	ps, err := strategy.ParseParams(append([]string{"replicas=0", "min_lease=1"}, params...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wan{t: t, nodes: map[strategy.NodeID]*regionlease.RegionLease{}, oneWay: 70 * time.Millisecond}
+	for _, id := range members {
+		l, err := regionlease.New(strategy.Config{Self: id, Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+			Burst: 10, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fx strategy.Effects
+		l.Start(0, &fx)
+		w.nodes[id], w.all = l, append(w.all, l)
+	}
+	g := w.nodes["eu.n0"]
+	var key string
+	for i := 0; key == ""; i++ {
+		k := "k" + string(rune('a'+i))
+		var fx strategy.Effects
+		if _, ok := g.Request(time.Millisecond, strategy.Request{ID: uint64(i + 1), Key: k, Tokens: 1, Arrival: time.Millisecond}, &fx); ok {
+			key = k
+		}
+	}
+	for id := uint64(100); ; id++ {
+		var fx strategy.Effects
+		if d, _ := g.Request(time.Second, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: time.Second}, &fx); !d.Allowed {
+			break
+		}
+	}
+	return w, key
+}
+
+// run offers key at us.n1 (one request every 2 ms, from 1 s) and steps the
+// network every millisecond until end.
+func (w *wan) run(key string, end time.Duration) {
+	id := uint64(1000)
+	for now := time.Second; now <= end; now += time.Millisecond {
+		if now%(2*time.Millisecond) == 0 {
+			id++
+			var fx strategy.Effects
+			w.nodes["us.n1"].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
+			w.send(now, "us.n1", &fx)
+		}
+		w.step(now)
+	}
+}
+
+// A region whose demand rises while the key is contended receives the
+// global owner's refill as pushes, one WAN one-way delay after each push,
+// instead of once per round trip as the grant of its next ask: from 1.5 s
+// to 2.5 s of an overload at us.n1 (500/s against 100/s), the longest
+// time between two arrivals of tokens at us.n1 (grants and pushes, each
+// seq once) is
+// under one round trip (2 x 70 ms). With push_every=0 (what the build
+// before pushed grants did) it is at least one round trip: the test
+// checks that too, so that it fails on a build without pushes. The
+// envelope's invariant (Conserved) is checked at every millisecond.
+func TestPushReachesRegionWithinOneWay(t *testing.T) {
+	gap := func(params ...string) (time.Duration, int) {
+		w, key := pushSetup(t, params...)
+		var last, most time.Duration
+		pushes := 0
+		seen := map[uint64]bool{} // a resent ask's grant comes again
+		w.seen = func(at time.Duration, from, to strategy.NodeID, m *peerv1.RegionLeaseMessage) {
+			g := m.GetGrant()
+			if g == nil || to != "us.n1" || g.Tokens == 0 || seen[g.Seq] || at < 1500*time.Millisecond || at > 2500*time.Millisecond {
+				return
+			}
+			seen[g.Seq] = true
+			if g.Pushed {
+				pushes++
+			}
+			if last > 0 {
+				most = max(most, at-last)
+			}
+			last = at
+		}
+		w.run(key, 2500*time.Millisecond)
+		return most, pushes
+	}
+	rtt := 140 * time.Millisecond
+	with, pushes := gap()
+	without, _ := gap("push_every=0")
+	t.Logf("longest gap between tokens arriving at us.n1: %v with pushes (%d pushes), %v without", with, pushes, without)
+	if pushes == 0 || with >= rtt {
+		t.Errorf("with pushes: longest gap %v (%d pushes), want under a round trip (%v)", with, pushes, rtt)
+	}
+	if without < rtt {
+		t.Errorf("without pushes: longest gap %v, want at least a round trip (%v): the test does not tell the builds apart", without, rtt)
+	}
+}
+
+// A push lost on the WAN is taken with the next push to the same holder,
+// which carries it again (prev_seq): every pushed lease reaches us.n1
+// though the first push is lost.
+func TestPushLostIsCarriedByTheNext(t *testing.T) {
+	w, key := pushSetup(t)
+	dropped := uint64(0)
+	w.drop = func(from strategy.NodeID, m *peerv1.RegionLeaseMessage) bool {
+		if g := m.GetGrant(); g != nil && g.Pushed && dropped == 0 {
+			dropped = g.Seq
+			return true
+		}
+		return false
+	}
+	carried := false
+	w.seen = func(_ time.Duration, _, _ strategy.NodeID, m *peerv1.RegionLeaseMessage) {
+		if g := m.GetGrant(); g != nil && g.Pushed && dropped != 0 && g.PrevSeq == dropped {
+			carried = true
+		}
+	}
+	w.run(key, 2*time.Second)
+	if dropped == 0 {
+		t.Fatal("no push was sent")
+	}
+	if !carried {
+		t.Errorf("the lost push (seq %#x) was not carried by the next one", dropped)
+	}
+}
+
+// A mixed cluster: an ask without takes_push (a regional owner of a build
+// without pushes) gets its grant and never a pushed one; push_every=0
+// turns pushes off.
+func TestNoPushWithoutTakesPush(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		takes  bool
+		params []string
+	}{{"old holder", false, nil}, {"push_every=0", true, []string{"push_every=0"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, key := pushSetup(t, tc.params...)
+			g := w.nodes["eu.n0"]
+			pushed := 0
+			for i := 0; i < 10; i++ {
+				now := time.Second + time.Duration(i)*100*time.Millisecond
+				ask, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
+					Key: key, Seq: uint64(i + 1), Tokens: 10, AskedAtNs: int64(now), DemandMtps: 200_000, TakesPush: tc.takes}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var fx strategy.Effects
+				if err := g.Receive(now, "us.n1", ask, &fx); err != nil {
+					t.Fatal(err)
+				}
+				for at := now; at < now+100*time.Millisecond; at += time.Millisecond {
+					g.Tick(at, &fx)
+				}
+				for _, m := range fx.Messages {
+					var pm peerv1.RegionLeaseMessage
+					if err := proto.Unmarshal(m.Payload, &pm); err != nil {
+						t.Fatal(err)
+					}
+					if gr := pm.GetGrant(); gr != nil && gr.Pushed {
+						pushed++
+					}
+				}
+			}
+			if pushed != 0 {
+				t.Errorf("%d pushed grants, want none", pushed)
+			}
+		})
+	}
+}
