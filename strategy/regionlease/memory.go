@@ -37,6 +37,16 @@ var (
 	// fences' values): its header and one group of 8 slots, as long as a
 	// key has at most 8 owners' or replicas' fences (replicas <= 7).
 	fenceMapBytes = memsize.MapHeader + memsize.Map(1, fenceSlot)
+
+	// pushAlloc is a key's push state at its global owner (pushState,
+	// push.go): the struct and its three maps by asker, each a header and
+	// one group of 8 slots (a key has an asker per region's owner and per
+	// node of the owner's region asking it, a handful), the out map's
+	// slices of seqs not counted.
+	pushAlloc = int(unsafe.Sizeof(pushState{})) + 3*memsize.MapHeader +
+		memsize.Map(1, int(unsafe.Sizeof(strategy.NodeID("")))+int(unsafe.Sizeof(asker{}))) +
+		memsize.Map(1, int(unsafe.Sizeof(strategy.NodeID("")))+8) +
+		memsize.Map(1, int(unsafe.Sizeof(strategy.NodeID("")))+int(unsafe.Sizeof([]uint64(nil))))
 )
 
 // keySlot is a slot of the maps keyed by a key whose values are pointers
@@ -63,6 +73,7 @@ type memory struct {
 	fenceRec int          // the fence records in gfences' maps
 	fences   memsize.Keys // the fences map (the fences held, counted in nfences)
 	timerKey int          // the key strings of the timers in the heap, bytes (each counted as its own)
+	pushes   memsize.Keys // the pushes map (a global owner's push state per key, push.go)
 }
 
 // putID sets m[id] = v, counting a new entry in k by key (the key string
@@ -147,6 +158,7 @@ func (l *RegionLease) shrinkMaps() {
 	l.returns = memsize.Shrink(l.returns, &m.returns)
 	l.gfences = memsize.Shrink(l.gfences, &m.gfences)
 	l.fences = memsize.Shrink(l.fences, &m.fences)
+	l.pushes = memsize.Shrink(l.pushes, &m.pushes)
 	l.timers.Shrink()
 	l.gexp.Shrink()
 	l.gseen.Shrink()
@@ -167,7 +179,8 @@ func (l *RegionLease) shrinkMaps() {
 // dedupe.Table.MemoryBytes), the timer heap's array and its timers' key
 // strings (each as its own allocation, as a key decoded from a grant is;
 // one sharing a holding's string is counted twice), and the key strings
-// of pools, holdings, grants and fences. Not counted: the strings a
+// of pools, holdings, grants and fences; the push state per key a global
+// owner pushes (pushAlloc: its maps as one group each). Not counted: the strings a
 // forward, relay or return shares with its request or holding, the
 // membership history (changes, O(members) each) and pools kept alive
 // only by the grant records pointing to them after they were dropped.
@@ -183,6 +196,7 @@ func (l *RegionLease) MemoryBytes() int {
 	n += m.pending.Bytes(idSlot, 0) + m.pending.Len()*pendingAlloc
 	n += m.relays.Bytes(idSlot, relayAlloc) + m.returns.Bytes(grantSlot, returningAlloc)
 	n += l.gseen.MemoryBytes(verdictAlloc) + l.rseen.MemoryBytes(verdictAlloc)
+	n += m.pushes.Bytes(keySlot, pushAlloc)
 	return n + memsize.Alloc(cap(l.timers.Items())*timerBytes) + m.timerKey
 }
 

@@ -234,6 +234,8 @@ func (l *RegionLease) CheckMemory() error {
 		{"fence records' keys", m.gfences.Len(), len(l.gfences)},
 		{"fence records", m.fenceRec, sumOf(l.gfences, func(fs map[strategy.NodeID]*fenceHolder) int { return len(fs) })},
 		{"fences' keys", m.fences.Len(), len(l.fences)},
+		{"push states", m.pushes.Len(), len(l.pushes)},
+		{"push state keys", m.pushes.KeyAlloc(), keyAllocs(l.pushes, func(k string) string { return k })},
 		{"fences", l.nfences, sumOf(l.fences, func(fs map[strategy.NodeID]time.Duration) int { return len(fs) })},
 		{"holding maps", m.holdMaps, sumOf(l.keys, func(h *holding) int {
 			if len(h.sentTo) > int(h.sentPeak) || len(h.accepted) > int(h.accPeak) || len(h.reports) > int(h.repPeak) {

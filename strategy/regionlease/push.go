@@ -7,6 +7,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 	"github.com/tokenmesh/tokenmesh/topology"
 )
@@ -63,6 +64,7 @@ func (l *RegionLease) pushOf(key string) *pushState {
 	if ps == nil {
 		ps = &pushState{askers: map[strategy.NodeID]asker{}, last: map[strategy.NodeID]uint64{}, out: map[strategy.NodeID][]uint64{}}
 		l.pushes[key] = ps
+		l.mem.pushes.Add(key)
 	}
 	return ps
 }
@@ -124,14 +126,14 @@ func (l *RegionLease) noteDry(now time.Duration, key string, fx *strategy.Effect
 	ps.dry, ps.dryAt = true, now
 	if !ps.armed {
 		ps.armed = true
-		l.timers.Push(timer{at: now + l.pushEvery, kind: timerPush, key: key})
+		l.pushTimer(timer{at: now + l.pushEvery, kind: timerPush, key: key})
 		fx.WakeAt(now + l.pushEvery)
 	}
 }
 
-// pushTimer pushes key's stock to the regions while the key is contended,
+// onPushTimer pushes key's stock to the regions while the key is contended,
 // and arms the next push.
-func (l *RegionLease) pushTimer(now time.Duration, t timer, fx *strategy.Effects) {
+func (l *RegionLease) onPushTimer(now time.Duration, t timer, fx *strategy.Effects) {
 	ps := l.pushes[t.key]
 	if ps == nil {
 		return
@@ -143,7 +145,7 @@ func (l *RegionLease) pushTimer(now time.Duration, t timer, fx *strategy.Effects
 	}
 	l.push(now, t.key, ps, fx)
 	ps.armed = true
-	l.timers.Push(timer{at: now + l.pushEvery, kind: timerPush, key: t.key})
+	l.pushTimer(timer{at: now + l.pushEvery, kind: timerPush, key: t.key})
 	fx.WakeAt(now + l.pushEvery)
 }
 
@@ -179,7 +181,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		id := grantID{n, key, l.pushSeq | pushSeqBit}
 		g := &grantRec{pool: p, tokens: share, expires: now + l.rttl}
 		l.sh.Lend(p, share)
-		l.grants[id] = g
+		putID(l.grants, &l.mem.grants, id, id.key, g)
 		l.gexp.Push(grantExp{at: g.expires, id: id})
 		l.gexp.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
 		fx.WakeAt(g.expires)
@@ -226,9 +228,10 @@ func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key stri
 	h.accepted[seq] = expires
 	if tokens > 0 && expires > now {
 		h.leases = append(h.leases, held{seq: seq, from: from, tokens: tokens, expires: expires, since: now, region: true, granted: tokens})
-		l.timers.Push(timer{at: expires, kind: timerLease, key: key, seq: seq, node: from})
+		l.pushTimer(timer{at: expires, kind: timerLease, key: key, seq: seq, node: from})
 		fx.WakeAt(expires)
 	}
+	l.holdingChanged(h)
 	return true
 }
 
@@ -247,7 +250,7 @@ func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
 func (l *RegionLease) sweepPushes(now time.Duration) {
 	for k, ps := range l.pushes {
 		if !ps.armed && now >= ps.dryAt+l.rttl+2*l.window {
-			delete(l.pushes, k)
+			memsize.Delete(l.pushes, &l.mem.pushes, k)
 		}
 	}
 }

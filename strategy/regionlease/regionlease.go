@@ -296,7 +296,7 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 		case timerIdle:
 			l.idleTimer(now, t, fx)
 		case timerPush:
-			l.pushTimer(now, t, fx)
+			l.onPushTimer(now, t, fx)
 		}
 	}
 	l.expireGrants(now, fx)
