@@ -6,6 +6,7 @@ package loadgen
 // table.
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -129,15 +130,7 @@ func WindowExcess(adm []Admission, ratePerS float64, burst int64, window time.Du
 	}
 	e.Keys = len(over)
 	sorted := slices.Clone(adm)
-	slices.SortStableFunc(sorted, func(a, b Admission) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(sorted, func(a, b Admission) int { return cmp.Compare(a.At, b.At) })
 	reqs := make([]workload.Request, len(sorted))
 	allowed := make([]bool, len(sorted))
 	for i, a := range sorted {

@@ -6,6 +6,7 @@ package loadgen
 // 2). Ours.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -81,15 +82,7 @@ func Shortfall(ans []Answered, ratePerS float64, burst int64) (ShortfallResult, 
 		return s, nil
 	}
 	sorted := slices.Clone(ans)
-	slices.SortStableFunc(sorted, func(a, b Answered) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(sorted, func(a, b Answered) int { return cmp.Compare(a.At, b.At) })
 	origin := sorted[0].At // bucket times from 0
 	type account struct {
 		b               bucket.Bucket
