@@ -29,7 +29,7 @@ func procID() int {
 }
 
 // fastMaxShards bounds the counters one key's lent bucket is split over
-// (fastShards): each takes a cache line.
+// (fastShards): each takes a pair of cache lines (fastShard).
 const fastMaxShards = 8
 
 // fastShards is the number of per-P counters a lent bucket's entry gets:
