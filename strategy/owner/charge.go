@@ -19,6 +19,10 @@ type charge struct {
 	req    strategy.Request
 	owner  strategy.NodeID   // where the charge was last sent
 	sentTo []strategy.NodeID // every node it was sent to: each may acknowledge
+	// forwardedTo is, for a timed-out forward's fallback, every node the
+	// forward went to: a late verdict from one carries the charge's
+	// request id.
+	forwardedTo []strategy.NodeID
 	sentAt time.Duration     // the last send
 	until  time.Duration
 	// taken: this node's bucket took the tokens already (a forward it
