@@ -23,8 +23,8 @@ type charge struct {
 	// forward went to: a late verdict from one carries the charge's
 	// request id.
 	forwardedTo []strategy.NodeID
-	sentAt time.Duration     // the last send
-	until  time.Duration
+	sentAt      time.Duration // the last send
+	until       time.Duration
 	// taken: this node's bucket took the tokens already (a forward it
 	// decided for another owner, chargeNotOwned), so the charge is
 	// dropped, not debited, when this node becomes the key's owner.
