@@ -296,7 +296,7 @@ func (c *Concurrency) grant(now time.Duration, key string, weight int64, fx *str
 		return 0
 	}
 	kp := c.table(key)
-	kp.expire(now)
+	c.expireTable(now, kp)
 	if kp.held+weight > c.limit {
 		return 0
 	}
@@ -324,6 +324,16 @@ func (c *Concurrency) table(key string) *keyPermits {
 }
 
 func (kp *keyPermits) has(id uint64) bool { _, ok := kp.permits[id]; return ok }
+
+// expireTable is kp.expire with the heap accounting kept (kpChanged: an
+// expired lease leaves kp's leases map, which MemoryBytes counts per
+// entry); every caller goes through it, also those that return before
+// changing kp otherwise (grant refusing for want of room: a recount in
+// TestPropertyInFlightBound found 32 bytes kept for a lease gone).
+func (c *Concurrency) expireTable(now time.Duration, kp *keyPermits) {
+	kp.expire(now)
+	c.kpChanged(kp)
+}
 
 // expire frees the permits and the leases' slots that lapsed by now.
 func (kp *keyPermits) expire(now time.Duration) {
@@ -566,7 +576,7 @@ func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
 // the tables left empty and the granted forwards that expired.
 func (c *Concurrency) sweep(now time.Duration) {
 	for k, kp := range c.keys {
-		kp.expire(now)
+		c.expireTable(now, kp)
 		if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
 			c.dropTable(k, kp)
 		} else {

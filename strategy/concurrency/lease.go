@@ -118,7 +118,7 @@ func (c *Concurrency) grantLease(now time.Duration, from strategy.NodeID, key st
 		return 0, 0
 	}
 	kp := c.table(key)
-	kp.expire(now)
+	c.expireTable(now, kp)
 	g := min(slots, c.limit-kp.held)
 	if g < 1 {
 		return 0, 0

@@ -109,7 +109,7 @@ func (c *Concurrency) serveWaiters(now time.Duration, key string, fx *strategy.E
 		c.doneWaiting(key)
 		return
 	}
-	kp.expire(now)
+	c.expireTable(now, kp)
 	defer c.kpChanged(kp)
 	owns := c.owns(now, key)
 	kp.waiters = slices.DeleteFunc(kp.waiters, func(w *waiter) bool {
