@@ -74,9 +74,7 @@ func kpBytes(kp *keyPermits) int {
 
 // kpChanged recounts kp's maps and queue after they changed (O(1)).
 func (c *Concurrency) kpChanged(kp *keyPermits) {
-	n := kpBytes(kp)
-	c.mem.kpMaps += n - int(kp.mem)
-	kp.mem = int32(n)
+	memsize.Recount(&c.mem.kpMaps, &kp.mem, kpBytes(kp))
 }
 
 // dropTable deletes key's permit table kp from the count and the map.
@@ -95,9 +93,7 @@ func leaseBytes(l *lease) int {
 
 // leaseChanged recounts l after its permits map changed (O(1)).
 func (c *Concurrency) leaseChanged(l *lease) {
-	n := leaseBytes(l)
-	c.mem.leaseMem += n - int(l.mem)
-	l.mem = int32(n)
+	memsize.Recount(&c.mem.leaseMem, &l.mem, leaseBytes(l))
 }
 
 // setLeases puts ls as the leases held of key, counting a new key and the

@@ -128,10 +128,8 @@ func (l *Lease) newHolding(key string, h *holding) {
 
 // holdingChanged recounts h's maps and slices after they changed.
 func (l *Lease) holdingChanged(h *holding) {
-	h.accPeak = uint16(min(max(int(h.accPeak), len(h.accepted)), 1<<16-1))
-	n := holdingMapBytes(h)
-	l.mem.holdMaps += n - int(h.memBytes)
-	h.memBytes = int32(n)
+	h.accPeak = memsize.Peak16(h.accPeak, len(h.accepted))
+	memsize.Recount(&l.mem.holdMaps, &h.memBytes, holdingMapBytes(h))
 }
 
 // dropHolding deletes key's holding h from the count and the map.

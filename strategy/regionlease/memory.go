@@ -111,21 +111,16 @@ func (l *RegionLease) popTimer() timer {
 // each held: a Go map keeps them) and the backing arrays of leases and
 // askSpent. It records the maps' peaks in h.
 func holdingBytes(h *holding) int {
-	h.sentPeak = peak16(h.sentPeak, len(h.sentTo))
-	h.accPeak = peak16(h.accPeak, len(h.accepted))
-	h.repPeak = peak16(h.repPeak, len(h.reports))
+	h.sentPeak = memsize.Peak16(h.sentPeak, len(h.sentTo))
+	h.accPeak = memsize.Peak16(h.accPeak, len(h.accepted))
+	h.repPeak = memsize.Peak16(h.repPeak, len(h.reports))
 	return 3*memsize.MapHeader + memsize.Map(int(h.sentPeak), sentToSlot) + memsize.Map(int(h.accPeak), acceptSlot) +
 		memsize.Map(int(h.repPeak), reportSlot) + memsize.Alloc(cap(h.leases)*heldBytes) + memsize.Alloc(cap(h.askSpent)*8)
 }
 
-// peak16 is the larger of p and n, saturated at 65,535.
-func peak16(p uint16, n int) uint16 { return uint16(min(max(int(p), n), 1<<16-1)) }
-
 // holdingChanged recounts h's maps and slices after they changed (O(1)).
 func (l *RegionLease) holdingChanged(h *holding) {
-	n := holdingBytes(h)
-	l.mem.holdMaps += n - int(h.mem)
-	h.mem = int32(n)
+	memsize.Recount(&l.mem.holdMaps, &h.mem, holdingBytes(h))
 }
 
 // dropHolding deletes key's holding h from the count and the map.

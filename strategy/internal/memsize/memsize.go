@@ -157,6 +157,18 @@ func (k *Keys) Bytes(slotBytes, entryAlloc int) int {
 	return Map(k.peak, slotBytes) + k.n*Alloc(entryAlloc) + k.keyAlloc
 }
 
+// Recount records n as an item's own bytes (its maps and slices, counted
+// by the caller) in *own, the bytes last counted for it, and moves *total,
+// the sum over the items, by the difference: O(1) per change.
+func Recount(total *int, own *int32, n int) {
+	*total += n - int(*own)
+	*own = int32(n)
+}
+
+// Peak16 is the larger of a peak p and a length n, saturated at 65,535
+// (a map's most entries kept in two bytes).
+func Peak16(p uint16, n int) uint16 { return uint16(min(max(int(p), n), 1<<16-1)) }
+
 // Put sets m[key] = v and counts key in k when m did not hold it (a
 // replaced value is not counted again).
 func Put[V any](m map[string]V, k *Keys, key string, v V) {

@@ -146,3 +146,29 @@ func TestShrink(t *testing.T) {
 		t.Error("after Shrink the count still asks for a rebuild")
 	}
 }
+
+// Recount keeps a total equal to the sum of the items' last counts as
+// items grow and shrink; Peak16 keeps the larger value and saturates.
+func TestRecountAndPeak16(t *testing.T) {
+	var total int
+	var a, b int32
+	Recount(&total, &a, 100)
+	Recount(&total, &b, 40)
+	Recount(&total, &a, 70)
+	if total != 110 || a != 70 || b != 40 {
+		t.Fatalf("total %d, items %d and %d; want 110 = 70 + 40", total, a, b)
+	}
+	Recount(&total, &b, 0)
+	if total != 70 {
+		t.Fatalf("total %d after an item fell to 0; want 70", total)
+	}
+	if p := Peak16(5, 3); p != 5 {
+		t.Errorf("Peak16(5, 3) = %d", p)
+	}
+	if p := Peak16(5, 9); p != 9 {
+		t.Errorf("Peak16(5, 9) = %d", p)
+	}
+	if p := Peak16(5, 1<<20); p != 1<<16-1 {
+		t.Errorf("Peak16(5, 1<<20) = %d; want saturated at 65535", p)
+	}
+}
