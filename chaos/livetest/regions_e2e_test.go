@@ -55,6 +55,9 @@ const (
 	// regionTakeover is regionlease's default takeover (region_ttl + 1 s,
 	// 2.5 s) with a margin: the wait after the cluster formed.
 	regionTakeover = 3 * time.Second
+	// regionFollow is how long a key's load stays in one region in
+	// TestRegionsFollowE2E.
+	regionFollow = 4 * time.Second
 )
 
 // regionNames is each node's region: eu.n0 eu.n1 us.n2 us.n3 ap.n4 ap.n5.
@@ -101,6 +104,24 @@ func regionKeyNames() []string {
 // times since start. Bounded: every check has a deadline, the checks in
 // flight are at most regionMaxInFlight.
 func offerRegionLoad(c *localcluster.Cluster, start time.Time, ruleName string, keys []string, end *atomic.Int64, maxOps int64) (recs []regionCheck, skipped int64, err error) {
+	roundRobin := func(_, n int, _ time.Duration) int { return n % len(c.Nodes) }
+	return offerRegionLoadTo(c, start, ruleName, keys, end, maxOps, roundRobin)
+}
+
+// followSun picks, for key k's n-th check at since, a node of region
+// (k + floor(since/every)) mod 3, the two nodes of that region in turn:
+// the simulator's follow-the-sun tenants (workload tenants follow=D, which
+// places tenant k's load in region (k + floor(t/D)) mod R).
+func followSun(every time.Duration) func(k, n int, since time.Duration) int {
+	return func(k, n int, since time.Duration) int {
+		region := (k + int(since/every)) % 3
+		return 2*region + n%2
+	}
+}
+
+// offerRegionLoadTo is offerRegionLoad with the node of key k's n-th
+// check, sent at since, chosen by pick.
+func offerRegionLoadTo(c *localcluster.Cluster, start time.Time, ruleName string, keys []string, end *atomic.Int64, maxOps int64, pick func(k, n int, since time.Duration) int) (recs []regionCheck, skipped int64, err error) {
 	clients := make([]tokenmeshv1.RateLimitServiceClient, len(c.Nodes))
 	for i := range clients {
 		if clients[i], err = c.Client(i); err != nil {
@@ -130,7 +151,7 @@ func offerRegionLoad(c *localcluster.Cluster, start time.Time, ruleName string, 
 					continue
 				}
 				ops.Add(1)
-				node := n % len(clients)
+				node := pick(k, n, time.Since(start))
 				wg.Go(func() {
 					defer func() { <-sem }()
 					ctx, cancel := context.WithTimeout(context.Background(), regionCheckTimeout)
@@ -352,6 +373,7 @@ func TestRegionsE2E(t *testing.T) {
 	c := startRegions(t, localcluster.Config{Rules: []rule.Rule{
 		{Name: "rl", Rate: rate, Burst: regionBurst, Strategy: "regionlease"},
 		{Name: "ls", Rate: rate, Burst: regionBurst, Strategy: "lease"},
+		{Name: "ow", Rate: rate, Burst: regionBurst, Strategy: "owner"},
 	}})
 	// A node that becomes a key's global owner (every join while the
 	// cluster forms) keeps the key's bucket empty for regionlease's
@@ -361,7 +383,7 @@ func TestRegionsE2E(t *testing.T) {
 	time.Sleep(regionTakeover)
 	keys := regionKeyNames()
 	sums := map[string]regionSummary{}
-	for _, st := range []struct{ rule, strategy string }{{"rl", "regionlease"}, {"ls", "lease"}} {
+	for _, st := range []struct{ rule, strategy string }{{"rl", "regionlease"}, {"ls", "lease"}, {"ow", "owner"}} {
 		start := time.Now()
 		var end atomic.Int64
 		end.Store(int64(runFor))
@@ -383,8 +405,46 @@ func TestRegionsE2E(t *testing.T) {
 	if rl.p50 >= regionWAN {
 		t.Errorf("regionlease: check p50 %v, want below the one-way WAN delay %v (a check decided in the region does not wait for the WAN)", rl.p50, regionWAN)
 	}
-	t.Logf("MEASURE p50 regionlease %v vs lease %v; WAN %v + [0, %v) one way", rl.p50.Round(100*time.Microsecond),
-		sums["lease"].p50.Round(100*time.Microsecond), regionWAN, regionWANJitter)
+	t.Logf("MEASURE p50 regionlease %v vs lease %v vs owner %v; WAN %v + [0, %v) one way", rl.p50.Round(100*time.Microsecond),
+		sums["lease"].p50.Round(100*time.Microsecond), sums["owner"].p50.Round(100*time.Microsecond), regionWAN, regionWANJitter)
+}
+
+// TestRegionsFollowE2E: the follow-the-sun tenant load (issue 24: "a
+// workload where a tenant's traffic follows the sun"): each key's checks
+// come from one region at a time, the two nodes of that region in turn,
+// and move to the next region every regionFollow (key k in region
+// (k + floor(t/regionFollow)) mod 3, as the simulator's tenants
+// follow=D), on the regions cluster of TestRegionsE2E; regionlease and
+// owner one after the other, 12 s each (three moves). Asserted: the
+// envelope for both (a move must not let the new region spend tokens the
+// old one still holds) and the sanity floors of TestRegionsE2E. Logged:
+// what each admitted, its latency, and the decisions taken on the node.
+func TestRegionsFollowE2E(t *testing.T) {
+	const runFor = 12 * time.Second
+	const maxOps = regionKeys * regionOffered * regionRate * 20
+	rate := rule.MustRate(fmt.Sprintf("%d/s", regionRate))
+	c := startRegions(t, localcluster.Config{Rules: []rule.Rule{
+		{Name: "rl", Rate: rate, Burst: regionBurst, Strategy: "regionlease"},
+		{Name: "ow", Rate: rate, Burst: regionBurst, Strategy: "owner"},
+	}})
+	time.Sleep(regionTakeover) // as in TestRegionsE2E: the load starts on a formed cluster
+	keys := regionKeyNames()
+	for _, st := range []struct{ rule, strategy string }{{"rl", "regionlease"}, {"ow", "owner"}} {
+		start := time.Now()
+		var end atomic.Int64
+		end.Store(int64(runFor))
+		recs, skipped, err := offerRegionLoadTo(c, start, st.rule, keys, &end, maxOps, followSun(regionFollow))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := summarize(t, c, st.strategy+" follow-the-sun", st.rule, recs, skipped)
+		if s.errs*20 > s.checks {
+			t.Errorf("%s: %d of %d checks failed (timeouts or errors), want at most 5%%", st.strategy, s.errs, s.checks)
+		}
+		if s.fraction < 0.5 {
+			t.Errorf("%s admitted %.1f%% of min(offered, b + r*T): want at least 50%% (a limiter that works admits ~95%%)", st.strategy, 100*s.fraction)
+		}
+	}
 }
 
 // TestRegionsCutE2E: regionlease with partition: conserve on 3 regions of
