@@ -272,13 +272,18 @@ func secretKey(key []byte) ([]byte, error) {
 }
 
 // makeDir makes the cluster's directory: Config.Dir, or a temporary one
-// of its own (removed by Stop).
+// of its own (removed by Stop). A relative Config.Dir is made absolute:
+// the nodes run in it (exec.Cmd.Dir) and are handed paths inside it.
 func (c *Cluster) makeDir() error {
 	if c.cfg.Dir != "" {
-		if err := os.MkdirAll(c.cfg.Dir, 0o755); err != nil {
+		dir, err := filepath.Abs(c.cfg.Dir)
+		if err != nil {
 			return fmt.Errorf("localcluster: Dir: %w", err)
 		}
-		c.dir = c.cfg.Dir
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("localcluster: Dir: %w", err)
+		}
+		c.dir = dir
 		return nil
 	}
 	dir, err := os.MkdirTemp("", "tokenmesh-localcluster-")

@@ -244,3 +244,28 @@ func faultStats(t *testing.T, api string) faultState {
 	}
 	return faultState{Faults: got.Blocked, Blocked: got.Stats.Blocked}
 }
+
+// TestStartRelativeDir: a relative Config.Dir (as `make chaos-soak`'s
+// SOAK_CHAOS_OUT gives chaos --out) starts the nodes; before, each node
+// ran in Dir and was handed its config as Dir/n0.yaml, a path relative to
+// where it did not run, and exited ("open .../n0.yaml: no such file").
+func TestStartRelativeDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	t.Chdir(t.TempDir())
+	c, err := Start(context.Background(), Config{
+		Binary: binary, Nodes: 1, Dir: filepath.Join("out", "cluster"),
+		Rules: []rule.Rule{{Name: "api", Rate: rule.MustRate("1/s"), Burst: 5, Strategy: "owner"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	if !filepath.IsAbs(c.Dir()) {
+		t.Errorf("Dir() = %q, want an absolute path", c.Dir())
+	}
+	if !c.Alive(0) {
+		t.Error("node 0 is not alive")
+	}
+}
