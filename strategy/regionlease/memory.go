@@ -192,6 +192,7 @@ func (l *RegionLease) MemoryBytes() int {
 	n += m.relays.Bytes(idSlot, relayAlloc) + m.returns.Bytes(grantSlot, returningAlloc)
 	n += l.gseen.MemoryBytes(verdictAlloc) + l.rseen.MemoryBytes(verdictAlloc)
 	n += m.pushes.Bytes(keySlot, pushAlloc)
+	n += l.warmMemoryBytes()
 	return n + memsize.Alloc(cap(l.timers.Items())*timerBytes) + m.timerKey
 }
 
