@@ -73,7 +73,8 @@ type gave struct {
 type warmups struct {
 	fetching map[string]*warming
 	gave     map[string]*gave
-	seq      uint64
+	seq      uint64       // warm-ups started
+	full     uint64       // warm-ups ended with every answer (not conservatively)
 	memF     memsize.Keys // the fetching map
 	memG     memsize.Keys // the gave map
 	bytes    int          // sum of the warmings' own bytes
@@ -272,6 +273,8 @@ func (l *RegionLease) fetched(now time.Duration, key string, timedOut bool, fx *
 		c := &pool{Level: 0, Last: from}
 		l.mergeAt(c, p)
 		p = c
+	} else {
+		l.wu.full++
 	}
 	if g == l.self && l.pools[key] == nil {
 		l.setPool(key, p)
