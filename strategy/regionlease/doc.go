@@ -173,8 +173,8 @@
 // restarted, and a cluster forms by joins, each a membership change:
 // before the warm-up each key's global owner started it empty for
 // takeover after its start and after each join (`tokenmesh bench --spawn
-// 3 --hot-key` under a limit it could not reach refused 34,788 of 216,304
-// checks in 5 s). Now a node about to make the pool of a key it owns
+// 3 --hot-key` under a limit it could not reach refused 21,600 to 22,673
+// of about 140,000 checks in 5 s; 0 after, docs/PERFORMANCE.md). Now a node about to make the pool of a key it owns
 // globally that would start conservatively (moveOf: it restarted, or a
 // change moved the key to it, lately enough that the conservative start
 // would not be full now), with every previous global owner of its

@@ -442,8 +442,8 @@ func (l *RegionLease) gaveUp(now time.Duration, key string, fx *strategy.Effects
 	}
 	cp := *p
 	l.sh.Advance(&cp, now)
-	if p.Last > now && cp.Leased == 0 && cp.Inherited == 0 && cp.Level == 0 {
-		return // an untouched conservative start: nothing to tell
+	if cp.Leased == 0 && cp.Inherited == 0 && (cp.Level == l.sh.Burst*l.sh.Per || (p.Last > now && cp.Level == 0)) {
+		return // a full bucket with nothing lent, or an untouched conservative start: nothing to tell
 	}
 	st := l.lentState(&cp, now)
 	g := l.gaveOf(now, key, fx)
