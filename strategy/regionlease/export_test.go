@@ -203,3 +203,7 @@ func (l *RegionLease) FloatByKey(now time.Duration) map[string]FloatParts {
 	}
 	return out
 }
+
+// WarmUps is, for tests, the warm-ups this node started and those that
+// ended with every answer (warmup.go).
+func (l *RegionLease) WarmUps() (started, full uint64) { return l.wu.seq, l.wu.full }

@@ -110,6 +110,9 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 	}
 	to, region := l.upstream(req.Key)
 	if g, _ := l.global(req.Key); g == l.self {
+		if wait, full := l.warmRequest(now, req, fx); wait || full {
+			return refuse, full // waits for the key's warm-up (warmup.go), or refused: it holds too many
+		}
 		p := l.ownPool(now, req.Key, fx)
 		l.sh.Advance(p, now)
 		l.noteOwn(req.Key, req)

@@ -175,7 +175,10 @@ func (l *RegionLease) shrinkMaps() {
 // strings (each as its own allocation, as a key decoded from a grant is;
 // one sharing a holding's string is counted twice), and the key strings
 // of pools, holdings, grants and fences; the push state per key a global
-// owner pushes (pushAlloc: its maps as one group each). Not counted: the strings a
+// owner pushes (pushAlloc: its maps as one group each); the warm-ups
+// under way and the states given up (warmMemoryBytes, warmup.go: per key
+// its record, its asked, got and waiting arrays and map, not the decoded
+// messages it holds). Not counted: the strings a
 // forward, relay or return shares with its request or holding, the
 // membership history (changes, O(members) each) and pools kept alive
 // only by the grant records pointing to them after they were dropped.
@@ -192,6 +195,7 @@ func (l *RegionLease) MemoryBytes() int {
 	n += m.relays.Bytes(idSlot, relayAlloc) + m.returns.Bytes(grantSlot, returningAlloc)
 	n += l.gseen.MemoryBytes(verdictAlloc) + l.rseen.MemoryBytes(verdictAlloc)
 	n += m.pushes.Bytes(keySlot, pushAlloc)
+	n += l.warmMemoryBytes()
 	return n + memsize.Alloc(cap(l.timers.Items())*timerBytes) + m.timerKey
 }
 

@@ -236,6 +236,16 @@ func (l *RegionLease) CheckMemory() error {
 		{"fences' keys", m.fences.Len(), len(l.fences)},
 		{"push states", m.pushes.Len(), len(l.pushes)},
 		{"push state keys", m.pushes.KeyAlloc(), keyAllocs(l.pushes, func(k string) string { return k })},
+		{"warm-ups", l.wu.memF.Len(), len(l.wu.fetching)},
+		{"warm-up keys", l.wu.memF.KeyAlloc(), keyAllocs(l.wu.fetching, func(k string) string { return k })},
+		{"warm-ups' own", l.wu.bytes, sumOf(l.wu.fetching, func(w *warming) int {
+			if len(w.got) > int(w.gotPeak) {
+				return -1 << 40 // a peak missed
+			}
+			return warmingBytes(w)
+		})},
+		{"gave records", l.wu.memG.Len(), len(l.wu.gave)},
+		{"gave keys", l.wu.memG.KeyAlloc(), keyAllocs(l.wu.gave, func(k string) string { return k })},
 		{"fences", l.nfences, sumOf(l.fences, func(fs map[strategy.NodeID]time.Duration) int { return len(fs) })},
 		{"holding maps", m.holdMaps, sumOf(l.keys, func(h *holding) int {
 			if len(h.sentTo) > int(h.sentPeak) || len(h.accepted) > int(h.accPeak) || len(h.reports) > int(h.repPeak) {

@@ -93,8 +93,20 @@ func (c checked) SetExpected(now time.Duration, expected []strategy.NodeID, fx *
 // that every key's admitted tokens stay within b + r*T in every window,
 // exactly: no tokens created by a cut, a heal, a crash or a restart.
 func TestEnvelopeUnderFaults(t *testing.T) {
+	warmed = [2]uint64{}
 	rapid.Check(t, envelopeRun)
+	// The restarts must exercise the global owner's warm-up (warmup.go),
+	// and some must end with every answer (a start that is not
+	// conservative).
+	if warmed[0] == 0 || warmed[1] == 0 {
+		t.Fatalf("warm-ups over the runs: %d started, %d with every answer; want some of each", warmed[0], warmed[1])
+	}
+	t.Logf("warm-ups over the runs: %d started, %d with every answer", warmed[0], warmed[1])
 }
+
+// warmed counts the warm-ups over TestEnvelopeUnderFaults' runs: started,
+// and ended with every answer.
+var warmed [2]uint64
 
 func envelopeRun(t *rapid.T) {
 	nRegions := rapid.IntRange(0, 3).Draw(t, "regions") // 0: no regions
@@ -192,6 +204,11 @@ func envelopeRun(t *rapid.T) {
 		Nodes: nodes, Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
 		Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), Partition: mode,
 	})
+	for _, l := range reg.all {
+		s, f := l.WarmUps()
+		warmed[0] += s
+		warmed[1] += f
+	}
 	if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 1e-9 {
 		t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens (partition %s)", v, mode)
 	}

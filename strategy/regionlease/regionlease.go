@@ -76,6 +76,8 @@ type RegionLease struct {
 	seqBase   uint64
 
 	mem memory // heap accounting (memory.go)
+
+	wu warmups // the global owner's warm-up (warmup.go)
 }
 
 type change struct {
@@ -270,6 +272,9 @@ func (l *RegionLease) Receive(now time.Duration, from strategy.NodeID, payload [
 	if err := l.validate(now, from, m); err != nil {
 		return err
 	}
+	if handled, err := l.warmReceive(now, from, m, fx); handled {
+		return err
+	}
 	return l.dispatch(now, from, m, fx)
 }
 
@@ -297,6 +302,10 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			l.idleTimer(now, t, fx)
 		case timerPush:
 			l.onPushTimer(now, t, fx)
+		case timerWarm:
+			l.warmTimer(now, t, fx)
+		case timerGave:
+			l.gaveTimer(now, t)
 		}
 	}
 	l.expireGrants(now, fx)
@@ -334,7 +343,8 @@ func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *str
 	l.changes = append(l.changes, change{at: now, prev: prev})
 	for _, key := range sortedKeys(l.pools) {
 		if g, _ := l.global(key); g != l.self {
-			l.dropPool(key) // its grants stay counted nowhere: they end by themselves
+			l.gaveUp(now, key, fx) // kept for a warm-up's query (warmup.go)
+			l.dropPool(key)        // its grants stay counted nowhere: they end by themselves
 		}
 	}
 	l.dropFences()
@@ -349,6 +359,7 @@ func (l *RegionLease) changed(now time.Duration, prev []strategy.NodeID, fx *str
 			h.asking = false
 		}
 	}
+	l.warmMembersChanged(now, fx)
 }
 
 // moveOf reports whether key's global ownership came to this node lately
@@ -374,6 +385,9 @@ func (l *RegionLease) moveOf(key string, now time.Duration) (time.Duration, bool
 		} else {
 			from = max(from, c.at+l.takeover)
 		}
+	}
+	if at, ok := l.answeredAt(key); ok { // it handed the key over then (warmup.go)
+		moved, from = true, max(from, at+l.takeover)
 	}
 	if g, _ := l.global(key); g != l.self {
 		moved, from = true, max(from, now+l.takeover)
