@@ -92,8 +92,10 @@ func recount(t *Table) int {
 		keyAlloc += allocBytes(len(k))
 	}
 	listed := map[string]int{}
-	for _, k := range t.ch.keys {
-		listed[k]++
+	for _, chunk := range t.ch.chunks {
+		for _, k := range chunk {
+			listed[k]++
+		}
 	}
 	goneAlloc := 0
 	for k, n := range listed {
@@ -104,7 +106,7 @@ func recount(t *Table) int {
 	}
 	c := *t
 	c.keyAlloc, c.ch = keyAlloc, changes{}
-	return c.MemoryBytes() + cap(t.ch.keys)*16 + goneAlloc
+	return c.MemoryBytes() + len(t.ch.chunks)*changesChunk*16 + cap(t.ch.chunks)*24 + goneAlloc
 }
 
 // TestExportChangesProperty: a table driven with random requests (Get),
@@ -169,8 +171,8 @@ func TestChangesListBounded(t *testing.T) {
 		tb.Get(k, 0).AllowN(0, 1)
 		tb.Delete(k)
 	}
-	if tb.Tracking() || tb.MemoryBytes() > recount(tb) || len(tb.ch.keys) != 0 {
-		t.Fatalf("after %d adds and drops of keys: tracking %v, %d keys listed, MemoryBytes %d", changesSlack+10, tb.Tracking(), len(tb.ch.keys), tb.MemoryBytes())
+	if tb.Tracking() || tb.MemoryBytes() != recount(tb) || tb.ch.n != 0 || tb.ch.bytes() != 0 {
+		t.Fatalf("after %d adds and drops of keys: tracking %v, %d keys listed, MemoryBytes %d", changesSlack+10, tb.Tracking(), tb.ch.n, tb.MemoryBytes())
 	}
 	if tb.ExportChanges(0, nil, func(strategy.KeyState) {}, func(string) {}) {
 		t.Fatal("ExportChanges reported changes after the list was given up")
