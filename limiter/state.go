@@ -131,10 +131,12 @@ func restoreStates(snap statestore.Snapshot, name string, rules []rule.Rule, log
 // snapshotDuty bounds the share of time spent on snapshots: the next one
 // starts no sooner than snapshotDuty times the last one's duration (loop
 // copy plus write) after it, whatever the interval. At 1M keys with 1%
-// changed a snapshot takes 0.6-2.4 s (the loop's copy, and a write of the
-// changed keys alone: statestore's delta log), a compaction (about every
-// 25th) 3-6 s (docs/PERFORMANCE.md), so it runs every ~3-12 s, not every
-// second.
+// changed a snapshot of changes takes about 10-130 ms in the loop and
+// 50 ms-0.3 s to write (statestore's delta log, no diff of every key), so
+// it runs every second; a whole one (at the start, after an error or a
+// reload, and for a compaction, about every 25th) 0.3-1.3 s in the loop
+// and 3-6 s to write (docs/PERFORMANCE.md), after which the next waits
+// ~15-30 s.
 const snapshotDuty = 5
 
 // run snapshots every interval (stretched by snapshotDuty) until stop is

@@ -43,7 +43,13 @@
 // Save that changed 1% of the keys compacts about every 25th time.
 // Snapshotter strategies emit a bucket's state at its last update (not
 // refilled to the snapshot's time), so an untouched key's value does not
-// change between Saves.
+// change between Saves. A Save may also be given a rule as changes
+// (RuleState.Changes: the states of the keys changed since the previous
+// Save and the keys gone, as strategy.ChangeSnapshotter.SnapshotChanges
+// takes them): it then costs those keys alone, not a lookup of every key
+// in the index; the changes are written as the same delta records (the
+// format is unchanged), and a snapshot that must compact is asked for
+// whole (ErrNeedFull, WantFull).
 //
 // Version 2 (signed levels) is the base alone, rewritten by every Save;
 // version 1 (the builds before debts were kept) wrote the level unsigned,
