@@ -10,13 +10,22 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
-// RuleSnapshot is one rule's bucket states as Node.Snapshot takes them.
+// RuleSnapshot is one rule's bucket states as Node.Snapshot or
+// Node.SnapshotChanges takes them.
 type RuleSnapshot struct {
 	// Strategy is the rule's strategy (a name from strategy/registry), the one
 	// whose states these are.
 	Strategy string
 	// States' At is wall-clock time, nanoseconds since the Unix epoch.
+	// Every key not full (Changes false), or the keys changed since the
+	// previous SnapshotChanges (Changes).
 	States []strategy.KeyState
+	// Changes: States and Gone are the changes since the previous
+	// SnapshotChanges (strategy.ChangeSnapshotter.SnapshotChanges).
+	Changes bool
+	// Gone is, with Changes, the keys dropped (full, swept, no longer
+	// this node's) since the previous SnapshotChanges.
+	Gone []string
 }
 
 // Snapshot takes, in the node's goroutine (the strategies stay
@@ -44,6 +53,54 @@ func (n *Node) Snapshot(ctx context.Context, reuse map[string]RuleSnapshot) (map
 			states = append(states, st)
 		})
 		out[rule.Name] = RuleSnapshot{Strategy: rule.Strategy, States: states}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SnapshotChanges is Snapshot in proportion to the keys changed: in the
+// node's goroutine, for every rule whose strategy is a
+// strategy.ChangeSnapshotter, the states of the keys changed and the keys
+// dropped since the previous SnapshotChanges (Changes set; the loop busy
+// for a time in proportion to those keys, docs/PERFORMANCE.md), or, when
+// full is true or the strategy cannot tell its changes (its first
+// snapshot, a new strategy after a reload, a Restore, a rate or
+// membership change: strategy.ChangeSnapshotter), every key not full
+// (SnapshotFull: Changes false, O(keys)), which the next SnapshotChanges
+// reports changes from. A rule whose strategy is a plain Snapshotter is
+// given whole. Applied in order (a whole rule replacing what a store
+// holds of it, changes over it), the results hold what Snapshot would, at
+// most fewer tokens for a key Snapshot leaves out as full (see
+// strategy.ChangeSnapshotter). A result the caller fails to store
+// breaks the chain: call with full then. At converted as in Snapshot;
+// reuse as in Snapshot (its States and Gone are overwritten). Errors:
+// ctx.Err(), ErrClosed (the changes the strategies gave up are lost:
+// full the next time). Ours.
+func (n *Node) SnapshotChanges(ctx context.Context, full bool, reuse map[string]RuleSnapshot) (map[string]RuleSnapshot, error) {
+	out := map[string]RuleSnapshot{}
+	err := n.Inspect(ctx, func(now time.Duration, rule rule.Rule, s strategy.Strategy) {
+		sn, ok := s.(strategy.Snapshotter)
+		if !ok {
+			return
+		}
+		old := reuse[rule.Name]
+		rs := RuleSnapshot{Strategy: rule.Strategy, States: old.States[:0], Gone: old.Gone[:0]}
+		emit := func(st strategy.KeyState) {
+			st.At = n.wallNanos(st.At)
+			rs.States = append(rs.States, st)
+		}
+		cs, ok := s.(strategy.ChangeSnapshotter)
+		switch {
+		case !ok:
+			sn.Snapshot(now, emit)
+		case !full && cs.SnapshotChanges(now, emit, func(key string) { rs.Gone = append(rs.Gone, key) }):
+			rs.Changes = true
+		default:
+			cs.SnapshotFull(now, emit)
+		}
+		out[rule.Name] = rs
 	})
 	if err != nil {
 		return nil, err

@@ -155,3 +155,67 @@ func BenchmarkSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// TestSnapshotChangesTakesTheChanges: Node.SnapshotChanges takes each
+// rule whole the first time (its strategy cannot tell changes before a
+// full snapshot), then the keys checked since alone (Changes), and whole
+// again when asked (full) or when a reload gave the rule a fresh
+// strategy; a rule whose strategy is not a ChangeSnapshotter (gdrl: not a
+// Snapshotter at all) is left out as in Snapshot.
+func TestSnapshotChangesTakesTheChanges(t *testing.T) {
+	perMin := bucket.Rate{Tokens: 1, Per: time.Minute}
+	rules := []rule.Rule{{Name: "local", Rate: perMin, Burst: 5, Strategy: "local"},
+		{Name: "owner", Rate: perMin, Burst: 5, Strategy: "owner", Params: []string{"hold=0"}},
+		{Name: "gdrl", Rate: perMin, Burst: 5, Strategy: "gdrl"}}
+	n := mustSoloNode(t, Config{Rules: rules})
+	ctx := context.Background()
+	check := func(r, key string) {
+		if _, err := n.Check(ctx, r, key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(full bool, want map[string]int, changes bool) map[string]RuleSnapshot {
+		t.Helper()
+		snap, err := n.SnapshotChanges(ctx, full, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := snap["gdrl"]; ok || len(snap) != len(want) {
+			t.Fatalf("snapshot of rules %v, want %v", snap, want)
+		}
+		for r, keys := range want {
+			if rs := snap[r]; rs.Changes != changes || len(rs.States) != keys || len(rs.Gone) != 0 || rs.Strategy != r {
+				t.Fatalf("rule %s: %+v, want %d states, changes %v", r, rs, keys, changes)
+			}
+		}
+		return snap
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		check("local", k)
+		check("owner", k)
+	}
+	take(false, map[string]int{"local": 3, "owner": 3}, false) // the first: whole
+	check("local", "b")
+	snap := take(false, map[string]int{"local": 1, "owner": 0}, true)
+	if st := snap["local"].States[0]; st.Key != "b" || time.Since(time.Unix(0, int64(st.At))) > time.Minute {
+		t.Fatalf("changes of local: %+v, want key b at wall-clock time", st)
+	}
+	take(false, map[string]int{"local": 0, "owner": 0}, true)
+	take(true, map[string]int{"local": 3, "owner": 3}, false)
+	changed := append([]rule.Rule{}, rules...)
+	changed[0].Burst = 6 // a fresh strategy: full buckets, whole
+	if _, err := n.SetRules(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	check("owner", "d")
+	snap, err := n.SnapshotChanges(ctx, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := snap["local"]; rs.Changes || len(rs.States) != 0 {
+		t.Fatalf("local after a reload changed it: %+v, want whole and empty (a fresh strategy)", rs)
+	}
+	if rs := snap["owner"]; !rs.Changes || len(rs.States) != 1 || rs.States[0].Key != "d" {
+		t.Fatalf("owner after a reload that kept it: %+v, want the change of d alone", rs)
+	}
+}

@@ -43,6 +43,7 @@ type SnapshotStats struct {
 	// them at a compaction (statestore).
 	Written     int64
 	Compactions int64         // snapshots that rewrote the whole file's base
+	Full        int64         // snapshots the loop took whole (every key), not as changes
 	LoopTime    time.Duration // the node's loop busy copying the last one
 	WriteTime   time.Duration // writing (and fsyncing) the last one
 }
@@ -57,8 +58,13 @@ type persister struct {
 	mu        sync.Mutex // one snapshot at a time (the ticker's and Close's)
 	lastEmpty bool
 	buf       map[string]cluster.RuleSnapshot // the last snapshot's slices, reused
-	stats     struct {
-		saved, errors, keys, loopNs, writeNs, written, compactions atomic.Int64
+	// chained: the store holds every change the strategies reported up
+	// to the last snapshot, so the next may be of changes alone
+	// (cluster.Node.SnapshotChanges); false at the start and after any
+	// error, when the next is whole.
+	chained bool
+	stats   struct {
+		saved, errors, keys, loopNs, writeNs, written, compactions, full atomic.Int64
 	}
 	done chan struct{} // closed when run returns
 }
@@ -125,10 +131,12 @@ func restoreStates(snap statestore.Snapshot, name string, rules []rule.Rule, log
 // snapshotDuty bounds the share of time spent on snapshots: the next one
 // starts no sooner than snapshotDuty times the last one's duration (loop
 // copy plus write) after it, whatever the interval. At 1M keys with 1%
-// changed a snapshot takes 0.6-2.4 s (the loop's copy, and a write of the
-// changed keys alone: statestore's delta log), a compaction (about every
-// 25th) 3-6 s (docs/PERFORMANCE.md), so it runs every ~3-12 s, not every
-// second.
+// changed a snapshot of changes takes about 10-130 ms in the loop and
+// 50 ms-0.3 s to write (statestore's delta log, no diff of every key), so
+// it runs every second; a whole one (at the start, after an error or a
+// reload, and for a compaction, about every 25th) 0.3-1.3 s in the loop
+// and 3-6 s to write (docs/PERFORMANCE.md), after which the next waits
+// ~15-30 s.
 const snapshotDuty = 5
 
 // run snapshots every interval (stretched by snapshotDuty) until stop is
@@ -149,15 +157,32 @@ func (p *persister) run(node *cluster.Node, stop <-chan struct{}) {
 	}
 }
 
-// save takes one snapshot in the node's loop and writes it outside. An
-// empty snapshot after an empty one is not written again.
+// save takes one snapshot in the node's loop and writes it outside: the
+// changes since the last one (cluster.Node.SnapshotChanges: the loop busy
+// in proportion to the keys changed), or every key when the chain of
+// changes is broken (the first snapshot, an error) or the store wants a
+// whole one to compact (statestore.Store.WantFull). A snapshot the store
+// refuses as changes (statestore.ErrNeedFull: the rules changed) is taken
+// again whole at once. An empty snapshot after an empty one is not
+// written again.
 func (p *persister) save(node *cluster.Node) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	err := p.saveOnce(node, !p.chained || p.store.WantFull())
+	if errors.Is(err, statestore.ErrNeedFull) {
+		err = p.saveOnce(node, true)
+	}
+	return err
+}
+
+// saveOnce is one snapshot (whole when full) and its write; on an error
+// the chain of changes is broken (the next is whole).
+func (p *persister) saveOnce(node *cluster.Node, full bool) error {
+	p.chained = false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	states, err := node.Snapshot(ctx, p.buf)
+	states, err := node.SnapshotChanges(ctx, full, p.buf)
 	t1 := time.Now()
 	if err != nil {
 		p.stats.errors.Add(1)
@@ -166,22 +191,32 @@ func (p *persister) save(node *cluster.Node) error {
 	}
 	p.buf = states // Save is done with them before the next snapshot
 	snap := statestore.Snapshot{Node: p.name, Taken: t0, Rules: map[string]statestore.RuleState{}}
+	whole, listed := true, 0
 	for rule, rs := range states {
-		snap.Rules[rule] = statestore.RuleState{Strategy: rs.Strategy, States: rs.States}
+		snap.Rules[rule] = statestore.RuleState{Strategy: rs.Strategy, States: rs.States, Changes: rs.Changes, Gone: rs.Gone}
+		whole = whole && !rs.Changes
+		listed += len(rs.States) + len(rs.Gone)
 	}
-	keys := snap.Keys()
-	if keys == 0 && p.lastEmpty {
+	if whole {
+		p.stats.full.Add(1)
+	}
+	if whole && snap.Keys() == 0 && p.lastEmpty || !whole && listed == 0 && p.lastEmpty {
+		p.chained = true // nothing to write: the store holds it
 		return nil
 	}
 	if err := p.store.Save(snap); err != nil {
+		if errors.Is(err, statestore.ErrNeedFull) {
+			return err // save takes a whole one at once
+		}
 		p.stats.errors.Add(1)
 		p.log.Error("writing the snapshot failed", "file", p.store.Path(), "error", err.Error())
 		return err
 	}
-	p.lastEmpty = keys == 0
-	p.stats.saved.Add(1)
-	p.stats.keys.Store(int64(keys))
+	p.chained = true
 	last := p.store.LastSave()
+	p.lastEmpty = last.Keys == 0
+	p.stats.saved.Add(1)
+	p.stats.keys.Store(int64(last.Keys))
 	p.stats.written.Store(int64(last.Records))
 	if last.Compacted {
 		p.stats.compactions.Add(1)
@@ -203,6 +238,6 @@ func (n *Node) SnapshotStats() SnapshotStats {
 		return SnapshotStats{}
 	}
 	return SnapshotStats{Saved: p.stats.saved.Load(), Errors: p.stats.errors.Load(), Keys: p.stats.keys.Load(),
-		Written: p.stats.written.Load(), Compactions: p.stats.compactions.Load(),
+		Written: p.stats.written.Load(), Compactions: p.stats.compactions.Load(), Full: p.stats.full.Load(),
 		LoopTime: time.Duration(p.stats.loopNs.Load()), WriteTime: time.Duration(p.stats.writeNs.Load())}
 }

@@ -65,9 +65,10 @@ func TestStateDirSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestSnapshotWritesChangedKeys: after the first snapshot (a compaction
-// of 200 drained keys), a snapshot after 3 of them were charged again
-// writes those 3 states alone: an untouched bucket's state does not change
+// TestSnapshotWritesChangedKeys: after the first snapshot (whole, a
+// compaction of 200 drained keys), a snapshot after 3 of them were charged
+// again takes those 3 states alone in the loop (cluster.Node.SnapshotChanges)
+// and writes them alone: an untouched bucket's state does not change
 // between snapshots (the strategies emit it at its last update).
 func TestSnapshotWritesChangedKeys(t *testing.T) {
 	rules := []rule.Rule{{Name: "tenant", Rate: perSec(1.0 / 60), Burst: 5, Strategy: "local"}}
@@ -85,8 +86,8 @@ func TestSnapshotWritesChangedKeys(t *testing.T) {
 	if err := n.persist.save(n.node); err != nil {
 		t.Fatal(err)
 	}
-	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 200 || st.Compactions != 1 {
-		t.Fatalf("first snapshot: %+v, want a compaction of 200 keys", st)
+	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 200 || st.Compactions != 1 || st.Full != 1 {
+		t.Fatalf("first snapshot: %+v, want a whole one, a compaction of 200 keys", st)
 	}
 	time.Sleep(5 * time.Millisecond) // the untouched buckets' refill moves on
 	for i := range 3 {
@@ -95,8 +96,8 @@ func TestSnapshotWritesChangedKeys(t *testing.T) {
 	if err := n.persist.save(n.node); err != nil {
 		t.Fatal(err)
 	}
-	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 3 || st.Compactions != 1 {
-		t.Fatalf("second snapshot: %+v, want the 3 keys charged again written alone", st)
+	if st := n.SnapshotStats(); st.Keys != 200 || st.Written != 3 || st.Compactions != 1 || st.Full != 1 {
+		t.Fatalf("second snapshot: %+v, want the 3 keys charged again taken and written alone (changes, not a whole one)", st)
 	}
 }
 

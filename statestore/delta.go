@@ -236,15 +236,15 @@ type index struct {
 	baseKeys int    // states in the base
 	records  int    // records in the delta log
 	seq      uint64 // the log's last sequence number
-	mark     uint64 // 0 or 1: the mark of the keys the last diff saw
 }
 
 // ruleIndex's keys map each key to the maphash of its stored value
-// (appendState) with bit 0 replaced by the mark of the last diff that saw
-// the key.
+// (appendState) with bit 0 replaced by mark: the mark of the last diff of
+// the whole rule (every key of the rule holds it between two Saves).
 type ruleIndex struct {
 	strategy string
 	keys     map[string]uint64
+	mark     uint64 // 0 or 1
 }
 
 // change is one key's record: a put of st, or a delete (tomb); h is the
@@ -269,6 +269,15 @@ func (x *index) rule(name, strat string, n int) *ruleIndex {
 	return ri
 }
 
+// keys is the number of keys the file holds.
+func (x *index) keys() int {
+	n := 0
+	for _, ri := range x.rules {
+		n += len(ri.keys)
+	}
+	return n
+}
+
 // sameRules: snap has the rules of the index, each with the same
 // strategy (otherwise Save compacts: the base's rule buckets and
 // meta/strategies change).
@@ -285,21 +294,33 @@ func (x *index) sameRules(snap Snapshot) bool {
 	return true
 }
 
-// diff is the records that bring the stored snapshot to snap: a put for
-// every key whose value differs from (or is not in) the file, a delete
-// for every key in the file that snap does not have. Errors: a state that
-// fails validation, a key twice in a rule. It flips the mark and marks
-// every key of snap the index holds; the caller drops the index when the
-// Save does not complete (the marks are then mixed).
+// diff is the records that bring the stored snapshot to snap: for a rule
+// given whole, a put for every key whose value differs from (or is not
+// in) the file and a delete for every key in the file that snap does not
+// have; for a rule given as changes (RuleState.Changes), a put for every
+// state whose value differs from the file's and a delete for every gone
+// key the file holds. Errors: a state that fails validation, a key twice
+// in a rule (in a rule of changes, among its states and gone keys). For a
+// rule given whole it flips the rule's mark and marks every key of snap
+// the index holds; the caller drops the index when the Save does not
+// complete (the marks are then mixed).
 func (x *index) diff(snap Snapshot) ([]change, error) {
-	x.mark ^= 1
-	mark := x.mark
 	var changes []change
 	var buf []byte
 	for _, name := range sortedRules(snap) {
 		ri := x.rules[name]
+		r := snap.Rules[name]
+		if r.Changes {
+			var err error
+			if changes, buf, err = x.diffChanges(changes, buf, name, ri, r); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		ri.mark ^= 1
+		mark := ri.mark
 		var added map[string]struct{}
-		for _, st := range snap.Rules[name].States {
+		for _, st := range r.States {
 			if err := st.Validate(); err != nil {
 				return nil, fmt.Errorf("statestore: save rule %q: %w", name, err)
 			}
@@ -334,6 +355,43 @@ func (x *index) diff(snap Snapshot) ([]change, error) {
 	return changes, nil
 }
 
+// diffChanges appends to changes the records of rule name's changes r
+// (ri its index): a put per state whose value the file does not hold, a
+// delete per gone key the file holds. It changes no mark. buf is scratch
+// space, returned for reuse.
+func (x *index) diffChanges(changes []change, buf []byte, name string, ri *ruleIndex, r RuleState) ([]change, []byte, error) {
+	seen := make(map[string]struct{}, len(r.States)+len(r.Gone))
+	once := func(key string) error {
+		if _, dup := seen[key]; dup {
+			return fmt.Errorf("statestore: save rule %q: key %q twice in its changes", name, key)
+		}
+		seen[key] = struct{}{}
+		return nil
+	}
+	for _, st := range r.States {
+		if err := st.Validate(); err != nil {
+			return nil, buf, fmt.Errorf("statestore: save rule %q: %w", name, err)
+		}
+		if err := once(st.Key); err != nil {
+			return nil, buf, err
+		}
+		buf = appendState(buf[:0], st)
+		h := x.hash(buf)
+		if e, ok := ri.keys[st.Key]; !ok || e&^1 != h {
+			changes = append(changes, change{rule: name, st: st, h: h})
+		}
+	}
+	for _, k := range r.Gone {
+		if err := once(k); err != nil {
+			return nil, buf, err
+		}
+		if _, ok := ri.keys[k]; ok {
+			changes = append(changes, change{rule: name, st: strategy.KeyState{Key: k}, tomb: true})
+		}
+	}
+	return changes, buf, nil
+}
+
 // apply records changes, written to the file, in the index.
 func (x *index) apply(changes []change) {
 	for _, c := range changes {
@@ -341,7 +399,7 @@ func (x *index) apply(changes []change) {
 		if c.tomb {
 			delete(ri.keys, c.st.Key)
 		} else {
-			ri.keys[c.st.Key] = c.h | x.mark
+			ri.keys[c.st.Key] = c.h | ri.mark
 		}
 	}
 	x.records += len(changes)

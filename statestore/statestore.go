@@ -43,7 +43,13 @@
 // Save that changed 1% of the keys compacts about every 25th time.
 // Snapshotter strategies emit a bucket's state at its last update (not
 // refilled to the snapshot's time), so an untouched key's value does not
-// change between Saves.
+// change between Saves. A Save may also be given a rule as changes
+// (RuleState.Changes: the states of the keys changed since the previous
+// Save and the keys gone, as strategy.ChangeSnapshotter.SnapshotChanges
+// takes them): it then costs those keys alone, not a lookup of every key
+// in the index; the changes are written as the same delta records (the
+// format is unchanged), and a snapshot that must compact is asked for
+// whole (ErrNeedFull, WantFull).
 //
 // Version 2 (signed levels) is the base alone, rewritten by every Save;
 // version 1 (the builds before debts were kept) wrote the level unsigned,
@@ -125,11 +131,21 @@ var (
 // that fails validation).
 var ErrCorrupt = errors.New("statestore: corrupt state file")
 
-// RuleState is one rule's saved state.
+// RuleState is one rule's saved state: every key's (the zero Changes),
+// or, for Save, the changes since the previous Save (Changes).
 type RuleState struct {
 	Strategy string
 	// States' At is wall-clock time, nanoseconds since the Unix epoch.
+	// With Changes, the keys whose state changed since the previous Save
+	// (strategy.ChangeSnapshotter.SnapshotChanges); else every key.
 	States []strategy.KeyState
+	// Changes: States and Gone are the changes since the previous Save
+	// (a key in neither keeps its stored state), not the whole rule.
+	// Load never sets it.
+	Changes bool
+	// Gone is, with Changes, the keys to delete (the file may not hold
+	// them: those are ignored). A key is in States or Gone at most once.
+	Gone []string
 }
 
 // Snapshot is a node's saved state.
@@ -138,6 +154,24 @@ type Snapshot struct {
 	Taken time.Time // wall clock
 	Rules map[string]RuleState
 }
+
+// Partial reports whether a rule of s is given as changes
+// (RuleState.Changes).
+func (s Snapshot) Partial() bool {
+	for _, r := range s.Rules {
+		if r.Changes {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNeedFull is Save's error for a snapshot with a rule given as changes
+// (RuleState.Changes) when the store has no base those changes apply to:
+// no Save since Open, the last Save failed, or the rules or their
+// strategies differ from the last Save's. Nothing is written; save every
+// rule whole (and see WantFull).
+var ErrNeedFull = errors.New("statestore: the store needs a whole snapshot, not changes")
 
 // Keys is the number of key states in s.
 func (s Snapshot) Keys() int {
@@ -216,9 +250,22 @@ func (s *Store) Close() error { return s.db.Close() }
 // base to append to (the first Save after Open), the rules or their
 // strategies changed, or the log would exceed a quarter of the base
 // (CompactFraction), the whole snapshot rewritten as the new base with
-// the log emptied (a compaction). Errors: a rule with an empty name, a
-// state that fails validation, a key twice in a rule, a write error; the
-// previous snapshot is then kept, and the next Save diffs against it.
+// the log emptied (a compaction).
+//
+// A rule given as changes (RuleState.Changes: what changed since the
+// previous Save, e.g. strategy.ChangeSnapshotter.SnapshotChanges) costs
+// the changes alone, not a diff of every key: its states whose value the
+// file does not hold are put, its gone keys the file holds deleted, the
+// others kept. Such a snapshot cannot be a compaction: without a base
+// (see ErrNeedFull) it writes nothing and returns ErrNeedFull; with a
+// log past a quarter of the base it appends all the same, and WantFull
+// reports true until a whole snapshot compacts.
+//
+// Errors: a rule with an empty name, a state that fails validation, a
+// key twice in a rule, ErrNeedFull, a write error; the previous snapshot
+// is then kept, and the next Save of a whole snapshot compacts (a rule
+// given as changes then gets ErrNeedFull: the changes of the failed Save
+// are not in the file).
 func (s *Store) Save(snap Snapshot) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,7 +276,12 @@ func (s *Store) Save(snap Snapshot) (err error) {
 			return errors.New("statestore: save: a rule has an empty name")
 		}
 	}
+	partial := snap.Partial()
 	if s.idx == nil || !s.idx.sameRules(snap) {
+		if partial {
+			s.idx = nil // the file does not hold these changes' base: the next whole Save compacts
+			return ErrNeedFull
+		}
 		return s.compact(snap)
 	}
 	changes, err := s.idx.diff(snap)
@@ -237,7 +289,7 @@ func (s *Store) Save(snap Snapshot) (err error) {
 		s.idx = nil // its marks are mixed: the next Save compacts
 		return err
 	}
-	if s.idx.records+len(changes) > max(s.idx.baseKeys, minCompactBase)/CompactFraction {
+	if !partial && s.idx.records+len(changes) > s.idx.logLimit() {
 		return s.compact(snap)
 	}
 	seq := s.idx.seq
@@ -269,8 +321,22 @@ func (s *Store) Save(snap Snapshot) (err error) {
 	}
 	s.idx.apply(changes)
 	s.idx.seq = seq
-	s.last = SaveStats{Records: len(changes)}
+	s.last = SaveStats{Records: len(changes), Keys: s.idx.keys()}
 	return nil
+}
+
+// logLimit is the most records the delta log holds before a Save of a
+// whole snapshot compacts (CompactFraction).
+func (x *index) logLimit() int { return max(x.baseKeys, minCompactBase) / CompactFraction }
+
+// WantFull reports whether the next Save should be of a whole snapshot
+// (no rule given as changes): there is no base to apply changes to (no
+// successful Save since Open, or the last Save failed), or the delta log
+// is past its limit and a whole snapshot would compact it.
+func (s *Store) WantFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idx == nil || s.idx.records > s.idx.logLimit()
 }
 
 // compact rewrites the whole snapshot as the base and empties the delta
@@ -302,7 +368,7 @@ func (s *Store) compact(snap Snapshot) error {
 		return err
 	}
 	s.idx = idx
-	s.last = SaveStats{Compacted: true, Records: idx.baseKeys}
+	s.last = SaveStats{Compacted: true, Records: idx.baseKeys, Keys: idx.baseKeys}
 	return nil
 }
 
@@ -362,7 +428,7 @@ func putRule(rules, strategies *bolt.Bucket, idx *index, name string, r RuleStat
 		if err := rb.Put([]byte(st.Key), bytes.Clone(buf)); err != nil {
 			return buf, fmt.Errorf("statestore: save rule %q key %q: %w", name, st.Key, err)
 		}
-		ri.keys[st.Key] = idx.hash(buf) | idx.mark
+		ri.keys[st.Key] = idx.hash(buf) | ri.mark
 	}
 	idx.baseKeys += len(states)
 	return buf, nil
@@ -383,6 +449,7 @@ func putMeta(meta *bolt.Bucket, snap Snapshot) error {
 type SaveStats struct {
 	Compacted bool // the whole snapshot was rewritten as the base
 	Records   int  // states written: the base's when Compacted, else delta records
+	Keys      int  // key states the file holds after the Save
 }
 
 // LastSave is what the last successful Save of this Store wrote (zero

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -531,81 +532,105 @@ func wchar() int64 {
 func BenchmarkSaveChanged(b *testing.B) {
 	for _, keys := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprint(keys), func(b *testing.B) {
-			s, err := Open(b.TempDir())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			snap := sample(keys)
-			var m0, m1 runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&m0)
-			if err := s.Save(snap); err != nil {
-				b.Fatal(err)
-			}
-			runtime.GC()
-			runtime.GC() // and bbolt's pool of page buffers
-			runtime.ReadMemStats(&m1)
-			states := snap.Rules["api"].States
-			rng := rand.New(rand.NewPCG(1, 2))
-			var written, maxFile, maxWrite int64
-			var n, d [2]int64           // Saves and bytes written: [0] deltas, [1] compactions
-			var t, cpu [2]time.Duration // wall time, CPU time (the process's: GC included)
-			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				for range keys / 100 {
-					st := &states[rng.IntN(keys)]
-					st.Level = max(st.Level-1e9, -st.Capacity)
-					st.At += time.Duration(i+1) * time.Second
-				}
-				w0 := wchar()
-				t0 := time.Now()
-				c0 := cpuTime()
-				b.StartTimer()
-				if err := s.Save(snap); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				dt := time.Since(t0)
-				dc := cpuTime() - c0
-				wr := wchar() - w0
-				written += wr
-				maxWrite = max(maxWrite, wr)
-				kind := 0
-				if s.LastSave().Compacted {
-					kind = 1
-				}
-				n[kind]++
-				d[kind] += wr
-				t[kind] += dt
-				cpu[kind] += dc
-				if fi, err := os.Stat(s.Path()); err == nil {
-					maxFile = max(maxFile, fi.Size())
-				}
-				b.StartTimer()
-			}
-			b.StopTimer()
-			fi, err := os.Stat(s.Path())
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(written)/float64(b.N), "written-B/op")
-			b.ReportMetric(float64(maxWrite), "max-written-B")
-			b.ReportMetric(float64(fi.Size()), "file-B")
-			b.ReportMetric(float64(maxFile), "max-file-B")
-			b.ReportMetric(100*float64(written)/float64(b.N)/float64(fi.Size()), "written-%file")
-			b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/float64(keys), "index-B/key")
-			for kind, name := range []string{"delta", "compact"} {
-				if n[kind] > 0 {
-					b.ReportMetric(float64(n[kind]), name+"-saves")
-					b.ReportMetric(float64(d[kind])/float64(n[kind]), name+"-written-B")
-					b.ReportMetric(100*float64(d[kind])/float64(n[kind])/float64(fi.Size()), name+"-written-%file")
-					b.ReportMetric(float64(t[kind].Milliseconds())/float64(n[kind]), name+"-ms")
-					b.ReportMetric(float64(cpu[kind].Milliseconds())/float64(n[kind]), name+"-cpu-ms")
-				}
-			}
+			b.Run("whole", func(b *testing.B) { benchSaveChanged(b, keys, false) })
+			b.Run("changes", func(b *testing.B) { benchSaveChanged(b, keys, true) })
 		})
+	}
+}
+
+// benchSaveChanged is BenchmarkSaveChanged at keys: every Save given the
+// whole snapshot, or (changes) the changed states alone as a rule of
+// changes (RuleState.Changes, as limiter's persister gives what
+// strategy.ChangeSnapshotter.SnapshotChanges took), whole when the store
+// wants it (WantFull: a compaction).
+func benchSaveChanged(b *testing.B, keys int, changes bool) {
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	snap := sample(keys)
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	if err := s.Save(snap); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.GC() // and bbolt's pool of page buffers
+	runtime.ReadMemStats(&m1)
+	states := snap.Rules["api"].States
+	rng := rand.New(rand.NewPCG(1, 2))
+	var written, maxFile, maxWrite int64
+	var n, d [2]int64           // Saves and bytes written: [0] deltas, [1] compactions
+	var t, cpu [2]time.Duration // wall time, CPU time (the process's: GC included)
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		changed := map[int]bool{}
+		for range keys / 100 {
+			j := rng.IntN(keys)
+			st := &states[j]
+			st.Level = max(st.Level-1e9, -st.Capacity)
+			st.At += time.Duration(i+1) * time.Second
+			changed[j] = true
+		}
+		save := snap
+		if changes && !s.WantFull() {
+			var put []strategy.KeyState
+			for _, j := range slices.Sorted(maps.Keys(changed)) {
+				put = append(put, states[j])
+			}
+			save = Snapshot{Node: snap.Node, Taken: snap.Taken, Rules: map[string]RuleState{
+				"api":   {Strategy: "owner", States: put, Changes: true},
+				"empty": {Strategy: "static", Changes: true},
+			}}
+		}
+		w0 := wchar()
+		t0 := time.Now()
+		c0 := cpuTime()
+		b.StartTimer()
+		if err := s.Save(save); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		dt := time.Since(t0)
+		dc := cpuTime() - c0
+		wr := wchar() - w0
+		written += wr
+		maxWrite = max(maxWrite, wr)
+		kind := 0
+		if s.LastSave().Compacted {
+			kind = 1
+		}
+		n[kind]++
+		d[kind] += wr
+		t[kind] += dt
+		cpu[kind] += dc
+		if fi, err := os.Stat(s.Path()); err == nil {
+			maxFile = max(maxFile, fi.Size())
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	fi, err := os.Stat(s.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(written)/float64(b.N), "written-B/op")
+	b.ReportMetric(float64(maxWrite), "max-written-B")
+	b.ReportMetric(float64(fi.Size()), "file-B")
+	b.ReportMetric(float64(maxFile), "max-file-B")
+	b.ReportMetric(100*float64(written)/float64(b.N)/float64(fi.Size()), "written-%file")
+	b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/float64(keys), "index-B/key")
+	for kind, name := range []string{"delta", "compact"} {
+		if n[kind] > 0 {
+			b.ReportMetric(float64(n[kind]), name+"-saves")
+			b.ReportMetric(float64(d[kind])/float64(n[kind]), name+"-written-B")
+			b.ReportMetric(100*float64(d[kind])/float64(n[kind])/float64(fi.Size()), name+"-written-%file")
+			b.ReportMetric(float64(t[kind].Milliseconds())/float64(n[kind]), name+"-ms")
+			b.ReportMetric(float64(cpu[kind].Milliseconds())/float64(n[kind]), name+"-cpu-ms")
+		}
 	}
 }
 

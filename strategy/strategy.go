@@ -390,6 +390,43 @@ type Snapshotter interface {
 	Restore(now time.Duration, states []KeyState) error
 }
 
+// ChangeSnapshotter is implemented by Snapshotters that can emit the keys
+// whose state changed since their last snapshot instead of every key
+// (local, central, static, owner, over strategy/internal/buckets), so that
+// a node's periodic snapshot holds its event loop for a time in proportion
+// to the keys changed, not to the keys held (issue 28). Deterministic, no
+// clock. Ours.
+//
+// A sequence starts with SnapshotFull and goes on with SnapshotChanges
+// calls. Applying them in order to a store (SnapshotFull's states as the
+// whole content, then per SnapshotChanges call: a state replaces its key's,
+// a gone key is removed) leaves, for every key, a state that refilled to
+// the last call's now gives the level Snapshot at that now would (a key
+// Snapshot leaves out counting as full): an untouched bucket's state at
+// its last update does not change, and refilling is exact (package
+// bucket). The store may hold a key Snapshot leaves out only when it is
+// full at now: never more tokens than Snapshot's.
+type ChangeSnapshotter interface {
+	Snapshotter
+
+	// SnapshotFull emits what Snapshot emits (every key not full at now)
+	// and makes now the point the next SnapshotChanges reports changes
+	// from. It may change the bookkeeping of changed keys, not a level.
+	SnapshotFull(now time.Duration, emit func(KeyState))
+
+	// SnapshotChanges calls emit for every key whose bucket changed (or
+	// may have: a check, a lend, a peer's level, a restore) since the last
+	// SnapshotFull or SnapshotChanges and is not full at now, and gone
+	// for every key dropped (swept, deleted, full at now, or no longer
+	// this node's to keep) since then; each key at most once per call,
+	// keys in no particular order. It returns false, emitting nothing,
+	// when it cannot: there was no SnapshotFull since the strategy
+	// started, or an event changed every key or which keys the strategy
+	// keeps (a rate or membership change, a Restore, more changes than
+	// keys held); the caller then calls SnapshotFull.
+	SnapshotChanges(now time.Duration, emit func(KeyState), gone func(key string)) bool
+}
+
 // MemoryReporter is implemented by strategies that can estimate the Go
 // heap their state takes at this node (local, central, static, owner,
 // gcounter, tbqueue, gdrl, adaptive, fixed_window, grd, fps, lease, quota, concurrency, regionlease: their maps,

@@ -17,6 +17,26 @@ func (l *Local) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 	l.table.Export(now, nil, emit)
 }
 
+// SnapshotFull is Snapshot, and the point SnapshotChanges reports the
+// changes from (strategy.ChangeSnapshotter). O(keys). Ours.
+func (l *Local) SnapshotFull(now time.Duration, emit func(strategy.KeyState)) {
+	l.lend.ClampAll(l.table, now)
+	l.table.ExportFull(now, nil, emit)
+}
+
+// SnapshotChanges emits the keys whose bucket changed since the last
+// SnapshotFull or SnapshotChanges, and the keys dropped or full since
+// (strategy.ChangeSnapshotter); false when the table does not track them
+// (no SnapshotFull yet, a Restore since). O(keys changed, plus the keys
+// with allowances open). Ours.
+func (l *Local) SnapshotChanges(now time.Duration, emit func(strategy.KeyState), gone func(key string)) bool {
+	if !l.table.Tracking() {
+		return false
+	}
+	l.lend.ClampAll(l.table, now)
+	return l.table.ExportChanges(now, nil, emit, gone)
+}
+
 // Restore sets the buckets of states at now, refilled at (r, b) for the
 // time since each was taken and capped at b (strategy.Snapshotter); a
 // level below 0 (a debt) is kept, down to the rule's max_debt (minus the
@@ -40,6 +60,7 @@ func (l *Local) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool
 }
 
 var (
-	_ strategy.Snapshotter = (*Local)(nil)
-	_ strategy.KeyLeveler  = (*Local)(nil)
+	_ strategy.Snapshotter       = (*Local)(nil)
+	_ strategy.ChangeSnapshotter = (*Local)(nil)
+	_ strategy.KeyLeveler        = (*Local)(nil)
 )

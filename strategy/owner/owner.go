@@ -289,6 +289,8 @@ type Owner struct {
 
 	suspect map[strategy.NodeID]time.Duration // owner -> end of its suspicion
 
+	snapView snapView // the view of the last SnapshotFull (snapshot.go)
+
 	// charges are fallback admissions not yet acknowledged by an owner,
 	// by request ID; chargeOrder lists them oldest first (stale skipped).
 	charges     map[uint64]*charge

@@ -2,9 +2,11 @@ package owner
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 )
 
 // Snapshot emits the bucket of every key this node owns in its current
@@ -24,6 +26,80 @@ func (o *Owner) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 	for _, t := range o.tables {
 		t.Export(now, o.owns, emit)
 	}
+}
+
+// SnapshotFull is Snapshot, and the point SnapshotChanges reports the
+// changes from (strategy.ChangeSnapshotter): the tables start listing
+// their changed keys, and the view that decides which keys this node
+// keeps (its members, the peers that see it after a restart, the
+// split's tables) is remembered. O(keys). Ours.
+func (o *Owner) SnapshotFull(now time.Duration, emit func(strategy.KeyState)) {
+	o.clampAll(now)
+	for _, t := range o.tables {
+		t.ExportFull(now, o.owns, emit)
+	}
+	o.snapView.take(o)
+}
+
+// SnapshotChanges emits the buckets of the keys this node owns that
+// changed since the last SnapshotFull or SnapshotChanges (checks, charges,
+// peers' levels, hand-overs), and as gone the keys dropped, full, or no
+// longer its own since (strategy.ChangeSnapshotter). false when it cannot:
+// no SnapshotFull yet, a Restore or a re-rating since, or the view
+// changed (a membership change, a peer seen after a restart: keys no
+// bucket of which changed may have changed hands). O(keys changed, plus
+// the members, plus the keys with allowances open). Ours.
+func (o *Owner) SnapshotChanges(now time.Duration, emit func(strategy.KeyState), gone func(key string)) bool {
+	if !o.snapView.same(o) {
+		return false
+	}
+	for _, t := range o.tables {
+		if !t.Tracking() {
+			return false
+		}
+	}
+	o.clampAll(now)
+	for _, t := range o.tables {
+		t.ExportChanges(now, o.owns, emit, gone) // tracking: checked above, and clamps keep it
+	}
+	return true
+}
+
+// snapView is what decides which keys an owner node keeps in its
+// snapshots (owns, Snapshot's tables), as of its last SnapshotFull.
+type snapView struct {
+	taken   bool
+	members []strategy.NodeID
+	seenBy  []strategy.NodeID // the restart's seenBy, sorted; nil when seenBy is nil
+	seenAll bool              // seenBy is nil (no deferral)
+	tables  []*buckets.Table
+}
+
+// take remembers o's view.
+func (v *snapView) take(o *Owner) {
+	v.taken = true
+	v.members = append(v.members[:0], o.members...)
+	v.seenAll = o.rs.seenBy == nil
+	v.seenBy = v.seenBy[:0]
+	for m := range o.rs.seenBy {
+		v.seenBy = append(v.seenBy, m)
+	}
+	slices.Sort(v.seenBy)
+	v.tables = append(v.tables[:0], o.tables...)
+}
+
+// same reports whether o's view is the one taken.
+func (v *snapView) same(o *Owner) bool {
+	if !v.taken || !slices.Equal(v.members, o.members) || v.seenAll != (o.rs.seenBy == nil) ||
+		len(v.seenBy) != len(o.rs.seenBy) || !slices.Equal(v.tables, o.tables) {
+		return false
+	}
+	for _, m := range v.seenBy {
+		if !o.rs.seenBy[m] {
+			return false
+		}
+	}
+	return true
 }
 
 // Restore sets the buckets of states at now, refilled at (r, b) for the
@@ -79,6 +155,7 @@ func (o *Owner) KeyLevel(now time.Duration, key string) (strategy.KeyState, bool
 }
 
 var (
-	_ strategy.Snapshotter = (*Owner)(nil)
-	_ strategy.KeyLeveler  = (*Owner)(nil)
+	_ strategy.Snapshotter       = (*Owner)(nil)
+	_ strategy.ChangeSnapshotter = (*Owner)(nil)
+	_ strategy.KeyLeveler        = (*Owner)(nil)
 )

@@ -45,6 +45,43 @@ type stallRun struct {
 	ticks     int
 	took      []time.Duration // every Tick's wall time, for the percentiles
 	cpu       []time.Duration // every Tick's CPU time on the loop's thread
+
+	// A strategy.ChangeSnapshotter's SnapshotFull, and SnapshotChanges
+	// after 1% of the keys were checked again (stallChanges): wall and
+	// thread CPU time, and the keys the latter reported.
+	full, fullCPU, changes, changesCPU time.Duration
+	changed                            int
+}
+
+// stallChanges times, at r.now, a SnapshotFull of cs (every key: the
+// snapshot a node takes at its start, after a reload or an error, and
+// when its store compacts), then checks 1% of the keys again (drawn at
+// random, a wake-up's ticks run so that owner decides them) and times the
+// SnapshotChanges that follows (the snapshot a node takes every second
+// between: cluster.Node.SnapshotChanges).
+func stallChanges(b *testing.B, r *stallRun, cs strategy.ChangeSnapshotter, names []string) {
+	states := make([]strategy.KeyState, 0, len(names))
+	emit := func(st strategy.KeyState) { states = append(states, st) }
+	start, cpu := time.Now(), threadCPU()
+	cs.SnapshotFull(r.now, emit)
+	r.full, r.fullCPU = time.Since(start), threadCPU()-cpu
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range len(names) / 100 {
+		r.s.Request(r.now, strategy.Request{ID: uint64(len(names) + 1 + i), Key: names[rng.IntN(len(names))], Tokens: 1, Arrival: r.now}, &r.fx)
+		r.collect()
+	}
+	at := r.now
+	r.tickUntil(r.now + 50*time.Millisecond) // owner's ordering buffer
+	states = states[:0]
+	gone := 0
+	start, cpu = time.Now(), threadCPU()
+	ok := cs.SnapshotChanges(at, emit, func(string) { gone++ })
+	r.changes, r.changesCPU = time.Since(start), threadCPU()-cpu
+	if !ok {
+		b.Fatal("SnapshotChanges after SnapshotFull reported false")
+	}
+	r.changed = len(states) + gone
+	runtime.KeepAlive(states)
 }
 
 // threadCPU is the CPU time the calling OS thread has used
@@ -108,7 +145,11 @@ func timed(f func()) time.Duration {
 // per strategy: max-tick-ms (and at which second after the load), the
 // second longest and the 99th percentile of the Ticks (2nd-tick-ms,
 // p99-tick-ms: a GC pause that hits one Tick shows in max alone), peek-ms,
-// snapshot-ms, and the estimate left after the 3 minutes (keys expired).
+// snapshot-ms, and the estimate left after the 3 minutes (keys expired);
+// for a strategy.ChangeSnapshotter also a SnapshotFull and, after 1% of
+// the keys were checked again, a SnapshotChanges (snapshot-full-ms,
+// snapshot-changes-ms, their -cpu-ms in the thread's CPU time, and the
+// keys the latter reported, snapshot-changes-keys: stallChanges).
 // Run: TOKENMESH_STALLKEYS=1000000 go test -run XXX -bench BenchmarkLoopStalls -benchtime=1x ./strategy/registry
 // (one strategy: -bench 'BenchmarkLoopStalls/owner$'). Times are wall
 // clock on a shared machine: a max includes any GC pause or assist that
@@ -177,6 +218,9 @@ func stallOne(b *testing.B, info Info, names []string) {
 		snap = timed(func() { sn.Snapshot(r.now, func(st strategy.KeyState) { states = append(states, st) }) })
 		runtime.KeepAlive(states)
 	}
+	if cs, ok := s.(strategy.ChangeSnapshotter); ok {
+		stallChanges(b, r, cs, names)
+	}
 	runtime.GC()
 	if os.Getenv("TOKENMESH_STALLGC") == "off" {
 		// The loop's own work, without the collector's pauses and
@@ -200,6 +244,13 @@ func stallOne(b *testing.B, info Info, names []string) {
 	b.ReportMetric((r.maxTickAt - loaded).Seconds(), "max-tick-at-s")
 	b.ReportMetric(float64(peek)/1e6, "peek-ms")
 	b.ReportMetric(float64(snap)/1e6, "snapshot-ms")
+	if r.full > 0 {
+		b.ReportMetric(float64(r.full)/1e6, "snapshot-full-ms")
+		b.ReportMetric(float64(r.fullCPU)/1e6, "snapshot-full-cpu-ms")
+		b.ReportMetric(float64(r.changes)/1e6, "snapshot-changes-ms")
+		b.ReportMetric(float64(r.changesCPU)/1e6, "snapshot-changes-cpu-ms")
+		b.ReportMetric(float64(r.changed), "snapshot-changes-keys")
+	}
 	b.ReportMetric(float64(r.ticks), "ticks")
 	b.ReportMetric(float64(left), "bytes-left")
 	runtime.KeepAlive(s)

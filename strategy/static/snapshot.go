@@ -17,6 +17,26 @@ func (s *Static) Snapshot(now time.Duration, emit func(strategy.KeyState)) {
 	s.table.Export(now, nil, emit)
 }
 
+// SnapshotFull is Snapshot, and the point SnapshotChanges reports the
+// changes from (strategy.ChangeSnapshotter). O(keys). Ours.
+func (s *Static) SnapshotFull(now time.Duration, emit func(strategy.KeyState)) {
+	s.lend.ClampAll(s.table, now)
+	s.table.ExportFull(now, nil, emit)
+}
+
+// SnapshotChanges emits the keys whose bucket changed since the last
+// SnapshotFull or SnapshotChanges, and the keys dropped or full since
+// (strategy.ChangeSnapshotter); false when the table does not track them
+// (no SnapshotFull yet; a membership change re-rated every bucket; a
+// Restore). O(keys changed, plus the keys with allowances open). Ours.
+func (s *Static) SnapshotChanges(now time.Duration, emit func(strategy.KeyState), gone func(key string)) bool {
+	if !s.table.Tracking() {
+		return false
+	}
+	s.lend.ClampAll(s.table, now)
+	return s.table.ExportChanges(now, nil, emit, gone)
+}
+
 // Restore sets the sub-token buckets of states at now, refilled at the
 // current share r/N for the time since each was taken and capped at the
 // current share b_i (a restart into a different membership keeps at most
@@ -35,6 +55,7 @@ func (s *Static) KeyLevel(now time.Duration, key string) (strategy.KeyState, boo
 }
 
 var (
-	_ strategy.Snapshotter = (*Static)(nil)
-	_ strategy.KeyLeveler  = (*Static)(nil)
+	_ strategy.Snapshotter       = (*Static)(nil)
+	_ strategy.ChangeSnapshotter = (*Static)(nil)
+	_ strategy.KeyLeveler        = (*Static)(nil)
 )

@@ -34,12 +34,17 @@ type Table struct {
 	// that a pass can stop after a number of keys and go on at the next
 	// call (a Go map's iteration cannot be resumed).
 	order keyorder.Order
+	// ch is the keys changed since the last snapshot (changes.go).
+	ch changes
 }
 
-// entry is a key's bucket and the position of its key in Table.order.
+// entry is a key's bucket, the position of its key in Table.order, and
+// whether the key is in the list of changed keys (changes.go; the flag
+// fits in the entry's 64-byte size class).
 type entry struct {
-	b   bucket.Bucket
-	pos int
+	b     bucket.Bucket
+	pos   int
+	dirty bool
 }
 
 // New returns an empty table. Errors as bucket.New.
@@ -55,6 +60,7 @@ func New(rate bucket.Rate, burst int64) (*Table, error) {
 // table's ticks and capped at its burst.
 func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
 	if e, ok := t.m[key]; ok {
+		t.mark(e)
 		return &e.b
 	}
 	e := &entry{b: bucket.MustNew(t.rate, t.burst, now)} // parameters validated in New
@@ -64,6 +70,7 @@ func (t *Table) Get(key string, now time.Duration) *bucket.Bucket {
 		}
 	}
 	t.add(key, e)
+	t.mark(e)
 	return &e.b
 }
 
@@ -83,6 +90,7 @@ func (t *Table) SetRate(now time.Duration, rate bucket.Rate, burst int64) error 
 		return err
 	}
 	t.rate, t.burst = rate, burst
+	t.ch.invalidate() // every bucket changes
 	for _, e := range t.m {
 		_ = e.b.SetRate(now, rate, burst) // cannot fail: validated above
 	}
@@ -140,8 +148,10 @@ var bucketAllocBytes = allocBytes(int(unsafe.Sizeof(entry{})))
 // MemoryBytes estimates the Go heap the table takes, in bytes: the map's
 // slots (sized by the most keys it has held since it last shrank: Go maps
 // do not shrink on delete), one bucket allocation per key, the sweep's
-// order of the keys (its array's capacity) and the keys' strings rounded
-// up to Go's allocation size classes. Measured within 15%
+// order of the keys (its array's capacity), the keys' strings rounded
+// up to Go's allocation size classes, and the list of keys changed since
+// the last snapshot (its array's capacity, and the strings of the dropped
+// keys it keeps alive; changes.go). Measured within 15%
 // of the heap growth at 100k and 1M keys (TestMemoryBytesMatchesHeap).
 // Ours; StateBytes is the wire size.
 func (t *Table) MemoryBytes() int {
@@ -153,7 +163,7 @@ func (t *Table) MemoryBytes() int {
 			slots *= 2
 		}
 	}
-	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + t.order.Bytes() + t.keyAlloc
+	return slots*mapSlotBytes + len(t.m)*bucketAllocBytes + t.order.Bytes() + t.keyAlloc + t.ch.bytes()
 }
 
 // allocBytes approximates the heap allocation of an n-byte string: Go's

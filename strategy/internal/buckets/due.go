@@ -15,6 +15,7 @@ func (t *Table) SetRateKeepingDue(now time.Duration, rate bucket.Rate, burst int
 		return err
 	}
 	t.rate, t.burst = rate, burst
+	t.ch.invalidate() // every bucket changes
 	for _, e := range t.m {
 		_ = e.b.SetRateKeepingDue(now, rate, burst) // cannot fail: validated above
 	}

@@ -7,12 +7,15 @@ import (
 )
 
 // Lookup returns key's bucket and true, or nil and false when the table
-// holds none (Get would create a full one). It creates nothing.
+// holds none (Get would create a full one). It creates nothing. The
+// caller may change the bucket through the pointer, so the key counts as
+// changed for the next snapshot of changes (changes.go), as with Get.
 func (t *Table) Lookup(key string) (*bucket.Bucket, bool) {
 	e, ok := t.m[key]
 	if !ok {
 		return nil, false
 	}
+	t.mark(e)
 	return &e.b, true
 }
 

@@ -24,14 +24,22 @@ import (
 // nothing, debt or not.
 func (t *Table) Export(now time.Duration, keep func(key string) bool, emit func(strategy.KeyState)) {
 	for k, e := range t.m {
-		b := &e.b
-		level, capacity, per := b.LevelAt(now)
-		if level >= capacity || capacity <= 0 || (keep != nil && !keep(k)) {
-			continue
+		if st, ok := exported(k, e, now, keep); ok {
+			emit(st)
 		}
-		raw, at := b.Level()
-		emit(strategy.KeyState{Key: k, Level: raw, Capacity: capacity, TicksPerToken: per, At: at})
 	}
+}
+
+// exported is key k's state as Export emits it, and false when Export
+// leaves it out (full at now, burst 0, or keep says no).
+func exported(k string, e *entry, now time.Duration, keep func(key string) bool) (strategy.KeyState, bool) {
+	b := &e.b
+	level, capacity, per := b.LevelAt(now)
+	if level >= capacity || capacity <= 0 || (keep != nil && !keep(k)) {
+		return strategy.KeyState{}, false
+	}
+	raw, at := b.Level()
+	return strategy.KeyState{Key: k, Level: raw, Capacity: capacity, TicksPerToken: per, At: at}, true
 }
 
 // Import sets the buckets of states (strategy.Snapshotter.Restore): each
@@ -53,6 +61,9 @@ func (t *Table) Import(now time.Duration, states []strategy.KeyState, maxDebt fu
 			return fmt.Errorf("state %d: key %q is given twice", i, s.Key)
 		}
 		seen[s.Key] = struct{}{}
+	}
+	if len(states) > 0 {
+		t.ch.invalidate() // the next snapshot of changes must be a full one
 	}
 	for _, s := range states {
 		at := min(s.At, now)

@@ -56,6 +56,7 @@ func (t *Table) Sweep(now time.Duration) int {
 // drop deletes key's entry e from the map and the order, and its share
 // of the accounting.
 func (t *Table) drop(key string, e *entry) {
+	t.dropped(e)
 	delete(t.m, key)
 	t.order.Remove(e.pos, t.moved)
 	t.keyBytes -= len(key)
