@@ -49,6 +49,16 @@
 //     tokens leave the level when it is sent. G pushes only to a regional
 //     owner whose asks set takes_push: a node of a build without pushes
 //     never sets it, so a mixed cluster runs pushes between new nodes only.
+//   - The first second and the swing (granter.go's grantPool; ours): with
+//     pushes on, a remote region's first ask of a key is lent at least the
+//     region's share of the burst by nodes (b*10/30 for 10 nodes of 30),
+//     so that it does not relay, then refuse, through the key's first
+//     second while the global bucket sits at its capacity; and while the
+//     key is contended (dry, and another region asking), G lends a node of its own region at most
+//     ceil(d*hot_period) tokens (default 2*lan_latency) instead of a
+//     period's worth, so that its region's nodes park less of the refill.
+//     Both are ordinary leases out of the level (no protocol change): a
+//     holder of any build takes a grant larger or smaller than its ask.
 //   - Without regions (node ids with no '.': a live node without
 //     node.region) every node is in the one region "", whose regional
 //     owner is the global owner: regionlease is then one tier of leases,
