@@ -49,6 +49,16 @@
 //     tokens leave the level when it is sent. G pushes only to a regional
 //     owner whose asks set takes_push: a node of a build without pushes
 //     never sets it, so a mixed cluster runs pushes between new nodes only.
+//   - The first second and the swing (granter.go's grantPool; ours): with
+//     pushes on, a remote region's first ask of a key is lent at least the
+//     region's share of the burst by nodes (b*10/30 for 10 nodes of 30),
+//     so that it does not relay, then refuse, through the key's first
+//     second while the global bucket sits at its capacity; and while the
+//     key is contended (dry, and another region asking), G lends a node of its own region at most
+//     ceil(d*hot_period) tokens (default 2*lan_latency) instead of a
+//     period's worth, so that its region's nodes park less of the refill.
+//     Both are ordinary leases out of the level (no protocol change): a
+//     holder of any build takes a grant larger or smaller than its ask.
 //   - Without regions (node ids with no '.': a live node without
 //     node.region) every node is in the one region "", whose regional
 //     owner is the global owner: regionlease is then one tier of leases,
@@ -305,16 +315,16 @@
 //   - The float: tokens in the global bucket, stocks and node leases
 //     while other nodes refuse cost admitted tokens against central, whose
 //     bucket is empty at steady overload. On the tenant workload across 3
-//     regions (docs/EVALUATION.md) about 79 tokens per key at steady state
-//     with pushed grants (9.5 in G's bucket, 7.2 in stocks, 62.5 in node
-//     leases), was 97 (22, 5, 70) before them and 207 (98, 31, 78) before
-//     that; shortfall per 1 s window 1.47% (seeds 1-3: 1.47, 1.48, 1.47;
-//     1.71% before pushes, 2.53% before that; issue 24's target 0.5%): the
-//     first second (the float when central has spent its burst: the
-//     regions' first stocks, sized on half a second of demand, are still
-//     being spent at 1 s), 0.93% of the 20 s run, and, at steady state, the
-//     swing of the regions' supply (the tokens admitted per key and second
-//     vary by about 19 rms around r; 24 before pushes), 0.54%.
+//     regions (docs/EVALUATION.md) about 41 tokens per key at steady state
+//     with the first-ask share and hot_period (8.9 in G's bucket, 6.9 in
+//     stocks, 25 in node leases), was 79 (9.5, 7.2, 62.5) with pushed
+//     grants alone, 97 before them and 207 before that; shortfall per 1 s
+//     window 1.14/1.12/1.11% at seeds 1-3 (1.47% with pushes alone, 1.71%
+//     before them; issue 24's target 0.5%): the first second (the float
+//     when central has spent its burst at 1 s), 0.53% of the 20 s run, and,
+//     at steady state, the swing of the regions' supply (the tokens
+//     admitted per key and second vary by about 18 rms around r; 19.5
+//     with pushes alone, 24 before them), 0.61%.
 //     TestFloatTenants bounds the float.
 //   - The global owner's level is not replicated: with replicas an
 //     owner's crash costs false rejections for the failure detection (the

@@ -1,6 +1,7 @@
 package regionlease
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -232,6 +233,19 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 // at most rlead: the regional owner asks again as the grant reaches it,
 // once per WAN round trip, instead of leaving the refill of
 // region_period - rlead in the global owner's bucket.
+//
+// Two bounds on the tokens lent (ours; docs/EVALUATION.md, "the first
+// second and the swing"), both only with pushes on (push_every > 0: they
+// read the key's push state): a remote region's first ask of a key (no
+// ask of its recorded here) is lent at least the region's share of the
+// burst by live nodes (burstShare), as much as the level holds: its first
+// ask is sized on the few requests seen so far, and the region otherwise
+// relayed and then refused through the key's first second while the
+// bucket, at its capacity, lost its refill; and while the key is
+// contended (dry within region_ttl, another region asking: contended), a node of this node's own region is lent at most
+// ceil(d*hot_period) of its ask (hotLease), so that its region's nodes do
+// not park period's worth of the refill each while the other regions
+// wait for pushes. Neither is a dry hint.
 func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	ttl, period, hint := l.ttl, l.period, l.period
 	if topology.Of(from) != l.region {
@@ -239,14 +253,22 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	}
 	p := l.ownPool(now, a.Key, fx)
 	l.sh.Advance(p, now)
+	first := l.firstAsk(a.Key, from)
 	l.noteAsk(now, from, a)
 	whole := l.sh.Whole(p, now)
-	n := min(a.Tokens, whole)
+	want := a.Tokens
+	if first && topology.Of(from) != l.region && l.pushEvery > 0 {
+		want = max(want, l.burstShare(from))
+	}
+	if topology.Of(from) == l.region && l.contended(now, a.Key) {
+		want = min(want, l.hotLease(a.DemandMtps))
+	}
+	n := min(want, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
 		return &grantRec{pool: p, expires: at + ttl}
 	}
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
-	if n < a.Tokens && n == whole {
+	if n < min(a.Tokens, want) && n == whole {
 		// Dry: the bucket's refill until the hint ends is for the other
 		// holders' next asks (lease's dry hint).
 		g.emptyUntil = at + min(period, l.sh.FillTime(p), hint)
@@ -436,4 +458,45 @@ func grantExpLess(a, b grantExp) bool {
 		return a.id.node < b.id.node
 	}
 	return a.id.seq < b.id.seq
+}
+
+// firstAsk reports whether key's global owner has no record of an ask
+// from holder (its first, or the first since the key's push state was
+// forgotten).
+func (l *RegionLease) firstAsk(key string, from strategy.NodeID) bool {
+	ps := l.pushes[key]
+	if ps == nil {
+		return true
+	}
+	_, ok := ps.askers[from]
+	return !ok
+}
+
+// burstShare is the burst times the share of the global owner's candidate
+// members that are in from's region (b*10/30 for one region of 10 nodes
+// in 30), in whole tokens.
+func (l *RegionLease) burstShare(from strategy.NodeID) int64 {
+	reg := topology.Of(from)
+	in, all := 0, 0
+	for _, m := range l.candidates() {
+		all++
+		if topology.Of(m) == reg {
+			in++
+		}
+	}
+	if all == 0 {
+		return 0
+	}
+	return l.sh.Burst * int64(in) / int64(all)
+}
+
+// hotLease is the most tokens the global owner lends a node of its own
+// region while the key is contended (hot_period): ceil(d*hot_period) for
+// a node that reported d tokens per second (mtps: milli-tokens per
+// second), at least 1; the burst when hot_period is 0.
+func (l *RegionLease) hotLease(mtps uint64) int64 {
+	if l.hotPeriod <= 0 {
+		return l.sh.Burst
+	}
+	return max(1, int64(math.Ceil(float64(mtps)/1000*l.hotPeriod.Seconds())))
 }

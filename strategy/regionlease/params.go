@@ -43,6 +43,13 @@
 //     often, the whole tokens of its bucket to the other regions' regional
 //     owners that take pushes, each its share by the demand it reported,
 //     without waiting for their asks; 0 turns pushes off; not negative.
+//   - hot_period (duration, default 2*lan_latency): while a key is contended
+//     (its global owner's bucket was dry within region_ttl while another
+//     region asked within the window; with push_every > 0 only), the global
+//     owner lends a node of its own region at most ceil(d*hot_period) tokens
+//     (d the demand the node reported; at least 1) instead of its ask
+//     (d*period): fewer tokens parked on its region's nodes while the other
+//     regions wait; 0 turns it off; not negative.
 //   - replicas (int, default 1): the global owner lends a key's tokens only
 //     under a fence (no lease ends after it) acknowledged by the key's first K
 //     successors in rendezvous order, and by the first successor in another
@@ -86,6 +93,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "push_every", Type: strategy.ParamDuration, Default: "latency_hint/8", Example: "20ms",
 		Doc: "while a key is contended (its bucket was dry within region_ttl), its global owner pushes, this often, the whole tokens of its bucket to the other regions' regional owners that take pushes, each its share by the demand it reported, without waiting for their asks; 0 turns pushes off; not negative."},
+	{Name: "hot_period", Type: strategy.ParamDuration, Default: "2*lan_latency", Example: "20ms",
+		Doc: "while a key is contended (its global owner's bucket was dry within region_ttl while another region asked within the window; with push_every > 0 only), the global owner lends a node of its own region at most ceil(d*hot_period) tokens (d the demand the node reported; at least 1) instead of its ask (d*period): fewer tokens parked on its region's nodes while the other regions wait; 0 turns it off; not negative."},
 	{Name: "replicas", Type: strategy.ParamInt, Default: "1", Example: "2",
 		Doc: "the global owner lends a key's tokens only under a fence (no lease ends after it) acknowledged by the key's first K successors in rendezvous order, and by the first successor in another region when none of them is; the successor that takes the key over after a crash refills from that fence instead of waiting the whole takeover; 0 turns replicas off (every takeover waits takeover); 0 to 8."},
 }

@@ -258,3 +258,19 @@ func (l *RegionLease) sweepPushes(now time.Duration) {
 func sortedNodes[V any](m map[strategy.NodeID]V) []strategy.NodeID {
 	return slices.Sorted(maps.Keys(m))
 }
+
+// contended reports whether key's bucket at its global owner was dry
+// within region_ttl while another region asked for it within the window
+// (its pushes share the refill): one region alone is never contended here.
+func (l *RegionLease) contended(now time.Duration, key string) bool {
+	ps := l.pushes[key]
+	if ps == nil || !ps.dry || now >= ps.dryAt+l.rttl {
+		return false
+	}
+	for _, a := range ps.askers { // any one: the order does not matter
+		if a.remote && a.at+l.window > now {
+			return true
+		}
+	}
+	return false
+}

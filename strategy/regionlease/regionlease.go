@@ -56,6 +56,7 @@ type RegionLease struct {
 	// askers reported and whether it is contended
 	pushes    map[string]*pushState
 	pushEvery time.Duration // 0: no pushes
+	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
 	pushSeq   uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
@@ -186,6 +187,10 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
 	if l.pushEvery < 0 {
 		return fmt.Errorf("regionlease: parameter push_every must not be negative")
+	}
+	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
+	if l.hotPeriod < 0 {
+		return fmt.Errorf("regionlease: parameter hot_period must not be negative")
 	}
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {

@@ -1,0 +1,137 @@
+package regionlease_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
+)
+
+// burstSetup builds eu.n0, a key's global owner among eu.n0, eu.n1,
+// us.n2 and us.n3 (rate 100/s, burst 100, replicas=0), and a key it owns.
+func burstSetup(t *testing.T, params ...string) (*regionlease.RegionLease, string) {
+	t.Helper()
+	members := []strategy.NodeID{"eu.n0", "eu.n1", "us.n2", "us.n3"}
+	ps, err := strategy.ParseParams(append([]string{"replicas=0", "min_lease=1"}, params...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx strategy.Effects
+	g.Start(0, &fx)
+	for i := 0; i < 100; i++ {
+		if k := "k" + string(rune('a'+i)); rendezvous.Owner(k, members) == "eu.n0" {
+			return g, k
+		}
+	}
+	t.Fatal("no key owned by eu.n0")
+	return nil, ""
+}
+
+// ask sends g an ask of tokens from `from` at now and returns the tokens
+// of its grant.
+func ask(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, key string, seq uint64, tokens int64, mtps uint64) int64 {
+	t.Helper()
+	b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
+		Key: key, Seq: seq, Tokens: tokens, AskedAtNs: int64(now), DemandMtps: mtps, TakesPush: !strings.HasPrefix(string(from), "eu.")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx strategy.Effects
+	if err := g.Receive(now, from, b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range fx.Messages {
+		var pm peerv1.RegionLeaseMessage
+		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
+			t.Fatal(err)
+		}
+		if gr := pm.GetGrant(); gr != nil && !gr.Pushed && m.To == from && gr.Seq == seq {
+			return gr.Tokens
+		}
+	}
+	t.Fatalf("no grant for %s's ask %d", from, seq)
+	return 0
+}
+
+// A remote region's first ask of a key (sized on the little demand its
+// regional owner has seen so far) is granted the region's share of the
+// burst by nodes (2 of 4 nodes: 50 of 100), so that the remote region
+// does not spend the key's first second relaying and refusing while the
+// global owner's bucket loses its refill at full capacity; its next ask
+// gets what it asks. With push_every=0 (no push state: the build before)
+// the first ask gets what it asks too. The build before this change
+// granted 5, which fails.
+func TestFirstAskGetsBurstShare(t *testing.T) {
+	g, key := burstSetup(t)
+	if got := ask(t, g, 10*time.Millisecond, "us.n2", key, 1, 5, 60_000); got != 50 {
+		t.Errorf("first ask of 5 from us.n2: granted %d, want its region's share of the burst, 50", got)
+	}
+	if got := ask(t, g, 20*time.Millisecond, "us.n2", key, 2, 5, 60_000); got != 5 {
+		t.Errorf("second ask of 5 from us.n2: granted %d, want 5", got)
+	}
+	if got := ask(t, g, 30*time.Millisecond, "eu.n1", key, 1, 5, 60_000); got != 5 {
+		t.Errorf("first ask of 5 from eu.n1 (the owner's region): granted %d, want 5", got)
+	}
+	g0, key0 := burstSetup(t, "push_every=0")
+	if got := ask(t, g0, 10*time.Millisecond, "us.n2", key0, 1, 5, 60_000); got != 5 {
+		t.Errorf("push_every=0: first ask of 5 from us.n2: granted %d, want 5", got)
+	}
+}
+
+// While a key is contended (its global owner's bucket was dry within
+// region_ttl while another region asked within the window), a node of the
+// owner's own region gets at most ceil(d*hot_period) tokens (d its
+// reported demand: 200/s, hot_period 10 ms: 2) where it asked 20; before
+// the bucket was dry, with hot_period=0, and when no other region asked
+// (one region alone), it gets the 20 it asked. The build before this
+// change granted 20 while contended, which fails.
+func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
+	for _, tc := range []struct {
+		name, param string
+		remote      bool
+		contended   int64
+	}{{"hot_period=10ms", "hot_period=10ms", true, 2}, {"hot_period=0", "hot_period=0", true, 20}, {"no other region", "hot_period=10ms", false, 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, key := burstSetup(t, tc.param)
+			if got := ask(t, g, 10*time.Millisecond, "eu.n1", key, 1, 20, 200_000); got != 20 {
+				t.Errorf("uncontended: granted %d, want 20", got)
+			}
+			if tc.remote {
+				ask(t, g, 15*time.Millisecond, "us.n2", key, 1, 5, 60_000)
+			}
+			var fx strategy.Effects
+			for id := uint64(1); ; id++ { // drain the bucket: dry
+				if d, _ := g.Request(20*time.Millisecond, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: 20 * time.Millisecond}, &fx); !d.Allowed {
+					break
+				}
+			}
+			// 500 ms later the bucket holds 50 tokens again.
+			if got := ask(t, g, 520*time.Millisecond, "eu.n1", key, 2, 20, 200_000); got != tc.contended {
+				t.Errorf("contended: granted %d, want %d", got, tc.contended)
+			}
+		})
+	}
+}
+
+// hot_period must not be negative.
+func TestHotPeriodNegative(t *testing.T) {
+	ps, _ := strategy.ParseParams([]string{"hot_period=-1ms"})
+	_, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: []strategy.NodeID{"eu.n0"}, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "hot_period") {
+		t.Errorf("hot_period=-1ms: error %v, want one naming hot_period", err)
+	}
+}
