@@ -128,7 +128,7 @@ func (c *Concurrency) sweepTick(now time.Duration, fx *strategy.Effects) {
 	c.passing = false
 	if len(c.keys) > 0 || len(c.leases) > 0 || len(c.granted) > 0 {
 		c.scheduleSweep(c.passAt, fx) // as the sweep in one go at passAt did
-		if c.nextSweep < now {        // the pass took longer than permit_ttl: the next right after
+		if c.nextSweep <= now {       // the pass took longer than permit_ttl: the next right after
 			c.nextSweep = now + keyorder.StepEvery
 			fx.WakeAt(c.nextSweep)
 		}

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"math"
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
@@ -175,16 +174,4 @@ func (l *Lease) sweepHolding(k string, h *holding) bool {
 	}
 	l.dropHolding(k, h)
 	return true
-}
-
-// sweep runs a whole pass at now in one call (a pass under way starts
-// over), for tests.
-func (l *Lease) sweep(now time.Duration) {
-	l.beginPass(now)
-	for _, o := range []interface{ Restart() }{&l.poolOrder, &l.recOrder, &l.gaveOrder, &l.holdOrder} {
-		o.Restart()
-	}
-	for i := range sweepTables {
-		l.sweepStep(now, i, math.MaxInt)
-	}
 }

@@ -1,9 +1,6 @@
 package regionlease
 
 import (
-	"math"
-	"time"
-
 	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
@@ -160,18 +157,6 @@ func stepIndex(x *keyorder.Index, budget int, drop func(string) bool) bool {
 	}
 	x.EndPass()
 	return true
-}
-
-// sweep runs a whole pass at now in one call (a pass under way starts
-// over), for tests.
-func (l *RegionLease) sweep(now time.Duration) {
-	l.passAt = now
-	for _, x := range []*keyorder.Index{&l.order.fences, &l.order.gfences, &l.order.pushes, &l.order.pools, &l.order.keys} {
-		x.Restart()
-	}
-	for i := range sweepTables {
-		l.sweepStep(i, math.MaxInt)
-	}
 }
 
 // dropFenceKey deletes key's (empty) map of fences held.
