@@ -678,6 +678,9 @@ func (q *TBQueue) SetMembers(now time.Duration, members []strategy.NodeID, fx *s
 				queues = q.localQueues()
 				keys = slices.Sorted(maps.Keys(queues))
 			}
+			if len(keys) == 0 {
+				return // only keys a delta state holds, with no local queue: nothing to send
+			}
 			fx.Send(nb, q.encode(keys, queues, true))
 		}
 	}
