@@ -26,9 +26,17 @@ type sweepOrders struct {
 	fences, gfences, pushes, pools, keys keyorder.Index
 }
 
-// bytes is the heap the orders take (keyorder.Index.Bytes).
+// bytes is the heap the orders take: each Index's array and its map of
+// positions (slots by its peak; the key strings are the swept maps').
 func (o *sweepOrders) bytes() int {
-	return o.fences.Bytes() + o.gfences.Bytes() + o.pushes.Bytes() + o.pools.Bytes() + o.keys.Bytes()
+	n := 0
+	for _, x := range []*keyorder.Index{&o.fences, &o.gfences, &o.pushes, &o.pools, &o.keys} {
+		n += x.Order.Bytes()
+		if x.Peak() > 0 {
+			n += memsize.MapHeader + memsize.Map(x.Peak(), keyorder.IndexSlot)
+		}
+	}
+	return n
 }
 
 // Tables of a pass, in order.

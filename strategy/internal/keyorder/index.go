@@ -1,14 +1,11 @@
 package keyorder
 
-import (
-	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
-)
-
 // Index is an Order that keeps its keys' positions itself, in a map of
 // its own, for a strategy's map whose values cannot hold one (a map of
 // maps, a value shared with another package's type). It costs a slot of
-// that map per key (a string header and an int32: 24 B) besides the
-// Order's 16 B, which Bytes counts. Remove takes a key, not a position.
+// that map per key (IndexSlot) besides the Order's 16 B: a strategy counts
+// it as memsize.MapHeader + memsize.Map(Peak(), IndexSlot) + Order.Bytes()
+// (memsize is beside this package on the package map: not imported). Remove takes a key, not a position.
 // The zero value is empty. Not safe for concurrent use. Ours.
 type Index struct {
 	Order
@@ -16,9 +13,9 @@ type Index struct {
 	peak int // the most keys pos held since it was made or rebuilt (its slots)
 }
 
-// indexSlot is a slot of Index.pos: the key's string header and the
-// position (padded to 8).
-const indexSlot = memsize.StringHeader + 8
+// IndexSlot is the bytes of a slot of an Index's map of positions: the
+// key's string header (16) and the int32 position, padded to 8.
+const IndexSlot = 16 + 8
 
 // Add appends key, which must not be in the index. A key added during a
 // pass is visited in it.
@@ -53,17 +50,15 @@ func (x *Index) Has(key string) bool {
 func (x *Index) EndPass() {
 	x.Order.EndPass()
 	if x.peak >= 1024 && len(x.pos) < x.peak/4 {
-		x.pos = memsize.Rebuild(x.pos)
-		x.peak = len(x.pos)
+		m := make(map[string]int32, len(x.pos))
+		for k, p := range x.pos {
+			m[k] = p
+		}
+		x.pos, x.peak = m, len(m)
 	}
 }
 
-// Bytes is the heap the index takes: the Order's array and the
-// positions' map (its slots by its peak; the key strings are the
-// strategy's map's).
-func (x *Index) Bytes() int {
-	if x.pos == nil {
-		return x.Order.Bytes()
-	}
-	return x.Order.Bytes() + memsize.MapHeader + memsize.Map(x.peak, indexSlot)
-}
+// Peak is the most keys the map of positions held since it was made or
+// rebuilt (its slots: a Go map keeps them after deletes); 0 before the
+// first Add.
+func (x *Index) Peak() int { return x.peak }
