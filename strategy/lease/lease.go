@@ -374,6 +374,7 @@ type Lease struct {
 	sweeper    keyorder.Sweeper // the sweep's passes, in steps (sweep.go)
 	pass       uint32           // the number of the pass under way or last
 	passAt     time.Duration    // when it began
+	sweepAt    int              // the table it is at (sweepSome)
 	poolOrder  keyorder.Order   // the keys of pools, records, gave and keys (holdings), for the sweep's steps
 	recOrder   keyorder.Order
 	gaveOrder  keyorder.Order
@@ -649,7 +650,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	if l.syncAt >= 0 && now >= l.syncAt {
 		l.syncDirty(now, fx)
 	}
-	l.sweeper.Step(now, fx, sweepTables, func() { l.beginPass(now) }, func(i int) bool { return l.sweepStep(now, i, keyorder.Budget) })
+	l.sweeper.Step(now, fx, 1, func() { l.beginPass(now) }, func(int) bool { return l.sweepSome(now, keyorder.Budget) })
 }
 
 // SetMembers re-routes pending forwards and asks whose owner left, and

@@ -62,14 +62,33 @@ const (
 // pools' sweep (in one go: only under partition=conserve).
 func (l *Lease) beginPass(now time.Duration) {
 	l.pass++
+	l.sweepAt = 0
 	l.passAt = now
 	l.sweepConserve(now)
 }
 
-// sweepStep visits up to budget keys of table i of the pass under way at
-// now and reports whether the table's pass is over (after the last
-// table, the maps and heaps are shrunk: shrinkMaps).
-func (l *Lease) sweepStep(now time.Duration, i, budget int) bool {
+// sweepSome goes on with the pass under way at now, visiting up to budget
+// keys in the tables from the one it is at, and reports whether the pass
+// is over: with fewer keys than budget in all tables, a pass is one call
+// (one Tick), as the sweep in one go was.
+func (l *Lease) sweepSome(now time.Duration, budget int) bool {
+	for l.sweepAt < sweepTables {
+		if !l.sweepStep(now, l.sweepAt, &budget) {
+			return false
+		}
+		l.sweepAt++
+		if budget <= 0 && l.sweepAt < sweepTables {
+			return false
+		}
+	}
+	l.sweepAt = 0
+	return true
+}
+
+// sweepStep visits up to *budget keys of table i of the pass under way at
+// now, taking them off *budget, and reports whether the table's pass is
+// over (after the last table, the maps and heaps are shrunk: shrinkMaps).
+func (l *Lease) sweepStep(now time.Duration, i int, budget *int) bool {
 	switch i {
 	case sweepPools:
 		return l.stepPools(budget)
@@ -97,7 +116,7 @@ func (l *Lease) sweepStep(now time.Duration, i, budget int) bool {
 	case sweepHoldings:
 		return stepTable(&l.holdOrder, l.keys, budget, l.sweepHolding)
 	default:
-		if l.local.SweepStep(now, budget, nil) {
+		if l.local.SweepStep(now, max(*budget, 1), nil) { // the last table: what it visits is not counted
 			l.shrinkMaps()
 			return true
 		}
@@ -105,11 +124,12 @@ func (l *Lease) sweepStep(now time.Duration, i, budget int) bool {
 	}
 }
 
-// stepTable visits up to budget keys of m in o's pass under way, dropping
-// those drop says it dropped (drop deletes the key from m and o), and
-// reports whether the pass is over (the order ended: EndPass).
-func stepTable[V any](o *keyorder.Order, m map[string]V, budget int, drop func(string, V) bool) bool {
-	for range budget {
+// stepTable visits up to *budget keys of m in o's pass under way, taking
+// them off *budget, dropping those drop says it dropped (drop deletes the
+// key from m and o), and reports whether the pass is over (the order
+// ended: EndPass).
+func stepTable[V any](o *keyorder.Order, m map[string]V, budget *int, drop func(string, V) bool) bool {
+	for ; *budget > 0; *budget-- {
 		k, ok := o.Next()
 		if !ok {
 			break
@@ -132,7 +152,7 @@ func stepTable[V any](o *keyorder.Order, m map[string]V, budget int, drop func(s
 // arrival after that: forwarders give up after timeout, and a new full
 // pool decides it as this one would have), and no request of its key is
 // queued.
-func (l *Lease) stepPools(budget int) bool {
+func (l *Lease) stepPools(budget *int) bool {
 	queued := l.queuedKeys()
 	at := l.passAt - l.sweepLag
 	return stepTable(&l.poolOrder, l.pools, budget, func(k string, p *pool) bool {

@@ -42,6 +42,7 @@ type RegionLease struct {
 	sweepEvery                 time.Duration
 	sweeper                    keyorder.Sweeper // the sweep's passes, in steps (sweep.go)
 	passAt                     time.Duration    // when the pass under way began
+	sweepAt                    int              // the table it is at (sweepSome)
 	order                      sweepOrders      // the swept maps' keys (sweep.go)
 
 	// global owner
@@ -306,7 +307,7 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 	l.expireGrants(now, fx)
 	l.gseen.Expire(now, fx)
 	l.rseen.Expire(now, fx)
-	l.sweeper.Step(now, fx, sweepTables, func() { l.passAt = now }, func(i int) bool { return l.sweepStep(i, keyorder.Budget) })
+	l.sweeper.Step(now, fx, 1, func() { l.passAt, l.sweepAt = now, 0 }, func(int) bool { return l.sweepSome(keyorder.Budget) })
 }
 
 // SetMembers takes the new view: pools of keys this node no longer owns

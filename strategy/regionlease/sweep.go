@@ -49,10 +49,29 @@ const (
 	sweepTables
 )
 
-// sweepStep visits up to budget keys of table i of the pass under way
-// (begun at passAt) and reports whether the table's pass is over (after
-// the last table, the maps and heaps are shrunk: shrinkMaps).
-func (l *RegionLease) sweepStep(i, budget int) bool {
+// sweepSome goes on with the pass under way, visiting up to budget keys
+// in the tables from the one it is at, and reports whether the pass is
+// over: with fewer keys than budget in all tables, a pass is one call
+// (one Tick), as the sweep in one go was.
+func (l *RegionLease) sweepSome(budget int) bool {
+	for l.sweepAt < sweepTables {
+		if !l.sweepStep(l.sweepAt, &budget) {
+			return false
+		}
+		l.sweepAt++
+		if budget <= 0 && l.sweepAt < sweepTables {
+			return false
+		}
+	}
+	l.sweepAt = 0
+	return true
+}
+
+// sweepStep visits up to *budget keys of table i of the pass under way
+// (begun at passAt), taking them off *budget, and reports whether the
+// table's pass is over (after the last table, the maps and heaps are
+// shrunk: shrinkMaps).
+func (l *RegionLease) sweepStep(i int, budget *int) bool {
 	now := l.passAt
 	switch i {
 	case sweepFences:
@@ -146,11 +165,11 @@ func (l *RegionLease) sweepStep(i, budget int) bool {
 	}
 }
 
-// stepIndex visits up to budget keys of x's pass under way, dropping
-// those drop says it dropped (drop takes the key out of its map and x),
-// and reports whether the pass is over (EndPass).
-func stepIndex(x *keyorder.Index, budget int, drop func(string) bool) bool {
-	for range budget {
+// stepIndex visits up to *budget keys of x's pass under way, taking them
+// off *budget, dropping those drop says it dropped (drop takes the key
+// out of its map and x), and reports whether the pass is over (EndPass).
+func stepIndex(x *keyorder.Index, budget *int, drop func(string) bool) bool {
+	for ; *budget > 0; *budget-- {
 		k, ok := x.Next()
 		if !ok {
 			break

@@ -88,7 +88,8 @@ func TestSweepStepProperty(t *testing.T) {
 					t.Fatalf("table %d: pass not over after %d steps of %d over %d keys", tc.table, steps-1, budget, seen)
 				}
 				before := tc.m()
-				over := l.sweepStep(tc.table, budget)
+				b := budget
+				over := l.sweepStep(tc.table, &b)
 				if err := l.CheckMemory(); err != nil {
 					t.Fatal(err)
 				}
