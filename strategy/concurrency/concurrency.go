@@ -61,8 +61,10 @@ import (
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Name is the strategy's name in the registry and in rules.
@@ -97,6 +99,15 @@ type Concurrency struct {
 	keys      map[string]*keyPermits // the keys this node granted permits of
 	pending   map[uint64]*forward    // acquires forwarded to an owner, by request id
 	nextSweep time.Duration          // 0: none scheduled
+	// the sweep in steps (due.go): the permit tables' keys, whether a
+	// pass is under way and when it began; the granted forwards by expiry
+	order   keyorder.Order
+	passing bool
+	passAt  time.Duration
+	gexp    *minheap.Heap[idAt]
+	// due holds the deadlines of forwards, leases held, asks and hot
+	// counts (due.go), so that a Tick finds what is due without a walk
+	due *minheap.Heap[dueEvent]
 
 	granted map[uint64]grantedVia // forwarded acquires granted, by request id, until their expiry
 
@@ -123,6 +134,7 @@ type keyPermits struct {
 	permits map[uint64]permit
 	leases  map[uint64]*ownerLease // granted to other nodes (lease.go)
 	waiters []*waiter              // acquires waiting for a slot, in arrival order (wait.go)
+	pos     int                    // the key's place in Concurrency.order (the sweep's)
 	// heap accounting (memory.go): the bytes counted for the maps and
 	// queue above, and the most entries the maps held (their slots)
 	mem                 int32
@@ -317,6 +329,7 @@ func (c *Concurrency) table(key string) *keyPermits {
 	if kp == nil {
 		kp = &keyPermits{permits: map[uint64]permit{}}
 		c.keys[key] = kp
+		kp.pos = c.order.Add(key)
 		c.mem.keys.Add(key)
 		c.kpChanged(kp)
 	}
@@ -394,6 +407,7 @@ func (c *Concurrency) Request(now time.Duration, req strategy.Request, fx *strat
 	}
 	f := &forward{req: req, owner: owner, deadline: now + c.timeout}
 	putID(c.pending, &c.mem.pending, req.ID, f)
+	c.pushDue(dueEvent{at: f.deadline, id: req.ID, kind: dueForward})
 	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 		RequestId: req.ID, Key: req.Key, Weight: req.Tokens}}}))
 	fx.WakeAt(f.deadline)
@@ -507,6 +521,10 @@ func (c *Concurrency) onVerdict(now time.Duration, from strategy.NodeID, v *peer
 	// acquire's arrival here + its wait there + permit_ttl.
 	expires := f.req.Arrival + time.Duration(v.WaitedNs) + c.ttl
 	putID(c.granted, &c.mem.granted, v.RequestId, grantedVia{permit: v.Permit, expires: expires})
+	if c.gexp == nil {
+		c.gexp = minheap.New(idAtLess)
+	}
+	c.gexp.Push(idAt{at: expires, id: v.RequestId})
 	c.scheduleSweep(now, fx)
 	fx.DecidePermit(v.RequestId, v.Permit, expires)
 	return nil
@@ -545,49 +563,15 @@ func (c *Concurrency) passRelease(key string, permit uint64, from strategy.NodeI
 	}
 }
 
-// Tick refuses the forwarded acquires whose timeout passed and sweeps
-// lapsed permits.
+// Tick refuses the forwarded acquires whose timeout passed, frees the
+// lapsed permits of the leases held and returns the ended leases' slots
+// (due events: due.go), serves the acquires waiting, and sweeps lapsed
+// permits (in steps: sweepTick).
 func (c *Concurrency) Tick(now time.Duration, fx *strategy.Effects) {
-	var late []uint64
-	for id, f := range c.pending {
-		if f.deadline <= now {
-			late = append(late, id)
-		}
-	}
-	slices.Sort(late)
-	for _, id := range late {
-		dropID(c.pending, &c.mem.pending, id)
-		fx.Decide(id, false)
-	}
-	c.sweepLeases(now, fx)
+	c.runDue(now, fx)
 	c.serveAllWaiters(now, fx)
-	if c.nextSweep != 0 && c.nextSweep <= now {
-		c.nextSweep = 0
-		c.sweep(now)
-		if len(c.keys) > 0 || len(c.leases) > 0 || len(c.granted) > 0 {
-			c.scheduleSweep(now, fx)
-		}
-		c.trimViews(now)
-	}
+	c.sweepTick(now, fx)
 	c.shrinkMaps()
-}
-
-// sweep frees the lapsed permits and leases' slots of every key, forgets
-// the tables left empty and the granted forwards that expired.
-func (c *Concurrency) sweep(now time.Duration) {
-	for k, kp := range c.keys {
-		c.expireTable(now, kp)
-		if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
-			c.dropTable(k, kp)
-		} else {
-			c.kpChanged(kp)
-		}
-	}
-	for id, g := range c.granted {
-		if g.expires <= now {
-			dropID(c.granted, &c.mem.granted, id)
-		}
-	}
 }
 
 // Remaining is N minus the weights of key's live permits when this node

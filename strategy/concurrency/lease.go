@@ -80,6 +80,7 @@ func (c *Concurrency) grantLeased(now time.Duration, req strategy.Request, fx *s
 		}
 		l.permits[id] = permit{weight: req.Tokens, expires: req.Arrival + c.ttl}
 		l.used += req.Tokens
+		c.pushDue(dueEvent{at: req.Arrival + c.ttl, key: req.Key, kind: dueLease})
 		c.leaseChanged(l)
 		c.scheduleSweep(now, fx)
 		return strategy.Decision{RequestID: req.ID, Allowed: true, Permit: id, Expires: req.Arrival + c.ttl}, true
@@ -97,6 +98,7 @@ func (c *Concurrency) noteHot(now time.Duration, key string, owner strategy.Node
 	if h == nil || now-h.since >= c.leaseTTL {
 		h = &hotCount{since: now}
 		memsize.Put(c.hot, &c.mem.hot, key, h)
+		c.pushDue(dueEvent{at: now + c.leaseTTL, key: key, kind: dueHot})
 	}
 	h.n++
 	if h.n < c.leaseSlots || c.asks[key] != nil {
@@ -105,6 +107,7 @@ func (c *Concurrency) noteHot(now time.Duration, key string, owner strategy.Node
 	c.nextAsk++
 	a := &leaseAsk{id: c.nextAsk, owner: owner, sent: now, deadline: now + c.timeout}
 	memsize.Put(c.asks, &c.mem.asks, key, a)
+	c.pushDue(dueEvent{at: a.deadline, key: key, kind: dueAsk})
 	fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_LeaseAsk{LeaseAsk: &peerv1.ConcurrencyLeaseAsk{
 		RequestId: a.id, Key: key, Slots: c.leaseSlots}}}))
 	fx.WakeAt(a.deadline)
@@ -160,6 +163,7 @@ func (c *Concurrency) onLeaseGrant(now time.Duration, from strategy.NodeID, g *p
 	c.setLeases(g.Key, append(c.leases[g.Key], l))
 	c.leaseChanged(l)
 	fx.WakeAt(a.sent + c.leaseTTL)
+	c.pushDue(dueEvent{at: l.end, key: g.Key, kind: dueLease})
 	c.scheduleSweep(now, fx)
 }
 
@@ -192,6 +196,7 @@ func (c *Concurrency) freeLeased(now time.Duration, key string, id uint64, fx *s
 			delete(l.permits, id)
 			l.used -= p.weight
 			c.expireLease(now, key, l, fx)
+			c.leaseEnded(now, key, l)
 			return true
 		}
 	}
@@ -213,44 +218,6 @@ func (c *Concurrency) expireLease(now time.Duration, key string, l *lease, fx *s
 	}
 }
 
-// sweepLeases expires the leases' permits, returns what ended leases
-// do not use, forgets empty leases, late asks and cold counts.
-func (c *Concurrency) sweepLeases(now time.Duration, fx *strategy.Effects) {
-	keys := make([]string, 0, len(c.leases))
-	for k := range c.leases {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the returns leave in a deterministic order
-	for _, k := range keys {
-		ls := c.leases[k]
-		for _, l := range ls {
-			c.expireLease(now, k, l, fx)
-		}
-		ls = slices.DeleteFunc(ls, func(l *lease) bool {
-			if now >= l.end && l.slots == 0 {
-				c.mem.leaseMem -= int(l.mem)
-				return true
-			}
-			return false
-		})
-		if len(ls) == 0 {
-			c.dropLeases(k)
-		} else {
-			c.setLeases(k, ls)
-		}
-	}
-	for k, a := range c.asks {
-		if a.deadline <= now {
-			memsize.Delete(c.asks, &c.mem.asks, k)
-		}
-	}
-	for k, h := range c.hot {
-		if now-h.since >= c.leaseTTL {
-			memsize.Delete(c.hot, &c.mem.hot, k)
-		}
-	}
-}
-
 // endMovedLeases ends, at a membership change, the leases whose key's
 // owner in the new view is another node than the one that granted them
 // (their unused slots go back to it).
@@ -266,6 +233,7 @@ func (c *Concurrency) endMovedLeases(now time.Duration, fx *strategy.Effects) {
 			if l.owner != owner && now < l.end {
 				l.end = now
 				c.expireLease(now, k, l, fx)
+				c.leaseEnded(now, k, l)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package concurrency
 import (
 	"unsafe"
 
+	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
@@ -77,10 +78,12 @@ func (c *Concurrency) kpChanged(kp *keyPermits) {
 	memsize.Recount(&c.mem.kpMaps, &kp.mem, kpBytes(kp))
 }
 
-// dropTable deletes key's permit table kp from the count and the map.
+// dropTable deletes key's permit table kp from the count, the sweep's
+// order and the map.
 func (c *Concurrency) dropTable(key string, kp *keyPermits) {
 	c.mem.keys.Remove(key)
 	c.mem.kpMaps -= int(kp.mem)
+	c.order.Remove(kp.pos, c.movedKey)
 	delete(c.keys, key)
 }
 
@@ -125,13 +128,29 @@ func (c *Concurrency) dropLeases(key string) {
 // a Go map keeps its slots after deletes). Every walk of these maps whose
 // order could matter sorts its keys, so this changes no outcome.
 func (c *Concurrency) shrinkMaps() {
-	c.keys = memsize.Shrink(c.keys, &c.mem.keys)
+	if !c.passing { // not in a sweep's pass: a rebuild mid-pass copies up to a quarter of the peak at once
+		c.keys = memsize.Shrink(c.keys, &c.mem.keys)
+	}
 	c.pending = memsize.Shrink(c.pending, &c.mem.pending)
 	c.granted = memsize.Shrink(c.granted, &c.mem.granted)
 	c.leases = memsize.Shrink(c.leases, &c.mem.leases)
 	c.asks = memsize.Shrink(c.asks, &c.mem.asks)
 	c.hot = memsize.Shrink(c.hot, &c.mem.hot)
 	c.waiting = memsize.Shrink(c.waiting, &c.mem.waiting)
+	if c.due != nil {
+		c.due.Shrink()
+	}
+	if c.gexp != nil {
+		c.gexp.Shrink()
+	}
+}
+
+// heapCap is the capacity of h's array (0 for none).
+func heapCap[T any](h *minheap.Heap[T]) int {
+	if h == nil {
+		return 0
+	}
+	return cap(h.Items())
 }
 
 // MemoryBytes estimates the Go heap this node's concurrency state takes,
@@ -143,7 +162,9 @@ func (c *Concurrency) shrinkMaps() {
 // *forward each) and the granted map; with leases, the leases held per
 // key (the map, each key's slice array, a *lease each with its permits
 // map), the asks out and the hot counts; the set of keys with acquires
-// waiting; and the key strings of keys,
+// waiting; the sweep's order of the permit tables (a string header per
+// slot of its array), the due heap's and the granted heap's arrays (by
+// capacity; the due events' key strings are their maps'); and the key strings of keys,
 // leases, asks and hot (each its own allocation, as a key decoded from a
 // request or message is; one shared between them is counted twice). Not
 // counted: the strings a pending acquire shares with its request, the
@@ -156,7 +177,10 @@ func (c *Concurrency) MemoryBytes() int {
 	n += m.pending.Bytes(idSlot, forwardAlloc) + m.granted.Bytes(grantedSlot, 0)
 	n += m.leases.Bytes(leasesSlot, 0) + m.leaseMem
 	n += m.waiting.Bytes(keySlot, 0) // map[string]struct{}: a zero-size value is padded to a pointer
+	n += c.order.Bytes() + memsize.Alloc(heapCap(c.due)*dueBytes) + memsize.Alloc(heapCap(c.gexp)*idAtBytes)
 	return n + m.asks.Bytes(keySlot, askAlloc) + m.hot.Bytes(keySlot, hotAlloc)
 }
 
 var _ strategy.MemoryReporter = (*Concurrency)(nil)
+
+func unsafeSizeofDue() uintptr { return unsafe.Sizeof(dueEvent{}) }

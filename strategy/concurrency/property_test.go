@@ -218,6 +218,9 @@ func propInFlightBound(t *rapid.T) {
 				for _, id := range alive {
 					fx.Reset()
 					c.nodes[id].Tick(c.now, &fx)
+					if err := c.nodes[id].checkTicked(c.now); err != nil {
+						t.Fatal(err)
+					}
 					c.apply(id, &fx)
 				}
 			case 1, 2: // acquire
@@ -313,4 +316,44 @@ func (c *propCluster) reachable(id strategy.NodeID) []strategy.NodeID {
 		}
 	}
 	return out
+}
+
+// checkTicked checks, right after a Tick at now, what the walks of every
+// forward and every key with leases at each Tick left (ours, issue 28:
+// the due events replace them): no forward past its deadline, no lease
+// held with a permit lapsed, none ended with slots unused (returned) or
+// with no slot left (dropped), no ask past its deadline, no hot count
+// past its window.
+func (c *Concurrency) checkTicked(now time.Duration) error {
+	for id, f := range c.pending {
+		if f.deadline <= now {
+			return fmt.Errorf("%s at %v: forward %d past its deadline %v kept", c.self, now, id, f.deadline)
+		}
+	}
+	for k, ls := range c.leases {
+		for _, l := range ls {
+			for id, p := range l.permits {
+				if p.expires <= now {
+					return fmt.Errorf("%s at %v: key %q: lease %d keeps permit %d lapsed at %v", c.self, now, k, l.id, id, p.expires)
+				}
+			}
+			if now >= l.end && l.slots > l.used {
+				return fmt.Errorf("%s at %v: key %q: lease %d ended at %v keeps %d slots unused", c.self, now, k, l.id, l.end, l.slots-l.used)
+			}
+			if now >= l.end && l.slots == 0 {
+				return fmt.Errorf("%s at %v: key %q: lease %d ended at %v with no slot kept", c.self, now, k, l.id, l.end)
+			}
+		}
+	}
+	for k, a := range c.asks {
+		if a.deadline <= now {
+			return fmt.Errorf("%s at %v: ask for %q past its deadline %v kept", c.self, now, k, a.deadline)
+		}
+	}
+	for k, h := range c.hot {
+		if now-h.since >= c.leaseTTL {
+			return fmt.Errorf("%s at %v: hot count of %q since %v kept", c.self, now, k, h.since)
+		}
+	}
+	return nil
 }

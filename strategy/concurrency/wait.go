@@ -55,6 +55,7 @@ func (c *Concurrency) RequestWait(now time.Duration, req strategy.Request, maxWa
 		}
 		f := &forward{req: req, owner: owner, deadline: now + maxWait + c.timeout, maxWait: maxWait}
 		putID(c.pending, &c.mem.pending, req.ID, f)
+		c.pushDue(dueEvent{at: f.deadline, id: req.ID, kind: dueForward})
 		fx.Send(owner, encode(&peerv1.ConcurrencyMessage{Body: &peerv1.ConcurrencyMessage_Acquire{Acquire: &peerv1.ConcurrencyAcquire{
 			RequestId: req.ID, Key: req.Key, Weight: req.Tokens, MaxWaitNs: int64(maxWait)}}}))
 		fx.WakeAt(f.deadline)

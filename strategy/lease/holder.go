@@ -19,6 +19,7 @@ import (
 
 // holding is what a holder knows of one key.
 type holding struct {
+	swept         // its place in the sweep's order (sweep.go)
 	winStart      time.Duration
 	cur, prev     int64 // tokens requested in the current and the previous window
 	curInst       int64 // distinct arrival instants in the current window

@@ -326,6 +326,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Lease is one node of the lease strategy.
@@ -370,7 +371,14 @@ type Lease struct {
 	returns map[grantID]*returning // keyed by (owner, key, seq)
 
 	sweepEvery time.Duration
-	nextSweep  time.Duration
+	sweeper    keyorder.Sweeper // the sweep's passes, in steps (sweep.go)
+	pass       uint32           // the number of the pass under way or last
+	passAt     time.Duration    // when it began
+	sweepAt    int              // the table it is at (sweepSome)
+	poolOrder  keyorder.Order   // the keys of pools, records, gave and keys (holdings), for the sweep's steps
+	recOrder   keyorder.Order
+	gaveOrder  keyorder.Order
+	holdOrder  keyorder.Order
 	sweepLag   time.Duration // how late a forward or an ask may come: timeout + 3*LatencyHint + hold + max_skew
 
 	// replicas (replica.go): K of parameter replicas, the sync interval,
@@ -551,8 +559,8 @@ func (l *Lease) Start(now time.Duration, fx *strategy.Effects) {
 	}
 	l.seqBase = uint64(now)
 	l.fetchSeq = uint64(now)
-	l.nextSweep = now + l.sweepEvery
-	fx.WakeAt(l.nextSweep)
+	l.sweeper.Every = l.sweepEvery
+	l.sweeper.Start(now, fx)
 }
 
 func (l *Lease) owner(key string) strategy.NodeID {
@@ -642,69 +650,7 @@ func (l *Lease) Tick(now time.Duration, fx *strategy.Effects) {
 	if l.syncAt >= 0 && now >= l.syncAt {
 		l.syncDirty(now, fx)
 	}
-	if now >= l.nextSweep {
-		l.sweep(now)
-		l.local.Sweep(now)
-		l.nextSweep = now + l.sweepEvery
-		fx.WakeAt(l.nextSweep)
-	}
-}
-
-// sweep forgets full pools without leases and holdings with nothing left
-// to remember.
-func (l *Lease) sweep(now time.Duration) {
-	l.sweepConserve(now)
-	queuedKeys := map[string]bool{}
-	for _, q := range l.queue.Items() {
-		queuedKeys[q.key] = true
-	}
-	// A pool is dropped only if it was full at now - sweepLag and nothing
-	// was decided after: a forward or ask still to come has an arrival after
-	// that (forwarders give up after timeout), and a new full pool decides
-	// it as this one would have.
-	at := now - l.sweepLag
-	for k, p := range l.pools {
-		if queuedKeys[k] || p.Last > at {
-			continue
-		}
-		if cp := *p; l.sh.full(&cp, at) {
-			l.dropPool(k)
-		}
-	}
-	for k, r := range l.records {
-		// A full record is kept while its owner may still hold the key's
-		// pool (fill time + sweepLag after the state; a busy key is shipped
-		// again before); without one a takeover starts conservatively.
-		if p := r.asPool(); r.at+l.fillTime+l.sweepLag <= now && l.sh.full(p, now) {
-			l.dropRecord(k)
-		}
-	}
-	for k, g := range l.gave {
-		// After takeover + fill time a conservative start is full and a
-		// state given up has refilled, its leases ended.
-		if g.at+l.takeover+l.fillTime < now { // g.at is never before g.answeredAt
-			l.dropGave(k)
-		}
-	}
-	l.sweepHoldings(now)
-	l.shrinkMaps()
-}
-
-// sweepHoldings forgets the accepted grants past their expiry, and the
-// holdings that ask for nothing, hold no lease and no dry hint, and saw
-// no request for 2*window + ttl.
-func (l *Lease) sweepHoldings(now time.Duration) {
-	for k, h := range l.keys {
-		for seq, exp := range h.accepted {
-			if exp <= now {
-				delete(h.accepted, seq)
-			}
-		}
-		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.ttl {
-			continue
-		}
-		l.dropHolding(k, h)
-	}
+	l.sweeper.Step(now, fx, 1, func() { l.beginPass(now) }, func(int) bool { return l.sweepSome(now, keyorder.Budget) })
 }
 
 // SetMembers re-routes pending forwards and asks whose owner left, and

@@ -3,7 +3,6 @@ package lease
 import (
 	"unsafe"
 
-	"github.com/tokenmesh/tokenmesh/internal/minheap"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
@@ -28,8 +27,6 @@ var (
 
 	grantSlot  = int(unsafe.Sizeof(grantID{})) + memsize.Pointer // a slot of grants and of returns
 	idSlot     = int(unsafe.Sizeof(uint64(0))) + memsize.Pointer // a slot of pending
-	seenSlot   = int(unsafe.Sizeof(forwardID{})) + memsize.Pointer
-	seenOrder  = int(unsafe.Sizeof(forwardID{})) + 8 // a remembered forward's entry in the table's expiry order
 	sentToSlot = int(unsafe.Sizeof(struct {
 		k uint64
 		v strategy.NodeID
@@ -88,6 +85,7 @@ func (l *Lease) setPool(key string, p *pool) {
 	} else {
 		l.mem.pools.Add(key)
 	}
+	putKey(&l.poolOrder, l.pools, key, p, l.pass)
 	l.pools[key] = p
 	l.askersChanged(p)
 }
@@ -97,6 +95,7 @@ func (l *Lease) dropPool(key string) {
 	if p := l.pools[key]; p != nil {
 		l.mem.pools.Remove(key)
 		l.mem.askers -= int(p.askMem)
+		dropKey(&l.poolOrder, l.pools, p)
 		delete(l.pools, key)
 	}
 }
@@ -122,6 +121,7 @@ func holdingMapBytes(h *holding) int {
 
 // newHolding counts h, just put in the keys map as key's holding.
 func (l *Lease) newHolding(key string, h *holding) {
+	h.pos, h.set = int32(l.holdOrder.Add(key)), l.pass
 	l.mem.holdings.Add(key)
 	l.holdingChanged(h)
 }
@@ -136,20 +136,37 @@ func (l *Lease) holdingChanged(h *holding) {
 func (l *Lease) dropHolding(key string, h *holding) {
 	l.mem.holdings.Remove(key)
 	l.mem.holdMaps -= int(h.memBytes)
+	dropKey(&l.holdOrder, l.keys, h)
 	delete(l.keys, key)
 }
 
 // setRecord puts r as key's replicated state, counting a new key.
-func (l *Lease) setRecord(key string, r *record) { memsize.Put(l.records, &l.mem.records, key, r) }
+func (l *Lease) setRecord(key string, r *record) {
+	putKey(&l.recOrder, l.records, key, r, l.pass)
+	memsize.Put(l.records, &l.mem.records, key, r)
+}
 
 // dropRecord deletes key's replicated state, if any.
-func (l *Lease) dropRecord(key string) { memsize.Delete(l.records, &l.mem.records, key) }
+func (l *Lease) dropRecord(key string) {
+	if r := l.records[key]; r != nil {
+		dropKey(&l.recOrder, l.records, r)
+	}
+	memsize.Delete(l.records, &l.mem.records, key)
+}
 
 // setGave puts g as what this node gave up of key (a new entry).
-func (l *Lease) setGave(key string, g *gave) { memsize.Put(l.gave, &l.mem.gave, key, g) }
+func (l *Lease) setGave(key string, g *gave) {
+	putKey(&l.gaveOrder, l.gave, key, g, l.pass)
+	memsize.Put(l.gave, &l.mem.gave, key, g)
+}
 
 // dropGave deletes what this node gave up of key, if anything.
-func (l *Lease) dropGave(key string) { memsize.Delete(l.gave, &l.mem.gave, key) }
+func (l *Lease) dropGave(key string) {
+	if g := l.gave[key]; g != nil {
+		dropKey(&l.gaveOrder, l.gave, g)
+	}
+	memsize.Delete(l.gave, &l.mem.gave, key)
+}
 
 // setDirty marks key dirty (replica.go), counting a new entry.
 func (l *Lease) setDirty(key string) { memsize.Put(l.dirty, &l.mem.dirty, key, true) }
@@ -159,9 +176,10 @@ func (l *Lease) dropDirty(key string) { memsize.Delete(l.dirty, &l.mem.dirty, ke
 
 // shrinkMaps copies the per-key maps (pools, keys, records, gave, grants) into new
 // ones when the sweep left one under a quarter of its peak
-// (memsize.Keys.ShouldRebuild), and the timer, grant expiry and queue
+// (memsize.Keys.ShouldRebuild), the timer, grant expiry and queue
 // heaps into new arrays when they hold under a quarter of their capacity
-// (shrinkHeap: same order). Go randomizes map iteration order, and every
+// (minheap.Heap.Shrink: same order), and the remembered forwards when
+// they hold under a quarter of their peak (dedupe.Table.Shrink). Go randomizes map iteration order, and every
 // walk of these maps whose order could matter goes by sortedKeys, so this
 // changes no outcome.
 func (l *Lease) shrinkMaps() {
@@ -170,26 +188,10 @@ func (l *Lease) shrinkMaps() {
 	l.records = memsize.Shrink(l.records, &l.mem.records)
 	l.gave = memsize.Shrink(l.gave, &l.mem.gave)
 	l.grants = memsize.Shrink(l.grants, &l.mem.grants)
-	l.timers = shrinkHeap(l.timers, timerLess)
-	l.gexpiry = shrinkHeap(l.gexpiry, grantExpLess)
-	l.queue = shrinkHeap(l.queue, queuedLess)
-}
-
-// shrinkHeap is h, or, when h's array holds under a quarter of its
-// capacity (of at least 1,024), a heap of the same items in a new array
-// sized for them (a slice keeps its capacity as items are popped). The
-// items are pushed in h's array order, which is heap order, so none
-// moves: the new array is the same sequence and pops in the same order.
-func shrinkHeap[T any](h *minheap.Heap[T], less func(a, b T) bool) *minheap.Heap[T] {
-	items := h.Items()
-	if cap(items) < 1024 || len(items) >= cap(items)/4 {
-		return h
-	}
-	out := minheap.New(less)
-	for _, x := range items {
-		out.Push(x)
-	}
-	return out
+	l.timers.Shrink()
+	l.gexpiry.Shrink()
+	l.queue.Shrink()
+	l.seen.Shrink()
 }
 
 // heapBytes is the backing array of a heap (or slice) of capacity c and
@@ -205,11 +207,13 @@ func heapBytes(c, b int) int { return memsize.Alloc(c * b) }
 // leases and askSpent arrays; the replicated states (records) and the
 // states given up (gave, each counted with a state), the dirty map's
 // slots, and the key strings of pools, holdings, records, gave and
-// grants (each its own allocation, as a key decoded from a message is).
+// grants (each its own allocation, as a key decoded from a message is);
+// the sweep's orders of pools, records, gave and holdings (a string
+// header per slot of their arrays); the remembered forwards (seen:
+// dedupe.Table.MemoryBytes, its map's slots by its peak).
 // Counted from the current lengths (their slots at the current size, not
 // the peak): the forwarded requests (pending), unacknowledged returns,
-// warm-ups under way (fetching, a fixed estimate each), the remembered
-// forwards (seen); the ordering buffer and timer heap by their arrays'
+// warm-ups under way (fetching, a fixed estimate each); the ordering buffer and timer heap by their arrays'
 // capacity, and the timers' key strings (each as its own allocation, as
 // a key decoded from a grant or a later request is; one sharing a
 // holding's string is counted twice); the on_timeout=local fallback buckets
@@ -230,7 +234,8 @@ func (l *Lease) MemoryBytes() int {
 	n += memsize.Map(len(l.pending), idSlot) + len(l.pending)*(memsize.Alloc(pendingAlloc)+memsize.Alloc(memsize.StringHeader))
 	n += memsize.Map(len(l.returns), grantSlot) + len(l.returns)*memsize.Alloc(returningAlloc)
 	n += memsize.Map(len(l.fetching), keySlot) + len(l.fetching)*fetchBytes
-	n += memsize.Map(l.seen.Len(), seenSlot) + l.seen.Len()*(memsize.Alloc(verdictAlloc)+seenOrder)
+	n += l.seen.MemoryBytes(verdictAlloc)
+	n += l.poolOrder.Bytes() + l.recOrder.Bytes() + l.gaveOrder.Bytes() + l.holdOrder.Bytes()
 	n += heapBytes(cap(l.queue.Items()), queuedBytes) + heapBytes(cap(l.timers.Items()), timerBytes) + m.timerKeys
 	return n + l.local.MemoryBytes()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
 )
@@ -190,6 +191,26 @@ func (l *Lease) CheckMemory() error {
 	} {
 		if c.kept != c.got {
 			return fmt.Errorf("%s: %s: memory accounting kept %d, a recount finds %d", l.self, c.what, c.kept, c.got)
+		}
+	}
+	for _, err := range []error{checkOrder("pools", &l.poolOrder, l.pools), checkOrder("records", &l.recOrder, l.records),
+		checkOrder("gave", &l.gaveOrder, l.gave), checkOrder("holdings", &l.holdOrder, l.keys)} {
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.self, err)
+		}
+	}
+	return nil
+}
+
+// checkOrder checks that o (counted in MemoryBytes) holds each key of m
+// once, at the place its entry keeps.
+func checkOrder[V sweptEntry](what string, o *keyorder.Order, m map[string]V) error {
+	if o.Len() != len(m) {
+		return fmt.Errorf("%s: the sweep's order holds %d keys, the map %d", what, o.Len(), len(m))
+	}
+	for k, v := range m {
+		if pos := int(v.place().pos); pos >= o.Len() || o.Key(pos) != k {
+			return fmt.Errorf("%s: key %q's place %d in the sweep's order holds another key", what, k, pos)
 		}
 	}
 	return nil

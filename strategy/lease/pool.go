@@ -13,6 +13,7 @@ import (
 // keeps of it.
 type pool struct {
 	leasepool.Pool
+	swept              // its place in the sweep's order (sweep.go)
 	conservative bool  // made empty for a takeover (pool, owner.go)
 	askMem       int32 // the heap of askers counted in Lease.mem (memory.go), bytes
 	// askers is each holder's latest ask within ttl (share, owner.go):

@@ -24,6 +24,7 @@ const (
 // lentUntil; from is the owner that shipped it; handover says it stopped
 // deciding the key when it did.
 type record struct {
+	swept         // its place in the sweep's order (sweep.go)
 	level, lent   int64
 	at, lentUntil time.Duration
 	from          strategy.NodeID
@@ -187,12 +188,14 @@ func (l *Lease) receiveReplicas(now time.Duration, from strategy.NodeID, m *peer
 // more consumed bucket: both refilled to the later time, the lower level
 // and the larger lent tokens until the later end.
 func (l *Lease) mergeRecord(r *record, in record) {
+	in.swept = swept{pos: r.pos, set: l.pass} // its place in the sweep's order kept; not dropped in this pass
 	if in.from == r.from && in.at >= r.at {
 		*r = in
 		return
 	}
 	m := l.mergeRecords(r, &in)
 	m.from, m.handover = in.from, r.handover || in.handover
+	m.swept = in.swept
 	*r = *m
 }
 
@@ -232,7 +235,9 @@ func (l *Lease) adopt(key string, now time.Duration) {
 		l.setPool(key, r.asPool())
 	case l.trusted(r) && p.untouched(now):
 		l.mem.askers -= int(p.askMem) // the askers go with the old state
-		*p = *r.asPool()              // in place: grant records of 0 tokens point to it
+		sw := swept{pos: p.pos, set: l.pass}
+		*p = *r.asPool() // in place: grant records of 0 tokens point to it
+		p.swept = sw
 	default:
 		q := r.asPool()
 		t := max(p.Last, q.Last, now)

@@ -41,6 +41,7 @@ type fetch struct {
 // answered a query at answeredAt and so decides the key as moved to it at
 // that time (conservatively, without a warm-up) until the entry is swept.
 type gave struct {
+	swept      // its place in the sweep's order (sweep.go)
 	state      *record
 	at         time.Duration // last update (never before answeredAt)
 	answered   bool

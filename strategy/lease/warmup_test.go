@@ -157,7 +157,7 @@ func TestWarmupContinuesFromAnswers(t *testing.T) {
 	// n1 decided the key while n0 was away (its pool: 5 tokens at start).
 	n1 := c.nodes["n1"]
 	p := &pool{Pool: leasepool.Pool{Level: 5 * n1.sh.per, Last: start, Leased: 0, Inherited: 3, InheritedUntil: start + 100*time.Millisecond}}
-	n1.pools[key] = p
+	n1.setPool(key, p)
 	for i := range 10 {
 		c.request(start, "n0", uint64(i+1), key)
 	}

@@ -1,19 +1,28 @@
 package owner
 
-import "github.com/tokenmesh/tokenmesh/strategy"
+import (
+	"unsafe"
+
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
 
 // Heap estimates of owner's per-request state besides its buckets
 // (64-bit Go; map entries with their share of empty slots).
 const (
 	queuedMemBytes  = 64  // a queued request in the ordering buffer's slice (56 B) and its heap index
 	pendingMemBytes = 200 // a forwarded request: map slot, *pendingReq (~112 B), sentTo, timeout entry
-	seenMemBytes    = 100 // a remembered forward: map slot (~40 B), *verdict (8 B), expiry entry (40 B)
 )
+
+// verdictAlloc is a remembered forward's *verdict (its map slot and
+// expiry entry are counted by dedupe.Table.MemoryBytes).
+var verdictAlloc = int(unsafe.Sizeof(verdict{}))
 
 // MemoryBytes estimates the heap this node's owner state takes, in bytes
 // (strategy.MemoryReporter): its buckets (buckets.Table.MemoryBytes of
 // every split sub-bucket table and of the on_timeout=local fallback table,
-// as StateBytes counts them) and the requests it holds, with their keys.
+// as StateBytes counts them) and the requests it holds, with their keys;
+// the remembered forwards by dedupe.Table.MemoryBytes (the map's slots by
+// its peak since it was last rebuilt: Shrink at every Tick).
 func (o *Owner) MemoryBytes() int {
 	n := o.local.MemoryBytes()
 	if o.auto != nil {
@@ -30,7 +39,7 @@ func (o *Owner) MemoryBytes() int {
 	for _, p := range o.pending {
 		n += pendingMemBytes + len(p.Req.Key)
 	}
-	return n + o.seen.Len()*seenMemBytes
+	return n + o.seen.MemoryBytes(verdictAlloc)
 }
 
 var _ strategy.MemoryReporter = (*Owner)(nil)

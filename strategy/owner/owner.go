@@ -573,6 +573,7 @@ func (o *Owner) Tick(now time.Duration, fx *strategy.Effects) {
 	o.fetchTimeouts(now, fx)
 	o.forwardTimeouts(now, fx)
 	o.seen.Expire(now, fx)
+	o.seen.Shrink() // its map rebuilt under a quarter of its peak (dedupe.Table.Shrink)
 	o.expireCharges(now, fx)
 	if o.auto != nil {
 		o.autoEvaluate(now, fx)

@@ -190,6 +190,7 @@ func (l *RegionLease) holding(key string) *holding {
 		h = &holding{seq: l.seqBase, sentTo: map[uint64]strategy.NodeID{}, accepted: map[uint64]time.Duration{}, reports: map[strategy.NodeID]report{}}
 		l.keys[key] = h
 		l.mem.holdings.Add(key)
+		l.order.keys.Add(key)
 		l.holdingChanged(h)
 	}
 	return h

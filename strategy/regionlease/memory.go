@@ -127,14 +127,23 @@ func (l *RegionLease) holdingChanged(h *holding) {
 func (l *RegionLease) dropHolding(key string, h *holding) {
 	l.mem.holdings.Remove(key)
 	l.mem.holdMaps -= int(h.mem)
+	l.order.keys.Remove(key)
 	delete(l.keys, key)
 }
 
 // setPool puts p as key's pool, counting a new key.
-func (l *RegionLease) setPool(key string, p *pool) { memsize.Put(l.pools, &l.mem.pools, key, p) }
+func (l *RegionLease) setPool(key string, p *pool) {
+	if _, ok := l.pools[key]; !ok {
+		l.order.pools.Add(key)
+	}
+	memsize.Put(l.pools, &l.mem.pools, key, p)
+}
 
 // dropPool deletes key's pool, if any.
-func (l *RegionLease) dropPool(key string) { memsize.Delete(l.pools, &l.mem.pools, key) }
+func (l *RegionLease) dropPool(key string) {
+	l.order.pools.Remove(key)
+	memsize.Delete(l.pools, &l.mem.pools, key)
+}
 
 // shrinkMaps copies the per-key and per-request maps into new ones when
 // the sweep left one under a quarter of its peak
@@ -196,6 +205,7 @@ func (l *RegionLease) MemoryBytes() int {
 	n += l.gseen.MemoryBytes(verdictAlloc) + l.rseen.MemoryBytes(verdictAlloc)
 	n += m.pushes.Bytes(keySlot, pushAlloc)
 	n += l.warmMemoryBytes()
+	n += l.order.bytes()
 	return n + memsize.Alloc(cap(l.timers.Items())*timerBytes) + m.timerKey
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
@@ -191,7 +192,7 @@ func memCompare(t *testing.T, l *RegionLease, what string, growth float64, left 
 	peak := l.MemoryBytes()
 	fx := &strategy.Effects{}
 	shrunk := memtest.Growth(func() {
-		for now := 100 * time.Millisecond; now <= 2*time.Minute; now += 100 * time.Millisecond {
+		for now := keyorder.StepEvery; now <= 2*time.Minute; now += keyorder.StepEvery { // the sweep's steps' wake-ups
 			l.Tick(now, fx)
 			fx.Reset()
 		}
@@ -263,6 +264,27 @@ func (l *RegionLease) CheckMemory() error {
 	} {
 		if c.kept != c.got {
 			return fmt.Errorf("%s: %s: memory accounting kept %d, a recount finds %d", l.self, c.what, c.kept, c.got)
+		}
+	}
+	for _, err := range []error{checkIndex("pools", &l.order.pools, l.pools), checkIndex("holdings", &l.order.keys, l.keys),
+		checkIndex("fences", &l.order.fences, l.fences), checkIndex("fence records", &l.order.gfences, l.gfences),
+		checkIndex("pushes", &l.order.pushes, l.pushes)} {
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.self, err)
+		}
+	}
+	return nil
+}
+
+// checkIndex checks that x (the sweep's order, counted in MemoryBytes)
+// holds the keys of m, each once.
+func checkIndex[V any](what string, x *keyorder.Index, m map[string]V) error {
+	if x.Len() != len(m) {
+		return fmt.Errorf("%s: the sweep's order holds %d keys, the map %d", what, x.Len(), len(m))
+	}
+	for k := range m {
+		if !x.Has(k) {
+			return fmt.Errorf("%s: key %q not in the sweep's order", what, k)
 		}
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 	"github.com/tokenmesh/tokenmesh/topology"
 )
@@ -65,6 +64,7 @@ func (l *RegionLease) pushOf(key string) *pushState {
 		ps = &pushState{askers: map[strategy.NodeID]asker{}, last: map[strategy.NodeID]uint64{}, out: map[strategy.NodeID][]uint64{}}
 		l.pushes[key] = ps
 		l.mem.pushes.Add(key)
+		l.order.pushes.Add(key)
 	}
 	return ps
 }
@@ -243,16 +243,6 @@ func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
 		return 0
 	}
 	return h.pushAt + h.pushGap
-}
-
-// sweepPushes forgets the push state of keys not contended for a window
-// past region_ttl and without an armed timer.
-func (l *RegionLease) sweepPushes(now time.Duration) {
-	for k, ps := range l.pushes {
-		if !ps.armed && now >= ps.dryAt+l.rttl+2*l.window {
-			memsize.Delete(l.pushes, &l.mem.pushes, k)
-		}
-	}
 }
 
 func sortedNodes[V any](m map[strategy.NodeID]V) []strategy.NodeID {

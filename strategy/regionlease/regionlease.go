@@ -13,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/internal/buckets"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/dedupe"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/forwarding"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 	"github.com/tokenmesh/tokenmesh/topology"
 )
 
@@ -38,7 +39,11 @@ type RegionLease struct {
 	minLease                   int64
 	admitOnTimeout             bool
 	fillTime, sweepLag         time.Duration
-	sweepEvery, nextSweep      time.Duration
+	sweepEvery                 time.Duration
+	sweeper                    keyorder.Sweeper // the sweep's passes, in steps (sweep.go)
+	passAt                     time.Duration    // when the pass under way began
+	sweepAt                    int              // the table it is at (sweepSome)
+	order                      sweepOrders      // the swept maps' keys (sweep.go)
 
 	// global owner
 	pools  map[string]*pool
@@ -210,8 +215,8 @@ func (l *RegionLease) Start(now time.Duration, fx *strategy.Effects) {
 	l.seqBase = uint64(now)
 	l.relaySeq = uint64(now)
 	l.pushSeq = uint64(now)
-	l.nextSweep = now + l.sweepEvery
-	fx.WakeAt(l.nextSweep)
+	l.sweeper.Every = l.sweepEvery
+	l.sweeper.Start(now, fx)
 }
 
 // candidates is the set the global owner is chosen from: the live members,
@@ -316,11 +321,7 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 	l.expireGrants(now, fx)
 	l.gseen.Expire(now, fx)
 	l.rseen.Expire(now, fx)
-	if now >= l.nextSweep {
-		l.sweep(now)
-		l.nextSweep = now + l.sweepEvery
-		fx.WakeAt(l.nextSweep)
-	}
+	l.sweeper.Step(now, fx, 1, func() { l.passAt, l.sweepAt = now, 0 }, func(int) bool { return l.sweepSome(keyorder.Budget) })
 }
 
 // SetMembers takes the new view: pools of keys this node no longer owns
@@ -412,39 +413,6 @@ func (l *RegionLease) pool(key string, now time.Duration) *pool {
 	}
 	l.setPool(key, p)
 	return p
-}
-
-// sweep forgets full pools without leases, and holdings with nothing left
-// to remember.
-func (l *RegionLease) sweep(now time.Duration) {
-	l.sweepFences(now)
-	l.sweepPushes(now)
-	at := now - l.sweepLag
-	for k, p := range l.pools {
-		if p.Last > at {
-			continue
-		}
-		if cp := *p; l.sh.Full(&cp, at) {
-			l.dropPool(k)
-		}
-	}
-	for k, h := range l.keys {
-		for seq, exp := range h.accepted {
-			if exp <= now {
-				delete(h.accepted, seq)
-			}
-		}
-		for n, r := range h.reports {
-			if r.at+2*l.window <= now {
-				delete(h.reports, n)
-			}
-		}
-		if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
-			continue
-		}
-		l.dropHolding(k, h)
-	}
-	l.shrinkMaps()
 }
 
 // StateBytes counts pools, lease records, holdings, relays and pending

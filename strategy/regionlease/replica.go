@@ -92,6 +92,7 @@ func (l *RegionLease) fenced(now time.Duration, key string, end time.Duration, f
 		fs = map[strategy.NodeID]*fenceHolder{}
 		l.gfences[key] = fs
 		l.mem.gfences.Add("")
+		l.order.gfences.Add(key)
 	}
 	ok := true
 	for _, r := range reps {
@@ -140,6 +141,7 @@ func (l *RegionLease) onReplica(from strategy.NodeID, r *peerv1.RegionLeaseRepli
 		fs = map[strategy.NodeID]time.Duration{}
 		l.fences[r.Key] = fs
 		l.mem.fences.Add(r.Key)
+		l.order.fences.Add(r.Key)
 	}
 	if _, ok := fs[from]; !ok {
 		if l.nfences >= maxFences {
@@ -179,8 +181,7 @@ func (l *RegionLease) dropFences() {
 			}
 		}
 		if len(fs) == 0 {
-			l.mem.fences.Remove(key)
-			delete(l.fences, key)
+			l.dropFenceKey(key)
 		}
 	}
 }
@@ -189,43 +190,6 @@ func (l *RegionLease) dropFences() {
 func (l *RegionLease) fenceOf(key string, o strategy.NodeID) (time.Duration, bool) {
 	f, ok := l.fences[key][o]
 	return f, ok
-}
-
-// sweepFences forgets fences that ended long enough ago for no move to
-// still read them (takeover + fill time, as changes), and G's fence
-// records of keys it has no pool of.
-func (l *RegionLease) sweepFences(now time.Duration) {
-	for key, fs := range l.fences {
-		for from, f := range fs {
-			if f+l.takeover+l.fillTime < now {
-				delete(fs, from)
-				l.nfences--
-			}
-		}
-		if len(fs) == 0 {
-			l.mem.fences.Remove(key)
-			delete(l.fences, key)
-		}
-	}
-	// A record is forgotten once its replica has swept every fence it
-	// shipped (they end by shipped; a replica sweeps them takeover + fill
-	// time after, at its next sweep) and the key has no pool here.
-	keep := l.takeover + l.fillTime + l.sweepEvery + l.maxSkew
-	for key, fs := range l.gfences {
-		if l.pools[key] != nil {
-			continue
-		}
-		for r, f := range fs {
-			if f.shipped+keep < now {
-				delete(fs, r)
-				l.mem.fenceRec--
-			}
-		}
-		if len(fs) == 0 {
-			l.mem.gfences.Remove("")
-			delete(l.gfences, key)
-		}
-	}
 }
 
 // ownPool is pool, and, when it makes the pool, ships the key's fences

@@ -39,7 +39,8 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 			})
 			memtest.Compare(t, tc.name+": requests", q.MemoryBytes(), growth)
 			if len(tc.members) > 1 {
-				payload := q.encode(slices.Sorted(maps.Keys(q.local)), q.local, false)
+				queues := q.localQueues()
+				payload := q.encode(slices.Sorted(maps.Keys(queues)), queues, false)
 				var b *TBQueue
 				growth := memtest.Growth(func() {
 					b = newNode(t, "b", tc.members)

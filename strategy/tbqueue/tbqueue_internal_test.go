@@ -2,6 +2,7 @@ package tbqueue
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -151,7 +152,7 @@ func TestThesisDeltaMergeNotIdempotent(t *testing.T) {
 		if err := cc.Receive(ms(30), "b", b.encode([]string{"k"}, b.delta["c"], false), &fx); err != nil {
 			t.Fatal(err)
 		}
-		got := cc.clock.tokensIn(cc.local["k"], ms(30))
+		got := cc.clock.tokensIn(cc.local["k"].q, ms(30))
 		t.Logf("%v: C counts %d tokens for 2 requests", c.params, got)
 		if got != c.want {
 			t.Fatalf("%v: C counts %d tokens for 2 requests, want %d", c.params, got, c.want)
@@ -172,7 +173,7 @@ func TestScenario2SameBirth(t *testing.T) {
 		if err := b.Receive(ms(8), "a", a.encode([]string{"k"}, a.delta["b"], false), &fx); err != nil {
 			t.Fatal(err)
 		}
-		got := b.clock.tokensIn(b.local["k"], ms(8))
+		got := b.clock.tokensIn(b.local["k"].q, ms(8))
 		if want := map[bool]int64{false: 1, true: 2}[unique]; got != want {
 			t.Fatalf("unique_ids=%v: %d tokens for 2 requests, want %d", unique, got, want)
 		}
@@ -211,7 +212,7 @@ func TestSameInstantDiesOnTime(t *testing.T) {
 			}
 			from.setDelta(to.self, "k", nil)
 			central := max(0, 3-int64(now/1000)) // consumed and not yet refilled
-			if got := to.clock.tokensIn(to.local["k"], ms(now)); got-central > worst {
+			if got := to.clock.tokensIn(to.local["k"].q, ms(now)); got-central > worst {
 				worst = got - central
 			}
 		}
@@ -241,8 +242,8 @@ func TestCoalesceSameInstant(t *testing.T) {
 	}
 	a.Request(ms(8), strategy.Request{ID: 3, Key: "k", Tokens: 2, Arrival: ms(8)}, &fx)
 	want := []elem{{birth: ms(7), death: stamp{ns: int64(ms(3007))}, tokens: 3}, {birth: ms(8), death: stamp{ns: int64(ms(5007))}, tokens: 2}}
-	if !slices.Equal(a.local["k"], want) || !slices.Equal(a.delta["b"]["k"], want) {
-		t.Fatalf("local %v, delta %v, want %v", a.local["k"], a.delta["b"]["k"], want)
+	if !slices.Equal(a.local["k"].q, want) || !slices.Equal(a.delta["b"]["k"], want) {
+		t.Fatalf("local %v, delta %v, want %v", a.local["k"].q, a.delta["b"]["k"], want)
 	}
 	// The version of one token sent before the element grew merges into
 	// the grown one, whichever comes first.
@@ -287,12 +288,8 @@ func TestSingleNodeIsTokenBucket(t *testing.T) {
 }
 
 func fullState(q *TBQueue) []byte {
-	keys := make([]string, 0, len(q.local))
-	for k := range q.local {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return q.encode(keys, q.local, true)
+	queues := q.localQueues()
+	return q.encode(slices.Sorted(maps.Keys(queues)), queues, true)
 }
 
 func deltaBytes(q *TBQueue) []byte {
@@ -429,7 +426,8 @@ func FuzzReceive(f *testing.F) {
 			}
 			return
 		}
-		for k, qu := range q.local {
+		for k, e := range q.local {
+			qu := e.q
 			for i := 1; i < len(qu); i++ {
 				if cmpStamp(qu[i].death, qu[i-1].death) <= 0 {
 					t.Fatalf("key %q: times-of-death not increasing", k)
@@ -455,8 +453,8 @@ func BenchmarkMergeDelta(b *testing.B) {
 				at := time.Duration(i) * time.Millisecond
 				src.Request(at, strategy.Request{ID: uint64(i), Key: "hot", Tokens: 1, Arrival: at}, &fx)
 			}
-			all := src.encode([]string{"hot"}, src.local, false)
-			halfQ := map[string][]elem{"hot": src.local["hot"][:500]}
+			all := src.encode([]string{"hot"}, src.localQueues(), false)
+			halfQ := map[string][]elem{"hot": src.local["hot"].q[:500]}
 			half := src.encode([]string{"hot"}, halfQ, false)
 			b.SetBytes(int64(len(all)))
 			b.ReportAllocs()
