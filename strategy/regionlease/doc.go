@@ -179,6 +179,13 @@
 //
 // (warmup.go; after strategy/lease's and strategy/quota's warm-ups; the
 // rules for a restart, for held leases and for grants in flight are ours.)
+// Under `partition: available` only: under conserve a key starts
+// conservatively as before the warm-up (a warm-up there asked the live
+// members while the global owner is chosen over the live and the last
+// agreed ones, and TestCutsConserve found two global owners of one key
+// after a restart near two cuts, 35 tokens in levels against a burst of
+// 19; its fail file replays it). So a cluster under conserve still keeps
+// a key empty for takeover after its start and its joins.
 // Every node of the live runtime starts after time 0 and so counts as
 // restarted, and a cluster forms by joins, each a membership change:
 // before the warm-up each key's global owner started it empty for

@@ -151,9 +151,10 @@ func (l *RegionLease) answeredAt(key string) (time.Duration, bool) {
 // recently enough that the conservative start is not full now, every
 // previous global owner of the recorded changes is live (a gone one's
 // fence or the takeover wait is the start: # Crashes), and there are 1 to
-// maxAsked other live members to ask.
+// maxAsked other live members to ask. Never under conserve (package doc,
+// "# Warm-up").
 func (l *RegionLease) needsWarm(now time.Duration, key string) bool {
-	if l.pools[key] != nil || len(l.wu.fetching) >= maxWarming {
+	if l.conserve || l.pools[key] != nil || len(l.wu.fetching) >= maxWarming {
 		return false
 	}
 	if g, live := l.global(key); g != l.self || !live {
