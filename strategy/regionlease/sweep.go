@@ -72,97 +72,114 @@ func (l *RegionLease) sweepSome(budget int) bool {
 // table's pass is over (after the last table, the maps and heaps are
 // shrunk: shrinkMaps).
 func (l *RegionLease) sweepStep(i int, budget *int) bool {
-	now := l.passAt
 	switch i {
 	case sweepFences:
-		// Fences that ended long enough ago for no move to still read them
-		// (takeover + fill time, as changes).
-		return stepIndex(&l.order.fences, budget, func(key string) bool {
-			fs := l.fences[key]
-			for from, f := range fs {
-				if f+l.takeover+l.fillTime < now {
-					delete(fs, from)
-					l.nfences--
-				}
-			}
-			if len(fs) == 0 {
-				l.dropFenceKey(key)
-				return true
-			}
-			return false
-		})
+		return stepIndex(&l.order.fences, budget, l.sweepFence)
 	case sweepGFences:
-		// A record is forgotten once its replica has swept every fence it
-		// shipped (they end by shipped; a replica sweeps them takeover + fill
-		// time after, at its next sweep) and the key has no pool here.
-		keep := l.takeover + l.fillTime + l.sweepEvery + l.maxSkew
-		return stepIndex(&l.order.gfences, budget, func(key string) bool {
-			if l.pools[key] != nil {
-				return false
-			}
-			fs := l.gfences[key]
-			for r, f := range fs {
-				if f.shipped+keep < now {
-					delete(fs, r)
-					l.mem.fenceRec--
-				}
-			}
-			if len(fs) == 0 {
-				l.dropGFenceKey(key)
-				return true
-			}
-			return false
-		})
+		return stepIndex(&l.order.gfences, budget, l.sweepGFence)
 	case sweepPushes:
-		// The push state of keys not contended for a window past
-		// region_ttl and without an armed timer.
-		return stepIndex(&l.order.pushes, budget, func(key string) bool {
-			if ps := l.pushes[key]; !ps.armed && now >= ps.dryAt+l.rttl+2*l.window {
-				l.dropPush(key)
-				return true
-			}
-			return false
-		})
+		return stepIndex(&l.order.pushes, budget, l.sweepPush)
 	case sweepPools:
-		// Full pools without leases: full at passAt - sweepLag, nothing
-		// decided after.
-		at := now - l.sweepLag
-		return stepIndex(&l.order.pools, budget, func(key string) bool {
-			p := l.pools[key]
-			if p.Last > at {
-				return false
-			}
-			if cp := *p; l.sh.Full(&cp, at) {
-				l.dropPool(key)
-				return true
-			}
-			return false
-		})
+		return stepIndex(&l.order.pools, budget, l.sweepPool)
 	default:
-		// Holdings with nothing left to remember.
-		done := stepIndex(&l.order.keys, budget, func(key string) bool {
-			h := l.keys[key]
-			for seq, exp := range h.accepted {
-				if exp <= now {
-					delete(h.accepted, seq)
-				}
-			}
-			for n, r := range h.reports {
-				if r.at+2*l.window <= now {
-					delete(h.reports, n)
-				}
-			}
-			if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
-				return false
-			}
-			l.dropHolding(key, h)
-			return true
-		})
+		done := stepIndex(&l.order.keys, budget, l.sweepHolding)
 		if done {
 			l.shrinkMaps()
 		}
 		return done
 	}
+}
+
+// sweepFence drops key's fences that ended long enough before the pass
+// (passAt) for no move to still read them (takeover + fill time, as
+// changes), and the key when none is left (reported: true).
+func (l *RegionLease) sweepFence(key string) bool {
+	now := l.passAt
+	fs := l.fences[key]
+	for from, f := range fs {
+		if f+l.takeover+l.fillTime < now {
+			delete(fs, from)
+			l.nfences--
+		}
+	}
+	if len(fs) == 0 {
+		l.dropFenceKey(key)
+		return true
+	}
+	return false
+}
+
+// sweepGFence forgets key's fence records once their replica has swept
+// every fence it shipped (they end by shipped; a replica sweeps them
+// takeover + fill time after, at its next sweep) and the key has no pool
+// here, and the key when none is left (reported: true).
+func (l *RegionLease) sweepGFence(key string) bool {
+	now := l.passAt
+	keep := l.takeover + l.fillTime + l.sweepEvery + l.maxSkew
+	if l.pools[key] != nil {
+		return false
+	}
+	fs := l.gfences[key]
+	for r, f := range fs {
+		if f.shipped+keep < now {
+			delete(fs, r)
+			l.mem.fenceRec--
+		}
+	}
+	if len(fs) == 0 {
+		l.dropGFenceKey(key)
+		return true
+	}
+	return false
+}
+
+// sweepPush drops the push state of key when it was not contended for a
+// window past region_ttl before the pass and has no armed timer.
+func (l *RegionLease) sweepPush(key string) bool {
+	if ps := l.pushes[key]; !ps.armed && l.passAt >= ps.dryAt+l.rttl+2*l.window {
+		l.dropPush(key)
+		return true
+	}
+	return false
+}
+
+// sweepPool drops key's pool when it has no leases and was full at
+// passAt - sweepLag with nothing decided after.
+func (l *RegionLease) sweepPool(key string) bool {
+	at := l.passAt - l.sweepLag
+	p := l.pools[key]
+	if p.Last > at {
+		return false
+	}
+	if cp := *p; l.sh.Full(&cp, at) {
+		l.dropPool(key)
+		return true
+	}
+	return false
+}
+
+// sweepHolding forgets key's ended acceptances and old reports, and drops
+// the holding when nothing is left to remember: not asking, no lease, no
+// dry hint, no report, no request for 2*window + region_ttl before the
+// pass.
+func (l *RegionLease) sweepHolding(key string) bool {
+	now := l.passAt
+	h := l.keys[key]
+	for seq, exp := range h.accepted {
+		if exp <= now {
+			delete(h.accepted, seq)
+		}
+	}
+	for n, r := range h.reports {
+		if r.at+2*l.window <= now {
+			delete(h.reports, n)
+		}
+	}
+	if h.asking || len(h.leases) > 0 || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
+		return false
+	}
+	l.dropHolding(key, h)
+	return true
 }
 
 // stepIndex visits up to *budget keys of x's pass under way, taking them

@@ -335,36 +335,7 @@ func (l *RegionLease) answer(now time.Duration, from strategy.NodeID, q *peerv1.
 			return
 		}
 	}
-	var st *pool
-	if p := l.pools[key]; p != nil {
-		cp := *p
-		l.sh.Advance(&cp, now)
-		if !(p.Last > now && cp.Leased == 0 && cp.Inherited == 0 && cp.Level == 0) {
-			st = l.lentState(&cp, now)
-		}
-		l.dropPool(key)
-	}
-	g := l.wu.gave[key]
-	if g != nil && g.state != nil {
-		if st == nil {
-			cp := *g.state
-			st = &cp
-		} else {
-			l.mergeAt(st, g.state)
-		}
-	}
-	if f := l.wu.fetching[key]; f != nil && len(f.got) > 0 {
-		cp := *f.acc
-		l.inherit(&cp, f.heldTok, f.heldUntil)
-		if f.emptyAt >= 0 {
-			l.mergeAt(&cp, &pool{Level: 0, Last: f.emptyAt})
-		}
-		if st == nil {
-			st = &cp
-		} else {
-			l.mergeAt(st, &cp)
-		}
-	}
+	st := l.handOver(now, key)
 	a := &peerv1.RegionLeaseState{Key: key, Id: q.Id}
 	if st != nil {
 		a.HasPool, a.LevelTicks, a.AtNs = true, st.Level, int64(st.Last)
@@ -373,27 +344,75 @@ func (l *RegionLease) answer(now time.Duration, from strategy.NodeID, q *peerv1.
 		}
 	}
 	if h := l.keys[key]; h != nil {
-		for _, ls := range h.leases {
-			if ls.expires > now && ls.tokens+ls.lent > 0 {
-				a.HeldTokens += ls.tokens + ls.lent
-				a.HeldUntilNs = max(a.HeldUntilNs, int64(ls.expires))
-			}
-		}
-		a.HeldTokens = min(a.HeldTokens, l.sh.Burst)
-		for seq := range h.sentTo {
-			if _, ok := h.accepted[seq]; !ok {
-				delete(h.sentTo, seq)
-			}
-		}
-		h.asking = false
-		l.holdingChanged(h)
+		a.HeldTokens, a.HeldUntilNs = l.heldOf(now, h)
+		l.forgetAsks(h)
 	}
 	if at, ok := l.recentStart(now); ok {
 		a.RestartedAtNs = int64(at)
 	}
-	g = l.gaveOf(now, key, fx)
+	g := l.gaveOf(now, key, fx)
 	g.state, g.answered, g.answeredAt = st, true, now
 	fx.Send(from, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_State{State: a}}))
+}
+
+// handOver drops key's pool and returns what this node hands over of the
+// key's bucket (nil: nothing): the pool (unless an untouched
+// conservative start), one it gave up lately and the answers of its own
+// warm-up under way, merged (the most consumed).
+func (l *RegionLease) handOver(now time.Duration, key string) *pool {
+	var st *pool
+	merge := func(q *pool) {
+		if st == nil {
+			cp := *q
+			st = &cp
+		} else {
+			l.mergeAt(st, q)
+		}
+	}
+	if p := l.pools[key]; p != nil {
+		cp := *p
+		l.sh.Advance(&cp, now)
+		if !(p.Last > now && cp.Leased == 0 && cp.Inherited == 0 && cp.Level == 0) {
+			merge(l.lentState(&cp, now))
+		}
+		l.dropPool(key)
+	}
+	if g := l.wu.gave[key]; g != nil && g.state != nil {
+		merge(g.state)
+	}
+	if f := l.wu.fetching[key]; f != nil && len(f.got) > 0 {
+		cp := *f.acc
+		l.inherit(&cp, f.heldTok, f.heldUntil)
+		if f.emptyAt >= 0 {
+			l.mergeAt(&cp, &pool{Level: 0, Last: f.emptyAt})
+		}
+		merge(&cp)
+	}
+	return st
+}
+
+// heldOf is the tokens h holds in unexpired leases (capped at the burst)
+// and their latest end.
+func (l *RegionLease) heldOf(now time.Duration, h *holding) (tokens, untilNs int64) {
+	for _, ls := range h.leases {
+		if ls.expires > now && ls.tokens+ls.lent > 0 {
+			tokens += ls.tokens + ls.lent
+			untilNs = max(untilNs, int64(ls.expires))
+		}
+	}
+	return min(tokens, l.sh.Burst), untilNs
+}
+
+// forgetAsks forgets h's outstanding asks (a grant for one would be of a
+// bucket the warm-up's asker did not count; the holder asks again).
+func (l *RegionLease) forgetAsks(h *holding) {
+	for seq := range h.sentTo {
+		if _, ok := h.accepted[seq]; !ok {
+			delete(h.sentTo, seq)
+		}
+	}
+	h.asking = false
+	l.holdingChanged(h)
 }
 
 // lentState is p (refilled to now) as a state to hand over: its leases
