@@ -155,24 +155,15 @@ func (c *Concurrency) expireGranted(now time.Duration) {
 // permit, lease or waiter newer than that; an empty table decides as no
 // table (grant, Remaining, InFlight, passRelease, onReturn all read it so).
 func (c *Concurrency) sweepStep(budget int) bool {
-	for range budget {
-		k, ok := c.order.Next()
-		if !ok {
-			break
-		}
+	return keyorder.Step(&c.order, &budget, func(k string) bool {
 		kp := c.keys[k]
 		c.expireTable(c.passAt, kp)
 		if len(kp.permits) == 0 && len(kp.leases) == 0 && len(kp.waiters) == 0 {
-			c.dropTable(k, kp) // the last key moves to the cursor: visited next
-			continue
+			c.dropTable(k, kp)
+			return true
 		}
-		c.order.Visited()
-	}
-	if _, ok := c.order.Next(); ok {
 		return false
-	}
-	c.order.EndPass()
-	return true
+	})
 }
 
 // movedKey records that key's place in the order is now pos.

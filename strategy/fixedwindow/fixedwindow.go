@@ -267,26 +267,21 @@ func (f *FixedWindow) Tick(now time.Duration, fx *strategy.Effects) {
 // starts a new one), so dropping it later changes no decision.
 func (f *FixedWindow) sweepStep(now time.Duration, budget int) bool {
 	win := f.windowAt(now)
-	for range budget {
-		k, ok := f.order.Next()
-		if !ok {
-			break
+	over := keyorder.Step(&f.order, &budget, func(k string) bool {
+		c := f.counts[k]
+		if c.win >= win {
+			return false
 		}
-		if c := f.counts[k]; c.win < win {
-			delete(f.counts, k)
-			f.order.Remove(c.pos, f.moved)
-			f.keyBytes -= len(k)
-			f.mem.Remove(k)
-			continue
-		}
-		f.order.Visited()
+		delete(f.counts, k)
+		f.order.Remove(c.pos, f.moved)
+		f.keyBytes -= len(k)
+		f.mem.Remove(k)
+		return true
+	})
+	if over {
+		f.shrinkCounts()
 	}
-	if _, ok := f.order.Next(); ok {
-		return false
-	}
-	f.order.EndPass()
-	f.shrinkCounts()
-	return true
+	return over
 }
 
 // moved records that key's place in the order is now pos.

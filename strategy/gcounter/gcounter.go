@@ -646,23 +646,17 @@ func (g *GCounter) sweep(now time.Duration) int {
 // full then, as the sweep in one go dropped it at its time: later, never
 // earlier.
 func (g *GCounter) sweepStep(now time.Duration, budget int) bool {
-	for range budget {
-		k, ok := g.order.Next()
-		if !ok {
-			break
-		}
+	over := keyorder.Step(&g.order, &budget, func(k string) bool {
 		if b := g.state[k]; now-b.touched >= g.idle && g.full(b, now) && b.pending == 0 {
-			g.dropKey(k, b) // the last key moves to the cursor: visited next
-			continue
+			g.dropKey(k, b)
+			return true
 		}
-		g.order.Visited()
-	}
-	if _, ok := g.order.Next(); ok {
 		return false
+	})
+	if over {
+		g.shrinkState()
 	}
-	g.order.EndPass()
-	g.shrinkState()
-	return true
+	return over
 }
 
 // addKey puts key's new bucket b in the state, the order and the count.

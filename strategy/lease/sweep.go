@@ -72,17 +72,9 @@ func (l *Lease) beginPass(now time.Duration) {
 // is over: with fewer keys than budget in all tables, a pass is one call
 // (one Tick), as the sweep in one go was.
 func (l *Lease) sweepSome(now time.Duration, budget int) bool {
-	for l.sweepAt < sweepTables {
-		if !l.sweepStep(now, l.sweepAt, &budget) {
-			return false
-		}
-		l.sweepAt++
-		if budget <= 0 && l.sweepAt < sweepTables {
-			return false
-		}
-	}
-	l.sweepAt = 0
-	return true
+	return keyorder.StepTables(&l.sweepAt, sweepTables, budget, func(i int, budget *int) bool {
+		return l.sweepStep(now, i, budget)
+	})
 }
 
 // sweepStep visits up to *budget keys of table i of the pass under way at
@@ -129,21 +121,7 @@ func (l *Lease) sweepStep(now time.Duration, i int, budget *int) bool {
 // key from m and o), and reports whether the pass is over (the order
 // ended: EndPass).
 func stepTable[V any](o *keyorder.Order, m map[string]V, budget *int, drop func(string, V) bool) bool {
-	for ; *budget > 0; *budget-- {
-		k, ok := o.Next()
-		if !ok {
-			break
-		}
-		if drop(k, m[k]) {
-			continue // the last key moved to the cursor: visited next
-		}
-		o.Visited()
-	}
-	if _, ok := o.Next(); ok {
-		return false
-	}
-	o.EndPass()
-	return true
+	return keyorder.Step(o, budget, func(k string) bool { return drop(k, m[k]) })
 }
 
 // stepPools drops, of the next budget pools, the full pools without

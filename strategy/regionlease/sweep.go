@@ -54,17 +54,7 @@ const (
 // over: with fewer keys than budget in all tables, a pass is one call
 // (one Tick), as the sweep in one go was.
 func (l *RegionLease) sweepSome(budget int) bool {
-	for l.sweepAt < sweepTables {
-		if !l.sweepStep(l.sweepAt, &budget) {
-			return false
-		}
-		l.sweepAt++
-		if budget <= 0 && l.sweepAt < sweepTables {
-			return false
-		}
-	}
-	l.sweepAt = 0
-	return true
+	return keyorder.StepTables(&l.sweepAt, sweepTables, budget, l.sweepStep)
 }
 
 // sweepStep visits up to *budget keys of table i of the pass under way
@@ -74,15 +64,15 @@ func (l *RegionLease) sweepSome(budget int) bool {
 func (l *RegionLease) sweepStep(i int, budget *int) bool {
 	switch i {
 	case sweepFences:
-		return stepIndex(&l.order.fences, budget, l.sweepFence)
+		return keyorder.Step(&l.order.fences, budget, l.sweepFence)
 	case sweepGFences:
-		return stepIndex(&l.order.gfences, budget, l.sweepGFence)
+		return keyorder.Step(&l.order.gfences, budget, l.sweepGFence)
 	case sweepPushes:
-		return stepIndex(&l.order.pushes, budget, l.sweepPush)
+		return keyorder.Step(&l.order.pushes, budget, l.sweepPush)
 	case sweepPools:
-		return stepIndex(&l.order.pools, budget, l.sweepPool)
+		return keyorder.Step(&l.order.pools, budget, l.sweepPool)
 	default:
-		done := stepIndex(&l.order.keys, budget, l.sweepHolding)
+		done := keyorder.Step(&l.order.keys, budget, l.sweepHolding)
 		if done {
 			l.shrinkMaps()
 		}
@@ -179,27 +169,6 @@ func (l *RegionLease) sweepHolding(key string) bool {
 		return false
 	}
 	l.dropHolding(key, h)
-	return true
-}
-
-// stepIndex visits up to *budget keys of x's pass under way, taking them
-// off *budget, dropping those drop says it dropped (drop takes the key
-// out of its map and x), and reports whether the pass is over (EndPass).
-func stepIndex(x *keyorder.Index, budget *int, drop func(string) bool) bool {
-	for ; *budget > 0; *budget-- {
-		k, ok := x.Next()
-		if !ok {
-			break
-		}
-		if drop(k) {
-			continue // the last key moved to the cursor: visited next
-		}
-		x.Visited()
-	}
-	if _, ok := x.Next(); ok {
-		return false
-	}
-	x.EndPass()
 	return true
 }
 

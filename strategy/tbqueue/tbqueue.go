@@ -613,28 +613,22 @@ func (q *TBQueue) sweep(now time.Duration) {
 // keeps its key in the local map with an empty queue (setLocal, setDelta)
 // so that its sweep still visits it.
 func (q *TBQueue) sweepStep(budget int) bool {
-	for range budget {
-		k, ok := q.order.Next()
-		if !ok {
-			break
-		}
+	over := keyorder.Step(&q.order, &budget, func(k string) bool {
 		for _, nb := range q.neighbours {
 			if dq, ok := q.delta[nb][k]; ok && q.idle(dq) {
 				q.setDelta(nb, k, nil)
 			}
 		}
 		if e := q.local[k]; q.idle(e.q) && !q.inDelta(k) {
-			q.dropLocal(k, e) // the last key moves to the cursor: visited next
-			continue
+			q.dropLocal(k, e)
+			return true
 		}
-		q.order.Visited()
-	}
-	if _, ok := q.order.Next(); ok {
 		return false
+	})
+	if over {
+		q.shrinkMaps()
 	}
-	q.order.EndPass()
-	q.shrinkMaps()
-	return true
+	return over
 }
 
 // idle reports whether every element of qu has been gone for a sweep

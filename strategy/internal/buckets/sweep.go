@@ -3,6 +3,8 @@ package buckets
 import (
 	"math"
 	"time"
+
+	"github.com/tokenmesh/tokenmesh/strategy/internal/keyorder"
 )
 
 // Incremental sweeps (issue 28 item 5: no loop stall in proportion to the
@@ -23,25 +25,17 @@ import (
 // during a pass, or added, is handled (Delete keeps the visited keys
 // together: none is skipped). O(budget).
 func (t *Table) SweepStep(now time.Duration, budget int, held func(key string) bool) bool {
-	for range budget {
-		k, ok := t.order.Next()
-		if !ok {
-			t.order.EndPass()
-			t.shrink()
+	over := keyorder.Step(&t.order, &budget, func(k string) bool {
+		if e := t.m[k]; e.b.Full(now) && (held == nil || !held(k)) {
+			t.drop(k, e)
 			return true
 		}
-		if e := t.m[k]; e.b.Full(now) && (held == nil || !held(k)) {
-			t.drop(k, e) // the last key moves to the cursor: visited next
-			continue
-		}
-		t.order.Visited()
-	}
-	if _, ok := t.order.Next(); ok {
 		return false
+	})
+	if over {
+		t.shrink()
 	}
-	t.order.EndPass()
-	t.shrink()
-	return true
+	return over
 }
 
 // Sweep drops the buckets that are full at now, all in one call, and

@@ -95,6 +95,57 @@ func (o *Order) Key(pos int) string { return o.keys[pos] }
 // slot of its capacity.
 func (o *Order) Bytes() int { return cap(o.keys) * 16 }
 
+// Pass is an order a sweep steps through: *Order, and *Index (whose
+// EndPass also rebuilds its map of positions).
+type Pass interface {
+	Next() (string, bool)
+	Visited()
+	EndPass()
+}
+
+// Step goes on with p's pass under way: it visits up to *budget keys from
+// the cursor, taking each off *budget, by visit(key), which reports
+// whether it removed the key from p (at the cursor: the last key moves
+// there and is visited next) rather than kept it; and reports whether the
+// pass is over (every key visited: EndPass called, the next pass starts
+// from the first key).
+func Step(p Pass, budget *int, visit func(key string) (removed bool)) bool {
+	for ; *budget > 0; *budget-- {
+		k, ok := p.Next()
+		if !ok {
+			break
+		}
+		if !visit(k) {
+			p.Visited()
+		}
+	}
+	if _, ok := p.Next(); ok {
+		return false
+	}
+	p.EndPass()
+	return true
+}
+
+// StepTables goes on with a pass over tables 0 to n-1 from table *at: it
+// calls step(i, &budget) for table *at, which visits up to budget keys of
+// it (taking them off budget) and reports whether that table's pass is
+// over, and goes on to the next table while the budget lasts. It reports
+// whether the pass over every table is over (*at back to 0): with fewer
+// keys than budget in all tables, a pass is one call.
+func StepTables(at *int, n, budget int, step func(i int, budget *int) bool) bool {
+	for *at < n {
+		if !step(*at, &budget) {
+			return false
+		}
+		*at++
+		if budget <= 0 && *at < n {
+			return false
+		}
+	}
+	*at = 0
+	return true
+}
+
 // Budget is the keys one sweep step visits: at 1M keys on the 2-core
 // test machine a step of 512 keys of a buckets.Table took at most 0.7-3.6
 // ms of the loop thread's CPU (BenchmarkLoopStalls in strategy/registry;

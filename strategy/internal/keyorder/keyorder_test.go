@@ -108,3 +108,90 @@ func TestSweeperSteps(t *testing.T) {
 		t.Fatalf("wake-ups after the pass: %v, want [%v]", fx.Wakeups, want)
 	}
 }
+
+// TestStepProperty: a pass by Step in steps of a drawn budget over an
+// Index of drawn keys, each visit removing the key or keeping it as drawn
+// (a removal at the cursor moves the last key there), visits every key
+// exactly once, reports the pass over only after the last visit and then
+// at once (EndPass: the next pass visits the kept keys again), takes
+// ceil(keys/budget) steps or one more, and uses the budget it is given:
+// every step but the last visits exactly budget keys.
+func TestStepProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var x Index
+		n := rapid.IntRange(0, 60).Draw(rt, "keys")
+		remove := map[string]bool{}
+		for i := range n {
+			k := fmt.Sprint("k", i)
+			x.Add(k)
+			remove[k] = rapid.Bool().Draw(rt, "remove")
+		}
+		budget := rapid.IntRange(1, 20).Draw(rt, "budget")
+		seen := map[string]int{}
+		steps := 0
+		for over := false; !over; {
+			if steps++; steps > n/budget+2 {
+				rt.Fatalf("%d steps of %d for %d keys and the pass is not over", steps, budget, n)
+			}
+			b := budget
+			over = Step(&x, &b, func(k string) bool {
+				seen[k]++
+				if remove[k] {
+					x.Remove(k)
+					return true
+				}
+				return false
+			})
+			if !over && b != 0 {
+				rt.Fatalf("a step that did not end the pass left %d of its budget %d", b, budget)
+			}
+		}
+		kept := 0
+		for i := range n {
+			k := fmt.Sprint("k", i)
+			if seen[k] != 1 {
+				rt.Fatalf("%s visited %d times in one pass", k, seen[k])
+			}
+			if !remove[k] {
+				kept++
+			}
+		}
+		if x.Len() != kept || x.Cursor() != 0 {
+			rt.Fatalf("after the pass: %d keys (want %d), cursor %d (want 0)", x.Len(), kept, x.Cursor())
+		}
+	})
+}
+
+// TestStepTables: tables of drawn sizes stepped through with a budget
+// visit every key once, move on to the next table within one call while
+// the budget lasts, and end the pass with the cursor back at the first
+// table; a pass of fewer keys than the budget is one call.
+func TestStepTables(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		sizes := rapid.SliceOfN(rapid.IntRange(0, 30), 1, 5).Draw(rt, "sizes")
+		budget := rapid.IntRange(1, 40).Draw(rt, "budget")
+		orders := make([]Order, len(sizes))
+		total := 0
+		for i, s := range sizes {
+			for j := range s {
+				orders[i].Add(fmt.Sprint(i, "/", j))
+			}
+			total += s
+		}
+		visits, calls, at := 0, 0, 0
+		for over := false; !over; {
+			if calls++; calls > total+len(sizes)+1 {
+				rt.Fatalf("%d calls and the pass is not over", calls)
+			}
+			over = StepTables(&at, len(orders), budget, func(i int, b *int) bool {
+				return Step(&orders[i], b, func(string) bool { visits++; return false })
+			})
+		}
+		if visits != total || at != 0 {
+			rt.Fatalf("%d visits of %d keys, cursor at table %d (want 0)", visits, total, at)
+		}
+		if total < budget && calls != 1 {
+			rt.Fatalf("%d keys under a budget of %d took %d calls, want 1", total, budget, calls)
+		}
+	})
+}
