@@ -83,14 +83,8 @@ func (c *Concurrency) runDue(now time.Duration, fx *strategy.Effects) {
 			}
 		case dueLease:
 			leaseKeys = append(leaseKeys, e.key)
-		case dueAsk:
-			if a := c.asks[e.key]; a != nil && a.deadline <= now {
-				memsize.Delete(c.asks, &c.mem.asks, e.key)
-			}
-		case dueHot:
-			if h := c.hot[e.key]; h != nil && now-h.since >= c.leaseTTL {
-				memsize.Delete(c.hot, &c.mem.hot, e.key)
-			}
+		default:
+			c.forgetDue(now, e)
 		}
 	}
 	slices.Sort(late)
@@ -103,6 +97,22 @@ func (c *Concurrency) runDue(now time.Duration, fx *strategy.Effects) {
 	slices.Sort(leaseKeys) // the returns leave in a deterministic order
 	for _, k := range slices.Compact(leaseKeys) {
 		c.expireLeases(now, k, fx)
+	}
+}
+
+// forgetDue forgets what e (of kind dueAsk or dueHot) is due for, if it
+// still is at now: an ask past its deadline, or a hot count whose window
+// (lease_ttl) ended.
+func (c *Concurrency) forgetDue(now time.Duration, e dueEvent) {
+	switch e.kind {
+	case dueAsk:
+		if a := c.asks[e.key]; a != nil && a.deadline <= now {
+			memsize.Delete(c.asks, &c.mem.asks, e.key)
+		}
+	case dueHot:
+		if h := c.hot[e.key]; h != nil && now-h.since >= c.leaseTTL {
+			memsize.Delete(c.hot, &c.mem.hot, e.key)
+		}
 	}
 }
 

@@ -473,29 +473,40 @@ func (l *RegionLease) gaveUp(now time.Duration, key string, fx *strategy.Effects
 	g.state = st
 }
 
-// checkState bounds an answer: the key; a level within [0, burst] tokens
-// (in ticks) at a time within [0, now + max_skew]; lent and held tokens
-// within [0, burst] ending within [0, now + takeover + region_ttl +
-// max_skew]; a start within [0, now + max_skew].
+// checkState bounds an answer: the key; its bucket (checkStateBucket);
+// held tokens within [0, burst]; lent and held tokens ending within
+// [0, now + takeover + region_ttl + max_skew]; a start within
+// [0, now + max_skew].
 func (l *RegionLease) checkState(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseState) error {
 	if err := checkKey(from, a.Key); err != nil {
 		return err
 	}
-	ahead := int64(now + l.maxSkew)
+	if err := l.checkStateBucket(now, from, a); err != nil {
+		return err
+	}
 	end := int64(now + l.takeover + l.rttl + l.maxSkew)
 	switch {
-	case a.LevelTicks < 0 || a.LevelTicks > l.sh.Burst*l.sh.Per:
-		return errorf("state from %s: level %d ticks outside [0, burst %d x %d]", from, a.LevelTicks, l.sh.Burst, l.sh.Per)
-	case a.AtNs < 0 || a.AtNs > ahead+int64(l.takeover):
-		return errorf("state from %s: time %v outside [0, now + takeover + max_skew]", from, time.Duration(a.AtNs))
-	case a.LeasedTokens < 0 || a.LeasedTokens > l.sh.Burst:
-		return errorf("state from %s: %d lent tokens outside [0, burst %d]", from, a.LeasedTokens, l.sh.Burst)
 	case a.HeldTokens < 0 || a.HeldTokens > l.sh.Burst:
 		return errorf("state from %s: %d held tokens outside [0, burst %d]", from, a.HeldTokens, l.sh.Burst)
 	case a.LentUntilNs < 0 || a.LentUntilNs > end, a.HeldUntilNs < 0 || a.HeldUntilNs > end:
 		return errorf("state from %s: a lease's end (%v, %v) outside [0, now + takeover + region_ttl + max_skew]", from, time.Duration(a.LentUntilNs), time.Duration(a.HeldUntilNs))
-	case a.RestartedAtNs < 0 || a.RestartedAtNs > ahead:
+	case a.RestartedAtNs < 0 || a.RestartedAtNs > int64(now+l.maxSkew):
 		return errorf("state from %s: start %v outside [0, now + max_skew]", from, time.Duration(a.RestartedAtNs))
+	}
+	return nil
+}
+
+// checkStateBucket bounds an answer's bucket: a level within [0, burst]
+// tokens (in ticks) at a time within [0, now + takeover + max_skew], lent
+// tokens within [0, burst], and none of these without has_pool.
+func (l *RegionLease) checkStateBucket(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseState) error {
+	switch {
+	case a.LevelTicks < 0 || a.LevelTicks > l.sh.Burst*l.sh.Per:
+		return errorf("state from %s: level %d ticks outside [0, burst %d x %d]", from, a.LevelTicks, l.sh.Burst, l.sh.Per)
+	case a.AtNs < 0 || a.AtNs > int64(now+l.maxSkew+l.takeover):
+		return errorf("state from %s: time %v outside [0, now + takeover + max_skew]", from, time.Duration(a.AtNs))
+	case a.LeasedTokens < 0 || a.LeasedTokens > l.sh.Burst:
+		return errorf("state from %s: %d lent tokens outside [0, burst %d]", from, a.LeasedTokens, l.sh.Burst)
 	case !a.HasPool && (a.LevelTicks != 0 || a.AtNs != 0 || a.LeasedTokens != 0):
 		return errorf("state from %s: a bucket's fields without has_pool", from)
 	}
@@ -555,21 +566,33 @@ func (l *RegionLease) warmReceive(now time.Duration, from strategy.NodeID, m *pe
 		}
 		return true, l.receiveState(now, from, b.State, fx)
 	case *peerv1.RegionLeaseMessage_Forward:
-		if g, _ := l.global(b.Forward.Key); g == l.self {
-			held, full := l.warmHold(now, b.Forward.Key, warmWork{from: from, msg: m}, fx)
-			return held || full, nil
-		}
+		return l.warmHoldMessage(now, b.Forward.Key, from, m, fx), nil
 	case *peerv1.RegionLeaseMessage_Ask:
-		if g, _ := l.global(b.Ask.Key); g == l.self {
-			held, full := l.warmHold(now, b.Ask.Key, warmWork{from: from, msg: m}, fx)
-			return held || full, nil
-		}
+		return l.warmHoldMessage(now, b.Ask.Key, from, m, fx), nil
 	case *peerv1.RegionLeaseMessage_Grant:
-		if g := l.wu.gave[b.Grant.Key]; b.Grant.Pushed && g != nil && g.answered && time.Duration(b.Grant.ExpiresNs) <= g.answeredAt+l.rttl {
-			return true, nil
-		}
+		return l.forgottenPush(b.Grant), nil
 	}
 	return false, nil
+}
+
+// warmHoldMessage holds m, a forward or an ask of key from a peer, for
+// key's warm-up when this node is its global owner and the key warms up
+// (or needs to); handled: held, or dropped because the warm-up holds too
+// much (its sender sends it again).
+func (l *RegionLease) warmHoldMessage(now time.Duration, key string, from strategy.NodeID, m *peerv1.RegionLeaseMessage, fx *strategy.Effects) bool {
+	if g, _ := l.global(key); g != l.self {
+		return false
+	}
+	held, full := l.warmHold(now, key, warmWork{from: from, msg: m}, fx)
+	return held || full
+}
+
+// forgottenPush reports whether gr is a pushed grant that this node's
+// answer to a warm-up query forgot: one that ends by the answer +
+// region_ttl (refused: its tokens were counted by the asker).
+func (l *RegionLease) forgottenPush(gr *peerv1.RegionLeaseGrant) bool {
+	g := l.wu.gave[gr.Key]
+	return gr.Pushed && g != nil && g.answered && time.Duration(gr.ExpiresNs) <= g.answeredAt+l.rttl
 }
 
 // warmMembersChanged ends, at a membership change, the warm-ups of keys
