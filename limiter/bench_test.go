@@ -53,15 +53,10 @@ var benchShapes = []benchShape{{"keys=10k", 10000}, {"keys=1", 1}}
 // allowFunc is one keyed decision.
 type allowFunc func(key string) bool
 
-// runAllow runs allow over keys: sequentially, or with b.RunParallel (each
-// goroutine starting at its own offset). A refusal fails the benchmark
-// (every check must be admitted, or the numbers compare different work).
-func runAllow(b *testing.B, keys []string, parallel bool, allow allowFunc) {
-	runDecide(b, keys, parallel, true, allow)
-}
-
-// runDecide is runAllow where every check must be admitted (want true) or
-// refused (want false).
+// runDecide runs allow over keys: sequentially, or with b.RunParallel (each
+// goroutine starting at its own offset). Every check must be admitted (want
+// true) or every one refused (want false): a check that is not fails the
+// benchmark, or the numbers would compare different work.
 func runDecide(b *testing.B, keys []string, parallel, want bool, allow allowFunc) {
 	b.ReportAllocs()
 	var refused atomic.Int64

@@ -311,10 +311,6 @@ func (s *Scenario) apply(net *Network) error {
 	return net.Validate()
 }
 
-// check verifies that every node named exists among nodes (a cluster
-// without regions).
-func (s *Scenario) check(nodes map[string]int) error { return s.checkIn(nodes, nil) }
-
 // checkIn verifies that every node named exists among nodes, and every
 // region named (a cut, a partition group) among regions; a node is in one
 // partition group at most, a region's nodes counting as named.

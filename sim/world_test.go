@@ -29,7 +29,8 @@ func worldConfig(t *testing.T, name string, nodes int, sc *sim.Scenario) sim.Con
 }
 
 // TestWorldStepMatchesRun: a World stepped to the end gives Run's Result
-// bit for bit, and its hook sees every event Run counts.
+// bit for bit (its Outcomes already before Finish), its hook sees every
+// event Run counts, its Now never goes back, and Nodes names n0..n3.
 func TestWorldStepMatchesRun(t *testing.T) {
 	tr := mustGen(t, "poisson:users=8,rate=2,duration=20s", 2)
 	for _, name := range []string{"owner", "gdrl", "gcounter"} {
@@ -46,9 +47,27 @@ func TestWorldStepMatchesRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if ids := w.Nodes(); !reflect.DeepEqual(ids, []strategy.NodeID{"n0", "n1", "n2", "n3"}) {
+				t.Fatalf("%s seed %d: Nodes() = %v, want n0..n3", name, seed, ids)
+			}
 			var seen int64
-			w.OnEvent(func(*sim.World, sim.Event) error { seen++; return nil })
+			var last time.Duration
+			w.OnEvent(func(w *sim.World, _ sim.Event) error {
+				seen++
+				now := w.Now()
+				if now < last {
+					return fmt.Errorf("Now() went back from %v to %v", last, now)
+				}
+				last = now
+				return nil
+			})
 			for w.Step() {
+			}
+			if err := w.Err(); err != nil {
+				t.Fatalf("%s seed %d: %v", name, seed, err)
+			}
+			if !reflect.DeepEqual(w.Outcomes(), want.Outcomes) {
+				t.Fatalf("%s seed %d: Outcomes() after the last step differ from Run's", name, seed)
 			}
 			got := w.Finish()
 			if !reflect.DeepEqual(got, want) {

@@ -38,8 +38,6 @@ func (x u128) less(y u128) bool {
 	return x.hi < y.hi || (x.hi == y.hi && x.lo < y.lo)
 }
 
-func (x u128) isZero() bool { return x.hi == 0 && x.lo == 0 }
-
 func (x u128) big() *big.Int {
 	b := new(big.Int).SetUint64(x.hi)
 	return b.Lsh(b, 64).Or(b, new(big.Int).SetUint64(x.lo))

@@ -120,10 +120,6 @@ func (f *Fleet) Stop() *Record {
 	return f.final
 }
 
-// Record returns what the fleet recorded so far (a copy; the fleet may be
-// running).
-func (f *Fleet) Record() *Record { return f.rec.snapshot() }
-
 func (f *Fleet) since() time.Duration { return time.Since(f.start) }
 
 func (f *Fleet) closeConns() {
