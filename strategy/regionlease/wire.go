@@ -89,7 +89,7 @@ func (l *RegionLease) checkFence(kind string, from strategy.NodeID, key string, 
 }
 
 // checkForward: the key, tokens in [1, burst], arrival in [0, ahead]
-// (now + max_skew, ns).
+// (now + max_skew, ns), origin_request_id only on a relay.
 func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseForward, ahead int64) error {
 	if err := checkKey(from, f.Key); err != nil {
 		return err
@@ -99,6 +99,9 @@ func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseFo
 	}
 	if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
 		return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
+	}
+	if f.OriginRequestId != 0 && !f.Relay {
+		return errorf("forward from %s: origin_request_id %d on a forward that is not a relay", from, f.OriginRequestId)
 	}
 	return nil
 }
