@@ -40,9 +40,10 @@ func checkKey(from strategy.NodeID, key string) error {
 }
 
 // validate refuses, naming the field and its bounds: an empty or oversized
-// key; a forward's tokens outside [1, burst] or arrival outside [0, now +
-// max_skew]; an ask's tokens outside [1, burst], time outside [0, now +
-// max_skew], demand above 1e12 tokens/s or more than 16 spent leases; a
+// key; a forward's tokens outside [1, burst], arrival outside [0, now +
+// max_skew] or origin_request_id on a forward that is not a relay; an
+// ask's tokens outside [1, burst], time outside [0, now + max_skew],
+// demand above 1e12 tokens/s or more than 16 spent leases; a
 // grant's tokens outside [0, burst], end beyond now + region_ttl +
 // max_skew or dry hint beyond now + a day; a return's unused tokens or a
 // used report's tokens outside [0, burst]; a verdict's dry hint beyond a
