@@ -3,6 +3,7 @@ package regionlease
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -151,7 +152,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}
-	l.stocks = hint <= 0 || l.hold == 0 || float64(cfg.Rate.Tokens)*l.rtt.Seconds() >= float64(l.minLease)*cfg.Rate.Per.Seconds()
+	l.stocks = hint <= 0 || l.hold == 0 || refillAtLeast(cfg.Rate, l.rtt, l.minLease)
 	if cfg.Rate.Tokens > 0 {
 		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
@@ -483,6 +484,18 @@ func (l *RegionLease) retryFor(peer strategy.NodeID) time.Duration {
 		return l.lanRetry
 	}
 	return l.retryEvery
+}
+
+// refillAtLeast reports whether rate refills at least n tokens in d:
+// Tokens*d >= n*Per, exactly (128-bit products: no rounding at the
+// boundary, 50/s over 80 ms is 4 tokens).
+func refillAtLeast(rate bucket.Rate, d time.Duration, n int64) bool {
+	if rate.Tokens <= 0 || d <= 0 || rate.Per <= 0 || n <= 0 {
+		return rate.Tokens > 0 && d > 0 && n <= 0
+	}
+	hi1, lo1 := bits.Mul64(uint64(rate.Tokens), uint64(d))
+	hi2, lo2 := bits.Mul64(uint64(n), uint64(rate.Per))
+	return hi1 > hi2 || (hi1 == hi2 && lo1 >= lo2)
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
