@@ -21,8 +21,10 @@
 //     R's last word is that its stock is dry, else forwarded to R (inside
 //     the region), which decides it from the stock; when the stock is
 //     empty, R refuses it while G said within region_ttl that its bucket
-//     was dry (the region then lives on what it holds: relaying every
-//     request of an overloaded key across the WAN is what owner does;
+//     was dry and the region holds or asks for a stock (asked or was
+//     pushed one within region_ttl: the region then lives on what it
+//     holds: relaying every request of an overloaded key across the WAN
+//     is what owner does;
 //     the refusal, and a short grant to a node while the stock is empty,
 //     tell the node to refuse on the node until R's next stock is due:
 //     R's ask in flight, or its next one, plus the measured WAN round
@@ -59,10 +61,42 @@
 //     period's worth, so that its region's nodes park less of the refill.
 //     Both are ordinary leases out of the level (no protocol change): a
 //     holder of any build takes a grant larger or smaller than its ask.
+//   - Cold keys (order.go; ours; docs/EVALUATION.md, "regionlease: cold
+//     keys across regions"): a region asks for a stock only when the
+//     key's refill over a WAN round trip is at least min_lease tokens (r
+//     * 2*latency_hint >= min_lease; 1 token/s on a 152 ms hint is 0.3):
+//     below it a stock of min_lease tokens holds more than the whole
+//     refill of the time one region's ask takes, and its float is the
+//     other regions' refusals. Such a rule's keys are decided like
+//     owner's: every request is relayed to G, and G decides a key with
+//     no lease out of its bucket in an ordering buffer: its own requests,
+//     its region's forwards and the other regions' relays wait until
+//     arrival + hold (default min(latency_hint + 2*lan_latency,
+//     timeout/2): a relay's LAN hop and WAN crossing) and are decided in
+//     (arrival, request id at the receiving node) order, the bucket
+//     refilled to each one's arrival; a relay carries the id it relays in
+//     origin_request_id (optional: from a build without it the tie-break
+//     is the order of receipt). A request that comes after its turn is
+//     decided at once from what the bucket held since its arrival. A
+//     refusal's dry hint is the exact time to G's next whole token (no
+//     lease out to come back). Without the buffer G decided at receipt: a
+//     relay that crossed the WAN lost the token to a request of G's
+//     region that arrived after it (on zanbil, whose arrivals have a
+//     one-second resolution, most of the false rejections). hold=0 turns
+//     the rule off. A mixed cluster keeps the envelope: a regional owner
+//     of a previous build still asks for stocks at any rate (G lends as
+//     before, and a key with a lease out is decided at receipt) and sends
+//     no origin_request_id; a G of a previous build ignores the field
+//     and decides at receipt.
 //   - Without regions (node ids with no '.': a live node without
 //     node.region) every node is in the one region "", whose regional
 //     owner is the global owner: regionlease is then one tier of leases,
-//     lease's protocol without its ordering buffer.
+//     lease's protocol without its ordering buffer, except for the
+//     cold-key rule above: the latency hint is then the LAN's (1 ms: a
+//     rate below 2,000/s at min_lease 4 counts as too low for stocks),
+//     and a key with no lease out waits hold (3 ms) at its owner and is
+//     decided in arrival order (zanbil on eu:30: 2,483 false rejections ->
+//     136, p50 2 -> 4 ms; docs/EVALUATION.md).
 //
 // What is ours and what comes from the sources: the designated server of
 // The throttling article ("Throttling in Distributed Systems": a tenant's traffic
@@ -79,7 +113,10 @@
 // partition-conserve rule below, and the float's reductions (grants of
 // the level at the ask's arrival, the region's dry hint of rlead, the
 // stock-due hint, the node's low-water mark, retransmissions at the
-// region's latency) are ours.
+// region's latency) and the cold-key rule (no stock below r * WAN round
+// trip < min_lease, a region hot only while it holds or asks for a stock,
+// the global owner's ordering buffer of a key with no lease out, after
+// owner's, and its tie-break by origin_request_id) are ours.
 //
 // # Invariant
 //
@@ -102,7 +139,11 @@
 //     region), and a token is taken for a request only from a lease
 //     received by the request's arrival (a forwarded request decided late
 //     at R uses no token that came after it; at G a late decision takes
-//     only what the bucket held since the arrival, lease's spare); so a
+//     only what the bucket held since the arrival, lease's spare, and a
+//     decision from the ordering buffer takes at its arrival from the
+//     bucket refilled to it, the buffer's decisions in arrival order;
+//     one after a grant, a return or a later arrival advanced the bucket
+//     is a late one); so a
 //     token lent at G's now is taken only by a request that arrived after
 //     it left G's level, and a grant need not lend only what the bucket
 //     held since the ask was sent;
@@ -303,6 +344,14 @@
 //
 // # Known limits of this first cut
 //
+//   - Cold keys wait: with the ordering buffer every request of such a
+//     rule's keys waits hold at G after its arrival, and a relay's WAN
+//     crossings on top (zanbil across 3 regions: p50 229 ms, was 131;
+//     owner's 218); the resends of a forward (every
+//     timeout/(retries+1)) come before the verdict, which costs messages
+//     inside the region, and a relay is resent across the WAN once when
+//     its verdict takes longer (WAN B/req 66.4, owner's 63.3).
+
 //   - Fairness between regions: G grants in the order asks come, so its
 //     own region's nodes (1 ms away) take the refill before another
 //     region's owner's ask has crossed the WAN; on an overloaded key the

@@ -71,10 +71,16 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 	g, live := l.global(f.Key)
 	if g == l.self {
 		if v, dup := l.gseen.Get(fid); dup {
-			l.sendVerdict(from, f.RequestId, f.Relay, v.allowed, v.emptyFor, fx)
-			return
+			if v.decided {
+				l.sendVerdict(from, f.RequestId, f.Relay, v.allowed, v.emptyFor, fx)
+			}
+			return // in the ordering buffer, the verdict to come
 		}
 		p := l.ownPool(now, f.Key, fx)
+		if l.cold(p) {
+			l.enqueueForward(now, p, from, f, arr, n, fid, fx)
+			return
+		}
 		l.sh.Advance(p, now)
 		v := &verdict{decided: true, allowed: l.sh.Take(p, arr, n)}
 		if !v.allowed {
@@ -144,7 +150,7 @@ func (l *RegionLease) sendRelay(now time.Duration, id uint64, r *relay, fx *stra
 	l.pushTimer(timer{at: r.next, kind: timerRelay, id: id})
 	fx.WakeAt(r.next)
 	fx.Send(r.to, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{
-		RequestId: id, Key: r.key, ExtraTokens: r.tokens - 1, ArrivalNs: int64(r.arrival), Relay: true}}}))
+		RequestId: id, Key: r.key, ExtraTokens: r.tokens - 1, ArrivalNs: int64(r.arrival), Relay: true, OriginRequestId: r.originID}}}))
 }
 
 // relayTimer resends a relay, or gives it up at its deadline (its origin

@@ -22,6 +22,7 @@ var (
 
 	heldBytes     = int(unsafe.Sizeof(held{}))     // a lease in a holding's leases slice
 	timerBytes    = int(unsafe.Sizeof(timer{}))    // an entry of the timer heap
+	queuedBytes   = int(unsafe.Sizeof(queued{}))   // an entry of the ordering buffer (order.go)
 	grantExpBytes = int(unsafe.Sizeof(grantExp{})) // an entry of the grant expiry heap
 
 	grantSlot  = int(unsafe.Sizeof(grantID{})) + memsize.Pointer // a slot of grants and of returns
@@ -73,6 +74,7 @@ type memory struct {
 	fenceRec int          // the fence records in gfences' maps
 	fences   memsize.Keys // the fences map (the fences held, counted in nfences)
 	timerKey int          // the key strings of the timers in the heap, bytes (each counted as its own)
+	queueKey int          // the key strings of the requests in the ordering buffer, bytes (each counted as its own)
 	pushes   memsize.Keys // the pushes map (a global owner's push state per key, push.go)
 }
 
@@ -164,6 +166,7 @@ func (l *RegionLease) shrinkMaps() {
 	l.fences = memsize.Shrink(l.fences, &m.fences)
 	l.pushes = memsize.Shrink(l.pushes, &m.pushes)
 	l.timers.Shrink()
+	l.queue.Shrink()
 	l.gexp.Shrink()
 	l.gseen.Shrink()
 	l.rseen.Shrink()
@@ -206,6 +209,7 @@ func (l *RegionLease) MemoryBytes() int {
 	n += m.pushes.Bytes(keySlot, pushAlloc)
 	n += l.warmMemoryBytes()
 	n += l.order.bytes()
+	n += memsize.Alloc(cap(l.queue.Items())*queuedBytes) + m.queueKey
 	return n + memsize.Alloc(cap(l.timers.Items())*timerBytes) + m.timerKey
 }
 

@@ -45,10 +45,12 @@ func memNames(n int) []string {
 }
 
 // newMemNode builds and starts a node of memMembers (rate 10/s, burst 20,
-// min_lease 1: a key's first request asks for a lease; latency hint 1 ms).
+// min_lease 1: a key's first request asks for a lease; latency hint 1 ms;
+// hold 0: a region holds a stock at this rate, and the global owner
+// decides at once, not in its ordering buffer, order.go).
 func newMemNode(t testing.TB, self strategy.NodeID) *RegionLease {
 	t.Helper()
-	p, err := strategy.ParseParams([]string{"min_lease=1"})
+	p, err := strategy.ParseParams([]string{"min_lease=1", "hold=0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +256,13 @@ func (l *RegionLease) CheckMemory() error {
 			}
 			return holdingBytes(h)
 		})},
+		{"ordering buffer keys", m.queueKey, func() int {
+			n := 0
+			for _, q := range l.queue.Items() {
+				n += memsize.Alloc(len(q.key))
+			}
+			return n
+		}()},
 		{"timer keys", m.timerKey, func() int {
 			n := 0
 			for _, t := range l.timers.Items() {

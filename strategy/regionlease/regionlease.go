@@ -3,6 +3,7 @@ package regionlease
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -49,7 +50,20 @@ type RegionLease struct {
 	pools  map[string]*pool
 	grants map[grantID]*grantRec // leases this node granted (from a pool or from its stock)
 	gexp   *minheap.Heap[grantExp]
-	gseen  *dedupe.Table[fwdID, *verdict] // forwards decided here
+	gseen  *dedupe.Table[fwdID, *verdict] // forwards decided here (or waiting in the ordering buffer)
+	// the ordering buffer of cold keys (order.go): requests wait until
+	// arrival + hold and are decided in arrival order
+	hold     time.Duration
+	queue    *minheap.Heap[queued]
+	queueSeq uint64
+	// stocks: a region may hold a stock of a key (ask its global owner
+	// for leases): the key's refill over a WAN round trip, r*rtt, is at
+	// least min_lease tokens (or no latency hint is known, or hold = 0:
+	// the cold rule off). Below it a stock of min_lease tokens holds more
+	// than the whole refill of the time one region's ask takes, and the
+	// key is decided at its global owner, in arrival order (order.go).
+	// Ours.
+	stocks bool
 	// replicas (replica.go): the fences this node's replicas acknowledged,
 	// per key it owns globally; the fences it holds from other owners
 	replicas int
@@ -129,7 +143,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 		sh:       shape{TokensPerNs: cfg.Rate.Tokens, Per: int64(cfg.Rate.Per), Burst: cfg.Burst},
 		pools:    map[string]*pool{}, grants: map[grantID]*grantRec{}, gexp: minheap.New(grantExpLess),
 		keys: map[string]*holding{}, pending: map[uint64]*forwarding.Pending{}, relays: map[uint64]*relay{},
-		returns: map[grantID]*returning{}, timers: minheap.New(timerLess),
+		returns: map[grantID]*returning{}, timers: minheap.New(timerLess), queue: minheap.New(queuedLess),
 		gfences: map[string]map[strategy.NodeID]*fenceHolder{}, pushes: map[string]*pushState{}, fences: map[string]map[strategy.NodeID]time.Duration{},
 	}
 	if err := l.readParams(v, hint); err != nil {
@@ -138,6 +152,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}
+	l.stocks = hint <= 0 || l.hold == 0 || refillAtLeast(cfg.Rate, l.rtt, l.minLease)
 	if cfg.Rate.Tokens > 0 {
 		l.fillTime = buckets.FillTime(cfg.Rate, cfg.Burst)
 	}
@@ -196,6 +211,10 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
 	if l.hotPeriod < 0 {
 		return fmt.Errorf("regionlease: parameter hot_period must not be negative")
+	}
+	l.hold = v.DurationOr("hold", min(hint+2*lan, l.timeout/2))
+	if l.hold < 0 || l.hold > l.timeout {
+		return fmt.Errorf("regionlease: parameter hold=%s outside [0, timeout=%s]", l.hold, l.timeout)
 	}
 	l.idle = v.Duration("idle")
 	if l.idle <= 0 {
@@ -316,6 +335,8 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			l.warmTimer(now, t, fx)
 		case timerGave:
 			l.gaveTimer(now, t)
+		case timerQueue:
+			l.drainQueue(now, fx)
 		}
 	}
 	l.expireGrants(now, fx)
@@ -435,6 +456,9 @@ func (l *RegionLease) StateBytes() int {
 	for _, r := range l.relays {
 		n += perRequest + len(r.key)
 	}
+	for _, q := range l.queue.Items() {
+		n += perRequest + len(q.key)
+	}
 	for k, ps := range l.pushes {
 		n += perPool + len(k) + len(ps.askers)*perSeen
 	}
@@ -460,6 +484,18 @@ func (l *RegionLease) retryFor(peer strategy.NodeID) time.Duration {
 		return l.lanRetry
 	}
 	return l.retryEvery
+}
+
+// refillAtLeast reports whether rate refills at least n tokens in d:
+// Tokens*d >= n*Per, exactly (128-bit products: no rounding at the
+// boundary, 50/s over 80 ms is 4 tokens).
+func refillAtLeast(rate bucket.Rate, d time.Duration, n int64) bool {
+	if rate.Tokens <= 0 || d <= 0 || rate.Per <= 0 || n <= 0 {
+		return rate.Tokens > 0 && d > 0 && n <= 0
+	}
+	hi1, lo1 := bits.Mul64(uint64(rate.Tokens), uint64(d))
+	hi2, lo2 := bits.Mul64(uint64(n), uint64(rate.Per))
+	return hi1 > hi2 || (hi1 == hi2 && lo1 >= lo2)
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

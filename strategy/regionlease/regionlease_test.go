@@ -47,6 +47,7 @@ func TestReceiveRefusesOutOfBounds(t *testing.T) {
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "", ArrivalNs: 1}}}, "key of 0 bytes"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "k", ExtraTokens: 10}}}, "11 tokens outside [1, burst 10]"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "k", ArrivalNs: int64(2 * time.Second)}}}, "outside [0, now + max_skew"},
+		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 1, Key: "k", ArrivalNs: 1, OriginRequestId: 7}}}, "origin_request_id 7 on a forward that is not a relay"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 0}}}, "0 tokens outside [1, burst 10]"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 1, DemandMtps: 1 << 62}}}, "demand"},
 		{&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{Key: "k", Seq: 1, Tokens: 1, Spent: make([]uint64, 17)}}}, "17 spent leases"},

@@ -354,11 +354,12 @@ func TestReceiveStateOutOfBounds(t *testing.T) {
 	}
 }
 
-// FuzzReceiveWarmup: any frame (warm-up queries and answers among the
-// seeds) given to a node warming a key up is refused with an error or
-// taken; it never panics, and the node's pool stays within its bounds
-// (level in [0, capacity], inherited in [0, burst]) and its memory
-// accounting recounts.
+// FuzzReceiveWarmup: any frame (warm-up queries and answers, and forwards
+// and relays of a key decided in the ordering buffer, among the seeds)
+// given to a node warming a key up is refused with an error or taken; it
+// never panics, the node's pool stays within its bounds (level in [0,
+// capacity], inherited in [0, burst]), its ordering buffer is empty a
+// second later, and its memory accounting recounts.
 func FuzzReceiveWarmup(f *testing.F) {
 	now := 10 * time.Second
 	for _, m := range []*peerv1.RegionLeaseMessage{
@@ -367,6 +368,11 @@ func FuzzReceiveWarmup(f *testing.F) {
 		{Body: &peerv1.RegionLeaseMessage_State{State: &peerv1.RegionLeaseState{Key: "k", Id: 1}}},
 		{Body: &peerv1.RegionLeaseMessage_StateQuery{StateQuery: &peerv1.RegionLeaseStateQuery{Key: "k", Id: 7}}},
 		{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{Key: "k", Seq: 1, Tokens: 2, ExpiresNs: int64(now), Pushed: true}}},
+		// relays and forwards of a cold key (rate 10/s on a 5 ms hint: no
+		// stock, the ordering buffer, order.go), with origin_request_id
+		{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 3, Key: "k", ArrivalNs: int64(now), Relay: true, OriginRequestId: 9}}},
+		{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 4, Key: "k", ArrivalNs: int64(now - time.Millisecond), OriginRequestId: 9}}},
+		{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 5, Key: "k", ExtraTokens: 1, ArrivalNs: int64(now - time.Second)}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
@@ -387,6 +393,9 @@ func FuzzReceiveWarmup(f *testing.F) {
 			}
 		}
 		l.Tick(now+time.Second, &fx)
+		if n := l.queue.Len(); n != 0 {
+			t.Fatalf("%d requests still in the ordering buffer a second later", n)
+		}
 		for k, p := range l.pools {
 			cp := *p
 			l.sh.Advance(&cp, now+time.Second)

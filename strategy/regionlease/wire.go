@@ -40,9 +40,10 @@ func checkKey(from strategy.NodeID, key string) error {
 }
 
 // validate refuses, naming the field and its bounds: an empty or oversized
-// key; a forward's tokens outside [1, burst] or arrival outside [0, now +
-// max_skew]; an ask's tokens outside [1, burst], time outside [0, now +
-// max_skew], demand above 1e12 tokens/s or more than 16 spent leases; a
+// key; a forward's tokens outside [1, burst], arrival outside [0, now +
+// max_skew] or origin_request_id on a forward that is not a relay; an
+// ask's tokens outside [1, burst], time outside [0, now + max_skew],
+// demand above 1e12 tokens/s or more than 16 spent leases; a
 // grant's tokens outside [0, burst], end beyond now + region_ttl +
 // max_skew or dry hint beyond now + a day; a return's unused tokens or a
 // used report's tokens outside [0, burst]; a verdict's dry hint beyond a
@@ -89,7 +90,7 @@ func (l *RegionLease) checkFence(kind string, from strategy.NodeID, key string, 
 }
 
 // checkForward: the key, tokens in [1, burst], arrival in [0, ahead]
-// (now + max_skew, ns).
+// (now + max_skew, ns), origin_request_id only on a relay.
 func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseForward, ahead int64) error {
 	if err := checkKey(from, f.Key); err != nil {
 		return err
@@ -99,6 +100,9 @@ func (l *RegionLease) checkForward(from strategy.NodeID, f *peerv1.RegionLeaseFo
 	}
 	if f.ArrivalNs < 0 || f.ArrivalNs > ahead {
 		return errorf("forward from %s: arrival %v outside [0, now + max_skew %v]", from, time.Duration(f.ArrivalNs), time.Duration(ahead))
+	}
+	if f.OriginRequestId != 0 && !f.Relay {
+		return errorf("forward from %s: origin_request_id %d on a forward that is not a relay", from, f.OriginRequestId)
 	}
 	return nil
 }
