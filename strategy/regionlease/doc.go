@@ -237,7 +237,8 @@
 // change moved the key to it, lately enough that the conservative start
 // would not be full now), with every previous global owner of its
 // recorded changes still live (a gone owner's keys start from its fence
-// or after takeover, # Crashes) and 1 to 64 other live members, first asks
+// or after takeover, # Crashes), no answer of its own for the key within
+// takeover + fill time (below) and 1 to 64 other live members, first asks
 // every other live member (RegionLeaseStateQuery). It holds the key's
 // requests, forwards and asks (at most 4,096; beyond, a request is refused
 // and a message dropped, to be sent again) until all answered or until
@@ -260,10 +261,17 @@
 // forgets its outstanding asks of it (a grant for one is then ignored),
 // refuses pushed grants of it that end by the answer + region_ttl (sent
 // before the answer), and, should it decide the key as global owner
-// later, takes it as moved to it at the answer (a warm-up again, or the
-// conservative start). A node warming the key up itself, as its global
-// owner in its own view, does not answer (views disagree: the asker times
-// out). The asker continues from the most consumed of (both refilled to
+// later, takes it as moved to it at the answer and starts it
+// conservatively (from the answer + takeover), never by a warm-up of its
+// own: the asker outranks it (it asked as the key's global owner in a
+// view that lists the answerer), so a view in which the answerer owns the
+// key does not list the asker, whose bucket that warm-up could not ask
+// (with every other member answering it started full beside the asker's:
+// a second bucket; TestEnvelopeUnderFaults found 1.5 tokens over b + r*T
+// from one, its fail file replays it, and
+// TestWarmupAfterHandOverToUnseenOwner). A node warming the key up itself,
+// as its global owner in its own view, does not answer (views disagree:
+// the asker times out). The asker continues from the most consumed of (both refilled to
 // the later time, the lower level; lent tokens summed, shrinking the
 // capacity until their latest end, then released with none unused): a
 // full bucket at the last answer; an empty bucket at the latest recent
@@ -285,7 +293,9 @@
 //     answerer) took what it took before its start, and the merge holds
 //     the bucket empty at that start, whatever it took. The answerer's
 //     decisions end at its answer and the asker's begin after the last
-//     answer: one bucket's history.
+//     answer: one bucket's history. The answerer makes no bucket of the
+//     key again before the answer + takeover (above), by when the views
+//     agree (the package's assumption).
 //   - Leases: a lease out of a live node's bucket is counted by that
 //     bucket's answer; any lease (a forgotten incarnation's included) is
 //     held by a live node, which reports it (counted twice in the merge
