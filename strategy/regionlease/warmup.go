@@ -150,9 +150,10 @@ func (l *RegionLease) answeredAt(key string) (time.Duration, bool) {
 // start conservatively and can be warmed up: it moved here (moveOf)
 // recently enough that the conservative start is not full now, every
 // previous global owner of the recorded changes is live (a gone one's
-// fence or the takeover wait is the start: # Crashes), and there are 1 to
-// maxAsked other live members to ask. Never under conserve (package doc,
-// "# Warm-up").
+// fence or the takeover wait is the start: # Crashes), it has not
+// answered a query for key lately (it handed the key over to a node its
+// view does not list: # Warm-up), and there are 1 to maxAsked other live
+// members to ask. Never under conserve (package doc, "# Warm-up").
 func (l *RegionLease) needsWarm(now time.Duration, key string) bool {
 	if l.conserve || l.pools[key] != nil || len(l.wu.fetching) >= maxWarming {
 		return false
@@ -162,6 +163,14 @@ func (l *RegionLease) needsWarm(now time.Duration, key string) bool {
 	}
 	from, moved := l.moveOf(key, now)
 	if !moved || (l.fillTime > 0 && from+l.fillTime <= now) {
+		return false
+	}
+	if _, ok := l.answeredAt(key); ok {
+		// It handed the key over lately to a node warming it up as its
+		// owner, which outranks this one and so is not in this node's view
+		// (else it would own the key here): that node's bucket is one a
+		// warm-up here cannot ask. The conservative start (moveOf: the
+		// answer + takeover) is the rule.
 		return false
 	}
 	for _, c := range l.changes {
@@ -267,9 +276,9 @@ func (l *RegionLease) fetched(now time.Duration, key string, timedOut bool, fx *
 		l.mergeAt(p, &pool{Level: 0, Last: f.emptyAt})
 	}
 	l.inherit(p, f.heldTok, f.heldUntil)
-	aAt, answered := l.answeredAt(key)
+	_, answered := l.answeredAt(key) // meanwhile: none before it started (needsWarm)
 	g, _ := l.global(key)
-	if timedOut || (answered && aAt >= f.start) || g != l.self {
+	if timedOut || answered || g != l.self {
 		from, _ := l.moveOf(key, now)
 		c := &pool{Level: 0, Last: from}
 		l.mergeAt(c, p)

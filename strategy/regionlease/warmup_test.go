@@ -408,3 +408,64 @@ func FuzzReceiveWarmup(f *testing.F) {
 		}
 	})
 }
+
+// TestWarmupAfterHandOverToUnseenOwner: n2 restarts and, as the key's
+// global owner in its view (n0, n1, n2), warms the key up: n0, its owner
+// so far, answers and hands its bucket over. n0's view (n0, n1) has not
+// seen n2's join, so n0 is still the key's owner in it; when it next
+// checks the key it must not warm it up again (it would ask n1 alone and,
+// with every answer, start from a full bucket at the last answer: a second
+// bucket beside the one n2 took over, which TestEnvelopeUnderFaults found
+// as 1.5 tokens over b + r*T). It starts conservatively from its answer
+// + takeover instead: the levels plus leases across owners stay within the
+// burst after every call, and the admitted tokens within b + r*T.
+func TestWarmupAfterHandOverToUnseenOwner(t *testing.T) {
+	rate := bucket.Rate{Tokens: 1000, Per: time.Second}
+	const burst = 50
+	c := newWCluster(t, rate, burst)
+	two := []strategy.NodeID{"n0", "n1"}
+	base := c.cfg
+	c.cfg = func(id strategy.NodeID) strategy.Config {
+		cfg := base(id)
+		if id != "n2" {
+			cfg.Members = two // n0 and n1 have not seen n2 (yet)
+		}
+		return cfg
+	}
+	key := ""
+	for i := range 10000 {
+		k := fmt.Sprintf("k%d", i)
+		if rendezvous.Owner(k, wmembers) == "n2" && rendezvous.Owner(k, two) == "n0" {
+			key = k
+			break
+		}
+	}
+	c.start(0, "n0")
+	c.start(0, "n1")
+	var rid uint64
+	send := func(now time.Duration, id strategy.NodeID, n int) {
+		for range n {
+			rid++
+			c.request(now, id, rid, key)
+		}
+	}
+	send(10*time.Millisecond, "n0", burst) // n0's bucket, full: all admitted
+	c.start(30*time.Millisecond, "n2")
+	send(30*time.Millisecond, "n2", 1) // n2's warm-up: n0 hands the key over
+	if _, ok := c.nodes["n0"].answeredAt(key); !ok || c.nodes["n2"].wu.seq == 0 {
+		t.Fatalf("n2 did not warm the key up with n0's answer")
+	}
+	send(40*time.Millisecond, "n0", burst) // n0, still the owner in its view
+	send(50*time.Millisecond, "n2", burst)
+	c.tick(time.Second)
+	admittedN2 := 0
+	for id := uint64(burst + 2); id <= rid; id++ {
+		if c.got[id] && id > 2*burst+1 {
+			admittedN2++
+		}
+	}
+	if admittedN2 == 0 {
+		t.Fatalf("n2 admitted nothing after its warm-up: the test does not exercise two owners")
+	}
+	checkEnvelope(t, c.admits, rate, burst)
+}
