@@ -187,7 +187,7 @@ func cutsRun(t *rapid.T) {
 		}
 		return false
 	}
-	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, fail: t.Fatalf}
+	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	reg.extra = func(now time.Duration) error {
 		return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
 	}

@@ -16,10 +16,12 @@ import (
 // their unexpired leases) never exceed the burst; no level, leased,
 // stock or lent count is negative. current is the current incarnation of
 // every node; all is every incarnation ever built (a crashed regional
-// owner's records name the stock lease its nodes' leases came from).
-// Leases held by crashed nodes are counted too, which only makes the
-// check stricter.
-func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, burst int64, now time.Duration) error {
+// owner's records name the stock lease its nodes' leases came from);
+// down reports the nodes down at now (nil: none). Leases held by crashed
+// nodes are counted too, which only makes the check stricter, except a
+// lost one (lostLease): a lease of a previous incarnation of O held by a
+// node down at now, which no incarnation will use and no warm-up can ask.
+func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, down func(strategy.NodeID) bool, burst int64, now time.Duration) error {
 	ids := make([]strategy.NodeID, 0, len(current))
 	for id := range current {
 		ids = append(ids, id)
@@ -63,7 +65,7 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, bur
 					continue
 				}
 				for _, ls := range hk.leases {
-					if ls.expires <= now {
+					if ls.expires <= now || lostLease(current, down, hid, ls) {
 						continue
 					}
 					if ls.from == oid {
@@ -82,6 +84,23 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, bur
 		}
 	}
 	return nil
+}
+
+// lostLease reports whether lease ls held by node hid is lost for good:
+// hid is down (its leases went with its incarnation: a restart builds a
+// new one with none) and ls was received before its granter's current
+// incarnation started, so it came from a previous incarnation, whose
+// bucket is forgotten (a warm-up asks the live members only: package
+// doc, # Warm-up, "or by a crashed node, with which it is lost"). Such a
+// lease is not counted against the granter's new bucket: no node can
+// take a token from it. A down holder's lease of the granter's current
+// incarnation is still counted (its bucket's capacity shrinks by it).
+func lostLease(current map[strategy.NodeID]*RegionLease, down func(strategy.NodeID) bool, hid strategy.NodeID, ls held) bool {
+	if down == nil || !down(hid) {
+		return false
+	}
+	g := current[ls.from]
+	return g != nil && g.restarted && ls.since < g.restartAt
 }
 
 // Float is, for tests, the tokens this node holds at now in unexpired
@@ -109,7 +128,8 @@ func (l *RegionLease) Float(now time.Duration) (held, level int64) {
 // every token held in unexpired leases of the key at any node (both tiers:
 // what is left of a regional owner's stock leases and its nodes' leases;
 // leases at crashed nodes counted too, which only makes the check
-// stricter), never exceed the burst. Unlike Conserved (one owner's pool
+// stricter, except a previous granter incarnation's lease lost with its
+// crashed holder: lostLease), never exceed the burst. Unlike Conserved (one owner's pool
 // and its own leases), it sees a new global owner (a takeover, a restart)
 // that would start while a previous owner's leases are still out. It
 // holds whenever no two sides decide a key as two buckets (partition:
@@ -149,7 +169,7 @@ func ConservedKeys(current map[strategy.NodeID]*RegionLease, down func(strategy.
 		}
 		for key, h := range n.keys {
 			for _, ls := range h.leases {
-				if ls.expires > now && ls.tokens > 0 {
+				if ls.expires > now && ls.tokens > 0 && !lostLease(current, down, id, ls) {
 					s := at(key)
 					s.held += ls.tokens
 					s.per = n.sh.Per

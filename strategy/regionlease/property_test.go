@@ -23,12 +23,17 @@ type registry struct {
 	current map[strategy.NodeID]*regionlease.RegionLease
 	all     []*regionlease.RegionLease
 	burst   int64
+	down    func(id strategy.NodeID, now time.Duration) bool // nodes crashed at now, if set
 	fail    func(format string, args ...any)
 	extra   func(now time.Duration) error // another check after every call, if set
 }
 
 func (r *registry) check(now time.Duration) {
-	if err := regionlease.Conserved(r.current, r.all, r.burst, now); err != nil {
+	var down func(strategy.NodeID) bool
+	if r.down != nil {
+		down = func(id strategy.NodeID) bool { return r.down(id, now) }
+	}
+	if err := regionlease.Conserved(r.current, r.all, down, r.burst, now); err != nil {
 		r.fail("%v", err)
 	}
 	for _, n := range r.current {
@@ -183,7 +188,7 @@ func envelopeRun(t *rapid.T) {
 		victim := rapid.SampledFrom(names).Draw(t, "victim")
 		at := time.Duration(rapid.IntRange(0, spanMs).Draw(t, "crash_at")) * time.Millisecond
 		back := at + time.Duration(rapid.IntRange(1, 3000).Draw(t, "down_ms"))*time.Millisecond
-		if back >= cutFrom && back < cutTo+sc.Detection+sc.JoinDelay {
+		if cutFrom >= 0 && back >= cutFrom && back < cutTo+sc.Detection+sc.JoinDelay {
 			// A node restarted during a cut takes its view for the last
 			// agreed members (the simulator's model) and may take the
 			// keys of the far side's global owners as available does:
@@ -195,13 +200,13 @@ func envelopeRun(t *rapid.T) {
 	slices.SortStableFunc(sc.Events, func(a, b sim.ScenarioEvent) int { return int(a.At - b.At) })
 
 	rate, params := drawRule(t, ratePerSec)
-	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, fail: t.Fatalf}
+	down := downAt(sc.Events)
+	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	if cutFrom < 0 {
 		// Without a cut, also across owners, key by key: the levels of the
 		// nodes up plus every token held in leases stay within b (two
 		// buckets of one key, as a warm-up after a hand-over made, trip it
 		// when they hold more than b together).
-		down := downAt(sc.Events)
 		reg.extra = func(now time.Duration) error {
 			return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
 		}

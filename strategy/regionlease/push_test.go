@@ -74,7 +74,7 @@ func (w *wan) step(now time.Duration) {
 		w.nodes[id].Tick(now, &fx)
 		w.send(now, id, &fx)
 	}
-	if err := regionlease.Conserved(w.nodes, w.all, 10, now); err != nil {
+	if err := regionlease.Conserved(w.nodes, w.all, nil, 10, now); err != nil {
 		w.t.Fatal(err)
 	}
 }
