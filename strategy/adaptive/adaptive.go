@@ -71,7 +71,9 @@
 // shares, which may over-commit against the others' new ones, until a
 // later epoch reaches it (the next step's, unless that is lost too).
 // A bucket that is raised keeps its tokens (bucket.Bucket.SetRate), so a
-// re-split never creates tokens. The sim tests measure the envelope
+// re-split never creates tokens; nor does the raise of a key the node
+// dropped (idle for a window with a full bucket): it gets a bucket full
+// at its old share first, raised as a held one. The sim tests measure the envelope
 // violation (eval.EnvelopeViolation).
 //
 // Membership: when the adaptor leaves, the next smallest NodeID takes over
@@ -643,7 +645,31 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 }
 
 // applyPending applies the newest epoch's targets.
+//
+// A key this node holds no bucket of stands for a full bucket at its
+// applied share (Tick drops only full buckets, and a decrease keeps a
+// full bucket full), but a new bucket made at a raised burst would be
+// full at that burst: the raise would create the tokens between the two
+// bursts, which a held bucket, raised by SetRate, has to refill. So a key
+// whose burst rises (to the epoch's target, or to the static split for a
+// key the epoch leaves out) and that has no bucket gets one first, full
+// at its applied share, and is raised as a held bucket is. (A raise of
+// the rate alone leaves a full bucket full: nothing to do.)
 func (a *Adaptive) applyPending(now time.Duration) {
+	for _, src := range []map[string]share{a.shares, a.pending} {
+		for _, k := range slices.Sorted(maps.Keys(src)) {
+			if _, held := a.keys[k]; held {
+				continue
+			}
+			tgt, ok := a.pending[k]
+			if !ok {
+				tgt.burst = a.defBurst // back to the static split
+			}
+			if _, b := a.shareOf(k); tgt.burst > b {
+				a.get(k, now)
+			}
+		}
+	}
 	old := a.shares
 	a.shares, a.pending = a.pending, nil
 	for k := range old {
