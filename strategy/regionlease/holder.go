@@ -300,7 +300,7 @@ func (h *holding) available(now time.Duration) int64 {
 // report none) plus the demands its nodes reported within the window.
 func (l *RegionLease) regionDemand(now time.Duration, h *holding) float64 {
 	d := h.demand(now, l.window, l.minLease)
-	for _, n := range sortedNodes(h.reports) { // in order: the same sum on every run
+	for _, n := range sortedKeys(h.reports) { // in order: the same sum on every run
 		if r := h.reports[n]; r.at+l.window > now {
 			d += float64(r.mtps) / 1000
 		}

@@ -1,7 +1,6 @@
 package regionlease
 
 import (
-	"maps"
 	"slices"
 	"time"
 
@@ -159,7 +158,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		return
 	}
 	total := ps.own.demand(now, l.window, l.minLease)
-	for _, n := range sortedNodes(ps.askers) { // in order: the sum is the same on every run
+	for _, n := range sortedKeys(ps.askers) { // in order: the sum is the same on every run
 		if a := ps.askers[n]; a.at+l.window > now {
 			total += float64(a.mtps) / 1000
 		}
@@ -167,7 +166,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	if total <= 0 || !l.fenced(now, key, now+l.rttl, fx) {
 		return
 	}
-	for _, n := range sortedNodes(ps.askers) {
+	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
 		if !a.push || a.at+l.window <= now {
 			continue
@@ -243,10 +242,6 @@ func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
 		return 0
 	}
 	return h.pushAt + h.pushGap
-}
-
-func sortedNodes[V any](m map[strategy.NodeID]V) []strategy.NodeID {
-	return slices.Sorted(maps.Keys(m))
 }
 
 // contended reports whether key's bucket at its global owner was dry

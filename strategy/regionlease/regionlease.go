@@ -1,6 +1,7 @@
 package regionlease
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -204,6 +205,13 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.rtt = 2 * hint
 	l.wanRTT = l.rtt
 	l.ahead = max(l.takeover-l.rttl, l.timeout)
+	return l.readTuning(v, hint, lan)
+}
+
+// readTuning reads and checks push_every, hot_period, hold and idle (their
+// defaults from the latency hint, lan_latency and timeout, which
+// readParams set first).
+func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
 	if l.pushEvery < 0 {
 		return fmt.Errorf("regionlease: parameter push_every must not be negative")
@@ -498,4 +506,6 @@ func refillAtLeast(rate bucket.Rate, d time.Duration, n int64) bool {
 	return hi1 > hi2 || (hi1 == hi2 && lo1 >= lo2)
 }
 
-func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+// sortedKeys is m's keys in order: a walk whose output must not depend on
+// map order (node ids or keys).
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }

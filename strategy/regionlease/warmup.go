@@ -173,11 +173,24 @@ func (l *RegionLease) needsWarm(now time.Duration, key string) bool {
 		// answer + takeover) is the rule.
 		return false
 	}
+	return l.previousOwnersLive(key) && l.askable()
+}
+
+// previousOwnersLive reports whether every previous global owner of key
+// in the recorded changes (but this node) is live: a gone one's fence or
+// the takeover wait is the start, not a warm-up (# Crashes).
+func (l *RegionLease) previousOwnersLive(key string) bool {
 	for _, c := range l.changes {
 		if o := rendezvous.Owner(key, c.prev); o != "" && o != l.self && !slices.Contains(l.live, o) {
 			return false
 		}
 	}
+	return true
+}
+
+// askable reports whether a warm-up has 1 to maxAsked other live members
+// to ask.
+func (l *RegionLease) askable() bool {
 	others := len(l.live)
 	if slices.Contains(l.live, l.self) {
 		others--
@@ -207,8 +220,7 @@ func (l *RegionLease) warmHold(now time.Duration, key string, w warmWork, fx *st
 // warmRequest is Request's hook: true when req waits for its key's
 // warm-up (decided by fx.Decide at its end) or is refused (refuse).
 func (l *RegionLease) warmRequest(now time.Duration, req strategy.Request, fx *strategy.Effects) (wait, refuse bool) {
-	held, full := l.warmHold(now, req.Key, warmWork{req: req}, fx)
-	return held, full
+	return l.warmHold(now, req.Key, warmWork{req: req}, fx)
 }
 
 // startWarm sends key's query to every other live member.
