@@ -109,6 +109,44 @@ func offerRegionLoad(c *localcluster.Cluster, start time.Time, ruleName string, 
 	return offerRegionLoadTo(c, start, ruleName, keys, end, maxOps, roundRobin)
 }
 
+// backgroundLoad is offerRegionLoad running in the background while a
+// test applies faults: rule's load on keys from start until end (since
+// start), which the test may move with end.Store, or maxLoad.
+type backgroundLoad struct {
+	end     atomic.Int64 // the load's end, since start
+	done    chan struct{}
+	recs    []regionCheck
+	skipped int64
+	err     error
+}
+
+// startBackgroundLoad starts the load until maxLoad (at most
+// regionOffered x the rate of every key for maxLoad, in checks).
+func startBackgroundLoad(c *localcluster.Cluster, start time.Time, ruleName string, keys []string, maxLoad time.Duration) *backgroundLoad {
+	b := &backgroundLoad{done: make(chan struct{})}
+	b.end.Store(int64(maxLoad))
+	go func() {
+		defer close(b.done)
+		b.recs, b.skipped, b.err = offerRegionLoad(c, start, ruleName, keys, &b.end, regionKeys*regionOffered*regionRate*int64(maxLoad/time.Second))
+	}()
+	return b
+}
+
+// wait waits for the load to end and returns its checks.
+func (b *backgroundLoad) wait() (recs []regionCheck, skipped int64, err error) {
+	<-b.done
+	return b.recs, b.skipped, b.err
+}
+
+// nodeIDs are c's node names as strategy node ids, in index order.
+func nodeIDs(c *localcluster.Cluster) []strategy.NodeID {
+	ids := make([]strategy.NodeID, len(c.Nodes))
+	for i, n := range c.Nodes {
+		ids[i] = strategy.NodeID(n.Name)
+	}
+	return ids
+}
+
 // followSun picks, for key k's n-th check at since, a node of region
 // (k + floor(since/every)) mod 3, the two nodes of that region in turn:
 // the simulator's follow-the-sun tenants (workload tenants follow=D, which
@@ -522,19 +560,7 @@ func TestRegionsCutE2E(t *testing.T) {
 	time.Sleep(regionTakeover) // as in TestRegionsE2E: the load starts on a formed cluster
 	keys := regionKeyNames()
 	start := time.Now()
-	var (
-		recs             []regionCheck
-		skipped          int64
-		loadErr          error
-		healed, mergedAt time.Duration
-		loadDone         = make(chan struct{})
-		end              atomic.Int64 // the load's end, since start; moved to 4 s past the merge
-	)
-	end.Store(int64(maxLoad))
-	go func() {
-		defer close(loadDone)
-		recs, skipped, loadErr = offerRegionLoad(c, start, "rl", keys, &end, regionKeys*regionOffered*regionRate*int64(maxLoad/time.Second))
-	}()
+	load := startBackgroundLoad(c, start, "rl", keys, maxLoad) // its end moved to afterHeal past the merge
 	time.Sleep(time.Until(start.Add(cutAt)))
 	if err := c.Partition([]int{0, 1, 2, 3}, []int{4, 5}); err != nil {
 		t.Fatal(err)
@@ -548,11 +574,11 @@ func TestRegionsCutE2E(t *testing.T) {
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	healed = time.Since(start)
+	healed := time.Since(start)
 	merged, got, ok := waitCounts(c, fill(len(c.Nodes), len(c.Nodes)), healDeadline)
-	mergedAt = time.Since(start)
-	end.Store(int64(min(mergedAt+afterHeal, maxLoad)))
-	<-loadDone
+	mergedAt := time.Since(start)
+	load.end.Store(int64(min(mergedAt+afterHeal, maxLoad)))
+	recs, skipped, loadErr := load.wait()
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
@@ -595,10 +621,7 @@ func TestRegionsCutE2E(t *testing.T) {
 	// key) admits only what it held at the cut, tokens of the one bucket
 	// lent into its stock and leases: at most b per key. Checks sent after
 	// Partition returned, so every route was cut.
-	ids := make([]strategy.NodeID, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ids[i] = strategy.NodeID(n.Name)
-	}
+	ids := nodeIDs(c)
 	apSide := func(node int) bool { return regionNames[node] == "ap" }
 	for k, key := range keys {
 		g := rendezvous.Owner(key, ids)
@@ -659,24 +682,10 @@ func TestRegionsCrashE2E(t *testing.T) {
 		Rules: []rule.Rule{{Name: "rl", Rate: rate, Burst: regionBurst, Strategy: "regionlease"}}})
 	time.Sleep(regionTakeover) // as in TestRegionsE2E: the load starts on a formed cluster
 	keys := regionKeyNames()
-	ids := make([]strategy.NodeID, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ids[i] = strategy.NodeID(n.Name)
-	}
+	ids := nodeIDs(c)
 	victim := slices.Index(ids, rendezvous.Owner(keys[0], ids))
 	start := time.Now()
-	var (
-		recs     []regionCheck
-		skipped  int64
-		loadErr  error
-		loadDone = make(chan struct{})
-		end      atomic.Int64 // the load's end, since start; moved to afterBack past the restart
-	)
-	end.Store(int64(maxLoad))
-	go func() {
-		defer close(loadDone)
-		recs, skipped, loadErr = offerRegionLoad(c, start, "rl", keys, &end, regionKeys*regionOffered*regionRate*int64(maxLoad/time.Second))
-	}()
+	load := startBackgroundLoad(c, start, "rl", keys, maxLoad) // its end moved to afterBack past the restart
 	time.Sleep(time.Until(start.Add(killAt)))
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
@@ -687,8 +696,8 @@ func TestRegionsCrashE2E(t *testing.T) {
 	err := c.Restart(ctx, victim)
 	cancel()
 	back := time.Since(start)
-	end.Store(int64(min(back+afterBack, maxLoad)))
-	<-loadDone
+	load.end.Store(int64(min(back+afterBack, maxLoad)))
+	recs, skipped, loadErr := load.wait()
 	if err != nil {
 		t.Fatalf("restart of %s: %v", ids[victim], err)
 	}
