@@ -34,41 +34,41 @@ func TestRaiseOfDroppedKeyCreatesNoTokens(t *testing.T) {
 		}
 		return got
 	}
-	t.Run("dropped, then raised by the epoch", func(t *testing.T) {
+	// started is n1 started at 0, its static share (1/s, 1) spent.
+	started := func(t *testing.T) (*Adaptive, *strategy.Effects) {
 		a := newNode(t, "n1", []string{"n0", "n1"}, rate, 3, params...)
 		var fx strategy.Effects
 		a.Start(0, &fx)
 		if got := admitted(a, 0, 1); got != 1 {
 			t.Fatalf("t=0: %d admitted, want the static burst 1", got)
 		}
+		return a, &fx
+	}
+	t.Run("dropped, then raised by the epoch", func(t *testing.T) {
+		a, fx := started(t)
 		// The epoch (sent on stale reports) raises k0 to (1.9/s, 3) from
 		// raise_after on; the step's Tick then finds k0 idle for the
 		// window and full at (1/s, 1), and drops it.
-		a.apply(time.Second, shares(a, 1, &peerv1.AdaptiveShare{Key: "k0", RateUnits: a.units * 95 / 100, Burst: 3}), &fx)
-		a.Tick(time.Second, &fx)
+		a.apply(time.Second, shares(a, 1, &peerv1.AdaptiveShare{Key: "k0", RateUnits: a.units * 95 / 100, Burst: 3}), fx)
+		a.Tick(time.Second, fx)
 		if _, held := a.keys["k0"]; held {
 			t.Fatal("k0 not dropped at 1s: the test no longer reaches the drop")
 		}
-		a.Tick(1021*time.Millisecond, &fx)
+		a.Tick(1021*time.Millisecond, fx)
 		// A held bucket would hold 1 token + 1ms of refill at 1.9/s.
 		if got := admitted(a, 1022*time.Millisecond, 3); got != 1 {
 			t.Fatalf("1.022s: %d of 3 admitted after the raise of the dropped key, want 1 (the token it held)", got)
 		}
 	})
 	t.Run("lowered to burst 0, dropped, back to static", func(t *testing.T) {
-		a := newNode(t, "n1", []string{"n0", "n1"}, rate, 3, params...)
-		var fx strategy.Effects
-		a.Start(0, &fx)
-		if got := admitted(a, 0, 1); got != 1 {
-			t.Fatalf("t=0: %d admitted, want the static burst 1", got)
-		}
-		a.apply(500*time.Millisecond, shares(a, 1, &peerv1.AdaptiveShare{Key: "k0", RateUnits: a.units / 20, Burst: 0}), &fx)
-		a.Tick(time.Second, &fx)
+		a, fx := started(t)
+		a.apply(500*time.Millisecond, shares(a, 1, &peerv1.AdaptiveShare{Key: "k0", RateUnits: a.units / 20, Burst: 0}), fx)
+		a.Tick(time.Second, fx)
 		if _, held := a.keys["k0"]; held {
 			t.Fatal("k0 not dropped at 1s: the test no longer reaches the drop")
 		}
-		a.apply(time.Second, shares(a, 2), &fx) // k0 back to the static (1/s, 1)
-		a.Tick(1021*time.Millisecond, &fx)
+		a.apply(time.Second, shares(a, 2), fx) // k0 back to the static (1/s, 1)
+		a.Tick(1021*time.Millisecond, fx)
 		// A held bucket would hold 1ms of refill at 1/s.
 		if got := admitted(a, 1022*time.Millisecond, 1); got != 0 {
 			t.Fatalf("1.022s: %d admitted after the raise of the dropped key, want 0 (it held none)", got)
