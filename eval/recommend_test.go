@@ -24,6 +24,19 @@ func TestRecommend(t *testing.T) {
 	if rec.Strategy != "lease" || rec.Params != "min_lease=2" || !strings.Contains(rec.Line, "lease (min_lease=2) meets") {
 		t.Fatalf("got %+v, want lease (cheapest within bounds)", rec)
 	}
+	// Bytes within BytesTie of the fewest are the same cost: the latency
+	// decides (regionlease at 29.5 B/req and p99 62 ms loses to lease at
+	// 30 and 61 ms; at 27 B/req, more than 5% fewer, it wins).
+	rep.Results = append(rep.Results, Result{Strategy: "regionlease", Admitted: 1000, Precision: ptr(1), FalseRejections: 4,
+		BytesPerRequest: 29.5, DecisionLatencyP99Ms: 62})
+	if rec := Recommend(rep, b, params); rec.Strategy != "lease" {
+		t.Fatalf("got %+v, want lease (bytes tied within 5%%, lower p99)", rec)
+	}
+	rep.Results[len(rep.Results)-1].BytesPerRequest = 27
+	if rec := Recommend(rep, b, params); rec.Strategy != "regionlease" {
+		t.Fatalf("got %+v, want regionlease (fewer bytes beyond the tie)", rec)
+	}
+	rep.Results = rep.Results[:len(rep.Results)-1]
 	// A tighter false-rejection bound leaves owner (0.2%) only.
 	b.MaxFalseRejectionsPct = 0.3
 	if rec := Recommend(rep, b, params); rec.Strategy != "owner" || rec.Params != "hold=1ms" {

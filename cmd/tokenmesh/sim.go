@@ -85,7 +85,7 @@ type recommendFlags struct {
 // add defines --recommend, --max-excess, --max-false-rejections and
 // --max-envelope on fl.
 func (f *recommendFlags) add(fl *pflag.FlagSet) {
-	fl.BoolVar(&f.recommend, "recommend", true, "end the report with the verdict: the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, then p99 latency), or the closest when none does, and the commands to run next (--recommend=false: leave it out)")
+	fl.BoolVar(&f.recommend, "recommend", true, "end the report with the verdict: the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, within 5% counting as equal, then p99 latency), or the closest when none does, and the commands to run next (--recommend=false: leave it out)")
 	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "the recommendation's bound on the excess admitted, in % of central's admitted tokens")
 	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "the recommendation's bound on false rejections, in % of the requests central admitted")
 	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "the recommendation's bound on the envelope violation, in tokens")
