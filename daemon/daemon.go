@@ -344,7 +344,7 @@ func appendEnvoyRules(rules, envoy []rule.Rule) (all []rule.Rule, dup string) {
 // fault-injection transport once the node has started (Config.FaultInjection).
 func (d *Daemon) nodeConfig(rules []rule.Rule, epoch time.Time) (limiter.Config, *faultHook, error) {
 	n := d.cfg.File.Node
-	lc := limiter.Config{Name: n.Name, ClusterRules: rules, StateDir: n.StateDir, SnapshotInterval: n.SnapshotInterval,
+	lc := limiter.Config{Name: n.Name, Rules: rules, StateDir: n.StateDir, SnapshotInterval: n.SnapshotInterval,
 		DiscardBadState: d.cfg.DiscardBadState, Logger: d.cfg.Logger, Epoch: epoch,
 		MaxDerived: n.EnvoyMaxOverrides, MaxDerivedPerBase: n.EnvoyMaxOverridesPerDescriptor}
 	if env := d.rules.Envoy; env != nil {

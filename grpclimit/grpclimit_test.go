@@ -22,7 +22,7 @@ import (
 
 func startNode(t *testing.T) *limiter.Node {
 	t.Helper()
-	n, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: []rule.Rule{
+	n, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: []rule.Rule{
 		{Name: "rate", Rate: rule.MustRate("1/m"), Burst: 2, Strategy: "local"},
 		{Name: "conc", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "concurrency", Params: []string{"limit=1", "permit_ttl=50ms"}},
 	}})

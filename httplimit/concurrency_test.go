@@ -19,7 +19,7 @@ import (
 // once one handler returns its permit is released and a new request gets
 // through.
 func TestConcurrencyReleasesWhenHandlerReturns(t *testing.T) {
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: []rule.Rule{
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: []rule.Rule{
 		{Name: "conc", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "concurrency", Params: []string{"limit=2", "permit_ttl=50ms"}},
 	}})
 	if err != nil {

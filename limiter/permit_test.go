@@ -14,7 +14,7 @@ import (
 // ErrConcurrencyLimit; a release (called twice: idempotent) lets exactly
 // one more in; a rate rule refuses Acquire with cluster.ErrNoPermits.
 func TestAcquire(t *testing.T) {
-	n, err := Start(context.Background(), Config{Name: "n1", ClusterRules: []rule.Rule{
+	n, err := Start(context.Background(), Config{Name: "n1", Rules: []rule.Rule{
 		{Name: "conc", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "concurrency", Params: []string{"limit=2", "permit_ttl=50ms"}},
 		{Name: "rate", Rate: rule.MustRate("1/s"), Burst: 1, Strategy: "local"},
 	}})

@@ -20,7 +20,7 @@ func TestSetRules(t *testing.T) {
 	slow := bucket.Rate{Tokens: 1, Per: time.Hour}
 	a := rule.Rule{Name: "a", Rate: slow, Burst: 2, Strategy: "owner"}
 	b := rule.Rule{Name: "b", Rate: slow, Burst: 1, Strategy: "local"}
-	n, err := Start(ctx, Config{Name: "n", ClusterRules: []rule.Rule{a, b}, StateDir: t.TempDir()})
+	n, err := Start(ctx, Config{Name: "n", Rules: []rule.Rule{a, b}, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +72,28 @@ func TestSetRules(t *testing.T) {
 	}
 	if len(got) != 2 || got["a"] != "owner" || got["c"] != "owner" {
 		t.Errorf("persisted rules %v, want a and c", got)
+	}
+}
+
+// The deprecated Config.ClusterRules still adds its rules after Rules
+// (callers from before the two were one keep working).
+func TestClusterRulesDeprecatedStillAdds(t *testing.T) {
+	slow := bucket.Rate{Tokens: 1, Per: time.Hour}
+	a := rule.Rule{Name: "a", Rate: slow, Burst: 1, Strategy: "local"}
+	b := rule.Rule{Name: "b", Rate: slow, Burst: 2, Strategy: "local"}
+	n, err := Start(context.Background(), Config{Name: "n", Rules: []rule.Rule{a}, ClusterRules: []rule.Rule{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	lb, err := n.Limiter("b")
+	if err != nil {
+		t.Fatalf("the rule given in ClusterRules: %v", err)
+	}
+	if !lb.Allow("k") || !lb.Allow("k") || lb.Allow("k") {
+		t.Error("b: want its burst of 2 then a refusal")
+	}
+	if _, err := n.Limiter("a"); err != nil {
+		t.Errorf("the rule given in Rules: %v", err)
 	}
 }

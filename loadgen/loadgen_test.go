@@ -43,7 +43,7 @@ func serve(tb testing.TB, rate float64, burst int64, opts ...grpc.ServerOption) 
 // it returns the address.
 func serveRules(tb testing.TB, rules []rule.Rule, register func(*server.Server, *grpc.Server), opts ...grpc.ServerOption) string {
 	tb.Helper()
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -194,7 +194,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsUndecided(t *testing.T) {
 	net := cluster.NewMemNetwork()
 	rules := []rule.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules,
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules,
 		InProcess: &limiter.InProcess{Network: net, Members: []string{"n1", "n2"}}})
 	if err != nil {
 		t.Fatal(err)

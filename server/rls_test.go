@@ -94,7 +94,7 @@ func TestRLSOverrideMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := append(testRules(), cfg.Rules(time.Time{})...)
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules,
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules,
 		Derive: cfg.Deriver(time.Time{}), MaxDerivedPerBase: 1})
 	if err != nil {
 		t.Fatal(err)

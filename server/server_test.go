@@ -45,7 +45,7 @@ func testRules() []rule.Rule {
 // end of the test.
 func startTestNode(t testing.TB, rules []rule.Rule) *limiter.Node {
 	t.Helper()
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +547,7 @@ func TestUndecidedItem(t *testing.T) {
 	net := cluster.NewMemNetwork()
 	rules := []rule.Rule{{Name: "api", Rate: slow, Burst: 3, Strategy: "owner", Params: []string{"hold=0s", "timeout=10s"}}}
 	members := []string{"n1", "n2"} // n2 never starts: forwards to it are lost
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules,
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules,
 		InProcess: &limiter.InProcess{Network: net, Members: members}})
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,9 @@ func TestAllowanceEnvelope(t *testing.T) {
 				}
 			}
 		default:
-			s, err = static.New(cfg)
+			if s, err = static.New(cfg); err != nil {
+				t.Fatal(err)
+			}
 			if shareRate, err = rate.Div(int64(nodes)); err != nil {
 				t.Fatal(err)
 			}

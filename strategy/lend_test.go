@@ -58,7 +58,9 @@ func TestLentBucketEnvelope(t *testing.T) {
 		if kind == "local" {
 			s, err = local.New("local", cfg)
 		} else {
-			s, err = static.New(cfg)
+			if s, err = static.New(cfg); err != nil {
+				t.Fatal(err)
+			}
 			if shareRate, err = rate.Div(int64(nodes)); err != nil {
 				t.Fatal(err)
 			}

@@ -202,10 +202,9 @@ type Stats struct {
 // Transport is a cluster.Transport over gRPC. Its methods are safe for
 // concurrent use.
 type Transport struct {
-	cfg   Config
-	lis   net.Listener
-	srv   *grpc.Server
-	creds credentials.TransportCredentials // client side
+	cfg Config
+	lis net.Listener
+	srv *grpc.Server
 
 	recv atomic.Pointer[func(cluster.Frame)]
 	book atomic.Pointer[map[strategy.NodeID]string]

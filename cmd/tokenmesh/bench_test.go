@@ -27,7 +27,7 @@ func benchServer(t *testing.T, rate float64, burst int64) string {
 		t.Fatal(err)
 	}
 	rules := []rule.Rule{{Name: "api", Rate: r, Burst: burst, Strategy: "owner"}}
-	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", ClusterRules: rules})
+	node, err := limiter.Start(context.Background(), limiter.Config{Name: "n1", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
