@@ -28,9 +28,8 @@ events:
 // end of the trace), and the refused share of the requests in the 30 s
 // after the heal.
 type healStats struct {
-	outage         time.Duration
-	refusedPct     float64
-	excess, envMax float64
+	outage     time.Duration
+	refusedPct float64
 }
 
 func measureHeal(reqs []workload.Request, ok []bool, healAt, end time.Duration) healStats {

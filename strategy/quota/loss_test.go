@@ -33,10 +33,9 @@ func (a *bucketAcct) add(b bucketAcct) {
 // ownerAcct integrates, at the key's owner, the units (tokens per second)
 // that refill no client: held by cuts not yet released (pending), free
 // (the reserve's refill), and the reserve's refill while it is full
-// (lost); and the tokens the reserve paid out for bursts.
+// (lost).
 type ownerAcct struct {
 	pending, free, reserveFull float64 // tokens
-	paid                       float64
 	last                       time.Duration
 	lastLevel                  float64
 }

@@ -103,15 +103,14 @@ func (e *envoyBucket) allow(now time.Duration) bool {
 // event is one step of the test world: a message delivery, an assignment
 // reaching its client, a wake-up, a request.
 type event struct {
-	at      time.Duration
-	seq     int
-	kind    int               // 0 deliver, 1 assignment applied, 2 tick, 3 client request, 4 plain request, 5 crash, 6 view, 7 restart
-	members []strategy.NodeID // kind 6
-	from    strategy.NodeID
-	to      strategy.NodeID
-	data    []byte
-	as      strategy.QuotaAssignment
-	c       int
+	at   time.Duration
+	seq  int
+	kind int // 0 deliver, 1 assignment applied, 2 tick, 3 client request, 4 plain request, 5 crash, 6 view, 7 restart
+	from strategy.NodeID
+	to   strategy.NodeID
+	data []byte
+	as   strategy.QuotaAssignment
+	c    int
 	// kind 5 of the key's owner (to ""): when it restarts
 	restartAt time.Duration
 }
