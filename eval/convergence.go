@@ -280,26 +280,42 @@ func timesAfter(next, bad []int, origin time.Duration, events []time.Duration, s
 // relative deviation sum_k |A_k - C_k| / sum_k C_k of every window where
 // central admitted something, in window order.
 func convergedFrom(reqs []workload.Request, allowed, central []bool, spec ConvergenceSpec, origin time.Duration) (next, bad []int, devs []float64) {
-	nbins := 0
-	for _, r := range reqs {
-		nbins = max(nbins, int((r.Arrival-origin)/spec.Bin)+1)
-	}
+	bins := binDiffs(reqs, allowed, central, spec.Bin, origin)
 	wb := max(1, int(spec.Window/spec.Bin))
 	hb := max(1, int(spec.Hold/spec.Bin))
-	nw := max(0, nbins-wb+1) // whole windows
-	// Per bin: central's admitted tokens, and each mismatched request's
-	// signed difference (strategy - central) for its key.
-	type diff struct {
-		key int
-		d   int64
+	within, devs := bins.windows(wb, spec.Tolerance)
+	next, bad = convergedAfter(within, hb)
+	return next, bad, devs
+}
+
+// binnedDiffs are a run's decisions per bin of a ConvergenceSpec: central's
+// admitted tokens, and each request decided otherwise than central's signed
+// difference (strategy - central, in tokens) for its key (keys numbered
+// from 0 in order of first mismatch; nkeys of them).
+type binnedDiffs struct {
+	centralTok []int64
+	diffs      [][]keyDiff
+	nkeys      int
+}
+
+// keyDiff is one mismatched request's tokens, signed, for key number key.
+type keyDiff struct {
+	key int
+	d   int64
+}
+
+// binDiffs bins reqs by arrival (bins of length bin from origin).
+func binDiffs(reqs []workload.Request, allowed, central []bool, bin, origin time.Duration) binnedDiffs {
+	nbins := 0
+	for _, r := range reqs {
+		nbins = max(nbins, int((r.Arrival-origin)/bin)+1)
 	}
+	out := binnedDiffs{centralTok: make([]int64, nbins), diffs: make([][]keyDiff, nbins)}
 	keys := map[string]int{}
-	centralTok := make([]int64, nbins)
-	diffs := make([][]diff, nbins)
 	for i, r := range reqs {
-		b := int((r.Arrival - origin) / spec.Bin)
+		b := int((r.Arrival - origin) / bin)
 		if central[i] {
-			centralTok[b] += r.Tokens
+			out.centralTok[b] += r.Tokens
 		}
 		if allowed[i] == central[i] {
 			continue
@@ -313,24 +329,36 @@ func convergedFrom(reqs []workload.Request, allowed, central []bool, spec Conver
 		if central[i] {
 			d = -d
 		}
-		diffs[b] = append(diffs[b], diff{k, d})
+		out.diffs[b] = append(out.diffs[b], keyDiff{k, d})
 	}
-	sum := make([]int64, len(keys)) // per key, strategy - central in the window
-	var dev, cen int64              // sum of |sum[k]|, central's tokens in the window
-	add := func(b int, sign int64) {
-		cen += sign * centralTok[b]
-		for _, x := range diffs[b] {
+	out.nkeys = len(keys)
+	return out
+}
+
+// windows slides a window of wb bins over b, one bin at a time, for every
+// whole window j (starting at bin j): within[j] when central admitted
+// something in it and sum_k |A_k - C_k| <= tolerance * sum_k C_k, and the
+// deviation sum_k |A_k - C_k| / sum_k C_k of each window where central
+// admitted something, in window order.
+func (b binnedDiffs) windows(wb int, tolerance float64) (within []bool, devs []float64) {
+	nbins := len(b.centralTok)
+	nw := max(0, nbins-wb+1)      // whole windows
+	sum := make([]int64, b.nkeys) // per key, strategy - central in the window
+	var dev, cen int64            // sum of |sum[k]|, central's tokens in the window
+	add := func(bin int, sign int64) {
+		cen += sign * b.centralTok[bin]
+		for _, x := range b.diffs[bin] {
 			old := sum[x.key]
 			sum[x.key] += sign * x.d
 			dev += abs64(sum[x.key]) - abs64(old)
 		}
 	}
-	for b := 0; b < min(wb, nbins); b++ {
-		add(b, 1)
+	for bin := 0; bin < min(wb, nbins); bin++ {
+		add(bin, 1)
 	}
-	within := make([]bool, nw)
+	within = make([]bool, nw)
 	for j := 0; j < nw; j++ {
-		within[j] = cen > 0 && float64(dev) <= spec.Tolerance*float64(cen)
+		within[j] = cen > 0 && float64(dev) <= tolerance*float64(cen)
 		if cen > 0 {
 			devs = append(devs, float64(dev)/float64(cen))
 		}
@@ -339,6 +367,14 @@ func convergedFrom(reqs []workload.Request, allowed, central []bool, spec Conver
 			add(j+wb, 1)
 		}
 	}
+	return within, devs
+}
+
+// convergedAfter is, for every window j of within, the first window j' >=
+// j that starts hb windows within in a row (next; -1: none) and the first
+// window j' >= j not within (bad; len(within): none).
+func convergedAfter(within []bool, hb int) (next, bad []int) {
+	nw := len(within)
 	run := make([]int, nw+1) // windows within in a row from j
 	for j := nw - 1; j >= 0; j-- {
 		if within[j] {
@@ -359,7 +395,7 @@ func convergedFrom(reqs []workload.Request, allowed, central []bool, spec Conver
 			bad[j] = j
 		}
 	}
-	return next[:nw], bad[:nw], devs
+	return next[:nw], bad[:nw]
 }
 
 func abs64(v int64) int64 {

@@ -104,30 +104,11 @@ func md1Compare(strategy string, reqs []workload.Request, outs []sim.Outcome, r 
 		n = max(nodes, 1)
 		c.Buckets = "(r/N, b_i)"
 	}
-	rate := r.PerSec()
-	tokens := map[string]int64{}
-	for _, q := range reqs {
-		tokens[q.Key] += max(q.Tokens, 0)
+	predicted, unstable, ok := md1PredictedWaits(reqs, span, r.PerSec(), burst, n)
+	if !ok {
+		return nil
 	}
-	predicted := map[string]float64{} // seconds, keys covered
-	for k, t := range tokens {
-		lambda := float64(t) / span
-		sum, ok := 0.0, true
-		for i := 0; i < n && ok; i++ {
-			bi, err := bucket.SplitBurst(burst, n, i)
-			if err != nil {
-				return nil
-			}
-			var w float64
-			w, ok = MD1TokenBucketWait(lambda/float64(n), rate/float64(n), bi)
-			sum += w
-		}
-		if !ok {
-			c.UnstableKeys++
-			continue
-		}
-		predicted[k] = sum / float64(n)
-	}
+	c.UnstableKeys = unstable
 	c.Keys = len(predicted)
 	var pred float64
 	var measured time.Duration
@@ -150,6 +131,39 @@ func md1Compare(strategy string, reqs []workload.Request, outs []sim.Outcome, r 
 		c.MeasuredMeanMs = ms(measured / time.Duration(c.Admitted))
 	}
 	return c
+}
+
+// md1PredictedWaits is SRTM's M/D/1 mean wait (MD1TokenBucketWait), in
+// seconds, of every key of reqs offered below r over span seconds, on n
+// buckets of (r/n, b_i) (the burst split as bucket.SplitBurst splits it;
+// n = 1: one bucket of (r, b)), each taking 1/n of the key's requests:
+// the mean over the n buckets. unstable counts the keys left out (offered
+// at or above r). ok is false when the burst cannot be split n ways.
+func md1PredictedWaits(reqs []workload.Request, span, rate float64, burst int64, n int) (predicted map[string]float64, unstable int, ok bool) {
+	tokens := map[string]int64{}
+	for _, q := range reqs {
+		tokens[q.Key] += max(q.Tokens, 0)
+	}
+	predicted = map[string]float64{}
+	for k, t := range tokens {
+		lambda := float64(t) / span
+		sum, stable := 0.0, true
+		for i := 0; i < n && stable; i++ {
+			bi, err := bucket.SplitBurst(burst, n, i)
+			if err != nil {
+				return nil, 0, false
+			}
+			var w float64
+			w, stable = MD1TokenBucketWait(lambda/float64(n), rate/float64(n), bi)
+			sum += w
+		}
+		if !stable {
+			unstable++
+			continue
+		}
+		predicted[k] = sum / float64(n)
+	}
+	return predicted, unstable, true
 }
 
 // md1Lines are the report's lines on SRTM's M/D/1 prediction, one per

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/workload"
 )
 
 // The M/D/1 work distribution (Erlang's formula) against a Lindley
@@ -55,5 +57,39 @@ func TestMD1(t *testing.T) {
 	want, _ := MD1TokenBucketWait(0.6, 1, 1)
 	if got := (sum / n).Seconds(); math.Abs(got-want)/want > 0.03 {
 		t.Fatalf("shaping bucket (1/s, 1) at 0.6/s: mean delay %.4f s, eq. (1) %.4f s", got, want)
+	}
+}
+
+// md1Compare predicts each key offered below r on the rule's buckets: one
+// (r, b) for central, the N shares (r/N, b_i) for static, and leaves keys
+// at or above r out; the measured mean is over the admitted requests.
+// (The requests are listed key by key; the first and the last are the
+// earliest and the latest, which is all the span reads.)
+func TestMD1Compare(t *testing.T) {
+	rate := bucket.Rate{Tokens: 10, Per: time.Second}
+	var reqs []workload.Request
+	var outs []sim.Outcome
+	for i := range 300 { // key "fast": 300 in 20 s (15/s, above r)
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 66 * time.Millisecond, Key: "fast", Tokens: 1})
+		outs = append(outs, sim.Outcome{Decided: true, Allowed: true})
+	}
+	for i := range 100 { // key "slow": 100 requests over 20 s (5/s, below r)
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 200 * time.Millisecond, Key: "slow", Tokens: 1})
+		outs = append(outs, sim.Outcome{Decided: true, Allowed: i%2 == 0, Delay: time.Duration(i%4) * time.Millisecond})
+	}
+	span := (reqs[len(reqs)-1].Arrival - reqs[0].Arrival).Seconds()
+	c := md1Compare("central", reqs, outs, rate, 4, 1)
+	want, _ := MD1TokenBucketWait(100/span, 10, 4)
+	if c == nil || c.Buckets != "(r, b)" || c.Keys != 1 || c.UnstableKeys != 1 || c.Requests != 100 || c.Admitted != 50 ||
+		math.Abs(c.PredictedMeanMs-round(1000*want, 3)) > 1e-9 || c.MeasuredMeanMs != 1 {
+		t.Fatalf("central: %+v, want slow predicted at %.3f ms, measured 1 ms over 50 admitted", c, 1000*want)
+	}
+	c = md1Compare("static", reqs, outs, rate, 4, 2)
+	w0, _ := MD1TokenBucketWait(50/span, 5, 2) // b = 4 split 2 ways: 2 and 2
+	if c == nil || c.Buckets != "(r/N, b_i)" || c.Keys != 1 || math.Abs(c.PredictedMeanMs-round(1000*w0, 3)) > 1e-9 {
+		t.Fatalf("static on 2 nodes: %+v, want %.3f ms", c, 1000*w0)
+	}
+	if md1Compare("owner", reqs, outs, rate, 4, 1) != nil {
+		t.Error("a comparison for owner, which the prediction is not about")
 	}
 }
