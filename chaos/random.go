@@ -300,88 +300,115 @@ func RunRandom(ctx context.Context, c Nemesis, s Schedule, o RandomOptions) (Ran
 	if res.Idle <= 0 {
 		res.Idle = 10 * time.Second
 	}
-	if c.Nodes() != s.Nodes {
-		return res, fmt.Errorf("chaos: the schedule is for %d nodes, the cluster has %d", s.Nodes, c.Nodes())
-	}
-	if err := o.Env.Validate(); err != nil {
+	l, err := checkRandom(c, s, o)
+	if err != nil {
 		return res, err
 	}
-	l := o.Load
-	l.Duration = s.Duration
-	if err := l.Validate(); err != nil {
+	r, err := newChaosRun(c, Scenario{Name: "random", Nodes: s.Nodes, Duration: s.Duration})
+	if err != nil {
 		return res, err
-	}
-	say := func(format string, a ...any) {
-		if o.Output != nil {
-			fmt.Fprintf(o.Output, "chaos: %s"+format+"\n", append([]any{o.Label}, a...)...)
-		}
-	}
-	r := &chaosRun{c: c, sc: Scenario{Name: "random", Nodes: s.Nodes, Duration: s.Duration},
-		down: make([]bool, s.Nodes), checkers: make([]Checker, s.Nodes)}
-	for i := range r.checkers {
-		ch, err := c.Checker(i)
-		if err != nil {
-			return res, err
-		}
-		r.checkers[i] = ch
 	}
 	res.Before = sampleProcs(ctx, c, func(int) bool { return false })
 	paused := make([]bool, s.Nodes)
-	defer func() {
-		for i, p := range paused {
-			if p {
-				_ = c.Resume(i)
-			}
-		}
-	}()
+	defer resumePaused(c, paused)
 	r.start = time.Now()
-	runCtx, cancel := context.WithCancel(ctx)
-	loadErr := make(chan error, 1)
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		loadErr <- Drive(runCtx, l, r.start, r.targets, res.History)
-	}()
+	loadErr, stopLoad := r.startLoad(ctx, l, res.History)
 	// On every return the load has stopped and its checks have ended.
-	defer func() { cancel(); <-loadDone }()
-	warmAt := min(5*time.Second, s.Duration/2)
-	if len(s.Faults) > 0 {
-		warmAt = s.Faults[0].Start
-	}
-	if d := time.Until(r.start.Add(warmAt)); d > 0 {
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(d):
-		}
+	defer stopLoad()
+	if err := sleep(ctx, time.Until(r.start.Add(s.warmAt()))); err != nil {
+		return res, err
 	}
 	res.Warm = sampleProcs(ctx, c, r.isDown)
-	for _, a := range s.actions() {
-		if d := time.Until(r.start.Add(a.at)); d > 0 {
-			select {
-			case <-ctx.Done():
-				return res, ctx.Err()
-			case <-time.After(d):
-			}
-		}
-		say("%v %s n%d", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node)
-		if err := r.applyRandom(ctx, a, paused); err != nil {
-			say("%v %s n%d failed: %v", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node, err)
-			res.StepErrors = append(res.StepErrors, fmt.Errorf("%v %s n%d: %w", a.at, a.what, a.node, err))
-		}
+	if err := r.applyActions(ctx, s.actions(), paused, o, &res); err != nil {
+		return res, err
 	}
 	if err := <-loadErr; err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
 	}
 	end := time.Since(r.start)
-	say("%v load done; waiting %v to sample the processes idle", end.Round(100*time.Millisecond), res.Idle)
-	select {
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-time.After(res.Idle):
+	o.say("%v load done; waiting %v to sample the processes idle", end.Round(100*time.Millisecond), res.Idle)
+	if err := sleep(ctx, res.Idle); err != nil {
+		return res, err
 	}
 	res.After = sampleProcs(ctx, c, r.isDown)
 	return res, res.check(o.Env, o.Slack, end)
+}
+
+// checkRandom checks that s is for c's number of nodes and o's envelope
+// and load are valid, and returns o's load for s.Duration.
+func checkRandom(c Cluster, s Schedule, o RandomOptions) (Load, error) {
+	if c.Nodes() != s.Nodes {
+		return Load{}, fmt.Errorf("chaos: the schedule is for %d nodes, the cluster has %d", s.Nodes, c.Nodes())
+	}
+	if err := o.Env.Validate(); err != nil {
+		return Load{}, err
+	}
+	l := o.Load
+	l.Duration = s.Duration
+	if err := l.Validate(); err != nil {
+		return Load{}, err
+	}
+	return l, nil
+}
+
+// say writes one progress line, "chaos: " and o.Label before it, to
+// o.Output (if set).
+func (o RandomOptions) say(format string, a ...any) {
+	if o.Output != nil {
+		fmt.Fprintf(o.Output, "chaos: %s"+format+"\n", append([]any{o.Label}, a...)...)
+	}
+}
+
+// resumePaused continues every node paused marks as stopped (errors
+// ignored: the run is ending).
+func resumePaused(c Nemesis, paused []bool) {
+	for i, p := range paused {
+		if p {
+			_ = c.Resume(i)
+		}
+	}
+}
+
+// warmAt is when, since the load's start, the processes are sampled under
+// load: the first fault's start, or without faults 5 s or half the load,
+// whichever is sooner.
+func (s Schedule) warmAt() time.Duration {
+	if len(s.Faults) > 0 {
+		return s.Faults[0].Start
+	}
+	return min(5*time.Second, s.Duration/2)
+}
+
+// startLoad drives l against r's live nodes from r.start, recording into
+// h, in the background until ctx ends or the load is done. errc receives
+// Drive's error; stop cancels the load and returns once it has stopped and
+// its checks have ended.
+func (r *chaosRun) startLoad(ctx context.Context, l Load, h *History) (errc <-chan error, stop func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	loadErr := make(chan error, 1)
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		loadErr <- Drive(runCtx, l, r.start, r.targets, h)
+	}()
+	return loadErr, func() { cancel(); <-loadDone }
+}
+
+// applyActions carries out as, each at its time since r.start, telling
+// o's progress; an action that fails is told and noted in
+// res.StepErrors. It returns ctx's error if ctx ends first.
+func (r *chaosRun) applyActions(ctx context.Context, as []action, paused []bool, o RandomOptions, res *RandomResult) error {
+	for _, a := range as {
+		if err := sleep(ctx, time.Until(r.start.Add(a.at))); err != nil {
+			return err
+		}
+		o.say("%v %s n%d", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node)
+		if err := r.applyRandom(ctx, a, paused); err != nil {
+			o.say("%v %s n%d failed: %v", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node, err)
+			res.StepErrors = append(res.StepErrors, fmt.Errorf("%v %s n%d: %w", a.at, a.what, a.node, err))
+		}
+	}
+	return nil
 }
 
 // applyRandom carries out a; paused tracks the stopped nodes.

@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,5 +71,40 @@ func TestRandomResultCheck(t *testing.T) {
 	}
 	if res.Whole.Checks != 13 {
 		t.Fatalf("whole: %+v", res.Whole)
+	}
+}
+
+// RunRandom refuses, before any load, a schedule for another number of
+// nodes, a bad envelope and a bad load (the load's Duration is the
+// schedule's), and its result keeps the schedule and the Idle default.
+func TestRunRandomRejects(t *testing.T) {
+	env := Envelope{RatePerSec: 5, Burst: 5}
+	s := Schedule{Seed: 1, Nodes: 3, Duration: time.Second}
+	l := Load{Keys: 2, PerKeyPerSec: 20, MaxChecks: 100}
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		o     RandomOptions
+		want  string
+	}{
+		{"nodes", 2, RandomOptions{Load: l, Env: env}, "the schedule is for 3 nodes, the cluster has 2"},
+		{"envelope", 3, RandomOptions{Load: l, Env: Envelope{RatePerSec: -1, Burst: 5}}, "envelope rate -1"},
+		{"load", 3, RandomOptions{Load: Load{Keys: 0, PerKeyPerSec: 20, MaxChecks: 100}, Env: env}, "keys 0"},
+	} {
+		res, err := RunRandom(context.Background(), newFake(tc.nodes, env), s, tc.o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
+		}
+		if res.Schedule.Seed != 1 || res.Idle != 10*time.Second || res.History == nil || res.Before != nil {
+			t.Errorf("%s: result %+v", tc.name, res)
+		}
+	}
+	// A run of no faults samples before, warm (half the load) and after.
+	res, err := RunRandom(context.Background(), newFake(3, env), s, RandomOptions{Load: l, Env: env, Idle: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Before) != 3 || len(res.Warm) != 3 || len(res.After) != 3 || res.Idle != time.Millisecond || res.Whole.Checks == 0 {
+		t.Fatalf("result %+v", res)
 	}
 }
