@@ -339,14 +339,40 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 	progress := &lockedWriter{w: stderr, mu: &errMu}
 	fmt.Fprintf(progress, "chaos: %s", p.schedule)
 	fmt.Fprintf(progress, "chaos: reproduce with: %s\n", f.reproduce())
-	if f.out != "" {
-		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return p, nil, err
-		}
-		if err := os.WriteFile(filepath.Join(f.out, "schedule.txt"), []byte(p.schedule.String()), 0o644); err != nil {
-			return p, nil, err
-		}
+	if err := writeChaosSchedule(f.out, p.schedule); err != nil {
+		return p, nil, err
 	}
+	results, err := runChaosStrategies(ctx, f, p, progress)
+	if err != nil {
+		return p, results, err
+	}
+	report := chaosReport(f, p, results)
+	fmt.Fprint(stdout, report)
+	if err := writeChaosOut(f.out, p.strategies, report, results); err != nil {
+		return p, results, err
+	}
+	if fails := chaosFailures(f, p.strategies, results); len(fails) > 0 {
+		return p, results, fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
+	}
+	return p, results, nil
+}
+
+// writeChaosSchedule writes the schedule s as schedule.txt into the
+// directory out, made if need be (--out; "": nothing written).
+func writeChaosSchedule(out string, s chaos.Schedule) error {
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "schedule.txt"), []byte(s.String()), 0o644)
+}
+
+// runChaosStrategies runs p's strategies in parallel, each on a cluster of
+// its own (chaosOne), and returns their results in p.strategies' order;
+// the error joins every strategy's, each prefixed by its name.
+func runChaosStrategies(ctx context.Context, f *chaosFlags, p *chaosPlan, progress io.Writer) ([]chaos.RandomResult, error) {
 	results := make([]chaos.RandomResult, len(p.strategies))
 	errs := make([]error, len(p.strategies))
 	var wg sync.WaitGroup
@@ -361,23 +387,34 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return p, results, err
+	return results, errors.Join(errs...)
+}
+
+// writeChaosOut writes report as report.md and each strategy's history as
+// history-<strategy>.csv (results in strategies' order) into the directory
+// out (--out; "": nothing written).
+func writeChaosOut(out string, strategies []string, report string, results []chaos.RandomResult) error {
+	if out == "" {
+		return nil
 	}
-	report := chaosReport(f, p, results)
-	fmt.Fprint(stdout, report)
-	if f.out != "" {
-		if err := os.WriteFile(filepath.Join(f.out, "report.md"), []byte(report), 0o644); err != nil {
-			return p, results, err
-		}
-		for i, s := range p.strategies {
-			if err := writeChaosHistory(filepath.Join(f.out, "history-"+s+".csv"), results[i].History); err != nil {
-				return p, results, err
-			}
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(report), 0o644); err != nil {
+		return err
+	}
+	for i, s := range strategies {
+		if err := writeChaosHistory(filepath.Join(out, "history-"+s+".csv"), results[i].History); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// chaosFailures lists, one line each, what failed the run (results in
+// strategies' order): keys beyond b + r*T + --slack in the quiet windows,
+// faults not applied, with --max-excess-run a key's excess during the
+// whole run beyond it, with --check-flat a node that grew after the load.
+func chaosFailures(f *chaosFlags, strategies []string, results []chaos.RandomResult) []string {
 	var fails []string
-	for i, s := range p.strategies {
+	for i, s := range strategies {
 		r := results[i]
 		if r.Quiet.Over > 0 {
 			fails = append(fails, fmt.Sprintf("%s: %d keys beyond b + r*T + %g in the quiet windows (worst %s by %.2f tokens)", s, r.Quiet.Over, f.slack, r.Quiet.Keys[0].Key, r.Quiet.Keys[0].Violation))
@@ -396,10 +433,7 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 			}
 		}
 	}
-	if len(fails) > 0 {
-		return p, results, fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
-	}
-	return p, results, nil
+	return fails
 }
 
 // lockedWriter serializes writes of whole lines to w.

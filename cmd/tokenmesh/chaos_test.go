@@ -98,3 +98,34 @@ func TestChaosPlanFlags(t *testing.T) {
 		}
 	}
 }
+
+// chaosFailures names each failure with its strategy: keys over in the
+// quiet windows (the worst one), faults not applied, and only when asked
+// for, an excess during the run beyond --max-excess-run and a node grown
+// after the load (--check-flat). A clean result fails nothing.
+func TestChaosFailures(t *testing.T) {
+	over := chaos.RandomResult{
+		Quiet:      chaos.Report{Over: 2, Keys: []chaos.KeyReport{{Key: "k7", Violation: 3.5}, {Key: "k1", Violation: 1.5}}},
+		Whole:      chaos.Report{MaxViolation: 12, Keys: []chaos.KeyReport{{Key: "k3", Violation: 12, WorstFrom: 2 * time.Second, WorstTo: 3 * time.Second}}},
+		StepErrors: []error{errors.New("10s kill n1: no such process")},
+		Warm:       []chaos.ProcSample{{RSS: 10 << 20, Goroutines: 40}},
+		After:      []chaos.ProcSample{{RSS: 10 << 20, Goroutines: 90}},
+	}
+	clean := chaos.RandomResult{Whole: chaos.Report{MaxViolation: 12, Keys: over.Whole.Keys}, Warm: over.Warm, After: over.Warm}
+	f := &chaosFlags{slack: 1}
+	got := chaosFailures(f, []string{"owner", "lease"}, []chaos.RandomResult{over, clean})
+	want := []string{"owner: 2 keys beyond b + r*T + 1 in the quiet windows (worst k7 by 3.50 tokens)",
+		"owner: fault not applied: 10s kill n1: no such process"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("without --max-excess-run and --check-flat:\n%q\nwant\n%q", got, want)
+	}
+	f = &chaosFlags{slack: 1, runBound: 11, checkFlat: true}
+	got = chaosFailures(f, []string{"owner", "lease"}, []chaos.RandomResult{over, clean})
+	if len(got) != 5 || !strings.HasPrefix(got[2], "owner: key k3 12.00 tokens over b + r*T during the run (checks sent in [2s, 3s]), beyond --max-excess-run 11") ||
+		!strings.HasPrefix(got[3], "owner: grew after the load: n0: goroutines") || !strings.HasPrefix(got[4], "lease: key k3") {
+		t.Fatalf("with --max-excess-run 11 and --check-flat:\n%q", got)
+	}
+	if got := chaosFailures(&chaosFlags{runBound: 12, checkFlat: true}, []string{"lease"}, []chaos.RandomResult{clean}); len(got) != 0 {
+		t.Fatalf("a clean result within --max-excess-run 12 failed: %q", got)
+	}
+}
