@@ -166,6 +166,27 @@ func (rep *Report) countError(err error) {
 	rep.ErrorKinds[msg]++
 }
 
+// addKey adds one key's outcome k to rep: to Keys (unsorted), to
+// MaxViolation, and to Over when k's Violation is above slack (tokens).
+func (rep *Report) addKey(k KeyReport, slack float64) {
+	rep.Keys = append(rep.Keys, k)
+	rep.MaxViolation = math.Max(rep.MaxViolation, k.Violation)
+	if k.Violation > slack {
+		rep.Over++
+	}
+}
+
+// sortKeys sorts keys by Violation, largest first, then by Key.
+func sortKeys(keys []KeyReport) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.Violation != b.Violation {
+			return a.Violation > b.Violation
+		}
+		return a.Key < b.Key
+	})
+}
+
 // Check measures the decisions sent in [from, to] against env, per key:
 // only windows inside the range count, so the admissions before from do
 // not weigh on the windows after it. slack (tokens) is what the caller
@@ -217,19 +238,9 @@ func (h *History) Check(env Envelope, from, to time.Duration, slack float64) (Re
 		if st.rep.Violation < 1e-6 { // float rounding of r*t
 			st.rep.Violation, st.rep.WorstFrom, st.rep.WorstTo, st.rep.WorstEnd = 0, 0, 0, 0
 		}
-		rep.Keys = append(rep.Keys, st.rep)
-		rep.MaxViolation = math.Max(rep.MaxViolation, st.rep.Violation)
-		if st.rep.Violation > slack {
-			rep.Over++
-		}
+		rep.addKey(st.rep, slack)
 	}
-	sort.Slice(rep.Keys, func(i, j int) bool {
-		a, b := rep.Keys[i], rep.Keys[j]
-		if a.Violation != b.Violation {
-			return a.Violation > b.Violation
-		}
-		return a.Key < b.Key
-	})
+	sortKeys(rep.Keys)
 	rep.P50, rep.P99 = eval.Percentile(lat, 50), eval.Percentile(lat, 99)
 	return rep, nil
 }

@@ -162,6 +162,15 @@ func waitUntil(ctx context.Context, next time.Time) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
+	return sleep(ctx, d)
+}
+
+// sleep waits for d, or returns ctx's error if it ends first. A d of 0 or
+// less returns nil at once, even when ctx has ended (unlike waitUntil).
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
 	t := time.NewTimer(d)
 	select {
 	case <-ctx.Done():

@@ -300,88 +300,115 @@ func RunRandom(ctx context.Context, c Nemesis, s Schedule, o RandomOptions) (Ran
 	if res.Idle <= 0 {
 		res.Idle = 10 * time.Second
 	}
-	if c.Nodes() != s.Nodes {
-		return res, fmt.Errorf("chaos: the schedule is for %d nodes, the cluster has %d", s.Nodes, c.Nodes())
-	}
-	if err := o.Env.Validate(); err != nil {
+	l, err := checkRandom(c, s, o)
+	if err != nil {
 		return res, err
 	}
-	l := o.Load
-	l.Duration = s.Duration
-	if err := l.Validate(); err != nil {
+	r, err := newChaosRun(c, Scenario{Name: "random", Nodes: s.Nodes, Duration: s.Duration})
+	if err != nil {
 		return res, err
-	}
-	say := func(format string, a ...any) {
-		if o.Output != nil {
-			fmt.Fprintf(o.Output, "chaos: %s"+format+"\n", append([]any{o.Label}, a...)...)
-		}
-	}
-	r := &chaosRun{c: c, sc: Scenario{Name: "random", Nodes: s.Nodes, Duration: s.Duration},
-		down: make([]bool, s.Nodes), checkers: make([]Checker, s.Nodes)}
-	for i := range r.checkers {
-		ch, err := c.Checker(i)
-		if err != nil {
-			return res, err
-		}
-		r.checkers[i] = ch
 	}
 	res.Before = sampleProcs(ctx, c, func(int) bool { return false })
 	paused := make([]bool, s.Nodes)
-	defer func() {
-		for i, p := range paused {
-			if p {
-				_ = c.Resume(i)
-			}
-		}
-	}()
+	defer resumePaused(c, paused)
 	r.start = time.Now()
-	runCtx, cancel := context.WithCancel(ctx)
-	loadErr := make(chan error, 1)
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		loadErr <- Drive(runCtx, l, r.start, r.targets, res.History)
-	}()
+	loadErr, stopLoad := r.startLoad(ctx, l, res.History)
 	// On every return the load has stopped and its checks have ended.
-	defer func() { cancel(); <-loadDone }()
-	warmAt := min(5*time.Second, s.Duration/2)
-	if len(s.Faults) > 0 {
-		warmAt = s.Faults[0].Start
-	}
-	if d := time.Until(r.start.Add(warmAt)); d > 0 {
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(d):
-		}
+	defer stopLoad()
+	if err := sleep(ctx, time.Until(r.start.Add(s.warmAt()))); err != nil {
+		return res, err
 	}
 	res.Warm = sampleProcs(ctx, c, r.isDown)
-	for _, a := range s.actions() {
-		if d := time.Until(r.start.Add(a.at)); d > 0 {
-			select {
-			case <-ctx.Done():
-				return res, ctx.Err()
-			case <-time.After(d):
-			}
-		}
-		say("%v %s n%d", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node)
-		if err := r.applyRandom(ctx, a, paused); err != nil {
-			say("%v %s n%d failed: %v", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node, err)
-			res.StepErrors = append(res.StepErrors, fmt.Errorf("%v %s n%d: %w", a.at, a.what, a.node, err))
-		}
+	if err := r.applyActions(ctx, s.actions(), paused, o, &res); err != nil {
+		return res, err
 	}
 	if err := <-loadErr; err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
 	}
 	end := time.Since(r.start)
-	say("%v load done; waiting %v to sample the processes idle", end.Round(100*time.Millisecond), res.Idle)
-	select {
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-time.After(res.Idle):
+	o.say("%v load done; waiting %v to sample the processes idle", end.Round(100*time.Millisecond), res.Idle)
+	if err := sleep(ctx, res.Idle); err != nil {
+		return res, err
 	}
 	res.After = sampleProcs(ctx, c, r.isDown)
 	return res, res.check(o.Env, o.Slack, end)
+}
+
+// checkRandom checks that s is for c's number of nodes and o's envelope
+// and load are valid, and returns o's load for s.Duration.
+func checkRandom(c Cluster, s Schedule, o RandomOptions) (Load, error) {
+	if c.Nodes() != s.Nodes {
+		return Load{}, fmt.Errorf("chaos: the schedule is for %d nodes, the cluster has %d", s.Nodes, c.Nodes())
+	}
+	if err := o.Env.Validate(); err != nil {
+		return Load{}, err
+	}
+	l := o.Load
+	l.Duration = s.Duration
+	if err := l.Validate(); err != nil {
+		return Load{}, err
+	}
+	return l, nil
+}
+
+// say writes one progress line, "chaos: " and o.Label before it, to
+// o.Output (if set).
+func (o RandomOptions) say(format string, a ...any) {
+	if o.Output != nil {
+		fmt.Fprintf(o.Output, "chaos: %s"+format+"\n", append([]any{o.Label}, a...)...)
+	}
+}
+
+// resumePaused continues every node paused marks as stopped (errors
+// ignored: the run is ending).
+func resumePaused(c Nemesis, paused []bool) {
+	for i, p := range paused {
+		if p {
+			_ = c.Resume(i)
+		}
+	}
+}
+
+// warmAt is when, since the load's start, the processes are sampled under
+// load: the first fault's start, or without faults 5 s or half the load,
+// whichever is sooner.
+func (s Schedule) warmAt() time.Duration {
+	if len(s.Faults) > 0 {
+		return s.Faults[0].Start
+	}
+	return min(5*time.Second, s.Duration/2)
+}
+
+// startLoad drives l against r's live nodes from r.start, recording into
+// h, in the background until ctx ends or the load is done. errc receives
+// Drive's error; stop cancels the load and returns once it has stopped and
+// its checks have ended.
+func (r *chaosRun) startLoad(ctx context.Context, l Load, h *History) (errc <-chan error, stop func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	loadErr := make(chan error, 1)
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		loadErr <- Drive(runCtx, l, r.start, r.targets, h)
+	}()
+	return loadErr, func() { cancel(); <-loadDone }
+}
+
+// applyActions carries out as, each at its time since r.start, telling
+// o's progress; an action that fails is told and noted in
+// res.StepErrors. It returns ctx's error if ctx ends first.
+func (r *chaosRun) applyActions(ctx context.Context, as []action, paused []bool, o RandomOptions, res *RandomResult) error {
+	for _, a := range as {
+		if err := sleep(ctx, time.Until(r.start.Add(a.at))); err != nil {
+			return err
+		}
+		o.say("%v %s n%d", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node)
+		if err := r.applyRandom(ctx, a, paused); err != nil {
+			o.say("%v %s n%d failed: %v", time.Since(r.start).Round(100*time.Millisecond), a.what, a.node, err)
+			res.StepErrors = append(res.StepErrors, fmt.Errorf("%v %s n%d: %w", a.at, a.what, a.node, err))
+		}
+	}
+	return nil
 }
 
 // applyRandom carries out a; paused tracks the stopped nodes.
@@ -441,9 +468,20 @@ func (res *RandomResult) check(env Envelope, slack float64, end time.Duration) e
 		return err
 	}
 	quiet := res.Schedule.Quiet()
+	if res.Quiet, err = checkQuiet(h, env, quiet, end, slack); err != nil {
+		return err
+	}
+	return res.compareCentral(env, quiet)
+}
+
+// checkQuiet checks h against env with slack tokens in each quiet window
+// (cut at end, the load's end; a window starting after it is skipped) and
+// sums the windows into one Report: counts and error kinds added, per key
+// the largest excess of any window, P50 and P99 the worst window's, From
+// and To the first window's start and the last one's end.
+func checkQuiet(h *History, env Envelope, quiet [][2]time.Duration, end time.Duration, slack float64) (Report, error) {
 	byKey := map[string]*KeyReport{}
 	agg := Report{ErrorKinds: map[string]int{}}
-	var p99s []time.Duration
 	for _, w := range quiet {
 		to := min(w[1], end)
 		if to <= w[0] {
@@ -451,63 +489,68 @@ func (res *RandomResult) check(env Envelope, slack float64, end time.Duration) e
 		}
 		rep, err := h.Check(env, w[0], to, slack)
 		if err != nil {
-			return err
+			return Report{}, err
 		}
-		agg.Checks += rep.Checks
-		agg.Admitted += rep.Admitted
-		agg.Errors += rep.Errors
-		for k, n := range rep.ErrorKinds {
-			agg.ErrorKinds[k] += n
-		}
-		p99s = append(p99s, rep.P99)
-		agg.P50 = max(agg.P50, rep.P50)
-		for _, k := range rep.Keys {
-			cur := byKey[k.Key]
-			if cur == nil {
-				kk := k
-				byKey[k.Key] = &kk
-				continue
-			}
-			cur.Checks += k.Checks
-			cur.Admitted += k.Admitted
-			cur.Errors += k.Errors
-			if k.Violation > cur.Violation {
-				cur.Violation, cur.WorstFrom, cur.WorstTo, cur.WorstEnd = k.Violation, k.WorstFrom, k.WorstTo, k.WorstEnd
-			}
-		}
+		agg.addWindow(rep, byKey)
 	}
 	for _, k := range byKey {
-		agg.Keys = append(agg.Keys, *k)
-		agg.MaxViolation = math.Max(agg.MaxViolation, k.Violation)
-		if k.Violation > slack {
-			agg.Over++
-		}
+		agg.addKey(*k, slack)
 	}
-	sort.Slice(agg.Keys, func(i, j int) bool {
-		a, b := agg.Keys[i], agg.Keys[j]
-		if a.Violation != b.Violation {
-			return a.Violation > b.Violation
-		}
-		return a.Key < b.Key
-	})
+	sortKeys(agg.Keys)
 	if len(quiet) > 0 {
 		agg.From, agg.To = quiet[0][0], quiet[len(quiet)-1][1]
 	}
-	for _, p := range p99s {
-		agg.P99 = max(agg.P99, p) // the worst window's p99
+	return agg, nil
+}
+
+// addWindow adds one window's report rep to the sum agg: its counts and
+// error kinds, its P50 and P99 where worse, and each key's outcome into
+// byKey (see mergeKey).
+func (agg *Report) addWindow(rep Report, byKey map[string]*KeyReport) {
+	agg.Checks += rep.Checks
+	agg.Admitted += rep.Admitted
+	agg.Errors += rep.Errors
+	for k, n := range rep.ErrorKinds {
+		agg.ErrorKinds[k] += n
 	}
-	res.Quiet = agg
-	// One exact bucket per key on the same sends, and the slowest answer.
+	agg.P50 = max(agg.P50, rep.P50)
+	agg.P99 = max(agg.P99, rep.P99) // the worst window's p99
+	for _, k := range rep.Keys {
+		cur := byKey[k.Key]
+		if cur == nil {
+			kk := k
+			byKey[k.Key] = &kk
+			continue
+		}
+		cur.merge(k)
+	}
+}
+
+// merge adds another window's outcome k of the same key to kr: the counts
+// summed, the worst window the one of the larger Violation.
+func (kr *KeyReport) merge(k KeyReport) {
+	kr.Checks += k.Checks
+	kr.Admitted += k.Admitted
+	kr.Errors += k.Errors
+	if k.Violation > kr.Violation {
+		kr.Violation, kr.WorstFrom, kr.WorstTo, kr.WorstEnd = k.Violation, k.WorstFrom, k.WorstTo, k.WorstEnd
+	}
+}
+
+// compareCentral replays every decision of the history on one exact token
+// bucket per key (env's rate and burst): Central is the tokens those
+// buckets admit over the whole run, Lost, summed over keys, how many
+// tokens fewer than they the cluster admitted in the quiet windows (0 for
+// a key that got as many or more), MaxLatency the slowest answered check.
+// Errors: env's rate not a valid bucket rate.
+func (res *RandomResult) compareCentral(env Envelope, quiet [][2]time.Duration) error {
 	rate, err := bucket.PerSecond(env.RatePerSec)
 	if err != nil {
 		return err
 	}
 	central := map[string]*bucket.Bucket{}
-	type qk struct {
-		central, admitted int64
-	}
-	inQuiet := map[string]*qk{}
-	for _, d := range h.Decisions() {
+	inQuiet := map[string]*quietTokens{}
+	for _, d := range res.History.Decisions() {
 		if d.Err == nil && d.Latency > res.MaxLatency {
 			res.MaxLatency = d.Latency
 		}
@@ -521,29 +564,48 @@ func (res *RandomResult) check(env Envelope, slack float64, end time.Duration) e
 		if ok {
 			res.Central += d.Tokens
 		}
-		q := false
-		for _, w := range quiet {
-			q = q || (d.At >= w[0] && d.At <= w[1])
-		}
-		if !q {
+		if !inWindows(d.At, quiet) {
 			continue
 		}
 		e := inQuiet[d.Key]
 		if e == nil {
-			e = &qk{}
+			e = &quietTokens{}
 			inQuiet[d.Key] = e
 		}
-		if ok {
-			e.central += d.Tokens
-		}
-		if d.Err == nil && d.Allowed {
-			e.admitted += d.Tokens
-		}
+		e.add(d, ok)
 	}
 	for _, e := range inQuiet {
 		res.Lost += max(e.central-e.admitted, 0)
 	}
 	return nil
+}
+
+// quietTokens is one key's tokens in the quiet windows: what its exact
+// central bucket admitted and what the cluster admitted.
+type quietTokens struct {
+	central, admitted int64
+}
+
+// add counts decision d, which the central bucket admitted when
+// centralOK.
+func (q *quietTokens) add(d Decision, centralOK bool) {
+	if centralOK {
+		q.central += d.Tokens
+	}
+	if d.Err == nil && d.Allowed {
+		q.admitted += d.Tokens
+	}
+}
+
+// inWindows says whether at lies in one of the windows [from, to], ends
+// included.
+func inWindows(at time.Duration, windows [][2]time.Duration) bool {
+	for _, w := range windows {
+		if at >= w[0] && at <= w[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // sampleProcs reads process_resident_memory_bytes and go_goroutines from

@@ -159,15 +159,12 @@ func Run(ctx context.Context, c Cluster, sc Scenario, l Load, env Envelope, slac
 		scrapeEvery = time.Second
 	}
 	l.Duration = sc.Duration
-	r := &chaosRun{c: c, sc: sc, res: Result{Scenario: sc.Name, MergedAfter: -1, MaxShareSumAfter: math.NaN()},
-		down: make([]bool, sc.Nodes), checkers: make([]Checker, sc.Nodes)}
-	for i := range r.checkers {
-		ch, err := c.Checker(i)
-		if err != nil {
-			return r.res, err
-		}
-		r.checkers[i] = ch
+	res := Result{Scenario: sc.Name, MergedAfter: -1, MaxShareSumAfter: math.NaN()}
+	r, err := newChaosRun(c, sc)
+	if err != nil {
+		return res, err
 	}
+	r.res = res
 	r.start = time.Now()
 	var h History
 	runCtx, cancel := context.WithCancel(ctx)
@@ -196,6 +193,20 @@ type chaosRun struct {
 	mu       sync.Mutex // guards down and res.Samples
 	down     []bool
 	res      Result
+}
+
+// newChaosRun is the state of a run of sc on c, every node up and its
+// checker taken. Errors: c's Checker's.
+func newChaosRun(c Cluster, sc Scenario) (*chaosRun, error) {
+	r := &chaosRun{c: c, sc: sc, down: make([]bool, sc.Nodes), checkers: make([]Checker, sc.Nodes)}
+	for i := range r.checkers {
+		ch, err := c.Checker(i)
+		if err != nil {
+			return nil, err
+		}
+		r.checkers[i] = ch
+	}
+	return r, nil
 }
 
 // targets are the live nodes' indices and checkers.
@@ -249,12 +260,8 @@ func (r *chaosRun) scrapeLoop(ctx context.Context, scrapeEvery time.Duration, do
 // (if set); a step that fails is noted in res.StepErrors.
 func (r *chaosRun) steps(ctx context.Context, progress io.Writer) error {
 	for _, s := range r.sc.Steps {
-		if d := time.Until(r.start.Add(s.At)); d > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(d):
-			}
+		if err := sleep(ctx, time.Until(r.start.Add(s.At))); err != nil {
+			return err
 		}
 		if progress != nil {
 			fmt.Fprintf(progress, "chaos: %s: %s\n", r.sc.Name, s)

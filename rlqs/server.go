@@ -409,7 +409,11 @@ func (s *Server) reports(ctx context.Context, st *stream, m *rlqsv3.RateLimitQuo
 	return nil
 }
 
-// report handles one bucket's usage.
+// report handles one bucket's usage: an empty bucket id is skipped
+// (counted), a bucket of no rule gets ALLOW_ALL once, any other's usage
+// goes to the node's strategy. Errors (a gRPC status): a bucket id above
+// MaxBucketIDBytes, more than MaxBucketsPerStream buckets, a usage out of
+// bounds (checkUsage), ctx's end.
 func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
 	s.m.reports.Inc()
 	id := u.GetBucketId().GetBucket()
@@ -420,30 +424,10 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 		s.m.refused.WithLabelValues("empty_bucket_id").Inc()
 		return nil
 	}
-	canon, size := canonical(id)
-	if size > MaxBucketIDBytes {
-		return status.Errorf(codes.InvalidArgument, "bucket_id of %d bytes is above the limit of %d", size, MaxBucketIDBytes)
+	b, first, err := s.bucketOf(cfg, st, u.GetBucketId())
+	if err != nil {
+		return err
 	}
-	st.mu.Lock()
-	b := st.buckets[canon]
-	if b == nil {
-		if len(st.buckets) >= MaxBucketsPerStream {
-			st.mu.Unlock()
-			return status.Errorf(codes.ResourceExhausted, "more than %d buckets on one stream", MaxBucketsPerStream)
-		}
-		b = &bucket{canon: canon, id: u.GetBucketId()}
-		if l, key := cfg.MatchBucket(st.domain, id); l != nil && l.Rule != "" && !l.Unlimited {
-			b.rule, b.key = l.Rule, key
-			st.byKey[ruleKey{b.rule, b.key}] = b
-		}
-		st.buckets[canon] = b
-		s.m.buckets.Inc()
-	}
-	first := b.rule == "" && !b.assigned
-	if first {
-		b.assigned = true
-	}
-	st.mu.Unlock()
 	if b.rule == "" {
 		if first {
 			s.m.sent.WithLabelValues("allow_all").Inc()
@@ -451,6 +435,50 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 		}
 		return nil
 	}
+	if err := checkUsage(u); err != nil {
+		return err
+	}
+	return s.forwardUsage(ctx, st, b, u)
+}
+
+// bucketOf is st's bucket of the (non-empty) bucket id bid, made and
+// matched to its rule and key under cfg on its first report; first says
+// the bucket has no rule and this is the first time it is asked for (its
+// ALLOW_ALL is due). Errors: bid above MaxBucketIDBytes
+// (InvalidArgument), a new bucket beyond MaxBucketsPerStream
+// (ResourceExhausted).
+func (s *Server) bucketOf(cfg *envoyrls.Config, st *stream, bid *rlqsv3.BucketId) (b *bucket, first bool, err error) {
+	id := bid.GetBucket()
+	canon, size := canonical(id)
+	if size > MaxBucketIDBytes {
+		return nil, false, status.Errorf(codes.InvalidArgument, "bucket_id of %d bytes is above the limit of %d", size, MaxBucketIDBytes)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b = st.buckets[canon]
+	if b == nil {
+		if len(st.buckets) >= MaxBucketsPerStream {
+			return nil, false, status.Errorf(codes.ResourceExhausted, "more than %d buckets on one stream", MaxBucketsPerStream)
+		}
+		b = &bucket{canon: canon, id: bid}
+		if l, key := cfg.MatchBucket(st.domain, id); l != nil && l.Rule != "" && !l.Unlimited {
+			b.rule, b.key = l.Rule, key
+			st.byKey[ruleKey{b.rule, b.key}] = b
+		}
+		st.buckets[canon] = b
+		s.m.buckets.Inc()
+	}
+	first = b.rule == "" && !b.assigned
+	if first {
+		b.assigned = true
+	}
+	return b, first, nil
+}
+
+// checkUsage checks a usage report's bounds: time_elapsed in [0,
+// strategy.MaxQuotaElapsed], the requests allowed and denied at most
+// strategy.MaxQuotaReport each. Errors: InvalidArgument naming the field.
+func checkUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
 	elapsed := u.GetTimeElapsed().AsDuration()
 	if elapsed < 0 || elapsed > strategy.MaxQuotaElapsed {
 		return status.Errorf(codes.InvalidArgument, "time_elapsed %v outside [0, %v]", elapsed, strategy.MaxQuotaElapsed)
@@ -458,10 +486,16 @@ func (s *Server) report(ctx context.Context, cfg *envoyrls.Config, st *stream, u
 	if u.NumRequestsAllowed > strategy.MaxQuotaReport || u.NumRequestsDenied > strategy.MaxQuotaReport {
 		return status.Errorf(codes.InvalidArgument, "num_requests_allowed %d / denied %d above %d", u.NumRequestsAllowed, u.NumRequestsDenied, int64(strategy.MaxQuotaReport))
 	}
+	return nil
+}
+
+// forwardUsage hands the usage u of b, a bucket of a rule, to the node's
+// strategy. A usage the node does not serve is counted and logged
+// (logUnserved), not an error; the error is ctx's end only.
+func (s *Server) forwardUsage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
 	qu := quotamsg.Usage(st.client, b.key, u)
 	qu.ID = st.id
-	err := s.node.QuotaUsage(ctx, b.rule, qu)
-	if err != nil {
+	if err := s.node.QuotaUsage(ctx, b.rule, qu); err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}

@@ -188,6 +188,9 @@ func TestStreamRefusesBadInput(t *testing.T) {
 		{"domain change", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"open": "a"}, 0, 0, 0),
 			usage("other", map[string]string{"open": "a"}, 0, 0, 0)}, codes.InvalidArgument},
 		{"negative elapsed", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"tenant": "a"}, -time.Second, 0, 0)}, codes.InvalidArgument},
+		{"long elapsed", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"tenant": "a"}, strategy.MaxQuotaElapsed+time.Second, 0, 0)}, codes.InvalidArgument},
+		{"too many requests", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"tenant": "a"}, time.Second, 0, strategy.MaxQuotaReport+1)}, codes.InvalidArgument},
+		{"bucket id too large", []*rlqsv3.RateLimitQuotaUsageReports{usage("edge", map[string]string{"tenant": strings.Repeat("a", MaxBucketIDBytes)}, 0, 0, 0)}, codes.InvalidArgument},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := open()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,50 +161,23 @@ type chaosPlan struct {
 	rate       bucket.Rate
 }
 
+// plan checks the command line and builds the run: the strategies and
+// their parameters, the schedule drawn from --seed, the bounded load and
+// the envelope. Every error is a usage error naming the first bad flag.
 func (f *chaosFlags) plan() (*chaosPlan, error) {
-	switch {
-	case !f.random:
-		return nil, usageErr("--random is required (the only mode: a schedule drawn from --seed)")
-	case f.nodes < 2:
-		return nil, usageErr("--nodes %d: a random run needs at least 2", f.nodes)
-	case f.keys < 1:
-		return nil, usageErr("--keys %d: want at least 1", f.keys)
-	case !(f.rate > 0) || math.IsInf(f.rate, 0):
-		return nil, usageErr("--rate %v: want a positive number of tokens per second", f.rate)
-	case f.burst < 1:
-		return nil, usageErr("--burst %d: want at least 1", f.burst)
-	case !(f.offered > 0) || f.offered > 1000:
-		return nil, usageErr("--offered %v: want in (0, 1000]", f.offered)
-	case f.duration < 10*time.Second:
-		return nil, usageErr("--duration %v: want at least 10s", f.duration)
-	case f.maxFault < 2*time.Second:
-		return nil, usageErr("--max-fault %v: want at least 2s", f.maxFault)
-	case f.settle < 0 || f.slack < 0 || f.idle < 0 || f.timeout <= 0 || f.runBound < 0:
-		return nil, usageErr("--settle, --slack, --idle and --timeout must not be negative (--timeout positive)")
+	if err := f.checkLoad(); err != nil {
+		return nil, err
+	}
+	if err := f.checkDurations(); err != nil {
+		return nil, err
 	}
 	p := &chaosPlan{params: map[string][]string{}}
-	var infos []registry.Info
-	for _, s := range f.strategies {
-		s = strings.TrimSpace(s)
-		info, err := registry.Lookup(s)
-		if err != nil || info.Centralized {
-			return nil, usageErr("--strategy %q: want a coordination strategy (%s)", s, strings.Join(registry.Names()[1:], ", "))
-		}
-		for _, q := range p.strategies {
-			if q == s {
-				return nil, usageErr("--strategy: %q is listed twice", s)
-			}
-		}
-		p.strategies = append(p.strategies, s)
-		infos = append(infos, info)
-	}
-	params, err := parseParamFlags(f.params, infos)
+	infos, err := p.setStrategies(f.strategies)
 	if err != nil {
 		return nil, err
 	}
-	for name, value := range params.Values() {
-		s, pname, _ := strings.Cut(name, ".")
-		p.params[s] = append(p.params[s], pname+"="+value)
+	if err := p.setParams(f.params, infos); err != nil {
+		return nil, err
 	}
 	for _, k := range f.faults {
 		p.kinds = append(p.kinds, chaos.FaultKind(strings.TrimSpace(k)))
@@ -214,22 +188,112 @@ func (f *chaosFlags) plan() (*chaosPlan, error) {
 	if p.rate, err = rule.ParseRate(fmt.Sprintf("%g/s", f.rate)); err != nil {
 		return nil, usageErr("--rate: %v", err)
 	}
+	if p.schedule, err = f.drawSchedule(p.kinds); err != nil {
+		return nil, err
+	}
+	p.env = chaos.Envelope{RatePerSec: f.rate, Burst: f.burst}
+	if p.load, err = f.load(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkLoad checks --random, --nodes and the load's flags (--keys,
+// --rate in tokens per second, --burst in tokens, --offered as a multiple
+// of --rate), in that order.
+func (f *chaosFlags) checkLoad() error {
+	switch {
+	case !f.random:
+		return usageErr("--random is required (the only mode: a schedule drawn from --seed)")
+	case f.nodes < 2:
+		return usageErr("--nodes %d: a random run needs at least 2", f.nodes)
+	case f.keys < 1:
+		return usageErr("--keys %d: want at least 1", f.keys)
+	case !(f.rate > 0) || math.IsInf(f.rate, 0):
+		return usageErr("--rate %v: want a positive number of tokens per second", f.rate)
+	case f.burst < 1:
+		return usageErr("--burst %d: want at least 1", f.burst)
+	case !(f.offered > 0) || f.offered > 1000:
+		return usageErr("--offered %v: want in (0, 1000]", f.offered)
+	}
+	return nil
+}
+
+// checkDurations checks --duration (at least 10 s), --max-fault (at least
+// 2 s), and that --settle, --slack, --idle and --max-excess-run are not
+// negative and --timeout is positive.
+func (f *chaosFlags) checkDurations() error {
+	switch {
+	case f.duration < 10*time.Second:
+		return usageErr("--duration %v: want at least 10s", f.duration)
+	case f.maxFault < 2*time.Second:
+		return usageErr("--max-fault %v: want at least 2s", f.maxFault)
+	case f.settle < 0 || f.slack < 0 || f.idle < 0 || f.timeout <= 0 || f.runBound < 0:
+		return usageErr("--settle, --slack, --idle and --timeout must not be negative (--timeout positive)")
+	}
+	return nil
+}
+
+// setStrategies sets p.strategies from --strategy (trimmed): coordination
+// strategies, each once. It returns their registry entries, in order.
+func (p *chaosPlan) setStrategies(names []string) ([]registry.Info, error) {
+	var infos []registry.Info
+	for _, s := range names {
+		s = strings.TrimSpace(s)
+		info, err := registry.Lookup(s)
+		if err != nil || info.Centralized {
+			return nil, usageErr("--strategy %q: want a coordination strategy (%s)", s, strings.Join(registry.Names()[1:], ", "))
+		}
+		if slices.Contains(p.strategies, s) {
+			return nil, usageErr("--strategy: %q is listed twice", s)
+		}
+		p.strategies = append(p.strategies, s)
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// setParams parses the --param flags (strategy.name=value) for the
+// strategies infos into p.params: per strategy, its name=value list.
+func (p *chaosPlan) setParams(flags []string, infos []registry.Info) error {
+	params, err := parseParamFlags(flags, infos)
+	if err != nil {
+		return err
+	}
+	for name, value := range params.Values() {
+		s, pname, _ := strings.Cut(name, ".")
+		p.params[s] = append(p.params[s], pname+"="+value)
+	}
+	return nil
+}
+
+// drawSchedule draws the fault schedule from --seed for --nodes and
+// --duration, of the given kinds (nil: all), with --settle (0 stays 0)
+// and --max-fault.
+func (f *chaosFlags) drawSchedule(kinds []chaos.FaultKind) (chaos.Schedule, error) {
 	settle := f.settle
 	if settle == 0 {
 		settle = time.Nanosecond // 0 is NewSchedule's default
 	}
-	p.schedule, err = chaos.NewSchedule(f.seed, f.nodes, f.duration, chaos.ScheduleOptions{Kinds: p.kinds, Settle: settle, MaxFault: f.maxFault})
+	s, err := chaos.NewSchedule(f.seed, f.nodes, f.duration, chaos.ScheduleOptions{Kinds: kinds, Settle: settle, MaxFault: f.maxFault})
 	if err != nil {
-		return nil, usageErr("%v", err)
+		return s, usageErr("%v", err)
 	}
-	p.env = chaos.Envelope{RatePerSec: f.rate, Burst: f.burst}
+	return s, nil
+}
+
+// load is the run's load: --keys keys, each offered --offered times
+// --rate checks per second for --duration, each waiting at most
+// --timeout, at most 512 in flight, bounded to duration x rate x offered
+// x keys checks (plus one).
+func (f *chaosFlags) load() (chaos.Load, error) {
 	per := f.offered * f.rate
-	p.load = chaos.Load{Keys: f.keys, PerKeyPerSec: per, Duration: f.duration, Timeout: f.timeout, MaxInFlight: 512,
+	l := chaos.Load{Keys: f.keys, PerKeyPerSec: per, Duration: f.duration, Timeout: f.timeout, MaxInFlight: 512,
 		MaxChecks: int(math.Ceil(per*float64(f.keys)*f.duration.Seconds())) + 1}
-	if err := p.load.Validate(); err != nil {
-		return nil, usageErr("%v", err)
+	if err := l.Validate(); err != nil {
+		return l, usageErr("%v", err)
 	}
-	return p, nil
+	return l, nil
 }
 
 // reproduce is the command line that repeats the run.
@@ -275,14 +339,40 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 	progress := &lockedWriter{w: stderr, mu: &errMu}
 	fmt.Fprintf(progress, "chaos: %s", p.schedule)
 	fmt.Fprintf(progress, "chaos: reproduce with: %s\n", f.reproduce())
-	if f.out != "" {
-		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return p, nil, err
-		}
-		if err := os.WriteFile(filepath.Join(f.out, "schedule.txt"), []byte(p.schedule.String()), 0o644); err != nil {
-			return p, nil, err
-		}
+	if err := writeChaosSchedule(f.out, p.schedule); err != nil {
+		return p, nil, err
 	}
+	results, err := runChaosStrategies(ctx, f, p, progress)
+	if err != nil {
+		return p, results, err
+	}
+	report := chaosReport(f, p, results)
+	fmt.Fprint(stdout, report)
+	if err := writeChaosOut(f.out, p.strategies, report, results); err != nil {
+		return p, results, err
+	}
+	if fails := chaosFailures(f, p.strategies, results); len(fails) > 0 {
+		return p, results, fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
+	}
+	return p, results, nil
+}
+
+// writeChaosSchedule writes the schedule s as schedule.txt into the
+// directory out, made if need be (--out; "": nothing written).
+func writeChaosSchedule(out string, s chaos.Schedule) error {
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "schedule.txt"), []byte(s.String()), 0o644)
+}
+
+// runChaosStrategies runs p's strategies in parallel, each on a cluster of
+// its own (chaosOne), and returns their results in p.strategies' order;
+// the error joins every strategy's, each prefixed by its name.
+func runChaosStrategies(ctx context.Context, f *chaosFlags, p *chaosPlan, progress io.Writer) ([]chaos.RandomResult, error) {
 	results := make([]chaos.RandomResult, len(p.strategies))
 	errs := make([]error, len(p.strategies))
 	var wg sync.WaitGroup
@@ -297,23 +387,34 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return p, results, err
+	return results, errors.Join(errs...)
+}
+
+// writeChaosOut writes report as report.md and each strategy's history as
+// history-<strategy>.csv (results in strategies' order) into the directory
+// out (--out; "": nothing written).
+func writeChaosOut(out string, strategies []string, report string, results []chaos.RandomResult) error {
+	if out == "" {
+		return nil
 	}
-	report := chaosReport(f, p, results)
-	fmt.Fprint(stdout, report)
-	if f.out != "" {
-		if err := os.WriteFile(filepath.Join(f.out, "report.md"), []byte(report), 0o644); err != nil {
-			return p, results, err
-		}
-		for i, s := range p.strategies {
-			if err := writeChaosHistory(filepath.Join(f.out, "history-"+s+".csv"), results[i].History); err != nil {
-				return p, results, err
-			}
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(report), 0o644); err != nil {
+		return err
+	}
+	for i, s := range strategies {
+		if err := writeChaosHistory(filepath.Join(out, "history-"+s+".csv"), results[i].History); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// chaosFailures lists, one line each, what failed the run (results in
+// strategies' order): keys beyond b + r*T + --slack in the quiet windows,
+// faults not applied, with --max-excess-run a key's excess during the
+// whole run beyond it, with --check-flat a node that grew after the load.
+func chaosFailures(f *chaosFlags, strategies []string, results []chaos.RandomResult) []string {
 	var fails []string
-	for i, s := range p.strategies {
+	for i, s := range strategies {
 		r := results[i]
 		if r.Quiet.Over > 0 {
 			fails = append(fails, fmt.Sprintf("%s: %d keys beyond b + r*T + %g in the quiet windows (worst %s by %.2f tokens)", s, r.Quiet.Over, f.slack, r.Quiet.Keys[0].Key, r.Quiet.Keys[0].Violation))
@@ -332,10 +433,7 @@ func runChaosRandom(ctx context.Context, f *chaosFlags, stdout, stderr io.Writer
 			}
 		}
 	}
-	if len(fails) > 0 {
-		return p, results, fmt.Errorf("%w (seed %d):\n  %s", errChaosFailed, f.seed, strings.Join(fails, "\n  "))
-	}
-	return p, results, nil
+	return fails
 }
 
 // lockedWriter serializes writes of whole lines to w.

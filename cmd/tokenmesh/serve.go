@@ -133,33 +133,16 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	if logFormat == "json" {
 		banner = io.Discard
 	}
-	gcPercent, err := applyGCPercent(cmd, opts.gcPercent)
+	bi, err := logStart(cmd, opts.gcPercent, logger)
 	if err != nil {
 		return err
 	}
-	bi := readBuildInfo()
-	logger.Info("starting tokenmesh", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion, "pid", os.Getpid(), "gc_percent", gcPercent)
 	configPath := opts.resolvedConfigPath(cmd)
-	if opts.faultInjection && configPath == "" {
-		return errors.New("--fault-injection needs --config (a node with peers)")
-	}
-	f, source, err := loadServeConfig(configPath)
+	f, networked, err := opts.loadConfig(cmd, configPath, logger)
 	if err != nil {
 		return err
 	}
-	overrides, peerSet, err := opts.node.apply(cmd, f)
-	if err != nil {
-		return err
-	}
-	// networked: peers over gRPC and gossip membership (a config file, or
-	// a peer setting given by flag or environment).
-	networked := configPath != "" || peerSet
-	logger.Info("config loaded", "config", source, "node", f.Node.Name, "rules", len(f.Rules), "overrides", overrides)
-	if f.Node.MemoryLimit > 0 {
-		debug.SetMemoryLimit(f.Node.MemoryLimit)
-		logger.Info("memory limit set (node.memory_limit)", "bytes", f.Node.MemoryLimit)
-		fmt.Fprintf(banner, "memory limit: %d bytes (node.memory_limit)\n", f.Node.MemoryLimit)
-	}
+	setMemoryLimit(f.Node.MemoryLimit, logger, banner)
 	d, err := daemon.Start(ctx, daemon.Config{File: f, ConfigPath: configPath, WatchConfig: opts.watchConfig,
 		EnvoyDir: opts.envoyConfig, Networked: networked, Logger: logger, DiscardBadState: opts.discardBad,
 		FaultInjection: opts.faultInjection, BuildInfo: bi.BuildInfo, Services: []daemon.Service{rlqs.Service()},
@@ -169,29 +152,93 @@ func runServe(ctx context.Context, cmd *cobra.Command, opts serveOptions) error 
 	}
 	printBanner(banner, d, configPath, networked)
 	if logFormat == "json" {
-		for _, r := range d.Rules().Rules {
-			logger.Info("rule", "rule", r.Name, "rate_per_s", r.Rate.PerSec(), "burst", r.Burst, "strategy", r.Strategy)
-		}
+		logRules(logger, d)
 	}
-	var serveErr error
-wait:
-	for serveErr == nil {
+	serveErr := waitServe(ctx, d, hup, logger)
+	return shutdownServe(d, f.Node.DrainDelay, serveErr, logger)
+}
+
+// logStart applies the garbage-collection target (--gc-percent, GOGC)
+// and logs the start: version, revision, Go version, PID and that target.
+// It returns the build's information.
+func logStart(cmd *cobra.Command, gcFlag int, logger *slog.Logger) (buildInfo, error) {
+	gcPercent, err := applyGCPercent(cmd, gcFlag)
+	if err != nil {
+		return buildInfo{}, err
+	}
+	bi := readBuildInfo()
+	logger.Info("starting tokenmesh", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion, "pid", os.Getpid(), "gc_percent", gcPercent)
+	return bi, nil
+}
+
+// loadConfig loads the node's config from configPath ("" : the built-in
+// default), applies the node flags and environment variables over it and
+// logs the outcome. networked is whether the node has peers over gRPC and
+// gossip: a config file, or a peer setting given by flag or environment.
+// Errors: --fault-injection without a config file, the config's, the
+// flags'.
+func (opts serveOptions) loadConfig(cmd *cobra.Command, configPath string, logger *slog.Logger) (f *config.File, networked bool, err error) {
+	if opts.faultInjection && configPath == "" {
+		return nil, false, errors.New("--fault-injection needs --config (a node with peers)")
+	}
+	f, source, err := loadServeConfig(configPath)
+	if err != nil {
+		return nil, false, err
+	}
+	overrides, peerSet, err := opts.node.apply(cmd, f)
+	if err != nil {
+		return nil, false, err
+	}
+	logger.Info("config loaded", "config", source, "node", f.Node.Name, "rules", len(f.Rules), "overrides", overrides)
+	return f, configPath != "" || peerSet, nil
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to limit bytes
+// (node.memory_limit) and says so in the log and on banner; 0 or less
+// leaves the runtime's default.
+func setMemoryLimit(limit int64, logger *slog.Logger, banner io.Writer) {
+	if limit <= 0 {
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	logger.Info("memory limit set (node.memory_limit)", "bytes", limit)
+	fmt.Fprintf(banner, "memory limit: %d bytes (node.memory_limit)\n", limit)
+}
+
+// logRules logs one record a rule of d: name, rate per second, burst,
+// strategy (JSON logs' counterpart of the banner's rule lines).
+func logRules(logger *slog.Logger, d *daemon.Daemon) {
+	for _, r := range d.Rules().Rules {
+		logger.Info("rule", "rule", r.Name, "rate_per_s", r.Rate.PerSec(), "burst", r.Burst, "strategy", r.Strategy)
+	}
+}
+
+// waitServe serves until ctx ends (nil) or d fails (its error), reloading
+// d's rules on each signal from hup.
+func waitServe(ctx context.Context, d *daemon.Daemon, hup <-chan os.Signal, logger *slog.Logger) error {
+	for {
 		select {
 		case <-ctx.Done():
 			logger.Info("shutting down", "reason", "signal")
-			break wait
+			return nil
 		case <-d.Done():
-			serveErr = d.Err()
+			if err := d.Err(); err != nil {
+				logger.Error("shutting down", "reason", err.Error())
+				return err
+			}
 		case <-hup:
 			if err := d.Reload(ctx, "SIGHUP"); errors.Is(err, daemon.ErrNoConfigFile) {
 				logger.Warn("SIGHUP: no config file (--config) or envoy config (--envoy-config) to reload; nothing changed")
 			}
 		}
 	}
-	if serveErr != nil {
-		logger.Error("shutting down", "reason", serveErr.Error())
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), f.Node.DrainDelay+shutdownTimeout)
+}
+
+// shutdownServe shuts d down, waiting at most drainDelay plus
+// shutdownTimeout, and logs that it stopped. It returns serveErr, the
+// reason serving ended, or else the shutdown's error.
+func shutdownServe(d *daemon.Daemon, drainDelay time.Duration, serveErr error, logger *slog.Logger) error {
+	sctx, cancel := context.WithTimeout(context.Background(), drainDelay+shutdownTimeout)
 	defer cancel()
 	if err := d.Shutdown(sctx); err != nil && serveErr == nil {
 		serveErr = err

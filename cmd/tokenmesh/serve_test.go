@@ -221,7 +221,8 @@ rules:
 	}
 }
 
-// TestServeBadConfig: a config error names the file and field and exits 1.
+// TestServeBadConfig: a config error names the file and field and exits 1,
+// as does --fault-injection without --config.
 func TestServeBadConfig(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(cfg, []byte("node:\n  api_addr: nope\nrules:\n  - name: api\n    rate: 1/s\n"), 0o644); err != nil {
@@ -233,6 +234,9 @@ func TestServeBadConfig(t *testing.T) {
 	}
 	if _, stderr, code := tokenmesh(t, "serve", "extra"); code == 0 {
 		t.Errorf("serve extra: exit 0, stderr %q", stderr)
+	}
+	if _, stderr, code := tokenmesh(t, "serve", "--fault-injection"); code != 1 || !strings.Contains(stderr, "--fault-injection needs --config") {
+		t.Errorf("serve --fault-injection without --config: exit %d, stderr %q; want 1 naming --config", code, stderr)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,6 +249,16 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 	}
 	_ = stream.CloseSend()
 
+	// SIGHUP with no config file to reload: a warning, the node stays.
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stdout.String(), "SIGHUP: no config file"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fail("no warning for SIGHUP without a config file after 10 s")
+		}
+	}
+
 	terminate(t, cmd, done, 10*time.Second, fail)
 	var msgs []string
 	sc := bufio.NewScanner(strings.NewReader(stdout.String()))
@@ -263,6 +274,9 @@ func TestServeFlagsEnvJSONLogs(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q record in the log: %s", want, got)
 		}
+	}
+	if !slices.Contains(msgs, "rule") { // one record a rule: JSON logs have no banner
+		t.Errorf("no rule record in the log: %s", got)
 	}
 
 	for _, c := range []struct {

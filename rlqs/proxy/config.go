@@ -95,7 +95,23 @@ type Config struct {
 // ClientID is proxy i's client id when Config.ClientIDs is set.
 func ClientID(i int) string { return fmt.Sprintf("envoy-%d", i) }
 
+// validate checks the fleet's settings (checkFleet), then each load
+// (Load.validate); the error names the first bad field.
 func (cfg *Config) validate() error {
+	if err := cfg.checkFleet(); err != nil {
+		return err
+	}
+	for i, l := range cfg.Loads {
+		if err := l.validate(cfg.Proxies); err != nil {
+			return fmt.Errorf("proxy: Config.Loads[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkFleet checks Proxies (at least 1), Addrs (at least one, none
+// empty), ConnectTimeout and MaxBackoff (not negative).
+func (cfg *Config) checkFleet() error {
 	switch {
 	case cfg.Proxies < 1:
 		return fmt.Errorf("proxy: Config.Proxies %d, want >= 1", cfg.Proxies)
@@ -111,23 +127,25 @@ func (cfg *Config) validate() error {
 			return fmt.Errorf("proxy: Config.Addrs[%d] is empty", i)
 		}
 	}
-	for i, l := range cfg.Loads {
-		var err error
-		switch {
-		case l.Proxy < 0 || l.Proxy >= cfg.Proxies:
-			err = fmt.Errorf("Proxy %d not in [0, %d)", l.Proxy, cfg.Proxies)
-		case !(l.Rate > 0) || math.IsInf(l.Rate, 1):
-			err = fmt.Errorf("Rate %v, want a positive finite number of requests per second", l.Rate)
-		case l.Arrivals > Uniform:
-			err = fmt.Errorf("Arrivals %v unknown", l.Arrivals)
-		case l.Start < 0 || l.Count < 0 || l.Duration < 0:
-			err = fmt.Errorf("negative Start %v, Count %d or Duration %v", l.Start, l.Count, l.Duration)
-		case l.Count == 0 && l.Duration == 0:
-			err = errors.New("neither Count nor Duration set: the load would never stop")
-		}
-		if err != nil {
-			return fmt.Errorf("proxy: Config.Loads[%d]: %w", i, err)
-		}
+	return nil
+}
+
+// validate checks a load of a fleet of proxies proxies: its proxy in
+// range, a positive finite Rate (requests per second), a known Arrivals,
+// Start, Count and Duration not negative and one of Count and Duration
+// set. The error names the field, without the load's index.
+func (l Load) validate(proxies int) error {
+	switch {
+	case l.Proxy < 0 || l.Proxy >= proxies:
+		return fmt.Errorf("Proxy %d not in [0, %d)", l.Proxy, proxies)
+	case !(l.Rate > 0) || math.IsInf(l.Rate, 1):
+		return fmt.Errorf("Rate %v, want a positive finite number of requests per second", l.Rate)
+	case l.Arrivals > Uniform:
+		return fmt.Errorf("Arrivals %v unknown", l.Arrivals)
+	case l.Start < 0 || l.Count < 0 || l.Duration < 0:
+		return fmt.Errorf("negative Start %v, Count %d or Duration %v", l.Start, l.Count, l.Duration)
+	case l.Count == 0 && l.Duration == 0:
+		return errors.New("neither Count nor Duration set: the load would never stop")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"math"
 	"math/big"
 	"net"
 	"slices"
@@ -380,6 +381,11 @@ func TestConfigErrors(t *testing.T) {
 		"negative":        {func(c *Config) { c.Loads[0].Duration = -1 }, "negative"},
 		"model":           {func(c *Config) { c.Model.Domain = "" }, "Config.Model"},
 		"connect timeout": {func(c *Config) { c.ConnectTimeout = -1 }, "ConnectTimeout"},
+		"max backoff":     {func(c *Config) { c.MaxBackoff = -1 }, "Config.MaxBackoff -1ns is negative"},
+		"infinite rate":   {func(c *Config) { c.Loads[0].Rate = math.Inf(1) }, "Loads[0]: Rate +Inf"},
+		"negative start":  {func(c *Config) { c.Loads[0].Start = -1 }, "Loads[0]: negative Start"},
+		"second load":     {func(c *Config) { c.Loads = append(c.Loads, Load{Bucket: web, Rate: 1}) }, "Loads[1]: neither Count nor Duration"},
+		"proxies first":   {func(c *Config) { c.Proxies, c.Addrs = 0, nil }, "Config.Proxies 0"},
 	}
 	for name, c := range cases {
 		cfg := good()

@@ -642,61 +642,98 @@ func (sh shape) raise(a *alloc, now time.Duration, units, burst []int64, changed
 // whose bursts are starved (1) or the other sent ones (2).
 func (sh shape) raisePass(a *alloc, now time.Duration, units, burst []int64, changed []bool, pass int) (blockedAt time.Duration) {
 	for i, s := range a.shares {
-		if !s.live || s.sent != (pass > 0) || s.pinned {
+		if !s.inRaisePass(burst[i], pass) {
 			continue
 		}
-		if starved := s.sent && s.burst*starvedBurst < burst[i]; (pass == 1) != starved && s.sent {
-			continue
+		raised, at := sh.raiseBurst(a, s, now, burst[i], pass)
+		blockedAt = minWake(blockedAt, at)
+		// A burst not paid yet (0) gets no units either: they refill the
+		// reserve meanwhile.
+		if s.burst > 0 && sh.raiseUnits(a, s, s.unitTarget(units[i], burst[i])) {
+			raised = true
 		}
-		if need := burst[i] - s.burst; need > 0 && (pass != 2 || above(burst[i], s.burst)) {
-			whole := int64(math.Floor(a.reserve.Tokens(now)))
-			give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
-			if give > 0 && a.reserve.AllowN(now, give) {
-				s.burst += give
-				a.heldBurst += give
-				changed[i] = true
-			}
-			if give < need {
-				if d, ok := a.reserve.DelayN(now, need-give); ok {
-					blockedAt = minWake(blockedAt, now+max(d, time.Millisecond))
-				}
-			}
-		}
-		if s.burst == 0 {
-			continue // not paid yet: no units either (they refill the reserve meanwhile)
-		}
-		target := units[i]
-		if !s.sent && s.burst < burst[i] {
-			// A first assignment whose burst is not all paid yet:
-			// units in proportion to the part paid (at least the one
-			// an assignment needs: Envoy refuses tokens_per_fill 0);
-			// the others stay in the reserve and refill it, which
-			// pays the rest of the burst (with every unit held,
-			// nothing would). A share already sent takes its units
-			// at once, its burst as the reserve pays it: a raise of
-			// tokens_per_fill alone hands no tokens (the other
-			// shares' targets leave the free units that pay first
-			// assignments).
-			target = min(target, max(s.units, 1, mulDiv(target, s.burst, burst[i])))
-		} else if s.burst*starvedBurst < burst[i] {
-			// A sent share whose burst is far below its target (paid a
-			// token at a time after a takeover emptied the reserve):
-			// units up to starvedBurst times the part paid, the others
-			// left to refill the reserve, which pays its burst. With
-			// every unit held the reserve refills nothing, and a share
-			// kept a burst of 1 (Envoy: one token per refill at most
-			// held) for good (seen live after an owner's kill).
-			target = min(target, max(s.units, 1, mulDiv(target, starvedBurst*s.burst, burst[i])))
-		}
-		if need := target - s.units; need > 0 {
-			if give := min(need, max(sh.units-a.heldUnits, 0)); give > 0 {
-				s.units += give
-				a.heldUnits += give
-				changed[i] = true
-			}
-		}
+		changed[i] = changed[i] || raised
 	}
 	return blockedAt
+}
+
+// inRaisePass says whether raise's pass (see raisePass) takes s, whose
+// burst target is burstTarget tokens: a live share neither pinned nor of
+// another pass.
+func (s *share) inRaisePass(burstTarget int64, pass int) bool {
+	if !s.live || s.sent != (pass > 0) || s.pinned {
+		return false
+	}
+	starved := s.sent && s.burst*starvedBurst < burstTarget
+	return !s.sent || (pass == 1) == starved
+}
+
+// raiseBurst raises s's burst towards target (tokens), paid with whole
+// tokens of the reserve and within the shape's free burst; on pass 2 only
+// when the target is beyond the cut's hysteresis (above). It reports
+// whether it raised the burst, and when the reserve will hold the tokens
+// still missing (0: none missing, or never).
+func (sh shape) raiseBurst(a *alloc, s *share, now time.Duration, target int64, pass int) (raised bool, blockedAt time.Duration) {
+	need := target - s.burst
+	if need <= 0 || (pass == 2 && !above(target, s.burst)) {
+		return false, 0
+	}
+	whole := int64(math.Floor(a.reserve.Tokens(now)))
+	give := min(need, max(sh.burst-a.heldBurst, 0), max(whole, 0))
+	if give > 0 && a.reserve.AllowN(now, give) {
+		s.burst += give
+		a.heldBurst += give
+		raised = true
+	}
+	if give < need {
+		if d, ok := a.reserve.DelayN(now, need-give); ok {
+			blockedAt = now + max(d, time.Millisecond)
+		}
+	}
+	return raised, blockedAt
+}
+
+// unitTarget is the units s may hold now given its targets target
+// (units) and burstTarget (tokens): target, but in proportion to the part
+// of the burst paid while that is not all paid (a first assignment) or
+// starved (a sent share), never below what s holds or 1.
+func (s *share) unitTarget(target, burstTarget int64) int64 {
+	if !s.sent && s.burst < burstTarget {
+		// A first assignment whose burst is not all paid yet:
+		// units in proportion to the part paid (at least the one
+		// an assignment needs: Envoy refuses tokens_per_fill 0);
+		// the others stay in the reserve and refill it, which
+		// pays the rest of the burst (with every unit held,
+		// nothing would). A share already sent takes its units
+		// at once, its burst as the reserve pays it: a raise of
+		// tokens_per_fill alone hands no tokens (the other
+		// shares' targets leave the free units that pay first
+		// assignments).
+		return min(target, max(s.units, 1, mulDiv(target, s.burst, burstTarget)))
+	}
+	if s.burst*starvedBurst < burstTarget {
+		// A sent share whose burst is far below its target (paid a
+		// token at a time after a takeover emptied the reserve):
+		// units up to starvedBurst times the part paid, the others
+		// left to refill the reserve, which pays its burst. With
+		// every unit held the reserve refills nothing, and a share
+		// kept a burst of 1 (Envoy: one token per refill at most
+		// held) for good (seen live after an owner's kill).
+		return min(target, max(s.units, 1, mulDiv(target, starvedBurst*s.burst, burstTarget)))
+	}
+	return target
+}
+
+// raiseUnits raises s's units towards target from the shape's free units
+// and reports whether it did.
+func (sh shape) raiseUnits(a *alloc, s *share, target int64) bool {
+	give := min(target-s.units, max(sh.units-a.heldUnits, 0))
+	if give <= 0 {
+		return false
+	}
+	s.units += give
+	a.heldUnits += give
+	return true
 }
 
 // starvedBurst: a sent share whose burst is below 1/starvedBurst of its
