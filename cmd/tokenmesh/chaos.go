@@ -229,7 +229,7 @@ func (f *chaosFlags) checkDurations() error {
 	case f.maxFault < 2*time.Second:
 		return usageErr("--max-fault %v: want at least 2s", f.maxFault)
 	case f.settle < 0 || f.slack < 0 || f.idle < 0 || f.timeout <= 0 || f.runBound < 0:
-		return usageErr("--settle, --slack, --idle and --timeout must not be negative (--timeout positive)")
+		return usageErr("--settle, --slack, --idle, --timeout and --max-excess-run must not be negative (--timeout positive)")
 	}
 	return nil
 }
@@ -299,13 +299,13 @@ func (f *chaosFlags) load() (chaos.Load, error) {
 // reproduce is the command line that repeats the run.
 func (f *chaosFlags) reproduce() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "tokenmesh chaos --random --seed %d --duration %v --nodes %d --strategy %s --keys %d --rate %g --burst %d --offered %g --settle %v --max-fault %v --slack %g --timeout %v",
-		f.seed, f.duration, f.nodes, strings.Join(f.strategies, ","), f.keys, f.rate, f.burst, f.offered, f.settle, f.maxFault, f.slack, f.timeout)
+	fmt.Fprintf(&b, "tokenmesh chaos --random --seed %d --duration %v --nodes %d --strategy %s --keys %d --rate %g --burst %d --offered %g --settle %v --max-fault %v --slack %g --timeout %v --idle %v",
+		f.seed, f.duration, f.nodes, joinTrimmed(f.strategies), f.keys, f.rate, f.burst, f.offered, f.settle, f.maxFault, f.slack, f.timeout, f.idle)
 	if len(f.faults) > 0 {
-		fmt.Fprintf(&b, " --faults %s", strings.Join(f.faults, ","))
+		fmt.Fprintf(&b, " --faults %s", joinTrimmed(f.faults))
 	}
 	for _, p := range f.params {
-		fmt.Fprintf(&b, " --param %s", p)
+		fmt.Fprintf(&b, " --param %s", strings.TrimSpace(p))
 	}
 	if f.netns {
 		b.WriteString(" --netns")
@@ -317,6 +317,16 @@ func (f *chaosFlags) reproduce() string {
 		fmt.Fprintf(&b, " --max-excess-run %g", f.runBound)
 	}
 	return b.String()
+}
+
+// joinTrimmed joins a list flag's values, each trimmed of spaces, with
+// commas: `--strategy "owner, lease"` comes back as one argument.
+func joinTrimmed(vs []string) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strings.TrimSpace(v)
+	}
+	return strings.Join(out, ",")
 }
 
 // errChaosFailed is returned when the checker found a key beyond its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,23 @@ func TestChaosPlanFlags(t *testing.T) {
 		if fl.Kind != chaos.FaultKill && fl.Kind != chaos.FaultPause {
 			t.Fatalf("fault %v drawn, only kill and pause asked for", fl)
 		}
+	}
+	// The reproduce line, parsed again, plans the same run (strategies
+	// and faults given with spaces, --idle kept).
+	f.idle = 3 * time.Second
+	line := f.reproduce()
+	again := &chaosFlags{}
+	args := append(strings.Fields(line)[2:], "--binary", binary)
+	if err := newChaosCmdWith(again).ParseFlags(args); err != nil {
+		t.Fatalf("reproduce line %q: %v", line, err)
+	}
+	q, err := again.plan()
+	if err != nil {
+		t.Fatalf("reproduce line %q: %v", line, err)
+	}
+	if !reflect.DeepEqual(q.schedule, p.schedule) || !slices.Equal(q.strategies, p.strategies) || !reflect.DeepEqual(q.params, p.params) ||
+		!slices.Equal(q.kinds, p.kinds) || again.idle != 3*time.Second {
+		t.Fatalf("reproduce line %q plans another run: %+v, idle %v", line, q, again.idle)
 	}
 }
 
