@@ -156,14 +156,19 @@ func (st *keyState) admit(d Decision, env Envelope) {
 // maxErrorKinds kinds, then "other").
 func (rep *Report) countError(err error) {
 	rep.Errors++
+	rep.addErrorKind(err.Error(), 1)
+}
+
+// addErrorKind counts n errors of kind msg, under "other" once
+// ErrorKinds holds maxErrorKinds kinds and msg is not one of them.
+func (rep *Report) addErrorKind(msg string, n int) {
 	if rep.ErrorKinds == nil {
 		rep.ErrorKinds = map[string]int{}
 	}
-	msg := err.Error()
 	if _, ok := rep.ErrorKinds[msg]; !ok && len(rep.ErrorKinds) >= maxErrorKinds {
 		msg = "other"
 	}
-	rep.ErrorKinds[msg]++
+	rep.ErrorKinds[msg] += n
 }
 
 // addKey adds one key's outcome k to rep: to Keys (unsorted), to

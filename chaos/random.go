@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -505,13 +506,15 @@ func checkQuiet(h *History, env Envelope, quiet [][2]time.Duration, end time.Dur
 
 // addWindow adds one window's report rep to the sum agg: its counts and
 // error kinds, its P50 and P99 where worse, and each key's outcome into
-// byKey (see mergeKey).
+// byKey (see KeyReport.merge). The sum keeps maxErrorKinds kinds too, the
+// others under "other" (kinds taken in name order: the same run, the same
+// sum).
 func (agg *Report) addWindow(rep Report, byKey map[string]*KeyReport) {
 	agg.Checks += rep.Checks
 	agg.Admitted += rep.Admitted
 	agg.Errors += rep.Errors
-	for k, n := range rep.ErrorKinds {
-		agg.ErrorKinds[k] += n
+	for _, k := range slices.Sorted(maps.Keys(rep.ErrorKinds)) {
+		agg.addErrorKind(k, rep.ErrorKinds[k])
 	}
 	agg.P50 = max(agg.P50, rep.P50)
 	agg.P99 = max(agg.P99, rep.P99) // the worst window's p99

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,27 @@ func TestRunRandomRejects(t *testing.T) {
 	}
 	if len(res.Before) != 3 || len(res.Warm) != 3 || len(res.After) != 3 || res.Idle != time.Millisecond || res.Whole.Checks == 0 {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// The quiet windows' sum keeps at most maxErrorKinds error kinds, the rest
+// under "other", as one window's report does, and every error counted.
+func TestAddWindowCapsErrorKinds(t *testing.T) {
+	agg := Report{ErrorKinds: map[string]int{}}
+	byKey := map[string]*KeyReport{}
+	for w := range 2 {
+		rep := Report{Errors: 6, ErrorKinds: map[string]int{}}
+		for i := range 6 {
+			rep.ErrorKinds[fmt.Sprintf("w%d-kind%d", w, i)] = 1
+		}
+		agg.addWindow(rep, byKey)
+	}
+	total := 0
+	for _, n := range agg.ErrorKinds {
+		total += n
+	}
+	if len(agg.ErrorKinds) != maxErrorKinds+1 || agg.ErrorKinds["other"] != 12-maxErrorKinds || total != 12 || agg.Errors != 12 {
+		t.Fatalf("sum of two windows of 6 kinds each: %d kinds %v (errors %d), want %d kinds and %d under other",
+			len(agg.ErrorKinds), agg.ErrorKinds, agg.Errors, maxErrorKinds, 12-maxErrorKinds)
 	}
 }
