@@ -405,18 +405,18 @@
 //     tokens against central, whose bucket is empty at steady overload;
 //     what costs is the float's change from one window to the next. On
 //     the tenant workload across 3 regions (docs/EVALUATION.md, "the
-//     steady-state swing") about 35 tokens per key at steady state (9.9
-//     in G's bucket, 2.7 in stocks, 7.6 in the node leases of G's region,
-//     14.4 in the other regions') and 28 in transit, was about 40 with
+//     steady-state swing") about 35 tokens per key at steady state (9.6
+//     in G's bucket, 2.8 in stocks, 7.7 in the node leases of G's region,
+//     14.5 in the other regions') and 28 in transit, was about 40 with
 //     6.8 in stocks before the region's hint ended with the next push and asks
 //     got their share (above), 79 with pushed grants alone, 97 before them
-//     and 207 before that; shortfall per 1 s window 0.99/1.03/1.09% at
+//     and 207 before that; shortfall per 1 s window 1.02/1.01/1.05% at
 //     seeds 1-3 (1.14/1.12/1.11% before, 1.47% with pushes alone, 1.71%
 //     before them; issue 24's target 0.5%): the first second (the float
-//     when central has spent its burst at 1 s), 0.47% of the 20 s run,
+//     when central has spent its burst at 1 s), 0.51% of the 20 s run,
 //     and, at steady state, the swing (the tokens admitted per key and
 //     second vary by about 15 rms around r; 18 before, 24 before pushes),
-//     0.52%, mostly the other regions' node leases (a node's lease,
+//     0.51%, mostly the other regions' node leases (a node's lease,
 //     d*period, is used by that node alone) and the tokens in transit
 //     (the count of pushes in flight varies with the WAN's latency). It
 //     is not a delay-driven oscillation: with stocks on, a constant WAN

@@ -1,6 +1,7 @@
 package regionlease
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -224,7 +225,10 @@ func (l *RegionLease) askShare(now time.Duration, key string, from strategy.Node
 	if total <= 0 {
 		return 0, false
 	}
-	return int64(float64(whole) * float64(a.mtps) / 1000 / total), true
+	// Rounded up: a region whose share is below a token still gets one
+	// per ask (once per round trip), as pushes skip shares below
+	// min_lease.
+	return int64(math.Ceil(float64(whole) * float64(a.mtps) / 1000 / total)), true
 }
 
 // onPush takes a pushed lease at a regional owner: only from the key's

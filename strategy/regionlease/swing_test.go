@@ -139,9 +139,11 @@ func askGrant(t *testing.T, g *regionlease.RegionLease, now time.Duration, from 
 // the demands reported (as a push splits it), with a dry hint, instead of
 // the whole level: the global owner's own requests drained its bucket at
 // 20 ms (51 in 500 ms: about 102/s), us.n2 reports 100/s, the bucket holds
-// 50 tokens at 520 ms, us.n2 asks 100: about 50*100/202, 24 tokens.
-// Without pushes (push_every=0) and before the bucket was dry it gets the
-// whole level. The build before this change lent 50, which fails.
+// 50 tokens at 520 ms, us.n2 asks 100: about 50*100/202 rounded up, 25
+// tokens (asserted as 20 to 30: the owner's own demand is measured over
+// its window). Without pushes (push_every=0) and before the bucket was dry
+// it gets the whole level. The build before this change lent 50, which
+// fails.
 func TestRegionAskGetsItsShareWhileContended(t *testing.T) {
 	for _, tc := range []struct {
 		name, param string
