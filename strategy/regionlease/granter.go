@@ -134,8 +134,8 @@ func (l *RegionLease) fromStock(now time.Duration, key string, h *holding, arr t
 	switch {
 	case l.takeLeased(now, key, h, arr, n, fx):
 		v.decided, v.allowed = true, true
-	case arr < h.emptyUntil:
-		v.decided, v.emptyFor = true, uint64((h.emptyUntil-arr)/time.Microsecond)
+	case arr < l.regionHint(now, h):
+		v.decided, v.emptyFor = true, uint64((l.regionHint(now, h)-arr)/time.Microsecond)
 	case !live, l.hot(now, h):
 		v.decided = true
 		if due := l.stockDue(now, h); live && due > arr {
@@ -269,14 +269,23 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	if topology.Of(from) == l.region && l.contended(now, a.Key) {
 		want = min(want, l.hotLease(a.DemandMtps))
 	}
+	shared := false
+	if !first && topology.Of(from) != l.region {
+		if share, ok := l.askShare(now, a.Key, from, whole); ok && share < want {
+			want, shared = share, true
+		}
+	}
 	n := min(want, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
 		return &grantRec{pool: p, expires: at + ttl}
 	}
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
-	if n < min(a.Tokens, want) && n == whole {
+	if n < min(a.Tokens, want) && n == whole || shared {
 		// Dry: the bucket's refill until the hint ends is for the other
-		// holders' next asks (lease's dry hint).
+		// holders' next asks (lease's dry hint); an ask cut to its share
+		// (askShare) is told the same, so that its region stays hot
+		// (refuses rather than relays) and asks again as the grant
+		// reaches it.
 		g.emptyUntil = at + min(period, l.sh.FillTime(p), hint)
 		l.noteDry(now, a.Key, fx)
 	}
@@ -319,8 +328,8 @@ func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a 
 		best.subs++
 	}
 	if g.tokens < a.Tokens && h.available(now+l.lead) == 0 {
-		if h.emptyUntil > now {
-			g.emptyUntil = h.emptyUntil
+		if u := l.regionHint(now, h); u > now {
+			g.emptyUntil = u
 		}
 		if _, live := l.global(a.Key); live && l.hot(now, h) {
 			g.emptyUntil = max(g.emptyUntil, l.stockDue(now, h))

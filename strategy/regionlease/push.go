@@ -1,6 +1,7 @@
 package regionlease
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -157,12 +158,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	if whole <= 0 {
 		return
 	}
-	total := ps.own.demand(now, l.window, l.minLease)
-	for _, n := range sortedKeys(ps.askers) { // in order: the sum is the same on every run
-		if a := ps.askers[n]; a.at+l.window > now {
-			total += float64(a.mtps) / 1000
-		}
-	}
+	total := l.demandTotal(now, ps)
 	if total <= 0 || !l.fenced(now, key, now+l.rttl, fx) {
 		return
 	}
@@ -192,6 +188,47 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		ps.out[n] = append(ps.out[n], id.seq)
 		fx.Send(n, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: m}}))
 	}
+}
+
+// demandTotal is, at the global owner, the key's demand in tokens per
+// second: its own requests' and every asker's reported within the window
+// (the denominator of the pushes' split and of askShare).
+func (l *RegionLease) demandTotal(now time.Duration, ps *pushState) float64 {
+	total := ps.own.demand(now, l.window, l.minLease)
+	for _, n := range sortedKeys(ps.askers) { // in order: the sum is the same on every run
+		if a := ps.askers[n]; a.at+l.window > now {
+			total += float64(a.mtps) / 1000
+		}
+	}
+	return total
+}
+
+// askShare is the most the global owner lends a remote regional owner's
+// ask (not its first) while the key is contended and the region takes
+// pushes: the region's share of the level's whole tokens by the demands
+// reported, as a push splits them (ours; docs/EVALUATION.md, "the
+// steady-state swing"). An ask otherwise took the whole level when it
+// arrived, the refill meant for G's own region and for the other regions'
+// next pushes included: the regions' supply came in chunks of every
+// token accumulated since the last push, and the other regions' pushes
+// came up short after it. ok is false when the rule does not apply.
+func (l *RegionLease) askShare(now time.Duration, key string, from strategy.NodeID, whole int64) (share int64, ok bool) {
+	ps := l.pushes[key]
+	if ps == nil || !l.contended(now, key) {
+		return 0, false
+	}
+	a, known := ps.askers[from]
+	if !known || !a.push {
+		return 0, false
+	}
+	total := l.demandTotal(now, ps)
+	if total <= 0 {
+		return 0, false
+	}
+	// Rounded up: a region whose share is below a token still gets one
+	// per ask (once per round trip), as pushes skip shares below
+	// min_lease.
+	return int64(math.Ceil(float64(whole) * float64(a.mtps) / 1000 / total)), true
 }
 
 // onPush takes a pushed lease at a regional owner: only from the key's
@@ -226,6 +263,11 @@ func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key stri
 	expires := min(end, now+l.rttl) - l.rlead
 	h.accepted[seq] = expires
 	if tokens > 0 && expires > now {
+		// Tokens came: the global owner's last dry hint to the region
+		// (until its next grant is due, up to rlead after the ask) is
+		// overtaken; the region's nodes are told of the next push instead
+		// (regionHint).
+		h.emptyUntil = min(h.emptyUntil, now)
 		h.leases = append(h.leases, held{seq: seq, from: from, tokens: tokens, expires: expires, since: now, region: true, granted: tokens})
 		l.pushTimer(timer{at: expires, kind: timerLease, key: key, seq: seq, node: from})
 		fx.WakeAt(expires)
@@ -242,6 +284,22 @@ func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
 		return 0
 	}
 	return h.pushAt + h.pushGap
+}
+
+// regionHint is, at a regional owner, the end of the dry spell it tells
+// its region's nodes of (they refuse on the node until then): the global
+// owner's last dry hint to the region, but, while pushes come (pushDue),
+// no later than the next stock due (stockDue: the next push expected).
+// The global owner's hint to a region lasts up to rlead (2*latency_hint)
+// after its ask, for the region's asks; passed on to the nodes it kept
+// them refusing while pushes landed in the stock, which then went out in
+// one burst of period-sized leases to the nodes that came back first
+// (ours; docs/EVALUATION.md, "the steady-state swing").
+func (l *RegionLease) regionHint(now time.Duration, h *holding) time.Duration {
+	if h.emptyUntil > now && l.pushDue(now, h) > 0 {
+		return min(h.emptyUntil, l.stockDue(now, h))
+	}
+	return h.emptyUntil
 }
 
 // contended reports whether key's bucket at its global owner was dry
