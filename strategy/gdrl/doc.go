@@ -498,12 +498,18 @@
 // transfer credited. Whatever still reaches the leaver is credited and
 // handed over again. Left reports true once the leaver holds no positive
 // share and no unacknowledged transfer, and its buddy acknowledged its
-// final record. The leaver's record (no shares then, but its duplicate
-// filter) still matters until the buddy has inherited it and replicated
-// that to its own buddy: a buddy that crashes within that window fails
-// together with the leaver, and a transfer paid to the leaver whose
-// acknowledgement was lost then stays in flight (no share is lost: the
-// leaver had handed it over). A node that leaves also drops the records
+// final record, a version made after the leave began (Leave makes one
+// even when there is nothing to hand over: otherwise a leaver holding
+// nothing, a joiner whose first payments were in flight, whose buddy had
+// acknowledged its latest record and crashed before the failure detector
+// said so, left at once with its record at the dead buddy only, and the
+// payments to it stayed in flight for good; found by
+// TestLeaveConservesProperty at 1,000 checks). The leaver's record (no
+// shares then, but its duplicate filter) still matters until the buddy
+// has inherited it and replicated that to its own buddy: a buddy that
+// crashes within that window fails together with the leaver, and a
+// transfer paid to the leaver whose acknowledgement was lost then stays
+// in flight (no share is lost: the leaver had handed it over). A node that leaves also drops the records
 // it held as a buddy; its wards replicate to their new buddy once their
 // view drops it (the window of "a node whose new buddy has not yet
 // acknowledged its record" below).
