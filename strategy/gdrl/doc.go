@@ -439,7 +439,14 @@
 //
 // Reconciliation needs the sides to hear of each other: a node back in the
 // view, or any frame from it. A membership that never merges the sides
-// again keeps each side at up to C until it does.
+// again keeps each side at up to C until it does. A fence sent on a frame
+// alone (the node still out of the heir's view) that stays unanswered for
+// 20 retransmit intervals, the node still out of view, is withdrawn, and
+// the tombstone settles the node's transfers again until the node is
+// heard of again: the frame may be a late one of a node that had left or
+// crashed, which never answers, and a tombstone whose fence is in flight
+// settles nothing (see retransmitFences; before, a transfer paid to such
+// a node stayed in flight for good).
 //
 // The rule above is `partition: available` (the default). Under
 // `partition: conserve` (strategy.Conserver; ours) a node does not

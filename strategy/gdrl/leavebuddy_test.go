@@ -96,3 +96,80 @@ func TestLeaveWaitsForLiveBuddy(t *testing.T) {
 		}
 	}
 }
+
+// TestLateFrameAfterInheritance: a frame of a node that crashed, delayed
+// in the network until after its heir inherited it, makes the heir fence
+// that incarnation (it may be alive after all); the fence is never
+// answered (the node is dead and out of view), and is withdrawn after
+// heirGrace, so that the heir settles the transfers paid to the node
+// again. Before, the tombstone settled nothing while its fence was
+// unanswered, and the transfers paid to the node stayed in flight for good
+// (found by TestLeaveConservesProperty with a leaver's ask delivered
+// after its heir inherited it). Capacity is conserved throughout: sum
+// C_i + in flight <= C at every event, and = C once nothing is pending.
+func TestLateFrameAfterInheritance(t *testing.T) {
+	rate, burst := bucket.Rate{Tokens: 30, Per: time.Second}, int64(9)
+	C, _ := rateUnits(rate)
+	B := burst * gdrl.UnitsPerToken
+	keys := []string{"a", "never"}
+	const dead, heir = 2, 0 // n2's buddy is its ring successor n0
+	h := newHarness(3, 1, hnet{minDelay: time.Millisecond, maxDelay: 2 * time.Millisecond}, rate, burst, []string{"idle=1s"}, t.Fatalf)
+	h.poisson(dead, "a", 30, 1, 3*time.Second) // flows of key a towards n2
+	var late []byte
+	fenced := false
+	h.dropMsg = func(from, to int, payload []byte) bool {
+		var m peerv1.GdrlMessage
+		if proto.Unmarshal(payload, &m) != nil {
+			return false
+		}
+		if from == dead && to == heir && h.nodes[dead].alive && m.GetTransfer() == nil && m.GetTransferAck() == nil {
+			late = payload // the last frame n2 sent n0 before it crashed
+		}
+		if from == heir && to == dead && m.GetFenced() != nil && !h.nodes[dead].alive {
+			fenced = true
+		}
+		// No transfer reaches n2: what is paid to it stays pending.
+		return to == dead && m.GetTransfer() != nil
+	}
+	h.afterEvent = func() {
+		for _, key := range keys {
+			held, heldB, inflight, inflightB, _ := h.audit(key)
+			if held+inflight > C || heldB+inflightB > B {
+				t.Fatalf("t=%v key %s: created capacity: %d + %d in flight > C %d or %d + %d > B %d\n%s",
+					h.now, key, held, inflight, C, heldB, inflightB, B, h.describe(key))
+			}
+		}
+	}
+	h.runUntil(2 * time.Second)
+	if h.nodes[dead].g.Buddy() != h.nodes[heir].id || late == nil {
+		t.Fatalf("setup: n2's buddy is %q, frame to n0 captured %v", h.nodes[dead].g.Buddy(), late != nil)
+	}
+	pending := 0
+	for _, n := range h.nodes[:dead] {
+		pending += len(n.g.Pending("a"))
+	}
+	if pending == 0 {
+		t.Fatalf("setup: no transfer to n2 pending:\n%s", h.describe("a"))
+	}
+	h.crash(dead)
+	// The views drop n2 after the detection delay and n0 inherits it;
+	// then the frame arrives, before the payers' transfers to n2 sent to
+	// n0 as its heir at that view change (a message takes 1 ms at least).
+	h.push(hevent{at: h.now + h.detection + 500*time.Microsecond, kind: evDeliver, from: dead, to: heir, payload: late})
+	deadline := h.now + 60*time.Second
+	h.runUntil(h.now + h.detection + 100*time.Millisecond)
+	if !fenced {
+		t.Fatalf("the late frame made n0 send no fence to n2: the test does not exercise the mechanism")
+	}
+	for h.anyPending(keys) && h.now < deadline && h.step() {
+	}
+	for _, key := range keys {
+		if h.anyPending([]string{key}) {
+			t.Fatalf("key %s: transfers still pending at %v:\n%s", key, h.now, h.describe(key))
+		}
+		held, heldB, _, _, _ := h.audit(key)
+		if held != C || heldB != B {
+			t.Fatalf("key %s: survivors hold (%d, %d), want (%d, %d)\n%s", key, held, heldB, C, B, h.describe(key))
+		}
+	}
+}
