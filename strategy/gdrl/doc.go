@@ -439,7 +439,14 @@
 //
 // Reconciliation needs the sides to hear of each other: a node back in the
 // view, or any frame from it. A membership that never merges the sides
-// again keeps each side at up to C until it does.
+// again keeps each side at up to C until it does. A fence sent on a frame
+// alone (the node still out of the heir's view) that stays unanswered for
+// 20 retransmit intervals, the node still out of view, is withdrawn, and
+// the tombstone settles the node's transfers again until the node is
+// heard of again: the frame may be a late one of a node that had left or
+// crashed, which never answers, and a tombstone whose fence is in flight
+// settles nothing (see retransmitFences; before, a transfer paid to such
+// a node stayed in flight for good).
 //
 // The rule above is `partition: available` (the default). Under
 // `partition: conserve` (strategy.Conserver; ours) a node does not
@@ -498,12 +505,18 @@
 // transfer credited. Whatever still reaches the leaver is credited and
 // handed over again. Left reports true once the leaver holds no positive
 // share and no unacknowledged transfer, and its buddy acknowledged its
-// final record. The leaver's record (no shares then, but its duplicate
-// filter) still matters until the buddy has inherited it and replicated
-// that to its own buddy: a buddy that crashes within that window fails
-// together with the leaver, and a transfer paid to the leaver whose
-// acknowledgement was lost then stays in flight (no share is lost: the
-// leaver had handed it over). A node that leaves also drops the records
+// final record, a version made after the leave began (Leave makes one
+// even when there is nothing to hand over: otherwise a leaver holding
+// nothing, a joiner whose first payments were in flight, whose buddy had
+// acknowledged its latest record and crashed before the failure detector
+// said so, left at once with its record at the dead buddy only, and the
+// payments to it stayed in flight for good; found by
+// TestLeaveConservesProperty at 1,000 checks). The leaver's record (no
+// shares then, but its duplicate filter) still matters until the buddy
+// has inherited it and replicated that to its own buddy: a buddy that
+// crashes within that window fails together with the leaver, and a
+// transfer paid to the leaver whose acknowledgement was lost then stays
+// in flight (no share is lost: the leaver had handed it over). A node that leaves also drops the records
 // it held as a buddy; its wards replicate to their new buddy once their
 // view drops it (the window of "a node whose new buddy has not yet
 // acknowledged its record" below).

@@ -145,7 +145,7 @@ func (g *GDRL) tombForV(node strategy.NodeID, inc, version uint64) *tombstone {
 // sendFenced tells a tombstoned node that is heard of again what was
 // inherited from it.
 func (g *GDRL) sendFenced(now time.Duration, tb *tombstone, fx *strategy.Effects) {
-	tb.fencing, tb.fenceSent = true, now
+	tb.fencing, tb.fenceSent, tb.fencedAway = true, now, !g.inView(tb.node)
 	f := &peerv1.GdrlFenced{Inc: tb.inc, Version: tb.version, DefaultCapacity: tb.dc, DefaultBurst: tb.db,
 		Items: itemsMsg(tb.items), OnBehalf: transfersMsg(g.fenceOnBehalf(tb)), Absorbed: absorbedMsg(tb.absorbed)}
 	fx.Send(tb.node, g.encode(&peerv1.GdrlMessage{Body: &peerv1.GdrlMessage_Fenced{Fenced: f}}))
@@ -461,8 +461,8 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 		return
 	}
 	tb := g.tombForV(from, a.Inc, a.Version)
-	if tb == nil || tb.fenceDone {
-		return
+	if tb == nil || tb.fenceDone || (a.Alive && !tb.fencing) {
+		return // alive, to a fence withdrawn since (retransmitFences): the next one is answered afresh
 	}
 	if a.Alive {
 		g.tombs = slices.DeleteFunc(g.tombs, func(x *tombstone) bool { return x == tb })

@@ -300,7 +300,11 @@ type tombstone struct {
 	givenUp   []uint64
 	fenceDone bool
 	fencing   bool
-	fenceSent time.Duration
+	// fencedAway: the fence in flight was sent while the incarnation was
+	// out of view (on a frame of it), and is withdrawn if unanswered (see
+	// retransmitFences); local.
+	fencedAway bool
+	fenceSent  time.Duration
 	// Split brain (see heir.go): the members that answered they hold no
 	// later tombstone of the same incarnation, when they were last asked;
 	// the members whose own query showed that they hold a later one

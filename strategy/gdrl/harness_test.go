@@ -40,6 +40,9 @@ type harness struct {
 	// drop, if set, loses the messages from node index from to node index
 	// to for which it returns true (a targeted loss, for fixed scenarios).
 	drop func(from, to int) bool
+	// dropMsg, if set, loses the messages from node index from to node
+	// index to whose payload it returns true for (a loss by message kind).
+	dropMsg func(from, to int, payload []byte) bool
 	// pairDetect, if set, makes failure detection asymmetric: after a
 	// crash, restart, partition or heal, node i re-evaluates whether node j
 	// is reachable after pairDetect(i, j) (each ordered pair on its own),
@@ -252,6 +255,9 @@ func (h *harness) send(from int, m strategy.Message) {
 		return
 	}
 	if h.drop != nil && h.drop(from, to) {
+		return
+	}
+	if h.dropMsg != nil && h.dropMsg(from, to, m.Payload) {
 		return
 	}
 	copies := 1

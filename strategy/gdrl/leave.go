@@ -102,16 +102,30 @@ func (g *GDRL) Leave(now time.Duration, fx *strategy.Effects) {
 		return
 	}
 	g.leaving = true
+	// A new record version, even when there is nothing to hand over (a
+	// joiner whose first payments are still in flight): Left waits for
+	// the buddy to acknowledge it, which only a buddy alive after the
+	// leave began can do. Otherwise a leaver holding nothing whose buddy
+	// had acknowledged its latest record and then crashed, before the
+	// failure detector said so, reported Left at once, with its record
+	// (its duplicate filter, the tombstone its heir settles later
+	// payments with) at a dead node only: a transfer paid to it stayed
+	// in flight for good (TestLeaveConservesProperty, fail file of
+	// 2026-12-06; TestLeaveWaitsForLiveBuddy).
+	g.dirty = true
 	g.flush(now, fx) // hands over (flush calls handOver while leaving)
 }
 
 // Left reports whether the hand-over is complete (strategy.Leaver): Leave
 // was called, the node holds no positive share, has no unacknowledged
 // transfer (its hand-over transfers, and any other it owes, are settled),
-// and its current buddy has acknowledged its latest record (so the heir
-// of this node, should anyone still pay it, holds its duplicate filter:
-// also after a change of buddy during the leave). A node alone has no one
-// to hand over to and has left at once.
+// and its current buddy has acknowledged its latest record, a version
+// made after Leave was called (so the heir of this node, should anyone
+// still pay it, holds its duplicate filter and was alive after the leave
+// began: also after a change of buddy during the leave, and when the
+// buddy crashed before the leave and the view still holds it, when the
+// node waits for the view to drop it and for its new buddy). A node alone
+// has no one to hand over to and has left at once.
 func (g *GDRL) Left() bool {
 	if !g.leaving {
 		return false
