@@ -262,19 +262,7 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	first := l.firstAsk(a.Key, from)
 	l.noteAsk(now, from, a)
 	whole := l.sh.Whole(p, now)
-	want := a.Tokens
-	if first && topology.Of(from) != l.region && l.pushEvery > 0 {
-		want = max(want, l.burstShare(from))
-	}
-	if topology.Of(from) == l.region && l.contended(now, a.Key) {
-		want = min(want, l.hotLease(a.DemandMtps))
-	}
-	shared := false
-	if !first && topology.Of(from) != l.region {
-		if share, ok := l.askShare(now, a.Key, from, whole); ok && share < want {
-			want, shared = share, true
-		}
-	}
+	want, shared := l.grantWant(now, from, a, first, whole)
 	n := min(want, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
 		return &grantRec{pool: p, expires: at + ttl}
@@ -295,6 +283,32 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		ps.out[from] = append(ps.out[from], a.Seq)
 	}
 	return g
+}
+
+// grantWant is the most grantPool lends from's ask a, before the level's
+// whole tokens (whole) bound it: the ask, raised to the region's share of
+// the burst on a remote region's first ask (burstShare, with pushes on),
+// cut to hotLease for a node of this region while the key is contended,
+// and to the region's share of the level (askShare) on a remote region's
+// later asks while the key is contended; shared reports that askShare cut
+// it (the grant then carries the dry hint).
+func (l *RegionLease) grantWant(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, first bool, whole int64) (want int64, shared bool) {
+	want = a.Tokens
+	switch {
+	case topology.Of(from) == l.region:
+		if l.contended(now, a.Key) {
+			want = min(want, l.hotLease(a.DemandMtps))
+		}
+	case first:
+		if l.pushEvery > 0 {
+			want = max(want, l.burstShare(from))
+		}
+	default:
+		if share, ok := l.askShare(now, a.Key, from, whole); ok && share < want {
+			return share, true
+		}
+	}
+	return want, false
 }
 
 // grantStock lends a node of the region tokens of one stock lease (the
