@@ -516,8 +516,8 @@
 // has inherited it and replicated that to its own buddy: a buddy that
 // crashes within that window fails together with the leaver, and a
 // transfer paid to the leaver whose acknowledgement was lost then stays
-// in flight (no share is lost: the leaver had handed it over). A node that leaves also drops the records
-// it held as a buddy; its wards replicate to their new buddy once their
+// in flight (no share is lost: the leaver had handed it over). A node
+// that leaves also drops the records it held as a buddy; its wards replicate to their new buddy once their
 // view drops it (the window of "a node whose new buddy has not yet
 // acknowledged its record" below).
 //

@@ -248,10 +248,13 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 // ask is sized on the few requests seen so far, and the region otherwise
 // relayed and then refused through the key's first second while the
 // bucket, at its capacity, lost its refill; and while the key is
-// contended (dry within region_ttl, another region asking: contended), a node of this node's own region is lent at most
-// ceil(d*hot_period) of its ask (hotLease), so that its region's nodes do
-// not park period's worth of the refill each while the other regions
-// wait for pushes. Neither is a dry hint.
+// contended (dry within region_ttl, another region asking: contended), a
+// node of this node's own region is lent at most ceil(d*hot_period) of
+// its ask (hotLease), so that its region's nodes do not park period's
+// worth of the refill each while the other regions wait for pushes.
+// Neither is a dry hint. A third, while the key is contended: a remote
+// region's later asks get at most its share of the level (askShare),
+// with the dry hint (docs/EVALUATION.md, "the steady-state swing").
 func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	ttl, period, hint := l.ttl, l.period, l.period
 	if topology.Of(from) != l.region {
