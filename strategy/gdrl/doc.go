@@ -152,7 +152,13 @@
 // back); otherwise the gap between its probes doubles, up to
 // `max_probe_gap`. A key's explicit share that was never in a record sent
 // to the buddy (taken by requests only) is dropped without a record: the
-// buddy's copy holds it at the default share already. Measured on zanbil
+// buddy's copy holds it at the default share already. Any record counts,
+// a delta too: a key whose removal was still to go out when requests
+// made it explicit again is sent explicit at the default share of that
+// moment; before, dropped again without a removal, it stayed in the
+// buddy's copy at that amount after the default share changed, and an
+// heir added it (see sendRecord; capacity created, found by
+// TestConservationProperty). Measured on zanbil
 // (10 nodes, round robin, docs/EVALUATION.md): 331,548 messages before,
 // 4,056 after, and 530 (0.5 per 100 requests; wrccdc 208, 0.8 per 100)
 // once founding members stopped saying hello, relaxation stopped moving

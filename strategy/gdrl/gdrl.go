@@ -214,9 +214,10 @@ type share struct {
 	lastActive time.Duration
 	everActive bool
 	// inRecord: the key has been in a record sent to the buddy (touched,
-	// or in a full record) since this share was made explicit; a share
-	// that never was is at the default share in the buddy's copy and is
-	// dropped without replicating the removal.
+	// or listed in a record sent, full or delta: sendRecord) since this
+	// share was made explicit; a share that never was is at the default
+	// share in the buddy's copy and is dropped without replicating the
+	// removal.
 	inRecord bool
 }
 
