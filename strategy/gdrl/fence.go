@@ -447,17 +447,7 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 		g.onHeirFenceAck(now, from, a, fx)
 		return
 	}
-	if i := slices.IndexFunc(g.draining, func(x *tombstone) bool {
-		return x.node == from && x.inc == a.Inc && x.version == a.Version && x.fencing
-	}); i >= 0 {
-		tb := g.draining[i]
-		g.draining = slices.Delete(g.draining, i, i+1)
-		g.mark(partLocal)
-		if a.Alive {
-			g.retired = append(g.retired, tb) // see onFenced
-		} else {
-			g.redeliver(now, tb.onBehalf) // dead: as in onFenced
-		}
+	if g.ackDraining(now, from, a) {
 		return
 	}
 	tb := g.tombForV(from, a.Inc, a.Version)
@@ -486,6 +476,29 @@ func (g *GDRL) onFenceAck(now time.Duration, from strategy.NodeID, a *peerv1.Gdr
 			g.sendTransfer(now, t, fx)
 		}
 	}
+}
+
+// ackDraining takes a's acknowledgement of the fence of a draining
+// tombstone of from (its incarnation and version, fence in flight), if
+// there is one, and reports whether there was: the tombstone leaves
+// draining, retired when from says alive, its transfers redelivered when
+// dead (as onFenced does).
+func (g *GDRL) ackDraining(now time.Duration, from strategy.NodeID, a *peerv1.GdrlFenceAck) bool {
+	i := slices.IndexFunc(g.draining, func(x *tombstone) bool {
+		return x.node == from && x.inc == a.Inc && x.version == a.Version && x.fencing
+	})
+	if i < 0 {
+		return false
+	}
+	tb := g.draining[i]
+	g.draining = slices.Delete(g.draining, i, i+1)
+	g.mark(partLocal)
+	if a.Alive {
+		g.retired = append(g.retired, tb) // see onFenced
+	} else {
+		g.redeliver(now, tb.onBehalf) // dead: as in onFenced
+	}
+	return true
 }
 
 // learnHeld learns what a ward that is dead, and that this node inherited,
