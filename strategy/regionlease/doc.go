@@ -270,8 +270,10 @@
 //     within region_ttl of its grant); an untouched conservative start
 //     counts as none;
 //   - the tokens it holds in unexpired leases of the key, from any granter
-//     (a regional owner: its stock and what its nodes hold of it), and
-//     their latest end;
+//     (a regional owner: its stock and what its nodes hold of it), with
+//     those it already took out of them (also of such leases it dropped
+//     before their end, used up or returned at idle), and their latest
+//     end;
 //   - its start, if it restarted within takeover + fill time.
 //
 // Answering is a hand-over: the answerer drops its bucket of the key,
@@ -319,7 +321,16 @@
 //     held by a live node, which reports it (counted twice in the merge
 //     when its bucket reports it too: fewer tokens, never more), or by a
 //     crashed node, with which it is lost. A grant or push in flight at
-//     the answer is refused by its holder (above).
+//     the answer is refused by its holder (above). A lease taken after
+//     the asker's start and used up before the answer is reported too,
+//     its taken tokens counted as lent until its end (holding.spentTok):
+//     the asker's bucket starts empty at its start, after the previous
+//     incarnation lent them (TestEnvelopeUnderFaults found 0.045 tokens
+//     over b + r*T: a lease of 4 = b granted just before the owner's
+//     crash, received and spent 2 ms after its restart, the answer of
+//     none letting the bucket refill from the restart; its fail file
+//     replays it). Taken before the start they only make it more
+//     conservative.
 //   - Views: every member the asker's view lists is asked. A node its
 //     view does not list is the package's assumption (views agree within
 //     takeover - region_ttl). Not covered: a node that holds a lease of a

@@ -412,14 +412,24 @@ func (l *RegionLease) handOver(now time.Duration, key string) *pool {
 	return st
 }
 
-// heldOf is the tokens h holds in unexpired leases (capped at the burst)
-// and their latest end.
+// heldOf is the tokens h holds in unexpired leases, with those already
+// taken out of them here (used, and the spent leases dropped before their
+// end, h.spentTok), capped at the burst, and their latest end. The taken
+// ones count because the asker's bucket may start empty at a restart
+// before they were taken (a lease of its previous incarnation, received
+// and used up after the restart, before this answer): counted as lent
+// until the lease's end they keep its level plus leases within b; taken
+// before the restart they only make the start more conservative (ours).
 func (l *RegionLease) heldOf(now time.Duration, h *holding) (tokens, untilNs int64) {
 	for _, ls := range h.leases {
-		if ls.expires > now && ls.tokens+ls.lent > 0 {
-			tokens += ls.tokens + ls.lent
+		if ls.expires > now && ls.tokens+ls.lent+ls.used > 0 {
+			tokens += ls.tokens + ls.lent + ls.used
 			untilNs = max(untilNs, int64(ls.expires))
 		}
+	}
+	if h.spentUntil > now && h.spentTok > 0 {
+		tokens += h.spentTok
+		untilNs = max(untilNs, int64(h.spentUntil))
 	}
 	return min(tokens, l.sh.Burst), untilNs
 }
