@@ -44,15 +44,7 @@ func TestLeaveWaitsForLiveBuddy(t *testing.T) {
 	h.at(time.Second, func() { h.join(leaver) })
 	h.poisson(leaver, "a", 30, 1, 3*time.Second)
 	h.dropMsg = func(_, to int, payload []byte) bool { return to == leaver && isTransfer(payload) }
-	h.afterEvent = func() {
-		for _, key := range keys {
-			held, heldB, inflight, inflightB, _ := h.audit(key)
-			if held+inflight > C || heldB+inflightB > B {
-				t.Fatalf("t=%v key %s: created capacity: %d + %d in flight > C %d or %d + %d > B %d\n%s",
-					h.now, key, held, inflight, C, heldB, inflightB, B, h.describe(key))
-			}
-		}
-	}
+	h.afterEvent = func() { neverCreated(t, h, keys, C, B) }
 	h.runUntil(2 * time.Second)
 	g := h.nodes[leaver].g
 	if g.Buddy() != h.nodes[buddy].id || !g.Replicated() {
@@ -84,17 +76,7 @@ func TestLeaveWaitsForLiveBuddy(t *testing.T) {
 		t.Fatalf("n3 reported Left at %v, before its view dropped the crashed buddy", leftAt)
 	}
 	deadline := h.now + 60*time.Second
-	for h.anyPending(keys) && h.now < deadline && h.step() {
-	}
-	for _, key := range keys {
-		if h.anyPending([]string{key}) {
-			t.Fatalf("key %s: transfers still pending at %v:\n%s", key, h.now, h.describe(key))
-		}
-		held, heldB, _, _, _ := h.audit(key)
-		if held != C || heldB != B {
-			t.Fatalf("key %s: survivors hold (%d, %d), want (%d, %d)\n%s", key, held, heldB, C, B, h.describe(key))
-		}
-	}
+	settledExactly(t, h, keys, C, B, deadline)
 }
 
 // TestLateFrameAfterInheritance: a frame of a node that crashed, delayed
@@ -131,15 +113,7 @@ func TestLateFrameAfterInheritance(t *testing.T) {
 		// No transfer reaches n2: what is paid to it stays pending.
 		return to == dead && m.GetTransfer() != nil
 	}
-	h.afterEvent = func() {
-		for _, key := range keys {
-			held, heldB, inflight, inflightB, _ := h.audit(key)
-			if held+inflight > C || heldB+inflightB > B {
-				t.Fatalf("t=%v key %s: created capacity: %d + %d in flight > C %d or %d + %d > B %d\n%s",
-					h.now, key, held, inflight, C, heldB, inflightB, B, h.describe(key))
-			}
-		}
-	}
+	h.afterEvent = func() { neverCreated(t, h, keys, C, B) }
 	h.runUntil(2 * time.Second)
 	if h.nodes[dead].g.Buddy() != h.nodes[heir].id || late == nil {
 		t.Fatalf("setup: n2's buddy is %q, frame to n0 captured %v", h.nodes[dead].g.Buddy(), late != nil)
@@ -161,6 +135,25 @@ func TestLateFrameAfterInheritance(t *testing.T) {
 	if !fenced {
 		t.Fatalf("the late frame made n0 send no fence to n2: the test does not exercise the mechanism")
 	}
+	settledExactly(t, h, keys, C, B, deadline)
+}
+
+// neverCreated fails t when, for a key of keys, the shares held plus the
+// transfers in flight exceed (C, B) (units): capacity created.
+func neverCreated(t *testing.T, h *harness, keys []string, C, B int64) {
+	for _, key := range keys {
+		held, heldB, inflight, inflightB, _ := h.audit(key)
+		if held+inflight > C || heldB+inflightB > B {
+			t.Fatalf("t=%v key %s: created capacity: %d + %d in flight > C %d or %d + %d > B %d\n%s",
+				h.now, key, held, inflight, C, heldB, inflightB, B, h.describe(key))
+		}
+	}
+}
+
+// settledExactly runs h until no transfer of keys is pending or deadline,
+// then fails t unless every transfer settled and the survivors hold
+// exactly (C, B) of every key (units).
+func settledExactly(t *testing.T, h *harness, keys []string, C, B int64, deadline time.Duration) {
 	for h.anyPending(keys) && h.now < deadline && h.step() {
 	}
 	for _, key := range keys {
