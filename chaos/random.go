@@ -98,13 +98,48 @@ func NewSchedule(seed uint64, n int, d time.Duration, o ScheduleOptions) (Schedu
 	if n < 2 {
 		return Schedule{}, fmt.Errorf("chaos: a random run needs at least 2 nodes, got %d", n)
 	}
-	kinds := o.Kinds
-	if len(kinds) == 0 {
-		kinds = FaultKinds
+	o, err := o.withDefaults()
+	if err != nil {
+		return Schedule{}, err
 	}
-	for _, k := range kinds {
+	dr := drawer{rand.New(rand.NewPCG(seed, 0x6e656d65736973))} // "nemesis"
+	s := Schedule{Seed: seed, Nodes: n, Duration: d, Settle: o.Settle}
+	t := o.Warmup
+	var bag []FaultKind // a shuffled round of every kind: each len(kinds) faults draw each once
+	for {
+		if len(bag) == 0 {
+			bag = slices.Clone(o.Kinds)
+			dr.rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		f := Fault{Kind: bag[0], Node: dr.rng.IntN(n), Start: t}
+		bag = bag[1:]
+		length := dr.between(o.MinFault, o.MaxFault)
+		if f.Kind == FaultFlap {
+			f.Cuts = dr.flapCuts(t, o.FlapMin+dr.rng.IntN(o.FlapMaxCuts-o.FlapMin+1))
+			length = f.Cuts[len(f.Cuts)-1][1] - t
+		}
+		f.Inbound = f.Kind == FaultOneWay && dr.rng.IntN(2) == 1
+		f.End = t + length
+		// The fault, its settle and the shortest quiet window must fit.
+		if f.End+o.Settle+o.MinQuiet > d {
+			break
+		}
+		s.Faults = append(s.Faults, f)
+		t = f.End + o.Settle + dr.between(o.MinQuiet, o.MaxQuiet)
+	}
+	return s, nil
+}
+
+// withDefaults is o with its zero fields at their defaults (Kinds:
+// FaultKinds) and FlapMaxCuts at least FlapMin. Errors: an unknown kind, a
+// maximum below its minimum.
+func (o ScheduleOptions) withDefaults() (ScheduleOptions, error) {
+	if len(o.Kinds) == 0 {
+		o.Kinds = FaultKinds
+	}
+	for _, k := range o.Kinds {
 		if !slices.Contains(FaultKinds, k) {
-			return Schedule{}, fmt.Errorf("chaos: unknown fault kind %q (want %v)", k, FaultKinds)
+			return o, fmt.Errorf("chaos: unknown fault kind %q (want %v)", k, FaultKinds)
 		}
 	}
 	def := func(v *time.Duration, x time.Duration) {
@@ -125,46 +160,34 @@ func NewSchedule(seed uint64, n int, d time.Duration, o ScheduleOptions) (Schedu
 		o.FlapMaxCuts = max(5, o.FlapMin)
 	}
 	if o.MaxFault < o.MinFault || o.MaxQuiet < o.MinQuiet {
-		return Schedule{}, errors.New("chaos: schedule: a maximum below its minimum")
+		return o, errors.New("chaos: schedule: a maximum below its minimum")
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973)) // "nemesis"
-	between := func(lo, hi time.Duration) time.Duration {
-		if hi <= lo {
-			return lo
-		}
-		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)).Truncate(100*time.Millisecond)
+	return o, nil
+}
+
+// drawer draws a schedule's numbers from one seeded source, in the order
+// NewSchedule asks for them (the same seed, the same schedule).
+type drawer struct{ rng *rand.Rand }
+
+// between is a duration drawn uniformly in [lo, hi], cut to 100 ms (lo
+// when hi <= lo).
+func (dr drawer) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
 	}
-	s := Schedule{Seed: seed, Nodes: n, Duration: d, Settle: o.Settle}
-	t := o.Warmup
-	var bag []FaultKind // a shuffled round of every kind: each len(kinds) faults draw each once
-	for {
-		if len(bag) == 0 {
-			bag = slices.Clone(kinds)
-			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
-		}
-		f := Fault{Kind: bag[0], Node: rng.IntN(n), Start: t}
-		bag = bag[1:]
-		length := between(o.MinFault, o.MaxFault)
-		if f.Kind == FaultFlap {
-			cuts := o.FlapMin + rng.IntN(o.FlapMaxCuts-o.FlapMin+1)
-			at := t
-			for range cuts {
-				on := between(300*time.Millisecond, 1500*time.Millisecond)
-				f.Cuts = append(f.Cuts, [2]time.Duration{at, at + on})
-				at += on + between(300*time.Millisecond, 1500*time.Millisecond)
-			}
-			length = f.Cuts[len(f.Cuts)-1][1] - t
-		}
-		f.Inbound = f.Kind == FaultOneWay && rng.IntN(2) == 1
-		f.End = t + length
-		// The fault, its settle and the shortest quiet window must fit.
-		if f.End+o.Settle+o.MinQuiet > d {
-			break
-		}
-		s.Faults = append(s.Faults, f)
-		t = f.End + o.Settle + between(o.MinQuiet, o.MaxQuiet)
+	return lo + time.Duration(dr.rng.Int64N(int64(hi-lo)+1)).Truncate(100*time.Millisecond)
+}
+
+// flapCuts draws a flap's n cuts from at: each cut 0.3-1.5 s long, each
+// followed by a heal of 0.3-1.5 s.
+func (dr drawer) flapCuts(at time.Duration, n int) [][2]time.Duration {
+	var cuts [][2]time.Duration
+	for range n {
+		on := dr.between(300*time.Millisecond, 1500*time.Millisecond)
+		cuts = append(cuts, [2]time.Duration{at, at + on})
+		at += on + dr.between(300*time.Millisecond, 1500*time.Millisecond)
 	}
-	return s, nil
+	return cuts
 }
 
 // Quiet is the windows checked against the envelope exactly: before the
