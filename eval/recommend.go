@@ -66,23 +66,23 @@ func falseRejectionsPct(r Result, centralAdmitted int) float64 {
 	return 100 * float64(r.FalseRejections) / float64(centralAdmitted)
 }
 
-// BytesTie is how close, as a fraction of the fewest peer bytes per
+// bytesTie is how close, as a fraction of the fewest peer bytes per
 // request among the strategies within the bounds, another strategy's
 // bytes must be to count as the same cost in Recommend (plus
-// BytesTieAbs, for runs that send almost nothing): then the decision
+// bytesTieAbs, for runs that send almost nothing): then the decision
 // latency decides. Without it a byte-level difference no deployment
 // would see picked the slower of two strategies (the sample access log
 // on 3 nodes: regionlease at 37.0 B/req and p99 4 ms over lease at 37.4
 // and 2 ms). Ours.
 const (
-	BytesTie    = 0.05
-	BytesTieAbs = 0.5 // bytes per request
+	bytesTie    = 0.05
+	bytesTieAbs = 0.5 // bytes per request
 )
 
 // Recommend picks, among rep's strategies other than central (the
 // reference, one bucket for the whole cluster) and the concurrency limits
 // (compared with their own exact reference, HoldStats), those within b, and of
-// them the cheapest: those within BytesTie (and BytesTieAbs) of the fewest
+// them the cheapest: those within 5% plus 0.5 bytes (bytesTie) of the fewest
 // peer bytes per request, and of these the lowest p99 and p50 decision
 // latency, then the fewest bytes, then name. When none is within b it names the
 // closest: the one whose worst ratio of metric to bound is smallest (a
@@ -149,12 +149,12 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 }
 
 // cheapest is Recommend's pick among ok (not empty): of the results whose
-// bytes per request are within BytesTie and BytesTieAbs of the fewest,
+// bytes per request are within bytesTie and bytesTieAbs of the fewest,
 // the one with the lowest p99, then p50, then bytes, then name.
 func cheapest(ok []Result) Result {
 	fewest := slices.MinFunc(ok, func(x, y Result) int { return cmp.Compare(x.BytesPerRequest, y.BytesPerRequest) }).BytesPerRequest
 	tied := slices.DeleteFunc(slices.Clone(ok), func(r Result) bool {
-		return r.BytesPerRequest > fewest*(1+BytesTie)+BytesTieAbs
+		return r.BytesPerRequest > fewest*(1+bytesTie)+bytesTieAbs
 	})
 	return slices.MinFunc(tied, func(x, y Result) int {
 		return cmp.Or(cmp.Compare(x.DecisionLatencyP99Ms, y.DecisionLatencyP99Ms),

@@ -24,7 +24,7 @@ func TestRecommend(t *testing.T) {
 	if rec.Strategy != "lease" || rec.Params != "min_lease=2" || !strings.Contains(rec.Line, "lease (min_lease=2) meets") {
 		t.Fatalf("got %+v, want lease (cheapest within bounds)", rec)
 	}
-	// Bytes within BytesTie of the fewest are the same cost: the latency
+	// Bytes within bytesTie of the fewest are the same cost: the latency
 	// decides (regionlease at 29.5 B/req and p99 62 ms loses to lease at
 	// 30 and 61 ms; at 27 B/req, more than 5% fewer, it wins).
 	rep.Results = append(rep.Results, Result{Strategy: "regionlease", Admitted: 1000, Precision: ptr(1), FalseRejections: 4,
