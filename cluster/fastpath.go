@@ -38,6 +38,17 @@ package cluster
 // that; a lent bucket's refills read the clock before, under its mutex),
 // and the loop goes on at that time (fastCloseEntry).
 //
+// Refusal windows (strategy.Refuser: lease at a holder on the owner's
+// dry hint): after the loop refused a plain check of a key that the
+// strategy will refuse until some time, the key's entry holds that time
+// (dryUntil, at most fastRefusalSlice ahead) and Check refuses the key's
+// plain checks in the caller's goroutine until the clock reads it,
+// counting them on the counter of its P; the strategy hears of them
+// (Refuser.Refused) when the loop next touches the key, a sweep included,
+// and ends a window sooner with strategy.Effects.EndRefusal (a lease
+// arrived: RefusalEnded). A window only refuses, so it cannot break the
+// envelope.
+//
 // Invalidation: membership and expected-member changes, Leave and SetRules
 // close every allowance (and take every lent bucket back) and give its
 // unused tokens back to the strategy before the strategy hears of the
@@ -91,6 +102,12 @@ const (
 	// ones), so a sweep, which visits every key kept, stays short (~1 ms)
 	// however many distinct keys the checks bring.
 	fastMaxKeys = 1 << 16
+	// fastRefusalSlice caps a refusal window (strategy.Refuser): the
+	// requests refused in it reach the strategy as demand within this
+	// long, and a window the strategy fails to end costs at most this
+	// long of refusals. A key refused for longer crosses to the loop once
+	// per slice (200 times a second), instead of on every check.
+	fastRefusalSlice = 5 * time.Millisecond
 )
 
 // fastEntry is one key's allowance (and lent bucket). Its first cache
@@ -124,13 +141,17 @@ type fastEntry struct {
 	// tells a touched key from an untouched one (a refused check changes
 	// no counter, but it refills).
 	seenFills uint32
-	lb        strategy.LentBucket
+	// dryUntil is, under a strategy.Refuser, the end of the key's refusal
+	// window (the node's clock, ns): plain checks before it are refused
+	// on the fast path. 0: none. Written by the loop only.
+	dryUntil atomic.Int64
+	lb       strategy.LentBucket
 
 	// Loop goroutine only.
 	until time.Duration // valid until (the strategy's Grant; never for a lent bucket)
 	seen  int64         // tokens of the counters at the last sweep: unchanged means untouched
 	most  int64         // under mu: the lent bucket's strategy.AllowanceCap, the largest allowance
-	_     [24]byte      // to 192 bytes
+	_     [16]byte      // to 192 bytes
 }
 
 // fastShard is one counter of a key's allowance: the tokens that checks
@@ -147,7 +168,11 @@ type fastShard struct {
 	granted   int64         // tokens at its last fill (grant or refill), not settled yet
 	grantedAt time.Duration // when it was filled
 	want      int64         // the size to ask for at its next fill
-	_         [96]byte
+	// refused and refusedTokens count the checks (and their tokens)
+	// refused on this P in a refusal window (strategy.Refuser) and not
+	// reported to the strategy yet.
+	refused, refusedTokens atomic.Int64
+	_                      [80]byte
 }
 
 // newFastEntry is a closed entry of key with shards counters (1 for a
@@ -185,6 +210,7 @@ const lentForever = time.Duration(math.MaxInt64)
 type fastPath struct {
 	a     strategy.Allowancer
 	l     strategy.BucketLender // a itself when it lends buckets; nil otherwise
+	r     strategy.Refuser      // a itself when it tells of refusal windows; nil otherwise
 	clock func() time.Duration  // the driver's clock for refills (Node.clock)
 	m     *fastMap              // read by Check, written by the loop
 	// expiring is true under a strategy.ExpiringAllowancer: checks read
@@ -272,7 +298,8 @@ func newFastPath(s strategy.Strategy, clock func() time.Duration) *fastPath {
 		shards = fastShards()
 	}
 	_, expiring := s.(strategy.ExpiringAllowancer)
-	return &fastPath{a: a, l: l, clock: clock, m: newFastMap(), shards: shards, expiring: expiring, keys: map[string]*fastEntry{}}
+	r, _ := s.(strategy.Refuser)
+	return &fastPath{a: a, l: l, r: r, clock: clock, m: newFastMap(), shards: shards, expiring: expiring, keys: map[string]*fastEntry{}}
 }
 
 // take decides tokens of key on the fast path (any goroutine): from the
@@ -300,9 +327,26 @@ func (f *fastPath) takeOn(a *fastEntry, p int, tokens int64) (CheckResult, bool)
 		return CheckResult{Allowed: true, Remaining: rem}, true
 	}
 	if f.l == nil {
+		if f.r != nil && f.refuse(a, p, tokens) {
+			return CheckResult{Remaining: a.level.Load()}, true
+		}
 		return CheckResult{}, false
 	}
 	return f.refill(a, p, tokens)
+}
+
+// refuse reports whether a's key is in a refusal window at the clock
+// (strategy.Refuser; any goroutine), and if so counts a refused check of
+// tokens on P p's counter for the strategy.
+func (f *fastPath) refuse(a *fastEntry, p int, tokens int64) bool {
+	u := a.dryUntil.Load()
+	if u == 0 || f.clock() >= time.Duration(u) {
+		return false
+	}
+	s := a.shard(p)
+	s.refused.Add(1)
+	s.refusedTokens.Add(tokens)
+	return true
 }
 
 // allow is take reduced to the admission, without carrying a whole
@@ -317,7 +361,7 @@ func (f *fastPath) allow(key string, tokens int64) (allowed, ok bool) {
 		return true, true
 	}
 	if f.l == nil {
-		return false, false
+		return false, f.r != nil && f.refuse(a, p, tokens)
 	}
 	d, ok := f.refill(a, p, tokens)
 	return d.Allowed, ok
@@ -506,6 +550,9 @@ func (n *Node) fastClose(now time.Duration, rs *ruleState, key string, give bool
 // goes back): the caller carries on at the time returned. A lent bucket
 // likewise (fastReclaim).
 func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) time.Duration {
+	if rs.fast.r != nil {
+		n.fastEndRefusal(now, rs, key, a, give)
+	}
 	if rs.fast.l != nil {
 		return n.fastReclaim(now, rs, key, a, give)
 	}
@@ -523,6 +570,112 @@ func (n *Node) fastCloseEntry(now time.Duration, rs *ruleState, key string, a *f
 	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.a.Return(now, key, left, fx) })
 	rs.c.returned.Add(left)
 	return now
+}
+
+// fastRefuse opens a refusal window of key for rs after the loop refused
+// a plain check of it at now (loop goroutine): until the strategy's
+// Refuser.RefusedUntil, at most fastRefusalSlice ahead; none while the
+// node is leaving, for a key first seen (as fastGrant: a key gets an
+// entry at its second check within a sweep or two) or beyond the rule's
+// fastMaxKeys. rem is the refusal's Remaining, which the window's
+// refusals report too.
+func (n *Node) fastRefuse(now time.Duration, rs *ruleState, key string, rem int64) {
+	f := rs.fast
+	if n.leaving {
+		return
+	}
+	until := min(f.r.RefusedUntil(now, key), now+fastRefusalSlice)
+	if until <= now {
+		return
+	}
+	a := f.keys[key]
+	if a == nil {
+		n.fastSeen = true
+		n.fastArm()
+		if !f.seen.twice(key) || len(f.keys) >= n.fastMaxKeys {
+			return
+		}
+		a = newFastEntry(key, f.shards)
+		f.keys[key] = a
+		f.m.store(a)
+	}
+	if a.isOpen() {
+		return // an allowance (the caller closed it before the request: not expected)
+	}
+	a.level.Store(rem)
+	a.dryUntil.Store(int64(until))
+	a.quiet, a.idle = 0, false
+	rs.c.windows.Add(1)
+	n.fastArm()
+}
+
+// fastEndRefusal ends key's refusal window (entry a of rs, a Refuser's;
+// loop goroutine), if any, and reports the checks refused on the fast
+// path since the last report to the strategy at now (Refuser.Refused)
+// when give is true; dropped otherwise (the strategy counts less demand,
+// nothing else). A check that read the window before it ended and counts
+// itself after this report is reported at the next one.
+func (n *Node) fastEndRefusal(now time.Duration, rs *ruleState, key string, a *fastEntry, give bool) {
+	if a.dryUntil.Load() != 0 {
+		a.dryUntil.Store(0)
+	}
+	var reqs, toks int64
+	for i := range a.shards {
+		s := &a.shards[i]
+		if s.refused.Load() != 0 || s.refusedTokens.Load() != 0 { // no write to a line with nothing to report
+			reqs += s.refused.Swap(0)
+			toks += s.refusedTokens.Swap(0)
+		}
+	}
+	if reqs+toks <= 0 || !give {
+		return
+	}
+	// The two counts are taken one after the other: a check counted in
+	// one and not yet in the other is at least one request of one token.
+	reqs = max(reqs, 1)
+	toks = max(toks, reqs)
+	rs.c.refusedFast.Add(reqs)
+	n.h.Do(now, rs.idx, func(_ strategy.Strategy, fx *strategy.Effects) { rs.fast.r.Refused(now, key, reqs, toks, fx) })
+}
+
+// RefusalEnded ends key's refusal window of rule at once
+// (strategy.Effects.EndRefusal; host.RefusalDriver): its next plain check
+// goes to the loop, which reports the window's refusals first.
+func (ld loopDriver) RefusalEnded(rule int, key string) {
+	rs := ld.n.order[rule]
+	if rs.fast == nil {
+		return
+	}
+	if a := rs.fast.keys[key]; a != nil && a.dryUntil.Load() != 0 {
+		a.dryUntil.Store(0)
+	}
+}
+
+// fastSweepRefusal is the sweep of a Refuser's entry a (loop goroutine):
+// kept while its window lasts; a window past its end, or refusals not
+// reported yet, are ended and reported (fastEndRefusal), and the entry is
+// kept for this sweep. handled is false when a has neither: the sweep
+// goes on with its allowance.
+func (n *Node) fastSweepRefusal(now time.Duration, rs *ruleState, key string, a *fastEntry) (handled bool) {
+	u := a.dryUntil.Load()
+	if u == 0 && !a.hasRefused() {
+		return false
+	}
+	if u == 0 || now >= time.Duration(u) {
+		n.fastEndRefusal(now, rs, key, a, true)
+	}
+	a.idle = false
+	return true
+}
+
+// hasRefused reports whether a's counters hold refusals not reported yet.
+func (a *fastEntry) hasRefused() bool {
+	for i := range a.shards {
+		if a.shards[i].refused.Load() != 0 || a.shards[i].refusedTokens.Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // fastReclaim closes key's lent bucket (entry a of rs, a lender's; loop
@@ -708,6 +861,9 @@ func (n *Node) fastSweep(now time.Duration) {
 		}
 		f.seen.sweep()
 		for k, a := range f.keys {
+			if f.r != nil && n.fastSweepRefusal(now, rs, k, a) {
+				continue
+			}
 			open, left, fills := a.isOpen(), a.held(), a.fills.Load()
 			if open && left == a.seen && fills == a.seenFills {
 				a.quiet++

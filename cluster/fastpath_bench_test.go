@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/rule"
@@ -40,6 +41,42 @@ func BenchmarkHolderCheck(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkHolderRefused is BenchmarkHolderCheck for a key far over its
+// limit (100/s, burst 100, checked as fast as one goroutine can): nearly
+// every check is refused. lease refuses on the fast path while the
+// owner's dry hint lasts (refusal windows, strategy.Refuser); owner
+// forwards every check to the key's owner; local decides from its lent
+// bucket. loop/op is the share of checks that reached the strategy.
+func BenchmarkHolderRefused(b *testing.B) {
+	for _, strat := range []string{"lease", "owner", "local"} {
+		b.Run("strategy="+strat, func(b *testing.B) {
+			r := rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 100, Strategy: strat}
+			if strat != "local" {
+				r.Params = []string{"hold=0s"}
+			}
+			c := newBenchCluster(b, r)
+			key := keyOwnedBy(b, "n0", c.ids)
+			n := c.nodes["n1"]
+			ctx := context.Background()
+			for range 2000 { // warm up: the burst spent
+				if _, err := n.Check(ctx, "r", key, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before := n.Stats().Rules["r"].Requests
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := n.Check(ctx, "r", key, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(n.Stats().Rules["r"].Requests-before)/float64(b.N), "loop/op")
 		})
 	}
 }

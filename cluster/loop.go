@@ -363,6 +363,9 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
 			}
 		}
+		if rs.fast != nil && rs.fast.r != nil && !d.Allowed && d.Delay == 0 && maxWait == 0 && !charge {
+			n.fastRefuse(now, rs, key, rem) // the key's next plain checks may be refused on the fast path
+		}
 		p.answer(result{d: withPermit(CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}, now, d)})
 	})
 	return now

@@ -139,6 +139,12 @@ type RuleStats struct {
 	// BucketsLent is how many times the loop lent a key's whole bucket
 	// to the fast path (strategy.BucketLender: local, central, static).
 	BucketsLent int64
+	// RefusalWindows is how many refusal windows the loop opened
+	// (strategy.Refuser: lease at a holder on the owner's dry hint), and
+	// RefusedInWindows the checks refused in them on the fast path,
+	// counted when the strategy was told (fastpath.go).
+	RefusalWindows   int64
+	RefusedInWindows int64
 }
 
 // Stats is a snapshot of a node's counters.
@@ -156,6 +162,7 @@ type ruleCounters struct {
 	sendErrs, recvErrs, requests, pending    atomic.Int64
 	deferred                                 atomic.Int64
 	grants, granted, returned, lent          atomic.Int64 // the fast path's (fastpath.go)
+	windows, refusedFast                     atomic.Int64 // refusal windows opened, checks refused in them (reported)
 }
 
 type result struct {
@@ -559,7 +566,7 @@ func (n *Node) Stats() Stats {
 			SendErrors: c.sendErrs.Load(), ReceiveErrors: c.recvErrs.Load(),
 			Requests: c.requests.Load(), Pending: c.pending.Load(), Deferred: c.deferred.Load(),
 			AllowanceGrants: c.grants.Load(), AllowanceTokens: c.granted.Load(), AllowanceReturned: c.returned.Load(),
-			BucketsLent: c.lent.Load(),
+			BucketsLent: c.lent.Load(), RefusalWindows: c.windows.Load(), RefusedInWindows: c.refusedFast.Load(),
 		}
 	}
 	return st

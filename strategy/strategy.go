@@ -85,6 +85,10 @@ type Effects struct {
 	// Quotas are token-bucket assignments for quota clients attached to
 	// this node (Quoter), in order.
 	Quotas []QuotaAssignment
+	// RefusalsEnded are keys whose driver-held refusal window
+	// (Refuser.RefusedUntil) must end now: the strategy may admit their
+	// requests again (EndRefusal).
+	RefusalsEnded []string
 }
 
 // Send queues a message to a peer.
@@ -134,6 +138,7 @@ func (fx *Effects) Reset() {
 	fx.Decisions = fx.Decisions[:0]
 	fx.Wakeups = fx.Wakeups[:0]
 	fx.Quotas = fx.Quotas[:0]
+	fx.RefusalsEnded = fx.RefusalsEnded[:0]
 }
 
 // Strategy is one node's state machine for one rule. Calls on an instance

@@ -48,7 +48,9 @@ import (
 
 // Driver carries out a Host's effects. Its methods are called during a
 // Host call, in the order the strategy asked: every decision, then every
-// message, then every new wake-up. They must not call back into the Host.
+// message, then (to the optional QuotaDriver and RefusalDriver) every
+// quota assignment and every refusal window ended, then every new
+// wake-up. They must not call back into the Host.
 type Driver interface {
 	// Decided completes request d.RequestID of rule asynchronously (a
 	// decision the strategy took in a later call than Request). The Host
@@ -68,6 +70,14 @@ type Driver interface {
 // strategy asks to push, after the rule's messages.
 type QuotaDriver interface {
 	Assigned(rule int, a strategy.QuotaAssignment)
+}
+
+// RefusalDriver is implemented by a driver that takes refusals itself
+// (strategy.Refuser): RefusalEnded is called with every key whose refusal
+// window a rule's strategy ends (strategy.Effects.EndRefusal), after the
+// rule's quota assignments. It must not call back into the Host.
+type RefusalDriver interface {
+	RefusalEnded(rule int, key string)
 }
 
 // Host is one node's strategy instances, rule by rule. Not safe for
@@ -356,6 +366,13 @@ func (h *Host) apply(now time.Duration, rule int) {
 		if qd, ok := h.d.(QuotaDriver); ok {
 			for _, a := range h.fx.Quotas {
 				qd.Assigned(rule, a)
+			}
+		}
+	}
+	if len(h.fx.RefusalsEnded) > 0 {
+		if rd, ok := h.d.(RefusalDriver); ok {
+			for _, k := range h.fx.RefusalsEnded {
+				rd.RefusalEnded(rule, k)
 			}
 		}
 	}

@@ -315,6 +315,7 @@ func (l *Lease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1.Lease
 		fx.WakeAt(max(h.nextAskAt, now))
 	}
 	if g.Tokens > 0 && expires > now {
+		fx.EndRefusal(g.Key) // its requests may be admitted again (refusal.go)
 		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
 		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
 		fx.WakeAt(expires)

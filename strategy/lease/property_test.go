@@ -47,7 +47,14 @@ func (r *registry) check(now time.Duration) {
 // and the clock reads before its until (the simulator records them as the
 // node's decisions), returns it before any other call about the key and
 // before SetMembers, and returns open ones at random ticks (the driver's
-// idle sweep).
+// idle sweep). It plays the driver's refusal windows too
+// (strategy.Refuser): after a plain request refused at once it asks
+// RefusedUntil and, until then (or an Effects.EndRefusal of the key),
+// either refuses the key's plain requests itself, counting them, or, at
+// random, hands them to the strategy and fails the run when it does not
+// refuse them at once (the window's promise); the counts go back with
+// Refused before any other call about the key, before SetMembers, and at
+// random ticks once the window is over.
 type checked struct {
 	*lease.Lease
 	self strategy.NodeID
@@ -57,9 +64,55 @@ type checked struct {
 
 // allowDriver is one node incarnation's emulated fast path.
 type allowDriver struct {
-	rnd  *rand.Rand
-	open map[string]*openAllowance
-	fast int // requests admitted from allowances
+	rnd     *rand.Rand
+	open    map[string]*openAllowance
+	windows map[string]*refusalWindow
+	fast    int // requests admitted from allowances
+	refused int // requests refused in windows by the driver
+	kept    int // requests in windows the strategy refused itself, as promised
+}
+
+// refusalWindow is a key's refusal window and the requests the driver
+// refused in it, not reported yet.
+type refusalWindow struct {
+	until            time.Duration
+	requests, tokens int64
+}
+
+// report ends key's refusal window, if any, and reports its refusals.
+func (d *allowDriver) report(now time.Duration, l *lease.Lease, key string, fx *strategy.Effects) {
+	if w := d.windows[key]; w != nil {
+		delete(d.windows, key)
+		if w.requests > 0 {
+			l.Refused(now, key, w.requests, w.tokens, fx)
+		}
+	}
+}
+
+// ended stops refusing the keys whose windows the strategy ended (their
+// counts stay until the next report).
+func (d *allowDriver) ended(fx *strategy.Effects) {
+	for _, k := range fx.RefusalsEnded {
+		if w := d.windows[k]; w != nil {
+			w.until = 0
+		}
+	}
+}
+
+// openWindow opens key's window after the strategy refused a plain
+// request of it at once at now, capped at a random 1-50 ms ahead (the
+// live driver's cap is fastRefusalSlice).
+func (d *allowDriver) openWindow(now time.Duration, l *lease.Lease, key string) {
+	until := min(l.RefusedUntil(now, key), now+time.Duration(1+d.rnd.IntN(50))*time.Millisecond)
+	if until <= now {
+		return
+	}
+	w := d.windows[key]
+	if w == nil {
+		w = &refusalWindow{}
+		d.windows[key] = w
+	}
+	w.until = until
 }
 
 type openAllowance struct {
@@ -101,16 +154,38 @@ func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.E
 }
 
 func (c checked) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	plain := maxWait == 0 && !req.Charge
+	inWindow := false
 	if c.drv != nil {
 		if maxWait == 0 && c.drv.take(now, req) {
 			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 		}
+		if w := c.drv.windows[req.Key]; plain && w != nil && now < w.until {
+			if c.drv.rnd.IntN(2) == 0 {
+				w.requests++
+				w.tokens += req.Tokens
+				c.drv.refused++
+				return strategy.Decision{RequestID: req.ID}, true
+			}
+			inWindow = true // the strategy decides: it must refuse at once
+		}
+		c.drv.report(now, c.Lease, req.Key, fx)
 		c.drv.giveBack(now, c.Lease, req.Key, fx)
 		c.reg.check(now)
 	}
 	d, ok := c.Lease.RequestWait(now, req, maxWait, fx)
 	c.reg.check(now)
 	if c.drv != nil {
+		if inWindow {
+			if !ok || d.Allowed {
+				c.reg.fail("node %s, key %q at %v: in a refusal window, but Request decided (done %v, allowed %v)", c.self, req.Key, now, ok, d.Allowed)
+			}
+			c.drv.kept++
+		}
+		c.drv.ended(fx)
+		if plain && ok && !d.Allowed {
+			c.drv.openWindow(now, c.Lease, req.Key)
+		}
 		c.drv.maybeGrant(now, c.Lease, req.Key, fx)
 		c.reg.check(now)
 	}
@@ -119,6 +194,9 @@ func (c checked) RequestWait(now time.Duration, req strategy.Request, maxWait ti
 
 func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	err := c.Lease.Receive(now, from, payload, fx)
+	if c.drv != nil {
+		c.drv.ended(fx)
+	}
 	if err != nil {
 		c.reg.fail("Receive on %s from %s: %v", c.self, from, err) // peers here are honest
 	}
@@ -133,8 +211,16 @@ func (c checked) Tick(now time.Duration, fx *strategy.Effects) {
 				c.drv.giveBack(now, c.Lease, k, fx)
 			}
 		}
+		for _, k := range slices.Sorted(maps.Keys(c.drv.windows)) {
+			if now >= c.drv.windows[k].until && c.drv.rnd.IntN(4) == 0 {
+				c.drv.report(now, c.Lease, k, fx)
+			}
+		}
 	}
 	c.Lease.Tick(now, fx)
+	if c.drv != nil {
+		c.drv.ended(fx)
+	}
 	c.reg.check(now)
 }
 
@@ -142,6 +228,9 @@ func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *st
 	if c.drv != nil {
 		for _, k := range slices.Sorted(maps.Keys(c.drv.open)) {
 			c.drv.giveBack(now, c.Lease, k, fx)
+		}
+		for _, k := range slices.Sorted(maps.Keys(c.drv.windows)) {
+			c.drv.report(now, c.Lease, k, fx)
 		}
 	}
 	c.Lease.SetMembers(now, members, fx)
@@ -171,7 +260,7 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 // nanosecond its wait was rounded up by; fixed in shape.reserve; its
 // fail file is under testdata/rapid).
 func TestEnvelopeAllowancesUnderFaults(t *testing.T) {
-	before := allowanceAdmits.Load()
+	before, refusedBefore, keptBefore := allowanceAdmits.Load(), windowRefusals.Load(), windowKept.Load()
 	rapid.Check(t, func(t *rapid.T) {
 		waiting := rapid.Bool().Draw(t, "waiting")
 		envelopeRun(t, waiting, rapid.IntRange(0, 3).Draw(t, "contended") == 0, true)
@@ -179,8 +268,16 @@ func TestEnvelopeAllowancesUnderFaults(t *testing.T) {
 	if allowanceAdmits.Load() == before {
 		t.Error("no request was admitted from an allowance in any run: the fast path went untested")
 	}
-	t.Logf("%d requests admitted from allowances", allowanceAdmits.Load()-before)
+	if windowRefusals.Load() == refusedBefore || windowKept.Load() == keptBefore {
+		t.Error("no request was refused in a refusal window by the driver, or none handed to the strategy in one: the windows went untested")
+	}
+	t.Logf("%d requests admitted from allowances; in refusal windows %d refused by the driver, %d refused by the strategy as promised",
+		allowanceAdmits.Load()-before, windowRefusals.Load()-refusedBefore, windowKept.Load()-keptBefore)
 }
+
+// windowRefusals and windowKept count the requests refused in refusal
+// windows by the emulated driver and by the strategy (checked.drv).
+var windowRefusals, windowKept atomic.Int64
 
 // allowanceAdmits counts the requests the emulated driver admitted from
 // allowances (checked.drv).
@@ -322,7 +419,7 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 				reg.nodes[cfg.Self] = l
 				c := checked{Lease: l, self: cfg.Self, reg: reg}
 				if allow {
-					c.drv = &allowDriver{rnd: rand.New(rand.NewPCG(drvSeed, uint64(len(drivers)))), open: map[string]*openAllowance{}}
+					c.drv = &allowDriver{rnd: rand.New(rand.NewPCG(drvSeed, uint64(len(drivers)))), open: map[string]*openAllowance{}, windows: map[string]*refusalWindow{}}
 					drivers = append(drivers, c.drv)
 				}
 				return c, nil
@@ -334,6 +431,8 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 		fast := 0
 		for _, d := range drivers {
 			fast += d.fast
+			windowRefusals.Add(int64(d.refused))
+			windowKept.Add(int64(d.kept))
 		}
 		allowanceAdmits.Add(int64(fast))
 		allowed := make([]bool, len(reqs))
