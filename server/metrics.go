@@ -310,6 +310,8 @@ var (
 		"Checks of a rule waiting for an asynchronous (network) decision.", []string{"rule"}, nil)
 	descDeferred = prometheus.NewDesc("tokenmesh_deferred_checks_total",
 		"Checks of a rule its strategy did not decide at once on this node (forwarded to an owner or regional owner, or held for an ordering buffer or a lease); the others were decided on the node.", []string{"rule"}, nil)
+	descWindowRefused = prometheus.NewDesc("tokenmesh_refusal_window_checks_total",
+		"Checks of a rule refused on the fast path in a refusal window (the strategy said the key is refused until a time: lease at a holder while the owner's dry hint lasts), counted when the strategy hears of them; these never reached the strategy one by one.", []string{"rule"}, nil)
 	descInboxDropped = prometheus.NewDesc("tokenmesh_inbox_dropped_total",
 		"Peer frames dropped because the node's event inbox was full.", nil, nil)
 	descUnknownRule = prometheus.NewDesc("tokenmesh_peer_unknown_rule_frames_total",
@@ -342,7 +344,7 @@ type nodeCollector struct {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerMessages, descPeerBytes, descSendErrors, descReceiveErrors,
-		descPending, descDeferred, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
+		descPending, descDeferred, descWindowRefused, descInboxDropped, descUnknownRule, descBadSender, descRefused, descLinks, descWireVersion, descMembers, descStateBytes, descShare, descKeys} {
 		ch <- d
 	}
 }
@@ -373,6 +375,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReceiveErrors, rs.ReceiveErrors, rule)
 		gauge(descPending, float64(rs.Pending), rule)
 		counter(descDeferred, rs.Deferred, rule)
+		counter(descWindowRefused, rs.RefusedInWindows, rule)
 	}
 	counter(descInboxDropped, st.InboxDropped)
 	counter(descUnknownRule, st.UnknownRuleFrames)

@@ -292,7 +292,7 @@ func gatherFake(t *testing.T, view nodeView) map[string]*dto.MetricFamily {
 func TestMetricsCapacityShares(t *testing.T) {
 	view := fakeView{
 		stats: cluster.Stats{Rules: map[string]cluster.RuleStats{
-			"g": {MessagesSent: 7, BytesSent: 700, MessagesReceived: 5, BytesReceived: 500, SendErrors: 1, ReceiveErrors: 2, Pending: 3, Deferred: 17},
+			"g": {MessagesSent: 7, BytesSent: 700, MessagesReceived: 5, BytesReceived: 500, SendErrors: 1, ReceiveErrors: 2, Pending: 3, Deferred: 17, RefusedInWindows: 19},
 		}, InboxDropped: 9, UnknownRuleFrames: 11, BadSender: 13},
 		members: 4,
 		inspect: func(_ context.Context, f func(time.Duration, rule.Rule, strategy.Strategy)) error {
@@ -315,6 +315,7 @@ func TestMetricsCapacityShares(t *testing.T) {
 		{"tokenmesh_peer_receive_errors_total", []string{"rule=g"}, 2},
 		{"tokenmesh_pending_checks", []string{"rule=g"}, 3},
 		{"tokenmesh_deferred_checks_total", []string{"rule=g"}, 17},
+		{"tokenmesh_refusal_window_checks_total", []string{"rule=g"}, 19},
 		{"tokenmesh_inbox_dropped_total", nil, 9},
 		{"tokenmesh_peer_unknown_rule_frames_total", nil, 11},
 		{"tokenmesh_peer_bad_sender_frames_total", nil, 13},

@@ -44,6 +44,7 @@
 //	tokenmesh_peer_receive_errors_total{rule}         payloads the strategy refused
 //	tokenmesh_pending_checks{rule}                    checks waiting for the network
 //	tokenmesh_deferred_checks_total{rule}             checks not decided at once on the node
+//	tokenmesh_refusal_window_checks_total{rule}       checks refused on the fast path in a refusal window
 //	tokenmesh_inbox_dropped_total                     peer frames dropped, inbox full
 //	tokenmesh_peer_unknown_rule_frames_total          peer frames for a rule this node lacks
 //	tokenmesh_peer_bad_sender_frames_total            peer frames from an empty or non-UTF-8 sender
