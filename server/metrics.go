@@ -43,6 +43,8 @@ package server
 //	tokenmesh_deferred_checks_total{rule}            counter of checks the strategy did not decide at
 //	                                                 once (forwarded, or held for an ordering buffer
 //	                                                 or a lease): the rest were decided on the node
+//	tokenmesh_refusal_window_checks_total{rule}      counter of checks refused on the fast path in a
+//	                                                 refusal window (lease at a holder on the dry hint)
 //	tokenmesh_inbox_dropped_total                    counter of peer frames dropped (inbox full)
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
