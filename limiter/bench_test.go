@@ -185,11 +185,11 @@ func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want
 }
 
 // BenchmarkLimiterAllow is one Limiter.Allow per op, sequential: local and
-// static are decided on the fast path (a lent bucket), owner and lease
-// from allowances of the key's bucket or pool (at one node every key is
-// the node's own), against x/time/rate.
+// static are decided on the fast path (a lent bucket), owner, lease and
+// adaptive from allowances of the key's bucket, pool or share (at one
+// node every key is the node's own), against x/time/rate.
 func BenchmarkLimiterAllow(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner", "lease"} {
+	for _, s := range []string{"local", "static", "owner", "lease", "adaptive"} {
 		benchLimiter(b, s, false)
 	}
 	benchXRate(b, false)
@@ -198,7 +198,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 // BenchmarkLimiterAllowParallel is BenchmarkLimiterAllow under
 // b.RunParallel (GOMAXPROCS goroutines: run it with -cpu 2).
 func BenchmarkLimiterAllowParallel(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner", "lease"} {
+	for _, s := range []string{"local", "static", "owner", "lease", "adaptive"} {
 		benchLimiter(b, s, true)
 	}
 	benchXRate(b, true)

@@ -155,7 +155,11 @@ type Adaptive struct {
 	defRate  bucket.Rate // the static split
 	defBurst int64
 
-	keys    map[string]*keyState
+	keys map[string]*keyState
+	// lent is the tokens of each key's bucket the live driver holds in
+	// an allowance (allowance.go): every use of a bucket clamps it first
+	// (level + held <= its burst).
+	lent    strategy.AllowanceLedger
 	shares  map[string]share // applied shares (keys without one take the static split)
 	pending map[string]share // the newest epoch's targets, applied at pendAt; nil: none pending
 	pendAt  time.Duration
@@ -353,6 +357,7 @@ func (a *Adaptive) get(key string, now time.Duration) *keyState {
 // documentation).
 func (a *Adaptive) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
 	ks := a.offer(req)
+	a.lent.Clamp(&ks.b, req.Arrival, req.Key)
 	ok := ks.b.AllowN(req.Arrival, req.Tokens)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 }
@@ -388,6 +393,7 @@ func (a *Adaptive) RequestWait(now time.Duration, req strategy.Request, maxWait 
 		return a.Request(now, req, fx)
 	}
 	ks := a.offer(req)
+	a.lent.Clamp(&ks.b, req.Arrival, req.Key)
 	delay, ok := strategy.ReserveWithin(&ks.b, req.Arrival, req.Tokens, maxWait)
 	return strategy.Decision{RequestID: req.ID, Allowed: ok, Delay: delay}, true
 }
@@ -453,7 +459,7 @@ func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 		// Idle for a whole window: drop the key once its bucket is full
 		// (a new full bucket is the same). Its virtual backlog is not
 		// checked: a new key starts with none.
-		if ks.b.Full(now) {
+		if a.lent.Held(k) == 0 && ks.b.Full(now) { // tokens in an allowance: not full
 			a.keyDropped(k)
 			delete(a.keys, k)
 		}
@@ -695,6 +701,8 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 	if ks.b.Rate() == r && ks.b.Burst() == b {
 		return
 	}
+	a.lent.Clamp(&ks.b, now, k)
+	defer a.lent.Clamp(&ks.b, now, k) // the new burst less what the driver holds
 	// A raise keeps waiting mode's reservations due when promised (a
 	// level >= 0 re-rates as SetRate).
 	if ks.b.SetRateKeepingDue(now, r, b) == nil {
@@ -712,7 +720,9 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 // state (strategy.Remainer).
 func (a *Adaptive) Remaining(now time.Duration, key string) (int64, bool) {
 	if ks, ok := a.keys[key]; ok {
-		return buckets.Whole(ks.b, now), true
+		cp := ks.b
+		a.lent.Clamp(&cp, now, key) // the tokens an allowance holds are not the bucket's
+		return buckets.Whole(cp, now), true
 	}
 	_, b := a.shareOf(key)
 	return b, true
