@@ -438,7 +438,7 @@ func (a *Adaptive) stat(ks *keyState, now time.Duration) (offered, peak int64, o
 // on the adaptor, re-splits).
 func (a *Adaptive) Tick(now time.Duration, fx *strategy.Effects) {
 	if a.pending != nil && now >= a.pendAt {
-		a.applyPending(now)
+		a.applyPending(now, fx)
 	}
 	if now < a.nextStep {
 		return
@@ -641,7 +641,7 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 	}
 	a.shares = immediate
 	for k := range immediate {
-		a.refresh(now, k)
+		a.refresh(now, k, fx)
 	}
 	a.recountShares()
 	// max_wait: reservations made at the shares just lowered are due
@@ -661,7 +661,7 @@ func (a *Adaptive) apply(now time.Duration, m *peerv1.AdaptiveShares, fx *strate
 // key the epoch leaves out) and that has no bucket gets one first, full
 // at its applied share, and is raised as a held bucket is. (A raise of
 // the rate alone leaves a full bucket full: nothing to do.)
-func (a *Adaptive) applyPending(now time.Duration) {
+func (a *Adaptive) applyPending(now time.Duration, fx *strategy.Effects) {
 	for _, src := range []map[string]share{a.shares, a.pending} {
 		for _, k := range slices.Sorted(maps.Keys(src)) {
 			if _, held := a.keys[k]; held {
@@ -679,28 +679,34 @@ func (a *Adaptive) applyPending(now time.Duration) {
 	old := a.shares
 	a.shares, a.pending = a.pending, nil
 	for k := range old {
-		a.refresh(now, k)
+		a.refresh(now, k, fx)
 	}
 	for k := range a.shares {
-		a.refresh(now, k)
+		a.refresh(now, k, fx)
 	}
 	a.recountShares()
 }
 
-// refresh sets key's bucket (if any) to its applied share.
-func (a *Adaptive) refresh(now time.Duration, k string) {
+// refresh sets key's bucket (if any) to its applied share; a raise of its
+// rate or burst ends the key's refusal window (refusal.go) in fx.
+func (a *Adaptive) refresh(now time.Duration, k string, fx *strategy.Effects) {
 	r, b := a.shareOf(k)
-	a.setBucket(now, k, r, b)
+	if a.setBucket(now, k, r, b) {
+		fx.EndRefusal(k)
+	}
 }
 
-func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64) {
+// setBucket sets key k's bucket (if any) to (r, b) and reports whether
+// that raised its rate or its burst.
+func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64) (raised bool) {
 	ks, ok := a.keys[k]
 	if !ok {
-		return
+		return false
 	}
 	if ks.b.Rate() == r && ks.b.Burst() == b {
-		return
+		return false
 	}
+	raised = rateLess(ks.b.Rate(), r) || b > ks.b.Burst()
 	a.lent.Clamp(&ks.b, now, k)
 	defer a.lent.Clamp(&ks.b, now, k) // the new burst less what the driver holds
 	// A raise keeps waiting mode's reservations due when promised (a
@@ -712,6 +718,7 @@ func (a *Adaptive) setBucket(now time.Duration, k string, r bucket.Rate, b int64
 		ks.qAt = t
 		ks.rPerS = r.PerSec()
 	}
+	return raised
 }
 
 // Remaining is the whole tokens key's sub-token bucket holds at now (the
@@ -762,7 +769,7 @@ func (a *Adaptive) SetExpected(now time.Duration, expected []strategy.NodeID, fx
 	}
 	a.conserveCap()
 	for k := range a.keys {
-		a.refresh(now, k)
+		a.refresh(now, k, fx)
 	}
 	a.recountShares()
 }

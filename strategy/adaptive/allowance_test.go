@@ -26,12 +26,23 @@ import (
 // requests from it while it covers them and the clock reads before its
 // until (the simulator records them as the node's decisions), returns it
 // before any other call about the key and before SetMembers and
-// SetExpected, and returns open ones at random ticks (the idle sweep).
+// SetExpected, and returns open ones at random ticks (the idle sweep). It
+// plays the refusal windows too (strategy.Refuser): after a plain request
+// refused it asks RefusedUntil and, until then (capped at a random 1-50
+// ms) or an Effects.EndRefusal of the key, refuses the key's plain
+// requests itself, counting them, or, at random, hands them to the
+// strategy and fails the run when it does not refuse them (the window's
+// promise); the counts go back with Refused before any other call about
+// the key, before SetMembers and SetExpected, and at random ticks once
+// the window is over.
 type driven struct {
 	*adaptive.Adaptive
-	rnd  *rand.Rand
-	open map[string]*openAllowance
-	fast *int
+	rnd     *rand.Rand
+	open    map[string]*openAllowance
+	windows map[string]*refusalWindow
+	fast    *int
+	stats   *windowStats
+	fail    func(format string, args ...any)
 	// returnOnReceive returns every open allowance before each peer
 	// message (so before every re-split), which the live driver does not.
 	returnOnReceive bool
@@ -41,7 +52,39 @@ func (d driven) Receive(now time.Duration, from strategy.NodeID, payload []byte,
 	if d.returnOnReceive {
 		d.returnAll(now, fx)
 	}
-	return d.Adaptive.Receive(now, from, payload, fx)
+	err := d.Adaptive.Receive(now, from, payload, fx)
+	d.ended(fx)
+	return err
+}
+
+// refusalWindow is a key's refusal window and the requests refused in it,
+// not reported yet.
+type refusalWindow struct {
+	until            time.Duration
+	requests, tokens int64
+}
+
+// windowStats counts the requests refused in windows by the driver and
+// those the strategy refused in them as promised.
+type windowStats struct{ refused, kept int }
+
+// report ends key's window, if any, and reports its refusals.
+func (d driven) report(now time.Duration, key string, fx *strategy.Effects) {
+	if w := d.windows[key]; w != nil {
+		delete(d.windows, key)
+		if w.requests > 0 {
+			d.Adaptive.Refused(now, key, w.requests, w.tokens, fx)
+		}
+	}
+}
+
+// ended stops refusing the keys whose windows the strategy ended.
+func (d driven) ended(fx *strategy.Effects) {
+	for _, k := range fx.RefusalsEnded {
+		if w := d.windows[k]; w != nil {
+			w.until = 0
+		}
+	}
 }
 
 type openAllowance struct {
@@ -62,8 +105,31 @@ func (d driven) Request(now time.Duration, req strategy.Request, fx *strategy.Ef
 		*d.fast++
 		return strategy.Decision{RequestID: req.ID, Allowed: true}, true
 	}
+	inWindow := false
+	if w := d.windows[req.Key]; w != nil && now < w.until {
+		if d.rnd.IntN(2) == 0 {
+			w.requests++
+			w.tokens += req.Tokens
+			d.stats.refused++
+			return strategy.Decision{RequestID: req.ID}, true
+		}
+		inWindow = true
+	}
+	d.report(now, req.Key, fx)
 	d.giveBack(now, req.Key, fx)
 	dec, ok := d.Adaptive.Request(now, req, fx)
+	if inWindow {
+		if !ok || dec.Allowed {
+			d.fail("key %q at %v: in a refusal window, but Request decided (done %v, allowed %v)", req.Key, now, ok, dec.Allowed)
+		}
+		d.stats.kept++
+	}
+	d.ended(fx)
+	if ok && !dec.Allowed {
+		if until := min(d.Adaptive.RefusedUntil(now, req.Key), now+time.Duration(1+d.rnd.IntN(50))*time.Millisecond); until > now {
+			d.windows[req.Key] = &refusalWindow{until: until}
+		}
+	}
 	if d.rnd.IntN(2) == 0 {
 		if g, until := d.Adaptive.Grant(now, req.Key, int64(1+d.rnd.IntN(16)), fx); g > 0 {
 			d.open[req.Key] = &openAllowance{tokens: g, until: until}
@@ -76,6 +142,7 @@ func (d driven) RequestWait(now time.Duration, req strategy.Request, maxWait tim
 	if maxWait <= 0 {
 		return d.Request(now, req, fx)
 	}
+	d.report(now, req.Key, fx)
 	d.giveBack(now, req.Key, fx)
 	return d.Adaptive.RequestWait(now, req, maxWait, fx)
 }
@@ -86,12 +153,21 @@ func (d driven) Tick(now time.Duration, fx *strategy.Effects) {
 			d.giveBack(now, k, fx)
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(d.windows)) {
+		if now >= d.windows[k].until && d.rnd.IntN(4) == 0 {
+			d.report(now, k, fx)
+		}
+	}
 	d.Adaptive.Tick(now, fx)
+	d.ended(fx)
 }
 
 func (d driven) returnAll(now time.Duration, fx *strategy.Effects) {
 	for _, k := range slices.Sorted(maps.Keys(d.open)) {
 		d.giveBack(now, k, fx)
+	}
+	for _, k := range slices.Sorted(maps.Keys(d.windows)) {
+		d.report(now, k, fx)
 	}
 }
 
@@ -120,6 +196,10 @@ func (s sticky) Assign(r *workload.Request, _ int, n int) int {
 // runs of TestEnvelopeWithAllowances.
 var allowanceAdmits atomic.Int64
 
+// windowRefusals and windowKept count the requests refused in refusal
+// windows by the emulated driver and by the strategy, over the runs.
+var windowRefusals, windowKept atomic.Int64
+
 // TestEnvelopeWithAllowances: adaptive with the driver's allowances
 // emulated at every node (driven), on keys whose traffic comes in bursts
 // of 20 ms at one node, which moves (so that the TB Adaptor re-splits
@@ -131,10 +211,13 @@ var allowanceAdmits atomic.Int64
 // allowances cost nothing. As the live driver does, with allowances open
 // across re-splits: plus, per node, one allowance above a lowered share
 // (allowance.go: the tokens held when a re-split lowers the share, at
-// most strategy.AllowanceCap of the share they came from). It fails when
-// no run admitted anything from an allowance.
+// most strategy.AllowanceCap of the share they came from). The emulated
+// refusal windows hold their promise (driven). It fails when no run
+// admitted anything from an allowance, or no window was tested. Two fail
+// files are kept: Return giving back the used tokens, and a raise of a
+// share that does not end the key's window.
 func TestEnvelopeWithAllowances(t *testing.T) {
-	before := allowanceAdmits.Load()
+	before, refusedBefore, keptBefore := allowanceAdmits.Load(), windowRefusals.Load(), windowKept.Load()
 	rapid.Check(t, func(t *rapid.T) {
 		nodes := rapid.IntRange(2, 5).Draw(t, "nodes")
 		keys := rapid.IntRange(1, 3).Draw(t, "keys")
@@ -168,6 +251,7 @@ func TestEnvelopeWithAllowances(t *testing.T) {
 			t.Fatal(err)
 		}
 		fast, built := 0, 0
+		var stats windowStats
 		res, err := sim.Run(&workload.Trace{Name: "rapid-allow", Requests: reqs}, sim.Config{
 			Name: "adaptive", Nodes: nodes, Rate: rate, Burst: burst, Params: params, Seed: 7,
 			Network: sim.Network{Latency: sim.Latency{Kind: "uniform", Min: time.Millisecond, Max: 5 * time.Millisecond}},
@@ -178,13 +262,16 @@ func TestEnvelopeWithAllowances(t *testing.T) {
 					return nil, err
 				}
 				built++
-				return driven{Adaptive: a, rnd: rand.New(rand.NewPCG(drvSeed, uint64(built))), open: map[string]*openAllowance{}, fast: &fast, returnOnReceive: returnOnReceive}, nil
+				return driven{Adaptive: a, rnd: rand.New(rand.NewPCG(drvSeed, uint64(built))), open: map[string]*openAllowance{},
+					windows: map[string]*refusalWindow{}, fast: &fast, stats: &stats, fail: t.Fatalf, returnOnReceive: returnOnReceive}, nil
 			},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		allowanceAdmits.Add(int64(fast))
+		windowRefusals.Add(int64(stats.refused))
+		windowKept.Add(int64(stats.kept))
 		served := simtest.Served(reqs, res.Outcomes)
 		all := make([]bool, len(served))
 		for i := range all {
@@ -202,5 +289,9 @@ func TestEnvelopeWithAllowances(t *testing.T) {
 	if allowanceAdmits.Load() == before {
 		t.Error("no request was admitted from an allowance in any run: the fast path went untested")
 	}
-	t.Logf("%d requests admitted from allowances", allowanceAdmits.Load()-before)
+	if windowRefusals.Load() == refusedBefore || windowKept.Load() == keptBefore {
+		t.Error("no request was refused in a refusal window by the driver, or none handed to the strategy in one: the windows went untested")
+	}
+	t.Logf("%d requests admitted from allowances; in refusal windows %d refused by the driver, %d refused by the strategy as promised",
+		allowanceAdmits.Load()-before, windowRefusals.Load()-refusedBefore, windowKept.Load()-keptBefore)
 }

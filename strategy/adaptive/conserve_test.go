@@ -26,7 +26,7 @@ func TestPartitionAndHealResplit(t *testing.T) {
 		a.Request(0, strategy.Request{ID: 1, Key: "hot", Tokens: 1}, fx)
 		// An epoch gave n0 most of "hot".
 		a.shares["hot"] = share{rate: bucket.Rate{Tokens: 2, Per: time.Second}, burst: 7}
-		a.refresh(0, "hot")
+		a.refresh(0, "hot", &strategy.Effects{})
 
 		a.SetMembers(time.Second, []strategy.NodeID{"n0"}, fx)
 		a.SetExpected(time.Second, all, fx)

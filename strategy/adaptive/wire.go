@@ -160,7 +160,7 @@ func (a *Adaptive) SetMembers(now time.Duration, members []strategy.NodeID, fx *
 	}
 	a.conserveCap()
 	for k := range a.keys {
-		a.refresh(now, k)
+		a.refresh(now, k, fx)
 	}
 	a.recountShares()
 }
