@@ -87,7 +87,8 @@ type Effects struct {
 	Quotas []QuotaAssignment
 	// RefusalsEnded are keys whose driver-held refusal window
 	// (Refuser.RefusedUntil) must end now: the strategy may admit their
-	// requests again (EndRefusal).
+	// requests again (EndRefusal). Their order carries no meaning (the
+	// driver ends each; a strategy may list them in map order).
 	RefusalsEnded []string
 }
 
