@@ -348,27 +348,36 @@ func (n *Node) request(now time.Duration, rs *ruleState, key string, tokens int6
 			rs.c.deferred.Add(1)
 			return
 		}
-		var granted, left int64
-		lent := false
-		if rs.fast != nil && d.Delay == 0 && (d.Allowed || rs.fast.l != nil) {
-			// A lent bucket serves refusals too (a key over its limit is
-			// refused in the caller's goroutine); an allowance needs
-			// tokens.
-			granted, left, lent = n.fastGrant(now, rs, key, fx)
-		}
-		rem := int64(-1)
-		if v, known := n.h.Remaining(now, rs.idx, key); known {
-			rem = v + granted // the allowance's tokens are the caller's too
-			if lent {
-				rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
-			}
-		}
-		if rs.fast != nil && rs.fast.r != nil && !d.Allowed && d.Delay == 0 && maxWait == 0 && !charge {
-			n.fastRefuse(now, rs, key, rem) // the key's next plain checks may be refused on the fast path
-		}
-		p.answer(result{d: withPermit(CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}, now, d)})
+		p.answer(result{d: n.answerNow(now, rs, key, d, maxWait == 0 && !charge, fx)})
 	})
 	return now
+}
+
+// answerNow is the answer to a check of key that rs's strategy decided
+// at once at now (d; fx its call's effects): with the key's allowance or
+// lent bucket opened after it (fastGrant), or, for a plain check (no
+// wait, no charge) refused, the key's refusal window (fastRefuse), and
+// the key's Remaining.
+func (n *Node) answerNow(now time.Duration, rs *ruleState, key string, d strategy.Decision, plain bool, fx *strategy.Effects) CheckResult {
+	var granted, left int64
+	lent := false
+	if rs.fast != nil && d.Delay == 0 && (d.Allowed || rs.fast.l != nil) {
+		// A lent bucket serves refusals too (a key over its limit is
+		// refused in the caller's goroutine); an allowance needs
+		// tokens.
+		granted, left, lent = n.fastGrant(now, rs, key, fx)
+	}
+	rem := int64(-1)
+	if v, known := n.h.Remaining(now, rs.idx, key); known {
+		rem = v + granted // the allowance's tokens are the caller's too
+		if lent {
+			rem = left + granted // the strategy holds none of the key's tokens: the lent bucket has them
+		}
+	}
+	if plain && rs.fast != nil && rs.fast.r != nil && !d.Allowed && d.Delay == 0 {
+		n.fastRefuse(now, rs, key, rem) // the key's next plain checks may be refused on the fast path
+	}
+	return withPermit(CheckResult{Allowed: d.Allowed, Remaining: rem, Delay: d.Delay}, now, d)
 }
 
 // loopDriver is the node's host.Driver: the wall clock, the transport and
