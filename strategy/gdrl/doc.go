@@ -114,7 +114,20 @@
 // default share pays it out to the survivors, and one that restarted gets
 // its split back. A node below its split keeps asking once per interval
 // while no member has an excess (shares lost with two nodes that failed
-// together, a debt after a fence).
+// together, a debt after a fence). It asks only the members whose
+// incarnation it knows (ring neighbours, buddy and wards, and joiners and
+// restarted nodes, which say hello to everyone; founders never say hello
+// to each other), so an excess at a founder that none of the short ones
+// knows stayed there for good (TestLeaveConservesProperty at 1,000 checks,
+// and the partition example at burst 5: one burst token and a third of a
+// split stuck at n5 after the heal). So a node that has stayed above its
+// split for 8 rounds over the members, its default share not falling and
+// its view not changing, sends each other member in turn an ask with
+// to_inc 0 that asks for nothing and that no incarnation answers: the
+// member takes note of its incarnation (as of any message) and, if short,
+// asks it (offerDefault; asking or saying hello to every member instead
+// paid other members first and moved the simulator's results for the
+// worse: testdata/unfixed/README.md).
 //
 // Exchanges. Every `interval` a node probes one neighbour (round robin) with
 // the inputs of its indicators, all keys in one message (at most

@@ -193,6 +193,11 @@ type GDRL struct {
 	leaving  bool          // Leave was called: hand everything to the buddy (see leave.go)
 
 	askNext int // the next member to ask for default share, round robin (see balance.go)
+	// offerWait counts the intervals this node has been above its split,
+	// its default share not falling and its view not changing (see
+	// offerDefault); offerNext is the next member to offer to, round robin.
+	offerWait, offerNext int
+	offerDC, offerDB     int64 // the default share at the last interval
 }
 
 // share is one key's explicit share at this node.

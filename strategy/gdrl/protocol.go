@@ -186,6 +186,7 @@ func (g *GDRL) closeTick(now time.Duration, fx *strategy.Effects) {
 			g.probe(now, fx)
 		}
 		g.askDefault(fx)
+		g.offerDefault(fx)
 	}
 	for g.nextTick <= now {
 		g.nextTick += g.interval
@@ -286,6 +287,7 @@ func (g *GDRL) setView(now time.Duration, members []strategy.NodeID) []strategy.
 	old := g.members
 	if !slices.Equal(old, view) {
 		g.viewAt = now
+		g.offerWait = 0 // every split changed
 	}
 	g.members = view
 	return old

@@ -21,3 +21,10 @@ func (g *GDRL) AddTokensForTest(key string, tokens int64, now time.Duration) {
 
 // UnitForTest is the bucket's unit (units per bucket token).
 func (g *GDRL) UnitForTest() int64 { return g.unit }
+
+// KnowsIncForTest reports whether this node knows an incarnation of
+// member m (it has heard from it), as askDefault sees it.
+func (g *GDRL) KnowsIncForTest(m string) bool {
+	p := g.peers[strategy.NodeID(m)]
+	return p != nil && p.inc != 0
+}
