@@ -213,9 +213,10 @@ var windowRefusals, windowKept atomic.Int64
 // (allowance.go: the tokens held when a re-split lowers the share, at
 // most strategy.AllowanceCap of the share they came from). The emulated
 // refusal windows hold their promise (driven). It fails when no run
-// admitted anything from an allowance, or no window was tested. Two fail
-// files are kept: Return giving back the used tokens, and a raise of a
-// share that does not end the key's window.
+// admitted anything from an allowance, or no window was tested. It fails
+// within ~10 runs when Return gives back the used tokens, and finds a raise of a
+// share that does not end the key's window within ~30 runs (that fail
+// file is kept).
 func TestEnvelopeWithAllowances(t *testing.T) {
 	before, refusedBefore, keptBefore := allowanceAdmits.Load(), windowRefusals.Load(), windowKept.Load()
 	rapid.Check(t, func(t *rapid.T) {
