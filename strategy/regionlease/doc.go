@@ -61,6 +61,25 @@
 //     share of the level by the demands reported, the split a push uses,
 //     with the dry hint (askShare; ours): an ask took the whole level, the
 //     other regions' and G's region's refill included, in one chunk.
+//   - When the load moves between regions (follow the sun; holder.go's
+//     idleAt and quiet, push.go's notePushIdle and regionHint; ours;
+//     docs/EVALUATION.md, "regionlease: follow-the-sun"): a holder counts
+//     a key idle (its unlent leases go back: idle) after the time 20 of
+//     its measured arrivals take (at a regional owner its region's
+//     demand), at least 4*lead, at most idle, and never before the end
+//     of a dry hint it gave its nodes; a grant or push that reaches it
+//     idle goes back as it comes (a push in flight when its return left
+//     otherwise sat in the old region's stock until its end); a renew
+//     timer (a dry hint's end) asks only if the key saw a use within
+//     lead plus 3 of its arrivals (the old region's nodes took the
+//     stock as period-sized leases as their hints ended); a region that
+//     gives back unused tokens leaves the global owner's split (pushes
+//     and askShare) until it asks again; and the hint a regional owner
+//     gives its nodes ends by its next stock due also before pushes come
+//     (its ask's grant), the ask's round trip counted as the shortest
+//     measured lately (a low-biased filter, from latency_hint) rather
+//     than the moving average from 2*latency_hint. Each returns or
+//     withholds tokens, or shortens a hint: no token is created.
 //   - The first second and the swing (granter.go's grantPool; ours): with
 //     pushes on, a remote region's first ask of a key is lent at least the
 //     region's share of the burst by nodes (b*10/30 for 10 nodes of 30),

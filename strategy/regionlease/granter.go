@@ -136,10 +136,12 @@ func (l *RegionLease) fromStock(now time.Duration, key string, h *holding, arr t
 		v.decided, v.allowed = true, true
 	case arr < l.regionHint(now, h):
 		v.decided, v.emptyFor = true, uint64((l.regionHint(now, h)-arr)/time.Microsecond)
+		h.hintUntil = max(h.hintUntil, l.regionHint(now, h))
 	case !live, l.hot(now, h):
 		v.decided = true
 		if due := l.stockDue(now, h); live && due > arr {
 			v.emptyFor = uint64((due - arr) / time.Microsecond)
+			h.hintUntil = max(h.hintUntil, due)
 		}
 	}
 	return v
@@ -351,6 +353,7 @@ func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a 
 		if _, live := l.global(a.Key); live && l.hot(now, h) {
 			g.emptyUntil = max(g.emptyUntil, l.stockDue(now, h))
 		}
+		h.hintUntil = max(h.hintUntil, g.emptyUntil)
 	}
 	return g
 }
@@ -418,7 +421,7 @@ func (l *RegionLease) release(now time.Duration, id grantID, unused int64, fx *s
 			}
 			ls.used += g.tokens - unused
 			l.noteUsed(id.key, ls, fx)
-			if ls.lent == 0 && ls.subs == 0 && !ls.spentSent && now >= h.lastRequestAt+l.idle {
+			if ls.lent == 0 && ls.subs == 0 && !ls.spentSent && l.isIdle(now, h) {
 				// The key went idle here while this lease was lent out
 				// (idleTimer kept it): give it back now.
 				l.giveBack(now, id.key, *ls, fx)

@@ -27,6 +27,10 @@ type holding struct {
 	lastArrival   time.Duration
 	lastRequestAt time.Duration
 	idleSet       bool // an idle check is scheduled (idleTimer)
+	// hintUntil is, at a regional owner, the latest end of a dry hint it
+	// gave its nodes (they refuse on the node and do not come back
+	// until then): the key is not idle before it (idleAt).
+	hintUntil time.Duration
 
 	leases      []held
 	seq         uint64 // last ask's seq
@@ -289,7 +293,7 @@ func (l *RegionLease) stockDue(now time.Duration, h *holding) time.Duration {
 	if h.asking {
 		at = h.askAt
 	}
-	due := at + l.wanRTT
+	due := at + l.wanRTTLow
 	if p := l.pushDue(now, h); p > 0 {
 		due = min(due, p)
 	}
@@ -424,13 +428,22 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 		h.asking = false
 		if h.askRegion {
 			l.wanRTT += (now - h.askAt - l.wanRTT) / 8
+			if rt := now - h.askAt; rt < l.wanRTTLow {
+				l.wanRTTLow = rt
+			} else {
+				l.wanRTTLow += (rt - l.wanRTTLow) / 32
+			}
 		}
 	}
 	l.scheduleAsk(now, h, g, lead, fx)
 	if h.askRegion && g.Tokens < h.askTokens && until > now {
 		h.dry, h.dryAt = true, now
 	}
-	if g.Tokens > 0 && expires > now {
+	if g.Tokens > 0 && expires > now && l.isIdle(now, h) {
+		// The key went idle here while the ask was out: the grant goes
+		// back as it comes (as a push does: takePush).
+		l.giveBack(now, g.Key, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires}, fx)
+	} else if g.Tokens > 0 && expires > now {
 		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
 		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
 		fx.WakeAt(expires)
@@ -549,9 +562,60 @@ func (l *RegionLease) used(now time.Duration, key string, h *holding, fx *strate
 	h.lastRequestAt = now
 	if !h.idleSet {
 		h.idleSet = true
-		l.pushTimer(timer{at: now + l.idle, kind: timerIdle, key: key})
-		fx.WakeAt(now + l.idle)
+		at := l.idleAt(now, h)
+		l.pushTimer(timer{at: at, kind: timerIdle, key: key})
+		fx.WakeAt(at)
 	}
+}
+
+// idleArrivals is how many of its measured arrivals a holder misses
+// before it counts a key as idle (idleAt).
+const idleArrivals = 20
+
+// idleAt is when key's holding h counts as idle (its leases go back:
+// idleTimer): idle after its last use, or sooner for a key in demand,
+// after the time idleArrivals of its requests take at its measured
+// demand (at a regional owner its region's), at least 4*lead; never
+// before the end of a dry hint it gave its nodes (hintUntil) (ours: when
+// a tenant's load leaves a region, what the region holds goes back after
+// about 100 ms at 200 requests/s per node instead of idle).
+func (l *RegionLease) idleAt(now time.Duration, h *holding) time.Duration {
+	wait := l.idle
+	if d := l.holderDemand(now, h); d > 0 {
+		wait = min(wait, max(4*l.lead, time.Duration(idleArrivals/d*float64(time.Second))))
+	}
+	return max(h.lastRequestAt+wait, h.hintUntil)
+}
+
+// holderDemand is h's demand in tokens per second: at a regional owner
+// (it asked the global owner, or its nodes reported theirs) its region's
+// (regionDemand), else its own.
+func (l *RegionLease) holderDemand(now time.Duration, h *holding) float64 {
+	if h.askRegion || len(h.reports) > 0 {
+		return l.regionDemand(now, h)
+	}
+	return h.demand(now, l.window, l.minLease)
+}
+
+// quiet reports whether h's key has missed renewArrivals of its arrivals
+// at its measured demand (holderDemand) since its last use, lead
+// included: a renew timer (the end of a dry hint) then asks no more (ours:
+// when a tenant's load left a region, its nodes still asked as their dry
+// hints ended, for as long as their demand estimates, over a 1 s window,
+// stayed up, and took period-sized leases of a stock no one would use).
+// The next use asks as before.
+func (l *RegionLease) quiet(now time.Duration, h *holding) bool {
+	d := l.holderDemand(now, h)
+	return d <= 0 || now-h.lastRequestAt > l.lead+time.Duration(renewArrivals/d*float64(time.Second))
+}
+
+// renewArrivals is how many of its measured arrivals a holder misses
+// before its renew timer stops asking (quiet).
+const renewArrivals = 3
+
+// isIdle reports whether key's holding h is idle at now (idleAt).
+func (l *RegionLease) isIdle(now time.Duration, h *holding) bool {
+	return h.lastRequestAt > 0 && now >= l.idleAt(now, h)
 }
 
 // idleTimer returns, when key saw no use for idle, every lease of it this
@@ -564,7 +628,7 @@ func (l *RegionLease) idleTimer(now time.Duration, t timer, fx *strategy.Effects
 	if h == nil {
 		return
 	}
-	if at := h.lastRequestAt + l.idle; at > now {
+	if at := l.idleAt(now, h); at > now {
 		l.pushTimer(timer{at: at, kind: timerIdle, key: t.key})
 		fx.WakeAt(at)
 		return

@@ -19,8 +19,10 @@
 //     and resends an unanswered ask or return inside its region every
 //     4*lan_latency.
 //   - idle (duration, default 250ms): a node (or regional owner) returns its
-//     unlent leases of a key that saw no request (forward, ask) for this long:
-//     when a tenant's load leaves a region, what it held goes back; positive.
+//     unlent leases of a key that saw no request (forward, ask) for this long,
+//     or sooner for a key in demand (the time 20 of its measured arrivals
+//     take, at least 4*lead; package doc, "follow the sun"): when a tenant's
+//     load leaves a region, what it held goes back; positive.
 //   - timeout (duration, default 3*latency_hint + 100ms): how long a node
 //     waits for a verdict, grant or return acknowledgement (a regional owner
 //     for the global owner's too); positive.
@@ -85,7 +87,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "lan_latency", Type: strategy.ParamDuration, Default: "min(latency_hint, 5ms)", Example: "1ms",
 		Doc: "the one-way latency inside a region (the latency hint is the WAN's): a node stops using a lease 2*lan_latency before its end and returns the rest, asks again when its leases would run out within 8*lan_latency (at most ttl), and resends an unanswered ask or return inside its region every 4*lan_latency."},
 	{Name: "idle", Type: strategy.ParamDuration, Default: "250ms", Example: "1s",
-		Doc: "a node (or regional owner) returns its unlent leases of a key that saw no request (forward, ask) for this long: when a tenant's load leaves a region, what it held goes back; positive."},
+		Doc: "a node (or regional owner) returns its unlent leases of a key that saw no request (forward, ask) for this long, or sooner for a key in demand (the time 20 of its measured arrivals take, at least 4*lead): when a tenant's load leaves a region, what it held goes back; positive."},
 	{Name: "timeout", Type: strategy.ParamDuration, Default: "3*latency_hint + 100ms", Example: "500ms",
 		Doc: "how long a node waits for a verdict, grant or return acknowledgement (a regional owner for the global owner's too); positive."},
 	{Name: "retries", Type: strategy.ParamInt, Default: "2", Example: "3",

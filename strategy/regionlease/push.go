@@ -101,6 +101,7 @@ func (l *RegionLease) notePushIdle(id grantID) {
 	if ps := l.pushes[id.key]; ps != nil {
 		if a, ok := ps.askers[id.node]; ok {
 			a.push = false
+			a.mtps = 0 // out of the split until it asks again
 			ps.askers[id.node] = a
 		}
 	}
@@ -262,6 +263,11 @@ func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key stri
 	}
 	expires := min(end, now+l.rttl) - l.rlead
 	h.accepted[seq] = expires
+	if tokens > 0 && expires > now && l.isIdle(now, h) {
+		l.giveBack(now, key, held{seq: seq, from: from, tokens: tokens, expires: expires, since: now, region: true, granted: tokens}, fx)
+		l.holdingChanged(h)
+		return true
+	}
 	if tokens > 0 && expires > now {
 		// Tokens came: the global owner's last dry hint to the region
 		// (until its next grant is due, up to rlead after the ask) is
@@ -288,15 +294,17 @@ func (l *RegionLease) pushDue(now time.Duration, h *holding) time.Duration {
 
 // regionHint is, at a regional owner, the end of the dry spell it tells
 // its region's nodes of (they refuse on the node until then): the global
-// owner's last dry hint to the region, but, while pushes come (pushDue),
-// no later than the next stock due (stockDue: the next push expected).
+// owner's last dry hint to the region, but no later than the next stock
+// due (stockDue: the next push expected, or its ask's grant).
 // The global owner's hint to a region lasts up to rlead (2*latency_hint)
 // after its ask, for the region's asks; passed on to the nodes it kept
 // them refusing while pushes landed in the stock, which then went out in
 // one burst of period-sized leases to the nodes that came back first
-// (ours; docs/EVALUATION.md, "the steady-state swing").
+// (ours; docs/EVALUATION.md, "the steady-state swing"); and before the
+// pushes began (a region the load just moved to) while its ask's grant
+// lay in the stock (docs/EVALUATION.md, "follow-the-sun").
 func (l *RegionLease) regionHint(now time.Duration, h *holding) time.Duration {
-	if h.emptyUntil > now && l.pushDue(now, h) > 0 {
+	if h.emptyUntil > now {
 		return min(h.emptyUntil, l.stockDue(now, h))
 	}
 	return h.emptyUntil

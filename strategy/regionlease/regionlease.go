@@ -36,6 +36,7 @@ type RegionLease struct {
 	lanRetry                   time.Duration // retransmission interval inside the region (4*lan_latency, at most retryEvery)
 	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
 	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
+	wanRTTLow                  time.Duration // measured: the shortest of the recent asks' round trips (a low-biased filter: a new low at once, a rise by 1/32); from rtt/2
 	wanRTT                     time.Duration // measured: a moving average (1/8) of the time a region's ask took to be granted, from rtt
 	idle                       time.Duration // a holder returns its leases of a key unused for this long
 	minLease                   int64
@@ -204,6 +205,7 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	l.rlead = min(2*hint, l.rttl/4)
 	l.rtt = 2 * hint
 	l.wanRTT = l.rtt
+	l.wanRTTLow = l.rtt / 2
 	l.ahead = max(l.takeover-l.rttl, l.timeout)
 	return l.readTuning(v, hint, lan)
 }
@@ -331,7 +333,9 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			l.leaseTimer(now, t, fx)
 		case timerRenew:
 			if h := l.keys[t.key]; h != nil {
-				l.maybeAsk(now, t.key, h, fx)
+				if !l.quiet(now, h) {
+					l.maybeAsk(now, t.key, h, fx)
+				}
 			}
 		case timerReturn:
 			l.returnTimer(now, t, fx)
