@@ -12,22 +12,6 @@ import (
 	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 )
 
-// runUntil offers key at us.n1 every 2 ms from 1 s until stop (500/s
-// against the key's 100/s: contended) and steps the network every
-// millisecond until end.
-func (w *wan) runUntil(key string, stop, end time.Duration) {
-	id := uint64(1000)
-	for now := time.Second; now <= end; now += time.Millisecond {
-		if now < stop && now%(2*time.Millisecond) == 0 {
-			id++
-			var fx strategy.Effects
-			w.nodes["us.n1"].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
-			w.send(now, "us.n1", &fx)
-		}
-		w.step(now)
-	}
-}
-
 // When a tenant's load leaves a region (follow the sun), what the region
 // holds goes back to the global owner at once (docs/EVALUATION.md,
 // "regionlease: follow-the-sun"): us.n1, the regional owner of a key it

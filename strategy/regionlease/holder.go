@@ -427,29 +427,43 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	if g.Seq == h.seq {
 		h.asking = false
 		if h.askRegion {
-			l.wanRTT += (now - h.askAt - l.wanRTT) / 8
-			if rt := now - h.askAt; rt < l.wanRTTLow {
-				l.wanRTTLow = rt
-			} else {
-				l.wanRTTLow += (rt - l.wanRTTLow) / 32
-			}
+			l.measureAsk(now - h.askAt)
 		}
 	}
 	l.scheduleAsk(now, h, g, lead, fx)
 	if h.askRegion && g.Tokens < h.askTokens && until > now {
 		h.dry, h.dryAt = true, now
 	}
-	if g.Tokens > 0 && expires > now && l.isIdle(now, h) {
-		// The key went idle here while the ask was out: the grant goes
-		// back as it comes (as a push does: takePush).
-		l.giveBack(now, g.Key, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires}, fx)
-	} else if g.Tokens > 0 && expires > now {
-		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
-		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
-		fx.WakeAt(expires)
+	if g.Tokens > 0 && expires > now {
+		l.takeGrant(now, from, g, h, expires, fx)
 	}
 	l.holdingChanged(h)
 	return nil
+}
+
+// measureAsk records the round trip rt of a region's ask to the global
+// owner: wanRTT, a moving average (1/8), and wanRTTLow, a low-biased
+// filter (a new low at once, a rise by 1/32).
+func (l *RegionLease) measureAsk(rt time.Duration) {
+	l.wanRTT += (rt - l.wanRTT) / 8
+	if rt < l.wanRTTLow {
+		l.wanRTTLow = rt
+	} else {
+		l.wanRTTLow += (rt - l.wanRTTLow) / 32
+	}
+}
+
+// takeGrant takes grant g's tokens, valid until expires, into key's
+// holding h as a lease, or, when the key went idle here while the ask was
+// out, gives them back as they come (as a push does: takePush).
+func (l *RegionLease) takeGrant(now time.Duration, from strategy.NodeID, g *peerv1.RegionLeaseGrant, h *holding, expires time.Duration, fx *strategy.Effects) {
+	if l.isIdle(now, h) {
+		l.giveBack(now, g.Key, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires}, fx)
+		return
+	}
+	h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
+	l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
+	fx.WakeAt(expires)
 }
 
 // scheduleAsk sets when key's holding h asks next after grant g: lead
@@ -607,6 +621,14 @@ func (l *RegionLease) holderDemand(now time.Duration, h *holding) float64 {
 func (l *RegionLease) quiet(now time.Duration, h *holding) bool {
 	d := l.holderDemand(now, h)
 	return d <= 0 || now-h.lastRequestAt > l.lead+time.Duration(renewArrivals/d*float64(time.Second))
+}
+
+// renewTimer is the end of a dry hint for t.key: an ask if the key is
+// still in use here (quiet) and its demand warrants one (maybeAsk).
+func (l *RegionLease) renewTimer(now time.Duration, t timer, fx *strategy.Effects) {
+	if h := l.keys[t.key]; h != nil && !l.quiet(now, h) {
+		l.maybeAsk(now, t.key, h, fx)
+	}
 }
 
 // renewArrivals is how many of its measured arrivals a holder misses

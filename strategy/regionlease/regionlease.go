@@ -332,11 +332,7 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 		case timerLease:
 			l.leaseTimer(now, t, fx)
 		case timerRenew:
-			if h := l.keys[t.key]; h != nil {
-				if !l.quiet(now, h) {
-					l.maybeAsk(now, t.key, h, fx)
-				}
-			}
+			l.renewTimer(now, t, fx)
 		case timerReturn:
 			l.returnTimer(now, t, fx)
 		case timerIdle:
