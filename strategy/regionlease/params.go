@@ -21,8 +21,8 @@
 //   - idle (duration, default 250ms): a node (or regional owner) returns its
 //     unlent leases of a key that saw no request (forward, ask) for this long,
 //     or sooner for a key in demand (the time 20 of its measured arrivals
-//     take, at least 4*lead; package doc, "follow the sun"): when a tenant's
-//     load leaves a region, what it held goes back; positive.
+//     take, at least 4*lead): when a tenant's load leaves a region, what it
+//     held goes back; positive.
 //   - timeout (duration, default 3*latency_hint + 100ms): how long a node
 //     waits for a verdict, grant or return acknowledgement (a regional owner
 //     for the global owner's too); positive.
