@@ -6,11 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 )
@@ -20,50 +16,8 @@ import (
 func burstSetup(t *testing.T, params ...string) (*regionlease.RegionLease, string) {
 	t.Helper()
 	members := []strategy.NodeID{"eu.n0", "eu.n1", "us.n2", "us.n3"}
-	ps, err := strategy.ParseParams(append([]string{"replicas=0", "min_lease=1"}, params...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
-		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx strategy.Effects
-	g.Start(0, &fx)
-	for i := 0; i < 100; i++ {
-		if k := "k" + string(rune('a'+i)); rendezvous.Owner(k, members) == "eu.n0" {
-			return g, k
-		}
-	}
-	t.Fatal("no key owned by eu.n0")
-	return nil, ""
-}
-
-// ask sends g an ask of tokens from `from` at now and returns the tokens
-// of its grant.
-func ask(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, key string, seq uint64, tokens int64, mtps uint64) int64 {
-	t.Helper()
-	b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
-		Key: key, Seq: seq, Tokens: tokens, AskedAtNs: int64(now), DemandMtps: mtps, TakesPush: !strings.HasPrefix(string(from), "eu.")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx strategy.Effects
-	if err := g.Receive(now, from, b, &fx); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range fx.Messages {
-		var pm peerv1.RegionLeaseMessage
-		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
-			t.Fatal(err)
-		}
-		if gr := pm.GetGrant(); gr != nil && !gr.Pushed && m.To == from && gr.Seq == seq {
-			return gr.Tokens
-		}
-	}
-	t.Fatalf("no grant for %s's ask %d", from, seq)
-	return 0
+	g := startedNode(t, "eu.n0", members, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, 50*time.Millisecond, append([]string{"min_lease=1"}, params...)...)
+	return g, ownedKey(t, members, "eu.n0")
 }
 
 // A remote region's first ask of a key (sized on the little demand its

@@ -1,15 +1,12 @@
 package regionlease_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 )
 
 // When a tenant's load leaves a region (follow the sun), what the region
@@ -63,27 +60,9 @@ func TestFollowIdleRegionGivesBackAtOnce(t *testing.T) {
 // whose load had just left took period-sized leases of its stock.
 func TestFollowQuietNodeDoesNotRenew(t *testing.T) {
 	members := []strategy.NodeID{"eu.n0", "us.n1", "us.n2"}
-	ps, err := strategy.ParseParams([]string{"replicas=0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := regionlease.New(strategy.Config{Self: "us.n2", Members: members, Rate: bucket.Rate{Tokens: 1, Per: time.Millisecond},
-		Burst: 1000, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := startedNode(t, "us.n2", members, bucket.Rate{Tokens: 1, Per: time.Millisecond}, 1000, 50*time.Millisecond)
 	var fx strategy.Effects
-	n.Start(0, &fx)
-	key := ""
-	for i := 0; i < 200 && key == ""; i++ {
-		k := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		if rendezvous.Owner(k, members) == "eu.n0" && rendezvous.Owner(k, members[1:]) == "us.n1" {
-			key = k
-		}
-	}
-	if key == "" {
-		t.Fatal("no key owned by eu.n0 with us.n1 its regional owner in us")
-	}
+	key := regionalKey(t, members)
 	stop := 1200 * time.Millisecond
 	var asks, late int
 	answer := func(now time.Duration) {
@@ -132,26 +111,9 @@ func TestFollowQuietNodeDoesNotRenew(t *testing.T) {
 // last ask and lent 26, which fails.
 func TestFollowIdleRegionLeavesTheSplit(t *testing.T) {
 	members := []strategy.NodeID{"eu.n0", "us.n1", "ap.n2"}
-	ps, err := strategy.ParseParams([]string{"replicas=0", "min_lease=1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
-		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := startedNode(t, "eu.n0", members, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, 50*time.Millisecond, "min_lease=1")
 	var fx strategy.Effects
-	g.Start(0, &fx)
-	key := ""
-	for i := 0; i < 100 && key == ""; i++ {
-		if k := "k" + string(rune('a'+i)); rendezvous.Owner(k, members) == "eu.n0" {
-			key = k
-		}
-	}
-	if key == "" {
-		t.Fatal("no key owned by eu.n0")
-	}
+	key := ownedKey(t, members, "eu.n0")
 	first := askGrant(t, g, 10*time.Millisecond, "us.n1", key, 1, 5, 100_000)
 	askGrant(t, g, 10*time.Millisecond, "ap.n2", key, 1, 5, 100_000)
 	for id := uint64(1); ; id++ { // the owner's own requests drain the bucket: dry
@@ -185,27 +147,9 @@ func TestFollowIdleRegionLeavesTheSplit(t *testing.T) {
 // fails.
 func TestFollowRegionHintEndsWithItsGrant(t *testing.T) {
 	members := []strategy.NodeID{"eu.n0", "us.n1", "us.n2"}
-	ps, err := strategy.ParseParams([]string{"replicas=0", "min_lease=1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := regionlease.New(strategy.Config{Self: "us.n1", Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
-		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := startedNode(t, "us.n1", members, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, 200*time.Millisecond, "min_lease=1")
 	var fx strategy.Effects
-	r.Start(0, &fx)
-	key := ""
-	for i := 0; i < 200 && key == ""; i++ {
-		k := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		if rendezvous.Owner(k, members) == "eu.n0" && rendezvous.Owner(k, members[1:]) == "us.n1" {
-			key = k
-		}
-	}
-	if key == "" {
-		t.Fatal("no key owned by eu.n0 with us.n1 its regional owner in us")
-	}
+	key := regionalKey(t, members)
 	asked := func(msgs []*peerv1.RegionLeaseMessage) *peerv1.RegionLeaseAsk {
 		for _, m := range msgs {
 			if a := m.GetAsk(); a != nil {

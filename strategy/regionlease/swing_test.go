@@ -1,46 +1,13 @@
 package regionlease_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 )
-
-// deliver hands n the message m from `from` at now and returns the
-// messages n sends in answer.
-func deliver(t *testing.T, n *regionlease.RegionLease, now time.Duration, from strategy.NodeID, m *peerv1.RegionLeaseMessage) []*peerv1.RegionLeaseMessage {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx strategy.Effects
-	if err := n.Receive(now, from, b, &fx); err != nil {
-		t.Fatal(err)
-	}
-	return decoded(t, &fx)
-}
-
-func decoded(t *testing.T, fx *strategy.Effects) []*peerv1.RegionLeaseMessage {
-	t.Helper()
-	var out []*peerv1.RegionLeaseMessage
-	for _, m := range fx.Messages {
-		var pm peerv1.RegionLeaseMessage
-		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &pm)
-	}
-	return out
-}
 
 // A regional owner that receives pushes tells its region's nodes to
 // refuse only until the next push is expected, not until the end of the
@@ -57,27 +24,9 @@ func decoded(t *testing.T, fx *strategy.Effects) []*peerv1.RegionLeaseMessage {
 // owner's hint), which fails.
 func TestRegionHintEndsWithPush(t *testing.T) {
 	members := []strategy.NodeID{"eu.n0", "us.n1", "us.n2"}
-	ps, err := strategy.ParseParams([]string{"replicas=0", "min_lease=1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := regionlease.New(strategy.Config{Self: "us.n1", Members: members, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
-		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := startedNode(t, "us.n1", members, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, 200*time.Millisecond, "min_lease=1")
 	var fx strategy.Effects
-	r.Start(0, &fx)
-	key := ""
-	for i := 0; i < 200 && key == ""; i++ {
-		k := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		if rendezvous.Owner(k, members) == "eu.n0" && rendezvous.Owner(k, members[1:]) == "us.n1" {
-			key = k
-		}
-	}
-	if key == "" {
-		t.Fatal("no key owned by eu.n0 with us.n1 its regional owner in us")
-	}
+	key := regionalKey(t, members)
 	// us.n1's own requests: it asks eu.n0 for a stock.
 	const start = time.Second
 	var regionAsk *peerv1.RegionLeaseAsk
@@ -119,19 +68,6 @@ func TestRegionHintEndsWithPush(t *testing.T) {
 	if limit := pushAt + 25*time.Millisecond + 20*time.Millisecond; hint > limit {
 		t.Errorf("dry hint to us.n2 after the push: until %v, want no later than the next push (%v); the global owner's hint ends at %v", hint, limit, dryUntil)
 	}
-}
-
-// askGrant is ask's grant message.
-func askGrant(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, key string, seq uint64, tokens int64, mtps uint64) *peerv1.RegionLeaseGrant {
-	t.Helper()
-	for _, m := range deliver(t, g, now, from, &peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
-		Key: key, Seq: seq, Tokens: tokens, AskedAtNs: int64(now), DemandMtps: mtps, TakesPush: from[:3] != "eu."}}}) {
-		if gr := m.GetGrant(); gr != nil && !gr.Pushed && gr.Seq == seq {
-			return gr
-		}
-	}
-	t.Fatalf("no grant for %s's ask %d", from, seq)
-	return nil
 }
 
 // While a key is contended, a remote regional owner that takes pushes
