@@ -2,7 +2,6 @@ package adaptive_test
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -21,163 +20,57 @@ import (
 )
 
 // driven is an Adaptive node with the live driver's fast path emulated
-// (cluster/fastpath.go): after a plain request it asks for an allowance
-// of the key at random (half of the time), admits the key's later plain
-// requests from it while it covers them and the clock reads before its
-// until (the simulator records them as the node's decisions), returns it
-// before any other call about the key and before SetMembers and
-// SetExpected, and returns open ones at random ticks (the idle sweep). It
-// plays the refusal windows too (strategy.Refuser): after a plain request
-// refused it asks RefusedUntil and, until then (capped at a random 1-50
-// ms) or an Effects.EndRefusal of the key, refuses the key's plain
-// requests itself, counting them, or, at random, hands them to the
-// strategy and fails the run when it does not refuse them (the window's
-// promise); the counts go back with Refused before any other call about
-// the key, before SetMembers and SetExpected, and at random ticks once
-// the window is over.
+// (simtest.FastPath: allowances, refusal windows); it fails the run
+// (fail) when a request handed to the strategy in a refusal window is not
+// refused at once.
 type driven struct {
 	*adaptive.Adaptive
-	rnd     *rand.Rand
-	open    map[string]*openAllowance
-	windows map[string]*refusalWindow
-	fast    *int
-	stats   *windowStats
-	fail    func(format string, args ...any)
-	// returnOnReceive returns every open allowance before each peer
-	// message (so before every re-split), which the live driver does not.
+	drv  *simtest.FastPath
+	fail func(format string, args ...any)
+	// returnOnReceive returns every open allowance (and reports every
+	// window) before each peer message, so before every re-split, which
+	// the live driver does not.
 	returnOnReceive bool
 }
 
-func (d driven) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
-	if d.returnOnReceive {
-		d.returnAll(now, fx)
-	}
-	err := d.Adaptive.Receive(now, from, payload, fx)
-	d.ended(fx)
-	return err
-}
-
-// refusalWindow is a key's refusal window and the requests refused in it,
-// not reported yet.
-type refusalWindow struct {
-	until            time.Duration
-	requests, tokens int64
-}
-
-// windowStats counts the requests refused in windows by the driver and
-// those the strategy refused in them as promised.
-type windowStats struct{ refused, kept int }
-
-// report ends key's window, if any, and reports its refusals.
-func (d driven) report(now time.Duration, key string, fx *strategy.Effects) {
-	if w := d.windows[key]; w != nil {
-		delete(d.windows, key)
-		if w.requests > 0 {
-			d.Adaptive.Refused(now, key, w.requests, w.tokens, fx)
-		}
-	}
-}
-
-// ended stops refusing the keys whose windows the strategy ended.
-func (d driven) ended(fx *strategy.Effects) {
-	for _, k := range fx.RefusalsEnded {
-		if w := d.windows[k]; w != nil {
-			w.until = 0
-		}
-	}
-}
-
-type openAllowance struct {
-	tokens int64
-	until  time.Duration
-}
-
-func (d driven) giveBack(now time.Duration, key string, fx *strategy.Effects) {
-	if a := d.open[key]; a != nil {
-		delete(d.open, key)
-		d.Adaptive.Return(now, key, a.tokens, fx)
-	}
-}
-
 func (d driven) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
-	if a := d.open[req.Key]; a != nil && a.tokens >= req.Tokens && now < a.until {
-		a.tokens -= req.Tokens
-		*d.fast++
-		return strategy.Decision{RequestID: req.ID, Allowed: true}, true
+	return d.RequestWait(now, req, 0, fx)
+}
+
+func (d driven) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
+	dec, done, inWindow := d.drv.Before(now, req, maxWait, fx)
+	if done {
+		return dec, true
 	}
-	inWindow := false
-	if w := d.windows[req.Key]; w != nil && now < w.until {
-		if d.rnd.IntN(2) == 0 {
-			w.requests++
-			w.tokens += req.Tokens
-			d.stats.refused++
-			return strategy.Decision{RequestID: req.ID}, true
-		}
-		inWindow = true
-	}
-	d.report(now, req.Key, fx)
-	d.giveBack(now, req.Key, fx)
-	dec, ok := d.Adaptive.Request(now, req, fx)
-	if inWindow {
-		if !ok || dec.Allowed {
-			d.fail("key %q at %v: in a refusal window, but Request decided (done %v, allowed %v)", req.Key, now, ok, dec.Allowed)
-		}
-		d.stats.kept++
-	}
-	d.ended(fx)
-	if ok && !dec.Allowed {
-		if until := min(d.Adaptive.RefusedUntil(now, req.Key), now+time.Duration(1+d.rnd.IntN(50))*time.Millisecond); until > now {
-			d.windows[req.Key] = &refusalWindow{until: until}
-		}
-	}
-	if d.rnd.IntN(2) == 0 {
-		if g, until := d.Adaptive.Grant(now, req.Key, int64(1+d.rnd.IntN(16)), fx); g > 0 {
-			d.open[req.Key] = &openAllowance{tokens: g, until: until}
-		}
+	dec, ok := d.Adaptive.RequestWait(now, req, maxWait, fx)
+	if err := d.drv.After(now, req, maxWait, dec, ok, inWindow, fx); err != nil {
+		d.fail("%v", err)
 	}
 	return dec, ok
 }
 
-func (d driven) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	if maxWait <= 0 {
-		return d.Request(now, req, fx)
+func (d driven) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
+	if d.returnOnReceive {
+		d.drv.CloseAll(now, fx)
 	}
-	d.report(now, req.Key, fx)
-	d.giveBack(now, req.Key, fx)
-	return d.Adaptive.RequestWait(now, req, maxWait, fx)
+	err := d.Adaptive.Receive(now, from, payload, fx)
+	d.drv.Ended(fx)
+	return err
 }
 
 func (d driven) Tick(now time.Duration, fx *strategy.Effects) {
-	for _, k := range slices.Sorted(maps.Keys(d.open)) {
-		if d.rnd.IntN(4) == 0 {
-			d.giveBack(now, k, fx)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(d.windows)) {
-		if now >= d.windows[k].until && d.rnd.IntN(4) == 0 {
-			d.report(now, k, fx)
-		}
-	}
+	d.drv.Sweep(now, fx)
 	d.Adaptive.Tick(now, fx)
-	d.ended(fx)
-}
-
-func (d driven) returnAll(now time.Duration, fx *strategy.Effects) {
-	for _, k := range slices.Sorted(maps.Keys(d.open)) {
-		d.giveBack(now, k, fx)
-	}
-	for _, k := range slices.Sorted(maps.Keys(d.windows)) {
-		d.report(now, k, fx)
-	}
+	d.drv.Ended(fx)
 }
 
 func (d driven) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
-	d.returnAll(now, fx)
+	d.drv.CloseAll(now, fx)
 	d.Adaptive.SetMembers(now, members, fx)
 }
 
 func (d driven) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
-	d.returnAll(now, fx)
+	d.drv.CloseAll(now, fx)
 	d.Adaptive.SetExpected(now, expected, fx)
 }
 
@@ -251,8 +144,7 @@ func TestEnvelopeWithAllowances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fast, built := 0, 0
-		var stats windowStats
+		var drivers []*simtest.FastPath
 		res, err := sim.Run(&workload.Trace{Name: "rapid-allow", Requests: reqs}, sim.Config{
 			Name: "adaptive", Nodes: nodes, Rate: rate, Burst: burst, Params: params, Seed: 7,
 			Network: sim.Network{Latency: sim.Latency{Kind: "uniform", Min: time.Millisecond, Max: 5 * time.Millisecond}},
@@ -262,17 +154,21 @@ func TestEnvelopeWithAllowances(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				built++
-				return driven{Adaptive: a, rnd: rand.New(rand.NewPCG(drvSeed, uint64(built))), open: map[string]*openAllowance{},
-					windows: map[string]*refusalWindow{}, fast: &fast, stats: &stats, fail: t.Fatalf, returnOnReceive: returnOnReceive}, nil
+				drv := simtest.NewFastPath(a, rand.New(rand.NewPCG(drvSeed, uint64(len(drivers)+1))), 16)
+				drivers = append(drivers, drv)
+				return driven{Adaptive: a, drv: drv, fail: t.Fatalf, returnOnReceive: returnOnReceive}, nil
 			},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		fast := 0
+		for _, d := range drivers {
+			fast += d.Admitted
+			windowRefusals.Add(int64(d.Refused))
+			windowKept.Add(int64(d.Kept))
+		}
 		allowanceAdmits.Add(int64(fast))
-		windowRefusals.Add(int64(stats.refused))
-		windowKept.Add(int64(stats.kept))
 		served := simtest.Served(reqs, res.Outcomes)
 		all := make([]bool, len(served))
 		for i := range all {

@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/lease"
 	"github.com/tokenmesh/tokenmesh/workload"
@@ -41,112 +41,15 @@ func (r *registry) check(now time.Duration) {
 
 // checked is a Lease that, after every call, checks the conservation
 // invariant of every owner in the cluster (lease.Conserved). With drv set
-// it also plays the live driver's fast path (cluster/fastpath.go) on the
-// strategy.Allowancer: after a request it asks for an allowance of the key
-// at random, admits the key's later requests from it while it covers them
-// and the clock reads before its until (the simulator records them as the
-// node's decisions), returns it before any other call about the key and
-// before SetMembers, and returns open ones at random ticks (the driver's
-// idle sweep). It plays the driver's refusal windows too
-// (strategy.Refuser): after a plain request refused at once it asks
-// RefusedUntil and, until then (or an Effects.EndRefusal of the key),
-// either refuses the key's plain requests itself, counting them, or, at
-// random, hands them to the strategy and fails the run when it does not
-// refuse them at once (the window's promise); the counts go back with
-// Refused before any other call about the key, before SetMembers, and at
-// random ticks once the window is over.
+// it also plays the live driver's fast path (simtest.FastPath: allowances
+// of the strategy.Allowancer, refusal windows of the strategy.Refuser),
+// and fails the run when a request handed to the strategy in a refusal
+// window is not refused at once.
 type checked struct {
 	*lease.Lease
 	self strategy.NodeID
 	reg  *registry
-	drv  *allowDriver
-}
-
-// allowDriver is one node incarnation's emulated fast path.
-type allowDriver struct {
-	rnd     *rand.Rand
-	open    map[string]*openAllowance
-	windows map[string]*refusalWindow
-	fast    int // requests admitted from allowances
-	refused int // requests refused in windows by the driver
-	kept    int // requests in windows the strategy refused itself, as promised
-}
-
-// refusalWindow is a key's refusal window and the requests the driver
-// refused in it, not reported yet.
-type refusalWindow struct {
-	until            time.Duration
-	requests, tokens int64
-}
-
-// report ends key's refusal window, if any, and reports its refusals.
-func (d *allowDriver) report(now time.Duration, l *lease.Lease, key string, fx *strategy.Effects) {
-	if w := d.windows[key]; w != nil {
-		delete(d.windows, key)
-		if w.requests > 0 {
-			l.Refused(now, key, w.requests, w.tokens, fx)
-		}
-	}
-}
-
-// ended stops refusing the keys whose windows the strategy ended (their
-// counts stay until the next report).
-func (d *allowDriver) ended(fx *strategy.Effects) {
-	for _, k := range fx.RefusalsEnded {
-		if w := d.windows[k]; w != nil {
-			w.until = 0
-		}
-	}
-}
-
-// openWindow opens key's window after the strategy refused a plain
-// request of it at once at now, capped at a random 1-50 ms ahead (the
-// live driver's cap is fastRefusalSlice).
-func (d *allowDriver) openWindow(now time.Duration, l *lease.Lease, key string) {
-	until := min(l.RefusedUntil(now, key), now+time.Duration(1+d.rnd.IntN(50))*time.Millisecond)
-	if until <= now {
-		return
-	}
-	w := d.windows[key]
-	if w == nil {
-		w = &refusalWindow{}
-		d.windows[key] = w
-	}
-	w.until = until
-}
-
-type openAllowance struct {
-	tokens int64
-	until  time.Duration
-}
-
-// take admits req from its key's open allowance when it covers it.
-func (d *allowDriver) take(now time.Duration, req strategy.Request) bool {
-	a := d.open[req.Key]
-	if a == nil || req.Charge || a.tokens < req.Tokens || now >= a.until {
-		return false
-	}
-	a.tokens -= req.Tokens
-	d.fast++
-	return true
-}
-
-// giveBack returns key's open allowance, if any, with what it holds.
-func (d *allowDriver) giveBack(now time.Duration, l *lease.Lease, key string, fx *strategy.Effects) {
-	if a := d.open[key]; a != nil {
-		delete(d.open, key)
-		l.Return(now, key, a.tokens, fx)
-	}
-}
-
-// maybeGrant opens an allowance of key at random (half of the time).
-func (d *allowDriver) maybeGrant(now time.Duration, l *lease.Lease, key string, fx *strategy.Effects) {
-	if d.open[key] != nil || d.rnd.IntN(2) == 0 {
-		return
-	}
-	if g, until := l.Grant(now, key, int64(1+d.rnd.IntN(8)), fx); g > 0 {
-		d.open[key] = &openAllowance{tokens: g, until: until}
-	}
+	drv  *simtest.FastPath
 }
 
 func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
@@ -154,39 +57,21 @@ func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.E
 }
 
 func (c checked) RequestWait(now time.Duration, req strategy.Request, maxWait time.Duration, fx *strategy.Effects) (strategy.Decision, bool) {
-	plain := maxWait == 0 && !req.Charge
 	inWindow := false
 	if c.drv != nil {
-		if maxWait == 0 && c.drv.take(now, req) {
-			return strategy.Decision{RequestID: req.ID, Allowed: true}, true
+		d, done, in := c.drv.Before(now, req, maxWait, fx)
+		if done {
+			return d, true
 		}
-		if w := c.drv.windows[req.Key]; plain && w != nil && now < w.until {
-			if c.drv.rnd.IntN(2) == 0 {
-				w.requests++
-				w.tokens += req.Tokens
-				c.drv.refused++
-				return strategy.Decision{RequestID: req.ID}, true
-			}
-			inWindow = true // the strategy decides: it must refuse at once
-		}
-		c.drv.report(now, c.Lease, req.Key, fx)
-		c.drv.giveBack(now, c.Lease, req.Key, fx)
+		inWindow = in
 		c.reg.check(now)
 	}
 	d, ok := c.Lease.RequestWait(now, req, maxWait, fx)
 	c.reg.check(now)
 	if c.drv != nil {
-		if inWindow {
-			if !ok || d.Allowed {
-				c.reg.fail("node %s, key %q at %v: in a refusal window, but Request decided (done %v, allowed %v)", c.self, req.Key, now, ok, d.Allowed)
-			}
-			c.drv.kept++
+		if err := c.drv.After(now, req, maxWait, d, ok, inWindow, fx); err != nil {
+			c.reg.fail("node %s, %v", c.self, err)
 		}
-		c.drv.ended(fx)
-		if plain && ok && !d.Allowed {
-			c.drv.openWindow(now, c.Lease, req.Key)
-		}
-		c.drv.maybeGrant(now, c.Lease, req.Key, fx)
 		c.reg.check(now)
 	}
 	return d, ok
@@ -195,7 +80,7 @@ func (c checked) RequestWait(now time.Duration, req strategy.Request, maxWait ti
 func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	err := c.Lease.Receive(now, from, payload, fx)
 	if c.drv != nil {
-		c.drv.ended(fx)
+		c.drv.Ended(fx)
 	}
 	if err != nil {
 		c.reg.fail("Receive on %s from %s: %v", c.self, from, err) // peers here are honest
@@ -206,32 +91,18 @@ func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte
 
 func (c checked) Tick(now time.Duration, fx *strategy.Effects) {
 	if c.drv != nil { // the idle sweep, at random
-		for _, k := range slices.Sorted(maps.Keys(c.drv.open)) {
-			if c.drv.rnd.IntN(4) == 0 {
-				c.drv.giveBack(now, c.Lease, k, fx)
-			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(c.drv.windows)) {
-			if now >= c.drv.windows[k].until && c.drv.rnd.IntN(4) == 0 {
-				c.drv.report(now, c.Lease, k, fx)
-			}
-		}
+		c.drv.Sweep(now, fx)
 	}
 	c.Lease.Tick(now, fx)
 	if c.drv != nil {
-		c.drv.ended(fx)
+		c.drv.Ended(fx)
 	}
 	c.reg.check(now)
 }
 
 func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
 	if c.drv != nil {
-		for _, k := range slices.Sorted(maps.Keys(c.drv.open)) {
-			c.drv.giveBack(now, c.Lease, k, fx)
-		}
-		for _, k := range slices.Sorted(maps.Keys(c.drv.windows)) {
-			c.drv.report(now, c.Lease, k, fx)
-		}
+		c.drv.CloseAll(now, fx)
 	}
 	c.Lease.SetMembers(now, members, fx)
 	c.reg.check(now)
@@ -407,7 +278,7 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 			}
 		}
 		reg := &registry{nodes: map[strategy.NodeID]*lease.Lease{}, burst: burst, maxWait: maxWait, fail: t.Fatalf}
-		var drivers []*allowDriver
+		var drivers []*simtest.FastPath
 		res, err := sim.Run(trace, sim.Config{
 			Name: "lease", Nodes: nodes, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
 			Assign: assign, Seed: seed, MaxWait: maxWait,
@@ -419,7 +290,7 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 				reg.nodes[cfg.Self] = l
 				c := checked{Lease: l, self: cfg.Self, reg: reg}
 				if allow {
-					c.drv = &allowDriver{rnd: rand.New(rand.NewPCG(drvSeed, uint64(len(drivers)))), open: map[string]*openAllowance{}, windows: map[string]*refusalWindow{}}
+					c.drv = simtest.NewFastPath(l, rand.New(rand.NewPCG(drvSeed, uint64(len(drivers)))), 8)
 					drivers = append(drivers, c.drv)
 				}
 				return c, nil
@@ -430,9 +301,9 @@ func envelopeRun(t *rapid.T, waiting, contended, allow bool) {
 		}
 		fast := 0
 		for _, d := range drivers {
-			fast += d.fast
-			windowRefusals.Add(int64(d.refused))
-			windowKept.Add(int64(d.kept))
+			fast += d.Admitted
+			windowRefusals.Add(int64(d.Refused))
+			windowKept.Add(int64(d.Kept))
 		}
 		allowanceAdmits.Add(int64(fast))
 		allowed := make([]bool, len(reqs))
