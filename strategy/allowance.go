@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize"
 )
 
 // Allowancer is implemented by strategies that can decide some requests
@@ -102,14 +103,58 @@ func AllowanceCap(rate bucket.Rate, burst int64) int64 {
 // the fast path exact (see Allowancer). The zero value is empty and ready.
 // Not safe for concurrent use (the strategy's goroutine owns it). Ours.
 type AllowanceLedger struct {
+	// held is the tokens held per key: > 0 for allowances (Grant), or
+	// minus them for a key whose whole bucket is lent (Hold), so that
+	// one map says both (a second one for the whole-bucket keys cost
+	// ~56 MB more at a million keys lent).
 	held map[string]int64
+	keys memsize.Keys // held's entries, for MemoryBytes
+}
+
+// heldSlotBytes is a slot of held: a string header and an int64.
+const heldSlotBytes = memsize.StringHeader + 8
+
+// MemoryBytes estimates the heap the ledger takes, in bytes: its map's
+// slots, sized by the most keys held at once since the map last shrank
+// (a Go map keeps its slots after deletes; the ledger rebuilds it when
+// under a quarter of them are used). The keys' strings are not counted:
+// the ledger keeps the string the driver passed, which the driver's
+// fast-path entry of the key (and the strategy's own table) hold too.
+// 0 for an empty ledger that never held a key. Ours.
+func (l *AllowanceLedger) MemoryBytes() int { return memsize.Map(l.keys.Peak(), heldSlotBytes) }
+
+// add adds tokens to key's held count (inserting key when new).
+func (l *AllowanceLedger) add(key string, tokens int64) {
+	if l.held == nil {
+		l.held = map[string]int64{}
+	}
+	if _, ok := l.held[key]; !ok {
+		l.keys.Add(key)
+	}
+	l.held[key] += tokens
+}
+
+// forget deletes key, shrinking the map when it is mostly empty.
+func (l *AllowanceLedger) forget(key string) {
+	memsize.Delete(l.held, &l.keys, key)
+	l.held = memsize.Shrink(l.held, &l.keys)
 }
 
 // Len is the number of keys with tokens held by the driver.
 func (l *AllowanceLedger) Len() int { return len(l.held) }
 
-// Held is the tokens of key granted and not returned.
-func (l *AllowanceLedger) Held(key string) int64 { return l.held[key] }
+// Held is the tokens of key granted (or held by Hold) and not returned.
+func (l *AllowanceLedger) Held(key string) int64 {
+	h := l.held[key]
+	if h < 0 {
+		return -h
+	}
+	return h
+}
+
+// Whole reports whether key's tokens are held by Hold (its whole bucket
+// lent), until Drop or Return.
+func (l *AllowanceLedger) Whole(key string) bool { return l.held[key] < 0 }
 
 // Keys calls f for every key with tokens held (in no particular order).
 func (l *AllowanceLedger) Keys(f func(key string)) {
@@ -126,7 +171,7 @@ func (l *AllowanceLedger) Keys(f func(key string)) {
 // min(C-h, x)), so calling it before every use of b is exact. Nothing
 // happens for a key with nothing held.
 func (l *AllowanceLedger) Clamp(b *bucket.Bucket, now time.Duration, key string) {
-	clampHeld(b, now, l.held[key])
+	clampHeld(b, now, l.Held(key))
 }
 
 // clampHeld is Clamp of a bucket with h whole tokens held.
@@ -142,9 +187,10 @@ func clampHeld(b *bucket.Bucket, now time.Duration, h int64) {
 
 // Grant takes up to min(want, most) whole tokens of key out of b at now
 // (after Clamp) and records them as held; it returns how many (0 when the
-// bucket holds no whole token, or want or most is below 1).
+// bucket holds no whole token, want or most is below 1, or the key's
+// whole bucket is lent: Hold).
 func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string, want, most int64) int64 {
-	if want <= 0 || most <= 0 {
+	if want <= 0 || most <= 0 || l.Whole(key) {
 		return 0
 	}
 	l.Clamp(b, now, key)
@@ -152,10 +198,7 @@ func (l *AllowanceLedger) Grant(b *bucket.Bucket, now time.Duration, key string,
 	if g <= 0 {
 		return 0
 	}
-	if l.held == nil {
-		l.held = map[string]int64{}
-	}
-	l.held[key] += g
+	l.add(key, g)
 	return g
 }
 
@@ -174,32 +217,33 @@ func takeWhole(b *bucket.Bucket, now time.Duration, most int64) int64 {
 }
 
 // Hold records tokens as held for key without taking them out of a
-// bucket: the strategy lent the key's whole bucket (BucketLender), and
-// holding its burst keeps the strategy's own copy at no token until Drop.
+// bucket, and marks key as Whole: the strategy lent the key's whole
+// bucket (BucketLender), and holding its burst keeps the strategy's own
+// copy at no token until Drop. Tokens already held for key are kept in
+// the count.
 func (l *AllowanceLedger) Hold(key string, tokens int64) {
 	if tokens <= 0 {
 		return
 	}
-	if l.held == nil {
-		l.held = map[string]int64{}
-	}
-	l.held[key] += tokens
+	h := l.Held(key)
+	l.add(key, 0)
+	l.held[key] = -(h + tokens)
 }
 
 // Drop forgets the tokens held for key without a bucket to return them
 // to (the strategy dropped the key's bucket): they stay spent.
-func (l *AllowanceLedger) Drop(key string) { delete(l.held, key) }
+func (l *AllowanceLedger) Drop(key string) { l.forget(key) }
 
 // Return closes key's allowance at now: b (key's bucket) is clamped with
 // the tokens held, then unused of them (at most the tokens held) go back
 // into it and nothing is held for key any more. A bucket in debt (waiting
 // mode's reservations) drops the returned tokens, which is safe.
 func (l *AllowanceLedger) Return(b *bucket.Bucket, now time.Duration, key string, unused int64) {
-	h := l.held[key]
+	h := l.Held(key)
 	if h <= 0 {
 		return
 	}
-	delete(l.held, key)
+	l.forget(key)
 	returnHeld(b, now, h, unused)
 }
 

@@ -285,3 +285,40 @@ func TestOwnerGrantEligibility(t *testing.T) {
 		t.Fatalf("Grant after the warm-up = %d, want 5", g)
 	}
 }
+
+// TestLedgerWholeHold: a key held by Hold (its whole bucket lent) is
+// Whole with its tokens counted positive in Held, is never granted an
+// allowance on top, clamps the bucket to no token, and is forgotten by
+// Drop; an allowance's key is not Whole. MemoryBytes counts the keys
+// held and falls back when they go (one map for both kinds).
+func TestLedgerWholeHold(t *testing.T) {
+	var l strategy.AllowanceLedger
+	if l.MemoryBytes() != 0 {
+		t.Fatalf("empty ledger MemoryBytes = %d, want 0", l.MemoryBytes())
+	}
+	rate := bucket.Rate{Tokens: 1000, Per: time.Second}
+	b := bucket.MustNew(rate, 100, 0)
+	l.Hold("w", 100)
+	if !l.Whole("w") || l.Held("w") != 100 || l.Len() != 1 {
+		t.Fatalf("after Hold: Whole %v, Held %d, Len %d; want true, 100, 1", l.Whole("w"), l.Held("w"), l.Len())
+	}
+	if g := l.Grant(&b, 0, "w", 5, 5); g != 0 || l.Held("w") != 100 || !l.Whole("w") {
+		t.Fatalf("Grant on a whole-held key gave %d (Held %d, Whole %v); want 0, 100, true", g, l.Held("w"), l.Whole("w"))
+	}
+	l.Clamp(&b, time.Second, "w")
+	if lv, _, per := b.LevelAt(time.Second); lv/per != 0 {
+		t.Fatalf("a whole-held bucket holds %d tokens, want 0", lv/per)
+	}
+	c := bucket.MustNew(rate, 100, 0)
+	if g := l.Grant(&c, 0, "a", 5, 5); g != 5 || l.Whole("a") || l.Held("a") != 5 {
+		t.Fatalf("Grant: %d tokens, Whole %v, Held %d; want 5, false, 5", g, l.Whole("a"), l.Held("a"))
+	}
+	if m := l.MemoryBytes(); m <= 0 {
+		t.Fatalf("MemoryBytes with 2 keys held = %d, want > 0", m)
+	}
+	l.Drop("w")
+	l.Return(&c, 0, "a", 5)
+	if l.Len() != 0 || l.Whole("w") || l.Held("w") != 0 {
+		t.Fatalf("after Drop and Return: Len %d, Whole %v, Held %d", l.Len(), l.Whole("w"), l.Held("w"))
+	}
+}

@@ -101,10 +101,11 @@ func (a *Adaptive) shrinkKeys() {
 // bytes (strategy.MemoryReporter; ours): the keys map's slots (sized by
 // its peak since it was last rebuilt), per key its keyState, history ring
 // and string, the shares and pending maps (their keys' strings taken at
-// the keys' mean size) and, at the adaptor, the reports it holds.
-// O(members): no key is walked.
+// the keys' mean size), at the adaptor the reports it holds, and the
+// ledger of the allowances the driver's fast path holds
+// (strategy.AllowanceLedger.MemoryBytes). O(members): no key is walked.
 func (a *Adaptive) MemoryBytes() int {
-	n := a.mem.keys.Bytes(keysSlot, keyStateAlloc) + a.mem.keys.Len()*memsize.Alloc(a.slots*slotBytes)
+	n := a.mem.keys.Bytes(keysSlot, keyStateAlloc) + a.mem.keys.Len()*memsize.Alloc(a.slots*slotBytes) + a.lent.MemoryBytes()
 	meanKey := 0
 	if k := a.mem.keys.Len(); k > 0 {
 		meanKey = a.mem.keys.KeyAlloc() / k

@@ -22,9 +22,11 @@ var verdictAlloc = int(unsafe.Sizeof(verdict{}))
 // every split sub-bucket table and of the on_timeout=local fallback table,
 // as StateBytes counts them) and the requests it holds, with their keys;
 // the remembered forwards by dedupe.Table.MemoryBytes (the map's slots by
-// its peak since it was last rebuilt: Shrink at every Tick).
+// its peak since it was last rebuilt: Shrink at every Tick); the
+// allowances of its own keys held by the driver's fast path
+// (buckets.Lender.MemoryBytes).
 func (o *Owner) MemoryBytes() int {
-	n := o.local.MemoryBytes()
+	n := o.local.MemoryBytes() + o.lend.MemoryBytes()
 	if o.auto != nil {
 		for _, t := range o.auto.local[1:] {
 			n += t.MemoryBytes()

@@ -147,3 +147,69 @@ func TestRSSAfterExpiry(t *testing.T) {
 	}
 	runtime.KeepAlive(tb)
 }
+
+// TestLenderMemoryBytesMatchesHeap lends the driver's fast path a bucket
+// of every key of a table (Lend, as local and static do for each key they
+// decide live) or an allowance of it (Grant, as owner does for its own
+// keys), compares the heap growth with Lender.MemoryBytes, then takes
+// every one back and checks that the estimate and the heap both fall
+// back (the maps shrink). 100k keys (TOKENMESH_MEMKEYS as above).
+func TestLenderMemoryBytesMatchesHeap(t *testing.T) {
+	keys := 100_000
+	if s := os.Getenv("TOKENMESH_MEMKEYS"); s != "" {
+		var err error
+		if keys, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("whole=%v", whole), func(t *testing.T) {
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprintf("tenant-%08d", i)
+			}
+			tb, _ := New(bucket.Rate{Tokens: 1000, Per: time.Second}, 100)
+			for _, k := range names {
+				tb.Get(k, 0)
+			}
+			var l Lender
+			if l.MemoryBytes() != 0 {
+				t.Fatalf("an empty lender's MemoryBytes = %d, want 0", l.MemoryBytes())
+			}
+			lent := make([]bucket.Bucket, len(names))
+			before := heapInuse()
+			for i, k := range names {
+				if whole {
+					b, ok := l.Lend(tb, 0, k)
+					if !ok {
+						t.Fatalf("Lend %s refused", k)
+					}
+					lent[i] = b
+				} else if g, _ := l.Grant(tb, 0, k, 3, 5); g != 3 {
+					t.Fatalf("Grant %s = %d tokens, want 3", k, g)
+				}
+			}
+			growth := float64(heapInuse() - before)
+			mem := float64(l.MemoryBytes())
+			t.Logf("%d keys lent: heap +%.1f MB, MemoryBytes %.1f MB (ratio %.2f)", keys, growth/1e6, mem/1e6, mem/growth)
+			if r := mem / growth; r < 0.8 || r > 1.2 {
+				t.Errorf("MemoryBytes is %.2f times the heap growth; want within 20%%", r)
+			}
+			for i, k := range names {
+				if whole {
+					l.Reclaim(tb, time.Second, k, lent[i])
+				} else {
+					l.Return(tb, time.Second, k, 1)
+				}
+			}
+			left := float64(heapInuse()) - float64(before)
+			t.Logf("all taken back: MemoryBytes %d, heap %+.1f MB over the start", l.MemoryBytes(), left/1e6)
+			if float64(l.MemoryBytes()) > 0.01*mem || left > 0.1*growth {
+				t.Errorf("all taken back: MemoryBytes %d, heap still %.1f MB above the start (the maps did not shrink)", l.MemoryBytes(), left/1e6)
+			}
+			runtime.KeepAlive(names)
+			runtime.KeepAlive(tb)
+			runtime.KeepAlive(lent)
+		})
+	}
+}
