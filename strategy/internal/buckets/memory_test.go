@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/memsize/memtest"
 )
 
 func heapInuse() uint64 {
@@ -155,13 +156,7 @@ func TestRSSAfterExpiry(t *testing.T) {
 // every one back and checks that the estimate and the heap both fall
 // back (the maps shrink). 100k keys (TOKENMESH_MEMKEYS as above).
 func TestLenderMemoryBytesMatchesHeap(t *testing.T) {
-	keys := 100_000
-	if s := os.Getenv("TOKENMESH_MEMKEYS"); s != "" {
-		var err error
-		if keys, err = strconv.Atoi(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keys := memtest.Keys(t)
 	for _, whole := range []bool{true, false} {
 		t.Run(fmt.Sprintf("whole=%v", whole), func(t *testing.T) {
 			names := make([]string, keys)
