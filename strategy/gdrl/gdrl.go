@@ -183,6 +183,10 @@ type GDRL struct {
 	// reconciled (see onFenced), each once.
 	proxiesDone map[proxyKey]bool
 
+	// endRefusals: keys whose refusal window a raise ended during the
+	// current call, handed to the driver by flush (allowance.go).
+	endRefusals []string
+
 	mem memory // heap and share accounting for MemoryBytes and CapacityShares (memory.go)
 
 	nextTick time.Duration
@@ -224,6 +228,14 @@ type share struct {
 	// share in the buddy's copy and is dropped without replicating the
 	// removal.
 	inRecord bool
+	// refusing: RefusedUntil opened a refusal window of the key
+	// (allowance.go); a raise of its share or tokens added end it
+	// (Effects.EndRefusal, from flush) and clear this.
+	refusing bool
+	// held: the request tokens of bkt the live driver holds in an open
+	// allowance (allowance.go; ours): spent as far as the bucket is
+	// concerned, which refills only up to its burst less them (clamp).
+	held int64
 }
 
 type peerInfo struct {

@@ -80,14 +80,8 @@ func (g *GDRL) Request(now time.Duration, req strategy.Request, fx *strategy.Eff
 		return d, true
 	}
 	sh := g.materialize(req.Key, now)
-	if sh.reqTokens < 1<<62-req.Tokens {
-		sh.reqTokens += req.Tokens
-	}
-	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
-	if _, ok := g.seen[req.Key]; !ok {
-		g.seenAdded(req.Key)
-	}
-	g.seen[req.Key] = sh.lastActive
+	g.arrived(req.Key, sh, req.Tokens, now)
+	g.clamp(sh, req.Arrival) // the tokens an allowance holds are not the bucket's
 	if g.indicator == IndicatorResponse {
 		wait, ok := sh.bkt.DelayN(req.Arrival, req.Tokens*g.perToken)
 		g.countWait(sh, wait, ok && req.Tokens <= g.cfg.Burst)
@@ -135,6 +129,7 @@ func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time
 	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
 	g.seen[req.Key] = sh.lastActive
 	d.Allowed = false
+	g.clamp(sh, req.Arrival)
 	if req.Tokens <= g.cfg.Burst {
 		d.Delay, d.Allowed = strategy.ReserveWithin(&sh.bkt, req.Arrival, req.Tokens*g.perToken, maxWait)
 	}
@@ -148,7 +143,11 @@ func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time
 // (its level is below 0 at now: RequestWait).
 func (g *GDRL) inDebt(key string, now time.Duration) bool {
 	sh := g.shares[key]
-	return sh != nil && sh.bkt.Tokens(now) < 0
+	if sh == nil {
+		return false
+	}
+	g.clamp(sh, now)
+	return sh.bkt.Tokens(now) < 0
 }
 
 // Tick closes an update interval when one is due (demand estimates, idle

@@ -86,6 +86,7 @@ func (g *GDRL) flush(now time.Duration, fx *strategy.Effects) {
 			break
 		}
 	}
+	g.endedRefusals(fx)
 	g.wake(now, fx)
 }
 

@@ -66,12 +66,17 @@ func (g *GDRL) adjust(key string, dc, db int64, now time.Duration) {
 		return
 	}
 	sh := g.materialize(key, now)
+	g.clamp(sh, now)
 	sh.c += dc
 	g.mem.sumC += dc
 	sh.b += db
 	// Valid by construction; a raise keeps waiting mode's reservations
 	// due when promised (a level >= 0 re-rates as SetRate).
 	_ = sh.bkt.SetRateKeepingDue(now, g.rateOf(sh.c), g.burstOf(sh.b))
+	g.clamp(sh, now) // the new burst less what the driver holds: in debt below it
+	if dc > 0 || db > 0 {
+		g.endRefusal(key, sh)
+	}
 	g.touch(key)
 }
 
@@ -79,6 +84,7 @@ func (g *GDRL) adjust(key string, dc, db int64, now time.Duration) {
 // unit below the exact level, so that a float rounding up never counts a
 // token that is not there).
 func (g *GDRL) level(sh *share, now time.Duration) int64 {
+	g.clamp(sh, now)
 	t := sh.bkt.Tokens(now)
 	if t <= 1 {
 		return 0
@@ -88,12 +94,15 @@ func (g *GDRL) level(sh *share, now time.Duration) int64 {
 
 // shrink takes (c, b) from key's share, as a payer does, and returns the
 // tokens its bucket held above the reduced burst: they travel with the
-// burst.
+// burst. Tokens the live driver holds (allowance.go) are not in the
+// bucket (clamp) and never travel; a bucket left in debt (its reduced
+// burst below them, or waiting mode's reservations) sends what it held
+// and no more.
 func (g *GDRL) shrink(key string, c, b int64, now time.Duration) (tokens int64) {
 	sh := g.materialize(key, now)
 	before := g.level(sh, now)
 	g.adjust(key, -c, -b, now)
-	after := sh.bkt.Tokens(now)
+	after := max(sh.bkt.Tokens(now), 0)
 	return min(max(before-int64(math.Ceil(after))*g.unit, 0), b)
 }
 
@@ -106,16 +115,24 @@ func (g *GDRL) shrink(key string, c, b int64, now time.Duration) (tokens int64) 
 // created, as a payer's tokens above a reduced burst are.
 func (g *GDRL) addTokens(key string, tokens int64, now time.Duration) {
 	sh := g.shares[key]
-	if sh == nil || tokens <= 0 || sh.bkt.Tokens(now) < 0 {
+	if sh == nil || tokens <= 0 {
+		return
+	}
+	if g.clamp(sh, now); sh.bkt.Tokens(now) < 0 {
 		return
 	}
 	burst := g.burstOf(sh.b)
-	lvl := min(g.level(sh, now)/g.unit+tokens/g.unit, burst)
+	old := g.level(sh, now) / g.unit
+	lvl := min(old+tokens/g.unit, burst)
 	nb := g.newBucket(sh.c, sh.b, now)
 	if take := burst - lvl; take > 0 {
 		nb.AllowN(now, take)
 	}
 	sh.bkt = nb
+	g.clamp(sh, now) // tokens above the burst less what the driver holds are dropped
+	if lvl > old {
+		g.endRefusal(key, sh)
+	}
 }
 
 // mark marks a part of the record as changed in the version being built.
@@ -169,7 +186,8 @@ func (g *GDRL) closeInterval(now time.Duration) {
 			}
 			sh.events = (1-g.eventAlpha())*sh.events + g.eventAlpha()*ev
 		}
-		if !g.active(sh, now) && sh.c == g.dc && sh.b == g.db && sh.bkt.Full(now) {
+		if !g.active(sh, now) && sh.c == g.dc && sh.b == g.db && sh.held == 0 && sh.bkt.Full(now) { // tokens held: not full
+			g.endRefusal(k, sh) // a window is over by then (full); none is left behind
 			delete(g.shares, k)
 			g.shareDropped(k, sh)
 			if sh.inRecord {
