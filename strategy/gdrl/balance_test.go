@@ -17,9 +17,12 @@ import (
 // they split the rule 1/founders), the others are not started; join(i)
 // starts one of them later, with a zero default share (004 §3.3), and the
 // views follow after the detection delay.
-func newJoinHarness(n, founders int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any)) *harness {
+func newJoinHarness(n, founders int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any), opts ...func(*harness)) *harness {
 	h := &harness{fail: fail, rnd: rand.New(rand.NewPCG(seed, 0x68617273)), seed: seed, net: net, params: params,
 		rate: rate, burst: burst, detection: 300 * time.Millisecond}
+	for _, o := range opts {
+		o(h)
+	}
 	for i := range n {
 		h.nodes = append(h.nodes, &hnode{id: strategy.NodeID(fmt.Sprintf("n%d", i)), alive: i < founders})
 	}

@@ -44,6 +44,10 @@ type conservationRun struct {
 	recoveryIntervals  []int       // per crash: intervals until sum C_i + in flight == C again
 	quietAt            time.Duration
 	messages, bytesOut int64
+	// active is how long requests come (0: 8 s); opts set the harness up
+	// (fastpath_test.go).
+	active time.Duration
+	opts   []func(*harness)
 }
 
 type crashPlan struct {
@@ -56,19 +60,22 @@ func (r *conservationRun) run(fail func(string, ...any)) {
 	params := []string{"graph=" + r.graph, "indicator=" + r.indicator, "idle=1s", fmt.Sprintf("max_keys=%d", r.maxKeys)}
 	var h *harness
 	if r.founders > 0 && r.founders < r.n {
-		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail)
+		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail, r.opts...)
 		for k, at := range r.joins {
 			i := r.founders + k
 			h.at(at, func() { h.join(i) })
 		}
 	} else {
-		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail, r.opts...)
 	}
 	C, _ := rateUnits(r.rate)
 	B := r.burst * 1_000_000
 	// "never" is never requested: its shares are the default shares.
 	keys := append(slices.Clone(testKeys), "never")
-	const active = 8 * time.Second
+	active := 8 * time.Second
+	if r.active > 0 {
+		active = r.active
+	}
 	for i := range r.n {
 		for k, key := range testKeys {
 			if r.demand[i][k] > 0 {

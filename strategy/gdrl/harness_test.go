@@ -48,6 +48,12 @@ type harness struct {
 	// is reachable after pairDetect(i, j) (each ordered pair on its own),
 	// instead of every view following at once after detection.
 	pairDetect func(i, j int) time.Duration
+	// wrap, if set, is the strategy node i's host drives for its new
+	// incarnation g (fastpath_test.go: the live driver's fast path
+	// emulated around it); g stays the node's g for inspection.
+	wrap func(i int, g *gdrl.GDRL) strategy.Strategy
+	// decided, if set, is told every request a host decided at once.
+	decided func(i int, key string, tokens int64, allowed bool)
 }
 
 type hnet struct {
@@ -126,9 +132,14 @@ func (q *hqueue) Pop() any {
 	return x
 }
 
-func newHarness(n int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any)) *harness {
+// newHarness is a harness of n founding members; opts set it up before
+// they start.
+func newHarness(n int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any), opts ...func(*harness)) *harness {
 	h := &harness{fail: fail, rnd: rand.New(rand.NewPCG(seed, 0x68617273)), seed: seed, net: net, params: params,
 		rate: rate, burst: burst, detection: 300 * time.Millisecond}
+	for _, o := range opts {
+		o(h)
+	}
 	for i := 0; i < n; i++ {
 		h.nodes = append(h.nodes, &hnode{id: strategy.NodeID(fmt.Sprintf("n%d", i)), alive: true})
 	}
@@ -234,7 +245,11 @@ func (h *harness) start(i int) {
 		h.fail("New: %v", err)
 		return
 	}
-	hs, err := host.New(n.id, 0, hdriver{h, i}, g)
+	var s strategy.Strategy = g
+	if h.wrap != nil {
+		s = h.wrap(i, g)
+	}
+	hs, err := host.New(n.id, 0, hdriver{h, i}, s)
 	if err != nil {
 		h.fail("host.New: %v", err)
 		return
@@ -307,7 +322,10 @@ func (h *harness) step() bool {
 		if !n.alive {
 			break
 		}
-		n.host.Request(h.now, 0, strategy.Request{ID: e.seq, Key: e.key, Tokens: e.tokens, Arrival: h.now}, 0)
+		d, ok := n.host.Request(h.now, 0, strategy.Request{ID: e.seq, Key: e.key, Tokens: e.tokens, Arrival: h.now}, 0)
+		if ok && h.decided != nil {
+			h.decided(e.to, e.key, e.tokens, d.Allowed)
+		}
 	case evView:
 		h.updateViews()
 	case evPeer:

@@ -73,24 +73,31 @@ type leaveRun struct {
 	// joins at joins[k] with a zero default share.
 	founders int
 	joins    []time.Duration
+	// active is how long requests come (0: 6 s); opts set the harness up
+	// (fastpath_test.go).
+	active time.Duration
+	opts   []func(*harness)
 }
 
 func (r *leaveRun) run(fail func(string, ...any)) {
 	params := []string{"graph=" + r.graph, "idle=1s"}
 	var h *harness
 	if r.founders > 0 && r.founders < r.n {
-		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail)
+		h = newJoinHarness(r.n, r.founders, r.seed, r.net, r.rate, r.burst, params, fail, r.opts...)
 		for k, at := range r.joins {
 			i := r.founders + k
 			h.at(at, func() { h.join(i) })
 		}
 	} else {
-		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail)
+		h = newHarness(r.n, r.seed, r.net, r.rate, r.burst, params, fail, r.opts...)
 	}
 	C, _ := rateUnits(r.rate)
 	B := r.burst * gdrl.UnitsPerToken
 	keys := append([]string{"never"}, testKeys...)
-	const active = 6 * time.Second
+	active := 6 * time.Second
+	if r.active > 0 {
+		active = r.active
+	}
 	for i := range r.n {
 		for k, key := range testKeys {
 			if r.demand[i][k] > 0 {

@@ -40,6 +40,11 @@ type splitRun struct {
 	lost         int64 // C - sum C_i at the end, when a crash lost shares
 	debug        func(h *harness)
 	trace        func(h *harness)
+	// rate and burst are the rule's (zero: 10/s, 20); opts set the
+	// harness up (fastpath_test.go).
+	rate  bucket.Rate
+	burst int64
+	opts  []func(*harness)
 }
 
 type episode struct {
@@ -54,9 +59,11 @@ const (
 )
 
 func (r *splitRun) run(fail func(string, ...any)) {
-	rate := bucket.Rate{Tokens: 10, Per: time.Second}
-	const burst = 20
-	h := newHarness(r.n, r.seed, r.net, rate, burst, r.params, fail)
+	rate, burst := bucket.Rate{Tokens: 10, Per: time.Second}, int64(20)
+	if r.burst > 0 {
+		rate, burst = r.rate, r.burst
+	}
+	h := newHarness(r.n, r.seed, r.net, rate, burst, r.params, fail, r.opts...)
 	dr := rand.New(rand.NewPCG(r.seed, 0x646574))
 	h.pairDetect = func(i, j int) time.Duration {
 		return r.detectLo + time.Duration(dr.Int64N(int64(r.detectHi-r.detectLo)+1))
