@@ -20,11 +20,11 @@ import (
 func newJoinHarness(n, founders int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any), opts ...func(*harness)) *harness {
 	h := &harness{fail: fail, rnd: rand.New(rand.NewPCG(seed, 0x68617273)), seed: seed, net: net, params: params,
 		rate: rate, burst: burst, detection: 300 * time.Millisecond}
-	for _, o := range opts {
-		o(h)
-	}
 	for i := range n {
 		h.nodes = append(h.nodes, &hnode{id: strategy.NodeID(fmt.Sprintf("n%d", i)), alive: i < founders})
+	}
+	for _, o := range opts {
+		o(h)
 	}
 	all := h.aliveSet()
 	for i := range founders {

@@ -97,6 +97,34 @@ func withFastPath(seed uint64, rec *fastRecord, fail func(string, ...any)) func(
 	}
 }
 
+// withStorms makes every node (alive then) request every test key
+// `requests` times, one token each, spread over 1 ms from each time in
+// at: storms that take every token the cluster holds at once, so that a
+// token created since the last one shows as admitted beyond b + r*T.
+func withStorms(at []time.Duration, requests int) func(*harness) {
+	return func(h *harness) {
+		for _, t := range at {
+			for i := range h.nodes {
+				for _, key := range testKeys {
+					for j := range requests {
+						h.request(i, key, 1, t+time.Duration(j)*time.Millisecond/time.Duration(requests))
+					}
+				}
+			}
+		}
+	}
+}
+
+// drawStorms draws 1 to 3 storm times within active and their requests
+// per node and key (a burst or two).
+func drawStorms(t *rapid.T, active time.Duration, burst int64) func(*harness) {
+	var at []time.Duration
+	for s := rapid.IntRange(1, 3).Draw(t, "storms"); s > 0; s-- {
+		at = append(at, time.Duration(rapid.IntRange(200, int(active/time.Millisecond)).Draw(t, "stormMs"))*time.Millisecond)
+	}
+	return withStorms(at, int(burst)*rapid.IntRange(1, 2).Draw(t, "stormBursts"))
+}
+
 // excess is how far the admitted tokens of a key exceed b + r*T in any
 // window (eval.EnvelopeViolation), over the keys.
 func (rec *fastRecord) excess(rate bucket.Rate, burst int64) float64 {
@@ -207,7 +235,7 @@ func TestFastPathConservesProperty(t *testing.T) {
 			run.crashes = append(run.crashes, plan)
 		}
 		rec := &fastRecord{}
-		run.opts = []func(*harness){withFastPath(run.seed, rec, t.Fatalf)}
+		run.opts = []func(*harness){withFastPath(run.seed, rec, t.Fatalf), drawStorms(t, run.active, run.burst)}
 		run.run(t.Fatalf)
 		rec.fastCounts()
 		if v := rec.excess(run.rate, run.burst); v > 1e-6 {
@@ -266,7 +294,7 @@ func TestFastPathLeaveProperty(t *testing.T) {
 		}
 		run.demand = drawFastDemand(t, n, run.rate)
 		rec := &fastRecord{}
-		run.opts = []func(*harness){withFastPath(run.seed, rec, t.Fatalf)}
+		run.opts = []func(*harness){withFastPath(run.seed, rec, t.Fatalf), drawStorms(t, run.active, run.burst)}
 		run.run(t.Fatalf)
 		rec.fastCounts()
 		if v := rec.excess(run.rate, run.burst); v > 1e-6 {

@@ -133,15 +133,15 @@ func (q *hqueue) Pop() any {
 }
 
 // newHarness is a harness of n founding members; opts set it up before
-// they start.
+// they start (the nodes exist, none is started).
 func newHarness(n int, seed uint64, net hnet, rate bucket.Rate, burst int64, params []string, fail func(string, ...any), opts ...func(*harness)) *harness {
 	h := &harness{fail: fail, rnd: rand.New(rand.NewPCG(seed, 0x68617273)), seed: seed, net: net, params: params,
 		rate: rate, burst: burst, detection: 300 * time.Millisecond}
-	for _, o := range opts {
-		o(h)
-	}
 	for i := 0; i < n; i++ {
 		h.nodes = append(h.nodes, &hnode{id: strategy.NodeID(fmt.Sprintf("n%d", i)), alive: true})
+	}
+	for _, o := range opts {
+		o(h)
 	}
 	all := h.aliveSet()
 	for i := range h.nodes {
