@@ -165,15 +165,18 @@ func checkExercised(t *testing.T, a, r, k int64) {
 	t.Logf("%d requests admitted from allowances; in refusal windows %d refused by the driver, %d refused by the strategy as promised", da, dr, dk)
 }
 
-// drawFastDemand draws per node and key a demand in requests per second
-// around the key's fair share of the rate (0 to 3 times it, often 0).
+// drawFastDemand draws per node and key a demand in requests per second:
+// none, a trickle (1 or 5 per second: the allowance granted after a
+// request is held, its bucket full, until the next one or a sweep), or
+// around the key's fair share of the rate (half, once or twice it).
 func drawFastDemand(t *rapid.T, n int, rate bucket.Rate) [][]float64 {
 	var demand [][]float64
 	fair := rate.PerSec() / float64(n)
+	levels := []float64{0, 1, 5, fair / 2, fair, 2 * fair}
 	for i := range n {
 		row := make([]float64, len(testKeys))
 		for k := range row {
-			row[k] = fair * float64(rapid.IntRange(0, 6).Draw(t, fmt.Sprintf("demand%d%d", i, k))) / 2
+			row[k] = levels[rapid.IntRange(0, len(levels)-1).Draw(t, fmt.Sprintf("demand%d%d", i, k))]
 		}
 		demand = append(demand, row)
 	}
