@@ -332,6 +332,18 @@
 // is across the cut is counted on both sides until the heal: the failure
 // detector cannot tell a netsplit from a crash (see "Split brain").
 //
+// The live fast path (ours; allowance.go). A node is a
+// strategy.Allowancer and a strategy.Refuser: the live driver takes
+// whole tokens of a key's bucket (C_i, B_i) into an allowance (at most
+// 5 ms of the share's refill, a quarter of its burst) and admits checks
+// from it in the caller's goroutine, and refuses a key's plain checks
+// itself until its bucket holds a token again. The tokens held count as
+// spent: the bucket refills only to its burst less them, a share
+// lowered below them leaves it in debt, and they never travel with a
+// transfer, so the envelope is the same as without the fast path. A
+// raise of a key's share ends its refusal window. The simulator never
+// calls either.
+//
 // # Split brain (ours)
 //
 // 004 §3.1 lets each side of a netsplit keep the supply it holds and names

@@ -199,9 +199,14 @@ func drawFastDemand(t *rapid.T, n int, rate bucket.Rate) [][]float64 {
 // window.
 //
 // Mutations it catches (each put back by hand, 2026-12-07): Return
-// giving back the used tokens too (the envelope, within a few runs); no
-// clamp in adjust (the envelope); shrink sending the tokens held with the
-// burst (the envelope). See also TestFastPathScripted.
+// giving back the used tokens too, and a clamp that does nothing (the
+// envelope, in the first run: the storms take every token at once); a
+// raise of a share that does not end the key's window (in the first or
+// second run; the fail files under testdata/rapid are kept). A few
+// tokens shipped too many in one transfer (no clamp on pay's path,
+// shrink sending a debt's tokens) it does not see: the envelope has the
+// slack of every bucket that was full meanwhile, and a receiver's burst
+// caps what it is credited; TestTransferOutWithTokensHeld catches those.
 func TestFastPathConservesProperty(t *testing.T) {
 	a, r, k := fastAdmitted.Load(), fastRefused.Load(), fastKept.Load()
 	rapid.Check(t, func(t *rapid.T) {
