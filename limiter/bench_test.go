@@ -189,7 +189,7 @@ func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want
 // adaptive from allowances of the key's bucket, pool or share (at one
 // node every key is the node's own), against x/time/rate.
 func BenchmarkLimiterAllow(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner", "lease", "adaptive"} {
+	for _, s := range []string{"local", "static", "owner", "lease", "adaptive", "gdrl"} {
 		benchLimiter(b, s, false)
 	}
 	benchXRate(b, false)
@@ -198,7 +198,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 // BenchmarkLimiterAllowParallel is BenchmarkLimiterAllow under
 // b.RunParallel (GOMAXPROCS goroutines: run it with -cpu 2).
 func BenchmarkLimiterAllowParallel(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner", "lease", "adaptive"} {
+	for _, s := range []string{"local", "static", "owner", "lease", "adaptive", "gdrl"} {
 		benchLimiter(b, s, true)
 	}
 	benchXRate(b, true)
@@ -240,7 +240,7 @@ func BenchmarkLimiterAllowRefill(b *testing.B) {
 // x/time/rate refusing. Run it with -cpu 1,2.
 func BenchmarkLimiterAllowRefused(b *testing.B) {
 	shapes := []benchShape{{"keys=1", 1}, {"keys=10k", 10000}}
-	for _, s := range []string{"local", "static", "adaptive"} {
+	for _, s := range []string{"local", "static", "adaptive", "gdrl"} {
 		benchLimiterAt(b, s, true, refusedRate, 1, false, shapes)
 	}
 	benchXRateAt(b, true, rate.Limit(refusedRate.PerSec()), 1, false, shapes)
