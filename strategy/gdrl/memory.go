@@ -94,6 +94,7 @@ func (g *GDRL) MemoryBytes() int {
 	for _, m := range g.gated {
 		n += memsize.Alloc(cap(m.payload))
 	}
+	n += memsize.Alloc(cap(g.endRefusals) * memsize.StringHeader) // the fast path's (allowance.go; the share's held and refusing are in shareAlloc)
 	return n
 }
 
