@@ -3,6 +3,7 @@ package gdrl
 import (
 	"time"
 
+	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 )
 
@@ -175,13 +176,16 @@ func (g *GDRL) arrived(key string, sh *share, tokens int64, now time.Duration) {
 // exact (strategy.AllowanceLedger.Clamp: between two clamps with the
 // same tokens held, the level is that of a bucket of the smaller
 // capacity). Nothing happens with nothing held.
-func (g *GDRL) clamp(sh *share, now time.Duration) {
-	if sh.held <= 0 {
+func (g *GDRL) clamp(sh *share, now time.Duration) { g.clampBucket(&sh.bkt, sh.held, now) }
+
+// clampBucket is clamp of bucket b with held request tokens held.
+func (g *GDRL) clampBucket(b *bucket.Bucket, held int64, now time.Duration) {
+	if held <= 0 {
 		return
 	}
-	_, c, per := sh.bkt.LevelAt(now)
-	ceil := c - sh.held*g.perToken*per // held <= the burst granted at: no overflow
-	_ = sh.bkt.MergeLevelFloor(ceil, now, ceil)
+	_, c, per := b.LevelAt(now)
+	ceil := c - held*g.perToken*per // held <= the burst granted at: no overflow
+	_ = b.MergeLevelFloor(ceil, now, ceil)
 }
 
 // endRefusal marks key's refusal window, if RefusedUntil opened one, as

@@ -179,3 +179,15 @@ func TestHeldKeyNotDropped(t *testing.T) {
 		t.Error("the key was kept idle and full once its allowance was back")
 	}
 }
+
+// TestRequestWaitCountsSeen: a key first requested in waiting mode is
+// counted in MemoryBytes' seen map as one requested by Request is (it was
+// put in the map uncounted, and counted out when forgotten).
+func TestRequestWaitCountsSeen(t *testing.T) {
+	g := fastTestNode(t, "a", []string{"a"}, "idle=1s")
+	fx := &strategy.Effects{}
+	g.RequestWait(0, strategy.Request{Key: "w", Tokens: 1}, 10*time.Millisecond, fx)
+	if g.mem.seen.Len() != len(g.seen) {
+		t.Errorf("seen holds %d keys, MemoryBytes counts %d", len(g.seen), g.mem.seen.Len())
+	}
+}

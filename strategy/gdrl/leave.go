@@ -199,9 +199,9 @@ func (g *GDRL) handOver(now time.Duration) {
 // rule's burst (strategy.Remainer). Always known. It changes no state.
 func (g *GDRL) Remaining(now time.Duration, key string) (int64, bool) {
 	if sh := g.shares[key]; sh != nil {
-		cp := *sh
-		g.clamp(&cp, now) // on a copy: the tokens an allowance holds are not the bucket's
-		return min(buckets.Whole(cp.bkt, now)/g.perToken, g.cfg.Burst), true
+		cp := sh.bkt
+		g.clampBucket(&cp, sh.held, now) // on a copy: the tokens an allowance holds are not the bucket's
+		return min(buckets.Whole(cp, now)/g.perToken, g.cfg.Burst), true
 	}
 	return min(g.burstOf(g.db)/g.perToken, g.cfg.Burst), true
 }

@@ -123,11 +123,7 @@ func (g *GDRL) RequestWait(now time.Duration, req strategy.Request, maxWait time
 		return d, true
 	}
 	sh := g.materialize(req.Key, now)
-	if sh.reqTokens < 1<<62-req.Tokens {
-		sh.reqTokens += req.Tokens
-	}
-	sh.lastActive, sh.everActive = max(sh.lastActive, now), true
-	g.seen[req.Key] = sh.lastActive
+	g.arrived(req.Key, sh, req.Tokens, now) // counted in MemoryBytes' seen too (it was not)
 	d.Allowed = false
 	g.clamp(sh, req.Arrival)
 	if req.Tokens <= g.cfg.Burst {
