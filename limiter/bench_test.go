@@ -185,9 +185,9 @@ func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want
 }
 
 // BenchmarkLimiterAllow is one Limiter.Allow per op, sequential: local and
-// static are decided on the fast path (a lent bucket), owner, lease and
-// adaptive from allowances of the key's bucket, pool or share (at one
-// node every key is the node's own), against x/time/rate.
+// static are decided on the fast path (a lent bucket), owner, lease,
+// adaptive and gdrl from allowances of the key's bucket, pool or share
+// (at one node every key is the node's own), against x/time/rate.
 func BenchmarkLimiterAllow(b *testing.B) {
 	for _, s := range []string{"local", "static", "owner", "lease", "adaptive", "gdrl"} {
 		benchLimiter(b, s, false)
@@ -234,7 +234,7 @@ func BenchmarkLimiterAllowRefill(b *testing.B) {
 // their limit (burst 1, one token an hour): every check is refused, by
 // local and static in the caller's goroutine from the key's lent bucket
 // (before lent buckets, each refusal was a round trip through the node's
-// loop), by adaptive in the caller's goroutine while the key's refusal
+// loop), by adaptive and gdrl in the caller's goroutine while the key's refusal
 // window lasts (strategy.Refuser: at most 5 ms, so only a key checked
 // more often than that, as the single hot key is, gains); against
 // x/time/rate refusing. Run it with -cpu 1,2.
