@@ -212,7 +212,7 @@ func cutsRun(t *rapid.T, fast bool) {
 	}
 	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	reg.extra = func(now time.Duration) error {
-		return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
+		return regionlease.ConservedKeysWith(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now, reg.allowed(now))
 	}
 	allowed := runChecked(t, reg, fd, trace, sim.Config{
 		Nodes: len(names), Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,

@@ -29,6 +29,55 @@ type registry struct {
 	down    func(id strategy.NodeID, now time.Duration) bool // nodes crashed at now, if set
 	fail    func(format string, args ...any)
 	extra   func(now time.Duration) error // another check after every call, if set
+	// spies are the current incarnations' allowances as their emulated
+	// drivers hold them (runs with the fast path emulated), by node
+	spies map[strategy.NodeID]*spy
+}
+
+// allowed is the tokens of the allowances open at now, per key, granted
+// by the nodes up and valid at now (the tokens their drivers took of them
+// included): ConservedKeysWith counts them as held.
+func (r *registry) allowed(now time.Duration) map[string]int64 {
+	if len(r.spies) == 0 {
+		return nil
+	}
+	out := map[string]int64{}
+	for id, sp := range r.spies {
+		if r.down != nil && r.down(id, now) {
+			continue
+		}
+		for k, a := range sp.open {
+			if a.until > now {
+				out[k] += a.tokens
+			}
+		}
+	}
+	return out
+}
+
+// spy is a node's RegionLease as its emulated driver sees it: it records
+// each allowance it grants (tokens, until) until its Return.
+type spy struct {
+	*regionlease.RegionLease
+	open map[string]spyAllowance
+}
+
+type spyAllowance struct {
+	tokens int64
+	until  time.Duration
+}
+
+func (s *spy) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
+	g, until := s.RegionLease.Grant(now, key, want, fx)
+	if g > 0 {
+		s.open[key] = spyAllowance{g, until}
+	}
+	return g, until
+}
+
+func (s *spy) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
+	delete(s.open, key)
+	s.RegionLease.Return(now, key, unused, fx)
 }
 
 func (r *registry) check(now time.Duration) {
@@ -318,7 +367,7 @@ func envelopeRun(t *rapid.T, fast bool) {
 		// buckets of one key, as a warm-up after a hand-over made, trip it
 		// when they hold more than b together).
 		reg.extra = func(now time.Duration) error {
-			return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
+			return regionlease.ConservedKeysWith(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now, reg.allowed(now))
 		}
 	}
 	allowed := runChecked(t, reg, fd, trace, sim.Config{
@@ -390,7 +439,12 @@ func runChecked(t *rapid.T, reg *registry, fd fastDraw, trace *workload.Trace, c
 		reg.all = append(reg.all, l)
 		ch := checked{RegionLease: l, self: c.Self, reg: reg}
 		if fd.on {
-			ch.drv = simtest.NewFastPath(l, rand.New(rand.NewPCG(fd.seed, uint64(len(drivers)))), 8)
+			sp := &spy{RegionLease: l, open: map[string]spyAllowance{}}
+			if reg.spies == nil {
+				reg.spies = map[strategy.NodeID]*spy{}
+			}
+			reg.spies[c.Self] = sp
+			ch.drv = simtest.NewFastPath(sp, rand.New(rand.NewPCG(fd.seed, uint64(len(drivers)))), 8)
 			drivers = append(drivers, ch.drv)
 		}
 		return ch, nil
