@@ -15,16 +15,17 @@ import (
 // limit the checks never reach (1e9/s, burst 1e9): lease decides from the
 // node's leases (with its allowances on the fast path since lease is a
 // strategy.Allowancer, through the node's loop before), owner forwards
-// every check to the key's owner. Run it with -cpu 1,2:
+// every check to the key's owner; regionlease decides at a node of the
+// key's region tier from its node leases (benchHolder: regions eu and us;
+// allowances since it is a strategy.Allowancer at such a node). Run it
+// with -cpu 1,2:
 //
 //	go test -run '^$' -bench HolderCheck -cpu 1,2 ./cluster
 func BenchmarkHolderCheck(b *testing.B) {
-	for _, strat := range []string{"lease", "owner"} {
+	for _, strat := range []string{"lease", "owner", "regionlease"} {
 		b.Run("strategy="+strat, func(b *testing.B) {
 			r := rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 1e9, Per: 1e9}, Burst: 1e9, Strategy: strat, Params: []string{"hold=0s"}}
-			c := newBenchCluster(b, r)
-			key := keyOwnedBy(b, "n0", c.ids)
-			n := c.nodes["n1"]
+			_, n, key := benchHolder(b, strat, r)
 			ctx := context.Background()
 			for range 2000 { // warm up: leases granted, allowances open
 				if _, err := n.Check(ctx, "r", key, 1); err != nil {
@@ -50,17 +51,17 @@ func BenchmarkHolderCheck(b *testing.B) {
 // every check is refused. lease refuses on the fast path while the
 // owner's dry hint lasts (refusal windows, strategy.Refuser); owner
 // forwards every check to the key's owner; local decides from its lent
-// bucket. loop/op is the share of checks that reached the strategy.
+// bucket; regionlease, at a node of the key's region tier (benchHolder),
+// refuses on the fast path while its regional owner's dry hint lasts.
+// loop/op is the share of checks that reached the strategy.
 func BenchmarkHolderRefused(b *testing.B) {
-	for _, strat := range []string{"lease", "owner", "local"} {
+	for _, strat := range []string{"lease", "owner", "local", "regionlease"} {
 		b.Run("strategy="+strat, func(b *testing.B) {
 			r := rule.Rule{Name: "r", Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 100, Strategy: strat}
 			if strat != "local" {
 				r.Params = []string{"hold=0s"}
 			}
-			c := newBenchCluster(b, r)
-			key := keyOwnedBy(b, "n0", c.ids)
-			n := c.nodes["n1"]
+			_, n, key := benchHolder(b, strat, r)
 			ctx := context.Background()
 			for range 2000 { // warm up: the burst spent
 				if _, err := n.Check(ctx, "r", key, 1); err != nil {

@@ -30,13 +30,27 @@ import (
 // every window, exactly (the bound the package doc states under conserve:
 // a cut, a heal, a crash or a restart creates no token).
 func TestCutsConserve(t *testing.T) {
-	rapid.Check(t, cutsRun)
+	rapid.Check(t, func(t *rapid.T) { cutsRun(t, false) })
+}
+
+// TestCutsConserveAllowances is TestCutsConserve with the live driver's
+// fast path emulated at every node (checked.drv; fastDraw: allowances of
+// the nodes' leases and refusal windows on their regional owner's dry
+// hint) at rates where an allowance holds tokens: the same invariants
+// after every call and the same exact envelope at the end, and every
+// request the strategy saw in a window refused at once. It fails if no
+// run admitted anything from an allowance or refused anything in a
+// window.
+func TestCutsConserveAllowances(t *testing.T) {
+	fastCheck(t, func() { rapid.Check(t, func(t *rapid.T) { cutsRun(t, true) }) })
 }
 
 // span is a closed-open interval of simulated time.
 type span struct{ from, to time.Duration }
 
-func cutsRun(t *rapid.T) {
+// cutsRun is one run of TestCutsConserve; with fast, the live driver's
+// fast path is emulated at every node (fastDraw).
+func cutsRun(t *rapid.T, fast bool) {
 	var regions []topology.Region
 	var names []strategy.NodeID
 	for r, name := range []string{"eu", "us", "ap"} {
@@ -187,17 +201,22 @@ func cutsRun(t *rapid.T) {
 		}
 		return false
 	}
-	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
-	reg.extra = func(now time.Duration) error {
-		return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
-	}
 	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := runChecked(t, reg, trace, sim.Config{
+	seed := rapid.Uint64().Draw(t, "seed")
+	fd := fastDraw{}
+	if fast {
+		fd, rate, burst = drawFast(t, ratePerSec, burst)
+	}
+	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
+	reg.extra = func(now time.Duration) error {
+		return regionlease.ConservedKeysWith(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now, reg.allowed(now))
+	}
+	allowed := runChecked(t, reg, fd, trace, sim.Config{
 		Nodes: len(names), Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
-		Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), Partition: strategy.PartitionConserve,
+		Assign: assign, Seed: seed, Partition: strategy.PartitionConserve,
 	})
 	if v := eval.EnvelopeViolation(reqs, allowed, rate.PerSec(), burst); v > 1e-9 {
 		t.Fatalf("admitted tokens exceed b + r*T by %.4f tokens (cuts %v)", v, cuts)

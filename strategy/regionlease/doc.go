@@ -126,6 +126,15 @@
 //     and a key with no lease out waits hold (3 ms) at its owner and is
 //     decided in arrival order (zanbil on eu:30: 2,483 false rejections ->
 //     136, p50 2 -> 4 ms; docs/EVALUATION.md).
+//   - The live fast path at a node (allowance.go, refusal.go; ours,
+//     after strategy/lease's holder): a node of the key's region tier
+//     (neither its global nor its regional owner) hands the live driver
+//     allowances of its node leases (strategy.ExpiringAllowancer: valid
+//     until the lease's end of use on the node; the tokens leave the
+//     lease, its returns and spent reports, while open) and refusal
+//     windows on its regional owner's dry hint (strategy.Refuser), so
+//     that its checks are decided in the caller's goroutine. The
+//     simulator never calls them.
 //
 // What is ours and what comes from the sources: the designated server of
 // The throttling article ("Throttling in Distributed Systems": a tenant's traffic

@@ -135,6 +135,15 @@ func (l *RegionLease) Float(now time.Duration) (held, level int64) {
 // holds whenever no two sides decide a key as two buckets (partition:
 // conserve with no member forgotten during a cut).
 func ConservedKeys(current map[strategy.NodeID]*RegionLease, down func(strategy.NodeID) bool, burst int64, now time.Duration) error {
+	return ConservedKeysWith(current, down, burst, now, nil)
+}
+
+// ConservedKeysWith is ConservedKeys with allowed[key] more tokens of key
+// held: the live driver's open allowances of key, granted (Grant) and not
+// returned, still valid at now, at nodes up (the tokens a driver took of
+// them count too, which only makes the check stricter: a lease is not
+// released while an allowance of it is valid).
+func ConservedKeysWith(current map[strategy.NodeID]*RegionLease, down func(strategy.NodeID) bool, burst int64, now time.Duration, allowed map[string]int64) error {
 	ids := make([]strategy.NodeID, 0, len(current))
 	for id := range current {
 		ids = append(ids, id)
@@ -176,6 +185,18 @@ func ConservedKeys(current map[strategy.NodeID]*RegionLease, down func(strategy.
 					s.who = append(s.who, fmt.Sprintf("%s holds %d from %s (seq %d, until %v)", id, ls.tokens, ls.from, ls.seq, ls.expires))
 				}
 			}
+		}
+	}
+	for _, key := range sortedKeys(allowed) {
+		if n := allowed[key]; n > 0 {
+			s := at(key)
+			s.held += n
+			for _, id := range ids {
+				if current[id] != nil {
+					s.per = current[id].sh.Per
+				}
+			}
+			s.who = append(s.who, fmt.Sprintf("%d tokens in open allowances", n))
 		}
 	}
 	for _, key := range sortedKeys(keys) {

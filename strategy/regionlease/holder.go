@@ -74,6 +74,10 @@ type holding struct {
 	spentTok   int64
 	spentUntil time.Duration
 
+	// allow is the live driver's open allowance of the key at a node
+	// (allowance.go; ours); tokens 0: none.
+	allow allowance
+
 	// heap accounting (memory.go): the bytes counted for the maps and
 	// slices above, and the most entries each map held (its slots)
 	mem                        int32
@@ -365,7 +369,7 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 	h.askDemand = uint64(min(d, maxDemand) * 1000)
 	h.askSpent = h.askSpent[:0]
 	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
-		if ls.tokens == 0 && ls.lent == 0 && ls.subs == 0 && ls.from == to && len(h.askSpent) < maxSpent {
+		if ls.tokens == 0 && ls.lent == 0 && ls.subs == 0 && ls.from == to && len(h.askSpent) < maxSpent && !h.allowFrom(ls) {
 			h.askSpent = append(h.askSpent, ls.seq)
 			l.noteSpent(now, h, ls)
 			return true
@@ -424,6 +428,9 @@ func (l *RegionLease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1
 	}
 	expires -= lead
 	h.accepted[g.Seq] = expires
+	// A grant brings tokens, or changes the dry hint and when the next
+	// ask goes out: a refusal window of the key ends (refusal.go).
+	fx.EndRefusal(g.Key)
 	if g.Seq == h.seq {
 		h.asking = false
 		if h.askRegion {
@@ -574,9 +581,15 @@ func (l *RegionLease) noteSpent(now time.Duration, h *holding, ls held) {
 // owner a forward or a node's ask) and schedules the idle check.
 func (l *RegionLease) used(now time.Duration, key string, h *holding, fx *strategy.Effects) {
 	h.lastRequestAt = now
+	l.scheduleIdle(now, key, h, fx)
+}
+
+// scheduleIdle schedules key's idle check (idleTimer) at its idleAt, no
+// earlier than now, unless one is scheduled already.
+func (l *RegionLease) scheduleIdle(now time.Duration, key string, h *holding, fx *strategy.Effects) {
 	if !h.idleSet {
 		h.idleSet = true
-		at := l.idleAt(now, h)
+		at := max(l.idleAt(now, h), now)
 		l.pushTimer(timer{at: at, kind: timerIdle, key: key})
 		fx.WakeAt(at)
 	}
@@ -659,6 +672,9 @@ func (l *RegionLease) idleTimer(now time.Duration, t timer, fx *strategy.Effects
 	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
 		if ls.lent > 0 || ls.subs > 0 {
 			return false // its nodes' leases are out: it ends at its end
+		}
+		if h.allowFrom(ls) {
+			return false // the driver's allowance is out of it: kept until Return (allowance.go)
 		}
 		l.noteSpent(now, h, ls)
 		l.giveBack(now, t.key, ls, fx)

@@ -2,7 +2,9 @@ package regionlease_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/eval"
 	"github.com/tokenmesh/tokenmesh/sim"
+	"github.com/tokenmesh/tokenmesh/sim/simtest"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 	"github.com/tokenmesh/tokenmesh/topology"
@@ -26,6 +29,55 @@ type registry struct {
 	down    func(id strategy.NodeID, now time.Duration) bool // nodes crashed at now, if set
 	fail    func(format string, args ...any)
 	extra   func(now time.Duration) error // another check after every call, if set
+	// spies are the current incarnations' allowances as their emulated
+	// drivers hold them (runs with the fast path emulated), by node
+	spies map[strategy.NodeID]*spy
+}
+
+// allowed is the tokens of the allowances open at now, per key, granted
+// by the nodes up and valid at now (the tokens their drivers took of them
+// included): ConservedKeysWith counts them as held.
+func (r *registry) allowed(now time.Duration) map[string]int64 {
+	if len(r.spies) == 0 {
+		return nil
+	}
+	out := map[string]int64{}
+	for id, sp := range r.spies {
+		if r.down != nil && r.down(id, now) {
+			continue
+		}
+		for k, a := range sp.open {
+			if a.until > now {
+				out[k] += a.tokens
+			}
+		}
+	}
+	return out
+}
+
+// spy is a node's RegionLease as its emulated driver sees it: it records
+// each allowance it grants (tokens, until) until its Return.
+type spy struct {
+	*regionlease.RegionLease
+	open map[string]spyAllowance
+}
+
+type spyAllowance struct {
+	tokens int64
+	until  time.Duration
+}
+
+func (s *spy) Grant(now time.Duration, key string, want int64, fx *strategy.Effects) (int64, time.Duration) {
+	g, until := s.RegionLease.Grant(now, key, want, fx)
+	if g > 0 {
+		s.open[key] = spyAllowance{g, until}
+	}
+	return g, until
+}
+
+func (s *spy) Return(now time.Duration, key string, unused int64, fx *strategy.Effects) {
+	delete(s.open, key)
+	s.RegionLease.Return(now, key, unused, fx)
 }
 
 func (r *registry) check(now time.Duration) {
@@ -53,20 +105,43 @@ func (r *registry) check(now time.Duration) {
 
 // checked is a RegionLease that, after every call, checks the
 // conservation invariant over the whole cluster (regionlease.Conserved).
+// With drv set it also plays the live driver's fast path
+// (simtest.FastPath: allowances of the strategy.Allowancer, refusal
+// windows of the strategy.Refuser), and fails the run when a request
+// handed to the strategy in a refusal window is not refused at once.
 type checked struct {
 	*regionlease.RegionLease
 	self strategy.NodeID
 	reg  *registry
+	drv  *simtest.FastPath
 }
 
 func (c checked) Request(now time.Duration, req strategy.Request, fx *strategy.Effects) (strategy.Decision, bool) {
+	inWindow := false
+	if c.drv != nil {
+		d, done, in := c.drv.Before(now, req, 0, fx)
+		if done {
+			return d, true
+		}
+		inWindow = in
+		c.reg.check(now)
+	}
 	d, ok := c.RegionLease.Request(now, req, fx)
 	c.reg.check(now)
+	if c.drv != nil {
+		if err := c.drv.After(now, req, 0, d, ok, inWindow, fx); err != nil {
+			c.reg.fail("node %s, %v", c.self, err)
+		}
+		c.reg.check(now)
+	}
 	return d, ok
 }
 
 func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte, fx *strategy.Effects) error {
 	err := c.RegionLease.Receive(now, from, payload, fx)
+	if c.drv != nil {
+		c.drv.Ended(fx)
+	}
 	if err != nil {
 		c.reg.fail("Receive on %s from %s: %v", c.self, from, err) // peers here are honest
 	}
@@ -75,18 +150,77 @@ func (c checked) Receive(now time.Duration, from strategy.NodeID, payload []byte
 }
 
 func (c checked) Tick(now time.Duration, fx *strategy.Effects) {
+	if c.drv != nil { // the idle sweep, at random
+		c.drv.Sweep(now, fx)
+	}
 	c.RegionLease.Tick(now, fx)
+	if c.drv != nil {
+		c.drv.Ended(fx)
+	}
 	c.reg.check(now)
 }
 
 func (c checked) SetMembers(now time.Duration, members []strategy.NodeID, fx *strategy.Effects) {
+	if c.drv != nil {
+		c.drv.CloseAll(now, fx)
+	}
 	c.RegionLease.SetMembers(now, members, fx)
 	c.reg.check(now)
 }
 
 func (c checked) SetExpected(now time.Duration, expected []strategy.NodeID, fx *strategy.Effects) {
+	if c.drv != nil {
+		c.drv.CloseAll(now, fx)
+	}
 	c.RegionLease.SetExpected(now, expected, fx)
 	c.reg.check(now)
+}
+
+// fastDraw is, in a run with the live driver's fast path emulated
+// (TestEnvelopeAllowancesUnderFaults, TestCutsConserveAllowances), its
+// draws: the drivers' seed and a rate where an allowance holds a token
+// (strategy.AllowanceCap: 5 ms of refill, a quarter of the burst): at
+// least 200 tokens/s and a burst of at least 4. Drawn last, after every
+// other draw, so that the committed fail files of the other tests replay
+// the draws they recorded.
+type fastDraw struct {
+	on   bool
+	seed uint64
+}
+
+// drawFast draws the fast path's seed and raises rate (tokens/s) and
+// burst to where an allowance holds a token.
+func drawFast(t *rapid.T, ratePerSec int, burst int64) (fastDraw, bucket.Rate, int64) {
+	f := fastDraw{on: true, seed: rapid.Uint64().Draw(t, "driver_seed")}
+	ratePerSec = max(ratePerSec, rapid.IntRange(200, 2000).Draw(t, "allowance_rate"))
+	rate, err := bucket.PerSecond(float64(ratePerSec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, rate, max(burst, 4)
+}
+
+// fastStats counts, over the runs with the fast path emulated, the
+// requests admitted from allowances, those refused in refusal windows by
+// the driver, and those handed to the strategy in a window that it
+// refused as promised.
+var fastStats struct{ admitted, refused, kept atomic.Int64 }
+
+// fastCheck runs body (rapid.Check of a property with the fast path
+// emulated) and fails t if no request was admitted from an allowance, or
+// none refused in a window by the driver or handed to the strategy in
+// one, over all its runs: the fast path went untested.
+func fastCheck(t *testing.T, body func()) {
+	a, r, k := fastStats.admitted.Load(), fastStats.refused.Load(), fastStats.kept.Load()
+	body()
+	da, dr, dk := fastStats.admitted.Load()-a, fastStats.refused.Load()-r, fastStats.kept.Load()-k
+	if da == 0 {
+		t.Error("no request was admitted from an allowance in any run: the fast path went untested")
+	}
+	if dr == 0 || dk == 0 {
+		t.Error("no request was refused in a refusal window by the driver, or none handed to the strategy in one: the windows went untested")
+	}
+	t.Logf("%d requests admitted from allowances; in refusal windows %d refused by the driver, %d refused by the strategy as promised", da, dr, dk)
 }
 
 // TestEnvelopeUnderFaults runs random clusters of one to three regions
@@ -99,7 +233,7 @@ func (c checked) SetExpected(now time.Duration, expected []strategy.NodeID, fx *
 // exactly: no tokens created by a cut, a heal, a crash or a restart.
 func TestEnvelopeUnderFaults(t *testing.T) {
 	warmed = [2]uint64{}
-	rapid.Check(t, envelopeRun)
+	rapid.Check(t, func(t *rapid.T) { envelopeRun(t, false) })
 	// The restarts must exercise the global owner's warm-up (warmup.go),
 	// and some must end with every answer (a start that is not
 	// conservative).
@@ -109,11 +243,27 @@ func TestEnvelopeUnderFaults(t *testing.T) {
 	t.Logf("warm-ups over the runs: %d started, %d with every answer", warmed[0], warmed[1])
 }
 
+// TestEnvelopeAllowancesUnderFaults is TestEnvelopeUnderFaults with the
+// live driver's fast path emulated at every node (checked.drv: Grant and
+// Return of the nodes' leases, and the nodes' refusal windows on their
+// regional owner's dry hint, RefusedUntil and Refused), at rates where an
+// allowance holds tokens: the same invariants after every call (levels
+// plus leases within b over both tiers, across owners without a cut,
+// MemoryBytes against a recount) and the same exact envelope at the end,
+// and every request the strategy saw in a window refused at once. It
+// fails if no run admitted anything from an allowance or refused anything
+// in a window.
+func TestEnvelopeAllowancesUnderFaults(t *testing.T) {
+	fastCheck(t, func() { rapid.Check(t, func(t *rapid.T) { envelopeRun(t, true) }) })
+}
+
 // warmed counts the warm-ups over TestEnvelopeUnderFaults' runs: started,
 // and ended with every answer.
 var warmed [2]uint64
 
-func envelopeRun(t *rapid.T) {
+// envelopeRun is one run of TestEnvelopeUnderFaults; with fast, the live
+// driver's fast path is emulated at every node (fastDraw).
+func envelopeRun(t *rapid.T, fast bool) {
 	nRegions := rapid.IntRange(0, 3).Draw(t, "regions") // 0: no regions
 	var regions []topology.Region
 	nodes := 0
@@ -201,6 +351,15 @@ func envelopeRun(t *rapid.T) {
 
 	rate, params := drawRule(t, ratePerSec)
 	down := downAt(sc.Events)
+	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := rapid.Uint64().Draw(t, "seed")
+	fd := fastDraw{}
+	if fast {
+		fd, rate, burst = drawFast(t, ratePerSec, burst)
+	}
 	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	if cutFrom < 0 {
 		// Without a cut, also across owners, key by key: the levels of the
@@ -208,16 +367,12 @@ func envelopeRun(t *rapid.T) {
 		// buckets of one key, as a warm-up after a hand-over made, trip it
 		// when they hold more than b together).
 		reg.extra = func(now time.Duration) error {
-			return regionlease.ConservedKeys(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now)
+			return regionlease.ConservedKeysWith(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now, reg.allowed(now))
 		}
 	}
-	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := runChecked(t, reg, trace, sim.Config{
+	allowed := runChecked(t, reg, fd, trace, sim.Config{
 		Nodes: nodes, Regions: regions, Rate: rate, Burst: burst, Params: params, Network: net, Scenario: sc,
-		Assign: assign, Seed: rapid.Uint64().Draw(t, "seed"), Partition: mode,
+		Assign: assign, Seed: seed, Partition: mode,
 	})
 	for _, l := range reg.all {
 		s, f := l.WarmUps()
@@ -269,10 +424,12 @@ func downAt(events []sim.ScenarioEvent) func(id strategy.NodeID, now time.Durati
 
 // runChecked runs trace through cfg with every node's regionlease wrapped
 // in checked (reg's invariants after every call; Name and New are set
-// here) and returns whether each request was admitted. A run error fails
-// t.
-func runChecked(t *rapid.T, reg *registry, trace *workload.Trace, cfg sim.Config) []bool {
+// here; with fd.on the live driver's fast path emulated at every node
+// incarnation, each drawing from its own stream of fd.seed) and returns
+// whether each request was admitted. A run error fails t.
+func runChecked(t *rapid.T, reg *registry, fd fastDraw, trace *workload.Trace, cfg sim.Config) []bool {
 	cfg.Name = "regionlease"
+	var drivers []*simtest.FastPath
 	cfg.New = func(c strategy.Config) (strategy.Strategy, error) {
 		l, err := regionlease.New(c)
 		if err != nil {
@@ -280,11 +437,26 @@ func runChecked(t *rapid.T, reg *registry, trace *workload.Trace, cfg sim.Config
 		}
 		reg.current[c.Self] = l
 		reg.all = append(reg.all, l)
-		return checked{l, c.Self, reg}, nil
+		ch := checked{RegionLease: l, self: c.Self, reg: reg}
+		if fd.on {
+			sp := &spy{RegionLease: l, open: map[string]spyAllowance{}}
+			if reg.spies == nil {
+				reg.spies = map[strategy.NodeID]*spy{}
+			}
+			reg.spies[c.Self] = sp
+			ch.drv = simtest.NewFastPath(sp, rand.New(rand.NewPCG(fd.seed, uint64(len(drivers)))), 8)
+			drivers = append(drivers, ch.drv)
+		}
+		return ch, nil
 	}
 	res, err := sim.Run(trace, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, d := range drivers {
+		fastStats.admitted.Add(int64(d.Admitted))
+		fastStats.refused.Add(int64(d.Refused))
+		fastStats.kept.Add(int64(d.Kept))
 	}
 	allowed := make([]bool, len(res.Outcomes))
 	for i, o := range res.Outcomes {

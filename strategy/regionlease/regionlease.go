@@ -40,6 +40,7 @@ type RegionLease struct {
 	wanRTT                     time.Duration // measured: a moving average (1/8) of the time a region's ask took to be granted, from rtt
 	idle                       time.Duration // a holder returns its leases of a key unused for this long
 	minLease                   int64
+	allowCap                   int64 // the most tokens one allowance holds (strategy.AllowanceCap of the rule; allowance.go)
 	admitOnTimeout             bool
 	fillTime, sweepLag         time.Duration
 	sweepEvery                 time.Duration
@@ -151,6 +152,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 	if err := l.readParams(v, hint); err != nil {
 		return nil, err
 	}
+	l.allowCap = strategy.AllowanceCap(cfg.Rate, cfg.Burst)
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}

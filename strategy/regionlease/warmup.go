@@ -367,6 +367,7 @@ func (l *RegionLease) answer(now time.Duration, from strategy.NodeID, q *peerv1.
 	if h := l.keys[key]; h != nil {
 		a.HeldTokens, a.HeldUntilNs = l.heldOf(now, h)
 		l.forgetAsks(h)
+		fx.EndRefusal(key) // no ask out any more: a request may ask again (refusal.go)
 	}
 	if at, ok := l.recentStart(now); ok {
 		a.RestartedAtNs = int64(at)
