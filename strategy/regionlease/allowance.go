@@ -81,13 +81,7 @@ func (l *RegionLease) Grant(now time.Duration, key string, want int64, fx *strat
 	if h == nil || h.allow.tokens > 0 {
 		return 0, now
 	}
-	best := -1
-	for i, ls := range h.leases {
-		if ls.expires > now && ls.since <= now && ls.tokens > 0 && !ls.region && ls.lent == 0 && ls.subs == 0 &&
-			(best < 0 || ls.tokens > h.leases[best].tokens) {
-			best = i
-		}
-	}
+	best := h.richestNodeLease(now)
 	if best < 0 {
 		return 0, now
 	}
@@ -97,6 +91,20 @@ func (l *RegionLease) Grant(now time.Duration, key string, want int64, fx *strat
 	ls.used += g
 	h.allow = allowance{seq: ls.seq, from: ls.from, tokens: g}
 	return g, ls.expires
+}
+
+// richestNodeLease is the index in h.leases of the node lease (not a
+// region's, none of it lent on) with the most tokens among those
+// received and unexpired at now; -1 when none holds a token.
+func (h *holding) richestNodeLease(now time.Duration) int {
+	best := -1
+	for i, ls := range h.leases {
+		if ls.expires > now && ls.since <= now && ls.tokens > 0 && !ls.region && ls.lent == 0 && ls.subs == 0 &&
+			(best < 0 || ls.tokens > h.leases[best].tokens) {
+			best = i
+		}
+	}
+	return best
 }
 
 // Return closes key's allowance at now: unused of its tokens (at most

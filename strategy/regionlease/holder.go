@@ -367,6 +367,18 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 	h.seq++
 	h.asking, h.askTo, h.askRegion, h.askAt, h.askTokens = true, to, region, now, n
 	h.askDemand = uint64(min(d, maxDemand) * 1000)
+	l.takeSpent(now, h, to)
+	h.askDeadline = now + l.timeout
+	h.sentTo[h.seq] = to
+	delete(h.sentTo, h.seq-8)
+	l.holdingChanged(h)
+	l.sendAsk(now, key, h, fx)
+}
+
+// takeSpent moves h's leases from to that are used up (no token left,
+// none lent on, none behind the driver's open allowance) into the ask's
+// spent list (at most maxSpent), noting them spent.
+func (l *RegionLease) takeSpent(now time.Duration, h *holding, to strategy.NodeID) {
 	h.askSpent = h.askSpent[:0]
 	h.leases = slices.DeleteFunc(h.leases, func(ls held) bool {
 		if ls.tokens == 0 && ls.lent == 0 && ls.subs == 0 && ls.from == to && len(h.askSpent) < maxSpent && !h.allowFrom(ls) {
@@ -376,11 +388,6 @@ func (l *RegionLease) maybeAsk(now time.Duration, key string, h *holding, fx *st
 		}
 		return false
 	})
-	h.askDeadline = now + l.timeout
-	h.sentTo[h.seq] = to
-	delete(h.sentTo, h.seq-8)
-	l.holdingChanged(h)
-	l.sendAsk(now, key, h, fx)
 }
 
 func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.Effects) {
