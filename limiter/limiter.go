@@ -676,11 +676,14 @@ func (l *Limiter) Allow(key string) bool {
 // AllowN asks the cluster for n tokens of key now: true if admitted (the
 // tokens are spent), false if refused. It blocks until the rule's strategy
 // decides (a network round trip for owner at a non-owner node) or ctx
-// ends. Under local, central, static and owner (at the key's owner) most
-// admissions are taken in the caller's goroutine from the key's allowance
-// (cluster's fast path: no channel hand-off, no allocation, no clock
-// read, no write to memory another key's checks use), exactly within the
-// rule's envelope. Under local, central and static the node lends the
+// ends. Under local, central, static, owner (at the key's owner), lease
+// and regionlease (from a lease the node holds), adaptive and gdrl (from
+// the node's share) most admissions are taken in the caller's goroutine
+// from the key's allowance (cluster's fast path: no channel hand-off, no
+// allocation, no clock read, no write to memory another key's checks
+// use), exactly within the rule's envelope; lease, regionlease, adaptive
+// and gdrl also refuse a key in the caller's goroutine for up to 5 ms
+// while they know they would refuse it (refusal windows). Under local, central and static the node lends the
 // fast path the key's whole bucket after its second check: from then on
 // a check the allowance cannot cover refills it in the caller's
 // goroutine too (the key's own mutex and one clock read, about 130 ns),
