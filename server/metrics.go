@@ -44,7 +44,8 @@ package server
 //	                                                 once (forwarded, or held for an ordering buffer
 //	                                                 or a lease): the rest were decided on the node
 //	tokenmesh_refusal_window_checks_total{rule}      counter of checks refused on the fast path in a
-//	                                                 refusal window (lease at a holder on the dry hint)
+//	                                                 refusal window (lease, regionlease on a dry hint;
+//	                                                 adaptive, gdrl on an empty share)
 //	tokenmesh_inbox_dropped_total                    counter of peer frames dropped (inbox full)
 //	tokenmesh_peer_unknown_rule_frames_total         counter of peer frames for a rule not here
 //	tokenmesh_peer_bad_sender_frames_total           counter of peer frames from an empty/non-UTF-8 id
@@ -313,7 +314,7 @@ var (
 	descDeferred = prometheus.NewDesc("tokenmesh_deferred_checks_total",
 		"Checks of a rule its strategy did not decide at once on this node (forwarded to an owner or regional owner, or held for an ordering buffer or a lease); the others were decided on the node.", []string{"rule"}, nil)
 	descWindowRefused = prometheus.NewDesc("tokenmesh_refusal_window_checks_total",
-		"Checks of a rule refused on the fast path in a refusal window (the strategy said the key is refused until a time: lease at a holder while the owner's dry hint lasts), counted when the strategy hears of them; these never reached the strategy one by one.", []string{"rule"}, nil)
+		"Checks of a rule refused on the fast path in a refusal window (the strategy said the key is refused until a time: lease at a holder while the owner's dry hint lasts, regionlease at a node on its regional owner's, adaptive and gdrl until the node's share holds a token), counted when the strategy hears of them; these never reached the strategy one by one.", []string{"rule"}, nil)
 	descInboxDropped = prometheus.NewDesc("tokenmesh_inbox_dropped_total",
 		"Peer frames dropped because the node's event inbox was full.", nil, nil)
 	descUnknownRule = prometheus.NewDesc("tokenmesh_peer_unknown_rule_frames_total",
