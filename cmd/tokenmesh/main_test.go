@@ -227,8 +227,10 @@ func TestStrategiesListsParams(t *testing.T) {
 			t.Errorf("no section for %s in\n%s", info.Name, out)
 			continue
 		}
-		if want := restartLine(info); !strings.Contains(sec, "\n"+want+"\n") {
-			t.Errorf("%s: the section lacks its line %q", info.Name, want)
+		for _, want := range []string{restartLine(info), fastPathLine(info)} {
+			if !strings.Contains(sec, "\n"+want+"\n") {
+				t.Errorf("%s: the section lacks its line %q", info.Name, want)
+			}
 		}
 		if len(info.Params) == 0 {
 			continue // no parameter table, not even partition's row

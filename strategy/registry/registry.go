@@ -103,6 +103,40 @@ func (i Info) Snapshots() bool {
 	return ok
 }
 
+// FastPath is what the live node's fast path (cluster/fastpath.go) can
+// take off the node's event loop for a strategy, in the caller's
+// goroutine: the simulator never uses it, so it changes no simulated
+// outcome. Each part applies where the strategy's own docs say (owner
+// at its own keys, lease at a holder or owner, regionlease at a node of
+// a key's region tier, the shares at every node).
+type FastPath struct {
+	// Buckets: the strategy lends a key's whole bucket, and every check
+	// of it is decided in the caller's goroutine, admitted or refused
+	// (strategy.BucketLender: local, central, static).
+	Buckets bool
+	// Allowances: checks are admitted from allowances of tokens the
+	// node may decide alone (strategy.Allowancer).
+	Allowances bool
+	// Refusals: after a refusal the strategy names until when it will
+	// refuse the key, and the driver refuses its checks until then
+	// (strategy.Refuser: refusal windows, at most 5 ms each).
+	Refusals bool
+}
+
+// FastPath reports what the live node's fast path does for the strategy
+// (from the interfaces one instance built with probeConfig implements; the
+// zero FastPath, every check through the loop, if that fails).
+func (i Info) FastPath() FastPath {
+	s, err := i.New(probeConfig())
+	if err != nil {
+		return FastPath{}
+	}
+	_, buckets := s.(strategy.BucketLender)
+	_, allowances := s.(strategy.Allowancer)
+	_, refusals := s.(strategy.Refuser)
+	return FastPath{Buckets: buckets, Allowances: allowances, Refusals: refusals}
+}
+
 // probeConfig is the configuration Snapshots builds a strategy with to
 // ask what it implements: one node, 1 token per second, burst 1, default
 // parameters, a fixed seed.
