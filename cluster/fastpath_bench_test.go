@@ -85,24 +85,5 @@ func BenchmarkHolderRefused(b *testing.B) {
 // newBenchCluster is newCluster for a benchmark: 3 nodes on one MemNetwork.
 func newBenchCluster(b *testing.B, rules ...rule.Rule) *testCluster {
 	b.Helper()
-	net := NewMemNetwork()
-	c := &testCluster{net: net, rules: rules, nodes: map[strategy.NodeID]*Node{}}
-	c.ids = []strategy.NodeID{"n0", "n1", "n2"}
-	eps := map[strategy.NodeID]Transport{}
-	for _, id := range c.ids {
-		ep, err := net.Endpoint(id)
-		if err != nil {
-			b.Fatal(err)
-		}
-		eps[id] = ep
-	}
-	for _, id := range c.ids {
-		node, err := New(Config{Self: id, Members: c.ids, Rules: rules, Transport: eps[id], Seed: 7})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c.nodes[id] = node
-		b.Cleanup(func() { node.Close() })
-	}
-	return c
+	return newBenchClusterOf(b, []strategy.NodeID{"n0", "n1", "n2"}, rules...)
 }
