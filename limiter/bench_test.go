@@ -187,9 +187,11 @@ func benchXRateAt(b *testing.B, parallel bool, limit rate.Limit, burst int, want
 // BenchmarkLimiterAllow is one Limiter.Allow per op, sequential: local and
 // static are decided on the fast path (a lent bucket), owner, lease,
 // adaptive and gdrl from allowances of the key's bucket, pool or share
-// (at one node every key is the node's own), against x/time/rate.
+// (at one node every key is the node's own); gcounter, with no fast path,
+// decides every check in the node's loop (the cost of the hand-off);
+// against x/time/rate.
 func BenchmarkLimiterAllow(b *testing.B) {
-	for _, s := range []string{"local", "static", "owner", "lease", "adaptive", "gdrl"} {
+	for _, s := range []string{"local", "static", "owner", "lease", "adaptive", "gdrl", "gcounter"} {
 		benchLimiter(b, s, false)
 	}
 	benchXRate(b, false)
