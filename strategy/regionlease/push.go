@@ -261,6 +261,20 @@ func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key stri
 	if _, dup := h.accepted[seq]; dup {
 		return false
 	}
+	if l.restarted && end-l.rttl < l.restartAt+l.maxSkew {
+		// Sent before this incarnation started (by the granter's clock,
+		// within max_skew): a push to the previous one, which may have
+		// used it and reported it used or spent (a copy comes late, or
+		// as the next push's prev). Taking it again would create its
+		// tokens; dropped, it ends at its granter's expiry, its tokens
+		// counted spent there (safe; a live node's pushes in its first
+		// max_skew may go the same way). Ours; found by
+		// TestEnvelopeAllowancesUnderFaults at 531 tokens/s: a regional
+		// owner restarted 4 ms after taking a push took it again from
+		// the next push's prev 68 ms later, after the global owner had
+		// released it as used.
+		return false
+	}
 	expires := min(end, now+l.rttl) - l.rlead
 	h.accepted[seq] = expires
 	if tokens > 0 && expires > now && l.isIdle(now, h) {
