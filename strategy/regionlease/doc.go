@@ -47,7 +47,9 @@
 //     the bucket), topping a region up to at most half a region_period of
 //     its demand (G's outstanding leases to it counted), without waiting
 //     for an ask; each push carries the previous one again, so that one
-//     lost on the WAN is taken with the next. A push is a lease: its
+//     lost on the WAN is taken with the next (a restarted node takes no
+//     push sent before its start, by G's clock within max_skew: one to
+//     its previous incarnation, which may have used it). A push is a lease: its
 //     tokens leave the level when it is sent. G pushes only to a regional
 //     owner whose asks set takes_push: a node of a build without pushes
 //     never sets it, so a mixed cluster runs pushes between new nodes only.
