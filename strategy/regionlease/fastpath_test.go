@@ -56,6 +56,19 @@ func leasedNode(t *testing.T, tokens int64, hint time.Duration) (*regionlease.Re
 
 // sent is what fx holds for the peers, as text (recipient and message),
 // in order: two nodes that did the same send the same.
+// tickAlike ticks a and b at now (after the effects already in fa and
+// fb), fails t unless they send the same messages, and returns how many.
+func tickAlike(t *testing.T, a, b *regionlease.RegionLease, now time.Duration, fa, fb *strategy.Effects) int {
+	t.Helper()
+	a.Tick(now, fa)
+	b.Tick(now, fb)
+	sa, sb := sent(t, fa), sent(t, fb)
+	if !slices.Equal(sa, sb) {
+		t.Fatalf("at %v a sends %q, b sends %q", now, sa, sb)
+	}
+	return len(sa)
+}
+
 func sent(t *testing.T, fx *strategy.Effects) []string {
 	t.Helper()
 	var out []string
@@ -116,13 +129,7 @@ func TestAllowanceUsedCountsAsRequests(t *testing.T) {
 				t.Fatalf("at %v, given 10 tokens, a answers %v, b %v: want both to keep them", now, ga, gb)
 			}
 		}
-		a.Tick(now, &fa)
-		b.Tick(now, &fb)
-		sa, sb := sent(t, &fa), sent(t, &fb)
-		if !slices.Equal(sa, sb) {
-			t.Fatalf("at %v a sends %q, b sends %q", now, sa, sb)
-		}
-		msgs += len(sa)
+		msgs += tickAlike(t, a, b, now, &fa, &fb)
 	}
 	if msgs == 0 {
 		t.Fatal("neither node sent anything after the grant: the idle and ask bookkeeping went untested")
@@ -265,13 +272,7 @@ func TestRefusedCountsAsRequests(t *testing.T) {
 				t.Fatalf("b's request at %v: %+v (decided %v), want refused on the node", now, d, ok)
 			}
 		}
-		a.Tick(now, &fa)
-		b.Tick(now, &fb)
-		sa, sb := sent(t, &fa), sent(t, &fb)
-		if !slices.Equal(sa, sb) {
-			t.Fatalf("at %v a sends %q, b sends %q", now, sa, sb)
-		}
-		msgs += len(sa)
+		msgs += tickAlike(t, a, b, now, &fa, &fb)
 	}
 	if msgs == 0 {
 		t.Fatal("neither node sent anything: the renew timer's ask went untested")
