@@ -214,14 +214,9 @@ func rateUnits(r bucket.Rate) (int64, error) {
 func drawRun(t *rapid.T) *conservationRun {
 	n := rapid.IntRange(2, 6).Draw(t, "nodes")
 	r := &conservationRun{
-		n:    n,
-		seed: rapid.Uint64().Draw(t, "seed"),
-		net: hnet{
-			loss:     rapid.Float64Range(0, 0.2).Draw(t, "loss"),
-			dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
-			reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
-			minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
-		},
+		n:         n,
+		seed:      rapid.Uint64().Draw(t, "seed"),
+		net:       drawNet(t, 0.2),
 		graph:     rapid.SampledFrom([]string{"ring", "full", "regular"}).Draw(t, "graph"),
 		indicator: rapid.SampledFrom([]string{"spare", "fill", "discard", "utilisation"}).Draw(t, "indicator"),
 		maxKeys:   rapid.SampledFrom([]int{1, 2, 1024}).Draw(t, "maxKeys"),

@@ -212,14 +212,9 @@ func TestFastPathConservesProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(2, 5).Draw(t, "nodes")
 		run := &conservationRun{
-			n:    n,
-			seed: rapid.Uint64().Draw(t, "seed"),
-			net: hnet{
-				loss:     rapid.Float64Range(0, 0.2).Draw(t, "loss"),
-				dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
-				reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
-				minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
-			},
+			n:         n,
+			seed:      rapid.Uint64().Draw(t, "seed"),
+			net:       drawNet(t, 0.2),
 			graph:     rapid.SampledFrom([]string{"ring", "full", "regular"}).Draw(t, "graph"),
 			indicator: rapid.SampledFrom([]string{"spare", "fill", "discard", "utilisation"}).Draw(t, "indicator"),
 			maxKeys:   1024,
@@ -267,14 +262,9 @@ func TestFastPathLeaveProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(2, 5).Draw(t, "nodes")
 		run := &leaveRun{
-			n:    n,
-			seed: rapid.Uint64().Draw(t, "seed"),
-			net: hnet{
-				loss:     rapid.Float64Range(0, 0.3).Draw(t, "loss"),
-				dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
-				reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
-				minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
-			},
+			n:       n,
+			seed:    rapid.Uint64().Draw(t, "seed"),
+			net:     drawNet(t, 0.3),
 			rate:    bucket.Rate{Tokens: int64(rapid.IntRange(1000, 4000).Draw(t, "rate")), Per: time.Second},
 			burst:   int64(rapid.IntRange(20, 400).Draw(t, "burst")),
 			leaver:  rapid.IntRange(0, n-1).Draw(t, "leaver"),

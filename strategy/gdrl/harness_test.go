@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/gdrl"
@@ -59,6 +61,18 @@ type harness struct {
 type hnet struct {
 	loss, dup, reorder float64
 	minDelay, maxDelay time.Duration
+}
+
+// drawNet draws a harness network's loss (up to maxLoss), duplication,
+// reordering (up to 0.2 each) and minimum delay (0-2 ms), in that order;
+// the caller draws maxDelay (a jitter over minDelay) where its run does.
+func drawNet(t *rapid.T, maxLoss float64) hnet {
+	return hnet{
+		loss:     rapid.Float64Range(0, maxLoss).Draw(t, "loss"),
+		dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
+		reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
+		minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
+	}
 }
 
 type hnode struct {

@@ -238,14 +238,9 @@ func TestLeaveConservesProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(2, 6).Draw(t, "nodes")
 		r := &leaveRun{
-			n:    n,
-			seed: rapid.Uint64().Draw(t, "seed"),
-			net: hnet{
-				loss:     rapid.Float64Range(0, 0.3).Draw(t, "loss"),
-				dup:      rapid.Float64Range(0, 0.2).Draw(t, "dup"),
-				reorder:  rapid.Float64Range(0, 0.2).Draw(t, "reorder"),
-				minDelay: time.Duration(rapid.IntRange(0, 2).Draw(t, "minDelayMs")) * time.Millisecond,
-			},
+			n:       n,
+			seed:    rapid.Uint64().Draw(t, "seed"),
+			net:     drawNet(t, 0.3),
 			rate:    bucket.Rate{Tokens: int64(rapid.IntRange(1, 1000).Draw(t, "rate")), Per: time.Second},
 			burst:   int64(rapid.IntRange(1, 50).Draw(t, "burst")),
 			leaver:  rapid.IntRange(0, n-1).Draw(t, "leaver"),
