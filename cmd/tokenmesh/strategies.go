@@ -71,9 +71,9 @@ too little room; --wide prints every parameter on one line.`,
 const minDoc = 40
 
 // writeStrategies writes one section per strategy: its name, summary and
-// source, then a table of its declared parameters (and the generic
-// partition), every line within width columns (eval.Wrap; <= 0: one line
-// per parameter, however wide).
+// source, its restart and fast-path lines, then a table of its declared
+// parameters and the generic partition (writeParams), every line within
+// width columns (eval.Wrap; <= 0: one line per parameter, however wide).
 func writeStrategies(w io.Writer, infos []registry.Info, width int) error {
 	bw := bufio.NewWriter(w)
 	for i, info := range infos {
@@ -89,44 +89,52 @@ func writeStrategies(w io.Writer, infos []registry.Info, width int) error {
 			fmt.Fprintf(bw, "  no parameters besides the generic %s\n", strategy.PartitionParam)
 			continue
 		}
-		rows := [][]string{{"PARAMETER", "TYPE", "UNIT", "DEFAULT", "DOC"}}
-		for _, s := range info.Params {
-			rows = append(rows, []string{s.Name, s.TypeText(), dash(s.Unit), dash(s.Default), s.Doc})
+		writeParams(bw, info, width)
+	}
+	return bw.Flush()
+}
+
+// writeParams writes info's parameter table (its declared parameters and
+// the generic partition) within width columns (<= 0: one line per
+// parameter): each doc wrapped under the DOC column, or on the lines below
+// its parameter when the other columns leave it less than minDoc.
+func writeParams(bw *bufio.Writer, info registry.Info, width int) {
+	rows := [][]string{{"PARAMETER", "TYPE", "UNIT", "DEFAULT", "DOC"}}
+	for _, s := range info.Params {
+		rows = append(rows, []string{s.Name, s.TypeText(), dash(s.Unit), dash(s.Default), s.Doc})
+	}
+	p := strategy.PartitionSpec
+	rows = append(rows, []string{p.Name, p.TypeText(), "-", p.Default, p.Doc})
+	colW := make([]int, 4)
+	for _, r := range rows {
+		for c := range colW {
+			colW[c] = max(colW[c], len(r[c]))
 		}
-		p := strategy.PartitionSpec
-		rows = append(rows, []string{p.Name, p.TypeText(), "-", p.Default, p.Doc})
-		colW := make([]int, 4)
-		for _, r := range rows {
-			for c := range colW {
-				colW[c] = max(colW[c], len(r[c]))
-			}
+	}
+	docCol := 2 // the indent, then each column and 2 spaces
+	for _, cw := range colW {
+		docCol += cw + 2
+	}
+	below := width > 0 && width-docCol < minDoc
+	for _, r := range rows {
+		var line strings.Builder
+		line.WriteString("  ")
+		for c, cw := range colW {
+			fmt.Fprintf(&line, "%-*s  ", cw, r[c])
 		}
-		docCol := 2 // the indent, then each column and 2 spaces
-		for _, cw := range colW {
-			docCol += cw + 2
+		if !below {
+			for _, l := range eval.Wrap(line.String()+r[4], width, strings.Repeat(" ", docCol)) {
+				fmt.Fprintln(bw, strings.TrimRight(l, " "))
+			}
+			continue
 		}
-		below := width > 0 && width-docCol < minDoc
-		for _, r := range rows {
-			var line strings.Builder
-			line.WriteString("  ")
-			for c, cw := range colW {
-				fmt.Fprintf(&line, "%-*s  ", cw, r[c])
-			}
-			if !below {
-				for _, l := range eval.Wrap(line.String()+r[4], width, strings.Repeat(" ", docCol)) {
-					fmt.Fprintln(bw, strings.TrimRight(l, " "))
-				}
-				continue
-			}
-			fmt.Fprintln(bw, strings.TrimRight(line.String(), " "))
-			if r[4] != "DOC" {
-				for _, l := range eval.Wrap("      "+r[4], width, "      ") {
-					fmt.Fprintln(bw, l)
-				}
+		fmt.Fprintln(bw, strings.TrimRight(line.String(), " "))
+		if r[4] != "DOC" {
+			for _, l := range eval.Wrap("      "+r[4], width, "      ") {
+				fmt.Fprintln(bw, l)
 			}
 		}
 	}
-	return bw.Flush()
 }
 
 // restartLine says what a restart does to the strategy's state: kept
