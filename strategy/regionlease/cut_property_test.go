@@ -201,15 +201,7 @@ func cutsRun(t *rapid.T, fast bool) {
 		}
 		return false
 	}
-	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := rapid.Uint64().Draw(t, "seed")
-	fd := fastDraw{}
-	if fast {
-		fd, rate, burst = drawFast(t, ratePerSec, burst)
-	}
+	assign, seed, fd, rate, burst := drawTail(t, fast, ratePerSec, rate, burst)
 	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	reg.extra = func(now time.Duration) error {
 		return regionlease.ConservedKeysWith(reg.current, func(id strategy.NodeID) bool { return down(id, now) }, burst, now, reg.allowed(now))

@@ -200,6 +200,24 @@ func drawFast(t *rapid.T, ratePerSec int, burst int64) (fastDraw, bucket.Rate, i
 	return f, rate, max(burst, 4)
 }
 
+// drawTail draws what both property runs (envelopeRun, cutsRun) draw
+// last, in this order: the requests' assignment to nodes, the
+// simulation's seed and, with the fast path emulated, its draws
+// (drawFast, which raises rate and burst; both are returned as given
+// otherwise).
+func drawTail(t *rapid.T, fast bool, ratePerSec int, rate bucket.Rate, burst int64) (workload.Assigner, uint64, fastDraw, bucket.Rate, int64) {
+	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := rapid.Uint64().Draw(t, "seed")
+	fd := fastDraw{}
+	if fast {
+		fd, rate, burst = drawFast(t, ratePerSec, burst)
+	}
+	return assign, seed, fd, rate, burst
+}
+
 // fastStats counts, over the runs with the fast path emulated, the
 // requests admitted from allowances, those refused in refusal windows by
 // the driver, and those handed to the strategy in a window that it
@@ -351,15 +369,7 @@ func envelopeRun(t *rapid.T, fast bool) {
 
 	rate, params := drawRule(t, ratePerSec)
 	down := downAt(sc.Events)
-	assign, err := workload.NewAssigner(rapid.SampledFrom([]string{"roundrobin", "random", "hash"}).Draw(t, "assign"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := rapid.Uint64().Draw(t, "seed")
-	fd := fastDraw{}
-	if fast {
-		fd, rate, burst = drawFast(t, ratePerSec, burst)
-	}
+	assign, seed, fd, rate, burst := drawTail(t, fast, ratePerSec, rate, burst)
 	reg := &registry{current: map[strategy.NodeID]*regionlease.RegionLease{}, burst: burst, down: down, fail: t.Fatalf}
 	if cutFrom < 0 {
 		// Without a cut, also across owners, key by key: the levels of the
