@@ -218,15 +218,15 @@ func (l *Lease) decideConserved(p *pool, q queued) bool {
 	return l.sh.take(p, q.arrival, q.tokens)
 }
 
-// conserveRelease ends lease g of key in its conserve pool (its view's
-// only), giving back its unused tokens.
-func (l *Lease) conserveRelease(key string, g *grantRec, at time.Duration, unused int64) {
+// conserveRelease releases n tokens of lease g of key in its conserve
+// pool (its view's only), unused of them given back.
+func (l *Lease) conserveRelease(key string, g *grantRec, at time.Duration, n, unused int64) {
 	if l.cons.buckets == nil || g.consGen != l.cons.gen {
 		return
 	}
 	if cp := l.cons.buckets[key]; cp != nil {
 		l.cons.sh.Advance(cp, at)
-		l.cons.sh.Release(cp, g.tokens, unused)
+		l.cons.sh.Release(cp, n, unused)
 	}
 }
 

@@ -33,6 +33,7 @@ type holding struct {
 	askAt         time.Duration // when the current ask was first sent
 	askTokens     int64
 	askSpent      []uint64      // spent leases reported with the current ask
+	askUsed       []usedRec     // partly used leases reported with the current ask
 	askNext       time.Duration // next resend
 	askDeadline   time.Duration
 	sentTo        map[uint64]strategy.NodeID // recent asks: who may answer
@@ -47,8 +48,16 @@ type holding struct {
 type held struct {
 	seq     uint64
 	from    strategy.NodeID
-	tokens  int64
+	tokens  int64 // left
+	granted int64 // tokens the grant held
 	expires time.Duration
+}
+
+// usedRec is a partly used lease reported with an ask: its seq and the
+// tokens used of it so far (LeaseAsk.used).
+type usedRec struct {
+	seq    uint64
+	tokens int64
 }
 
 type returning struct {
@@ -221,6 +230,7 @@ func (l *Lease) maybeAsk(now time.Duration, key string, h *holding, fx *strategy
 		}
 		return false
 	})
+	h.askUsed = h.used(now, owner, h.askUsed[:0])
 	h.askDeadline = now + l.timeout
 	delete(h.sentTo, h.seq-8) // before the insert: the map never holds more than 8 (one group)
 	h.sentTo[h.seq] = owner
@@ -233,7 +243,40 @@ func (l *Lease) sendAsk(now time.Duration, key string, h *holding, fx *strategy.
 	l.pushTimer(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{
-		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent}}}))
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), Spent: h.askSpent, Used: usedMsgs(h.askUsed)}}}))
+}
+
+// usedMsgs is us on the wire (nil for none).
+func usedMsgs(us []usedRec) []*peerv1.LeaseUsed {
+	if len(us) == 0 {
+		return nil
+	}
+	m := make([]*peerv1.LeaseUsed, len(us))
+	for i, u := range us {
+		m[i] = &peerv1.LeaseUsed{Seq: u.seq, Tokens: u.tokens}
+	}
+	return m
+}
+
+// used appends to dst, for an ask to owner at now, the leases from owner
+// of which some tokens are used and some are left (at most maxSpent): the
+// tokens used so far of each, those of the driver's open allowance not
+// counted (they are out, not used). The owner gives their room back
+// before the lease ends ("Partly used leases" in the package doc).
+func (h *holding) used(now time.Duration, owner strategy.NodeID, dst []usedRec) []usedRec {
+	for _, ls := range h.leases {
+		if len(dst) == maxSpent {
+			break
+		}
+		out := ls.tokens
+		if h.allowFrom(ls) {
+			out += h.allow.tokens
+		}
+		if ls.from == owner && ls.expires > now && ls.tokens > 0 && out < ls.granted {
+			dst = append(dst, usedRec{seq: ls.seq, tokens: ls.granted - out})
+		}
+	}
+	return dst
 }
 
 // sendSpent tells owner that the lease seq of key is used up: a return of
@@ -316,7 +359,7 @@ func (l *Lease) onGrant(now time.Duration, from strategy.NodeID, g *peerv1.Lease
 	}
 	if g.Tokens > 0 && expires > now {
 		fx.EndRefusal(g.Key) // its requests may be admitted again (refusal.go)
-		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires})
+		h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, granted: g.Tokens, expires: expires})
 		l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq})
 		fx.WakeAt(expires)
 	}

@@ -135,6 +135,36 @@
 // 35 tokens per key), and about 55 tokens a window over the 20 keys, the
 // float's rise and fall across window boundaries.
 //
+// # Partly used leases
+//
+// Until a holder reported a lease spent, the owner counted all of its
+// tokens as lent, the used ones too; while a key's leases were being
+// used, not yet spent, the owner's level could sit at its capacity (its
+// burst less every token out) and its refill was lost. On the tenant
+// workload above that happened in the first quarter second of every key,
+// when holders took leases of a period's demand out of a full bucket
+// (every owner's bucket at its capacity from 180 to 260 ms in a sampled
+// run): about 40 of the ~80 tokens per key that lease admitted less than
+// central over the run, whatever its length.
+//
+// Now an ask also reports, for each earlier lease from the same owner
+// that holds tokens of which some are used, the tokens used so far
+// (LeaseAsk.used, counted from the grant; the driver's open allowance is
+// out, not used, and not counted). The owner gives that many tokens of
+// room back to the pool at the ask's receipt, in arrival order as a spent
+// lease's, credits nothing, and keeps the rest of the lease lent; the
+// lease's end (spent, returned or expired) releases only the rest. Each
+// token of a lease is released once (the report is cumulative; a resent
+// or late one releases nothing more), a report never releases more than
+// the grant, and a return credits at most what is left. The argument is
+// the spent lease's: the used tokens were taken at the holder before the
+// ask was sent, so their room coming back at its receipt lets the bucket
+// refill what central's would have, and no one can take them again.
+// Ours. On the tenant workload (20 s, seed 1) the lost refill is gone and
+// lease admits 808 tokens fewer than central instead of 1,577; shortfall
+// per 1 s window 0.58% (0.72% before); docs/EVALUATION.md, "Partly used
+// leases".
+//
 // Lost, duplicated and reordered messages cannot break the envelope: a
 // grant is taken once per (holder, key, seq) and accepted once, a return is
 // credited once, and a holder never uses a lease after asked_at + ttl, the

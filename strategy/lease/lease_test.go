@@ -81,6 +81,15 @@ func decode(t *testing.T, b []byte) *peerv1.LeaseMessage {
 	return &m
 }
 
+// make17 is one partly used lease more than an ask may report.
+func make17() []*peerv1.LeaseUsed {
+	u := make([]*peerv1.LeaseUsed, maxSpent+1)
+	for i := range u {
+		u[i] = &peerv1.LeaseUsed{Seq: uint64(i + 1), Tokens: 1}
+	}
+	return u
+}
+
 func TestNewRejectsBadParams(t *testing.T) {
 	for _, p := range []string{"period=0s", "ttl=1ms", "min_lease=0", "retries=-1", "timeout=0s", "nonsense=1", "window=x", "replicas=0", "sync=0s"} {
 		ps, _ := strategy.ParseParams([]string{p})
@@ -106,6 +115,9 @@ func TestReceiveRejectsBadMessages(t *testing.T) {
 		"ask seq 0":              ask(key, 0, 1, int64(now)),
 		"ask in future":          ask(key, 1, 1, int64(now+time.Second)),
 		"ask negative":           ask(key, 1, 1, -1),
+		"ask used 0":             msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: 1, Tokens: 1, AskedAtNs: int64(now), Used: []*peerv1.LeaseUsed{{Seq: 1}}}}}),
+		"ask used above burst":   msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: 1, Tokens: 1, AskedAtNs: int64(now), Used: []*peerv1.LeaseUsed{{Seq: 1, Tokens: 21}}}}}),
+		"ask used too many":      msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: 1, Tokens: 1, AskedAtNs: int64(now), Used: make17()}}}),
 		"negative tokens":        msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ExtraTokens: -1}}}),
 		"forward future":         msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Forward{Forward: &peerv1.LeaseForward{RequestId: 1, Key: key, ArrivalNs: int64(now + time.Hour)}}}),
 		"return negative":        msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: -1}}}),
@@ -263,6 +275,8 @@ func TestTakeoverStartsEmpty(t *testing.T) {
 func FuzzReceive(f *testing.F) {
 	key := keyOwnedBy("n0")
 	f.Add(ask(key, 1, 3, 0), int64(0))
+	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: 2, Tokens: 3, AskedAtNs: 1e8,
+		Spent: []uint64{1}, Used: []*peerv1.LeaseUsed{{Seq: 1, Tokens: 2}}}}}), int64(1e8))
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Grant{Grant: &peerv1.LeaseGrant{Key: key, Seq: 1, Tokens: 3, ExpiresNs: 1e9}}}), int64(1e8))
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: 1, Unused: 2}}}), int64(1e8))
 	f.Add(msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Verdict{Verdict: &peerv1.LeaseVerdict{RequestId: 1, EmptyForUs: 5}}}), int64(1e6))
@@ -397,6 +411,91 @@ func TestSpentLeaseReleasedAtOnce(t *testing.T) {
 		if leased != 0 || lvl != lvl0 {
 			t.Fatalf("copy %d: owner level %d leased %d; want the lease released (0) and the level unchanged (%d)", copy, lvl, leased, lvl0)
 		}
+	}
+}
+
+// TestPartlyUsedLeaseReleasedWithAsk: a holder's ask reports the tokens
+// used so far of a lease that still holds some (those of the driver's open
+// allowance not counted: they are out, not used); the owner gives their
+// room back at once, nothing credited, keeps the rest lent, and takes a
+// resent report once; a later return credits what is left unused, and a
+// report of more than the grant releases no more than the grant.
+func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
+	key := keyOwnedBy("n0")
+	rate := bucket.Rate{Tokens: 1000, Per: time.Second} // an allowance needs a rate of some tokens per AllowanceWindow
+	owner, holder := newNodeAt(t, "n0", rate), newNodeAt(t, "n1", rate)
+	now := 10 * time.Second
+	h := holder.holding(key)
+	h.seq++
+	seq := h.seq
+	h.asking, h.askTo, h.askAt, h.askTokens = true, "n0", now, 5
+	h.sentTo[seq] = "n0"
+	fx := &strategy.Effects{}
+	if err := owner.Receive(now, "n1", ask(key, seq, 5, int64(now)), fx); err != nil {
+		t.Fatal(err)
+	}
+	owner.Tick(now, fx)
+	if err := holder.Receive(now, "n0", fx.Messages[0].Payload, &strategy.Effects{}); err != nil {
+		t.Fatal(err)
+	}
+	lvl0, leased, _ := owner.Audit(now, key)
+	if leased != 5 {
+		t.Fatalf("owner has %d tokens lent, want 5", leased)
+	}
+	for i := range 2 {
+		if d, ok := holder.Request(now, strategy.Request{ID: uint64(i + 1), Key: key, Tokens: 1, Arrival: now}, &strategy.Effects{}); !ok || !d.Allowed {
+			t.Fatalf("request %d: decided %v allowed %v, want a leased token", i, ok, d.Allowed)
+		}
+	}
+	if g, _ := holder.Grant(now, key, 1, &strategy.Effects{}); g != 1 {
+		t.Fatalf("allowance of %d tokens, want 1", g)
+	}
+	used := h.used(now, "n0", nil)
+	if len(used) != 1 || used[0].seq != seq || used[0].tokens != 2 {
+		t.Fatalf("holder reports %v; want seq %d with 2 used (the allowance's token is out, not used)", used, seq)
+	}
+	if other := h.used(now, "n2", nil); len(other) != 0 {
+		t.Fatalf("holder reports %v to n2, which granted nothing", other)
+	}
+	report := func(u ...*peerv1.LeaseUsed) {
+		t.Helper()
+		b := msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: 5, AskedAtNs: int64(now), Used: u}}})
+		fx := &strategy.Effects{}
+		if err := owner.Receive(now, "n1", b, fx); err != nil {
+			t.Fatal(err)
+		}
+		owner.Tick(now, fx)
+	}
+	for copy := range 2 {
+		report(usedMsgs(used)...)
+		lvl, leased, _ := owner.Audit(now, key)
+		if leased != 3 || lvl != lvl0 {
+			t.Fatalf("copy %d: owner level %d leased %d; want 3 lent and the level unchanged (%d)", copy, lvl, leased, lvl0)
+		}
+	}
+	// the return of the 3 left unused: credited, the lease released
+	fx = &strategy.Effects{}
+	if err := owner.Receive(now, "n1", msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Return{Return: &peerv1.LeaseReturn{Key: key, Seq: seq, Unused: 3}}}), fx); err != nil {
+		t.Fatal(err)
+	}
+	owner.Tick(now, fx)
+	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0+3*owner.sh.per {
+		t.Fatalf("after the return: owner level %d leased %d; want 0 lent and the level %d", lvl, leased, lvl0+3*owner.sh.per)
+	}
+
+	// A report of more used tokens than the grant held releases the
+	// grant's tokens, no more, and credits nothing.
+	owner2 := newNodeAt(t, "n0", rate)
+	fx = &strategy.Effects{}
+	if err := owner2.Receive(now, "n1", ask(key, seq, 5, int64(now)), fx); err != nil {
+		t.Fatal(err)
+	}
+	owner2.Tick(now, fx)
+	lvl0, _, _ = owner2.Audit(now, key)
+	owner = owner2
+	report(&peerv1.LeaseUsed{Seq: seq, Tokens: 9})
+	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0 {
+		t.Fatalf("report of 9 used of 5: owner level %d leased %d; want 0 lent and the level unchanged (%d)", lvl, leased, lvl0)
 	}
 }
 

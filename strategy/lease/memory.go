@@ -21,6 +21,7 @@ var (
 	fetchAlloc     = int(unsafe.Sizeof(fetch{}))              // a warm-up under way (*fetch)
 
 	heldBytes     = int(unsafe.Sizeof(held{}))     // a lease in a holding's leases slice
+	usedBytes     = int(unsafe.Sizeof(usedRec{}))  // a partly used lease in a holding's askUsed slice
 	queuedBytes   = int(unsafe.Sizeof(queued{}))   // an entry of the ordering buffer (queue)
 	timerBytes    = int(unsafe.Sizeof(timer{}))    // an entry of the holder's timer heap
 	grantExpBytes = int(unsafe.Sizeof(grantExp{})) // an entry of the owner's grant expiry heap
@@ -113,10 +114,10 @@ func (l *Lease) askersChanged(p *pool) {
 // holdingMapBytes is the heap of h's own maps and slices, bytes: the
 // sentTo and accepted maps (headers, and their slots: sentTo holds at most
 // 8 recent asks, accepted's are sized by its peak) and the backing arrays
-// of leases and askSpent.
+// of leases, askSpent and askUsed.
 func holdingMapBytes(h *holding) int {
 	return 2*memsize.MapHeader + memsize.Map(len(h.sentTo), sentToSlot) + memsize.Map(int(h.accPeak), acceptedSlot) +
-		memsize.Alloc(cap(h.leases)*heldBytes) + memsize.Alloc(cap(h.askSpent)*8)
+		memsize.Alloc(cap(h.leases)*heldBytes) + memsize.Alloc(cap(h.askSpent)*8) + memsize.Alloc(cap(h.askUsed)*usedBytes)
 }
 
 // newHolding counts h, just put in the keys map as key's holding.

@@ -17,7 +17,8 @@ import (
 
 type grantRec struct {
 	pool       *pool // the bucket it was lent from (a bucket dropped and created again is another one)
-	tokens     int64
+	tokens     int64 // granted
+	used       int64 // of tokens, reported used before the lease ended and released from the pool (partly used leases)
 	expires    time.Duration
 	emptyUntil time.Duration
 	released   bool   // expired or returned: no longer counted in the pool's leases
@@ -38,6 +39,7 @@ type queued struct {
 	id      uint64 // request ID, or ask seq
 	ask     bool
 	spent   bool // a lease (id = its seq) to release, crediting tokens unused ones (a spent lease or a return)
+	used    bool // with spent: a partly used lease, tokens of which are used so far (its room comes back, the rest stays lent)
 	key     string
 	tokens  int64
 	origin  strategy.NodeID
@@ -102,13 +104,7 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 	for l.queue.Len() > 0 && l.queue.Peek().arrival+l.hold <= now {
 		q := l.queue.Pop()
 		if q.spent {
-			if g := l.grants[grantID{q.origin, q.key, q.id}]; g != nil && !g.released {
-				g.released, g.returned = true, true
-				l.sh.advance(g.pool, q.arrival)
-				l.sh.release(g.pool, g.tokens, q.tokens)
-				l.conserveRelease(q.key, g, q.arrival, q.tokens)
-				l.markDirty(now, q.key, fx)
-			}
+			l.release(now, q, fx)
 			continue
 		}
 		if q.refund {
@@ -131,6 +127,36 @@ func (l *Lease) decideDue(now time.Duration, fx *strategy.Effects) {
 		}
 		l.decide(now, p, q, fx)
 	}
+}
+
+// release ends the lease a spent report or a return q names (q.tokens
+// of what is left of it unused), or, for a report of a partly used lease
+// (q.used), gives the room of the tokens it used so far (q.tokens, counted
+// from the grant) back to the pool and keeps the rest lent. Each token of
+// a lease is released once: a resent report changes nothing.
+func (l *Lease) release(now time.Duration, q queued, fx *strategy.Effects) {
+	g := l.grants[grantID{q.origin, q.key, q.id}]
+	if g == nil || g.released {
+		return
+	}
+	l.sh.advance(g.pool, q.arrival)
+	left := g.tokens - g.used
+	if q.used {
+		n := min(q.tokens, g.tokens) - g.used
+		if n <= 0 {
+			return
+		}
+		g.used += n
+		g.released = g.used == g.tokens
+		l.sh.release(g.pool, n, 0)
+		l.conserveRelease(q.key, g, q.arrival, n, 0)
+	} else {
+		unused := min(q.tokens, left)
+		g.released, g.returned = true, true
+		l.sh.release(g.pool, left, unused)
+		l.conserveRelease(q.key, g, q.arrival, left, unused)
+	}
+	l.markDirty(now, q.key, fx)
 }
 
 // decide takes (or reserves, or charges) request q's tokens out of p,
@@ -320,6 +346,14 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 			fx.WakeAt(now + l.hold)
 		}
 	}
+	// Partly used leases likewise: their used tokens' room comes back
+	// at now (ours; "Partly used leases" in the package doc).
+	for _, u := range a.Used {
+		if g := l.grants[grantID{from, a.Key, u.Seq}]; g != nil && !g.released && u.Tokens > g.used {
+			l.queue.Push(queued{arrival: now, id: u.Seq, spent: true, used: true, tokens: u.Tokens, key: a.Key, origin: from})
+			fx.WakeAt(now + l.hold)
+		}
+	}
 	id := grantID{from, a.Key, a.Seq}
 	if g := l.grants[id]; g != nil {
 		l.sendGrant(id, g, fx) // the grant was lost: the same again
@@ -419,8 +453,9 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 		if !g.released {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
-			l.sh.release(g.pool, g.tokens, 0)
-			l.conserveRelease(e.id.key, g, e.at, 0)
+			left := g.tokens - g.used
+			l.sh.release(g.pool, left, 0)
+			l.conserveRelease(e.id.key, g, e.at, left, 0)
 			if g.pool.Leased > 0 || g.pool.Inherited > 0 || g.expires < g.pool.LentUntil {
 				// A replica's state counts the lent tokens until the
 				// latest expiry: only the release of the last one (none
@@ -440,6 +475,9 @@ func queuedLess(a, b queued) bool {
 	}
 	if a.spent != b.spent {
 		return !a.spent // releases last at their instant
+	}
+	if a.used != b.used {
+		return a.used // a lease's used part before its end
 	}
 	if a.refund != b.refund {
 		return !a.refund // and refunds after everything else

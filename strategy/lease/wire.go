@@ -107,7 +107,8 @@ func (l *Lease) checkForward(now time.Duration, from strategy.NodeID, f *peerv1.
 
 // checkAsk checks a lease ask: its key, a seq from 1, tokens in [1,
 // burst], asked_at_ns in [0, now + max_skew], at most maxSpent spent
-// leases reported.
+// leases and maxSpent partly used ones reported, each with used tokens in
+// [1, burst].
 func (l *Lease) checkAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAsk) error {
 	if err := checkKey("ask", from, a.Key); err != nil {
 		return err
@@ -122,6 +123,13 @@ func (l *Lease) checkAsk(now time.Duration, from strategy.NodeID, a *peerv1.Leas
 		return fmt.Errorf("lease: ask from %s: asked_at_ns %d outside [0, now+max_skew=%d]", from, a.AskedAtNs, future)
 	case len(a.Spent) > maxSpent:
 		return fmt.Errorf("lease: ask from %s: %d spent leases reported, at most %d", from, len(a.Spent), maxSpent)
+	case len(a.Used) > maxSpent:
+		return fmt.Errorf("lease: ask from %s: %d partly used leases reported, at most %d", from, len(a.Used), maxSpent)
+	}
+	for _, u := range a.Used {
+		if u == nil || u.Tokens <= 0 || u.Tokens > l.sh.burst {
+			return fmt.Errorf("lease: ask from %s: a partly used lease reported with %d used tokens, outside [1, burst=%d]", from, u.GetTokens(), l.sh.burst)
+		}
 	}
 	return nil
 }
