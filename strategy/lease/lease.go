@@ -123,6 +123,19 @@
 // argument are those above (TestEnvelopeContendedUnderFaults runs them
 // on contended keys).
 //
+// A key about to be contended kept one more float: its holders asked for
+// a period's demand while the bucket still had tokens, and those granted
+// last held them past the moment the bucket ran dry, while the holders
+// that asked after it got shares or dry hints. An uncontended grant is
+// now cut to its holder's demand until the bucket runs dry (untilDry,
+// owner.go; ours): when the latest asks within ttl take more than the
+// bucket refills, its whole tokens last whole / (asked/period - r), and
+// an ask gets that time's part of a period's ask (at least 1 token). It
+// only makes grants smaller, under the same conditions as sharing.
+// Tenant workload, round-robin, seeds 1-3: shortfall per 1 s window
+// 0.58-0.62% -> 0.53-0.58% on 20 s, 0.39-0.40% -> 0.35-0.38% on 60 s, at
+// the same 18.1-18.8 bytes per request.
+//
 // On the same run a key's leases now hold 28 unused tokens (sd 6) and
 // its owner's level 6 (sd 3.5); the tenant workload (60 s, round-robin,
 // seeds 1-3) has shortfall per 1 s window 0.42-0.44% (1.37-1.44% before),

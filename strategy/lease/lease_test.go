@@ -640,3 +640,45 @@ func TestHandoverReplacesConservativeStart(t *testing.T) {
 		t.Fatalf("admitted %d after a second handover into a used bucket, want 0", got)
 	}
 }
+
+// TestUntilDryCapsLeasesThatOutlastTheBucket: an uncontended grant is cut
+// to its holder's demand until the bucket runs dry when the holders'
+// latest asks drain it within a period, and left whole otherwise (no
+// askers, asks within the refill, a bucket that lasts a period, askers
+// older than ttl not counted).
+func TestUntilDryCapsLeasesThatOutlastTheBucket(t *testing.T) {
+	l := newNodeAt(t, "n0", bucket.Rate{Tokens: 100, Per: time.Second}) // period 250 ms, ttl 500 ms
+	now := 10 * time.Second
+	q := queued{arrival: now, origin: "n1", tokens: 20}
+	p := &pool{}
+	if n := l.untilDry(p, q, 20, 30); n != 20 {
+		t.Errorf("no askers: %d tokens, want 20", n)
+	}
+	// 5 holders asking 20 tokens a period: 400 tokens/s against a refill
+	// of 100/s drain 300/s; 30 whole tokens last 0.1 s, 0.4 of a period:
+	// the ask's share is ceil(20 * 0.4) = 8.
+	p.askers = map[strategy.NodeID]askRec{}
+	for _, id := range []strategy.NodeID{"n1", "n2", "n3", "n4", "n5"} {
+		p.askers[id] = askRec{tokens: 20, at: now - 100*time.Millisecond}
+	}
+	if n := l.untilDry(p, q, 20, 30); n != 8 {
+		t.Errorf("bucket dry in 0.1 s: %d tokens, want 8", n)
+	}
+	if n := l.untilDry(p, q, 5, 30); n != 5 {
+		t.Errorf("bucket dry in 0.1 s, 5 whole asked for: %d tokens, want 5 (never more than n)", n)
+	}
+	if n := l.untilDry(p, q, 20, 0); n != 1 {
+		t.Errorf("bucket dry now: %d tokens, want 1 (at least one)", n)
+	}
+	if n := l.untilDry(p, q, 20, 100); n != 20 {
+		t.Errorf("bucket lasts 0.33 s, more than a period: %d tokens, want 20", n)
+	}
+	// the same askers older than ttl: no demand left but the ask's own
+	for id := range p.askers {
+		p.askers[id] = askRec{tokens: 20, at: now - 600*time.Millisecond}
+	}
+	p.askers["n1"] = askRec{tokens: 20, at: now}
+	if n := l.untilDry(p, q, 20, 30); n != 20 {
+		t.Errorf("one asker within ttl (80 tokens/s, below the refill): %d tokens, want 20", n)
+	}
+}

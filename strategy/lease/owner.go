@@ -228,6 +228,8 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 			// hint ends before the bucket could fill up again (else its
 			// refill would be lost while the holders refuse).
 			g.emptyUntil = q.arrival + min(l.period, l.sh.fillTime(p))
+		} else {
+			g.tokens = l.untilDry(p, q, g.tokens, whole)
 		}
 	}
 	l.sh.lend(p, g.tokens)
@@ -301,6 +303,38 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 		return 0, 0, false
 	}
 	return n, time.Duration(wait*float64(time.Second)) + l.lead, true
+}
+
+// untilDry caps n, the tokens an uncontended ask q would get out of p
+// (whole: p's whole tokens at the ask's time), at its holder's demand
+// until p runs dry ("Contended keys" in the package doc; ours). When the
+// holders' latest asks within ttl (p.askers, recorded by share) take more
+// than p refills, its whole tokens last whole / (asked/period - r)
+// seconds; a lease of a period's demand granted then outlasts the bucket
+// and sits in its holder's hands while the holders that ask after the
+// bucket ran dry get shares or dry hints: the float when central's burst
+// runs out. Such a lease is cut to that time's share of the ask (at least
+// 1 token). Keys that are never shared (share's conditions: quantum 0, a
+// refill over a quantum below min_lease) have no askers and keep n.
+func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
+	if p.askers == nil {
+		return n
+	}
+	var asked int64
+	for _, a := range p.askers {
+		if a.at+l.ttl > q.arrival {
+			asked += a.tokens
+		}
+	}
+	ps := l.period.Seconds()
+	drain := float64(asked)/ps - l.rate.PerSec() // tokens/s
+	if drain <= 0 {
+		return n
+	}
+	if last := float64(whole) / drain; last < ps {
+		return min(n, max(int64(math.Ceil(float64(q.tokens)*last/ps)), 1))
+	}
+	return n
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
