@@ -123,6 +123,19 @@
 // argument are those above (TestEnvelopeContendedUnderFaults runs them
 // on contended keys).
 //
+// On the same run a key's leases now hold 28 unused tokens (sd 6) and
+// its owner's level 6 (sd 3.5); the tenant workload (60 s, round-robin,
+// seeds 1-3) has shortfall per 1 s window 0.42-0.44% (1.37-1.44% before),
+// 99.7% local decisions and 18.6 bytes per request (6.2 before; owner's
+// 33.7): smaller leases, asked for more often. What remains (seed 1,
+// about 5,300 tokens of shortfall over the 60 s): the first window's
+// 1,950, the float at the burst's end plus the refill lost while the
+// owner's bucket was still flush (the used part of partly used leases
+// counts against its capacity until the holders report them spent: about
+// 35 tokens per key; gone since, "# Partly used leases"), and about 55
+// tokens a window over the 20 keys, the float's rise and fall across
+// window boundaries.
+//
 // A key about to be contended kept one more float: its holders asked for
 // a period's demand while the bucket still had tokens, and those granted
 // last held them past the moment the bucket ran dry, while the holders
@@ -135,18 +148,6 @@
 // Tenant workload, round-robin, seeds 1-3: shortfall per 1 s window
 // 0.58-0.62% -> 0.53-0.58% on 20 s, 0.39-0.40% -> 0.35-0.38% on 60 s, at
 // the same 18.1-18.8 bytes per request.
-//
-// On the same run a key's leases now hold 28 unused tokens (sd 6) and
-// its owner's level 6 (sd 3.5); the tenant workload (60 s, round-robin,
-// seeds 1-3) has shortfall per 1 s window 0.42-0.44% (1.37-1.44% before),
-// 99.7% local decisions and 18.6 bytes per request (6.2 before; owner's
-// 33.7): smaller leases, asked for more often. What remains (seed 1,
-// about 5,300 tokens of shortfall over the 60 s): the first window's
-// 1,950, the float at the burst's end plus the refill lost while the
-// owner's bucket was still flush (the used part of partly used leases
-// counts against its capacity until the holders report them spent: about
-// 35 tokens per key), and about 55 tokens a window over the 20 keys, the
-// float's rise and fall across window boundaries.
 //
 // # Partly used leases
 //
