@@ -66,10 +66,13 @@ func contendedRun(t *testing.T, settings ...string) (shortfallPct float64, exces
 
 // TestContendedKeyFloat: on 4 keys offered twice their limit from 30 nodes
 // for 20 s, the tokens left in leases while other holders refuse (the
-// float) cost lease 1.9% of central's tokens per 1 s window before
-// contended keys were shared (quantum=0 here); with the fair shares the
-// shortfall is 0.8% (most of it the first window's, in so short a run),
-// with no excess, the envelope kept and the decisions still local.
+// float) cost lease 1.8% of central's tokens per 1 s window when
+// contended keys are not shared (quantum=0 here); with the fair shares,
+// the partly used leases' reports and untilDry the shortfall is 0.57%
+// (most of it the first window's, in so short a run; 0.62% without
+// untilDry, 0.77% with the shares alone), with no excess, the envelope
+// kept and the decisions still local. The run is deterministic (seeded):
+// the bound of 0.6% guards the three changes.
 func TestContendedKeyFloat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two 30-node simulations (a few seconds)")
@@ -77,8 +80,8 @@ func TestContendedKeyFloat(t *testing.T) {
 	off, _, _, _ := contendedRun(t, "quantum=0")
 	on, excess, env, local := contendedRun(t)
 	t.Logf("shortfall per 1 s window: %.3f%% without sharing, %.3f%% with; local %.2f%%", off, on, local)
-	if on > off/2 || on > 1 {
-		t.Errorf("shortfall %.3f%% with sharing, %.3f%% without: want at most half, and 1%%", on, off)
+	if on > off/2 || on > 0.6 {
+		t.Errorf("shortfall %.3f%% with sharing, %.3f%% without: want at most half, and 0.6%%", on, off)
 	}
 	if excess > 0 || env > 0 {
 		t.Errorf("admitted %d tokens beyond central's, envelope violated by %.2f tokens", excess, env)
