@@ -68,11 +68,12 @@ func contendedRun(t *testing.T, settings ...string) (shortfallPct float64, exces
 // for 20 s, the tokens left in leases while other holders refuse (the
 // float) cost lease 1.8% of central's tokens per 1 s window when
 // contended keys are not shared (quantum=0 here); with the fair shares,
-// the partly used leases' reports and untilDry the shortfall is 0.57%
-// (most of it the first window's, in so short a run; 0.62% without
-// untilDry, 0.77% with the shares alone), with no excess, the envelope
-// kept and the decisions still local. The run is deterministic (seeded):
-// the bound of 0.6% guards the three changes.
+// the partly used leases' reports and untilDry the shortfall is 0.46%
+// (most of it the first window's, in so short a run; 0.57% with untilDry
+// not counting what a holder still holds, 0.62% without untilDry, 0.77%
+// with the shares alone), with no excess, the envelope kept and the
+// decisions still local. The run is deterministic (seeded): the bound of
+// 0.5% guards the three changes.
 func TestContendedKeyFloat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two 30-node simulations (a few seconds)")
@@ -80,8 +81,8 @@ func TestContendedKeyFloat(t *testing.T) {
 	off, _, _, _ := contendedRun(t, "quantum=0")
 	on, excess, env, local := contendedRun(t)
 	t.Logf("shortfall per 1 s window: %.3f%% without sharing, %.3f%% with; local %.2f%%", off, on, local)
-	if on > off/2 || on > 0.6 {
-		t.Errorf("shortfall %.3f%% with sharing, %.3f%% without: want at most half, and 0.6%%", on, off)
+	if on > off/2 || on > 0.5 {
+		t.Errorf("shortfall %.3f%% with sharing, %.3f%% without: want at most half, and 0.5%%", on, off)
 	}
 	if excess > 0 || env > 0 {
 		t.Errorf("admitted %d tokens beyond central's, envelope violated by %.2f tokens", excess, env)

@@ -442,6 +442,10 @@ func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 	if leased != 5 {
 		t.Fatalf("owner has %d tokens lent, want 5", leased)
 	}
+	out := func() int64 { return owner.pools[key].askers["n1"].out } // what untilDry counts n1 holds
+	if out() != 5 {
+		t.Fatalf("owner counts %d tokens out at n1, want 5", out())
+	}
 	for i := range 2 {
 		if d, ok := holder.Request(now, strategy.Request{ID: uint64(i + 1), Key: key, Tokens: 1, Arrival: now}, &strategy.Effects{}); !ok || !d.Allowed {
 			t.Fatalf("request %d: decided %v allowed %v, want a leased token", i, ok, d.Allowed)
@@ -469,8 +473,8 @@ func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 	for copy := range 2 {
 		report(usedMsgs(used)...)
 		lvl, leased, _ := owner.Audit(now, key)
-		if leased != 3 || lvl != lvl0 {
-			t.Fatalf("copy %d: owner level %d leased %d; want 3 lent and the level unchanged (%d)", copy, lvl, leased, lvl0)
+		if leased != 3 || lvl != lvl0 || out() != 3 {
+			t.Fatalf("copy %d: owner level %d leased %d, %d out at n1; want 3 lent and out, the level unchanged (%d)", copy, lvl, leased, out(), lvl0)
 		}
 	}
 	// the return of the 3 left unused: credited, the lease released
@@ -479,8 +483,8 @@ func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner.Tick(now, fx)
-	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0+3*owner.sh.per {
-		t.Fatalf("after the return: owner level %d leased %d; want 0 lent and the level %d", lvl, leased, lvl0+3*owner.sh.per)
+	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0+3*owner.sh.per || out() != 0 {
+		t.Fatalf("after the return: owner level %d leased %d, %d out at n1; want 0 lent and out, the level %d", lvl, leased, out(), lvl0+3*owner.sh.per)
 	}
 
 	// A report of more used tokens than the grant held releases the
@@ -664,6 +668,21 @@ func TestUntilDryCapsLeasesThatOutlastTheBucket(t *testing.T) {
 	if n := l.untilDry(p, q, 20, 30); n != 8 {
 		t.Errorf("bucket dry in 0.1 s: %d tokens, want 8", n)
 	}
+	// the holder still holds 5 of its earlier leases: 3 more last it
+	// until the bucket runs dry; holding more, it gets 1 (at least one)
+	a := p.askers["n1"]
+	a.out = 5
+	p.askers["n1"] = a
+	if n := l.untilDry(p, q, 20, 30); n != 3 {
+		t.Errorf("bucket dry in 0.1 s, 5 tokens out: %d tokens, want 3", n)
+	}
+	a.out = 30
+	p.askers["n1"] = a
+	if n := l.untilDry(p, q, 20, 30); n != 1 {
+		t.Errorf("bucket dry in 0.1 s, 30 tokens out: %d tokens, want 1", n)
+	}
+	a.out = 0
+	p.askers["n1"] = a
 	if n := l.untilDry(p, q, 5, 30); n != 5 {
 		t.Errorf("bucket dry in 0.1 s, 5 whole asked for: %d tokens, want 5 (never more than n)", n)
 	}

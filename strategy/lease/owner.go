@@ -149,11 +149,13 @@ func (l *Lease) release(now time.Duration, q queued, fx *strategy.Effects) {
 		g.used += n
 		g.released = g.used == g.tokens
 		l.sh.release(g.pool, n, 0)
+		lentTo(g.pool, q.origin, -n)
 		l.conserveRelease(q.key, g, q.arrival, n, 0)
 	} else {
 		unused := min(q.tokens, left)
 		g.released, g.returned = true, true
 		l.sh.release(g.pool, left, unused)
+		lentTo(g.pool, q.origin, -left)
 		l.conserveRelease(q.key, g, q.arrival, left, unused)
 	}
 	l.markDirty(now, q.key, fx)
@@ -233,6 +235,7 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 		}
 	}
 	l.sh.lend(p, g.tokens)
+	lentTo(p, q.origin, g.tokens)
 	if l.cons.buckets != nil && g.tokens > 0 {
 		l.conserveLend(p, q, g.tokens)
 		g.consGen = l.cons.gen
@@ -277,7 +280,9 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 		if p.askers == nil {
 			p.askers = map[strategy.NodeID]askRec{}
 		}
-		p.askers[q.origin] = askRec{tokens: q.tokens, at: q.arrival}
+		a := p.askers[q.origin]
+		a.tokens, a.at = q.tokens, q.arrival
+		p.askers[q.origin] = a
 		for id, a := range p.askers {
 			if a.at+l.ttl <= q.arrival {
 				delete(p.askers, id) // no ask within ttl: its demand is gone
@@ -313,9 +318,11 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 // seconds; a lease of a period's demand granted then outlasts the bucket
 // and sits in its holder's hands while the holders that ask after the
 // bucket ran dry get shares or dry hints: the float when central's burst
-// runs out. Such a lease is cut to that time's share of the ask (at least
-// 1 token). Keys that are never shared (share's conditions: quantum 0, a
-// refill over a quantum below min_lease) have no askers and keep n.
+// runs out. Such a lease is cut to that time's share of the ask, less
+// what the holder may still hold of its earlier leases (askRec.out: lent,
+// not released nor reported used), at least 1 token. Keys that are never
+// shared (share's conditions: quantum 0, a refill over a quantum below
+// min_lease) have no askers and keep n.
 func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
 	if p.askers == nil {
 		return n
@@ -332,9 +339,21 @@ func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
 		return n
 	}
 	if last := float64(whole) / drain; last < ps {
-		return min(n, max(int64(math.Ceil(float64(q.tokens)*last/ps)), 1))
+		until := int64(math.Ceil(float64(q.tokens) * last / ps))
+		return min(n, max(until-p.askers[q.origin].out, 1))
 	}
 	return n
+}
+
+// lentTo counts delta tokens more (or, negative, fewer) in node's leases of
+// p in its askers' record (askRec.out), when p records node's asks; a
+// record dropped (no ask within ttl: its leases have ended) is not made
+// again.
+func lentTo(p *pool, node strategy.NodeID, delta int64) {
+	if a, ok := p.askers[node]; ok {
+		a.out = max(a.out+delta, 0)
+		p.askers[node] = a
+	}
 }
 
 func (l *Lease) sendGrant(id grantID, g *grantRec, fx *strategy.Effects) {
@@ -489,6 +508,7 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 			l.sh.advance(g.pool, e.at)
 			left := g.tokens - g.used
 			l.sh.release(g.pool, left, 0)
+			lentTo(g.pool, e.id.node, -left)
 			l.conserveRelease(e.id.key, g, e.at, left, 0)
 			if g.pool.Leased > 0 || g.pool.Inherited > 0 || g.expires < g.pool.LentUntil {
 				// A replica's state counts the lent tokens until the

@@ -24,10 +24,13 @@ type pool struct {
 	own int64
 }
 
-// askRec is a holder's latest ask of a pool: its tokens and time.
+// askRec is a holder's latest ask of a pool: its tokens and time, and
+// out, the tokens of the holder's unreleased leases of the pool less those
+// it reported used (what it may still hold; untilDry).
 type askRec struct {
 	tokens int64
 	at     time.Duration
+	out    int64
 }
 
 // shape is the rate and burst every pool of a node shares. Its methods are
