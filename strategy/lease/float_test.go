@@ -67,13 +67,12 @@ func contendedRun(t *testing.T, settings ...string) (shortfallPct float64, exces
 // TestContendedKeyFloat: on 4 keys offered twice their limit from 30 nodes
 // for 20 s, the tokens left in leases while other holders refuse (the
 // float) cost lease 1.8% of central's tokens per 1 s window when
-// contended keys are not shared (quantum=0 here); with the fair shares,
-// the partly used leases' reports and untilDry the shortfall is 0.46%
-// (most of it the first window's, in so short a run; 0.57% with untilDry
-// not counting what a holder still holds, 0.62% without untilDry, 0.77%
-// with the shares alone), with no excess, the envelope kept and the
-// decisions still local. The run is deterministic (seeded): the bound of
-// 0.5% guards the three changes.
+// contended keys are not shared (quantum=0 here); with the fair shares
+// (quantum period/5), the partly used leases' reports and untilDry the
+// shortfall is 0.43% (most of it the first window's, in so short a run;
+// 0.77% with the shares alone, at the earlier quantum of period/4), with
+// no excess, the envelope kept and the decisions still local. The run is
+// deterministic (seeded): the bound of 0.5% guards the changes.
 func TestContendedKeyFloat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two 30-node simulations (a few seconds)")

@@ -19,7 +19,7 @@
 //     ceil(d*period) tokens); positive.
 //   - ttl (duration, default 2*period): a lease's validity from its ask; at
 //     least period.
-//   - quantum (duration, default period/4): when a key is contended (the
+//   - quantum (duration, default period/5): when a key is contended (the
 //     holders' asks within ttl, scaled to a quantum, exceed the owner's whole
 //     tokens plus its refill over a quantum), the owner grants each holder its
 //     share of that supply, in proportion to its ask, for a quantum (at least
@@ -83,7 +83,7 @@ var Params = append([]strategy.ParamSpec{
 		Doc: "the time a lease is sized for (ask ceil(d*period) tokens); positive."},
 	{Name: "ttl", Type: strategy.ParamDuration, Default: "2*period", Example: "1s",
 		Doc: "a lease's validity from its ask; at least period."},
-	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/4", Example: "50ms",
+	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/5", Example: "40ms",
 		Doc: "when a key is contended (the holders' asks within ttl, scaled to a quantum, exceed the owner's whole tokens plus its refill over a quantum), the owner grants each holder its share of that supply, in proportion to its ask, for a quantum (at least 1 token), and tells it to refuse once the lease is used until its next turn; 0 turns it off (the grant is what was asked for, capped by the bucket)."},
 	{Name: "min_lease", Type: strategy.ParamInt, Unit: "tokens", Default: "4", Example: "8",
 		Doc: "a node asks for leases only when it expects to use at least this many tokens per period (>= 1); below it the key is decided at the owner, as in owner."},
