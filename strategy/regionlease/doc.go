@@ -240,9 +240,11 @@
 // fence survives the loss of the owner's region: under available a cut
 // region's keys move to another region's node). It ships (RegionLeaseReplica)
 // a fence of now + region_ttl + 2*ahead (ahead = max(takeover -
-// region_ttl, timeout)) at a key's first use and whenever an acknowledged
-// fence (RegionLeaseReplicaAck) covers less than region_ttl + ahead from
-// now, and grants a lease only if every replica's fence covers its end
+// region_ttl, timeout)) at a key's first use (for a rule whose regions
+// hold stocks; a slower rule's key, decided at G and almost never lent,
+// at its first lease: ownPool) and whenever an acknowledged fence
+// (RegionLeaseReplicaAck) covers less than region_ttl + ahead from now,
+// and grants a lease only if every replica's fence covers its end
 // (the acknowledged one; in a node's first incarnation also the first one
 // shipped, since the replica then holds that one, a later one or none);
 // otherwise it grants 0 tokens with no dry hint and the holder asks again
@@ -256,7 +258,10 @@
 // The level is not replicated (it would be stale by what the owner took
 // since, and starting from it would create tokens): the successor starts
 // empty. What it costs: a fence message and its acknowledgement per key
-// and replica about every ahead (1 s by default) while the key is in use;
+// and replica about every ahead (1 s by default) while the key is in use
+// (lent, for a slower rule's key); a slower rule's key that was never lent
+// has no fence, so its successor waits the whole takeover (no lease to
+// wait for, but nothing to tell it so);
 // a replica that crashed stops its owner's leases of its keys once the
 // fence runs out, until the owner's view drops it (requests are then
 // relayed to the owner). A restarted owner starts a key empty for

@@ -192,14 +192,21 @@ func (l *RegionLease) fenceOf(key string, o strategy.NodeID) (time.Duration, boo
 	return f, ok
 }
 
-// ownPool is pool, and, when it makes the pool, ships the key's fences
-// to its replicas at once (fenced), so that they are acknowledged by the
-// time the first ask for a lease comes.
+// ownPool is pool, and, when it makes the pool of a rule whose regions
+// hold stocks (stocks), ships the key's fences to its replicas at once
+// (fenced), so that they are acknowledged by the time the first ask for a
+// lease comes. A slower rule's key is decided at G through the ordering
+// buffer and is almost never lent: its fences go out with its first
+// lease (grantPool's fenced), not at every use (ours; on zanbil across 3
+// regions the fences shipped at every use cost ~6 WAN bytes per request,
+// above owner's: docs/EVALUATION.md, "regionlease: fences of slow keys").
 func (l *RegionLease) ownPool(now time.Duration, key string, fx *strategy.Effects) *pool {
 	if p := l.pools[key]; p != nil || l.replicas == 0 {
 		return l.pool(key, now)
 	}
 	p := l.pool(key, now)
-	l.fenced(now, key, 0, fx)
+	if l.stocks {
+		l.fenced(now, key, 0, fx)
+	}
 	return p
 }

@@ -1,0 +1,87 @@
+package regionlease_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/bucket"
+	"github.com/tokenmesh/tokenmesh/rendezvous"
+	"github.com/tokenmesh/tokenmesh/strategy"
+	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
+)
+
+// TestSlowKeyFencedAtItsFirstLease: the global owner ships a key's fence
+// to its replica (another region's node here) when it first decides the
+// key only for a rule whose regions hold stocks (1,000/s: r * 2 *
+// latency_hint is 100 tokens, at least min_lease); a slower rule's key (1/s:
+// 0.1 token), decided at G through its ordering buffer, ships none then,
+// and its fence goes out with its first lease (here a node of G's region
+// asking for one).
+func TestSlowKeyFencedAtItsFirstLease(t *testing.T) {
+	members := []strategy.NodeID{"eu.n0", "eu.n1", "us.n2"}
+	for _, tc := range []struct {
+		name  string
+		rate  bucket.Rate
+		fence bool // a fence at the key's first request
+	}{{"1000/s", bucket.Rate{Tokens: 1, Per: time.Millisecond}, true}, {"1/s", bucket.Rate{Tokens: 1, Per: time.Second}, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := map[strategy.NodeID]*regionlease.RegionLease{}
+			for _, id := range members {
+				ps, _ := strategy.ParseParams([]string{"replicas=1"})
+				l, err := regionlease.New(strategy.Config{Self: id, Members: members, Rate: tc.rate, Burst: 10, Params: ps,
+					Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.Start(0, &strategy.Effects{})
+				nodes[id] = l
+			}
+			var key string
+			for i := 0; key == ""; i++ {
+				if k := "k" + string(rune('a'+i)); rendezvous.Owner(k, members) == "eu.n0" {
+					key = k
+				}
+			}
+			fences := func(fx *strategy.Effects) (n int) {
+				for _, m := range fx.Messages {
+					var pm peerv1.RegionLeaseMessage
+					if err := proto.Unmarshal(m.Payload, &pm); err != nil {
+						t.Fatal(err)
+					}
+					if pm.GetReplica() != nil {
+						n++
+					}
+				}
+				return n
+			}
+			var fx strategy.Effects
+			nodes["eu.n0"].Request(time.Second, strategy.Request{ID: 1, Key: key, Tokens: 1, Arrival: time.Second}, &fx)
+			nodes["eu.n0"].Tick(time.Second, &fx)
+			if got := fences(&fx) > 0; got != tc.fence {
+				t.Fatalf("fence shipped at the key's first request: %v, want %v", got, tc.fence)
+			}
+			if tc.fence {
+				return
+			}
+			// a node of G's region asks for a lease of the slow key: the
+			// fence goes out with it (in G's first incarnation the first
+			// fence shipped covers the lease: the replica holds it, a later
+			// one or none, and with none takes the key over only after the
+			// whole takeover)
+			b, _ := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
+				Key: key, Seq: 1, Tokens: 4, AskedAtNs: int64(20 * time.Second), DemandMtps: 50_000}}})
+			fx = strategy.Effects{}
+			if err := nodes["eu.n0"].Receive(20*time.Second, "eu.n1", b, &fx); err != nil {
+				t.Fatal(err)
+			}
+			nodes["eu.n0"].Tick(20*time.Second, &fx)
+			if fences(&fx) == 0 {
+				t.Fatal("a lease asked for: no fence shipped to the replica")
+			}
+		})
+	}
+}
