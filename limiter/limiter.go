@@ -683,8 +683,9 @@ func (l *Limiter) Allow(key string) bool {
 // allocation, no clock read, no write to memory another key's checks
 // use), exactly within the rule's envelope; lease, regionlease, adaptive
 // and gdrl also refuse a key in the caller's goroutine for up to 5 ms
-// while they know they would refuse it (refusal windows). Under local, central and static the node lends the
-// fast path the key's whole bucket after its second check: from then on
+// while they know they would refuse it (refusal windows). Under local,
+// central and static the node lends the fast path the key's whole bucket
+// after its second check: from then on
 // a check the allowance cannot cover refills it in the caller's
 // goroutine too (the key's own mutex and one clock read, about 130 ns),
 // admitted or refused, and the node's loop is not involved until the key

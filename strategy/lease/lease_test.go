@@ -414,12 +414,23 @@ func TestSpentLeaseReleasedAtOnce(t *testing.T) {
 	}
 }
 
+// reportUsed delivers to owner, at now, holder n1's ask seq of key (5
+// tokens) again, reporting the partly used leases u, and ticks it.
+func reportUsed(t *testing.T, owner *Lease, key string, seq uint64, now time.Duration, u ...*peerv1.LeaseUsed) {
+	t.Helper()
+	b := msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: 5, AskedAtNs: int64(now), Used: u}}})
+	fx := &strategy.Effects{}
+	if err := owner.Receive(now, "n1", b, fx); err != nil {
+		t.Fatal(err)
+	}
+	owner.Tick(now, fx)
+}
+
 // TestPartlyUsedLeaseReleasedWithAsk: a holder's ask reports the tokens
 // used so far of a lease that still holds some (those of the driver's open
 // allowance not counted: they are out, not used); the owner gives their
 // room back at once, nothing credited, keeps the rest lent, and takes a
-// resent report once; a later return credits what is left unused, and a
-// report of more than the grant releases no more than the grant.
+// resent report once; a later return credits what is left unused.
 func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 	key := keyOwnedBy("n0")
 	rate := bucket.Rate{Tokens: 1000, Per: time.Second} // an allowance needs a rate of some tokens per AllowanceWindow
@@ -461,17 +472,8 @@ func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 	if other := h.used(now, "n2", nil); len(other) != 0 {
 		t.Fatalf("holder reports %v to n2, which granted nothing", other)
 	}
-	report := func(u ...*peerv1.LeaseUsed) {
-		t.Helper()
-		b := msg(&peerv1.LeaseMessage{Body: &peerv1.LeaseMessage_Ask{Ask: &peerv1.LeaseAsk{Key: key, Seq: seq, Tokens: 5, AskedAtNs: int64(now), Used: u}}})
-		fx := &strategy.Effects{}
-		if err := owner.Receive(now, "n1", b, fx); err != nil {
-			t.Fatal(err)
-		}
-		owner.Tick(now, fx)
-	}
 	for copy := range 2 {
-		report(usedMsgs(used)...)
+		reportUsed(t, owner, key, seq, now, usedMsgs(used)...)
 		lvl, leased, _ := owner.Audit(now, key)
 		if leased != 3 || lvl != lvl0 || out() != 3 {
 			t.Fatalf("copy %d: owner level %d leased %d, %d out at n1; want 3 lent and out, the level unchanged (%d)", copy, lvl, leased, out(), lvl0)
@@ -486,18 +488,26 @@ func TestPartlyUsedLeaseReleasedWithAsk(t *testing.T) {
 	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0+3*owner.sh.per || out() != 0 {
 		t.Fatalf("after the return: owner level %d leased %d, %d out at n1; want 0 lent and out, the level %d", lvl, leased, out(), lvl0+3*owner.sh.per)
 	}
+}
 
-	// A report of more used tokens than the grant held releases the
-	// grant's tokens, no more, and credits nothing.
-	owner2 := newNodeAt(t, "n0", rate)
-	fx = &strategy.Effects{}
-	if err := owner2.Receive(now, "n1", ask(key, seq, 5, int64(now)), fx); err != nil {
+// TestPartlyUsedReportCappedAtTheGrant: a report of more used tokens than
+// the grant held releases the grant's tokens, no more, and credits
+// nothing.
+func TestPartlyUsedReportCappedAtTheGrant(t *testing.T) {
+	key := keyOwnedBy("n0")
+	owner := newNodeAt(t, "n0", bucket.Rate{Tokens: 1000, Per: time.Second})
+	now := 10 * time.Second
+	const seq = 7
+	fx := &strategy.Effects{}
+	if err := owner.Receive(now, "n1", ask(key, seq, 5, int64(now)), fx); err != nil {
 		t.Fatal(err)
 	}
-	owner2.Tick(now, fx)
-	lvl0, _, _ = owner2.Audit(now, key)
-	owner = owner2
-	report(&peerv1.LeaseUsed{Seq: seq, Tokens: 9})
+	owner.Tick(now, fx)
+	lvl0, leased, _ := owner.Audit(now, key)
+	if leased != 5 {
+		t.Fatalf("owner has %d tokens lent, want 5", leased)
+	}
+	reportUsed(t, owner, key, seq, now, &peerv1.LeaseUsed{Seq: seq, Tokens: 9})
 	if lvl, leased, _ := owner.Audit(now, key); leased != 0 || lvl != lvl0 {
 		t.Fatalf("report of 9 used of 5: owner level %d leased %d; want 0 lent and the level unchanged (%d)", lvl, leased, lvl0)
 	}

@@ -140,25 +140,31 @@ func (l *Lease) release(now time.Duration, q queued, fx *strategy.Effects) {
 		return
 	}
 	l.sh.advance(g.pool, q.arrival)
-	left := g.tokens - g.used
+	var n, unused int64
 	if q.used {
-		n := min(q.tokens, g.tokens) - g.used
+		n = min(q.tokens, g.tokens) - g.used
 		if n <= 0 {
 			return
 		}
 		g.used += n
 		g.released = g.used == g.tokens
-		l.sh.release(g.pool, n, 0)
-		lentTo(g.pool, q.origin, -n)
-		l.conserveRelease(q.key, g, q.arrival, n, 0)
 	} else {
-		unused := min(q.tokens, left)
+		n = g.tokens - g.used
+		unused = min(q.tokens, n)
 		g.released, g.returned = true, true
-		l.sh.release(g.pool, left, unused)
-		lentTo(g.pool, q.origin, -left)
-		l.conserveRelease(q.key, g, q.arrival, left, unused)
 	}
+	l.releaseLent(q.key, q.origin, g, q.arrival, n, unused)
 	l.markDirty(now, q.key, fx)
+}
+
+// releaseLent gives n tokens of lease g (of key, to holder) back to its
+// pool, advanced to at, unused of them credited: in the pool
+// (leasepool's Release), in the holder's askers record (lentTo) and in
+// the key's conserve pool.
+func (l *Lease) releaseLent(key string, holder strategy.NodeID, g *grantRec, at time.Duration, n, unused int64) {
+	l.sh.release(g.pool, n, unused)
+	lentTo(g.pool, holder, -n)
+	l.conserveRelease(key, g, at, n, unused)
 }
 
 // decide takes (or reserves, or charges) request q's tokens out of p,
@@ -290,13 +296,7 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 		}
 		l.askersChanged(p)
 	}
-	asked := q.tokens
-	for id, a := range p.askers {
-		if id != q.origin && a.at+l.ttl > q.arrival {
-			asked += a.tokens
-		}
-	}
-	demand := float64(asked) * qs / ps // what the holders want over a quantum
+	demand := float64(l.askedOf(p, q)) * qs / ps // what the holders want over a quantum
 	supply := float64(whole) + l.rate.PerSec()*qs
 	if supply >= demand {
 		return 0, 0, false
@@ -327,14 +327,8 @@ func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
 	if p.askers == nil {
 		return n
 	}
-	var asked int64
-	for _, a := range p.askers {
-		if a.at+l.ttl > q.arrival {
-			asked += a.tokens
-		}
-	}
 	ps := l.period.Seconds()
-	drain := float64(asked)/ps - l.rate.PerSec() // tokens/s
+	drain := float64(l.askedOf(p, q))/ps - l.rate.PerSec() // tokens/s
 	if drain <= 0 {
 		return n
 	}
@@ -343,6 +337,18 @@ func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
 		return min(n, max(until-p.askers[q.origin].out, 1))
 	}
 	return n
+}
+
+// askedOf is the tokens p's holders ask for, a period's worth each: ask
+// q's and the latest ask within ttl of every other holder.
+func (l *Lease) askedOf(p *pool, q queued) int64 {
+	asked := q.tokens
+	for id, a := range p.askers {
+		if id != q.origin && a.at+l.ttl > q.arrival {
+			asked += a.tokens
+		}
+	}
+	return asked
 }
 
 // lentTo counts delta tokens more (or, negative, fewer) in node's leases of
@@ -386,27 +392,11 @@ func (l *Lease) onForward(now time.Duration, from strategy.NodeID, f *peerv1.Lea
 	fx.WakeAt(max(arr+l.hold, now))
 }
 
-// onAsk (validated: checkAsk) releases the spent leases the ask reports
-// and queues the ask in the ordering buffer, or sends its grant again.
+// onAsk (validated: checkAsk) releases the spent and partly used leases
+// the ask reports (queueReports) and queues the ask in the ordering
+// buffer, or sends its grant again.
 func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAsk, fx *strategy.Effects) {
-	// Spent leases are released in arrival order at now: a request
-	// decided later with an earlier arrival must not see their room
-	// (the holder may still have held tokens then). Idempotent: a lease
-	// is released once.
-	for _, seq := range a.Spent {
-		if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
-			l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
-			fx.WakeAt(now + l.hold)
-		}
-	}
-	// Partly used leases likewise: their used tokens' room comes back
-	// at now (ours; "Partly used leases" in the package doc).
-	for _, u := range a.Used {
-		if g := l.grants[grantID{from, a.Key, u.Seq}]; g != nil && !g.released && u.Tokens > g.used {
-			l.queue.Push(queued{arrival: now, id: u.Seq, spent: true, used: true, tokens: u.Tokens, key: a.Key, origin: from})
-			fx.WakeAt(now + l.hold)
-		}
-	}
+	l.queueReports(now, from, a, fx)
 	id := grantID{from, a.Key, a.Seq}
 	if g := l.grants[id]; g != nil {
 		l.sendGrant(id, g, fx) // the grant was lost: the same again
@@ -427,6 +417,27 @@ func (l *Lease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAs
 	}
 	l.queue.Push(q)
 	fx.WakeAt(max(at+l.hold, now))
+}
+
+// queueReports queues, at now, the release of the spent leases ask a
+// reports and of the used tokens of its partly used ones (ours; "Partly
+// used leases" in the package doc). They are released in arrival order:
+// a request decided later with an earlier arrival must not see their room
+// (the holder may still have held tokens then). Idempotent: each token of
+// a lease is released once (release).
+func (l *Lease) queueReports(now time.Duration, from strategy.NodeID, a *peerv1.LeaseAsk, fx *strategy.Effects) {
+	for _, seq := range a.Spent {
+		if g := l.grants[grantID{from, a.Key, seq}]; g != nil && !g.released {
+			l.queue.Push(queued{arrival: now, id: seq, spent: true, key: a.Key, origin: from})
+			fx.WakeAt(now + l.hold)
+		}
+	}
+	for _, u := range a.Used {
+		if g := l.grants[grantID{from, a.Key, u.Seq}]; g != nil && !g.released && u.Tokens > g.used {
+			l.queue.Push(queued{arrival: now, id: u.Seq, spent: true, used: true, tokens: u.Tokens, key: a.Key, origin: from})
+			fx.WakeAt(now + l.hold)
+		}
+	}
 }
 
 // answerAtReceipt answers ask q at once, at its receipt now, out of the
@@ -506,10 +517,7 @@ func (l *Lease) expireGrants(now time.Duration, fx *strategy.Effects) {
 		if !g.released {
 			g.released = true
 			l.sh.advance(g.pool, e.at)
-			left := g.tokens - g.used
-			l.sh.release(g.pool, left, 0)
-			lentTo(g.pool, e.id.node, -left)
-			l.conserveRelease(e.id.key, g, e.at, left, 0)
+			l.releaseLent(e.id.key, e.id.node, g, e.at, g.tokens-g.used, 0)
 			if g.pool.Leased > 0 || g.pool.Inherited > 0 || g.expires < g.pool.LentUntil {
 				// A replica's state counts the lent tokens until the
 				// latest expiry: only the release of the last one (none
