@@ -256,7 +256,10 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 // worth of the refill each while the other regions wait for pushes.
 // Neither is a dry hint. A third, while the key is contended: a remote
 // region's later asks get at most its share of the level (askShare),
-// with the dry hint (docs/EVALUATION.md, "the steady-state swing").
+// with the dry hint (docs/EVALUATION.md, "the steady-state swing"). And
+// while it is not, a node of this node's own region gets lease's share of
+// a contended pool, with its turn as the dry hint, or its demand until the
+// bucket runs dry (ownGrant, share.go).
 func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	ttl, period, hint := l.ttl, l.period, l.period
 	if topology.Of(from) != l.region {
@@ -267,13 +270,17 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	first := l.firstAsk(a.Key, from)
 	l.noteAsk(now, from, a)
 	whole := l.sh.Whole(p, now)
-	want, shared := l.grantWant(now, from, a, first, whole)
+	want, turn, shared := l.grantWant(now, p, from, a, first, whole)
 	n := min(want, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
 		return &grantRec{pool: p, expires: at + ttl}
 	}
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
-	if n < min(a.Tokens, want) && n == whole || shared {
+	if turn > 0 {
+		// A share (ownGrant): the node refuses once it is used until
+		// its next turn.
+		g.emptyUntil = now + turn
+	} else if n < min(a.Tokens, want) && n == whole || shared {
 		// Dry: the bucket's refill until the hint ends is for the other
 		// holders' next asks (lease's dry hint); an ask cut to its share
 		// (askShare) is told the same, so that its region stays hot
@@ -290,30 +297,34 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	return g
 }
 
-// grantWant is the most grantPool lends from's ask a, before the level's
-// whole tokens (whole) bound it: the ask, raised to the region's share of
-// the burst on a remote region's first ask (burstShare, with pushes on),
-// cut to hotLease for a node of this region while the key is contended,
-// and to the region's share of the level (askShare) on a remote region's
-// later asks while the key is contended; shared reports that askShare cut
-// it (the grant then carries the dry hint).
-func (l *RegionLease) grantWant(now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, first bool, whole int64) (want int64, shared bool) {
+// grantWant is the most grantPool lends from's ask a out of p, before the
+// level's whole tokens (whole) bound it: the ask, raised to the region's
+// share of the burst on a remote region's first ask (burstShare, with
+// pushes on); for a node of this region, cut to hotLease while the key is
+// contended, else sized by ownGrant (its share, with turn its dry hint
+// from now, or its demand until the bucket runs dry); and cut to the
+// region's share of the level (askShare) on a remote region's later asks
+// while the key is contended, shared then reporting it (the grant carries
+// the dry hint).
+func (l *RegionLease) grantWant(now time.Duration, p *pool, from strategy.NodeID, a *peerv1.RegionLeaseAsk, first bool, whole int64) (want int64, turn time.Duration, shared bool) {
 	want = a.Tokens
 	switch {
 	case topology.Of(from) == l.region:
 		if l.contended(now, a.Key) {
-			want = min(want, l.hotLease(a.DemandMtps))
+			return min(want, l.hotLease(a.DemandMtps)), 0, false
 		}
+		want, turn = l.ownGrant(now, p, a, whole)
+		return want, turn, false
 	case first:
 		if l.pushEvery > 0 {
 			want = max(want, l.burstShare(from))
 		}
 	default:
 		if share, ok := l.askShare(now, a.Key, from, whole); ok && share < want {
-			return share, true
+			return share, 0, true
 		}
 	}
-	return want, false
+	return want, 0, false
 }
 
 // grantStock lends a node of the region tokens of one stock lease (the

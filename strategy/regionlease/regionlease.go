@@ -79,6 +79,8 @@ type RegionLease struct {
 	pushes    map[string]*pushState
 	pushEvery time.Duration // 0: no pushes
 	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
+	quantum   time.Duration // parameter quantum: the time an own-region node's share of a contended pool is sized for (share.go; 0: off)
+	ratePerS  float64       // the rule's rate, tokens per second (share.go)
 	pushSeq   uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
@@ -153,6 +155,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 		return nil, err
 	}
 	l.allowCap = strategy.AllowanceCap(cfg.Rate, cfg.Burst)
+	l.ratePerS = cfg.Rate.PerSec()
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}
@@ -212,9 +215,9 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	return l.readTuning(v, hint, lan)
 }
 
-// readTuning reads and checks push_every, hot_period, hold and idle (their
-// defaults from the latency hint, lan_latency and timeout, which
-// readParams set first).
+// readTuning reads and checks push_every, hot_period, quantum, hold and
+// idle (their defaults from the latency hint, lan_latency, period and
+// timeout, which readParams set first).
 func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
 	if l.pushEvery < 0 {
@@ -223,6 +226,10 @@ func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) er
 	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
 	if l.hotPeriod < 0 {
 		return fmt.Errorf("regionlease: parameter hot_period must not be negative")
+	}
+	l.quantum = v.DurationOr("quantum", l.period/5)
+	if l.quantum < 0 {
+		return fmt.Errorf("regionlease: parameter quantum must not be negative")
 	}
 	l.hold = v.DurationOr("hold", min(hint+2*lan, l.timeout/2))
 	if l.hold < 0 || l.hold > l.timeout {
