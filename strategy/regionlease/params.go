@@ -52,7 +52,7 @@
 //     (d the demand the node reported; at least 1) instead of its ask
 //     (d*period): fewer tokens parked on its region's nodes while the other
 //     regions wait; 0 turns it off; not negative.
-//   - quantum (duration, default period/5): while no other region asks for the
+//   - quantum (duration, default period/2): while no other region asks for the
 //     key, when the demands reported to its global owner, scaled to a quantum,
 //     exceed its bucket's whole tokens plus its refill over a quantum, the
 //     global owner lends a node of its own region that node's share of the
@@ -114,7 +114,7 @@ var Params = []strategy.ParamSpec{
 		Doc: "while a key is contended (its bucket was dry within region_ttl), its global owner pushes, this often, the whole tokens of its bucket to the other regions' regional owners that take pushes, each its share by the demand it reported, without waiting for their asks; 0 turns pushes off; not negative."},
 	{Name: "hot_period", Type: strategy.ParamDuration, Default: "2*lan_latency", Example: "20ms",
 		Doc: "while a key is contended (its global owner's bucket was dry within region_ttl while another region asked within the window; with push_every > 0 only), the global owner lends a node of its own region at most ceil(d*hot_period) tokens (d the demand the node reported; at least 1) instead of its ask (d*period): fewer tokens parked on its region's nodes while the other regions wait; 0 turns it off; not negative."},
-	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/5", Example: "40ms",
+	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/2", Example: "20ms",
 		Doc: "while no other region asks for the key, when the demands reported to its global owner, scaled to a quantum, exceed its bucket's whole tokens plus its refill over a quantum, the global owner lends a node of its own region that node's share of the supply, in proportion to its ask, for a quantum (at least 1 token), and tells it to refuse once it is used until its next turn; short of that, a grant is cut to the node's demand until the bucket runs dry; with push_every > 0 only; 0 turns both off; not negative."},
 	{Name: "hold", Type: strategy.ParamDuration, Default: "min(latency_hint + 2*lan_latency, timeout/2)", Example: "100ms",
 		Doc: "the global owner's ordering buffer of a key no region holds a stock of (a rate too low for stocks: r * 2*latency_hint below min_lease), while no lease is out of its bucket: its requests (its own, its region's forwards, the other regions' relays) wait until arrival + hold and are decided in arrival order (then by the receiving node's request id), as owner's; one that comes later is decided at once from what the bucket held since its arrival; 0 turns the rule off (every request decided at receipt, and a region may hold a stock at any rate); at most timeout."},

@@ -16,7 +16,7 @@ import (
 
 // shareSetup builds eu.n0, the global owner of a key among eu.n0-eu.n3
 // (one region; rate 1000/s, burst 1000, latency hint 50 ms: lan_latency
-// 5 ms, lead 10 ms; period 100 ms, quantum 20 ms by default; replicas=0).
+// 5 ms, lead 10 ms; period 100 ms; replicas=0; the tests set quantum).
 func shareSetup(t *testing.T, params ...string) (*regionlease.RegionLease, string) {
 	t.Helper()
 	members := []strategy.NodeID{"eu.n0", "eu.n1", "eu.n2", "eu.n3"}
@@ -77,7 +77,7 @@ func TestOwnRegionShareAndUntilDry(t *testing.T) {
 		thirdEmptyUntil  time.Duration
 		thirdHintSlackNs time.Duration
 	}{
-		{"default", "quantum=20ms", 115, 87, 59_967_213, 2},
+		{"quantum=20ms", "quantum=20ms", 115, 87, 59_967_213, 2},
 		{"quantum=0", "quantum=0", 400, 0, 130 * time.Millisecond, 0},
 		{"push_every=0", "push_every=0", 400, 0, 130 * time.Millisecond, 0},
 	} {
