@@ -92,18 +92,20 @@
 //     period's worth, so that its region's nodes park less of the refill.
 //     Both are ordinary leases out of the level (no protocol change): a
 //     holder of any build takes a grant larger or smaller than its ask.
-//   - Shares in the global owner's region (share.go; strategy/lease's
-//     share and untilDry, its "# Contended keys"; the port is ours;
-//     docs/EVALUATION.md, "regionlease: shares in the global owner's
-//     region"): while no other region asks for a key (one region, or
-//     the load of follow-the-sun in G's region), G sizes a grant to a
-//     node of its own region as lease's owner does: when the demands
-//     reported to it (push state, with pushes on) over a quantum exceed
-//     its whole tokens plus the refill over a quantum, the node gets its
-//     share of that supply by its ask and a dry hint to its next turn;
-//     short of that, an ask for a period that would outlast the bucket
-//     (whole / (demand - r)) is cut to that time's part. Smaller grants
-//     and shorter hints only.
+//   - Shares on the node tier (share.go; strategy/lease's share and
+//     untilDry, its "# Contended keys"; the port is ours;
+//     docs/EVALUATION.md, "regionlease: shares on the node tier"): a
+//     node's grant is sized as lease's owner sizes it, at G for the
+//     nodes of its own region while no other region asks for the key
+//     (one region, or the load of follow-the-sun in G's region), and at
+//     a regional owner from its stock: when the demands the granter is
+//     asked for (G: push state, with pushes on; R: its region's) over a
+//     quantum exceed what it holds plus what comes in over a quantum (G:
+//     its refill; R: the measured inflow of its stock), the node gets
+//     its share of that supply by its ask and a dry hint to its next
+//     turn; short of that, an ask for a period that would outlast the
+//     granter (what it holds / (demand - inflow)) is cut to that time's
+//     part. Smaller grants and shorter hints only.
 //   - Cold keys (order.go; ours; docs/EVALUATION.md, "regionlease: cold
 //     keys across regions"): a region asks for a stock only when the
 //     key's refill over a WAN round trip is at least min_lease tokens (r

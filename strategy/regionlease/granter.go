@@ -332,19 +332,21 @@ func (l *RegionLease) grantWant(now time.Duration, p *pool, from strategy.NodeID
 // the most tokens: betterParent), for ttl from the ask but never beyond
 // that lease's end here: the node has stopped using it by the time this
 // node returns the stock lease's unused tokens to the global owner. A
-// grant short of the ask carries a dry hint only when the stock is empty:
-// the global owner's, or, while the region is hot, until the next stock
-// grant is due (stockDue).
+// grant short of the ask carries a dry hint when the stock is empty (the
+// global owner's, or, while the region is hot, until the next stock grant
+// is due: stockDue), and when it is the node's share of a contended stock
+// (stockGrant, share.go: until its next turn).
 func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	h := l.holding(a.Key)
 	h.reports[from] = report{mtps: a.DemandMtps, at: now}
 	l.holdingChanged(h)
 	l.used(now, a.Key, h, fx)
 	defer l.maybeAsk(now, a.Key, h, fx)
+	want, turn := l.stockGrant(now, h, a)
 	var best *held
 	for i := range h.leases {
 		ls := &h.leases[i]
-		if ls.tokens > 0 && ls.expires-l.lead > now && (best == nil || betterParent(ls, best, a.Tokens)) {
+		if ls.tokens > 0 && ls.expires-l.lead > now && (best == nil || betterParent(ls, best, want)) {
 			best = ls
 		}
 	}
@@ -352,12 +354,17 @@ func (l *RegionLease) grantStock(now, at time.Duration, from strategy.NodeID, a 
 	if best != nil {
 		g.parentSeq, g.parentFrom = best.seq, best.from
 		g.expires = min(g.expires, best.expires)
-		g.tokens = min(a.Tokens, best.tokens)
+		g.tokens = min(want, best.tokens)
 		best.tokens -= g.tokens
 		best.lent += g.tokens
 		best.subs++
 	}
-	if g.tokens < a.Tokens && h.available(now+l.lead) == 0 {
+	if turn > 0 && g.tokens > 0 {
+		// A share (stockGrant): the node refuses once it is used until
+		// its next turn.
+		g.emptyUntil = now + turn
+		h.hintUntil = max(h.hintUntil, g.emptyUntil)
+	} else if g.tokens < a.Tokens && h.available(now+l.lead) == 0 {
 		if u := l.regionHint(now, h); u > now {
 			g.emptyUntil = u
 		}

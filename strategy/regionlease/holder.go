@@ -56,6 +56,11 @@ type holding struct {
 	// pushAt is when the last pushed grant came (push.go), pushGap a
 	// moving average (1/8) of the time between pushes.
 	pushAt, pushGap time.Duration
+	// inRate is, at a regional owner, the tokens per second its stock
+	// took (grants of its asks and pushes), a moving rate decayed with
+	// the demand window from inAt (inflow; share.go).
+	inRate float64
+	inAt   time.Duration
 
 	// reports are the demands the region's nodes reported in their asks
 	// (at a regional owner): the region's demand is their sum plus what
@@ -476,6 +481,9 @@ func (l *RegionLease) takeGrant(now time.Duration, from strategy.NodeID, g *peer
 		return
 	}
 	h.leases = append(h.leases, held{seq: g.Seq, from: from, tokens: g.Tokens, expires: expires, since: now, region: h.askRegion, granted: g.Tokens})
+	if h.askRegion {
+		h.noteIn(now, g.Tokens, l.window)
+	}
 	l.pushTimer(timer{at: expires, kind: timerLease, key: g.Key, seq: g.Seq, node: from})
 	fx.WakeAt(expires)
 }
@@ -754,4 +762,20 @@ func timerLess(a, b timer) bool {
 		return a.seq < b.seq
 	}
 	return a.node < b.node
+}
+
+// noteIn counts n tokens taken into the stock at now in its moving
+// inflow rate (window: the decay's time constant).
+func (h *holding) noteIn(now time.Duration, n int64, window time.Duration) {
+	h.inRate = h.inflow(now, window) + float64(n)/window.Seconds()
+	h.inAt = now
+}
+
+// inflow is the stock's moving inflow rate at now, tokens per second: each
+// token taken counts 1/window, decayed by exp(-age/window).
+func (h *holding) inflow(now, window time.Duration) float64 {
+	if h.inRate == 0 || now <= h.inAt {
+		return h.inRate
+	}
+	return h.inRate * math.Exp(-(now-h.inAt).Seconds()/window.Seconds())
 }

@@ -289,6 +289,7 @@ func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key stri
 		// (regionHint).
 		h.emptyUntil = min(h.emptyUntil, now)
 		h.leases = append(h.leases, held{seq: seq, from: from, tokens: tokens, expires: expires, since: now, region: true, granted: tokens})
+		h.noteIn(now, tokens, l.window)
 		l.pushTimer(timer{at: expires, kind: timerLease, key: key, seq: seq, node: from})
 		fx.WakeAt(expires)
 	}

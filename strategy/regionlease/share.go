@@ -7,64 +7,96 @@ import (
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 )
 
-// Contended keys in the global owner's own region (share.go): strategy/
-// lease's share and untilDry (its package doc, "# Contended keys"), applied
-// to the grants the global owner G makes to the nodes of its own region
-// while no other region asks for the key. The rules are lease's; reading
-// the demand from the push state's askers (every ask's reported demand,
-// the regions' included, and G's own count) and the port are ours.
+// Shares of a contended key on the node tier (share.go): strategy/lease's
+// share and untilDry (its package doc, "# Contended keys"), applied to the
+// grants a node gets from the key's global owner G in G's own region and
+// from its regional owner R elsewhere. The rules are lease's; reading the
+// demand and the supply on each tier, and the port, are ours.
 //
-// Before, such a node got the period's worth it asked for as long as the
-// bucket held it: when a tenant's load sat in G's region (one region, or
-// the load of follow-the-sun there), the bucket ran dry while the nodes
-// that asked last held a period's demand each and those that asked after
-// them refused on dry hints, the float lease had before its shares
-// (docs/EVALUATION.md, "regionlease: shares in the global owner's
-// region"). While another region asks (contended, push.go), hot_period
-// caps these grants instead, and the pushes split the level.
+// Before, a node got the period's worth it asked for as long as its
+// granter held it: when the bucket (at G) or the stock (at R) ran dry,
+// the nodes that asked last held a period's demand each and those that
+// asked after them refused on dry hints, the float lease had before its
+// shares (docs/EVALUATION.md, "regionlease: shares on the node tier").
+//
+//   - At G, while no other region asks for the key (ownGrant): the demand
+//     is the push state's record of every ask's reported demand plus G's
+//     own count (demandTotal, so with pushes on only), the supply the
+//     bucket's whole tokens and its refill at r. While another region asks
+//     and the bucket has been dry (contended, push.go), hot_period caps
+//     these grants instead, and the pushes split the level.
+//   - At R (stockGrant): the demand is the region's (regionDemand), the
+//     supply the stock's tokens and what comes into it, measured: the
+//     tokens of the stock grants and pushes it took, as a moving rate over
+//     the demand window (holding.inflow), at most the demand.
 //
 // Both only make grants smaller and dry hints shorter: no token is created
 // and nothing changes on the wire or at the holder.
 
+// sizeShare is lease's grant to an ask of ask tokens for a period (its
+// holder's rate ask/period) from a granter whose holders ask demand tokens
+// per second in all, which holds whole tokens and gets inflow tokens per
+// second more. It returns the tokens to lend and, for a share, the
+// holder's turn: how long from now it should refuse once the grant is
+// used (its dry hint), 0 otherwise.
+//
+// When the demand over a quantum exceeds the supply, whole plus the
+// inflow over a quantum, the holder's fair rate is the supply's share in
+// proportion to its ask; the grant is that rate over a quantum, rounded,
+// at least 1 token, at most the ask and whole (at least 1: a grant is
+// bounded by what the granter holds anyway), and the turn the time the
+// rate takes to refill it plus lead (the holder asks again lead before a
+// hint ends), unless that turn would end no earlier than maxTurn. Else,
+// when the demand outruns the inflow, whole lasts whole / (demand -
+// inflow) seconds, and an ask for a period that outlasts it is cut to that
+// time's part (untilDry), at least 1 token. Otherwise the ask.
+func sizeShare(ask int64, demand, inflow float64, whole int64, quantum, period, lead, maxTurn time.Duration) (n int64, turn time.Duration) {
+	qs, per := quantum.Seconds(), period.Seconds()
+	if supply := float64(whole) + inflow*qs; supply < demand*qs {
+		rate := supply / (demand * qs) * float64(ask) / per // tokens/s
+		if rate > 0 {
+			n = min(max(int64(math.Round(rate*qs)), 1), ask, max(whole, 1))
+			if wait := float64(n) / rate; wait+lead.Seconds() < maxTurn.Seconds() {
+				return n, time.Duration(wait*float64(time.Second)) + lead
+			}
+		}
+	}
+	if drain := demand - inflow; drain > 0 {
+		if last := float64(whole) / drain; last < per {
+			return min(ask, max(int64(math.Ceil(float64(ask)*last/per)), 1)), 0
+		}
+	}
+	return ask, 0
+}
+
+// shares reports whether the rules apply to this rule's keys: quantum > 0
+// and a refill over a quantum of at least min_lease (a slower key's supply
+// is its burst, first come, first served, as in lease).
+func (l *RegionLease) shares() bool {
+	return l.quantum > 0 && l.ratePerS*l.quantum.Seconds() >= float64(l.minLease)
+}
+
 // ownGrant is the most G lends ask a of a node of its own region (p the
 // key's pool, whole its whole tokens at now) while the key is not
-// contended, and, for a share, the node's turn: how long from now it
-// should refuse once the grant is used (its dry hint), 0 otherwise.
-//
-// When the demands reported (demandTotal, tokens per second) over a
-// quantum exceed the supply, whole plus the refill over a quantum, the
-// node's fair rate is the supply's share in proportion to its ask
-// (a.Tokens per period); the grant is that rate over a quantum, rounded,
-// at least 1 token, at most the ask and whole, and the turn the time the
-// rate takes to refill it plus lead (the node asks again lead before a
-// hint ends). Else, when the demand outruns the refill, the bucket lasts
-// whole / (demand - r) seconds, and an ask for a period that outlasts it
-// is cut to that time's part (untilDry), at least 1 token. Neither applies
-// (the ask as it came) with quantum 0, with pushes off (no demands are
-// recorded), for a rule whose refill over a quantum is below min_lease,
-// and for a share whose turn would end no earlier than an empty bucket's
-// dry hint (min(period, fill time)).
+// contended, and the node's turn (sizeShare; the turn ends before an
+// empty bucket's dry hint, min(period, fill time)): the ask as it came
+// with pushes off (no demands recorded) and when shares are off.
 func (l *RegionLease) ownGrant(now time.Duration, p *pool, a *peerv1.RegionLeaseAsk, whole int64) (n int64, turn time.Duration) {
 	ps := l.pushes[a.Key]
-	qs, per := l.quantum.Seconds(), l.period.Seconds()
-	if ps == nil || l.quantum <= 0 || l.ratePerS*qs < float64(l.minLease) {
+	if ps == nil || !l.shares() {
 		return a.Tokens, 0
 	}
-	total := l.demandTotal(now, ps)
-	demand := total * qs
-	supply := float64(whole) + l.ratePerS*qs
-	if supply < demand {
-		rate := supply / demand * float64(a.Tokens) / per // tokens/s
-		n = min(max(int64(math.Round(rate*qs)), 1), a.Tokens, max(whole, 1))
-		wait := float64(n) / rate
-		if wait+l.lead.Seconds() < min(l.period, l.sh.FillTime(p)).Seconds() {
-			return n, time.Duration(wait*float64(time.Second)) + l.lead
-		}
+	return sizeShare(a.Tokens, l.demandTotal(now, ps), l.ratePerS, whole, l.quantum, l.period, l.lead, min(l.period, l.sh.FillTime(p)))
+}
+
+// stockGrant is the most a regional owner lends ask a of a node of its
+// region out of the stock h holds, and the node's turn (sizeShare, the
+// turn within a period): the region's demand against the stock's tokens
+// and its measured inflow (at most the demand).
+func (l *RegionLease) stockGrant(now time.Duration, h *holding, a *peerv1.RegionLeaseAsk) (n int64, turn time.Duration) {
+	if !l.shares() {
+		return a.Tokens, 0
 	}
-	if drain := total - l.ratePerS; drain > 0 {
-		if last := float64(whole) / drain; last < per {
-			return min(a.Tokens, max(int64(math.Ceil(float64(a.Tokens)*last/per)), 1)), 0
-		}
-	}
-	return a.Tokens, 0
+	d := l.regionDemand(now, h)
+	return sizeShare(a.Tokens, d, min(d, h.inflow(now, l.window)), h.available(now), l.quantum, l.period, l.lead, l.period)
 }
