@@ -79,7 +79,7 @@ type RegionLease struct {
 	pushes    map[string]*pushState
 	pushEvery time.Duration // 0: no pushes
 	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
-	quantum   time.Duration // parameter quantum: the time an own-region node's share of a contended pool is sized for (share.go; 0: off)
+	quantum   time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
 	ratePerS  float64       // the rule's rate, tokens per second (share.go)
 	pushSeq   uint64
 
