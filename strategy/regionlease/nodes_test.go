@@ -99,8 +99,15 @@ func decoded(t *testing.T, fx *strategy.Effects) []*peerv1.RegionLeaseMessage {
 // from is in eu) and returns g's grant to it (not a push).
 func askGrant(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, key string, seq uint64, tokens int64, mtps uint64) *peerv1.RegionLeaseGrant {
 	t.Helper()
-	b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
-		Key: key, Seq: seq, Tokens: tokens, AskedAtNs: int64(now), DemandMtps: mtps, TakesPush: !strings.HasPrefix(string(from), "eu.")}}})
+	return askWith(t, g, now, from, &peerv1.RegionLeaseAsk{Key: key, Seq: seq, Tokens: tokens, DemandMtps: mtps, TakesPush: !strings.HasPrefix(string(from), "eu.")})
+}
+
+// askWith has g receive ask a from node from at now (AskedAtNs set to
+// now) and returns g's grant of it.
+func askWith(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk) *peerv1.RegionLeaseGrant {
+	t.Helper()
+	a.AskedAtNs = int64(now)
+	b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: a}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +120,11 @@ func askGrant(t *testing.T, g *regionlease.RegionLease, now time.Duration, from 
 		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
 			t.Fatal(err)
 		}
-		if gr := pm.GetGrant(); gr != nil && !gr.Pushed && m.To == from && gr.Seq == seq {
+		if gr := pm.GetGrant(); gr != nil && !gr.Pushed && m.To == from && gr.Seq == a.Seq {
 			return gr
 		}
 	}
-	t.Fatalf("no grant for %s's ask %d", from, seq)
+	t.Fatalf("no grant for %s's ask %d", from, a.Seq)
 	return nil
 }
 

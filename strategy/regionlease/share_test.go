@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
@@ -22,32 +20,6 @@ func shareSetup(t *testing.T, params ...string) (*regionlease.RegionLease, strin
 	members := []strategy.NodeID{"eu.n0", "eu.n1", "eu.n2", "eu.n3"}
 	g := startedNode(t, "eu.n0", members, bucket.Rate{Tokens: 1, Per: time.Millisecond}, 1000, 50*time.Millisecond, params...)
 	return g, ownedKey(t, members, "eu.n0")
-}
-
-// askSpent is askGrant with the spent leases a reports (a.Key, Seq,
-// Tokens, DemandMtps and Spent set by the caller; AskedAtNs is now).
-func askSpent(t *testing.T, g *regionlease.RegionLease, now time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk) *peerv1.RegionLeaseGrant {
-	t.Helper()
-	a.AskedAtNs = int64(now)
-	b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: a}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx strategy.Effects
-	if err := g.Receive(now, from, b, &fx); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range fx.Messages {
-		var pm peerv1.RegionLeaseMessage
-		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
-			t.Fatal(err)
-		}
-		if gr := pm.GetGrant(); gr != nil && !gr.Pushed && m.To == from && gr.Seq == a.Seq {
-			return gr
-		}
-	}
-	t.Fatalf("no grant for %s's ask %d", from, a.Seq)
-	return nil
 }
 
 // The global owner's grants to the nodes of its own region while no other
@@ -83,14 +55,14 @@ func TestOwnRegionShareAndUntilDry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, key := shareSetup(t, tc.param)
-			if got := askSpent(t, g, 10*time.Millisecond, "eu.n1", &peerv1.RegionLeaseAsk{Key: key, Seq: 1, Tokens: 600, DemandMtps: 6_000_000}); got.Tokens != 600 || got.EmptyUntilNs != 0 {
+			if got := askWith(t, g, 10*time.Millisecond, "eu.n1", &peerv1.RegionLeaseAsk{Key: key, Seq: 1, Tokens: 600, DemandMtps: 6_000_000}); got.Tokens != 600 || got.EmptyUntilNs != 0 {
 				t.Fatalf("first ask: granted %d (dry to %d ns), want 600 and no hint", got.Tokens, got.EmptyUntilNs)
 			}
-			got := askSpent(t, g, 10*time.Millisecond, "eu.n2", &peerv1.RegionLeaseAsk{Key: key, Seq: 1, Tokens: 400, DemandMtps: 9_000_000})
+			got := askWith(t, g, 10*time.Millisecond, "eu.n2", &peerv1.RegionLeaseAsk{Key: key, Seq: 1, Tokens: 400, DemandMtps: 9_000_000})
 			if got.Tokens != tc.second || got.EmptyUntilNs != 0 {
 				t.Errorf("second ask: granted %d (dry to %d ns), want %d and no hint", got.Tokens, got.EmptyUntilNs, tc.second)
 			}
-			got = askSpent(t, g, 30*time.Millisecond, "eu.n1", &peerv1.RegionLeaseAsk{Key: key, Seq: 2, Tokens: 600, DemandMtps: 12_000_000, Spent: []uint64{1}})
+			got = askWith(t, g, 30*time.Millisecond, "eu.n1", &peerv1.RegionLeaseAsk{Key: key, Seq: 2, Tokens: 600, DemandMtps: 12_000_000, Spent: []uint64{1}})
 			if d := time.Duration(got.EmptyUntilNs) - tc.thirdEmptyUntil; got.Tokens != tc.third || d < -tc.thirdHintSlackNs || d > tc.thirdHintSlackNs {
 				t.Errorf("third ask: granted %d, dry to %s; want %d, dry to %s", got.Tokens, time.Duration(got.EmptyUntilNs), tc.third, tc.thirdEmptyUntil)
 			}
