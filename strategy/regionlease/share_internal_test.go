@@ -53,8 +53,8 @@ func TestSizeShare(t *testing.T) {
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		ask := rapid.Int64Range(1, 1_000_000).Draw(t, "ask")
-		demand := rapid.Float64Range(0, 1e7).Draw(t, "demand")
-		inflow := rapid.Float64Range(0, 1e7).Draw(t, "inflow")
+		demand := rapid.Float64Range(0, 1e13).Draw(t, "demand")
+		inflow := rapid.Float64Range(0, 1e13).Draw(t, "inflow")
 		whole := rapid.Int64Range(0, 1_000_000).Draw(t, "whole")
 		quantum := time.Duration(rapid.Int64Range(1, int64(time.Second)).Draw(t, "quantum"))
 		period := time.Duration(rapid.Int64Range(1, int64(time.Second)).Draw(t, "period"))
