@@ -105,7 +105,8 @@
 //     its share of that supply by its ask and a dry hint to its next
 //     turn; short of that, an ask for a period that would outlast the
 //     granter (what it holds / (demand - inflow)) is cut to that time's
-//     part. Smaller grants and shorter hints only.
+//     part. Smaller grants and refusals until a turn only: no token is
+//     created.
 //   - Cold keys (order.go; ours; docs/EVALUATION.md, "regionlease: cold
 //     keys across regions"): a region asks for a stock only when the
 //     key's refill over a WAN round trip is at least min_lease tokens (r

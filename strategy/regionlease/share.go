@@ -30,8 +30,9 @@ import (
 //     tokens of the stock grants and pushes it took, as a moving rate over
 //     the demand window (holding.inflow), at most the demand.
 //
-// Both only make grants smaller and dry hints shorter: no token is created
-// and nothing changes on the wire or at the holder.
+// Both only make grants smaller and tell a node to refuse until its turn
+// (a dry hint where a grant had none, or a shorter one): no token is
+// created, and nothing changes on the wire or at the holder.
 
 // sizeShare is lease's grant to an ask of ask tokens for a period (its
 // holder's rate ask/period) from a granter whose holders ask demand tokens
