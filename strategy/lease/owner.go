@@ -1,12 +1,12 @@
 package lease
 
 import (
-	"math"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/leasepool"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leaseshare"
 	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 )
 
@@ -259,7 +259,8 @@ func (l *Lease) grant(p *pool, q queued, fx *strategy.Effects) int64 {
 }
 
 // share is the fair share of a contended pool (see "Contended keys" in the
-// package doc): it records ask q as its holder's latest and, when the
+// package doc; the arithmetic is leaseshare.Share, which regionlease's
+// granters use too): it records ask q as its holder's latest and, when the
 // tokens the holders asked for within ttl, scaled to a quantum, exceed
 // what p can give over a quantum (whole tokens now plus the refill),
 // returns the tokens to grant to q's holder (its share of the supply in
@@ -298,16 +299,7 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 	}
 	demand := float64(l.askedOf(p, q)) * qs / ps // what the holders want over a quantum
 	supply := float64(whole) + l.rate.PerSec()*qs
-	if supply >= demand {
-		return 0, 0, false
-	}
-	rate := supply / demand * float64(q.tokens) / ps // the holder's fair rate, tokens/s
-	n = min(max(int64(math.Round(rate*qs)), 1), q.tokens, whole)
-	wait := float64(max(n, 1)) / rate // seconds for the share to refill
-	if wait+l.lead.Seconds() >= min(l.period, l.sh.fillTime(p)).Seconds() {
-		return 0, 0, false
-	}
-	return n, time.Duration(wait*float64(time.Second)) + l.lead, true
+	return leaseshare.Share(q.tokens, demand, supply, whole, l.quantum, l.period, l.lead, min(l.period, l.sh.fillTime(p)))
 }
 
 // untilDry caps n, the tokens an uncontended ask q would get out of p
@@ -322,18 +314,14 @@ func (l *Lease) shareOf(p *pool, q queued, whole int64, record bool) (n int64, t
 // what the holder may still hold of its earlier leases (askRec.out: lent,
 // not released nor reported used), at least 1 token. Keys that are never
 // shared (share's conditions: quantum 0, a refill over a quantum below
-// min_lease) have no askers and keep n.
+// min_lease) have no askers and keep n. The arithmetic is
+// leaseshare.UntilDry.
 func (l *Lease) untilDry(p *pool, q queued, n, whole int64) int64 {
 	if p.askers == nil {
 		return n
 	}
-	ps := l.period.Seconds()
-	drain := float64(l.askedOf(p, q))/ps - l.rate.PerSec() // tokens/s
-	if drain <= 0 {
-		return n
-	}
-	if last := float64(whole) / drain; last < ps {
-		until := int64(math.Ceil(float64(q.tokens) * last / ps))
+	drain := float64(l.askedOf(p, q))/l.period.Seconds() - l.rate.PerSec() // tokens/s
+	if until, ok := leaseshare.UntilDry(q.tokens, drain, whole, l.period); ok {
 		return min(n, max(until-p.askers[q.origin].out, 1))
 	}
 	return n

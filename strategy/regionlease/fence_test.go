@@ -1,7 +1,6 @@
 package regionlease_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -9,9 +8,7 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
-	"github.com/tokenmesh/tokenmesh/rendezvous"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
 )
 
 // TestSlowKeyFencedAtItsFirstLease: the global owner ships a key's fence
@@ -30,19 +27,8 @@ func TestSlowKeyFencedAtItsFirstLease(t *testing.T) {
 	}{{"1000/s", bucket.Rate{Tokens: 1, Per: time.Millisecond}, true}, {"1/s", bucket.Rate{Tokens: 1, Per: time.Second}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// only G is driven: what it sends is the test
-			ps, _ := strategy.ParseParams([]string{"replicas=1"})
-			g, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: members, Rate: tc.rate, Burst: 10, Params: ps,
-				Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.Start(0, &strategy.Effects{})
-			var key string
-			for i := 0; key == ""; i++ {
-				if k := "k" + string(rune('a'+i)); rendezvous.Owner(k, members) == "eu.n0" {
-					key = k
-				}
-			}
+			g := startedNode(t, "eu.n0", members, tc.rate, 10, 50*time.Millisecond, "replicas=1")
+			key := ownedKey(t, members, "eu.n0")
 			fences := func(fx *strategy.Effects) (n int) {
 				for _, m := range fx.Messages {
 					var pm peerv1.RegionLeaseMessage

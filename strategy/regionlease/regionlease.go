@@ -80,7 +80,7 @@ type RegionLease struct {
 	pushEvery time.Duration // 0: no pushes
 	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
 	quantum   time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
-	ratePerS  float64       // the rule's rate, tokens per second (share.go)
+	rate      bucket.Rate   // the rule's refill rate (share.go)
 	pushSeq   uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
@@ -155,7 +155,7 @@ func New(cfg strategy.Config) (*RegionLease, error) {
 		return nil, err
 	}
 	l.allowCap = strategy.AllowanceCap(cfg.Rate, cfg.Burst)
-	l.ratePerS = cfg.Rate.PerSec()
+	l.rate = cfg.Rate
 	if hint <= 0 {
 		l.lead, l.rlead = l.ttl/4, l.rttl/4
 	}

@@ -1,17 +1,18 @@
 package regionlease
 
 import (
-	"math"
 	"time"
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy/internal/leaseshare"
 )
 
 // Shares of a contended key on the node tier (share.go): strategy/lease's
 // share and untilDry (its package doc, "# Contended keys"), applied to the
 // grants a node gets from the key's global owner G in G's own region and
-// from its regional owner R elsewhere. The rules are lease's; reading the
-// demand and the supply on each tier, and the port, are ours.
+// from its regional owner R elsewhere. The rules are lease's (their
+// arithmetic is strategy/internal/leaseshare's, which lease's owner uses
+// too); reading the demand and the supply on each tier is ours.
 //
 // Before, a node got the period's worth it asked for as long as its
 // granter held it: when the bucket (at G) or the stock (at R) ran dry,
@@ -52,20 +53,12 @@ import (
 // inflow) seconds, and an ask for a period that outlasts it is cut to that
 // time's part (untilDry), at least 1 token. Otherwise the ask.
 func sizeShare(ask int64, demand, inflow float64, whole int64, quantum, period, lead, maxTurn time.Duration) (n int64, turn time.Duration) {
-	qs, per := quantum.Seconds(), period.Seconds()
-	if supply := float64(whole) + inflow*qs; supply < demand*qs {
-		rate := supply / (demand * qs) * float64(ask) / per // tokens/s
-		if rate > 0 {
-			n = min(max(int64(math.Round(rate*qs)), 1), ask, max(whole, 1))
-			if wait := float64(n) / rate; wait+lead.Seconds() < maxTurn.Seconds() {
-				return n, time.Duration(wait*float64(time.Second)) + lead
-			}
-		}
+	qs := quantum.Seconds()
+	if n, turn, ok := leaseshare.Share(ask, demand*qs, float64(whole)+inflow*qs, whole, quantum, period, lead, maxTurn); ok {
+		return max(n, 1), turn // 0 only with whole 0: the grant is bounded by what the granter holds anyway
 	}
-	if drain := demand - inflow; drain > 0 {
-		if last := float64(whole) / drain; last < per {
-			return min(ask, max(int64(math.Ceil(float64(ask)*last/per)), 1)), 0
-		}
+	if until, ok := leaseshare.UntilDry(ask, demand-inflow, whole, period); ok {
+		return min(ask, max(until, 1)), 0
 	}
 	return ask, 0
 }
@@ -74,7 +67,7 @@ func sizeShare(ask int64, demand, inflow float64, whole int64, quantum, period, 
 // and a refill over a quantum of at least min_lease (a slower key's supply
 // is its burst, first come, first served, as in lease).
 func (l *RegionLease) shares() bool {
-	return l.quantum > 0 && l.ratePerS*l.quantum.Seconds() >= float64(l.minLease)
+	return l.quantum > 0 && l.rate.PerSec()*l.quantum.Seconds() >= float64(l.minLease)
 }
 
 // ownGrant is the most G lends ask a of a node of its own region (p the
@@ -87,7 +80,7 @@ func (l *RegionLease) ownGrant(now time.Duration, p *pool, a *peerv1.RegionLease
 	if ps == nil || !l.shares() {
 		return a.Tokens, 0
 	}
-	return sizeShare(a.Tokens, l.demandTotal(now, ps), l.ratePerS, whole, l.quantum, l.period, l.lead, min(l.period, l.sh.FillTime(p)))
+	return sizeShare(a.Tokens, l.demandTotal(now, ps), l.rate.PerSec(), whole, l.quantum, l.period, l.lead, min(l.period, l.sh.FillTime(p)))
 }
 
 // stockGrant is the most a regional owner lends ask a of a node of its
