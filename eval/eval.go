@@ -311,6 +311,9 @@ func Run(opts Options) (*Report, error) {
 		if opts.ShortfallWindow > 0 {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 		}
+		if r.Regions != nil {
+			r.Regions.RegionShortfallTokens, r.Regions.RegionShortfallPct = regionShortfall(reqs, allowed, central, res.Received, res.NodeNames)
+		}
 		r.Convergence = Convergence(reqs, allowed, central, faults, demand, spec)
 		r.Convergence.JFI = jfi.stats(faults, demand, spec.Hold, spec.Horizon)
 		hot := HotServer(res.Outcomes, res.NodeNames)

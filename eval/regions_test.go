@@ -37,6 +37,49 @@ func TestRegionCosts(t *testing.T) {
 	}
 }
 
+// regionShortfall on a hand-computable case: one key offered 4 tokens in
+// eu (node 0) and 4 in us (node 1), central admitting 2 in each; a
+// strategy that admits all of eu's and none of us's admits as many tokens
+// of it as central (windowed shortfall 0) but refuses us's 2 in eu's
+// stead: 2 tokens. A second key, served as central serves it, adds 4 of
+// central's tokens and nothing short (25% in all); a request that reached
+// no node (-1) counts in a region of its own.
+func TestRegionShortfall(t *testing.T) {
+	names := []string{"eu.n0", "us.n1"}
+	var reqs []workload.Request
+	var allowed, central []bool
+	var received []int32
+	add := func(key string, node int32, c, a bool) {
+		reqs = append(reqs, workload.Request{Key: key, Tokens: 1})
+		central, allowed, received = append(central, c), append(allowed, a), append(received, node)
+	}
+	for i := range 4 {
+		add("k", 0, i < 2, true)
+		add("k", 1, i < 2, false)
+		add("j", int32(i%2), true, true)
+	}
+	if n, pct := regionShortfall(reqs, allowed, central, received, names); n != 2 || pct != 25 {
+		t.Fatalf("got %d tokens, %v%%; want 2 tokens, 25%% (of central's 8)", n, pct)
+	}
+	if short, _ := Shortfall(reqs, allowed, central, time.Hour); short != 0 {
+		t.Fatalf("windowed shortfall %d, want 0 (the same tokens per key)", short)
+	}
+	// The same in the other direction, and one request of j that reached
+	// no node: admitted by central, refused by the strategy.
+	add("j", -1, true, false)
+	for i := range allowed {
+		if reqs[i].Key == "k" {
+			allowed[i] = received[i] == 1
+		}
+	}
+	if n, pct := regionShortfall(reqs, allowed, central, received, names); n != 3 || pct != round(100*3.0/9, 4) {
+		t.Fatalf("got %d tokens, %v%%; want 3 tokens of central's 9", n, pct)
+	}
+	if n, pct := regionShortfall(reqs, central, central, received, names); n != 0 || pct != 0 {
+		t.Fatalf("central against itself: %d tokens, %v%%", n, pct)
+	}
+}
+
 // The report of a run with regions has the topology in its setup, each
 // strategy's region costs, and the region columns; a run without keeps
 // the bytes it had (no topology, no regions in the JSON).
@@ -73,7 +116,7 @@ func TestRunWithRegions(t *testing.T) {
 		t.Fatalf("topology %+v", rep.Setup.Topology)
 	}
 	c, o := rep.Results[0].Regions, rep.Results[1].Regions
-	if c == nil || c.NodePct != 100 || c.WANBytes != 0 {
+	if c == nil || c.NodePct != 100 || c.WANBytes != 0 || c.RegionShortfallTokens != 0 {
 		t.Fatalf("central: %+v", c)
 	}
 	// Owner over two regions of 3: a key's owner is the receiving node for
@@ -91,7 +134,7 @@ func TestRunWithRegions(t *testing.T) {
 	if err := WriteTableWidth(&table, rep, 0); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"regions eu:3,us:3 (between regions: latency 30ms, loss 0%)", "region %", "WAN %", "p999 ms", "WAN B/req",
+	for _, s := range []string{"regions eu:3,us:3 (between regions: latency 30ms, loss 0%)", "region %", "WAN %", "p999 ms", "WAN B/req", "region short %",
 		"note: regions eu:3, us:3: central, the reference"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, table.String())

@@ -270,6 +270,11 @@ type Result struct {
 	WANBytes    int64
 	// NodeNames are the cluster's nodes by index (Outcome.Node).
 	NodeNames []string
+	// Received is, by request index in the trace, the node (index in
+	// NodeNames) the request was handed to on its arrival; -1 for one
+	// that reached no node (none was up) or went to a proxy
+	// (Config.Proxies).
+	Received []int32
 }
 
 const (
@@ -377,8 +382,11 @@ func newRunner(trace *workload.Trace, cfg Config) (*runner, error) {
 		cfg: cfg, trace: trace, byName: map[string]int{}, q: minheap.New(eventBefore),
 		netRnd:     rand.New(rand.NewPCG(cfg.Seed, 0x6e6574)),
 		memRnd:     rand.New(rand.NewPCG(cfg.Seed, 0x6d656d)),
-		res:        &Result{Outcomes: make([]Outcome, len(trace.Requests))},
+		res:        &Result{Outcomes: make([]Outcome, len(trace.Requests)), Received: make([]int32, len(trace.Requests))},
 		receivedBy: make([]int32, len(trace.Requests)),
+	}
+	for i := range r.res.Received {
+		r.res.Received[i] = -1
 	}
 	var err error
 	if cfg.Hold.Max > 0 {
@@ -576,6 +584,7 @@ func (r *runner) injectAt(i, ni int) {
 	req := &r.trace.Requests[i]
 	n := r.nodes[ni]
 	r.receivedBy[i] = int32(ni)
+	r.res.Received[i] = int32(ni)
 	r.inCall, r.wanCall = prioRequest, false
 	sreq := strategy.Request{ID: uint64(i), Key: req.Key, Tokens: req.Tokens, Arrival: r.now}
 	if r.cfg.Charges != nil {

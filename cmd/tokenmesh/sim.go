@@ -128,7 +128,10 @@ scenario may cut whole regions (cut: [ap], healed by heal: true) or name
 regions in partition groups, and the report adds, per strategy, region %
 and WAN % (decisions that waited for peers of the region only, or for a
 message that crossed between regions; local % are those taken on the node),
-p999 ms and WAN B/req. The tenants workload follows the sun with follow=D
+p999 ms, WAN B/req and region short % (per key and region, over the run,
+the tokens central admitted to a region's requests beyond the strategy's:
+one region refused in another's stead). The tenants workload follows the
+sun with follow=D
 (e.g. tenants:users=20,rate=2000,duration=60s,follow=20s): tenant k (from
 0) is offered in region (k + floor(t/D)) mod R, its requests spread over
 that region's live nodes by --assign, and moves to the next region every D.
