@@ -51,7 +51,8 @@ func TestFirstAskGetsBurstShare(t *testing.T) {
 // reported demand: 200/s, hot_period 10 ms: 2) where it asked 20; before
 // the bucket was dry, with hot_period=0, and when no other region asked
 // (one region alone), it gets the 20 it asked. The build before this
-// change granted 20 while contended, which fails.
+// change granted 20 while contended, which fails. region_split=first: the
+// default's budget (split.go) is TestOwnBudgetUntilNextPush's.
 func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
 	for _, tc := range []struct {
 		name, param string
@@ -59,7 +60,7 @@ func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
 		contended   int64
 	}{{"hot_period=10ms", "hot_period=10ms", true, 2}, {"hot_period=0", "hot_period=0", true, 20}, {"no other region", "hot_period=10ms", false, 20}} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, key := burstSetup(t, tc.param)
+			g, key := burstSetup(t, tc.param, "region_split=first")
 			if got := ask(t, g, 10*time.Millisecond, "eu.n1", key, 1, 20, 200_000); got != 20 {
 				t.Errorf("uncontended: granted %d, want 20", got)
 			}
@@ -87,5 +88,41 @@ func TestHotPeriodNegative(t *testing.T) {
 		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "hot_period") {
 		t.Errorf("hot_period=-1ms: error %v, want one naming hot_period", err)
+	}
+}
+
+// Under region_split=share (the default; split.go), a contended key's
+// global owner lends a node of its own region nothing before the first
+// push has set the region's budget (a grant of 0 with a dry hint until
+// the next push, push_every later; here at 300 ms with no Tick, so the
+// push timer armed at the drain has not fired, while the bucket holds 28
+// tokens), then at most that budget: after the push at 520 ms (the bucket
+// holds 50 tokens; us.n2 reported 60/s, eu.n1 200/s: eu's share 0.77, a
+// budget of 38 plus its share of the refill) the ask gets
+// ceil(d*hot_period) = 2, as under first, where the first ask gets 2 too.
+func TestOwnBudgetUntilNextPush(t *testing.T) {
+	for _, split := range []string{"share", "first"} {
+		t.Run(split, func(t *testing.T) {
+			g, key := burstSetup(t, "region_split="+split)
+			ask(t, g, 10*time.Millisecond, "eu.n1", key, 1, 20, 200_000)
+			ask(t, g, 15*time.Millisecond, "us.n2", key, 1, 5, 60_000)
+			var fx strategy.Effects
+			for id := uint64(1); ; id++ { // drain the bucket: dry, contended
+				if d, _ := g.Request(20*time.Millisecond, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: 20 * time.Millisecond}, &fx); !d.Allowed {
+					break
+				}
+			}
+			gr := askGrant(t, g, 300*time.Millisecond, "eu.n1", key, 2, 20, 200_000)
+			if want := map[string]int64{"share": 0, "first": 2}[split]; gr.Tokens != want {
+				t.Fatalf("before the first push: granted %d, want %d", gr.Tokens, want)
+			}
+			if split == "share" && gr.EmptyUntilNs <= int64(300*time.Millisecond) {
+				t.Errorf("before the first push: dry hint until %v, want one ahead (the next push)", time.Duration(gr.EmptyUntilNs))
+			}
+			g.Tick(520*time.Millisecond, &fx) // the push timer: pushes to us.n2, sets the budget
+			if got := ask(t, g, 520*time.Millisecond, "eu.n1", key, 3, 20, 200_000); got != 2 {
+				t.Errorf("after the push: granted %d, want ceil(d*hot_period) = 2", got)
+			}
+		})
 	}
 }

@@ -82,7 +82,12 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 			return
 		}
 		l.sh.Advance(p, now)
-		v := &verdict{decided: true, allowed: l.sh.Take(p, arr, n)}
+		v := &verdict{decided: true}
+		if topology.Of(from) == l.region {
+			v.allowed = l.takeOwn(now, arr, f.Key, p, n) // within its region's budget while contended
+		} else {
+			v.allowed = l.sh.Take(p, arr, n) // another region's relay
+		}
 		if !v.allowed {
 			l.noteDry(now, f.Key, fx)
 			if until := l.sh.UntilOne(p, arr); until > arr {
@@ -290,6 +295,9 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		l.noteDry(now, a.Key, fx)
 	}
 	l.sh.Lend(p, n)
+	if topology.Of(from) == l.region {
+		l.spendOwn(now, a.Key, n)
+	}
 	if n > 0 && l.pushEvery > 0 && topology.Of(from) != l.region {
 		ps := l.pushOf(a.Key)
 		ps.out[from] = append(ps.out[from], a.Seq)
@@ -311,7 +319,11 @@ func (l *RegionLease) grantWant(now time.Duration, p *pool, from strategy.NodeID
 	switch {
 	case topology.Of(from) == l.region:
 		if l.contended(now, a.Key) {
-			return min(want, l.hotLease(a.DemandMtps)), 0, false
+			want = min(want, l.hotLease(a.DemandMtps))
+			if b := l.ownAllowance(now, a.Key); b >= 0 && b < want {
+				return b, l.pushEvery, false // the region's budget: back at the next push
+			}
+			return want, 0, false
 		}
 		want, turn = l.ownGrant(now, p, a, whole)
 		return want, turn, false

@@ -148,7 +148,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 			return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 		}
 		l.sh.Advance(p, now)
-		ok := l.sh.Take(p, req.Arrival, req.Tokens)
+		ok := l.takeOwn(now, req.Arrival, req.Key, p, req.Tokens)
 		if !ok {
 			l.noteDry(now, req.Key, fx)
 		}

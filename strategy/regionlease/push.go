@@ -49,13 +49,17 @@ type pushState struct {
 	dryAt  time.Duration                // G last said its bucket was dry (dry set)
 	dry    bool
 	armed  bool // a push timer is set
+	// ownBudget is, while the key is contended, the tokens G's own region
+	// may still take until the next push (split.go's setOwnBudget).
+	ownBudget float64
 }
 
 type asker struct {
 	mtps   uint64
 	at     time.Duration
-	remote bool // a regional owner of another region
-	push   bool // takes pushed grants
+	remote bool    // a regional owner of another region
+	push   bool    // takes pushed grants
+	carry  float64 // region_split=demand: the fraction of a token its last push was short of its share (split.go)
 }
 
 func (l *RegionLease) pushOf(key string) *pushState {
@@ -75,7 +79,8 @@ func (l *RegionLease) noteAsk(now time.Duration, from strategy.NodeID, a *peerv1
 		return
 	}
 	remote := topology.Of(from) != l.region
-	l.pushOf(a.Key).askers[from] = asker{mtps: a.DemandMtps, at: now, remote: remote, push: remote && a.TakesPush}
+	ps := l.pushOf(a.Key)
+	ps.askers[from] = asker{mtps: a.DemandMtps, at: now, remote: remote, push: remote && a.TakesPush, carry: ps.askers[from].carry}
 }
 
 // outstanding is, at the global owner, the tokens of key's unended leases
@@ -156,23 +161,26 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	p := l.pools[key]
 	l.sh.Advance(p, now)
 	whole := l.sh.Whole(p, now)
+	total := l.demandTotal(now, ps)
+	defer l.setOwnBudget(now, p, ps, whole, total)
 	if whole <= 0 {
 		return
 	}
-	total := l.demandTotal(now, ps)
 	if total <= 0 || !l.fenced(now, key, now+l.rttl, fx) {
 		return
 	}
+	left := whole
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
 		if !a.push || a.at+l.window <= now {
 			continue
 		}
-		share := int64(float64(whole) * float64(a.mtps) / 1000 / total)
+		share := min(l.pushShare(now, ps, n, whole, total), left)
 		share = min(share, int64(float64(a.mtps)/1000*(l.rperiod/2).Seconds())-l.outstanding(now, key, n, ps))
 		if share < l.minLease {
 			continue
 		}
+		left -= share
 		l.pushSeq++
 		id := grantID{n, key, l.pushSeq | pushSeqBit}
 		g := &grantRec{pool: p, tokens: share, expires: now + l.rttl}
