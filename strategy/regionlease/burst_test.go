@@ -52,7 +52,7 @@ func TestFirstAskGetsBurstShare(t *testing.T) {
 // the bucket was dry, with hot_period=0, and when no other region asked
 // (one region alone), it gets the 20 it asked. The build before this
 // change granted 20 while contended, which fails. region_split=first: the
-// default's budget (split.go) is TestOwnBudgetUntilNextPush's.
+// budgets of share and demand (split.go) are TestOwnBudgetUntilNextPush's.
 func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
 	for _, tc := range []struct {
 		name, param string
@@ -91,7 +91,8 @@ func TestHotPeriodNegative(t *testing.T) {
 	}
 }
 
-// Under region_split=share (the default; split.go), a contended key's
+// Under region_split=share (split.go; demand's budget is set the same
+// way, at each push), a contended key's
 // global owner lends a node of its own region nothing before the first
 // push has set the region's budget (a grant of 0 with a dry hint until
 // the next push, push_every later; here at 300 ms with no Tick, so the

@@ -96,13 +96,14 @@
 //     how evenly a key's regions are served"): while a key is contended,
 //     region_split says how G divides the refill between its own region
 //     and the pushes: first (its region as it comes, the pushes what is
-//     left), share (the default: its region at most its demand's share
-//     of what the bucket holds after each push plus that share of the
-//     refill until the next) or demand (its region at most its share of
-//     the refill, the pushes splitting the rest among the other regions
-//     by their demands). A grant it cuts carries a dry hint until the
-//     next push. Fewer tokens for G's region, or the same tokens moved
-//     between pushes: nothing is created.
+//     left), share (its region at most its demand's share of what the
+//     bucket holds after each push plus that share of the refill until
+//     the next) or demand (the default: its region at most its share of
+//     the refill plus what the pushes could not place, the pushes
+//     splitting the bucket among the other regions by their demands). A
+//     grant it cuts carries a dry hint until the next push. Fewer tokens
+//     for G's region, or the same tokens moved between pushes: nothing is
+//     created.
 //   - Shares on the node tier (share.go; strategy/lease's share and
 //     untilDry, its "# Contended keys"; the port is ours;
 //     docs/EVALUATION.md, "regionlease: shares on the node tier"): a
@@ -482,14 +483,13 @@
 //     each region offers a third of a key's load, it admitted about 65% of
 //     the key's tokens (the evaluator's region short % 30.3-30.4: the
 //     tokens central admitted to a region's requests beyond the
-//     strategy's, per key and region). The default, share, narrows it to
-//     s(2-s) for a share s (56%, region short % 18.8-18.9) and lowers the
-//     windowed shortfall too; demand serves each region by its demand
-//     (region short % about 1.4) at about twice the windowed shortfall,
-//     as twice the tokens cross the WAN (docs/EVALUATION.md,
-//     "regionlease: how evenly a key's regions are served"). Requests
-//     are refused on the other regions' nodes that central would have
-//     admitted there; the totals are not affected.
+//     strategy's, per key and region). The default, demand, serves each
+//     region by its demand (region short % 0.74-0.81) at a windowed
+//     shortfall of 0.92-0.99% instead of 0.89-0.92% (60 s: 0.60% instead
+//     of 0.63-0.66%); share keeps G's region at s(2-s) of the tokens
+//     (56% for a third; region short % 18.9) for the lowest windowed
+//     shortfall, 0.77-0.82% (60 s: 0.48-0.50%) (docs/EVALUATION.md,
+//     "regionlease: how evenly a key's regions are served").
 //   - The float: tokens in the global bucket, stocks, node leases and
 //     in transit across the WAN while other nodes refuse cost admitted
 //     tokens against central, whose bucket is empty at steady overload;

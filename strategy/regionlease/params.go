@@ -45,18 +45,19 @@
 //     often, the whole tokens of its bucket to the other regions' regional
 //     owners that take pushes, each its share by the demand it reported,
 //     without waiting for their asks; 0 turns pushes off; not negative.
-//   - region_split (first | share | demand, default share): while a key is
+//   - region_split (first | share | demand, default demand): while a key is
 //     contended (with push_every > 0 only), how its global owner divides the
-//     refill between its own region and the pushes to the others: first, its
-//     region takes the refill as it comes and the pushes split what is left by
-//     the demands reported; share, its region takes at most its demand's share
-//     of what the bucket holds after each push plus that share of the refill
-//     until the next push (about s(2-s) of the tokens for a share s: 56% for a
-//     third); demand, at most its share of the refill, the pushes splitting
+//     refill between its own region and the pushes to the other regions:
+//     first, its region takes the refill as it comes and the pushes split what
+//     is left by the demands reported (its region was served first: about 65%
+//     of a key's tokens where it offered a third); share, its region takes at
+//     most its demand's share of what the bucket holds after each push plus
+//     that share of the refill until the next (about s(2-s) of the tokens for
+//     a share s; the lowest windowed shortfall); demand, at most its share of
+//     the refill plus what the pushes could not place, the pushes splitting
 //     the bucket among the other regions by their demands: every region is
-//     served by its demand, at about twice the windowed shortfall
-//     (docs/EVALUATION.md, "regionlease: how evenly a key's regions are
-//     served").
+//     served by its demand (docs/EVALUATION.md, "regionlease: how evenly a
+//     key's regions are served").
 //   - hot_period (duration, default 2*lan_latency): while a key is contended
 //     (its global owner's bucket was dry within region_ttl while another
 //     region asked within the window; with push_every > 0 only), the global
@@ -125,8 +126,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "how far in the future a peer's time (arrival, ask) may lie; beyond it the message is refused."},
 	{Name: "push_every", Type: strategy.ParamDuration, Default: "latency_hint/8", Example: "20ms",
 		Doc: "while a key is contended (its bucket was dry within region_ttl), its global owner pushes, this often, the whole tokens of its bucket to the other regions' regional owners that take pushes, each its share by the demand it reported, without waiting for their asks; 0 turns pushes off; not negative."},
-	{Name: "region_split", Type: strategy.ParamEnum, Enum: []string{"first", "share", "demand"}, Default: "share", Example: "demand",
-		Doc: "while a key is contended (with push_every > 0 only), how its global owner divides the refill between its own region and the pushes to the others: first, its region takes the refill as it comes and the pushes split what is left by the demands reported; share, its region takes at most its demand's share of what the bucket holds after each push plus that share of the refill until the next push (about s(2-s) of the tokens for a share s: 56% for a third); demand, at most its share of the refill, the pushes splitting the bucket among the other regions by their demands: every region is served by its demand, at about twice the windowed shortfall (docs/EVALUATION.md, \"regionlease: how evenly a key's regions are served\")."},
+	{Name: "region_split", Type: strategy.ParamEnum, Enum: []string{"first", "share", "demand"}, Default: "demand", Example: "share",
+		Doc: "while a key is contended (with push_every > 0 only), how its global owner divides the refill between its own region and the pushes to the other regions: first, its region takes the refill as it comes and the pushes split what is left by the demands reported (its region was served first: about 65% of a key's tokens where it offered a third); share, its region takes at most its demand's share of what the bucket holds after each push plus that share of the refill until the next (about s(2-s) of the tokens for a share s; the lowest windowed shortfall); demand, at most its share of the refill plus what the pushes could not place, the pushes splitting the bucket among the other regions by their demands: every region is served by its demand (docs/EVALUATION.md, \"regionlease: how evenly a key's regions are served\")."},
 	{Name: "hot_period", Type: strategy.ParamDuration, Default: "2*lan_latency", Example: "20ms",
 		Doc: "while a key is contended (its global owner's bucket was dry within region_ttl while another region asked within the window; with push_every > 0 only), the global owner lends a node of its own region at most ceil(d*hot_period) tokens (d the demand the node reported; at least 1) instead of its ask (d*period): fewer tokens parked on its region's nodes while the other regions wait; 0 turns it off; not negative."},
 	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/2", Example: "20ms",

@@ -258,7 +258,7 @@ func TestNoPushWithoutTakesPush(t *testing.T) {
 // as it comes and us.n1 gets none (the measured split: 151 and 0); under
 // share, us.n1 gets a part (92 and 41: eu's share s of the demand takes
 // about s(2-s), and at 100/s a push every 6 ms carries under a token); under
-// demand, each gets about half (61 and 87: eu's own demand is measured
+// demand, each gets about half (61 and 86: eu's own demand is measured
 // over a window that starts with its load at 1 s). The envelope's
 // invariant (Conserved) is checked at every millisecond.
 func TestRegionSplit(t *testing.T) {
