@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/bucket"
 	"github.com/tokenmesh/tokenmesh/strategy"
 	"github.com/tokenmesh/tokenmesh/strategy/regionlease"
@@ -125,5 +126,35 @@ func TestOwnBudgetUntilNextPush(t *testing.T) {
 				t.Errorf("after the push: granted %d, want ceil(d*hot_period) = 2", got)
 			}
 		})
+	}
+}
+
+// Under region_split=demand, the share of a region that takes no pushes
+// (a regional owner of an older build) stays in the bucket for its asks:
+// G's own region's budget takes what the pushes could not place, but not
+// that share. us.n2 asks without takes_push (200/s), eu.n1 (G's region)
+// with 200/s; after the drain and the push at 520 ms (50 tokens in the
+// bucket, none pushed), eu.n1 asks for all 50 (hot_period=0) and gets
+// what its budget allows (none here: its share of the refill over one
+// push_every is under a token, and the bucket's 50 are the other
+// region's, no Tick having pushed since the drain), and us.n2's next ask
+// still gets tokens (30: its share of the level by the demands, as
+// askShare gives). Without unpushedShare eu.n1 got 30 and us.n2 0.
+func TestDemandSplitLeavesUnpushedRegionItsShare(t *testing.T) {
+	g, key := burstSetup(t, "region_split=demand", "hot_period=0")
+	ask(t, g, 10*time.Millisecond, "eu.n1", key, 1, 20, 200_000)
+	askWith(t, g, 15*time.Millisecond, "us.n2", &peerv1.RegionLeaseAsk{Key: key, Seq: 1, Tokens: 5, DemandMtps: 200_000})
+	var fx strategy.Effects
+	for id := uint64(1); ; id++ { // drain the bucket: dry, contended
+		if d, _ := g.Request(20*time.Millisecond, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: 20 * time.Millisecond}, &fx); !d.Allowed {
+			break
+		}
+	}
+	g.Tick(520*time.Millisecond, &fx)
+	own := ask(t, g, 520*time.Millisecond, "eu.n1", key, 2, 50, 200_000)
+	remote := askWith(t, g, 521*time.Millisecond, "us.n2", &peerv1.RegionLeaseAsk{Key: key, Seq: 2, Tokens: 50, DemandMtps: 200_000}).Tokens
+	t.Logf("eu.n1 %d, us.n2 %d", own, remote)
+	if own >= 50 || remote < 10 {
+		t.Errorf("eu.n1 (G's region) granted %d of 50, us.n2 (no pushes) %d; want us.n2 to keep its share (at least 10)", own, remote)
 	}
 }

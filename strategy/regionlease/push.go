@@ -18,7 +18,9 @@ import (
 // share by measured demand (the demand each region reported in its last
 // ask, against the sum of every region's and of G's own region's), without
 // waiting for their asks. What G's own region's share and the share of
-// regions that do not take pushes stay in the bucket for their asks. A
+// regions that do not take pushes stay in the bucket for their asks; how
+// much of it G's own region may take, and how region_split=demand
+// divides a push, is split.go's. A
 // push is a lease like a grant: its tokens leave the level when it is
 // sent (Lend), so the level plus every token in leases stays within b
 // exactly as for a grant; it lasts region_ttl from G's send time (the

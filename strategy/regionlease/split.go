@@ -107,11 +107,30 @@ func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, wh
 	if l.split == splitDemand {
 		// A fraction of a token left over, s of the refill, and what the
 		// pushes could not place (their caps: a region that holds half a
-		// region_period of its demand gets no more).
-		ps.ownBudget = min(max(ps.ownBudget, 0), 1) + refill + float64(left)
+		// region_period of its demand gets no more), but for the shares
+		// of the regions that take no pushes (a node of an older build),
+		// which stay in the bucket for their asks.
+		ps.ownBudget = min(max(ps.ownBudget, 0), 1) + refill + max(float64(left)-l.unpushedShare(now, ps, whole, total), 0)
 		return
 	}
 	ps.ownBudget = float64(min(left, int64(s*float64(whole))) + int64(math.Round(refill)))
+}
+
+// unpushedShare is, under demand, the part of a push of whole tokens that
+// belongs to the other regions' askers that take no pushes, by their
+// share of the other regions' demand (total less G's region's).
+func (l *RegionLease) unpushedShare(now time.Duration, ps *pushState, whole int64, total float64) float64 {
+	others := total - l.ownDemand(now, ps)
+	if others <= 0 {
+		return 0
+	}
+	var d float64
+	for _, n := range sortedKeys(ps.askers) {
+		if a := ps.askers[n]; a.remote && !a.push && a.at+l.window > now {
+			d += float64(a.mtps) / 1000
+		}
+	}
+	return float64(whole) * d / others
 }
 
 // ownAllowance is the most G's own region may take of key at now: its
