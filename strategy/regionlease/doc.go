@@ -484,8 +484,8 @@
 //     the key's tokens (the evaluator's region short % 30.3-30.4: the
 //     tokens central admitted to a region's requests beyond the
 //     strategy's, per key and region). The default, demand, serves each
-//     region by its demand (region short % 0.74-0.81) at a windowed
-//     shortfall of 0.92-0.99% instead of 0.89-0.92% (60 s: 0.60% instead
+//     region by its demand (region short % 0.76-0.86) at a windowed
+//     shortfall of 0.95-0.98% instead of 0.89-0.92% (60 s: 0.60-0.62% instead
 //     of 0.63-0.66%); share keeps G's region at s(2-s) of the tokens
 //     (56% for a third; region short % 18.9) for the lowest windowed
 //     shortfall, 0.77-0.82% (60 s: 0.48-0.50%) (docs/EVALUATION.md,
@@ -496,7 +496,7 @@
 //     what costs is the float when central's bucket runs dry (the first
 //     window) and its change from one window to the next (the swing).
 //     On the tenant workload across 3 regions, 20 s, shortfall per 1 s
-//     window 0.92-0.99% at seeds 1-3 under region_split=demand (share:
+//     window 0.95-0.98% at seeds 1-3 under region_split=demand (share:
 //     0.77-0.82%; first, the rule before: 0.89-0.92%; issue 24's target
 //     0.5%). Under first (seed 1; docs/EVALUATION.md, "how evenly a key's
 //     regions are served"): 1,599 tokens in the first window (407 in its

@@ -54,6 +54,10 @@ type pushState struct {
 	// ownBudget is, while the key is contended, the tokens G's own region
 	// may still take until the next push (split.go's setOwnBudget).
 	ownBudget float64
+	// belowMin is, during a push, the shares it skipped as below
+	// min_lease (not for a cap): they stay in the bucket for those
+	// regions' next push, out of G's region's budget (split.go).
+	belowMin int64
 }
 
 type asker struct {
@@ -164,6 +168,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	l.sh.Advance(p, now)
 	whole := l.sh.Whole(p, now)
 	total := l.demandTotal(now, ps)
+	ps.belowMin = 0
 	defer l.setOwnBudget(now, p, ps, whole, total)
 	if whole <= 0 {
 		return
@@ -178,10 +183,14 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 			continue
 		}
 		share := min(l.pushShare(now, ps, n, whole, total), left)
-		share = min(share, int64(float64(a.mtps)/1000*(l.rperiod/2).Seconds())-l.outstanding(now, key, n, ps))
-		if share < l.minLease {
+		capped := min(share, int64(float64(a.mtps)/1000*(l.rperiod/2).Seconds())-l.outstanding(now, key, n, ps))
+		if capped < l.minLease {
+			if capped == share {
+				ps.belowMin += max(share, 0) // kept in the bucket for its next push (split.go)
+			}
 			continue
 		}
+		share = capped
 		left -= share
 		l.pushSeq++
 		id := grantID{n, key, l.pushSeq | pushSeqBit}
