@@ -103,9 +103,20 @@ func Shortfall(reqs []workload.Request, allowed, central []bool, window time.Dur
 		key string
 		w   int64
 	}
-	diff := map[cell]int64{} // central's admitted tokens - the strategy's
+	return cellShortfall(reqs, allowed, central, func(_ int, r workload.Request) cell {
+		return cell{r.Key, int64((r.Arrival - t0) / window)}
+	})
+}
+
+// cellShortfall sums, over the cells cellOf puts requests in, central's
+// admitted tokens beyond the strategy's (a cell where the strategy
+// admitted more counts 0), and returns it with central's admitted tokens:
+// Shortfall's cells are (key, window), regionShortfall's (key, region).
+// allowed and central are indexed like reqs.
+func cellShortfall[C comparable](reqs []workload.Request, allowed, central []bool, cellOf func(i int, r workload.Request) C) (shortfall, centralTokens int64) {
+	diff := map[C]int64{} // central's admitted tokens - the strategy's
 	for i, r := range reqs {
-		c := cell{r.Key, int64((r.Arrival - t0) / window)}
+		c := cellOf(i, r)
 		if central[i] {
 			diff[c] += r.Tokens
 			centralTokens += r.Tokens
@@ -115,9 +126,7 @@ func Shortfall(reqs []workload.Request, allowed, central []bool, window time.Dur
 		}
 	}
 	for _, d := range diff {
-		if d > 0 {
-			shortfall += d
-		}
+		shortfall += max(d, 0)
 	}
 	return shortfall, centralTokens
 }

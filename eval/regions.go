@@ -76,25 +76,13 @@ type RegionCosts struct {
 // is 0 when central admitted nothing.
 func regionShortfall(reqs []workload.Request, allowed, central []bool, received []int32, names []string) (tokens int64, pct float64) {
 	type cell struct{ key, region string }
-	diff := map[cell]int64{}
-	var centralTokens int64
-	for i, r := range reqs {
+	tokens, centralTokens := cellShortfall(reqs, allowed, central, func(i int, r workload.Request) cell {
 		var region string
 		if i < len(received) && received[i] >= 0 && int(received[i]) < len(names) {
 			region = topology.Of(strategy.NodeID(names[received[i]]))
 		}
-		c := cell{r.Key, region}
-		if central[i] {
-			diff[c] += r.Tokens
-			centralTokens += r.Tokens
-		}
-		if allowed[i] {
-			diff[c] -= r.Tokens
-		}
-	}
-	for _, d := range diff {
-		tokens += max(d, 0)
-	}
+		return cell{r.Key, region}
+	})
 	if centralTokens > 0 {
 		pct = round(100*float64(tokens)/float64(centralTokens), 4)
 	}
