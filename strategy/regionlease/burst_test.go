@@ -16,9 +16,7 @@ import (
 // us.n2 and us.n3 (rate 100/s, burst 100, replicas=0), and a key it owns.
 func burstSetup(t *testing.T, params ...string) (*regionlease.RegionLease, string) {
 	t.Helper()
-	members := []strategy.NodeID{"eu.n0", "eu.n1", "us.n2", "us.n3"}
-	g := startedNode(t, "eu.n0", members, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, 50*time.Millisecond, append([]string{"min_lease=1"}, params...)...)
-	return g, ownedKey(t, members, "eu.n0")
+	return ownerSetup(t, []strategy.NodeID{"eu.n0", "eu.n1", "us.n2", "us.n3"}, bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond}, 100, append([]string{"min_lease=1"}, params...)...)
 }
 
 // A remote region's first ask of a key (sized on the little demand its
@@ -82,13 +80,16 @@ func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
 	}
 }
 
-// hot_period must not be negative.
-func TestHotPeriodNegative(t *testing.T) {
-	ps, _ := strategy.ParseParams([]string{"hot_period=-1ms"})
-	_, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: []strategy.NodeID{"eu.n0"}, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
-		Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "hot_period") {
-		t.Errorf("hot_period=-1ms: error %v, want one naming hot_period", err)
+// hot_period and quantum must not be negative: New refuses either with an
+// error naming it.
+func TestNegativeTuningRefused(t *testing.T) {
+	for _, name := range []string{"hot_period", "quantum"} {
+		ps, _ := strategy.ParseParams([]string{name + "=-1ms"})
+		_, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: []strategy.NodeID{"eu.n0"}, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
+			Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=-1ms: error %v, want one naming %s", name, err, name)
+		}
 	}
 }
 

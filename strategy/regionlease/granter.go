@@ -267,7 +267,8 @@ func (l *RegionLease) onAsk(now time.Duration, from strategy.NodeID, a *peerv1.R
 // bucket runs dry (ownGrant, share.go).
 func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *peerv1.RegionLeaseAsk, fx *strategy.Effects) *grantRec {
 	ttl, period, hint := l.ttl, l.period, l.period
-	if topology.Of(from) != l.region {
+	ownRegion := topology.Of(from) == l.region
+	if !ownRegion {
 		ttl, period, hint = l.rttl, l.rperiod, l.rlead
 	}
 	p := l.ownPool(now, a.Key, fx)
@@ -282,8 +283,8 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 	}
 	g := &grantRec{pool: p, tokens: n, expires: at + ttl}
 	if turn > 0 {
-		// A share (ownGrant): the node refuses once it is used until
-		// its next turn.
+		// A share (ownGrant), or the region's budget (split.go): the
+		// node refuses once it is used until its next turn.
 		g.emptyUntil = now + turn
 	} else if n < min(a.Tokens, want) && n == whole || shared {
 		// Dry: the bucket's refill until the hint ends is for the other
@@ -295,10 +296,9 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		l.noteDry(now, a.Key, fx)
 	}
 	l.sh.Lend(p, n)
-	if topology.Of(from) == l.region {
+	if ownRegion {
 		l.spendOwn(now, a.Key, n)
-	}
-	if n > 0 && l.pushEvery > 0 && topology.Of(from) != l.region {
+	} else if n > 0 && l.pushEvery > 0 {
 		ps := l.pushOf(a.Key)
 		ps.out[from] = append(ps.out[from], a.Seq)
 	}

@@ -50,6 +50,13 @@ func ownedKey(t *testing.T, members []strategy.NodeID, owner strategy.NodeID) st
 	return ""
 }
 
+// ownerSetup starts members[0] (startedNode, latency hint 50 ms) and
+// returns it with a key it is the global owner of (ownedKey).
+func ownerSetup(t *testing.T, members []strategy.NodeID, rate bucket.Rate, burst int64, params ...string) (*regionlease.RegionLease, string) {
+	t.Helper()
+	return startedNode(t, members[0], members, rate, burst, 50*time.Millisecond, params...), ownedKey(t, members, members[0])
+}
+
 // regionalKey is the first of kaa, kba, ... whose global owner among
 // members is members[0] and whose regional owner, among members[1:] (one
 // region), is members[1].

@@ -20,9 +20,9 @@ import (
 // waiting for their asks. What G's own region's share and the share of
 // regions that do not take pushes stay in the bucket for their asks; how
 // much of it G's own region may take, and how region_split=demand
-// divides a push, is split.go's. A
-// push is a lease like a grant: its tokens leave the level when it is
-// sent (Lend), so the level plus every token in leases stays within b
+// divides a push, is split.go's. A push is a lease like a grant: its
+// tokens leave the level when it is sent (Lend), so the level plus every
+// token in leases stays within b
 // exactly as for a grant; it lasts region_ttl from G's send time (the
 // holder stops using it rlead earlier), under the key's fence
 // (replica.go); a push lost on the WAN is a lease that ends unused at G,
@@ -54,10 +54,6 @@ type pushState struct {
 	// ownBudget is, while the key is contended, the tokens G's own region
 	// may still take until the next push (split.go's setOwnBudget).
 	ownBudget float64
-	// belowMin is, during a push, the shares it skipped as below
-	// min_lease (not for a cap): they stay in the bucket for those
-	// regions' next push, out of G's region's budget (split.go).
-	belowMin int64
 }
 
 type asker struct {
@@ -168,8 +164,12 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	l.sh.Advance(p, now)
 	whole := l.sh.Whole(p, now)
 	total := l.demandTotal(now, ps)
-	ps.belowMin = 0
-	defer l.setOwnBudget(now, p, ps, whole, total)
+	var own float64 // G's region's demand, for the split (split.go)
+	if l.split != splitFirst {
+		own = l.ownDemand(now, ps)
+	}
+	var belowMin int64 // shares skipped as below min_lease: kept for the next push
+	defer func() { l.setOwnBudget(now, p, ps, whole, total, own, belowMin) }()
 	if whole <= 0 {
 		return
 	}
@@ -182,11 +182,11 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		if !a.push || a.at+l.window <= now {
 			continue
 		}
-		share := min(l.pushShare(now, ps, n, whole, total), left)
+		share := min(l.pushShare(ps, n, whole, total, total-own), left)
 		capped := min(share, int64(float64(a.mtps)/1000*(l.rperiod/2).Seconds())-l.outstanding(now, key, n, ps))
 		if capped < l.minLease {
 			if capped == share {
-				ps.belowMin += max(share, 0) // kept in the bucket for its next push (split.go)
+				belowMin += max(share, 0)
 			}
 			continue
 		}

@@ -35,7 +35,7 @@ type RegionLease struct {
 	maxSkew, retryEvery        time.Duration
 	lanRetry                   time.Duration // retransmission interval inside the region (4*lan_latency, at most retryEvery)
 	lead, rlead                time.Duration // how long before a lease's end a holder stops using it: node tier, region tier
-	split                      string        // region_split: first, share or demand (split.go)
+	split                      regionSplit   // region_split: first, share or demand (split.go)
 	rtt                        time.Duration // a WAN round trip (2*latency_hint): how far ahead a regional owner asks
 	wanRTTLow                  time.Duration // measured: the shortest of the recent asks' round trips (a low-biased filter: a new low at once, a rise by 1/32); from rtt/2
 	wanRTT                     time.Duration // measured: a moving average (1/8) of the time a region's ask took to be granted, from rtt
@@ -221,10 +221,10 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 // timeout, which readParams set first).
 func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
-	l.split = v.Enum("region_split")
 	if l.pushEvery < 0 {
 		return fmt.Errorf("regionlease: parameter push_every must not be negative")
 	}
+	l.split = regionSplit(v.Enum("region_split"))
 	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
 	if l.hotPeriod < 0 {
 		return fmt.Errorf("regionlease: parameter hot_period must not be negative")

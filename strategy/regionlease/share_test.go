@@ -1,8 +1,6 @@
 package regionlease_test
 
 import (
-	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +15,7 @@ import (
 // 5 ms, lead 10 ms; period 100 ms; replicas=0; the tests set quantum).
 func shareSetup(t *testing.T, params ...string) (*regionlease.RegionLease, string) {
 	t.Helper()
-	members := []strategy.NodeID{"eu.n0", "eu.n1", "eu.n2", "eu.n3"}
-	g := startedNode(t, "eu.n0", members, bucket.Rate{Tokens: 1, Per: time.Millisecond}, 1000, 50*time.Millisecond, params...)
-	return g, ownedKey(t, members, "eu.n0")
+	return ownerSetup(t, []strategy.NodeID{"eu.n0", "eu.n1", "eu.n2", "eu.n3"}, bucket.Rate{Tokens: 1, Per: time.Millisecond}, 1000, params...)
 }
 
 // The global owner's grants to the nodes of its own region while no other
@@ -67,15 +63,5 @@ func TestOwnRegionShareAndUntilDry(t *testing.T) {
 				t.Errorf("third ask: granted %d, dry to %s; want %d, dry to %s", got.Tokens, time.Duration(got.EmptyUntilNs), tc.third, tc.thirdEmptyUntil)
 			}
 		})
-	}
-}
-
-// quantum must not be negative.
-func TestQuantumNegative(t *testing.T) {
-	ps, _ := strategy.ParseParams([]string{"quantum=-1ms"})
-	_, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: []strategy.NodeID{"eu.n0"}, Rate: bucket.Rate{Tokens: 1, Per: time.Millisecond},
-		Burst: 1000, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "quantum") {
-		t.Errorf("quantum=-1ms: error %v, want one naming quantum", err)
 	}
 }

@@ -50,11 +50,14 @@ import (
 // contended (contended): one region alone, or a key whose bucket was not
 // dry, is not split.
 
-// The region_split values.
+// regionSplit is a value of region_split.
+type regionSplit string
+
+// The region_split values (Params lists them in this order).
 const (
-	splitFirst  = "first"
-	splitShare  = "share"
-	splitDemand = "demand"
+	splitFirst  regionSplit = "first"
+	splitShare  regionSplit = "share"
+	splitDemand regionSplit = "demand"
 )
 
 // ownDemand is the demand of key in G's own region, tokens per second:
@@ -70,17 +73,16 @@ func (l *RegionLease) ownDemand(now time.Duration, ps *pushState) float64 {
 	return own
 }
 
-// pushShare is what a push of whole tokens (total the key's demand) gives
-// asker n, before the caps push applies: its share of total (first,
-// share), or, under demand, its share of the other regions' demand
-// (total less G's region's) plus the fraction it was short before,
-// keeping the new fraction (at most 1 token) for the next push.
-func (l *RegionLease) pushShare(now time.Duration, ps *pushState, n strategy.NodeID, whole int64, total float64) int64 {
+// pushShare is what a push of whole tokens gives asker n, before the caps
+// push applies: its share of total, the key's demand (first, share), or,
+// under demand, its share of others, the other regions' demand (total
+// less G's region's), plus the fraction it was short before, keeping the
+// new fraction (at most 1 token) for the next push.
+func (l *RegionLease) pushShare(ps *pushState, n strategy.NodeID, whole int64, total, others float64) int64 {
 	a := ps.askers[n]
 	if l.split != splitDemand {
 		return int64(float64(whole) * float64(a.mtps) / 1000 / total)
 	}
-	others := total - l.ownDemand(now, ps)
 	if others <= 0 {
 		return 0
 	}
@@ -92,9 +94,11 @@ func (l *RegionLease) pushShare(now time.Duration, ps *pushState, n strategy.Nod
 }
 
 // setOwnBudget sets, after a push (whole the level's whole tokens before
-// it, total the key's demand), what G's own region may take until the
-// next one (region_split share or demand; nothing under first).
-func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, whole int64, total float64) {
+// it, total the key's demand and own G's region's, in tokens per second;
+// belowMin the shares the push skipped as below min_lease), what G's own
+// region may take until the next one (region_split share or demand;
+// nothing under first).
+func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, whole int64, total, own float64, belowMin int64) {
 	if l.split == splitFirst {
 		return
 	}
@@ -102,7 +106,7 @@ func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, wh
 		ps.ownBudget = float64(whole)
 		return
 	}
-	s := min(l.ownDemand(now, ps)/total, 1)
+	s := min(own/total, 1)
 	refill := s * l.rate.PerSec() * l.pushEvery.Seconds()
 	left := l.sh.Whole(p, now)
 	if l.split == splitDemand {
@@ -112,7 +116,7 @@ func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, wh
 		// of the regions that take no pushes (a node of an older build),
 		// which stay in the bucket for their asks, and those a push
 		// skipped as below min_lease, which stay for the next push.
-		ps.ownBudget = min(max(ps.ownBudget, 0), 1) + refill + max(float64(left-ps.belowMin)-l.unpushedShare(now, ps, whole, total), 0)
+		ps.ownBudget = min(max(ps.ownBudget, 0), 1) + refill + max(float64(left-belowMin)-l.unpushedShare(now, ps, whole, total-own), 0)
 		return
 	}
 	ps.ownBudget = float64(min(left, int64(s*float64(whole))) + int64(math.Round(refill)))
@@ -120,9 +124,8 @@ func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, wh
 
 // unpushedShare is, under demand, the part of a push of whole tokens that
 // belongs to the other regions' askers that take no pushes, by their
-// share of the other regions' demand (total less G's region's).
-func (l *RegionLease) unpushedShare(now time.Duration, ps *pushState, whole int64, total float64) float64 {
-	others := total - l.ownDemand(now, ps)
+// share of others, the other regions' demand (tokens per second).
+func (l *RegionLease) unpushedShare(now time.Duration, ps *pushState, whole int64, others float64) float64 {
 	if others <= 0 {
 		return 0
 	}
