@@ -104,6 +104,21 @@
 //     grant it cuts carries a dry hint until the next push. Fewer tokens
 //     for G's region, or the same tokens moved between pushes: nothing is
 //     created.
+//   - Dated pushes (dated.go; ours; docs/EVALUATION.md, "regionlease:
+//     dated pushes"): under region_split=demand, with push_ahead > 0
+//     (default min(latency_hint/2, region_ttl/4)) and every region pushed
+//     to taking them (takes_dated), each push lends the other regions
+//     their share of the refill of the next push_ahead, before G has made
+//     it, dated usable_at (G's time) at the end of each push_every of it;
+//     the holder uses none of it before usable_at plus the smallest gap
+//     it measured between a dated push's sending and its receipt (the
+//     WAN's shortest delay and the clocks' offset: no synchronized clocks
+//     needed). The refill reaches the other regions' nodes the WAN's
+//     shortest delay after it is made, on the refill's schedule, instead
+//     of crossing the WAN after it is made and arriving as the WAN's
+//     jitter bunches it. G keeps room in the bucket for the refill it
+//     promised (leasepool.Pool.Committed), takes none of it for anything
+//     else, and moves it into the leases once made.
 //   - Shares on the node tier (share.go; strategy/lease's share and
 //     untilDry, its "# Contended keys"; the port is ours;
 //     docs/EVALUATION.md, "regionlease: shares on the node tier"): a
@@ -197,6 +212,12 @@
 // warm-up does not ask it, so the pool, refilling from the restart (#
 // Warm-up), does not count them; no token of such a lease is ever taken.
 // It holds by construction:
+//   - a dated push (dated.go) commits refill G has not made, for which
+//     the bucket keeps room (its capacity less the leases and that refill
+//     not made yet), no more than that room; made, its tokens stay in the
+//     level untouched by any take at G until its interval has passed,
+//     then leave it for the leases, and its holder uses none of them
+//     before that time (usable_at on G's clock);
 //   - G lends whole tokens out of its level (what it holds when the ask
 //     arrives) and its capacity shrinks by them until the lease is
 //     released (expiry at asked_at + ttl of the tier, a return, a spent
@@ -484,9 +505,10 @@
 //     the key's tokens (the evaluator's region short % 30.3-30.4: the
 //     tokens central admitted to a region's requests beyond the
 //     strategy's, per key and region). The default, demand, serves each
-//     region by its demand (region short % 0.76-0.86) at a windowed
-//     shortfall of 0.95-0.98% instead of 0.89-0.92% (60 s: 0.60-0.62% instead
-//     of 0.63-0.66%); share keeps G's region at s(2-s) of the tokens
+//     region by its demand (region short % 0.76-0.86 without dated
+//     pushes, 0.65-0.91 with) at a windowed shortfall of 0.95-0.98%
+//     without dated pushes instead of 0.89-0.92% (60 s: 0.60-0.62%
+//     instead of 0.63-0.66%); share keeps G's region at s(2-s) of the tokens
 //     (56% for a third; region short % 18.9) for the lowest windowed
 //     shortfall, 0.77-0.82% (60 s: 0.48-0.50%) (docs/EVALUATION.md,
 //     "regionlease: how evenly a key's regions are served").
@@ -496,9 +518,14 @@
 //     what costs is the float when central's bucket runs dry (the first
 //     window) and its change from one window to the next (the swing).
 //     On the tenant workload across 3 regions, 20 s, shortfall per 1 s
-//     window 0.95-0.98% at seeds 1-3 under region_split=demand (share:
+//     window 0.85-1.07% at seeds 1-3 under region_split=demand with
+//     dated pushes (60 s: 0.47-0.54%; follow-the-sun 0.48-0.50%), 0.95-0.98%
+//     without (60 s: 0.60-0.62%; follow-the-sun 0.83-0.88%) (share:
 //     0.77-0.82%; first, the rule before: 0.89-0.92%; issue 24's target
-//     0.5%). Under first (seed 1; docs/EVALUATION.md, "how evenly a key's
+//     0.5%). On a 20 s run the first window alone is 0.54% of central's
+//     admitted (seed 1, demand without dated pushes; 1,047 of its 2,254
+//     tokens pushes in flight at 1 s; docs/EVALUATION.md, "what the
+//     windowed shortfall is made of"). Under first (seed 1; docs/EVALUATION.md, "how evenly a key's
 //     regions are served"): 1,599 tokens in the first window (407 in its
 //     first 300 ms, while the other regions' first asks cross the WAN)
 //     and 113 per later window; the tokens a key admits per window vary

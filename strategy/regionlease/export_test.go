@@ -53,9 +53,8 @@ func Conserved(current map[strategy.NodeID]*RegionLease, all []*RegionLease, dow
 	for _, oid := range ids {
 		o := current[oid]
 		for key, p := range o.pools {
-			cp := *p
-			o.sh.Advance(&cp, now)
-			if cp.Level < 0 || cp.Leased < 0 {
+			cp := o.answerState(now, key, p)     // dated pushes (dated.go) counted as settled
+			if cp.Level < -64 || cp.Leased < 0 { // 64 ticks: the rounding of the promised refill
 				return fmt.Errorf("at %v: %s: pool of %q has level %d ticks, %d leased", now, oid, key, cp.Level, cp.Leased)
 			}
 			var held int64
@@ -114,9 +113,8 @@ func (l *RegionLease) Float(now time.Duration) (held, level int64) {
 			}
 		}
 	}
-	for _, p := range l.pools {
-		cp := *p
-		l.sh.Advance(&cp, now)
+	for key, p := range l.pools {
+		cp := l.answerState(now, key, p)
 		level += cp.Level / l.sh.Per
 	}
 	return held, level
@@ -168,8 +166,7 @@ func ConservedKeysWith(current map[strategy.NodeID]*RegionLease, down func(strat
 		n := current[id]
 		if !down(id) {
 			for key, p := range n.pools {
-				cp := *p
-				n.sh.Advance(&cp, now)
+				cp := n.answerState(now, key, p) // dated pushes (dated.go) counted as settled
 				s := at(key)
 				s.level += cp.Level
 				s.per = n.sh.Per
@@ -220,8 +217,7 @@ type FloatParts struct{ Level, Leased, Stock, Lent, Node int64 }
 func (l *RegionLease) FloatByKey(now time.Duration) map[string]FloatParts {
 	out := map[string]FloatParts{}
 	for k, p := range l.pools {
-		cp := *p
-		l.sh.Advance(&cp, now)
+		cp := l.answerState(now, k, p)
 		f := out[k]
 		f.Level += cp.Level / l.sh.Per
 		f.Leased += cp.Leased

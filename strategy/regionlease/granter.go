@@ -28,6 +28,11 @@ type grantRec struct {
 	expires    time.Duration
 	emptyUntil time.Duration
 	released   bool
+	// sent and usable are a dated push's sending and usable_at (G's
+	// time; dated.go); usable 0: not dated. settled: its tokens have left
+	// the level for the leases (settleDated).
+	sent, usable time.Duration
+	settled      bool
 }
 
 type grantExp struct {
@@ -81,12 +86,12 @@ func (l *RegionLease) onForward(now time.Duration, from strategy.NodeID, f *peer
 			l.enqueueForward(now, p, from, f, arr, n, fid, fx)
 			return
 		}
-		l.sh.Advance(p, now)
+		l.advanceG(now, f.Key, p)
 		v := &verdict{decided: true}
 		if topology.Of(from) == l.region {
 			v.allowed = l.takeOwn(now, arr, f.Key, p, n) // within its region's budget while contended
 		} else {
-			v.allowed = l.sh.Take(p, arr, n) // another region's relay
+			v.allowed = l.takeG(now, arr, f.Key, p, n) // another region's relay
 		}
 		if !v.allowed {
 			l.noteDry(now, f.Key, fx)
@@ -272,10 +277,10 @@ func (l *RegionLease) grantPool(now, at time.Duration, from strategy.NodeID, a *
 		ttl, period, hint = l.rttl, l.rperiod, l.rlead
 	}
 	p := l.ownPool(now, a.Key, fx)
-	l.sh.Advance(p, now)
+	l.advanceG(now, a.Key, p)
 	first := l.firstAsk(a.Key, from)
 	l.noteAsk(now, from, a)
-	whole := l.sh.Whole(p, now)
+	whole := l.wholeG(now, a.Key, p)
 	want, turn, shared := l.grantWant(now, p, from, a, first, whole)
 	n := min(want, whole)
 	if n > 0 && !l.fenced(now, a.Key, at+ttl, fx) {
@@ -470,6 +475,13 @@ func (l *RegionLease) releasePool(now time.Duration, id grantID, g *grantRec, un
 	if unused > 0 {
 		l.notePushIdle(id)
 	}
+	if g.usable > 0 && l.pools[id.key] == g.pool {
+		l.advanceG(now, id.key, g.pool) // settles it if due
+	}
+	if g.usable > 0 && !g.settled {
+		l.forgetDated(id) // not settled: its tokens never left the level
+		return
+	}
 	left := g.tokens - g.used
 	l.sh.Advance(g.pool, now)
 	l.sh.Release(g.pool, left, min(unused, left))
@@ -483,6 +495,12 @@ func (l *RegionLease) onUsed(now time.Duration, from strategy.NodeID, u *peerv1.
 	g := l.grants[grantID{from, u.Key, u.Seq}]
 	if g == nil || g.released || g.pool == nil {
 		return
+	}
+	if g.usable > 0 && l.pools[u.Key] == g.pool {
+		l.advanceG(now, u.Key, g.pool) // settles it if due
+	}
+	if g.usable > 0 && !g.settled {
+		return // not settled: its tokens are not in the leases yet
 	}
 	if used := min(u.Used, g.tokens); used > g.used {
 		l.sh.Advance(g.pool, now)

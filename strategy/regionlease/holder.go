@@ -56,6 +56,12 @@ type holding struct {
 	// pushAt is when the last pushed grant came (push.go), pushGap a
 	// moving average (1/8) of the time between pushes.
 	pushAt, pushGap time.Duration
+	// dated are the dated pushes held until usable; gapCur and gapPrev
+	// the smallest gap between a dated push's sending and its receipt
+	// in the current gapPeriod (from gapAt) and the last (dated.go).
+	dated                  []datedHold
+	gapCur, gapPrev, gapAt time.Duration
+	gapSet                 bool
 	// inRate is, at a regional owner, the tokens per second its stock
 	// took (grants of its asks and pushes), a moving rate decayed with
 	// the demand window from inAt (inflow; share.go).
@@ -147,7 +153,7 @@ func (l *RegionLease) Request(now time.Duration, req strategy.Request, fx *strat
 			ok, _ := l.decideAt(p, req.Arrival, req.Tokens)
 			return strategy.Decision{RequestID: req.ID, Allowed: ok}, true
 		}
-		l.sh.Advance(p, now)
+		l.advanceG(now, req.Key, p)
 		ok := l.takeOwn(now, req.Arrival, req.Key, p, req.Tokens)
 		if !ok {
 			l.noteDry(now, req.Key, fx)
@@ -400,7 +406,7 @@ func (l *RegionLease) sendAsk(now time.Duration, key string, h *holding, fx *str
 	l.pushTimer(timer{at: h.askNext, kind: timerAsk, key: key, seq: h.seq})
 	fx.WakeAt(h.askNext)
 	fx.Send(h.askTo, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Ask{Ask: &peerv1.RegionLeaseAsk{
-		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent, TakesPush: h.askRegion}}}))
+		Key: key, Seq: h.seq, Tokens: h.askTokens, AskedAtNs: int64(h.askAt), DemandMtps: h.askDemand, Spent: h.askSpent, TakesPush: h.askRegion, TakesDated: h.askRegion && l.pushAhead > 0}}}))
 }
 
 func (l *RegionLease) forward(now time.Duration, p *forwarding.Pending, to strategy.NodeID, fx *strategy.Effects) {
@@ -734,6 +740,7 @@ const (
 	timerIdle
 	timerPush
 	timerQueue // the ordering buffer's next turn (order.go)
+	timerDated // a held dated push becomes usable (dated.go)
 )
 
 type timer struct {

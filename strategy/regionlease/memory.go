@@ -43,7 +43,9 @@ var (
 	// push.go): the struct and its three maps by asker, each a header and
 	// one group of 8 slots (a key has an asker per region's owner and per
 	// node of the owner's region asking it, a handful), the out map's
-	// slices of seqs not counted.
+	// slices of seqs and its dated pushes not settled (dated.go: about
+	// push_ahead/push_every+1 per region pushed to, while contended) not
+	// counted.
 	pushAlloc = int(unsafe.Sizeof(pushState{})) + 3*memsize.MapHeader +
 		memsize.Map(1, int(unsafe.Sizeof(strategy.NodeID("")))+int(unsafe.Sizeof(asker{}))) +
 		memsize.Map(1, int(unsafe.Sizeof(strategy.NodeID("")))+8) +
@@ -117,7 +119,7 @@ func holdingBytes(h *holding) int {
 	h.accPeak = memsize.Peak16(h.accPeak, len(h.accepted))
 	h.repPeak = memsize.Peak16(h.repPeak, len(h.reports))
 	return 3*memsize.MapHeader + memsize.Map(int(h.sentPeak), sentToSlot) + memsize.Map(int(h.accPeak), acceptSlot) +
-		memsize.Map(int(h.repPeak), reportSlot) + memsize.Alloc(cap(h.leases)*heldBytes) + memsize.Alloc(cap(h.askSpent)*8)
+		memsize.Map(int(h.repPeak), reportSlot) + memsize.Alloc(cap(h.leases)*heldBytes) + memsize.Alloc(cap(h.askSpent)*8) + memsize.Alloc(cap(h.dated)*int(unsafe.Sizeof(datedHold{})))
 }
 
 // holdingChanged recounts h's maps and slices after they changed (O(1)).
@@ -135,14 +137,17 @@ func (l *RegionLease) dropHolding(key string, h *holding) {
 
 // setPool puts p as key's pool, counting a new key.
 func (l *RegionLease) setPool(key string, p *pool) {
-	if _, ok := l.pools[key]; !ok {
+	if old, ok := l.pools[key]; !ok {
 		l.order.pools.Add(key)
+	} else if old != p {
+		l.clearDated(key)
 	}
 	memsize.Put(l.pools, &l.mem.pools, key, p)
 }
 
 // dropPool deletes key's pool, if any.
 func (l *RegionLease) dropPool(key string) {
+	l.clearDated(key)
 	l.order.pools.Remove(key)
 	memsize.Delete(l.pools, &l.mem.pools, key)
 }

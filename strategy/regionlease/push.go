@@ -7,7 +7,6 @@ import (
 
 	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
 	"github.com/tokenmesh/tokenmesh/strategy"
-	"github.com/tokenmesh/tokenmesh/strategy/internal/wire"
 	"github.com/tokenmesh/tokenmesh/topology"
 )
 
@@ -54,6 +53,18 @@ type pushState struct {
 	// ownBudget is, while the key is contended, the tokens G's own region
 	// may still take until the next push (split.go's setOwnBudget).
 	ownBudget float64
+	// dated are the dated pushes' lends whose refill is still to come,
+	// by their end; horizon is the end of the refill lent so far
+	// (dated.go).
+	dated   []datedLend
+	horizon time.Duration
+	// carried is the refill committed to dated pushes and settled but not
+	// lent yet: the fractions of a token carried to the next push (tokens;
+	// dated.go).
+	carried float64
+	// ownTook: G's region took a token of the key since the last push
+	// (pushMade).
+	ownTook bool
 }
 
 type asker struct {
@@ -62,6 +73,11 @@ type asker struct {
 	remote bool    // a regional owner of another region
 	push   bool    // takes pushed grants
 	carry  float64 // region_split=demand: the fraction of a token its last push was short of its share (split.go)
+	dated  bool    // takes dated pushes (dated.go)
+	// dcarry is, for dated pushes, the fraction of a token of the refill
+	// committed to it and not lent yet (dated.go): apart from carry, which
+	// pushes of made tokens keep and which is no committed refill.
+	dcarry float64
 }
 
 func (l *RegionLease) pushOf(key string) *pushState {
@@ -82,7 +98,7 @@ func (l *RegionLease) noteAsk(now time.Duration, from strategy.NodeID, a *peerv1
 	}
 	remote := topology.Of(from) != l.region
 	ps := l.pushOf(a.Key)
-	ps.askers[from] = asker{mtps: a.DemandMtps, at: now, remote: remote, push: remote && a.TakesPush, carry: ps.askers[from].carry}
+	ps.askers[from] = asker{mtps: a.DemandMtps, at: now, remote: remote, push: remote && a.TakesPush, carry: ps.askers[from].carry, dated: remote && a.TakesDated, dcarry: ps.askers[from].dcarry}
 }
 
 // outstanding is, at the global owner, the tokens of key's unended leases
@@ -161,15 +177,19 @@ func (l *RegionLease) onPushTimer(now time.Duration, t timer, fx *strategy.Effec
 // the pool's whole tokens by the demands reported within the window.
 func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *strategy.Effects) {
 	p := l.pools[key]
-	l.sh.Advance(p, now)
-	whole := l.sh.Whole(p, now)
+	l.advanceG(now, key, p)
+	whole := l.wholeG(now, key, p)
 	total := l.demandTotal(now, ps)
 	var own float64 // G's region's demand, for the split (split.go)
 	if l.split != splitFirst {
 		own = l.ownDemand(now, ps)
 	}
 	var belowMin int64 // shares skipped as below min_lease: kept for the next push
-	defer func() { l.setOwnBudget(now, p, ps, whole, total, own, belowMin) }()
+	defer func() { l.setOwnBudget(now, key, p, ps, whole, total, own, belowMin) }()
+	if l.dated(now, ps) {
+		l.pushDated(now, key, ps, p, total, total-own, fx)
+		return
+	}
 	if whole <= 0 {
 		return
 	}
@@ -192,21 +212,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 		}
 		share = capped
 		left -= share
-		l.pushSeq++
-		id := grantID{n, key, l.pushSeq | pushSeqBit}
-		g := &grantRec{pool: p, tokens: share, expires: now + l.rttl}
-		l.sh.Lend(p, share)
-		putID(l.grants, &l.mem.grants, id, id.key, g)
-		l.gexp.Push(grantExp{at: g.expires, id: id})
-		l.gexp.Push(grantExp{at: g.expires + l.timeout + l.maxSkew, id: id, end: true})
-		fx.WakeAt(g.expires)
-		m := &peerv1.RegionLeaseGrant{Key: key, Seq: id.seq, Tokens: share, ExpiresNs: int64(g.expires), Pushed: true}
-		if prev := l.grants[grantID{n, key, ps.last[n]}]; prev != nil && !prev.released && prev.expires > now {
-			m.PrevSeq, m.PrevTokens, m.PrevExpiresNs = ps.last[n], prev.tokens, int64(prev.expires)
-		}
-		ps.last[n] = id.seq
-		ps.out[n] = append(ps.out[n], id.seq)
-		fx.Send(n, wire.MustMarshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: m}}))
+		l.sendPush(now, key, n, ps, p, share, 0, fx)
 	}
 }
 
@@ -231,7 +237,8 @@ func (l *RegionLease) demandTotal(now time.Duration, ps *pushState) float64 {
 // arrived, the refill meant for G's own region and for the other regions'
 // next pushes included: the regions' supply came in chunks of every
 // token accumulated since the last push, and the other regions' pushes
-// came up short after it. ok is false when the rule does not apply.
+// came up short after it. While the key's pushes are dated, 0. ok is
+// false when the rule does not apply.
 func (l *RegionLease) askShare(now time.Duration, key string, from strategy.NodeID, whole int64) (share int64, ok bool) {
 	ps := l.pushes[key]
 	if ps == nil || !l.contended(now, key) {
@@ -244,6 +251,11 @@ func (l *RegionLease) askShare(now time.Duration, key string, from strategy.Node
 	total := l.demandTotal(now, ps)
 	if total <= 0 {
 		return 0, false
+	}
+	if l.dated(now, ps) {
+		// Its supply is its dated pushes (dated.go), lent ahead: what
+		// the level holds is G's region's.
+		return 0, true
 	}
 	// Rounded up: a region whose share is below a token still gets one
 	// per ask (once per round trip), as pushes skip shares below
@@ -261,9 +273,11 @@ func (l *RegionLease) onPush(now time.Duration, from strategy.NodeID, g *peerv1.
 	}
 	h := l.holding(g.Key)
 	if g.PrevSeq&pushSeqBit != 0 {
-		l.takePush(now, from, g.Key, h, g.PrevSeq, g.PrevTokens, time.Duration(g.PrevExpiresNs), fx)
+		l.takePushed(now, from, g.Key, h, pushedLease{seq: g.PrevSeq, tokens: g.PrevTokens, end: time.Duration(g.PrevExpiresNs),
+			sent: time.Duration(g.PrevSentAtNs), usableAt: time.Duration(g.PrevUsableAtNs)}, fx)
 	}
-	if !l.takePush(now, from, g.Key, h, g.Seq, g.Tokens, time.Duration(g.ExpiresNs), fx) {
+	if !l.takePushed(now, from, g.Key, h, pushedLease{seq: g.Seq, tokens: g.Tokens, end: time.Duration(g.ExpiresNs),
+		sent: time.Duration(g.SentAtNs), usableAt: time.Duration(g.UsableAtNs)}, fx) {
 		return
 	}
 	if h.pushAt > 0 {
@@ -274,13 +288,23 @@ func (l *RegionLease) onPush(now time.Duration, from strategy.NodeID, g *peerv1.
 	h.pushAt = now
 }
 
-// takePush takes one pushed lease (seq, tokens, end at the granter) once;
-// false if it had been taken.
-func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key string, h *holding, seq uint64, tokens int64, end time.Duration, fx *strategy.Effects) bool {
+// takePushed takes one pushed lease of a grant: a dated one (usable_at
+// set) by takeDated, any other at once by takePush, sent at its end less
+// region_ttl.
+func (l *RegionLease) takePushed(now time.Duration, from strategy.NodeID, key string, h *holding, pl pushedLease, fx *strategy.Effects) bool {
+	if pl.usableAt != 0 {
+		return l.takeDated(now, from, key, h, pl, fx)
+	}
+	return l.takePush(now, from, key, h, pl.seq, pl.tokens, pl.end, pl.end-l.rttl, fx)
+}
+
+// takePush takes one pushed lease (seq, tokens, end at the granter, sent
+// at the granter's time) once; false if it had been taken.
+func (l *RegionLease) takePush(now time.Duration, from strategy.NodeID, key string, h *holding, seq uint64, tokens int64, end, sent time.Duration, fx *strategy.Effects) bool {
 	if _, dup := h.accepted[seq]; dup {
 		return false
 	}
-	if l.restarted && end-l.rttl < l.restartAt+l.maxSkew {
+	if l.restarted && sent < l.restartAt+l.maxSkew {
 		// Sent before this incarnation started (by the granter's clock,
 		// within max_skew): a push to the previous one, which may have
 		// used it and reported it used or spent (a copy comes late, or

@@ -79,6 +79,7 @@ type RegionLease struct {
 	// askers reported and whether it is contended
 	pushes    map[string]*pushState
 	pushEvery time.Duration // 0: no pushes
+	pushAhead time.Duration // 0: no dated pushes (dated.go)
 	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
 	quantum   time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
 	rate      bucket.Rate   // the rule's refill rate (share.go)
@@ -225,6 +226,13 @@ func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) er
 		return fmt.Errorf("regionlease: parameter push_every must not be negative")
 	}
 	l.split = regionSplit(v.Enum("region_split"))
+	l.pushAhead = v.DurationOr("push_ahead", min(hint/2, l.rlead))
+	if l.pushAhead < 0 || l.pushAhead > l.rlead {
+		// At most rlead: a holder stops using a lease rlead before its
+		// end, so a dated one (ending region_ttl after its usable_at) is
+		// used no later than region_ttl after its sending, as any lease.
+		return fmt.Errorf("regionlease: parameter push_ahead=%s outside [0, min(2*latency_hint, region_ttl/4) = %s]", l.pushAhead, l.rlead)
+	}
 	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
 	if l.hotPeriod < 0 {
 		return fmt.Errorf("regionlease: parameter hot_period must not be negative")
@@ -356,6 +364,8 @@ func (l *RegionLease) Tick(now time.Duration, fx *strategy.Effects) {
 			l.gaveTimer(now, t)
 		case timerQueue:
 			l.drainQueue(now, fx)
+		case timerDated:
+			l.datedTimer(now, t, fx)
 		}
 	}
 	l.expireGrants(now, fx)

@@ -98,7 +98,7 @@ func (l *RegionLease) pushShare(ps *pushState, n strategy.NodeID, whole int64, t
 // belowMin the shares the push skipped as below min_lease), what G's own
 // region may take until the next one (region_split share or demand;
 // nothing under first).
-func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, whole int64, total, own float64, belowMin int64) {
+func (l *RegionLease) setOwnBudget(now time.Duration, key string, p *pool, ps *pushState, whole int64, total, own float64, belowMin int64) {
 	if l.split == splitFirst {
 		return
 	}
@@ -108,7 +108,7 @@ func (l *RegionLease) setOwnBudget(now time.Duration, p *pool, ps *pushState, wh
 	}
 	s := min(own/total, 1)
 	refill := s * l.rate.PerSec() * l.pushEvery.Seconds()
-	left := l.sh.Whole(p, now)
+	left := l.spareG(now, now, key, p) / l.sh.Per
 	if l.split == splitDemand {
 		// A fraction of a token left over, s of the refill, and what the
 		// pushes could not place (their caps: a region that holds half a
@@ -151,7 +151,7 @@ func (l *RegionLease) ownAllowance(now time.Duration, key string) int64 {
 // takeOwn takes n tokens of key's pool p for a request decided at G (its
 // own, or a forward from its region) within the region's budget.
 func (l *RegionLease) takeOwn(now, arr time.Duration, key string, p *pool, n int64) bool {
-	if b := l.ownAllowance(now, key); b >= 0 && b < n || !l.sh.Take(p, arr, n) {
+	if b := l.ownAllowance(now, key); b >= 0 && b < n || !l.takeG(now, arr, key, p, n) {
 		return false
 	}
 	l.spendOwn(now, key, n)
@@ -162,6 +162,8 @@ func (l *RegionLease) takeOwn(now, arr time.Duration, key string, p *pool, n int
 // at G, a grant to a node of its region).
 func (l *RegionLease) spendOwn(now time.Duration, key string, n int64) {
 	if l.split != splitFirst && l.contended(now, key) {
-		l.pushes[key].ownBudget -= float64(n)
+		ps := l.pushes[key]
+		ps.ownBudget -= float64(n)
+		ps.ownTook = ps.ownTook || n > 0
 	}
 }

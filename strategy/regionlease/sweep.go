@@ -165,7 +165,7 @@ func (l *RegionLease) sweepHolding(key string) bool {
 			delete(h.reports, n)
 		}
 	}
-	if h.asking || len(h.leases) > 0 || h.allow.tokens > 0 || h.spentUntil > now || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
+	if h.asking || len(h.leases) > 0 || len(h.dated) > 0 || h.allow.tokens > 0 || h.spentUntil > now || h.emptyUntil > now || now < h.lastRequestAt+2*l.window+l.rttl || len(h.reports) > 0 {
 		return false
 	}
 	l.dropHolding(key, h)

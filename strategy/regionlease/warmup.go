@@ -392,8 +392,7 @@ func (l *RegionLease) handOver(now time.Duration, key string) *pool {
 		}
 	}
 	if p := l.pools[key]; p != nil {
-		cp := *p
-		l.sh.Advance(&cp, now)
+		cp := l.answerState(now, key, p) // dated pushes counted as lent (dated.go)
 		if !(p.Last > now && cp.Leased == 0 && cp.Inherited == 0 && cp.Level == 0) {
 			merge(l.lentState(&cp, now))
 		}
@@ -415,7 +414,8 @@ func (l *RegionLease) handOver(now time.Duration, key string) *pool {
 
 // heldOf is the tokens h holds in unexpired leases, with those already
 // taken out of them here (used, and the spent leases dropped before their
-// end, h.spentTok), capped at the burst, and their latest end. The taken
+// end, h.spentTok) and the dated pushes held until usable (dated.go),
+// capped at the burst, and their latest end. The taken
 // ones count because the asker's bucket may start empty at a restart
 // before they were taken (a lease of its previous incarnation, received
 // and used up after the restart, before this answer): counted as lent
@@ -431,6 +431,10 @@ func (l *RegionLease) heldOf(now time.Duration, h *holding) (tokens, untilNs int
 	if h.spentUntil > now && h.spentTok > 0 {
 		tokens += h.spentTok
 		untilNs = max(untilNs, int64(h.spentUntil))
+	}
+	for _, d := range h.dated { // held until usable (dated.go): to be used
+		tokens += d.tokens
+		untilNs = max(untilNs, int64(d.end))
 	}
 	return min(tokens, l.sh.Burst), untilNs
 }
@@ -492,8 +496,7 @@ func (l *RegionLease) gaveUp(now time.Duration, key string, fx *strategy.Effects
 	if p == nil {
 		return
 	}
-	cp := *p
-	l.sh.Advance(&cp, now)
+	cp := l.answerState(now, key, p) // dated pushes counted as lent (dated.go)
 	if cp.Leased == 0 && cp.Inherited == 0 && (cp.Level == l.sh.Burst*l.sh.Per || (p.Last > now && cp.Level == 0)) {
 		return // a full bucket with nothing lent, or an untouched conservative start: nothing to tell
 	}

@@ -132,16 +132,26 @@ func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *pee
 	if err := checkKey(from, g.Key); err != nil {
 		return err
 	}
+	// A dated push (dated.go) ends region_ttl after its usable_at, which
+	// lies at most min(2*latency_hint, region_ttl/4) after its sending.
+	ahead := time.Duration(max(g.UsableAtNs-g.SentAtNs, 0))
+	prevAhead := time.Duration(max(g.PrevUsableAtNs-g.PrevSentAtNs, 0))
 	switch {
 	case g.Tokens < 0 || g.Tokens > l.sh.Burst:
 		return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.Burst)
-	case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew):
-		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.ExpiresNs))
+	case g.UsableAtNs != 0 && (g.SentAtNs < 0 || g.SentAtNs > int64(now+l.maxSkew) || g.UsableAtNs < g.SentAtNs || ahead > l.rlead):
+		return errorf("grant from %s: dated push sent at %v, usable at %v: want sent within [0, now + max_skew] and usable within [sent, sent + %v]",
+			from, time.Duration(g.SentAtNs), time.Duration(g.UsableAtNs), l.rlead)
+	case g.PrevUsableAtNs != 0 && (g.PrevSentAtNs < 0 || g.PrevSentAtNs > int64(now+l.maxSkew) || g.PrevUsableAtNs < g.PrevSentAtNs || prevAhead > l.rlead):
+		return errorf("grant from %s: previous dated push sent at %v, usable at %v: want sent within [0, now + max_skew] and usable within [sent, sent + %v]",
+			from, time.Duration(g.PrevSentAtNs), time.Duration(g.PrevUsableAtNs), l.rlead)
+	case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew+ahead):
+		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew (+ a dated push's time ahead)]", from, time.Duration(g.ExpiresNs))
 	case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
 		return errorf("grant from %s: dry hint %v outside [0, now + %v]", from, time.Duration(g.EmptyUntilNs), maxHint)
 	case g.PrevTokens < 0 || g.PrevTokens > l.sh.Burst:
 		return errorf("grant from %s: previous push of %d tokens outside [0, burst %d]", from, g.PrevTokens, l.sh.Burst)
-	case g.PrevExpiresNs < 0 || g.PrevExpiresNs > int64(now+l.rttl+l.maxSkew):
+	case g.PrevExpiresNs < 0 || g.PrevExpiresNs > int64(now+l.rttl+l.maxSkew+prevAhead):
 		return errorf("grant from %s: previous push's end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.PrevExpiresNs))
 	}
 	return nil

@@ -27,6 +27,19 @@ type Pool struct {
 	// released with none unused. Always 0 in regionlease (no replicas).
 	Inherited      int64
 	InheritedUntil time.Duration
+	// Committed is refill the owner has promised ahead (regionlease's
+	// dated pushes; none for lease), by interval: the capacity keeps room
+	// for the part not made yet, so that the bucket, however full, never
+	// loses it. Ordered by At; an entry whose At has passed reserves
+	// nothing and may be dropped.
+	Committed []Commitment
+}
+
+// Commitment is Ticks of refill promised over (From, At] (made at an
+// even pace over it).
+type Commitment struct {
+	From, At time.Duration
+	Ticks    int64
 }
 
 // Shape is the rate and burst every pool of a node shares.
@@ -36,8 +49,31 @@ type Shape struct {
 	Burst       int64 // tokens
 }
 
-// Capacity is the pool's capacity in ticks at its current leases.
-func (s Shape) Capacity(p *Pool) int64 { return (s.Burst - p.Leased - p.Inherited) * s.Per }
+// Capacity is the pool's capacity in ticks at its current leases, less
+// the promised refill not made yet at Last (Reserved). It does not fall
+// between two changes of the leases (the promised refill is made as time
+// passes), so a Refill that evaluates it at its end is exact.
+func (s Shape) Capacity(p *Pool) int64 {
+	return (s.Burst-p.Leased-p.Inherited)*s.Per - Reserved(p, p.Last)
+}
+
+// Reserved is the ticks of p's promised refill (Committed) not made yet
+// at t, rounded up.
+func Reserved(p *Pool, t time.Duration) int64 {
+	var r int64
+	for _, c := range p.Committed {
+		switch {
+		case t >= c.At:
+		case t <= c.From:
+			r += c.Ticks
+		default:
+			// c.Ticks * (c.At - t) / (c.At - c.From), rounded up, without
+			// overflow for the ticks and durations at hand (float64).
+			r += int64(math.Ceil(float64(c.Ticks) * float64(c.At-t) / float64(c.At-c.From)))
+		}
+	}
+	return r
+}
 
 // Advance refills p up to now, releasing its inherited leases at their
 // end. A now at or before p.Last refills nothing.

@@ -1,0 +1,181 @@
+package regionlease_test
+
+import (
+	"strings"
+
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/tokenmesh/tokenmesh/api/peer/v1"
+	"github.com/tokenmesh/tokenmesh/strategy"
+)
+
+// usableRun runs pushSetup's key contended between eu.n0 (G) and us.n1
+// (its regional owner, 70 ms away), both offered 500/s against r = 100/s
+// from 1 s to 3 s, with push_ahead=100ms (a dated push reaches us.n1 30
+// ms before its tokens are made), and reports the most tokens us.n1 had
+// admitted beyond what it could have had at any of its admissions: every
+// grant's tokens from their receipt, every dated push's from its
+// usable_at (G's time; the test's clocks agree), whatever the holder was
+// told (naive: the dated pushes' dates stripped in transit, so that
+// us.n1 takes them on receipt). It also returns the dated pushes seen.
+func usableRun(t *testing.T, naive bool) (ahead int64, dated int) {
+	w, key := pushSetup(t, "push_ahead=100ms")
+	w.unchecked = naive
+	type avail struct {
+		at     time.Duration
+		tokens int64
+	}
+	var sched []avail
+	seen := map[uint64]bool{}
+	note := func(seq uint64, tokens int64, usable, at time.Duration) {
+		if seq == 0 || seen[seq] || tokens <= 0 {
+			return
+		}
+		seen[seq] = true
+		if usable > 0 {
+			dated++
+			at = max(at, usable)
+		}
+		sched = append(sched, avail{at, tokens})
+	}
+	dates := map[uint64]time.Duration{} // usable_at of each push, as G sent it
+	w.mutate = func(m *peerv1.RegionLeaseMessage) bool {
+		g := m.GetGrant()
+		if g == nil {
+			return false
+		}
+		if g.UsableAtNs > 0 {
+			dates[g.Seq] = time.Duration(g.UsableAtNs)
+		}
+		if !naive || g.UsableAtNs == 0 && g.PrevUsableAtNs == 0 {
+			return false
+		}
+		g.UsableAtNs, g.SentAtNs, g.PrevUsableAtNs, g.PrevSentAtNs = 0, 0, 0, 0
+		return true
+	}
+	w.seen = func(at time.Duration, _, to strategy.NodeID, m *peerv1.RegionLeaseMessage) {
+		if g := m.GetGrant(); g != nil && to == "us.n1" {
+			note(g.Seq, g.Tokens, dates[g.Seq], at)
+			note(g.PrevSeq, g.PrevTokens, dates[g.PrevSeq], at)
+		}
+	}
+	var admitted []time.Duration
+	id := uint64(1000)
+	for now := time.Second; now <= 3*time.Second; now += time.Millisecond {
+		if now%(2*time.Millisecond) == 0 {
+			for _, n := range []strategy.NodeID{"eu.n0", "us.n1"} {
+				id++
+				var fx strategy.Effects
+				d, ok := w.nodes[n].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
+				w.send(now, n, &fx)
+				if ok && d.Allowed && n == "us.n1" {
+					admitted = append(admitted, now)
+				}
+			}
+		}
+		w.step(now)
+	}
+	for i, at := range admitted {
+		var have int64
+		for _, a := range sched {
+			if a.at <= at {
+				have += a.tokens
+			}
+		}
+		ahead = max(ahead, int64(i+1)-have)
+	}
+	return ahead, dated
+}
+
+// A regional owner takes none of a dated push's tokens before G has made
+// them (usable_at, dated.go): with push_ahead longer than the WAN's
+// one-way delay, us.n1's admissions never run ahead of the tokens it
+// could have had by then; a holder that takes dated pushes on receipt
+// (their dates stripped in transit, as a build without dated pushes
+// would) does, which the test checks too so that it can fail.
+func TestDatedPushUsedNoEarlierThanMade(t *testing.T) {
+	ahead, dated := usableRun(t, false)
+	t.Logf("dated pushes %d; us.n1 admitted at most %d tokens ahead of what it had", dated, ahead)
+	if dated == 0 {
+		t.Fatal("no dated push reached us.n1")
+	}
+	if ahead > 0 {
+		t.Errorf("us.n1 admitted %d tokens more than it could have had by then", ahead)
+	}
+	naive, _ := usableRun(t, true)
+	t.Logf("a holder taking dated pushes on receipt: %d tokens ahead", naive)
+	if naive <= 0 {
+		t.Errorf("a holder taking dated pushes on receipt ran no token ahead: the test cannot tell the builds apart")
+	}
+}
+
+// A global owner sends dated pushes only to a region whose regional owner
+// said it takes them (takes_dated): a holder of a build without them
+// would use their tokens on receipt. us.n1 asks with takes_push, with and
+// without takes_dated; push_ahead=0 turns dated pushes off.
+func TestDatedOnlyToAskersThatTakeThem(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		takes     bool
+		params    []string
+		wantDated bool
+	}{{"takes dated", true, nil, true}, {"older holder", false, nil, false}, {"push_ahead=0", true, []string{"push_ahead=0"}, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, key := pushSetup(t, tc.params...)
+			grants := pushedGrants(t, w.nodes["eu.n0"], key, &peerv1.RegionLeaseAsk{TakesPush: true, TakesDated: tc.takes}, true)
+			pushed, dated := len(grants), 0
+			for _, gr := range grants {
+				if gr.UsableAtNs != 0 || gr.PrevUsableAtNs != 0 {
+					dated++
+				}
+			}
+			t.Logf("%d pushes, %d dated", pushed, dated)
+			if pushed == 0 {
+				t.Fatal("no push")
+			}
+			if tc.wantDated != (dated > 0) {
+				t.Errorf("%d of %d pushes dated; want dated pushes: %v", dated, pushed, tc.wantDated)
+			}
+		})
+	}
+}
+
+// A dated push whose usable_at lies before its sending, or further ahead
+// of it than a global owner may push (min(2*latency_hint, region_ttl/4)),
+// or that was sent further in the future than max_skew, is refused with
+// an error naming it, and no token of it is taken.
+func TestDatedPushMalformedRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		sent, usable time.Duration
+	}{{"usable before sent", 1000 * time.Millisecond, 900 * time.Millisecond},
+		{"usable far ahead", 1000 * time.Millisecond, 10 * time.Second},
+		{"sent in the future", 5 * time.Second, 5050 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, key := pushSetup(t)
+			r := w.nodes["us.n1"]
+			var fx strategy.Effects
+			for i := 0; i < 5; i++ { // us.n1's own requests: it asks eu.n0, its upstream
+				at := time.Second + time.Duration(i)*time.Millisecond
+				r.Request(at, strategy.Request{ID: uint64(500 + i), Key: key, Tokens: 1, Arrival: at}, &fx)
+			}
+			now := 1070 * time.Millisecond
+			b, err := proto.Marshal(&peerv1.RegionLeaseMessage{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{
+				Key: key, Seq: 1<<63 | 7, Tokens: 5, ExpiresNs: int64(now + time.Second), Pushed: true,
+				SentAtNs: int64(tc.sent), UsableAtNs: int64(tc.usable)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Receive(now, "eu.n0", b, &fx)
+			if err == nil || !strings.Contains(err.Error(), "dated push") {
+				t.Errorf("Receive: error %v, want one naming the dated push", err)
+			}
+			if held, _ := r.Float(now + 2*time.Second); held != 0 {
+				t.Errorf("a malformed dated push was taken: %d tokens held", held)
+			}
+		})
+	}
+}
