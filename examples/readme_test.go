@@ -74,7 +74,8 @@ func goVersion(t *testing.T, root string) string {
 // The README's library snippets build and vet as written, each as the
 // main package of a module of its own that imports the repository through a
 // Go workspace (go.work "use"s the repository): no network, no module
-// cache beyond the repository's own dependencies. The limiter snippet is
+// cache beyond the repository's own dependencies (whose go.mod files the
+// test fetches first). The limiter snippet is
 // run too and must print what its comments say.
 func TestReadmeLibrarySnippetsBuild(t *testing.T) {
 	root := repoRoot(t)
@@ -85,6 +86,16 @@ func TestReadmeLibrarySnippetsBuild(t *testing.T) {
 	snippets := readmeSnippets(t, string(readme))
 	if len(snippets) < 2 {
 		t.Fatalf("README.md has %d snippets marked %q, want the limiter and the httplimit one", len(snippets), snippetMarker)
+	}
+	// A workspace loads the repository's whole module graph, the go.mod
+	// of every module go.mod lists included (an indirect requirement no
+	// package imports among them), which building the repository never
+	// fetches: fetch them now, through the environment's module proxy (or
+	// the cache), before the offline build below.
+	list := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-m", "all")
+	list.Dir = root
+	if out, err := list.CombinedOutput(); err != nil {
+		t.Fatalf("go list -m all (the repository's module graph, for the offline build): %v\n%s", err, out)
 	}
 	dir := t.TempDir()
 	ver := goVersion(t, root)
