@@ -87,15 +87,15 @@ func TestReadmeLibrarySnippetsBuild(t *testing.T) {
 	if len(snippets) < 2 {
 		t.Fatalf("README.md has %d snippets marked %q, want the limiter and the httplimit one", len(snippets), snippetMarker)
 	}
-	// A workspace loads the repository's whole module graph, the go.mod
-	// of every module go.mod lists included (an indirect requirement no
-	// package imports among them), which building the repository never
-	// fetches: fetch them now, through the environment's module proxy (or
-	// the cache), before the offline build below.
-	list := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-m", "all")
-	list.Dir = root
-	if out, err := list.CombinedOutput(); err != nil {
-		t.Fatalf("go list -m all (the repository's module graph, for the offline build): %v\n%s", err, out)
+	// A workspace loads the repository's whole module graph, every module
+	// go.mod lists included (an indirect requirement no package imports
+	// among them), which building the repository never fetches: download
+	// them now, through the environment's module proxy (or from the
+	// cache), before the offline build below.
+	download := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download")
+	download.Dir = root
+	if out, err := download.CombinedOutput(); err != nil {
+		t.Fatalf("go mod download (the repository's modules, for the offline build): %v\n%s", err, out)
 	}
 	dir := t.TempDir()
 	ver := goVersion(t, root)
