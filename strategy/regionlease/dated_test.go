@@ -2,7 +2,6 @@ package regionlease_test
 
 import (
 	"strings"
-
 	"testing"
 	"time"
 
