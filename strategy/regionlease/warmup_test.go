@@ -368,6 +368,8 @@ func FuzzReceiveWarmup(f *testing.F) {
 		{Body: &peerv1.RegionLeaseMessage_State{State: &peerv1.RegionLeaseState{Key: "k", Id: 1}}},
 		{Body: &peerv1.RegionLeaseMessage_StateQuery{StateQuery: &peerv1.RegionLeaseStateQuery{Key: "k", Id: 7}}},
 		{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{Key: "k", Seq: 1, Tokens: 2, ExpiresNs: int64(now), Pushed: true}}},
+		{Body: &peerv1.RegionLeaseMessage_Grant{Grant: &peerv1.RegionLeaseGrant{Key: "k", Seq: 1<<63 | 2, Tokens: 2, ExpiresNs: int64(now + time.Second), Pushed: true,
+			SentAtNs: int64(now), UsableAtNs: int64(now + 5*time.Millisecond), PrevSeq: 1<<63 | 1, PrevTokens: 1, PrevExpiresNs: int64(now), PrevSentAtNs: int64(now - 5*time.Millisecond), PrevUsableAtNs: int64(now)}}},
 		// relays and forwards of a cold key (rate 10/s on a 5 ms hint: no
 		// stock, the ordering buffer, order.go), with origin_request_id
 		{Body: &peerv1.RegionLeaseMessage_Forward{Forward: &peerv1.RegionLeaseForward{RequestId: 3, Key: "k", ArrivalNs: int64(now), Relay: true, OriginRequestId: 9}}},
