@@ -233,29 +233,38 @@ func (l *RegionLease) pushDated(now time.Duration, key string, ps *pushState, p 
 		if refill <= 0 {
 			break
 		}
-		var promised float64
-		for _, n := range sortedKeys(ps.askers) {
-			a := ps.askers[n]
-			if !a.push || a.at+l.window <= now {
-				continue
-			}
-			part, cin := refill*float64(a.mtps)/1000/others, a.dcarry
-			promised += part
-			share := min(int64(part+cin), l.sh.Burst) // a grant's bound
-			a.dcarry = part + cin - float64(share)
-			ps.askers[n] = a
-			var seq uint64
-			if share >= 1 {
-				seq = l.sendPush(now, key, n, ps, p, share, end, fx)
-			}
-			ps.dated = append(ps.dated, datedLend{from: start, at: end, refill: part, cin: cin, cout: a.dcarry, n: share, node: n, seq: seq})
-		}
-		if promised > 0 {
-			p.Committed = append(p.Committed, leasepool.Commitment{From: start, At: end, Ticks: int64(math.Ceil(promised * float64(l.sh.Per)))})
-		}
+		l.lendChunk(now, key, ps, p, start, end, refill, others, fx)
 		start = end
 	}
 	ps.horizon = horizon
+}
+
+// lendChunk commits refill tokens of the refill of (start, end] to the
+// fresh push-taking askers, each its part by the demand it reported
+// against others (tokens per second), and lends each the whole tokens of
+// its part and of the fraction it carried, dated end, keeping the new
+// fraction (a.dcarry); the bucket keeps room for what it committed.
+func (l *RegionLease) lendChunk(now time.Duration, key string, ps *pushState, p *pool, start, end time.Duration, refill, others float64, fx *strategy.Effects) {
+	var promised float64
+	for _, n := range sortedKeys(ps.askers) {
+		a := ps.askers[n]
+		if !a.push || a.at+l.window <= now {
+			continue
+		}
+		part, cin := refill*float64(a.mtps)/1000/others, a.dcarry
+		promised += part
+		share := min(int64(part+cin), l.sh.Burst) // a grant's bound
+		a.dcarry = part + cin - float64(share)
+		ps.askers[n] = a
+		var seq uint64
+		if share >= 1 {
+			seq = l.sendPush(now, key, n, ps, p, share, end, fx)
+		}
+		ps.dated = append(ps.dated, datedLend{from: start, at: end, refill: part, cin: cin, cout: a.dcarry, n: share, node: n, seq: seq})
+	}
+	if promised > 0 {
+		p.Committed = append(p.Committed, leasepool.Commitment{From: start, At: end, Ticks: int64(math.Ceil(promised * float64(l.sh.Per)))})
+	}
 }
 
 // pushMade lends, with dated pushes on, the whole tokens the level holds
@@ -332,14 +341,21 @@ func (l *RegionLease) forgetDated(id grantID) {
 		if d := &ps.dated[i]; d.node == id.node && d.seq == id.seq && d.n > 0 {
 			ps.carried -= d.cin
 			if p := l.pools[id.key]; p != nil {
-				for j := range p.Committed { // rounded down: the room kept never falls short
-					if c := &p.Committed[j]; c.From == d.from && c.At == d.at {
-						c.Ticks = max(c.Ticks-int64((d.refill-d.cout)*float64(l.sh.Per)), 0)
-						break
-					}
-				}
+				// Rounded down: the room kept never falls short.
+				uncommit(p, d.from, d.at, int64((d.refill-d.cout)*float64(l.sh.Per)))
 			}
 			d.refill, d.cin, d.n = d.cout, 0, 0
+			return
+		}
+	}
+}
+
+// uncommit takes ticks off p's promised refill of (from, at] (at least 0
+// left).
+func uncommit(p *pool, from, at time.Duration, ticks int64) {
+	for j := range p.Committed {
+		if c := &p.Committed[j]; c.From == from && c.At == at {
+			c.Ticks = max(c.Ticks-ticks, 0)
 			return
 		}
 	}
@@ -392,12 +408,11 @@ func (l *RegionLease) takeDated(now time.Duration, from strategy.NodeID, key str
 // sentGap records gap, a dated push's receipt here less its sending at
 // G, and returns the smallest over the current and the last gapPeriod.
 func (l *RegionLease) sentGap(now time.Duration, h *holding, gap time.Duration) time.Duration {
-	if now >= h.gapAt+gapPeriod || !h.gapSet {
+	switch {
+	case !h.gapSet:
+		h.gapPrev, h.gapCur, h.gapAt, h.gapSet = gap, gap, now, true
+	case now >= h.gapAt+gapPeriod:
 		h.gapPrev, h.gapCur, h.gapAt = h.gapCur, gap, now
-		if !h.gapSet {
-			h.gapPrev = gap
-		}
-		h.gapSet = true
 	}
 	h.gapCur = min(h.gapCur, gap)
 	return min(h.gapCur, h.gapPrev)
@@ -419,13 +434,12 @@ func (l *RegionLease) datedTimer(now time.Duration, t timer, fx *strategy.Effect
 		keep = append(keep, d)
 	}
 	h.dated = keep
-	if to, region := l.upstream(t.key); !region {
-		return // no longer its regional owner: dropped, they end unused at G
-	} else {
-		for _, d := range due {
-			if d.from == to {
-				l.takePush(now, d.from, t.key, h, d.seq, d.tokens, d.end, d.sent, fx)
-			}
+	// No longer the key's regional owner (or a push from a previous
+	// upstream): dropped, they end unused at G.
+	to, region := l.upstream(t.key)
+	for _, d := range due {
+		if region && d.from == to {
+			l.takePush(now, d.from, t.key, h, d.seq, d.tokens, d.end, d.sent, fx)
 		}
 	}
 	l.holdingChanged(h)

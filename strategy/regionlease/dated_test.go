@@ -62,21 +62,11 @@ func usableRun(t *testing.T, naive bool) (ahead int64, dated int) {
 		}
 	}
 	var admitted []time.Duration
-	id := uint64(1000)
-	for now := time.Second; now <= 3*time.Second; now += time.Millisecond {
-		if now%(2*time.Millisecond) == 0 {
-			for _, n := range []strategy.NodeID{"eu.n0", "us.n1"} {
-				id++
-				var fx strategy.Effects
-				d, ok := w.nodes[n].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
-				w.send(now, n, &fx)
-				if ok && d.Allowed && n == "us.n1" {
-					admitted = append(admitted, now)
-				}
-			}
+	w.runBoth(key, func(now time.Duration, n strategy.NodeID) {
+		if n == "us.n1" {
+			admitted = append(admitted, now)
 		}
-		w.step(now)
-	}
+	})
 	for i, at := range admitted {
 		var have int64
 		for _, a := range sched {

@@ -150,6 +150,27 @@ func (w *wan) run(key string, end time.Duration) {
 	}
 }
 
+// runBoth offers key at both eu.n0 and us.n1 (one request each every 2
+// ms, from 1 s to 3 s: 500/s each), steps the network every millisecond,
+// and calls admitted with each admitted request's time and node.
+func (w *wan) runBoth(key string, admitted func(now time.Duration, n strategy.NodeID)) {
+	id := uint64(1000)
+	for now := time.Second; now <= 3*time.Second; now += time.Millisecond {
+		if now%(2*time.Millisecond) == 0 {
+			for _, n := range []strategy.NodeID{"eu.n0", "us.n1"} {
+				id++
+				var fx strategy.Effects
+				d, ok := w.nodes[n].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
+				w.send(now, n, &fx)
+				if ok && d.Allowed {
+					admitted(now, n)
+				}
+			}
+		}
+		w.step(now)
+	}
+}
+
 // A region whose demand rises while the key is contended receives the
 // global owner's refill as pushes, one WAN one-way delay after each push,
 // instead of once per round trip as the grant of its next ask: from 1.5 s
@@ -313,25 +334,15 @@ func TestRegionSplit(t *testing.T) {
 		t.Run(strings.Join(append([]string{tc.split}, tc.extra...), ","), func(t *testing.T) {
 			w, key := pushSetup(t, append([]string{"region_split=" + tc.split}, tc.extra...)...)
 			var own, remote int64
-			id := uint64(1000)
-			for now := time.Second; now <= 3*time.Second; now += time.Millisecond {
-				if now%(2*time.Millisecond) == 0 {
-					for _, n := range []strategy.NodeID{"eu.n0", "us.n1"} {
-						id++
-						var fx strategy.Effects
-						d, ok := w.nodes[n].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
-						w.send(now, n, &fx)
-						if ok && d.Allowed && now >= 1500*time.Millisecond {
-							if n == "eu.n0" {
-								own++
-							} else {
-								remote++
-							}
-						}
+			w.runBoth(key, func(now time.Duration, n strategy.NodeID) {
+				if now >= 1500*time.Millisecond {
+					if n == "eu.n0" {
+						own++
+					} else {
+						remote++
 					}
 				}
-				w.step(now)
-			}
+			})
 			t.Logf("eu.n0 %d, us.n1 %d", own, remote)
 			if own+remote < 120 || own+remote > 160 || remote < tc.remoteMin || remote > tc.remoteMax || own < tc.ownMin {
 				t.Errorf("from 1.5 s to 3 s eu.n0 (G's region) admitted %d, us.n1 %d; want 120-160 in all, us.n1 %d-%d, eu.n0 at least %d",

@@ -108,7 +108,7 @@ func (l *RegionLease) setOwnBudget(now time.Duration, key string, p *pool, ps *p
 	}
 	s := min(own/total, 1)
 	refill := s * l.rate.PerSec() * l.pushEvery.Seconds()
-	left := l.spareG(now, now, key, p) / l.sh.Per
+	left := l.wholeG(now, key, p)
 	if l.split == splitDemand {
 		// A fraction of a token left over, s of the refill, and what the
 		// pushes could not place (their caps: a region that holds half a

@@ -127,24 +127,24 @@ func (l *RegionLease) checkAsk(from strategy.NodeID, a *peerv1.RegionLeaseAsk, a
 }
 
 // checkGrant: the key, tokens in [0, burst], end within region_ttl +
-// max_skew of now, dry hint within maxHint of now.
+// max_skew of now (plus a dated push's time ahead, checkDated), dry hint
+// within maxHint of now, and the same of the previous push it carries.
 func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *peerv1.RegionLeaseGrant) error {
 	if err := checkKey(from, g.Key); err != nil {
 		return err
 	}
-	// A dated push (dated.go) ends region_ttl after its usable_at, which
-	// lies at most min(2*latency_hint, region_ttl/4) after its sending.
-	ahead := time.Duration(max(g.UsableAtNs-g.SentAtNs, 0))
-	prevAhead := time.Duration(max(g.PrevUsableAtNs-g.PrevSentAtNs, 0))
-	switch {
-	case g.Tokens < 0 || g.Tokens > l.sh.Burst:
+	if g.Tokens < 0 || g.Tokens > l.sh.Burst {
 		return errorf("grant from %s: %d tokens outside [0, burst %d]", from, g.Tokens, l.sh.Burst)
-	case g.UsableAtNs != 0 && (g.SentAtNs < 0 || g.SentAtNs > int64(now+l.maxSkew) || g.UsableAtNs < g.SentAtNs || ahead > l.rlead):
-		return errorf("grant from %s: dated push sent at %v, usable at %v: want sent within [0, now + max_skew] and usable within [sent, sent + %v]",
-			from, time.Duration(g.SentAtNs), time.Duration(g.UsableAtNs), l.rlead)
-	case g.PrevUsableAtNs != 0 && (g.PrevSentAtNs < 0 || g.PrevSentAtNs > int64(now+l.maxSkew) || g.PrevUsableAtNs < g.PrevSentAtNs || prevAhead > l.rlead):
-		return errorf("grant from %s: previous dated push sent at %v, usable at %v: want sent within [0, now + max_skew] and usable within [sent, sent + %v]",
-			from, time.Duration(g.PrevSentAtNs), time.Duration(g.PrevUsableAtNs), l.rlead)
+	}
+	ahead, err := l.checkDated(now, from, "dated push", g.SentAtNs, g.UsableAtNs)
+	if err != nil {
+		return err
+	}
+	prevAhead, err := l.checkDated(now, from, "previous dated push", g.PrevSentAtNs, g.PrevUsableAtNs)
+	if err != nil {
+		return err
+	}
+	switch {
 	case g.ExpiresNs < 0 || g.ExpiresNs > int64(now+l.rttl+l.maxSkew+ahead):
 		return errorf("grant from %s: end %v outside [0, now + region_ttl + max_skew (+ a dated push's time ahead)]", from, time.Duration(g.ExpiresNs))
 	case g.EmptyUntilNs < 0 || g.EmptyUntilNs > int64(now+maxHint):
@@ -155,6 +155,24 @@ func (l *RegionLease) checkGrant(now time.Duration, from strategy.NodeID, g *pee
 		return errorf("grant from %s: previous push's end %v outside [0, now + region_ttl + max_skew]", from, time.Duration(g.PrevExpiresNs))
 	}
 	return nil
+}
+
+// checkDated bounds a dated push's times (dated.go; usableNs 0: not
+// dated, nothing to check): sent (G's clock, ns) within [0, now +
+// max_skew], usable within [sent, sent + min(2*latency_hint,
+// region_ttl/4)], the most a global owner pushes ahead. It returns the
+// push's time ahead (usable - sent), by which its end may lie beyond
+// region_ttl from now. what names the push in the error ("dated push").
+func (l *RegionLease) checkDated(now time.Duration, from strategy.NodeID, what string, sentNs, usableNs int64) (time.Duration, error) {
+	if usableNs == 0 {
+		return 0, nil
+	}
+	ahead := time.Duration(usableNs - sentNs)
+	if sentNs < 0 || sentNs > int64(now+l.maxSkew) || ahead < 0 || ahead > l.rlead {
+		return 0, errorf("grant from %s: %s sent at %v, usable at %v: want sent within [0, now + max_skew] and usable within [sent, sent + %v]",
+			from, what, time.Duration(sentNs), time.Duration(usableNs), l.rlead)
+	}
+	return ahead, nil
 }
 
 // checkTokens: the key, and n tokens (what, e.g. "unused tokens") of a

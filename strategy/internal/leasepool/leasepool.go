@@ -50,16 +50,16 @@ type Shape struct {
 }
 
 // Capacity is the pool's capacity in ticks at its current leases, less
-// the promised refill not made yet at Last (Reserved). It does not fall
+// the promised refill not made yet at Last (reserved). It does not fall
 // between two changes of the leases (the promised refill is made as time
 // passes), so a Refill that evaluates it at its end is exact.
 func (s Shape) Capacity(p *Pool) int64 {
-	return (s.Burst-p.Leased-p.Inherited)*s.Per - Reserved(p, p.Last)
+	return (s.Burst-p.Leased-p.Inherited)*s.Per - reserved(p, p.Last)
 }
 
-// Reserved is the ticks of p's promised refill (Committed) not made yet
+// reserved is the ticks of p's promised refill (Committed) not made yet
 // at t, rounded up.
-func Reserved(p *Pool, t time.Duration) int64 {
+func reserved(p *Pool, t time.Duration) int64 {
 	var r int64
 	for _, c := range p.Committed {
 		switch {
