@@ -80,15 +80,17 @@ func TestHotLeaseBoundsOwnRegionNode(t *testing.T) {
 	}
 }
 
-// hot_period and quantum must not be negative: New refuses either with an
-// error naming it.
+// hot_period, quantum and clock_uncertainty must not be negative, and
+// clock_uncertainty not above max_skew: New refuses each with an error
+// naming it.
 func TestNegativeTuningRefused(t *testing.T) {
-	for _, name := range []string{"hot_period", "quantum"} {
-		ps, _ := strategy.ParseParams([]string{name + "=-1ms"})
+	for _, set := range []string{"hot_period=-1ms", "quantum=-1ms", "clock_uncertainty=-1ms", "clock_uncertainty=150ms"} {
+		name, _, _ := strings.Cut(set, "=")
+		ps, _ := strategy.ParseParams([]string{set})
 		_, err := regionlease.New(strategy.Config{Self: "eu.n0", Members: []strategy.NodeID{"eu.n0"}, Rate: bucket.Rate{Tokens: 1, Per: 10 * time.Millisecond},
 			Burst: 100, Params: ps, Rand: rand.New(rand.NewPCG(1, 1)), LatencyHint: 50 * time.Millisecond})
 		if err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s=-1ms: error %v, want one naming %s", name, err, name)
+			t.Errorf("%s: error %v, want one naming %s", set, err, name)
 		}
 	}
 }

@@ -394,7 +394,7 @@ func (l *RegionLease) takeDated(now time.Duration, from strategy.NodeID, key str
 			return false
 		}
 	}
-	at := pl.usableAt + l.sentGap(now, h, now-pl.sent)
+	at := pl.usableAt + l.usableAfter(now, h, now-pl.sent)
 	if at <= now || l.isIdle(now, h) { // usable, or idle: given back at once (takePush)
 		return l.takePush(now, from, key, h, pl.seq, pl.tokens, pl.end, pl.sent, fx)
 	}
@@ -403,6 +403,21 @@ func (l *RegionLease) takeDated(now time.Duration, from strategy.NodeID, key str
 	l.pushTimer(timer{at: at, kind: timerDated, key: key})
 	fx.WakeAt(at)
 	return true
+}
+
+// usableAfter is how long after its usable_at (G's time) a dated push
+// is usable here, on this node's clock: the smallest gap between a dated
+// push's sending and its receipt (sentGap; gap is this one's), which is
+// no earlier than usable_at on G's clock whatever the clocks, or, when
+// that is longer, clock_uncertainty, trusted to bound how far this
+// node's clock runs ahead of G's (ours; docs/EVALUATION.md, "regionlease:
+// trusting the clocks"). The gap is recorded either way.
+func (l *RegionLease) usableAfter(now time.Duration, h *holding, gap time.Duration) time.Duration {
+	after := l.sentGap(now, h, gap)
+	if l.clockUncertainty > 0 {
+		after = min(after, l.clockUncertainty)
+	}
+	return after
 }
 
 // sentGap records gap, a dated push's receipt here less its sending at

@@ -14,15 +14,19 @@ import (
 // usableRun runs pushSetup's key contended between eu.n0 (G) and us.n1
 // (its regional owner, 70 ms away), both offered 500/s against r = 100/s
 // from 1 s to 3 s, with push_ahead=100ms (a dated push reaches us.n1 30
-// ms before its tokens are made), and reports the most tokens us.n1 had
-// admitted beyond what it could have had at any of its admissions: every
-// grant's tokens from their receipt, every dated push's from its
-// usable_at (G's time; the test's clocks agree), whatever the holder was
-// told (naive: the dated pushes' dates stripped in transit, so that
-// us.n1 takes them on receipt). It also returns the dated pushes seen.
-func usableRun(t *testing.T, naive bool) (ahead int64, dated int) {
-	w, key := pushSetup(t, "push_ahead=100ms")
-	w.unchecked = naive
+// ms before its tokens are made) and params, us.n1's clock running skew
+// ahead of the test's and G's, and reports the most tokens us.n1 had
+// admitted beyond what it could have had at any of its admissions (the
+// test's time): every grant's tokens from their receipt, every dated
+// push's from its usable_at (G's time), whatever the holder was told
+// (naive: the dated pushes' dates stripped in transit, so that us.n1
+// takes them on receipt). It also returns the dated pushes seen. With a
+// skew the envelope's check is off (it reads every node's times as the
+// test's).
+func usableRun(t *testing.T, naive bool, skew time.Duration, params ...string) (over int64, dated int) {
+	w, key := pushSetup(t, append([]string{"push_ahead=100ms"}, params...)...)
+	w.unchecked = naive || skew != 0
+	w.ahead = map[strategy.NodeID]time.Duration{"us.n1": skew}
 	type avail struct {
 		at     time.Duration
 		tokens int64
@@ -74,9 +78,9 @@ func usableRun(t *testing.T, naive bool) (ahead int64, dated int) {
 				have += a.tokens
 			}
 		}
-		ahead = max(ahead, int64(i+1)-have)
+		over = max(over, int64(i+1)-have)
 	}
-	return ahead, dated
+	return over, dated
 }
 
 // A regional owner takes none of a dated push's tokens before G has made
@@ -86,18 +90,49 @@ func usableRun(t *testing.T, naive bool) (ahead int64, dated int) {
 // (their dates stripped in transit, as a build without dated pushes
 // would) does, which the test checks too so that it can fail.
 func TestDatedPushUsedNoEarlierThanMade(t *testing.T) {
-	ahead, dated := usableRun(t, false)
-	t.Logf("dated pushes %d; us.n1 admitted at most %d tokens ahead of what it had", dated, ahead)
+	over, dated := usableRun(t, false, 0)
+	t.Logf("dated pushes %d; us.n1 admitted at most %d tokens ahead of what it had", dated, over)
 	if dated == 0 {
 		t.Fatal("no dated push reached us.n1")
 	}
-	if ahead > 0 {
-		t.Errorf("us.n1 admitted %d tokens more than it could have had by then", ahead)
+	if over > 0 {
+		t.Errorf("us.n1 admitted %d tokens more than it could have had by then", over)
 	}
-	naive, _ := usableRun(t, true)
+	naive, _ := usableRun(t, true, 0)
 	t.Logf("a holder taking dated pushes on receipt: %d tokens ahead", naive)
 	if naive <= 0 {
 		t.Errorf("a holder taking dated pushes on receipt ran no token ahead: the test cannot tell the builds apart")
+	}
+	// Without clock_uncertainty no clock is trusted: a holder whose clock
+	// runs 40 ms ahead measures the gap 40 ms longer and holds as long.
+	if over, _ := usableRun(t, false, 40*time.Millisecond); over > 0 {
+		t.Errorf("us.n1's clock 40 ms ahead: it admitted %d tokens more than it could have had", over)
+	}
+}
+
+// With clock_uncertainty=e, a holder uses a dated push's tokens at its
+// usable_at plus at most e on its own clock (dated.go, usableAfter): with
+// the clocks within e, still never before G made them; with us.n1's clock
+// 40 ms ahead of G's, e = 5ms, at most 35 ms early (the bound the
+// parameter states: min(40-5, push_ahead less the shortest delay, 30) ms),
+// that is at most r*30ms = 3 tokens over what it had. The earlier use
+// shows too: over the run us.n1 admits more than without the parameter.
+func TestDatedPushClockUncertainty(t *testing.T) {
+	over, dated := usableRun(t, false, 0, "clock_uncertainty=5ms")
+	t.Logf("clocks agree, clock_uncertainty=5ms: %d dated pushes, at most %d tokens ahead", dated, over)
+	if dated == 0 {
+		t.Fatal("no dated push reached us.n1")
+	}
+	if over > 0 {
+		t.Errorf("clocks within clock_uncertainty: us.n1 admitted %d tokens more than it could have had", over)
+	}
+	skewed, _ := usableRun(t, false, 40*time.Millisecond, "clock_uncertainty=5ms")
+	t.Logf("us.n1's clock 40 ms ahead, clock_uncertainty=5ms: at most %d tokens ahead (bound 3)", skewed)
+	if skewed > 3 {
+		t.Errorf("us.n1's clock 40 ms ahead: %d tokens ahead, above the stated bound r*min(35ms, 30ms) = 3", skewed)
+	}
+	if skewed <= 0 {
+		t.Errorf("us.n1's clock 40 ms ahead with clock_uncertainty=5ms ran no token ahead: the skew does not reach the holder")
 	}
 }
 

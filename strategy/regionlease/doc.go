@@ -119,6 +119,16 @@
 //     jitter bunches it. G keeps room in the bucket for the refill it
 //     promised (leasepool.Pool.Committed), takes none of it for anything
 //     else, and moves it into the leases once made.
+//   - Trusting the clocks (dated.go, usableAfter; ours, after Spanner's
+//     TrueTime bound and CockroachDB's max-offset; docs/EVALUATION.md,
+//     "regionlease: trusting the clocks"): with clock_uncertainty = e > 0
+//     the holder uses a dated push at usable_at plus at most e on its own
+//     clock instead of plus the WAN's shortest delay, and push_ahead
+//     defaults to latency_hint so that pushes land before their time.
+//     Nothing is created while the clocks are within e; a holder whose
+//     clock runs ahead of G's by d more uses tokens up to min(d,
+//     push_ahead less the shortest delay) early (TestDatedPushClockUncertainty).
+//     Off (0) by default: the envelope then rests on no clock.
 //   - Shares on the node tier (share.go; strategy/lease's share and
 //     untilDry, its "# Contended keys"; the port is ours;
 //     docs/EVALUATION.md, "regionlease: shares on the node tier"): a

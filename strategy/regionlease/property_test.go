@@ -489,6 +489,10 @@ func drawRule(t *rapid.T, ratePerSec int) (bucket.Rate, strategy.Params) {
 		"min_lease=" + fmt.Sprint(rapid.IntRange(1, 4).Draw(t, "min_lease")),
 		"period=" + fmt.Sprint(period) + "ms",
 		"region_period=" + fmt.Sprint(period+rapid.IntRange(0, 1000).Draw(t, "region_period_extra_ms")) + "ms",
+		// 0, 3, 6 or 9 ms, read off the period rather than drawn, so that
+		// the committed fail files replay the draws they were found with.
+		// The simulator's clocks agree: any value holds (dated.go).
+		"clock_uncertainty=" + fmt.Sprint(3*(period%4)) + "ms",
 	}
 	params, err := strategy.ParseParams(settings)
 	if err != nil {

@@ -29,7 +29,13 @@ type wan struct {
 	mutate    func(m *peerv1.RegionLeaseMessage) bool
 	unchecked bool
 	seen      func(at time.Duration, from, to strategy.NodeID, m *peerv1.RegionLeaseMessage)
+	// ahead is how far a node's clock runs ahead of the test's (none:
+	// the clocks agree); messages travel in the test's time.
+	ahead map[strategy.NodeID]time.Duration
 }
+
+// clock is node id's time at the test's time now.
+func (w *wan) clock(id strategy.NodeID, now time.Duration) time.Duration { return now + w.ahead[id] }
 
 type wanMsg struct {
 	at       time.Duration
@@ -79,13 +85,13 @@ func (w *wan) step(now time.Duration) {
 			_ = proto.Unmarshal(m.payload, &pm)
 			w.seen(now, m.from, m.to, &pm)
 		}
-		if err := w.nodes[m.to].Receive(now, m.from, m.payload, &fx); err != nil {
+		if err := w.nodes[m.to].Receive(w.clock(m.to, now), m.from, m.payload, &fx); err != nil {
 			w.t.Fatal(err)
 		}
 		w.send(now, m.to, &fx)
 	}
 	for _, id := range []strategy.NodeID{"eu.n0", "us.n1"} {
-		w.nodes[id].Tick(now, &fx)
+		w.nodes[id].Tick(w.clock(id, now), &fx)
 		w.send(now, id, &fx)
 	}
 	if w.unchecked {
@@ -151,8 +157,9 @@ func (w *wan) run(key string, end time.Duration) {
 }
 
 // runBoth offers key at both eu.n0 and us.n1 (one request each every 2
-// ms, from 1 s to 3 s: 500/s each), steps the network every millisecond,
-// and calls admitted with each admitted request's time and node.
+// ms, from 1 s to 3 s of the test's time: 500/s each), steps the network
+// every millisecond, and calls admitted with each admitted request's time
+// (the test's) and node.
 func (w *wan) runBoth(key string, admitted func(now time.Duration, n strategy.NodeID)) {
 	id := uint64(1000)
 	for now := time.Second; now <= 3*time.Second; now += time.Millisecond {
@@ -160,7 +167,8 @@ func (w *wan) runBoth(key string, admitted func(now time.Duration, n strategy.No
 			for _, n := range []strategy.NodeID{"eu.n0", "us.n1"} {
 				id++
 				var fx strategy.Effects
-				d, ok := w.nodes[n].Request(now, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: now}, &fx)
+				at := w.clock(n, now)
+				d, ok := w.nodes[n].Request(at, strategy.Request{ID: id, Key: key, Tokens: 1, Arrival: at}, &fx)
 				w.send(now, n, &fx)
 				if ok && d.Allowed {
 					admitted(now, n)

@@ -80,10 +80,14 @@ type RegionLease struct {
 	pushes    map[string]*pushState
 	pushEvery time.Duration // 0: no pushes
 	pushAhead time.Duration // 0: no dated pushes (dated.go)
-	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
-	quantum   time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
-	rate      bucket.Rate   // the rule's refill rate (share.go)
-	pushSeq   uint64
+	// clockUncertainty > 0: the most this node's clock may differ from a
+	// global owner's, trusted; a dated push is usable at its usable_at
+	// plus at most this (dated.go, takeDated).
+	clockUncertainty time.Duration
+	hotPeriod        time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
+	quantum          time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
+	rate             bucket.Rate   // the rule's refill rate (share.go)
+	pushSeq          uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
 	// regional owner, the region's stock), its forwarded requests, its
@@ -226,7 +230,19 @@ func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) er
 		return fmt.Errorf("regionlease: parameter push_every must not be negative")
 	}
 	l.split = regionSplit(v.Enum("region_split"))
-	l.pushAhead = v.DurationOr("push_ahead", min(hint/2, l.rlead))
+	l.clockUncertainty = v.Duration("clock_uncertainty")
+	if l.clockUncertainty < 0 || l.clockUncertainty > l.maxSkew {
+		return fmt.Errorf("regionlease: parameter clock_uncertainty=%s outside [0, max_skew=%s]", l.clockUncertainty, l.maxSkew)
+	}
+	ahead := min(hint/2, l.rlead)
+	if l.clockUncertainty > 0 {
+		// A chunk is used at its time plus at most clock_uncertainty, so
+		// its push should come before that: the hint is the crossing's
+		// 99th percentile (docs/EVALUATION.md, "regionlease: trusting
+		// the clocks").
+		ahead = min(hint, l.rlead)
+	}
+	l.pushAhead = v.DurationOr("push_ahead", ahead)
 	if l.pushAhead < 0 || l.pushAhead > l.rlead {
 		// At most rlead: a holder stops using a lease rlead before its
 		// end, so a dated one (ending region_ttl after its usable_at) is
