@@ -35,6 +35,10 @@ import (
 // (rather than its mean, plus its jitter), on a schedule set by G's refill
 // rather than by the pushes' arrivals: a push that comes later than that
 // (a delay longer than A plus the shortest) is used on receipt.
+// With clock_uncertainty = e > 0 the holder waits at most e instead of
+// the shortest gap (usableAfter): trusting every two clocks within e, it
+// uses the tokens e after they are made rather than the WAN's shortest
+// delay after.
 //
 // Why nothing is created (G's accounting of a dated push is ours):
 //   - A dated push commits its asker's part of the refill of its interval

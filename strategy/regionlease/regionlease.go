@@ -221,8 +221,8 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 	return l.readTuning(v, hint, lan)
 }
 
-// readTuning reads and checks push_every, hot_period, quantum, hold and
-// idle (their defaults from the latency hint, lan_latency, period and
+// readTuning reads and checks push_every, region_split,
+// clock_uncertainty, push_ahead, hot_period, quantum, hold and idle (their defaults from the latency hint, lan_latency, period and
 // timeout, which readParams set first).
 func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
