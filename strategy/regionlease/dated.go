@@ -226,7 +226,8 @@ func (l *RegionLease) pushDated(now time.Duration, key string, ps *pushState, p 
 	if others <= 0 || total <= 0 || first >= horizon || !l.fenced(now, key, horizon+l.rttl, fx) {
 		return
 	}
-	l.pushMade(now, key, ps, p, total, others, fx)
+	skip := l.outlasting(now, key, ps, p, total)
+	l.pushMade(now, key, ps, p, total, others, skip, fx)
 	for start := first; start < horizon; {
 		end := min(start+l.pushEvery, horizon)
 		refill := others / total * l.rate.PerSec() * (end - start).Seconds()
@@ -237,7 +238,7 @@ func (l *RegionLease) pushDated(now time.Duration, key string, ps *pushState, p 
 		if refill <= 0 {
 			break
 		}
-		l.lendChunk(now, key, ps, p, start, end, refill, others, fx)
+		l.lendChunk(now, key, ps, p, start, end, refill, others, skip, fx)
 		start = end
 	}
 	ps.horizon = horizon
@@ -248,11 +249,11 @@ func (l *RegionLease) pushDated(now time.Duration, key string, ps *pushState, p 
 // against others (tokens per second), and lends each the whole tokens of
 // its part and of the fraction it carried, dated end, keeping the new
 // fraction (a.dcarry); the bucket keeps room for what it committed.
-func (l *RegionLease) lendChunk(now time.Duration, key string, ps *pushState, p *pool, start, end time.Duration, refill, others float64, fx *strategy.Effects) {
+func (l *RegionLease) lendChunk(now time.Duration, key string, ps *pushState, p *pool, start, end time.Duration, refill, others float64, skip map[strategy.NodeID]bool, fx *strategy.Effects) {
 	var promised float64
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now {
+		if !a.push || a.at+l.window <= now || skip[n] {
 			continue
 		}
 		part, cin := refill*float64(a.mtps)/1000/others, a.dcarry
@@ -279,7 +280,7 @@ func (l *RegionLease) lendChunk(now time.Duration, key string, ps *pushState, p 
 // tokens given back, or the refill left by a G region the load has just
 // left, would otherwise wait in the level for G's region alone, as the
 // pushes are dated. (Without dated pushes every push splits the level.)
-func (l *RegionLease) pushMade(now time.Duration, key string, ps *pushState, p *pool, total, others float64, fx *strategy.Effects) {
+func (l *RegionLease) pushMade(now time.Duration, key string, ps *pushState, p *pool, total, others float64, skip map[strategy.NodeID]bool, fx *strategy.Effects) {
 	reserve := int64(1)
 	if ps.ownTook {
 		s := min(max((total-others)/total, 0), 1)
@@ -292,7 +293,7 @@ func (l *RegionLease) pushMade(now time.Duration, key string, ps *pushState, p *
 	}
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now {
+		if !a.push || a.at+l.window <= now || skip[n] {
 			continue
 		}
 		if share := int64(float64(made) * float64(a.mtps) / 1000 / total); share >= 1 {

@@ -129,6 +129,15 @@
 //     clock runs ahead of G's by d more uses tokens up to min(d,
 //     push_ahead less the shortest delay) early (TestDatedPushClockUncertainty).
 //     Off (0) by default: the envelope then rests on no clock.
+//   - Regions that outlast G's (outlast.go; ours; docs/EVALUATION.md,
+//     "regionlease: regions that outlast G's"): while a key's pushes are
+//     dated, G gives no part of the refill to a region whose reserve (the
+//     tokens G lent it that it has not reported used), spent at its
+//     demand less its part of the refill, outlasts G's own region's (the
+//     bucket's whole tokens) by more than outlast (default 2*latency_hint
+//     + push_ahead); G's region takes that part instead. When a key first
+//     runs dry the other regions otherwise still spend the stocks of their
+//     first asks while G's region refuses. Only fewer tokens lent.
 //   - Shares on the node tier (share.go; strategy/lease's share and
 //     untilDry, its "# Contended keys"; the port is ours;
 //     docs/EVALUATION.md, "regionlease: shares on the node tier"): a

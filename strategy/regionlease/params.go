@@ -85,6 +85,18 @@
 //     up to r times that beyond b + r*T (docs/EVALUATION.md, "regionlease:
 //     trusting the clocks"); 0 (the default) trusts no clock; at most
 //     max_skew.
+//   - outlast (duration, default 2*latency_hint + push_ahead): while a
+//     contended key's pushes are dated (push_ahead > 0), its global owner
+//     gives no part of the refill to a region whose reserve (the tokens it was
+//     lent and did not report used), spent at its demand less its part of the
+//     refill, would last longer than the global owner's own region's (the
+//     bucket's whole tokens, at its region's demand less its part) by more
+//     than this; that part stays in the bucket for the owner's region until
+//     the reserves last about as long, so that no region still spends a
+//     reserve while another refuses once the key runs dry (docs/EVALUATION.md,
+//     "regionlease: regions that outlast G's"); the default covers what a
+//     region holds by the owner's count but has not reported used or cannot
+//     use yet; 0 turns it off; not negative.
 //   - hot_period (duration, default 2*lan_latency): while a key is contended
 //     (its global owner's bucket was dry within region_ttl while another
 //     region asked within the window; with push_every > 0 only), the global
@@ -159,6 +171,8 @@ var Params = []strategy.ParamSpec{
 		Doc: "under region_split=demand (with push_every > 0 only), how far ahead of its refill a contended key's global owner pushes the other regions their share: each push lends the refill up to now + push_ahead, which the holder uses no earlier than that time plus the shortest gap it measured between a push's sending and its receipt (no synchronized clocks needed), so that no token the owner has made waits in flight across the WAN (docs/EVALUATION.md, \"regionlease: dated pushes\"); only to regions whose regional owner takes them (a build without them gets pushes of tokens already made); 0 turns it off; at most min(2*latency_hint, region_ttl/4), the time before its end a region stops using a lease; with clock_uncertainty > 0 its default is min(latency_hint, region_ttl/4)."},
 	{Name: "clock_uncertainty", Type: strategy.ParamDuration, Default: "0", Example: "5ms",
 		Doc: "with dated pushes (push_ahead > 0), the most any two nodes' clocks may differ (their wall clocks as NTP, chrony or PTP keep them: the cluster's epoch is read on each node's clock at its start); > 0 lets a region use a dated push's tokens at its usable time plus at most this, rather than plus the shortest gap measured between a push's sending and its receipt (the WAN's shortest delay): on one bucket the tokens then wait that much less, and the default push_ahead becomes latency_hint so that pushes come before their time; trusted, not checked: a region whose clock runs ahead of the global owner's by d more than this uses a push's tokens up to min(d, push_ahead less the WAN's shortest delay) early, and the key may admit up to r times that beyond b + r*T (docs/EVALUATION.md, \"regionlease: trusting the clocks\"); 0 (the default) trusts no clock; at most max_skew."},
+	{Name: "outlast", Type: strategy.ParamDuration, Default: "2*latency_hint + push_ahead", Example: "500ms",
+		Doc: "while a contended key's pushes are dated (push_ahead > 0), its global owner gives no part of the refill to a region whose reserve (the tokens it was lent and did not report used), spent at its demand less its part of the refill, would last longer than the global owner's own region's (the bucket's whole tokens, at its region's demand less its part) by more than this; that part stays in the bucket for the owner's region until the reserves last about as long, so that no region still spends a reserve while another refuses once the key runs dry (docs/EVALUATION.md, \"regionlease: regions that outlast G's\"); the default covers what a region holds by the owner's count but has not reported used or cannot use yet; 0 turns it off; not negative."},
 	{Name: "hot_period", Type: strategy.ParamDuration, Default: "2*lan_latency", Example: "20ms",
 		Doc: "while a key is contended (its global owner's bucket was dry within region_ttl while another region asked within the window; with push_every > 0 only), the global owner lends a node of its own region at most ceil(d*hot_period) tokens (d the demand the node reported; at least 1) instead of its ask (d*period): fewer tokens parked on its region's nodes while the other regions wait; 0 turns it off; not negative."},
 	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/2", Example: "20ms",

@@ -84,10 +84,14 @@ type RegionLease struct {
 	// global owner's, trusted; a dated push is usable at its usable_at
 	// plus at most this (dated.go, takeDated).
 	clockUncertainty time.Duration
-	hotPeriod        time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
-	quantum          time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
-	rate             bucket.Rate   // the rule's refill rate (share.go)
-	pushSeq          uint64
+	// outlast > 0: while a key's pushes are dated, a region whose reserve
+	// outlasts G's region's by more than this gets no part of the refill
+	// (outlast.go).
+	outlast   time.Duration
+	hotPeriod time.Duration // while a key is contended, the global owner lends a node of its region at most hot_period of its demand (0: off)
+	quantum   time.Duration // parameter quantum: the time a node's share of a contended pool or stock is sized for (share.go; 0: off)
+	rate      bucket.Rate   // the rule's refill rate (share.go)
+	pushSeq   uint64
 
 	// every node: its holding of each key (leases from its upstream; at a
 	// regional owner, the region's stock), its forwarded requests, its
@@ -222,7 +226,8 @@ func (l *RegionLease) readParams(v *strategy.Values, hint time.Duration) error {
 }
 
 // readTuning reads and checks push_every, region_split,
-// clock_uncertainty, push_ahead, hot_period, quantum, hold and idle (their defaults from the latency hint, lan_latency, period and
+// clock_uncertainty, push_ahead, outlast, hot_period, quantum, hold and
+// idle (their defaults from the latency hint, lan_latency, period and
 // timeout, which readParams set first).
 func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) error {
 	l.pushEvery = v.DurationOr("push_every", hint/8)
@@ -248,6 +253,10 @@ func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) er
 		// end, so a dated one (ending region_ttl after its usable_at) is
 		// used no later than region_ttl after its sending, as any lease.
 		return fmt.Errorf("regionlease: parameter push_ahead=%s outside [0, min(2*latency_hint, region_ttl/4) = %s]", l.pushAhead, l.rlead)
+	}
+	l.outlast = v.DurationOr("outlast", l.rtt+l.pushAhead)
+	if l.outlast < 0 {
+		return fmt.Errorf("regionlease: parameter outlast must not be negative")
 	}
 	l.hotPeriod = v.DurationOr("hot_period", 2*lan)
 	if l.hotPeriod < 0 {
