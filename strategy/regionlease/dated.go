@@ -152,6 +152,19 @@ func (l *RegionLease) settleDated(now time.Duration, key string, ps *pushState, 
 	p.Committed = slices.DeleteFunc(p.Committed, func(c leasepool.Commitment) bool { return c.At <= now })
 }
 
+// unsettled reports whether grant g of key is a dated push whose tokens
+// have not left the level yet, once its pool (if still key's) has settled
+// what is due by now.
+func (l *RegionLease) unsettled(now time.Duration, key string, g *grantRec) bool {
+	if g.usable == 0 {
+		return false
+	}
+	if l.pools[key] == g.pool {
+		l.advanceG(now, key, g.pool)
+	}
+	return !g.settled
+}
+
 // advanceG advances key's pool p at G to now and settles its dated pushes.
 func (l *RegionLease) advanceG(now time.Duration, key string, p *pool) {
 	l.sh.Advance(p, now)
@@ -202,7 +215,7 @@ func (l *RegionLease) dated(now time.Duration, ps *pushState) bool {
 	}
 	n := 0
 	for _, a := range ps.askers { // any order: all must
-		if a.push && a.at+l.window > now {
+		if l.pushTaker(now, a) {
 			if !a.dated {
 				return false
 			}
@@ -253,7 +266,7 @@ func (l *RegionLease) lendChunk(now time.Duration, key string, ps *pushState, p 
 	var promised float64
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now || skip[n] {
+		if !l.pushTaker(now, a) || skip[n] {
 			continue
 		}
 		part, cin := refill*float64(a.mtps)/1000/others, a.dcarry
@@ -293,7 +306,7 @@ func (l *RegionLease) pushMade(now time.Duration, key string, ps *pushState, p *
 	}
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now || skip[n] {
+		if !l.pushTaker(now, a) || skip[n] {
 			continue
 		}
 		if share := int64(float64(made) * float64(a.mtps) / 1000 / total); share >= 1 {

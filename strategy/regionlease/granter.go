@@ -475,11 +475,8 @@ func (l *RegionLease) releasePool(now time.Duration, id grantID, g *grantRec, un
 	if unused > 0 {
 		l.notePushIdle(id)
 	}
-	if g.usable > 0 && l.pools[id.key] == g.pool {
-		l.advanceG(now, id.key, g.pool) // settles it if due
-	}
-	if g.usable > 0 && !g.settled {
-		l.forgetDated(id) // not settled: its tokens never left the level
+	if l.unsettled(now, id.key, g) {
+		l.forgetDated(id) // its tokens never left the level
 		return
 	}
 	left := g.tokens - g.used
@@ -496,11 +493,8 @@ func (l *RegionLease) onUsed(now time.Duration, from strategy.NodeID, u *peerv1.
 	if g == nil || g.released || g.pool == nil {
 		return
 	}
-	if g.usable > 0 && l.pools[u.Key] == g.pool {
-		l.advanceG(now, u.Key, g.pool) // settles it if due
-	}
-	if g.usable > 0 && !g.settled {
-		return // not settled: its tokens are not in the leases yet
+	if l.unsettled(now, u.Key, g) {
+		return // its tokens are not in the leases yet
 	}
 	if used := min(u.Used, g.tokens); used > g.used {
 		l.sh.Advance(g.pool, now)

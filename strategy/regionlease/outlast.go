@@ -36,7 +36,8 @@ import (
 
 // outlasting returns the push-taking askers of key whose reserve outlasts
 // G's region's by more than outlast at now (nil when none does, or the
-// rule is off): total is the key's demand, tokens per second.
+// rule is off): total is the key's demand, tokens per second. Reading the
+// reserves (outstanding) drops the ended leases from ps.out.
 func (l *RegionLease) outlasting(now time.Duration, key string, ps *pushState, p *pool, total float64) map[strategy.NodeID]bool {
 	if l.outlast <= 0 || total <= 0 {
 		return nil
@@ -53,7 +54,7 @@ func (l *RegionLease) outlasting(now time.Duration, key string, ps *pushState, p
 	var out map[strategy.NodeID]bool
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now {
+		if !l.pushTaker(now, a) {
 			continue
 		}
 		d := float64(a.mtps) / 1000 * keep

@@ -43,18 +43,15 @@ func outlastRun(t *testing.T, report bool, params ...string) (before, after int6
 			}
 		}
 		g.Tick(at, &fx)
-		for _, m := range fx.Messages {
-			var pm peerv1.RegionLeaseMessage
-			if err := proto.Unmarshal(m.Payload, &pm); err != nil {
-				t.Fatal(err)
+		for _, p := range pushesIn(t, &fx) {
+			if p.to != "us.n2" {
+				continue
 			}
-			if p := pm.GetGrant(); p != nil && p.Pushed && m.To == "us.n2" {
-				switch {
-				case at >= 300*time.Millisecond && at < 700*time.Millisecond:
-					before += p.Tokens
-				case at >= 800*time.Millisecond:
-					after += p.Tokens
-				}
+			switch {
+			case at >= 300*time.Millisecond && at < 700*time.Millisecond:
+				before += p.grant.Tokens
+			case at >= 800*time.Millisecond:
+				after += p.grant.Tokens
 			}
 		}
 	}

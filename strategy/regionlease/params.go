@@ -63,14 +63,14 @@
 //     refill a contended key's global owner pushes the other regions their
 //     share: each push lends the refill up to now + push_ahead, which the
 //     holder uses no earlier than that time plus the shortest gap it measured
-//     between a push's sending and its receipt (no synchronized clocks
-//     needed), so that no token the owner has made waits in flight across the
-//     WAN (docs/EVALUATION.md, "regionlease: dated pushes"); only to regions
-//     whose regional owner takes them (a build without them gets pushes of
-//     tokens already made); 0 turns it off; at most min(2*latency_hint,
-//     region_ttl/4), the time before its end a region stops using a lease;
-//     with clock_uncertainty > 0 its default is min(latency_hint,
-//     region_ttl/4).
+//     between a push's sending and its receipt (no synchronized clocks needed;
+//     with clock_uncertainty > 0, plus at most that), so that no token the
+//     owner has made waits in flight across the WAN (docs/EVALUATION.md,
+//     "regionlease: dated pushes"); only to regions whose regional owner takes
+//     them (a build without them gets pushes of tokens already made); 0 turns
+//     it off; at most min(2*latency_hint, region_ttl/4), the time before its
+//     end a region stops using a lease; with clock_uncertainty > 0 its default
+//     is min(latency_hint, region_ttl/4).
 //   - clock_uncertainty (duration, default 0): with dated pushes (push_ahead >
 //     0), the most any two nodes' clocks may differ (their wall clocks as NTP,
 //     chrony or PTP keep them: the cluster's epoch is read on each node's
@@ -168,7 +168,7 @@ var Params = []strategy.ParamSpec{
 	{Name: "region_split", Type: strategy.ParamEnum, Enum: []string{"first", "share", "demand"}, Default: "demand", Example: "share",
 		Doc: "while a key is contended (with push_every > 0 only), how its global owner divides the refill between its own region and the pushes to the other regions: first, its region takes the refill as it comes and the pushes split what is left by the demands reported (its region was served first: about 65% of a key's tokens where it offered a third); share, its region takes at most its demand's share of what the bucket holds after each push plus that share of the refill until the next (about s(2-s) of the tokens for a share s; the lowest windowed shortfall); demand, at most its share of the refill plus what the pushes could not place, the pushes splitting the bucket among the other regions by their demands: every region is served by its demand (docs/EVALUATION.md, \"regionlease: how evenly a key's regions are served\")."},
 	{Name: "push_ahead", Type: strategy.ParamDuration, Default: "min(latency_hint/2, region_ttl/4)", Example: "5ms",
-		Doc: "under region_split=demand (with push_every > 0 only), how far ahead of its refill a contended key's global owner pushes the other regions their share: each push lends the refill up to now + push_ahead, which the holder uses no earlier than that time plus the shortest gap it measured between a push's sending and its receipt (no synchronized clocks needed), so that no token the owner has made waits in flight across the WAN (docs/EVALUATION.md, \"regionlease: dated pushes\"); only to regions whose regional owner takes them (a build without them gets pushes of tokens already made); 0 turns it off; at most min(2*latency_hint, region_ttl/4), the time before its end a region stops using a lease; with clock_uncertainty > 0 its default is min(latency_hint, region_ttl/4)."},
+		Doc: "under region_split=demand (with push_every > 0 only), how far ahead of its refill a contended key's global owner pushes the other regions their share: each push lends the refill up to now + push_ahead, which the holder uses no earlier than that time plus the shortest gap it measured between a push's sending and its receipt (no synchronized clocks needed; with clock_uncertainty > 0, plus at most that), so that no token the owner has made waits in flight across the WAN (docs/EVALUATION.md, \"regionlease: dated pushes\"); only to regions whose regional owner takes them (a build without them gets pushes of tokens already made); 0 turns it off; at most min(2*latency_hint, region_ttl/4), the time before its end a region stops using a lease; with clock_uncertainty > 0 its default is min(latency_hint, region_ttl/4)."},
 	{Name: "clock_uncertainty", Type: strategy.ParamDuration, Default: "0", Example: "5ms",
 		Doc: "with dated pushes (push_ahead > 0), the most any two nodes' clocks may differ (their wall clocks as NTP, chrony or PTP keep them: the cluster's epoch is read on each node's clock at its start); > 0 lets a region use a dated push's tokens at its usable time plus at most this, rather than plus the shortest gap measured between a push's sending and its receipt (the WAN's shortest delay): on one bucket the tokens then wait that much less, and the default push_ahead becomes latency_hint so that pushes come before their time; trusted, not checked: a region whose clock runs ahead of the global owner's by d more than this uses a push's tokens up to min(d, push_ahead less the WAN's shortest delay) early, and the key may admit up to r times that beyond b + r*T (docs/EVALUATION.md, \"regionlease: trusting the clocks\"); 0 (the default) trusts no clock; at most max_skew."},
 	{Name: "outlast", Type: strategy.ParamDuration, Default: "2*latency_hint + push_ahead", Example: "500ms",

@@ -80,6 +80,12 @@ type asker struct {
 	dcarry float64
 }
 
+// pushTaker reports whether asker a takes pushes and asked within the
+// demand window before now: a push goes only to such an asker.
+func (l *RegionLease) pushTaker(now time.Duration, a asker) bool {
+	return a.push && a.at+l.window > now
+}
+
 func (l *RegionLease) pushOf(key string) *pushState {
 	ps := l.pushes[key]
 	if ps == nil {
@@ -199,7 +205,7 @@ func (l *RegionLease) push(now time.Duration, key string, ps *pushState, fx *str
 	left := whole
 	for _, n := range sortedKeys(ps.askers) {
 		a := ps.askers[n]
-		if !a.push || a.at+l.window <= now {
+		if !l.pushTaker(now, a) {
 			continue
 		}
 		share := min(l.pushShare(ps, n, whole, total, total-own), left)

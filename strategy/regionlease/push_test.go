@@ -298,14 +298,30 @@ func pushedGrants(t *testing.T, g *regionlease.RegionLease, key string, ask *pee
 			}
 			g.Tick(at, &fx)
 		}
-		for _, m := range fx.Messages {
-			var pm peerv1.RegionLeaseMessage
-			if err := proto.Unmarshal(m.Payload, &pm); err != nil {
-				t.Fatal(err)
-			}
-			if gr := pm.GetGrant(); gr != nil && gr.Pushed {
-				out = append(out, gr)
-			}
+		for _, p := range pushesIn(t, &fx) {
+			out = append(out, p.grant)
+		}
+	}
+	return out
+}
+
+// sentPush is a pushed grant and the node it was sent to.
+type sentPush struct {
+	to    strategy.NodeID
+	grant *peerv1.RegionLeaseGrant
+}
+
+// pushesIn is the pushed grants among fx's messages, in order.
+func pushesIn(t *testing.T, fx *strategy.Effects) []sentPush {
+	t.Helper()
+	var out []sentPush
+	for _, m := range fx.Messages {
+		var pm peerv1.RegionLeaseMessage
+		if err := proto.Unmarshal(m.Payload, &pm); err != nil {
+			t.Fatal(err)
+		}
+		if gr := pm.GetGrant(); gr != nil && gr.Pushed {
+			out = append(out, sentPush{m.To, gr})
 		}
 	}
 	return out

@@ -82,7 +82,7 @@ type RegionLease struct {
 	pushAhead time.Duration // 0: no dated pushes (dated.go)
 	// clockUncertainty > 0: the most this node's clock may differ from a
 	// global owner's, trusted; a dated push is usable at its usable_at
-	// plus at most this (dated.go, takeDated).
+	// plus at most this (dated.go, usableAfter).
 	clockUncertainty time.Duration
 	// outlast > 0: while a key's pushes are dated, a region whose reserve
 	// outlasts G's region's by more than this gets no part of the refill
