@@ -179,7 +179,7 @@ CPU the bench process used (client_cpu_cores).`,
 	fl.StringVar(&f.domain, "domain", "bench", "with --api rls or rlqs: the domain of every request (RLQS: of every stream)")
 	fl.StringVar(&f.descKey, "descriptor-key", "key", "with --api rls: the entry key of every descriptor; with --api rlqs: of every bucket_id (its value is the drawn key)")
 	fl.StringVar(&f.envoyConfig, "envoy-config", "", "with --api rls or rlqs --spawn: the nodes' envoy ratelimit config directory (default: a generated one); with --api rlqs --target: the targets' config, read for each key's limit")
-	fl.StringVar(&f.profileDir, "spawn-cpuprofile", "", "with --spawn: directory where every spawned node writes a CPU profile of its run (serve-PID.pprof; serve --cpuprofile)")
+	fl.StringVar(&f.profileDir, "spawn-cpuprofile", "", "with --spawn: directory (created if missing) where every spawned node writes a CPU profile of its run (serve-PID.pprof; serve --cpuprofile)")
 	fl.BoolVar(&f.tlsInsecure, "tls-insecure", false, "do not verify the nodes' certificates (implies --tls; benchmarks only)")
 	fl.StringArrayVar(&f.params, "param", nil, "with --spawn: a parameter of the spawned rule's strategy, as strategy.name=value, repeatable (e.g. quota.ttl=3s; tokenmesh strategies lists them)")
 	f.rlqs.add(fl)
@@ -480,6 +480,13 @@ func (f *benchFlags) spawnConfig(envoyDir string) (lc localcluster.Config, dir, 
 	params, err := f.spawnParams()
 	if err != nil {
 		return lc, envoyDir, "", err
+	}
+	if f.profileDir != "" {
+		// Created here: a missing directory otherwise failed every node
+		// at its start, reported as "exited before it was serving".
+		if err := os.MkdirAll(f.profileDir, 0o755); err != nil {
+			return lc, envoyDir, "", fmt.Errorf("--spawn-cpuprofile: %w", err)
+		}
 	}
 	strat := f.spawnStrategy()
 	lc = localcluster.Config{Binary: bin, Nodes: f.spawn,

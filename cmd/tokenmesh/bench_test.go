@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -516,5 +518,37 @@ func TestEnvoyUnitAndTakeover(t *testing.T) {
 		if got, err := quotaTakeover(m); err != nil || got != want {
 			t.Errorf("quotaTakeover(%v) = %v, %v; want %v", m, got, err, want)
 		}
+	}
+}
+
+// TestBenchSpawnProfileDirCreated: --spawn-cpuprofile names a directory
+// that does not exist yet; the spawned cluster's config creates it and
+// passes each node a profile path inside it (a missing directory made
+// every node fail at its start).
+func TestBenchSpawnProfileDirCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "profiles")
+	f := &benchFlags{spawn: 3, rule: "default", limitRate: "1000/s", limitBurst: 1000, strategy: "owner", profileDir: dir}
+	lc, _, written, err := f.spawnConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written != "" {
+		t.Errorf("wrote an envoy config %q for the default API", written)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("profile directory %s not created: %v", dir, err)
+	}
+	args := strings.Join(lc.ServeArgs, " ")
+	if !strings.Contains(args, "--"+cpuProfileFlag+" "+filepath.Join(dir, "serve-")) {
+		t.Errorf("serve args %q do not write a profile into %s", args, dir)
+	}
+	// A path under a file cannot be created: the error names the flag.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.profileDir = filepath.Join(file, "profiles")
+	if _, _, _, err := f.spawnConfig(""); err == nil || !strings.Contains(err.Error(), "--spawn-cpuprofile") {
+		t.Errorf("profile directory under a file: err = %v, want one naming --spawn-cpuprofile", err)
 	}
 }
