@@ -104,8 +104,8 @@
 //     (d the demand the node reported; at least 1) instead of its ask
 //     (d*period): fewer tokens parked on its region's nodes while the other
 //     regions wait; 0 turns it off; not negative.
-//   - quantum (duration, default period/2): a node's grant of a contended key,
-//     as lease's: when the demands a granter is asked for, scaled to a
+//   - quantum (duration, default 2*period/5): a node's grant of a contended
+//     key, as lease's: when the demands a granter is asked for, scaled to a
 //     quantum, exceed what it holds plus what comes in over a quantum (at the
 //     global owner, while no other region asks: its bucket's whole tokens and
 //     refill, with push_every > 0 only; at a regional owner: its stock and the
@@ -175,7 +175,7 @@ var Params = []strategy.ParamSpec{
 		Doc: "while a contended key's pushes are dated (push_ahead > 0), its global owner gives no part of the refill to a region whose reserve (the tokens it was lent and did not report used), spent at its demand less its part of the refill, would last longer than the global owner's own region's (the bucket's whole tokens, at its region's demand less its part) by more than this; that part stays in the bucket for the owner's region until the reserves last about as long, so that no region still spends a reserve while another refuses once the key runs dry (docs/EVALUATION.md, \"regionlease: regions that outlast G's\"); the default covers what a region holds by the owner's count but has not reported used or cannot use yet; 0 turns it off; not negative."},
 	{Name: "hot_period", Type: strategy.ParamDuration, Default: "2*lan_latency", Example: "20ms",
 		Doc: "while a key is contended (its global owner's bucket was dry within region_ttl while another region asked within the window; with push_every > 0 only), the global owner lends a node of its own region at most ceil(d*hot_period) tokens (d the demand the node reported; at least 1) instead of its ask (d*period): fewer tokens parked on its region's nodes while the other regions wait; 0 turns it off; not negative."},
-	{Name: "quantum", Type: strategy.ParamDuration, Default: "period/2", Example: "20ms",
+	{Name: "quantum", Type: strategy.ParamDuration, Default: "2*period/5", Example: "20ms",
 		Doc: "a node's grant of a contended key, as lease's: when the demands a granter is asked for, scaled to a quantum, exceed what it holds plus what comes in over a quantum (at the global owner, while no other region asks: its bucket's whole tokens and refill, with push_every > 0 only; at a regional owner: its stock and the measured inflow of its stock), the node gets its share of that supply, in proportion to its ask, for a quantum (at least 1 token), and a dry hint to its next turn; short of that, a grant is cut to the node's demand until the granter runs dry; 0 turns both off; not negative."},
 	{Name: "hold", Type: strategy.ParamDuration, Default: "min(latency_hint + 2*lan_latency, timeout/2)", Example: "100ms",
 		Doc: "the global owner's ordering buffer of a key no region holds a stock of (a rate too low for stocks: r * 2*latency_hint below min_lease), while no lease is out of its bucket: its requests (its own, its region's forwards, the other regions' relays) wait until arrival + hold and are decided in arrival order (then by the receiving node's request id), as owner's; one that comes later is decided at once from what the bucket held since its arrival; 0 turns the rule off (every request decided at receipt, and a region may hold a stock at any rate); at most timeout."},

@@ -262,7 +262,7 @@ func (l *RegionLease) readTuning(v *strategy.Values, hint, lan time.Duration) er
 	if l.hotPeriod < 0 {
 		return fmt.Errorf("regionlease: parameter hot_period must not be negative")
 	}
-	l.quantum = v.DurationOr("quantum", l.period/2)
+	l.quantum = v.DurationOr("quantum", 2*l.period/5)
 	if l.quantum < 0 {
 		return fmt.Errorf("regionlease: parameter quantum must not be negative")
 	}

@@ -91,16 +91,16 @@ func TestInflowDecays(t *testing.T) {
 // node its share of the stock and what comes in, with a dry hint to its
 // next turn (stockGrant): the stock holds 60 tokens, 30 came in at 0, and
 // two nodes ask for 1,000/s each; at 10 ms the inflow is 30*e^-0.01 =
-// 29.7/s, the supply over a quantum (50 ms) 61.49 against a demand of
-// 100: the node's rate 614.9/s, 31 tokens, its turn 31/614.9 s + lead (10
-// ms) = 60.42 ms. With quantum=0 (the build before) it gets all 60 and no
-// hint.
+// 29.7/s, the supply over a quantum (the default, 2*period/5: 40 ms)
+// 61.19 against a demand of 80: the node's rate 764.9/s, 31 tokens, its
+// turn 31/764.9 s + lead (10 ms) = 50.53 ms. With quantum=0 (the build
+// before) it gets all 60 and no hint.
 func TestStockGrantShares(t *testing.T) {
 	for _, c := range []struct {
 		param     string
 		wantN     int64
 		wantUntil time.Duration // 0: no hint
-	}{{"", 31, 10*time.Millisecond + 60_420*time.Microsecond}, {"quantum=0", 60, 0}} {
+	}{{"", 31, 10*time.Millisecond + 50_531*time.Microsecond}, {"quantum=0", 60, 0}} {
 		var raw []string
 		if c.param != "" {
 			raw = append(raw, c.param)
