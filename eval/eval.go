@@ -252,6 +252,11 @@ type Series struct {
 	// Admitted in tokens (workload.Request.Tokens), for report.html.
 	RequestTokens  []int64
 	AdmittedTokens map[string][]int64
+	// ShortfallWindow and Shortfall (by strategy, central's left out) are
+	// ShortfallByWindow's windows of Options.ShortfallWindow, from the
+	// first arrival: shortfall.png; absent without it.
+	ShortfallWindow time.Duration
+	Shortfall       map[string][]int64
 }
 
 // Report is an evaluation's outcome.
@@ -310,6 +315,9 @@ func Run(opts Options) (*Report, error) {
 		proxyCosts(&r, res, cfg.Proxies)
 		if opts.ShortfallWindow > 0 {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
+			if s.Name != "central" {
+				rep.Series.addShortfall(s.Name, ShortfallByWindow(reqs, allowed, central, opts.ShortfallWindow), opts.ShortfallWindow)
+			}
 		}
 		if r.Regions != nil {
 			r.Regions.RegionShortfallTokens, r.Regions.RegionShortfallPct = regionShortfall(reqs, allowed, central, res.Received, res.NodeNames)
@@ -552,6 +560,15 @@ func newSeries(t *workload.Trace) *Series {
 }
 
 func (s *Series) index(arrival time.Duration) int { return int((arrival - s.Origin) / s.Bin) }
+
+// addShortfall keeps a strategy's shortfall by window (ShortfallByWindow).
+func (s *Series) addShortfall(name string, byWindow []int64, window time.Duration) {
+	if s.Shortfall == nil {
+		s.Shortfall = map[string][]int64{}
+	}
+	s.ShortfallWindow = window
+	s.Shortfall[name] = byWindow
+}
 
 func (s *Series) add(name string, reqs []workload.Request, allowed []bool) {
 	adm, rej := make([]int, len(s.Requests)), make([]int, len(s.Requests))

@@ -95,6 +95,29 @@ func Shortfall(reqs []workload.Request, allowed, central []bool, window time.Dur
 	if window <= 0 || len(reqs) == 0 {
 		return 0, 0
 	}
+	for _, w := range ShortfallByWindow(reqs, allowed, central, window) {
+		shortfall += w
+	}
+	for i, r := range reqs {
+		if central[i] {
+			centralTokens += r.Tokens
+		}
+	}
+	return shortfall, centralTokens
+}
+
+// ShortfallByWindow is Shortfall by window: element w is the sum over
+// keys of max(0, central_k,w - admitted_k,w), tokens, for windows of
+// length window from the earliest arrival in reqs; its elements sum to
+// Shortfall's shortfall. It shows where a strategy's windowed shortfall
+// comes from: the first window (the tokens a strategy holds when
+// central's burst runs out), a change of load, or the steady swing
+// (ours; issue 24's analyses, docs/EVALUATION.md). nil for a window <= 0
+// or no requests; allowed and central are indexed like reqs.
+func ShortfallByWindow(reqs []workload.Request, allowed, central []bool, window time.Duration) []int64 {
+	if window <= 0 || len(reqs) == 0 {
+		return nil
+	}
 	t0 := reqs[0].Arrival
 	for _, r := range reqs {
 		t0 = min(t0, r.Arrival)
@@ -103,9 +126,23 @@ func Shortfall(reqs []workload.Request, allowed, central []bool, window time.Dur
 		key string
 		w   int64
 	}
-	return cellShortfall(reqs, allowed, central, func(_ int, r workload.Request) cell {
-		return cell{r.Key, int64((r.Arrival - t0) / window)}
-	})
+	diff := map[cell]int64{}
+	var last int64
+	for i, r := range reqs {
+		c := cell{r.Key, int64((r.Arrival - t0) / window)}
+		last = max(last, c.w)
+		if central[i] {
+			diff[c] += r.Tokens
+		}
+		if allowed[i] {
+			diff[c] -= r.Tokens
+		}
+	}
+	out := make([]int64, last+1)
+	for c, d := range diff {
+		out[c.w] += max(d, 0)
+	}
+	return out
 }
 
 // cellShortfall sums, over the cells cellOf puts requests in, central's

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,13 @@ func TestShortfall(t *testing.T) {
 	if short != 3 || centralTokens != 5 {
 		t.Fatalf("Shortfall = %d of %d, want 3 of 5", short, centralTokens)
 	}
+	// By window: w0 2 (b), w1 1 (a), w2 0 (b's excess): summing to 3.
+	if got := ShortfallByWindow(reqs, allowed, central, time.Second); !slices.Equal(got, []int64{2, 1, 0}) {
+		t.Fatalf("ShortfallByWindow = %v, want [2 1 0]", got)
+	}
+	if got := ShortfallByWindow(reqs, allowed, central, 0); got != nil {
+		t.Fatalf("ShortfallByWindow, window 0: %v, want nil", got)
+	}
 	// One window over the whole span: a: central 3, strategy 2: 1; b:
 	// central 2, strategy 3: 0.
 	if short, _ := Shortfall(reqs, allowed, central, time.Hour); short != 1 {
@@ -121,7 +129,7 @@ func TestShortfall(t *testing.T) {
 // The shortfall never exceeds the false rejections' tokens (a false
 // rejection is a token central admitted that the strategy did not, before
 // any admitted-instead request is netted out), and is at least the total
-// deficit against central.
+// deficit against central; ShortfallByWindow's windows sum to it.
 func TestShortfallBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(0, 80).Draw(t, "n")
@@ -148,6 +156,16 @@ func TestShortfallBounds(t *testing.T) {
 		short, _ := Shortfall(reqs, allowed, central, time.Second)
 		if short > falseRej || short < deficit {
 			t.Fatalf("shortfall %d outside [deficit %d, false rejections' tokens %d]", short, deficit, falseRej)
+		}
+		var sum int64
+		for _, w := range ShortfallByWindow(reqs, allowed, central, time.Second) {
+			if w < 0 {
+				t.Fatalf("a window's shortfall %d < 0", w)
+			}
+			sum += w
+		}
+		if sum != short {
+			t.Fatalf("ShortfallByWindow sums to %d, Shortfall is %d", sum, short)
 		}
 	})
 }

@@ -58,6 +58,9 @@ func RunParallel(opts Options, workers int) (*Report, error) {
 		rep.Series.Admitted[row.Strategy] = r.Series.Admitted[row.Strategy]
 		rep.Series.Rejected[row.Strategy] = r.Series.Rejected[row.Strategy]
 		rep.Series.AdmittedTokens[row.Strategy] = r.Series.AdmittedTokens[row.Strategy]
+		if sf, ok := r.Series.Shortfall[row.Strategy]; ok {
+			rep.Series.addShortfall(row.Strategy, sf, r.Series.ShortfallWindow)
+		}
 	}
 	return rep, nil
 }

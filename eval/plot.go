@@ -105,7 +105,12 @@ type figure struct {
 //     heal, or the end) shaded;
 //   - admitted.png: the same with admitted requests per bin;
 //   - summary.png: per strategy, excess admitted (% of central's admitted
-//     tokens) and false rejections (% of requests) as grouped bars.
+//     tokens) and false rejections (% of requests) as grouped bars;
+//   - shortfall.png, with a shortfall window (Series.Shortfall): one
+//     panel per strategy, its shortfall per window (ShortfallByWindow,
+//     tokens) over time, titled with its total and the first window's
+//     part (a float held when central's burst runs out, a change of
+//     load, or a steady swing each have their own shape).
 //
 // Strategies appear in rep.Results order. A report without a series or
 // results still gets (empty) plots. Errors name the file.
@@ -120,6 +125,12 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 		{"decisions.png", func() (renderer, error) { return panelPlot(rep, false) }},
 		{"admitted.png", func() (renderer, error) { return panelPlot(rep, true) }},
 		{"summary.png", func() (renderer, error) { return summaryPlot(rep) }},
+	}
+	if s := rep.Series; s != nil && len(s.Shortfall) > 0 {
+		figs = append(figs, struct {
+			name string
+			fig  func() (renderer, error)
+		}{"shortfall.png", func() (renderer, error) { return shortfallPlot(rep) }})
 	}
 	var names []string
 	for _, f := range figs {
@@ -491,10 +502,7 @@ func panelPlot(rep *Report, admitted bool) (*grid, error) {
 		g.panels = append(g.panels, p)
 	}
 	if len(g.panels) == 0 {
-		p := newPlot("(no strategy besides central)", "time since trace start (m:ss)", "requests")
-		p.X.Tick.Marker = clockTicks{}
-		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax
-		g.panels = append(g.panels, p)
+		g.panels = append(g.panels, emptyPanel("requests", end, ymax))
 	}
 	return g, nil
 }
@@ -505,4 +513,73 @@ func (s *Series) requestsOrNil() []int {
 		return nil
 	}
 	return s.Requests
+}
+
+// shortfallPlot is shortfall.png: one panel per strategy (rep.Results
+// order, central left out), its shortfall per window over time on a
+// shared scale, each titled with its total and its first window's share.
+func shortfallPlot(rep *Report) (*grid, error) {
+	s := rep.Series
+	win := s.ShortfallWindow.Seconds()
+	g := &grid{title: fmt.Sprintf("Shortfall per %s window, %s: tokens central admitted beyond the strategy, summed over keys",
+		seconds(win), inputName(rep.Input))}
+	ymax, end := 1.0, win
+	for _, w := range s.Shortfall {
+		for _, v := range w {
+			ymax = max(ymax, float64(v))
+		}
+		end = max(end, float64(len(w))*win)
+	}
+	for _, r := range rep.Results {
+		w, ok := s.Shortfall[r.Strategy]
+		if !ok {
+			continue
+		}
+		var total int64
+		for _, v := range w {
+			total += v
+		}
+		col := rgb(strategyColor(r.Strategy))
+		p := newPlot("", "time since trace start (m:ss)", "tokens")
+		p.Title.Text = r.Strategy + ": " + shortfallSummary(w, total)
+		p.Title.TextStyle.Font.Size = vg.Points(11)
+		p.Title.TextStyle.Color = col
+		p.X.Tick.Marker = clockTicks{}
+		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax*1.05
+		pts := make(plotter.XYs, len(w))
+		for i, v := range w {
+			pts[i].X, pts[i].Y = float64(i)*win, float64(v)
+		}
+		if len(pts) > 0 {
+			line, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, err
+			}
+			line.LineStyle = draw.LineStyle{Color: col, Width: vg.Points(1.2)}
+			p.Add(line)
+		}
+		g.panels = append(g.panels, p)
+	}
+	if len(g.panels) == 0 {
+		g.panels = append(g.panels, emptyPanel("tokens", end, ymax))
+	}
+	return g, nil
+}
+
+// shortfallSummary is a panel's title after the strategy: the total and
+// the first window's part ("6136 tokens, first window 35%").
+func shortfallSummary(byWindow []int64, total int64) string {
+	if total == 0 || len(byWindow) == 0 {
+		return "no shortfall"
+	}
+	return fmt.Sprintf("%d tokens, first window %.0f%%", total, 100*float64(byWindow[0])/float64(total))
+}
+
+// emptyPanel is the one panel of a grid with no strategy besides central:
+// time (0 to end seconds) against yLabel (0 to ymax).
+func emptyPanel(yLabel string, end, ymax float64) *plot.Plot {
+	p := newPlot("(no strategy besides central)", "time since trace start (m:ss)", yLabel)
+	p.X.Tick.Marker = clockTicks{}
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax
+	return p
 }

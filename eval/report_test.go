@@ -483,3 +483,53 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// With a shortfall window WritePlots adds shortfall.png: one panel per
+// strategy that has a shortfall series (central has none), linked from
+// report.md; each panel's title gives its total and its first window's
+// part.
+func TestShortfallPlot(t *testing.T) {
+	rep := testReport()
+	rep.Series.ShortfallWindow = time.Second
+	rep.Series.Shortfall = map[string][]int64{"local": {6, 1, 0, 3}, "static": {0, 0, 0, 0}}
+	dir := t.TempDir()
+	if err := WriteAll(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	names, err := WritePlots(t.TempDir(), rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"decisions.png", "admitted.png", "summary.png", "shortfall.png"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("WritePlots = %v, want %v", names, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "shortfall.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Width != 960 || cfg.Height != 259 { // one row of two panels, as decisions.png
+		t.Errorf("shortfall.png is %dx%d, want 960x259", cfg.Width, cfg.Height)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(md, []byte("](shortfall.png)")) {
+		t.Errorf("report.md does not link shortfall.png")
+	}
+	g, err := shortfallPlot(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var titles []string
+	for _, p := range g.panels {
+		titles = append(titles, p.Title.Text)
+	}
+	if want := []string{"local: 10 tokens, first window 60%", "static: no shortfall"}; !reflect.DeepEqual(titles, want) {
+		t.Errorf("panel titles %q, want %q", titles, want)
+	}
+}
