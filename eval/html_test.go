@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 
@@ -281,5 +282,54 @@ func TestStrategyColorsDistinct(t *testing.T) {
 			t.Errorf("%s and %s share %s", other, name, c)
 		}
 		seen[c] = name
+	}
+}
+
+// With a shortfall window report.html adds a fourth plot: one panel per
+// strategy besides central, its shortfall per window, the run's total and
+// the first window's part beside its title, the y axis in tokens per
+// window; without one, the page keeps its three plots (TestWriteHTML).
+func TestWriteHTMLShortfall(t *testing.T) {
+	opts := smallRun(t, "mix:duration=10s", "static,local,owner", "roundrobin")
+	opts.ShortfallWindow = time.Second
+	rep, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := html.Parse(bytes.NewReader(writeHTML(t, rep)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plots []string
+	var short *html.Node
+	for _, s := range elements(doc, tag("svg")) {
+		plots = append(plots, attr(s, "data-plot"))
+		if attr(s, "data-plot") == "shortfall" {
+			short = s
+		}
+	}
+	if want := []string{"admitted", "difference", "summary", "shortfall"}; !slices.Equal(plots, want) {
+		t.Fatalf("plots %v, want %v", plots, want)
+	}
+	var titles []string
+	for _, n := range elements(short, func(n *html.Node) bool { return attr(n, "data-role") == "panel-title" }) {
+		titles = append(titles, text(n))
+	}
+	if want := []string{"static", "local", "owner"}; !slices.Equal(titles, want) {
+		t.Errorf("shortfall panels %v, want %v", titles, want)
+	}
+	var sums int
+	for _, n := range elements(short, tag("text")) {
+		if l := text(n); strings.Contains(l, "tokens, first window") || l == "no shortfall" {
+			sums++
+		}
+	}
+	if sums != 3 {
+		t.Errorf("%d panels say their total, want 3", sums)
+	}
+	for _, n := range elements(short, func(n *html.Node) bool { return attr(n, "data-role") == "axis-label" }) {
+		if l := text(n); !strings.Contains(l, "(m:ss)") && !strings.Contains(l, "tokens per 1 s window") {
+			t.Errorf("shortfall axis label %q", l)
+		}
 	}
 }

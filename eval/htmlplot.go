@@ -5,9 +5,10 @@ import (
 	"strconv"
 )
 
-// This file builds report.html's three plots (ours) from a Report, with
+// This file builds report.html's plots (ours) from a Report, with
 // svg.go's pieces: admitted tokens over time, each strategy minus central
-// over time, and the accuracy summary. Each strategy keeps its colour
+// over time, the accuracy summary, and with a shortfall window the
+// shortfall per window over time. Each strategy keeps its colour
 // (strategyColor) in all of them; every axis has one unit.
 
 // htmlPlot is a plot of report.html with its heading and caption.
@@ -61,7 +62,7 @@ func floats(v []int64) []float64 {
 // htmlPlots returns report.html's plots of rep.
 func htmlPlots(rep *Report) []htmlPlot {
 	b := newTimeBase(rep)
-	return []htmlPlot{
+	plots := []htmlPlot{
 		{Title: "Admitted tokens over time",
 			Caption: fmt.Sprintf("Tokens admitted per %s bin by each strategy (its colour) and by central, the exact reference (black), over all requested tokens (grey area). Shaded: the scenario's fault windows, each event a dashed line with its label.", seconds(b.bin)),
 			SVG:     admittedSVG(rep, b)},
@@ -72,6 +73,12 @@ func htmlPlots(rep *Report) []htmlPlot {
 			Caption: "Left: excess admitted, the tokens admitted beyond central's per key, in % of central's admitted tokens. Right: false rejections, requests rejected that central admitted, in % of the requests central admitted (the recommendation's bounds).",
 			SVG:     summarySVG(rep)},
 	}
+	if s := rep.Series; s != nil && len(s.Shortfall) > 0 {
+		plots = append(plots, htmlPlot{Title: "Shortfall per window",
+			Caption: fmt.Sprintf("Per %s window (--shortfall-window), the tokens central admitted beyond the strategy, summed over keys: a spike at the start is the tokens a strategy holds when central's burst runs out, one at a change of load what the change cost, and the rest the steady swing. Each panel has its own scale; the run's total and the first window's part at its right.", seconds(s.ShortfallWindow.Seconds())),
+			SVG:     shortfallSVG(rep, b)})
+	}
+	return plots
 }
 
 // noData is a plot's message when there is nothing to draw.
@@ -130,71 +137,123 @@ func admittedSVG(rep *Report, b timeBase) svgPlot {
 	return p
 }
 
-// diffSVG plots, in one panel per strategy other than central (two
-// columns), the strategy's admitted tokens per bin minus central's.
-func diffSVG(rep *Report, b timeBase) svgPlot {
+// stratPanel is one panel of panelGrid: a strategy's series per bin, the
+// panel's title and the text at its right, and what to say when there
+// is nothing to draw (empty: no series; flat: all zero).
+type stratPanel struct {
+	name, title, sums string
+	vals              []float64
+	empty, flat       string
+}
+
+// panelGrid draws panels, two columns, one per strategy, each on its own
+// scale (0 included) over the time base's span with the scenario's fault
+// windows: bin is the width of one value (seconds), yLabel the y axis's
+// label with its unit.
+func panelGrid(rep *Report, b timeBase, name, label, yLabel string, bin float64, panels []stratPanel) svgPlot {
 	const cols = 2
 	const left, right, top, bottom, plotH = 84, 18, 30, 50, 120 // a panel's margins and data area height
 	panelW := float64(svgWidth) / cols
 	// The fault labels take the same rows in every panel.
 	_, labelRows := faultLabels(frame{x: left, w: panelW - left - right, xmin: 0, xmax: b.end}, rep.Setup.Faults, b.origin, b.end)
 	panelH := top + faultLabelH*float64(labelRows) + plotH + bottom
-	rows := max(1, (len(b.others)+cols-1)/cols)
-	p := svgPlot{Name: "difference", Label: "Admitted tokens per " + seconds(b.bin) + " bin, strategy minus central", W: svgWidth, H: float64(rows) * panelH}
-	var central []int64
-	if rep.Series != nil {
-		central = rep.Series.AdmittedTokens["central"]
-	}
-	if len(b.others) == 0 {
+	rows := max(1, (len(panels)+cols-1)/cols)
+	p := svgPlot{Name: name, Label: label, W: svgWidth, H: float64(rows) * panelH}
+	if len(panels) == 0 {
 		f := frame{x: left, y: top, w: svgWidth - left - right, h: panelH - top - bottom, xmin: 0, xmax: b.end, ymin: -1, ymax: 1}
 		p.Els = append(p.Els, noData(f, "no strategy besides central was run"))
 		return p
 	}
-	for i, name := range b.others {
+	for i, pn := range panels {
 		x0, y0 := float64(i%cols)*panelW, float64(i/cols)*panelH
-		var adm []int64
-		if rep.Series != nil {
-			adm = rep.Series.AdmittedTokens[name]
-		}
-		diff := make([]float64, min(len(adm), len(central)))
 		lo, hi := 0.0, 0.0
-		var over, under float64
-		for j := range diff {
-			diff[j] = float64(adm[j] - central[j])
-			lo, hi = min(lo, diff[j]), max(hi, diff[j])
-			if diff[j] > 0 {
-				over += diff[j]
-			} else {
-				under -= diff[j]
-			}
+		for _, v := range pn.vals {
+			lo, hi = min(lo, v), max(hi, v)
 		}
 		if lo == 0 && hi == 0 {
 			lo, hi = -1, 1
 		}
 		yt, ylo, yhi := niceTicks(lo, hi, 4, true)
 		f := frame{x: x0 + left, y: y0 + panelH - bottom - plotH, w: panelW - left - right, h: plotH, xmin: 0, xmax: b.end, ymin: ylo, ymax: yhi}
-		col := strategyColor(name)
+		col := strategyColor(pn.name)
 		back, front := faultLayers(f, rep.Setup.Faults, b.origin, b.end)
 		p.Els = append(p.Els, back...)
-		p.Els = append(p.Els, axes(f, timeTicks(b.end), yt, timeLabel, "Δ "+b.binUnit())...)
-		title := fmt.Sprintf("%s − central", name)
-		sums := fmt.Sprintf("+%s / −%s tokens over the run", strconv.FormatFloat(over, 'f', 0, 64), strconv.FormatFloat(under, 'f', 0, 64))
+		p.Els = append(p.Els, axes(f, timeTicks(b.end), yt, timeLabel, yLabel)...)
 		p.Els = append(p.Els,
-			svgEl{Tag: "text", X: f.x, Y: y0 + 20, Size: 14, Bold: true, Fill: col, Text: title, Strategy: name, Class: "panel-title"},
-			svgEl{Tag: "text", X: f.x + f.w, Y: y0 + 20, Anchor: "end", Size: 12, Fill: svgAxis, Text: sums})
+			svgEl{Tag: "text", X: f.x, Y: y0 + 20, Size: 14, Bold: true, Fill: col, Text: pn.title, Strategy: pn.name, Class: "panel-title"},
+			svgEl{Tag: "text", X: f.x + f.w, Y: y0 + 20, Anchor: "end", Size: 12, Fill: svgAxis, Text: pn.sums})
+		allZero := true
+		for _, v := range pn.vals {
+			allZero = allZero && v == 0
+		}
 		switch {
-		case len(diff) == 0:
-			p.Els = append(p.Els, noData(f, "no series"))
-		case over == 0 && under == 0:
-			p.Els = append(p.Els, noData(f, "the same as central in every bin"))
+		case len(pn.vals) == 0:
+			p.Els = append(p.Els, noData(f, pn.empty))
+		case allZero:
+			p.Els = append(p.Els, noData(f, pn.flat))
 		default:
 			p.Els = append(p.Els,
-				svgEl{Tag: "path", D: stepPath(f, b.bin, diff, true), Fill: col, FillOpacity: 0.3},
-				svgEl{Tag: "path", D: stepPath(f, b.bin, diff, false), Fill: "none", Stroke: col, StrokeWidth: 1.3, Strategy: name, Tip: title})
+				svgEl{Tag: "path", D: stepPath(f, bin, pn.vals, true), Fill: col, FillOpacity: 0.3},
+				svgEl{Tag: "path", D: stepPath(f, bin, pn.vals, false), Fill: "none", Stroke: col, StrokeWidth: 1.3, Strategy: pn.name, Tip: pn.title})
 		}
 		p.Els = append(p.Els, front...)
 	}
 	return p
+}
+
+// diffSVG plots, in one panel per strategy other than central (two
+// columns), the strategy's admitted tokens per bin minus central's.
+func diffSVG(rep *Report, b timeBase) svgPlot {
+	var central []int64
+	if rep.Series != nil {
+		central = rep.Series.AdmittedTokens["central"]
+	}
+	var panels []stratPanel
+	for _, name := range b.others {
+		var adm []int64
+		if rep.Series != nil {
+			adm = rep.Series.AdmittedTokens[name]
+		}
+		diff := make([]float64, min(len(adm), len(central)))
+		var over, under float64
+		for j := range diff {
+			diff[j] = float64(adm[j] - central[j])
+			if diff[j] > 0 {
+				over += diff[j]
+			} else {
+				under -= diff[j]
+			}
+		}
+		panels = append(panels, stratPanel{name: name, title: fmt.Sprintf("%s − central", name),
+			sums: fmt.Sprintf("+%s / −%s tokens over the run", strconv.FormatFloat(over, 'f', 0, 64), strconv.FormatFloat(under, 'f', 0, 64)),
+			vals: diff, empty: "no series", flat: "the same as central in every bin"})
+	}
+	return panelGrid(rep, b, "difference", "Admitted tokens per "+seconds(b.bin)+" bin, strategy minus central",
+		"Δ "+b.binUnit(), b.bin, panels)
+}
+
+// shortfallSVG plots, in one panel per strategy that has a shortfall
+// series (Series.Shortfall: with a shortfall window), its shortfall per
+// window over time (ShortfallByWindow), with its total and the first
+// window's part at the panel's right.
+func shortfallSVG(rep *Report, b timeBase) svgPlot {
+	s := rep.Series
+	win := s.ShortfallWindow.Seconds()
+	var panels []stratPanel
+	for _, name := range b.others {
+		w, ok := s.Shortfall[name]
+		if !ok {
+			continue
+		}
+		var total int64
+		for _, v := range w {
+			total += v
+		}
+		panels = append(panels, stratPanel{name: name, title: name, sums: shortfallSummary(w, total),
+			vals: floats(w), empty: "no windows", flat: "no shortfall in any window"})
+	}
+	return panelGrid(rep, b, "shortfall", "Shortfall per "+seconds(win)+" window, by strategy",
+		"shortfall, tokens per "+seconds(win)+" window", win, panels)
 }
 
 // summarySVG draws two bar panels side by side, one bar per strategy other
