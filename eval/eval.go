@@ -254,7 +254,8 @@ type Series struct {
 	AdmittedTokens map[string][]int64
 	// ShortfallWindow and Shortfall (by strategy, central's left out) are
 	// ShortfallByWindow's windows of Options.ShortfallWindow, from the
-	// first arrival: shortfall.png; absent without it.
+	// first arrival: shortfall.png and report.html's shortfall plot;
+	// absent without it.
 	ShortfallWindow time.Duration
 	Shortfall       map[string][]int64
 }
