@@ -170,7 +170,8 @@ func panelGrid(rep *Report, b timeBase, name, label, yLabel string, bin float64,
 		for _, v := range pn.vals {
 			lo, hi = min(lo, v), max(hi, v)
 		}
-		if lo == 0 && hi == 0 {
+		flat := lo == 0 && hi == 0 // every value 0 (or none)
+		if flat {
 			lo, hi = -1, 1
 		}
 		yt, ylo, yhi := niceTicks(lo, hi, 4, true)
@@ -182,14 +183,10 @@ func panelGrid(rep *Report, b timeBase, name, label, yLabel string, bin float64,
 		p.Els = append(p.Els,
 			svgEl{Tag: "text", X: f.x, Y: y0 + 20, Size: 14, Bold: true, Fill: col, Text: pn.title, Strategy: pn.name, Class: "panel-title"},
 			svgEl{Tag: "text", X: f.x + f.w, Y: y0 + 20, Anchor: "end", Size: 12, Fill: svgAxis, Text: pn.sums})
-		allZero := true
-		for _, v := range pn.vals {
-			allZero = allZero && v == 0
-		}
 		switch {
 		case len(pn.vals) == 0:
 			p.Els = append(p.Els, noData(f, pn.empty))
-		case allZero:
+		case flat:
 			p.Els = append(p.Els, noData(f, pn.flat))
 		default:
 			p.Els = append(p.Els,
@@ -245,11 +242,7 @@ func shortfallSVG(rep *Report, b timeBase) svgPlot {
 		if !ok {
 			continue
 		}
-		var total int64
-		for _, v := range w {
-			total += v
-		}
-		panels = append(panels, stratPanel{name: name, title: name, sums: shortfallSummary(w, total),
+		panels = append(panels, stratPanel{name: name, title: name, sums: shortfallSummary(w),
 			vals: floats(w), empty: "no windows", flat: "no shortfall in any window"})
 	}
 	return panelGrid(rep, b, "shortfall", "Shortfall per "+seconds(win)+" window, by strategy",

@@ -118,19 +118,13 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 	if rep == nil {
 		return nil, errNilReport
 	}
-	figs := []struct {
-		name string
-		fig  func() (renderer, error)
-	}{
+	figs := []plotFile{
 		{"decisions.png", func() (renderer, error) { return panelPlot(rep, false) }},
 		{"admitted.png", func() (renderer, error) { return panelPlot(rep, true) }},
 		{"summary.png", func() (renderer, error) { return summaryPlot(rep) }},
 	}
 	if s := rep.Series; s != nil && len(s.Shortfall) > 0 {
-		figs = append(figs, struct {
-			name string
-			fig  func() (renderer, error)
-		}{"shortfall.png", func() (renderer, error) { return shortfallPlot(rep) }})
+		figs = append(figs, plotFile{"shortfall.png", func() (renderer, error) { return shortfallPlot(rep) }})
 	}
 	var names []string
 	for _, f := range figs {
@@ -150,6 +144,13 @@ func WritePlots(dir string, rep *Report) ([]string, error) {
 		names = append(names, f.name)
 	}
 	return names, nil
+}
+
+// plotFile is one file of WritePlots: its name and how to make its
+// content.
+type plotFile struct {
+	name string
+	fig  func() (renderer, error)
 }
 
 // renderer is a plot file's content: its size and how to draw it.
@@ -421,12 +422,7 @@ type panelParams struct {
 // strategyPanel is the panel of strategy, its series counts: the fault
 // windows shaded, all requests, central and the strategy's series.
 func strategyPanel(strategy string, counts []int, pp panelParams) (*plot.Plot, error) {
-	col := rgb(strategyColor(strategy))
-	p := newPlot("", "time since trace start (m:ss)", "requests")
-	p.Title.Text = strategy
-	p.Title.TextStyle.Font.Size = vg.Points(11)
-	p.Title.TextStyle.Color = col
-	p.X.Tick.Marker = clockTicks{}
+	p, col := strategyTimePanel(strategy, strategy, "requests")
 	p.Y.Min, p.Y.Max = 0, pp.ymax*1.05
 	p.X.Min, p.X.Max = 0, pp.end
 	for _, w := range pp.windows {
@@ -456,6 +452,19 @@ func strategyPanel(strategy string, counts []int, pp panelParams) (*plot.Plot, e
 		p.Add(line)
 	}
 	return p, nil
+}
+
+// strategyTimePanel is a panel over time since the trace's start (clock
+// ticks) against yLabel, titled title in strategy's colour, which it
+// returns too.
+func strategyTimePanel(strategy, title, yLabel string) (*plot.Plot, color.Color) {
+	col := rgb(strategyColor(strategy))
+	p := newPlot("", "time since trace start (m:ss)", yLabel)
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Title.TextStyle.Color = col
+	p.X.Tick.Marker = clockTicks{}
+	return p, col
 }
 
 // binXYs are counts per bin as points (bin start in seconds, count).
@@ -535,16 +544,7 @@ func shortfallPlot(rep *Report) (*grid, error) {
 		if !ok {
 			continue
 		}
-		var total int64
-		for _, v := range w {
-			total += v
-		}
-		col := rgb(strategyColor(r.Strategy))
-		p := newPlot("", "time since trace start (m:ss)", "tokens")
-		p.Title.Text = r.Strategy + ": " + shortfallSummary(w, total)
-		p.Title.TextStyle.Font.Size = vg.Points(11)
-		p.Title.TextStyle.Color = col
-		p.X.Tick.Marker = clockTicks{}
+		p, col := strategyTimePanel(r.Strategy, r.Strategy+": "+shortfallSummary(w), "tokens")
 		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax*1.05
 		pts := make(plotter.XYs, len(w))
 		for i, v := range w {
@@ -566,10 +566,14 @@ func shortfallPlot(rep *Report) (*grid, error) {
 	return g, nil
 }
 
-// shortfallSummary is a panel's title after the strategy: the total and
-// the first window's part ("6136 tokens, first window 35%").
-func shortfallSummary(byWindow []int64, total int64) string {
-	if total == 0 || len(byWindow) == 0 {
+// shortfallSummary is a panel's title after the strategy: the total of
+// byWindow and its first window's part ("6136 tokens, first window 35%").
+func shortfallSummary(byWindow []int64) string {
+	var total int64
+	for _, v := range byWindow {
+		total += v
+	}
+	if total == 0 {
 		return "no shortfall"
 	}
 	return fmt.Sprintf("%d tokens, first window %.0f%%", total, 100*float64(byWindow[0])/float64(total))

@@ -64,8 +64,18 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 	if shortfall {
 		defs = append(defs, metricDef{"shortfall %", "per key and per window (setup's shortfall window), the tokens central admitted beyond the strategy's, summed, as % of central's admitted tokens: how many tokens were refused, not which requests (an overloaded key's false rejections count the requests that lost the race to the ones admitted instead)"})
 	}
-	// n/a cells: the columns, each with the strategies that did not
-	// measure it, consecutive columns of the same strategies together.
+	if na, ok := notMeasuredDef(rep, undecided, shortfall, live); ok {
+		defs = append(defs, na)
+	}
+	return defs
+}
+
+// notMeasuredDef is the legend's "n/a" entry: the columns of the results
+// table (undecided and shortfall only when shown) some strategy did not
+// measure, each with those strategies, consecutive columns of the same
+// strategies together; live (a replay) says why. ok is false when every
+// cell is measured.
+func notMeasuredDef(rep *Report, undecided, shortfall, live bool) (def metricDef, ok bool) {
 	var parts []string
 	var cols []string
 	var prev string
@@ -92,14 +102,14 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		cols = append(cols, c.header)
 	}
 	flush()
-	if len(parts) > 0 {
-		why := ""
-		if live {
-			why = " (a replay computes central from the trace, and a client cannot see which decisions a node took without a peer)"
-		}
-		defs = append(defs, metricDef{"n/a", "not measured: " + strings.Join(parts, "; ") + why + "; 0 in the JSON, which lists them in not_measured"})
+	if len(parts) == 0 {
+		return metricDef{}, false
 	}
-	return defs
+	why := ""
+	if live {
+		why = " (a replay computes central from the trace, and a client cannot see which decisions a node took without a peer)"
+	}
+	return metricDef{"n/a", "not measured: " + strings.Join(parts, "; ") + why + "; 0 in the JSON, which lists them in not_measured"}, true
 }
 
 // column is one column of the results table: its header, the JSON name of
