@@ -146,14 +146,14 @@ type stratPanel struct {
 	empty, flat       string
 }
 
-// panelGrid draws panels, two columns, one per strategy, each on its own
-// scale (0 included) over the time base's span with the scenario's fault
-// windows: bin is the width of one value (seconds), yLabel the y axis's
-// label with its unit.
+// panelGrid draws panels, two columns (one panel alone the whole width),
+// one per strategy, each on its own scale (0 included) over the time
+// base's span with the scenario's fault windows: bin is the width of one
+// value (seconds), yLabel the y axis's label with its unit.
 func panelGrid(rep *Report, b timeBase, name, label, yLabel string, bin float64, panels []stratPanel) svgPlot {
-	const cols = 2
+	cols := max(1, min(2, len(panels)))
 	const left, right, top, bottom, plotH = 84, 18, 30, 50, 120 // a panel's margins and data area height
-	panelW := float64(svgWidth) / cols
+	panelW := float64(svgWidth) / float64(cols)
 	// The fault labels take the same rows in every panel.
 	_, labelRows := faultLabels(frame{x: left, w: panelW - left - right, xmin: 0, xmax: b.end}, rep.Setup.Faults, b.origin, b.end)
 	panelH := top + faultLabelH*float64(labelRows) + plotH + bottom

@@ -285,13 +285,16 @@ const (
 
 var colorFault = color.NRGBA{R: 0xD5, G: 0x5E, B: 0x00, A: 50} // translucent vermillion
 
-// grid is a figure of panels sharing one scale, laid out panelCols wide.
+// grid is a figure of panels sharing one scale, laid out panelCols wide
+// (one panel alone takes the whole width).
 type grid struct {
 	title  string
 	panels []*plot.Plot
 }
 
-func (g *grid) rows() int { return max(1, (len(g.panels)+panelCols-1)/panelCols) }
+func (g *grid) cols() int { return max(1, min(panelCols, len(g.panels))) }
+
+func (g *grid) rows() int { return max(1, (len(g.panels)+g.cols()-1)/g.cols()) }
 
 func (g *grid) size() (vg.Length, vg.Length) {
 	return plotWidth, vg.Length(g.rows())*panelHeight + 0.5*vg.Inch
@@ -305,17 +308,17 @@ func (g *grid) render(w, h vg.Length) *vgimg.Canvas {
 	titleStyle.XAlign = draw.XCenter
 	dc.FillText(titleStyle, vg.Point{X: w / 2, Y: h - 0.3*vg.Inch}, g.title)
 	body := draw.Crop(dc, 0, 0, 0, -0.5*vg.Inch)
-	rows := g.rows()
+	rows, cols := g.rows(), g.cols()
 	cells := make([][]*plot.Plot, rows)
 	for r := range cells {
-		cells[r] = make([]*plot.Plot, panelCols)
-		for col := range panelCols {
-			if i := r*panelCols + col; i < len(g.panels) {
+		cells[r] = make([]*plot.Plot, cols)
+		for col := range cols {
+			if i := r*cols + col; i < len(g.panels) {
 				cells[r][col] = g.panels[i]
 			}
 		}
 	}
-	tiles := draw.Tiles{Rows: rows, Cols: panelCols, PadX: vg.Points(12), PadY: vg.Points(12),
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(12), PadY: vg.Points(12),
 		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
 	canvases := plot.Align(cells, tiles, body)
 	for r := range cells {

@@ -15,6 +15,7 @@ import (
 	"github.com/tokenmesh/tokenmesh/sim"
 	"github.com/tokenmesh/tokenmesh/strategy/registry"
 	"github.com/tokenmesh/tokenmesh/workload"
+	"gonum.org/v1/plot"
 )
 
 func ptr(v float64) *float64 { return &v }
@@ -531,5 +532,28 @@ func TestShortfallPlot(t *testing.T) {
 	}
 	if want := []string{"local: 10 tokens, first window 60%", "static: no shortfall"}; !reflect.DeepEqual(titles, want) {
 		t.Errorf("panel titles %q, want %q", titles, want)
+	}
+}
+
+// One panel takes the figure's whole width, in shortfall.png and in
+// report.html's panels alike; two or more are laid out two per row.
+func TestPanelLayoutOnePanelWide(t *testing.T) {
+	for n, want := range map[int][2]int{1: {1, 1}, 2: {2, 1}, 3: {2, 2}} {
+		g := &grid{panels: make([]*plot.Plot, n)}
+		if c, r := g.cols(), g.rows(); c != want[0] || r != want[1] {
+			t.Errorf("%d panels: %d columns x %d rows, want %d x %d", n, c, r, want[0], want[1])
+		}
+	}
+	// report.html: one panel's grid lines reach the figure's right margin.
+	rep := testReport()
+	one := panelGrid(rep, newTimeBase(rep), "x", "x", "tokens", 1, []stratPanel{{name: "local", vals: []float64{1, 2}}})
+	right := 0.0
+	for _, e := range one.Els {
+		if e.Tag == "line" {
+			right = max(right, e.X, e.X2)
+		}
+	}
+	if right < 0.9*float64(svgWidth) {
+		t.Errorf("one panel's lines end at x %.1f, want near the figure's width %d", right, svgWidth)
 	}
 }
