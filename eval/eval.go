@@ -123,9 +123,15 @@ type Result struct {
 	// and per window, the tokens central admitted beyond this strategy's
 	// admitted tokens, summed (count-based: which requests got the tokens
 	// does not matter, how many did); ShortfallPct is it in % of central's
-	// admitted tokens. Both absent without Options.ShortfallWindow.
-	ShortfallTokens *int64   `json:"shortfall_tokens,omitempty"`
-	ShortfallPct    *float64 `json:"shortfall_pct,omitempty"`
+	// admitted tokens. ShortfallAfterBirthPct is the same with each key's
+	// first window left out (ShortfallAfterBirth: the float a strategy
+	// holds is short there once, at the key's birth), in % of central's
+	// admitted tokens in the windows it counts: the steady part, which a
+	// longer run does not dilute. All absent without
+	// Options.ShortfallWindow.
+	ShortfallTokens        *int64   `json:"shortfall_tokens,omitempty"`
+	ShortfallPct           *float64 `json:"shortfall_pct,omitempty"`
+	ShortfallAfterBirthPct *float64 `json:"shortfall_after_birth_pct,omitempty"`
 	// Proxy is the traffic between the strategy's proxies and their
 	// nodes, with Options.Proxies (absent otherwise, and for central);
 	// BytesPerRequest then counts the proxies' bytes with the peers'.
@@ -480,7 +486,12 @@ func shortfall(r *Result, reqs []workload.Request, allowed, central []bool, wind
 	if centralTokens > 0 {
 		shortPct = round(100*float64(short)/float64(centralTokens), 4)
 	}
-	r.ShortfallTokens, r.ShortfallPct = &short, &shortPct
+	later, laterCentral := ShortfallAfterBirth(reqs, allowed, central, window)
+	var laterPct float64
+	if laterCentral > 0 {
+		laterPct = round(100*float64(later)/float64(laterCentral), 4)
+	}
+	r.ShortfallTokens, r.ShortfallPct, r.ShortfallAfterBirthPct = &short, &shortPct, &laterPct
 }
 
 // waitStats is the waiting time distribution of the admitted outcomes.

@@ -118,10 +118,7 @@ func ShortfallByWindow(reqs []workload.Request, allowed, central []bool, window 
 	if window <= 0 || len(reqs) == 0 {
 		return nil
 	}
-	t0 := reqs[0].Arrival
-	for _, r := range reqs {
-		t0 = min(t0, r.Arrival)
-	}
+	t0 := earliest(reqs)
 	type cell struct {
 		key string
 		w   int64
@@ -143,6 +140,61 @@ func ShortfallByWindow(reqs []workload.Request, allowed, central []bool, window 
 		out[c.w] += max(d, 0)
 	}
 	return out
+}
+
+// ShortfallAfterBirth splits Shortfall in two: the cells (key, w) whose
+// window w holds the key's first arrival (its birth: the float a strategy
+// holds when central's burst of a new key runs out is short there once)
+// and every later cell (the steady part, which a longer run does not
+// dilute). It returns the tokens short in the later cells and central's
+// admitted tokens in them, so that later / laterCentral is a run's
+// shortfall with each key's first window left out (ours; issue 24,
+// docs/EVALUATION.md "regionlease: the 0.5% line and the run's length").
+// A key idle long enough to refill is not born again here. Windows as in
+// Shortfall; 0, 0 for a window <= 0 or no requests.
+func ShortfallAfterBirth(reqs []workload.Request, allowed, central []bool, window time.Duration) (later, laterCentral int64) {
+	if window <= 0 || len(reqs) == 0 {
+		return 0, 0
+	}
+	t0 := earliest(reqs)
+	type cell struct {
+		key string
+		w   int64
+	}
+	born := map[string]int64{} // key -> the window of its first arrival
+	for _, r := range reqs {
+		w := int64((r.Arrival - t0) / window)
+		if b, ok := born[r.Key]; !ok || w < b {
+			born[r.Key] = w
+		}
+	}
+	diff := map[cell]int64{} // central's admitted tokens - the strategy's
+	for i, r := range reqs {
+		c := cell{r.Key, int64((r.Arrival - t0) / window)}
+		if c.w == born[r.Key] {
+			continue
+		}
+		if central[i] {
+			diff[c] += r.Tokens
+			laterCentral += r.Tokens
+		}
+		if allowed[i] {
+			diff[c] -= r.Tokens
+		}
+	}
+	for _, d := range diff {
+		later += max(d, 0)
+	}
+	return later, laterCentral
+}
+
+// earliest is the earliest arrival in reqs (not empty).
+func earliest(reqs []workload.Request) time.Duration {
+	t0 := reqs[0].Arrival
+	for _, r := range reqs {
+		t0 = min(t0, r.Arrival)
+	}
+	return t0
 }
 
 // cellShortfall sums, over the cells cellOf puts requests in, central's

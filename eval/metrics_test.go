@@ -126,6 +126,36 @@ func TestShortfall(t *testing.T) {
 	}
 }
 
+// ShortfallAfterBirth leaves out each key's first window, wherever the
+// key is born, and counts central's tokens only in the windows it keeps.
+func TestShortfallAfterBirth(t *testing.T) {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	reqs := []workload.Request{
+		{Arrival: ms(100), Key: "a", Tokens: 1},  // a born in window 0
+		{Arrival: ms(1100), Key: "a", Tokens: 2}, // a, window 1
+		{Arrival: ms(1300), Key: "b", Tokens: 2}, // b born in window 1
+		{Arrival: ms(2200), Key: "b", Tokens: 3}, // b, window 2
+		{Arrival: ms(2300), Key: "a", Tokens: 1}, // a, window 2
+	}
+	central := []bool{true, true, true, true, true}
+	// Short: a/w0 1 (birth), a/w1 2, b/w1 2 (birth), b/w2 3 admitted, a/w2 1.
+	allowed := []bool{false, false, false, true, false}
+	if short, _ := Shortfall(reqs, allowed, central, time.Second); short != 6 {
+		t.Fatalf("Shortfall = %d, want 6", short)
+	}
+	// Kept: a/w1 (2 short of 2), b/w2 (0 of 3), a/w2 (1 of 1): 3 of 6.
+	if later, c := ShortfallAfterBirth(reqs, allowed, central, time.Second); later != 3 || c != 6 {
+		t.Fatalf("ShortfallAfterBirth = %d of %d, want 3 of 6", later, c)
+	}
+	// One window over the whole span holds every key's birth: nothing left.
+	if later, c := ShortfallAfterBirth(reqs, allowed, central, time.Hour); later != 0 || c != 0 {
+		t.Fatalf("one window: %d of %d, want 0 of 0", later, c)
+	}
+	if later, c := ShortfallAfterBirth(reqs, allowed, central, 0); later != 0 || c != 0 {
+		t.Fatalf("window 0: %d of %d, want 0 of 0", later, c)
+	}
+}
+
 // The shortfall never exceeds the false rejections' tokens (a false
 // rejection is a token central admitted that the strategy did not, before
 // any admitted-instead request is netted out), and is at least the total
@@ -166,6 +196,13 @@ func TestShortfallBounds(t *testing.T) {
 		}
 		if sum != short {
 			t.Fatalf("ShortfallByWindow sums to %d, Shortfall is %d", sum, short)
+		}
+		// Leaving the keys' first windows out drops cells, never adds:
+		// at most the whole, of at most central's tokens.
+		later, laterCentral := ShortfallAfterBirth(reqs, allowed, central, time.Second)
+		_, centralTokens := Shortfall(reqs, allowed, central, time.Second)
+		if later < 0 || later > short || laterCentral > centralTokens {
+			t.Fatalf("ShortfallAfterBirth %d of %d, Shortfall %d of %d", later, laterCentral, short, centralTokens)
 		}
 	})
 }

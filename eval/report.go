@@ -62,7 +62,8 @@ func metricDefs(rep *Report, undecided, shortfall bool) []metricDef {
 		defs = append(defs, metricDef{"undecided", "requests never decided by the end of the run (counted as rejected)"})
 	}
 	if shortfall {
-		defs = append(defs, metricDef{"shortfall %", "per key and per window (setup's shortfall window), the tokens central admitted beyond the strategy's, summed, as % of central's admitted tokens: how many tokens were refused, not which requests (an overloaded key's false rejections count the requests that lost the race to the ones admitted instead)"})
+		defs = append(defs, metricDef{"shortfall %", "per key and per window (setup's shortfall window), the tokens central admitted beyond the strategy's, summed, as % of central's admitted tokens: how many tokens were refused, not which requests (an overloaded key's false rejections count the requests that lost the race to the ones admitted instead)"},
+			metricDef{"after birth %", "shortfall % with each key's first window left out, as % of central's admitted tokens in the windows it counts (JSON shortfall_after_birth_pct): the steady part, which a longer run does not dilute; a strategy that holds tokens away from where they are used (leases, stocks, tokens in flight) is short of them once, when a new key's burst runs out"})
 	}
 	if na, ok := notMeasuredDef(rep, undecided, shortfall, live); ok {
 		defs = append(defs, na)
@@ -169,6 +170,11 @@ func resultColumns(undecided, shortfall, proxies, regions, hot bool) []column {
 				return ""
 			}
 			return f(*r.ShortfallPct, 2)
+		}}, column{"after birth %", "shortfall_after_birth_pct", 1, func(r Result) string {
+			if r.ShortfallAfterBirthPct == nil {
+				return ""
+			}
+			return f(*r.ShortfallAfterBirthPct, 2)
 		}})
 	}
 	return cols

@@ -373,12 +373,12 @@ func TestShortfallOptIn(t *testing.T) {
 		t.Fatalf("static's shortfall %d above its %d false rejections (1-token requests)", *s.ShortfallTokens, s.FalseRejections)
 	}
 	js, tab := jsonText(t, rep), table(t, rep)
-	for _, want := range []string{`"shortfall_tokens"`, `"shortfall_pct"`, `"shortfall_window_s": 1`} {
+	for _, want := range []string{`"shortfall_tokens"`, `"shortfall_pct"`, `"shortfall_after_birth_pct"`, `"shortfall_window_s": 1`} {
 		if !strings.Contains(js, want) {
 			t.Errorf("JSON lacks %s", want)
 		}
 	}
-	if !strings.Contains(tab, "shortfall %") || !strings.Contains(tab, "shortfall window 1 s") {
+	if !strings.Contains(tab, "shortfall %") || !strings.Contains(tab, "after birth %") || !strings.Contains(tab, "shortfall window 1 s") {
 		t.Errorf("table lacks the shortfall column or window:\n%s", tab)
 	}
 }

@@ -116,7 +116,10 @@ waiting for a peer (JSON local_decision_pct); B/req = peer payload bytes per
 request (JSON bytes_per_request). --shortfall-window D adds shortfall % =
 per key and per window of D, central's admitted tokens beyond the
 strategy's, summed, as % of central's admitted (JSON shortfall_tokens,
-shortfall_pct): over-rejection counted in tokens, not in which requests.
+shortfall_pct): over-rejection counted in tokens, not in which requests;
+and after birth % = the same with each key's first window left out
+(JSON shortfall_after_birth_pct): the steady part, without the tokens a
+strategy holds away from its requests when a new key's burst runs out.
 
 --regions eu:10,us:10,ap:10 spreads the cluster over regions (the
 sum is the cluster's size, so --nodes may be left out): nodes are named
@@ -202,7 +205,7 @@ on it.
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms; tokenmesh strategies lists them)")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
-	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall column (JSON shortfall_tokens, shortfall_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed (0: off)")
+	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall columns (JSON shortfall_tokens, shortfall_pct, shortfall_after_birth_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed, and the same without each key's first window (0: off)")
 	fl.StringVar(&f.hold, "hold", "", "service time of every admitted request, fixed (100ms) or uniform:50ms-200ms: a concurrency limit's permits are held that long, and the report adds the permits in flight per key (empty: none)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, static, owner, gdrl, adaptive and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution; gcounter, tbqueue and regionlease have none (0: off)")
 	f.recommendFlags.add(fl)
