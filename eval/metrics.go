@@ -142,16 +142,16 @@ func ShortfallByWindow(reqs []workload.Request, allowed, central []bool, window 
 	return out
 }
 
-// ShortfallAfterBirth splits Shortfall in two: the cells (key, w) whose
-// window w holds the key's first arrival (its birth: the float a strategy
-// holds when central's burst of a new key runs out is short there once)
-// and every later cell (the steady part, which a longer run does not
-// dilute). It returns the tokens short in the later cells and central's
-// admitted tokens in them, so that later / laterCentral is a run's
-// shortfall with each key's first window left out (ours; issue 24,
-// docs/EVALUATION.md "regionlease: the 0.5% line and the run's length").
-// A key idle long enough to refill is not born again here. Windows as in
-// Shortfall; 0, 0 for a window <= 0 or no requests.
+// ShortfallAfterBirth is Shortfall without the cells (key, w) whose
+// window w holds the key's first arrival, its birth: a strategy that
+// holds tokens away from where they are used is short of them once, in
+// the window where central's burst of a new key runs out, and what is
+// left is the steady part, which a longer run does not dilute (ours;
+// issue 24, docs/EVALUATION.md "regionlease: the 0.5% line and the run's
+// length"). It returns the tokens short in the cells kept and central's
+// admitted tokens in them (its denominator as a share). A key idle long
+// enough to refill is not born again here. Windows as in Shortfall; 0, 0
+// for a window <= 0 or no requests.
 func ShortfallAfterBirth(reqs []workload.Request, allowed, central []bool, window time.Duration) (later, laterCentral int64) {
 	if window <= 0 || len(reqs) == 0 {
 		return 0, 0
