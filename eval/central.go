@@ -78,3 +78,19 @@ func NewSeries(trace *workload.Trace) *Series { return newSeries(trace) }
 func (s *Series) Add(name string, reqs []workload.Request, allowed []bool) {
 	s.add(name, reqs, allowed)
 }
+
+// ScoreShortfall sets r's ShortfallTokens, ShortfallPct and
+// ShortfallAfterBirthPct: allowed's shortfall against central on reqs
+// over windows of window (> 0; Shortfall, ShortfallAfterBirth), as Run
+// sets them with Options.ShortfallWindow. allowed and central are indexed
+// like reqs.
+func ScoreShortfall(r *Result, reqs []workload.Request, allowed, central []bool, window time.Duration) {
+	shortfall(r, reqs, allowed, central, window)
+}
+
+// AddShortfall records a strategy's shortfall per window of window (> 0)
+// for the plots (shortfall.png, report.html), as Run does for every
+// strategy but central.
+func (s *Series) AddShortfall(name string, reqs []workload.Request, allowed, central []bool, window time.Duration) {
+	s.addShortfall(name, ShortfallByWindow(reqs, allowed, central, window), window)
+}

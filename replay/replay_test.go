@@ -453,6 +453,49 @@ func TestNewReport(t *testing.T) {
 	}
 }
 
+// With a shortfall window every row gets its shortfall against central
+// (central's 0), as sim's do, and the plots the runs' shortfall per
+// window; without one, none.
+func TestNewReportShortfall(t *testing.T) {
+	tr := marginTrace(2, 2*time.Second)
+	central, err := eval.Central(tr, onePerSec, testBurst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runInProcess(t, "static", 2, 4, tr)
+	setup := eval.Setup{Nodes: 2, RatePerSec: 1, Burst: testBurst, Assign: "hash", Seed: 1}
+	live := Live{Cluster: "in-process", Nodes: 2, Speed: 4}
+	if rep := NewReport(tr, setup, live, central, []*Result{res}); rep.Results[1].ShortfallPct != nil || rep.Series.Shortfall != nil {
+		t.Fatalf("no window: shortfall %v, series %v", rep.Results[1].ShortfallPct, rep.Series.Shortfall)
+	}
+	setup.ShortfallWindowS = 1
+	rep := NewReport(tr, setup, live, central, []*Result{res})
+	c, s := rep.Results[0], rep.Results[1]
+	if c.ShortfallTokens == nil || *c.ShortfallTokens != 0 || *c.ShortfallPct != 0 || *c.ShortfallAfterBirthPct != 0 {
+		t.Fatalf("central's shortfall %v %v %v, want 0", c.ShortfallTokens, c.ShortfallPct, c.ShortfallAfterBirthPct)
+	}
+	// The same numbers as the simulator's scoring of these decisions;
+	// static's half of the burst and rate per node is short of central.
+	short, centralTokens := eval.Shortfall(tr.Requests, res.allowed, central, time.Second)
+	if short == 0 {
+		t.Fatalf("static admitted as much as central in every window (%d tokens): the test proves nothing", centralTokens)
+	}
+	if s.ShortfallTokens == nil || *s.ShortfallTokens != short || s.ShortfallAfterBirthPct == nil {
+		t.Fatalf("static's shortfall %v (after birth %v), want %d of %d", s.ShortfallTokens, s.ShortfallAfterBirthPct, short, centralTokens)
+	}
+	byWindow := rep.Series.Shortfall["static"]
+	var sum int64
+	for _, w := range byWindow {
+		sum += w
+	}
+	if rep.Series.ShortfallWindow != time.Second || sum != short || rep.Series.Shortfall["central"] != nil {
+		t.Fatalf("series: window %v, static %v (sum %d, want %d), central %v", rep.Series.ShortfallWindow, byWindow, sum, short, rep.Series.Shortfall["central"])
+	}
+	if res.Row.ShortfallTokens != nil {
+		t.Errorf("NewReport changed the run's own row")
+	}
+}
+
 // fakeCluster serves canned /metrics texts; killed nodes answer none.
 type fakeCluster struct {
 	sent   []int64 // bytes sent per node

@@ -56,7 +56,10 @@ type Report struct {
 // NewReport builds the report of runs (one per strategy, in order) over
 // trace: central's row first, computed from central (eval.Central), then
 // one row per run. setup is copied as is but for Latency, Loss and
-// Scenario, which describe the live replay.
+// Scenario, which describe the live replay. With setup.ShortfallWindowS
+// > 0 every row gets its shortfall against central over windows of that
+// many seconds of trace time (eval.ScoreShortfall), and the plots the
+// runs' shortfall per window, as tokenmesh sim --shortfall-window.
 func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []bool, runs []*Result) *Report {
 	reqs := trace.Requests
 	rep := &Report{Live: live}
@@ -68,11 +71,20 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 	// measure.
 	c.LocalDecisionPct = 100
 	c.NotMeasured = []string{"state_bytes_peak", "decision_latency_p50_ms", "decision_latency_p99_ms"}
+	window := time.Duration(math.Round(setup.ShortfallWindowS * float64(time.Second)))
+	if window > 0 {
+		eval.ScoreShortfall(&c, reqs, central, central, window)
+	}
 	rep.Results = append(rep.Results, c)
 	rep.Series.Add("central", reqs, central)
 	var notes []string
 	for _, r := range runs {
-		rep.Results = append(rep.Results, r.Row)
+		row := r.Row
+		if window > 0 {
+			eval.ScoreShortfall(&row, reqs, r.allowed, central, window)
+			rep.Series.AddShortfall(row.Strategy, reqs, r.allowed, central, window)
+		}
+		rep.Results = append(rep.Results, row)
 		rep.Series.Add(r.Row.Strategy, reqs, r.allowed)
 		info := RunInfo{Strategy: r.Row.Strategy, WallSec: round3(r.Wall.Seconds()), LateSends: r.Late,
 			MaxLatenessMs: round3(float64(r.MaxLateness) / float64(time.Millisecond)), Errors: r.Errors,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/pflag"
 
 	"github.com/tokenmesh/tokenmesh/workload"
@@ -43,6 +45,17 @@ func (f *reportFlags) add(fl *pflag.FlagSet) {
 func (f *reportFlags) check() error {
 	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
 		return usageErr("--progress %q: want auto, always or never", f.progress)
+	}
+	return nil
+}
+
+// shortfallWindowHelp is --shortfall-window's help, in sim and replay.
+const shortfallWindowHelp = "add the shortfall columns (JSON shortfall_tokens, shortfall_pct, shortfall_after_birth_pct): per key and per window of this length (trace time), the tokens central admitted beyond the strategy's, summed, and the same without each key's first window (0: off)"
+
+// checkShortfallWindow reports a negative --shortfall-window.
+func checkShortfallWindow(w time.Duration) error {
+	if w < 0 {
+		return usageErr("--shortfall-window %v: the window must not be negative", w)
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ type replayFlags struct {
 	params            []string
 	speed             float64
 	duration          time.Duration
+	shortfallWindow   time.Duration
 	kills, partitions []string
 	heals, restarts   []string
 	scenario          string
@@ -151,6 +152,7 @@ back to the data-plane cut with a warning.`,
 	f.tableFlags.add(fl)
 	fl.Float64Var(&f.speed, "speed", 1, "replay speed: 10 sends the trace 10 times faster (and scales the served rate by 10)")
 	fl.DurationVar(&f.duration, "duration", 0, "replay only the first DURATION of trace time (0: all)")
+	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, shortfallWindowHelp)
 	fl.StringArrayVar(&f.kills, "kill", nil, "NODE@TIME: SIGKILL node NODE (0-based) at trace time TIME, e.g. 1@30s; repeatable")
 	fl.StringArrayVar(&f.restarts, "restart", nil, "NODE@TIME: start node NODE, killed before, again at trace time TIME, e.g. 1@2m; repeatable")
 	fl.StringArrayVar(&f.partitions, "partition", nil, `GROUPS@TIME: from trace time TIME, cut the peer data plane between groups, e.g. "0,1|2@30s"; repeatable`)
@@ -240,7 +242,7 @@ func (f *replayFlags) checkNumbers() error {
 	case f.duration < 0:
 		return usageErr("--duration %v: want a positive duration, or 0 for the whole trace", f.duration)
 	}
-	return nil
+	return checkShortfallWindow(f.shortfallWindow)
 }
 
 // checkRate returns --rate as a bucket.Rate, checked with --burst and, as
@@ -498,7 +500,8 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 	live := replay.Live{Cluster: "processes", Nodes: f.nodes, Speed: f.speed, DurationSec: f.duration.Seconds(),
 		RuleRatePS: replay.ScaledRate(p.rate, f.speed), LateAfterMs: float64(replay.DefaultLateAfter) / float64(time.Millisecond),
 		EdgeTimes: f.edgeTimes, Regions: f.regionFlags.regions, WANLatency: f.regionFlags.wanLatency}
-	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed}
+	setup := eval.Setup{Nodes: f.nodes, RatePerSec: p.rate.PerSec(), Burst: f.burst, Assign: f.assign, Seed: f.seed,
+		ShortfallWindowS: f.shortfallWindow.Seconds()}
 	rep := replay.NewReport(p.trace, setup, live, central, runs)
 	if f.recommend {
 		rep.Recommendation = f.replayRecommendation(rep, bounds, p)

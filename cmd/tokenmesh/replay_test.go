@@ -55,6 +55,7 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"--trace", tr, "--speed", "0"}, "--speed"},
 		{[]string{"--trace", tr, "--speed", "-2"}, "--speed"},
 		{[]string{"--trace", tr, "--duration", "-1s"}, "--duration"},
+		{[]string{"--trace", tr, "--shortfall-window", "-1s"}, "--shortfall-window"},
 		{[]string{"--trace", tr, "--strategy", "nope"}, "--strategy"},
 		{[]string{"--trace", tr, "--strategy", "central"}, "--strategy"},
 		{[]string{"--trace", tr, "--strategy", "owner,owner"}, "--strategy"},

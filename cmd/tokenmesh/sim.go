@@ -205,7 +205,7 @@ on it.
 	fl.StringArrayVar(&f.params, "param", nil, "strategy parameter as strategy.name=value, repeatable (e.g. owner.hold=2ms; tokenmesh strategies lists them)")
 	fl.IntVar(&f.parallel, "parallel", 0, "strategies simulated at once (0: GOMAXPROCS); the output is the same for any value")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
-	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, "add the shortfall columns (JSON shortfall_tokens, shortfall_pct, shortfall_after_birth_pct): per key and per window of this length, the tokens central admitted beyond the strategy's, summed, and the same without each key's first window (0: off)")
+	fl.DurationVar(&f.shortfallWindow, "shortfall-window", 0, shortfallWindowHelp)
 	fl.StringVar(&f.hold, "hold", "", "service time of every admitted request, fixed (100ms) or uniform:50ms-200ms: a concurrency limit's permits are held that long, and the report adds the permits in flight per key (empty: none)")
 	fl.DurationVar(&f.maxWait, "max-wait", 0, "waiting mode (000 §5.2): every request accepts a wait up to this long; central, local, static, owner, gdrl, adaptive and lease reserve tokens in arrival order and admit with a delay, and the report adds the waiting time distribution; gcounter, tbqueue and regionlease have none (0: off)")
 	f.recommendFlags.add(fl)
@@ -339,6 +339,9 @@ func (f *simFlags) checkNumbers() error {
 	if err := f.reportFlags.check(); err != nil {
 		return err
 	}
+	if err := checkShortfallWindow(f.shortfallWindow); err != nil {
+		return err
+	}
 	switch {
 	case f.nodes < 1:
 		return usageErr("--nodes %d: need at least 1 node", f.nodes)
@@ -350,8 +353,6 @@ func (f *simFlags) checkNumbers() error {
 		return usageErr("--max-wait %v: the wait must not be negative", f.maxWait)
 	case f.maxWait > time.Hour:
 		return usageErr("--max-wait %v: at most 1h", f.maxWait)
-	case f.shortfallWindow < 0:
-		return usageErr("--shortfall-window %v: the window must not be negative", f.shortfallWindow)
 	case f.trace != "" && f.workload != "":
 		return usageErr("--trace and --workload: give one input, not both")
 	case f.parallel < 0:
