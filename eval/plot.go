@@ -352,6 +352,39 @@ func (clockTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
+// countTicks marks a count axis (requests, tokens) at whole numbers,
+// labelled as integers ("75", not gonum's "75.00"): gonum's default ticks
+// when they are whole, else (a span of a few: "2.50 tokens") every whole
+// step of 1, 2 or 5 times a power of ten that gives at most 6 marks.
+type countTicks struct{}
+
+func (countTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	whole := true
+	for _, t := range ticks {
+		if t.Label != "" && t.Value != math.Trunc(t.Value) {
+			whole = false
+		}
+	}
+	if whole {
+		for i := range ticks {
+			if ticks[i].Label != "" {
+				ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', 0, 64)
+			}
+		}
+		return ticks
+	}
+	step := 1.0
+	for m := 1; (hi-lo)/step > 5; m++ { // 2, 5, 10, 20, ...
+		step = []float64{1, 2, 5}[m%3] * math.Pow(10, float64(m/3))
+	}
+	ticks = ticks[:0]
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	}
+	return ticks
+}
+
 // clock formats seconds as m:ss or h:mm:ss.
 func clock(sec float64) string {
 	neg := ""
@@ -467,6 +500,7 @@ func strategyTimePanel(strategy, title, yLabel string) (*plot.Plot, color.Color)
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.Title.TextStyle.Color = col
 	p.X.Tick.Marker = clockTicks{}
+	p.Y.Tick.Marker = countTicks{}
 	return p, col
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -555,5 +557,41 @@ func TestPanelLayoutOnePanelWide(t *testing.T) {
 	}
 	if right < 0.9*float64(svgWidth) {
 		t.Errorf("one panel's lines end at x %.1f, want near the figure's width %d", right, svgWidth)
+	}
+}
+
+// A count axis is marked at whole numbers, labelled as integers: over a
+// few units gonum's default put "2.50 tokens" on shortfall.png, and wider
+// spans keep gonum's ticks, relabelled ("75", not "75.00").
+func TestCountTicks(t *testing.T) {
+	labels := func(lo, hi float64) []string {
+		var out []string
+		for _, tk := range (countTicks{}).Ticks(lo, hi) {
+			if tk.Label != "" {
+				out = append(out, tk.Label)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 5, []string{"0", "1", "2", "3", "4", "5"}},
+		{0, 3.2, []string{"0", "1", "2", "3"}},
+		{0, 0.9, []string{"0"}},
+		{0, 11, []string{"0", "5", "10"}}, // gonum's, whole already
+	} {
+		if got := labels(c.lo, c.hi); !slices.Equal(got, c.want) {
+			t.Errorf("countTicks(%v, %v) labels %q, want %q", c.lo, c.hi, got, c.want)
+		}
+	}
+	if got, want := labels(0, 76), []string{"0", "25", "50", "75"}; !slices.Equal(got, want) { // gonum's "25.00", relabelled
+		t.Errorf("countTicks(0, 76) labels %q, want %q", got, want)
+	}
+	for _, tk := range (countTicks{}).Ticks(0, 2000) {
+		if tk.Label != "" && (tk.Value != math.Trunc(tk.Value) || strings.Contains(tk.Label, ".")) {
+			t.Errorf("countTicks(0, 2000): label %q at %v", tk.Label, tk.Value)
+		}
 	}
 }
