@@ -323,7 +323,7 @@ func Run(opts Options) (*Report, error) {
 		if opts.ShortfallWindow > 0 {
 			shortfall(&r, reqs, allowed, central, opts.ShortfallWindow)
 			if s.Name != "central" {
-				rep.Series.addShortfall(s.Name, ShortfallByWindow(reqs, allowed, central, opts.ShortfallWindow), opts.ShortfallWindow)
+				rep.Series.AddShortfall(s.Name, reqs, allowed, central, opts.ShortfallWindow)
 			}
 		}
 		if r.Regions != nil {
