@@ -27,6 +27,24 @@ type Bounds struct {
 	MaxFalseRejectionsPct float64 `json:"max_false_rejections_pct"`
 	// MaxEnvelopeTokens bounds Result.EnvelopeViolationTokens.
 	MaxEnvelopeTokens float64 `json:"max_envelope_tokens"`
+	// MaxShortfallPct, when set, bounds Result.ShortfallPct (% of
+	// central's admitted tokens) in place of MaxFalseRejectionsPct for the
+	// results that have one (a run with a shortfall window): on an
+	// overloaded key false rejections count the requests that lost a race
+	// to the ones admitted in their stead (40% of a distributed scheme's,
+	// TestShortfallRationale), the shortfall how many tokens were refused.
+	// nil: false rejections bound every result.
+	MaxShortfallPct *float64 `json:"max_shortfall_pct,omitempty"`
+}
+
+// overRejection is r's over-rejection as b bounds it: its shortfall % and
+// b's bound on it when both are set, else its false rejections (%
+// of central's admitted requests) and that bound; name is the column's.
+func (b Bounds) overRejection(r Result, centralAdmitted int) (value, bound float64, name string) {
+	if b.MaxShortfallPct != nil && r.ShortfallPct != nil {
+		return *r.ShortfallPct, *b.MaxShortfallPct, "shortfall"
+	}
+	return falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct, "false rejections"
 }
 
 // Recommendation is Recommend's answer; Line is the verdict the report
@@ -52,8 +70,12 @@ type Step struct {
 // NoneMeetsStep is the step after a recommendation that names no strategy
 // within the bounds: the closest one's parameters, to try some, or looser
 // bounds.
-func NoneMeetsStep(closest string) Step {
-	return Step{Why: "no strategy meets the bounds: try " + closest + "'s parameters (--param " + closest + ".NAME=VALUE), or looser bounds (--max-excess, --max-false-rejections, --max-envelope)",
+func NoneMeetsStep(closest string, b Bounds) Step {
+	over := "--max-false-rejections"
+	if b.MaxShortfallPct != nil {
+		over = "--max-shortfall"
+	}
+	return Step{Why: "no strategy meets the bounds: try " + closest + "'s parameters (--param " + closest + ".NAME=VALUE), or looser bounds (--max-excess, " + over + ", --max-envelope)",
 		Command: "tokenmesh strategies " + closest}
 }
 
@@ -100,14 +122,19 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 		rec.Line = "recommendation: none: every strategy run besides central is a concurrency limit, which central's bucket does not measure; compare it with the exact semaphore in the permits table (used %, missed, extra)"
 		return rec
 	}
-	bounds := fmt.Sprintf("excess <= %s%%, false rejections <= %s%% of central's admitted, envelope violation <= %s tokens",
-		num(b.MaxExcessPct), num(b.MaxFalseRejectionsPct), num(b.MaxEnvelopeTokens))
+	_, overBound, overName := b.overRejection(rated[0], centralAdmitted)
+	overWhat := "of central's admitted" // requests
+	if overName == "shortfall" {
+		overWhat = "of central's admitted tokens"
+	}
+	bounds := fmt.Sprintf("excess <= %s%%, %s <= %s%% %s, envelope violation <= %s tokens",
+		num(b.MaxExcessPct), overName, num(overBound), overWhat, num(b.MaxEnvelopeTokens))
 	var ok []Result
 	var names []string
 	for _, r := range rated {
 		names = append(names, r.Strategy)
-		if r.ExcessAdmittedPct <= b.MaxExcessPct && falseRejectionsPct(r, centralAdmitted) <= b.MaxFalseRejectionsPct &&
-			r.EnvelopeViolationTokens <= b.MaxEnvelopeTokens {
+		over, bound, _ := b.overRejection(r, centralAdmitted)
+		if r.ExcessAdmittedPct <= b.MaxExcessPct && over <= bound && r.EnvelopeViolationTokens <= b.MaxEnvelopeTokens {
 			ok = append(ok, r)
 		}
 	}
@@ -118,8 +145,12 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 			}
 			return v
 		}
-		return fmt.Sprintf("excess %s%%, false rej. %s%%, envelope %s tokens, %s B/req, p99 %s ms, local %s",
-			num(round(r.ExcessAdmittedPct, 3)), num(round(falseRejectionsPct(r, centralAdmitted), 3)), num(r.EnvelopeViolationTokens),
+		shortfall := ""
+		if r.ShortfallPct != nil {
+			shortfall = ", shortfall " + num(round(*r.ShortfallPct, 3)) + "%"
+		}
+		return fmt.Sprintf("excess %s%%, false rej. %s%%%s, envelope %s tokens, %s B/req, p99 %s ms, local %s",
+			num(round(r.ExcessAdmittedPct, 3)), num(round(falseRejectionsPct(r, centralAdmitted), 3)), shortfall, num(r.EnvelopeViolationTokens),
 			measured("bytes_per_request", num(r.BytesPerRequest)), measured("decision_latency_p99_ms", num(r.DecisionLatencyP99Ms)),
 			measured("local_decision_pct", num(r.LocalDecisionPct)+"%"))
 	}
@@ -136,8 +167,8 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 	}
 	closest, dist := rated[0], -1.0
 	for _, r := range rated {
-		d := max(ratio(r.ExcessAdmittedPct, b.MaxExcessPct), ratio(falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct),
-			ratio(r.EnvelopeViolationTokens, b.MaxEnvelopeTokens))
+		over, bound, _ := b.overRejection(r, centralAdmitted)
+		d := max(ratio(r.ExcessAdmittedPct, b.MaxExcessPct), ratio(over, bound), ratio(r.EnvelopeViolationTokens, b.MaxEnvelopeTokens))
 		if dist < 0 || d < dist {
 			closest, dist = r, d
 		}

@@ -61,6 +61,45 @@ func TestRecommend(t *testing.T) {
 	}
 }
 
+// With a shortfall window the recommendation bounds the shortfall, not
+// the false rejections, where both bounds are set: on an overloaded key a
+// distributed scheme's false rejections are mostly requests that lost a
+// race to the ones admitted in their stead.
+func TestRecommendShortfall(t *testing.T) {
+	short := func(v float64) *float64 { return &v }
+	rep := &Report{Results: []Result{
+		{Strategy: "central", Admitted: 1000, Precision: ptr(1), ShortfallPct: short(0)},
+		{Strategy: "owner", Admitted: 1000, Precision: ptr(1), FalseRejections: 2, ShortfallPct: short(0.01), BytesPerRequest: 54},
+		{Strategy: "regionlease", Admitted: 990, Precision: ptr(1), FalseRejections: 400, ShortfallPct: short(0.43), BytesPerRequest: 43},
+	}}
+	b := Bounds{MaxExcessPct: 0.5, MaxFalseRejectionsPct: 0.5, MaxEnvelopeTokens: 1}
+	if rec := Recommend(rep, b, strategy.Params{}); rec.Strategy != "owner" || !strings.Contains(rec.Line, "false rejections <= 0.5% of central's admitted,") {
+		t.Fatalf("no shortfall bound: %+v, want owner by false rejections", rec)
+	}
+	b.MaxShortfallPct = short(0.5)
+	rec := Recommend(rep, b, strategy.Params{})
+	if rec.Strategy != "regionlease" || !strings.Contains(rec.Line, "shortfall <= 0.5% of central's admitted tokens") ||
+		!strings.Contains(rec.Line, "false rej. 40%, shortfall 0.43%") {
+		t.Fatalf("shortfall bound 0.5%%: %+v, want regionlease (fewer bytes, within it)", rec)
+	}
+	b.MaxShortfallPct = short(0.3)
+	rec = Recommend(rep, b, strategy.Params{})
+	if rec.Strategy != "owner" {
+		t.Fatalf("shortfall bound 0.3%%: %+v, want owner", rec)
+	}
+	b.MaxShortfallPct = short(0.001)
+	rec = Recommend(rep, b, strategy.Params{})
+	if rec.Strategy != "" || rec.Closest != "owner" {
+		t.Fatalf("shortfall bound 0.001%%: %+v, want none, closest owner", rec)
+	}
+	if step := NoneMeetsStep(rec.Closest, b); !strings.Contains(step.Why, "--max-shortfall") || strings.Contains(step.Why, "--max-false-rejections") {
+		t.Errorf("none meets, with a shortfall bound: %q, want --max-shortfall named", step.Why)
+	}
+	if step := NoneMeetsStep("owner", Bounds{}); !strings.Contains(step.Why, "--max-false-rejections") {
+		t.Errorf("none meets, without: %q, want --max-false-rejections named", step.Why)
+	}
+}
+
 func TestNotes(t *testing.T) {
 	ran := []string{"central", "owner", "static", "gcounter"}
 	if n := AssignNote("hash", 81.2, ran); !strings.Contains(n, "81.2% of the requests") || !strings.Contains(n, "FLATTERS") ||

@@ -178,6 +178,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--max-wait", "2h"}, "--max-wait 2h0m0s"},
 		{[]string{"sim", "--recommend", "--max-excess", "lots"}, "--max-excess"},
 		{[]string{"sim", "--recommend", "--max-false-rejections", "150%"}, "--max-false-rejections"},
+		{[]string{"sim", "--recommend", "--max-shortfall", "-1%"}, "--max-shortfall"},
 	}
 	for _, c := range cases {
 		_, errOut, code := tokenmesh(t, c.args...)
@@ -391,8 +392,9 @@ func TestSimWarnsOfLateScenarioEvents(t *testing.T) {
 	}
 }
 
-// --shortfall-window adds the shortfall column and JSON fields, leaves the
-// other fields' bytes alone, and refuses a negative window.
+// --shortfall-window adds the shortfall column and JSON fields (and the
+// recommendation's bound on the shortfall), leaves the output without it
+// alone, and refuses a negative window.
 func TestSimShortfallWindow(t *testing.T) {
 	base := []string{"sim", "--workload", "poisson:users=10,rate=3,duration=10s", "--nodes", "3", "--json", "--strategies", "static", "--progress", "never"}
 	plain, errOut, code := tokenmesh(t, base...)
@@ -404,13 +406,20 @@ func TestSimShortfallWindow(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	var got struct {
-		Results []map[string]any `json:"results"`
+		Results        []map[string]any `json:"results"`
+		Recommendation struct {
+			Bounds map[string]any `json:"bounds"`
+		} `json:"recommendation"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Results) == 0 {
 		t.Fatalf("no results in\n%s", out) // else the loop below checks nothing
+	}
+	// The recommendation then bounds the shortfall (--max-shortfall, 0.5%).
+	if v, ok := got.Recommendation.Bounds["max_shortfall_pct"]; !ok || v != 0.5 {
+		t.Errorf("recommendation bounds %v: want max_shortfall_pct 0.5", got.Recommendation.Bounds)
 	}
 	for _, r := range got.Results {
 		if _, ok := r["shortfall_pct"]; !ok {

@@ -481,7 +481,7 @@ func runReplay(ctx context.Context, cmd *cobra.Command, f *replayFlags) error {
 		events = append(events, timedEvent{e.At, e.String()})
 	}
 	warnLateEvents(stderr, "fault", events, p.trace)
-	bounds, err := f.bounds()
+	bounds, err := f.bounds(f.shortfallWindow > 0)
 	if err != nil {
 		return err
 	}
@@ -565,7 +565,7 @@ func (f *replayFlags) replayRecommendation(rep *replay.Report, bounds eval.Bound
 	case rec.Strategy != "":
 		rec.Next = []eval.Step{serveStep(rec.Strategy, p.paramList, p.rate, f.burst)}
 	case rec.Closest != "":
-		rec.Next = []eval.Step{eval.NoneMeetsStep(rec.Closest)}
+		rec.Next = []eval.Step{eval.NoneMeetsStep(rec.Closest, rec.Bounds)}
 	}
 	return rec
 }

@@ -77,17 +77,18 @@ func (f *tableFlags) writeTable(w io.Writer, rep *eval.Report) error {
 
 // recommendFlags are the recommendation flags sim and replay share.
 type recommendFlags struct {
-	recommend              bool
-	maxExcess, maxFalseRej string
-	maxEnvelope            float64
+	recommend                            bool
+	maxExcess, maxFalseRej, maxShortfall string
+	maxEnvelope                          float64
 }
 
-// add defines --recommend, --max-excess, --max-false-rejections and
-// --max-envelope on fl.
+// add defines --recommend, --max-excess, --max-false-rejections,
+// --max-shortfall and --max-envelope on fl.
 func (f *recommendFlags) add(fl *pflag.FlagSet) {
-	fl.BoolVar(&f.recommend, "recommend", true, "end the report with the verdict: the strategy (and parameters) that meets --max-excess, --max-false-rejections and --max-envelope at the lowest cost (bytes per request, within 5% counting as equal, then p99 latency), or the closest when none does, and the commands to run next (--recommend=false: leave it out)")
+	fl.BoolVar(&f.recommend, "recommend", true, "end the report with the verdict: the strategy (and parameters) that meets --max-excess, --max-false-rejections (--max-shortfall with --shortfall-window) and --max-envelope at the lowest cost (bytes per request, within 5% counting as equal, then p99 latency), or the closest when none does, and the commands to run next (--recommend=false: leave it out)")
 	fl.StringVar(&f.maxExcess, "max-excess", "0.5%", "the recommendation's bound on the excess admitted, in % of central's admitted tokens")
-	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "the recommendation's bound on false rejections, in % of the requests central admitted")
+	fl.StringVar(&f.maxFalseRej, "max-false-rejections", "0.5%", "the recommendation's bound on false rejections, in % of the requests central admitted (without --shortfall-window)")
+	fl.StringVar(&f.maxShortfall, "max-shortfall", "0.5%", "with --shortfall-window, the recommendation's bound on the shortfall, in % of central's admitted tokens, in place of --max-false-rejections (on an overloaded key false rejections count which requests lost a race for the tokens, the shortfall how many tokens were refused)")
 	fl.Float64Var(&f.maxEnvelope, "max-envelope", 1, "the recommendation's bound on the envelope violation, in tokens")
 }
 
@@ -161,10 +162,10 @@ balancer spreads them; --assign hash is the thesis' injector (002 §4.3.1),
 which flatters the strategies that decide from a node's own view. Every
 report notes what its --assign policy flatters and what precision != 1
 means, and ends with the verdict (--recommend, on by default): the cheapest
-strategy within --max-excess, --max-false-rejections and --max-envelope, or
-the closest, and the commands to run next (tokenmesh replay on real
-processes, then tokenmesh serve). A scenario event after the trace's last
-request never happens: stderr says so. The terminal table fits 120 columns
+strategy within --max-excess, --max-false-rejections (--max-shortfall with
+--shortfall-window) and --max-envelope, or the closest, and the commands to
+run next (tokenmesh replay on real processes, then tokenmesh serve). A
+scenario event after the trace's last request never happens: stderr says so. The terminal table fits 120 columns
 (cut between the accuracy and the cost columns); --wide prints one line per
 strategy.
 
@@ -442,7 +443,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		opts.Progress = progressOf(bar, opts.Strategies)
 		defer bar.Finish()
 	}
-	bounds, err := f.bounds()
+	bounds, err := f.bounds(f.shortfallWindow > 0)
 	if err != nil {
 		return err
 	}
@@ -512,8 +513,9 @@ func (f *simFlags) writeReport(cmd *cobra.Command, rep *eval.Report) error {
 	return nil
 }
 
-// bounds parses the --recommend bounds; errors name the flag.
-func (f *recommendFlags) bounds() (eval.Bounds, error) {
+// bounds parses the --recommend bounds, --max-shortfall's only with a
+// shortfall window (shortfall); errors name the flag.
+func (f *recommendFlags) bounds(shortfall bool) (eval.Bounds, error) {
 	var b eval.Bounds
 	var err error
 	if b.MaxExcessPct, err = parsePercent(f.maxExcess); err != nil {
@@ -521,6 +523,13 @@ func (f *recommendFlags) bounds() (eval.Bounds, error) {
 	}
 	if b.MaxFalseRejectionsPct, err = parsePercent(f.maxFalseRej); err != nil {
 		return b, usageErr("--max-false-rejections %q: %v", f.maxFalseRej, err)
+	}
+	short, err := parsePercent(f.maxShortfall)
+	if err != nil {
+		return b, usageErr("--max-shortfall %q: %v", f.maxShortfall, err)
+	}
+	if shortfall {
+		b.MaxShortfallPct = &short
 	}
 	if math.IsNaN(f.maxEnvelope) || f.maxEnvelope < 0 {
 		return b, usageErr("--max-envelope %v: want a number of tokens >= 0", f.maxEnvelope)
@@ -617,7 +626,7 @@ func (f *simFlags) next(rec *eval.Recommendation, opts eval.Options) []eval.Step
 		if rec.Closest == "" {
 			return nil
 		}
-		return []eval.Step{eval.NoneMeetsStep(rec.Closest)}
+		return []eval.Step{eval.NoneMeetsStep(rec.Closest, rec.Bounds)}
 	}
 	setup := fmt.Sprintf(" --nodes %d --rate %s --burst %d", f.nodes, num(f.rate), f.burst)
 	if f.assign != "roundrobin" {

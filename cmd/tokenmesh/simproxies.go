@@ -73,7 +73,7 @@ func (f *proxyFlags) next(rec *eval.Recommendation, opts eval.Options, burst int
 	case rec.Strategy == "" && rec.Closest == "":
 		return nil
 	case rec.Strategy == "":
-		return []eval.Step{eval.NoneMeetsStep(registered(rec.Closest))}
+		return []eval.Step{eval.NoneMeetsStep(registered(rec.Closest), rec.Bounds)}
 	case rec.Strategy == eval.ProxyStatic:
 		return []eval.Step{{Why: "it is Envoy's own local_ratelimit filter with local_cluster_rate_limit: every Envoy enforces (r/N, b/N) alone, no tokenmesh needed; static is the same split over tokenmesh nodes",
 			Command: "tokenmesh strategies static"}}
