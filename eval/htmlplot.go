@@ -75,7 +75,7 @@ func htmlPlots(rep *Report) []htmlPlot {
 	}
 	if s := rep.Series; s != nil && len(s.Shortfall) > 0 {
 		plots = append(plots, htmlPlot{Title: "Shortfall per window",
-			Caption: fmt.Sprintf("Per %s window (--shortfall-window), the tokens central admitted beyond the strategy, summed over keys: a spike at the start is the tokens a strategy holds when central's burst runs out, one at a change of load what the change cost, and the rest the steady swing. Each panel has its own scale; the run's total and the first window's part at its right.", seconds(s.ShortfallWindow.Seconds())),
+			Caption: fmt.Sprintf("Per %s window (--shortfall-window), the tokens central admitted beyond the strategy, summed over keys: a spike at the start is the tokens a strategy holds when central's burst runs out, one at a change of load what the change cost, and the rest the steady swing. Each panel has its own scale; the run's total, the first window's part and the after birth %% (the shortfall without each key's first window) at its right.", seconds(s.ShortfallWindow.Seconds())),
 			SVG:     shortfallSVG(rep, b)})
 	}
 	return plots
@@ -242,7 +242,7 @@ func shortfallSVG(rep *Report, b timeBase) svgPlot {
 		if !ok {
 			continue
 		}
-		panels = append(panels, stratPanel{name: name, title: name, sums: shortfallSummary(w),
+		panels = append(panels, stratPanel{name: name, title: name, sums: shortfallSummary(rep, name, w),
 			vals: floats(w), empty: "no windows", flat: "no shortfall in any window"})
 	}
 	return panelGrid(rep, b, "shortfall", "Shortfall per "+seconds(win)+" window, by strategy",

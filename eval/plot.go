@@ -563,7 +563,8 @@ func (s *Series) requestsOrNil() []int {
 
 // shortfallPlot is shortfall.png: one panel per strategy (rep.Results
 // order, central left out), its shortfall per window over time on a
-// shared scale, each titled with its total and its first window's share.
+// shared scale, each titled with its total, its first window's share and
+// its after birth %.
 func shortfallPlot(rep *Report) (*grid, error) {
 	s := rep.Series
 	win := s.ShortfallWindow.Seconds()
@@ -581,7 +582,7 @@ func shortfallPlot(rep *Report) (*grid, error) {
 		if !ok {
 			continue
 		}
-		p, col := strategyTimePanel(r.Strategy, r.Strategy+": "+shortfallSummary(w), "tokens")
+		p, col := strategyTimePanel(r.Strategy, r.Strategy+": "+shortfallSummary(rep, r.Strategy, w), "tokens")
 		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, ymax*1.05
 		pts := make(plotter.XYs, len(w))
 		for i, v := range w {
@@ -604,8 +605,11 @@ func shortfallPlot(rep *Report) (*grid, error) {
 }
 
 // shortfallSummary is a panel's title after the strategy: the total of
-// byWindow and its first window's part ("6136 tokens, first window 35%").
-func shortfallSummary(byWindow []int64) string {
+// byWindow and its first window's part ("6136 tokens, first window 35%"),
+// and the strategy's after birth % when its result in rep has one (",
+// after birth 0.32%": on a trace whose keys are born throughout, the
+// first window says little).
+func shortfallSummary(rep *Report, strategy string, byWindow []int64) string {
 	var total int64
 	for _, v := range byWindow {
 		total += v
@@ -613,7 +617,13 @@ func shortfallSummary(byWindow []int64) string {
 	if total == 0 {
 		return "no shortfall"
 	}
-	return fmt.Sprintf("%d tokens, first window %.0f%%", total, 100*float64(byWindow[0])/float64(total))
+	out := fmt.Sprintf("%d tokens, first window %.0f%%", total, 100*float64(byWindow[0])/float64(total))
+	for _, r := range rep.Results {
+		if r.Strategy == strategy && r.ShortfallAfterBirthPct != nil {
+			out += fmt.Sprintf(", after birth %.2f%%", *r.ShortfallAfterBirthPct)
+		}
+	}
+	return out
 }
 
 // emptyPanel is the one panel of a grid with no strategy besides central:

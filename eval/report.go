@@ -624,7 +624,7 @@ var plotCaptions = map[string]string{
 	"decisions.png": "Rejected requests per time bin: one panel per strategy (colour) against central, the exact reference (black), and all requests (grey); fault windows shaded",
 	"admitted.png":  "Admitted requests per time bin: one panel per strategy (colour) against central (black) and all requests (grey); fault windows shaded",
 	"summary.png":   "Excess admitted (% of central's admitted tokens) and false rejections (% of requests), by strategy",
-	"shortfall.png": "Shortfall per window (--shortfall-window): per strategy, the tokens central admitted beyond it, summed over keys, over time; its total and the first window's part in the panel's title",
+	"shortfall.png": "Shortfall per window (--shortfall-window): per strategy, the tokens central admitted beyond it, summed over keys, over time; its total, the first window's part and the after birth % in the panel's title",
 }
 
 // WriteMarkdown writes rep as a Markdown report: a title, the input and setup

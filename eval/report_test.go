@@ -535,6 +535,20 @@ func TestShortfallPlot(t *testing.T) {
 	if want := []string{"local: 10 tokens, first window 60%", "static: no shortfall"}; !reflect.DeepEqual(titles, want) {
 		t.Errorf("panel titles %q, want %q", titles, want)
 	}
+	// With the result's after birth % (a run with a shortfall window) the
+	// title gives it too.
+	for i := range rep.Results {
+		if rep.Results[i].Strategy == "local" {
+			v := 1.25
+			rep.Results[i].ShortfallAfterBirthPct = &v
+		}
+	}
+	if g, err = shortfallPlot(rep); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.panels[0].Title.Text, "local: 10 tokens, first window 60%, after birth 1.25%"; got != want {
+		t.Errorf("panel title %q, want %q", got, want)
+	}
 }
 
 // One panel takes the figure's whole width, in shortfall.png and in
