@@ -118,7 +118,7 @@ func ShortfallByWindow(reqs []workload.Request, allowed, central []bool, window 
 	if window <= 0 || len(reqs) == 0 {
 		return nil
 	}
-	t0 := earliest(reqs)
+	t0 := firstArrival(reqs)
 	type cell struct {
 		key string
 		w   int64
@@ -156,56 +156,38 @@ func ShortfallAfterBirth(reqs []workload.Request, allowed, central []bool, windo
 	if window <= 0 || len(reqs) == 0 {
 		return 0, 0
 	}
-	t0 := earliest(reqs)
+	t0 := firstArrival(reqs)
+	windowOf := func(r workload.Request) int64 { return int64((r.Arrival - t0) / window) }
+	born := map[string]int64{} // key -> the window of its first arrival
+	for _, r := range reqs {
+		if b, ok := born[r.Key]; !ok || windowOf(r) < b {
+			born[r.Key] = windowOf(r)
+		}
+	}
 	type cell struct {
 		key string
 		w   int64
 	}
-	born := map[string]int64{} // key -> the window of its first arrival
-	for _, r := range reqs {
-		w := int64((r.Arrival - t0) / window)
-		if b, ok := born[r.Key]; !ok || w < b {
-			born[r.Key] = w
-		}
-	}
-	diff := map[cell]int64{} // central's admitted tokens - the strategy's
-	for i, r := range reqs {
-		c := cell{r.Key, int64((r.Arrival - t0) / window)}
-		if c.w == born[r.Key] {
-			continue
-		}
-		if central[i] {
-			diff[c] += r.Tokens
-			laterCentral += r.Tokens
-		}
-		if allowed[i] {
-			diff[c] -= r.Tokens
-		}
-	}
-	for _, d := range diff {
-		later += max(d, 0)
-	}
-	return later, laterCentral
-}
-
-// earliest is the earliest arrival in reqs (not empty).
-func earliest(reqs []workload.Request) time.Duration {
-	t0 := reqs[0].Arrival
-	for _, r := range reqs {
-		t0 = min(t0, r.Arrival)
-	}
-	return t0
+	return cellShortfall(reqs, allowed, central, func(_ int, r workload.Request) (cell, bool) {
+		w := windowOf(r)
+		return cell{r.Key, w}, w != born[r.Key]
+	})
 }
 
 // cellShortfall sums, over the cells cellOf puts requests in, central's
 // admitted tokens beyond the strategy's (a cell where the strategy
-// admitted more counts 0), and returns it with central's admitted tokens:
-// Shortfall's cells are (key, window), regionShortfall's (key, region).
-// allowed and central are indexed like reqs.
-func cellShortfall[C comparable](reqs []workload.Request, allowed, central []bool, cellOf func(i int, r workload.Request) C) (shortfall, centralTokens int64) {
+// admitted more counts 0), and returns it with central's admitted tokens
+// in those cells; a request cellOf returns false for is left out.
+// ShortfallAfterBirth's cells are (key, window) but a key's first window,
+// regionShortfall's (key, region). allowed and central are indexed like
+// reqs.
+func cellShortfall[C comparable](reqs []workload.Request, allowed, central []bool, cellOf func(i int, r workload.Request) (C, bool)) (shortfall, centralTokens int64) {
 	diff := map[C]int64{} // central's admitted tokens - the strategy's
 	for i, r := range reqs {
-		c := cellOf(i, r)
+		c, ok := cellOf(i, r)
+		if !ok {
+			continue
+		}
 		if central[i] {
 			diff[c] += r.Tokens
 			centralTokens += r.Tokens

@@ -354,8 +354,9 @@ func (clockTicks) Ticks(lo, hi float64) []plot.Tick {
 
 // countTicks marks a count axis (requests, tokens) at whole numbers,
 // labelled as integers ("75", not gonum's "75.00"): gonum's default ticks
-// when they are whole, else (a span of a few: "2.50 tokens") every whole
-// step of 1, 2 or 5 times a power of ten that gives at most 6 marks.
+// when they are whole, else (a span of a few: "2.50 tokens") report.html's
+// whole steps (niceTicks: 1, 2 or 5 times a power of ten, at most 5
+// intervals) within [lo, hi].
 type countTicks struct{}
 
 func (countTicks) Ticks(lo, hi float64) []plot.Tick {
@@ -369,18 +370,17 @@ func (countTicks) Ticks(lo, hi float64) []plot.Tick {
 	if whole {
 		for i := range ticks {
 			if ticks[i].Label != "" {
-				ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', 0, 64)
+				ticks[i].Label = num(ticks[i].Value)
 			}
 		}
 		return ticks
 	}
-	step := 1.0
-	for m := 1; (hi-lo)/step > 5; m++ { // 2, 5, 10, 20, ...
-		step = []float64{1, 2, 5}[m%3] * math.Pow(10, float64(m/3))
-	}
+	nice, _, _ := niceTicks(lo, hi, 5, true)
 	ticks = ticks[:0]
-	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
-		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	for _, t := range nice {
+		if t.v >= lo && t.v <= hi {
+			ticks = append(ticks, plot.Tick{Value: t.v, Label: t.label})
+		}
 	}
 	return ticks
 }

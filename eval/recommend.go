@@ -38,13 +38,15 @@ type Bounds struct {
 }
 
 // overRejection is r's over-rejection as b bounds it: its shortfall % and
-// b's bound on it when both are set, else its false rejections (%
-// of central's admitted requests) and that bound; name is the column's.
-func (b Bounds) overRejection(r Result, centralAdmitted int) (value, bound float64, name string) {
+// b's bound on it when both are set, else its false rejections (% of
+// central's admitted requests) and that bound; phrase states the bound
+// for the recommendation's line.
+func (b Bounds) overRejection(r Result, centralAdmitted int) (value, bound float64, phrase string) {
 	if b.MaxShortfallPct != nil && r.ShortfallPct != nil {
-		return *r.ShortfallPct, *b.MaxShortfallPct, "shortfall"
+		return *r.ShortfallPct, *b.MaxShortfallPct, "shortfall <= " + num(*b.MaxShortfallPct) + "% of central's admitted tokens"
 	}
-	return falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct, "false rejections"
+	return falseRejectionsPct(r, centralAdmitted), b.MaxFalseRejectionsPct,
+		"false rejections <= " + num(b.MaxFalseRejectionsPct) + "% of central's admitted"
 }
 
 // Recommendation is Recommend's answer; Line is the verdict the report
@@ -122,13 +124,8 @@ func Recommend(rep *Report, b Bounds, params strategy.Params) *Recommendation {
 		rec.Line = "recommendation: none: every strategy run besides central is a concurrency limit, which central's bucket does not measure; compare it with the exact semaphore in the permits table (used %, missed, extra)"
 		return rec
 	}
-	_, overBound, overName := b.overRejection(rated[0], centralAdmitted)
-	overWhat := "of central's admitted" // requests
-	if overName == "shortfall" {
-		overWhat = "of central's admitted tokens"
-	}
-	bounds := fmt.Sprintf("excess <= %s%%, %s <= %s%% %s, envelope violation <= %s tokens",
-		num(b.MaxExcessPct), overName, num(overBound), overWhat, num(b.MaxEnvelopeTokens))
+	_, _, over := b.overRejection(rated[0], centralAdmitted)
+	bounds := fmt.Sprintf("excess <= %s%%, %s, envelope violation <= %s tokens", num(b.MaxExcessPct), over, num(b.MaxEnvelopeTokens))
 	var ok []Result
 	var names []string
 	for _, r := range rated {

@@ -76,12 +76,12 @@ type RegionCosts struct {
 // is 0 when central admitted nothing.
 func regionShortfall(reqs []workload.Request, allowed, central []bool, received []int32, names []string) (tokens int64, pct float64) {
 	type cell struct{ key, region string }
-	tokens, centralTokens := cellShortfall(reqs, allowed, central, func(i int, r workload.Request) cell {
+	tokens, centralTokens := cellShortfall(reqs, allowed, central, func(i int, r workload.Request) (cell, bool) {
 		var region string
 		if i < len(received) && received[i] >= 0 && int(received[i]) < len(names) {
 			region = topology.Of(strategy.NodeID(names[received[i]]))
 		}
-		return cell{r.Key, region}
+		return cell{r.Key, region}, true
 	})
 	if centralTokens > 0 {
 		pct = round(100*float64(tokens)/float64(centralTokens), 4)

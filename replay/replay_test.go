@@ -407,15 +407,24 @@ tokenmesh_state_bytes{rule="other"} 7
 	}
 }
 
-func TestNewReport(t *testing.T) {
+// reportRun replays marginTrace(2, 2 s) with strat on 2 in-process nodes
+// at speed 4 and returns the trace, central's decisions on it, the run,
+// and the setup and live facts NewReport takes for it.
+func reportRun(t *testing.T, strat string) (*workload.Trace, []bool, *Result, eval.Setup, Live) {
+	t.Helper()
 	tr := marginTrace(2, 2*time.Second)
 	central, err := eval.Central(tr, onePerSec, testBurst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := runInProcess(t, "owner", 2, 4, tr)
-	rep := NewReport(tr, eval.Setup{Nodes: 2, RatePerSec: 1, Burst: testBurst, Assign: "hash", Seed: 1},
-		Live{Cluster: "in-process", Nodes: 2, Speed: 4}, central, []*Result{res})
+	res := runInProcess(t, strat, 2, 4, tr)
+	return tr, central, res, eval.Setup{Nodes: 2, RatePerSec: 1, Burst: testBurst, Assign: "hash", Seed: 1},
+		Live{Cluster: "in-process", Nodes: 2, Speed: 4}
+}
+
+func TestNewReport(t *testing.T) {
+	tr, central, res, setup, live := reportRun(t, "owner")
+	rep := NewReport(tr, setup, live, central, []*Result{res})
 	if len(rep.Results) != 2 || rep.Results[0].Strategy != "central" || rep.Results[1].Strategy != "owner" {
 		t.Fatalf("results %+v", rep.Results)
 	}
@@ -457,14 +466,7 @@ func TestNewReport(t *testing.T) {
 // (central's 0), as sim's do, and the plots the runs' shortfall per
 // window; without one, none.
 func TestNewReportShortfall(t *testing.T) {
-	tr := marginTrace(2, 2*time.Second)
-	central, err := eval.Central(tr, onePerSec, testBurst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := runInProcess(t, "static", 2, 4, tr)
-	setup := eval.Setup{Nodes: 2, RatePerSec: 1, Burst: testBurst, Assign: "hash", Seed: 1}
-	live := Live{Cluster: "in-process", Nodes: 2, Speed: 4}
+	tr, central, res, setup, live := reportRun(t, "static")
 	if rep := NewReport(tr, setup, live, central, []*Result{res}); rep.Results[1].ShortfallPct != nil || rep.Series.Shortfall != nil {
 		t.Fatalf("no window: shortfall %v, series %v", rep.Results[1].ShortfallPct, rep.Series.Shortfall)
 	}

@@ -85,7 +85,7 @@ func NewReport(trace *workload.Trace, setup eval.Setup, live Live, central []boo
 			rep.Series.AddShortfall(row.Strategy, reqs, r.allowed, central, window)
 		}
 		rep.Results = append(rep.Results, row)
-		rep.Series.Add(r.Row.Strategy, reqs, r.allowed)
+		rep.Series.Add(row.Strategy, reqs, r.allowed)
 		info := RunInfo{Strategy: r.Row.Strategy, WallSec: round3(r.Wall.Seconds()), LateSends: r.Late,
 			MaxLatenessMs: round3(float64(r.MaxLateness) / float64(time.Millisecond)), Errors: r.Errors,
 			FirstError: r.FirstError, BytesError: r.BytesError, Canonicalized: r.Canonicalized, Events: r.EventNames()}
